@@ -1,0 +1,186 @@
+/* ops.c — public copy, fill and random-number entry points: checks, then dispatch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tensor_ops.h"
+
+static ploss_status check_ctx(const ploss_ctx_t *ctx)
+{
+    return ctx ? PLOSS_OK : ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+}
+
+static int on_cuda(const ploss_view *v) { return v->device.device_type == kDLCUDA; }
+
+/* Tensors of ploss_copy may sit on the context's device or on the CPU. */
+static ploss_status check_copy_device(const ploss_view *v, const ploss_ctx_t *ctx, const char *name)
+{
+    if (v->device.device_type == kDLCPU)
+        return PLOSS_OK;
+    return ploss_view_check_device(v, ctx, name);
+}
+
+#ifdef PLOSS_HAVE_CUDA
+/* Copy between the CPU and the context's GPU through dense staging buffers. */
+static ploss_status copy_across(ploss_ctx_t *ctx, const ploss_view *dst, const ploss_view *src)
+{
+    const int to_device = on_cuda(dst);
+    const ploss_view *dev = to_device ? dst : src, *host = to_device ? src : dst;
+    const ploss_dtype dt = dev->dtype; /* bytes cross the bus in the device tensor's dtype */
+    const size_t bytes = (size_t)dev->numel * ploss_dtype_size(dt);
+    ploss_status st = ploss_cuda_set_device(ctx->device.device_id);
+    if (st != PLOSS_OK)
+        return st;
+    if (!to_device && (st = ploss_ctx_synchronize(ctx)) != PLOSS_OK)
+        return st;
+
+    ploss_view dev_dense = *dev, host_dense = *host;
+    void *dbuf = dev->data, *hbuf = host->data, *hown = NULL;
+    if (!ploss_view_is_contiguous(dev)) {
+        if ((st = ploss_workspace(ctx, bytes, &dbuf)) != PLOSS_OK)
+            return st;
+        ploss_view_make_contiguous(&dev_dense, dbuf, dt, dev->device);
+    }
+    if (!ploss_view_is_contiguous(host) || host->dtype != dt) {
+        hown = malloc(bytes ? bytes : 1);
+        if (!hown)
+            return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "host staging buffer of %zu bytes", bytes);
+        hbuf = hown;
+        ploss_view_make_contiguous(&host_dense, hbuf, dt, host->device);
+    }
+    if (to_device) {
+        if (hown)
+            ploss_cpu_copy(&host_dense, src);
+        st = ploss_cuda_memcpy(dbuf, hbuf, bytes, PLOSS_COPY_H2D, ctx->stream);
+        if (st == PLOSS_OK && dbuf != dev->data)
+            st = ploss_cuda_copy(ctx, dst, &dev_dense);
+    } else {
+        if (dbuf != dev->data)
+            st = ploss_cuda_copy(ctx, &dev_dense, src);
+        if (st == PLOSS_OK)
+            st = ploss_cuda_memcpy(hbuf, dbuf, bytes, PLOSS_COPY_D2H, ctx->stream);
+        if (st == PLOSS_OK && hown)
+            ploss_cpu_copy(dst, &host_dense);
+    }
+    free(hown);
+    return st;
+}
+#endif
+
+ploss_status ploss_copy(ploss_ctx_t *ctx, DLTensor *dst, const DLTensor *src)
+{
+    ploss_clear_error();
+    ploss_view d, s;
+    ploss_status st;
+    if ((st = check_ctx(ctx)) || (st = ploss_view_init(&d, dst, "dst")) ||
+        (st = ploss_view_init(&s, src, "src")) || (st = check_copy_device(&d, ctx, "dst")) ||
+        (st = check_copy_device(&s, ctx, "src")) || (st = ploss_view_check_writable(&d, "dst")))
+        return st;
+    int same_shape = d.ndim == s.ndim;
+    for (int k = 0; same_shape && k < d.ndim; ++k)
+        same_shape = d.shape[k] == s.shape[k];
+    if (!same_shape) {
+        char a[160], b[160];
+        return ploss_error(PLOSS_ERR_SHAPE, "dst: expected the shape of src %s, got %s",
+                           ploss_view_describe(&s, a, sizeof a), ploss_view_describe(&d, b, sizeof b));
+    }
+    if (ploss_view_same(&d, &s))
+        return PLOSS_OK;
+    if ((st = ploss_check_no_alias(&d, "dst", &s, "src")))
+        return st;
+    if (d.numel == 0)
+        return PLOSS_OK;
+    if (!on_cuda(&d) && !on_cuda(&s))
+        return ploss_cpu_copy(&d, &s);
+#ifdef PLOSS_HAVE_CUDA
+    if (on_cuda(&d) && on_cuda(&s)) {
+        if ((st = ploss_cuda_set_device(ctx->device.device_id)))
+            return st;
+        if (d.dtype == s.dtype && ploss_view_is_contiguous(&d) && ploss_view_is_contiguous(&s))
+            return ploss_cuda_memcpy(d.data, s.data, (size_t)d.numel * ploss_dtype_size(d.dtype),
+                                     PLOSS_COPY_D2D, ctx->stream);
+        return ploss_cuda_copy(ctx, &d, &s);
+    }
+    return copy_across(ctx, &d, &s);
+#else
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "dst/src: CUDA tensors need a library built with CUDA");
+#endif
+}
+
+/* Checks shared by fill and the random generators: an output on the ctx's device. */
+static ploss_status prepare_output(ploss_ctx_t *ctx, ploss_view *v, DLTensor *t)
+{
+    ploss_status st;
+    if ((st = check_ctx(ctx)) || (st = ploss_view_init(v, t, "dst")) ||
+        (st = ploss_view_check_device(v, ctx, "dst")) || (st = ploss_view_check_writable(v, "dst")))
+        return st;
+#ifdef PLOSS_HAVE_CUDA
+    if (on_cuda(v))
+        return ploss_cuda_set_device(ctx->device.device_id);
+#endif
+    return PLOSS_OK;
+}
+
+ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value)
+{
+    ploss_clear_error();
+    ploss_view d;
+    ploss_status st = prepare_output(ctx, &d, dst);
+    if (st || d.numel == 0)
+        return st;
+#ifdef PLOSS_HAVE_CUDA
+    if (on_cuda(&d))
+        return ploss_cuda_fill(ctx, &d, value);
+#endif
+    return ploss_cpu_fill(&d, value);
+}
+
+static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_rand_spec *spec)
+{
+    ploss_view d;
+    ploss_status st = prepare_output(ctx, &d, dst);
+    if (st)
+        return st;
+    if (spec->kind != PLOSS_RAND_INT && !ploss_dtype_is_float(d.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "dst: expected a float dtype (f32, f16, bf16, f64), got %s",
+                           ploss_dtype_name(d.dtype));
+    if (d.numel == 0)
+        return PLOSS_OK;
+#ifdef PLOSS_HAVE_CUDA
+    if (on_cuda(&d))
+        return ploss_cuda_rand(ctx, &d, spec);
+#endif
+    return ploss_cpu_rand(&d, spec);
+}
+
+ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, uint64_t offset,
+                                double low, double high)
+{
+    ploss_clear_error();
+    if (!(high > low))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %g, high %g",
+                           low, high);
+    ploss_rand_spec s = {PLOSS_RAND_UNIFORM, seed, offset, low, high, 0, 0};
+    return rand_dispatch(ctx, dst, &s);
+}
+
+ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, uint64_t offset,
+                               double mean, double std)
+{
+    ploss_clear_error();
+    if (!(std >= 0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected std >= 0, got %g", std);
+    ploss_rand_spec s = {PLOSS_RAND_NORMAL, seed, offset, mean, std, 0, 0};
+    return rand_dispatch(ctx, dst, &s);
+}
+
+ploss_status ploss_rand_int(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, uint64_t offset,
+                            int64_t low, int64_t high)
+{
+    ploss_clear_error();
+    if (!(high > low))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %lld, high %lld",
+                           (long long)low, (long long)high);
+    ploss_rand_spec s = {PLOSS_RAND_INT, seed, offset, 0, 0, low, (uint64_t)high - (uint64_t)low};
+    return rand_dispatch(ctx, dst, &s);
+}
