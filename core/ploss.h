@@ -267,6 +267,15 @@ ploss_status ploss_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
                                        const ploss_cross_entropy_opts *opts,
                                        DLTensor *loss, DLTensor *grad_input);
 
+/* ==== section: support ops for the examples (GEMM, bias, activations, SGD, argmax) ==== */
+/* ==== end section: support ops ==== */
+
+/* ==== section: sigmoid and focal family (BCE with logits, sigmoid/softmax/dual focal) ==== */
+/* ==== end section: focal family ==== */
+
+/* ==== section: softmax family II (large-margin, Taylor, PC-softmax, OHEM, one-hot) ==== */
+/* ==== end section: softmax family II ==== */
+
 #ifdef __cplusplus
 }
 #endif
