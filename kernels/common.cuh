@@ -1,0 +1,333 @@
+/*
+ * common.cuh — device helpers shared by every CUDA loss family (kernels/<family>.cu).
+ * Internal; included by .cu files only, all names live in namespace ploss_cuda.
+ *
+ *  - acc_t<T>: the accumulation type (float for f32/f16/bf16, double for f64);
+ *    to_acc(v) / from_acc<T>(a) / convert<T>(v): loads and stores with round to nearest
+ *    even.  Narrowing from double to f16/bf16 goes through float first, exactly as the CPU
+ *    backend (core/cpu/scalar.h) does, so both backends round identically.
+ *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
+ *    run time (weights, probability targets, labels, upstream gradients) with the CPU's
+ *    semantics (float → integer truncates toward zero, saturates, NaN → 0).
+ *  - dispatch_float / dispatch_index / dispatch_any: ONE host-side switch from a
+ *    ploss_dtype to a generic lambda taking a type tag:
+ *        return dispatch_float(p->x_dtype, "input", [&](auto tag) {
+ *            using T = typename decltype(tag)::type;
+ *            my_kernel<T><<<grid, threads, 0, stream_of(ctx)>>>(...);
+ *            return check_launch("my_kernel");
+ *        });
+ *  - block_all_reduce<THREADS>(v, op) / block_reduce<THREADS>(v, op) and
+ *    warp_all_reduce<LANES>(v, op): deterministic (fixed-order) reductions through CUB;
+ *    SumOp, MaxOp (NaN-ignoring like fmax) and MinOp functors.
+ *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
+ *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
+ *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops.
+ *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
+ *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
+ *  - check_launch(what): the launch error, if any, as a ploss status.
+ */
+#ifndef PLOSS_KERNELS_COMMON_CUH
+#define PLOSS_KERNELS_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/util_ptx.cuh>
+#include <cub/warp/warp_reduce.cuh>
+
+#ifndef PLOSS_HAVE_CUDA
+#define PLOSS_HAVE_CUDA 1 /* .cu files are only compiled in CUDA builds */
+#endif
+#include "../core/internal.h"
+
+namespace ploss_cuda {
+
+/* ------------------------------------------------------------------------------------ */
+/* Types, loads and stores                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* Accumulation type: f32 for f32/f16/bf16 storage, f64 for f64. */
+template <class T> struct acc { using type = float; };
+template <> struct acc<double> { using type = double; };
+template <class T> using acc_t = typename acc<T>::type;
+
+/* Storage → accumulation (exact). */
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* Any float/double → storage type T, round to nearest even (double → f16/bf16 via f32,
+ * as the CPU backend). */
+template <class T> struct converter;
+template <> struct converter<float> {
+    __device__ __forceinline__ static float from(float v) { return v; }
+    __device__ __forceinline__ static float from(double v) { return (float)v; }
+};
+template <> struct converter<double> {
+    __device__ __forceinline__ static double from(float v) { return (double)v; }
+    __device__ __forceinline__ static double from(double v) { return v; }
+};
+template <> struct converter<__half> {
+    __device__ __forceinline__ static __half from(float v) { return __float2half_rn(v); }
+    __device__ __forceinline__ static __half from(double v) { return __float2half_rn((float)v); }
+};
+template <> struct converter<__nv_bfloat16> {
+    __device__ __forceinline__ static __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+    __device__ __forceinline__ static __nv_bfloat16 from(double v) { return __float2bfloat16_rn((float)v); }
+};
+
+template <class T, class A> __device__ __forceinline__ T convert(A v) { return converter<T>::from(v); }
+template <class T> __device__ __forceinline__ T from_acc(acc_t<T> v) { return converter<T>::from(v); }
+
+/* Element i of a T array as the accumulation type A (A may differ from acc_t<T>). */
+template <class A, class T> __device__ __forceinline__ A load_as(const T *p, int64_t i)
+{
+    return (A)to_acc(p[i]);
+}
+
+/* Run-time dtype element access, semantics of ploss_load / ploss_store / ploss_load_int
+ * in core/cpu/scalar.h. */
+__device__ __forceinline__ double load_dyn(const void *base, ploss_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case PLOSS_F32: return (double)((const float *)base)[i];
+    case PLOSS_F64: return ((const double *)base)[i];
+    case PLOSS_F16: return (double)__half2float(((const __half *)base)[i]);
+    case PLOSS_BF16: return (double)__bfloat162float(((const __nv_bfloat16 *)base)[i]);
+    case PLOSS_I64: return (double)((const int64_t *)base)[i];
+    case PLOSS_I32: return (double)((const int32_t *)base)[i];
+    case PLOSS_U8: return (double)((const uint8_t *)base)[i];
+    default: return __longlong_as_double(0x7ff8000000000000ll); /* NaN */
+    }
+}
+
+/* A float element as A without a detour through double when the dtype allows it
+ * (weights, probability targets: any float dtype). */
+template <class A> __device__ __forceinline__ A load_float_dyn(const void *base, ploss_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case PLOSS_F32: return (A)((const float *)base)[i];
+    case PLOSS_F16: return (A)__half2float(((const __half *)base)[i]);
+    case PLOSS_BF16: return (A)__bfloat162float(((const __nv_bfloat16 *)base)[i]);
+    default: return (A)load_dyn(base, dt, i);
+    }
+}
+
+/* Float → integer: truncation toward zero, NaN → 0, saturation at [lo, hi]. */
+__device__ __forceinline__ int64_t double_to_i64(double v, double lo, double hi)
+{
+    if (v != v)
+        return 0;
+    if (v <= lo)
+        return (int64_t)lo;
+    if (v >= hi)
+        return (int64_t)hi;
+    return (int64_t)v;
+}
+
+__device__ __forceinline__ void store_dyn(void *base, ploss_dtype dt, int64_t i, double v)
+{
+    switch (dt) {
+    case PLOSS_F32: ((float *)base)[i] = (float)v; break;
+    case PLOSS_F64: ((double *)base)[i] = v; break;
+    case PLOSS_F16: ((__half *)base)[i] = __float2half_rn((float)v); break;
+    case PLOSS_BF16: ((__nv_bfloat16 *)base)[i] = __float2bfloat16_rn((float)v); break;
+    case PLOSS_I64:
+        ((int64_t *)base)[i] = double_to_i64(v, -9223372036854775808.0, 9223372036854774784.0);
+        break;
+    case PLOSS_I32: ((int32_t *)base)[i] = (int32_t)double_to_i64(v, -2147483648.0, 2147483647.0); break;
+    case PLOSS_U8: ((uint8_t *)base)[i] = (uint8_t)double_to_i64(v, 0.0, 255.0); break;
+    default: break;
+    }
+}
+
+/* Integer element as int64 (exact); float dtypes truncate as double_to_i64. */
+__device__ __forceinline__ int64_t load_int_dyn(const void *base, ploss_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case PLOSS_I64: return ((const int64_t *)base)[i];
+    case PLOSS_I32: return (int64_t)((const int32_t *)base)[i];
+    case PLOSS_U8: return (int64_t)((const uint8_t *)base)[i];
+    default:
+        return double_to_i64(load_dyn(base, dt, i), -9223372036854775808.0, 9223372036854774784.0);
+    }
+}
+
+__device__ __forceinline__ void store_int_dyn(void *base, ploss_dtype dt, int64_t i, int64_t v)
+{
+    switch (dt) {
+    case PLOSS_I64: ((int64_t *)base)[i] = v; break;
+    case PLOSS_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case PLOSS_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    default: store_dyn(base, dt, i, (double)v); break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Host-side dtype dispatch: one switch, the body is a generic lambda over a type tag    */
+/* ------------------------------------------------------------------------------------ */
+
+template <class T> struct type_tag { using type = T; };
+
+/* f32, f16, bf16, f64 → f(type_tag<float | __half | __nv_bfloat16 | double>{}). */
+template <class F> ploss_status dispatch_float(ploss_dtype d, const char *what, F &&f)
+{
+    switch (d) {
+    case PLOSS_F32: return f(type_tag<float>{});
+    case PLOSS_F16: return f(type_tag<__half>{});
+    case PLOSS_BF16: return f(type_tag<__nv_bfloat16>{});
+    case PLOSS_F64: return f(type_tag<double>{});
+    default:
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: no CUDA kernel for dtype %s (expected f32, f16, bf16 or f64)",
+                           what, ploss_dtype_name(d));
+    }
+}
+
+/* Class-index dtypes i64, i32 → f(type_tag<int64_t | int32_t>{}). */
+template <class F> ploss_status dispatch_index(ploss_dtype d, const char *what, F &&f)
+{
+    switch (d) {
+    case PLOSS_I64: return f(type_tag<int64_t>{});
+    case PLOSS_I32: return f(type_tag<int32_t>{});
+    default:
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: no CUDA kernel for dtype %s (expected i64 or i32)", what,
+                           ploss_dtype_name(d));
+    }
+}
+
+/* Every storage dtype (floats, i64, i32, u8). */
+template <class F> ploss_status dispatch_any(ploss_dtype d, const char *what, F &&f)
+{
+    switch (d) {
+    case PLOSS_F32: return f(type_tag<float>{});
+    case PLOSS_F16: return f(type_tag<__half>{});
+    case PLOSS_BF16: return f(type_tag<__nv_bfloat16>{});
+    case PLOSS_F64: return f(type_tag<double>{});
+    case PLOSS_I64: return f(type_tag<int64_t>{});
+    case PLOSS_I32: return f(type_tag<int32_t>{});
+    case PLOSS_U8: return f(type_tag<uint8_t>{});
+    default: return ploss_error(PLOSS_ERR_DTYPE, "%s: unsupported dtype code %d", what, (int)d);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Deterministic reductions (CUB: fixed tree for a fixed block size, no atomics)         */
+/* ------------------------------------------------------------------------------------ */
+
+struct SumOp {
+    template <class T> __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a + b; }
+};
+/* max/min that ignore a NaN operand (fmax semantics); a NaN row is caught downstream. */
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+    __device__ __forceinline__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct MinOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+    __device__ __forceinline__ double operator()(double a, double b) const { return fmin(a, b); }
+};
+
+/* Reduce v over a 1-D block of exactly THREADS threads; the result is returned to EVERY
+ * thread.  All threads of the block must call it (it synchronises), and it may be called
+ * again right away (the storage is released before returning).  T: a trivially
+ * constructible type (scalars or small POD structs with a matching op). */
+template <int THREADS, class T, class Op> __device__ __forceinline__ T block_all_reduce(T v, Op op)
+{
+    using BR = cub::BlockReduce<T, THREADS>;
+    __shared__ typename BR::TempStorage tmp;
+    __shared__ T result;
+    T r = BR(tmp).Reduce(v, op);
+    if (threadIdx.x == 0)
+        result = r;
+    __syncthreads();
+    r = result;
+    __syncthreads();
+    return r;
+}
+
+/* As block_all_reduce, but the result is valid in thread 0 only (one barrier fewer). */
+template <int THREADS, class T, class Op> __device__ __forceinline__ T block_reduce(T v, Op op)
+{
+    using BR = cub::BlockReduce<T, THREADS>;
+    __shared__ typename BR::TempStorage tmp;
+    T r = BR(tmp).Reduce(v, op);
+    __syncthreads();
+    return r;
+}
+
+/* Reduce v over each aligned group of LANES (power of two ≤ 32) lanes of a warp; every
+ * lane of the group gets the result.  All lanes of the group must call it (no block
+ * barrier, so warps of a block may diverge).  Blocks of at most 1024 threads. */
+template <int LANES, class T, class Op> __device__ __forceinline__ T warp_all_reduce(T v, Op op)
+{
+    using WR = cub::WarpReduce<T, LANES>;
+    __shared__ typename WR::TempStorage tmp[1024 / LANES];
+    const int group = (int)(threadIdx.x / LANES);
+    T r = WR(tmp[group]).Reduce(v, op);
+    const unsigned lane_in_warp = threadIdx.x & 31u;
+    const unsigned mask = LANES == 32 ? 0xffffffffu : (((1u << LANES) - 1u) << (lane_in_warp & ~(unsigned)(LANES - 1)));
+    return cub::ShuffleIndex<LANES>(r, 0, mask);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Invalid labels                                                                       */
+/* ------------------------------------------------------------------------------------ */
+
+/* Record `label` in the context's device error slot {flag, label}: the first reporter
+ * flips the flag 0 → 1 and stores its label; later ones leave the slot alone. */
+__device__ __forceinline__ void report_invalid_label(int64_t *slot, int64_t label)
+{
+    if (!slot)
+        return;
+    if (atomicCAS((unsigned long long *)slot, 0ull, 1ull) == 0ull)
+        *(volatile long long *)(slot + 1) = (long long)label;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Grids, indices, strided views                                                        */
+/* ------------------------------------------------------------------------------------ */
+
+/* Blocks of `threads` threads for n items with at most `cap` blocks (a grid-stride loop
+ * covers the rest); at least 1.  The grid depends on n only, never on the device, so
+ * per-block partial sums are the same on every card. */
+inline unsigned grid_blocks(int64_t n, int threads, int64_t cap = 65535ll * 16)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1)
+        b = 1;
+    if (b > cap)
+        b = cap;
+    return (unsigned)b;
+}
+
+__device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return (int64_t)gridDim.x * blockDim.x; }
+
+/* Offset (elements) of the k-th element, in row-major order, of a strided view. */
+__device__ __forceinline__ int64_t view_offset(const ploss_view &v, int64_t k)
+{
+    int64_t off = 0;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+        const int64_t size = v.shape[d];
+        off += (k % size) * v.strides[d];
+        k /= size;
+    }
+    return off;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Host helpers                                                                         */
+/* ------------------------------------------------------------------------------------ */
+
+inline cudaStream_t stream_of(const ploss_ctx_t *ctx) { return (cudaStream_t)ctx->stream; }
+
+/* The last launch error, if any, as PLOSS_ERR_CUDA naming `what` (clears the error). */
+inline ploss_status check_launch(const char *what) { return ploss_cuda_check_launch(what); }
+
+} // namespace ploss_cuda
+
+#endif /* PLOSS_KERNELS_COMMON_CUH */
