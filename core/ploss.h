@@ -271,6 +271,294 @@ ploss_status ploss_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
 /* ==== end section: support ops ==== */
 
 /* ==== section: sigmoid and focal family (BCE with logits, sigmoid/softmax/dual focal) ==== */
+/*
+ * Conventions of this section.  All four losses compute in fp32 (f64 for f64 input; the
+ * CPU in f64), return the loss in f32 (f64 for f64 input) and the gradient in the input's
+ * dtype; 'mean' over zero elements / zero valid samples gives a NaN loss and an exactly
+ * zero gradient.  Every logarithm of a sigmoid or softmax is taken in log-space
+ * (softplus(z) = max(z,0) + log1p(e^−|z|), log σ(z) = −softplus(−z), 1 − σ(z) = σ(−z),
+ * log p_t = x_t − lse), so logits of any finite size (|x| = 1e4, f16 ±60000) give finite
+ * losses and gradients.  γ < 0 is rejected; γ = 0 reduces to the cross-entropy.
+ * `scale` and `inplace` are used by _fused only, as in the cross-entropy family.
+ */
+
+/** Options of binary_cross_entropy_with_logits; fill with
+ *  ploss_binary_cross_entropy_with_logits_opts_init(). */
+typedef struct ploss_bce_with_logits_opts {
+    ploss_reduction reduction; /* default MEAN (mean over all elements)                     */
+    double scale;              /* _fused only: gradient multiplier, default 1                */
+    int inplace;               /* _fused only: 1 allows grad_input to be the input, default 0 */
+} ploss_bce_with_logits_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts *opts);
+
+/**
+ * Binary cross-entropy on logits, forward (PyTorch
+ * torch.nn.functional.binary_cross_entropy_with_logits).  Elementwise, per element
+ *     ℓ = w·[ pw·y·softplus(−x) + (1 − y)·softplus(x) ]   = −w·[pw·y·log σ(x) + (1−y)·log(1−σ(x))]
+ *
+ * in  input       logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      y, the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]);
+ *                 no gradient is computed for it.
+ * in  weight      NULL (all ones), or w broadcast over the input, either
+ *                 (a) a tensor of the input's rank whose every size is 1 or the input's
+ *                     size (e.g. the input's shape, N×1×H×W pixel weights, 1×C×1×1), or
+ *                 (b) a 1-D tensor of C = the size of axis 1 (1 for inputs of rank < 2):
+ *                     one weight per class along axis 1 (for a rank-2 N×C input this is
+ *                     PyTorch's broadcasting; for N×C×d… it is PyTorch's with the weight
+ *                     reshaped to C×1×…×1).  (a) is tried first when the ranks are equal.
+ *                 Any float dtype, any strides, on the input's device.
+ * in  pos_weight  NULL (all ones), or pw, the weight of the positive term, with the same two
+ *                 accepted forms as `weight`; as a vector its length must equal the size of
+ *                 axis 1 ("per class", as PyTorch's pos_weight of an N×C input).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32
+ *                 (f64 for f64 input).  MEAN divides by the element count (weights do not
+ *                 change the divisor, as PyTorch).
+ * Statuses: INVALID_ARGUMENT (ctx/input/target/loss NULL, bad enum, scale not finite),
+ *           SHAPE (target not the input's shape, weight / pos_weight not broadcastable, a
+ *           pos_weight vector whose length is not the size of axis 1), DTYPE, DEVICE,
+ *           LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.  Nothing is written on error.
+ */
+ploss_status ploss_binary_cross_entropy_with_logits_forward(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, DLTensor *loss);
+
+/**
+ * Binary cross-entropy on logits, backward:
+ *     ∂ℓ/∂x = w·[ (1 − y)·σ(x) − pw·y·σ(−x) ]          (= w·(σ(x) − y) when pw = 1)
+ * times the upstream gradient (per element for NONE; the scalar, divided by the element
+ * count for MEAN).  No state is kept between passes.
+ * in  input, target, weight, pos_weight, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap
+ *                 any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_binary_cross_entropy_with_logits_backward(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/**
+ * Binary cross-entropy on logits, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input (NONE: of the sum of the elementwise
+ * losses).  With opts->inplace = 1, grad_input may be the input itself (same data, shape
+ * and strides).  Statuses: as _forward.
+ */
+ploss_status ploss_binary_cross_entropy_with_logits_fused(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/** Definition of the sigmoid focal loss for soft targets (the two agree for y ∈ {0, 1}).
+ *  With p = σ(x), a₁ = α, a₀ = 1 − α (a₁ = a₀ = 1 when α < 0):
+ *   TORCHVISION (torchvision.ops.sigmoid_focal_loss; Lin et al., ICCV 2017):
+ *       ℓ = (a₁·y + a₀·(1−y)) · q^γ · [y·softplus(−x) + (1−y)·softplus(x)],
+ *       q = 1 − p_t = y·(1 − p) + (1 − y)·p
+ *   REFERENCE (pytorch-loss FocalLossV1–V3; the |y − p|^γ factor of Quality Focal Loss,
+ *       Li et al., NeurIPS 2020):
+ *       ℓ = |y − p|^γ · [a₁·y·softplus(−x) + a₀·(1−y)·softplus(x)]   */
+typedef enum ploss_focal_convention {
+    PLOSS_FOCAL_TORCHVISION = 0,
+    PLOSS_FOCAL_REFERENCE = 1,
+    PLOSS_FOCAL_CONVENTION_COUNT
+} ploss_focal_convention;
+
+/** Options of sigmoid_focal; fill with ploss_sigmoid_focal_opts_init(). */
+typedef struct ploss_sigmoid_focal_opts {
+    ploss_reduction reduction;         /* default MEAN (mean over all elements)             */
+    double alpha;                      /* α ≤ 1, default 0.25; α < 0 disables the balancing */
+    double gamma;                      /* γ ≥ 0, default 2                                   */
+    ploss_focal_convention convention; /* soft-target definition, default TORCHVISION        */
+    double scale;                      /* _fused only: gradient multiplier, default 1        */
+    int inplace;                       /* _fused only: grad_input may be the input, default 0 */
+} ploss_sigmoid_focal_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
+
+/**
+ * Sigmoid focal loss, forward (Lin, Goyal, Girshick, He, Dollár, "Focal Loss for Dense
+ * Object Detection", ICCV 2017; torchvision.ops.sigmoid_focal_loss; pytorch-loss
+ * FocalLossV1–V3 for the REFERENCE convention; LOSSES.md §3.1).  Elementwise, per element
+ * the ℓ of ploss_focal_convention.  For y ∈ {0, 1} both conventions give
+ * α_t·(1 − p_t)^γ·BCE(x, y).
+ *
+ * in  input   logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target  y, the input's shape, any float dtype; in [0, 1] (hard or soft).  Values
+ *             outside [0, 1] are not checked (TORCHVISION then takes a power of a negative
+ *             number: NaN for non-integer γ).
+ * in  opts    NULL for defaults.
+ * out loss    NONE: the input's shape; MEAN / SUM: one element; f32 (f64 for f64 input).
+ *             MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULLs, γ < 0 or not finite, α > 1 or not finite, bad enum,
+ *           scale not finite), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.  Nothing is written on error.
+ */
+ploss_status ploss_sigmoid_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                         const DLTensor *target,
+                                         const ploss_sigmoid_focal_opts *opts, DLTensor *loss);
+
+/**
+ * Sigmoid focal loss, backward.  With s = p·(1 − p) (computed as σ(x)·σ(−x)):
+ *   TORCHVISION: ∂ℓ/∂x = A·[ q^γ·(p − y) + γ·(1 − 2y)·BCE·q^γ·(s/q) ],  A = a₁y + a₀(1−y);
+ *                s/q ≤ 1 for y ∈ [0, 1], so the γ-term is finite for every γ ≥ 0 and is
+ *                taken as 0 where q = 0 (its limit).
+ *   REFERENCE:   ∂ℓ/∂x = γ·|y − p|^(γ−1)·sign(p − y)·s·e + |y − p|^γ·e′,
+ *                e = a₁y·softplus(−x) + a₀(1−y)·softplus(x), e′ = a₀(1−y)·p − a₁y·(1 − p).
+ *                Subgradient at the kink y = p (reachable only with soft targets): the
+ *                γ-term is 0 there for every γ (for 0 < γ < 1 the derivative is unbounded
+ *                near the kink; |y − p|^(γ−1) is clamped to the largest finite value of the
+ *                accumulation type).  γ = 0 drops the γ-term everywhere.
+ * times the upstream gradient as in binary_cross_entropy_with_logits.  No saved state.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_sigmoid_focal_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                          const DLTensor *target,
+                                          const ploss_sigmoid_focal_opts *opts,
+                                          const DLTensor *grad_loss, DLTensor *grad_input);
+
+/**
+ * Sigmoid focal loss, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input; with opts->inplace = 1 grad_input may
+ * be the input itself.  The reduced loss is summed inside the kernels (no elementwise loss
+ * buffer).  Statuses: as _forward.
+ */
+ploss_status ploss_sigmoid_focal_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                       const DLTensor *target,
+                                       const ploss_sigmoid_focal_opts *opts, DLTensor *loss,
+                                       DLTensor *grad_input);
+
+/** Options of softmax_focal; fill with ploss_softmax_focal_opts_init(). */
+typedef struct ploss_softmax_focal_opts {
+    ploss_reduction reduction; /* default MEAN (over the valid samples, see _forward)         */
+    int64_t ignore_index;      /* default -100                                              */
+    double gamma;              /* γ ≥ 0, default 2                                           */
+    double scale;              /* _fused only: gradient multiplier, default 1                */
+    int inplace;               /* _fused only: grad_input may be the input, default 0         */
+} ploss_softmax_focal_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
+
+/**
+ * Multi-class softmax focal loss, forward (Lin et al., ICCV 2017, eq. 5 with the softmax
+ * in place of the sigmoid; not in PyTorch, torchvision or pytorch-loss).  Per valid
+ * sample i with label y, p_t = softmax(x_i)_y computed as log p_t = x_iy − lse_i:
+ *     ℓ_i = −α_y · (1 − p_t)^γ · log p_t,      1 − p_t = −expm1(log p_t)
+ * γ = 0 and α = NULL give the cross-entropy.
+ *
+ * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C ≥ 1.
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  alpha   NULL (all ones), or C per-class factors α_j (any float dtype, on the input's
+ *             device).
+ * in  opts    NULL for defaults.
+ * out loss    NONE: the target's shape, 0 at ignored samples; MEAN / SUM: one element;
+ *             f32 (f64 for f64 input).  MEAN divides by the number of valid samples (α does
+ *             not change the divisor); no valid sample gives NaN.
+ * out lse     NULL, or the saved state for _backward: the log-sum-exp per sample (the
+ *             target's shape, f32 / f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULLs, γ < 0 or not finite, bad enum, scale not finite),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_softmax_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                         const DLTensor *target, const DLTensor *alpha,
+                                         const ploss_softmax_focal_opts *opts, DLTensor *loss,
+                                         DLTensor *lse);
+
+/**
+ * Softmax focal loss, backward.  With u = 1 − p_t and L = −log p_t,
+ *     ∂ℓ_i/∂x_ij = α_y · G · (p_ij − [j = y]),   G = u^γ · (1 + γ·p_t·L/u)
+ * (L/u → 1 as u → 0, so G is finite for every γ ≥ 0; G = 1 for γ = 0).  The loss is smooth
+ * in x for every γ ≥ 0: there is no kink.  Zero at ignored samples; MEAN scales by
+ * 1/(valid count) (zero gradient when there is none).
+ * in  input, target, alpha, opts   as given to _forward.
+ * in  lse         NULL (recomputed) or the state written by _forward.
+ * in  grad_loss   NONE: the target's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_softmax_focal_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                          const DLTensor *target, const DLTensor *alpha,
+                                          const ploss_softmax_focal_opts *opts,
+                                          const DLTensor *lse, const DLTensor *grad_loss,
+                                          DLTensor *grad_input);
+
+/**
+ * Softmax focal loss, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input; with opts->inplace = 1 grad_input may
+ * be the input itself.  Statuses: as _forward.
+ */
+ploss_status ploss_softmax_focal_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                       const DLTensor *target, const DLTensor *alpha,
+                                       const ploss_softmax_focal_opts *opts, DLTensor *loss,
+                                       DLTensor *grad_input);
+
+/** Options of dual_focal; fill with ploss_dual_focal_opts_init(). */
+typedef struct ploss_dual_focal_opts {
+    ploss_reduction reduction; /* default MEAN (over the valid samples)                        */
+    int64_t ignore_index;      /* default -100 (pytorch-loss's Dual_Focal_loss uses 255)       */
+    double eps;                /* ε > 0, default 1e-5                                          */
+    double scale;              /* _fused only: gradient multiplier, default 1                  */
+    int inplace;               /* _fused only: grad_input may be the input, default 0           */
+} ploss_dual_focal_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
+
+/**
+ * Dual focal loss, forward (Hossain, Paplinski, Betts, "Dual Focal Loss to address class
+ * imbalance in semantic segmentation", Neurocomputing 2021 / arXiv:1909.11932, as read by
+ * pytorch-loss Dual_Focal_loss, whose formula is the spec; LOSSES.md §2.6).  Per valid
+ * sample i with label y, p = softmax(x_i), d_j = p_j − [j = y]:
+ *     ℓ_i = −Σ_j log(1 + ε − d_j²),  evaluated as −Σ_j log(ε + (1 − |d_j|)·(1 + |d_j|))
+ * with 1 − |d_y| = p_y and 1 − |d_j| = −expm1(log p_j) for j ≠ y (no cancellation near
+ * |d| = 1).  Each term lies in [−log(1 + ε), −log ε].
+ *
+ * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C ≥ 1.
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  opts    NULL for defaults.
+ * out loss    NONE: the target's shape, 0 at ignored samples; MEAN / SUM: one element;
+ *             f32 (f64 for f64 input).  MEAN divides by the number of valid samples.
+ * out lse     NULL, or the log-sum-exp per sample for _backward (as softmax_focal).
+ * Statuses: INVALID_ARGUMENT (NULLs, ε ≤ 0 or not finite, bad enum, scale not finite),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_dual_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                      const DLTensor *target, const ploss_dual_focal_opts *opts,
+                                      DLTensor *loss, DLTensor *lse);
+
+/**
+ * Dual focal loss, backward (LOSSES.md §2.6):
+ *     G_j = 2·d_j / (1 + ε − d_j²),   ∂ℓ_i/∂x_ik = p_ik·(G_k − Σ_j p_ij·G_j)
+ * (|G_j| ≤ 2/ε: finite but up to 2e5 for the default ε).  Zero at ignored samples.
+ * in  input, target, opts   as given to _forward.
+ * in  lse         NULL (recomputed) or the state written by _forward.
+ * in  grad_loss   NONE: the target's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_dual_focal_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                       const DLTensor *target, const ploss_dual_focal_opts *opts,
+                                       const DLTensor *lse, const DLTensor *grad_loss,
+                                       DLTensor *grad_input);
+
+/**
+ * Dual focal loss, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input; with opts->inplace = 1 grad_input may
+ * be the input itself.  Statuses: as _forward.
+ */
+ploss_status ploss_dual_focal_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                    const DLTensor *target, const ploss_dual_focal_opts *opts,
+                                    DLTensor *loss, DLTensor *grad_input);
 /* ==== end section: focal family ==== */
 
 /* ==== section: softmax family II (large-margin, Taylor, PC-softmax, OHEM, one-hot) ==== */

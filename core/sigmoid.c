@@ -1,0 +1,439 @@
+/*
+ * sigmoid.c — the one validation path in front of the CPU and CUDA backends of the
+ * elementwise sigmoid family: binary_cross_entropy_with_logits and sigmoid_focal
+ * (LOSSES.md §3.1).  Every check runs before any write.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sigmoid.h"
+
+void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->alpha = 0.25;
+    o->gamma = 2.0;
+    o->convention = PLOSS_FOCAL_TORCHVISION;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+/* The options of both losses after their own checks. */
+typedef struct {
+    ploss_reduction reduction;
+    ploss_sigmoid_kind kind;
+    double a1, a0, gamma, scale;
+    int inplace;
+} sg_opts;
+
+typedef struct {
+    const DLTensor *input, *target, *weight, *pos_weight, *grad_loss;
+    DLTensor *loss, *grad;
+} sg_args;
+
+static ploss_status shape_error(const char *name, const char *expect, const ploss_view *got)
+{
+    char b[200];
+    return ploss_error(PLOSS_ERR_SHAPE, "%s: expected %s, got %s", name, expect,
+                       ploss_view_describe(got, b, sizeof b));
+}
+
+/* "[2, 3, 4]" into buf. */
+static const char *shape_string(const ploss_view *v, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < v->ndim && n < len; ++d)
+        n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+static int same_shape(const ploss_view *a, const ploss_view *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; ++d)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* A tensor of the input's shape (target, elementwise loss / grad_loss, grad_input). */
+static ploss_status check_input_shape(const ploss_view *v, const ploss_view *x, const char *name)
+{
+    if (same_shape(v, x))
+        return PLOSS_OK;
+    char s[160], want[200];
+    snprintf(want, sizeof want, "the input's shape %s", shape_string(x, s, sizeof s));
+    return shape_error(name, want, v);
+}
+
+/* Strides (in the input's rank, 0 in broadcast dims) of a weight-like tensor `v` broadcast
+ * over the input `x`: (a) the input's rank with sizes 1 or the input's, (b) a vector of
+ * C = size of axis 1 (1 below rank 2) or of length 1, (c) a 0-d tensor. */
+static ploss_status broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
+                                      int64_t st[PLOSS_MAX_DIMS])
+{
+    for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
+        st[d] = 0;
+    const int64_t C = x->ndim >= 2 ? x->shape[1] : 1;
+    if (v->ndim == x->ndim) {
+        int ok = 1;
+        for (int d = 0; ok && d < x->ndim; ++d)
+            ok = v->shape[d] == x->shape[d] || v->shape[d] == 1;
+        if (ok) {
+            for (int d = 0; d < x->ndim; ++d)
+                st[d] = v->shape[d] == 1 ? 0 : v->strides[d];
+            return PLOSS_OK;
+        }
+    }
+    if (v->ndim == 0)
+        return PLOSS_OK;
+    if (v->ndim == 1 && (v->shape[0] == C || v->shape[0] == 1)) {
+        if (x->ndim >= 2 && v->shape[0] != 1)
+            st[1] = v->strides[0];
+        return PLOSS_OK;
+    }
+    char s[160], want[400];
+    snprintf(want, sizeof want,
+             "a vector of length %lld (one value per class along axis 1) or 1, or a tensor of "
+             "rank %d whose sizes are 1 or those of the input %s",
+             (long long)C, x->ndim, shape_string(x, s, sizeof s));
+    return shape_error(name, want, v);
+}
+
+static ploss_status check_float_dtype(const ploss_view *v, ploss_dtype want, const char *name)
+{
+    if (v->dtype == want)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s, got %s", name, ploss_dtype_name(want),
+                       ploss_dtype_name(v->dtype));
+}
+
+/* Loss-shaped tensors: the input's shape for NONE, one element otherwise. */
+static ploss_status check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
+                                     const char *name)
+{
+    if (r == PLOSS_REDUCTION_NONE)
+        return check_input_shape(v, x, name);
+    if (v->numel == 1)
+        return PLOSS_OK;
+    return shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
+}
+
+/* Drop dims of size 1 and merge neighbours that are contiguous in every tensor. */
+enum { NT = 7 };
+static void collapse_joint(ploss_sigmoid_problem *p, const ploss_view *x, int64_t *const st[NT])
+{
+    int64_t shape[PLOSS_MAX_DIMS], out[NT][PLOSS_MAX_DIMS];
+    int n = 0;
+    if (x->numel == 0) {
+        p->ndim = 1;
+        p->shape[0] = 0;
+        for (int k = 0; k < NT; ++k)
+            st[k][0] = 0;
+        return;
+    }
+    for (int d = x->ndim - 1; d >= 0; --d) {
+        if (x->shape[d] == 1)
+            continue;
+        int merge = n > 0;
+        for (int k = 0; merge && k < NT; ++k)
+            merge = st[k][d] == out[k][n - 1] * shape[n - 1];
+        if (merge) {
+            shape[n - 1] *= x->shape[d];
+        } else {
+            shape[n] = x->shape[d];
+            for (int k = 0; k < NT; ++k)
+                out[k][n] = st[k][d];
+            ++n;
+        }
+    }
+    if (n == 0) { /* one element */
+        shape[0] = 1;
+        for (int k = 0; k < NT; ++k)
+            out[k][0] = 0;
+        n = 1;
+    }
+    p->ndim = n;
+    for (int d = 0; d < n; ++d) {
+        p->shape[d] = shape[n - 1 - d];
+        for (int k = 0; k < NT; ++k)
+            st[k][d] = out[k][n - 1 - d];
+    }
+    for (int d = n; d < PLOSS_MAX_DIMS; ++d) {
+        p->shape[d] = 1;
+        for (int k = 0; k < NT; ++k)
+            st[k][d] = 0;
+    }
+}
+
+static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, const sg_opts *o)
+{
+    ploss_status st;
+    if (!ctx)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    if ((unsigned)o->reduction >= PLOSS_REDUCTION_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
+                           (int)o->reduction);
+    if (pass == PLOSS_PASS_FUSED && !isfinite(o->scale))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", o->scale);
+
+    ploss_view x, t, w, pw, l, gl, g;
+    if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
+        return st;
+    if (!ploss_dtype_is_float(x.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
+                           ploss_dtype_name(x.dtype));
+    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+
+    if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
+        return st;
+    if (!ploss_dtype_is_float(t.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE,
+                           "target: expected float targets (0/1 or soft labels) of dtype f32, f16, bf16 "
+                           "or f64, got %s",
+                           ploss_dtype_name(t.dtype));
+    if ((st = check_input_shape(&t, &x, "target")))
+        return st;
+
+    int64_t x_st[PLOSS_MAX_DIMS] = {0}, t_st[PLOSS_MAX_DIMS] = {0}, w_st[PLOSS_MAX_DIMS] = {0},
+            pw_st[PLOSS_MAX_DIMS] = {0}, l_st[PLOSS_MAX_DIMS] = {0}, gl_st[PLOSS_MAX_DIMS] = {0},
+            g_st[PLOSS_MAX_DIMS] = {0};
+    for (int d = 0; d < x.ndim; ++d) {
+        x_st[d] = x.strides[d];
+        t_st[d] = t.strides[d];
+    }
+    if (a->weight) {
+        if ((st = ploss_view_init(&w, a->weight, "weight")) || (st = ploss_view_check_device(&w, ctx, "weight")))
+            return st;
+        if (!ploss_dtype_is_float(w.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "weight: expected a float dtype, got %s", ploss_dtype_name(w.dtype));
+        if ((st = broadcast_strides(&w, &x, "weight", w_st)))
+            return st;
+    }
+    if (a->pos_weight) {
+        if ((st = ploss_view_init(&pw, a->pos_weight, "pos_weight")) ||
+            (st = ploss_view_check_device(&pw, ctx, "pos_weight")))
+            return st;
+        if (!ploss_dtype_is_float(pw.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "pos_weight: expected a float dtype, got %s",
+                               ploss_dtype_name(pw.dtype));
+        if ((st = broadcast_strides(&pw, &x, "pos_weight", pw_st)))
+            return st;
+    }
+
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!a->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = check_float_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, &x, o->reduction, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+        if (o->reduction == PLOSS_REDUCTION_NONE)
+            for (int d = 0; d < x.ndim; ++d)
+                l_st[d] = l.strides[d];
+    }
+    if (pass == PLOSS_PASS_BACKWARD) {
+        if (!a->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = check_loss_shape(&gl, &x, o->reduction, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+        if (o->reduction == PLOSS_REDUCTION_NONE)
+            for (int d = 0; d < x.ndim; ++d)
+                gl_st[d] = gl.strides[d];
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        if (!a->grad)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
+        if ((st = ploss_view_init(&g, a->grad, "grad_input")) || (st = ploss_view_check_device(&g, ctx, "grad_input")) ||
+            (st = check_float_dtype(&g, x.dtype, "grad_input")) || (st = check_input_shape(&g, &x, "grad_input")) ||
+            (st = ploss_view_check_writable(&g, "grad_input")))
+            return st;
+        for (int d = 0; d < x.ndim; ++d)
+            g_st[d] = g.strides[d];
+    }
+
+    /* aliasing: outputs may not overlap inputs or each other */
+    const ploss_view *ins[5] = {&x, &t, a->weight ? &w : NULL, a->pos_weight ? &pw : NULL,
+                                pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
+    const char *in_names[5] = {"input", "target", "weight", "pos_weight", "grad_loss"};
+    const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
+    const char *out_names[2] = {"loss", "grad_input"};
+    for (int i = 0; i < 2; ++i) {
+        if (!outs[i])
+            continue;
+        for (int j = 0; j < 5; ++j) {
+            if (!ins[j])
+                continue;
+            if (i == 1 && j == 0 && pass == PLOSS_PASS_FUSED && o->inplace && ploss_view_same(&g, &x))
+                continue; /* the requested in-place gradient */
+            if ((st = ploss_check_no_alias(outs[i], out_names[i], ins[j], in_names[j])))
+                return st;
+        }
+    }
+    if (outs[0] && outs[1] && (st = ploss_check_no_alias(&l, "loss", &g, "grad_input")))
+        return st;
+    if (pass == PLOSS_PASS_FUSED && o->inplace && !ploss_view_same(&g, &x))
+        return ploss_error(PLOSS_ERR_ALIAS,
+                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
+                           "is not the input tensor (same data, shape and strides)");
+
+    ploss_sigmoid_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.kind = o->kind;
+    p.numel = x.numel;
+    p.x = x.data; p.x_dtype = x.dtype;
+    p.t = t.data; p.t_dtype = t.dtype;
+    if (a->weight) {
+        p.w = w.data; p.w_dtype = w.dtype;
+    }
+    if (a->pos_weight) {
+        p.pw = pw.data; p.pw_dtype = pw.dtype;
+    }
+    p.a1 = o->a1;
+    p.a0 = o->a0;
+    p.gamma = o->gamma;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l.data; p.loss_dtype = l.dtype;
+    }
+    if (pass == PLOSS_PASS_BACKWARD) {
+        p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
+    }
+    if (pass != PLOSS_PASS_FORWARD)
+        p.grad = g.data;
+    int64_t *const sts[NT] = {x_st, t_st, w_st, pw_st, l_st, gl_st, g_st};
+    collapse_joint(&p, &x, sts);
+    memcpy(p.x_st, x_st, sizeof x_st);
+    memcpy(p.t_st, t_st, sizeof t_st);
+    memcpy(p.w_st, w_st, sizeof w_st);
+    memcpy(p.pw_st, pw_st, sizeof pw_st);
+    memcpy(p.l_st, l_st, sizeof l_st);
+    memcpy(p.gl_st, gl_st, sizeof gl_st);
+    memcpy(p.g_st, g_st, sizeof g_st);
+
+    if (ctx->device.device_type == kDLCPU)
+        return ploss_cpu_sigmoid(ctx, &p);
+#ifdef PLOSS_HAVE_CUDA
+    if ((st = ploss_cuda_set_device(ctx->device.device_id)))
+        return st;
+    return ploss_cuda_sigmoid(ctx, &p);
+#else
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: a CUDA tensor needs a library built with CUDA");
+#endif
+}
+
+/* ---- binary_cross_entropy_with_logits ---- */
+
+static ploss_status bce(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a,
+                        const ploss_bce_with_logits_opts *user)
+{
+    ploss_clear_error();
+    ploss_bce_with_logits_opts u;
+    ploss_binary_cross_entropy_with_logits_opts_init(&u);
+    if (user)
+        u = *user;
+    sg_opts o = {u.reduction, PLOSS_SIGMOID_BCE, 1.0, 1.0, 0.0, u.scale, u.inplace};
+    return run(ctx, pass, a, &o);
+}
+
+ploss_status ploss_binary_cross_entropy_with_logits_forward(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, DLTensor *loss)
+{
+    sg_args a = {input, target, weight, pos_weight, NULL, loss, NULL};
+    return bce(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_binary_cross_entropy_with_logits_backward(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    sg_args a = {input, target, weight, pos_weight, grad_loss, NULL, grad_input};
+    return bce(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_binary_cross_entropy_with_logits_fused(
+    ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target, const DLTensor *weight,
+    const DLTensor *pos_weight, const ploss_bce_with_logits_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    sg_args a = {input, target, weight, pos_weight, NULL, loss, grad_input};
+    return bce(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- sigmoid_focal ---- */
+
+static ploss_status focal(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a,
+                          const ploss_sigmoid_focal_opts *user)
+{
+    ploss_clear_error();
+    ploss_sigmoid_focal_opts u;
+    ploss_sigmoid_focal_opts_init(&u);
+    if (user)
+        u = *user;
+    if (!(u.gamma >= 0.0) || !isfinite(u.gamma))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g must be finite and >= 0", u.gamma);
+    if (!(u.alpha <= 1.0) || !isfinite(u.alpha))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.alpha: %g must be finite and <= 1 (a negative alpha disables the balancing)",
+                           u.alpha);
+    if ((unsigned)u.convention >= PLOSS_FOCAL_CONVENTION_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.convention: %d is not torchvision (0) or reference (1)",
+                           (int)u.convention);
+    sg_opts o = {u.reduction,
+                 u.convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
+                                                         : PLOSS_SIGMOID_FOCAL_REFERENCE,
+                 u.alpha < 0.0 ? 1.0 : u.alpha,
+                 u.alpha < 0.0 ? 1.0 : 1.0 - u.alpha,
+                 u.gamma,
+                 u.scale,
+                 u.inplace};
+    return run(ctx, pass, a, &o);
+}
+
+ploss_status ploss_sigmoid_focal_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                         const ploss_sigmoid_focal_opts *opts, DLTensor *loss)
+{
+    sg_args a = {input, target, NULL, NULL, NULL, loss, NULL};
+    return focal(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_sigmoid_focal_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                          const ploss_sigmoid_focal_opts *opts, const DLTensor *grad_loss,
+                                          DLTensor *grad_input)
+{
+    sg_args a = {input, target, NULL, NULL, grad_loss, NULL, grad_input};
+    return focal(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_sigmoid_focal_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                       const ploss_sigmoid_focal_opts *opts, DLTensor *loss,
+                                       DLTensor *grad_input)
+{
+    sg_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
+    return focal(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

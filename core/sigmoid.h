@@ -1,0 +1,68 @@
+/*
+ * sigmoid.h — the validated problem handed by core/sigmoid.c to the CPU (core/cpu/sigmoid.c)
+ * and CUDA (kernels/sigmoid.cu) backends of the elementwise sigmoid family:
+ * binary_cross_entropy_with_logits and sigmoid_focal (LOSSES.md §3.1).  Internal.
+ *
+ * Every tensor is addressed with the same (collapsed) shape: dims of size 1 are dropped and
+ * neighbouring dims that are contiguous in every tensor are merged, so dense inputs become
+ * one axis.  Element k (row-major over `shape`) of tensor T is at Σ_d idx_d(k)·T_st[d].
+ * Broadcast tensors (weight, pos_weight) have stride 0 in their broadcast dims.
+ *
+ * Per element, with σ = sigmoid, sp = softplus, a₁/a₀ the α weights (1/1 when disabled):
+ *   BCE:             ℓ = w·[pw·y·sp(−x) + (1 − y)·sp(x)]
+ *   FOCAL_TV:        ℓ = (a₁y + a₀(1−y))·q^γ·[y·sp(−x) + (1−y)·sp(x)],  q = y·σ(−x) + (1−y)·σ(x)
+ *   FOCAL_REFERENCE: ℓ = |y − σ(x)|^γ·[a₁·y·sp(−x) + a₀·(1−y)·sp(x)]
+ * (the derivatives are written out in core/ploss.h).
+ */
+#ifndef PLOSS_SIGMOID_INTERNAL_H
+#define PLOSS_SIGMOID_INTERNAL_H
+
+#include "cross_entropy.h" /* ploss_pass */
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PLOSS_SIGMOID_BCE = 0,
+    PLOSS_SIGMOID_FOCAL_TORCHVISION = 1,
+    PLOSS_SIGMOID_FOCAL_REFERENCE = 2
+} ploss_sigmoid_kind;
+
+typedef struct ploss_sigmoid_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_sigmoid_kind kind;
+
+    int ndim;                        /* collapsed rank, 1..PLOSS_MAX_DIMS          */
+    int64_t shape[PLOSS_MAX_DIMS];   /* collapsed shape                            */
+    int64_t numel;                   /* element count of the input (may be 0)      */
+
+    const void *x; ploss_dtype x_dtype; int64_t x_st[PLOSS_MAX_DIMS];   /* logits        */
+    const void *t; ploss_dtype t_dtype; int64_t t_st[PLOSS_MAX_DIMS];   /* float targets */
+    const void *w; ploss_dtype w_dtype; int64_t w_st[PLOSS_MAX_DIMS];   /* NULL = 1      */
+    const void *pw; ploss_dtype pw_dtype; int64_t pw_st[PLOSS_MAX_DIMS]; /* NULL = 1     */
+
+    double a1, a0;  /* focal α weights of the positive / negative term (1, 1: disabled) */
+    double gamma;   /* focal γ ≥ 0                                                      */
+    double scale;   /* fused: gradient multiplier                                       */
+
+    /* loss: elementwise (NONE, l_st) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_st[PLOSS_MAX_DIMS];
+    /* upstream gradient (backward): one scalar (MEAN/SUM) or elementwise (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_st[PLOSS_MAX_DIMS];
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_st[PLOSS_MAX_DIMS];
+} ploss_sigmoid_problem;
+
+ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
