@@ -1,0 +1,223 @@
+--- ploss: fused, memory-lean loss functions for LuaJIT (C library through FFI).
+--
+--     local ploss = require "ploss"
+--     local x = ploss.randn({8, 10}, {device = 'cuda'})
+--     local y = ploss.randint(0, 10, {8}, {device = 'cuda'})
+--     local crit = ploss.CrossEntropyLoss{label_smoothing = 0.1}
+--     local loss, grad = crit(x, y)          -- fused forward + backward
+--
+-- What this module does when required:
+--  1. loads the FFI declarations generated from core/ploss.h (`ploss.cdef`, built by
+--     tools/gen_cdef.lua) and the shared library: `$PLOSS_LIBRARY` if set, else
+--     `<libdir>/libploss.so.0` from `ploss.config` (where `meson install` put it), else
+--     `ffi.load("ploss")` (the system search path); refuses a library whose
+--     ploss_abi_version() differs from the cdef's, naming the file it loaded;
+--  2. installs the core helpers below (ploss.C, ploss.check, ploss.context, …), the tensor
+--     type (ploss/tensor.lua), the criterion machinery (ploss/nn.lua) and the functional
+--     namespace ploss.F (ploss/functional.lua);
+--  3. loads every loss family listed in `families` below.
+--
+-- ADDING A LOSS FAMILY (one line here):
+--   write lua/ploss/losses/<family>.lua as
+--       return function(ploss)
+--         ploss.nn.register(ploss, { name = "MyLoss", ... })  -- see ploss/nn.lua
+--       end
+--   which registers its criteria into `ploss` (ploss.MyLoss{...}) and its functions into
+--   `ploss.F` (ploss.F.my_loss(...)); add "<family>" to the `families` list below and the
+--   file to lua_modules in lua/ploss/meson.build (so that it is installed).
+--
+-- Errors: every failing C call raises a Lua error carrying ploss_last_error()'s message,
+-- reported at the line of the caller's code (the first stack frame outside this package).
+local ffi = require "ffi"
+
+local ploss = { _VERSION = "0.1.0" }
+
+-- The loss families, in load order.  Each is lua/ploss/losses/<name>.lua.
+local families = {
+  "cross_entropy",
+  -- support ops (issue 3): add here
+  -- focal family (issue 5): add here
+  -- softmax family II (issue 6): add here
+}
+
+---------------------------------------------------------------------------------------
+-- Declarations and library
+---------------------------------------------------------------------------------------
+
+local cdef = require "ploss.cdef"
+-- ffi.cdef cannot declare a type twice: skip when the module is loaded a second time
+-- (e.g. after package.loaded.ploss = nil).
+if not pcall(ffi.typeof, "ploss_cross_entropy_opts") then
+  ffi.cdef(cdef.cdef)
+end
+ploss.abi_version = cdef.abi_version
+
+local function load_library()
+  local tried = {}
+  local env = os.getenv("PLOSS_LIBRARY")
+  if env and env ~= "" then
+    -- an explicit choice: fail loudly rather than fall back to another copy
+    local ok, lib = pcall(ffi.load, env)
+    if not ok then
+      error("ploss: cannot load PLOSS_LIBRARY=" .. env .. ": " .. tostring(lib), 0)
+    end
+    return lib, env
+  end
+  local ok_cfg, config = pcall(require, "ploss.config")
+  if ok_cfg and type(config) == "table" and config.libdir then
+    local path = config.libdir .. "/libploss.so.0"
+    local f = io.open(path, "rb")
+    if f then
+      f:close()
+      local ok, lib = pcall(ffi.load, path)
+      if ok then return lib, path end
+      tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+    else
+      tried[#tried + 1] = path .. " (no such file)"
+    end
+  end
+  local ok, lib = pcall(ffi.load, "ploss")
+  if ok then return lib, "libploss.so (system search path)" end
+  tried[#tried + 1] = "libploss.so (" .. tostring(lib) .. ")"
+  error("ploss: cannot find the shared library; tried: " .. table.concat(tried, "; ") ..
+        ". Set PLOSS_LIBRARY, `source tools/env.sh <builddir>`, or `meson install`.", 0)
+end
+
+local C, library_path = load_library()
+ploss.C = C
+ploss.library_path = library_path
+do
+  local got = C.ploss_abi_version()
+  if got ~= cdef.abi_version then
+    error(string.format("ploss: ABI mismatch: %s has ABI version %d but the Lua declarations " ..
+      "(ploss/cdef.lua) expect %d; rebuild, or point PLOSS_LIBRARY at the matching library",
+      library_path, got, cdef.abi_version), 0)
+  end
+end
+
+---------------------------------------------------------------------------------------
+-- Errors, reported at the caller's line
+---------------------------------------------------------------------------------------
+
+-- The directory holding this package's Lua files: stack frames whose source lies there
+-- are ploss internals and are skipped when blaming a line.
+local own_dir = (debug.getinfo(1, "S").source:match("^@(.*[/\\])") or "")
+local function is_internal(source)
+  return own_dir ~= "" and source:sub(1, #own_dir + 1) == "@" .. own_dir
+end
+
+--- The error level (for error(msg, level)) of the first frame outside ploss, as seen
+-- from the function that calls `caller_level`.
+local function caller_level()
+  local level = 3 -- 1 = caller_level, 2 = its caller (raise), 3 = the one above
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then return 1 end
+    if not is_internal(info.source) and info.what ~= "C" then
+      return level - 1 -- the level as seen by raise's caller error()
+    end
+    level = level + 1
+  end
+end
+
+--- Raise `msg` as a Lua error located at the first caller outside ploss.
+-- @tparam string msg
+function ploss.raise(msg)
+  error("ploss: " .. msg, caller_level())
+end
+
+--- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names
+-- the C function.  The message is ploss_last_error() plus the status name.
+-- @return nothing when status == PLOSS_OK
+function ploss.check(status, what)
+  if status == 0 then return end
+  local msg = ffi.string(C.ploss_last_error())
+  local name = ffi.string(C.ploss_status_string(status))
+  if msg == "" then msg = "failed" end
+  local text = (what and (what .. ": ") or "") .. msg .. " (" .. name .. ")"
+  error("ploss: " .. text, caller_level())
+end
+
+---------------------------------------------------------------------------------------
+-- Devices and contexts
+---------------------------------------------------------------------------------------
+
+local KDLCPU, KDLCUDA = 1, 2
+
+--- Parse a device name: 'cpu', 'cuda' (= 'cuda:0'), 'cuda:<id>'.
+-- @return canonical name ('cpu' or 'cuda:<id>'), DLPack device type, device id
+function ploss.parse_device(dev)
+  if dev == nil or dev == "cpu" then return "cpu", KDLCPU, 0 end
+  if type(dev) == "string" then
+    if dev == "cuda" then return "cuda:0", KDLCUDA, 0 end
+    local id = dev:match("^cuda:(%d+)$")
+    if id then return "cuda:" .. id, KDLCUDA, tonumber(id) end
+  end
+  ploss.raise("device: expected 'cpu', 'cuda' or 'cuda:<id>', got " .. tostring(dev))
+end
+
+local contexts = {} -- canonical device name -> ploss_ctx_t* (kept for the process' life)
+
+--- The context of a device (created on first use, then cached; never destroyed, so that
+-- tensors freed late by the GC still find it).
+-- @tparam[opt='cpu'] string device 'cpu', 'cuda', 'cuda:1'
+-- @return cdata ploss_ctx_t*
+function ploss.context(device)
+  local name, dtype, id = ploss.parse_device(device)
+  local ctx = contexts[name]
+  if ctx then return ctx end
+  local out = ffi.new("ploss_ctx_t *[1]")
+  local dev = ffi.new("DLDevice", { device_type = dtype, device_id = id })
+  ploss.check(C.ploss_ctx_create(dev, out), "ploss_ctx_create(" .. name .. ")")
+  ctx = out[0]
+  contexts[name] = ctx
+  return ctx
+end
+
+--- True when the library has CUDA kernels and at least one GPU is visible.
+function ploss.cuda_available()
+  return C.ploss_built_with_cuda() ~= 0 and C.ploss_cuda_device_count() > 0
+end
+
+--- Number of visible CUDA devices (0 without CUDA).
+function ploss.cuda_device_count()
+  return tonumber(C.ploss_cuda_device_count())
+end
+
+--- Wait for the device's stream and report an invalid label found by a kernel
+-- (raises the error).  A no-op on the CPU.
+function ploss.synchronize(device)
+  ploss.check(C.ploss_ctx_synchronize(ploss.context(device)), "synchronize")
+end
+
+--- Memory counters of a device: {current_bytes, peak_bytes, alloc_count} (Lua numbers).
+function ploss.memory_stats(device)
+  local _, dtype, id = ploss.parse_device(device)
+  local st = ffi.new("ploss_memory_stats")
+  local dev = ffi.new("DLDevice", { device_type = dtype, device_id = id })
+  ploss.check(C.ploss_memory_stats_get(dev, st), "memory_stats")
+  return { current_bytes = tonumber(st.current_bytes), peak_bytes = tonumber(st.peak_bytes),
+           alloc_count = tonumber(st.alloc_count) }
+end
+
+--- Set the device's peak counter to its current value.
+function ploss.reset_peak_memory(device)
+  local _, dtype, id = ploss.parse_device(device)
+  local dev = ffi.new("DLDevice", { device_type = dtype, device_id = id })
+  ploss.check(C.ploss_memory_reset_peak(dev), "reset_peak_memory")
+end
+
+---------------------------------------------------------------------------------------
+-- Tensors, criteria, functional API, families
+---------------------------------------------------------------------------------------
+
+ploss.F = {}
+require("ploss.tensor")(ploss)
+ploss.nn = require("ploss.nn")(ploss)
+require("ploss.functional")(ploss)
+
+for _, family in ipairs(families) do
+  require("ploss.losses." .. family)(ploss)
+end
+
+return ploss
