@@ -57,8 +57,10 @@ void ploss_ctx_destroy(ploss_ctx_t *ctx)
     if (!ctx)
         return;
 #ifdef PLOSS_HAVE_CUDA
-    if (ctx->device.device_type == kDLCUDA)
+    if (ctx->device.device_type == kDLCUDA) {
         ploss_cuda_stream_sync(ctx->stream);
+        ploss_cuda_blas_destroy(ctx->device.device_id, ctx->cublas);
+    }
 #endif
     ploss_free(ctx, ctx->workspace);
     ploss_free(ctx, ctx->error_slot);

@@ -88,6 +88,7 @@ struct ploss_ctx {
     void *workspace;     /* device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
     int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label} */
+    void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/gemm.cu) */
 };
 
 /* Scratch memory of at least `bytes` on the context's device, valid until the next call
@@ -108,6 +109,8 @@ ploss_status ploss_cuda_memset(void *dst, int value, size_t bytes, void *stream)
 ploss_status ploss_cuda_stream_sync(void *stream);
 /* The last launch error, if any, as a ploss status naming `what`. */
 ploss_status ploss_cuda_check_launch(const char *what);
+/* Destroy a context's cuBLAS handle (kernels/gemm.cu); NULL is a no-op. */
+void ploss_cuda_blas_destroy(int device_id, void *handle);
 #endif
 
 #ifdef __cplusplus

@@ -268,6 +268,174 @@ ploss_status ploss_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
                                        DLTensor *loss, DLTensor *grad_input);
 
 /* ==== section: support ops for the examples (GEMM, bias, activations, SGD, argmax) ==== */
+
+/* ---- GEMM (core/gemm.c; OpenBLAS CBLAS on the CPU, cuBLAS on CUDA) ------------------- */
+
+/** Whether a GEMM operand is used as stored or transposed (BLAS's transa / transb). */
+typedef enum ploss_transpose {
+    PLOSS_NO_TRANSPOSE = 0,
+    PLOSS_TRANSPOSE = 1,
+    PLOSS_TRANSPOSE_COUNT
+} ploss_transpose;
+
+/**
+ * General matrix product, BLAS semantics: c ← alpha·op(a)·op(b) + beta·c, where
+ * op(x) = x (PLOSS_NO_TRANSPOSE) or xᵀ (PLOSS_TRANSPOSE); op(a) is M×K, op(b) K×N, c M×N.
+ *
+ * in     a, b   2-D, f32, f16, bf16 or f64, both of the same dtype.  Each needs a unit
+ *               stride on one axis and a leading stride ≥ the size of that axis: a
+ *               row-major view (strides [ld, 1]) or a transposed view (strides [1, ld]);
+ *               both are used in place, without a copy.  Other layouts (broadcast, two
+ *               non-unit strides, negative strides) give LAYOUT.
+ * in/out c      2-D M×N, the dtype of a and b, or f32 when they are f16/bf16; a row-major
+ *               or transposed view as above; may not overlap a or b.  With beta = 0, c is
+ *               not read (NaN or Inf in it are overwritten), as in BLAS.
+ * Accumulation in f32 for f32/f16/bf16 (CPU: f16/bf16 are converted to f32 and the
+ * product is cblas_sgemm; CUDA: cublasGemmEx with CUBLAS_COMPUTE_32F, no TF32), f64 for
+ * f64 (dgemm).  K = 0 gives c ← beta·c; M = 0 or N = 0 does nothing.  M, N, K and the
+ * leading strides must fit in 32 bits (BLAS's int).  On CUDA the context's cuBLAS handle
+ * is created on first use (its own workspace is not counted by ploss_memory_stats_get).
+ * Statuses: INVALID_ARGUMENT (ctx/a/b/c NULL, bad enum), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED (sizes over 2^31 − 1, CUDA tensor without CUDA), CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_gemm(ploss_ctx_t *ctx, ploss_transpose trans_a, ploss_transpose trans_b,
+                        double alpha, const DLTensor *a, const DLTensor *b, double beta,
+                        DLTensor *c);
+
+/* ---- Activations (LOSSES.md §7; core/activations.c) ---------------------------------- */
+
+/** Elementwise activations of LOSSES.md §7. */
+typedef enum ploss_activation {
+    /* y = x·σ(x) (Ramachandran et al. 2017; Elfwing et al. 2018; PyTorch silu)           */
+    PLOSS_ACTIVATION_SWISH = 0,
+    /* y = x·min(max(x + 3, 0), 6)/6 (Howard et al., MobileNetV3, ICCV 2019); derivative
+     * 0 for x < −3, x/3 + 1/2 for −3 ≤ x ≤ 3, 1 for x > 3: PyTorch's hardswish_backward
+     * convention, −0.5 at x = −3 and 1.5 at x = 3 (§7.2)                                 */
+    PLOSS_ACTIVATION_HARD_SWISH = 1,
+    /* y = x·tanh(softplus(x)) (Misra, BMVC 2020); softplus(x) = x above 20 (PyTorch)      */
+    PLOSS_ACTIVATION_MISH = 2,
+    PLOSS_ACTIVATION_COUNT
+} ploss_activation;
+
+/**
+ * Activation forward: output = f(input), elementwise.
+ * in  input    any shape, f32/f16/bf16/f64, any strides.
+ * out output   the input's shape and dtype, any non-overlapping strides.  With
+ *              inplace = 1 output may be the input tensor itself (same data, shape and
+ *              strides); any other overlap with the input is ALIAS.
+ * Computed in f32 (f64 for f64) on CUDA, in f64 on the CPU; stable at ±1e4.
+ * Statuses: INVALID_ARGUMENT (NULL, bad enum), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_activation_forward(ploss_ctx_t *ctx, ploss_activation act,
+                                      const DLTensor *input, DLTensor *output, int inplace);
+
+/**
+ * Activation backward: grad_input = f′(input) · grad_output, elementwise (the derivatives
+ * of LOSSES.md §7, recomputed from the saved input).
+ * in  input        the tensor given to _forward.
+ * in  grad_output  the input's shape and dtype.
+ * out grad_input   the input's shape and dtype.  With inplace = 1 it may be grad_output
+ *                  or input itself (same data, shape, strides); other overlaps are ALIAS.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_activation_backward(ploss_ctx_t *ctx, ploss_activation act,
+                                       const DLTensor *input, const DLTensor *grad_output,
+                                       DLTensor *grad_input, int inplace);
+
+/* ---- Linear-layer helpers and argmax (core/linear.c) --------------------------------- */
+
+/**
+ * Bias add, in place: x[i, j] ← x[i, j] + bias[j] for a 2-D N×C tensor x.
+ * in/out x     N×C, f32/f16/bf16/f64, any non-overlapping strides.
+ * in     bias  C elements (rank 1), x's dtype, any stride; may not overlap x.
+ * Statuses: INVALID_ARGUMENT, SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_bias_add(ploss_ctx_t *ctx, DLTensor *x, const DLTensor *bias);
+
+/**
+ * Bias gradient: grad_bias[j] ← Σ_i grad_output[i, j] (column sums of an N×C tensor).
+ * Deterministic: a fixed summation order (CPU: f64 in row order; CUDA: f32, f64 for
+ * f64, fixed row chunks then an in-order sum of the chunks).  N = 0 gives zeros.
+ * in  grad_output  N×C, f32/f16/bf16/f64, any strides.
+ * out grad_bias    C elements (rank 1), grad_output's dtype; may not overlap grad_output.
+ * Statuses: INVALID_ARGUMENT, SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_bias_grad(ploss_ctx_t *ctx, const DLTensor *grad_output, DLTensor *grad_bias);
+
+/**
+ * Argmax along axis 1: indices[n, d…] = argmax_j input[n, j, d…].  The first maximal
+ * index wins ties; a NaN counts as the maximum (its first occurrence), as torch.argmax.
+ * in  input    N×C or N×C×d1×…×dk, f32/f16/bf16/f64, any strides, C ≥ 1.
+ * out indices  i64, the input's shape without axis 1 (N, d1, …, dk).
+ * Statuses: INVALID_ARGUMENT, SHAPE (C = 0 included), DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_argmax(ploss_ctx_t *ctx, const DLTensor *input, DLTensor *indices);
+
+/* ---- Optimisers (core/optim.c) ------------------------------------------------------- */
+
+/** Options of ploss_sgd_step (torch.optim.SGD's); fill with ploss_sgd_opts_init(). */
+typedef struct ploss_sgd_opts {
+    double lr;           /* learning rate ≥ 0, default 0.01                               */
+    double momentum;     /* μ ≥ 0, default 0                                              */
+    double dampening;    /* default 0                                                     */
+    double weight_decay; /* L2 coefficient ≥ 0 added to the gradient, default 0          */
+    int nesterov;        /* default 0; needs momentum > 0 and dampening = 0              */
+} ploss_sgd_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_sgd_opts_init(ploss_sgd_opts *opts);
+
+/**
+ * One SGD step on one parameter tensor, elementwise, torch.optim.SGD semantics:
+ *   d = g + wd·p;
+ *   if μ ≠ 0: buf = d at step 1, else buf = μ·buf + (1 − dampening)·d;
+ *             d = d + μ·buf (nesterov) or d = buf;
+ *   p ← p − lr·d.
+ * in/out param            any shape, f32/f16/bf16/f64, non-overlapping strides.
+ * in     grad             param's shape and dtype.
+ * in/out momentum_buffer  param's shape; param's dtype or f32; required when μ ≠ 0
+ *                         (not read at step 1), ignored (may be NULL) when μ = 0.
+ * in     step             1 for the first step of this parameter, then 2, 3, …
+ * Computed in f64 on the CPU, f32 (f64 for f64) on CUDA.  No tensor may overlap another.
+ * Statuses: INVALID_ARGUMENT (NULL, step < 1, option out of range), SHAPE, DTYPE, DEVICE,
+ *           LAYOUT, ALIAS, UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *grad,
+                            DLTensor *momentum_buffer, int64_t step,
+                            const ploss_sgd_opts *opts);
+
+/** Options of ploss_adam_step (torch.optim.Adam / AdamW); fill with ploss_adam_opts_init(). */
+typedef struct ploss_adam_opts {
+    double lr;           /* default 1e-3                                                  */
+    double beta1;        /* in [0, 1), default 0.9                                        */
+    double beta2;        /* in [0, 1), default 0.999                                      */
+    double eps;          /* ≥ 0, default 1e-8                                             */
+    double weight_decay; /* ≥ 0, default 0                                                */
+    int decoupled_weight_decay; /* 0: Adam (wd·p added to g); 1: AdamW (p ← p·(1 − lr·wd)) */
+} ploss_adam_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_adam_opts_init(ploss_adam_opts *opts);
+
+/**
+ * One Adam step (Kingma & Ba, ICLR 2015; AdamW: Loshchilov & Hutter, ICLR 2019), with
+ * torch.optim.Adam's formulas (amsgrad off), t = step:
+ *   g = g + wd·p (Adam) or p ← p·(1 − lr·wd) (AdamW);
+ *   m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²;
+ *   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + eps).
+ * in/out param, grad   as ploss_sgd_step.
+ * in/out exp_avg, exp_avg_sq  param's shape; param's dtype or f32 (both the same);
+ *        zeros before step 1 (the caller fills them).
+ * Statuses: as ploss_sgd_step.
+ */
+ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *grad,
+                             DLTensor *exp_avg, DLTensor *exp_avg_sq, int64_t step,
+                             const ploss_adam_opts *opts);
+
 /* ==== end section: support ops ==== */
 
 /* ==== section: sigmoid and focal family (BCE with logits, sigmoid/softmax/dual focal) ==== */
