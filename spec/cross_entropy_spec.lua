@@ -1,19 +1,619 @@
--- Cross-entropy spec (suite 'cpu').
+-- Cross-entropy spec (suite 'cpu'): LOSSES.md §2.1 on the CPU backend.
+--  * every cross_entropy case of torch_reference.json (PyTorch) and reference_semantics.json
+--    (pytorch-loss, 'reference' convention), in f64 (1e-10 relative) and f32 (1e-5), through
+--    forward, backward (the fixture's grad_output for 'none') and the fused pass, through
+--    the criterion and the functional API;
+--  * central differences in f64 for every option combination;
+--  * layouts (channels-last, transposed), in-place fused, state and buffer reuse;
+--  * bad input: each error with its message fragment, outputs untouched.
 local H = require "spec.helpers"
 local ploss = H.ploss
+local F = ploss.F
 
-describe("CrossEntropyLoss", function()
-  it("matches the fixtures (f64, fused)", function()
-    for _, case in ipairs(H.fixtures("cross_entropy")) do
-      local x = H.fixture_tensor(case.inputs.input)
-      local y = H.fixture_tensor(case.inputs.target)
-      local o = case.options
-      local crit = ploss.CrossEntropyLoss {
-        reduction = o.reduction, ignore_index = o.ignore_index, label_smoothing = o.label_smoothing,
-        smoothing_convention = o.label_smoothing_convention,
-        weight = case.inputs.weight and H.fixture_tensor(case.inputs.weight) }
-      local loss = crit:forward(x, y)
-      H.assert_close(loss, case.expected.output, { rtol = 1e-10, what = case.name })
+local NAN = 0 / 0
+
+-- criterion / functional options of a fixture case
+local function case_opts(case, dtype, device)
+  local o = case.options
+  local weight = case.inputs.weight and H.fixture_tensor(case.inputs.weight, { dtype = dtype, device = device })
+  return {
+    reduction = o.reduction, ignore_index = o.ignore_index, label_smoothing = o.label_smoothing,
+    smoothing_convention = o.label_smoothing_convention, weight = weight,
+  }
+end
+
+local function scaled(values, s)
+  local out = {}
+  for i, v in ipairs(values) do out[i] = v * s end
+  return out
+end
+
+describe("CrossEntropyLoss fixtures", function()
+  local cases = H.fixtures("cross_entropy")
+
+  it("has every case of both sources", function()
+    local n_torch, n_ref = 0, 0
+    for _, c in ipairs(cases) do
+      if c.source == "torch_reference.json" then n_torch = n_torch + 1 else n_ref = n_ref + 1 end
     end
+    assert.are.equal(189, n_torch)
+    assert.are.equal(4, n_ref)
+  end)
+
+  for _, run in ipairs {
+    { dtype = "f64", rtol = 1e-10, atol = 1e-14, target = "i64" },
+    { dtype = "f32", rtol = 1e-5, atol = 1e-6, target = "i32" },
+  } do
+    it("matches every case in " .. run.dtype .. " (forward, backward, fused; criterion and F)", function()
+      for _, case in ipairs(cases) do
+        local x = H.fixture_tensor(case.inputs.input, { dtype = run.dtype })
+        local y = H.fixture_tensor(case.inputs.target, { dtype = run.dtype, int_dtype = run.target })
+        local opts = case_opts(case, run.dtype)
+        local tol = { rtol = run.rtol, atol = run.atol }
+        local function what(s) tol.what = case.name .. " " .. run.dtype .. " " .. s; return tol end
+        local exp_out, exp_grad = case.expected.output, case.expected.grad_input
+        local gout = case.grad_output and H.fixture_tensor(case.grad_output, { dtype = x:dtype() == "f64" and "f64" or "f32" })
+
+        -- criterion: forward, backward with the saved lse, fused
+        local crit = ploss.CrossEntropyLoss(opts)
+        local loss = crit:forward(x, y)
+        if opts.reduction == "none" then
+          assert.is_true(ploss.is_tensor(loss))
+          assert.are.equal(run.dtype == "f64" and "f64" or "f32", loss:dtype())
+        else
+          assert.are.equal("number", type(loss))
+        end
+        H.assert_close(loss, exp_out, what("forward"))
+        local g = crit:backward(x, y, gout)
+        assert.are.equal(run.dtype, g:dtype())
+        H.assert_close(g, exp_grad, what("backward"))
+        local l2, g2 = crit(x, y)
+        H.assert_close(l2, exp_out, what("fused loss"))
+        if opts.reduction ~= "none" then
+          H.assert_close(g2, exp_grad, what("fused grad"))
+          local _, g3 = crit(x, y, 2.5)
+          H.assert_close(g3, scaled(H.values(exp_grad), 2.5), what("fused grad, scale 2.5"))
+        else
+          -- fused 'none' = gradient of the sum: backward with ones
+          local ones = ploss.ones(exp_out.shape, { dtype = gout:dtype() })
+          local gsum = ploss.F.cross_entropy_backward(x, y, ones, opts)
+          H.assert_close(g2, gsum, what("fused grad (none)"))
+        end
+
+        -- functional: forward, backward without saved state (recomputed lse), fused
+        H.assert_close(F.cross_entropy(x, y, opts), exp_out, what("F forward"))
+        H.assert_close(F.cross_entropy_backward(x, y, gout, opts), exp_grad, what("F backward"))
+        if opts.reduction ~= "none" then
+          local fl, fg = F.cross_entropy_fused(x, y, opts)
+          H.assert_close(fl, exp_out, what("F fused loss"))
+          H.assert_close(fg, exp_grad, what("F fused grad"))
+        end
+      end
+    end)
+  end
+
+  it("all-ignored 'mean' cases give a NaN loss and an exactly zero gradient", function()
+    local c = H.fixtures("cross_entropy", function(c) return c.name == "ce_all_ignored_mean" end)[1]
+    local x, y = H.fixture_tensor(c.inputs.input), H.fixture_tensor(c.inputs.target)
+    local crit = ploss.CrossEntropyLoss { label_smoothing = 0.1 }
+    local loss = crit:forward(x, y)
+    assert.is_true(loss ~= loss)
+    H.assert_equal(crit:backward(x, y), ploss.zeros(x:size(), { dtype = "f64" }))
+    local l2, g2 = crit(x, y)
+    assert.is_true(l2 ~= l2)
+    for _, v in ipairs(g2:flat()) do assert.are.equal(0, v) end
+  end)
+end)
+
+describe("CrossEntropyLoss by hand", function()
+  it("uniform logits: log C per sample, gradient (1/C − onehot)/N", function()
+    local x = ploss.zeros({ 2, 3 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 2 }, { dtype = "i64" })
+    local crit = ploss.CrossEntropyLoss {}
+    H.assert_close(crit:forward(x, y), math.log(3), { rtol = 1e-15 })
+    H.assert_close(crit:backward(x, y), { { (1 / 3 - 1) / 2, 1 / 6, 1 / 6 }, { 1 / 6, 1 / 6, (1 / 3 - 1) / 2 } }, { rtol = 1e-15 })
+  end)
+
+  it("label smoothing conventions on the row (1e4, −1e4, 0), label 1 (LOSSES.md §2.1)", function()
+    local x = ploss.tensor({ { 1e4, -1e4, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 1 }, { dtype = "i64" })
+    local eps, Cn = 0.1, 3
+    -- lse = 1e4 exactly (in f64); per-class losses lse − x_j = 0, 2e4, 1e4
+    local d = { 0, 2e4, 1e4 }
+    local function expect(a, b) return a * d[2] + b * (d[1] + d[2] + d[3]) end
+    H.assert_close(F.cross_entropy(x, y, { label_smoothing = eps }), expect(1 - eps, eps / Cn), { rtol = 1e-12 })
+    H.assert_close(F.cross_entropy(x, y, { label_smoothing = eps, smoothing_convention = "reference" }),
+      18333.333333333333, { rtol = 1e-12 })
+    H.assert_close(F.cross_entropy(x, y, { label_smoothing = eps, smoothing_convention = "pytorch" }), 19000, { rtol = 1e-12 })
+    H.assert_close(F.cross_entropy(x, y, { label_smoothing = eps, smoothing_convention = "uniform_others" }),
+      expect(1 - eps - eps / (Cn - 1), eps / (Cn - 1)), { rtol = 1e-12 })
+  end)
+
+  it("weighted mean divides by the sum of the valid samples' weights", function()
+    local x = ploss.tensor({ { 1, 2, 3 }, { 3, 1, 2 }, { 0, 0, 5 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 2, 0, -100 }, { dtype = "i64" })
+    local w = ploss.tensor({ 0.5, 2, 4 }, { dtype = "f64" })
+    local lse1 = math.log(math.exp(1) + math.exp(2) + math.exp(3))
+    local lse2 = math.log(math.exp(3) + math.exp(1) + math.exp(2))
+    local l = (4 * (lse1 - 3) + 0.5 * (lse2 - 3)) / (4 + 0.5)
+    H.assert_close(F.cross_entropy(x, y, { weight = w }), l, { rtol = 1e-14 })
+    H.assert_close(F.cross_entropy(x, y, { weight = { 0.5, 2, 4 } }), l, { rtol = 1e-6 }) -- f32 weights from a list
+  end)
+
+  it("one class: zero loss and zero gradient", function()
+    local x = ploss.randn({ 4, 1 }, { dtype = "f64" })
+    local y = ploss.zeros({ 4 }, { dtype = "i64" })
+    local l, g = ploss.CrossEntropyLoss { label_smoothing = 0.3, smoothing_convention = "reference" }(x, y)
+    assert.are.equal(0, l)
+    H.assert_equal(g, { 0, 0, 0, 0 })
+  end)
+end)
+
+describe("CrossEntropyLoss gradients (central differences, f64)", function()
+  -- (reduction × convention/ε × weight × ignore_index × target kind × shape)
+  local reductions = { "none", "mean", "sum" }
+  local smoothing = { { 0, "pytorch" }, { 0.2, "pytorch" }, { 0.2, "reference" }, { 0.2, "uniform_others" } }
+  local shapes = { { 3, 5 }, { 2, 3, 2, 3 } }
+  local seed = 1000
+
+  local function check(red, sm, weighted, ignore, kind, shape)
+    seed = seed + 1
+    H.seed(seed)
+    local Cn = shape[2]
+    local x = H.random_logits(shape, { std = 2 })
+    local ysizes = {}
+    for i = 1, #shape do if i ~= 2 then ysizes[#ysizes + 1] = shape[i] end end
+    local y
+    if kind == "index" then
+      y = H.random_labels(ysizes, Cn, { ignore = ignore and 0.3 or 0, ignore_index = 7 })
+    else
+      y = ploss.rand(shape, { dtype = "f64" }) -- probabilities need not sum to 1
+    end
+    local opts = { reduction = red, label_smoothing = sm[1], smoothing_convention = sm[2],
+                   ignore_index = 7 }
+    if weighted then opts.weight = ploss.rand({ Cn }, { dtype = "f64", low = 0.5, high = 2 }) end
+    local gout
+    if red == "none" then gout = ploss.randn(ysizes, { dtype = "f64" }) end
+    local gvals = gout and gout:flat()
+    local function f(xx)
+      local l = F.cross_entropy(xx, y, opts)
+      if red ~= "none" then return l end
+      local s, lv = 0, l:flat()
+      for i = 1, #lv do s = s + lv[i] * gvals[i] end
+      return s
+    end
+    local label = string.format("%s ε=%g %s w=%s ign=%s %s %s", red, sm[1], sm[2], tostring(weighted),
+      tostring(ignore), kind, table.concat(shape, "x"))
+    local crit = ploss.CrossEntropyLoss(opts)
+    crit:forward(x, y)
+    local g_saved = crit:backward(x, y, gout):clone()                  -- with the saved lse
+    local g_fresh = F.cross_entropy_backward(x, y, gout, opts)        -- lse recomputed
+    H.gradcheck(f, x, g_saved, { what = label .. " backward", seed = seed })
+    H.assert_close(g_fresh, g_saved, { rtol = 1e-13, atol = 1e-15, what = label .. " recomputed lse" })
+    -- fused: gradient of the reduced loss (of the sum for 'none') times the scale
+    local _, gf = F.cross_entropy_fused(x, y, { reduction = red, label_smoothing = sm[1],
+      smoothing_convention = sm[2], ignore_index = 7, weight = opts.weight, scale = 0.75 })
+    local ref = F.cross_entropy_backward(x, y, red == "none" and ploss.full(ysizes, 0.75, { dtype = "f64" }) or 0.75, opts)
+    H.assert_close(gf, ref, { rtol = 1e-13, atol = 1e-15, what = label .. " fused" })
+  end
+
+  for _, kind in ipairs { "index", "prob" } do
+    it("for every option combination with " .. kind .. " targets", function()
+      local n = 0
+      H.each(reductions, smoothing, { false, true }, kind == "index" and { false, true } or { false }, shapes,
+        function(red, sm, weighted, ignore, shape)
+          check(red, sm, weighted, ignore, kind, shape)
+          n = n + 1
+        end)
+      assert.are.equal(kind == "index" and 96 or 48, n)
+    end)
+  end
+
+  it("for extreme logits (±1e4 spread) the loss stays finite and the gradient exact", function()
+    H.seed(77)
+    local x = ploss.randn({ 4, 6 }, { dtype = "f64", std = 3000 })
+    local y = H.random_labels({ 4 }, 6)
+    local crit = ploss.CrossEntropyLoss { label_smoothing = 0.1 }
+    local l = crit:forward(x, y)
+    assert.is_true(l == l and l < math.huge)
+    H.gradcheck(function(xx) return F.cross_entropy(xx, y, { label_smoothing = 0.1 }) end, x,
+      crit:backward(x, y), { h = 1e-3, rtol = 1e-6, atol = 1e-9, seed = 77 })
+  end)
+end)
+
+describe("CrossEntropyLoss layouts", function()
+  local function compare_layout(x, xs, y, ys, label)
+    for _, red in ipairs { "none", "mean", "sum" } do
+      local opts = { reduction = red, label_smoothing = 0.1, weight = ploss.rand({ x:size(2) }, { dtype = "f64" }) }
+      local tol = { rtol = 1e-13, atol = 1e-15, what = label .. " " .. red }
+      H.assert_close(F.cross_entropy(xs, ys, opts), F.cross_entropy(x, y, opts), tol)
+      local gout = red == "none" and ploss.randn(y:size(), { dtype = "f64" }) or 1.5
+      H.assert_close(F.cross_entropy_backward(xs, ys, gout, opts), F.cross_entropy_backward(x, y, gout, opts), tol)
+      local l1, g1 = F.cross_entropy_fused(x, y, opts)
+      local l2, g2 = F.cross_entropy_fused(xs, ys, opts)
+      H.assert_close(l2, l1, tol)
+      H.assert_close(g2, g1, tol)
+      -- a strided gradient buffer (the input's own channels-last layout)
+      if xs:dim() == 4 then
+        local gbuf = ploss.empty({ xs:size(1), xs:size(3), xs:size(4), xs:size(2) }, { dtype = "f64" }):permute(1, 4, 2, 3)
+        local _, g3 = F.cross_entropy_fused(xs, ys, { reduction = red, label_smoothing = 0.1, weight = opts.weight, grad_input = gbuf })
+        assert.are.equal(gbuf, g3)
+        H.assert_close(g3, g1, tol)
+      end
+    end
+  end
+
+  it("channels-last N×C×H×W gives the values of the contiguous input", function()
+    H.seed(5)
+    local x = ploss.randn({ 2, 5, 3, 4 }, { dtype = "f64" })
+    local xl = x:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) -- class stride 1
+    assert.are.same({ 2, 5, 3, 4 }, xl:size())
+    assert.are.same({ 60, 1, 20, 5 }, xl:stride())
+    assert.is_false(xl:is_contiguous())
+    local y = H.random_labels({ 2, 3, 4 }, 5, { ignore = 0.2 })
+    compare_layout(x, xl, y, y, "channels-last")
+    -- strided labels too (a slice of a bigger tensor: batch stride 24, samples contiguous)
+    local ybig = ploss.zeros({ 2, 2, 3, 4 }, { dtype = "i64" })
+    local ys = ybig:select(2, 2)
+    ys:copy(y)
+    assert.are.same({ 24, 4, 1 }, ys:stride())
+    compare_layout(x, xl, y, ys, "channels-last, strided labels")
+  end)
+
+  it("sample dims that cannot be walked as one axis are refused with a hint", function()
+    local x = ploss.randn({ 2, 5, 3, 4 }, { dtype = "f64" })
+    local xt = x:transpose(3, 4) -- N×C×4×3 with transposed spatial strides
+    local y = ploss.zeros({ 2, 4, 3 }, { dtype = "i64" })
+    H.expect_error(function() F.cross_entropy(xt, y) end,
+      { "input: the strides of dims 2..3 cannot be walked as one axis", ":contiguous()", "PLOSS_ERR_LAYOUT" })
+    local yt = ploss.zeros({ 2, 3, 4 }, { dtype = "i64" }):transpose(2, 3)
+    H.expect_error(function() F.cross_entropy(x:transpose(3, 4):contiguous(), yt) end, "target: the strides of dims 1..2")
+    -- :contiguous() is the documented way out
+    assert.is_number(F.cross_entropy(xt:contiguous(), yt:contiguous()))
+  end)
+
+  it("a transposed N×C (class-major storage) gives the values of the contiguous input", function()
+    H.seed(6)
+    local x = ploss.randn({ 7, 9 }, { dtype = "f64" })
+    local xt = x:t():contiguous():t()
+    assert.are.same({ 1, 7 }, xt:stride())
+    local y = H.random_labels({ 7 }, 9)
+    for _, red in ipairs { "none", "mean", "sum" } do
+      local opts = { reduction = red, label_smoothing = 0.2 }
+      local l1, g1 = F.cross_entropy_fused(x, y, opts)
+      local l2, g2 = F.cross_entropy_fused(xt, y, opts)
+      H.assert_close(l2, l1, { rtol = 1e-13 })
+      H.assert_close(g2, g1, { rtol = 1e-13, atol = 1e-15 })
+    end
+  end)
+
+  it("a narrowed (offset, strided) batch gives the values of its contiguous copy", function()
+    H.seed(8)
+    local big = ploss.randn({ 10, 12 }, { dtype = "f64" })
+    local x = big:narrow(1, 3, 5):narrow(2, 2, 8)
+    local y = H.random_labels({ 5 }, 8)
+    local l1, g1 = F.cross_entropy_fused(x:contiguous(), y, {})
+    local l2, g2 = F.cross_entropy_fused(x, y, {})
+    H.assert_close(l2, l1, { rtol = 1e-14 })
+    H.assert_close(g2, g1, { rtol = 1e-14, atol = 1e-16 })
+  end)
+
+  it("f16, bf16 and f32 inputs match f64 on the same (rounded) values", function()
+    H.seed(9)
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local x = ploss.randn({ 6, 11 }, { dtype = dt, std = 3 })
+      local y = H.random_labels({ 6 }, 11, { ignore = 0.2 })
+      local x64 = x:to(nil, "f64")
+      for _, red in ipairs { "none", "mean", "sum" } do
+        local opts = { reduction = red, label_smoothing = 0.1 }
+        local l, g = F.cross_entropy_fused(x, y, opts)
+        local lr, gr = F.cross_entropy_fused(x64, y, opts)
+        assert.are.equal(dt, g:dtype())
+        H.assert_close(l, lr, { rtol = 1e-6, atol = 1e-7, what = dt .. " " .. red .. " loss" })
+        H.assert_close(g, gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol, what = dt .. " " .. red .. " grad" })
+      end
+    end
+  end)
+end)
+
+describe("CrossEntropyLoss in place and buffers", function()
+  it("inplace = true writes the gradient over the input", function()
+    H.seed(10)
+    for _, red in ipairs { "mean", "sum", "none" } do
+      local x = ploss.randn({ 5, 7 }, { dtype = "f32" })
+      local y = H.random_labels({ 5 }, 7, { ignore = 0.2 })
+      local l_ref, g_ref = F.cross_entropy_fused(x, y, { reduction = red, label_smoothing = 0.1 })
+      local xc = x:clone()
+      local crit = ploss.CrossEntropyLoss { reduction = red, label_smoothing = 0.1, inplace = true }
+      assert.matches("inplace=true", tostring(crit))
+      local l, g = crit(xc, y)
+      assert.are.equal(xc, g)
+      H.assert_close(l, l_ref, { rtol = 0 })
+      H.assert_equal(xc, g_ref)
+      local xc2 = x:clone()
+      local l3, g3 = F.cross_entropy_fused(xc2, y, { reduction = red, label_smoothing = 0.1, inplace = true })
+      assert.are.equal(xc2, g3)
+      H.assert_close(l3, l_ref, { rtol = 0 })
+      H.assert_equal(xc2, g_ref)
+    end
+  end)
+
+  it("a gradient buffer overlapping the input is refused without inplace", function()
+    local x = ploss.randn({ 4, 3 })
+    local y = ploss.tensor({ 0, 1, 2, 1 }, { dtype = "i64" })
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = x }) end, "PLOSS_ERR_ALIAS")
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = x:narrow(1, 1, 4) , inplace = false}) end, "PLOSS_ERR_ALIAS")
+  end)
+
+  it("reuses gradInput and loss buffers; reallocates when the shape or dtype changes", function()
+    local crit = ploss.CrossEntropyLoss { reduction = "none" }
+    local x = ploss.randn({ 4, 3 })
+    local y = ploss.tensor({ 0, 1, 2, 1 }, { dtype = "i64" })
+    local l1 = crit:forward(x, y)
+    local g1 = crit:backward(x, y)
+    local l2 = crit:forward(x, y)
+    local g2 = crit:backward(x, y)
+    assert.are.equal(l1, l2)
+    assert.are.equal(g1, g2)
+    local _, g3 = crit(x, y)
+    assert.are.equal(g1, g3)
+    local x2 = ploss.randn({ 5, 3 })
+    local g4 = crit:backward(x2, ploss.tensor({ 0, 1, 2, 1, 0 }, { dtype = "i64" }))
+    assert.are_not.equal(g1, g4)
+    assert.are.same({ 5, 3 }, g4:size())
+    local g5 = crit:backward(x2:double(), ploss.tensor({ 0, 1, 2, 1, 0 }, { dtype = "i64" }))
+    assert.are.equal("f64", g5:dtype())
+  end)
+
+  it("keeps one float per sample between forward and backward", function()
+    local crit = ploss.CrossEntropyLoss {}
+    local x = ploss.randn({ 3, 1000, 2, 2 })
+    local y = ploss.randint(0, 1000, { 3, 2, 2 })
+    ploss.reset_peak_memory("cpu")
+    local before = ploss.memory_stats("cpu").current_bytes
+    crit:forward(x, y)
+    local held = ploss.memory_stats("cpu").current_bytes - before
+    -- 0-d loss (4 bytes) + lse (12 f32), each rounded to ploss_alloc's 256-byte alignment
+    assert.is_true(held <= 2 * 256 + 64, "forward holds " .. held .. " bytes")
+    assert.are.equal(12, crit._state:numel())
+  end)
+
+  it("backward after forward on another input recomputes the state", function()
+    H.seed(11)
+    local crit = ploss.CrossEntropyLoss {}
+    local x1, x2 = ploss.randn({ 4, 5 }, { dtype = "f64" }), ploss.randn({ 4, 5 }, { dtype = "f64" })
+    local y = H.random_labels({ 4 }, 5)
+    crit:forward(x1, y)
+    H.assert_close(crit:backward(x2, y), F.cross_entropy_backward(x2, y, 1, {}), { rtol = 1e-14 })
+  end)
+
+  it("options can be changed on a criterion", function()
+    local x = ploss.randn({ 4, 5 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
+    local crit = ploss.CrossEntropyLoss {}
+    local m = crit:forward(x, y)
+    crit.reduction = "sum"
+    H.assert_close(crit:forward(x, y), 4 * m, { rtol = 1e-14 })
+    assert.matches("reduction='sum'", tostring(crit))
+  end)
+
+  it("prints its options and documents the class", function()
+    local crit = ploss.CrossEntropyLoss { label_smoothing = 0.1, weight = { 1, 2, 3 } }
+    assert.are.equal("ploss.CrossEntropyLoss(weight=f32[3], ignore_index=-100, label_smoothing=0.1, " ..
+      "smoothing_convention='pytorch', reduction='mean')", tostring(crit))
+    assert.matches("cross%-entropy", tostring(ploss.CrossEntropyLoss))
+    assert.are.equal(crit.updateOutput, ploss.nn.Criterion.updateOutput)
+  end)
+
+  it("forward_tensor returns the loss without reading it", function()
+    local x = ploss.randn({ 4, 5 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
+    local crit = ploss.CrossEntropyLoss {}
+    local t = crit:forward_tensor(x, y)
+    assert.is_true(ploss.is_tensor(t))
+    assert.are.equal(0, t:dim())
+    H.assert_close(t:item(), F.cross_entropy(x, y), { rtol = 0 })
+    local out = ploss.empty({}, { dtype = "f64" })
+    assert.are.equal(out, F.cross_entropy(x, y, { out = out }))
+  end)
+end)
+
+describe("CrossEntropyLoss edge cases and bad input", function()
+  local function xy(N, Cn, dtype)
+    return ploss.randn({ N, Cn }, { dtype = dtype or "f32" }), ploss.randint(0, Cn, { N })
+  end
+
+  -- run the three passes with poisoned output buffers, expecting the same error
+  local function all_passes_fail(x, y, opts, fragment)
+    local red = opts.reduction or "mean"
+    local lsz = red == "none" and y:size() or {}
+    local ldt = x:dtype() == "f64" and "f64" or "f32"
+    local ok_x = ploss.is_tensor(x) and x:dtype() ~= "i64"
+    local loss = ploss.empty(lsz, { dtype = ldt })
+    local grad = ploss.empty(x:size(), { dtype = ok_x and x:dtype() or "f32" })
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.out = loss
+    H.expect_error(function() F.cross_entropy(x, y, o) end, fragment, loss)
+    o.grad_input = grad
+    H.expect_error(function() F.cross_entropy_fused(x, y, o) end, fragment, loss, grad)
+    o.out = nil
+    local gl = red == "none" and ploss.ones(lsz, { dtype = ldt }) or 1
+    H.expect_error(function() F.cross_entropy_backward(x, y, gl, o) end, fragment, grad)
+    -- and through a criterion
+    local c = {}
+    for k, v in pairs(opts) do c[k] = v end
+    local crit = ploss.CrossEntropyLoss(c)
+    H.expect_error(function() crit:forward(x, y) end, fragment)
+    H.expect_error(function() crit:backward(x, y) end, fragment)
+    H.expect_error(function() crit(x, y) end, fragment)
+  end
+
+  it("wrong target shape", function()
+    local x = ploss.randn(4, 5)
+    all_passes_fail(x, ploss.randint(0, 5, { 3 }), {}, { "target: expected shape [4]", "got i64[3] on cpu", "PLOSS_ERR_SHAPE" })
+    all_passes_fail(x, ploss.randint(0, 5, { 4, 1 }), {}, "target: expected shape [4]")
+    local x4 = ploss.randn(2, 3, 4, 5)
+    all_passes_fail(x4, ploss.randint(0, 3, { 2, 5, 4 }), {}, "target: expected shape [2, 4, 5]")
+  end)
+
+  it("wrong dtypes: float labels of the index shape, integer logits, u8 labels", function()
+    local x = ploss.randn(4, 5)
+    all_passes_fail(x, ploss.tensor({ 0, 1, 2, 3 }), {}, { "target: expected probabilities of the input's shape", "got f32[4]" })
+    all_passes_fail(ploss.randint(0, 5, { 4, 5 }), ploss.randint(0, 5, { 4 }), {},
+      { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
+    all_passes_fail(x, ploss.randint(0, 5, { 4 }, { dtype = "u8" }), {},
+      "target: expected class indices (i64 or i32) or probabilities (float), got u8")
+  end)
+
+  it("labels >= C or < 0 that are not ignore_index", function()
+    local x = ploss.randn(4, 5)
+    all_passes_fail(x, ploss.tensor({ 0, 5, 1, 2 }, { dtype = "i64" }), {},
+      { "target: class index 5 at sample (1, 0) is outside [0, 5) and is not ignore_index (-100)", "PLOSS_ERR_INVALID_LABEL" })
+    all_passes_fail(x, ploss.tensor({ 0, 1, -1, 2 }, { dtype = "i32" }), {}, "class index -1 at sample (2, 0)")
+    all_passes_fail(x, ploss.tensor({ 0, 1, -100, 2 }, { dtype = "i64" }), { ignore_index = 255 }, "class index -100")
+    local x4 = ploss.randn(2, 3, 2, 2)
+    local y4 = ploss.zeros({ 2, 2, 2 }, { dtype = "i64" })
+    y4:view(8)[7] = 3
+    all_passes_fail(x4, y4, {}, "class index 3 at sample (1, 2)")
+  end)
+
+  it("NaN in an ignored row does not leak into the loss or the gradient", function()
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for _, dt in ipairs { "f32", "f64", "f16", "bf16" } do
+        local x = ploss.randn({ 4, 6 }, { dtype = dt })
+        x[3] = 0 / 0
+        x:select(1, 1):narrow(1, 2, 1):fill(1 / 0)
+        local y = ploss.tensor({ 255, 1, 255, 3 }, { dtype = "i64" })
+        local opts = { reduction = red, ignore_index = 255, label_smoothing = 0.1, weight = { 1, 2, 3, 4, 5, 6 } }
+        local l, g = F.cross_entropy_fused(x, y, opts)
+        for _, v in ipairs(H.values(l)) do assert.is_true(v == v and math.abs(v) < math.huge, red .. " " .. dt) end
+        local gv = g:flat()
+        for i, v in ipairs(gv) do
+          assert.is_true(v == v and math.abs(v) < math.huge, red .. " " .. dt .. " grad " .. i)
+          if i <= 6 or (i > 12 and i <= 18) then assert.are.equal(0, v) end
+        end
+        local crit = ploss.CrossEntropyLoss(opts)
+        local lf = crit:forward(x, y)
+        for _, v in ipairs(H.values(lf)) do assert.is_true(v == v) end
+        for _, v in ipairs(crit:backward(x, y):flat()) do assert.is_true(v == v) end
+      end
+    end
+  end)
+
+  it("weight of the wrong length or dtype", function()
+    local x, y = xy(4, 5)
+    all_passes_fail(x, y, { weight = ploss.ones(4) }, { "weight: expected shape [5] (one weight per class)", "got f32[4]" })
+    all_passes_fail(x, y, { weight = ploss.ones(1, 5) }, "weight: expected shape [5]")
+    all_passes_fail(x, y, { weight = ploss.ones({ 5 }, { dtype = "i64" }) }, "weight: expected a float dtype, got i64")
+  end)
+
+  it("label smoothing outside [0, 1]", function()
+    local x, y = xy(4, 5)
+    all_passes_fail(x, y, { label_smoothing = 1.5 }, "opts.label_smoothing: 1.5 is outside [0, 1]")
+    all_passes_fail(x, y, { label_smoothing = -0.1 }, "opts.label_smoothing: -0.1 is outside [0, 1]")
+    all_passes_fail(x, y, { label_smoothing = NAN }, "opts.label_smoothing: ")
+    -- the ends are accepted
+    assert.is_number(F.cross_entropy(x, y, { label_smoothing = 1 }))
+    assert.is_number(F.cross_entropy(x, y, { label_smoothing = 0 }))
+  end)
+
+  it("uniform_others with one class", function()
+    local x = ploss.randn(4, 1)
+    local y = ploss.zeros({ 4 }, { dtype = "i64" })
+    all_passes_fail(x, y, { label_smoothing = 0.1, smoothing_convention = "uniform_others" },
+      "uniform_others (ε/(C−1)) is undefined for C = 1")
+  end)
+
+  it("bad option names and values are Lua errors at the caller's line", function()
+    local err = H.expect_error(function() ploss.CrossEntropyLoss { reduction = "avg" } end,
+      "reduction: 'avg' is not one of 'mean', 'none', 'sum'")
+    assert.matches("cross_entropy_spec%.lua:%d+:", err)
+    H.expect_error(function() ploss.CrossEntropyLoss { smoothing_convention = "torch" } end, "smoothing_convention: 'torch'")
+    H.expect_error(function() ploss.CrossEntropyLoss { ignore_idx = 3 } end, "unknown option 'ignore_idx'")
+    H.expect_error(function() ploss.CrossEntropyLoss { ignore_index = 2.5 } end, "ignore_index: expected an integer")
+    H.expect_error(function() ploss.CrossEntropyLoss { label_smoothing = "0.1" } end, "label_smoothing: expected a number")
+    H.expect_error(function() ploss.CrossEntropyLoss {}:forward({ 1, 2 }, ploss.randn(2)) end, "input: expected a ploss tensor")
+  end)
+
+  it("wrong output buffers and upstream gradients", function()
+    local x, y = xy(4, 5)
+    local loss64 = ploss.empty({}, { dtype = "f64" })
+    H.expect_error(function() F.cross_entropy(x, y, { out = loss64 }) end, "loss: expected f32, got f64", loss64)
+    local g16 = ploss.empty({ 4, 5 }, { dtype = "f16" })
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g16 }) end, "grad_input: expected f32, got f16", g16)
+    local g = ploss.empty({ 4, 6 })
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g }) end, "grad_input: expected the input's shape", g)
+    local crit = ploss.CrossEntropyLoss { reduction = "none" }
+    H.expect_error(function() crit:backward(x, y, ploss.ones(3)) end, "grad_loss: expected shape [4]")
+    H.expect_error(function() crit:backward(x, y, ploss.ones({ 4 }, { dtype = "f16" })) end, "grad_loss: expected f32 or f64, got f16")
+    local crit2 = ploss.CrossEntropyLoss {}
+    H.expect_error(function() crit2:backward(x, y, ploss.ones(2)) end, "grad_loss: expected one element")
+    H.expect_error(function() crit2:backward(x, y, "1") end, "gradOutput: expected a number or a tensor")
+    local expanded = ploss.zeros(4, 1):expand(4, 5)
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = expanded }) end, "grad_input")
+  end)
+
+  it("a freed tensor is refused", function()
+    local x, y = xy(4, 5)
+    x:free()
+    H.expect_error(function() F.cross_entropy(x, y) end, "storage was freed")
+  end)
+
+  it("empty batch: mean is NaN, sum is 0, none is empty; gradients are empty", function()
+    for _, dt in ipairs { "f32", "f64" } do
+      local x = ploss.empty({ 0, 5 }, { dtype = dt })
+      local y = ploss.empty({ 0 }, { dtype = "i64" })
+      local m = F.cross_entropy(x, y)
+      assert.is_true(m ~= m)
+      assert.are.equal(0, F.cross_entropy(x, y, { reduction = "sum" }))
+      local n = F.cross_entropy(x, y, { reduction = "none" })
+      assert.are.same({ 0 }, n:size())
+      local crit = ploss.CrossEntropyLoss {}
+      local l, g = crit(x, y)
+      assert.is_true(l ~= l)
+      assert.are.same({ 0, 5 }, g:size())
+      assert.are.same({ 0, 5 }, crit:backward(x, y):size())
+      -- N×C×H×W with an empty spatial dim
+      local x4 = ploss.empty({ 2, 3, 0, 4 }, { dtype = dt })
+      local y4 = ploss.empty({ 2, 0, 4 }, { dtype = "i64" })
+      local m4 = F.cross_entropy(x4, y4)
+      assert.is_true(m4 ~= m4)
+      assert.are.equal(0, F.cross_entropy(x4, y4, { reduction = "sum" }))
+    end
+  end)
+
+  it("all targets ignored: NaN mean, 0 sum, zeros for none; an exactly zero gradient", function()
+    for _, dt in ipairs { "f32", "f64", "f16", "bf16" } do
+      local x = ploss.randn({ 3, 4 }, { dtype = dt })
+      local y = ploss.full({ 3 }, -100, { dtype = "i64" })
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local opts = { reduction = red, label_smoothing = 0.2, weight = { 1, 2, 3, 4 } }
+        local crit = ploss.CrossEntropyLoss(opts)
+        local l = crit:forward(x, y)
+        if red == "mean" then assert.is_true(l ~= l)
+        elseif red == "sum" then assert.are.equal(0, l)
+        else H.assert_equal(l, { 0, 0, 0 }) end
+        for _, v in ipairs(crit:backward(x, y):flat()) do assert.are.equal(0, v) end
+        local _, g = crit(x, y)
+        for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+      end
+    end
+  end)
+
+  it("errors point at the line of the call", function()
+    local x, y = xy(4, 5)
+    local crit = ploss.CrossEntropyLoss {}
+    local ok, err = pcall(function()
+      local l = crit:forward(x, ploss.randint(0, 5, { 3 })); return l -- this line
+    end)
+    assert.is_false(ok)
+    local line = debug.getinfo(1, "l").currentline - 3
+    assert.matches("cross_entropy_spec%.lua:" .. line .. ": ploss: ", err)
+    ok, err = pcall(function()
+      local l = F.cross_entropy(x, y, { label_smoothing = 2 }); return l
+    end)
+    line = debug.getinfo(1, "l").currentline - 2
+    assert.matches("cross_entropy_spec%.lua:" .. line .. ": ploss: cross_entropy: opts.label_smoothing", err)
   end)
 end)

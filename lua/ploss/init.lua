@@ -38,6 +38,7 @@ local families = {
   -- support ops (issue 3): add here
   -- focal family (issue 5): add here
   -- softmax family II (issue 6): add here
+  "softmax2",
 }
 
 ---------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ local function load_library()
     if not ok then
       error("ploss: cannot load PLOSS_LIBRARY=" .. env .. ": " .. tostring(lib), 0)
     end
-    return lib, env
+    return lib, env, env
   end
   local ok_cfg, config = pcall(require, "ploss.config")
   if ok_cfg and type(config) == "table" and config.libdir then
@@ -70,20 +71,29 @@ local function load_library()
     if f then
       f:close()
       local ok, lib = pcall(ffi.load, path)
-      if ok then return lib, path end
+      if ok then return lib, path, path end
       tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
     else
       tried[#tried + 1] = path .. " (no such file)"
     end
   end
   local ok, lib = pcall(ffi.load, "ploss")
-  if ok then return lib, "libploss.so (system search path)" end
+  if ok then return lib, "libploss.so (system search path)", "libploss.so" end
   tried[#tried + 1] = "libploss.so (" .. tostring(lib) .. ")"
   error("ploss: cannot find the shared library; tried: " .. table.concat(tried, "; ") ..
         ". Set PLOSS_LIBRARY, `source tools/env.sh <builddir>`, or `meson install`.", 0)
 end
 
-local C, library_path = load_library()
+local C, library_path, library_name = load_library()
+-- Pin the library for the life of the process: at exit, lua_close() may unload the FFI
+-- library before the finalizers of tensors (which call ploss_free) have run.
+do
+  if not pcall(ffi.typeof, "ploss_lua_dlopen_t") then
+    ffi.cdef [[ void *dlopen(const char *file, int mode); typedef int ploss_lua_dlopen_t; ]]
+  end
+  local RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000 -- glibc values
+  pcall(function() return ffi.C.dlopen(library_name, RTLD_NOW + RTLD_NODELETE) end)
+end
 ploss.C = C
 ploss.library_path = library_path
 do

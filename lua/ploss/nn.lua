@@ -381,7 +381,7 @@ function nn.register(ploss_, spec)
 
     F[fname] = function(input, target, opts)
       local o, copts, raw = fprep(input, target, opts)
-      local loss = loss_buffers(spec, o, input, target, raw.out, nil, false)
+      local loss = raw.out or loss_buffers(spec, o, input, target, nil, nil, false)
       ploss.check(spec.forward(o, input:context(), input, target, copts, loss, nil), fname)
       if raw.out or o.reduction == "none" then return loss end
       local v = loss:item()
@@ -407,7 +407,7 @@ function nn.register(ploss_, spec)
         copts.scale = raw.scale or 1
         copts.inplace = raw.inplace and 1 or 0
       end
-      local loss = loss_buffers(spec, o, input, target, raw.out, nil, false)
+      local loss = raw.out or loss_buffers(spec, o, input, target, nil, nil, false)
       local grad = raw.inplace and input or raw.grad_input or ploss.empty_like(input)
       ploss.check(spec.fused(o, input:context(), input, target, copts, loss, grad), fname .. "_fused")
       if raw.out or o.reduction == "none" then return loss, grad end
