@@ -730,6 +730,40 @@ ploss_status ploss_dual_focal_fused(ploss_ctx_t *ctx, const DLTensor *input,
 /* ==== end section: focal family ==== */
 
 /* ==== section: softmax family II (large-margin, Taylor, PC-softmax, OHEM, one-hot) ==== */
+
+/* ---- One-hot encoding with label smoothing (LOSSES.md §8.1) ------------------------ */
+
+/** Options of ploss_one_hot; fill with ploss_one_hot_opts_init(). */
+typedef struct ploss_one_hot_opts {
+    int64_t ignore_index;                            /* default -1 (pytorch-loss OnehotEncoder) */
+    double label_smoothing;                          /* ε in [0, 1], default 0                  */
+    ploss_smoothing_convention smoothing_convention; /* default PYTORCH (as cross-entropy)     */
+} ploss_one_hot_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_one_hot_opts_init(ploss_one_hot_opts *opts);
+
+/**
+ * One-hot encoding of class indices along axis 1, with optional label smoothing
+ * (pytorch-loss convert_to_one_hot / OnehotEncoder; LOSSES.md §8.1).  No gradient.
+ *
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk (rank >= 1), values in [0, C)
+ *             or ignore_index.
+ * in  opts    NULL for defaults.
+ * out out     shape N×C×d1×…×dk (C >= 1 is taken from axis 1), any dtype, any
+ *             non-overlapping strides, on the target's device.  With the smoothing
+ *             coefficients (a, b) of the convention (see ploss_smoothing_convention):
+ *             out[n, j, s] = a·[j = y] + b for a valid label y, and 0 for every class of
+ *             an ignored sample.  Without smoothing (ε = 0) that is exactly 1 / 0.  An
+ *             integer dtype is accepted only when ε = 0.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/target/out, ε ∉ [0, 1], bad enum, UNIFORM_OTHERS
+ *           with C = 1 and ε > 0), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL
+ *           (CPU: found before anything is written; CUDA: through the context's error
+ *           slot, the sample's row is then all zero), UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss_one_hot_opts *opts,
+                           DLTensor *out);
+
 /* ==== end section: softmax family II ==== */
 
 #ifdef __cplusplus
