@@ -37,6 +37,7 @@ local families = {
   "cross_entropy",
   -- support ops (issue 3): add here
   -- focal family (issue 5): add here
+  "focal",
   -- softmax family II (issue 6): add here
   "softmax2",
 }
