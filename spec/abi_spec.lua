@@ -198,10 +198,10 @@ describe("ABI", function()
 
   it("every *_opts_init fills its struct and accepts NULL", function()
     local n = 0
-    for _, fname in ipairs(declared_functions(cdef.cdef)) do
-      local stem = fname:match("^(ploss_[%w_]+_opts)_init$")
-      if stem and pcall(function() return C[fname] end) then -- (unresolved: see above)
-        local o = ffi.new(stem)
+    local text = cdef.cdef:gsub("%s+", " ")
+    for fname, ctype in text:gmatch("void (ploss_[%w_]+_opts_init)%s*%(%s*([%w_]+)%s*%*") do
+      if pcall(function() return C[fname] end) then -- (unresolved ones fail the test above)
+        local o = ffi.new(ctype)
         C[fname](o)
         C[fname](nil)
         n = n + 1

@@ -112,20 +112,20 @@ nn.same_sizes = same_sizes
 
 --- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.
 function nn.buffer(t, sizes, dtype, device)
-  if t and t._storage.ptr ~= nil and t._dtype == dtype and t._device == device and t:is_contiguous()
-      and same_sizes(t._sizes, sizes) then
+  if t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
+      and same_sizes(t:size(), sizes) then
     return t
   end
   return ploss.empty(sizes, { dtype = dtype, device = device })
 end
 
 local function default_loss_sizes(input)
-  local s = {}
-  for i = 1, #input._sizes do if i ~= 2 then s[#s + 1] = input._sizes[i] end end
+  local s, sizes = {}, input:size()
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
 end
 
-local function default_loss_dtype(input) return input._dtype == "f64" and "f64" or "f32" end
+local function default_loss_dtype(input) return input:dtype() == "f64" and "f64" or "f32" end
 
 ---------------------------------------------------------------------------------------
 -- Options
@@ -133,7 +133,7 @@ local function default_loss_dtype(input) return input._dtype == "f64" and "f64" 
 
 local function show(v)
   if type(v) == "string" then return "'" .. v .. "'" end
-  if ploss.is_tensor(v) then return string.format("%s[%s]", v._dtype, table.concat(v._sizes, "x")) end
+  if ploss.is_tensor(v) then return string.format("%s[%s]", v:dtype(), table.concat(v:size(), "x")) end
   return tostring(v)
 end
 
@@ -202,10 +202,10 @@ local function tensor_options(spec, o, input, cache)
   for _, opt in ipairs(spec.options) do
     local name = opt[1]
     local v = o[name]
-    if opt.kind == "tensor" and v ~= nil and o["_owned_" .. name] and v._device ~= input._device then
+    if opt.kind == "tensor" and v ~= nil and o["_owned_" .. name] and v:device() ~= input:device() then
       local c = cache and cache[name]
-      if not (c and c._device == input._device and c._storage.ptr ~= nil) then
-        c = v:to(input._device)
+      if not (c and c:device() == input:device() and not c:is_freed()) then
+        c = v:to(input:device())
         if cache then cache[name] = c end
       end
       r[name] = c
@@ -226,10 +226,10 @@ end
 local function loss_buffers(spec, o, input, target, loss, state, want_state)
   local dtype = (spec.loss_dtype or default_loss_dtype)(input)
   local sizes = o.reduction == "none" and (spec.loss_sizes or default_loss_sizes)(input, target) or {}
-  loss = nn.buffer(loss, sizes, dtype, input._device)
+  loss = nn.buffer(loss, sizes, dtype, input:device())
   if want_state then
     local ssizes = (spec.state_sizes or spec.loss_sizes or default_loss_sizes)(input, target)
-    state = nn.buffer(state, ssizes, dtype, input._device)
+    state = nn.buffer(state, ssizes, dtype, input:device())
   end
   return loss, state
 end
@@ -238,12 +238,12 @@ end
 local function grad_loss_tensor(o, input, gradOutput, sizes, dtype, buf)
   if gradOutput == nil then
     if o.reduction == "none" then
-      return nn.buffer(buf, sizes, dtype, input._device):fill(1)
+      return nn.buffer(buf, sizes, dtype, input:device()):fill(1)
     end
     gradOutput = 1
   end
   if type(gradOutput) == "number" then
-    return nn.buffer(buf, {}, dtype, input._device):fill(gradOutput)
+    return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput)
   end
   if not ploss.is_tensor(gradOutput) then
     ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
@@ -315,10 +315,10 @@ function nn.register(ploss_, spec)
     local gl = grad_loss_tensor(o, input, gradOutput, sizes, dtype, self._grad_loss)
     if gl ~= gradOutput then self._grad_loss = gl end
     local state = nil
-    if spec.state and self._state_of[1] == input and self._state and self._state._storage.ptr ~= nil then
+    if spec.state and self._state_of[1] == input and self._state and not self._state:is_freed() then
       state = self._state
     end
-    self.gradInput = nn.buffer(self.gradInput, input._sizes, input._dtype, input._device)
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
     ploss.check(spec.backward(o, input:context(), input, target, copts, state, gl, self.gradInput),
       spec.fname .. "_backward")
     return self.gradInput
@@ -336,7 +336,7 @@ function nn.register(ploss_, spec)
     if self.inplace then
       grad = input
     else
-      self.gradInput = nn.buffer(self.gradInput, input._sizes, input._dtype, input._device)
+      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
       grad = self.gradInput
     end
     self._state_of[1] = nil

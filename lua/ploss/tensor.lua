@@ -1,52 +1,69 @@
 --- ploss tensors: strided n-d arrays on the CPU or a CUDA device.
 --
--- A tensor is a view (dtype, device, sizes, strides, offset) of a Storage.  The Storage is an
--- FFI metatype owning one buffer from ploss_alloc(); it is freed by the garbage collector
--- or by an idempotent `:free()`.  Views (`view`, `permute`, `transpose`, `narrow`,
--- `select`, `t[i]`) hold their storage, so the buffer lives as long as any view of it.
+-- A tensor is an FFI metatype (`ploss_lua_tensor`): a DLTensor view (dtype, device, sizes,
+-- strides, data pointer at its offset) plus a reference-counted Storage that owns one
+-- buffer from ploss_alloc().  Every tensor holds a reference to its storage, so views
+-- (`view`, `permute`, `transpose`, `narrow`, `select`, `t[i]`, …) keep the buffer alive;
+-- the buffer is freed when the garbage collector has collected the last tensor that uses
+-- it, or at once by the idempotent `t:free()` (after which every view of it refuses use).
 --
 -- Conventions (Torch7's): dimensions and positions are 1-based in this API
--- (`t:size(1)` is N, `t:narrow(2, 1, 3)`); the VALUES of class-index tensors are 0-based, as
--- everywhere in ploss and on disk.  Sizes and strides are in elements.
+-- (`t:size(1)` is N, `t:narrow(2, 1, 3)`, `t[i]`); the VALUES of class-index tensors are
+-- 0-based, as everywhere in ploss and on disk.  Sizes and strides are in elements.
 --
 -- dtypes: 'f32' (default), 'f16', 'bf16', 'f64', 'i64', 'i32', 'u8'
 -- (aliases: float, half, bfloat16, double, long, int, byte, float32, float16, float64,
 -- int64, int32, uint8).  Devices: 'cpu', 'cuda' (= 'cuda:0'), 'cuda:<id>'.
 --
--- Every tensor exposes `t:dl()`, a `DLTensor *` for the C API (ploss.C.*).
+-- `t:dl()` gives the `DLTensor *` to pass to the C API (ploss.C.*).  `a == b` is identity
+-- (the same tensor object).  `#t` is t:size(1).
 return function(ploss)
 local ffi = require "ffi"
 local C = ploss.C
 
-if not pcall(ffi.typeof, "ploss_lua_storage") then
+local MAX_DIMS = 8
+if not pcall(ffi.typeof, "ploss_lua_tensor") then
   ffi.cdef [[
   typedef struct ploss_lua_storage {
-    void *ptr;           /* NULL once freed */
-    ploss_ctx_t *ctx;    /* the device's cached context */
+    void *ptr;           /* the buffer from ploss_alloc; NULL once freed            */
+    ploss_ctx_t *ctx;    /* the device's cached context (never destroyed)           */
     uint64_t bytes;
+    int64_t refs;        /* tensors using this storage; the struct is freed at 0    */
   } ploss_lua_storage;
-  typedef struct ploss_lua_desc {
-    DLTensor dl;         /* dl.shape / dl.strides point at the arrays below */
-    int64_t shape[8];
-    int64_t strides[8];
-  } ploss_lua_desc;
+  typedef struct ploss_lua_tensor {
+    DLTensor desc;               /* desc.shape / desc.strides point at sz / st      */
+    int64_t sz[8];               /* sizes                                           */
+    int64_t st[8];               /* strides (elements)                              */
+    ploss_lua_storage *store;
+    int64_t off;                 /* elements from the start of the buffer           */
+    int64_t n;                   /* number of elements                              */
+    int32_t dti;                 /* index into the dtype list of tensor.lua         */
+    /* (field names differ from every method name: struct fields shadow methods)   */
+  } ploss_lua_tensor;
   ]]
 end
-local MAX_DIMS = 8
+-- malloc/free may have been declared by someone else: declare each only if missing
+if not pcall(function() return ffi.C.malloc end) then pcall(ffi.cdef, "void *malloc(size_t size);") end
+if not pcall(function() return ffi.C.free end) then pcall(ffi.cdef, "void free(void *ptr);") end
 
 ---------------------------------------------------------------------------------------
 -- dtypes
 ---------------------------------------------------------------------------------------
 
-local dtypes = {
-  f32  = { name = "f32",  code = 2, bits = 32, size = 4, float = true },
-  f16  = { name = "f16",  code = 2, bits = 16, size = 2, float = true },
-  bf16 = { name = "bf16", code = 4, bits = 16, size = 2, float = true },
-  f64  = { name = "f64",  code = 2, bits = 64, size = 8, float = true },
-  i64  = { name = "i64",  code = 0, bits = 64, size = 8, float = false },
-  i32  = { name = "i32",  code = 0, bits = 32, size = 4, float = false },
-  u8   = { name = "u8",   code = 1, bits = 8,  size = 1, float = false },
+local dtype_list = {
+  { name = "f32",  code = 2, bits = 32, size = 4, float = true },
+  { name = "f16",  code = 2, bits = 16, size = 2, float = true },
+  { name = "bf16", code = 4, bits = 16, size = 2, float = true },
+  { name = "f64",  code = 2, bits = 64, size = 8, float = true },
+  { name = "i64",  code = 0, bits = 64, size = 8, float = false },
+  { name = "i32",  code = 0, bits = 32, size = 4, float = false },
+  { name = "u8",   code = 1, bits = 8,  size = 1, float = false },
 }
+local dtypes = {}
+for i, d in ipairs(dtype_list) do
+  d.index = i - 1
+  dtypes[d.name] = d
+end
 local aliases = {
   float = "f32", float32 = "f32", half = "f16", float16 = "f16", bfloat16 = "bf16",
   double = "f64", float64 = "f64", long = "i64", int64 = "i64", int = "i32", int32 = "i32",
@@ -55,7 +72,7 @@ local aliases = {
 for k in pairs(dtypes) do aliases[k] = k end
 ploss.dtypes = dtypes
 
---- The canonical name of a dtype ('float' → 'f32'); raises on an unknown name.
+--- The canonical name of a dtype ('float' → 'f32'; nil → 'f32'); raises on an unknown name.
 function ploss.dtype(name)
   local d = aliases[name or "f32"]
   if not d then
@@ -66,70 +83,151 @@ end
 local canon_dtype = ploss.dtype
 
 ---------------------------------------------------------------------------------------
--- Storage: the owned buffer (FFI metatype)
+-- Storage (reference-counted, malloc'd so that tensor cdata can point at it)
 ---------------------------------------------------------------------------------------
 
-local Storage = {}
-Storage.__index = Storage
-
---- Free the buffer now (idempotent).  Views of it become unusable.
-function Storage:free()
-  if self.ptr ~= nil then
-    local p = self.ptr
-    self.ptr = nil
-    C.ploss_free(self.ctx, p)
-  end
-end
-Storage.__gc = Storage.free
-local storage_ct = ffi.metatype("ploss_lua_storage", Storage)
+local storage_ptr_t = ffi.typeof("ploss_lua_storage *")
 
 local function new_storage(device, bytes)
   local ctx = ploss.context(device)
   local out = ffi.new("void *[1]")
   ploss.check(C.ploss_alloc(ctx, bytes, out), "alloc")
-  local s = storage_ct()
-  s.ptr, s.ctx, s.bytes = out[0], ctx, bytes
+  local s = ffi.cast(storage_ptr_t, ffi.C.malloc(ffi.sizeof("ploss_lua_storage")))
+  if s == nil then
+    C.ploss_free(ctx, out[0])
+    ploss.raise("out of host memory for a storage record")
+  end
+  s.ptr, s.ctx, s.bytes, s.refs = out[0], ctx, bytes, 0
   return s
 end
 
+local function free_buffer(s)
+  if s.ptr ~= nil then
+    local p = s.ptr
+    s.ptr = nil
+    C.ploss_free(s.ctx, p)
+  end
+end
+
+local function release(s)
+  s.refs = s.refs - 1
+  if s.refs <= 0 then
+    free_buffer(s)
+    ffi.C.free(s)
+  end
+end
+
 ---------------------------------------------------------------------------------------
--- Tensor
+-- Tensor metatype
 ---------------------------------------------------------------------------------------
 
-local Tensor = {}
+local Tensor = {}    -- methods
 ploss.Tensor = Tensor
-local tensor_mt = { __name = "ploss.Tensor" }
+local tensor_mt = {}
+local tensor_ct      -- the metatype, below
 
-local function is_tensor(x) return getmetatable(x) == tensor_mt end
+local function is_tensor(x) return ffi.istype(tensor_ct, x) end
 ploss.is_tensor = is_tensor
 
--- Build a tensor object over `storage` (fields: storage, dtype, device, sizes, strides,
--- offset in elements).
+local device_names = {}
+local function device_name(dev)
+  local key = tonumber(dev.device_type) * 65536 + tonumber(dev.device_id)
+  local n = device_names[key]
+  if not n then
+    n = dev.device_type == 1 and "cpu" or ("cuda:" .. tonumber(dev.device_id))
+    device_names[key] = n
+  end
+  return n
+end
+
+local function ndim(t) return t.desc.ndim end
+local function sizes_of(t)
+  local r = {}
+  for i = 1, t.desc.ndim do r[i] = tonumber(t.sz[i - 1]) end
+  return r
+end
+local function strides_of(t)
+  local r = {}
+  for i = 1, t.desc.ndim do r[i] = tonumber(t.st[i - 1]) end
+  return r
+end
+local function dtype_of(t) return dtype_list[t.dti + 1] end
+
+-- A tensor over `storage` (a ploss_lua_storage *), with Lua lists sizes/strides.
 local function make(storage, dtype, device, sizes, strides, offset)
   local nd = #sizes
   if nd > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. nd) end
   local dt = dtypes[dtype]
-  local desc = ffi.new("ploss_lua_desc")
-  local name, devtype, id = ploss.parse_device(device)
-  desc.dl.device.device_type = devtype
-  desc.dl.device.device_id = id
-  desc.dl.ndim = nd
-  desc.dl.dtype.code, desc.dl.dtype.bits, desc.dl.dtype.lanes = dt.code, dt.bits, 1
-  desc.dl.shape = desc.shape
-  desc.dl.strides = desc.strides
-  desc.dl.byte_offset = 0
-  for i = 1, nd do
-    desc.shape[i - 1] = sizes[i]
-    desc.strides[i - 1] = strides[i]
-  end
-  desc.dl.data = ffi.cast("char *", storage.ptr) + offset * dt.size
+  local _, devtype, id = ploss.parse_device(device)
+  local t = tensor_ct()
+  t.desc.device.device_type = devtype
+  t.desc.device.device_id = id
+  t.desc.ndim = nd
+  t.desc.dtype.code, t.desc.dtype.bits, t.desc.dtype.lanes = dt.code, dt.bits, 1
+  t.desc.shape = t.sz
+  t.desc.strides = t.st
+  t.desc.byte_offset = 0
   local numel = 1
-  for i = 1, nd do numel = numel * sizes[i] end
-  return setmetatable({
-    _storage = storage, _desc = desc, _dtype = dtype, _device = name,
-    _sizes = sizes, _strides = strides, _offset = offset, _numel = numel, _dt = dt,
-  }, tensor_mt)
+  for i = 1, nd do
+    t.sz[i - 1] = sizes[i]
+    t.st[i - 1] = strides[i]
+    numel = numel * sizes[i]
+  end
+  t.n = numel
+  t.off = offset
+  t.dti = dt.index
+  t.desc.data = ffi.cast("char *", storage.ptr) + offset * dt.size
+  storage.refs = storage.refs + 1
+  t.store = storage
+  return t
 end
+
+-- A view of `t` with new sizes/strides/offset (same storage, dtype, device).
+local function view_of(t, sizes, strides, offset)
+  return make(t.store, dtype_of(t).name, device_name(t.desc.device), sizes, strides, offset or tonumber(t.off))
+end
+
+tensor_mt.__gc = function(t)
+  local s = t.store
+  if s ~= nil then
+    t.store = nil
+    release(s)
+  end
+end
+
+-- Read-only properties kept for code written against the first version of this module.
+local properties = {
+  _sizes = sizes_of, _strides = strides_of,
+  _dtype = function(t) return dtype_of(t).name end,
+  _device = function(t) return device_name(t.desc.device) end,
+  _numel = function(t) return tonumber(t.n) end,
+  _dt = dtype_of,
+  _storage = function(t) return t.store end,
+  _offset = function(t) return tonumber(t.off) end,
+}
+
+tensor_mt.__index = function(t, k)
+  local m = Tensor[k]
+  if m ~= nil then return m end
+  if type(k) == "number" then return t:_index(k) end
+  local p = properties[k]
+  if p then return p(t) end
+  return nil
+end
+
+tensor_mt.__newindex = function(t, k, v)
+  if type(k) == "number" then
+    local s = t:select(1, k)
+    if is_tensor(v) then s:copy(v) else s:fill(v) end
+    return
+  end
+  error("ploss.Tensor: cannot set field '" .. tostring(k) .. "'", 2)
+end
+
+tensor_mt.__len = function(t) return t.desc.ndim > 0 and tonumber(t.sz[0]) or 0 end
+tensor_mt.__eq = function(a, b) return rawequal(a, b) end
+
+tensor_ct = ffi.metatype("ploss_lua_tensor", tensor_mt)
 
 local function contiguous_strides(sizes)
   local strides, acc = {}, 1
@@ -150,7 +248,7 @@ end
 local function shape_args(...)
   local first = select(1, ...)
   local sizes, opts
-  if type(first) == "table" and not is_tensor(first) then
+  if type(first) == "table" then
     sizes, opts = first, select(2, ...)
   else
     sizes = {}
@@ -178,33 +276,27 @@ function ploss.empty(...)
   local sizes, opts = shape_args(...)
   local dtype = canon_dtype(opts.dtype)
   local device = ploss.parse_device(opts.device)
+  if #sizes > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. #sizes) end
   local numel = 1
   for i = 1, #sizes do numel = numel * sizes[i] end
   local storage = new_storage(device, numel * dtypes[dtype].size)
   return make(storage, dtype, device, sizes, contiguous_strides(sizes), 0)
 end
 
---- A new tensor like `t` (same sizes, dtype and device unless opts say otherwise), contiguous.
+--- A new contiguous tensor with t's sizes, and its dtype and device unless opts say otherwise.
 function ploss.empty_like(t, opts)
   opts = opts or {}
-  return ploss.empty(copy_list(t._sizes),
-    { dtype = opts.dtype or t._dtype, device = opts.device or t._device })
+  return ploss.empty(sizes_of(t), { dtype = opts.dtype or dtype_of(t).name, device = opts.device or device_name(t.desc.device) })
 end
 
 --- Tensor of zeros.
-function ploss.zeros(...)
-  return ploss.empty(...):fill(0)
-end
+function ploss.zeros(...) return ploss.empty(...):fill(0) end
 
 --- Tensor of ones.
-function ploss.ones(...)
-  return ploss.empty(...):fill(1)
-end
+function ploss.ones(...) return ploss.empty(...):fill(1) end
 
 --- Tensor filled with `value`: `ploss.full({2, 3}, 7, opts)`.
-function ploss.full(sizes, value, opts)
-  return ploss.empty(sizes, opts):fill(value)
-end
+function ploss.full(sizes, value, opts) return ploss.empty(sizes, opts):fill(value) end
 
 ---------------------------------------------------------------------------------------
 -- Random numbers: Philox, counter-based (seed + offset), the same on CPU and GPU
@@ -234,11 +326,12 @@ local function draw(opts, numel)
 end
 
 --- Uniform numbers in [low, high) (opts.low = 0, opts.high = 1); float dtypes.
--- `ploss.rand(2, 3)`, `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
+-- Element k (row-major) takes Philox counter offset + k: `ploss.rand(2, 3)`,
+-- `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
 function ploss.rand(...)
   local sizes, opts = shape_args(...)
   local t = ploss.empty(sizes, opts)
-  local seed, off = draw(opts, t._numel)
+  local seed, off = draw(opts, tonumber(t.n))
   ploss.check(C.ploss_rand_uniform(t:context(), t:dl(), seed, off, opts.low or 0, opts.high or 1), "rand")
   return t
 end
@@ -247,7 +340,7 @@ end
 function ploss.randn(...)
   local sizes, opts = shape_args(...)
   local t = ploss.empty(sizes, opts)
-  local seed, off = draw(opts, t._numel)
+  local seed, off = draw(opts, tonumber(t.n))
   ploss.check(C.ploss_rand_normal(t:context(), t:dl(), seed, off, opts.mean or 0, opts.std or 1), "randn")
   return t
 end
@@ -262,7 +355,7 @@ function ploss.randint(low, high, sizes, opts)
   for k, v in pairs(opts) do o[k] = v end
   o.dtype = o.dtype or "i64"
   local t = ploss.empty(sizes, o)
-  local seed, off = draw(o, t._numel)
+  local seed, off = draw(o, tonumber(t.n))
   ploss.check(C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high), "randint")
   return t
 end
@@ -274,7 +367,7 @@ end
 -- Sizes of a nested table (rectangular), walking first elements.
 local function nested_sizes(data)
   local sizes, node = {}, data
-  while type(node) == "table" and not is_tensor(node) do
+  while type(node) == "table" do
     sizes[#sizes + 1] = #node
     if #node == 0 then break end
     node = node[1]
@@ -306,7 +399,7 @@ end
 function ploss.tensor(data, opts)
   opts = opts or {}
   if is_tensor(data) then
-    return data:to(opts.device or data._device, opts.dtype or data._dtype, true)
+    return data:to(opts.device or data:device(), opts.dtype or data:dtype(), true)
   end
   local sizes
   if type(data) == "number" then
@@ -316,8 +409,8 @@ function ploss.tensor(data, opts)
     sizes = nested_sizes(data)
   end
   local flat = {}
-  flatten(data, sizes, 1, flat)
-  if type(data) == "table" and #sizes == 1 and sizes[1] == 0 then flat = {} end
+  if #sizes == 0 then flat[1] = data[1]
+  elseif not (#sizes == 1 and sizes[1] == 0) then flatten(data, sizes, 1, flat) end
   if opts.size then
     local n = 1
     for i = 1, #opts.size do n = n * opts.size[i] end
@@ -327,7 +420,7 @@ function ploss.tensor(data, opts)
   local dtype = canon_dtype(opts.dtype)
   local staging_dtype = dtypes[dtype].float and "f64" or "i64"
   local host = ploss.empty(sizes, { dtype = staging_dtype })
-  local p = ffi.cast(staging_dtype == "f64" and "double *" or "int64_t *", host._storage.ptr)
+  local p = ffi.cast(staging_dtype == "f64" and "double *" or "int64_t *", host.desc.data)
   for i = 1, #flat do p[i - 1] = flat[i] end
   if dtype == staging_dtype and ploss.parse_device(opts.device) == "cpu" then return host end
   local t = ploss.empty(sizes, { dtype = dtype, device = opts.device })
@@ -340,41 +433,43 @@ end
 -- Methods
 ---------------------------------------------------------------------------------------
 
-tensor_mt.__index = function(t, k)
-  local m = Tensor[k]
-  if m ~= nil then return m end
-  if type(k) == "number" then return t:_index(k) end
-  return nil
-end
-
 --- The DLTensor * describing this tensor, for calls into ploss.C.  Raises when freed.
 function Tensor:dl()
-  if self._storage.ptr == nil then ploss.raise("tensor: its storage was freed") end
-  return self._desc.dl
+  if self.store == nil or self.store.ptr == nil then ploss.raise("tensor: its storage was freed") end
+  return self.desc
 end
 
+--- True once the buffer was freed (by :free() on this tensor or a view of it).
+function Tensor:is_freed() return self.store == nil or self.store.ptr == nil end
+
 --- The cached context of the tensor's device.
-function Tensor:context() return self._storage.ctx end
+function Tensor:context() return ploss.context(device_name(self.desc.device)) end
 
 --- dtype name: 'f32', …
-function Tensor:dtype() return self._dtype end
+function Tensor:dtype() return dtype_of(self).name end
+
+--- Bytes per element.
+function Tensor:element_size() return dtype_of(self).size end
+
+--- True for f32, f16, bf16, f64.
+function Tensor:is_floating_point() return dtype_of(self).float end
 
 --- device name: 'cpu' or 'cuda:<id>'.
-function Tensor:device() return self._device end
+function Tensor:device() return device_name(self.desc.device) end
 
 --- True on a CUDA device.
-function Tensor:is_cuda() return self._device ~= "cpu" end
+function Tensor:is_cuda() return self.desc.device.device_type ~= 1 end
 
 --- Number of dimensions.
-function Tensor:dim() return #self._sizes end
+function Tensor:dim() return self.desc.ndim end
 Tensor.nDimension = Tensor.dim
 
 --- Number of elements.
-function Tensor:numel() return self._numel end
+function Tensor:numel() return tonumber(self.n) end
 Tensor.nElement = Tensor.numel
 
 local function check_dim(t, d, what)
-  local nd = #t._sizes
+  local nd = t.desc.ndim
   if type(d) ~= "number" or d ~= math.floor(d) then
     ploss.raise((what or "dim") .. ": expected an integer, got " .. tostring(d))
   end
@@ -387,32 +482,34 @@ end
 
 --- Sizes as a fresh Lua table, or the size of dimension `dim` (1-based; -1 = last).
 function Tensor:size(dim)
-  if dim then return self._sizes[check_dim(self, dim)] end
-  return copy_list(self._sizes)
+  if dim then return tonumber(self.sz[check_dim(self, dim) - 1]) end
+  return sizes_of(self)
 end
 
 --- Strides (elements) as a fresh table, or the stride of dimension `dim`.
 function Tensor:stride(dim)
-  if dim then return self._strides[check_dim(self, dim)] end
-  return copy_list(self._strides)
+  if dim then return tonumber(self.st[check_dim(self, dim) - 1]) end
+  return strides_of(self)
 end
 
 --- Offset of the first element in its storage (elements).
-function Tensor:storage_offset() return self._offset end
+function Tensor:storage_offset() return tonumber(self.off) end
 
---- The Storage (FFI cdata) holding the buffer.
-function Tensor:storage() return self._storage end
+--- The storage record (cdata ploss_lua_storage *: ptr, bytes, refs); views share it.
+function Tensor:storage() return self.store end
 
 --- Free the buffer now (idempotent); every view of the same storage becomes unusable.
-function Tensor:free() self._storage:free() end
+function Tensor:free()
+  if self.store ~= nil then free_buffer(self.store) end
+end
 
 --- True when the elements are dense in row-major order (sizes 1 ignored).
 function Tensor:is_contiguous()
   local expect = 1
-  for i = #self._sizes, 1, -1 do
-    local s = self._sizes[i]
+  for i = self.desc.ndim - 1, 0, -1 do
+    local s = self.sz[i]
     if s ~= 1 then
-      if self._strides[i] ~= expect then return false end
+      if self.st[i] ~= expect then return false end
       expect = expect * s
     end
   end
@@ -431,20 +528,13 @@ function Tensor:contiguous()
 end
 
 --- A copy (contiguous, same dtype and device).
-function Tensor:clone()
-  return ploss.empty_like(self):copy(self)
-end
-
--- ploss_copy needs a context: the CUDA side's when one side is a GPU.
-local function copy_ctx(dst, src)
-  if dst._device ~= "cpu" then return dst:context() end
-  return src:context()
-end
+function Tensor:clone() return ploss.empty_like(self):copy(self) end
 
 --- self ← src, converting dtype; any strides; same sizes; any devices.  Returns self.
 function Tensor:copy(src)
   if not is_tensor(src) then ploss.raise("copy: expected a tensor, got " .. type(src)) end
-  if self._device ~= "cpu" and src._device ~= "cpu" and self._device ~= src._device then
+  local dcuda, scuda = self:is_cuda(), src:is_cuda()
+  if dcuda and scuda and self:device() ~= src:device() then
     -- GPU to another GPU: through the host
     local host = ploss.empty_like(src, { device = "cpu" })
     host:copy(src)
@@ -452,7 +542,9 @@ function Tensor:copy(src)
     host:free()
     return self
   end
-  ploss.check(C.ploss_copy(copy_ctx(self, src), self:dl(), src:dl()), "copy")
+  -- ploss_copy needs a context: the CUDA side's when one side is a GPU
+  local ctx = dcuda and self:context() or src:context()
+  ploss.check(C.ploss_copy(ctx, self:dl(), src:dl()), "copy")
   return self
 end
 
@@ -467,12 +559,13 @@ end
 function Tensor:zero() return self:fill(0) end
 
 --- This tensor on `device` and/or as `dtype` (a new contiguous tensor; the tensor itself
--- when both already match, unless `force_copy`).  `t:to('cuda')`, `t:to('cpu', 'f64')`.
+-- when both already match, unless `force_copy`).  `t:to('cuda')`, `t:to('cpu', 'f64')`,
+-- `t:to(nil, 'f16')`.
 function Tensor:to(device, dtype, force_copy)
-  device = device and ploss.parse_device(device) or self._device
-  dtype = dtype and canon_dtype(dtype) or self._dtype
-  if not force_copy and device == self._device and dtype == self._dtype then return self end
-  local t = ploss.empty(copy_list(self._sizes), { dtype = dtype, device = device })
+  device = device and ploss.parse_device(device) or self:device()
+  dtype = dtype and canon_dtype(dtype) or self:dtype()
+  if not force_copy and device == self:device() and dtype == self:dtype() then return self end
+  local t = ploss.empty(sizes_of(self), { dtype = dtype, device = device })
   return t:copy(self)
 end
 
@@ -482,7 +575,7 @@ function Tensor:cpu() return self:to("cpu") end
 
 --- This tensor as `dtype` (same device); with no argument, the dtype name.
 function Tensor:type(dtype)
-  if dtype == nil then return self._dtype end
+  if dtype == nil then return self:dtype() end
   return self:to(nil, dtype)
 end
 function Tensor:float() return self:to(nil, "f32") end
@@ -496,26 +589,25 @@ function Tensor:byte() return self:to(nil, "u8") end
 -- Element values in row-major order as a flat Lua array (a host read: on CUDA this
 -- synchronises and reports the device error slot).
 local function host_values(t)
-  local staging = t._dt.float and "f64" or "i64"
+  local staging = dtype_of(t).float and "f64" or "i64"
   local host
-  if t._device == "cpu" and t._dtype == staging and t:is_contiguous() then
+  if not t:is_cuda() and t:dtype() == staging and t:is_contiguous() then
     host = t
   else
-    host = ploss.empty(copy_list(t._sizes), { dtype = staging })
+    host = ploss.empty(sizes_of(t), { dtype = staging })
     host:copy(t)
   end
   local p = ffi.cast(staging == "f64" and "double *" or "int64_t *", host:dl().data)
   local out = {}
-  for i = 1, t._numel do out[i] = tonumber(p[i - 1]) end
+  for i = 1, tonumber(t.n) do out[i] = tonumber(p[i - 1]) end
   if host ~= t then host:free() end
   return out
 end
-Tensor._host_values = host_values
 
 --- Nested Lua table of the values (a number for a 0-d tensor).  Host read.
 function Tensor:totable()
   local flat = host_values(self)
-  local sizes = self._sizes
+  local sizes = sizes_of(self)
   if #sizes == 0 then return flat[1] end
   local pos = 0
   local function build(d)
@@ -536,8 +628,8 @@ function Tensor:flat() return host_values(self) end
 --- The value of a one-element tensor as a Lua number.  A host read: on CUDA it waits for
 -- the device and raises a pending device error (e.g. an invalid label found by a kernel).
 function Tensor:item()
-  if self._numel ~= 1 then
-    ploss.raise(string.format("item: expected a one-element tensor, got %s", shape_string(self._sizes)))
+  if self.n ~= 1 then
+    ploss.raise(string.format("item: expected a one-element tensor, got %s", shape_string(sizes_of(self))))
   end
   return host_values(self)[1]
 end
@@ -551,157 +643,149 @@ end
 function Tensor:view(...)
   local sizes = select(1, ...)
   if type(sizes) ~= "table" then sizes = { ... } else sizes = copy_list(sizes) end
+  local numel = tonumber(self.n)
   local known, infer = 1, nil
   for i = 1, #sizes do
     if sizes[i] == -1 then
       if infer then ploss.raise("view: only one size may be -1") end
       infer = i
-    elseif type(sizes[i]) ~= "number" or sizes[i] < 0 then
+    elseif type(sizes[i]) ~= "number" or sizes[i] < 0 or sizes[i] ~= math.floor(sizes[i]) then
       ploss.raise("view: size " .. i .. " is " .. tostring(sizes[i]))
     else
       known = known * sizes[i]
     end
   end
   if infer then
-    if known == 0 or self._numel % known ~= 0 then
-      ploss.raise(string.format("view: cannot infer size -1 for %d elements", self._numel))
+    if known == 0 or numel % known ~= 0 then
+      ploss.raise(string.format("view: cannot infer size -1 for %d elements", numel))
     end
-    sizes[infer] = self._numel / known
-    known = self._numel
+    sizes[infer] = numel / known
+    known = numel
   end
-  if known ~= self._numel then
-    ploss.raise(string.format("view: %s has %d elements, the tensor %d",
-      shape_string(sizes), known, self._numel))
+  if known ~= numel then
+    ploss.raise(string.format("view: %s has %d elements, the tensor %d", shape_string(sizes), known, numel))
   end
   if not self:is_contiguous() then
     ploss.raise("view: the tensor is not contiguous; call :contiguous() first")
   end
-  return make(self._storage, self._dtype, self._device, sizes, contiguous_strides(sizes), self._offset)
+  return view_of(self, sizes, contiguous_strides(sizes))
 end
-Tensor.reshape = function(self, ...)
-  local ok = self:is_contiguous()
-  return (ok and self or self:contiguous()):view(...)
+
+--- view() of the tensor, or of a contiguous copy when it is not contiguous.
+function Tensor:reshape(...)
+  return self:contiguous():view(...)
 end
 
 --- Dimensions reordered: result dim i is this tensor's dim perm[i].  `t:permute(1, 3, 4, 2)`.
 function Tensor:permute(...)
   local perm = select(1, ...)
   if type(perm) ~= "table" then perm = { ... } end
-  local nd = #self._sizes
+  local nd = self.desc.ndim
   if #perm ~= nd then ploss.raise(string.format("permute: expected %d dims, got %d", nd, #perm)) end
   local seen, sizes, strides = {}, {}, {}
   for i = 1, nd do
     local d = check_dim(self, perm[i], "permute")
     if seen[d] then ploss.raise("permute: dim " .. d .. " repeated") end
     seen[d] = true
-    sizes[i], strides[i] = self._sizes[d], self._strides[d]
+    sizes[i], strides[i] = tonumber(self.sz[d - 1]), tonumber(self.st[d - 1])
   end
-  return make(self._storage, self._dtype, self._device, sizes, strides, self._offset)
+  return view_of(self, sizes, strides)
 end
 
 --- Dims a and b swapped (a view).
 function Tensor:transpose(a, b)
   a, b = check_dim(self, a, "transpose"), check_dim(self, b, "transpose")
-  local sizes, strides = copy_list(self._sizes), copy_list(self._strides)
+  local sizes, strides = sizes_of(self), strides_of(self)
   sizes[a], sizes[b] = sizes[b], sizes[a]
   strides[a], strides[b] = strides[b], strides[a]
-  return make(self._storage, self._dtype, self._device, sizes, strides, self._offset)
+  return view_of(self, sizes, strides)
 end
 
 --- The transpose of a 2-d tensor.
 function Tensor:t()
-  if #self._sizes ~= 2 then ploss.raise("t: expected a 2-d tensor") end
+  if self.desc.ndim ~= 2 then ploss.raise("t: expected a 2-d tensor") end
   return self:transpose(1, 2)
 end
 
 --- Elements start .. start+len-1 (1-based) along dim (a view).
 function Tensor:narrow(dim, start, len)
   dim = check_dim(self, dim, "narrow")
-  local n = self._sizes[dim]
+  local n = self:size(dim)
   if type(start) ~= "number" or type(len) ~= "number" or start < 1 or len < 0 or start + len - 1 > n then
     ploss.raise(string.format("narrow: [%s, %s+%s) is outside dim %d of size %d",
       tostring(start), tostring(start), tostring(len), dim, n))
   end
-  local sizes = copy_list(self._sizes)
+  local sizes = sizes_of(self)
   sizes[dim] = len
-  return make(self._storage, self._dtype, self._device, sizes, copy_list(self._strides),
-    self._offset + (start - 1) * self._strides[dim])
+  return view_of(self, sizes, strides_of(self), tonumber(self.off) + (start - 1) * self:stride(dim))
 end
 
 --- The slice at position i (1-based) of dim, without that dim (a view).
 function Tensor:select(dim, i)
   dim = check_dim(self, dim, "select")
-  local n = self._sizes[dim]
+  local n = self:size(dim)
   if type(i) ~= "number" or i < 1 or i > n or i ~= math.floor(i) then
     ploss.raise(string.format("select: index %s is outside [1, %d]", tostring(i), n))
   end
   local sizes, strides = {}, {}
-  for d = 1, #self._sizes do
+  for d = 1, self.desc.ndim do
     if d ~= dim then
-      sizes[#sizes + 1], strides[#strides + 1] = self._sizes[d], self._strides[d]
+      sizes[#sizes + 1], strides[#strides + 1] = tonumber(self.sz[d - 1]), tonumber(self.st[d - 1])
     end
   end
-  return make(self._storage, self._dtype, self._device, sizes, strides,
-    self._offset + (i - 1) * self._strides[dim])
+  return view_of(self, sizes, strides, tonumber(self.off) + (i - 1) * self:stride(dim))
 end
 
---- A view with dims of size 1 inserted at `dim` (unsqueeze) or removed (squeeze).
+--- A view with a dim of size 1 inserted at `dim` (1 … dim()+1; negative counts from the end).
 function Tensor:unsqueeze(dim)
-  local nd = #self._sizes
+  local nd = self.desc.ndim
+  if type(dim) ~= "number" then ploss.raise("unsqueeze: expected a dim") end
   if dim < 0 then dim = nd + 2 + dim end
   if dim < 1 or dim > nd + 1 then ploss.raise("unsqueeze: dim " .. dim .. " outside [1, " .. (nd + 1) .. "]") end
-  local sizes, strides = copy_list(self._sizes), copy_list(self._strides)
+  local sizes, strides = sizes_of(self), strides_of(self)
   local st = dim <= nd and sizes[dim] * strides[dim] or 1
   table.insert(sizes, dim, 1)
   table.insert(strides, dim, st)
-  return make(self._storage, self._dtype, self._device, sizes, strides, self._offset)
+  return view_of(self, sizes, strides)
 end
 
+--- A view without the dims of size 1 (or only `dim`, when it has size 1).
 function Tensor:squeeze(dim)
   local sizes, strides = {}, {}
   if dim then dim = check_dim(self, dim, "squeeze") end
-  for d = 1, #self._sizes do
-    if not (self._sizes[d] == 1 and (dim == nil or dim == d)) then
-      sizes[#sizes + 1], strides[#strides + 1] = self._sizes[d], self._strides[d]
+  for d = 1, self.desc.ndim do
+    local s = tonumber(self.sz[d - 1])
+    if not (s == 1 and (dim == nil or dim == d)) then
+      sizes[#sizes + 1], strides[#strides + 1] = s, tonumber(self.st[d - 1])
     end
   end
-  return make(self._storage, self._dtype, self._device, sizes, strides, self._offset)
+  return view_of(self, sizes, strides)
 end
 
---- A view where dims of size 1 are repeated to `sizes` with stride 0 (read-only use:
--- outputs with repeated elements are refused by the library).
+--- A view where dims of size 1 are repeated to `sizes` with stride 0 (for reading:
+-- the library refuses outputs whose elements share memory).
 function Tensor:expand(...)
   local sizes = select(1, ...)
   if type(sizes) ~= "table" then sizes = { ... } else sizes = copy_list(sizes) end
-  if #sizes ~= #self._sizes then ploss.raise("expand: expected " .. #self._sizes .. " sizes") end
-  local strides = copy_list(self._strides)
+  local own = sizes_of(self)
+  if #sizes ~= #own then ploss.raise("expand: expected " .. #own .. " sizes") end
+  local strides = strides_of(self)
   for d = 1, #sizes do
-    if sizes[d] ~= self._sizes[d] then
-      if self._sizes[d] ~= 1 then ploss.raise("expand: dim " .. d .. " has size " .. self._sizes[d] .. ", not 1") end
+    if sizes[d] ~= own[d] then
+      if own[d] ~= 1 then ploss.raise("expand: dim " .. d .. " has size " .. own[d] .. ", not 1") end
       strides[d] = 0
     end
   end
-  return make(self._storage, self._dtype, self._device, sizes, strides, self._offset)
+  return view_of(self, sizes, strides)
 end
 
 -- t[i]: a number for a 1-d tensor (host read), else the slice select(1, i).
 function Tensor:_index(i)
-  if #self._sizes == 0 then ploss.raise("cannot index a 0-d tensor; use :item()") end
+  if self.desc.ndim == 0 then ploss.raise("cannot index a 0-d tensor; use :item()") end
   local v = self:select(1, i)
-  if #v._sizes == 0 then return v:item() end
+  if v.desc.ndim == 0 then return v:item() end
   return v
 end
-
-tensor_mt.__newindex = function(t, k, v)
-  if type(k) == "number" then
-    local s = t:select(1, k)
-    if is_tensor(v) then s:copy(v) else s:fill(v) end
-    return
-  end
-  rawset(t, k, v)
-end
-
-tensor_mt.__len = function(t) return t._sizes[1] or 0 end
 
 ---------------------------------------------------------------------------------------
 -- Printing
@@ -709,10 +793,8 @@ tensor_mt.__len = function(t) return t._sizes[1] or 0 end
 
 local PRINT_LIMIT = 1000
 
-local function format_values(vals, is_float)
-  if not is_float then
-    return function(v) return string.format("%d", v) end, nil
-  end
+local function formatter(vals, is_float)
+  if not is_float then return function(v) return string.format("%d", v) end end
   local allint, maxabs, minabs = true, 0, math.huge
   for _, v in ipairs(vals) do
     if v == v and v ~= math.huge and v ~= -math.huge then
@@ -724,7 +806,7 @@ local function format_values(vals, is_float)
   end
   local fmt
   if allint and maxabs < 1e9 then fmt = "%.0f"
-  elseif maxabs >= 1e5 or (minabs < 1e-4) then fmt = "%.4e"
+  elseif maxabs >= 1e5 or minabs < 1e-4 then fmt = "%.4e"
   else fmt = "%.4f" end
   return function(v)
     if v ~= v then return "nan" elseif v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
@@ -733,21 +815,22 @@ local function format_values(vals, is_float)
 end
 
 tensor_mt.__tostring = function(t)
-  local footer = string.format("[ploss.Tensor %s %s on %s]", t._dtype, shape_string(t._sizes), t._device)
-  if t._storage.ptr == nil then return "[ploss.Tensor (freed)]" end
-  if t._numel == 0 then return footer end
-  if t._numel > PRINT_LIMIT then
-    return "(" .. t._numel .. " elements, not shown; t:totable() reads them)\n" .. footer
+  local sizes = sizes_of(t)
+  local footer = string.format("[ploss.Tensor %s %s on %s]", t:dtype(), shape_string(sizes), t:device())
+  if t:is_freed() then return "[ploss.Tensor (freed)]" end
+  local numel = tonumber(t.n)
+  if numel == 0 then return footer end
+  if numel > PRINT_LIMIT then
+    return "(" .. numel .. " elements, not shown; t:totable() reads them)\n" .. footer
   end
   local vals = host_values(t)
-  local fmt = format_values(vals, t._dt.float)
+  local fmt = formatter(vals, dtype_of(t).float)
   local strs, width = {}, 0
   for i, v in ipairs(vals) do
     strs[i] = fmt(v)
     if #strs[i] > width then width = #strs[i] end
   end
-  local sizes, lines = t._sizes, {}
-  local nd = #sizes
+  local lines, nd = {}, #sizes
   local function row(start, n)
     local parts = {}
     for j = 1, n do parts[j] = string.rep(" ", width - #strs[start + j]) .. strs[start + j] end
@@ -760,7 +843,7 @@ tensor_mt.__tostring = function(t)
   else
     local rows, cols = sizes[nd - 1], sizes[nd]
     local mat = rows * cols
-    local nmat = t._numel / mat
+    local nmat = numel / mat
     for m = 0, nmat - 1 do
       if nd > 2 then
         local idx, rem = {}, m
