@@ -549,6 +549,11 @@ def run_case(case, spec, args, device, ploss, emit):
         l64.backward()
         rec["loss"] = float(l64.detach())
         rec["grad_sq"], rec["grad_dot_x"] = checksums(x64, x64.grad)
+        # the same gradient rounded to the input dtype, as a kernel that is exact up to
+        # its output rounding writes it (the report compares f16/bf16 against this)
+        g_round = x64.grad.to(xs[0].dtype)
+        rec["grad_sq_rounded"], rec["grad_dot_x_rounded"] = checksums(x64, g_round)
+        del g_round
         del x64, t64, l64
     except Exception as e:
         rec["error"] = f"{type(e).__name__}: {e}"[:2000]

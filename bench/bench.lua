@@ -1,0 +1,547 @@
+--- ploss side of the benchmark (issue 4): times ploss's passes for every case of
+-- bench/cases.json on the inputs bench/torch_bench.py uses, and writes JSON lines.
+--
+--   luajit bench/bench.lua [--cases bench/cases.json] [--device cuda|cpu] [--cpu] [--small]
+--                          [--only id1,id2] [--runs 30] [--warmup 5] [--out FILE]
+--                          [--copy-bytes N] [--no-copy] [--no-checksums]
+--
+-- Needs `require "ploss"` to work (source tools/env.sh <builddir>).  For each case whose
+-- loss has a registered criterion (ploss.nn.register spec with fname == case.loss), three
+-- modes are measured, each on a fresh context (so its workspace is allocated, counted and
+-- freed within the mode):
+--   fused    spec.fused: loss and gradient in one pass, gradient into a separate buffer
+--   fwd_bwd  spec.forward (saving the per-sample state when the loss has one) then
+--            spec.backward with grad_loss = 1
+--   inplace  spec.fused with opts.inplace = 1: the gradient overwrites the logits (the
+--            logits are regenerated before every run, outside the timed region)
+-- Time: CUDA events (cudaEventRecord on the context's stream, via libcudart through the
+-- FFI) around each run; median of --runs after --warmup runs.  Every input here is far
+-- larger than the H200's 60 MB L2 (the smallest is 159 MB), so no rotation is needed; a
+-- case below 4x the L2 is flagged `l2_resident` in its record.
+-- Memory: ploss's allocator counters (ploss_memory_stats_get / _reset_peak) around the
+-- first call of each mode: peak_extra_bytes = peak − bytes held before the mode's outputs
+-- were allocated (= outputs the caller allocates: gradient, loss, state, + workspace),
+-- workspace_peak_bytes = peak − bytes held after they were allocated (what the library
+-- itself took), cross-checked with cudaMemGetInfo (meminfo_delta_bytes: device memory
+-- taken between before the outputs and after the first call; 2 MiB granularity).
+-- Correctness: the loss value (f64 print) and two gradient checksums, sum(g^2) and
+-- sum(g*x) in float64 on the host, which bench/report.py compares with PyTorch's float64
+-- reference on the same inputs.
+--
+-- Inputs (the same rule as make_inputs in bench/torch_bench.py; keep them equal):
+--   x ~ N(0, logit_std^2) by ploss_rand_normal(seed, offset 0) in the case's dtype;
+--   index targets: ploss_rand_int [0, C) with seed + 1; where ploss_rand_int [0,
+--   ignore_every) with seed + 2 is 0, the label is opts.ignore_index;
+--   binary targets: ploss_rand_int [0, 2) with seed + 1, in x's dtype.
+local ffi = require "ffi"
+
+local script_dir = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "."
+package.path = script_dir .. "/?.lua;" .. package.path
+local json = require "json"
+local ploss = require "ploss"
+local C = ploss.C
+
+---------------------------------------------------------------------------------------
+-- Arguments
+---------------------------------------------------------------------------------------
+
+local function usage(msg)
+  io.stderr:write("bench.lua: " .. msg .. "\n")
+  os.exit(2)
+end
+
+local args = { cases = script_dir .. "/cases.json", device = "cuda", runs = 30, warmup = 5,
+               out = "-", small = false, only = "", copy_bytes = nil, copy = true, checksums = true }
+do
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    local function val()
+      i = i + 1
+      if arg[i] == nil then usage(a .. " needs a value") end
+      return arg[i]
+    end
+    if a == "--cases" then args.cases = val()
+    elseif a == "--device" then args.device = val()
+    elseif a == "--cpu" then args.device = "cpu"
+    elseif a == "--small" then args.small = true
+    elseif a == "--only" then args.only = val()
+    elseif a == "--runs" then args.runs = tonumber(val())
+    elseif a == "--warmup" then args.warmup = tonumber(val())
+    elseif a == "--out" then args.out = val()
+    elseif a == "--copy-bytes" then args.copy_bytes = tonumber(val())
+    elseif a == "--no-copy" then args.copy = false
+    elseif a == "--no-checksums" then args.checksums = false
+    elseif a == "-h" or a == "--help" then
+      io.write((debug.getinfo(1, "S").source:sub(2)) .. "\n")
+      os.exit(0)
+    else usage("unknown argument " .. a) end
+    i = i + 1
+  end
+  if not args.runs or args.runs < 1 then usage("--runs must be >= 1") end
+  if not args.warmup or args.warmup < 0 then usage("--warmup must be >= 0") end
+end
+local device = ploss.parse_device(args.device)
+local on_cuda = device ~= "cpu"
+if on_cuda and not ploss.cuda_available() then
+  usage("CUDA requested but ploss sees no GPU (built with CUDA: " .. C.ploss_built_with_cuda() ..
+        "); use --cpu")
+end
+
+local out = args.out == "-" and io.stdout or assert(io.open(args.out, "w"))
+local function emit(rec)
+  out:write(json.encode(rec), "\n")
+  out:flush()
+  if out ~= io.stdout then
+    local short = {}
+    for _, k in ipairs { "kind", "case", "mode", "ms_median", "peak_extra_bytes", "workspace_peak_bytes",
+                         "loss", "gbps", "reason", "error" } do short[k] = rec[k] end
+    io.stderr:write(json.encode(short), "\n")
+  end
+end
+
+---------------------------------------------------------------------------------------
+-- CUDA runtime (events, memory info, copies) through the FFI
+---------------------------------------------------------------------------------------
+
+local cudart
+if on_cuda then
+  ffi.cdef [[
+  typedef struct bench_cuevent_st *bench_cudaEvent_t;
+  int cudaEventCreate(bench_cudaEvent_t *event);
+  int cudaEventDestroy(bench_cudaEvent_t event);
+  int cudaEventRecord(bench_cudaEvent_t event, void *stream);
+  int cudaEventSynchronize(bench_cudaEvent_t event);
+  int cudaEventElapsedTime(float *ms, bench_cudaEvent_t start, bench_cudaEvent_t end);
+  int cudaMemGetInfo(size_t *free, size_t *total);
+  int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, void *stream);
+  int cudaDeviceSynchronize(void);
+  int cudaSetDevice(int device);
+  int cudaDriverGetVersion(int *v);
+  int cudaRuntimeGetVersion(int *v);
+  const char *cudaGetErrorString(int error);
+  ]]
+  local tried = {}
+  for _, name in ipairs { os.getenv("CUDART_LIBRARY") or "", "cudart", "libcudart.so.13", "libcudart.so.12",
+                          "/usr/local/cuda/lib64/libcudart.so" } do
+    if name ~= "" then
+      local ok, lib = pcall(ffi.load, name)
+      if ok then cudart = lib break end
+      tried[#tried + 1] = name
+    end
+  end
+  if not cudart then usage("cannot load libcudart (tried " .. table.concat(tried, ", ") .. "; set CUDART_LIBRARY)") end
+end
+
+local function cuda_check(rc, what)
+  if rc ~= 0 then error(what .. ": " .. ffi.string(cudart.cudaGetErrorString(rc)), 2) end
+end
+
+local _, _, device_id = ploss.parse_device(device)
+if on_cuda then cuda_check(cudart.cudaSetDevice(device_id), "cudaSetDevice") end
+
+local function mem_free()
+  if not on_cuda then return nil end
+  local f, t = ffi.new("size_t[1]"), ffi.new("size_t[1]")
+  cuda_check(cudart.cudaMemGetInfo(f, t), "cudaMemGetInfo")
+  return tonumber(f[0]), tonumber(t[0])
+end
+
+-- Timer: CUDA events on a stream, or the host's monotonic clock on the CPU.
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+int clock_gettime(int clk, bench_timespec *ts);
+]]
+local ts = ffi.new("bench_timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) * 1e3 + tonumber(ts.tv_nsec) * 1e-6
+end
+
+local events = {}
+local function event(i)
+  if not events[i] then
+    local e = ffi.new("bench_cudaEvent_t[1]")
+    cuda_check(cudart.cudaEventCreate(e), "cudaEventCreate")
+    events[i] = e[0]
+  end
+  return events[i]
+end
+
+-- Run body(i) for i = 1..n, each between two marks; returns the list of times in ms.
+-- pre(i), when given, runs before each start mark (untimed).
+local function timed_runs(n, stream, body, pre)
+  local times = {}
+  if on_cuda then
+    for i = 1, n do
+      if pre then pre(i) end
+      cuda_check(cudart.cudaEventRecord(event(2 * i - 1), stream), "cudaEventRecord")
+      body(i)
+      cuda_check(cudart.cudaEventRecord(event(2 * i), stream), "cudaEventRecord")
+    end
+    cuda_check(cudart.cudaEventSynchronize(event(2 * n)), "cudaEventSynchronize")
+    local ms = ffi.new("float[1]")
+    for i = 1, n do
+      cuda_check(cudart.cudaEventElapsedTime(ms, event(2 * i - 1), event(2 * i)), "cudaEventElapsedTime")
+      times[i] = ms[0]
+    end
+  else
+    for i = 1, n do
+      if pre then pre(i) end
+      local t0 = now_ms()
+      body(i)
+      times[i] = now_ms() - t0
+    end
+  end
+  return times
+end
+
+local function summarize(times)
+  local s = {}
+  for i = 1, #times do s[i] = times[i] end
+  table.sort(s)
+  local n = #s
+  local med = n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
+  return { ms_median = med, ms_min = s[1], ms_max = s[n], ms_p10 = s[math.floor(n / 10) + 1],
+           ms_p90 = s[math.floor(n * 9 / 10) + 1], runs = n }
+end
+
+---------------------------------------------------------------------------------------
+-- Contexts, memory counters
+---------------------------------------------------------------------------------------
+
+local KDL = on_cuda and 2 or 1
+local dl_device = ffi.new("DLDevice", { device_type = KDL, device_id = device_id })
+
+local function new_ctx()
+  local p = ffi.new("ploss_ctx_t *[1]")
+  ploss.check(C.ploss_ctx_create(dl_device, p), "ploss_ctx_create")
+  return p[0]
+end
+
+local function stats()
+  local st = ffi.new("ploss_memory_stats")
+  ploss.check(C.ploss_memory_stats_get(dl_device, st), "ploss_memory_stats_get")
+  return tonumber(st.current_bytes), tonumber(st.peak_bytes)
+end
+
+local function sync(ctx)
+  ploss.check(C.ploss_ctx_synchronize(ctx), "ploss_ctx_synchronize")
+end
+
+---------------------------------------------------------------------------------------
+-- Cases and inputs
+---------------------------------------------------------------------------------------
+
+local spec_file = json.decode(assert(io.open(args.cases)):read("*a"))
+local SEED, STD = spec_file.seed, spec_file.logit_std
+
+local function small_shape(shape)
+  local s = { math.min(shape[1], 16) }
+  if #shape > 1 then s[2] = math.min(shape[2], 512) end
+  for i = 3, #shape do s[i] = math.min(shape[i], 16) end
+  return s
+end
+
+local function numel(shape)
+  local n = 1
+  for i = 1, #shape do n = n * shape[i] end
+  return n
+end
+
+local function target_shape(shape)
+  local s = { shape[1] }
+  for i = 3, #shape do s[#s + 1] = shape[i] end
+  return s
+end
+
+local function make_inputs(case, shape)
+  local x = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED, offset = 0, std = STD })
+  local t, ignored = nil, 0
+  if case.target == "index" then
+    local ts_ = target_shape(shape)
+    t = ploss.randint(0, shape[2], ts_, { device = device, seed = SEED + 1, offset = 0 })
+    local mask = ploss.randint(0, case.ignore_every or 16, ts_, { device = device, seed = SEED + 2, offset = 0 })
+    local ii = case.opts.ignore_index or -100
+    local th, mh = t:to("cpu"), mask:to("cpu")
+    local tp = ffi.cast("int64_t *", th:dl().data)
+    local mp = ffi.cast("int64_t *", mh:dl().data)
+    for k = 0, th:numel() - 1 do
+      if mp[k] == 0 then tp[k] = ii end
+      if tp[k] == ii then ignored = ignored + 1 end
+    end
+    if on_cuda then t:copy(th) th:free() else t = th end
+    mh:free()
+    mask:free()
+  elseif case.target == "binary" then
+    t = ploss.randint(0, 2, shape, { dtype = case.dtype, device = device, seed = SEED + 1, offset = 0 })
+  else
+    error("case " .. case.id .. ": unknown target kind " .. tostring(case.target))
+  end
+  ploss.synchronize(device)
+  return x, t, ignored
+end
+
+-- The registered criterion spec of a loss family (ploss.nn.register's spec.fname).
+local function find_spec(fname)
+  for _, v in pairs(ploss) do
+    if type(v) == "table" then
+      local s = rawget(v, "_spec")
+      if s and s.fname == fname then return s end
+    end
+  end
+  return nil
+end
+
+-- The C options struct from the case's options (names as the spec's options), the same
+-- way nn.register fills it; unknown names are returned so that the record shows them.
+local function make_opts(spec, case_opts)
+  local copts = ffi.new(spec.opts_ctype)
+  C[spec.opts_init](copts)
+  local known, o = {}, {}
+  for _, opt in ipairs(spec.options) do
+    local name = opt[1]
+    known[name] = true
+    local v = case_opts[name]
+    if v ~= nil and v ~= json.null and opt.kind ~= "tensor" and opt.field ~= false then
+      o[name] = v
+      if opt.kind == "enum" then v = opt.values[v]
+      elseif opt.kind == "boolean" then v = v and 1 or 0 end
+      copts[opt.field or name] = v
+    end
+  end
+  local unknown = {}
+  for k in pairs(case_opts) do if not known[k] then unknown[#unknown + 1] = k end end
+  table.sort(unknown)
+  return copts, o, unknown
+end
+
+-- sum(g^2) and sum(g*x) in f64 on the host, in chunks.
+local CHUNK = 4 * 1024 * 1024
+local function checksums(x, g)
+  local n = x:numel()
+  local xv, gv = x:view(n), g:view(n)
+  local hx = ploss.empty({ math.min(CHUNK, n) }, { dtype = "f64" })
+  local hg = ploss.empty({ math.min(CHUNK, n) }, { dtype = "f64" })
+  local sq, dot = 0, 0
+  local start = 1
+  while start <= n do
+    local len = math.min(CHUNK, n - start + 1)
+    local hxv = len == hx:numel() and hx or hx:narrow(1, 1, len)
+    local hgv = len == hg:numel() and hg or hg:narrow(1, 1, len)
+    hxv:copy(xv:narrow(1, start, len))
+    hgv:copy(gv:narrow(1, start, len))
+    local px = ffi.cast("double *", hx:dl().data)
+    local pg = ffi.cast("double *", hg:dl().data)
+    for k = 0, len - 1 do
+      local gk = pg[k]
+      sq = sq + gk * gk
+      dot = dot + gk * px[k]
+    end
+    start = start + len
+  end
+  hx:free()
+  hg:free()
+  return sq, dot
+end
+
+local function scalar_value(t)
+  return t:item()
+end
+
+---------------------------------------------------------------------------------------
+-- One mode of one case
+---------------------------------------------------------------------------------------
+
+local function run_mode(case, spec, mode, x, t, base)
+  local rec = {}
+  for k, v in pairs(base) do rec[k] = v end
+  rec.kind, rec.source, rec.mode = "ploss", "ploss", mode
+  local ctx = new_ctx()
+  local stream = C.ploss_ctx_stream(ctx)
+  local copts, o, unknown = make_opts(spec, case.opts)
+  if #unknown > 0 then rec.unused_opts = unknown end
+  local has_fused_fields = spec.fused_fields ~= false
+  if mode ~= "fwd_bwd" and has_fused_fields then
+    copts.scale = 1
+    copts.inplace = mode == "inplace" and 1 or 0
+  end
+  local loss_dtype = (spec.loss_dtype and spec.loss_dtype(x)) or (x:dtype() == "f64" and "f64" or "f32")
+  local use_state = mode == "fwd_bwd" and spec.state
+
+  -- memory: the first call, with the outputs allocated after the baseline
+  sync(ctx)
+  local free0 = mem_free()
+  local cur0 = stats()
+  C.ploss_memory_reset_peak(dl_device)
+  local loss = ploss.empty({}, { dtype = loss_dtype, device = device })
+  local grad, state, gl
+  if mode ~= "inplace" then grad = ploss.empty_like(x) else grad = x end
+  if use_state then
+    local ssizes = (spec.state_sizes or spec.loss_sizes or function(inp)
+      local s = {}
+      local sz = inp:size()
+      for i = 1, #sz do if i ~= 2 then s[#s + 1] = sz[i] end end
+      return s
+    end)(x, t)
+    state = ploss.empty(ssizes, { dtype = loss_dtype, device = device })
+  end
+  if mode == "fwd_bwd" then gl = ploss.full({}, 1, { dtype = loss_dtype, device = device }) end
+  ploss.synchronize(device)
+  local cur1 = stats()
+
+  local function call()
+    if mode == "fwd_bwd" then
+      ploss.check(spec.forward(o, ctx, x, t, copts, loss, state), spec.fname .. "_forward")
+      ploss.check(spec.backward(o, ctx, x, t, copts, state, gl, grad), spec.fname .. "_backward")
+    else
+      ploss.check(spec.fused(o, ctx, x, t, copts, loss, grad), spec.fname .. "_fused")
+    end
+  end
+  local function regen()
+    ploss.check(C.ploss_rand_normal(ctx, x:dl(), SEED, 0, 0, STD), "ploss_rand_normal")
+  end
+
+  call()
+  sync(ctx)
+  local cur2, peak = stats()
+  local free1 = mem_free()
+  rec.peak_extra_bytes = peak - cur0
+  rec.workspace_peak_bytes = peak - cur1
+  rec.outputs_bytes = cur1 - cur0
+  rec.held_after_bytes = cur2 - cur0
+  if on_cuda then rec.meminfo_delta_bytes = free0 - free1 end
+  rec.first_loss = scalar_value(loss)
+
+  -- time
+  local pre = mode == "inplace" and function() regen() end or nil
+  if mode == "inplace" then regen() end
+  timed_runs(args.warmup, stream, call, pre)
+  local times = timed_runs(args.runs, stream, call, pre)
+  for k, v in pairs(summarize(times)) do rec[k] = v end
+  sync(ctx)
+  rec.loss = scalar_value(loss)
+
+  -- gradient checksums (x is intact except in place, where it holds the gradient)
+  if args.checksums then
+    if mode == "inplace" then
+      local xs = ploss.randn(x:size(), { dtype = x:dtype(), device = device, seed = SEED, offset = 0, std = STD })
+      rec.grad_sq, rec.grad_dot_x = checksums(xs, x)
+      xs:free()
+    else
+      rec.grad_sq, rec.grad_dot_x = checksums(x, grad)
+    end
+  end
+  if mode == "inplace" then regen() sync(ctx) end
+
+  loss:free()
+  if mode ~= "inplace" then grad:free() end
+  if state then state:free() end
+  if gl then gl:free() end
+  C.ploss_ctx_destroy(ctx)
+  return rec
+end
+
+---------------------------------------------------------------------------------------
+-- Copy bandwidth (cross-check of the torch side's number)
+---------------------------------------------------------------------------------------
+
+local function copy_bandwidth(nbytes)
+  local rec = { kind = "copy_bw", source = "ploss" }
+  if not on_cuda then
+    rec.reason = "cpu run: no device copy"
+    return rec
+  end
+  local src = ploss.randint(0, 256, { nbytes }, { dtype = "u8", device = device, seed = 7, offset = 0 })
+  local dst = ploss.empty({ nbytes }, { dtype = "u8", device = device })
+  ploss.synchronize(device)
+  local sp, dp = src:dl().data, dst:dl().data
+  local body = function()
+    cuda_check(cudart.cudaMemcpyAsync(dp, sp, nbytes, 3, nil), "cudaMemcpyAsync") -- DeviceToDevice
+  end
+  timed_runs(3, nil, body)
+  local s = summarize(timed_runs(20, nil, body))
+  src:free()
+  dst:free()
+  rec.bytes_copied, rec.ms_median, rec.runs = nbytes, s.ms_median, s.runs
+  rec.gbps = 2 * nbytes / (s.ms_median * 1e-3) / 1e9
+  return rec
+end
+
+---------------------------------------------------------------------------------------
+-- Main
+---------------------------------------------------------------------------------------
+
+local env = { kind = "env", source = "ploss", library = ploss.library_path,
+              abi_version = tonumber(C.ploss_abi_version()), built_with_cuda = tonumber(C.ploss_built_with_cuda()),
+              device = device, date_utc = os.date("!%Y-%m-%d %H:%M:%S UTC"), small = args.small,
+              runs = args.runs, warmup = args.warmup, luajit = jit and jit.version or _VERSION }
+if on_cuda then
+  local v = ffi.new("int[1]")
+  cudart.cudaDriverGetVersion(v)
+  env.cuda_driver_version = tonumber(v[0])
+  cudart.cudaRuntimeGetVersion(v)
+  env.cudart_version = tonumber(v[0])
+  local free, total = mem_free()
+  env.gpu_mem_free_bytes, env.gpu_mem_total_bytes = free, total
+end
+emit(env)
+if args.copy then
+  local ok, rec = pcall(copy_bandwidth, args.copy_bytes or (args.small and 64 * 2 ^ 20 or 2 * 2 ^ 30))
+  emit(ok and rec or { kind = "copy_bw", source = "ploss", error = tostring(rec) })
+end
+
+local only = {}
+for id in args.only:gmatch("[^,]+") do only[id] = true end
+local t_all = now_ms()
+for _, case in ipairs(spec_file.cases) do
+  if next(only) == nil or only[case.id] then
+    local shape = args.small and small_shape(case.shape) or case.shape
+    local base = { case = case.id, family = case.loss, shape = shape, dtype = case.dtype }
+    local spec = find_spec(case.loss)
+    local missing = nil
+    if not spec then
+      missing = "no criterion registered with fname '" .. case.loss .. "'"
+    elseif not spec.fused or not spec.forward then
+      missing = "criterion " .. spec.name .. " lacks a fused or forward pass"
+    elseif not pcall(function() return C["ploss_" .. case.loss .. "_fused"] end) then
+      missing = "libploss has no ploss_" .. case.loss .. "_fused"
+    end
+    if missing then
+      local rec = { kind = "skip", source = "ploss", reason = missing }
+      for k, v in pairs(base) do rec[k] = v end
+      emit(rec)
+    else
+      local ok, err = pcall(function()
+        local x, t, ignored = make_inputs(case, shape)
+        local in_bytes = x:numel() * ploss.dtypes[x:dtype()].size
+        local rec = { kind = "inputs", source = "ploss", input_bytes = in_bytes,
+                      target_bytes = t:numel() * ploss.dtypes[t:dtype()].size, numel = x:numel(),
+                      ignored = ignored, l2_resident = on_cuda and in_bytes < 4 * 60e6 or nil }
+        for k, v in pairs(base) do rec[k] = v end
+        emit(rec)
+        local modes = { "fused" }
+        if spec.backward then modes[#modes + 1] = "fwd_bwd" end
+        if spec.fused_fields ~= false then modes[#modes + 1] = "inplace" end
+        for _, mode in ipairs(modes) do
+          local ok2, r = pcall(run_mode, case, spec, mode, x, t, base)
+          if not ok2 then
+            r = { kind = "ploss", source = "ploss", mode = mode, error = tostring(r) }
+            for k, v in pairs(base) do r[k] = v end
+          end
+          emit(r)
+        end
+        x:free()
+        t:free()
+      end)
+      if not ok then
+        local rec = { kind = "ploss", source = "ploss", mode = "setup", error = tostring(err) }
+        for k, v in pairs(base) do rec[k] = v end
+        emit(rec)
+      end
+      collectgarbage()
+    end
+  end
+end
+emit({ kind = "done", source = "ploss", wall_s = (now_ms() - t_all) / 1e3 })
+if out ~= io.stdout then out:close() end
