@@ -1,0 +1,282 @@
+-- Focal family on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
+-- CUDA against the CPU backend on the same dtype-rounded inputs, in f32/f16/bf16 (fp32
+-- accumulation on the GPU, f64 on the CPU; tolerances H.tol) and f64, for every kernel
+-- shape: the elementwise kernel dense / strided / broadcast weights / many blocks; softmax
+-- and dual focal thread-per-sample (C < 32 and N×C×d…), warp-per-row, block-per-row with
+-- the row cached in shared memory and without (rows above the shared-memory limit),
+-- channels-last.  Also: bitwise determinism, extreme logits, invalid labels through the
+-- context's error slot, nothing written on validation errors, empty and all-ignored input.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local REDUCTIONS = { "none", "mean", "sum" }
+
+local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
+
+-- the tolerance of a CUDA result in `dtype` against the CPU on the same inputs; the loss of
+-- a reduction adds many terms, so it gets the relative tolerance of its accumulation only
+local function tol_for(dtype, what)
+  local t = H.tol[dtype]
+  return { rtol = t.rtol, atol = t.atol, what = what }
+end
+
+-- Run `name` fused, forward and backward on CPU and CUDA with the same dtype-rounded
+-- inputs; compare.  x64: f64 CPU logits; y: target (f64 probabilities or i64 labels).
+local function compare(name, x64, y, opts, dtype, label, layout)
+  local xc = x64:to("cpu", dtype)
+  local yc = y:dtype() == "i64" and y or y:to("cpu", dtype)
+  local xg, yg = xc:to("cuda"), yc:to("cuda")
+  if layout then xg, yg = layout(xg, yg) end
+  local o_cpu, o_gpu = {}, {}
+  for k, v in pairs(opts) do
+    o_cpu[k] = v
+    o_gpu[k] = ploss.is_tensor(v) and v:to("cuda") or v
+  end
+  local what = label .. " " .. dtype .. " " .. (opts.reduction or "mean")
+  local tl = tol_for(dtype, what)
+  local lc, gc = F[name .. "_fused"](xc, yc, o_cpu)
+  local lg, gg = F[name .. "_fused"](xg, yg, o_gpu)
+  assert.are.equal("cuda:0", gg:device())
+  assert.are.equal(dtype, gg:dtype())
+  tl.what = what .. " fused loss"
+  H.assert_close(lg, lc, { rtol = math.max(tl.rtol, 1e-5), atol = tl.atol, what = tl.what })
+  tl.what = what .. " fused grad"
+  H.assert_close(gg, gc, tl)
+  -- forward + backward (no saved state) with a non-uniform upstream gradient for 'none'
+  local gout_c, gout_g = 0.7, 0.7
+  if opts.reduction == "none" then
+    local lsz = ploss.is_tensor(lc) and lc:size() or {}
+    gout_c = ploss.randn(lsz, { dtype = ldtype(dtype) })
+    gout_g = gout_c:to("cuda")
+  end
+  tl.what = what .. " forward"
+  H.assert_close(F[name](xg, yg, o_gpu), lc, { rtol = math.max(tl.rtol, 1e-5), atol = tl.atol, what = tl.what })
+  tl.what = what .. " backward"
+  H.assert_close(F[name .. "_backward"](xg, yg, gout_g, o_gpu), F[name .. "_backward"](xc, yc, gout_c, o_cpu), tl)
+  -- determinism: the same call twice gives bitwise the same loss and gradient
+  local lg2, gg2 = F[name .. "_fused"](xg, yg, o_gpu)
+  H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+  H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+end
+
+local function sample_sizes(shape)
+  local s = {}
+  for i = 1, #shape do if i ~= 2 then s[#s + 1] = shape[i] end end
+  return s
+end
+
+describe("CUDA sigmoid family vs CPU", function()
+  local cases = {
+    { "dense 3×5×7×11", { 3, 5, 7, 11 } },
+    { "many blocks 2^18+7", { 2 ^ 18 + 7 } },
+    { "one element", { 1, 1 } },
+  }
+  for _, dtype in ipairs(DTYPES) do
+    it("BCE with logits and sigmoid focal in " .. dtype, function()
+      H.seed(100)
+      for _, c in ipairs(cases) do
+        local label, shape = c[1], c[2]
+        local x = H.random_logits(shape, { std = 3 })
+        local yb = ploss.rand(shape, { dtype = "f64" })
+        for _, red in ipairs(REDUCTIONS) do
+          compare("binary_cross_entropy_with_logits", x, yb, { reduction = red }, dtype, "bce " .. label)
+          if #shape >= 2 then
+            local Cn = shape[2]
+            compare("binary_cross_entropy_with_logits", x, yb, { reduction = red,
+              pos_weight = ploss.rand({ Cn }, { dtype = "f64", low = 0.5, high = 3 }),
+              weight = ploss.rand(shape, { dtype = "f64" }) }, dtype, "bce weighted " .. label)
+          end
+          for _, conv in ipairs { "torchvision", "reference" } do
+            for _, gamma in ipairs { 0, 0.5, 2 } do
+              compare("sigmoid_focal", x, yb, { reduction = red, convention = conv, gamma = gamma }, dtype,
+                string.format("focal %s γ=%g %s", conv, gamma, label))
+            end
+          end
+        end
+      end
+    end)
+
+    it("a grid-stride loop over more elements than the capped grid (2^21+77) in " .. dtype, function()
+      H.seed(102)
+      local x = H.random_logits({ 2 ^ 21 + 77 }, { std = 3 })
+      local yb = ploss.rand({ 2 ^ 21 + 77 }, { dtype = "f64" })
+      for _, red in ipairs(REDUCTIONS) do
+        compare("sigmoid_focal", x, yb, { reduction = red }, dtype, "focal 2^21+77")
+      end
+    end)
+
+    it("strided inputs and broadcast weights in " .. dtype, function()
+      H.seed(101)
+      local x = H.random_logits({ 2, 6, 5, 4 }, { std = 2 })
+      local yb = ploss.rand({ 2, 6, 5, 4 }, { dtype = "f64" })
+      local perm = function(xg, yg)
+        return xg:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3), yg
+      end
+      for _, red in ipairs(REDUCTIONS) do
+        compare("sigmoid_focal", x, yb, { reduction = red }, dtype, "focal channels-last input", perm)
+        compare("binary_cross_entropy_with_logits", x, yb, { reduction = red,
+          weight = ploss.rand({ 2, 1, 5, 4 }, { dtype = "f64" }), pos_weight = ploss.rand({ 6 }, { dtype = "f64" }) },
+          dtype, "bce broadcast weights", perm)
+      end
+    end)
+  end
+end)
+
+describe("CUDA softmax focal family vs CPU", function()
+  local shapes = {
+    { "thread per sample, N×C, C < 32", { 300, 5 } },
+    { "thread per sample, N×C×H×W", { 2, 7, 9, 11 } },
+    { "warp per row", { 37, 100 } },
+    { "block per row, cached row", { 6, 3000 } },
+    { "block per row, cached row above 48 KiB", { 3, 20000 } },
+    { "block per row, row above the shared-memory limit", { 2, 120000 } },
+  }
+  for _, dtype in ipairs(DTYPES) do
+    it("softmax focal and dual focal in " .. dtype .. " for every kernel shape", function()
+      H.seed(200)
+      for _, c in ipairs(shapes) do
+        local label, shape = c[1], c[2]
+        local x = H.random_logits(shape, { std = 3 })
+        local y = H.random_labels(sample_sizes(shape), shape[2], { ignore = 0.2 })
+        for _, red in ipairs(REDUCTIONS) do
+          for _, gamma in ipairs { 0, 0.5, 2 } do
+            compare("softmax_focal", x, y, { reduction = red, gamma = gamma,
+              alpha = gamma == 2 and ploss.rand({ shape[2] }, { dtype = "f64" }) or nil }, dtype,
+              string.format("softmax focal γ=%g %s", gamma, label))
+          end
+          compare("dual_focal", x, y, { reduction = red }, dtype, "dual focal " .. label)
+        end
+      end
+    end)
+
+    it("channels-last rows and strided labels in " .. dtype, function()
+      H.seed(201)
+      local x = H.random_logits({ 2, 40, 3, 5 }, { std = 2 })
+      local y = H.random_labels({ 2, 3, 5 }, 40, { ignore = 0.2 })
+      local perm = function(xg, yg) return xg:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3), yg end
+      for _, red in ipairs(REDUCTIONS) do
+        compare("softmax_focal", x, y, { reduction = red }, dtype, "softmax focal channels-last", perm)
+        compare("dual_focal", x, y, { reduction = red }, dtype, "dual focal channels-last", perm)
+      end
+    end)
+  end
+
+  it("the saved lse of the criterion gives the recomputed gradient", function()
+    H.seed(202)
+    for _, cls in ipairs { "SoftmaxFocalLoss", "DualFocalLoss" } do
+      local x = H.random_logits({ 9, 50 }, { device = "cuda", dtype = "f32" })
+      local y = H.random_labels({ 9 }, 50, { device = "cuda" })
+      local crit = ploss[cls] {}
+      crit:forward(x, y)
+      local g1 = crit:backward(x, y):clone()
+      local g2 = F[cls == "SoftmaxFocalLoss" and "softmax_focal_backward" or "dual_focal_backward"](x, y, 1)
+      H.assert_close(g1, g2, { rtol = 1e-5, atol = 1e-7, what = cls })
+    end
+  end)
+end)
+
+describe("CUDA focal family edge cases", function()
+  it("extreme logits stay finite: ±1e4 in f32/bf16, ±60000 in f16", function()
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local big = dtype == "f16" and 60000 or 1e4
+      local x = ploss.tensor({ { big, -big, 0, 3 }, { -big, big, big, -big } }, { dtype = dtype, device = "cuda" })
+      local yb = ploss.tensor({ { 0, 1, 1, 0.5 }, { 1, 1, 0, 0 } }, { dtype = dtype, device = "cuda" })
+      local yi = ploss.tensor({ 1, 3 }, { dtype = "i64", device = "cuda" })
+      for _, call in ipairs {
+        function() return F.binary_cross_entropy_with_logits_fused(x, yb, { reduction = "sum" }) end,
+        function() return F.sigmoid_focal_fused(x, yb, { reduction = "sum", gamma = 0.5 }) end,
+        function() return F.sigmoid_focal_fused(x, yb, { reduction = "sum", convention = "reference", gamma = 0 }) end,
+        function() return F.softmax_focal_fused(x, yi, { reduction = "sum", gamma = 0.5 }) end,
+        function() return F.dual_focal_fused(x, yi, { reduction = "sum" }) end,
+      } do
+        local l, g = call()
+        assert.is_true(l == l and math.abs(l) < math.huge, dtype .. " loss " .. tostring(l))
+        for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, dtype .. " grad") end
+      end
+      local l = F.sigmoid_focal(x, yb, { reduction = "none" }):flat()
+      local xr = x:flat()
+      H.assert_close({ l[1], l[2] }, { 0.75 * xr[1], -0.25 * xr[2] }, { rtol = 1e-6, what = dtype })
+    end
+  end)
+
+  it("an invalid label sets the error slot: reported at the next synchronising call, no out-of-bounds access", function()
+    local x = ploss.randn({ 4, 6 }, { device = "cuda" })
+    local y = ploss.tensor({ 0, 6, 2, -100 }, { dtype = "i64", device = "cuda" })
+    for _, name in ipairs { "softmax_focal", "dual_focal" } do
+      local ok, err = pcall(function()
+        local l = F[name](x, y)
+        return l
+      end)
+      assert.is_false(ok, name)
+      assert.is_truthy(tostring(err):find("6", 1, true), tostring(err))
+      assert.is_truthy(tostring(err):find("INVALID_LABEL", 1, true), tostring(err))
+      -- the context is usable afterwards
+      local good = ploss.tensor({ 0, 5, 2, -100 }, { dtype = "i64", device = "cuda" })
+      local l = F[name](x, good)
+      assert.is_true(l == l)
+    end
+  end)
+
+  it("validation errors on CUDA tensors write nothing", function()
+    local x = ploss.randn({ 3, 4 }, { device = "cuda" })
+    local yb = ploss.rand({ 3, 4 }, { device = "cuda" })
+    local out = ploss.empty({}, { device = "cuda" })
+    local gbuf = ploss.empty({ 3, 4 }, { device = "cuda" })
+    H.expect_error(function()
+      local l = F.binary_cross_entropy_with_logits_fused(x, yb, { pos_weight = { 1, 2 }, out = out, grad_input = gbuf })
+      return l
+    end, "pos_weight: expected a vector of length 4", out, gbuf)
+    H.expect_error(function()
+      local l = F.sigmoid_focal_fused(x, yb, { gamma = -1, out = out, grad_input = gbuf })
+      return l
+    end, "opts.gamma", out, gbuf)
+    H.expect_error(function()
+      local l = F.softmax_focal_fused(x, ploss.tensor({ 1, 2 }, { dtype = "i64", device = "cuda" }),
+        { out = out, grad_input = gbuf })
+      return l
+    end, "target: expected shape [3]", out, gbuf)
+    H.expect_error(function()
+      local l = F.sigmoid_focal_fused(x, ploss.rand({ 3, 4 }), { out = out, grad_input = gbuf })
+      return l
+    end, "target: expected a tensor on cuda:0", out, gbuf)
+  end)
+
+  it("empty input and all-ignored 'mean': NaN loss, zero gradient", function()
+    local e = ploss.empty({ 0, 3 }, { device = "cuda" })
+    local l = F.sigmoid_focal(e, ploss.empty({ 0, 3 }, { device = "cuda" }))
+    assert.is_true(l ~= l)
+    assert.are.equal(0, F.binary_cross_entropy_with_logits(e, ploss.empty({ 0, 3 }, { device = "cuda" }), { reduction = "sum" }))
+    local x = ploss.randn({ 70, 40 }, { device = "cuda" })
+    local y = ploss.full({ 70 }, -100, { dtype = "i64", device = "cuda" })
+    for _, name in ipairs { "softmax_focal", "dual_focal" } do
+      local loss, g = F[name .. "_fused"](x, y)
+      assert.is_true(loss ~= loss, name)
+      for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+    end
+    local e2 = ploss.empty({ 0, 5 }, { device = "cuda" })
+    local ye = ploss.empty({ 0 }, { dtype = "i64", device = "cuda" })
+    local l2 = F.softmax_focal(e2, ye)
+    assert.is_true(l2 ~= l2)
+  end)
+
+  it("in-place fused on the GPU equals the out-of-place gradient", function()
+    H.seed(300)
+    for _, c in ipairs {
+      { "sigmoid_focal", "FocalLoss", ploss.rand({ 5, 40 }, { device = "cuda" }) },
+      { "softmax_focal", "SoftmaxFocalLoss", H.random_labels({ 5 }, 40, { device = "cuda" }) },
+      { "dual_focal", "DualFocalLoss", H.random_labels({ 5 }, 40, { device = "cuda" }) },
+      { "softmax_focal", "SoftmaxFocalLoss", H.random_labels({ 5 }, 4000, { device = "cuda" }), 4000 },
+    } do
+      local name, cls, y, Cn = c[1], c[2], c[3], c[4] or 40
+      local x = ploss.randn({ 5, Cn }, { device = "cuda" })
+      local l1, g1 = F[name .. "_fused"](x, y)
+      local xi = x:clone()
+      local l2, g2 = ploss[cls] { inplace = true }(xi, y)
+      assert.are.equal(xi, g2)
+      H.assert_equal(l2, l1, { what = name })
+      H.assert_equal(xi, g1, { what = name })
+    end
+  end)
+end)
