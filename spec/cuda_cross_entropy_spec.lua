@@ -1,9 +1,354 @@
--- CUDA spec (suite 'cuda'): spec/run.lua exits 77 before this file when no GPU is present.
+-- CUDA cross-entropy spec (suite 'cuda'): the device against the CPU backend in f64 on the
+-- same (rounded) values, for f32/f16/bf16/f64, contiguous and strided inputs, sizes that hit
+-- every kernel path, every pass; edge cases, the device error slot, mixed devices,
+-- determinism and memory.  spec/run.lua exits 77 before loading this file when no GPU is
+-- present; PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
 local H = require "spec.helpers"
 local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+local ON_GPU = DEV ~= "cpu"
 
-describe("CUDA", function()
-  it("is available", function()
-    assert.is_true(ploss.cuda_available())
+-- Tolerances against the f64 CPU reference computed on the same rounded inputs.  Losses
+-- are accumulated in f32 (f64 for f64); gradients are rounded to the input dtype.
+-- `atol` is relative to the largest |reference| of the compared tensor; `floor` is an
+-- absolute floor (f16 subnormals).
+local TOL = {
+  f64 = { loss = 1e-10, grad = 1e-10, floor = 0 },
+  f32 = { loss = 2e-5, grad = 2e-5, floor = 0 },
+  f16 = { loss = 1e-4, grad = 6e-3, floor = 2 ^ -24 },
+  bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
+}
+
+local function maxabs(values)
+  local m = 0
+  for _, v in ipairs(values) do
+    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
+  end
+  return m
+end
+
+local function close(got, ref, rtol, floor, what)
+  local rv = H.values(ref)
+  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
+end
+
+-- The options table with tensor options moved to `device` (f64 on the CPU reference).
+local function opts_on(opts, device, dtype)
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  if opts.weight then o.weight = opts.weight:to(device, dtype) end
+  return o
+end
+
+-- CPU f64 reference: loss, gradient of the fused pass (scale 1) and, for 'none', the
+-- backward gradient with upstream gradient gout.
+local function reference(x, y, opts, gout)
+  local xc = x:to("cpu", "f64")
+  local yc = y:is_floating_point() and y:to("cpu", "f64") or y:to("cpu")
+  local o = opts_on(opts, "cpu", "f64")
+  local loss, grad = F.cross_entropy_fused(xc, yc, o)
+  local gback = gout and F.cross_entropy_backward(xc, yc, gout:to("cpu", "f64"), o) or nil
+  return { loss = loss, grad = grad, gback = gback, x = xc, y = yc, opts = o }
+end
+
+local function sample_sizes(sizes)
+  local s = {}
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+  return s
+end
+
+-- Inputs of `sizes` in dtype on the device, in the requested layout (the values are the
+-- same whatever the layout).
+local function make_input(sizes, dtype, layout, seed)
+  local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = 3, seed = seed })
+  if layout == "contiguous" then return x end
+  if #sizes == 2 then -- class-major storage: the transposed N×C
+    return x:t():contiguous():t()
+  end
+  -- channels-last: the class axis has stride 1
+  local perm, back = { 1 }, { 1, #sizes }
+  for d = 3, #sizes do perm[#perm + 1] = d end
+  perm[#perm + 1] = 2
+  for d = 2, #sizes - 1 do back[#back + 1] = d end
+  return x:permute(perm):contiguous():permute(back)
+end
+
+local function make_target(sizes, kind, ignore, dtype_index, seed)
+  local Cn = sizes[2]
+  if kind == "prob" then
+    return ploss.rand(sizes, { dtype = "f32", device = DEV, seed = seed + 1 })
+  end
+  H.seed(seed + 2)
+  return H.random_labels(sample_sizes(sizes), Cn, { ignore = ignore and 0.3 or 0, ignore_index = -100,
+    device = DEV, dtype = dtype_index or "i64" })
+end
+
+-- Sizes that reach every kernel path: small C (warp per row), C = 1000 (block per row),
+-- C = 32000 and C = 131072 with few rows (online softmax when the row does not fit),
+-- N×C×H×W (thread per pixel), odd sizes, one class.
+local SIZES = {
+  { 64, 10 }, { 33, 17 }, { 8, 1000 }, { 3, 4097 }, { 4, 32000 }, { 2, 131072 }, { 5, 1 },
+  { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 3, 1, 4 },
+}
+
+local OPTION_SETS = {
+  { name = "mean", kind = "index", opts = { reduction = "mean" } },
+  { name = "sum, smoothing 0.1, weight", kind = "index", weight = true,
+    opts = { reduction = "sum", label_smoothing = 0.1 } },
+  { name = "none, reference 0.2, ignored", kind = "index", ignore = true,
+    opts = { reduction = "none", label_smoothing = 0.2, smoothing_convention = "reference" } },
+  { name = "mean, uniform_others 0.3, weight, ignored, i32", kind = "index", ignore = true, weight = true, i32 = true,
+    opts = { reduction = "mean", label_smoothing = 0.3, smoothing_convention = "uniform_others" } },
+  { name = "probabilities, mean, smoothing 0.1", kind = "prob", opts = { reduction = "mean", label_smoothing = 0.1 } },
+  { name = "probabilities, none, weight", kind = "prob", weight = true, opts = { reduction = "none" } },
+}
+
+describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
+  local seed = 500
+  for _, sizes in ipairs(SIZES) do
+    it("sizes " .. table.concat(sizes, "x"), function()
+      local Cn = sizes[2]
+      for _, set in ipairs(OPTION_SETS) do
+        if not (Cn == 1 and set.opts.smoothing_convention == "uniform_others") then
+          for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
+            for _, layout in ipairs { "contiguous", "strided" } do
+              seed = seed + 1
+              H.current_seed = seed
+              local tol = TOL[dtype]
+              local label = string.format("%s %s %s %s", table.concat(sizes, "x"), set.name, dtype, layout)
+              local x = make_input(sizes, dtype, layout, seed)
+              local y = make_target(sizes, set.kind, set.ignore, set.i32 and "i32" or "i64", seed)
+              local opts = {}
+              for k, v in pairs(set.opts) do opts[k] = v end
+              if set.weight then opts.weight = ploss.rand({ Cn }, { dtype = "f32", device = DEV, low = 0.5, high = 2, seed = seed + 3 }) end
+              local none = opts.reduction == "none"
+              local gout = none and ploss.randn(sample_sizes(sizes), { dtype = dtype == "f64" and "f64" or "f32", device = DEV, seed = seed + 4 }) or nil
+              local ref = reference(x, y, opts, gout)
+
+              -- fused
+              local loss, grad = F.cross_entropy_fused(x, y, opts)
+              assert.are.equal(dtype, grad:dtype())
+              assert.are.equal(x:device(), grad:device())
+              close(loss, ref.loss, tol.loss, 0, label .. " fused loss")
+              close(grad, ref.grad, tol.grad, tol.floor, label .. " fused grad")
+              -- forward, then backward with the saved lse (criterion) and recomputed (F)
+              local crit = ploss.CrossEntropyLoss(opts)
+              close(crit:forward(x, y), ref.loss, tol.loss, 0, label .. " forward")
+              local gb = crit:backward(x, y, gout)
+              close(gb, none and ref.gback or ref.grad, tol.grad, tol.floor, label .. " backward (saved lse)")
+              local gf = F.cross_entropy_backward(x, y, gout, opts)
+              close(gf, none and ref.gback or ref.grad, tol.grad, tol.floor, label .. " backward (recomputed lse)")
+              -- in place: the same numbers as the out-of-place fused pass
+              local xc = x:clone()
+              local xi = layout == "contiguous" and xc or make_input(sizes, dtype, layout, seed)
+              local li, gi = F.cross_entropy_fused(xi, y, { reduction = opts.reduction, label_smoothing = opts.label_smoothing,
+                smoothing_convention = opts.smoothing_convention, weight = opts.weight, inplace = true })
+              assert.are.equal(xi, gi)
+              H.assert_equal(gi, grad, { what = label .. " in place" })
+              H.assert_equal(li, loss, { what = label .. " in place loss" })
+            end
+          end
+        end
+      end
+    end)
+  end
+
+  it("extreme logits (±1e4) stay finite", function()
+    for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
+      local x = ploss.tensor({ { 1e4, -1e4, 0 }, { -1e4, 1e4, 5 }, { 30, 30, 30 } }, { dtype = dtype, device = DEV })
+      local y = ploss.tensor({ 0, 0, 2 }, { dtype = "i64", device = DEV })
+      for _, red in ipairs { "none", "mean", "sum" } do
+        local opts = { reduction = red, label_smoothing = 0.1 }
+        local l, g = F.cross_entropy_fused(x, y, opts)
+        local ref = reference(x, y, opts)
+        close(l, ref.loss, TOL[dtype].loss, 0, dtype .. " " .. red .. " loss")
+        close(g, ref.grad, TOL[dtype].grad, TOL[dtype].floor, dtype .. " " .. red .. " grad")
+      end
+    end
+  end)
+
+  it("is deterministic: the same inputs give bitwise the same loss and gradient", function()
+    for _, sizes in ipairs { { 4096, 1000 }, { 2, 131072 }, { 4, 19, 64, 64 } } do
+      local x = ploss.randn(sizes, { dtype = "f32", device = DEV, seed = 42 })
+      local y = make_target(sizes, "index", true, "i64", 42)
+      local opts = { label_smoothing = 0.1 }
+      local l1, g1 = F.cross_entropy_fused(x, y, opts)
+      local l2, g2 = F.cross_entropy_fused(x, y, opts)
+      assert.are.equal(l1, l2)
+      H.assert_equal(g2, g1)
+      local s1 = F.cross_entropy(x, y, { reduction = "sum" })
+      assert.are.equal(s1, F.cross_entropy(x, y, { reduction = "sum" }))
+    end
+  end)
+end)
+
+describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
+  it("all targets ignored: NaN mean, 0 sum, an exactly zero gradient", function()
+    for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
+      for _, sizes in ipairs { { 3, 4 }, { 2, 2000 }, { 2, 3, 4, 5 } } do
+        local x = ploss.randn(sizes, { dtype = dtype, device = DEV })
+        local y = ploss.full(sample_sizes(sizes), -100, { dtype = "i64", device = DEV })
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local crit = ploss.CrossEntropyLoss { reduction = red, label_smoothing = 0.2, weight = ploss.ones(sizes[2]):totable() }
+          local l, g = crit(x, y)
+          if red == "mean" then assert.is_true(l ~= l) end
+          if red == "sum" then assert.are.equal(0, l) end
+          for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+          crit:forward(x, y)
+          for _, v in ipairs(crit:backward(x, y):flat()) do assert.are.equal(0, v) end
+        end
+      end
+    end
+  end)
+
+  it("empty batch: NaN mean, 0 sum, empty gradients", function()
+    for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
+      local x = ploss.empty({ 0, 7 }, { dtype = dtype, device = DEV })
+      local y = ploss.empty({ 0 }, { dtype = "i64", device = DEV })
+      local m, g = F.cross_entropy_fused(x, y)
+      assert.is_true(m ~= m)
+      assert.are.same({ 0, 7 }, g:size())
+      assert.are.equal(0, F.cross_entropy(x, y, { reduction = "sum" }))
+      assert.are.same({ 0 }, F.cross_entropy(x, y, { reduction = "none" }):size())
+      local x4 = ploss.empty({ 2, 3, 0, 5 }, { dtype = dtype, device = DEV })
+      local y4 = ploss.empty({ 2, 0, 5 }, { dtype = "i64", device = DEV })
+      local m4 = F.cross_entropy(x4, y4)
+      assert.is_true(m4 ~= m4)
+    end
+  end)
+
+  it("NaN in an ignored row does not leak", function()
+    for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
+      for _, Cn in ipairs { 6, 3000 } do
+        local x = ploss.randn({ 4, Cn }, { dtype = dtype, device = DEV })
+        x[2] = 0 / 0
+        local y = ploss.tensor({ 1, 255, 2, 0 }, { dtype = "i64", device = DEV })
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local l, g = F.cross_entropy_fused(x, y, { reduction = red, ignore_index = 255, label_smoothing = 0.1 })
+          for _, v in ipairs(H.values(l)) do assert.is_true(v == v) end
+          local gv = g:flat()
+          for i, v in ipairs(gv) do
+            assert.is_true(v == v, dtype .. " " .. red .. " element " .. i)
+            if i > Cn and i <= 2 * Cn then assert.are.equal(0, v) end
+          end
+        end
+      end
+    end
+  end)
+
+  -- An invalid label found by a kernel is reported by the next call that synchronises.
+  local function expect_label_error(fn, fragment)
+    if not ON_GPU then
+      -- the CPU validates labels before writing: the call itself raises
+      H.expect_error(fn, fragment)
+      return
+    end
+    fn() -- queues the kernels; no host synchronisation, so no error yet
+    H.expect_error(function() ploss.synchronize(DEV) end, { "PLOSS_ERR_INVALID_LABEL", fragment })
+    ploss.synchronize(DEV) -- the slot was cleared
+  end
+
+  it("an invalid label is reported at the next synchronising call, for every kernel path", function()
+    for _, sizes in ipairs { { 4, 10 }, { 4, 1000 }, { 2, 131072 }, { 2, 3, 4, 5 } } do
+      for _, bad in ipairs { sizes[2], -1, sizes[2] + 1000 } do
+        for _, tdt in ipairs { "i64", "i32" } do
+          local x = ploss.randn(sizes, { dtype = "f32", device = DEV })
+          local yh = ploss.zeros(sample_sizes(sizes), { dtype = "i64" })
+          yh:view(-1)[2] = bad
+          local y = yh:to(DEV, tdt)
+          local crit = ploss.CrossEntropyLoss { reduction = "none" }
+          expect_label_error(function() crit:forward_tensor(x, y) end, "PLOSS_ERR_INVALID_LABEL")
+          expect_label_error(function() F.cross_entropy_fused(x, y, { reduction = "none" }) end, "PLOSS_ERR_INVALID_LABEL")
+          expect_label_error(function() F.cross_entropy_backward(x, y, nil, { reduction = "none" }) end, "PLOSS_ERR_INVALID_LABEL")
+          -- a reduced loss is read at once: the error comes from that call
+          H.expect_error(function() local _ = F.cross_entropy(x, y) end, "PLOSS_ERR_INVALID_LABEL")
+          H.expect_error(function() local _ = ploss.CrossEntropyLoss {}:forward(x, y) end, "PLOSS_ERR_INVALID_LABEL")
+          -- and the context works again afterwards
+          local good = ploss.zeros(sample_sizes(sizes), { dtype = tdt, device = DEV })
+          assert.is_number(F.cross_entropy(x, good))
+        end
+      end
+    end
+  end)
+
+  it("an invalid label is also reported by :item() of another tensor on the device", function()
+    if not ON_GPU then return end
+    local x = ploss.randn({ 4, 10 }, { device = DEV })
+    local y = ploss.tensor({ 0, 1, 12, 3 }, { dtype = "i64", device = DEV })
+    local loss = ploss.CrossEntropyLoss {}:forward_tensor(x, y)
+    H.expect_error(function() local _ = loss:item() end, "PLOSS_ERR_INVALID_LABEL")
+    ploss.synchronize(DEV)
+  end)
+
+  it("bad input gives the CPU's messages and leaves outputs untouched", function()
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.randint(0, 5, { 4 }, { device = DEV })
+    local loss = ploss.empty({}, { device = DEV })
+    local grad = ploss.empty({ 4, 5 }, { device = DEV })
+    local function both(o, yy, fragment)
+      local oo = { out = loss }
+      for k, v in pairs(o) do oo[k] = v end
+      H.expect_error(function() F.cross_entropy(x, yy or y, oo) end, fragment, loss)
+      oo.grad_input = grad
+      H.expect_error(function() F.cross_entropy_fused(x, yy or y, oo) end, fragment, loss, grad)
+    end
+    both({}, ploss.randint(0, 5, { 3 }, { device = DEV }), "target: expected shape [4]")
+    both({ label_smoothing = 1.5 }, nil, "opts.label_smoothing: 1.5 is outside [0, 1]")
+    both({ weight = ploss.ones({ 4 }, { device = DEV }) }, nil, "weight: expected shape [5]")
+    both({}, ploss.tensor({ 0, 1, 2, 3 }, { device = DEV }), "target: expected probabilities of the input's shape")
+    local x1 = ploss.randn({ 4, 1 }, { device = DEV })
+    H.expect_error(function() F.cross_entropy(x1, ploss.zeros({ 4 }, { dtype = "i64", device = DEV }),
+      { label_smoothing = 0.1, smoothing_convention = "uniform_others" }) end, "undefined for C = 1")
+  end)
+
+  it("mixed devices are refused", function()
+    if not ON_GPU then return end
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.randint(0, 5, { 4 })
+    local loss = ploss.empty({}, { device = DEV })
+    H.expect_error(function() F.cross_entropy(x, y, { out = loss }) end,
+      { "target: expected a tensor on cuda:0 (the context's device), got i64[4] on cpu", "PLOSS_ERR_DEVICE" }, loss)
+    local yd = y:to(DEV)
+    H.expect_error(function() F.cross_entropy(x, yd, { weight = ploss.ones(5), out = loss }) end,
+      "weight: expected a tensor on cuda:0", loss)
+    local gh = ploss.empty({ 4, 5 })
+    H.expect_error(function() F.cross_entropy_fused(x, yd, { grad_input = gh }) end, "grad_input: expected a tensor on cuda:0", gh)
+    H.expect_error(function() F.cross_entropy(x:to("cpu"), yd) end, "target: expected a tensor on cpu")
+    -- a weight given as a Lua list follows the input
+    assert.is_number(F.cross_entropy(x, yd, { weight = { 1, 2, 3, 4, 5 } }))
+    local crit = ploss.CrossEntropyLoss { weight = { 1, 2, 3, 4, 5 } }
+    H.assert_close(crit:forward(x, yd), crit:forward(x:to("cpu"), y), { rtol = 1e-5 })
+    -- a criterion's tensor options move with :to()
+    local c2 = ploss.CrossEntropyLoss { weight = ploss.ones(5) }:to(DEV)
+    assert.are.equal("cuda:0", c2.weight:device())
+    assert.is_number(c2:forward(x, yd))
+  end)
+
+  it("reuses its buffers and the context's workspace: a second fused call allocates nothing", function()
+    for _, sizes in ipairs { { 256, 1000 }, { 2, 131072 }, { 2, 19, 64, 64 } } do
+      local x = ploss.randn(sizes, { device = DEV })
+      local y = make_target(sizes, "index", true, "i64", 7)
+      local crit = ploss.CrossEntropyLoss { label_smoothing = 0.1 }
+      crit(x, y)
+      crit:forward(x, y)
+      crit:backward(x, y)
+      local before = ploss.memory_stats(DEV)
+      crit(x, y)
+      crit:forward(x, y)
+      crit:backward(x, y)
+      local after = ploss.memory_stats(DEV)
+      assert.are.equal(before.alloc_count, after.alloc_count, table.concat(sizes, "x"))
+      assert.are.equal(before.current_bytes, after.current_bytes)
+    end
+  end)
+
+  it("keeps at most one float per sample between forward and backward", function()
+    local x = ploss.randn({ 64, 32000 }, { device = DEV })
+    local y = ploss.randint(0, 32000, { 64 }, { device = DEV })
+    local crit = ploss.CrossEntropyLoss {}
+    crit:forward(x, y)
+    assert.are.equal(64, crit._state:numel())
+    assert.are.equal("f32", crit._state:dtype())
   end)
 end)

@@ -1,9 +1,122 @@
--- CUDA spec (suite 'cuda'): spec/run.lua exits 77 before this file when no GPU is present.
+-- CUDA tensor spec (suite 'cuda'): spec/run.lua exits 77 before loading this file when no
+-- GPU is present.  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU instead (a dry run
+-- of the spec's own logic on machines without a GPU).
 local H = require "spec.helpers"
 local ploss = H.ploss
+local DEV = H.cuda_spec_device()
 
-describe("CUDA", function()
-  it("is available", function()
-    assert.is_true(ploss.cuda_available())
+describe("CUDA tensors (" .. DEV .. ")", function()
+  local dtypes = { "f32", "f16", "bf16", "f64", "i64", "i32", "u8" }
+
+  it("lives on the device", function()
+    local t = ploss.zeros({ 2, 3 }, { device = DEV })
+    assert.are.equal(DEV == "cpu" and "cpu" or "cuda:0", t:device())
+    assert.are.equal(DEV ~= "cpu", t:is_cuda())
+    assert.are.same({ { 0, 0, 0 }, { 0, 0, 0 } }, t:totable())
+    assert.matches("on " .. (DEV == "cpu" and "cpu" or "cuda:0") .. "%]$", tostring(t))
+    assert.are.equal(ploss.context(DEV), t:context())
+  end)
+
+  it("round-trips every dtype between host and device, contiguous and strided", function()
+    local vals = { { 0, 1, 2, 3 }, { 100, 7, 250, 5 }, { 9, 8, 6, 4 } }
+    H.each(dtypes, dtypes, function(a, b)
+      local h = ploss.tensor(vals, { dtype = a })
+      local d = h:to(DEV, b)
+      assert.are.equal(b, d:dtype())
+      assert.are.same(vals, d:totable(), a .. " -> " .. b)
+      assert.are.same(vals, d:to("cpu", a):totable())
+      -- strided on both sides
+      local dt = ploss.zeros({ 4, 3 }, { dtype = b, device = DEV })
+      dt:copy(h:t())
+      assert.are.same(h:t():totable(), dt:totable())
+      local ht = ploss.zeros({ 4, 3 }, { dtype = a })
+      ht:copy(d:t())
+      assert.are.same(h:t():totable(), ht:totable())
+      -- device to device, converting and strided
+      local dd = ploss.zeros({ 3, 4 }, { dtype = a, device = DEV })
+      dd:t():copy(d:t())
+      assert.are.same(vals, dd:totable())
+    end)
+  end)
+
+  it("copies non-contiguous device views (channels-last, narrowed)", function()
+    H.seed(3)
+    local x = ploss.randn({ 2, 5, 3, 4 }, { dtype = "f64" })
+    local xd = x:to(DEV)
+    local cl = xd:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3)
+    assert.are.same({ 60, 1, 20, 5 }, cl:stride())
+    H.assert_equal(cl, x)
+    H.assert_equal(cl:contiguous(), x)
+    H.assert_equal(xd:narrow(2, 2, 3):narrow(4, 2, 2), x:narrow(2, 2, 3):narrow(4, 2, 2))
+  end)
+
+  it("fill and item on the device", function()
+    for _, dt in ipairs { "f32", "f16", "bf16", "f64", "i64", "i32", "u8" } do
+      local t = ploss.empty({ 5, 5 }, { dtype = dt, device = DEV })
+      t:fill(3)
+      t:narrow(1, 2, 2):t():fill(7)
+      assert.are.equal(7, t[2][5])
+      assert.are.equal(3, t[4][1])
+      assert.are.equal(3, t:select(1, 5):select(1, 5):item())
+    end
+  end)
+
+  it("random numbers are the same on the CPU and the device", function()
+    for _, dt in ipairs { "f32", "f16", "bf16", "f64" } do
+      ploss.manual_seed(2024)
+      local a = ploss.rand({ 1000 }, { dtype = dt })
+      local b = ploss.randn({ 33, 31 }, { dtype = dt })
+      ploss.manual_seed(2024)
+      local ad = ploss.rand({ 1000 }, { dtype = dt, device = DEV })
+      local bd = ploss.randn({ 33, 31 }, { dtype = dt, device = DEV })
+      H.assert_equal(ad, a, { what = "rand " .. dt })
+      H.assert_equal(bd, b, { what = "randn " .. dt })
+    end
+    for _, dt in ipairs { "i64", "i32", "u8" } do
+      H.assert_equal(ploss.randint(-5, 200, { 777 }, { dtype = dt == "u8" and "i64" or dt, seed = 4, device = DEV }),
+        ploss.randint(-5, 200, { 777 }, { dtype = dt == "u8" and "i64" or dt, seed = 4 }), { what = "randint " .. dt })
+    end
+    H.assert_equal(ploss.randint(0, 256, { 300 }, { dtype = "u8", seed = 5, device = DEV }),
+      ploss.randint(0, 256, { 300 }, { dtype = "u8", seed = 5 }))
+    -- strided destinations take counters in row-major order of the view
+    local h = ploss.zeros({ 6, 4 }, { dtype = "f64" })
+    local d = ploss.zeros({ 6, 4 }, { dtype = "f64", device = DEV })
+    ploss.C.ploss_rand_normal(h:context(), h:t():dl(), 9, 0, 0, 1)
+    ploss.C.ploss_rand_normal(d:context(), d:t():dl(), 9, 0, 0, 1)
+    H.assert_equal(d, h)
+  end)
+
+  it("counts device memory and frees it", function()
+    collectgarbage()
+    collectgarbage()
+    ploss.synchronize(DEV)
+    local before = ploss.memory_stats(DEV)
+    local t = ploss.empty({ 2 ^ 20 }, { dtype = "f32", device = DEV })
+    local mid = ploss.memory_stats(DEV)
+    assert.is_true(mid.current_bytes - before.current_bytes >= 4 * 2 ^ 20)
+    assert.are.equal(before.alloc_count + 1, mid.alloc_count)
+    t:free()
+    t:free()
+    assert.are.equal(before.current_bytes, ploss.memory_stats(DEV).current_bytes)
+    do
+      for _ = 1, 20 do local _ = ploss.empty({ 2 ^ 18 }, { device = DEV }) end
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(before.current_bytes, ploss.memory_stats(DEV).current_bytes)
+    ploss.reset_peak_memory(DEV)
+    local s = ploss.memory_stats(DEV)
+    assert.are.equal(s.current_bytes, s.peak_bytes)
+  end)
+
+  it("refuses mixed devices and unknown devices", function()
+    if DEV == "cpu" then return end
+    local h = ploss.zeros(3)
+    local d = ploss.zeros(3, { device = DEV })
+    -- ploss_copy takes host tensors on either side; fill needs the tensor's own context
+    H.expect_error(function() ploss.check(ploss.C.ploss_fill(ploss.context("cpu"), d:dl(), 1)) end,
+      "dst: expected a tensor on cpu (the context's device), got f32[3] on cuda:0")
+    H.expect_error(function() ploss.zeros(2, { device = "cuda:" .. ploss.cuda_device_count() }) end, "does not exist")
+    h:copy(d)
   end)
 end)

@@ -19,6 +19,7 @@
 --                                       message contains `fragment` (plain text) and points at
 --                                       a spec file line, and that the outputs are untouched
 --   H.devices()                         {'cpu'} plus 'cuda' when available
+--   H.cuda_spec_device()                'cuda' (or $PLOSS_CUDA_SPEC_DEVICE, e.g. 'cpu' for a dry run)
 --   H.each(list_a, list_b, ..., fn)     fn(a, b, ...) for every combination (cartesian)
 --   H.seed(n)                           ploss.manual_seed(n), remembered for messages
 --   H.random_logits(sizes, opts)        randn logits (f64 CPU unless opts say otherwise)
@@ -307,6 +308,13 @@ end
 ---------------------------------------------------------------------------------------
 -- loops and random data
 ---------------------------------------------------------------------------------------
+
+--- The device the CUDA specs run on: 'cuda', or $PLOSS_CUDA_SPEC_DEVICE ('cpu' runs them
+-- as a dry run of their own logic on a machine without a GPU; spec/run.lua then does not
+-- skip them).
+function H.cuda_spec_device()
+  return os.getenv("PLOSS_CUDA_SPEC_DEVICE") or "cuda"
+end
 
 --- Devices to test on: 'cpu' and, when available, 'cuda'.
 function H.devices()

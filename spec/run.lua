@@ -1,7 +1,8 @@
 -- spec/run.lua SUITE SPEC_FILE [busted options…] — run one busted spec file under LuaJIT
 -- (Debian's /usr/bin/busted starts `lua`, not luajit).  The environment must make
 -- `require "ploss"` work (spec/meson.build sets it; by hand: `source tools/env.sh build`).
---   SUITE 'cuda': exit 77 (Meson's "skipped") when ploss.cuda_available() is false.
+--   SUITE 'cuda': exit 77 (Meson's "skipped") when ploss.cuda_available() is false
+--   (unless PLOSS_CUDA_SPEC_DEVICE=cpu, which runs the spec against the CPU as a dry run).
 -- Exit status: 0 when every test passed, 1 otherwise (busted's failure count is not passed
 -- through: 77 failures would read as "skipped", 256 as success).
 local suite, file = arg[1], arg[2]
@@ -10,7 +11,8 @@ if not (suite and file) then
   os.exit(2)
 end
 
-if suite == "cuda" then
+-- PLOSS_CUDA_SPEC_DEVICE=cpu: run the CUDA specs against the CPU (a dry run of the specs)
+if suite == "cuda" and (os.getenv("PLOSS_CUDA_SPEC_DEVICE") or "cuda") ~= "cpu" then
   local ok, ploss = pcall(require, "ploss")
   if not ok then
     io.stderr:write("cannot load ploss: " .. tostring(ploss) .. "\n")

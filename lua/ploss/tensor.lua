@@ -588,7 +588,16 @@ function Tensor:byte() return self:to(nil, "u8") end
 
 -- Element values in row-major order as a flat Lua array (a host read: on CUDA this
 -- synchronises and reports the device error slot).
+local direct_ctype = { f32 = "float *", f64 = "double *", i64 = "int64_t *", i32 = "int32_t *", u8 = "uint8_t *" }
 local function host_values(t)
+  local direct = direct_ctype[t:dtype()]
+  if direct and not t:is_cuda() and t:is_contiguous() then
+    -- a dense host tensor of a C type: read it in place
+    local p = ffi.cast(direct, t:dl().data)
+    local out = {}
+    for i = 1, tonumber(t.n) do out[i] = tonumber(p[i - 1]) end
+    return out
+  end
   local staging = dtype_of(t).float and "f64" or "i64"
   local host
   if not t:is_cuda() and t:dtype() == staging and t:is_contiguous() then
