@@ -295,6 +295,25 @@ describe("focal family by hand", function()
   end)
 end)
 
+describe("OneHotTargets", function()
+  it("feeds the one-hot targets of class indices to an elementwise criterion", function()
+    H.seed(41)
+    local x = ploss.randn({ 6, 5 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 4, 2, -1, 1, 3 }, { dtype = "i64" }) -- -1: ignored → zero row
+    local t = ploss.one_hot(y, 5, { dtype = "f64" })
+    for _, cls in ipairs { "BCEWithLogitsLoss", "FocalLoss" } do
+      local a = ploss.OneHotTargets(ploss[cls] {})
+      local l1, g1 = a(x, y)
+      local l2, g2 = ploss[cls] {}(x, t)
+      H.assert_equal(l1, l2)
+      H.assert_equal(g1, g2)
+      H.assert_equal(a:forward(x, y), l2)
+      H.assert_equal(a:backward(x, y, 2), F[cls == "FocalLoss" and "sigmoid_focal_backward"
+        or "binary_cross_entropy_with_logits_backward"](x, t, 2))
+    end
+  end)
+end)
+
 describe("focal family gradients (central differences, f64)", function()
   local reductions = { "none", "mean", "sum" }
   local seed = 5000

@@ -51,6 +51,12 @@
 --     ∂ℓ_i/∂x_ik = p_ik·(G_k − Σ_j p_ij·G_j),  G_j = 2·(p_ij − [j = y]) / (1 + ε − (p_ij − [j = y])²)
 --   Shapes as SoftmaxFocalLoss; 'mean' over the valid samples.
 --
+-- ploss.OneHotTargets(criterion [, {ignore_index=-1, label_smoothing=0, smoothing_convention=}])
+--   Adapts an elementwise criterion on N×C(×d…) logits (BCEWithLogitsLoss, FocalLoss) to
+--   class-index targets: each call builds the one-hot targets of the labels (ploss.one_hot,
+--   in the input's dtype on its device, a buffer reused between calls; ignored labels give
+--   all-zero rows) and calls the wrapped criterion with them.  Same API as a criterion.
+--
 -- Every criterion: forward / backward / crit(input, target [, scale]) (fused, one pass;
 -- `inplace = true` writes the gradient over the input), as ploss.nn describes.
 -- Functional API (as ploss.F.cross_entropy):
@@ -127,6 +133,53 @@ nn.register(ploss, {
   end,
 })
 F.sigmoid_focal_loss = F.sigmoid_focal -- torchvision's name
+
+-- one-hot adapter ----------------------------------------------------------------------
+local OneHotTargets = nn.class("OneHotTargets")
+
+function OneHotTargets:__init(inner, opts)
+  if type(inner) ~= "table" or not inner.fused then
+    ploss.raise("OneHotTargets: expected a criterion (e.g. ploss.FocalLoss{}), got " .. type(inner))
+  end
+  self.inner = inner
+  self.one_hot_opts = {}
+  for k, v in pairs(opts or {}) do self.one_hot_opts[k] = v end
+end
+
+function OneHotTargets:targets(input, labels)
+  if not ploss.one_hot then ploss.raise("OneHotTargets: this build has no ploss.one_hot") end
+  local sizes = labels:size()
+  table.insert(sizes, math.min(2, #sizes + 1), input:size(2))
+  self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
+  local o = { out = self._onehot }
+  for k, v in pairs(self.one_hot_opts) do o[k] = v end
+  return ploss.one_hot(labels, nil, o)
+end
+
+function OneHotTargets:forward(input, labels)
+  self.output = self.inner:forward(input, self:targets(input, labels))
+  return self.output
+end
+
+function OneHotTargets:backward(input, labels, gradOutput)
+  self.gradInput = self.inner:backward(input, self:targets(input, labels), gradOutput)
+  return self.gradInput
+end
+
+function OneHotTargets:fused(input, labels, scale)
+  self.output, self.gradInput = self.inner:fused(input, self:targets(input, labels), scale)
+  return self.output, self.gradInput
+end
+
+function OneHotTargets:tostring() return "ploss.OneHotTargets(" .. tostring(self.inner) .. ")" end
+
+-- ploss.OneHotTargets(criterion, opts): `OneHotTargets` is the class; calling it with a
+-- criterion builds an instance
+ploss.OneHotTargets = function(inner, opts)
+  local self = setmetatable({}, OneHotTargets)
+  self:__init(inner, opts)
+  return self
+end
 
 nn.register(ploss, {
   name = "SoftmaxFocalLoss",
