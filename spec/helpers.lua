@@ -17,7 +17,8 @@
 --   H.expect_error(fn, fragment, outputs…)
 --                                       poisons outputs, runs fn, asserts a Lua error whose
 --                                       message contains `fragment` (plain text) and points at
---                                       a spec file line, and that the outputs are untouched
+--                                       the caller's line (not inside ploss), and that the
+--                                       outputs are untouched
 --   H.devices()                         {'cpu'} plus 'cuda' when available
 --   H.cuda_spec_device()                'cuda' (or $PLOSS_CUDA_SPEC_DEVICE, e.g. 'cpu' for a dry run)
 --   H.each(list_a, list_b, ..., fn)     fn(a, b, ...) for every combination (cartesian)
@@ -284,7 +285,7 @@ function H.assert_untouched(snap)
 end
 
 --- Run fn; assert it raises an error containing `fragment` (plain text; a list = all of
--- them), located at a line of a spec file (the caller's line, not inside ploss), and that
+-- them), located at the caller's line (a spec file or a spec helper, not inside ploss), and that
 -- every output tensor given is left untouched.  Returns the message.
 function H.expect_error(fn, fragment, ...)
   local snap = H.poison(...)
@@ -297,8 +298,9 @@ function H.expect_error(fn, fragment, ...)
       error("error message '" .. err .. "' does not contain '" .. f .. "'", 2)
     end
   end
-  if not err:match("_spec%.lua:%d+:") then
-    error("error '" .. err .. "' is not located at a line of the spec file", 2)
+  local where = err:match("^([^:]+%.lua):%d+:")
+  if not where or where:find("lua/ploss/", 1, true) or where:find("helpers.lua", 1, true) then
+    error("error '" .. err .. "' is not located at a line of the caller (a spec file)", 2)
   end
   local ok2, err2 = pcall(H.assert_untouched, snap)
   if not ok2 then error(err2, 2) end

@@ -443,7 +443,10 @@ end
 function Tensor:is_freed() return self.store == nil or self.store.ptr == nil end
 
 --- The cached context of the tensor's device.
-function Tensor:context() return ploss.context(device_name(self.desc.device)) end
+function Tensor:context()
+  if self.store ~= nil then return self.store.ctx end
+  return ploss.context(device_name(self.desc.device))
+end
 
 --- dtype name: 'f32', …
 function Tensor:dtype() return dtype_of(self).name end
