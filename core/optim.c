@@ -67,8 +67,9 @@ static ploss_status prepare(ploss_ctx_t *ctx, ploss_optim_problem *p, DLTensor *
         if ((st = ploss_view_init(&vs[i], states[i], name)) || (st = ploss_view_check_device(&vs[i], ctx, name)))
             return st;
         if (vs[i].dtype != vp.dtype && vs[i].dtype != PLOSS_F32)
-            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected param's dtype %s or f32, got %s", name,
-                               ploss_dtype_name(vp.dtype), ploss_dtype_name(vs[i].dtype));
+            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s%s (param's dtype%s), got %s", name,
+                               ploss_dtype_name(vp.dtype), vp.dtype == PLOSS_F32 ? "" : " or f32",
+                               vp.dtype == PLOSS_F32 ? "" : " or f32", ploss_dtype_name(vs[i].dtype));
         if (i == 1 && vs[1].dtype != vs[0].dtype)
             return ploss_error(PLOSS_ERR_DTYPE, "%s: expected the dtype of %s (%s), got %s", name, state_names[0],
                                ploss_dtype_name(vs[0].dtype), ploss_dtype_name(vs[1].dtype));

@@ -8,6 +8,10 @@
 #include "../activations.h"
 #include "scalar.h"
 
+/* Elementwise loops go parallel above this many elements (below it, waking threads costs
+ * more than it saves, and more so on a loaded machine). */
+#define PLOSS_CPU_PARALLEL_MIN 262144
+
 /* σ(x) and σ(−x) = 1 − σ(x), each evaluated by the sign of x so neither overflows. */
 static void sigmoid2(double x, double *s, double *sm)
 {
@@ -69,21 +73,26 @@ static double derivative(ploss_activation act, double x)
         if (x <= 3.0)
             return x / 3.0 + 0.5;
         return 1.0;
-    default: {
-        double t, sech2, s, sm;
-        tanh_softplus(x, &t, &sech2);
-        sigmoid2(x, &s, &sm);
-        return t + x * s * sech2;
+    default: { /* t + x·σ(x)·(1 − t²), one exponential below the softplus threshold */
+        if (x > 20.0) {
+            double t, sech2, s, sm;
+            tanh_softplus(x, &t, &sech2);
+            sigmoid2(x, &s, &sm);
+            return t + x * s * sech2;
+        }
+        const double e = exp(x), n = e * (e + 2.0), d = n + 2.0;
+        return n / d + x * (e / (1.0 + e)) * (4.0 * (n + 1.0) / (d * d));
     }
     }
 }
 
-ploss_status ploss_cpu_activation(const ploss_act_problem *p)
+/* The loop over all elements for one dtype; always inlined with a constant `dt`, so the
+ * compiler drops the per-element dtype switch of ploss_load/ploss_store. */
+static inline __attribute__((always_inline)) void run_dtype(const ploss_act_problem *p, ploss_dtype dt)
 {
     const ploss_ew_shape *sh = &p->shape;
     const ploss_ew_operand *x = &p->op[PLOSS_ACT_X], *gy = &p->op[PLOSS_ACT_GY], *o = &p->op[PLOSS_ACT_OUT];
-    const ploss_dtype dt = p->dtype;
-#pragma omp parallel for schedule(static) if (sh->numel > 32768)
+#pragma omp parallel for schedule(static) if (sh->numel > PLOSS_CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < sh->numel; ++k) {
         const double v = ploss_load(x->data, dt, ploss_ew_offset(sh, x->strides, k));
         double r;
@@ -92,6 +101,16 @@ ploss_status ploss_cpu_activation(const ploss_act_problem *p)
         else
             r = forward(p->act, v);
         ploss_store(o->data, dt, ploss_ew_offset(sh, o->strides, k), r);
+    }
+}
+
+ploss_status ploss_cpu_activation(const ploss_act_problem *p)
+{
+    switch (p->dtype) {
+    case PLOSS_F32: run_dtype(p, PLOSS_F32); break;
+    case PLOSS_F16: run_dtype(p, PLOSS_F16); break;
+    case PLOSS_BF16: run_dtype(p, PLOSS_BF16); break;
+    default: run_dtype(p, PLOSS_F64); break;
     }
     return PLOSS_OK;
 }

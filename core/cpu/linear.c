@@ -8,10 +8,11 @@
 #include "scalar.h"
 
 #define COLS 64 /* columns per task of the bias gradient */
+#define PLOSS_CPU_PARALLEL_MIN 262144 /* elements; see core/cpu/activations.c */
 
 ploss_status ploss_cpu_bias_add(const ploss_bias_problem *p)
 {
-#pragma omp parallel for schedule(static) if (p->n * p->c > 65536)
+#pragma omp parallel for schedule(static) if (p->n * p->c > PLOSS_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < p->n; ++i)
         for (int64_t j = 0; j < p->c; ++j) {
             const int64_t o = i * p->m_sn + j * p->m_sc;
@@ -24,7 +25,7 @@ ploss_status ploss_cpu_bias_add(const ploss_bias_problem *p)
 ploss_status ploss_cpu_bias_grad(const ploss_bias_problem *p)
 {
     const int64_t blocks = (p->c + COLS - 1) / COLS;
-#pragma omp parallel for schedule(static) if (p->n * p->c > 65536)
+#pragma omp parallel for schedule(static) if (p->n * p->c > PLOSS_CPU_PARALLEL_MIN)
     for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t j0 = blk * COLS, j1 = j0 + COLS < p->c ? j0 + COLS : p->c;
         double acc[COLS] = {0};
@@ -40,7 +41,7 @@ ploss_status ploss_cpu_bias_grad(const ploss_bias_problem *p)
 ploss_status ploss_cpu_argmax(const ploss_argmax_problem *p)
 {
     const ploss_ew_shape *sh = &p->samples;
-#pragma omp parallel for schedule(static) if (sh->numel * p->C > 65536)
+#pragma omp parallel for schedule(static) if (sh->numel * p->C > PLOSS_CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < sh->numel; ++k) {
         const int64_t xo = ploss_ew_offset(sh, p->x.strides, k);
         double best = ploss_load(p->x.data, p->x.dtype, xo);

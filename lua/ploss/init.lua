@@ -36,6 +36,7 @@ local ploss = { _VERSION = "0.1.0" }
 local families = {
   "cross_entropy",
   -- support ops (issue 3): add here
+  "support_ops",
   -- focal family (issue 5): add here
   "focal",
   -- softmax family II (issue 6): add here

@@ -1,0 +1,458 @@
+#!/usr/bin/env luajit
+--- examples/fashion_mnist.lua — train an MLP classifier on the real Fashion-MNIST data
+-- (Xiao, Rasul, Vollgraf, arXiv:1708.07747: 60,000 training and 10,000 test images of
+-- 28×28 grey pixels, 10 classes of clothing) with a ploss criterion, on a GPU or the CPU.
+--
+--     source tools/env.sh build && luajit examples/fashion_mnist.lua [options]
+--
+-- Model: 784 → 256 → 10, activation mish (or swish / hard_swish), He-normal initialisation
+-- of the hidden layer and Xavier-normal of the output layer from the seeded generator (the
+-- same numbers on the CPU and the GPU), mini-batches of 256 shuffled each epoch, SGD with
+-- momentum 0.9 (or Adam).  Every op runs in ploss (GEMM through OpenBLAS / cuBLAS, the
+-- activation, bias add, the loss, argmax, the optimiser step); Lua only moves batches.
+--
+-- Data: the gzipped IDX files of Debian's `dataset-fashion-mnist`
+-- (/usr/share/datasets/fashion-mnist/) or another copy of the same four files (--data DIR),
+-- read through zlib (FFI), without unpacking to disk.
+--
+-- Output: a progress bar per epoch on a terminal (plain lines otherwise); per epoch the
+-- training loss (mean over the epoch's batches), test accuracy, training images per
+-- second and the device's peak memory held by ploss; at the end a CSV of these figures and
+-- a PNG plot (gnuplot) in --out (default out/), whose paths are printed.
+local ffi = require "ffi"
+
+local usage = [[
+usage: luajit examples/fashion_mnist.lua [options]
+  --loss NAME         criterion (default ce); --loss list shows them all
+  --epochs N          passes over the training set (default 3)
+  --lr X              learning rate (default 0.05 for sgd, 0.001 for adam)
+  --optim sgd|adam    optimiser (default sgd: momentum 0.9)
+  --activation NAME   mish (default), swish or hard_swish
+  --batch-size N      mini-batch size (default 256)
+  --device D          auto (default: cuda when a GPU is visible), cpu, cuda, cuda:N
+  --seed N            initialisation and shuffling seed (default 1)
+  --limit N           train on the first N training images only (smoke tests)
+  --data DIR          directory with the four *-ubyte.gz files
+                      (default /usr/share/datasets/fashion-mnist)
+  --out DIR           where the CSV and the PNG go (default out)
+  --no-plot           skip the PNG
+  --help              this text]]
+
+---------------------------------------------------------------------------------------
+-- The criteria --loss can name.  Each line: name = { description, constructor }, where the
+-- constructor returns a criterion with Torch7's API (crit(logits, labels) → loss,
+-- gradInput, the gradient of the mean loss), or nil when this build lacks it.
+-- Add a line here when a loss family lands.
+---------------------------------------------------------------------------------------
+local criteria = {
+  ["ce"] = { "softmax cross-entropy (LOSSES.md §2.1)",
+    function(ploss) return ploss.CrossEntropyLoss {} end },
+  ["ls-ce"] = { "cross-entropy with label smoothing ε = 0.1, PyTorch convention (§2.1)",
+    function(ploss) return ploss.CrossEntropyLoss { label_smoothing = 0.1 } end },
+  -- focal family (issue 5): add here
+  ["bce"] = { "one-vs-all BCE with logits on one-hot targets (PyTorch BCEWithLogitsLoss; §3.1)",
+    function(ploss) if ploss.BCEWithLogitsLoss then return ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}) end end },
+  ["focal"] = { "sigmoid focal loss on one-hot targets, alpha 0.25, gamma 2 (torchvision; §3.1)",
+    function(ploss) if ploss.FocalLoss then return ploss.OneHotTargets(ploss.FocalLoss {}) end end },
+  ["softmax-focal"] = { "softmax focal loss, gamma 2 (Lin et al. 2017 with a softmax)",
+    function(ploss) if ploss.SoftmaxFocalLoss then return ploss.SoftmaxFocalLoss {} end end },
+  ["dual-focal"] = { "dual focal loss, eps 1e-5 (pytorch-loss Dual_Focal_loss; §2.6)",
+    function(ploss) if ploss.DualFocalLoss then return ploss.DualFocalLoss {} end end },
+  -- softmax family II (issue 6): add here
+}
+
+---------------------------------------------------------------------------------------
+-- Options
+---------------------------------------------------------------------------------------
+
+local function die(msg)
+  io.stderr:write("fashion_mnist: ", msg, "\n")
+  os.exit(1)
+end
+
+local function parse_args(argv)
+  local o = { loss = "ce", epochs = 3, optim = "sgd", activation = "mish", batch_size = 256,
+              device = "auto", seed = 1, data = "/usr/share/datasets/fashion-mnist", out = "out",
+              plot = true }
+  local numeric = { epochs = true, lr = true, batch_size = true, seed = true, limit = true }
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--help" or a == "-h" then
+      print(usage)
+      os.exit(0)
+    elseif a == "--no-plot" then
+      o.plot = false
+    else
+      local key, val = a:match("^%-%-([%w%-]+)=(.*)$")
+      if not key then
+        key = a:match("^%-%-([%w%-]+)$")
+        if not key then die("unexpected argument '" .. a .. "'\n" .. usage) end
+        i = i + 1
+        val = argv[i]
+        if val == nil then die("--" .. key .. " needs a value") end
+      end
+      key = key:gsub("%-", "_")
+      local known = { loss = 1, epochs = 1, lr = 1, optim = 1, activation = 1, batch_size = 1, device = 1,
+                      seed = 1, limit = 1, data = 1, out = 1 }
+      if not known[key] then die("unknown option --" .. key:gsub("_", "-") .. "\n" .. usage) end
+      if numeric[key] then
+        local v = tonumber(val)
+        if not v or v < 0 or (key ~= "lr" and v ~= math.floor(v)) then
+          die("--" .. key:gsub("_", "-") .. ": expected a " .. (key == "lr" and "positive number" or "non-negative integer") ..
+            ", got '" .. val .. "'")
+        end
+        val = v
+      end
+      o[key] = val
+    end
+    i = i + 1
+  end
+  if o.batch_size < 1 then die("--batch-size: expected at least 1") end
+  if o.optim ~= "sgd" and o.optim ~= "adam" then die("--optim: expected sgd or adam, got '" .. o.optim .. "'") end
+  o.lr = o.lr or (o.optim == "sgd" and 0.05 or 0.001)
+  return o
+end
+
+local opt = parse_args(arg)
+
+local ok_ploss, ploss = pcall(require, "ploss")
+if not ok_ploss then
+  die("cannot load ploss (" .. tostring(ploss) .. ");\n  build it and `source tools/env.sh build` first " ..
+    "(tools/quickstart.sh does both)")
+end
+local F = ploss.F
+
+local function list_criteria()
+  local names = {}
+  for name in pairs(criteria) do names[#names + 1] = name end
+  table.sort(names)
+  local lines = {}
+  for _, name in ipairs(names) do
+    local have = criteria[name][2](ploss) ~= nil
+    lines[#lines + 1] = string.format("  %-10s %s%s", name, criteria[name][1], have and "" or " (not in this build)")
+  end
+  return table.concat(lines, "\n")
+end
+
+if opt.loss == "list" then
+  print("criteria for --loss:\n" .. list_criteria())
+  os.exit(0)
+end
+if not criteria[opt.loss] then die("--loss: unknown criterion '" .. opt.loss .. "'; known:\n" .. list_criteria()) end
+local crit = criteria[opt.loss][2](ploss)
+if not crit then die("--loss " .. opt.loss .. ": this build of ploss lacks it") end
+
+local act_modules = { mish = "Mish", swish = "Swish", hard_swish = "HardSwish" }
+if not act_modules[opt.activation] then
+  die("--activation: expected mish, swish or hard_swish, got '" .. opt.activation .. "'")
+end
+
+if opt.device == "auto" then
+  opt.device = ploss.cuda_available() and "cuda" or "cpu"
+elseif opt.device ~= "cpu" and not ploss.cuda_available() then
+  die(string.format("--device %s: no CUDA device is usable (library built with CUDA: %s, devices visible: %d)",
+    opt.device, tostring(ploss.C.ploss_built_with_cuda() ~= 0), ploss.cuda_device_count()))
+end
+local device = ploss.parse_device(opt.device)
+
+---------------------------------------------------------------------------------------
+-- Clock and terminal
+---------------------------------------------------------------------------------------
+
+if not pcall(ffi.typeof, "struct ploss_example_timespec") then
+  ffi.cdef [[
+    struct ploss_example_timespec { long tv_sec; long tv_nsec; };
+    int clock_gettime(int clock_id, struct ploss_example_timespec *tp);
+    int isatty(int fd);
+  ]]
+end
+local ts = ffi.new("struct ploss_example_timespec")
+local function now()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+local tty = ffi.C.isatty(1) == 1
+
+---------------------------------------------------------------------------------------
+-- Data: gzipped IDX files through zlib
+---------------------------------------------------------------------------------------
+
+if not pcall(ffi.typeof, "struct ploss_example_gz") then
+  ffi.cdef [[
+    struct ploss_example_gz;
+    struct ploss_example_gz *gzopen(const char *path, const char *mode);
+    int gzread(struct ploss_example_gz *file, void *buf, unsigned int len);
+    int gzclose(struct ploss_example_gz *file);
+    const char *gzerror(struct ploss_example_gz *file, int *errnum);
+  ]]
+end
+local zlib
+do
+  local ok, lib = pcall(ffi.load, "z")
+  if not ok then ok, lib = pcall(ffi.load, "libz.so.1") end
+  if not ok then die("cannot load zlib (libz.so.1): install the Debian package zlib1g") end
+  zlib = lib
+end
+
+-- The IDX file at path: magic 0x0000080X (u8 data), dims, then the bytes.  Returns a
+-- uint8_t buffer, the dims and the element count.
+local function read_idx(path, ndims)
+  local f = io.open(path, "rb")
+  if not f then
+    die(string.format("%s not found.\n  Install the real Fashion-MNIST with the Debian package dataset-fashion-mnist " ..
+      "(apt-get install dataset-fashion-mnist),\n  or pass --data DIR with train-images-idx3-ubyte.gz, " ..
+      "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz.", path))
+  end
+  f:close()
+  local gz = zlib.gzopen(path, "rb")
+  if gz == nil then die("zlib cannot open " .. path) end
+  local function read(buf, n)
+    local got = 0
+    while got < n do
+      local chunk = math.min(n - got, 2 ^ 30)
+      local r = zlib.gzread(gz, ffi.cast("uint8_t *", buf) + got, chunk)
+      if r <= 0 then
+        local errnum = ffi.new("int[1]")
+        local msg = ffi.string(zlib.gzerror(gz, errnum))
+        zlib.gzclose(gz)
+        die(string.format("%s: truncated or corrupt (read %d of %d bytes%s)", path, got, n,
+          msg ~= "" and (": " .. msg) or ""))
+      end
+      got = got + r
+    end
+  end
+  local header = ffi.new("uint8_t[?]", 4 + 4 * ndims)
+  read(header, 4 + 4 * ndims)
+  local function be32(off)
+    return ((header[off] * 256 + header[off + 1]) * 256 + header[off + 2]) * 256 + header[off + 3]
+  end
+  if be32(0) ~= 0x800 + ndims then
+    zlib.gzclose(gz)
+    die(string.format("%s: not an IDX file of %d-d u8 data (magic 0x%08x)", path, ndims, be32(0)))
+  end
+  local dims, count = {}, 1
+  for d = 1, ndims do
+    dims[d] = be32(4 * d)
+    count = count * dims[d]
+  end
+  local buf = ffi.new("uint8_t[?]", count)
+  read(buf, count)
+  zlib.gzclose(gz)
+  return buf, dims, count
+end
+
+local function load_split(prefix)
+  local images, idims = read_idx(opt.data .. "/" .. prefix .. "-images-idx3-ubyte.gz", 3)
+  local labels, ldims = read_idx(opt.data .. "/" .. prefix .. "-labels-idx1-ubyte.gz", 1)
+  if idims[1] ~= ldims[1] or idims[2] ~= 28 or idims[3] ~= 28 then
+    die(string.format("%s/%s-*: %d images of %dx%d for %d labels; expected 28x28 images, one label each",
+      opt.data, prefix, idims[1], idims[2], idims[3], ldims[1]))
+  end
+  return { images = images, labels = labels, n = idims[1] }
+end
+
+local t_load = now()
+local train, test = load_split("train"), load_split("t10k")
+local n_train = opt.limit and math.min(opt.limit, train.n) or train.n
+if n_train < 1 then die("--limit: expected at least 1 image") end
+local load_seconds = now() - t_load
+
+---------------------------------------------------------------------------------------
+-- Batches: pixels scaled to [0, 1] and standardised with the training set's mean and
+-- standard deviation (0.2860, 0.3530), labels as i64
+---------------------------------------------------------------------------------------
+
+local D, CLASSES = 784, 10
+local pixel = ffi.new("float[256]")
+for v = 0, 255 do pixel[v] = (v / 255 - 0.2860) / 0.3530 end
+
+local host_x, host_y, dev_x, dev_y = {}, {}, {}, {}
+-- Device tensors x (n×784, f32) and y (n, i64) for samples order[first .. first+n-1].
+local function make_batch(split, order, first, n)
+  local hx = host_x[n] or ploss.empty({ n, D })
+  local hy = host_y[n] or ploss.empty({ n }, { dtype = "i64" })
+  host_x[n], host_y[n] = hx, hy
+  local px = ffi.cast("float *", hx:dl().data)
+  local py = ffi.cast("int64_t *", hy:dl().data)
+  for r = 0, n - 1 do
+    local idx = order and order[first + r] or (first + r)
+    local src = split.images + idx * D
+    local dst = px + r * D
+    for k = 0, D - 1 do dst[k] = pixel[src[k]] end
+    py[r] = split.labels[idx]
+  end
+  if device == "cpu" then return hx, hy end
+  local dx = dev_x[n] or ploss.empty({ n, D }, { device = device })
+  local dy = dev_y[n] or ploss.empty({ n }, { dtype = "i64", device = device })
+  dev_x[n], dev_y[n] = dx, dy
+  return dx:copy(hx), dy:copy(hy)
+end
+
+-- A seeded permutation of 0 .. n-1 (Fisher–Yates; xorshift64* so that it does not depend
+-- on the Lua implementation's math.random).
+local rng_state = ffi.new("uint64_t[1]", 0x9E3779B97F4A7C15ULL + opt.seed)
+local function rand_below(n)
+  local x = rng_state[0]
+  x = bit.bxor(x, bit.rshift(x, 12))
+  x = bit.bxor(x, bit.lshift(x, 25))
+  x = bit.bxor(x, bit.rshift(x, 27))
+  rng_state[0] = x
+  return tonumber((x * 0x2545F4914F6CDD1DULL) % n)
+end
+local function permutation(n)
+  local p = {}
+  for i = 0, n - 1 do p[i] = i end
+  for i = n - 1, 1, -1 do
+    local j = rand_below(i + 1)
+    p[i], p[j] = p[j], p[i]
+  end
+  return p
+end
+
+---------------------------------------------------------------------------------------
+-- Model, optimiser
+---------------------------------------------------------------------------------------
+
+ploss.manual_seed(opt.seed)
+local fc1 = ploss.nn.Linear(D, 256, { init = "he", device = device, input_grad = false })
+local act = ploss.nn[act_modules[opt.activation]] { inplace = true }
+local fc2 = ploss.nn.Linear(256, CLASSES, { init = "xavier", device = device })
+local model = ploss.nn.Sequential { fc1, act, fc2 }
+local params, grads = model:parameters()
+local optimizer
+if opt.optim == "sgd" then
+  optimizer = ploss.optim.SGD(params, grads, { lr = opt.lr, momentum = 0.9 })
+else
+  optimizer = ploss.optim.Adam(params, grads, { lr = opt.lr })
+end
+
+local function evaluate(split)
+  local correct, bs = 0, 1000
+  for first = 0, split.n - 1, bs do
+    local n = math.min(bs, split.n - first)
+    local x = make_batch(split, nil, first, n)
+    local pred = ploss.argmax(model:forward(x)):flat()
+    for r = 1, n do
+      if pred[r] == split.labels[first + r - 1] then correct = correct + 1 end
+    end
+  end
+  return correct / split.n
+end
+
+---------------------------------------------------------------------------------------
+-- Training
+---------------------------------------------------------------------------------------
+
+local function mib(bytes) return bytes / 2 ^ 20 end
+
+local function progress(epoch, done, total, loss_sum, steps, t0)
+  local width = 30
+  local fill = math.floor(width * done / total)
+  local rate = done * opt.batch_size / math.max(now() - t0, 1e-9)
+  io.stdout:write(string.format("\r  epoch %d/%d [%s%s] %3d%%  loss %.4f  %6.0f img/s ", epoch, opt.epochs,
+    string.rep("=", fill), string.rep(" ", width - fill), math.floor(100 * done / total),
+    loss_sum / math.max(steps, 1), rate))
+  io.stdout:flush()
+end
+
+print(string.format("Fashion-MNIST: %d training images%s, %d test images (%s, read in %.2f s)",
+  n_train, n_train < train.n and (" (of " .. train.n .. ")") or "", test.n, opt.data, load_seconds))
+print(string.format("model: 784 -> 256 (%s) -> 10, batch %d, %s lr %g%s, loss %s (%s), device %s, seed %d",
+  opt.activation, opt.batch_size, opt.optim, opt.lr, opt.optim == "sgd" and " momentum 0.9" or "",
+  opt.loss, tostring(crit), device, opt.seed))
+
+local rows = {}
+local steps_per_epoch = math.ceil(n_train / opt.batch_size)
+for epoch = 1, opt.epochs do
+  ploss.reset_peak_memory(device)
+  local order = permutation(n_train)
+  local t0 = now()
+  local loss_sum, steps = 0, 0
+  for first = 0, n_train - 1, opt.batch_size do
+    local n = math.min(opt.batch_size, n_train - first)
+    local x, y = make_batch(train, order, first, n)
+    local logits = model:forward(x)
+    local loss, grad = crit(logits, y) -- fused: the loss and ∂(mean loss)/∂logits
+    model:backward(x, grad)
+    optimizer:step()
+    loss_sum, steps = loss_sum + loss, steps + 1
+    if tty and (steps % 10 == 0 or steps == steps_per_epoch) then
+      progress(epoch, steps, steps_per_epoch, loss_sum, steps, t0)
+    elseif not tty and steps_per_epoch >= 8 and steps % math.floor(steps_per_epoch / 4) == 0
+        and steps < steps_per_epoch then
+      print(string.format("  epoch %d/%d: %d/%d batches, loss %.4f", epoch, opt.epochs, steps, steps_per_epoch,
+        loss_sum / steps))
+    end
+  end
+  ploss.synchronize(device)
+  local seconds = now() - t0
+  if tty then io.stdout:write("\n") end
+  local accuracy = evaluate(test)
+  local peak = ploss.memory_stats(device).peak_bytes
+  local row = { epoch = epoch, train_loss = loss_sum / steps, test_accuracy = accuracy,
+                images_per_s = n_train / seconds, peak_bytes = peak, seconds = seconds }
+  rows[#rows + 1] = row
+  print(string.format("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.0f images/s  %.2f s  peak %s memory %.1f MiB",
+    epoch, opt.epochs, row.train_loss, 100 * accuracy, row.images_per_s, seconds, device, mib(peak)))
+end
+
+---------------------------------------------------------------------------------------
+-- CSV and plot
+---------------------------------------------------------------------------------------
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local function exists_program(name)
+  local r = os.execute("command -v " .. name .. " >/dev/null 2>&1")
+  return r == 0 or r == true
+end
+
+os.execute("mkdir -p " .. shell_quote(opt.out))
+local stem = string.format("%s/fashion_mnist-%s-%s-%s", opt.out, opt.loss, opt.activation, device:gsub(":", ""))
+local csv_path = stem .. ".csv"
+local f = io.open(csv_path, "w")
+if not f then die("cannot write " .. csv_path) end
+f:write("epoch,train_loss,test_accuracy,images_per_s,peak_bytes,seconds\n")
+for _, r in ipairs(rows) do
+  f:write(string.format("%d,%.6f,%.6f,%.1f,%d,%.3f\n", r.epoch, r.train_loss, r.test_accuracy, r.images_per_s,
+    r.peak_bytes, r.seconds))
+end
+f:close()
+print("per-epoch figures: " .. csv_path)
+
+if opt.plot and #rows > 0 then
+  if not exists_program("gnuplot") then
+    print("plot skipped: gnuplot not found (install the Debian package gnuplot-nox)")
+  else
+    local png_path = stem .. ".png"
+    local script = stem .. ".gp"
+    local g = assert(io.open(script, "w"))
+    g:write(string.format([[
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size 960,420 } else { set terminal png size 960,420 }
+set output '%s'
+set datafile separator ','
+set key autotitle columnhead
+set grid
+set xlabel 'epoch'
+set xtics 1
+set multiplot layout 1,2 title 'Fashion-MNIST, MLP 784-256-10 (%s), loss %s, %s'
+set ylabel 'training loss (epoch mean)'
+plot '%s' using 1:2 with linespoints lw 2 pt 7 title 'train loss'
+set ylabel 'test accuracy (%%)'
+plot '%s' using 1:($3*100) with linespoints lw 2 pt 7 lc rgb '#d95f02' title 'test accuracy'
+unset multiplot
+]], png_path, opt.activation, opt.loss, device, csv_path, csv_path))
+    g:close()
+    local r = os.execute("gnuplot " .. shell_quote(script) .. " 2>" .. shell_quote(stem .. ".gnuplot.log"))
+    if r == 0 or r == true then
+      os.remove(script)
+      os.remove(stem .. ".gnuplot.log")
+      print("plot: " .. png_path)
+    else
+      print("plot failed: gnuplot reported an error (see " .. stem .. ".gnuplot.log; script " .. script .. ")")
+    end
+  end
+end
+if #rows > 0 then
+  print(string.format("final test accuracy: %.4f", rows[#rows].test_accuracy))
+end

@@ -1,0 +1,73 @@
+-- Examples spec (suite 'examples'): the main job, examples/fashion_mnist.lua, really learns.
+-- It trains the MLP on the first 2,000 real Fashion-MNIST training images for one epoch on
+-- the CPU and must reach more than 60% accuracy on the 10,000 test images (chance is 10%;
+-- a broken gradient, optimiser or data reader stays near it).  Needs the Debian package
+-- dataset-fashion-mnist (or PLOSS_FASHION_MNIST=DIR with the four *-ubyte.gz files).
+local H = require "spec.helpers"
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function run_example(args)
+  local out_dir = os.tmpname()
+  os.remove(out_dir)
+  local data = os.getenv("PLOSS_FASHION_MNIST")
+  -- a --data in `args` comes last and wins over PLOSS_FASHION_MNIST
+  local cmd = string.format("cd %q && luajit examples/fashion_mnist.lua%s --out %q %s 2>&1", H.root,
+    data and (" --data " .. string.format("%q", data)) or "", out_dir, args)
+  local p = assert(io.popen(cmd))
+  local output = p:read("*a")
+  local ok = p:close()
+  return output, out_dir, ok
+end
+
+describe("examples/fashion_mnist.lua", function()
+  it("learns: 2,000 images, 1 epoch, CPU, test accuracy above 60%", function()
+    local output, out_dir = run_example("--limit 2000 --epochs 1 --device cpu --seed 1")
+    local acc = tonumber(output:match("final test accuracy: ([%d%.]+)"))
+    assert(acc, "no final accuracy in the output:\n" .. output)
+    assert.is_true(acc > 0.60, string.format("test accuracy %.4f <= 0.60; output:\n%s", acc, output))
+    -- the per-epoch line and the CSV
+    assert.matches("epoch 1/1  train loss [%d%.]+  test accuracy [%d%.]+%%  %d+ images/s", output)
+    local csv_path = output:match("per%-epoch figures: (%S+)")
+    assert(csv_path, output)
+    local csv = read_file(csv_path)
+    assert(csv, "cannot read " .. csv_path)
+    local header, row = csv:match("^([^\n]+)\n([^\n]+)\n$")
+    assert.are.equal("epoch,train_loss,test_accuracy,images_per_s,peak_bytes,seconds", header)
+    local fields = {}
+    for v in row:gmatch("[^,]+") do fields[#fields + 1] = tonumber(v) end
+    assert.are.equal(6, #fields)
+    assert.are.equal(1, fields[1])
+    assert.is_true(fields[2] > 0 and fields[2] < 2.3, "train loss " .. fields[2]) -- below log(10)
+    H.assert_close(fields[3], acc, { rtol = 1e-4 })
+    assert.is_true(fields[5] > 0, "peak memory")
+    -- the plot, when gnuplot is present
+    local png = output:match("plot: (%S+%.png)")
+    if png then
+      local f = assert(io.open(png, "rb"))
+      assert.are.equal("\137PNG", f:read(4))
+      f:close()
+    else
+      assert.matches("plot skipped: gnuplot not found", output)
+    end
+    os.execute("rm -rf " .. string.format("%q", out_dir))
+  end)
+
+  it("reports missing data with the Debian package's name, and bad options clearly", function()
+    local output = run_example("--data /nonexistent-ploss-dir --epochs 1")
+    assert.matches("/nonexistent%-ploss%-dir/train%-images%-idx3%-ubyte%.gz not found", output)
+    assert.matches("dataset%-fashion%-mnist", output)
+    output = run_example("--loss nope")
+    assert.matches("unknown criterion 'nope'", output)
+    assert.matches("ce ", output)
+    assert.matches("ls%-ce", output)
+    output = run_example("--epochs x")
+    assert.matches("%-%-epochs: expected a non%-negative integer", output)
+  end)
+end)

@@ -1,0 +1,641 @@
+-- Support-ops spec (suite 'cpu'): the ops of issue 3 on the CPU backend.
+--  * GEMM against a naive product in f64 (every transpose, alpha/beta, transposed and
+--    strided views, transposed output, k = 0, empty, f32/f16/bf16/f64), layouts and errors;
+--  * swish / hard-swish / mish against the formulas of LOSSES.md §7 and the reference
+--    fixtures (spec/fixtures/{swish,hard_swish,mish}.lua), PyTorch's hard-swish kinks,
+--    ±1e4, central differences in f64, every dtype, strided and in-place use, aliasing;
+--  * bias add and bias gradient by hand, argmax (ties, NaN, N×C×H×W, permuted input);
+--  * SGD (weight decay, momentum, dampening, Nesterov) and Adam / AdamW steps against hand
+--    computation over several steps, and their errors;
+--  * ploss.nn.Linear / Sequential / activation modules and ploss.optim against the ops,
+--    with central differences in f64.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+local NAN = 0 / 0
+
+local function randn(sizes, dtype, std)
+  return ploss.randn(sizes, { dtype = dtype or "f64", std = std or 1 })
+end
+
+-- op(a)·op(b) in f64 from the rounded values of a and b (nested Lua tables)
+local function naive_product(a, b, ta, tb)
+  local av, bv = a:double():totable(), b:double():totable()
+  local function A(i, p) if ta then return av[p][i] end return av[i][p] end
+  local function B(p, j) if tb then return bv[j][p] end return bv[p][j] end
+  local m = ta and a:size(2) or a:size(1)
+  local k = ta and a:size(1) or a:size(2)
+  local n = tb and b:size(1) or b:size(2)
+  local out, mag = {}, {}
+  for i = 1, m do
+    out[i], mag[i] = {}, {}
+    for j = 1, n do
+      local s, sa = 0, 0
+      for p = 1, k do
+        s = s + A(i, p) * B(p, j)
+        sa = sa + math.abs(A(i, p) * B(p, j))
+      end
+      out[i][j], mag[i][j] = s, sa
+    end
+  end
+  return out, mag
+end
+
+-- |got − want| <= rtol·Σ|a_ip·b_pj| (+ atol): the error bound of a k-term dot product
+local function assert_gemm_close(got, want, mag, rtol, atol, what)
+  local g = got:double():totable()
+  for i = 1, #want do
+    for j = 1, #want[i] do
+      local tol = rtol * mag[i][j] + atol
+      if not (math.abs(g[i][j] - want[i][j]) <= tol) then
+        error(string.format("%s: c[%d][%d] = %.17g, expected %.17g (tolerance %.3g)", what, i, j, g[i][j],
+          want[i][j], tol), 2)
+      end
+    end
+  end
+end
+
+describe("gemm", function()
+  local gemm_tol = { f64 = 1e-13, f32 = 2e-6, f16 = 2e-6, bf16 = 2e-6 } -- accumulation (inputs rounded)
+  local out_tol = { f64 = 0, f32 = 0, f16 = 1e-3, bf16 = 8e-3 }        -- rounding of c
+
+  it("matches a naive product for every transpose, alpha/beta and dtype", function()
+    H.seed(301)
+    local shapes = { { 1, 1, 1 }, { 3, 4, 5 }, { 7, 1, 9 }, { 1, 6, 2 }, { 17, 13, 33 } }
+    H.each({ "f64", "f32", "f16", "bf16" }, { false, true }, { false, true }, { { 1, 0 }, { -0.5, 2 } },
+      function(dt, ta, tb, ab)
+        for _, s in ipairs(shapes) do
+          local m, n, k = s[1], s[2], s[3]
+          local a = randn(ta and { k, m } or { m, k }, dt)
+          local b = randn(tb and { n, k } or { k, n }, dt)
+          local c0 = randn({ m, n }, dt)
+          local c = c0:clone()
+          F.gemm(a, b, { trans_a = ta, trans_b = tb, alpha = ab[1], beta = ab[2], out = c })
+          local p, mag = naive_product(a, b, ta, tb)
+          local cv = c0:double():totable()
+          for i = 1, m do
+            for j = 1, n do
+              p[i][j] = ab[1] * p[i][j] + ab[2] * cv[i][j]
+              mag[i][j] = math.abs(ab[1]) * mag[i][j] + math.abs(ab[2] * cv[i][j])
+            end
+          end
+          local what = string.format("%s ta=%s tb=%s alpha=%g beta=%g %dx%dx%d", dt, tostring(ta), tostring(tb),
+            ab[1], ab[2], m, n, k)
+          -- output rounding: relative to |c| itself
+          local tol = gemm_tol[dt] + out_tol[dt]
+          assert_gemm_close(c, p, mag, tol, 1e-300, what)
+        end
+      end)
+  end)
+
+  it("f16/bf16 inputs with an f32 output accumulate in f32 (no rounding of c)", function()
+    H.seed(302)
+    for _, dt in ipairs { "f16", "bf16" } do
+      local a, b = randn({ 8, 300 }, dt), randn({ 300, 5 }, dt)
+      local c = ploss.empty({ 8, 5 }, { dtype = "f32" })
+      F.gemm(a, b, { out = c })
+      local p, mag = naive_product(a, b)
+      assert_gemm_close(c, p, mag, 2e-6, 0, dt .. " -> f32")
+    end
+  end)
+
+  it("uses transposed and strided views in place, and writes a transposed or strided c", function()
+    H.seed(303)
+    local big = randn({ 6, 10 })
+    local a = big:narrow(2, 2, 4)          -- 6×4, strides {10, 1}: ld 10
+    local bt = randn({ 5, 4 }):t()         -- 4×5 view with strides {1, 4}
+    local want = naive_product(a, bt)
+    H.assert_close(F.gemm(a, bt), want, { rtol = 1e-14, atol = 1e-14 })
+    -- c transposed: a 6×5 view of a 5×6 buffer
+    local ct_buf = ploss.zeros({ 5, 6 }, { dtype = "f64" })
+    F.gemm(a, bt, { out = ct_buf:t() })
+    H.assert_close(ct_buf:t(), want, { rtol = 1e-14, atol = 1e-14 })
+    -- c strided: columns 3..7 of a 6×9 buffer, the rest untouched
+    local cb = ploss.full({ 6, 9 }, 7, { dtype = "f64" })
+    F.gemm(a, bt, { out = cb:narrow(2, 3, 5) })
+    H.assert_close(cb:narrow(2, 3, 5), want, { rtol = 1e-14, atol = 1e-14 })
+    for _, col in ipairs { 1, 2, 8, 9 } do
+      H.assert_equal(cb:select(2, col), ploss.full({ 6 }, 7, { dtype = "f64" }))
+    end
+    -- a transposed view with the transpose flag: (aᵀ)ᵀ = a
+    H.assert_close(F.gemm(a:t(), bt, { trans_a = true }), want, { rtol = 1e-14, atol = 1e-14 })
+  end)
+
+  it("k = 0 gives beta·c, beta = 0 overwrites NaN in c, M or N = 0 does nothing", function()
+    local a, b = ploss.empty({ 3, 0 }, { dtype = "f64" }), ploss.empty({ 0, 2 }, { dtype = "f64" })
+    local c = ploss.full({ 3, 2 }, 4, { dtype = "f64" })
+    F.gemm(a, b, { out = c, beta = 0.5 })
+    H.assert_equal(c, ploss.full({ 3, 2 }, 2, { dtype = "f64" }))
+    F.gemm(a, b, { out = c, beta = 0 })
+    H.assert_equal(c, ploss.zeros({ 3, 2 }, { dtype = "f64" }))
+    local x = ploss.ones({ 2, 3 })
+    local cn = ploss.full({ 2, 2 }, NAN)
+    F.gemm(x, x, { trans_b = true, out = cn, beta = 0 })
+    H.assert_equal(cn, ploss.full({ 2, 2 }, 3))
+    local e = F.gemm(ploss.empty({ 0, 4 }), ploss.ones({ 4, 3 }))
+    assert.are.same({ 0, 3 }, e:size())
+  end)
+
+  it("refuses bad shapes, dtypes, layouts and aliasing, writing nothing", function()
+    local a, b = ploss.randn(3, 4), ploss.randn(4, 5)
+    local c = ploss.empty(3, 5)
+    H.expect_error(function() F.gemm(a, ploss.randn(3, 5), { out = c }) end,
+      { "op(a) is 3×4 and op(b) is 3×5", "PLOSS_ERR_SHAPE" }, c)
+    H.expect_error(function() F.gemm(a, b, { out = ploss.empty(3, 4) }) end, "so c must be 3×5")
+    H.expect_error(function() F.gemm(a, b:double(), { out = c }) end, { "b: expected the dtype of a (f32), got f64", "PLOSS_ERR_DTYPE" }, c)
+    H.expect_error(function() F.gemm(a, b, { out = ploss.empty({ 3, 5 }, { dtype = "f16" }) }) end, "c: expected f32, got f16")
+    H.expect_error(function() F.gemm(a:half(), b:half(), { out = ploss.empty({ 3, 5 }, { dtype = "bf16" }) }) end,
+      "c: expected f16 or f32, got bf16")
+    H.expect_error(function() F.gemm(ploss.randint(0, 3, { 3, 4 }), ploss.randint(0, 3, { 4, 5 })) end,
+      "a: expected f32, f16, bf16 or f64, got i64")
+    local sq = ploss.randn(4, 4)
+    H.expect_error(function() F.gemm(sq, sq, { out = sq }) end, { "c: overlaps the memory of a", "PLOSS_ERR_ALIAS" })
+    -- broadcast (stride 0) operand and an operand with two non-unit strides
+    local bc = ploss.randn(1, 4):expand(3, 4)
+    H.expect_error(function() F.gemm(bc, b, { out = c }) end, { "a: a GEMM operand needs a unit stride", "PLOSS_ERR_LAYOUT" }, c)
+    -- accepted: a row-major view with a leading stride above its row (ld 10), a transposed one
+    F.gemm(a, ploss.randn(8, 10):narrow(1, 1, 4):narrow(2, 1, 5), { out = c })
+    local tv = ploss.randn(10, 8):t():narrow(1, 1, 4):narrow(2, 1, 5) -- strides {1, 8}
+    assert.are.same({ 1, 8 }, tv:stride())
+    F.gemm(a, tv, { out = c })
+    local bad = ploss.randn(4, 2, 5, 2):select(4, 1):select(2, 1) -- 4×5, strides {20, 2}
+    H.expect_error(function() F.gemm(a, bad, { out = c }) end, "b: a GEMM operand needs a unit stride", c)
+    H.expect_error(function() F.gemm(a, b, { out = ploss.zeros(3, 1):expand(3, 5) }) end, "c: strides make distinct elements share memory")
+    H.expect_error(function() F.gemm(ploss.randn(3), b) end, "a and b must be 2-d matrices")
+    H.expect_error(function() F.gemm(a, b, { beta = 1 }) end, "needs an `out` tensor")
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- Activations
+---------------------------------------------------------------------------------------
+
+local function sigmoid(x) return 1 / (1 + math.exp(-x)) end
+local function softplus(x)
+  if x > 20 then return x end
+  local e = math.exp(x)
+  if e < 1e-5 then return e - e * e / 2 + e * e * e / 3 end -- log1p for tiny e
+  return math.log(1 + e)
+end
+local function tanh(x) local e = math.exp(-2 * math.abs(x)); local t = (1 - e) / (1 + e); return x < 0 and -t or t end
+
+-- LOSSES.md §7, written directly (double precision in Lua)
+local formulas = {
+  swish = {
+    f = function(x) return x * sigmoid(x) end,
+    d = function(x) local s = sigmoid(x); return s * (1 + x * (1 - s)) end,
+  },
+  hard_swish = {
+    f = function(x) return x * math.min(math.max(x + 3, 0), 6) / 6 end,
+    d = function(x) if x < -3 then return 0 elseif x <= 3 then return x / 3 + 0.5 else return 1 end end,
+  },
+  mish = {
+    f = function(x) return x * tanh(softplus(x)) end,
+    d = function(x) local t = tanh(softplus(x)); return t + x * sigmoid(x) * (1 - t * t) end,
+  },
+}
+
+describe("activations", function()
+  local grid = { -30, -20.5, -7, -3.5, -3, -2.999, -1, -0.25, 0, 0.25, 1, 2.5, 2.999, 3, 3.5, 7, 19.9, 20, 20.1, 40 }
+
+  for name, fm in pairs(formulas) do
+    it(name .. " matches LOSSES.md §7 in f64 (forward and backward)", function()
+      local x = ploss.tensor(grid, { dtype = "f64" })
+      local g = ploss.tensor({ 1, -2, 0.5, 3, 1, 1, -1, 2, 1, 1, 0.25, 1, 1, 1, -1, 2, 1, 1, 1, 1 }, { dtype = "f64" })
+      local want_f, want_d = {}, {}
+      local gv = g:flat()
+      for i, v in ipairs(grid) do
+        want_f[i] = fm.f(v)
+        want_d[i] = fm.d(v) * gv[i]
+      end
+      H.assert_close(F[name](x), want_f, { rtol = 1e-13, atol = 1e-15, what = name })
+      H.assert_close(F[name .. "_backward"](x, g), want_d, { rtol = 1e-12, atol = 1e-15, what = name .. " backward" })
+    end)
+
+    it(name .. " matches the reference fixture (pytorch-loss V1, f64)", function()
+      local case = H.fixtures(name)[1]
+      local x = H.fixture_tensor(case.inputs.input)
+      local go = H.fixture_tensor(case.grad_output)
+      H.assert_close(F[name](x), case.expected.output, { rtol = 1e-12, atol = 1e-15, what = name })
+      local got = F[name .. "_backward"](x, go):flat()
+      local want = H.fixture_values(case.expected.grad_input)
+      local xv, gv = x:flat(), go:flat()
+      for i = 1, #want do
+        if name == "hard_swish" and xv[i] == 3 then
+          -- the reference's derivative at x = 3 is 1; ploss follows PyTorch's 1.5 (§7.2)
+          assert.are.equal(1 * gv[i], want[i])
+          want[i] = 1.5 * gv[i]
+        end
+      end
+      H.assert_close(got, want, { rtol = 1e-12, atol = 1e-15, what = name .. " backward" })
+    end)
+
+    it(name .. " gradient matches central differences (f64)", function()
+      H.seed(310)
+      local x = ploss.randn({ 4, 7 }, { dtype = "f64", std = 3 })
+      if name == "hard_swish" then -- keep away from the kinks at ±3
+        local v = x:flat()
+        for i = 1, #v do if math.abs(math.abs(v[i]) - 3) < 1e-3 then v[i] = v[i] + 0.01 end end
+        x = ploss.tensor(v, { dtype = "f64", size = { 4, 7 } })
+      end
+      local g = ploss.randn({ 4, 7 }, { dtype = "f64" })
+      local gv = g:flat()
+      local function f(t)
+        local y = F[name](t):flat()
+        local s = 0
+        for i = 1, #y do s = s + y[i] * gv[i] end
+        return s
+      end
+      H.gradcheck(f, x, F[name .. "_backward"](x, g), { rtol = 1e-6, atol = 1e-8, what = name })
+    end)
+
+    it(name .. " is finite and exact at ±1e4 and keeps the sign of zero-ish results", function()
+      local x = ploss.tensor({ -1e4, 1e4 }, { dtype = "f64" })
+      local y = F[name](x):flat()
+      assert.are.equal(0, y[1])
+      assert.are.equal(1e4, y[2])
+      H.assert_equal(F[name .. "_backward"](x, ploss.ones({ 2 }, { dtype = "f64" })), { 0, 1 })
+      for _, dt in ipairs { "f32", "f16", "bf16" } do
+        local xs = ploss.tensor({ -1e4, 1e4, -60000, 60000 }, { dtype = dt })
+        for _, v in ipairs(F[name](xs):flat()) do assert.is_true(v == v and math.abs(v) < math.huge, name .. " " .. dt) end
+        for _, v in ipairs(F[name .. "_backward"](xs, ploss.ones({ 4 }, { dtype = dt })):flat()) do
+          assert.is_true(v == v and math.abs(v) < math.huge, name .. " " .. dt .. " backward")
+        end
+      end
+    end)
+
+    it(name .. " in f32, f16 and bf16 is the f64 result rounded (f64 math on the CPU)", function()
+      H.seed(311)
+      for _, dt in ipairs { "f32", "f16", "bf16" } do
+        local x = ploss.randn({ 64 }, { dtype = dt, std = 4 })
+        local g = ploss.randn({ 64 }, { dtype = dt })
+        local want = F[name](x:double()):to("cpu", dt)
+        H.assert_equal(F[name](x), want:flat(), { what = name .. " " .. dt })
+        local wantg = F[name .. "_backward"](x:double(), g:double()):to("cpu", dt)
+        H.assert_equal(F[name .. "_backward"](x, g), wantg:flat(), { what = name .. " backward " .. dt })
+      end
+    end)
+  end
+
+  it("hard-swish derivative at the kinks is PyTorch's: −0.5 at −3, 1.5 at 3", function()
+    local x = ploss.tensor({ -3, 3 }, { dtype = "f64" })
+    H.assert_equal(F.hard_swish_backward(x, ploss.ones({ 2 }, { dtype = "f64" })), { -0.5, 1.5 })
+    H.assert_equal(F.hard_swish(x), { 0, 3 })
+  end)
+
+  it("honours strides (transposed input, strided output) and works in place when asked", function()
+    H.seed(312)
+    local x = ploss.randn({ 5, 3 }, { dtype = "f64" }):t() -- 3×5, strides {1, 3}
+    local want = F.mish(x:contiguous())
+    H.assert_equal(F.mish(x), want)
+    local out = ploss.zeros({ 3, 10 }, { dtype = "f64" })
+    F.mish(x, { out = out:narrow(2, 1, 5) })
+    H.assert_equal(out:narrow(2, 1, 5), want)
+    H.assert_equal(out:narrow(2, 6, 5), ploss.zeros({ 3, 5 }, { dtype = "f64" }))
+    local xc = x:clone()
+    assert.are.equal(xc, F.mish(xc, { inplace = true }))
+    H.assert_equal(xc, want)
+    local g = ploss.randn({ 3, 5 }, { dtype = "f64" })
+    local wantg = F.mish_backward(x, g)
+    local g2 = g:clone()
+    assert.are.equal(g2, F.mish_backward(x, g2, { inplace = true }))
+    H.assert_equal(g2, wantg)
+    -- the gradient written over the input itself
+    local x3 = x:clone()
+    assert.are.equal(x3, F.mish_backward(x3, g, { grad_input = x3, inplace = true }))
+    H.assert_equal(x3, wantg)
+  end)
+
+  it("refuses overlapping outputs without inplace, wrong dtypes and shapes, bad enums", function()
+    local x = ploss.randn({ 4, 6 })
+    H.expect_error(function() F.swish(x, { out = x }) end, { "output: overlaps the memory of input", "PLOSS_ERR_ALIAS" })
+    local half_over = ploss.empty(8, 6)
+    local o = half_over:narrow(1, 1, 4)
+    local xin = half_over:narrow(1, 3, 4)
+    H.expect_error(function() F.mish(xin, { out = o, inplace = true }) end, "output: overlaps the memory of input")
+    local g = ploss.randn({ 4, 6 })
+    H.expect_error(function() F.mish_backward(x, g, { grad_input = g }) end, "grad_input: overlaps the memory of grad_output")
+    H.expect_error(function() F.mish_backward(x, g:double()) end, { "grad_output: expected the input's dtype f32, got f64", "PLOSS_ERR_DTYPE" })
+    H.expect_error(function() F.mish_backward(x, ploss.randn(6, 4)) end, { "grad_output: expected the shape of input", "PLOSS_ERR_SHAPE" })
+    local out16 = ploss.empty({ 4, 6 }, { dtype = "f16" })
+    H.expect_error(function() F.mish(x, { out = out16 }) end, "output: expected the input's dtype f32, got f16", out16)
+    local out = ploss.empty(4, 6)
+    H.expect_error(function() F.mish(ploss.randint(0, 3, { 4, 6 }), { out = out }) end, "input: expected f32, f16, bf16 or f64, got i64", out)
+    local ffi = require "ffi"
+    local st = ploss.C.ploss_activation_forward(x:context(), 7, x:dl(), out:dl(), 0)
+    assert.are.equal(ploss.C.PLOSS_ERR_INVALID_ARGUMENT, st)
+    assert.matches("act: 7 is not swish", ffi.string(ploss.C.ploss_last_error()))
+    H.assert_equal(F.mish(ploss.empty({ 0, 3 })), ploss.empty({ 0, 3 }))
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- Bias, argmax
+---------------------------------------------------------------------------------------
+
+describe("bias add, bias gradient, argmax", function()
+  it("bias_add broadcasts over rows, in place; bias_grad sums columns", function()
+    local x = ploss.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "f64" })
+    F.bias_add(x, ploss.tensor({ 10, 20, 30 }, { dtype = "f64" }))
+    H.assert_equal(x, { { 11, 22, 33 }, { 14, 25, 36 } })
+    H.assert_equal(F.bias_grad(x), { 25, 47, 69 })
+    H.assert_equal(F.bias_grad(ploss.empty({ 0, 3 }, { dtype = "f64" })), { 0, 0, 0 })
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local y = ploss.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = dt })
+      F.bias_add(y, ploss.tensor({ 0.5, -1 }, { dtype = dt }))
+      H.assert_equal(y, { { 1.5, 1 }, { 3.5, 3 } })
+      H.assert_equal(F.bias_grad(y), { 5, 4 })
+    end
+  end)
+
+  it("bias ops honour strides and are deterministic", function()
+    H.seed(320)
+    local g = ploss.randn({ 300, 70 }, { dtype = "f32" }):t():contiguous():t() -- column-major 300×70
+    local sums = {}
+    local gv = g:totable()
+    for j = 1, 70 do
+      local s = 0
+      for i = 1, 300 do s = s + gv[i][j] end
+      sums[j] = s
+    end
+    local gb = F.bias_grad(g)
+    H.assert_close(gb, sums, { rtol = 1e-6, atol = 1e-5 })
+    H.assert_equal(F.bias_grad(g), gb:flat())
+    local x = ploss.zeros({ 3, 8 }, { dtype = "f64" }):t() -- 8×3 view, strides {1, 8}
+    F.bias_add(x, ploss.tensor({ 1, 2, 3, 4, 5, 6 }, { dtype = "f64" }):narrow(1, 2, 3))
+    for i = 1, 8 do H.assert_equal(x:select(1, i), { 2, 3, 4 }) end
+  end)
+
+  it("bias ops refuse bad shapes, dtypes and aliasing", function()
+    local x = ploss.randn(3, 4)
+    H.expect_error(function() F.bias_add(x, ploss.randn(3)) end, { "bias: expected shape [4] (one value per column of x)", "PLOSS_ERR_SHAPE" }, x)
+    H.expect_error(function() F.bias_add(x, ploss.randn({ 4 }, { dtype = "f64" })) end, "bias: expected the dtype of x (f32), got f64", x)
+    H.expect_error(function() F.bias_add(ploss.randn(2, 3, 4), ploss.randn(4)) end, "x: expected a 2-D N×C matrix")
+    H.expect_error(function() F.bias_add(x, x:select(1, 2)) end, { "x: overlaps the memory of bias", "PLOSS_ERR_ALIAS" })
+    H.expect_error(function() F.bias_add(ploss.zeros(1, 4):expand(3, 4), ploss.randn(4)) end, "x: strides make distinct elements share memory")
+    local out = ploss.empty(5)
+    H.expect_error(function() F.bias_grad(x, { out = out }) end, "grad_bias: expected shape [4]", out)
+    H.expect_error(function() F.bias_grad(x, { out = x:select(1, 1) }) end, "grad_bias: overlaps the memory of grad_output")
+  end)
+
+  it("argmax: first maximum wins, NaN counts as the maximum, N×C×d…, strides", function()
+    local x = ploss.tensor({ { 1, 3, 3, 2 }, { 5, 1, 0, 5 }, { 1, NAN, 9, NAN }, { -1 / 0, -1 / 0, -1 / 0, -1 / 0 } }, { dtype = "f64" })
+    H.assert_equal(ploss.argmax(x), { 1, 0, 1, 0 })
+    H.assert_equal(F.argmax(x:t()), { 1, 2, 2, 2 }) -- columns of x; NaN wins
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      H.assert_equal(ploss.argmax(x:to("cpu", dt)), { 1, 0, 1, 0 })
+    end
+    H.seed(321)
+    local x4 = ploss.randn({ 2, 5, 3, 4 }, { dtype = "f64" })
+    local idx = ploss.argmax(x4)
+    assert.are.same({ 2, 3, 4 }, idx:size())
+    assert.are.equal("i64", idx:dtype())
+    local v, iv = x4:totable(), idx:totable()
+    for n = 1, 2 do
+      for h = 1, 3 do
+        for w = 1, 4 do
+          local best, arg = -math.huge, 0
+          for c = 1, 5 do if v[n][c][h][w] > best then best, arg = v[n][c][h][w], c - 1 end end
+          assert.are.equal(arg, iv[n][h][w])
+        end
+      end
+    end
+    -- channels-last input (a permuted view) gives the same indices
+    local cl = x4:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3)
+    H.assert_equal(ploss.argmax(cl), idx)
+    assert.are.same({ 0 }, ploss.argmax(ploss.empty({ 0, 3 })):size())
+  end)
+
+  it("argmax refuses bad shapes and dtypes", function()
+    local out = ploss.empty({ 4 }, { dtype = "i64" })
+    H.expect_error(function() F.argmax(ploss.randn(4, 3), { out = ploss.empty({ 4 }, { dtype = "i32" }) }) end, "indices: expected i64, got i32")
+    H.expect_error(function() F.argmax(ploss.randn(4, 3), { out = ploss.empty({ 3 }, { dtype = "i64" }) }) end,
+      { "indices: expected i64[4] on cpu (the input's shape without axis 1), got i64[3]", "PLOSS_ERR_SHAPE" })
+    H.expect_error(function() F.argmax(ploss.randn(4), { out = out }) end, "input: expected N×C or N×C×d1×…×dk with C >= 1", out)
+    H.expect_error(function() F.argmax(ploss.empty(4, 0), { out = out }) end, "with C >= 1", out)
+    H.expect_error(function() F.argmax(ploss.randint(0, 4, { 4, 3 }), { out = out }) end, "input: expected f32, f16, bf16 or f64, got i64", out)
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- Optimiser steps
+---------------------------------------------------------------------------------------
+
+describe("sgd_step and adam_step", function()
+  -- torch.optim.SGD's update of one value, by hand
+  local function sgd_ref(p, g, buf, step, o)
+    local d = g + (o.weight_decay or 0) * p
+    local mu = o.momentum or 0
+    if mu ~= 0 then
+      if step == 1 then buf = d else buf = mu * buf + (1 - (o.dampening or 0)) * d end
+      if o.nesterov then d = d + mu * buf else d = buf end
+    end
+    return p - (o.lr or 0.01) * d, buf
+  end
+
+  local cases = {
+    {},
+    { lr = 0.1 },
+    { lr = 0.1, weight_decay = 0.01 },
+    { lr = 0.1, momentum = 0.9 },
+    { lr = 0.05, momentum = 0.9, dampening = 0.1, weight_decay = 1e-3 },
+    { lr = 0.05, momentum = 0.8, nesterov = true, weight_decay = 0.02 },
+  }
+
+  it("SGD matches torch.optim.SGD by hand over four steps (f64)", function()
+    H.seed(330)
+    for ci, o in ipairs(cases) do
+      local p = ploss.randn({ 3, 4 }, { dtype = "f64" })
+      local buf = (o.momentum or 0) ~= 0 and ploss.full({ 3, 4 }, 123, { dtype = "f64" }) or nil -- not read at step 1
+      local pv = p:flat()
+      local bv = {}
+      for step = 1, 4 do
+        local g = ploss.randn({ 3, 4 }, { dtype = "f64" })
+        local gv = g:flat()
+        for i = 1, #pv do pv[i], bv[i] = sgd_ref(pv[i], gv[i], bv[i], step, o) end
+        F.sgd_step(p, g, buf, step, o)
+        H.assert_close(p, pv, { rtol = 1e-15, atol = 1e-15, what = "case " .. ci .. " step " .. step })
+        if buf then H.assert_close(buf, bv, { rtol = 1e-15, atol = 1e-15, what = "buffer, case " .. ci }) end
+      end
+    end
+  end)
+
+  it("SGD on f32/f16/bf16 parameters, with state in the param's dtype or f32", function()
+    -- the CPU computes in f64 from the stored values and rounds the buffer, then the
+    -- parameter, to their dtypes: the same steps in Lua give the same bits
+    H.seed(331)
+    local function round(v, dt) return ploss.tensor({ v }, { dtype = dt }):flat()[1] end
+    local o = { lr = 0.1, momentum = 0.9, weight_decay = 0.01 }
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      for _, sdt in ipairs { dt, "f32" } do
+        local p = ploss.randn({ 20 }, { dtype = dt })
+        local buf = ploss.zeros({ 20 }, { dtype = sdt })
+        local pv, bv = p:flat(), {}
+        for step = 1, 3 do
+          local g = ploss.randn({ 20 }, { dtype = dt })
+          local gv = g:flat()
+          F.sgd_step(p, g, buf, step, o)
+          for i = 1, 20 do
+            local d = gv[i] + o.weight_decay * pv[i]
+            bv[i] = round(step == 1 and d or o.momentum * bv[i] + (1.0 - 0) * d, sdt)
+            pv[i] = round(pv[i] - o.lr * bv[i], dt)
+          end
+          H.assert_equal(buf, bv, { what = dt .. "/" .. sdt .. " buffer, step " .. step })
+          H.assert_equal(p, pv, { what = dt .. "/" .. sdt .. " param, step " .. step })
+        end
+      end
+    end
+  end)
+
+  local function adam_ref(p, g, m, v, t, o)
+    local lr, b1, b2, eps, wd = o.lr or 1e-3, o.beta1 or 0.9, o.beta2 or 0.999, o.eps or 1e-8, o.weight_decay or 0
+    if o.decoupled_weight_decay then p = p * (1 - lr * wd) else g = g + wd * p end
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    local denom = math.sqrt(v) / math.sqrt(1 - b2 ^ t) + eps
+    return p - lr / (1 - b1 ^ t) * m / denom, m, v
+  end
+
+  it("Adam and AdamW match torch.optim.Adam's formulas by hand over four steps (f64)", function()
+    H.seed(332)
+    for ci, o in ipairs { {}, { lr = 0.01, weight_decay = 0.1 }, { lr = 0.01, weight_decay = 0.1, decoupled_weight_decay = true },
+      { lr = 0.5, beta1 = 0, beta2 = 0.5, eps = 1e-3 } } do
+      local p = ploss.randn({ 7 }, { dtype = "f64" })
+      local m, v = ploss.zeros({ 7 }, { dtype = "f64" }), ploss.zeros({ 7 }, { dtype = "f64" })
+      local pv, mv, vv = p:flat(), m:flat(), v:flat()
+      for t = 1, 4 do
+        local g = ploss.randn({ 7 }, { dtype = "f64" })
+        local gv = g:flat()
+        for i = 1, 7 do pv[i], mv[i], vv[i] = adam_ref(pv[i], gv[i], mv[i], vv[i], t, o) end
+        F.adam_step(p, g, m, v, t, o)
+        H.assert_close(p, pv, { rtol = 1e-14, atol = 1e-15, what = "case " .. ci .. " step " .. t })
+        H.assert_close(m, mv, { rtol = 1e-14, atol = 1e-15 })
+        H.assert_close(v, vv, { rtol = 1e-14, atol = 1e-15 })
+      end
+    end
+  end)
+
+  it("refuses bad options, missing buffers, aliasing and mismatched tensors, writing nothing", function()
+    local p, g = ploss.randn(5), ploss.randn(5)
+    local buf = ploss.zeros(5)
+    H.expect_error(function() F.sgd_step(p, g, nil, 1, { momentum = 0.9 }) end,
+      { "momentum_buffer: tensor is NULL but opts.momentum is 0.9", "PLOSS_ERR_INVALID_ARGUMENT" }, p)
+    H.expect_error(function() F.sgd_step(p, g, buf, 1, { nesterov = true }) end, "opts.nesterov: needs momentum > 0 and dampening = 0", p)
+    H.expect_error(function() F.sgd_step(p, g, buf, 1, { lr = -1 }) end, "opts.lr: -1 is outside [0, ∞)", p)
+    H.expect_error(function() F.sgd_step(p, g, buf, 0, {}) end, "step: expected 1 for the first step", p)
+    H.expect_error(function() F.sgd_step(p, g:double(), nil, 1, {}) end, "grad: expected param's dtype f32, got f64", p)
+    H.expect_error(function() F.sgd_step(p, ploss.randn(6), nil, 1, {}) end, "grad: expected the shape of param", p)
+    H.expect_error(function() F.sgd_step(p, p, nil, 1, {}) end, { "param: overlaps the memory of grad", "PLOSS_ERR_ALIAS" }, g)
+    H.expect_error(function() F.sgd_step(p, g, p, 1, { momentum = 0.5 }) end, "param: overlaps the memory of momentum_buffer")
+    H.expect_error(function() F.sgd_step(p, g, ploss.zeros({ 5 }, { dtype = "f16" }), 1, { momentum = 0.5 }) end,
+      "momentum_buffer: expected f32 (param's dtype), got f16", p)
+    H.expect_error(function() F.sgd_step(p, g, nil, 1, { momentum = "0.9" }) end, "momentum: expected a number")
+    H.expect_error(function() F.sgd_step(p, g, nil, 1, { mommentum = 0.9 }) end, "unknown option 'mommentum'")
+    local m, v = ploss.zeros(5), ploss.zeros(5)
+    H.expect_error(function() F.adam_step(p, g, m, v, 1, { beta1 = 1 }) end, "opts.beta1: 1 is outside [0, 1)", p, m, v)
+    H.expect_error(function() F.adam_step(p, g, m, ploss.zeros({ 5 }, { dtype = "f64" }), 1, {}) end, "exp_avg_sq: expected", p, m)
+    H.expect_error(function() F.adam_step(p, g, m, m, 1, {}) end, "exp_avg: overlaps the memory of exp_avg_sq", p)
+    local ffi = require "ffi"
+    local st = ploss.C.ploss_adam_step(p:context(), p:dl(), g:dl(), m:dl(), nil, 1, nil)
+    assert.are.equal(ploss.C.PLOSS_ERR_INVALID_ARGUMENT, st)
+    assert.matches("exp_avg_sq: tensor is NULL", ffi.string(ploss.C.ploss_last_error()))
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- Layers and optimisers
+---------------------------------------------------------------------------------------
+
+describe("ploss.nn layers and ploss.optim", function()
+  it("Linear computes x·Wᵀ + b and its gradients (central differences, f64)", function()
+    H.seed(340)
+    local lin = ploss.nn.Linear(5, 3, { dtype = "f64" })
+    F.sgd_step(lin.bias, ploss.randn({ 3 }, { dtype = "f64" }), nil, 1, { lr = 1 }) -- a non-zero bias
+    local x = ploss.randn({ 4, 5 }, { dtype = "f64" })
+    local y = lin:forward(x)
+    local want = naive_product(x, lin.weight, false, true)
+    local b = lin.bias:flat()
+    for i = 1, 4 do for j = 1, 3 do want[i][j] = want[i][j] + b[j] end end
+    H.assert_close(y, want, { rtol = 1e-14, atol = 1e-14 })
+    local gy = ploss.randn({ 4, 3 }, { dtype = "f64" })
+    local gyv = gy:flat()
+    local function loss_of(layer_fn)
+      return function(t)
+        local v = layer_fn(t):flat()
+        local s = 0
+        for i = 1, #v do s = s + v[i] * gyv[i] end
+        return s
+      end
+    end
+    local gx = lin:backward(x, gy)
+    H.gradcheck(loss_of(function(t) return lin:forward(t) end), x:clone(), gx, { what = "Linear input" })
+    local gw, gb = lin.gradWeight:clone(), lin.gradBias:clone()
+    H.gradcheck(loss_of(function() return lin:forward(x) end), lin.weight, gw, { what = "Linear weight" })
+    H.gradcheck(loss_of(function() return lin:forward(x) end), lin.bias, gb, { what = "Linear bias" })
+  end)
+
+  it("He and Xavier initialisation have the stated standard deviations", function()
+    H.seed(341)
+    local function std(t)
+      local v, s, s2 = t:flat(), 0, 0
+      for i = 1, #v do s, s2 = s + v[i], s2 + v[i] * v[i] end
+      return math.sqrt(s2 / #v - (s / #v) ^ 2)
+    end
+    local he = ploss.nn.Linear(400, 300)
+    assert.is_true(math.abs(std(he.weight) / math.sqrt(2 / 400) - 1) < 0.02)
+    local xa = ploss.nn.Linear(400, 300, { init = "xavier" })
+    assert.is_true(math.abs(std(xa.weight) / math.sqrt(2 / 700) - 1) < 0.02)
+    H.assert_equal(he.bias, ploss.zeros(300))
+    H.expect_error(function() ploss.nn.Linear(4, 3, { init = "lecun" }) end, "init: expected 'he' or 'xavier'")
+  end)
+
+  it("Sequential with an activation back-propagates like the ops (f64 central differences)", function()
+    H.seed(342)
+    for _, act in ipairs { "Mish", "Swish", "HardSwish" } do
+      local model = ploss.nn.Sequential { ploss.nn.Linear(6, 5, { dtype = "f64" }), ploss.nn[act] { inplace = true },
+                                          ploss.nn.Linear(5, 2, { dtype = "f64", init = "xavier" }) }
+      local x = ploss.randn({ 3, 6 }, { dtype = "f64" })
+      local gy = ploss.randn({ 3, 2 }, { dtype = "f64" })
+      local gyv = gy:flat()
+      model:forward(x)
+      local gx = model:backward(x, gy):clone()
+      local ps, gs = model:parameters()
+      assert.are.equal(4, #ps)
+      local function f(t)
+        local v = model:forward(t):flat()
+        local s = 0
+        for i = 1, #v do s = s + v[i] * gyv[i] end
+        return s
+      end
+      H.gradcheck(f, x:clone(), gx, { what = act .. " input" })
+      local g1 = gs[1]:clone()
+      H.gradcheck(function() return f(x) end, ps[1], g1, { what = act .. " first weight" })
+    end
+  end)
+
+  it("optim.SGD and optim.Adam apply the steps to every parameter", function()
+    H.seed(343)
+    local p1, p2 = ploss.randn({ 3 }, { dtype = "f64" }), ploss.randn({ 2, 2 }, { dtype = "f64" })
+    local g1, g2 = ploss.randn({ 3 }, { dtype = "f64" }), ploss.randn({ 2, 2 }, { dtype = "f64" })
+    local r1, r2 = p1:clone(), p2:clone()
+    local b1, b2 = ploss.zeros({ 3 }, { dtype = "f64" }), ploss.zeros({ 2, 2 }, { dtype = "f64" })
+    local opt = ploss.optim.SGD({ p1, p2 }, { g1, g2 }, { lr = 0.1, momentum = 0.9 })
+    for step = 1, 3 do
+      opt:step()
+      F.sgd_step(r1, g1, b1, step, { lr = 0.1, momentum = 0.9 })
+      F.sgd_step(r2, g2, b2, step, { lr = 0.1, momentum = 0.9 })
+    end
+    H.assert_equal(p1, r1)
+    H.assert_equal(p2, r2)
+    local a = ploss.optim.Adam({ p1 }, { g1 }, { lr = 0.01 })
+    local m, v = ploss.zeros({ 3 }, { dtype = "f64" }), ploss.zeros({ 3 }, { dtype = "f64" })
+    local q = p1:clone()
+    a:step(); a:step()
+    F.adam_step(q, g1, m, v, 1, { lr = 0.01 })
+    F.adam_step(q, g1, m, v, 2, { lr = 0.01 })
+    H.assert_equal(p1, q)
+    H.expect_error(function() ploss.optim.SGD({ p1 }, {}, {}) end, "expected two lists of the same length")
+    H.expect_error(function() ploss.optim.SGD({ p1 }, { g1 }, { learning_rate = 1 }) end, "unknown option 'learning_rate'")
+  end)
+end)
