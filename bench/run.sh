@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench/run.sh — the whole benchmark in one command: copy bandwidth + PyTorch (eager,
+# torch.compile, float64 reference) + ploss (fused, forward-then-backward, in place), then
+# bench/report.py writes RESULTS.md.  Meant for the GPU machine (see bench/README.md for the
+# exact device invocation through tools/gpu/run.sh); `--cpu --small` tests it here.
+#
+#   bench/run.sh [--build DIR] [--out DIR] [--results FILE] [--small] [--cpu]
+#                [--only id1,id2] [--runs N] [--warmup N] [--no-compile]
+#
+#   --build DIR    a configured ploss build tree (default: $PLOSS_BUILD, else build-bench-gpu,
+#                  or build-bench-cpu with --cpu); configured and built when it has no
+#                  libploss yet (meson setup DIR -Dcuda=enabled|disabled; ninja -C DIR)
+#   --out DIR      where the JSON lines, logs and RESULTS.md go (default: $OUT, else out/bench)
+#   --results FILE also copy RESULTS.md there (e.g. bench/RESULTS.md)
+#   --small        shrink every shape (harness test, not a measurement)
+#   --cpu          run both sides on the CPU (harness test)
+#   --only, --runs, --warmup, --no-compile   passed to both sides (--no-compile: torch only)
+# Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
+# BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
+# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 420 / 240).
+# Exit status: 0 when the report was written (a failing side is reported in it), 1 otherwise.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build="${PLOSS_BUILD:-}"
+outdir="${OUT:-$root/out/bench}"
+results=""
+device=cuda
+small=()
+common=()
+torch_only=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build="$2"; shift 2 ;;
+    --out) outdir="$2"; shift 2 ;;
+    --results) results="$2"; shift 2 ;;
+    --small) small=(--small); shift ;;
+    --cpu) device=cpu; shift ;;
+    --only|--runs|--warmup) common+=("$1" "$2"); shift 2 ;;
+    --no-compile) torch_only+=(--no-compile); shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$build" ] || { [ "$device" = cpu ] && build=build-bench-cpu || build=build-bench-gpu; }
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+PYTHON="${PYTHON:-python3}"
+LUAJIT="${LUAJIT:-luajit}"
+command_line="${BENCH_COMMAND:-bench/run.sh ${*:-}}"
+mkdir -p "$outdir"
+t0=$(date +%s)
+log() { echo "[bench $(($(date +%s) - t0))s] $*" >&2; }
+
+# ---- build (only when the tree has no library yet) --------------------------------------
+if [ ! -e "$build/libploss.so.0" ]; then
+  cuda_opt=enabled; [ "$device" = cpu ] && cuda_opt=disabled
+  log "building ploss in $build (cuda=$cuda_opt)"
+  { [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=$cuda_opt -Dbuildtype=release; } \
+    >"$outdir/build.log" 2>&1 && ninja -C "$build" >>"$outdir/build.log" 2>&1
+  if [ ! -e "$build/libploss.so.0" ]; then
+    log "build failed: see $outdir/build.log"; tail -30 "$outdir/build.log" >&2; exit 1
+  fi
+  log "built"
+fi
+# shellcheck source=/dev/null
+source "$root/tools/env.sh" "$build"
+
+# ---- the card, as the machine reports it -------------------------------------------------
+if [ "$device" = cuda ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv >"$outdir/nvidia-smi.csv" 2>&1 || true
+fi
+
+# ---- ploss side ---------------------------------------------------------------------------
+pdev=(); [ "$device" = cpu ] && pdev=(--cpu)
+log "ploss side: $LUAJIT bench/bench.lua"
+timeout "${BENCH_PLOSS_TIMEOUT:-240}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
+  --out "$outdir/ploss.jsonl" 2>"$outdir/ploss.log"
+rc=$?
+[ $rc -eq 0 ] || { log "ploss side exited with $rc (see ploss.log)"; tail -20 "$outdir/ploss.log" >&2; }
+
+# ---- PyTorch side -------------------------------------------------------------------------
+log "torch side: $PYTHON bench/torch_bench.py"
+PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-420}" "$PYTHON" bench/torch_bench.py --device "$device" \
+  "${small[@]}" "${common[@]}" "${torch_only[@]}" --ploss-lib "$PLOSS_LIBRARY" \
+  --out "$outdir/torch.jsonl" 2>"$outdir/torch.log"
+rc=$?
+[ $rc -eq 0 ] || { log "torch side exited with $rc (see torch.log)"; tail -20 "$outdir/torch.log" >&2; }
+
+# ---- report -------------------------------------------------------------------------------
+log "report"
+if ! "$PYTHON" bench/report.py --torch "$outdir/torch.jsonl" --ploss "$outdir/ploss.jsonl" \
+    --command "$command_line" --out "$outdir/RESULTS.md"; then
+  log "report failed"; exit 1
+fi
+if [ -n "$results" ]; then cp "$outdir/RESULTS.md" "$results"; fi
+log "done: $outdir/RESULTS.md"
+sed -n '/^| case/,/^$/p' "$outdir/RESULTS.md"
