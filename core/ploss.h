@@ -764,6 +764,79 @@ void ploss_one_hot_opts_init(ploss_one_hot_opts *opts);
 ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss_one_hot_opts *opts,
                            DLTensor *out);
 
+/* ---- Large-margin softmax (Kobayashi, BMVC 2019; LOSSES.md §2.3) -------------------- */
+
+/** Options of the large-margin softmax loss; fill with ploss_large_margin_opts_init(). */
+typedef struct ploss_large_margin_opts {
+    ploss_reduction reduction; /* default MEAN                                              */
+    int64_t ignore_index;      /* default 255 (pytorch-loss LargeMarginSoftmaxV1–V3)         */
+    double lam;                /* λ >= 0, weight of the regulariser, default 0.3             */
+    double scale;   /* _fused only: gradient multiplier (the upstream gradient), default 1 */
+    int inplace;    /* _fused only: 1 allows grad_input to be the input itself, default 0  */
+} ploss_large_margin_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
+
+/**
+ * Large-margin softmax loss, forward (T. Kobayashi, "Large Margin In Softmax Cross-Entropy
+ * Loss", BMVC 2019; pytorch-loss LargeMarginSoftmaxV1–V3; LOSSES.md §2.3).  Cross-entropy
+ * plus a regulariser that pushes the softmax over the non-target classes towards uniform.
+ * Per valid sample with label y, 𝒩 = {j ≠ y}, u = 1/(C−1), q_j = softmax over 𝒩:
+ *     ℓ = (lse − x_y) + (λ/2)·Σ_{j∈𝒩} (q_j − u)·log q_j
+ *       = (lse − x_y) + (λ/2)·(E_q[x] − u·Σ_{j∈𝒩} x_j),   E_q[x] = Σ_{j∈𝒩} q_j·x_j.
+ * The log-sum-exps over all classes and over 𝒩 keep separate running maxima, so a target
+ * logit far above the others (e.g. by 1e3) gives a finite loss and gradient.
+ *
+ * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 2.
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  opts    NULL for defaults.
+ * out loss    reduction NONE: the target's shape, zeros at ignored samples; MEAN / SUM: a
+ *             0-d or 1-element tensor.  f32 (f64 for f64 input).  MEAN divides by the
+ *             number of valid samples; none valid gives NaN.
+ * out state   NULL, or the saved state for _backward: shape N×3×d1×…×dk (the input's
+ *             shape with 3 on axis 1), f32 (f64 for f64 input): per sample lse over all
+ *             classes, lse over 𝒩, and E_q[x] (zeros at ignored samples).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, λ < 0 or not finite, bad enum,
+ *           C < 2), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the error slot, the sample then counts as
+ *           ignored), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_large_margin_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                const DLTensor *target,
+                                                const ploss_large_margin_opts *opts, DLTensor *loss,
+                                                DLTensor *state);
+
+/**
+ * Large-margin softmax loss, backward: grad_input = ∂(reduced loss)/∂input · grad_loss.
+ *     ∂ℓ/∂x_y = p_y − 1,   ∂ℓ/∂x_j = p_j + (λ/2)·(q_j·(x_j − E_q[x] + 1) − u)   (j ≠ y),
+ * zero at ignored samples; MEAN scales by 1/(number of valid samples), and by 0 when
+ * there is none.
+ *
+ * in  input, target, opts   as given to _forward.
+ * in  state      NULL (recomputed from input) or the state written by _forward.
+ * in  grad_loss  upstream gradient: 0-d/1-element for MEAN/SUM, the loss's shape for
+ *                NONE; f32 or f64, on the input's device.
+ * out grad_input the input's shape and dtype, any non-overlapping strides; may not overlap
+ *                any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_large_margin_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                 const DLTensor *target,
+                                                 const ploss_large_margin_opts *opts,
+                                                 const DLTensor *state, const DLTensor *grad_loss,
+                                                 DLTensor *grad_input);
+
+/**
+ * Large-margin softmax loss, forward and backward in one pass: writes `loss` as _forward
+ * and grad_input = opts->scale · ∂(reduced loss)/∂input (NONE: of the sum of the losses).
+ * With opts->inplace = 1, grad_input may be the input tensor itself.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_large_margin_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                              const DLTensor *target,
+                                              const ploss_large_margin_opts *opts, DLTensor *loss,
+                                              DLTensor *grad_input);
 /* ==== end section: softmax family II ==== */
 
 #ifdef __cplusplus

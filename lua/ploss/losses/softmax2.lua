@@ -83,4 +83,52 @@ function ploss.one_hot(target, num_classes, opts)
 end
 ploss.F.one_hot = ploss.one_hot
 
+---------------------------------------------------------------------------------------
+-- large-margin softmax (LOSSES.md §2.3)
+---------------------------------------------------------------------------------------
+
+--- ploss.LargeMarginSoftmaxLoss{lam=0.3, ignore_index=255, reduction='mean', inplace=false}
+--
+-- T. Kobayashi, "Large Margin In Softmax Cross-Entropy Loss", BMVC 2019 (pytorch-loss
+-- LargeMarginSoftmaxV1–V3).  Cross-entropy plus (λ/2)·Σ_{j≠y} (q_j − 1/(C−1))·log q_j,
+-- where q is the softmax over the non-target classes: it pushes the non-target
+-- probabilities towards uniform, widening the margin to the strongest competitor.
+--   ℓ_i = lse_i − x_iy + (λ/2)·(E_q[x] − mean_{j≠y} x_j)
+--   ∂ℓ/∂x_y = p_y − 1,  ∂ℓ/∂x_j = p_j + (λ/2)·(q_j·(x_j − E_q[x] + 1) − 1/(C−1))  (j ≠ y)
+-- input needs C >= 2 classes ("input: expected at least 2 classes along axis 1").
+-- 'none' gives the target's shape with zeros at ignored samples (as pytorch-loss V3, not
+-- V1/V2's compacted vector).  A target logit far above the others (1e3) stays finite: the
+-- sums over all classes and over the non-target classes keep separate maxima.
+-- State kept between forward and backward: 3 floats per sample (N×3×d1×…×dk).
+-- ploss.F.large_margin_softmax(input, target, opts), _backward, _fused as every loss.
+nn.register(ploss, {
+  name = "LargeMarginSoftmaxLoss",
+  fname = "large_margin_softmax",
+  doc = "large-margin softmax cross-entropy, Kobayashi BMVC 2019 (LOSSES.md §2.3)",
+  opts_ctype = "ploss_large_margin_opts",
+  opts_init = "ploss_large_margin_opts_init",
+  options = {
+    { "lam", kind = "number", default = 0.3 },
+    { "ignore_index", kind = "integer", default = 255 },
+    { "reduction", kind = "enum", default = "mean", values = nn.reductions },
+  },
+  state = true,
+  state_sizes = function(input)
+    local s = input:size()
+    s[2] = 3
+    return s
+  end,
+  forward = function(o, ctx, input, target, copts, loss, state)
+    return C.ploss_large_margin_softmax_forward(ctx, input:dl(), target:dl(), copts, loss:dl(),
+      state and state:dl() or nil)
+  end,
+  backward = function(o, ctx, input, target, copts, state, grad_loss, grad_input)
+    return C.ploss_large_margin_softmax_backward(ctx, input:dl(), target:dl(), copts,
+      state and state:dl() or nil, grad_loss:dl(), grad_input:dl())
+  end,
+  fused = function(o, ctx, input, target, copts, loss, grad_input)
+    return C.ploss_large_margin_softmax_fused(ctx, input:dl(), target:dl(), copts, loss:dl(), grad_input:dl())
+  end,
+})
+
 end

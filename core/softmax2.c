@@ -1,0 +1,255 @@
+/*
+ * softmax2.c — the one validation path in front of the CPU and CUDA backends of the
+ * softmax family II losses with class-index targets: large-margin softmax (LOSSES.md
+ * §2.3).  Every check runs before any write; the public entry points only translate
+ * their options into a `config`.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loss_check.h"
+#include "softmax2.h"
+
+/* What one public loss asks of the common validation. */
+typedef struct {
+    ploss_sm2_loss kind;
+    int ohem;
+    ploss_reduction reduction;
+    int64_t ignore_index;
+    double lam;
+    int order;
+    double scale;
+    int inplace;
+    double thresh;
+    int64_t n_min;   /* < 0: ⌊M/16⌋ */
+    int n_state;     /* 0: no state, 1: one per sample (sample-shaped), 3: N×3×d1×…×dk */
+    int64_t min_classes;
+} sm2_config;
+
+typedef struct {
+    const DLTensor *input, *target, *prior, *state, *grad_loss;
+    DLTensor *loss, *grad;
+} sm2_args;
+
+static ploss_status check_options(ploss_pass pass, const sm2_config *c)
+{
+    if ((unsigned)c->reduction >= PLOSS_REDUCTION_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
+                           (int)c->reduction);
+    if (c->kind == PLOSS_SM2_LARGE_MARGIN && !(c->lam >= 0.0 && isfinite(c->lam)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", c->lam);
+    if (pass == PLOSS_PASS_FUSED && !isfinite(c->scale))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", c->scale);
+    return PLOSS_OK;
+}
+
+static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, const sm2_config *c)
+{
+    ploss_status st;
+    if (!ctx)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    if ((st = check_options(pass, c)))
+        return st;
+
+    ploss_view x, t, w, l, sv, gl, g;
+    if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
+        return st;
+    if (!ploss_dtype_is_float(x.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
+                           ploss_dtype_name(x.dtype));
+    if (x.ndim < 2)
+        return ploss_check_shape_error("input", "rank >= 2 (N×C or N×C×d1×…×dk)", &x);
+    const int64_t C = x.shape[1];
+    if (C < c->min_classes) {
+        char want[160];
+        snprintf(want, sizeof want, "at least %lld classes along axis 1%s", (long long)c->min_classes,
+                 c->min_classes == 2 ? " (the large-margin regulariser needs a non-target class)" : "");
+        return ploss_check_shape_error("input", want, &x);
+    }
+    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+
+    if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
+        return st;
+    if (t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
+        return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices (i64 or i32), got %s",
+                           ploss_dtype_name(t.dtype));
+    if ((st = ploss_check_sample_shape(&t, &x, "target")))
+        return st;
+
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!a->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) ||
+            (st = ploss_check_loss_shape(&l, &x, c->reduction, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+    }
+    const int has_state = a->state && c->n_state > 0;
+    if (has_state) {
+        if ((st = ploss_view_init(&sv, a->state, "state")) || (st = ploss_view_check_device(&sv, ctx, "state")) ||
+            (st = ploss_check_dtype(&sv, acc, "state")))
+            return st;
+        st = c->n_state == 1 ? ploss_check_sample_shape(&sv, &x, "state")
+                             : ploss_check_shape_axis1(&sv, &x, c->n_state, "state",
+                                                       " (the input's shape with the state components on axis 1)");
+        if (st)
+            return st;
+        if (pass == PLOSS_PASS_FORWARD && (st = ploss_view_check_writable(&sv, "state")))
+            return st;
+    }
+    if (pass == PLOSS_PASS_BACKWARD) {
+        if (!a->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = ploss_check_loss_shape(&gl, &x, c->reduction, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        if (!a->grad)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
+        if ((st = ploss_view_init(&g, a->grad, "grad_input")) ||
+            (st = ploss_view_check_device(&g, ctx, "grad_input")) ||
+            (st = ploss_check_dtype(&g, x.dtype, "grad_input")) ||
+            (st = ploss_check_shape_axis1(&g, &x, -1, "grad_input", " (the input's shape)")) ||
+            (st = ploss_view_check_writable(&g, "grad_input")))
+            return st;
+    }
+
+    /* aliasing: outputs may not overlap inputs or each other (bar the in-place gradient) */
+    const ploss_view *ins[5] = {&x, &t, a->prior ? &w : NULL, pass == PLOSS_PASS_BACKWARD ? &gl : NULL,
+                                has_state && pass == PLOSS_PASS_BACKWARD ? &sv : NULL};
+    const char *in_names[5] = {"input", "target", "lb_proportion", "grad_loss", "state"};
+    const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL,
+                                 has_state && pass == PLOSS_PASS_FORWARD ? &sv : NULL};
+    const char *out_names[3] = {"loss", "grad_input", "state"};
+    const int inplace = pass == PLOSS_PASS_FUSED && c->inplace;
+    if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 5, inplace ? 1 : -1, 0)))
+        return st;
+    if (inplace && !ploss_view_same(&g, &x))
+        return ploss_error(PLOSS_ERR_ALIAS,
+                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
+                           "is not the input tensor (same data, shape and strides)");
+
+    /* the problem, with sample dims collapsed to (n, s) */
+    ploss_sm2_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = c->reduction;
+    p.loss_kind = c->kind;
+    p.N = x.shape[0];
+    p.C = C;
+    p.S = 1;
+    for (int d = 2; d < x.ndim; ++d)
+        p.S *= x.shape[d];
+    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = x.strides[0]; p.x_sc = x.strides[1];
+    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = t.strides[0];
+    if ((st = ploss_check_collapse(&x, 2, x.ndim, "input", &p.x_ss)) ||
+        (st = ploss_check_collapse(&t, 1, t.ndim, "target", &p.t_ss)))
+        return st;
+    p.ignore_index = c->ignore_index;
+    p.lam = c->lam;
+    p.order = c->order;
+    p.scale = c->scale;
+    p.ohem = c->ohem;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l.data; p.loss_dtype = l.dtype;
+        if (c->reduction == PLOSS_REDUCTION_NONE) {
+            p.l_sn = l.strides[0];
+            if ((st = ploss_check_collapse(&l, 1, l.ndim, "loss", &p.l_ss)))
+                return st;
+        }
+    }
+    if (has_state) {
+        p.state = sv.data; p.state_dtype = sv.dtype; p.n_state = c->n_state; p.st_sn = sv.strides[0];
+        if (c->n_state == 1)
+            st = ploss_check_collapse(&sv, 1, sv.ndim, "state", &p.st_ss);
+        else {
+            p.st_sk = sv.strides[1];
+            st = ploss_check_collapse(&sv, 2, sv.ndim, "state", &p.st_ss);
+        }
+        if (st)
+            return st;
+    }
+    if (pass == PLOSS_PASS_BACKWARD) {
+        p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
+        if (c->reduction == PLOSS_REDUCTION_NONE) {
+            p.gl_sn = gl.strides[0];
+            if ((st = ploss_check_collapse(&gl, 1, gl.ndim, "grad_loss", &p.gl_ss)))
+                return st;
+        }
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.grad = g.data; p.g_sn = g.strides[0]; p.g_sc = g.strides[1];
+        if ((st = ploss_check_collapse(&g, 2, g.ndim, "grad_input", &p.g_ss)))
+            return st;
+    }
+
+    if (ctx->device.device_type == kDLCPU) {
+        if ((st = ploss_check_labels_cpu(p.t, p.t_dtype, p.N, p.S, p.t_sn, p.t_ss, C, p.ignore_index)))
+            return st;
+        return ploss_cpu_softmax2(ctx, &p);
+    }
+#ifdef PLOSS_HAVE_CUDA
+    if ((st = ploss_cuda_set_device(ctx->device.device_id)))
+        return st;
+    return ploss_cuda_softmax2(ctx, &p);
+#else
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: a CUDA tensor needs a library built with CUDA");
+#endif
+}
+
+/* ---- large-margin softmax ---------------------------------------------------------- */
+
+void ploss_large_margin_opts_init(ploss_large_margin_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = 255;
+    o->lam = 0.3;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static ploss_status large_margin(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a,
+                                 const ploss_large_margin_opts *user)
+{
+    ploss_clear_error();
+    ploss_large_margin_opts o;
+    ploss_large_margin_opts_init(&o);
+    if (user)
+        o = *user;
+    sm2_config c = {PLOSS_SM2_LARGE_MARGIN, 0, o.reduction, o.ignore_index, o.lam, 0, o.scale, o.inplace,
+                    0.0, 0, 3, 2};
+    return run(ctx, pass, a, &c);
+}
+
+ploss_status ploss_large_margin_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                const ploss_large_margin_opts *opts, DLTensor *loss,
+                                                DLTensor *state)
+{
+    sm2_args a = {input, target, NULL, state, NULL, loss, NULL};
+    return large_margin(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_large_margin_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                 const ploss_large_margin_opts *opts, const DLTensor *state,
+                                                 const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, state, grad_loss, NULL, grad_input};
+    return large_margin(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_large_margin_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                              const ploss_large_margin_opts *opts, DLTensor *loss,
+                                              DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
+    return large_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
