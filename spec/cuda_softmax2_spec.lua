@@ -1,40 +1,222 @@
--- CUDA spec of softmax family II (suite 'cuda'; spec/run.lua exits 77 without a GPU):
--- every op and loss on the GPU against the CPU backend, in f32, f16, bf16 (and f64), on
--- the row-contiguous (N×C) and class-strided (N×C×H×W) layouts, plus the CUDA-only
--- behaviour (invalid labels through the context's error slot, no host round trip).
+-- CUDA spec of softmax family II (suite 'cuda'): every op and loss on the device against
+-- the f64 CPU backend on the same (rounded) values, for f32/f16/bf16/f64, the layouts and
+-- sizes that reach every kernel path (thread per sample for class-strided rows, warp per
+-- row, block per row for C > 2048), every pass; plus the device-only behaviour (invalid
+-- labels through the context's error slot, determinism).  spec/run.lua exits 77 before
+-- loading this file when no GPU is present; PLOSS_CUDA_SPEC_DEVICE=cpu runs it against
+-- the CPU as a dry run of its logic.
 local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
+local DEV = H.cuda_spec_device()
 
+-- Tolerances against the f64 CPU reference (losses accumulated in f32, f64 for f64;
+-- gradients rounded to the input dtype).  atol is relative to the largest |reference|
+-- of the tensor compared; floor is an absolute floor (f16 subnormals).
+local TOL = {
+  f64 = { loss = 1e-10, grad = 1e-10, floor = 0 },
+  f32 = { loss = 3e-5, grad = 3e-5, floor = 0 },
+  f16 = { loss = 2e-4, grad = 6e-3, floor = 2 ^ -24 },
+  bf16 = { loss = 2e-4, grad = 3e-2, floor = 0 },
+}
 local DTYPES = { "f32", "f16", "bf16", "f64" }
 
--- tolerance of a CUDA result against the CPU on the same (rounded) inputs
-local function tol(dt, what, scale)
-  local t = H.tol[dt]
-  scale = scale or 1
-  return { rtol = t.rtol * scale, atol = t.atol * scale, what = what }
+local function maxabs(values)
+  local m = 0
+  for _, v in ipairs(values) do
+    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
+  end
+  return m
 end
 
-describe("CUDA one_hot", function()
+local function close(got, ref, rtol, floor, what)
+  local rv = H.values(ref)
+  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
+end
+
+local function sample_sizes(sizes)
+  local s = {}
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+  return s
+end
+
+-- randn logits on the device in the requested layout ('strided': the transposed N×C, or
+-- channels-last N×C×d…, so the class-strided and class-contiguous kernels swap).
+local function make_input(sizes, dtype, layout, seed, std)
+  local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = std or 3, seed = seed })
+  if layout == "contiguous" then return x end
+  if #sizes == 2 then return x:t():contiguous():t() end
+  local perm, back = { 1 }, { 1, #sizes }
+  for d = 3, #sizes do perm[#perm + 1] = d end
+  perm[#perm + 1] = 2
+  for d = 2, #sizes - 1 do back[#back + 1] = d end
+  return x:permute(perm):contiguous():permute(back)
+end
+
+local function make_labels(sizes, ignore, ignore_index, dtype, seed)
+  H.seed(seed)
+  return H.random_labels(sample_sizes(sizes), sizes[2], { ignore = ignore and 0.3 or 0, ignore_index = ignore_index,
+    device = DEV, dtype = dtype or "i64" })
+end
+
+-- options with tensor options moved to `device` as `dtype`
+local function opts_on(opts, device, dtype)
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  for k, v in pairs(opts) do if ploss.is_tensor(v) then o[k] = v:to(device, dtype) end end
+  return o
+end
+
+---------------------------------------------------------------------------------------
+-- one-hot
+---------------------------------------------------------------------------------------
+
+describe("CUDA one_hot (" .. DEV .. ")", function()
   it("matches the CPU for every output dtype, layouts and smoothing", function()
-    H.seed(101)
-    for _, sizes in ipairs { { 7 }, { 3, 5, 4 }, { 2, 33, 17 } } do
+    for k, sizes in ipairs { { 7 }, { 3, 5, 4 }, { 2, 33, 17 } } do
+      H.seed(100 + k)
       local y = H.random_labels(sizes, 6, { ignore = 0.2, ignore_index = -1 })
       for _, dt in ipairs { "f32", "f16", "bf16", "f64", "i64", "u8" } do
         local opts = { dtype = dt, label_smoothing = (dt == "i64" or dt == "u8") and 0 or 0.1 }
         local ref = ploss.one_hot(y, 6, opts)
-        local got = ploss.one_hot(y:cuda(), 6, opts)
-        assert.are.equal("cuda:0", got:device())
+        local got = ploss.one_hot(y:to(DEV), 6, opts)
+        assert.are.equal(y:to(DEV):device(), got:device())
         H.assert_equal(got:cpu(), ref, { what = dt .. " " .. table.concat(sizes, "x") })
+        -- a strided (channels-last) output
+        if #sizes == 3 then
+          local out = ploss.empty({ sizes[1], sizes[2], sizes[3], 6 }, { dtype = dt, device = DEV }):permute(1, 4, 2, 3)
+          H.assert_equal(ploss.one_hot(y:to(DEV), nil, { out = out, dtype = dt, label_smoothing = opts.label_smoothing }):cpu(), ref)
+        end
       end
     end
   end)
 
-  it("reports an invalid label at the next synchronisation and writes a zero row", function()
-    local y = ploss.tensor({ 0, 9, 1 }, { dtype = "i64" }):cuda()
-    local out = ploss.one_hot(y, 3)
-    H.expect_error(function() ploss.synchronize("cuda") end, "PLOSS_ERR_INVALID_LABEL")
-    H.assert_equal(out:cpu(), { { 1, 0, 0 }, { 0, 0, 0 }, { 0, 1, 0 } })
-    ploss.synchronize("cuda") -- the slot was cleared
+  if DEV ~= "cpu" then
+    it("reports an invalid label at the next synchronisation and writes a zero row", function()
+      local out = ploss.one_hot(ploss.tensor({ 0, 9, 1 }, { dtype = "i64" }):to(DEV), 3)
+      H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+      H.assert_equal(out:cpu(), { { 1, 0, 0 }, { 0, 0, 0 }, { 0, 1, 0 } })
+      ploss.synchronize(DEV) -- the slot was cleared
+    end)
+  end
+end)
+
+---------------------------------------------------------------------------------------
+-- losses with class-index targets: the device against the f64 CPU reference
+---------------------------------------------------------------------------------------
+
+-- Sizes reaching every path: warp per row (C ≤ 2048), block per row (C = 4097), thread
+-- per sample (N×C×H×W, and every transposed N×C), two classes, odd sizes.
+local SIZES = { { 64, 10 }, { 33, 17 }, { 3, 4097 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 7, 2 } }
+
+-- Check one loss (ploss.F[fname], criterion ploss[crit]) for each option set.
+local function check_against_cpu(fname, crit, sets, sizes, seed0)
+  local seed = seed0
+  for _, set in ipairs(sets) do
+    for _, dtype in ipairs(DTYPES) do
+      for _, layout in ipairs { "contiguous", "strided" } do
+        seed = seed + 1
+        H.current_seed = seed
+        local tol = TOL[dtype]
+        local label = string.format("%s %s %s %s %s", fname, table.concat(sizes, "x"), set.name, dtype, layout)
+        local x = make_input(sizes, dtype, layout, seed, set.std)
+        local y = make_labels(sizes, set.ignore, set.opts.ignore_index, set.i32 and "i32" or "i64", seed + 1)
+        local opts = set.make and set.make(sizes, seed) or set.opts
+        local none = opts.reduction == "none"
+        local gout = none and ploss.randn(sample_sizes(sizes), { dtype = dtype == "f64" and "f64" or "f32", device = DEV, seed = seed + 2 }) or nil
+        -- reference: f64 on the CPU on the same rounded values
+        local xc, yc, oc = x:to("cpu", "f64"), y:to("cpu"), opts_on(opts, "cpu", "f64")
+        local ref_loss, ref_grad = F[fname .. "_fused"](xc, yc, oc)
+        local ref_back = none and F[fname .. "_backward"](xc, yc, gout:to("cpu", "f64"), oc) or ref_grad
+
+        local loss, grad = F[fname .. "_fused"](x, y, opts)
+        assert.are.equal(dtype, grad:dtype())
+        close(loss, ref_loss, tol.loss, 0, label .. " fused loss")
+        close(grad, ref_grad, tol.grad, tol.floor, label .. " fused grad")
+        local c = ploss[crit](opts)
+        close(c:forward(x, y), ref_loss, tol.loss, 0, label .. " forward")
+        close(c:backward(x, y, gout), ref_back, tol.grad, tol.floor, label .. " backward (saved state)")
+        close(F[fname .. "_backward"](x, y, gout, opts), ref_back, tol.grad, tol.floor, label .. " backward (recomputed)")
+        -- in place: bitwise the numbers of the out-of-place fused pass
+        local xi = x:clone()
+        if layout ~= "contiguous" then xi = make_input(sizes, dtype, layout, seed, set.std) end
+        local io = {}
+        for k, v in pairs(opts) do io[k] = v end
+        io.inplace = true
+        local li, gi = F[fname .. "_fused"](xi, y, io)
+        assert.are.equal(xi, gi)
+        H.assert_equal(gi, grad, { what = label .. " in place" })
+        H.assert_equal(li, loss, { what = label .. " in place loss" })
+      end
+    end
+  end
+end
+
+-- Determinism and the error slot, for one loss.
+local function check_device_behaviour(fname, opts, ignore_index)
+  it("is deterministic (bitwise equal results on repeated calls)", function()
+    for _, sizes in ipairs { { 4096, 100 }, { 2, 5000 }, { 4, 19, 64, 64 } } do
+      local x = ploss.randn(sizes, { dtype = "f32", device = DEV, seed = 42 })
+      local y = make_labels(sizes, true, ignore_index, "i64", 43)
+      local l1, g1 = F[fname .. "_fused"](x, y, opts)
+      local l2, g2 = F[fname .. "_fused"](x, y, opts)
+      assert.are.equal(l1, l2)
+      H.assert_equal(g2, g1)
+    end
   end)
+  if DEV ~= "cpu" then
+    it("reports an invalid label through the error slot, never reading out of bounds", function()
+      for _, sizes in ipairs { { 3, 5 }, { 2, 5, 3, 3 }, { 2, 3000 } } do
+        local x = ploss.randn(sizes, { device = DEV })
+        local yv = make_labels(sizes, false, ignore_index, "i64", 7):cpu():flat()
+        yv[2] = sizes[2] + 1000000
+        local y = ploss.tensor(yv, { dtype = "i64", size = sample_sizes(sizes) }):to(DEV)
+        local _, g = F[fname .. "_fused"](x, y, opts.reduction == "none" and opts or { out = ploss.empty({}, { device = DEV }) })
+        H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+        ploss.synchronize(DEV)
+        assert.are.same(sizes, g:size())
+      end
+    end)
+  end
+end
+
+describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
+  local sets = {
+    { name = "mean", opts = { reduction = "mean" } },
+    { name = "sum λ=1 ignored", ignore = true, opts = { reduction = "sum", lam = 1, ignore_index = 255 } },
+    { name = "none λ=0.5 ignored i32", ignore = true, i32 = true, opts = { reduction = "none", lam = 0.5, ignore_index = 255 } },
+  }
+  for k, sizes in ipairs(SIZES) do
+    it("sizes " .. table.concat(sizes, "x"), function()
+      check_against_cpu("large_margin_softmax", "LargeMarginSoftmaxLoss", sets, sizes, 1000 + 100 * k)
+    end)
+  end
+
+  it("stays finite with a target logit 1e3 above the rest, in every dtype and layout", function()
+    for _, dtype in ipairs(DTYPES) do
+      local rows = { { 1000, 0, 1, 2 }, { -3, 1000, 0, 0.5 }, { 30, 30, 30, 30 } }
+      local x = ploss.tensor(rows, { dtype = dtype }):to(DEV)
+      local y = ploss.tensor({ 0, 1, 2 }, { dtype = "i64" }):to(DEV)
+      for _, xs in ipairs { x, x:t():contiguous():t() } do
+        local l, g = F.large_margin_softmax_fused(xs, y, { reduction = "none" })
+        local rl, rg = F.large_margin_softmax_fused(xs:to("cpu", "f64"), y:cpu(), { reduction = "none" })
+        for _, v in ipairs(l:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, dtype .. " loss " .. v) end
+        for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, dtype .. " grad " .. v) end
+        close(l, rl, TOL[dtype].loss, 0, dtype .. " loss")
+        close(g, rg, TOL[dtype].grad, TOL[dtype].floor, dtype .. " grad")
+      end
+    end
+  end)
+
+  it("with every sample ignored: NaN mean, zero gradient", function()
+    for _, sizes in ipairs { { 3, 4 }, { 2, 3000 }, { 2, 3, 4, 5 } } do
+      local x = ploss.randn(sizes, { device = DEV })
+      local y = ploss.full(sample_sizes(sizes), 255, { dtype = "i64", device = DEV })
+      local l, g = F.large_margin_softmax_fused(x, y)
+      assert.is_true(l ~= l)
+      for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+    end
+  end)
+
+  check_device_behaviour("large_margin_softmax", { lam = 0.3 }, 255)
 end)
