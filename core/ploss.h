@@ -837,6 +837,133 @@ ploss_status ploss_large_margin_softmax_fused(ploss_ctx_t *ctx, const DLTensor *
                                               const DLTensor *target,
                                               const ploss_large_margin_opts *opts, DLTensor *loss,
                                               DLTensor *grad_input);
+/* ---- Taylor softmax and log-Taylor softmax (LOSSES.md §2.4) ------------------------- */
+
+/** Options of the Taylor softmax ops; fill with ploss_taylor_softmax_opts_init(). */
+typedef struct ploss_taylor_softmax_opts {
+    int n;   /* order of the Taylor polynomial: even, 2 <= n <= 64; default 2          */
+    int dim; /* the axis normalised over; negative counts from the end; default 1       */
+} ploss_taylor_softmax_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_taylor_softmax_opts_init(ploss_taylor_softmax_opts *opts);
+
+/**
+ * Taylor softmax, forward (A. de Brébisson and P. Vincent, "An Exploration of Softmax
+ * Alternatives Belonging to the Spherical Loss Family", ICLR 2016; K. Banerjee et al.,
+ * "Exploring Alternatives to Softmax Function", arXiv:2011.11538; pytorch-loss
+ * TaylorSoftmaxV1/V3; LOSSES.md §2.4).  exp is replaced by its even-order Taylor
+ * polynomial f_n(v) = Σ_{k≤n} v^k/k!, which is positive on all of ℝ:
+ *     output_j = f_n(x_j) / Σ_k f_n(x_k)   along `dim`.
+ * Not shift-invariant (no max is subtracted).  Computed in f32 for f32/f16/bf16 inputs
+ * (f64 for f64 inputs and for n > 10, where the alternating terms cancel), so f16
+ * inputs cannot overflow the intermediate sums.
+ *
+ * in  input   any rank >= 1, f32/f16/bf16/f64, any strides such that the dims before
+ *             and after `dim` can each be walked as one strided axis.
+ * in  opts    NULL for defaults.
+ * out output  the input's shape and dtype, any non-overlapping strides; may not overlap
+ *             the input.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/output, n odd, < 2 or > 64, dim out of
+ *           range), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_taylor_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                          const ploss_taylor_softmax_opts *opts, DLTensor *output);
+
+/**
+ * Taylor softmax, backward: with F_j = f_n(x_j), Z = Σ_j F_j, G the upstream gradient,
+ *     grad_input_k = f_{n−1}(x_k)·(G_k/Z − (Σ_j F_j·G_j)/Z²)      (f_n′ = f_{n−1}).
+ * in  input, opts    as given to _forward (the sums are recomputed from the input).
+ * in  grad_output    the input's shape and dtype, any strides.
+ * out grad_input     the input's shape and dtype; may not overlap the inputs.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_taylor_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                           const DLTensor *grad_output,
+                                           const ploss_taylor_softmax_opts *opts,
+                                           DLTensor *grad_input);
+
+/**
+ * Log-Taylor softmax, forward: output_j = log f_n(x_j) − log Σ_k f_n(x_k) along `dim`
+ * (pytorch-loss LogTaylorSoftmaxV1/V3).  Shapes, dtypes and statuses as
+ * ploss_taylor_softmax_forward.
+ */
+ploss_status ploss_log_taylor_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                              const ploss_taylor_softmax_opts *opts,
+                                              DLTensor *output);
+
+/**
+ * Log-Taylor softmax, backward:
+ *     grad_input_k = f_{n−1}(x_k)·(G_k/F_k − (Σ_j G_j)/Z).
+ * Shapes, dtypes and statuses as ploss_taylor_softmax_backward.
+ */
+ploss_status ploss_log_taylor_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                               const DLTensor *grad_output,
+                                               const ploss_taylor_softmax_opts *opts,
+                                               DLTensor *grad_input);
+
+/* ---- Taylor cross-entropy (LOSSES.md §2.5) ------------------------------------------ */
+
+/** Options of the Taylor cross-entropy; fill with ploss_taylor_cross_entropy_opts_init(). */
+typedef struct ploss_taylor_cross_entropy_opts {
+    ploss_reduction reduction; /* default MEAN                                              */
+    int64_t ignore_index;      /* default -1 (pytorch-loss TaylorCrossEntropyLossV1/V3)      */
+    int n;                     /* even order, 2 <= n <= 64; default 2                        */
+    double scale;   /* _fused only: gradient multiplier (the upstream gradient), default 1 */
+    int inplace;    /* _fused only: 1 allows grad_input to be the input itself, default 0  */
+} ploss_taylor_cross_entropy_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts);
+
+/**
+ * Taylor cross-entropy, forward: the NLL of the log-Taylor softmax over the class axis
+ * (pytorch-loss TaylorCrossEntropyLossV1/V3; LOSSES.md §2.5).  Per valid sample with
+ * label y, F_j = f_n(x_j), Z = Σ_j F_j:   ℓ = log Z − log F_y.
+ *
+ * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  opts    NULL for defaults.
+ * out loss    reduction NONE: the target's shape, zeros at ignored samples; MEAN / SUM: a
+ *             0-d or 1-element tensor.  f32 (f64 for f64 input).  MEAN divides by the
+ *             number of valid samples; none valid gives NaN.
+ * out state   NULL, or the saved state for _backward: Z per sample, the target's shape,
+ *             f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, n odd, < 2 or > 64, bad enum),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_taylor_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                const DLTensor *target,
+                                                const ploss_taylor_cross_entropy_opts *opts,
+                                                DLTensor *loss, DLTensor *state);
+
+/**
+ * Taylor cross-entropy, backward:
+ *     ∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y),
+ * zero at ignored samples; MEAN scales by 1/(number of valid samples) (0 when none).
+ * in  state      NULL (recomputed) or the state written by _forward.
+ * in  grad_loss  0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input the input's shape and dtype; may not overlap any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_taylor_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                 const DLTensor *target,
+                                                 const ploss_taylor_cross_entropy_opts *opts,
+                                                 const DLTensor *state, const DLTensor *grad_loss,
+                                                 DLTensor *grad_input);
+
+/**
+ * Taylor cross-entropy, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input (NONE: of the sum of the losses);
+ * with opts->inplace = 1, grad_input may be the input tensor itself.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_taylor_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                              const DLTensor *target,
+                                              const ploss_taylor_cross_entropy_opts *opts,
+                                              DLTensor *loss, DLTensor *grad_input);
+
 /* ==== end section: softmax family II ==== */
 
 #ifdef __cplusplus

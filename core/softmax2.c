@@ -1,7 +1,7 @@
 /*
  * softmax2.c — the one validation path in front of the CPU and CUDA backends of the
  * softmax family II losses with class-index targets: large-margin softmax (LOSSES.md
- * §2.3).  Every check runs before any write; the public entry points only translate
+ * §2.3), Taylor cross-entropy (§2.5).  Every check runs before any write; the public entry points only translate
  * their options into a `config`.
  */
 #include <math.h>
@@ -37,6 +37,10 @@ static ploss_status check_options(ploss_pass pass, const sm2_config *c)
     if ((unsigned)c->reduction >= PLOSS_REDUCTION_COUNT)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
                            (int)c->reduction);
+    if (c->kind == PLOSS_SM2_TAYLOR_CE && (c->order < 2 || c->order > 64 || c->order % 2))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.n: %d is not an even Taylor order in [2, 64] (odd orders have real roots)",
+                           c->order);
     if (c->kind == PLOSS_SM2_LARGE_MARGIN && !(c->lam >= 0.0 && isfinite(c->lam)))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", c->lam);
     if (pass == PLOSS_PASS_FUSED && !isfinite(c->scale))
@@ -252,4 +256,55 @@ ploss_status ploss_large_margin_softmax_fused(ploss_ctx_t *ctx, const DLTensor *
 {
     sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
     return large_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- Taylor cross-entropy -------------------------------------------------------------- */
+
+void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = -1;
+    o->n = 2;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static ploss_status taylor_ce(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a,
+                              const ploss_taylor_cross_entropy_opts *user)
+{
+    ploss_clear_error();
+    ploss_taylor_cross_entropy_opts o;
+    ploss_taylor_cross_entropy_opts_init(&o);
+    if (user)
+        o = *user;
+    sm2_config c = {PLOSS_SM2_TAYLOR_CE, 0, o.reduction, o.ignore_index, 0.0, o.n, o.scale, o.inplace,
+                    0.0, 0, 1, 1};
+    return run(ctx, pass, a, &c);
+}
+
+ploss_status ploss_taylor_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                const ploss_taylor_cross_entropy_opts *opts, DLTensor *loss,
+                                                DLTensor *state)
+{
+    sm2_args a = {input, target, NULL, state, NULL, loss, NULL};
+    return taylor_ce(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_taylor_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                 const ploss_taylor_cross_entropy_opts *opts, const DLTensor *state,
+                                                 const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, state, grad_loss, NULL, grad_input};
+    return taylor_ce(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_taylor_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                              const ploss_taylor_cross_entropy_opts *opts, DLTensor *loss,
+                                              DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
+    return taylor_ce(ctx, PLOSS_PASS_FUSED, &a, opts);
 }

@@ -30,12 +30,12 @@
 #include <type_traits>
 
 #include "../core/softmax2.h"
-#include "common.cuh"
+#include "row_groups.cuh"
 
 namespace ploss_cuda {
 namespace {
 
-constexpr int THREADS = 256;
+constexpr int THREADS = ROW_THREADS;
 
 template <class A> __device__ __forceinline__ A neg_inf() { return -INFINITY; }
 
@@ -185,11 +185,7 @@ __device__ __forceinline__ typename Op::Stats row_stats(const Op &op, const T *x
     typename Op::Stats a = Op::init();
     for (int64_t j = lane; j < C; j += G)
         op.push(a, load_as<A>(x, xo + j * sc), j == y, j);
-    if constexpr (G == THREADS)
-        a = block_all_reduce<THREADS>(a, MergeOp<Op>());
-    else if constexpr (G > 1)
-        a = warp_all_reduce<G>(a, MergeOp<Op>());
-    return a;
+    return group_all_reduce<G>(a, MergeOp<Op>());
 }
 
 /* ---- OHEM mining state (device memory, zeroed before the score kernel) --------------- */
@@ -548,8 +544,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op)
 {
     using A = typename Op::acc;
     const int64_t M = p->N * p->S;
-    /* the group size: one thread per sample unless the classes are contiguous */
-    const int G = p->x_sc != 1 || p->C == 1 ? 1 : p->C <= 2048 ? 32 : THREADS;
+    const int G = row_group_size(p->x_sc, p->C);
     const unsigned blocks = grid_blocks(M, THREADS / G);
 
     /* workspace: loss partials | count | OHEM state | OHEM keys | log priors */
@@ -580,18 +575,14 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op)
         }
     }
     if (p->ohem) {
-        st = G == 1 ? run_mining<1, T, A>(ctx, p, aux, blocks)
-             : G == 32 ? run_mining<32, T, A>(ctx, p, aux, blocks)
-                       : run_mining<THREADS, T, A>(ctx, p, aux, blocks);
+        st = with_row_group(G, [&](auto g) { return run_mining<decltype(g)::value, T, A>(ctx, p, aux, blocks); });
     } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
         count_kernel<<<grid_blocks(M, THREADS, 4096), THREADS, 0, stream>>>(*p, aux.count);
         st = check_launch("softmax2 count_kernel");
     }
     if (st != PLOSS_OK)
         return st;
-    return G == 1 ? run_loss<1, T>(ctx, p, o, aux, blocks)
-           : G == 32 ? run_loss<32, T>(ctx, p, o, aux, blocks)
-                     : run_loss<THREADS, T>(ctx, p, o, aux, blocks);
+    return with_row_group(G, [&](auto g) { return run_loss<decltype(g)::value, T>(ctx, p, o, aux, blocks); });
 }
 
 template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const ploss_sm2_problem *p)

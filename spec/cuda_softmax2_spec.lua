@@ -220,3 +220,57 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
 
   check_device_behaviour("large_margin_softmax", { lam = 0.3 }, 255)
 end)
+
+describe("CUDA Taylor softmax ops against the CPU (" .. DEV .. ")", function()
+  -- {sizes, dim (1-based)}: strided rows (thread per row), warp and block per row
+  local CASES = { { { 64, 10 }, 2 }, { { 3, 4097 }, 2 }, { { 5, 7 }, 1 }, { { 2, 19, 64, 64 }, 2 },
+    { { 2, 3, 5, 7 }, -1 }, { { 4, 6, 9 }, 3 }, { { 9 }, 1 } }
+  for k, case in ipairs(CASES) do
+    local sizes, dim = case[1], case[2]
+    it("sizes " .. table.concat(sizes, "x") .. " dim " .. dim, function()
+      local seed = 3000 + 50 * k
+      for _, op in ipairs { "taylor_softmax", "log_taylor_softmax" } do
+        for _, n in ipairs { 2, 4, 12 } do
+          for _, dtype in ipairs(DTYPES) do
+            seed = seed + 1
+            H.current_seed = seed
+            local tol = TOL[dtype]
+            local label = string.format("%s n=%d %s dim %d %s", op, n, table.concat(sizes, "x"), dim, dtype)
+            local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = 2, seed = seed })
+            local g = ploss.randn(sizes, { dtype = dtype, device = DEV, seed = seed + 1 })
+            local o = { n = n, dim = dim }
+            local xc, gc = x:to("cpu", "f64"), g:to("cpu", "f64")
+            local out = F[op](x, o)
+            assert.are.equal(dtype, out:dtype())
+            close(out, F[op](xc, o), tol.grad, tol.floor, label .. " forward")
+            close(F[op .. "_backward"](x, g, o), F[op .. "_backward"](xc, gc, o), tol.grad, tol.floor, label .. " backward")
+          end
+        end
+      end
+    end)
+  end
+
+  it("f16 inputs whose polynomial overflows f16 stay finite", function()
+    local x = ploss.tensor({ { 400, 0, -3 }, { -500, 3, 1 } }, { dtype = "f16" }):to(DEV)
+    for _, op in ipairs { "taylor_softmax", "log_taylor_softmax" } do
+      local out = F[op](x)
+      for _, v in ipairs(out:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, op .. " " .. v) end
+      close(out, F[op](x:to("cpu", "f64")), 1e-3, 6e-8, op)
+    end
+  end)
+end)
+
+describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
+  local sets = {
+    { name = "mean n=2", opts = { reduction = "mean" }, std = 2 },
+    { name = "sum n=4 ignored", ignore = true, opts = { reduction = "sum", n = 4, ignore_index = -1 }, std = 2 },
+    { name = "none n=12 (f64 internals) ignored i32", ignore = true, i32 = true,
+      opts = { reduction = "none", n = 12, ignore_index = -1 }, std = 2 },
+  }
+  for k, sizes in ipairs(SIZES) do
+    it("sizes " .. table.concat(sizes, "x"), function()
+      check_against_cpu("taylor_cross_entropy", "TaylorCrossEntropyLoss", sets, sizes, 4000 + 100 * k)
+    end)
+  end
+  check_device_behaviour("taylor_cross_entropy", { n = 2 }, -1)
+end)

@@ -138,7 +138,7 @@ describe("LargeMarginSoftmaxLoss gradients (central differences, f64)", function
         seed = seed + 1
         H.seed(seed)
         local x = H.random_logits(shape, { std = 2 })
-        local y = H.random_labels(S.sample_sizes(shape), shape[2], { ignore = ignore and 0.3 or 0, ignore_index = 7 })
+        local y = S.labels(shape, { ignore = ignore and 0.3 or 0, ignore_index = 7 })
         local label = string.format("%s λ=%g ign=%s %s", red, lam, tostring(ignore), table.concat(shape, "x"))
         S.gradcheck(NAME, FNAME, x, y, { reduction = red, lam = lam, ignore_index = 7 }, label, seed)
         n = n + 1

@@ -11,6 +11,8 @@
 --       against backward with and without the saved state and against the fused pass;
 --       gc = {h, rtol, atol} of the central differences (H.gradcheck's defaults)
 --   S.sample_sizes(sizes)               sizes without dim 2 (the target's shape)
+--   S.labels(sizes, opts)               H.random_labels for input sizes, with the first
+--                                       sample always valid (a 'mean' never divides by 0)
 local assert = require "luassert"
 local H = require "spec.helpers"
 local ploss = H.ploss
@@ -27,6 +29,16 @@ function S.sample_sizes(sizes)
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
+end
+
+function S.labels(sizes, opts)
+  local y = H.random_labels(S.sample_sizes(sizes), sizes[2], opts)
+  local v = y:flat()
+  if v[1] == (opts and opts.ignore_index) then
+    v[1] = 0
+    y = ploss.tensor(v, { dtype = y:dtype(), size = y:size() })
+  end
+  return y
 end
 
 local function scaled(values, k)

@@ -131,4 +131,141 @@ nn.register(ploss, {
   end,
 })
 
+---------------------------------------------------------------------------------------
+-- Taylor softmax / log-Taylor softmax (LOSSES.md §2.4)
+---------------------------------------------------------------------------------------
+
+-- C options of the Taylor ops from Lua options {n = 2, dim = 2} (dim 1-based, negative
+-- from the end, as Tensor:size(dim)).
+local function taylor_copts(opts, what)
+  if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table") end
+  local co = new_opts("ploss_taylor_softmax_opts", "ploss_taylor_softmax_opts_init")
+  local n, dim = opts.n or 2, opts.dim or 2
+  check_integer(what .. ": n", n)
+  check_integer(what .. ": dim", dim)
+  if dim == 0 then ploss.raise(what .. ": dim: 0 is not a dimension (dims are 1-based; -1 is the last)") end
+  co.n = n
+  co.dim = dim > 0 and dim - 1 or dim
+  return co
+end
+
+for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softmax", "LogTaylorSoftmax" } } do
+  local fname, cls_name = op[1], op[2]
+  local c_forward, c_backward = C["ploss_" .. fname .. "_forward"], C["ploss_" .. fname .. "_backward"]
+
+  --- ploss.F.taylor_softmax(input [, opts]) → output, and ploss.F.log_taylor_softmax:
+  -- output_j = f_n(x_j) / Σ_k f_n(x_k) (log: log f_n(x_j) − log Σ_k f_n(x_k)) along `dim`,
+  -- with f_n(v) = Σ_{k≤n} v^k/k! the even-order Taylor polynomial of exp (de Brébisson &
+  -- Vincent, ICLR 2016; Banerjee et al., arXiv:2011.11538; pytorch-loss TaylorSoftmaxV1/V3).
+  -- opts: n (even, 2..64; default 2), dim (1-based, default 2 = the class axis; -1 = last),
+  -- out (a tensor to write).  Any rank, f32/f16/bf16/f64; computed in f32 (f64 for f64 and
+  -- for n > 10), so f16 inputs do not overflow.  Errors: "opts.n: 3 is not an even Taylor
+  -- order in [2, 64]", "opts.dim: 5 is out of range for an input of rank 2".
+  ploss.F[fname] = function(input, opts)
+    opts = opts or {}
+    if not ploss.is_tensor(input) then ploss.raise(fname .. ": input: expected a ploss tensor, got " .. type(input)) end
+    local co = taylor_copts(opts, fname)
+    local out = opts.out or ploss.empty_like(input)
+    ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname)
+    return out
+  end
+
+  --- ploss.F.taylor_softmax_backward(input, grad_output [, opts]) → grad_input (and the
+  -- log variant): the gradient through the op, recomputing its sums from the input.
+  -- opts: n, dim as forward; grad_input (a tensor to write).
+  ploss.F[fname .. "_backward"] = function(input, grad_output, opts)
+    opts = opts or {}
+    if not ploss.is_tensor(input) then ploss.raise(fname .. "_backward: input: expected a ploss tensor, got " .. type(input)) end
+    if not ploss.is_tensor(grad_output) then
+      ploss.raise(fname .. "_backward: grad_output: expected a ploss tensor, got " .. type(grad_output))
+    end
+    local co = taylor_copts(opts, fname .. "_backward")
+    local grad = opts.grad_input or ploss.empty_like(input)
+    ploss.check(c_backward(input:context(), input:dl(), grad_output:dl(), co, grad:dl()), fname .. "_backward")
+    return grad
+  end
+
+  --- ploss.TaylorSoftmax{n = 2, dim = 2} and ploss.LogTaylorSoftmax{n = 2, dim = 2}: modules
+  -- (also ploss.nn.TaylorSoftmax / ploss.nn.LogTaylorSoftmax, for nn.Sequential) with
+  -- forward(input) → output and backward(input, gradOutput) → gradInput (buffers reused
+  -- between calls); updateOutput / updateGradInput are aliases.  No parameters.
+  local cls = {}
+  cls.__index = cls
+  cls.__tostring = function(self) return string.format("ploss.%s(n=%d, dim=%d)", cls_name, self.n, self.dim) end
+  setmetatable(cls, {
+    __call = function(c, opts)
+      opts = opts or {}
+      if type(opts) ~= "table" then ploss.raise(cls_name .. ": expected an options table") end
+      for k in pairs(opts) do
+        if k ~= "n" and k ~= "dim" then ploss.raise(string.format("%s: unknown option '%s'", cls_name, tostring(k))) end
+      end
+      local self = setmetatable({ n = opts.n or 2, dim = opts.dim or 2 }, c)
+      taylor_copts(self, cls_name) -- validate the types now; ranges are checked by the C side
+      return self
+    end,
+    __tostring = function() return "ploss." .. cls_name .. ": " .. (fname == "taylor_softmax" and "" or "log-") ..
+      "Taylor softmax (LOSSES.md §2.4)" end,
+  })
+  function cls:forward(input)
+    if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
+    self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), self.output:dl()), fname)
+    return self.output
+  end
+  function cls:backward(input, gradOutput)
+    if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
+    if not ploss.is_tensor(gradOutput) then
+      ploss.raise(cls_name .. ": gradOutput: expected a ploss tensor, got " .. type(gradOutput))
+    end
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+    ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name),
+      self.gradInput:dl()), fname .. "_backward")
+    return self.gradInput
+  end
+  function cls:updateOutput(input) return self:forward(input) end
+  function cls:updateGradInput(input, gradOutput) return self:backward(input, gradOutput) end
+  function cls:parameters() return {}, {} end
+  function cls:tostring() return tostring(self) end
+  ploss[cls_name] = cls
+  nn[cls_name] = cls
+end
+
+---------------------------------------------------------------------------------------
+-- Taylor cross-entropy (LOSSES.md §2.5)
+---------------------------------------------------------------------------------------
+
+--- ploss.TaylorCrossEntropyLoss{n=2, ignore_index=-1, reduction='mean', inplace=false}
+--
+-- The NLL of the log-Taylor softmax over the class axis (pytorch-loss
+-- TaylorCrossEntropyLossV1/V3): with F_j = f_n(x_j), Z = Σ_j F_j,
+--   ℓ_i = log Z_i − log F_{i,y_i},   ∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y).
+-- n: even Taylor order (2..64).  ignore_index defaults to -1, as the reference (not -100).
+-- Computed in f32 (f64 for f64 input and for n > 10).  State kept between forward and
+-- backward: Z, one float per sample.
+-- ploss.F.taylor_cross_entropy(input, target, opts), _backward, _fused as every loss.
+nn.register(ploss, {
+  name = "TaylorCrossEntropyLoss",
+  fname = "taylor_cross_entropy",
+  doc = "cross-entropy of the log-Taylor softmax (LOSSES.md §2.5)",
+  opts_ctype = "ploss_taylor_cross_entropy_opts",
+  opts_init = "ploss_taylor_cross_entropy_opts_init",
+  options = {
+    { "n", kind = "integer", default = 2 },
+    { "ignore_index", kind = "integer", default = -1 },
+    { "reduction", kind = "enum", default = "mean", values = nn.reductions },
+  },
+  state = true, -- Z, one float per sample
+  forward = function(o, ctx, input, target, copts, loss, state)
+    return C.ploss_taylor_cross_entropy_forward(ctx, input:dl(), target:dl(), copts, loss:dl(),
+      state and state:dl() or nil)
+  end,
+  backward = function(o, ctx, input, target, copts, state, grad_loss, grad_input)
+    return C.ploss_taylor_cross_entropy_backward(ctx, input:dl(), target:dl(), copts,
+      state and state:dl() or nil, grad_loss:dl(), grad_input:dl())
+  end,
+  fused = function(o, ctx, input, target, copts, loss, grad_input)
+    return C.ploss_taylor_cross_entropy_fused(ctx, input:dl(), target:dl(), copts, loss:dl(), grad_input:dl())
+  end,
+})
+
 end

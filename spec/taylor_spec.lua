@@ -1,0 +1,281 @@
+-- Taylor softmax / log-Taylor softmax / Taylor cross-entropy spec (suite 'cpu'):
+-- LOSSES.md §2.4–2.5 on the CPU backend.
+--  * every taylor_softmax, log_taylor_softmax and taylor_cross_entropy case of
+--    reference_semantics.json (pytorch-loss V1 autograd, f64), in f64 and f32;
+--  * the definition by hand (not shift-invariant), any dim, strided layouts;
+--  * central differences in f64 for the ops (n, dim, shapes) and the loss (reductions,
+--    n, ignored samples, shapes);
+--  * f16 inputs whose polynomial overflows f16 (|x| ≥ 362 at n = 2) stay finite;
+--  * C = 1, all ignored, modules and buffers, bad input.
+local H = require "spec.helpers"
+local S = require "spec.softmax2_common"
+local ploss = H.ploss
+local F = ploss.F
+
+local function poly(v, n)
+  local f = 1
+  for k = n, 1, -1 do f = 1 + f * v / k end
+  return f
+end
+
+describe("Taylor softmax fixtures", function()
+  for _, op in ipairs { "taylor_softmax", "log_taylor_softmax" } do
+    it("matches every " .. op .. " case (forward and backward with the fixture's grad_output)", function()
+      local cases = H.fixtures(op)
+      assert.are.equal(2, #cases)
+      for _, run in ipairs(S.fixture_runs) do
+        for _, case in ipairs(cases) do
+          local x = H.fixture_tensor(case.inputs.input, { dtype = run.dtype })
+          local gout = H.fixture_tensor(case.grad_output, { dtype = run.dtype })
+          local o = { n = case.options.n, dim = case.options.dim + 1 } -- the fixture's dim is 0-based
+          local tol = { rtol = run.rtol, atol = run.atol, what = case.name .. " " .. run.dtype }
+          H.assert_close(F[op](x, o), case.expected.output, tol)
+          H.assert_close(F[op .. "_backward"](x, gout, o), case.expected.grad_input, tol)
+          local m = op == "taylor_softmax" and ploss.TaylorSoftmax(o) or ploss.LogTaylorSoftmax(o)
+          H.assert_close(m:forward(x), case.expected.output, tol)
+          H.assert_close(m:backward(x, gout), case.expected.grad_input, tol)
+          assert.are.equal(run.dtype, m.gradInput:dtype())
+        end
+      end
+    end)
+  end
+
+  it("matches every taylor_cross_entropy case", function()
+    local cases = H.fixtures("taylor_cross_entropy")
+    assert.are.equal(4, #cases)
+    for _, run in ipairs(S.fixture_runs) do
+      for _, case in ipairs(cases) do
+        local o = case.options
+        S.check_fixture("TaylorCrossEntropyLoss", "taylor_cross_entropy", case, run,
+          { n = o.n, reduction = o.reduction, ignore_index = o.ignore_index })
+      end
+    end
+  end)
+end)
+
+describe("Taylor softmax by hand", function()
+  it("follows the definition along any dim, and is not shift-invariant", function()
+    H.seed(41)
+    local x = H.random_logits({ 2, 3, 4 }, { std = 2 })
+    local xv = x:totable()
+    for _, n in ipairs { 2, 4, 6 } do
+      for _, dim in ipairs { 1, 2, 3, -1 } do
+        local d = dim < 0 and 3 or dim
+        local out = F.taylor_softmax(x, { n = n, dim = dim }):totable()
+        local lout = F.log_taylor_softmax(x, { n = n, dim = dim }):totable()
+        local sizes = { 2, 3, 4 }
+        for a = 1, 2 do for b = 1, 3 do for c = 1, 4 do
+          local idx = { a, b, c }
+          local z = 0
+          for k = 1, sizes[d] do
+            local j = { a, b, c }
+            j[d] = k
+            z = z + poly(xv[j[1]][j[2]][j[3]], n)
+          end
+          local f = poly(xv[a][b][c], n)
+          H.assert_close(out[a][b][c], f / z, { rtol = 1e-14, what = string.format("n=%d dim=%d %s", n, dim, table.concat(idx, ",")) })
+          H.assert_close(lout[a][b][c], math.log(f) - math.log(z), { rtol = 1e-13, atol = 1e-15 })
+        end end end
+      end
+    end
+    -- shifting every logit changes the result (unlike softmax)
+    local a = F.taylor_softmax(ploss.tensor({ { 0, 1 } }, { dtype = "f64" })):flat()
+    local b = F.taylor_softmax(ploss.tensor({ { 5, 6 } }, { dtype = "f64" })):flat()
+    assert.is_true(math.abs(a[1] - b[1]) > 1e-3)
+  end)
+
+  it("one element along dim gives 1 (log: 0)", function()
+    local x = ploss.randn({ 3, 1 }, { dtype = "f64" })
+    H.assert_equal(F.taylor_softmax(x), { { 1 }, { 1 }, { 1 } })
+    H.assert_equal(F.log_taylor_softmax(x), { { 0 }, { 0 }, { 0 } })
+  end)
+
+  it("f16 inputs whose polynomial overflows f16 stay finite (f32 internals)", function()
+    -- f_2(400) = 80401 > 65504 (the largest f16)
+    local x = ploss.tensor({ { 400, 0 }, { -500, 3 } }, { dtype = "f16" })
+    local ref = F.taylor_softmax(x:double())
+    local out = F.taylor_softmax(x)
+    assert.are.equal("f16", out:dtype())
+    H.assert_close(out, ref, { rtol = 1e-3, atol = 1e-7 })
+    local lout = F.log_taylor_softmax(x)
+    for _, v in ipairs(lout:flat()) do assert.is_true(v == v and math.abs(v) < math.huge) end
+    H.assert_close(lout, F.log_taylor_softmax(x:double()), { rtol = 1e-3, atol = 6e-8 }) -- f16 subnormals
+    local l, g = F.taylor_cross_entropy_fused(ploss.tensor({ { 400, 0, -300 } }, { dtype = "f16" }),
+      ploss.tensor({ 2 }, { dtype = "i64" }))
+    local lr = F.taylor_cross_entropy(ploss.tensor({ { 400, 0, -300 } }, { dtype = "f64" }), ploss.tensor({ 2 }, { dtype = "i64" }))
+    H.assert_close(l, lr, { rtol = 1e-6 })
+    for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge) end
+  end)
+
+  it("high orders (n = 20) near the polynomial's minimum match f64 from f32 inputs", function()
+    local x = ploss.tensor({ { -3.5, -4, 0.5, -2 } }, { dtype = "f32" })
+    H.assert_close(F.taylor_softmax(x, { n = 20 }), F.taylor_softmax(x:double(), { n = 20 }), { rtol = 1e-6 })
+  end)
+
+  it("Taylor cross-entropy: C = 1 gives 0; every sample ignored gives a NaN mean and zero gradient", function()
+    local x = ploss.randn({ 4, 1 }, { dtype = "f64" })
+    local l, g = F.taylor_cross_entropy_fused(x, ploss.zeros({ 4 }, { dtype = "i64" }))
+    assert.are.equal(0, l)
+    H.assert_equal(g, { { 0 }, { 0 }, { 0 }, { 0 } })
+    local y = ploss.full({ 2, 3 }, -1, { dtype = "i64" })
+    local x2 = ploss.randn({ 2, 5, 3 }, { dtype = "f64" })
+    local crit = ploss.TaylorCrossEntropyLoss {}
+    local lm = crit:forward(x2, y)
+    assert.is_true(lm ~= lm)
+    H.assert_equal(crit:backward(x2, y), ploss.zeros({ 2, 5, 3 }, { dtype = "f64" }))
+    local lf, gf = crit(x2, y)
+    assert.is_true(lf ~= lf)
+    H.assert_equal(gf, ploss.zeros({ 2, 5, 3 }, { dtype = "f64" }))
+  end)
+
+  it("Taylor cross-entropy equals −log of the log-Taylor softmax at the label", function()
+    H.seed(42)
+    local x = H.random_logits({ 3, 4, 5 })
+    local y = H.random_labels({ 3, 5 }, 4)
+    local lp = F.log_taylor_softmax(x, { n = 4 }):totable()
+    local l = F.taylor_cross_entropy(x, y, { n = 4, reduction = "none" }):totable()
+    local yv = y:totable()
+    for a = 1, 3 do for s = 1, 5 do
+      H.assert_close(l[a][s], -lp[a][yv[a][s] + 1][s], { rtol = 1e-13 })
+    end end
+  end)
+end)
+
+describe("Taylor gradients (central differences, f64)", function()
+  it("of both ops for n × dim × shape (against a random upstream gradient)", function()
+    local seed, count = 4200, 0
+    H.each({ "taylor_softmax", "log_taylor_softmax" }, { 2, 4, 8 }, { { { 3, 5 }, 2 }, { { 2, 3, 4 }, 1 }, { { 2, 3, 4 }, -1 }, { { 4 }, 1 } },
+      function(op, n, case)
+        seed = seed + 1
+        H.seed(seed)
+        local sizes, dim = case[1], case[2]
+        local x = H.random_logits(sizes, { std = 1.5 })
+        local gout = ploss.randn(sizes, { dtype = "f64" })
+        local gv = gout:flat()
+        local function f(xx)
+          local o, s = F[op](xx, { n = n, dim = dim }):flat(), 0
+          for i = 1, #o do s = s + o[i] * gv[i] end
+          return s
+        end
+        H.gradcheck(f, x, F[op .. "_backward"](x, gout, { n = n, dim = dim }),
+          { what = string.format("%s n=%d dim=%d %s", op, n, dim, table.concat(sizes, "x")), seed = seed })
+        count = count + 1
+      end)
+    assert.are.equal(24, count)
+  end)
+
+  it("of the Taylor cross-entropy for every reduction × n × ignore × shape", function()
+    local seed, count = 4300, 0
+    H.each({ "none", "mean", "sum" }, { 2, 4, 6 }, { false, true }, { { 4, 5 }, { 2, 3, 2, 3 }, { 3, 1 } },
+      function(red, n, ignore, shape)
+        seed = seed + 1
+        H.seed(seed)
+        local x = H.random_logits(shape, { std = 2 })
+        local y = S.labels(shape, { ignore = ignore and 0.3 or 0, ignore_index = -1 })
+        S.gradcheck("TaylorCrossEntropyLoss", "taylor_cross_entropy", x, y, { reduction = red, n = n },
+          string.format("%s n=%d ign=%s %s", red, n, tostring(ignore), table.concat(shape, "x")), seed)
+        count = count + 1
+      end)
+    assert.are.equal(54, count)
+  end)
+end)
+
+describe("Taylor layouts, dtypes, modules", function()
+  it("strided inputs and outputs give the values of contiguous ones", function()
+    H.seed(44)
+    local x = H.random_logits({ 3, 4, 5 })
+    local g = ploss.randn({ 3, 4, 5 }, { dtype = "f64" })
+    -- reversed strides: the dims on each side of `dim` are one axis each for dim = 2
+    local xt = x:transpose(1, 3):contiguous():transpose(1, 3)
+    local x2 = H.random_logits({ 6, 7 })
+    for _, op in ipairs { "taylor_softmax", "log_taylor_softmax" } do
+      local o = { n = 4, dim = 2 }
+      H.assert_close(F[op](xt, o), F[op](x, o), { rtol = 1e-15 })
+      H.assert_close(F[op .. "_backward"](xt, g, o), F[op .. "_backward"](x, g, o), { rtol = 1e-14, atol = 1e-16 })
+      local out = ploss.empty({ 5, 4, 3 }, { dtype = "f64" }):permute(3, 2, 1)
+      H.assert_close(F[op](x, { n = 4, dim = 2, out = out }), F[op](x, o), { rtol = 1e-15 })
+      -- a transposed matrix along either dim, and a narrowed one
+      for _, dim in ipairs { 1, 2 } do
+        local x2t = x2:t():contiguous():t()
+        H.assert_close(F[op](x2t, { dim = dim }), F[op](x2, { dim = dim }), { rtol = 1e-15 })
+        local xn = x2:narrow(2, 2, 4)
+        H.assert_close(F[op](xn, { dim = dim }), F[op](xn:contiguous(), { dim = dim }), { rtol = 1e-15 })
+      end
+      -- dims before `dim` that are not one strided axis are refused
+      H.expect_error(function() F[op](xt, { dim = 3 }) end, "input: the strides of dims 0..1 cannot be walked as one axis")
+    end
+    -- Taylor CE on a channels-last input
+    local xl = x:permute(1, 3, 2):contiguous():permute(1, 3, 2)
+    local y = H.random_labels({ 3, 5 }, 4, { ignore = 0.2, ignore_index = -1 })
+    local l1, g1 = F.taylor_cross_entropy_fused(x, y, { n = 4 })
+    local l2, g2 = F.taylor_cross_entropy_fused(xl, y, { n = 4 })
+    H.assert_close(l2, l1, { rtol = 1e-14 })
+    H.assert_close(g2, g1, { rtol = 1e-14, atol = 1e-17 })
+  end)
+
+  it("f32, f16 and bf16 match f64 on the same values", function()
+    H.seed(45)
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local x = ploss.randn({ 6, 7 }, { dtype = dt, std = 3 })
+      local g = ploss.randn({ 6, 7 }, { dtype = dt })
+      for _, op in ipairs { "taylor_softmax", "log_taylor_softmax" } do
+        local tol = { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol, what = dt .. " " .. op }
+        local out = F[op](x, { n = 4 })
+        assert.are.equal(dt, out:dtype())
+        H.assert_close(out, F[op](x:double(), { n = 4 }), tol)
+        H.assert_close(F[op .. "_backward"](x, g, { n = 4 }), F[op .. "_backward"](x:double(), g:double(), { n = 4 }), tol)
+      end
+      local y = H.random_labels({ 6 }, 7, { ignore = 0.2, ignore_index = -1 })
+      local l, gr = F.taylor_cross_entropy_fused(x, y)
+      local lr, grr = F.taylor_cross_entropy_fused(x:double(), y)
+      H.assert_close(l, lr, { rtol = 1e-6 })
+      H.assert_close(gr, grr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol })
+    end
+  end)
+
+  it("modules reuse their buffers, chain in nn.Sequential and print their options", function()
+    local m = ploss.TaylorSoftmax { n = 4 }
+    local x = ploss.randn({ 3, 5 })
+    local o1 = m:forward(x)
+    local o2 = m:forward(x)
+    assert.are.equal(o1, o2)
+    local g1 = m:backward(x, ploss.ones({ 3, 5 }))
+    assert.are.equal(g1, m:backward(x, ploss.ones({ 3, 5 })))
+    -- rows of the output sum to one, so the gradient of their sum is zero
+    for _, v in ipairs(g1:flat()) do assert.is_true(math.abs(v) < 1e-6) end
+    assert.are.equal("ploss.TaylorSoftmax(n=4, dim=2)", tostring(m))
+    assert.are.equal("ploss.LogTaylorSoftmax(n=2, dim=-1)", tostring(ploss.LogTaylorSoftmax { dim = -1 }))
+    assert.are.equal(ploss.nn.TaylorSoftmax, ploss.TaylorSoftmax)
+    local seq = ploss.nn.Sequential { ploss.nn.Linear(5, 4), ploss.LogTaylorSoftmax {} }
+    assert.are.same({ 3, 4 }, seq:forward(x):size())
+    assert.are.same({ 3, 5 }, seq:backward(x, ploss.ones({ 3, 4 })):size())
+    assert.are.equal("ploss.TaylorCrossEntropyLoss(n=2, ignore_index=-1, reduction='mean')",
+      tostring(ploss.TaylorCrossEntropyLoss {}))
+  end)
+end)
+
+describe("Taylor errors", function()
+  it("rejects odd, too small or too large orders and bad dims; outputs untouched", function()
+    local x = ploss.randn({ 3, 4 })
+    local out = ploss.empty({ 3, 4 })
+    for _, n in ipairs { 3, 0, -2, 66 } do
+      H.expect_error(function() F.taylor_softmax(x, { n = n, out = out }) end,
+        "opts.n: " .. n .. " is not an even Taylor order in [2, 64]", out)
+    end
+    H.expect_error(function() F.log_taylor_softmax(x, { dim = 3, out = out }) end,
+      "opts.dim: 2 is out of range for an input of rank 2", out)
+    H.expect_error(function() F.taylor_softmax(x, { dim = 0 }) end, "dims are 1-based")
+    H.expect_error(function() F.taylor_softmax(x, { out = ploss.empty({ 3, 4 }, { dtype = "f64" }) }) end, "output: expected f32, got f64")
+    H.expect_error(function() F.taylor_softmax(x, { out = x }) end, "PLOSS_ERR_ALIAS")
+    H.expect_error(function() F.taylor_softmax(ploss.zeros({ 3 }, { dtype = "i64" })) end, "input: expected f32, f16, bf16 or f64, got i64")
+    local g = ploss.empty({ 3, 4 })
+    H.expect_error(function() F.taylor_softmax_backward(x, ploss.ones({ 4, 3 }), { grad_input = g }) end,
+      "grad_output: expected the input's shape", g)
+    H.expect_error(function() ploss.TaylorSoftmax { order = 2 } end, "unknown option 'order'")
+    local loss = ploss.empty({}, { dtype = "f32" })
+    H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 1, 2 }, { dtype = "i64" }), { n = 5, out = loss }) end,
+      "opts.n: 5 is not an even Taylor order", loss)
+    H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 4, 2 }, { dtype = "i64" }), { out = loss }) end,
+      { "class index 4 at sample (1, 0) is outside [0, 4)", "ignore_index (-1)" }, loss)
+  end)
+end)
