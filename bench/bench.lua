@@ -104,7 +104,7 @@ end
 -- CUDA runtime (events, memory info, copies) through the FFI
 ---------------------------------------------------------------------------------------
 
-local cudart
+local cudart, cudart_name
 if on_cuda then
   ffi.cdef [[
   typedef struct bench_cuevent_st *bench_cudaEvent_t;
@@ -126,7 +126,7 @@ if on_cuda then
                           "/usr/local/cuda/lib64/libcudart.so" } do
     if name ~= "" then
       local ok, lib = pcall(ffi.load, name)
-      if ok then cudart = lib break end
+      if ok then cudart, cudart_name = lib, name break end
       tried[#tried + 1] = name
     end
   end
@@ -316,21 +316,31 @@ local function make_opts(spec, case_opts)
   return copts, o, unknown
 end
 
--- sum(g^2) and sum(g*x) in f64 on the host, in chunks.
+-- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted to
+-- f64 on the device first (a device copy), then moved with a plain device-to-host copy.
 local CHUNK = 4 * 1024 * 1024
 local function checksums(x, g)
   local n = x:numel()
+  local m = math.min(CHUNK, n)
   local xv, gv = x:view(n), g:view(n)
-  local hx = ploss.empty({ math.min(CHUNK, n) }, { dtype = "f64" })
-  local hg = ploss.empty({ math.min(CHUNK, n) }, { dtype = "f64" })
+  local hx = ploss.empty({ m }, { dtype = "f64" })
+  local hg = ploss.empty({ m }, { dtype = "f64" })
+  local dx = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
+  local dg = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
+  local function part(t, len) return len == t:numel() and t or t:narrow(1, 1, len) end
   local sq, dot = 0, 0
   local start = 1
   while start <= n do
     local len = math.min(CHUNK, n - start + 1)
-    local hxv = len == hx:numel() and hx or hx:narrow(1, 1, len)
-    local hgv = len == hg:numel() and hg or hg:narrow(1, 1, len)
-    hxv:copy(xv:narrow(1, start, len))
-    hgv:copy(gv:narrow(1, start, len))
+    if on_cuda then
+      part(dx, len):copy(xv:narrow(1, start, len))
+      part(dg, len):copy(gv:narrow(1, start, len))
+      part(hx, len):copy(part(dx, len))
+      part(hg, len):copy(part(dg, len))
+    else
+      part(hx, len):copy(xv:narrow(1, start, len))
+      part(hg, len):copy(gv:narrow(1, start, len))
+    end
     local px = ffi.cast("double *", hx:dl().data)
     local pg = ffi.cast("double *", hg:dl().data)
     for k = 0, len - 1 do
@@ -340,8 +350,7 @@ local function checksums(x, g)
     end
     start = start + len
   end
-  hx:free()
-  hg:free()
+  for _, t in ipairs { hx, hg, dx, dg } do t:free() end
   return sq, dot
 end
 
@@ -482,6 +491,7 @@ if on_cuda then
   env.cuda_driver_version = tonumber(v[0])
   cudart.cudaRuntimeGetVersion(v)
   env.cudart_version = tonumber(v[0])
+  env.cudart_library = cudart_name
   local free, total = mem_free()
   env.gpu_mem_free_bytes, env.gpu_mem_total_bytes = free, total
 end

@@ -156,6 +156,11 @@ def build(args):
                  "not a measurement")
     if tenv.get("device", "").startswith("cpu") or penv.get("device") == "cpu":
         L.append("- **CPU run**: times are host wall-clock, memory columns only from ploss's counters")
+    for r in trecs + precs:
+        if r.get("kind") == "warning":
+            L.append(f"- **WARNING** ({r.get('source')}): {r.get('message')}")
+        if r.get("kind") == "corrupt":
+            L.append(f"- **WARNING**: unreadable result line {r.get('line')}: {r.get('error')}")
     runs = penv.get("runs") or next((r.get("runs") for r in torch_runs.values() if r.get("runs")), None)
     L.append(f"- Timing: CUDA events around each run, median of {runs} runs after "
              f"{penv.get('warmup', '?')} warm-up runs; torch.compile mode "

@@ -7,9 +7,11 @@
 #   bench/run.sh [--build DIR] [--out DIR] [--results FILE] [--small] [--cpu]
 #                [--only id1,id2] [--runs N] [--warmup N] [--no-compile]
 #
-#   --build DIR    a configured ploss build tree (default: $PLOSS_BUILD, else build-bench-gpu,
-#                  or build-bench-cpu with --cpu); configured and built when it has no
-#                  libploss yet (meson setup DIR -Dcuda=enabled|disabled; ninja -C DIR)
+#   --build DIR    a ploss build tree (default: $PLOSS_BUILD; else, when $PLOSS_LIBRARY names
+#                  an existing library, the environment as it is — tools/gpu/run.sh exec sets
+#                  it up from the staged .gpu/build; else build-bench-gpu, or build-bench-cpu
+#                  with --cpu); configured and built when it has no libploss yet
+#                  (meson setup DIR -Dcuda=enabled|disabled; ninja -C DIR)
 #   --out DIR      where the JSON lines, logs and RESULTS.md go (default: $OUT, else out/bench)
 #   --results FILE also copy RESULTS.md there (e.g. bench/RESULTS.md)
 #   --small        shrink every shape (harness test, not a measurement)
@@ -39,10 +41,14 @@ while [ $# -gt 0 ]; do
     --cpu) device=cpu; shift ;;
     --only|--runs|--warmup) common+=("$1" "$2"); shift 2 ;;
     --no-compile) torch_only+=(--no-compile); shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+use_env=0
+if [ -z "$build" ] && [ -n "${PLOSS_LIBRARY:-}" ] && [ -e "${PLOSS_LIBRARY}" ]; then
+  use_env=1 # the caller's environment is ready (tools/gpu/run.sh exec, or tools/env.sh)
+fi
 [ -n "$build" ] || { [ "$device" = cpu ] && build=build-bench-cpu || build=build-bench-gpu; }
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 PYTHON="${PYTHON:-python3}"
@@ -53,7 +59,9 @@ t0=$(date +%s)
 log() { echo "[bench $(($(date +%s) - t0))s] $*" >&2; }
 
 # ---- build (only when the tree has no library yet) --------------------------------------
-if [ ! -e "$build/libploss.so.0" ]; then
+if [ $use_env = 1 ]; then
+  log "using the environment's ploss: PLOSS_LIBRARY=$PLOSS_LIBRARY"
+elif [ ! -e "$build/libploss.so.0" ]; then
   cuda_opt=enabled; [ "$device" = cpu ] && cuda_opt=disabled
   log "building ploss in $build (cuda=$cuda_opt)"
   { [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=$cuda_opt -Dbuildtype=release; } \
@@ -64,7 +72,7 @@ if [ ! -e "$build/libploss.so.0" ]; then
   log "built"
 fi
 # shellcheck source=/dev/null
-source "$root/tools/env.sh" "$build"
+[ $use_env = 1 ] || source "$root/tools/env.sh" "$build"
 
 # ---- the card, as the machine reports it -------------------------------------------------
 if [ "$device" = cuda ]; then
