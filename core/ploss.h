@@ -964,6 +964,81 @@ ploss_status ploss_taylor_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *
                                               const ploss_taylor_cross_entropy_opts *opts,
                                               DLTensor *loss, DLTensor *grad_input);
 
+/* ---- PC-softmax cross-entropy (LOSSES.md §2.2) -------------------------------------- */
+
+/** Options of the PC-softmax cross-entropy; fill with ploss_pc_softmax_opts_init(). */
+typedef struct ploss_pc_softmax_opts {
+    ploss_reduction reduction; /* default MEAN                                              */
+    int64_t ignore_index;      /* default -100 (pytorch-loss PCSoftmaxCrossEntropyV2)       */
+    double scale;   /* _fused only: gradient multiplier (the upstream gradient), default 1 */
+    int inplace;    /* _fused only: 1 allows grad_input to be the input itself, default 0  */
+} ploss_pc_softmax_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
+
+/**
+ * Probability-corrected softmax cross-entropy, forward (Z. Qin, D. Kim, T. Gedeon,
+ * "Rethinking Softmax with Cross-Entropy: Neural Network Classifier as Mutual Information
+ * Estimator", arXiv:1911.10688; pytorch-loss PCSoftmaxCrossEntropyV1/V2; LOSSES.md §2.2).
+ * The softmax normaliser is weighted by the class priors w = lb_proportion:
+ *     ℓ = log Σ_k w_k·e^(x_k) − x_y        (may be negative; a class with w_k = 0 drops out
+ *                                           of the normaliser).
+ *
+ * in  input          N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  target         class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  lb_proportion  the C class priors w (any float dtype, any stride, on the input's
+ *                    device), not normalised; they must be finite and >= 0 with at least
+ *                    one > 0.  CPU: checked before anything is written
+ *                    (INVALID_ARGUMENT).  CUDA: not read by the host (that would
+ *                    synchronise); a negative or NaN prior gives NaN results.
+ * in  opts           NULL for defaults.
+ * out loss    reduction NONE: the target's shape, zeros at ignored samples; MEAN / SUM: a
+ *             0-d or 1-element tensor.  f32 (f64 for f64 input).  MEAN divides by the
+ *             number of valid samples; none valid gives NaN.
+ * out state   NULL, or the saved state for _backward: log Σ_k w_k·e^(x_k) per sample, the
+ *             target's shape, f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/lb_proportion/loss, bad enum, bad
+ *           priors on the CPU), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
+ *           before anything is written; CUDA: through the error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_pc_softmax_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                    const DLTensor *target,
+                                                    const DLTensor *lb_proportion,
+                                                    const ploss_pc_softmax_opts *opts,
+                                                    DLTensor *loss, DLTensor *state);
+
+/**
+ * PC-softmax cross-entropy, backward, with the correct gradient (the reference V2 uses
+ * w_y in place of w_k, which is right only for equal priors):
+ *     ∂ℓ/∂x_k = w_k·e^(x_k) / Σ_j w_j·e^(x_j) − [k = y],
+ * zero at ignored samples; MEAN scales by 1/(number of valid samples) (0 when none).
+ * in  state      NULL (recomputed) or the state written by _forward.
+ * in  grad_loss  0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input the input's shape and dtype; may not overlap any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_pc_softmax_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                                     const DLTensor *target,
+                                                     const DLTensor *lb_proportion,
+                                                     const ploss_pc_softmax_opts *opts,
+                                                     const DLTensor *state,
+                                                     const DLTensor *grad_loss,
+                                                     DLTensor *grad_input);
+
+/**
+ * PC-softmax cross-entropy, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input (NONE: of the sum of the losses);
+ * with opts->inplace = 1, grad_input may be the input tensor itself.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_pc_softmax_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                                  const DLTensor *target,
+                                                  const DLTensor *lb_proportion,
+                                                  const ploss_pc_softmax_opts *opts, DLTensor *loss,
+                                                  DLTensor *grad_input);
+
 /* ==== end section: softmax family II ==== */
 
 #ifdef __cplusplus

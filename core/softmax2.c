@@ -1,13 +1,14 @@
 /*
  * softmax2.c — the one validation path in front of the CPU and CUDA backends of the
  * softmax family II losses with class-index targets: large-margin softmax (LOSSES.md
- * §2.3), Taylor cross-entropy (§2.5).  Every check runs before any write; the public entry points only translate
+ * §2.3), Taylor cross-entropy (§2.5), PC-softmax cross-entropy (§2.2).  Every check runs before any write; the public entry points only translate
  * their options into a `config`.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/scalar.h"
 #include "loss_check.h"
 #include "softmax2.h"
 
@@ -48,6 +49,23 @@ static ploss_status check_options(ploss_pass pass, const sm2_config *c)
     return PLOSS_OK;
 }
 
+/* PC-softmax priors on the CPU: finite, >= 0, at least one > 0 (LOSSES.md §2.2). */
+static ploss_status check_priors_cpu(const ploss_view *w)
+{
+    int positive = 0;
+    for (int64_t j = 0; j < w->shape[0]; ++j) {
+        const double v = ploss_load(w->data, w->dtype, j * w->strides[0]);
+        if (!(v >= 0.0) || !isfinite(v))
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "lb_proportion: the prior %g of class %lld is not a finite number >= 0", v,
+                               (long long)j);
+        positive |= v > 0.0;
+    }
+    if (!positive && w->shape[0] > 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "lb_proportion: every prior is 0 (at least one must be > 0)");
+    return PLOSS_OK;
+}
+
 static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, const sm2_config *c)
 {
     ploss_status st;
@@ -81,6 +99,22 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
     if ((st = ploss_check_sample_shape(&t, &x, "target")))
         return st;
 
+    if (c->kind == PLOSS_SM2_PC_SOFTMAX) {
+        if (!a->prior)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "lb_proportion: tensor is NULL");
+        if ((st = ploss_view_init(&w, a->prior, "lb_proportion")) ||
+            (st = ploss_view_check_device(&w, ctx, "lb_proportion")))
+            return st;
+        if (!ploss_dtype_is_float(w.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "lb_proportion: expected a float dtype, got %s", ploss_dtype_name(w.dtype));
+        if (w.ndim != 1 || w.shape[0] != C) {
+            char want[64];
+            snprintf(want, sizeof want, "shape [%lld] (one prior per class)", (long long)C);
+            return ploss_check_shape_error("lb_proportion", want, &w);
+        }
+        if (ctx->device.device_type == kDLCPU && (st = check_priors_cpu(&w)))
+            return st;
+    }
     if (pass != PLOSS_PASS_BACKWARD) {
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
@@ -155,6 +189,9 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
     if ((st = ploss_check_collapse(&x, 2, x.ndim, "input", &p.x_ss)) ||
         (st = ploss_check_collapse(&t, 1, t.ndim, "target", &p.t_ss)))
         return st;
+    if (c->kind == PLOSS_SM2_PC_SOFTMAX) {
+        p.w = w.data; p.w_dtype = w.dtype; p.w_s = w.strides[0];
+    }
     p.ignore_index = c->ignore_index;
     p.lam = c->lam;
     p.order = c->order;
@@ -307,4 +344,53 @@ ploss_status ploss_taylor_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *
 {
     sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
     return taylor_ce(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- PC-softmax cross-entropy ---------------------------------------------------------- */
+
+void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static ploss_status pc_softmax(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, const ploss_pc_softmax_opts *user)
+{
+    ploss_clear_error();
+    ploss_pc_softmax_opts o;
+    ploss_pc_softmax_opts_init(&o);
+    if (user)
+        o = *user;
+    sm2_config c = {PLOSS_SM2_PC_SOFTMAX, 0, o.reduction, o.ignore_index, 0.0, 0, o.scale, o.inplace, 0.0, 0, 1, 1};
+    return run(ctx, pass, a, &c);
+}
+
+ploss_status ploss_pc_softmax_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                    const DLTensor *lb_proportion, const ploss_pc_softmax_opts *opts,
+                                                    DLTensor *loss, DLTensor *state)
+{
+    sm2_args a = {input, target, lb_proportion, state, NULL, loss, NULL};
+    return pc_softmax(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_pc_softmax_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                     const DLTensor *lb_proportion, const ploss_pc_softmax_opts *opts,
+                                                     const DLTensor *state, const DLTensor *grad_loss,
+                                                     DLTensor *grad_input)
+{
+    sm2_args a = {input, target, lb_proportion, state, grad_loss, NULL, grad_input};
+    return pc_softmax(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_pc_softmax_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                                  const DLTensor *lb_proportion, const ploss_pc_softmax_opts *opts,
+                                                  DLTensor *loss, DLTensor *grad_input)
+{
+    sm2_args a = {input, target, lb_proportion, NULL, NULL, loss, grad_input};
+    return pc_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
 }

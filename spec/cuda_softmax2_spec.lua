@@ -152,10 +152,11 @@ local function check_against_cpu(fname, crit, sets, sizes, seed0)
   end
 end
 
--- Determinism and the error slot, for one loss.
-local function check_device_behaviour(fname, opts, ignore_index)
+-- Determinism and the error slot, for one loss (opts_of(C) → the options for C classes).
+local function check_device_behaviour(fname, opts_of, ignore_index)
   it("is deterministic (bitwise equal results on repeated calls)", function()
     for _, sizes in ipairs { { 4096, 100 }, { 2, 5000 }, { 4, 19, 64, 64 } } do
+      local opts = opts_of(sizes[2])
       local x = ploss.randn(sizes, { dtype = "f32", device = DEV, seed = 42 })
       local y = make_labels(sizes, true, ignore_index, "i64", 43)
       local l1, g1 = F[fname .. "_fused"](x, y, opts)
@@ -167,11 +168,15 @@ local function check_device_behaviour(fname, opts, ignore_index)
   if DEV ~= "cpu" then
     it("reports an invalid label through the error slot, never reading out of bounds", function()
       for _, sizes in ipairs { { 3, 5 }, { 2, 5, 3, 3 }, { 2, 3000 } } do
+        local opts = opts_of(sizes[2])
         local x = ploss.randn(sizes, { device = DEV })
         local yv = make_labels(sizes, false, ignore_index, "i64", 7):cpu():flat()
         yv[2] = sizes[2] + 1000000
         local y = ploss.tensor(yv, { dtype = "i64", size = sample_sizes(sizes) }):to(DEV)
-        local _, g = F[fname .. "_fused"](x, y, opts.reduction == "none" and opts or { out = ploss.empty({}, { device = DEV }) })
+        local o = {}
+        for k, v in pairs(opts) do o[k] = v end
+        o.out = ploss.empty({}, { device = DEV })
+        local _, g = F[fname .. "_fused"](x, y, o)
         H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
         ploss.synchronize(DEV)
         assert.are.same(sizes, g:size())
@@ -218,7 +223,7 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     end
   end)
 
-  check_device_behaviour("large_margin_softmax", { lam = 0.3 }, 255)
+  check_device_behaviour("large_margin_softmax", function() return { lam = 0.3 } end, 255)
 end)
 
 describe("CUDA Taylor softmax ops against the CPU (" .. DEV .. ")", function()
@@ -272,5 +277,29 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
       check_against_cpu("taylor_cross_entropy", "TaylorCrossEntropyLoss", sets, sizes, 4000 + 100 * k)
     end)
   end
-  check_device_behaviour("taylor_cross_entropy", { n = 2 }, -1)
+  check_device_behaviour("taylor_cross_entropy", function() return { n = 2 } end, -1)
+end)
+
+-- C priors on the device, one of them 0 when C > 2 (that class drops out of the normaliser)
+local function priors(Cn, seed)
+  local w = ploss.rand({ Cn }, { dtype = "f64", low = 0.05, high = 2, seed = seed }):flat()
+  if Cn > 2 then w[2] = 0 end
+  return ploss.tensor(w, { dtype = "f32" }):to(DEV)
+end
+
+describe("CUDA PC-softmax cross-entropy against the CPU (" .. DEV .. ")", function()
+  local sets = {
+    { name = "mean", opts = { reduction = "mean" },
+      make = function(sizes, seed) return { reduction = "mean", lb_proportion = priors(sizes[2], seed) } end },
+    { name = "sum ignored", ignore = true, opts = { ignore_index = -100 },
+      make = function(sizes, seed) return { reduction = "sum", lb_proportion = priors(sizes[2], seed) } end },
+    { name = "none ignored i32", ignore = true, i32 = true, opts = { ignore_index = 7 },
+      make = function(sizes, seed) return { reduction = "none", ignore_index = 7, lb_proportion = priors(sizes[2], seed) } end },
+  }
+  for k, sizes in ipairs(SIZES) do
+    it("sizes " .. table.concat(sizes, "x"), function()
+      check_against_cpu("pc_softmax_cross_entropy", "PCSoftmaxCrossEntropyLoss", sets, sizes, 5000 + 100 * k)
+    end)
+  end
+  check_device_behaviour("pc_softmax_cross_entropy", function(Cn) return { lb_proportion = priors(Cn, 1) } end, -100)
 end)

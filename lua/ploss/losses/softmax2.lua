@@ -268,4 +268,62 @@ nn.register(ploss, {
   end,
 })
 
+---------------------------------------------------------------------------------------
+-- PC-softmax cross-entropy (LOSSES.md §2.2)
+---------------------------------------------------------------------------------------
+
+--- ploss.PCSoftmaxCrossEntropyLoss{lb_proportion = {...}, ignore_index=-100, reduction='mean', inplace=false}
+--
+-- Probability-corrected softmax cross-entropy (Qin, Kim, Gedeon, arXiv:1911.10688;
+-- pytorch-loss PCSoftmaxCrossEntropyV1/V2): the softmax normaliser is weighted by the class
+-- priors w = lb_proportion (C values, not normalised; a Lua list or a float tensor):
+--   ℓ_i = log Σ_k w_k·e^(x_ik) − x_{i,y_i}   (may be negative)
+--   ∂ℓ/∂x_k = w_k·e^(x_k)/Σ_j w_j·e^(x_j) − [k = y]   (the correct gradient; the reference V2
+--   uses w_y for every class, right only for equal priors).
+-- lb_proportion is required; the priors must be finite and >= 0, one at least > 0 ("lb_proportion:
+-- the prior -1 of class 2 is not a finite number >= 0").  A Lua list is checked here
+-- whatever the device; a tensor on a GPU is not read back (a negative prior then gives NaN).
+-- ignore_index defaults to -100 (as V2; V1 used 255).  State: one float per sample.
+-- ploss.F.pc_softmax_cross_entropy(input, target, {lb_proportion = ...}), _backward, _fused.
+local function check_priors(o)
+  local w = o.lb_proportion
+  if w == nil then ploss.raise("PCSoftmaxCrossEntropyLoss: lb_proportion (the C class priors) is required") end
+  if not (o._owned_lb_proportion or w:device() == "cpu") then return end -- a device tensor: the C side's doc
+  local positive = false
+  for j, v in ipairs(w:flat()) do
+    if not (v >= 0 and v < math.huge) then
+      ploss.raise(string.format("lb_proportion: the prior %s of class %d is not a finite number >= 0", tostring(v), j - 1))
+    end
+    positive = positive or v > 0
+  end
+  if not positive and w:numel() > 0 then ploss.raise("lb_proportion: every prior is 0 (at least one must be > 0)") end
+end
+
+nn.register(ploss, {
+  name = "PCSoftmaxCrossEntropyLoss",
+  fname = "pc_softmax_cross_entropy",
+  doc = "probability-corrected softmax cross-entropy, Qin et al. 2019 (LOSSES.md §2.2)",
+  opts_ctype = "ploss_pc_softmax_opts",
+  opts_init = "ploss_pc_softmax_opts_init",
+  options = {
+    { "lb_proportion", kind = "tensor" },
+    { "ignore_index", kind = "integer", default = -100 },
+    { "reduction", kind = "enum", default = "mean", values = nn.reductions },
+  },
+  check = function(o) check_priors(o) end,
+  state = true, -- the prior-weighted log-sum-exp, one float per sample
+  forward = function(o, ctx, input, target, copts, loss, state)
+    return C.ploss_pc_softmax_cross_entropy_forward(ctx, input:dl(), target:dl(), o.lb_proportion:dl(), copts,
+      loss:dl(), state and state:dl() or nil)
+  end,
+  backward = function(o, ctx, input, target, copts, state, grad_loss, grad_input)
+    return C.ploss_pc_softmax_cross_entropy_backward(ctx, input:dl(), target:dl(), o.lb_proportion:dl(), copts,
+      state and state:dl() or nil, grad_loss:dl(), grad_input:dl())
+  end,
+  fused = function(o, ctx, input, target, copts, loss, grad_input)
+    return C.ploss_pc_softmax_cross_entropy_fused(ctx, input:dl(), target:dl(), o.lb_proportion:dl(), copts,
+      loss:dl(), grad_input:dl())
+  end,
+})
+
 end
