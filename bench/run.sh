@@ -19,7 +19,8 @@
 #   --only, --runs, --warmup, --no-compile   passed to both sides (--no-compile: torch only)
 # Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
 # BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
-# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 420 / 240).
+# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 380 / 150: together
+# under the device tool's 600 s per command).
 # Exit status: 0 when the report was written (a failing side is reported in it), 1 otherwise.
 set -uo pipefail
 
@@ -83,14 +84,14 @@ fi
 # ---- ploss side ---------------------------------------------------------------------------
 pdev=(); [ "$device" = cpu ] && pdev=(--cpu)
 log "ploss side: $LUAJIT bench/bench.lua"
-timeout "${BENCH_PLOSS_TIMEOUT:-240}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
+timeout "${BENCH_PLOSS_TIMEOUT:-150}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
   --out "$outdir/ploss.jsonl" 2>"$outdir/ploss.log"
 rc=$?
 [ $rc -eq 0 ] || { log "ploss side exited with $rc (see ploss.log)"; tail -20 "$outdir/ploss.log" >&2; }
 
 # ---- PyTorch side -------------------------------------------------------------------------
 log "torch side: $PYTHON bench/torch_bench.py"
-PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-420}" "$PYTHON" bench/torch_bench.py --device "$device" \
+PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-380}" "$PYTHON" bench/torch_bench.py --device "$device" \
   "${small[@]}" "${common[@]}" "${torch_only[@]}" --ploss-lib "$PLOSS_LIBRARY" \
   --out "$outdir/torch.jsonl" 2>"$outdir/torch.log"
 rc=$?
