@@ -554,6 +554,18 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = expanded }) end, "grad_input")
   end)
 
+  it("mixed devices are refused (with a GPU; the CUDA spec covers the rest)", function()
+    if not ploss.cuda_available() then
+      pending("no CUDA device")
+      return
+    end
+    local x, y = xy(4, 5)
+    local loss = ploss.empty({})
+    H.expect_error(function() F.cross_entropy(x, y:to("cuda"), { out = loss }) end,
+      { "target: expected a tensor on cpu (the context's device)", "PLOSS_ERR_DEVICE" }, loss)
+    H.expect_error(function() F.cross_entropy(x:to("cuda"), y) end, "target: expected a tensor on cuda:0")
+  end)
+
   it("a freed tensor is refused", function()
     local x, y = xy(4, 5)
     x:free()
