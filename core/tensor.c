@@ -115,7 +115,7 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
     if (v->numel > 0 && !t->data)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: data is NULL for %lld elements", name,
                            (long long)v->numel);
-    v->data = (char *)t->data + t->byte_offset;
+    v->data = t->data ? (char *)t->data + t->byte_offset : NULL; /* no arithmetic on NULL (UB) */
     return PLOSS_OK;
 }
 
