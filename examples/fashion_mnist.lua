@@ -365,6 +365,7 @@ print(string.format("model: 784 -> 256 (%s) -> 10, batch %d, %s lr %g%s, loss %s
 local rows = {}
 local steps_per_epoch = math.ceil(n_train / opt.batch_size)
 for epoch = 1, opt.epochs do
+  collectgarbage("collect") -- free last epoch's dropped buffers so the peak is this epoch's
   ploss.reset_peak_memory(device)
   local order = permutation(n_train)
   local t0 = now()

@@ -1,10 +1,13 @@
 -- CUDA support-ops spec (suite 'cuda'; spec/run.lua exits 77 without a GPU): every op of
 -- issue 3 on the GPU against the CPU backend (or an f64 reference), in f32, f16, bf16 and
 -- f64, on contiguous and strided (transposed) tensors, plus CUDA-specific checks (device
--- mismatch, determinism, the cuBLAS handle).
+-- mismatch, determinism).  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run
+-- of its logic (spec/run.lua then does not skip).
 local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
+local DEV = H.cuda_spec_device()
+local DEV_NAME = ploss.parse_device(DEV)
 
 local DTYPES = { "f32", "f16", "bf16", "f64" }
 -- elementwise results computed in f32 on the GPU and f64 on the CPU, then rounded
@@ -15,7 +18,7 @@ local EW_TOL = {
   bf16 = { rtol = 8e-3, atol = 1e-3 },
 }
 
-local function gpu(t) return t:to("cuda") end
+local function gpu(t) return t:to(DEV, nil, true) end -- a copy, also in the CPU dry run
 
 -- CUDA and CPU results of fn(device tensors...) for the same inputs
 local function compare(fn, inputs, tol, what)
@@ -23,7 +26,7 @@ local function compare(fn, inputs, tol, what)
   local dev_in = {}
   for i, t in ipairs(inputs) do dev_in[i] = ploss.is_tensor(t) and gpu(t) or t end
   local dev_out = fn(unpack(dev_in))
-  assert.are.equal("cuda:0", dev_out:device())
+  assert.are.equal(DEV_NAME, dev_out:device())
   H.assert_close(dev_out:cpu(), cpu_out, { rtol = tol.rtol, atol = tol.atol, what = what })
   return dev_out, cpu_out
 end
@@ -38,7 +41,7 @@ describe("CUDA gemm (cuBLAS) against a naive product", function()
         local b = ploss.randn(tb and { n, k } or { k, n }, { dtype = dt })
         local c0 = ploss.randn({ m, n }, { dtype = dt })
         local want = F.gemm(a:double(), b:double(), { trans_a = ta, trans_b = tb, alpha = 1.5, beta = -0.5,
-          out = c0:double() })
+          out = c0:to("cpu", "f64", true) })
         local c = gpu(c0)
         F.gemm(gpu(a), gpu(b), { trans_a = ta, trans_b = tb, alpha = 1.5, beta = -0.5, out = c })
         -- f32 accumulation over k terms of size ~1: k·2^-24 relative to Σ|ab| ≈ √k
@@ -54,7 +57,7 @@ describe("CUDA gemm (cuBLAS) against a naive product", function()
     H.seed(402)
     for _, dt in ipairs { "f16", "bf16" } do
       local a, b = ploss.randn({ 9, 200 }, { dtype = dt }), ploss.randn({ 200, 6 }, { dtype = dt })
-      local c = ploss.empty({ 9, 6 }, { dtype = "f32", device = "cuda" })
+      local c = ploss.empty({ 9, 6 }, { dtype = "f32", device = DEV })
       F.gemm(gpu(a), gpu(b), { out = c })
       H.assert_close(c:cpu(), F.gemm(a:double(), b:double()), { rtol = 1e-5, atol = 2e-4, what = dt .. " -> f32" })
     end
@@ -63,23 +66,25 @@ describe("CUDA gemm (cuBLAS) against a naive product", function()
     local bt = gpu(ploss.randn({ 5, 4 }, { dtype = "f64" })):t()
     local want = F.gemm(a:cpu(), bt:cpu())
     H.assert_close(F.gemm(a, bt):cpu(), want, { rtol = 1e-13, atol = 1e-13 })
-    local ct = ploss.zeros({ 5, 6 }, { dtype = "f64", device = "cuda" })
+    local ct = ploss.zeros({ 5, 6 }, { dtype = "f64", device = DEV })
     F.gemm(a, bt, { out = ct:t() })
     H.assert_close(ct:t():cpu(), want, { rtol = 1e-13, atol = 1e-13 })
-    local c = ploss.full({ 3, 2 }, 4, { device = "cuda" })
-    F.gemm(ploss.empty({ 3, 0 }, { device = "cuda" }), ploss.empty({ 0, 2 }, { device = "cuda" }), { out = c, beta = 0.5 })
+    local c = ploss.full({ 3, 2 }, 4, { device = DEV })
+    F.gemm(ploss.empty({ 3, 0 }, { device = DEV }), ploss.empty({ 0, 2 }, { device = DEV }), { out = c, beta = 0.5 })
     H.assert_equal(c:cpu(), ploss.full({ 3, 2 }, 2))
-    F.gemm(ploss.empty({ 3, 0 }, { device = "cuda" }), ploss.empty({ 0, 2 }, { device = "cuda" }), { out = c, beta = 0 })
+    F.gemm(ploss.empty({ 3, 0 }, { device = DEV }), ploss.empty({ 0, 2 }, { device = DEV }), { out = c, beta = 0 })
     H.assert_equal(c:cpu(), ploss.zeros(3, 2))
-    assert.are.same({ 0, 3 }, F.gemm(ploss.empty({ 0, 4 }, { device = "cuda" }), ploss.ones({ 4, 3 }, { device = "cuda" })):size())
+    assert.are.same({ 0, 3 }, F.gemm(ploss.empty({ 0, 4 }, { device = DEV }), ploss.ones({ 4, 3 }, { device = DEV })):size())
   end)
 
   it("is deterministic and refuses a CPU operand for a CUDA context", function()
     H.seed(403)
     local a, b = gpu(ploss.randn(128, 256)), gpu(ploss.randn(256, 64))
     H.assert_equal(F.gemm(a, b):cpu(), F.gemm(a, b):cpu():flat())
-    local c = ploss.empty({ 128, 64 }, { device = "cuda" })
-    H.expect_error(function() F.gemm(a, b:cpu(), { out = c }) end, { "b: expected a tensor on cuda:0", "PLOSS_ERR_DEVICE" })
+    if DEV_NAME ~= "cpu" then
+      local c = ploss.empty({ 128, 64 }, { device = DEV })
+      H.expect_error(function() F.gemm(a, b:cpu(), { out = c }) end, { "b: expected a tensor on cuda:0", "PLOSS_ERR_DEVICE" }, c)
+    end
   end)
 end)
 
@@ -122,7 +127,7 @@ describe("CUDA bias, argmax", function()
       H.assert_equal(F.bias_grad(gpu(x)):cpu(), gd:cpu():flat(), { what = "bias_grad determinism " .. dt })
       compare(function(t) return F.bias_grad(t:t():contiguous():t()) end, { x }, gtol, "bias_grad column-major " .. dt)
     end
-    H.assert_equal(F.bias_grad(ploss.empty({ 0, 3 }, { device = "cuda" })):cpu(), { 0, 0, 0 })
+    H.assert_equal(F.bias_grad(ploss.empty({ 0, 3 }, { device = DEV })):cpu(), { 0, 0, 0 })
   end)
 
   it("argmax against the CPU: ties, NaN, N×C×H×W, permuted", function()
@@ -191,7 +196,7 @@ describe("CUDA layers", function()
       return ploss.nn.Sequential { ploss.nn.Linear(20, 16, { device = device }), ploss.nn.Mish { inplace = true },
                                    ploss.nn.Linear(16, 4, { device = device, init = "xavier" }) }
     end
-    local mc, mg = build("cpu"), build("cuda")
+    local mc, mg = build("cpu"), build(DEV)
     local pc, gc = mc:parameters()
     local pg, gg = mg:parameters()
     for i = 1, #pc do H.assert_equal(pg[i]:cpu(), pc[i], { what = "init " .. i }) end
