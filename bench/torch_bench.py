@@ -309,11 +309,11 @@ def baseline(case):
 
     if loss == "ohem_cross_entropy":
         thresh = float(o.get("score_thresh", 0.7))
-        div = int(o.get("n_min_div", 16))
+        n_min_opt = int(o.get("n_min", -1))  # -1: numel/16, ignored samples included (reference)
 
         def f(x, t):
             M = t.numel()
-            n_min = M // div
+            n_min = M // 16 if n_min_opt < 0 else n_min_opt
             with torch.no_grad():
                 valid = t != ii
                 tt = torch.where(valid, t, torch.zeros_like(t))
