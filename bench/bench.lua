@@ -172,6 +172,7 @@ end
 -- pre(i), when given, runs before each start mark (untimed).
 local function timed_runs(n, stream, body, pre)
   local times = {}
+  if n == 0 then return times end
   if on_cuda then
     for i = 1, n do
       if pre then pre(i) end

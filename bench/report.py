@@ -92,6 +92,10 @@ def fmt_bytes(v):
     return f"{v} B"
 
 
+def fmt_bw(gbps):
+    return f"{gbps / 1000:.2f} TB/s" if gbps >= 100 else f"{gbps:.2f} GB/s"
+
+
 def index(recs, kind):
     out = {}
     for r in recs:
@@ -139,14 +143,14 @@ def build(args):
     L[-1] += f", PyTorch {tenv.get('torch', '?')} (CUDA {tenv.get('torch_cuda', '?')})"
     L.append(f"- **Date**: {tenv.get('date_utc') or penv.get('date_utc') or '?'}")
     if args.command:
-        L.append(f"- **Command**: `{args.command}`")
+        L.append(f"- **Command**: `{args.command.strip()}`")
     if bw:
         src = "torch `dst.copy_(src)`" if tbw else "cudaMemcpyAsync"
         b = (tbw or pbw)
         line = (f"- **Copy bandwidth** (bytes read + written / time, {fmt_bytes(b['bytes_copied'])} copied, "
-                f"median of {b['runs']}, {src}): **{bw / 1000:.2f} TB/s**")
+                f"median of {b['runs']}, {src}): **{fmt_bw(bw)}**")
         if tbw and pbw:
-            line += f"; cudaMemcpyAsync from LuaJIT: {pbw['gbps'] / 1000:.2f} TB/s"
+            line += f"; cudaMemcpyAsync from LuaJIT: {fmt_bw(pbw['gbps'])}"
         L.append(line)
     else:
         L.append("- **Copy bandwidth**: not measured (no GPU in this run): the floor columns are empty")
