@@ -18,7 +18,7 @@
 -- FFI) around each run; median of --runs after --warmup runs.  Every input here is far
 -- larger than the H200's 60 MB L2 (the smallest is 159 MB), so no rotation is needed; a
 -- case below 4x the L2 is flagged `l2_resident` in its record.
--- Memory: ploss's allocator counters (ploss_memory_stats_get / _reset_peak) around the
+-- Memory: ploss's allocator counters (ploss.memory_stats / ploss.reset_peak_memory) around the
 -- first call of each mode: peak_extra_bytes = peak − bytes held before the mode's outputs
 -- were allocated (= outputs the caller allocates: gradient, loss, state, + workspace),
 -- workspace_peak_bytes = peak − bytes held after they were allocated (what the library
@@ -221,9 +221,8 @@ local function new_ctx()
 end
 
 local function stats()
-  local st = ffi.new("ploss_memory_stats")
-  ploss.check(C.ploss_memory_stats_get(dl_device, st), "ploss_memory_stats_get")
-  return tonumber(st.current_bytes), tonumber(st.peak_bytes)
+  local st = ploss.memory_stats(device)
+  return st.current_bytes, st.peak_bytes
 end
 
 local function sync(ctx)
@@ -383,7 +382,7 @@ local function run_mode(case, spec, mode, x, t, base)
   sync(ctx)
   local free0 = mem_free()
   local cur0 = stats()
-  C.ploss_memory_reset_peak(dl_device)
+  ploss.reset_peak_memory(device)
   local loss = ploss.empty({}, { dtype = loss_dtype, device = device })
   local grad, state, gl
   if mode ~= "inplace" then grad = ploss.empty_like(x) else grad = x end
