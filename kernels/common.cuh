@@ -6,6 +6,7 @@
  *    to_acc(v) / from_acc<T>(a) / convert<T>(v): loads and stores with round to nearest
  *    even.  Narrowing from double to f16/bf16 goes through float first, exactly as the CPU
  *    backend (core/cpu/scalar.h) does, so both backends round identically.
+ *  - vec16<T>::get/set: elements of a 16-byte vector held as uint4; launder(u).
  *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
  *    run time (weights, probability targets, labels, upstream gradients) with the CPU's
  *    semantics (float → integer truncates toward zero, saturates, NaN → 0).
@@ -166,6 +167,82 @@ __device__ __forceinline__ void store_int_dyn(void *base, ploss_dtype dt, int64_
     default: store_dyn(base, dt, i, (double)v); break;
     }
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* 16-byte vectors held as uint4 (four 32-bit registers)                                */
+/* ------------------------------------------------------------------------------------ */
+
+/* vec16<T>: N elements of T in a uint4 (one 16-byte load/store); get(u, e) returns element
+ * e (a compile-time index after unrolling) in the accumulation type, set(u, e, a) stores a
+ * rounded to T.  Keeping rows as uint4 lets launder() stop the compiler from caching
+ * unpacked copies of f16/bf16 rows between passes (which would double the registers). */
+__device__ __forceinline__ uint32_t u4_word(const uint4 &u, int i)
+{
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+__device__ __forceinline__ void u4_set_word(uint4 &u, int i, uint32_t w)
+{
+    if (i == 0)
+        u.x = w;
+    else if (i == 1)
+        u.y = w;
+    else if (i == 2)
+        u.z = w;
+    else
+        u.w = w;
+}
+template <class T> struct vec16;
+template <> struct vec16<float> {
+    static constexpr int N = 4;
+    __device__ __forceinline__ static float get(const uint4 &u, int e) { return __uint_as_float(u4_word(u, e)); }
+    __device__ __forceinline__ static void set(uint4 &u, int e, float v) { u4_set_word(u, e, __float_as_uint(v)); }
+};
+template <> struct vec16<double> {
+    static constexpr int N = 2;
+    __device__ __forceinline__ static double get(const uint4 &u, int e)
+    {
+        return __hiloint2double((int)u4_word(u, 2 * e + 1), (int)u4_word(u, 2 * e));
+    }
+    __device__ __forceinline__ static void set(uint4 &u, int e, double v)
+    {
+        u4_set_word(u, 2 * e, (uint32_t)__double2loint(v));
+        u4_set_word(u, 2 * e + 1, (uint32_t)__double2hiint(v));
+    }
+};
+template <> struct vec16<__half> {
+    static constexpr int N = 8;
+    __device__ __forceinline__ static float get(const uint4 &u, int e)
+    {
+        return __half2float(__ushort_as_half((unsigned short)(u4_word(u, e >> 1) >> ((e & 1) * 16))));
+    }
+    __device__ __forceinline__ static void set(uint4 &u, int e, float v)
+    {
+        const uint32_t b = __half_as_ushort(__float2half_rn(v)), w = u4_word(u, e >> 1);
+        u4_set_word(u, e >> 1, (e & 1) ? (w & 0xffffu) | (b << 16) : (w & 0xffff0000u) | b);
+    }
+};
+template <> struct vec16<__nv_bfloat16> {
+    static constexpr int N = 8;
+    __device__ __forceinline__ static float get(const uint4 &u, int e)
+    {
+        const uint32_t w = u4_word(u, e >> 1);
+        return __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));
+    }
+    __device__ __forceinline__ static void set(uint4 &u, int e, float v)
+    {
+        const uint32_t b = __bfloat16_as_ushort(__float2bfloat16_rn(v)), w = u4_word(u, e >> 1);
+        u4_set_word(u, e >> 1, (e & 1) ? (w & 0xffffu) | (b << 16) : (w & 0xffff0000u) | b);
+    }
+};
+
+/* An empty asm that "modifies" its operand: values derived from it before are not reused
+ * after, and a load that produced it is issued (and waited for) before this point. */
+__device__ __forceinline__ void launder(uint4 &u)
+{
+    asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+}
+__device__ __forceinline__ void launder(float &v) { asm volatile("" : "+f"(v)); }
+__device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v)); }
 
 /* ------------------------------------------------------------------------------------ */
 /* Host-side dtype dispatch: one switch, the body is a generic lambda over a type tag    */

@@ -1,0 +1,122 @@
+/*
+ * runtime.cu — the CUDA runtime wrappers declared in core/internal.h (ploss_cuda_*).
+ * Every failure becomes a ploss status with the CUDA error string in the thread's
+ * message; nothing aborts or prints.  Failed runtime calls are followed by
+ * cudaGetLastError() so that a later ploss_cuda_check_launch() does not report them again.
+ */
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+
+static ploss_status cuda_fail(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* clear the non-sticky error state */
+    const ploss_status st = e == cudaErrorMemoryAllocation ? PLOSS_ERR_OUT_OF_MEMORY : PLOSS_ERR_CUDA;
+    return ploss_error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+extern "C" int ploss_cuda_count(void)
+{
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not an error for the caller */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" ploss_status ploss_cuda_set_device(int device_id)
+{
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == device_id)
+        return PLOSS_OK;
+    (void)cudaGetLastError();
+    const cudaError_t e = cudaSetDevice(device_id);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaSetDevice");
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_malloc(int device_id, size_t bytes, void **out)
+{
+    *out = NULL;
+    ploss_status st = ploss_cuda_set_device(device_id);
+    if (st != PLOSS_OK)
+        return st;
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        const ploss_status code = e == cudaErrorMemoryAllocation ? PLOSS_ERR_OUT_OF_MEMORY : PLOSS_ERR_CUDA;
+        return ploss_error(code, "cudaMalloc of %zu bytes on cuda:%d: %s (%s)", bytes, device_id,
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    *out = p;
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_free(int device_id, void *ptr)
+{
+    if (!ptr)
+        return PLOSS_OK;
+    ploss_status st = ploss_cuda_set_device(device_id);
+    if (st != PLOSS_OK)
+        return st;
+    const cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaFree");
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_memcpy(void *dst, const void *src, size_t bytes, int kind, void *stream)
+{
+    if (bytes == 0)
+        return PLOSS_OK;
+    cudaMemcpyKind k;
+    const char *what;
+    switch (kind) {
+    case PLOSS_COPY_H2D: k = cudaMemcpyHostToDevice; what = "cudaMemcpyAsync (host to device)"; break;
+    case PLOSS_COPY_D2H: k = cudaMemcpyDeviceToHost; what = "cudaMemcpyAsync (device to host)"; break;
+    case PLOSS_COPY_D2D: k = cudaMemcpyDeviceToDevice; what = "cudaMemcpyAsync (device to device)"; break;
+    default: return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "memcpy kind: %d is not H2D, D2H or D2D", kind);
+    }
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, s);
+    if (e != cudaSuccess)
+        return cuda_fail(e, what);
+    if (kind != PLOSS_COPY_D2D) {
+        /* the host buffer is the caller's: it must be complete (H2D: reusable) on return */
+        e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "cudaStreamSynchronize after a host copy");
+    }
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_memset(void *dst, int value, size_t bytes, void *stream)
+{
+    if (bytes == 0)
+        return PLOSS_OK;
+    const cudaError_t e = cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaMemsetAsync");
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_stream_sync(void *stream)
+{
+    const cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaStreamSynchronize");
+    return PLOSS_OK;
+}
+
+extern "C" ploss_status ploss_cuda_check_launch(const char *what)
+{
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return ploss_error(e == cudaErrorMemoryAllocation ? PLOSS_ERR_OUT_OF_MEMORY : PLOSS_ERR_CUDA,
+                           "%s: kernel launch failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return PLOSS_OK;
+}
