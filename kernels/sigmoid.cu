@@ -21,6 +21,7 @@ namespace {
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
 constexpr int FINISH_THREADS = 1024;
+constexpr int ILP = 4; /* elements in flight per thread */
 
 __device__ __forceinline__ float m_exp(float v) { return expf(v); }
 __device__ __forceinline__ double m_exp(double v) { return exp(v); }
@@ -118,7 +119,7 @@ __device__ __forceinline__ offsets offsets_of(const ploss_sigmoid_problem &p, in
 /* One pass over the elements: elementwise loss (NONE), block partial sums (MEAN/SUM),
  * gradient.  omega_host: ω of a fused pass; backward reads the upstream gradient here. */
 template <class T, class TT, bool DENSE>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, 4)
 sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partials)
 {
     using A = acc_t<T>;
@@ -137,24 +138,40 @@ sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partial
     }
     const A a1 = (A)p.a1, a0 = (A)p.a0, gamma = (A)p.gamma;
 
+    /* ILP elements per thread and step: all their loads are issued before the math */
     A sum = A(0);
-    for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {
-        const offsets o = offsets_of<DENSE>(p, k);
-        const A xv = to_acc(x[o.x]);
-        const A yv = to_acc(t[o.t]);
-        const A wv = p.w ? load_float_dyn<A>(p.w, p.w_dtype, o.w) : A(1);
-        const A pwv = p.pw ? load_float_dyn<A>(p.pw, p.pw_dtype, o.pw) : A(1);
-        A loss, dx;
-        element<A>(p.kind, a1, a0, gamma, xv, yv, wv, pwv, loss, dx);
-        if (want_loss) {
-            if (none)
-                store_dyn(p.loss, p.loss_dtype, o.l, (double)loss);
-            else
-                sum += loss;
+    const int64_t gs = grid_stride();
+    for (int64_t base = thread_index(); base < p.numel; base += gs * ILP) {
+        A xv[ILP], yv[ILP];
+#pragma unroll
+        for (int u = 0; u < ILP; ++u) {
+            const int64_t k = base + u * gs;
+            if (k < p.numel) {
+                const offsets o = offsets_of<DENSE>(p, k);
+                xv[u] = to_acc(x[o.x]);
+                yv[u] = to_acc(t[o.t]);
+            }
         }
-        if (want_grad) {
-            const A om = per_element_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, o.gl) : omega;
-            grad[o.g] = from_acc<T>(om * dx);
+#pragma unroll
+        for (int u = 0; u < ILP; ++u) {
+            const int64_t k = base + u * gs;
+            if (k >= p.numel)
+                break;
+            const offsets o = offsets_of<DENSE>(p, k); /* recomputed: fewer live registers */
+            const A wv = p.w ? load_float_dyn<A>(p.w, p.w_dtype, o.w) : A(1);
+            const A pwv = p.pw ? load_float_dyn<A>(p.pw, p.pw_dtype, o.pw) : A(1);
+            A loss, dx;
+            element<A>(p.kind, a1, a0, gamma, xv[u], yv[u], wv, pwv, loss, dx);
+            if (want_loss) {
+                if (none)
+                    store_dyn(p.loss, p.loss_dtype, o.l, (double)loss);
+                else
+                    sum += loss;
+            }
+            if (want_grad) {
+                const A om = per_element_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, o.gl) : omega;
+                grad[o.g] = from_acc<T>(om * dx);
+            }
         }
     }
     if (want_loss && !none) {
@@ -189,7 +206,7 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
     if (p->numel == 0 && !need_partials)
         return PLOSS_OK;
 
-    const unsigned blocks = grid_blocks(p->numel, THREADS, MAX_BLOCKS);
+    const unsigned blocks = grid_blocks((p->numel + ILP - 1) / ILP, THREADS, MAX_BLOCKS);
     double *partials = NULL;
     if (need_partials) {
         void *ws = NULL;

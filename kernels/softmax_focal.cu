@@ -13,8 +13,8 @@
  * last pass the gradient.  fp32 accumulation (f64 for f64).  MEAN divides by the number of
  * valid samples, counted on the device first (an integer atomic: exact and order-free);
  * per-block partial sums of the loss go to the context's workspace and one block adds them
- * in a fixed order.  Invalid labels set the context's error slot and their sample is
- * treated as ignored (no out-of-bounds read).  No host synchronisation.
+ * in a fixed order.  Invalid labels set the context's error slot, give the sample a NaN
+ * loss and a zero gradient row (the row is never read).  No host synchronisation.
  */
 #include "common.cuh"
 #include "../core/softmax_focal.h"
@@ -120,19 +120,23 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
 
     const int64_t y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
-    bool valid = y != p.ignore_index;
+    bool valid = y != p.ignore_index, invalid = false;
     if (valid && (y < 0 || y >= C)) {
         if (lane == 0)
             report_invalid_label(error_slot, y);
         valid = false;
+        invalid = true;
     }
     const int64_t xo = n * p.x_sn + s * p.x_ss, go = n * p.g_sn + s * p.g_ss;
-    if (!valid) {
+    if (!valid) { /* ignored: loss 0; invalid label: NaN loss (as cross_entropy.cu); zero gradient */
         if (want_loss && lane == 0) {
+            const double v = invalid ? (double)NAN : 0.0;
             if (none)
-                store_dyn(p.loss, p.loss_dtype, n * p.l_sn + s * p.l_ss, 0.0);
+                store_dyn(p.loss, p.loss_dtype, n * p.l_sn + s * p.l_ss, v);
+            else if (invalid)
+                thread_sum += (A)v;
             if (p.lse)
-                store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, 0.0);
+                store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, v);
         }
         if (want_grad)
             for (int64_t j = lane; j < C; j += size)
@@ -156,14 +160,26 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
     if (p.pass == PLOSS_PASS_BACKWARD && p.lse) {
         lse = (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
     } else {
+        /* online (max, Σe) per lane; UNROLL independent loads in flight per lane */
+        constexpr int UNROLL = 4;
         A m = -INFINITY, se = A(0);
-        for (int64_t j = lane; j < C; j += size) {
-            const A v = X(j);
-            if (v > m) {
-                se = se * m_exp(m - v) + A(1);
-                m = v;
-            } else {
-                se += m_exp(v - m);
+        for (int64_t j0 = lane; j0 < C; j0 += (int64_t)size * UNROLL) {
+            A v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int64_t j = j0 + (int64_t)u * size;
+                v[u] = j < C ? X(j) : A(0);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                if (j0 + (int64_t)u * size >= C)
+                    break;
+                if (v[u] > m) {
+                    se = se * m_exp(m - v[u]) + A(1);
+                    m = v[u];
+                } else {
+                    se += m_exp(v[u] - m);
+                }
             }
         }
         filled = CACHE;
