@@ -119,7 +119,7 @@ ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *con
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index)
 {
-    for (int64_t n = 0; n < N; ++n)
+    for (int64_t n = 0; n < (S > 0 ? N : 0); ++n) /* S = 0: no sample (N may be huge) */
         for (int64_t s = 0; s < S; ++s) {
             int64_t y = ploss_load_int(t, dt, n * sn + s * ss);
             if (y != ignore_index && (y < 0 || y >= C))

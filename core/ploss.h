@@ -1039,6 +1039,103 @@ ploss_status ploss_pc_softmax_cross_entropy_fused(ploss_ctx_t *ctx, const DLTens
                                                   const ploss_pc_softmax_opts *opts, DLTensor *loss,
                                                   DLTensor *grad_input);
 
+/* ---- OHEM cross-entropy and OHEM large-margin (LOSSES.md §2.7) ---------------------- */
+
+/** Options of the OHEM losses; fill with ploss_ohem_opts_init(). */
+typedef struct ploss_ohem_opts {
+    ploss_reduction reduction; /* default MEAN (over the kept samples)                      */
+    int64_t ignore_index;      /* default 255 (pytorch-loss OhemCELoss)                      */
+    double score_thresh;       /* τ in [0, 1]: keep samples whose p_y <= τ; default 0.7      */
+    int64_t n_min;             /* keep at least the n_min hardest; -1 (default): ⌊M/16⌋ with
+                                  M the number of samples, ignored ones included            */
+    double lam;                /* ploss_ohem_large_margin_* only: λ >= 0, default 0.3        */
+    double scale;   /* _fused only: gradient multiplier (the upstream gradient), default 1 */
+    int inplace;    /* _fused only: 1 allows grad_input to be the input itself, default 0  */
+} ploss_ohem_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_ohem_opts_init(ploss_ohem_opts *opts);
+
+/**
+ * OHEM cross-entropy, forward: online hard example mining over the pixels of the whole
+ * batch (A. Shrivastava, A. Gupta, R. Girshick, "Training Region-based Object Detectors
+ * with Online Hard Example Mining", CVPR 2016; the probability-threshold variant of
+ * real-time segmentation code, pytorch-loss OhemCELoss; LOSSES.md §2.7), then
+ * cross-entropy over the kept samples.
+ *
+ * Mining: the score of a valid sample is its softmax probability of the label, s = p_y,
+ * rounded to f32 (τ too); ignored samples sort after every score.  With s_(r) the r-th
+ * smallest score of all M samples, the kept set is
+ *     K = {valid i : s_i <= t*},   t* = max(τ, s_(n_min))
+ * (t* = τ when n_min = 0; K = every valid sample when n_min >= M, or when s_(n_min) is an
+ * ignored sample's).  Ties: every sample whose score equals s_(n_min) is kept, so |K| can
+ * exceed n_min (the reference keeps exactly n_min of the tied ones, in an arbitrary
+ * order; the loss value over ties is the same either way, the subgradient is not).  A NaN
+ * score (NaN logits) sorts above every number and below the ignored samples.  The
+ * threshold is found on the device without sorting: a radix select over the 32-bit keys
+ * of the scores (histograms of 11, 11 and 10 bits), with O(M) key and O(2^11) histogram
+ * workspace and no host round trip.
+ *
+ * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.
+ * in  opts    NULL for defaults.
+ * out loss    reduction NONE: the target's shape, the sample's cross-entropy where kept and
+ *             0 elsewhere; MEAN: Σ_{i∈K} ℓ_i / |K| (NaN when K is empty); SUM: Σ_{i∈K} ℓ_i.
+ *             f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, τ ∉ [0, 1], n_min < -1, bad
+ *           enum), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything
+ *           is written; CUDA: through the error slot, the sample then counts as ignored),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_ohem_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                              const DLTensor *target, const ploss_ohem_opts *opts,
+                                              DLTensor *loss);
+
+/**
+ * OHEM cross-entropy, backward: the cross-entropy gradient p_k − [k = y] on the kept
+ * samples (the selection is a constant), zero elsewhere; MEAN scales by 1/|K| (0 when K
+ * is empty).  The mining is recomputed from the input: no state is kept.
+ * in  grad_loss  0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input the input's shape and dtype; may not overlap any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_ohem_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                               const DLTensor *target, const ploss_ohem_opts *opts,
+                                               const DLTensor *grad_loss, DLTensor *grad_input);
+
+/**
+ * OHEM cross-entropy, forward and backward in one pass: `loss` as _forward and
+ * grad_input = opts->scale · ∂(reduced loss)/∂input (NONE: of the sum of the losses);
+ * with opts->inplace = 1, grad_input may be the input tensor itself.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                            const DLTensor *target, const ploss_ohem_opts *opts,
+                                            DLTensor *loss, DLTensor *grad_input);
+
+/**
+ * OHEM large-margin softmax, forward: the mining of ploss_ohem_cross_entropy_forward (on
+ * the plain softmax score p_y), then the large-margin softmax loss (λ = opts->lam; see
+ * ploss_large_margin_softmax_forward) over the kept samples (pytorch-loss
+ * OhemLargeMarginLoss).  C >= 2.  Shapes, dtypes, reductions and statuses as
+ * ploss_ohem_cross_entropy_forward, plus INVALID_ARGUMENT for λ < 0 and SHAPE for C < 2.
+ */
+ploss_status ploss_ohem_large_margin_forward(ploss_ctx_t *ctx, const DLTensor *input,
+                                             const DLTensor *target, const ploss_ohem_opts *opts,
+                                             DLTensor *loss);
+
+/** OHEM large-margin softmax, backward: the large-margin gradient on the kept samples;
+ *  as ploss_ohem_cross_entropy_backward otherwise. */
+ploss_status ploss_ohem_large_margin_backward(ploss_ctx_t *ctx, const DLTensor *input,
+                                              const DLTensor *target, const ploss_ohem_opts *opts,
+                                              const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** OHEM large-margin softmax, forward and backward in one pass; as
+ *  ploss_ohem_cross_entropy_fused otherwise. */
+ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *input,
+                                           const DLTensor *target, const ploss_ohem_opts *opts,
+                                           DLTensor *loss, DLTensor *grad_input);
+
 /* ==== end section: softmax family II ==== */
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /*
  * softmax2.c — the one validation path in front of the CPU and CUDA backends of the
  * softmax family II losses with class-index targets: large-margin softmax (LOSSES.md
- * §2.3), Taylor cross-entropy (§2.5), PC-softmax cross-entropy (§2.2).  Every check runs before any write; the public entry points only translate
+ * §2.3), Taylor cross-entropy (§2.5), PC-softmax cross-entropy (§2.2), OHEM cross-entropy
+ * and OHEM large-margin (§2.7).  Every check runs before any write; the public entry points only translate
  * their options into a `config`.
  */
 #include <math.h>
@@ -44,6 +45,12 @@ static ploss_status check_options(ploss_pass pass, const sm2_config *c)
                            c->order);
     if (c->kind == PLOSS_SM2_LARGE_MARGIN && !(c->lam >= 0.0 && isfinite(c->lam)))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", c->lam);
+    if (c->ohem && !(c->thresh >= 0.0 && c->thresh <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is outside [0, 1]", c->thresh);
+    if (c->ohem && c->n_min < -1)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.n_min: %lld is negative (-1 asks for the default, a 16th of the samples)",
+                           (long long)c->n_min);
     if (pass == PLOSS_PASS_FUSED && !isfinite(c->scale))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", c->scale);
     return PLOSS_OK;
@@ -197,6 +204,11 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
     p.order = c->order;
     p.scale = c->scale;
     p.ohem = c->ohem;
+    if (c->ohem) {
+        const float tf = (float)c->thresh; /* scores are compared as f32 keys */
+        memcpy(&p.thresh_key, &tf, sizeof p.thresh_key);
+        p.n_min = c->n_min < 0 ? p.N * p.S / 16 : c->n_min;
+    }
     if (pass != PLOSS_PASS_BACKWARD) {
         p.loss = l.data; p.loss_dtype = l.dtype;
         if (c->reduction == PLOSS_REDUCTION_NONE) {
@@ -393,4 +405,78 @@ ploss_status ploss_pc_softmax_cross_entropy_fused(ploss_ctx_t *ctx, const DLTens
 {
     sm2_args a = {input, target, lb_proportion, NULL, NULL, loss, grad_input};
     return pc_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- OHEM cross-entropy and OHEM large-margin --------------------------------------- */
+
+void ploss_ohem_opts_init(ploss_ohem_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = 255;
+    o->score_thresh = 0.7;
+    o->n_min = -1;
+    o->lam = 0.3;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static ploss_status ohem(ploss_ctx_t *ctx, ploss_pass pass, ploss_sm2_loss kind, const sm2_args *a,
+                         const ploss_ohem_opts *user)
+{
+    ploss_clear_error();
+    ploss_ohem_opts o;
+    ploss_ohem_opts_init(&o);
+    if (user)
+        o = *user;
+    const int lm = kind == PLOSS_SM2_LARGE_MARGIN;
+    sm2_config c = {kind, 1, o.reduction, o.ignore_index, o.lam, 0, o.scale, o.inplace,
+                    o.score_thresh, o.n_min, 0, lm ? 2 : 1};
+    return run(ctx, pass, a, &c);
+}
+
+ploss_status ploss_ohem_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                              const ploss_ohem_opts *opts, DLTensor *loss)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, NULL};
+    return ohem(ctx, PLOSS_PASS_FORWARD, PLOSS_SM2_CROSS_ENTROPY, &a, opts);
+}
+
+ploss_status ploss_ohem_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                               const ploss_ohem_opts *opts, const DLTensor *grad_loss,
+                                               DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, grad_loss, NULL, grad_input};
+    return ohem(ctx, PLOSS_PASS_BACKWARD, PLOSS_SM2_CROSS_ENTROPY, &a, opts);
+}
+
+ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                            const ploss_ohem_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
+    return ohem(ctx, PLOSS_PASS_FUSED, PLOSS_SM2_CROSS_ENTROPY, &a, opts);
+}
+
+ploss_status ploss_ohem_large_margin_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                             const ploss_ohem_opts *opts, DLTensor *loss)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, NULL};
+    return ohem(ctx, PLOSS_PASS_FORWARD, PLOSS_SM2_LARGE_MARGIN, &a, opts);
+}
+
+ploss_status ploss_ohem_large_margin_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                              const ploss_ohem_opts *opts, const DLTensor *grad_loss,
+                                              DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, grad_loss, NULL, grad_input};
+    return ohem(ctx, PLOSS_PASS_BACKWARD, PLOSS_SM2_LARGE_MARGIN, &a, opts);
+}
+
+ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+                                           const ploss_ohem_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    sm2_args a = {input, target, NULL, NULL, NULL, loss, grad_input};
+    return ohem(ctx, PLOSS_PASS_FUSED, PLOSS_SM2_LARGE_MARGIN, &a, opts);
 }

@@ -100,6 +100,8 @@ static ploss_status run(ploss_ctx_t *ctx, int log, const DLTensor *input, const 
         if ((st = rows_of(&g, dim, "grad_output", &p.g_sn, &p.g_sc, &p.g_ss)))
             return st;
     }
+    if (x.numel == 0) /* nothing to write; N·S rows of C = 0 entries may still be very many */
+        return PLOSS_OK;
 
     if (ctx->device.device_type == kDLCPU)
         return ploss_cpu_taylor(ctx, &p);

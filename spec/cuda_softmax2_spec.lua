@@ -303,3 +303,142 @@ describe("CUDA PC-softmax cross-entropy against the CPU (" .. DEV .. ")", functi
   end
   check_device_behaviour("pc_softmax_cross_entropy", function(Cn) return { lb_proportion = priors(Cn, 1) } end, -100)
 end)
+
+---------------------------------------------------------------------------------------
+-- OHEM: the device's mining and loss against the CPU
+---------------------------------------------------------------------------------------
+
+-- f64 CPU scores (softmax probability of the label) of x (any layout), in label order
+local function cpu_scores(x, y)
+  local sizes = x:size()
+  local perm = { 1 }
+  for d = 3, #sizes do perm[#perm + 1] = d end
+  perm[#perm + 1] = 2
+  local rows = x:to("cpu", "f64"):permute(perm):contiguous():flat()
+  local yv = y:cpu():flat()
+  local Cn, s = sizes[2], {}
+  for i = 1, #yv do
+    local m = -math.huge
+    for j = 1, Cn do m = math.max(m, rows[(i - 1) * Cn + j]) end
+    local z = 0
+    for j = 1, Cn do z = z + math.exp(rows[(i - 1) * Cn + j] - m) end
+    s[i] = yv[i] == 255 and math.huge or math.exp(rows[(i - 1) * Cn + yv[i] + 1] - m) / z
+  end
+  return s
+end
+
+-- the kept flags of a 'none' OHEM loss (a kept sample has a loss > 0)
+local function kept_of(loss_none)
+  local k = {}
+  for i, v in ipairs(H.values(loss_none)) do k[i] = v ~= 0 end
+  return k
+end
+
+describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
+  -- {sizes, τ, n_min}: the select path (few scores below τ), the τ shortcut, n_min = 0,
+  -- n_min >= M, n_min above the valid count, row and strided layouts, a large batch
+  local CASES = {
+    { { 2, 19, 64, 64 }, 0.05, -1 }, { { 2, 19, 64, 64 }, 0.7, -1 }, { { 4, 5, 33, 17 }, 0.3, 0 },
+    { { 4, 5, 33, 17 }, 0.3, 100000 }, { { 512, 10 }, 0.1, 300 }, { { 3, 4097 }, 0.01, 2 },
+    { { 1, 19, 128, 192 }, 0.02, -1 }, { { 700, 3 }, 0.2, 650 },
+  }
+  for k, case in ipairs(CASES) do
+    local sizes, tau, n_min = case[1], case[2], case[3]
+    it(string.format("sizes %s τ=%g n_min=%d", table.concat(sizes, "x"), tau, n_min), function()
+      for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
+        local base = fname == "ohem_cross_entropy" and "cross_entropy" or "large_margin_softmax"
+        for _, dtype in ipairs(DTYPES) do
+          for _, layout in ipairs { "contiguous", "strided" } do
+            local seed = 7000 + 100 * k + (dtype == "f64" and 1 or dtype == "f16" and 2 or dtype == "bf16" and 3 or 4)
+            H.current_seed = seed
+            local label = string.format("%s %s %s %s", fname, table.concat(sizes, "x"), dtype, layout)
+            local x = make_input(sizes, dtype, layout, seed, 2)
+            local y = make_labels(sizes, true, 255, "i64", seed + 1)
+            local o = { score_thresh = tau, n_min = n_min }
+            local xc, yc = x:to("cpu", "f64"), y:cpu()
+            -- the kept sets agree but for scores within f32 rounding of the threshold
+            local on = {}
+            for kk, v in pairs(o) do on[kk] = v end
+            on.reduction = "none"
+            local gl = F[fname](x, y, on)
+            local cl = F[fname](xc, yc, on)
+            local kg, kc = kept_of(gl), kept_of(cl)
+            local s = cpu_scores(xc, yc)
+            local t, count = -1, 0
+            for i = 1, #kc do if kc[i] then t, count = math.max(t, s[i]), count + 1 end end
+            for i = 1, #kc do
+              if kg[i] ~= kc[i] then
+                assert.is_true(dtype ~= "f64" and math.abs(s[i] - t) <= 1e-6 * math.max(t, 1e-30) + 1e-12,
+                  string.format("%s: sample %d kept %s on the device, %s on the CPU (score %.9g, t* %.9g)",
+                    label, i, tostring(kg[i]), tostring(kc[i]), s[i], t))
+              end
+            end
+            -- loss and gradient: the plain loss on the device's kept set
+            local yv = yc:flat()
+            for i = 1, #yv do if not kg[i] then yv[i] = 255 end end
+            local yk = ploss.tensor(yv, { dtype = "i64", size = yc:size() })
+            for _, red in ipairs { "mean", "sum" } do
+              local ro = { score_thresh = tau, n_min = n_min, reduction = red }
+              local bo = { ignore_index = 255, reduction = red }
+              local l, g = F[fname .. "_fused"](x, y, ro)
+              local rl, rg = F[base .. "_fused"](xc, yk, bo)
+              close(l, rl, TOL[dtype].loss, 0, label .. " " .. red .. " loss")
+              close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " " .. red .. " grad")
+              close(F[fname .. "_backward"](x, y, 0.5, ro), F[base .. "_backward"](xc, yk, 0.5, bo),
+                TOL[dtype].grad, TOL[dtype].floor, label .. " " .. red .. " backward")
+              close(F[fname](x, y, ro), rl, TOL[dtype].loss, 0, label .. " " .. red .. " forward")
+            end
+          end
+        end
+      end
+    end)
+  end
+
+  it("keeps every sample tied with the n_min-th score (duplicated rows)", function()
+    local pool = ploss.randn({ 5, 7 }, { dtype = "f64", std = 2, seed = 71 }):totable()
+    local rows, labels = {}, {}
+    for i = 1, 4000 do
+      local k = (i * 3) % 5 + 1
+      rows[i], labels[i] = pool[k], k - 1
+    end
+    local x = ploss.tensor(rows, { dtype = "f32" }):to(DEV)
+    local y = ploss.tensor(labels, { dtype = "i64" }):to(DEV)
+    for _, n_min in ipairs { 1, 799, 800, 801, 2500 } do
+      local s = F.ohem_cross_entropy(x, y, { score_thresh = 0, n_min = n_min, reduction = "sum" })
+      local m = F.ohem_cross_entropy(x, y, { score_thresh = 0, n_min = n_min })
+      local count = math.floor(s / m + 0.5)
+      assert.are.equal(0, count % 800, "n_min " .. n_min .. ": kept " .. count)
+      assert.is_true(count >= n_min)
+      local cs = F.ohem_cross_entropy(x:cpu(), y:cpu(), { score_thresh = 0, n_min = n_min, reduction = "sum" })
+      local cm = F.ohem_cross_entropy(x:cpu(), y:cpu(), { score_thresh = 0, n_min = n_min })
+      assert.are.equal(count, math.floor(cs / cm + 0.5))
+    end
+  end)
+
+  it("with every sample ignored: NaN mean and zero gradient", function()
+    for _, sizes in ipairs { { 3, 4 }, { 2, 3, 40, 40 } } do
+      local x = ploss.randn(sizes, { device = DEV })
+      local y = ploss.full(sample_sizes(sizes), 255, { dtype = "i64", device = DEV })
+      for _, n_min in ipairs { -1, 0, 5, 100000 } do
+        local l, g = F.ohem_cross_entropy_fused(x, y, { n_min = n_min })
+        assert.is_true(l ~= l)
+        for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+      end
+    end
+  end)
+
+  it("in place gives the numbers of the out-of-place pass", function()
+    local x = ploss.randn({ 2, 19, 32, 32 }, { device = DEV, seed = 72 })
+    local y = make_labels({ 2, 19, 32, 32 }, true, 255, "i64", 73)
+    for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
+      local l, g = F[fname .. "_fused"](x, y, { score_thresh = 0.1 })
+      local xi = x:clone()
+      local li, gi = F[fname .. "_fused"](xi, y, { score_thresh = 0.1, inplace = true })
+      assert.are.equal(l, li)
+      H.assert_equal(gi, g)
+    end
+  end)
+
+  check_device_behaviour("ohem_cross_entropy", function() return { score_thresh = 0.3 } end, 255)
+  check_device_behaviour("ohem_large_margin", function() return { score_thresh = 0.3 } end, 255)
+end)

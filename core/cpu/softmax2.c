@@ -179,12 +179,12 @@ static void ohem_mine(const ploss_sm2_problem *p, uint32_t *keys, unsigned char 
         }
     }
     uint32_t t = p->thresh_key;
-    if (p->n_min >= M)
-        t = PLOSS_OHEM_IGNORED_KEY - 1u;
-    else if (p->n_min > 0) {
+    if (p->n_min > 0 && p->n_min < M) {
         const uint32_t k = select_key(keys, M, p->n_min);
         t = k > t ? k : t;
     }
+    if (p->n_min >= M || t == PLOSS_OHEM_IGNORED_KEY)
+        t = PLOSS_OHEM_IGNORED_KEY - 1u; /* every valid sample, never an ignored one */
     for (int64_t i = 0; i < M; ++i)
         kept[i] = keys[i] <= t;
 }

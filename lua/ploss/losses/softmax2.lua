@@ -326,4 +326,61 @@ nn.register(ploss, {
   end,
 })
 
+---------------------------------------------------------------------------------------
+-- OHEM cross-entropy and OHEM large-margin (LOSSES.md §2.7)
+---------------------------------------------------------------------------------------
+
+--- ploss.OhemCrossEntropyLoss{score_thresh=0.7, n_min=-1, ignore_index=255, reduction='mean', inplace=false}
+-- ploss.OhemLargeMarginLoss{score_thresh=0.7, n_min=-1, lam=0.3, ignore_index=255, reduction='mean', inplace=false}
+--
+-- Online hard example mining over all the samples (pixels) of the batch (Shrivastava et al.,
+-- CVPR 2016; the probability-threshold variant of segmentation code, pytorch-loss
+-- OhemCELoss / OhemLargeMarginLoss), then cross-entropy (or the large-margin softmax
+-- loss, LOSSES.md §2.3) over the kept samples:
+--   score s_i = softmax probability of the label (rounded to f32); ignored samples sort last
+--   kept K = {valid i : s_i <= max(score_thresh, s_(n_min))}   (s_(r): the r-th smallest)
+-- i.e. the samples predicted with probability <= score_thresh, and at least the n_min
+-- hardest ones.  n_min = -1 (default) takes ⌊M/16⌋ with M the number of samples, ignored ones
+-- included (as the reference); n_min >= M keeps every valid sample.  Ties with the
+-- n_min-th score are all kept (the reference keeps exactly n_min of them).  'mean' divides
+-- by |K| (NaN with a zero gradient when K is empty); 'none' gives each sample's loss, 0
+-- where not kept.  The threshold is chosen on the device without a sort or a host round
+-- trip; backward recomputes the mining (no state is kept).
+-- ploss.F.ohem_cross_entropy / ploss.F.ohem_large_margin (+ _backward, _fused).
+local ohem_common = {
+  { "score_thresh", kind = "number", default = 0.7 },
+  { "n_min", kind = "integer", default = -1 },
+}
+for _, def in ipairs {
+  { name = "OhemCrossEntropyLoss", fname = "ohem_cross_entropy", cname = "ohem_cross_entropy",
+    doc = "OHEM cross-entropy: hard-pixel mining, then cross-entropy (LOSSES.md §2.7)" },
+  { name = "OhemLargeMarginLoss", fname = "ohem_large_margin", cname = "ohem_large_margin", lam = true,
+    doc = "OHEM large-margin softmax: hard-pixel mining, then the Kobayashi loss (LOSSES.md §2.7)" },
+} do
+  local options = { ohem_common[1], ohem_common[2] }
+  if def.lam then options[#options + 1] = { "lam", kind = "number", default = 0.3 } end
+  options[#options + 1] = { "ignore_index", kind = "integer", default = 255 }
+  options[#options + 1] = { "reduction", kind = "enum", default = "mean", values = nn.reductions }
+  local c_forward, c_backward, c_fused = C["ploss_" .. def.cname .. "_forward"], C["ploss_" .. def.cname .. "_backward"],
+    C["ploss_" .. def.cname .. "_fused"]
+  nn.register(ploss, {
+    name = def.name,
+    fname = def.fname,
+    doc = def.doc,
+    opts_ctype = "ploss_ohem_opts",
+    opts_init = "ploss_ohem_opts_init",
+    options = options,
+    state = false, -- backward recomputes the mining
+    forward = function(o, ctx, input, target, copts, loss)
+      return c_forward(ctx, input:dl(), target:dl(), copts, loss:dl())
+    end,
+    backward = function(o, ctx, input, target, copts, state, grad_loss, grad_input)
+      return c_backward(ctx, input:dl(), target:dl(), copts, grad_loss:dl(), grad_input:dl())
+    end,
+    fused = function(o, ctx, input, target, copts, loss, grad_input)
+      return c_fused(ctx, input:dl(), target:dl(), copts, loss:dl(), grad_input:dl())
+    end,
+  })
+end
+
 end
