@@ -81,7 +81,7 @@ static double mean_divisor(const ploss_ce_problem *p)
     if (p->target_kind == PLOSS_TARGET_PROB)
         return (double)(p->N * p->S);
     double d = 0.0;
-    for (int64_t n = 0; n < p->N; ++n)
+    for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n) /* S = 0: no sample (N may be huge) */
         for (int64_t s = 0; s < p->S; ++s) {
             int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
             if (y != p->ignore_index && y >= 0 && y < p->C)
@@ -115,8 +115,12 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
 
     /* every buffer is taken before the first write, so a failure leaves outputs untouched */
     const int nthreads = omp_get_max_threads();
+    /* two rows of C doubles per thread, none without samples (C may then be huge); a size
+     * that does not fit in size_t is an allocation failure, not a short buffer */
+    const size_t row_elems = M > 0 ? (size_t)C * 2 : 0;
+    const int too_big = M > 0 && (size_t)C > SIZE_MAX / (2 * sizeof(double)) / (size_t)nthreads;
     double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = malloc((size_t)nthreads * (size_t)C * 2 * sizeof *rows);
+    double *rows = too_big ? NULL : malloc(((size_t)nthreads * row_elems + 1) * sizeof *rows);
     if (!partial || !rows) {
         free(partial);
         free(rows);
@@ -124,9 +128,9 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
                            nthreads, (long long)C);
     }
 
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (M * C > 32768)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * (size_t)C * 2, *t = x + C;
+        double *x = rows + (size_t)omp_get_thread_num() * row_elems, *t = x + row_elems / 2;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
