@@ -87,13 +87,18 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
     v->device = t->device;
     v->ndim = t->ndim;
     v->numel = 1;
+    int64_t nonzero = 1; /* product of the sizes other than 0: every product of sizes that a
+                            family forms (rows, samples) stays below it, even when numel = 0 */
     for (int d = t->ndim - 1; d >= 0; --d) {
         if (t->shape[d] < 0)
             return ploss_error(PLOSS_ERR_SHAPE, "%s: size %lld of dim %d is negative", name,
                                (long long)t->shape[d], d);
         v->shape[d] = t->shape[d];
-        if (v->numel && t->shape[d] > INT64_MAX / v->numel)
-            return ploss_error(PLOSS_ERR_SHAPE, "%s: element count overflows int64", name);
+        if (t->shape[d] > 0 && t->shape[d] > INT64_MAX / nonzero)
+            return ploss_error(PLOSS_ERR_SHAPE, "%s: element count overflows int64 (sizes other "
+                               "than 0 count too, for empty tensors)", name);
+        if (t->shape[d] > 0)
+            nonzero *= t->shape[d];
         v->strides[d] = t->strides ? t->strides[d] : v->numel;
         v->numel *= t->shape[d];
     }
