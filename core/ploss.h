@@ -799,8 +799,8 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *             classes, lse over 𝒩, and E_q[x] (zeros at ignored samples).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, λ < 0 or not finite, bad enum,
  *           C < 2), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the error slot, the sample then counts as
- *           ignored), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           anything is written; CUDA: through the error slot, the sample's loss is then
+ *           NaN and its gradient zero), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_large_margin_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
                                                 const DLTensor *target,
@@ -931,7 +931,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *             f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, n odd, < 2 or > 64, bad enum),
  *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
- *           written; CUDA: through the error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           written; CUDA: through the error slot, the sample's loss is then NaN and its
+ *           gradient zero), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_taylor_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
                                                 const DLTensor *target,
@@ -1000,8 +1001,8 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *             target's shape, f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/lb_proportion/loss, bad enum, bad
  *           priors on the CPU), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
- *           before anything is written; CUDA: through the error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           before anything is written; CUDA: through the error slot, the sample's loss is
+ *           then NaN and its gradient zero), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_pc_softmax_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
                                                     const DLTensor *target,
@@ -1084,8 +1085,8 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  *             f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss, τ ∉ [0, 1], n_min < -1, bad
  *           enum), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything
- *           is written; CUDA: through the error slot, the sample then counts as ignored),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           is written; CUDA: through the error slot, the sample's loss is then NaN, it
+ *           is never kept and its gradient is zero), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_ohem_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
                                               const DLTensor *target, const ploss_ohem_opts *opts,

@@ -15,6 +15,9 @@
  * only, with their own maximum, and gets the full log-sum-exp from them and x_y, so a
  * dominant target logit cannot underflow the non-target sum.
  *
+ * Invalid labels (≠ ignore_index, outside [0, C)) set the context's error slot and give
+ * the sample a NaN loss (and state) and a zero gradient, as cross_entropy.cu.
+ *
  * Reductions are deterministic: each block writes one partial loss, a single block sums
  * the partials in a fixed order; integer counts (valid samples, OHEM histograms) use
  * integer atomics, whose results do not depend on the order.  Nothing synchronises with
@@ -423,20 +426,16 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
             continue; /* uniform over a group */
         const int64_t n = i / p.S, s = i % p.S;
         const int64_t y = label_of(p, n, s);
-        bool valid;
-        if (p.ohem) {
-            valid = aux.keys[i] <= tkey; /* labels were checked by the score kernel */
-        } else {
-            valid = y != p.ignore_index;
-            if (valid && (y < 0 || y >= C)) {
-                if (lane == 0)
-                    report_invalid_label(aux.slot, y);
-                valid = false;
-            }
-        }
+        /* an invalid label (reported here, or by the OHEM score kernel) gives a NaN loss
+         * and a zero gradient, as cross_entropy.cu; its row is never read */
+        const bool invalid = y != p.ignore_index && (y < 0 || y >= C);
+        if (invalid && !p.ohem && lane == 0)
+            report_invalid_label(aux.slot, y);
+        const bool valid = p.ohem ? aux.keys[i] <= tkey : y != p.ignore_index && !invalid;
         const int64_t xo = n * p.x_sn + s * p.x_ss;
-        State<A> st = {{(A)0, (A)0, (A)0}};
-        A loss = 0, xy = 0;
+        const A fill = invalid ? (A)NAN : (A)0;
+        State<A> st = {{fill, fill, fill}};
+        A loss = fill, xy = 0;
         if (valid) {
             xy = load_as<A>(x, xo + y * p.x_sc);
             if (use_state) {

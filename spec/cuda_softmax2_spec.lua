@@ -166,7 +166,7 @@ local function check_device_behaviour(fname, opts_of, ignore_index)
     end
   end)
   if DEV ~= "cpu" then
-    it("reports an invalid label through the error slot, never reading out of bounds", function()
+    it("reports an invalid label through the error slot (NaN loss), never reading out of bounds", function()
       for _, sizes in ipairs { { 3, 5 }, { 2, 5, 3, 3 }, { 2, 3000 } } do
         local opts = opts_of(sizes[2])
         local x = ploss.randn(sizes, { device = DEV })
@@ -180,6 +180,9 @@ local function check_device_behaviour(fname, opts_of, ignore_index)
         H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
         ploss.synchronize(DEV)
         assert.are.same(sizes, g:size())
+        -- the sample's loss is NaN (so is the reduced loss) and its gradient row zero
+        local l = o.out:item()
+        assert.is_true(l ~= l, fname .. " loss " .. tostring(l))
       end
     end)
   end
