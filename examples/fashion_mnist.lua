@@ -59,6 +59,20 @@ local criteria = {
   ["dual-focal"] = { "dual focal loss, eps 1e-5 (pytorch-loss Dual_Focal_loss; §2.6)",
     function(ploss) if ploss.DualFocalLoss then return ploss.DualFocalLoss {} end end },
   -- softmax family II (issue 6): add here
+  ["large-margin"] = { "large-margin softmax, lambda 0.3 (Kobayashi BMVC 2019; §2.3)",
+    function(ploss) if ploss.LargeMarginSoftmaxLoss then return ploss.LargeMarginSoftmaxLoss {} end end },
+  ["taylor-ce"] = { "Taylor cross-entropy, n = 2 (de Brébisson & Vincent 2016; §2.5)",
+    function(ploss) if ploss.TaylorCrossEntropyLoss then return ploss.TaylorCrossEntropyLoss {} end end },
+  ["pc-softmax"] = { "PC-softmax cross-entropy, uniform priors 0.1 (Qin et al. 2019; §2.2)",
+    function(ploss)
+      if ploss.PCSoftmaxCrossEntropyLoss then
+        return ploss.PCSoftmaxCrossEntropyLoss { lb_proportion = { 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1 } }
+      end
+    end },
+  ["ohem-ce"] = { "OHEM cross-entropy, score_thresh 0.7, n_min = batch/16 (§2.7)",
+    function(ploss) if ploss.OhemCrossEntropyLoss then return ploss.OhemCrossEntropyLoss {} end end },
+  ["ohem-lm"] = { "OHEM large-margin softmax, score_thresh 0.7, lambda 0.3 (§2.7)",
+    function(ploss) if ploss.OhemLargeMarginLoss then return ploss.OhemLargeMarginLoss {} end end },
 }
 
 ---------------------------------------------------------------------------------------
