@@ -149,7 +149,8 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
 
 /** Counter-based random numbers (Philox-4x32-10; Salmon et al., SC 2011).  Element k in
  *  row-major order of `dst` takes counter (offset + k) under key `seed`, so the same
- *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides.
+ *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides
+ *  (normal f64 values may differ in the last bit: the device's log/cos are not glibc's).
  *  uniform: [low, high) in dst's float dtype.  normal: mean + std·N(0,1) (Box–Muller).
  *  randint: integers in [low, high) (any dtype; high > low).
  *  Statuses: INVALID_ARGUMENT (high <= low, std < 0), DTYPE, DEVICE, LAYOUT, CUDA. */

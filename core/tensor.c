@@ -129,9 +129,9 @@ ploss_status ploss_view_check_device(const ploss_view *v, const ploss_ctx_t *ctx
     if (v->device.device_type == ctx->device.device_type &&
         (v->device.device_type == kDLCPU || v->device.device_id == ctx->device.device_id))
         return PLOSS_OK;
-    char a[32], b[32];
+    char a[32], b[200];
     return ploss_error(PLOSS_ERR_DEVICE, "%s: expected a tensor on %s (the context's device), got %s",
-                       name, device_name(ctx->device, a, sizeof a), device_name(v->device, b, sizeof b));
+                       name, device_name(ctx->device, a, sizeof a), ploss_view_describe(v, b, sizeof b));
 }
 
 typedef struct { int64_t size, stride; } dim_pair;
