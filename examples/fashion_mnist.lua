@@ -144,7 +144,7 @@ local function list_criteria()
   local lines = {}
   for _, name in ipairs(names) do
     local have = criteria[name][2](ploss) ~= nil
-    lines[#lines + 1] = string.format("  %-10s %s%s", name, criteria[name][1], have and "" or " (not in this build)")
+    lines[#lines + 1] = string.format("  %-14s %s%s", name, criteria[name][1], have and "" or " (not in this build)")
   end
   return table.concat(lines, "\n")
 end
