@@ -459,7 +459,7 @@ describe("CrossEntropyLoss edge cases and bad input", function()
 
   it("wrong dtypes: float labels of the index shape, integer logits, u8 labels", function()
     local x = ploss.randn(4, 5)
-    all_passes_fail(x, ploss.tensor({ 0, 1, 2, 3 }), {}, { "target: expected probabilities of the input's shape", "got f32[4]" })
+    all_passes_fail(x, ploss.tensor({ 0, 1, 2, 3 }), {}, { "target: expected shape [4, 5] (probabilities of the input's shape)", "got f32[4]" })
     all_passes_fail(ploss.randint(0, 5, { 4, 5 }), ploss.randint(0, 5, { 4 }), {},
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     all_passes_fail(x, ploss.randint(0, 5, { 4 }, { dtype = "u8" }), {},
@@ -543,7 +543,7 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     local g16 = ploss.empty({ 4, 5 }, { dtype = "f16" })
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g16 }) end, "grad_input: expected f32, got f16", g16)
     local g = ploss.empty({ 4, 6 })
-    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g }) end, "grad_input: expected the input's shape", g)
+    H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g }) end, "grad_input: expected shape [4, 5] (the input's shape)", g)
     local crit = ploss.CrossEntropyLoss { reduction = "none" }
     H.expect_error(function() crit:backward(x, y, ploss.ones(3)) end, "grad_loss: expected shape [4]")
     H.expect_error(function() crit:backward(x, y, ploss.ones({ 4 }, { dtype = "f16" })) end, "grad_loss: expected f32 or f64, got f16")

@@ -296,7 +296,7 @@ describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
     both({}, ploss.randint(0, 5, { 3 }, { device = DEV }), "target: expected shape [4]")
     both({ label_smoothing = 1.5 }, nil, "opts.label_smoothing: 1.5 is outside [0, 1]")
     both({ weight = ploss.ones({ 4 }, { device = DEV }) }, nil, "weight: expected shape [5]")
-    both({}, ploss.tensor({ 0, 1, 2, 3 }, { device = DEV }), "target: expected probabilities of the input's shape")
+    both({}, ploss.tensor({ 0, 1, 2, 3 }, { device = DEV }), "(probabilities of the input's shape)")
     local x1 = ploss.randn({ 4, 1 }, { device = DEV })
     H.expect_error(function() F.cross_entropy(x1, ploss.zeros({ 4 }, { dtype = "i64", device = DEV }),
       { label_smoothing = 0.1, smoothing_convention = "uniform_others" }) end, "undefined for C = 1")
