@@ -3,8 +3,8 @@
 #
 #   1. builds build-gpu/ (CUDA kernels compiled, release) with meson + ninja;
 #   2. stages what the GPU machine needs of it in .gpu/build/ (git-ignored): the library
-#      (libploss.so.0, one real file) and the generated Lua modules (lua/ploss/*.lua) —
-#      the rest of a Meson build folder is this machine's absolute paths and objects;
+#      (libploss.so.0.gz, gzip'd) and the generated Lua modules (lua/ploss/*.lua) — the
+#      rest of a Meson build folder is this machine's absolute paths and objects;
 #   3. downloads the Debian packages the GPU machine lacks into .debs/ (fetch_debs.sh;
 #      gnuplot only with --gnuplot: its libraries add about 18 MB);
 #   4. checks that the tree that travels (tracked + untracked-not-ignored files, shared/,
@@ -35,9 +35,12 @@ fi
 
 rm -rf .gpu/build
 mkdir -p .gpu/build/lua/ploss
-cp -L build-gpu/libploss.so.0 .gpu/build/libploss.so.0
+# gzip'd: the SASS + PTX of every kernel make the library some 20 MB, a quarter of that
+# compressed; run.sh unpacks it there
+strip --strip-debug -o .gpu/build/libploss.so.0 build-gpu/libploss.so.0 2>/dev/null ||
+    cp -L build-gpu/libploss.so.0 .gpu/build/libploss.so.0
+gzip -6 .gpu/build/libploss.so.0
 cp build-gpu/lua/ploss/*.lua .gpu/build/lua/ploss/
-strip --strip-debug .gpu/build/libploss.so.0 2>/dev/null || true
 
 if [ "$gnuplot" = 1 ]; then
     bash tools/gpu/fetch_debs.sh .debs

@@ -21,7 +21,7 @@
 #      ar/tar when dpkg-deb is missing) — never over /;
 #   2. PATH, LD_LIBRARY_PATH, LUA_PATH, LUA_CPATH so that luajit, busted and its modules
 #      come from there, and the library's needs (OpenBLAS, libgomp, CUDA's libraries) are
-#      found;  then `source tools/env.sh DIR` for the build (DIR: --build, else .gpu/build,
+#      found (unpacked libraries only where the machine has none of that soname);  then `source tools/env.sh DIR` for the build (DIR: --build, else .gpu/build,
 #      else build-gpu).  Meson build folders hold this machine's absolute paths, so the
 #      specs are run directly, not through `meson test`.
 # Logs are copied to $OUT (the device tool's folder that comes back) when it is set.
@@ -50,12 +50,17 @@ if [ -z "$BUILD" ] || [ ! -f "$BUILD/lua/ploss/cdef.lua" ]; then
     exit 2
 fi
 case "$BUILD" in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
+# prepare.sh carries the library gzip'd
+if [ -f "$BUILD/libploss.so.0.gz" ] && [ ! -f "$BUILD/libploss.so.0" ]; then
+    gzip -dc "$BUILD/libploss.so.0.gz" >"$BUILD/libploss.so.0.tmp" ||
+        python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            "$BUILD/libploss.so.0.gz" "$BUILD/libploss.so.0.tmp" || exit 2
+    mv "$BUILD/libploss.so.0.tmp" "$BUILD/libploss.so.0"
+fi
 
 # ---- 1. unpack -------------------------------------------------------------------------------
-unpack_deb() { # unpack_deb FILE DEST
-    if command -v dpkg-deb >/dev/null 2>&1; then
-        dpkg-deb -x "$1" "$2"
-    else
+unpack_deb() { # unpack_deb FILE DEST: dpkg-deb, else python3 reads the ar and tar members
+    if ! dpkg-deb -x "$1" "$2" 2>/dev/null; then
         python3 - "$1" "$2" <<'EOF'
 import io, sys, tarfile
 deb, dest = sys.argv[1], sys.argv[2]
@@ -90,6 +95,10 @@ if [ "$(cat "$PREFIX/.ploss-debs" 2>/dev/null)" != "$stamp" ]; then
     for f in "${debs[@]}"; do
         unpack_deb "$f" "$PREFIX" || { echo "run.sh: cannot unpack $f" >&2; exit 2; }
     done
+    # Debian makes /usr/bin/gnuplot with update-alternatives (postinst), not in the .deb
+    if [ -x "$PREFIX/usr/bin/gnuplot-nox" ] && [ ! -e "$PREFIX/usr/bin/gnuplot" ]; then
+        ln -s gnuplot-nox "$PREFIX/usr/bin/gnuplot"
+    fi
     echo "$stamp" >"$PREFIX/.ploss-debs"
     echo "run.sh: unpacked ${#debs[@]} packages under $PREFIX"
 fi
@@ -105,7 +114,18 @@ done
 for d in $(python3 -c 'import glob, site; print(" ".join(sorted(set(p for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")))))' 2>/dev/null); do
     cuda_dirs="$cuda_dirs:$d"
 done
-export LD_LIBRARY_PATH="$ARCH_LIB:$ARCH_LIB/openblas-pthread:$PREFIX/lib/x86_64-linux-gnu${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Only the unpacked libraries that the machine lacks are put on the path (links in one
+# folder): a Debian 12 library must not shadow a newer one that other programs there
+# (python3, PyTorch) were built against.
+FALLBACK=$PREFIX/fallback-lib
+rm -rf "$FALLBACK"
+mkdir -p "$FALLBACK"
+known=$(ldconfig -p 2>/dev/null | awk 'NR > 1 {print $1}' | sort -u)
+for f in "$ARCH_LIB"/*.so.* "$ARCH_LIB"/openblas-pthread/*.so.* "$PREFIX"/lib/x86_64-linux-gnu/*.so.*; do
+    name=$(basename "$f")
+    grep -qxF "$name" <<<"$known" || ln -sf "$f" "$FALLBACK/$name"
+done
+export LD_LIBRARY_PATH="$FALLBACK${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # shellcheck source=../env.sh
 source "$REPO/tools/env.sh" "$BUILD"
 export LUA_PATH="$LUA_PATH;$PREFIX/usr/share/lua/5.1/?.lua;$PREFIX/usr/share/lua/5.1/?/init.lua"
