@@ -476,11 +476,13 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  *                 (b) a 1-D tensor of C = the size of axis 1 (1 for inputs of rank < 2):
  *                     one weight per class along axis 1 (for a rank-2 N×C input this is
  *                     PyTorch's broadcasting; for N×C×d… it is PyTorch's with the weight
- *                     reshaped to C×1×…×1).  (a) is tried first when the ranks are equal.
+ *                     reshaped to C×1×…×1), or
+ *                 (c) one value: a 0-d tensor or a 1-D tensor of length 1.
+ *                 (a) is tried first when the ranks are equal.
  *                 Any float dtype, any strides, on the input's device.
- * in  pos_weight  NULL (all ones), or pw, the weight of the positive term, with the same two
+ * in  pos_weight  NULL (all ones), or pw, the weight of the positive term, with the same
  *                 accepted forms as `weight`; as a vector its length must equal the size of
- *                 axis 1 ("per class", as PyTorch's pos_weight of an N×C input).
+ *                 axis 1 ("per class", as PyTorch's pos_weight of an N×C input) or be 1.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32
  *                 (f64 for f64 input).  MEAN divides by the element count (weights do not
