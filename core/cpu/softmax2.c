@@ -163,7 +163,7 @@ static void ohem_mine(const ploss_sm2_problem *p, uint32_t *keys, unsigned char 
     const int64_t M = p->N * p->S, C = p->C;
 #pragma omp parallel
     {
-        double *x = rows + (size_t)omp_get_thread_num() * (size_t)C * 3;
+        double *x = rows + (size_t)omp_get_thread_num() * (M > 0 ? (size_t)C * 3 : 0);
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < M; ++i) {
             const int64_t n = i / p->S, s = i % p->S;
@@ -200,10 +200,14 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int nthreads = omp_get_max_threads();
 
-    /* every buffer is taken before the first write, so a failure leaves outputs untouched */
+    /* every buffer is taken before the first write, so a failure leaves outputs untouched;
+     * no per-class buffers without samples (C may then be huge), and a size past size_t is
+     * an allocation failure, not a short buffer */
+    const size_t cls = M > 0 ? (size_t)C : 0;
+    const int too_big = cls > SIZE_MAX / (3 * sizeof(double)) / (size_t)nthreads;
     double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = malloc((size_t)nthreads * (size_t)C * 3 * sizeof *rows);
-    double *bias = p->w ? malloc((size_t)C * sizeof *bias) : NULL;
+    double *rows = too_big ? NULL : malloc(((size_t)nthreads * cls * 3 + 1) * sizeof *rows);
+    double *bias = p->w ? malloc((cls + 1) * sizeof *bias) : NULL;
     uint32_t *keys = p->ohem ? malloc((size_t)(M ? M : 1) * sizeof *keys) : NULL;
     unsigned char *kept = p->ohem ? malloc((size_t)(M ? M : 1)) : NULL;
     if (!partial || !rows || (p->w && !bias) || (p->ohem && (!keys || !kept))) {
@@ -211,7 +215,7 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
         return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "softmax2: buffers for %d threads × %lld classes, %lld samples",
                            nthreads, (long long)C, (long long)M);
     }
-    for (int64_t j = 0; p->w && j < C; ++j)
+    for (int64_t j = 0; p->w && j < (int64_t)cls; ++j)
         bias[j] = log(ploss_load(p->w, p->w_dtype, j * p->w_s));
 
     /* valid (or mined) samples: the MEAN divisor */
@@ -237,7 +241,7 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 
 #pragma omp parallel num_threads(nthreads)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * (size_t)C * 3, *g = x + C;
+        double *x = rows + (size_t)omp_get_thread_num() * cls * 3, *g = x + cls;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
