@@ -91,10 +91,14 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
         omega = p->reduction == PLOSS_REDUCTION_MEAN ? (divisor != 0.0 ? up / divisor : 0.0) : up;
     }
 
-    /* every buffer is taken before the first write, so a failure leaves outputs untouched */
+    /* every buffer is taken before the first write, so a failure leaves outputs untouched;
+     * no row buffers without samples (C may then be huge), and a size past size_t is an
+     * allocation failure, not a short buffer */
     const int nthreads = omp_get_max_threads();
+    const size_t cls = nchunks > 0 ? (size_t)C : 0;
+    const int too_big = cls > SIZE_MAX / (2 * sizeof(double)) / (size_t)nthreads;
     double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = malloc((size_t)nthreads * (size_t)C * 2 * sizeof *rows);
+    double *rows = too_big ? NULL : malloc(((size_t)nthreads * cls * 2 + 1) * sizeof *rows);
     if (!partial || !rows) {
         free(partial);
         free(rows);
@@ -104,7 +108,7 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
 
 #pragma omp parallel num_threads(nthreads)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * (size_t)C * 2, *Gv = x + C;
+        double *x = rows + (size_t)omp_get_thread_num() * cls * 2, *Gv = x + cls;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
