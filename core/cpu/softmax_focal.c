@@ -95,10 +95,11 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
      * no row buffers without samples (C may then be huge), and a size past size_t is an
      * allocation failure, not a short buffer */
     const int nthreads = omp_get_max_threads();
-    const size_t cls = nchunks > 0 ? (size_t)C : 0;
-    const int too_big = cls > SIZE_MAX / (2 * sizeof(double)) / (size_t)nthreads;
+    const size_t cls = M > 0 ? (size_t)C : 0;
+    const size_t n_rows = cls <= PTRDIFF_MAX / (2 * sizeof(double)) / (size_t)nthreads
+                              ? (size_t)nthreads * cls * 2 + 1 : 0; /* 0: too big */
     double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = too_big ? NULL : malloc(((size_t)nthreads * cls * 2 + 1) * sizeof *rows);
+    double *rows = n_rows ? calloc(n_rows, sizeof *rows) : NULL;
     if (!partial || !rows) {
         free(partial);
         free(rows);
