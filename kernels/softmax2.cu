@@ -6,7 +6,8 @@
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
  *  - class-strided rows (x_sc != 1, e.g. N×C×H×W): one thread per sample walks its C
  *    classes with stride x_sc, so a warp reads 32 consecutive pixels per class
- *    (coalesced); the gradient pass re-reads the row from L1/L2.
+ *    (coalesced); with C <= 32 the row is loaded into registers at once (C loads in
+ *    flight per thread), else the gradient pass re-reads it from L1/L2.
  *  - class-contiguous rows (x_sc == 1, e.g. N×C): a group of G lanes per sample (a warp,
  *    or the whole 256-thread block for C > 2048) strides over the classes; per-lane
  *    statistics are merged with CUB (fixed order).
@@ -180,14 +181,13 @@ template <class Op> struct MergeOp {
 };
 
 /* Statistics of one row, merged over the G lanes of its group (G = 1: one thread). */
-template <int G, class Op, class T>
-__device__ __forceinline__ typename Op::Stats row_stats(const Op &op, const T *x, int64_t xo, int64_t sc, int64_t C,
-                                                        int64_t y, int lane)
+template <int G, int CMAX, class Op, class T>
+__device__ __forceinline__ typename Op::Stats row_stats(const Op &op, const RowView<G, CMAX, typename Op::acc> &row,
+                                                        const T *x, int64_t xo, int64_t sc, int64_t C, int64_t y,
+                                                        int lane)
 {
-    using A = typename Op::acc;
     typename Op::Stats a = Op::init();
-    for (int64_t j = lane; j < C; j += G)
-        op.push(a, load_as<A>(x, xo + j * sc), j == y, j);
+    row.each(x, xo, sc, C, lane, [&](int64_t j, typename Op::acc xj) { op.push(a, xj, j == y, j); });
     return group_all_reduce<G>(a, MergeOp<Op>());
 }
 
@@ -253,7 +253,7 @@ template <class A> __global__ void log_prior_kernel(ploss_sm2_problem p, A *bias
 
 /* OHEM pass 1: the key of every sample (softmax probability of its label), the histogram
  * of the keys' top 11 bits, the number of keys ≤ key(τ) and of valid samples. */
-template <int G, class T, class A>
+template <int G, int CMAX, class T, class A>
 __global__ void __launch_bounds__(THREADS) score_kernel(ploss_sm2_problem p, Aux<A> aux)
 {
     __shared__ unsigned int hist[HIST0];
@@ -281,7 +281,9 @@ __global__ void __launch_bounds__(THREADS) score_kernel(ploss_sm2_problem p, Aux
         uint32_t key = PLOSS_OHEM_IGNORED_KEY;
         if (valid) {
             const int64_t xo = n * p.x_sn + s * p.x_ss;
-            const auto st = row_stats<G>(op, x, xo, p.x_sc, p.C, y, lane);
+            RowView<G, CMAX, A> row;
+            row.load(x, xo, p.x_sc, p.C);
+            const auto st = row_stats(op, row, x, xo, p.x_sc, p.C, y, lane);
             const A xy = load_as<A>(x, xo + y * p.x_sc);
             key = score_key((float)exp(xy - (st.m + log(st.s))));
         }
@@ -393,7 +395,7 @@ __global__ void fixed_threshold_kernel(MineState *ms, uint32_t tkey)
 }
 
 /* The loss pass: per-sample loss (and state), per-block loss partial, gradient. */
-template <int G, class T, class Op>
+template <int G, int CMAX, class T, class Op>
 __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op op, Aux<typename Op::acc> aux)
 {
     using A = typename Op::acc;
@@ -436,13 +438,15 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
         const A fill = invalid ? (A)NAN : (A)0;
         State<A> st = {{fill, fill, fill}};
         A loss = fill, xy = 0;
+        RowView<G, CMAX, A> row;
         if (valid) {
+            row.load(x, xo, p.x_sc, C);
             xy = load_as<A>(x, xo + y * p.x_sc);
             if (use_state) {
                 for (int k = 0; k < Op::n_state; ++k)
                     st.v[k] = (A)((const LT *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss];
             } else {
-                const auto a = row_stats<G>(op, x, xo, p.x_sc, C, y, lane);
+                const auto a = row_stats(op, row, x, xo, p.x_sc, C, y, lane);
                 loss = op.finish(a, xy, st);
             }
         }
@@ -460,12 +464,13 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
                 w = (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss);
             T *g = (T *)p.grad;
             const int64_t go = n * p.g_sn + s * p.g_ss;
-            for (int64_t j = lane; j < C; j += G) {
-                A v = 0;
-                if (valid)
-                    v = w * op.grad(st, load_as<A>(x, xo + j * p.x_sc), j == y, j, xy);
-                g[go + j * p.g_sc] = from_acc<T>((acc_t<T>)v);
-            }
+            if (valid)
+                row.each(x, xo, p.x_sc, C, lane, [&](int64_t j, A xj) {
+                    g[go + j * p.g_sc] = from_acc<T>((acc_t<T>)(w * op.grad(st, xj, j == y, j, xy)));
+                });
+            else
+                for (int64_t j = lane; j < C; j += G)
+                    g[go + j * p.g_sc] = from_acc<T>((acc_t<T>)0);
         }
     }
     if (want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
@@ -494,14 +499,14 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-template <int G, class T, class Op>
+template <int G, int CMAX, class T, class Op>
 ploss_status run_loss(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, Aux<typename Op::acc> aux,
                       unsigned blocks)
 {
     using A = typename Op::acc;
     using LT = std::conditional_t<std::is_same<T, double>::value, double, float>;
     cudaStream_t stream = stream_of(ctx);
-    loss_kernel<G, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
+    loss_kernel<G, CMAX, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
     ploss_status st = check_launch("softmax2 loss_kernel");
     if (st == PLOSS_OK && p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE) {
         finalize_kernel<A, LT><<<1, THREADS, 0, stream>>>(*p, aux, (int64_t)blocks);
@@ -511,12 +516,12 @@ ploss_status run_loss(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op
 }
 
 /* OHEM mining (score kernel, then the radix select) before the loss pass. */
-template <int G, class T, class A>
+template <int G, int CMAX, class T, class A>
 ploss_status run_mining(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<A> aux, unsigned blocks)
 {
     cudaStream_t stream = stream_of(ctx);
     const int64_t M = p->N * p->S;
-    score_kernel<G, T, A><<<blocks, THREADS, 0, stream>>>(*p, aux);
+    score_kernel<G, CMAX, T, A><<<blocks, THREADS, 0, stream>>>(*p, aux);
     ploss_status st = check_launch("softmax2 score_kernel");
     if (st != PLOSS_OK)
         return st;
@@ -573,15 +578,23 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op)
             o.bias = bias;
         }
     }
+    /* one thread per row with C <= ROW_CMAX: the row is held in registers */
+    const bool regs = G == 1 && p->C <= ROW_CMAX;
     if (p->ohem) {
-        st = with_row_group(G, [&](auto g) { return run_mining<decltype(g)::value, T, A>(ctx, p, aux, blocks); });
+        if constexpr (std::is_same<Op, TaylorOp<A>>::value)
+            return ploss_error(PLOSS_ERR_UNSUPPORTED, "OHEM runs on cross-entropy or large-margin only");
+        else
+            st = regs ? run_mining<1, ROW_CMAX, T, A>(ctx, p, aux, blocks)
+                      : with_row_group(G, [&](auto g) { return run_mining<decltype(g)::value, 0, T, A>(ctx, p, aux, blocks); });
     } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
         count_kernel<<<grid_blocks(M, THREADS, 4096), THREADS, 0, stream>>>(*p, aux.count);
         st = check_launch("softmax2 count_kernel");
     }
     if (st != PLOSS_OK)
         return st;
-    return with_row_group(G, [&](auto g) { return run_loss<decltype(g)::value, T>(ctx, p, o, aux, blocks); });
+    if (regs)
+        return run_loss<1, ROW_CMAX, T>(ctx, p, o, aux, blocks);
+    return with_row_group(G, [&](auto g) { return run_loss<decltype(g)::value, 0, T>(ctx, p, o, aux, blocks); });
 }
 
 template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
