@@ -47,20 +47,24 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
     return m_pow(q, gamma);
 }
 
-/* Reductions over the lanes that share one sample. */
+/* Reductions over the lanes that share one sample; UNROLL: loads in flight per lane in
+ * the first pass (enough bytes in flight per SM to cover the memory latency). */
 struct single_group {
+    static constexpr int UNROLL = 4;
     __device__ __forceinline__ int lane() const { return 0; }
     __device__ __forceinline__ int size() const { return 1; }
     template <class A> __device__ __forceinline__ A sum(A v) const { return v; }
     template <class A> __device__ __forceinline__ A max(A v) const { return v; }
 };
 struct warp_group {
+    static constexpr int UNROLL = 8;
     __device__ __forceinline__ int lane() const { return (int)(threadIdx.x & 31u); }
     __device__ __forceinline__ int size() const { return 32; }
     template <class A> __device__ __forceinline__ A sum(A v) const { return warp_all_reduce<32>(v, SumOp()); }
     template <class A> __device__ __forceinline__ A max(A v) const { return warp_all_reduce<32>(v, MaxOp()); }
 };
 struct block_group {
+    static constexpr int UNROLL = 16;
     __device__ __forceinline__ int lane() const { return (int)threadIdx.x; }
     __device__ __forceinline__ int size() const { return ROW_THREADS; }
     template <class A> __device__ __forceinline__ A sum(A v) const { return block_all_reduce<ROW_THREADS>(v, SumOp()); }
@@ -161,7 +165,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         lse = (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
     } else {
         /* online (max, Σe) per lane; UNROLL independent loads in flight per lane */
-        constexpr int UNROLL = 4;
+        constexpr int UNROLL = Group::UNROLL;
         A m = -INFINITY, se = A(0);
         for (int64_t j0 = lane; j0 < C; j0 += (int64_t)size * UNROLL) {
             A v[UNROLL];
@@ -301,7 +305,7 @@ sfocal_rows_warp(const ploss_sfocal_problem p, const unsigned long long *count, 
 }
 
 template <class T, class TI, bool CACHE>
-__global__ void __launch_bounds__(ROW_THREADS)
+__global__ void __launch_bounds__(ROW_THREADS, 2)
 sfocal_rows_block(const ploss_sfocal_problem p, const unsigned long long *count, int64_t *error_slot,
                   double *partials)
 {
