@@ -2,32 +2,37 @@
  * cross_entropy.cu — CUDA backend of the softmax cross-entropy family (LOSSES.md §2.1),
  * with exactly the semantics of core/cpu/cross_entropy.c.  Per sample i, with
  * c_ij = w_j·(a·t_ij + b) (t one-hot for class indices):
- *     ℓ_i = Σ_j c_ij·(lse_i − x_ij),      ∂ℓ_i/∂x_ij = (Σ_k c_ik)·p_ij − c_ij,
+ *     ℓ_i = Σ_j c_ij·(lse_i − x_ij),      ∂ℓ_i/∂x_ij = ω_i·((Σ_k c_ik)·p_ij − c_ij),
  * accumulated in f32 (f64 for f64 inputs); terms with c_ij = 0 are skipped as on the CPU.
  *
- * Kernels (DESIGN.md §3):
- *  - ce_rows_reg: class axis contiguous (x_sc = 1: N×C, channels-last N×…×C).  A row is
- *    held in registers as 16-byte vectors (any alignment: the row is split at 16-byte
- *    boundaries, partial vectors at both ends are read element-wise).  One read of the
- *    logits from memory, one write of the gradient.  A row goes to a warp (C ≤ 32·8·VEC),
- *    a block of 128–512 threads, or, on sm_90, a cluster of 2/4/8 blocks of 512 threads
- *    that exchange their partial sums through distributed shared memory (up to 131072
- *    f32 / 262144 f16-bf16 classes).  Two block-wide reductions per row: the max M, then
- *    (Σ e^(x−M), Σ c, Σ c·(M−x)); the loss is Σc·log Σe + Σ c·(M−x), all terms ≥ 0,
- *    so logits of ±1e4 do not cancel.
- *  - ce_rows_2pass: larger rows (or no clusters): a block per row, an online
- *    (running max, running Σe, Σc) pass, then a second pass that re-reads the row (from
- *    L2) to write the loss terms c·(lse − x) and the gradient.
- *  - ce_samples<CMAX>: class axis strided (N×C×S, x_ss = 1): a thread per sample walks C
- *    with stride S so that warps read coalesced; C ≤ CMAX is held in registers,
- *    CMAX = 0 is the generic two-pass walk (any strides).
- * Reductions: each block writes partial sums (double) to the context's workspace; a final
- * one-block kernel adds them in a fixed order, so the loss is bitwise reproducible and no
- * float atomics are used.  The MEAN divisor Σ w_y (class indices) is summed the same way:
- * by the main kernel for the forward loss, or by a label pass before the main kernel when
- * the gradient needs it (backward / fused with 'mean').  No host synchronisation.
- * Invalid labels (≠ ignore_index, outside [0, C)) set ctx->error_slot, give a NaN loss
- * (and lse) for the sample and a zero gradient row; the row is never read.
+ * Kernels (DESIGN.md §3), chosen by choose_kernel():
+ *  - ce_rows_reg: class axis contiguous (x_sc = 1: N×C, channels-last N×…×C), class
+ *    indices without weights, C > 32.  The row is held in registers as 16-byte vectors
+ *    (rows of any alignment: head elements, aligned vectors, tail elements), so the
+ *    logits are read once from memory and the gradient written once.  A row goes to a
+ *    warp (8 rows per block), a block of 128 or 512 threads, or, on sm_90, a cluster of
+ *    2/4/8 blocks of 512 threads exchanging their partials through distributed shared
+ *    memory: up to 131072 f32 / 262144 f16-bf16 classes.  Two reductions per row: the max
+ *    M, then (Σ e^(x−M), Σ_{j≠y}(M − x_j), M − x_y); the loss is
+ *    Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term ≥ 0, so logits of ±1e4
+ *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.
+ *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
+ *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
+ *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.
+ *  - ce_samples<CMAX>: class axis strided (N×C×S with x_ss = 1, or small C anywhere): a
+ *    thread per sample walks C with stride x_sc so that warps read coalesced; class
+ *    indices with C ≤ CMAX (8, 24, 64) are held in registers (one read), CMAX = 0 is the
+ *    generic two-pass walk (any strides, probabilities).  f64 always takes the generic
+ *    kernels (it is a checking dtype).
+ * Reductions: each block (cluster) writes partial sums (double) to the context's
+ * workspace; ce_finalize adds them in a fixed order with one block, so the loss is bitwise
+ * reproducible and no float atomics are used.  The MEAN divisor Σ w_y (class indices) is
+ * summed the same way: by the main kernel for the forward loss, or by a label pass
+ * (ce_divisor_partials + ce_sum_partials) before the main kernel when the gradient needs
+ * it (backward / fused with 'mean').  No host synchronisation; no allocation except the
+ * workspace.  Invalid labels (≠ ignore_index, outside [0, C)) set ctx->error_slot and give
+ * a NaN loss (and lse) for the sample and a zero gradient row; an out-of-range label is
+ * never used as an index.
  */
 #include <cooperative_groups.h>
 #include <math_constants.h>
@@ -61,7 +66,10 @@ struct Aux {
     int64_t *error_slot;
 };
 
-__device__ __forceinline__ float ex(float v) { return expf(v); }
+/* f32: exp through ex2.approx (MUFU): relative error ≈ 2^-22 + |v|·2^-24, results below
+ * 2^-126 flush to 0 — far inside the f32 tolerances, and it keeps the 16-bit row kernels
+ * off the instruction roofline.  f64: the correctly rounded-ish libdevice exp. */
+__device__ __forceinline__ float ex(float v) { return __expf(v); }
 __device__ __forceinline__ double ex(double v) { return exp(v); }
 __device__ __forceinline__ float lg(float v) { return logf(v); }
 __device__ __forceinline__ double lg(double v) { return log(v); }
@@ -165,7 +173,7 @@ __device__ __forceinline__ void finish_valid(const ploss_ce_problem &p, int64_t 
 }
 
 template <class A> struct Tri {
-    A se, cs, cd; /* Σ e^(x−M), Σ c, Σ_{c≠0} c·(M − x) */
+    A se, cs, cd; /* three sums reduced together (see the kernels for their meaning) */
 };
 struct TriSum {
     template <class A> __device__ __forceinline__ Tri<A> operator()(const Tri<A> &u, const Tri<A> &v) const
@@ -211,16 +219,25 @@ __device__ __forceinline__ V row_all_reduce(V v, Op op, V *slot)
         return block_all_reduce<THREADS>(v, op);
     } else {
 #if CE_DEVICE_CLUSTERS
+        /* block partial → own slot; after the cluster barrier, lanes 0..CLUSTER−1 of each
+         * block read one rank's slot each and merge them with a fixed shuffle tree (the
+         * same in every block), broadcast through shared memory */
+        using WR = cub::WarpReduce<V, CLUSTER>;
+        __shared__ typename WR::TempStorage wtmp;
+        __shared__ V result;
         cg::cluster_group cluster = cg::this_cluster();
         const V r = block_reduce<THREADS>(v, op);
         if (threadIdx.x == 0)
             *slot = r;
         cluster.sync();
-        V acc = *cluster.map_shared_rank(slot, 0);
-#pragma unroll
-        for (int k = 1; k < CLUSTER; ++k)
-            acc = op(acc, *cluster.map_shared_rank(slot, k));
-        return acc;
+        if (threadIdx.x < CLUSTER) {
+            const V mine = *cluster.map_shared_rank(slot, threadIdx.x);
+            const V all = WR(wtmp).Reduce(mine, op);
+            if (threadIdx.x == 0)
+                result = all;
+        }
+        __syncthreads();
+        return result; /* rewritten only after the next cluster barrier */
 #else
         (void)op;
         (void)slot;
@@ -284,6 +301,7 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
     const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
     const int C = (int)p.C;
     const Coef<A> coef(p, aux);
+    const A csum = (A)((double)(C - 1) * p.b + (p.a + p.b)); /* Σ_j c_j (CPU: summed in f64) */
     if (gi == 0) {
         s_loss[group] = 0.0;
         s_w[group] = 0.0;
@@ -358,29 +376,45 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
             M = row_all_reduce<LANES, THREADS, CLUSTER>(m, MaxOp{}, &slot_m);
         }
 
-        Tri<A> t{A(0), A(0), A(0)};
-        /* one element: e^(x−M), c, c·(M−x); returns e^(x−M) */
+        /* c_j = b for j ≠ y and a + b for j = y: per element only Σ e^(x−M) and Σ (M − x)
+         * over j ≠ y; the label's d_y = M − x_y is kept apart by the thread holding it (the
+         * vector that contains y takes the slow loop). */
+        Tri<A> t{A(0), A(0), A(0)}; /* {Σ e, Σ_{j≠y} d, d_y} */
         auto take = [&](A x, int j) {
             const A d = M - x;
             const A ev = ex(-d);
-            const A c = coef.plain(j, yi);
             t.se += ev;
-            t.cs += c;
-            if (c != A(0))
-                t.cd += c * d;
+            if (j == yi)
+                t.cd += d;
+            else
+                t.cs += d;
             return ev;
         };
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             launder(raw[k]);
             const int q = k * GT + gi;
-            if (q < nfull)
+            if (q < nfull) {
+                const int jb = hc + q * VEC;
+                if ((unsigned)(yi - jb) < (unsigned)VEC) {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    const A ev = take(V::get(raw[k], e), hc + q * VEC + e);
-                    if constexpr (kKeepE)
-                        V::set(raw[k], e, ev);
+                    for (int e = 0; e < VEC; ++e) {
+                        const A ev = take(V::get(raw[k], e), jb + e);
+                        if constexpr (kKeepE)
+                            V::set(raw[k], e, ev);
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) {
+                        const A d = M - V::get(raw[k], e);
+                        const A ev = ex(-d);
+                        t.se += ev;
+                        t.cs += d;
+                        if constexpr (kKeepE)
+                            V::set(raw[k], e, ev);
+                    }
                 }
+            }
         }
         if (hv)
             xh = take(xh, gi);
@@ -391,7 +425,13 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
         const A logSE = lg(SE);
 
         if (want_loss && gi == 0) {
-            const A loss = (R.cs != A(0) ? R.cs * logSE : A(0)) + R.cd;
+            /* Σ_{c≠0} c·(lse − x) = Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y) */
+            A cd = A(0);
+            if (coef.b != A(0))
+                cd += coef.b * R.cs;
+            if (coef.ab != A(0))
+                cd += coef.ab * R.cd;
+            const A loss = (csum != A(0) ? csum * logSE : A(0)) + cd;
             finish_valid<A>(p, n, s, y, M + logSE, loss, s_loss[group], s_w[group]);
         }
         if (want_grad) {
@@ -399,30 +439,38 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
             const int64_t gsc = p.g_sc;
             const bool gvec = gsc == 1 && misalign(gr) == off;
             const A om = omega_of<A>(p, aux, n, s);
-            const A csp = R.cs / SE; /* Σc·p = Σc·e/SE */
-            auto grad = [&](A ev, int j) { return om * (csp * ev - coef.plain(j, yi)); };
+            const A k1 = om * (csum / SE); /* ω·Σc/Σe: g_j = k1·e_j − ω·c_j */
+            const A k0 = om * coef.b, ky = om * coef.ab;
+            auto grad = [&](A ev, int j) { return k1 * ev - (j == yi ? ky : k0); };
             uint4 *gv = reinterpret_cast<uint4 *>(gr + hc);
 #pragma unroll
             for (int k = 0; k < NV; ++k) {
                 launder(raw[k]);
                 const int q = k * GT + gi;
                 if (q < nfull) {
-                    uint4 o;
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        A ev;
+                    const int jb = hc + q * VEC;
+                    uint4 o = make_uint4(0u, 0u, 0u, 0u);
+                    auto e_of = [&](int e) {
                         if constexpr (kKeepE)
-                            ev = V::get(raw[k], e);
+                            return V::get(raw[k], e);
                         else
-                            ev = ex(V::get(raw[k], e) - M);
-                        V::set(o, e, grad(ev, hc + q * VEC + e));
+                            return ex(V::get(raw[k], e) - M);
+                    };
+                    if ((unsigned)(yi - jb) < (unsigned)VEC) { /* the vector holding the label */
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+                            V::set(o, e, grad(e_of(e), jb + e));
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+                            V::set(o, e, k1 * e_of(e) - k0);
                     }
                     if (gvec) {
                         gv[q] = o;
                     } else {
 #pragma unroll
                         for (int e = 0; e < VEC; ++e)
-                            gr[(int64_t)(hc + q * VEC + e) * gsc] = convert<T>(V::get(o, e));
+                            gr[(int64_t)(jb + e) * gsc] = convert<T>(V::get(o, e));
                     }
                 }
             }
