@@ -117,7 +117,7 @@ static ploss_status check_loss_shape(const ploss_view *v, const ploss_view *x, p
 
 static ploss_status validate_labels_cpu(const ploss_sfocal_problem *p)
 {
-    for (int64_t n = 0; n < p->N; ++n)
+    for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n) /* S = 0: no sample (N may be huge) */
         for (int64_t s = 0; s < p->S; ++s) {
             int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
             if (y != p->ignore_index && (y < 0 || y >= p->C))

@@ -80,7 +80,7 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
     double divisor = 1.0; /* MEAN: the number of valid samples */
     if (p->reduction == PLOSS_REDUCTION_MEAN) {
         int64_t count = 0;
-        for (int64_t n = 0; n < p->N; ++n)
+        for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n) /* S = 0: N may be huge */
             for (int64_t s = 0; s < p->S; ++s)
                 count += ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss) != p->ignore_index;
         divisor = (double)count;
