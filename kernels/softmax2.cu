@@ -556,7 +556,8 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op)
     const size_t o_mine = o_count + 256;
     const size_t o_keys = o_mine + align256(sizeof(MineState));
     const size_t o_bias = o_keys + (p->ohem ? align256((size_t)M * sizeof(uint32_t)) : 0);
-    const size_t bytes = o_bias + (p->w ? align256((size_t)p->C * sizeof(A)) : 0);
+    const bool priors = p->w && M > 0; /* no per-class buffer without samples (C may be huge) */
+    const size_t bytes = o_bias + (priors ? align256((size_t)p->C * sizeof(A)) : 0);
     void *ws = NULL;
     ploss_status st = ploss_workspace(ctx, bytes, &ws);
     if (st != PLOSS_OK)
@@ -570,7 +571,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op)
 
     Op o = op;
     if constexpr (std::is_same<Op, SoftmaxOp<A>>::value) {
-        if (p->w) {
+        if (priors) {
             A *bias = (A *)(base + o_bias);
             log_prior_kernel<A><<<grid_blocks(p->C, THREADS), THREADS, 0, stream>>>(*p, bias);
             if ((st = check_launch("softmax2 log_prior_kernel")))
