@@ -212,6 +212,15 @@ __device__ __forceinline__ uint32_t score_key(float s)
     return s != s ? PLOSS_OHEM_NAN_KEY : __float_as_uint(s);
 }
 
+/* hist[bin] += 1 for every calling lane, one shared atomic per distinct bin of the warp:
+ * scores crowd into few top-bit buckets, and 32 lanes adding to one bin would serialise. */
+__device__ __forceinline__ void hist_add(unsigned int *hist, uint32_t bin)
+{
+    const unsigned peers = __match_any_sync(__activemask(), bin);
+    if ((int)(threadIdx.x & 31u) == __ffs(peers) - 1)
+        atomicAdd(&hist[bin], (unsigned)__popc(peers));
+}
+
 /* Everything a kernel needs besides the problem. */
 template <class A> struct Aux {
     int64_t *slot;                 /* error slot */
@@ -289,7 +298,7 @@ __global__ void __launch_bounds__(THREADS) score_kernel(ploss_sm2_problem p, Aux
         }
         if (lane == 0) {
             aux.keys[i] = key;
-            atomicAdd(&hist[key >> 21], 1u);
+            hist_add(hist, key >> 21);
             n_le += key <= p.thresh_key;
             n_valid += valid;
         }
@@ -322,7 +331,7 @@ __global__ void __launch_bounds__(THREADS) hist_kernel(const uint32_t *keys, int
     for (int64_t i = thread_index(); i < M; i += grid_stride()) {
         const uint32_t k = keys[i];
         if ((k & mask) == prefix)
-            atomicAdd(&hist[(k >> shift) & (uint32_t)(nb - 1)], 1u);
+            hist_add(hist, (k >> shift) & (uint32_t)(nb - 1));
     }
     __syncthreads();
     for (int b = threadIdx.x; b < nb; b += THREADS)
