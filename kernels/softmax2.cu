@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "../core/softmax2.h"
+#include "../core/taylor_poly.h"
 #include "row_groups.cuh"
 
 namespace ploss_cuda {
@@ -42,15 +43,6 @@ namespace {
 constexpr int THREADS = ROW_THREADS;
 
 template <class A> __device__ __forceinline__ A neg_inf() { return -INFINITY; }
-
-/* Taylor polynomial f_n(v) = Σ_{k≤n} v^k/k! by Horner's rule. */
-template <class A> __device__ __forceinline__ A taylor_poly(A v, int n)
-{
-    A f = 1;
-    for (int k = n; k >= 1; --k)
-        f = (A)1 + f * v / (A)k;
-    return f;
-}
 
 /* ---- per-loss operations ------------------------------------------------------------- */
 /* Each op: Stats (online per-row statistics) with init/push/merge; finish() turns them
@@ -162,17 +154,17 @@ template <class A> struct TaylorOp {
     int order;
     struct Stats { A z; };
     __device__ static Stats init() { return {(A)0}; }
-    __device__ void push(Stats &a, A x, bool, int64_t) const { a.z += taylor_poly(x, order); }
+    __device__ void push(Stats &a, A x, bool, int64_t) const { a.z += ploss_taylor_poly(x, order); }
     __device__ static Stats merge(const Stats &a, const Stats &b) { return {a.z + b.z}; }
     __device__ A finish(const Stats &a, A xy, State<A> &st) const
     {
         st.v[0] = a.z;
-        return log(a.z) - log(taylor_poly(xy, order));
+        return log(a.z) - log(ploss_taylor_poly(xy, order));
     }
     __device__ A grad(const State<A> &st, A x, bool target, int64_t, A xy) const
     {
-        const A r = (A)1 / st.v[0] - (target ? (A)1 / taylor_poly(xy, order) : (A)0);
-        return taylor_poly(x, order - 1) * r;
+        const A r = (A)1 / st.v[0] - (target ? (A)1 / ploss_taylor_poly(xy, order) : (A)0);
+        return ploss_taylor_poly(x, order - 1) * r;
     }
 };
 
@@ -239,6 +231,12 @@ __device__ __forceinline__ int64_t label_of(const ploss_sm2_problem &p, int64_t 
     return p.t_dtype == PLOSS_I64 ? ((const int64_t *)p.t)[off] : (int64_t)((const int32_t *)p.t)[off];
 }
 
+/* A label that is neither ignore_index nor in [0, C). */
+__device__ __forceinline__ bool invalid_label(const ploss_sm2_problem &p, int64_t y)
+{
+    return y != p.ignore_index && (y < 0 || y >= p.C);
+}
+
 /* Valid (not ignored, in range) labels → *count; invalid ones are reported. */
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, unsigned long long *count)
 {
@@ -246,7 +244,7 @@ __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, uns
     unsigned long long c = 0;
     for (int64_t i = thread_index(); i < M; i += grid_stride()) {
         const int64_t y = label_of(p, i / p.S, i % p.S);
-        c += y != p.ignore_index && y >= 0 && y < p.C;
+        c += y != p.ignore_index && !invalid_label(p, y);
     }
     c = block_reduce<THREADS>(c, SumOp());
     if (threadIdx.x == 0 && c)
@@ -281,12 +279,10 @@ __global__ void __launch_bounds__(THREADS) score_kernel(ploss_sm2_problem p, Aux
             continue; /* uniform over a group */
         const int64_t n = i / p.S, s = i % p.S;
         const int64_t y = label_of(p, n, s);
-        bool valid = y != p.ignore_index;
-        if (valid && (y < 0 || y >= p.C)) {
-            if (lane == 0)
-                report_invalid_label(aux.slot, y);
-            valid = false;
-        }
+        const bool invalid = invalid_label(p, y);
+        if (invalid && lane == 0)
+            report_invalid_label(aux.slot, y);
+        const bool valid = y != p.ignore_index && !invalid;
         uint32_t key = PLOSS_OHEM_IGNORED_KEY;
         if (valid) {
             const int64_t xo = n * p.x_sn + s * p.x_ss;
@@ -439,7 +435,7 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
         const int64_t y = label_of(p, n, s);
         /* an invalid label (reported here, or by the OHEM score kernel) gives a NaN loss
          * and a zero gradient, as cross_entropy.cu; its row is never read */
-        const bool invalid = y != p.ignore_index && (y < 0 || y >= C);
+        const bool invalid = invalid_label(p, y);
         if (invalid && !p.ohem && lane == 0)
             report_invalid_label(aux.slot, y);
         const bool valid = p.ohem ? aux.keys[i] <= tkey : y != p.ignore_index && !invalid;

@@ -9,18 +9,11 @@
 #include <type_traits>
 
 #include "../core/taylor.h"
+#include "../core/taylor_poly.h"
 #include "row_groups.cuh"
 
 namespace ploss_cuda {
 namespace {
-
-template <class A> __device__ __forceinline__ A taylor_poly(A v, int n)
-{
-    A f = 1;
-    for (int k = n; k >= 1; --k)
-        f = (A)1 + f * v / (A)k;
-    return f;
-}
 
 template <class A> struct Sums { A z, t; };
 struct SumsOp {
@@ -46,7 +39,7 @@ template <int G, class T, class A> __global__ void __launch_bounds__(ROW_THREADS
         const int64_t xo = a * p.x_sn + b * p.x_ss, go = a * p.g_sn + b * p.g_ss, oo = a * p.o_sn + b * p.o_ss;
         Sums<A> s = {(A)0, (A)0};
         for (int64_t j = lane; j < C; j += G) {
-            const A f = taylor_poly(load_as<A>(x, xo + j * p.x_sc), n);
+            const A f = ploss_taylor_poly(load_as<A>(x, xo + j * p.x_sc), n);
             s.z += f;
             if (p.backward) {
                 const A gj = load_as<A>(g, go + j * p.g_sc);
@@ -58,12 +51,12 @@ template <int G, class T, class A> __global__ void __launch_bounds__(ROW_THREADS
             const A xj = load_as<A>(x, xo + j * p.x_sc);
             A v;
             if (!p.backward) {
-                const A f = taylor_poly(xj, n);
+                const A f = ploss_taylor_poly(xj, n);
                 v = p.log ? log(f) - log(s.z) : f / s.z;
             } else {
                 const A gj = load_as<A>(g, go + j * p.g_sc);
-                const A d = taylor_poly(xj, n - 1);
-                v = p.log ? d * (gj / taylor_poly(xj, n) - s.t / s.z) : d * (gj - s.t / s.z) / s.z;
+                const A d = ploss_taylor_poly(xj, n - 1);
+                v = p.log ? d * (gj / ploss_taylor_poly(xj, n) - s.t / s.z) : d * (gj - s.t / s.z) / s.z;
             }
             out[oo + j * p.o_sc] = from_acc<T>((acc_t<T>)v);
         }

@@ -6,6 +6,7 @@
 -- loading this file when no GPU is present; PLOSS_CUDA_SPEC_DEVICE=cpu runs it against
 -- the CPU as a dry run of its logic.
 local H = require "spec.helpers"
+local S = require "spec.softmax2_common"
 local ploss = H.ploss
 local F = ploss.F
 local DEV = H.cuda_spec_device()
@@ -34,11 +35,7 @@ local function close(got, ref, rtol, floor, what)
   H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
 end
 
-local function sample_sizes(sizes)
-  local s = {}
-  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
-  return s
-end
+local sample_sizes = S.sample_sizes
 
 -- randn logits on the device in the requested layout ('strided': the transposed N×C, or
 -- channels-last N×C×d…, so the class-strided and class-contiguous kernels swap).

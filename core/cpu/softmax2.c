@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../softmax2.h"
+#include "../taylor_poly.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -38,15 +39,6 @@ static double lse_of(const double *x, const double *bias, int64_t C, int64_t ski
         if (j != skip)
             s += exp(x[j] + (bias ? bias[j] : 0.0) - m);
     return m + log(s);
-}
-
-/* Taylor polynomial f_n(v) = Σ_{k≤n} v^k/k! by Horner's rule. */
-static double taylor_poly(double v, int n)
-{
-    double f = 1.0;
-    for (int k = n; k >= 1; --k)
-        f = 1.0 + f * v / (double)k;
-    return f;
 }
 
 /* Loss of a valid row and its saved state st[0..n_state).  `bias` = log priors (PC). */
@@ -77,9 +69,9 @@ static double row_forward(const ploss_sm2_problem *p, const double *x, const dou
     case PLOSS_SM2_TAYLOR_CE: {
         double z = 0.0;
         for (int64_t j = 0; j < C; ++j)
-            z += taylor_poly(x[j], p->order);
+            z += ploss_taylor_poly(x[j], p->order);
         st[0] = z;
-        return log(z) - log(taylor_poly(x[y], p->order));
+        return log(z) - log(ploss_taylor_poly(x[y], p->order));
     }
     case PLOSS_SM2_PC_SOFTMAX:
         st[0] = lse_of(x, bias, C, -1);
@@ -108,9 +100,9 @@ static void row_grad(const ploss_sm2_problem *p, const double *x, const double *
         break;
     }
     case PLOSS_SM2_TAYLOR_CE: {
-        const double fy = taylor_poly(x[y], p->order);
+        const double fy = ploss_taylor_poly(x[y], p->order);
         for (int64_t j = 0; j < C; ++j)
-            g[j] = w * taylor_poly(x[j], p->order - 1) * (1.0 / st[0] - (j == y ? 1.0 / fy : 0.0));
+            g[j] = w * ploss_taylor_poly(x[j], p->order - 1) * (1.0 / st[0] - (j == y ? 1.0 / fy : 0.0));
         break;
     }
     default: /* PC_SOFTMAX (bias = log priors) and CROSS_ENTROPY (bias NULL) */

@@ -3,16 +3,8 @@
 #include <math.h>
 
 #include "../taylor.h"
+#include "../taylor_poly.h"
 #include "scalar.h"
-
-/* Taylor polynomial f_n(v) = Σ_{k≤n} v^k/k! by Horner's rule. */
-static double taylor_poly(double v, int n)
-{
-    double f = 1.0;
-    for (int k = n; k >= 1; --k)
-        f = 1.0 + f * v / (double)k;
-    return f;
-}
 
 ploss_status ploss_cpu_taylor(ploss_ctx_t *ctx, const ploss_taylor_problem *p)
 {
@@ -25,7 +17,7 @@ ploss_status ploss_cpu_taylor(ploss_ctx_t *ctx, const ploss_taylor_problem *p)
         const int64_t xo = a * p->x_sn + b * p->x_ss, go = a * p->g_sn + b * p->g_ss, oo = a * p->o_sn + b * p->o_ss;
         double z = 0.0, t = 0.0; /* Z and Σ F·G (softmax) or Σ G (log) */
         for (int64_t j = 0; j < C; ++j) {
-            const double f = taylor_poly(ploss_load(p->x, p->dtype, xo + j * p->x_sc), n);
+            const double f = ploss_taylor_poly(ploss_load(p->x, p->dtype, xo + j * p->x_sc), n);
             z += f;
             if (p->backward) {
                 const double gj = ploss_load(p->g, p->dtype, go + j * p->g_sc);
@@ -36,12 +28,12 @@ ploss_status ploss_cpu_taylor(ploss_ctx_t *ctx, const ploss_taylor_problem *p)
             const double xj = ploss_load(p->x, p->dtype, xo + j * p->x_sc);
             double v;
             if (!p->backward) {
-                const double f = taylor_poly(xj, n);
+                const double f = ploss_taylor_poly(xj, n);
                 v = p->log ? log(f) - log(z) : f / z;
             } else {
                 const double gj = ploss_load(p->g, p->dtype, go + j * p->g_sc);
-                const double d = taylor_poly(xj, n - 1);
-                v = p->log ? d * (gj / taylor_poly(xj, n) - t / z) : d * (gj - t / z) / z;
+                const double d = ploss_taylor_poly(xj, n - 1);
+                v = p->log ? d * (gj / ploss_taylor_poly(xj, n) - t / z) : d * (gj - t / z) / z;
             }
             ploss_store(p->out, p->dtype, oo + j * p->o_sc, v);
         }

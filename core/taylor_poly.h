@@ -1,0 +1,28 @@
+/*
+ * taylor_poly.h — the Taylor polynomial of exp, f_n(v) = Σ_{k≤n} v^k/k!, by Horner's rule
+ * (f ← 1; for k = n…1: f ← 1 + f·v/k), shared by the CPU backends (core/cpu/taylor.c,
+ * core/cpu/softmax2.c; double) and the CUDA kernels (kernels/taylor.cu,
+ * kernels/softmax2.cu; any float type).  f_n′ = f_{n−1}.  Internal.
+ */
+#ifndef PLOSS_TAYLOR_POLY_H
+#define PLOSS_TAYLOR_POLY_H
+
+#ifdef __CUDACC__
+template <class A> __host__ __device__ __forceinline__ A ploss_taylor_poly(A v, int n)
+{
+    A f = 1;
+    for (int k = n; k >= 1; --k)
+        f = (A)1 + f * v / (A)k;
+    return f;
+}
+#else
+static inline double ploss_taylor_poly(double v, int n)
+{
+    double f = 1.0;
+    for (int k = n; k >= 1; --k)
+        f = 1.0 + f * v / (double)k;
+    return f;
+}
+#endif
+
+#endif
