@@ -160,13 +160,22 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         return to_acc(v);
     };
 
-    A lse;
+    /* The lse is kept in double for every dtype: log p_j = x_j − lse cancels when p_j → 1
+     * (the dominant class of a confident sample, where 1 − p_j = −expm1(log p_j) is what the
+     * dual focal term log(1 + ε − d²) and the softmax focal factor (1 − p_t)^γ need).  With an
+     * f32 lse the rounding of lse (|lse|·2^-24) is an absolute error on log p_j, i.e. a
+     * relative error |lse|·2^-24 / (1 − p_j) on 1 − p_j: 1e-2 at lse ≈ 9, 1 − p_j ≈ 1e-4 (a
+     * dual focal loss off by 0.01 on the GPU, issue 5).  Σe is therefore summed in double
+     * (its terms e^{x−m} stay float: each has a relative error, and the max term is exactly 1
+     * so 1 − p_j = rest / (1 + rest) keeps the relative accuracy of the rest). */
+    double lse;
     if (p.pass == PLOSS_PASS_BACKWARD && p.lse) {
-        lse = (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
+        lse = load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
     } else {
         /* online (max, Σe) per lane; UNROLL independent loads in flight per lane */
         constexpr int UNROLL = Group::UNROLL;
-        A m = -INFINITY, se = A(0);
+        A m = -INFINITY;
+        double se = 0.0;
         for (int64_t j0 = lane; j0 < C; j0 += (int64_t)size * UNROLL) {
             A v[UNROLL];
 #pragma unroll
@@ -179,23 +188,25 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
                 if (j0 + (int64_t)u * size >= C)
                     break;
                 if (v[u] > m) {
-                    se = se * m_exp(m - v[u]) + A(1);
+                    se = se * (double)m_exp(m - v[u]) + 1.0;
                     m = v[u];
                 } else {
-                    se += m_exp(v[u] - m);
+                    se += (double)m_exp(v[u] - m);
                 }
             }
         }
         filled = CACHE;
         const A mall = g.max(m);
-        const A sall = g.sum(se != A(0) ? se * m_exp(m - mall) : se);
-        lse = mall + m_log(sall);
+        const double sall = g.sum(se != 0.0 ? se * (double)m_exp(m - mall) : se);
+        lse = (double)mall + ::log(sall);
     }
+    /* log p_j = x_j − lse in double, then rounded once to A */
+    auto logp = [&](A xj) -> A { return (A)((double)xj - lse); };
 
     A loss = A(0), G = A(0), PG = A(0);
     if (p.kind == PLOSS_SOFTMAX_FOCAL) {
         const A alpha = p.w ? load_float_dyn<A>(p.w, p.w_dtype, y * p.w_s) : A(1);
-        const A lp = xy - lse, u = -m_expm1(lp), L = -lp, gamma = (A)p.gamma;
+        const A lp = logp(xy), u = -m_expm1(lp), L = -lp, gamma = (A)p.gamma;
         if (gamma == A(0)) {
             G = alpha;
             loss = alpha * L;
@@ -209,7 +220,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         const A eps = (A)p.eps;
         A lsum = A(0), pg = A(0);
         for (int64_t j = lane; j < C; j += size) {
-            const A lpj = X(j) - lse;
+            const A lpj = logp(X(j));
             A log_den, Gj;
             dual_term(lpj, j == y, eps, log_den, Gj);
             lsum -= log_den;
@@ -235,7 +246,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         w_i = (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss);
     const A eps = (A)p.eps;
     for (int64_t j = lane; j < C; j += size) {
-        const A lpj = X(j) - lse;
+        const A lpj = logp(X(j));
         A gj;
         if (p.kind == PLOSS_SOFTMAX_FOCAL) {
             gj = w_i * G * (j == y ? m_expm1(lpj) : m_exp(lpj));
