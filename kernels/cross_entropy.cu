@@ -762,27 +762,44 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
                 }
             }
         } else {
-            Online<A> o{neg_inf<A>(), A(0), A(0)};
+            /* One thread walks all C classes in sequence (C up to ~10^5 here), so the
+             * sums Σ e^(x−m), Σ c and Σ c·(lse − x) are kept in double: an f32 running
+             * sum of that many terms loses ~1e-4 relative, well beyond the tree-reduced
+             * kernels.  The terms themselves stay in A (e^(x−m) through ex()).  The max
+             * m moves rarely (O(log C) times for random rows), and its rescale
+             * e^(m_old − m_new) is taken in double, so even an ascending row does not
+             * compound the error of ex().  A logit of −∞ adds nothing (e^(−∞ − m) = 0
+             * as on the CPU, whatever m is so far); a row with no logit above −∞ has a
+             * NaN lse as on the CPU (−∞ − (−∞)); NaN or +∞ logits give NaN. */
+            A m = neg_inf<A>();
+            double se = 0.0, cs = 0.0;
             for (int64_t j = 0; j < C; ++j) {
                 const A x = (A)to_acc(xr[j * xsc]);
-                const A m = mx(o.m, x);
-                o.se = o.se * rescale(o.m, m) + ex(x - m);
-                o.m = m;
-                o.cs += coef.any(p, j, y, toff);
+                if (x > m) {
+                    se *= exp((double)m - (double)x); /* m = −∞: 0 (se is 0 or NaN then) */
+                    m = x;
+                }
+                if (x != neg_inf<A>())
+                    se += (double)ex(x - m);
+                cs += (double)coef.any(p, j, y, toff);
             }
-            const A lse = saved ? ((const A *)p.lse)[n * p.lse_sn + s * p.lse_ss] : o.m + lg(o.se);
+            if (C > 0 && m == neg_inf<A>())
+                se = CUDART_NAN;
+            const double lse_d =
+                saved ? (double)((const A *)p.lse)[n * p.lse_sn + s * p.lse_ss] : (double)m + log(se);
+            const A lse = (A)lse_d, csa = (A)cs;
             const A om = want_grad ? omega_of<A>(p, aux, n, s) : A(0);
-            A loss = A(0);
+            double loss = 0.0;
             for (int64_t j = 0; j < C; ++j) {
                 const A x = (A)to_acc(xr[j * xsc]);
                 const A c = coef.any(p, j, y, toff);
                 if (want_loss && c != A(0))
-                    loss += c * (lse - x);
+                    loss += (double)c * (lse_d - (double)x);
                 if (want_grad)
-                    gr[j * gsc] = convert<T>(om * (o.cs * ex(x - lse) - c));
+                    gr[j * gsc] = convert<T>(om * (csa * ex(x - lse) - c));
             }
             if (want_loss)
-                finish_valid<A>(p, n, s, y, lse, loss, acc_loss, acc_w);
+                finish_valid<A>(p, n, s, y, lse, (A)loss, acc_loss, acc_w);
         }
     }
 
