@@ -627,7 +627,7 @@ extern "C" ploss_status ploss_cuda_softmax2(ploss_ctx_t *ctx, const ploss_sm2_pr
         /* Taylor polynomials above order 10 lose digits to cancellation in f32 */
         if constexpr (!std::is_same<T, double>::value)
             if (p->loss_kind == PLOSS_SM2_TAYLOR_CE && p->order > 10)
-                return launch_kind<T, double>(ctx, p);
+                return launch<T>(ctx, p, TaylorOp<double>{p->order});
         return launch_kind<T, acc_t<T>>(ctx, p);
     });
 }
