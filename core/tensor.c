@@ -117,6 +117,9 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
                                    name);
         }
     }
+    if (t->byte_offset % ploss_dtype_size(v->dtype) != 0)
+        return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu is not a multiple of the %s element size",
+                           name, (unsigned long long)t->byte_offset, ploss_dtype_name(v->dtype));
     if (v->numel > 0 && !t->data)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: data is NULL for %lld elements", name,
                            (long long)v->numel);
