@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu/scalar.h"
+#include "loss_check.h"
 #include "softmax_focal.h"
 
 void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *o)
@@ -48,88 +48,6 @@ typedef struct {
     DLTensor *loss, *grad;
 } sf_args;
 
-/* Collapse dims [first, ndim) of v into one sample axis: *ss is its stride. */
-static ploss_status collapse(const ploss_view *v, int first, const char *name, int64_t *ss)
-{
-    int64_t stride = 0, expect = 0;
-    int have = 0;
-    for (int d = v->ndim - 1; d >= first; --d) {
-        if (v->shape[d] == 1)
-            continue;
-        if (!have) {
-            stride = v->strides[d];
-            expect = stride * v->shape[d];
-            have = 1;
-        } else if (v->strides[d] == expect) {
-            expect *= v->shape[d];
-        } else {
-            return ploss_error(PLOSS_ERR_LAYOUT,
-                               "%s: the strides of dims %d..%d cannot be walked as one axis; pass a "
-                               "contiguous or channels-last tensor (:contiguous())",
-                               name, first, v->ndim - 1);
-        }
-    }
-    *ss = stride;
-    return PLOSS_OK;
-}
-
-static ploss_status shape_error(const char *name, const char *expect, const ploss_view *got)
-{
-    char b[200];
-    return ploss_error(PLOSS_ERR_SHAPE, "%s: expected %s, got %s", name, expect,
-                       ploss_view_describe(got, b, sizeof b));
-}
-
-/* `v` must have the sample shape: the input's dims without axis 1. */
-static ploss_status check_sample_shape(const ploss_view *v, const ploss_view *x, const char *name)
-{
-    int ok = v->ndim == x->ndim - 1 && v->shape[0] == x->shape[0];
-    for (int d = 2; ok && d < x->ndim; ++d)
-        ok = v->shape[d - 1] == x->shape[d];
-    if (ok)
-        return PLOSS_OK;
-    char want[200];
-    size_t n = (size_t)snprintf(want, sizeof want, "shape [%lld", (long long)x->shape[0]);
-    for (int d = 2; d < x->ndim && n < sizeof want; ++d)
-        n += (size_t)snprintf(want + n, sizeof want - n, ", %lld", (long long)x->shape[d]);
-    if (n < sizeof want)
-        snprintf(want + n, sizeof want - n, "] (the input's shape without the class axis)");
-    return shape_error(name, want, v);
-}
-
-static ploss_status check_float_dtype(const ploss_view *v, ploss_dtype want, const char *name)
-{
-    if (v->dtype == want)
-        return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s, got %s", name, ploss_dtype_name(want),
-                       ploss_dtype_name(v->dtype));
-}
-
-static ploss_status check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
-                                     const char *name)
-{
-    if (r == PLOSS_REDUCTION_NONE)
-        return check_sample_shape(v, x, name);
-    if (v->numel == 1)
-        return PLOSS_OK;
-    return shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
-}
-
-static ploss_status validate_labels_cpu(const ploss_sfocal_problem *p)
-{
-    for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n) /* S = 0: no sample (N may be huge) */
-        for (int64_t s = 0; s < p->S; ++s) {
-            int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
-            if (y != p->ignore_index && (y < 0 || y >= p->C))
-                return ploss_error(PLOSS_ERR_INVALID_LABEL,
-                                   "target: class index %lld at sample (%lld, %lld) is outside [0, %lld) "
-                                   "and is not ignore_index (%lld)",
-                                   (long long)y, (long long)n, (long long)s, (long long)p->C,
-                                   (long long)p->ignore_index);
-        }
-    return PLOSS_OK;
-}
-
 static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, const sf_opts *o)
 {
     ploss_status st;
@@ -148,9 +66,9 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
         return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
                            ploss_dtype_name(x.dtype));
     if (x.ndim < 2)
-        return shape_error("input", "rank >= 2 (N×C or N×C×d1×…×dk)", &x);
+        return ploss_check_shape_error("input", "rank >= 2 (N×C or N×C×d1×…×dk)", &x);
     if (x.shape[1] < 1)
-        return shape_error("input", "at least one class (C >= 1 along axis 1)", &x);
+        return ploss_check_shape_error("input", "at least one class (C >= 1 along axis 1)", &x);
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     const int64_t C = x.shape[1];
 
@@ -159,7 +77,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
     if (t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
         return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices of dtype i64 or i32, got %s",
                            ploss_dtype_name(t.dtype));
-    if ((st = check_sample_shape(&t, &x, "target")))
+    if ((st = ploss_check_sample_shape(&t, &x, "target")))
         return st;
 
     if (a->alpha) {
@@ -170,7 +88,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
         if (w.ndim != 1 || w.shape[0] != C) {
             char want[64];
             snprintf(want, sizeof want, "shape [%lld] (one factor per class)", (long long)C);
-            return shape_error("alpha", want, &w);
+            return ploss_check_shape_error("alpha", want, &w);
         }
     }
 
@@ -178,13 +96,13 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = check_float_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, &x, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) || (st = ploss_check_loss_shape(&l, &x, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     }
     if (a->lse) {
         if ((st = ploss_view_init(&lse, a->lse, "lse")) || (st = ploss_view_check_device(&lse, ctx, "lse")) ||
-            (st = check_float_dtype(&lse, acc, "lse")) || (st = check_sample_shape(&lse, &x, "lse")))
+            (st = ploss_check_dtype(&lse, acc, "lse")) || (st = ploss_check_sample_shape(&lse, &x, "lse")))
             return st;
         if (pass == PLOSS_PASS_FORWARD && (st = ploss_view_check_writable(&lse, "lse")))
             return st;
@@ -194,7 +112,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&gl, &x, o->reduction, "grad_loss")))
+            (st = ploss_check_loss_shape(&gl, &x, o->reduction, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
@@ -203,13 +121,13 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
         if (!a->grad)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
         if ((st = ploss_view_init(&g, a->grad, "grad_input")) || (st = ploss_view_check_device(&g, ctx, "grad_input")) ||
-            (st = check_float_dtype(&g, x.dtype, "grad_input")))
+            (st = ploss_check_dtype(&g, x.dtype, "grad_input")))
             return st;
         int same = g.ndim == x.ndim;
         for (int d = 0; same && d < x.ndim; ++d)
             same = g.shape[d] == x.shape[d];
         if (!same)
-            return shape_error("grad_input", "the input's shape", &g);
+            return ploss_check_shape_error("grad_input", "the input's shape", &g);
         if ((st = ploss_view_check_writable(&g, "grad_input")))
             return st;
     }
@@ -253,10 +171,10 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
     for (int d = 2; d < x.ndim; ++d)
         p.S *= x.shape[d];
     p.x = x.data; p.x_dtype = x.dtype; p.x_sn = x.strides[0]; p.x_sc = x.strides[1];
-    if ((st = collapse(&x, 2, "input", &p.x_ss)))
+    if ((st = ploss_check_collapse(&x, 2, x.ndim, "input", &p.x_ss)))
         return st;
     p.t = t.data; p.t_dtype = t.dtype; p.t_sn = t.strides[0];
-    if ((st = collapse(&t, 1, "target", &p.t_ss)))
+    if ((st = ploss_check_collapse(&t, 1, t.ndim, "target", &p.t_ss)))
         return st;
     if (a->alpha) {
         p.w = w.data; p.w_dtype = w.dtype; p.w_s = w.strides[0];
@@ -269,31 +187,31 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sf_args *a, con
         p.loss = l.data; p.loss_dtype = l.dtype;
         if (o->reduction == PLOSS_REDUCTION_NONE) {
             p.l_sn = l.strides[0];
-            if ((st = collapse(&l, 1, "loss", &p.l_ss)))
+            if ((st = ploss_check_collapse(&l, 1, l.ndim, "loss", &p.l_ss)))
                 return st;
         }
     }
     if (a->lse) {
         p.lse = lse.data; p.lse_dtype = lse.dtype; p.lse_sn = lse.strides[0];
-        if ((st = collapse(&lse, 1, "lse", &p.lse_ss)))
+        if ((st = ploss_check_collapse(&lse, 1, lse.ndim, "lse", &p.lse_ss)))
             return st;
     }
     if (pass == PLOSS_PASS_BACKWARD) {
         p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
         if (o->reduction == PLOSS_REDUCTION_NONE) {
             p.gl_sn = gl.strides[0];
-            if ((st = collapse(&gl, 1, "grad_loss", &p.gl_ss)))
+            if ((st = ploss_check_collapse(&gl, 1, gl.ndim, "grad_loss", &p.gl_ss)))
                 return st;
         }
     }
     if (pass != PLOSS_PASS_FORWARD) {
         p.grad = g.data; p.g_sn = g.strides[0]; p.g_sc = g.strides[1];
-        if ((st = collapse(&g, 2, "grad_input", &p.g_ss)))
+        if ((st = ploss_check_collapse(&g, 2, g.ndim, "grad_input", &p.g_ss)))
             return st;
     }
 
     if (ctx->device.device_type == kDLCPU) {
-        if ((st = validate_labels_cpu(&p)))
+        if ((st = ploss_check_labels_cpu(p.t, p.t_dtype, p.N, p.S, p.t_sn, p.t_ss, p.C, p.ignore_index)))
             return st;
         return ploss_cpu_softmax_focal(ctx, &p);
     }
