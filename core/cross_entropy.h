@@ -17,8 +17,6 @@
 extern "C" {
 #endif
 
-typedef enum { PLOSS_PASS_FORWARD = 0, PLOSS_PASS_BACKWARD = 1, PLOSS_PASS_FUSED = 2 } ploss_pass;
-
 typedef enum {
     PLOSS_TARGET_INDEX = 0, /* class indices (t_dtype i64 or i32)       */
     PLOSS_TARGET_PROB = 1   /* probabilities of the input's shape        */

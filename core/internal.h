@@ -26,6 +26,9 @@ typedef enum ploss_dtype {
     PLOSS_DTYPE_INVALID = -1
 } ploss_dtype;
 
+/* Which entry point of a loss runs: _forward, _backward or _fused (every family). */
+typedef enum { PLOSS_PASS_FORWARD = 0, PLOSS_PASS_BACKWARD = 1, PLOSS_PASS_FUSED = 2 } ploss_pass;
+
 /* ---- errors (core/error.c) ---- */
 
 /* Record a formatted message for this thread and return `status`. */

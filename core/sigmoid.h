@@ -17,7 +17,6 @@
 #ifndef PLOSS_SIGMOID_INTERNAL_H
 #define PLOSS_SIGMOID_INTERNAL_H
 
-#include "cross_entropy.h" /* ploss_pass */
 #include "internal.h"
 
 #ifdef __cplusplus

@@ -31,7 +31,7 @@
 #ifndef PLOSS_SOFTMAX2_INTERNAL_H
 #define PLOSS_SOFTMAX2_INTERNAL_H
 
-#include "cross_entropy.h" /* ploss_pass */
+#include "internal.h"
 
 #ifdef __cplusplus
 extern "C" {

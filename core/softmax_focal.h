@@ -12,7 +12,6 @@
 #ifndef PLOSS_SOFTMAX_FOCAL_INTERNAL_H
 #define PLOSS_SOFTMAX_FOCAL_INTERNAL_H
 
-#include "cross_entropy.h" /* ploss_pass */
 #include "internal.h"
 
 #ifdef __cplusplus

@@ -90,11 +90,6 @@ static double mean_divisor(const ploss_ce_problem *p)
     return d;
 }
 
-static double read_scalar(const void *ptr, ploss_dtype dt, int64_t off)
-{
-    return ploss_load(ptr, dt, off);
-}
-
 ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p)
 {
     (void)ctx;
@@ -109,7 +104,7 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
     if (want_grad) {
         double up = p->pass == PLOSS_PASS_FUSED ? p->scale
                     : p->reduction == PLOSS_REDUCTION_NONE ? 0.0
-                                                           : read_scalar(p->grad_loss, p->gl_dtype, 0);
+                                                           : ploss_load(p->grad_loss, p->gl_dtype, 0);
         omega = p->reduction == PLOSS_REDUCTION_MEAN ? (divisor != 0.0 ? up / divisor : 0.0) : up;
     }
 
@@ -140,7 +135,7 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
                 const int64_t y = gather(p, n, s, x, t);
                 double saved, *use_saved = NULL;
                 if (p->pass == PLOSS_PASS_BACKWARD && p->lse) {
-                    saved = read_scalar(p->lse, p->lse_dtype, n * p->lse_sn + s * p->lse_ss);
+                    saved = ploss_load(p->lse, p->lse_dtype, n * p->lse_sn + s * p->lse_ss);
                     use_saved = &saved;
                 }
                 const sample_stats st = stats_of(p, y, x, t, use_saved);
@@ -155,7 +150,7 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
                     continue;
                 double w_i = omega;
                 if (p->pass == PLOSS_PASS_BACKWARD && p->reduction == PLOSS_REDUCTION_NONE)
-                    w_i = read_scalar(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss);
+                    w_i = ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss);
                 const int64_t go = n * p->g_sn + s * p->g_ss;
                 for (int64_t j = 0; j < C; ++j) {
                     double gj = st.valid ? w_i * (st.csum * exp(x[j] - st.lse) - coef(p, y, t, j)) : 0.0;
