@@ -15,7 +15,8 @@
  *    memory: up to 131072 f32 / 262144 f16-bf16 classes.  Two reductions per row: the max
  *    M, then (Σ e^(x−M), Σ_{j≠y}(M − x_j), M − x_y); the loss is
  *    Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term ≥ 0, so logits of ±1e4
- *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.
+ *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.  With
+ *    p.focal it computes the softmax focal loss instead (kernels/softmax_focal.cu).
  *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
  *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
  *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.
@@ -378,16 +379,18 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
 
         /* c_j = b for j ≠ y and a + b for j = y: per element only Σ e^(x−M) and Σ (M − x)
          * over j ≠ y; the label's d_y = M − x_y is kept apart by the thread holding it (the
-         * vector that contains y takes the slow loop). */
-        Tri<A> t{A(0), A(0), A(0)}; /* {Σ e, Σ_{j≠y} d, d_y} */
+         * vector that contains y takes the slow loop), and every thread forms e_y = e^(−d_y)
+         * after the reduction, so Σ_{j≠y} e = 1 − p_y stays exact to rounding (focal). */
+        Tri<A> t{A(0), A(0), A(0)}; /* {Σ_{j≠y} e, Σ_{j≠y} d, d_y} */
         auto take = [&](A x, int j) {
             const A d = M - x;
             const A ev = ex(-d);
-            t.se += ev;
-            if (j == yi)
+            if (j == yi) {
                 t.cd += d;
-            else
+            } else {
+                t.se += ev;
                 t.cs += d;
+            }
             return ev;
         };
 #pragma unroll
@@ -421,10 +424,22 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
         if (tv)
             xt = take(xt, jt + gi);
         const Tri<A> R = row_all_reduce<LANES, THREADS, CLUSTER>(t, TriSum{}, &slot_t);
-        const A SE = saved ? A(1) : R.se;
+        const A ey = ex(-R.cd); /* e^(x_y − M), bitwise the value the label's thread holds */
+        const A SE = saved ? A(1) : R.se + ey;
         const A logSE = lg(SE);
-
-        if (want_loss && gi == 0) {
+        /* focal: u = 1 − p_y, L = −log p_y (log1p when y holds the max: no cancellation),
+         * loss α·u^γ·L (α = 1 here), gradient G·(p_j − [j = y]) */
+        A focal_G = A(0), u = A(0);
+        if (p.focal) {
+            const A SEf = R.se + ey; /* ≈ 1 with a saved lse (e = p) */
+            u = R.se / SEf;
+            const A L = saved ? R.cd : R.cd == A(0) ? log1pf(R.se) : R.cd + logSE;
+            const A gamma = (A)p.focal_gamma;
+            const A ug = gamma == A(0) ? A(1) : gamma == A(2) ? u * u : powf(u, gamma);
+            focal_G = gamma == A(0) ? A(1) : ug * (A(1) + gamma * (ey / SEf) * (u > A(0) ? L / u : A(1)));
+            if (want_loss && gi == 0)
+                finish_valid<A>(p, n, s, y, M + logSE, ug * L, s_loss[group], s_w[group]);
+        } else if (want_loss && gi == 0) {
             /* Σ_{c≠0} c·(lse − x) = Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y) */
             A cd = A(0);
             if (coef.b != A(0))
@@ -439,9 +454,12 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
             const int64_t gsc = p.g_sc;
             const bool gvec = gsc == 1 && misalign(gr) == off;
             const A om = omega_of<A>(p, aux, n, s);
-            const A k1 = om * (csum / SE); /* ω·Σc/Σe: g_j = k1·e_j − ω·c_j */
-            const A k0 = om * coef.b, ky = om * coef.ab;
-            auto grad = [&](A ev, int j) { return k1 * ev - (j == yi ? ky : k0); };
+            /* CE: g_j = k1·e_j − ω·c_j with k1 = ω·Σc/Σe; focal: k1 = ω·G/Σe, c_j = 0 for
+             * j ≠ y and g_y = −ω·G·u directly (p_y − 1 would cancel) */
+            const A k1 = p.focal ? om * (focal_G / SE) : om * (csum / SE);
+            const A k0 = p.focal ? A(0) : om * coef.b;
+            const A gy = p.focal ? -om * focal_G * u : k1 * ey - om * coef.ab;
+            auto grad = [&](A ev, int j) { return j == yi ? gy : k1 * ev - k0; };
             uint4 *gv = reinterpret_cast<uint4 *>(gr + hc);
 #pragma unroll
             for (int k = 0; k < NV; ++k) {
@@ -1046,6 +1064,8 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     int64_t blocks = 0;
     if (count > 0) {
         kind = choose_kernel<T>(p, ctx->device.device_id);
+        if (p.focal && kind < 0)
+            return PLOSS_ERR_UNSUPPORTED; /* focal: the register-row kernel only */
         if (kind >= 0)
             blocks = row_partials(kRowCfgs[kind], count);
         else if (kind == -2)
@@ -1104,6 +1124,8 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
         ploss_status st = PLOSS_OK;
         if (kind >= 0) {
             st = launch_rows_cfg<T>(kind, p, aux, count, blocks, stream);
+            if (st == PLOSS_ERR_UNSUPPORTED && p.focal) /* cluster launch refused */
+                return st;                              /* (only workspace written) */
             if (st == PLOSS_ERR_UNSUPPORTED) /* cluster launch refused: two-pass rows */
                 kind = -2;
             else if (st != PLOSS_OK)

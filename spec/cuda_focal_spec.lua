@@ -171,12 +171,34 @@ describe("CUDA softmax focal family vs CPU", function()
         local x = H.random_logits(shape, { std = 3 })
         local y = H.random_labels(sample_sizes(shape), shape[2], { ignore = 0.2 })
         for _, red in ipairs(REDUCTIONS) do
+          -- without α (γ = 0, 0.5, 2) rows with a contiguous class axis go through the
+          -- cross-entropy register-row kernel; with α through the focal kernels
           for _, gamma in ipairs(big and { 2 } or { 0, 0.5, 2 }) do
-            compare("softmax_focal", x, y, { reduction = red, gamma = gamma,
-              alpha = gamma == 2 and ploss.rand({ shape[2] }, { dtype = "f64" }) or nil }, dtype,
+            compare("softmax_focal", x, y, { reduction = red, gamma = gamma }, dtype,
               string.format("softmax focal γ=%g %s", gamma, label))
           end
+          compare("softmax_focal", x, y, { reduction = red, gamma = 2,
+            alpha = ploss.rand({ shape[2] }, { dtype = "f64" }) }, dtype, "softmax focal γ=2 with α " .. label)
           compare("dual_focal", x, y, { reduction = red }, dtype, "dual focal " .. label)
+        end
+      end
+    end)
+
+    it("confident rows (target logit 12 to 30 above the rest) keep 1 − p_t accurate in " .. dtype, function()
+      H.seed(203)
+      for _, shape in ipairs { { 64, 100 }, { 16, 3000 }, { 4, 40000 } } do
+        local N, C = shape[1], shape[2]
+        local x = H.random_logits(shape, { std = 1 })
+        local y = H.random_labels({ N }, C)
+        local labels = y:flat()
+        for i = 1, N do
+          x:select(1, i):narrow(1, labels[i] + 1, 1):fill(12 + 18 * i / N)
+        end
+        for _, red in ipairs(REDUCTIONS) do
+          for _, gamma in ipairs { 0.5, 2 } do
+            compare("softmax_focal", x, y, { reduction = red, gamma = gamma }, dtype,
+              string.format("confident softmax focal γ=%g %dx%d", gamma, N, C))
+          end
         end
       end
     end)
