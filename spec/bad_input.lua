@@ -1,0 +1,1316 @@
+--- The bad-input catalogue (issue 7): one table row per public loss, and a generator that
+-- turns a row into the cases of the catalogue.  Used by spec/bad_input_spec.lua (CPU, suite
+-- 'cpu'), spec/cuda_bad_input_spec.lua (the same cases on the GPU), and the family list by
+-- spec/cuda_determinism_spec.lua.  `require "spec.bad_input"`.
+--
+--   B.families                 the rows (see "Family rows" below)
+--   B.cases(fam, device)       a list of {name = ..., fn = function() ... end}: each fn runs
+--                              one case of the catalogue (every pass: forward, backward,
+--                              fused) on `device` and raises on failure
+--   B.not_applicable(fam)      the catalogue entries that do not apply to the row, with why
+--   B.bytes(t)                 the raw bytes of a tensor (a host string), for bitwise checks
+--   B.loss_args(fam, sizes, dtype, device, seed)
+--                              a valid (input, target, opts) set for the row
+--
+-- Every case states its expectation: an error (status name + a fragment naming the
+-- argument; every output tensor is poisoned before the call and must be bit-identical
+-- after it), or values (equal to the same call on contiguous copies, NaN, zero, …).
+-- Invalid labels on CUDA: the call returns, the next synchronising call raises
+-- PLOSS_ERR_INVALID_LABEL and the context works again afterwards.
+--
+-- Family rows.  A row is a table:
+--   name          ploss.F.<name> (and <name>_backward, <name>_fused); for kind 'class' and
+--                 'elementwise' also ploss[class]._spec, the registered C entry points
+--   class         the criterion class name (ploss.<class>)
+--   kind          'class'        input N×C(×d…) logits, target class indices N(×d…)
+--                 'elementwise'  input any shape, target float of the input's shape
+--                 'op'           input any shape, no target (Taylor softmax ops)
+--   ignore        the default ignore_index (class kind)
+--   min_classes   1 or 2
+--   opts          options that every call gets (e.g. lb_proportion)
+--   class_tensors names of tensor options with one value per class (weight, alpha, …)
+--   elem_tensors  names of tensor options broadcast over the input (BCE weight/pos_weight)
+--   bad_options   { {opts, fragment [, passes]} ... }: out-of-range options → an error
+--   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
+--   keep_all      options that make every valid sample count (OHEM: n_min large)
+--   state         true when forward writes an O(rows) state (aliasing checks on it)
+local ffi = require "ffi"
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+local B = {}
+
+---------------------------------------------------------------------------------------
+-- Family rows
+---------------------------------------------------------------------------------------
+
+local function ones_like_C(C) return ploss.ones({ C }) end
+
+B.families = {
+  {
+    name = "cross_entropy", class = "CrossEntropyLoss", kind = "class", ignore = -100, min_classes = 1,
+    class_tensors = { "weight" }, state = true,
+    bad_options = {
+      { { label_smoothing = -0.1 }, "opts.label_smoothing: -0.1 is outside [0, 1]" },
+      { { label_smoothing = 1.5 }, "opts.label_smoothing: 1.5 is outside [0, 1]" },
+      { { label_smoothing = 0 / 0 }, "opts.label_smoothing" },
+      { { smoothing_convention = "other" }, "smoothing_convention: 'other' is not one of" },
+    },
+    one_class = function() return 0 end,
+  },
+  {
+    name = "binary_cross_entropy_with_logits", class = "BCEWithLogitsLoss", kind = "elementwise",
+    elem_tensors = { "weight", "pos_weight" },
+    bad_options = {},
+  },
+  {
+    name = "sigmoid_focal", class = "FocalLoss", kind = "elementwise",
+    bad_options = {
+      { { gamma = -1 }, "opts.gamma: -1 must be finite and >= 0" },
+      { { gamma = 0 / 0 }, "opts.gamma" },
+      { { gamma = math.huge }, "opts.gamma" },
+      { { alpha = 2 }, "opts.alpha" },
+      { { alpha = 0 / 0 }, "opts.alpha" },
+      { { convention = "other" }, "convention: 'other' is not one of" },
+    },
+  },
+  {
+    name = "softmax_focal", class = "SoftmaxFocalLoss", kind = "class", ignore = -100, min_classes = 1,
+    class_tensors = { "alpha" }, state = true,
+    bad_options = {
+      { { gamma = -1 }, "opts.gamma: -1 must be finite and >= 0" },
+      { { gamma = 0 / 0 }, "opts.gamma" },
+      { { gamma = -math.huge }, "opts.gamma" },
+    },
+    one_class = function() return 0 end,
+  },
+  {
+    name = "dual_focal", class = "DualFocalLoss", kind = "class", ignore = -100, min_classes = 1, state = true,
+    bad_options = {
+      { { eps = 0 }, "opts.eps: 0 must be finite and > 0" },
+      { { eps = -1 }, "opts.eps: -1 must be finite and > 0" },
+      { { eps = 0 / 0 }, "opts.eps" },
+      { { eps = math.huge }, "opts.eps" },
+    },
+    one_class = function() return -math.log(1 + 1e-5) end,
+  },
+  {
+    name = "large_margin_softmax", class = "LargeMarginSoftmaxLoss", kind = "class", ignore = 255, min_classes = 2,
+    state = true,
+    bad_options = {
+      { { lam = -1 }, "opts.lam: -1 is not a finite number >= 0" },
+      { { lam = 0 / 0 }, "opts.lam" },
+      { { lam = math.huge }, "opts.lam" },
+    },
+  },
+  {
+    name = "taylor_cross_entropy", class = "TaylorCrossEntropyLoss", kind = "class", ignore = -1, min_classes = 1,
+    state = true,
+    bad_options = {
+      { { n = 3 }, "opts.n: 3" },
+      { { n = 0 }, "opts.n: 0" },
+      { { n = -2 }, "opts.n: -2" },
+      { { n = 66 }, "opts.n: 66" },
+      { { n = 2.5 }, "n: expected an integer" },
+    },
+    one_class = function() return 0 end,
+  },
+  {
+    name = "pc_softmax_cross_entropy", class = "PCSoftmaxCrossEntropyLoss", kind = "class", ignore = -100,
+    min_classes = 1, class_tensors = { "lb_proportion" }, state = true,
+    required_class_tensors = { lb_proportion = function(C)
+      local v = {}
+      for j = 1, C do v[j] = 0.5 + j / C end
+      return v
+    end },
+    bad_options = {
+      { { lb_proportion = "negative" }, "lb_proportion: the prior -1 of class 1 is not a finite number >= 0" },
+      { { lb_proportion = "nan" }, "of class 1 is not a finite number >= 0" },
+      { { lb_proportion = "zeros" }, "lb_proportion: every prior is 0" },
+      { { lb_proportion = "missing" }, "lb_proportion (the C class priors) is required" },
+    },
+    one_class = function() return math.log(1.5) end, -- log w_0 with w_0 = 0.5 + 1/1
+  },
+  {
+    name = "ohem_cross_entropy", class = "OhemCrossEntropyLoss", kind = "class", ignore = 255, min_classes = 1,
+    keep_all = { n_min = 1000000 },
+    bad_options = {
+      { { score_thresh = -0.1 }, "opts.score_thresh: -0.1 is outside [0, 1]" },
+      { { score_thresh = 1.5 }, "opts.score_thresh: 1.5 is outside [0, 1]" },
+      { { score_thresh = 0 / 0 }, "opts.score_thresh" },
+      { { n_min = -2 }, "opts.n_min" },
+    },
+    one_class = function() return 0 end,
+  },
+  {
+    name = "ohem_large_margin", class = "OhemLargeMarginLoss", kind = "class", ignore = 255, min_classes = 2,
+    keep_all = { n_min = 1000000 },
+    bad_options = {
+      { { score_thresh = -0.1 }, "opts.score_thresh: -0.1 is outside [0, 1]" },
+      { { score_thresh = 2 }, "opts.score_thresh: 2 is outside [0, 1]" },
+      { { n_min = -5 }, "opts.n_min" },
+      { { lam = -1 }, "opts.lam: -1 is not a finite number >= 0" },
+      { { lam = 0 / 0 }, "opts.lam" },
+    },
+  },
+  {
+    name = "taylor_softmax", kind = "op",
+    bad_options = {
+      { { n = 3 }, "opts.n: 3" }, { { n = 0 }, "opts.n: 0" }, { { n = 66 }, "opts.n: 66" },
+      { { dim = 3 }, "opts.dim" }, { { dim = -3 }, "opts.dim" }, { { dim = 0 }, "dim: 0 is not a dimension" },
+    },
+    one_class = function() return 1 end,
+  },
+  {
+    name = "log_taylor_softmax", kind = "op",
+    bad_options = {
+      { { n = 5 }, "opts.n: 5" }, { { n = -4 }, "opts.n: -4" }, { { n = 100 }, "opts.n: 100" },
+      { { dim = 5 }, "opts.dim" }, { { dim = 0 }, "dim: 0 is not a dimension" },
+    },
+    one_class = function() return 0 end,
+  },
+}
+B.by_name = {}
+for _, f in ipairs(B.families) do B.by_name[f.name] = f end
+
+--- What does not apply to a row (printed by the specs, so a skipped entry is visible).
+function B.not_applicable(fam)
+  local out = {}
+  if fam.kind ~= "class" then
+    out[#out + 1] = "labels >= C / < 0, ignored rows, all-ignored, one class (no class-index target)"
+  end
+  if fam.kind == "elementwise" then
+    out[#out + 1] = "target values outside [0, 1] (documented as not checked)"
+  end
+  if fam.kind == "op" then
+    out[#out + 1] = "target/weight shapes and dtypes, reductions, fused pass (an op, not a loss)"
+  end
+  if not fam.state then out[#out + 1] = "state aliasing (no saved state)" end
+  return out
+end
+
+---------------------------------------------------------------------------------------
+-- Small tools
+---------------------------------------------------------------------------------------
+
+local function merge(...)
+  local o = {}
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if t then for k, v in pairs(t) do o[k] = v end end
+  end
+  return o
+end
+
+local function sample_sizes(sizes)
+  local s = {}
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+  return s
+end
+B.sample_sizes = sample_sizes
+
+local function fail(msg) error(msg, 0) end
+
+-- A C options struct of a registered loss, with its defaults.
+local function copts_plain(spec)
+  local c = ffi.new(spec.opts_ctype)
+  ploss.C[spec.opts_init](c)
+  return c
+end
+
+-- Poison output tensors (H.POISON) where they can be written (an expanded view cannot be
+-- filled: its base was made by the case) and snapshot their values.
+local function poison(...)
+  local snap = {}
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if t then
+      pcall(t.fill, t, H.POISON)
+      snap[#snap + 1] = { t = t, values = t:flat() }
+    end
+  end
+  return snap
+end
+
+local function nn_same(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+local function is_nan(v) return v ~= v end
+local function finite(v) return v == v and v > -math.huge and v < math.huge end
+
+--- The raw bytes of a tensor (copied to a contiguous host tensor of the same dtype).
+function B.bytes(t)
+  local h = t:to("cpu", nil, true)
+  if not h:is_contiguous() then h = h:contiguous() end
+  return ffi.string(h:dl().data, h:numel() * h:element_size())
+end
+
+-- A DLTensor descriptor over raw memory (for aliasing cases the tensor API cannot make:
+-- e.g. a float gradient over the bytes of an integer target).  Returns an object with a
+-- :dl() method, as the registered C entry points expect.
+local dtype_codes = { f32 = { 2, 32 }, f64 = { 2, 64 }, i64 = { 0, 64 }, i32 = { 0, 32 } }
+local function raw_view(base, dtype, sizes, device_of)
+  local d = ffi.new("DLTensor")
+  local nd = #sizes
+  local shape = ffi.new("int64_t[?]", math.max(nd, 1))
+  for i = 1, nd do shape[i - 1] = sizes[i] end
+  d.data = base:dl().data
+  d.device = device_of:dl().device
+  d.ndim = nd
+  d.dtype.code, d.dtype.bits, d.dtype.lanes = dtype_codes[dtype][1], dtype_codes[dtype][2], 1
+  d.shape = shape
+  d.strides = nil
+  d.byte_offset = 0
+  return { dl = function() return d end, _keep = { base, shape } }
+end
+
+---------------------------------------------------------------------------------------
+-- Valid argument sets
+---------------------------------------------------------------------------------------
+
+local function loss_dtype(dtype) return dtype == "f64" and "f64" or "f32" end
+
+-- Tensor options of a row for C classes on device (class vectors) or for input sizes.
+local function tensor_opts(fam, sizes, device, dtype, seed)
+  local o = {}
+  local C = sizes[2] or 1
+  if fam.required_class_tensors then
+    for k, fn in pairs(fam.required_class_tensors) do
+      o[k] = ploss.tensor(fn(C), { dtype = "f32", device = device })
+    end
+  end
+  return o
+end
+
+--- A valid (input, target, opts) set: input `sizes` in dtype on device (randn, seed), the
+-- target of the row's kind (class indices in [0, C) never ignored; floats in [0, 1]).
+function B.loss_args(fam, sizes, dtype, device, seed, opts)
+  opts = opts or {}
+  local x = ploss.randn(sizes, { dtype = dtype, device = device, seed = seed, std = opts.std or 2 })
+  local y
+  if fam.kind == "class" then
+    y = ploss.randint(0, math.max(sizes[2], 1), sample_sizes(sizes),
+      { dtype = opts.target_dtype or "i64", device = device, seed = seed + 1 })
+  elseif fam.kind == "elementwise" then
+    y = ploss.rand(sizes, { dtype = dtype, device = device, seed = seed + 1 })
+  end
+  return x, y, merge(fam.opts, tensor_opts(fam, sizes, device, dtype, seed))
+end
+
+-- Output buffers of the right shape for (fam, input, reduction).
+local function out_buffers(fam, x, reduction)
+  local sizes = x:size()
+  local ls
+  if reduction == "none" then
+    ls = fam.kind == "elementwise" and sizes or sample_sizes(sizes)
+  else
+    ls = {}
+  end
+  return ploss.empty(ls, { dtype = loss_dtype(x:dtype()), device = x:device() }),
+    ploss.empty(sizes, { dtype = x:dtype(), device = x:device() })
+end
+
+---------------------------------------------------------------------------------------
+-- The three passes
+---------------------------------------------------------------------------------------
+
+local PASSES = { "forward", "backward", "fused" }
+
+-- Run one pass of a loss row.  a = {x, y, opts, gout, loss, grad}; returns loss, grad
+-- (either may be nil).  Errors propagate (raised at this file's lines: not inside ploss).
+local function run_pass(fam, pass, a)
+  if fam.kind == "op" then
+    local o = merge(a.opts)
+    if pass == "forward" then
+      o.out = a.loss
+      return F[fam.name](a.x, o), nil
+    elseif pass == "backward" then
+      o.grad_input = a.grad
+      return nil, F[fam.name .. "_backward"](a.x, a.gout or ploss.ones(a.x:size(), { dtype = a.x:dtype(), device = a.x:device() }), o)
+    end
+    return nil, nil
+  end
+  local o = merge(fam.opts, a.opts)
+  if pass == "forward" then
+    o.out = a.loss
+    return F[fam.name](a.x, a.y, o), nil
+  elseif pass == "backward" then
+    o.grad_input = a.grad
+    return nil, F[fam.name .. "_backward"](a.x, a.y, a.gout, o)
+  else
+    o.out, o.grad_input = a.loss, a.grad
+    return F[fam.name .. "_fused"](a.x, a.y, o)
+  end
+end
+
+local function passes_of(fam)
+  if fam.kind == "op" then return { "forward", "backward" } end
+  return PASSES
+end
+
+-- Expect every pass to raise an error with `frags` (a list), outputs untouched.
+-- `make(pass)` returns the argument table (fresh buffers are made when absent).
+local function expect_error_all(fam, make, frags, passes)
+  for _, pass in ipairs(passes or passes_of(fam)) do
+    local a = make(pass)
+    if a then
+      if not a.loss or not a.grad then
+        local l, g = out_buffers(fam, a.x, (a.opts and a.opts.reduction) or "mean")
+        a.loss, a.grad = a.loss or l, a.grad or g
+      end
+      local outs = {}
+      if pass ~= "backward" then outs[#outs + 1] = a.loss end
+      if pass ~= "forward" then outs[#outs + 1] = a.grad end
+      if a.extra_outputs then for _, t in ipairs(a.extra_outputs) do outs[#outs + 1] = t end end
+      local snap = poison(unpack(outs))
+      local ok, err = pcall(run_pass, fam, pass, a)
+      if ok then
+        fail(string.format("%s %s: expected an error containing %s, got none", fam.name, pass,
+          table.concat(frags, " + ")))
+      end
+      err = tostring(err)
+      for _, f in ipairs(frags) do
+        if not err:find(f, 1, true) then
+          fail(string.format("%s %s: error message '%s' does not contain '%s'", fam.name, pass, err, f))
+        end
+      end
+      local ok2, err2 = pcall(H.assert_untouched, snap)
+      if not ok2 then fail(fam.name .. " " .. pass .. ": " .. tostring(err2)) end
+    end
+  end
+end
+
+-- Values of a pass: loss (number or flat list) and gradient (flat list).
+local function values_of(loss, grad)
+  local lv = loss
+  if ploss.is_tensor(loss) then lv = loss:flat() end
+  if type(lv) == "number" then lv = { lv } end
+  return lv, grad and grad:flat() or nil
+end
+
+local function close(got, want, tol, what)
+  H.assert_close(got, want, { rtol = tol, atol = tol * 1e-1, what = what })
+end
+
+local TOL = { f64 = 1e-12, f32 = 2e-5, bf16 = 2e-2, f16 = 2e-3 }
+
+-- Compare every pass of `a` against `ref` (another argument table: contiguous copies).
+-- When a pass raises, the error must be a LAYOUT error ("strides") and leave the outputs
+-- untouched; otherwise the values must equal the reference's.
+local function expect_same_all(fam, make_a, make_ref, what, allow_layout_error)
+  for _, pass in ipairs(passes_of(fam)) do
+    local r = make_ref(pass)
+    local rl, rg = run_pass(fam, pass, r)
+    local rlv, rgv = values_of(rl, rg)
+    local a = make_a(pass)
+    local outs = {}
+    if a.loss then outs[#outs + 1] = a.loss end
+    if a.grad then outs[#outs + 1] = a.grad end
+    local snap = poison(unpack(outs))
+    local ok, l, g = pcall(run_pass, fam, pass, a)
+    local label = fam.name .. " " .. pass .. " " .. what
+    if not ok then
+      local err = tostring(l)
+      if not (allow_layout_error and err:find("PLOSS_ERR_LAYOUT", 1, true)) then
+        fail(label .. ": refused with '" .. err .. "' (expected the contiguous result or a LAYOUT error)")
+      end
+      local ok2, err2 = pcall(H.assert_untouched, snap)
+      if not ok2 then fail(label .. ": " .. tostring(err2)) end
+    else
+      local lv, gv = values_of(l, g)
+      local tol = TOL[a.x:dtype()]
+      if rlv then close(lv, rlv, tol, label .. " loss") end
+      if rgv then close(gv, rgv, tol, label .. " gradient") end
+    end
+  end
+end
+
+---------------------------------------------------------------------------------------
+-- Case generators
+---------------------------------------------------------------------------------------
+
+local function add(cases, name, fn) cases[#cases + 1] = { name = name, fn = fn } end
+
+local function other_device(device)
+  if device == "cpu" then
+    return ploss.cuda_available() and "cuda" or nil
+  end
+  return "cpu"
+end
+
+-- An f32 input/target pair plus opts on device (class kind: N×C = 4×5 or 2×5×3×2).
+local function base(fam, device, sizes, seed)
+  local x, y, o = B.loss_args(fam, sizes, "f32", device, seed or 11)
+  return x, y, o
+end
+
+-- the class-vector tensors of a row, for C classes on device
+local function class_tensor_values(fam, name, C)
+  if fam.required_class_tensors and fam.required_class_tensors[name] then
+    return fam.required_class_tensors[name](C)
+  end
+  local v = {}
+  for j = 1, C do v[j] = 0.25 + 0.5 * j / C end
+  return v
+end
+
+local function gen_loss_cases(fam, device)
+  local cases = {}
+  local is_class = fam.kind == "class"
+  local S2 = { 4, 5 }
+  local S4 = { 2, 5, 3, 2 }
+  local other = other_device(device)
+
+  -- wrong rank ----------------------------------------------------------------------
+  add(cases, "wrong rank", function()
+    local x, y, o = base(fam, device, S2)
+    if is_class then
+      local x1 = ploss.randn({ 5 }, { device = device })
+      expect_error_all(fam, function(pass)
+        local l, g = out_buffers(fam, ploss.randn({ 1, 5 }, { device = device }), "mean")
+        return { x = x1, y = ploss.zeros({}, { dtype = "i64", device = device }), opts = o, loss = l,
+          grad = ploss.empty({ 5 }, { device = device }) }
+      end, { "PLOSS_ERR_SHAPE", "input: expected rank >= 2" })
+      -- target of the input's rank (a one-hot target where indices are expected)
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.zeros(S2, { dtype = "i64", device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target: expected shape [4]" })
+      -- target with one rank less on a 4-d input
+      local x4 = ploss.randn(S4, { device = device })
+      expect_error_all(fam, function()
+        return { x = x4, y = ploss.zeros({ 2, 3 }, { dtype = "i64", device = device }), opts = merge(o, tensor_opts(fam, S4, device)) }
+      end, { "PLOSS_ERR_SHAPE", "target: expected shape [2, 3, 2]" })
+    else
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.rand({ 4, 5, 1 }, { device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target" })
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.rand({ 20 }, { device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target" })
+    end
+  end)
+
+  -- mismatched shapes -----------------------------------------------------------------
+  add(cases, "mismatched shapes (target, tensor options, outputs, grad_output)", function()
+    local x, y, o = base(fam, device, S2)
+    if is_class then
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.zeros({ 3 }, { dtype = "i64", device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target: expected shape [4]" })
+      local x4 = ploss.randn(S4, { device = device })
+      expect_error_all(fam, function()
+        return { x = x4, y = ploss.zeros({ 2, 3, 3 }, { dtype = "i64", device = device }), opts = merge(o, tensor_opts(fam, S4, device)) }
+      end, { "PLOSS_ERR_SHAPE", "target: expected shape [2, 3, 2]" })
+      -- zero classes
+      expect_error_all(fam, function()
+        local x0 = ploss.empty({ 4, 0 }, { device = device })
+        return { x = x0, y = ploss.zeros({ 4 }, { dtype = "i64", device = device }),
+          opts = merge(o, tensor_opts(fam, { 4, 0 }, device)) }
+      end, { "PLOSS_ERR_SHAPE", "input" })
+      for _, name in ipairs(fam.class_tensors or {}) do
+        for _, bad in ipairs { 4, 6 } do
+          expect_error_all(fam, function()
+            return { x = x, y = y, opts = merge(o, { [name] = ploss.ones({ bad }, { device = device }) }) }
+          end, { "PLOSS_ERR_SHAPE", name .. ": expected shape [5]" })
+        end
+        expect_error_all(fam, function()
+          return { x = x, y = y, opts = merge(o, { [name] = ploss.ones({ 1, 5 }, { device = device }) }) }
+        end, { "PLOSS_ERR_SHAPE", name .. ": expected shape [5]" })
+      end
+    else
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.rand({ 4, 6 }, { device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target" })
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.rand({ 5, 4 }, { device = device }), opts = o }
+      end, { "PLOSS_ERR_SHAPE", "target" })
+      for _, name in ipairs(fam.elem_tensors or {}) do
+        for _, bad in ipairs { { 3 }, { 4, 3 }, { 2, 4, 5 }, { 4 } } do
+          expect_error_all(fam, function()
+            return { x = x, y = y, opts = merge(o, { [name] = ploss.ones(bad, { device = device }) }) }
+          end, { "PLOSS_ERR_SHAPE", name })
+        end
+      end
+    end
+    -- outputs of the wrong shape
+    for _, red in ipairs { "mean", "none" } do
+      expect_error_all(fam, function(pass)
+        local l, g = out_buffers(fam, x, red)
+        if pass == "backward" then return nil end
+        return { x = x, y = y, opts = merge(o, { reduction = red }), loss = ploss.empty({ red == "none" and 3 or 2 }, { device = device }), grad = g }
+      end, { "PLOSS_ERR_SHAPE", "loss: expected" })
+    end
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      local l = out_buffers(fam, x, "mean")
+      return { x = x, y = y, opts = o, loss = l, grad = ploss.empty({ 5, 4 }, { device = device }) }
+    end, { "PLOSS_ERR_SHAPE", "grad_input: expected" })
+    -- grad_output of the wrong shape ('none' backward)
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ 3 }, { device = device }) }
+    end, { "PLOSS_ERR_SHAPE", "grad_loss: expected" })
+  end)
+
+  -- wrong dtypes ----------------------------------------------------------------------
+  add(cases, "wrong dtypes (integer logits, float or byte labels, outputs, options)", function()
+    local x, y, o = base(fam, device, S2)
+    expect_error_all(fam, function()
+      return { x = ploss.zeros(S2, { dtype = "i64", device = device }), y = y, opts = o,
+        loss = out_buffers(fam, x, "mean"), grad = ploss.empty(S2, { device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "input: expected" })
+    expect_error_all(fam, function()
+      return { x = ploss.zeros(S2, { dtype = "i32", device = device }), y = y, opts = o,
+        loss = out_buffers(fam, x, "mean"), grad = ploss.empty(S2, { device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "input: expected" })
+    if is_class then
+      -- float labels of the target's shape: not class indices (cross-entropy reads float
+      -- targets as probabilities of the input's shape, so its message is a shape error)
+      local frag = fam.name == "cross_entropy" and { "PLOSS_ERR_SHAPE", "(probabilities of the input's shape)" }
+        or { "PLOSS_ERR_DTYPE", "target: expected" }
+      expect_error_all(fam, function()
+        return { x = x, y = y:to(nil, "f32"), opts = o }
+      end, frag)
+      expect_error_all(fam, function()
+        return { x = x, y = y:to(nil, "u8"), opts = o }
+      end, { "PLOSS_ERR_DTYPE", "target: expected" })
+      for _, name in ipairs(fam.class_tensors or {}) do
+        expect_error_all(fam, function()
+          return { x = x, y = y, opts = merge(o, { [name] = ploss.ones({ 5 }, { dtype = "i64", device = device }) }) }
+        end, { "PLOSS_ERR_DTYPE", name })
+      end
+    else
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.zeros(S2, { dtype = "i64", device = device }), opts = o }
+      end, { "PLOSS_ERR_DTYPE", "target" })
+      expect_error_all(fam, function()
+        return { x = x, y = ploss.zeros(S2, { dtype = "u8", device = device }), opts = o }
+      end, { "PLOSS_ERR_DTYPE", "target" })
+      for _, name in ipairs(fam.elem_tensors or {}) do
+        expect_error_all(fam, function()
+          return { x = x, y = y, opts = merge(o, { [name] = ploss.ones(S2, { dtype = "i32", device = device }) }) }
+        end, { "PLOSS_ERR_DTYPE", name })
+      end
+    end
+    -- a loss buffer of the wrong dtype, a gradient of the wrong dtype, a grad_output of f16
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      local _, g = out_buffers(fam, x, "mean")
+      return { x = x, y = y, opts = o, loss = ploss.empty({}, { dtype = "f64", device = device }), grad = g }
+    end, { "PLOSS_ERR_DTYPE", "loss: expected f32, got f64" })
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      return { x = x, y = y, opts = o, grad = ploss.empty(S2, { dtype = "f64", device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "grad_input: expected f32, got f64" })
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "grad_loss: expected f32 or f64, got f16" })
+  end)
+
+  -- mixed devices ---------------------------------------------------------------------
+  add(cases, "mixed devices" .. (other and "" or " (SKIPPED: needs a GPU; printed below)"), function()
+    if not other then
+      io.write(string.format("\n  [bad_input] %s: mixed-device cases skipped: no second device (no GPU)\n", fam.name))
+      return
+    end
+    local x, y, o = base(fam, device, S2)
+    local function on(t) return t:to(other) end
+    expect_error_all(fam, function() return { x = x, y = on(y), opts = o } end, { "PLOSS_ERR_DEVICE", "target: expected a tensor on" })
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      local l, g = out_buffers(fam, x, "mean")
+      return { x = x, y = y, opts = o, loss = on(l), grad = g }
+    end, { "PLOSS_ERR_DEVICE", "loss: expected a tensor on" })
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      local l, g = out_buffers(fam, x, "mean")
+      return { x = x, y = y, opts = o, loss = l, grad = on(g) }
+    end, { "PLOSS_ERR_DEVICE", "grad_input: expected a tensor on" })
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones(fam.kind == "elementwise" and S2 or { 4 }, { device = other }) }
+    end, { "PLOSS_ERR_DEVICE", "grad_loss: expected a tensor on" })
+    local tnames = {}
+    for _, n in ipairs(fam.class_tensors or {}) do tnames[#tnames + 1] = { n, { 5 } } end
+    for _, n in ipairs(fam.elem_tensors or {}) do tnames[#tnames + 1] = { n, S2 } end
+    for _, nt in ipairs(tnames) do
+      expect_error_all(fam, function()
+        return { x = x, y = y, opts = merge(o, { [nt[1]] = ploss.ones(nt[2], { device = other }) }) }
+      end, { "PLOSS_ERR_DEVICE", nt[1] .. ": expected a tensor on" })
+    end
+  end)
+
+  -- non-contiguous and zero-stride inputs ---------------------------------------------
+  add(cases, "non-contiguous and zero-stride inputs: the contiguous result or a LAYOUT error", function()
+    for _, red in ipairs { "mean", "none" } do
+      local x, y, o = base(fam, device, S2, 21)
+      o = merge(o, { reduction = red }, fam.keep_all)
+      local x4, y4, o4 = base(fam, device, S4, 23)
+      o4 = merge(o4, { reduction = red }, fam.keep_all)
+      local function cont(t) return t and t:contiguous() or nil end
+      local function ref_of(xx, yy, oo, gout)
+        return function()
+          local r = { x = cont(xx), y = cont(yy), opts = merge(oo), gout = cont(gout) }
+          for k, v in pairs(oo) do if ploss.is_tensor(v) then r.opts[k] = v:contiguous() end end
+          return r
+        end
+      end
+      local function check(xx, yy, oo, what, gout)
+        expect_same_all(fam, function() return { x = xx, y = yy, opts = oo, gout = gout } end,
+          ref_of(xx, yy, oo, gout), what .. " (" .. red .. ")", true)
+      end
+      -- class-major storage of an N×C input
+      check(x:t():contiguous():t(), y, o, "transposed input")
+      -- every other row of a bigger tensor
+      local big = ploss.randn({ 4, 2, 5 }, { device = device, seed = 31 })
+      check(big:select(2, 1), y, o, "row-strided input")
+      -- zero strides: one row repeated N times, one value repeated along the class axis
+      check(ploss.randn({ 1, 5 }, { device = device, seed = 32 }):expand(4, 5), y, o, "input repeated along N (stride 0)")
+      check(ploss.randn({ 4, 1 }, { device = device, seed = 33 }):expand(4, 5), y, o, "input constant along C (stride 0)")
+      -- channels-last N×C×H×W and a permuted 4-d input
+      check(x4:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3), y4, o4, "channels-last input")
+      check(x4:permute(3, 4, 1, 2):contiguous():permute(3, 4, 1, 2), y4, o4, "spatial-major input")
+      if is_class then
+        local ybig = ploss.randint(0, 5, { 4, 3 }, { device = device, seed = 34 })
+        check(x, ybig:select(2, 2), o, "strided target")
+        check(x, ploss.tensor({ 3 }, { dtype = "i64", device = device }):expand(4), o, "target repeated (stride 0)")
+        local y4big = ploss.randint(0, 5, { 2, 3, 2, 2 }, { device = device, seed = 35 })
+        check(x4, y4big:select(4, 1), o4, "strided 3-d target")
+        for _, name in ipairs(fam.class_tensors or {}) do
+          local v = class_tensor_values(fam, name, 5)
+          local wbig = ploss.tensor({ v, v }, { dtype = "f32", device = device }):t() -- 5×2, stride 2
+          check(x, y, merge(o, { [name] = wbig:select(2, 1) }), name .. " with stride 2")
+          check(x, y, merge(o, { [name] = ploss.tensor({ v[1] }, { dtype = "f32", device = device }):expand(5) }),
+            name .. " with stride 0")
+        end
+      else
+        check(x, y:t():contiguous():t(), o, "transposed target")
+        check(x, ploss.rand({ 1, 5 }, { device = device, seed = 36 }):expand(4, 5), o, "target repeated (stride 0)")
+        for _, name in ipairs(fam.elem_tensors or {}) do
+          check(x, y, merge(o, { [name] = ploss.rand({ 1, 5 }, { device = device, seed = 37 }):expand(4, 5) }), name .. " with stride 0")
+          check(x, y, merge(o, { [name] = ploss.rand({ 5, 4 }, { device = device, seed = 38 }):t() }), name .. " transposed")
+        end
+      end
+      if red == "none" then
+        local gs = fam.kind == "elementwise" and { 1, 1 } or { 1 }
+        local gsz = fam.kind == "elementwise" and S2 or { 4 }
+        local g1 = ploss.full(gs, 0.5, { device = device })
+        check(x, y, o, "grad_output with stride 0", g1:expand(gsz))
+      end
+    end
+  end)
+
+  add(cases, "strided outputs are written correctly; overlapping outputs are refused", function()
+    local x, y, o = base(fam, device, S2, 41)
+    for _, red in ipairs { "mean", "none" } do
+      local oo = merge(o, { reduction = red })
+      for _, pass in ipairs(passes_of(fam)) do
+        local rl, rg = run_pass(fam, pass, { x = x, y = y, opts = oo })
+        -- gradient stored class-major (transposed), 'none' loss with stride 2 / transposed
+        local gt = ploss.empty({ 5, 4 }, { device = device }):t()
+        local lt = out_buffers(fam, x, red)
+        if red == "none" then
+          lt = fam.kind == "elementwise" and ploss.empty({ 5, 4 }, { device = device }):t()
+            or ploss.empty({ 4, 2 }, { device = device }):select(2, 1)
+        end
+        local a = { x = x, y = y, opts = oo, loss = lt, grad = gt }
+        local l, g = run_pass(fam, pass, a)
+        local rlv, rgv = values_of(rl, rg)
+        local lv, gv = values_of(l, g)
+        if rlv then close(lv, rlv, TOL.f32, fam.name .. " " .. pass .. " strided outputs loss") end
+        if rgv then close(gv, rgv, TOL.f32, fam.name .. " " .. pass .. " strided gradient") end
+      end
+      -- a gradient whose elements share memory (stride 0) is refused
+      expect_error_all(fam, function(pass)
+        if pass == "forward" then return nil end
+        local l = out_buffers(fam, x, red)
+        local g = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5)
+        return { x = x, y = y, opts = oo, loss = l, grad = g }
+      end, { "grad_input" })
+      if red == "none" then
+        expect_error_all(fam, function(pass)
+          if pass == "backward" then return nil end
+          local _, g = out_buffers(fam, x, red)
+          local l = fam.kind == "elementwise" and ploss.empty({ 1, 5 }, { device = device }):expand(4, 5)
+            or ploss.empty({ 1 }, { device = device }):expand(4)
+          return { x = x, y = y, opts = oo, loss = l, grad = g }
+        end, { "loss" })
+      end
+    end
+  end)
+
+  -- labels out of range ---------------------------------------------------------------
+  if is_class then
+    add(cases, "labels >= C or < 0 that are not ignore_index", function()
+      local neg = fam.ignore == -1 and -2 or -1
+      for _, bad in ipairs { 5, neg, 1000, -1000000, 2 ^ 40 } do
+        for _, tdt in ipairs { "i64", "i32" } do
+          if not (tdt == "i32" and math.abs(bad) >= 2 ^ 31) then
+            local x, _, o = base(fam, device, S2, 51)
+            local yv = { 0, 1, bad, 2 }
+            local y = ploss.tensor(yv, { dtype = tdt, device = device })
+            local frag = string.format("target: class index %d at sample (2, 0) is outside [0, 5)", bad)
+            for _, red in ipairs { "none", "sum" } do
+              local oo = merge(o, { reduction = red })
+              if device == "cpu" then
+                expect_error_all(fam, function() return { x = x, y = y, opts = oo } end,
+                  { "PLOSS_ERR_INVALID_LABEL", frag })
+              else
+                -- CUDA: the call returns; the next synchronising call reports the label
+                for _, pass in ipairs(PASSES) do
+                  local l, g = out_buffers(fam, x, red)
+                  local ok, err = pcall(run_pass, fam, pass, { x = x, y = y, opts = oo, loss = l, grad = g })
+                  if not ok then fail(fam.name .. " " .. pass .. ": the call itself failed: " .. tostring(err)) end
+                  local ok2, err2 = pcall(ploss.synchronize, device)
+                  if ok2 then fail(fam.name .. " " .. pass .. ": label " .. bad .. ": no error at the next synchronisation") end
+                  if not tostring(err2):find("PLOSS_ERR_INVALID_LABEL", 1, true) then
+                    fail(fam.name .. " " .. pass .. ": expected PLOSS_ERR_INVALID_LABEL, got " .. tostring(err2))
+                  end
+                  ploss.synchronize(device) -- the slot was cleared
+                end
+                -- a reduced loss read at once reports it from the call
+                local ok3, err3 = pcall(F[fam.name], x, y, merge(fam.opts, o))
+                if ok3 or not tostring(err3):find("PLOSS_ERR_INVALID_LABEL", 1, true) then
+                  fail(fam.name .. ": reduced forward: expected PLOSS_ERR_INVALID_LABEL, got " .. tostring(err3))
+                end
+                ploss.synchronize(device)
+              end
+              -- the context works afterwards
+              local good = ploss.tensor({ 0, 1, 2, 3 }, { dtype = tdt, device = device })
+              local v = F[fam.name](x, good, merge(fam.opts, o, { reduction = "sum" }))
+              if not finite(v) then fail(fam.name .. ": a valid call after the label error gave " .. tostring(v)) end
+            end
+          end
+        end
+      end
+    end)
+  end
+
+  -- NaN / Inf in valid rows -----------------------------------------------------------
+  add(cases, "NaN / Inf in a valid row: the loss is NaN (Inf: not finite), other rows unchanged", function()
+    for _, bad in ipairs { 0 / 0, math.huge } do
+      local x, y, o = base(fam, device, S2, 61)
+      local xb = x:clone()
+      if fam.kind == "elementwise" then
+        xb:view(-1)[7] = bad -- element (2, 2)
+      else
+        xb:select(1, 2):narrow(1, 1, 2):fill(bad) -- row 2, classes 1..2
+      end
+      local ok = merge(o, fam.keep_all)
+      -- mean: not finite (NaN for a NaN logit)
+      local m = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "mean" }))
+      if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
+      if bad == bad and finite(m) then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
+      -- none: the bad row is not finite, the other rows equal the clean rows' values
+      local lc = F[fam.name](x, y, merge(fam.opts, ok, { reduction = "none" })):flat()
+      local lb = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "none" })):flat()
+      local bad_index = fam.kind == "elementwise" and 7 or 2
+      for i = 1, #lc do
+        if i == bad_index then
+          if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. ": NaN row loss " .. tostring(lb[i])) end
+          if bad == bad and finite(lb[i]) then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
+        elseif not fam.rows_coupled then
+          close({ lb[i] }, { lc[i] }, TOL.f32, fam.name .. " loss of clean row " .. i)
+        end
+      end
+      -- the fused gradient of the other rows is unchanged (sum reduction)
+      local _, gc = F[fam.name .. "_fused"](x, y, merge(fam.opts, ok, { reduction = "sum" }))
+      local _, gb = F[fam.name .. "_fused"](xb, y, merge(fam.opts, ok, { reduction = "sum" }))
+      local gcv, gbv = gc:flat(), gb:flat()
+      for i = 1, #gcv do
+        local row = math.floor((i - 1) / 5) + 1
+        local in_bad = fam.kind == "elementwise" and i == 7 or (fam.kind ~= "elementwise" and row == 2)
+        if not in_bad then close({ gbv[i] }, { gcv[i] }, TOL.f32, fam.name .. " gradient element " .. i .. " of a clean row") end
+      end
+    end
+  end)
+
+  if is_class then
+    -- NaN / Inf in ignored rows -----------------------------------------------------
+    add(cases, "NaN / Inf in an ignored row does not leak into the loss or the gradient", function()
+      for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
+        for _, sizes in ipairs { S2, { 2, 5, 2 } } do
+          local x, _, o = base(fam, device, sizes, 71)
+          local ns = sample_sizes(sizes)
+          local yv = ploss.randint(0, 5, ns, { seed = 72 }):view(-1):flat()
+          yv[2] = fam.ignore
+          local y = ploss.tensor(yv, { dtype = "i64", device = device, size = ns }):view(ns)
+          -- sample 2 (row-major over the samples): row 1 position 2 of the 3-d input, row 2 of N×C
+          local xc = x:clone()
+          local xb = x:clone()
+          local function sample_slice(t)
+            if #sizes == 2 then return t:select(1, 2) end
+            return t:select(1, 1):select(2, 2) -- (n=1, :, s=2)
+          end
+          sample_slice(xc):fill(0)
+          sample_slice(xb):fill(bad)
+          for _, red in ipairs { "mean", "sum", "none" } do
+            for _, pass in ipairs(PASSES) do
+              local oo = merge(o, { reduction = red })
+              local rl, rg = run_pass(fam, pass, { x = xc, y = y, opts = oo })
+              local l, g = run_pass(fam, pass, { x = xb, y = y, opts = oo })
+              local rlv, rgv = values_of(rl, rg)
+              local lv, gv = values_of(l, g)
+              local label = string.format("%s %s %s, %s in an ignored row", fam.name, pass, red, tostring(bad))
+              if rlv then H.assert_equal(lv, rlv, { what = label .. " loss" }) end
+              if rgv then
+                H.assert_equal(gv, rgv, { what = label .. " gradient" })
+                local gs = sample_slice(g):flat()
+                for _, v in ipairs(gs) do if v ~= 0 then fail(label .. ": gradient of the ignored row is " .. v) end end
+              end
+            end
+          end
+        end
+      end
+    end)
+
+    -- all ignored -------------------------------------------------------------------
+    add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
+      for _, sizes in ipairs { S2, S4 } do
+        local x, _, o = base(fam, device, sizes, 81)
+        local y = ploss.full(sample_sizes(sizes), fam.ignore, { dtype = "i64", device = device })
+        for _, red in ipairs { "mean", "sum", "none" } do
+          for _, pass in ipairs(PASSES) do
+            local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = red }) })
+            local lv, gv = values_of(l, g)
+            local label = fam.name .. " " .. pass .. " " .. red .. " all ignored"
+            if lv then
+              if red == "mean" then
+                if not is_nan(lv[1]) then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected NaN") end
+              else
+                for _, v in ipairs(lv) do if v ~= 0 then fail(label .. ": loss " .. v .. ", expected 0") end end
+              end
+            end
+            if gv then for i, v in ipairs(gv) do if v ~= 0 then fail(label .. ": gradient element " .. i .. " is " .. v) end end end
+          end
+        end
+      end
+    end)
+
+    -- one class ---------------------------------------------------------------------
+    add(cases, fam.min_classes > 1 and "one class is refused" or "one class: the loss of a single-class softmax", function()
+      local x = ploss.randn({ 4, 1 }, { device = device, seed = 91 })
+      local y = ploss.zeros({ 4 }, { dtype = "i64", device = device })
+      local o = merge(tensor_opts(fam, { 4, 1 }, device), fam.keep_all)
+      if fam.min_classes > 1 then
+        expect_error_all(fam, function() return { x = x, y = y, opts = o } end, { "at least 2 classes" })
+        return
+      end
+      for _, pass in ipairs(PASSES) do
+        local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = "none" }) })
+        local lv, gv = values_of(l, g)
+        if lv then
+          for i, v in ipairs(lv) do
+            if fam.one_class then close({ v }, { fam.one_class() }, 1e-6, fam.name .. " one-class loss " .. i)
+            elseif not finite(v) then fail(fam.name .. " one-class loss " .. v) end
+          end
+        end
+        if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v) > 1e-6 then
+          fail(fam.name .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected 0") end end end
+      end
+      if fam.name == "cross_entropy" then
+        expect_error_all(fam, function()
+          return { x = x, y = y, opts = { label_smoothing = 0.1, smoothing_convention = "uniform_others" } }
+        end, { "PLOSS_ERR_INVALID_ARGUMENT", "undefined for C = 1" })
+      end
+    end)
+  end
+
+  -- empty batch -----------------------------------------------------------------------
+  add(cases, "empty batch: mean NaN, sum 0, none and gradient empty", function()
+    for _, sizes in ipairs { { 0, 5 }, { 2, 5, 0, 3 }, { 0, 5, 3 } } do
+      local x = ploss.empty(sizes, { device = device })
+      local y
+      if is_class then y = ploss.empty(sample_sizes(sizes), { dtype = "i64", device = device })
+      else y = ploss.empty(sizes, { device = device }) end
+      local o = tensor_opts(fam, sizes, device)
+      for _, red in ipairs { "mean", "sum", "none" } do
+        for _, pass in ipairs(PASSES) do
+          local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = red }) })
+          local lv, gv = values_of(l, g)
+          local label = fam.name .. " " .. pass .. " " .. red .. " " .. table.concat(sizes, "x")
+          if lv then
+            if red == "mean" and not is_nan(lv[1]) then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected NaN") end
+            if red == "sum" and lv[1] ~= 0 then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected 0") end
+            if red == "none" and #lv ~= 0 then fail(label .. ": " .. #lv .. " loss elements") end
+          end
+          if g and not nn_same(g:size(), sizes) then fail(label .. ": gradient of sizes " .. table.concat(g:size(), "x")) end
+        end
+      end
+    end
+  end)
+
+  -- options out of range --------------------------------------------------------------
+  add(cases, "options out of range", function()
+    local x, y, o = base(fam, device, S2)
+    for _, bo in ipairs(fam.bad_options) do
+      local opts = merge(o)
+      for k, v in pairs(bo[1]) do
+        if k == "lb_proportion" then
+          if v == "negative" then opts[k] = ploss.tensor({ 1, -1, 1, 1, 1 }, { dtype = "f32" })
+          elseif v == "nan" then opts[k] = ploss.tensor({ 1, 0 / 0, 1, 1, 1 }, { dtype = "f32" })
+          elseif v == "zeros" then opts[k] = ploss.zeros({ 5 })
+          else opts[k] = nil end
+          if opts[k] and device ~= "cpu" then opts[k] = opts[k]:to(device) end
+        else
+          opts[k] = v
+        end
+      end
+      if not (device ~= "cpu" and bo[1].lb_proportion and bo[1].lb_proportion ~= "missing") then
+        expect_error_all(fam, function() return { x = x, y = y, opts = opts } end, { bo[2] })
+      end
+    end
+    -- common to every loss: an unknown reduction, a non-finite scale (fused)
+    expect_error_all(fam, function() return { x = x, y = y, opts = merge(o, { reduction = "avg" }) } end,
+      { "reduction: 'avg' is not one of" })
+    for _, s in ipairs { math.huge, 0 / 0 } do
+      expect_error_all(fam, function(pass)
+        if pass ~= "fused" then return nil end
+        return { x = x, y = y, opts = merge(o, { scale = s }) }
+      end, { "PLOSS_ERR_INVALID_ARGUMENT", "opts.scale" })
+    end
+  end)
+
+  -- aliasing --------------------------------------------------------------------------
+  add(cases, "in-place requests and outputs that alias inputs", function()
+    local x, y, o = base(fam, device, S2, 101)
+    -- fused: grad_input = input without opts.inplace
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      local xx = x:clone()
+      return { x = xx, y = y, opts = o, grad = xx }
+    end, { "PLOSS_ERR_ALIAS", "grad_input" })
+    -- fused: opts.inplace = true writes the gradient over the input, equal to the out-of-place one
+    do
+      local _, gref = F[fam.name .. "_fused"](x, y, merge(fam.opts, o))
+      local xx = x:clone()
+      local _, g = F[fam.name .. "_fused"](xx, y, merge(fam.opts, o, { inplace = true }))
+      if g ~= xx then fail(fam.name .. ": inplace fused did not return the input") end
+      close(xx:flat(), gref:flat(), TOL.f32, fam.name .. " in-place gradient")
+    end
+    -- C level: opts.inplace = 1 with a grad_input that is not the input (same storage, other view)
+    do
+      local spec = ploss[fam.class]._spec
+      local copts = copts_plain(spec)
+      copts.inplace = 1
+      local ro = merge(fam.opts, o)
+      local xx = ploss.randn({ 4, 5 }, { device = device, seed = 102 })
+      local g = ploss.empty({ 4, 5 }, { device = device })
+      local l = out_buffers(fam, xx, "mean")
+      local snap = poison(l, g)
+      local st = spec.fused(ro, xx:context(), xx, y, copts, l, g)
+      local msg = ffi.string(ploss.C.ploss_last_error())
+      if st ~= ploss.C.PLOSS_ERR_ALIAS or not msg:find("opts.inplace", 1, true) then
+        fail(string.format("%s: inplace = 1 with a separate grad_input: status %d '%s', expected ALIAS naming opts.inplace", fam.name, tonumber(st), msg))
+      end
+      H.assert_untouched(snap)
+      -- grad_input over the bytes of the target (a float view of the same memory)
+      local yy
+      if fam.kind == "class" then
+        local ybig = ploss.zeros({ 20 }, { dtype = "i64", device = device })
+        yy = ybig:narrow(1, 1, 4)
+        local graw = raw_view(ybig, "f32", { 4, 5 }, xx)
+        local st2 = spec.fused(ro, xx:context(), xx, yy, copts_plain(spec), out_buffers(fam, xx, "mean"), graw)
+        local msg2 = ffi.string(ploss.C.ploss_last_error())
+        if st2 ~= ploss.C.PLOSS_ERR_ALIAS or not msg2:find("target", 1, true) then
+          fail(string.format("%s: grad_input over the target's bytes: status %d '%s', expected ALIAS naming target", fam.name, tonumber(st2), msg2))
+        end
+      end
+    end
+    if fam.kind == "elementwise" then
+      expect_error_all(fam, function(pass)
+        if pass == "forward" then return nil end
+        local yy = y:clone()
+        return { x = x, y = yy, opts = o, grad = yy }
+      end, { "PLOSS_ERR_ALIAS", "grad_input" })
+      expect_error_all(fam, function(pass)
+        if pass == "backward" then return nil end
+        local yy = y:clone()
+        return { x = x, y = yy, opts = merge(o, { reduction = "none" }), loss = yy }
+      end, { "PLOSS_ERR_ALIAS", "loss" })
+    end
+    -- loss ('none') over the input's memory
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      local xx = x:clone()
+      local l = fam.kind == "elementwise" and xx or xx:select(2, 1)
+      local _, g = out_buffers(fam, x, "none")
+      return { x = xx, y = y, opts = merge(o, { reduction = "none" }), loss = l, grad = g }
+    end, { "PLOSS_ERR_ALIAS", "loss" })
+    -- loss over the gradient (fused)
+    expect_error_all(fam, function(pass)
+      if pass ~= "fused" then return nil end
+      local _, g = out_buffers(fam, x, "mean")
+      return { x = x, y = y, opts = o, loss = g:view(-1):narrow(1, 3, 1), grad = g }
+    end, { "PLOSS_ERR_ALIAS" })
+    -- grad_input over grad_output ('none' backward)
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      local _, g = out_buffers(fam, x, "none")
+      local gout = fam.kind == "elementwise" and g or g:select(2, 1)
+      return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = gout, grad = g }
+    end, { "PLOSS_ERR_ALIAS", "grad_input" })
+    -- grad_input over a tensor option
+    for _, name in ipairs(fam.class_tensors or {}) do
+      expect_error_all(fam, function(pass)
+        if pass == "forward" then return nil end
+        local _, g = out_buffers(fam, x, "mean")
+        local w = g:select(1, 1)
+        w:copy(ploss.tensor(class_tensor_values(fam, name, 5), { dtype = "f32", device = device }))
+        return { x = x, y = y, opts = merge(o, { [name] = w }), grad = g, extra_outputs = {} }
+      end, { "PLOSS_ERR_ALIAS" })
+    end
+    for _, name in ipairs(fam.elem_tensors or {}) do
+      expect_error_all(fam, function(pass)
+        if pass == "forward" then return nil end
+        local _, g = out_buffers(fam, x, "mean")
+        return { x = x, y = y, opts = merge(o, { [name] = g }), grad = g }
+      end, { "PLOSS_ERR_ALIAS" })
+    end
+    -- the saved state (forward) over the input / over the loss
+    if fam.state then
+      local spec = ploss[fam.class]._spec
+      local ro = merge(fam.opts, o)
+      for _, which in ipairs { "input", "loss" } do
+        local xx = x:clone()
+        local l = ploss.empty({ 4 }, { device = device })
+        local ssz = spec.state_sizes and spec.state_sizes(xx) or { 4 }
+        local state
+        if which == "input" then
+          state = ssz[2] and xx:narrow(2, 1, ssz[2]) or xx:select(2, 1)
+        else
+          local big = ploss.empty({ 4, 4 }, { device = device })
+          l = big:select(2, 1)
+          -- (a 4×3 state of large-margin: only the input case)
+          state = not ssz[2] and big:select(2, 2) or nil
+        end
+        if state then
+          local copts = copts_plain(spec)
+          copts.reduction = ploss.C.PLOSS_REDUCTION_NONE
+          local snap = poison(l)
+          local st = spec.forward(ro, xx:context(), xx, y, copts, l, state)
+          local msg = ffi.string(ploss.C.ploss_last_error())
+          if st ~= ploss.C.PLOSS_ERR_ALIAS then
+            fail(string.format("%s: state over the %s: status %d '%s', expected ALIAS", fam.name, which, tonumber(st), msg))
+          end
+          H.assert_untouched(snap)
+        end
+      end
+    end
+  end)
+
+  return cases
+end
+
+---------------------------------------------------------------------------------------
+-- Ops without a target (Taylor softmax, log-Taylor softmax)
+---------------------------------------------------------------------------------------
+
+local function gen_op_cases(fam, device)
+  local cases = {}
+  local fwd, bwd = F[fam.name], F[fam.name .. "_backward"]
+  local other = other_device(device)
+  local function errs(fn, frags, outs)
+    local snap = poison(unpack(outs or {}))
+    local ok, err = pcall(fn)
+    if ok then fail(fam.name .. ": expected an error containing " .. table.concat(frags, " + ")) end
+    for _, f in ipairs(frags) do
+      if not tostring(err):find(f, 1, true) then fail(fam.name .. ": '" .. tostring(err) .. "' does not contain '" .. f .. "'") end
+    end
+    H.assert_untouched(snap)
+  end
+  local function both(x, opts, frags, out, gout, grad)
+    out = out or ploss.empty_like(x:is_floating_point() and x or ploss.empty(x:size(), { device = device }))
+    errs(function() fwd(x, merge(opts, { out = out })) end, frags, { out })
+    gout = gout or ploss.ones(x:size(), { dtype = x:is_floating_point() and x:dtype() or "f32", device = device })
+    grad = grad or ploss.empty(x:size(), { dtype = x:is_floating_point() and x:dtype() or "f32", device = device })
+    errs(function() bwd(x, gout, merge(opts, { grad_input = grad })) end, frags, { grad })
+  end
+
+  add(cases, "wrong rank, shapes and dtypes", function()
+    local x = ploss.randn({ 4, 5 }, { device = device })
+    both(ploss.randn({}, { device = device }), {}, { "PLOSS_ERR_SHAPE", "input: expected rank >= 1" })
+    local o54 = ploss.empty({ 5, 4 }, { device = device })
+    errs(function() fwd(x, { out = o54 }) end, { "PLOSS_ERR_SHAPE", "output" }, { o54 })
+    errs(function() bwd(x, ploss.ones({ 4, 6 }, { device = device }), {}) end, { "PLOSS_ERR_SHAPE", "grad_output" })
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = ploss.empty({ 20 }, { device = device }) }) end,
+      { "PLOSS_ERR_SHAPE", "grad_input" })
+    both(ploss.zeros({ 4, 5 }, { dtype = "i64", device = device }), {}, { "PLOSS_ERR_DTYPE", "input" })
+    errs(function() fwd(x, { out = ploss.empty({ 4, 5 }, { dtype = "f64", device = device }) }) end, { "PLOSS_ERR_DTYPE", "output" })
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { dtype = "f64", device = device }), {}) end, { "PLOSS_ERR_DTYPE", "grad_output" })
+  end)
+
+  add(cases, "mixed devices" .. (other and "" or " (SKIPPED: needs a GPU; printed below)"), function()
+    if not other then
+      io.write(string.format("\n  [bad_input] %s: mixed-device cases skipped: no second device (no GPU)\n", fam.name))
+      return
+    end
+    local x = ploss.randn({ 4, 5 }, { device = device })
+    errs(function() fwd(x, { out = ploss.empty({ 4, 5 }, { device = other }) }) end, { "PLOSS_ERR_DEVICE" })
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = other }), {}) end, { "PLOSS_ERR_DEVICE", "grad_output" })
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = ploss.empty({ 4, 5 }, { device = other }) }) end,
+      { "PLOSS_ERR_DEVICE", "grad_input" })
+  end)
+
+  add(cases, "non-contiguous and zero-stride inputs: the contiguous result or a LAYOUT error", function()
+    local x = ploss.randn({ 4, 5 }, { device = device, seed = 201 })
+    local x3 = ploss.randn({ 2, 5, 3 }, { device = device, seed = 202 })
+    local gout = ploss.randn({ 4, 5 }, { device = device, seed = 203 })
+    local function check(xx, opts, what, go)
+      go = go or ploss.randn(xx:size(), { device = device, seed = 208 })
+      local rf = fwd(xx:contiguous(), opts):flat()
+      local rb = bwd(xx:contiguous(), go:contiguous(), opts):flat()
+      for _, p in ipairs { "forward", "backward" } do
+        local ok, r = pcall(function()
+          if p == "forward" then return fwd(xx, opts) end
+          return bwd(xx, go, opts)
+        end)
+        if not ok then
+          if not tostring(r):find("PLOSS_ERR_LAYOUT", 1, true) then fail(fam.name .. " " .. p .. " " .. what .. ": " .. tostring(r)) end
+        else
+          close(r:flat(), p == "forward" and rf or rb, TOL.f32, fam.name .. " " .. p .. " " .. what)
+        end
+      end
+    end
+    check(x:t():contiguous():t(), {}, "transposed input")
+    check(ploss.randn({ 4, 2, 5 }, { device = device, seed = 204 }):select(2, 1), {}, "row-strided input")
+    check(ploss.randn({ 1, 5 }, { device = device, seed = 205 }):expand(4, 5), {}, "input with stride 0 along N")
+    check(ploss.randn({ 4, 1 }, { device = device, seed = 206 }):expand(4, 5), {}, "input with stride 0 along dim")
+    check(x, {}, "grad_output with stride 0", ploss.full({ 1, 1 }, 0.5, { device = device }):expand(4, 5))
+    check(x, {}, "transposed grad_output", gout:t():contiguous():t())
+    check(x3:permute(1, 3, 2):contiguous():permute(1, 3, 2), {}, "channels-last 3-d input")
+    check(x3:permute(1, 3, 2):contiguous():permute(1, 3, 2), { dim = 3 }, "channels-last 3-d input, dim 3")
+    -- strided outputs are written right; overlapping outputs refused
+    local rf = fwd(x, {}):flat()
+    local ot = ploss.empty({ 5, 4 }, { device = device }):t()
+    close(fwd(x, { out = ot }):flat(), rf, TOL.f32, fam.name .. " transposed output")
+    errs(function() fwd(x, { out = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "output" })
+    errs(function() bwd(x, gout, { grad_input = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "grad_input" })
+  end)
+
+  add(cases, "NaN / Inf in a row: that row is not finite, the other rows unchanged", function()
+    for _, bad in ipairs { 0 / 0, math.huge } do
+      local x = ploss.randn({ 4, 5 }, { device = device, seed = 211 })
+      local xb = x:clone()
+      xb:select(1, 2):narrow(1, 2, 1):fill(bad)
+      local c, b = fwd(x):flat(), fwd(xb):flat()
+      local row_bad = false
+      for i = 1, #c do
+        local row = math.floor((i - 1) / 5) + 1
+        if row == 2 then row_bad = row_bad or not finite(b[i])
+        else close({ b[i] }, { c[i] }, TOL.f32, fam.name .. " element " .. i .. " of a clean row") end
+      end
+      if not row_bad then fail(fam.name .. ": a " .. tostring(bad) .. " in row 2 gave a finite row") end
+      if bad ~= bad then
+        for i = 6, 10 do if not is_nan(b[i]) then fail(fam.name .. ": NaN row element " .. i .. " is " .. b[i]) end end
+      end
+    end
+  end)
+
+  add(cases, "empty input, one element along dim", function()
+    for _, sizes in ipairs { { 0, 5 }, { 4, 0 }, { 2, 5, 0 } } do
+      local x = ploss.empty(sizes, { device = device })
+      local o = fwd(x)
+      if not nn_same(o:size(), sizes) then fail(fam.name .. ": empty output sizes") end
+      local g = bwd(x, ploss.empty(sizes, { device = device }))
+      if not nn_same(g:size(), sizes) then fail(fam.name .. ": empty gradient sizes") end
+    end
+    local x = ploss.randn({ 4, 1 }, { device = device, seed = 221 })
+    for i, v in ipairs(fwd(x):flat()) do close({ v }, { fam.one_class() }, 1e-6, fam.name .. " one-element row " .. i) end
+    for i, v in ipairs(bwd(x, ploss.ones({ 4, 1 }, { device = device })):flat()) do
+      if math.abs(v) > 1e-6 then fail(fam.name .. ": one-element gradient " .. i .. " is " .. v) end
+    end
+  end)
+
+  add(cases, "options out of range", function()
+    local x = ploss.randn({ 4, 5 }, { device = device })
+    for _, bo in ipairs(fam.bad_options) do both(x, bo[1], { bo[2] }) end
+    errs(function() fwd(x, { n = 2.5 }) end, { "n: expected an integer" })
+  end)
+
+  add(cases, "outputs that alias inputs", function()
+    local x = ploss.randn({ 4, 5 }, { device = device, seed = 231 })
+    local xx = x:clone()
+    errs(function() fwd(xx, { out = xx }) end, { "PLOSS_ERR_ALIAS" }, { xx })
+    local go = ploss.randn({ 4, 5 }, { device = device })
+    errs(function() bwd(x, go, { grad_input = go }) end, { "PLOSS_ERR_ALIAS" }, { go })
+    local xx2 = x:clone()
+    errs(function() bwd(xx2, go, { grad_input = xx2 }) end, { "PLOSS_ERR_ALIAS" }, { xx2 })
+  end)
+  return cases
+end
+
+---------------------------------------------------------------------------------------
+-- one_hot (an op with a class-index target)
+---------------------------------------------------------------------------------------
+
+local function gen_one_hot_cases(device)
+  local cases = {}
+  local function errs(fn, frags, outs)
+    local snap = poison(unpack(outs or {}))
+    local ok, err = pcall(fn)
+    if ok then fail("one_hot: expected an error containing " .. table.concat(frags, " + ")) end
+    for _, f in ipairs(frags) do
+      if not tostring(err):find(f, 1, true) then fail("one_hot: '" .. tostring(err) .. "' does not contain '" .. f .. "'") end
+    end
+    if device == "cpu" or not tostring(err):find("INVALID_LABEL", 1, true) then H.assert_untouched(snap) end
+  end
+  add(cases, "shapes, dtypes, labels, options, layouts, aliasing", function()
+    local y = ploss.tensor({ 0, 2, 1, 4 }, { dtype = "i64", device = device })
+    local out = ploss.empty({ 4, 5 }, { device = device })
+    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }) }) end, { "PLOSS_ERR_SHAPE" })
+    errs(function() ploss.one_hot(ploss.zeros({}, { dtype = "i64", device = device }), 5) end, { "PLOSS_ERR_SHAPE" })
+    errs(function() ploss.one_hot(y:to(nil, "f32"), nil, { out = out }) end, { "PLOSS_ERR_DTYPE", "target" }, { out })
+    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 4, 5 }, { dtype = "i64", device = device }), label_smoothing = 0.1 }) end,
+      { "PLOSS_ERR_DTYPE" })
+    errs(function() ploss.one_hot(y, nil, { out = out, label_smoothing = -0.5 }) end, { "opts.label_smoothing" }, { out })
+    errs(function() ploss.one_hot(y, nil, { out = out, label_smoothing = 2 }) end, { "opts.label_smoothing" }, { out })
+    errs(function() ploss.one_hot(ploss.zeros({ 4 }, { dtype = "i64", device = device }), 1,
+      { label_smoothing = 0.1, smoothing_convention = "uniform_others" }) end, { "PLOSS_ERR_INVALID_ARGUMENT" })
+    for _, bad in ipairs { 5, -2, 1000 } do
+      local yb = ploss.tensor({ 0, bad, 1, 4 }, { dtype = "i64", device = device })
+      if device == "cpu" then
+        errs(function() ploss.one_hot(yb, nil, { out = out }) end, { "PLOSS_ERR_INVALID_LABEL", "class index " .. bad }, { out })
+      else
+        ploss.one_hot(yb, nil, { out = out })
+        errs(function() ploss.synchronize(device) end, { "PLOSS_ERR_INVALID_LABEL" })
+        ploss.synchronize(device)
+      end
+    end
+    -- ignore_index -1 (default) gives a zero row
+    local z = ploss.one_hot(ploss.tensor({ -1, 3 }, { dtype = "i64", device = device }), 5):flat()
+    H.assert_equal(z, { 0, 0, 0, 0, 0, 0, 0, 0, 1, 0 })
+    -- empty, strided target / output, zero-stride output refused, aliasing refused
+    H.assert_equal(ploss.one_hot(ploss.empty({ 0 }, { dtype = "i64", device = device }), 5):size(), { 0, 5 })
+    local ref = ploss.one_hot(y, 5):flat()
+    local ybig = ploss.tensor({ { 0, 9 }, { 2, 9 }, { 1, 9 }, { 4, 9 } }, { dtype = "i64", device = device })
+    H.assert_equal(ploss.one_hot(ybig:select(2, 1), 5):flat(), ref)
+    H.assert_equal(ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }):t() }):flat(), ref)
+    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "out" })
+    local oi = ploss.zeros({ 4, 5 }, { dtype = "i64", device = device })
+    local yi = oi:select(2, 1)
+    errs(function() ploss.one_hot(yi, nil, { out = oi }) end, { "PLOSS_ERR_ALIAS" })
+    if other_device(device) then
+      errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 4, 5 }, { device = other_device(device) }) }) end, { "PLOSS_ERR_DEVICE" })
+    else
+      io.write("\n  [bad_input] one_hot: mixed-device case skipped: no second device (no GPU)\n")
+    end
+  end)
+  return cases
+end
+
+--- The cases of a row on `device` ({name, fn} list).  `fam` may be a row or a name;
+-- the name 'one_hot' gives the one-hot cases.
+function B.cases(fam, device)
+  if fam == "one_hot" then return gen_one_hot_cases(device) end
+  if type(fam) == "string" then fam = assert(B.by_name[fam], fam) end
+  if fam.kind == "op" then return gen_op_cases(fam, device) end
+  return gen_loss_cases(fam, device)
+end
+
+return B
