@@ -398,6 +398,9 @@ end
 
 local TOL = { f64 = 1e-12, f32 = 2e-5, bf16 = 2e-2, f16 = 2e-3 }
 
+--- The dtypes of the value cases (NaN/Inf rows, all-ignored, one class, empty batch).
+B.DTYPES = { "f32", "f64", "bf16", "f16" }
+
 -- Compare every pass of `a` against `ref` (another argument table: contiguous copies).
 -- When a pass raises, the error must be a LAYOUT error ("strides") and leave the outputs
 -- untouched; otherwise the values must equal the reference's.
@@ -443,8 +446,8 @@ local function other_device(device)
 end
 
 -- An f32 input/target pair plus opts on device (class kind: N×C = 4×5 or 2×5×3×2).
-local function base(fam, device, sizes, seed)
-  local x, y, o = B.loss_args(fam, sizes, "f32", device, seed or 11)
+local function base(fam, device, sizes, seed, dtype)
+  local x, y, o = B.loss_args(fam, sizes, dtype or "f32", device, seed or 11)
   return x, y, o
 end
 
@@ -729,15 +732,15 @@ local function gen_loss_cases(fam, device)
       expect_error_all(fam, function(pass)
         if pass == "forward" then return nil end
         local l = out_buffers(fam, x, red)
-        local g = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5)
+        local g = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5)
         return { x = x, y = y, opts = oo, loss = l, grad = g }
       end, { "grad_input" })
       if red == "none" then
         expect_error_all(fam, function(pass)
           if pass == "backward" then return nil end
           local _, g = out_buffers(fam, x, red)
-          local l = fam.kind == "elementwise" and ploss.empty({ 1, 5 }, { device = device }):expand(4, 5)
-            or ploss.empty({ 1 }, { device = device }):expand(4)
+          local l = fam.kind == "elementwise" and ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5)
+            or ploss.zeros({ 1 }, { device = device }):expand(4)
           return { x = x, y = y, opts = oo, loss = l, grad = g }
         end, { "loss" })
       end
@@ -793,8 +796,8 @@ local function gen_loss_cases(fam, device)
 
   -- NaN / Inf in valid rows -----------------------------------------------------------
   add(cases, "NaN / Inf in a valid row: the loss is NaN (Inf: not finite), other rows unchanged", function()
-    for _, bad in ipairs { 0 / 0, math.huge } do
-      local x, y, o = base(fam, device, S2, 61)
+    for _, bad in ipairs { 0 / 0, math.huge } do for _, dtype in ipairs(B.DTYPES) do
+      local x, y, o = base(fam, device, S2, 61, dtype)
       local xb = x:clone()
       if fam.kind == "elementwise" then
         xb:view(-1)[7] = bad -- element (2, 2)
@@ -815,7 +818,7 @@ local function gen_loss_cases(fam, device)
           if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. ": NaN row loss " .. tostring(lb[i])) end
           if bad == bad and finite(lb[i]) then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
         elseif not fam.rows_coupled then
-          close({ lb[i] }, { lc[i] }, TOL.f32, fam.name .. " loss of clean row " .. i)
+          close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of clean row " .. i)
         end
       end
       -- the fused gradient of the other rows is unchanged (sum reduction)
@@ -825,17 +828,19 @@ local function gen_loss_cases(fam, device)
       for i = 1, #gcv do
         local row = math.floor((i - 1) / 5) + 1
         local in_bad = fam.kind == "elementwise" and i == 7 or (fam.kind ~= "elementwise" and row == 2)
-        if not in_bad then close({ gbv[i] }, { gcv[i] }, TOL.f32, fam.name .. " gradient element " .. i .. " of a clean row") end
+        if not in_bad then close({ gbv[i] }, { gcv[i] }, TOL[dtype], fam.name .. " " .. dtype .. " gradient element " .. i .. " of a clean row") end
       end
-    end
+    end end
   end)
 
   if is_class then
     -- NaN / Inf in ignored rows -----------------------------------------------------
     add(cases, "NaN / Inf in an ignored row does not leak into the loss or the gradient", function()
       for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
-        for _, sizes in ipairs { S2, { 2, 5, 2 } } do
-          local x, _, o = base(fam, device, sizes, 71)
+        for _, sd in ipairs { { S2, "f32" }, { { 2, 5, 2 }, "f32" }, { S2, "bf16" }, { { 2, 5, 2 }, "f16" },
+            { { 3, 1000 }, "f32" }, { { 3, 1000 }, "bf16" }, { { 2, 3000 }, "f64" }, { { 2, 40, 3 }, "f32" } } do
+          local sizes, dtype = sd[1], sd[2]
+          local x, _, o = base(fam, device, sizes, 71, dtype)
           local ns = sample_sizes(sizes)
           local yv = ploss.randint(0, 5, ns, { seed = 72 }):view(-1):flat()
           yv[2] = fam.ignore
@@ -856,7 +861,8 @@ local function gen_loss_cases(fam, device)
               local l, g = run_pass(fam, pass, { x = xb, y = y, opts = oo })
               local rlv, rgv = values_of(rl, rg)
               local lv, gv = values_of(l, g)
-              local label = string.format("%s %s %s, %s in an ignored row", fam.name, pass, red, tostring(bad))
+              local label = string.format("%s %s %s %s %s, %s in an ignored row", fam.name, table.concat(sizes, "x"), dtype,
+                pass, red, tostring(bad))
               if rlv then H.assert_equal(lv, rlv, { what = label .. " loss" }) end
               if rgv then
                 H.assert_equal(gv, rgv, { what = label .. " gradient" })
@@ -871,14 +877,14 @@ local function gen_loss_cases(fam, device)
 
     -- all ignored -------------------------------------------------------------------
     add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
-      for _, sizes in ipairs { S2, S4 } do
-        local x, _, o = base(fam, device, sizes, 81)
+      for _, sizes in ipairs { S2, S4, { 3, 1000 } } do for _, dtype in ipairs(B.DTYPES) do
+        local x, _, o = base(fam, device, sizes, 81, dtype)
         local y = ploss.full(sample_sizes(sizes), fam.ignore, { dtype = "i64", device = device })
         for _, red in ipairs { "mean", "sum", "none" } do
           for _, pass in ipairs(PASSES) do
             local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = red }) })
             local lv, gv = values_of(l, g)
-            local label = fam.name .. " " .. pass .. " " .. red .. " all ignored"
+            local label = fam.name .. " " .. table.concat(sizes, "x") .. " " .. dtype .. " " .. pass .. " " .. red .. " all ignored"
             if lv then
               if red == "mean" then
                 if not is_nan(lv[1]) then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected NaN") end
@@ -889,12 +895,13 @@ local function gen_loss_cases(fam, device)
             if gv then for i, v in ipairs(gv) do if v ~= 0 then fail(label .. ": gradient element " .. i .. " is " .. v) end end end
           end
         end
-      end
+      end end
     end)
 
     -- one class ---------------------------------------------------------------------
     add(cases, fam.min_classes > 1 and "one class is refused" or "one class: the loss of a single-class softmax", function()
-      local x = ploss.randn({ 4, 1 }, { device = device, seed = 91 })
+      for _, dtype in ipairs(B.DTYPES) do
+      local x = ploss.randn({ 4, 1 }, { device = device, seed = 91, dtype = dtype })
       local y = ploss.zeros({ 4 }, { dtype = "i64", device = device })
       local o = merge(tensor_opts(fam, { 4, 1 }, device), fam.keep_all)
       if fam.min_classes > 1 then
@@ -906,14 +913,17 @@ local function gen_loss_cases(fam, device)
         local lv, gv = values_of(l, g)
         if lv then
           for i, v in ipairs(lv) do
-            if fam.one_class then close({ v }, { fam.one_class() }, 1e-6, fam.name .. " one-class loss " .. i)
+            if fam.one_class then close({ v }, { fam.one_class() }, 1e-6, fam.name .. " " .. dtype .. " " .. pass .. " one-class loss " .. i)
             elseif not finite(v) then fail(fam.name .. " one-class loss " .. v) end
           end
         end
         if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v) > 1e-6 then
-          fail(fam.name .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected 0") end end end
+          fail(fam.name .. " " .. dtype .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected 0") end end end
+      end
       end
       if fam.name == "cross_entropy" then
+        local x = ploss.randn({ 4, 1 }, { device = device, seed = 92 })
+        local y = ploss.zeros({ 4 }, { dtype = "i64", device = device })
         expect_error_all(fam, function()
           return { x = x, y = y, opts = { label_smoothing = 0.1, smoothing_convention = "uniform_others" } }
         end, { "PLOSS_ERR_INVALID_ARGUMENT", "undefined for C = 1" })
@@ -923,8 +933,8 @@ local function gen_loss_cases(fam, device)
 
   -- empty batch -----------------------------------------------------------------------
   add(cases, "empty batch: mean NaN, sum 0, none and gradient empty", function()
-    for _, sizes in ipairs { { 0, 5 }, { 2, 5, 0, 3 }, { 0, 5, 3 } } do
-      local x = ploss.empty(sizes, { device = device })
+    for _, sizes in ipairs { { 0, 5 }, { 2, 5, 0, 3 }, { 0, 5, 3 }, { 0, 1000 } } do for _, dtype in ipairs(B.DTYPES) do
+      local x = ploss.empty(sizes, { device = device, dtype = dtype })
       local y
       if is_class then y = ploss.empty(sample_sizes(sizes), { dtype = "i64", device = device })
       else y = ploss.empty(sizes, { device = device }) end
@@ -933,7 +943,7 @@ local function gen_loss_cases(fam, device)
         for _, pass in ipairs(PASSES) do
           local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = red }) })
           local lv, gv = values_of(l, g)
-          local label = fam.name .. " " .. pass .. " " .. red .. " " .. table.concat(sizes, "x")
+          local label = fam.name .. " " .. dtype .. " " .. pass .. " " .. red .. " " .. table.concat(sizes, "x")
           if lv then
             if red == "mean" and not is_nan(lv[1]) then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected NaN") end
             if red == "sum" and lv[1] ~= 0 then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected 0") end
@@ -942,7 +952,7 @@ local function gen_loss_cases(fam, device)
           if g and not nn_same(g:size(), sizes) then fail(label .. ": gradient of sizes " .. table.concat(g:size(), "x")) end
         end
       end
-    end
+    end end
   end)
 
   -- options out of range --------------------------------------------------------------
@@ -1189,8 +1199,8 @@ local function gen_op_cases(fam, device)
     local rf = fwd(x, {}):flat()
     local ot = ploss.empty({ 5, 4 }, { device = device }):t()
     close(fwd(x, { out = ot }):flat(), rf, TOL.f32, fam.name .. " transposed output")
-    errs(function() fwd(x, { out = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "output" })
-    errs(function() bwd(x, gout, { grad_input = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "grad_input" })
+    errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "output" })
+    errs(function() bwd(x, gout, { grad_input = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "grad_input" })
   end)
 
   add(cases, "NaN / Inf in a row: that row is not finite, the other rows unchanged", function()
@@ -1291,7 +1301,7 @@ local function gen_one_hot_cases(device)
     local ybig = ploss.tensor({ { 0, 9 }, { 2, 9 }, { 1, 9 }, { 4, 9 } }, { dtype = "i64", device = device })
     H.assert_equal(ploss.one_hot(ybig:select(2, 1), 5):flat(), ref)
     H.assert_equal(ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }):t() }):flat(), ref)
-    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "out" })
+    errs(function() ploss.one_hot(y, nil, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "out" })
     local oi = ploss.zeros({ 4, 5 }, { dtype = "i64", device = device })
     local yi = oi:select(2, 1)
     errs(function() ploss.one_hot(yi, nil, { out = oi }) end, { "PLOSS_ERR_ALIAS" })

@@ -589,17 +589,41 @@ function Tensor:long() return self:to(nil, "i64") end
 function Tensor:int() return self:to(nil, "i32") end
 function Tensor:byte() return self:to(nil, "u8") end
 
+-- n values of a dense host buffer of a C dtype as Lua numbers.  LuaJIT (GC64) keeps Lua
+-- values as NaN-tagged doubles: a double whose bits are a NaN with the sign and the high
+-- payload bits set (the f32 NaN 0xFFFFFFFF, which is CUDA's canonical NaN 0x7FFFFFFF
+-- negated; uninitialised memory) would become false / nil / a light userdata once stored.
+-- Such NaNs are read as the canonical NaN (the bits are checked before the value exists).
+local NAN = 0 / 0
+local direct_ctype
+local function read_values(data, dtype, n)
+  local out = {}
+  if dtype == "f64" then
+    local p, hi = ffi.cast("double *", data), ffi.cast("uint32_t *", data) -- little-endian
+    for i = 1, n do
+      if hi[2 * i - 1] >= 0xFFF80000 then out[i] = NAN else out[i] = tonumber(p[i - 1]) end
+    end
+  elseif dtype == "f32" then
+    local p, bits = ffi.cast("float *", data), ffi.cast("uint32_t *", data)
+    for i = 1, n do
+      if bits[i - 1] > 0xFF800000 then out[i] = NAN else out[i] = tonumber(p[i - 1]) end
+    end
+  else
+    local p = ffi.cast(direct_ctype[dtype], data)
+    for i = 1, n do out[i] = tonumber(p[i - 1]) end
+  end
+  return out
+end
+
+direct_ctype = { f32 = "float *", f64 = "double *", i64 = "int64_t *", i32 = "int32_t *", u8 = "uint8_t *" }
+
 -- Element values in row-major order as a flat Lua array (a host read: on CUDA this
 -- synchronises and reports the device error slot).
-local direct_ctype = { f32 = "float *", f64 = "double *", i64 = "int64_t *", i32 = "int32_t *", u8 = "uint8_t *" }
 local function host_values(t)
   local direct = direct_ctype[t:dtype()]
   if direct and not t:is_cuda() and t:is_contiguous() then
     -- a dense host tensor of a C type: read it in place
-    local p = ffi.cast(direct, t:dl().data)
-    local out = {}
-    for i = 1, tonumber(t.n) do out[i] = tonumber(p[i - 1]) end
-    return out
+    return read_values(t:dl().data, t:dtype(), tonumber(t.n))
   end
   local staging = dtype_of(t).float and "f64" or "i64"
   local host
@@ -609,9 +633,7 @@ local function host_values(t)
     host = ploss.empty(sizes_of(t), { dtype = staging })
     host:copy(t)
   end
-  local p = ffi.cast(staging == "f64" and "double *" or "int64_t *", host:dl().data)
-  local out = {}
-  for i = 1, tonumber(t.n) do out[i] = tonumber(p[i - 1]) end
+  local out = read_values(host:dl().data, staging, tonumber(t.n))
   if host ~= t then host:free() end
   return out
 end
