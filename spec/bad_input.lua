@@ -1003,6 +1003,24 @@ local function gen_loss_cases(fam, device)
       if g ~= xx then fail(fam.name .. ": inplace fused did not return the input") end
       close(xx:flat(), gref:flat(), TOL.f32, fam.name .. " in-place gradient")
     end
+    -- in place over non-contiguous inputs (class-major N×C, channels-last N×C×H×W)
+    do
+      local x4, y4, o4 = base(fam, device, S4, 103)
+      for _, xy in ipairs { { x:t():contiguous():t(), y, o, "transposed" },
+                            { x4:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3), y4, o4, "channels-last" } } do
+        local xx, yy, oo = xy[1], xy[2], xy[3]
+        local _, gref = F[fam.name .. "_fused"](xx, yy, merge(fam.opts, oo))
+        local want = gref:flat()
+        local _, g = F[fam.name .. "_fused"](xx, yy, merge(fam.opts, oo, { inplace = true }))
+        close(g:flat(), want, TOL.f32, fam.name .. " in-place gradient over a " .. xy[4] .. " input")
+      end
+    end
+    -- grad_input overlapping the input by one row (a shifted view of the same buffer)
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      local big = ploss.randn({ 5, 5 }, { device = device, seed = 104 })
+      return { x = big:narrow(1, 1, 4), y = y, opts = o, grad = big:narrow(1, 2, 4) }
+    end, { "PLOSS_ERR_ALIAS", "grad_input" })
     -- C level: opts.inplace = 1 with a grad_input that is not the input (same storage, other view)
     do
       local spec = ploss[fam.class]._spec
@@ -1019,6 +1037,16 @@ local function gen_loss_cases(fam, device)
         fail(string.format("%s: inplace = 1 with a separate grad_input: status %d '%s', expected ALIAS naming opts.inplace", fam.name, tonumber(st), msg))
       end
       H.assert_untouched(snap)
+      -- … and with a grad_input that overlaps the input without being it
+      local big = ploss.randn({ 5, 5 }, { device = device, seed = 105 })
+      local xs, gs = big:narrow(1, 1, 4), big:narrow(1, 2, 4)
+      local before = big:flat()
+      local st3 = spec.fused(ro, xs:context(), xs, y, copts, l, gs)
+      local msg3 = ffi.string(ploss.C.ploss_last_error())
+      if st3 ~= ploss.C.PLOSS_ERR_ALIAS then
+        fail(string.format("%s: inplace = 1, grad_input shifted by one row over the input: status %d '%s', expected ALIAS", fam.name, tonumber(st3), msg3))
+      end
+      H.assert_equal(big, before, { what = fam.name .. " input after a refused shifted in-place call" })
       -- grad_input over the bytes of the target (a float view of the same memory)
       local yy
       if fam.kind == "class" then
