@@ -322,7 +322,9 @@ local PASSES = { "forward", "backward", "fused" }
 
 -- Run one pass of a loss row.  a = {x, y, opts, gout, loss, grad}; returns loss, grad
 -- (either may be nil).  Errors propagate (raised at this file's lines: not inside ploss).
+B.calls = {} -- library calls made through run_pass, per row name (for the report)
 local function run_pass(fam, pass, a)
+  B.calls[fam.name] = (B.calls[fam.name] or 0) + 1
   if fam.kind == "op" then
     local o = merge(a.opts)
     if pass == "forward" then
@@ -494,6 +496,17 @@ local function gen_loss_cases(fam, device)
       expect_error_all(fam, function()
         return { x = x, y = ploss.rand({ 20 }, { device = device }), opts = o }
       end, { "PLOSS_ERR_SHAPE", "target" })
+      -- rank 0 is an input like any other: its loss is the one-element loss
+      local x0, y0 = ploss.full({}, 0.7, { device = device }), ploss.full({}, 0.25, { device = device })
+      local x1, y1 = ploss.full({ 1 }, 0.7, { device = device }), ploss.full({ 1 }, 0.25, { device = device })
+      for _, pass in ipairs(PASSES) do
+        local l0, g0 = run_pass(fam, pass, { x = x0, y = y0, opts = {} })
+        local l1, g1 = run_pass(fam, pass, { x = x1, y = y1, opts = {} })
+        local a0, b0 = values_of(l0, g0)
+        local a1, b1 = values_of(l1, g1)
+        if a0 then H.assert_equal(a0, a1, { what = fam.name .. " " .. pass .. " rank-0 loss" }) end
+        if b0 then H.assert_equal(b0, b1, { what = fam.name .. " " .. pass .. " rank-0 gradient" }) end
+      end
     end
   end)
 
@@ -752,12 +765,22 @@ local function gen_loss_cases(fam, device)
     add(cases, "labels >= C or < 0 that are not ignore_index", function()
       local neg = fam.ignore == -1 and -2 or -1
       for _, bad in ipairs { 5, neg, 1000, -1000000, 2 ^ 40 } do
-        for _, tdt in ipairs { "i64", "i32" } do
+        for _, tdt in ipairs { "i64", "i32", "4-d" } do
           if not (tdt == "i32" and math.abs(bad) >= 2 ^ 31) then
-            local x, _, o = base(fam, device, S2, 51)
-            local yv = { 0, 1, bad, 2 }
-            local y = ploss.tensor(yv, { dtype = tdt, device = device })
-            local frag = string.format("target: class index %d at sample (2, 0) is outside [0, 5)", bad)
+            local x, _, o, y, frag
+            if tdt == "4-d" then
+              -- N×C×3×2 input: the bad label at sample n = 1, s = 4 (0-based)
+              x, _, o = base(fam, device, S4, 52)
+              local yv = {}
+              for k = 1, 12 do yv[k] = (k * 7) % 5 end
+              yv[11] = bad
+              y = ploss.tensor(yv, { dtype = "i64", device = device }):view(2, 3, 2)
+              frag = string.format("target: class index %d at sample (1, 4) is outside [0, 5)", bad)
+            else
+              x, _, o = base(fam, device, S2, 51)
+              y = ploss.tensor({ 0, 1, bad, 2 }, { dtype = tdt, device = device })
+              frag = string.format("target: class index %d at sample (2, 0) is outside [0, 5)", bad)
+            end
             for _, red in ipairs { "none", "sum" } do
               local oo = merge(o, { reduction = red })
               if device == "cpu" then
@@ -784,7 +807,7 @@ local function gen_loss_cases(fam, device)
                 ploss.synchronize(device)
               end
               -- the context works afterwards
-              local good = ploss.tensor({ 0, 1, 2, 3 }, { dtype = tdt, device = device })
+              local good = ploss.zeros(y:size(), { dtype = y:dtype(), device = device })
               local v = F[fam.name](x, good, merge(fam.opts, o, { reduction = "sum" }))
               if not finite(v) then fail(fam.name .. ": a valid call after the label error gave " .. tostring(v)) end
             end
