@@ -95,7 +95,7 @@ describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .
       local ys2 = yr:narrow(1, start, 7):to("cpu", "f64")
       local lref = F.sigmoid_focal(xs2, ys2, { reduction = "none" }):flat()
       local _, gref = F.sigmoid_focal_fused(xs2, ys2, { reduction = "sum" })
-      check_close(ln:narrow(1, start, 7):to("cpu", "f64"):flat(), lref, 1e-5, 1e-7, "random: none loss from " .. start)
+      check_close(ln:narrow(1, start, 7):to("cpu", "f64"):flat(), lref, 1e-4, 1e-6, "random: none loss from " .. start)
       check_close(gr:narrow(1, start, 7):to("cpu", "f64"):flat(), gref:flat(), BF16.rtol, 1e-3, "random: gradient from " .. start)
     end
     ln:free(); gr:free(); x:free(); yt:free(); xr:free(); yr:free()
@@ -120,7 +120,7 @@ describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .
         local lref = F[name](xp, yp, { reduction = "none" }):flat()
         local _, gref = F[name .. "_fused"](xp, yp, { reduction = "sum" })
         local what = string.format("%s pixel (%d, %d, %d)", name, n, h, w)
-        check_close({ ln:select(1, n):select(1, h):select(1, w):item() }, lref, 1e-5, 1e-6, what .. " loss")
+        check_close({ ln:select(1, n):select(1, h):select(1, w):item() }, lref, 1e-4, 1e-6, what .. " loss")
         local gp = g:select(1, n):select(2, h):select(2, w):to("cpu", "f64"):flat()
         check_close(gp, gref:flat(), BF16.rtol, 1e-3, what .. " gradient")
       end
