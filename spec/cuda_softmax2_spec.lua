@@ -103,8 +103,12 @@ end)
 ---------------------------------------------------------------------------------------
 
 -- Sizes reaching every path: warp per row (C ≤ 2048), block per row (C = 4097), thread
--- per sample (N×C×H×W, and every transposed N×C), two classes, odd sizes.
-local SIZES = { { 64, 10 }, { 33, 17 }, { 3, 4097 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 7, 2 } }
+-- per sample (N×C×H×W, and every transposed N×C), two classes, odd sizes.  The register
+-- kernels (f32/f16/bf16, C ≤ 32; tiers 8, 24, 32): C = 9 (tier 24), C = 32 at the bound
+-- and C = 33 just above it (row groups); N×C×H×W takes pixel pairs with vector loads, and
+-- an odd H·W leaves the last pair of an image partial and every odd image misaligned.
+local SIZES = { { 64, 10 }, { 33, 17 }, { 3, 4097 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 7, 2 },
+  { 3, 9, 5, 3 }, { 2, 32, 9, 7 }, { 2, 33, 6, 6 } }
 
 -- Check one loss (ploss.F[fname], criterion ploss[crit]) for each option set.
 local function check_against_cpu(fname, crit, sets, sizes, seed0)
@@ -202,7 +206,9 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
       local rows = { { 1000, 0, 1, 2 }, { -3, 1000, 0, 0.5 }, { 30, 30, 30, 30 } }
       local x = ploss.tensor(rows, { dtype = dtype }):to(DEV)
       local y = ploss.tensor({ 0, 1, 2 }, { dtype = "i64" }):to(DEV)
-      for _, xs in ipairs { x, x:t():contiguous():t() } do
+      -- N×C, its transpose, and the rows as the 3 pixels of a 1×C×3 image (pixel pairs)
+      for _, xy in ipairs { { x, y }, { x:t():contiguous():t(), y }, { x:t():contiguous():view({ 1, 4, 3 }), y:view({ 1, 3 }) } } do
+        local xs, y = xy[1], xy[2]
         local l, g = F.large_margin_softmax_fused(xs, y, { reduction = "none" })
         local rl, rg = F.large_margin_softmax_fused(xs:to("cpu", "f64"), y:cpu(), { reduction = "none" })
         for _, v in ipairs(l:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, dtype .. " loss " .. v) end
@@ -305,6 +311,56 @@ describe("CUDA PC-softmax cross-entropy against the CPU (" .. DEV .. ")", functi
 end)
 
 ---------------------------------------------------------------------------------------
+-- views whose data start one element past an aligned address: the register kernels fall
+-- back to element loads and stores (bitwise the numbers of an aligned copy; out of place
+-- the gradient is aligned, in place it is not), against the CPU for the plain losses
+---------------------------------------------------------------------------------------
+
+describe("CUDA softmax family II on misaligned views (" .. DEV .. ")", function()
+  local CASES = {
+    { "large_margin_softmax", { reduction = "mean" }, 255 },
+    { "taylor_cross_entropy", { reduction = "sum" }, -1 },
+    { "pc_softmax_cross_entropy", { reduction = "mean", ignore_index = 255 }, 255 },
+    { "ohem_cross_entropy", { score_thresh = 0.3 }, 255 },
+    { "ohem_large_margin", { score_thresh = 0.02 }, 255 },
+  }
+  for _, sizes in ipairs { { 2, 19, 6, 8 }, { 3, 32, 5, 5 }, { 2, 5, 7 } } do
+    it("sizes " .. table.concat(sizes, "x"), function()
+      local numel = 1
+      for _, d in ipairs(sizes) do numel = numel * d end
+      for _, dtype in ipairs { "f32", "f16", "bf16" } do
+        for k, case in ipairs(CASES) do
+          local fname, ignore_index = case[1], case[3]
+          local label = string.format("%s %s %s misaligned", fname, table.concat(sizes, "x"), dtype)
+          local opts = {}
+          for kk, v in pairs(case[2]) do opts[kk] = v end
+          if fname == "pc_softmax_cross_entropy" then opts.lb_proportion = priors(sizes[2], 90 + k) end
+          local big = ploss.randn({ numel + 1 }, { dtype = dtype, device = DEV, std = 2, seed = 91 + k })
+          local x = big:narrow(1, 2, numel):view(sizes)
+          local y = make_labels(sizes, true, ignore_index, "i64", 92 + k)
+          local l, g = F[fname .. "_fused"](x, y, opts)
+          local la, ga = F[fname .. "_fused"](x:contiguous():clone(), y, opts)
+          assert.are.equal(la, l, label .. " loss")
+          H.assert_equal(g, ga, { what = label .. " grad" })
+          local xi = big:clone():narrow(1, 2, numel):view(sizes)
+          local io = {}
+          for kk, v in pairs(opts) do io[kk] = v end
+          io.inplace = true
+          local li, gi = F[fname .. "_fused"](xi, y, io)
+          assert.are.equal(l, li, label .. " in place loss")
+          H.assert_equal(gi, g, { what = label .. " in place grad" })
+          if not fname:find("^ohem") then
+            local rl, rg = F[fname .. "_fused"](x:to("cpu", "f64"), y:cpu(), opts_on(opts, "cpu", "f64"))
+            close(l, rl, TOL[dtype].loss, 0, label .. " loss vs CPU")
+            close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs CPU")
+          end
+        end
+      end
+    end)
+  end
+end)
+
+---------------------------------------------------------------------------------------
 -- OHEM: the device's mining and loss against the CPU
 ---------------------------------------------------------------------------------------
 
@@ -341,6 +397,9 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
     { { 2, 19, 64, 64 }, 0.05, -1 }, { { 2, 19, 64, 64 }, 0.7, -1 }, { { 4, 5, 33, 17 }, 0.3, 0 },
     { { 4, 5, 33, 17 }, 0.3, 100000 }, { { 512, 10 }, 0.1, 300 }, { { 3, 4097 }, 0.01, 2 },
     { { 1, 19, 128, 192 }, 0.02, -1 }, { { 700, 3 }, 0.2, 650 },
+    -- register kernels: n_min above the valid count but below M (the select ends in the
+    -- ignored bucket) with odd H·W; refinement taken at C = 32 and on the row groups at 33
+    { { 2, 19, 17, 15 }, 0.01, 500 }, { { 2, 32, 9, 7 }, 0.05, -1 }, { { 2, 33, 6, 6 }, 0.05, -1 },
   }
   for k, case in ipairs(CASES) do
     local sizes, tau, n_min = case[1], case[2], case[3]
@@ -394,15 +453,20 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
     end)
   end
 
-  it("keeps every sample tied with the n_min-th score (duplicated rows)", function()
+  it("keeps every sample tied with the n_min-th score (duplicated rows, N×C and 1×C×S)", function()
     local pool = ploss.randn({ 5, 7 }, { dtype = "f64", std = 2, seed = 71 }):totable()
     local rows, labels = {}, {}
     for i = 1, 4000 do
       local k = (i * 3) % 5 + 1
       rows[i], labels[i] = pool[k], k - 1
     end
-    local x = ploss.tensor(rows, { dtype = "f32" }):to(DEV)
-    local y = ploss.tensor(labels, { dtype = "i64" }):to(DEV)
+    local x2 = ploss.tensor(rows, { dtype = "f32" }):to(DEV)
+    local y2 = ploss.tensor(labels, { dtype = "i64" }):to(DEV)
+    -- the same samples as the pixels of one image (pixel pairs, vector loads)
+    local x4 = x2:t():contiguous():view({ 1, 7, 4000 })
+    local y4 = y2:view({ 1, 4000 })
+    for _, xy in ipairs { { x2, y2 }, { x4, y4 } } do
+    local x, y = xy[1], xy[2]
     for _, n_min in ipairs { 1, 799, 800, 801, 2500 } do
       local s = F.ohem_cross_entropy(x, y, { score_thresh = 0, n_min = n_min, reduction = "sum" })
       local m = F.ohem_cross_entropy(x, y, { score_thresh = 0, n_min = n_min })
@@ -413,14 +477,16 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
       local cm = F.ohem_cross_entropy(x:cpu(), y:cpu(), { score_thresh = 0, n_min = n_min })
       assert.are.equal(count, math.floor(cs / cm + 0.5))
     end
+    end
   end)
 
   it("with every sample ignored: NaN mean and zero gradient", function()
-    for _, sizes in ipairs { { 3, 4 }, { 2, 3, 40, 40 } } do
+    for _, sizes in ipairs { { 3, 4 }, { 2, 3, 40, 40 }, { 2, 19, 5, 7 }, { 2, 40, 3, 3 } } do
       local x = ploss.randn(sizes, { device = DEV })
       local y = ploss.full(sample_sizes(sizes), 255, { dtype = "i64", device = DEV })
       for _, n_min in ipairs { -1, 0, 5, 100000 } do
-        local l, g = F.ohem_cross_entropy_fused(x, y, { n_min = n_min })
+        local fname = n_min == 5 and "ohem_large_margin_fused" or "ohem_cross_entropy_fused"
+        local l, g = F[fname](x, y, { n_min = n_min })
         assert.is_true(l ~= l)
         for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
       end
