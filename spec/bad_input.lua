@@ -764,11 +764,18 @@ local function gen_loss_cases(fam, device)
   if is_class then
     add(cases, "labels >= C or < 0 that are not ignore_index", function()
       local neg = fam.ignore == -1 and -2 or -1
-      for _, bad in ipairs { 5, neg, 1000, -1000000, 2 ^ 40 } do
-        for _, tdt in ipairs { "i64", "i32", "4-d" } do
+      -- variants: i64 / i32 labels of an N×C input, a 4-d target, a wide row (C = 3000: the
+      -- block-per-row kernels on CUDA)
+      for _, tdt in ipairs { "i64", "i32", "4-d", "wide" } do
+        local Cn = tdt == "wide" and 3000 or 5
+        for _, bad in ipairs { Cn, neg, Cn + 995, -1000000, 2 ^ 40 } do
           if not (tdt == "i32" and math.abs(bad) >= 2 ^ 31) then
             local x, _, o, y, frag
-            if tdt == "4-d" then
+            if tdt == "wide" then
+              x, _, o = base(fam, device, { 4, Cn }, 53)
+              y = ploss.tensor({ 0, 1, bad, 2 }, { dtype = "i64", device = device })
+              frag = string.format("target: class index %d at sample (2, 0) is outside [0, %d)", bad, Cn)
+            elseif tdt == "4-d" then
               -- N×C×3×2 input: the bad label at sample n = 1, s = 4 (0-based)
               x, _, o = base(fam, device, S4, 52)
               local yv = {}
@@ -1008,6 +1015,50 @@ local function gen_loss_cases(fam, device)
       end, { "PLOSS_ERR_INVALID_ARGUMENT", "opts.scale" })
     end
   end)
+
+  -- the saved state (C level): wrong dtype, wrong shape, in forward and backward ----------
+  if fam.state then
+    add(cases, "saved state of the wrong dtype or shape (C entry points)", function()
+      local spec = ploss[fam.class]._spec
+      local x, y, o = base(fam, device, S2, 111)
+      local ro = merge(fam.opts, o)
+      local ssz = spec.state_sizes and spec.state_sizes(x) or { 4 }
+      local function call(pass, state)
+        local copts = copts_plain(spec)
+        local l, g = out_buffers(fam, x, "mean")
+        local snap = poison(l, g)
+        local st
+        if pass == "forward" then
+          st = spec.forward(ro, x:context(), x, y, copts, l, state)
+        else
+          local gl = ploss.ones({}, { device = device })
+          st = spec.backward(ro, x:context(), x, y, copts, state, gl, g)
+        end
+        local msg = ffi.string(ploss.C.ploss_last_error())
+        H.assert_untouched(snap)
+        return tonumber(st), msg
+      end
+      local bad_shape = {}
+      for i, v in ipairs(ssz) do bad_shape[i] = v end
+      bad_shape[1] = bad_shape[1] + 1
+      for _, pass in ipairs { "forward", "backward" } do
+        local st, msg = call(pass, ploss.empty(ssz, { dtype = "f64", device = device }))
+        if st ~= ploss.C.PLOSS_ERR_DTYPE then
+          fail(string.format("%s %s: an f64 state for f32 input: status %d '%s', expected DTYPE", fam.name, pass, st, msg))
+        end
+        st, msg = call(pass, ploss.empty(bad_shape, { device = device }))
+        if st ~= ploss.C.PLOSS_ERR_SHAPE then
+          fail(string.format("%s %s: a state of shape [%s]: status %d '%s', expected SHAPE", fam.name, pass,
+            table.concat(bad_shape, ", "), st, msg))
+        end
+      end
+      -- a state with elements sharing memory cannot be written
+      local ones = {}
+      for i = 1, #ssz do ones[i] = 1 end
+      local st, msg = call("forward", ploss.zeros(ones, { device = device }):expand(ssz))
+      if st == 0 then fail(fam.name .. ": a stride-0 state was accepted by forward (" .. msg .. ")") end
+    end)
+  end
 
   -- aliasing --------------------------------------------------------------------------
   add(cases, "in-place requests and outputs that alias inputs", function()
