@@ -1016,6 +1016,92 @@ local function gen_loss_cases(fam, device)
     end
   end)
 
+  -- negative strides (DLPack allows them; the tensor API cannot make them) --------------
+  if fam.class then
+    add(cases, "negative strides (C entry points): the flipped contiguous result or a LAYOUT error", function()
+      local spec = ploss[fam.class]._spec
+      local x, y, o = base(fam, device, S2, 121)
+      local ro = merge(fam.opts, o)
+      local N, Cn = 4, 5
+      local xv, yv = x:flat(), y:flat()
+      -- flip = 'rows' (stride −C along N) or 'classes' (stride −1 along C)
+      for _, flip in ipairs { "rows", "classes" } do
+        local rx, ry = {}, {}
+        for i = 1, N do
+          for j = 1, Cn do
+            local si = flip == "rows" and (N + 1 - i) or i
+            local sj = flip == "classes" and (Cn + 1 - j) or j
+            rx[(i - 1) * Cn + j] = xv[(si - 1) * Cn + sj]
+          end
+        end
+        -- the flipped view reads x; its contiguous equivalent is rx
+        local xr = ploss.tensor(rx, { dtype = "f32", device = device, size = { N, Cn } }):view(N, Cn)
+        local yr, ycall
+        if fam.kind == "class" then
+          for i = 1, N do
+            local yi = yv[flip == "rows" and (N + 1 - i) or i]
+            if flip == "classes" then yi = Cn - 1 - yi end
+            ry[i] = yi
+          end
+          yr = ploss.tensor(ry, { dtype = "i64", device = device })
+          -- class flip: the target of the flipped view is yr (labels count from the end)
+          ycall = yr
+        else
+          yr = y -- elementwise: flip the target the same way through a flipped view of it
+        end
+        local d = ffi.new("DLTensor")
+        local shape, strides = ffi.new("int64_t[2]", N, Cn), ffi.new("int64_t[2]")
+        d.data = x:dl().data
+        d.device = x:dl().device
+        d.ndim = 2
+        d.dtype = x:dl().dtype
+        d.shape = shape
+        d.strides = strides
+        if flip == "rows" then
+          strides[0], strides[1] = -Cn, 1
+          d.byte_offset = (N - 1) * Cn * 4
+        else
+          strides[0], strides[1] = Cn, -1
+          d.byte_offset = (Cn - 1) * 4
+        end
+        local xneg = { dl = function() return d end, context = function() return x:context() end }
+        if fam.kind == "elementwise" then
+          local dy = ffi.new("DLTensor")
+          dy.data, dy.device, dy.ndim, dy.dtype = y:dl().data, y:dl().device, 2, y:dl().dtype
+          dy.shape, dy.strides, dy.byte_offset = shape, strides, d.byte_offset
+          ycall = { dl = function() return dy end }
+          local ryv = {}
+          local yvv = y:flat()
+          for i = 1, N do for j = 1, Cn do
+            local si = flip == "rows" and (N + 1 - i) or i
+            local sj = flip == "classes" and (Cn + 1 - j) or j
+            ryv[(i - 1) * Cn + j] = yvv[(si - 1) * Cn + sj]
+          end end
+          yr = ploss.tensor(ryv, { dtype = "f32", device = device, size = { N, Cn } }):view(N, Cn)
+        end
+        local copts = copts_plain(spec)
+        copts.reduction = ploss.C.PLOSS_REDUCTION_NONE
+        local lref, gref = out_buffers(fam, x, "none")
+        local st0 = spec.fused(ro, x:context(), xr, yr, copts, lref, gref)
+        if st0 ~= 0 then fail(fam.name .. ": reference call failed: " .. ffi.string(ploss.C.ploss_last_error())) end
+        local l, g = out_buffers(fam, x, "none")
+        local snap = poison(l, g)
+        local st = spec.fused(ro, x:context(), xneg, ycall, copts, l, g)
+        local label = fam.name .. " fused, input with negative strides along " .. flip
+        if st ~= 0 then
+          local msg = ffi.string(ploss.C.ploss_last_error())
+          if st ~= ploss.C.PLOSS_ERR_LAYOUT then
+            fail(string.format("%s: status %d '%s' (expected the flipped result or LAYOUT)", label, tonumber(st), msg))
+          end
+          H.assert_untouched(snap)
+        else
+          close(l:flat(), lref:flat(), TOL.f32, label .. " loss")
+          close(g:flat(), gref:flat(), TOL.f32, label .. " gradient")
+        end
+      end
+    end)
+  end
+
   -- the saved state (C level): wrong dtype, wrong shape, in forward and backward ----------
   if fam.state then
     add(cases, "saved state of the wrong dtype or shape (C entry points)", function()
