@@ -34,6 +34,10 @@
 --   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
 --   keep_all      options that make every valid sample count (OHEM: n_min large)
 --   state         true when forward writes an O(rows) state (aliasing checks on it)
+--   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
+--                 and gradient of the input without that class (and a zero gradient there);
+--                 'finite': only a finite loss and gradient; nil: no claim (the loss is
+--                 not defined there, e.g. the large-margin regulariser is +inf)
 local ffi = require "ffi"
 local H = require "spec.helpers"
 local ploss = H.ploss
@@ -49,7 +53,7 @@ local function ones_like_C(C) return ploss.ones({ C }) end
 
 B.families = {
   {
-    name = "cross_entropy", class = "CrossEntropyLoss", kind = "class", ignore = -100, min_classes = 1,
+    name = "cross_entropy", class = "CrossEntropyLoss", kind = "class", ignore = -100, min_classes = 1, masking = "exact",
     class_tensors = { "weight" }, state = true,
     bad_options = {
       { { label_smoothing = -0.1 }, "opts.label_smoothing: -0.1 is outside [0, 1]" },
@@ -76,7 +80,7 @@ B.families = {
     },
   },
   {
-    name = "softmax_focal", class = "SoftmaxFocalLoss", kind = "class", ignore = -100, min_classes = 1,
+    name = "softmax_focal", class = "SoftmaxFocalLoss", kind = "class", ignore = -100, min_classes = 1, masking = "exact",
     class_tensors = { "alpha" }, state = true,
     bad_options = {
       { { gamma = -1 }, "opts.gamma: -1 must be finite and >= 0" },
@@ -86,7 +90,7 @@ B.families = {
     one_class = function() return 0 end,
   },
   {
-    name = "dual_focal", class = "DualFocalLoss", kind = "class", ignore = -100, min_classes = 1, state = true,
+    name = "dual_focal", class = "DualFocalLoss", kind = "class", ignore = -100, min_classes = 1, state = true, masking = "finite",
     bad_options = {
       { { eps = 0 }, "opts.eps: 0 must be finite and > 0" },
       { { eps = -1 }, "opts.eps: -1 must be finite and > 0" },
@@ -117,7 +121,7 @@ B.families = {
     one_class = function() return 0 end,
   },
   {
-    name = "pc_softmax_cross_entropy", class = "PCSoftmaxCrossEntropyLoss", kind = "class", ignore = -100,
+    name = "pc_softmax_cross_entropy", class = "PCSoftmaxCrossEntropyLoss", kind = "class", ignore = -100, masking = "exact",
     min_classes = 1, class_tensors = { "lb_proportion" }, state = true,
     required_class_tensors = { lb_proportion = function(C)
       local v = {}
@@ -133,7 +137,7 @@ B.families = {
     one_class = function() return math.log(1.5) end, -- log w_0 with w_0 = 0.5 + 1/1
   },
   {
-    name = "ohem_cross_entropy", class = "OhemCrossEntropyLoss", kind = "class", ignore = 255, min_classes = 1,
+    name = "ohem_cross_entropy", class = "OhemCrossEntropyLoss", kind = "class", ignore = 255, min_classes = 1, masking = "exact",
     keep_all = { n_min = 1000000 },
     bad_options = {
       { { score_thresh = -0.1 }, "opts.score_thresh: -0.1 is outside [0, 1]" },
@@ -862,6 +866,39 @@ local function gen_loss_cases(fam, device)
       end
     end end
   end)
+
+  if is_class and fam.masking then
+    add(cases, "-inf logits at non-target classes (class masking): " .. (fam.masking == "exact"
+        and "the loss without those classes" or "finite loss and gradient"), function()
+      for _, dtype in ipairs { "f32", "f64", "bf16" } do
+        local x, _, o = base(fam, device, S2, 131, dtype)
+        local y = ploss.randint(0, 4, { 4 }, { device = device, seed = 132 })
+        local xm = x:clone()
+        xm:narrow(2, 5, 1):fill(-math.huge)
+        local xd = x:narrow(2, 1, 4):contiguous()
+        local od = merge(o)
+        for k, v in pairs(o) do if ploss.is_tensor(v) then od[k] = v:narrow(1, 1, 4):contiguous() end end
+        for _, red in ipairs { "none", "mean" } do
+          local oo, ood = merge(o, { reduction = red }, fam.keep_all), merge(od, { reduction = red }, fam.keep_all)
+          local lm, gm = F[fam.name .. "_fused"](xm, y, merge(fam.opts, oo))
+          local lmv, gmv = values_of(lm, gm)
+          local label = fam.name .. " " .. dtype .. " " .. red .. " masked class"
+          for i, v in ipairs(lmv) do if not finite(v) then fail(label .. ": loss " .. i .. " is " .. v) end end
+          for i, v in ipairs(gmv) do if not finite(v) then fail(label .. ": gradient element " .. i .. " is " .. v) end end
+          if fam.masking == "exact" then
+            local ld, gd = F[fam.name .. "_fused"](xd, y, merge(fam.opts, ood))
+            local ldv, gdv = values_of(ld, gd)
+            close(lmv, ldv, TOL[dtype], label .. " loss vs the 4-class input")
+            local g4 = gm:narrow(2, 1, 4):flat()
+            close(g4, gdv, TOL[dtype], label .. " gradient vs the 4-class input")
+            for i, v in ipairs(gm:narrow(2, 5, 1):flat()) do
+              if v ~= 0 then fail(label .. ": gradient of the masked class, row " .. i .. ", is " .. v) end
+            end
+          end
+        end
+      end
+    end)
+  end
 
   if is_class then
     -- NaN / Inf in ignored rows -----------------------------------------------------
