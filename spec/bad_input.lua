@@ -751,7 +751,7 @@ local function gen_loss_cases(fam, device)
         local l = out_buffers(fam, x, red)
         local g = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5)
         return { x = x, y = y, opts = oo, loss = l, grad = g }
-      end, { "grad_input" })
+      end, { "PLOSS_ERR_LAYOUT", "grad_input" })
       if red == "none" then
         expect_error_all(fam, function(pass)
           if pass == "backward" then return nil end
@@ -759,7 +759,7 @@ local function gen_loss_cases(fam, device)
           local l = fam.kind == "elementwise" and ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5)
             or ploss.zeros({ 1 }, { device = device }):expand(4)
           return { x = x, y = y, opts = oo, loss = l, grad = g }
-        end, { "loss" })
+        end, { "PLOSS_ERR_LAYOUT", "loss" })
       end
     end
   end)
@@ -1039,7 +1039,11 @@ local function gen_loss_cases(fam, device)
         end
       end
       if not (device ~= "cpu" and bo[1].lb_proportion and bo[1].lb_proportion ~= "missing") then
-        expect_error_all(fam, function() return { x = x, y = y, opts = opts } end, { bo[2] })
+        -- C-side option checks ("opts.<field>: …") are INVALID_ARGUMENT; the Lua layer's own
+        -- checks (enum names, integers, priors given as a Lua-visible tensor) have no status
+        local frags = { bo[2] }
+        if bo[2]:find("^opts%.") then frags[2] = "PLOSS_ERR_INVALID_ARGUMENT" end
+        expect_error_all(fam, function() return { x = x, y = y, opts = opts } end, frags)
       end
     end
     -- common to every loss: an unknown reduction, a non-finite scale (fused)
@@ -1424,8 +1428,9 @@ local function gen_op_cases(fam, device)
     local rf = fwd(x, {}):flat()
     local ot = ploss.empty({ 5, 4 }, { device = device }):t()
     close(fwd(x, { out = ot }):flat(), rf, TOL.f32, fam.name .. " transposed output")
-    errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "output" })
-    errs(function() bwd(x, gout, { grad_input = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "grad_input" })
+    errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "PLOSS_ERR_LAYOUT", "output" })
+    errs(function() bwd(x, gout, { grad_input = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end,
+      { "PLOSS_ERR_LAYOUT", "grad_input" })
   end)
 
   add(cases, "NaN / Inf in a row: that row is not finite, the other rows unchanged", function()
@@ -1464,7 +1469,9 @@ local function gen_op_cases(fam, device)
 
   add(cases, "options out of range", function()
     local x = ploss.randn({ 4, 5 }, { device = device })
-    for _, bo in ipairs(fam.bad_options) do both(x, bo[1], { bo[2] }) end
+    for _, bo in ipairs(fam.bad_options) do
+      both(x, bo[1], bo[2]:find("^opts%.") and { bo[2], "PLOSS_ERR_INVALID_ARGUMENT" } or { bo[2] })
+    end
     errs(function() fwd(x, { n = 2.5 }) end, { "n: expected an integer" })
   end)
 
@@ -1526,7 +1533,8 @@ local function gen_one_hot_cases(device)
     local ybig = ploss.tensor({ { 0, 9 }, { 2, 9 }, { 1, 9 }, { 4, 9 } }, { dtype = "i64", device = device })
     H.assert_equal(ploss.one_hot(ybig:select(2, 1), 5):flat(), ref)
     H.assert_equal(ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }):t() }):flat(), ref)
-    errs(function() ploss.one_hot(y, nil, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "out" })
+    errs(function() ploss.one_hot(y, nil, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end,
+      { "PLOSS_ERR_LAYOUT", "out" })
     local oi = ploss.zeros({ 4, 5 }, { dtype = "i64", device = device })
     local yi = oi:select(2, 1)
     errs(function() ploss.one_hot(yi, nil, { out = oi }) end, { "PLOSS_ERR_ALIAS" })
