@@ -116,6 +116,77 @@ ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *con
     return PLOSS_OK;
 }
 
+/* "[2, 3, 4]" into buf. */
+static const char *shape_string(const ploss_view *v, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < v->ndim && n < len; ++d)
+        n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+static int same_shape(const ploss_view *a, const ploss_view *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; ++d)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+ploss_status ploss_check_input_shape(const ploss_view *v, const ploss_view *x, const char *name)
+{
+    if (same_shape(v, x))
+        return PLOSS_OK;
+    char s[160], want[200];
+    snprintf(want, sizeof want, "the input's shape %s", shape_string(x, s, sizeof s));
+    return ploss_check_shape_error(name, want, v);
+}
+
+ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
+                                                const char *name)
+{
+    if (r == PLOSS_REDUCTION_NONE)
+        return ploss_check_input_shape(v, x, name);
+    if (v->numel == 1)
+        return PLOSS_OK;
+    return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
+}
+
+ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
+                                           int64_t st[PLOSS_MAX_DIMS])
+{
+    for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
+        st[d] = 0;
+    const int64_t C = x->ndim >= 2 ? x->shape[1] : 1;
+    if (v->ndim == x->ndim) {
+        int ok = 1;
+        for (int d = 0; ok && d < x->ndim; ++d)
+            ok = v->shape[d] == x->shape[d] || v->shape[d] == 1;
+        if (ok) {
+            for (int d = 0; d < x->ndim; ++d)
+                st[d] = v->shape[d] == 1 ? 0 : v->strides[d];
+            return PLOSS_OK;
+        }
+    }
+    if (v->ndim == 0)
+        return PLOSS_OK;
+    if (v->ndim == 1 && (v->shape[0] == C || v->shape[0] == 1)) {
+        if (x->ndim >= 2 && v->shape[0] != 1)
+            st[1] = v->strides[0];
+        return PLOSS_OK;
+    }
+    char s[160], want[400];
+    snprintf(want, sizeof want,
+             "a vector of length %lld (one value per class along axis 1) or 1, or a tensor of "
+             "rank %d whose sizes are 1 or those of the input %s",
+             (long long)C, x->ndim, shape_string(x, s, sizeof s));
+    return ploss_check_shape_error(name, want, v);
+}
+
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index)
 {

@@ -42,6 +42,21 @@ ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *con
                                   const ploss_view *const *ins, const char *const *in_names, int nins,
                                   int inplace_out, int inplace_in);
 
+/* Elementwise losses (one input shape for every tensor, e.g. the sigmoid family).
+ * v must have exactly x's shape: SHAPE error "<name>: expected the input's shape [..]". */
+ploss_status ploss_check_input_shape(const ploss_view *v, const ploss_view *x, const char *name);
+
+/* Loss-shaped tensors of an elementwise loss: x's shape for NONE, one element else. */
+ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
+                                                const char *name);
+
+/* Strides st[0..PLOSS_MAX_DIMS) (x's rank, 0 in broadcast dims, 0 beyond) of a weight-like
+ * tensor v broadcast over the input x: (a) x's rank with sizes 1 or x's, (b) a vector of
+ * C = size of axis 1 (1 below rank 2) or of length 1 (along axis 1, as PyTorch's
+ * pos_weight), (c) a 0-d tensor.  SHAPE error otherwise. */
+ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
+                                           int64_t st[PLOSS_MAX_DIMS]);
+
 /* CPU labels of an (n, s)-indexed label tensor: each must be in [0, C) or ignore_index.
  * INVALID_LABEL naming the first offending sample otherwise. */
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,

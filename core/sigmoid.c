@@ -4,9 +4,9 @@
  * (LOSSES.md §3.1).  Every check runs before any write.
  */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
+#include "loss_check.h"
 #include "sigmoid.h"
 
 void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts *o)
@@ -44,97 +44,6 @@ typedef struct {
     const DLTensor *input, *target, *weight, *pos_weight, *grad_loss;
     DLTensor *loss, *grad;
 } sg_args;
-
-static ploss_status shape_error(const char *name, const char *expect, const ploss_view *got)
-{
-    char b[200];
-    return ploss_error(PLOSS_ERR_SHAPE, "%s: expected %s, got %s", name, expect,
-                       ploss_view_describe(got, b, sizeof b));
-}
-
-/* "[2, 3, 4]" into buf. */
-static const char *shape_string(const ploss_view *v, char *buf, size_t len)
-{
-    size_t n = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < v->ndim && n < len; ++d)
-        n += (size_t)snprintf(buf + n, len - n, d ? ", %lld" : "%lld", (long long)v->shape[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, "]");
-    return buf;
-}
-
-static int same_shape(const ploss_view *a, const ploss_view *b)
-{
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int d = 0; d < a->ndim; ++d)
-        if (a->shape[d] != b->shape[d])
-            return 0;
-    return 1;
-}
-
-/* A tensor of the input's shape (target, elementwise loss / grad_loss, grad_input). */
-static ploss_status check_input_shape(const ploss_view *v, const ploss_view *x, const char *name)
-{
-    if (same_shape(v, x))
-        return PLOSS_OK;
-    char s[160], want[200];
-    snprintf(want, sizeof want, "the input's shape %s", shape_string(x, s, sizeof s));
-    return shape_error(name, want, v);
-}
-
-/* Strides (in the input's rank, 0 in broadcast dims) of a weight-like tensor `v` broadcast
- * over the input `x`: (a) the input's rank with sizes 1 or the input's, (b) a vector of
- * C = size of axis 1 (1 below rank 2) or of length 1, (c) a 0-d tensor. */
-static ploss_status broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
-                                      int64_t st[PLOSS_MAX_DIMS])
-{
-    for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
-        st[d] = 0;
-    const int64_t C = x->ndim >= 2 ? x->shape[1] : 1;
-    if (v->ndim == x->ndim) {
-        int ok = 1;
-        for (int d = 0; ok && d < x->ndim; ++d)
-            ok = v->shape[d] == x->shape[d] || v->shape[d] == 1;
-        if (ok) {
-            for (int d = 0; d < x->ndim; ++d)
-                st[d] = v->shape[d] == 1 ? 0 : v->strides[d];
-            return PLOSS_OK;
-        }
-    }
-    if (v->ndim == 0)
-        return PLOSS_OK;
-    if (v->ndim == 1 && (v->shape[0] == C || v->shape[0] == 1)) {
-        if (x->ndim >= 2 && v->shape[0] != 1)
-            st[1] = v->strides[0];
-        return PLOSS_OK;
-    }
-    char s[160], want[400];
-    snprintf(want, sizeof want,
-             "a vector of length %lld (one value per class along axis 1) or 1, or a tensor of "
-             "rank %d whose sizes are 1 or those of the input %s",
-             (long long)C, x->ndim, shape_string(x, s, sizeof s));
-    return shape_error(name, want, v);
-}
-
-static ploss_status check_float_dtype(const ploss_view *v, ploss_dtype want, const char *name)
-{
-    if (v->dtype == want)
-        return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s, got %s", name, ploss_dtype_name(want),
-                       ploss_dtype_name(v->dtype));
-}
-
-/* Loss-shaped tensors: the input's shape for NONE, one element otherwise. */
-static ploss_status check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
-                                     const char *name)
-{
-    if (r == PLOSS_REDUCTION_NONE)
-        return check_input_shape(v, x, name);
-    if (v->numel == 1)
-        return PLOSS_OK;
-    return shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
-}
 
 /* Drop dims of size 1 and merge neighbours that are contiguous in every tensor. */
 enum { NT = 7 };
@@ -209,7 +118,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
                            "target: expected float targets (0/1 or soft labels) of dtype f32, f16, bf16 "
                            "or f64, got %s",
                            ploss_dtype_name(t.dtype));
-    if ((st = check_input_shape(&t, &x, "target")))
+    if ((st = ploss_check_input_shape(&t, &x, "target")))
         return st;
 
     int64_t x_st[PLOSS_MAX_DIMS] = {0}, t_st[PLOSS_MAX_DIMS] = {0}, w_st[PLOSS_MAX_DIMS] = {0},
@@ -224,7 +133,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
             return st;
         if (!ploss_dtype_is_float(w.dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "weight: expected a float dtype, got %s", ploss_dtype_name(w.dtype));
-        if ((st = broadcast_strides(&w, &x, "weight", w_st)))
+        if ((st = ploss_check_broadcast_strides(&w, &x, "weight", w_st)))
             return st;
     }
     if (a->pos_weight) {
@@ -234,7 +143,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
         if (!ploss_dtype_is_float(pw.dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "pos_weight: expected a float dtype, got %s",
                                ploss_dtype_name(pw.dtype));
-        if ((st = broadcast_strides(&pw, &x, "pos_weight", pw_st)))
+        if ((st = ploss_check_broadcast_strides(&pw, &x, "pos_weight", pw_st)))
             return st;
     }
 
@@ -242,7 +151,8 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = check_float_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, &x, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) ||
+            (st = ploss_check_elementwise_loss_shape(&l, &x, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
         if (o->reduction == PLOSS_REDUCTION_NONE)
@@ -254,7 +164,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&gl, &x, o->reduction, "grad_loss")))
+            (st = ploss_check_elementwise_loss_shape(&gl, &x, o->reduction, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
@@ -266,7 +176,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
         if (!a->grad)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
         if ((st = ploss_view_init(&g, a->grad, "grad_input")) || (st = ploss_view_check_device(&g, ctx, "grad_input")) ||
-            (st = check_float_dtype(&g, x.dtype, "grad_input")) || (st = check_input_shape(&g, &x, "grad_input")) ||
+            (st = ploss_check_dtype(&g, x.dtype, "grad_input")) || (st = ploss_check_input_shape(&g, &x, "grad_input")) ||
             (st = ploss_view_check_writable(&g, "grad_input")))
             return st;
         for (int d = 0; d < x.ndim; ++d)
@@ -279,19 +189,8 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
     const char *in_names[5] = {"input", "target", "weight", "pos_weight", "grad_loss"};
     const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
     const char *out_names[2] = {"loss", "grad_input"};
-    for (int i = 0; i < 2; ++i) {
-        if (!outs[i])
-            continue;
-        for (int j = 0; j < 5; ++j) {
-            if (!ins[j])
-                continue;
-            if (i == 1 && j == 0 && pass == PLOSS_PASS_FUSED && o->inplace && ploss_view_same(&g, &x))
-                continue; /* the requested in-place gradient */
-            if ((st = ploss_check_no_alias(outs[i], out_names[i], ins[j], in_names[j])))
-                return st;
-        }
-    }
-    if (outs[0] && outs[1] && (st = ploss_check_no_alias(&l, "loss", &g, "grad_input")))
+    const int inplace = pass == PLOSS_PASS_FUSED && o->inplace; /* grad_input over the input */
+    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 5, inplace ? 1 : -1, inplace ? 0 : -1)))
         return st;
     if (pass == PLOSS_PASS_FUSED && o->inplace && !ploss_view_same(&g, &x))
         return ploss_error(PLOSS_ERR_ALIAS,

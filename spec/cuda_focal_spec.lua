@@ -1,7 +1,8 @@
 -- Focal family on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
 -- CUDA against the CPU backend on the same dtype-rounded inputs, in f32/f16/bf16 (fp32
 -- accumulation on the GPU, f64 on the CPU; tolerances TOL below) and f64, for every kernel
--- shape: the elementwise kernel dense / strided / broadcast weights / many blocks; softmax
+-- shape: the elementwise sigmoid kernels (the vectorised fast kernel with its tails, the
+-- general kernel for misaligned / strided / broadcast / mixed-dtype cases, many blocks); softmax
 -- and dual focal thread-per-sample (C < 32 and N×C×d…), warp-per-row, block-per-row with
 -- the row cached in shared memory and without (rows above the shared-memory limit),
 -- channels-last.  Also: bitwise determinism, extreme logits, invalid labels through the
@@ -150,6 +151,83 @@ describe("CUDA sigmoid family: more elements than the capped grid", function()
     for _, red in ipairs { "none", "mean" } do
       compare("sigmoid_focal", x, yb, { reduction = red }, "f32", "focal 2^21+77")
     end
+  end)
+end)
+
+describe("CUDA sigmoid family: vectorised fast kernel and its fallbacks", function()
+  -- kernels/sigmoid.cu takes a fast kernel for dense, unit-stride, 16-byte aligned input,
+  -- target and gradient of one dtype without weight / pos_weight (whole 16-byte vectors:
+  -- 4 f32, 8 f16/bf16, 2 f64, then a scalar tail of numel % width elements), with γ = 2
+  -- compile-time and other γ through the general per-element code.  Views that start one
+  -- element into their buffer (byte_offset = element size: a 16-byte load would be
+  -- misaligned), a target of another dtype, and backward with reduction 'none' take the
+  -- general kernel.  compare() runs fused, forward and backward, and the repeat check.
+  local function shifted(t)
+    local n = t:numel()
+    local buf = ploss.empty({ n + 1 }, { dtype = t:dtype(), device = t:device() })
+    local v = buf:narrow(1, 2, n)
+    v:copy(t)
+    return v
+  end
+  local layouts = {
+    { "aligned" },
+    { "input one element off", function(xg, yg) return shifted(xg), yg end },
+    { "target one element off", function(xg, yg) return xg, shifted(yg) end },
+    { "both one element off", function(xg, yg) return shifted(xg), shifted(yg) end },
+    { "target in f64", function(xg, yg) return xg, yg:to(DEV, "f64") end },
+  }
+  local function binary(n)
+    local v = ploss.rand({ n }, { dtype = "f64" }):flat()
+    for i = 1, n do v[i] = v[i] < 0.5 and 0 or 1 end
+    return ploss.tensor(v, { dtype = "f64" })
+  end
+  -- [name, opts, label]
+  local variants = {
+    { "binary_cross_entropy_with_logits", {}, "bce" },
+    { "sigmoid_focal", {}, "focal torchvision γ=2" },
+    { "sigmoid_focal", { gamma = 0.5 }, "focal torchvision γ=0.5" },
+    { "sigmoid_focal", { gamma = 1, alpha = -1 }, "focal torchvision γ=1 no α" },
+    { "sigmoid_focal", { convention = "reference" }, "focal reference γ=2" },
+    { "sigmoid_focal", { convention = "reference", gamma = 0.5 }, "focal reference γ=0.5" },
+  }
+  local function run_variants(x, y, dtype, label, layout, reductions)
+    for _, red in ipairs(reductions or REDUCTIONS) do
+      for _, v in ipairs(variants) do
+        local o = { reduction = red }
+        for k, val in pairs(v[2]) do o[k] = val end
+        compare(v[1], x, y, o, dtype, v[3] .. " " .. label, layout)
+      end
+    end
+  end
+
+  for _, dtype in ipairs(DTYPES) do
+    it("numel 1, 3, 9, 17, 1003, 4099 (vector tails; many blocks: the 2^18+7 case above) with soft and binary targets in " .. dtype, function()
+      H.seed(110)
+      for _, n in ipairs { 1, 3, 9, 17, 1003, 4099 } do
+        local x = H.random_logits({ n }, { std = 4 })
+        run_variants(x, ploss.rand({ n }, { dtype = "f64" }), dtype, "soft n=" .. n)
+        run_variants(x, binary(n), dtype, "binary n=" .. n)
+      end
+    end)
+
+    it("misaligned views and a target of another dtype take the general kernel in " .. dtype, function()
+      H.seed(111)
+      for _, n in ipairs { 9, 1003 } do
+        local x = H.random_logits({ n }, { std = 4 })
+        local y = ploss.rand({ n }, { dtype = "f64" })
+        for i = 2, #layouts do
+          run_variants(x, y, dtype, layouts[i][1] .. " n=" .. n, layouts[i][2])
+        end
+      end
+    end)
+  end
+
+  it("a second grid-stride step on the fast kernel: 2^23+3 elements in f64 (2^22+1 vectors of 2, one step covers 8192·256·2)", function()
+    H.seed(112)
+    local n = 2 ^ 23 + 3
+    local x = H.random_logits({ n }, { std = 3 })
+    local y = ploss.rand({ n }, { dtype = "f64" })
+    compare("sigmoid_focal", x, y, { reduction = "mean" }, "f64", "focal 2^23+3")
   end)
 end)
 
