@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "cpu/scalar.h"
+#include "elementwise.h"
 #include "loss_check.h"
 
 ploss_status ploss_check_shape_error(const char *name, const char *expect, const ploss_view *got)
@@ -127,19 +128,9 @@ static const char *shape_string(const ploss_view *v, char *buf, size_t len)
     return buf;
 }
 
-static int same_shape(const ploss_view *a, const ploss_view *b)
-{
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int d = 0; d < a->ndim; ++d)
-        if (a->shape[d] != b->shape[d])
-            return 0;
-    return 1;
-}
-
 ploss_status ploss_check_input_shape(const ploss_view *v, const ploss_view *x, const char *name)
 {
-    if (same_shape(v, x))
+    if (ploss_same_shape(v, x))
         return PLOSS_OK;
     char s[160], want[200];
     snprintf(want, sizeof want, "the input's shape %s", shape_string(x, s, sizeof s));

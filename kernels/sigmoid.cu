@@ -31,7 +31,7 @@ namespace {
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
 constexpr int FINISH_THREADS = 1024;
-constexpr int ILP = 4; /* elements in flight per thread */
+constexpr int ILP = 2; /* general kernel: elements in flight per thread (4 spills with the saved offsets) */
 
 __device__ __forceinline__ float m_exp(float v) { return expf(v); }
 __device__ __forceinline__ double m_exp(double v) { return exp(v); }
@@ -332,14 +332,9 @@ __device__ __forceinline__ void fast_element(A x, A y, A a1, A a0, A gamma, A om
 
 /* 16-byte vector of N accumulation values → storage T (round to nearest even, as from_acc;
  * f16/bf16 two at a time). */
-__device__ __forceinline__ uint32_t bits32(__nv_bfloat162 h)
+template <class V> __device__ __forceinline__ uint32_t bits32(V h) /* __half2 / __nv_bfloat162 */
 {
-    uint32_t w;
-    memcpy(&w, &h, sizeof w);
-    return w;
-}
-__device__ __forceinline__ uint32_t bits32(__half2 h)
-{
+    static_assert(sizeof(V) == sizeof(uint32_t), "a pair of 16-bit values");
     uint32_t w;
     memcpy(&w, &h, sizeof w);
     return w;
@@ -368,21 +363,14 @@ template <> __device__ __forceinline__ uint4 pack16<__half>(const float *a)
 }
 
 /* N consecutive elementwise losses (f32 or f64) as 16-byte stores; dst 16-byte aligned. */
-template <int N> __device__ __forceinline__ void store_losses(float *dst, const float *l)
+template <int N, class A> __device__ __forceinline__ void store_losses(A *dst, const A *l)
 {
-    static_assert(N % 4 == 0, "whole 16-byte vectors");
+    constexpr int PER = (int)(16 / sizeof(A));
+    static_assert(N % PER == 0, "whole 16-byte vectors");
     uint4 *d = (uint4 *)dst;
 #pragma unroll
-    for (int c = 0; c < N / 4; ++c)
-        d[c] = pack16<float>(l + 4 * c);
-}
-template <int N> __device__ __forceinline__ void store_losses(double *dst, const double *l)
-{
-    static_assert(N % 2 == 0, "whole 16-byte vectors");
-    uint4 *d = (uint4 *)dst;
-#pragma unroll
-    for (int c = 0; c < N / 2; ++c)
-        d[c] = pack16<double>(l + 2 * c);
+    for (int c = 0; c < N / PER; ++c)
+        d[c] = pack16<A>(l + PER * c);
 }
 
 /* Dense aligned pass: VPT vectors of x and target per thread and step (their loads issued
