@@ -15,9 +15,7 @@
  *    memory: up to 131072 f32 / 262144 f16-bf16 classes.  Two reductions per row: the max
  *    M, then (Σ e^(x−M), Σ_{j≠y}(M − x_j), M − x_y); the loss is
  *    Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term ≥ 0, so logits of ±1e4
- *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.  The
- *    block's next row is staged in shared memory with cp.async while the current one is
- *    processed (each thread its own slots), so loads overlap the reductions.  With
+ *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.  With
  *    p.focal it computes the softmax focal loss instead (kernels/softmax_focal.cu).
  *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
  *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
@@ -38,7 +36,6 @@
  * never used as an index.
  */
 #include <cooperative_groups.h>
-#include <cuda_pipeline.h>
 #include <math_constants.h>
 
 #include "../core/cross_entropy.h"
@@ -311,51 +308,25 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
         s_w[group] = 0.0;
     }
 
-    /* The aligned vectors of the block's next row are copied asynchronously (cp.async)
-     * into `stage` while the current row is reduced and its gradient written, so that the
-     * memory latency of a row overlaps the work on the previous one.  Each thread stages
-     * and reads back only its own NV slots: no block barrier is needed. */
-    extern __shared__ uint4 stage[]; /* NV·THREADS vectors (dynamic shared memory) */
-    auto row_start = [&](int64_t row, int &hc, int &nfull) -> const T * {
-        const int64_t n = p.S == 1 ? row : row / p.S, s = row - n * p.S;
-        const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
-        hc = min((VEC - misalign(xr)) & (VEC - 1), C); /* head elements */
-        nfull = (C - hc) / VEC;                        /* aligned vectors */
-        return xr;
-    };
-    auto prefetch = [&](int64_t row) {
-        if (row >= rows)
-            return;
-        int hc, nfull;
-        const T *xr = row_start(row, hc, nfull);
-        const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
-#pragma unroll
-        for (int k = 0; k < NV; ++k)
-            if (k * GT + gi < nfull)
-                __pipeline_memcpy_async(&stage[k * THREADS + threadIdx.x], &xv[k * GT + gi], sizeof(uint4));
-        __pipeline_commit();
-    };
-    prefetch(cta * RPC + group);
-
     for (int64_t row = cta * RPC + group; row < rows; row += ncta * RPC) {
         const int64_t n = p.S == 1 ? row : row / p.S, s = row - n * p.S;
         const int64_t y = load_label(p, n, s);
-        int hc, nfull;
-        const T *xr = row_start(row, hc, nfull);
+        const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
         const int off = misalign(xr);
-        const int jt = hc + nfull * VEC;           /* first tail element */
-        const bool hv = gi < hc, tv = gi < C - jt; /* this thread holds a head / tail element */
+        const int hc = min((VEC - off) & (VEC - 1), C); /* head elements */
+        const int nfull = (C - hc) / VEC;              /* aligned vectors */
+        const int jt = hc + nfull * VEC;               /* first tail element */
+        const bool hv = gi < hc, tv = gi < C - jt;     /* this thread holds a head / tail element */
 
         /* the row is read together with its label (in bounds whatever the label says); the
          * values of an ignored or invalid row are never used */
         uint4 raw[NV];
-        __pipeline_wait_prior(0);
+        const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             const int q = k * GT + gi;
-            raw[k] = q < nfull ? stage[k * THREADS + threadIdx.x] : make_uint4(0u, 0u, 0u, 0u);
+            raw[k] = q < nfull ? xv[q] : make_uint4(0u, 0u, 0u, 0u);
         }
-        prefetch(row + ncta * RPC);
         A xh = hv ? (A)to_acc(xr[gi]) : A(0);
         A xt = tv ? (A)to_acc(xr[jt + gi]) : A(0);
         const int st = label_status(p, y);
@@ -980,19 +951,14 @@ ploss_status launch_rows_reg(const ploss_ce_problem &p, const Aux &aux, int64_t 
                              cudaStream_t stream)
 {
     auto kernel = ce_rows_reg<T, NV, LANES, THREADS, CLUSTER>;
-    constexpr size_t stage_bytes = (size_t)NV * THREADS * sizeof(uint4); /* up to 64 KiB */
-    if constexpr (stage_bytes > 48 * 1024) { /* opt-in above 48 KiB (rows of ≥ 32k classes) */
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage_bytes) != cudaSuccess)
-            return check_launch("cross_entropy (row staging shared memory)");
-    }
     if constexpr (CLUSTER == 1) {
-        kernel<<<(unsigned)blocks, THREADS, stage_bytes, stream>>>(p, aux, rows);
+        kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(p, aux, rows);
         return check_launch("cross_entropy (rows in registers)");
     } else {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)(blocks * CLUSTER), 1, 1);
         cfg.blockDim = dim3(THREADS, 1, 1);
-        cfg.dynamicSmemBytes = stage_bytes;
+        cfg.dynamicSmemBytes = 0;
         cfg.stream = stream;
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
