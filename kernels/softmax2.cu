@@ -5,10 +5,11 @@
  *
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
  *  - registers (f32/f16/bf16 with f32 math, C <= REG_CMAX = 32, any layout): reg_kernel,
- *    a thread per sample — or per pair of adjacent samples when the sample axis is
- *    contiguous (N×C×H×W), read and written as 2-element vectors where aligned — holds
- *    the C logits in registers (C loads in flight per sample, compile-time C bound of 8,
- *    24 or 32), computes loss, state and gradient from them; exp is __expf.
+ *    a thread per sample — or, for C <= 8, per pair of adjacent samples when the sample
+ *    axis is contiguous (N×C×H×W), read and written as 2-element vectors where aligned —
+ *    holds the C logits in registers (all C loads in flight before any arithmetic,
+ *    compile-time C bound of 8, 24 or 32), computes loss, state and gradient from them
+ *    (one read of x, one write of the gradient); exp is __expf.
  *  - row groups (f64, Taylor with f64 internals, C > 32): one thread per sample for
  *    class-strided rows (a warp reads 32 consecutive pixels per class, coalesced; the
  *    gradient pass re-reads the row from L1/L2), or a group of G lanes per sample for
@@ -526,7 +527,7 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
 
 /* ---- thread-per-sample register kernels (C ≤ REG_CMAX; f32/f16/bf16 with f32 math) ---- */
 /* A thread takes V samples s0 … s0+V−1 of one image (V = 2 when the sample axis is
- * contiguous, else 1) and reads their C ≤ CMAX logits into registers at once: all V·C
+ * contiguous and C ≤ 8, see reg_pairs; else 1) and reads their C ≤ CMAX logits into registers at once: all V·C
  * loads are issued before any arithmetic (launder), as V-element vectors where the
  * addresses allow (x_ss = 1, x_sc a multiple of V, the group's first element aligned to
  * V elements), element by element otherwise (the last group of an image when S is odd,
@@ -771,6 +772,13 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
         for (int e = 0; e < V; ++e) {
             if (e >= nv)
                 break;
+            /* one sample after the other: the values of sample e enter the arithmetic
+             * only after sample e − 1 is done (asm volatile keeps the order), so the
+             * temporaries of two samples never live together (no spills at V = 2) */
+            if (e > 0)
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j)
+                    launder(v[e][j]);
             const int64_t s = s0 + e;
             const bool invalid = invalid_label(p, y[e]);
             const bool valid = y[e] != p.ignore_index && !invalid;
@@ -818,6 +826,10 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
                         v[e][j] = keep ? w * op.grad(v[e][j], j == yi, j, gc) : 0.f;
                 }
             }
+            if (V > 1)
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j)
+                    launder(v[e][j]);
         }
 
         if (want_grad) {
@@ -909,16 +921,22 @@ ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op
     return run_finalize<float, float>(ctx, p, aux, blocks);
 }
 
-/* CMAX tier (8, 24, 32) and vector width (2 along a contiguous sample axis, else 1). */
+/* Pixel pairs (V = 2) along a contiguous sample axis for C ≤ 8 only: with C > 8 the two
+ * rows of a pair exceed the 128 registers of two 256-thread blocks per SM (ptxas spills
+ * 68–136 bytes at CMAX = 24/32 in f32), while one sample per thread needs 64–97 registers
+ * and no spill; its loads are still coalesced (a warp reads 32 consecutive pixels). */
+inline bool reg_pairs(const ploss_sm2_problem *p) { return p->x_ss == 1 && p->S > 1 && p->C <= 8; }
+
+/* CMAX tier (8, 24, 32) and vector width (reg_pairs: 2, else 1). */
 template <class T, class ROp>
 ploss_status launch_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
 {
-    const bool pair = p->x_ss == 1 && p->S > 1;
+    const bool pair = reg_pairs(p);
     if (p->C <= 8)
         return pair ? run_reg<T, 8, 2>(ctx, p, op, aux, blocks) : run_reg<T, 8, 1>(ctx, p, op, aux, blocks);
     if (p->C <= 24)
-        return pair ? run_reg<T, 24, 2>(ctx, p, op, aux, blocks) : run_reg<T, 24, 1>(ctx, p, op, aux, blocks);
-    return pair ? run_reg<T, REG_CMAX, 2>(ctx, p, op, aux, blocks) : run_reg<T, REG_CMAX, 1>(ctx, p, op, aux, blocks);
+        return run_reg<T, 24, 1>(ctx, p, op, aux, blocks);
+    return run_reg<T, REG_CMAX, 1>(ctx, p, op, aux, blocks);
 }
 
 /* The row-group path (any C, f64, Taylor with f64 internals). */
@@ -952,9 +970,8 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     constexpr bool reg_ok = !std::is_same<T, double>::value && std::is_same<A, float>::value;
     const bool regs = reg_ok && p->C <= REG_CMAX;
     const int G = regs ? 1 : row_group_size(p->x_sc, p->C);
-    const int64_t items = regs ? p->N * ((p->S + 1) / 2) : M; /* an upper bound of the groups */
-    const unsigned blocks = regs && p->x_ss == 1 && p->S > 1 ? grid_blocks(items, THREADS)
-                                                              : grid_blocks(M, THREADS / G);
+    const unsigned blocks = regs && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
+                                                 : grid_blocks(M, THREADS / G);
 
     /* workspace: loss partials | count | OHEM state (histograms) | log priors */
     const size_t o_count = align256((size_t)blocks * sizeof(double));
