@@ -774,7 +774,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
                 break;
             /* one sample after the other: the values of sample e enter the arithmetic
              * only after sample e − 1 is done (asm volatile keeps the order), so the
-             * temporaries of two samples never live together (no spills at V = 2) */
+             * temporaries of two samples are not interleaved by the compiler */
             if (e > 0)
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
