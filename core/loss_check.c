@@ -178,6 +178,162 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
     return ploss_check_shape_error(name, want, v);
 }
 
+ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, ploss_view *x)
+{
+    ploss_status st;
+    if ((st = ploss_view_init(x, input, "input")) || (st = ploss_view_check_device(x, ctx, "input")))
+        return st;
+    if (!ploss_dtype_is_float(x->dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
+                           ploss_dtype_name(x->dtype));
+    if (x->ndim < 2)
+        return ploss_check_shape_error("input", "rank >= 2 (N×C or N×C×d1×…×dk)", x);
+    return PLOSS_OK;
+}
+
+ploss_status ploss_check_class_vector(ploss_ctx_t *ctx, const DLTensor *t, int64_t C, const char *name,
+                                      const char *what, ploss_view *v)
+{
+    ploss_status st;
+    if ((st = ploss_view_init(v, t, name)) || (st = ploss_view_check_device(v, ctx, name)))
+        return st;
+    if (!ploss_dtype_is_float(v->dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: expected a float dtype, got %s", name, ploss_dtype_name(v->dtype));
+    if (v->ndim != 1 || v->shape[0] != C) {
+        char want[96];
+        snprintf(want, sizeof want, "shape [%lld] (one %s per class)", (long long)C, what);
+        return ploss_check_shape_error(name, want, v);
+    }
+    return PLOSS_OK;
+}
+
+/* The view v of `name` walked by sample: dims 1.. collapsed, or axis 1 kept as k and dims 2..
+ * collapsed (axis1). */
+static ploss_status collapse_rows(const ploss_view *v, int axis1, const char *name, ploss_row_tensor *r)
+{
+    r->v = *v;
+    r->sn = v->strides[0];
+    r->sk = axis1 ? v->strides[1] : 0;
+    return ploss_check_collapse(v, axis1 ? 2 : 1, v->ndim, name, &r->ss);
+}
+
+/* A loss-shaped tensor (loss, grad_loss): walked by sample for NONE, its view only else. */
+static ploss_status collapse_loss(const ploss_view *v, ploss_reduction r, const char *name, ploss_row_tensor *out)
+{
+    if (r == PLOSS_REDUCTION_NONE)
+        return collapse_rows(v, 0, name, out);
+    out->v = *v;
+    return PLOSS_OK;
+}
+
+/* The saved state o->state (given, state_k > 0) into s: see ploss_check_row_outputs. */
+static ploss_status check_row_state(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view *x, ploss_dtype acc,
+                                    const ploss_row_outputs *o, ploss_view *s)
+{
+    const char *name = o->state_name;
+    ploss_status st;
+    if ((st = ploss_view_init(s, o->state, name)) || (st = ploss_view_check_device(s, ctx, name)) ||
+        (st = ploss_check_dtype(s, acc, name)))
+        return st;
+    st = o->state_k == 1 ? ploss_check_sample_shape(s, x, name)
+                         : ploss_check_shape_axis1(s, x, o->state_k, name,
+                                                   " (the input's shape with the state components on axis 1)");
+    if (st)
+        return st;
+    return pass == PLOSS_PASS_FORWARD ? ploss_view_check_writable(s, name) : PLOSS_OK;
+}
+
+/* grad_input (backward, fused) into g: see ploss_check_row_outputs. */
+static ploss_status check_row_grad(ploss_ctx_t *ctx, const ploss_view *x, const ploss_row_outputs *o,
+                                   ploss_view *g)
+{
+    ploss_status st;
+    if (!o->grad)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
+    if ((st = ploss_view_init(g, o->grad, "grad_input")) || (st = ploss_view_check_device(g, ctx, "grad_input")) ||
+        (st = ploss_check_dtype(g, x->dtype, "grad_input")))
+        return st;
+    if (o->grad_shape_plain && !ploss_same_shape(g, x))
+        return ploss_check_shape_error("grad_input", "the input's shape", g);
+    if ((st = ploss_check_shape_axis1(g, x, -1, "grad_input", " (the input's shape)")))
+        return st;
+    return ploss_view_check_writable(g, "grad_input");
+}
+
+ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_reduction r, int inplace,
+                                     const ploss_view *x, const ploss_view *t, const ploss_view *const *ins,
+                                     const char *const *in_names, int nins, ploss_row_outputs *o)
+{
+    enum { MAX_INS = 8 };
+    if (nins < 0 || nins > MAX_INS - 4) /* a caller's bug */
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ploss_check_row_outputs: %d named inputs (at most %d)",
+                           nins, MAX_INS - 4);
+    const ploss_dtype acc = x->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+    const int fwd = pass != PLOSS_PASS_BACKWARD, bwd = pass != PLOSS_PASS_FORWARD;
+    ploss_view l, s, gl, g;
+    ploss_status st;
+
+    if (fwd) {
+        if (!o->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, o->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) || (st = ploss_check_loss_shape(&l, x, r, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+    }
+    o->has_state = o->state && o->state_k > 0;
+    if (o->has_state && (st = check_row_state(ctx, pass, x, acc, o, &s)))
+        return st;
+    if (pass == PLOSS_PASS_BACKWARD) {
+        if (!o->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, o->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = ploss_check_loss_shape(&gl, x, r, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+    }
+    if (bwd && (st = check_row_grad(ctx, x, o, &g)))
+        return st;
+
+    /* aliasing: outputs may not overlap inputs or each other, bar the in-place gradient */
+    const ploss_view *in[MAX_INS] = {x, t};
+    const char *in_name[MAX_INS] = {"input", "target"};
+    for (int i = 0; i < nins; ++i) {
+        in[2 + i] = ins[i];
+        in_name[2 + i] = in_names[i];
+    }
+    in[2 + nins] = pass == PLOSS_PASS_BACKWARD ? &gl : NULL;
+    in_name[2 + nins] = "grad_loss";
+    in[3 + nins] = o->has_state && pass == PLOSS_PASS_BACKWARD ? &s : NULL;
+    in_name[3 + nins] = o->state_name;
+    const ploss_view *out[3] = {fwd ? &l : NULL, bwd ? &g : NULL,
+                                o->has_state && pass == PLOSS_PASS_FORWARD ? &s : NULL};
+    const char *out_name[3] = {"loss", "grad_input", o->state_name};
+    const int in_place = pass == PLOSS_PASS_FUSED && inplace;
+    if ((st = ploss_check_aliasing(out, out_name, 3, in, in_name, 4 + nins, in_place ? 1 : -1, 0)))
+        return st;
+    if (in_place && !ploss_view_same(&g, x))
+        return ploss_error(PLOSS_ERR_ALIAS,
+                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
+                           "is not the input tensor (same data, shape and strides)");
+
+    /* samples (n, s) with the dims d1…dk collapsed */
+    o->N = x->shape[0];
+    o->C = x->shape[1];
+    o->S = 1;
+    for (int d = 2; d < x->ndim; ++d)
+        o->S *= x->shape[d];
+    if ((st = collapse_rows(x, 1, "input", &o->x)) || (st = collapse_rows(t, t->ndim == x->ndim, "target", &o->t)) ||
+        (fwd && (st = collapse_loss(&l, r, "loss", &o->l))) ||
+        (o->has_state && (st = collapse_rows(&s, o->state_k > 1, o->state_name, &o->st))) ||
+        (pass == PLOSS_PASS_BACKWARD && (st = collapse_loss(&gl, r, "grad_loss", &o->gl))) ||
+        (bwd && (st = collapse_rows(&g, 1, "grad_input", &o->g))))
+        return st;
+    return PLOSS_OK;
+}
+
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index)
 {
@@ -191,6 +347,21 @@ ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, in
                                    (long long)y, (long long)n, (long long)s, (long long)C,
                                    (long long)ignore_index);
         }
+    return PLOSS_OK;
+}
+
+ploss_status ploss_check_smoothing(ploss_smoothing_convention conv, double eps, int64_t C)
+{
+    if ((unsigned)conv >= PLOSS_SMOOTHING_CONVENTION_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.smoothing_convention: %d is not pytorch (0), reference (1) or "
+                           "uniform_others (2)",
+                           (int)conv);
+    if (!(eps >= 0.0 && eps <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is outside [0, 1]", eps);
+    if (conv == PLOSS_SMOOTHING_UNIFORM_OTHERS && C == 1 && eps > 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.smoothing_convention: uniform_others (ε/(C−1)) is undefined for C = 1");
     return PLOSS_OK;
 }
 

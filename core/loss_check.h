@@ -1,8 +1,9 @@
 /*
  * loss_check.h — validation helpers shared by the loss front ends (core/<family>.c): shape
  * and dtype checks with uniform messages, collapsing dims into one strided axis, aliasing
- * checks over a list of outputs, and the CPU label scan.  They follow the checks of
- * core/cross_entropy.c (which keeps private copies).  Internal.
+ * checks over a list of outputs, the CPU label scan, and the whole check of the per-sample
+ * outputs of the softmax-row losses (core/cross_entropy.c, core/softmax_focal.c,
+ * core/softmax2.c).  Internal.
  */
 #ifndef PLOSS_LOSS_CHECK_H
 #define PLOSS_LOSS_CHECK_H
@@ -57,10 +58,78 @@ ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
                                            int64_t st[PLOSS_MAX_DIMS]);
 
+/* ---- softmax-row losses: one row of C logits per sample of an N×C×d1×…×dk input ---- */
+
+/* The logits `input` of a softmax-row loss into x: a tensor (ploss_view_init) on ctx's device,
+ * of a float dtype (DTYPE error "input: expected logits of dtype f32, f16, bf16 or f64"),
+ * of rank >= 2 (SHAPE error). */
+ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, ploss_view *x);
+
+/* A per-class vector `name` (class weights, α, priors) into v: a tensor on ctx's device, of a
+ * float dtype, of shape [C] (SHAPE error "expected shape [C] (one <what> per class)"). */
+ploss_status ploss_check_class_vector(ploss_ctx_t *ctx, const DLTensor *t, int64_t C, const char *name,
+                                      const char *what, ploss_view *v);
+
+/* One tensor of a softmax-row loss walked by sample: element (n, k, s) at
+ * v.data + n·sn + k·sk + s·ss (s over d1⋯dk collapsed to one axis, k along axis 1 where the
+ * tensor has one).  All zero when the tensor is absent; sn and ss are 0 for a reduced
+ * (one-element) loss or grad_loss. */
+typedef struct {
+    ploss_view v;
+    int64_t sn, ss, sk;
+} ploss_row_tensor;
+
+/* The per-sample outputs and saved state of one pass of a softmax-row loss (cross-entropy,
+ * softmax focal, softmax family II).  Zero-initialise it, set the request fields, then call
+ * ploss_check_row_outputs, which fills in the rest. */
+typedef struct {
+    /* request */
+    const DLTensor *loss;      /* forward and fused: required, "loss"                          */
+    const DLTensor *state;     /* optional saved state: written by forward, read by backward    */
+    const DLTensor *grad_loss; /* backward: required, "grad_loss"                               */
+    const DLTensor *grad;      /* backward and fused: required, "grad_input"                    */
+    const char *state_name;    /* "lse", "state"                                                */
+    int state_k;               /* state components per sample: 0 none (state ignored), 1 the
+                                  sample shape, k > 1 the input's shape with k on axis 1        */
+    int grad_shape_plain;      /* 1: grad_input's SHAPE message reads "expected the input's
+                                  shape" without the sizes (the softmax focal wording)          */
+    /* result: N samples × S positions × C classes, and each tensor walked by sample */
+    int64_t N, S, C;
+    int has_state;             /* state given and state_k > 0 */
+    ploss_row_tensor x, t;     /* the input (k = class) and the target (k = class for
+                                  probabilities of the input's shape, else none)                */
+    ploss_row_tensor l, st, gl, g; /* loss, state (k = component), grad_loss, grad_input (k = class) */
+} ploss_row_outputs;
+
+/* Checks the per-sample tensors of pass `pass` of a softmax-row loss over the checked input x
+ * (float, rank >= 2) and target t (the sample shape or the input's shape), in this order,
+ * each only where the pass uses it:
+ *   loss (forward, fused): not NULL, device, dtype f32 (f64 for an f64 input), the sample
+ *     shape for NONE or one element, writable;
+ *   state (if given and state_k > 0): device, the loss dtype, shape per state_k, writable in
+ *     the forward pass;
+ *   grad_loss (backward): not NULL, device, shape as the loss, dtype f32 or f64;
+ *   grad_input (backward, fused): not NULL, device, x's dtype, x's shape, writable;
+ * then aliasing (ploss_check_aliasing): outputs {loss, grad_input, state (forward)} against
+ * inputs {x, t, ins[0..nins) (named in_names; nins <= 4; NULL entries skipped), grad_loss,
+ * state (backward)} and each other, with grad_input == x allowed when `inplace` is set in a
+ * fused pass; then an ALIAS error when such an in-place request's grad_input is not x
+ * itself; last, the collapse of x, t, loss (NONE), state, grad_loss (NONE) and grad_input
+ * to (n, s[, k]) strides (LAYOUT errors).  Returns the first failure; writes nothing but *o.
+ * The callers copy the result into their problem structs. */
+ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_reduction r, int inplace,
+                                     const ploss_view *x, const ploss_view *t, const ploss_view *const *ins,
+                                     const char *const *in_names, int nins, ploss_row_outputs *o);
+
 /* CPU labels of an (n, s)-indexed label tensor: each must be in [0, C) or ignore_index.
  * INVALID_LABEL naming the first offending sample otherwise. */
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index);
+
+/* The label-smoothing options: INVALID_ARGUMENT when opts.smoothing_convention is out of
+ * range or opts.label_smoothing ε is outside [0, 1]; with C >= 0 (the class count, once
+ * known) also for uniform_others with C = 1 and ε > 0, where ε/(C−1) is undefined. */
+ploss_status ploss_check_smoothing(ploss_smoothing_convention conv, double eps, int64_t C);
 
 /* Target coefficients (a, b) of a smoothing convention: t_j = a·[j = y] + b (ploss.h).
  * UNIFORM_OTHERS with C = 1 gives b = 0 (callers reject it when ε > 0). */

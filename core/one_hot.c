@@ -28,14 +28,8 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
     ploss_status st;
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
-    if ((unsigned)o.smoothing_convention >= PLOSS_SMOOTHING_CONVENTION_COUNT)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.smoothing_convention: %d is not pytorch (0), reference (1) or "
-                           "uniform_others (2)",
-                           (int)o.smoothing_convention);
-    if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is outside [0, 1]",
-                           o.label_smoothing);
+    if ((st = ploss_check_smoothing(o.smoothing_convention, o.label_smoothing, -1)))
+        return st;
 
     ploss_view t, v;
     if ((st = ploss_view_init(&t, target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
@@ -56,9 +50,8 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
     if (!ploss_dtype_is_float(v.dtype) && o.label_smoothing > 0.0)
         return ploss_error(PLOSS_ERR_DTYPE, "out: label smoothing %g needs a float dtype, got %s",
                            o.label_smoothing, ploss_dtype_name(v.dtype));
-    if (o.smoothing_convention == PLOSS_SMOOTHING_UNIFORM_OTHERS && C == 1 && o.label_smoothing > 0)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.smoothing_convention: uniform_others (ε/(C−1)) is undefined for C = 1");
+    if ((st = ploss_check_smoothing(o.smoothing_convention, o.label_smoothing, C)))
+        return st;
     if ((st = ploss_view_check_writable(&v, "out")) || (st = ploss_check_no_alias(&v, "out", &t, "target")))
         return st;
 

@@ -81,14 +81,9 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
     if ((st = check_options(pass, c)))
         return st;
 
-    ploss_view x, t, w, l, sv, gl, g;
-    if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
+    ploss_view x, t, w;
+    if ((st = ploss_check_row_input(ctx, a->input, &x)))
         return st;
-    if (!ploss_dtype_is_float(x.dtype))
-        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
-                           ploss_dtype_name(x.dtype));
-    if (x.ndim < 2)
-        return ploss_check_shape_error("input", "rank >= 2 (N×C or N×C×d1×…×dk)", &x);
     const int64_t C = x.shape[1];
     if (C < c->min_classes) {
         char want[160];
@@ -96,7 +91,6 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
                  c->min_classes == 2 ? " (the large-margin regulariser needs a non-target class)" : "");
         return ploss_check_shape_error("input", want, &x);
     }
-    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
 
     if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
         return st;
@@ -109,93 +103,22 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
     if (c->kind == PLOSS_SM2_PC_SOFTMAX) {
         if (!a->prior)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "lb_proportion: tensor is NULL");
-        if ((st = ploss_view_init(&w, a->prior, "lb_proportion")) ||
-            (st = ploss_view_check_device(&w, ctx, "lb_proportion")))
-            return st;
-        if (!ploss_dtype_is_float(w.dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "lb_proportion: expected a float dtype, got %s", ploss_dtype_name(w.dtype));
-        if (w.ndim != 1 || w.shape[0] != C) {
-            char want[64];
-            snprintf(want, sizeof want, "shape [%lld] (one prior per class)", (long long)C);
-            return ploss_check_shape_error("lb_proportion", want, &w);
-        }
-        if (ctx->device.device_type == kDLCPU && (st = check_priors_cpu(&w)))
+        if ((st = ploss_check_class_vector(ctx, a->prior, C, "lb_proportion", "prior", &w)) ||
+            (ctx->device.device_type == kDLCPU && (st = check_priors_cpu(&w))))
             return st;
     }
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = ploss_check_loss_shape(&l, &x, c->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    }
-    const int has_state = a->state && c->n_state > 0;
-    if (has_state) {
-        if ((st = ploss_view_init(&sv, a->state, "state")) || (st = ploss_view_check_device(&sv, ctx, "state")) ||
-            (st = ploss_check_dtype(&sv, acc, "state")))
-            return st;
-        st = c->n_state == 1 ? ploss_check_sample_shape(&sv, &x, "state")
-                             : ploss_check_shape_axis1(&sv, &x, c->n_state, "state",
-                                                       " (the input's shape with the state components on axis 1)");
-        if (st)
-            return st;
-        if (pass == PLOSS_PASS_FORWARD && (st = ploss_view_check_writable(&sv, "state")))
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = ploss_check_loss_shape(&gl, &x, c->reduction, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
-    if (pass != PLOSS_PASS_FORWARD) {
-        if (!a->grad)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
-        if ((st = ploss_view_init(&g, a->grad, "grad_input")) ||
-            (st = ploss_view_check_device(&g, ctx, "grad_input")) ||
-            (st = ploss_check_dtype(&g, x.dtype, "grad_input")) ||
-            (st = ploss_check_shape_axis1(&g, &x, -1, "grad_input", " (the input's shape)")) ||
-            (st = ploss_view_check_writable(&g, "grad_input")))
-            return st;
-    }
-
-    /* aliasing: outputs may not overlap inputs or each other (bar the in-place gradient) */
-    const ploss_view *ins[5] = {&x, &t, a->prior ? &w : NULL, pass == PLOSS_PASS_BACKWARD ? &gl : NULL,
-                                has_state && pass == PLOSS_PASS_BACKWARD ? &sv : NULL};
-    const char *in_names[5] = {"input", "target", "lb_proportion", "grad_loss", "state"};
-    const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL,
-                                 has_state && pass == PLOSS_PASS_FORWARD ? &sv : NULL};
-    const char *out_names[3] = {"loss", "grad_input", "state"};
-    const int inplace = pass == PLOSS_PASS_FUSED && c->inplace;
-    if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 5, inplace ? 1 : -1, 0)))
+    /* outputs, saved state, aliasing; the problem with sample dims collapsed to (n, s) */
+    const ploss_view *ins[1] = {c->kind == PLOSS_SM2_PC_SOFTMAX ? &w : NULL};
+    const char *in_names[1] = {"lb_proportion"};
+    ploss_row_outputs r = {.loss = a->loss, .state = a->state, .grad_loss = a->grad_loss, .grad = a->grad,
+                           .state_name = "state", .state_k = c->n_state};
+    if ((st = ploss_check_row_outputs(ctx, pass, c->reduction, c->inplace, &x, &t, ins, in_names, 1, &r)))
         return st;
-    if (inplace && !ploss_view_same(&g, &x))
-        return ploss_error(PLOSS_ERR_ALIAS,
-                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
-                           "is not the input tensor (same data, shape and strides)");
-
-    /* the problem, with sample dims collapsed to (n, s) */
     ploss_sm2_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.reduction = c->reduction;
-    p.loss_kind = c->kind;
-    p.N = x.shape[0];
-    p.C = C;
-    p.S = 1;
-    for (int d = 2; d < x.ndim; ++d)
-        p.S *= x.shape[d];
-    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = x.strides[0]; p.x_sc = x.strides[1];
-    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = t.strides[0];
-    if ((st = ploss_check_collapse(&x, 2, x.ndim, "input", &p.x_ss)) ||
-        (st = ploss_check_collapse(&t, 1, t.ndim, "target", &p.t_ss)))
-        return st;
+    p.pass = pass; p.reduction = c->reduction; p.loss_kind = c->kind; p.N = r.N; p.S = r.S; p.C = r.C;
+    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = r.x.sn; p.x_ss = r.x.ss; p.x_sc = r.x.sk;
+    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = r.t.sn; p.t_ss = r.t.ss;
     if (c->kind == PLOSS_SM2_PC_SOFTMAX) {
         p.w = w.data; p.w_dtype = w.dtype; p.w_s = w.strides[0];
     }
@@ -209,38 +132,13 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sm2_args *a, co
         memcpy(&p.thresh_key, &tf, sizeof p.thresh_key);
         p.n_min = c->n_min < 0 ? p.N * p.S / 16 : c->n_min;
     }
-    if (pass != PLOSS_PASS_BACKWARD) {
-        p.loss = l.data; p.loss_dtype = l.dtype;
-        if (c->reduction == PLOSS_REDUCTION_NONE) {
-            p.l_sn = l.strides[0];
-            if ((st = ploss_check_collapse(&l, 1, l.ndim, "loss", &p.l_ss)))
-                return st;
-        }
+    p.loss = r.l.v.data; p.loss_dtype = r.l.v.dtype; p.l_sn = r.l.sn; p.l_ss = r.l.ss;
+    if (r.has_state) {
+        p.state = r.st.v.data; p.state_dtype = r.st.v.dtype; p.n_state = c->n_state;
+        p.st_sn = r.st.sn; p.st_ss = r.st.ss; p.st_sk = r.st.sk;
     }
-    if (has_state) {
-        p.state = sv.data; p.state_dtype = sv.dtype; p.n_state = c->n_state; p.st_sn = sv.strides[0];
-        if (c->n_state == 1)
-            st = ploss_check_collapse(&sv, 1, sv.ndim, "state", &p.st_ss);
-        else {
-            p.st_sk = sv.strides[1];
-            st = ploss_check_collapse(&sv, 2, sv.ndim, "state", &p.st_ss);
-        }
-        if (st)
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
-        if (c->reduction == PLOSS_REDUCTION_NONE) {
-            p.gl_sn = gl.strides[0];
-            if ((st = ploss_check_collapse(&gl, 1, gl.ndim, "grad_loss", &p.gl_ss)))
-                return st;
-        }
-    }
-    if (pass != PLOSS_PASS_FORWARD) {
-        p.grad = g.data; p.g_sn = g.strides[0]; p.g_sc = g.strides[1];
-        if ((st = ploss_check_collapse(&g, 2, g.ndim, "grad_input", &p.g_ss)))
-            return st;
-    }
+    p.grad_loss = r.gl.v.data; p.gl_dtype = r.gl.v.dtype; p.gl_sn = r.gl.sn; p.gl_ss = r.gl.ss;
+    p.grad = r.g.v.data; p.g_sn = r.g.sn; p.g_ss = r.g.ss; p.g_sc = r.g.sk;
 
     if (ctx->device.device_type == kDLCPU) {
         if ((st = ploss_check_labels_cpu(p.t, p.t_dtype, p.N, p.S, p.t_sn, p.t_ss, C, p.ignore_index)))
