@@ -51,6 +51,15 @@ local B = {}
 
 local function ones_like_C(C) return ploss.ones({ C }) end
 
+-- Every buffer a case makes is written before use: floats hold H.POISON (an output element
+-- a call should write but does not shows up in the value checks), integers 0.  Read-backs
+-- (snapshots, comparisons) then never copy unwritten device memory, which
+-- compute-sanitizer's initcheck reports at the cudaMemcpy.
+local function buffer(sizes, opts)
+  local t = ploss.empty(sizes, opts)
+  return t:fill(t:is_floating_point() and H.POISON or 0)
+end
+
 B.families = {
   {
     name = "cross_entropy", class = "CrossEntropyLoss", kind = "class", ignore = -100, min_classes = 1, masking = "exact",
@@ -314,8 +323,8 @@ local function out_buffers(fam, x, reduction)
   else
     ls = {}
   end
-  return ploss.empty(ls, { dtype = loss_dtype(x:dtype()), device = x:device() }),
-    ploss.empty(sizes, { dtype = x:dtype(), device = x:device() })
+  return buffer(ls, { dtype = loss_dtype(x:dtype()), device = x:device() }),
+    buffer(sizes, { dtype = x:dtype(), device = x:device() })
 end
 
 ---------------------------------------------------------------------------------------
@@ -482,7 +491,7 @@ local function gen_loss_cases(fam, device)
       expect_error_all(fam, function(pass)
         local l, g = out_buffers(fam, ploss.randn({ 1, 5 }, { device = device }), "mean")
         return { x = x1, y = ploss.zeros({}, { dtype = "i64", device = device }), opts = o, loss = l,
-          grad = ploss.empty({ 5 }, { device = device }) }
+          grad = buffer({ 5 }, { device = device }) }
       end, { "PLOSS_ERR_SHAPE", "input: expected rank >= 2" })
       -- target of the input's rank (a one-hot target where indices are expected)
       expect_error_all(fam, function()
@@ -527,7 +536,7 @@ local function gen_loss_cases(fam, device)
       end, { "PLOSS_ERR_SHAPE", "target: expected shape [2, 3, 2]" })
       -- zero classes
       expect_error_all(fam, function()
-        local x0 = ploss.empty({ 4, 0 }, { device = device })
+        local x0 = buffer({ 4, 0 }, { device = device })
         return { x = x0, y = ploss.zeros({ 4 }, { dtype = "i64", device = device }),
           opts = merge(o, tensor_opts(fam, { 4, 0 }, device)) }
       end, { "PLOSS_ERR_SHAPE", "input" })
@@ -561,13 +570,13 @@ local function gen_loss_cases(fam, device)
       expect_error_all(fam, function(pass)
         local l, g = out_buffers(fam, x, red)
         if pass == "backward" then return nil end
-        return { x = x, y = y, opts = merge(o, { reduction = red }), loss = ploss.empty({ red == "none" and 3 or 2 }, { device = device }), grad = g }
+        return { x = x, y = y, opts = merge(o, { reduction = red }), loss = buffer({ red == "none" and 3 or 2 }, { device = device }), grad = g }
       end, { "PLOSS_ERR_SHAPE", "loss: expected" })
     end
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
       local l = out_buffers(fam, x, "mean")
-      return { x = x, y = y, opts = o, loss = l, grad = ploss.empty({ 5, 4 }, { device = device }) }
+      return { x = x, y = y, opts = o, loss = l, grad = buffer({ 5, 4 }, { device = device }) }
     end, { "PLOSS_ERR_SHAPE", "grad_input: expected" })
     -- grad_output of the wrong shape ('none' backward)
     expect_error_all(fam, function(pass)
@@ -581,11 +590,11 @@ local function gen_loss_cases(fam, device)
     local x, y, o = base(fam, device, S2)
     expect_error_all(fam, function()
       return { x = ploss.zeros(S2, { dtype = "i64", device = device }), y = y, opts = o,
-        loss = out_buffers(fam, x, "mean"), grad = ploss.empty(S2, { device = device }) }
+        loss = out_buffers(fam, x, "mean"), grad = buffer(S2, { device = device }) }
     end, { "PLOSS_ERR_DTYPE", "input: expected" })
     expect_error_all(fam, function()
       return { x = ploss.zeros(S2, { dtype = "i32", device = device }), y = y, opts = o,
-        loss = out_buffers(fam, x, "mean"), grad = ploss.empty(S2, { device = device }) }
+        loss = out_buffers(fam, x, "mean"), grad = buffer(S2, { device = device }) }
     end, { "PLOSS_ERR_DTYPE", "input: expected" })
     if is_class then
       -- float labels of the target's shape: not class indices (cross-entropy reads float
@@ -620,11 +629,11 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass == "backward" then return nil end
       local _, g = out_buffers(fam, x, "mean")
-      return { x = x, y = y, opts = o, loss = ploss.empty({}, { dtype = "f64", device = device }), grad = g }
+      return { x = x, y = y, opts = o, loss = buffer({}, { dtype = "f64", device = device }), grad = g }
     end, { "PLOSS_ERR_DTYPE", "loss: expected f32, got f64" })
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
-      return { x = x, y = y, opts = o, grad = ploss.empty(S2, { dtype = "f64", device = device }) }
+      return { x = x, y = y, opts = o, grad = buffer(S2, { dtype = "f64", device = device }) }
     end, { "PLOSS_ERR_DTYPE", "grad_input: expected f32, got f64" })
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
@@ -732,11 +741,11 @@ local function gen_loss_cases(fam, device)
       for _, pass in ipairs(passes_of(fam)) do
         local rl, rg = run_pass(fam, pass, { x = x, y = y, opts = oo })
         -- gradient stored class-major (transposed), 'none' loss with stride 2 / transposed
-        local gt = ploss.empty({ 5, 4 }, { device = device }):t()
+        local gt = buffer({ 5, 4 }, { device = device }):t()
         local lt = out_buffers(fam, x, red)
         if red == "none" then
-          lt = fam.kind == "elementwise" and ploss.empty({ 5, 4 }, { device = device }):t()
-            or ploss.empty({ 4, 2 }, { device = device }):select(2, 1)
+          lt = fam.kind == "elementwise" and buffer({ 5, 4 }, { device = device }):t()
+            or buffer({ 4, 2 }, { device = device }):select(2, 1)
         end
         local a = { x = x, y = y, opts = oo, loss = lt, grad = gt }
         local l, g = run_pass(fam, pass, a)
@@ -1001,10 +1010,10 @@ local function gen_loss_cases(fam, device)
   -- empty batch -----------------------------------------------------------------------
   add(cases, "empty batch: mean NaN, sum 0, none and gradient empty", function()
     for _, sizes in ipairs { { 0, 5 }, { 2, 5, 0, 3 }, { 0, 5, 3 }, { 0, 1000 } } do for _, dtype in ipairs(B.DTYPES) do
-      local x = ploss.empty(sizes, { device = device, dtype = dtype })
+      local x = buffer(sizes, { device = device, dtype = dtype })
       local y
-      if is_class then y = ploss.empty(sample_sizes(sizes), { dtype = "i64", device = device })
-      else y = ploss.empty(sizes, { device = device }) end
+      if is_class then y = buffer(sample_sizes(sizes), { dtype = "i64", device = device })
+      else y = buffer(sizes, { device = device }) end
       local o = tensor_opts(fam, sizes, device)
       for _, red in ipairs { "mean", "sum", "none" } do
         for _, pass in ipairs(PASSES) do
@@ -1169,11 +1178,11 @@ local function gen_loss_cases(fam, device)
       for i, v in ipairs(ssz) do bad_shape[i] = v end
       bad_shape[1] = bad_shape[1] + 1
       for _, pass in ipairs { "forward", "backward" } do
-        local st, msg = call(pass, ploss.empty(ssz, { dtype = "f64", device = device }))
+        local st, msg = call(pass, buffer(ssz, { dtype = "f64", device = device }))
         if st ~= ploss.C.PLOSS_ERR_DTYPE then
           fail(string.format("%s %s: an f64 state for f32 input: status %d '%s', expected DTYPE", fam.name, pass, st, msg))
         end
-        st, msg = call(pass, ploss.empty(bad_shape, { device = device }))
+        st, msg = call(pass, buffer(bad_shape, { device = device }))
         if st ~= ploss.C.PLOSS_ERR_SHAPE then
           fail(string.format("%s %s: a state of shape [%s]: status %d '%s', expected SHAPE", fam.name, pass,
             table.concat(bad_shape, ", "), st, msg))
@@ -1229,7 +1238,7 @@ local function gen_loss_cases(fam, device)
       copts.inplace = 1
       local ro = merge(fam.opts, o)
       local xx = ploss.randn({ 4, 5 }, { device = device, seed = 102 })
-      local g = ploss.empty({ 4, 5 }, { device = device })
+      local g = buffer({ 4, 5 }, { device = device })
       local l = out_buffers(fam, xx, "mean")
       local snap = poison(l, g)
       local st = spec.fused(ro, xx:context(), xx, y, copts, l, g)
@@ -1317,13 +1326,13 @@ local function gen_loss_cases(fam, device)
       local ro = merge(fam.opts, o)
       for _, which in ipairs { "input", "loss" } do
         local xx = x:clone()
-        local l = ploss.empty({ 4 }, { device = device })
+        local l = buffer({ 4 }, { device = device })
         local ssz = spec.state_sizes and spec.state_sizes(xx) or { 4 }
         local state
         if which == "input" then
           state = ssz[2] and xx:narrow(2, 1, ssz[2]) or xx:select(2, 1)
         else
-          local big = ploss.empty({ 4, 4 }, { device = device })
+          local big = buffer({ 4, 4 }, { device = device })
           l = big:select(2, 1)
           -- (a 4×3 state of large-margin: only the input case)
           state = not ssz[2] and big:select(2, 2) or nil
@@ -1364,23 +1373,23 @@ local function gen_op_cases(fam, device)
     H.assert_untouched(snap)
   end
   local function both(x, opts, frags, out, gout, grad)
-    out = out or ploss.empty_like(x:is_floating_point() and x or ploss.empty(x:size(), { device = device }))
+    out = out or buffer(x:size(), { device = device, dtype = x:is_floating_point() and x:dtype() or "f32" })
     errs(function() fwd(x, merge(opts, { out = out })) end, frags, { out })
     gout = gout or ploss.ones(x:size(), { dtype = x:is_floating_point() and x:dtype() or "f32", device = device })
-    grad = grad or ploss.empty(x:size(), { dtype = x:is_floating_point() and x:dtype() or "f32", device = device })
+    grad = grad or buffer(x:size(), { dtype = x:is_floating_point() and x:dtype() or "f32", device = device })
     errs(function() bwd(x, gout, merge(opts, { grad_input = grad })) end, frags, { grad })
   end
 
   add(cases, "wrong rank, shapes and dtypes", function()
     local x = ploss.randn({ 4, 5 }, { device = device })
     both(ploss.randn({}, { device = device }), {}, { "PLOSS_ERR_SHAPE", "input: expected rank >= 1" })
-    local o54 = ploss.empty({ 5, 4 }, { device = device })
+    local o54 = buffer({ 5, 4 }, { device = device })
     errs(function() fwd(x, { out = o54 }) end, { "PLOSS_ERR_SHAPE", "output" }, { o54 })
     errs(function() bwd(x, ploss.ones({ 4, 6 }, { device = device }), {}) end, { "PLOSS_ERR_SHAPE", "grad_output" })
-    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = ploss.empty({ 20 }, { device = device }) }) end,
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = buffer({ 20 }, { device = device }) }) end,
       { "PLOSS_ERR_SHAPE", "grad_input" })
     both(ploss.zeros({ 4, 5 }, { dtype = "i64", device = device }), {}, { "PLOSS_ERR_DTYPE", "input" })
-    errs(function() fwd(x, { out = ploss.empty({ 4, 5 }, { dtype = "f64", device = device }) }) end, { "PLOSS_ERR_DTYPE", "output" })
+    errs(function() fwd(x, { out = buffer({ 4, 5 }, { dtype = "f64", device = device }) }) end, { "PLOSS_ERR_DTYPE", "output" })
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { dtype = "f64", device = device }), {}) end, { "PLOSS_ERR_DTYPE", "grad_output" })
   end)
 
@@ -1390,9 +1399,9 @@ local function gen_op_cases(fam, device)
       return
     end
     local x = ploss.randn({ 4, 5 }, { device = device })
-    errs(function() fwd(x, { out = ploss.empty({ 4, 5 }, { device = other }) }) end, { "PLOSS_ERR_DEVICE" })
+    errs(function() fwd(x, { out = buffer({ 4, 5 }, { device = other }) }) end, { "PLOSS_ERR_DEVICE" })
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = other }), {}) end, { "PLOSS_ERR_DEVICE", "grad_output" })
-    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = ploss.empty({ 4, 5 }, { device = other }) }) end,
+    errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = buffer({ 4, 5 }, { device = other }) }) end,
       { "PLOSS_ERR_DEVICE", "grad_input" })
   end)
 
@@ -1426,7 +1435,7 @@ local function gen_op_cases(fam, device)
     check(x3:permute(1, 3, 2):contiguous():permute(1, 3, 2), { dim = 3 }, "channels-last 3-d input, dim 3")
     -- strided outputs are written right; overlapping outputs refused
     local rf = fwd(x, {}):flat()
-    local ot = ploss.empty({ 5, 4 }, { device = device }):t()
+    local ot = buffer({ 5, 4 }, { device = device }):t()
     close(fwd(x, { out = ot }):flat(), rf, TOL.f32, fam.name .. " transposed output")
     errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "PLOSS_ERR_LAYOUT", "output" })
     errs(function() bwd(x, gout, { grad_input = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end,
@@ -1454,10 +1463,10 @@ local function gen_op_cases(fam, device)
 
   add(cases, "empty input, one element along dim", function()
     for _, sizes in ipairs { { 0, 5 }, { 4, 0 }, { 2, 5, 0 } } do
-      local x = ploss.empty(sizes, { device = device })
+      local x = buffer(sizes, { device = device })
       local o = fwd(x)
       if not nn_same(o:size(), sizes) then fail(fam.name .. ": empty output sizes") end
-      local g = bwd(x, ploss.empty(sizes, { device = device }))
+      local g = bwd(x, buffer(sizes, { device = device }))
       if not nn_same(g:size(), sizes) then fail(fam.name .. ": empty gradient sizes") end
     end
     local x = ploss.randn({ 4, 1 }, { device = device, seed = 221 })
@@ -1504,11 +1513,11 @@ local function gen_one_hot_cases(device)
   end
   add(cases, "shapes, dtypes, labels, options, layouts, aliasing", function()
     local y = ploss.tensor({ 0, 2, 1, 4 }, { dtype = "i64", device = device })
-    local out = ploss.empty({ 4, 5 }, { device = device })
-    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }) }) end, { "PLOSS_ERR_SHAPE" })
+    local out = buffer({ 4, 5 }, { device = device })
+    errs(function() ploss.one_hot(y, nil, { out = buffer({ 5, 4 }, { device = device }) }) end, { "PLOSS_ERR_SHAPE" })
     errs(function() ploss.one_hot(ploss.zeros({}, { dtype = "i64", device = device }), 5) end, { "PLOSS_ERR_SHAPE" })
     errs(function() ploss.one_hot(y:to(nil, "f32"), nil, { out = out }) end, { "PLOSS_ERR_DTYPE", "target" }, { out })
-    errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 4, 5 }, { dtype = "i64", device = device }), label_smoothing = 0.1 }) end,
+    errs(function() ploss.one_hot(y, nil, { out = buffer({ 4, 5 }, { dtype = "i64", device = device }), label_smoothing = 0.1 }) end,
       { "PLOSS_ERR_DTYPE" })
     errs(function() ploss.one_hot(y, nil, { out = out, label_smoothing = -0.5 }) end, { "opts.label_smoothing" }, { out })
     errs(function() ploss.one_hot(y, nil, { out = out, label_smoothing = 2 }) end, { "opts.label_smoothing" }, { out })
@@ -1528,18 +1537,18 @@ local function gen_one_hot_cases(device)
     local z = ploss.one_hot(ploss.tensor({ -1, 3 }, { dtype = "i64", device = device }), 5):flat()
     H.assert_equal(z, { 0, 0, 0, 0, 0, 0, 0, 0, 1, 0 })
     -- empty, strided target / output, zero-stride output refused, aliasing refused
-    H.assert_equal(ploss.one_hot(ploss.empty({ 0 }, { dtype = "i64", device = device }), 5):size(), { 0, 5 })
+    H.assert_equal(ploss.one_hot(buffer({ 0 }, { dtype = "i64", device = device }), 5):size(), { 0, 5 })
     local ref = ploss.one_hot(y, 5):flat()
     local ybig = ploss.tensor({ { 0, 9 }, { 2, 9 }, { 1, 9 }, { 4, 9 } }, { dtype = "i64", device = device })
     H.assert_equal(ploss.one_hot(ybig:select(2, 1), 5):flat(), ref)
-    H.assert_equal(ploss.one_hot(y, nil, { out = ploss.empty({ 5, 4 }, { device = device }):t() }):flat(), ref)
+    H.assert_equal(ploss.one_hot(y, nil, { out = buffer({ 5, 4 }, { device = device }):t() }):flat(), ref)
     errs(function() ploss.one_hot(y, nil, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end,
       { "PLOSS_ERR_LAYOUT", "out" })
     local oi = ploss.zeros({ 4, 5 }, { dtype = "i64", device = device })
     local yi = oi:select(2, 1)
     errs(function() ploss.one_hot(yi, nil, { out = oi }) end, { "PLOSS_ERR_ALIAS" })
     if other_device(device) then
-      errs(function() ploss.one_hot(y, nil, { out = ploss.empty({ 4, 5 }, { device = other_device(device) }) }) end, { "PLOSS_ERR_DEVICE" })
+      errs(function() ploss.one_hot(y, nil, { out = buffer({ 4, 5 }, { device = other_device(device) }) }) end, { "PLOSS_ERR_DEVICE" })
     else
       io.write("\n  [bad_input] one_hot: mixed-device case skipped: no second device (no GPU)\n")
     end
