@@ -42,8 +42,9 @@ typedef struct ploss_ce_problem {
      * ∂ℓ_i/∂x_ij = G_i·(p_ij − [j = y]) with G_i = (1 − p_y)^γ·(1 + γ·p_y·(−log p_y)/(1 − p_y))).
      * Set only by the CUDA softmax focal backend (kernels/softmax_focal.cu), which hands
      * it row-contiguous class-index problems without class weights and a = 1, b = 0; the
-     * CUDA backend then returns PLOSS_ERR_UNSUPPORTED, having launched nothing, when the
-     * rows do not fit its register-row kernel.  core/cross_entropy.c leaves it 0. */
+     * CUDA backend then returns PLOSS_ERR_UNSUPPORTED, having written nothing but its
+     * workspace, when the rows do not fit its register-row kernel (or the cluster launch is
+     * refused).  core/cross_entropy.c leaves it 0. */
     int focal;
     double focal_gamma;
 

@@ -76,14 +76,26 @@ ploss_status ploss_check_shape_axis1(const ploss_view *v, const ploss_view *x, i
     return ploss_check_shape_error(name, want, v);
 }
 
-ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
-                                    const char *name)
+/* A reduced (MEAN/SUM) loss or upstream gradient: one element. */
+static ploss_status check_reduced_loss(const ploss_view *v, const char *name)
 {
-    if (r == PLOSS_REDUCTION_NONE)
-        return ploss_check_sample_shape(v, x, name);
     if (v->numel == 1)
         return PLOSS_OK;
     return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
+}
+
+ploss_status ploss_check_inplace_request(const ploss_view *grad, const ploss_view *x)
+{
+    if (ploss_view_same(grad, x))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_ALIAS, "grad_input: opts.inplace asks for the gradient over the input, but "
+                                        "grad_input is not the input tensor (same data, shape and strides)");
+}
+
+ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
+                                    const char *name)
+{
+    return r == PLOSS_REDUCTION_NONE ? ploss_check_sample_shape(v, x, name) : check_reduced_loss(v, name);
 }
 
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name)
@@ -140,11 +152,7 @@ ploss_status ploss_check_input_shape(const ploss_view *v, const ploss_view *x, c
 ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
                                                 const char *name)
 {
-    if (r == PLOSS_REDUCTION_NONE)
-        return ploss_check_input_shape(v, x, name);
-    if (v->numel == 1)
-        return PLOSS_OK;
-    return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
+    return r == PLOSS_REDUCTION_NONE ? ploss_check_input_shape(v, x, name) : check_reduced_loss(v, name);
 }
 
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
@@ -314,10 +322,8 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
     const int in_place = pass == PLOSS_PASS_FUSED && inplace;
     if ((st = ploss_check_aliasing(out, out_name, 3, in, in_name, 4 + nins, in_place ? 1 : -1, 0)))
         return st;
-    if (in_place && !ploss_view_same(&g, x))
-        return ploss_error(PLOSS_ERR_ALIAS,
-                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
-                           "is not the input tensor (same data, shape and strides)");
+    if (in_place && (st = ploss_check_inplace_request(&g, x)))
+        return st;
 
     /* samples (n, s) with the dims d1…dk collapsed */
     o->N = x->shape[0];

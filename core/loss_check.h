@@ -1,9 +1,11 @@
 /*
  * loss_check.h — validation helpers shared by the loss front ends (core/<family>.c): shape
  * and dtype checks with uniform messages, collapsing dims into one strided axis, aliasing
- * checks over a list of outputs, the CPU label scan, and the whole check of the per-sample
- * outputs of the softmax-row losses (core/cross_entropy.c, core/softmax_focal.c,
- * core/softmax2.c).  Internal.
+ * checks over a list of outputs, the CPU label scan, label-smoothing options, class
+ * vectors (weight / alpha / priors), the elementwise and broadcast checks of the sigmoid
+ * family (core/sigmoid.c), and the whole check of the per-sample outputs of the
+ * softmax-row losses (core/cross_entropy.c, core/softmax_focal.c, core/softmax2.c).
+ * Internal.
  */
 #ifndef PLOSS_LOSS_CHECK_H
 #define PLOSS_LOSS_CHECK_H
@@ -28,6 +30,10 @@ ploss_status ploss_check_sample_shape(const ploss_view *v, const ploss_view *x, 
 /* v must have x's shape with axis 1 of size `size` (size < 0: x's own size). */
 ploss_status ploss_check_shape_axis1(const ploss_view *v, const ploss_view *x, int64_t size,
                                      const char *name, const char *what);
+
+/* A fused pass with opts.inplace: grad_input must be the input tensor itself (same data,
+ * shape and strides); else PLOSS_ERR_ALIAS naming grad_input. */
+ploss_status ploss_check_inplace_request(const ploss_view *grad, const ploss_view *x);
 
 /* Loss-shaped tensors (loss, grad_loss): the sample shape for NONE, one element else. */
 ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,

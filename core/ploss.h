@@ -1078,8 +1078,9 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  * order; the loss value over ties is the same either way, the subgradient is not).  A NaN
  * score (NaN logits) sorts above every number and below the ignored samples.  The
  * threshold is found on the device without sorting: a radix select over the 32-bit keys
- * of the scores (histograms of 11, 11 and 10 bits), with O(M) key and O(2^11) histogram
- * workspace and no host round trip.
+ * of the scores (histograms of 11, 11 and 10 bits) that recomputes the scores instead of
+ * storing them: no per-sample buffer, about 48 KiB of histogram state, the logits read again
+ * only when fewer than n_min scores lie at or below the threshold; no host round trip.
  *
  * in  input   N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
  * in  target  class indices, i64 or i32, shape N×d1×…×dk, in [0, C) or ignore_index.

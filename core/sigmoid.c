@@ -192,10 +192,8 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_pass pass, const sg_args *a, con
     const int inplace = pass == PLOSS_PASS_FUSED && o->inplace; /* grad_input over the input */
     if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 5, inplace ? 1 : -1, inplace ? 0 : -1)))
         return st;
-    if (pass == PLOSS_PASS_FUSED && o->inplace && !ploss_view_same(&g, &x))
-        return ploss_error(PLOSS_ERR_ALIAS,
-                           "grad_input: opts.inplace asks for the gradient over the input, but grad_input "
-                           "is not the input tensor (same data, shape and strides)");
+    if (inplace && (st = ploss_check_inplace_request(&g, &x)))
+        return st;
 
     ploss_sigmoid_problem p;
     memset(&p, 0, sizeof p);

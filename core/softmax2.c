@@ -2,8 +2,8 @@
  * softmax2.c — the one validation path in front of the CPU and CUDA backends of the
  * softmax family II losses with class-index targets: large-margin softmax (LOSSES.md
  * §2.3), Taylor cross-entropy (§2.5), PC-softmax cross-entropy (§2.2), OHEM cross-entropy
- * and OHEM large-margin (§2.7).  Every check runs before any write; the public entry points only translate
- * their options into a `config`.
+ * and OHEM large-margin (§2.7).  Every check runs before any write; the public entry
+ * points only translate their options into a `config`.
  */
 #include <math.h>
 #include <stdio.h>
