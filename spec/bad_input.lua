@@ -216,11 +216,7 @@ local function merge(...)
   return o
 end
 
-local function sample_sizes(sizes)
-  local s = {}
-  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
-  return s
-end
+local sample_sizes = H.sample_sizes
 B.sample_sizes = sample_sizes
 
 local function fail(msg) error(msg, 0) end

@@ -20,18 +20,7 @@ local TOL = {
   bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
 }
 
-local function maxabs(values)
-  local m = 0
-  for _, v in ipairs(values) do
-    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
-  end
-  return m
-end
-
-local function close(got, ref, rtol, floor, what)
-  local rv = H.values(ref)
-  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
-end
+local close = H.assert_close_scaled
 
 -- The options table with tensor options moved to `device` (f64 on the CPU reference).
 local function opts_on(opts, device, dtype)
@@ -52,11 +41,7 @@ local function reference(x, y, opts, gout)
   return { loss = loss, grad = grad, gback = gback, x = xc, y = yc, opts = o }
 end
 
-local function sample_sizes(sizes)
-  local s = {}
-  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
-  return s
-end
+local sample_sizes = H.sample_sizes
 
 -- Inputs of `sizes` in dtype on the device, in the requested layout (the values are the
 -- same whatever the layout).

@@ -29,18 +29,7 @@ local TOL = {
   bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
 }
 
-local function maxabs(values)
-  local m = 0
-  for _, v in ipairs(values) do
-    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
-  end
-  return m
-end
-
-local function close(got, ref, rtol, floor, what)
-  local rv = H.values(ref)
-  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
-end
+local close = H.assert_close_scaled
 
 -- Run `name` fused, forward and backward on CPU and CUDA with the same dtype-rounded
 -- inputs; compare.  x64: f64 CPU logits; y: target (f64 probabilities or i64 labels).
@@ -78,11 +67,7 @@ local function compare(name, x64, y, opts, dtype, label, layout)
   H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
 end
 
-local function sample_sizes(shape)
-  local s = {}
-  for i = 1, #shape do if i ~= 2 then s[#s + 1] = shape[i] end end
-  return s
-end
+local sample_sizes = H.sample_sizes
 
 describe("CUDA sigmoid family vs CPU", function()
   local cases = {

@@ -22,18 +22,7 @@ local TOL = {
 }
 local DTYPES = { "f32", "f16", "bf16", "f64" }
 
-local function maxabs(values)
-  local m = 0
-  for _, v in ipairs(values) do
-    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
-  end
-  return m
-end
-
-local function close(got, ref, rtol, floor, what)
-  local rv = H.values(ref)
-  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * maxabs(rv), floor or 0), what = what })
-end
+local close = H.assert_close_scaled
 
 local sample_sizes = S.sample_sizes
 

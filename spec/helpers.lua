@@ -25,6 +25,10 @@
 --   H.seed(n)                           ploss.manual_seed(n), remembered for messages
 --   H.random_logits(sizes, opts)        randn logits (f64 CPU unless opts say otherwise)
 --   H.random_labels(sizes, C, opts)     class indices in [0, C) (i64 unless opts.dtype)
+--   H.sample_sizes(sizes)               the sizes without axis 2 (the class axis, 1-based)
+--   H.assert_close_scaled(got, ref, rtol, floor, what)
+--                                       CUDA-vs-CPU comparison: rtol relative, or
+--                                       max(rtol·max|ref|, floor) absolute
 local ploss = require "ploss"
 
 local H = { ploss = ploss }
@@ -343,6 +347,25 @@ function H.each(...)
 end
 
 --- randn logits of `sizes` (opts.dtype 'f64', opts.device 'cpu', opts.std 1).
+function H.sample_sizes(sizes)
+  local s = {}
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+  return s
+end
+
+--- Compare `got` with the reference `ref` (a tensor or values) elementwise with `rtol`
+-- relative and an absolute tolerance of rtol × the largest finite |ref| (at least `floor`,
+-- e.g. f16 subnormals): the tolerance of a GPU result (f32 accumulation) against the CPU
+-- (f64 accumulation) on the same rounded inputs.
+function H.assert_close_scaled(got, ref, rtol, floor, what)
+  local rv = H.values(ref)
+  local m = 0
+  for _, v in ipairs(rv) do
+    if v == v and math.abs(v) < math.huge and math.abs(v) > m then m = math.abs(v) end
+  end
+  H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * m, floor or 0), what = what })
+end
+
 function H.random_logits(sizes, opts)
   opts = opts or {}
   return ploss.randn(sizes, { dtype = opts.dtype or "f64", device = opts.device, std = opts.std or 1 })

@@ -25,11 +25,7 @@ S.fixture_runs = {
   { dtype = "f32", rtol = 2e-5, atol = 2e-6, target = "i32" },
 }
 
-function S.sample_sizes(sizes)
-  local s = {}
-  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
-  return s
-end
+S.sample_sizes = H.sample_sizes
 
 function S.labels(sizes, opts)
   local y = H.random_labels(S.sample_sizes(sizes), sizes[2], opts)
