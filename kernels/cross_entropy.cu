@@ -13,10 +13,11 @@
  *    warp (8 rows per block), a block of 128 or 512 threads, or, on sm_90, a cluster of
  *    2/4/8 blocks of 512 threads exchanging their partials through distributed shared
  *    memory: up to 131072 f32 / 262144 f16-bf16 classes.  Two reductions per row: the max
- *    M, then (Σ e^(x−M), Σ_{j≠y}(M − x_j), M − x_y); the loss is
- *    Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term ≥ 0, so logits of ±1e4
- *    do not cancel.  f32/f64 keep e^(x−M) in place of x; f16/bf16 recompute it.  With
- *    p.focal it computes the softmax focal loss instead (kernels/softmax_focal.cu).
+ *    M, then (Σ_{j≠y} e^(x−M), Σ_{j≠y}(M − x_j), M − x_y), e^(x_y−M) added after the
+ *    reduction; the loss is Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term
+ *    ≥ 0, so logits of ±1e4 do not cancel.  f32 keeps e^(x−M) in place of x; f16/bf16
+ *    recompute it (f64 never comes here).  With p.focal it computes the softmax focal loss
+ *    instead (kernels/softmax_focal.cu).
  *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
  *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
  *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.
@@ -288,6 +289,7 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
     constexpr bool kKeepE = sizeof(T) == sizeof(A); /* e^(x−M) replaces x in place */
     static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or a whole block");
     static_assert(CLUSTER == 1 || LANES == THREADS, "clusters of whole blocks only");
+    static_assert(sizeof(A) == sizeof(float), "f32 accumulation only (f64 takes the generic kernels)");
 
     __shared__ A slot_m;
     __shared__ Tri<A> slot_t;
@@ -1124,8 +1126,8 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
         ploss_status st = PLOSS_OK;
         if (kind >= 0) {
             st = launch_rows_cfg<T>(kind, p, aux, count, blocks, stream);
-            if (st == PLOSS_ERR_UNSUPPORTED && p.focal) /* cluster launch refused */
-                return st;                              /* (only workspace written) */
+            if (st == PLOSS_ERR_UNSUPPORTED && p.focal) /* cluster launch refused: only */
+                return st;                              /* the workspace was written     */
             if (st == PLOSS_ERR_UNSUPPORTED) /* cluster launch refused: two-pass rows */
                 kind = -2;
             else if (st != PLOSS_OK)

@@ -6,10 +6,8 @@
  *            then reads 32 neighbouring rows' class j at once (coalesced);
  *   G = 32   a warp per row: class-contiguous rows with C <= 2048;
  *   G = 256  the whole block per row: class-contiguous rows with C > 2048.
- * RowView<G, CMAX> reads a row: with CMAX > 0 (one thread per row, C <= CMAX) the whole
- * row goes to registers at once, so a thread has C loads in flight (enough to cover the
- * memory latency) and later passes read registers; otherwise each pass reads memory (the
- * first from DRAM, the next ones mostly from L1/L2).
+ * RowView<G> walks a row: each pass reads memory (the first from DRAM, the next ones mostly
+ * from L1/L2).  Small C is served by the register kernels of softmax2.cu instead.
  * Internal; namespace ploss_cuda.
  */
 #ifndef PLOSS_KERNELS_ROW_GROUPS_CUH
@@ -43,39 +41,14 @@ template <int G, class T, class Op> __device__ __forceinline__ T group_all_reduc
         return v;
 }
 
-/* Classes cached in registers by the one-thread-per-row kernels (C <= ROW_CMAX). */
-constexpr int ROW_CMAX = 32;
-
 /* One lane's view of a row of C values at x[xo + j·sc] (see the top of this file). */
-template <int G, int CMAX, class A> struct RowView {
-    static_assert(CMAX == 0 || G == 1, "registers hold whole rows only with one thread per row");
-    A v[CMAX > 0 ? CMAX : 1];
-
-    /* Read the row into registers (CMAX > 0; nothing otherwise).  Before any write of
-     * the same row (in-place gradients). */
-    template <class T> __device__ __forceinline__ void load(const T *x, int64_t xo, int64_t sc, int64_t C)
-    {
-        if constexpr (CMAX > 0) {
-#pragma unroll
-            for (int j = 0; j < CMAX; ++j)
-                if (j < C)
-                    v[j] = load_as<A>(x, xo + j * sc);
-        }
-    }
-
+template <int G, class A> struct RowView {
     /* f(j, x_j) for each class j of this lane (j ≡ lane mod G), in increasing j. */
     template <class T, class F>
     __device__ __forceinline__ void each(const T *x, int64_t xo, int64_t sc, int64_t C, int lane, F &&f) const
     {
-        if constexpr (CMAX > 0) {
-#pragma unroll
-            for (int j = 0; j < CMAX; ++j)
-                if (j < C)
-                    f((int64_t)j, v[j]);
-        } else {
-            for (int64_t j = lane; j < C; j += G)
-                f(j, load_as<A>(x, xo + j * sc));
-        }
+        for (int64_t j = lane; j < C; j += G)
+            f(j, load_as<A>(x, xo + j * sc));
     }
 };
 

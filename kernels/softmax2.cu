@@ -24,7 +24,8 @@
  * the sample a NaN loss (and state) and a zero gradient, as cross_entropy.cu.
  *
  * Reductions are deterministic: per-thread sums in the accumulation type, a CUB block
- * reduction, one double partial per block (the grid depends on the shape only), a single
+ * reduction, one double partial per block (the grid depends on the shape, dtype and layout,
+ * which pick the kernel, never on timing), a single
  * block sums the partials in a fixed order; integer counts (valid samples, OHEM
  * histograms) use integer atomics, whose results do not depend on the order.  Nothing
  * synchronises with the host: the MEAN divisor and the OHEM threshold live in device
@@ -184,8 +185,8 @@ template <class Op> struct MergeOp {
 };
 
 /* Statistics of one row, merged over the G lanes of its group (G = 1: one thread). */
-template <int G, int CMAX, class Op, class T>
-__device__ __forceinline__ typename Op::Stats row_stats(const Op &op, const RowView<G, CMAX, typename Op::acc> &row,
+template <int G, class Op, class T>
+__device__ __forceinline__ typename Op::Stats row_stats(const Op &op, const RowView<G, typename Op::acc> &row,
                                                         const T *x, int64_t xo, int64_t sc, int64_t C, int64_t y,
                                                         int lane)
 {
@@ -275,7 +276,7 @@ template <int G, class T, class A>
 __device__ __forceinline__ uint32_t group_key(const ploss_sm2_problem &p, const T *x, int64_t xo, int64_t y, int lane)
 {
     const SoftmaxOp<A> op{nullptr};
-    RowView<G, 0, A> row;
+    RowView<G, A> row;
     const auto st = row_stats(op, row, x, xo, p.x_sc, p.C, y, lane);
     const A xy = load_as<A>(x, xo + y * p.x_sc);
     return score_key((float)exp(xy - (st.m + log(st.s))));
@@ -423,7 +424,7 @@ __global__ void fixed_threshold_kernel(MineState *ms, uint32_t tkey)
 }
 
 /* The loss pass: per-sample loss (and state), per-block loss partial, gradient. */
-template <int G, int CMAX, class T, class Op>
+template <int G, class T, class Op>
 __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op op, Aux<typename Op::acc> aux)
 {
     using A = typename Op::acc;
@@ -468,9 +469,8 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
         const A fill = invalid ? (A)NAN : (A)0;
         State<A> st = {{fill, fill, fill}};
         A loss = fill, xy = 0;
-        RowView<G, CMAX, A> row;
+        RowView<G, A> row;
         if (valid) {
-            row.load(x, xo, p.x_sc, C);
             xy = load_as<A>(x, xo + y * p.x_sc);
             if (use_state) {
                 for (int k = 0; k < Op::n_state; ++k)
@@ -823,7 +823,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
                                                   : omega;
 #pragma unroll
                     for (int j = 0; j < CMAX; ++j)
-                        v[e][j] = keep ? w * op.grad(v[e][j], j == yi, j, gc) : 0.f;
+                        v[e][j] = keep && j < C ? w * op.grad(v[e][j], j == yi, j, gc) : 0.f;
                 }
             }
             if (V > 1)
@@ -955,7 +955,7 @@ ploss_status run_groups(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &
         });
     if (st != PLOSS_OK)
         return st;
-    loss_kernel<G, 0, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
+    loss_kernel<G, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
     if ((st = check_launch("softmax2 loss_kernel")))
         return st;
     return run_finalize<A, LT>(ctx, p, aux, blocks);
