@@ -266,13 +266,15 @@ end
 
 H.POISON = 1232 -- exact in every float dtype (also bf16 and f16); snapshots are read back anyway
 
---- Fill each tensor with a sentinel and return a snapshot for assert_untouched.
+--- Fill each tensor with a sentinel where it can be written (an expanded view cannot be
+-- filled: it keeps the values its base was made with) and return a snapshot for
+-- assert_untouched.
 function H.poison(...)
   local snap = {}
   for i = 1, select("#", ...) do
     local t = select(i, ...)
     if t then
-      t:fill(H.POISON)
+      pcall(t.fill, t, H.POISON)
       snap[#snap + 1] = { t = t, values = t:flat() }
     end
   end
