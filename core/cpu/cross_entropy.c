@@ -5,9 +5,9 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 
 #include "../cross_entropy.h"
+#include "rows.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -94,38 +94,23 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
 {
     (void)ctx;
     const int64_t M = p->N * p->S, C = p->C;
-    const int64_t nchunks = (M + CHUNK - 1) / CHUNK;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? mean_divisor(p) : 1.0;
 
     /* ω for reduced losses; per sample for NONE in backward */
-    double omega = 0.0;
-    if (want_grad) {
-        double up = p->pass == PLOSS_PASS_FUSED ? p->scale
-                    : p->reduction == PLOSS_REDUCTION_NONE ? 0.0
-                                                           : ploss_load(p->grad_loss, p->gl_dtype, 0);
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (divisor != 0.0 ? up / divisor : 0.0) : up;
-    }
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
-    /* every buffer is taken before the first write, so a failure leaves outputs untouched */
-    const int nthreads = omp_get_max_threads();
-    /* two rows of C doubles per thread, none without samples (C may then be huge); a size
-     * that does not fit in size_t is an allocation failure, not a short buffer */
-    const size_t row_elems = M > 0 ? (size_t)C * 2 : 0;
-    const int too_big = M > 0 && (size_t)C > SIZE_MAX / (2 * sizeof(double)) / (size_t)nthreads;
-    double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = too_big ? NULL : malloc(((size_t)nthreads * row_elems + 1) * sizeof *rows);
-    if (!partial || !rows) {
-        free(partial);
-        free(rows);
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "cross_entropy: row buffers for %d threads × %lld classes",
-                           nthreads, (long long)C);
-    }
+    /* two rows of C doubles per thread (x and t), taken before the first write */
+    ploss_cpu_rows b;
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "cross_entropy", M, C, 2, CHUNK);
+    if (status != PLOSS_OK)
+        return status;
+    const int64_t nchunks = b.nchunks;
 
-#pragma omp parallel num_threads(nthreads) if (M * C > 32768)
+#pragma omp parallel num_threads(b.nthreads) if (M * C > 32768)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * row_elems, *t = x + row_elems / 2;
+        double *x = ploss_cpu_rows_thread(&b, omp_get_thread_num()), *t = x + b.cls;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
@@ -157,18 +142,11 @@ ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p
                     ploss_store(p->grad, p->x_dtype, go + j * p->g_sc, gj);
                 }
             }
-            partial[chunk] = acc;
+            b.partial[chunk] = acc;
         }
     }
-    free(rows);
-    if (want_loss && p->reduction != PLOSS_REDUCTION_NONE) {
-        double total = 0.0;
-        for (int64_t c = 0; c < nchunks; ++c)
-            total += partial[c];
-        if (p->reduction == PLOSS_REDUCTION_MEAN)
-            total = total / divisor; /* 0/0 = NaN with no valid sample, as PyTorch */
-        ploss_store(p->loss, p->loss_dtype, 0, total);
-    }
-    free(partial);
+    if (want_loss)
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b);
     return PLOSS_OK;
 }

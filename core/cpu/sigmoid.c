@@ -7,9 +7,9 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 
 #include "../sigmoid.h"
+#include "rows.h"
 #include "scalar.h"
 
 #define CHUNK 4096 /* elements per reduction chunk */
@@ -107,22 +107,20 @@ ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {
     (void)ctx;
     const int64_t M = p->numel;
-    const int64_t nchunks = (M + CHUNK - 1) / CHUNK;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)M : 1.0;
 
-    double omega = 0.0; /* ω of reduced losses */
-    if (want_grad) {
-        double up = p->pass == PLOSS_PASS_FUSED ? p->scale : none ? 0.0 : ploss_load(p->grad_loss, p->gl_dtype, 0);
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (M ? up / divisor : 0.0) : up;
-    }
+    /* ω of reduced losses; per element for NONE in backward */
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
-    /* the only buffer is taken before the first write */
-    double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    if (!partial)
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "sigmoid: %lld reduction partials", (long long)nchunks);
+    /* the only buffer (the chunk partials, no rows) is taken before the first write */
+    ploss_cpu_rows b;
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "sigmoid", M, 0, 0, CHUNK);
+    if (status != PLOSS_OK)
+        return status;
+    const int64_t nchunks = b.nchunks;
 
 #pragma omp parallel for schedule(static)
     for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
@@ -149,16 +147,10 @@ ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
                 ploss_store(p->grad, p->x_dtype, it.off[TG], om * dx);
             }
         }
-        partial[chunk] = acc;
+        b.partial[chunk] = acc;
     }
-    if (want_loss && !none) {
-        double total = 0.0;
-        for (int64_t c = 0; c < nchunks; ++c)
-            total += partial[c];
-        if (p->reduction == PLOSS_REDUCTION_MEAN)
-            total = total / divisor; /* 0/0 = NaN for an empty input, as PyTorch */
-        ploss_store(p->loss, p->loss_dtype, 0, total);
-    }
-    free(partial);
+    if (want_loss) /* 0/0 = NaN for an empty input, as PyTorch */
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b);
     return PLOSS_OK;
 }

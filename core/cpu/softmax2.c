@@ -12,6 +12,7 @@
 
 #include "../softmax2.h"
 #include "../taylor_poly.h"
+#include "rows.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -149,13 +150,13 @@ static uint32_t select_key(const uint32_t *keys, int64_t M, int64_t r)
 }
 
 /* Scores every sample into keys[] and sets kept[i] = 1 for the mined ones (softmax2.h);
- * rows: per-thread scratch of 3·C doubles. */
-static void ohem_mine(const ploss_sm2_problem *p, uint32_t *keys, unsigned char *kept, double *rows)
+ * b: per-thread rows of at least C doubles. */
+static void ohem_mine(const ploss_sm2_problem *p, uint32_t *keys, unsigned char *kept, const ploss_cpu_rows *b)
 {
     const int64_t M = p->N * p->S, C = p->C;
 #pragma omp parallel
     {
-        double *x = rows + (size_t)omp_get_thread_num() * (M > 0 ? (size_t)C * 3 : 0);
+        double *x = ploss_cpu_rows_thread(b, omp_get_thread_num());
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < M; ++i) {
             const int64_t n = i / p->S, s = i % p->S;
@@ -187,32 +188,32 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 {
     (void)ctx;
     const int64_t M = p->N * p->S, C = p->C;
-    const int64_t nchunks = (M + CHUNK - 1) / CHUNK;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
-    const int nthreads = omp_get_max_threads();
 
-    /* every buffer is taken before the first write, so a failure leaves outputs untouched;
-     * no per-class buffers without samples (C may then be huge), and a size past size_t is
-     * an allocation failure, not a short buffer */
-    const size_t cls = M > 0 ? (size_t)C : 0;
-    const int too_big = cls > SIZE_MAX / (3 * sizeof(double)) / (size_t)nthreads;
-    double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = too_big ? NULL : malloc(((size_t)nthreads * cls * 3 + 1) * sizeof *rows);
+    /* every buffer is taken before the first write, so a failure leaves outputs untouched:
+     * three rows of C doubles per thread (x and g use the first two; the OHEM scores x),
+     * the log priors, the OHEM keys and flags */
+    ploss_cpu_rows b;
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "softmax2", M, C, 3, CHUNK);
+    if (status != PLOSS_OK)
+        return status;
+    const int64_t nchunks = b.nchunks;
+    const size_t cls = b.cls;
     double *bias = p->w ? malloc((cls + 1) * sizeof *bias) : NULL;
     uint32_t *keys = p->ohem ? malloc((size_t)(M ? M : 1) * sizeof *keys) : NULL;
     unsigned char *kept = p->ohem ? malloc((size_t)(M ? M : 1)) : NULL;
-    if (!partial || !rows || (p->w && !bias) || (p->ohem && (!keys || !kept))) {
-        free(partial); free(rows); free(bias); free(keys); free(kept);
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "softmax2: buffers for %d threads × %lld classes, %lld samples",
-                           nthreads, (long long)C, (long long)M);
+    if ((p->w && !bias) || (p->ohem && (!keys || !kept))) {
+        ploss_cpu_rows_free(&b); free(bias); free(keys); free(kept);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "softmax2: log priors of %lld classes, OHEM keys of %lld samples",
+                           (long long)C, (long long)M);
     }
     for (int64_t j = 0; p->w && j < (int64_t)cls; ++j)
         bias[j] = log(ploss_load(p->w, p->w_dtype, j * p->w_s));
 
     /* valid (or mined) samples: the MEAN divisor */
     if (p->ohem)
-        ohem_mine(p, keys, kept, rows);
+        ohem_mine(p, keys, kept, &b);
     int64_t count = 0;
     for (int64_t i = 0; i < M; ++i) {
         if (p->ohem)
@@ -222,18 +223,13 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
     }
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)count : 1.0;
 
-    double omega = 0.0; /* ω for reduced losses */
-    if (want_grad) {
-        const double up = p->pass == PLOSS_PASS_FUSED ? p->scale
-                          : p->reduction == PLOSS_REDUCTION_NONE ? 0.0
-                                                                 : ploss_load(p->grad_loss, p->gl_dtype, 0);
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (divisor != 0.0 ? up / divisor : 0.0) : up;
-    }
+    /* ω for reduced losses; per sample for NONE in backward */
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
     const int use_state = p->pass == PLOSS_PASS_BACKWARD && p->state;
 
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(b.nthreads)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * cls * 3, *g = x + cls;
+        double *x = ploss_cpu_rows_thread(&b, omp_get_thread_num()), *g = x + cls;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
@@ -271,17 +267,11 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
                 for (int64_t j = 0; j < C; ++j)
                     ploss_store(p->grad, p->x_dtype, go + j * p->g_sc, valid ? g[j] : 0.0);
             }
-            partial[chunk] = acc;
+            b.partial[chunk] = acc;
         }
     }
-    if (want_loss && p->reduction != PLOSS_REDUCTION_NONE) {
-        double total = 0.0;
-        for (int64_t c = 0; c < nchunks; ++c)
-            total += partial[c];
-        if (p->reduction == PLOSS_REDUCTION_MEAN)
-            total = total / divisor; /* 0/0 = NaN with no valid sample, as PyTorch */
-        ploss_store(p->loss, p->loss_dtype, 0, total);
-    }
-    free(partial); free(rows); free(bias); free(keys); free(kept);
+    if (want_loss)
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b); free(bias); free(keys); free(kept);
     return PLOSS_OK;
 }

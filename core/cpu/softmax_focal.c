@@ -6,9 +6,9 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 
 #include "../softmax_focal.h"
+#include "rows.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -72,7 +72,6 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
 {
     (void)ctx;
     const int64_t M = p->N * p->S, C = p->C;
-    const int64_t nchunks = (M + CHUNK - 1) / CHUNK;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
@@ -85,31 +84,18 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
                 count += ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss) != p->ignore_index;
         divisor = (double)count;
     }
-    double omega = 0.0;
-    if (want_grad) {
-        double up = p->pass == PLOSS_PASS_FUSED ? p->scale : none ? 0.0 : ploss_load(p->grad_loss, p->gl_dtype, 0);
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (divisor != 0.0 ? up / divisor : 0.0) : up;
-    }
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
-    /* every buffer is taken before the first write, so a failure leaves outputs untouched;
-     * no row buffers without samples (C may then be huge), and a size past size_t is an
-     * allocation failure, not a short buffer */
-    const int nthreads = omp_get_max_threads();
-    const size_t cls = M > 0 ? (size_t)C : 0;
-    const size_t n_rows = cls <= PTRDIFF_MAX / (2 * sizeof(double)) / (size_t)nthreads
-                              ? (size_t)nthreads * cls * 2 + 1 : 0; /* 0: too big */
-    double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
-    double *rows = n_rows ? calloc(n_rows, sizeof *rows) : NULL;
-    if (!partial || !rows) {
-        free(partial);
-        free(rows);
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "softmax_focal: row buffers for %d threads × %lld classes",
-                           nthreads, (long long)C);
-    }
+    /* two rows of C doubles per thread (x and Gv), taken before the first write */
+    ploss_cpu_rows b;
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "softmax_focal", M, C, 2, CHUNK);
+    if (status != PLOSS_OK)
+        return status;
+    const int64_t nchunks = b.nchunks;
 
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(b.nthreads)
     {
-        double *x = rows + (size_t)omp_get_thread_num() * cls * 2, *Gv = x + cls;
+        double *x = ploss_cpu_rows_thread(&b, omp_get_thread_num()), *Gv = x + b.cls;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
@@ -155,18 +141,11 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
                     ploss_store(p->grad, p->x_dtype, go + j * p->g_sc, gj);
                 }
             }
-            partial[chunk] = acc;
+            b.partial[chunk] = acc;
         }
     }
-    free(rows);
-    if (want_loss && !none) {
-        double total = 0.0;
-        for (int64_t c = 0; c < nchunks; ++c)
-            total += partial[c];
-        if (p->reduction == PLOSS_REDUCTION_MEAN)
-            total = total / divisor; /* 0/0 = NaN with no valid sample, as PyTorch */
-        ploss_store(p->loss, p->loss_dtype, 0, total);
-    }
-    free(partial);
+    if (want_loss)
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b);
     return PLOSS_OK;
 }
