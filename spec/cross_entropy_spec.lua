@@ -22,12 +22,6 @@ local function case_opts(case, dtype, device)
   }
 end
 
-local function scaled(values, s)
-  local out = {}
-  for i, v in ipairs(values) do out[i] = v * s end
-  return out
-end
-
 describe("CrossEntropyLoss fixtures", function()
   local cases = H.fixtures("cross_entropy")
 
@@ -46,48 +40,7 @@ describe("CrossEntropyLoss fixtures", function()
   } do
     it("matches every case in " .. run.dtype .. " (forward, backward, fused; criterion and F)", function()
       for _, case in ipairs(cases) do
-        local x = H.fixture_tensor(case.inputs.input, { dtype = run.dtype })
-        local y = H.fixture_tensor(case.inputs.target, { dtype = run.dtype, int_dtype = run.target })
-        local opts = case_opts(case, run.dtype)
-        local tol = { rtol = run.rtol, atol = run.atol }
-        local function what(s) tol.what = case.name .. " " .. run.dtype .. " " .. s; return tol end
-        local exp_out, exp_grad = case.expected.output, case.expected.grad_input
-        local gout = case.grad_output and H.fixture_tensor(case.grad_output, { dtype = x:dtype() == "f64" and "f64" or "f32" })
-
-        -- criterion: forward, backward with the saved lse, fused
-        local crit = ploss.CrossEntropyLoss(opts)
-        local loss = crit:forward(x, y)
-        if opts.reduction == "none" then
-          assert.is_true(ploss.is_tensor(loss))
-          assert.are.equal(run.dtype == "f64" and "f64" or "f32", loss:dtype())
-        else
-          assert.are.equal("number", type(loss))
-        end
-        H.assert_close(loss, exp_out, what("forward"))
-        local g = crit:backward(x, y, gout)
-        assert.are.equal(run.dtype, g:dtype())
-        H.assert_close(g, exp_grad, what("backward"))
-        local l2, g2 = crit(x, y)
-        H.assert_close(l2, exp_out, what("fused loss"))
-        if opts.reduction ~= "none" then
-          H.assert_close(g2, exp_grad, what("fused grad"))
-          local _, g3 = crit(x, y, 2.5)
-          H.assert_close(g3, scaled(H.values(exp_grad), 2.5), what("fused grad, scale 2.5"))
-        else
-          -- fused 'none' = gradient of the sum: backward with ones
-          local ones = ploss.ones(exp_out.shape, { dtype = gout:dtype() })
-          local gsum = ploss.F.cross_entropy_backward(x, y, ones, opts)
-          H.assert_close(g2, gsum, what("fused grad (none)"))
-        end
-
-        -- functional: forward, backward without saved state (recomputed lse), fused
-        H.assert_close(F.cross_entropy(x, y, opts), exp_out, what("F forward"))
-        H.assert_close(F.cross_entropy_backward(x, y, gout, opts), exp_grad, what("F backward"))
-        if opts.reduction ~= "none" then
-          local fl, fg = F.cross_entropy_fused(x, y, opts)
-          H.assert_close(fl, exp_out, what("F fused loss"))
-          H.assert_close(fg, exp_grad, what("F fused grad"))
-        end
+        H.check_fixture_case("CrossEntropyLoss", "cross_entropy", case, run, case_opts(case, run.dtype), 2.5)
       end
     end)
   end
@@ -174,27 +127,16 @@ describe("CrossEntropyLoss gradients (central differences, f64)", function()
     if weighted then opts.weight = ploss.rand({ Cn }, { dtype = "f64", low = 0.5, high = 2 }) end
     local gout
     if red == "none" then gout = ploss.randn(ysizes, { dtype = "f64" }) end
-    local gvals = gout and gout:flat()
-    local function f(xx)
-      local l = F.cross_entropy(xx, y, opts)
-      if red ~= "none" then return l end
-      local s, lv = 0, l:flat()
-      for i = 1, #lv do s = s + lv[i] * gvals[i] end
-      return s
-    end
     local label = string.format("%s ε=%g %s w=%s ign=%s %s %s", red, sm[1], sm[2], tostring(weighted),
       tostring(ignore), kind, table.concat(shape, "x"))
     local crit = ploss.CrossEntropyLoss(opts)
     crit:forward(x, y)
     local g_saved = crit:backward(x, y, gout):clone()                  -- with the saved lse
     local g_fresh = F.cross_entropy_backward(x, y, gout, opts)        -- lse recomputed
-    H.gradcheck(f, x, g_saved, { what = label .. " backward", seed = seed })
+    H.gradcheck(H.loss_objective("cross_entropy", y, opts, gout), x, g_saved, { what = label .. " backward", seed = seed })
     H.assert_close(g_fresh, g_saved, { rtol = 1e-13, atol = 1e-15, what = label .. " recomputed lse" })
     -- fused: gradient of the reduced loss (of the sum for 'none') times the scale
-    local _, gf = F.cross_entropy_fused(x, y, { reduction = red, label_smoothing = sm[1],
-      smoothing_convention = sm[2], ignore_index = 7, weight = opts.weight, scale = 0.75 })
-    local ref = F.cross_entropy_backward(x, y, red == "none" and ploss.full(ysizes, 0.75, { dtype = "f64" }) or 0.75, opts)
-    H.assert_close(gf, ref, { rtol = 1e-13, atol = 1e-15, what = label .. " fused" })
+    H.check_fused_scale("cross_entropy", x, y, opts, ysizes, label, 1e-13)
   end
 
   for _, kind in ipairs { "index", "prob" } do

@@ -14,12 +14,6 @@ local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
 
-local function scaled(values, s)
-  local out = {}
-  for i, v in ipairs(values) do out[i] = v * s end
-  return out
-end
-
 local function is_finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 local function assert_all_finite(t, what)
   for i, v in ipairs(H.values(t)) do
@@ -74,45 +68,7 @@ describe("focal family fixtures", function()
     } do
       it(name .. ": matches every case in " .. run.dtype .. " (forward, backward, fused; criterion and F)", function()
         for _, case in ipairs(cases) do
-          local x = H.fixture_tensor(case.inputs.input, { dtype = run.dtype })
-          local y = H.fixture_tensor(case.inputs.target, { dtype = run.dtype, int_dtype = run.target })
-          local opts = L.opts(case, run.dtype)
-          local tol = { rtol = run.rtol, atol = run.atol }
-          local function what(s) tol.what = case.name .. " " .. run.dtype .. " " .. s; return tol end
-          local exp_out, exp_grad = case.expected.output, case.expected.grad_input
-          local ldtype = run.dtype == "f64" and "f64" or "f32"
-          local gout = case.grad_output and H.fixture_tensor(case.grad_output, { dtype = ldtype })
-
-          local crit = ploss[L.crit](opts)
-          local loss = crit:forward(x, y)
-          if opts.reduction == "none" then
-            assert.is_true(ploss.is_tensor(loss))
-            assert.are.equal(ldtype, loss:dtype())
-          else
-            assert.are.equal("number", type(loss))
-          end
-          H.assert_close(loss, exp_out, what("forward"))
-          local g = crit:backward(x, y, gout)
-          assert.are.equal(run.dtype, g:dtype())
-          H.assert_close(g, exp_grad, what("backward"))
-          local l2, g2 = crit(x, y)
-          H.assert_close(l2, exp_out, what("fused loss"))
-          if opts.reduction ~= "none" then
-            H.assert_close(g2, exp_grad, what("fused grad"))
-            local _, g3 = crit(x, y, 2.5)
-            H.assert_close(g3, scaled(H.values(exp_grad), 2.5), what("fused grad, scale 2.5"))
-          else
-            local ones = ploss.ones(exp_out.shape, { dtype = ldtype })
-            H.assert_close(g2, F[L.fname .. "_backward"](x, y, ones, opts), what("fused grad (none)"))
-          end
-
-          H.assert_close(F[L.fname](x, y, opts), exp_out, what("F forward"))
-          H.assert_close(F[L.fname .. "_backward"](x, y, gout, opts), exp_grad, what("F backward"))
-          if opts.reduction ~= "none" then
-            local fl, fg = F[L.fname .. "_fused"](x, y, opts)
-            H.assert_close(fl, exp_out, what("F fused loss"))
-            H.assert_close(fg, exp_grad, what("F fused grad"))
-          end
+          H.check_fixture_case(L.crit, L.fname, case, run, L.opts(case, run.dtype), 2.5)
         end
       end)
     end
@@ -322,22 +278,9 @@ describe("focal family gradients (central differences, f64)", function()
   local function check(fname, x, y, opts, loss_sizes, label, h)
     local red = opts.reduction
     local gout = red == "none" and ploss.randn(loss_sizes, { dtype = "f64" }) or nil
-    local gvals = gout and gout:flat()
-    local function f(xx)
-      local l = F[fname](xx, y, opts)
-      if red ~= "none" then return l end
-      local s, lv = 0, l:flat()
-      for i = 1, #lv do s = s + lv[i] * gvals[i] end
-      return s
-    end
     local g = F[fname .. "_backward"](x, y, gout, opts)
-    H.gradcheck(f, x, g, { what = label .. " backward", seed = seed, h = h })
-    local fo = {}
-    for k, v in pairs(opts) do fo[k] = v end
-    fo.scale = 0.75
-    local _, gf = F[fname .. "_fused"](x, y, fo)
-    local ref = F[fname .. "_backward"](x, y, red == "none" and ploss.full(loss_sizes, 0.75, { dtype = "f64" }) or 0.75, opts)
-    H.assert_close(gf, ref, { rtol = 1e-13, atol = 1e-15, what = label .. " fused" })
+    H.gradcheck(H.loss_objective(fname, y, opts, gout), x, g, { what = label .. " backward", seed = seed, h = h })
+    H.check_fused_scale(fname, x, y, opts, loss_sizes, label, 1e-13)
   end
 
   it("BCE with logits: reduction × weight form × pos_weight form × shape", function()

@@ -26,6 +26,11 @@
 --   H.random_logits(sizes, opts)        randn logits (f64 CPU unless opts say otherwise)
 --   H.random_labels(sizes, C, opts)     class indices in [0, C) (i64 unless opts.dtype)
 --   H.sample_sizes(sizes)               the sizes without axis 2 (the class axis, 1-based)
+--   H.check_fixture_case(crit, fname, case, run, opts, scale)
+--                                       a fixture case through criterion and F, every pass
+--   H.loss_objective(fname, y, opts, gout)   the scalar of a gradient check
+--   H.check_fused_scale(fname, x, y, opts, loss_sizes, label, rtol)
+--                                       fused with scale 0.75 = backward with 0.75
 --   H.assert_close_scaled(got, ref, rtol, floor, what)
 --                                       CUDA-vs-CPU comparison: rtol relative, or
 --                                       max(rtol·max|ref|, floor) absolute
@@ -385,6 +390,88 @@ function H.random_labels(sizes, C, opts)
     y = ploss.tensor(v, { dtype = "i64", size = sizes })
   end
   return y:to(opts.device or "cpu", opts.dtype or "i64")
+end
+
+---------------------------------------------------------------------------------------
+-- checks shared by the loss specs
+---------------------------------------------------------------------------------------
+
+local function scaled(values, k)
+  local out = {}
+  for i, v in ipairs(H.values(values)) do out[i] = v * k end
+  return out
+end
+
+--- One fixture case of a loss with a class-index or float target through the criterion
+-- ploss[crit_name] (forward, backward with its saved state, fused, fused with `scale`; for
+-- 'none' the fused gradient is the gradient of the sum) and the functional ploss.F[fname]
+-- (forward, backward with the state recomputed, fused).  run = {dtype, rtol, atol,
+-- target (the label dtype)}; opts: the loss options of the case in run.dtype.
+function H.check_fixture_case(crit_name, fname, case, run, opts, scale)
+  local F = ploss.F
+  local x = H.fixture_tensor(case.inputs.input, { dtype = run.dtype })
+  local y = H.fixture_tensor(case.inputs.target, { dtype = run.dtype, int_dtype = run.target })
+  local tol = { rtol = run.rtol, atol = run.atol }
+  local function what(s) tol.what = case.name .. " " .. run.dtype .. " " .. s; return tol end
+  local exp_out, exp_grad = case.expected.output, case.expected.grad_input
+  local ldtype = run.dtype == "f64" and "f64" or "f32"
+  local gout = case.grad_output and H.fixture_tensor(case.grad_output, { dtype = ldtype })
+
+  local crit = ploss[crit_name](opts)
+  local loss = crit:forward(x, y)
+  if opts.reduction == "none" then
+    assert(ploss.is_tensor(loss), case.name .. ": 'none' gives a tensor")
+    assert(loss:dtype() == ldtype, case.name .. ": loss dtype " .. loss:dtype() .. ", expected " .. ldtype)
+  else
+    assert(type(loss) == "number", case.name .. ": a reduced loss is a number")
+  end
+  H.assert_close(loss, exp_out, what("forward"))
+  local g = crit:backward(x, y, gout)
+  assert(g:dtype() == run.dtype, case.name .. ": gradient dtype " .. g:dtype())
+  H.assert_close(g, exp_grad, what("backward"))
+  local l2, g2 = crit(x, y)
+  H.assert_close(l2, exp_out, what("fused loss"))
+  if opts.reduction ~= "none" then
+    H.assert_close(g2, exp_grad, what("fused grad"))
+    local _, g3 = crit(x, y, scale)
+    H.assert_close(g3, scaled(exp_grad, scale), what("fused grad, scale " .. scale))
+  else
+    local ones = ploss.ones(exp_out.shape, { dtype = ldtype })
+    H.assert_close(g2, F[fname .. "_backward"](x, y, ones, opts), what("fused grad (none)"))
+  end
+
+  H.assert_close(F[fname](x, y, opts), exp_out, what("F forward"))
+  H.assert_close(F[fname .. "_backward"](x, y, gout, opts), exp_grad, what("F backward"))
+  if opts.reduction ~= "none" then
+    local fl, fg = F[fname .. "_fused"](x, y, opts)
+    H.assert_close(fl, exp_out, what("F fused loss"))
+    H.assert_close(fg, exp_grad, what("F fused grad"))
+  end
+end
+
+--- The scalar a gradient check differentiates: ploss.F[fname](x, y, opts) when reduced,
+-- Σ ℓ·gout for 'none' (gout: the upstream gradient, a tensor of the loss's shape).
+function H.loss_objective(fname, y, opts, gout)
+  local gvals = gout and gout:flat()
+  return function(xx)
+    local l = ploss.F[fname](xx, y, opts)
+    if (opts.reduction or "mean") ~= "none" then return l end
+    local s, lv = 0, l:flat()
+    for i = 1, #lv do s = s + lv[i] * gvals[i] end
+    return s
+  end
+end
+
+--- The fused pass with scale 0.75 gives the backward gradient for an upstream gradient of
+-- 0.75 (all 0.75 of `loss_sizes` for 'none': the gradient of the scaled sum), to `rtol`.
+function H.check_fused_scale(fname, x, y, opts, loss_sizes, label, rtol)
+  local F = ploss.F
+  local fo = {}
+  for k, v in pairs(opts) do fo[k] = v end
+  fo.scale = 0.75
+  local _, gf = F[fname .. "_fused"](x, y, fo)
+  local up = (opts.reduction or "mean") == "none" and ploss.full(loss_sizes, 0.75, { dtype = "f64" }) or 0.75
+  H.assert_close(gf, F[fname .. "_backward"](x, y, up, opts), { rtol = rtol, atol = 1e-15, what = label .. " fused" })
 end
 
 return H
