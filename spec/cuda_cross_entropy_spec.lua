@@ -22,13 +22,7 @@ local TOL = {
 
 local close = H.assert_close_scaled
 
--- The options table with tensor options moved to `device` (f64 on the CPU reference).
-local function opts_on(opts, device, dtype)
-  local o = {}
-  for k, v in pairs(opts) do o[k] = v end
-  if opts.weight then o.weight = opts.weight:to(device, dtype) end
-  return o
-end
+local opts_on = H.options_on
 
 -- CPU f64 reference: loss, gradient of the fused pass (scale 1) and, for 'none', the
 -- backward gradient with upstream gradient gout.
@@ -46,17 +40,7 @@ local sample_sizes = H.sample_sizes
 -- Inputs of `sizes` in dtype on the device, in the requested layout (the values are the
 -- same whatever the layout).
 local function make_input(sizes, dtype, layout, seed)
-  local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = 3, seed = seed })
-  if layout == "contiguous" then return x end
-  if #sizes == 2 then -- class-major storage: the transposed N×C
-    return x:t():contiguous():t()
-  end
-  -- channels-last: the class axis has stride 1
-  local perm, back = { 1 }, { 1, #sizes }
-  for d = 3, #sizes do perm[#perm + 1] = d end
-  perm[#perm + 1] = 2
-  for d = 2, #sizes - 1 do back[#back + 1] = d end
-  return x:permute(perm):contiguous():permute(back)
+  return H.relayout(ploss.randn(sizes, { dtype = dtype, device = DEV, std = 3, seed = seed }), layout)
 end
 
 local function make_target(sizes, kind, ignore, dtype_index, seed)

@@ -38,11 +38,7 @@ local function compare(name, x64, y, opts, dtype, label, layout)
   local yc = y:dtype() == "i64" and y or y:to("cpu", dtype)
   local xg, yg = xc:to(DEV), yc:to(DEV)
   if layout then xg, yg = layout(xg, yg) end
-  local o_cpu, o_gpu = {}, {}
-  for k, v in pairs(opts) do
-    o_cpu[k] = v
-    o_gpu[k] = ploss.is_tensor(v) and v:to(DEV) or v
-  end
+  local o_cpu, o_gpu = opts, H.options_on(opts, DEV)
   local what = label .. " " .. dtype .. " " .. (opts.reduction or "mean")
   local T = TOL[dtype]
   local lc, gc = F[name .. "_fused"](xc, yc, o_cpu)

@@ -29,14 +29,7 @@ local sample_sizes = S.sample_sizes
 -- randn logits on the device in the requested layout ('strided': the transposed N×C, or
 -- channels-last N×C×d…, so the class-strided and class-contiguous kernels swap).
 local function make_input(sizes, dtype, layout, seed, std)
-  local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = std or 3, seed = seed })
-  if layout == "contiguous" then return x end
-  if #sizes == 2 then return x:t():contiguous():t() end
-  local perm, back = { 1 }, { 1, #sizes }
-  for d = 3, #sizes do perm[#perm + 1] = d end
-  perm[#perm + 1] = 2
-  for d = 2, #sizes - 1 do back[#back + 1] = d end
-  return x:permute(perm):contiguous():permute(back)
+  return H.relayout(ploss.randn(sizes, { dtype = dtype, device = DEV, std = std or 3, seed = seed }), layout)
 end
 
 local function make_labels(sizes, ignore, ignore_index, dtype, seed)
@@ -45,13 +38,7 @@ local function make_labels(sizes, ignore, ignore_index, dtype, seed)
     device = DEV, dtype = dtype or "i64" })
 end
 
--- options with tensor options moved to `device` as `dtype`
-local function opts_on(opts, device, dtype)
-  local o = {}
-  for k, v in pairs(opts) do o[k] = v end
-  for k, v in pairs(opts) do if ploss.is_tensor(v) then o[k] = v:to(device, dtype) end end
-  return o
-end
+local opts_on = H.options_on
 
 ---------------------------------------------------------------------------------------
 -- one-hot

@@ -449,6 +449,28 @@ function H.check_fixture_case(crit_name, fname, case, run, opts, scale)
   end
 end
 
+--- `x` (on a device) with the same values in another layout: 'contiguous' (x itself),
+-- or, with the class axis 2 made the fastest-varying one, the class-major transposed N×C
+-- (rank 2) or channels-last N×C×d… — so class-strided and class-contiguous kernels swap.
+function H.relayout(x, layout)
+  if layout == "contiguous" then return x end
+  local r = x:dim()
+  if r == 2 then return x:t():contiguous():t() end
+  local perm, back = { 1 }, { 1, r }
+  for d = 3, r do perm[#perm + 1] = d end
+  perm[#perm + 1] = 2
+  for d = 2, r - 1 do back[#back + 1] = d end
+  return x:permute(perm):contiguous():permute(back)
+end
+
+--- A copy of the options table with its tensor options (weights, priors, α) moved to
+-- `device` (and `dtype` when given).
+function H.options_on(opts, device, dtype)
+  local o = {}
+  for k, v in pairs(opts) do o[k] = ploss.is_tensor(v) and v:to(device, dtype) or v end
+  return o
+end
+
 --- The scalar a gradient check differentiates: ploss.F[fname](x, y, opts) when reduced,
 -- Σ ℓ·gout for 'none' (gout: the upstream gradient, a tensor of the loss's shape).
 function H.loss_objective(fname, y, opts, gout)
