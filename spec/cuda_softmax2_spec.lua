@@ -346,19 +346,12 @@ end)
 
 -- f64 CPU scores (softmax probability of the label) of x (any layout), in label order
 local function cpu_scores(x, y)
-  local sizes = x:size()
-  local perm = { 1 }
-  for d = 3, #sizes do perm[#perm + 1] = d end
-  perm[#perm + 1] = 2
-  local rows = x:to("cpu", "f64"):permute(perm):contiguous():flat()
-  local yv = y:cpu():flat()
-  local Cn, s = sizes[2], {}
+  local rows, yv, s = H.sample_rows(x), y:cpu():flat(), {}
   for i = 1, #yv do
-    local m = -math.huge
-    for j = 1, Cn do m = math.max(m, rows[(i - 1) * Cn + j]) end
-    local z = 0
-    for j = 1, Cn do z = z + math.exp(rows[(i - 1) * Cn + j] - m) end
-    s[i] = yv[i] == 255 and math.huge or math.exp(rows[(i - 1) * Cn + yv[i] + 1] - m) / z
+    local r, m, z = rows[i], -math.huge, 0
+    for j = 1, #r do m = math.max(m, r[j]) end
+    for j = 1, #r do z = z + math.exp(r[j] - m) end
+    s[i] = yv[i] == 255 and math.huge or math.exp(r[yv[i] + 1] - m) / z
   end
   return s
 end

@@ -463,6 +463,23 @@ function H.relayout(x, layout)
   return x:permute(perm):contiguous():permute(back)
 end
 
+--- The samples of x (N×C×d…, any device and layout) as rows of C values in f64, in
+-- sample order (n, d…): rows[i][j] is class j of sample i — the order of the flattened
+-- labels.
+function H.sample_rows(x)
+  local sizes = x:size()
+  local perm = { 1 }
+  for d = 3, #sizes do perm[#perm + 1] = d end
+  perm[#perm + 1] = 2
+  local flat, Cn, rows = x:to("cpu", "f64"):permute(perm):contiguous():flat(), sizes[2], {}
+  for i = 1, #flat / Cn do
+    local r = {}
+    for j = 1, Cn do r[j] = flat[(i - 1) * Cn + j] end
+    rows[i] = r
+  end
+  return rows
+end
+
 --- A copy of the options table with its tensor options (weights, priors, α) moved to
 -- `device` (and `dtype` when given).
 function H.options_on(opts, device, dtype)

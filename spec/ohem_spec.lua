@@ -17,20 +17,7 @@ local function f32(v) return tonumber(ffi.new("float", v)) end
 
 -- rows of a (sample-major) copy: x N×C×d… → M rows of C values, labels → M values
 local function rows_of(x, y)
-  local sizes = x:size()
-  local perm = { 1 }
-  for d = 3, #sizes do perm[#perm + 1] = d end
-  perm[#perm + 1] = 2
-  local xr = x:to("cpu", "f64"):permute(perm):contiguous()
-  local Cn = sizes[2]
-  local flat, yv = xr:flat(), y:cpu():flat()
-  local rows = {}
-  for i = 1, #yv do
-    local r = {}
-    for j = 1, Cn do r[j] = flat[(i - 1) * Cn + j] end
-    rows[i] = r
-  end
-  return rows, yv
+  return H.sample_rows(x), y:cpu():flat()
 end
 
 local function lse(r, skip)
