@@ -111,11 +111,7 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
               -- in place: the same numbers as the out-of-place fused pass
               local xc = x:clone()
               local xi = layout == "contiguous" and xc or make_input(sizes, dtype, layout, seed)
-              local li, gi = F.cross_entropy_fused(xi, y, { reduction = opts.reduction, label_smoothing = opts.label_smoothing,
-                smoothing_convention = opts.smoothing_convention, weight = opts.weight, inplace = true })
-              assert.are.equal(xi, gi)
-              H.assert_equal(gi, grad, { what = label .. " in place" })
-              H.assert_equal(li, loss, { what = label .. " in place loss" })
+              H.check_inplace_fused("cross_entropy", xi, y, opts, loss, grad, label)
             end
           end
         end

@@ -118,13 +118,7 @@ local function check_against_cpu(fname, crit, sets, sizes, seed0)
         -- in place: bitwise the numbers of the out-of-place fused pass
         local xi = x:clone()
         if layout ~= "contiguous" then xi = make_input(sizes, dtype, layout, seed, set.std) end
-        local io = {}
-        for k, v in pairs(opts) do io[k] = v end
-        io.inplace = true
-        local li, gi = F[fname .. "_fused"](xi, y, io)
-        assert.are.equal(xi, gi)
-        H.assert_equal(gi, grad, { what = label .. " in place" })
-        H.assert_equal(li, loss, { what = label .. " in place loss" })
+        H.check_inplace_fused(fname, xi, y, opts, loss, grad, label)
       end
     end
   end
@@ -322,13 +316,7 @@ describe("CUDA softmax family II on misaligned views (" .. DEV .. ")", function(
           local function same(a, b) return a == b or (a ~= a and b ~= b) end -- NaN: no kept sample
           assert.is_true(same(la, l), label .. " loss")
           H.assert_equal(g, ga, { what = label .. " grad" })
-          local xi = big:clone():narrow(1, 2, numel):view(sizes)
-          local io = {}
-          for kk, v in pairs(opts) do io[kk] = v end
-          io.inplace = true
-          local li, gi = F[fname .. "_fused"](xi, y, io)
-          assert.is_true(same(l, li), label .. " in place loss")
-          H.assert_equal(gi, g, { what = label .. " in place grad" })
+          H.check_inplace_fused(fname, big:clone():narrow(1, 2, numel):view(sizes), y, opts, l, g, label)
           if not fname:find("^ohem") then
             local rl, rg = F[fname .. "_fused"](x:to("cpu", "f64"), y:cpu(), opts_on(opts, "cpu", "f64"))
             close(l, rl, TOL[dtype].loss, 0, label .. " loss vs CPU")
@@ -475,10 +463,7 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
     local y = make_labels({ 2, 19, 32, 32 }, true, 255, "i64", 73)
     for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
       local l, g = F[fname .. "_fused"](x, y, { score_thresh = 0.1 })
-      local xi = x:clone()
-      local li, gi = F[fname .. "_fused"](xi, y, { score_thresh = 0.1, inplace = true })
-      assert.are.equal(l, li)
-      H.assert_equal(gi, g)
+      H.check_inplace_fused(fname, x:clone(), y, { score_thresh = 0.1 }, l, g, fname)
     end
   end)
 

@@ -480,6 +480,19 @@ function H.sample_rows(x)
   return rows
 end
 
+--- The fused pass of ploss.F[fname] in place over `xi` (the input, or a copy of it in
+-- another layout) returns xi itself as the gradient and bitwise the `loss` and `grad` of
+-- the out-of-place pass.
+function H.check_inplace_fused(fname, xi, y, opts, loss, grad, label)
+  local io = {}
+  for k, v in pairs(opts) do io[k] = v end
+  io.inplace = true
+  local li, gi = ploss.F[fname .. "_fused"](xi, y, io)
+  assert(xi == gi, label .. " in place: the gradient is not the input tensor")
+  H.assert_equal(gi, grad, { what = label .. " in place" })
+  H.assert_equal(li, loss, { what = label .. " in place loss" })
+end
+
 --- A copy of the options table with its tensor options (weights, priors, α) moved to
 -- `device` (and `dtype` when given).
 function H.options_on(opts, device, dtype)
