@@ -9,16 +9,7 @@ local F = ploss.F
 local DEV = H.cuda_spec_device()
 local ON_GPU = DEV ~= "cpu"
 
--- Tolerances against the f64 CPU reference computed on the same rounded inputs.  Losses
--- are accumulated in f32 (f64 for f64); gradients are rounded to the input dtype.
--- `atol` is relative to the largest |reference| of the compared tensor; `floor` is an
--- absolute floor (f16 subnormals).
-local TOL = {
-  f64 = { loss = 1e-10, grad = 1e-10, floor = 0 },
-  f32 = { loss = 2e-5, grad = 2e-5, floor = 0 },
-  f16 = { loss = 1e-4, grad = 6e-3, floor = 2 ^ -24 },
-  bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
-}
+local TOL = H.CUDA_TOL -- against the f64 CPU reference on the same rounded inputs
 
 local close = H.assert_close_scaled
 

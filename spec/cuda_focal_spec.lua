@@ -1,6 +1,6 @@
 -- Focal family on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
 -- CUDA against the CPU backend on the same dtype-rounded inputs, in f32/f16/bf16 (fp32
--- accumulation on the GPU, f64 on the CPU; tolerances TOL below) and f64, for every kernel
+-- accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64, for every kernel
 -- shape: the elementwise sigmoid kernels (the vectorised fast kernel with its tails, the
 -- general kernel for misaligned / strided / broadcast / mixed-dtype cases, many blocks); softmax
 -- and dual focal thread-per-sample (C < 32 and N×C×d…), warp-per-row, block-per-row with
@@ -19,15 +19,7 @@ local REDUCTIONS = { "none", "mean", "sum" }
 
 local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
 
--- Tolerances against the CPU backend on the same rounded inputs (f64 accumulation there,
--- f32 on the GPU; both round the gradient to the input dtype): `atol` is relative to the
--- largest |reference| of the compared tensor, `floor` an absolute floor (f16 subnormals).
-local TOL = {
-  f64 = { loss = 1e-10, grad = 1e-10, floor = 0 },
-  f32 = { loss = 2e-5, grad = 2e-5, floor = 0 },
-  f16 = { loss = 1e-4, grad = 6e-3, floor = 2 ^ -24 },
-  bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
-}
+local TOL = H.CUDA_TOL -- against the CPU backend on the same rounded inputs
 
 local close = H.assert_close_scaled
 

@@ -360,6 +360,17 @@ function H.sample_sizes(sizes)
   return s
 end
 
+--- Tolerances of a CUDA result against the CPU backend on the same rounded inputs (f32
+-- accumulation on the GPU, f64 on the CPU, f64 throughout for f64; both round the gradient
+-- to the input dtype), per input dtype, for H.assert_close_scaled: `loss` / `grad` the
+-- relative tolerance, `floor` an absolute floor (f16 subnormals).
+H.CUDA_TOL = {
+  f64 = { loss = 1e-10, grad = 1e-10, floor = 0 },
+  f32 = { loss = 2e-5, grad = 2e-5, floor = 0 },
+  f16 = { loss = 1e-4, grad = 6e-3, floor = 2 ^ -24 },
+  bf16 = { loss = 1e-4, grad = 3e-2, floor = 0 },
+}
+
 --- Compare `got` with the reference `ref` (a tensor or values) elementwise with `rtol`
 -- relative and an absolute tolerance of rtol × the largest finite |ref| (at least `floor`,
 -- e.g. f16 subnormals): the tolerance of a GPU result (f32 accumulation) against the CPU
