@@ -437,6 +437,18 @@ end
 
 local function add(cases, name, fn) cases[#cases + 1] = { name = name, fn = fn } end
 
+-- The mixed-device case of a family: fn() when a second device exists, else a visible
+-- note that it was skipped.
+local function add_mixed_devices(cases, fam, other, fn)
+  add(cases, "mixed devices" .. (other and "" or " (SKIPPED: needs a GPU; printed below)"), function()
+    if not other then
+      io.write(string.format("\n  [bad_input] %s: mixed-device cases skipped: no second device (no GPU)\n", fam.name))
+      return
+    end
+    fn()
+  end)
+end
+
 local function other_device(device)
   if device == "cpu" then
     return ploss.cuda_available() and "cuda" or nil
@@ -626,11 +638,7 @@ local function gen_loss_cases(fam, device)
   end)
 
   -- mixed devices ---------------------------------------------------------------------
-  add(cases, "mixed devices" .. (other and "" or " (SKIPPED: needs a GPU; printed below)"), function()
-    if not other then
-      io.write(string.format("\n  [bad_input] %s: mixed-device cases skipped: no second device (no GPU)\n", fam.name))
-      return
-    end
+  add_mixed_devices(cases, fam, other, function()
     local x, y, o = base(fam, device, S2)
     local function on(t) return t:to(other) end
     expect_error_all(fam, function() return { x = x, y = on(y), opts = o } end, { "PLOSS_ERR_DEVICE", "target: expected a tensor on" })
@@ -1377,11 +1385,7 @@ local function gen_op_cases(fam, device)
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { dtype = "f64", device = device }), {}) end, { "PLOSS_ERR_DTYPE", "grad_output" })
   end)
 
-  add(cases, "mixed devices" .. (other and "" or " (SKIPPED: needs a GPU; printed below)"), function()
-    if not other then
-      io.write(string.format("\n  [bad_input] %s: mixed-device cases skipped: no second device (no GPU)\n", fam.name))
-      return
-    end
+  add_mixed_devices(cases, fam, other, function()
     local x = ploss.randn({ 4, 5 }, { device = device })
     errs(function() fwd(x, { out = buffer({ 4, 5 }, { device = other }) }) end, { "PLOSS_ERR_DEVICE" })
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = other }), {}) end, { "PLOSS_ERR_DEVICE", "grad_output" })
