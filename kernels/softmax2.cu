@@ -42,6 +42,9 @@
  * are recomputed by one function per path (reg_key: IEEE f32 operations and the accurate
  * expf only; group_key), so every pass sees the same bits.
  */
+#include <cuda_pipeline.h>
+
+#include <algorithm>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -233,13 +236,32 @@ template <class A> struct Aux {
     MineState *mine;               /* OHEM state, or NULL */
 };
 
+/* The MEAN/SUM gradient multiplier ω (the scale when fused, else the upstream scalar),
+ * over the divisor for MEAN (0 when the divisor is 0: the gradient is then exactly 0). */
+template <class A> __device__ __forceinline__ double reduced_omega(const ploss_sm2_problem &p, const Aux<A> &aux)
+{
+    const double up = p.pass == PLOSS_PASS_FUSED ? p.scale
+                      : p.reduction == PLOSS_REDUCTION_NONE ? 0.0
+                                                            : load_dyn(p.grad_loss, p.gl_dtype, 0);
+    if (p.reduction != PLOSS_REDUCTION_MEAN)
+        return up;
+    const unsigned long long d = p.ohem ? aux.mine->kept : *aux.count;
+    return d ? up / (double)d : 0.0;
+}
+
 /* ---- kernels -------------------------------------------------------------------------- */
 
-/* Label of sample (n, s): i64 or i32 (a uniform branch, cheaper than a template). */
+/* The label at element offset off of the target: i64 or i32 (a uniform branch, cheaper
+ * than a template). */
+__device__ __forceinline__ int64_t label_at(const ploss_sm2_problem &p, int64_t off)
+{
+    return p.t_dtype == PLOSS_I64 ? ((const int64_t *)p.t)[off] : (int64_t)((const int32_t *)p.t)[off];
+}
+
+/* Label of sample (n, s). */
 __device__ __forceinline__ int64_t label_of(const ploss_sm2_problem &p, int64_t n, int64_t s)
 {
-    const int64_t off = n * p.t_sn + s * p.t_ss;
-    return p.t_dtype == PLOSS_I64 ? ((const int64_t *)p.t)[off] : (int64_t)((const int32_t *)p.t)[off];
+    return label_at(p, n * p.t_sn + s * p.t_ss);
 }
 
 /* A label that is neither ignore_index nor in [0, C). */
@@ -252,9 +274,10 @@ __device__ __forceinline__ bool invalid_label(const ploss_sm2_problem &p, int64_
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, unsigned long long *count)
 {
     const int64_t M = p.N * p.S;
+    const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* sample i at offset i: no division */
     unsigned long long c = 0;
     for (int64_t i = thread_index(); i < M; i += grid_stride()) {
-        const int64_t y = label_of(p, i / p.S, i % p.S);
+        const int64_t y = label_at(p, flat ? i : i / p.S * p.t_sn + i % p.S * p.t_ss);
         c += y != p.ignore_index && !invalid_label(p, y);
     }
     c = block_reduce<THREADS>(c, SumOp());
@@ -437,18 +460,7 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
     const bool use_state = p.pass == PLOSS_PASS_BACKWARD && p.state;
     const uint32_t tkey = p.ohem ? aux.mine->tkey : 0u;
 
-    /* ω of a reduced loss: the scale (fused) or the upstream gradient, over the divisor */
-    A omega = 0;
-    if (want_grad) {
-        const double up = p.pass == PLOSS_PASS_FUSED ? p.scale
-                          : p.reduction == PLOSS_REDUCTION_NONE ? 0.0
-                                                                : load_dyn(p.grad_loss, p.gl_dtype, 0);
-        omega = (A)up;
-        if (p.reduction == PLOSS_REDUCTION_MEAN) {
-            const unsigned long long d = p.ohem ? aux.mine->kept : *aux.count;
-            omega = d ? (A)(up / (double)d) : (A)0;
-        }
-    }
+    const A omega = want_grad ? (A)reduced_omega(p, aux) : (A)0;
 
     A acc = 0;
     for (int64_t base = (int64_t)blockIdx.x * R; base < M; base += (int64_t)gridDim.x * R) {
@@ -525,23 +537,53 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
     }
 }
 
-/* ---- thread-per-sample register kernels (C ≤ REG_CMAX; f32/f16/bf16 with f32 math) ---- */
-/* A thread takes V samples s0 … s0+V−1 of one image (V = 2 when the sample axis is
- * contiguous and C ≤ 8, see reg_pairs; else 1) and reads their C ≤ CMAX logits into registers at once: all V·C
- * loads are issued before any arithmetic (launder), as V-element vectors where the
- * addresses allow (x_ss = 1, x_sc a multiple of V, the group's first element aligned to
- * V elements), element by element otherwise (the last group of an image when S is odd,
- * misaligned views).  Then the loss, the state and the gradient come from the registers,
- * and the gradient is written the same way: one read of x, one write of the gradient.
- * exp is __expf (ex2.approx, see cross_entropy.cu for the error argument) except in the
- * OHEM score, which is compared against a threshold and uses the accurate expf. */
+/* ---- per-sample kernels (C ≤ SAMPLE_CMAX; f32/f16/bf16 with f32 math) ----------------- */
+/* A thread takes one sample at a time (or, in reg_kernel with C ≤ 8, two adjacent ones)
+ * and computes loss, state and gradient from its C logits, read from DRAM once, with one
+ * write of the gradient.  The logits reach the thread in one of two ways:
+ *  - tile_kernel (the sample axis contiguous, rows 16-byte aligned: N×C×H×W as it comes):
+ *    a block stages tiles of C × TILE_P logits (TILE_P consecutive samples of one image)
+ *    in shared memory with 16-byte asynchronous copies (cp.async through
+ *    __pipeline_memcpy_async), two tiles deep: the copy of the next tile is in flight
+ *    while the current one is computed, and no register holds a logit in flight.  The
+ *    gradient goes back into the tile and out as 16-byte stores where its layout is as
+ *    aligned as the input's (else element by element, coalesced along the samples).
+ *    Blocks are persistent (as many as fit on the device) and walk the tiles;
+ *  - reg_kernel (any other layout: channels-last, odd strides, misaligned views): the C ≤
+ *    CMAX logits go to registers, all loads issued before any arithmetic (launder).
+ * Both run the same per-sample code (sample_step) over a row accessor (a register array or
+ * a tile column).  exp is __expf (ex2.approx, see cross_entropy.cu for the error argument)
+ * except in the OHEM score, which is compared against a threshold and uses the accurate expf. */
 
-constexpr int REG_CMAX = 32; /* largest C of the register kernels */
+constexpr int SAMPLE_CMAX = 32; /* largest C of the per-sample kernels */
+constexpr int TILE_P = THREADS;  /* samples per tile of tile_kernel: one per thread */
 
 __device__ __forceinline__ float fex(float v) { return __expf(v); }
 
-/* x_y of a register row without a dynamic register index (y < 0: none, 0). */
-template <int CMAX> __device__ __forceinline__ float reg_pick(const float (&v)[CMAX], int y)
+/* A sample's logits in a shared-memory tile: class j at s[j·TILE_P]. */
+template <class T> struct TileRow {
+    const T *s;
+    __device__ __forceinline__ float operator[](int j) const { return (float)to_acc(s[j * TILE_P]); }
+};
+
+/* f(j, x_j) for the classes j < C of a row, in increasing j: a register row is walked by a
+ * loop unrolled to its compile-time bound (every index a constant), a tile row by a loop. */
+template <int CMAX, class F> __device__ __forceinline__ void for_classes(const float (&v)[CMAX], int C, F &&f)
+{
+#pragma unroll
+    for (int j = 0; j < CMAX; ++j)
+        if (j < C)
+            f(j, v[j]);
+}
+template <class T, class F> __device__ __forceinline__ void for_classes(const TileRow<T> &r, int C, F &&f)
+{
+#pragma unroll 4
+    for (int j = 0; j < C; ++j)
+        f(j, r[j]);
+}
+
+/* x_y of a row (y < 0: none, 0); a register row without a dynamic register index. */
+template <int CMAX> __device__ __forceinline__ float row_pick(const float (&v)[CMAX], int y)
 {
     float r = 0.f;
 #pragma unroll
@@ -550,22 +592,17 @@ template <int CMAX> __device__ __forceinline__ float reg_pick(const float (&v)[C
             r = v[j];
     return r;
 }
+template <class T> __device__ __forceinline__ float row_pick(const TileRow<T> &r, int y) { return y >= 0 ? r[y] : 0.f; }
 
-/* OHEM key of a valid sample from its register row: p_y in f32 with IEEE operations only
- * (no contraction can differ between the mining and the loss kernels). */
-template <int CMAX> __device__ __forceinline__ uint32_t reg_key(const float (&v)[CMAX], int C, int y)
+/* OHEM key of a valid sample: p_y in f32 with IEEE operations only, classes summed in
+ * increasing order (no contraction can differ between the mining and the loss passes). */
+template <class R> __device__ __forceinline__ uint32_t row_key(const R &v, int C, int y)
 {
     float m = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < CMAX; ++j)
-        if (j < C)
-            m = fmaxf(m, v[j]);
+    for_classes(v, C, [&](int, float x) { m = fmaxf(m, x); });
     float se = 0.f;
-#pragma unroll
-    for (int j = 0; j < CMAX; ++j)
-        if (j < C)
-            se = __fadd_rn(se, expf(__fsub_rn(v[j], m)));
-    return score_key(__fdiv_rn(expf(__fsub_rn(reg_pick(v, y), m)), se));
+    for_classes(v, C, [&](int, float x) { se = __fadd_rn(se, expf(__fsub_rn(x, m))); });
+    return score_key(__fdiv_rn(expf(__fsub_rn(row_pick(v, y), m)), se));
 }
 
 /* Taylor polynomial f_n in f32 (n = 2 and 1 unrolled, the common case). */
@@ -578,30 +615,30 @@ __device__ __forceinline__ float reg_taylor(float x, int n)
     return ploss_taylor_poly(x, n);
 }
 
-/* Register forms of the ops: finish() gives the loss, the state and the gradient context
+/* Per-sample forms of the ops: finish() gives the loss, the state and the gradient context
  * GC from a row; from_state() the context from a saved state; grad() ∂ℓ/∂x_j. */
 struct RegLargeMargin {
     static constexpr int n_state = 3;
     float half_lam, u;
     /* mN: non-target maximum, c1 = e^(mN − lse), invS = 1/S', Em = E − mN, py = p_y */
     struct GC { float mN, c1, invS, Em, py; };
-    template <int CMAX>
-    __device__ float finish(const float (&v)[CMAX], int C, int y, float xy, float (&st)[3], GC &g) const
+    template <class R>
+    __device__ float finish(const R &v, int C, int y, float xy, float (&st)[3], GC &g) const
     {
         float mN = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < CMAX; ++j)
-            if (j < C && j != y)
-                mN = fmaxf(mN, v[j]);
+        for_classes(v, C, [&](int j, float x) {
+            if (j != y)
+                mN = fmaxf(mN, x);
+        });
         float sN = 0.f, tN = 0.f, rel = 0.f;
-#pragma unroll
-        for (int j = 0; j < CMAX; ++j)
-            if (j < C && j != y) {
-                const float d = v[j] - mN, e = fex(d);
+        for_classes(v, C, [&](int j, float x) {
+            if (j != y) {
+                const float d = x - mN, e = fex(d);
                 sN += e;
                 tN = fmaf(e, d, tN);
                 rel += d;
             }
+        });
         /* separate maxima: a dominant target cannot underflow the non-target sum */
         const float m = fmaxf(xy, mN);
         const float lse = m + logf(fex(xy - m) + fex(mN - m) * sN);
@@ -629,14 +666,11 @@ struct RegTaylor {
     static constexpr int n_state = 1;
     int order;
     struct GC { float invZ, invFy; };
-    template <int CMAX>
-    __device__ float finish(const float (&v)[CMAX], int C, int, float xy, float (&st)[3], GC &g) const
+    template <class R>
+    __device__ float finish(const R &v, int C, int, float xy, float (&st)[3], GC &g) const
     {
         float z = 0.f;
-#pragma unroll
-        for (int j = 0; j < CMAX; ++j)
-            if (j < C)
-                z += reg_taylor(v[j], order);
+        for_classes(v, C, [&](int, float x) { z += reg_taylor(x, order); });
         const float fy = reg_taylor(xy, order);
         st[0] = z;
         g = {1.f / z, 1.f / fy};
@@ -658,22 +692,17 @@ struct RegSoftmax {
     const float *bias;
     struct GC { float lse; };
     __device__ float z(float x, int j) const { return bias ? x + __ldg(bias + j) : x; }
-    template <int CMAX>
-    __device__ float finish(const float (&v)[CMAX], int C, int, float xy, float (&st)[3], GC &g) const
+    template <class R>
+    __device__ float finish(const R &v, int C, int, float xy, float (&st)[3], GC &g) const
     {
         float m = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < CMAX; ++j)
-            if (j < C)
-                m = fmaxf(m, z(v[j], j));
+        for_classes(v, C, [&](int j, float x) { m = fmaxf(m, z(x, j)); });
         float se = 0.f;
-#pragma unroll
-        for (int j = 0; j < CMAX; ++j)
-            if (j < C) {
-                const float zj = z(v[j], j);
-                if (zj != -INFINITY) /* a zero prior: no contribution */
-                    se += fex(zj - m);
-            }
+        for_classes(v, C, [&](int j, float x) {
+            const float zj = z(x, j);
+            if (zj != -INFINITY) /* a zero prior: no contribution */
+                se += fex(zj - m);
+        });
         const float lse = m + logf(se);
         st[0] = lse;
         g = {lse};
@@ -689,47 +718,235 @@ struct RegSoftmax {
 /* V elements of T read or written as one vector. */
 template <class T, int V> struct alignas(sizeof(T) * V) Pack { T e[V]; };
 
-/* The MEAN/SUM gradient multiplier ω (the scale when fused, else the upstream scalar),
- * over the divisor for MEAN (0 when the divisor is 0: the gradient is then exactly 0). */
-template <class A> __device__ __forceinline__ float reduced_omega(const ploss_sm2_problem &p, const Aux<A> &aux)
+/* What a pass of the per-sample kernels needs besides the samples (uniform over the grid). */
+struct SamplePass {
+    bool want_loss, want_grad, use_state, upstream_each;
+    uint32_t tkey; /* OHEM: keep keys ≤ tkey */
+    float omega;   /* gradient multiplier of a reduced loss */
+    MineLevel L;   /* mining level (MINE) */
+    int level;
+};
+
+/* Per-thread sums of a pass. */
+struct SampleSums {
+    float loss;
+    unsigned long long n_le, n_valid;
+};
+
+/* MINE: the level's shared histogram zeroed; false when an earlier level's select already
+ * found the threshold (uniform: the block returns). */
+template <bool MINE>
+__device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Aux<float> &aux, int level,
+                                            unsigned int *hist, SamplePass &ps)
 {
-    const double up = p.pass == PLOSS_PASS_FUSED ? p.scale
-                      : p.reduction == PLOSS_REDUCTION_NONE ? 0.0
-                                                            : load_dyn(p.grad_loss, p.gl_dtype, 0);
-    if (p.reduction != PLOSS_REDUCTION_MEAN)
-        return (float)up;
-    const unsigned long long d = p.ohem ? aux.mine->kept : *aux.count;
-    return d ? (float)(up / (double)d) : 0.f;
+    ps = {!MINE && p.pass != PLOSS_PASS_BACKWARD, !MINE && p.pass != PLOSS_PASS_FORWARD,
+          p.pass == PLOSS_PASS_BACKWARD && p.state != nullptr,
+          p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE, 0u, 0.f, {0u, 0u, 0, 0}, level};
+    if constexpr (MINE) {
+        if (level > 0 && aux.mine->done)
+            return false;
+        ps.L = mine_level(aux.mine, level);
+        for (int b = threadIdx.x; b < ps.L.nb; b += THREADS)
+            hist[b] = 0;
+        __syncthreads();
+    } else {
+        ps.tkey = p.ohem ? aux.mine->tkey : 0u;
+        ps.omega = ps.want_grad && !ps.upstream_each ? (float)reduced_omega(p, aux) : 0.f;
+    }
+    return true;
 }
 
-/* MINE = false: the loss pass (loss, state, gradient); MINE = true: OHEM mining pass
- * `level` (histogram of the keys' digit, counts at level 0). */
+/* Sample (n, s) with label y and logits `row`.  MINE: its OHEM key into the level's
+ * histogram (and counts).  Else: its loss and state, and put(j, ∂ℓ/∂x_j · ω) for each
+ * class j < C when the pass wants the gradient (zero for a sample not kept).  An invalid
+ * label gives a NaN loss and state and a zero gradient (as cross_entropy.cu). */
+template <bool MINE, class Op, class R, class Put>
+__device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op &op, const Aux<float> &aux,
+                                            const SamplePass &ps, unsigned int *hist, const R &row, int64_t y,
+                                            int64_t n, int64_t s, SampleSums &sum, Put &&put)
+{
+    const int C = (int)p.C;
+    const bool invalid = invalid_label(p, y);
+    const bool valid = y != p.ignore_index && !invalid;
+    const int yi = valid ? (int)y : -1;
+    const uint32_t key = p.ohem && valid ? row_key(row, C, yi) : PLOSS_OHEM_IGNORED_KEY;
+    if constexpr (MINE) {
+        if (invalid && ps.level == 0)
+            report_invalid_label(aux.slot, y);
+        mine_count(hist, ps.L, key);
+        sum.n_le += key <= p.thresh_key;
+        sum.n_valid += valid;
+    } else {
+        if (invalid && !p.ohem)
+            report_invalid_label(aux.slot, y); /* OHEM: reported by the mining */
+        const bool keep = p.ohem ? valid && key <= ps.tkey : valid;
+        const float fill = invalid ? NAN : 0.f;
+        float st[3] = {fill, fill, fill}, loss = fill;
+        const float xy = row_pick(row, yi);
+        typename Op::GC gc{};
+        if (keep) {
+            if (ps.use_state) {
+#pragma unroll
+                for (int k = 0; k < Op::n_state; ++k)
+                    st[k] = ((const float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss];
+                gc = op.from_state(st, xy);
+            } else {
+                loss = op.finish(row, C, yi, xy, st, gc);
+            }
+        }
+        if (ps.want_loss) {
+            sum.loss += loss;
+            if (p.reduction == PLOSS_REDUCTION_NONE)
+                ((float *)p.loss)[n * p.l_sn + s * p.l_ss] = loss;
+            if (p.state)
+#pragma unroll
+                for (int k = 0; k < Op::n_state; ++k)
+                    ((float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss] = st[k];
+        }
+        if (ps.want_grad && keep) {
+            const float w =
+                ps.upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : ps.omega;
+            for_classes(row, C, [&](int j, float x) { put(j, w * op.grad(x, j == yi, j, gc)); });
+        } else if (ps.want_grad) {
+            for_classes(row, C, [&](int j, float) { put(j, 0.f); });
+        }
+    }
+}
+
+/* The block's end of a pass: MINE, its histogram and counts into the mining state; else
+ * its loss partial (reduced losses). */
+template <bool MINE>
+__device__ __forceinline__ void sample_flush(const ploss_sm2_problem &p, const Aux<float> &aux, const SamplePass &ps,
+                                             unsigned int *hist, SampleSums &sum)
+{
+    if constexpr (MINE) {
+        mine_flush(hist, ps.L, aux.mine, ps.level, sum.n_le, sum.n_valid);
+    } else if (ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
+        const float acc = block_reduce<THREADS>(sum.loss, SumOp());
+        if (threadIdx.x == 0)
+            aux.partial[blockIdx.x] = (double)acc;
+    }
+}
+
+/* Whether tile_kernel can read x (and write a gradient laid out as x) in 16-byte pieces:
+ * the sample axis contiguous, every class row of every image starting on 16 bytes. */
+template <class T> __host__ __device__ __forceinline__ bool tile_aligned(const void *a, int64_t sn, int64_t sc, int64_t ss)
+{
+    return ss == 1 && (uintptr_t)a % 16 == 0 && (sn * (int64_t)sizeof(T)) % 16 == 0 &&
+           (sc * (int64_t)sizeof(T)) % 16 == 0;
+}
+
+/* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
+ * shared memory: two tiles of C × TILE_P elements of T. */
+template <class T, class Op, bool MINE>
+__global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level)
+{
+    extern __shared__ __align__(16) unsigned char tile_smem[];
+    __shared__ unsigned int hist[MINE ? HIST0 : 1];
+    SamplePass ps;
+    if (!sample_pass<MINE>(p, aux, level, hist, ps))
+        return;
+    constexpr int VE = 16 / (int)sizeof(T); /* elements of a 16-byte piece */
+    constexpr int PPR = TILE_P / VE;         /* pieces per class row of a tile */
+    constexpr int RPS = THREADS / PPR;       /* class rows per sweep of the block */
+    const int C = (int)p.C;
+    const int64_t S = p.S, per = (S + TILE_P - 1) / TILE_P, tiles = p.N * per;
+    const bool small = tiles <= (int64_t)UINT32_MAX; /* 32-bit division suffices */
+    const T *x = (const T *)p.x;
+    T *const gp = (T *)p.grad;
+    T *const buf = (T *)tile_smem;
+    const bool gvec = !MINE && ps.want_grad && tile_aligned<T>(gp, p.g_sn, p.g_sc, p.g_ss);
+    /* this thread's pieces: element e of class rows j0, j0 + RPS, … of every tile */
+    const int j0 = (int)threadIdx.x / PPR, e = ((int)threadIdx.x % PPR) * VE;
+    auto image_of = [&](int64_t t) { return small ? (int64_t)((uint32_t)t / (uint32_t)per) : t / per; };
+
+    /* the copies of tile t into tile buffer b (pieces past the image's end are skipped,
+     * a piece that crosses it is zero-filled) */
+    auto fetch = [&](int64_t t, int b) {
+        const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, have = S - s0 - e;
+        const T *src = x + n * p.x_sn + j0 * p.x_sc + s0 + e;
+        T *dst = buf + ((size_t)b * C + j0) * TILE_P + e;
+        const int64_t step = RPS * p.x_sc;
+        if (have >= VE)
+            for (int j = j0; j < C; j += RPS, src += step, dst += RPS * TILE_P)
+                __pipeline_memcpy_async(dst, src, 16);
+        else if (have > 0)
+            for (int j = j0; j < C; j += RPS, src += step, dst += RPS * TILE_P)
+                __pipeline_memcpy_async(dst, src, 16, (size_t)(VE - have) * sizeof(T));
+    };
+
+    SampleSums sum = {0.f, 0, 0};
+    int b = 0;
+    if ((int64_t)blockIdx.x < tiles)
+        fetch(blockIdx.x, 0);
+    __pipeline_commit();
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b ^= 1) {
+        if (t + gridDim.x < tiles)
+            fetch(t + gridDim.x, b ^ 1);
+        __pipeline_commit();
+        const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, s = s0 + threadIdx.x;
+        const bool here = s < S;
+        const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
+        __pipeline_wait_prior(1); /* this thread's copies of tile t have landed */
+        __syncthreads();          /* and everyone's */
+        T *const tile = buf + (size_t)b * C * TILE_P;
+        /* the gradient replaces the logits in the tile, then leaves it below */
+        if (here)
+            sample_step<MINE>(p, op, aux, ps, hist, TileRow<T>{tile + threadIdx.x}, y, n, s, sum,
+                              [&](int j, float v) { tile[j * TILE_P + threadIdx.x] = from_acc<T>(v); });
+        if (!MINE && ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
+            const float tile_sum = block_reduce<THREADS>(sum.loss, SumOp()); /* one partial per tile */
+            if (threadIdx.x == 0)
+                aux.partial[t] = (double)tile_sum;
+            sum.loss = 0.f;
+        }
+        if (ps.want_grad) {
+            if (gvec) { /* 16-byte pieces, as the tile came in */
+                __syncthreads();
+                const int64_t have = S - s0 - e;
+                T *g = gp + n * p.g_sn + j0 * p.g_sc + s0 + e;
+                const T *src = tile + j0 * TILE_P + e;
+                const int64_t step = RPS * p.g_sc;
+                if (have >= VE)
+                    for (int j = j0; j < C; j += RPS, g += step, src += RPS * TILE_P)
+                        *(uint4 *)g = *(const uint4 *)src;
+                else
+                    for (int j = j0; j < C; j += RPS, g += step, src += RPS * TILE_P)
+                        for (int i = 0; i < have; ++i)
+                            g[i] = src[i];
+            } else if (here) { /* this thread's sample, class by class (coalesced along s) */
+                T *g = gp + n * p.g_sn + s * p.g_ss;
+                for (int j = 0; j < C; ++j, g += p.g_sc)
+                    *g = tile[j * TILE_P + threadIdx.x];
+            }
+        }
+        __syncthreads(); /* tile buffer b is refilled by the next iteration's fetch */
+    }
+    __pipeline_wait_prior(0);
+    if constexpr (MINE)
+        sample_flush<MINE>(p, aux, ps, hist, sum);
+}
+
+/* The register path: a thread takes V samples s0 … s0+V−1 of one image (V = 2 when the
+ * sample axis is contiguous and C ≤ 8, see reg_pairs; else 1) and reads their C ≤ CMAX
+ * logits into registers at once: all V·C loads are issued before any arithmetic
+ * (launder), as V-element vectors where the addresses allow (x_ss = 1, x_sc a multiple of
+ * V, the group's first element aligned to V elements), element by element otherwise.
+ * The gradient replaces the logits in the registers and is written the same way.
+ * MINE as tile_kernel. */
 template <class T, int CMAX, int V, class Op, bool MINE>
 __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level)
 {
     __shared__ unsigned int hist[MINE ? HIST0 : 1];
-    MineLevel L = {0u, 0u, 0, 0};
-    if constexpr (MINE) {
-        if (level > 0 && aux.mine->done)
-            return; /* uniform: the select of an earlier level found t* */
-        L = mine_level(aux.mine, level);
-        for (int b = threadIdx.x; b < L.nb; b += THREADS)
-            hist[b] = 0;
-        __syncthreads();
-    }
+    SamplePass ps;
+    if (!sample_pass<MINE>(p, aux, level, hist, ps))
+        return;
     const int64_t S = p.S, per = (S + V - 1) / V, groups = p.N * per;
     const int C = (int)p.C;
     const T *x = (const T *)p.x;
     T *gp = (T *)p.grad;
-    const bool want_loss = !MINE && p.pass != PLOSS_PASS_BACKWARD;
-    const bool want_grad = !MINE && p.pass != PLOSS_PASS_FORWARD;
-    const bool use_state = p.pass == PLOSS_PASS_BACKWARD && p.state;
-    const bool upstream_each = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
-    const uint32_t tkey = !MINE && p.ohem ? aux.mine->tkey : 0u;
-    const float omega = want_grad && !upstream_each ? reduced_omega(p, aux) : 0.f;
     const bool small = groups <= (int64_t)UINT32_MAX; /* 32-bit division suffices */
-    float acc = 0.f;
-    unsigned long long n_le = 0, n_valid = 0;
+    SampleSums sum = {0.f, 0, 0};
 
     for (int64_t q = thread_index(); q < groups; q += grid_stride()) {
         const int64_t n = small ? (int64_t)((uint32_t)q / (uint32_t)per) : q / per;
@@ -779,60 +996,15 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
                     launder(v[e][j]);
-            const int64_t s = s0 + e;
-            const bool invalid = invalid_label(p, y[e]);
-            const bool valid = y[e] != p.ignore_index && !invalid;
-            const int yi = valid ? (int)y[e] : -1;
-            const uint32_t key = p.ohem && valid ? reg_key(v[e], C, yi) : PLOSS_OHEM_IGNORED_KEY;
-            if constexpr (MINE) {
-                if (invalid && level == 0)
-                    report_invalid_label(aux.slot, y[e]);
-                mine_count(hist, L, key);
-                n_le += key <= p.thresh_key;
-                n_valid += valid;
-            } else {
-                if (invalid && !p.ohem)
-                    report_invalid_label(aux.slot, y[e]); /* OHEM: reported by the mining */
-                /* an invalid label: NaN loss and state, zero gradient (as cross_entropy.cu) */
-                const bool keep = p.ohem ? valid && key <= tkey : valid;
-                const float fill = invalid ? NAN : 0.f;
-                float st[3] = {fill, fill, fill}, loss = fill;
-                const float xy = reg_pick(v[e], yi);
-                typename Op::GC gc{};
-                if (keep) {
-                    if (use_state) {
-#pragma unroll
-                        for (int k = 0; k < Op::n_state; ++k)
-                            st[k] = ((const float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss];
-                        gc = op.from_state(st, xy);
-                    } else {
-                        loss = op.finish(v[e], C, yi, xy, st, gc);
-                    }
-                }
-                if (want_loss) {
-                    acc += loss;
-                    if (p.reduction == PLOSS_REDUCTION_NONE)
-                        ((float *)p.loss)[n * p.l_sn + s * p.l_ss] = loss;
-                    if (p.state)
-#pragma unroll
-                        for (int k = 0; k < Op::n_state; ++k)
-                            ((float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss] = st[k];
-                }
-                if (want_grad) {
-                    const float w = upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss)
-                                                  : omega;
-#pragma unroll
-                    for (int j = 0; j < CMAX; ++j)
-                        v[e][j] = keep && j < C ? w * op.grad(v[e][j], j == yi, j, gc) : 0.f;
-                }
-            }
+            sample_step<MINE>(p, op, aux, ps, hist, v[e], y[e], n, s0 + e, sum,
+                              [&](int j, float g) { v[e][j] = g; });
             if (V > 1)
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
                     launder(v[e][j]);
         }
 
-        if (want_grad) {
+        if (ps.want_grad) {
             const int64_t go = n * p.g_sn + s0 * p.g_ss;
             const bool gvec = V > 1 && nv == V && p.g_ss == 1 && p.g_sc % V == 0 &&
                               ((uintptr_t)(gp + go) % (sizeof(T) * V)) == 0;
@@ -856,13 +1028,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
             }
         }
     }
-    if constexpr (MINE) {
-        mine_flush(hist, L, aux.mine, level, n_le, n_valid);
-    } else if (want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
-        acc = block_reduce<THREADS>(acc, SumOp());
-        if (threadIdx.x == 0)
-            aux.partial[blockIdx.x] = (double)acc;
-    }
+    sample_flush<MINE>(p, aux, ps, hist, sum);
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
@@ -871,11 +1037,11 @@ size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* Σ of the per-block partials into the loss (MEAN/SUM, not backward). */
 template <class A, class LT>
-ploss_status run_finalize(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<A> aux, unsigned blocks)
+ploss_status run_finalize(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<A> aux, int64_t nparts)
 {
     if (p->pass == PLOSS_PASS_BACKWARD || p->reduction == PLOSS_REDUCTION_NONE)
         return PLOSS_OK;
-    finalize_kernel<A, LT><<<1, THREADS, 0, stream_of(ctx)>>>(*p, aux, (int64_t)blocks);
+    finalize_kernel<A, LT><<<1, THREADS, 0, stream_of(ctx)>>>(*p, aux, nparts);
     return check_launch("softmax2 finalize_kernel");
 }
 
@@ -902,23 +1068,28 @@ template <class F> ploss_status run_select(ploss_ctx_t *ctx, const ploss_sm2_pro
     return st;
 }
 
-/* The register path: mining passes (OHEM) and the loss pass with CMAX ≥ C. */
-template <class T, int CMAX, int V, class ROp>
-ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
+/* The op of a per-sample pass: the loss's own, or cross-entropy's for OHEM mining. */
+template <bool MINE, class ROp> auto pass_op(const ROp &op)
 {
-    cudaStream_t stream = stream_of(ctx);
+    if constexpr (MINE)
+        return RegSoftmax{nullptr};
+    else
+        return op;
+}
+
+/* A per-sample path: the mining passes (OHEM) and the loss pass, launched by
+ * pass(std::bool_constant<MINE>, level), then the loss partials' sum. */
+template <class F>
+ploss_status run_samples(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<float> aux, int64_t nparts, F &&pass)
+{
     ploss_status st = PLOSS_OK;
     if (p->ohem)
-        st = run_select(ctx, p, aux.mine, [&](int level) {
-            reg_kernel<T, CMAX, V, RegSoftmax, true><<<blocks, THREADS, 0, stream>>>(*p, RegSoftmax{nullptr}, aux, level);
-            return check_launch("softmax2 reg_kernel (mining)");
-        });
+        st = run_select(ctx, p, aux.mine, [&](int level) { return pass(std::true_type{}, level); });
+    if (st == PLOSS_OK)
+        st = pass(std::false_type{}, 0);
     if (st != PLOSS_OK)
         return st;
-    reg_kernel<T, CMAX, V, ROp, false><<<blocks, THREADS, 0, stream>>>(*p, op, aux, 0);
-    if ((st = check_launch("softmax2 reg_kernel")))
-        return st;
-    return run_finalize<float, float>(ctx, p, aux, blocks);
+    return run_finalize<float, float>(ctx, p, aux, nparts);
 }
 
 /* Pixel pairs (V = 2) along a contiguous sample axis for C ≤ 8 only: with C > 8 the two
@@ -927,16 +1098,70 @@ ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op
  * and no spill; its loads are still coalesced (a warp reads 32 consecutive pixels). */
 inline bool reg_pairs(const ploss_sm2_problem *p) { return p->x_ss == 1 && p->S > 1 && p->C <= 8; }
 
-/* CMAX tier (8, 24, 32) and vector width (reg_pairs: 2, else 1). */
+/* The register path: CMAX tier (8, 24, 32) and vector width (reg_pairs: 2, else 1). */
 template <class T, class ROp>
-ploss_status launch_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
+ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
 {
-    const bool pair = reg_pairs(p);
+    cudaStream_t stream = stream_of(ctx);
+    auto go = [&](auto cmax, auto vec) {
+        constexpr int CMAX = decltype(cmax)::value, V = decltype(vec)::value;
+        return run_samples(ctx, p, aux, blocks, [&](auto mine, int level) {
+            constexpr bool MINE = decltype(mine)::value;
+            auto o = pass_op<MINE>(op);
+            reg_kernel<T, CMAX, V, decltype(o), MINE><<<blocks, THREADS, 0, stream>>>(*p, o, aux, level);
+            return check_launch(MINE ? "softmax2 reg_kernel (mining)" : "softmax2 reg_kernel");
+        });
+    };
+    using std::integral_constant;
     if (p->C <= 8)
-        return pair ? run_reg<T, 8, 2>(ctx, p, op, aux, blocks) : run_reg<T, 8, 1>(ctx, p, op, aux, blocks);
+        return reg_pairs(p) ? go(integral_constant<int, 8>{}, integral_constant<int, 2>{})
+                            : go(integral_constant<int, 8>{}, integral_constant<int, 1>{});
     if (p->C <= 24)
-        return run_reg<T, 24, 1>(ctx, p, op, aux, blocks);
-    return run_reg<T, REG_CMAX, 1>(ctx, p, op, aux, blocks);
+        return go(integral_constant<int, 24>{}, integral_constant<int, 1>{});
+    return go(integral_constant<int, SAMPLE_CMAX>{}, integral_constant<int, 1>{});
+}
+
+/* Tiles of the tile path (a partial tile at the end of each image). */
+inline int64_t tile_count(const ploss_sm2_problem *p) { return p->N * ((p->S + TILE_P - 1) / TILE_P); }
+
+template <class T> size_t tile_smem_bytes(int64_t C) { return 2 * (size_t)C * TILE_P * sizeof(T); }
+
+/* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
+ * The grid is what fits on the device at once (the blocks walk the tiles); it decides
+ * only who computes which tile: the loss partials are per tile, so the results do not
+ * depend on it. */
+template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
+{
+    const int64_t tiles = tile_count(p);
+    if (tiles == 0 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
+        return 0;
+    const size_t smem = tile_smem_bytes<T>(p->C);
+    const auto loss_k = tile_kernel<T, ROp, false>;
+    const auto mine_k = tile_kernel<T, RegSoftmax, true>;
+    int per_sm = 0, sms = 0;
+    const bool ok =
+        cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+        cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device.device_id) == cudaSuccess;
+    if (!ok || per_sm < 1 || sms < 1) {
+        (void)cudaGetLastError(); /* no tile path here: the register path instead */
+        return 0;
+    }
+    return (unsigned)std::min<int64_t>(tiles, (int64_t)per_sm * sms);
+}
+
+template <class T, class ROp>
+ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
+{
+    cudaStream_t stream = stream_of(ctx);
+    const size_t smem = tile_smem_bytes<T>(p->C);
+    return run_samples(ctx, p, aux, tile_count(p), [&](auto mine, int level) {
+        constexpr bool MINE = decltype(mine)::value;
+        auto o = pass_op<MINE>(op);
+        tile_kernel<T, decltype(o), MINE><<<blocks, THREADS, smem, stream>>>(*p, o, aux, level);
+        return check_launch(MINE ? "softmax2 tile_kernel (mining)" : "softmax2 tile_kernel");
+    });
 }
 
 /* The row-group path (any C, f64, Taylor with f64 internals). */
@@ -966,15 +1191,21 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
 {
     using A = typename Op::acc;
     const int64_t M = p->N * p->S;
-    /* registers: f32 math on f32/f16/bf16 with C ≤ REG_CMAX, a thread per sample */
-    constexpr bool reg_ok = !std::is_same<T, double>::value && std::is_same<A, float>::value;
-    const bool regs = reg_ok && p->C <= REG_CMAX;
-    const int G = regs ? 1 : row_group_size(p->x_sc, p->C);
-    const unsigned blocks = regs && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
-                                                 : grid_blocks(M, THREADS / G);
+    /* per sample: f32 math on f32/f16/bf16 with C ≤ SAMPLE_CMAX — tiles where the layout
+     * allows, else registers; larger C, f64 and f64 internals: row groups */
+    constexpr bool sample_ok = !std::is_same<T, double>::value && std::is_same<A, float>::value;
+    const bool samples = sample_ok && p->C <= SAMPLE_CMAX;
+    unsigned tiles = 0;
+    if constexpr (sample_ok)
+        tiles = samples ? tile_grid<T, ROp>(ctx, p) : 0;
+    const int G = samples ? 1 : row_group_size(p->x_sc, p->C);
+    const unsigned blocks = tiles                        ? tiles
+                            : samples && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
+                                                      : grid_blocks(M, THREADS / G);
+    const int64_t nparts = tiles ? tile_count(p) : blocks; /* loss partials */
 
     /* workspace: loss partials | count | OHEM state (histograms) | log priors */
-    const size_t o_count = align256((size_t)blocks * sizeof(double));
+    const size_t o_count = align256((size_t)nparts * sizeof(double));
     const size_t o_mine = o_count + 256;
     const size_t o_bias = o_mine + (p->ohem ? align256(sizeof(MineState)) : 0);
     const bool priors = p->w && M > 0; /* no per-class buffer without samples (C may be huge) */
@@ -1011,9 +1242,11 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
         if ((st = check_launch("softmax2 count_kernel")))
             return st;
     }
-    if constexpr (reg_ok) {
-        if (regs)
-            return launch_reg<T>(ctx, p, ro, aux, blocks);
+    if constexpr (sample_ok) {
+        if (tiles)
+            return run_tiles<T>(ctx, p, ro, aux, blocks);
+        if (samples)
+            return run_reg<T>(ctx, p, ro, aux, blocks);
     }
     return with_row_group(G, [&](auto g) { return run_groups<decltype(g)::value, T>(ctx, p, o, aux, blocks); });
 }

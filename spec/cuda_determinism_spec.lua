@@ -26,6 +26,7 @@ local SHAPES = SCALE == "full" and {
   { { 2, 19, 64, 64 }, "N×C×H×W, class axis strided" },
   { { 16384, 64 }, "many rows: multi-block reduction" },
   { { 3, 7, 333, 111 }, "large N×C×H×W: multi-block reduction" },
+  { { 8, 19, 192, 200 }, "N×C×H×W in shared-memory tiles (softmax II): more tiles than blocks" },
 } or {
   { { 64, 10 }, "small rows" },
   { { 8, 1000 }, "long rows" },
