@@ -4,12 +4,15 @@
  * the OHEM mining rule in core/softmax2.h, LOSSES.md §2.2–2.7.
  *
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
- *  - registers (f32/f16/bf16 with f32 math, C <= REG_CMAX = 32, any layout): reg_kernel,
- *    a thread per sample — or, for C <= 8, per pair of adjacent samples when the sample
- *    axis is contiguous (N×C×H×W), read and written as 2-element vectors where aligned —
- *    holds the C logits in registers (all C loads in flight before any arithmetic,
- *    compile-time C bound of 8, 24 or 32), computes loss, state and gradient from them
- *    (one read of x, one write of the gradient); exp is __expf.
+ *  - per sample (f32/f16/bf16 with f32 math, C <= SAMPLE_CMAX = 32): a thread computes
+ *    loss, state and gradient of one sample from its C logits (sample_step), taken
+ *      · from shared-memory tiles (tile_kernel) when the sample axis is contiguous and
+ *        every class row starts on 16 bytes (N×C×H×W as it comes): 16-byte cp.async
+ *        copies, the next tile in flight while the current one is computed, the gradient
+ *        out in 16-byte stores;
+ *      · else from registers (reg_kernel), all C loads in flight before any arithmetic
+ *        (compile-time C bound of 8, 24 or 32; pairs of adjacent samples for C <= 8);
+ *    exp is __expf.
  *  - row groups (f64, Taylor with f64 internals, C > 32): one thread per sample for
  *    class-strided rows (a warp reads 32 consecutive pixels per class, coalesced; the
  *    gradient pass re-reads the row from L1/L2), or a group of G lanes per sample for
@@ -25,8 +28,9 @@
  *
  * Reductions are deterministic: per-thread sums in the accumulation type, a CUB block
  * reduction, one double partial per block (the grid depends on the shape, dtype and layout,
- * which pick the kernel, never on timing), a single
- * block sums the partials in a fixed order; integer counts (valid samples, OHEM
+ * which pick the kernel, never on timing) or, on the tile path, per tile (whichever block
+ * computed it: the tile path's grid is what fits on the device); a single block sums the
+ * partials in a fixed order; integer counts (valid samples, OHEM
  * histograms) use integer atomics, whose results do not depend on the order.  Nothing
  * synchronises with the host: the MEAN divisor and the OHEM threshold live in device
  * memory.
@@ -39,7 +43,7 @@
  * otherwise they recompute the keys (one more read of the logits each) and histogram the
  * next 11 and 10 bits inside the bucket, giving the n_min-th smallest key exactly (radix
  * select).  The loss pass recomputes the key and keeps the samples with key ≤ t*.  Keys
- * are recomputed by one function per path (reg_key: IEEE f32 operations and the accurate
+ * are recomputed by one function per path (row_key: IEEE f32 operations and the accurate
  * expf only; group_key), so every pass sees the same bits.
  */
 #include <cuda_pipeline.h>
@@ -275,10 +279,19 @@ __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, uns
 {
     const int64_t M = p.N * p.S;
     const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* sample i at offset i: no division */
+    constexpr int U = 4; /* loads in flight per thread */
+    const int64_t stride = grid_stride();
     unsigned long long c = 0;
-    for (int64_t i = thread_index(); i < M; i += grid_stride()) {
-        const int64_t y = label_at(p, flat ? i : i / p.S * p.t_sn + i % p.S * p.t_ss);
-        c += y != p.ignore_index && !invalid_label(p, y);
+    for (int64_t i0 = thread_index(); i0 < M; i0 += U * stride) {
+        int64_t y[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t i = i0 + u * stride;
+            y[u] = i >= M ? p.ignore_index : label_at(p, flat ? i : i / p.S * p.t_sn + i % p.S * p.t_ss);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            c += y[u] != p.ignore_index && !invalid_label(p, y[u]);
     }
     c = block_reduce<THREADS>(c, SumOp());
     if (threadIdx.x == 0 && c)
@@ -526,9 +539,17 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
 template <class A, class LT>
 __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, Aux<A> aux, int64_t nparts)
 {
+    constexpr int U = 8; /* loads in flight per thread; the order of the adds is fixed */
     double s = 0;
-    for (int64_t k = threadIdx.x; k < nparts; k += THREADS)
-        s += aux.partial[k];
+    for (int64_t k0 = threadIdx.x; k0 < nparts; k0 += (int64_t)U * THREADS) {
+        double v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            v[u] = k0 + u * THREADS < nparts ? aux.partial[k0 + u * THREADS] : 0.0;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            s += v[u];
+    }
     s = block_reduce<THREADS>(s, SumOp());
     if (threadIdx.x == 0) {
         if (p.reduction == PLOSS_REDUCTION_MEAN)
@@ -615,15 +636,16 @@ __device__ __forceinline__ float reg_taylor(float x, int n)
     return ploss_taylor_poly(x, n);
 }
 
-/* Per-sample forms of the ops: finish() gives the loss, the state and the gradient context
- * GC from a row; from_state() the context from a saved state; grad() ∂ℓ/∂x_j. */
+/* Per-sample forms of the ops: finish() gives the loss, the gradient context GC and (save)
+ * the state from a row; from_state() the context from a saved state; grad() ∂ℓ/∂x_j.
+ * Reciprocals are __frcp_rn (correctly rounded) times the numerator. */
 struct RegLargeMargin {
     static constexpr int n_state = 3;
     float half_lam, u;
     /* mN: non-target maximum, c1 = e^(mN − lse), invS = 1/S', Em = E − mN, py = p_y */
     struct GC { float mN, c1, invS, Em, py; };
     template <class R>
-    __device__ float finish(const R &v, int C, int y, float xy, float (&st)[3], GC &g) const
+    __device__ float finish(const R &v, int C, int y, float xy, bool save, float (&st)[3], GC &g) const
     {
         float mN = -INFINITY;
         for_classes(v, C, [&](int j, float x) {
@@ -642,11 +664,13 @@ struct RegLargeMargin {
         /* separate maxima: a dominant target cannot underflow the non-target sum */
         const float m = fmaxf(xy, mN);
         const float lse = m + logf(fex(xy - m) + fex(mN - m) * sN);
-        const float Em = tN / sN;
-        st[0] = lse;
-        st[1] = mN + logf(sN);
-        st[2] = mN + Em;
-        g = {mN, fex(mN - lse), 1.f / sN, Em, fex(xy - lse)};
+        const float invS = __frcp_rn(sN), Em = tN * invS;
+        if (save) {
+            st[0] = lse;
+            st[1] = mN + logf(sN);
+            st[2] = mN + Em;
+        }
+        g = {mN, fex(mN - lse), invS, Em, fex(xy - lse)};
         return lse - xy + half_lam * (Em - rel * u);
     }
     __device__ GC from_state(const float (&st)[3], float xy) const
@@ -667,18 +691,17 @@ struct RegTaylor {
     int order;
     struct GC { float invZ, invFy; };
     template <class R>
-    __device__ float finish(const R &v, int C, int, float xy, float (&st)[3], GC &g) const
+    __device__ float finish(const R &v, int C, int, float xy, bool, float (&st)[3], GC &g) const
     {
         float z = 0.f;
         for_classes(v, C, [&](int, float x) { z += reg_taylor(x, order); });
-        const float fy = reg_taylor(xy, order);
         st[0] = z;
-        g = {1.f / z, 1.f / fy};
-        return logf(z) - logf(fy);
+        g = {__frcp_rn(z), __frcp_rn(reg_taylor(xy, order))};
+        return logf(z * g.invFy); /* log(Z / f_n(x_y)), Z ≥ f_n(x_y) > 0 */
     }
     __device__ GC from_state(const float (&st)[3], float xy) const
     {
-        return {1.f / st[0], 1.f / reg_taylor(xy, order)};
+        return {__frcp_rn(st[0]), __frcp_rn(reg_taylor(xy, order))};
     }
     __device__ float grad(float x, bool target, int, const GC &g) const
     {
@@ -693,7 +716,7 @@ struct RegSoftmax {
     struct GC { float lse; };
     __device__ float z(float x, int j) const { return bias ? x + __ldg(bias + j) : x; }
     template <class R>
-    __device__ float finish(const R &v, int C, int, float xy, float (&st)[3], GC &g) const
+    __device__ float finish(const R &v, int C, int, float xy, bool, float (&st)[3], GC &g) const
     {
         float m = -INFINITY;
         for_classes(v, C, [&](int j, float x) { m = fmaxf(m, z(x, j)); });
@@ -791,7 +814,7 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
                     st[k] = ((const float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss];
                 gc = op.from_state(st, xy);
             } else {
-                loss = op.finish(row, C, yi, xy, st, gc);
+                loss = op.finish(row, C, yi, xy, p.state != nullptr, st, gc);
             }
         }
         if (ps.want_loss) {
@@ -1238,7 +1261,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
         if constexpr (std::is_same<Op, TaylorOp<A>>::value)
             return ploss_error(PLOSS_ERR_UNSUPPORTED, "OHEM runs on cross-entropy or large-margin only");
     } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
-        count_kernel<<<grid_blocks(M, THREADS, 4096), THREADS, 0, stream>>>(*p, aux.count);
+        count_kernel<<<grid_blocks(M, THREADS * 4, 4096), THREADS, 0, stream>>>(*p, aux.count);
         if ((st = check_launch("softmax2 count_kernel")))
             return st;
     }
