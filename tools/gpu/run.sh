@@ -198,8 +198,10 @@ run_specs() { # run_specs LOGNAME
         p=$(grep -oE '[0-9]+ pending' <<<"$line" | grep -oE '[0-9]+' || echo 0)
         local sanit=""
         if [ "${#WRAP[@]}" -gt 0 ]; then
-            sanit=$(grep -aE '========= ERROR SUMMARY: [0-9]+ error' "$tmp" | tail -1 | sed 's/=* *//')
-            [ -n "$sanit" ] || sanit="no ERROR SUMMARY line"
+            # memcheck/initcheck/synccheck: ERROR SUMMARY; racecheck: RACECHECK SUMMARY
+            sanit=$(grep -aE '========= (ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)' "$tmp" |
+                    tail -1 | sed 's/=* *//')
+            [ -n "$sanit" ] || sanit="no sanitizer summary line"
         fi
         rm -f "$tmp"
         t_succ=$((t_succ + s)) t_fail=$((t_fail + f)) t_err=$((t_err + e)) t_pend=$((t_pend + p))
