@@ -84,11 +84,13 @@ end)
 -- and C = 33 just above it (row groups); N×C×H×W with C ≤ 8 takes pixel pairs with
 -- vector loads, and an odd H·W (2×3×5×7, and 3×8×5×5 with C at the pair bound) leaves
 -- the last pair of an image partial and every odd image misaligned.
--- contiguous {2,19,64,64}, {2,5,12,22} and {3,24,16,33} go through shared-memory tiles
--- (16-byte aligned class rows; the last two end with a partial tile), the other small-C
+-- contiguous {2,19,64,64}, {2,5,12,22}, {3,24,16,33} and {2,32,8,8} (f16/bf16; f32 with
+-- C > 24 needs more than 48 KiB of tiles) go through shared-memory tiles (16-byte aligned
+-- class rows; {2,5,12,22} and {3,24,16,33} end with a partial tile), the other small-C
 -- sizes and the strided layouts through registers
 local SIZES = { { 64, 10 }, { 33, 17 }, { 3, 4097 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 7, 2 },
-  { 3, 9, 5, 3 }, { 3, 8, 5, 5 }, { 2, 32, 9, 7 }, { 2, 33, 6, 6 }, { 2, 5, 12, 22 }, { 3, 24, 16, 33 } }
+  { 3, 9, 5, 3 }, { 3, 8, 5, 5 }, { 2, 32, 9, 7 }, { 2, 33, 6, 6 }, { 2, 5, 12, 22 }, { 3, 24, 16, 33 },
+  { 2, 32, 8, 8 } }
 
 -- Check one loss (ploss.F[fname], criterion ploss[crit]) for each option set.
 local function check_against_cpu(fname, crit, sets, sizes, seed0)
