@@ -286,6 +286,25 @@ describe("CUDA PC-softmax cross-entropy against the CPU (" .. DEV .. ")", functi
   check_device_behaviour("pc_softmax_cross_entropy", function(Cn) return { lb_proportion = priors(Cn, 1) } end, -100)
 end)
 
+-- One loss on a view x of a larger buffer (misaligned or padded; `inplace_view()` makes a
+-- fresh one of the same kind): against a contiguous copy (another kernel path; the
+-- gradient bit for bit when `exact`, else within the dtype's tolerance; the loss within
+-- rounding), in place against out of place, and against the f64 CPU for the plain losses.
+local function check_view(fname, opts, x, inplace_view, y, dtype, label, exact)
+  local l, g = F[fname .. "_fused"](x, y, opts)
+  local la, ga = F[fname .. "_fused"](x:contiguous():clone(), y, opts)
+  if la ~= la then assert.is_true(l ~= l, label .. " loss: NaN (no kept sample)")
+  else close(l, la, exact and 1e-6 or TOL[dtype].loss, 0, label .. " loss vs a contiguous copy") end
+  if exact then H.assert_equal(g, ga, { what = label .. " grad vs a contiguous copy" })
+  else close(g, ga, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs a contiguous copy") end
+  H.check_inplace_fused(fname, inplace_view(), y, opts, l, g, label)
+  if not fname:find("^ohem") then
+    local rl, rg = F[fname .. "_fused"](x:to("cpu", "f64"), y:cpu(), opts_on(opts, "cpu", "f64"))
+    close(l, rl, TOL[dtype].loss, 0, label .. " loss vs CPU")
+    close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs CPU")
+  end
+end
+
 ---------------------------------------------------------------------------------------
 -- views whose data start one element past an aligned address: the register kernels fall
 -- back to element loads and stores (out of place the gradient is aligned, in place it is
@@ -316,19 +335,9 @@ describe("CUDA softmax family II on misaligned views (" .. DEV .. ")", function(
           for kk, v in pairs(case[2]) do opts[kk] = v end
           if fname == "pc_softmax_cross_entropy" then opts.lb_proportion = priors(sizes[2], 90 + k) end
           local big = ploss.randn({ numel + 1 }, { dtype = dtype, device = DEV, std = 2, seed = 91 + k })
-          local x = big:narrow(1, 2, numel):view(sizes)
           local y = make_labels(sizes, true, ignore_index, "i64", 92 + k)
-          local l, g = F[fname .. "_fused"](x, y, opts)
-          local la, ga = F[fname .. "_fused"](x:contiguous():clone(), y, opts)
-          if la ~= la then assert.is_true(l ~= l, label .. " loss: NaN (no kept sample)")
-          else close(l, la, 1e-6, 0, label .. " loss") end
-          H.assert_equal(g, ga, { what = label .. " grad" })
-          H.check_inplace_fused(fname, big:clone():narrow(1, 2, numel):view(sizes), y, opts, l, g, label)
-          if not fname:find("^ohem") then
-            local rl, rg = F[fname .. "_fused"](x:to("cpu", "f64"), y:cpu(), opts_on(opts, "cpu", "f64"))
-            close(l, rl, TOL[dtype].loss, 0, label .. " loss vs CPU")
-            close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs CPU")
-          end
+          check_view(fname, opts, big:narrow(1, 2, numel):view(sizes),
+            function() return big:clone():narrow(1, 2, numel):view(sizes) end, y, dtype, label, true)
         end
       end
     end)
@@ -362,20 +371,11 @@ describe("CUDA softmax family II on padded class rows (" .. DEV .. ")", function
           for kk, v in pairs(case[2]) do opts[kk] = v end
           if fname == "pc_softmax_cross_entropy" then opts.lb_proportion = priors(Cn, 70 + k) end
           local big = ploss.randn({ N, Cn, Sp }, { dtype = dtype, device = DEV, std = 2, seed = 71 + k })
-          local x = big:narrow(3, 1, Sn)
           local y = make_labels({ N, Cn, Sn }, true, ignore_index, "i64", 72 + k)
-          local l, g = F[fname .. "_fused"](x, y, opts)
-          H.check_inplace_fused(fname, big:clone():narrow(3, 1, Sn), y, opts, l, g, label)
-          -- the register path on an unaligned contiguous copy: the same kept samples (OHEM
-          -- keys are IEEE-exact on both paths), numbers within rounding
-          local la, ga = F[fname .. "_fused"](x:contiguous():clone(), y, opts)
-          close(l, la, TOL[dtype].loss, 0, label .. " loss vs registers")
-          close(g, ga, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs registers")
-          if not fname:find("^ohem") then
-            local rl, rg = F[fname .. "_fused"](x:to("cpu", "f64"), y:cpu(), opts_on(opts, "cpu", "f64"))
-            close(l, rl, TOL[dtype].loss, 0, label .. " loss vs CPU")
-            close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " grad vs CPU")
-          end
+          -- the contiguous copy (S not a multiple of 16 bytes) takes the register path: the
+          -- same kept samples (OHEM keys are IEEE-exact on both paths)
+          check_view(fname, opts, big:narrow(3, 1, Sn), function() return big:clone():narrow(3, 1, Sn) end,
+            y, dtype, label, false)
         end
       end
     end)
