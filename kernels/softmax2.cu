@@ -6,9 +6,8 @@
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
  *  - per sample (f32/f16/bf16 with f32 math, C <= SAMPLE_CMAX = 32): a thread computes
  *    loss, state and gradient of one sample from its C logits (sample_step), taken
- *      · from shared-memory tiles (tile_kernel) when the sample axis is contiguous,
- *        every class row starts on 16 bytes (N×C×H×W as it comes) and two tiles of
- *        C × 256 samples fit in 48 KiB (f32: C ≤ 24; f16/bf16: C ≤ 32): 16-byte cp.async
+ *      · from shared-memory tiles (tile_kernel) when the sample axis is contiguous and
+ *        every class row starts on 16 bytes (N×C×H×W as it comes): 16-byte cp.async
  *        copies, the next tile in flight while the current one is computed, the gradient
  *        out in 16-byte stores;
  *      · else from registers (reg_kernel), all C loads in flight before any arithmetic
@@ -236,7 +235,7 @@ __device__ __forceinline__ void hist_add(unsigned int *hist, uint32_t bin)
 /* Everything a kernel needs besides the problem. */
 template <class A> struct Aux {
     int64_t *slot;                 /* error slot */
-    double *partial;               /* one loss partial per block */
+    double *partial;               /* loss partials: one per block, or per tile (tile_kernel) */
     unsigned long long *count;     /* MEAN divisor (valid samples), or NULL */
     MineState *mine;               /* OHEM state, or NULL */
 };
@@ -1059,7 +1058,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-/* Σ of the per-block partials into the loss (MEAN/SUM, not backward). */
+/* Σ of the loss partials (per block or per tile) into the loss (MEAN/SUM, not backward). */
 template <class A, class LT>
 ploss_status run_finalize(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<A> aux, int64_t nparts)
 {
@@ -1150,21 +1149,25 @@ inline int64_t tile_count(const ploss_sm2_problem *p) { return p->N * ((p->S + T
 
 template <class T> size_t tile_smem_bytes(int64_t C) { return 2 * (size_t)C * TILE_P * sizeof(T); }
 
-/* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample,
- * more than the 48 KiB of dynamic shared memory a kernel gets without opting in: f32 with
- * C > 24 takes the register path).  The grid is what fits on the device at once (the
- * blocks walk the tiles); it decides only who computes which tile: the loss partials are
- * per tile, so the results do not depend on it. */
+/* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
+ * Both kernels of the path (loss, OHEM mining) opt in to the tiles' dynamic shared memory
+ * (up to 64 KiB at C = 32 in f32, besides their static shared memory: the mining
+ * histogram, CUB's scratch).  The grid is what fits on the device at once (the blocks walk
+ * the tiles); it decides only who computes which tile: the loss partials are per tile, so
+ * the results do not depend on it. */
 template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 {
     const int64_t tiles = tile_count(p);
-    const size_t smem = tile_smem_bytes<T>(p->C);
-    if (tiles == 0 || smem > 48 * 1024 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
+    if (tiles == 0 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
         return 0;
+    const int smem = (int)tile_smem_bytes<T>(p->C);
+    const auto loss_k = tile_kernel<T, ROp, false>;
+    const auto mine_k = tile_kernel<T, RegSoftmax, true>;
     int per_sm = 0, sms = 0;
     const bool ok =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_kernel<T, ROp, false>, THREADS, smem) ==
-            cudaSuccess &&
+        cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+        cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device.device_id) == cudaSuccess;
     if (!ok || per_sm < 1 || sms < 1) {
         (void)cudaGetLastError(); /* no tile path here: the register path instead */
@@ -1224,10 +1227,11 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     const unsigned blocks = tiles                        ? tiles
                             : samples && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
                                                       : grid_blocks(M, THREADS / G);
-    const int64_t nparts = tiles ? tile_count(p) : blocks; /* loss partials */
+    const bool reduced = p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE;
+    const int64_t nparts = !reduced ? 0 : tiles ? tile_count(p) : blocks; /* loss partials */
 
-    /* workspace: loss partials (per block, or per tile of 256 samples) | count | OHEM state
-     * (histograms) | log priors */
+    /* workspace: loss partials (per block, or per tile of 256 samples; none when no reduced
+     * loss is computed) | count | OHEM state (histograms) | log priors */
     const size_t o_count = align256((size_t)nparts * sizeof(double));
     const size_t o_mine = o_count + 256;
     const size_t o_bias = o_mine + (p->ohem ? align256(sizeof(MineState)) : 0);

@@ -84,10 +84,10 @@ end)
 -- and C = 33 just above it (row groups); N×C×H×W with C ≤ 8 takes pixel pairs with
 -- vector loads, and an odd H·W (2×3×5×7, and 3×8×5×5 with C at the pair bound) leaves
 -- the last pair of an image partial and every odd image misaligned.
--- contiguous {2,19,64,64}, {2,5,12,22}, {3,24,16,33} and {2,32,8,8} (f16/bf16; f32 with
--- C > 24 needs more than 48 KiB of tiles) go through shared-memory tiles (16-byte aligned
--- class rows; {2,5,12,22} and {3,24,16,33} end with a partial tile), the other small-C
--- sizes and the strided layouts through registers
+-- contiguous {2,19,64,64}, {2,5,12,22}, {3,24,16,33} and {2,32,8,8} go through
+-- shared-memory tiles (16-byte aligned class rows; {2,5,12,22} and {3,24,16,33} end with a
+-- partial tile; f32 beyond C = 23 needs more than the default 48 KiB of shared memory), the
+-- other small-C sizes and the strided layouts through registers
 local SIZES = { { 64, 10 }, { 33, 17 }, { 3, 4097 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 7, 2 },
   { 3, 9, 5, 3 }, { 3, 8, 5, 5 }, { 2, 32, 9, 7 }, { 2, 33, 6, 6 }, { 2, 5, 12, 22 }, { 3, 24, 16, 33 },
   { 2, 32, 8, 8 } }
@@ -419,6 +419,9 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
     -- (refinement not taken) on the register kernels is { 2, 19, 64, 64 } τ = 0.7 above
     { { 2, 19, 17, 15 }, 0.01, 500 }, { { 2, 32, 9, 7 }, 1e-4, -1 }, { { 2, 33, 6, 6 }, 1e-6, -1 },
     { { 2, 19, 64, 64 }, 1e-5, -1 },
+    -- shared-memory tiles (contiguous layout) whose mining pass needs more than 48 KiB of
+    -- shared memory in f32 (48 KiB of tiles plus the histogram)
+    { { 2, 24, 16, 16 }, 1e-3, -1 },
   }
   for k, case in ipairs(CASES) do
     local sizes, tau, n_min = case[1], case[2], case[3]
