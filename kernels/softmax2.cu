@@ -1242,7 +1242,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     if (st != PLOSS_OK)
         return st;
     char *base = (char *)ws;
-    Aux<A> aux = {ctx->error_slot, (double *)base, (unsigned long long *)(base + o_count),
+    Aux<A> aux = {ctx->error_slot, nparts ? (double *)base : nullptr, (unsigned long long *)(base + o_count),
                   p->ohem ? (MineState *)(base + o_mine) : nullptr};
     cudaStream_t stream = stream_of(ctx);
     if ((st = ploss_cuda_memset(base + o_count, 0, o_bias - o_count, stream)))
