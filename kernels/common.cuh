@@ -7,6 +7,7 @@
  *    even.  Narrowing from double to f16/bf16 goes through float first, exactly as the CPU
  *    backend (core/cpu/scalar.h) does, so both backends round identically.
  *  - vec16<T>::get/set: elements of a 16-byte vector held as uint4; launder(u).
+ *  - exp_ftz(v): e^v through ex2.approx.ftz (f32 fast paths).
  *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
  *    run time (weights, probability targets, labels, upstream gradients) with the CPU's
  *    semantics (float → integer truncates toward zero, saturates, NaN → 0).
@@ -243,6 +244,17 @@ __device__ __forceinline__ void launder(uint4 &u)
 }
 __device__ __forceinline__ void launder(float &v) { asm volatile("" : "+f"(v)); }
 __device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v)); }
+
+/* e^v as ex2.approx.ftz(v·log2 e): one multiply and one MUFU op.  Relative error about
+ * 2^-22 + |v|·2^-24; results below 2^-126 (v < −87.3) flush to 0 instead of going through
+ * the denormal range check of ex2.approx.f32 (__expf: 3 more instructions), which is
+ * harmless wherever such a term is added to or compared with values near 1. */
+__device__ __forceinline__ float exp_ftz(float v)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+    return r;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* Host-side dtype dispatch: one switch, the body is a generic lambda over a type tag    */

@@ -243,15 +243,8 @@ __device__ __forceinline__ float log1p_unit(float e)
     return s * p;
 }
 
-/* exp(−a) for a ≥ 0 as __expf, but with ex2.approx.ftz: results below 2^-126 (a > 87.3)
- * flush to 0 instead of the denormal range check of ex2.approx.f32 (3 instructions per
- * element); those terms are below 1.2e-38 next to values ≥ 0.5. */
-__device__ __forceinline__ float exp_neg_ftz(float a)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * -1.4426950408889634f));
-    return r;
-}
+/* exp(−a) for a ≥ 0 (exp_ftz: terms below 1.2e-38 flush to 0, next to values ≥ 0.5). */
+__device__ __forceinline__ float exp_neg_ftz(float a) { return exp_ftz(-a); }
 
 template <class A> struct logit_parts {
     A a, r, er, lg;

@@ -573,13 +573,14 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
  *  - reg_kernel (any other layout: channels-last, odd strides, misaligned views): the C ≤
  *    CMAX logits go to registers, all loads issued before any arithmetic (launder).
  * Both run the same per-sample code (sample_step) over a row accessor (a register array or
- * a tile column).  exp is __expf (ex2.approx, see cross_entropy.cu for the error argument)
- * except in the OHEM score, which is compared against a threshold and uses the accurate expf. */
+ * a tile column).  exp is exp_ftz (ex2.approx.ftz, common.cuh) except in the OHEM score,
+ * which is compared against a threshold and uses the accurate expf.  The class loops are
+ * branch-free where the target class is treated apart (selects, not branches). */
 
 constexpr int SAMPLE_CMAX = 32; /* largest C of the per-sample kernels */
 constexpr int TILE_P = THREADS;  /* samples per tile of tile_kernel: one per thread */
 
-__device__ __forceinline__ float fex(float v) { return __expf(v); }
+__device__ __forceinline__ float fex(float v) { return exp_ftz(v); }
 
 /* A sample's logits in a shared-memory tile: class j at s[j·TILE_P]. */
 template <class T> struct TileRow {
@@ -648,18 +649,14 @@ struct RegLargeMargin {
     __device__ float finish(const R &v, int C, int y, float xy, bool save, float (&st)[3], GC &g) const
     {
         float mN = -INFINITY;
-        for_classes(v, C, [&](int j, float x) {
-            if (j != y)
-                mN = fmaxf(mN, x);
-        });
+        for_classes(v, C, [&](int j, float x) { mN = fmaxf(mN, j != y ? x : -INFINITY); });
         float sN = 0.f, tN = 0.f, rel = 0.f;
         for_classes(v, C, [&](int j, float x) {
-            if (j != y) {
-                const float d = x - mN, e = fex(d);
-                sN += e;
-                tN = fmaf(e, d, tN);
-                rel += d;
-            }
+            const bool other = j != y;
+            const float d = other ? x - mN : 0.f, e = other ? fex(d) : 0.f;
+            sN += e;
+            tN = fmaf(e, d, tN);
+            rel += d;
         });
         /* separate maxima: a dominant target cannot underflow the non-target sum */
         const float m = fmaxf(xy, mN);
@@ -679,10 +676,9 @@ struct RegLargeMargin {
     }
     __device__ float grad(float x, bool target, int, const GC &g) const
     {
-        if (target)
-            return g.py - 1.f;
         const float d = x - g.mN, e = fex(d);
-        return fmaf(e, g.c1, half_lam * (e * g.invS * (d - g.Em + 1.f) - u));
+        const float other = fmaf(e, g.c1, half_lam * (e * g.invS * (d - g.Em + 1.f) - u));
+        return target ? g.py - 1.f : other;
     }
 };
 
@@ -723,8 +719,7 @@ struct RegSoftmax {
         float se = 0.f;
         for_classes(v, C, [&](int j, float x) {
             const float zj = z(x, j);
-            if (zj != -INFINITY) /* a zero prior: no contribution */
-                se += fex(zj - m);
+            se += zj != -INFINITY ? fex(zj - m) : 0.f; /* a zero prior: no contribution */
         });
         const float lse = m + logf(se);
         st[0] = lse;
