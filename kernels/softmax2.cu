@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, uns
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int64_t i = i0 + u * stride;
-            y[u] = i >= M ? p.ignore_index : label_at(p, flat ? i : i / p.S * p.t_sn + i % p.S * p.t_ss);
+            y[u] = i >= M ? p.ignore_index : flat ? label_at(p, i) : label_of(p, i / p.S, i % p.S);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -854,6 +854,15 @@ template <class T> __host__ __device__ __forceinline__ bool tile_aligned(const v
            (sc * (int64_t)sizeof(T)) % 16 == 0;
 }
 
+/* f(g, t) for the 16-byte pieces a thread moves between a tile (t, class row j at
+ * t + j·TILE_P) and global memory (g, class stride gsc): class rows j0, j0 + RPS, … < C. */
+template <int RPS, class G, class Tile, class F>
+__device__ __forceinline__ void for_tile_pieces(int j0, int C, G *g, int64_t gsc, Tile *t, F &&f)
+{
+    for (int j = j0; j < C; j += RPS, g += RPS * gsc, t += RPS * TILE_P)
+        f(g, t);
+}
+
 /* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
  * shared memory: two tiles of C × TILE_P elements of T. */
 template <class T, class Op, bool MINE>
@@ -884,13 +893,13 @@ __global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, O
         const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, have = S - s0 - e;
         const T *src = x + n * p.x_sn + j0 * p.x_sc + s0 + e;
         T *dst = buf + ((size_t)b * C + j0) * TILE_P + e;
-        const int64_t step = RPS * p.x_sc;
         if (have >= VE)
-            for (int j = j0; j < C; j += RPS, src += step, dst += RPS * TILE_P)
-                __pipeline_memcpy_async(dst, src, 16);
+            for_tile_pieces<RPS>(j0, C, src, p.x_sc, dst,
+                                 [](const T *g, T *t) { __pipeline_memcpy_async(t, g, 16); });
         else if (have > 0)
-            for (int j = j0; j < C; j += RPS, src += step, dst += RPS * TILE_P)
-                __pipeline_memcpy_async(dst, src, 16, (size_t)(VE - have) * sizeof(T));
+            for_tile_pieces<RPS>(j0, C, src, p.x_sc, dst, [&](const T *g, T *t) {
+                __pipeline_memcpy_async(t, g, 16, (size_t)(VE - have) * sizeof(T));
+            });
     };
 
     SampleSums sum = {0.f, 0, 0};
@@ -924,14 +933,14 @@ __global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, O
                 const int64_t have = S - s0 - e;
                 T *g = gp + n * p.g_sn + j0 * p.g_sc + s0 + e;
                 const T *src = tile + j0 * TILE_P + e;
-                const int64_t step = RPS * p.g_sc;
                 if (have >= VE)
-                    for (int j = j0; j < C; j += RPS, g += step, src += RPS * TILE_P)
-                        *(uint4 *)g = *(const uint4 *)src;
+                    for_tile_pieces<RPS>(j0, C, g, p.g_sc, src,
+                                         [](T *gj, const T *t) { *(uint4 *)gj = *(const uint4 *)t; });
                 else
-                    for (int j = j0; j < C; j += RPS, g += step, src += RPS * TILE_P)
+                    for_tile_pieces<RPS>(j0, C, g, p.g_sc, src, [&](T *gj, const T *t) {
                         for (int i = 0; i < have; ++i)
-                            g[i] = src[i];
+                            gj[i] = t[i];
+                    });
             } else if (here) { /* this thread's sample, class by class (coalesced along s) */
                 T *g = gp + n * p.g_sn + s * p.g_ss;
                 for (int j = 0; j < C; ++j, g += p.g_sc)
@@ -1145,25 +1154,35 @@ inline int64_t tile_count(const ploss_sm2_problem *p) { return p->N * ((p->S + T
 template <class T> size_t tile_smem_bytes(int64_t C) { return 2 * (size_t)C * TILE_P * sizeof(T); }
 
 /* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
- * Both kernels of the path (loss, OHEM mining) opt in to the tiles' dynamic shared memory
- * (up to 64 KiB at C = 32 in f32, besides their static shared memory: the mining
- * histogram, CUB's scratch).  The grid is what fits on the device at once (the blocks walk
- * the tiles); it decides only who computes which tile: the loss partials are per tile, so
- * the results do not depend on it. */
+ * Both kernels of the path (loss, OHEM mining) opt in to the largest tiles' dynamic shared
+ * memory (64 KiB at C = 32 in f32, besides their static shared memory: the mining
+ * histogram, CUB's scratch), once per device (cached like clusters_supported in
+ * cross_entropy.cu; a cudaDeviceReset by the caller is not seen), not at every call.  The
+ * grid is what fits on the device at once (the blocks walk the tiles); it decides only who
+ * computes which tile: the loss partials are per tile, so the results do not depend on it. */
 template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 {
     const int64_t tiles = tile_count(p);
-    if (tiles == 0 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
+    const int device = ctx->device.device_id;
+    if (tiles == 0 || device < 0 || device >= 64 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
         return 0;
-    const int smem = (int)tile_smem_bytes<T>(p->C);
     const auto loss_k = tile_kernel<T, ROp, false>;
     const auto mine_k = tile_kernel<T, RegSoftmax, true>;
+    static signed char opted_in[64]; /* per device: 0 not yet, 1 done, −1 refused */
+    if (opted_in[device] == 0) {
+        const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX);
+        opted_in[device] =
+            cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess &&
+                    cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess
+                ? 1
+                : -1;
+    }
+    const int smem = (int)tile_smem_bytes<T>(p->C);
     int per_sm = 0, sms = 0;
     const bool ok =
-        cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
-        cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+        opted_in[device] == 1 &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device.device_id) == cudaSuccess;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
     if (!ok || per_sm < 1 || sms < 1) {
         (void)cudaGetLastError(); /* no tile path here: the register path instead */
         return 0;
