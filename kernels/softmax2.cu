@@ -12,7 +12,9 @@
  *        out in 16-byte stores;
  *      · else from registers (reg_kernel), all C loads in flight before any arithmetic
  *        (compile-time C bound of 8, 24 or 32; pairs of adjacent samples for C <= 8);
- *    exp is __expf.
+ *    exp is exp_ftz (ex2.approx.ftz).  The tile path of a MEAN loss (no OHEM) counts the
+ *    divisor in the same kernel, launched as a cooperative grid: each block counts the
+ *    labels of its own tiles, then the grid waits at one barrier (no count kernel).
  *  - row groups (f64, Taylor with f64 internals, C > 32): one thread per sample for
  *    class-strided rows (a warp reads 32 consecutive pixels per class, coalesced; the
  *    gradient pass re-reads the row from L1/L2), or a group of G lanes per sample for
@@ -43,11 +45,9 @@
  * otherwise they recompute the keys (one more read of the logits each) and histogram the
  * next 11 and 10 bits inside the bucket, giving the n_min-th smallest key exactly (radix
  * select).  The loss pass recomputes the key and keeps the samples with key ≤ t*.  Keys
- * are recomputed by one function per path (row_key: IEEE f32 operations and the accurate
- * expf only; group_key), so every pass sees the same bits.
+ * are recomputed by one function per path (softmax_sums + sums_key: IEEE f32 operations
+ * and exp_ftz only, no contraction; group_key), so every pass sees the same bits.
  */
-#include <cuda_pipeline.h>
-
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
@@ -238,6 +238,7 @@ template <class A> struct Aux {
     double *partial;               /* loss partials: one per block, or per tile (tile_kernel) */
     unsigned long long *count;     /* MEAN divisor (valid samples), or NULL */
     MineState *mine;               /* OHEM state, or NULL */
+    unsigned int *arrived;         /* tile_kernel counts the MEAN divisor (cooperative launch), or NULL */
 };
 
 /* The MEAN/SUM gradient multiplier ω (the scale when fused, else the upstream scalar),
@@ -249,7 +250,8 @@ template <class A> __device__ __forceinline__ double reduced_omega(const ploss_s
                                                             : load_dyn(p.grad_loss, p.gl_dtype, 0);
     if (p.reduction != PLOSS_REDUCTION_MEAN)
         return up;
-    const unsigned long long d = p.ohem ? aux.mine->kept : *aux.count;
+    /* volatile: tile_kernel reads the count its grid has just completed */
+    const unsigned long long d = p.ohem ? aux.mine->kept : *(volatile unsigned long long *)aux.count;
     return d ? up / (double)d : 0.0;
 }
 
@@ -560,22 +562,23 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
 
 /* ---- per-sample kernels (C ≤ SAMPLE_CMAX; f32/f16/bf16 with f32 math) ----------------- */
 /* A thread takes one sample at a time (or, in reg_kernel with C ≤ 8, two adjacent ones)
- * and computes loss, state and gradient from its C logits, read from DRAM once, with one
+ * and computes loss, state and gradient of one sample from its C logits, read from DRAM once, with one
  * write of the gradient.  The logits reach the thread in one of two ways:
  *  - tile_kernel (the sample axis contiguous, rows 16-byte aligned: N×C×H×W as it comes):
  *    a block stages tiles of C × TILE_P logits (TILE_P consecutive samples of one image)
- *    in shared memory with 16-byte asynchronous copies (cp.async through
- *    __pipeline_memcpy_async), two tiles deep: the copy of the next tile is in flight
- *    while the current one is computed, and no register holds a logit in flight.  The
- *    gradient goes back into the tile and out as 16-byte stores where its layout is as
- *    aligned as the input's (else element by element, coalesced along the samples).
- *    Blocks are persistent (as many as fit on the device) and walk the tiles;
+ *    in shared memory with 16-byte asynchronous copies (cp.async), two tiles deep: the
+ *    copy of the next tile is in flight while the current one is computed, and no
+ *    register holds a logit in flight.  The gradient goes back into the tile and out as
+ *    16-byte stores where its layout is as aligned as the input's (else element by
+ *    element, coalesced along the samples).  Blocks are persistent (as many as fit on the
+ *    device) and walk the tiles;
  *  - reg_kernel (any other layout: channels-last, odd strides, misaligned views): the C ≤
  *    CMAX logits go to registers, all loads issued before any arithmetic (launder).
- * Both run the same per-sample code (sample_step) over a row accessor (a register array or
- * a tile column).  exp is exp_ftz (ex2.approx.ftz, common.cuh) except in the OHEM score,
- * which is compared against a threshold and uses the accurate expf.  The class loops are
- * branch-free where the target class is treated apart (selects, not branches). */
+ * Both run the same per-sample code (sample_step) over a row (a register array or a tile
+ * column).  exp is exp_ftz (ex2.approx.ftz, common.cuh).  The class loops treat every
+ * class alike: the target's own terms are handled once per sample, outside them (the
+ * large-margin statistics mask the target's slot of the row; every gradient loop writes
+ * the non-target formula for all classes and the target's entry is written last). */
 
 constexpr int SAMPLE_CMAX = 32; /* largest C of the per-sample kernels */
 constexpr int TILE_P = THREADS;  /* samples per tile of tile_kernel: one per thread */
@@ -584,7 +587,7 @@ __device__ __forceinline__ float fex(float v) { return exp_ftz(v); }
 
 /* A sample's logits in a shared-memory tile: class j at s[j·TILE_P]. */
 template <class T> struct TileRow {
-    const T *s;
+    T *s;
     __device__ __forceinline__ float operator[](int j) const { return (float)to_acc(s[j * TILE_P]); }
 };
 
@@ -616,15 +619,41 @@ template <int CMAX> __device__ __forceinline__ float row_pick(const float (&v)[C
 }
 template <class T> __device__ __forceinline__ float row_pick(const TileRow<T> &r, int y) { return y >= 0 ? r[y] : 0.f; }
 
-/* OHEM key of a valid sample: p_y in f32 with IEEE operations only, classes summed in
- * increasing order (no contraction can differ between the mining and the loss passes). */
-template <class R> __device__ __forceinline__ uint32_t row_key(const R &v, int C, int y)
+/* x_y ← v (0 ≤ y < C): a register row by selects (one move when y is a constant). */
+template <int CMAX> __device__ __forceinline__ void row_set(float (&v)[CMAX], int y, float val)
+{
+#pragma unroll
+    for (int j = 0; j < CMAX; ++j)
+        if (j == y)
+            v[j] = val;
+}
+template <class T> __device__ __forceinline__ void row_set(const TileRow<T> &r, int y, float val)
+{
+    r.s[y * TILE_P] = from_acc<T>(val); /* only −∞ and values of the row: exact in T */
+}
+
+/* Softmax sums of a row: m = max_j x_j (0 when every x_j is −∞) and se = Σ_j e^(x_j − m),
+ * with IEEE operations and exp_ftz only, classes in increasing order: the OHEM key is
+ * recomputed from them by every pass and must come out bit-identical (no contraction). */
+struct SoftmaxSums { float m, se; };
+template <class R, class Z> __device__ __forceinline__ SoftmaxSums softmax_sums(const R &row, int C, Z &&z)
 {
     float m = -INFINITY;
-    for_classes(v, C, [&](int, float x) { m = fmaxf(m, x); });
+    for_classes(row, C, [&](int j, float x) { m = fmaxf(m, z(x, j)); });
+    if (m == -INFINITY)
+        m = 0.f; /* every term is e^−∞ = 0 (a zero prior, or x = −∞) */
     float se = 0.f;
-    for_classes(v, C, [&](int, float x) { se = __fadd_rn(se, expf(__fsub_rn(x, m))); });
-    return score_key(__fdiv_rn(expf(__fsub_rn(row_pick(v, y), m)), se));
+    for_classes(row, C, [&](int j, float x) { se = __fadd_rn(se, fex(__fsub_rn(z(x, j), m))); });
+    return {m, se};
+}
+struct Identity {
+    __device__ __forceinline__ float operator()(float x, int) const { return x; }
+};
+
+/* OHEM key of a valid sample: p_y = e^(x_y − m)/se, rounded to f32. */
+__device__ __forceinline__ uint32_t sums_key(const SoftmaxSums &k, float xy)
+{
+    return score_key(__fdiv_rn(fex(__fsub_rn(xy, k.m)), k.se));
 }
 
 /* Taylor polynomial f_n in f32 (n = 2 and 1 unrolled, the common case). */
@@ -637,23 +666,36 @@ __device__ __forceinline__ float reg_taylor(float x, int n)
     return ploss_taylor_poly(x, n);
 }
 
-/* Per-sample forms of the ops: finish() gives the loss, the gradient context GC and (save)
- * the state from a row; from_state() the context from a saved state; grad() ∂ℓ/∂x_j.
+/* Per-sample forms of the ops:
+ *  - finish(row, C, y, x_y, sums, save, st, cx): the loss, the context cx of the gradient
+ *    and (save) the state; sums: the row's softmax sums when the OHEM key already has them;
+ *  - from_state(st, x_y): the context from a saved state;
+ *  - coeffs(cx, w, x_y, y): the per-sample coefficients GC of the gradient times w;
+ *  - grad(x_j, j, gc): w·∂ℓ/∂x_j for j ≠ y (also evaluated at y, then overwritten);
+ *    target_grad(gc): w·∂ℓ/∂x_y.
  * Reciprocals are __frcp_rn (correctly rounded) times the numerator. */
 struct RegLargeMargin {
     static constexpr int n_state = 3;
     float half_lam, u;
-    /* mN: non-target maximum, c1 = e^(mN − lse), invS = 1/S', Em = E − mN, py = p_y */
-    struct GC { float mN, c1, invS, Em, py; };
+    /* r: reference point (the non-target maximum, or from a state mN + log S'), c1 =
+     * e^(r − lse), invS = 1/Σ_𝒩 e^(x−r), Em = E_𝒩[x] − r, py = p_y */
+    struct Ctx { float r, c1, invS, Em, py; };
+    /* w·∂ℓ/∂x_j = e_j·(A + B·d_j) − K with d_j = x_j − r, e_j = e^(d_j):
+     * A = w·(c1 + λ/2·invS·(1 − Em)), B = w·λ/2·invS, K = w·λ/2·u */
+    struct GC { float r, A, B, K, ty; };
     template <class R>
-    __device__ float finish(const R &v, int C, int y, float xy, bool save, float (&st)[3], GC &g) const
+    __device__ float finish(R &row, int C, int y, float xy, const SoftmaxSums *, bool save, float (&st)[3],
+                            Ctx &cx) const
     {
+        /* statistics of 𝒩 = {j ≠ y} from loops over every class: the target's slot holds −∞
+         * for the maximum, then mN (e^0 = 1, offset by sN's start at −1; no t or rel term) */
+        row_set(row, y, -INFINITY);
         float mN = -INFINITY;
-        for_classes(v, C, [&](int j, float x) { mN = fmaxf(mN, j != y ? x : -INFINITY); });
-        float sN = 0.f, tN = 0.f, rel = 0.f;
-        for_classes(v, C, [&](int j, float x) {
-            const bool other = j != y;
-            const float d = other ? x - mN : 0.f, e = other ? fex(d) : 0.f;
+        for_classes(row, C, [&](int, float x) { mN = fmaxf(mN, x); });
+        row_set(row, y, mN);
+        float sN = -1.f, tN = 0.f, rel = 0.f;
+        for_classes(row, C, [&](int, float x) {
+            const float d = x - mN, e = fex(d);
             sN += e;
             tN = fmaf(e, d, tN);
             rel += d;
@@ -667,70 +709,85 @@ struct RegLargeMargin {
             st[1] = mN + logf(sN);
             st[2] = mN + Em;
         }
-        g = {mN, fex(mN - lse), invS, Em, fex(xy - lse)};
+        cx = {mN, fex(mN - lse), invS, Em, fex(xy - lse)};
         return lse - xy + half_lam * (Em - rel * u);
     }
-    __device__ GC from_state(const float (&st)[3], float xy) const
+    __device__ Ctx from_state(const float (&st)[3], float xy) const
     {
         return {st[1], fex(st[1] - st[0]), 1.f, st[2] - st[1], fex(xy - st[0])};
     }
-    __device__ float grad(float x, bool target, int, const GC &g) const
+    __device__ GC coeffs(const Ctx &c, float w, float, int) const
     {
-        const float d = x - g.mN, e = fex(d);
-        const float other = fmaf(e, g.c1, half_lam * (e * g.invS * (d - g.Em + 1.f) - u));
-        return target ? g.py - 1.f : other;
+        const float B = w * half_lam * c.invS;
+        return {c.r, fmaf(B, 1.f - c.Em, w * c.c1), B, w * half_lam * u, w * (c.py - 1.f)};
     }
+    __device__ float grad(float x, int, const GC &g) const
+    {
+        const float d = x - g.r;
+        return fmaf(fex(d), fmaf(g.B, d, g.A), -g.K);
+    }
+    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
-struct RegTaylor {
+/* Taylor cross-entropy; N = 2: the order 2 (the default) known at compile time, N = 0:
+ * the order `order`. */
+template <int N> struct RegTaylor {
     static constexpr int n_state = 1;
     int order;
-    struct GC { float invZ, invFy; };
+    struct Ctx { float invZ, invFy; };
+    struct GC { float r, ty; }; /* r = w/Z */
+    __device__ int n() const { return N ? N : order; }
     template <class R>
-    __device__ float finish(const R &v, int C, int, float xy, bool, float (&st)[3], GC &g) const
+    __device__ float finish(R &row, int C, int, float xy, const SoftmaxSums *, bool, float (&st)[3], Ctx &cx) const
     {
         float z = 0.f;
-        for_classes(v, C, [&](int, float x) { z += reg_taylor(x, order); });
+        for_classes(row, C, [&](int, float x) { z += reg_taylor(x, n()); });
         st[0] = z;
-        g = {__frcp_rn(z), __frcp_rn(reg_taylor(xy, order))};
-        return logf(z * g.invFy); /* log(Z / f_n(x_y)), Z ≥ f_n(x_y) > 0 */
+        cx = {__frcp_rn(z), __frcp_rn(reg_taylor(xy, n()))};
+        return logf(z * cx.invFy); /* log(Z / f_n(x_y)), Z ≥ f_n(x_y) > 0 */
     }
-    __device__ GC from_state(const float (&st)[3], float xy) const
+    __device__ Ctx from_state(const float (&st)[3], float xy) const
     {
-        return {__frcp_rn(st[0]), __frcp_rn(reg_taylor(xy, order))};
+        return {__frcp_rn(st[0]), __frcp_rn(reg_taylor(xy, n()))};
     }
-    __device__ float grad(float x, bool target, int, const GC &g) const
+    __device__ GC coeffs(const Ctx &c, float w, float xy, int) const
     {
-        return reg_taylor(x, order - 1) * (g.invZ - (target ? g.invFy : 0.f));
+        return {w * c.invZ, reg_taylor(xy, n() - 1) * (w * (c.invZ - c.invFy))};
     }
+    __device__ float grad(float x, int, const GC &g) const
+    {
+        if (N == 2)
+            return fmaf(x, g.r, g.r); /* f_1(x)·r */
+        return reg_taylor(x, n() - 1) * g.r;
+    }
+    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
 /* Cross-entropy (bias NULL) and PC-softmax (bias = log priors). */
 struct RegSoftmax {
     static constexpr int n_state = 1;
     const float *bias;
-    struct GC { float lse; };
+    struct Ctx { float lse; };
+    struct GC { float lse, w, ty; };
     __device__ float z(float x, int j) const { return bias ? x + __ldg(bias + j) : x; }
     template <class R>
-    __device__ float finish(const R &v, int C, int, float xy, bool, float (&st)[3], GC &g) const
+    __device__ float finish(R &row, int C, int, float xy, const SoftmaxSums *known, bool, float (&st)[3],
+                            Ctx &cx) const
     {
-        float m = -INFINITY;
-        for_classes(v, C, [&](int j, float x) { m = fmaxf(m, z(x, j)); });
-        float se = 0.f;
-        for_classes(v, C, [&](int j, float x) {
-            const float zj = z(x, j);
-            se += zj != -INFINITY ? fex(zj - m) : 0.f; /* a zero prior: no contribution */
-        });
-        const float lse = m + logf(se);
+        const SoftmaxSums k =
+            known && !bias ? *known : softmax_sums(row, C, [&](float x, int j) { return z(x, j); });
+        const float lse = k.m + logf(k.se);
         st[0] = lse;
-        g = {lse};
+        cx = {lse};
         return lse - xy;
     }
-    __device__ GC from_state(const float (&st)[3], float) const { return {st[0]}; }
-    __device__ float grad(float x, bool target, int j, const GC &g) const
+    __device__ Ctx from_state(const float (&st)[3], float) const { return {st[0]}; }
+    __device__ GC coeffs(const Ctx &c, float w, float xy, int y) const
     {
-        return fex(z(x, j) - g.lse) - (target ? 1.f : 0.f);
+        return {c.lse, w, w * (fex(z(xy, y) - c.lse) - 1.f)};
     }
+    __device__ float grad(float x, int j, const GC &g) const { return fex(z(x, j) - g.lse) * g.w; }
+    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
 /* V elements of T read or written as one vector. */
@@ -739,6 +796,7 @@ template <class T, int V> struct alignas(sizeof(T) * V) Pack { T e[V]; };
 /* What a pass of the per-sample kernels needs besides the samples (uniform over the grid). */
 struct SamplePass {
     bool want_loss, want_grad, use_state, upstream_each;
+    bool reported; /* invalid labels already reported (tile_kernel's label phase) */
     uint32_t tkey; /* OHEM: keep keys ≤ tkey */
     float omega;   /* gradient multiplier of a reduced loss */
     MineLevel L;   /* mining level (MINE) */
@@ -751,15 +809,28 @@ struct SampleSums {
     unsigned long long n_le, n_valid;
 };
 
+/* ω of a pass that wants the gradient of a reduced loss (0 otherwise). */
+__device__ __forceinline__ float pass_omega(const ploss_sm2_problem &p, const Aux<float> &aux, const SamplePass &ps)
+{
+    return ps.want_grad && !ps.upstream_each ? (float)reduced_omega(p, aux) : 0.f;
+}
+
 /* MINE: the level's shared histogram zeroed; false when an earlier level's select already
- * found the threshold (uniform: the block returns). */
+ * found the threshold (uniform: the block returns).  ω is left to the caller when the
+ * kernel counts the MEAN divisor itself (aux.arrived). */
 template <bool MINE>
 __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Aux<float> &aux, int level,
                                             unsigned int *hist, SamplePass &ps)
 {
-    ps = {!MINE && p.pass != PLOSS_PASS_BACKWARD, !MINE && p.pass != PLOSS_PASS_FORWARD,
+    ps = {!MINE && p.pass != PLOSS_PASS_BACKWARD,
+          !MINE && p.pass != PLOSS_PASS_FORWARD,
           p.pass == PLOSS_PASS_BACKWARD && p.state != nullptr,
-          p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE, 0u, 0.f, {0u, 0u, 0, 0}, level};
+          p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE,
+          false,
+          0u,
+          0.f,
+          {0u, 0u, 0, 0},
+          level};
     if constexpr (MINE) {
         if (level > 0 && aux.mine->done)
             return false;
@@ -769,7 +840,8 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
         __syncthreads();
     } else {
         ps.tkey = p.ohem ? aux.mine->tkey : 0u;
-        ps.omega = ps.want_grad && !ps.upstream_each ? (float)reduced_omega(p, aux) : 0.f;
+        if (!aux.arrived)
+            ps.omega = pass_omega(p, aux, ps);
     }
     return true;
 }
@@ -777,17 +849,24 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
 /* Sample (n, s) with label y and logits `row`.  MINE: its OHEM key into the level's
  * histogram (and counts).  Else: its loss and state, and put(j, ∂ℓ/∂x_j · ω) for each
  * class j < C when the pass wants the gradient (zero for a sample not kept).  An invalid
- * label gives a NaN loss and state and a zero gradient (as cross_entropy.cu). */
+ * label gives a NaN loss and state and a zero gradient (as cross_entropy.cu).  The row may
+ * be overwritten (large-margin masks its target; put may write into it). */
 template <bool MINE, class Op, class R, class Put>
 __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op &op, const Aux<float> &aux,
-                                            const SamplePass &ps, unsigned int *hist, const R &row, int64_t y,
+                                            const SamplePass &ps, unsigned int *hist, R &row, int64_t y,
                                             int64_t n, int64_t s, SampleSums &sum, Put &&put)
 {
     const int C = (int)p.C;
     const bool invalid = invalid_label(p, y);
     const bool valid = y != p.ignore_index && !invalid;
     const int yi = valid ? (int)y : -1;
-    const uint32_t key = p.ohem && valid ? row_key(row, C, yi) : PLOSS_OHEM_IGNORED_KEY;
+    const float xy = row_pick(row, yi);
+    SoftmaxSums ks = {0.f, 0.f};
+    uint32_t key = PLOSS_OHEM_IGNORED_KEY;
+    if (p.ohem && valid) {
+        ks = softmax_sums(row, C, Identity{});
+        key = sums_key(ks, xy);
+    }
     if constexpr (MINE) {
         if (invalid && ps.level == 0)
             report_invalid_label(aux.slot, y);
@@ -795,21 +874,20 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
         sum.n_le += key <= p.thresh_key;
         sum.n_valid += valid;
     } else {
-        if (invalid && !p.ohem)
+        if (invalid && !p.ohem && !ps.reported)
             report_invalid_label(aux.slot, y); /* OHEM: reported by the mining */
         const bool keep = p.ohem ? valid && key <= ps.tkey : valid;
         const float fill = invalid ? NAN : 0.f;
         float st[3] = {fill, fill, fill}, loss = fill;
-        const float xy = row_pick(row, yi);
-        typename Op::GC gc{};
+        typename Op::Ctx cx{};
         if (keep) {
             if (ps.use_state) {
 #pragma unroll
                 for (int k = 0; k < Op::n_state; ++k)
                     st[k] = ((const float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss];
-                gc = op.from_state(st, xy);
+                cx = op.from_state(st, xy);
             } else {
-                loss = op.finish(row, C, yi, xy, p.state != nullptr, st, gc);
+                loss = op.finish(row, C, yi, xy, p.ohem ? &ks : nullptr, p.state != nullptr, st, cx);
             }
         }
         if (ps.want_loss) {
@@ -824,7 +902,9 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
         if (ps.want_grad && keep) {
             const float w =
                 ps.upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : ps.omega;
-            for_classes(row, C, [&](int j, float x) { put(j, w * op.grad(x, j == yi, j, gc)); });
+            const auto gc = op.coeffs(cx, w, xy, yi);
+            for_classes(row, C, [&](int j, float x) { put(j, op.grad(x, j, gc)); });
+            put(yi, op.target_grad(gc));
         } else if (ps.want_grad) {
             for_classes(row, C, [&](int j, float) { put(j, 0.f); });
         }
@@ -863,10 +943,48 @@ __device__ __forceinline__ void for_tile_pieces(int j0, int C, G *g, int64_t gsc
         f(g, t);
 }
 
+/* 16 bytes from global src to shared dst, asynchronously (cp.async, L1 bypassed): the
+ * first `bytes` read, the rest zero-filled (bytes = 0: nothing read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Wait until at most N of this thread's committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* One-shot barrier of a cooperative grid (every block resident at once): *arrived counts
+ * the blocks that reached it; what a block wrote before it is visible to all after it. */
+__device__ __forceinline__ void grid_barrier(unsigned int *arrived)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(arrived, 1u);
+        unsigned int seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
+        } while (seen < gridDim.x);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* Label codes of tile_kernel's label cache (C ≤ SAMPLE_CMAX < CODE_INVALID). */
+constexpr unsigned char CODE_INVALID = 0xFE, CODE_IGNORED = 0xFF;
+constexpr int LABEL_CACHE_MAX = 16384; /* bytes: 64 tiles per block */
+
 /* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
- * shared memory: two tiles of C × TILE_P elements of T. */
+ * shared memory: two tiles of C × TILE_P elements of T, then (cache_tiles > 0) a byte per
+ * sample of the block's tiles.
+ * With aux.arrived (a cooperative launch, MEAN without OHEM) the kernel counts the MEAN
+ * divisor itself: each block reads the labels of its own tiles while its first tile is in
+ * flight, reports invalid ones, adds its count and caches their codes (when its tiles fit
+ * in cache_tiles; else the labels are read again), then the grid waits for every count. */
 template <class T, class Op, bool MINE>
-__global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level)
+__global__ void __launch_bounds__(THREADS, 4)
+    tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level, int cache_tiles)
 {
     extern __shared__ __align__(16) unsigned char tile_smem[];
     __shared__ unsigned int hist[MINE ? HIST0 : 1];
@@ -882,45 +1000,76 @@ __global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, O
     const T *x = (const T *)p.x;
     T *const gp = (T *)p.grad;
     T *const buf = (T *)tile_smem;
+    unsigned char *const codes = tile_smem + 2 * (size_t)C * TILE_P * sizeof(T);
     const bool gvec = !MINE && ps.want_grad && tile_aligned<T>(gp, p.g_sn, p.g_sc, p.g_ss);
     /* this thread's pieces: element e of class rows j0, j0 + RPS, … of every tile */
     const int j0 = (int)threadIdx.x / PPR, e = ((int)threadIdx.x % PPR) * VE;
     auto image_of = [&](int64_t t) { return small ? (int64_t)((uint32_t)t / (uint32_t)per) : t / per; };
 
-    /* the copies of tile t into tile buffer b (pieces past the image's end are skipped,
-     * a piece that crosses it is zero-filled) */
+    /* the copies of tile t into tile buffer b (a piece that crosses the image's end is
+     * zero-filled past it, one wholly past it is zeroed without a read) */
     auto fetch = [&](int64_t t, int b) {
         const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, have = S - s0 - e;
-        const T *src = x + n * p.x_sn + j0 * p.x_sc + s0 + e;
-        T *dst = buf + ((size_t)b * C + j0) * TILE_P + e;
-        if (have >= VE)
-            for_tile_pieces<RPS>(j0, C, src, p.x_sc, dst,
-                                 [](const T *g, T *t) { __pipeline_memcpy_async(t, g, 16); });
-        else if (have > 0)
-            for_tile_pieces<RPS>(j0, C, src, p.x_sc, dst, [&](const T *g, T *t) {
-                __pipeline_memcpy_async(t, g, 16, (size_t)(VE - have) * sizeof(T));
-            });
+        const int bytes = have >= VE ? 16 : have > 0 ? (int)have * (int)sizeof(T) : 0;
+        const T *src = bytes ? x + n * p.x_sn + j0 * p.x_sc + s0 + e : x;
+        const int64_t step = bytes ? p.x_sc : 0;
+        for_tile_pieces<RPS>(j0, C, src, step, buf + ((size_t)b * C + j0) * TILE_P + e,
+                             [&](const T *g, T *t) { cp_async16(t, g, bytes); });
     };
 
-    SampleSums sum = {0.f, 0, 0};
-    int b = 0;
     if ((int64_t)blockIdx.x < tiles)
         fetch(blockIdx.x, 0);
-    __pipeline_commit();
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b ^= 1) {
+    cp_async_commit();
+
+    const bool counting = !MINE && aux.arrived != nullptr, cached = counting && cache_tiles > 0;
+    if (counting) {
+        unsigned long long c = 0;
+        int k = 0;
+#pragma unroll 4
+        for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, ++k) {
+            const int64_t n = image_of(t), s = (t - n * per) * TILE_P + threadIdx.x;
+            const int64_t y = s < S ? label_of(p, n, s) : p.ignore_index;
+            const bool invalid = invalid_label(p, y), valid = y != p.ignore_index && !invalid;
+            if (invalid)
+                report_invalid_label(aux.slot, y);
+            c += valid;
+            if (cached)
+                codes[k * TILE_P + threadIdx.x] = valid ? (unsigned char)y : invalid ? CODE_INVALID : CODE_IGNORED;
+        }
+        c = block_reduce<THREADS>(c, SumOp());
+        if (threadIdx.x == 0 && c)
+            atomicAdd(aux.count, c);
+        grid_barrier(aux.arrived);
+        ps.reported = true;
+        ps.omega = pass_omega(p, aux, ps);
+    }
+    /* a label standing for a cached invalid one (already reported): negative, not ignored */
+    const int64_t invalid_y = p.ignore_index == -1 ? -2 : -1;
+
+    SampleSums sum = {0.f, 0, 0};
+    int b = 0, k = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b ^= 1, ++k) {
         if (t + gridDim.x < tiles)
             fetch(t + gridDim.x, b ^ 1);
-        __pipeline_commit();
+        cp_async_commit();
         const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, s = s0 + threadIdx.x;
         const bool here = s < S;
-        const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
-        __pipeline_wait_prior(1); /* this thread's copies of tile t have landed */
-        __syncthreads();          /* and everyone's */
+        int64_t y;
+        if (cached) {
+            const unsigned char code = codes[k * TILE_P + threadIdx.x];
+            y = code < CODE_INVALID ? (int64_t)code : code == CODE_IGNORED ? p.ignore_index : invalid_y;
+        } else {
+            y = here ? label_of(p, n, s) : p.ignore_index;
+        }
+        cp_async_wait<1>(); /* this thread's copies of tile t have landed */
+        __syncthreads();    /* and everyone's */
         T *const tile = buf + (size_t)b * C * TILE_P;
         /* the gradient replaces the logits in the tile, then leaves it below */
-        if (here)
-            sample_step<MINE>(p, op, aux, ps, hist, TileRow<T>{tile + threadIdx.x}, y, n, s, sum,
+        if (here) {
+            TileRow<T> row{tile + threadIdx.x};
+            sample_step<MINE>(p, op, aux, ps, hist, row, y, n, s, sum,
                               [&](int j, float v) { tile[j * TILE_P + threadIdx.x] = from_acc<T>(v); });
+        }
         if (!MINE && ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
             const float tile_sum = block_reduce<THREADS>(sum.loss, SumOp()); /* one partial per tile */
             if (threadIdx.x == 0)
@@ -949,7 +1098,7 @@ __global__ void __launch_bounds__(THREADS, 4) tile_kernel(ploss_sm2_problem p, O
         }
         __syncthreads(); /* tile buffer b is refilled by the next iteration's fetch */
     }
-    __pipeline_wait_prior(0);
+    cp_async_wait<0>();
     if constexpr (MINE)
         sample_flush<MINE>(p, aux, ps, hist, sum);
 }
@@ -1024,7 +1173,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
                 for (int j = 0; j < CMAX; ++j)
                     launder(v[e][j]);
             sample_step<MINE>(p, op, aux, ps, hist, v[e], y[e], n, s0 + e, sum,
-                              [&](int j, float g) { v[e][j] = g; });
+                              [&](int j, float g) { row_set(v[e], j, g); });
             if (V > 1)
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
@@ -1153,52 +1302,104 @@ inline int64_t tile_count(const ploss_sm2_problem *p) { return p->N * ((p->S + T
 
 template <class T> size_t tile_smem_bytes(int64_t C) { return 2 * (size_t)C * TILE_P * sizeof(T); }
 
-/* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
- * Both kernels of the path (loss, OHEM mining) opt in to the largest tiles' dynamic shared
- * memory (64 KiB at C = 32 in f32, besides their static shared memory: the mining
- * histogram, CUB's scratch), once per device (cached like clusters_supported in
- * cross_entropy.cu; a cudaDeviceReset by the caller is not seen), not at every call.  The
- * grid is what fits on the device at once (the blocks walk the tiles); it decides only who
- * computes which tile: the loss partials are per tile, so the results do not depend on it. */
-template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
+/* The MEAN divisor (valid samples) into *count, by its own kernel. */
+inline ploss_status run_count(ploss_ctx_t *ctx, const ploss_sm2_problem *p, unsigned long long *count)
+{
+    count_kernel<<<grid_blocks(p->N * p->S, THREADS * 4, 4096), THREADS, 0, stream_of(ctx)>>>(*p, count);
+    return check_launch("softmax2 count_kernel");
+}
+
+/* How the tile path runs a problem. */
+struct TilePlan {
+    unsigned blocks;  /* grid (0: no tile path) */
+    bool count_here;  /* the loss pass counts the MEAN divisor itself (cooperative launch) */
+    int cache_tiles;  /* its label cache, in tiles per block (0: labels read twice) */
+    size_t smem;      /* its dynamic shared memory */
+};
+
+/* The tile path's plan; blocks = 0 where it does not apply (layout, alignment, no sample).
+ * Both kernels of the path (loss, OHEM mining) opt in to the largest dynamic shared memory
+ * they can use (two tiles of 64 KiB at C = 32 in f32 and the label cache, besides their
+ * static shared memory: the mining histogram, CUB's scratch), once per device (cached like
+ * clusters_supported in cross_entropy.cu; a cudaDeviceReset by the caller is not seen),
+ * not at every call.  The grid is what fits on the device at once (the blocks walk the
+ * tiles); it decides only who computes which tile: the loss partials are per tile, so the
+ * results do not depend on it.  MEAN without OHEM, where the device launches cooperative
+ * grids: the loss pass counts the divisor itself (no count kernel, no second launch), with
+ * the label cache when the block's tiles fit in LABEL_CACHE_MAX at the resulting grid. */
+template <class T, class ROp> TilePlan tile_plan(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 {
     const int64_t tiles = tile_count(p);
     const int device = ctx->device.device_id;
+    TilePlan plan = {0, false, 0, tile_smem_bytes<T>(p->C)};
     if (tiles == 0 || device < 0 || device >= 64 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
-        return 0;
+        return plan;
     const auto loss_k = tile_kernel<T, ROp, false>;
     const auto mine_k = tile_kernel<T, RegSoftmax, true>;
-    static signed char opted_in[64]; /* per device: 0 not yet, 1 done, −1 refused */
+    static signed char opted_in[64], coop[64]; /* per device: 0 not yet, 1 yes, −1 no */
     if (opted_in[device] == 0) {
-        const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX);
+        const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX) + LABEL_CACHE_MAX;
+        int c = 0;
         opted_in[device] =
             cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess &&
                     cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess
                 ? 1
                 : -1;
+        coop[device] = cudaDeviceGetAttribute(&c, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && c ? 1 : -1;
+        (void)cudaGetLastError();
     }
-    const int smem = (int)tile_smem_bytes<T>(p->C);
-    int per_sm = 0, sms = 0;
-    const bool ok =
-        opted_in[device] == 1 &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-    if (!ok || per_sm < 1 || sms < 1) {
+    int sms = 0;
+    if (opted_in[device] != 1 || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms < 1) {
         (void)cudaGetLastError(); /* no tile path here: the register path instead */
-        return 0;
+        return plan;
     }
-    return (unsigned)std::min<int64_t>(tiles, (int64_t)per_sm * sms);
+    auto grid = [&](size_t smem) -> unsigned { /* blocks resident at once, at most one per tile */
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return (unsigned)std::min<int64_t>(tiles, (int64_t)per_sm * sms);
+    };
+    plan.blocks = grid(plan.smem);
+    if (plan.blocks && p->reduction == PLOSS_REDUCTION_MEAN && !p->ohem && coop[device] == 1) {
+        plan.count_here = true;
+        const int64_t need = (tiles + plan.blocks - 1) / plan.blocks; /* tiles per block */
+        if (need * TILE_P <= LABEL_CACHE_MAX) {
+            const size_t smem = plan.smem + (size_t)need * TILE_P;
+            const unsigned blocks = grid(smem);
+            if (blocks && (tiles + blocks - 1) / blocks <= need)
+                plan = {blocks, true, (int)need, smem};
+        }
+    }
+    return plan;
 }
 
 template <class T, class ROp>
-ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
+ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux,
+                       const TilePlan &plan)
 {
     cudaStream_t stream = stream_of(ctx);
-    const size_t smem = tile_smem_bytes<T>(p->C);
     return run_samples(ctx, p, aux, tile_count(p), [&](auto mine, int level) {
         constexpr bool MINE = decltype(mine)::value;
         auto o = pass_op<MINE>(op);
-        tile_kernel<T, decltype(o), MINE><<<blocks, THREADS, smem, stream>>>(*p, o, aux, level);
+        const auto k = tile_kernel<T, decltype(o), MINE>;
+        Aux<float> a = aux;
+        if (!MINE && a.arrived) {
+            ploss_sm2_problem pp = *p;
+            int cache = plan.cache_tiles;
+            void *args[] = {&pp, &o, &a, &level, &cache};
+            if (cudaLaunchCooperativeKernel((const void *)k, plan.blocks, THREADS, args, plan.smem, stream) ==
+                cudaSuccess)
+                return PLOSS_OK;
+            /* not launched (its blocks cannot all be resident now): the count kernel first */
+            (void)cudaGetLastError();
+            a.arrived = nullptr;
+            if (ploss_status st = run_count(ctx, p, a.count))
+                return st;
+        }
+        k<<<plan.blocks, THREADS, tile_smem_bytes<T>(p->C), stream>>>(*p, o, a, level, 0);
         return check_launch(MINE ? "softmax2 tile_kernel (mining)" : "softmax2 tile_kernel");
     });
 }
@@ -1234,9 +1435,11 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
      * allows, else registers; larger C, f64 and f64 internals: row groups */
     constexpr bool sample_ok = !std::is_same<T, double>::value && std::is_same<A, float>::value;
     const bool samples = sample_ok && p->C <= SAMPLE_CMAX;
-    unsigned tiles = 0;
+    TilePlan plan = {0, false, 0, 0};
     if constexpr (sample_ok)
-        tiles = samples ? tile_grid<T, ROp>(ctx, p) : 0;
+        if (samples)
+            plan = tile_plan<T, ROp>(ctx, p);
+    const unsigned tiles = plan.blocks;
     const int G = samples ? 1 : row_group_size(p->x_sc, p->C);
     const unsigned blocks = tiles                        ? tiles
                             : samples && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
@@ -1256,8 +1459,10 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     if (st != PLOSS_OK)
         return st;
     char *base = (char *)ws;
+    /* the count region (zeroed): the MEAN divisor, then the arrivals at tile_kernel's grid barrier */
     Aux<A> aux = {ctx->error_slot, nparts ? (double *)base : nullptr, (unsigned long long *)(base + o_count),
-                  p->ohem ? (MineState *)(base + o_mine) : nullptr};
+                  p->ohem ? (MineState *)(base + o_mine) : nullptr,
+                  plan.count_here ? (unsigned int *)(base + o_count + 8) : nullptr};
     cudaStream_t stream = stream_of(ctx);
     if ((st = ploss_cuda_memset(base + o_count, 0, o_bias - o_count, stream)))
         return st;
@@ -1278,14 +1483,13 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     if (p->ohem) {
         if constexpr (std::is_same<Op, TaylorOp<A>>::value)
             return ploss_error(PLOSS_ERR_UNSUPPORTED, "OHEM runs on cross-entropy or large-margin only");
-    } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
-        count_kernel<<<grid_blocks(M, THREADS * 4, 4096), THREADS, 0, stream>>>(*p, aux.count);
-        if ((st = check_launch("softmax2 count_kernel")))
+    } else if (p->reduction == PLOSS_REDUCTION_MEAN && !plan.count_here) {
+        if ((st = run_count(ctx, p, aux.count)))
             return st;
     }
     if constexpr (sample_ok) {
         if (tiles)
-            return run_tiles<T>(ctx, p, ro, aux, blocks);
+            return run_tiles<T>(ctx, p, ro, aux, plan);
         if (samples)
             return run_reg<T>(ctx, p, ro, aux, blocks);
     }
@@ -1300,7 +1504,8 @@ template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const plo
         return launch<T>(ctx, p, LargeMarginOp<A>{(A)(0.5 * p->lam), (A)(1.0 / (double)(p->C - 1))},
                          RegLargeMargin{hl, u});
     case PLOSS_SM2_TAYLOR_CE:
-        return launch<T>(ctx, p, TaylorOp<A>{p->order}, RegTaylor{p->order});
+        return p->order == 2 ? launch<T>(ctx, p, TaylorOp<A>{2}, RegTaylor<2>{2})
+                             : launch<T>(ctx, p, TaylorOp<A>{p->order}, RegTaylor<0>{p->order});
     default: /* PC_SOFTMAX (priors set in launch) and CROSS_ENTROPY */
         return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
     }
@@ -1318,7 +1523,7 @@ extern "C" ploss_status ploss_cuda_softmax2(ploss_ctx_t *ctx, const ploss_sm2_pr
         /* Taylor polynomials above order 10 lose digits to cancellation in f32 */
         if constexpr (!std::is_same<T, double>::value)
             if (p->loss_kind == PLOSS_SM2_TAYLOR_CE && p->order > 10)
-                return launch<T>(ctx, p, TaylorOp<double>{p->order}, RegTaylor{p->order});
+                return launch<T>(ctx, p, TaylorOp<double>{p->order}, RegTaylor<0>{p->order});
         return launch_kind<T, acc_t<T>>(ctx, p);
     });
 }
