@@ -12,9 +12,7 @@
  *        out in 16-byte stores;
  *      · else from registers (reg_kernel), all C loads in flight before any arithmetic
  *        (compile-time C bound of 8, 24 or 32; pairs of adjacent samples for C <= 8);
- *    exp is exp_ftz (ex2.approx.ftz).  The tile path of a MEAN loss (no OHEM) counts the
- *    divisor in the same kernel, launched as a cooperative grid: each block counts the
- *    labels of its own tiles, then the grid waits at one barrier (no count kernel).
+ *    exp is exp_ftz (ex2.approx.ftz).
  *  - row groups (f64, Taylor with f64 internals, C > 32): one thread per sample for
  *    class-strided rows (a warp reads 32 consecutive pixels per class, coalesced; the
  *    gradient pass re-reads the row from L1/L2), or a group of G lanes per sample for
@@ -238,7 +236,7 @@ template <class A> struct Aux {
     double *partial;               /* loss partials: one per block, or per tile (tile_kernel) */
     unsigned long long *count;     /* MEAN divisor (valid samples), or NULL */
     MineState *mine;               /* OHEM state, or NULL */
-    unsigned int *arrived;         /* tile_kernel counts the MEAN divisor (cooperative launch), or NULL */
+    unsigned int *finished;        /* tile_kernel's blocks done (its last one sums the partials) */
 };
 
 /* The MEAN/SUM gradient multiplier ω (the scale when fused, else the upstream scalar),
@@ -250,8 +248,7 @@ template <class A> __device__ __forceinline__ double reduced_omega(const ploss_s
                                                             : load_dyn(p.grad_loss, p.gl_dtype, 0);
     if (p.reduction != PLOSS_REDUCTION_MEAN)
         return up;
-    /* volatile: tile_kernel reads the count its grid has just completed */
-    const unsigned long long d = p.ohem ? aux.mine->kept : *(volatile unsigned long long *)aux.count;
+    const unsigned long long d = p.ohem ? aux.mine->kept : *aux.count;
     return d ? up / (double)d : 0.0;
 }
 
@@ -537,9 +534,11 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sm2_problem p, Op o
     }
 }
 
-/* One block: Σ partials in a fixed order; MEAN divides by the count (0/0 = NaN). */
+/* The reduced loss from its partials, by one block: Σ in a fixed order (whichever block
+ * runs it); MEAN divides by the count (0/0 = NaN).  Partials are read past L1 (another
+ * block of the same grid may have just written them). */
 template <class A, class LT>
-__global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, Aux<A> aux, int64_t nparts)
+__device__ __forceinline__ void sum_partials(const ploss_sm2_problem &p, const Aux<A> &aux, int64_t nparts)
 {
     constexpr int U = 8; /* loads in flight per thread; the order of the adds is fixed */
     double s = 0;
@@ -547,7 +546,7 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
         double v[U];
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            v[u] = k0 + u * THREADS < nparts ? aux.partial[k0 + u * THREADS] : 0.0;
+            v[u] = k0 + u * THREADS < nparts ? __ldcg(aux.partial + k0 + u * THREADS) : 0.0;
 #pragma unroll
         for (int u = 0; u < U; ++u)
             s += v[u];
@@ -555,9 +554,15 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
     s = block_reduce<THREADS>(s, SumOp());
     if (threadIdx.x == 0) {
         if (p.reduction == PLOSS_REDUCTION_MEAN)
-            s = s / (double)(p.ohem ? aux.mine->kept : *aux.count);
+            s = s / (double)(p.ohem ? aux.mine->kept : __ldcg(aux.count));
         *(LT *)p.loss = (LT)s;
     }
+}
+
+template <class A, class LT>
+__global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, Aux<A> aux, int64_t nparts)
+{
+    sum_partials<A, LT>(p, aux, nparts);
 }
 
 /* ---- per-sample kernels (C ≤ SAMPLE_CMAX; f32/f16/bf16 with f32 math) ----------------- */
@@ -566,8 +571,8 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
  * write of the gradient.  The logits reach the thread in one of two ways:
  *  - tile_kernel (the sample axis contiguous, rows 16-byte aligned: N×C×H×W as it comes):
  *    a block stages tiles of C × TILE_P logits (TILE_P consecutive samples of one image)
- *    in shared memory with 16-byte asynchronous copies (cp.async), two tiles deep: the
- *    copy of the next tile is in flight while the current one is computed, and no
+ *    in shared memory with 16-byte asynchronous copies (cp.async), STAGES tiles deep: the
+ *    copies of the next tiles are in flight while the current one is computed, and no
  *    register holds a logit in flight.  The gradient goes back into the tile and out as
  *    16-byte stores where its layout is as aligned as the input's (else element by
  *    element, coalesced along the samples).  Blocks are persistent (as many as fit on the
@@ -582,6 +587,7 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
 
 constexpr int SAMPLE_CMAX = 32; /* largest C of the per-sample kernels */
 constexpr int TILE_P = THREADS;  /* samples per tile of tile_kernel: one per thread */
+constexpr int STAGES = 2;        /* tile buffers of tile_kernel (copies in flight + 1) */
 
 __device__ __forceinline__ float fex(float v) { return exp_ftz(v); }
 
@@ -796,7 +802,6 @@ template <class T, int V> struct alignas(sizeof(T) * V) Pack { T e[V]; };
 /* What a pass of the per-sample kernels needs besides the samples (uniform over the grid). */
 struct SamplePass {
     bool want_loss, want_grad, use_state, upstream_each;
-    bool reported; /* invalid labels already reported (tile_kernel's label phase) */
     uint32_t tkey; /* OHEM: keep keys ≤ tkey */
     float omega;   /* gradient multiplier of a reduced loss */
     MineLevel L;   /* mining level (MINE) */
@@ -809,15 +814,8 @@ struct SampleSums {
     unsigned long long n_le, n_valid;
 };
 
-/* ω of a pass that wants the gradient of a reduced loss (0 otherwise). */
-__device__ __forceinline__ float pass_omega(const ploss_sm2_problem &p, const Aux<float> &aux, const SamplePass &ps)
-{
-    return ps.want_grad && !ps.upstream_each ? (float)reduced_omega(p, aux) : 0.f;
-}
-
 /* MINE: the level's shared histogram zeroed; false when an earlier level's select already
- * found the threshold (uniform: the block returns).  ω is left to the caller when the
- * kernel counts the MEAN divisor itself (aux.arrived). */
+ * found the threshold (uniform: the block returns). */
 template <bool MINE>
 __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Aux<float> &aux, int level,
                                             unsigned int *hist, SamplePass &ps)
@@ -826,7 +824,6 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
           !MINE && p.pass != PLOSS_PASS_FORWARD,
           p.pass == PLOSS_PASS_BACKWARD && p.state != nullptr,
           p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE,
-          false,
           0u,
           0.f,
           {0u, 0u, 0, 0},
@@ -840,8 +837,7 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
         __syncthreads();
     } else {
         ps.tkey = p.ohem ? aux.mine->tkey : 0u;
-        if (!aux.arrived)
-            ps.omega = pass_omega(p, aux, ps);
+        ps.omega = ps.want_grad && !ps.upstream_each ? (float)reduced_omega(p, aux) : 0.f;
     }
     return true;
 }
@@ -874,7 +870,7 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
         sum.n_le += key <= p.thresh_key;
         sum.n_valid += valid;
     } else {
-        if (invalid && !p.ohem && !ps.reported)
+        if (invalid && !p.ohem)
             report_invalid_label(aux.slot, y); /* OHEM: reported by the mining */
         const bool keep = p.ohem ? valid && key <= ps.tkey : valid;
         const float fill = invalid ? NAN : 0.f;
@@ -954,37 +950,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* Wait until at most N of this thread's committed groups are still in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* One-shot barrier of a cooperative grid (every block resident at once): *arrived counts
- * the blocks that reached it; what a block wrote before it is visible to all after it. */
-__device__ __forceinline__ void grid_barrier(unsigned int *arrived)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(arrived, 1u);
-        unsigned int seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrived) : "memory");
-        } while (seen < gridDim.x);
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-/* Label codes of tile_kernel's label cache (C ≤ SAMPLE_CMAX < CODE_INVALID). */
-constexpr unsigned char CODE_INVALID = 0xFE, CODE_IGNORED = 0xFF;
-constexpr int LABEL_CACHE_MAX = 16384; /* bytes: 64 tiles per block */
-
 /* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
- * shared memory: two tiles of C × TILE_P elements of T, then (cache_tiles > 0) a byte per
- * sample of the block's tiles.
- * With aux.arrived (a cooperative launch, MEAN without OHEM) the kernel counts the MEAN
- * divisor itself: each block reads the labels of its own tiles while its first tile is in
- * flight, reports invalid ones, adds its count and caches their codes (when its tiles fit
- * in cache_tiles; else the labels are read again), then the grid waits for every count. */
+ * shared memory: STAGES tiles of C × TILE_P elements of T.  The loss pass's last block to
+ * finish sums the per-tile loss partials. */
 template <class T, class Op, bool MINE>
 __global__ void __launch_bounds__(THREADS, 4)
-    tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level, int cache_tiles)
+    tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level)
 {
     extern __shared__ __align__(16) unsigned char tile_smem[];
     __shared__ unsigned int hist[MINE ? HIST0 : 1];
@@ -1000,7 +971,6 @@ __global__ void __launch_bounds__(THREADS, 4)
     const T *x = (const T *)p.x;
     T *const gp = (T *)p.grad;
     T *const buf = (T *)tile_smem;
-    unsigned char *const codes = tile_smem + 2 * (size_t)C * TILE_P * sizeof(T);
     const bool gvec = !MINE && ps.want_grad && tile_aligned<T>(gp, p.g_sn, p.g_sc, p.g_ss);
     /* this thread's pieces: element e of class rows j0, j0 + RPS, … of every tile */
     const int j0 = (int)threadIdx.x / PPR, e = ((int)threadIdx.x % PPR) * VE;
@@ -1017,51 +987,21 @@ __global__ void __launch_bounds__(THREADS, 4)
                              [&](const T *g, T *t) { cp_async16(t, g, bytes); });
     };
 
-    if ((int64_t)blockIdx.x < tiles)
-        fetch(blockIdx.x, 0);
-    cp_async_commit();
-
-    const bool counting = !MINE && aux.arrived != nullptr, cached = counting && cache_tiles > 0;
-    if (counting) {
-        unsigned long long c = 0;
-        int k = 0;
-#pragma unroll 4
-        for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, ++k) {
-            const int64_t n = image_of(t), s = (t - n * per) * TILE_P + threadIdx.x;
-            const int64_t y = s < S ? label_of(p, n, s) : p.ignore_index;
-            const bool invalid = invalid_label(p, y), valid = y != p.ignore_index && !invalid;
-            if (invalid)
-                report_invalid_label(aux.slot, y);
-            c += valid;
-            if (cached)
-                codes[k * TILE_P + threadIdx.x] = valid ? (unsigned char)y : invalid ? CODE_INVALID : CODE_IGNORED;
-        }
-        c = block_reduce<THREADS>(c, SumOp());
-        if (threadIdx.x == 0 && c)
-            atomicAdd(aux.count, c);
-        grid_barrier(aux.arrived);
-        ps.reported = true;
-        ps.omega = pass_omega(p, aux, ps);
+    /* the block's first STAGES tiles in flight; one commit group per tile, empty past the
+     * last */
+    for (int q = 0; q < STAGES; ++q) {
+        if ((int64_t)blockIdx.x + (int64_t)q * gridDim.x < tiles)
+            fetch(blockIdx.x + (int64_t)q * gridDim.x, q);
+        cp_async_commit();
     }
-    /* a label standing for a cached invalid one (already reported): negative, not ignored */
-    const int64_t invalid_y = p.ignore_index == -1 ? -2 : -1;
 
     SampleSums sum = {0.f, 0, 0};
-    int b = 0, k = 0;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b ^= 1, ++k) {
-        if (t + gridDim.x < tiles)
-            fetch(t + gridDim.x, b ^ 1);
-        cp_async_commit();
+    int b = 0; /* tile buffer */
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b = b + 1 < STAGES ? b + 1 : 0) {
         const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, s = s0 + threadIdx.x;
         const bool here = s < S;
-        int64_t y;
-        if (cached) {
-            const unsigned char code = codes[k * TILE_P + threadIdx.x];
-            y = code < CODE_INVALID ? (int64_t)code : code == CODE_IGNORED ? p.ignore_index : invalid_y;
-        } else {
-            y = here ? label_of(p, n, s) : p.ignore_index;
-        }
-        cp_async_wait<1>(); /* this thread's copies of tile t have landed */
+        const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
+        cp_async_wait<STAGES - 1>(); /* this thread's copies of tile t have landed */
         __syncthreads();    /* and everyone's */
         T *const tile = buf + (size_t)b * C * TILE_P;
         /* the gradient replaces the logits in the tile, then leaves it below */
@@ -1096,11 +1036,28 @@ __global__ void __launch_bounds__(THREADS, 4)
                     *g = tile[j * TILE_P + threadIdx.x];
             }
         }
-        __syncthreads(); /* tile buffer b is refilled by the next iteration's fetch */
+        __syncthreads(); /* tile buffer b is free: the block's tile k + STAGES goes there */
+        const int64_t tn = t + (int64_t)STAGES * gridDim.x;
+        if (tn < tiles)
+            fetch(tn, b);
+        cp_async_commit();
     }
     cp_async_wait<0>();
-    if constexpr (MINE)
+    if constexpr (MINE) {
         sample_flush<MINE>(p, aux, ps, hist, sum);
+    } else if (ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
+        /* the last block to finish sums the per-tile partials (no finalize kernel) */
+        __shared__ bool last;
+        __threadfence(); /* this block's partials, before its arrival */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last = atomicAdd(aux.finished, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (last) {
+            __threadfence();
+            sum_partials<float, float>(p, aux, tiles);
+        }
+    }
 }
 
 /* The register path: a thread takes V samples s0 … s0+V−1 of one image (V = 2 when the
@@ -1254,18 +1211,13 @@ template <bool MINE, class ROp> auto pass_op(const ROp &op)
 }
 
 /* A per-sample path: the mining passes (OHEM) and the loss pass, launched by
- * pass(std::bool_constant<MINE>, level), then the loss partials' sum. */
-template <class F>
-ploss_status run_samples(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<float> aux, int64_t nparts, F &&pass)
+ * pass(std::bool_constant<MINE>, level). */
+template <class F> ploss_status run_samples(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<float> aux, F &&pass)
 {
     ploss_status st = PLOSS_OK;
     if (p->ohem)
         st = run_select(ctx, p, aux.mine, [&](int level) { return pass(std::true_type{}, level); });
-    if (st == PLOSS_OK)
-        st = pass(std::false_type{}, 0);
-    if (st != PLOSS_OK)
-        return st;
-    return run_finalize<float, float>(ctx, p, aux, nparts);
+    return st == PLOSS_OK ? pass(std::false_type{}, 0) : st;
 }
 
 /* Pixel pairs (V = 2) along a contiguous sample axis for C ≤ 8 only: with C > 8 the two
@@ -1281,12 +1233,13 @@ ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op
     cudaStream_t stream = stream_of(ctx);
     auto go = [&](auto cmax, auto vec) {
         constexpr int CMAX = decltype(cmax)::value, V = decltype(vec)::value;
-        return run_samples(ctx, p, aux, blocks, [&](auto mine, int level) {
+        const ploss_status st = run_samples(ctx, p, aux, [&](auto mine, int level) {
             constexpr bool MINE = decltype(mine)::value;
             auto o = pass_op<MINE>(op);
             reg_kernel<T, CMAX, V, decltype(o), MINE><<<blocks, THREADS, 0, stream>>>(*p, o, aux, level);
             return check_launch(MINE ? "softmax2 reg_kernel (mining)" : "softmax2 reg_kernel");
         });
+        return st != PLOSS_OK ? st : run_finalize<float, float>(ctx, p, aux, blocks);
     };
     using std::integral_constant;
     if (p->C <= 8)
@@ -1300,7 +1253,7 @@ ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op
 /* Tiles of the tile path (a partial tile at the end of each image). */
 inline int64_t tile_count(const ploss_sm2_problem *p) { return p->N * ((p->S + TILE_P - 1) / TILE_P); }
 
-template <class T> size_t tile_smem_bytes(int64_t C) { return 2 * (size_t)C * TILE_P * sizeof(T); }
+template <class T> size_t tile_smem_bytes(int64_t C) { return STAGES * (size_t)C * TILE_P * sizeof(T); }
 
 /* The MEAN divisor (valid samples) into *count, by its own kernel. */
 inline ploss_status run_count(ploss_ctx_t *ctx, const ploss_sm2_problem *p, unsigned long long *count)
@@ -1309,97 +1262,53 @@ inline ploss_status run_count(ploss_ctx_t *ctx, const ploss_sm2_problem *p, unsi
     return check_launch("softmax2 count_kernel");
 }
 
-/* How the tile path runs a problem. */
-struct TilePlan {
-    unsigned blocks;  /* grid (0: no tile path) */
-    bool count_here;  /* the loss pass counts the MEAN divisor itself (cooperative launch) */
-    int cache_tiles;  /* its label cache, in tiles per block (0: labels read twice) */
-    size_t smem;      /* its dynamic shared memory */
-};
-
-/* The tile path's plan; blocks = 0 where it does not apply (layout, alignment, no sample).
- * Both kernels of the path (loss, OHEM mining) opt in to the largest dynamic shared memory
- * they can use (two tiles of 64 KiB at C = 32 in f32 and the label cache, besides their
- * static shared memory: the mining histogram, CUB's scratch), once per device (cached like
- * clusters_supported in cross_entropy.cu; a cudaDeviceReset by the caller is not seen),
- * not at every call.  The grid is what fits on the device at once (the blocks walk the
- * tiles); it decides only who computes which tile: the loss partials are per tile, so the
- * results do not depend on it.  MEAN without OHEM, where the device launches cooperative
- * grids: the loss pass counts the divisor itself (no count kernel, no second launch), with
- * the label cache when the block's tiles fit in LABEL_CACHE_MAX at the resulting grid. */
-template <class T, class ROp> TilePlan tile_plan(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
+/* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
+ * Both kernels of the path (loss, OHEM mining) opt in to the largest tiles' dynamic shared
+ * memory (STAGES tiles of 32 KiB at C = 32 in f32, besides their static shared memory: the
+ * mining histogram, CUB's scratch), once per device (cached like clusters_supported in
+ * cross_entropy.cu; a cudaDeviceReset by the caller is not seen), not at every call.  The
+ * grid is what fits on the device at once (the blocks walk the tiles); it decides only who
+ * computes which tile: the loss partials are per tile, so the results do not depend on it. */
+template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
 {
     const int64_t tiles = tile_count(p);
     const int device = ctx->device.device_id;
-    TilePlan plan = {0, false, 0, tile_smem_bytes<T>(p->C)};
     if (tiles == 0 || device < 0 || device >= 64 || !tile_aligned<T>(p->x, p->x_sn, p->x_sc, p->x_ss))
-        return plan;
+        return 0;
     const auto loss_k = tile_kernel<T, ROp, false>;
     const auto mine_k = tile_kernel<T, RegSoftmax, true>;
-    static signed char opted_in[64], coop[64]; /* per device: 0 not yet, 1 yes, −1 no */
+    static signed char opted_in[64]; /* per device: 0 not yet, 1 done, −1 refused */
     if (opted_in[device] == 0) {
-        const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX) + LABEL_CACHE_MAX;
-        int c = 0;
+        const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX);
         opted_in[device] =
             cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess &&
                     cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess
                 ? 1
                 : -1;
-        coop[device] = cudaDeviceGetAttribute(&c, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && c ? 1 : -1;
-        (void)cudaGetLastError();
     }
-    int sms = 0;
-    if (opted_in[device] != 1 || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        sms < 1) {
+    const int smem = (int)tile_smem_bytes<T>(p->C);
+    int per_sm = 0, sms = 0;
+    const bool ok =
+        opted_in[device] == 1 &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+    if (!ok || per_sm < 1 || sms < 1) {
         (void)cudaGetLastError(); /* no tile path here: the register path instead */
-        return plan;
+        return 0;
     }
-    auto grid = [&](size_t smem) -> unsigned { /* blocks resident at once, at most one per tile */
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        return (unsigned)std::min<int64_t>(tiles, (int64_t)per_sm * sms);
-    };
-    plan.blocks = grid(plan.smem);
-    if (plan.blocks && p->reduction == PLOSS_REDUCTION_MEAN && !p->ohem && coop[device] == 1) {
-        plan.count_here = true;
-        const int64_t need = (tiles + plan.blocks - 1) / plan.blocks; /* tiles per block */
-        if (need * TILE_P <= LABEL_CACHE_MAX) {
-            const size_t smem = plan.smem + (size_t)need * TILE_P;
-            const unsigned blocks = grid(smem);
-            if (blocks && (tiles + blocks - 1) / blocks <= need)
-                plan = {blocks, true, (int)need, smem};
-        }
-    }
-    return plan;
+    return (unsigned)std::min<int64_t>(tiles, (int64_t)per_sm * sms);
 }
 
+/* The tile path; the loss pass's last block sums the partials: no finalize kernel. */
 template <class T, class ROp>
-ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux,
-                       const TilePlan &plan)
+ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const ROp &op, Aux<float> aux, unsigned blocks)
 {
     cudaStream_t stream = stream_of(ctx);
-    return run_samples(ctx, p, aux, tile_count(p), [&](auto mine, int level) {
+    const size_t smem = tile_smem_bytes<T>(p->C);
+    return run_samples(ctx, p, aux, [&](auto mine, int level) {
         constexpr bool MINE = decltype(mine)::value;
         auto o = pass_op<MINE>(op);
-        const auto k = tile_kernel<T, decltype(o), MINE>;
-        Aux<float> a = aux;
-        if (!MINE && a.arrived) {
-            ploss_sm2_problem pp = *p;
-            int cache = plan.cache_tiles;
-            void *args[] = {&pp, &o, &a, &level, &cache};
-            if (cudaLaunchCooperativeKernel((const void *)k, plan.blocks, THREADS, args, plan.smem, stream) ==
-                cudaSuccess)
-                return PLOSS_OK;
-            /* not launched (its blocks cannot all be resident now): the count kernel first */
-            (void)cudaGetLastError();
-            a.arrived = nullptr;
-            if (ploss_status st = run_count(ctx, p, a.count))
-                return st;
-        }
-        k<<<plan.blocks, THREADS, tile_smem_bytes<T>(p->C), stream>>>(*p, o, a, level, 0);
+        tile_kernel<T, decltype(o), MINE><<<blocks, THREADS, smem, stream>>>(*p, o, aux, level);
         return check_launch(MINE ? "softmax2 tile_kernel (mining)" : "softmax2 tile_kernel");
     });
 }
@@ -1435,11 +1344,9 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
      * allows, else registers; larger C, f64 and f64 internals: row groups */
     constexpr bool sample_ok = !std::is_same<T, double>::value && std::is_same<A, float>::value;
     const bool samples = sample_ok && p->C <= SAMPLE_CMAX;
-    TilePlan plan = {0, false, 0, 0};
+    unsigned tiles = 0;
     if constexpr (sample_ok)
-        if (samples)
-            plan = tile_plan<T, ROp>(ctx, p);
-    const unsigned tiles = plan.blocks;
+        tiles = samples ? tile_grid<T, ROp>(ctx, p) : 0;
     const int G = samples ? 1 : row_group_size(p->x_sc, p->C);
     const unsigned blocks = tiles                        ? tiles
                             : samples && reg_pairs(p) ? grid_blocks(p->N * ((p->S + 1) / 2), THREADS)
@@ -1459,10 +1366,9 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     if (st != PLOSS_OK)
         return st;
     char *base = (char *)ws;
-    /* the count region (zeroed): the MEAN divisor, then the arrivals at tile_kernel's grid barrier */
+    /* the count region (zeroed): the MEAN divisor, then tile_kernel's finished blocks */
     Aux<A> aux = {ctx->error_slot, nparts ? (double *)base : nullptr, (unsigned long long *)(base + o_count),
-                  p->ohem ? (MineState *)(base + o_mine) : nullptr,
-                  plan.count_here ? (unsigned int *)(base + o_count + 8) : nullptr};
+                  p->ohem ? (MineState *)(base + o_mine) : nullptr, (unsigned int *)(base + o_count + 8)};
     cudaStream_t stream = stream_of(ctx);
     if ((st = ploss_cuda_memset(base + o_count, 0, o_bias - o_count, stream)))
         return st;
@@ -1483,13 +1389,13 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     if (p->ohem) {
         if constexpr (std::is_same<Op, TaylorOp<A>>::value)
             return ploss_error(PLOSS_ERR_UNSUPPORTED, "OHEM runs on cross-entropy or large-margin only");
-    } else if (p->reduction == PLOSS_REDUCTION_MEAN && !plan.count_here) {
+    } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
         if ((st = run_count(ctx, p, aux.count)))
             return st;
     }
     if constexpr (sample_ok) {
         if (tiles)
-            return run_tiles<T>(ctx, p, ro, aux, plan);
+            return run_tiles<T>(ctx, p, ro, aux, blocks);
         if (samples)
             return run_reg<T>(ctx, p, ro, aux, blocks);
     }
