@@ -248,7 +248,9 @@ __device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v));
 /* e^v as ex2.approx.ftz(v·log2 e): one multiply and one MUFU op.  Relative error about
  * 2^-22 + |v|·2^-24; results below 2^-126 (v < −87.3) flush to 0 instead of going through
  * the denormal range check of ex2.approx.f32 (__expf: 3 more instructions), which is
- * harmless wherever such a term is added to or compared with values near 1. */
+ * harmless wherever such a term is added to values near 1 or multiplies a factor of
+ * a gradient (a probability below 1.2e-38 becomes 0).  Not for values ranked or compared
+ * with a threshold near 0 (softmax2's OHEM keys use expf). */
 __device__ __forceinline__ float exp_ftz(float v)
 {
     float r;

@@ -43,8 +43,9 @@
  * otherwise they recompute the keys (one more read of the logits each) and histogram the
  * next 11 and 10 bits inside the bucket, giving the n_min-th smallest key exactly (radix
  * select).  The loss pass recomputes the key and keeps the samples with key ≤ t*.  Keys
- * are recomputed by one function per path (softmax_sums + sums_key: IEEE f32 operations
- * and exp_ftz only, no contraction; group_key), so every pass sees the same bits.
+ * are recomputed by one function per path (softmax_sums + sums_key: IEEE f32 operations,
+ * exp_ftz in the sum and expf for p_y's numerator, no contraction; group_key), so every
+ * pass sees the same bits.
  */
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
@@ -591,6 +592,14 @@ constexpr int STAGES = 2;        /* tile buffers of tile_kernel (copies in fligh
 
 __device__ __forceinline__ float fex(float v) { return exp_ftz(v); }
 
+/* max(v, lo), NaN when v is NaN (max.NaN; fmaxf would return lo). */
+__device__ __forceinline__ float max_nan(float v, float lo)
+{
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(v), "f"(lo));
+    return r;
+}
+
 /* A sample's logits in a shared-memory tile: class j at s[j·TILE_P]. */
 template <class T> struct TileRow {
     T *s;
@@ -656,10 +665,12 @@ struct Identity {
     __device__ __forceinline__ float operator()(float x, int) const { return x; }
 };
 
-/* OHEM key of a valid sample: p_y = e^(x_y − m)/se, rounded to f32. */
+/* OHEM key of a valid sample: p_y = e^(x_y − m)/se, rounded to f32; the numerator with the
+ * accurate expf, so that scores below 2^-126 stay distinct (ordered) instead of flushing to
+ * 0 (se ≥ 1 does not need it). */
 __device__ __forceinline__ uint32_t sums_key(const SoftmaxSums &k, float xy)
 {
-    return score_key(__fdiv_rn(fex(__fsub_rn(xy, k.m)), k.se));
+    return score_key(__fdiv_rn(expf(__fsub_rn(xy, k.m)), k.se));
 }
 
 /* Taylor polynomial f_n in f32 (n = 2 and 1 unrolled, the common case). */
@@ -729,7 +740,8 @@ struct RegLargeMargin {
     }
     __device__ float grad(float x, int, const GC &g) const
     {
-        const float d = x - g.r;
+        /* d ≥ −128 (NaN kept): e^d is 0 there already, and B·d cannot reach −∞ (0·∞) */
+        const float d = max_nan(x - g.r, -128.f);
         return fmaf(fex(d), fmaf(g.B, d, g.A), -g.K);
     }
     __device__ float target_grad(const GC &g) const { return g.ty; }
@@ -844,7 +856,9 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
 
 /* Sample (n, s) with label y and logits `row`.  MINE: its OHEM key into the level's
  * histogram (and counts).  Else: its loss and state, and put(j, ∂ℓ/∂x_j · ω) for each
- * class j < C when the pass wants the gradient (zero for a sample not kept).  An invalid
+ * class j < C when the pass wants the gradient (zero for a sample not kept): the
+ * non-target formula for every j in increasing order, then put(y, ·) again with the
+ * target's value, which must win.  An invalid
  * label gives a NaN loss and state and a zero gradient (as cross_entropy.cu).  The row may
  * be overwritten (large-margin masks its target; put may write into it). */
 template <bool MINE, class Op, class R, class Put>
@@ -984,7 +998,7 @@ __global__ void __launch_bounds__(THREADS, 4)
         const T *src = bytes ? x + n * p.x_sn + j0 * p.x_sc + s0 + e : x;
         const int64_t step = bytes ? p.x_sc : 0;
         for_tile_pieces<RPS>(j0, C, src, step, buf + ((size_t)b * C + j0) * TILE_P + e,
-                             [&](const T *g, T *t) { cp_async16(t, g, bytes); });
+                             [&](const T *g, T *piece) { cp_async16(piece, g, bytes); });
     };
 
     /* the block's first STAGES tiles in flight; one commit group per tile, empty past the
@@ -1024,11 +1038,11 @@ __global__ void __launch_bounds__(THREADS, 4)
                 const T *src = tile + j0 * TILE_P + e;
                 if (have >= VE)
                     for_tile_pieces<RPS>(j0, C, g, p.g_sc, src,
-                                         [](T *gj, const T *t) { *(uint4 *)gj = *(const uint4 *)t; });
+                                         [](T *gj, const T *piece) { *(uint4 *)gj = *(const uint4 *)piece; });
                 else
-                    for_tile_pieces<RPS>(j0, C, g, p.g_sc, src, [&](T *gj, const T *t) {
+                    for_tile_pieces<RPS>(j0, C, g, p.g_sc, src, [&](T *gj, const T *piece) {
                         for (int i = 0; i < have; ++i)
-                            gj[i] = t[i];
+                            gj[i] = piece[i];
                     });
             } else if (here) { /* this thread's sample, class by class (coalesced along s) */
                 T *g = gp + n * p.g_sn + s * p.g_ss;
@@ -1036,7 +1050,7 @@ __global__ void __launch_bounds__(THREADS, 4)
                     *g = tile[j * TILE_P + threadIdx.x];
             }
         }
-        __syncthreads(); /* tile buffer b is free: the block's tile k + STAGES goes there */
+        __syncthreads(); /* tile buffer b is free: the block's tile STAGES tiles on goes there */
         const int64_t tn = t + (int64_t)STAGES * gridDim.x;
         if (tn < tiles)
             fetch(tn, b);
@@ -1168,7 +1182,8 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-/* Σ of the loss partials (per block or per tile) into the loss (MEAN/SUM, not backward). */
+/* Σ of the per-block loss partials into the loss (MEAN/SUM, not backward), by a kernel of
+ * its own (the tile path sums its per-tile partials in its last block instead). */
 template <class A, class LT>
 ploss_status run_finalize(ploss_ctx_t *ctx, const ploss_sm2_problem *p, Aux<A> aux, int64_t nparts)
 {
@@ -1355,7 +1370,8 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sm2_problem *p, const Op &op, 
     const int64_t nparts = !reduced ? 0 : tiles ? tile_count(p) : blocks; /* loss partials */
 
     /* workspace: loss partials (per block, or per tile of 256 samples; none when no reduced
-     * loss is computed) | count | OHEM state (histograms) | log priors */
+     * loss is computed) | count region (MEAN divisor, tile_kernel's finished blocks) | OHEM
+     * state (histograms) | log priors */
     const size_t o_count = align256((size_t)nparts * sizeof(double));
     const size_t o_mine = o_count + 256;
     const size_t o_bias = o_mine + (p->ohem ? align256(sizeof(MineState)) : 0);

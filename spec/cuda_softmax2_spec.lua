@@ -195,6 +195,21 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  it("keeps the gradient finite for a non-target logit near the f32 minimum (lam = 4; tiles and registers)", function()
+    -- the first sample's logits {0, 0, -3e38}: e^d = 0 while lam/2 * invS * d is near -inf
+    local img = { { { 0, 1, 2, 3 }, { 0, -1, 0.5, 2 }, { -3e38, 0.25, -2, 1 } } } -- 1x3x4: tiles
+    local rows = { { 0, 0, -3e38 }, { 1, -1, 0.25 }, { 2, 0.5, -2 }, { 3, 2, 1 } } -- 4x3: registers
+    for _, c in ipairs { { img, { { 0, 1, 2, 0 } } }, { rows, { 0, 1, 2, 0 } } } do
+      local x = ploss.tensor(c[1], { dtype = "f32" }):to(DEV)
+      local y = ploss.tensor(c[2], { dtype = "i64" }):to(DEV)
+      local opts = { lam = 4, reduction = "sum" }
+      local _, g = F.large_margin_softmax_fused(x, y, opts)
+      local _, rg = F.large_margin_softmax_fused(x:to("cpu", "f64"), y:cpu(), opts)
+      for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, "grad " .. v) end
+      close(g, rg, TOL.f32.grad, TOL.f32.floor, "grad")
+    end
+  end)
+
   it("with every sample ignored: NaN mean, zero gradient", function()
     for _, sizes in ipairs { { 3, 4 }, { 2, 3000 }, { 2, 3, 4, 5 } } do
       local x = ploss.randn(sizes, { device = DEV })
