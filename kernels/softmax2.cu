@@ -274,7 +274,7 @@ __device__ __forceinline__ bool invalid_label(const ploss_sm2_problem &p, int64_
     return y != p.ignore_index && (y < 0 || y >= p.C);
 }
 
-/* Valid (not ignored, in range) labels → *count; invalid ones are reported. */
+/* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones). */
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sm2_problem p, unsigned long long *count)
 {
     const int64_t M = p.N * p.S;
@@ -1292,19 +1292,18 @@ template <class T, class ROp> unsigned tile_grid(ploss_ctx_t *ctx, const ploss_s
         return 0;
     const auto loss_k = tile_kernel<T, ROp, false>;
     const auto mine_k = tile_kernel<T, RegSoftmax, true>;
-    static signed char opted_in[64]; /* per device: 0 not yet, 1 done, −1 refused */
-    if (opted_in[device] == 0) {
+    /* per device: opted in (a refusal is not remembered: the next call tries again) */
+    static bool opted_in[64];
+    if (!opted_in[device]) {
         const int most = (int)tile_smem_bytes<T>(SAMPLE_CMAX);
         opted_in[device] =
             cudaFuncSetAttribute(loss_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess &&
-                    cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess
-                ? 1
-                : -1;
+            cudaFuncSetAttribute(mine_k, cudaFuncAttributeMaxDynamicSharedMemorySize, most) == cudaSuccess;
     }
     const int smem = (int)tile_smem_bytes<T>(p->C);
     int per_sm = 0, sms = 0;
     const bool ok =
-        opted_in[device] == 1 &&
+        opted_in[device] &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, loss_k, THREADS, smem) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
     if (!ok || per_sm < 1 || sms < 1) {
