@@ -568,8 +568,8 @@ __global__ void __launch_bounds__(THREADS) finalize_kernel(ploss_sm2_problem p, 
 
 /* ---- per-sample kernels (C ≤ SAMPLE_CMAX; f32/f16/bf16 with f32 math) ----------------- */
 /* A thread takes one sample at a time (or, in reg_kernel with C ≤ 8, two adjacent ones)
- * and computes loss, state and gradient of one sample from its C logits, read from DRAM once, with one
- * write of the gradient.  The logits reach the thread in one of two ways:
+ * and computes its loss, state and gradient from its C logits, read from DRAM once, with
+ * one write of the gradient.  The logits reach the thread in one of two ways:
  *  - tile_kernel (the sample axis contiguous, rows 16-byte aligned: N×C×H×W as it comes):
  *    a block stages tiles of C × TILE_P logits (TILE_P consecutive samples of one image)
  *    in shared memory with 16-byte asynchronous copies (cp.async), STAGES tiles deep: the
