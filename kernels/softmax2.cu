@@ -962,7 +962,10 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Wait until at most N of this thread's committed groups are still in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
  * shared memory: STAGES tiles of C × TILE_P elements of T.  The loss pass's last block to
