@@ -20,6 +20,16 @@ double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double s
     return up;
 }
 
+int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
+                               int64_t ignore_index)
+{
+    int64_t count = 0;
+    for (int64_t n = 0; n < (S > 0 ? N : 0); ++n)
+        for (int64_t s = 0; s < S; ++s)
+            count += ploss_load_int(t, dtype, n * sn + s * ss) != ignore_index;
+    return count;
+}
+
 ploss_status ploss_cpu_rows_alloc(ploss_cpu_rows *b, const char *loss, int64_t M, int64_t C, int k,
                                   int64_t chunk)
 {

@@ -23,6 +23,12 @@
 double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double scale, const void *grad_loss,
                             ploss_dtype gl_dtype, double divisor);
 
+/* The MEAN divisor of unweighted class-index losses: the labels of the N×S samples (strides
+ * sn, ss in elements, dtype an integer type) that are not ignore_index.  The labels are
+ * already checked (in range or ignored).  S = 0: none (N may then be huge). */
+int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
+                               int64_t ignore_index);
+
 /* Scratch of one backend call, all of it taken by ploss_cpu_rows_alloc. */
 typedef struct {
     int nthreads;     /* team size the rows were sized for: omp_get_max_threads() at alloc */

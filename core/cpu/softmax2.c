@@ -214,14 +214,15 @@ ploss_status ploss_cpu_softmax2(ploss_ctx_t *ctx, const ploss_sm2_problem *p)
     /* valid (or mined) samples: the MEAN divisor */
     if (p->ohem)
         ohem_mine(p, keys, kept, &b);
-    int64_t count = 0;
-    for (int64_t i = 0; i < M; ++i) {
-        if (p->ohem)
+    double divisor = 1.0;
+    if (p->reduction == PLOSS_REDUCTION_MEAN && p->ohem) {
+        int64_t count = 0;
+        for (int64_t i = 0; i < M; ++i)
             count += kept[i];
-        else
-            count += ploss_load_int(p->t, p->t_dtype, (i / p->S) * p->t_sn + (i % p->S) * p->t_ss) != p->ignore_index;
+        divisor = (double)count;
+    } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
+        divisor = (double)ploss_cpu_count_labels(p->t, p->t_dtype, p->N, p->S, p->t_sn, p->t_ss, p->ignore_index);
     }
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)count : 1.0;
 
     /* ω for reduced losses; per sample for NONE in backward */
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);

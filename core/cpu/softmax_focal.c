@@ -76,14 +76,11 @@ ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_proble
     const int want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
 
-    double divisor = 1.0; /* MEAN: the number of valid samples */
-    if (p->reduction == PLOSS_REDUCTION_MEAN) {
-        int64_t count = 0;
-        for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n) /* S = 0: N may be huge */
-            for (int64_t s = 0; s < p->S; ++s)
-                count += ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss) != p->ignore_index;
-        divisor = (double)count;
-    }
+    /* MEAN: the number of valid samples */
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN
+                               ? (double)ploss_cpu_count_labels(p->t, p->t_dtype, p->N, p->S, p->t_sn, p->t_ss,
+                                                                p->ignore_index)
+                               : 1.0;
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
     /* two rows of C doubles per thread (x and Gv), taken before the first write */
