@@ -967,15 +967,36 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+/* A tile of the tile path and where it lies: tile t = n·per + r is samples r·TILE_P …
+ * of image n.  The blocks walk the tiles with stride gridDim.x, so the cursors advance by
+ * adding (dn, dr) = divmod(gridDim.x, per) with a carry: no division per tile. */
+struct TileCursor {
+    int64_t t, n, r;
+    __device__ void advance(int64_t step, int64_t dn, int64_t dr, int64_t per)
+    {
+        t += step;
+        n += dn;
+        r += dr;
+        if (r >= per) {
+            r -= per;
+            ++n;
+        }
+    }
+};
+
 /* The tile path: MINE = false the loss pass, MINE = true OHEM mining pass `level`.  Dynamic
- * shared memory: STAGES tiles of C × TILE_P elements of T.  The loss pass's last block to
- * finish sums the per-tile loss partials. */
+ * shared memory: STAGES tiles of C × TILE_P elements of T.  Per tile: one barrier after
+ * its copies land, one before its gradient leaves in 16-byte pieces (they hold other
+ * threads' samples), one before its buffer is refilled; the tile's loss partial is the
+ * sum of its warps' sums (shuffles, then one thread after the last barrier: fixed order).
+ * The loss pass's last block to finish sums the per-tile loss partials. */
 template <class T, class Op, bool MINE>
 __global__ void __launch_bounds__(THREADS, 4)
     tile_kernel(ploss_sm2_problem p, Op op, Aux<float> aux, int level)
 {
     extern __shared__ __align__(16) unsigned char tile_smem[];
     __shared__ unsigned int hist[MINE ? HIST0 : 1];
+    __shared__ float warp_loss[THREADS / 32];
     SamplePass ps;
     if (!sample_pass<MINE>(p, aux, level, hist, ps))
         return;
@@ -984,38 +1005,40 @@ __global__ void __launch_bounds__(THREADS, 4)
     constexpr int RPS = THREADS / PPR;       /* class rows per sweep of the block */
     const int C = (int)p.C;
     const int64_t S = p.S, per = (S + TILE_P - 1) / TILE_P, tiles = p.N * per;
-    const bool small = tiles <= (int64_t)UINT32_MAX; /* 32-bit division suffices */
+    const int64_t step = gridDim.x, dn = step / per, dr = step - dn * per;
     const T *x = (const T *)p.x;
     T *const gp = (T *)p.grad;
     T *const buf = (T *)tile_smem;
     const bool gvec = !MINE && ps.want_grad && tile_aligned<T>(gp, p.g_sn, p.g_sc, p.g_ss);
+    const bool reduced = !MINE && ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE;
     /* this thread's pieces: element e of class rows j0, j0 + RPS, … of every tile */
     const int j0 = (int)threadIdx.x / PPR, e = ((int)threadIdx.x % PPR) * VE;
-    auto image_of = [&](int64_t t) { return small ? (int64_t)((uint32_t)t / (uint32_t)per) : t / per; };
+    auto cursor = [&](int64_t t) { return TileCursor{t, t / per, t % per}; };
 
-    /* the copies of tile t into tile buffer b (a piece that crosses the image's end is
+    /* the copies of tile c into tile buffer b (a piece that crosses the image's end is
      * zero-filled past it, one wholly past it is zeroed without a read) */
-    auto fetch = [&](int64_t t, int b) {
-        const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, have = S - s0 - e;
+    auto fetch = [&](const TileCursor &c, int b) {
+        const int64_t s0 = c.r * TILE_P, have = S - s0 - e;
         const int bytes = have >= VE ? 16 : have > 0 ? (int)have * (int)sizeof(T) : 0;
-        const T *src = bytes ? x + n * p.x_sn + j0 * p.x_sc + s0 + e : x;
-        const int64_t step = bytes ? p.x_sc : 0;
-        for_tile_pieces<RPS>(j0, C, src, step, buf + ((size_t)b * C + j0) * TILE_P + e,
+        const T *src = bytes ? x + c.n * p.x_sn + j0 * p.x_sc + s0 + e : x;
+        const int64_t xs = bytes ? p.x_sc : 0;
+        for_tile_pieces<RPS>(j0, C, src, xs, buf + ((size_t)b * C + j0) * TILE_P + e,
                              [&](const T *g, T *piece) { cp_async16(piece, g, bytes); });
     };
 
     /* the block's first STAGES tiles in flight; one commit group per tile, empty past the
-     * last */
+     * last; `ahead` is then the tile STAGES steps on */
+    TileCursor cur = cursor(blockIdx.x), ahead = cur;
     for (int q = 0; q < STAGES; ++q) {
-        if ((int64_t)blockIdx.x + (int64_t)q * gridDim.x < tiles)
-            fetch(blockIdx.x + (int64_t)q * gridDim.x, q);
+        if (ahead.t < tiles)
+            fetch(ahead, q);
         cp_async_commit();
+        ahead.advance(step, dn, dr, per);
     }
 
     SampleSums sum = {0.f, 0, 0};
-    int b = 0; /* tile buffer */
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b = b + 1 < STAGES ? b + 1 : 0) {
-        const int64_t n = image_of(t), s0 = (t - n * per) * TILE_P, s = s0 + threadIdx.x;
+    for (int b = 0; cur.t < tiles; b = b + 1 < STAGES ? b + 1 : 0) {
+        const int64_t n = cur.n, s0 = cur.r * TILE_P, s = s0 + threadIdx.x;
         const bool here = s < S;
         const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
         cp_async_wait<STAGES - 1>(); /* this thread's copies of tile t have landed */
@@ -1027,10 +1050,10 @@ __global__ void __launch_bounds__(THREADS, 4)
             sample_step<MINE>(p, op, aux, ps, hist, row, y, n, s, sum,
                               [&](int j, float v) { tile[j * TILE_P + threadIdx.x] = from_acc<T>(v); });
         }
-        if (!MINE && ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
-            const float tile_sum = block_reduce<THREADS>(sum.loss, SumOp()); /* one partial per tile */
-            if (threadIdx.x == 0)
-                aux.partial[t] = (double)tile_sum;
+        if (reduced) {
+            const float w = warp_all_reduce<32>(sum.loss, SumOp());
+            if (threadIdx.x % 32 == 0)
+                warp_loss[threadIdx.x / 32] = w;
             sum.loss = 0.f;
         }
         if (ps.want_grad) {
@@ -1054,15 +1077,24 @@ __global__ void __launch_bounds__(THREADS, 4)
             }
         }
         __syncthreads(); /* tile buffer b is free: the block's tile STAGES tiles on goes there */
-        const int64_t tn = t + (int64_t)STAGES * gridDim.x;
-        if (tn < tiles)
-            fetch(tn, b);
+        if (reduced && threadIdx.x == 0) { /* one partial per tile (warp_loss is rewritten
+                                              only after the next tile's first barrier) */
+            float a = 0.f;
+#pragma unroll
+            for (int k = 0; k < THREADS / 32; ++k)
+                a += warp_loss[k];
+            aux.partial[cur.t] = (double)a;
+        }
+        if (ahead.t < tiles)
+            fetch(ahead, b);
         cp_async_commit();
+        ahead.advance(step, dn, dr, per);
+        cur.advance(step, dn, dr, per);
     }
     cp_async_wait<0>();
     if constexpr (MINE) {
         sample_flush<MINE>(p, aux, ps, hist, sum);
-    } else if (ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE) {
+    } else if (reduced) {
         /* the last block to finish sums the per-tile partials (no finalize kernel) */
         __shared__ bool last;
         __threadfence(); /* this block's partials, before its arrival */
