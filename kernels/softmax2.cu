@@ -634,7 +634,8 @@ template <int CMAX> __device__ __forceinline__ float row_pick(const float (&v)[C
 }
 template <class T> __device__ __forceinline__ float row_pick(const TileRow<T> &r, int y) { return y >= 0 ? r[y] : 0.f; }
 
-/* x_y ← v (0 ≤ y < C): a register row by selects (one move when y is a constant). */
+/* x_y ← v (0 ≤ y < C): a register row by selects (one move when y is a constant), a tile
+ * row rounded to T. */
 template <int CMAX> __device__ __forceinline__ void row_set(float (&v)[CMAX], int y, float val)
 {
 #pragma unroll
@@ -644,7 +645,7 @@ template <int CMAX> __device__ __forceinline__ void row_set(float (&v)[CMAX], in
 }
 template <class T> __device__ __forceinline__ void row_set(const TileRow<T> &r, int y, float val)
 {
-    r.s[y * TILE_P] = from_acc<T>(val); /* only −∞ and values of the row: exact in T */
+    r.s[y * TILE_P] = from_acc<T>(val);
 }
 
 /* Softmax sums of a row: m = max_j x_j (0 when every x_j is −∞) and se = Σ_j e^(x_j − m),
@@ -689,7 +690,7 @@ __device__ __forceinline__ float reg_taylor(float x, int n)
  *  - from_state(st, x_y): the context from a saved state;
  *  - coeffs(cx, w, x_y, y): the per-sample coefficients GC of the gradient times w;
  *  - grad(x_j, j, gc): w·∂ℓ/∂x_j for j ≠ y (also evaluated at y, then overwritten);
- *    target_grad(gc): w·∂ℓ/∂x_y.
+ *    gc.ty: w·∂ℓ/∂x_y.
  * Reciprocals are __frcp_rn (correctly rounded) times the numerator. */
 struct RegLargeMargin {
     static constexpr int n_state = 3;
@@ -705,7 +706,8 @@ struct RegLargeMargin {
                             Ctx &cx) const
     {
         /* statistics of 𝒩 = {j ≠ y} from loops over every class: the target's slot holds −∞
-         * for the maximum, then mN (e^0 = 1, offset by sN's start at −1; no t or rel term) */
+         * for the maximum, then mN (e^0 = 1, offset by sN's start at −1; no t or rel term);
+         * both are exact in a tile's T (mN is one of the row's values) */
         row_set(row, y, -INFINITY);
         float mN = -INFINITY;
         for_classes(row, C, [&](int, float x) { mN = fmaxf(mN, x); });
@@ -744,7 +746,6 @@ struct RegLargeMargin {
         const float d = max_nan(x - g.r, -128.f);
         return fmaf(fex(d), fmaf(g.B, d, g.A), -g.K);
     }
-    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
 /* Taylor cross-entropy; N = 2: the order 2 (the default) known at compile time, N = 0:
@@ -778,7 +779,6 @@ template <int N> struct RegTaylor {
             return fmaf(x, g.r, g.r); /* f_1(x)·r */
         return reg_taylor(x, n() - 1) * g.r;
     }
-    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
 /* Cross-entropy (bias NULL) and PC-softmax (bias = log priors). */
@@ -805,7 +805,6 @@ struct RegSoftmax {
         return {c.lse, w, w * (fex(z(xy, y) - c.lse) - 1.f)};
     }
     __device__ float grad(float x, int j, const GC &g) const { return fex(z(x, j) - g.lse) * g.w; }
-    __device__ float target_grad(const GC &g) const { return g.ty; }
 };
 
 /* V elements of T read or written as one vector. */
@@ -855,16 +854,16 @@ __device__ __forceinline__ bool sample_pass(const ploss_sm2_problem &p, const Au
 }
 
 /* Sample (n, s) with label y and logits `row`.  MINE: its OHEM key into the level's
- * histogram (and counts).  Else: its loss and state, and put(j, ∂ℓ/∂x_j · ω) for each
- * class j < C when the pass wants the gradient (zero for a sample not kept): the
- * non-target formula for every j in increasing order, then put(y, ·) again with the
- * target's value, which must win.  An invalid
- * label gives a NaN loss and state and a zero gradient (as cross_entropy.cu).  The row may
- * be overwritten (large-margin masks its target; put may write into it). */
-template <bool MINE, class Op, class R, class Put>
+ * histogram (and counts).  Else: its loss and state, and, when the pass wants the
+ * gradient, ∂ℓ/∂x_j · ω in place of x_j in the row for each class j < C (zero for a sample
+ * not kept): the non-target formula for every j in increasing order (each x_j read before
+ * it is replaced), then the target's value over it.  An invalid label gives a NaN loss and
+ * state and a zero gradient (as cross_entropy.cu).  Large-margin also masks its target's
+ * slot of the row. */
+template <bool MINE, class Op, class R>
 __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op &op, const Aux<float> &aux,
                                             const SamplePass &ps, unsigned int *hist, R &row, int64_t y,
-                                            int64_t n, int64_t s, SampleSums &sum, Put &&put)
+                                            int64_t n, int64_t s, SampleSums &sum)
 {
     const int C = (int)p.C;
     const bool invalid = invalid_label(p, y);
@@ -913,10 +912,10 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
             const float w =
                 ps.upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : ps.omega;
             const auto gc = op.coeffs(cx, w, xy, yi);
-            for_classes(row, C, [&](int j, float x) { put(j, op.grad(x, j, gc)); });
-            put(yi, op.target_grad(gc));
+            for_classes(row, C, [&](int j, float x) { row_set(row, j, op.grad(x, j, gc)); });
+            row_set(row, yi, gc.ty);
         } else if (ps.want_grad) {
-            for_classes(row, C, [&](int j, float) { put(j, 0.f); });
+            for_classes(row, C, [&](int j, float) { row_set(row, j, 0.f); });
         }
     }
 }
@@ -1047,8 +1046,7 @@ __global__ void __launch_bounds__(THREADS, 4)
         /* the gradient replaces the logits in the tile, then leaves it below */
         if (here) {
             TileRow<T> row{tile + threadIdx.x};
-            sample_step<MINE>(p, op, aux, ps, hist, row, y, n, s, sum,
-                              [&](int j, float v) { tile[j * TILE_P + threadIdx.x] = from_acc<T>(v); });
+            sample_step<MINE>(p, op, aux, ps, hist, row, y, n, s, sum);
         }
         if (reduced) {
             const float w = warp_all_reduce<32>(sum.loss, SumOp());
@@ -1178,8 +1176,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sm2_problem p, Op
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
                     launder(v[e][j]);
-            sample_step<MINE>(p, op, aux, ps, hist, v[e], y[e], n, s0 + e, sum,
-                              [&](int j, float g) { row_set(v[e], j, g); });
+            sample_step<MINE>(p, op, aux, ps, hist, v[e], y[e], n, s0 + e, sum);
             if (V > 1)
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
