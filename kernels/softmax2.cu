@@ -28,12 +28,12 @@
  *
  * Reductions are deterministic: per-thread sums in the accumulation type, a CUB block
  * reduction, one double partial per block (the grid depends on the shape, dtype and layout,
- * which pick the kernel, never on timing) or, on the tile path, per tile (whichever block
- * computed it: the tile path's grid is what fits on the device); a single block sums the
- * partials in a fixed order; integer counts (valid samples, OHEM
- * histograms) use integer atomics, whose results do not depend on the order.  Nothing
- * synchronises with the host: the MEAN divisor and the OHEM threshold live in device
- * memory.
+ * which pick the kernel, never on timing) or, on the tile path, per tile (its warps' sums
+ * added in warp order, whichever block computed it: the tile path's grid is what fits on
+ * the device); a single block sums the partials in a fixed order; integer counts (valid
+ * samples, OHEM histograms) use integer atomics, whose results do not depend on the
+ * order.  Nothing synchronises with the host: the MEAN divisor and the OHEM threshold live
+ * in device memory.
  *
  * OHEM threshold without a sort and without a per-sample buffer (workspace: the 48 KiB
  * histogram state): mining level 0 computes every sample's score key and a histogram of
@@ -1012,7 +1012,6 @@ __global__ void __launch_bounds__(THREADS, 4)
     const bool reduced = !MINE && ps.want_loss && p.reduction != PLOSS_REDUCTION_NONE;
     /* this thread's pieces: element e of class rows j0, j0 + RPS, … of every tile */
     const int j0 = (int)threadIdx.x / PPR, e = ((int)threadIdx.x % PPR) * VE;
-    auto cursor = [&](int64_t t) { return TileCursor{t, t / per, t % per}; };
 
     /* the copies of tile c into tile buffer b (a piece that crosses the image's end is
      * zero-filled past it, one wholly past it is zeroed without a read) */
@@ -1027,7 +1026,8 @@ __global__ void __launch_bounds__(THREADS, 4)
 
     /* the block's first STAGES tiles in flight; one commit group per tile, empty past the
      * last; `ahead` is then the tile STAGES steps on */
-    TileCursor cur = cursor(blockIdx.x), ahead = cur;
+    const int64_t t0 = blockIdx.x;
+    TileCursor cur = {t0, t0 / per, t0 % per}, ahead = cur;
     for (int q = 0; q < STAGES; ++q) {
         if (ahead.t < tiles)
             fetch(ahead, q);
