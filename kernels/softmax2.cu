@@ -1040,7 +1040,7 @@ __global__ void __launch_bounds__(THREADS, 4)
         const int64_t n = cur.n, s0 = cur.r * TILE_P, s = s0 + threadIdx.x;
         const bool here = s < S;
         const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
-        cp_async_wait<STAGES - 1>(); /* this thread's copies of tile t have landed */
+        cp_async_wait<STAGES - 1>(); /* this thread's copies of the current tile have landed */
         __syncthreads();    /* and everyone's */
         T *const tile = buf + (size_t)b * C * TILE_P;
         /* the gradient replaces the logits in the tile, then leaves it below */

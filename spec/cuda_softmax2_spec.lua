@@ -210,6 +210,24 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  it("walks images of more tiles than the grid has blocks, the last one partial (tiles, against f64)", function()
+    -- 2x5x5x35841: 700 full tiles of 256 samples and one of 5 per image, more than the
+    -- device holds blocks of the tile kernel at once, so a block's next tile is often in the
+    -- same image (the tile cursor's carry into the next image, and the partial tile, inside
+    -- the walk); 'mean' and 'sum' (the MEAN divisor, one loss partial per tile)
+    local sizes = { 2, 5, 5, 35841 }
+    local x = make_input(sizes, "f32", "contiguous", 4242)
+    local y = make_labels(sizes, true, 255, "i64", 4243)
+    local xc, yc = x:to("cpu", "f64"), y:cpu()
+    for _, c in ipairs { { "large_margin_softmax", { lam = 0.3, reduction = "mean" } },
+      { "taylor_cross_entropy", { n = 2, ignore_index = 255, reduction = "sum" } } } do
+      local l, g = F[c[1] .. "_fused"](x, y, c[2])
+      local rl, rg = F[c[1] .. "_fused"](xc, yc, c[2])
+      close(l, rl, TOL.f32.loss, 0, c[1] .. " loss")
+      close(g, rg, TOL.f32.grad, TOL.f32.floor, c[1] .. " grad")
+    end
+  end)
+
   it("with every sample ignored: NaN mean, zero gradient", function()
     for _, sizes in ipairs { { 3, 4 }, { 2, 3000 }, { 2, 3, 4, 5 } } do
       local x = ploss.randn(sizes, { device = DEV })
