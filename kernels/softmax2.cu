@@ -20,8 +20,10 @@
  *    over the classes; per-lane statistics are merged with CUB (fixed order).
  * Per-sample statistics on the row-group path are accumulated online in one pass (running
  * maximum, rescaled sums; initial maximum −∞).  Large-margin keeps the statistics of the
- * non-target classes with their own maximum on both paths, and gets the full log-sum-exp
- * from them and x_y, so a dominant target logit cannot underflow the non-target sum.
+ * non-target classes apart, relative to their own maximum (the per-sample kernels: to
+ * another class's logit, or their maximum where a logit lies far above it), and gets the
+ * full log-sum-exp from them and x_y, so a dominant target cannot underflow the
+ * non-target sum.
  *
  * Invalid labels (≠ ignore_index, outside [0, C)) set the context's error slot and give
  * the sample a NaN loss (and state) and a zero gradient, as cross_entropy.cu.
@@ -695,8 +697,8 @@ __device__ __forceinline__ float reg_taylor(float x, int n)
 struct RegLargeMargin {
     static constexpr int n_state = 3;
     float half_lam, u;
-    /* r: reference point (the non-target maximum, or from a state mN + log S'), c1 =
-     * e^(r − lse), invS = 1/Σ_𝒩 e^(x−r), Em = E_𝒩[x] − r, py = p_y */
+    /* r: reference point (a non-target logit or the non-target maximum, or from a state
+     * r + log S'), c1 = e^(r − lse), invS = 1/Σ_𝒩 e^(x−r), Em = E_𝒩[x] − r, py = p_y */
     struct Ctx { float r, c1, invS, Em, py; };
     /* w·∂ℓ/∂x_j = e_j·(A + B·d_j) − K with d_j = x_j − r, e_j = e^(d_j):
      * A = w·(c1 + λ/2·invS·(1 − Em)), B = w·λ/2·invS, K = w·λ/2·u */
@@ -705,30 +707,41 @@ struct RegLargeMargin {
     __device__ float finish(R &row, int C, int y, float xy, const SoftmaxSums *, bool save, float (&st)[3],
                             Ctx &cx) const
     {
-        /* statistics of 𝒩 = {j ≠ y} from loops over every class: the target's slot holds −∞
-         * for the maximum, then mN (e^0 = 1, offset by sN's start at −1; no t or rel term);
-         * both are exact in a tile's T (mN is one of the row's values) */
-        row_set(row, y, -INFINITY);
-        float mN = -INFINITY;
-        for_classes(row, C, [&](int, float x) { mN = fmaxf(mN, x); });
-        row_set(row, y, mN);
-        float sN = -1.f, tN = 0.f, rel = 0.f;
-        for_classes(row, C, [&](int, float x) {
-            const float d = x - mN, e = fex(d);
-            sN += e;
-            tN = fmaf(e, d, tN);
-            rel += d;
-        });
-        /* separate maxima: a dominant target cannot underflow the non-target sum */
-        const float m = fmaxf(xy, mN);
-        const float lse = m + logf(fex(xy - m) + fex(mN - m) * sN);
+        /* statistics of 𝒩 = {j ≠ y} relative to a reference r, from loops over every class
+         * with r in the target's slot (e^0 = 1, offset by sN's start at −1; no t or rel
+         * term; exact in a tile's T: r is one of the row's values).  r is first another
+         * class's logit (x_1 or x_0: no pass for the maximum, sN ≥ 1).  Taken again
+         * relative to the non-target maximum when sN > 2^40 (a logit more than 27 above
+         * r: an overflow is possible, and c1 = e^(r − lse) could flush to 0 while some
+         * p_j = e^(x_j − r)·c1 is above 2^-86) or sN is NaN. */
+        float r = row_pick(row, y == 0 ? 1 : 0), sN, tN, rel;
+        auto sums = [&] {
+            row_set(row, y, r);
+            sN = -1.f, tN = 0.f, rel = 0.f;
+            for_classes(row, C, [&](int, float x) {
+                const float d = x - r, e = fex(d);
+                sN += e;
+                tN = fmaf(e, d, tN);
+                rel += d;
+            });
+        };
+        sums();
+        if (!(sN <= 0x1p40f)) {
+            row_set(row, y, -INFINITY);
+            r = -INFINITY;
+            for_classes(row, C, [&](int, float x) { r = fmaxf(r, x); });
+            sums();
+        }
+        /* the target apart from 𝒩: a dominant target cannot underflow the non-target sum */
+        const float m = fmaxf(xy, r);
+        const float lse = m + logf(fex(xy - m) + fex(r - m) * sN);
         const float invS = __frcp_rn(sN), Em = tN * invS;
         if (save) {
             st[0] = lse;
-            st[1] = mN + logf(sN);
-            st[2] = mN + Em;
+            st[1] = r + logf(sN);
+            st[2] = r + Em;
         }
-        cx = {mN, fex(mN - lse), invS, Em, fex(xy - lse)};
+        cx = {r, fex(r - lse), invS, Em, fex(xy - lse)};
         return lse - xy + half_lam * (Em - rel * u);
     }
     __device__ Ctx from_state(const float (&st)[3], float xy) const
@@ -908,14 +921,18 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
                 for (int k = 0; k < Op::n_state; ++k)
                     ((float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss] = st[k];
         }
-        if (ps.want_grad && keep) {
+        if (ps.want_grad) {
+            /* a sample not kept runs the same loop and writes zeros (a select per class):
+             * no second, divergent loop for the warps that hold one (most of them at 1/16
+             * ignored) */
             const float w =
                 ps.upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : ps.omega;
-            const auto gc = op.coeffs(cx, w, xy, yi);
-            for_classes(row, C, [&](int j, float x) { row_set(row, j, op.grad(x, j, gc)); });
-            row_set(row, yi, gc.ty);
-        } else if (ps.want_grad) {
-            for_classes(row, C, [&](int j, float) { row_set(row, j, 0.f); });
+            typename Op::GC gc{};
+            if (keep)
+                gc = op.coeffs(cx, w, xy, yi);
+            for_classes(row, C, [&](int j, float x) { row_set(row, j, keep ? op.grad(x, j, gc) : 0.f); });
+            if (keep)
+                row_set(row, yi, gc.ty);
         }
     }
 }
