@@ -922,15 +922,19 @@ __device__ __forceinline__ void sample_step(const ploss_sm2_problem &p, const Op
                     ((float *)p.state)[n * p.st_sn + k * p.st_sk + s * p.st_ss] = st[k];
         }
         if (ps.want_grad) {
-            /* a sample not kept runs the same loop and writes zeros (a select per class):
-             * no second, divergent loop for the warps that hold one (most of them at 1/16
-             * ignored) */
+            /* a sample not kept runs the same loop and writes +0 (its values masked off, not
+             * a branch: a conditional select around an op that loads, PC-softmax's prior,
+             * becomes a branch per class): no second, divergent loop for the warps that
+             * hold one (most of them at 1/16 ignored) */
             const float w =
                 ps.upstream_each ? (float)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : ps.omega;
             typename Op::GC gc{};
             if (keep)
                 gc = op.coeffs(cx, w, xy, yi);
-            for_classes(row, C, [&](int j, float x) { row_set(row, j, keep ? op.grad(x, j, gc) : 0.f); });
+            const unsigned live = keep ? ~0u : 0u;
+            for_classes(row, C, [&](int j, float x) {
+                row_set(row, j, __uint_as_float(__float_as_uint(op.grad(x, j, gc)) & live));
+            });
             if (keep)
                 row_set(row, yi, gc.ty);
         }

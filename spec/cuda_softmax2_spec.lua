@@ -195,6 +195,40 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  it("matches f64 where a non-target logit lies far above the reference logit x_0 / x_1 (every dtype, tiles and registers)", function()
+    -- the per-sample kernels take the non-target statistics relative to x_1 (y = 0) or x_0
+    -- and again relative to the non-target maximum when their sum passes 2^40 (a logit more
+    -- than ~27.7 above it): rows 1-3 take that second path, row 4 stays just below it
+    -- (e^26), row 5 has a dominant target with x_0 far below the rest; 8 rows, so that the
+    -- image's class rows start on 16 bytes in every dtype (the tile path)
+    local rows = {
+      { 5, -60, 0, 40 }, { 3, -80, 10, 20 }, { -90, 1, 2, 0 }, { 0, 26, -5, 1 },
+      { -50, 0, 400, 1 }, { 7, -40, 0, 0 }, { 1, 2, 3, 4 }, { 0, 0, 0, 0 },
+    }
+    local labels = { 2, 0, 3, 2, 2, 0, 1, 3 }
+    for _, dtype in ipairs(DTYPES) do
+      local x = ploss.tensor(rows, { dtype = dtype }):to(DEV)
+      local y = ploss.tensor(labels, { dtype = "i64" }):to(DEV)
+      -- N×C (registers) and the rows as the pixels of a 1×C×8 image (tiles)
+      for _, xy in ipairs { { x, y }, { x:t():contiguous():view({ 1, 4, 8 }), y:view({ 1, 8 }) } } do
+        local xs, ys = xy[1], xy[2]
+        for _, red in ipairs { "none", "sum" } do
+          local l, g = F.large_margin_softmax_fused(xs, ys, { reduction = red, lam = 0.7 })
+          local rl, rg = F.large_margin_softmax_fused(xs:to("cpu", "f64"), ys:cpu(), { reduction = red, lam = 0.7 })
+          close(l, rl, TOL[dtype].loss, 0, dtype .. " " .. red .. " loss")
+          close(g, rg, TOL[dtype].grad, TOL[dtype].floor, dtype .. " " .. red .. " grad")
+        end
+      end
+    end
+    -- C = 2 as its own problem (x_1 or x_0 is then the only non-target class)
+    local x2 = ploss.tensor({ { 7, -40 }, { -40, 7 }, { 100, -100 } }, { dtype = "f32" }):to(DEV)
+    local y2 = ploss.tensor({ 0, 0, 1 }, { dtype = "i64" }):to(DEV)
+    local l, g = F.large_margin_softmax_fused(x2, y2, { reduction = "none" })
+    local rl, rg = F.large_margin_softmax_fused(x2:to("cpu", "f64"), y2:cpu(), { reduction = "none" })
+    close(l, rl, TOL.f32.loss, 0, "C = 2 loss")
+    close(g, rg, TOL.f32.grad, TOL.f32.floor, "C = 2 grad")
+  end)
+
   it("keeps the gradient finite for a non-target logit near the f32 minimum (lam = 4; tiles and registers)", function()
     -- the first sample's logits {0, 0, -3e38}: e^d = 0 while lam/2 * invS * d is near -inf
     local img = { { { 0, 1, 2, 3 }, { 0, -1, 0.5, 2 }, { -3e38, 0.25, -2, 1 } } } -- 1x3x4: tiles
