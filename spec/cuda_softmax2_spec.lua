@@ -196,37 +196,68 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
   end)
 
   it("matches f64 where a non-target logit lies far above the reference logit x_0 / x_1 (every dtype, tiles and registers)", function()
-    -- the per-sample kernels take the non-target statistics relative to x_1 (y = 0) or x_0
-    -- and again relative to the non-target maximum when their sum passes 2^40 (a logit more
-    -- than ~27.7 above it): rows 1-3 take that second path, row 4 stays just below it
-    -- (e^26), row 5 has a dominant target with x_0 far below the rest; 8 rows, so that the
-    -- image's class rows start on 16 bytes in every dtype (the tile path)
+    -- The per-sample kernels take the non-target statistics relative to r = x_1 (y = 0) or
+    -- x_0, and again relative to the non-target maximum when their sum passes 2^40 (a
+    -- logit more than ~27.7 above r) or is NaN.  Rows 2 and 3 overflow relative to r
+    -- (d = 100, 92); row 4 (d = 86) keeps the sum finite while Σ e^d·d overflows, so only a
+    -- threshold well below the f32 maximum catches it; rows 1, 5, 7 and 9 take the
+    -- maximum (d = 35, 29, 51, 40), row 6 stays just below the threshold (d = 26), row 8
+    -- has a dominant target on the first path; rows 12 and 13 are ignored (label 255), the
+    -- first with NaN and ±inf logits: their gradient is +0 and their loss 0.  16 rows, so
+    -- that the image's class rows start on 16 bytes in every dtype (the tile path).
+    local nan, inf = 0 / 0, math.huge
     local rows = {
-      { 5, -60, 0, 40 }, { 3, -80, 10, 20 }, { -90, 1, 2, 0 }, { 0, 26, -5, 1 },
-      { -50, 0, 400, 1 }, { 7, -40, 0, 0 }, { 1, 2, 3, 4 }, { 0, 0, 0, 0 },
+      { 5, -60, 0, 40 }, { 3, -80, 10, 20 }, { -90, 1, 2, 0 }, { 0, 86, -5, 1 },
+      { 0, 29, -5, 1 }, { 0, 26, -5, 1 }, { -50, 0, 400, 1 }, { 0, 20, 400, 1 },
+      { 7, -40, 0, 0 }, { 1, 2, 3, 4 }, { 0, 0, 0, 0 }, { nan, inf, -inf, 1 },
+      { 1, 1, 1, 1 }, { 2, 1, 0, -1 }, { 0, 0, 0, 0 }, { -3, 5, 2, 1 },
     }
-    local labels = { 2, 0, 3, 2, 2, 0, 1, 3 }
+    local labels = { 2, 0, 3, 2, 2, 2, 2, 2, 0, 1, 3, 255, 255, 0, 1, 3 }
+    local opts = { lam = 0.7 }
     for _, dtype in ipairs(DTYPES) do
       local x = ploss.tensor(rows, { dtype = dtype }):to(DEV)
       local y = ploss.tensor(labels, { dtype = "i64" }):to(DEV)
-      -- N×C (registers) and the rows as the pixels of a 1×C×8 image (tiles)
-      for _, xy in ipairs { { x, y }, { x:t():contiguous():view({ 1, 4, 8 }), y:view({ 1, 8 }) } } do
-        local xs, ys = xy[1], xy[2]
+      local gout = ploss.randn({ 16 }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV, seed = 77 })
+      -- N×C (registers) and the rows as the pixels of a 1×C×16 image (tiles); the ignored
+      -- row's gradient at grad_at(g, j)
+      local layouts = {
+        { x, y, gout, function(g, j) return g[12][j] end },
+        { x:t():contiguous():view({ 1, 4, 16 }), y:view({ 1, 16 }), gout:view({ 1, 16 }), function(g, j) return g[1][j][12] end },
+      }
+      for _, c in ipairs(layouts) do
+        local xs, ys, go, grad_at = c[1], c[2], c[3], c[4]
+        local xc, yc = xs:to("cpu", "f64"), ys:cpu()
         for _, red in ipairs { "none", "sum" } do
-          local l, g = F.large_margin_softmax_fused(xs, ys, { reduction = red, lam = 0.7 })
-          local rl, rg = F.large_margin_softmax_fused(xs:to("cpu", "f64"), ys:cpu(), { reduction = red, lam = 0.7 })
+          local o = { lam = opts.lam, reduction = red }
+          local l, g = F.large_margin_softmax_fused(xs, ys, o)
+          local rl, rg = F.large_margin_softmax_fused(xc, yc, o)
           close(l, rl, TOL[dtype].loss, 0, dtype .. " " .. red .. " loss")
           close(g, rg, TOL[dtype].grad, TOL[dtype].floor, dtype .. " " .. red .. " grad")
+          local gt = g:to("cpu", "f64"):totable()
+          for j = 1, 4 do
+            local v = grad_at(gt, j)
+            assert.is_true(v == 0 and 1 / v > 0, dtype .. " ignored row's gradient " .. tostring(v))
+          end
         end
+        -- the saved state (forward, then backward) and the recomputed backward
+        local o = { lam = opts.lam, reduction = "none" }
+        local rb = F.large_margin_softmax_backward(xc, yc, go:to("cpu", "f64"), o)
+        local crit = ploss.LargeMarginSoftmaxLoss(o)
+        crit:forward(xs, ys)
+        close(crit:backward(xs, ys, go), rb, TOL[dtype].grad, TOL[dtype].floor, dtype .. " backward (saved state)")
+        close(F.large_margin_softmax_backward(xs, ys, go, o), rb, TOL[dtype].grad, TOL[dtype].floor,
+          dtype .. " backward (recomputed)")
       end
     end
-    -- C = 2 as its own problem (x_1 or x_0 is then the only non-target class)
-    local x2 = ploss.tensor({ { 7, -40 }, { -40, 7 }, { 100, -100 } }, { dtype = "f32" }):to(DEV)
-    local y2 = ploss.tensor({ 0, 0, 1 }, { dtype = "i64" }):to(DEV)
-    local l, g = F.large_margin_softmax_fused(x2, y2, { reduction = "none" })
-    local rl, rg = F.large_margin_softmax_fused(x2:to("cpu", "f64"), y2:cpu(), { reduction = "none" })
-    close(l, rl, TOL.f32.loss, 0, "C = 2 loss")
-    close(g, rg, TOL.f32.grad, TOL.f32.floor, "C = 2 grad")
+    -- C = 2 (x_1 or x_0 is then the only non-target class, sN = 1): registers and tiles
+    local x2 = ploss.tensor({ { 7, -40 }, { -40, 7 }, { 100, -100 }, { 0, 0 } }, { dtype = "f32" }):to(DEV)
+    local y2 = ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" }):to(DEV)
+    for _, c in ipairs { { x2, y2 }, { x2:t():contiguous():view({ 1, 2, 4 }), y2:view({ 1, 4 }) } } do
+      local l, g = F.large_margin_softmax_fused(c[1], c[2], { reduction = "none" })
+      local rl, rg = F.large_margin_softmax_fused(c[1]:to("cpu", "f64"), c[2]:cpu(), { reduction = "none" })
+      close(l, rl, TOL.f32.loss, 0, "C = 2 loss")
+      close(g, rg, TOL.f32.grad, TOL.f32.floor, "C = 2 grad")
+    end
   end)
 
   it("keeps the gradient finite for a non-target logit near the f32 minimum (lam = 4; tiles and registers)", function()
