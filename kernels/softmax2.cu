@@ -710,10 +710,11 @@ struct RegLargeMargin {
         /* statistics of 𝒩 = {j ≠ y} relative to a reference r, from loops over every class
          * with r in the target's slot (e^0 = 1, offset by sN's start at −1; no t or rel
          * term; exact in a tile's T: r is one of the row's values).  r is first another
-         * class's logit (x_1 or x_0: no pass for the maximum, sN ≥ 1).  Taken again
-         * relative to the non-target maximum when sN > 2^40 (a logit more than 27 above
-         * r: an overflow is possible, and c1 = e^(r − lse) could flush to 0 while some
-         * p_j = e^(x_j − r)·c1 is above 2^-86) or sN is NaN. */
+         * class's logit (x_1 or x_0: no pass for the maximum; its own e^0 keeps sN near or
+         * above 1, whatever the order of the adds).  Taken again relative to the
+         * non-target maximum when sN > 2^40 (a logit more than 27 above r: an overflow is
+         * possible, and c1 = e^(r − lse) could flush to 0 while some p_j = e^(x_j − r)·c1
+         * is above 2^-86) or sN is NaN. */
         float r = row_pick(row, y == 0 ? 1 : 0), sN, tN, rel;
         auto sums = [&] {
             row_set(row, y, r);
