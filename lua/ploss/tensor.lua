@@ -83,6 +83,40 @@ end
 local canon_dtype = ploss.dtype
 
 ---------------------------------------------------------------------------------------
+-- Checked integers: every size, index, stride and position that enters from Lua
+---------------------------------------------------------------------------------------
+
+-- Sizes, strides and element counts are kept exact as Lua numbers: a tensor spans at
+-- most 2^53 elements (int64 arithmetic in the C core has room to spare beyond that).
+local MAX_SPAN = 2 ^ 53
+
+local function fmt_int(v) return string.format("%.0f", v) end
+
+--- `v` when it is an integer (finite, integral, within int64 and within [lo, hi] when
+-- given), else a raised error "<what>: <name> is <v>, expected an integer …" at the
+-- caller's line.  The one check for every integer argument of this module.
+local function check_int(v, what, name, lo, hi)
+  if type(v) == "number" and v == math.floor(v) and v >= -2 ^ 63 and v < 2 ^ 63
+     and (lo == nil or v >= lo) and (hi == nil or v <= hi) then
+    return v
+  end
+  local want = "an integer"
+  if lo and hi then want = want .. " in [" .. fmt_int(lo) .. ", " .. fmt_int(hi) .. "]"
+  elseif lo then want = want .. " >= " .. fmt_int(lo)
+  elseif hi then want = want .. " <= " .. fmt_int(hi) end
+  ploss.raise(string.format("%s: %s is %s, expected %s", what, name, tostring(v), want))
+end
+
+--- A checked copy of a list of sizes (integers >= 0, at most MAX_DIMS of them).
+local function check_sizes(sizes, what)
+  if type(sizes) ~= "table" then ploss.raise(what .. ": expected a list of sizes, got " .. type(sizes)) end
+  if #sizes > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. #sizes) end
+  local out = {}
+  for i = 1, #sizes do out[i] = check_int(sizes[i], what, "size " .. i, 0) end
+  return out
+end
+
+---------------------------------------------------------------------------------------
 -- Storage (reference-counted, malloc'd so that tensor cdata can point at it)
 ---------------------------------------------------------------------------------------
 
@@ -157,6 +191,11 @@ local function dtype_of(t) return dtype_list[t.dti + 1] end
 local function make(storage, dtype, device, sizes, strides, offset)
   local nd = #sizes
   if nd > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. nd) end
+  local numel = 1
+  for i = 1, nd do numel = numel * sizes[i] end
+  if numel > MAX_SPAN then
+    ploss.raise(string.format("shape: %s has more than 2^53 elements", table.concat(sizes, "x")))
+  end
   local dt = dtypes[dtype]
   local _, devtype, id = ploss.parse_device(device)
   local t = tensor_ct()
@@ -167,11 +206,9 @@ local function make(storage, dtype, device, sizes, strides, offset)
   t.desc.shape = t.sz
   t.desc.strides = t.st
   t.desc.byte_offset = 0
-  local numel = 1
   for i = 1, nd do
     t.sz[i - 1] = sizes[i]
     t.st[i - 1] = strides[i]
-    numel = numel * sizes[i]
   end
   t.n = numel
   t.off = offset
@@ -229,11 +266,15 @@ tensor_mt.__eq = function(a, b) return rawequal(a, b) end
 
 tensor_ct = ffi.metatype("ploss_lua_tensor", tensor_mt)
 
+-- Row-major strides of `sizes`; raises when they would not stay exact (more than 2^53).
 local function contiguous_strides(sizes)
   local strides, acc = {}, 1
   for i = #sizes, 1, -1 do
     strides[i] = acc
     acc = acc * math.max(sizes[i], 1)
+  end
+  if acc > MAX_SPAN then
+    ploss.raise(string.format("shape: sizes %s span more than 2^53 elements", table.concat(sizes, "x")))
   end
   return strides
 end
@@ -260,15 +301,7 @@ local function shape_args(...)
       elseif v ~= nil then ploss.raise("shape: expected sizes (numbers) then an options table") end
     end
   end
-  local out = {}
-  for i = 1, #sizes do
-    local s = sizes[i]
-    if type(s) ~= "number" or s < 0 or s ~= math.floor(s) then
-      ploss.raise("shape: size " .. i .. " is " .. tostring(s) .. ", expected an integer >= 0")
-    end
-    out[i] = s
-  end
-  return out, opts or {}
+  return check_sizes(sizes, "shape"), opts or {}
 end
 
 --- Uninitialised tensor.  `ploss.empty(2, 3)` or `ploss.empty({2, 3}, {dtype='f64', device='cuda'})`.
@@ -276,11 +309,11 @@ function ploss.empty(...)
   local sizes, opts = shape_args(...)
   local dtype = canon_dtype(opts.dtype)
   local device = ploss.parse_device(opts.device)
-  if #sizes > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. #sizes) end
+  local strides = contiguous_strides(sizes)
   local numel = 1
   for i = 1, #sizes do numel = numel * sizes[i] end
   local storage = new_storage(device, numel * dtypes[dtype].size)
-  return make(storage, dtype, device, sizes, contiguous_strides(sizes), 0)
+  return make(storage, dtype, device, sizes, strides, 0)
 end
 
 --- A new contiguous tensor with t's sizes, and its dtype and device unless opts say otherwise.
@@ -307,7 +340,7 @@ local rng = { seed = 0, offset = 0 }
 --- Set the global seed and reset the offset: the next random tensors are reproducible,
 -- on the CPU and on any GPU alike.
 function ploss.manual_seed(seed)
-  if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) then
+  if type(seed) ~= "number" or seed < 0 or seed >= 2 ^ 63 or seed ~= math.floor(seed) then
     ploss.raise("manual_seed: expected an integer >= 0, got " .. tostring(seed))
   end
   rng.seed, rng.offset = seed, 0
@@ -318,8 +351,10 @@ function ploss.rng_state() return rng.seed, rng.offset end
 
 -- (seed, offset) for a tensor of `numel` elements; advances the global offset unless
 -- opts.seed is given (then offset opts.offset or 0).
-local function draw(opts, numel)
-  if opts.seed then return opts.seed, opts.offset or 0 end
+local function draw(opts, numel, what)
+  if opts.seed then
+    return check_int(opts.seed, what, "seed", 0), check_int(opts.offset or 0, what, "offset", 0)
+  end
   local off = rng.offset
   rng.offset = rng.offset + numel
   return rng.seed, off
@@ -331,7 +366,7 @@ end
 function ploss.rand(...)
   local sizes, opts = shape_args(...)
   local t = ploss.empty(sizes, opts)
-  local seed, off = draw(opts, tonumber(t.n))
+  local seed, off = draw(opts, tonumber(t.n), "rand")
   ploss.check(C.ploss_rand_uniform(t:context(), t:dl(), seed, off, opts.low or 0, opts.high or 1), "rand")
   return t
 end
@@ -340,7 +375,7 @@ end
 function ploss.randn(...)
   local sizes, opts = shape_args(...)
   local t = ploss.empty(sizes, opts)
-  local seed, off = draw(opts, tonumber(t.n))
+  local seed, off = draw(opts, tonumber(t.n), "randn")
   ploss.check(C.ploss_rand_normal(t:context(), t:dl(), seed, off, opts.mean or 0, opts.std or 1), "randn")
   return t
 end
@@ -351,11 +386,13 @@ function ploss.randint(low, high, sizes, opts)
   if type(low) ~= "number" or type(high) ~= "number" then
     ploss.raise("randint: expected (low, high, sizes[, opts])")
   end
+  check_int(low, "randint", "low")
+  check_int(high, "randint", "high")
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.dtype = o.dtype or "i64"
   local t = ploss.empty(sizes, o)
-  local seed, off = draw(o, tonumber(t.n))
+  local seed, off = draw(o, tonumber(t.n), "randint")
   ploss.check(C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high), "randint")
   return t
 end
@@ -364,15 +401,37 @@ end
 -- Tensors from Lua tables
 ---------------------------------------------------------------------------------------
 
--- Sizes of a nested table (rectangular), walking first elements.
+-- Sizes of a nested table (rectangular), walking first elements.  A table that contains
+-- itself (on the path of first elements) and nesting deeper than MAX_DIMS are refused
+-- here: both would otherwise walk forever or far past any tensor's rank.
 local function nested_sizes(data)
-  local sizes, node = {}, data
+  local sizes, node, seen = {}, data, {}
   while type(node) == "table" do
+    if seen[node] then ploss.raise("tensor: the nested table contains itself (at dim " .. #sizes + 1 .. ")") end
+    if #sizes == MAX_DIMS then ploss.raise("tensor: the table is nested deeper than " .. MAX_DIMS .. " dims") end
+    seen[node] = true
     sizes[#sizes + 1] = #node
     if #node == 0 then break end
     node = node[1]
   end
   return sizes
+end
+
+-- Raise when the list `node` has a hole: a positive integer key beyond #node, or fewer
+-- such keys than #node (`{1, nil, 3}` may report a length of 1 or 3).
+local function check_no_hole(node, depth)
+  local n, count = #node, 0
+  for k in pairs(node) do
+    if type(k) == "number" and k >= 1 and k == math.floor(k) then
+      if k > n then ploss.raise(string.format("tensor: the list at dim %d has a hole (index %d is nil)", depth, n + 1)) end
+      count = count + 1
+    end
+  end
+  if count ~= n then
+    for i = 1, n do
+      if node[i] == nil then ploss.raise(string.format("tensor: the list at dim %d has a hole (index %d is nil)", depth, i)) end
+    end
+  end
 end
 
 local function flatten(data, sizes, depth, out)
@@ -385,11 +444,21 @@ local function flatten(data, sizes, depth, out)
     out[#out + 1] = v
     return
   end
+  if type(data) == "table" then check_no_hole(data, depth) end
   if type(data) ~= "table" or #data ~= sizes[depth] then
     ploss.raise(string.format("tensor: ragged nested table (dim %d: expected %d elements, got %s)",
       depth, sizes[depth], type(data) == "table" and #data or type(data)))
   end
   for i = 1, sizes[depth] do flatten(data[i], sizes, depth + 1, out) end
+end
+
+-- The values a float may take to convert to an integer dtype (the C conversion truncates
+-- toward zero): low < v < high.  -2^63 - 2048 is the double just below -2^63.
+local int_bounds = { i64 = { -2 ^ 63 - 2048, 2 ^ 63 }, i32 = { -2 ^ 31 - 1, 2 ^ 31 }, u8 = { -1, 256 } }
+
+local function int_range_error(what, index, value, dtype)
+  ploss.raise(string.format("%s: element %d (row-major) is %s, which %s cannot hold", what, index,
+    tostring(value), dtype))
 end
 
 --- A tensor from a number (0-d), a nested Lua table, or another tensor (copied).
@@ -412,12 +481,19 @@ function ploss.tensor(data, opts)
   if #sizes == 0 then flat[1] = data[1]
   elseif not (#sizes == 1 and sizes[1] == 0) then flatten(data, sizes, 1, flat) end
   if opts.size then
+    sizes = check_sizes(opts.size, "tensor")
     local n = 1
-    for i = 1, #opts.size do n = n * opts.size[i] end
+    for i = 1, #sizes do n = n * sizes[i] end
     if n ~= #flat then ploss.raise(string.format("tensor: size has %d elements, the data %d", n, #flat)) end
-    sizes = copy_list(opts.size)
   end
   local dtype = canon_dtype(opts.dtype)
+  local bounds = int_bounds[dtype]
+  if bounds then
+    for i = 1, #flat do
+      local v = flat[i]
+      if not (v > bounds[1] and v < bounds[2]) then int_range_error("tensor", i, v, dtype) end
+    end
+  end
   local staging_dtype = dtypes[dtype].float and "f64" or "i64"
   local host = ploss.empty(sizes, { dtype = staging_dtype })
   local p = ffi.cast(staging_dtype == "f64" and "double *" or "int64_t *", host.desc.data)
@@ -473,9 +549,7 @@ Tensor.nElement = Tensor.numel
 
 local function check_dim(t, d, what)
   local nd = t.desc.ndim
-  if type(d) ~= "number" or d ~= math.floor(d) then
-    ploss.raise((what or "dim") .. ": expected an integer, got " .. tostring(d))
-  end
+  check_int(d, what or "dim", "dim")
   if d < 0 then d = nd + 1 + d end
   if d < 1 or d > nd then
     ploss.raise(string.format("%s: %d is outside [1, %d] for a %d-d tensor", what or "dim", d, nd, nd))
@@ -561,13 +635,44 @@ end
 --- Every element ← 0.  Returns self.
 function Tensor:zero() return self:fill(0) end
 
+-- Raise unless every value of the float tensor `t` converts to the integer dtype `dtype`:
+-- finite, and within its range after truncation toward zero.  The values are read on the
+-- host (a CUDA tensor is copied there for the check).  Non-finite values are found by
+-- their exponent bits before any value becomes a Lua number (see read_values).
+local read_values
+local function check_int_values(t, dtype, what)
+  local b = int_bounds[dtype]
+  local host = t
+  if t:is_cuda() or t:dtype() ~= "f64" or not t:is_contiguous() then
+    host = ploss.empty(sizes_of(t), { dtype = "f64" })
+    host:copy(t)
+  end
+  local data = host:dl().data
+  local p, words = ffi.cast("double *", data), ffi.cast("uint32_t *", data) -- little-endian
+  local lo, hi, bad = b[1], b[2], nil
+  for i = 0, tonumber(t.n) - 1 do
+    if bit.band(words[2 * i + 1], 0x7ff00000) == 0x7ff00000 then bad = i; break end
+    local v = p[i]
+    if not (v > lo and v < hi) then bad = i; break end
+  end
+  local value = bad and read_values(p + bad, "f64", 1)[1]
+  if host ~= t then host:free() end
+  if bad then int_range_error(what, bad + 1, value, dtype) end
+end
+
 --- This tensor on `device` and/or as `dtype` (a new contiguous tensor; the tensor itself
 -- when both already match, unless `force_copy`).  `t:to('cuda')`, `t:to('cpu', 'f64')`,
--- `t:to(nil, 'f16')`.
+-- `t:to(nil, 'f16')`, and `t:to('f16')` (a dtype name alone, as PyTorch's x.to(dtype)).
+-- A float tensor converted to an integer dtype must hold only finite values within that
+-- dtype's range (truncated toward zero), else the conversion raises and makes nothing.
 function Tensor:to(device, dtype, force_copy)
+  if dtype == nil and type(device) == "string" and aliases[device] then
+    device, dtype = nil, device
+  end
   device = device and ploss.parse_device(device) or self:device()
   dtype = dtype and canon_dtype(dtype) or self:dtype()
   if not force_copy and device == self:device() and dtype == self:dtype() then return self end
+  if dtype_of(self).float and int_bounds[dtype] then check_int_values(self, dtype, "to") end
   local t = ploss.empty(sizes_of(self), { dtype = dtype, device = device })
   return t:copy(self)
 end
@@ -596,7 +701,7 @@ function Tensor:byte() return self:to(nil, "u8") end
 -- Such NaNs are read as the canonical NaN (the bits are checked before the value exists).
 local NAN = 0 / 0
 local direct_ctype
-local function read_values(data, dtype, n)
+function read_values(data, dtype, n)
   local out = {}
   if dtype == "f64" then
     local p, hi = ffi.cast("double *", data), ffi.cast("uint32_t *", data) -- little-endian
@@ -680,11 +785,9 @@ function Tensor:view(...)
   local numel = tonumber(self.n)
   local known, infer = 1, nil
   for i = 1, #sizes do
-    if sizes[i] == -1 then
+    if check_int(sizes[i], "view", "size " .. i, -1) == -1 then
       if infer then ploss.raise("view: only one size may be -1") end
       infer = i
-    elseif type(sizes[i]) ~= "number" or sizes[i] < 0 or sizes[i] ~= math.floor(sizes[i]) then
-      ploss.raise("view: size " .. i .. " is " .. tostring(sizes[i]))
     else
       known = known * sizes[i]
     end
@@ -745,7 +848,9 @@ end
 function Tensor:narrow(dim, start, len)
   dim = check_dim(self, dim, "narrow")
   local n = self:size(dim)
-  if type(start) ~= "number" or type(len) ~= "number" or start < 1 or len < 0 or start + len - 1 > n then
+  check_int(start, "narrow", "start")
+  check_int(len, "narrow", "length", 0)
+  if start < 1 or start + len - 1 > n then
     ploss.raise(string.format("narrow: [%s, %s+%s) is outside dim %d of size %d",
       tostring(start), tostring(start), tostring(len), dim, n))
   end
@@ -758,7 +863,8 @@ end
 function Tensor:select(dim, i)
   dim = check_dim(self, dim, "select")
   local n = self:size(dim)
-  if type(i) ~= "number" or i < 1 or i > n or i ~= math.floor(i) then
+  check_int(i, "select", "index")
+  if i < 1 or i > n then
     ploss.raise(string.format("select: index %s is outside [1, %d]", tostring(i), n))
   end
   local sizes, strides = {}, {}
@@ -773,7 +879,7 @@ end
 --- A view with a dim of size 1 inserted at `dim` (1 … dim()+1; negative counts from the end).
 function Tensor:unsqueeze(dim)
   local nd = self.desc.ndim
-  if type(dim) ~= "number" then ploss.raise("unsqueeze: expected a dim") end
+  check_int(dim, "unsqueeze", "dim")
   if dim < 0 then dim = nd + 2 + dim end
   if dim < 1 or dim > nd + 1 then ploss.raise("unsqueeze: dim " .. dim .. " outside [1, " .. (nd + 1) .. "]") end
   local sizes, strides = sizes_of(self), strides_of(self)
@@ -797,7 +903,7 @@ function Tensor:squeeze(dim)
 end
 
 --- A view where dims of size 1 are repeated to `sizes` with stride 0 (for reading:
--- the library refuses outputs whose elements share memory).
+-- the library refuses outputs whose elements share memory).  A size -1 keeps the dim's.
 function Tensor:expand(...)
   local sizes = select(1, ...)
   if type(sizes) ~= "table" then sizes = { ... } else sizes = copy_list(sizes) end
@@ -805,6 +911,7 @@ function Tensor:expand(...)
   if #sizes ~= #own then ploss.raise("expand: expected " .. #own .. " sizes") end
   local strides = strides_of(self)
   for d = 1, #sizes do
+    if check_int(sizes[d], "expand", "size " .. d, -1) == -1 then sizes[d] = own[d] end
     if sizes[d] ~= own[d] then
       if own[d] ~= 1 then ploss.raise("expand: dim " .. d .. " has size " .. own[d] .. ", not 1") end
       strides[d] = 0

@@ -1,0 +1,144 @@
+-- Tensor hardening spec (suite 'cpu'): integer arguments checked where they enter from Lua,
+-- self-containing and holed tables, checked integer conversions, to(dtype), the printed
+-- summary of large tensors, storage version counters, and zero-copy exchange (DLPack,
+-- foreign pointers).
+local H = require "spec.helpers"
+local ffi = require "ffi"
+local ploss = H.ploss
+
+local NAN, INF = 0 / 0, math.huge
+
+describe("integer arguments", function()
+  it("narrow refuses a start or length that is not an integer", function()
+    local t = ploss.zeros({ 4 })
+    H.expect_error(function() t:narrow(1, NAN, 2) end, "narrow: start is nan, expected an integer")
+    H.expect_error(function() t:narrow(1, 1.5, 2) end, "narrow: start is 1.5, expected an integer")
+    H.expect_error(function() t:narrow(1, INF, 0) end, "narrow: start is inf")
+    H.expect_error(function() t:narrow(1, 1, NAN) end, "narrow: length is nan, expected an integer >= 0")
+    H.expect_error(function() t:narrow(1, 1, 2.5) end, "narrow: length is 2.5")
+    H.expect_error(function() t:narrow(1, 1, -1) end, "narrow: length is -1")
+    H.expect_error(function() t:narrow(1, "1", 2) end, "narrow: start is 1, expected an integer")
+    H.expect_error(function() t:narrow(1.5, 1, 2) end, "narrow: dim is 1.5, expected an integer")
+    H.expect_error(function() t:narrow(1, 4, 2) end, "narrow: [4, 4+2) is outside dim 1 of size 4")
+    -- the data pointer of a valid narrow lands on the element asked for
+    local r = ploss.tensor({ { 1, 2, 3 }, { 4, 5, 6 }, { 7, 8, 9 }, { 10, 11, 12 } })
+    assert.are.same({ { 4, 5, 6 }, { 7, 8, 9 } }, r:narrow(1, 2, 2):totable())
+    assert.are.same({}, r:narrow(1, 5, 0):flat()) -- an empty slice just past the end
+  end)
+
+  it("expand refuses sizes that are not integers and keeps dims given as -1", function()
+    local t = ploss.tensor({ { 7, 8, 9 } })
+    H.expect_error(function() t:expand(2.5, 3) end, "expand: size 1 is 2.5, expected an integer >= -1")
+    H.expect_error(function() t:expand(NAN, 3) end, "expand: size 1 is nan")
+    H.expect_error(function() t:expand(-2, 3) end, "expand: size 1 is -2")
+    H.expect_error(function() t:expand(2 ^ 60, 3) end, "has more than 2^53 elements")
+    assert.are.same({ { 7, 8, 9 }, { 7, 8, 9 } }, t:expand(2, -1):totable())
+    assert.are.same({ 0, 3 }, t:expand(0, 3):size())
+  end)
+
+  it("shapes refuse non-finite, huge and spanning sizes", function()
+    H.expect_error(function() ploss.empty({ 0, 2 ^ 63 }) end, "shape: size 2 is 9.2233720368548e+18, expected an integer >= 0")
+    H.expect_error(function() ploss.empty({ 0, INF }) end, "shape: size 2 is inf")
+    H.expect_error(function() ploss.empty({ NAN }) end, "shape: size 1 is nan")
+    H.expect_error(function() ploss.empty({ 0, 2 ^ 62 }) end, "span more than 2^53 elements")
+    H.expect_error(function() ploss.zeros({ 2 }):view(2 ^ 63) end, "view: size 1 is 9.2233720368548e+18")
+    H.expect_error(function() ploss.zeros({ 2 }):view(NAN) end, "view: size 1 is nan")
+    H.expect_error(function() ploss.tensor({ 1, 2 }, { size = { 2, NAN } }) end, "tensor: size 2 is nan")
+  end)
+
+  it("dims and indices are integers everywhere", function()
+    local t = ploss.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+    H.expect_error(function() t:size(INF) end, "dim: dim is inf, expected an integer")
+    H.expect_error(function() t:select(1, NAN) end, "select: index is nan, expected an integer")
+    H.expect_error(function() t:select(1, 1.5) end, "select: index is 1.5")
+    H.expect_error(function() local _ = t[1.5] end, "select: index is 1.5")
+    H.expect_error(function() t[NAN] = 1 end, "select: index is nan")
+    H.expect_error(function() t:unsqueeze(1.5) end, "unsqueeze: dim is 1.5, expected an integer")
+    H.expect_error(function() t:unsqueeze(NAN) end, "unsqueeze: dim is nan")
+    H.expect_error(function() t:transpose(1, 0 / 0) end, "transpose: dim is nan")
+    H.expect_error(function() t:permute(1, 1.5) end, "permute: dim is 1.5")
+    H.expect_error(function() t:squeeze(NAN) end, "squeeze: dim is nan")
+    assert.are.same({ 4, 5, 6 }, t:select(1, 2):flat())
+    assert.are.same({ 2, 1, 3 }, t:unsqueeze(-2):size())
+  end)
+
+  it("random generators check their integer arguments", function()
+    H.expect_error(function() ploss.randint(0, NAN, { 3 }) end, "randint: high is nan, expected an integer")
+    H.expect_error(function() ploss.randint(0.5, 3, { 3 }) end, "randint: low is 0.5")
+    H.expect_error(function() ploss.rand({ 3 }, { seed = INF }) end, "rand: seed is inf, expected an integer >= 0")
+    H.expect_error(function() ploss.randn({ 3 }, { seed = 1, offset = -1 }) end, "randn: offset is -1")
+    H.expect_error(function() ploss.manual_seed(INF) end, "manual_seed: expected an integer >= 0, got inf")
+  end)
+end)
+
+describe("tables given to ploss.tensor", function()
+  it("a table that contains itself is refused", function()
+    local t = {}
+    t[1] = t
+    H.expect_error(function() ploss.tensor(t) end, "tensor: the nested table contains itself (at dim 2)")
+    local u = { {}, {} }
+    u[1][1] = u
+    H.expect_error(function() ploss.tensor(u) end, "contains itself (at dim 3)")
+  end)
+
+  it("nesting deeper than 8 dims is refused", function()
+    H.expect_error(function() ploss.tensor({ { { { { { { { { 1 } } } } } } } } }) end,
+      "tensor: the table is nested deeper than 8 dims")
+    assert.are.same({ 1, 1, 1, 1, 1, 1, 1, 1 }, ploss.tensor({ { { { { { { { 1 } } } } } } } }):size())
+  end)
+
+  it("a list with a hole is refused", function()
+    H.expect_error(function() ploss.tensor({ 1, nil, 3 }) end, "tensor: the list at dim 1 has a hole (index 2 is nil)")
+    local t = { 1 }
+    t[3] = 3
+    H.expect_error(function() ploss.tensor(t) end, "tensor: the list at dim 1 has a hole (index 2 is nil)")
+    H.expect_error(function() ploss.tensor({ { 1, 2, 3 }, { 4, nil, 6 } }) end, "tensor: the list at dim 2 has a hole")
+    -- non-integer keys are not list entries
+    assert.are.same({ 1, 2 }, ploss.tensor({ 1, 2, name = "x" }):flat())
+  end)
+end)
+
+describe("integer conversions", function()
+  it("the constructor refuses values an integer dtype cannot hold", function()
+    H.expect_error(function() ploss.tensor({ 2 ^ 32 + 3 }, { dtype = "i32" }) end,
+      "tensor: element 1 (row-major) is 4294967299, which i32 cannot hold")
+    H.expect_error(function() ploss.tensor({ 1, NAN }, { dtype = "i64" }) end, "element 2 (row-major) is nan, which i64")
+    H.expect_error(function() ploss.tensor({ -INF }, { dtype = "i64" }) end, "is -inf, which i64")
+    H.expect_error(function() ploss.tensor({ 2 ^ 63 }, { dtype = "i64" }) end, "which i64 cannot hold")
+    H.expect_error(function() ploss.tensor({ 256 }, { dtype = "u8" }) end, "is 256, which u8")
+    H.expect_error(function() ploss.tensor({ -1 }, { dtype = "u8" }) end, "is -1, which u8")
+    H.expect_error(function() ploss.tensor(NAN, { dtype = "i32" }) end, "is nan, which i32")
+    -- the edges of each range, truncated toward zero
+    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1, -2 ^ 31, 2 ^ 31 - 1 },
+      ploss.tensor({ -2 ^ 31, 2 ^ 31 - 1, -2 ^ 31 - 0.5, 2 ^ 31 - 0.5 }, { dtype = "i32" }):flat())
+    assert.are.same({ 0, 255, 0 }, ploss.tensor({ -0.5, 255.5, 0 }, { dtype = "u8" }):flat())
+    assert.are.same({ -2 ^ 63, 2 ^ 63 - 1024 }, ploss.tensor({ -2 ^ 63, 2 ^ 63 - 1024 }, { dtype = "i64" }):flat())
+  end)
+
+  it(":int(), :long(), :byte() and :to(nil, dtype) of a float tensor refuse such values", function()
+    H.expect_error(function() ploss.tensor({ 2 ^ 32 + 3 }):int() end, "to: element 1 (row-major) is 4294967296, which i32")
+    H.expect_error(function() ploss.tensor({ 0, NAN }):long() end, "to: element 2 (row-major) is nan, which i64")
+    H.expect_error(function() ploss.tensor({ INF }, { dtype = "f16" }):to(nil, "i32") end, "is inf, which i32")
+    H.expect_error(function() ploss.tensor({ 2 ^ 63 }, { dtype = "f64" }):long() end, "which i64 cannot hold")
+    H.expect_error(function() ploss.tensor({ 256 }, { dtype = "bf16" }):byte() end, "is 256, which u8")
+    H.expect_error(function() ploss.tensor({ 1, 2, 3, 300 }):view(2, 2):t():byte() end, "element 4 (row-major) is 300")
+    H.expect_error(function() ploss.tensor(ploss.tensor({ NAN }), { dtype = "i64" }) end, "is nan, which i64")
+    -- values in range convert (truncated), from any float dtype and any layout
+    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1 }, ploss.tensor({ -2 ^ 31 - 0.5, 2 ^ 31 - 0.5 }, { dtype = "f64" }):int():flat())
+    assert.are.same({ 2 ^ 63 - 1024 }, ploss.tensor({ 2 ^ 63 - 1024 }, { dtype = "f64" }):long():flat())
+    assert.are.same({ 1, 3, 2, 4 }, ploss.tensor({ 1.5, 2.5, 3.5, 4.5 }):view(2, 2):t():to(nil, "i32"):flat())
+    assert.are.same({ 255, 0 }, ploss.tensor({ 255.9, -0.9 }, { dtype = "f16" }):byte():flat())
+  end)
+end)
+
+describe("to(dtype)", function()
+  it("takes a dtype name in the device position", function()
+    local t = ploss.tensor({ 1.5, -2 })
+    assert.are.equal("f16", t:to("f16"):dtype())
+    assert.are.equal("f64", t:to("double"):dtype())
+    assert.are.same({ 1, -2 }, t:to("long"):flat())
+    assert.are.equal(t, t:to("f32"))
+    assert.are.equal("cpu", t:to("bf16"):device())
+    H.expect_error(function() t:to("f8") end, "device: expected 'cpu', 'cuda' or 'cuda:<id>', got f8")
+  end)
+end)
