@@ -142,3 +142,53 @@ describe("to(dtype)", function()
     H.expect_error(function() t:to("f8") end, "device: expected 'cpu', 'cuda' or 'cuda:<id>', got f8")
   end)
 end)
+
+describe("printing a large tensor", function()
+  local function iota(n, opts) return ploss.tensor((function()
+    local v = {}
+    for i = 1, n do v[i] = i end
+    return v
+  end)(), opts) end
+
+  it("shows the head and tail of a 1-d tensor", function()
+    assert.are.equal(table.concat({
+      "    1", "    2", "    3", "  ...", " 1999", " 2000", " 2001", "[ploss.Tensor i32 2001 on cpu]" }, "\n"),
+      tostring(iota(2001, { dtype = "i32" })))
+  end)
+
+  it("shows head and tail rows and columns of a matrix", function()
+    assert.are.equal(table.concat({
+      "    1     2     3   ...    48    49    50",
+      "   51    52    53   ...    98    99   100",
+      "  101   102   103   ...   148   149   150",
+      "  ...",
+      " 1851  1852  1853   ...  1898  1899  1900",
+      " 1901  1902  1903   ...  1948  1949  1950",
+      " 1951  1952  1953   ...  1998  1999  2000",
+      "[ploss.Tensor f64 40x50 on cpu]" }, "\n"), tostring(iota(2000, { dtype = "f64" }):view(40, 50)))
+    -- a strided view gathers the right elements
+    local rows = {}
+    for _, i in ipairs { 1, 2, 3, 48, 49, 50 } do
+      rows[#rows + 1] = string.format(" %4d  %4d  %4d   ...  %4d  %4d  %4d", i, 50 + i, 100 + i, 1850 + i, 1900 + i, 1950 + i)
+      if i == 3 then rows[#rows + 1] = "  ..." end
+    end
+    rows[#rows + 1] = "[ploss.Tensor f32 50x40 on cpu]"
+    assert.are.equal(table.concat(rows, "\n"), tostring(iota(2000):view(40, 50):t()))
+    -- a dim of at most 6 is shown whole
+    assert.matches("^    1     2     3   ...   998   999  1000\n 1001  1002  1003   ...  1998  1999  2000\n%[",
+      tostring(iota(2000):view(2, 1000)))
+  end)
+
+  it("labels the matrices of more dims with their positions, and marks the ones left out", function()
+    local s = tostring(iota(2000):view(10, 4, 50))
+    assert.matches("^%(1,%.,%.%) =\n    1     2     3   ...    48    49    50\n", s)
+    assert.matches("\n%(3,%.,%.%) =\n", s)
+    assert.not_matches("%(4,%.,%.%)", s)
+    assert.matches("\n\n...\n\n%(8,%.,%.%) =\n", s)
+    assert.matches("\n 1951  1952  1953   ...  1998  1999  2000\n%[ploss.Tensor f32 10x4x50 on cpu%]$", s)
+    -- every dim cut: 2^3 blocks gathered
+    local c = tostring(iota(1000 * 8):view(20, 20, 20))
+    assert.matches("\n%(20,%.,%.%) =\n 7601  7602  7603   ...  7618  7619  7620\n", c)
+    assert.matches("\n 7981  7982  7983   ...  7998  7999  8000\n%[ploss.Tensor f32 20x20x20 on cpu%]$", c)
+  end)
+end)

@@ -955,47 +955,102 @@ local function formatter(vals, is_float)
   end
 end
 
+-- The values shown of `t` (a flat row-major list) and, per dim, the original positions
+-- they come from.  Up to PRINT_LIMIT elements, all of them; above, a summary: each dim
+-- longer than 2·EDGE keeps its first and last EDGE positions (cut[d] is then true).  The
+-- summary is gathered into a small host tensor by one copy per combination of head and
+-- tail blocks, so that a large (or CUDA) tensor is never read whole.
+local EDGE = 3
+local function shown_values(t, sizes)
+  local pos, cut, small, summarise = {}, {}, {}, tonumber(t.n) > PRINT_LIMIT
+  for d, n in ipairs(sizes) do
+    pos[d] = {}
+    cut[d] = summarise and n > 2 * EDGE
+    for k = 1, n do
+      if not cut[d] or k <= EDGE or k > n - EDGE then pos[d][#pos[d] + 1] = k end
+    end
+    small[d] = #pos[d]
+  end
+  if not summarise then return host_values(t), pos, cut end
+  local host = ploss.empty(small, { dtype = t:dtype() })
+  local cuts = {}
+  for d = 1, #sizes do if cut[d] then cuts[#cuts + 1] = d end end
+  for combo = 0, 2 ^ #cuts - 1 do
+    local src, dst = t, host
+    for k, d in ipairs(cuts) do
+      if math.floor(combo / 2 ^ (k - 1)) % 2 == 0 then
+        src, dst = src:narrow(d, 1, EDGE), dst:narrow(d, 1, EDGE)
+      else
+        src, dst = src:narrow(d, sizes[d] - EDGE + 1, EDGE), dst:narrow(d, EDGE + 1, EDGE)
+      end
+    end
+    dst:copy(src)
+  end
+  local vals = host_values(host)
+  host:free()
+  return vals, pos, cut
+end
+
 tensor_mt.__tostring = function(t)
   local sizes = sizes_of(t)
   local footer = string.format("[ploss.Tensor %s %s on %s]", t:dtype(), shape_string(sizes), t:device())
   if t:is_freed() then return "[ploss.Tensor (freed)]" end
-  local numel = tonumber(t.n)
-  if numel == 0 then return footer end
-  if numel > PRINT_LIMIT then
-    return "(" .. numel .. " elements, not shown; t:totable() reads them)\n" .. footer
-  end
-  local vals = host_values(t)
+  if t.n == 0 then return footer end
+  local vals, pos, cut = shown_values(t, sizes)
   local fmt = formatter(vals, dtype_of(t).float)
-  local strs, width = {}, 0
+  local strs, width = {}, tonumber(t.n) > PRINT_LIMIT and 3 or 0 -- a summary fits "..."
   for i, v in ipairs(vals) do
     strs[i] = fmt(v)
     if #strs[i] > width then width = #strs[i] end
   end
+  local function pad(str) return string.rep(" ", width - #str) .. str end
   local lines, nd = {}, #sizes
+  local gap = " " .. pad("...") -- a line standing for the rows (or elements) not shown
+  -- one printed row: n values from flat position start + 1, "..." where the last dim is cut
   local function row(start, n)
     local parts = {}
-    for j = 1, n do parts[j] = string.rep(" ", width - #strs[start + j]) .. strs[start + j] end
+    for j = 1, n do
+      parts[#parts + 1] = pad(strs[start + j])
+      if n > 1 and cut[nd] and j == EDGE then parts[#parts + 1] = pad("...") end
+    end
     return " " .. table.concat(parts, "  ")
   end
   if nd == 0 then
     lines[1] = strs[1]
   elseif nd == 1 then
-    for i = 1, sizes[1] do lines[#lines + 1] = row(i - 1, 1) end
+    for i = 1, #pos[1] do
+      lines[#lines + 1] = row(i - 1, 1)
+      if cut[1] and i == EDGE then lines[#lines + 1] = gap end
+    end
   else
-    local rows, cols = sizes[nd - 1], sizes[nd]
+    local rows, cols = #pos[nd - 1], #pos[nd]
     local mat = rows * cols
-    local nmat = numel / mat
+    local nmat = #vals / mat
+    local prev
     for m = 0, nmat - 1 do
       if nd > 2 then
+        -- the small tensor's index of this matrix, and the original positions it shows
         local idx, rem = {}, m
         for d = nd - 2, 1, -1 do
-          idx[d] = rem % sizes[d] + 1
-          rem = math.floor(rem / sizes[d])
+          idx[d] = rem % #pos[d] + 1
+          rem = math.floor(rem / #pos[d])
         end
-        lines[#lines + 1] = "(" .. table.concat(idx, ",") .. ",.,.) ="
+        if prev then
+          -- the outermost dim that moved on decides whether matrices were left out
+          local d0 = 1
+          while idx[d0] == prev[d0] do d0 = d0 + 1 end
+          lines[#lines + 1] = ""
+          if cut[d0] and idx[d0] == EDGE + 1 then lines[#lines + 1] = "..."; lines[#lines + 1] = "" end
+        end
+        local orig = {}
+        for d = 1, nd - 2 do orig[d] = pos[d][idx[d]] end
+        lines[#lines + 1] = "(" .. table.concat(orig, ",") .. ",.,.) ="
+        prev = idx
       end
-      for r = 0, rows - 1 do lines[#lines + 1] = row(m * mat + r * cols, cols) end
-      if nd > 2 and m < nmat - 1 then lines[#lines + 1] = "" end
+      for r = 0, rows - 1 do
+        lines[#lines + 1] = row(m * mat + r * cols, cols)
+        if cut[nd - 1] and r == EDGE - 1 then lines[#lines + 1] = gap end
+      end
     end
   end
   lines[#lines + 1] = footer
