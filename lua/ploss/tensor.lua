@@ -25,10 +25,16 @@ local MAX_DIMS = 8
 if not pcall(ffi.typeof, "ploss_lua_tensor") then
   ffi.cdef [[
   typedef struct ploss_lua_storage {
-    void *ptr;           /* the buffer from ploss_alloc; NULL once freed            */
+    void *ptr;           /* the buffer (its lowest address); NULL once freed        */
     ploss_ctx_t *ctx;    /* the device's cached context (never destroyed)           */
     uint64_t bytes;
-    int64_t refs;        /* tensors using this storage; the struct is freed at 0    */
+    int64_t refs;        /* tensors (and DLPack exports) using this storage; the
+                            struct is freed at 0                                    */
+    int64_t version;     /* bumped by every write through this module               */
+    int64_t id;          /* unique in the process, never reused                     */
+    int32_t kind;        /* 0: ploss_alloc, 1: from_pointer, 2: from_dlpack         */
+    int32_t exports;     /* to_dlpack results whose deleter has not run yet         */
+    DLManagedTensor *managed; /* kind 2: the producer's tensor (deleter called once) */
   } ploss_lua_storage;
   typedef struct ploss_lua_tensor {
     DLTensor desc;               /* desc.shape / desc.strides point at sz / st      */
@@ -121,27 +127,50 @@ end
 ---------------------------------------------------------------------------------------
 
 local storage_ptr_t = ffi.typeof("ploss_lua_storage *")
+local STORAGE_ALLOC, STORAGE_POINTER, STORAGE_DLPACK = 0, 1, 2
+local last_storage_id = 0
+local owners = {} -- storage id -> the `owner` of a from_pointer storage, kept alive
+
+-- A storage record over `ptr` (kind STORAGE_*); nil when the host is out of memory.
+local function new_record(ptr, ctx, bytes, kind)
+  local s = ffi.cast(storage_ptr_t, ffi.C.malloc(ffi.sizeof("ploss_lua_storage")))
+  if s == nil then return nil end
+  last_storage_id = last_storage_id + 1
+  s.ptr, s.ctx, s.bytes, s.refs = ptr, ctx, bytes, 0
+  s.version, s.id, s.kind, s.exports, s.managed = 0, last_storage_id, kind, 0, nil
+  return s
+end
 
 local function new_storage(device, bytes)
   local ctx = ploss.context(device)
   local out = ffi.new("void *[1]")
   ploss.check(C.ploss_alloc(ctx, bytes, out), "alloc")
-  local s = ffi.cast(storage_ptr_t, ffi.C.malloc(ffi.sizeof("ploss_lua_storage")))
+  local s = new_record(out[0], ctx, bytes, STORAGE_ALLOC)
   if s == nil then
     C.ploss_free(ctx, out[0])
     ploss.raise("out of host memory for a storage record")
   end
-  s.ptr, s.ctx, s.bytes, s.refs = out[0], ctx, bytes, 0
   return s
 end
 
+-- Give the buffer back to whoever provided it: ploss_free, dropping a from_pointer owner,
+-- or the DLPack producer's deleter (called here exactly once: s.managed is cleared first).
+-- Not compiled: a deleter may be a Lua callback, which a compiled trace cannot call.
 local function free_buffer(s)
-  if s.ptr ~= nil then
-    local p = s.ptr
-    s.ptr = nil
+  if s.ptr == nil then return end
+  local p = s.ptr
+  s.ptr = nil
+  if s.kind == STORAGE_ALLOC then
     C.ploss_free(s.ctx, p)
+  elseif s.kind == STORAGE_POINTER then
+    owners[tonumber(s.id)] = nil
+  else
+    local m = s.managed
+    s.managed = nil
+    if m ~= nil and m.deleter ~= nil then m.deleter(m) end
   end
 end
+jit.off(free_buffer)
 
 local function release(s)
   s.refs = s.refs - 1
@@ -149,6 +178,13 @@ local function release(s)
     free_buffer(s)
     ffi.C.free(s)
   end
+end
+jit.off(release)
+
+-- Record a write into t's storage (its version counter, shared by every view).
+local function bump(t)
+  local s = t.store
+  s.version = s.version + 1
 end
 
 ---------------------------------------------------------------------------------------
@@ -368,6 +404,7 @@ function ploss.rand(...)
   local t = ploss.empty(sizes, opts)
   local seed, off = draw(opts, tonumber(t.n), "rand")
   ploss.check(C.ploss_rand_uniform(t:context(), t:dl(), seed, off, opts.low or 0, opts.high or 1), "rand")
+  bump(t)
   return t
 end
 
@@ -377,6 +414,7 @@ function ploss.randn(...)
   local t = ploss.empty(sizes, opts)
   local seed, off = draw(opts, tonumber(t.n), "randn")
   ploss.check(C.ploss_rand_normal(t:context(), t:dl(), seed, off, opts.mean or 0, opts.std or 1), "randn")
+  bump(t)
   return t
 end
 
@@ -394,6 +432,7 @@ function ploss.randint(low, high, sizes, opts)
   local t = ploss.empty(sizes, o)
   local seed, off = draw(o, tonumber(t.n), "randint")
   ploss.check(C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high), "randint")
+  bump(t)
   return t
 end
 
@@ -498,6 +537,7 @@ function ploss.tensor(data, opts)
   local host = ploss.empty(sizes, { dtype = staging_dtype })
   local p = ffi.cast(staging_dtype == "f64" and "double *" or "int64_t *", host.desc.data)
   for i = 1, #flat do p[i - 1] = flat[i] end
+  bump(host)
   if dtype == staging_dtype and ploss.parse_device(opts.device) == "cpu" then return host end
   local t = ploss.empty(sizes, { dtype = dtype, device = opts.device })
   t:copy(host)
@@ -572,8 +612,30 @@ end
 --- Offset of the first element in its storage (elements).
 function Tensor:storage_offset() return tonumber(self.off) end
 
---- The storage record (cdata ploss_lua_storage *: ptr, bytes, refs); views share it.
+--- The storage record (cdata ploss_lua_storage *: ptr, bytes, refs, version, id); views
+-- share it.
 function Tensor:storage() return self.store end
+
+--- The version of the tensor's storage: a counter, shared by every view of the buffer,
+-- that each write through this module bumps (copy, fill, zero, t[i] = v, the random
+-- generators, …).  A criterion that saves a tensor compares versions to detect that the
+-- tensor was written since.  Writes through a raw pointer (t:dl().data, from_pointer's
+-- memory written by its other owner, a DLPack consumer) are not seen: call
+-- bump_version() after such a write.
+function Tensor:version() return tonumber(self.store.version) end
+
+--- Record a write made without this module's methods (e.g. a C kernel that wrote a
+-- gradient in place): bumps the storage's version.  Returns self.
+function Tensor:bump_version()
+  bump(self)
+  return self
+end
+
+--- A number that identifies the storage (and so its version counter): equal for every
+-- view of the same buffer, never reused within the process, even after the buffer is
+-- freed.  Foreign memory wrapped again (from_pointer, from_dlpack of another library's
+-- tensor) gets a new storage, with its own id and version.
+function Tensor:storage_id() return tonumber(self.store.id) end
 
 --- Free the buffer now (idempotent); every view of the same storage becomes unusable.
 function Tensor:free()
@@ -622,6 +684,7 @@ function Tensor:copy(src)
   -- ploss_copy needs a context: the CUDA side's when one side is a GPU
   local ctx = dcuda and self:context() or src:context()
   ploss.check(C.ploss_copy(ctx, self:dl(), src:dl()), "copy")
+  bump(self)
   return self
 end
 
@@ -629,6 +692,7 @@ end
 function Tensor:fill(value)
   if type(value) ~= "number" then ploss.raise("fill: expected a number, got " .. type(value)) end
   ploss.check(C.ploss_fill(self:context(), self:dl(), value), "fill")
+  bump(self)
   return self
 end
 
