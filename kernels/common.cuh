@@ -43,7 +43,7 @@
 #ifndef PLOSS_HAVE_CUDA
 #define PLOSS_HAVE_CUDA 1 /* .cu files are only compiled in CUDA builds */
 #endif
-#include "../core/internal.h"
+#include "internal.h"
 
 namespace ploss_cuda {
 

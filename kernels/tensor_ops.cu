@@ -12,8 +12,8 @@
  */
 #include <type_traits>
 
-#include "../core/philox.h"
-#include "../core/tensor_ops.h"
+#include "philox.h"
+#include "tensor_ops.h"
 #include "common.cuh"
 
 using namespace ploss_cuda;

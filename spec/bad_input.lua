@@ -1,4 +1,4 @@
---- The bad-input catalogue (issue 7): one table row per public loss, and a generator that
+--- The bad-input catalogue: one table row per public loss, and a generator that
 -- turns a row into the cases of the catalogue.  Used by spec/bad_input_spec.lua (CPU, suite
 -- 'cpu'), spec/cuda_bad_input_spec.lua (the same cases on the GPU), and the family list by
 -- spec/cuda_determinism_spec.lua.  `require "spec.bad_input"`.
@@ -40,6 +40,7 @@
 --                 not defined there, e.g. the large-margin regulariser is +inf)
 local ffi = require "ffi"
 local H = require "spec.helpers"
+local D = require "ploss.description"
 local ploss = H.ploss
 local F = ploss.F
 
@@ -60,78 +61,20 @@ local function buffer(sizes, opts)
   return t:fill(t:is_floating_point() and H.POISON or 0)
 end
 
-B.families = {
-  {
-    name = "cross_entropy", class = "CrossEntropyLoss", kind = "class", ignore = -100, min_classes = 1, masking = "exact",
-    class_tensors = { "weight" }, state = true,
-    bad_options = {
-      { { label_smoothing = -0.1 }, "opts.label_smoothing: -0.1 is outside [0, 1]" },
-      { { label_smoothing = 1.5 }, "opts.label_smoothing: 1.5 is outside [0, 1]" },
-      { { label_smoothing = 0 / 0 }, "opts.label_smoothing" },
-      { { smoothing_convention = "other" }, "smoothing_convention: 'other' is not one of" },
-    },
-    one_class = function() return 0 end,
-  },
-  {
-    name = "binary_cross_entropy_with_logits", class = "BCEWithLogitsLoss", kind = "elementwise",
-    elem_tensors = { "weight", "pos_weight" },
-    bad_options = {},
-  },
-  {
-    name = "sigmoid_focal", class = "FocalLoss", kind = "elementwise",
-    bad_options = {
-      { { gamma = -1 }, "opts.gamma: -1 must be finite and >= 0" },
-      { { gamma = 0 / 0 }, "opts.gamma" },
-      { { gamma = math.huge }, "opts.gamma" },
-      { { alpha = 2 }, "opts.alpha" },
-      { { alpha = 0 / 0 }, "opts.alpha" },
-      { { convention = "other" }, "convention: 'other' is not one of" },
-    },
-  },
-  {
-    name = "softmax_focal", class = "SoftmaxFocalLoss", kind = "class", ignore = -100, min_classes = 1, masking = "exact",
-    class_tensors = { "alpha" }, state = true,
-    bad_options = {
-      { { gamma = -1 }, "opts.gamma: -1 must be finite and >= 0" },
-      { { gamma = 0 / 0 }, "opts.gamma" },
-      { { gamma = -math.huge }, "opts.gamma" },
-    },
-    one_class = function() return 0 end,
-  },
-  {
-    name = "dual_focal", class = "DualFocalLoss", kind = "class", ignore = -100, min_classes = 1, state = true, masking = "finite",
-    bad_options = {
-      { { eps = 0 }, "opts.eps: 0 must be finite and > 0" },
-      { { eps = -1 }, "opts.eps: -1 must be finite and > 0" },
-      { { eps = 0 / 0 }, "opts.eps" },
-      { { eps = math.huge }, "opts.eps" },
-    },
-    one_class = function() return -math.log(1 + 1e-5) end,
-  },
-  {
-    name = "large_margin_softmax", class = "LargeMarginSoftmaxLoss", kind = "class", ignore = 255, min_classes = 2,
-    state = true,
-    bad_options = {
-      { { lam = -1 }, "opts.lam: -1 is not a finite number >= 0" },
-      { { lam = 0 / 0 }, "opts.lam" },
-      { { lam = math.huge }, "opts.lam" },
-    },
-  },
-  {
-    name = "taylor_cross_entropy", class = "TaylorCrossEntropyLoss", kind = "class", ignore = -1, min_classes = 1,
-    state = true,
-    bad_options = {
-      { { n = 3 }, "opts.n: 3" },
-      { { n = 0 }, "opts.n: 0" },
-      { { n = -2 }, "opts.n: -2" },
-      { { n = 66 }, "opts.n: 66" },
-      { { n = 2.5 }, "n: expected an integer" },
-    },
-    one_class = function() return 0 end,
-  },
-  {
-    name = "pc_softmax_cross_entropy", class = "PCSoftmaxCrossEntropyLoss", kind = "class", ignore = -100, masking = "exact",
-    min_classes = 1, class_tensors = { "lb_proportion" }, state = true,
+-- What the catalogue knows of a loss beyond its description (lua/ploss/losses/<name>.lua):
+-- the facts its cases check.  Everything else of a row (kind, default ignore_index, the
+-- least class count, tensor options, saved state, out-of-range options) comes from the
+-- description.
+local facts = {
+  cross_entropy = { masking = "exact", one_class = function() return 0 end },
+  binary_cross_entropy_with_logits = {},
+  sigmoid_focal = {},
+  softmax_focal = { masking = "exact", one_class = function() return 0 end },
+  dual_focal = { masking = "finite", one_class = function() return -math.log(1 + 1e-5) end },
+  large_margin_softmax = {},
+  taylor_cross_entropy = { one_class = function() return 0 end },
+  pc_softmax_cross_entropy = {
+    masking = "exact",
     required_class_tensors = { lb_proportion = function(C)
       local v = {}
       for j = 1, C do v[j] = 0.5 + j / C end
@@ -141,32 +84,62 @@ B.families = {
       { { lb_proportion = "negative" }, "lb_proportion: the prior -1 of class 1 is not a finite number >= 0" },
       { { lb_proportion = "nan" }, "of class 1 is not a finite number >= 0" },
       { { lb_proportion = "zeros" }, "lb_proportion: every prior is 0" },
-      { { lb_proportion = "missing" }, "lb_proportion (the C class priors) is required" },
+      { { lb_proportion = "missing" }, "lb_proportion (the C class priors" },
     },
     one_class = function() return math.log(1.5) end, -- log w_0 with w_0 = 0.5 + 1/1
   },
-  {
-    name = "ohem_cross_entropy", class = "OhemCrossEntropyLoss", kind = "class", ignore = 255, min_classes = 1, masking = "exact",
-    keep_all = { n_min = 1000000 },
-    bad_options = {
-      { { score_thresh = -0.1 }, "opts.score_thresh: -0.1 is outside [0, 1]" },
-      { { score_thresh = 1.5 }, "opts.score_thresh: 1.5 is outside [0, 1]" },
-      { { score_thresh = 0 / 0 }, "opts.score_thresh" },
-      { { n_min = -2 }, "opts.n_min" },
-    },
-    one_class = function() return 0 end,
-  },
-  {
-    name = "ohem_large_margin", class = "OhemLargeMarginLoss", kind = "class", ignore = 255, min_classes = 2,
-    keep_all = { n_min = 1000000 },
-    bad_options = {
-      { { score_thresh = -0.1 }, "opts.score_thresh: -0.1 is outside [0, 1]" },
-      { { score_thresh = 2 }, "opts.score_thresh: 2 is outside [0, 1]" },
-      { { n_min = -5 }, "opts.n_min" },
-      { { lam = -1 }, "opts.lam: -1 is not a finite number >= 0" },
-      { { lam = 0 / 0 }, "opts.lam" },
-    },
-  },
+  ohem_cross_entropy = { masking = "exact", keep_all = { n_min = 1000000 }, one_class = function() return 0 end },
+  ohem_large_margin = { keep_all = { n_min = 1000000 } },
+}
+
+-- Option values just outside each option's range, with the fragment of the error they give.
+local function out_of_range(d)
+  local out = {}
+  local function add(name, v, frag) out[#out + 1] = { { [name] = v }, frag or ("opts." .. name) } end
+  for _, o in ipairs(d.lua_options) do
+    local n = o.name
+    if o.type == "enum" then
+      add(n, "other", n .. ": 'other' is not one of")
+    elseif o.type == "double" then
+      if o.min then add(n, o.min - 1, "opts." .. n .. ": " .. D.number(o.min - 1) .. " is not " .. D.range_text(o)) end
+      if o.min_exclusive then add(n, o.min_exclusive, "opts." .. n .. ": " .. D.number(o.min_exclusive) .. " is not") end
+      if o.max then add(n, o.max + 0.5, "opts." .. n .. ": " .. D.number(o.max + 0.5) .. " is not") end
+      add(n, 0 / 0)
+      add(n, math.huge)
+    elseif o.min or o.max or o.even then
+      if o.min then add(n, o.min - 1, "opts." .. n .. ": " .. D.number(o.min - 1)) end
+      if o.max then add(n, o.max + 2, "opts." .. n .. ": " .. D.number(o.max + 2)) end
+      if o.even then add(n, o.min + 1, "opts." .. n .. ": " .. D.number(o.min + 1)) end
+      add(n, (o.min or 0) + 0.5, n .. ": expected an integer")
+    end
+  end
+  return out
+end
+
+B.families = {}
+for _, d in ipairs(D.all()) do
+  local fam = {
+    name = d.name, class = d.criterion, kind = d.shape == "rows" and "class" or "elementwise",
+    min_classes = d.min_classes, state = d.state ~= nil, bad_options = out_of_range(d),
+  }
+  for _, o in ipairs(d.lua_options) do
+    if o.name == "ignore_index" then fam.ignore = o.default end
+  end
+  for _, t in ipairs(d.tensors) do
+    local key = t.kind == "class_vector" and "class_tensors" or "elem_tensors"
+    fam[key] = fam[key] or {}
+    table.insert(fam[key], t.name)
+  end
+  for k, v in pairs(facts[d.name] or {}) do
+    if k == "bad_options" then
+      for _, b in ipairs(v) do table.insert(fam.bad_options, b) end
+    else
+      fam[k] = v
+    end
+  end
+  B.families[#B.families + 1] = fam
+end
+for _, op in ipairs {
   {
     name = "taylor_softmax", kind = "op",
     bad_options = {
@@ -183,7 +156,7 @@ B.families = {
     },
     one_class = function() return 0 end,
   },
-}
+} do B.families[#B.families + 1] = op end
 B.by_name = {}
 for _, f in ipairs(B.families) do B.by_name[f.name] = f end
 
@@ -593,10 +566,8 @@ local function gen_loss_cases(fam, device)
         loss = out_buffers(fam, x, "mean"), grad = buffer(S2, { device = device }) }
     end, { "PLOSS_ERR_DTYPE", "input: expected" })
     if is_class then
-      -- float labels of the target's shape: not class indices (cross-entropy reads float
-      -- targets as probabilities of the input's shape, so its message is a shape error)
-      local frag = fam.name == "cross_entropy" and { "PLOSS_ERR_SHAPE", "(probabilities of the input's shape)" }
-        or { "PLOSS_ERR_DTYPE", "target: expected" }
+      -- float labels of the target's shape: class indices in the wrong dtype, said so
+      local frag = { "PLOSS_ERR_DTYPE", "target: class indices must be i64 or i32, got f32", ":long()" }
       expect_error_all(fam, function()
         return { x = x, y = y:to(nil, "f32"), opts = o }
       end, frag)

@@ -228,7 +228,7 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
         local xs, ys, go, grad_at = c[1], c[2], c[3], c[4]
         local xc, yc = xs:to("cpu", "f64"), ys:cpu()
         for _, red in ipairs { "none", "sum" } do
-          local o = { lam = opts.lam, reduction = red }
+          local o = { lam = opts.lam, reduction = red, ignore_index = 255 }
           local l, g = F.large_margin_softmax_fused(xs, ys, o)
           local rl, rg = F.large_margin_softmax_fused(xc, yc, o)
           close(l, rl, TOL[dtype].loss, 0, dtype .. " " .. red .. " loss")
@@ -240,7 +240,7 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
           end
         end
         -- the saved state (forward, then backward) and the recomputed backward
-        local o = { lam = opts.lam, reduction = "none" }
+        local o = { lam = opts.lam, reduction = "none", ignore_index = 255 }
         local rb = F.large_margin_softmax_backward(xc, yc, go:to("cpu", "f64"), o)
         local crit = ploss.LargeMarginSoftmaxLoss(o)
         crit:forward(xs, ys)
@@ -284,7 +284,7 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     local x = make_input(sizes, "f32", "contiguous", 4242)
     local y = make_labels(sizes, true, 255, "i64", 4243)
     local xc, yc = x:to("cpu", "f64"), y:cpu()
-    for _, c in ipairs { { "large_margin_softmax", { lam = 0.3, reduction = "mean" } },
+    for _, c in ipairs { { "large_margin_softmax", { lam = 0.3, reduction = "mean", ignore_index = 255 } },
       { "taylor_cross_entropy", { n = 2, ignore_index = 255, reduction = "sum" } } } do
       local l, g = F[c[1] .. "_fused"](x, y, c[2])
       local rl, rg = F[c[1] .. "_fused"](xc, yc, c[2])
@@ -297,13 +297,13 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     for _, sizes in ipairs { { 3, 4 }, { 2, 3000 }, { 2, 3, 4, 5 } } do
       local x = ploss.randn(sizes, { device = DEV })
       local y = ploss.full(sample_sizes(sizes), 255, { dtype = "i64", device = DEV })
-      local l, g = F.large_margin_softmax_fused(x, y)
+      local l, g = F.large_margin_softmax_fused(x, y, { ignore_index = 255 })
       assert.is_true(l ~= l)
       for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
     end
   end)
 
-  check_device_behaviour("large_margin_softmax", function() return { lam = 0.3 } end, 255)
+  check_device_behaviour("large_margin_softmax", function() return { lam = 0.3, ignore_index = 255 } end, 255)
 end)
 
 describe("CUDA Taylor softmax ops against the CPU (" .. DEV .. ")", function()
@@ -357,7 +357,7 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
       check_against_cpu("taylor_cross_entropy", "TaylorCrossEntropyLoss", sets, sizes, 4000 + 100 * k)
     end)
   end
-  check_device_behaviour("taylor_cross_entropy", function() return { n = 2 } end, -1)
+  check_device_behaviour("taylor_cross_entropy", function() return { n = 2, ignore_index = -1 } end, -1)
 end)
 
 -- C priors on the device, one of them 0 when C > 2 (that class drops out of the normaliser)
@@ -413,8 +413,8 @@ end
 
 describe("CUDA softmax family II on misaligned views (" .. DEV .. ")", function()
   local CASES = {
-    { "large_margin_softmax", { reduction = "mean" }, 255 },
-    { "taylor_cross_entropy", { reduction = "sum" }, -1 },
+    { "large_margin_softmax", { reduction = "mean", ignore_index = 255 }, 255 },
+    { "taylor_cross_entropy", { reduction = "sum", ignore_index = -1 }, -1 },
     { "pc_softmax_cross_entropy", { reduction = "mean", ignore_index = 255 }, 255 },
     { "ohem_cross_entropy", { score_thresh = 0.3 }, 255 },
     { "ohem_large_margin", { score_thresh = 0.02 }, 255 },
@@ -451,8 +451,8 @@ end)
 
 describe("CUDA softmax family II on padded class rows (" .. DEV .. ")", function()
   local CASES = {
-    { "large_margin_softmax", { reduction = "mean" }, 255 },
-    { "taylor_cross_entropy", { reduction = "none" }, -1 },
+    { "large_margin_softmax", { reduction = "mean", ignore_index = 255 }, 255 },
+    { "taylor_cross_entropy", { reduction = "none", ignore_index = -1 }, -1 },
     { "pc_softmax_cross_entropy", { reduction = "sum", ignore_index = 255 }, 255 },
     { "ohem_cross_entropy", { score_thresh = 0.3 }, 255 },
     { "ohem_large_margin", { score_thresh = 0.05, n_min = 40 }, 255 },

@@ -500,21 +500,21 @@ describe("focal family errors (nothing written)", function()
 
   it("wrong pos_weight length and non-broadcastable weight", function()
     H.expect_error(fused("binary_cross_entropy_with_logits", x, yb, { pos_weight = { 1, 2, 3 } }),
-      { "pos_weight: expected a vector of length 4", "got f32[3]" }, out, gbuf)
+      { "pos_weight: expected a vector of length 4", "got f64[3]" }, out, gbuf)
     H.expect_error(fused("binary_cross_entropy_with_logits", x, yb, { weight = ploss.ones({ 3, 2 }, { dtype = "f64" }) }),
       "weight: expected a vector of length 4", out, gbuf)
   end)
 
   it("gamma < 0, alpha > 1, eps <= 0, unknown convention", function()
-    H.expect_error(fused("sigmoid_focal", x, yb, { gamma = -1 }), "opts.gamma: -1 must be finite and >= 0", out, gbuf)
-    H.expect_error(fused("softmax_focal", x, yi, { gamma = -0.5 }), "opts.gamma: -0.5 must be finite and >= 0", out, gbuf)
-    H.expect_error(fused("sigmoid_focal", x, yb, { alpha = 1.5 }), "opts.alpha: 1.5 must be finite and <= 1", out, gbuf)
-    H.expect_error(fused("dual_focal", x, yi, { eps = 0 }), "opts.eps: 0 must be finite and > 0", out, gbuf)
+    H.expect_error(fused("sigmoid_focal", x, yb, { gamma = -1 }), "opts.gamma: -1 is not a finite number >= 0", out, gbuf)
+    H.expect_error(fused("softmax_focal", x, yi, { gamma = -0.5 }), "opts.gamma: -0.5 is not a finite number >= 0", out, gbuf)
+    H.expect_error(fused("sigmoid_focal", x, yb, { alpha = 1.5 }), "opts.alpha: 1.5 is not a finite number <= 1", out, gbuf)
+    H.expect_error(fused("dual_focal", x, yi, { eps = 0 }), "opts.eps: 0 is not a finite number > 0", out, gbuf)
     H.expect_error(fused("sigmoid_focal", x, yb, { convention = "kornia" }), "convention: 'kornia' is not one of", out, gbuf)
     H.expect_error(function()
       local l = ploss.FocalLoss { gamma = -2 }(x, yb)
       return l
-    end, "opts.gamma: -2 must be finite and >= 0")
+    end, "opts.gamma: -2 is not a finite number >= 0")
   end)
 
   it("label out of range (CPU: detected before any write)", function()
@@ -533,7 +533,7 @@ describe("focal family errors (nothing written)", function()
     H.expect_error(fused("binary_cross_entropy_with_logits", x, ploss.ones({ 3, 4 }, { dtype = "i64" })),
       "target: expected float targets", out, gbuf)
     H.expect_error(fused("softmax_focal", x, ploss.ones({ 3 }, { dtype = "f64" })),
-      "target: expected class indices of dtype i64 or i32, got f64", out, gbuf)
+      "target: class indices must be i64 or i32, got f64", out, gbuf)
     H.expect_error(fused("softmax_focal", x, yi, { alpha = { 1, 2 } }), "alpha: expected shape [4]", out, gbuf)
     H.expect_error(fused("sigmoid_focal", ploss.ones({ 3, 4 }, { dtype = "i32" }), yb),
       "input: expected logits of dtype f32, f16, bf16 or f64, got i32", out, gbuf)

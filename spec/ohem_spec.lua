@@ -203,9 +203,9 @@ describe("OHEM against a sort-based f64 reference", function()
       assert.are.equal(l2, l1)
       H.assert_equal(g1, g2)
     end
-    assert.are.equal("ploss.OhemCrossEntropyLoss(score_thresh=0.7, n_min=-1, ignore_index=255, reduction='mean')",
+    assert.are.equal("ploss.OhemCrossEntropyLoss(ignore_index=255, score_thresh=0.7, n_min=-1, reduction='mean')",
       tostring(ploss.OhemCrossEntropyLoss {}))
-    assert.are.equal("ploss.OhemLargeMarginLoss(score_thresh=0.7, n_min=-1, lam=0.3, ignore_index=255, reduction='mean')",
+    assert.are.equal("ploss.OhemLargeMarginLoss(ignore_index=255, score_thresh=0.7, n_min=-1, lam=0.3, reduction='mean')",
       tostring(ploss.OhemLargeMarginLoss {}))
   end)
 
@@ -290,11 +290,11 @@ describe("OHEM errors", function()
   local loss = ploss.empty({}, { dtype = "f32" })
   it("rejects bad options and labels before writing", function()
     H.expect_error(function() F.ohem_cross_entropy(x, y, { score_thresh = 1.5, out = loss }) end,
-      "opts.score_thresh: 1.5 is outside [0, 1]", loss)
+      "opts.score_thresh: 1.5 is not a finite number in [0, 1]", loss)
     H.expect_error(function() F.ohem_cross_entropy(x, y, { score_thresh = 0 / 0, out = loss }) end,
       "opts.score_thresh", loss)
     H.expect_error(function() F.ohem_cross_entropy(x, y, { n_min = -2, out = loss }) end,
-      "opts.n_min: -2 is negative", loss)
+      "opts.n_min: -2 is not an integer >= -1", loss)
     H.expect_error(function() F.ohem_large_margin(x, y, { lam = -0.5, out = loss }) end, "opts.lam", loss)
     H.expect_error(function() F.ohem_large_margin(ploss.randn({ 3, 1 }), ploss.zeros({ 3 }, { dtype = "i64" }), { out = loss }) end,
       "at least 2 classes", loss)

@@ -156,7 +156,7 @@ describe("PCSoftmaxCrossEntropyLoss layouts, dtypes, criterion", function()
   end)
 
   it("prints its options", function()
-    assert.are.equal("ploss.PCSoftmaxCrossEntropyLoss(lb_proportion=f32[3], ignore_index=-100, reduction='mean')",
+    assert.are.equal("ploss.PCSoftmaxCrossEntropyLoss(lb_proportion={1, 2, 3}, ignore_index=-100, reduction='mean')",
       tostring(ploss.PCSoftmaxCrossEntropyLoss { lb_proportion = { 1, 2, 3 } }))
   end)
 end)
@@ -167,7 +167,7 @@ describe("PCSoftmaxCrossEntropyLoss errors", function()
   local loss = ploss.empty({}, { dtype = "f32" })
 
   it("needs C valid priors", function()
-    H.expect_error(function() F.pc_softmax_cross_entropy(x, y, { out = loss }) end, "lb_proportion (the C class priors) is required", loss)
+    H.expect_error(function() F.pc_softmax_cross_entropy(x, y, { out = loss }) end, "lb_proportion (the C class priors w (not normalised): finite, ≥ 0, at least one > 0) is required", loss)
     H.expect_error(function() F.pc_softmax_cross_entropy(x, y, { lb_proportion = { 1, 2, 3 }, out = loss }) end,
       { "lb_proportion: expected shape [4] (one prior per class)", "PLOSS_ERR_SHAPE" }, loss)
     H.expect_error(function() F.pc_softmax_cross_entropy(x, y, { lb_proportion = { 1, -2, 3, 1 }, out = loss }) end,

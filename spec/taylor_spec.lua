@@ -117,7 +117,7 @@ describe("Taylor softmax by hand", function()
     local l, g = F.taylor_cross_entropy_fused(x, ploss.zeros({ 4 }, { dtype = "i64" }))
     assert.are.equal(0, l)
     H.assert_equal(g, { { 0 }, { 0 }, { 0 }, { 0 } })
-    local y = ploss.full({ 2, 3 }, -1, { dtype = "i64" })
+    local y = ploss.full({ 2, 3 }, -100, { dtype = "i64" })
     local x2 = ploss.randn({ 2, 5, 3 }, { dtype = "f64" })
     local crit = ploss.TaylorCrossEntropyLoss {}
     local lm = crit:forward(x2, y)
@@ -171,7 +171,7 @@ describe("Taylor gradients (central differences, f64)", function()
         seed = seed + 1
         H.seed(seed)
         local x = H.random_logits(shape, { std = 2 })
-        local y = S.labels(shape, { ignore = ignore and 0.3 or 0, ignore_index = -1 })
+        local y = S.labels(shape, { ignore = ignore and 0.3 or 0, ignore_index = -100 })
         S.gradcheck("TaylorCrossEntropyLoss", "taylor_cross_entropy", x, y, { reduction = red, n = n },
           string.format("%s n=%d ign=%s %s", red, n, tostring(ignore), table.concat(shape, "x")), seed)
         count = count + 1
@@ -206,7 +206,7 @@ describe("Taylor layouts, dtypes, modules", function()
     end
     -- Taylor CE on a channels-last input
     local xl = x:permute(1, 3, 2):contiguous():permute(1, 3, 2)
-    local y = H.random_labels({ 3, 5 }, 4, { ignore = 0.2, ignore_index = -1 })
+    local y = H.random_labels({ 3, 5 }, 4, { ignore = 0.2, ignore_index = -100 })
     local l1, g1 = F.taylor_cross_entropy_fused(x, y, { n = 4 })
     local l2, g2 = F.taylor_cross_entropy_fused(xl, y, { n = 4 })
     H.assert_close(l2, l1, { rtol = 1e-14 })
@@ -225,7 +225,7 @@ describe("Taylor layouts, dtypes, modules", function()
         H.assert_close(out, F[op](x:double(), { n = 4 }), tol)
         H.assert_close(F[op .. "_backward"](x, g, { n = 4 }), F[op .. "_backward"](x:double(), g:double(), { n = 4 }), tol)
       end
-      local y = H.random_labels({ 6 }, 7, { ignore = 0.2, ignore_index = -1 })
+      local y = H.random_labels({ 6 }, 7, { ignore = 0.2, ignore_index = -100 })
       local l, gr = F.taylor_cross_entropy_fused(x, y)
       local lr, grr = F.taylor_cross_entropy_fused(x:double(), y)
       H.assert_close(l, lr, { rtol = 1e-6 })
@@ -249,7 +249,7 @@ describe("Taylor layouts, dtypes, modules", function()
     local seq = ploss.nn.Sequential { ploss.nn.Linear(5, 4), ploss.LogTaylorSoftmax {} }
     assert.are.same({ 3, 4 }, seq:forward(x):size())
     assert.are.same({ 3, 5 }, seq:backward(x, ploss.ones({ 3, 4 })):size())
-    assert.are.equal("ploss.TaylorCrossEntropyLoss(n=2, ignore_index=-1, reduction='mean')",
+    assert.are.equal("ploss.TaylorCrossEntropyLoss(ignore_index=-100, n=2, reduction='mean')",
       tostring(ploss.TaylorCrossEntropyLoss {}))
   end)
 end)
@@ -274,8 +274,8 @@ describe("Taylor errors", function()
     H.expect_error(function() ploss.TaylorSoftmax { order = 2 } end, "unknown option 'order'")
     local loss = ploss.empty({}, { dtype = "f32" })
     H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 1, 2 }, { dtype = "i64" }), { n = 5, out = loss }) end,
-      "opts.n: 5 is not an even Taylor order", loss)
+      "opts.n: 5 is not an even integer in [2, 64]", loss)
     H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 4, 2 }, { dtype = "i64" }), { out = loss }) end,
-      { "class index 4 at sample (1, 0) is outside [0, 4)", "ignore_index (-1)" }, loss)
+      { "class index 4 at sample (1, 0) is outside [0, 4)", "ignore_index (-100)" }, loss)
   end)
 end)

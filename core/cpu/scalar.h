@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "internal.h"
 
 static inline float ploss_bits_to_f32(uint32_t u)
 {

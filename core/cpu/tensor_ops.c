@@ -1,8 +1,8 @@
 /* tensor_ops.c — CPU copy, fill and Philox random numbers over strided views. */
 #include <math.h>
 
-#include "../philox.h"
-#include "../tensor_ops.h"
+#include "philox.h"
+#include "tensor_ops.h"
 #include "scalar.h"
 
 static int is_int(ploss_dtype d) { return d == PLOSS_I64 || d == PLOSS_I32 || d == PLOSS_U8; }

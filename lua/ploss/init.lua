@@ -15,33 +15,17 @@
 --  2. installs the core helpers below (ploss.C, ploss.check, ploss.context, …), the tensor
 --     type (ploss/tensor.lua), the criterion machinery (ploss/nn.lua) and the functional
 --     namespace ploss.F (ploss/functional.lua);
---  3. loads every loss family listed in `families` below.
---
--- ADDING A LOSS FAMILY (one line here):
---   write lua/ploss/losses/<family>.lua as
---       return function(ploss)
---         ploss.nn.register(ploss, { name = "MyLoss", ... })  -- see ploss/nn.lua
---       end
---   which registers its criteria into `ploss` (ploss.MyLoss{...}) and its functions into
---   `ploss.F` (ploss.F.my_loss(...)); add "<family>" to the `families` list below and the
---   file to lua_modules in lua/ploss/meson.build (so that it is installed).
+--  3. builds every loss from its description (lua/ploss/losses/<name>.lua, listed in
+--     lua/ploss/losses/init.lua; see ploss/description.lua) into a criterion class
+--     ploss.<Criterion> and the functions ploss.F.<name>, _backward, _fused
+--     (ploss/criterion.lua), then the ops (ploss/ops.lua) and the support layers,
+--     functions and optimisers (ploss/support.lua).
 --
 -- Errors: every failing C call raises a Lua error carrying ploss_last_error()'s message,
 -- reported at the line of the caller's code (the first stack frame outside this package).
 local ffi = require "ffi"
 
 local ploss = { _VERSION = "0.1.0" }
-
--- The loss families, in load order.  Each is lua/ploss/losses/<name>.lua.
-local families = {
-  "cross_entropy",
-  -- support ops (issue 3): add here
-  "support_ops",
-  -- focal family (issue 5): add here
-  "focal",
-  -- softmax family II (issue 6): add here
-  "softmax2",
-}
 
 ---------------------------------------------------------------------------------------
 -- Declarations and library
@@ -220,7 +204,7 @@ function ploss.reset_peak_memory(device)
 end
 
 ---------------------------------------------------------------------------------------
--- Tensors, criteria, functional API, families
+-- Tensors, criteria, functional API, ops
 ---------------------------------------------------------------------------------------
 
 ploss.F = {}
@@ -228,8 +212,8 @@ require("ploss.tensor")(ploss)
 ploss.nn = require("ploss.nn")(ploss)
 require("ploss.functional")(ploss)
 
-for _, family in ipairs(families) do
-  require("ploss.losses." .. family)(ploss)
-end
+require("ploss.criterion")(ploss).build_all()
+require("ploss.ops")(ploss)
+require("ploss.support")(ploss)
 
 return ploss

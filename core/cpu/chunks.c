@@ -1,0 +1,78 @@
+/*
+ * rows.c — scaffolding shared by the chunked CPU loss backends (see rows.h).
+ */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "chunks.h"
+#include "scalar.h"
+
+double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double scale, const void *grad_loss,
+                            ploss_dtype gl_dtype, double divisor)
+{
+    if (pass == PLOSS_PASS_FORWARD)
+        return 0.0;
+    const double up = pass == PLOSS_PASS_FUSED ? scale
+                      : reduction == PLOSS_REDUCTION_NONE ? 0.0
+                                                          : ploss_load(grad_loss, gl_dtype, 0);
+    if (reduction == PLOSS_REDUCTION_MEAN)
+        return divisor != 0.0 ? up / divisor : 0.0;
+    return up;
+}
+
+int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
+                               int64_t ignore_index)
+{
+    int64_t count = 0;
+    for (int64_t n = 0; n < (S > 0 ? N : 0); ++n)
+        for (int64_t s = 0; s < S; ++s)
+            count += ploss_load_int(t, dtype, n * sn + s * ss) != ignore_index;
+    return count;
+}
+
+ploss_status ploss_cpu_rows_alloc(ploss_cpu_rows *b, const char *loss, int64_t M, int64_t C, int k,
+                                  int64_t chunk)
+{
+    *b = (ploss_cpu_rows){0, 0, 0, 0, NULL, NULL};
+    const int nthreads = omp_get_max_threads();
+    const int64_t nchunks = (M + chunk - 1) / chunk;
+    const size_t cls = M > 0 ? (size_t)C : 0;
+    const int too_big = k > 0 && cls > PTRDIFF_MAX / ((size_t)k * sizeof(double)) / (size_t)nthreads;
+    double *partial = calloc((size_t)(nchunks ? nchunks : 1), sizeof *partial);
+    double *rows = k == 0 || too_big ? NULL : calloc((size_t)nthreads * cls * (size_t)k + 1, sizeof *rows);
+    if (!partial || (k > 0 && !rows)) {
+        free(partial);
+        free(rows);
+        if (k == 0)
+            return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "%s: %lld reduction partials", loss, (long long)nchunks);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "%s: row buffers for %d threads × %d × %lld classes", loss,
+                           nthreads, k, (long long)C);
+    }
+    *b = (ploss_cpu_rows){nthreads, cls, cls * (size_t)k, nchunks, rows, partial};
+    return PLOSS_OK;
+}
+
+double *ploss_cpu_rows_thread(const ploss_cpu_rows *b, int thread)
+{
+    return b->rows ? b->rows + (size_t)thread * b->row_elems : NULL;
+}
+
+void ploss_cpu_rows_store_loss(const ploss_cpu_rows *b, ploss_reduction reduction, double divisor, void *loss,
+                               ploss_dtype loss_dtype)
+{
+    if (reduction == PLOSS_REDUCTION_NONE)
+        return;
+    double total = 0.0;
+    for (int64_t c = 0; c < b->nchunks; ++c)
+        total += b->partial[c];
+    if (reduction == PLOSS_REDUCTION_MEAN)
+        total = total / divisor; /* 0/0 = NaN with no valid sample, as PyTorch */
+    ploss_store(loss, loss_dtype, 0, total);
+}
+
+void ploss_cpu_rows_free(ploss_cpu_rows *b)
+{
+    free(b->rows);
+    free(b->partial);
+    *b = (ploss_cpu_rows){0, 0, 0, 0, NULL, NULL};
+}

@@ -1,0 +1,96 @@
+/*
+ * dispatch.c — the (operation, device) → backend table of core/dispatch.h.  The backends
+ * keep their typed signatures; the thin adapters below give them one shape.
+ */
+#include "dispatch.h"
+
+#include "activations.h"
+#include "elementwise.h"
+#include "gemm.h"
+#include "linear.h"
+#include "one_hot.h"
+#include "optim.h"
+#include "rows.h"
+#include "taylor.h"
+
+typedef ploss_status (*ploss_backend)(ploss_ctx_t *ctx, const void *problem);
+
+/* An adapter `name` calling backend `fn` on a problem of type `type`, with or without ctx. */
+#define WITH_CTX(name, fn, type) \
+    static ploss_status name(ploss_ctx_t *ctx, const void *p) { return fn(ctx, (const type *)p); }
+#define NO_CTX(name, fn, type)                                 \
+    static ploss_status name(ploss_ctx_t *ctx, const void *p) \
+    {                                                          \
+        (void)ctx;                                             \
+        return fn((const type *)p);                            \
+    }
+
+WITH_CTX(cpu_cross_entropy, ploss_cpu_cross_entropy, ploss_ce_problem)
+WITH_CTX(cpu_softmax_focal, ploss_cpu_softmax_focal, ploss_sfocal_problem)
+WITH_CTX(cpu_sample_policies, ploss_cpu_sample_policies, ploss_sample_problem)
+WITH_CTX(cpu_sigmoid, ploss_cpu_sigmoid, ploss_sigmoid_problem)
+WITH_CTX(cpu_one_hot, ploss_cpu_one_hot, ploss_one_hot_problem)
+WITH_CTX(cpu_taylor, ploss_cpu_taylor, ploss_taylor_problem)
+NO_CTX(cpu_activation, ploss_cpu_activation, ploss_act_problem)
+WITH_CTX(cpu_gemm, ploss_cpu_gemm, ploss_gemm_problem)
+NO_CTX(cpu_bias_add, ploss_cpu_bias_add, ploss_bias_problem)
+NO_CTX(cpu_bias_grad, ploss_cpu_bias_grad, ploss_bias_problem)
+NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
+NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
+
+#ifdef PLOSS_HAVE_CUDA
+WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
+WITH_CTX(cuda_softmax_focal, ploss_cuda_softmax_focal, ploss_sfocal_problem)
+WITH_CTX(cuda_sample_policies, ploss_cuda_sample_policies, ploss_sample_problem)
+WITH_CTX(cuda_sigmoid, ploss_cuda_sigmoid, ploss_sigmoid_problem)
+WITH_CTX(cuda_one_hot, ploss_cuda_one_hot, ploss_one_hot_problem)
+WITH_CTX(cuda_taylor, ploss_cuda_taylor, ploss_taylor_problem)
+WITH_CTX(cuda_activation, ploss_cuda_activation, ploss_act_problem)
+WITH_CTX(cuda_gemm, ploss_cuda_gemm, ploss_gemm_problem)
+WITH_CTX(cuda_bias_add, ploss_cuda_bias_add, ploss_bias_problem)
+WITH_CTX(cuda_bias_grad, ploss_cuda_bias_grad, ploss_bias_problem)
+WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
+WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
+#define CUDA(fn) fn
+#else
+#define CUDA(fn) NULL
+#endif
+
+enum { CPU = 0, GPU = 1 };
+
+static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
+    [PLOSS_OP_ROWS_CROSS_ENTROPY] = {[CPU] = cpu_cross_entropy, [GPU] = CUDA(cuda_cross_entropy)},
+    [PLOSS_OP_ROWS_SOFTMAX_FOCAL] = {[CPU] = cpu_softmax_focal, [GPU] = CUDA(cuda_softmax_focal)},
+    [PLOSS_OP_ROWS_SAMPLE_POLICIES] = {[CPU] = cpu_sample_policies, [GPU] = CUDA(cuda_sample_policies)},
+    [PLOSS_OP_ELEMENTWISE_SIGMOID] = {[CPU] = cpu_sigmoid, [GPU] = CUDA(cuda_sigmoid)},
+    [PLOSS_OP_ONE_HOT] = {[CPU] = cpu_one_hot, [GPU] = CUDA(cuda_one_hot)},
+    [PLOSS_OP_TAYLOR_SOFTMAX] = {[CPU] = cpu_taylor, [GPU] = CUDA(cuda_taylor)},
+    [PLOSS_OP_ACTIVATION] = {[CPU] = cpu_activation, [GPU] = CUDA(cuda_activation)},
+    [PLOSS_OP_GEMM] = {[CPU] = cpu_gemm, [GPU] = CUDA(cuda_gemm)},
+    [PLOSS_OP_BIAS_ADD] = {[CPU] = cpu_bias_add, [GPU] = CUDA(cuda_bias_add)},
+    [PLOSS_OP_BIAS_GRAD] = {[CPU] = cpu_bias_grad, [GPU] = CUDA(cuda_bias_grad)},
+    [PLOSS_OP_ARGMAX] = {[CPU] = cpu_argmax, [GPU] = CUDA(cuda_argmax)},
+    [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
+};
+
+ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)
+{
+    if (ctx->device.device_type == kDLCPU)
+        return PLOSS_OK;
+#ifdef PLOSS_HAVE_CUDA
+    (void)what;
+    return ploss_cuda_set_device(ctx->device.device_id);
+#else
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: a CUDA tensor needs a library built with CUDA", what);
+#endif
+}
+
+ploss_status ploss_dispatch(ploss_ctx_t *ctx, ploss_op op, const char *what, const void *problem)
+{
+    const int gpu = ctx->device.device_type != kDLCPU;
+    const ploss_backend fn = (unsigned)op < PLOSS_OP_COUNT ? backends[op][gpu] : NULL;
+    if (!fn)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: a CUDA tensor needs a library built with CUDA", what);
+    ploss_status st = ploss_enter_device(ctx, what);
+    return st ? st : fn(ctx, problem);
+}

@@ -1,0 +1,215 @@
+/*
+ * rows.c — the one validation front of the rows kernel shape: every softmax-row loss (a
+ * softmax over axis 1 of N×C×d1×…×dk logits).  It checks the tensors of a call against the
+ * loss's spec (core/loss.h), before anything is written, builds the problem of the loss's
+ * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
+ * were checked by its entry point (core/losses.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "loss.h"
+#include "loss_check.h"
+#include "rows.h"
+#include "scalar.h"
+
+/* Class priors on the CPU: finite, >= 0, at least one > 0. */
+static ploss_status check_priors_cpu(const ploss_view *w, const char *name)
+{
+    int positive = 0;
+    for (int64_t j = 0; j < w->shape[0]; ++j) {
+        const double v = ploss_load(w->data, w->dtype, j * w->strides[0]);
+        if (!(v >= 0.0) || !isfinite(v))
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "%s: the prior %g of class %lld is not a finite number >= 0", name, v, (long long)j);
+        positive |= v > 0.0;
+    }
+    if (!positive && w->shape[0] > 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: every prior is 0 (at least one must be > 0)", name);
+    return PLOSS_OK;
+}
+
+/* The target of a loss with class-index (or probability) targets. */
+static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, const DLTensor *target,
+                                 const ploss_view *x, ploss_view *t, int *probabilities)
+{
+    ploss_status st;
+    if ((st = ploss_view_init(t, target, "target")) || (st = ploss_view_check_device(t, ctx, "target")))
+        return st;
+    *probabilities = 0;
+    if (t->dtype == PLOSS_I64 || t->dtype == PLOSS_I32)
+        return ploss_check_sample_shape(t, x, "target");
+    if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && ploss_dtype_is_float(t->dtype)) {
+        /* float labels of the sample shape are class indices in the wrong dtype, not
+         * probabilities: say so rather than ask for the input's shape */
+        if (t->ndim == x->ndim - 1 && ploss_check_sample_shape(t, x, "target") == PLOSS_OK)
+            return ploss_error(PLOSS_ERR_DTYPE,
+                               "target: class indices must be i64 or i32, got %s of the sample shape "
+                               "(convert them, e.g. target:long(); probabilities need the input's shape)",
+                               ploss_dtype_name(t->dtype));
+        *probabilities = 1;
+        return ploss_check_shape_axis1(t, x, -1, "target", " (probabilities of the input's shape)");
+    }
+    if (ploss_dtype_is_float(t->dtype) && t->ndim == x->ndim - 1)
+        return ploss_error(PLOSS_ERR_DTYPE,
+                           "target: class indices must be i64 or i32, got %s (convert them, e.g. target:long())",
+                           ploss_dtype_name(t->dtype));
+    if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES)
+        return ploss_error(PLOSS_ERR_DTYPE,
+                           "target: expected class indices (i64 or i32) or probabilities (float), got %s",
+                           ploss_dtype_name(t->dtype));
+    return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices of dtype i64 or i32, got %s",
+                       ploss_dtype_name(t->dtype));
+}
+
+static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, int probabilities,
+                                  const ploss_view *x, const ploss_view *t, const ploss_view *w,
+                                  const ploss_row_outputs *r)
+{
+    ploss_ce_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass; p.reduction = o->reduction; p.target_kind = probabilities ? PLOSS_TARGET_PROB : PLOSS_TARGET_INDEX;
+    p.N = r->N; p.S = r->S; p.C = r->C;
+    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
+    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss; p.t_sc = r->t.sk;
+    if (w) {
+        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
+    }
+    ploss_smoothing_coefficients((ploss_smoothing_convention)o->smoothing_convention, o->label_smoothing, r->C,
+                                 &p.a, &p.b);
+    p.ignore_index = o->ignore_index;
+    p.scale = o->scale;
+    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
+    p.lse = r->st.v.data; p.lse_dtype = r->st.v.dtype; p.lse_sn = r->st.sn; p.lse_ss = r->st.ss;
+    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
+    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
+    return ploss_dispatch(ctx, PLOSS_OP_ROWS_CROSS_ENTROPY, "input", &p);
+}
+
+static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                  const ploss_loss_params *o, const ploss_view *x, const ploss_view *t,
+                                  const ploss_view *w, const ploss_row_outputs *r)
+{
+    ploss_sfocal_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass; p.reduction = o->reduction;
+    p.kind = spec->policy == PLOSS_POLICY_DUAL_FOCAL ? PLOSS_DUAL_FOCAL : PLOSS_SOFTMAX_FOCAL;
+    p.N = r->N; p.S = r->S; p.C = r->C;
+    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
+    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss;
+    if (w) {
+        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
+    }
+    p.gamma = o->gamma;
+    p.eps = o->eps;
+    p.ignore_index = o->ignore_index;
+    p.scale = o->scale;
+    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
+    p.lse = r->st.v.data; p.lse_dtype = r->st.v.dtype; p.lse_sn = r->st.sn; p.lse_ss = r->st.ss;
+    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
+    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
+    return ploss_dispatch(ctx, PLOSS_OP_ROWS_SOFTMAX_FOCAL, "input", &p);
+}
+
+static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                    const ploss_loss_params *o, const ploss_view *x, const ploss_view *t,
+                                    const ploss_view *w, const ploss_row_outputs *r)
+{
+    ploss_sample_problem p;
+    memset(&p, 0, sizeof p);
+    switch (spec->policy) {
+    case PLOSS_POLICY_LARGE_MARGIN: p.loss_kind = PLOSS_SAMPLE_LARGE_MARGIN; break;
+    case PLOSS_POLICY_TAYLOR_CE: p.loss_kind = PLOSS_SAMPLE_TAYLOR_CE; break;
+    case PLOSS_POLICY_PC_SOFTMAX: p.loss_kind = PLOSS_SAMPLE_PC_SOFTMAX; break;
+    case PLOSS_POLICY_OHEM_LARGE_MARGIN: p.loss_kind = PLOSS_SAMPLE_LARGE_MARGIN; p.ohem = 1; break;
+    default: p.loss_kind = PLOSS_SAMPLE_CROSS_ENTROPY; p.ohem = 1; break;
+    }
+    p.pass = pass; p.reduction = o->reduction; p.N = r->N; p.S = r->S; p.C = r->C;
+    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
+    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss;
+    if (w) {
+        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
+    }
+    p.ignore_index = o->ignore_index;
+    p.lam = o->lam;
+    p.order = o->order;
+    p.scale = o->scale;
+    if (p.ohem) {
+        const float tf = (float)o->score_thresh; /* scores are compared as f32 keys */
+        memcpy(&p.thresh_key, &tf, sizeof p.thresh_key);
+        p.n_min = o->n_min < 0 ? p.N * p.S / 16 : o->n_min;
+    }
+    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
+    if (r->has_state) {
+        p.state = r->st.v.data; p.state_dtype = r->st.v.dtype; p.n_state = spec->state_components;
+        p.st_sn = r->st.sn; p.st_ss = r->st.ss; p.st_sk = r->st.sk;
+    }
+    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
+    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
+    return ploss_dispatch(ctx, PLOSS_OP_ROWS_SAMPLE_POLICIES, "input", &p);
+}
+
+ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
+                            const ploss_loss_params *o)
+{
+    ploss_status st;
+    ploss_view x, t, w;
+    if ((st = ploss_check_row_input(ctx, a->input, &x)))
+        return st;
+    const int64_t C = x.shape[1];
+    if (C < spec->min_classes) {
+        char want[200];
+        snprintf(want, sizeof want, "at least %lld class%s along axis 1%s%s%s", (long long)spec->min_classes,
+                 spec->min_classes == 1 ? "" : "es", spec->min_classes_why ? " (" : "",
+                 spec->min_classes_why ? spec->min_classes_why : "", spec->min_classes_why ? ")" : "");
+        return ploss_check_shape_error("input", want, &x);
+    }
+    int probabilities;
+    if ((st = check_target(ctx, spec, a->target, &x, &t, &probabilities)))
+        return st;
+
+    /* the per-class vector (class weights, α or priors), if the loss has one */
+    const ploss_view *vec = NULL;
+    const char *vec_name = "";
+    for (int k = 0; k < spec->ntensors; ++k) {
+        const char *name = spec->tensors[k].name;
+        if (!a->tensors[k]) {
+            if (spec->tensors[k].required)
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", name);
+            continue;
+        }
+        if ((st = ploss_check_class_vector(ctx, a->tensors[k], C, name, spec->tensors[k].what, &w)))
+            return st;
+        if (spec->tensors[k].priors && ctx->device.device_type == kDLCPU && (st = check_priors_cpu(&w, name)))
+            return st;
+        vec = &w;
+        vec_name = name;
+    }
+    if (spec->policy == PLOSS_POLICY_CROSS_ENTROPY &&
+        (st = ploss_check_smoothing((ploss_smoothing_convention)o->smoothing_convention, o->label_smoothing, C)))
+        return st;
+
+    /* outputs, saved state, aliasing; the problem with sample dims collapsed to (n, s) */
+    const ploss_view *ins[1] = {vec};
+    const char *in_names[1] = {vec_name};
+    ploss_row_outputs r = {.loss = a->loss, .state = a->state, .grad_loss = a->grad_loss, .grad = a->grad_input,
+                           .state_name = spec->state_name ? spec->state_name : "state",
+                           .state_k = spec->state_components};
+    if ((st = ploss_check_row_outputs(ctx, pass, o->reduction, o->inplace, &x, &t, ins, in_names, 1, &r)))
+        return st;
+    if (ctx->device.device_type == kDLCPU && !probabilities &&
+        (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, o->ignore_index)))
+        return st;
+
+    switch (spec->policy) {
+    case PLOSS_POLICY_CROSS_ENTROPY:
+        return cross_entropy(ctx, pass, o, probabilities, &x, &t, vec, &r);
+    case PLOSS_POLICY_SOFTMAX_FOCAL:
+    case PLOSS_POLICY_DUAL_FOCAL:
+        return softmax_focal(ctx, pass, spec, o, &x, &t, vec, &r);
+    default:
+        return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);
+    }
+}

@@ -1,0 +1,194 @@
+/*
+ * rows.h — the validated problems that the rows engine (core/engines/rows.c) hands to its
+ * CPU (core/cpu/rows/) and CUDA (kernels/rows/) backends.  Internal.
+ *
+ * Samples are indexed i = (n, s), n < N, s < S (S = d1⋯dk collapsed to one axis).  Every
+ * tensor is addressed as base + n·sn + s·ss (+ j·sc along classes, or k along the state's
+ * components), strides in elements.  Three backends today: cross-entropy (label smoothing,
+ * class weights, probability targets), the softmax focal losses, and the per-sample
+ * policies (large-margin, Taylor CE, PC-softmax, OHEM over cross-entropy or large-margin).
+ */
+#ifndef PLOSS_ROWS_H
+#define PLOSS_ROWS_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- cross-entropy ----------------------------------------------------------------------
+ * Per sample, with c_ij = w_j·(a·t_ij + b) (t one-hot for class indices, where the weighted
+ * positive term is a·w_y) the loss is ℓ_i = Σ_j c_ij·(lse_i − x_ij) and
+ * ∂ℓ_i/∂x_ij = (Σ_k c_ik)·p_ij − c_ij. */
+
+typedef enum {
+    PLOSS_TARGET_INDEX = 0, /* class indices (t_dtype i64 or i32)       */
+    PLOSS_TARGET_PROB = 1   /* probabilities of the input's shape        */
+} ploss_target_kind;
+
+typedef struct ploss_ce_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_target_kind target_kind;
+    int64_t N, S, C;
+
+    /* input logits */
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
+    /* target: indices (x_sc unused) or probabilities */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss, t_sc;
+    /* class weights, NULL = all ones */
+    const void *w; ploss_dtype w_dtype; int64_t w_s;
+
+    double a, b;             /* smoothing coefficients: target a·t + b      */
+    int64_t ignore_index;    /* class-index targets only                    */
+    double scale;            /* fused: multiplier of the gradient           */
+    /* Focal modulation (softmax focal, LOSSES.md §3.1: ℓ_i = −(1 − p_y)^γ log p_y,
+     * ∂ℓ_i/∂x_ij = G_i·(p_ij − [j = y]) with G_i = (1 − p_y)^γ·(1 + γ·p_y·(−log p_y)/(1 − p_y))).
+     * Set only by the CUDA softmax focal backend (kernels/softmax_focal.cu), which hands
+     * it row-contiguous class-index problems without class weights and a = 1, b = 0; the
+     * CUDA backend then returns PLOSS_ERR_UNSUPPORTED, having written nothing but its
+     * workspace, when the rows do not fit its register-row kernel (or the cluster launch is
+     * refused).  core/cross_entropy.c leaves it 0. */
+    int focal;
+    double focal_gamma;
+
+    /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
+    /* saved log-sum-exp per sample (forward: written if non-NULL; backward: read if
+     * non-NULL, else recomputed); f32 or f64 */
+    void *lse; ploss_dtype lse_dtype; int64_t lse_sn, lse_ss;
+    /* upstream gradient (backward): scalar (MEAN/SUM) or per sample (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_sn, g_ss, g_sc;
+} ploss_ce_problem;
+
+/* Backends: same semantics; the CPU one is always built. */
+ploss_status ploss_cpu_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p);
+#endif
+
+/* ---- softmax focal and dual focal -------------------------------------------------------
+ * Targets are class indices; a sample is valid when its label is not ignore_index.  MEAN
+ * divides by the number of valid samples. */
+
+typedef enum {
+    PLOSS_SOFTMAX_FOCAL = 0, /* ℓ = −α_y (1 − p_t)^γ log p_t                 */
+    PLOSS_DUAL_FOCAL = 1     /* ℓ = −Σ_j log(1 + ε − (p_j − [j = y])²)         */
+} ploss_sfocal_kind;
+
+typedef struct ploss_sfocal_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_sfocal_kind kind;
+    int64_t N, S, C;
+
+    /* input logits */
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
+    /* class indices, i64 or i32 */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;
+    /* per-class α (softmax focal), NULL = all ones */
+    const void *w; ploss_dtype w_dtype; int64_t w_s;
+
+    double gamma;          /* softmax focal γ ≥ 0  */
+    double eps;            /* dual focal ε > 0     */
+    int64_t ignore_index;
+    double scale;          /* fused: multiplier of the gradient */
+
+    /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
+    /* saved log-sum-exp per sample (forward: written if non-NULL; backward: read if
+     * non-NULL, else recomputed); f32 or f64 */
+    void *lse; ploss_dtype lse_dtype; int64_t lse_sn, lse_ss;
+    /* upstream gradient (backward): scalar (MEAN/SUM) or per sample (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_sn, g_ss, g_sc;
+} ploss_sfocal_problem;
+
+ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_problem *p);
+#endif
+
+/* ---- per-sample policies ----------------------------------------------------------------
+ *
+ * Samples i = (n, s), n < N, s < S (S = d1⋯dk collapsed to one axis).  Every tensor is
+ * addressed as base + n·sn + s·ss (+ j·sc along classes / state components), strides in
+ * elements.  Per valid sample (label y ≠ ignore_index), with x the logits row:
+ *
+ *  LARGE_MARGIN (Kobayashi, BMVC 2019; λ = lam), 𝒩 = {j ≠ y}, u = 1/(C−1):
+ *     lse = log Σ_j e^x_j, lse' = log Σ_𝒩 e^x_j, q_j = e^(x_j − lse'), E = Σ_𝒩 q_j·x_j
+ *     ℓ = lse − x_y + (λ/2)·(E − u·Σ_𝒩 x_j)
+ *     ∂ℓ/∂x_y = p_y − 1, ∂ℓ/∂x_j = p_j + (λ/2)·(q_j·(x_j − E + 1) − u)   (j ∈ 𝒩)
+ *     state (3 per sample): lse, lse', E.
+ *  TAYLOR_CE (order n even): F_j = f_n(x_j) = Σ_{k≤n} x_j^k/k!, Z = Σ_j F_j
+ *     ℓ = log Z − log F_y,  ∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y);  state: Z.
+ *  PC_SOFTMAX (priors w): lse_w = log Σ_j w_j·e^x_j
+ *     ℓ = lse_w − x_y,  ∂ℓ/∂x_k = w_k·e^(x_k − lse_w) − [k = y];  state: lse_w.
+ *  CROSS_ENTROPY (OHEM only): ℓ = lse − x_y,  ∂ℓ/∂x_k = p_k − [k = y].
+ *
+ * OHEM (ohem = 1; loss CROSS_ENTROPY or LARGE_MARGIN): the score of a sample is
+ * s_i = p_{i,y_i} rounded to f32; its 32-bit key is the bit pattern of s_i (monotone for
+ * s ≥ 0; NaN → PLOSS_OHEM_NAN_KEY) and PLOSS_OHEM_IGNORED_KEY for ignored samples.  With
+ * k_(r) the r-th smallest key of all M samples, the kept set is {valid i : key_i ≤ t*},
+ * t* = max(key(τ), k_(n_min)) (no k term when n_min = 0; every valid sample when n_min ≥ M,
+ * as the reference skips mining then), so every
+ * sample tied with the n_min-th hardest is kept.  Reductions are over the kept set.
+ */
+
+typedef enum {
+    PLOSS_SAMPLE_LARGE_MARGIN = 0,
+    PLOSS_SAMPLE_TAYLOR_CE = 1,
+    PLOSS_SAMPLE_PC_SOFTMAX = 2,
+    PLOSS_SAMPLE_CROSS_ENTROPY = 3
+} ploss_sample_loss;
+
+#define PLOSS_OHEM_NAN_KEY 0x7FC00000u     /* above +inf, below the ignored key */
+#define PLOSS_OHEM_IGNORED_KEY 0xFFFFFFFFu /* ignored samples sort last          */
+
+typedef struct ploss_sample_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_sample_loss loss_kind;
+    int64_t N, S, C;
+
+    /* input logits */
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
+    /* class indices, i64 or i32 */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;
+    /* PC-softmax class priors (C values, any float dtype) */
+    const void *w; ploss_dtype w_dtype; int64_t w_s;
+
+    int64_t ignore_index;
+    double lam;              /* large-margin λ                               */
+    int order;               /* Taylor order n (even, >= 2)                  */
+    double scale;            /* fused: multiplier of the gradient            */
+
+    int ohem;                /* 1: mine hard samples first                   */
+    uint32_t thresh_key;     /* key of τ (the score threshold, rounded to f32) */
+    int64_t n_min;           /* resolved: ⌊M/16⌋ for the default             */
+
+    /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
+    /* saved state: n_state components per sample at n·st_sn + k·st_sk + s·st_ss (forward:
+     * written if non-NULL; backward: read if non-NULL, else recomputed); f32 or f64 */
+    void *state; ploss_dtype state_dtype; int n_state; int64_t st_sn, st_ss, st_sk;
+    /* upstream gradient (backward): scalar (MEAN/SUM) or per sample (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_sn, g_ss, g_sc;
+} ploss_sample_problem;
+
+ploss_status ploss_cpu_sample_policies(ploss_ctx_t *ctx, const ploss_sample_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_sample_policies(ploss_ctx_t *ctx, const ploss_sample_problem *p);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

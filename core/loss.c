@@ -1,0 +1,34 @@
+/*
+ * loss.c — from a loss's entry point (core/losses.c) to the front of its kernel shape.
+ */
+#include <math.h>
+
+#include "loss.h"
+
+typedef ploss_status (*ploss_front)(ploss_ctx_t *, ploss_pass, const ploss_loss_spec *, const ploss_loss_args *,
+                                    const ploss_loss_params *);
+
+static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
+    [PLOSS_SHAPE_ROWS] = ploss_rows_run,
+    [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_run,
+};
+
+ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)
+{
+    if ((unsigned)reduction >= PLOSS_REDUCTION_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
+                           (int)reduction);
+    if (pass == PLOSS_PASS_FUSED && !isfinite(scale))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", scale);
+    if (pass == PLOSS_PASS_FUSED && inplace != 0 && inplace != 1)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %d is not 0 or 1", inplace);
+    return PLOSS_OK;
+}
+
+ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
+                            const ploss_loss_params *p)
+{
+    if (!ctx)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    return fronts[spec->shape](ctx, pass, spec, a, p);
+}

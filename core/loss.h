@@ -1,0 +1,115 @@
+/*
+ * loss.h — what a loss entry point (core/losses.c, generated from the loss descriptions)
+ * hands to the engine of its kernel shape: the loss's static facts, its tensors and its
+ * checked options.  Internal.
+ */
+#ifndef PLOSS_LOSS_H
+#define PLOSS_LOSS_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kernel shapes: the engines of core/engines/. */
+typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_COUNT } ploss_shape;
+
+/* The maths of a loss inside its shape's engines. */
+typedef enum {
+    /* rows */
+    PLOSS_POLICY_CROSS_ENTROPY = 0,
+    PLOSS_POLICY_SOFTMAX_FOCAL,
+    PLOSS_POLICY_DUAL_FOCAL,
+    PLOSS_POLICY_LARGE_MARGIN,
+    PLOSS_POLICY_TAYLOR_CE,
+    PLOSS_POLICY_PC_SOFTMAX,
+    PLOSS_POLICY_OHEM_CROSS_ENTROPY,
+    PLOSS_POLICY_OHEM_LARGE_MARGIN,
+    /* elementwise */
+    PLOSS_POLICY_BCE,
+    PLOSS_POLICY_SIGMOID_FOCAL,
+    PLOSS_POLICY_COUNT
+} ploss_policy;
+
+/* What a loss's target is. */
+typedef enum {
+    PLOSS_LOSS_TARGET_INDEX = 0,            /* class indices, i64/i32, the sample shape        */
+    PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES, /* … or probabilities of the input's shape         */
+    PLOSS_LOSS_TARGET_ELEMENTWISE           /* float, the input's shape                          */
+} ploss_loss_target;
+
+/* Extra tensors between the target and the options. */
+typedef enum {
+    PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
+    PLOSS_TENSOR_BROADCAST = 1     /* broadcast over the input (BCE's weight, pos_weight)   */
+} ploss_tensor_kind;
+
+#define PLOSS_MAX_LOSS_TENSORS 2
+
+/* The static facts of a loss (its description). */
+typedef struct ploss_loss_spec {
+    const char *name;
+    ploss_shape shape;
+    ploss_policy policy;
+    ploss_loss_target target;
+    int64_t min_classes;
+    const char *min_classes_why; /* NULL, or why C must reach min_classes               */
+    const char *state_name;      /* NULL: no saved state                                */
+    int state_components;        /* per sample                                          */
+    int ntensors;
+    struct {
+        const char *name;
+        ploss_tensor_kind kind;
+        const char *what;        /* "expected shape [C] (one <what> per class)"        */
+        int required;
+        int priors;              /* class priors: finite, >= 0, one > 0 (checked on the CPU) */
+    } tensors[PLOSS_MAX_LOSS_TENSORS];
+} ploss_loss_spec;
+
+/* The tensors of one call; those a pass does not take are NULL. */
+typedef struct ploss_loss_args {
+    const DLTensor *input, *target;
+    const DLTensor *tensors[PLOSS_MAX_LOSS_TENSORS];
+    const DLTensor *loss;      /* output of forward and fused                          */
+    const DLTensor *state;     /* output of forward, input of backward (optional)      */
+    const DLTensor *grad_loss; /* backward                                              */
+    const DLTensor *grad_input;/* output of backward and fused                          */
+} ploss_loss_args;
+
+/* The checked options of a loss, in the engines' terms (the union of every loss's). */
+typedef struct ploss_loss_params {
+    ploss_reduction reduction;
+    int64_t ignore_index;
+    double label_smoothing;
+    int smoothing_convention; /* ploss_smoothing_convention */
+    double alpha, gamma;
+    int convention;           /* ploss_focal_convention */
+    double eps;
+    double lam;
+    int order;                /* Taylor order */
+    double score_thresh;
+    int64_t n_min;
+    double scale;
+    int inplace;
+} ploss_loss_params;
+
+/* The checks every loss shares: reduction in range; for the fused pass a finite scale and
+ * inplace 0 or 1. */
+ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace);
+
+/* Validate the call and run it on the engine of spec->shape (core/engines/). */
+ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                            const ploss_loss_args *a, const ploss_loss_params *p);
+
+/* The engines' fronts, one per kernel shape. */
+ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                            const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                   const ploss_loss_args *a, const ploss_loss_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,465 @@
+--- ploss criteria and functions, built from the loss descriptions (lua/ploss/losses/).
+--
+-- For each description `d` this module makes the class `ploss.<d.criterion>` and the
+-- functions `ploss.F.<d.name>`, `_backward` and `_fused` (see ploss/nn.lua for the API a
+-- criterion offers).  Nothing here is specific to one loss: the C entry points, their
+-- arguments, the options and their checks, the shapes of the loss and of the saved state all
+-- come from the description.
+--
+-- Options are checked when a criterion is made and again at each call (they may be edited
+-- in between: `crit.reduction = 'sum'`): named keys only, each of its type (a boolean is a
+-- boolean, an integer an integer in range) and inside the range the description gives.
+-- Tensor options given as Lua lists are copied to the input's device in f64 for f64 inputs,
+-- f32 otherwise (the accumulation dtype).
+--
+-- The state saved by `forward` is reused by `backward` only when the call is the same:
+-- the same input and target tensors, their storages unchanged since (their version
+-- counters), and the same options; otherwise backward recomputes it.
+return function(ploss)
+local ffi = require "ffi"
+local D = require "ploss.description"
+local C = ploss.C
+local nn = ploss.nn
+local M = {}
+
+local INT64_LIMIT = 2 ^ 63
+local INT_LIMIT = 2 ^ 31
+
+local show
+function show(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "number" then return D.number(v) end
+  if ploss.is_tensor(v) then return string.format("%s[%s]", v:dtype(), table.concat(v:size(), "x")) end
+  if type(v) == "table" then
+    local parts = {}
+    for i = 1, #v do parts[i] = show(v[i]) end
+    return "{" .. table.concat(parts, ", ") .. "}"
+  end
+  return tostring(v)
+end
+
+-- The C value of an enum option given by its Lua name, or an error naming the choices.
+local function enum_value(opt, v, where)
+  local e = D.enum(opt.ctype)
+  local i = type(v) == "string" and e.by_lua[v]
+  if not i then
+    local names = {}
+    for _, x in ipairs(e.values) do names[#names + 1] = "'" .. x[1] .. "'" end
+    ploss.raise(string.format("%s%s: %s is not one of %s", where and (where .. ": ") or "", opt.name, show(v),
+      table.concat(names, ", ")))
+  end
+  return C[e.values[i + 1].cname]
+end
+
+-- Check one scalar option's Lua value (type, integrality, range); raise naming it.
+local function check_scalar(opt, v, where)
+  local at = where .. ": "
+  if opt.type == "enum" then
+    enum_value(opt, v, where)
+  elseif opt.type == "bool" then
+    if type(v) ~= "boolean" then
+      ploss.raise(string.format("%s%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v), show(v)))
+    end
+  else
+    if type(v) ~= "number" then ploss.raise(string.format("%s%s: expected a number, got %s", at, opt.name, type(v))) end
+    if opt.type ~= "double" then
+      local limit = opt.type == "int" and INT_LIMIT or INT64_LIMIT
+      if v ~= v or v ~= math.floor(v) or v < -limit or v >= limit then
+        ploss.raise(string.format("%s%s: expected an integer%s, got %s", at, opt.name,
+          opt.type == "int" and " in 32 bits" or "", show(v)))
+      end
+    end
+    if not D.in_range(opt, v) then
+      -- the message and status of the same check on the C side
+      ploss.raise(string.format("%sopts.%s: %s is not %s (PLOSS_ERR_INVALID_ARGUMENT)", at, opt.name, show(v),
+        D.range_text(opt)))
+    end
+  end
+end
+
+local REDUCTION = { name = "reduction", type = "enum", ctype = "ploss_reduction" }
+local INPLACE = { name = "inplace", type = "bool" }
+
+-- Resolve the user's options `user` (a table) for description `d` into a fresh table:
+-- defaults filled in, every value checked.  `extra` lists further keys allowed (the
+-- functional API's out, grad_input, scale).
+local function resolve(d, user, extra, where)
+  if type(user) ~= "table" or ploss.is_tensor(user) then
+    ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
+  end
+  local known = { reduction = true, inplace = true }
+  for _, o in ipairs(d.lua_options) do known[o.name] = true end
+  for _, t in ipairs(d.tensors) do known[t.name] = true end
+  for k, v in pairs(user) do
+    if type(k) ~= "string" then
+      ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
+        where, show(v)))
+    end
+    if not known[k] and not (extra and extra[k]) then
+      ploss.raise(string.format("%s: unknown option '%s'", where, k))
+    end
+  end
+  local o = {}
+  local r = user.reduction
+  if r == nil then r = "mean" end
+  check_scalar(REDUCTION, r, where)
+  o.reduction = r
+  for _, opt in ipairs(d.lua_options) do
+    local v = user[opt.name]
+    if v == nil then v = opt.default end
+    check_scalar(opt, v, where)
+    o[opt.name] = v
+  end
+  local inplace = user.inplace
+  if inplace == nil then inplace = false end
+  check_scalar(INPLACE, inplace, where)
+  o.inplace = inplace
+  for _, t in ipairs(d.tensors) do
+    local v = user[t.name]
+    if v == nil then
+      if t.required then ploss.raise(string.format("%s: %s (%s) is required", where, t.name, t.doc)) end
+    elseif type(v) == "table" and not ploss.is_tensor(v) then
+      -- a Lua list: kept as numbers, made a tensor of the input's dtype at the call
+      local n = #v
+      for k in pairs(v) do
+        if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
+          ploss.raise(string.format("%s: expected a list of numbers without holes, got key %s", t.name, show(k)))
+        end
+      end
+      for i = 1, n do
+        if type(v[i]) ~= "number" then ploss.raise(string.format("%s[%d]: expected a number, got %s", t.name, i, type(v[i]))) end
+      end
+      if t.priors then
+        local positive = false
+        for i = 1, n do
+          if not (v[i] >= 0 and v[i] < math.huge) then
+            ploss.raise(string.format("%s: the prior %s of class %d is not a finite number >= 0", t.name, show(v[i]), i - 1))
+          end
+          positive = positive or v[i] > 0
+        end
+        if n > 0 and not positive then ploss.raise(t.name .. ": every prior is 0 (at least one must be > 0)") end
+      end
+    elseif not ploss.is_tensor(v) then
+      ploss.raise(string.format("%s: expected a tensor or a list of numbers, got %s", t.name, type(v)))
+    end
+    o[t.name] = v
+  end
+  return o
+end
+M.resolve = resolve
+
+-- A C options struct filled from resolved options.
+local function fill(d, o, copts, scale)
+  C[d.opts_init](copts)
+  copts.reduction = enum_value(REDUCTION, o.reduction)
+  for _, opt in ipairs(d.lua_options) do
+    local v = o[opt.name]
+    if opt.type == "enum" then v = enum_value(opt, v)
+    elseif opt.type == "bool" then v = v and 1 or 0 end
+    copts[opt.name] = v
+  end
+  copts.scale = scale or 1
+  copts.inplace = o.inplace and 1 or 0
+  return copts
+end
+
+-- A fingerprint of resolved options (the saved state is valid for these only).
+local function fingerprint(d, o)
+  local parts = { o.reduction }
+  for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = tostring(o[opt.name]) end
+  for _, t in ipairs(d.tensors) do
+    local v = o[t.name]
+    if ploss.is_tensor(v) then
+      parts[#parts + 1] = tostring(v:storage_id()) .. ":" .. tostring(v:version()) .. ":" .. tostring(v)
+    elseif v ~= nil then
+      parts[#parts + 1] = table.concat(v, ",")
+    end
+  end
+  return table.concat(parts, "|")
+end
+
+local function loss_dtype(input) return input:dtype() == "f64" and "f64" or "f32" end
+
+-- The tensor options as tensors on the input's device: a list becomes a tensor of the
+-- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`.
+local function tensor_args(d, o, input, cache)
+  local out = {}
+  for k, t in ipairs(d.tensors) do
+    local v = o[t.name]
+    if v ~= nil and not ploss.is_tensor(v) then
+      local dtype = loss_dtype(input)
+      local key = t.name .. "@" .. input:device() .. "/" .. dtype
+      local c = cache and cache[key]
+      if not (c and c.list == v and not c.tensor:is_freed()) then
+        c = { list = v, tensor = ploss.tensor(v, { dtype = dtype, device = input:device() }) }
+        if cache then cache[key] = c end
+      end
+      v = c.tensor
+    end
+    out[k] = v
+  end
+  return out
+end
+
+local function check_args(where, input, target)
+  if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
+  if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
+end
+
+
+-- Sizes of the 'none' loss: the sample shape (rows) or the input's (elementwise).
+local function loss_sizes(d, input)
+  local sizes = input:size()
+  if d.shape == "elementwise" then return sizes end
+  local s = {}
+  for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+  return s
+end
+
+local function state_sizes(d, input)
+  if d.state.components == 1 then return loss_sizes(d, input) end
+  local s = input:size()
+  s[2] = d.state.components
+  return s
+end
+
+-- The C entry point of `pass` called with tensors by role.
+local function caller(d, pass)
+  local fn = C["ploss_" .. d.name .. "_" .. pass]
+  local args = D.arguments(d, pass)
+  local n = #args + 1
+  return function(ctx, t)
+    local a = { ctx }
+    for i, arg in ipairs(args) do
+      local role = arg[2]
+      local v
+      if role == "opts" then v = t.copts
+      elseif role == "tensor" then
+        local k = 0
+        for j = 1, i do if args[j][2] == "tensor" then k = k + 1 end end
+        v = t.tensors[k]
+      else v = t[role] end
+      if role ~= "opts" and v ~= nil then v = v:dl() end -- a tensor, or an object with a descriptor
+      a[i + 1] = v
+    end
+    return fn(unpack(a, 1, n))
+  end
+end
+
+-- A one-element or loss-shaped gradOutput tensor from a number, a tensor or nil.
+local function grad_loss_tensor(d, o, input, gradOutput, buf)
+  local dtype = loss_dtype(input)
+  if gradOutput == nil then
+    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input), dtype, input:device()):fill(1) end
+    gradOutput = 1
+  end
+  if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput) end
+  if not ploss.is_tensor(gradOutput) then
+    ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
+  end
+  return gradOutput
+end
+
+local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
+
+--- Build the criterion class and the functions of description `d` into `ploss`.
+function M.build(d)
+  local ctype = ffi.typeof(d.opts_type)
+  local call = { forward = caller(d, "forward"), backward = caller(d, "backward"), fused = caller(d, "fused") }
+  local cls = nn.class(d.criterion)
+  cls._doc = d.title .. " (" .. d.source .. ")"
+  cls._description = d
+
+  function cls:__init(opts)
+    local o = resolve(d, opts, nil, d.criterion)
+    for k, v in pairs(o) do self[k] = v end
+    self._copts = ctype()
+    self._cache = {}
+  end
+
+  -- the options as they are now (they may have been edited since construction)
+  local function current(self, input, target)
+    check_args(d.criterion, input, target)
+    local user = {}
+    for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
+    for _, t in ipairs(d.tensors) do user[t.name] = rawget(self, t.name) end
+    user.reduction = rawget(self, "reduction")
+    user.inplace = rawget(self, "inplace")
+    return resolve(d, user, nil, d.criterion)
+  end
+
+  -- what the saved state depends on
+  local function state_key(o, input, target)
+    return { input = input, target = target, iv = input:version(), tv = target:version(),
+             is = input:storage_id(), ts = target:storage_id(), opts = fingerprint(d, o) }
+  end
+  local function same_key(a, b)
+    return a and b and a.input == b.input and a.target == b.target and a.iv == b.iv and a.tv == b.tv and
+      a.is == b.is and a.ts == b.ts and a.opts == b.opts
+  end
+
+  function cls:forward_tensor(input, target)
+    local o = current(self, input, target)
+    local copts = fill(d, o, self._copts)
+    self._state_key = nil
+    self._loss = nn.buffer(self._loss, o.reduction == "none" and loss_sizes(d, input) or {}, loss_dtype(input),
+      input:device())
+    if d.state then
+      self._state = nn.buffer(self._state, state_sizes(d, input), loss_dtype(input), input:device())
+    end
+    ploss.check(call.forward(input:context(), {
+      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      loss = self._loss, state_out = self._state }), d.name .. "_forward")
+    if d.state then self._state_key = state_key(o, input, target) end
+    return self._loss
+  end
+
+  function cls:forward(input, target)
+    local loss = self:forward_tensor(input, target)
+    self.output = self.reduction == "none" and loss or loss:item()
+    return self.output
+  end
+
+  function cls:backward(input, target, gradOutput)
+    local o = current(self, input, target)
+    local copts = fill(d, o, self._copts)
+    local gl = grad_loss_tensor(d, o, input, gradOutput, self._grad_loss)
+    if gl ~= gradOutput then self._grad_loss = gl end
+    local state = nil
+    if d.state and same_key(self._state_key, state_key(o, input, target)) and not self._state:is_freed() then
+      state = self._state
+    end
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+    ploss.check(call.backward(input:context(), {
+      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward")
+    return self.gradInput
+  end
+
+  function cls:fused(input, target, scale)
+    local o = current(self, input, target)
+    if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
+    local copts = fill(d, o, self._copts, scale)
+    self._state_key = nil
+    self._loss = nn.buffer(self._loss, o.reduction == "none" and loss_sizes(d, input) or {}, loss_dtype(input),
+      input:device())
+    local grad
+    if o.inplace then
+      grad = input
+    else
+      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+      grad = self.gradInput
+    end
+    ploss.check(call.fused(input:context(), {
+      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      loss = self._loss, grad_input = grad }), d.name .. "_fused")
+    if o.inplace then input:bump_version() end
+    self.output = o.reduction == "none" and self._loss or self._loss:item()
+    if o.inplace then return self.output, input end
+    return self.output, self.gradInput
+  end
+
+  --- Move tensor options (e.g. weight) to `device`; returns self.
+  function cls:to(device)
+    for _, t in ipairs(d.tensors) do
+      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
+    end
+    return self
+  end
+  function cls:cuda() return self:to("cuda") end
+  function cls:cpu() return self:to("cpu") end
+
+  function cls:tostring()
+    local parts = {}
+    for _, t in ipairs(d.tensors) do
+      if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
+    end
+    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    parts[#parts + 1] = "reduction=" .. show(self.reduction)
+    if self.inplace then parts[#parts + 1] = "inplace=true" end
+    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
+  end
+
+  -- The C calls with the argument order of the bad-input catalogue (spec/bad_input.lua).
+  cls._spec = {
+    name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
+    state_sizes = d.state and d.state.components > 1 and function(input) return state_sizes(d, input) end or nil,
+    forward = function(o, ctx, input, target, copts, loss, state)
+      return call.forward(ctx, { input = input, target = target, tensors = tensor_args(d, o, input), copts = copts,
+        loss = loss, state_out = state })
+    end,
+    backward = function(o, ctx, input, target, copts, state, grad_loss, grad_input)
+      return call.backward(ctx, { input = input, target = target, tensors = tensor_args(d, o, input), copts = copts,
+        state_in = state, grad_loss = grad_loss, grad_input = grad_input })
+    end,
+    fused = function(o, ctx, input, target, copts, loss, grad_input)
+      return call.fused(ctx, { input = input, target = target, tensors = tensor_args(d, o, input), copts = copts,
+        loss = loss, grad_input = grad_input })
+    end,
+  }
+
+  -- the functional API ----------------------------------------------------------------
+  local F = ploss.F
+  local function fprep(where, input, target, opts)
+    check_args(where, input, target)
+    opts = opts or {}
+    local o = resolve(d, opts, FUNCTIONAL_KEYS, where)
+    if opts.scale ~= nil and type(opts.scale) ~= "number" then
+      ploss.raise("scale: expected a number, got " .. type(opts.scale))
+    end
+    return o, fill(d, o, ctype(), opts.scale), opts
+  end
+  local function loss_out(o, raw, input)
+    return raw.out or ploss.empty(o.reduction == "none" and loss_sizes(d, input) or {},
+      { dtype = loss_dtype(input), device = input:device() })
+  end
+  local function result(o, raw, loss)
+    if raw.out or o.reduction == "none" then return loss end
+    local v = loss:item()
+    loss:free()
+    return v
+  end
+
+  F[d.name] = function(input, target, opts)
+    local o, copts, raw = fprep(d.name, input, target, opts)
+    local loss = loss_out(o, raw, input)
+    ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
+      copts = copts, loss = loss }), d.name)
+    return result(o, raw, loss)
+  end
+
+  F[d.name .. "_backward"] = function(input, target, grad_output, opts)
+    local o, copts, raw = fprep(d.name .. "_backward", input, target, opts)
+    local gl = grad_loss_tensor(d, o, input, grad_output, nil)
+    local grad = raw.grad_input or ploss.empty_like(input)
+    ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
+      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward")
+    if raw.grad_input then raw.grad_input:bump_version() end
+    return grad
+  end
+
+  F[d.name .. "_fused"] = function(input, target, opts)
+    local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
+    local loss = loss_out(o, raw, input)
+    local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
+    ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused")
+    grad:bump_version()
+    if o.reduction == "none" or raw.out then return loss, grad end
+    return result(o, raw, loss), grad
+  end
+  for _, alias in ipairs(d.aliases) do
+    F[alias], F[alias .. "_backward"], F[alias .. "_fused"] = F[d.name], F[d.name .. "_backward"], F[d.name .. "_fused"]
+  end
+
+  ploss[d.criterion] = cls
+  return cls
+end
+
+--- Build every loss.
+function M.build_all()
+  for _, d in ipairs(D.all()) do M.build(d) end
+end
+
+return M
+end

@@ -1,0 +1,203 @@
+--- Loss descriptions: the one place where the facts of a loss are written.
+--
+-- Each loss is a Lua table in lua/ploss/losses/<name>.lua, listed in lua/ploss/losses/init.lua.
+-- From it, tools/gen_losses.lua writes the options structs and prototypes of the public
+-- header (core/ploss_losses.h), the C entry points with their option checks
+-- (core/losses.c), the fuzzer's table (fuzz/loss_entries.h) and the user reference
+-- (docs/losses.md); at run time ploss/criterion.lua builds the criterion class and the
+-- ploss.F functions from it, and the specs derive their catalogue rows from it.
+--
+-- Fields of a description:
+--   name         C family name and ploss.F name: ploss_<name>_forward/_backward/_fused
+--   criterion    the Lua class, ploss.<criterion>{...}
+--   aliases      other ploss.F names of the same function (optional)
+--   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
+--   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits) or
+--                'elementwise' (any shape, one loss per element)
+--   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
+--   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
+--                one, with the same options; opts_init: its initialiser (default
+--                <opts_type>_init)
+--   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
+--                the input's shape)
+--   tensors      extra tensors between target and opts, in argument order:
+--                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input),
+--                  what (one <what> per class), required, priors, doc }
+--   state        nil, or { name, components (per sample), doc }: what forward saves for
+--                backward
+--   min_classes  the least C (default 1) and min_classes_why
+--   enums        C enums this loss's options introduce: { ctype, prefix, count, doc,
+--                values = { { lua name, C suffix, doc }, … } }
+--   options      in struct order, after `reduction` and before `scale` and `inplace`
+--                (common to every loss): { lua/C name, type, default, doc = …, and checks:
+--                min, max, min_exclusive, even; param = the field of the engines'
+--                parameters when it differs from the name; ctype for enums }.  Types:
+--                'int64', 'int', 'double' (finite), 'enum', 'bool'.
+--   unused_options  { name = true }: fields of a shared struct this loss does not read
+local D = {}
+
+local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
+local SHAPES = { rows = true, elementwise = true }
+local TARGETS = { index = true, index_or_probabilities = true, elementwise = true }
+local KNOWN = {
+  name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
+  gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
+  target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
+  enums = true, options = true, unused_options = true,
+}
+
+--- The reductions, common to every loss.
+D.reductions = { { "none", "PLOSS_REDUCTION_NONE" }, { "mean", "PLOSS_REDUCTION_MEAN" }, { "sum", "PLOSS_REDUCTION_SUM" } }
+
+local function fail(desc, msg) error("loss description " .. tostring(desc.name) .. ": " .. msg, 0) end
+
+-- A number as C and the docs write it (1e-05 → 1e-5; integers without a point).
+function D.number(v)
+  if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format("%d", v) end
+  local s = string.format("%.17g", v)
+  for p = 1, 17 do
+    local t = string.format("%." .. p .. "g", v)
+    if tonumber(t) == v then s = t break end
+  end
+  return (s:gsub("e%-0*(%d)", "e-%1"):gsub("e%+0*(%d)", "e%1"))
+end
+
+--- The range an option must lie in, as the error messages and the docs say it
+-- ("a finite number >= 0", "an even integer in [2, 64]"); nil when any value goes.
+function D.range_text(opt)
+  local what
+  if opt.type == "double" then what = "a finite number"
+  elseif opt.type == "int" or opt.type == "int64" then what = opt.even and "an even integer" or "an integer"
+  else return nil end
+  local lo, hi = opt.min, opt.max
+  if opt.min_exclusive ~= nil then return what .. " > " .. D.number(opt.min_exclusive) end
+  if lo ~= nil and hi ~= nil then return what .. " in [" .. D.number(lo) .. ", " .. D.number(hi) .. "]" end
+  if lo ~= nil then return what .. " >= " .. D.number(lo) end
+  if hi ~= nil then return what .. " <= " .. D.number(hi) end
+  if opt.type == "double" or opt.even then return what end
+  return nil
+end
+
+--- True when `v` (a Lua number) satisfies the option's checks (the C side runs the same).
+function D.in_range(opt, v)
+  if type(v) ~= "number" or v ~= v then return false end
+  if opt.type == "double" and (v == math.huge or v == -math.huge) then return false end
+  if opt.type ~= "double" and (v ~= math.floor(v)) then return false end
+  if opt.min_exclusive ~= nil and not (v > opt.min_exclusive) then return false end
+  if opt.min ~= nil and v < opt.min then return false end
+  if opt.max ~= nil and v > opt.max then return false end
+  if opt.even and v % 2 ~= 0 then return false end
+  return true
+end
+
+-- The C type of an option's struct field.
+function D.ctype(opt)
+  if opt.type == "enum" then return opt.ctype end
+  return TYPES[opt.type]
+end
+
+local function normalise_option(desc, o)
+  local opt = {}
+  for k, v in pairs(o) do if type(k) == "string" then opt[k] = v end end
+  opt.name, opt.type, opt.default = o[1], o[2], o[3]
+  if type(opt.name) ~= "string" then fail(desc, "an option without a name") end
+  if not TYPES[opt.type] then fail(desc, "option " .. opt.name .. ": unknown type " .. tostring(opt.type)) end
+  if opt.default == nil then fail(desc, "option " .. opt.name .. ": no default") end
+  if opt.type == "enum" and not opt.ctype then fail(desc, "option " .. opt.name .. ": enum without ctype") end
+  if not opt.doc then fail(desc, "option " .. opt.name .. ": no doc") end
+  opt.param = opt.param or opt.name
+  return opt
+end
+
+local enums_by_ctype = {}
+
+--- Validate a description table and add the facts derived from it.  Returns it.
+function D.prepare(desc)
+  if desc._prepared then return desc end
+  for k in pairs(desc) do if not KNOWN[k] then fail(desc, "unknown field " .. tostring(k)) end end
+  for _, f in ipairs { "name", "criterion", "title", "source", "shape", "policy", "target", "formula", "gradient" } do
+    if desc[f] == nil then fail(desc, "missing field " .. f) end
+  end
+  if not SHAPES[desc.shape] then fail(desc, "unknown shape " .. tostring(desc.shape)) end
+  if not TARGETS[desc.target] then fail(desc, "unknown target kind " .. tostring(desc.target)) end
+  desc.opts_type = desc.opts_type or ("ploss_" .. desc.name .. "_opts")
+  desc.opts_init = desc.opts_init or (desc.opts_type .. "_init")
+  desc.min_classes = desc.min_classes or 1
+  desc.tensors = desc.tensors or {}
+  desc.enums = desc.enums or {}
+  desc.aliases = desc.aliases or {}
+  desc.unused_options = desc.unused_options or {}
+  for _, e in ipairs(desc.enums) do
+    e.by_lua = {}
+    for i, v in ipairs(e.values) do
+      e.by_lua[v[1]] = i - 1
+      v.cname = e.prefix .. v[2]
+    end
+    enums_by_ctype[e.ctype] = e
+  end
+  local options = {}
+  for _, o in ipairs(desc.options) do options[#options + 1] = normalise_option(desc, o) end
+  desc.options = options
+  -- the struct: reduction, the loss's options, scale and inplace
+  desc.fields = { { name = "reduction", type = "enum", ctype = "ploss_reduction", default = "mean", common = true,
+                    doc = "how the per-sample losses are reduced" } }
+  for _, o in ipairs(options) do desc.fields[#desc.fields + 1] = o end
+  desc.fields[#desc.fields + 1] = { name = "scale", type = "double", default = 1, common = true, fused = true,
+    doc = "_fused only: the gradient's multiplier (the upstream gradient)" }
+  desc.fields[#desc.fields + 1] = { name = "inplace", type = "bool", default = false, common = true, fused = true,
+    doc = "_fused only: 1 lets grad_input be the input tensor itself" }
+  -- the options a user sets, in Lua
+  desc.lua_options = {}
+  for _, o in ipairs(options) do
+    if not desc.unused_options[o.name] then desc.lua_options[#desc.lua_options + 1] = o end
+  end
+  desc._prepared = true
+  return desc
+end
+
+--- The enum of a C enum type named by an option (from any loaded description), or the
+-- reductions for ploss_reduction.
+function D.enum(ctype)
+  if ctype == "ploss_reduction" then
+    local e = { ctype = ctype, by_lua = {}, values = {} }
+    for i, r in ipairs(D.reductions) do
+      e.by_lua[r[1]] = i - 1
+      e.values[i] = { r[1], cname = r[2] }
+    end
+    return e
+  end
+  return enums_by_ctype[ctype]
+end
+
+--- The names of the losses, in order.
+function D.names() return require "ploss.losses" end
+
+--- Every description, prepared, in order (enums of earlier losses are known to later ones).
+function D.all()
+  local out = {}
+  for _, name in ipairs(D.names()) do out[#out + 1] = D.prepare(require("ploss.losses." .. name)) end
+  return out
+end
+
+--- The C arguments of a pass after ctx, as { name, role } in order: role 'input',
+-- 'target', 'tensor' (an extra tensor), 'opts', 'loss', 'state_out', 'state_in',
+-- 'grad_loss', 'grad_input'.
+function D.arguments(desc, pass)
+  local a = { { "input", "input" }, { "target", "target" } }
+  for _, t in ipairs(desc.tensors) do a[#a + 1] = { t.name, "tensor", t } end
+  a[#a + 1] = { "opts", "opts" }
+  if pass == "forward" then
+    a[#a + 1] = { "loss", "loss" }
+    if desc.state then a[#a + 1] = { desc.state.name, "state_out" } end
+  elseif pass == "backward" then
+    if desc.state then a[#a + 1] = { desc.state.name, "state_in" } end
+    a[#a + 1] = { "grad_loss", "grad_loss" }
+    a[#a + 1] = { "grad_input", "grad_input" }
+  else
+    a[#a + 1] = { "loss", "loss" }
+    a[#a + 1] = { "grad_input", "grad_input" }
+  end
+  return a
+end
+
+return D

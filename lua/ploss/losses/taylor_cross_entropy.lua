@@ -1,0 +1,25 @@
+-- Cross-entropy of the log-Taylor softmax.
+return {
+  name = "taylor_cross_entropy",
+  criterion = "TaylorCrossEntropyLoss",
+  title = "Taylor cross-entropy",
+  source = "de Brébisson & Vincent, ICLR 2016; Banerjee et al., arXiv:2011.11538; pytorch-loss " ..
+    "TaylorCrossEntropyLossV1/V3 (whose ignore default is -1; ploss keeps PyTorch's -100)",
+  shape = "rows",
+  policy = "taylor_ce",
+  target = "index",
+  state = { name = "state", components = 1, doc = "Z, the Taylor normaliser of each sample" },
+  options = {
+    { "ignore_index", "int64", -100, doc = "samples with this label add nothing" },
+    { "n", "int", 2, min = 2, max = 64, even = true, param = "order",
+      doc = "the even order of the Taylor polynomial (odd orders have real roots)" },
+  },
+  formula = [[
+With f_n(v) = Σ_{k≤n} v^k/k!, F_j = f_n(x_j) and Z = Σ_j F_j, per valid sample with label y
+
+    ℓ = log Z − log F_y
+
+computed in f32 (f64 for f64 input and for n > 10).  'mean' divides by the number of valid
+samples.]],
+  gradient = "∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y).",
+}

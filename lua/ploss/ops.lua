@@ -1,0 +1,234 @@
+--- Ops beside the losses: one-hot encoding with label smoothing (ploss.one_hot), the
+-- Taylor softmax and log-Taylor softmax (ploss.F.taylor_softmax, ploss.TaylorSoftmax, …),
+-- and ploss.OneHotTargets, which adapts an elementwise criterion to class-index targets.
+-- Errors are Lua errors at the caller's line with the C library's message; nothing is
+-- half-written.
+return function(ploss)
+local ffi = require "ffi"
+local C = ploss.C
+local nn = ploss.nn
+
+-- A C options struct filled with its defaults.
+local function new_opts(ctype, init)
+  local o = ffi.new(ctype)
+  C[init](o)
+  return o
+end
+
+local conventions = {
+  pytorch = C.PLOSS_SMOOTHING_PYTORCH,
+  reference = C.PLOSS_SMOOTHING_REFERENCE,
+  uniform_others = C.PLOSS_SMOOTHING_UNIFORM_OTHERS,
+}
+
+local function check_integer(name, v, min)
+  if type(v) ~= "number" or v ~= math.floor(v) or (min and v < min) then
+    ploss.raise(string.format("%s: expected an integer%s, got %s", name,
+      min and (" >= " .. min) or "", tostring(v)))
+  end
+end
+
+---------------------------------------------------------------------------------------
+-- one-hot
+---------------------------------------------------------------------------------------
+
+--- ploss.one_hot(target, num_classes [, opts]) → a tensor N×C×d1×…×dk (also ploss.F.one_hot)
+--
+-- Class indices (i64/i32, shape N×d1×…×dk, 0-based) to one-hot vectors along dim 2 (the
+-- class axis), on the target's device.  opts:
+--   dtype                 'f32' (default) or any dtype; integer dtypes need no smoothing
+--   label_smoothing       ε in [0, 1], default 0: values a·[j = y] + b
+--   smoothing_convention  'pytorch' (default: 1 − ε + ε/C and ε/C), 'reference'
+--                         (pytorch-loss OnehotEncoder: 1 − ε and ε/C), 'uniform_others'
+--                         (1 − ε and ε/(C−1))
+--   ignore_index          default -1 (as the reference): those samples get all zeros
+--   out                   a tensor to write (then num_classes may be nil: its dim 2)
+-- Errors: a label outside [0, C) that is not ignore_index ("target: class index 7 at
+-- sample (n, s) is outside [0, 5) …"; on CUDA reported by the next synchronising call).
+function ploss.one_hot(target, num_classes, opts)
+  opts = opts or {}
+  if not ploss.is_tensor(target) then ploss.raise("one_hot: target: expected a ploss tensor, got " .. type(target)) end
+  if type(opts) ~= "table" then ploss.raise("one_hot: opts: expected a table") end
+  local out = opts.out
+  if out == nil then
+    check_integer("one_hot: num_classes", num_classes, 1)
+    local sizes = target:size()
+    table.insert(sizes, math.min(2, #sizes + 1), num_classes)
+    out = ploss.empty(sizes, { dtype = opts.dtype or "f32", device = target:device() })
+  elseif not ploss.is_tensor(out) then
+    ploss.raise("one_hot: out: expected a ploss tensor, got " .. type(out))
+  end
+  local co = new_opts("ploss_one_hot_opts", "ploss_one_hot_opts_init")
+  if opts.ignore_index ~= nil then check_integer("one_hot: ignore_index", opts.ignore_index); co.ignore_index = opts.ignore_index end
+  if opts.label_smoothing ~= nil then
+    if type(opts.label_smoothing) ~= "number" then ploss.raise("one_hot: label_smoothing: expected a number") end
+    co.label_smoothing = opts.label_smoothing
+  end
+  if opts.smoothing_convention ~= nil then
+    local v = conventions[opts.smoothing_convention]
+    if v == nil then
+      ploss.raise("one_hot: smoothing_convention: '" .. tostring(opts.smoothing_convention) ..
+        "' is not one of 'pytorch', 'reference', 'uniform_others'")
+    end
+    co.smoothing_convention = v
+  end
+  ploss.check(C.ploss_one_hot(target:context(), target:dl(), co, out:dl()), "one_hot")
+  return out
+end
+ploss.F.one_hot = ploss.one_hot
+
+
+---------------------------------------------------------------------------------------
+-- Taylor softmax / log-Taylor softmax
+---------------------------------------------------------------------------------------
+
+-- C options of the Taylor ops from Lua options {n = 2, dim = 2} (dim 1-based, negative
+-- from the end, as Tensor:size(dim)).
+local function taylor_copts(opts, what)
+  if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table") end
+  local co = new_opts("ploss_taylor_softmax_opts", "ploss_taylor_softmax_opts_init")
+  local n, dim = opts.n or 2, opts.dim or 2
+  check_integer(what .. ": n", n)
+  check_integer(what .. ": dim", dim)
+  if dim == 0 then ploss.raise(what .. ": dim: 0 is not a dimension (dims are 1-based; -1 is the last)") end
+  co.n = n
+  co.dim = dim > 0 and dim - 1 or dim
+  return co
+end
+
+for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softmax", "LogTaylorSoftmax" } } do
+  local fname, cls_name = op[1], op[2]
+  local c_forward, c_backward = C["ploss_" .. fname .. "_forward"], C["ploss_" .. fname .. "_backward"]
+
+  --- ploss.F.taylor_softmax(input [, opts]) → output, and ploss.F.log_taylor_softmax:
+  -- output_j = f_n(x_j) / Σ_k f_n(x_k) (log: log f_n(x_j) − log Σ_k f_n(x_k)) along `dim`,
+  -- with f_n(v) = Σ_{k≤n} v^k/k! the even-order Taylor polynomial of exp (de Brébisson &
+  -- Vincent, ICLR 2016; Banerjee et al., arXiv:2011.11538; pytorch-loss TaylorSoftmaxV1/V3).
+  -- opts: n (even, 2..64; default 2), dim (1-based, default 2 = the class axis; -1 = last),
+  -- out (a tensor to write).  Any rank, f32/f16/bf16/f64; computed in f32 (f64 for f64 and
+  -- for n > 10), so f16 inputs do not overflow.  Errors: "opts.n: 3 is not an even Taylor
+  -- order in [2, 64]", "opts.dim: 5 is out of range for an input of rank 2".
+  ploss.F[fname] = function(input, opts)
+    opts = opts or {}
+    if not ploss.is_tensor(input) then ploss.raise(fname .. ": input: expected a ploss tensor, got " .. type(input)) end
+    local co = taylor_copts(opts, fname)
+    local out = opts.out or ploss.empty_like(input)
+    ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname)
+    return out
+  end
+
+  --- ploss.F.taylor_softmax_backward(input, grad_output [, opts]) → grad_input (and the
+  -- log variant): the gradient through the op, recomputing its sums from the input.
+  -- opts: n, dim as forward; grad_input (a tensor to write).
+  ploss.F[fname .. "_backward"] = function(input, grad_output, opts)
+    opts = opts or {}
+    if not ploss.is_tensor(input) then ploss.raise(fname .. "_backward: input: expected a ploss tensor, got " .. type(input)) end
+    if not ploss.is_tensor(grad_output) then
+      ploss.raise(fname .. "_backward: grad_output: expected a ploss tensor, got " .. type(grad_output))
+    end
+    local co = taylor_copts(opts, fname .. "_backward")
+    local grad = opts.grad_input or ploss.empty_like(input)
+    ploss.check(c_backward(input:context(), input:dl(), grad_output:dl(), co, grad:dl()), fname .. "_backward")
+    return grad
+  end
+
+  --- ploss.TaylorSoftmax{n = 2, dim = 2} and ploss.LogTaylorSoftmax{n = 2, dim = 2}: modules
+  -- (also ploss.nn.TaylorSoftmax / ploss.nn.LogTaylorSoftmax, for nn.Sequential) with
+  -- forward(input) → output and backward(input, gradOutput) → gradInput (buffers reused
+  -- between calls); updateOutput / updateGradInput are aliases.  No parameters.
+  local cls = {}
+  cls.__index = cls
+  cls.__tostring = function(self) return string.format("ploss.%s(n=%d, dim=%d)", cls_name, self.n, self.dim) end
+  setmetatable(cls, {
+    __call = function(c, opts)
+      opts = opts or {}
+      if type(opts) ~= "table" then ploss.raise(cls_name .. ": expected an options table") end
+      for k in pairs(opts) do
+        if k ~= "n" and k ~= "dim" then ploss.raise(string.format("%s: unknown option '%s'", cls_name, tostring(k))) end
+      end
+      local self = setmetatable({ n = opts.n or 2, dim = opts.dim or 2 }, c)
+      taylor_copts(self, cls_name) -- validate the types now; ranges are checked by the C side
+      return self
+    end,
+    __tostring = function() return "ploss." .. cls_name .. ": " .. (fname == "taylor_softmax" and "" or "log-") ..
+      "Taylor softmax" end,
+  })
+  function cls:forward(input)
+    if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
+    self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), self.output:dl()), fname)
+    return self.output
+  end
+  function cls:backward(input, gradOutput)
+    if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
+    if not ploss.is_tensor(gradOutput) then
+      ploss.raise(cls_name .. ": gradOutput: expected a ploss tensor, got " .. type(gradOutput))
+    end
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+    ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name),
+      self.gradInput:dl()), fname .. "_backward")
+    return self.gradInput
+  end
+  function cls:updateOutput(input) return self:forward(input) end
+  function cls:updateGradInput(input, gradOutput) return self:backward(input, gradOutput) end
+  function cls:parameters() return {}, {} end
+  function cls:tostring() return tostring(self) end
+  ploss[cls_name] = cls
+  nn[cls_name] = cls
+end
+
+
+---------------------------------------------------------------------------------------
+-- ploss.OneHotTargets(criterion [, {ignore_index=-1, label_smoothing=0, smoothing_convention=}])
+--   Adapts an elementwise criterion on N×C(×d…) logits (BCEWithLogitsLoss, FocalLoss) to
+--   class-index targets: each call builds the one-hot targets of the labels (ploss.one_hot,
+--   in the input's dtype on its device, a buffer reused between calls; ignored labels give
+--   all-zero rows) and calls the wrapped criterion with them.  Same API as a criterion.
+---------------------------------------------------------------------------------------
+local OneHotTargets = nn.class("OneHotTargets")
+
+function OneHotTargets:__init(inner, opts)
+  if type(inner) ~= "table" or not inner.fused then
+    ploss.raise("OneHotTargets: expected a criterion (e.g. ploss.FocalLoss{}), got " .. type(inner))
+  end
+  self.inner = inner
+  self.one_hot_opts = {}
+  for k, v in pairs(opts or {}) do self.one_hot_opts[k] = v end
+end
+
+function OneHotTargets:targets(input, labels)
+  if not ploss.one_hot then ploss.raise("OneHotTargets: this build has no ploss.one_hot") end
+  local sizes = labels:size()
+  table.insert(sizes, math.min(2, #sizes + 1), input:size(2))
+  self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
+  local o = { out = self._onehot }
+  for k, v in pairs(self.one_hot_opts) do o[k] = v end
+  return ploss.one_hot(labels, nil, o)
+end
+
+function OneHotTargets:forward(input, labels)
+  self.output = self.inner:forward(input, self:targets(input, labels))
+  return self.output
+end
+
+function OneHotTargets:backward(input, labels, gradOutput)
+  self.gradInput = self.inner:backward(input, self:targets(input, labels), gradOutput)
+  return self.gradInput
+end
+
+function OneHotTargets:fused(input, labels, scale)
+  self.output, self.gradInput = self.inner:fused(input, self:targets(input, labels), scale)
+  return self.output, self.gradInput
+end
+
+function OneHotTargets:tostring() return "ploss.OneHotTargets(" .. tostring(self.inner) .. ")" end
+
+-- ploss.OneHotTargets(criterion, opts): `OneHotTargets` is the class; calling it with a
+-- criterion builds an instance
+ploss.OneHotTargets = function(inner, opts)
+  local self = setmetatable({}, OneHotTargets)
+  self:__init(inner, opts)
+  return self
+end
+
+end

@@ -1,0 +1,430 @@
+--- Support ops: not losses, but what a training script needs around them —
+-- the matrix product, the activations (swish, hard-swish, mish), the bias add and its gradient,
+-- argmax, optimiser steps — and three small helpers built on them: layers
+-- (ploss.nn.Linear, ploss.nn.Swish / HardSwish / Mish, ploss.nn.Sequential) and
+-- optimisers (ploss.optim.SGD, ploss.optim.Adam).  They are kept small on purpose: this is
+-- a loss library; the ops exist so that the examples and the fused linear losses can run.
+--
+-- Functional API (tensors on one device; every output is a new contiguous tensor unless an
+-- `out`/`grad_input` buffer is given; errors are Lua errors at the caller's line carrying
+-- ploss_last_error(), with nothing written):
+--   F.gemm(a, b [, {trans_a=, trans_b=, alpha=1, beta=0, out=}]) → c = alpha·op(a)·op(b) + beta·c
+--       a, b: 2-d f32/f16/bf16/f64 of one dtype, row-major or transposed views (t:t() is
+--       used without a copy); out: M×N, a's dtype (or f32 for f16/bf16), required when
+--       beta ≠ 0.  OpenBLAS on the CPU, cuBLAS on CUDA, f32 accumulation (f64 for f64).
+--   F.matmul(a, b) → a·b
+--   F.swish(x [, {out=, inplace=}]), F.hard_swish, F.mish → y = f(x), elementwise, x's dtype
+--       (F.silu = F.swish, F.hardswish = F.hard_swish); inplace = true writes over x
+--       (or allows `out` to be x itself).
+--   F.swish_backward(x, grad_output [, {grad_input=, inplace=}]) (and _hard_swish, _mish)
+--       → f′(x)·grad_output; inplace = true writes over grad_output (or allows
+--       `grad_input` to be grad_output or x itself).  hard-swish's
+--       derivative is PyTorch's: −0.5 at x = −3, 1.5 at x = 3.
+--   F.bias_add(x, bias) → x, with x[i][j] += bias[j] (in place; x N×C, bias C)
+--   F.bias_grad(grad_output [, {out=}]) → column sums (C), deterministic
+--   F.argmax(x [, {out=}]) / ploss.argmax(x) → i64 indices along dim 2 (the class axis),
+--       the first maximum wins, NaN counts as the maximum (torch.argmax).
+--   F.sgd_step(param, grad, momentum_buffer, step, {lr=, momentum=, dampening=,
+--       weight_decay=, nesterov=})   torch.optim.SGD's update of one tensor, in place
+--   F.adam_step(param, grad, exp_avg, exp_avg_sq, step, {lr=, beta1=, beta2=, eps=,
+--       weight_decay=, decoupled_weight_decay=})   torch.optim.Adam / AdamW, in place
+return function(ploss)
+local C = ploss.C
+local F = ploss.F
+local nn = ploss.nn
+
+local function need_tensor(x, what)
+  if not ploss.is_tensor(x) then
+    ploss.raise(what .. ": expected a ploss tensor, got " .. type(x))
+  end
+  return x
+end
+
+local function opts_table(opts, what)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table, got " .. type(opts)) end
+  return opts
+end
+
+---------------------------------------------------------------------------------------
+-- GEMM
+---------------------------------------------------------------------------------------
+
+function F.gemm(a, b, opts)
+  opts = opts_table(opts, "gemm")
+  need_tensor(a, "gemm: a")
+  need_tensor(b, "gemm: b")
+  if a:dim() ~= 2 or b:dim() ~= 2 then
+    ploss.raise(string.format("gemm: a and b must be 2-d matrices, got %d-d and %d-d", a:dim(), b:dim()))
+  end
+  local ta, tb = opts.trans_a and 1 or 0, opts.trans_b and 1 or 0
+  local beta = opts.beta or 0
+  local c = opts.out
+  if c == nil then
+    if beta ~= 0 then ploss.raise("gemm: beta = " .. beta .. " needs an `out` tensor to accumulate into") end
+    local m = ta == 1 and a:size(2) or a:size(1)
+    local n = tb == 1 and b:size(1) or b:size(2)
+    c = ploss.empty({ m, n }, { dtype = a:dtype(), device = a:device() })
+  else
+    need_tensor(c, "gemm: out")
+  end
+  ploss.check(C.ploss_gemm(a:context(), ta, tb, opts.alpha or 1, a:dl(), b:dl(), beta, c:dl()), "gemm")
+  return c
+end
+
+function F.matmul(a, b) return F.gemm(a, b) end
+
+---------------------------------------------------------------------------------------
+-- Activations
+---------------------------------------------------------------------------------------
+
+local activations = {
+  swish = C.PLOSS_ACTIVATION_SWISH,
+  hard_swish = C.PLOSS_ACTIVATION_HARD_SWISH,
+  mish = C.PLOSS_ACTIVATION_MISH,
+}
+ploss.activations = activations
+
+for name, code in pairs(activations) do
+  F[name] = function(x, opts)
+    opts = opts_table(opts, name)
+    need_tensor(x, name .. ": input")
+    local out = opts.out or (opts.inplace and x) or ploss.empty_like(x)
+    ploss.check(C.ploss_activation_forward(x:context(), code, x:dl(), need_tensor(out, name .. ": out"):dl(),
+      opts.inplace and 1 or 0), name)
+    return out
+  end
+  F[name .. "_backward"] = function(x, grad_output, opts)
+    opts = opts_table(opts, name .. "_backward")
+    need_tensor(x, name .. "_backward: input")
+    need_tensor(grad_output, name .. "_backward: grad_output")
+    local gin = opts.grad_input or (opts.inplace and grad_output) or ploss.empty_like(x)
+    ploss.check(C.ploss_activation_backward(x:context(), code, x:dl(), grad_output:dl(),
+      need_tensor(gin, name .. "_backward: grad_input"):dl(), opts.inplace and 1 or 0), name .. "_backward")
+    return gin
+  end
+end
+F.silu, F.silu_backward = F.swish, F.swish_backward
+F.hardswish, F.hardswish_backward = F.hard_swish, F.hard_swish_backward
+
+---------------------------------------------------------------------------------------
+-- Bias, argmax
+---------------------------------------------------------------------------------------
+
+function F.bias_add(x, bias)
+  need_tensor(x, "bias_add: x")
+  need_tensor(bias, "bias_add: bias")
+  ploss.check(C.ploss_bias_add(x:context(), x:dl(), bias:dl()), "bias_add")
+  return x
+end
+
+function F.bias_grad(grad_output, opts)
+  opts = opts_table(opts, "bias_grad")
+  need_tensor(grad_output, "bias_grad: grad_output")
+  local out = opts.out
+  if out == nil then
+    local cols = grad_output:dim() == 2 and grad_output:size(2) or 0
+    out = ploss.empty({ cols }, { dtype = grad_output:dtype(), device = grad_output:device() })
+  end
+  ploss.check(C.ploss_bias_grad(grad_output:context(), grad_output:dl(), need_tensor(out, "bias_grad: out"):dl()),
+    "bias_grad")
+  return out
+end
+
+function F.argmax(x, opts)
+  opts = opts_table(opts, "argmax")
+  need_tensor(x, "argmax: input")
+  local out = opts.out
+  if out == nil then
+    local sizes = {}
+    for i, s in ipairs(x:size()) do if i ~= 2 then sizes[#sizes + 1] = s end end
+    out = ploss.empty(sizes, { dtype = "i64", device = x:device() })
+  end
+  ploss.check(C.ploss_argmax(x:context(), x:dl(), need_tensor(out, "argmax: out"):dl()), "argmax")
+  return out
+end
+ploss.argmax = F.argmax
+
+---------------------------------------------------------------------------------------
+-- Optimiser steps
+---------------------------------------------------------------------------------------
+
+local ffi = require "ffi"
+
+local function fill_struct(ctype, init, opts, fields, what)
+  local s = ffi.new(ctype)
+  C[init](s)
+  for k, v in pairs(opts) do
+    local kind = fields[k]
+    if kind == nil then ploss.raise(string.format("%s: unknown option '%s'", what, tostring(k))) end
+    if kind == "boolean" then
+      if type(v) ~= "boolean" then ploss.raise(what .. ": " .. k .. ": expected a boolean, got " .. type(v)) end
+      s[k] = v and 1 or 0
+    else
+      if type(v) ~= "number" then ploss.raise(what .. ": " .. k .. ": expected a number, got " .. type(v)) end
+      s[k] = v
+    end
+  end
+  return s
+end
+
+local sgd_fields = { lr = "number", momentum = "number", dampening = "number", weight_decay = "number",
+                     nesterov = "boolean" }
+local adam_fields = { lr = "number", beta1 = "number", beta2 = "number", eps = "number",
+                      weight_decay = "number", decoupled_weight_decay = "boolean" }
+
+local function check_step(step, what)
+  if type(step) ~= "number" or step ~= math.floor(step) then
+    ploss.raise(what .. ": step: expected an integer (1 for the first step), got " .. tostring(step))
+  end
+end
+
+function F.sgd_step(param, grad, momentum_buffer, step, opts)
+  need_tensor(param, "sgd_step: param")
+  need_tensor(grad, "sgd_step: grad")
+  check_step(step, "sgd_step")
+  local s = fill_struct("ploss_sgd_opts", "ploss_sgd_opts_init", opts_table(opts, "sgd_step"), sgd_fields, "sgd_step")
+  ploss.check(C.ploss_sgd_step(param:context(), param:dl(), grad:dl(),
+    momentum_buffer and need_tensor(momentum_buffer, "sgd_step: momentum_buffer"):dl() or nil, step, s), "sgd_step")
+  return param
+end
+
+function F.adam_step(param, grad, exp_avg, exp_avg_sq, step, opts)
+  need_tensor(param, "adam_step: param")
+  need_tensor(grad, "adam_step: grad")
+  need_tensor(exp_avg, "adam_step: exp_avg")
+  need_tensor(exp_avg_sq, "adam_step: exp_avg_sq")
+  check_step(step, "adam_step")
+  local s = fill_struct("ploss_adam_opts", "ploss_adam_opts_init", opts_table(opts, "adam_step"), adam_fields,
+    "adam_step")
+  ploss.check(C.ploss_adam_step(param:context(), param:dl(), grad:dl(), exp_avg:dl(), exp_avg_sq:dl(), step, s),
+    "adam_step")
+  return param
+end
+
+---------------------------------------------------------------------------------------
+-- Layers (Torch7's Module API, reduced): forward(input) → output,
+-- backward(input, gradOutput) → gradInput (parameter gradients are overwritten, not
+-- accumulated), parameters() → {params}, {grads}.
+---------------------------------------------------------------------------------------
+
+local function module_class(name)
+  local cls = {}
+  cls.__index = cls
+  cls.__name = name
+  cls.__tostring = function(self) return self:tostring() end
+  setmetatable(cls, {
+    __call = function(c, ...)
+      local self = setmetatable({}, c)
+      self:__init(...)
+      return self
+    end,
+    __tostring = function() return "ploss.nn." .. name end,
+  })
+  cls.updateOutput = function(self, input) return self:forward(input) end
+  cls.updateGradInput = function(self, input, gradOutput) return self:backward(input, gradOutput) end
+  cls.parameters = function() return {}, {} end
+  cls.tostring = function() return "ploss.nn." .. name end
+  nn[name] = cls
+  return cls
+end
+
+--- ploss.nn.Linear(in_features, out_features [, opts]): y = x·Wᵀ + b (PyTorch's layout:
+-- weight out×in, bias out).  opts: bias (true), dtype ('f32'), device ('cpu'),
+-- init ('he': N(0, 2/in), for ReLU-like activations; 'xavier': N(0, 2/(in + out))) drawn
+-- from the global seeded generator (ploss.manual_seed; the same numbers on CPU and GPU),
+-- input_grad (true; false skips the gradient of the input, e.g. for the first layer).
+-- Input N×in, output N×out.  Fields: weight, bias, gradWeight, gradBias, output, gradInput.
+local Linear = module_class("Linear")
+
+function Linear:__init(in_features, out_features, opts)
+  opts = opts_table(opts, "Linear")
+  for _, v in ipairs { in_features, out_features } do
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+      ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. tostring(v))
+    end
+  end
+  local dtype, device = opts.dtype or "f32", opts.device or "cpu"
+  local init = opts.init or "he"
+  local std
+  if init == "he" then std = math.sqrt(2 / in_features)
+  elseif init == "xavier" then std = math.sqrt(2 / (in_features + out_features))
+  else ploss.raise("Linear: init: expected 'he' or 'xavier', got " .. tostring(init)) end
+  self.in_features, self.out_features, self.init = in_features, out_features, init
+  self.weight = ploss.randn({ out_features, in_features }, { dtype = dtype, device = device, std = std })
+  self.gradWeight = ploss.zeros({ out_features, in_features }, { dtype = dtype, device = device })
+  if opts.bias ~= false then
+    self.bias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
+    self.gradBias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
+  end
+  self.input_grad = opts.input_grad ~= false
+end
+
+function Linear:forward(input)
+  need_tensor(input, "Linear: input")
+  if input:dim() ~= 2 then ploss.raise("Linear: input: expected N×" .. self.in_features .. ", got " .. input:dim() .. "-d") end
+  self.output = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
+  F.gemm(input, self.weight, { trans_b = true, out = self.output })
+  if self.bias then F.bias_add(self.output, self.bias) end
+  return self.output
+end
+
+function Linear:backward(input, gradOutput)
+  need_tensor(input, "Linear: input")
+  need_tensor(gradOutput, "Linear: gradOutput")
+  F.gemm(gradOutput, input, { trans_a = true, out = self.gradWeight }) -- (out×N)·(N×in)
+  if self.bias then F.bias_grad(gradOutput, { out = self.gradBias }) end
+  if not self.input_grad then return nil end
+  self.gradInput = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device())
+  F.gemm(gradOutput, self.weight, { out = self.gradInput }) -- (N×out)·(out×in)
+  return self.gradInput
+end
+
+function Linear:parameters()
+  if self.bias then return { self.weight, self.bias }, { self.gradWeight, self.gradBias } end
+  return { self.weight }, { self.gradWeight }
+end
+
+function Linear:tostring()
+  return string.format("ploss.nn.Linear(%d -> %d%s, init=%s)", self.in_features, self.out_features,
+    self.bias and "" or ", no bias", self.init)
+end
+
+--- ploss.nn.Swish(), ploss.nn.HardSwish(), ploss.nn.Mish() ({inplace = true} writes the
+-- gradient over gradOutput; the forward output is always a separate buffer, since the
+-- backward pass needs the input).
+for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish = "mish" } do
+  local Act = module_class(cls_name)
+  local fwd, bwd = F[fname], F[fname .. "_backward"]
+  function Act:__init(opts)
+    opts = opts_table(opts, cls_name)
+    self.inplace = opts.inplace and true or false
+  end
+  function Act:forward(input)
+    need_tensor(input, cls_name .. ": input")
+    self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    return fwd(input, { out = self.output })
+  end
+  function Act:backward(input, gradOutput)
+    if self.inplace then
+      self.gradInput = bwd(input, gradOutput, { inplace = true })
+    else
+      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+      bwd(input, gradOutput, { grad_input = self.gradInput })
+    end
+    return self.gradInput
+  end
+  function Act:tostring() return "ploss.nn." .. cls_name .. "(" .. (self.inplace and "inplace=true" or "") .. ")" end
+end
+
+--- ploss.nn.Sequential{m1, m2, …}: forward chains the modules, backward runs them in
+-- reverse with the inputs saved by the last forward.
+local Sequential = module_class("Sequential")
+
+function Sequential:__init(modules)
+  self.modules = {}
+  for i, m in ipairs(modules or {}) do self.modules[i] = m end
+end
+
+function Sequential:add(m)
+  self.modules[#self.modules + 1] = m
+  return self
+end
+
+function Sequential:forward(input)
+  self._inputs = { input }
+  local x = input
+  for i, m in ipairs(self.modules) do
+    x = m:forward(x)
+    self._inputs[i + 1] = x
+  end
+  self.output = x
+  return x
+end
+
+function Sequential:backward(input, gradOutput)
+  if not self._inputs or self._inputs[1] ~= input then self:forward(input) end
+  local g = gradOutput
+  for i = #self.modules, 1, -1 do
+    g = self.modules[i]:backward(self._inputs[i], g)
+    if g == nil then break end -- a layer that skips its input gradient ends the chain
+  end
+  self.gradInput = g
+  return g
+end
+
+function Sequential:parameters()
+  local ps, gs = {}, {}
+  for _, m in ipairs(self.modules) do
+    local p, g = m:parameters()
+    for i = 1, #p do ps[#ps + 1], gs[#gs + 1] = p[i], g[i] end
+  end
+  return ps, gs
+end
+
+function Sequential:tostring()
+  local parts = {}
+  for i, m in ipairs(self.modules) do parts[i] = "  (" .. i .. ") " .. tostring(m) end
+  return "ploss.nn.Sequential {\n" .. table.concat(parts, "\n") .. "\n}"
+end
+
+---------------------------------------------------------------------------------------
+-- Optimisers: opt = ploss.optim.SGD(params, grads, opts); opt:step() after each backward.
+---------------------------------------------------------------------------------------
+
+ploss.optim = ploss.optim or {}
+
+local function optimizer(name, make_state, step_one, fields)
+  local cls = {}
+  cls.__index = cls
+  setmetatable(cls, {
+    __call = function(c, params, grads, opts)
+      if type(params) ~= "table" or type(grads) ~= "table" or #params ~= #grads then
+        ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
+      end
+      opts = opts_table(opts, name)
+      for k in pairs(opts) do
+        if fields[k] == nil then ploss.raise(string.format("%s: unknown option '%s'", name, tostring(k))) end
+      end
+      local self = setmetatable({ params = params, grads = grads, opts = opts, t = 0, state = {} }, c)
+      for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
+      return self
+    end,
+  })
+  --- One update of every parameter from its gradient.
+  function cls:step()
+    self.t = self.t + 1
+    for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], self.t, self.opts) end
+  end
+  cls.__tostring = function(self)
+    local keys = {}
+    for k, v in pairs(self.opts) do keys[#keys + 1] = k .. "=" .. tostring(v) end
+    table.sort(keys)
+    return "ploss.optim." .. name .. "(" .. table.concat(keys, ", ") .. ")"
+  end
+  ploss.optim[name] = cls
+  return cls
+end
+
+--- ploss.optim.SGD(params, grads, {lr=0.01, momentum=0, dampening=0, weight_decay=0,
+-- nesterov=false}): torch.optim.SGD.  Momentum buffers (params' dtype) are allocated when
+-- momentum ≠ 0.
+optimizer("SGD", function(p, opts)
+  if (opts.momentum or 0) ~= 0 then return { buf = ploss.zeros(p:size(), { dtype = p:dtype(), device = p:device() }) } end
+  return {}
+end, function(p, g, st, t, opts)
+  F.sgd_step(p, g, st.buf, t, opts)
+end, sgd_fields)
+
+--- ploss.optim.Adam(params, grads, {lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+-- weight_decay=0, decoupled_weight_decay=false}): torch.optim.Adam (AdamW with
+-- decoupled_weight_decay = true).  Moments are kept in f32 (f64 for f64 params).
+optimizer("Adam", function(p)
+  local dt = p:dtype() == "f64" and "f64" or "f32"
+  return { m = ploss.zeros(p:size(), { dtype = dt, device = p:device() }),
+           v = ploss.zeros(p:size(), { dtype = dt, device = p:device() }) }
+end, function(p, g, st, t, opts)
+  F.adam_step(p, g, st.m, st.v, t, opts)
+end, adam_fields)
+
+end
