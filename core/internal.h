@@ -59,7 +59,10 @@ typedef struct ploss_view {
 } ploss_view;
 
 /* Normalise `t` (named `name` in messages) into `v`.  Rejects NULL, ndim outside
- * [0, PLOSS_MAX_DIMS], negative sizes, unsupported dtypes, NULL data with numel > 0. */
+ * [0, PLOSS_MAX_DIMS], negative sizes, unsupported dtypes, NULL data with numel > 0, a data
+ * pointer or byte_offset not a multiple of the element size, and elements more than 2^62
+ * bytes apart or outside the address space: on success every byte offset of an element,
+ * |stride|·index·element size and any sum of them, fits in int64. */
 ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name);
 /* "f32[4, 5] on cuda:0" style description into buf. */
 const char *ploss_view_describe(const ploss_view *v, char *buf, size_t len);

@@ -6,8 +6,9 @@
  *    status, ploss_last_error() holds a message naming the argument at fault with the
  *    expected and the actual shape / dtype / device, and no output has been written.
  *  - Tensors are DLPack DLTensor views (dlpack/dlpack.h, Debian libdlpack-dev).
- *    Strides are in elements; strides == NULL means contiguous row-major; byte_offset
- *    must be a multiple of the element size (else PLOSS_ERR_LAYOUT).  Supported
+ *    Strides are in elements; strides == NULL means contiguous row-major; the data
+ *    pointer and byte_offset must both be multiples of the element size, and the lowest
+ *    and highest elements at most 2^62 bytes apart (else PLOSS_ERR_LAYOUT).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
