@@ -91,14 +91,16 @@ struct ploss_ctx {
     DLDevice device;
     void *stream;        /* cudaStream_t */
     int deterministic;
-    void *workspace;     /* device memory, grown on demand, counted as allocations */
+    void *workspace;     /* CUDA only: device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
     int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label} */
     void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/gemm.cu) */
 };
 
-/* Scratch memory of at least `bytes` on the context's device, valid until the next call
- * on this context (stream-ordered reuse).  Grows the pool; never shrinks it. */
+/* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call
+ * on this context (stream-ordered reuse).  Grows the pool; never shrinks it.  CPU contexts
+ * keep no per-call state, so that threads may share them (ploss.h): CPU backends allocate
+ * their scratch per call with ploss_alloc / ploss_free, and this refuses a CPU context. */
 ploss_status ploss_workspace(ploss_ctx_t *ctx, size_t bytes, void **out);
 
 /* ---- CUDA runtime wrappers (kernels/runtime.cu); absent without CUDA ---- */
