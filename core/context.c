@@ -128,6 +128,9 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
 
 ploss_status ploss_workspace(ploss_ctx_t *ctx, size_t bytes, void **out)
 {
+    if (ctx->device.device_type == kDLCPU) /* a programming error: see internal.h */
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "ctx: a CPU context has no shared workspace "
+                           "(threads may share it); CPU backends allocate scratch per call");
     if (bytes <= ctx->workspace_bytes) {
         *out = ctx->workspace;
         return PLOSS_OK;

@@ -59,7 +59,10 @@ typedef struct ploss_view {
 } ploss_view;
 
 /* Normalise `t` (named `name` in messages) into `v`.  Rejects NULL, ndim outside
- * [0, PLOSS_MAX_DIMS], negative sizes, unsupported dtypes, NULL data with numel > 0. */
+ * [0, PLOSS_MAX_DIMS], negative sizes, unsupported dtypes, NULL data with numel > 0, a data
+ * pointer or byte_offset not a multiple of the element size, and elements more than 2^62
+ * bytes apart or outside the address space: on success every byte offset of an element,
+ * |stride|·index·element size and any sum of them, fits in int64. */
 ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name);
 /* "f32[4, 5] on cuda:0" style description into buf. */
 const char *ploss_view_describe(const ploss_view *v, char *buf, size_t len);
@@ -88,14 +91,16 @@ struct ploss_ctx {
     DLDevice device;
     void *stream;        /* cudaStream_t */
     int deterministic;
-    void *workspace;     /* device memory, grown on demand, counted as allocations */
+    void *workspace;     /* CUDA only: device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
     int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label} */
     void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/gemm.cu) */
 };
 
-/* Scratch memory of at least `bytes` on the context's device, valid until the next call
- * on this context (stream-ordered reuse).  Grows the pool; never shrinks it. */
+/* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call
+ * on this context (stream-ordered reuse).  Grows the pool; never shrinks it.  CPU contexts
+ * keep no per-call state, so that threads may share them (ploss.h): CPU backends allocate
+ * their scratch per call with ploss_alloc / ploss_free, and this refuses a CPU context. */
 ploss_status ploss_workspace(ploss_ctx_t *ctx, size_t bytes, void **out);
 
 /* ---- CUDA runtime wrappers (kernels/runtime.cu); absent without CUDA ---- */

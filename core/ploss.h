@@ -6,8 +6,9 @@
  *    status, ploss_last_error() holds a message naming the argument at fault with the
  *    expected and the actual shape / dtype / device, and no output has been written.
  *  - Tensors are DLPack DLTensor views (dlpack/dlpack.h, Debian libdlpack-dev).
- *    Strides are in elements; strides == NULL means contiguous row-major; byte_offset
- *    must be a multiple of the element size (else PLOSS_ERR_LAYOUT).  Supported
+ *    Strides are in elements; strides == NULL means contiguous row-major; the data
+ *    pointer and byte_offset must both be multiples of the element size, and the lowest
+ *    and highest elements at most 2^62 bytes apart (else PLOSS_ERR_LAYOUT).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
@@ -76,7 +77,19 @@ int ploss_cuda_device_count(void);
 /* ------------------------------------------------------------------------------------ */
 
 /** Opaque context: device, CUDA stream, workspace pool, deterministic flag and a
- *  device-side error slot.  One context per device per thread of work. */
+ *  device-side error slot.
+ *
+ *  Threads.  A CPU context may be shared: any number of threads may call functions on
+ *  one CPU context at the same time.  It keeps no state between calls (scratch memory is
+ *  allocated per call; each thread has its own ploss_last_error()), and every concurrent
+ *  call runs its own OpenMP team (OMP_NUM_THREADS threads each).  A CUDA context serves
+ *  one thread at a time: every call reuses its workspace, cuBLAS handle and error slot
+ *  in stream order, so threads sharing one must serialise their calls (a mutex); the
+ *  usual way is a context, with its own stream, per thread.  On either kind,
+ *  ploss_ctx_set_stream, ploss_ctx_set_deterministic and ploss_ctx_destroy must not
+ *  overlap other calls on that context.  Separate contexts are independent; ploss_alloc,
+ *  ploss_free and the memory counters are thread-safe.  Concurrent calls must not write
+ *  a tensor that another of them reads or writes. */
 typedef struct ploss_ctx ploss_ctx_t;
 
 /** Create a context for `device` (kDLCPU, or kDLCUDA with a device_id).

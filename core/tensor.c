@@ -102,28 +102,48 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
         v->strides[d] = t->strides ? t->strides[d] : v->numel;
         v->numel *= t->shape[d];
     }
-    if (t->strides) {
-        /* offsets must stay representable: |stride|·(size−1) summed below 2^62 */
-        uint64_t span = 0;
-        for (int d = 0; d < t->ndim; ++d) {
-            uint64_t s = t->strides[d] < 0 ? (uint64_t)0 - (uint64_t)t->strides[d]
-                                            : (uint64_t)t->strides[d];
-            if (t->shape[d] > 1 && s > (UINT64_C(1) << 62) / (uint64_t)t->shape[d])
-                return ploss_error(PLOSS_ERR_LAYOUT, "%s: stride %lld of dim %d is too large",
-                                   name, (long long)t->strides[d], d);
-            span += s * (uint64_t)(t->shape[d] > 0 ? t->shape[d] - 1 : 0);
-            if (span > (UINT64_C(1) << 62))
-                return ploss_error(PLOSS_ERR_LAYOUT, "%s: strides span more than 2^62 elements",
-                                   name);
-        }
+    /* span: bytes from the lowest to the highest element; below: bytes of it under the
+     * first element (negative strides).  Each |stride|·(size − 1)·element size and their sum
+     * stay within 2^62 (checked before each product), so no offset in bytes or elements,
+     * nor a sum of them, overflows int64 in any backend. */
+    const uint64_t es = ploss_dtype_size(v->dtype), limit = UINT64_C(1) << 62;
+    uint64_t span = 0, below = 0;
+    for (int d = 0; d < v->ndim; ++d) {
+        if (v->shape[d] <= 1)
+            continue;
+        const uint64_t s = v->strides[d] < 0 ? (uint64_t)0 - (uint64_t)v->strides[d]
+                                             : (uint64_t)v->strides[d];
+        const uint64_t n = (uint64_t)v->shape[d] - 1;
+        if (s > limit / n / es)
+            return ploss_error(PLOSS_ERR_LAYOUT, "%s: stride %lld of dim %d (size %lld) reaches "
+                               "more than 2^62 bytes", name, (long long)v->strides[d], d,
+                               (long long)v->shape[d]);
+        span += s * n * es;
+        if (v->strides[d] < 0)
+            below += s * n * es;
+        if (span > limit)
+            return ploss_error(PLOSS_ERR_LAYOUT, "%s: %s span more than 2^62 bytes", name,
+                               t->strides ? "strides" : "sizes");
     }
-    if (t->byte_offset % ploss_dtype_size(v->dtype) != 0)
+    if (t->byte_offset % es != 0)
         return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu is not a multiple of the %s element size",
                            name, (unsigned long long)t->byte_offset, ploss_dtype_name(v->dtype));
     if (v->numel > 0 && !t->data)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: data is NULL for %lld elements", name,
                            (long long)v->numel);
-    v->data = t->data ? (char *)t->data + t->byte_offset : NULL; /* no arithmetic on NULL (UB) */
+    const uintptr_t base = (uintptr_t)t->data;
+    if (base % es != 0)
+        return ploss_error(PLOSS_ERR_LAYOUT, "%s: data pointer %p is not aligned to the %s element "
+                           "size (%zu bytes)", name, t->data, ploss_dtype_name(v->dtype), (size_t)es);
+    if (!t->data)
+        return PLOSS_OK; /* no elements, and no arithmetic on NULL (UB) */
+    /* the bytes of the elements lie inside the address space (no wrap-around) */
+    const uintptr_t first = t->byte_offset <= UINTPTR_MAX - base ? base + (uintptr_t)t->byte_offset : 0;
+    if (!first || (v->numel > 0 && (below > first || span - below + es > UINTPTR_MAX - first)))
+        return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides place elements "
+                           "outside the address space (data %p)", name,
+                           (unsigned long long)t->byte_offset, t->data);
+    v->data = (char *)t->data + t->byte_offset;
     return PLOSS_OK;
 }
 

@@ -17,7 +17,8 @@
  *   - on PLOSS_OK, no byte outside the elements of the output descriptors changed (inputs
  *     are never written, gaps between strided output elements are never written);
  *   - a call given a descriptor the contract forbids (NULL required tensor, NULL data
- *     with elements, negative size, element count or stride span overflowing int64,
+ *     with elements, negative size, element count overflowing int64, elements more than
+ *     2^62 bytes apart, a data pointer or byte_offset not a multiple of the element size,
  *     unsupported dtype, non-CPU device on a CPU context) never returns PLOSS_OK.
  */
 #ifndef PLOSS_FUZZ_H

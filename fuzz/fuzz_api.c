@@ -28,6 +28,7 @@
 #define FZ_NUMEL_CAP 4096       /* elements of any descriptor the library may accept */
 #define FZ_BUF_CAP (1u << 20)   /* bytes of the buffer behind one descriptor */
 #define FZ_GUARD_BYTES 64       /* buffer behind a descriptor the call must refuse */
+#define FZ_SPAN_LIMIT (INT64_C(1) << 62) /* bytes from the first to the last element (ploss.h) */
 
 /* ---- input bytes and a PRNG for bulk values ------------------------------------------ */
 
@@ -53,7 +54,6 @@ static uint64_t u64(fz_src *s)
 }
 
 static uint64_t rng_state;
-static int misalign; /* FZ_MISALIGN=1: also make byte offsets that misalign elements */
 
 static uint64_t rng(void) /* splitmix64 */
 {
@@ -113,7 +113,8 @@ typedef struct fz_desc {
     int64_t min_off, max_off;   /* element offsets reached (numel > 0) */
     size_t pad;                 /* bytes of the buffer before the lowest element */
     int null_data;              /* data is NULL */
-    int misaligned;             /* data + byte_offset is not aligned to the element size */
+    size_t data_skew, offset_skew; /* bytes (not a multiple of the element size) added to
+                                      the data pointer or to byte_offset */
     int alias;                  /* slot whose buffer this one shares, or -1 */
     int buf;                    /* buffer index, or -1 (no buffer) */
 } fz_desc;
@@ -139,9 +140,13 @@ typedef struct fz_case {
 static const int64_t huge_sizes[] = {INT64_MAX, INT64_C(1) << 62, INT64_C(3) << 61,
                                      INT64_C(1) << 40, (INT64_C(1) << 32) + 1, INT64_C(1) << 31,
                                      -1, INT64_MIN};
+/* around the 2^62-byte span limit for 1- to 8-byte elements, and far beyond it */
 static const int64_t huge_strides[] = {INT64_MAX, INT64_MIN, INT64_C(1) << 62, -(INT64_C(1) << 62),
                                        INT64_C(1) << 61, INT64_C(1) << 40, INT64_C(1) << 33,
-                                       -(INT64_C(1) << 33)};
+                                       -(INT64_C(1) << 33), INT64_C(1) << 60, -(INT64_C(1) << 60),
+                                       (INT64_C(1) << 59) + 1, (INT64_C(1) << 59) - 1,
+                                       INT64_C(1537228672809129301) /* ~2^62 / 3 */,
+                                       -((INT64_C(1) << 60) + 3)};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static int64_t pick_size(fz_src *s)
@@ -368,22 +373,33 @@ static void pick_strides(fz_src *s, fz_desc *d)
         for (int k = 0; k < n; ++k)
             st[k] = (int64_t)(u8(s) % 17) - 8;
         break;
-    case 8: /* one huge stride */
-        if (n > 0)
-            st[u8(s) % (unsigned)n] = huge_strides[u8(s) % COUNT(huge_strides)];
+    case 8: /* one huge stride, or a huge stride on every dim (a sum over the limit) */
+        if (n > 0) {
+            const unsigned every = u8(s) & 1, one = u8(s) % (unsigned)n;
+            for (int k = 0; k < n; ++k)
+                if (every || (unsigned)k == one)
+                    st[k] = huge_strides[u8(s) % COUNT(huge_strides)];
+        }
         break;
     default: break;
     }
     d->t.strides = mode == 0 ? NULL : st;
-    if (d->invalid || d->numel == 0) {
-        d->min_off = d->max_off = 0;
+    d->min_off = d->max_off = 0;
+    /* an empty tensor's NULL strides are not these (the library's become 0 outside a zero
+     * size), and it touches no memory: only its explicit strides are bounded */
+    if (d->invalid || (d->numel == 0 && !d->t.strides))
+        return;
+    int64_t mn, mx, bytes;
+    if (!extent(d, st, &mn, &mx) || __builtin_mul_overflow(mx - mn, (int64_t)d->dt.size, &bytes) ||
+        bytes > FZ_SPAN_LIMIT) {
+        d->invalid = "elements more than 2^62 bytes apart";
         return;
     }
-    if (!extent(d, st, &d->min_off, &d->max_off)) {
-        d->invalid = "strides whose offsets overflow int64";
+    if (d->numel == 0)
         return;
-    }
-    if ((uint64_t)(d->max_off - d->min_off) >= FZ_BUF_CAP / d->dt.size) {
+    d->min_off = mn;
+    d->max_off = mx;
+    if ((uint64_t)(mx - mn) >= FZ_BUF_CAP / d->dt.size) {
         /* legal but more memory than we back: use the contiguous layout instead */
         int64_t dense = 1;
         for (int k = n - 1; k >= 0; --k) {
@@ -426,10 +442,14 @@ static void make_descriptor(fz_case *c, fz_src *s, int slot)
     b = u8(s);
     if (b >= 224 && d->dt.size) /* room in front of the data: byte_offset becomes > 0 */
         d->pad = d->dt.size * (1 + u8(s) % 4);
-    if (b >= 252 && d->dt.size > 1 && misalign) { /* byte_offset not a multiple of the size */
-        d->pad += 1 + u8(s) % (d->dt.size - 1);
-        if (!d->invalid && d->numel > 0)
-            d->misaligned = 1;
+    if (b >= 252 && d->dt.size > 1 && !d->null_data) { /* data pointer or byte_offset misaligned */
+        const size_t skew = 1 + u8(s) % (d->dt.size - 1);
+        if (u8(s) & 1)
+            d->data_skew = skew;
+        else
+            d->offset_skew = skew;
+        if (!d->invalid)
+            d->invalid = "a data pointer or byte_offset not a multiple of the element size";
     }
 }
 
@@ -610,8 +630,8 @@ static void alloc_buffers(fz_case *c)
             d->t.byte_offset = d->invalid ? 0 : d->pad;
             continue;
         }
-        d->t.data = c->b[d->buf].p;
-        d->t.byte_offset = d->invalid ? 0 : d->pad + (uint64_t)(-d->min_off) * d->dt.size;
+        d->t.data = c->b[d->buf].p + d->data_skew;
+        d->t.byte_offset = d->offset_skew + (d->invalid ? 0 : d->pad + (uint64_t)(-d->min_off) * d->dt.size);
         if (d->flags & FZ_OUT)
             c->b[d->buf].has_output = 1;
     }
@@ -714,8 +734,8 @@ static void describe(const fz_case *c, ploss_status st)
             fprintf(stderr, "NULL");
         for (int k = 0; d->t.strides && k < d->t.ndim && k < FZ_MAX_DIMS; ++k)
             fprintf(stderr, k ? ",%lld" : "(%lld", (long long)d->strides[k]);
-        fprintf(stderr, "%s data %s+%llu buf %d%s%s\n", d->t.strides && d->t.ndim > 0 ? ")" : "",
-                d->t.data ? "buf" : "NULL", (unsigned long long)d->t.byte_offset, d->buf,
+        fprintf(stderr, "%s data %s%zu+%llu buf %d%s%s\n", d->t.strides && d->t.ndim > 0 ? ")" : "",
+                d->t.data ? "buf+" : "NULL", d->data_skew, (unsigned long long)d->t.byte_offset, d->buf,
                 d->invalid ? " INVALID: " : "", d->invalid ? d->invalid : "");
     }
 }
@@ -745,10 +765,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int verbose = -1;
-    if (verbose < 0) {
+    if (verbose < 0)
         verbose = getenv("FZ_VERBOSE") ? atoi(getenv("FZ_VERBOSE")) : 0;
-        misalign = getenv("FZ_MISALIGN") && *getenv("FZ_MISALIGN") == '1';
-    }
 
     fz_src s = {data, size};
     fz_case c;

@@ -1,8 +1,10 @@
 /*
  * gemm.c — CPU matrix product through OpenBLAS's CBLAS (Debian libopenblas-dev).
  * f32 and f64 go straight to cblas_sgemm / cblas_dgemm on the caller's memory; f16 and
- * bf16 operands are converted to f32 in the context's workspace first (f32 accumulation),
- * and an f16/bf16 output receives alpha·op(A)·op(B) (f32) + beta·c rounded once.
+ * bf16 operands are converted to f32 in scratch memory of this call first (f32
+ * accumulation), and an f16/bf16 output receives alpha·op(A)·op(B) (f32) + beta·c rounded
+ * once.  The scratch is allocated per call, not kept in the context, so that threads may
+ * share a CPU context (ploss.h).
  */
 #include <cblas.h>
 #include <stdint.h>
@@ -53,7 +55,7 @@ ploss_status ploss_cpu_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p)
     const size_t na = (size_t)p->m * (size_t)p->k, nb = (size_t)p->k * (size_t)p->n;
     const size_t nc = p->c_dtype == PLOSS_F32 ? 0 : (size_t)p->m * (size_t)p->n;
     void *ws = NULL;
-    ploss_status st = ploss_workspace(ctx, (na + nb + nc) * sizeof(float), &ws);
+    ploss_status st = ploss_alloc(ctx, (na + nb + nc) * sizeof(float), &ws);
     if (st != PLOSS_OK)
         return st;
     float *fa = ws, *fb = fa + na, *fc = fb + nb;
@@ -62,7 +64,7 @@ ploss_status ploss_cpu_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p)
     if (p->c_dtype == PLOSS_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, (float)p->alpha, fa, k, fb, n,
                     (float)p->beta, p->c, (int)p->ldc);
-        return PLOSS_OK;
+        return ploss_free(ctx, ws);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, (float)p->alpha, fa, k, fb, n, 0.0f,
                 fc, n);
@@ -75,5 +77,5 @@ ploss_status ploss_cpu_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p)
                 v += p->beta * ploss_load(p->c, p->c_dtype, o);
             ploss_store(p->c, p->c_dtype, o, v);
         }
-    return PLOSS_OK;
+    return ploss_free(ctx, ws);
 }
