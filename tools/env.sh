@@ -1,4 +1,5 @@
 # Source me: `source tools/env.sh [builddir]` (default: build) — makes `require "ploss"`
+# shellcheck shell=bash
 # (LuaJIT) find this checkout's Lua sources (lua/ploss/) and the build tree's generated
 # modules (<builddir>/lua/ploss/cdef.lua, config.lua) and library (<builddir>/libploss.so.0).
 #
