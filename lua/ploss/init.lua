@@ -30,6 +30,8 @@
 -- reported at the line of the caller's code (the first stack frame outside this package).
 local ffi = require "ffi"
 
+-- _VERSION: the version of these Lua modules; spec/abi_spec.lua checks that it equals the
+-- library's (ploss.version().version) and meson.build's.
 local ploss = { _VERSION = "0.1.0" }
 
 -- The loss families, in load order.  Each is lua/ploss/losses/<name>.lua.
@@ -105,6 +107,24 @@ do
       "(ploss/cdef.lua) expect %d; rebuild, or point PLOSS_LIBRARY at the matching library",
       library_path, got, cdef.abi_version), 0)
   end
+end
+
+local version_mt = {
+  __tostring = function(v)
+    return string.format("ploss %s (ABI %d, %s)", v.version, v.abi,
+      v.cuda and "CUDA kernels" or "CPU only")
+  end,
+}
+
+--- The loaded library's version: {version = "0.1.0", abi = 1, cuda = true|false}, where
+-- cuda says whether it has the CUDA kernels (whether a GPU is visible is
+-- ploss.cuda_available()).  tostring gives e.g. "ploss 0.1.0 (ABI 1, CPU only)".
+function ploss.version()
+  return setmetatable({
+    version = ffi.string(C.ploss_version()),
+    abi = tonumber(C.ploss_abi_version()),
+    cuda = C.ploss_built_with_cuda() ~= 0,
+  }, version_mt)
 end
 
 ---------------------------------------------------------------------------------------
