@@ -24,7 +24,7 @@ example_args=()
 cuda_opt=""
 for a in "$@"; do
   case "$a" in
-    -Dcuda=*) cuda_opt="${a#-Dcuda=}"; meson_opts+=("$a") ;;
+    -Dcuda=*) cuda_opt="${a#-Dcuda=}" ;;
     -D?*) meson_opts+=("$a") ;;
     *) example_args+=("$a") ;;
   esac
