@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # bench/run.sh — the whole benchmark in one command: copy bandwidth + PyTorch (eager,
 # torch.compile, float64 reference) + ploss (fused, forward-then-backward, in place), then
-# bench/report.py writes RESULTS.md.  Meant for the GPU machine (see bench/README.md for the
-# exact device invocation through tools/gpu/run.sh); `--cpu --small` tests it here.
+# bench/report.py writes RESULTS.md.  Meant for a CUDA machine with PyTorch installed (see
+# bench/README.md); `--cpu --small` tests it on a machine without a GPU.
 #
 #   bench/run.sh [--build DIR] [--out DIR] [--results FILE] [--small] [--cpu]
 #                [--only id1,id2] [--runs N] [--warmup N] [--no-compile]
 #
 #   --build DIR    a ploss build tree (default: $PLOSS_BUILD; else, when $PLOSS_LIBRARY names
-#                  an existing library, the environment as it is — tools/gpu/run.sh exec sets
-#                  it up from the staged .gpu/build; else build-bench-gpu, or build-bench-cpu
+#                  an existing library, the environment as it is — `source tools/env.sh DIR`
+#                  sets it up; else build-bench-gpu, or build-bench-cpu
 #                  with --cpu); configured and built when it has no libploss yet
 #                  (meson setup DIR -Dcuda=enabled|disabled; ninja -C DIR)
 #   --out DIR      where the JSON lines, logs and RESULTS.md go (default: $OUT, else out/bench)
@@ -19,8 +19,8 @@
 #   --only, --runs, --warmup, --no-compile   passed to both sides (--no-compile: torch only)
 # Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
 # BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
-# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 380 / 150: together
-# under the device tool's 600 s per command).
+# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 380 / 150: the whole run
+# within 10 minutes).
 # Exit status: 0 when the report was written (a failing side is reported in it), 1 otherwise.
 set -uo pipefail
 
@@ -42,13 +42,13 @@ while [ $# -gt 0 ]; do
     --cpu) device=cpu; shift ;;
     --only|--runs|--warmup) common+=("$1" "$2"); shift 2 ;;
     --no-compile) torch_only+=(--no-compile); shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 use_env=0
 if [ -z "$build" ] && [ -n "${PLOSS_LIBRARY:-}" ] && [ -e "${PLOSS_LIBRARY}" ]; then
-  use_env=1 # the caller's environment is ready (tools/gpu/run.sh exec, or tools/env.sh)
+  use_env=1 # the caller's environment is ready (tools/env.sh)
 fi
 [ -n "$build" ] || { [ "$device" = cpu ] && build=build-bench-cpu || build=build-bench-gpu; }
 case "$build" in /*) ;; *) build="$root/$build" ;; esac

@@ -34,6 +34,9 @@ ploss_status ploss_error(ploss_status status, const char *fmt, ...)
 
 int ploss_abi_version(void) { return PLOSS_ABI_VERSION; }
 
+/* PLOSS_VERSION comes from meson.build (c_args) */
+const char *ploss_version(void) { return PLOSS_VERSION; }
+
 int ploss_built_with_cuda(void)
 {
 #ifdef PLOSS_HAVE_CUDA

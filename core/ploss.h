@@ -66,6 +66,10 @@ const char *ploss_last_error(void);
 /** PLOSS_ABI_VERSION of the compiled library. */
 int ploss_abi_version(void);
 
+/** The library's release version, e.g. "0.1.0" (the project version in meson.build). A
+ *  static string. */
+const char *ploss_version(void);
+
 /** 1 when the library was compiled with CUDA kernels, else 0. */
 int ploss_built_with_cuda(void);
 

@@ -17,8 +17,12 @@
 --
 -- Output: a progress bar per epoch on a terminal (plain lines otherwise); per epoch the
 -- training loss (mean over the epoch's batches), test accuracy, training images per
--- second and the device's peak memory held by ploss; at the end a CSV of these figures and
--- a PNG plot (gnuplot) in --out (default out/), whose paths are printed.
+-- second and the device's peak memory held by ploss; at the end, in --out (default out/),
+-- a CSV of these figures, a CSV of every batch's training loss and a PNG plot of both
+-- (gnuplot), whose paths are printed.  The files are named by the run's settings (loss,
+-- activation, optimiser, lr, seed, epochs, --limit and --batch-size when given, device),
+-- so that runs with other settings do not overwrite them:
+--     out/fashion_mnist-ce-mish-sgd-lr0.05-seed1-e3-cpu.csv, …-batches.csv, ….png
 local ffi = require "ffi"
 
 local usage = [[
@@ -34,7 +38,8 @@ usage: luajit examples/fashion_mnist.lua [options]
   --limit N           train on the first N training images only (smoke tests)
   --data DIR          directory with the four *-ubyte.gz files
                       (default /usr/share/datasets/fashion-mnist)
-  --out DIR           where the CSV and the PNG go (default out)
+  --out DIR           where the CSVs and the PNG go (default out), named by the
+                      run's settings
   --no-plot           skip the PNG
   --help              this text]]
 
@@ -377,6 +382,7 @@ print(string.format("model: 784 -> 256 (%s) -> 10, batch %d, %s lr %g%s, loss %s
   opt.loss, tostring(crit), device, opt.seed))
 
 local rows = {}
+local batch_losses = {} -- every batch's loss, in training order
 local steps_per_epoch = math.ceil(n_train / opt.batch_size)
 for epoch = 1, opt.epochs do
   collectgarbage("collect") -- free last epoch's dropped buffers so the peak is this epoch's
@@ -392,6 +398,7 @@ for epoch = 1, opt.epochs do
     model:backward(x, grad)
     optimizer:step()
     loss_sum, steps = loss_sum + loss, steps + 1
+    batch_losses[#batch_losses + 1] = loss
     if tty and (steps % 10 == 0 or steps == steps_per_epoch) then
       progress(epoch, steps, steps_per_epoch, loss_sum, steps, t0)
     elseif not tty and steps_per_epoch >= 8 and steps % math.floor(steps_per_epoch / 4) == 0
@@ -423,17 +430,41 @@ local function exists_program(name)
 end
 
 os.execute("mkdir -p " .. shell_quote(opt.out))
-local stem = string.format("%s/fashion_mnist-%s-%s-%s", opt.out, opt.loss, opt.activation, device:gsub(":", ""))
-local csv_path = stem .. ".csv"
-local f = io.open(csv_path, "w")
-if not f then die("cannot write " .. csv_path) end
-f:write("epoch,train_loss,test_accuracy,images_per_s,peak_bytes,seconds\n")
-for _, r in ipairs(rows) do
-  f:write(string.format("%d,%.6f,%.6f,%.1f,%d,%.3f\n", r.epoch, r.train_loss, r.test_accuracy, r.images_per_s,
-    r.peak_bytes, r.seconds))
+-- the run's settings; --limit and --batch-size only when they change the run
+local stem = string.format("%s/fashion_mnist-%s-%s-%s-lr%g-seed%d-e%d%s%s-%s", opt.out, opt.loss,
+  opt.activation, opt.optim, opt.lr, opt.seed, opt.epochs,
+  n_train < train.n and ("-n" .. n_train) or "",
+  opt.batch_size ~= 256 and ("-b" .. opt.batch_size) or "",
+  device:gsub(":", ""))
+
+local function write_csv(path, header, lines)
+  local f = io.open(path, "w")
+  if not f then die("cannot write " .. path) end
+  f:write(header, "\n")
+  for _, line in ipairs(lines) do f:write(line, "\n") end
+  f:close()
 end
-f:close()
+
+local csv_path = stem .. ".csv"
+local lines = {}
+for i, r in ipairs(rows) do
+  lines[i] = string.format("%d,%.6f,%.6f,%.1f,%d,%.3f", r.epoch, r.train_loss, r.test_accuracy,
+    r.images_per_s, r.peak_bytes, r.seconds)
+end
+write_csv(csv_path, "epoch,train_loss,test_accuracy,images_per_s,peak_bytes,seconds", lines)
 print("per-epoch figures: " .. csv_path)
+
+-- per batch: its step (from 1), and its place in epochs (batch k of epoch e at
+-- e - 1 + k / batches per epoch: the last batch of an epoch at the epoch's number, where
+-- the per-epoch figures are plotted)
+local batches_path = stem .. "-batches.csv"
+lines = {}
+for i, loss in ipairs(batch_losses) do
+  local e, k = math.floor((i - 1) / steps_per_epoch), (i - 1) % steps_per_epoch + 1
+  lines[i] = string.format("%d,%.6f,%.6f", i, e + k / steps_per_epoch, loss)
+end
+write_csv(batches_path, "step,epoch,train_loss", lines)
+print("per-batch training loss: " .. batches_path)
 
 if opt.plot and #rows > 0 then
   if not exists_program("gnuplot") then
@@ -441,22 +472,28 @@ if opt.plot and #rows > 0 then
   else
     local png_path = stem .. ".png"
     local script = stem .. ".gp"
+    local title = string.format("Fashion-MNIST, MLP 784-256-10 (%s): loss %s, %s lr %g%s, batch %d, %s",
+      opt.activation, opt.loss, opt.optim, opt.lr, opt.optim == "sgd" and " momentum 0.9" or "",
+      opt.batch_size, device)
     local g = assert(io.open(script, "w"))
     g:write(string.format([[
-if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size 960,420 } else { set terminal png size 960,420 }
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size 1120,460 } else { set terminal png size 1120,460 }
 set output '%s'
 set datafile separator ','
-set key autotitle columnhead
 set grid
 set xlabel 'epoch'
+set xrange [0:%d]
 set xtics 1
-set multiplot layout 1,2 title 'Fashion-MNIST, MLP 784-256-10 (%s), loss %s, %s'
-set ylabel 'training loss (epoch mean)'
-plot '%s' using 1:2 with linespoints lw 2 pt 7 title 'train loss'
+set key top right
+set multiplot layout 1,2 title '%s'
+set ylabel 'training loss'
+plot '%s' using 2:3 with lines lw 1 lc rgb '#9ecae1' title 'per batch', \
+     '%s' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' title 'epoch mean'
 set ylabel 'test accuracy (%%)'
-plot '%s' using 1:($3*100) with linespoints lw 2 pt 7 lc rgb '#d95f02' title 'test accuracy'
+set key bottom right
+plot '%s' using 1:($3*100) with linespoints lw 2 pt 7 lc rgb '#d95f02' title 'after each epoch'
 unset multiplot
-]], png_path, opt.activation, opt.loss, device, csv_path, csv_path))
+]], png_path, opt.epochs, title:gsub("'", "''"), batches_path, csv_path, csv_path))
     g:close()
     local r = os.execute("gnuplot " .. shell_quote(script) .. " 2>" .. shell_quote(stem .. ".gnuplot.log"))
     if r == 0 or r == true then

@@ -258,4 +258,18 @@ describe("ABI", function()
     assert.is_true(ploss.cuda_device_count() >= 0)
     assert.are.equal("boolean", type(ploss.cuda_available()))
   end)
+
+  it("has one version: meson.build's, the library's and the Lua modules'", function()
+    local project = read(H.root .. "/meson.build"):match("project%(.-version:%s*'([^']+)'")
+    assert.is_truthy(project, "no version in meson.build's project()")
+    assert.are.equal(project, ffi.string(C.ploss_version()))
+    local v = ploss.version()
+    assert.are.equal(project, v.version)
+    assert.are.equal(project, ploss._VERSION)
+    assert.are.equal(C.ploss_abi_version(), v.abi)
+    assert.are.equal(C.ploss_built_with_cuda() ~= 0, v.cuda)
+    assert.are.equal(string.format("ploss %s (ABI %d, %s)", project, v.abi,
+      v.cuda and "CUDA kernels" or "CPU only"), tostring(v))
+    assert.are_not.equal(v, ploss.version()) -- a fresh table each call: the caller may keep it
+  end)
 end)

@@ -1,8 +1,9 @@
 -- Examples spec (suite 'examples'): the main job, examples/fashion_mnist.lua, really learns.
 -- It trains the MLP on the first 2,000 real Fashion-MNIST training images for one epoch on
 -- the CPU and must reach more than 60% accuracy on the 10,000 test images (chance is 10%;
--- a broken gradient, optimiser or data reader stays near it).  Needs the Debian package
--- dataset-fashion-mnist (or PLOSS_FASHION_MNIST=DIR with the four *-ubyte.gz files).
+-- a broken gradient, optimiser or data reader stays near it), and writes its per-epoch and
+-- per-batch figures (and plot) under names made of the run's settings.  Needs the Debian
+-- package dataset-fashion-mnist (or PLOSS_FASHION_MNIST=DIR with the four *-ubyte.gz files).
 local H = require "spec.helpers"
 
 local function read_file(path)
@@ -47,9 +48,24 @@ describe("examples/fashion_mnist.lua", function()
     assert.is_true(fields[2] > 0 and fields[2] < 2.3, "train loss " .. fields[2]) -- below log(10)
     H.assert_close(fields[3], acc, { rtol = 1e-4 })
     assert.is_true(fields[5] > 0, "peak memory")
+    -- the files are named by the run's settings
+    assert.are.equal(out_dir .. "/fashion_mnist-ce-mish-sgd-lr0.05-seed1-e1-n2000-cpu.csv", csv_path)
+    -- every batch's loss: 2000 images in batches of 256 = 8 steps, the last one at epoch 1
+    local batches_path = output:match("per%-batch training loss: (%S+)")
+    assert.are.equal(csv_path:gsub("%.csv$", "-batches.csv"), batches_path)
+    local batches = assert(read_file(batches_path), "cannot read " .. batches_path)
+    local lines = {}
+    for line in batches:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.are.equal("step,epoch,train_loss", lines[1])
+    assert.are.equal(1 + 8, #lines)
+    local step, at, loss = lines[9]:match("^(%d+),([%d%.]+),([%d%.]+)$")
+    assert.are.equal(8, tonumber(step))
+    assert.are.equal(1, tonumber(at))
+    assert.is_true(tonumber(loss) > 0 and tonumber(loss) < 2.3, lines[9])
     -- the plot, when gnuplot is present
     local png = output:match("plot: (%S+%.png)")
     if png then
+      assert.are.equal(csv_path:gsub("%.csv$", ".png"), png)
       local f = assert(io.open(png, "rb"))
       assert.are.equal("\137PNG", f:read(4))
       f:close()
@@ -57,6 +73,14 @@ describe("examples/fashion_mnist.lua", function()
       assert.matches("plot skipped: gnuplot not found", output)
     end
     os.execute("rm -rf " .. string.format("%q", out_dir))
+  end)
+
+  it("names the outputs of runs with other settings apart", function()
+    local a, out_a = run_example("--limit 300 --epochs 1 --device cpu --no-plot --seed 2 --optim adam")
+    local b, out_b = run_example("--limit 300 --epochs 2 --device cpu --no-plot --seed 2 --lr 0.01 --batch-size 100")
+    assert.matches("per%-epoch figures: %S+/fashion_mnist%-ce%-mish%-adam%-lr0%.001%-seed2%-e1%-n300%-cpu%.csv", a)
+    assert.matches("per%-epoch figures: %S+/fashion_mnist%-ce%-mish%-sgd%-lr0%.01%-seed2%-e2%-n300%-b100%-cpu%.csv", b)
+    os.execute(string.format("rm -rf %q %q", out_a, out_b))
   end)
 
   it("reports missing data with the Debian package's name, and bad options clearly", function()

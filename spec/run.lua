@@ -1,6 +1,8 @@
 -- spec/run.lua SUITE SPEC_FILE [busted options…] — run one busted spec file under LuaJIT
 -- (Debian's /usr/bin/busted starts `lua`, not luajit).  The environment must make
--- `require "ploss"` work (spec/meson.build sets it; by hand: `source tools/env.sh build`).
+-- `require "ploss"` work (spec/meson.build sets it; by hand: `source tools/env.sh build`);
+-- this runner adds the source root (the folder above spec/) to package.path for the
+-- specs' shared modules (`require "spec.helpers"`), from any working directory.
 --   SUITE 'cuda': exit 77 (Meson's "skipped") when ploss.cuda_available() is false
 --   (unless PLOSS_CUDA_SPEC_DEVICE=cpu, which runs the spec against the CPU as a dry run).
 -- Exit status: 0 when every test passed, 1 otherwise (busted's failure count is not passed
@@ -9,6 +11,11 @@ local suite, file = arg[1], arg[2]
 if not (suite and file) then
   io.stderr:write("usage: luajit spec/run.lua SUITE SPEC_FILE [busted options]\n")
   os.exit(2)
+end
+
+do -- first on the path: spec/helpers.lua of this checkout, not of the working directory
+  local here = debug.getinfo(1, "S").source:match("^@(.*)$") or "spec/run.lua"
+  package.path = (here:match("^(.*)/spec/run%.lua$") or ".") .. "/?.lua;" .. package.path
 end
 
 -- PLOSS_CUDA_SPEC_DEVICE=cpu: run the CUDA specs against the CPU (a dry run of the specs)

@@ -1,10 +1,34 @@
 #!/usr/bin/env bash
-# quickstart.sh — on a fresh Debian 12 machine: install what ploss needs, build it (with the
-# CUDA kernels when nvcc is found), and run the main job: examples/fashion_mnist.lua on the
-# real Fashion-MNIST data, on the GPU when one is present, else on the CPU.
-# Extra arguments go to the example (e.g. --epochs 5 --loss ls-ce).
+# quickstart.sh — on a fresh Debian 12 machine: install what ploss needs, build it in
+# build/ (the folder `meson test -C build` uses), and run the main job:
+# examples/fashion_mnist.lua on the real Fashion-MNIST data, on the GPU when the build has
+# the CUDA kernels and one is visible, else on the CPU.
+#
+#   tools/quickstart.sh [-Dmeson_option=value …] [example options …]
+#
+# Arguments of the form -D… go to Meson (e.g. -Dcuda=enabled, -Dgpu_arch=80); the others
+# go to the example (e.g. --epochs 5 --loss ls-ce).
+#
+# Which build: the CUDA kernels take minutes to compile and are of no use without a GPU,
+# so they are built only when asked (-Dcuda=enabled) or when, without a -Dcuda option, a
+# GPU is visible and nvcc is found; -Dcuda=disabled builds for the CPU only.  A GPU is
+# visible when `nvidia-smi -L` lists one; where nvidia-smi is missing or fails (a driver
+# half installed, a container without the tools), when a /dev/nvidia<N> device exists.
+# A build/ folder set up before keeps its choice unless a -Dcuda option is given (one set
+# up with Meson's default, -Dcuda=auto, takes the choice above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+meson_opts=()
+example_args=()
+cuda_opt=""
+for a in "$@"; do
+  case "$a" in
+    -Dcuda=*) cuda_opt="${a#-Dcuda=}" ;;
+    -D?*) meson_opts+=("$a") ;;
+    *) example_args+=("$a") ;;
+  esac
+done
 
 packages=(luajit libluajit-5.1-dev lua-busted meson ninja-build pkg-config libdlpack-dev
           libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox gcc)
@@ -20,16 +44,64 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# nvcc is often outside PATH on Debian machines with the CUDA toolkit
+# nvcc is often outside PATH on machines with NVIDIA's CUDA toolkit
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
+# The GPU, if any, in words (empty when none is visible).
+gpu_seen() {
+  local list
+  if command -v nvidia-smi >/dev/null && list=$(timeout 30 nvidia-smi -L 2>/dev/null); then
+    grep -m1 '^GPU [0-9]' <<<"$list" || true
+    return
+  fi
+  local d
+  for d in /dev/nvidia[0-9]*; do
+    if [ -c "$d" ]; then echo "$d"; return; fi
+  done
+}
+
+# The -Dcuda value of an existing build folder (enabled, disabled, auto; empty if unknown).
+configured_cuda() {
+  grep -o '"name": "cuda", "value": "[a-z]*"' build/meson-info/intro-buildoptions.json 2>/dev/null |
+    sed 's/.*"value": "//; s/"$//'
+}
+
+existing=""
+[ -f build/build.ninja ] && existing=$(configured_cuda)
+if [ -z "$cuda_opt" ] && [ -f build/build.ninja ] && [ "$existing" != auto ]; then
+  cuda=$existing     # keep the folder's own choice (empty: unknown, left alone)
+  why="build/ was set up with -Dcuda=${existing:-?}"
+elif [ -n "$cuda_opt" ]; then
+  cuda=$cuda_opt
+  why="asked for with -Dcuda=$cuda_opt"
+else
+  gpu=$(gpu_seen)
+  if [ -z "$gpu" ]; then
+    cuda=disabled why="no GPU visible"
+  elif ! command -v nvcc >/dev/null; then
+    cuda=disabled why="a GPU is visible ($gpu) but nvcc is not found: install the CUDA toolkit (12 or later) for the kernels"
+  else
+    cuda=enabled why="a GPU is visible: $gpu"
+  fi
+fi
+if [ "$cuda" = enabled ]; then
+  echo "quickstart: building with the CUDA kernels ($why); the first build takes 4-10 minutes"
+fi
+
 if [ ! -f build/build.ninja ]; then
-  meson setup build -Dcuda=auto >/dev/null
+  meson setup build "-Dcuda=${cuda:-auto}" "${meson_opts[@]}" >/dev/null
+elif [ -n "$cuda" ] && [ "$cuda" != "$existing" ] || ((${#meson_opts[@]})); then
+  meson configure build ${cuda:+"-Dcuda=$cuda"} "${meson_opts[@]}" >/dev/null
 fi
 ninja -C build >/dev/null
 
 # shellcheck source=tools/env.sh
 source tools/env.sh build
-exec luajit examples/fashion_mnist.lua "$@"
+if luajit -e 'os.exit(require("ploss").C.ploss_built_with_cuda() ~= 0 and 0 or 1)'; then
+  echo "quickstart: build/ has the CUDA kernels ($why); for a CPU-only build: tools/quickstart.sh -Dcuda=disabled"
+else
+  echo "quickstart: build/ is CPU only ($why); for the CUDA kernels (needs nvcc): tools/quickstart.sh -Dcuda=enabled"
+fi
+exec luajit examples/fashion_mnist.lua "${example_args[@]}"

@@ -25,6 +25,8 @@
 -- reported at the line of the caller's code (the first stack frame outside this package).
 local ffi = require "ffi"
 
+-- _VERSION: the version of these Lua modules; spec/abi_spec.lua checks that it equals the
+-- library's (ploss.version().version) and meson.build's.
 local ploss = { _VERSION = "0.1.0" }
 
 ---------------------------------------------------------------------------------------
@@ -91,6 +93,24 @@ do
   end
 end
 
+local version_mt = {
+  __tostring = function(v)
+    return string.format("ploss %s (ABI %d, %s)", v.version, v.abi,
+      v.cuda and "CUDA kernels" or "CPU only")
+  end,
+}
+
+--- The loaded library's version: {version = "0.1.0", abi = 1, cuda = true|false}, where
+-- cuda says whether it has the CUDA kernels (whether a GPU is visible is
+-- ploss.cuda_available()).  tostring gives e.g. "ploss 0.1.0 (ABI 1, CPU only)".
+function ploss.version()
+  return setmetatable({
+    version = ffi.string(C.ploss_version()),
+    abi = tonumber(C.ploss_abi_version()),
+    cuda = C.ploss_built_with_cuda() ~= 0,
+  }, version_mt)
+end
+
 ---------------------------------------------------------------------------------------
 -- Errors, reported at the caller's line
 ---------------------------------------------------------------------------------------
@@ -103,27 +123,36 @@ local function is_internal(source)
 end
 
 --- The error level (for error(msg, level)) of the first frame outside ploss, as seen
--- from the function that calls `caller_level`.
+-- from the function that calls `caller_level`; 0 (no position) when there is none.
+-- Skipped on the way: ploss's own frames, C frames, and tail-call frames (what = "tail",
+-- source "=(tail call)": PUC Lua 5.1 keeps one where a tail call replaced a frame;
+-- LuaJIT keeps none, so after `return crit:forward(x, t)` the next frame up is the caller
+-- of the function that made the tail call).  A tail call straight from a chunk run by C
+-- (the REPL's `= crit:forward(x, t)`, a coroutine's body) leaves no frame of the user's
+-- code at all: level 0 then, rather than the line in this file that calls error().
 local function caller_level()
   local level = 3 -- 1 = caller_level, 2 = its caller (raise), 3 = the one above
   while true do
     local info = debug.getinfo(level, "S")
-    if not info then return 1 end
-    if not is_internal(info.source) and info.what ~= "C" then
+    if not info then return 0 end
+    if info.what ~= "C" and info.what ~= "tail" and info.source ~= "=(tail call)"
+       and not is_internal(info.source) then
       return level - 1 -- the level as seen by raise's caller error()
     end
     level = level + 1
   end
 end
 
---- Raise `msg` as a Lua error located at the first caller outside ploss.
+--- Raise `msg` as a Lua error located at the first caller outside ploss (no location
+-- when the stack holds none, see caller_level).
 -- @tparam string msg
 function ploss.raise(msg)
   error("ploss: " .. msg, caller_level())
 end
 
 --- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names
--- the C function.  The message is ploss_last_error() plus the status name.
+-- the C function.  The message is ploss_last_error() plus the status name, located as
+-- ploss.raise's.
 -- @return nothing when status == PLOSS_OK
 function ploss.check(status, what)
   if status == 0 then return end
