@@ -1,4 +1,4 @@
---- ploss side of the benchmark (issue 4): times ploss's passes for every case of
+--- ploss side of the benchmark: times ploss's passes for every case of
 -- bench/cases.json on the inputs bench/torch_bench.py uses, and writes JSON lines.
 --
 --   luajit bench/bench.lua [--cases bench/cases.json] [--device cuda|cpu] [--cpu] [--small]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of the ploss benchmark (issue 4): eager and torch.compile, same inputs.
+"""PyTorch side of the ploss benchmark: eager and torch.compile, same inputs.
 
 For every case of bench/cases.json whose loss ploss provides (its symbol
 ploss_<loss>_fused is exported by libploss), this script times the PyTorch baseline of
@@ -22,14 +22,14 @@ used and every case runs; the report then marks the loss comparison as not appli
 
 Output: JSON lines (one object per line) on stdout or ``--out``.
 
-Baselines (PyTorch composites; LOSSES.md sections):
-  cross_entropy         F.cross_entropy(ignore_index, label_smoothing)        §2.1
+Baselines (PyTorch composites):
+  cross_entropy         F.cross_entropy(ignore_index, label_smoothing)
   sigmoid_focal         torchvision.ops.sigmoid_focal_loss (or the same formula
-                        written out when torchvision is missing)              §3.1
-  softmax_focal         log_softmax / gather / pow                            issue 5
-  large_margin_softmax  the reference's V1 formula (CE + lam/2 * sum (q-u) log q)  §2.3
-  taylor_cross_entropy  log f_n(x) - log sum f_n, nll_loss                    §2.5
-  ohem_cross_entropy    sort-based mining (keep s <= thresh or rank < n_min), CE  §2.7
+                        written out when torchvision is missing)
+  softmax_focal         log_softmax / gather / pow
+  large_margin_softmax  the reference's V1 formula (CE + lam/2 * sum (q-u) log q)
+  taylor_cross_entropy  log f_n(x) - log sum f_n, nll_loss
+  ohem_cross_entropy    sort-based mining (keep s <= thresh or rank < n_min), CE
 
 Usage (GPU machine):  python3 bench/torch_bench.py --ploss-lib build/libploss.so --out torch.jsonl
 Usage (CPU test):     python3 bench/torch_bench.py --device cpu --small --ploss-lib build-cpu/libploss.so

@@ -94,7 +94,7 @@ struct ploss_ctx {
     void *workspace;     /* CUDA only: device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
     int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label} */
-    void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/gemm.cu) */
+    void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/support/gemm.cu) */
 };
 
 /* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call
@@ -117,7 +117,7 @@ ploss_status ploss_cuda_memset(void *dst, int value, size_t bytes, void *stream)
 ploss_status ploss_cuda_stream_sync(void *stream);
 /* The last launch error, if any, as a ploss status naming `what`. */
 ploss_status ploss_cuda_check_launch(const char *what);
-/* Destroy a context's cuBLAS handle (kernels/gemm.cu); NULL is a no-op. */
+/* Destroy a context's cuBLAS handle (kernels/support/gemm.cu); NULL is a no-op. */
 void ploss_cuda_blas_destroy(int device_id, void *handle);
 #endif
 

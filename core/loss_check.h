@@ -3,8 +3,8 @@
  * and dtype checks with uniform messages, collapsing dims into one strided axis, aliasing
  * checks over a list of outputs, the CPU label scan, label-smoothing options, class
  * vectors (weight / alpha / priors), the elementwise and broadcast checks of the sigmoid
- * family (core/sigmoid.c), and the whole check of the per-sample outputs of the
- * softmax-row losses (core/cross_entropy.c, core/softmax_focal.c, core/softmax2.c).
+ * family (core/engines/elementwise.c), and the whole check of the per-sample outputs of the
+ * softmax-row losses (core/engines/rows.c, core/engines/rows.c, core/engines/rows.c).
  * Internal.
  */
 #ifndef PLOSS_LOSS_CHECK_H
@@ -86,7 +86,7 @@ typedef struct {
 } ploss_row_tensor;
 
 /* The per-sample outputs and saved state of one pass of a softmax-row loss (cross-entropy,
- * softmax focal, softmax family II).  Zero-initialise it, set the request fields, then call
+ * softmax focal, the per-sample policies).  Zero-initialise it, set the request fields, then call
  * ploss_check_row_outputs, which fills in the rest. */
 typedef struct {
     /* request */

@@ -197,7 +197,7 @@ typedef enum ploss_reduction {
 
 /* ==== support ops: what a training script needs around the losses ==================== */
 
-/* ---- GEMM (core/gemm.c; OpenBLAS CBLAS on the CPU, cuBLAS on CUDA) ------------------- */
+/* ---- GEMM (core/support/gemm.c; OpenBLAS CBLAS on the CPU, cuBLAS on CUDA) ------------------- */
 
 /** Whether a GEMM operand is used as stored or transposed (BLAS's transa / transb). */
 typedef enum ploss_transpose {
@@ -231,7 +231,7 @@ ploss_status ploss_gemm(ploss_ctx_t *ctx, ploss_transpose trans_a, ploss_transpo
                         double alpha, const DLTensor *a, const DLTensor *b, double beta,
                         DLTensor *c);
 
-/* ---- Activations core/activations.c) ---------------------------------- */
+/* ---- Activations (core/support/activations.c) ---------------------------------- */
 
 /** Elementwise activations of */
 typedef enum ploss_activation {
@@ -272,7 +272,7 @@ ploss_status ploss_activation_backward(ploss_ctx_t *ctx, ploss_activation act,
                                        const DLTensor *input, const DLTensor *grad_output,
                                        DLTensor *grad_input, int inplace);
 
-/* ---- Linear-layer helpers and argmax (core/linear.c) --------------------------------- */
+/* ---- Linear-layer helpers and argmax (core/support/linear.c) --------------------------------- */
 
 /**
  * Bias add, in place: x[i, j] ← x[i, j] + bias[j] for a 2-D N×C tensor x.
@@ -303,7 +303,7 @@ ploss_status ploss_bias_grad(ploss_ctx_t *ctx, const DLTensor *grad_output, DLTe
  */
 ploss_status ploss_argmax(ploss_ctx_t *ctx, const DLTensor *input, DLTensor *indices);
 
-/* ---- Optimisers (core/optim.c) ------------------------------------------------------- */
+/* ---- Optimisers (core/support/optim.c) ------------------------------------------------------- */
 
 /** Options of ploss_sgd_step (torch.optim.SGD's); fill with ploss_sgd_opts_init(). */
 typedef struct ploss_sgd_opts {

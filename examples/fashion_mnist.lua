@@ -50,11 +50,10 @@ usage: luajit examples/fashion_mnist.lua [options]
 -- Add a line here when a loss family lands.
 ---------------------------------------------------------------------------------------
 local criteria = {
-  ["ce"] = { "softmax cross-entropy (LOSSES.md §2.1)",
+  ["ce"] = { "softmax cross-entropy",
     function(ploss) return ploss.CrossEntropyLoss {} end },
   ["ls-ce"] = { "cross-entropy with label smoothing ε = 0.1, PyTorch convention (§2.1)",
     function(ploss) return ploss.CrossEntropyLoss { label_smoothing = 0.1 } end },
-  -- focal family (issue 5): add here
   ["bce"] = { "one-vs-all BCE with logits on one-hot targets (PyTorch BCEWithLogitsLoss; §3.1)",
     function(ploss) if ploss.BCEWithLogitsLoss then return ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}) end end },
   ["focal"] = { "sigmoid focal loss on one-hot targets, alpha 0.25, gamma 2 (torchvision; §3.1)",
@@ -63,7 +62,6 @@ local criteria = {
     function(ploss) if ploss.SoftmaxFocalLoss then return ploss.SoftmaxFocalLoss {} end end },
   ["dual-focal"] = { "dual focal loss, eps 1e-5 (pytorch-loss Dual_Focal_loss; §2.6)",
     function(ploss) if ploss.DualFocalLoss then return ploss.DualFocalLoss {} end end },
-  -- softmax family II (issue 6): add here
   ["large-margin"] = { "large-margin softmax, lambda 0.3 (Kobayashi BMVC 2019; §2.3)",
     function(ploss) if ploss.LargeMarginSoftmaxLoss then return ploss.LargeMarginSoftmaxLoss {} end end },
   ["taylor-ce"] = { "Taylor cross-entropy, n = 2 (de Brébisson & Vincent 2016; §2.5)",

@@ -167,7 +167,7 @@ static ploss_status call_adam(ploss_ctx_t *ctx, DLTensor *const t[], const void 
     return ploss_adam_step(ctx, t[0], t[1], t[2], t[3], a ? a->step : 1, a ? &a->o : NULL);
 }
 
-/* ---- softmax family II: one-hot, large-margin softmax ------------------------ */
+/* ---- one-hot --------------------------------------------------------------------- */
 
 static void one_hot_init(void *o) { ploss_one_hot_opts_init(o); }
 
@@ -176,7 +176,7 @@ static ploss_status call_one_hot(ploss_ctx_t *ctx, DLTensor *const t[], const vo
     return ploss_one_hot(ctx, t[0], o, t[1]);
 }
 
-/* ---- softmax family II: Taylor softmax and Taylor cross-entropy ------------ */
+/* ---- Taylor softmax and log-Taylor softmax --------------------------------------- */
 
 static void ts_init(void *o) { ploss_taylor_softmax_opts_init(o); }
 

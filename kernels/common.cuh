@@ -250,7 +250,7 @@ __device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v));
  * the denormal range check of ex2.approx.f32 (__expf: 3 more instructions), which is
  * harmless wherever such a term is added to values near 1 or multiplies a factor of
  * a gradient (a probability below 1.2e-38 becomes 0).  Not for values ranked or compared
- * with a threshold near 0 (softmax2's OHEM keys use expf). */
+ * with a threshold near 0 (the OHEM keys of sample_policies.cu use expf). */
 __device__ __forceinline__ float exp_ftz(float v)
 {
     float r;

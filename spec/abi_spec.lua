@@ -118,7 +118,7 @@ describe("ABI", function()
       end
     end
     assert.is_true(n >= 20)
-    -- fixed values named by DESIGN.md and the header
+    -- fixed values named by the header
     assert.are.equal(0, C.PLOSS_OK)
     assert.are.equal(0, C.PLOSS_REDUCTION_NONE)
     assert.are.equal(1, C.PLOSS_REDUCTION_MEAN)

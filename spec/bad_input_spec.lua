@@ -1,4 +1,4 @@
--- The bad-input catalogue on the CPU (suite 'cpu'; issue 7): every public loss through
+-- The bad-input catalogue on the CPU (suite 'cpu'): every public loss through
 -- the table-driven cases of spec/bad_input.lua — wrong rank, mismatched shapes, wrong
 -- dtypes, mixed devices (with a GPU), non-contiguous and zero-stride tensors, labels out
 -- of range, NaN/Inf in valid and ignored rows, empty batches, all-ignored, one class,

@@ -1,4 +1,4 @@
--- The bad-input catalogue on the GPU (suite 'cuda'; issue 7): the cases of
+-- The bad-input catalogue on the GPU (suite 'cuda'): the cases of
 -- spec/bad_input.lua (see spec/bad_input_spec.lua) with every tensor on the CUDA device.
 -- Differences from the CPU run, all inside spec/bad_input.lua: an invalid label does not
 -- fail the call; the next synchronising call raises PLOSS_ERR_INVALID_LABEL and the

@@ -1,4 +1,4 @@
--- Determinism of every loss on the GPU (suite 'cuda'; issue 7): the same inputs give
+-- Determinism of every loss on the GPU (suite 'cuda'): the same inputs give
 -- bitwise the same loss and gradient on every run (raw bytes compared), for the fused pass
 -- and for forward + backward (the criterion, with its saved state, and the functional
 -- backward that recomputes it), in f32 and bf16, at shapes that make the kernels pick

@@ -128,7 +128,7 @@ describe("CUDA sigmoid family: more elements than the capped grid", function()
 end)
 
 describe("CUDA sigmoid family: vectorised fast kernel and its fallbacks", function()
-  -- kernels/sigmoid.cu takes a fast kernel for dense, unit-stride, 16-byte aligned input,
+  -- kernels/elementwise/sigmoid.cu takes a fast kernel for dense, unit-stride, 16-byte aligned input,
   -- target and gradient of one dtype without weight / pos_weight (whole 16-byte vectors:
   -- 4 f32, 8 f16/bf16, 2 f64, then a scalar tail of numel % width elements), with γ = 2
   -- compile-time and other γ through the general per-element code.  Views that start one

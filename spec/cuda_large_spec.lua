@@ -1,4 +1,4 @@
--- Element counts >= 2^31 on the GPU (suite 'cuda'; issue 7): 64-bit indexing in the loss
+-- Element counts >= 2^31 on the GPU (suite 'cuda'): 64-bit indexing in the loss
 -- kernels, with bf16 tensors (the H200 has 139 GiB; the largest case needs about 20 GiB).
 --   * cross_entropy on N×C = (2^16 + 3) × 32771 = 2^31 + 294921 elements, logits = the
 --     one-hot of the labels (x_y = 1, else 0): every row's loss is log(C − 1 + e) − 1 and

@@ -1,5 +1,5 @@
 -- CUDA support-ops spec (suite 'cuda'; spec/run.lua exits 77 without a GPU): every op of
--- issue 3 on the GPU against the CPU backend (or an f64 reference), in f32, f16, bf16 and
+-- the support ops on the GPU against the CPU backend (or an f64 reference), in f32, f16, bf16 and
 -- f64, on contiguous and strided (transposed) tensors, plus CUDA-specific checks (device
 -- mismatch, determinism).  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run
 -- of its logic (spec/run.lua then does not skip).

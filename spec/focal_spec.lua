@@ -1,11 +1,11 @@
--- Focal family spec (suite 'cpu'): LOSSES.md §3.1, §2.6 on the CPU backend.
+-- Focal family spec (suite 'cpu') on the CPU backend.
 --  * every binary_cross_entropy_with_logits / sigmoid_focal / softmax_focal case of
 --    torch_reference.json (PyTorch, torchvision, a softmax focal loss from its formula) and
 --    every dual_focal case of reference_semantics.json (pytorch-loss), in f64 (1e-10
 --    relative) and f32 (1e-5), through forward, backward (the fixture's grad_output for
 --    'none') and the fused pass, through the criterion and the functional API;
 --  * central differences in f64 for every option combination;
---  * extreme logits (±1e4; f16 ±60000) stay finite, with the values LOSSES.md lists;
+--  * extreme logits (±1e4; f16 ±60000) stay finite, with the documented values;
 --  * γ = 0 and 0 < γ < 1 at saturation / at the kink: finite gradients;
 --  * layouts (strided, channels-last, broadcast weights), in-place fused, empty inputs,
 --    all ignored;
@@ -74,7 +74,7 @@ describe("focal family fixtures", function()
     end
   end
 
-  it("the soft-label fixture is torchvision's definition; 'reference' differs (LOSSES.md §3.1)", function()
+  it("the soft-label fixture is torchvision's definition; 'reference' differs", function()
     local c = H.fixtures("sigmoid_focal", function(c) return c.name == "sigmoid_focal_soft_labels" end)[1]
     local x, y = H.fixture_tensor(c.inputs.input), H.fixture_tensor(c.inputs.target)
     H.assert_close(F.sigmoid_focal(x, y, { convention = "torchvision" }), c.expected.output, { rtol = 1e-12 })
@@ -106,7 +106,7 @@ describe("focal family by hand", function()
       { { -1 / 6, 0.5 / 6, -2 / 6 }, { 0.5 / 6, -1.5 / 6, -2 / 6 } }, { rtol = 1e-15 })
   end)
 
-  it("sigmoid focal at ±1e4 (LOSSES.md §3.1): loss 7500 / 2500 on the wrong side, 0 on the right side", function()
+  it("sigmoid focal at ±1e4: loss 7500 / 2500 on the wrong side, 0 on the right side", function()
     for _, conv in ipairs { "torchvision", "reference" } do
       for _, dtype in ipairs { "f64", "f32" } do
         local x = ploss.tensor({ 1e4, -1e4, 1e4, -1e4 }, { dtype = dtype })
@@ -175,7 +175,7 @@ describe("focal family by hand", function()
     end
   end)
 
-  it("dual focal: one class gives −log(1 + ε) per sample and a zero gradient (LOSSES.md §2.6)", function()
+  it("dual focal: one class gives −log(1 + ε) per sample and a zero gradient", function()
     local x = ploss.randn({ 3, 1 }, { dtype = "f64" })
     local y = ploss.zeros({ 3 }, { dtype = "i64" })
     local l, g = F.dual_focal_fused(x, y, { eps = 1e-3 })
@@ -184,7 +184,7 @@ describe("focal family by hand", function()
   end)
 
   it("γ = 0 at saturation (x = 30, y = 1) and 0 < γ < 1 at the kink y = p give finite gradients", function()
-    -- LOSSES.md §3.1: the reference V2/V3 give NaN / ±inf here
+    -- the reference V2/V3 give NaN / ±inf here
     for _, conv in ipairs { "torchvision", "reference" } do
       for _, dtype in ipairs { "f64", "f32" } do
         local x = ploss.tensor({ 30, -30, 0, 0, 40 }, { dtype = dtype })

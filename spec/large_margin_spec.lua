@@ -1,4 +1,4 @@
--- Large-margin softmax spec (suite 'cpu'): LOSSES.md §2.3 on the CPU backend.
+-- Large-margin softmax spec (suite 'cpu') on the CPU backend.
 --  * every large_margin_softmax case of reference_semantics.json (pytorch-loss V1
 --    autograd, f64) in f64 and f32, criterion and functional, forward/backward/fused;
 --  * central differences in f64 over reductions × λ × ignored samples × shapes;

@@ -1,4 +1,4 @@
--- OHEM spec (suite 'cpu'): OHEM cross-entropy and OHEM large-margin (LOSSES.md §2.7) on
+-- OHEM spec (suite 'cpu'): OHEM cross-entropy and OHEM large-margin on
 -- the CPU backend, against a plain sort-based f64 reference written here:
 --  * random inputs with ignored samples, exact ties (duplicated rows), n_min = 0, n_min
 --    above the number of valid samples, n_min >= M, τ = 0 and τ = 1, the default n_min;
@@ -167,7 +167,7 @@ describe("OHEM against a sort-based f64 reference", function()
   end)
 
   it("agrees with the reference's relabelling procedure when no tie sits at position n_min", function()
-    -- LOSSES.md §2.7: sort all M samples by score (ignored = 1); at positions >= n_min
+    -- sort all M samples by score (ignored = 1); at positions >= n_min
     -- relabel those with s > τ as ignored
     H.seed(62)
     local x = H.random_logits({ 64, 7 }, { std = 2 })

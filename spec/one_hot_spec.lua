@@ -1,4 +1,4 @@
--- One-hot spec (suite 'cpu'): ploss.one_hot on the CPU backend (LOSSES.md §8.1).
+-- One-hot spec (suite 'cpu'): ploss.one_hot on the CPU backend.
 --  * the one_hot case of reference_semantics.json (pytorch-loss convert_to_one_hot);
 --  * smoothing conventions, ignored rows all zero, integer outputs, strided outputs;
 --  * bad input: each error with its message fragment, output untouched.

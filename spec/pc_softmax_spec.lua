@@ -1,4 +1,4 @@
--- PC-softmax cross-entropy spec (suite 'cpu'): LOSSES.md §2.2 on the CPU backend.
+-- PC-softmax cross-entropy spec (suite 'cpu') on the CPU backend.
 --  * the pc_softmax_cross_entropy cases of reference_semantics.json (pytorch-loss V1
 --    autograd, f64; priors 0.1..0.4) in f64 and f32;
 --  * the definition by hand, equal priors = cross-entropy + log w, zero priors drop out;

@@ -1,7 +1,7 @@
--- Support-ops spec (suite 'cpu'): the ops of issue 3 on the CPU backend.
+-- Support-ops spec (suite 'cpu'): the support ops on the CPU backend.
 --  * GEMM against a naive product in f64 (every transpose, alpha/beta, transposed and
 --    strided views, transposed output, k = 0, empty, f32/f16/bf16/f64), layouts and errors;
---  * swish / hard-swish / mish against the formulas of LOSSES.md §7 and the reference
+--  * swish / hard-swish / mish against the formulas of docs/losses.md and the reference
 --    fixtures (spec/fixtures/{swish,hard_swish,mish}.lua), PyTorch's hard-swish kinks,
 --    ±1e4, central differences in f64, every dtype, strided and in-place use, aliasing;
 --  * bias add and bias gradient by hand, argmax (ties, NaN, N×C×H×W, permuted input);
@@ -180,7 +180,7 @@ local function softplus(x)
 end
 local function tanh(x) local e = math.exp(-2 * math.abs(x)); local t = (1 - e) / (1 + e); return x < 0 and -t or t end
 
--- LOSSES.md §7, written directly (double precision in Lua)
+-- the formulas of docs/losses.md, written directly (double precision in Lua)
 local formulas = {
   swish = {
     f = function(x) return x * sigmoid(x) end,
@@ -200,7 +200,7 @@ describe("activations", function()
   local grid = { -30, -20.5, -7, -3.5, -3, -2.999, -1, -0.25, 0, 0.25, 1, 2.5, 2.999, 3, 3.5, 7, 19.9, 20, 20.1, 40 }
 
   for name, fm in pairs(formulas) do
-    it(name .. " matches LOSSES.md §7 in f64 (forward and backward)", function()
+    it(name .. " matches docs/losses.md in f64 (forward and backward)", function()
       local x = ploss.tensor(grid, { dtype = "f64" })
       local g = ploss.tensor({ 1, -2, 0.5, 3, 1, 1, -1, 2, 1, 1, 0.25, 1, 1, 1, -1, 2, 1, 1, 1, 1 }, { dtype = "f64" })
       local want_f, want_d = {}, {}

@@ -1,5 +1,5 @@
 -- Taylor softmax / log-Taylor softmax / Taylor cross-entropy spec (suite 'cpu'):
--- LOSSES.md §2.4–2.5 on the CPU backend.
+-- on the CPU backend.
 --  * every taylor_softmax, log_taylor_softmax and taylor_cross_entropy case of
 --    reference_semantics.json (pytorch-loss V1 autograd, f64), in f64 and f32;
 --  * the definition by hand (not shift-invariant), any dim, strided layouts;

@@ -1,6 +1,6 @@
 /*
  * rows.h — scaffolding shared by the CPU loss backends that reduce over fixed chunks of
- * samples (cross_entropy.c, softmax_focal.c, softmax2.c, sigmoid.c): the gradient scale ω,
+ * samples (rows/cross_entropy.c, rows/softmax_focal.c, rows/sample_policies.c, elementwise/sigmoid.c): the gradient scale ω,
  * the per-thread row buffers and per-chunk partial sums taken before any output is
  * written, and the fixed-order final sum into the reduced loss.  The chunk loops and the
  * per-sample maths stay in each backend.  Internal.

@@ -1,7 +1,7 @@
 /*
- * sigmoid.h — the validated problem handed by core/sigmoid.c to the CPU (core/cpu/sigmoid.c)
- * and CUDA (kernels/sigmoid.cu) backends of the elementwise sigmoid family:
- * binary_cross_entropy_with_logits and sigmoid_focal (LOSSES.md §3.1).  Internal.
+ * elementwise.h — the validated problem handed by core/engines/elementwise.c to the CPU (core/cpu/elementwise/sigmoid.c)
+ * and CUDA (kernels/elementwise/sigmoid.cu) backends of the elementwise sigmoid family:
+ * binary_cross_entropy_with_logits and sigmoid_focal.  Internal.
  *
  * Every tensor is addressed with the same (collapsed) shape: dims of size 1 are dropped and
  * neighbouring dims that are contiguous in every tensor are merged, so dense inputs become

@@ -1,6 +1,6 @@
 /*
  * activations.c — the one validation path in front of the CPU and CUDA backends of the
- * activations swish, hard-swish and mish (LOSSES.md §7).  Every check runs before any write.
+ * activations swish, hard-swish and mish.  Every check runs before any write.
  */
 #include <string.h>
 

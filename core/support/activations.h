@@ -1,6 +1,6 @@
 /*
- * activations.h — the validated elementwise problem of the activations (LOSSES.md §7)
- * handed by core/activations.c to core/cpu/activations.c and kernels/activations.cu.
+ * activations.h — the validated elementwise problem of the activations
+ * handed by core/support/activations.c to core/cpu/support/activations.c and kernels/support/activations.cu.
  * Internal.  All operands share one dtype.
  *   forward:  out = f(x)
  *   backward: out = f′(x)·gy

@@ -1,6 +1,6 @@
 /*
- * gemm.h — the validated matrix product handed by core/gemm.c to the CPU (core/cpu/gemm.c,
- * OpenBLAS) and CUDA (kernels/gemm.cu, cuBLAS) backends.  Internal.
+ * gemm.h — the validated matrix product handed by core/support/gemm.c to the CPU (core/cpu/support/gemm.c,
+ * OpenBLAS) and CUDA (kernels/support/gemm.cu, cuBLAS) backends.  Internal.
  *
  * Canonical row-major form: c (m×n, row i at c + i·ldc) ← alpha·op(A)·op(B) + beta·c.
  * op(A) is m×k: element (i, p) at a[i·lda + p] (trans_a = 0) or a[p·lda + i] (trans_a = 1);

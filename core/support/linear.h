@@ -1,6 +1,6 @@
 /*
  * linear.h — validated problems of the linear-layer helpers (bias add, bias gradient)
- * and of argmax, handed by core/linear.c to core/cpu/linear.c and kernels/linear.cu.
+ * and of argmax, handed by core/support/linear.c to core/cpu/support/linear.c and kernels/support/linear.cu.
  * Internal.  Strides are in elements.
  */
 #ifndef PLOSS_LINEAR_INTERNAL_H

@@ -1,6 +1,6 @@
 /*
  * one_hot.c — the one validation path in front of the CPU and CUDA backends of
- * ploss_one_hot (LOSSES.md §8.1).  Every check runs before any write.
+ * ploss_one_hot.  Every check runs before any write.
  */
 #include <string.h>
 

@@ -1,10 +1,10 @@
 /*
- * one_hot.h — the validated one-hot problem handed by core/one_hot.c to the CPU
- * (core/cpu/one_hot.c) and CUDA (kernels/one_hot.cu) backends.  Internal.
+ * one_hot.h — the validated one-hot problem handed by core/support/one_hot.c to the CPU
+ * (core/cpu/support/one_hot.c) and CUDA (kernels/support/one_hot.cu) backends.  Internal.
  *
  * Samples i = (n, s), n < N, s < S (S = d1⋯dk collapsed to one axis).  The output element
  * (n, j, s) sits at n·o_sn + j·o_sc + s·o_ss and takes a·[j = y] + b for a valid label y,
- * 0 for an ignored one (LOSSES.md §8.1).
+ * 0 for an ignored one.
  */
 #ifndef PLOSS_ONE_HOT_INTERNAL_H
 #define PLOSS_ONE_HOT_INTERNAL_H

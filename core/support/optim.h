@@ -1,6 +1,6 @@
 /*
  * optim.h — the validated elementwise optimiser step (SGD with momentum, Adam/AdamW)
- * handed by core/optim.c to core/cpu/optim.c and kernels/optim.cu.  Internal.
+ * handed by core/support/optim.c to core/cpu/support/optim.c and kernels/support/optim.cu.  Internal.
  * param and grad share one dtype; the state buffers share one dtype (param's or f32).
  */
 #ifndef PLOSS_OPTIM_INTERNAL_H

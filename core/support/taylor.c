@@ -1,6 +1,6 @@
 /*
  * taylor.c — the one validation path in front of the CPU and CUDA backends of the Taylor
- * softmax and log-Taylor softmax ops (LOSSES.md §2.4).  Every check runs before any write.
+ * softmax and log-Taylor softmax ops.  Every check runs before any write.
  */
 #include <string.h>
 

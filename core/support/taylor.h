@@ -1,7 +1,7 @@
 /*
  * taylor.h — the validated problem of the Taylor softmax / log-Taylor softmax ops
- * (LOSSES.md §2.4), handed by core/taylor.c to the CPU (core/cpu/taylor.c) and CUDA
- * (kernels/taylor.cu) backends.  Internal.
+ * handed by core/support/taylor.c to the CPU (core/cpu/support/taylor.c) and CUDA
+ * (kernels/support/taylor.cu) backends.  Internal.
  *
  * The input is viewed as rows r = (n, s): n over the dims before `dim` (N of them, one
  * strided axis), s over the dims after it (S, one strided axis), j < C along `dim`.

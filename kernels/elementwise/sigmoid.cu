@@ -1,6 +1,6 @@
 /*
  * sigmoid.cu — CUDA backend of the elementwise sigmoid family: binary_cross_entropy_with_logits
- * and sigmoid_focal (LOSSES.md §3.1; formulas in core/sigmoid.h and core/ploss.h).
+ * and sigmoid_focal (formulas in core/engines/elementwise.h and core/ploss.h).
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
  *  - sigmoid_fast<T, KIND, G2>: the common case — x and target of one dtype, dense, unit
@@ -60,7 +60,7 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
 }
 
 /* Loss and ∂loss/∂x of one element (before the upstream gradient); mirrors element() in
- * core/cpu/sigmoid.c. */
+ * core/cpu/elementwise/sigmoid.c. */
 template <class A>
 __device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A gamma, A x, A y, A w, A pw,
                                         A &loss, A &dx)
@@ -90,7 +90,7 @@ __device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A g
     } else {
         /* 0 < γ < 1: |p − y|^(γ−1) is ill-conditioned at the kink y ≈ p.  σ(x) in f32 carries
          * ~1 ulp (6e-8) of absolute error, a relative error 6e-8/|p − y| on |p − y| and
-         * (1 − γ)× that on the gradient factor: 1e-3 at |p − y| ≈ 3e-5 (issue 5, a focal
+         * (1 − γ)× that on the gradient factor: 1e-3 at |p − y| ≈ 3e-5 (a focal
          * reference γ = 0.5 gradient off by 0.011 of 9.78).  Near the kink (|p − y| < 2^-6,
          * a few per cent of the elements for spread soft labels) p − y is re-formed in double
          * (x and y are exact in double), so only the final rounding to A remains. */

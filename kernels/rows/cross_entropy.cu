@@ -1,11 +1,11 @@
 /*
- * cross_entropy.cu — CUDA backend of the softmax cross-entropy family (LOSSES.md §2.1),
- * with exactly the semantics of core/cpu/cross_entropy.c.  Per sample i, with
+ * cross_entropy.cu — CUDA backend of the softmax cross-entropy family,
+ * with exactly the semantics of core/cpu/rows/cross_entropy.c.  Per sample i, with
  * c_ij = w_j·(a·t_ij + b) (t one-hot for class indices):
  *     ℓ_i = Σ_j c_ij·(lse_i − x_ij),      ∂ℓ_i/∂x_ij = ω_i·((Σ_k c_ik)·p_ij − c_ij),
  * accumulated in f32 (f64 for f64 inputs); terms with c_ij = 0 are skipped as on the CPU.
  *
- * Kernels (DESIGN.md §3), chosen by choose_kernel():
+ * Kernels, chosen by choose_kernel():
  *  - ce_rows_reg: class axis contiguous (x_sc = 1: N×C, channels-last N×…×C), class
  *    indices without weights, C > 32.  The row is held in registers as 16-byte vectors
  *    (rows of any alignment: head elements, aligned vectors, tail elements), so the
@@ -17,7 +17,7 @@
  *    reduction; the loss is Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term
  *    ≥ 0, so logits of ±1e4 do not cancel.  f32 keeps e^(x−M) in place of x; f16/bf16
  *    recompute it (f64 never comes here).  With p.focal it computes the softmax focal loss
- *    instead (kernels/softmax_focal.cu).
+ *    instead (kernels/rows/softmax_focal.cu).
  *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
  *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
  *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.

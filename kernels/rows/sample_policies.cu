@@ -1,7 +1,7 @@
 /*
- * softmax2.cu — CUDA backend of the softmax family II losses with class-index targets
+ * sample_policies.cu — CUDA backend of the per-sample policy losses with class-index targets
  * (large-margin softmax, Taylor CE, PC-softmax CE, OHEM CE / large-margin); formulas and
- * the OHEM mining rule in core/softmax2.h, LOSSES.md §2.2–2.7.
+ * the OHEM mining rule in core/engines/rows.h
  *
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
  *  - per sample (f32/f16/bf16 with f32 math, C <= SAMPLE_CMAX = 32): a thread computes
@@ -1244,7 +1244,7 @@ ploss_status run_finalize(ploss_ctx_t *ctx, const ploss_sample_problem *p, Aux<A
     if (p->pass == PLOSS_PASS_BACKWARD || p->reduction == PLOSS_REDUCTION_NONE)
         return PLOSS_OK;
     finalize_kernel<A, LT><<<1, THREADS, 0, stream_of(ctx)>>>(*p, aux, nparts);
-    return check_launch("softmax2 finalize_kernel");
+    return check_launch("sample_policies finalize_kernel");
 }
 
 /* OHEM radix select: level 0 of the histogram (hist(0), counts) is launched by the
@@ -1259,13 +1259,13 @@ template <class F> ploss_status run_select(ploss_ctx_t *ctx, const ploss_sample_
         return st;
     if (p->n_min <= 0 || p->n_min >= M) {
         fixed_threshold_kernel<<<1, 1, 0, stream>>>(ms, p->n_min <= 0 ? p->thresh_key : PLOSS_OHEM_IGNORED_KEY - 1u);
-        return check_launch("softmax2 fixed_threshold_kernel");
+        return check_launch("sample_policies fixed_threshold_kernel");
     }
     for (int level = 0; level < 3 && st == PLOSS_OK; ++level) {
         if (level > 0 && (st = hist(level)))
             break;
         select_kernel<<<1, THREADS, 0, stream>>>(ms, level, p->n_min, p->thresh_key);
-        st = check_launch("softmax2 select_kernel");
+        st = check_launch("sample_policies select_kernel");
     }
     return st;
 }
@@ -1306,7 +1306,7 @@ ploss_status run_reg(ploss_ctx_t *ctx, const ploss_sample_problem *p, const ROp 
             constexpr bool MINE = decltype(mine)::value;
             auto o = pass_op<MINE>(op);
             reg_kernel<T, CMAX, V, decltype(o), MINE><<<blocks, THREADS, 0, stream>>>(*p, o, aux, level);
-            return check_launch(MINE ? "softmax2 reg_kernel (mining)" : "softmax2 reg_kernel");
+            return check_launch(MINE ? "sample_policies reg_kernel (mining)" : "sample_policies reg_kernel");
         });
         return st != PLOSS_OK ? st : run_finalize<float, float>(ctx, p, aux, blocks);
     };
@@ -1328,7 +1328,7 @@ template <class T> size_t tile_smem_bytes(int64_t C) { return STAGES * (size_t)C
 inline ploss_status run_count(ploss_ctx_t *ctx, const ploss_sample_problem *p, unsigned long long *count)
 {
     count_kernel<<<grid_blocks(p->N * p->S, THREADS * 4, 4096), THREADS, 0, stream_of(ctx)>>>(*p, count);
-    return check_launch("softmax2 count_kernel");
+    return check_launch("sample_policies count_kernel");
 }
 
 /* Blocks of the tile path, or 0 where it does not apply (layout, alignment, no sample).
@@ -1377,7 +1377,7 @@ ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sample_problem *p, const RO
         constexpr bool MINE = decltype(mine)::value;
         auto o = pass_op<MINE>(op);
         tile_kernel<T, decltype(o), MINE><<<blocks, THREADS, smem, stream>>>(*p, o, aux, level);
-        return check_launch(MINE ? "softmax2 tile_kernel (mining)" : "softmax2 tile_kernel");
+        return check_launch(MINE ? "sample_policies tile_kernel (mining)" : "sample_policies tile_kernel");
     });
 }
 
@@ -1393,12 +1393,12 @@ ploss_status run_groups(ploss_ctx_t *ctx, const ploss_sample_problem *p, const O
     if (p->ohem)
         st = run_select(ctx, p, aux.mine, [&](int level) {
             score_kernel<G, T, A><<<blocks, THREADS, 0, stream>>>(*p, aux, level);
-            return check_launch("softmax2 score_kernel");
+            return check_launch("sample_policies score_kernel");
         });
     if (st != PLOSS_OK)
         return st;
     loss_kernel<G, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
-    if ((st = check_launch("softmax2 loss_kernel")))
+    if ((st = check_launch("sample_policies loss_kernel")))
         return st;
     return run_finalize<A, LT>(ctx, p, aux, blocks);
 }
@@ -1448,7 +1448,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &o
         if (priors) {
             A *bias = (A *)(base + o_bias);
             log_prior_kernel<A><<<grid_blocks(p->C, THREADS), THREADS, 0, stream>>>(*p, bias);
-            if ((st = check_launch("softmax2 log_prior_kernel")))
+            if ((st = check_launch("sample_policies log_prior_kernel")))
                 return st;
             o.bias = bias;
             if constexpr (std::is_same<A, float>::value)

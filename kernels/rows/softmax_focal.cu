@@ -1,6 +1,6 @@
 /*
  * softmax_focal.cu — CUDA backend of the softmax focal family: softmax_focal and dual_focal
- * (LOSSES.md §2.6; formulas in core/softmax_focal.h and core/ploss.h).
+ * (formulas in core/engines/rows.h and core/ploss.h).
  *
  * Kernel shapes (as the cross-entropy family):
  *  - rows whose class axis is contiguous (or N×C) with C ≥ 32: a warp per row for
@@ -95,7 +95,7 @@ __device__ __forceinline__ A reduced_omega(const ploss_sfocal_problem &p, const 
 }
 
 /* Dual focal term of class j in double: log(1 + ε − d_j²) and G_j = 2·d_j / (1 + ε − d_j²),
- * from lp = log p_j without cancellation (see core/cpu/softmax_focal.c). */
+ * from lp = log p_j without cancellation (see core/cpu/rows/softmax_focal.c). */
 __device__ __forceinline__ void dual_term(double lp, bool is_y, double eps, double &log_den, double &G)
 {
     const double pj = exp(lp);
@@ -171,7 +171,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
      * dual focal term log(1 + ε − d²) and the softmax focal factor (1 − p_t)^γ need).  With an
      * f32 lse the rounding of lse (|lse|·2^-24) is an absolute error on log p_j, i.e. a
      * relative error |lse|·2^-24 / (1 − p_j) on 1 − p_j: 1e-2 at lse ≈ 9, 1 − p_j ≈ 1e-4 (a
-     * dual focal loss off by 0.01 on the GPU, issue 5).  Σe is therefore summed in double
+     * dual focal loss off by 0.01 on the GPU).  Σe is therefore summed in double
      * (its terms e^{x−m} stay float: each has a relative error, and the max term is exactly 1
      * so 1 − p_j = rest / (1 + rest) keeps the relative accuracy of the rest). */
     double lse;
@@ -225,7 +225,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         }
     } else {
         /* dual focal in double: the gradient p_j·(G_j − Σ_k p_k G_k) cancels when G_j is
-         * close to the mean (f32 terms gave 7e-4 relative error on the H200, issue 5) */
+         * close to the mean (f32 terms gave 7e-4 relative error on the H200) */
         double lsum = 0.0, pg = 0.0;
         for (int64_t j = lane; j < C; j += size) {
             const double lpj = (double)X(j) - lse;
@@ -370,7 +370,7 @@ using namespace ploss_cuda;
 
 /* Softmax focal without α on rows with a contiguous class axis: the same problem as a
  * cross-entropy with a focal modulation, which the cross-entropy register-row kernel
- * (kernels/cross_entropy.cu) computes with the row read once and the gradient written
+ * (kernels/rows/cross_entropy.cu) computes with the row read once and the gradient written
  * once.  PLOSS_ERR_UNSUPPORTED (nothing launched) when it does not apply. */
 static ploss_status softmax_focal_as_ce(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
 {

@@ -1,7 +1,7 @@
 /*
- * activations.cu — CUDA backend of swish, hard-swish and mish (LOSSES.md §7): one
+ * activations.cu — CUDA backend of swish, hard-swish and mish: one
  * grid-stride elementwise kernel per (dtype, direction), computing in f32 (f64 for f64)
- * with the same stable forms as core/cpu/activations.c.
+ * with the same stable forms as core/cpu/support/activations.c.
  */
 #include "activations.h"
 #include "support_ops.cuh"

@@ -1,7 +1,7 @@
 /*
  * gemm.cu — CUDA matrix product through cuBLAS (cublasGemmEx): f32, f16 and bf16 with
  * CUBLAS_COMPUTE_32F (no TF32), f64 with CUBLAS_COMPUTE_64F.  The row-major problem
- * c = op(A)·op(B) of core/gemm.h is handed to column-major cuBLAS as cᵀ = op(B)ᵀ·op(A)ᵀ.
+ * c = op(A)·op(B) of core/support/gemm.h is handed to column-major cuBLAS as cᵀ = op(B)ᵀ·op(A)ᵀ.
  * The cuBLAS handle is created on the context's first GEMM and destroyed with the context.
  */
 #include <cublas_v2.h>

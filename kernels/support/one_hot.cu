@@ -1,5 +1,5 @@
 /*
- * one_hot.cu — CUDA backend of ploss_one_hot (LOSSES.md §8.1; problem in core/one_hot.h).
+ * one_hot.cu — CUDA backend of ploss_one_hot (problem in core/support/one_hot.h).
  * One thread per output element (n, j, s) in row-major order, so the writes are coalesced
  * for both the N×C and the N×C×d1×…×dk layouts; the label of a sample is read by each of
  * its C threads (cached).  An invalid label is reported once (by its j = 0 thread) through

@@ -1,7 +1,7 @@
 /*
  * optim.cu — CUDA backend of the SGD and Adam steps: one grid-stride elementwise kernel,
  * templated over the parameter and state storage types, computing in f32 (f64 for f64
- * parameters) with the formulas of core/cpu/optim.c.
+ * parameters) with the formulas of core/cpu/support/optim.c.
  */
 #include "optim.h"
 #include "support_ops.cuh"

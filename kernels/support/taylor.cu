@@ -1,6 +1,6 @@
 /*
- * taylor.cu — CUDA backend of the Taylor softmax / log-Taylor softmax ops (LOSSES.md §2.4;
- * problem and formulas in core/taylor.h).  Rows are walked by the shapes of
+ * taylor.cu — CUDA backend of the Taylor softmax / log-Taylor softmax ops (docs/losses.md;
+ * problem and formulas in core/support/taylor.h).  Rows are walked by the shapes of
  * row_groups.cuh: one thread per row when the normalised axis is strided, a warp (or the
  * block, C > 2048) per row when it is contiguous.  Pass 1 sums Z = Σ f_n(x_j) (and
  * Σ F·G or Σ G for backward), pass 2 writes the output; sums in f32 for f32/f16/bf16

@@ -1,6 +1,6 @@
 /*
  * sigmoid.c — CPU backend of the elementwise sigmoid family: binary_cross_entropy_with_logits
- * and sigmoid_focal (LOSSES.md §3.1; formulas in core/sigmoid.h and core/ploss.h).
+ * and sigmoid_focal (formulas in core/engines/elementwise.h and core/ploss.h).
  * Accumulates in double for every dtype; reductions run over fixed chunks of elements
  * summed in order, so results do not depend on the number of OpenMP threads.
  */

@@ -1,5 +1,5 @@
 /*
- * cross_entropy.c — CPU backend of the softmax cross-entropy family (LOSSES.md §2.1).
+ * cross_entropy.c — CPU backend of the softmax cross-entropy family.
  * Accumulates in double for every dtype; reductions run over fixed chunks of samples
  * summed in order, so results do not depend on the number of OpenMP threads.
  */

@@ -1,9 +1,9 @@
 /*
- * softmax2.c — CPU backend of the softmax family II losses with class-index targets
+ * sample_policies.c — CPU backend of the per-sample policy losses with class-index targets
  * (large-margin softmax, Taylor CE, PC-softmax CE, OHEM CE / large-margin; formulas in
- * core/softmax2.h, LOSSES.md §2.2–2.7).  Accumulates in double for every dtype;
+ * core/engines/rows.h).  Accumulates in double for every dtype;
  * reductions run over fixed chunks of samples summed in order, so results do not depend
- * on the number of OpenMP threads.  Labels were validated by core/softmax2.c.
+ * on the number of OpenMP threads.  Labels were validated by core/engines/rows.c.
  */
 #include <math.h>
 #include <omp.h>
@@ -149,7 +149,7 @@ static uint32_t select_key(const uint32_t *keys, int64_t M, int64_t r)
     return prefix;
 }
 
-/* Scores every sample into keys[] and sets kept[i] = 1 for the mined ones (softmax2.h);
+/* Scores every sample into keys[] and sets kept[i] = 1 for the mined ones (rows.h);
  * b: per-thread rows of at least C doubles. */
 static void ohem_mine(const ploss_sample_problem *p, uint32_t *keys, unsigned char *kept, const ploss_cpu_rows *b)
 {
@@ -195,7 +195,7 @@ ploss_status ploss_cpu_sample_policies(ploss_ctx_t *ctx, const ploss_sample_prob
      * three rows of C doubles per thread (x and g use the first two; the OHEM scores x),
      * the log priors, the OHEM keys and flags */
     ploss_cpu_rows b;
-    const ploss_status status = ploss_cpu_rows_alloc(&b, "softmax2", M, C, 3, CHUNK);
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "sample_policies", M, C, 3, CHUNK);
     if (status != PLOSS_OK)
         return status;
     const int64_t nchunks = b.nchunks;
@@ -205,7 +205,7 @@ ploss_status ploss_cpu_sample_policies(ploss_ctx_t *ctx, const ploss_sample_prob
     unsigned char *kept = p->ohem ? malloc((size_t)(M ? M : 1)) : NULL;
     if ((p->w && !bias) || (p->ohem && (!keys || !kept))) {
         ploss_cpu_rows_free(&b); free(bias); free(keys); free(kept);
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "softmax2: log priors of %lld classes, OHEM keys of %lld samples",
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "sample_policies: log priors of %lld classes, OHEM keys of %lld samples",
                            (long long)C, (long long)M);
     }
     for (int64_t j = 0; p->w && j < (int64_t)cls; ++j)

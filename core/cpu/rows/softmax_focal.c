@@ -1,6 +1,6 @@
 /*
  * softmax_focal.c — CPU backend of the softmax focal family: softmax_focal and dual_focal
- * (LOSSES.md §2.6; formulas in core/ploss.h).  Accumulates in double for every dtype;
+ * (formulas in core/ploss.h).  Accumulates in double for every dtype;
  * reductions run over fixed chunks of samples summed in order, so results do not depend
  * on the number of OpenMP threads.
  */

@@ -1,5 +1,5 @@
 /*
- * activations.c — CPU backend of swish, hard-swish and mish (LOSSES.md §7), forward and
+ * activations.c — CPU backend of swish, hard-swish and mish, forward and
  * backward, in f64 for every dtype.  Elementwise, so in-place operation is safe: each
  * element is read before it is written.
  */
@@ -27,7 +27,7 @@ static void sigmoid2(double x, double *s, double *sm)
 }
 
 /* tanh(softplus(x)) and 1 − tanh²(softplus(x)), cancellation-free below the softplus
- * threshold 20 (LOSSES.md §7.3): with e = eˣ, n = e(e + 2), tanh(sp) = n/(n + 2) and
+ * threshold 20: with e = eˣ, n = e(e + 2), tanh(sp) = n/(n + 2) and
  * 1 − tanh² = 4(n + 1)/(n + 2)²; above it softplus(x) = x (PyTorch's threshold). */
 static void tanh_softplus(double x, double *t, double *sech2)
 {

@@ -8,7 +8,7 @@
 #include "scalar.h"
 
 #define COLS 64 /* columns per task of the bias gradient */
-#define PLOSS_CPU_PARALLEL_MIN 262144 /* elements; see core/cpu/activations.c */
+#define PLOSS_CPU_PARALLEL_MIN 262144 /* elements; see core/cpu/support/activations.c */
 
 ploss_status ploss_cpu_bias_add(const ploss_bias_problem *p)
 {

@@ -1,4 +1,4 @@
-/* one_hot.c — CPU backend of ploss_one_hot (LOSSES.md §8.1); labels validated by core. */
+/* one_hot.c — CPU backend of ploss_one_hot; labels validated by core. */
 #include "one_hot.h"
 #include "scalar.h"
 

@@ -8,7 +8,7 @@
 #include "optim.h"
 #include "scalar.h"
 
-/* Parallel above this many elements (see core/cpu/activations.c). */
+/* Parallel above this many elements (see core/cpu/support/activations.c). */
 #define PLOSS_CPU_PARALLEL_MIN 262144
 
 /* v rounded to dtype dt. */

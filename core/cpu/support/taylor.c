@@ -1,5 +1,5 @@
-/* taylor.c — CPU backend of the Taylor softmax / log-Taylor softmax ops (LOSSES.md §2.4;
- * formulas in core/taylor.h).  Accumulates in double; one row per iteration. */
+/* taylor.c — CPU backend of the Taylor softmax / log-Taylor softmax ops (docs/losses.md;
+ * formulas in core/support/taylor.h).  Accumulates in double; one row per iteration. */
 #include <math.h>
 
 #include "taylor.h"

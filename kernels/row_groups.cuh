@@ -1,13 +1,13 @@
 /*
- * row_groups.cuh — the row-walking shapes shared by kernels/softmax2.cu and
- * kernels/taylor.cu.  A row (the C values of one sample along the class axis) is walked
+ * row_groups.cuh — the row-walking shapes shared by kernels/rows/sample_policies.cu and
+ * kernels/support/taylor.cu.  A row (the C values of one sample along the class axis) is walked
  * by a group of G lanes of a 256-thread block:
  *   G = 1    one thread per row: for class-strided rows (N×C×H×W, transposed N×C), a warp
  *            then reads 32 neighbouring rows' class j at once (coalesced);
  *   G = 32   a warp per row: class-contiguous rows with C <= 2048;
  *   G = 256  the whole block per row: class-contiguous rows with C > 2048.
  * RowView<G> walks a row: each pass reads memory (the first from DRAM, the next ones mostly
- * from L1/L2).  Small C is served by the register kernels of softmax2.cu instead.
+ * from L1/L2).  Small C is served by the register kernels of sample_policies.cu instead.
  * Internal; namespace ploss_cuda.
  */
 #ifndef PLOSS_KERNELS_ROW_GROUPS_CUH
