@@ -114,21 +114,17 @@ local canon_dtype = ploss.dtype
 -- most 2^53 elements (int64 arithmetic in the C core has room to spare beyond that).
 local MAX_SPAN = 2 ^ 53
 
-local function fmt_int(v) return string.format("%.0f", v) end
-
---- `v` when it is an integer (finite, integral, within int64 and within [lo, hi] when
--- given), else a raised error "<what>: <name> is <v>, expected an integer …" at the
--- caller's line.  The one check for every integer argument of this module.
-local function check_int(v, what, name, lo, hi)
+--- `v` when it is an integer (finite, integral, within int64, and >= lo when given),
+-- else a raised error "<what>: <name> is <v>, expected an integer …" at the caller's
+-- line.  The one check for every integer argument of this module; upper bounds (the
+-- tensor's sizes) are checked by the callers, whose messages name the range.
+local function check_int(v, what, name, lo)
   if type(v) == "number" and v == math.floor(v) and v >= -2 ^ 63 and v < 2 ^ 63
-     and (lo == nil or v >= lo) and (hi == nil or v <= hi) then
+     and (lo == nil or v >= lo) then
     return v
   end
-  local want = "an integer"
-  if lo and hi then want = want .. " in [" .. fmt_int(lo) .. ", " .. fmt_int(hi) .. "]"
-  elseif lo then want = want .. " >= " .. fmt_int(lo)
-  elseif hi then want = want .. " <= " .. fmt_int(hi) end
-  ploss.raise(string.format("%s: %s is %s, expected %s", what, name, tostring(v), want))
+  ploss.raise(string.format("%s: %s is %s, expected an integer%s", what, name, tostring(v),
+    lo and string.format(" >= %.0f", lo) or ""))
 end
 
 --- A checked copy of a list of sizes (integers >= 0, at most MAX_DIMS of them).
@@ -452,9 +448,12 @@ end
 -- caller's promise.  t:free() drops the owner; it never frees the memory.
 function ploss.from_pointer(ptr, sizes, opts)
   opts = opts or {}
-  if type(ptr) ~= "cdata" then ploss.raise("from_pointer: ptr: expected a cdata pointer, got " .. type(ptr)) end
-  local ok, data = pcall(ffi.cast, "void *", ptr)
-  if not ok then ploss.raise("from_pointer: ptr: expected a cdata pointer, got " .. tostring(ffi.typeof(ptr))) end
+  -- a pointer or an array (ctype<T *>, ctype<T [n]>); an integer would pass ffi.cast
+  if type(ptr) ~= "cdata" or not tostring(ffi.typeof(ptr)):match("[%*%]]>$") then
+    ploss.raise("from_pointer: ptr: expected a cdata pointer, got " ..
+      (type(ptr) == "cdata" and tostring(ffi.typeof(ptr)) or type(ptr)))
+  end
+  local data = ffi.cast("void *", ptr)
   sizes = check_sizes(sizes, "from_pointer")
   local dtype = canon_dtype(opts.dtype)
   local device = ploss.parse_device(opts.device)
@@ -517,7 +516,9 @@ function ploss.from_dlpack(managed)
   local sizes, strides = {}, nil
   for d = 1, nd do
     local v = dl.shape[d - 1]
-    if v < 0 or v > MAX_SPAN then ploss.raise(string.format("from_dlpack: size %d is %s, expected 0 .. 2^53", d, tostring(v))) end
+    if v < 0 or v > MAX_SPAN then
+      ploss.raise(string.format("from_dlpack: size %d is %s, expected 0 .. 2^53", d, tostring(tonumber(v))))
+    end
     sizes[d] = tonumber(v)
   end
   if dl.strides == nil then
@@ -527,7 +528,7 @@ function ploss.from_dlpack(managed)
     for d = 1, nd do
       local v = dl.strides[d - 1]
       if v <= -MAX_SPAN or v >= MAX_SPAN then
-        ploss.raise(string.format("from_dlpack: stride %d is %s, beyond 2^53", d, tostring(v)))
+        ploss.raise(string.format("from_dlpack: stride %d is %s, beyond 2^53", d, tostring(tonumber(v))))
       end
       strides[d] = tonumber(v)
     end
@@ -1258,8 +1259,10 @@ local function shown_values(t, sizes)
   for d, n in ipairs(sizes) do
     pos[d] = {}
     cut[d] = summarise and n > 2 * EDGE
-    for k = 1, n do
-      if not cut[d] or k <= EDGE or k > n - EDGE then pos[d][#pos[d] + 1] = k end
+    if cut[d] then
+      for k = 1, EDGE do pos[d][k], pos[d][EDGE + k] = k, n - EDGE + k end
+    else
+      for k = 1, n do pos[d][k] = k end -- n <= 2·EDGE, or at most PRINT_LIMIT elements
     end
     small[d] = #pos[d]
   end
