@@ -2,8 +2,9 @@
 --
 -- A tensor is an FFI metatype (`ploss_lua_tensor`): a DLTensor view (dtype, device, sizes,
 -- strides, data pointer at its offset) plus a reference-counted Storage that owns one
--- buffer from ploss_alloc().  Every tensor holds a reference to its storage, so views
--- (`view`, `permute`, `transpose`, `narrow`, `select`, `t[i]`, …) keep the buffer alive;
+-- buffer from ploss_alloc() (or refers to foreign memory, see below).  Every tensor holds
+-- a reference to its storage, so views (`view`, `permute`, `transpose`, `narrow`,
+-- `select`, `t[i]`, …) keep the buffer alive;
 -- the buffer is freed when the garbage collector has collected the last tensor that uses
 -- it, or at once by the idempotent `t:free()` (after which every view of it refuses use).
 --
@@ -17,6 +18,23 @@
 --
 -- `t:dl()` gives the `DLTensor *` to pass to the C API (ploss.C.*).  `a == b` is identity
 -- (the same tensor object).  `#t` is t:size(1).
+--
+-- Integer arguments (sizes, strides, dims, indices, positions) are checked where they
+-- enter from Lua: finite, integral, within int64 and within the tensor; a tensor spans
+-- at most 2^53 elements.  Values converted to an integer dtype (ploss.tensor, t:to,
+-- t:int(), …) must be finite and in the dtype's range.
+--
+-- Version counters: each storage counts the writes made through this module (copy, fill,
+-- zero, t[i] = v, the random generators; t:version(), shared by all views of the
+-- buffer; t:storage_id() names the storage).  Writes made outside ploss's Lua methods
+-- (through t:dl().data or another raw pointer, by a C kernel, by the other owner of
+-- from_pointer memory or a DLPack consumer) are NOT seen: the writer calls
+-- t:bump_version().
+--
+-- Foreign memory: ploss.from_pointer(ptr, sizes, opts) wraps memory without copying,
+-- keeping opts.owner alive; ploss.from_dlpack(managed) takes a DLManagedTensor and calls
+-- its deleter once the buffer is released; t:to_dlpack() lends the buffer to another
+-- library until that library calls the deleter.  Their doc comments give the lifetimes.
 return function(ploss)
 local ffi = require "ffi"
 local C = ploss.C
@@ -96,21 +114,17 @@ local canon_dtype = ploss.dtype
 -- most 2^53 elements (int64 arithmetic in the C core has room to spare beyond that).
 local MAX_SPAN = 2 ^ 53
 
-local function fmt_int(v) return string.format("%.0f", v) end
-
---- `v` when it is an integer (finite, integral, within int64 and within [lo, hi] when
--- given), else a raised error "<what>: <name> is <v>, expected an integer …" at the
--- caller's line.  The one check for every integer argument of this module.
-local function check_int(v, what, name, lo, hi)
+--- `v` when it is an integer (finite, integral, within int64, and >= lo when given),
+-- else a raised error "<what>: <name> is <v>, expected an integer …" at the caller's
+-- line.  The one check for every integer argument of this module; upper bounds (the
+-- tensor's sizes) are checked by the callers, whose messages name the range.
+local function check_int(v, what, name, lo)
   if type(v) == "number" and v == math.floor(v) and v >= -2 ^ 63 and v < 2 ^ 63
-     and (lo == nil or v >= lo) and (hi == nil or v <= hi) then
+     and (lo == nil or v >= lo) then
     return v
   end
-  local want = "an integer"
-  if lo and hi then want = want .. " in [" .. fmt_int(lo) .. ", " .. fmt_int(hi) .. "]"
-  elseif lo then want = want .. " >= " .. fmt_int(lo)
-  elseif hi then want = want .. " <= " .. fmt_int(hi) end
-  ploss.raise(string.format("%s: %s is %s, expected %s", what, name, tostring(v), want))
+  ploss.raise(string.format("%s: %s is %s, expected an integer%s", what, name, tostring(v),
+    lo and string.format(" >= %.0f", lo) or ""))
 end
 
 --- A checked copy of a list of sizes (integers >= 0, at most MAX_DIMS of them).
@@ -366,6 +380,180 @@ function ploss.ones(...) return ploss.empty(...):fill(1) end
 
 --- Tensor filled with `value`: `ploss.full({2, 3}, 7, opts)`.
 function ploss.full(sizes, value, opts) return ploss.empty(sizes, opts):fill(value) end
+
+---------------------------------------------------------------------------------------
+-- Zero-copy exchange: foreign memory (from_pointer), DLPack (from_dlpack, to_dlpack)
+---------------------------------------------------------------------------------------
+
+-- The DLPack structs come from the generated cdef (core/ploss.h includes dlpack/dlpack.h);
+-- declared here only if an older cdef lacks DLManagedTensor.
+if not pcall(ffi.typeof, "DLManagedTensor") then
+  ffi.cdef [[
+  typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+  } DLManagedTensor;
+  ]]
+end
+if not pcall(ffi.typeof, "ploss_lua_export") then
+  ffi.cdef [[
+  typedef struct ploss_lua_export {
+    DLManagedTensor m;   /* first: the block's address is the DLManagedTensor's      */
+    int64_t shape[8];
+    int64_t strides[8];
+  } ploss_lua_export;
+  ]]
+end
+local managed_ptr_t = ffi.typeof("DLManagedTensor *")
+local export_ptr_t = ffi.typeof("ploss_lua_export *")
+local void_ptr_t = ffi.typeof("void *")
+
+-- A tensor over foreign memory: the element at `data` (a void *) is the tensor's first;
+-- sizes and strides (elements, any sign) are checked lists.  The storage record covers
+-- the lowest to the highest address reached.  Nothing is created when this raises.
+local function wrap(what, data, sizes, strides, dtype, device, kind)
+  local esize = dtypes[dtype].size
+  if data == nil then ploss.raise(what .. ": the data pointer is NULL") end
+  local addr = ffi.cast("uintptr_t", data)
+  if addr % esize ~= 0 then
+    ploss.raise(string.format("%s: the data pointer 0x%x is not aligned to the %d bytes of %s",
+      what, tonumber(addr), esize, dtype))
+  end
+  local numel, low, span = 1, 0, 0
+  for d = 1, #sizes do numel = numel * sizes[d] end
+  if numel > 0 then
+    for d = 1, #sizes do
+      local reach = strides[d] * (sizes[d] - 1)
+      if reach < 0 then low = low + reach end
+      span = span + math.abs(reach)
+    end
+  end
+  if numel > MAX_SPAN or span >= MAX_SPAN then
+    ploss.raise(what .. ": the sizes and strides span more than 2^53 elements")
+  end
+  local ctx = ploss.context(device)
+  local s = new_record(ffi.cast("char *", data) + low * esize, ctx, (span + 1) * esize, kind)
+  if s == nil then ploss.raise(what .. ": out of host memory for a storage record") end
+  return make(s, dtype, device, sizes, strides, -low)
+end
+
+--- A tensor over memory owned by someone else (another library's buffer), without a
+-- copy: `ploss.from_pointer(ptr, {2, 3}, {dtype = 'f32', device = 'cpu', strides = {3, 1},
+-- owner = buf})`.  `ptr` is a cdata pointer to the first element; strides (elements, any
+-- sign; default row-major) must keep every element inside the memory.  `owner` is any Lua
+-- value kept alive as long as the storage (until every view is collected or one of them
+-- is freed); it must not refer back to the tensor, or neither is ever collected.  The
+-- memory must stay valid that long: without an owner that keeps it, that is the
+-- caller's promise.  t:free() drops the owner; it never frees the memory.
+function ploss.from_pointer(ptr, sizes, opts)
+  opts = opts or {}
+  -- a pointer or an array (ctype<T *>, ctype<T [n]>); an integer would pass ffi.cast
+  if type(ptr) ~= "cdata" or not tostring(ffi.typeof(ptr)):match("[%*%]]>$") then
+    ploss.raise("from_pointer: ptr: expected a cdata pointer, got " ..
+      (type(ptr) == "cdata" and tostring(ffi.typeof(ptr)) or type(ptr)))
+  end
+  local data = ffi.cast("void *", ptr)
+  sizes = check_sizes(sizes, "from_pointer")
+  local dtype = canon_dtype(opts.dtype)
+  local device = ploss.parse_device(opts.device)
+  local strides
+  if opts.strides == nil then
+    strides = contiguous_strides(sizes)
+  else
+    if type(opts.strides) ~= "table" or #opts.strides ~= #sizes then
+      ploss.raise(string.format("from_pointer: strides: expected a list of %d strides", #sizes))
+    end
+    strides = {}
+    for d = 1, #sizes do strides[d] = check_int(opts.strides[d], "from_pointer", "stride " .. d) end
+  end
+  local t = wrap("from_pointer", data, sizes, strides, dtype, device, STORAGE_POINTER)
+  owners[tonumber(t.store.id)] = opts.owner
+  return t
+end
+
+local export_deleter -- the deleter of every to_dlpack result, below
+
+-- The dtype name of a DLPack DLDataType, or nil.
+local function dtype_of_dl(dt)
+  if dt.lanes ~= 1 then return nil end
+  for _, d in ipairs(dtype_list) do
+    if d.code == dt.code and d.bits == dt.bits then return d.name end
+  end
+end
+
+--- A tensor over a DLPack tensor, without a copy: `ploss.from_dlpack(managed)` takes a
+-- `DLManagedTensor *` and takes ownership of it: the producer's deleter is called exactly
+-- once, when the buffer is released (the last tensor using it is collected, or one is
+-- freed by t:free()).  Accepted: CPU and CUDA devices, lanes 1 and the dtypes of ploss,
+-- data aligned to the element size, non-negative sizes, any strides (NULL: row-major).
+-- When it raises, nothing was taken: the caller still owns `managed`.  A tensor exported
+-- by t:to_dlpack() comes back as a view of its own storage (same storage_id and version);
+-- any other gets a new storage with its own version counter.  An empty tensor whose data
+-- pointer is NULL becomes an ordinary empty ploss tensor (the deleter is called at once).
+function ploss.from_dlpack(managed)
+  if not (ffi.istype(managed_ptr_t, managed) or ffi.istype(void_ptr_t, managed)) then
+    ploss.raise("from_dlpack: expected a DLManagedTensor * (or void *), got " ..
+      (type(managed) == "cdata" and tostring(ffi.typeof(managed)) or type(managed)))
+  end
+  local m = ffi.cast(managed_ptr_t, managed)
+  if m == nil then ploss.raise("from_dlpack: the DLManagedTensor pointer is NULL") end
+  local dl = m.dl_tensor
+  local nd = dl.ndim
+  if nd < 0 or nd > MAX_DIMS then ploss.raise("from_dlpack: ndim is " .. nd .. ", expected 0 .. " .. MAX_DIMS) end
+  local dtype = dtype_of_dl(dl.dtype)
+  if not dtype then
+    ploss.raise(string.format("from_dlpack: unsupported dtype (code %d, bits %d, lanes %d); ploss takes " ..
+      "f32, f16, bf16, f64, i64, i32 and u8 with lanes 1", dl.dtype.code, dl.dtype.bits, dl.dtype.lanes))
+  end
+  local devtype, devid = tonumber(dl.device.device_type), tonumber(dl.device.device_id)
+  if not (devtype == 1 or devtype == 2) or devid < 0 then
+    ploss.raise(string.format("from_dlpack: unsupported device (type %d, id %d); ploss takes kDLCPU and kDLCUDA",
+      devtype, devid))
+  end
+  local device = devtype == 1 and "cpu" or "cuda:" .. devid
+  if nd > 0 and dl.shape == nil then ploss.raise("from_dlpack: shape is NULL") end
+  local sizes, strides = {}, nil
+  for d = 1, nd do
+    local v = dl.shape[d - 1]
+    if v < 0 or v > MAX_SPAN then
+      ploss.raise(string.format("from_dlpack: size %d is %s, expected 0 .. 2^53", d, tostring(tonumber(v))))
+    end
+    sizes[d] = tonumber(v)
+  end
+  if dl.strides == nil then
+    strides = contiguous_strides(sizes)
+  else
+    strides = {}
+    for d = 1, nd do
+      local v = dl.strides[d - 1]
+      if v <= -MAX_SPAN or v >= MAX_SPAN then
+        ploss.raise(string.format("from_dlpack: stride %d is %s, beyond 2^53", d, tostring(tonumber(v))))
+      end
+      strides[d] = tonumber(v)
+    end
+  end
+  local numel = 1
+  for d = 1, nd do numel = numel * sizes[d] end
+  local t
+  if dl.data == nil and numel == 0 then
+    t = ploss.empty(sizes, { dtype = dtype, device = device })
+  elseif m.deleter == export_deleter then
+    -- one of ours: a view of the exported storage; then the export is released
+    local s = ffi.cast(storage_ptr_t, m.manager_ctx)
+    local first = ffi.cast("char *", dl.data) + dl.byte_offset - ffi.cast("char *", s.ptr)
+    t = make(s, dtype, device, sizes, strides, tonumber(first) / dtypes[dtype].size)
+  else
+    local data = dl.data ~= nil and ffi.cast("char *", dl.data) + dl.byte_offset or nil
+    t = wrap("from_dlpack", data, sizes, strides, dtype, device, STORAGE_DLPACK)
+    t.store.managed = m
+    return t
+  end
+  -- the tensor no longer needs the producer's record
+  if m.deleter ~= nil then m.deleter(m) end
+  return t
+end
+jit.off(ploss.from_dlpack)
 
 ---------------------------------------------------------------------------------------
 -- Random numbers: Philox, counter-based (seed + offset), the same on CPU and GPU
@@ -637,9 +825,50 @@ end
 -- tensor) gets a new storage, with its own id and version.
 function Tensor:storage_id() return tonumber(self.store.id) end
 
+--- A `DLManagedTensor *` over this tensor's memory, for another library (zero-copy).
+-- The export holds a reference to the storage: the buffer stays alive until the
+-- consumer calls the deleter (exactly once, on the thread running this Lua state, while
+-- it is open), even if every ploss tensor over it is collected; until then t:free() on
+-- any of its views raises.  A consumer that never calls the deleter leaks the buffer.
+-- Writes the consumer makes are not seen by t:version() (see there).
+function Tensor:to_dlpack()
+  local desc = self:dl() -- raises when freed
+  local e = ffi.cast(export_ptr_t, ffi.C.malloc(ffi.sizeof("ploss_lua_export")))
+  if e == nil then ploss.raise("to_dlpack: out of host memory") end
+  local dl = e.m.dl_tensor
+  dl.data, dl.device, dl.ndim, dl.dtype, dl.byte_offset = desc.data, desc.device, desc.ndim, desc.dtype, 0
+  for d = 0, desc.ndim - 1 do e.shape[d], e.strides[d] = self.sz[d], self.st[d] end
+  dl.shape, dl.strides = e.shape, e.strides
+  local s = self.store
+  e.m.manager_ctx = s
+  e.m.deleter = export_deleter
+  s.refs, s.exports = s.refs + 1, s.exports + 1
+  return ffi.cast(managed_ptr_t, e)
+end
+
+-- The deleter of to_dlpack's results: frees the DLManagedTensor and drops its reference
+-- to the storage (freeing the buffer when nothing else uses it).  Created once and never
+-- freed (a callback slot per process).  It must not raise: it runs inside C calls.
+export_deleter = ffi.cast("void (*)(DLManagedTensor *)", function(m)
+  if m == nil then return end
+  local s = ffi.cast(storage_ptr_t, m.manager_ctx)
+  ffi.C.free(m)
+  s.exports = s.exports - 1
+  release(s)
+end)
+
 --- Free the buffer now (idempotent); every view of the same storage becomes unusable.
+-- A from_pointer tensor drops its owner (the memory itself is not ploss's to free); a
+-- from_dlpack tensor calls the producer's deleter.  Raises while a to_dlpack export of
+-- the storage is alive (its consumer may still read the buffer).
 function Tensor:free()
-  if self.store ~= nil then free_buffer(self.store) end
+  local s = self.store
+  if s == nil then return end
+  if s.exports > 0 and s.ptr ~= nil then
+    ploss.raise(string.format("free: the storage is exported by to_dlpack (%d export(s) whose deleter " ..
+      "has not run); the buffer is released when the last one is deleted", s.exports))
+  end
+  free_buffer(s)
 end
 
 --- True when the elements are dense in row-major order (sizes 1 ignored).
@@ -1030,8 +1259,10 @@ local function shown_values(t, sizes)
   for d, n in ipairs(sizes) do
     pos[d] = {}
     cut[d] = summarise and n > 2 * EDGE
-    for k = 1, n do
-      if not cut[d] or k <= EDGE or k > n - EDGE then pos[d][#pos[d] + 1] = k end
+    if cut[d] then
+      for k = 1, EDGE do pos[d][k], pos[d][EDGE + k] = k, n - EDGE + k end
+    else
+      for k = 1, n do pos[d][k] = k end -- n <= 2·EDGE, or at most PRINT_LIMIT elements
     end
     small[d] = #pos[d]
   end
