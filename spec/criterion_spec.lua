@@ -1,0 +1,129 @@
+-- Criterion spec (suite 'cpu'): what every criterion built from a loss description does the
+-- same way — the saved state is never stale, options are checked when the criterion is made
+-- and at each call, Lua lists take the input's precision — for every loss of
+-- lua/ploss/losses/.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local D = require "ploss.description"
+local F = ploss.F
+
+-- Valid options of a loss for C classes (its required tensors given as lists).
+local function options_for(d, C)
+  local o = {}
+  for _, t in ipairs(d.tensors) do
+    if t.required then
+      local v = {}
+      for j = 1, C do v[j] = 0.5 + j / C end
+      o[t.name] = v
+    end
+  end
+  return o
+end
+
+local function inputs_for(d, seed, dtype)
+  H.seed(seed)
+  if d.shape == "elementwise" then
+    local x = ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
+    local y = ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 1 })
+    return x, y, ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 2 })
+  end
+  local x = ploss.randn({ 6, 5, 3 }, { dtype = dtype, seed = seed })
+  local y1 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 1 })
+  local y2 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 2 })
+  return x, y1, y2
+end
+
+describe("criteria built from the descriptions", function()
+  for _, d in ipairs(D.all()) do
+    local cls = ploss[d.criterion]
+
+    describe(d.criterion, function()
+      it("backward never reuses a stale state: another target, written input, edited options", function()
+        local x, y1, y2 = inputs_for(d, 11, "f64")
+        local opts = options_for(d, 5)
+        local crit = cls(opts)
+        -- another target than forward's
+        crit:forward(x, y1)
+        H.assert_close(crit:backward(x, y2), F[d.name .. "_backward"](x, y2, 1, opts), { rtol = 1e-12, atol = 1e-14 })
+        -- the input written in place after forward
+        crit:forward(x, y1)
+        x:copy(ploss.randn(x:size(), { dtype = "f64", seed = 99 }))
+        H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y1, 1, opts), { rtol = 1e-12, atol = 1e-14 })
+        -- the target written in place after forward
+        crit:forward(x, y1)
+        y1:copy(y2)
+        H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y2, 1, opts), { rtol = 1e-12, atol = 1e-14 })
+        -- options edited after forward
+        crit:forward(x, y1)
+        crit.reduction = "sum"
+        local o2 = {}
+        for k, v in pairs(opts) do o2[k] = v end
+        o2.reduction = "sum"
+        H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y1, 1, o2), { rtol = 1e-12, atol = 1e-14 })
+        -- and the same call right after forward still matches the recomputed gradient
+        crit.reduction = "mean"
+        crit:forward(x, y1)
+        H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y1, 1, opts), { rtol = 1e-12, atol = 1e-14 })
+      end)
+
+      it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
+        local opts = options_for(d, 5)
+        H.expect_error(function() cls { 0.1 } end, "options are named")
+        local bad = {}
+        for k, v in pairs(opts) do bad[k] = v end
+        bad.label_smoothin = 0.1
+        H.expect_error(function() cls(bad) end, "unknown option 'label_smoothin'")
+        for _, v in ipairs { 0, "false", 1 } do
+          local o = {}
+          for k, w in pairs(opts) do o[k] = w end
+          o.inplace = v
+          H.expect_error(function() cls(o) end, "inplace: expected a boolean")
+        end
+      end)
+
+      it("checks every option's range when made, reporting the value as given", function()
+        for _, opt in ipairs(d.lua_options) do
+          local o = options_for(d, 5)
+          if opt.type == "int64" or opt.type == "int" then
+            o[opt.name] = 1 / 0
+            H.expect_error(function() cls(o) end, opt.name .. ": expected an integer")
+            o[opt.name] = 2 ^ 63
+            H.expect_error(function() cls(o) end, opt.name .. ": expected an integer")
+            if opt.type == "int" then
+              o[opt.name] = 2 ^ 32 + 2
+              H.expect_error(function() cls(o) end, opt.name .. ": expected an integer in 32 bits, got 4294967298")
+            end
+          elseif opt.type == "double" and D.range_text(opt) then
+            o[opt.name] = 0 / 0
+            H.expect_error(function() cls(o) end, "opts." .. opt.name .. ": nan is not " .. D.range_text(opt))
+          elseif opt.type == "enum" then
+            o[opt.name] = "nonsense"
+            H.expect_error(function() cls(o) end, opt.name .. ": 'nonsense' is not one of")
+          end
+        end
+      end)
+
+      if #d.tensors > 0 then
+        it("a list option takes f64 for f64 inputs: the same result as an f64 tensor", function()
+          local x, y = inputs_for(d, 21, "f64")
+          local t = d.tensors[1]
+          local n = t.kind == "class_vector" and 5 or 3
+          local list = {}
+          for j = 1, n do list[j] = 0.1 + j / 7 end -- not exact in f32
+          local o1, o2 = options_for(d, 5), options_for(d, 5)
+          o1[t.name] = list
+          o2[t.name] = ploss.tensor(list, { dtype = "f64" })
+          if t.kind == "broadcast" then
+            -- a per-class vector of the input's axis 1 (size 3 here), as the docs describe
+            x = ploss.randn({ 4, 3 }, { dtype = "f64", seed = 5 })
+            y = ploss.rand({ 4, 3 }, { dtype = "f64", seed = 6 })
+          end
+          local l1, g1 = F[d.name .. "_fused"](x, y, o1)
+          local l2, g2 = F[d.name .. "_fused"](x, y, o2)
+          assert.are.equal(l2, l1)
+          H.assert_equal(g1, g2)
+        end)
+      end
+    end)
+  end
+end)
