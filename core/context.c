@@ -69,7 +69,7 @@ void ploss_ctx_destroy(ploss_ctx_t *ctx)
 
 DLDevice ploss_ctx_device(const ploss_ctx_t *ctx)
 {
-    DLDevice none = {kDLCPU, 0};
+    DLDevice none = {.device_type = kDLCPU, .device_id = 0};
     return ctx ? ctx->device : none;
 }
 

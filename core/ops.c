@@ -160,7 +160,7 @@ ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, 
     if (!(high > low))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %g, high %g",
                            low, high);
-    ploss_rand_spec s = {PLOSS_RAND_UNIFORM, seed, offset, low, high, 0, 0};
+    ploss_rand_spec s = {.kind = PLOSS_RAND_UNIFORM, .seed = seed, .offset = offset, .a = low, .b = high};
     return rand_dispatch(ctx, dst, &s);
 }
 
@@ -170,7 +170,7 @@ ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, u
     ploss_clear_error();
     if (!(std >= 0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected std >= 0, got %g", std);
-    ploss_rand_spec s = {PLOSS_RAND_NORMAL, seed, offset, mean, std, 0, 0};
+    ploss_rand_spec s = {.kind = PLOSS_RAND_NORMAL, .seed = seed, .offset = offset, .a = mean, .b = std};
     return rand_dispatch(ctx, dst, &s);
 }
 
@@ -181,6 +181,7 @@ ploss_status ploss_rand_int(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, uint
     if (!(high > low))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %lld, high %lld",
                            (long long)low, (long long)high);
-    ploss_rand_spec s = {PLOSS_RAND_INT, seed, offset, 0, 0, low, (uint64_t)high - (uint64_t)low};
+    ploss_rand_spec s = {.kind = PLOSS_RAND_INT, .seed = seed, .offset = offset, .low = low,
+                         .span = (uint64_t)high - (uint64_t)low};
     return rand_dispatch(ctx, dst, &s);
 }

@@ -20,7 +20,8 @@ typedef struct {
 
 static mat mat_of(const ploss_view *v, const char *name, int transpose)
 {
-    mat m = {name, v->data, v->shape[0], v->shape[1], v->strides[0], v->strides[1]};
+    mat m = {.name = name, .data = v->data, .rows = v->shape[0], .cols = v->shape[1], .rs = v->strides[0],
+             .cs = v->strides[1]};
     if (transpose) {
         m.rows = v->shape[1]; m.cols = v->shape[0];
         m.rs = v->strides[1]; m.cs = v->strides[0];
