@@ -64,27 +64,40 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
                        ploss_dtype_name(t->dtype));
 }
 
+/* The fields every backend problem has (the three structs of rows.h name them alike), from
+ * the checked tensors: sizes, input, class-index target, class vector, options the three
+ * share, loss, upstream gradient and gradient. */
+#define FILL_ROW_PROBLEM(p, pass_, o, x, t, w, r)                                                   \
+    do {                                                                                           \
+        (p).pass = (pass_); (p).reduction = (o)->reduction;                                        \
+        (p).N = (r)->N; (p).S = (r)->S; (p).C = (r)->C;                                            \
+        (p).x = (x)->data; (p).x_dtype = (x)->dtype;                                               \
+        (p).x_sn = (r)->x.sn; (p).x_ss = (r)->x.ss; (p).x_sc = (r)->x.sk;                          \
+        (p).t = (t)->data; (p).t_dtype = (t)->dtype; (p).t_sn = (r)->t.sn; (p).t_ss = (r)->t.ss;   \
+        if (w) {                                                                                   \
+            (p).w = (w)->data; (p).w_dtype = (w)->dtype; (p).w_s = (w)->strides[0];                \
+        }                                                                                          \
+        (p).ignore_index = (o)->ignore_index;                                                      \
+        (p).scale = (o)->scale;                                                                    \
+        (p).loss = (r)->l.v.data; (p).loss_dtype = (r)->l.v.dtype;                                 \
+        (p).l_sn = (r)->l.sn; (p).l_ss = (r)->l.ss;                                                \
+        (p).grad_loss = (r)->gl.v.data; (p).gl_dtype = (r)->gl.v.dtype;                            \
+        (p).gl_sn = (r)->gl.sn; (p).gl_ss = (r)->gl.ss;                                            \
+        (p).grad = (r)->g.v.data; (p).g_sn = (r)->g.sn; (p).g_ss = (r)->g.ss; (p).g_sc = (r)->g.sk; \
+    } while (0)
+
 static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, int probabilities,
                                   const ploss_view *x, const ploss_view *t, const ploss_view *w,
                                   const ploss_row_outputs *r)
 {
     ploss_ce_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass; p.reduction = o->reduction; p.target_kind = probabilities ? PLOSS_TARGET_PROB : PLOSS_TARGET_INDEX;
-    p.N = r->N; p.S = r->S; p.C = r->C;
-    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
-    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss; p.t_sc = r->t.sk;
-    if (w) {
-        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
-    }
+    FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
+    p.target_kind = probabilities ? PLOSS_TARGET_PROB : PLOSS_TARGET_INDEX;
+    p.t_sc = r->t.sk;
     ploss_smoothing_coefficients((ploss_smoothing_convention)o->smoothing_convention, o->label_smoothing, r->C,
                                  &p.a, &p.b);
-    p.ignore_index = o->ignore_index;
-    p.scale = o->scale;
-    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
     p.lse = r->st.v.data; p.lse_dtype = r->st.v.dtype; p.lse_sn = r->st.sn; p.lse_ss = r->st.ss;
-    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
-    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_CROSS_ENTROPY, "input", &p);
 }
 
@@ -94,22 +107,11 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
 {
     ploss_sfocal_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass; p.reduction = o->reduction;
+    FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
     p.kind = spec->policy == PLOSS_POLICY_DUAL_FOCAL ? PLOSS_DUAL_FOCAL : PLOSS_SOFTMAX_FOCAL;
-    p.N = r->N; p.S = r->S; p.C = r->C;
-    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
-    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss;
-    if (w) {
-        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
-    }
     p.gamma = o->gamma;
     p.eps = o->eps;
-    p.ignore_index = o->ignore_index;
-    p.scale = o->scale;
-    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
     p.lse = r->st.v.data; p.lse_dtype = r->st.v.dtype; p.lse_sn = r->st.sn; p.lse_ss = r->st.ss;
-    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
-    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_SOFTMAX_FOCAL, "input", &p);
 }
 
@@ -126,28 +128,18 @@ static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const plo
     case PLOSS_POLICY_OHEM_LARGE_MARGIN: p.loss_kind = PLOSS_SAMPLE_LARGE_MARGIN; p.ohem = 1; break;
     default: p.loss_kind = PLOSS_SAMPLE_CROSS_ENTROPY; p.ohem = 1; break;
     }
-    p.pass = pass; p.reduction = o->reduction; p.N = r->N; p.S = r->S; p.C = r->C;
-    p.x = x->data; p.x_dtype = x->dtype; p.x_sn = r->x.sn; p.x_ss = r->x.ss; p.x_sc = r->x.sk;
-    p.t = t->data; p.t_dtype = t->dtype; p.t_sn = r->t.sn; p.t_ss = r->t.ss;
-    if (w) {
-        p.w = w->data; p.w_dtype = w->dtype; p.w_s = w->strides[0];
-    }
-    p.ignore_index = o->ignore_index;
+    FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
     p.lam = o->lam;
     p.order = o->order;
-    p.scale = o->scale;
     if (p.ohem) {
         const float tf = (float)o->score_thresh; /* scores are compared as f32 keys */
         memcpy(&p.thresh_key, &tf, sizeof p.thresh_key);
         p.n_min = o->n_min < 0 ? p.N * p.S / 16 : o->n_min;
     }
-    p.loss = r->l.v.data; p.loss_dtype = r->l.v.dtype; p.l_sn = r->l.sn; p.l_ss = r->l.ss;
     if (r->has_state) {
         p.state = r->st.v.data; p.state_dtype = r->st.v.dtype; p.n_state = spec->state_components;
         p.st_sn = r->st.sn; p.st_ss = r->st.ss; p.st_sk = r->st.sk;
     }
-    p.grad_loss = r->gl.v.data; p.gl_dtype = r->gl.v.dtype; p.gl_sn = r->gl.sn; p.gl_ss = r->gl.ss;
-    p.grad = r->g.v.data; p.g_sn = r->g.sn; p.g_ss = r->g.ss; p.g_sc = r->g.sk;
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_SAMPLE_POLICIES, "input", &p);
 }
 
