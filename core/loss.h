@@ -7,6 +7,7 @@
 #define PLOSS_LOSS_H
 
 #include "internal.h"
+#include "loss_policies.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,23 +15,6 @@ extern "C" {
 
 /* Kernel shapes: the engines of core/engines/. */
 typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_COUNT } ploss_shape;
-
-/* The maths of a loss inside its shape's engines. */
-typedef enum {
-    /* rows */
-    PLOSS_POLICY_CROSS_ENTROPY = 0,
-    PLOSS_POLICY_SOFTMAX_FOCAL,
-    PLOSS_POLICY_DUAL_FOCAL,
-    PLOSS_POLICY_LARGE_MARGIN,
-    PLOSS_POLICY_TAYLOR_CE,
-    PLOSS_POLICY_PC_SOFTMAX,
-    PLOSS_POLICY_OHEM_CROSS_ENTROPY,
-    PLOSS_POLICY_OHEM_LARGE_MARGIN,
-    /* elementwise */
-    PLOSS_POLICY_BCE,
-    PLOSS_POLICY_SIGMOID_FOCAL,
-    PLOSS_POLICY_COUNT
-} ploss_policy;
 
 /* What a loss's target is. */
 typedef enum {

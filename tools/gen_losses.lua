@@ -3,6 +3,7 @@
 --   core/ploss_losses.h   the options structs, enums and prototypes (with their doc
 --                         comments) of every loss; included by core/ploss.h
 --   core/losses.c         the options' initialisers and checks and the thin C entry points
+--   core/loss_policies.h  the enum of the losses' policies in their engines
 --   fuzz/loss_entries.h   the fuzzer's rows for every loss entry point
 --   docs/losses.md        the user reference of every loss (and, from docs/ops.md.in, the ops)
 --
@@ -611,8 +612,26 @@ end
 
 ---------------------------------------------------------------------------------------
 
+local function gen_policies()
+  local out, w = lines()
+  w("/* %s */", BANNER)
+  w("/* loss_policies.h — the maths of each loss inside its kernel shape's engines, one value per")
+  w(" * loss description, in the order of lua/ploss/losses/init.lua.  Internal. */")
+  w("#ifndef PLOSS_LOSS_POLICIES_H")
+  w("#define PLOSS_LOSS_POLICIES_H")
+  w("")
+  w("typedef enum {")
+  for i, d in ipairs(descs) do w("    PLOSS_POLICY_%s = %d, /* %s (%s) */", upper(d.policy), i - 1, d.name, d.shape) end
+  w("    PLOSS_POLICY_COUNT")
+  w("} ploss_policy;")
+  w("")
+  w("#endif")
+  return table.concat(out, "\n") .. "\n"
+end
+
 local outputs = {
   { "core/ploss_losses.h", gen_header },
+  { "core/loss_policies.h", gen_policies },
   { "core/losses.c", gen_c },
   { "fuzz/loss_entries.h", gen_fuzz },
   { "docs/losses.md", gen_docs },
