@@ -622,8 +622,8 @@ typedef struct ploss_ohem_opts {
     /* keep at least the n_min hardest samples; -1 takes ⌊M/16⌋ of the M samples, ignored
        ones included; an integer >= -1; default -1 */
     int64_t n_min;
-    /* λ ≥ 0, the weight of the large-margin regulariser; a finite number >= 0; default 0.3
-       */
+    /* λ, the weight of the large-margin regulariser (ohem_large_margin only); a finite number
+       >= 0; default 0.3 */
     double lam;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
