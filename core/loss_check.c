@@ -155,34 +155,55 @@ ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss
     return r == PLOSS_REDUCTION_NONE ? ploss_check_input_shape(v, x, name) : check_reduced_loss(v, name);
 }
 
+/* "[n, 1, …, 1]" (`ones` ones) into buf. */
+static const char *class_shape(int64_t n, int ones, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[%lld", (long long)n);
+    for (int d = 0; d < ones && k < len; ++d)
+        k += (size_t)snprintf(buf + k, len - k, ", 1");
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+    return buf;
+}
+
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
                                            int64_t st[PLOSS_MAX_DIMS])
 {
     for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
         st[d] = 0;
-    const int64_t C = x->ndim >= 2 ? x->shape[1] : 1;
-    if (v->ndim == x->ndim) {
-        int ok = 1;
-        for (int d = 0; ok && d < x->ndim; ++d)
-            ok = v->shape[d] == x->shape[d] || v->shape[d] == 1;
-        if (ok) {
-            for (int d = 0; d < x->ndim; ++d)
-                st[d] = v->shape[d] == 1 ? 0 : v->strides[d];
-            return PLOSS_OK;
-        }
-    }
-    if (v->ndim == 0)
-        return PLOSS_OK;
-    if (v->ndim == 1 && (v->shape[0] == C || v->shape[0] == 1)) {
-        if (x->ndim >= 2 && v->shape[0] != 1)
-            st[1] = v->strides[0];
+    char s[160], c[120], want[480];
+    const int r = x->ndim;
+    /* ploss's class vector: C values along axis 1 of an N×C×d1×…×dk input, where PyTorch's
+     * broadcasting (along the last axis) has no reading; refused where it has another */
+    if (r > 2 && v->ndim == 1 && v->shape[0] == x->shape[1] && v->shape[0] != 1) {
+        if (v->shape[0] == x->shape[r - 1])
+            return ploss_error(PLOSS_ERR_SHAPE,
+                               "%s: a vector of length %lld over the input %s has two readings: one value "
+                               "per class along axis 1 (0-based; Lua dim 2), ploss's convention, or one "
+                               "along the last axis %d (0-based; Lua dim %d), PyTorch's broadcasting; pass "
+                               "shape %s for the class axis or [1, %lld] for the last axis",
+                               name, (long long)v->shape[0], shape_string(x, s, sizeof s), r - 1, r,
+                               class_shape(v->shape[0], r - 2, c, sizeof c), (long long)v->shape[0]);
+        st[1] = v->strides[0];
         return PLOSS_OK;
     }
-    char s[160], want[400];
-    snprintf(want, sizeof want,
-             "a vector of length %lld (one value per class along axis 1) or 1, or a tensor of "
-             "rank %d whose sizes are 1 or those of the input %s",
-             (long long)C, x->ndim, shape_string(x, s, sizeof s));
+    /* PyTorch's broadcasting: v's dims aligned with x's trailing dims, each of size 1 or x's */
+    int ok = v->ndim <= r;
+    for (int d = 0; ok && d < v->ndim; ++d)
+        ok = v->shape[d] == 1 || v->shape[d] == x->shape[r - v->ndim + d];
+    if (ok) {
+        for (int d = 0; d < v->ndim; ++d)
+            st[r - v->ndim + d] = v->shape[d] == 1 ? 0 : v->strides[d];
+        return PLOSS_OK;
+    }
+    int n = snprintf(want, sizeof want,
+                     "a shape that broadcasts over the input %s as in PyTorch (rank at most %d, its dims "
+                     "aligned with the input's last ones, each of size 1 or the input's)",
+                     shape_string(x, s, sizeof s), r);
+    if (r > 2 && x->shape[1] != 1 && x->shape[1] != x->shape[r - 1] && n > 0 && (size_t)n < sizeof want)
+        snprintf(want + n, sizeof want - (size_t)n,
+                 " or a vector of length %lld (one value per class along axis 1, 0-based; Lua dim 2)",
+                 (long long)x->shape[1]);
     return ploss_check_shape_error(name, want, v);
 }
 
