@@ -28,9 +28,9 @@ ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const
             expect *= v->shape[d];
         } else {
             return ploss_error(PLOSS_ERR_LAYOUT,
-                               "%s: the strides of dims %d..%d cannot be walked as one axis; pass a "
-                               "contiguous or channels-last tensor (:contiguous())",
-                               name, first, end - 1);
+                               "%s: the strides of dims %d..%d (0-based; Lua dims %d..%d) cannot be walked "
+                               "as one axis; pass a contiguous or channels-last tensor (:contiguous())",
+                               name, first, end - 1, first + 1, end);
         }
     }
     *stride = st;
@@ -369,8 +369,9 @@ ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, in
             int64_t y = ploss_load_int(t, dt, n * sn + s * ss);
             if (y != ignore_index && (y < 0 || y >= C))
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
-                                   "target: class index %lld at sample (%lld, %lld) is outside [0, %lld) "
-                                   "and is not ignore_index (%lld)",
+                                   "target: class index %lld at sample (n = %lld, s = %lld) is outside [0, %lld) "
+                                   "and is not ignore_index (%lld); n and s are 0-based, s counting the "
+                                   "positions d1⋯dk in row-major order",
                                    (long long)y, (long long)n, (long long)s, (long long)C,
                                    (long long)ignore_index);
         }

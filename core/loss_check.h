@@ -20,7 +20,8 @@ extern "C" {
 ploss_status ploss_check_shape_error(const char *name, const char *expect, const ploss_view *got);
 
 /* Collapse dims [first, end) of v into one strided axis: *stride is its stride (0 when
- * every dim is 1).  LAYOUT error when the dims cannot be walked as one axis. */
+ * every dim is 1).  LAYOUT error when the dims cannot be walked as one axis, naming them
+ * 0-based and as Lua's 1-based dims. */
 ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
                                   int64_t *stride);
 
@@ -131,7 +132,7 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
                                      const char *const *in_names, int nins, ploss_row_outputs *o);
 
 /* CPU labels of an (n, s)-indexed label tensor: each must be in [0, C) or ignore_index.
- * INVALID_LABEL naming the first offending sample otherwise. */
+ * INVALID_LABEL naming the first offending sample (n, s) otherwise, said to be 0-based. */
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index);
 

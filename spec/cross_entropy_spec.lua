@@ -207,9 +207,9 @@ describe("CrossEntropyLoss layouts", function()
     local xt = x:transpose(3, 4) -- N×C×4×3 with transposed spatial strides
     local y = ploss.zeros({ 2, 4, 3 }, { dtype = "i64" })
     H.expect_error(function() F.cross_entropy(xt, y) end,
-      { "input: the strides of dims 2..3 cannot be walked as one axis", ":contiguous()", "PLOSS_ERR_LAYOUT" })
+      { "input: the strides of dims 2..3 (0-based; Lua dims 3..4) cannot be walked as one axis", ":contiguous()", "PLOSS_ERR_LAYOUT" })
     local yt = ploss.zeros({ 2, 3, 4 }, { dtype = "i64" }):transpose(2, 3)
-    H.expect_error(function() F.cross_entropy(x:transpose(3, 4):contiguous(), yt) end, "target: the strides of dims 1..2")
+    H.expect_error(function() F.cross_entropy(x:transpose(3, 4):contiguous(), yt) end, "target: the strides of dims 1..2 (0-based; Lua dims 2..3)")
     -- :contiguous() is the documented way out
     assert.is_number(F.cross_entropy(xt:contiguous(), yt:contiguous()))
   end)
@@ -418,13 +418,14 @@ describe("CrossEntropyLoss edge cases and bad input", function()
   it("labels >= C or < 0 that are not ignore_index", function()
     local x = ploss.randn(4, 5)
     all_passes_fail(x, ploss.tensor({ 0, 5, 1, 2 }, { dtype = "i64" }), {},
-      { "target: class index 5 at sample (1, 0) is outside [0, 5) and is not ignore_index (-100)", "PLOSS_ERR_INVALID_LABEL" })
-    all_passes_fail(x, ploss.tensor({ 0, 1, -1, 2 }, { dtype = "i32" }), {}, "class index -1 at sample (2, 0)")
+      { "target: class index 5 at sample (n = 1, s = 0) is outside [0, 5) and is not ignore_index (-100)", "PLOSS_ERR_INVALID_LABEL" })
+    all_passes_fail(x, ploss.tensor({ 0, 1, -1, 2 }, { dtype = "i32" }), {}, "class index -1 at sample (n = 2, s = 0)")
     all_passes_fail(x, ploss.tensor({ 0, 1, -100, 2 }, { dtype = "i64" }), { ignore_index = 255 }, "class index -100")
     local x4 = ploss.randn(2, 3, 2, 2)
     local y4 = ploss.zeros({ 2, 2, 2 }, { dtype = "i64" })
     y4:view(8)[7] = 3
-    all_passes_fail(x4, y4, {}, "class index 3 at sample (1, 2)")
+    all_passes_fail(x4, y4, {}, { "class index 3 at sample (n = 1, s = 2)",
+      "n and s are 0-based, s counting the positions d1⋯dk in row-major order" })
   end)
 
   it("NaN in an ignored row does not leak into the loss or the gradient", function()

@@ -598,9 +598,9 @@ describe("focal family errors (nothing written)", function()
 
   it("label out of range (CPU: detected before any write)", function()
     local bad = ploss.tensor({ 0, 4, 1 }, { dtype = "i64" })
-    H.expect_error(fused("softmax_focal", x, bad), "target: class index 4 at sample (1, 0) is outside [0, 4)", out, gbuf)
+    H.expect_error(fused("softmax_focal", x, bad), "target: class index 4 at sample (n = 1, s = 0) is outside [0, 4)", out, gbuf)
     H.expect_error(fused("dual_focal", x, ploss.tensor({ -1, 0, 1 }, { dtype = "i32" })),
-      "target: class index -1 at sample (0, 0) is outside [0, 4)", out, gbuf)
+      "target: class index -1 at sample (n = 0, s = 0) is outside [0, 4)", out, gbuf)
     local lbuf = ploss.empty({ 3 }, { dtype = "f64" })
     H.expect_error(function()
       local l = F.softmax_focal(x, bad, { reduction = "none", out = lbuf })
