@@ -12,8 +12,9 @@ ploss_status ploss_check_shape_error(const char *name, const char *expect, const
                        ploss_view_describe(got, b, sizeof b));
 }
 
-ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
-                                  int64_t *stride)
+/* Dims [first, end) of v as one strided axis: 1 and *stride its stride (0 when every dim is
+ * 1), or 0 when they cannot be walked as one. */
+static int collapse_axis(const ploss_view *v, int first, int end, int64_t *stride)
 {
     int64_t st = 0, expect = 0;
     int have = 0;
@@ -27,14 +28,22 @@ ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const
         } else if (v->strides[d] == expect) {
             expect *= v->shape[d];
         } else {
-            return ploss_error(PLOSS_ERR_LAYOUT,
-                               "%s: the strides of dims %d..%d (0-based; Lua dims %d..%d) cannot be walked "
-                               "as one axis; pass a contiguous or channels-last tensor (:contiguous())",
-                               name, first, end - 1, first + 1, end);
+            return 0;
         }
     }
     *stride = st;
-    return PLOSS_OK;
+    return 1;
+}
+
+ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
+                                  int64_t *stride)
+{
+    if (collapse_axis(v, first, end, stride))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_LAYOUT,
+                       "%s: the strides of dims %d..%d (0-based; Lua dims %d..%d) cannot be walked as one "
+                       "axis; pass a contiguous or channels-last tensor (:contiguous())",
+                       name, first, end - 1, first + 1, end);
 }
 
 /* "shape [a, b, …]" of x with axis 1 dropped (size < -1), kept (-1) or set to size. */
@@ -237,13 +246,23 @@ ploss_status ploss_check_class_vector(ploss_ctx_t *ctx, const DLTensor *t, int64
 }
 
 /* The view v of `name` walked by sample: dims 1.. collapsed, or axis 1 kept as k and dims 2..
- * collapsed (axis1). */
+ * collapsed (axis1).  LAYOUT error saying what the row losses accept when d1…dk are not one
+ * strided axis. */
 static ploss_status collapse_rows(const ploss_view *v, int axis1, const char *name, ploss_row_tensor *r)
 {
     r->v = *v;
     r->sn = v->strides[0];
     r->sk = axis1 ? v->strides[1] : 0;
-    return ploss_check_collapse(v, axis1 ? 2 : 1, v->ndim, name, &r->ss);
+    const int first = axis1 ? 2 : 1;
+    if (collapse_axis(v, first, v->ndim, &r->ss))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_LAYOUT,
+                       "%s: the sample dims d1…dk (Lua dims %d..%d; 0-based %d..%d) cannot be walked as one "
+                       "strided axis, as the row losses need: %s may have any strides, but each d_i's "
+                       "stride must equal d_(i+1)'s stride times d_(i+1)'s size (dims of size 1 skipped), "
+                       "as in a contiguous or channels-last tensor; a crop of d2…dk (:narrow) or a "
+                       "permutation of d1…dk is not: call :contiguous() on it",
+                       name, first + 1, v->ndim, first, v->ndim - 1, axis1 ? "N and C" : "N");
 }
 
 /* A loss-shaped tensor (loss, grad_loss): walked by sample for NONE, its view only else. */

@@ -71,7 +71,14 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  * The target may be class indices (i64/i32, the input's shape without axis 1) or probabilities
  * of any float dtype with the input's shape. Channels-last (permuted) inputs are read in place.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index; or probabilities (any float dtype) of the input's shape.
  * in  weight      NULL, or C class weights w_j (any float dtype, on the input's device).
@@ -292,7 +299,14 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *
  * 'mean' divides by the number of valid samples (α does not change the divisor).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  alpha       NULL, or C per-class factors α_j (any float dtype).
@@ -363,7 +377,14 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  * so each term lies in [−log(1 + ε), −log ε]. 'mean' divides by the number of valid
  * samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -435,7 +456,14 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  * separate maxima, so a target logit far above the others stays finite. 'none' gives the
  * target's shape with zeros at ignored samples (pytorch-loss V3, not V1/V2's compacted vector).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 2.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 2. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -506,7 +534,14 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  * computed in f32 (f64 for f64 input and for n > 10). 'mean' divides by the number of valid
  * samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -573,7 +608,14 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  * the number of valid samples. The priors are checked on the CPU before anything is written; on
  * CUDA they are not read by the host (a negative or NaN prior gives NaN results).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  lb_proportion the C class priors w (not normalised): finite, ≥ 0, at least one > 0.
@@ -656,7 +698,14 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  * device by a radix select over the 32-bit keys of the scores, without a sort or a host round
  * trip.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -698,7 +747,14 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  * The mining of ohem_cross_entropy on the plain softmax score p_y, then the loss of
  * large_margin_softmax (λ = lam) over the kept samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 2.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 2. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
