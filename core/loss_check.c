@@ -12,8 +12,9 @@ ploss_status ploss_check_shape_error(const char *name, const char *expect, const
                        ploss_view_describe(got, b, sizeof b));
 }
 
-ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
-                                  int64_t *stride)
+/* Dims [first, end) of v as one strided axis: 1 and *stride its stride (0 when every dim is
+ * 1), or 0 when they cannot be walked as one. */
+static int collapse_axis(const ploss_view *v, int first, int end, int64_t *stride)
 {
     int64_t st = 0, expect = 0;
     int have = 0;
@@ -27,14 +28,22 @@ ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const
         } else if (v->strides[d] == expect) {
             expect *= v->shape[d];
         } else {
-            return ploss_error(PLOSS_ERR_LAYOUT,
-                               "%s: the strides of dims %d..%d cannot be walked as one axis; pass a "
-                               "contiguous or channels-last tensor (:contiguous())",
-                               name, first, end - 1);
+            return 0;
         }
     }
     *stride = st;
-    return PLOSS_OK;
+    return 1;
+}
+
+ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
+                                  int64_t *stride)
+{
+    if (collapse_axis(v, first, end, stride))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_LAYOUT,
+                       "%s: the strides of dims %d..%d (0-based; Lua dims %d..%d) cannot be walked as one "
+                       "axis; pass a contiguous or channels-last tensor (:contiguous())",
+                       name, first, end - 1, first + 1, end);
 }
 
 /* "shape [a, b, …]" of x with axis 1 dropped (size < -1), kept (-1) or set to size. */
@@ -155,34 +164,55 @@ ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss
     return r == PLOSS_REDUCTION_NONE ? ploss_check_input_shape(v, x, name) : check_reduced_loss(v, name);
 }
 
+/* "[n, 1, …, 1]" (`ones` ones) into buf. */
+static const char *class_shape(int64_t n, int ones, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[%lld", (long long)n);
+    for (int d = 0; d < ones && k < len; ++d)
+        k += (size_t)snprintf(buf + k, len - k, ", 1");
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+    return buf;
+}
+
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
                                            int64_t st[PLOSS_MAX_DIMS])
 {
     for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
         st[d] = 0;
-    const int64_t C = x->ndim >= 2 ? x->shape[1] : 1;
-    if (v->ndim == x->ndim) {
-        int ok = 1;
-        for (int d = 0; ok && d < x->ndim; ++d)
-            ok = v->shape[d] == x->shape[d] || v->shape[d] == 1;
-        if (ok) {
-            for (int d = 0; d < x->ndim; ++d)
-                st[d] = v->shape[d] == 1 ? 0 : v->strides[d];
-            return PLOSS_OK;
-        }
-    }
-    if (v->ndim == 0)
-        return PLOSS_OK;
-    if (v->ndim == 1 && (v->shape[0] == C || v->shape[0] == 1)) {
-        if (x->ndim >= 2 && v->shape[0] != 1)
-            st[1] = v->strides[0];
+    char s[160], c[120], want[480];
+    const int r = x->ndim;
+    /* ploss's class vector: C values along axis 1 of an N×C×d1×…×dk input, where PyTorch's
+     * broadcasting (along the last axis) has no reading; refused where it has another */
+    if (r > 2 && v->ndim == 1 && v->shape[0] == x->shape[1] && v->shape[0] != 1) {
+        if (v->shape[0] == x->shape[r - 1])
+            return ploss_error(PLOSS_ERR_SHAPE,
+                               "%s: a vector of length %lld over the input %s has two readings: one value "
+                               "per class along axis 1 (0-based; Lua dim 2), ploss's convention, or one "
+                               "along the last axis %d (0-based; Lua dim %d), PyTorch's broadcasting; pass "
+                               "shape %s for the class axis or [1, %lld] for the last axis",
+                               name, (long long)v->shape[0], shape_string(x, s, sizeof s), r - 1, r,
+                               class_shape(v->shape[0], r - 2, c, sizeof c), (long long)v->shape[0]);
+        st[1] = v->strides[0];
         return PLOSS_OK;
     }
-    char s[160], want[400];
-    snprintf(want, sizeof want,
-             "a vector of length %lld (one value per class along axis 1) or 1, or a tensor of "
-             "rank %d whose sizes are 1 or those of the input %s",
-             (long long)C, x->ndim, shape_string(x, s, sizeof s));
+    /* PyTorch's broadcasting: v's dims aligned with x's trailing dims, each of size 1 or x's */
+    int ok = v->ndim <= r;
+    for (int d = 0; ok && d < v->ndim; ++d)
+        ok = v->shape[d] == 1 || v->shape[d] == x->shape[r - v->ndim + d];
+    if (ok) {
+        for (int d = 0; d < v->ndim; ++d)
+            st[r - v->ndim + d] = v->shape[d] == 1 ? 0 : v->strides[d];
+        return PLOSS_OK;
+    }
+    int n = snprintf(want, sizeof want,
+                     "a shape that broadcasts over the input %s as in PyTorch (rank at most %d, its dims "
+                     "aligned with the input's last ones, each of size 1 or the input's)",
+                     shape_string(x, s, sizeof s), r);
+    if (r > 2 && x->shape[1] != 1 && x->shape[1] != x->shape[r - 1] && n > 0 && (size_t)n < sizeof want)
+        snprintf(want + n, sizeof want - (size_t)n,
+                 " or a vector of length %lld (one value per class along axis 1, 0-based; Lua dim 2)",
+                 (long long)x->shape[1]);
     return ploss_check_shape_error(name, want, v);
 }
 
@@ -216,13 +246,23 @@ ploss_status ploss_check_class_vector(ploss_ctx_t *ctx, const DLTensor *t, int64
 }
 
 /* The view v of `name` walked by sample: dims 1.. collapsed, or axis 1 kept as k and dims 2..
- * collapsed (axis1). */
+ * collapsed (axis1).  LAYOUT error saying what the row losses accept when d1…dk are not one
+ * strided axis. */
 static ploss_status collapse_rows(const ploss_view *v, int axis1, const char *name, ploss_row_tensor *r)
 {
     r->v = *v;
     r->sn = v->strides[0];
     r->sk = axis1 ? v->strides[1] : 0;
-    return ploss_check_collapse(v, axis1 ? 2 : 1, v->ndim, name, &r->ss);
+    const int first = axis1 ? 2 : 1;
+    if (collapse_axis(v, first, v->ndim, &r->ss))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_LAYOUT,
+                       "%s: the sample dims d1…dk (Lua dims %d..%d; 0-based %d..%d) cannot be walked as one "
+                       "strided axis, as the row losses need: %s may have any strides, but each d_i's "
+                       "stride must equal d_(i+1)'s stride times d_(i+1)'s size (dims of size 1 skipped), "
+                       "as in a contiguous or channels-last tensor; a crop of d2…dk (:narrow) or a "
+                       "permutation of d1…dk is not: call :contiguous() on it",
+                       name, first + 1, v->ndim, first, v->ndim - 1, axis1 ? "N and C" : "N");
 }
 
 /* A loss-shaped tensor (loss, grad_loss): walked by sample for NONE, its view only else. */
@@ -348,8 +388,9 @@ ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, in
             int64_t y = ploss_load_int(t, dt, n * sn + s * ss);
             if (y != ignore_index && (y < 0 || y >= C))
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
-                                   "target: class index %lld at sample (%lld, %lld) is outside [0, %lld) "
-                                   "and is not ignore_index (%lld)",
+                                   "target: class index %lld at sample (n = %lld, s = %lld) is outside [0, %lld) "
+                                   "and is not ignore_index (%lld); n and s are 0-based, s counting the "
+                                   "positions d1⋯dk in row-major order",
                                    (long long)y, (long long)n, (long long)s, (long long)C,
                                    (long long)ignore_index);
         }

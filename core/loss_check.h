@@ -20,7 +20,8 @@ extern "C" {
 ploss_status ploss_check_shape_error(const char *name, const char *expect, const ploss_view *got);
 
 /* Collapse dims [first, end) of v into one strided axis: *stride is its stride (0 when
- * every dim is 1).  LAYOUT error when the dims cannot be walked as one axis. */
+ * every dim is 1).  LAYOUT error when the dims cannot be walked as one axis, naming them
+ * 0-based and as Lua's 1-based dims. */
 ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const char *name,
                                   int64_t *stride);
 
@@ -58,9 +59,12 @@ ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss
                                                 const char *name);
 
 /* Strides st[0..PLOSS_MAX_DIMS) (x's rank, 0 in broadcast dims, 0 beyond) of a weight-like
- * tensor v broadcast over the input x: (a) x's rank with sizes 1 or x's, (b) a vector of
- * C = size of axis 1 (1 below rank 2) or of length 1 (along axis 1, as PyTorch's
- * pos_weight), (c) a 0-d tensor.  SHAPE error otherwise. */
+ * tensor v broadcast over the input x.  v is either (a) broadcastable to x as in PyTorch (rank
+ * at most x's, its dims aligned with x's last ones, each of size 1 or x's; a 0-d tensor is one
+ * value), or (b) for x of rank > 2, a vector of C = x's axis-1 size != 1 (ploss's class
+ * vector, along axis 1) when C is not the size of x's last dim.  A vector of length C when C
+ * is also the last dim's size (rank > 2) reads differently in (a) and (b): SHAPE error naming
+ * both readings.  SHAPE error for any other shape. */
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
                                            int64_t st[PLOSS_MAX_DIMS]);
 
@@ -128,7 +132,7 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
                                      const char *const *in_names, int nins, ploss_row_outputs *o);
 
 /* CPU labels of an (n, s)-indexed label tensor: each must be in [0, C) or ignore_index.
- * INVALID_LABEL naming the first offending sample otherwise. */
+ * INVALID_LABEL naming the first offending sample (n, s) otherwise, said to be 0-based. */
 ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, int64_t S, int64_t sn,
                                     int64_t ss, int64_t C, int64_t ignore_index);
 

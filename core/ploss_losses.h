@@ -71,7 +71,14 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  * The target may be class indices (i64/i32, the input's shape without axis 1) or probabilities
  * of any float dtype with the input's shape. Channels-last (permuted) inputs are read in place.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index; or probabilities (any float dtype) of the input's shape.
  * in  weight      NULL, or C class weights w_j (any float dtype, on the input's device).
@@ -136,10 +143,15 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  *
  * 'mean' divides by the element count (weights do not change the divisor, as PyTorch).
  *
- * weight and pos_weight are nil (all ones) or broadcast over the input: (a) a tensor of the
- * input's rank whose every size is 1 or the input's; (b) a vector of C = the size of axis 1
- * (one value per class along axis 1; for an N×C input this is PyTorch's broadcasting); (c) one
- * value. A pos_weight vector must have length C or 1. Targets are hard 0/1 or soft labels in
+ * weight and pos_weight are nil (all ones) or broadcast over the input as PyTorch broadcasts
+ * them: a tensor of rank at most the input's whose dims align with the input's last ones, each
+ * of size 1 or the input's (for an N×C×H×W input e.g. [C, 1, 1], [H, W], [1, W], [N, 1, H,
+ * W], one value as 0-d or [1]). For an N×C input a vector of length C (pos_weight: C or 1) is
+ * one value per class. Above rank 2, ploss also reads a vector of length C as one value per
+ * class along axis 1 (Lua dim 2) where PyTorch's broadcasting has no reading, i.e. when C is
+ * not the size of the last dim; when it is, a vector of that length reads differently in
+ * PyTorch (along the last dim) and is refused (SHAPE error naming both readings): pass [C, 1,
+ * …, 1] for the class axis or [1, W] for the last dim. Targets are hard 0/1 or soft labels in
  * [0, 1] of any float dtype; no gradient is computed for them.
  *
  * in  input       logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
@@ -287,7 +299,14 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *
  * 'mean' divides by the number of valid samples (α does not change the divisor).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  alpha       NULL, or C per-class factors α_j (any float dtype).
@@ -358,7 +377,14 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  * so each term lies in [−log(1 + ε), −log ε]. 'mean' divides by the number of valid
  * samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -430,7 +456,14 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  * separate maxima, so a target logit far above the others stays finite. 'none' gives the
  * target's shape with zeros at ignored samples (pytorch-loss V3, not V1/V2's compacted vector).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 2.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 2. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -501,7 +534,14 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  * computed in f32 (f64 for f64 input and for n > 10). 'mean' divides by the number of valid
  * samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -568,7 +608,14 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  * the number of valid samples. The priors are checked on the CPU before anything is written; on
  * CUDA they are not read by the host (a negative or NaN prior gives NaN results).
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  lb_proportion the C class priors w (not normalised): finite, ≥ 0, at least one > 0.
@@ -651,7 +698,14 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  * device by a radix select over the 32-bit keys of the scores, without a sort or a host round
  * trip.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 1.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -693,7 +747,14 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  * The mining of ohem_cross_entropy on the plain softmax score p_y, then the loss of
  * large_margin_softmax (λ = lam) over the kept samples.
  *
- * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= 2.
+ * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 2. Layouts: N and C
+ *                 take any strides; the sample dims d1…dk must be walkable as one strided
+ *                 axis (each d_i's stride is d_(i+1)'s stride times d_(i+1)'s size, dims of
+ *                 size 1 skipped), as in a contiguous or channels-last tensor or a slice of one
+ *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
+ *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
+ *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
+ *                 follow the same rule.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.

@@ -91,8 +91,8 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
                             family forms (rows, samples) stays below it, even when numel = 0 */
     for (int d = t->ndim - 1; d >= 0; --d) {
         if (t->shape[d] < 0)
-            return ploss_error(PLOSS_ERR_SHAPE, "%s: size %lld of dim %d is negative", name,
-                               (long long)t->shape[d], d);
+            return ploss_error(PLOSS_ERR_SHAPE, "%s: size %lld of dim %d (0-based; Lua dim %d) is negative",
+                               name, (long long)t->shape[d], d, d + 1);
         v->shape[d] = t->shape[d];
         if (t->shape[d] > 0 && t->shape[d] > INT64_MAX / nonzero)
             return ploss_error(PLOSS_ERR_SHAPE, "%s: element count overflows int64 (sizes other "
@@ -115,9 +115,9 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
                                              : (uint64_t)v->strides[d];
         const uint64_t n = (uint64_t)v->shape[d] - 1;
         if (s > limit / n / es)
-            return ploss_error(PLOSS_ERR_LAYOUT, "%s: stride %lld of dim %d (size %lld) reaches "
-                               "more than 2^62 bytes", name, (long long)v->strides[d], d,
-                               (long long)v->shape[d]);
+            return ploss_error(PLOSS_ERR_LAYOUT, "%s: stride %lld of dim %d (0-based; Lua dim %d; size "
+                               "%lld) reaches more than 2^62 bytes", name, (long long)v->strides[d], d,
+                               d + 1, (long long)v->shape[d]);
         span += s * n * es;
         if (v->strides[d] < 0)
             below += s * n * es;

@@ -750,7 +750,7 @@ local function gen_loss_cases(fam, device)
             if tdt == "wide" then
               x, _, o = base(fam, device, { 4, Cn }, 53)
               y = ploss.tensor({ 0, 1, bad, 2 }, { dtype = "i64", device = device })
-              frag = string.format("target: class index %d at sample (2, 0) is outside [0, %d)", bad, Cn)
+              frag = string.format("target: class index %d at sample (n = 2, s = 0) is outside [0, %d)", bad, Cn)
             elseif tdt == "4-d" then
               -- N×C×3×2 input: the bad label at sample n = 1, s = 4 (0-based)
               x, _, o = base(fam, device, S4, 52)
@@ -758,11 +758,11 @@ local function gen_loss_cases(fam, device)
               for k = 1, 12 do yv[k] = (k * 7) % 5 end
               yv[11] = bad
               y = ploss.tensor(yv, { dtype = "i64", device = device }):view(2, 3, 2)
-              frag = string.format("target: class index %d at sample (1, 4) is outside [0, 5)", bad)
+              frag = string.format("target: class index %d at sample (n = 1, s = 4) is outside [0, 5)", bad)
             else
               x, _, o = base(fam, device, S2, 51)
               y = ploss.tensor({ 0, 1, bad, 2 }, { dtype = tdt, device = device })
-              frag = string.format("target: class index %d at sample (2, 0) is outside [0, 5)", bad)
+              frag = string.format("target: class index %d at sample (n = 2, s = 0) is outside [0, 5)", bad)
             end
             for _, red in ipairs { "none", "sum" } do
               local oo = merge(o, { reduction = red })

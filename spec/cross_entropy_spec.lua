@@ -207,11 +207,58 @@ describe("CrossEntropyLoss layouts", function()
     local xt = x:transpose(3, 4) -- N×C×4×3 with transposed spatial strides
     local y = ploss.zeros({ 2, 4, 3 }, { dtype = "i64" })
     H.expect_error(function() F.cross_entropy(xt, y) end,
-      { "input: the strides of dims 2..3 cannot be walked as one axis", ":contiguous()", "PLOSS_ERR_LAYOUT" })
+      { "input: the sample dims d1…dk (Lua dims 3..4; 0-based 2..3) cannot be walked as one strided axis",
+        ":contiguous()", "PLOSS_ERR_LAYOUT" })
     local yt = ploss.zeros({ 2, 3, 4 }, { dtype = "i64" }):transpose(2, 3)
-    H.expect_error(function() F.cross_entropy(x:transpose(3, 4):contiguous(), yt) end, "target: the strides of dims 1..2")
+    H.expect_error(function() F.cross_entropy(x:transpose(3, 4):contiguous(), yt) end,
+      { "target: the sample dims d1…dk (Lua dims 2..3; 0-based 1..2)", "N may have any strides" })
     -- :contiguous() is the documented way out
     assert.is_number(F.cross_entropy(xt:contiguous(), yt:contiguous()))
+  end)
+
+  it("a cropped N×C×H×W input is refused by every row loss, saying what is supported", function()
+    H.seed(71)
+    local D = require "ploss.description"
+    local big = ploss.randn({ 2, 3, 4, 8 }, { dtype = "f64" })
+    local x = big:narrow(4, 1, 6) -- W cropped from 8 to 6: H's stride 8 is not 6·1
+    local y, y8 = H.random_labels({ 2, 4, 6 }, 3), H.random_labels({ 2, 4, 8 }, 2)
+    local function opts(d, Cn, o) -- required class vectors (pc_softmax's priors): all ones
+      o = o or {}
+      for _, t in ipairs(d.tensors) do
+        if t.required then o[t.name] = ploss.ones({ Cn }, { dtype = "f64" }) end
+      end
+      return o
+    end
+    local n = 0
+    for _, d in ipairs(D.all()) do
+      if d.shape == "rows" then
+        n = n + 1
+        local lbuf, gbuf = ploss.empty({}, { dtype = "f64" }), ploss.empty({ 2, 3, 4, 6 }, { dtype = "f64" })
+        H.expect_error(function()
+          local l, g = F[d.name .. "_fused"](x, y, opts(d, 3, { out = lbuf, grad_input = gbuf }))
+          return l, g
+        end, { "input: the sample dims d1…dk (Lua dims 3..4; 0-based 2..3) cannot be walked as one strided axis, "
+          .. "as the row losses need: N and C may have any strides, but each d_i's stride must equal d_(i+1)'s "
+          .. "stride times d_(i+1)'s size (dims of size 1 skipped), as in a contiguous or channels-last tensor; "
+          .. "a crop of d2…dk (:narrow) or a permutation of d1…dk is not: call :contiguous() on it", "PLOSS_ERR_LAYOUT" },
+          lbuf, gbuf)
+        -- the way out gives the loss of the same values, laid out contiguously
+        local xc = x:contiguous()
+        assert.are.same({ 72, 24, 6, 1 }, xc:stride())
+        local l1, g1 = F[d.name .. "_fused"](xc, y, opts(d, 3))
+        local copy = ploss.tensor(x:totable(), { dtype = "f64" })
+        local l2, g2 = F[d.name .. "_fused"](copy, y, opts(d, 3))
+        assert.is_true(l1 == l1 and l1 > 0, d.name .. ": a finite positive loss")
+        H.assert_equal(l1, l2, { what = d.name })
+        H.assert_equal(g1, g2, { what = d.name })
+        -- a slice along C keeps d1…dk one axis: accepted as it is
+        local xs = big:narrow(2, 2, 2)
+        H.assert_equal(F[d.name](xs, y8, opts(d, 2, { reduction = "sum" })),
+          F[d.name](xs:contiguous(), y8, opts(d, 2, { reduction = "sum" })),
+          { what = d.name .. " C slice" })
+      end
+    end
+    assert.is_true(n >= 8, "row losses found: " .. n)
   end)
 
   it("a transposed N×C (class-major storage) gives the values of the contiguous input", function()
@@ -418,13 +465,14 @@ describe("CrossEntropyLoss edge cases and bad input", function()
   it("labels >= C or < 0 that are not ignore_index", function()
     local x = ploss.randn(4, 5)
     all_passes_fail(x, ploss.tensor({ 0, 5, 1, 2 }, { dtype = "i64" }), {},
-      { "target: class index 5 at sample (1, 0) is outside [0, 5) and is not ignore_index (-100)", "PLOSS_ERR_INVALID_LABEL" })
-    all_passes_fail(x, ploss.tensor({ 0, 1, -1, 2 }, { dtype = "i32" }), {}, "class index -1 at sample (2, 0)")
+      { "target: class index 5 at sample (n = 1, s = 0) is outside [0, 5) and is not ignore_index (-100)", "PLOSS_ERR_INVALID_LABEL" })
+    all_passes_fail(x, ploss.tensor({ 0, 1, -1, 2 }, { dtype = "i32" }), {}, "class index -1 at sample (n = 2, s = 0)")
     all_passes_fail(x, ploss.tensor({ 0, 1, -100, 2 }, { dtype = "i64" }), { ignore_index = 255 }, "class index -100")
     local x4 = ploss.randn(2, 3, 2, 2)
     local y4 = ploss.zeros({ 2, 2, 2 }, { dtype = "i64" })
     y4:view(8)[7] = 3
-    all_passes_fail(x4, y4, {}, "class index 3 at sample (1, 2)")
+    all_passes_fail(x4, y4, {}, { "class index 3 at sample (n = 1, s = 2)",
+      "n and s are 0-based, s counting the positions d1⋯dk in row-major order" })
   end)
 
   it("NaN in an ignored row does not leak into the loss or the gradient", function()

@@ -111,6 +111,13 @@ describe("CUDA sigmoid family vs CPU", function()
         compare("binary_cross_entropy_with_logits", x, yb, { reduction = red,
           weight = ploss.rand({ 2, 1, 5, 4 }, { dtype = "f64" }), pos_weight = ploss.rand({ 6 }, { dtype = "f64" }) },
           dtype, "bce broadcast weights", perm)
+        -- PyTorch's broadcasting: trailing dims aligned, lower ranks padded with 1s
+        compare("binary_cross_entropy_with_logits", x, yb, { reduction = red,
+          weight = ploss.rand({ 6, 1, 1 }, { dtype = "f64" }), pos_weight = ploss.rand({ 5, 4 }, { dtype = "f64" }) },
+          dtype, "bce weight [C, 1, 1] pos_weight [H, W]", perm)
+        compare("binary_cross_entropy_with_logits", x, yb, { reduction = red,
+          weight = ploss.rand({ 1, 4 }, { dtype = "f64" }), pos_weight = ploss.rand({ 4 }, { dtype = "f64" }) },
+          dtype, "bce weight [1, W] pos_weight [W]")
       end
     end)
   end
@@ -330,7 +337,7 @@ describe("CUDA focal family edge cases", function()
     H.expect_error(function()
       local l = F.binary_cross_entropy_with_logits_fused(x, yb, { pos_weight = { 1, 2 }, out = out, grad_input = gbuf })
       return l
-    end, "pos_weight: expected a vector of length 4", out, gbuf)
+    end, "pos_weight: expected a shape that broadcasts over the input [3, 4]", out, gbuf)
     H.expect_error(function()
       local l = F.sigmoid_focal_fused(x, yb, { gamma = -1, out = out, grad_input = gbuf })
       return l

@@ -106,6 +106,73 @@ describe("focal family by hand", function()
       { { -1 / 6, 0.5 / 6, -2 / 6 }, { 0.5 / 6, -1.5 / 6, -2 / 6 } }, { rtol = 1e-15 })
   end)
 
+  it("BCE: weight and pos_weight broadcast as PyTorch broadcasts them (trailing dims aligned)", function()
+    H.seed(17)
+    local sizes = { 2, 3, 4, 5 } -- N×C×H×W; C differs from W, so a [3] vector is the class axis
+    local x = H.random_logits(sizes, { std = 2 })
+    local y = ploss.rand(sizes, { dtype = "f64" })
+    -- each form, and the rank-4 view that expand() turns into the explicit weight tensor
+    for _, c in ipairs {
+      { { 3, 1, 1 }, { 1, 3, 1, 1 } }, { { 4, 5 }, { 1, 1, 4, 5 } }, { { 1, 5 }, { 1, 1, 1, 5 } },
+      { { 5 }, { 1, 1, 1, 5 } }, { { 2, 1, 4, 1 }, { 2, 1, 4, 1 } }, { { 1 }, { 1, 1, 1, 1 } },
+      { {}, { 1, 1, 1, 1 } }, { { 3 }, { 1, 3, 1, 1 } },
+    } do
+      local w = ploss.rand(c[1], { dtype = "f64", low = 0.5, high = 3 })
+      local full = w:view(c[2]):expand(sizes):contiguous()
+      for _, name in ipairs { "weight", "pos_weight" } do
+        local what = name .. " [" .. table.concat(c[1], ", ") .. "]"
+        local l1, g1 = F.binary_cross_entropy_with_logits_fused(x, y, { reduction = "none", [name] = w })
+        local l2, g2 = F.binary_cross_entropy_with_logits_fused(x, y, { reduction = "none", [name] = full })
+        H.assert_equal(l1, l2, { what = what .. " loss" })
+        H.assert_equal(g1, g2, { what = what .. " grad" })
+      end
+    end
+    -- by hand: weight [C, 1, 1] and pos_weight [H, W] together, 'sum'
+    local w = ploss.tensor({ { { 0.5 } }, { { 2 } }, { { 3 } } }, { dtype = "f64" })
+    local pw = ploss.rand({ 4, 5 }, { dtype = "f64", low = 0.5, high = 3 })
+    local xs, ys, pws = x:flat(), y:flat(), pw:flat()
+    local function sp(z) return math.log(1 + math.exp(z)) end
+    local e, i = 0, 0
+    for _ = 1, 2 do
+      for ci = 1, 3 do
+        for k = 1, 20 do -- h, w
+          i = i + 1
+          e = e + ({ 0.5, 2, 3 })[ci] * (pws[k] * ys[i] * sp(-xs[i]) + (1 - ys[i]) * sp(xs[i]))
+        end
+      end
+    end
+    H.assert_close(F.binary_cross_entropy_with_logits(x, y, { reduction = "sum", weight = w, pos_weight = pw }), e,
+      { rtol = 1e-13 })
+  end)
+
+  it("BCE: a vector of length C = W above rank 2 has two readings and is refused", function()
+    local x = ploss.randn({ 2, 4, 3, 4 }, { dtype = "f64" })
+    local y = ploss.rand({ 2, 4, 3, 4 }, { dtype = "f64" })
+    local out = ploss.empty({}, { dtype = "f64" })
+    local gbuf = ploss.empty({ 2, 4, 3, 4 }, { dtype = "f64" })
+    for _, name in ipairs { "weight", "pos_weight" } do
+      H.expect_error(function()
+        local l, g = F.binary_cross_entropy_with_logits_fused(x, y, { [name] = { 1, 2, 3, 4 }, out = out, grad_input = gbuf })
+        return l, g
+      end, { name .. ": a vector of length 4 over the input [2, 4, 3, 4] has two readings",
+        "axis 1 (0-based; Lua dim 2)", "last axis 3 (0-based; Lua dim 4)", "pass shape [4, 1, 1] for the class axis",
+        "[1, 4] for the last axis", "PLOSS_ERR_SHAPE" }, out, gbuf)
+    end
+    -- the two spellings it proposes: the class axis and the last axis
+    local w = ploss.tensor({ 1, 2, 3, 4 }, { dtype = "f64" })
+    for _, c in ipairs { { { 4, 1, 1 }, { 1, 4, 1, 1 } }, { { 1, 4 }, { 1, 1, 1, 4 } } } do
+      local full = w:view(c[2]):expand(2, 4, 3, 4):contiguous()
+      H.assert_equal(F.binary_cross_entropy_with_logits(x, y, { reduction = "none", weight = w:view(c[1]) }),
+        F.binary_cross_entropy_with_logits(x, y, { reduction = "none", weight = full }))
+    end
+    -- rank 2: the class axis is the last axis, one reading; pos_weight of length C or 1
+    local x2, y2 = ploss.randn({ 3, 4 }, { dtype = "f64" }), ploss.rand({ 3, 4 }, { dtype = "f64" })
+    H.assert_equal(F.binary_cross_entropy_with_logits(x2, y2, { reduction = "none", pos_weight = w }),
+      F.binary_cross_entropy_with_logits(x2, y2, { reduction = "none", pos_weight = w:view(1, 4):expand(3, 4):contiguous() }))
+    H.assert_equal(F.binary_cross_entropy_with_logits(x2, y2, { pos_weight = { 2 } }),
+      F.binary_cross_entropy_with_logits(x2, y2, { pos_weight = ploss.full({ 3, 4 }, 2, { dtype = "f64" }) }))
+  end)
+
   it("sigmoid focal at ±1e4: loss 7500 / 2500 on the wrong side, 0 on the right side", function()
     for _, conv in ipairs { "torchvision", "reference" } do
       for _, dtype in ipairs { "f64", "f32" } do
@@ -500,9 +567,21 @@ describe("focal family errors (nothing written)", function()
 
   it("wrong pos_weight length and non-broadcastable weight", function()
     H.expect_error(fused("binary_cross_entropy_with_logits", x, yb, { pos_weight = { 1, 2, 3 } }),
-      { "pos_weight: expected a vector of length 4", "got f64[3]" }, out, gbuf)
+      { "pos_weight: expected a shape that broadcasts over the input [3, 4] as in PyTorch", "got f64[3]" }, out, gbuf)
     H.expect_error(fused("binary_cross_entropy_with_logits", x, yb, { weight = ploss.ones({ 3, 2 }, { dtype = "f64" }) }),
-      "weight: expected a vector of length 4", out, gbuf)
+      "weight: expected a shape that broadcasts over the input [3, 4]", out, gbuf)
+    -- above rank 2: not trailing ([C, H] against H, W; H alone), a higher rank
+    local x4, y4 = ploss.randn({ 2, 3, 4, 5 }, { dtype = "f64" }), ploss.rand({ 2, 3, 4, 5 }, { dtype = "f64" })
+    local g4 = ploss.empty({ 2, 3, 4, 5 }, { dtype = "f64" })
+    for _, bad in ipairs { { 3, 4 }, { 4 }, { 1, 2, 3, 4, 5 } } do
+      H.expect_error(function()
+        local l, g = F.binary_cross_entropy_with_logits_fused(x4, y4, { weight = ploss.ones(bad, { dtype = "f64" }),
+          out = out, grad_input = g4 })
+        return l, g
+      end, { "weight: expected a shape that broadcasts over the input [2, 3, 4, 5] as in PyTorch (rank at most 4",
+        "or a vector of length 3 (one value per class along axis 1, 0-based; Lua dim 2)",
+        "got f64[" .. table.concat(bad, ", ") .. "]", "PLOSS_ERR_SHAPE" }, out, g4)
+    end
   end)
 
   it("gamma < 0, alpha > 1, eps <= 0, unknown convention", function()
@@ -519,9 +598,9 @@ describe("focal family errors (nothing written)", function()
 
   it("label out of range (CPU: detected before any write)", function()
     local bad = ploss.tensor({ 0, 4, 1 }, { dtype = "i64" })
-    H.expect_error(fused("softmax_focal", x, bad), "target: class index 4 at sample (1, 0) is outside [0, 4)", out, gbuf)
+    H.expect_error(fused("softmax_focal", x, bad), "target: class index 4 at sample (n = 1, s = 0) is outside [0, 4)", out, gbuf)
     H.expect_error(fused("dual_focal", x, ploss.tensor({ -1, 0, 1 }, { dtype = "i32" })),
-      "target: class index -1 at sample (0, 0) is outside [0, 4)", out, gbuf)
+      "target: class index -1 at sample (n = 0, s = 0) is outside [0, 4)", out, gbuf)
     local lbuf = ploss.empty({ 3 }, { dtype = "f64" })
     H.expect_error(function()
       local l = F.softmax_focal(x, bad, { reduction = "none", out = lbuf })

@@ -233,7 +233,7 @@ describe("LargeMarginSoftmaxLoss errors", function()
 
   it("rejects labels out of range before writing anything", function()
     H.expect_error(function() F.large_margin_softmax_fused(x, ploss.tensor({ 0, 4, 1 }, { dtype = "i64" }), { out = loss, grad_input = grad }) end,
-      { "class index 4 at sample (1, 0) is outside [0, 4)", "PLOSS_ERR_INVALID_LABEL" }, loss, grad)
+      { "class index 4 at sample (n = 1, s = 0) is outside [0, 4)", "PLOSS_ERR_INVALID_LABEL" }, loss, grad)
     H.expect_error(function() F.large_margin_softmax(x, ploss.tensor({ 0, 255, 1 }, { dtype = "i64" }), { out = loss }) end,
       "class index 255", loss)
   end)

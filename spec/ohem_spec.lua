@@ -300,7 +300,7 @@ describe("OHEM errors", function()
       "at least 2 classes", loss)
     local grad = ploss.empty({ 3, 4 })
     H.expect_error(function() F.ohem_cross_entropy_fused(x, ploss.tensor({ 0, 7, 1 }, { dtype = "i64" }), { out = loss, grad_input = grad }) end,
-      { "class index 7 at sample (1, 0) is outside [0, 4)", "ignore_index (255)" }, loss, grad)
+      { "class index 7 at sample (n = 1, s = 0) is outside [0, 4)", "ignore_index (255)" }, loss, grad)
     H.expect_error(function() ploss.OhemCrossEntropyLoss { lam = 1 } end, "unknown option 'lam'")
   end)
 end)

@@ -69,14 +69,14 @@ describe("one_hot", function()
     big:narrow(1, 2, 2):copy(y)
     H.assert_equal(ploss.one_hot(big:narrow(1, 2, 2), 5, { label_smoothing = 0.1 }), ref)
     local yt = y:transpose(2, 3):contiguous():transpose(2, 3)
-    H.expect_error(function() ploss.one_hot(yt, 5) end, "target: the strides of dims 1..2 cannot be walked as one axis")
+    H.expect_error(function() ploss.one_hot(yt, 5) end, "target: the strides of dims 1..2 (0-based; Lua dims 2..3) cannot be walked as one axis")
   end)
 
   it("rejects bad input with a clear message and leaves the output untouched", function()
     local y = ploss.tensor({ 0, 3, 1 }, { dtype = "i64" })
     local out = ploss.empty({ 3, 3 })
     H.expect_error(function() ploss.one_hot(y, nil, { out = out }) end,
-      { "class index 3 at sample (1, 0) is outside [0, 3)", "PLOSS_ERR_INVALID_LABEL" }, out)
+      { "class index 3 at sample (n = 1, s = 0) is outside [0, 3)", "PLOSS_ERR_INVALID_LABEL" }, out)
     H.expect_error(function() ploss.one_hot(ploss.tensor({ -2, 0, 1 }, { dtype = "i64" }), nil, { out = out }) end,
       "class index -2", out)
     H.expect_error(function() ploss.one_hot(ploss.tensor({ 0, 1, 1 }), nil, { out = out }) end,

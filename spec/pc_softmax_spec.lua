@@ -189,6 +189,6 @@ describe("PCSoftmaxCrossEntropyLoss errors", function()
   it("rejects labels out of range before writing", function()
     local grad = ploss.empty({ 3, 4 })
     H.expect_error(function() F.pc_softmax_cross_entropy_fused(x, ploss.tensor({ 0, 4, 1 }, { dtype = "i64" }), { lb_proportion = { 1, 1, 1, 1 }, out = loss, grad_input = grad }) end,
-      "class index 4 at sample (1, 0)", loss, grad)
+      "class index 4 at sample (n = 1, s = 0)", loss, grad)
   end)
 end)

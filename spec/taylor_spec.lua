@@ -202,7 +202,7 @@ describe("Taylor layouts, dtypes, modules", function()
         H.assert_close(F[op](xn, { dim = dim }), F[op](xn:contiguous(), { dim = dim }), { rtol = 1e-15 })
       end
       -- dims before `dim` that are not one strided axis are refused
-      H.expect_error(function() F[op](xt, { dim = 3 }) end, "input: the strides of dims 0..1 cannot be walked as one axis")
+      H.expect_error(function() F[op](xt, { dim = 3 }) end, "input: the strides of dims 0..1 (0-based; Lua dims 1..2) cannot be walked as one axis")
     end
     -- Taylor CE on a channels-last input
     local xl = x:permute(1, 3, 2):contiguous():permute(1, 3, 2)
@@ -276,6 +276,6 @@ describe("Taylor errors", function()
     H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 1, 2 }, { dtype = "i64" }), { n = 5, out = loss }) end,
       "opts.n: 5 is not an even integer in [2, 64]", loss)
     H.expect_error(function() F.taylor_cross_entropy(x, ploss.tensor({ 0, 4, 2 }, { dtype = "i64" }), { out = loss }) end,
-      { "class index 4 at sample (1, 0) is outside [0, 4)", "ignore_index (-100)" }, loss)
+      { "class index 4 at sample (n = 1, s = 0) is outside [0, 4)", "ignore_index (-100)" }, loss)
   end)
 end)

@@ -101,7 +101,12 @@ local TARGET_DOC = {
 
 local SHAPE = {
   rows = {
-    input = "N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64, any strides; C >= %d.",
+    input = "N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= %d.  Layouts: N and C take any " ..
+      "strides; the sample dims d1…dk must be walkable as one strided axis (each d_i's stride is " ..
+      "d_(i+1)'s stride times d_(i+1)'s size, dims of size 1 skipped), as in a contiguous or " ..
+      "channels-last tensor or a slice of one along N, C or d1.  A crop of d2…dk (x:narrow(4, 1, 6) " ..
+      "of an N×C×H×W input) or a permutation of d1…dk is refused (LAYOUT naming them): call " ..
+      ":contiguous() on it.  The target, the loss of NONE, the state and grad_input follow the same rule.",
     loss = "reduction NONE: the target's shape (the input's shape without axis 1), zeros at " ..
       "ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on " ..
       "the input's device.",

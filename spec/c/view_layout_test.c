@@ -2,7 +2,8 @@
  * view_layout_test.c — how every entry point turns a DLTensor into a view
  * (ploss_view_init): a data pointer not aligned to the element size, and strides or sizes
  * whose byte extent is too large or leaves the address space, are PLOSS_ERR_LAYOUT naming
- * the argument, with nothing written; the largest legal extents are still accepted.
+ * the argument, with nothing written; the largest legal extents are still accepted.  A
+ * negative size is PLOSS_ERR_SHAPE.
  */
 #include <stdint.h>
 
@@ -88,7 +89,7 @@ static void large_strides(void)
      * 2^63 bytes, beyond int64 once multiplied by the element size */
     int64_t st[2] = {INT64_C(1) << 60, 1};
     DLTensor t = cpu_tensor(buf, dt_f64, 2, s22, st);
-    fill_refused(&t, (unsigned char *)mem, guard, "dst: stride 1152921504606846976 of dim 0 (size 2) reaches more than 2^62 bytes");
+    fill_refused(&t, (unsigned char *)mem, guard, "dst: stride 1152921504606846976 of dim 0 (0-based; Lua dim 1; size 2) reaches more than 2^62 bytes");
     st[0] = -(INT64_C(1) << 60);
     fill_refused(&t, (unsigned char *)mem, guard, "dst: stride -1152921504606846976 of dim 0");
 
@@ -107,7 +108,7 @@ static void large_strides(void)
     /* the limit is 2^62 bytes between the first and the last element: one f64 stride of
      * 2^59 + 1 is over it alone, 2^59 with the second dim's 8 bytes … */
     st[0] = (INT64_C(1) << 59) + 1;
-    fill_refused(&t, (unsigned char *)mem, guard, "dst: stride 576460752303423489 of dim 0 (size 2) reaches");
+    fill_refused(&t, (unsigned char *)mem, guard, "dst: stride 576460752303423489 of dim 0 (0-based; Lua dim 1; size 2) reaches");
     st[0] = INT64_C(1) << 59;
     fill_refused(&t, (unsigned char *)mem, guard, "dst: strides span more than 2^62 bytes");
     /* … 2^59 − 1 is not: the view is accepted, and GEMM then refuses the leading stride for
@@ -125,7 +126,7 @@ static void large_strides(void)
     /* contiguous (strides NULL): 2^61 f64 elements are 2^64 bytes */
     int64_t big[1] = {INT64_C(1) << 61};
     DLTensor tb = cpu_tensor(buf, dt_f64, 1, big, NULL);
-    fill_refused(&tb, (unsigned char *)mem, guard, "dst: stride 1 of dim 0 (size 2305843009213693952) reaches");
+    fill_refused(&tb, (unsigned char *)mem, guard, "dst: stride 1 of dim 0 (0-based; Lua dim 1; size 2305843009213693952) reaches");
     int64_t big2[2] = {INT64_C(1) << 31, INT64_C(1) << 31};
     tb = cpu_tensor(buf, dt_f32, 2, big2, NULL); /* 2^62 elements of 4 bytes */
     fill_refused(&tb, (unsigned char *)mem, guard, "dst: stride 2147483648 of dim 0");
@@ -162,6 +163,17 @@ static void outside_address_space(void)
     CHECK(out[0] == 4.0f && out[1] == 3.0f && out[2] == 2.0f && out[3] == 1.0f);
 }
 
+/* a negative size is a SHAPE error naming its dim 0-based and as Lua's dim */
+static void negative_size(void)
+{
+    float out[4] = {-1, -1, -1, -1};
+    int64_t shape[2] = {2, -2};
+    DLTensor t = cpu_tensor(out, dt_f32, 2, shape, NULL);
+    CHECK_STATUS(ploss_fill(ctx, &t, 7.0), PLOSS_ERR_SHAPE, "dst: size -2 of dim 1 (0-based; Lua dim 2) is negative");
+    for (int i = 0; i < 4; ++i)
+        CHECK(out[i] == -1.0f);
+}
+
 int main(void)
 {
     DLDevice cpu = {kDLCPU, 0};
@@ -172,6 +184,7 @@ int main(void)
     misaligned_data();
     large_strides();
     outside_address_space();
+    negative_size();
     ploss_ctx_destroy(ctx);
     return check_report("view_layout");
 }
