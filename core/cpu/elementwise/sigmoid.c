@@ -10,6 +10,7 @@
 
 #include "elementwise.h"
 #include "chunks.h"
+#include "isa.h"
 #include "scalar.h"
 
 #define CHUNK 4096 /* elements per reduction chunk */
@@ -103,7 +104,7 @@ static void element(const ploss_sigmoid_problem *p, double x, double y, double w
     }
 }
 
-ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
+ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {
     (void)ctx;
     const int64_t M = p->numel;
