@@ -17,10 +17,14 @@ float logf(float);
 #pragma omp declare simd notinbranch
 float log1pf(float);
 #pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
 double exp(double);
 #pragma omp declare simd notinbranch
 double log(double);
 #pragma omp declare simd notinbranch
 double log1p(double);
+#pragma omp declare simd notinbranch
+double pow(double, double);
 
 #endif
