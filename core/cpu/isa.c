@@ -29,12 +29,6 @@ __attribute__((constructor)) static void init(void) { chosen = detect(); }
 
 int ploss_cpu_isa(void) { return chosen < 0 ? detect() : chosen; }
 
-const char *ploss_cpu_isa_name(void)
-{
-    static const char *const names[] = {"baseline", "avx2", "avx512"};
-    return names[ploss_cpu_isa()];
-}
-
 #ifdef PLOSS_ISA_X86
 #define DISPATCH(name, problem)                                                \
     ploss_status name(ploss_ctx_t *ctx, const problem *p)                      \

@@ -33,6 +33,5 @@ PLOSS_ISA_DECLARE(_avx512)
 
 /* The build in use: 0 baseline, 1 AVX2, 2 AVX-512. */
 int ploss_cpu_isa(void);
-const char *ploss_cpu_isa_name(void);
 
 #endif
