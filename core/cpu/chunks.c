@@ -76,3 +76,42 @@ void ploss_cpu_rows_free(ploss_cpu_rows *b)
     free(b->partial);
     *b = (ploss_cpu_rows){0, 0, 0, 0, NULL, NULL};
 }
+
+/* One loop per dtype: the switch is outside the element loop. */
+#define LOAD_ROW(dst, base, dt, off, stride, n, T)                                                     \
+    switch (dt) {                                                                                       \
+    case PLOSS_F32: for (int64_t k = 0; k < (n); ++k) (dst)[k] = (T)((const float *)(base))[(off) + k * (stride)]; break; \
+    case PLOSS_F64: for (int64_t k = 0; k < (n); ++k) (dst)[k] = (T)((const double *)(base))[(off) + k * (stride)]; break; \
+    case PLOSS_F16: for (int64_t k = 0; k < (n); ++k) (dst)[k] = (T)ploss_half_to_f32(((const uint16_t *)(base))[(off) + k * (stride)]); break; \
+    case PLOSS_BF16: for (int64_t k = 0; k < (n); ++k) (dst)[k] = (T)ploss_bf16_to_f32(((const uint16_t *)(base))[(off) + k * (stride)]); break; \
+    default: for (int64_t k = 0; k < (n); ++k) (dst)[k] = (T)ploss_load((base), (dt), (off) + k * (stride)); break; \
+    }
+
+void ploss_cpu_load_f32(float *dst, const void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n)
+{
+    LOAD_ROW(dst, base, dt, off, stride, n, float)
+}
+
+void ploss_cpu_load_f64(double *dst, const void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n)
+{
+    LOAD_ROW(dst, base, dt, off, stride, n, double)
+}
+
+#define STORE_ROW(base, dt, off, stride, n, src)                                                        \
+    switch (dt) {                                                                                       \
+    case PLOSS_F32: for (int64_t k = 0; k < (n); ++k) ((float *)(base))[(off) + k * (stride)] = (float)(src)[k]; break; \
+    case PLOSS_F64: for (int64_t k = 0; k < (n); ++k) ((double *)(base))[(off) + k * (stride)] = (double)(src)[k]; break; \
+    case PLOSS_F16: for (int64_t k = 0; k < (n); ++k) ((uint16_t *)(base))[(off) + k * (stride)] = ploss_f32_to_half((float)(src)[k]); break; \
+    case PLOSS_BF16: for (int64_t k = 0; k < (n); ++k) ((uint16_t *)(base))[(off) + k * (stride)] = ploss_f32_to_bf16((float)(src)[k]); break; \
+    default: for (int64_t k = 0; k < (n); ++k) ploss_store((base), (dt), (off) + k * (stride), (double)(src)[k]); break; \
+    }
+
+void ploss_cpu_store_f32(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const float *src)
+{
+    STORE_ROW(base, dt, off, stride, n, src)
+}
+
+void ploss_cpu_store_f64(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const double *src)
+{
+    STORE_ROW(base, dt, off, stride, n, src)
+}

@@ -57,6 +57,14 @@ double *ploss_cpu_rows_thread(const ploss_cpu_rows *b, int thread);
 void ploss_cpu_rows_store_loss(const ploss_cpu_rows *b, ploss_reduction reduction, double divisor, void *loss,
                                ploss_dtype loss_dtype);
 
+/* Row I/O of the kernels that compute in float (f32, f16 and bf16 data) or double (f64
+ * data): n elements at base + off + k·stride (elements) converted into dst[0..n), and back
+ * (round to nearest even).  The dtype is switched on once per row, not per element. */
+void ploss_cpu_load_f32(float *dst, const void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n);
+void ploss_cpu_load_f64(double *dst, const void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n);
+void ploss_cpu_store_f32(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const float *src);
+void ploss_cpu_store_f64(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const double *src);
+
 /* Frees what ploss_cpu_rows_alloc took (safe on a failed or freed *b) and zeroes *b. */
 void ploss_cpu_rows_free(ploss_cpu_rows *b);
 

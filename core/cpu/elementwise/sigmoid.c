@@ -1,8 +1,9 @@
 /*
  * sigmoid.c — CPU backend of the elementwise sigmoid family: binary_cross_entropy_with_logits
  * and sigmoid_focal (formulas in core/engines/elementwise.h and core/ploss.h).
- * Accumulates in double for every dtype; reductions run over fixed chunks of elements
- * summed in order, so results do not depend on the number of OpenMP threads.
+ * f32, f16 and bf16 inputs are computed in float, f64 in double (sigmoid_impl.h, once
+ * for each); losses are summed in double over fixed chunks of elements, summed in order,
+ * so results do not depend on the number of OpenMP threads.
  */
 #include <float.h>
 #include <math.h>
@@ -10,9 +11,12 @@
 
 #include "elementwise.h"
 #include "chunks.h"
+#include "isa.h"
 #include "scalar.h"
+#include "vmath.h"
 
 #define CHUNK 4096 /* elements per reduction chunk */
+#define BLOCK 512  /* elements computed together (a divisor of CHUNK) */
 
 enum { TX, TT, TW, TPW, TL, TGL, TG, NT };
 
@@ -41,75 +45,57 @@ static void walker_start(walker *w, const ploss_sigmoid_problem *p, int64_t k)
     }
 }
 
-static void walker_next(walker *w)
+/* Moves the walk n elements on (one carry per dim, not per element). */
+static void walker_skip(walker *w, int64_t n)
 {
-    for (int d = w->ndim - 1; d >= 0; --d) {
-        for (int t = 0; t < NT; ++t)
-            w->off[t] += w->st[t][d];
-        if (++w->idx[d] < w->shape[d])
-            return;
-        for (int t = 0; t < NT; ++t)
-            w->off[t] -= w->st[t][d] * w->shape[d];
-        w->idx[d] = 0;
+    for (int d = w->ndim - 1; d >= 0 && n > 0; --d) {
+        const int64_t v = w->idx[d] + n;
+        n = v / w->shape[d];
+        w->idx[d] = v % w->shape[d];
+    }
+    for (int t = 0; t < NT; ++t) {
+        w->off[t] = 0;
+        for (int d = 0; d < w->ndim; ++d)
+            w->off[t] += w->idx[d] * w->st[t][d];
     }
 }
 
-/* Loss and ∂loss/∂x of one element (before the upstream gradient). */
-static void element(const ploss_sigmoid_problem *p, double x, double y, double w, double pw, double *loss,
-                    double *dx)
-{
-    const double e = exp(-fabs(x)), lg = log1p(e);
-    const double sp_pos = (x > 0 ? x : 0.0) + lg;  /* softplus(x)  = −log(1 − σ(x)) */
-    const double sp_neg = (x < 0 ? -x : 0.0) + lg; /* softplus(−x) = −log σ(x)       */
-    const double sig_pos = x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e); /* σ(x)  */
-    const double sig_neg = x >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e); /* σ(−x) */
-    /* terms with a zero coefficient are skipped: no 0·inf for infinite logits */
-    const double pos = y != 0.0 ? y * sp_neg : 0.0, neg = y != 1.0 ? (1.0 - y) * sp_pos : 0.0;
-    /* σ(x) − y, without cancellation near p = 1 */
-    const double p_minus_y = x >= 0 ? (1.0 - y) - sig_neg : sig_pos - y;
+#define REAL float
+#define REAL_DTYPE PLOSS_F32
+#define REAL_MAX FLT_MAX
+#define EXP expf
+#define LOG1P log1pf
+#define POW powf
+#define LOAD ploss_cpu_load_f32
+#define STORE ploss_cpu_store_f32
+#define F(name) name##_f32
+#include "sigmoid_impl.h"
+#undef REAL
+#undef REAL_DTYPE
+#undef REAL_MAX
+#undef EXP
+#undef LOG1P
+#undef POW
+#undef LOAD
+#undef STORE
+#undef F
 
-    switch (p->kind) {
-    case PLOSS_SIGMOID_BCE:
-        *loss = w * (pw * pos + neg);
-        *dx = w * ((y != 1.0 ? (1.0 - y) * sig_pos : 0.0) - (y != 0.0 ? pw * y * sig_neg : 0.0));
-        return;
-    case PLOSS_SIGMOID_FOCAL_TORCHVISION: {
-        const double A = p->a1 * y + p->a0 * (1.0 - y);
-        const double q = y * sig_neg + (1.0 - y) * sig_pos; /* 1 − p_t */
-        const double ce = pos + neg;
-        const double qg = pow(q, p->gamma); /* 0^0 = 1 */
-        *loss = A * qg * ce;
-        double d = qg * p_minus_y;
-        if (p->gamma != 0.0 && q > 0.0)
-            d += p->gamma * (1.0 - 2.0 * y) * ce * qg * (sig_pos * sig_neg / q);
-        *dx = A * d;
-        return;
-    }
-    case PLOSS_SIGMOID_FOCAL_REFERENCE:
-    default: {
-        const double ad = fabs(p_minus_y);
-        const double c = pow(ad, p->gamma);
-        const double ev = (y != 0.0 ? p->a1 * y * sp_neg : 0.0) + (y != 1.0 ? p->a0 * (1.0 - y) * sp_pos : 0.0);
-        const double de = (y != 1.0 ? p->a0 * (1.0 - y) * sig_pos : 0.0) - (y != 0.0 ? p->a1 * y * sig_neg : 0.0);
-        *loss = c * ev;
-        double d = c * de;
-        if (p->gamma != 0.0 && ad > 0.0) { /* subgradient 0 at the kink y = p */
-            double m = fmin(pow(ad, p->gamma - 1.0), DBL_MAX);
-            d += p->gamma * m * (p_minus_y > 0 ? 1.0 : -1.0) * (sig_pos * sig_neg) * ev;
-        }
-        *dx = d;
-        return;
-    }
-    }
-}
+#define REAL double
+#define REAL_DTYPE PLOSS_F64
+#define REAL_MAX DBL_MAX
+#define EXP exp
+#define LOG1P log1p
+#define POW pow
+#define LOAD ploss_cpu_load_f64
+#define STORE ploss_cpu_store_f64
+#define F(name) name##_f64
+#include "sigmoid_impl.h"
 
-ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
+ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {
     (void)ctx;
     const int64_t M = p->numel;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
-    const int want_grad = p->pass != PLOSS_PASS_FORWARD;
-    const int none = p->reduction == PLOSS_REDUCTION_NONE;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)M : 1.0;
 
     /* ω of reduced losses; per element for NONE in backward */
@@ -120,35 +106,10 @@ ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
     const ploss_status status = ploss_cpu_rows_alloc(&b, "sigmoid", M, 0, 0, CHUNK);
     if (status != PLOSS_OK)
         return status;
-    const int64_t nchunks = b.nchunks;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
-        const int64_t begin = chunk * CHUNK, end = begin + CHUNK < M ? begin + CHUNK : M;
-        walker it;
-        walker_start(&it, p, begin);
-        double acc = 0.0;
-        for (int64_t k = begin; k < end; ++k, walker_next(&it)) {
-            const double x = ploss_load(p->x, p->x_dtype, it.off[TX]);
-            const double y = ploss_load(p->t, p->t_dtype, it.off[TT]);
-            const double w = p->w ? ploss_load(p->w, p->w_dtype, it.off[TW]) : 1.0;
-            const double pw = p->pw ? ploss_load(p->pw, p->pw_dtype, it.off[TPW]) : 1.0;
-            double loss, dx;
-            element(p, x, y, w, pw, &loss, &dx);
-            if (want_loss) {
-                acc += loss;
-                if (none)
-                    ploss_store(p->loss, p->loss_dtype, it.off[TL], loss);
-            }
-            if (want_grad) {
-                double om = omega;
-                if (p->pass == PLOSS_PASS_BACKWARD && none)
-                    om = ploss_load(p->grad_loss, p->gl_dtype, it.off[TGL]);
-                ploss_store(p->grad, p->x_dtype, it.off[TG], om * dx);
-            }
-        }
-        b.partial[chunk] = acc;
-    }
+    if (p->x_dtype == PLOSS_F64)
+        run_f64(p, &b, omega);
+    else
+        run_f32(p, &b, omega);
     if (want_loss) /* 0/0 = NaN for an empty input, as PyTorch */
         ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
     ploss_cpu_rows_free(&b);

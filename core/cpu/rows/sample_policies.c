@@ -13,6 +13,7 @@
 #include "rows.h"
 #include "taylor_poly.h"
 #include "chunks.h"
+#include "isa.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -184,7 +185,7 @@ static void ohem_mine(const ploss_sample_problem *p, uint32_t *keys, unsigned ch
 
 /* ---- driver ---------------------------------------------------------------------------- */
 
-ploss_status ploss_cpu_sample_policies(ploss_ctx_t *ctx, const ploss_sample_problem *p)
+ploss_status PLOSS_ISA_FN(ploss_cpu_sample_policies)(ploss_ctx_t *ctx, const ploss_sample_problem *p)
 {
     (void)ctx;
     const int64_t M = p->N * p->S, C = p->C;

@@ -9,6 +9,7 @@
 
 #include "rows.h"
 #include "chunks.h"
+#include "isa.h"
 #include "scalar.h"
 
 #define CHUNK 256 /* samples per reduction chunk */
@@ -68,7 +69,7 @@ static double dual_focal_sample(const ploss_sfocal_problem *p, const double *x, 
     return loss;
 }
 
-ploss_status ploss_cpu_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
+ploss_status PLOSS_ISA_FN(ploss_cpu_softmax_focal)(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
 {
     (void)ctx;
     const int64_t M = p->N * p->S, C = p->C;

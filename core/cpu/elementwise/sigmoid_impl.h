@@ -1,0 +1,178 @@
+/*
+ * sigmoid_impl.h — the elementwise sigmoid kernels for one compute type, included by
+ * sigmoid.c with REAL, REAL_DTYPE, EXP, LOG1P, POW, REAL_MAX, LOAD/STORE (chunks.h row
+ * converters) and F(name) defined.  Elements go through blocks of BLOCK: a tensor that is
+ * REAL and dense is used in place, any other is gathered into a REAL buffer by the walker
+ * (and the outputs scattered back), then one vectorised loop per kind and pass computes
+ * the block; the loss is summed in double.
+ */
+
+/* Loss and ∂loss/∂x of one element (before the upstream gradient); `kind`, the pass and
+ * g2 (γ = 2: squares instead of pow) are constants at every call, so each combination
+ * compiles to its own loop without the unused maths (and without branches around calls,
+ * which would keep the loop scalar). */
+static inline __attribute__((always_inline)) void F(element)(int kind, int want_loss, int want_grad, int g2, REAL x, REAL y,
+                                                              REAL w, REAL pw, REAL a1, REAL a0, REAL gamma,
+                                                              REAL *loss, REAL *dx)
+{
+    const REAL e = EXP(-fabs(x)), r = 1 / (1 + e);
+    const REAL lg = want_loss || kind != PLOSS_SIGMOID_BCE ? LOG1P(e) : 0; /* BCE's gradient needs no log */
+    const REAL sp_pos = (x > 0 ? x : 0) + lg;          /* softplus(x)  = −log(1 − σ(x)) */
+    const REAL sp_neg = (x < 0 ? -x : 0) + lg;         /* softplus(−x) = −log σ(x)       */
+    const REAL sig_pos = x >= 0 ? r : e * r;           /* σ(x)  */
+    const REAL sig_neg = x >= 0 ? e * r : r;           /* σ(−x) */
+    /* terms with a zero coefficient are skipped: no 0·inf for infinite logits */
+    const REAL pos = y != 0 ? y * sp_neg : 0, neg = y != 1 ? (1 - y) * sp_pos : 0;
+    /* σ(x) − y, without cancellation near p = 1 */
+    const REAL p_minus_y = x >= 0 ? (1 - y) - sig_neg : sig_pos - y;
+    if (kind == PLOSS_SIGMOID_BCE) {
+        *loss = w * (pw * pos + neg);
+        if (want_grad)
+            *dx = w * ((y != 1 ? (1 - y) * sig_pos : 0) - (y != 0 ? pw * y * sig_neg : 0));
+    } else if (kind == PLOSS_SIGMOID_FOCAL_TORCHVISION) {
+        const REAL A = a1 * y + a0 * (1 - y);
+        const REAL q = y * sig_neg + (1 - y) * sig_pos; /* 1 − p_t */
+        const REAL ce = pos + neg;
+        const REAL qg = g2 ? q * q : POW(q, gamma); /* 0^0 = 1 */
+        *loss = A * qg * ce;
+        if (want_grad) {
+            const REAL extra = gamma * (1 - 2 * y) * ce * qg * (sig_pos * sig_neg / q);
+            *dx = A * (qg * p_minus_y + (gamma != 0 && q > 0 ? extra : 0));
+        }
+    } else {
+        const REAL ad = fabs(p_minus_y);
+        const REAL c = g2 ? ad * ad : POW(ad, gamma);
+        const REAL ev = (y != 0 ? a1 * y * sp_neg : 0) + (y != 1 ? a0 * (1 - y) * sp_pos : 0);
+        *loss = c * ev;
+        if (want_grad) {
+            /* dc/dx = γ·|σ − y|^(γ−1)·sign(σ − y)·σ(1 − σ); subgradient 0 at the kink y = p */
+            const REAL de = (y != 1 ? a0 * (1 - y) * sig_pos : 0) - (y != 0 ? a1 * y * sig_neg : 0);
+            const REAL pm = g2 ? ad : POW(ad, gamma - 1);
+            const REAL m = pm < REAL_MAX ? pm : REAL_MAX;
+            const REAL extra = gamma * m * (p_minus_y > 0 ? 1 : -1) * (sig_pos * sig_neg) * ev;
+            *dx = c * de + (gamma != 0 && ad > 0 ? extra : 0);
+        }
+    }
+}
+
+/* n elements of tensor `t` from the walker's position (runs along the innermost dim). */
+static void F(gather)(REAL *buf, const void *base, ploss_dtype dt, walker w, int t, int64_t n)
+{
+    const int last = w.ndim - 1;
+    for (int64_t k = 0; k < n;) {
+        int64_t run = w.shape[last] - w.idx[last];
+        run = run < n - k ? run : n - k;
+        LOAD(buf + k, base, dt, w.off[t], w.st[t][last], run);
+        walker_skip(&w, run);
+        k += run;
+    }
+}
+
+static void F(scatter)(void *base, ploss_dtype dt, walker w, int t, int64_t n, const REAL *buf)
+{
+    const int last = w.ndim - 1;
+    for (int64_t k = 0; k < n;) {
+        int64_t run = w.shape[last] - w.idx[last];
+        run = run < n - k ? run : n - k;
+        STORE(base, dt, w.off[t], w.st[t][last], run, buf + k);
+        walker_skip(&w, run);
+        k += run;
+    }
+}
+
+/* One vectorised loop per kind and pass: loss into lb (summed into acc), gradient into gb. */
+#define SIGMOID_LOOP(K, WL, WG, G2)                                                                \
+    _Pragma("omp simd reduction(+ : acc)") for (int64_t i = 0; i < n; ++i)                    \
+    {                                                                                           \
+        REAL l = 0, d = 0;                                                                      \
+        F(element)(K, WL, WG, G2, x[i], y[i], w[i], pw[i], a1, a0, gamma, &l, &d);                  \
+        if (WL) {                                                                               \
+            lb[i] = l;                                                                          \
+            acc += l;                                                                           \
+        }                                                                                       \
+        if (WG)                                                                                 \
+            gb[i] = om[i] * d;                                                                  \
+    }
+#define SIGMOID_PASSES_G(K, G2)            \
+    if (!want_grad) {                      \
+        SIGMOID_LOOP(K, 1, 0, G2)          \
+    } else if (!want_loss) {               \
+        SIGMOID_LOOP(K, 0, 1, G2)          \
+    } else {                               \
+        SIGMOID_LOOP(K, 1, 1, G2)          \
+    }
+#define SIGMOID_PASSES(K)                  \
+    if (K != PLOSS_SIGMOID_BCE && gamma == 2) { \
+        SIGMOID_PASSES_G(K, 1)             \
+    } else {                               \
+        SIGMOID_PASSES_G(K, 0)             \
+    }
+
+static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *restrict x, const REAL *restrict y,
+                       const REAL *restrict w, const REAL *restrict pw, const REAL *restrict om, REAL *restrict lb,
+                       REAL *restrict gb)
+{
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const REAL a1 = (REAL)p->a1, a0 = (REAL)p->a0, gamma = (REAL)p->gamma;
+    double acc = 0.0;
+    switch (p->kind) {
+    case PLOSS_SIGMOID_BCE: SIGMOID_PASSES(PLOSS_SIGMOID_BCE) break;
+    case PLOSS_SIGMOID_FOCAL_TORCHVISION: SIGMOID_PASSES(PLOSS_SIGMOID_FOCAL_TORCHVISION) break;
+    default: SIGMOID_PASSES(PLOSS_SIGMOID_FOCAL_REFERENCE) break;
+    }
+    return acc;
+}
+#undef SIGMOID_PASSES
+#undef SIGMOID_PASSES_G
+#undef SIGMOID_LOOP
+
+static void F(run)(const ploss_sigmoid_problem *p, ploss_cpu_rows *b, double omega)
+{
+    const int64_t M = p->numel;
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int none = p->reduction == PLOSS_REDUCTION_NONE;
+    const int per_elem_gl = p->pass == PLOSS_PASS_BACKWARD && none;
+    const int64_t nchunks = b->nchunks;
+    /* in place: REAL and one dense axis */
+#define DENSE(dt, st) ((dt) == REAL_DTYPE && p->ndim == 1 && (st)[0] == 1)
+    const int dx = DENSE(p->x_dtype, p->x_st), dt = DENSE(p->t_dtype, p->t_st);
+    const int dl = want_loss && none && DENSE(p->loss_dtype, p->l_st);
+    const int dg = want_grad && DENSE(p->x_dtype, p->g_st) && p->grad != p->x; /* in place: via the buffer */
+#undef DENSE
+
+#pragma omp parallel
+    {
+        REAL xb[BLOCK], yb[BLOCK], wb[BLOCK], pwb[BLOCK], omb[BLOCK], lbuf[BLOCK], gbuf[BLOCK];
+        for (int64_t i = 0; i < BLOCK; ++i)
+            wb[i] = pwb[i] = 1, omb[i] = (REAL)omega;
+#pragma omp for schedule(static)
+        for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
+            const int64_t cbegin = chunk * CHUNK, cend = cbegin + CHUNK < M ? cbegin + CHUNK : M;
+            walker it;
+            walker_start(&it, p, cbegin);
+            double acc = 0.0;
+            for (int64_t k = cbegin; k < cend; k += BLOCK) {
+                const int64_t n = cend - k < BLOCK ? cend - k : BLOCK;
+                const REAL *x = dx ? (const REAL *)p->x + k : xb, *y = dt ? (const REAL *)p->t + k : yb;
+                REAL *lb = dl ? (REAL *)p->loss + k : lbuf, *gb = dg ? (REAL *)p->grad + k : gbuf;
+                if (!dx)
+                    F(gather)(xb, p->x, p->x_dtype, it, TX, n);
+                if (!dt)
+                    F(gather)(yb, p->t, p->t_dtype, it, TT, n);
+                if (p->w)
+                    F(gather)(wb, p->w, p->w_dtype, it, TW, n);
+                if (p->pw)
+                    F(gather)(pwb, p->pw, p->pw_dtype, it, TPW, n);
+                if (want_grad && per_elem_gl)
+                    F(gather)(omb, p->grad_loss, p->gl_dtype, it, TGL, n);
+                acc += F(block)(p, n, x, y, wb, pwb, omb, lb, gb);
+                if (want_loss && none && !dl)
+                    F(scatter)(p->loss, p->loss_dtype, it, TL, n, lbuf);
+                if (want_grad && !dg)
+                    F(scatter)(p->grad, p->x_dtype, it, TG, n, gbuf);
+                walker_skip(&it, n);
+            }
+            b->partial[chunk] = acc;
+        }
+    }
+}
