@@ -122,6 +122,12 @@ describe("criteria built from the descriptions", function()
           local l2, g2 = F[d.name .. "_fused"](x, y, o2)
           assert.are.equal(l2, l1)
           H.assert_equal(g1, g2)
+          -- a criterion sees a list edited in place (its cached tensor is not stale)
+          local crit = cls(o1)
+          crit:forward(x, y)
+          list[1] = 2.5
+          o2[t.name] = ploss.tensor(list, { dtype = "f64" })
+          assert.are.equal(F[d.name](x, y, o2), crit:forward(x, y))
         end)
       end
     end)

@@ -180,8 +180,16 @@ end
 
 local function loss_dtype(input) return input:dtype() == "f64" and "f64" or "f32" end
 
+-- The list `v` holds the values `copy` (a list option edited in place is not stale).
+local function same_list(copy, v)
+  if #copy ~= #v then return false end
+  for i = 1, #v do if copy[i] ~= v[i] then return false end end
+  return true
+end
+
 -- The tensor options as tensors on the input's device: a list becomes a tensor of the
--- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`.
+-- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`
+-- while the list's values stay the same.
 local function tensor_args(d, o, input, cache)
   local out = {}
   for k, t in ipairs(d.tensors) do
@@ -190,8 +198,10 @@ local function tensor_args(d, o, input, cache)
       local dtype = loss_dtype(input)
       local key = t.name .. "@" .. input:device() .. "/" .. dtype
       local c = cache and cache[key]
-      if not (c and c.list == v and not c.tensor:is_freed()) then
-        c = { list = v, tensor = ploss.tensor(v, { dtype = dtype, device = input:device() }) }
+      if not (c and same_list(c.values, v) and not c.tensor:is_freed()) then
+        local values = {}
+        for i = 1, #v do values[i] = v[i] end
+        c = { values = values, tensor = ploss.tensor(v, { dtype = dtype, device = input:device() }) }
         if cache then cache[key] = c end
       end
       v = c.tensor
