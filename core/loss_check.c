@@ -275,14 +275,17 @@ static ploss_status collapse_loss(const ploss_view *v, ploss_reduction r, const 
 }
 
 /* The saved state o->state (given, state_k > 0) into s: see ploss_check_row_outputs. */
-static ploss_status check_row_state(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view *x, ploss_dtype acc,
+static ploss_status check_row_state(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view *x,
                                     const ploss_row_outputs *o, ploss_view *s)
 {
     const char *name = o->state_name;
     ploss_status st;
-    if ((st = ploss_view_init(s, o->state, name)) || (st = ploss_view_check_device(s, ctx, name)) ||
-        (st = ploss_check_dtype(s, acc, name)))
+    if ((st = ploss_view_init(s, o->state, name)) || (st = ploss_view_check_device(s, ctx, name)))
         return st;
+    /* f64 whatever the input: a state rounded to f32 would make backward differ from the
+     * fused pass (a confident sample's gradient p_y − 1 cancels) */
+    if (s->dtype != PLOSS_F32 && s->dtype != PLOSS_F64)
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: expected f64 (or f32), got %s", name, ploss_dtype_name(s->dtype));
     st = o->state_k == 1 ? ploss_check_sample_shape(s, x, name)
                          : ploss_check_shape_axis1(s, x, o->state_k, name,
                                                    " (the input's shape with the state components on axis 1)");
@@ -330,7 +333,7 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
             return st;
     }
     o->has_state = o->state && o->state_k > 0;
-    if (o->has_state && (st = check_row_state(ctx, pass, x, acc, o, &s)))
+    if (o->has_state && (st = check_row_state(ctx, pass, x, o, &s)))
         return st;
     if (pass == PLOSS_PASS_BACKWARD) {
         if (!o->grad_loss)

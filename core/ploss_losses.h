@@ -87,7 +87,8 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
- *                 target's shape, f32 (f64 for f64 input).
+ *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
+ *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.label_smoothing not a finite number in [0, 1], a non-finite scale), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -315,7 +316,8 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
- *                 target's shape, f32 (f64 for f64 input).
+ *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
+ *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.gamma
  *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
  *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
@@ -392,7 +394,8 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
- *                 target's shape, f32 (f64 for f64 input).
+ *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
+ *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
  *           not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
  *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
@@ -471,8 +474,9 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out state       NULL, or the state for _backward (three values per sample: lse, the
- *                 log-sum-exp over the non-target classes, and E), N×3×d1×…×dk, f32 (f64
- *                 for f64 input).
+ *                 log-sum-exp over the non-target classes, and E), N×3×d1×…×dk, f64 (f32
+ *                 is accepted, but backward from an f64 state equals the fused pass where an
+ *                 f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.lam
  *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
  *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
@@ -549,7 +553,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out state       NULL, or the state for _backward (Z, the Taylor normaliser of each sample),
- *                 the target's shape, f32 (f64 for f64 input).
+ *                 the target's shape, f64 (f32 is accepted, but backward from an f64 state
+ *                 equals the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.n not
  *           an even integer in [2, 64], a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
@@ -624,7 +629,8 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
  *                 input), on the input's device.
  * out state       NULL, or the state for _backward (log Σ_k w_k·e^(x_k) of each sample), the
- *                 target's shape, f32 (f64 for f64 input).
+ *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
+ *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/lb_proportion/loss or grad_input, a bad
  *           enum, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
  *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,

@@ -66,6 +66,33 @@ describe("criteria built from the descriptions", function()
         H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y1, 1, opts), { rtol = 1e-12, atol = 1e-14 })
       end)
 
+      if d.state then
+        it("backward from the saved state equals the fused pass in f32 (confident samples, logits N(50, 10²))", function()
+          local opts = options_for(d, 5)
+          local x = ploss.randn({ 64, 5 }, { dtype = "f32", seed = 31 })
+          x = ploss.tensor(x:flat(), { dtype = "f32" }):view({ 64, 5 })
+          local xv = x:totable()
+          for i = 1, 64 do
+            for j = 1, 5 do xv[i][j] = 50 + 10 * xv[i][j] end
+          end
+          -- rows 1 and 2: the confident sample of a two-class row made wider (8.36 / -5.33)
+          xv[1] = { 8.36, -5.33, -6, -7, -8 }
+          xv[2] = { 30, 0, 0, 0, 0 }
+          x = ploss.tensor(xv, { dtype = "f32" })
+          local y = ploss.zeros({ 64 }, { dtype = "i64" })
+          for _, eps in ipairs(d.name == "cross_entropy" and { 0, 0.1 } or { false }) do
+            local o = {}
+            for k, v in pairs(opts) do o[k] = v end
+            if eps then o.label_smoothing = eps end
+            local crit = cls(o)
+            local _, gf = crit(x, y)
+            gf = gf:clone()
+            crit:forward(x, y)
+            H.assert_close(crit:backward(x, y), gf, { rtol = 1e-6, atol = 0 })
+          end
+        end)
+      end
+
       it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
         local opts = options_for(d, 5)
         H.expect_error(function() cls { 0.1 } end, "options are named")

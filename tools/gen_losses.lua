@@ -110,7 +110,8 @@ local SHAPE = {
     loss = "reduction NONE: the target's shape (the input's shape without axis 1), zeros at " ..
       "ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on " ..
       "the input's device.",
-    state = "the state for _backward (%s), %s, f32 (f64 for f64 input).",
+    state = "the state for _backward (%s), %s, f64 (f32 is accepted, but backward from an f64 " ..
+      "state equals the fused pass where an f32 one loses a confident sample's gradient).",
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
     fuzz = { input = { "NCd", "f" }, loss = { "|Nd|1", "a" }, grad_loss = { "|Nd|1", "a|f" },
              grad_input = { "NCd", "x" },

@@ -315,7 +315,9 @@ function M.build(d)
     self._loss = nn.buffer(self._loss, o.reduction == "none" and loss_sizes(d, input) or {}, loss_dtype(input),
       input:device())
     if d.state then
-      self._state = nn.buffer(self._state, state_sizes(d, input), loss_dtype(input), input:device())
+      -- f64: backward from it then equals the fused pass (rounded to f32, a confident
+      -- sample's gradient would lose its digits)
+      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device())
     end
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
