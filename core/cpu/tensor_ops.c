@@ -47,21 +47,30 @@ static int64_t odometer_run(const odometer *o)
     return o->v->ndim ? o->v->shape[o->v->ndim - 1] - o->idx[o->v->ndim - 1] : 1;
 }
 
-/* Moves on n elements, n <= odometer_run(o). */
+/* Moves on n elements, n <= odometer_run(o).  A dim that wraps goes back to its start
+ * before the next one moves on, so the offset never steps past the view's last element (a
+ * size-1 dim may carry any stride). */
 static void odometer_advance(odometer *o, int64_t n)
 {
     const ploss_view *v = o->v;
     int d = v->ndim - 1;
     if (d < 0)
         return;
-    o->idx[d] += n;
-    o->off += n * v->strides[d];
-    while (d > 0 && o->idx[d] == v->shape[d]) {
+    if (o->idx[d] + n < v->shape[d]) {
+        o->idx[d] += n;
+        o->off += n * v->strides[d];
+        return;
+    }
+    o->off -= o->idx[d] * v->strides[d];
+    o->idx[d] = 0;
+    while (--d >= 0) {
+        if (o->idx[d] + 1 < v->shape[d]) {
+            ++o->idx[d];
+            o->off += v->strides[d];
+            return;
+        }
         o->off -= o->idx[d] * v->strides[d];
         o->idx[d] = 0;
-        --d;
-        ++o->idx[d];
-        o->off += v->strides[d];
     }
 }
 

@@ -1,9 +1,9 @@
 /*
  * vmath.h — the libm functions that the CPU kernels call inside `#pragma omp simd` loops,
  * declared with vector variants so that GCC vectorises those loops into calls of the GNU
- * vector ABI (_ZGV<isa>N<lanes>v_expf, …).  SLEEF's libsleefgnuabi provides them (1.0-ULP
- * accuracy); the scalar remainder of a loop calls libm.  Compilers without the vector
- * variants call libm for every element, with the same results to 1 ULP.  Internal.
+ * vector ABI (_ZGV<isa>N<lanes>v_expf, …).  glibc's libmvec provides them (within 4 ULP,
+ * its documented bound); the scalar remainder of a loop calls libm.  Compilers without the
+ * vector variants call libm for every element.  Internal.
  */
 #ifndef PLOSS_CPU_VMATH_H
 #define PLOSS_CPU_VMATH_H

@@ -30,7 +30,7 @@ if [ "${1:-}" = "--no-gnuplot" ]; then
 fi
 DEST=${1:-.debs}
 
-ROOTS=(luajit lua-busted libopenblas0-pthread libgomp1 libsleef3 libdlpack-dev dataset-fashion-mnist)
+ROOTS=(luajit lua-busted libopenblas0-pthread libgomp1 libdlpack-dev dataset-fashion-mnist)
 [ "$gnuplot" = 1 ] && ROOTS+=(gnuplot-nox)
 
 # Present on the GPU image, or never read by our runs.
