@@ -40,7 +40,17 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
             *dx = A * (qg * p_minus_y + (gamma != 0 && q > 0 ? extra : 0));
         }
     } else {
-        const REAL ad = fabs(p_minus_y);
+        /* 0 < γ < 1: |p − y|^(γ−1) is ill-conditioned at the kink y ≈ p, where σ(x)'s one
+         * rounding in float is a large relative error of p − y (1e-3 of the gradient at
+         * |p − y| ≈ 3e-5); there p − y is formed in double (x and y are exact in it), as the
+         * CUDA backend does. */
+        REAL pmy = p_minus_y;
+        if (sizeof(REAL) < sizeof(double) && gamma > 0 && gamma < 1) {
+            const double xd = (double)x, ed = exp(-fabs(xd)), invd = 1.0 / (1.0 + ed);
+            const REAL pd = (REAL)((xd >= 0.0 ? invd : ed * invd) - (double)y);
+            pmy = fabs(pmy) < (REAL)0.015625 ? pd : pmy;
+        }
+        const REAL ad = fabs(pmy);
         const REAL c = g2 ? ad * ad : POW(ad, gamma);
         const REAL ev = (y != 0 ? a1 * y * sp_neg : 0) + (y != 1 ? a0 * (1 - y) * sp_pos : 0);
         *loss = c * ev;
@@ -49,7 +59,7 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
             const REAL de = (y != 1 ? a0 * (1 - y) * sig_pos : 0) - (y != 0 ? a1 * y * sig_neg : 0);
             const REAL pm = g2 ? ad : POW(ad, gamma - 1);
             const REAL m = pm < REAL_MAX ? pm : REAL_MAX;
-            const REAL extra = gamma * m * (p_minus_y > 0 ? 1 : -1) * (sig_pos * sig_neg) * ev;
+            const REAL extra = gamma * m * (pmy > 0 ? 1 : -1) * (sig_pos * sig_neg) * ev;
             *dx = c * de + (gamma != 0 && ad > 0 ? extra : 0);
         }
     }

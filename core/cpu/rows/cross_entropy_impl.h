@@ -96,14 +96,18 @@ static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, dou
     const ploss_ce_problem *p = k->p;
     const int64_t C = p->C;
     const REAL *restrict w = k->w;
-    const REAL scale = (REAL)(w_i * csum * exp((double)m - lse)); /* w_i·csum/s */
     if (p->target_kind == PLOSS_TARGET_PROB) {
-        const REAL wa = (REAL)(w_i * p->a), wb = (REAL)(w_i * p->b);
+        /* in double, each c_j formed as in csum: a row whose softmax is exact (C = 1) gets
+         * exactly csum·1 − c = 0 */
+        const double a = p->a, b = p->b, r = csum * exp((double)m - lse); /* csum/s */
 #pragma omp simd
-        for (int64_t j = 0; j < C; ++j)
-            g[j] = g[j] * scale - (w ? w[j] : (REAL)1) * (wa * t[j] + wb);
+        for (int64_t j = 0; j < C; ++j) {
+            const double c = (w ? (double)w[j] : 1.0) * (a * t[j] + b);
+            g[j] = (REAL)(w_i * ((double)g[j] * r - c));
+        }
         return;
     }
+    const REAL scale = (REAL)(w_i * csum * exp((double)m - lse)); /* w_i·csum/s */
     const REAL wb = (REAL)(w_i * p->b);
     if (w) {
 #pragma omp simd
@@ -194,18 +198,21 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
     if (!g)
         return;
     REAL sc[TILE], wb[TILE];
+    double rs[TILE]; /* csum/s */
     for (int64_t i = 0; i < T; ++i) {
-        sc[i] = (REAL)(w_i[i] * csum[i] * exp((double)m[i] - lse[i]));
+        rs[i] = csum[i] * exp((double)m[i] - lse[i]);
+        sc[i] = (REAL)(w_i[i] * rs[i]);
         wb[i] = (REAL)(w_i[i] * p->b);
     }
     for (int64_t j = 0; j < C; ++j) {
         REAL *restrict gj = g + j * gs;
         const REAL wj = w ? w[j] : (REAL)1;
-        if (prob) {
+        if (prob) { /* in double, as row_grad */
             const REAL *restrict tj = t + j * ts;
+            const double a = p->a, b = p->b;
 #pragma omp simd
             for (int64_t i = 0; i < T; ++i)
-                gj[i] = gj[i] * sc[i] - (REAL)w_i[i] * wj * ((REAL)p->a * tj[i] + (REAL)p->b);
+                gj[i] = (REAL)(w_i[i] * ((double)gj[i] * rs[i] - (double)wj * (a * tj[i] + b)));
         } else {
 #pragma omp simd
             for (int64_t i = 0; i < T; ++i)
