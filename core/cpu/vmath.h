@@ -17,6 +17,8 @@ float logf(float);
 #pragma omp declare simd notinbranch
 float log1pf(float);
 #pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
 float powf(float, float);
 #pragma omp declare simd notinbranch
 double exp(double);
@@ -24,6 +26,8 @@ double exp(double);
 double log(double);
 #pragma omp declare simd notinbranch
 double log1p(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
 #pragma omp declare simd notinbranch
 double pow(double, double);
 
