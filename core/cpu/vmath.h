@@ -17,8 +17,6 @@ float logf(float);
 #pragma omp declare simd notinbranch
 float log1pf(float);
 #pragma omp declare simd notinbranch
-float expm1f(float);
-#pragma omp declare simd notinbranch
 float powf(float, float);
 #pragma omp declare simd notinbranch
 double exp(double);

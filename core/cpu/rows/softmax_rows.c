@@ -30,8 +30,6 @@
 #define REAL float
 #define REAL_DTYPE PLOSS_F32
 #define EXP expf
-#define EXPM1 expm1f
-#define LOG logf
 #define LOAD ploss_cpu_load_f32
 #define STORE ploss_cpu_store_f32
 #define F(name) name##_f32
@@ -39,8 +37,6 @@
 #undef REAL
 #undef REAL_DTYPE
 #undef EXP
-#undef EXPM1
-#undef LOG
 #undef LOAD
 #undef STORE
 #undef F
@@ -48,8 +44,6 @@
 #define REAL double
 #define REAL_DTYPE PLOSS_F64
 #define EXP exp
-#define EXPM1 expm1
-#define LOG log
 #define LOAD ploss_cpu_load_f64
 #define STORE ploss_cpu_store_f64
 #define F(name) name##_f64

@@ -1,7 +1,7 @@
 /*
  * softmax_rows_impl.h — the kernels of softmax_rows.h for one compute type, included by
  * softmax_rows.c with REAL (float for f32/f16/bf16 logits, double for f64), REAL_DTYPE,
- * EXP, EXPM1, LOG, LOAD/STORE (the row converters of chunks.h) defined, and F(name)
+ * EXP, LOAD/STORE (the row converters of chunks.h) defined, and F(name)
  * naming its functions.
  *
  * A tile holds T ≤ TILE samples; x[j·xs + i] is class j of sample i.  Per valid sample, with
@@ -27,21 +27,85 @@ typedef struct {
     double loss[TILE];
 } F(samples);
 
-/* Loss and state (forward), gradient (g non-NULL, gs between classes) or the OHEM keys
- * (keys non-NULL: nothing else) of one tile; g may
- * be x itself: every pass that needs x runs before the gradient pass, which reads x_j
- * before writing g_j, and the label's logit is kept aside. */
-static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, REAL *g, int64_t gs, F(samples) *sm,
-                    uint32_t *keys)
+/* The class passes of a tile, over sample i < T and class j < C with xv = x_ij; `rows`
+ * picks the loop order: vectorised along the classes of each sample (rows of contiguous
+ * classes; sums into scalars) or along the samples of each class.  Names taken from the
+ * tile function: rows, T, C, x, xi, xj, g, gi, gj, and the per-sample arrays.
+ *   TILE_MAX(N, BODY): BODY sets c0 (and c1 when N = 2), maxima into m[i] (and m2[i]);
+ *   TILE_SUM(N, BODY): BODY sets c0 … c(N−1), sums into a0[i] … (double);
+ *   TILE_EACH(BODY):   BODY sets gv, stored as g_ij. */
+#ifndef TILE_SUM
+/* ROW_PASS: the loops over the classes of each sample (PRE and POST around each row, the
+ * pragma of the class loop); COL_PASS: over the samples of each class. */
+#define ROW_PASS(PRE, PRAGMA, POST, ...)                                                           \
+    for (int64_t i = 0; i < T; ++i) {                                                              \
+        const REAL *xr = x + i * xi;                                                               \
+        PRE;                                                                                       \
+        _Pragma(PRAGMA) for (int64_t j = 0; j < C; ++j)                                           \
+        {                                                                                          \
+            const REAL xv = xr[j];                                                                 \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+        POST;                                                                                      \
+    }
+#define COL_PASS(...)                                                                              \
+    for (int64_t j = 0; j < C; ++j) {                                                              \
+        const REAL *xc = x + j * xj;                                                               \
+        _Pragma("omp simd") for (int64_t i = 0; i < T; ++i)                                        \
+        {                                                                                          \
+            const REAL xv = xc[i];                                                                 \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    }
+#define TILE_MAX(N, ...)                                                                           \
+    do {                                                                                           \
+        if (rows) {                                                                                \
+            ROW_PASS(REAL r0 = m[i]; REAL r1 = m2[i], "omp simd reduction(max : r0, r1)",          \
+                     (m[i] = r0, m2[i] = r1), REAL c0; REAL c1 = r1; __VA_ARGS__;                  \
+                     r0 = c0 > r0 ? c0 : r0; if (N > 1) r1 = c1 > r1 ? c1 : r1;)                   \
+        } else {                                                                                   \
+            COL_PASS(REAL c0; REAL c1 = m2[i]; __VA_ARGS__; m[i] = c0 > m[i] ? c0 : m[i];          \
+                     if (N > 1) m2[i] = c1 > m2[i] ? c1 : m2[i];)                                  \
+        }                                                                                          \
+    } while (0)
+#define TILE_SUM(N, ...)                                                                           \
+    do {                                                                                           \
+        if (rows) {                                                                                \
+            ROW_PASS(double r0 = 0; double r1 = 0; double r2 = 0, "omp simd reduction(+ : r0, r1, r2)", \
+                     (a0[i] += r0, a1[i] += r1, a2[i] += r2), double c0 = 0; double c1 = 0; double c2 = 0; \
+                     __VA_ARGS__; r0 += c0; if (N > 1) r1 += c1; if (N > 2) r2 += c2;)             \
+        } else {                                                                                   \
+            COL_PASS(double c0 = 0; double c1 = 0; double c2 = 0; __VA_ARGS__; a0[i] += c0;        \
+                     if (N > 1) a1[i] += c1; if (N > 2) a2[i] += c2;)                              \
+        }                                                                                          \
+    } while (0)
+#define TILE_EACH(...)                                                                             \
+    do {                                                                                           \
+        if (rows) {                                                                                \
+            ROW_PASS(REAL *gr = g + i * gi, "omp simd", (void)0, REAL gv; __VA_ARGS__; gr[j] = gv;) \
+        } else {                                                                                   \
+            COL_PASS(REAL gv; __VA_ARGS__; g[j * gj + i] = gv;)                                    \
+        }                                                                                          \
+    } while (0)
+#endif
+
+/* Loss and state (forward), gradient (g non-NULL: g[i·gi + j·gj]) or the OHEM keys (keys
+ * non-NULL: nothing else) of the tile x[i·xi + j·xj] (rows: xj = gj = 1, else xi = gi = 1);
+ * scratch: C REALs (Taylor rows).  g may be x itself: every pass that needs x runs before
+ * the gradient pass, which reads x_ij before writing g_ij, and the label's logit is kept
+ * aside. */
+static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_t xi, int64_t xj, REAL *g,
+                    int64_t gi, int64_t gj, REAL *scratch, F(samples) *sm, uint32_t *keys)
 {
     const ploss_cpu_srows *p = k->p;
     const int64_t C = p->C;
     const ploss_srows_kind kind = keys ? PLOSS_SROWS_CE : p->kind;
     const int32_t *y = sm->y;
+    const REAL *br = k->br;
     REAL m[TILE], m2[TILE], fr[TILE], cr[TILE], lsr[TILE], ls2r[TILE], col[TILE];
     double xy[TILE], by[TILE], a0[TILE], a1[TILE], a2[TILE], ls[TILE], G[TILE], PG[TILE], fy[TILE], fy1[TILE];
     for (int64_t i = 0; i < T; ++i) {
-        xy[i] = y[i] >= 0 ? x[y[i] * xs + i] : 0.0;
+        xy[i] = y[i] >= 0 ? x[i * xi + y[i] * xj] : 0.0;
         by[i] = kind == PLOSS_SROWS_PC_SOFTMAX && y[i] >= 0 ? k->cd[y[i]] : 0.0; /* the label's log prior */
         m[i] = m2[i] = -INFINITY; /* NaN and infinite logits make s, hence the loss, NaN */
         a0[i] = a1[i] = a2[i] = 0.0;
@@ -52,43 +116,34 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, REAL
     }
 
     /* maxima: m over every class (PC: of x + b), m2 over the classes other than y */
-    for (int64_t j = 0; kind != PLOSS_SROWS_TAYLOR_CE && j < C; ++j) {
-        const REAL *xj = x + j * xs, bj = k->br ? k->br[j] : 0;
-#pragma omp simd
-        for (int64_t i = 0; i < T; ++i) {
-            const REAL v = xj[i] + bj;
-            m[i] = v > m[i] ? v : m[i];
-        }
-        if (kind == PLOSS_SROWS_LARGE_MARGIN) {
-#pragma omp simd
-            for (int64_t i = 0; i < T; ++i)
-                m2[i] = (int32_t)j != y[i] && xj[i] > m2[i] ? xj[i] : m2[i];
-        }
-    }
+    if (kind == PLOSS_SROWS_LARGE_MARGIN)
+        TILE_MAX(2, c0 = xv; c1 = (int32_t)j != y[i] ? xv : c1;);
+    else if (kind != PLOSS_SROWS_TAYLOR_CE)
+        TILE_MAX(1, c0 = xv + br[j];);
 
     /* the sums over the classes, the loss and the state */
     if (!k->use_state) {
-        for (int64_t j = 0; j < C; ++j) {
-            const REAL *xj = x + j * xs, bj = k->br ? k->br[j] : 0;
-            if (kind == PLOSS_SROWS_LARGE_MARGIN) {
-#pragma omp simd
-                for (int64_t i = 0; i < T; ++i) {
-                    const int other = (int32_t)j != y[i];
-                    const REAL d = xj[i] - m2[i], e = EXP(d);
-                    a0[i] += other ? e : 0;
-                    a1[i] += other ? e * d : 0;
-                    a2[i] += other ? d : 0;
-                }
-            } else if (kind == PLOSS_SROWS_TAYLOR_CE) {
-                TAYLOR_COLUMN(REAL, col, xj, T, p->order);
+        if (kind == PLOSS_SROWS_LARGE_MARGIN) {
+            TILE_SUM(3, const int other = (int32_t)j != y[i]; const REAL d = xv - m2[i], e = EXP(d);
+                     c0 = other ? e : 0; c1 = other ? e * d : 0; c2 = other ? d : 0;);
+        } else if (kind == PLOSS_SROWS_TAYLOR_CE && rows) {
+            for (int64_t i = 0; i < T; ++i) {
+                TAYLOR_COLUMN(REAL, scratch, x + i * xi, C, p->order);
+                double z = 0.0;
+#pragma omp simd reduction(+ : z)
+                for (int64_t j = 0; j < C; ++j)
+                    z += scratch[j];
+                a0[i] = z;
+            }
+        } else if (kind == PLOSS_SROWS_TAYLOR_CE) {
+            for (int64_t j = 0; j < C; ++j) {
+                TAYLOR_COLUMN(REAL, col, x + j * xj, T, p->order);
 #pragma omp simd
                 for (int64_t i = 0; i < T; ++i)
                     a0[i] += col[i];
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < T; ++i)
-                    a0[i] += EXP((xj[i] + bj) - m[i]);
             }
+        } else {
+            TILE_SUM(1, c0 = EXP((xv + br[j]) - m[i]););
         }
         if (keys) { /* p_y rounded to f32 (rows.h) */
             for (int64_t i = 0; i < T; ++i) {
@@ -167,19 +222,12 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, REAL
             G[i] = gamma == 0.0 ? alpha[i] : alpha[i] * ug * (1.0 + gamma * exp(lp) * r);
         }
     } else if (kind == PLOSS_SROWS_DUAL_FOCAL) {
-        /* Σ_j −log(1 + ε − d_j²) and PG = Σ_j p_j·G_j, G_j = 2·d_j/(1 + ε − d_j²), d_j = p_j − [j = y] */
-        const REAL eps = (REAL)p->eps;
-        for (int64_t j = 0; j < C; ++j) {
-            const REAL *xj = x + j * xs;
-#pragma omp simd
-            for (int64_t i = 0; i < T; ++i) {
-                const int other = (int32_t)j != y[i];
-                const REAL lp = (xj[i] - m[i]) - lsr[i], pj = EXP(lp);
-                const REAL den = eps - EXPM1(lp) * (1 + pj); /* ε + (1 − p)(1 + p) */
-                a1[i] += other ? -LOG(den) : 0;
-                a2[i] += other ? pj * (2 * pj / den) : 0;
-            }
-        }
+        /* Σ_j −log(1 + ε − d_j²) and PG = Σ_j p_j·G_j, G_j = 2·d_j/(1 + ε − d_j²), d_j = p_j − [j = y];
+         * in double: G_k − PG cancels where one p_k of the other classes is near 1 */
+        const double eps = p->eps;
+        TILE_SUM(3, const int other = (int32_t)j != y[i]; const double lp = ((double)xv - m[i]) - ls[i], pj = exp(lp);
+                 const double den = eps - expm1(lp) * (1 + pj); /* ε + (1 − p)(1 + p) */
+                 c1 = other ? -log(den) : 0; c2 = other ? pj * (2 * pj / den) : 0;);
         for (int64_t i = 0; i < T; ++i) {
             const double lp = (xy[i] - m[i]) - ls[i], py = exp(lp), ad = -expm1(lp);
             const double den = p->eps + py * (1.0 + ad);
@@ -197,44 +245,41 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, REAL
     for (int64_t i = 0; i < T; ++i) {
         const double w = sm->w[i];
         wr[i] = (REAL)(kind == PLOSS_SROWS_FOCAL ? w * G[i] : kind == PLOSS_SROWS_TAYLOR_CE ? w / sm->st[0][i] : w);
-        if (kind == PLOSS_SROWS_DUAL_FOCAL)
-            col[i] = (REAL)PG[i];
     }
-    const REAL h = (REAL)(0.5 * p->lam), u = (REAL)(1.0 / (double)(C - 1)), eps = (REAL)p->eps;
-    for (int64_t j = 0; j < C; ++j) {
-        const REAL *xj = x + j * xs, bj = k->br ? k->br[j] : 0;
-        REAL *restrict gj = g + j * gs;
-        switch (kind) {
-        case PLOSS_SROWS_LARGE_MARGIN:
-#pragma omp simd
+    const REAL h = (REAL)(0.5 * p->lam), u = (REAL)(1.0 / (double)(C - 1));
+    const double eps = p->eps;
+    switch (kind) {
+    case PLOSS_SROWS_LARGE_MARGIN:
+        TILE_EACH(const REAL d = xv - m2[i], q = EXP(d - ls2r[i]); gv = wr[i] * (q * fr[i] + h * (q * (d - cr[i]) - u)););
+        break;
+    case PLOSS_SROWS_TAYLOR_CE:
+        if (rows) {
             for (int64_t i = 0; i < T; ++i) {
-                const REAL d = xj[i] - m2[i], q = EXP(d - ls2r[i]);
-                gj[i] = wr[i] * (q * fr[i] + h * (q * (d - cr[i]) - u));
+                REAL *gr = g + i * gi;
+                TAYLOR_COLUMN(REAL, scratch, x + i * xi, C, p->order - 1);
+#pragma omp simd
+                for (int64_t j = 0; j < C; ++j)
+                    gr[j] = wr[i] * scratch[j];
             }
-            break;
-        case PLOSS_SROWS_TAYLOR_CE: {
-            REAL f[TILE];
-            TAYLOR_COLUMN(REAL, f, xj, T, p->order - 1);
+        } else {
+            for (int64_t j = 0; j < C; ++j) {
+                REAL *gc = g + j * gj;
+                TAYLOR_COLUMN(REAL, col, x + j * xj, T, p->order - 1);
 #pragma omp simd
-            for (int64_t i = 0; i < T; ++i)
-                gj[i] = wr[i] * f[i];
-            break;
-        }
-        case PLOSS_SROWS_DUAL_FOCAL:
-#pragma omp simd
-            for (int64_t i = 0; i < T; ++i) {
-                const REAL lp = (xj[i] - m[i]) - lsr[i], pj = EXP(lp);
-                const REAL den = eps - EXPM1(lp) * (1 + pj);
-                gj[i] = wr[i] * pj * (2 * pj / den - col[i]);
+                for (int64_t i = 0; i < T; ++i)
+                    gc[i] = wr[i] * col[i];
             }
-            break;
-        default:
-#pragma omp simd
-            for (int64_t i = 0; i < T; ++i)
-                gj[i] = wr[i] * EXP(((xj[i] + bj) - m[i]) - lsr[i]);
-            break;
         }
+        break;
+    case PLOSS_SROWS_DUAL_FOCAL:
+        TILE_EACH(const double lp = ((double)xv - m[i]) - ls[i], pj = exp(lp); const double den = eps - expm1(lp) * (1 + pj);
+                  gv = (REAL)(sm->w[i] * pj * (2 * pj / den - PG[i])););
+        break;
+    default:
+        TILE_EACH(gv = wr[i] * EXP(((xv + br[j]) - m[i]) - lsr[i]););
+        break;
     }
+
     /* the label's entry in double (lp: log p_y, PC: of the prior-weighted softmax); nothing
      * for samples that are not valid */
     double gy[TILE];
@@ -263,48 +308,10 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, REAL
     }
     for (int64_t i = 0; i < T; ++i)
         if (y[i] >= 0)
-            g[y[i] * gs + i] = (REAL)gy[i];
+            g[i * gi + y[i] * gj] = (REAL)gy[i];
         else
             for (int64_t j = 0; j < C; ++j)
-                g[j * gs + i] = 0;
-}
-
-/* ---- tile I/O ----------------------------------------------------------------------------- */
-
-/* T samples (ss apart) × C classes (sc apart) from offset o into buf[j·ld + i] as REAL;
- * rows of contiguous REAL classes are transposed in blocks of 16 classes. */
-static void F(load_tile)(REAL *buf, int64_t ld, const void *base, ploss_dtype dt, int64_t o, int64_t sc, int64_t ss,
-                         int64_t C, int64_t T)
-{
-    if (dt == REAL_DTYPE && sc == 1) {
-        const REAL *src = (const REAL *)base + o;
-        for (int64_t j0 = 0; j0 < C; j0 += 16) {
-            const int64_t nj = C - j0 < 16 ? C - j0 : 16;
-            for (int64_t i = 0; i < T; ++i)
-                for (int64_t j = 0; j < nj; ++j)
-                    buf[(j0 + j) * ld + i] = src[i * ss + j0 + j];
-        }
-        return;
-    }
-    for (int64_t j = 0; j < C; ++j)
-        LOAD(buf + j * ld, base, dt, o + j * sc, ss, T);
-}
-
-static void F(store_tile)(void *base, ploss_dtype dt, int64_t o, int64_t sc, int64_t ss, int64_t C, int64_t T,
-                          const REAL *buf, int64_t ld)
-{
-    if (dt == REAL_DTYPE && sc == 1) {
-        REAL *dst = (REAL *)base + o;
-        for (int64_t j0 = 0; j0 < C; j0 += 16) {
-            const int64_t nj = C - j0 < 16 ? C - j0 : 16;
-            for (int64_t i = 0; i < T; ++i)
-                for (int64_t j = 0; j < nj; ++j)
-                    dst[i * ss + j0 + j] = buf[(j0 + j) * ld + i];
-        }
-        return;
-    }
-    for (int64_t j = 0; j < C; ++j)
-        STORE(base, dt, o + j * sc, ss, T, buf + j * ld);
+                g[i * gi + j * gj] = 0;
 }
 
 /* ---- driver ------------------------------------------------------------------------------ */
@@ -315,44 +322,42 @@ static ploss_status F(run)(const ploss_cpu_srows *p)
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD && !p->keys;
     const int want_grad = p->pass != PLOSS_PASS_FORWARD && !p->keys;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
-    /* a tile: neighbours along d1⋯dk within one n, or consecutive n when S = 1 */
-    const int spatial = p->S > 1;
+    /* a tile: neighbours along d1⋯dk within one n, or consecutive n when S = 1; computed
+     * along the classes when they are contiguous (rows), else along the samples */
+    const int spatial = p->S > 1, rows = p->x_sc == 1;
     const int64_t x_si = spatial ? p->x_ss : p->x_sn, g_si = spatial ? p->g_ss : p->g_sn;
-    const int direct_x = p->x_dtype == REAL_DTYPE && x_si == 1;
-    const int direct_g = want_grad && p->x_dtype == REAL_DTYPE && g_si == 1;
-    const int64_t W = C <= 2048 ? TILE : TILE / 2; /* samples per tile: buffers of W·C */
+    const int direct_x = p->x_dtype == REAL_DTYPE && (rows || x_si == 1);
+    const int direct_g = want_grad && p->x_dtype == REAL_DTYPE && (rows ? p->g_sc == 1 : g_si == 1);
+    const int64_t W = C <= 2048 ? TILE : rows ? 4 : TILE / 2; /* samples per tile: buffers of W·C */
 
-    /* per thread: x and g of one tile as REAL (sized in doubles), the class values; all
-     * taken before the first write */
+    /* per thread: x and g of one tile as REAL and a scratch row (sized in doubles); the
+     * class values; all taken before the first write */
     ploss_cpu_rows b;
-    const int rows = (int)((2 * W * (int64_t)sizeof(REAL) + sizeof(double) - 1) / sizeof(double));
-    ploss_status status = ploss_cpu_rows_alloc(&b, p->name, M, C, rows, CHUNK);
+    const int nrows = (int)(((2 * W + 1) * (int64_t)sizeof(REAL) + sizeof(double) - 1) / sizeof(double));
+    ploss_status status = ploss_cpu_rows_alloc(&b, p->name, M, C, nrows, CHUNK);
     if (status != PLOSS_OK)
         return status;
     const int pc = p->kind == PLOSS_SROWS_PC_SOFTMAX && !p->keys;
-    REAL *br = NULL;
-    double *cd = NULL;
-    if (p->w && M > 0 && !p->keys) {
-        cd = malloc((size_t)C * sizeof *cd);
-        br = pc ? malloc((size_t)C * sizeof *br) : NULL;
-        if (!cd || (pc && !br)) {
-            ploss_cpu_rows_free(&b);
-            free(cd);
-            free(br);
-            return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "%s: class values of %lld classes", p->name, (long long)C);
-        }
+    REAL *br = M > 0 ? calloc((size_t)C, sizeof *br) : NULL; /* PC: b_j, else 0 */
+    double *cd = p->w && M > 0 && !p->keys ? malloc((size_t)C * sizeof *cd) : NULL;
+    if (M > 0 && (!br || (p->w && !p->keys && !cd))) {
+        ploss_cpu_rows_free(&b);
+        free(br);
+        free(cd);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "%s: class values of %lld classes", p->name, (long long)C);
+    }
+    if (cd)
         ploss_cpu_load_f64(cd, p->w, p->w_dtype, 0, p->w_s, C);
-        for (int64_t j = 0; pc && j < C; ++j) {
-            cd[j] = log(cd[j]);
-            br[j] = (REAL)cd[j];
-        }
+    for (int64_t j = 0; pc && cd && j < C; ++j) {
+        cd[j] = log(cd[j]);
+        br[j] = (REAL)cd[j];
     }
     const F(call) k = {p, br, cd, p->pass == PLOSS_PASS_BACKWARD && p->state != NULL && !p->keys};
     const int64_t nchunks = b.nchunks;
 
 #pragma omp parallel num_threads(b.nthreads) if (M * C > 32768)
     {
-        REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num()), *gb = xb + W * C;
+        REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num()), *gb = xb + W * C, *scratch = gb + W * C;
 #pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
             double acc = 0.0;
@@ -377,22 +382,27 @@ static ploss_status F(run)(const ploss_cpu_srows *p)
                                   ? ploss_load(p->grad_loss, p->gl_dtype, nu * p->gl_sn + su * p->gl_ss)
                                   : p->omega;
                 }
-                const int64_t go = n * p->g_sn + s * p->g_ss;
+                /* x and g of the tile: in place, or rows of C (rows) / columns of W in the buffers */
+                const int64_t xo = n * p->x_sn + s * p->x_ss, go = n * p->g_sn + s * p->g_ss;
                 REAL *g = !want_grad ? NULL : direct_g ? (REAL *)p->grad + go : gb;
-                const int64_t gs = g == gb ? W : p->g_sc;
+                const int64_t gi = g == gb ? (rows ? C : 1) : rows ? g_si : 1;
+                const int64_t gj = g == gb ? (rows ? 1 : W) : rows ? 1 : p->g_sc;
                 if (any) {
-                    const int64_t xo = n * p->x_sn + s * p->x_ss;
                     const REAL *x = direct_x ? (const REAL *)p->x + xo : xb;
-                    if (!direct_x)
-                        F(load_tile)(xb, W, p->x, p->x_dtype, xo, p->x_sc, x_si, C, T);
-                    F(tile)(&k, T, x, direct_x ? p->x_sc : W, g, gs, &sm, p->keys ? p->keys + i : NULL);
+                    for (int64_t u = 0; !direct_x && u < (rows ? T : C); ++u)
+                        if (rows)
+                            LOAD(xb + u * C, p->x, p->x_dtype, xo + u * x_si, 1, C);
+                        else
+                            LOAD(xb + u * W, p->x, p->x_dtype, xo + u * p->x_sc, x_si, T);
+                    F(tile)(&k, rows, T, x, direct_x && rows ? x_si : rows ? C : 1,
+                            rows ? 1 : direct_x ? p->x_sc : W, g, gi, gj, scratch, &sm, p->keys ? p->keys + i : NULL);
                 } else if (p->keys) {
                     for (int64_t u = 0; u < T; ++u)
                         p->keys[i + u] = PLOSS_OHEM_IGNORED_KEY;
                 } else if (g) {
-                    for (int64_t j = 0; j < C; ++j)
-                        for (int64_t u = 0; u < T; ++u)
-                            g[j * gs + u] = 0;
+                    for (int64_t u = 0; u < T; ++u)
+                        for (int64_t j = 0; j < C; ++j)
+                            g[u * gi + j * gj] = 0;
                 }
                 for (int64_t u = 0; want_loss && u < T; ++u) {
                     const int64_t nu = spatial ? n : n + u, su = spatial ? s + u : s;
@@ -404,8 +414,11 @@ static ploss_status F(run)(const ploss_cpu_srows *p)
                     for (int c = 0; p->state && c < p->n_state; ++c)
                         ploss_store(p->state, p->state_dtype, nu * p->st_sn + su * p->st_ss + c * p->st_sk, sm.st[c][u]);
                 }
-                if (g == gb && g)
-                    F(store_tile)(p->grad, p->x_dtype, go, p->g_sc, g_si, C, T, gb, W);
+                for (int64_t u = 0; g == gb && g && u < (rows ? T : C); ++u)
+                    if (rows)
+                        STORE(p->grad, p->x_dtype, go + u * g_si, p->g_sc, C, gb + u * C);
+                    else
+                        STORE(p->grad, p->x_dtype, go + u * p->g_sc, g_si, T, gb + u * W);
                 i += T;
             }
             b.partial[chunk] = acc;
