@@ -7,12 +7,14 @@
  *
  * f32, f16 and bf16 logits are computed in float, f64 logits in double
  * (softmax_rows_impl.h, once for each), the dtype chosen once per call; per-sample values
- * (lse, the loss, the label's gradient entry) and the reductions in double.  Samples go
- * through tiles of up to 32 neighbours (one n of N×C×d1⋯dk, or consecutive rows of N×C)
- * laid out class by class, every loop vectorised along the samples of a tile; a tile is
- * read in place when its samples are contiguous REAL values, else converted (rows of N×C
- * transposed in blocks).  Reductions run over fixed chunks of samples summed in order, so
- * results do not depend on the number of OpenMP threads.
+ * (lse, the loss, the label's gradient entry), dual focal's class terms and the reductions
+ * in double.  Samples go
+ * through tiles of up to 32 neighbours (one n of N×C×d1⋯dk, or consecutive n when S = 1):
+ * with contiguous classes every class loop is vectorised along the classes of a sample,
+ * else along the samples of the tile.  A tile is read in place when it is REAL and
+ * contiguous along the vectorised axis, else converted into a buffer.  Reductions run over
+ * fixed chunks of samples summed in order, so results do not depend on the number of
+ * OpenMP threads.
  */
 #ifndef PLOSS_CPU_SOFTMAX_ROWS_H
 #define PLOSS_CPU_SOFTMAX_ROWS_H

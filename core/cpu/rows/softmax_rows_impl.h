@@ -1,11 +1,13 @@
 /*
  * softmax_rows_impl.h — the kernels of softmax_rows.h for one compute type, included by
  * softmax_rows.c with REAL (float for f32/f16/bf16 logits, double for f64), REAL_DTYPE,
- * EXP, LOAD/STORE (the row converters of chunks.h) defined, and F(name)
- * naming its functions.
+ * EXP, LOAD/STORE (the row converters of chunks.h) defined, and F(name) naming its
+ * functions.
  *
- * A tile holds T ≤ TILE samples; x[j·xs + i] is class j of sample i.  Per valid sample, with
- * m = max_j x_j (PC: of x_j + b_j, b_j = log w_j) and s = Σ_j e^(x_j − m):
+ * A tile holds T ≤ TILE samples; x[i·xi + j·xj] is class j of sample i, with xj = 1 (rows
+ * of contiguous classes, computed along the classes) or xi = 1 (computed along the
+ * samples).  Per valid sample, with m = max_j x_j (PC: of x_j + b_j, b_j = log w_j) and
+ * s = Σ_j e^(x_j − m):
  *   lse − x_y = (m − x_y) + log s   (no cancellation for confident samples)
  * and the gradient entries of the label, where p_y − 1 would cancel, are computed in
  * double with expm1.  The vector loops compute every class as if it were not the label
@@ -14,8 +16,8 @@
 
 typedef struct {
     const ploss_cpu_srows *p;
-    const REAL *br;    /* PC: b_j = log w_j as REAL, else NULL */
-    const double *cd;  /* PC: b_j, focal: α_j, in double; NULL = none / ones */
+    const REAL *br;    /* PC: b_j = log w_j as REAL, else zeros */
+    const double *cd;  /* PC: b_j, focal: α_j, in double; NULL: no class values (α = 1) */
     int use_state;     /* backward reads the saved state */
 } F(call);
 
@@ -26,68 +28,6 @@ typedef struct {
     double st[3][TILE];
     double loss[TILE];
 } F(samples);
-
-/* The class passes of a tile, over sample i < T and class j < C with xv = x_ij; `rows`
- * picks the loop order: vectorised along the classes of each sample (rows of contiguous
- * classes; sums into scalars) or along the samples of each class.  Names taken from the
- * tile function: rows, T, C, x, xi, xj, g, gi, gj, and the per-sample arrays.
- *   TILE_MAX(N, BODY): BODY sets c0 (and c1 when N = 2), maxima into m[i] (and m2[i]);
- *   TILE_SUM(N, BODY): BODY sets c0 … c(N−1), sums into a0[i] … (double);
- *   TILE_EACH(BODY):   BODY sets gv, stored as g_ij. */
-#ifndef TILE_SUM
-/* ROW_PASS: the loops over the classes of each sample (PRE and POST around each row, the
- * pragma of the class loop); COL_PASS: over the samples of each class. */
-#define ROW_PASS(PRE, PRAGMA, POST, ...)                                                           \
-    for (int64_t i = 0; i < T; ++i) {                                                              \
-        const REAL *xr = x + i * xi;                                                               \
-        PRE;                                                                                       \
-        _Pragma(PRAGMA) for (int64_t j = 0; j < C; ++j)                                           \
-        {                                                                                          \
-            const REAL xv = xr[j];                                                                 \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-        POST;                                                                                      \
-    }
-#define COL_PASS(...)                                                                              \
-    for (int64_t j = 0; j < C; ++j) {                                                              \
-        const REAL *xc = x + j * xj;                                                               \
-        _Pragma("omp simd") for (int64_t i = 0; i < T; ++i)                                        \
-        {                                                                                          \
-            const REAL xv = xc[i];                                                                 \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-    }
-#define TILE_MAX(N, ...)                                                                           \
-    do {                                                                                           \
-        if (rows) {                                                                                \
-            ROW_PASS(REAL r0 = m[i]; REAL r1 = m2[i], "omp simd reduction(max : r0, r1)",          \
-                     (m[i] = r0, m2[i] = r1), REAL c0; REAL c1 = r1; __VA_ARGS__;                  \
-                     r0 = c0 > r0 ? c0 : r0; if (N > 1) r1 = c1 > r1 ? c1 : r1;)                   \
-        } else {                                                                                   \
-            COL_PASS(REAL c0; REAL c1 = m2[i]; __VA_ARGS__; m[i] = c0 > m[i] ? c0 : m[i];          \
-                     if (N > 1) m2[i] = c1 > m2[i] ? c1 : m2[i];)                                  \
-        }                                                                                          \
-    } while (0)
-#define TILE_SUM(N, ...)                                                                           \
-    do {                                                                                           \
-        if (rows) {                                                                                \
-            ROW_PASS(double r0 = 0; double r1 = 0; double r2 = 0, "omp simd reduction(+ : r0, r1, r2)", \
-                     (a0[i] += r0, a1[i] += r1, a2[i] += r2), double c0 = 0; double c1 = 0; double c2 = 0; \
-                     __VA_ARGS__; r0 += c0; if (N > 1) r1 += c1; if (N > 2) r2 += c2;)             \
-        } else {                                                                                   \
-            COL_PASS(double c0 = 0; double c1 = 0; double c2 = 0; __VA_ARGS__; a0[i] += c0;        \
-                     if (N > 1) a1[i] += c1; if (N > 2) a2[i] += c2;)                              \
-        }                                                                                          \
-    } while (0)
-#define TILE_EACH(...)                                                                             \
-    do {                                                                                           \
-        if (rows) {                                                                                \
-            ROW_PASS(REAL *gr = g + i * gi, "omp simd", (void)0, REAL gv; __VA_ARGS__; gr[j] = gv;) \
-        } else {                                                                                   \
-            COL_PASS(REAL gv; __VA_ARGS__; g[j * gj + i] = gv;)                                    \
-        }                                                                                          \
-    } while (0)
-#endif
 
 /* Loss and state (forward), gradient (g non-NULL: g[i·gi + j·gj]) or the OHEM keys (keys
  * non-NULL: nothing else) of the tile x[i·xi + j·xj] (rows: xj = gj = 1, else xi = gi = 1);
@@ -225,16 +165,18 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
         /* Σ_j −log(1 + ε − d_j²) and PG = Σ_j p_j·G_j, G_j = 2·d_j/(1 + ε − d_j²), d_j = p_j − [j = y];
          * in double: G_k − PG cancels where one p_k of the other classes is near 1 */
         const double eps = p->eps;
-        TILE_SUM(3, const int other = (int32_t)j != y[i]; const double lp = ((double)xv - m[i]) - ls[i], pj = exp(lp);
+        for (int64_t i = 0; i < T; ++i)
+            a0[i] = a1[i] = 0.0;
+        TILE_SUM(2, const int other = (int32_t)j != y[i]; const double lp = ((double)xv - m[i]) - ls[i], pj = exp(lp);
                  const double den = eps - expm1(lp) * (1 + pj); /* ε + (1 − p)(1 + p) */
-                 c1 = other ? -log(den) : 0; c2 = other ? pj * (2 * pj / den) : 0;);
+                 c0 = other ? -log(den) : 0; c1 = other ? pj * (2 * pj / den) : 0;);
         for (int64_t i = 0; i < T; ++i) {
             const double lp = (xy[i] - m[i]) - ls[i], py = exp(lp), ad = -expm1(lp);
-            const double den = p->eps + py * (1.0 + ad);
+            const double den = eps + py * (1.0 + ad);
             G[i] = -2.0 * ad / den;
-            PG[i] = a2[i] + py * G[i];
+            PG[i] = a1[i] + py * G[i];
             if (!k->use_state)
-                sm->loss[i] = a1[i] - log(den);
+                sm->loss[i] = a0[i] - log(den);
         }
     }
     if (!g)
