@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # bench/cpu.sh — ploss's CPU losses against PyTorch's CPU losses (Debian python3-torch under
 # /usr/bin/python3), in one run: for each thread count and round, every case of
-# bench/cases-cpu.json runs on the ploss side (bench/cpu_ploss.lua) then the torch side
-# (bench/cpu_torch.py), so both see the same machine load; the report takes, per case and
-# side, the median over rounds of each round's median.  Writes OUT/cpu.jsonl and
-# OUT/RESULTS-cpu.md (and copies it to --results FILE).
+# bench/cases-cpu.json (or --cases FILE) runs on the ploss side (bench/cpu_ploss.lua) then
+# the torch side (bench/cpu_torch.py), so both see the same machine load; the report takes,
+# per case and side, the median over rounds of each round's median.  Writes OUT/cpu.jsonl
+# and OUT/RESULTS-cpu.md (and copies it to --results FILE).
 #
-#   source tools/env.sh build && bench/cpu.sh [--out DIR] [--results FILE]
+#   source tools/env.sh build && bench/cpu.sh [--out DIR] [--results FILE] [--cases FILE]
 #       [--threads "2 1"] [--rounds 3] [--runs 9] [--warmup 2]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-out=out/bench-cpu results="" threads="2 1" rounds=3 runs=9 warmup=2
+out=out/bench-cpu results="" cases=bench/cases-cpu.json threads="2 1" rounds=3 runs=9 warmup=2
 cmd="bench/cpu.sh $*"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;; --results) results=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;; --results) results=$2; shift 2 ;; --cases) cases=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;; --rounds) rounds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;; --warmup) warmup=$2; shift 2 ;;
     *) echo "bench/cpu.sh: unknown argument $1" >&2; exit 2 ;;
@@ -23,7 +23,6 @@ while [ $# -gt 0 ]; do
 done
 [ -n "${PLOSS_LIBRARY:-}" ] || { echo "bench/cpu.sh: source tools/env.sh BUILDDIR first" >&2; exit 1; }
 mkdir -p "$out"
-cases=bench/cases-cpu.json
 ids=$(/usr/bin/python3 -c "import json,sys; print(' '.join(c['id'] for c in json.load(open('$cases'))['cases']))")
 : >"$out/cpu.jsonl"
 for th in $threads; do

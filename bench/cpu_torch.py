@@ -5,7 +5,8 @@
 Times `loss = f(x, t); loss.backward()` on a leaf x (x.grad = None before each run),
 wall clock, median of RUNS after WARMUP, with torch.set_num_threads(THREADS).  Inputs have
 the distribution of bench/cpu_ploss.lua's (logits N(0, 2^2), 1/16 of the labels ignored,
-0/1 binary targets), drawn by torch.
+0/1 binary targets), drawn by torch.  The losses PyTorch lacks are the composites of the GPU
+benchmark (bench/torch_bench.py's baseline()).
 """
 import json
 import sys
@@ -13,6 +14,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_bench import baseline
 
 
 def sigmoid_focal(x, t, alpha, gamma):
@@ -43,8 +46,11 @@ def main():
                                      label_smoothing=opts.get("label_smoothing", 0.0))
     elif case["torch"] == "sigmoid_focal":
         fn = lambda: sigmoid_focal(x, t, opts["alpha"], opts["gamma"])
-    else:
+    elif case["torch"] == "bce_with_logits":
         fn = lambda: F.binary_cross_entropy_with_logits(x, t)
+    else:
+        f = baseline({"loss": case["torch"], "opts": opts})
+        fn = lambda: f(x, t)
 
     def run():
         x.grad = None

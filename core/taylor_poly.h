@@ -1,8 +1,9 @@
 /*
  * taylor_poly.h — the Taylor polynomial of exp, f_n(v) = Σ_{k≤n} v^k/k!, by Horner's rule
- * (f ← 1; for k = n…1: f ← 1 + f·v/k), shared by the CPU backends (core/cpu/support/taylor.c,
- * core/cpu/rows/sample_policies.c; double) and the CUDA kernels (kernels/support/taylor.cu,
- * kernels/rows/sample_policies.cu; any float type).  f_n′ = f_{n−1}.  Internal.
+ * (f ← 1; for k = n…1: f ← 1 + f·v/k), shared by the CPU support op (core/cpu/support/taylor.c;
+ * double) and the CUDA kernels (kernels/support/taylor.cu, kernels/rows/sample_policies.cu;
+ * any float type); the CPU loss kernels evaluate the same steps along a tile of samples
+ * (TAYLOR_COLUMN, core/cpu/rows/softmax_rows.c).  f_n′ = f_{n−1}.  Internal.
  */
 #ifndef PLOSS_TAYLOR_POLY_H
 #define PLOSS_TAYLOR_POLY_H

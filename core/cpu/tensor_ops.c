@@ -1,14 +1,13 @@
 /* tensor_ops.c — CPU copy, fill and Philox random numbers over strided views. */
-#include <stdint.h>
 #include <math.h>
-
-#include "philox.h"
-#include "tensor_ops.h"
-#include "scalar.h"
-
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chunks.h"
+#include "philox.h"
+#include "scalar.h"
+#include "tensor_ops.h"
 
 static int is_int(ploss_dtype d) { return d == PLOSS_I64 || d == PLOSS_I32 || d == PLOSS_U8; }
 
@@ -109,6 +108,90 @@ static void copy_run(const ploss_view *dst, int64_t od, int64_t ds, const ploss_
 }
 
 #define COPY_CHUNK 65536 /* elements per parallel piece */
+#define COPY_TA 64       /* tiles of COPY_TA along dst's fast dim × COPY_TB along src's (views */
+#define COPY_TB 64       /* whose fast dims differ) */
+
+/* The dim along which v's elements are closest in memory (smallest non-zero |stride|
+ * among dims of size > 1), or -1. */
+static int fast_dim(const ploss_view *v)
+{
+    int best = -1;
+    for (int d = 0; d < v->ndim; ++d) {
+        const int64_t st = llabs(v->strides[d]);
+        if (v->shape[d] > 1 && st != 0 && (best < 0 || st < llabs(v->strides[best])))
+            best = d;
+    }
+    return best;
+}
+
+/* Copy of views whose fast dims differ (a transposed or permuted src or dst): walks tiles
+ * of COPY_TA along dst's fast dim a × COPY_TB along src's fast dim b, each through a
+ * buffer (src read along b, dst written along a, every line of both views touched once
+ * per tile, so power-of-two strides cannot evict what is still needed); units of one
+ * band of b × the other dims run in parallel.  Returns 0 (nothing copied) when the fast
+ * dims agree. */
+static int copy_tiled(const ploss_view *dst, const ploss_view *src)
+{
+    const int a = fast_dim(dst), b = fast_dim(src);
+    if (a < 0 || b < 0 || a == b)
+        return 0;
+    /* the dims other than a and b, for the offsets of each unit */
+    ploss_view od = *dst, os = *src;
+    od.ndim = os.ndim = 0;
+    for (int d = 0; d < dst->ndim; ++d)
+        if (d != a && d != b) {
+            od.shape[od.ndim] = os.shape[os.ndim] = dst->shape[d];
+            od.strides[od.ndim++] = dst->strides[d];
+            os.strides[os.ndim++] = src->strides[d];
+        }
+    const int64_t na = dst->shape[a], nb = dst->shape[b], bblocks = (nb + COPY_TB - 1) / COPY_TB;
+    const int64_t outer = dst->numel / (na * nb), units = outer * bblocks;
+    const int64_t dsa = dst->strides[a], dsb = dst->strides[b], ssa = src->strides[a], ssb = src->strides[b];
+    const int same = dst->dtype == src->dtype;
+    const size_t es = ploss_dtype_size(dst->dtype);
+#pragma omp parallel for schedule(static) if (dst->numel > COPY_CHUNK)
+    for (int64_t unit = 0; unit < units; ++unit) {
+        const int64_t o = unit / bblocks, b0 = unit % bblocks * COPY_TB;
+        const int64_t b1 = b0 + COPY_TB < nb ? b0 + COPY_TB : nb;
+        const int64_t d0 = ploss_view_offset(&od, o), s0 = ploss_view_offset(&os, o);
+        for (int64_t a0 = 0; a0 < na; a0 += COPY_TA) {
+            const int64_t n = na - a0 < COPY_TA ? na - a0 : COPY_TA;
+            const int64_t dt = d0 + a0 * dsa, st = s0 + a0 * ssa, nbt = b1 - b0;
+#define TILE(T)                                                                                \
+    {                                                                                          \
+        T buf[COPY_TA][COPY_TB];                                                               \
+        for (int64_t k = 0; k < n; ++k) {                                                      \
+            const T *sr = (const T *)src->data + st + k * ssa + b0 * ssb;                      \
+            if (ssb == 1)                                                                      \
+                memcpy(buf[k], sr, (size_t)nbt * sizeof(T));                                   \
+            else                                                                               \
+                for (int64_t ib = 0; ib < nbt; ++ib)                                           \
+                    buf[k][ib] = sr[ib * ssb];                                                 \
+        }                                                                                      \
+        for (int64_t ib = 0; ib < nbt; ++ib) {                                                 \
+            T *dr = (T *)dst->data + dt + (b0 + ib) * dsb;                                     \
+            if (dsa == 1)                                                                      \
+                for (int64_t k = 0; k < n; ++k)                                                \
+                    dr[k] = buf[k][ib];                                                        \
+            else                                                                               \
+                for (int64_t k = 0; k < n; ++k)                                                \
+                    dr[k * dsa] = buf[k][ib];                                                  \
+        }                                                                                      \
+    }
+            switch (same ? es : 0) {
+            case 1: TILE(uint8_t) break;
+            case 2: TILE(uint16_t) break;
+            case 4: TILE(uint32_t) break;
+            case 8: TILE(uint64_t) break;
+            default:
+                for (int64_t ib = b0; ib < b1; ++ib)
+                    copy_run(dst, dt + ib * dsb, dsa, src, st + ib * ssb, ssa, n);
+            }
+#undef TILE
+        }
+    }
+    return 1;
+}
 
 ploss_status ploss_cpu_copy(const ploss_view *dst, const ploss_view *src)
 {
@@ -117,6 +200,8 @@ ploss_status ploss_cpu_copy(const ploss_view *dst, const ploss_view *src)
         memmove(dst->data, src->data, (size_t)N * ploss_dtype_size(dst->dtype));
         return PLOSS_OK;
     }
+    if (copy_tiled(dst, src))
+        return PLOSS_OK;
     const int64_t pieces = (N + COPY_CHUNK - 1) / COPY_CHUNK;
 #pragma omp parallel for schedule(static) if (pieces > 1)
     for (int64_t piece = 0; piece < pieces; ++piece) {
@@ -137,11 +222,48 @@ ploss_status ploss_cpu_copy(const ploss_view *dst, const ploss_view *src)
     return PLOSS_OK;
 }
 
-ploss_status ploss_cpu_fill(const ploss_view *dst, double value)
+ploss_status ploss_cpu_fill(const ploss_view *dst_view, double value)
 {
-#pragma omp parallel for schedule(static) if (dst->numel > 65536)
-    for (int64_t k = 0; k < dst->numel; ++k)
-        ploss_store(dst->data, dst->dtype, ploss_view_offset(dst, k), value);
+    /* the value converted once (ploss_store), then stored along runs of the innermost dim
+     * of the view with its dims in memory order (every element gets the same value) */
+    uint64_t bits = 0;
+    ploss_store(&bits, dst_view->dtype, 0, value);
+    ploss_view sorted = *dst_view;
+    for (int d = 1; d < sorted.ndim; ++d) /* insertion sort, |stride| descending */
+        for (int e = d; e > 0 && llabs(sorted.strides[e]) > llabs(sorted.strides[e - 1]); --e) {
+            const int64_t sh = sorted.shape[e], st = sorted.strides[e];
+            sorted.shape[e] = sorted.shape[e - 1], sorted.strides[e] = sorted.strides[e - 1];
+            sorted.shape[e - 1] = sh, sorted.strides[e - 1] = st;
+        }
+    const ploss_view *dst = &sorted;
+    const size_t es = ploss_dtype_size(dst->dtype);
+    const int64_t N = dst->numel, st = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
+    const int64_t pieces = (N + COPY_CHUNK - 1) / COPY_CHUNK;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+        const int64_t end = (piece + 1) * COPY_CHUNK < N ? (piece + 1) * COPY_CHUNK : N;
+        odometer o;
+        odometer_start(&o, dst, piece * COPY_CHUNK);
+        for (int64_t k = piece * COPY_CHUNK; k < end;) {
+            const int64_t n = odometer_run(&o) < end - k ? odometer_run(&o) : end - k;
+#define FILL(T)                                                  \
+    {                                                            \
+        T v;                                                     \
+        memcpy(&v, &bits, sizeof v);                             \
+        for (int64_t i = 0; i < n; ++i)                          \
+            ((T *)dst->data)[o.off + i * st] = v;                \
+    }
+            switch (es) {
+            case 1: FILL(uint8_t) break;
+            case 2: FILL(uint16_t) break;
+            case 4: FILL(uint32_t) break;
+            default: FILL(uint64_t) break;
+            }
+#undef FILL
+            odometer_advance(&o, n);
+            k += n;
+        }
+    }
     return PLOSS_OK;
 }
 
@@ -168,15 +290,29 @@ static double rand_value(const ploss_rand_spec *s, int64_t k, int64_t *ival)
 
 ploss_status ploss_cpu_rand(const ploss_view *dst, const ploss_rand_spec *spec)
 {
-#pragma omp parallel for schedule(static) if (dst->numel > 65536)
-    for (int64_t k = 0; k < dst->numel; ++k) {
-        int64_t iv = 0;
-        double v = rand_value(spec, k, &iv);
-        int64_t off = ploss_view_offset(dst, k);
-        if (spec->kind == PLOSS_RAND_INT)
-            ploss_store_int(dst->data, dst->dtype, off, iv);
-        else
-            ploss_store(dst->data, dst->dtype, off, v);
+    const int64_t N = dst->numel, st = dst->ndim ? dst->strides[dst->ndim - 1] : 0;
+    const int64_t pieces = (N + COPY_CHUNK - 1) / COPY_CHUNK;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+        const int64_t end = (piece + 1) * COPY_CHUNK < N ? (piece + 1) * COPY_CHUNK : N;
+        odometer o;
+        odometer_start(&o, dst, piece * COPY_CHUNK);
+        for (int64_t k = piece * COPY_CHUNK; k < end;) {
+            /* a run of the innermost dim, in blocks through doubles (integers exactly) */
+            int64_t n = odometer_run(&o) < end - k ? odometer_run(&o) : end - k;
+            n = n < 256 ? n : 256;
+            double buf[256];
+            for (int64_t i = 0; i < n; ++i) {
+                int64_t iv = 0;
+                buf[i] = rand_value(spec, k + i, &iv);
+                if (spec->kind == PLOSS_RAND_INT)
+                    ploss_store_int(dst->data, dst->dtype, o.off + i * st, iv);
+            }
+            if (spec->kind != PLOSS_RAND_INT)
+                ploss_cpu_store_f64(dst->data, dst->dtype, o.off, st, n, buf);
+            odometer_advance(&o, n);
+            k += n;
+        }
     }
     return PLOSS_OK;
 }

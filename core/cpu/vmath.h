@@ -25,6 +25,8 @@ double log(double);
 #pragma omp declare simd notinbranch
 double log1p(double);
 #pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
 double pow(double, double);
 
 #endif
