@@ -212,7 +212,9 @@ int ploss_view_extent(const ploss_view *v, uintptr_t *lo, uintptr_t *hi)
 int ploss_view_overlaps(const ploss_view *a, const ploss_view *b)
 {
     uintptr_t alo, ahi, blo, bhi;
-    if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
+    /* one address space per CPU whatever device_id says, one per GPU */
+    if (a->device.device_type != b->device.device_type ||
+        (a->device.device_type != kDLCPU && a->device.device_id != b->device.device_id))
         return 0;
     if (!ploss_view_extent(a, &alo, &ahi) || !ploss_view_extent(b, &blo, &bhi))
         return 0;
