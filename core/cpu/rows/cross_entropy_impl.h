@@ -119,7 +119,7 @@ static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, dou
             g[j] = g[j] * scale - wb;
     }
     const double wy = w ? (double)w[y] : 1.0;
-    g[y] = (REAL)(w_i * (csum * exp(xy - lse) - (p->b + p->a) * wy));
+    g[y] = (REAL)(w_i * (csum * exp(xy - lse) - (p->b * wy + p->a * wy)));
 }
 
 /* ---- tile kernel: T samples with unit sample stride; x, t, g rows xs, ts, gs apart ------- */
@@ -222,7 +222,7 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
     for (int64_t i = 0; !prob && i < T; ++i)
         if (y[i] >= 0) {
             const double wy = w ? (double)w[y[i]] : 1.0;
-            g[y[i] * gs + i] = (REAL)(w_i[i] * (csum[i] * exp(xy[i] - lse[i]) - (p->b + p->a) * wy));
+            g[y[i] * gs + i] = (REAL)(w_i[i] * (csum[i] * exp(xy[i] - lse[i]) - (p->b * wy + p->a * wy)));
         } else { /* ignored: zero, whatever its logits */
             for (int64_t j = 0; j < C; ++j)
                 g[j * gs + i] = 0;
