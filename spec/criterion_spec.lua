@@ -7,19 +7,6 @@ local ploss = H.ploss
 local D = require "ploss.description"
 local F = ploss.F
 
--- Valid options of a loss for C classes (its required tensors given as lists).
-local function options_for(d, C)
-  local o = {}
-  for _, t in ipairs(d.tensors) do
-    if t.required then
-      local v = {}
-      for j = 1, C do v[j] = 0.5 + j / C end
-      o[t.name] = v
-    end
-  end
-  return o
-end
-
 local function inputs_for(d, seed, dtype)
   H.seed(seed)
   if d.shape == "elementwise" then
@@ -40,7 +27,7 @@ describe("criteria built from the descriptions", function()
     describe(d.criterion, function()
       it("backward never reuses a stale state: another target, written input, edited options", function()
         local x, y1, y2 = inputs_for(d, 11, "f64")
-        local opts = options_for(d, 5)
+        local opts = H.loss_options(d, 5)
         local crit = cls(opts)
         -- another target than forward's
         crit:forward(x, y1)
@@ -68,7 +55,7 @@ describe("criteria built from the descriptions", function()
 
       if d.state then
         it("backward from the saved state equals the fused pass in f32 (confident samples, logits N(50, 10²))", function()
-          local opts = options_for(d, 5)
+          local opts = H.loss_options(d, 5)
           local x = ploss.randn({ 64, 5 }, { dtype = "f32", seed = 31 })
           x = ploss.tensor(x:flat(), { dtype = "f32" }):view({ 64, 5 })
           local xv = x:totable()
@@ -94,7 +81,7 @@ describe("criteria built from the descriptions", function()
       end
 
       it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
-        local opts = options_for(d, 5)
+        local opts = H.loss_options(d, 5)
         H.expect_error(function() cls { 0.1 } end, "options are named")
         local bad = {}
         for k, v in pairs(opts) do bad[k] = v end
@@ -110,7 +97,7 @@ describe("criteria built from the descriptions", function()
 
       it("checks every option's range when made, reporting the value as given", function()
         for _, opt in ipairs(d.lua_options) do
-          local o = options_for(d, 5)
+          local o = H.loss_options(d, 5)
           if opt.type == "int64" or opt.type == "int" then
             o[opt.name] = 1 / 0
             H.expect_error(function() cls(o) end, opt.name .. ": expected an integer")
@@ -137,7 +124,7 @@ describe("criteria built from the descriptions", function()
           local n = t.kind == "class_vector" and 5 or 3
           local list = {}
           for j = 1, n do list[j] = 0.1 + j / 7 end -- not exact in f32
-          local o1, o2 = options_for(d, 5), options_for(d, 5)
+          local o1, o2 = H.loss_options(d, 5), H.loss_options(d, 5)
           o1[t.name] = list
           o2[t.name] = ploss.tensor(list, { dtype = "f64" })
           if t.kind == "broadcast" then

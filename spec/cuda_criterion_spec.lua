@@ -8,18 +8,6 @@ local ploss = H.ploss
 local F = ploss.F
 local DEV = H.cuda_spec_device()
 
-local function options_for(d, C)
-  local o = {}
-  for _, t in ipairs(d.tensors) do
-    if t.required then
-      local v = {}
-      for j = 1, C do v[j] = 0.5 + j / C end
-      o[t.name] = v
-    end
-  end
-  return o
-end
-
 -- 256 rows of 5 logits N(50, 10²) (a row per sample), the first two rows confident
 local function confident_logits()
   local v = ploss.randn({ 256, 5 }, { dtype = "f64", seed = 41 }):totable()
@@ -37,7 +25,7 @@ describe("criteria on " .. DEV, function()
       it(d.criterion .. ": backward from the saved state equals the fused pass in f32", function()
         local x = confident_logits()
         local y = ploss.zeros({ 256 }, { dtype = "i64", device = DEV })
-        local crit = ploss[d.criterion](options_for(d, 5))
+        local crit = ploss[d.criterion](H.loss_options(d, 5))
         local _, gf = crit(x, y)
         gf = gf:clone()
         crit:forward(x, y)
@@ -50,7 +38,7 @@ describe("criteria on " .. DEV, function()
         local x = ploss.randn({ 37, 5, 3 }, { device = DEV, seed = 43 })
         local y1 = ploss.randint(0, 5, { 37, 3 }, { device = DEV, seed = 44 })
         local y2 = ploss.randint(0, 5, { 37, 3 }, { device = DEV, seed = 45 })
-        local opts = options_for(d, 5)
+        local opts = H.loss_options(d, 5)
         local crit = ploss[d.criterion](opts)
         crit:forward(x, y1)
         H.assert_close(crit:backward(x, y2), F[d.name .. "_backward"](x, y2, 1, opts), { rtol = 1e-6, atol = 1e-7 })

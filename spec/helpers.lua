@@ -384,6 +384,20 @@ function H.assert_close_scaled(got, ref, rtol, floor, what)
   H.assert_close(got, rv, { rtol = rtol, atol = math.max(rtol * m, floor or 0), what = what })
 end
 
+--- Valid options of the loss described by `d` for C classes: its required tensor options
+-- (class priors) as lists 0.5 + j/C.
+function H.loss_options(d, C)
+  local o = {}
+  for _, t in ipairs(d.tensors) do
+    if t.required then
+      local v = {}
+      for j = 1, C do v[j] = 0.5 + j / C end
+      o[t.name] = v
+    end
+  end
+  return o
+end
+
 function H.random_logits(sizes, opts)
   opts = opts or {}
   return ploss.randn(sizes, { dtype = opts.dtype or "f64", device = opts.device, std = opts.std or 1 })

@@ -60,36 +60,8 @@ static void walker_skip(walker *w, int64_t n)
     }
 }
 
-#define REAL float
-#define REAL_DTYPE PLOSS_F32
-#define REAL_MAX FLT_MAX
-#define EXP expf
-#define LOG1P log1pf
-#define POW powf
-#define LOAD ploss_cpu_load_f32
-#define STORE ploss_cpu_store_f32
-#define F(name) name##_f32
-#include "sigmoid_impl.h"
-#undef REAL
-#undef REAL_DTYPE
-#undef REAL_MAX
-#undef EXP
-#undef LOG1P
-#undef POW
-#undef LOAD
-#undef STORE
-#undef F
-
-#define REAL double
-#define REAL_DTYPE PLOSS_F64
-#define REAL_MAX DBL_MAX
-#define EXP exp
-#define LOG1P log1p
-#define POW pow
-#define LOAD ploss_cpu_load_f64
-#define STORE ploss_cpu_store_f64
-#define F(name) name##_f64
-#include "sigmoid_impl.h"
+#define PLOSS_REAL_IMPL "elementwise/sigmoid_impl.h"
+#include "real_types.h"
 
 ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {

@@ -18,27 +18,8 @@
 #define CHUNK 256 /* samples per reduction chunk */
 #define TILE 32   /* neighbouring samples of a tile (spatial inputs) */
 
-#define REAL float
-#define REAL_DTYPE PLOSS_F32
-#define EXP expf
-#define LOAD ploss_cpu_load_f32
-#define STORE ploss_cpu_store_f32
-#define F(name) name##_f32
-#include "cross_entropy_impl.h"
-#undef REAL
-#undef REAL_DTYPE
-#undef EXP
-#undef LOAD
-#undef STORE
-#undef F
-
-#define REAL double
-#define REAL_DTYPE PLOSS_F64
-#define EXP exp
-#define LOAD ploss_cpu_load_f64
-#define STORE ploss_cpu_store_f64
-#define F(name) name##_f64
-#include "cross_entropy_impl.h"
+#define PLOSS_REAL_IMPL "rows/cross_entropy_impl.h"
+#include "real_types.h"
 
 static double weight_of(const ploss_ce_problem *p, int64_t j)
 {

@@ -87,27 +87,8 @@
         }                                                                                          \
     } while (0)
 
-#define REAL float
-#define REAL_DTYPE PLOSS_F32
-#define EXP expf
-#define LOAD ploss_cpu_load_f32
-#define STORE ploss_cpu_store_f32
-#define F(name) name##_f32
-#include "softmax_rows_impl.h"
-#undef REAL
-#undef REAL_DTYPE
-#undef EXP
-#undef LOAD
-#undef STORE
-#undef F
-
-#define REAL double
-#define REAL_DTYPE PLOSS_F64
-#define EXP exp
-#define LOAD ploss_cpu_load_f64
-#define STORE ploss_cpu_store_f64
-#define F(name) name##_f64
-#include "softmax_rows_impl.h"
+#define PLOSS_REAL_IMPL "rows/softmax_rows_impl.h"
+#include "real_types.h"
 
 ploss_status PLOSS_ISA_FN(ploss_cpu_srows_run)(const ploss_cpu_srows *p)
 {
