@@ -32,11 +32,8 @@
 -- this module holds what they share with the layers of ploss/support.lua: the base class,
 -- `nn.class` and `nn.buffer`.
 return function(ploss)
-local C = ploss.C
 local nn = {}
 
---- Reduction names and their C values (PLOSS_REDUCTION_*).
-nn.reductions = { none = C.PLOSS_REDUCTION_NONE, mean = C.PLOSS_REDUCTION_MEAN, sum = C.PLOSS_REDUCTION_SUM }
 
 ---------------------------------------------------------------------------------------
 -- Criterion base class
@@ -83,7 +80,6 @@ local function same_sizes(a, b)
   for i = 1, #a do if a[i] ~= b[i] then return false end end
   return true
 end
-nn.same_sizes = same_sizes
 
 --- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.
 function nn.buffer(t, sizes, dtype, device)
