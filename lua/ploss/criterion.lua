@@ -146,7 +146,6 @@ local function resolve(d, user, extra, where)
   end
   return o
 end
-M.resolve = resolve
 
 -- A C options struct filled from resolved options.
 local function fill(d, o, copts, scale)
@@ -170,7 +169,13 @@ local function fingerprint(d, o)
   for _, t in ipairs(d.tensors) do
     local v = o[t.name]
     if ploss.is_tensor(v) then
-      parts[#parts + 1] = tostring(v:storage_id()) .. ":" .. tostring(v:version()) .. ":" .. tostring(v)
+      -- the storage and its version, and where in it the view lies
+      local dl, dims = v:dl(), {}
+      for k = 0, dl.ndim - 1 do
+        dims[#dims + 1] = tostring(dl.shape[k]) .. "/" .. (dl.strides ~= nil and tostring(dl.strides[k]) or "c")
+      end
+      parts[#parts + 1] = string.format("%d:%d:%s+%s:%s", v:storage_id(), v:version(), tostring(dl.data),
+        tostring(dl.byte_offset), table.concat(dims, ","))
     elseif v ~= nil then
       parts[#parts + 1] = table.concat(v, ",")
     end
