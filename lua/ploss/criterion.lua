@@ -221,7 +221,6 @@ local function check_args(where, input, target)
   if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
 end
 
-
 -- Sizes of the 'none' loss: the sample shape (rows) or the input's (elementwise).
 local function loss_sizes(d, input)
   local sizes = input:size()
