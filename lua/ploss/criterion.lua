@@ -162,22 +162,24 @@ local function fill(d, o, copts, scale)
   return copts
 end
 
--- A fingerprint of resolved options (the saved state is valid for these only).
-local function fingerprint(d, o)
+-- A fingerprint of resolved options and of the tensor options as passed to C (`tensors`,
+-- from tensor_args): the saved state is valid for these only.  A list option is named by
+-- its cached tensor, which is replaced when the list's values change.
+local function fingerprint(d, o, tensors)
   local parts = { o.reduction }
   for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = tostring(o[opt.name]) end
-  for _, t in ipairs(d.tensors) do
-    local v = o[t.name]
-    if ploss.is_tensor(v) then
+  for k = 1, #d.tensors do
+    local v = tensors[k]
+    if v ~= nil then
       -- the storage and its version, and where in it the view lies
       local dl, dims = v:dl(), {}
-      for k = 0, dl.ndim - 1 do
-        dims[#dims + 1] = tostring(dl.shape[k]) .. "/" .. (dl.strides ~= nil and tostring(dl.strides[k]) or "c")
+      for j = 0, dl.ndim - 1 do
+        dims[#dims + 1] = tostring(dl.shape[j]) .. "/" .. (dl.strides ~= nil and tostring(dl.strides[j]) or "c")
       end
       parts[#parts + 1] = string.format("%d:%d:%s+%s:%s", v:storage_id(), v:version(), tostring(dl.data),
         tostring(dl.byte_offset), table.concat(dims, ","))
-    elseif v ~= nil then
-      parts[#parts + 1] = table.concat(v, ",")
+    else
+      parts[#parts + 1] = "-"
     end
   end
   return table.concat(parts, "|")
@@ -228,6 +230,11 @@ local function loss_sizes(d, input)
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
+end
+
+-- Sizes of the loss of a call: the 'none' loss's, or none (one element) when reduced.
+local function loss_shape(d, o, input)
+  return o.reduction == "none" and loss_sizes(d, input) or {}
 end
 
 local function state_sizes(d, input)
@@ -303,9 +310,9 @@ function M.build(d)
   end
 
   -- what the saved state depends on
-  local function state_key(o, input, target)
+  local function state_key(o, tensors, input, target)
     return { input = input, target = target, iv = input:version(), tv = target:version(),
-             is = input:storage_id(), ts = target:storage_id(), opts = fingerprint(d, o) }
+             is = input:storage_id(), ts = target:storage_id(), opts = fingerprint(d, o, tensors) }
   end
   local function same_key(a, b)
     return a and b and a.input == b.input and a.target == b.target and a.iv == b.iv and a.tv == b.tv and
@@ -315,18 +322,18 @@ function M.build(d)
   function cls:forward_tensor(input, target)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
+    local tensors = tensor_args(d, o, input, self._cache)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, o.reduction == "none" and loss_sizes(d, input) or {}, loss_dtype(input),
-      input:device())
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())
     if d.state then
       -- f64: backward from it then equals the fused pass (rounded to f32, a confident
       -- sample's gradient would lose its digits)
       self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device())
     end
     ploss.check(call.forward(input:context(), {
-      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      input = input, target = target, tensors = tensors, copts = copts,
       loss = self._loss, state_out = self._state }), d.name .. "_forward")
-    if d.state then self._state_key = state_key(o, input, target) end
+    if d.state then self._state_key = state_key(o, tensors, input, target) end
     return self._loss
   end
 
@@ -339,15 +346,16 @@ function M.build(d)
   function cls:backward(input, target, gradOutput)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
+    local tensors = tensor_args(d, o, input, self._cache)
     local gl = grad_loss_tensor(d, o, input, gradOutput, self._grad_loss)
     if gl ~= gradOutput then self._grad_loss = gl end
     local state = nil
-    if d.state and same_key(self._state_key, state_key(o, input, target)) and not self._state:is_freed() then
+    if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
       state = self._state
     end
     self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
     ploss.check(call.backward(input:context(), {
-      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward")
     return self.gradInput
   end
@@ -357,8 +365,7 @@ function M.build(d)
     if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, o.reduction == "none" and loss_sizes(d, input) or {}, loss_dtype(input),
-      input:device())
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())
     local grad
     if o.inplace then
       grad = input
@@ -426,8 +433,7 @@ function M.build(d)
     return o, fill(d, o, ctype(), opts.scale), opts
   end
   local function loss_out(o, raw, input)
-    return raw.out or ploss.empty(o.reduction == "none" and loss_sizes(d, input) or {},
-      { dtype = loss_dtype(input), device = input:device() })
+    return raw.out or ploss.empty(loss_shape(d, o, input), { dtype = loss_dtype(input), device = input:device() })
   end
   local function result(o, raw, loss)
     if raw.out or o.reduction == "none" then return loss end
