@@ -490,8 +490,8 @@ local function gen_fuzz()
       w("    return %s(ctx, %s);", fn, table.concat(args, ", "))
       w("}")
       rows[#rows + 1] = string.format(
-        "    {.name = \"%s\", .call = fz_call_%s_%s, .nslots = %d,                              \\\n" ..
-        "     .slots = {%s},                                                                      \\\n" ..
+        "    {.name = \"%s\", .call = fz_call_%s_%s, .nslots = %d, \\\n" ..
+        "     .slots = {%s}, \\\n" ..
         "     .opts_size = sizeof(%s), .opts_init = fz_init_%s, .opts_nullable = 1, .nfields = %d, \\\n" ..
         "     .fields = {%s}},",
         fn, d.name, pass, i, table.concat(slots, ", "), d.opts_type, d.opts_type, #fields,
@@ -500,11 +500,7 @@ local function gen_fuzz()
   end
   w("")
   w("#define FZ_LOSS_ENTRIES \\")
-  for k, r in ipairs(rows) do
-    -- collapse the aligned continuation lines: the row stays one macro line group
-    r = r:gsub("%s+\\\n", " \\\n")
-    w(r .. (k < #rows and " \\" or ""))
-  end
+  for k, r in ipairs(rows) do w(r .. (k < #rows and " \\" or "")) end
   w("")
   w("#endif")
   return table.concat(out, "\n") .. "\n"
