@@ -282,7 +282,7 @@ local function make_inputs(case, shape)
   return x, t, ignored
 end
 
--- The registered criterion spec of a loss family (ploss.nn.register's spec.fname).
+-- The C calls of a loss (its criterion's _spec, built from the loss's description).
 local function find_spec(fname)
   for _, v in pairs(ploss) do
     if type(v) == "table" then
@@ -293,27 +293,14 @@ local function find_spec(fname)
   return nil
 end
 
--- The C options struct from the case's options (names as the spec's options), the same
--- way nn.register fills it; unknown names are returned so that the record shows them.
+-- The C options struct and the resolved options from the case's options (JSON nulls
+-- dropped); names the loss does not have are returned so that the record shows them.
 local function make_opts(spec, case_opts)
-  local copts = ffi.new(spec.opts_ctype)
-  C[spec.opts_init](copts)
-  local known, o = {}, {}
-  for _, opt in ipairs(spec.options) do
-    local name = opt[1]
-    known[name] = true
-    local v = case_opts[name]
-    if v ~= nil and v ~= json.null and opt.kind ~= "tensor" and opt.field ~= false then
-      o[name] = v
-      if opt.kind == "enum" then v = opt.values[v]
-      elseif opt.kind == "boolean" then v = v and 1 or 0 end
-      copts[opt.field or name] = v
-    end
+  local user = {}
+  for k, v in pairs(case_opts) do
+    if v ~= json.null then user[k] = v end
   end
-  local unknown = {}
-  for k in pairs(case_opts) do if not known[k] then unknown[#unknown + 1] = k end end
-  table.sort(unknown)
-  return copts, o, unknown
+  return spec.options(user)
 end
 
 -- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted to
@@ -370,12 +357,11 @@ local function run_mode(case, spec, mode, x, t, base)
   local stream = C.ploss_ctx_stream(ctx)
   local copts, o, unknown = make_opts(spec, case.opts)
   if #unknown > 0 then rec.unused_opts = unknown end
-  local has_fused_fields = spec.fused_fields ~= false
-  if mode ~= "fwd_bwd" and has_fused_fields then
+  if mode ~= "fwd_bwd" then
     copts.scale = 1
     copts.inplace = mode == "inplace" and 1 or 0
   end
-  local loss_dtype = (spec.loss_dtype and spec.loss_dtype(x)) or (x:dtype() == "f64" and "f64" or "f32")
+  local loss_dtype = x:dtype() == "f64" and "f64" or "f32"
   local use_state = mode == "fwd_bwd" and spec.state
 
   -- memory: the first call, with the outputs allocated after the baseline
@@ -387,13 +373,13 @@ local function run_mode(case, spec, mode, x, t, base)
   local grad, state, gl
   if mode ~= "inplace" then grad = ploss.empty_like(x) else grad = x end
   if use_state then
-    local ssizes = (spec.state_sizes or spec.loss_sizes or function(inp)
+    local ssizes = (spec.state_sizes or function(inp)
       local s = {}
       local sz = inp:size()
       for i = 1, #sz do if i ~= 2 then s[#s + 1] = sz[i] end end
       return s
     end)(x, t)
-    state = ploss.empty(ssizes, { dtype = loss_dtype, device = device })
+    state = ploss.empty(ssizes, { dtype = "f64", device = device }) -- as the criteria keep it
   end
   if mode == "fwd_bwd" then gl = ploss.full({}, 1, { dtype = loss_dtype, device = device }) end
   ploss.synchronize(device)
@@ -531,8 +517,8 @@ for _, case in ipairs(spec_file.cases) do
         for k, v in pairs(base) do rec[k] = v end
         emit(rec)
         local modes = { "fused" }
-        if spec.backward then modes[#modes + 1] = "fwd_bwd" end
-        if spec.fused_fields ~= false then modes[#modes + 1] = "inplace" end
+        modes[#modes + 1] = "fwd_bwd"
+        modes[#modes + 1] = "inplace"
         for _, mode in ipairs(modes) do
           local ok2, r = pcall(run_mode, case, spec, mode, x, t, base)
           if not ok2 then

@@ -403,10 +403,26 @@ function M.build(d)
     return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
   end
 
-  -- The C calls with the argument order of the bad-input catalogue (spec/bad_input.lua).
+  -- The C calls with the argument order of the bad-input catalogue (spec/bad_input.lua) and
+  -- of the benchmark (bench/bench.lua).
   cls._spec = {
     name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
+    state = d.state ~= nil,
     state_sizes = d.state and d.state.components > 1 and function(input) return state_sizes(d, input) end or nil,
+    -- the resolved options and the C struct of the table `user`; keys the loss does not
+    -- have are returned in a sorted list, not refused
+    options = function(user)
+      local known = { reduction = true, inplace = true }
+      for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
+      for _, t in ipairs(d.tensors) do known[t.name] = true end
+      local mine, unknown = {}, {}
+      for k, v in pairs(user) do
+        if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
+      end
+      table.sort(unknown)
+      local o = resolve(d, mine, nil, d.name)
+      return fill(d, o, ctype()), o, unknown
+    end,
     forward = function(o, ctx, input, target, copts, loss, state)
       return call.forward(ctx, { input = input, target = target, tensors = tensor_args(d, o, input), copts = copts,
         loss = loss, state_out = state })
