@@ -147,6 +147,21 @@ __device__ __forceinline__ void store_dyn(void *base, ploss_dtype dt, int64_t i,
     }
 }
 
+/* The saved state between forward and backward: f32 or f64 (the fronts refuse any other
+ * dtype), so two branches rather than the whole switch of load_dyn / store_dyn. */
+__device__ __forceinline__ double load_state(const void *base, ploss_dtype dt, int64_t i)
+{
+    return dt == PLOSS_F64 ? ((const double *)base)[i] : (double)((const float *)base)[i];
+}
+
+__device__ __forceinline__ void store_state(void *base, ploss_dtype dt, int64_t i, double v)
+{
+    if (dt == PLOSS_F64)
+        ((double *)base)[i] = v;
+    else
+        ((float *)base)[i] = (float)v;
+}
+
 /* Integer element as int64 (exact); float dtypes truncate as double_to_i64. */
 __device__ __forceinline__ int64_t load_int_dyn(const void *base, ploss_dtype dt, int64_t i)
 {

@@ -156,7 +156,7 @@ __device__ __forceinline__ void finish_skipped(const ploss_ce_problem &p, const 
     else
         acc_loss += (double)v;
     if (p.lse)
-        store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)v);
+        store_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)v);
 }
 
 /* Loss / lse outputs of a valid sample; acc_w collects Σ w_y for the forward 'mean'. */
@@ -169,7 +169,7 @@ __device__ __forceinline__ void finish_valid(const ploss_ce_problem &p, int64_t 
     else
         acc_loss += (double)loss;
     if (p.lse)
-        store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)lse);
+        store_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)lse);
     if (p.target_kind == PLOSS_TARGET_INDEX)
         acc_w += p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
 }
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS
 
         A M;
         if (saved) {
-            M = (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss); /* then e = p directly */
+            M = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss); /* then e = p directly */
         } else {
             A m = neg_inf<A>();
 #pragma unroll
@@ -622,7 +622,7 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
         if (tv)
             online1((A)to_acc(xr[jt + tid]), jt + tid);
         const Online<A> R = block_all_reduce<THREADS>(o, OnlineMerge{});
-        const A lse = saved ? (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss) : R.m + lg(R.se);
+        const A lse = saved ? (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss) : R.m + lg(R.se);
         const A om = want_grad ? omega_of<A>(p, aux, n, s) : A(0);
 
         /* pass 2: loss terms c·(lse − x) and the gradient ω·(Σc·p − c) */
@@ -744,7 +744,7 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
             const int Ci = (int)C, yi = (int)y;
             A M;
             if (saved) {
-                M = (A)load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
+                M = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
             } else {
                 M = neg_inf<A>();
 #pragma unroll
@@ -806,7 +806,7 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
             if (C > 0 && m == neg_inf<A>())
                 se = CUDART_NAN;
             const double lse_d =
-                saved ? load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss) : (double)m + log(se);
+                saved ? load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss) : (double)m + log(se);
             const A lse = (A)lse_d, csa = (A)cs;
             const A om = want_grad ? omega_of<A>(p, aux, n, s) : A(0);
             double loss = 0.0;

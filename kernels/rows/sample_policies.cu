@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sample_problem p, O
             xy = load_as<A>(x, xo + y * p.x_sc);
             if (use_state) {
                 for (int k = 0; k < Op::n_state; ++k)
-                    st.v[k] = (A)load_dyn(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss);
+                    st.v[k] = (A)load_state(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss);
             } else {
                 const auto a = row_stats(op, row, x, xo, p.x_sc, C, y, lane);
                 loss = op.finish(a, xy, st);
@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sample_problem p, O
                 ((LT *)p.loss)[n * p.l_sn + s * p.l_ss] = (LT)loss;
             if (p.state)
                 for (int k = 0; k < Op::n_state; ++k)
-                    store_dyn(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss, (double)st.v[k]);
+                    store_state(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss, (double)st.v[k]);
         }
         if (want_grad) {
             A w = omega;
@@ -907,7 +907,7 @@ __device__ __forceinline__ void sample_step(const ploss_sample_problem &p, const
             if (ps.use_state) {
 #pragma unroll
                 for (int k = 0; k < Op::n_state; ++k)
-                    st[k] = (float)load_dyn(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss);
+                    st[k] = (float)load_state(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss);
                 cx = op.from_state(st, xy);
             } else {
                 loss = op.finish(row, C, yi, xy, p.ohem ? &ks : nullptr, p.state != nullptr, st, cx);
@@ -920,7 +920,7 @@ __device__ __forceinline__ void sample_step(const ploss_sample_problem &p, const
             if (p.state)
 #pragma unroll
                 for (int k = 0; k < Op::n_state; ++k)
-                    store_dyn(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss, (double)st[k]);
+                    store_state(p.state, p.state_dtype, n * p.st_sn + k * p.st_sk + s * p.st_ss, (double)st[k]);
         }
         if (ps.want_grad) {
             /* a sample not kept runs the same loop and writes +0 (its values masked off, not

@@ -146,7 +146,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
             else if (invalid)
                 thread_sum += (A)v;
             if (p.lse)
-                store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, v);
+                store_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, v);
         }
         if (want_grad)
             for (int64_t j = lane; j < C; j += size)
@@ -176,7 +176,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
      * so 1 − p_j = rest / (1 + rest) keeps the relative accuracy of the rest). */
     double lse;
     if (p.pass == PLOSS_PASS_BACKWARD && p.lse) {
-        lse = load_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
+        lse = load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
     } else {
         /* online (max, Σe) per lane; UNROLL independent loads in flight per lane */
         constexpr int UNROLL = Group::UNROLL;
@@ -245,7 +245,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
         else
             thread_sum += loss;
         if (p.lse)
-            store_dyn(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)lse);
+            store_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss, (double)lse);
     }
     if (!want_grad)
         return;
