@@ -397,6 +397,21 @@ describe("devices", function()
     ploss.synchronize("cpu")
   end)
 
+  it("a CPU device has no stream: set_stream takes nil only", function()
+    local ffi = require "ffi"
+    assert.is_nil(ploss.stream("cpu"))
+    ploss.set_stream("cpu", nil)
+    ploss.set_stream("cpu", ffi.cast("void *", nil)) -- a NULL pointer is the default stream
+    assert.is_nil(ploss.stream("cpu"))
+    H.expect_error(function() ploss.set_stream("cpu", ffi.cast("void *", 0x1000)) end,
+      { "set_stream", "a CPU context takes no CUDA stream", "PLOSS_ERR_INVALID_ARGUMENT" })
+    H.expect_error(function() ploss.set_stream("cpu", 0x1000) end,
+      "set_stream: stream: expected a cdata pointer (a cudaStream_t) or nil, got number")
+    H.expect_error(function() ploss.set_stream("cpu", ffi.new("int64_t", 1)) end, "got ctype<int64_t>")
+    H.expect_error(function() ploss.set_stream("gpu", nil) end, "device: expected")
+    assert.is_nil(ploss.stream("cpu")) -- unchanged by the refused calls
+  end)
+
   it("without CUDA, CUDA tensors are refused with a clear message", function()
     if ploss.cuda_available() then return end
     local built = ploss.C.ploss_built_with_cuda() ~= 0

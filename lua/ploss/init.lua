@@ -215,6 +215,40 @@ function ploss.synchronize(device)
   ploss.check(C.ploss_ctx_synchronize(ploss.context(device)), "synchronize")
 end
 
+--- Queue the device's work on a CUDA stream (ploss_ctx_set_stream).  `stream`: a
+-- cudaStream_t as a cdata pointer (any pointer type: a stream made through the FFI, or
+-- another library's), or nil for the legacy default stream.  A device has one context,
+-- shared by all its tensors, so every later call on the device uses the stream: losses,
+-- tensor creation, copies, ploss.synchronize.  ploss does not own the stream: set the
+-- device back (nil) before destroying it.  Switching does not wait for the work queued on
+-- the previous stream: call ploss.synchronize(device) first when the new stream does not
+-- synchronise with it (a cudaStreamNonBlocking stream).  A CPU device takes only nil.
+--   CUDA graphs: the losses' calls can be captured on the stream (they never synchronise
+-- or allocate once the context's workspace is large enough: run the call once before
+-- capturing it; give `out`, `grad_input` and tensor options as tensors, and stop the Lua
+-- collector during the capture, since freeing a tensor calls cudaFree).  A graph keeps
+-- the workspace's address: a later call on the device that needs a larger workspace
+-- reallocates it and the graph must not be replayed after that.
+function ploss.set_stream(device, stream)
+  local ptr = nil
+  if stream ~= nil then
+    if type(stream) ~= "cdata" or not tostring(ffi.typeof(stream)):match("%*>$") then
+      ploss.raise("set_stream: stream: expected a cdata pointer (a cudaStream_t) or nil, got " ..
+        (type(stream) == "cdata" and tostring(ffi.typeof(stream)) or type(stream)))
+    end
+    ptr = ffi.cast("void *", stream)
+  end
+  ploss.check(C.ploss_ctx_set_stream(ploss.context(device), ptr), "set_stream")
+end
+
+--- The device's CUDA stream as a `void *` cdata, or nil for the legacy default stream (and
+-- for the CPU).
+function ploss.stream(device)
+  local s = C.ploss_ctx_stream(ploss.context(device))
+  if s == nil then return nil end
+  return s
+end
+
 --- Memory counters of a device: {current_bytes, peak_bytes, alloc_count} (Lua numbers).
 function ploss.memory_stats(device)
   local _, dtype, id = ploss.parse_device(device)
