@@ -315,7 +315,8 @@ describe("CUDA graphs of the fused losses (" .. DEV .. ")", function()
 
   it("the device is on the spec's stream (ploss.set_stream / ploss.stream)", function()
     if ON_GPU then
-      assert.are.equal(ffi.cast("void *", G.stream), ploss.stream(DEV))
+      assert(ffi.cast("void *", G.stream) == ploss.stream(DEV), "ploss.stream(" .. DEV .. ") is " ..
+        tostring(ploss.stream(DEV)) .. ", not the stream given to ploss.set_stream (" .. tostring(G.stream) .. ")")
       assert.are.equal("none", G.capture_status())
     else
       assert.is_nil(ploss.stream(DEV))
