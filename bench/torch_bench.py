@@ -163,10 +163,14 @@ class Ploss:
 # ----------------------------------------------------------------------------------------
 
 def small_shape(shape):
-    """The --small shape of a case: N <= 16, C <= 512, spatial dims <= 16."""
+    """The --small shape of a case: N <= 16, C <= 512, spatial dims <= 16.
+
+    A class count above 512 that is not a multiple of 8 becomes 504 + C % 8, so that the
+    shrunk rows keep the misalignment of the real ones (50257 -> 505)."""
     out = [min(shape[0], 16)]
     if len(shape) > 1:
-        out.append(min(shape[1], 512))
+        C = shape[1]
+        out.append(C if C <= 512 else (512 if C % 8 == 0 else 504 + C % 8))
     out += [min(d, 16) for d in shape[2:]]
     return out
 
