@@ -592,9 +592,11 @@ def main():
         sys.exit("torch_bench: CUDA requested but torch sees no GPU (use --device cpu)")
     if cuda:
         torch.cuda.set_device(device)
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 64)
+    has_compile = hasattr(torch, "compile") and hasattr(torch, "_dynamo")
+    if has_compile:
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, 64)
 
     out = sys.stdout if args.out == "-" else open(args.out, "w")
 
@@ -628,6 +630,10 @@ def main():
     emit(env)
     if warning:
         emit({"kind": "warning", "source": "torch", "message": warning})
+    if not args.no_compile and not has_compile:  # e.g. Debian's torch 1.13 on the CPU test
+        args.no_compile = True
+        emit({"kind": "warning", "source": "torch",
+              "message": f"torch {torch.__version__} has no torch.compile: the compile column is empty"})
     copy_bytes = args.copy_bytes or ((64 << 20) if args.small else (2 << 30))
     emit(copy_bandwidth(device, copy_bytes, 20, Timer(cuda)))
     t_all = time.perf_counter()
