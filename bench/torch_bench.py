@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of the ploss benchmark: eager and torch.compile, same inputs.
+"""PyTorch side of the ploss benchmark: eager, torch.compile and Liger-Kernel, same inputs.
 
 For every case of bench/cases.json whose loss ploss provides (its symbol
 ploss_<loss>_fused is exported by libploss), this script times the PyTorch baseline of
@@ -21,6 +21,22 @@ torch tensors' memory), exactly as bench/bench.lua generates them, so both sides
 bitwise the same logits and labels.  Without libploss (``--no-ploss``) torch's generator is
 used and every case runs; the report then marks the loss comparison as not applicable.
 
+Liger-Kernel column (``impl: "liger"``): the Triton cross entropy of the liger_kernel
+package, called as
+``LigerCrossEntropyFunction.apply(x, t, None, ignore_index, 0.0, label_smoothing, "mean",
+None, False, False)[0]`` (from liger_kernel.ops.cross_entropy; positional: weight,
+lse_square_scale, softcap, return_z_loss, return_token_accuracy left at their defaults),
+timed like the other two (``loss.backward()`` on the leaf x, CUDA events, peak extra
+memory).  Its forward writes the gradient over the logits and backward hands that memory
+to autograd as the gradient (``grad_is_logits`` in the record: whether x.grad is it), so x
+is restored from a pristine copy before each run (untimed, as bench.lua regenerates the
+logits for ploss's in-place mode) and the checksums use that copy.  Its
+loss is summed in the input's dtype (a bf16 loss for bf16 logits).  It runs only for
+``cross_entropy`` cases with 2-D logits (rows x classes) and class-index targets, on the
+GPU; everywhere else, and when ``import liger_kernel`` fails (it needs triton), the case
+gets a liger record with ``reason`` instead.  bench/run.sh installs the wheels of the
+repository's ``.whl/`` folder into /tmp/ploss-site for this (bench/README.md).
+
 Output: JSON lines (one object per line) on stdout or ``--out``.
 
 Baselines (PyTorch composites):
@@ -31,6 +47,7 @@ Baselines (PyTorch composites):
   large_margin_softmax  the reference's V1 formula (CE + lam/2 * sum (q-u) log q)
   taylor_cross_entropy  log f_n(x) - log sum f_n, nll_loss
   ohem_cross_entropy    sort-based mining (keep s <= thresh or rank < n_min), CE
+  (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
 
 Usage (GPU machine):  python3 bench/torch_bench.py --ploss-lib build/libploss.so --out torch.jsonl
 Usage (CPU test):     python3 bench/torch_bench.py --device cpu --small --ploss-lib build-cpu/libploss.so
@@ -339,6 +356,61 @@ def baseline(case):
 
 
 # ----------------------------------------------------------------------------------------
+# Liger-Kernel's cross entropy: a third column beside eager and torch.compile
+# ----------------------------------------------------------------------------------------
+
+# the case options Liger's cross entropy has an argument for (positional, see liger_fn)
+LIGER_OPTS = ("ignore_index", "label_smoothing")
+
+
+def load_liger():
+    """(LigerCrossEntropyFunction, version, None), or (None, None, why it is missing)."""
+    try:
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    except Exception as e:  # not installed, no triton, a torch it does not know, ...
+        return None, None, f"cannot import liger_kernel: {type(e).__name__}: {e}"[:500]
+    try:
+        from importlib.metadata import version
+        v = version("liger-kernel")
+    except Exception:
+        v = "?"
+    return LigerCrossEntropyFunction, v, None
+
+
+def liger_unavailable(case, shape, cuda, liger, liger_error):
+    """Why the Liger column does not apply to this case (None when it does)."""
+    if case["loss"] != "cross_entropy":
+        return f"Liger-Kernel has no {case['loss']} to compare (only cross_entropy is run)"
+    if len(shape) != 2:
+        return (f"Liger's cross entropy takes 2-D logits (rows x classes); this input is "
+                f"{'x'.join(str(d) for d in shape)}")
+    if case["target"] != "index":
+        return "Liger's cross entropy takes class-index targets"
+    extra = sorted(k for k, v in case["opts"].items() if v is not None and k not in LIGER_OPTS)
+    if extra:
+        return f"options Liger's cross entropy lacks: {', '.join(extra)}"
+    if not cuda:
+        return "cpu run: Liger's kernels are Triton GPU kernels"
+    if liger is None:
+        return liger_error or "liger_kernel not loaded"
+    return None
+
+
+def liger_fn(case, liger):
+    """f(x, t) -> loss through LigerCrossEntropyFunction ('mean' reduction)."""
+    o = case["opts"]
+    ii = int(o.get("ignore_index", -100))
+    eps = float(o.get("label_smoothing", 0.0) or 0.0)
+
+    def f(x, t):
+        # apply() takes no keywords: input (BT, V), target (BT), weight, ignore_index,
+        # lse_square_scale, label_smoothing, reduction, softcap, return_z_loss,
+        # return_token_accuracy; it returns (loss, z_loss, token_accuracy)
+        return liger.apply(x, t, None, ii, 0.0, eps, "mean", None, False, False)[0]
+    return f
+
+
+# ----------------------------------------------------------------------------------------
 # Measurement
 # ----------------------------------------------------------------------------------------
 
@@ -410,6 +482,22 @@ class Step:
 
     def __call__(self, k):
         self.run(self.prepare(k))
+
+
+class OverwritingStep(Step):
+    """A Step for a loss that writes its gradient over the logits (Liger does, in forward):
+    the logits of copy k are restored from a pristine copy before each run (untimed), as
+    bench.lua regenerates them for ploss's in-place mode."""
+
+    def __init__(self, fn, xs, ts, pristine):
+        super().__init__(fn, xs, ts)
+        self.pristine = pristine
+
+    def prepare(self, k):
+        self.xs[k].grad = None
+        with torch.no_grad():
+            self.xs[k].copy_(self.pristine[k])
+        return k
 
 
 def peak_extra(step, cuda):
@@ -526,6 +614,40 @@ def environment(args, device):
 # One case
 # ----------------------------------------------------------------------------------------
 
+def run_liger(rec, f, xs, ts, copies, args, timer):
+    """Time Liger as a user runs it: loss = f(x, t); loss.backward() on the leaf x.  Its
+    forward writes the gradient into x's memory and backward hands that memory to autograd,
+    so x is restored from a copy before each run and the checksums use the copy."""
+    cuda = timer.cuda
+    pristine = [x.detach().clone() for x in xs]
+    step = None
+    try:
+        step = OverwritingStep(f, xs, ts, pristine)
+        t_start = time.perf_counter()
+        step(0)  # the first call compiles the Triton kernels
+        sync(cuda)
+        rec["jit_s"] = time.perf_counter() - t_start
+        rec.update(summarize(time_runs(step, copies, args.warmup, args.runs, timer)))
+        rec["peak_extra_bytes"], rec["kept_after_bytes"] = peak_extra(step, cuda)
+        step.prepare(0)
+        step.run(0)
+        sync(cuda)
+        g = xs[0].grad
+        rec["loss"] = float(step.last_loss.detach().double())
+        rec["loss_dtype"] = str(step.last_loss.dtype).replace("torch.", "")
+        rec["grad_is_logits"] = g is not None and g.data_ptr() == xs[0].data_ptr()
+        rec["grad_sq"], rec["grad_dot_x"] = checksums(pristine[0], g)
+    except Exception as e:  # Liger failing must not stop the rest of the case
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    del step
+    for x, p in zip(xs, pristine):  # the logits as they were, for the float64 reference
+        x.grad = None
+        with torch.no_grad():
+            x.copy_(p)
+    del pristine
+    sync(cuda)
+
+
 def run_case(case, spec, args, device, ploss, emit):
     cuda = device.type == "cuda"
     timer = Timer(cuda)
@@ -591,6 +713,17 @@ def run_case(case, spec, args, device, ploss, emit):
         del step
         sync(cuda)
 
+    # Liger-Kernel (2-D cross-entropy on the GPU only; otherwise a record saying why not)
+    if not args.no_liger:
+        rec = dict(base, kind="torch", source="torch", impl="liger", input_bytes=in_bytes,
+                   target_bytes=tgt_bytes)
+        why = liger_unavailable(case, shape, cuda, args.liger, args.liger_error)
+        if why:
+            rec["reason"] = why
+        else:
+            run_liger(rec, liger_fn(case, args.liger), xs, ts, copies, args, timer)
+        emit(rec)
+
     # float64 reference of the same composite on the same (upcast) inputs
     rec = dict(base, kind="ref", source="torch", impl="f64")
     try:
@@ -612,6 +745,7 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-liger", action="store_true", help="leave out the Liger-Kernel column")
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: None = 'default')")
     ap.add_argument("--copy-bytes", type=int, default=None, help="bytes of the bandwidth copy (default 2 GiB, 64 MiB with --small)")
     ap.add_argument("--ref-chunk-bytes", type=int, default=4 << 30,
@@ -659,12 +793,20 @@ def main():
                        f"values cannot be checked against these")
             print("torch_bench: WARNING: " + warning, file=sys.stderr)
 
+    args.liger, args.liger_version, args.liger_error = None, None, "--no-liger"
+    if not args.no_liger:
+        args.liger, args.liger_version, args.liger_error = load_liger()
+        if args.liger_error:
+            print("torch_bench: no Liger column: " + args.liger_error, file=sys.stderr)
+
     spec = load_cases(args.cases)
     only = set(s for s in args.only.split(",") if s)
     env = environment(args, device)
     env["small"] = args.small
     env["ploss_lib"] = ploss.path if ploss else None
     env["compile_mode"] = args.compile_mode or "default"
+    env["liger"] = args.liger_version
+    env["liger_error"] = args.liger_error
     emit(env)
     if warning:
         emit({"kind": "warning", "source": "torch", "message": warning})
