@@ -309,17 +309,21 @@ local function make_opts(spec, case_opts)
   return spec.options(user)
 end
 
--- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted to
--- f64 on the device first (a device copy), then moved with a plain device-to-host copy.
+-- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted on
+-- the device first (a device copy), then moved with a plain device-to-host copy.  Chunks
+-- of f32/f16/bf16 tensors travel as f32, which holds them exactly (half the bytes of f64:
+-- the largest cases move tens of GB here), and are widened to f64 in the sums.
 local CHUNK = 4 * 1024 * 1024
 local function checksums(x, g)
   local n = x:numel()
   local m = math.min(CHUNK, n)
   local xv, gv = x:view(n), g:view(n)
-  local hx = ploss.empty({ m }, { dtype = "f64" })
-  local hg = ploss.empty({ m }, { dtype = "f64" })
-  local dx = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
-  local dg = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
+  local xdt = x:dtype() == "f64" and "f64" or "f32"
+  local gdt = g:dtype() == "f64" and "f64" or "f32"
+  local hx = ploss.empty({ m }, { dtype = xdt })
+  local hg = ploss.empty({ m }, { dtype = gdt })
+  local dx = on_cuda and ploss.empty({ m }, { dtype = xdt, device = device }) or nil
+  local dg = on_cuda and ploss.empty({ m }, { dtype = gdt, device = device }) or nil
   local function part(t, len) return len == t:numel() and t or t:narrow(1, 1, len) end
   local sq, dot = 0, 0
   local start = 1
@@ -334,8 +338,8 @@ local function checksums(x, g)
       part(hx, len):copy(xv:narrow(1, start, len))
       part(hg, len):copy(gv:narrow(1, start, len))
     end
-    local px = ffi.cast("double *", hx:dl().data)
-    local pg = ffi.cast("double *", hg:dl().data)
+    local px = ffi.cast(xdt == "f64" and "double *" or "float *", hx:dl().data)
+    local pg = ffi.cast(gdt == "f64" and "double *" or "float *", hg:dl().data)
     for k = 0, len - 1 do
       local gk = pg[k]
       sq = sq + gk * gk
