@@ -25,7 +25,7 @@
 # Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
 # BENCH_WHEELS / BENCH_SITE (the wheel folder and the install target, defaults above),
 # BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
-# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 380 / 150: the whole run
+# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 300 / 230: the whole run
 # within 10 minutes).
 # Exit status: 0 when the report was written (a failing side is reported in it), 1 otherwise.
 set -uo pipefail
@@ -90,7 +90,7 @@ fi
 # ---- ploss side ---------------------------------------------------------------------------
 pdev=(); [ "$device" = cpu ] && pdev=(--cpu)
 log "ploss side: $LUAJIT bench/bench.lua"
-timeout "${BENCH_PLOSS_TIMEOUT:-150}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
+timeout "${BENCH_PLOSS_TIMEOUT:-230}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
   --out "$outdir/ploss.jsonl" 2>"$outdir/ploss.log"
 rc=$?
 [ $rc -eq 0 ] || { log "ploss side exited with $rc (see ploss.log)"; tail -20 "$outdir/ploss.log" >&2; }
@@ -115,7 +115,7 @@ fi
 
 # ---- PyTorch side -------------------------------------------------------------------------
 log "torch side: $PYTHON bench/torch_bench.py"
-PYTHONPATH="$torch_path" PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-380}" "$PYTHON" bench/torch_bench.py --device "$device" \
+PYTHONPATH="$torch_path" PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-300}" "$PYTHON" bench/torch_bench.py --device "$device" \
   "${small[@]}" "${common[@]}" "${torch_only[@]}" --ploss-lib "$PLOSS_LIBRARY" \
   --out "$outdir/torch.jsonl" 2>"$outdir/torch.log"
 rc=$?
