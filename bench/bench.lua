@@ -72,8 +72,11 @@ do
     elseif a == "--copy-bytes" then args.copy_bytes = tonumber(val())
     elseif a == "--no-copy" then args.copy = false
     elseif a == "--no-checksums" then args.checksums = false
-    elseif a == "-h" or a == "--help" then
-      io.write((debug.getinfo(1, "S").source:sub(2)) .. "\n")
+    elseif a == "-h" or a == "--help" then -- the comment block at the top of this file
+      for line in io.lines((debug.getinfo(1, "S").source:sub(2))) do
+        if not line:match("^%-%-") then break end
+        io.write((line:gsub("^%-%-%-? ?", "")), "\n")
+      end
       os.exit(0)
     else usage("unknown argument " .. a) end
     i = i + 1
