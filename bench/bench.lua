@@ -15,9 +15,9 @@
 --   inplace  spec.fused with opts.inplace = 1: the gradient overwrites the logits (the
 --            logits are regenerated before every run, outside the timed region)
 -- Time: CUDA events (cudaEventRecord on the context's stream, via libcudart through the
--- FFI) around each run; median of --runs after --warmup runs.  Every input here is far
--- larger than the H200's 60 MB L2 (the smallest is 159 MB), so no rotation is needed; a
--- case below 4x the L2 is flagged `l2_resident` in its record.
+-- FFI) around each run; median of --runs after --warmup runs.  The inputs are not rotated:
+-- all but the latency case (ce-256x1000-f32, 1 MB, meant to be timed warm) are far larger
+-- than the H200's 60 MB L2; a case below 4x the L2 is flagged `l2_resident` in its record.
 -- Memory: ploss's allocator counters (ploss.memory_stats / ploss.reset_peak_memory) around the
 -- first call of each mode: peak_extra_bytes = peak − bytes held before the mode's outputs
 -- were allocated (= outputs the caller allocates: gradient, loss, state, + workspace),
@@ -72,8 +72,11 @@ do
     elseif a == "--copy-bytes" then args.copy_bytes = tonumber(val())
     elseif a == "--no-copy" then args.copy = false
     elseif a == "--no-checksums" then args.checksums = false
-    elseif a == "-h" or a == "--help" then
-      io.write((debug.getinfo(1, "S").source:sub(2)) .. "\n")
+    elseif a == "-h" or a == "--help" then -- the comment block at the top of this file
+      for line in io.lines((debug.getinfo(1, "S").source:sub(2))) do
+        if not line:match("^%-%-") then break end
+        io.write((line:gsub("^%-%-%-? ?", "")), "\n")
+      end
       os.exit(0)
     else usage("unknown argument " .. a) end
     i = i + 1
@@ -236,9 +239,15 @@ end
 local spec_file = json.decode(assert(io.open(args.cases)):read("*a"))
 local SEED, STD = spec_file.seed, spec_file.logit_std
 
+-- The --small shape (the same rule as small_shape in bench/torch_bench.py): N <= 16,
+-- C <= 512 (a C above 512 that is not a multiple of 8 becomes 504 + C % 8, keeping the
+-- rows' misalignment), spatial dims <= 16.
 local function small_shape(shape)
   local s = { math.min(shape[1], 16) }
-  if #shape > 1 then s[2] = math.min(shape[2], 512) end
+  if #shape > 1 then
+    local c = shape[2]
+    s[2] = c <= 512 and c or (c % 8 == 0 and 512 or 504 + c % 8)
+  end
   for i = 3, #shape do s[i] = math.min(shape[i], 16) end
   return s
 end
@@ -303,17 +312,21 @@ local function make_opts(spec, case_opts)
   return spec.options(user)
 end
 
--- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted to
--- f64 on the device first (a device copy), then moved with a plain device-to-host copy.
+-- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted on
+-- the device first (a device copy), then moved with a plain device-to-host copy.  Chunks
+-- of f32/f16/bf16 tensors travel as f32, which holds them exactly (half the bytes of f64:
+-- the largest cases move tens of GB here), and are widened to f64 in the sums.
 local CHUNK = 4 * 1024 * 1024
 local function checksums(x, g)
   local n = x:numel()
   local m = math.min(CHUNK, n)
   local xv, gv = x:view(n), g:view(n)
-  local hx = ploss.empty({ m }, { dtype = "f64" })
-  local hg = ploss.empty({ m }, { dtype = "f64" })
-  local dx = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
-  local dg = on_cuda and ploss.empty({ m }, { dtype = "f64", device = device }) or nil
+  local xdt = x:dtype() == "f64" and "f64" or "f32"
+  local gdt = g:dtype() == "f64" and "f64" or "f32"
+  local hx = ploss.empty({ m }, { dtype = xdt })
+  local hg = ploss.empty({ m }, { dtype = gdt })
+  local dx = on_cuda and ploss.empty({ m }, { dtype = xdt, device = device }) or nil
+  local dg = on_cuda and ploss.empty({ m }, { dtype = gdt, device = device }) or nil
   local function part(t, len) return len == t:numel() and t or t:narrow(1, 1, len) end
   local sq, dot = 0, 0
   local start = 1
@@ -328,8 +341,8 @@ local function checksums(x, g)
       part(hx, len):copy(xv:narrow(1, start, len))
       part(hg, len):copy(gv:narrow(1, start, len))
     end
-    local px = ffi.cast("double *", hx:dl().data)
-    local pg = ffi.cast("double *", hg:dl().data)
+    local px = ffi.cast(xdt == "f64" and "double *" or "float *", hx:dl().data)
+    local pg = ffi.cast(gdt == "f64" and "double *" or "float *", hg:dl().data)
     for k = 0, len - 1 do
       local gk = pg[k]
       sq = sq + gk * gk

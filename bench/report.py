@@ -5,10 +5,12 @@
                             [--command "the command that made them"] [--out RESULTS.md]
 
 One row per case: ploss fused ms, ploss forward-then-backward ms, PyTorch eager ms,
-torch.compile ms, the floor (bytes the pass must move: read the logits and the labels
+torch.compile ms, Liger-Kernel's cross entropy ms and its time over ploss fused ("n/a"
+where it did not run: not a 2-D cross-entropy case, a CPU run, or liger_kernel missing),
+the floor (bytes the pass must move: read the logits and the labels
 once, write the gradient once, over the copy bandwidth measured in the same run), ploss as
 a percentage of the floor (floor / ploss time), peak extra memory over the input size for
-ploss / eager / compile, the relative difference of ploss's loss (and gradient checksums)
+ploss / eager / compile / Liger, the relative difference of ploss's loss (and gradient checksums)
 from PyTorch's float64 reference on the same inputs, and the issue's target with
 met / missed.  A row whose loss or gradient checksums differ from the reference by more
 than the dtype's tolerance is marked WRONG and never counts as met.
@@ -65,7 +67,13 @@ def rel(a, b):
 def fmt_ms(v):
     if v is None:
         return "—"
+    if v < 0.1:  # latency cases: keep two significant digits
+        return f"{v:.4f}"
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
+def fmt_target_ms(v):
+    return f"{v:.3f}" if v < 0.1 else f"{v:.2f}"
 
 
 def fmt_x(v):
@@ -142,6 +150,11 @@ def build(args):
               if penv.get("cudart_version") else "")
     L[-1] += f", PyTorch {tenv.get('torch', '?')} (CUDA {tenv.get('torch_cuda', '?')})"
     L.append(f"- **Date**: {tenv.get('date_utc') or penv.get('date_utc') or '?'}")
+    if tenv.get("liger"):
+        L.append(f"- **Liger-Kernel**: {tenv['liger']} (`liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction`, "
+                 "2-D cross-entropy cases on the GPU; the logits are restored before each run, untimed)")
+    elif tenv:
+        L.append(f"- **Liger-Kernel**: not available ({tenv.get('liger_error') or 'not recorded by this torch_bench.py'})")
     if args.command:
         L.append(f"- **Command**: `{args.command.strip()}`")
     if bw:
@@ -170,7 +183,9 @@ def build(args):
              f"{penv.get('warmup', '?')} warm-up runs; torch.compile mode "
              f"'{tenv.get('compile_mode', 'default')}', dynamic=False, compiled once per case.")
     L.append("")
-    L.append("Columns: ms are medians. *floor* = (input read + labels read + gradient written) / copy "
+    L.append("Columns: ms are medians. *Liger* = Liger-Kernel's cross entropy (forward + backward, "
+             "as eager), *Liger ÷ ploss* = its time over ploss fused (above 1: ploss is faster); n/a where "
+             "it did not run (the reason is in the case's details). *floor* = (input read + labels read + gradient written) / copy "
              "bandwidth. *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
              "input (logits) size; the gradient counts as extra (PyTorch allocates it in backward, "
              "ploss's caller allocates it), inputs do not; ploss in place: the extra bytes. "
@@ -180,8 +195,9 @@ def build(args):
              f"Tolerances (loss / grad): " +
              ", ".join(f"{d} {LOSS_TOL[d]:.0e} / {GRAD_TOL[d]:.0e}" for d in ("f32", "bf16", "f16", "f64")) + ".")
     L.append("")
-    hdr = ("| case | ploss fused | ploss fwd+bwd | eager | compile | floor | % floor | mem ploss | "
-           "mem ploss in place | mem eager | mem compile | loss Δ | grad Δ | target | status |")
+    hdr = ("| case | ploss fused | ploss fwd+bwd | eager | compile | Liger | Liger ÷ ploss | floor | % floor | "
+           "mem ploss | mem ploss in place | mem eager | mem compile | mem Liger | loss Δ | grad Δ | target | "
+           "status |")
     L.append(hdr)
     L.append("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
 
@@ -190,6 +206,8 @@ def build(args):
         cid = c["id"]
         pf, pfb, pip = pruns.get((cid, "fused")), pruns.get((cid, "fwd_bwd")), pruns.get((cid, "inplace"))
         te, tc, ref = torch_runs.get((cid, "eager")), torch_runs.get((cid, "compile")), torch_ref.get((cid, "f64"))
+        tl = torch_runs.get((cid, "liger"))
+        tl_ran = bool(tl and tl.get("ms_median") is not None and not tl.get("error"))
         if not (pf or te or tc):
             why = []
             for s in (pskip.get((cid, None)), tskip.get((cid, None))):
@@ -247,7 +265,7 @@ def build(args):
         tparts, missed = [], []
         tms, tmem, tip = c.get("target_ms"), c.get("target_mem_x"), c.get("target_inplace_mib")
         if tms is not None:
-            tparts.append(f"≤ {tms:.2f} ms")
+            tparts.append(f"≤ {fmt_target_ms(tms)} ms")
             if fused_ms is None or fused_ms > tms:
                 missed.append(f"time {fmt_ms(fused_ms)} ms" + (f" = {fused_ms / tms:.1f}× target" if fused_ms else ""))
         if tmem is not None:
@@ -280,11 +298,19 @@ def build(args):
         verdicts.append((cid, status))
 
         ip_mem = fmt_bytes(pip.get("peak_extra_bytes")) if pip and pip.get("peak_extra_bytes") is not None else "—"
+        if tl_ran:
+            l_ms = fmt_ms(tl["ms_median"])
+            l_ratio = fmt_x(tl["ms_median"] / fused_ms) if fused_ms else "—"
+            l_mem = fmt_x(mem_ratio(tl))
+        else:
+            l_ms = "error" if tl and tl.get("error") else "n/a"
+            l_ratio = l_mem = "n/a"
         L.append(f"| {cid} | {fmt_ms(fused_ms)} | {fmt_ms(pfb.get('ms_median') if pfb else None)} | "
                  f"{fmt_ms(te.get('ms_median') if te else None)} | {fmt_ms(tc.get('ms_median') if tc else None)} | "
+                 f"{l_ms} | {l_ratio} | "
                  f"{fmt_ms(floor)} | {pct} | {fmt_x(mem_ratio(pf))} | {ip_mem} | {fmt_x(mem_ratio(te))} | "
-                 f"{fmt_x(mem_ratio(tc))} | {fmt_rel(loss_d)} | {fmt_rel(grad_d)} | {', '.join(tparts) or '—'} | "
-                 f"{status} |")
+                 f"{fmt_x(mem_ratio(tc))} | {l_mem} | {fmt_rel(loss_d)} | {fmt_rel(grad_d)} | "
+                 f"{', '.join(tparts) or '—'} | {status} |")
 
         n_labels = (tgt_bytes // 8) if (c["target"] == "index" and tgt_bytes) else None
         run_shape = inp.get("shape")
@@ -301,8 +327,9 @@ def build(args):
         d.append("| run | median ms | p10–p90 ms | peak extra | of which workspace | cudaMemGetInfo Δ | loss (f64 print) | sum g² | sum g·x |")
         d.append("|---|---|---|---|---|---|---|---|---|")
         for name, r in (("ploss fused", pf), ("ploss fwd+bwd", pfb), ("ploss fused in place", pip),
-                        ("torch eager", te), ("torch.compile", tc), ("torch float64 reference", ref)):
-            if not r:
+                        ("torch eager", te), ("torch.compile", tc), ("Liger-Kernel", tl),
+                        ("torch float64 reference", ref)):
+            if not r or (r is tl and not r.get("error") and not tl_ran):
                 continue
             if r.get("error"):
                 d.append(f"| {name} | error: {r['error'][:200]} | | | | | | | |")
@@ -314,6 +341,22 @@ def build(args):
         if tc and tc.get("compile_s") is not None:
             d.append("")
             d.append(f"torch.compile warm-up (first forward + backward, compiling both): {tc['compile_s']:.1f} s")
+        if tl and not tl_ran and not tl.get("error"):
+            d.append("")
+            d.append(f"Liger-Kernel: n/a ({tl.get('reason') or 'not run'})")
+        elif tl_ran:
+            d.append("")
+            line = f"Liger-Kernel: first call (Triton JIT) {tl.get('jit_s', 0):.1f} s"
+            if ref and "error" not in ref:
+                l_d = rel(tl.get("loss"), ref.get("loss"))
+                g1, g2 = rel(tl.get("grad_sq"), ref.get(gsq_key)), rel(tl.get("grad_dot_x"), ref.get(gdx_key))
+                l_g = max(g1, g2) if g1 is not None and g2 is not None else None
+                line += (f"; against the float64 reference: loss Δ {fmt_rel(l_d)} (its loss is "
+                         f"{tl.get('loss_dtype', '?')}), grad Δ {fmt_rel(l_g)} (not part of the status)")
+            if tl.get("grad_is_logits") is not None:
+                line += ("; x.grad is the logits' own memory" if tl["grad_is_logits"]
+                         else "; x.grad is a separate tensor")
+            d.append(line)
         if pf and pf.get("unused_opts"):
             d.append("")
             d.append(f"Options the ploss criterion does not know (not applied): {pf['unused_opts']}")
@@ -327,10 +370,12 @@ def build(args):
         L.extend(skipped)
         L.append("")
     compile_total = sum(r.get("compile_s") or 0 for r in torch_runs.values())
+    jit_total = sum(r.get("jit_s") or 0 for r in torch_runs.values())
     tdone, pdone = first(trecs, "done"), first(precs, "done")
     L.append("## Run time")
     L.append("")
     L.append(f"- PyTorch side: {tdone['wall_s']:.0f} s, of which torch.compile warm-up {compile_total:.0f} s"
+             + (f", Liger's first calls {jit_total:.0f} s" if jit_total else "")
              if tdone else "- PyTorch side: did not finish (no 'done' record)")
     L.append(f"- ploss side: {pdone['wall_s']:.0f} s" if pdone else "- ploss side: did not finish (no 'done' record)")
     L.append("")

@@ -5,7 +5,7 @@
 # bench/README.md); `--cpu --small` tests it on a machine without a GPU.
 #
 #   bench/run.sh [--build DIR] [--out DIR] [--results FILE] [--small] [--cpu]
-#                [--only id1,id2] [--runs N] [--warmup N] [--no-compile]
+#                [--only id1,id2] [--runs N] [--warmup N] [--no-compile] [--no-liger]
 #
 #   --build DIR    a ploss build tree (default: $PLOSS_BUILD; else, when $PLOSS_LIBRARY names
 #                  an existing library, the environment as it is — `source tools/env.sh DIR`
@@ -16,10 +16,16 @@
 #   --results FILE also copy RESULTS.md there (e.g. bench/RESULTS.md)
 #   --small        shrink every shape (harness test, not a measurement)
 #   --cpu          run both sides on the CPU (harness test)
-#   --only, --runs, --warmup, --no-compile   passed to both sides (--no-compile: torch only)
+#   --only, --runs, --warmup, --no-compile, --no-liger   passed to both sides (--no-compile
+#                  and --no-liger: torch only)
+# Wheels: when the repository root has a .whl/ folder with wheels (Liger-Kernel, see
+# bench/README.md), they are installed with pip (no index, no dependencies) into
+# /tmp/ploss-site, which is put first on the PYTHONPATH of the PyTorch side; a failed
+# install is logged (wheels.log) and only costs the Liger column.
 # Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
+# BENCH_WHEELS / BENCH_SITE (the wheel folder and the install target, defaults above),
 # BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
-# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 380 / 150: the whole run
+# BENCH_TORCH_TIMEOUT / BENCH_PLOSS_TIMEOUT (seconds, default 300 / 230: the whole run
 # within 10 minutes).
 # Exit status: 0 when the report was written (a failing side is reported in it), 1 otherwise.
 set -uo pipefail
@@ -41,8 +47,8 @@ while [ $# -gt 0 ]; do
     --small) small=(--small); shift ;;
     --cpu) device=cpu; shift ;;
     --only|--runs|--warmup) common+=("$1" "$2"); shift 2 ;;
-    --no-compile) torch_only+=(--no-compile); shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --no-compile|--no-liger) torch_only+=("$1"); shift ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -84,14 +90,32 @@ fi
 # ---- ploss side ---------------------------------------------------------------------------
 pdev=(); [ "$device" = cpu ] && pdev=(--cpu)
 log "ploss side: $LUAJIT bench/bench.lua"
-timeout "${BENCH_PLOSS_TIMEOUT:-150}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
+timeout "${BENCH_PLOSS_TIMEOUT:-230}" "$LUAJIT" bench/bench.lua "${pdev[@]}" "${small[@]}" "${common[@]}" \
   --out "$outdir/ploss.jsonl" 2>"$outdir/ploss.log"
 rc=$?
 [ $rc -eq 0 ] || { log "ploss side exited with $rc (see ploss.log)"; tail -20 "$outdir/ploss.log" >&2; }
 
+# ---- wheels for the PyTorch side (Liger-Kernel), when the checkout carries them ---------------
+wheels="${BENCH_WHEELS:-$root/.whl}"
+site="${BENCH_SITE:-/tmp/ploss-site}"
+torch_path="${PYTHONPATH:-}"
+shopt -s nullglob
+whl=("$wheels"/*.whl)
+shopt -u nullglob
+if [ ${#whl[@]} -gt 0 ]; then
+  if "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "${whl[@]}" >"$outdir/wheels.log" 2>&1; then
+    log "installed ${#whl[@]} wheel(s) of $wheels into $site: $(cd "$wheels" && echo *.whl)"
+    torch_path="$site${torch_path:+:$torch_path}"
+  else
+    log "installing the wheels of $wheels failed (see wheels.log): no Liger column"
+    tail -5 "$outdir/wheels.log" >&2
+  fi
+fi
+
 # ---- PyTorch side -------------------------------------------------------------------------
 log "torch side: $PYTHON bench/torch_bench.py"
-PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-380}" "$PYTHON" bench/torch_bench.py --device "$device" \
+PYTHONPATH="$torch_path" PYTHONUNBUFFERED=1 timeout "${BENCH_TORCH_TIMEOUT:-300}" "$PYTHON" bench/torch_bench.py --device "$device" \
   "${small[@]}" "${common[@]}" "${torch_only[@]}" --ploss-lib "$PLOSS_LIBRARY" \
   --out "$outdir/torch.jsonl" 2>"$outdir/torch.log"
 rc=$?
