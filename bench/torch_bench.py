@@ -515,10 +515,16 @@ def peak_extra(step, cuda):
     return peak, after
 
 
-def checksums(x, g):
-    """sum(g^2) and sum(g*x) in float64 (catches a wrong or permuted gradient)."""
-    g64 = g.detach().double()
-    return float((g64 * g64).sum()), float((g64 * x.detach().double()).sum())
+def checksums(x, g, chunk_elems=1 << 28):
+    """sum(g^2) and sum(g*x) in float64 (catches a wrong or permuted gradient), over
+    chunks of the flattened tensors so that no float64 copy of a whole large input is made."""
+    gf, xf = g.detach().reshape(-1), x.detach().reshape(-1)
+    sgg = sgx = 0.0
+    for k in range(0, gf.numel(), chunk_elems):
+        g64 = gf[k:k + chunk_elems].double()
+        sgg += float((g64 * g64).sum())
+        sgx += float((g64 * xf[k:k + chunk_elems].double()).sum())
+    return sgg, sgx
 
 
 def reference(case, fn, x, t, chunk_bytes):
