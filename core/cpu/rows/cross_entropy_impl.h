@@ -282,78 +282,82 @@ static ploss_status F(run)(const ploss_ce_problem *p, double divisor, double ome
     const F(call) k = {p, wr, wsum, want_loss, p->pass == PLOSS_PASS_BACKWARD && p->lse != NULL};
     const int64_t nchunks = b.nchunks, stride = tiled ? TILE : 1;
 
+    /* no samples: nothing to compute, and no per-thread buffers (their offsets W·C could
+     * overflow for a huge class count) */
+    if (nchunks > 0) {
 #pragma omp parallel num_threads(b.nthreads) if (M * C > 32768)
-    {
-        REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num());
-        REAL *tb = xb + stride * C, *gb = tb + stride * C;
+        {
+            REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num());
+            REAL *tb = xb + stride * C, *gb = tb + stride * C;
 #pragma omp for schedule(static)
-        for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
-            double acc = 0.0;
-            const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
-            for (int64_t i = chunk * CHUNK; i < end;) {
-                const int64_t n = i / p->S, s = i % p->S;
-                /* T samples of one n: a tile, or one row */
-                int64_t T = tiled ? p->S - s : 1;
-                T = T < TILE ? T : TILE;
-                T = T < end - i ? T : end - i;
-                int64_t y[TILE];
-                double saved[TILE], w_i[TILE], loss[TILE], lse[TILE];
-                int any = 0;
-                for (int64_t u = 0; u < T; ++u) {
-                    y[u] = 0;
-                    if (index) {
-                        y[u] = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + (s + u) * p->t_ss);
-                        if (y[u] == p->ignore_index || y[u] < 0 || y[u] >= C)
-                            y[u] = -1;
+            for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
+                double acc = 0.0;
+                const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+                for (int64_t i = chunk * CHUNK; i < end;) {
+                    const int64_t n = i / p->S, s = i % p->S;
+                    /* T samples of one n: a tile, or one row */
+                    int64_t T = tiled ? p->S - s : 1;
+                    T = T < TILE ? T : TILE;
+                    T = T < end - i ? T : end - i;
+                    int64_t y[TILE];
+                    double saved[TILE], w_i[TILE], loss[TILE], lse[TILE];
+                    int any = 0;
+                    for (int64_t u = 0; u < T; ++u) {
+                        y[u] = 0;
+                        if (index) {
+                            y[u] = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + (s + u) * p->t_ss);
+                            if (y[u] == p->ignore_index || y[u] < 0 || y[u] >= C)
+                                y[u] = -1;
+                        }
+                        any |= y[u] >= 0;
+                        loss[u] = lse[u] = 0.0;
+                        saved[u] = k.saved ? ploss_load(p->lse, p->lse_dtype, n * p->lse_sn + (s + u) * p->lse_ss) : 0.0;
+                        w_i[u] = want_grad && p->pass == PLOSS_PASS_BACKWARD && none
+                                     ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + (s + u) * p->gl_ss)
+                                     : omega;
                     }
-                    any |= y[u] >= 0;
-                    loss[u] = lse[u] = 0.0;
-                    saved[u] = k.saved ? ploss_load(p->lse, p->lse_dtype, n * p->lse_sn + (s + u) * p->lse_ss) : 0.0;
-                    w_i[u] = want_grad && p->pass == PLOSS_PASS_BACKWARD && none
-                                 ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + (s + u) * p->gl_ss)
-                                 : omega;
-                }
-                const int64_t go = n * p->g_sn + s * p->g_ss;
-                REAL *g = !want_grad ? NULL : direct_g ? (REAL *)p->grad + go : gb;
-                const int64_t gs = g == gb ? TILE : p->g_sc;
-                if (any) {
-                    int64_t xs, ts = 0;
-                    const REAL *x = F(view_in)(p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, p->x_ss, C,
-                                               T, tiled, xb, &xs);
-                    const REAL *t = index ? NULL
-                                          : F(view_in)(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss, p->t_sc,
-                                                       p->t_ss, C, T, tiled, tb, &ts);
-                    if (tiled) {
-                        F(tile)(&k, T, x, xs, t, ts, y, g, gs, saved, w_i, loss, lse);
-                    } else {
-                        REAL m;
-                        double csum, xy = 0.0;
-                        loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &lse[0], &csum, &m, &xy);
-                        if (g)
-                            F(row_grad)(&k, t, y[0], xy, g, w_i[0], lse[0], csum, m);
-                    }
-                } else if (g) { /* every sample ignored */
-                    for (int64_t j = 0; j < C; ++j)
-                        for (int64_t u = 0; u < T; ++u)
-                            g[tiled ? j * gs + u : j] = 0;
-                }
-                for (int64_t u = 0; want_loss && u < T; ++u) {
-                    acc += loss[u];
-                    if (none)
-                        ploss_store(p->loss, p->loss_dtype, n * p->l_sn + (s + u) * p->l_ss, loss[u]);
-                    if (p->lse)
-                        ploss_store(p->lse, p->lse_dtype, n * p->lse_sn + (s + u) * p->lse_ss, lse[u]);
-                }
-                if (g == gb && g) {
-                    if (tiled)
+                    const int64_t go = n * p->g_sn + s * p->g_ss;
+                    REAL *g = !want_grad ? NULL : direct_g ? (REAL *)p->grad + go : gb;
+                    const int64_t gs = g == gb ? TILE : p->g_sc;
+                    if (any) {
+                        int64_t xs, ts = 0;
+                        const REAL *x = F(view_in)(p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, p->x_ss, C,
+                                                   T, tiled, xb, &xs);
+                        const REAL *t = index ? NULL
+                                              : F(view_in)(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss, p->t_sc,
+                                                           p->t_ss, C, T, tiled, tb, &ts);
+                        if (tiled) {
+                            F(tile)(&k, T, x, xs, t, ts, y, g, gs, saved, w_i, loss, lse);
+                        } else {
+                            REAL m;
+                            double csum, xy = 0.0;
+                            loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &lse[0], &csum, &m, &xy);
+                            if (g)
+                                F(row_grad)(&k, t, y[0], xy, g, w_i[0], lse[0], csum, m);
+                        }
+                    } else if (g) { /* every sample ignored */
                         for (int64_t j = 0; j < C; ++j)
-                            STORE(p->grad, p->x_dtype, go + j * p->g_sc, p->g_ss, T, gb + j * TILE);
-                    else
-                        STORE(p->grad, p->x_dtype, go, p->g_sc, C, gb);
+                            for (int64_t u = 0; u < T; ++u)
+                                g[tiled ? j * gs + u : j] = 0;
+                    }
+                    for (int64_t u = 0; want_loss && u < T; ++u) {
+                        acc += loss[u];
+                        if (none)
+                            ploss_store(p->loss, p->loss_dtype, n * p->l_sn + (s + u) * p->l_ss, loss[u]);
+                        if (p->lse)
+                            ploss_store(p->lse, p->lse_dtype, n * p->lse_sn + (s + u) * p->lse_ss, lse[u]);
+                    }
+                    if (g == gb && g) {
+                        if (tiled)
+                            for (int64_t j = 0; j < C; ++j)
+                                STORE(p->grad, p->x_dtype, go + j * p->g_sc, p->g_ss, T, gb + j * TILE);
+                        else
+                            STORE(p->grad, p->x_dtype, go, p->g_sc, C, gb);
+                    }
+                    i += T;
                 }
-                i += T;
+                b.partial[chunk] = acc;
             }
-            b.partial[chunk] = acc;
         }
     }
     free(wr);

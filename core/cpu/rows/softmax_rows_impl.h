@@ -297,73 +297,77 @@ static ploss_status F(run)(const ploss_cpu_srows *p)
     const F(call) k = {p, br, cd, p->pass == PLOSS_PASS_BACKWARD && p->state != NULL && !p->keys};
     const int64_t nchunks = b.nchunks;
 
+    /* no samples: nothing to compute, and no per-thread buffers (their offsets W·C could
+     * overflow for a huge class count) */
+    if (nchunks > 0) {
 #pragma omp parallel num_threads(b.nthreads) if (M * C > 32768)
-    {
-        REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num()), *gb = xb + W * C, *scratch = gb + W * C;
+        {
+            REAL *xb = (REAL *)ploss_cpu_rows_thread(&b, omp_get_thread_num()), *gb = xb + W * C, *scratch = gb + W * C;
 #pragma omp for schedule(static)
-        for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
-            double acc = 0.0;
-            const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
-            for (int64_t i = chunk * CHUNK; i < end;) {
-                const int64_t n = i / p->S, s = i % p->S;
-                int64_t T = spatial ? p->S - s : end - i;
-                T = T < W ? T : W;
-                T = T < end - i ? T : end - i;
-                F(samples) sm;
-                int any = 0;
-                for (int64_t u = 0; u < T; ++u) {
-                    const int64_t nu = spatial ? n : n + u, su = spatial ? s + u : s;
-                    const int64_t y = ploss_load_int(p->t, p->t_dtype, nu * p->t_sn + su * p->t_ss);
-                    const int valid = p->kept ? p->kept[i + u] : y != p->ignore_index;
-                    sm.y[u] = valid ? (int32_t)y : -1;
-                    any |= valid;
-                    sm.loss[u] = sm.st[0][u] = sm.st[1][u] = sm.st[2][u] = 0.0;
-                    for (int c = 0; k.use_state && c < p->n_state; ++c)
-                        sm.st[c][u] = ploss_load(p->state, p->state_dtype, nu * p->st_sn + su * p->st_ss + c * p->st_sk);
-                    sm.w[u] = want_grad && p->pass == PLOSS_PASS_BACKWARD && none
-                                  ? ploss_load(p->grad_loss, p->gl_dtype, nu * p->gl_sn + su * p->gl_ss)
-                                  : p->omega;
-                }
-                /* x and g of the tile: in place, or rows of C (rows) / columns of W in the buffers */
-                const int64_t xo = n * p->x_sn + s * p->x_ss, go = n * p->g_sn + s * p->g_ss;
-                REAL *g = !want_grad ? NULL : direct_g ? (REAL *)p->grad + go : gb;
-                const int64_t gi = g == gb ? (rows ? C : 1) : rows ? g_si : 1;
-                const int64_t gj = g == gb ? (rows ? 1 : W) : rows ? 1 : p->g_sc;
-                if (any) {
-                    const REAL *x = direct_x ? (const REAL *)p->x + xo : xb;
-                    for (int64_t u = 0; !direct_x && u < (rows ? T : C); ++u)
-                        if (rows)
-                            LOAD(xb + u * C, p->x, p->x_dtype, xo + u * x_si, 1, C);
-                        else
-                            LOAD(xb + u * W, p->x, p->x_dtype, xo + u * p->x_sc, x_si, T);
-                    F(tile)(&k, rows, T, x, direct_x && rows ? x_si : rows ? C : 1,
-                            rows ? 1 : direct_x ? p->x_sc : W, g, gi, gj, scratch, &sm, p->keys ? p->keys + i : NULL);
-                } else if (p->keys) {
-                    for (int64_t u = 0; u < T; ++u)
-                        p->keys[i + u] = PLOSS_OHEM_IGNORED_KEY;
-                } else if (g) {
-                    for (int64_t u = 0; u < T; ++u)
-                        for (int64_t j = 0; j < C; ++j)
-                            g[u * gi + j * gj] = 0;
-                }
-                for (int64_t u = 0; want_loss && u < T; ++u) {
-                    const int64_t nu = spatial ? n : n + u, su = spatial ? s + u : s;
-                    if (sm.y[u] < 0)
+            for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
+                double acc = 0.0;
+                const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+                for (int64_t i = chunk * CHUNK; i < end;) {
+                    const int64_t n = i / p->S, s = i % p->S;
+                    int64_t T = spatial ? p->S - s : end - i;
+                    T = T < W ? T : W;
+                    T = T < end - i ? T : end - i;
+                    F(samples) sm;
+                    int any = 0;
+                    for (int64_t u = 0; u < T; ++u) {
+                        const int64_t nu = spatial ? n : n + u, su = spatial ? s + u : s;
+                        const int64_t y = ploss_load_int(p->t, p->t_dtype, nu * p->t_sn + su * p->t_ss);
+                        const int valid = p->kept ? p->kept[i + u] : y != p->ignore_index;
+                        sm.y[u] = valid ? (int32_t)y : -1;
+                        any |= valid;
                         sm.loss[u] = sm.st[0][u] = sm.st[1][u] = sm.st[2][u] = 0.0;
-                    acc += sm.loss[u];
-                    if (none)
-                        ploss_store(p->loss, p->loss_dtype, nu * p->l_sn + su * p->l_ss, sm.loss[u]);
-                    for (int c = 0; p->state && c < p->n_state; ++c)
-                        ploss_store(p->state, p->state_dtype, nu * p->st_sn + su * p->st_ss + c * p->st_sk, sm.st[c][u]);
+                        for (int c = 0; k.use_state && c < p->n_state; ++c)
+                            sm.st[c][u] = ploss_load(p->state, p->state_dtype, nu * p->st_sn + su * p->st_ss + c * p->st_sk);
+                        sm.w[u] = want_grad && p->pass == PLOSS_PASS_BACKWARD && none
+                                      ? ploss_load(p->grad_loss, p->gl_dtype, nu * p->gl_sn + su * p->gl_ss)
+                                      : p->omega;
+                    }
+                    /* x and g of the tile: in place, or rows of C (rows) / columns of W in the buffers */
+                    const int64_t xo = n * p->x_sn + s * p->x_ss, go = n * p->g_sn + s * p->g_ss;
+                    REAL *g = !want_grad ? NULL : direct_g ? (REAL *)p->grad + go : gb;
+                    const int64_t gi = g == gb ? (rows ? C : 1) : rows ? g_si : 1;
+                    const int64_t gj = g == gb ? (rows ? 1 : W) : rows ? 1 : p->g_sc;
+                    if (any) {
+                        const REAL *x = direct_x ? (const REAL *)p->x + xo : xb;
+                        for (int64_t u = 0; !direct_x && u < (rows ? T : C); ++u)
+                            if (rows)
+                                LOAD(xb + u * C, p->x, p->x_dtype, xo + u * x_si, 1, C);
+                            else
+                                LOAD(xb + u * W, p->x, p->x_dtype, xo + u * p->x_sc, x_si, T);
+                        F(tile)(&k, rows, T, x, direct_x && rows ? x_si : rows ? C : 1,
+                                rows ? 1 : direct_x ? p->x_sc : W, g, gi, gj, scratch, &sm, p->keys ? p->keys + i : NULL);
+                    } else if (p->keys) {
+                        for (int64_t u = 0; u < T; ++u)
+                            p->keys[i + u] = PLOSS_OHEM_IGNORED_KEY;
+                    } else if (g) {
+                        for (int64_t u = 0; u < T; ++u)
+                            for (int64_t j = 0; j < C; ++j)
+                                g[u * gi + j * gj] = 0;
+                    }
+                    for (int64_t u = 0; want_loss && u < T; ++u) {
+                        const int64_t nu = spatial ? n : n + u, su = spatial ? s + u : s;
+                        if (sm.y[u] < 0)
+                            sm.loss[u] = sm.st[0][u] = sm.st[1][u] = sm.st[2][u] = 0.0;
+                        acc += sm.loss[u];
+                        if (none)
+                            ploss_store(p->loss, p->loss_dtype, nu * p->l_sn + su * p->l_ss, sm.loss[u]);
+                        for (int c = 0; p->state && c < p->n_state; ++c)
+                            ploss_store(p->state, p->state_dtype, nu * p->st_sn + su * p->st_ss + c * p->st_sk, sm.st[c][u]);
+                    }
+                    for (int64_t u = 0; g == gb && g && u < (rows ? T : C); ++u)
+                        if (rows)
+                            STORE(p->grad, p->x_dtype, go + u * g_si, p->g_sc, C, gb + u * C);
+                        else
+                            STORE(p->grad, p->x_dtype, go + u * p->g_sc, g_si, T, gb + u * W);
+                    i += T;
                 }
-                for (int64_t u = 0; g == gb && g && u < (rows ? T : C); ++u)
-                    if (rows)
-                        STORE(p->grad, p->x_dtype, go + u * g_si, p->g_sc, C, gb + u * C);
-                    else
-                        STORE(p->grad, p->x_dtype, go + u * p->g_sc, g_si, T, gb + u * W);
-                i += T;
+                b.partial[chunk] = acc;
             }
-            b.partial[chunk] = acc;
         }
     }
     free(br);
