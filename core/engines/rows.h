@@ -43,16 +43,6 @@ typedef struct ploss_ce_problem {
     double a, b;             /* smoothing coefficients: target a·t + b      */
     int64_t ignore_index;    /* class-index targets only                    */
     double scale;            /* fused: multiplier of the gradient           */
-    /* Focal modulation (softmax focal: ℓ_i = −(1 − p_y)^γ log p_y,
-     * ∂ℓ_i/∂x_ij = G_i·(p_ij − [j = y]) with G_i = (1 − p_y)^γ·(1 + γ·p_y·(−log p_y)/(1 − p_y))).
-     * Set only by the CUDA softmax focal backend (kernels/rows/softmax_focal.cu), which hands
-     * it row-contiguous class-index problems without class weights and a = 1, b = 0; the
-     * CUDA backend then returns PLOSS_ERR_UNSUPPORTED, having written nothing but its
-     * workspace, when the rows do not fit its register-row kernel (or the cluster launch is
-     * refused).  core/engines/rows.c leaves it 0. */
-    int focal;
-    double focal_gamma;
-
     /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
     void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
     /* saved log-sum-exp per sample (forward: written if non-NULL; backward: read if

@@ -5,21 +5,11 @@
  *     ℓ_i = Σ_j c_ij·(lse_i − x_ij),      ∂ℓ_i/∂x_ij = ω_i·((Σ_k c_ik)·p_ij − c_ij),
  * accumulated in f32 (f64 for f64 inputs); terms with c_ij = 0 are skipped as on the CPU.
  *
- * Kernels, chosen by choose_kernel():
- *  - ce_rows_reg: class axis contiguous (x_sc = 1: N×C, channels-last N×…×C), class
- *    indices without weights, C > 32.  The row is held in registers as 16-byte vectors
- *    (rows of any alignment: head elements, aligned vectors, tail elements), so the
- *    logits are read once from memory and the gradient written once.  A row goes to a
- *    warp (8 rows per block), a block of 128 or 512 threads, or, on sm_90, a cluster of
- *    2/4/8 blocks of 512 threads exchanging their partials through distributed shared
- *    memory: up to 131072 f32 / 262144 f16-bf16 classes.  Two reductions per row: the max
- *    M, then (Σ_{j≠y} e^(x−M), Σ_{j≠y}(M − x_j), M − x_y), e^(x_y−M) added after the
- *    reduction; the loss is Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y): every term
- *    ≥ 0, so logits of ±1e4 do not cancel.  f32 keeps e^(x−M) in place of x; f16/bf16
- *    recompute it (f64 never comes here).  With p.focal it computes the softmax focal loss
- *    instead (kernels/rows/softmax_focal.cu).
- *  - ce_rows_2pass: x_sc = 1 rows that do not fit (or weights, probabilities, no
- *    clusters): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
+ * Class-index targets on rows with a contiguous class axis (x_sc = 1, C > 32, f32/f16/bf16)
+ * go to the row engine (kernels/rows/row_engine.cuh, policy_cross_entropy.cuh).  The rest
+ * here, chosen by choose_kernel():
+ *  - ce_rows_2pass: x_sc = 1 rows the engine does not take (probabilities, f64, rows too
+ *    long for its shared memory, no sm_90): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
  *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.
  *  - ce_samples<CMAX>: class axis strided (N×C×S with x_ss = 1, or small C anywhere): a
  *    thread per sample walks C with stride x_sc so that warps read coalesced; class
@@ -36,20 +26,13 @@
  * a NaN loss (and lse) for the sample and a zero gradient row; an out-of-range label is
  * never used as an index.
  */
-#include <cooperative_groups.h>
 #include <math_constants.h>
 
 #include "rows.h"
 #include "common.cuh"
+#include "policy_cross_entropy.cuh"
 
 using namespace ploss_cuda;
-namespace cg = cooperative_groups;
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CE_DEVICE_CLUSTERS 1
-#else
-#define CE_DEVICE_CLUSTERS 0
-#endif
 
 namespace {
 
@@ -174,16 +157,6 @@ __device__ __forceinline__ void finish_valid(const ploss_ce_problem &p, int64_t 
         acc_w += p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
 }
 
-template <class A> struct Tri {
-    A se, cs, cd; /* three sums reduced together (see the kernels for their meaning) */
-};
-struct TriSum {
-    template <class A> __device__ __forceinline__ Tri<A> operator()(const Tri<A> &u, const Tri<A> &v) const
-    {
-        return Tri<A>{u.se + v.se, u.cs + v.cs, u.cd + v.cd};
-    }
-};
-
 /* online softmax statistics: running max m, Σ e^(x−m), Σ c */
 template <class A> struct Online {
     A m, se, cs;
@@ -200,329 +173,6 @@ struct OnlineMerge {
 template <class T> __device__ __forceinline__ int misalign(const T *ptr)
 {
     return (int)(((uintptr_t)ptr / sizeof(T)) & (uintptr_t)(vec16<T>::N - 1));
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Row reductions: a warp, a block, or a cluster of blocks per row                       */
-/* ------------------------------------------------------------------------------------ */
-
-/* All-reduce of v over the threads of one row.  LANES < THREADS: the row is a warp;
- * CLUSTER > 1: the row spans the blocks of a cluster, whose partials are exchanged
- * through `slot` (distributed shared memory) and merged in rank order by every block.
- * The caller must cluster-sync before `slot` is written again. */
-template <int LANES, int THREADS, int CLUSTER, class V, class Op>
-__device__ __forceinline__ V row_all_reduce(V v, Op op, V *slot)
-{
-    if constexpr (LANES < THREADS) {
-        (void)slot;
-        return warp_all_reduce<LANES>(v, op);
-    } else if constexpr (CLUSTER == 1) {
-        (void)slot;
-        return block_all_reduce<THREADS>(v, op);
-    } else {
-#if CE_DEVICE_CLUSTERS
-        /* block partial → own slot; after the cluster barrier, lanes 0..CLUSTER−1 of each
-         * block read one rank's slot each and merge them with a fixed shuffle tree (the
-         * same in every block), broadcast through shared memory */
-        using WR = cub::WarpReduce<V, CLUSTER>;
-        __shared__ typename WR::TempStorage wtmp;
-        __shared__ V result;
-        cg::cluster_group cluster = cg::this_cluster();
-        const V r = block_reduce<THREADS>(v, op);
-        if (threadIdx.x == 0)
-            *slot = r;
-        cluster.sync();
-        if (threadIdx.x < CLUSTER) {
-            const V mine = *cluster.map_shared_rank(slot, threadIdx.x);
-            const V all = WR(wtmp).Reduce(mine, op);
-            if (threadIdx.x == 0)
-                result = all;
-        }
-        __syncthreads();
-        return result; /* rewritten only after the next cluster barrier */
-#else
-        (void)op;
-        (void)slot;
-        __trap(); /* never launched: the host checks that the kernel was built for sm_90 */
-        return v;
-#endif
-    }
-}
-
-template <int CLUSTER> __device__ __forceinline__ void cluster_barrier()
-{
-#if CE_DEVICE_CLUSTERS
-    if constexpr (CLUSTER > 1)
-        cg::this_cluster().sync();
-#endif
-}
-
-template <int CLUSTER> __device__ __forceinline__ int cluster_rank()
-{
-#if CE_DEVICE_CLUSTERS
-    if constexpr (CLUSTER > 1)
-        return (int)cg::this_cluster().block_rank();
-#endif
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* ce_rows_reg: the row in registers                                                    */
-/* ------------------------------------------------------------------------------------ */
-
-/* Rows of C contiguous classes (x_sc = 1), class-index targets without weights.  Each row
- * is handled by LANES·CLUSTER threads (LANES = 32: a warp per row, THREADS/32 rows per
- * block; LANES = THREADS: a block, or a cluster of CLUSTER blocks, per row).  The row is
- * split into a head (the < VEC elements before the first 16-byte boundary), nfull aligned
- * 16-byte vectors and a tail (< VEC elements); thread gi holds vectors gi, gi + GT, … in
- * raw[NV] (uint4) and head/tail element gi in a scalar.  The row must fit: nfull ≤ NV·GT
- * (C ≤ 2^18 here, so element indices are 32-bit).  One loss partial per block (cluster). */
-template <class T, int NV, int LANES, int THREADS, int CLUSTER>
-__global__ void __launch_bounds__(THREADS, (THREADS >= 1024 ? 1 : 1024 / THREADS))
-    ce_rows_reg(const ploss_ce_problem p, const Aux aux, const int64_t rows)
-{
-    using A = acc_t<T>;
-    using V = vec16<T>;
-    constexpr int VEC = V::N;
-    constexpr int RPC = THREADS / LANES;            /* rows per block at a time */
-    constexpr int GT = LANES * CLUSTER;             /* threads per row */
-    constexpr bool kKeepE = sizeof(T) == sizeof(A); /* e^(x−M) replaces x in place */
-    static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or a whole block");
-    static_assert(CLUSTER == 1 || LANES == THREADS, "clusters of whole blocks only");
-    static_assert(sizeof(A) == sizeof(float), "f32 accumulation only (f64 takes the generic kernels)");
-
-    __shared__ A slot_m;
-    __shared__ Tri<A> slot_t;
-    __shared__ double s_loss[RPC], s_w[RPC]; /* per-row-group sums, kept out of registers */
-
-    const int rank = cluster_rank<CLUSTER>();
-    const int lane = (int)threadIdx.x % LANES, group = (int)threadIdx.x / LANES;
-    const int gi = rank * LANES + lane; /* thread index within the row */
-    const int64_t cta = blockIdx.x / CLUSTER, ncta = gridDim.x / CLUSTER;
-    const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
-    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
-    const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
-    const int C = (int)p.C;
-    const Coef<A> coef(p, aux);
-    const A csum = (A)((double)(C - 1) * p.b + (p.a + p.b)); /* Σ_j c_j (CPU: summed in f64) */
-    if (gi == 0) {
-        s_loss[group] = 0.0;
-        s_w[group] = 0.0;
-    }
-
-    for (int64_t row = cta * RPC + group; row < rows; row += ncta * RPC) {
-        const int64_t n = p.S == 1 ? row : row / p.S, s = row - n * p.S;
-        const int64_t y = load_label(p, n, s);
-        const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
-        const int off = misalign(xr);
-        const int hc = min((VEC - off) & (VEC - 1), C); /* head elements */
-        const int nfull = (C - hc) / VEC;              /* aligned vectors */
-        const int jt = hc + nfull * VEC;               /* first tail element */
-        const bool hv = gi < hc, tv = gi < C - jt;     /* this thread holds a head / tail element */
-
-        /* the row is read together with its label (in bounds whatever the label says); the
-         * values of an ignored or invalid row are never used */
-        uint4 raw[NV];
-        const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            const int q = k * GT + gi;
-            raw[k] = q < nfull ? xv[q] : make_uint4(0u, 0u, 0u, 0u);
-        }
-        A xh = hv ? (A)to_acc(xr[gi]) : A(0);
-        A xt = tv ? (A)to_acc(xr[jt + gi]) : A(0);
-        const int st = label_status(p, y);
-
-        if (st != kValid) {
-            if (gi == 0)
-                finish_skipped<A>(p, aux, n, s, st, y, s_loss[group]);
-            if (want_grad) {
-                T *gr = (T *)p.grad + n * p.g_sn + s * p.g_ss;
-                const int64_t gsc = p.g_sc;
-                const bool gvec = gsc == 1 && misalign(gr) == off;
-                const T z = convert<T>(0.0f);
-#pragma unroll
-                for (int k = 0; k < NV; ++k) {
-                    const int q = k * GT + gi;
-                    if (q < nfull) {
-                        if (gvec)
-                            reinterpret_cast<uint4 *>(gr + hc)[q] = make_uint4(0u, 0u, 0u, 0u);
-                        else
-                            for (int e = 0; e < VEC; ++e)
-                                gr[(int64_t)(hc + q * VEC + e) * gsc] = z;
-                    }
-                }
-                if (hv)
-                    gr[(int64_t)gi * gsc] = z;
-                if (tv)
-                    gr[(int64_t)(jt + gi) * gsc] = z;
-            }
-            continue;
-        }
-        const int yi = (int)y;
-
-        A M;
-        if (saved) {
-            M = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss); /* then e = p directly */
-        } else {
-            A m = neg_inf<A>();
-#pragma unroll
-            for (int k = 0; k < NV; ++k)
-                if (k * GT + gi < nfull)
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                        m = mx(m, V::get(raw[k], e));
-            if (hv)
-                m = mx(m, xh);
-            if (tv)
-                m = mx(m, xt);
-            M = row_all_reduce<LANES, THREADS, CLUSTER>(m, MaxOp{}, &slot_m);
-        }
-
-        /* c_j = b for j ≠ y and a + b for j = y: per element only Σ e^(x−M) and Σ (M − x)
-         * over j ≠ y; the label's d_y = M − x_y is kept apart by the thread holding it (the
-         * vector that contains y takes the slow loop), and every thread forms e_y = e^(−d_y)
-         * after the reduction, so Σ_{j≠y} e = 1 − p_y stays exact to rounding (focal). */
-        Tri<A> t{A(0), A(0), A(0)}; /* {Σ_{j≠y} e, Σ_{j≠y} d, d_y} */
-        auto take = [&](A x, int j) {
-            const A d = M - x;
-            const A ev = ex(-d);
-            if (j == yi) {
-                t.cd += d;
-            } else {
-                t.se += ev;
-                t.cs += d;
-            }
-            return ev;
-        };
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            launder(raw[k]);
-            const int q = k * GT + gi;
-            if (q < nfull) {
-                const int jb = hc + q * VEC;
-                if ((unsigned)(yi - jb) < (unsigned)VEC) {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        const A ev = take(V::get(raw[k], e), jb + e);
-                        if constexpr (kKeepE)
-                            V::set(raw[k], e, ev);
-                    }
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        const A d = M - V::get(raw[k], e);
-                        const A ev = ex(-d);
-                        t.se += ev;
-                        t.cs += d;
-                        if constexpr (kKeepE)
-                            V::set(raw[k], e, ev);
-                    }
-                }
-            }
-        }
-        if (hv)
-            xh = take(xh, gi);
-        if (tv)
-            xt = take(xt, jt + gi);
-        const Tri<A> R = row_all_reduce<LANES, THREADS, CLUSTER>(t, TriSum{}, &slot_t);
-        const A ey = ex(-R.cd); /* e^(x_y − M), bitwise the value the label's thread holds */
-        const A SE = saved ? A(1) : R.se + ey;
-        const A logSE = lg(SE);
-        /* focal: u = 1 − p_y, L = −log p_y (log1p when y holds the max: no cancellation),
-         * loss α·u^γ·L (α = 1 here), gradient G·(p_j − [j = y]) */
-        A focal_G = A(0), u = A(0);
-        if (p.focal) {
-            const A SEf = R.se + ey; /* ≈ 1 with a saved lse (e = p) */
-            u = R.se / SEf;
-            const A L = saved ? R.cd : R.cd == A(0) ? log1pf(R.se) : R.cd + logSE;
-            const A gamma = (A)p.focal_gamma;
-            const A ug = gamma == A(0) ? A(1) : gamma == A(2) ? u * u : powf(u, gamma);
-            focal_G = gamma == A(0) ? A(1) : ug * (A(1) + gamma * (ey / SEf) * (u > A(0) ? L / u : A(1)));
-            if (want_loss && gi == 0)
-                finish_valid<A>(p, n, s, y, M + logSE, ug * L, s_loss[group], s_w[group]);
-        } else if (want_loss && gi == 0) {
-            /* Σ_{c≠0} c·(lse − x) = Σc·log Σe + b·Σ_{j≠y}(M − x_j) + (a + b)·(M − x_y) */
-            A cd = A(0);
-            if (coef.b != A(0))
-                cd += coef.b * R.cs;
-            if (coef.ab != A(0))
-                cd += coef.ab * R.cd;
-            const A loss = (csum != A(0) ? csum * logSE : A(0)) + cd;
-            finish_valid<A>(p, n, s, y, M + logSE, loss, s_loss[group], s_w[group]);
-        }
-        if (want_grad) {
-            T *gr = (T *)p.grad + n * p.g_sn + s * p.g_ss;
-            const int64_t gsc = p.g_sc;
-            const bool gvec = gsc == 1 && misalign(gr) == off;
-            const A om = omega_of<A>(p, aux, n, s);
-            /* CE: g_j = k1·e_j − ω·c_j with k1 = ω·Σc/Σe; focal: k1 = ω·G/Σe, c_j = 0 for
-             * j ≠ y and g_y = −ω·G·u directly (p_y − 1 would cancel) */
-            const A k1 = p.focal ? om * (focal_G / SE) : om * (csum / SE);
-            const A k0 = p.focal ? A(0) : om * coef.b;
-            const A gy = p.focal ? -om * focal_G * u : k1 * ey - om * coef.ab;
-            auto grad = [&](A ev, int j) { return j == yi ? gy : k1 * ev - k0; };
-            uint4 *gv = reinterpret_cast<uint4 *>(gr + hc);
-#pragma unroll
-            for (int k = 0; k < NV; ++k) {
-                launder(raw[k]);
-                const int q = k * GT + gi;
-                if (q < nfull) {
-                    const int jb = hc + q * VEC;
-                    uint4 o = make_uint4(0u, 0u, 0u, 0u);
-                    auto e_of = [&](int e) {
-                        if constexpr (kKeepE)
-                            return V::get(raw[k], e);
-                        else
-                            return ex(V::get(raw[k], e) - M);
-                    };
-                    if ((unsigned)(yi - jb) < (unsigned)VEC) { /* the vector holding the label */
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e)
-                            V::set(o, e, grad(e_of(e), jb + e));
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e)
-                            V::set(o, e, k1 * e_of(e) - k0);
-                    }
-                    if (gvec) {
-                        gv[q] = o;
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e)
-                            gr[(int64_t)(jb + e) * gsc] = convert<T>(V::get(o, e));
-                    }
-                }
-            }
-            if (hv)
-                gr[(int64_t)gi * gsc] = convert<T>(grad(xh, gi));
-            if (tv)
-                gr[(int64_t)(jt + gi) * gsc] = convert<T>(grad(xt, jt + gi));
-        }
-        cluster_barrier<CLUSTER>(); /* the slots may be written again / the block may exit */
-    }
-
-    if (aux.part_loss) {
-        if constexpr (RPC == 1) {
-            if (threadIdx.x == 0 && rank == 0) {
-                aux.part_loss[cta] = s_loss[0];
-                if (aux.part_w)
-                    aux.part_w[cta] = s_w[0];
-            }
-        } else {
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                double a = 0.0, b = 0.0;
-                for (int g = 0; g < RPC; ++g) {
-                    a += s_loss[g];
-                    b += s_w[g];
-                }
-                aux.part_loss[cta] = a;
-                if (aux.part_w)
-                    aux.part_w[cta] = b;
-            }
-        }
-    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -907,97 +557,6 @@ __global__ void __launch_bounds__(kFinalThreads)
 constexpr int64_t kMaxBlocks = 65535ll * 16; /* grid cap; grid-stride loops cover the rest */
 constexpr int kTwoPassThreads = 512;
 
-/* Register-row configurations, smallest capacity first: {NV, LANES, THREADS, CLUSTER}.
- * Capacity NV·VEC·LANES·CLUSTER elements (VEC = 16 B / element size). */
-struct RowCfg {
-    int nv, lanes, threads, cluster;
-};
-constexpr RowCfg kRowCfgs[] = {
-    {1, 32, 256, 1}, {4, 32, 256, 1},                    /* a warp per row (8 rows per block) */
-    {8, 128, 128, 1}, {8, 512, 512, 1},                  /* a block per row */
-    {8, 512, 512, 2}, {8, 512, 512, 4}, {8, 512, 512, 8}, /* a cluster per row (sm_90) */
-};
-constexpr int kRowCfgCount = (int)(sizeof kRowCfgs / sizeof kRowCfgs[0]);
-/* f64 (a checking dtype) always takes the generic kernels: no register-row instances. */
-template <class T> constexpr int row_cfg_count() { return sizeof(T) == 8 ? 0 : kRowCfgCount; }
-
-/* Blocks (clusters) launched by configuration `cfg` for `rows` rows = partials written. */
-int64_t row_partials(const RowCfg &cfg, int64_t rows)
-{
-    const int64_t rpc = cfg.threads / cfg.lanes;
-    const int64_t b = (rows + rpc - 1) / rpc;
-    return b < 1 ? 1 : b > kMaxBlocks ? kMaxBlocks : b;
-}
-
-/* Whether cluster kernels can run on `device`: sm_90+, cluster launch, and this library's
- * kernels compiled for compute_90 or later (gpu_arch).  Cached per device. */
-int clusters_supported(int device, const void *probe)
-{
-    static int cache[64]; /* 0 unknown, 1 yes, 2 no */
-    if (device < 0 || device >= 64)
-        return 0;
-    if (cache[device] == 0) {
-        int major = 0, cluster = 0;
-        cudaFuncAttributes fa;
-        int ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
-                 cudaFuncGetAttributes(&fa, probe) == cudaSuccess && major >= 9 && cluster && fa.ptxVersion >= 90;
-        (void)cudaGetLastError();
-        cache[device] = ok ? 1 : 2;
-    }
-    return cache[device] == 1;
-}
-
-template <class T, int NV, int LANES, int THREADS, int CLUSTER>
-ploss_status launch_rows_reg(const ploss_ce_problem &p, const Aux &aux, int64_t rows, int64_t blocks,
-                             cudaStream_t stream)
-{
-    auto kernel = ce_rows_reg<T, NV, LANES, THREADS, CLUSTER>;
-    if constexpr (CLUSTER == 1) {
-        kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(p, aux, rows);
-        return check_launch("cross_entropy (rows in registers)");
-    } else {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(blocks * CLUSTER), 1, 1);
-        cfg.blockDim = dim3(THREADS, 1, 1);
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CLUSTER;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, aux, rows);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return PLOSS_ERR_UNSUPPORTED; /* caller falls back to the two-pass kernel */
-        }
-        return check_launch("cross_entropy (rows in a cluster)");
-    }
-}
-
-template <class T>
-ploss_status launch_rows_cfg(int cfg, const ploss_ce_problem &p, const Aux &aux, int64_t rows, int64_t blocks,
-                             cudaStream_t stream)
-{
-    if constexpr (row_cfg_count<T>() == 0) {
-        (void)cfg, (void)p, (void)aux, (void)rows, (void)blocks, (void)stream;
-        return PLOSS_ERR_UNSUPPORTED;
-    } else {
-        switch (cfg) {
-        case 0: return launch_rows_reg<T, 1, 32, 256, 1>(p, aux, rows, blocks, stream);
-        case 1: return launch_rows_reg<T, 4, 32, 256, 1>(p, aux, rows, blocks, stream);
-        case 2: return launch_rows_reg<T, 8, 128, 128, 1>(p, aux, rows, blocks, stream);
-        case 3: return launch_rows_reg<T, 8, 512, 512, 1>(p, aux, rows, blocks, stream);
-        case 4: return launch_rows_reg<T, 8, 512, 512, 2>(p, aux, rows, blocks, stream);
-        case 5: return launch_rows_reg<T, 8, 512, 512, 4>(p, aux, rows, blocks, stream);
-        default: return launch_rows_reg<T, 8, 512, 512, 8>(p, aux, rows, blocks, stream);
-        }
-    }
-}
-
 /* Largest C held in registers by the thread-per-sample kernel (f64: none, generic only). */
 template <class T> constexpr int64_t sample_reg_max() { return sizeof(T) == 8 ? 0 : 64; }
 
@@ -1030,26 +589,8 @@ ploss_status launch_samples(const ploss_ce_problem &p, const Aux &aux, int64_t c
     return check_launch("cross_entropy (thread per sample)");
 }
 
-/* Which main kernel: -1 thread per sample, -2 two-pass rows, k ≥ 0 register rows kRowCfgs[k]. */
-template <class T> int choose_kernel(const ploss_ce_problem &p, int device)
-{
-    constexpr int VEC = vec16<T>::N;
-    const int64_t C = p.C;
-    if (p.x_sc != 1 || C <= 32)
-        return -1;
-    if (p.target_kind != PLOSS_TARGET_INDEX || p.w)
-        return -2;
-    const int64_t need = C / VEC; /* ≥ the number of aligned vectors whatever the alignment */
-    for (int k = 0; k < row_cfg_count<T>(); ++k) {
-        const RowCfg &c = kRowCfgs[k];
-        if ((int64_t)c.nv * c.lanes * c.cluster < need)
-            continue;
-        if (c.cluster > 1 && !clusters_supported(device, (const void *)ce_rows_reg<float, 8, 512, 512, 2>))
-            return -2;
-        return k;
-    }
-    return -2;
-}
+/* Which main kernel: -1 thread per sample, -2 two-pass rows. */
+inline int choose_kernel(const ploss_ce_problem &p) { return p.x_sc != 1 || p.C <= 32 ? -1 : -2; }
 
 template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_problem &p)
 {
@@ -1065,12 +606,8 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     int kind = -1;
     int64_t blocks = 0;
     if (count > 0) {
-        kind = choose_kernel<T>(p, ctx->device.device_id);
-        if (p.focal && kind < 0)
-            return PLOSS_ERR_UNSUPPORTED; /* focal: the register-row kernel only */
-        if (kind >= 0)
-            blocks = row_partials(kRowCfgs[kind], count);
-        else if (kind == -2)
+        kind = choose_kernel(p);
+        if (kind == -2)
             blocks = count < kMaxBlocks ? count : kMaxBlocks;
         else
             blocks = (int64_t)grid_blocks(count, kSampleThreads, kMaxBlocks);
@@ -1124,17 +661,7 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
 
     if (count > 0) {
         ploss_status st = PLOSS_OK;
-        if (kind >= 0) {
-            st = launch_rows_cfg<T>(kind, p, aux, count, blocks, stream);
-            if (st == PLOSS_ERR_UNSUPPORTED && p.focal) /* cluster launch refused: only */
-                return st;                              /* the workspace was written     */
-            if (st == PLOSS_ERR_UNSUPPORTED) /* cluster launch refused: two-pass rows */
-                kind = -2;
-            else if (st != PLOSS_OK)
-                return st;
-        }
         if (kind == -2) {
-            /* blocks = min(count, cap) here and for a cluster configuration alike */
             ce_rows_2pass<T, kTwoPassThreads><<<(unsigned)blocks, kTwoPassThreads, 0, stream>>>(p, aux, count);
             st = check_launch("cross_entropy (two-pass rows)");
         } else if (kind == -1) {
@@ -1151,12 +678,66 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     return PLOSS_OK;
 }
 
+
+/* Class-index targets on rows with a contiguous class axis: the row engine. */
+template <class T, bool W>
+ploss_status run_engine_policy(ploss_ctx_t *ctx, const ploss_ce_problem &p, const row_engine::RowArgs &a);
+
+template <class T> ploss_status run_engine(ploss_ctx_t *ctx, const ploss_ce_problem &p)
+{
+    namespace re = row_engine;
+    re::RowArgs a = {};
+    a.pass = p.pass; a.reduction = p.reduction;
+    a.N = p.N; a.S = p.S; a.C = p.C;
+    a.x = p.x; a.x_sn = p.x_sn; a.x_ss = p.x_ss;
+    a.t = p.t; a.t_dtype = p.t_dtype; a.t_sn = p.t_sn; a.t_ss = p.t_ss;
+    a.ignore_index = p.ignore_index;
+    a.grad = p.grad; a.g_sn = p.g_sn; a.g_ss = p.g_ss; a.g_sc = p.g_sc;
+    a.loss = p.loss; a.loss_dtype = p.loss_dtype; a.l_sn = p.l_sn; a.l_ss = p.l_ss;
+    a.state = p.lse; a.state_dtype = p.lse_dtype; a.st_sn = p.lse_sn; a.st_ss = p.lse_ss; a.st_sk = 0;
+    a.grad_loss = p.grad_loss; a.gl_dtype = p.gl_dtype; a.gl_sn = p.gl_sn; a.gl_ss = p.gl_ss;
+    a.scale = p.scale;
+    if (p.w)
+        return run_engine_policy<T, true>(ctx, p, a);
+    return run_engine_policy<T, false>(ctx, p, a);
+}
+
+template <class T, bool W>
+ploss_status run_engine_policy(ploss_ctx_t *ctx, const ploss_ce_problem &p, const row_engine::RowArgs &a)
+{
+    namespace re = row_engine;
+    re::CrossEntropyPolicy<W> pol = {};
+    pol.a = (float)p.a;
+    pol.b = (float)p.b;
+    pol.csum_plain = (float)(p.a + p.b * (double)p.C);
+    pol.n_classes = (float)p.C;
+    pol.w_raw = p.w; pol.w_dtype = p.w_dtype; pol.w_s = p.w_s;
+    const size_t extra = p.w ? ((size_t)p.C * sizeof(float) + 255) / 256 * 256 + sizeof(double) : 0;
+    return re::run<T>(ctx, a, pol, extra, [&](char *ws, cudaStream_t stream, re::CrossEntropyPolicy<W> &q) {
+        if (!p.w)
+            return PLOSS_OK;
+        float *w = (float *)ws;
+        double *sum = (double *)(ws + ((size_t)p.C * sizeof(float) + 255) / 256 * 256);
+        const ploss_status st = re::launch_convert_class_weights(p.w, p.w_dtype, p.w_s, p.C, w, sum, stream);
+        q.w = w;
+        q.wsum = sum;
+        return st;
+    });
+}
+
 } // namespace
 
 extern "C" ploss_status ploss_cuda_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p)
 {
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if constexpr (sizeof(T) <= 4) {
+            if (p->target_kind == PLOSS_TARGET_INDEX && row_engine::serves<T>(p->x_sc, p->C) && p->C > 32) {
+                const ploss_status st = run_engine<T>(ctx, *p);
+                if (st != PLOSS_ERR_UNSUPPORTED)
+                    return st;
+            }
+        }
         return run_typed<T>(ctx, *p);
     });
 }

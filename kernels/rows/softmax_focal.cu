@@ -26,7 +26,7 @@
 
 #include "common.cuh"
 #include "rows.h"
-#include "rows.h"
+#include "policy_softmax_focal.cuh"
 
 namespace ploss_cuda {
 namespace {
@@ -368,37 +368,55 @@ size_t row_cache_limit(int device)
 
 using namespace ploss_cuda;
 
-/* Softmax focal without α on rows with a contiguous class axis: the same problem as a
- * cross-entropy with a focal modulation, which the cross-entropy register-row kernel
- * (kernels/rows/cross_entropy.cu) computes with the row read once and the gradient written
- * once.  PLOSS_ERR_UNSUPPORTED (nothing launched) when it does not apply. */
-static ploss_status softmax_focal_as_ce(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
+/* Softmax focal on rows with a contiguous class axis (C ≥ 32, f32/f16/bf16): the row
+ * engine (kernels/rows/row_engine.cuh, policy_softmax_focal.cuh).  PLOSS_ERR_UNSUPPORTED
+ * (nothing launched) when it does not apply. */
+template <class T> static ploss_status softmax_focal_rows(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
 {
-    if (p->kind != PLOSS_SOFTMAX_FOCAL || p->w || p->x_sc != 1 || p->x_dtype == PLOSS_F64 || p->N * p->S == 0)
+    namespace re = row_engine;
+    re::RowArgs a = {};
+    a.pass = p->pass; a.reduction = p->reduction;
+    a.N = p->N; a.S = p->S; a.C = p->C;
+    a.x = p->x; a.x_sn = p->x_sn; a.x_ss = p->x_ss;
+    a.t = p->t; a.t_dtype = p->t_dtype; a.t_sn = p->t_sn; a.t_ss = p->t_ss;
+    a.ignore_index = p->ignore_index;
+    a.grad = p->grad; a.g_sn = p->g_sn; a.g_ss = p->g_ss; a.g_sc = p->g_sc;
+    a.loss = p->loss; a.loss_dtype = p->loss_dtype; a.l_sn = p->l_sn; a.l_ss = p->l_ss;
+    a.state = p->lse; a.state_dtype = p->lse_dtype; a.st_sn = p->lse_sn; a.st_ss = p->lse_ss; a.st_sk = 0;
+    a.grad_loss = p->grad_loss; a.gl_dtype = p->gl_dtype; a.gl_sn = p->gl_sn; a.gl_ss = p->gl_ss;
+    a.scale = p->scale;
+    re::SoftmaxFocalPolicy pol = {};
+    pol.gamma = (float)p->gamma;
+    const size_t extra = p->w ? ((size_t)p->C * sizeof(float) + 255) / 256 * 256 + sizeof(double) : 0;
+    return re::run<T>(ctx, a, pol, extra, [&](char *ws, cudaStream_t stream, re::SoftmaxFocalPolicy &q) {
+        if (!p->w)
+            return PLOSS_OK;
+        float *w = (float *)ws;
+        double *sum = (double *)(ws + ((size_t)p->C * sizeof(float) + 255) / 256 * 256);
+        const ploss_status st = re::launch_convert_class_weights(p->w, p->w_dtype, p->w_s, p->C, w, sum, stream);
+        q.alpha = w;
+        return st;
+    });
+}
+
+static ploss_status softmax_focal_engine(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
+{
+    if (p->kind != PLOSS_SOFTMAX_FOCAL || p->C < ROW_MIN_C)
         return PLOSS_ERR_UNSUPPORTED;
-    ploss_ce_problem c;
-    memset(&c, 0, sizeof c);
-    c.pass = p->pass;
-    c.reduction = p->reduction;
-    c.target_kind = PLOSS_TARGET_INDEX;
-    c.N = p->N; c.S = p->S; c.C = p->C;
-    c.x = p->x; c.x_dtype = p->x_dtype; c.x_sn = p->x_sn; c.x_ss = p->x_ss; c.x_sc = p->x_sc;
-    c.t = p->t; c.t_dtype = p->t_dtype; c.t_sn = p->t_sn; c.t_ss = p->t_ss;
-    c.a = 1.0; c.b = 0.0;
-    c.ignore_index = p->ignore_index;
-    c.scale = p->scale;
-    c.focal = 1; c.focal_gamma = p->gamma;
-    c.loss = p->loss; c.loss_dtype = p->loss_dtype; c.l_sn = p->l_sn; c.l_ss = p->l_ss;
-    c.lse = p->lse; c.lse_dtype = p->lse_dtype; c.lse_sn = p->lse_sn; c.lse_ss = p->lse_ss;
-    c.grad_loss = p->grad_loss; c.gl_dtype = p->gl_dtype; c.gl_sn = p->gl_sn; c.gl_ss = p->gl_ss;
-    c.grad = p->grad; c.g_sn = p->g_sn; c.g_ss = p->g_ss; c.g_sc = p->g_sc;
-    return ploss_cuda_cross_entropy(ctx, &c);
+    return dispatch_float(p->x_dtype, "input", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (sizeof(T) <= 4) {
+            if (row_engine::serves<T>(p->x_sc, p->C))
+                return softmax_focal_rows<T>(ctx, p);
+        }
+        return PLOSS_ERR_UNSUPPORTED;
+    });
 }
 
 extern "C" ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_problem *p)
 {
     {
-        const ploss_status st = softmax_focal_as_ce(ctx, p);
+        const ploss_status st = softmax_focal_engine(ctx, p);
         if (st != PLOSS_ERR_UNSUPPORTED)
             return st;
     }

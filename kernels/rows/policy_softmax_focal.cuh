@@ -1,0 +1,72 @@
+/*
+ * policy_softmax_focal.cuh — the softmax focal loss (Lin et al.) with class-index targets
+ * and per-class α, as a policy of the row engine (row_engine.cuh).  With u = 1 − p_y and
+ * L = −log p_y:
+ *     ℓ = α_y·u^γ·L,   ∂ℓ/∂x_j = ω·α_y·G·(p_j − [j = y]),   G = u^γ·(1 + γ·p_y·L/u),
+ * state: lse.  u = Σ_{j≠y} e_j / Σe is formed without 1 − p_y, L as log1p(Σ_{j≠y} e_j)
+ * when the label holds the max (no cancellation either way); L/u → 1 as u → 0.  'mean'
+ * divides by the number of valid samples.
+ */
+#ifndef PLOSS_KERNELS_POLICY_SOFTMAX_FOCAL_CUH
+#define PLOSS_KERNELS_POLICY_SOFTMAX_FOCAL_CUH
+
+#include "row_engine.cuh"
+
+namespace ploss_cuda {
+namespace row_engine {
+
+struct SoftmaxFocalPolicy {
+    static constexpr int kState = 1;
+    static constexpr bool kKeepsTerm = true; /* term() gives e_j */
+    float gamma;
+    const float *alpha; /* per-class α as f32 (workspace), or null */
+
+    struct Sums {
+        float se; /* Σ_{j≠y} e_j */
+        float dy; /* d_y          */
+    };
+    struct Row {
+        float loss, state[1];
+        float k1, gy; /* g_j = k1·e_j for j ≠ y, g_y = gy (ω included) */
+    };
+
+    __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f}; }
+    __device__ __forceinline__ Sums add(const Sums &u, const Sums &v) const { return Sums{u.se + v.se, u.dy + v.dy}; }
+    template <class IsY> __device__ __forceinline__ float term(Sums &s, float x, int, IsY is_y, float M) const
+    {
+        const float d = M - x;
+        if (is_y) {
+            s.dy += d;
+            return 0.0f;
+        }
+        const float e = __expf(-d);
+        s.se += e;
+        return e;
+    }
+    __device__ __forceinline__ Row finish(const Sums &s, int y, float M, float om) const
+    {
+        const float ey = __expf(-s.dy), SE = s.se + ey, logSE = logf(SE);
+        const float u = s.se / SE;
+        const float L = s.dy == 0.0f ? log1pf(s.se) : s.dy + logSE;
+        const float ug = gamma == 0.0f ? 1.0f : gamma == 2.0f ? u * u : powf(u, gamma);
+        const float G = gamma == 0.0f ? 1.0f : ug * (1.0f + gamma * (ey / SE) * (u > 0.0f ? L / u : 1.0f));
+        const float ay = alpha ? alpha[y] : 1.0f;
+        Row r;
+        r.loss = ay * ug * L;
+        r.state[0] = M + logSE;
+        r.k1 = om * (ay * G / SE);
+        r.gy = -om * (ay * G * u);
+        return r;
+    }
+    template <bool KEPT, class IsY>
+    __device__ __forceinline__ float grad(float v, int, IsY is_y, float M, const Row &r) const
+    {
+        return is_y ? r.gy : r.k1 * (KEPT ? v : __expf(v - M));
+    }
+    __device__ __forceinline__ double divisor(int) const { return 1.0; }
+};
+
+} // namespace row_engine
+} // namespace ploss_cuda
+
+#endif

@@ -1,0 +1,595 @@
+/*
+ * row_engine.cuh — the CUDA row engine of the softmax-row losses: rows of C contiguous
+ * classes (x_sc = 1: N×C, channels-last N×…×C) with class-index targets, f32/f16/bf16
+ * storage and f32 arithmetic.  The loss itself is a policy (kernels/rows/policy_*.cuh):
+ *
+ *   struct Policy {
+ *       struct Sums { ...; };                       per-row sums, merged by Policy::add
+ *       static constexpr int kState;                saved-state components per sample
+ *       Sums zero() const;  Sums add(Sums, Sums) const;
+ *       static constexpr bool kKeepsTerm;           f32 rows keep term()'s value in place of x
+ *       float term(Sums &, float x, int j, IsY is_y, float M) const;  element j; is_y: j = y
+ *                                                   (bool, or std::false_type where known)
+ *       Row finish(const Sums &, int y, float M, float omega) const;
+ *                                                   loss, state, gradient coefficients (ω
+ *                                                   the sample's gradient factor)
+ *       template <bool KEPT> float grad(float v, int j, IsY is_y, float M, const Row &) const;
+ *                                                   v: x, or term()'s value when KEPT
+ *       double divisor(int y) const;                the sample's share of the 'mean' divisor
+ *   };
+ *
+ * Every row is read from memory once and its gradient written once (rows_reg): the row is
+ * held in registers as 16-byte vectors (kRowNV per thread), cut into a head (the < VEC
+ * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
+ * length and alignment are served.  A row is a warp (8 rows per block) up to 1024 f32 /
+ * 2048 f16-bf16 classes, a block of 512 threads up to 16384 / 32768, and above that, on
+ * sm_90, a cluster of 2, 4 or 8 such blocks that exchange their partial sums through
+ * distributed shared memory: up to 131072 f32 / 262144 f16-bf16 classes.  Per row: the
+ * max M, then the policy's sums relative to M, then the gradient; the reductions are
+ * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
+ * bitwise reproducible.
+ *
+ * Reductions over samples: with 'mean' a label pass sums the divisor (Σ over valid samples
+ * of Policy::divisor) first, so the gradient can be scaled in the same pass; the reduced
+ * loss goes through per-block (per-cluster) partials in the context's workspace, added in
+ * a fixed order by one block (the grid depends on the shape only).  No float atomics, no host
+ * synchronisation.  Ignored samples get a zero loss and gradient; invalid labels (neither
+ * ignore_index nor in [0, C)) set the context's error slot, a NaN loss and state, and a
+ * zero gradient row.  The backward pass recomputes the row's statistics from the logits
+ * (the row is on chip either way), so backward after forward is the fused gradient,
+ * bitwise.
+ */
+#ifndef PLOSS_KERNELS_ROW_ENGINE_CUH
+#define PLOSS_KERNELS_ROW_ENGINE_CUH
+
+#include <cooperative_groups.h>
+#include <math_constants.h>
+#include <type_traits>
+
+#include "common.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PLOSS_ROW_ENGINE_SM90 1
+#else
+#define PLOSS_ROW_ENGINE_SM90 0
+#endif
+
+namespace ploss_cuda {
+namespace row_engine {
+
+namespace cg = cooperative_groups;
+
+/* ---- the problem, as every policy sees it ---------------------------------------------- */
+
+struct RowArgs {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    int64_t N, S, C;
+    const void *x; int64_t x_sn, x_ss;                        /* x_sc = 1 */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;   /* i64 or i32 labels */
+    int64_t ignore_index;
+    void *grad; int64_t g_sn, g_ss, g_sc;
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;   /* f32 or f64 */
+    void *state; ploss_dtype state_dtype; int64_t st_sn, st_ss, st_sk;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    double scale; /* fused: multiplier of the gradient */
+    /* filled by the engine */
+    double *part_loss;      /* reduced loss partials, or null */
+    const double *divisor;  /* 'mean' divisor (device), or null */
+    int64_t *error_slot;
+};
+
+constexpr int kLabelThreads = 256;
+constexpr int kFinalThreads = 1024;
+constexpr int kMaxCluster = 8;
+
+enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
+
+__device__ __forceinline__ int64_t load_label(const RowArgs &a, int64_t n, int64_t s)
+{
+    const int64_t off = n * a.t_sn + s * a.t_ss;
+    return a.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)a.t)[off] : ((const int64_t *)a.t)[off];
+}
+
+__device__ __forceinline__ int label_status(const RowArgs &a, int64_t y)
+{
+    if (y == a.ignore_index)
+        return kIgnored;
+    return y < 0 || y >= a.C ? kInvalid : kValid;
+}
+
+/* The gradient factor ω shared by every sample (fused, or backward of a reduced loss). */
+__device__ __forceinline__ float common_omega(const RowArgs &a)
+{
+    const double up = a.pass == PLOSS_PASS_FUSED ? a.scale : load_dyn(a.grad_loss, a.gl_dtype, 0);
+    if (a.reduction != PLOSS_REDUCTION_MEAN)
+        return (float)up;
+    const double d = *a.divisor;
+    return d != 0.0 ? (float)(up / d) : 0.0f;
+}
+
+__device__ __forceinline__ float sample_omega(const RowArgs &a, float common, int64_t n, int64_t s)
+{
+    if (a.pass == PLOSS_PASS_BACKWARD && a.reduction == PLOSS_REDUCTION_NONE)
+        return (float)load_dyn(a.grad_loss, a.gl_dtype, n * a.gl_sn + s * a.gl_ss);
+    return common;
+}
+
+/* Per-sample outputs: the loss (NONE) or its share of the partial, and the state. */
+template <class Policy>
+__device__ __forceinline__ void store_outputs(const RowArgs &a, int64_t n, int64_t s, float loss, const float *state,
+                                              double &acc)
+{
+    if (a.pass == PLOSS_PASS_BACKWARD)
+        return;
+    if (a.reduction == PLOSS_REDUCTION_NONE)
+        store_state(a.loss, a.loss_dtype, n * a.l_sn + s * a.l_ss, (double)loss);
+    else
+        acc += (double)loss;
+    if (a.state)
+        for (int k = 0; k < Policy::kState; ++k)
+            store_state(a.state, a.state_dtype, n * a.st_sn + s * a.st_ss + k * a.st_sk, (double)state[k]);
+}
+
+template <class Policy>
+__device__ __forceinline__ void store_skipped(const RowArgs &a, int64_t n, int64_t s, int st, int64_t y, double &acc)
+{
+    if (st == kInvalid)
+        report_invalid_label(a.error_slot, y);
+    const float v = st == kInvalid ? CUDART_NAN_F : 0.0f;
+    float state[Policy::kState > 0 ? Policy::kState : 1];
+    for (int k = 0; k < Policy::kState; ++k)
+        state[k] = v;
+    store_outputs<Policy>(a, n, s, v, state, acc);
+}
+
+struct MaxF {
+    __device__ __forceinline__ float operator()(float u, float v) const { return fmaxf(u, v); }
+};
+template <class Policy> struct SumsOp {
+    const Policy *pol;
+    __device__ __forceinline__ typename Policy::Sums operator()(const typename Policy::Sums &u,
+                                                                const typename Policy::Sums &v) const
+    {
+        return pol->add(u, v);
+    }
+};
+
+/* Element offset of a row start within its 16-byte vector. */
+template <class T> __device__ __forceinline__ int misalign(const T *ptr)
+{
+    return (int)(((uintptr_t)ptr / sizeof(T)) & (uintptr_t)(vec16<T>::N - 1));
+}
+
+/* The statistics, outputs and gradient of one row, whichever kernel holds it.  Row gives:
+ * each(y, f) → f(x, j, is_y) over this thread's elements; write(gr, gsc, y, g) stores
+ * g(x, j, is_y) for them;
+ * all_reduce(v, op) over the row's threads; leader() for the one thread that writes the
+ * per-sample outputs. */
+template <class T, class Policy, class Row>
+__device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol, Row &row, int64_t n, int64_t s,
+                                            int64_t y, float omega_common, double &acc)
+{
+    const bool want_grad = a.pass != PLOSS_PASS_FORWARD;
+    const int st = label_status(a, y);
+    if (st != kValid) {
+        if (row.leader())
+            store_skipped<Policy>(a, n, s, st, y, acc);
+        if (want_grad)
+            row.write((T *)a.grad + n * a.g_sn + s * a.g_ss, a.g_sc, -1, [](float, int, auto) { return 0.0f; });
+        return;
+    }
+    const int yi = (int)y;
+    float m = -CUDART_INF_F;
+    row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
+    const float M = row.all_reduce(m, MaxF{});
+    typename Policy::Sums sums = pol.zero();
+    /* f32 rows keep what term() returns (e^(x−M), say) in place of x when the policy asks */
+    constexpr bool kKeep = Policy::kKeepsTerm && sizeof(T) == sizeof(float);
+    row.template each_keep<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
+    sums = row.all_reduce(sums, SumsOp<Policy>{&pol});
+    const float om = want_grad ? sample_omega(a, omega_common, n, s) : 0.0f;
+    const typename Policy::Row r = pol.finish(sums, yi, M, om);
+    if (row.leader())
+        store_outputs<Policy>(a, n, s, r.loss, r.state, acc);
+    if (want_grad)
+        row.write((T *)a.grad + n * a.g_sn + s * a.g_ss, a.g_sc, yi,
+                  [&](float v, int j, auto is_y) { return pol.template grad<kKeep>(v, j, is_y, M, r); });
+}
+
+/* ---- the row in registers ------------------------------------------------------------ */
+
+/* One thread's share of a row held in registers: a row is LANES·K threads (LANES = 32: a
+ * warp; LANES = THREADS: a block, K > 1: a cluster of K blocks on sm_90); thread
+ * gi = rank·LANES + lane holds the row's aligned 16-byte vectors gi, gi + LANES·K, … (NV
+ * of them at most) and its head / tail element gi. */
+template <class T, int NV, int LANES, int K> struct RegRow {
+    using V = vec16<T>;
+    static constexpr int VEC = V::N;
+    uint4 raw[NV];
+    float xh, xt;
+    static constexpr int GT = LANES * K;
+    int gi, hc, nfull, jt, off;
+    bool hv, tv, lead;
+
+    __device__ __forceinline__ void load(const T *xr, int C)
+    {
+        off = misalign(xr);
+        hc = min((VEC - off) & (VEC - 1), C);
+        nfull = (C - hc) / VEC;
+        jt = hc + nfull * VEC;
+        hv = gi < hc;
+        tv = gi < C - jt;
+        const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int q = k * GT + gi;
+            raw[k] = q < nfull ? xv[q] : make_uint4(0u, 0u, 0u, 0u);
+        }
+        xh = hv ? to_acc(xr[gi]) : 0.0f;
+        xt = tv ? to_acc(xr[jt + gi]) : 0.0f;
+    }
+    __device__ __forceinline__ bool leader() const { return lead; }
+    /* f(x, j, is_y) over this thread's elements; is_y is std::false_type for the vectors
+     * that do not hold class y (no per-element test there). */
+    template <class F> __device__ __forceinline__ void each(int y, F &&f)
+    {
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            launder(raw[k]);
+            const int q = k * GT + gi;
+            if (q < nfull) {
+                const int jb = hc + q * VEC;
+                if ((unsigned)(y - jb) < (unsigned)VEC) {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        f(V::get(raw[k], e), jb + e, jb + e == y);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        f(V::get(raw[k], e), jb + e, std::false_type{});
+                }
+            }
+        }
+        if (hv)
+            f(xh, gi, gi == y);
+        if (tv)
+            f(xt, jt + gi, jt + gi == y);
+    }
+    /* As each(), and with KEEP the value f returns replaces the element (f32 rows). */
+    template <bool KEEP, class F> __device__ __forceinline__ void each_keep(int y, F &&f)
+    {
+        if constexpr (!KEEP) {
+            each(y, [&](float x, int j, auto is_y) { (void)f(x, j, is_y); });
+        } else {
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                launder(raw[k]);
+                const int q = k * GT + gi;
+                if (q < nfull) {
+                    const int jb = hc + q * VEC;
+                    if ((unsigned)(y - jb) < (unsigned)VEC) {
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+                            V::set(raw[k], e, f(V::get(raw[k], e), jb + e, jb + e == y));
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e)
+                            V::set(raw[k], e, f(V::get(raw[k], e), jb + e, std::false_type{}));
+                    }
+                }
+            }
+            if (hv)
+                xh = f(xh, gi, gi == y);
+            if (tv)
+                xt = f(xt, jt + gi, jt + gi == y);
+        }
+    }
+    template <class G> __device__ __forceinline__ void write(T *gr, int64_t gsc, int y, G &&g)
+    {
+        const bool gvec = gsc == 1 && misalign(gr) == off;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            launder(raw[k]);
+            const int q = k * GT + gi;
+            if (q < nfull) {
+                const int jb = hc + q * VEC;
+                uint4 o;
+                if ((unsigned)(y - jb) < (unsigned)VEC) {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        V::set(o, e, g(V::get(raw[k], e), jb + e, jb + e == y));
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        V::set(o, e, g(V::get(raw[k], e), jb + e, std::false_type{}));
+                }
+                if (gvec)
+                    reinterpret_cast<uint4 *>(gr + hc)[q] = o;
+                else
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        gr[(int64_t)(jb + e) * gsc] = convert<T>(V::get(o, e));
+            }
+        }
+        if (hv)
+            gr[(int64_t)gi * gsc] = convert<T>(g(xh, gi, gi == y));
+        if (tv)
+            gr[(int64_t)(jt + gi) * gsc] = convert<T>(g(xt, jt + gi, jt + gi == y));
+    }
+    /* All-reduce over the row's threads: warp shuffles, or a block reduction whose blocks'
+     * partials (K > 1) are merged in rank order through distributed shared memory. */
+    template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
+    {
+        if constexpr (LANES == 32) {
+            return warp_all_reduce<32>(v, op);
+        } else {
+            using BR = cub::BlockReduce<U, LANES>;
+            __shared__ typename BR::TempStorage tmp;
+            __shared__ U slot_v, res_v; /* one pair per type U: the max and the policy's sums */
+            U *slot = &slot_v, *res = &res_v;
+            const U b = BR(tmp).Reduce(v, op);
+            const int tid = (int)threadIdx.x;
+            if constexpr (K == 1) {
+                if (tid == 0)
+                    *res = b;
+                __syncthreads();
+                const U t = *res;
+                __syncthreads();
+                return t;
+            } else {
+#if PLOSS_ROW_ENGINE_SM90
+                cg::cluster_group cluster = cg::this_cluster();
+                if (tid == 0)
+                    *slot = b;
+                cluster.sync();
+                /* lanes 0..K−1 read one rank's partial each, merged by a fixed shuffle tree */
+                if (tid < K) {
+                    using WR = cub::WarpReduce<U, K>;
+                    __shared__ typename WR::TempStorage wtmp;
+                    const U t = WR(wtmp).Reduce(*cluster.map_shared_rank(slot, tid), op);
+                    if (tid == 0)
+                        *res = t;
+                }
+                __syncthreads();
+                return *res; /* rewritten only after the cluster barrier that ends the row */
+#else
+                __trap();
+                return b;
+#endif
+            }
+        }
+    }
+};
+
+/* Rows of LANES·K threads in blocks of THREADS threads (THREADS / LANES rows at a time per
+ * block or cluster), walked with a grid stride; one loss partial per block (cluster). */
+template <class T, class Policy, int NV, int LANES, int THREADS, int K>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+    rows_reg(const RowArgs a, const Policy pol, const int64_t rows)
+{
+    constexpr int RPB = THREADS / LANES; /* rows per block at a time */
+    static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or whole blocks");
+    __shared__ double s_acc[RPB];
+    static_assert(!std::is_same<typename Policy::Sums, float>::value, "Sums: a struct (all_reduce keeps one slot per type)");
+
+    int rank = 0;
+#if PLOSS_ROW_ENGINE_SM90
+    if constexpr (K > 1)
+        rank = (int)cg::this_cluster().block_rank();
+#endif
+    const int lane = (int)threadIdx.x % LANES, group = (int)threadIdx.x / LANES;
+    const int64_t cid = (int64_t)blockIdx.x / K, ncl = (int64_t)gridDim.x / K;
+    const float omega = a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD &&
+                                                            a.reduction == PLOSS_REDUCTION_NONE)
+                            ? common_omega(a)
+                            : 0.0f;
+    RegRow<T, NV, LANES, K> row;
+    row.gi = rank * LANES + lane;
+    row.lead = row.gi == 0;
+    if (lane == 0)
+        s_acc[group] = 0.0; /* the group's loss sum, kept out of registers */
+    for (int64_t r = cid * RPB + group; r < rows; r += ncl * RPB) {
+        const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
+        const int64_t y = load_label(a, n, s); /* read with the row, used after it */
+        row.load((const T *)a.x + n * a.x_sn + s * a.x_ss, (int)a.C);
+        process_row<T>(a, pol, row, n, s, y, omega, s_acc[group]);
+#if PLOSS_ROW_ENGINE_SM90
+        if constexpr (K > 1)
+            cg::this_cluster().sync(); /* the slots may be written again */
+#endif
+    }
+    if (a.part_loss) {
+        __syncthreads();
+        if (threadIdx.x == 0 && rank == 0) {
+            double t = 0.0;
+            for (int g = 0; g < RPB; ++g)
+                t += s_acc[g];
+            a.part_loss[cid] = t;
+        }
+    }
+#if PLOSS_ROW_ENGINE_SM90
+    if constexpr (K > 1)
+        cg::this_cluster().sync(); /* no block leaves while another may read its slots */
+#endif
+}
+
+/* ---- label pass and final reduction -------------------------------------------------- */
+
+template <class Policy>
+__global__ void __launch_bounds__(kLabelThreads)
+    divisor_partials(const RowArgs a, const Policy pol, double *part, const int64_t rows)
+{
+    double acc = 0.0;
+    for (int64_t r = thread_index(); r < rows; r += grid_stride()) {
+        const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
+        const int64_t y = load_label(a, n, s);
+        if (label_status(a, y) == kValid)
+            acc += pol.divisor((int)y);
+    }
+    const double t = block_reduce<kLabelThreads>(acc, SumOp{});
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = t;
+}
+
+/* Non-template kernels of the engine (kernels/rows/row_engine.cu), launched on `stream`:
+ * the fixed-order sum of `count` doubles into *out; the final loss (Σ partials, divided by
+ * *divisor when it is given) stored as loss_dtype; class weights of any float dtype as f32
+ * with their sum. */
+ploss_status launch_sum_partials(const double *part, int64_t count, double *out, cudaStream_t stream);
+ploss_status launch_finalize(const double *part, int64_t count, const double *divisor, void *loss,
+                             ploss_dtype loss_dtype, cudaStream_t stream);
+ploss_status launch_convert_class_weights(const void *w, ploss_dtype dt, int64_t ws, int64_t C, float *out,
+                                          double *sum, cudaStream_t stream);
+
+/* ---- host side ---------------------------------------------------------------------------- */
+
+/* Whether cluster kernels can run on `device`: sm_90+, cluster launch, and
+ * the kernels compiled for compute_90 or later.  Cached per device. */
+inline bool sm90_ready(int device, const void *probe)
+{
+    static int cache[64]; /* 0 unknown, 1 yes, 2 no */
+    if (device < 0 || device >= 64)
+        return false;
+    if (cache[device] == 0) {
+        int major = 0, cluster = 0;
+        cudaFuncAttributes fa;
+        const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                        cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+                        cudaFuncGetAttributes(&fa, probe) == cudaSuccess && major >= 9 && cluster &&
+                        fa.ptxVersion >= 90;
+        (void)cudaGetLastError();
+        cache[device] = ok ? 1 : 2;
+    }
+    return cache[device] == 1;
+}
+
+/* The engine serves rows with a contiguous class axis, C ≥ 2; the caller keeps its own
+ * kernels for the rest (class-strided layouts, f64). */
+template <class T> inline bool serves(int64_t x_sc, int64_t C)
+{
+    return sizeof(T) <= 4 && x_sc == 1 && C >= 2 && C <= (int64_t)1 << 24;
+}
+
+/* The register-row shapes, smallest first: a warp per row (8 rows per block) or a block of
+ * 512 threads per row, alone or in a cluster of 2, 4 or 8 (sm_90). */
+constexpr int kRowNV = 8;
+constexpr int kBlockThreads = 512;
+
+template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
+template <class T> inline int64_t block_capacity() { return (int64_t)kRowNV * kBlockThreads * vec16<T>::N; }
+
+/* Run Policy on the rows of `a`.  prep(extra, stream) may fill the policy's device data in
+ * `extra_bytes` of workspace before any kernel reads it (class weights, say).  Returns
+ * PLOSS_ERR_UNSUPPORTED, having launched nothing, when the rows are too long for a cluster
+ * of 8 blocks or the device cannot run cluster kernels. */
+template <class T, class Policy, class Prep>
+ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Prep &&prep)
+{
+    const int64_t rows = a.N * a.S;
+    const bool want_loss = a.pass != PLOSS_PASS_BACKWARD, want_grad = a.pass != PLOSS_PASS_FORWARD;
+    const bool reduced = want_loss && a.reduction != PLOSS_REDUCTION_NONE;
+    const bool mean = a.reduction == PLOSS_REDUCTION_MEAN && (reduced || want_grad);
+    cudaStream_t stream = stream_of(ctx);
+    const int device = ctx->device.device_id;
+    constexpr int VEC = vec16<T>::N;
+
+    /* K = 0: a warp per row; else blocks of 512 threads, K per row */
+    int K = 0;
+    if (a.C > warp_capacity<T>()) {
+        K = 1;
+        while (K <= kMaxCluster && (a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
+            K *= 2;
+        if (K > kMaxCluster || (K > 1 && !sm90_ready(device, (const void *)rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>)))
+            return PLOSS_ERR_UNSUPPORTED;
+    }
+    /* a grid that depends on the shape only, so the per-block partials are the same on
+     * every card */
+    const int64_t per_block = K == 0 ? 8 : 1;
+    int64_t blocks = (rows + per_block - 1) / per_block;
+    if (blocks > 4096 * (K == 0 ? 1 : 16))
+        blocks = 4096 * (K == 0 ? 1 : 16);
+    if (blocks < 1)
+        blocks = 1;
+
+    /* workspace: [loss partials | divisor | label partials | policy data] */
+    auto up256 = [](size_t b) { return (b + 255) & ~(size_t)255; };
+    const int64_t label_blocks = mean && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * 4, 1024) : 0;
+    const size_t sz_part = reduced ? up256((size_t)(blocks > 0 ? blocks : 1) * sizeof(double)) : 0;
+    const size_t sz_div = mean ? 256 : 0;
+    const size_t sz_lab = up256((size_t)label_blocks * sizeof(double));
+    const size_t total = sz_part + sz_div + sz_lab + up256(extra_bytes);
+    char *ws = nullptr;
+    if (total > 0) {
+        void *w = nullptr;
+        const ploss_status st = ploss_workspace(ctx, total, &w);
+        if (st != PLOSS_OK)
+            return st;
+        ws = (char *)w;
+    }
+    a.part_loss = reduced ? (double *)ws : nullptr;
+    a.divisor = mean ? (const double *)(ws + sz_part) : nullptr;
+    a.error_slot = ctx->error_slot;
+    if (extra_bytes > 0 || rows > 0) {
+        const ploss_status st = prep(ws + sz_part + sz_div + sz_lab, stream, pol);
+        if (st != PLOSS_OK)
+            return st;
+    }
+
+    if (mean) {
+        double *lab = (double *)(ws + sz_part + sz_div);
+        if (rows > 0)
+            divisor_partials<<<(unsigned)label_blocks, kLabelThreads, 0, stream>>>(a, pol, lab, rows);
+        const ploss_status st = launch_sum_partials(lab, rows > 0 ? label_blocks : 0, (double *)a.divisor, stream);
+        if (st != PLOSS_OK)
+            return st;
+    }
+
+    if (rows > 0) {
+        if (K == 0) {
+            rows_reg<T, Policy, kRowNV, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
+            const ploss_status st = check_launch("row engine (a warp per row)");
+            if (st != PLOSS_OK)
+                return st;
+        } else if (K == 1) {
+            rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 1>
+                <<<(unsigned)blocks, kBlockThreads, 0, stream>>>(a, pol, rows);
+            const ploss_status st = check_launch("row engine (a block per row)");
+            if (st != PLOSS_OK)
+                return st;
+        } else {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3((unsigned)(blocks * K), 1, 1);
+            cfg.blockDim = dim3(kBlockThreads, 1, 1);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = (unsigned)K;
+            attr[0].val.clusterDim.y = 1;
+            attr[0].val.clusterDim.z = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            auto kernel = K == 2 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>
+                          : K == 4 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 4>
+                                   : rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 8>;
+            const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, pol, rows);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                return ploss_error(PLOSS_ERR_CUDA, "row engine (a cluster of %d blocks per row): %s", K,
+                                   cudaGetErrorString(e));
+            }
+        }
+    }
+
+    if (reduced) {
+        return launch_finalize(a.part_loss, rows > 0 ? blocks : 0,
+                               a.reduction == PLOSS_REDUCTION_MEAN ? a.divisor : nullptr, a.loss, a.loss_dtype,
+                               stream);
+    }
+    return PLOSS_OK;
+}
+
+} // namespace row_engine
+} // namespace ploss_cuda
+
+#endif
