@@ -175,6 +175,9 @@ typedef struct ploss_sample_problem {
 ploss_status ploss_cpu_sample_policies(ploss_ctx_t *ctx, const ploss_sample_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_sample_policies(ploss_ctx_t *ctx, const ploss_sample_problem *p);
+/* The row-engine part of the CUDA backend (rows with a contiguous class axis, no mining):
+ * PLOSS_ERR_UNSUPPORTED, having launched nothing, for the problems it does not take. */
+ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sample_problem *p);
 #endif
 
 #ifdef __cplusplus

@@ -20,6 +20,8 @@ namespace row_engine {
 template <bool W> struct CrossEntropyPolicy {
     static constexpr int kState = 1;
     static constexpr bool kKeepsTerm = true; /* term() gives e_j */
+    static constexpr bool kMaxExcludesY = false;
+    static constexpr bool kClusters = true;
     float a, b;          /* smoothing: target a·[j = y] + b */
     const float *w;      /* class weights as f32 (workspace), or null */
     const double *wsum;  /* Σ_j w_j (workspace), with w */

@@ -18,6 +18,8 @@ namespace row_engine {
 struct SoftmaxFocalPolicy {
     static constexpr int kState = 1;
     static constexpr bool kKeepsTerm = true; /* term() gives e_j */
+    static constexpr bool kMaxExcludesY = false;
+    static constexpr bool kClusters = true;
     float gamma;
     const float *alpha; /* per-class α as f32 (workspace), or null */
 

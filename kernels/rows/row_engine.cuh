@@ -8,6 +8,9 @@
  *       static constexpr int kState;                saved-state components per sample
  *       Sums zero() const;  Sums add(Sums, Sums) const;
  *       static constexpr bool kKeepsTerm;           f32 rows keep term()'s value in place of x
+ *       static constexpr bool kMaxExcludesY;        M: the max over j ≠ y (else over all j)
+ *       static constexpr bool kClusters;            rows longer than a block are served
+ *                                                   (clusters instantiated), else refused
  *       float term(Sums &, float x, int j, IsY is_y, float M) const;  element j; is_y: j = y
  *                                                   (bool, or std::false_type where known)
  *       Row finish(const Sums &, int y, float M, float omega) const;
@@ -181,7 +184,13 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
     }
     const int yi = (int)y;
     float m = -CUDART_INF_F;
-    row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
+    if constexpr (Policy::kMaxExcludesY) /* the max over the classes other than y */
+        row.each(yi, [&](float x, int, auto is_y) {
+            if (!is_y)
+                m = fmaxf(m, x);
+        });
+    else
+        row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
     const float M = row.all_reduce(m, MaxF{});
     typename Policy::Sums sums = pol.zero();
     /* f32 rows keep what term() returns (e^(x−M), say) in place of x when the policy asks */
@@ -474,6 +483,7 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
 /* The register-row shapes, smallest first: a warp per row (8 rows per block) or a block of
  * 512 threads per row, alone or in a cluster of 2, 4 or 8 (sm_90). */
 constexpr int kRowNV = 8;
+constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: a block per row */
 constexpr int kBlockThreads = 512;
 
 template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
@@ -494,14 +504,20 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     const int device = ctx->device.device_id;
     constexpr int VEC = vec16<T>::N;
 
-    /* K = 0: a warp per row; else blocks of 512 threads, K per row */
+    /* K = 0: a warp per row; else blocks of 512 threads, K per row.  Short rows go to
+     * blocks too when there are too few of them to fill the card with warps (a block
+     * spreads a row over more threads: lower latency). */
     int K = 0;
-    if (a.C > warp_capacity<T>()) {
+    if (a.C > warp_capacity<T>() || rows < kWarpRowsMin) {
         K = 1;
         while (K <= kMaxCluster && (a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
             K *= 2;
-        if (K > kMaxCluster || (K > 1 && !sm90_ready(device, (const void *)rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>)))
+        if (K > kMaxCluster || (K > 1 && !Policy::kClusters))
             return PLOSS_ERR_UNSUPPORTED;
+        if constexpr (Policy::kClusters)
+            if (K > 1 &&
+                !sm90_ready(device, (const void *)rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>))
+                return PLOSS_ERR_UNSUPPORTED;
     }
     /* a grid that depends on the shape only, so the per-block partials are the same on
      * every card */
@@ -557,7 +573,7 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             const ploss_status st = check_launch("row engine (a block per row)");
             if (st != PLOSS_OK)
                 return st;
-        } else {
+        } else if constexpr (Policy::kClusters) {
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = dim3((unsigned)(blocks * K), 1, 1);
             cfg.blockDim = dim3(kBlockThreads, 1, 1);

@@ -1495,6 +1495,11 @@ extern "C" ploss_status ploss_cuda_sample_policies(ploss_ctx_t *ctx, const ploss
 {
     return dispatch_float(p->x_dtype, "input", [&](auto xtag) {
         using T = typename decltype(xtag)::type;
+        if constexpr (sizeof(T) <= 4) {
+            const ploss_status st = ploss_cuda_sample_policies_rows(ctx, p);
+            if (st != PLOSS_ERR_UNSUPPORTED)
+                return st;
+        }
         /* Taylor polynomials above order 10 lose digits to cancellation in f32 */
         if constexpr (!std::is_same<T, double>::value)
             if (p->loss_kind == PLOSS_SAMPLE_TAYLOR_CE && p->order > 10)
