@@ -686,17 +686,8 @@ ploss_status run_engine_policy(ploss_ctx_t *ctx, const ploss_ce_problem &p, cons
 template <class T> ploss_status run_engine(ploss_ctx_t *ctx, const ploss_ce_problem &p)
 {
     namespace re = row_engine;
-    re::RowArgs a = {};
-    a.pass = p.pass; a.reduction = p.reduction;
-    a.N = p.N; a.S = p.S; a.C = p.C;
-    a.x = p.x; a.x_sn = p.x_sn; a.x_ss = p.x_ss;
-    a.t = p.t; a.t_dtype = p.t_dtype; a.t_sn = p.t_sn; a.t_ss = p.t_ss;
-    a.ignore_index = p.ignore_index;
-    a.grad = p.grad; a.g_sn = p.g_sn; a.g_ss = p.g_ss; a.g_sc = p.g_sc;
-    a.loss = p.loss; a.loss_dtype = p.loss_dtype; a.l_sn = p.l_sn; a.l_ss = p.l_ss;
-    a.state = p.lse; a.state_dtype = p.lse_dtype; a.st_sn = p.lse_sn; a.st_ss = p.lse_ss; a.st_sk = 0;
-    a.grad_loss = p.grad_loss; a.gl_dtype = p.gl_dtype; a.gl_sn = p.gl_sn; a.gl_ss = p.gl_ss;
-    a.scale = p.scale;
+    re::RowArgs a = re::row_args(p);
+    a.state = p.lse; a.state_dtype = p.lse_dtype; a.st_sn = p.lse_sn; a.st_ss = p.lse_ss;
     if (p.w)
         return run_engine_policy<T, true>(ctx, p, a);
     return run_engine_policy<T, false>(ctx, p, a);
@@ -712,16 +703,9 @@ ploss_status run_engine_policy(ploss_ctx_t *ctx, const ploss_ce_problem &p, cons
     pol.csum_plain = (float)(p.a + p.b * (double)p.C);
     pol.n_classes = (float)p.C;
     pol.w_raw = p.w; pol.w_dtype = p.w_dtype; pol.w_s = p.w_s;
-    const size_t extra = p.w ? ((size_t)p.C * sizeof(float) + 255) / 256 * 256 + sizeof(double) : 0;
+    const size_t extra = p.w ? re::class_values_bytes(p.C) : 0;
     return re::run<T>(ctx, a, pol, extra, [&](char *ws, cudaStream_t stream, re::CrossEntropyPolicy<W> &q) {
-        if (!p.w)
-            return PLOSS_OK;
-        float *w = (float *)ws;
-        double *sum = (double *)(ws + ((size_t)p.C * sizeof(float) + 255) / 256 * 256);
-        const ploss_status st = re::launch_convert_class_weights(p.w, p.w_dtype, p.w_s, p.C, w, sum, stream);
-        q.w = w;
-        q.wsum = sum;
-        return st;
+        return p.w ? re::convert_class_values(p.w, p.w_dtype, p.w_s, p.C, ws, stream, &q.w, &q.wsum) : PLOSS_OK;
     });
 }
 

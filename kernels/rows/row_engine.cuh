@@ -473,6 +473,37 @@ inline bool sm90_ready(int device, const void *probe)
     return cache[device] == 1;
 }
 
+/* The engine's arguments from a backend problem of core/engines/rows.h: every field but
+ * the saved state, which the problems name differently. */
+template <class P> inline RowArgs row_args(const P &p)
+{
+    RowArgs a = {};
+    a.pass = p.pass; a.reduction = p.reduction;
+    a.N = p.N; a.S = p.S; a.C = p.C;
+    a.x = p.x; a.x_sn = p.x_sn; a.x_ss = p.x_ss;
+    a.t = p.t; a.t_dtype = p.t_dtype; a.t_sn = p.t_sn; a.t_ss = p.t_ss;
+    a.ignore_index = p.ignore_index;
+    a.grad = p.grad; a.g_sn = p.g_sn; a.g_ss = p.g_ss; a.g_sc = p.g_sc;
+    a.loss = p.loss; a.loss_dtype = p.loss_dtype; a.l_sn = p.l_sn; a.l_ss = p.l_ss;
+    a.grad_loss = p.grad_loss; a.gl_dtype = p.gl_dtype; a.gl_sn = p.gl_sn; a.gl_ss = p.gl_ss;
+    a.scale = p.scale;
+    return a;
+}
+
+/* Policy data of per-class values (weights, α, priors): C f32 values and their f64 sum in
+ * `class_values_bytes(C)` of workspace, converted from the caller's tensor on `stream`. */
+inline size_t class_values_floats_bytes(int64_t C) { return ((size_t)C * sizeof(float) + 255) / 256 * 256; }
+inline size_t class_values_bytes(int64_t C) { return class_values_floats_bytes(C) + sizeof(double); }
+inline ploss_status convert_class_values(const void *w, ploss_dtype dt, int64_t w_s, int64_t C, char *ws,
+                                         cudaStream_t stream, const float **values, const double **sum)
+{
+    float *v = (float *)ws;
+    double *t = (double *)(ws + class_values_floats_bytes(C));
+    *values = v;
+    *sum = t;
+    return launch_convert_class_weights(w, dt, w_s, C, v, t, stream);
+}
+
 /* The engine serves rows with a contiguous class axis, C ≥ 2; the caller keeps its own
  * kernels for the rest (class-strided layouts, f64). */
 template <class T> inline bool serves(int64_t x_sc, int64_t C)

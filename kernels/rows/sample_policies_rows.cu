@@ -19,17 +19,8 @@ template <class T> static ploss_status run_typed(ploss_ctx_t *ctx, const ploss_s
     if (p->ohem || p->C <= 32 || !re::serves<T>(p->x_sc, p->C) ||
         (p->loss_kind == PLOSS_SAMPLE_TAYLOR_CE && p->order > 10))
         return PLOSS_ERR_UNSUPPORTED;
-    re::RowArgs a = {};
-    a.pass = p->pass; a.reduction = p->reduction;
-    a.N = p->N; a.S = p->S; a.C = p->C;
-    a.x = p->x; a.x_sn = p->x_sn; a.x_ss = p->x_ss;
-    a.t = p->t; a.t_dtype = p->t_dtype; a.t_sn = p->t_sn; a.t_ss = p->t_ss;
-    a.ignore_index = p->ignore_index;
-    a.grad = p->grad; a.g_sn = p->g_sn; a.g_ss = p->g_ss; a.g_sc = p->g_sc;
-    a.loss = p->loss; a.loss_dtype = p->loss_dtype; a.l_sn = p->l_sn; a.l_ss = p->l_ss;
+    re::RowArgs a = re::row_args(*p);
     a.state = p->state; a.state_dtype = p->state_dtype; a.st_sn = p->st_sn; a.st_ss = p->st_ss; a.st_sk = p->st_sk;
-    a.grad_loss = p->grad_loss; a.gl_dtype = p->gl_dtype; a.gl_sn = p->gl_sn; a.gl_ss = p->gl_ss;
-    a.scale = p->scale;
     auto none = [](char *, cudaStream_t, auto &) { return PLOSS_OK; };
     switch (p->loss_kind) {
     case PLOSS_SAMPLE_LARGE_MARGIN:
@@ -37,15 +28,12 @@ template <class T> static ploss_status run_typed(ploss_ctx_t *ctx, const ploss_s
                           0, none);
     case PLOSS_SAMPLE_TAYLOR_CE:
         return re::run<T>(ctx, a, re::TaylorPolicy{p->order}, 0, none);
-    case PLOSS_SAMPLE_PC_SOFTMAX: {
-        const size_t wbytes = ((size_t)p->C * sizeof(float) + 255) / 256 * 256;
-        return re::run<T>(ctx, a, re::PcSoftmaxPolicy{nullptr}, wbytes + sizeof(double),
+    case PLOSS_SAMPLE_PC_SOFTMAX:
+        return re::run<T>(ctx, a, re::PcSoftmaxPolicy{nullptr}, re::class_values_bytes(p->C),
                           [&](char *ws, cudaStream_t stream, re::PcSoftmaxPolicy &q) {
-                              q.w = (const float *)ws;
-                              return re::launch_convert_class_weights(p->w, p->w_dtype, p->w_s, p->C, (float *)ws,
-                                                                      (double *)(ws + wbytes), stream);
+                              const double *sum = nullptr;
+                              return re::convert_class_values(p->w, p->w_dtype, p->w_s, p->C, ws, stream, &q.w, &sum);
                           });
-    }
     default:
         return PLOSS_ERR_UNSUPPORTED;
     }
