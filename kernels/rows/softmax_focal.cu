@@ -8,11 +8,10 @@
  *    (the second and third passes then read no global memory);
  *  - the class-strided layout N×C×d… (and C < 32): a thread per sample walking C with
  *    stride S, so a warp reads consecutive samples (coalesced).
- *  - softmax focal without α, class axis contiguous, f32/f16/bf16, a non-empty batch and
- *    rows that fit the cross-entropy register-row kernel (C > 32, up to 131072 f32 /
- *    262144 f16-bf16 classes): handed to that kernel as a focal-modulated cross-entropy
- *    (softmax_focal_as_ce), which reads the row once and writes the gradient once;
- *    otherwise the kernels above.
+ *  - softmax focal (with or without α), class axis contiguous, C ≥ 32, f32/f16/bf16: the
+ *    row engine (kernels/rows/row_engine.cuh, policy_softmax_focal.cuh), which reads the
+ *    row once and writes the gradient once; the kernels above serve dual focal, f64 and
+ *    the class-strided layout.
  * Per sample: pass 1 the log-sum-exp (online max/sum per lane, merged with fixed-order CUB
  * reductions) unless a saved lse is given; dual focal: pass 2 the loss terms and Σ p·G;
  * last pass the gradient.  fp32 accumulation (f64 for f64); the log-sum-exp, the dual focal
