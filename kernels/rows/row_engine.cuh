@@ -25,9 +25,11 @@
  * held in registers as 16-byte vectors (kRowNV per thread), cut into a head (the < VEC
  * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
  * length and alignment are served.  A row is a warp (8 rows per block) up to 1024 f32 /
- * 2048 f16-bf16 classes, a block of 512 threads up to 16384 / 32768, and above that, on
- * sm_90, a cluster of 2, 4 or 8 such blocks that exchange their partial sums through
- * distributed shared memory: up to 131072 f32 / 262144 f16-bf16 classes.  Per row: the
+ * 2048 f16-bf16 classes when there are at least kWarpRowsMin rows, else a block of 512
+ * threads, up to 16384 / 32768 classes; above that, on sm_90 and for the policies that
+ * instantiate them (kClusters), a cluster of 2, 4 or 8 such blocks that exchange their
+ * partial sums through distributed shared memory: up to 131072 f32 / 262144 f16-bf16
+ * classes.  Per row: the
  * max M, then the policy's sums relative to M, then the gradient; the reductions are
  * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
  * bitwise reproducible.
