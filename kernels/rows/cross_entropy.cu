@@ -40,7 +40,11 @@ namespace {
 /* Per-sample helpers shared by every kernel                                            */
 /* ------------------------------------------------------------------------------------ */
 
-enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
+using row_engine::kIgnored;
+using row_engine::kInvalid;
+using row_engine::kValid;
+using row_engine::label_status;
+using row_engine::load_label;
 
 struct Aux {
     double *part_loss;     /* one partial loss sum per block (reduced loss wanted), or null */
@@ -71,19 +75,6 @@ template <> __device__ __forceinline__ double qnan<double>() { return CUDART_NAN
 template <class A> __device__ __forceinline__ A rescale(A m_old, A m_new)
 {
     return m_old == m_new ? A(1) : ex(m_old - m_new);
-}
-
-__device__ __forceinline__ int64_t load_label(const ploss_ce_problem &p, int64_t n, int64_t s)
-{
-    const int64_t off = n * p.t_sn + s * p.t_ss;
-    return p.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)p.t)[off] : ((const int64_t *)p.t)[off];
-}
-
-__device__ __forceinline__ int label_status(const ploss_ce_problem &p, int64_t y)
-{
-    if (y == p.ignore_index)
-        return kIgnored;
-    return y < 0 || y >= p.C ? kInvalid : kValid;
 }
 
 /* Coefficients c_j = w_j·(b + a·[j = y]) (class indices) or w_j·(a·t_j + b)

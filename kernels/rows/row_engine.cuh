@@ -90,13 +90,15 @@ constexpr int kMaxCluster = 8;
 
 enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
 
-__device__ __forceinline__ int64_t load_label(const RowArgs &a, int64_t n, int64_t s)
+/* The label of sample (n, s) and whether it is valid, ignored or out of range, for
+ * RowArgs and the backend problems of core/engines/rows.h alike (i64 or i32 labels). */
+template <class P> __device__ __forceinline__ int64_t load_label(const P &a, int64_t n, int64_t s)
 {
     const int64_t off = n * a.t_sn + s * a.t_ss;
     return a.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)a.t)[off] : ((const int64_t *)a.t)[off];
 }
 
-__device__ __forceinline__ int label_status(const RowArgs &a, int64_t y)
+template <class P> __device__ __forceinline__ int label_status(const P &a, int64_t y)
 {
     if (y == a.ignore_index)
         return kIgnored;
@@ -167,7 +169,7 @@ template <class T> __device__ __forceinline__ int misalign(const T *ptr)
 }
 
 /* The statistics, outputs and gradient of one row, whichever kernel holds it.  Row gives:
- * each(y, f) → f(x, j, is_y) over this thread's elements; write(gr, gsc, y, g) stores
+ * each<KEEP>(y, f) → f(x, j, is_y) over this thread's elements; write(gr, gsc, y, g) stores
  * g(x, j, is_y) for them;
  * all_reduce(v, op) over the row's threads; leader() for the one thread that writes the
  * per-sample outputs. */
@@ -197,7 +199,7 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
     typename Policy::Sums sums = pol.zero();
     /* f32 rows keep what term() returns (e^(x−M), say) in place of x when the policy asks */
     constexpr bool kKeep = Policy::kKeepsTerm && sizeof(T) == sizeof(float);
-    row.template each_keep<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
+    row.template each<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
     sums = row.all_reduce(sums, SumsOp<Policy>{&pol});
     const float om = want_grad ? sample_omega(a, omega_common, n, s) : 0.0f;
     const typename Policy::Row r = pol.finish(sums, yi, M, om);
@@ -241,61 +243,50 @@ template <class T, int NV, int LANES, int K> struct RegRow {
         xt = tv ? to_acc(xr[jt + gi]) : 0.0f;
     }
     __device__ __forceinline__ bool leader() const { return lead; }
-    /* f(x, j, is_y) over this thread's elements; is_y is std::false_type for the vectors
-     * that do not hold class y (no per-element test there). */
-    template <class F> __device__ __forceinline__ void each(int y, F &&f)
+    /* g(x, j, is_y) for the VEC elements of vector u (classes jb, jb + 1, …); with STORE
+     * the results replace the elements.  is_y is std::false_type for a vector that does not
+     * hold class y (no per-element test there). */
+    template <bool STORE, class G> __device__ __forceinline__ static void visit(uint4 &u, int jb, int y, G &&g)
+    {
+        auto one = [&](int e, auto is_y) {
+            if constexpr (STORE)
+                V::set(u, e, g(V::get(u, e), jb + e, is_y));
+            else
+                g(V::get(u, e), jb + e, is_y);
+        };
+        if ((unsigned)(y - jb) < (unsigned)VEC) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                one(e, jb + e == y);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                one(e, std::false_type{});
+        }
+    }
+    /* f(x, j, is_y) over this thread's elements; with KEEP the value f returns replaces the
+     * element (f32 rows keeping a policy's term). */
+    template <bool KEEP = false, class F> __device__ __forceinline__ void each(int y, F &&f)
     {
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             launder(raw[k]);
             const int q = k * GT + gi;
-            if (q < nfull) {
-                const int jb = hc + q * VEC;
-                if ((unsigned)(y - jb) < (unsigned)VEC) {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                        f(V::get(raw[k], e), jb + e, jb + e == y);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                        f(V::get(raw[k], e), jb + e, std::false_type{});
-                }
-            }
+            if (q < nfull)
+                visit<KEEP>(raw[k], hc + q * VEC, y, f);
         }
+        auto scalar = [&](float &x, int j) {
+            if constexpr (KEEP)
+                x = f(x, j, j == y);
+            else
+                f(x, j, j == y);
+        };
         if (hv)
-            f(xh, gi, gi == y);
+            scalar(xh, gi);
         if (tv)
-            f(xt, jt + gi, jt + gi == y);
+            scalar(xt, jt + gi);
     }
-    /* As each(), and with KEEP the value f returns replaces the element (f32 rows). */
-    template <bool KEEP, class F> __device__ __forceinline__ void each_keep(int y, F &&f)
-    {
-        if constexpr (!KEEP) {
-            each(y, [&](float x, int j, auto is_y) { (void)f(x, j, is_y); });
-        } else {
-#pragma unroll
-            for (int k = 0; k < NV; ++k) {
-                launder(raw[k]);
-                const int q = k * GT + gi;
-                if (q < nfull) {
-                    const int jb = hc + q * VEC;
-                    if ((unsigned)(y - jb) < (unsigned)VEC) {
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e)
-                            V::set(raw[k], e, f(V::get(raw[k], e), jb + e, jb + e == y));
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e)
-                            V::set(raw[k], e, f(V::get(raw[k], e), jb + e, std::false_type{}));
-                    }
-                }
-            }
-            if (hv)
-                xh = f(xh, gi, gi == y);
-            if (tv)
-                xt = f(xt, jt + gi, jt + gi == y);
-        }
-    }
+    /* Stores g(x, j, is_y) for this thread's elements at gr[j·gsc]. */
     template <class G> __device__ __forceinline__ void write(T *gr, int64_t gsc, int y, G &&g)
     {
         const bool gvec = gsc == 1 && misalign(gr) == off;
@@ -305,16 +296,8 @@ template <class T, int NV, int LANES, int K> struct RegRow {
             const int q = k * GT + gi;
             if (q < nfull) {
                 const int jb = hc + q * VEC;
-                uint4 o;
-                if ((unsigned)(y - jb) < (unsigned)VEC) {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                        V::set(o, e, g(V::get(raw[k], e), jb + e, jb + e == y));
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                        V::set(o, e, g(V::get(raw[k], e), jb + e, std::false_type{}));
-                }
+                uint4 o = raw[k];
+                visit<true>(o, jb, y, g);
                 if (gvec)
                     reinterpret_cast<uint4 *>(gr + hc)[q] = o;
                 else
