@@ -722,3 +722,86 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return ohem_large_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- triplet_margin ---------------------------------------------------------------------- */
+
+void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->p = 2.0;
+    o->eps = 1e-6;
+    o->swap = 0;
+    o->soft_margin = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec triplet_margin_spec = {
+    .name = "triplet_margin",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_TRIPLET_MARGIN,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 3,
+    .input_names = {"anchor", "positive", "negative"},
+    .grad_names = {"grad_anchor", "grad_positive", "grad_negative"},
+};
+
+static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_triplet_margin_opts *user)
+{
+    ploss_clear_error();
+    ploss_triplet_margin_opts o;
+    ploss_triplet_margin_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    if (!(isfinite(o.p) && o.p >= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", o.p);
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .p_norm = o.p,
+        .eps = o.eps,
+        .swap = o.swap,
+        .soft_margin = o.soft_margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &triplet_margin_spec, a, &p);
+}
+
+ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss};
+    return triplet_margin(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_anchor, DLTensor *grad_positive,
+    DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .grad_loss = grad_loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -794,4 +794,99 @@ ploss_status ploss_ohem_large_margin_backward(ploss_ctx_t *ctx, const DLTensor *
 ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_ohem_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Triplet margin loss --------------------------------------------------------------- */
+
+/** Options of triplet_margin; fill with ploss_triplet_margin_opts_init(). */
+typedef struct ploss_triplet_margin_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 1.0 */
+    double margin;
+    /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
+    double p;
+    /* added to every difference before its norm, as PyTorch; a finite number >= 0; default 1e-6
+       */
+    double eps;
+    /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
+    int swap;
+    /* softplus(d_ap − d_an) in place of the hinge (the reference's margin = None); default 0
+       */
+    int soft_margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_triplet_margin_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
+
+/**
+ * Triplet margin loss, forward (Schroff, Kalenichenko and Philbin, FaceNet, CVPR 2015; PyTorch
+ * torch.nn.functional.triplet_margin_loss; the soft margin of Hermans, Beyer and Leibe, In
+ * Defense of the Triplet Loss for Person Re-Identification, arXiv:1703.07737).
+ * Per triplet i, with the p-norm distance d(u, v) = ‖u − v + ε‖_p (ε added to every
+ * component, as PyTorch's pairwise_distance):
+ *
+ *     d_ap = d(a_i, p_i),   d_an = d(a_i, n_i)   (swap: d_an = min(d(a_i, n_i), d(p_i, n_i)))
+ *     ℓ_i = max(0, d_ap − d_an + μ)              (hinge)
+ *     ℓ_i = softplus(d_ap − d_an)                (soft_margin; softplus(z) = max(z, 0) + log1p(e^−|z|))
+ *
+ * 'mean' divides by N. The soft margin is evaluated in the stable form, so a gap d_ap − d_an
+ * of hundreds gives that gap as the loss and a gradient of ±1, where log(1 + exp(·)) would
+ * overflow.
+ *
+ * In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
+ * as a value distinct from leaving margin out (which gives the default 1). With eps = 0 and
+ * soft_margin = true the loss is the reference's soft-margin triplet loss (plain Euclidean
+ * distances). p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's. No
+ * state is kept: backward recomputes the distances (one pass over the rows).
+ *
+ * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
+ *                 input of the same dtype and shape.
+ * in  positive    p, N×D embeddings of the anchors' class; N×D, f32/f16/bf16/f64, any
+ *                 strides; every embedding input of the same dtype and shape.
+ * in  negative    n, N×D embeddings of other classes; N×D, f32/f16/bf16/f64, any strides;
+ *                 every embedding input of the same dtype and shape.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, opts.p not a finite number >= 1, opts.eps not a
+ *           finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Triplet margin loss, backward. With c = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap −
+ * d_an) (soft margin) and ∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε:
+ * ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), ∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n
+ * = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative term goes to p and n
+ * instead of a and n (a tie keeps d(a, n)). A distance of 0 (identical embeddings with eps = 0)
+ * has the gradient 0, never NaN.
+ * in  anchor, positive, negative, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_positive ∂/∂positive: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * out grad_negative ∂/∂negative: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_triplet_margin_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_anchor, DLTensor *grad_positive,
+    DLTensor *grad_negative);
+
+/** Triplet margin loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_triplet_margin_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative);
+
 #endif /* PLOSS_LOSSES_H */
