@@ -1,0 +1,338 @@
+-- Pairs spec (suite 'cpu'): the losses of several embedding inputs on the CPU backend.
+-- Triplet margin loss:
+--  * values derived by hand (3-4-5 distances);
+--  * an independent reference written here with PyTorch's semantics (pairwise_distance
+--    ‖u − v + eps‖_p, the hinge clamp_min whose gradient passes at 0, the swap's min, the
+--    soft margin log(1 + exp(d_ap − d_an))) for p = 1, 2, 3, swap, soft margin, every
+--    reduction, forward, backward and fused;
+--  * central differences in f64 for the three inputs;
+--  * the soft margin's large gaps (finite where log(1 + exp(·)) overflows), identical
+--    embeddings (a zero gradient, not NaN), an empty batch, strided views, f32/f16/bf16;
+--  * bad input: a clear error naming the argument, nothing written.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+---------------------------------------------------------------------------------------
+-- The reference: PyTorch's triplet_margin_loss, written out on Lua tables (rows of D)
+---------------------------------------------------------------------------------------
+
+local function dist(u, v, p, eps)
+  local s = 0
+  for j = 1, #u do s = s + math.abs(u[j] - v[j] + eps) ^ p end
+  return s ^ (1 / p)
+end
+
+-- ∂‖u − v + eps‖_p/∂u (norm's backward: 0 at a zero norm, sign(0) = 0)
+local function ddist(u, v, p, eps)
+  local d = dist(u, v, p, eps)
+  local g = {}
+  for j = 1, #u do
+    local z = u[j] - v[j] + eps
+    local s = z > 0 and 1 or (z < 0 and -1 or 0)
+    g[j] = d == 0 and 0 or s * math.abs(z) ^ (p - 1) / d ^ (p - 1)
+  end
+  return g
+end
+
+-- Losses (per row) and gradients of Σ_i w_i·ℓ_i for the rows A, P, N (tables of rows).
+local function reference(A, P, N, o, w)
+  local p, eps, margin = o.p or 2, o.eps or 1e-6, o.margin or 1
+  local losses, gA, gP, gN = {}, {}, {}, {}
+  for i = 1, #A do
+    local a, pp, n = A[i], P[i], N[i]
+    local d_ap, d_an = dist(a, pp, p, eps), dist(a, n, p, eps)
+    local u = a -- the row paired with the negative
+    if o.swap then
+      local d_pn = dist(pp, n, p, eps)
+      if d_pn < d_an then d_an, u = d_pn, pp end
+    end
+    local c
+    if o.soft_margin then
+      losses[i] = math.log(1 + math.exp(d_ap - d_an))
+      c = 1 / (1 + math.exp(d_an - d_ap))
+    else
+      local t = margin + d_ap - d_an
+      losses[i] = math.max(t, 0)
+      c = t >= 0 and 1 or 0
+    end
+    local wi = type(w) == "table" and w[i] or w
+    local g_ap, g_un = ddist(a, pp, p, eps), ddist(u, n, p, eps)
+    gA[i], gP[i], gN[i] = {}, {}, {}
+    for j = 1, #a do
+      gA[i][j] = wi * c * g_ap[j]
+      gP[i][j] = -wi * c * g_ap[j]
+      gN[i][j] = wi * c * g_un[j]
+      if u == a then gA[i][j] = gA[i][j] - wi * c * g_un[j] else gP[i][j] = gP[i][j] - wi * c * g_un[j] end
+    end
+  end
+  return losses, gA, gP, gN
+end
+
+local function reduce(losses, reduction)
+  if reduction == "none" then return losses end
+  local s = 0
+  for _, v in ipairs(losses) do s = s + v end
+  return reduction == "sum" and s or s / #losses
+end
+
+local function weight(reduction, n, up)
+  up = up or 1
+  return reduction == "mean" and up / n or up
+end
+
+local function rows(t) return t:to("cpu"):double():totable() end
+
+local function triplet_inputs(n, d, dtype, seed, device)
+  local o = { dtype = "f64" }
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local p = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1, std = 0.7 })
+  local q = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 2, std = 1.2 })
+  -- positives near their anchors half of the time: rows with and without an active hinge
+  local av, pv = a:totable(), p:totable()
+  for i = 1, n, 2 do
+    for j = 1, d do pv[i][j] = av[i][j] + 0.3 * pv[i][j] end
+  end
+  p = ploss.tensor(pv, o)
+  local cast = function(t) return t:to(device or "cpu"):type(dtype or "f64") end
+  return cast(a), cast(p), cast(q)
+end
+
+local OPTION_SETS = {
+  {},
+  { margin = 0.5 },
+  { margin = 2, p = 1 },
+  { p = 3, eps = 1e-3 },
+  { swap = true },
+  { swap = true, p = 1 },
+  { soft_margin = true },
+  { soft_margin = true, eps = 0, swap = true },
+}
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra) do r[k] = v end
+  return r
+end
+
+describe("TripletMarginLoss", function()
+  it("gives the values derived by hand (3-4-5 distances, eps = 0)", function()
+    -- row 1: d_ap = 5 (a − p = (3, 4)), d_an = 2 → ℓ = 5 − 2 + 1 = 4
+    -- row 2: d_ap = 1, d_an = 5 → ℓ = max(0, −3) = 0
+    local a = ploss.tensor({ { 0, 0 }, { 1, 1 } }, { dtype = "f64" })
+    local p = ploss.tensor({ { -3, -4 }, { 1, 2 } }, { dtype = "f64" })
+    local n = ploss.tensor({ { 2, 0 }, { 4, 5 } }, { dtype = "f64" })
+    local crit = ploss.TripletMarginLoss { eps = 0, reduction = "none" }
+    H.assert_close(crit:forward(a, p, n), { 4, 0 }, { rtol = 1e-15 })
+    local crit_mean = ploss.TripletMarginLoss { eps = 0 }
+    assert.are.equal(2, crit_mean:forward(a, p, n))
+    -- mean: ω = 1/2; ∂ℓ/∂a = (a − p)/5 − (a − n)/2 = (3/5, 4/5) − (−1, 0) = (1.6, 0.8)
+    local ga, gp, gn = crit_mean:backward(a, p, n)
+    H.assert_close(ga, { 0.8, 0.4, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(gp, { -0.3, -0.4, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(gn, { -0.5, 0, 0, 0 }, { rtol = 1e-15 })
+    -- soft margin, 'sum': ℓ_1 = softplus(3), ℓ_2 = softplus(−4)
+    local soft = ploss.TripletMarginLoss { eps = 0, soft_margin = true, reduction = "sum" }
+    local loss, sa = soft(a, p, n)
+    H.assert_close(loss, math.log(1 + math.exp(3)) + math.log(1 + math.exp(-4)), { rtol = 1e-14 })
+    local s1 = 1 / (1 + math.exp(-3))
+    H.assert_close(sa:select(1, 1), { s1 * 1.6, s1 * 0.8 }, { rtol = 1e-14 })
+    -- p = 1: d_ap = 7, d_an = 2 → 6; swap: d_pn(row 1) = |(5, 4)|₂ ≈ 6.4 > 2 keeps d_an
+    H.assert_close(F.triplet_margin(a, p, n, { eps = 0, p = 1, reduction = "none" }), { 6, 0 }, { rtol = 1e-15 })
+    H.assert_close(F.triplet_margin(a, p, n, { eps = 0, swap = true, reduction = "none" }), { 4, 0 }, { rtol = 1e-15 })
+  end)
+
+  it("matches PyTorch's semantics (written out in the spec) for every option set and reduction", function()
+    local a, p, n = triplet_inputs(37, 11, "f64", 101)
+    local A, P, N = rows(a), rows(p), rows(n)
+    for _, o in ipairs(OPTION_SETS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local what = label(opts)
+        local losses, gA, gP, gN = reference(A, P, N, opts, weight(r, 37))
+        local want = reduce(losses, r)
+        local tol = { rtol = 1e-12, atol = 1e-14, what = what }
+        H.assert_close(F.triplet_margin(a, p, n, opts), want, tol)
+        local crit = ploss.TripletMarginLoss(opts)
+        local ga, gp, gn = crit:backward(a, p, n)
+        H.assert_close(ga, gA, tol)
+        H.assert_close(gp, gP, tol)
+        H.assert_close(gn, gN, tol)
+        local l2, fa, fp, fn = crit(a, p, n)
+        H.assert_close(r == "none" and l2 or { l2 }, r == "none" and want or { want }, tol)
+        H.assert_close(fa, gA, tol)
+        H.assert_close(fp, gP, tol)
+        H.assert_close(fn, gN, tol)
+      end
+    end
+  end)
+
+  it("backward takes the upstream gradient (a number, a tensor per row) and fused a scale", function()
+    local a, p, n = triplet_inputs(9, 4, "f64", 7)
+    local A, P, N = rows(a), rows(p), rows(n)
+    local up = {}
+    for i = 1, 9 do up[i] = (i - 5) / 3 end
+    local _, gA, gP, gN = reference(A, P, N, { swap = true }, up)
+    local ga, gp, gn = F.triplet_margin_backward(a, p, n, ploss.tensor(up, { dtype = "f64" }),
+      { swap = true, reduction = "none" })
+    H.assert_close(ga, gA, { rtol = 1e-12, atol = 1e-14 })
+    H.assert_close(gp, gP, { rtol = 1e-12, atol = 1e-14 })
+    H.assert_close(gn, gN, { rtol = 1e-12, atol = 1e-14 })
+    _, gA = reference(A, P, N, {}, 2.5 / 9)
+    ga = ploss.TripletMarginLoss {}:backward(a, p, n, 2.5)
+    H.assert_close(ga, gA, { rtol = 1e-12, atol = 1e-14 })
+    local _, fa = ploss.TripletMarginLoss {}(a, p, n, 2.5)
+    H.assert_close(fa, gA, { rtol = 1e-12, atol = 1e-14 })
+    -- the functional fused pass with scale, and 'none' fused = gradient of the sum times scale
+    local loss, sa = F.triplet_margin_fused(a, p, n, { reduction = "none", scale = -2 })
+    _, gA = reference(A, P, N, {}, -2)
+    H.assert_close(sa, gA, { rtol = 1e-12, atol = 1e-14 })
+    assert.are.same({ 9 }, loss:size())
+  end)
+
+  it("has the gradient of central differences in f64 for each input", function()
+    local a, p, n = triplet_inputs(6, 5, "f64", 55)
+    for _, o in ipairs(OPTION_SETS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local grads = { F.triplet_margin_fused(a, p, n, opts) }
+        local inputs = { a, p, n }
+        for k = 1, 3 do
+          local f = function()
+            return F.triplet_margin(inputs[1], inputs[2], inputs[3], opts)
+          end
+          H.gradcheck(f, inputs[k], grads[k + 1], { rtol = 1e-6, atol = 1e-8, what = label(opts) .. " input " .. k })
+        end
+      end
+    end
+  end)
+
+  it("keeps the soft margin finite for gaps where log(1 + exp(·)) overflows (f32)", function()
+    -- d_ap = 200, d_an = 0.1: softplus(199.9) = 199.9, σ = 1
+    local a = ploss.tensor({ { 0, 0 } }, { dtype = "f32" })
+    local p = ploss.tensor({ { 120, 160 } }, { dtype = "f32" })
+    local n = ploss.tensor({ { 0.1, 0 } }, { dtype = "f32" })
+    local loss, ga, gp, gn = ploss.TripletMarginLoss { soft_margin = true, eps = 0 }(a, p, n)
+    H.assert_close(loss, 199.9, { rtol = 1e-6 })
+    H.assert_close(ga, { -0.6 + 1, -0.8 }, { rtol = 1e-6 })
+    H.assert_close(gp, { 0.6, 0.8 }, { rtol = 1e-6 })
+    H.assert_close(gn, { -1, 0 }, { rtol = 1e-6 })
+    -- and the other side: a gap of −200 gives a loss of e^−200 (0 in f32) and a zero gradient
+    local l2, g2 = ploss.TripletMarginLoss { soft_margin = true, eps = 0 }(a, n, p)
+    assert.are.equal(0, l2)
+    H.assert_close(g2, { 0, 0 }, { atol = 1e-30 })
+  end)
+
+  it("gives identical embeddings a zero gradient, not NaN (eps = 0)", function()
+    local x = ploss.tensor({ { 1, 2, 3 }, { -1, 0, 1 } }, { dtype = "f64" })
+    for _, o in ipairs { { eps = 0 }, { eps = 0, soft_margin = true }, { eps = 0, p = 1 }, { eps = 0, p = 3, swap = true } } do
+      local loss, ga, gp, gn = ploss.TripletMarginLoss(o)(x, x:clone(), x:clone())
+      H.assert_close(loss, o.soft_margin and math.log(2) or 1, { rtol = 1e-15, what = label(o) })
+      for _, g in ipairs { ga, gp, gn } do H.assert_equal(g, { 0, 0, 0, 0, 0, 0 }, { what = label(o) }) end
+    end
+    -- with PyTorch's eps the distances are eps·√D: gradients finite and the anchor's terms cancel
+    local _, ga = ploss.TripletMarginLoss {}(x, x:clone(), x:clone())
+    H.assert_close(ga, { 0, 0, 0, 0, 0, 0 }, { atol = 1e-12 })
+  end)
+
+  it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()
+    local e = ploss.empty({ 0, 4 }, { dtype = "f32" })
+    local loss, ga = ploss.TripletMarginLoss {}(e, e:clone(), e:clone())
+    assert.is_true(loss ~= loss)
+    assert.are.same({ 0, 4 }, ga:size())
+    assert.are.equal(0, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "sum" }))
+    assert.are.same({ 0 }, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "none" }):size())
+  end)
+
+  it("reads any strides: transposed and sliced views equal their contiguous copies", function()
+    local a, p, n = triplet_inputs(8, 6, "f64", 21)
+    local at = a:t():contiguous():t()           -- column-major
+    local pw = ploss.randn({ 8, 12 }, { dtype = "f64", seed = 3 }):narrow(2, 4, 6):copy(p) -- row stride 12
+    local loss, ga, gp, gn = F.triplet_margin_fused(a, p, n, { swap = true })
+    local ga2 = ploss.empty({ 6, 8 }, { dtype = "f64" }):t()
+    local l2, sa, sp, sn = F.triplet_margin_fused(at, pw, n, { swap = true, grad_anchor = ga2 })
+    H.assert_equal(l2, loss)
+    H.assert_equal(sa, ga)
+    H.assert_equal(ga2, ga)
+    H.assert_equal(sp, gp)
+    H.assert_equal(sn, gn)
+  end)
+
+  it("computes f32, f16 and bf16 in fp32 (and f64 in f64), gradients in the input dtype", function()
+    local a, p, n = triplet_inputs(33, 17, "f64", 77)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local ad, pd, nd = a:type(dtype), p:type(dtype), n:type(dtype)
+      local ref_loss, ra, rp, rn = F.triplet_margin_fused(ad:double(), pd:double(), nd:double(), { swap = true })
+      local loss, ga, gp, gn = ploss.TripletMarginLoss { swap = true }(ad, pd, nd)
+      assert.are.equal(dtype, ga:dtype())
+      local t = H.tol[dtype]
+      H.assert_close(loss, ref_loss, { rtol = 1e-6, what = dtype .. " loss" })
+      H.assert_close(ga:double(), ra, { rtol = t.rtol, atol = t.atol, what = dtype })
+      H.assert_close(gp:double(), rp, { rtol = t.rtol, atol = t.atol, what = dtype })
+      H.assert_close(gn:double(), rn, { rtol = t.rtol, atol = t.atol, what = dtype })
+      assert.are.equal("f32", F.triplet_margin(ad, pd, nd, { reduction = "none" }):dtype())
+    end
+  end)
+
+  it("is deterministic: the same call gives bitwise the same loss and gradients", function()
+    local a, p, n = triplet_inputs(1000, 33, "f32", 5)
+    local l1, g1 = F.triplet_margin_fused(a, p, n, { soft_margin = true })
+    local l2, g2 = F.triplet_margin_fused(a, p, n, { soft_margin = true })
+    assert.are.equal(l1, l2)
+    H.assert_equal(g1, g2)
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local a, p, n = triplet_inputs(4, 3, "f32", 9)
+    local out = ploss.empty({}, { dtype = "f32" })
+    local g = { ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 }) }
+    local fo = { out = out, grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3] }
+    local function fused(x, y, z, extra) return F.triplet_margin_fused(x, y, z, with(fo, extra or {})) end
+    -- D mismatch, N mismatch, rank, dtype
+    H.expect_error(function() fused(a, p, ploss.randn({ 4, 5 })) end,
+      { "negative: expected [4, 3] (the anchor's shape; D must match)", "PLOSS_ERR_SHAPE" }, out, g[1], g[2], g[3])
+    H.expect_error(function() fused(a, ploss.randn({ 5, 3 }), n) end, "positive: expected [4, 3]", out, g[1], g[2], g[3])
+    H.expect_error(function() fused(ploss.randn({ 12 }), p, n) end, "anchor: expected N×D embeddings", out, g[1])
+    H.expect_error(function() fused(a, p:double(), n) end, { "positive: expected f32, got f64", "PLOSS_ERR_DTYPE" }, out, g[1])
+    H.expect_error(function() fused(ploss.zeros({ 4, 3 }, { dtype = "i64" }), p, n) end,
+      "anchor: expected embeddings of dtype f32, f16, bf16 or f64", out, g[1])
+    -- outputs of the wrong shape or dtype, or overlapping an input or each other
+    H.expect_error(function() fused(a, p, n, { grad_positive = ploss.empty({ 3, 4 }) }) end,
+      "grad_positive: expected [4, 3] (the shape of positive)", out, g[1], g[3])
+    H.expect_error(function() fused(a, p, n, { grad_negative = ploss.empty({ 4, 3 }, { dtype = "f64" }) }) end,
+      "grad_negative: expected f32", out, g[1], g[2])
+    H.expect_error(function() fused(a, p, n, { grad_negative = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1], g[2])
+    H.expect_error(function() fused(a, p, n, { grad_anchor = p }) end, { "grad_anchor", "PLOSS_ERR_ALIAS" }, out, g[2], g[3])
+    H.expect_error(function() fused(a, p, n, { out = ploss.empty({ 4 }) }) end, "loss: expected a 0-d or 1-element", g[1], g[2])
+    H.expect_error(function()
+      F.triplet_margin_backward(a, p, n, ploss.ones({ 3 }), with(fo, { reduction = "none" }))
+    end, "grad_loss: expected [4] (one value per row", g[1], g[2], g[3])
+    -- options
+    H.expect_error(function() fused(a, p, n, { p = 0.5 }) end, "opts.p: 0.5 is not a finite number >= 1", out, g[1])
+    H.expect_error(function() fused(a, p, n, { eps = -1 }) end, "opts.eps: -1 is not a finite number >= 0", out, g[1])
+    H.expect_error(function() fused(a, p, n, { margin = 0 / 0 }) end, "opts.margin: nan is not a finite number", out, g[1])
+    H.expect_error(function() ploss.TripletMarginLoss { inplace = true } end, "has no in-place gradient")
+    H.expect_error(function() ploss.TripletMarginLoss { swap = 1 } end, "swap: expected a boolean")
+    H.expect_error(function() ploss.TripletMarginLoss {}:forward(a, p) end, "negative: expected a ploss tensor")
+    -- the C entry point itself: NULL tensors and in-place requests
+    local C = ploss.C
+    local o = require("ffi").new("ploss_triplet_margin_opts")
+    C.ploss_triplet_margin_opts_init(o)
+    local ctx = a:context()
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+      C.ploss_triplet_margin_fused(ctx, a:dl(), p:dl(), n:dl(), o, out:dl(), g[1]:dl(), nil, g[3]:dl()))
+    assert.truthy(require("ffi").string(C.ploss_last_error()):find("grad_positive: tensor is NULL", 1, true))
+    o.inplace = 1
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+      C.ploss_triplet_margin_fused(ctx, a:dl(), p:dl(), n:dl(), o, out:dl(), g[1]:dl(), g[2]:dl(), g[3]:dl()))
+    assert.truthy(require("ffi").string(C.ploss_last_error()):find("opts.inplace", 1, true))
+  end)
+end)
