@@ -1,0 +1,190 @@
+-- Pairs losses on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
+-- CUDA against the CPU backend on the same dtype-rounded inputs, f32/f16/bf16 (fp32
+-- accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64, every reduction,
+-- forward, backward (with a scalar or per-row upstream gradient) and fused, the fused pass
+-- against the split one; rows narrower than a warp, exactly a warp and much wider; more rows
+-- than the grid has warps (the grid-stride loop); strided and transposed views; an empty
+-- batch; identical embeddings; bitwise determinism; nothing written on a validation error.
+-- PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local REDUCTIONS = { "none", "mean", "sum" }
+local TOL = H.CUDA_TOL
+local close = H.assert_close_scaled
+
+local OPTION_SETS = {
+  {},
+  { margin = 0.3, p = 1 },
+  { p = 3, eps = 1e-3 },
+  { swap = true },
+  { soft_margin = true },
+  { soft_margin = true, swap = true, eps = 0 },
+}
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra) do r[k] = v end
+  return r
+end
+
+-- f64 CPU triplets; positives near their anchors in every other row (active and inactive hinges)
+local function triplets(n, d, seed)
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local p = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1, std = 0.7 })
+  local q = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 2, std = 1.2 })
+  local av, pv = a:totable(), p:totable()
+  for i = 1, n, 2 do
+    for j = 1, d do pv[i][j] = av[i][j] + 0.3 * pv[i][j] end
+  end
+  if n > 0 then p = ploss.tensor(pv, { dtype = "f64" }) end
+  return a, p, q
+end
+
+-- One comparison: fused, forward and backward on CPU and DEV, inputs rounded to dtype once.
+local function compare(a64, p64, n64, opts, dtype, what, layout)
+  local cpu = { a64:type(dtype), p64:type(dtype), n64:type(dtype) }
+  local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
+  if layout then dev = layout(dev) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local rc = { F.triplet_margin_fused(cpu[1], cpu[2], cpu[3], opts) }
+  local rg = { F.triplet_margin_fused(dev[1], dev[2], dev[3], opts) }
+  local none = opts.reduction == "none"
+  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss, 0, what .. " fused loss")
+  for k = 2, 4 do
+    assert.are.equal(dtype, rg[k]:dtype())
+    assert.are.equal(dev[1]:device(), rg[k]:device())
+    close(rg[k], rc[k], T.grad, T.floor, what .. " fused gradient " .. (k - 1))
+  end
+  -- forward and backward equal the fused pass on the device (same kernel arithmetic)
+  local lf = F.triplet_margin(dev[1], dev[2], dev[3], opts)
+  H.assert_close(none and lf or { lf }, none and rg[1] or { rg[1] }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ a64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  local gb = { F.triplet_margin_backward(dev[1], dev[2], dev[3], up, opts) }
+  for k = 1, 3 do H.assert_close(gb[k], rg[k + 1], { rtol = 0, atol = 0, what = what .. " backward " .. k }) end
+end
+
+describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
+  for _, shape in ipairs { { 37, 7 }, { 64, 32 }, { 19, 1000 }, { 40000, 9 } } do
+    it(string.format("N = %d, D = %d: every option set, dtype and reduction", shape[1], shape[2]), function()
+      local a, p, n = triplets(shape[1], shape[2], shape[1] + shape[2])
+      local sets = shape[1] > 10000 and { {}, { soft_margin = true, swap = true } } or OPTION_SETS
+      for _, o in ipairs(sets) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare(a, p, n, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("takes the upstream gradient per row ('none') and a scalar one, and the fused scale", function()
+    local a, p, n = triplets(50, 20, 3)
+    for _, dtype in ipairs(DTYPES) do
+      local ac, pc, nc = a:type(dtype), p:type(dtype), n:type(dtype)
+      local ag, pg, ng = ac:to(DEV), pc:to(DEV), nc:to(DEV)
+      local ld = dtype == "f64" and "f64" or "f32"
+      local up = ploss.randn({ 50 }, { dtype = ld, seed = 8 })
+      local T = TOL[dtype]
+      local gc = { F.triplet_margin_backward(ac, pc, nc, up, { reduction = "none", swap = true }) }
+      local gg = { F.triplet_margin_backward(ag, pg, ng, up:to(DEV), { reduction = "none", swap = true }) }
+      for k = 1, 3 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " per-row upstream " .. k) end
+      gc = { F.triplet_margin_backward(ac, pc, nc, -1.75, { soft_margin = true }) }
+      gg = { F.triplet_margin_backward(ag, pg, ng, -1.75, { soft_margin = true }) }
+      for k = 1, 3 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " scalar upstream " .. k) end
+      local fc = { F.triplet_margin_fused(ac, pc, nc, { reduction = "sum", scale = 0.25 }) }
+      local fg = { F.triplet_margin_fused(ag, pg, ng, { reduction = "sum", scale = 0.25 }) }
+      close({ fg[1] }, { fc[1] }, T.loss, 0, dtype .. " scaled loss")
+      for k = 2, 4 do close(fg[k], fc[k], T.grad, T.floor, dtype .. " scaled " .. k) end
+      -- the criterion's calls
+      local crit = ploss.TripletMarginLoss { swap = true }
+      local l1 = crit:forward(ag, pg, ng)
+      local b = { crit:backward(ag, pg, ng, 3) }
+      local l2, f1, f2, f3 = crit(ag, pg, ng, 3)
+      assert.are.equal(l1, l2)
+      H.assert_equal(b[1], f1)
+      H.assert_equal(b[2], f2)
+      H.assert_equal(b[3], f3)
+    end
+  end)
+
+  it("reads strided and transposed views and writes strided gradients", function()
+    local a, p, n = triplets(45, 33, 12)
+    local layout = function(dev)
+      local at = dev[1]:t():contiguous():t()
+      local wide = ploss.zeros({ 45, 70 }, { dtype = dev[2]:dtype(), device = DEV }):narrow(2, 5, 33)
+      wide:copy(dev[2])
+      return { at, wide, dev[3] }
+    end
+    for _, dtype in ipairs(DTYPES) do
+      compare(a, p, n, { swap = true }, dtype, "strided", layout)
+      compare(a, p, n, { soft_margin = true, reduction = "none" }, dtype, "strided", layout)
+    end
+    local dev = { a:to(DEV), p:to(DEV), n:to(DEV) }
+    local gt = ploss.empty({ 33, 45 }, { dtype = "f64", device = DEV }):t()
+    local _, g1 = F.triplet_margin_fused(dev[1], dev[2], dev[3], {})
+    F.triplet_margin_fused(dev[1], dev[2], dev[3], { grad_anchor = gt })
+    H.assert_equal(gt, g1)
+  end)
+
+  it("handles an empty batch and identical embeddings (zero gradient, not NaN)", function()
+    local e = ploss.empty({ 0, 5 }, { dtype = "f32", device = DEV })
+    local loss, ga = F.triplet_margin_fused(e, e:clone(), e:clone())
+    assert.is_true(loss ~= loss)
+    assert.are.same({ 0, 5 }, ga:size())
+    assert.are.equal(0, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "sum" }))
+    for _, dtype in ipairs(DTYPES) do
+      local x = ploss.randn({ 70, 40 }, { dtype = dtype, device = DEV, seed = 4 })
+      for _, o in ipairs { { eps = 0 }, { eps = 0, soft_margin = true }, { eps = 0, p = 1, swap = true } } do
+        local l, g1, g2, g3 = F.triplet_margin_fused(x, x:clone(), x:clone(), o)
+        H.assert_close({ l }, { o.soft_margin and math.log(2) or 1 }, { rtol = 1e-6, what = dtype .. label(o) })
+        for _, g in ipairs { g1, g2, g3 } do
+          H.assert_equal(g:double(), ploss.zeros({ 70, 40 }, { dtype = "f64" }), { what = dtype .. label(o) })
+        end
+      end
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradients on every run", function()
+    local a, p, n = triplets(50000, 24, 31)
+    for _, dtype in ipairs { "f32", "bf16" } do
+      local ag, pg, ng = a:to(DEV, dtype), p:to(DEV, dtype), n:to(DEV, dtype)
+      local r1 = { F.triplet_margin_fused(ag, pg, ng, { soft_margin = true }) }
+      for _ = 1, 3 do
+        local r2 = { F.triplet_margin_fused(ag, pg, ng, { soft_margin = true }) }
+        assert.are.equal(r1[1], r2[1])
+        for k = 2, 4 do H.assert_equal(r2[k], r1[k]) end
+      end
+    end
+  end)
+
+  it("refuses tensors on another device or of mismatched D, writing nothing", function()
+    local a = ploss.randn({ 6, 4 }, { device = DEV, seed = 1 })
+    local p = ploss.randn({ 6, 4 }, { device = DEV, seed = 2 })
+    local n = ploss.randn({ 6, 4 }, { device = DEV, seed = 3 })
+    local out = ploss.empty({}, { device = DEV })
+    local g = { ploss.empty({ 6, 4 }, { device = DEV }), ploss.empty({ 6, 4 }, { device = DEV }),
+                ploss.empty({ 6, 4 }, { device = DEV }) }
+    local fo = { out = out, grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3] }
+    H.expect_error(function() F.triplet_margin_fused(a, p, ploss.randn({ 6, 5 }, { device = DEV }), fo) end,
+      "negative: expected [6, 4]", out, g[1], g[2], g[3])
+    H.expect_error(function() F.triplet_margin_fused(a, p, n, with(fo, { grad_negative = g[2] })) end,
+      "PLOSS_ERR_ALIAS", out, g[1], g[2])
+    if DEV ~= "cpu" then
+      H.expect_error(function() F.triplet_margin_fused(a, p:to("cpu"), n, fo) end, "positive", out, g[1], g[2], g[3])
+    end
+  end)
+end)
