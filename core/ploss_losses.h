@@ -889,4 +889,100 @@ ploss_status ploss_triplet_margin_fused(ploss_ctx_t *ctx, const DLTensor *anchor
     const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
     DLTensor *loss, DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative);
 
+/* ---- Batch-hard triplet loss ----------------------------------------------------------- */
+
+/** The distance between two embeddings.
+ *   EUCLIDEAN        d(u, v) = ‖u − v‖₂
+ *   SQUARED          d(u, v) = ‖u − v‖₂²
+ *   COSINE           d(u, v) = 1 − u·v / (max(‖u‖, 1e-8)·max(‖v‖, 1e-8))
+ */
+typedef enum ploss_pair_distance {
+    PLOSS_PAIR_DISTANCE_EUCLIDEAN = 0,
+    PLOSS_PAIR_DISTANCE_SQUARED = 1,
+    PLOSS_PAIR_DISTANCE_COSINE = 2,
+    PLOSS_PAIR_DISTANCE_COUNT
+} ploss_pair_distance;
+
+/** Options of batch_hard_triplet; fill with ploss_batch_hard_triplet_opts_init(). */
+typedef struct ploss_batch_hard_triplet_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 0.3 */
+    double margin;
+    /* softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None);
+       default 0 */
+    int soft_margin;
+    /* the distance (see below); default DISTANCE_EUCLIDEAN */
+    ploss_pair_distance distance;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_batch_hard_triplet_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
+
+/**
+ * Batch-hard triplet loss, forward (Hermans, Beyer and Leibe, In Defense of the Triplet Loss
+ * for Person Re-Identification, arXiv:1703.07737 (batch hard, soft margin)).
+ * For each anchor i, over the other rows j of the batch:
+ *
+ *     d_ap(i) = max_{j ≠ i, y_j = y_i} d(x_i, x_j)     (the hardest positive)
+ *     d_an(i) = min_{y_j ≠ y_i} d(x_i, x_j)            (the hardest negative)
+ *     ℓ_i = max(0, d_ap − d_an + μ)   or (soft_margin)   softplus(d_ap − d_an)
+ *
+ * An anchor without a positive (its label unique in the batch) or without a negative (one label
+ * in the batch) is inactive: ℓ_i = 0 and no gradient. 'mean' divides by the number of active
+ * anchors; with none active the loss is 0 and the gradient 0 (not a division by zero). Ties
+ * pick the lowest row index. The N×N distances are computed in row blocks as a matrix product
+ * (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or the cosine of the normalised product) and
+ * mined block by block: only O(N) values are kept; the two chosen distances of each anchor are
+ * then recomputed from the rows themselves (no cancellation, exactly 0 for identical rows).
+ *
+ * Labels are any integers (i64 or i32): rows with equal labels are one class. In Lua the soft
+ * margin is soft_margin = true (a table cannot hold margin = nil apart from the default). The
+ * CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them with cuBLAS in fp32
+ * (f64 for f64 input), so two nearly tied candidates may be mined differently on the two
+ * devices. No state is kept: backward mines again.
+ *
+ * in  embeddings  x, N×D embeddings, row i labelled labels[i]; N×D, f32/f16/bf16/f64, any
+ *                 strides; every embedding input of the same dtype and shape.
+ * in  labels      one class label per embedding row: shape N, i64 or i32, any values (equal
+ *                 labels are one class).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/embeddings/labels/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_batch_hard_triplet_forward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss);
+
+/**
+ * Batch-hard triplet loss, backward. With c_i = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap
+ * − d_an) (soft margin), ℓ_i sends c_i·∂d(x_i, x_p)/∂· to the anchor and its hardest
+ * positive p and −c_i·∂d(x_i, x_n)/∂· to the anchor and its hardest negative n (the
+ * mining itself is not differentiated, as in autograd); a row collects the terms of every
+ * anchor that chose it, added in anchor order. ∂‖u − v‖/∂u = (u − v)/‖u − v‖,
+ * 0 at u = v; ∂‖u − v‖²/∂u = 2(u − v); the cosine distance's gradient is that of
+ * the normalised product.
+ * in  embeddings, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_embeddings ∂/∂embeddings: the shape and dtype of its input, any non-overlapping
+ *                     strides; may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_batch_hard_triplet_backward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_embeddings);
+
+/** Batch-hard triplet loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss,
+    DLTensor *grad_embeddings);
+
 #endif /* PLOSS_LOSSES_H */

@@ -191,6 +191,23 @@ static ploss_status fz_call_triplet_margin_fused(ploss_ctx_t *ctx, DLTensor *con
     return ploss_triplet_margin_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5], t[6]);
 }
 
+static void fz_init_ploss_batch_hard_triplet_opts(void *o) { ploss_batch_hard_triplet_opts_init(o); }
+
+static ploss_status fz_call_batch_hard_triplet_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_batch_hard_triplet_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_batch_hard_triplet_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -323,6 +340,18 @@ static ploss_status fz_call_triplet_margin_fused(ploss_ctx_t *ctx, DLTensor *con
     {.name = "ploss_triplet_margin_fused", .call = fz_call_triplet_margin_fused, .nslots = 7, \
      .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_forward", .call = fz_call_batch_hard_triplet_forward, .nslots = 3, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_backward", .call = fz_call_batch_hard_triplet_backward, .nslots = 4, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_fused", .call = fz_call_batch_hard_triplet_fused, .nslots = 4, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * pairs.c — the validation front of the pairs kernel shape: losses over N×D embedding
- * inputs that each get a gradient (the triplet margin loss on given triplets).  It checks
+ * inputs that each get a gradient (the triplet margin loss on given triplets, the batch-hard triplet loss).  It checks
  * every tensor of a call before anything is written — the inputs (a float dtype, N×D, all of
- * the first input's dtype and shape), the loss (N values for NONE, else one), the upstream
+ * the first input's dtype and shape), the labels (N integers) of a labelled loss, the loss (N values for NONE, else one), the upstream
  * gradient, one gradient per input, and that no output overlaps an input or another output —
  * then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The options were
  * checked by the loss's entry point (core/losses.c).
@@ -21,6 +21,7 @@ typedef struct {
     ploss_view x[PLOSS_MAX_LOSS_INPUTS];      /* the embedding inputs                     */
     ploss_view g[PLOSS_MAX_LOSS_INPUTS];      /* their gradients (backward, fused)        */
     ploss_view l, gl;                         /* loss (forward, fused), grad_loss (backward) */
+    ploss_view y;                             /* labels (a labels target)                 */
     int64_t N, D;
 } pairs_call;
 
@@ -72,6 +73,17 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             return ploss_check_shape_error(name, want, x);
         }
     }
+    if (spec->target == PLOSS_LOSS_TARGET_LABELS) {
+        if ((st = ploss_view_init(&c->y, a->target, "labels")) || (st = ploss_view_check_device(&c->y, ctx, "labels")))
+            return st;
+        if (c->y.dtype != PLOSS_I64 && c->y.dtype != PLOSS_I32)
+            return ploss_error(PLOSS_ERR_DTYPE, "labels: expected class labels of dtype i64 or i32, got %s",
+                               ploss_dtype_name(c->y.dtype));
+        if (c->y.ndim != 1 || c->y.shape[0] != c->N) {
+            snprintf(want, sizeof want, "[%lld] (one label per row of %s)", (long long)c->N, spec->input_names[0]);
+            return ploss_check_shape_error("labels", want, &c->y);
+        }
+    }
     const ploss_dtype acc = c->x[0].dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     if (pass != PLOSS_PASS_BACKWARD) {
         if (!a->loss)
@@ -111,13 +123,15 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     }
 
     /* no output may overlap an input or another output */
-    const ploss_view *ins[PLOSS_MAX_LOSS_INPUTS + 1], *outs[PLOSS_MAX_LOSS_INPUTS + 1];
-    const char *in_names[PLOSS_MAX_LOSS_INPUTS + 1], *out_names[PLOSS_MAX_LOSS_INPUTS + 1];
+    const ploss_view *ins[PLOSS_MAX_LOSS_INPUTS + 2], *outs[PLOSS_MAX_LOSS_INPUTS + 1];
+    const char *in_names[PLOSS_MAX_LOSS_INPUTS + 2], *out_names[PLOSS_MAX_LOSS_INPUTS + 1];
     int nin = 0, nout = 0;
     for (int k = 0; k < c->n; ++k) {
         ins[nin] = &c->x[k];
         in_names[nin++] = spec->input_names[k];
     }
+    ins[nin] = spec->target == PLOSS_LOSS_TARGET_LABELS ? &c->y : NULL;
+    in_names[nin++] = "labels";
     ins[nin] = pass == PLOSS_PASS_BACKWARD ? &c->gl : NULL;
     in_names[nin++] = "grad_loss";
     outs[nout] = pass != PLOSS_PASS_BACKWARD ? &c->l : NULL;
@@ -161,6 +175,38 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_TRIPLET, "anchor", &p);
 }
 
+static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
+                                   const ploss_loss_params *o)
+{
+    ploss_batch_hard_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = c->x[0].dtype;
+    p.N = c->N;
+    p.D = c->D;
+    p.x = (ploss_pair_operand){c->x[0].data, c->x[0].strides[0], c->x[0].strides[1]};
+    p.labels = c->y.data;
+    p.label_dtype = c->y.dtype;
+    p.y_sn = c->y.strides[0];
+    p.distance = o->distance;
+    p.margin = o->margin;
+    p.soft_margin = o->soft_margin;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_FORWARD)
+        p.grad = (ploss_pair_grad){c->g[0].data, c->g[0].strides[0], c->g[0].strides[1]};
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = c->l.data;
+        p.loss_dtype = c->l.dtype;
+        p.l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
+    } else {
+        p.grad_loss = c->gl.data;
+        p.gl_dtype = c->gl.dtype;
+        p.gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
+    }
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_BATCH_HARD, "embeddings", &p);
+}
+
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -170,6 +216,7 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return st;
     switch (spec->policy) {
     case PLOSS_POLICY_TRIPLET_MARGIN: return run_triplet(ctx, pass, &c, o);
+    case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);
     }
 }

@@ -7,6 +7,13 @@
  *   d(u, v) = ‖u − v + ε‖_p,  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
  *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term),
  *   ℓ_i = max(0, d_ap − d_an + μ)  or (soft margin)  softplus(d_ap − d_an).
+ *
+ * Batch-hard triplet loss: embeddings x (N×D) and labels y; for each anchor i the farthest
+ * positive p(i) (j ≠ i, y_j = y_i) and the nearest negative n(i) (y_j ≠ y_i), mined from row
+ * blocks of the distance matrix (a GEMM per block), then ℓ_i from the two distances
+ * recomputed from the rows.  Every anchor's two pairs send their gradient to both of their
+ * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.
+ *
  * The per-row maths below is shared by both backends (plain C, host and device).
  */
 #ifndef PLOSS_PAIRS_INTERNAL_H
@@ -55,6 +62,27 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
 ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p);
 #endif
 
+typedef struct ploss_batch_hard_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of the embeddings and their gradient                   */
+    int64_t N, D;
+    ploss_pair_operand x;         /* the embeddings                                         */
+    const void *labels; ploss_dtype label_dtype; int64_t y_sn;
+    int distance;                 /* ploss_pair_distance                                    */
+    double margin;
+    int soft_margin;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad;         /* ∂/∂embeddings                                          */
+} ploss_batch_hard_problem;
+
+ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p);
+#endif
+
 /* ---- the per-row maths, shared by the backends ------------------------------------- */
 
 #if defined(__CUDACC__)
@@ -99,6 +127,19 @@ PLOSS_PAIRS_FN double ploss_sigmoid(double z)
     return e / (1.0 + e);
 }
 
+/* ℓ and c = ∂ℓ/∂d_ap (= −∂ℓ/∂d_an) of a triplet from its two distances; the hinge's gradient
+ * passes at the kink, as PyTorch's clamp_min. */
+PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margin, int soft_margin, double *c)
+{
+    if (soft_margin) {
+        *c = ploss_sigmoid(d_ap - d_an);
+        return ploss_softplus(d_ap - d_an);
+    }
+    const double t = d_ap - d_an + margin;
+    *c = t >= 0.0 ? 1.0 : 0.0;
+    return t > 0.0 ? t : 0.0;
+}
+
 /* What one triplet row gives: its loss, and the factors of its gradient.  With
  * g_uv = sign(z)|z|^(p−1), z = u − v + ε (per component):
  *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
@@ -125,15 +166,7 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
         }
     }
     double c;
-    if (soft_margin) {
-        const double z = d_ap - d_neg;
-        r.loss = ploss_softplus(z);
-        c = ploss_sigmoid(z);
-    } else {
-        const double t = d_ap - d_neg + margin;
-        r.loss = t > 0.0 ? t : 0.0;
-        c = t >= 0.0 ? 1.0 : 0.0; /* clamp_min's gradient passes at the kink, as PyTorch */
-    }
+    r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
     /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient */
     const double pm1 = p - 1.0;
     const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
@@ -141,6 +174,51 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
     r.k_ap = c != 0.0 && d_ap > 0.0 ? c / den_ap : 0.0;
     r.k_neg = c != 0.0 && d_neg > 0.0 ? -c / den_neg : 0.0;
     return r;
+}
+
+/* The smallest norm the cosine distance divides by. */
+#define PLOSS_COSINE_EPS 1e-8
+
+/* A distance of the distance matrix from the product x_i·x_j and the squared norms (the
+ * mining values: squared and Euclidean clamp the cancellation's negative values at 0). */
+PLOSS_PAIRS_FN double ploss_pair_distance_from_gram(int distance, double dot, double sq_i, double sq_j)
+{
+    if (distance == 2 /* cosine */) {
+        const double ni = fmax(sqrt(sq_i), PLOSS_COSINE_EPS), nj = fmax(sqrt(sq_j), PLOSS_COSINE_EPS);
+        return 1.0 - dot / (ni * nj);
+    }
+    const double s = fmax(sq_i + sq_j - 2.0 * dot, 0.0);
+    return distance == 1 /* squared */ ? s : sqrt(s);
+}
+
+/* One chosen pair (i, j) with ∂ℓ/∂d = c: its distance, recomputed from the rows' sums
+ * (dd = Σ(x_i − x_j)², dot = x_i·x_j, sq = ‖·‖²), and the coefficients of its gradient
+ *   ∂(c·d)/∂x_i = self_i·x_i + cross·x_j,   ∂(c·d)/∂x_j = self_j·x_j + cross·x_i. */
+typedef struct {
+    double d, self_i, self_j, cross;
+} ploss_pair_terms;
+
+PLOSS_PAIRS_FN ploss_pair_terms ploss_pair_terms_of(int distance, double dd, double dot, double sq_i, double sq_j)
+{
+    ploss_pair_terms t;
+    if (distance == 2) { /* cosine: d = 1 − dot/(n_i n_j), the norms clamped at eps */
+        const double ri = sqrt(sq_i), rj = sqrt(sq_j);
+        const double ni = fmax(ri, PLOSS_COSINE_EPS), nj = fmax(rj, PLOSS_COSINE_EPS);
+        t.d = 1.0 - dot / (ni * nj);
+        t.cross = -1.0 / (ni * nj);
+        t.self_i = ri > PLOSS_COSINE_EPS ? dot / (ni * ni * ni * nj) : 0.0;
+        t.self_j = rj > PLOSS_COSINE_EPS ? dot / (nj * nj * nj * ni) : 0.0;
+    } else if (distance == 1) { /* squared: ∂/∂x_i = 2(x_i − x_j) */
+        t.d = dd;
+        t.self_i = t.self_j = 2.0;
+        t.cross = -2.0;
+    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 */
+        t.d = sqrt(dd);
+        const double k = t.d > 0.0 ? 1.0 / t.d : 0.0;
+        t.self_i = t.self_j = k;
+        t.cross = -k;
+    }
+    return t;
 }
 
 #ifdef __cplusplus

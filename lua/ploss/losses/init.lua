@@ -13,4 +13,5 @@ return {
   "ohem_cross_entropy",
   "ohem_large_margin",
   "triplet_margin",
+  "batch_hard_triplet",
 }
