@@ -336,3 +336,268 @@ describe("TripletMarginLoss", function()
     assert.truthy(require("ffi").string(C.ploss_last_error()):find("opts.inplace", 1, true))
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- Batch-hard triplet loss: the reference, a brute force over every pair on Lua tables
+---------------------------------------------------------------------------------------
+
+local COS_EPS = 1e-8
+
+local function norm(u)
+  local s = 0
+  for j = 1, #u do s = s + u[j] * u[j] end
+  return math.sqrt(s)
+end
+
+-- d(u, v) and its gradients with respect to u and v
+local function pair(u, v, distance)
+  local D = #u
+  local gu, gv = {}, {}
+  if distance == "cosine" then
+    local nu, nv, dot = norm(u), norm(v), 0
+    for j = 1, D do dot = dot + u[j] * v[j] end
+    local cu, cv = math.max(nu, COS_EPS), math.max(nv, COS_EPS)
+    for j = 1, D do
+      gu[j] = -v[j] / (cu * cv) + (nu > COS_EPS and dot * u[j] / (cu ^ 3 * cv) or 0)
+      gv[j] = -u[j] / (cu * cv) + (nv > COS_EPS and dot * v[j] / (cv ^ 3 * cu) or 0)
+    end
+    return 1 - dot / (cu * cv), gu, gv
+  end
+  local s = 0
+  for j = 1, D do s = s + (u[j] - v[j]) ^ 2 end
+  local d = distance == "squared" and s or math.sqrt(s)
+  for j = 1, D do
+    local z = u[j] - v[j]
+    local k = distance == "squared" and 2 or (d > 0 and 1 / d or 0)
+    gu[j], gv[j] = k * z, -k * z
+  end
+  return d, gu, gv
+end
+
+-- Per-anchor losses, the active count and the gradient of Σ_i w_i·ℓ_i (w: a number or per
+-- anchor), mining the hardest positive/negative over the full distance matrix.
+local function batch_hard_reference(X, Y, o, w)
+  local n, distance, margin = #X, o.distance or "euclidean", o.margin or 0.3
+  local losses, grad, active = {}, {}, 0
+  for i = 1, n do
+    grad[i] = {}
+    for j = 1, #X[i] do grad[i][j] = 0 end
+  end
+  local chosen = {}
+  for i = 1, n do
+    local bp, bn, dp, dn
+    for j = 1, n do
+      if j ~= i then
+        local d = pair(X[i], X[j], distance)
+        if Y[j] == Y[i] then
+          if not bp or d > dp then bp, dp = j, d end
+        elseif not bn or d < dn then
+          bn, dn = j, d
+        end
+      end
+    end
+    chosen[i] = { bp, bn }
+    losses[i] = 0
+    if bp and bn then
+      active = active + 1
+      local d_ap, gap_i, gap_p = pair(X[i], X[bp], distance)
+      local d_an, gan_i, gan_n = pair(X[i], X[bn], distance)
+      local c
+      if o.soft_margin then
+        losses[i] = math.log(1 + math.exp(d_ap - d_an))
+        c = 1 / (1 + math.exp(d_an - d_ap))
+      else
+        local t = d_ap - d_an + margin
+        losses[i] = math.max(t, 0)
+        c = t >= 0 and 1 or 0
+      end
+      local wi = type(w) == "table" and w[i] or w
+      if type(w) == "function" then wi = w(i) end
+      for j = 1, #X[i] do
+        grad[i][j] = grad[i][j] + wi * c * (gap_i[j] - gan_i[j])
+        grad[bp][j] = grad[bp][j] + wi * c * gap_p[j]
+        grad[bn][j] = grad[bn][j] - wi * c * gan_n[j]
+      end
+    end
+  end
+  return losses, grad, active, chosen
+end
+
+local function labelled(n, d, classes, seed, singletons)
+  local x = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local y = {}
+  for i = 1, n do y[i] = (i * 7 + seed) % classes end
+  for k = 1, singletons or 0 do y[k] = 1000 + k end -- labels seen once: inactive anchors
+  return x, ploss.tensor(y, { dtype = "i64" }), y
+end
+
+local BH_OPTIONS = {
+  {},
+  { margin = 1 },
+  { distance = "squared", margin = 2 },
+  { distance = "cosine", margin = 0.1 },
+  { soft_margin = true },
+  { soft_margin = true, distance = "cosine" },
+}
+
+describe("BatchHardTripletLoss", function()
+  it("gives the values derived by hand", function()
+    -- rows (0,0) (3,4) | (1,0) (0,2), labels 0 0 1 1, Euclidean, margin 1:
+    -- anchor 1: positive 2 (d 5), negatives 3 (d 1), 4 (d 2) → 5 − 1 + 1 = 5
+    -- anchor 3: positive 4 (d √5), negatives 1 (d 1), 2 (d √20) → √5 − 1 + 1 = √5
+    local x = ploss.tensor({ { 0, 0 }, { 3, 4 }, { 1, 0 }, { 0, 2 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" })
+    local l = F.batch_hard_triplet(x, y, { margin = 1, reduction = "none" })
+    -- anchor 2 (3,4): positive 1 (d 5), negatives 3 (d √20), 4 (d √13) → 5 − √13 + 1
+    -- anchor 4 (0,2): positive 3 (d √5), negatives 1 (d 2), 2 (d √13) → √5 − 2 + 1
+    H.assert_close(l, { 5, 6 - math.sqrt(13), math.sqrt(5), math.sqrt(5) - 1 }, { rtol = 1e-14 })
+    -- 'sum' gradient of row 1, x1 = (0, 0), every active anchor's term on it:
+    --   anchor 1 itself:               (x1 − x2)/5 − (x1 − x3)/1 = (−0.6, −0.8) + (1, 0)
+    --   anchor 2 (its positive):       ∂d_21/∂x1 = (x1 − x2)/5   = (−0.6, −0.8)
+    --   anchor 3 (its nearest negative, d 1 < √20): −(x1 − x3)/1 = (1, 0)
+    --   anchor 4 (its nearest negative, d 2 < √13): −(x1 − x4)/2 = (0, 1)
+    local g = select(2, F.batch_hard_triplet_fused(x, y, { margin = 1, reduction = "sum" }))
+    H.assert_close(g:select(1, 1), { -0.6 + 1 - 0.6 + 1 + 0, -0.8 + 0 - 0.8 + 0 + 1 }, { rtol = 1e-14 })
+  end)
+
+  it("matches a brute-force reference over every pair for every distance and reduction", function()
+    local x, y, Y = labelled(41, 6, 5, 3, 2)
+    local X = rows(x)
+    for _, o in ipairs(BH_OPTIONS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local what = label(opts)
+        local losses, _, active = batch_hard_reference(X, Y, opts, 1)
+        assert.are.equal(39, active)
+        local w = r == "mean" and 1 / active or 1
+        local _, grad = batch_hard_reference(X, Y, opts, w)
+        local want = r == "none" and losses or (r == "sum" and reduce(losses, "sum") or reduce(losses, "sum") / active)
+        local tol = { rtol = 1e-11, atol = 1e-13, what = what }
+        H.assert_close(F.batch_hard_triplet(x, y, opts), want, tol)
+        H.assert_close(ploss.BatchHardTripletLoss(opts):backward(x, y), grad, tol)
+        local l2, g2 = ploss.BatchHardTripletLoss(opts)(x, y)
+        H.assert_close(r == "none" and l2 or { l2 }, r == "none" and want or { want }, tol)
+        H.assert_close(g2, grad, tol)
+      end
+    end
+  end)
+
+  it("mines across several Gram blocks (N = 1100) as over the whole matrix", function()
+    local x, y, Y = labelled(1100, 3, 40, 17)
+    local X = rows(x)
+    local losses, _, active = batch_hard_reference(X, Y, {}, 1)
+    local _, grad = batch_hard_reference(X, Y, {}, 1 / active)
+    local l, g = ploss.BatchHardTripletLoss {}(x, y)
+    H.assert_close(l, reduce(losses, "sum") / active, { rtol = 1e-11 })
+    H.assert_close(g, grad, { rtol = 1e-10, atol = 1e-13 })
+  end)
+
+  it("takes a per-anchor upstream gradient ('none') and a fused scale", function()
+    local x, y, Y = labelled(20, 4, 3, 8, 1)
+    local X = rows(x)
+    local up = {}
+    for i = 1, 20 do up[i] = (i - 10) / 7 end
+    local _, grad = batch_hard_reference(X, Y, { distance = "cosine" }, up)
+    H.assert_close(F.batch_hard_triplet_backward(x, y, ploss.tensor(up, { dtype = "f64" }),
+      { distance = "cosine", reduction = "none" }), grad, { rtol = 1e-11, atol = 1e-13 })
+    local _, _, active = batch_hard_reference(X, Y, {}, 1)
+    _, grad = batch_hard_reference(X, Y, {}, -3 / active)
+    local _, g = F.batch_hard_triplet_fused(x, y, { scale = -3 })
+    H.assert_close(g, grad, { rtol = 1e-11, atol = 1e-13 })
+  end)
+
+  it("has the gradient of central differences in f64", function()
+    local x, y = labelled(12, 4, 3, 29, 1)
+    for _, o in ipairs(BH_OPTIONS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local _, g = F.batch_hard_triplet_fused(x, y, opts)
+        H.gradcheck(function(xx) return F.batch_hard_triplet(xx, y, opts) end, x, g,
+          { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+      end
+    end
+  end)
+
+  it("gives 0 and a zero gradient when no anchor is active (not 0/0)", function()
+    local x = ploss.randn({ 5, 3 }, { dtype = "f64", seed = 2 })
+    for _, labels in ipairs { { 1, 2, 3, 4, 5 }, { 7, 7, 7, 7, 7 } } do -- no positives / no negatives
+      local y = ploss.tensor(labels, { dtype = "i64" })
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, { reduction = r })
+        assert.are.equal(0, l)
+        H.assert_equal(g, ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+        H.assert_equal(F.batch_hard_triplet_backward(x, y, 1, { reduction = r }), ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+      end
+      H.assert_equal(F.batch_hard_triplet(x, y, { reduction = "none" }), { 0, 0, 0, 0, 0 })
+    end
+    -- the mean is over active anchors only: one singleton among six rows
+    local x6, y6, Y6 = labelled(6, 2, 2, 4, 1)
+    local losses, _, active = batch_hard_reference(rows(x6), Y6, {}, 1)
+    assert.are.equal(5, active)
+    H.assert_close(F.batch_hard_triplet(x6, y6), reduce(losses, "sum") / 5, { rtol = 1e-14 })
+    -- an empty batch
+    local e = ploss.empty({ 0, 3 }, { dtype = "f32" })
+    local l, g = F.batch_hard_triplet_fused(e, ploss.empty({ 0 }, { dtype = "i64" }))
+    assert.are.equal(0, l)
+    assert.are.same({ 0, 3 }, g:size())
+  end)
+
+  it("gives identical embeddings a zero-distance gradient of 0, not NaN", function()
+    local x = ploss.tensor({ { 1, 2 }, { 1, 2 }, { 1, 2 }, { 0, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" })
+    for _, o in ipairs { {}, { soft_margin = true }, { distance = "squared" }, { distance = "cosine" } } do
+      local l, g = F.batch_hard_triplet_fused(x, y, o)
+      assert.is_true(l == l, label(o))
+      for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, label(o)) end
+      local _, grad = batch_hard_reference(rows(x), { 0, 0, 1, 1 }, o, 1 / 4)
+      H.assert_close(g, grad, { rtol = 1e-12, atol = 1e-14, what = label(o) })
+    end
+    -- the cosine distance of a zero row: norms clamped, finite
+    local _, g = F.batch_hard_triplet_fused(x, y, { distance = "cosine" })
+    for _, v in ipairs(g:flat()) do assert.is_true(v == v) end
+  end)
+
+  it("reads i32 labels, strided embeddings and every float dtype", function()
+    local x, y = labelled(30, 7, 4, 12, 1)
+    local l64, g64 = F.batch_hard_triplet_fused(x, y, { soft_margin = true })
+    local l32, g32 = F.batch_hard_triplet_fused(x, y:type("i32"), { soft_margin = true })
+    assert.are.equal(l64, l32)
+    H.assert_equal(g32, g64)
+    local xt = x:t():contiguous():t()
+    local gt = ploss.empty({ 7, 30 }, { dtype = "f64" }):t()
+    local lt = F.batch_hard_triplet_fused(xt, y, { soft_margin = true, grad_embeddings = gt })
+    assert.are.equal(l64, lt)
+    H.assert_equal(gt, g64)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local xd = x:type(dtype)
+      local lr, gr = F.batch_hard_triplet_fused(xd:double(), y, { soft_margin = true })
+      local l, g = F.batch_hard_triplet_fused(xd, y, { soft_margin = true })
+      assert.are.equal(dtype, g:dtype())
+      H.assert_close(l, lr, { rtol = 1e-6, what = dtype })
+      H.assert_close(g:double(), gr, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol, what = dtype })
+    end
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local x, y = labelled(6, 3, 2, 1)
+    x = x:float()
+    local out, g = ploss.empty({}, { dtype = "f32" }), ploss.empty({ 6, 3 })
+    local fo = { out = out, grad_embeddings = g }
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 5 }, { dtype = "i64" }), fo) end,
+      { "labels: expected [6] (one label per row of embeddings)", "PLOSS_ERR_SHAPE" }, out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6, 1 }, { dtype = "i64" }), fo) end,
+      "labels: expected [6]", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6 }), fo) end,
+      { "labels: expected class labels of dtype i64 or i32, got f32", "PLOSS_ERR_DTYPE" }, out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(ploss.randn({ 6 }), y, fo) end, "embeddings: expected N×D", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { grad_embeddings = ploss.empty({ 6, 4 }) })) end,
+      "grad_embeddings: expected [6, 3]", out)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { grad_embeddings = x })) end,
+      "PLOSS_ERR_ALIAS", out)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { distance = "manhattan" })) end,
+      "distance: 'manhattan' is not one of", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { margin = math.huge })) end,
+      "opts.margin: inf is not a finite number", out, g)
+    H.expect_error(function() ploss.BatchHardTripletLoss {}:forward(x) end, "labels: expected a ploss tensor")
+  end)
+end)
