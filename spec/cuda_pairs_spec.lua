@@ -188,3 +188,147 @@ describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 end)
+
+-- Integer-valued embeddings in [−4, 4] and labels of `classes` classes (the first
+-- `singletons` labels unique): every Gram entry and squared norm is exact in fp32 and in the
+-- narrow dtypes, so the GPU (fp32 Gram) and the CPU (f64) mine the same rows, ties included.
+local function integer_batch(n, d, classes, seed, singletons)
+  local x = ploss.randint(-4, 5, { n, d }, { seed = seed }):double()
+  local y = ploss.randint(0, classes, { n }, { seed = seed + 1 })
+  if singletons and singletons > 0 then
+    y:narrow(1, 1, singletons):copy(ploss.tensor((function()
+      local v = {}
+      for k = 1, singletons do v[k] = 1000 + k end
+      return v
+    end)(), { dtype = "i64" }))
+  end
+  return x, y
+end
+
+local BH_OPTIONS = {
+  {},
+  { margin = 1, distance = "squared" },
+  { distance = "cosine", margin = 0.1 },
+  { soft_margin = true },
+}
+
+local function compare_bh(x64, y, opts, dtype, what, layout)
+  local xc = x64:type(dtype)
+  local xg, yg = xc:to(DEV), y:to(DEV)
+  if layout then xg, yg = layout(xg, yg) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local lc, gc = F.batch_hard_triplet_fused(xc, y, opts)
+  local lg, gg = F.batch_hard_triplet_fused(xg, yg, opts)
+  local none = opts.reduction == "none"
+  close(none and lg or { lg }, none and lc or { lc }, T.loss, 0, what .. " fused loss")
+  assert.are.equal(dtype, gg:dtype())
+  close(gg, gc, T.grad, T.floor, what .. " fused gradient")
+  local lf = F.batch_hard_triplet(xg, yg, opts)
+  H.assert_close(none and lf or { lf }, none and lg or { lg }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ x64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  H.assert_close(F.batch_hard_triplet_backward(xg, yg, up, opts), gg, { rtol = 0, atol = 0, what = what .. " backward" })
+end
+
+describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
+  for _, shape in ipairs { { 37, 5, 4, 2 }, { 300, 64, 20, 3 }, { 2000, 8, 50, 0 } } do
+    it(string.format("N = %d, D = %d: every distance, dtype and reduction", shape[1], shape[2]), function()
+      local x, y = integer_batch(shape[1], shape[2], shape[3], shape[1], shape[4])
+      for _, o in ipairs(BH_OPTIONS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare_bh(x, y, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("mines across several Gram blocks (N = 5000)", function()
+    local x, y = integer_batch(5000, 4, 200, 9, 5)
+    for _, dtype in ipairs { "f32", "f64", "bf16" } do
+      compare_bh(x, y, {}, dtype, "5000x4")
+      compare_bh(x, y, { soft_margin = true, distance = "cosine", reduction = "none" }, dtype, "5000x4")
+    end
+  end)
+
+  it("gaussian embeddings: the same loss and gradient within the fp32 Gram's rounding", function()
+    local x = ploss.randn({ 200, 32 }, { dtype = "f64", seed = 4 })
+    local y = ploss.randint(0, 10, { 200 }, { seed = 5 })
+    for _, o in ipairs(BH_OPTIONS) do compare_bh(x, y, o, "f64", "gaussian") end
+  end)
+
+  it("per-anchor upstream gradients, a fused scale, i32 labels and strided embeddings", function()
+    local x, y = integer_batch(90, 12, 6, 77, 2)
+    for _, dtype in ipairs(DTYPES) do
+      local xc = x:type(dtype)
+      local xg = xc:to(DEV)
+      local up = ploss.randn({ 90 }, { dtype = dtype == "f64" and "f64" or "f32", seed = 6 })
+      local T = TOL[dtype]
+      local gc = F.batch_hard_triplet_backward(xc, y, up, { reduction = "none", distance = "cosine" })
+      local gg = F.batch_hard_triplet_backward(xg, y:to(DEV), up:to(DEV), { reduction = "none", distance = "cosine" })
+      close(gg, gc, T.grad, T.floor, dtype .. " per-anchor upstream")
+      local _, fc = F.batch_hard_triplet_fused(xc, y, { reduction = "sum", scale = -0.5 })
+      local _, fg = F.batch_hard_triplet_fused(xg, y:to(DEV, "i32"), { reduction = "sum", scale = -0.5 })
+      close(fg, fc, T.grad, T.floor, dtype .. " scale, i32 labels")
+      compare_bh(x, y, { soft_margin = true }, dtype, "strided", function(xd, yd)
+        local wide = ploss.zeros({ 90, 30 }, { dtype = xd:dtype(), device = DEV }):narrow(2, 3, 12)
+        wide:copy(xd)
+        return wide, yd
+      end)
+    end
+  end)
+
+  it("no active anchor: 0 and a zero gradient; an empty batch; identical rows", function()
+    local x = ploss.randn({ 40, 6 }, { device = DEV, seed = 3 })
+    local distinct = ploss.tensor((function()
+      local v = {}
+      for i = 1, 40 do v[i] = i end
+      return v
+    end)(), { dtype = "i64", device = DEV })
+    for _, y in ipairs { distinct, ploss.zeros({ 40 }, { dtype = "i64", device = DEV }) } do
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, { reduction = r })
+        assert.are.equal(0, l)
+        H.assert_equal(g:to("cpu"), ploss.zeros({ 40, 6 }))
+      end
+    end
+    local e = ploss.empty({ 0, 6 }, { device = DEV })
+    local l, g = F.batch_hard_triplet_fused(e, ploss.empty({ 0 }, { dtype = "i64", device = DEV }))
+    assert.are.equal(0, l)
+    assert.are.same({ 0, 6 }, g:size())
+    local same = ploss.ones({ 8, 5 }, { device = DEV })
+    local ys = ploss.tensor({ 0, 0, 0, 0, 1, 1, 1, 1 }, { dtype = "i64", device = DEV })
+    for _, o in ipairs { {}, { distance = "cosine" }, { soft_margin = true } } do
+      local ls, gs = F.batch_hard_triplet_fused(same, ys, o)
+      local lc, gc = F.batch_hard_triplet_fused(same:to("cpu"), ys:to("cpu"), o)
+      H.assert_close({ ls }, { lc }, { rtol = 1e-6, what = label(o) })
+      H.assert_close(gs, gc, { rtol = 1e-6, atol = 1e-7, what = label(o) })
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradient on every run", function()
+    local x, y = integer_batch(3000, 40, 100, 5, 0)
+    local xg = ploss.randn({ 3000, 40 }, { dtype = "f32", device = DEV, seed = 8 })
+    for _, inputs in ipairs { { x:to(DEV, "bf16"), y:to(DEV) }, { xg, y:to(DEV) } } do
+      local l1, g1 = F.batch_hard_triplet_fused(inputs[1], inputs[2], { soft_margin = true })
+      for _ = 1, 3 do
+        local l2, g2 = F.batch_hard_triplet_fused(inputs[1], inputs[2], { soft_margin = true })
+        assert.are.equal(l1, l2)
+        H.assert_equal(g2, g1)
+      end
+    end
+  end)
+
+  it("refuses labels of the wrong length or device, writing nothing", function()
+    local x = ploss.randn({ 6, 3 }, { device = DEV, seed = 1 })
+    local out, g = ploss.empty({}, { device = DEV }), ploss.empty({ 6, 3 }, { device = DEV })
+    local fo = { out = out, grad_embeddings = g }
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 7 }, { dtype = "i64", device = DEV }), fo) end,
+      "labels: expected [6]", out, g)
+    if DEV ~= "cpu" then
+      H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6 }, { dtype = "i64" }), fo) end,
+        "labels", out, g)
+    end
+  end)
+end)
