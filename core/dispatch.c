@@ -40,6 +40,7 @@ NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
 WITH_CTX(cpu_triplet, ploss_cpu_triplet, ploss_triplet_problem)
 WITH_CTX(cpu_batch_hard, ploss_cpu_batch_hard, ploss_batch_hard_problem)
+WITH_CTX(cpu_infonce, ploss_cpu_infonce, ploss_infonce_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -56,6 +57,7 @@ WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
 WITH_CTX(cuda_triplet, ploss_cuda_triplet, ploss_triplet_problem)
 WITH_CTX(cuda_batch_hard, ploss_cuda_batch_hard, ploss_batch_hard_problem)
+WITH_CTX(cuda_infonce, ploss_cuda_infonce, ploss_infonce_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -78,6 +80,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
     [PLOSS_OP_PAIRS_TRIPLET] = {[CPU] = cpu_triplet, [GPU] = CUDA(cuda_triplet)},
     [PLOSS_OP_PAIRS_BATCH_HARD] = {[CPU] = cpu_batch_hard, [GPU] = CUDA(cuda_batch_hard)},
+    [PLOSS_OP_PAIRS_INFONCE] = {[CPU] = cpu_infonce, [GPU] = CUDA(cuda_infonce)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

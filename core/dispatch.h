@@ -28,6 +28,7 @@ typedef enum {
     PLOSS_OP_OPTIM,                  /* ploss_optim_problem     */
     PLOSS_OP_PAIRS_TRIPLET,          /* ploss_triplet_problem   */
     PLOSS_OP_PAIRS_BATCH_HARD,       /* ploss_batch_hard_problem */
+    PLOSS_OP_PAIRS_INFONCE,          /* ploss_infonce_problem   */
     PLOSS_OP_COUNT
 } ploss_op;
 

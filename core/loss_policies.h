@@ -17,6 +17,7 @@ typedef enum {
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
     PLOSS_POLICY_TRIPLET_MARGIN = 10, /* triplet_margin (pairs) */
     PLOSS_POLICY_BATCH_HARD_TRIPLET = 11, /* batch_hard_triplet (pairs) */
+    PLOSS_POLICY_INFO_NCE = 12, /* info_nce (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -880,3 +880,75 @@ ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *em
     const ploss_loss_args a = {.inputs[0] = embeddings, .target = labels, .loss = loss, .grad_inputs[0] = grad_embeddings};
     return batch_hard_triplet(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- info_nce ---------------------------------------------------------------------------- */
+
+void ploss_info_nce_opts_init(ploss_info_nce_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->temperature = 0.07;
+    o->symmetric = 1;
+    o->normalize = 1;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec info_nce_spec = {
+    .name = "info_nce",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_INFO_NCE,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 2,
+    .input_names = {"query", "key"},
+    .grad_names = {"grad_query", "grad_key"},
+};
+
+static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_info_nce_opts *user)
+{
+    ploss_clear_error();
+    ploss_info_nce_opts o;
+    ploss_info_nce_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.temperature) && o.temperature > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", o.temperature);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .temperature = o.temperature,
+        .symmetric = o.symmetric,
+        .normalize = o.normalize,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &info_nce_spec, a, &p);
+}
+
+ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .loss = loss};
+    return info_nce(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_info_nce_backward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, const DLTensor *grad_loss, DLTensor *grad_query,
+    DLTensor *grad_key)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .grad_loss = grad_loss, .grad_inputs[0] = grad_query, .grad_inputs[1] = grad_key};
+    return info_nce(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss, DLTensor *grad_query, DLTensor *grad_key)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .loss = loss, .grad_inputs[0] = grad_query, .grad_inputs[1] = grad_key};
+    return info_nce(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -985,4 +985,86 @@ ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *em
     const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss,
     DLTensor *grad_embeddings);
 
+/* ---- InfoNCE contrastive loss ---------------------------------------------------------- */
+
+/** Options of info_nce; fill with ploss_info_nce_opts_init(). */
+typedef struct ploss_info_nce_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* τ > 0: the similarities are divided by it; a finite number > 0; default 0.07 */
+    double temperature;
+    /* average the query→key and key→query losses (CLIP); false: query→key only; default 1
+       */
+    int symmetric;
+    /* L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize); default 1 */
+    int normalize;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_info_nce_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
+
+/**
+ * InfoNCE contrastive loss, forward (van den Oord, Li and Vinyals, Representation Learning with
+ * Contrastive Predictive Coding, arXiv:1807.03748; Radford et al., CLIP, ICML 2021 (the
+ * symmetric form); the tiled computation of Inf-CL, Cheng et al., arXiv:2410.17243).
+ * With u_i = q_i/max(‖q_i‖, 1e-12) and v_j = k_j/max(‖k_j‖, 1e-12) (normalize; else u =
+ * q, v = k) and the similarities S_ij = u_i·v_j / τ:
+ *
+ *     ℓ_i = lse_j(S_ij) − S_ii                                  (symmetric = false)
+ *     ℓ_i = ½·[lse_j(S_ij) − S_ii] + ½·[lse_j(S_ji) − S_ii]     (symmetric = true)
+ *
+ * lse_j(S_ij) is the log-sum-exp of row i (query i against every key), lse_j(S_ji) that of
+ * column i (key i against every query): the cross-entropy of each row and of each column with
+ * the diagonal as the target. 'mean' divides by N. S is computed in tiles of rows (a matrix
+ * product per tile) with the row and column log-sum-exps kept online; the N×N matrix is never
+ * stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.
+ *
+ * The tiles are the unit a multi-device version shares: each device's keys against every query
+ * tile, with the row and column statistics merged across devices. The CPU works in f64
+ * (OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input). No state is
+ * kept: backward recomputes the log-sum-exps.
+ *
+ * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
+ *                 every embedding input of the same dtype and shape.
+ * in  key         k, N×D embeddings of the second view, row i the positive of query row i;
+ *                 N×D, f32/f16/bf16/f64, any strides; every embedding input of the same dtype
+ *                 and shape.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/query/key/loss or a gradient, a bad enum,
+ *           opts.temperature not a finite number > 0, a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss);
+
+/**
+ * InfoNCE contrastive loss, backward. With P_ij = e^(S_ij − lse_row i), Q_ij = e^(S_ij −
+ * lse_col j) and the weights w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij
+ * − δ_ij) + [symmetric]·w_j·(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v =
+ * Gᵀ·u/τ, both accumulated tile by tile, then through the normalisation: ∂L/∂q_i = (g_i
+ * − (g_i·u_i)·u_i)/‖q_i‖. Exact for both inputs.
+ * in  query, key, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_query  ∂/∂query: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_key    ∂/∂key: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_info_nce_backward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, const DLTensor *grad_loss, DLTensor *grad_query,
+    DLTensor *grad_key);
+
+/** InfoNCE contrastive loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss, DLTensor *grad_query, DLTensor *grad_key);
+
 #endif /* PLOSS_LOSSES_H */

@@ -208,6 +208,23 @@ static ploss_status fz_call_batch_hard_triplet_fused(ploss_ctx_t *ctx, DLTensor 
     return ploss_batch_hard_triplet_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_info_nce_opts(void *o) { ploss_info_nce_opts_init(o); }
+
+static ploss_status fz_call_info_nce_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_info_nce_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_backward(ctx, t[0], t[1], o, t[2], t[3], t[4]);
+}
+
+static ploss_status fz_call_info_nce_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_fused(ctx, t[0], t[1], o, t[2], t[3], t[4]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -352,6 +369,18 @@ static ploss_status fz_call_batch_hard_triplet_fused(ploss_ctx_t *ctx, DLTensor 
     {.name = "ploss_batch_hard_triplet_fused", .call = fz_call_batch_hard_triplet_fused, .nslots = 4, \
      .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_forward", .call = fz_call_info_nce_forward, .nslots = 3, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_backward", .call = fz_call_info_nce_backward, .nslots = 5, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_fused", .call = fz_call_info_nce_fused, .nslots = 5, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

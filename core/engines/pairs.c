@@ -1,6 +1,6 @@
 /*
  * pairs.c — the validation front of the pairs kernel shape: losses over N×D embedding
- * inputs that each get a gradient (the triplet margin loss on given triplets, the batch-hard triplet loss).  It checks
+ * inputs that each get a gradient (the triplet margin loss on given triplets, the batch-hard triplet loss, InfoNCE).  It checks
  * every tensor of a call before anything is written — the inputs (a float dtype, N×D, all of
  * the first input's dtype and shape), the labels (N integers) of a labelled loss, the loss (N values for NONE, else one), the upstream
  * gradient, one gradient per input, and that no output overlaps an input or another output —
@@ -207,6 +207,36 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_BATCH_HARD, "embeddings", &p);
 }
 
+static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c, const ploss_loss_params *o)
+{
+    ploss_infonce_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = c->x[0].dtype;
+    p.N = c->N;
+    p.D = c->D;
+    for (int k = 0; k < 2; ++k) {
+        p.x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
+        if (pass != PLOSS_PASS_FORWARD)
+            p.grad[k] = (ploss_pair_grad){c->g[k].data, c->g[k].strides[0], c->g[k].strides[1]};
+    }
+    p.temperature = o->temperature;
+    p.symmetric = o->symmetric;
+    p.normalize = o->normalize;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = c->l.data;
+        p.loss_dtype = c->l.dtype;
+        p.l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
+    } else {
+        p.grad_loss = c->gl.data;
+        p.gl_dtype = c->gl.dtype;
+        p.gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
+    }
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &p);
+}
+
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -217,6 +247,7 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     switch (spec->policy) {
     case PLOSS_POLICY_TRIPLET_MARGIN: return run_triplet(ctx, pass, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
+    case PLOSS_POLICY_INFO_NCE: return run_infonce(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);
     }
 }

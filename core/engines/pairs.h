@@ -14,6 +14,11 @@
  * recomputed from the rows.  Every anchor's two pairs send their gradient to both of their
  * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.
  *
+ * InfoNCE: queries q and keys k (N×D), u and v their rows normalised (or not), S = u·vᵀ/τ;
+ *   ℓ_i = lse(row i of S) − S_ii, averaged with lse(column i) − S_ii when symmetric.  Both
+ *   backends compute S in row tiles (a GEMM each) with the row log-sum-exps exact per tile
+ *   and the column ones merged online across tiles; backward recomputes the tiles.
+ *
  * The per-row maths below is shared by both backends (plain C, host and device).
  */
 #ifndef PLOSS_PAIRS_INTERNAL_H
@@ -82,6 +87,28 @@ ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_probl
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p);
 #endif
+
+typedef struct ploss_infonce_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of both inputs and their gradients                     */
+    int64_t N, D;
+    ploss_pair_operand x[2];      /* queries, keys                                          */
+    double temperature;
+    int symmetric, normalize;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad[2];      /* ∂/∂query, ∂/∂key                                       */
+} ploss_infonce_problem;
+
+ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
+#endif
+
+/* The smallest norm a normalised row is divided by (F.normalize's eps). */
+#define PLOSS_NORMALIZE_EPS 1e-12
 
 /* ---- the per-row maths, shared by the backends ------------------------------------- */
 
@@ -219,6 +246,19 @@ PLOSS_PAIRS_FN ploss_pair_terms ploss_pair_terms_of(int distance, double dd, dou
         t.cross = -k;
     }
     return t;
+}
+
+/* Online log-sum-exp: merge the partial (m2, s2) — max and Σe^(x − max) — into (m, s). */
+PLOSS_PAIRS_FN void ploss_lse_merge(double *m, double *s, double m2, double s2)
+{
+    if (s2 == 0.0)
+        return;
+    if (*s == 0.0 || m2 > *m) {
+        *s = s2 + (*s == 0.0 ? 0.0 : *s * exp(*m - m2));
+        *m = m2;
+    } else {
+        *s += s2 * exp(m2 - *m);
+    }
 }
 
 #ifdef __cplusplus

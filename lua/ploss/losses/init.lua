@@ -14,4 +14,5 @@ return {
   "ohem_large_margin",
   "triplet_margin",
   "batch_hard_triplet",
+  "info_nce",
 }
