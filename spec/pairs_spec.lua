@@ -601,3 +601,197 @@ describe("BatchHardTripletLoss", function()
     H.expect_error(function() ploss.BatchHardTripletLoss {}:forward(x) end, "labels: expected a ploss tensor")
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- InfoNCE: the reference on the full similarity matrix
+---------------------------------------------------------------------------------------
+
+local function lse(values)
+  local m = -math.huge
+  for _, v in ipairs(values) do m = math.max(m, v) end
+  local s = 0
+  for _, v in ipairs(values) do s = s + math.exp(v - m) end
+  return m + math.log(s)
+end
+
+-- Per-row losses and the gradients of Σ_i w_i·ℓ_i (w: number or list) for rows Q, K.
+local function infonce_reference(Q, K, o, w)
+  local n, tau = #Q, o.temperature or 0.07
+  local normalize, symmetric = o.normalize ~= false, o.symmetric ~= false
+  local function prep(X)
+    local U, R = {}, {}
+    for i = 1, n do
+      R[i] = norm(X[i])
+      U[i] = {}
+      for j = 1, #X[i] do U[i][j] = normalize and X[i][j] / math.max(R[i], 1e-12) or X[i][j] end
+    end
+    return U, R
+  end
+  local U, RU = prep(Q)
+  local V, RV = prep(K)
+  local S = {}
+  for i = 1, n do
+    S[i] = {}
+    for j = 1, n do
+      local s = 0
+      for d = 1, #U[i] do s = s + U[i][d] * V[j][d] end
+      S[i][j] = s / tau
+    end
+  end
+  local rl, cl, losses = {}, {}, {}
+  for i = 1, n do
+    local col = {}
+    for j = 1, n do col[j] = S[j][i] end
+    rl[i], cl[i] = lse(S[i]), lse(col)
+    losses[i] = symmetric and 0.5 * ((rl[i] - S[i][i]) + (cl[i] - S[i][i])) or rl[i] - S[i][i]
+  end
+  local function wt(i) return (type(w) == "table" and w[i] or w) * (symmetric and 0.5 or 1) end
+  local gu, gv = {}, {}
+  for i = 1, n do
+    gu[i], gv[i] = {}, {}
+    for d = 1, #U[i] do gu[i][d], gv[i][d] = 0, 0 end
+  end
+  for i = 1, n do
+    for j = 1, n do
+      local delta = i == j and 1 or 0
+      local g = wt(i) * (math.exp(S[i][j] - rl[i]) - delta)
+      if symmetric then g = g + wt(j) * (math.exp(S[i][j] - cl[j]) - delta) end
+      for d = 1, #U[i] do
+        gu[i][d] = gu[i][d] + g * V[j][d] / tau
+        gv[j][d] = gv[j][d] + g * U[i][d] / tau
+      end
+    end
+  end
+  local function back(G, X, R)
+    if not normalize then return G end
+    local out = {}
+    for i = 1, n do
+      local dot = 0
+      if R[i] > 1e-12 then for d = 1, #X[i] do dot = dot + G[i][d] * X[i][d] end end
+      out[i] = {}
+      for d = 1, #X[i] do out[i][d] = (G[i][d] - dot * X[i][d]) / math.max(R[i], 1e-12) end
+    end
+    return out
+  end
+  return losses, back(gu, U, RU), back(gv, V, RV)
+end
+
+local NCE_OPTIONS = {
+  {},
+  { symmetric = false },
+  { temperature = 1, normalize = false },
+  { temperature = 0.5, normalize = false, symmetric = false },
+}
+
+describe("InfoNCELoss", function()
+  it("gives the values derived by hand", function()
+    -- orthonormal views: S = I/τ; each row and column: log(e^(1/τ) + e^0) − 1/τ = log(1 + e^(−1/τ))
+    local e = ploss.tensor({ { 1, 0 }, { 0, 2 } }, { dtype = "f64" })
+    for _, t in ipairs { 1, 0.5, 0.07 } do
+      local want = math.log(1 + math.exp(-1 / t))
+      H.assert_close(F.info_nce(e, e:clone(), { temperature = t, reduction = "none" }), { want, want }, { rtol = 1e-14, atol = 1e-15 })
+      H.assert_close(F.info_nce(e, e:clone(), { temperature = t, symmetric = false }), want, { rtol = 1e-14, atol = 1e-15 })
+    end
+    -- one pair: its own softmax, loss 0 and a zero gradient
+    local one = ploss.tensor({ { 0.3, -2, 1 } }, { dtype = "f64" })
+    local l, gq, gk = ploss.InfoNCELoss {}(one, one:clone())
+    assert.are.equal(0, l)
+    H.assert_equal(gq, { 0, 0, 0 })
+    H.assert_equal(gk, { 0, 0, 0 })
+  end)
+
+  it("matches the full-matrix reference for every option set and reduction", function()
+    local q = ploss.randn({ 13, 5 }, { dtype = "f64", seed = 41 })
+    local k = ploss.randn({ 13, 5 }, { dtype = "f64", seed = 42 })
+    local Q, K = rows(q), rows(k)
+    for _, o in ipairs(NCE_OPTIONS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local losses, gq, gk = infonce_reference(Q, K, opts, weight(r, 13))
+        local tol = { rtol = 1e-11, atol = 1e-13, what = label(opts) }
+        H.assert_close(F.info_nce(q, k, opts), reduce(losses, r), tol)
+        local a, b = ploss.InfoNCELoss(opts):backward(q, k)
+        H.assert_close(a, gq, tol)
+        H.assert_close(b, gk, tol)
+        local l, fa, fb = ploss.InfoNCELoss(opts)(q, k)
+        H.assert_close(r == "none" and l or { l }, r == "none" and losses or { reduce(losses, r) }, tol)
+        H.assert_close(fa, gq, tol)
+        H.assert_close(fb, gk, tol)
+      end
+    end
+  end)
+
+  it("merges the column log-sum-exps across several tiles (N = 1100)", function()
+    local q = ploss.randn({ 1100, 3 }, { dtype = "f64", seed = 5 })
+    local k = ploss.randn({ 1100, 3 }, { dtype = "f64", seed = 6 })
+    local losses, gq, gk = infonce_reference(rows(q), rows(k), { temperature = 0.2 }, 1 / 1100)
+    local l, a, b = ploss.InfoNCELoss { temperature = 0.2 }(q, k)
+    H.assert_close(l, reduce(losses, "mean"), { rtol = 1e-11 })
+    H.assert_close(a, gq, { rtol = 1e-9, atol = 1e-14 })
+    H.assert_close(b, gk, { rtol = 1e-9, atol = 1e-14 })
+  end)
+
+  it("has the gradient of central differences in f64 for both views", function()
+    local q = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 8 })
+    local k = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 9 })
+    for _, o in ipairs(NCE_OPTIONS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r, temperature = o.temperature or 0.3 })
+        local _, gq, gk = F.info_nce_fused(q, k, opts)
+        H.gradcheck(function() return F.info_nce(q, k, opts) end, q, gq, { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+        H.gradcheck(function() return F.info_nce(q, k, opts) end, k, gk, { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+      end
+    end
+  end)
+
+  it("stays finite for similarities far beyond exp's range", function()
+    -- unnormalised rows of norm ~100 at τ = 0.01: similarities ~1e6
+    local q = ploss.randn({ 6, 4 }, { dtype = "f32", seed = 2, std = 50 })
+    local k = ploss.randn({ 6, 4 }, { dtype = "f32", seed = 3, std = 50 })
+    local opts = { normalize = false, temperature = 0.01, reduction = "none" }
+    local l, gq, gk = F.info_nce_fused(q, k, opts)
+    local losses, rq, rk = infonce_reference(rows(q), rows(k), opts, 1)
+    H.assert_close(l, losses, { rtol = 1e-5, atol = 1e-3 })
+    H.assert_close(gq:double(), rq, { rtol = 1e-5, atol = 1e-3 })
+    H.assert_close(gk:double(), rk, { rtol = 1e-5, atol = 1e-3 })
+  end)
+
+  it("reads strided views and every float dtype; an empty batch gives a NaN mean", function()
+    local q = ploss.randn({ 20, 6 }, { dtype = "f64", seed = 10 })
+    local k = ploss.randn({ 20, 6 }, { dtype = "f64", seed = 11 })
+    local l, a, b = F.info_nce_fused(q, k)
+    local qt = q:t():contiguous():t()
+    local gk = ploss.empty({ 6, 20 }, { dtype = "f64" }):t()
+    local l2, a2 = F.info_nce_fused(qt, k, { grad_key = gk })
+    assert.are.equal(l, l2)
+    H.assert_equal(a2, a)
+    H.assert_equal(gk, b)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local qd, kd = q:type(dtype), k:type(dtype)
+      local lr, ar, br = F.info_nce_fused(qd:double(), kd:double())
+      local ld, ad, bd = F.info_nce_fused(qd, kd)
+      assert.are.equal(dtype, ad:dtype())
+      H.assert_close(ld, lr, { rtol = 1e-6, what = dtype })
+      H.assert_close(ad:double(), ar, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol * 10, what = dtype })
+      H.assert_close(bd:double(), br, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol * 10, what = dtype })
+    end
+    local e = ploss.empty({ 0, 6 })
+    local le = F.info_nce(e, e:clone())
+    assert.is_true(le ~= le)
+    assert.are.equal(0, F.info_nce(e, e:clone(), { reduction = "sum" }))
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local q, k = ploss.randn({ 4, 3 }, { seed = 1 }), ploss.randn({ 4, 3 }, { seed = 2 })
+    local out, g1, g2 = ploss.empty({}), ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 })
+    local fo = { out = out, grad_query = g1, grad_key = g2 }
+    H.expect_error(function() F.info_nce_fused(q, ploss.randn({ 4, 5 }), fo) end,
+      "key: expected [4, 3] (the query's shape; D must match)", out, g1, g2)
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = 0 })) end,
+      "opts.temperature: 0 is not a finite number > 0", out, g1, g2)
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = -0.1 })) end,
+      "opts.temperature: -0.1 is not a finite number > 0", out, g1, g2)
+    H.expect_error(function() ploss.InfoNCELoss { temperature = 0 / 0 } end, "opts.temperature: nan")
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { grad_key = g1 })) end, "PLOSS_ERR_ALIAS", out, g1)
+  end)
+end)
