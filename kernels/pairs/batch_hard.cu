@@ -19,16 +19,15 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "common.cuh"
 #include "gemm.h"
+#include "pairs.cuh"
 #include "pairs.h"
 
 namespace ploss_cuda {
 namespace {
 
-constexpr int WARPS = 8;
-constexpr int THREADS = WARPS * 32;
-constexpr int64_t MAX_BLOCKS = 8192;
+using namespace pairs;
+
 constexpr int STATS_THREADS = 1024;
 constexpr size_t GRAM_BYTES = (size_t)64 << 20; /* one Gram block */
 
@@ -41,9 +40,6 @@ struct anchor_t {
 struct stats_t {
     int64_t active;
 };
-
-__device__ __forceinline__ int64_t warp_row() { return (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); }
-__device__ __forceinline__ int64_t warp_rows_stride() { return (int64_t)gridDim.x * WARPS; }
 
 /* Dense copy xd (row-major N×D, the input dtype) and squared norms sq (A). */
 template <class T>
@@ -254,19 +250,6 @@ grad_kernel(const ploss_batch_hard_problem p, const T *xd, const anchor_t *an, c
     }
 }
 
-/* Bump allocator over one workspace: 256-byte aligned pieces. */
-struct carve {
-    char *base;
-    size_t used;
-    template <class U> U *take(size_t n)
-    {
-        used = (used + 255) & ~(size_t)255;
-        U *r = base ? (U *)(base + used) : nullptr;
-        used += n * sizeof(U);
-        return r;
-    }
-};
-
 template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p)
 {
     using A = acc_t<T>;
@@ -314,7 +297,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
         return st;
     layout((char *)ws, &xd, &sq, &gram, &an, &stats, keys, vals, &sort_tmp);
 
-    const unsigned blocks = grid_blocks(N, WARPS, MAX_BLOCKS);
+    const unsigned blocks = row_blocks(N);
     if (N > 0) {
         pack_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, sq);
         if ((st = check_launch("batch_hard pack")))
@@ -326,7 +309,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
                                       p->dtype, gram, N, p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32};
         if ((st = ploss_cuda_gemm(ctx, &g)))
             return st;
-        mine_kernel<A><<<grid_blocks(rows, WARPS, MAX_BLOCKS), THREADS, 0, stream>>>(*p, gram, sq, b0, rows, an);
+        mine_kernel<A><<<row_blocks(rows), THREADS, 0, stream>>>(*p, gram, sq, b0, rows, an);
         if ((st = check_launch("batch_hard mine")))
             return st;
     }

@@ -9,15 +9,14 @@
  * order into one partial per block, and one block adds the partials in a fixed order.  The
  * grid depends on N only: deterministic, no atomics.
  */
-#include "common.cuh"
+#include "pairs.cuh"
 #include "pairs.h"
 
 namespace ploss_cuda {
 namespace {
 
-constexpr int WARPS = 8;
-constexpr int THREADS = WARPS * 32;
-constexpr int64_t MAX_BLOCKS = 4096;
+using namespace pairs;
+
 constexpr int FINISH_THREADS = 1024;
 
 /* |z|^p and sign(z)|z|^(p−1) in the accumulation type (p = 1, 2 without pow). */
@@ -52,7 +51,7 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
         omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.N : up;
     }
     double acc = 0.0;
-    for (int64_t i = (int64_t)blockIdx.x * WARPS + warp; i < p.N; i += (int64_t)gridDim.x * WARPS) {
+    for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
         const T *ra = xa + i * p.x[0].sn, *rp = xp + i * p.x[1].sn, *rn = xn + i * p.x[2].sn;
         A s_ap = 0, s_an = 0, s_pn = 0;
         for (int64_t j = lane; j < p.D; j += 32) {
@@ -129,7 +128,7 @@ extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet
     const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
     if (p->N == 0 && !need_partials)
         return PLOSS_OK;
-    const unsigned blocks = grid_blocks(p->N, WARPS, MAX_BLOCKS);
+    const unsigned blocks = row_blocks(p->N);
     double *partials = NULL;
     if (need_partials) {
         void *ws = NULL;
