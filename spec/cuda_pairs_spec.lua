@@ -332,3 +332,102 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 end)
+
+local NCE_OPTIONS = {
+  {},
+  { symmetric = false, temperature = 0.2 },
+  { normalize = false, temperature = 1 },
+}
+
+local function compare_nce(q64, k64, opts, dtype, what, layout)
+  local qc, kc = q64:type(dtype), k64:type(dtype)
+  local qg, kg = qc:to(DEV), kc:to(DEV)
+  if layout then qg, kg = layout(qg, kg) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local rc = { F.info_nce_fused(qc, kc, opts) }
+  local rg = { F.info_nce_fused(qg, kg, opts) }
+  local none = opts.reduction == "none"
+  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss * 10, 0, what .. " fused loss")
+  for k = 2, 3 do
+    assert.are.equal(dtype, rg[k]:dtype())
+    close(rg[k], rc[k], T.grad * 2, T.floor, what .. " fused gradient " .. (k - 1))
+  end
+  local lf = F.info_nce(qg, kg, opts)
+  H.assert_close(none and lf or { lf }, none and rg[1] or { rg[1] }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ q64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  local gb = { F.info_nce_backward(qg, kg, up, opts) }
+  for k = 1, 2 do H.assert_close(gb[k], rg[k + 1], { rtol = 0, atol = 0, what = what .. " backward " .. k }) end
+end
+
+describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
+  -- 300 rows: one tile; 9000 rows: f32 tiles of 1864 rows (f64: 932), the column
+  -- log-sum-exps merged across tiles
+  for _, shape in ipairs { { 37, 5 }, { 300, 64 }, { 9000, 16 } } do
+    it(string.format("N = %d, D = %d: every option set, dtype and reduction", shape[1], shape[2]), function()
+      local q = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] })
+      local k = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] + 1 })
+      local big = shape[1] > 1000
+      for _, o in ipairs(big and { {} } or NCE_OPTIONS) do
+        for _, dtype in ipairs(big and { "f32", "f64" } or DTYPES) do
+          for _, r in ipairs(big and { "mean" } or REDUCTIONS) do
+            compare_nce(q, k, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("per-row upstream gradients, a fused scale and strided views", function()
+    local q = ploss.randn({ 64, 24 }, { dtype = "f64", seed = 70 })
+    local k = ploss.randn({ 64, 24 }, { dtype = "f64", seed = 71 })
+    for _, dtype in ipairs(DTYPES) do
+      local T = TOL[dtype]
+      local qc, kc = q:type(dtype), k:type(dtype)
+      local up = ploss.randn({ 64 }, { dtype = dtype == "f64" and "f64" or "f32", seed = 72 })
+      local gc = { F.info_nce_backward(qc, kc, up, { reduction = "none" }) }
+      local gg = { F.info_nce_backward(qc:to(DEV), kc:to(DEV), up:to(DEV), { reduction = "none" }) }
+      for i = 1, 2 do close(gg[i], gc[i], T.grad * 2, T.floor, dtype .. " per-row upstream " .. i) end
+      local fc = { F.info_nce_fused(qc, kc, { reduction = "sum", scale = 0.3 }) }
+      local fg = { F.info_nce_fused(qc:to(DEV), kc:to(DEV), { reduction = "sum", scale = 0.3 }) }
+      for i = 2, 3 do close(fg[i], fc[i], T.grad * 2, T.floor, dtype .. " scale " .. i) end
+      compare_nce(q, k, {}, dtype, "strided", function(qd, kd)
+        local wide = ploss.zeros({ 64, 50 }, { dtype = kd:dtype(), device = DEV }):narrow(2, 7, 24)
+        wide:copy(kd)
+        return qd:t():contiguous():t(), wide
+      end)
+    end
+  end)
+
+  it("one pair, an empty batch, large similarities", function()
+    local one = ploss.randn({ 1, 8 }, { device = DEV, seed = 1 })
+    local l, g1, g2 = F.info_nce_fused(one, one:clone())
+    assert.are.equal(0, l)
+    H.assert_equal(g1:to("cpu"), ploss.zeros({ 1, 8 }))
+    H.assert_equal(g2:to("cpu"), ploss.zeros({ 1, 8 }))
+    local e = ploss.empty({ 0, 8 }, { device = DEV })
+    local le = F.info_nce(e, e:clone())
+    assert.is_true(le ~= le)
+    local q = ploss.randn({ 40, 4 }, { dtype = "f64", seed = 3, std = 50 })
+    local k = ploss.randn({ 40, 4 }, { dtype = "f64", seed = 4, std = 50 })
+    local opts = { normalize = false, temperature = 0.05, reduction = "none" }
+    compare_nce(q, k, opts, "f64", "large")
+    -- f32: the tiles' rounding (~1e-7 of similarities ~1e5) moves the values, never to inf/NaN
+    local r = { F.info_nce_fused(q:to(DEV, "f32"), k:to(DEV, "f32"), opts) }
+    for i = 1, 3 do
+      for _, v in ipairs(r[i]:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, "f32 large: finite") end
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradients on every run", function()
+    local q = ploss.randn({ 6000, 32 }, { dtype = "bf16", device = DEV, seed = 9 })
+    local k = ploss.randn({ 6000, 32 }, { dtype = "bf16", device = DEV, seed = 10 })
+    local r1 = { F.info_nce_fused(q, k) }
+    for _ = 1, 3 do
+      local r2 = { F.info_nce_fused(q, k) }
+      assert.are.equal(r1[1], r2[1])
+      H.assert_equal(r2[2], r1[2])
+      H.assert_equal(r2[3], r1[3])
+    end
+  end)
+end)
