@@ -795,3 +795,25 @@ describe("InfoNCELoss", function()
     H.expect_error(function() F.info_nce_fused(q, k, with(fo, { grad_key = g1 })) end, "PLOSS_ERR_ALIAS", out, g1)
   end)
 end)
+
+describe("criteria of several inputs", function()
+  it("read options edited after construction, offer the Torch7 aliases and print their options", function()
+    local a, p, n = triplet_inputs(5, 3, "f64", 61)
+    local crit = ploss.TripletMarginLoss { margin = 0.5 }
+    local mean = crit:updateOutput(a, p, n)
+    crit.reduction = "sum"
+    H.assert_close(crit:forward(a, p, n), 5 * mean, { rtol = 1e-14 })
+    local g = { crit:updateGradInput(a, p, n) }
+    local want = { F.triplet_margin_backward(a, p, n, 1, { margin = 0.5, reduction = "sum" }) }
+    for k = 1, 3 do H.assert_equal(g[k], want[k]) end
+    crit.swap = "yes"
+    H.expect_error(function() crit:forward(a, p, n) end, "swap: expected a boolean")
+    assert.truthy(tostring(ploss.InfoNCELoss { temperature = 0.5 }):find("temperature=0.5", 1, true))
+    -- the gradient buffers are reused between calls of the same sizes
+    local c2 = ploss.BatchHardTripletLoss {}
+    local x, y = ploss.randn({ 6, 2 }, { dtype = "f64", seed = 1 }), ploss.tensor({ 0, 0, 1, 1, 2, 2 }, { dtype = "i64" })
+    local _, g1 = c2(x, y)
+    local _, g2 = c2(x, y)
+    assert.are.equal(g1, g2)
+  end)
+end)

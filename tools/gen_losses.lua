@@ -149,6 +149,16 @@ local function state_shape(desc)
   return string.format("N×%d×d1×…×dk", desc.state.components)
 end
 
+-- The names of the tensors a loss reads besides its options, in argument order: its inputs
+-- and target (with `tensors`: and its extra tensors).
+local function tensor_names(desc, tensors)
+  local names = {}
+  for _, a in ipairs(D.arguments(desc, "forward")) do
+    if a[2] == "input" or a[2] == "target" or (tensors and a[2] == "tensor") then names[#names + 1] = a[1] end
+  end
+  return table.concat(names, ", ")
+end
+
 local function option_statuses(desc)
   local ins = "input/target"
   if desc.inputs then
@@ -287,13 +297,7 @@ local function gen_header()
     w("")
     w("/**")
     w(wrap(string.format("%s, backward.  %s", d.title, d.gradient), " * ", 96))
-    w(" * in  %s, opts   as given to _forward.", (function()
-      local names = {}
-      for _, a in ipairs(D.arguments(d, "forward")) do
-        if a[2] == "input" or a[2] == "target" or a[2] == "tensor" then names[#names + 1] = a[1] end
-      end
-      return table.concat(names, ", ")
-    end)())
+    w(" * in  %s, opts   as given to _forward.", tensor_names(d, true))
     if d.state then w(" * in  %-11s NULL (recomputed) or the state written by _forward.", d.state.name) end
     w(hang(" * in  grad_loss   ", sh.grad_loss))
     if d.inputs then
@@ -598,14 +602,7 @@ local function gen_docs()
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
   end
   for _, d in ipairs(descs) do
-    local call_args = "input, target"
-    if d.inputs then
-      local names = {}
-      for _, a in ipairs(D.arguments(d, "forward")) do
-        if a[2] == "input" or a[2] == "target" then names[#names + 1] = a[1] end
-      end
-      call_args = table.concat(names, ", ")
-    end
+    local call_args = tensor_names(d, false)
     w("")
     w("## %s — `ploss.%s`", d.title, d.criterion)
     w("")

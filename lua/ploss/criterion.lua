@@ -318,10 +318,11 @@ local function build_multi(d)
     return t
   end
 
-  -- The C call of `pass` with tensors by role (inputs and grads as lists).
+  -- The C call of `pass` with tensors by role (inputs and grads as lists, the resolved
+  -- options t.o for the tensor options, t.cache their criterion's cache).
   local function run(pass, ctx, t)
-    local roles = { target = t.target, tensors = t.tensors or {}, copts = t.copts, loss = t.loss,
-                    grad_loss = t.grad_loss }
+    local roles = { target = t.target, tensors = tensor_args(d, t.o, t.inputs[1], t.cache), copts = t.copts,
+                    loss = t.loss, grad_loss = t.grad_loss }
     local args = D.arguments(d, pass)
     local fn = C["ploss_" .. d.name .. "_" .. pass]
     local a = { ctx }
@@ -362,19 +363,23 @@ local function build_multi(d)
     for k, v in pairs(o) do self[k] = v end
     self._copts = ctype()
     self._grads = {}
+    self._cache = {}
   end
 
-  local function current(self)
+  -- The options as they are now, and the call's tensors t with them.
+  local function current(self, t)
     local user = { reduction = rawget(self, "reduction"), inplace = rawget(self, "inplace") }
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
+    for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
     local o = resolve(d, user, nil, d.criterion)
     check_inplace(o, d.criterion)
+    t.o, t.cache = o, self._cache
     return o
   end
 
   function cls:forward_tensor(...)
     local t = tensors_of(d.criterion, ...)
-    local o = current(self)
+    local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
@@ -398,7 +403,7 @@ local function build_multi(d)
 
   function cls:backward(...)
     local t = tensors_of(d.criterion, ...)
-    local o = current(self)
+    local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
     local gradOutput = select(nargs + 1, ...)
@@ -414,7 +419,7 @@ local function build_multi(d)
 
   function cls:fused(...)
     local t = tensors_of(d.criterion, ...)
-    local o = current(self)
+    local o = current(self, t)
     local scale = select(nargs + 1, ...)
     if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
     local x = t.inputs[1]
@@ -428,9 +433,14 @@ local function build_multi(d)
     return self.output, unpack(self._grads, 1, ninputs)
   end
 
-  function cls:to() return self end
-  function cls:cuda() return self end
-  function cls:cpu() return self end
+  function cls:to(device)
+    for _, t in ipairs(d.tensors) do
+      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
+    end
+    return self
+  end
+  function cls:cuda() return self:to("cuda") end
+  function cls:cpu() return self:to("cpu") end
 
   function cls:tostring()
     local parts = {}
@@ -455,6 +465,7 @@ local function build_multi(d)
       ploss.raise("scale: expected a number, got " .. type(opts.scale))
     end
     t.copts = fill(d, o, ctype(), opts.scale)
+    t.o = o
     return t, o, opts
   end
   local function loss_out(o, raw, x)

@@ -133,6 +133,8 @@ function D.prepare(desc)
   desc.aliases = desc.aliases or {}
   desc.unused_options = desc.unused_options or {}
   if desc.inputs then
+    -- PLOSS_MAX_LOSS_INPUTS of core/loss.h
+    if #desc.inputs < 1 or #desc.inputs > 3 then fail(desc, "inputs: 1 to 3 inputs") end
     for _, i in ipairs(desc.inputs) do
       if type(i[1]) ~= "string" or type(i[2]) ~= "string" then fail(desc, "an input without a name or doc") end
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
@@ -197,31 +199,8 @@ function D.target_name(desc)
   return desc.target == "labels" and "labels" or "target"
 end
 
---- The C arguments of a pass after ctx, as { name, role } in order: role 'input',
--- 'target', 'tensor' (an extra tensor), 'opts', 'loss', 'state_out', 'state_in',
--- 'grad_loss', 'grad_input'.  With several inputs (desc.inputs) each 'input' and
--- 'grad_input' argument carries its input's index (0-based) as a[3]; the target, if any,
--- follows the inputs.
-function D.arguments(desc, pass)
-  if desc.inputs then return D.multi_input_arguments(desc, pass) end
-  local a = { { "input", "input" }, { "target", "target" } }
-  for _, t in ipairs(desc.tensors) do a[#a + 1] = { t.name, "tensor", t } end
-  a[#a + 1] = { "opts", "opts" }
-  if pass == "forward" then
-    a[#a + 1] = { "loss", "loss" }
-    if desc.state then a[#a + 1] = { desc.state.name, "state_out" } end
-  elseif pass == "backward" then
-    if desc.state then a[#a + 1] = { desc.state.name, "state_in" } end
-    a[#a + 1] = { "grad_loss", "grad_loss" }
-    a[#a + 1] = { "grad_input", "grad_input" }
-  else
-    a[#a + 1] = { "loss", "loss" }
-    a[#a + 1] = { "grad_input", "grad_input" }
-  end
-  return a
-end
-
-function D.multi_input_arguments(desc, pass)
+-- The arguments of a loss of several inputs (see D.arguments).
+local function multi_input_arguments(desc, pass)
   local a = {}
   for k, i in ipairs(desc.inputs) do a[#a + 1] = { i.name, "input", k - 1 } end
   local tn = D.target_name(desc)
@@ -240,6 +219,30 @@ function D.multi_input_arguments(desc, pass)
     a[#a + 1] = { "loss", "loss" }
   end
   for k, i in ipairs(desc.inputs) do a[#a + 1] = { i.grad, "grad_input", k - 1 } end
+  return a
+end
+
+--- The C arguments of a pass after ctx, as { name, role } in order: role 'input',
+-- 'target', 'tensor' (an extra tensor), 'opts', 'loss', 'state_out', 'state_in',
+-- 'grad_loss', 'grad_input'.  With several inputs (desc.inputs) each 'input' and
+-- 'grad_input' argument carries its input's index (0-based) as a[3]; the target, if any,
+-- follows the inputs.
+function D.arguments(desc, pass)
+  if desc.inputs then return multi_input_arguments(desc, pass) end
+  local a = { { "input", "input" }, { "target", "target" } }
+  for _, t in ipairs(desc.tensors) do a[#a + 1] = { t.name, "tensor", t } end
+  a[#a + 1] = { "opts", "opts" }
+  if pass == "forward" then
+    a[#a + 1] = { "loss", "loss" }
+    if desc.state then a[#a + 1] = { desc.state.name, "state_out" } end
+  elseif pass == "backward" then
+    if desc.state then a[#a + 1] = { desc.state.name, "state_in" } end
+    a[#a + 1] = { "grad_loss", "grad_loss" }
+    a[#a + 1] = { "grad_input", "grad_input" }
+  else
+    a[#a + 1] = { "loss", "loss" }
+    a[#a + 1] = { "grad_input", "grad_input" }
+  end
   return a
 end
 
