@@ -1,11 +1,12 @@
 /*
  * pairs.c — the validation front of the pairs kernel shape: losses over N×D embedding
- * inputs that each get a gradient (the triplet margin loss on given triplets, the batch-hard triplet loss, InfoNCE).  It checks
- * every tensor of a call before anything is written — the inputs (a float dtype, N×D, all of
- * the first input's dtype and shape), the labels (N integers) of a labelled loss, the loss (N values for NONE, else one), the upstream
- * gradient, one gradient per input, and that no output overlaps an input or another output —
- * then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The options were
- * checked by the loss's entry point (core/losses.c).
+ * inputs that each get a gradient (the triplet margin loss on given triplets, the
+ * batch-hard triplet loss, InfoNCE).  It checks every tensor of a call before anything is
+ * written — the inputs (a float dtype, N×D, all of the first input's dtype and shape), the
+ * labels (N integers) of a labelled loss, the loss (N values for NONE, else one), the
+ * upstream gradient, one gradient per input, and that no output overlaps an input or another
+ * output — then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The
+ * options were checked by the loss's entry point (core/losses.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -143,15 +144,33 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     return ploss_check_aliasing(outs, out_names, nout, ins, in_names, nin, -1, -1);
 }
 
+/* The members every pairs problem has, from the checked call `c`: the pass, the reduction,
+ * the sizes, the fused scale, and the loss (forward, fused) or the upstream gradient
+ * (backward), each tensor's stride along N (0 when reduced). */
+#define FILL_COMMON(p, pass_, c, o)                                                   \
+    do {                                                                              \
+        (p).pass = (pass_);                                                           \
+        (p).reduction = (o)->reduction;                                               \
+        (p).dtype = (c)->x[0].dtype;                                                  \
+        (p).N = (c)->N;                                                               \
+        (p).D = (c)->D;                                                               \
+        (p).scale = (o)->scale;                                                       \
+        if ((pass_) != PLOSS_PASS_BACKWARD) {                                         \
+            (p).loss = (c)->l.data;                                                   \
+            (p).loss_dtype = (c)->l.dtype;                                            \
+            (p).l_sn = (c)->l.ndim == 1 ? (c)->l.strides[0] : 0;                      \
+        } else {                                                                      \
+            (p).grad_loss = (c)->gl.data;                                             \
+            (p).gl_dtype = (c)->gl.dtype;                                             \
+            (p).gl_sn = (c)->gl.ndim == 1 ? (c)->gl.strides[0] : 0;                   \
+        }                                                                             \
+    } while (0)
+
 static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c, const ploss_loss_params *o)
 {
     ploss_triplet_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.reduction = o->reduction;
-    p.dtype = c->x[0].dtype;
-    p.N = c->N;
-    p.D = c->D;
+    FILL_COMMON(p, pass, c, o);
     for (int k = 0; k < 3; ++k) {
         p.x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
         if (pass != PLOSS_PASS_FORWARD)
@@ -162,16 +181,6 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     p.eps = o->eps;
     p.soft_margin = o->soft_margin;
     p.swap = o->swap;
-    p.scale = o->scale;
-    if (pass != PLOSS_PASS_BACKWARD) {
-        p.loss = c->l.data;
-        p.loss_dtype = c->l.dtype;
-        p.l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
-    } else {
-        p.grad_loss = c->gl.data;
-        p.gl_dtype = c->gl.dtype;
-        p.gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
-    }
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_TRIPLET, "anchor", &p);
 }
 
@@ -180,11 +189,7 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
 {
     ploss_batch_hard_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.reduction = o->reduction;
-    p.dtype = c->x[0].dtype;
-    p.N = c->N;
-    p.D = c->D;
+    FILL_COMMON(p, pass, c, o);
     p.x = (ploss_pair_operand){c->x[0].data, c->x[0].strides[0], c->x[0].strides[1]};
     p.labels = c->y.data;
     p.label_dtype = c->y.dtype;
@@ -192,18 +197,8 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
     p.distance = o->distance;
     p.margin = o->margin;
     p.soft_margin = o->soft_margin;
-    p.scale = o->scale;
     if (pass != PLOSS_PASS_FORWARD)
         p.grad = (ploss_pair_grad){c->g[0].data, c->g[0].strides[0], c->g[0].strides[1]};
-    if (pass != PLOSS_PASS_BACKWARD) {
-        p.loss = c->l.data;
-        p.loss_dtype = c->l.dtype;
-        p.l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
-    } else {
-        p.grad_loss = c->gl.data;
-        p.gl_dtype = c->gl.dtype;
-        p.gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
-    }
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_BATCH_HARD, "embeddings", &p);
 }
 
@@ -211,11 +206,7 @@ static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
 {
     ploss_infonce_problem p;
     memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.reduction = o->reduction;
-    p.dtype = c->x[0].dtype;
-    p.N = c->N;
-    p.D = c->D;
+    FILL_COMMON(p, pass, c, o);
     for (int k = 0; k < 2; ++k) {
         p.x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
         if (pass != PLOSS_PASS_FORWARD)
@@ -224,16 +215,6 @@ static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     p.temperature = o->temperature;
     p.symmetric = o->symmetric;
     p.normalize = o->normalize;
-    p.scale = o->scale;
-    if (pass != PLOSS_PASS_BACKWARD) {
-        p.loss = c->l.data;
-        p.loss_dtype = c->l.dtype;
-        p.l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
-    } else {
-        p.grad_loss = c->gl.data;
-        p.gl_dtype = c->gl.dtype;
-        p.gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
-    }
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &p);
 }
 
