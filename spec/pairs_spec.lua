@@ -599,6 +599,12 @@ describe("BatchHardTripletLoss", function()
     H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { margin = math.huge })) end,
       "opts.margin: inf is not a finite number", out, g)
     H.expect_error(function() ploss.BatchHardTripletLoss {}:forward(x) end, "labels: expected a ploss tensor")
+    -- 2^31 rows (a broadcast view): beyond the 32-bit sizes of the matrix products and the sort
+    local huge = ploss.zeros({ 1, 2 }):expand({ 2 ^ 31, 2 })
+    H.expect_error(function()
+      F.batch_hard_triplet(huge, ploss.zeros({ 1 }, { dtype = "i64" }):expand({ 2 ^ 31 }), { out = out })
+    end, { "embeddings: N = 2147483648 rows of D = 2 exceed", "PLOSS_ERR_UNSUPPORTED" }, out)
+    H.expect_error(function() F.info_nce(huge, huge, { out = out }) end, "query: N = 2147483648 rows", out)
   end)
 end)
 

@@ -8,6 +8,7 @@
  * output — then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The
  * options were checked by the loss's entry point (core/losses.c).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -184,9 +185,22 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_TRIPLET, "anchor", &p);
 }
 
+/* The sizes of the matrix products (and, for batch-hard mining, of the sort of 2N pairs)
+ * are 32-bit: N at most max_n, D below 2^31. */
+static ploss_status check_product_sizes(const pairs_call *c, const char *name, int64_t max_n)
+{
+    if (c->N <= max_n && c->D <= INT32_MAX)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: N = %lld rows of D = %lld exceed the matrix products' sizes "
+                       "(N <= %lld, D < 2^31)", name, (long long)c->N, (long long)c->D, (long long)max_n);
+}
+
 static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
                                    const ploss_loss_params *o)
 {
+    ploss_status st = check_product_sizes(c, "embeddings", INT32_MAX / 2);
+    if (st)
+        return st;
     ploss_batch_hard_problem p;
     memset(&p, 0, sizeof p);
     FILL_COMMON(p, pass, c, o);
@@ -204,6 +218,9 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
 
 static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c, const ploss_loss_params *o)
 {
+    ploss_status st = check_product_sizes(c, "query", INT32_MAX);
+    if (st)
+        return st;
     ploss_infonce_problem p;
     memset(&p, 0, sizeof p);
     FILL_COMMON(p, pass, c, o);
