@@ -57,7 +57,7 @@ ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_probl
     const size_t n_x = (size_t)N * (size_t)D, n_tile = (size_t)B * (size_t)N;
     void *ws = NULL;
     const size_t bytes = (n_x + (size_t)N + n_tile) * sizeof(double) + (size_t)N * sizeof(anchor_t) +
-                         (want_grad ? (2 * (size_t)N + (size_t)N + 1) * sizeof(int64_t) : 0) + 64;
+                         (3 * (size_t)N + 1) * sizeof(int64_t);
     ploss_status st = ploss_alloc(ctx, bytes, &ws);
     if (st)
         return st;
