@@ -3,7 +3,6 @@
 -- state between forward and backward, backward from that state equals the fused pass in f32
 -- on confident samples and on logits N(50, 10²), and a stale state is never used.
 local H = require "spec.helpers"
-local D = require "ploss.description"
 local ploss = H.ploss
 local F = ploss.F
 local DEV = H.cuda_spec_device()
