@@ -15,6 +15,10 @@ typedef enum {
     PLOSS_POLICY_PC_SOFTMAX = 7, /* pc_softmax_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_CROSS_ENTROPY = 8, /* ohem_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
+    PLOSS_POLICY_BOX_IOU = 10, /* box_iou_loss (boxes) */
+    PLOSS_POLICY_GENERALIZED_BOX_IOU = 11, /* generalized_box_iou_loss (boxes) */
+    PLOSS_POLICY_DISTANCE_BOX_IOU = 12, /* distance_box_iou_loss (boxes) */
+    PLOSS_POLICY_COMPLETE_BOX_IOU = 13, /* complete_box_iou_loss (boxes) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -13,9 +13,10 @@
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
  *  - CUDA work is queued on the context's stream; forward/backward never synchronise
- *    with the host.  Invalid labels found inside a CUDA kernel are recorded in the
- *    context's device-side error slot and reported (PLOSS_ERR_INVALID_LABEL) by the
- *    next call that synchronises: ploss_ctx_synchronize() or a copy to the host.
+ *    with the host.  Invalid labels (boxes) found inside a CUDA kernel are recorded in
+ *    the context's device-side error slot and reported (PLOSS_ERR_INVALID_LABEL,
+ *    PLOSS_ERR_INVALID_BOX) by the next call that synchronises: ploss_ctx_synchronize()
+ *    or a copy to the host.
  *  - Accumulation is fp32 for f16/bf16/f32 inputs on CUDA (at least fp32 on the CPU,
  *    which accumulates in f64), f64 for f64 inputs; gradients are written in the
  *    input's dtype; losses are f32 (f64 for f64 inputs).
@@ -53,6 +54,7 @@ typedef enum ploss_status {
     PLOSS_ERR_OUT_OF_MEMORY = 8,    /* host or device allocation failed                  */
     PLOSS_ERR_UNSUPPORTED = 9,      /* e.g. a CUDA tensor with a library built w/o CUDA  */
     PLOSS_ERR_CUDA = 10,            /* a CUDA runtime error (message has its string)     */
+    PLOSS_ERR_INVALID_BOX = 11,     /* a box with x2 < x1 or y2 < y1 (width/height < 0)  */
     PLOSS_STATUS_COUNT
 } ploss_status;
 
@@ -120,7 +122,8 @@ ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic);
 int ploss_ctx_deterministic(const ploss_ctx_t *ctx);
 
 /** Wait for the context's stream, then report and clear the device error slot.
- *  Statuses: INVALID_LABEL (a kernel saw a label outside [0, C)), CUDA. */
+ *  Statuses: INVALID_LABEL (a kernel saw a label outside [0, C)), INVALID_BOX (a box
+ *  with x2 < x1 or y2 < y1), CUDA. */
 ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx);
 
 /* ------------------------------------------------------------------------------------ */

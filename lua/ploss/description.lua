@@ -12,16 +12,18 @@
 --   criterion    the Lua class, ploss.<criterion>{...}
 --   aliases      other ploss.F names of the same function (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
---   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits) or
---                'elementwise' (any shape, one loss per element)
+--   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
+--                'elementwise' (any shape, one loss per element) or 'boxes' (N×4 boxes, one
+--                loss per box)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
 --                <opts_type>_init)
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
---                the input's shape)
+--                the input's shape), 'boxes' (float N×4 boxes, as the input)
 --   tensors      extra tensors between target and opts, in argument order:
---                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input),
+--                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
+--                  'sample_vector' (N values, one per sample),
 --                  what (one <what> per class), required, priors, doc }
 --   state        nil, or { name, components (per sample), doc }: what forward saves for
 --                backward
@@ -37,8 +39,8 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true }
-local TARGETS = { index = true, index_or_probabilities = true, elementwise = true }
+local SHAPES = { rows = true, elementwise = true, boxes = true }
+local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, boxes = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,

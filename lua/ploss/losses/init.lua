@@ -12,4 +12,8 @@ return {
   "pc_softmax_cross_entropy",
   "ohem_cross_entropy",
   "ohem_large_margin",
+  "box_iou_loss",
+  "generalized_box_iou_loss",
+  "distance_box_iou_loss",
+  "complete_box_iou_loss",
 }
