@@ -854,8 +854,8 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  *     IoU = I/(U + ε)
  *
  * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
- * 0) have IoU = 1 when they are the same box and 0 otherwise (torchvision gives 0: a point or a
- * segment predicted exactly would cost 1).
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
  *
  *     ℓ = weight·(1 − IoU)
  *
@@ -925,8 +925,8 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  *     IoU = I/(U + ε)
  *
  * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
- * 0) have IoU = 1 when they are the same box and 0 otherwise (torchvision gives 0: a point or a
- * segment predicted exactly would cost 1).
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
  *
  * With A_C = (max(x2, X2) − min(x1, X1))·(max(y2, Y2) − min(y1, Y1)), the area of the
  * smallest box enclosing both:
@@ -998,8 +998,8 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  *     IoU = I/(U + ε)
  *
  * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
- * 0) have IoU = 1 when they are the same box and 0 otherwise (torchvision gives 0: a point or a
- * segment predicted exactly would cost 1).
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
  *
  * With ρ² the squared distance of the centres and c² the squared diagonal of the smallest
  * box enclosing both:
@@ -1073,8 +1073,8 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  *     IoU = I/(U + ε)
  *
  * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
- * 0) have IoU = 1 when they are the same box and 0 otherwise (torchvision gives 0: a point or a
- * segment predicted exactly would cost 1).
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
  *
  * With ρ²/c² the centre term of distance_box_iou_loss and the aspect-ratio term
  *

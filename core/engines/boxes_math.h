@@ -12,7 +12,8 @@
  * A box is (x1, y1, x2, y2) after F(box_to_xyxy); the loss of a predicted box p against its
  * target t (torchvision's definitions, see core/ploss_losses.h):
  *   I = max(min(x2,X2) − max(x1,X1), 0)·max(min(y2,Y2) − max(y1,Y1), 0), both overlaps > 0
- *   U = w·h + W·H − I,  IoU = I/(U + ε)  (U = 0: 1 for the same box, else 0)
+ *   U = w·h + W·H − I,  IoU = I/(U + ε)  (U = 0: the same box has loss 0 and gradient 0,
+ *   two others IoU = 0)
  *   IOU:  1 − IoU
  *   GIOU: 1 − IoU + (A_C − U)/(A_C + ε),  A_C = cw·ch the enclosing box's area
  *   DIOU: 1 − IoU + ρ²/c²,  c² = cw² + ch² + ε,  ρ² the squared distance of the centres
@@ -85,7 +86,14 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
     REAL dI = 0, dU = 0, dw = 0, dh = 0, dcw = 0, dch = 0, ddx = 0, ddy = 0;
     REAL iou;
     if (U == 0) { /* two boxes of zero area: the same box or not; a constant */
-        iou = x1 == X1 && y1 == Y1 && x2 == X2 && y2 == Y2 ? (REAL)1 : (REAL)0;
+        if (x1 == X1 && y1 == Y1 && x2 == X2 && y2 == Y2) {
+            /* the minimum, loss 0: no step (GIoU's ½-split ties at A_C = 0 would give
+             * a ±1/ε one) */
+            if (g)
+                g[0] = g[1] = g[2] = g[3] = 0;
+            return 0;
+        }
+        iou = 0;
     } else {
         const REAL D = U + eps;
         iou = I / D;

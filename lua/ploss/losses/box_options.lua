@@ -44,8 +44,8 @@ height h = y2 − y1, and its target (X1, Y1, X2, Y2) of width W and height H:
     IoU = I/(U + ε)
 
 (torchvision's intersection: I = 0 unless both overlaps are > 0).  Two boxes of zero area
-(U = 0) have IoU = 1 when they are the same box and 0 otherwise (torchvision gives 0: a
-point or a segment predicted exactly would cost 1).]]
+(U = 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero
+gradient (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).]]
 
 B.common_gradient = [[
 Exact, with respect to the predicted box in its box_format (the target gets none): every
