@@ -65,10 +65,10 @@ BOX_FN void F(box_grad_from_xyxy)(int format, REAL *g)
     }
 }
 
-/* The loss of predicted box p against target t (both xyxy) and, when g is not NULL, its
- * gradient with respect to p in g.  kind: ploss_box_kind; paper: CIoU's gradient of v with
- * the factor 1/(w² + h²) replaced by 1. */
-BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL *t, REAL *g)
+/* The loss of predicted box p against target t (both xyxy) and, with want_grad, its
+ * gradient with respect to p in g[0..4).  kind: ploss_box_kind; paper: CIoU's gradient of v
+ * with the factor 1/(w² + h²) replaced by 1. */
+BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL *t, int want_grad, REAL *g)
 {
     const REAL x1 = p[0], y1 = p[1], x2 = p[2], y2 = p[3];
     const REAL X1 = t[0], Y1 = t[1], X2 = t[2], Y2 = t[3];
@@ -89,8 +89,7 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
         if (x1 == X1 && y1 == Y1 && x2 == X2 && y2 == Y2) {
             /* the minimum, loss 0: no step (GIoU's ½-split ties at A_C = 0 would give
              * a ±1/ε one) */
-            if (g)
-                g[0] = g[1] = g[2] = g[3] = 0;
+            g[0] = g[1] = g[2] = g[3] = 0;
             return 0;
         }
         iou = 0;
@@ -139,7 +138,7 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
             dh -= da * w;
         }
     }
-    if (!g)
+    if (!want_grad)
         return loss;
 
     /* U = w·h + W·H − I, I = ow·oh where both overlaps are > 0 */

@@ -44,13 +44,15 @@ __device__ __forceinline__ int box_to_xyxy(int format, const float *r, float *b)
 __device__ __forceinline__ int box_to_xyxy(int format, const double *r, double *b) { return box_to_xyxy_f64(format, r, b); }
 __device__ __forceinline__ void box_grad_from_xyxy(int format, float *g) { box_grad_from_xyxy_f32(format, g); }
 __device__ __forceinline__ void box_grad_from_xyxy(int format, double *g) { box_grad_from_xyxy_f64(format, g); }
-__device__ __forceinline__ float box_loss(int kind, int paper, float eps, const float *p, const float *t, float *g)
+__device__ __forceinline__ float box_loss(int kind, int paper, float eps, const float *p, const float *t, int want_grad,
+                                          float *g)
 {
-    return box_loss_f32(kind, paper, eps, p, t, g);
+    return box_loss_f32(kind, paper, eps, p, t, want_grad, g);
 }
-__device__ __forceinline__ double box_loss(int kind, int paper, double eps, const double *p, const double *t, double *g)
+__device__ __forceinline__ double box_loss(int kind, int paper, double eps, const double *p, const double *t,
+                                           int want_grad, double *g)
 {
-    return box_loss_f64(kind, paper, eps, p, t, g);
+    return box_loss_f64(kind, paper, eps, p, t, want_grad, g);
 }
 
 constexpr int THREADS = 256;
@@ -126,7 +128,7 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
                 loss = qnan<A>();
             } else {
                 const A w = p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
-                loss = w * box_loss((int)p.kind, p.paper_gradient, eps, pb, tb, want_grad ? g : nullptr);
+                loss = w * box_loss((int)p.kind, p.paper_gradient, eps, pb, tb, want_grad, g);
                 if (want_grad) {
                     box_grad_from_xyxy(p.format, g);
                     const A up = per_box_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn) : omega;

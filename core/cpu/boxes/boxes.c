@@ -63,7 +63,7 @@ ploss_status ploss_cpu_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p)
                     r[k] = ploss_load(p->t, p->t_dtype, n * p->t_sn + k * p->t_sk);
                 box_to_xyxy_f64(p->format, r, tb);
                 const double w = p->w ? ploss_load(p->w, p->w_dtype, n * p->w_sn) : 1.0;
-                loss = w * box_loss_f64((int)p->kind, p->paper_gradient, p->eps, pb, tb, want_grad ? g : NULL);
+                loss = w * box_loss_f64((int)p->kind, p->paper_gradient, p->eps, pb, tb, want_grad, g);
                 if (want_grad) {
                     box_grad_from_xyxy_f64(p->format, g);
                     const double up = per_box_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn) : omega;
