@@ -39,6 +39,7 @@ NO_CTX(cpu_bias_grad, ploss_cpu_bias_grad, ploss_bias_problem)
 NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
 WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
+WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -54,6 +55,7 @@ WITH_CTX(cuda_bias_grad, ploss_cuda_bias_grad, ploss_bias_problem)
 WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
 WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
+WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -75,6 +77,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_ARGMAX] = {[CPU] = cpu_argmax, [GPU] = CUDA(cuda_argmax)},
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
     [PLOSS_OP_BOXES] = {[CPU] = cpu_boxes, [GPU] = CUDA(cuda_boxes)},
+    [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

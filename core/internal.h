@@ -99,7 +99,13 @@ struct ploss_ctx {
 
 /* The flag of the CUDA error slot: what its second word names.  Any other nonzero flag is
  * an invalid label. */
-enum { PLOSS_SLOT_LABEL = 1, PLOSS_SLOT_INPUT_BOX = 2, PLOSS_SLOT_TARGET_BOX = 3 };
+enum {
+    PLOSS_SLOT_LABEL = 1,
+    PLOSS_SLOT_INPUT_BOX = 2,  /* the losses' input, target */
+    PLOSS_SLOT_TARGET_BOX = 3,
+    PLOSS_SLOT_BOXES1_BOX = 4, /* ploss_box_iou's boxes1, boxes2 */
+    PLOSS_SLOT_BOXES2_BOX = 5
+};
 
 /* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call
  * on this context (stream-ordered reuse).  Grows the pool; never shrinks it.  CPU contexts

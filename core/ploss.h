@@ -467,6 +467,50 @@ ploss_status ploss_log_taylor_softmax_backward(ploss_ctx_t *ctx, const DLTensor 
                                                const ploss_taylor_softmax_opts *opts,
                                                DLTensor *grad_input);
 
+
+/* ---- Pairwise box similarities (IoU, GIoU, DIoU, CIoU) -------------- */
+
+/** Which similarity ploss_box_iou computes (torchvision.ops.box_iou, generalized_box_iou,
+ *  distance_box_iou, complete_box_iou). */
+typedef enum ploss_box_iou_kind {
+    PLOSS_BOX_IOU_IOU = 0,
+    PLOSS_BOX_IOU_GENERALIZED = 1,
+    PLOSS_BOX_IOU_DISTANCE = 2,
+    PLOSS_BOX_IOU_COMPLETE = 3,
+    PLOSS_BOX_IOU_KIND_COUNT
+} ploss_box_iou_kind;
+
+/** Options of ploss_box_iou; fill with ploss_box_iou_opts_init(). */
+typedef struct ploss_box_iou_opts {
+    ploss_box_iou_kind kind;     /* default IOU                                          */
+    double eps;                  /* ε of c² + ε and of CIoU's α, finite >= 0; 1e-7       */
+    ploss_box_format box_format; /* of both box sets; default XYXY                       */
+} ploss_box_iou_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_box_iou_opts_init(ploss_box_iou_opts *opts);
+
+/**
+ * The similarity of every pair of boxes of two sets, torchvision's definitions (the
+ * similarities s whose losses 1 − s are ploss_box_iou_loss and the others, with the IoU
+ * and GIoU denominators without ε, as torchvision's pairwise functions): IoU = I/U,
+ * GIoU = IoU − (A_C − U)/A_C, DIoU = IoU − ρ²/(c² + ε), CIoU = DIoU − α·v.  Two boxes of
+ * zero area have IoU 1 when they are the same box and 0 otherwise (torchvision: 0/0).
+ * No gradient.
+ *
+ * in  boxes1  N×4 boxes, f32/f16/bf16/f64, any strides.
+ * in  boxes2  M×4 boxes, any float dtype, any strides.
+ * in  opts    NULL for defaults.
+ * out out     N×M, f32 (f64 when boxes1 is f64), any non-overlapping strides:
+ *             out[i, j] = s(boxes1[i], boxes2[j]).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/boxes1/boxes2/out, a bad enum, eps not finite >= 0),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box with x2 < x1 or y2 < y1:
+ *           CPU: before anything is written; CUDA: through the context's error slot, its
+ *           row or column of out is NaN), UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTensor *boxes2,
+                           const ploss_box_iou_opts *opts, DLTensor *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,10 @@
  * against the loss's spec before anything is written, checks the boxes' coordinates on
  * the CPU (a CUDA kernel reports them through the context's error slot instead), and
  * dispatches the problem (core/engines/boxes.h) to the CPU or CUDA.  The options were
- * checked by the loss's entry point (core/losses.c).
+ * checked by the loss's entry point (core/losses.c).  Also the front of ploss_box_iou, the
+ * pairwise similarities of two box sets.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,28 +51,28 @@ static ploss_status check_box_loss_shape(const ploss_view *v, int64_t n, ploss_r
     return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
 }
 
-/* CPU: the boxes of `which` (input or target) that are not ignored must have x2 >= x1 and
- * y2 >= y1 (w, h >= 0 in the formats with a size). */
-static ploss_status check_boxes_cpu(const ploss_boxes_problem *p, const void *base, ploss_dtype dt, int64_t sn,
-                                    int64_t sk, const char *which)
+/* CPU: the n boxes of `which` (ignore[i] = 0 where a mask is given) must have x2 >= x1
+ * and y2 >= y1 (w, h >= 0 in the formats with a size). */
+static ploss_status check_boxes_cpu(int format, int64_t N, const void *ign, ploss_dtype ign_dtype, int64_t ign_sn,
+                                    const void *base, ploss_dtype dt, int64_t sn, int64_t sk, const char *which)
 {
-    for (int64_t n = 0; n < p->n; ++n) {
-        if (p->ign && ploss_load(p->ign, p->ign_dtype, n * p->ign_sn) != 0)
+    for (int64_t n = 0; n < N; ++n) {
+        if (ign && ploss_load(ign, ign_dtype, n * ign_sn) != 0)
             continue;
         double r[4];
         for (int k = 0; k < 4; ++k)
             r[k] = ploss_load(base, dt, n * sn + k * sk);
-        if (p->format == PLOSS_BOX_FORMAT_XYXY && (r[2] < r[0] || r[3] < r[1]))
+        if (format == PLOSS_BOX_FORMAT_XYXY && (r[2] < r[0] || r[3] < r[1]))
             return ploss_error(PLOSS_ERR_INVALID_BOX,
                                "%s: box %lld (0-based) = (%g, %g, %g, %g) has x2 < x1 or y2 < y1; boxes are "
                                "(x1, y1, x2, y2) with x1 <= x2 and y1 <= y2 in box_format 'xyxy'",
                                which, (long long)n, r[0], r[1], r[2], r[3]);
-        if (p->format != PLOSS_BOX_FORMAT_XYXY && (r[2] < 0 || r[3] < 0))
+        if (format != PLOSS_BOX_FORMAT_XYXY && (r[2] < 0 || r[3] < 0))
             return ploss_error(PLOSS_ERR_INVALID_BOX,
                                "%s: box %lld (0-based) = (%g, %g, %g, %g) has a negative width or height "
                                "(box_format '%s')",
                                which, (long long)n, r[0], r[1], r[2], r[3],
-                               p->format == PLOSS_BOX_FORMAT_XYWH ? "xywh" : "cxcywh");
+                               format == PLOSS_BOX_FORMAT_XYWH ? "xywh" : "cxcywh");
     }
     return PLOSS_OK;
 }
@@ -180,8 +182,73 @@ ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         p.grad = g.data; p.g_sn = g.strides[0]; p.g_sk = g.strides[1];
     }
     if (ctx->device.device_type == kDLCPU &&
-        ((st = check_boxes_cpu(&p, p.x, p.x_dtype, p.x_sn, p.x_sk, "input")) ||
-         (st = check_boxes_cpu(&p, p.t, p.t_dtype, p.t_sn, p.t_sk, "target"))))
+        ((st = check_boxes_cpu(p.format, N, p.ign, p.ign_dtype, p.ign_sn, p.x, p.x_dtype, p.x_sn, p.x_sk, "input")) ||
+         (st = check_boxes_cpu(p.format, N, p.ign, p.ign_dtype, p.ign_sn, p.t, p.t_dtype, p.t_sn, p.t_sk, "target"))))
         return st;
     return ploss_dispatch(ctx, PLOSS_OP_BOXES, "input", &p);
+}
+
+void ploss_box_iou_opts_init(ploss_box_iou_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->kind = PLOSS_BOX_IOU_IOU;
+    o->eps = 1e-7;
+    o->box_format = PLOSS_BOX_FORMAT_XYXY;
+}
+
+ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTensor *boxes2,
+                           const ploss_box_iou_opts *opts, DLTensor *out)
+{
+    ploss_clear_error();
+    ploss_box_iou_opts o;
+    ploss_box_iou_opts_init(&o);
+    if (opts)
+        o = *opts;
+    if (!ctx)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    if ((unsigned)o.kind >= PLOSS_BOX_IOU_KIND_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.kind: %d is not one of iou (0), generalized (1), distance (2), complete (3)",
+                           (int)o.kind);
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    if ((unsigned)o.box_format >= PLOSS_BOX_FORMAT_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)",
+                           (int)o.box_format);
+    ploss_status st;
+    ploss_view a, b, v;
+    if ((st = check_box_tensor(ctx, boxes1, "boxes1", &a)) || (st = check_box_tensor(ctx, boxes2, "boxes2", &b)))
+        return st;
+    if ((st = ploss_view_init(&v, out, "out")) || (st = ploss_view_check_device(&v, ctx, "out")) ||
+        (st = ploss_check_dtype(&v, a.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32, "out")))
+        return st;
+    if (v.ndim != 2 || v.shape[0] != a.shape[0] || v.shape[1] != b.shape[0]) {
+        char want[120];
+        snprintf(want, sizeof want, "shape [%lld, %lld] (boxes1 × boxes2)", (long long)a.shape[0],
+                 (long long)b.shape[0]);
+        return ploss_check_shape_error("out", want, &v);
+    }
+    if ((st = ploss_view_check_writable(&v, "out")) || (st = ploss_check_no_alias(&v, "out", &a, "boxes1")) ||
+        (st = ploss_check_no_alias(&v, "out", &b, "boxes2")))
+        return st;
+
+    ploss_box_pairs_problem p;
+    memset(&p, 0, sizeof p);
+    p.kind = (ploss_box_kind)o.kind; /* the same order */
+    p.format = o.box_format;
+    p.eps = o.eps;
+    p.n = a.shape[0];
+    p.m = b.shape[0];
+    p.a = a.data; p.a_dtype = a.dtype; p.a_sn = a.strides[0]; p.a_sk = a.strides[1];
+    p.b = b.data; p.b_dtype = b.dtype; p.b_sn = b.strides[0]; p.b_sk = b.strides[1];
+    p.out = v.data; p.out_dtype = v.dtype; p.o_sn = v.strides[0]; p.o_sm = v.strides[1];
+    if (ctx->device.device_type == kDLCPU &&
+        ((st = check_boxes_cpu(p.format, p.n, NULL, PLOSS_U8, 0, p.a, p.a_dtype, p.a_sn, p.a_sk, "boxes1")) ||
+         (st = check_boxes_cpu(p.format, p.m, NULL, PLOSS_U8, 0, p.b, p.b_dtype, p.b_sn, p.b_sk, "boxes2"))))
+        return st;
+    if (p.n == 0 || p.m == 0)
+        return ploss_enter_device(ctx, "boxes1");
+    return ploss_dispatch(ctx, PLOSS_OP_BOX_PAIRS, "boxes1", &p);
 }

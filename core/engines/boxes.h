@@ -6,7 +6,7 @@
  *
  * N boxes of four numbers: coordinate k of box n of a box tensor B is at B + n·B_sn + k·B_sk
  * (elements); the per-box tensors (weight, ignore, the loss of NONE, an elementwise upstream
- * gradient) at n·sn.
+ * gradient) at n·sn.  Also the pairwise similarities of ploss_box_iou.
  */
 #ifndef PLOSS_BOXES_INTERNAL_H
 #define PLOSS_BOXES_INTERNAL_H
@@ -48,9 +48,23 @@ typedef struct ploss_boxes_problem {
     void *grad; int64_t g_sn, g_sk;
 } ploss_boxes_problem;
 
+/* The similarity of every pair of boxes of two sets (ploss_box_iou): out[i, j] =
+ * s(a[i], b[j]) with ε₀ = 0 (boxes_math.h). */
+typedef struct ploss_box_pairs_problem {
+    ploss_box_kind kind;
+    int format; /* ploss_box_format of both sets */
+    double eps;
+    int64_t n, m;
+    const void *a; ploss_dtype a_dtype; int64_t a_sn, a_sk; /* N×4 */
+    const void *b; ploss_dtype b_dtype; int64_t b_sn, b_sk; /* M×4 */
+    void *out; ploss_dtype out_dtype; int64_t o_sn, o_sm;   /* N×M, f32 or f64 */
+} ploss_box_pairs_problem;
+
 ploss_status ploss_cpu_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p);
+ploss_status ploss_cpu_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p);
+ploss_status ploss_cuda_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p);
 #endif
 
 #ifdef __cplusplus

@@ -9,18 +9,19 @@
  * defined, once per compute type (no include guard).  Plain C that nvcc also compiles.
  * Internal.
  *
- * A box is (x1, y1, x2, y2) after F(box_to_xyxy); the loss of a predicted box p against its
- * target t (torchvision's definitions, see core/ploss_losses.h):
+ * A box is (x1, y1, x2, y2) after F(box_to_xyxy); the similarity s of a predicted box p and
+ * its target t (torchvision's definitions, see core/ploss_losses.h), whose loss is 1 − s:
  *   I = max(min(x2,X2) − max(x1,X1), 0)·max(min(y2,Y2) − max(y1,Y1), 0), both overlaps > 0
- *   U = w·h + W·H − I,  IoU = I/(U + ε)  (U = 0: the same box has loss 0 and gradient 0,
+ *   U = w·h + W·H − I,  IoU = I/(U + ε₀)  (U = 0: the same box has s = 1 and gradient 0,
  *   two others IoU = 0)
- *   IOU:  1 − IoU
- *   GIOU: 1 − IoU + (A_C − U)/(A_C + ε),  A_C = cw·ch the enclosing box's area
- *   DIOU: 1 − IoU + ρ²/c²,  c² = cw² + ch² + ε,  ρ² the squared distance of the centres
- *   CIOU: DIOU + α·v,  v = (4/π²)(atan2(W,H) − atan2(w,h))²,  α = v/(1 − IoU + v + ε) constant
- * The gradient is the reverse-mode derivative of these expressions with respect to p: each
- * min/max passes its adjoint to the larger (smaller) operand and half of it to each of two
- * equal ones (PyTorch's maximum/minimum), a clamped overlap passes none.
+ *   IOU:  IoU
+ *   GIOU: IoU − (A_C − U)/(A_C + ε₀),  A_C = cw·ch the enclosing box's area
+ *   DIOU: IoU − ρ²/c²,  c² = cw² + ch² + ε,  ρ² the squared distance of the centres
+ *   CIOU: DIOU − α·v,  v = (4/π²)(atan2(W,H) − atan2(w,h))²,  α = v/(1 − IoU + v + ε) constant
+ * ε₀ = ε for the losses; torchvision's pairwise functions (box_iou, …) have ε₀ = 0.  The
+ * gradient is the reverse-mode derivative of the loss 1 − s with respect to p: each min/max
+ * passes its adjoint to the larger (smaller) operand and half of it to each of two equal
+ * ones (PyTorch's maximum/minimum), a clamped overlap passes none.
  */
 
 /* ∂max(a, b)/∂a (= ∂min(b, a)/∂a): 1, ½ on a tie, 0. */
@@ -65,10 +66,11 @@ BOX_FN void F(box_grad_from_xyxy)(int format, REAL *g)
     }
 }
 
-/* The loss of predicted box p against target t (both xyxy) and, with want_grad, its
- * gradient with respect to p in g[0..4).  kind: ploss_box_kind; paper: CIoU's gradient of v
- * with the factor 1/(w² + h²) replaced by 1. */
-BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL *t, int want_grad, REAL *g)
+/* The similarity s of predicted box p and target t (both xyxy) and, with want_grad, the
+ * gradient of the loss 1 − s with respect to p in g[0..4).  kind: ploss_box_kind; eps0, eps:
+ * ε₀ and ε above; paper: CIoU's gradient of v with the factor 1/(w² + h²) replaced by 1. */
+BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const REAL *p, const REAL *t, int want_grad,
+                              REAL *g)
 {
     const REAL x1 = p[0], y1 = p[1], x2 = p[2], y2 = p[3];
     const REAL X1 = t[0], Y1 = t[1], X2 = t[2], Y2 = t[3];
@@ -90,25 +92,25 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
             /* the minimum, loss 0: no step (GIoU's ½-split ties at A_C = 0 would give
              * a ±1/ε one) */
             g[0] = g[1] = g[2] = g[3] = 0;
-            return 0;
+            return 1;
         }
         iou = 0;
     } else {
-        const REAL D = U + eps;
+        const REAL D = U + eps0;
         iou = I / D;
         dI = -1 / D;
         dU = I / (D * D);
     }
-    REAL loss = 1 - iou;
+    REAL s = iou;
 
     const REAL cw = F(box_max)(x2, X2) - F(box_min)(x1, X1);
     const REAL ch = F(box_max)(y2, Y2) - F(box_min)(y1, Y1);
     if (kind == PLOSS_BOX_GIOU) {
-        const REAL Ac = cw * ch, Dc = Ac + eps;
-        if (Dc != 0) { /* Dc = 0 only with ε = 0 and A_C = U = 0: the term is 0 */
-            loss += (Ac - U) / Dc;
+        const REAL Ac = cw * ch, Dc = Ac + eps0;
+        if (Dc != 0) { /* Dc = 0 only with ε₀ = 0 and A_C = U = 0: the term is 0 */
+            s -= (Ac - U) / Dc;
             dU -= 1 / Dc;
-            const REAL dAc = (U + eps) / (Dc * Dc);
+            const REAL dAc = (U + eps0) / (Dc * Dc);
             dcw = dAc * ch;
             dch = dAc * cw;
         }
@@ -117,7 +119,7 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
         const REAL dx = (x2 + x1) / 2 - (X1 + X2) / 2, dy = (y2 + y1) / 2 - (Y1 + Y2) / 2;
         if (c2 > 0) { /* c2 = 0 only with ε = 0 for two equal points: ρ² = 0 */
             const REAL rho2 = dx * dx + dy * dy;
-            loss += rho2 / c2;
+            s -= rho2 / c2;
             const REAL dc2 = -rho2 / (c2 * c2);
             ddx = 2 * dx / c2;
             ddy = 2 * dy / c2;
@@ -129,7 +131,7 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
             const REAL diff = ATAN2(W, H) - ATAN2(w, h);
             const REAL v = k * diff * diff;
             const REAL alpha = v > 0 ? v / (1 - iou + v + eps) : (REAL)0;
-            loss += alpha * v;
+            s -= alpha * v;
             /* ∂(α·v)/∂atan2(w, h) = −2kα·diff; ∂atan2(w, h)/∂(w, h) = (h, −w)/(w² + h²) */
             const REAL r2 = w * w + h * h;
             const REAL s = paper ? (REAL)1 : r2 > 0 ? 1 / r2 : (REAL)0;
@@ -139,7 +141,7 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
         }
     }
     if (!want_grad)
-        return loss;
+        return s;
 
     /* U = w·h + W·H − I, I = ow·oh where both overlaps are > 0 */
     dI -= dU;
@@ -151,5 +153,5 @@ BOX_FN REAL F(box_loss)(int kind, int paper, REAL eps, const REAL *p, const REAL
     g[2] = dw + dow * F(box_tie)(X2, x2) + dcw * F(box_tie)(x2, X2) + ddx / 2;
     g[1] = -dh - doh * F(box_tie)(y1, Y1) - dch * F(box_tie)(Y1, y1) + ddy / 2;
     g[3] = dh + doh * F(box_tie)(Y2, y2) + dch * F(box_tie)(y2, Y2) + ddy / 2;
-    return loss;
+    return s;
 }

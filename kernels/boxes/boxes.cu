@@ -13,7 +13,7 @@
  * block in the context's workspace (a grid that depends on N only), then one block adds the
  * partials in a fixed order — deterministic, no float atomics, no host synchronisation.
  * MEAN with an ignore mask divides by the boxes kept, counted before the main kernel
- * (integer atomics, exact) when the gradient needs the divisor.
+ * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
  */
 #include <math_constants.h>
 
@@ -44,15 +44,15 @@ __device__ __forceinline__ int box_to_xyxy(int format, const float *r, float *b)
 __device__ __forceinline__ int box_to_xyxy(int format, const double *r, double *b) { return box_to_xyxy_f64(format, r, b); }
 __device__ __forceinline__ void box_grad_from_xyxy(int format, float *g) { box_grad_from_xyxy_f32(format, g); }
 __device__ __forceinline__ void box_grad_from_xyxy(int format, double *g) { box_grad_from_xyxy_f64(format, g); }
-__device__ __forceinline__ float box_loss(int kind, int paper, float eps, const float *p, const float *t, int want_grad,
-                                          float *g)
+__device__ __forceinline__ float box_similarity(int kind, int paper, float eps0, float eps, const float *p,
+                                                const float *t, int want_grad, float *g)
 {
-    return box_loss_f32(kind, paper, eps, p, t, want_grad, g);
+    return box_similarity_f32(kind, paper, eps0, eps, p, t, want_grad, g);
 }
-__device__ __forceinline__ double box_loss(int kind, int paper, double eps, const double *p, const double *t,
-                                           int want_grad, double *g)
+__device__ __forceinline__ double box_similarity(int kind, int paper, double eps0, double eps, const double *p,
+                                                 const double *t, int want_grad, double *g)
 {
-    return box_loss_f64(kind, paper, eps, p, t, want_grad, g);
+    return box_similarity_f64(kind, paper, eps0, eps, p, t, want_grad, g);
 }
 
 constexpr int THREADS = 256;
@@ -128,7 +128,7 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
                 loss = qnan<A>();
             } else {
                 const A w = p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
-                loss = w * box_loss((int)p.kind, p.paper_gradient, eps, pb, tb, want_grad, g);
+                loss = w * (A(1) - box_similarity((int)p.kind, p.paper_gradient, eps, eps, pb, tb, want_grad, g));
                 if (want_grad) {
                     box_grad_from_xyxy(p.format, g);
                     const A up = per_box_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn) : omega;
@@ -188,6 +188,33 @@ boxes_finish(const ploss_boxes_problem p, const double *partials, int64_t nparts
         store_state(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? s / mean_divisor(p, kept) : s);
 }
 
+/* ploss_box_iou: a thread per pair (i, j), j fastest (coalesced writes of a dense row);
+ * an invalid box makes its pairs NaN and is reported through the error slot. */
+template <class A>
+__global__ void __launch_bounds__(THREADS) box_pairs_kernel(const ploss_box_pairs_problem p, int64_t *error_slot)
+{
+    const int64_t total = p.n * p.m;
+    for (int64_t k = thread_index(); k < total; k += grid_stride()) {
+        const int64_t i = k / p.m, j = k % p.m;
+        A r[4], q[4], a[4], b[4], g[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            r[c] = load_float_dyn<A>(p.a, p.a_dtype, i * p.a_sn + c * p.a_sk);
+            q[c] = load_float_dyn<A>(p.b, p.b_dtype, j * p.b_sn + c * p.b_sk);
+        }
+        const int valid_a = box_to_xyxy(p.format, r, a), valid_b = box_to_xyxy(p.format, q, b);
+        A s;
+        if (!valid_a || !valid_b) {
+            report_invalid_box(error_slot, valid_a ? PLOSS_SLOT_BOXES2_BOX : PLOSS_SLOT_BOXES1_BOX,
+                               valid_a ? j : i);
+            s = qnan<A>();
+        } else {
+            s = box_similarity((int)p.kind, 0, A(0), (A)p.eps, a, b, 0, g);
+        }
+        store_state(p.out, p.out_dtype, i * p.o_sn + j * p.o_sm, (double)s);
+    }
+}
+
 } // namespace
 } // namespace ploss_cuda
 
@@ -244,4 +271,14 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
         return st;
     boxes_finish<<<1, FINISH_THREADS, 0, stream>>>(*p, partials, (int64_t)blocks, kept);
     return check_launch("boxes_finish");
+}
+
+extern "C" ploss_status ploss_cuda_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p)
+{
+    const unsigned blocks = grid_blocks(p->n * p->m, THREADS);
+    if (p->out_dtype == PLOSS_F64)
+        box_pairs_kernel<double><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, ctx->error_slot);
+    else
+        box_pairs_kernel<float><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, ctx->error_slot);
+    return check_launch("box_pairs_kernel");
 }

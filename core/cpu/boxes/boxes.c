@@ -3,6 +3,7 @@
  * double whatever the dtype (the maths of core/engines/boxes_math.h), losses summed in
  * double over fixed chunks of boxes, the chunks summed in order, so the results do not
  * depend on the number of OpenMP threads.  The front has checked the boxes' coordinates.
+ * Also the pairwise similarities of ploss_box_iou, a row of boxes1 per iteration.
  */
 #include <math.h>
 #include <omp.h>
@@ -63,7 +64,7 @@ ploss_status ploss_cpu_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p)
                     r[k] = ploss_load(p->t, p->t_dtype, n * p->t_sn + k * p->t_sk);
                 box_to_xyxy_f64(p->format, r, tb);
                 const double w = p->w ? ploss_load(p->w, p->w_dtype, n * p->w_sn) : 1.0;
-                loss = w * box_loss_f64((int)p->kind, p->paper_gradient, p->eps, pb, tb, want_grad, g);
+                loss = w * (1 - box_similarity_f64((int)p->kind, p->paper_gradient, p->eps, p->eps, pb, tb, want_grad, g));
                 if (want_grad) {
                     box_grad_from_xyxy_f64(p->format, g);
                     const double up = per_box_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn) : omega;
@@ -86,5 +87,25 @@ ploss_status ploss_cpu_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p)
     if (want_loss) /* 0/0 = NaN with no box left, as PyTorch */
         ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
     ploss_cpu_rows_free(&b);
+    return PLOSS_OK;
+}
+
+ploss_status ploss_cpu_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p->n; ++i) {
+        double r[4], a[4], b[4], g[4];
+        for (int k = 0; k < 4; ++k)
+            r[k] = ploss_load(p->a, p->a_dtype, i * p->a_sn + k * p->a_sk);
+        box_to_xyxy_f64(p->format, r, a);
+        for (int64_t j = 0; j < p->m; ++j) {
+            for (int k = 0; k < 4; ++k)
+                r[k] = ploss_load(p->b, p->b_dtype, j * p->b_sn + k * p->b_sk);
+            box_to_xyxy_f64(p->format, r, b);
+            const double s = box_similarity_f64((int)p->kind, 0, 0.0, p->eps, a, b, 0, g);
+            ploss_store(p->out, p->out_dtype, i * p->o_sn + j * p->o_sm, s);
+        }
+    }
     return PLOSS_OK;
 }
