@@ -9,7 +9,9 @@
 --  * 'mean' with an upstream gradient, the fused pass and its scale;
 --  * degenerate boxes: identical zero-area boxes cost 0, zero height gives finite CIoU values
 --    and gradients, eps = 0;
---  * f32 / f16 / bf16 against f64.
+--  * f32 / f16 / bf16 against f64;
+--  * the pairwise similarities ploss.box_iou, generalized_box_iou, distance_box_iou,
+--    complete_box_iou against torchvision's definitions.
 local H = require "spec.helpers"
 local B = require "spec.bad_input"
 local ploss = H.ploss
@@ -386,4 +388,98 @@ describe("box losses: f32, f16 and bf16 against f64 on the same rounded boxes", 
       end
     end)
   end
+end)
+
+---------------------------------------------------------------------------------------
+-- pairwise similarities (ploss.box_iou, …)
+---------------------------------------------------------------------------------------
+
+-- torchvision's pairwise functions for one pair (no ε in the IoU and GIoU denominators)
+local function tv_pair(fname, p, t, eps)
+  local q = tv_parts(p, t, 0)
+  local iou = q.iou
+  if fname == "box_iou" then return iou end
+  if fname == "generalized_box_iou" then return iou - (q.area_c - q.union) / q.area_c end
+  local diou = iou - q.cd / (q.diag + eps)
+  if fname == "distance_box_iou" then return diou end
+  local alpha = q.v / (1 - iou + q.v + eps)
+  return diou - alpha * q.v
+end
+
+local PAIR_FNS = { "box_iou", "generalized_box_iou", "distance_box_iou", "complete_box_iou" }
+
+describe("pairwise box similarities", function()
+  it("torchvision's values for every pair, every box_format, eps; f32 out for f32 boxes", function()
+    for _, format in ipairs { "xyxy", "xywh", "cxcywh" } do
+      local a, b = random_boxes(7, 701, format), random_boxes(5, 702, format)
+      local av, bv = a:totable(), b:totable()
+      for _, fname in ipairs(PAIR_FNS) do
+        for _, eps in ipairs { 1e-7, 0.01 } do
+          local got = ploss[fname](a, b, { box_format = format, eps = eps })
+          assert.are.same({ 7, 5 }, got:size())
+          assert.are.equal("f64", got:dtype())
+          local want = {}
+          for i = 1, 7 do
+            for j = 1, 5 do
+              want[#want + 1] = tv_pair(fname, to_xyxy(format, av[i]), to_xyxy(format, bv[j]), eps)
+            end
+          end
+          H.assert_close(got, want, { rtol = 1e-12, atol = 1e-14, what = fname .. " " .. format })
+          local g32 = ploss.F[fname](a:to(nil, "f32"), b:to(nil, "f32"), { box_format = format, eps = eps })
+          assert.are.equal("f32", g32:dtype())
+          H.assert_close(g32, got:to(nil, "f32"):to(nil, "f64"):flat(), { rtol = 1e-5, atol = 1e-5 })
+        end
+      end
+    end
+  end)
+
+  it("hand values; the losses are 1 − the similarities of the diagonal pairs (ε = 0)", function()
+    local a = boxes { { 0, 0, 2, 2 }, { 0, 0, 4, 2 } }
+    local b = boxes { { 1, 1, 3, 3 }, { 0, 0, 2, 4 } }
+    H.assert_close(ploss.box_iou(a, b), { 1 / 7, 0.5, 0.2, 1 / 3 }, { rtol = 1e-15 })
+    H.assert_close(ploss.generalized_box_iou(a, b), { 1 / 7 - 2 / 9, 0.5, 0.2 - (12 - 10) / 12, 1 / 3 - 1 / 4 }, { rtol = 1e-14 })
+    for k, fname in ipairs(PAIR_FNS) do
+      local s = ploss[fname](a, b, { eps = 0 }):totable()
+      local l = F[LOSSES[k].name](a, b, { reduction = "none", eps = 0 }):flat()
+      H.assert_close(l, { 1 - s[1][1], 1 - s[2][2] }, { rtol = 1e-14, atol = 1e-15, what = fname })
+    end
+  end)
+
+  it("degenerate and empty sets, strided and written into out", function()
+    local pts = boxes { { 1, 1, 1, 1 }, { 2, 2, 2, 2 } }
+    H.assert_equal(ploss.box_iou(pts, pts), { 1, 0, 0, 1 })
+    for _, fname in ipairs(PAIR_FNS) do
+      for _, v in ipairs(ploss[fname](pts, boxes { { 0, 0, 2, 0 } }):flat()) do assert(v == v, fname .. ": NaN") end
+      assert.are.same({ 0, 3 }, ploss[fname](ploss.empty({ 0, 4 }, { dtype = "f64" }), random_boxes(3, 5)):size())
+      assert.are.same({ 3, 0 }, ploss[fname](random_boxes(3, 5), ploss.empty({ 0, 4 })):size())
+    end
+    local a, b = random_boxes(6, 711), random_boxes(4, 712)
+    local b32 = b:to(nil, "f32") -- boxes2 of another dtype than boxes1's
+    local ref = ploss.complete_box_iou(a, b32:to(nil, "f64"))
+    local out = ploss.zeros({ 4, 6 }, { dtype = "f64" }):t()
+    local r = ploss.complete_box_iou(a:t():contiguous():t(), b32, { out = out })
+    assert(r == out)
+    H.assert_equal(out, ref)
+  end)
+
+  it("bad input: a clear error naming the argument, out untouched", function()
+    local a, b = random_boxes(3, 721), random_boxes(2, 722)
+    local out = ploss.zeros({ 3, 2 }, { dtype = "f64" })
+    H.expect_error(function() ploss.box_iou(ploss.zeros({ 3, 5 }), b) end, { "PLOSS_ERR_SHAPE", "boxes1: expected N×4 boxes" })
+    H.expect_error(function() ploss.box_iou(a, ploss.zeros({ 2 })) end, { "PLOSS_ERR_SHAPE", "boxes2: expected N×4 boxes" })
+    H.expect_error(function() ploss.box_iou(a, b, { out = ploss.zeros({ 2, 3 }, { dtype = "f64" }) }) end,
+      { "PLOSS_ERR_SHAPE", "out: expected shape [3, 2]" })
+    H.expect_error(function() ploss.box_iou(a, b, { out = ploss.zeros({ 3, 2 }) }) end, { "PLOSS_ERR_DTYPE", "out: expected f64, got f32" })
+    H.expect_error(function() ploss.box_iou(ploss.zeros({ 3, 4 }, { dtype = "i64" }), b) end, { "PLOSS_ERR_DTYPE", "boxes1" })
+    H.expect_error(function() ploss.box_iou(a, b, { eps = -1, out = out }) end, { "PLOSS_ERR_INVALID_ARGUMENT", "opts.eps" }, out)
+    H.expect_error(function() ploss.box_iou(a, b, { box_format = "xy" }) end, "box_format: 'xy' is not one of")
+    H.expect_error(function() ploss.box_iou(a, b, { reduction = "sum" }) end, "unknown option 'reduction'")
+    local bad = boxes { { 0, 0, 1, 1 }, { 3, 0, 2, 1 } }
+    H.expect_error(function() ploss.generalized_box_iou(a, bad, { out = out }) end,
+      { "PLOSS_ERR_INVALID_BOX", "boxes2: box 1 (0-based)" }, out)
+    local sq = ploss.zeros({ 3, 4 }, { dtype = "f64" })
+    sq:copy(a)
+    H.expect_error(function() ploss.box_iou(sq, sq:narrow(1, 1, 3), { out = sq:narrow(2, 1, 3) }) end,
+      { "PLOSS_ERR_ALIAS", "out" })
+  end)
 end)

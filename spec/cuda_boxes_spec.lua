@@ -263,3 +263,44 @@ describe("CUDA box losses: edge cases", function()
     end
   end)
 end)
+
+describe("CUDA pairwise box similarities vs CPU", function()
+  local FNS = { "box_iou", "generalized_box_iou", "distance_box_iou", "complete_box_iou" }
+  it("every function and dtype, strided boxes, a boxes2 of another dtype, a strided out", function()
+    for _, dtype in ipairs(DTYPES) do
+      local a, b = B.random_boxes(300, 91, dtype, "cpu"), B.random_boxes(170, 92, dtype, "cpu")
+      for _, fname in ipairs(FNS) do
+        local ref = ploss[fname](a, b)
+        local got = ploss[fname](a:to(DEV), b:to(DEV))
+        assert.are.equal(ldtype(dtype), got:dtype())
+        close(got, ref, TOL[dtype].loss, 1e-6, fname .. " " .. dtype)
+        local out = ploss.zeros({ 170, 300 }, { dtype = ldtype(dtype), device = DEV }):t()
+        ploss[fname](a:to(DEV):t():contiguous():t(), b:to(DEV):to(nil, "f64"), { out = out })
+        close(out, ploss[fname](a, b:to(nil, "f64")), TOL[dtype].loss, 1e-6, fname .. " " .. dtype .. " strided")
+      end
+    end
+    for _, format in ipairs { "xywh", "cxcywh" } do
+      local a, b = random_boxes(50, 93, format), random_boxes(40, 94, format)
+      for _, fname in ipairs(FNS) do
+        close(ploss[fname](a:to(DEV), b:to(DEV), { box_format = format }), ploss[fname](a, b, { box_format = format }),
+          1e-10, 0, fname .. " " .. format)
+      end
+    end
+  end)
+
+  it("an invalid box: INVALID_BOX naming the set and the box at the next synchronisation", function()
+    local a, b = B.random_boxes(20, 95, "f32", "cpu"), B.random_boxes(30, 96, "f32", "cpu")
+    local v = b:totable()
+    v[17] = { 1, 5, 2, 4 }
+    b = ploss.tensor(v, { dtype = "f32" })
+    if DEV == "cpu" then
+      H.expect_error(function() ploss.box_iou(a, b) end, { "PLOSS_ERR_INVALID_BOX", "boxes2: box 16" })
+    else
+      local out = ploss.box_iou(a:to(DEV), b:to(DEV))
+      H.expect_error(function() ploss.synchronize(DEV) end, { "PLOSS_ERR_INVALID_BOX", "boxes2: a CUDA kernel found box 16" })
+      local ov = out:totable()
+      assert(ov[1][17] ~= ov[1][17], "the pairs of the invalid box are NaN")
+      assert(ov[1][16] == ov[1][16])
+    end
+  end)
+end)
