@@ -134,8 +134,8 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
             s -= alpha * v;
             /* ∂(α·v)/∂atan2(w, h) = −2kα·diff; ∂atan2(w, h)/∂(w, h) = (h, −w)/(w² + h²) */
             const REAL r2 = w * w + h * h;
-            const REAL s = paper ? (REAL)1 : r2 > 0 ? 1 / r2 : (REAL)0;
-            const REAL da = -2 * k * alpha * diff * s;
+            const REAL scale = paper ? (REAL)1 : r2 > 0 ? 1 / r2 : (REAL)0;
+            const REAL da = -2 * k * alpha * diff * scale;
             dw += da * h;
             dh -= da * w;
         }
