@@ -7,6 +7,7 @@
 #include "activations.h"
 #include "boxes.h"
 #include "elementwise.h"
+#include "ema.h"
 #include "gemm.h"
 #include "linear.h"
 #include "one_hot.h"
@@ -40,6 +41,7 @@ NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
 WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
 WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
+NO_CTX(cpu_ema, ploss_cpu_ema, ploss_ema_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -56,6 +58,7 @@ WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
 WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
 WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
+WITH_CTX(cuda_ema, ploss_cuda_ema, ploss_ema_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -78,6 +81,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
     [PLOSS_OP_BOXES] = {[CPU] = cpu_boxes, [GPU] = CUDA(cuda_boxes)},
     [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
+    [PLOSS_OP_EMA] = {[CPU] = cpu_ema, [GPU] = CUDA(cuda_ema)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

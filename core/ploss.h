@@ -367,6 +367,40 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
                              DLTensor *exp_avg, DLTensor *exp_avg_sq, int64_t step,
                              const ploss_adam_opts *opts);
 
+/** Options of ploss_ema_update; fill with ploss_ema_opts_init(). */
+typedef struct ploss_ema_opts {
+    double decay; /* d in [0, 1]; default 0.9999                                             */
+    int warmup;   /* 1: d = min(decay, (1 + t)/(10 + t)) (TensorFlow's ExponentialMovingAverage
+                     with num_updates); 0: d = decay; default 1                                */
+} ploss_ema_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_ema_opts_init(ploss_ema_opts *opts);
+
+/**
+ * One update of the exponential moving averages of n tensors, all in one pass (one launch
+ * on CUDA for up to 256 tensors): for a float tensor
+ *     shadow ← shadow + (1 − d)·(param − shadow)   (= d·shadow + (1 − d)·param),
+ * computed in f32 (f64 for f64), and for an integer tensor (a step counter) shadow ← param.
+ * t = `updates` is the number of earlier updates (0 for the first), for the warm-up.
+ * in/out shadows  n tensors; shadows[i] has params[i]'s shape and dtype (any dtype),
+ *                 contiguous, on the context's device.
+ * in     params   n tensors, contiguous; none may overlap a shadow.
+ * Statuses: INVALID_ARGUMENT (NULL ctx, lists or tensors, n < 0, updates < 0, decay
+ *           outside [0, 1], warmup not 0/1), SHAPE, DTYPE, DEVICE, LAYOUT (a tensor that is
+ *           not contiguous), ALIAS, UNSUPPORTED, CUDA.  Nothing is written on an error.
+ */
+ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const DLTensor *const *params,
+                              int64_t n, int64_t updates, const ploss_ema_opts *opts);
+
+/**
+ * Exchange the contents of a[i] and b[i] for i < n, in one pass (EMA's apply / restore:
+ * the averaged weights into the model and the live ones into the shadows, without a third
+ * buffer).  a[i] and b[i]: the same shape and dtype, contiguous, not overlapping any other.
+ * Statuses: as ploss_ema_update.
+ */
+ploss_status ploss_ema_swap(ploss_ctx_t *ctx, DLTensor *const *a, DLTensor *const *b, int64_t n);
+
 
 /* ---- One-hot encoding with label smoothing ------------------------ */
 
