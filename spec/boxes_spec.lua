@@ -362,6 +362,29 @@ describe("box losses: degenerate boxes", function()
   end)
 end)
 
+describe("box losses: an ignored box leaves no trace", function()
+  it("NaN, infinite or inverted coordinates in an ignored box: zero loss and gradient there, NaN nowhere", function()
+    local x = random_boxes(5, 801)
+    local y = random_boxes(5, 802)
+    local ign = { 0, 1, 0, 1, 0 }
+    local xb, yb = x:totable(), y:totable()
+    xb[2] = { 0 / 0, 1, 2, 3 }
+    yb[4] = { 5, 5, -math.huge, 4 }
+    xb = boxes(xb)
+    yb = boxes(yb)
+    for _, L in ipairs(LOSSES) do
+      local o = copts { reduction = "none", ignore = ign }
+      local l, g = F[L.name .. "_fused"](xb, yb, o)
+      local lc, gc = F[L.name .. "_fused"](x, y, o)
+      H.assert_equal(l, lc, { what = L.name .. " losses" })
+      H.assert_equal(g, gc, { what = L.name .. " gradients" })
+      for _, k in ipairs { 5, 6, 7, 8, 13, 14, 15, 16 } do assert.are.equal(0, g:flat()[k]) end
+      local m = F[L.name](xb, yb, copts { ignore = ign })
+      assert(m == m, L.name .. ": mean " .. tostring(m))
+    end
+  end)
+end)
+
 ---------------------------------------------------------------------------------------
 -- dtypes
 ---------------------------------------------------------------------------------------
