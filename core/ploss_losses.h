@@ -830,7 +830,8 @@ typedef struct ploss_box_loss_opts {
     double eps;
     /* how a box's four numbers read; default XYXY */
     ploss_box_format box_format;
-    /* the gradient of CIoU's aspect term (complete_box_iou_loss only); default EXACT */
+    /* the gradient of CIoU's aspect term (complete_box_iou_loss only): 'exact' (torchvision's)
+       or 'paper' (its factor 1/(w² + h²) replaced by 1); default EXACT */
     ploss_ciou_gradient ciou_gradient;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
@@ -869,7 +870,8 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * with a zero gradient (torchvision returns 0 for an empty batch).
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 (f64 for f64).
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -943,7 +945,8 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * with a zero gradient (torchvision returns 0 for an empty batch).
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 (f64 for f64).
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -1018,7 +1021,8 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * with a zero gradient (torchvision returns 0 for an empty batch).
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 (f64 for f64).
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -1095,7 +1099,8 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * with a zero gradient (torchvision returns 0 for an empty batch).
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 (f64 for f64).
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its

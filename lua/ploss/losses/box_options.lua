@@ -25,7 +25,8 @@ B.options = {
     doc = "ε of the denominators U + ε, A_C + ε, c² + ε and of CIoU's α (torchvision's default)" },
   { "box_format", "enum", "xyxy", ctype = "ploss_box_format", doc = "how a box's four numbers read" },
   { "ciou_gradient", "enum", "exact", ctype = "ploss_ciou_gradient",
-    doc = "the gradient of CIoU's aspect term (complete_box_iou_loss only)" },
+    doc = "the gradient of CIoU's aspect term (complete_box_iou_loss only): 'exact' (torchvision's) or " ..
+      "'paper' (its factor 1/(w² + h²) replaced by 1)" },
 }
 
 B.tensors = {
