@@ -154,7 +154,7 @@ describe("EMA of parameters on " .. DEV, function()
     local s = ploss.zeros({ 4, 3 }, { device = DEV })
     local function untouched() H.assert_equal(s, ploss.zeros({ 12 }):flat()) end
     local st, msg = c_update({ s }, { ploss.randn({ 3, 4 }, { device = DEV }) }, 0)
-    expect_status(st, msg, "PLOSS_ERR_SHAPE", "params[0]: expected the input's shape")
+    expect_status(st, msg, "PLOSS_ERR_SHAPE", "params[0]: expected the shape of shadows[0]")
     st, msg = c_update({ s }, { ploss.randn({ 4, 3 }, { dtype = "f64", device = DEV }) }, 0)
     expect_status(st, msg, "PLOSS_ERR_DTYPE", "params[0]: expected shadows[0]'s dtype f32, got f64")
     st, msg = c_update({ s, s:clone() }, { p, ploss.randn({ 3, 4 }, { device = DEV }):t() }, 0)

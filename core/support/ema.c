@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "elementwise_space.h"
 #include "ema.h"
-#include "loss_check.h"
 
 void ploss_ema_opts_init(ploss_ema_opts *o)
 {
@@ -33,8 +33,8 @@ static ploss_status check_pair(ploss_ctx_t *ctx, const DLTensor *a, const DLTens
     if (vb->dtype != va->dtype)
         return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s's dtype %s, got %s", nb, na, ploss_dtype_name(va->dtype),
                            ploss_dtype_name(vb->dtype));
-    if ((st = ploss_check_input_shape(vb, va, nb)))
-        return st;
+    if (!ploss_same_shape(vb, va))
+        return ploss_shape_mismatch(nb, vb, na, va);
     if (!ploss_view_is_contiguous(va) || !ploss_view_is_contiguous(vb))
         return ploss_error(PLOSS_ERR_LAYOUT, "%s: expected a contiguous tensor (:contiguous())",
                            ploss_view_is_contiguous(va) ? nb : na);
