@@ -177,7 +177,7 @@ function B.not_applicable(fam)
     out[#out + 1] = "target/weight shapes and dtypes, reductions, fused pass (an op, not a loss)"
   end
   if fam.kind == "boxes" then
-    out[#out + 1] = "inputs of other ranks (N×4 boxes only), negative strides (the tensor API's cases cover the front)"
+    out[#out + 1] = "inputs of other ranks (N×4 boxes only)"
   end
   if not fam.state then out[#out + 1] = "state aliasing (no saved state)" end
   return out
@@ -1676,6 +1676,30 @@ local function gen_box_cases(fam, device)
         if rlv then close(lv, rlv, TOL.f32, fam.name .. " " .. pass .. " strided loss") end
         if rgv then close(gv, rgv, TOL.f32, fam.name .. " " .. pass .. " strided gradient") end
       end
+    end
+  end)
+
+  add(cases, "negative strides (C entry points): boxes walked from the last one give the reversed result", function()
+    local spec = ploss[fam.class]._spec
+    local x, y, o = args(35)
+    -- a view of x's storage with stride −4 along N: box i is x's box N − 1 − i
+    local shape, strides = ffi.new("int64_t[2]", N, 4), ffi.new("int64_t[2]", -4, 1)
+    local d = ffi.new("DLTensor")
+    d.data, d.device, d.ndim, d.dtype = x:dl().data, x:dl().device, 2, x:dl().dtype
+    d.shape, d.strides, d.byte_offset = shape, strides, (N - 1) * 4 * 4
+    local xneg = { dl = function() return d end, context = function() return x:context() end }
+    local xv, rev = x:totable(), {}
+    for i = 1, N do rev[i] = xv[N + 1 - i] end
+    local xr = ploss.tensor(rev, { dtype = "f32", device = device })
+    for _, red in ipairs { "none", "sum" } do
+      local copts = spec.options(merge(o, { reduction = red }))
+      local lref, gref = out_buffers(fam, x, red)
+      local l, g = out_buffers(fam, x, red)
+      if spec.fused(o, x:context(), xr, y, copts, lref, gref) ~= 0 or spec.fused(o, x:context(), xneg, y, copts, l, g) ~= 0 then
+        fail(fam.name .. ": " .. ffi.string(ploss.C.ploss_last_error()))
+      end
+      H.assert_equal(l, lref, { what = fam.name .. " " .. red .. " loss of the reversed view" })
+      H.assert_equal(g, gref, { what = fam.name .. " " .. red .. " gradient of the reversed view" })
     end
   end)
 
