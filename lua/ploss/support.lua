@@ -432,8 +432,6 @@ end, adam_fields)
 -- EMA of parameters
 ---------------------------------------------------------------------------------------
 
-local ffi = require "ffi"
-
 -- A C array of the descriptors of a list of tensors (read-only ones: `const`).
 local function dl_array(list, const)
   local a = ffi.new(const and "const DLTensor *[?]" or "DLTensor *[?]", math.max(#list, 1))
