@@ -14,7 +14,13 @@ extern "C" {
 #endif
 
 /* Kernel shapes: the engines of core/engines/. */
-typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_PAIRS = 2, PLOSS_SHAPE_COUNT } ploss_shape;
+typedef enum {
+    PLOSS_SHAPE_ROWS = 0,
+    PLOSS_SHAPE_ELEMENTWISE = 1,
+    PLOSS_SHAPE_PAIRS = 2, /* N×D embeddings compared row with row or in tiles */
+    PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
+    PLOSS_SHAPE_COUNT
+} ploss_shape;
 
 /* What a loss's target is. */
 typedef enum {
@@ -22,13 +28,15 @@ typedef enum {
     PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES, /* … or probabilities of the input's shape         */
     PLOSS_LOSS_TARGET_ELEMENTWISE,          /* float, the input's shape                          */
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
-    PLOSS_LOSS_TARGET_NONE                  /* no target argument                                */
+    PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
+    PLOSS_LOSS_TARGET_BOXES                 /* float N×4 boxes, as the input                     */
 } ploss_loss_target;
 
 /* Extra tensors between the target and the options. */
 typedef enum {
     PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
-    PLOSS_TENSOR_BROADCAST = 1     /* broadcast over the input (BCE's weight, pos_weight)   */
+    PLOSS_TENSOR_BROADCAST = 1,    /* broadcast over the input (BCE's weight, pos_weight)   */
+    PLOSS_TENSOR_SAMPLE_VECTOR = 2 /* N values, one per sample (a box's weight, ignore mask) */
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2
@@ -97,6 +105,8 @@ typedef struct ploss_loss_params {
     double temperature;
     int symmetric;
     int normalize;
+    int box_format;           /* ploss_box_format */
+    int ciou_gradient;        /* ploss_ciou_gradient */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and
@@ -113,6 +123,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                             const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *p);
 
 #ifdef __cplusplus

@@ -18,6 +18,10 @@ typedef enum {
     PLOSS_POLICY_TRIPLET_MARGIN = 10, /* triplet_margin (pairs) */
     PLOSS_POLICY_BATCH_HARD_TRIPLET = 11, /* batch_hard_triplet (pairs) */
     PLOSS_POLICY_INFO_NCE = 12, /* info_nce (pairs) */
+    PLOSS_POLICY_BOX_IOU = 13, /* box_iou_loss (boxes) */
+    PLOSS_POLICY_GENERALIZED_BOX_IOU = 14, /* generalized_box_iou_loss (boxes) */
+    PLOSS_POLICY_DISTANCE_BOX_IOU = 15, /* distance_box_iou_loss (boxes) */
+    PLOSS_POLICY_COMPLETE_BOX_IOU = 16, /* complete_box_iou_loss (boxes) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -15,4 +15,8 @@ return {
   "triplet_margin",
   "batch_hard_triplet",
   "info_nce",
+  "box_iou_loss",
+  "generalized_box_iou_loss",
+  "distance_box_iou_loss",
+  "complete_box_iou_loss",
 }
