@@ -76,6 +76,9 @@ typedef struct ploss_loss_params {
     int64_t n_min;
     double scale;
     int inplace;
+    double beta;              /* smooth_l1_loss's β */
+    double delta;             /* huber_loss's δ */
+    int log_target;           /* kl_div: the target holds log-probabilities */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

@@ -15,6 +15,13 @@ typedef enum {
     PLOSS_POLICY_PC_SOFTMAX = 7, /* pc_softmax_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_CROSS_ENTROPY = 8, /* ohem_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
+    PLOSS_POLICY_MSE = 10, /* mse_loss (elementwise) */
+    PLOSS_POLICY_L1 = 11, /* l1_loss (elementwise) */
+    PLOSS_POLICY_SMOOTH_L1 = 12, /* smooth_l1_loss (elementwise) */
+    PLOSS_POLICY_HUBER = 13, /* huber_loss (elementwise) */
+    PLOSS_POLICY_BINARY_CROSS_ENTROPY = 14, /* binary_cross_entropy (elementwise) */
+    PLOSS_POLICY_SOFT_MARGIN = 15, /* soft_margin_loss (elementwise) */
+    PLOSS_POLICY_KL_DIV = 16, /* kl_div (elementwise) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

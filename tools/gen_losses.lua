@@ -130,6 +130,10 @@ local SHAPE = {
   },
 }
 
+-- What the input and the target hold: the description's own text, else the shape's.
+local function input_doc(d) return d.input_doc or SHAPE[d.shape].input:format(d.min_classes) end
+local function target_doc(d) return d.target_doc or TARGET_DOC[d.target] end
+
 local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" } }
 
 local function state_shape(desc)
@@ -246,8 +250,8 @@ local function gen_header()
       w(wrap(d.notes, " * ", 96))
     end
     w(" *")
-    w(hang(" * in  input       ", sh.input:format(d.min_classes)))
-    w(hang(" * in  target      ", TARGET_DOC[d.target]))
+    w(hang(" * in  input       ", input_doc(d)))
+    w(hang(" * in  target      ", target_doc(d)))
     for _, t in ipairs(d.tensors) do
       w(hang(string.format(" * in  %-11s ", t.name), (t.required and "" or "NULL, or ") .. t.doc .. "."))
     end
@@ -390,6 +394,13 @@ local function gen_c()
     w("    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);")
     w("    if (st)")
     w("        return st;")
+    for _, r in ipairs(D.reductions) do
+      if not d.reduction_allowed[r[1]] then
+        w("    if (o.reduction == %s)", r[2])
+        w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.reduction: %s is not a reduction of %s\");",
+          r[1], d.name)
+      end
+    end
     for _, opt in ipairs(d.lua_options) do check_code(w, opt) end
     w("    const ploss_loss_params p = {")
     w("        .reduction = o.reduction,")
@@ -510,6 +521,13 @@ end
 -- docs/losses.md
 ---------------------------------------------------------------------------------------
 
+-- An option's default as the docs write it.
+local function show_default(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "boolean" then return tostring(v) end
+  return D.number(v)
+end
+
 local function gen_docs()
   local out, w = lines()
   w("<!-- %s -->", BANNER)
@@ -541,7 +559,7 @@ local function gen_docs()
     local o = {}
     for _, opt in ipairs(d.lua_options) do
       local v = opt.default
-      o[#o + 1] = string.format("%s = %s", opt.name, type(v) == "string" and ("'" .. v .. "'") or D.number(v))
+      o[#o + 1] = string.format("%s = %s", opt.name, show_default(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
@@ -550,6 +568,10 @@ local function gen_docs()
     w("")
     w("## %s — `ploss.%s`", d.title, d.criterion)
     w("")
+    if #d.criterion_aliases > 0 then
+      w("Also `ploss.%s` (Torch7's name).", table.concat(d.criterion_aliases, "`, `ploss."))
+      w("")
+    end
     w("`ploss.F.%s(input, target, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",
       d.name, #d.aliases > 0 and (" (also `ploss.F." .. table.concat(d.aliases, "`, `ploss.F.") .. "`)") or "",
       d.name, d.shape)
@@ -575,14 +597,16 @@ local function gen_docs()
         ty = table.concat(names, " \\| ")
       end
       local v = opt.default
-      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, type(v) == "string" and ("'" .. v .. "'") or D.number(v),
+      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, show_default(v),
         D.range_text(opt) or "any", opt.doc)
     end
     for _, t in ipairs(d.tensors) do
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
         t.kind == "class_vector" and "C values" or "broadcast over the input", t.doc)
     end
-    w("| `reduction` | 'none' \\| 'mean' \\| 'sum' | 'mean' | | |")
+    local reds = {}
+    for i, r in ipairs(d.reductions) do reds[i] = "'" .. r .. "'" end
+    w("| `reduction` | %s | 'mean' | | |", table.concat(reds, " \\| "))
     w("| `inplace` | boolean | false | | the fused gradient overwrites the input |")
     for _, e in ipairs(d.enums) do
       w("")
@@ -591,7 +615,7 @@ local function gen_docs()
     end
     w("")
     local sh = SHAPE[d.shape]
-    w("Shapes: input %s Target: %s", sh.input:format(d.min_classes), TARGET_DOC[d.target])
+    w("Shapes: input %s Target: %s", input_doc(d), target_doc(d))
     w("Loss: %s", sh.loss)
     if d.state then
       w("State kept between forward and backward: %s, %s.", d.state.doc,

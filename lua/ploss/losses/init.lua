@@ -12,4 +12,11 @@ return {
   "pc_softmax_cross_entropy",
   "ohem_cross_entropy",
   "ohem_large_margin",
+  "mse_loss",
+  "l1_loss",
+  "smooth_l1_loss",
+  "huber_loss",
+  "binary_cross_entropy",
+  "soft_margin_loss",
+  "kl_div",
 }
