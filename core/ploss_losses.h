@@ -1190,8 +1190,9 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
  * input): the KL divergence of each row averaged over the batch, which 'mean' is not.
  *
  * PyTorch's default reduction is 'mean', kept here; 'batchmean' is the mathematically correct
- * one for rows of distributions. A negative probability target gives NaN (log of a negative
- * number), as in PyTorch. No gradient is computed for the target.
+ * one for rows of distributions. As in PyTorch, a negative probability target gives NaN (log of
+ * a negative number), and so does a zero-probability target against an infinite input (0·∞;
+ * with log_target: a target of −inf). No gradient is computed for the target.
  *
  * in  input       log-probabilities, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype: probabilities, or log-probabilities with

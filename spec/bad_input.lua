@@ -34,6 +34,10 @@
 --   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
 --   keep_all      options that make every valid sample count (OHEM: n_min large)
 --   state         true when forward writes an O(rows) state (aliasing checks on it)
+--   input_range   { low, high }: the inputs the loss is defined on (from the description);
+--                 valid inputs are drawn uniformly from it
+--   finite_at_inf an infinite input on the right side of the target gives a finite loss
+--                 (a saturating loss: soft margin), not the non-finite loss of the others
 --   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
 --                 and gradient of the input without that class (and a zero gradient there);
 --                 'finite': only a finite loss and gradient; nil: no claim (the loss is
@@ -69,6 +73,7 @@ local facts = {
   cross_entropy = { masking = "exact", one_class = function() return 0 end },
   binary_cross_entropy_with_logits = {},
   sigmoid_focal = {},
+  soft_margin_loss = { finite_at_inf = true },
   softmax_focal = { masking = "exact", one_class = function() return 0 end },
   dual_focal = { masking = "finite", one_class = function() return -math.log(1 + 1e-5) end },
   large_margin_softmax = {},
@@ -121,6 +126,7 @@ for _, d in ipairs(D.all()) do
   local fam = {
     name = d.name, class = d.criterion, kind = d.shape == "rows" and "class" or "elementwise",
     min_classes = d.min_classes, state = d.state ~= nil, bad_options = out_of_range(d),
+    input_range = d.input_range,
   }
   for _, o in ipairs(d.lua_options) do
     if o.name == "ignore_index" then fam.ignore = o.default end
@@ -260,7 +266,9 @@ end
 -- target of the row's kind (class indices in [0, C) never ignored; floats in [0, 1]).
 function B.loss_args(fam, sizes, dtype, device, seed, opts)
   opts = opts or {}
-  local x = ploss.randn(sizes, { dtype = dtype, device = device, seed = seed, std = opts.std or 2 })
+  local r = fam.input_range
+  local x = r and ploss.rand(sizes, { dtype = dtype, device = device, seed = seed, low = r[1], high = r[2] })
+    or ploss.randn(sizes, { dtype = dtype, device = device, seed = seed, std = opts.std or 2 })
   local y
   if fam.kind == "class" then
     y = ploss.randint(0, math.max(sizes[2], 1), sample_sizes(sizes),
@@ -814,7 +822,7 @@ local function gen_loss_cases(fam, device)
       -- mean: not finite (NaN for a NaN logit)
       local m = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "mean" }))
       if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
-      if bad == bad and finite(m) then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
+      if bad == bad and finite(m) and not fam.finite_at_inf then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
       -- none: the bad row is not finite, the other rows equal the clean rows' values
       local lc = F[fam.name](x, y, merge(fam.opts, ok, { reduction = "none" })):flat()
       local lb = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "none" })):flat()
@@ -822,7 +830,7 @@ local function gen_loss_cases(fam, device)
       for i = 1, #lc do
         if i == bad_index then
           if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. ": NaN row loss " .. tostring(lb[i])) end
-          if bad == bad and finite(lb[i]) then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
+          if bad == bad and finite(lb[i]) and not fam.finite_at_inf then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
         elseif not fam.rows_coupled then
           close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of clean row " .. i)
         end

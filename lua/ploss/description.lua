@@ -23,6 +23,8 @@
 --                the input's shape)
 --   input_doc, target_doc  what the input / target hold, where the shape's and target
 --                kind's general text does not say it (optional)
+--   input_range  { low, high }: the inputs the loss is defined on (BCE's probabilities), where
+--                generic specs draw their random inputs (optional; default any real)
 --   reductions   the reductions the loss takes, by Lua name (default 'none', 'mean', 'sum';
 --                'batchmean' only where listed)
 --   tensors      extra tensors between target and opts, in argument order:
@@ -49,7 +51,7 @@ local KNOWN = {
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, criterion_aliases = true, input_doc = true,
-  target_doc = true, reductions = true,
+  target_doc = true, reductions = true, input_range = true,
 }
 
 --- The reductions, common to every loss.

@@ -9,6 +9,7 @@ return {
   policy = "binary_cross_entropy",
   target = "elementwise",
   input_doc = "probabilities in [0, 1], any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
+  input_range = { 0, 1 },
   tensors = {
     { name = "weight", kind = "broadcast", doc = "w, broadcast over the input as PyTorch broadcasts it" },
   },

@@ -26,6 +26,7 @@ input): the KL divergence of each row averaged over the batch, which 'mean' is n
   gradient = "∂ℓ/∂x = −y, or −e^y with log_target.",
   notes = [[
 PyTorch's default reduction is 'mean', kept here; 'batchmean' is the mathematically correct
-one for rows of distributions.  A negative probability target gives NaN (log of a negative
-number), as in PyTorch.  No gradient is computed for the target.]],
+one for rows of distributions.  As in PyTorch, a negative probability target gives NaN (log
+of a negative number), and so does a zero-probability target against an infinite input (0·∞;
+with log_target: a target of −inf).  No gradient is computed for the target.]],
 }
