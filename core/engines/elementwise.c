@@ -2,10 +2,10 @@
  * elementwise.c — the one validation front of the elementwise kernel shape: losses with one
  * value per element of an input of any shape (binary cross-entropy with logits, sigmoid
  * focal, and PyTorch's pointwise criteria: MSE, L1, smooth L1, Huber, binary cross-entropy
- * on probabilities, soft margin, KL divergence).  It checks the tensors of a call against the loss's spec before anything is
- * written, coalesces the dims the tensors allow to walk as one, and dispatches the problem
- * (core/engines/elementwise.h) to the CPU or CUDA.  The options were checked by the loss's
- * entry point (core/losses.c).
+ * on probabilities, soft margin, KL divergence).  It checks the tensors of a call against
+ * the loss's spec before anything is written, coalesces the dims the tensors allow to walk
+ * as one, and dispatches the problem (core/engines/elementwise.h) to the CPU or CUDA.  The
+ * options were checked by the loss's entry point (core/losses.c).
  */
 #include <math.h>
 #include <string.h>

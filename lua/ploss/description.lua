@@ -54,7 +54,7 @@ local KNOWN = {
   target_doc = true, reductions = true, input_range = true,
 }
 
---- The reductions, common to every loss.
+--- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.
 D.reductions = { { "none", "PLOSS_REDUCTION_NONE" }, { "mean", "PLOSS_REDUCTION_MEAN" }, { "sum", "PLOSS_REDUCTION_SUM" },
                  { "batchmean", "PLOSS_REDUCTION_BATCHMEAN" } }
 local DEFAULT_REDUCTIONS = { "none", "mean", "sum" }
