@@ -22,6 +22,7 @@ typedef enum {
     PLOSS_POLICY_BINARY_CROSS_ENTROPY = 14, /* binary_cross_entropy (elementwise) */
     PLOSS_POLICY_SOFT_MARGIN = 15, /* soft_margin_loss (elementwise) */
     PLOSS_POLICY_KL_DIV = 16, /* kl_div (elementwise) */
+    PLOSS_POLICY_NLL = 17, /* nll_loss (rows) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -1223,4 +1223,73 @@ ploss_status ploss_kl_div_backward(ploss_ctx_t *ctx, const DLTensor *input, cons
 ploss_status ploss_kl_div_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const ploss_kl_div_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Negative log-likelihood ----------------------------------------------------------- */
+
+/** Options of nll_loss; fill with ploss_nll_loss_opts_init(). */
+typedef struct ploss_nll_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* samples with this label add nothing (nor count in 'mean'); default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_nll_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
+
+/**
+ * Negative log-likelihood, forward (PyTorch torch.nn.NLLLoss / torch.nn.functional.nll_loss;
+ * Torch7 nn.ClassNLLCriterion).
+ * Per sample i with label y ≠ ignore_index, x the input (log-probabilities):
+ *
+ *     ℓ_i = −w_y·x_iy
+ *
+ * ignored samples: ℓ_i = 0. 'mean' divides by Σ w_y over the samples not ignored (their
+ * count without weights), as PyTorch.
+ *
+ * Only the target's entry of each row is read: a non-finite value at another class does not
+ * change the loss. cross_entropy is this loss after a log-softmax, in one pass.
+ *
+ * in  input       N×C or N×C×d1×…×dk log-probabilities (e.g. a log-softmax over axis 1),
+ *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape: N
+ *                 and C take any strides, the sample dims d1…dk must be walkable as one
+ *                 strided axis.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or w, C class weights.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
+ *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
+ *                 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Negative log-likelihood, backward. ∂ℓ_i/∂x_iy = −w_y, 0 at every other class and for
+ * ignored samples.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Negative log-likelihood, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const DLTensor *weight, const ploss_nll_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

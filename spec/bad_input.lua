@@ -32,6 +32,9 @@
 --   elem_tensors  names of tensor options broadcast over the input (BCE weight/pos_weight)
 --   bad_options   { {opts, fragment [, passes]} ... }: out-of-range options → an error
 --   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
+--   one_class_gradient  the per-sample gradient for C = 1 (default 0: a one-class softmax)
+--   target_entry_only  the loss reads only the target's entry of each row (NLL): a
+--                 non-finite value at another class leaves the row's loss finite
 --   keep_all      options that make every valid sample count (OHEM: n_min large)
 --   state         true when forward writes an O(rows) state (aliasing checks on it)
 --   input_range   { low, high }: the inputs the loss is defined on (from the description);
@@ -74,6 +77,8 @@ local facts = {
   binary_cross_entropy_with_logits = {},
   sigmoid_focal = {},
   soft_margin_loss = { finite_at_inf = true },
+  nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
+               one_class_gradient = -1 },
   softmax_focal = { masking = "exact", one_class = function() return 0 end },
   dual_focal = { masking = "finite", one_class = function() return -math.log(1 + 1e-5) end },
   large_margin_softmax = {},
@@ -819,16 +824,23 @@ local function gen_loss_cases(fam, device)
         xb:select(1, 2):narrow(1, 1, 2):fill(bad) -- row 2, classes 1..2
       end
       local ok = merge(o, fam.keep_all)
+      -- the bad values reach the loss (a loss of the target's entry only: when it is one of them)
+      local hit = fam.kind == "elementwise" or not fam.target_entry_only or y:to("cpu"):flat()[2] < 2
       -- mean: not finite (NaN for a NaN logit)
       local m = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "mean" }))
-      if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
+      if not hit and not finite(m) then fail(fam.name .. ": a non-finite value off the target: mean loss " .. tostring(m)) end
+      if not hit then
+        -- nothing else to check of the mean
+      elseif bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
       if bad == bad and finite(m) and not fam.finite_at_inf then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
       -- none: the bad row is not finite, the other rows equal the clean rows' values
       local lc = F[fam.name](x, y, merge(fam.opts, ok, { reduction = "none" })):flat()
       local lb = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "none" })):flat()
       local bad_index = fam.kind == "elementwise" and 7 or 2
       for i = 1, #lc do
-        if i == bad_index then
+        if i == bad_index and not hit then
+          close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of a row with a non-finite value off its target")
+        elseif i == bad_index then
           if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. ": NaN row loss " .. tostring(lb[i])) end
           if bad == bad and finite(lb[i]) and not fam.finite_at_inf then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
         elseif not fam.rows_coupled then
@@ -949,6 +961,7 @@ local function gen_loss_cases(fam, device)
     add(cases, fam.min_classes > 1 and "one class is refused" or "one class: the loss of a single-class softmax", function()
       for _, dtype in ipairs(B.DTYPES) do
       local x = ploss.randn({ 4, 1 }, { device = device, seed = 91, dtype = dtype })
+      local xs = x:to("cpu", "f64"):flat()
       local y = ploss.zeros({ 4 }, { dtype = "i64", device = device })
       local o = merge(tensor_opts(fam, { 4, 1 }, device), fam.keep_all)
       if fam.min_classes > 1 then
@@ -960,12 +973,13 @@ local function gen_loss_cases(fam, device)
         local lv, gv = values_of(l, g)
         if lv then
           for i, v in ipairs(lv) do
-            if fam.one_class then close({ v }, { fam.one_class() }, 1e-6, fam.name .. " " .. dtype .. " " .. pass .. " one-class loss " .. i)
+            if fam.one_class then close({ v }, { fam.one_class(xs[i]) }, 1e-6, fam.name .. " " .. dtype .. " " .. pass .. " one-class loss " .. i)
             elseif not finite(v) then fail(fam.name .. " one-class loss " .. v) end
           end
         end
-        if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v) > 1e-6 then
-          fail(fam.name .. " " .. dtype .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected 0") end end end
+        local want = fam.one_class_gradient or 0
+        if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v - want) > 1e-6 then
+          fail(fam.name .. " " .. dtype .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected " .. want) end end end
       end
       end
       if fam.name == "cross_entropy" then

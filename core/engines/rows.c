@@ -1,6 +1,7 @@
 /*
- * rows.c — the one validation front of the rows kernel shape: every softmax-row loss (a
- * softmax over axis 1 of N×C×d1×…×dk logits).  It checks the tensors of a call against the
+ * rows.c — the one validation front of the rows kernel shape: every loss over the class axis
+ * (axis 1) of N×C×d1×…×dk inputs with class-index targets: the softmax-row losses and the
+ * negative log-likelihood.  It checks the tensors of a call against the
  * loss's spec (core/loss.h), before anything is written, builds the problem of the loss's
  * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
  * were checked by its entry point (core/losses.c).
@@ -115,6 +116,15 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_SOFTMAX_FOCAL, "input", &p);
 }
 
+static ploss_status nll(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, const ploss_view *x,
+                        const ploss_view *t, const ploss_view *w, const ploss_row_outputs *r)
+{
+    ploss_nll_problem p;
+    memset(&p, 0, sizeof p);
+    FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
+    return ploss_dispatch(ctx, PLOSS_OP_ROWS_NLL, "input", &p);
+}
+
 static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                     const ploss_loss_params *o, const ploss_view *x, const ploss_view *t,
                                     const ploss_view *w, const ploss_row_outputs *r)
@@ -201,6 +211,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     case PLOSS_POLICY_SOFTMAX_FOCAL:
     case PLOSS_POLICY_DUAL_FOCAL:
         return softmax_focal(ctx, pass, spec, o, &x, &t, vec, &r);
+    case PLOSS_POLICY_NLL:
+        return nll(ctx, pass, o, &x, &t, vec, &r);
     default:
         return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);
     }

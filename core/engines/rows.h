@@ -4,9 +4,10 @@
  *
  * Samples are indexed i = (n, s), n < N, s < S (S = d1⋯dk collapsed to one axis).  Every
  * tensor is addressed as base + n·sn + s·ss (+ j·sc along classes, or k along the state's
- * components), strides in elements.  Three backends today: cross-entropy (label smoothing,
- * class weights, probability targets), the softmax focal losses, and the per-sample
- * policies (large-margin, Taylor CE, PC-softmax, OHEM over cross-entropy or large-margin).
+ * components), strides in elements.  Four backends today: cross-entropy (label smoothing,
+ * class weights, probability targets), the softmax focal losses, the per-sample
+ * policies (large-margin, Taylor CE, PC-softmax, OHEM over cross-entropy or large-margin),
+ * and the negative log-likelihood (no softmax: the target's entry of each row).
  */
 #ifndef PLOSS_ROWS_H
 #define PLOSS_ROWS_H
@@ -178,6 +179,40 @@ ploss_status ploss_cuda_sample_policies(ploss_ctx_t *ctx, const ploss_sample_pro
 /* The row-engine part of the CUDA backend (rows with a contiguous class axis, no mining):
  * PLOSS_ERR_UNSUPPORTED, having launched nothing, for the problems it does not take. */
 ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sample_problem *p);
+#endif
+
+/* ---- negative log-likelihood -------------------------------------------------------------
+ * On log-probabilities x, per valid sample (label y ≠ ignore_index), w the class weights:
+ *   ℓ_i = −w_y·x_iy,   ∂ℓ_i/∂x_ij = −w_y·[j = y];
+ * ignored samples: ℓ = 0, a zero gradient row.  MEAN divides by Σ_valid w_y (the count of
+ * valid samples without weights), as PyTorch. */
+
+typedef struct ploss_nll_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    int64_t N, S, C;
+
+    /* input log-probabilities */
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
+    /* class indices, i64 or i32 */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;
+    /* class weights, NULL = all ones */
+    const void *w; ploss_dtype w_dtype; int64_t w_s;
+
+    int64_t ignore_index;
+    double scale;          /* fused: multiplier of the gradient */
+
+    /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
+    /* upstream gradient (backward): scalar (MEAN/SUM) or per sample (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_sn, g_ss, g_sc;
+} ploss_nll_problem;
+
+ploss_status ploss_cpu_nll(ploss_ctx_t *ctx, const ploss_nll_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_nll(ploss_ctx_t *ctx, const ploss_nll_problem *p);
 #endif
 
 #ifdef __cplusplus

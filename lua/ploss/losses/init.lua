@@ -19,4 +19,5 @@ return {
   "binary_cross_entropy",
   "soft_margin_loss",
   "kl_div",
+  "nll_loss",
 }
