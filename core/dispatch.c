@@ -37,7 +37,7 @@ NO_CTX(cpu_bias_add, ploss_cpu_bias_add, ploss_bias_problem)
 NO_CTX(cpu_bias_grad, ploss_cpu_bias_grad, ploss_bias_problem)
 NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
-WITH_CTX(cpu_nll, ploss_cpu_nll, ploss_nll_problem)
+WITH_CTX(cpu_direct_rows, ploss_cpu_direct_rows, ploss_direct_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -52,7 +52,7 @@ WITH_CTX(cuda_bias_add, ploss_cuda_bias_add, ploss_bias_problem)
 WITH_CTX(cuda_bias_grad, ploss_cuda_bias_grad, ploss_bias_problem)
 WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
-WITH_CTX(cuda_nll, ploss_cuda_nll, ploss_nll_problem)
+WITH_CTX(cuda_direct_rows, ploss_cuda_direct_rows, ploss_direct_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -73,7 +73,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BIAS_GRAD] = {[CPU] = cpu_bias_grad, [GPU] = CUDA(cuda_bias_grad)},
     [PLOSS_OP_ARGMAX] = {[CPU] = cpu_argmax, [GPU] = CUDA(cuda_argmax)},
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
-    [PLOSS_OP_ROWS_NLL] = {[CPU] = cpu_nll, [GPU] = CUDA(cuda_nll)},
+    [PLOSS_OP_ROWS_DIRECT] = {[CPU] = cpu_direct_rows, [GPU] = CUDA(cuda_direct_rows)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

@@ -79,6 +79,8 @@ typedef struct ploss_loss_params {
     double beta;              /* smooth_l1_loss's β */
     double delta;             /* huber_loss's δ */
     int log_target;           /* kl_div: the target holds log-probabilities */
+    double margin;            /* multi_margin_loss's margin */
+    int power;                /* multi_margin_loss's p */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

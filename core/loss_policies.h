@@ -22,7 +22,9 @@ typedef enum {
     PLOSS_POLICY_BINARY_CROSS_ENTROPY = 14, /* binary_cross_entropy (elementwise) */
     PLOSS_POLICY_SOFT_MARGIN = 15, /* soft_margin_loss (elementwise) */
     PLOSS_POLICY_KL_DIV = 16, /* kl_div (elementwise) */
-    PLOSS_POLICY_NLL = 17, /* nll_loss (rows) */
+    PLOSS_POLICY_HINGE_EMBEDDING = 17, /* hinge_embedding_loss (elementwise) */
+    PLOSS_POLICY_NLL = 18, /* nll_loss (rows) */
+    PLOSS_POLICY_MULTI_MARGIN = 19, /* multi_margin_loss (rows) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

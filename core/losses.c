@@ -1200,6 +1200,74 @@ ploss_status ploss_kl_div_fused(ploss_ctx_t *ctx, const DLTensor *input, const D
     return kl_div(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- hinge_embedding_loss ---------------------------------------------------------------- */
+
+void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec hinge_embedding_loss_spec = {
+    .name = "hinge_embedding_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_HINGE_EMBEDDING,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                         const ploss_hinge_embedding_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_hinge_embedding_loss_opts o;
+    ploss_hinge_embedding_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of hinge_embedding_loss");
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &hinge_embedding_loss_spec, a, &p);
+}
+
+ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- nll_loss ---------------------------------------------------------------------------- */
 
 void ploss_nll_loss_opts_init(ploss_nll_loss_opts *o)
@@ -1268,4 +1336,81 @@ ploss_status ploss_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const
 {
     const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return nll_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- multi_margin_loss ------------------------------------------------------------------- */
+
+void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec multi_margin_loss_spec = {
+    .name = "multi_margin_loss",
+    .shape = PLOSS_SHAPE_ROWS,
+    .policy = PLOSS_POLICY_MULTI_MARGIN,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                      const ploss_multi_margin_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_multi_margin_loss_opts o;
+    ploss_multi_margin_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of multi_margin_loss");
+    if (o.p < 1 || o.p > 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %d is not an integer in [1, 2]", (int)o.p);
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .power = o.p,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &multi_margin_loss_spec, a, &p);
+}
+
+ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return multi_margin_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_multi_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return multi_margin_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return multi_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }

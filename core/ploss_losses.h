@@ -1223,6 +1223,69 @@ ploss_status ploss_kl_div_backward(ploss_ctx_t *ctx, const DLTensor *input, cons
 ploss_status ploss_kl_div_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const ploss_kl_div_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Hinge embedding loss -------------------------------------------------------------- */
+
+/** Options of hinge_embedding_loss; fill with ploss_hinge_embedding_loss_opts_init(). */
+typedef struct ploss_hinge_embedding_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the margin of the dissimilar pairs; a finite number; default 1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_hinge_embedding_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts);
+
+/**
+ * Hinge embedding loss, forward (PyTorch torch.nn.HingeEmbeddingLoss /
+ * torch.nn.functional.hinge_embedding_loss; Torch7 nn.HingeEmbeddingCriterion).
+ * Elementwise, with x the input and y the label:
+ *
+ *     ℓ = x                  if y = 1
+ *     ℓ = max(0, m − x)      if y = −1
+ *
+ * (PyTorch's definition for any other y: the sum of both terms, kept here.) 'mean' divides by
+ * the element count.
+ *
+ * Only the input gets a gradient. The target must have the input's shape.
+ *
+ * in  input       distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any
+ *                 strides.
+ * in  target      the input's shape, any float dtype: labels 1 (similar) or −1 (dissimilar).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
+ *           not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Hinge embedding loss, backward. ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y =
+ * −1 (PyTorch's subgradient at the hinge), 0 elsewhere; the sum of both for another y.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Hinge embedding loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 /* ---- Negative log-likelihood ----------------------------------------------------------- */
 
 /** Options of nll_loss; fill with ploss_nll_loss_opts_init(). */
@@ -1291,5 +1354,76 @@ ploss_status ploss_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
  *  Statuses: as _forward. */
 ploss_status ploss_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const DLTensor *weight, const ploss_nll_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Multi-class margin loss ----------------------------------------------------------- */
+
+/** Options of multi_margin_loss; fill with ploss_multi_margin_loss_opts_init(). */
+typedef struct ploss_multi_margin_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the power of the hinge: 1 or 2; an integer in [1, 2]; default 1 */
+    int p;
+    /* m, the margin; a finite number; default 1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_multi_margin_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
+
+/**
+ * Multi-class margin loss, forward (Weston, Watkins, "Support Vector Machines for Multi-Class
+ * Pattern Recognition", ESANN 1999; PyTorch torch.nn.MultiMarginLoss /
+ * torch.nn.functional.multi_margin_loss; Torch7 nn.MultiMarginCriterion).
+ * Per sample with label y, scores x and z_j = m − x_y + x_j:
+ *
+ *     ℓ = (w_y / C)·Σ_{j≠y} max(0, z_j)^p
+ *
+ * 'mean' divides by the number of samples (not by the weights), as PyTorch.
+ *
+ * The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
+ * writes it inside). A NaN score makes the sample's loss NaN (PyTorch's max drops it). A single
+ * sample is a 1×C input with a one-element target.
+ *
+ * in  input       N×C scores (or N×C×d1×…×dk: one loss per position, ploss's extension),
+ *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no
+ *                 ignore_index).
+ * in  weight      NULL, or w, C class weights (of the target's class).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
+ *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
+ *                 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Multi-class margin loss, backward. ∂ℓ/∂x_j = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j
+ * ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_multi_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Multi-class margin loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
 
 #endif /* PLOSS_LOSSES_H */

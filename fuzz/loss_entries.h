@@ -293,6 +293,23 @@ static ploss_status fz_call_kl_div_fused(ploss_ctx_t *ctx, DLTensor *const t[], 
     return ploss_kl_div_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_hinge_embedding_loss_opts(void *o) { ploss_hinge_embedding_loss_opts_init(o); }
+
+static ploss_status fz_call_hinge_embedding_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_hinge_embedding_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_hinge_embedding_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 static void fz_init_ploss_nll_loss_opts(void *o) { ploss_nll_loss_opts_init(o); }
 
 static ploss_status fz_call_nll_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -308,6 +325,23 @@ static ploss_status fz_call_nll_loss_backward(ploss_ctx_t *ctx, DLTensor *const 
 static ploss_status fz_call_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
     return ploss_nll_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static void fz_init_ploss_multi_margin_loss_opts(void *o) { ploss_multi_margin_loss_opts_init(o); }
+
+static ploss_status fz_call_multi_margin_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_multi_margin_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_multi_margin_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 #define FZ_LOSS_ENTRIES \
@@ -515,6 +549,18 @@ static ploss_status fz_call_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_kl_div_opts), .opts_init = fz_init_ploss_kl_div_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_kl_div_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_kl_div_opts, log_target, FZ_INT, 0, 1), FZ_FIELD(ploss_kl_div_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_kl_div_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_forward", .call = fz_call_hinge_embedding_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_backward", .call = fz_call_hinge_embedding_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_fused", .call = fz_call_hinge_embedding_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_nll_loss_forward", .call = fz_call_nll_loss_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
      .opts_size = sizeof(ploss_nll_loss_opts), .opts_init = fz_init_ploss_nll_loss_opts, .opts_nullable = 1, .nfields = 4, \
@@ -526,6 +572,18 @@ static ploss_status fz_call_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[]
     {.name = "ploss_nll_loss_fused", .call = fz_call_nll_loss_fused, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_nll_loss_opts), .opts_init = fz_init_ploss_nll_loss_opts, .opts_nullable = 1, .nfields = 4, \
-     .fields = {FZ_FIELD(ploss_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_nll_loss_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_nll_loss_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_forward", .call = fz_call_multi_margin_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_backward", .call = fz_call_multi_margin_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_fused", .call = fz_call_multi_margin_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

@@ -79,6 +79,7 @@ local facts = {
   soft_margin_loss = { finite_at_inf = true },
   nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
                one_class_gradient = -1 },
+  multi_margin_loss = { masking = "finite", one_class = function() return 0 end },
   softmax_focal = { masking = "exact", one_class = function() return 0 end },
   dual_focal = { masking = "finite", one_class = function() return -math.log(1 + 1e-5) end },
   large_margin_softmax = {},
@@ -184,6 +185,9 @@ function B.not_applicable(fam)
     out[#out + 1] = "target/weight shapes and dtypes, reductions, fused pass (an op, not a loss)"
   end
   if not fam.state then out[#out + 1] = "state aliasing (no saved state)" end
+  if fam.kind == "class" and fam.ignore == nil then
+    out[#out + 1] = "ignored rows, all ignored (no ignore_index)"
+  end
   return out
 end
 
@@ -892,7 +896,7 @@ local function gen_loss_cases(fam, device)
     end)
   end
 
-  if is_class then
+  if is_class and fam.ignore ~= nil then -- a loss without ignore_index (multi-class margin) skips these
     -- NaN / Inf in ignored rows -----------------------------------------------------
     add(cases, "NaN / Inf in an ignored row does not leak into the loss or the gradient", function()
       for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
@@ -934,8 +938,11 @@ local function gen_loss_cases(fam, device)
       end
     end)
 
+  end
+
+  if is_class then
     -- all ignored -------------------------------------------------------------------
-    add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
+    if fam.ignore ~= nil then add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
       for _, sizes in ipairs { S2, S4, { 3, 1000 } } do for _, dtype in ipairs(B.DTYPES) do
         local x, _, o = base(fam, device, sizes, 81, dtype)
         local y = ploss.full(sample_sizes(sizes), fam.ignore, { dtype = "i64", device = device })
@@ -955,7 +962,7 @@ local function gen_loss_cases(fam, device)
           end
         end
       end end
-    end)
+    end) end
 
     -- one class ---------------------------------------------------------------------
     add(cases, fam.min_classes > 1 and "one class is refused" or "one class: the loss of a single-class softmax", function()

@@ -1,6 +1,6 @@
 -- Pointwise criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
 -- GPU): mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
--- soft_margin_loss and kl_div against the CPU backend on the same dtype-rounded inputs, in
+-- soft_margin_loss, kl_div and hinge_embedding_loss against the CPU backend on the same dtype-rounded inputs, in
 -- f32/f16/bf16 (fp32 accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64,
 -- every reduction ('batchmean' for kl_div) and option, fused against forward + backward, for
 -- both kernels of kernels/elementwise/sigmoid.cu: the vectorised fast kernel (dense, aligned,
@@ -18,7 +18,8 @@ local DTYPES = { "f32", "f16", "bf16", "f64" }
 local TOL = H.CUDA_TOL
 local close = H.assert_close_scaled
 
-local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div" }
+local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
+  "hinge_embedding_loss" }
 -- the options worth covering per loss (weight: a tensor made for the input's sizes)
 local OPTIONS = {
   mse_loss = { {} },
@@ -28,6 +29,7 @@ local OPTIONS = {
   binary_cross_entropy = { {}, { weight = true } },
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
+  hinge_embedding_loss = { {}, { margin = 0.5 } },
 }
 local function reductions(name)
   return name == "kl_div" and { "none", "mean", "sum", "batchmean" } or { "none", "mean", "sum" }
@@ -39,7 +41,7 @@ local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
 local function data_for(name, sizes)
   if name == "binary_cross_entropy" then
     return ploss.rand(sizes, { dtype = "f64", low = 0.01, high = 0.99 }), ploss.rand(sizes, { dtype = "f64" })
-  elseif name == "soft_margin_loss" then
+  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" then
     local v = ploss.rand(sizes, { dtype = "f64" }):flat()
     for i = 1, #v do v[i] = v[i] < 0.5 and -1 or 1 end
     return ploss.randn(sizes, { dtype = "f64", std = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })

@@ -1,5 +1,6 @@
 -- Pointwise criteria spec (suite 'cpu'): mse_loss, l1_loss, smooth_l1_loss, huber_loss,
--- binary_cross_entropy, soft_margin_loss and kl_div on the CPU backend.
+-- binary_cross_entropy, soft_margin_loss, kl_div and hinge_embedding_loss on the CPU
+-- backend.
 --  * hand-derivable values, and every loss against a Lua transcription of PyTorch's
 --    definition (forward, backward, fused; criterion and F; every reduction) in f64 and f32;
 --  * PyTorch's conventions at the kinks and clamps: sign(0) = 0, the thresholds of smooth L1
@@ -44,6 +45,15 @@ local REF = {
     if o.log_target then return math.exp(y) * (y - x), -math.exp(y) end
     return (y == 0 and 0 or y * math.log(y)) - y * x, -y
   end,
+  hinge_embedding_loss = function(x, y, o)
+    local l, g = 0, 0
+    if y ~= 1 then
+      local h = (o.margin or 1) - x
+      l, g = math.max(h, 0), h >= 0 and -1 or 0
+    end
+    if y ~= -1 then l, g = l + x, g + 1 end
+    return l, g
+  end,
 }
 
 -- The reference loss (a number, or a flat list for 'none') and gradient (flat list) of
@@ -70,10 +80,11 @@ local function data_for(name, sizes, dtype, seed)
   if name == "binary_cross_entropy" then
     x = ploss.rand(sizes, { dtype = "f64", low = 0.02, high = 0.98 })
     y = ploss.rand(sizes, { dtype = "f64" })
-  elseif name == "soft_margin_loss" then
+  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" then
     x = ploss.randn(sizes, { dtype = "f64", std = 2 })
     local v = ploss.rand(sizes, { dtype = "f64" }):flat()
-    for i = 1, #v do v[i] = v[i] < 0.5 and -1 or 1 end
+    -- labels −1 and 1, and for the hinge also PyTorch's case of another value (0.5)
+    for i = 1, #v do v[i] = v[i] < 0.45 and -1 or (v[i] < 0.9 or name == "soft_margin_loss") and 1 or 0.5 end
     y = ploss.tensor(v, { dtype = "f64", size = sizes })
   elseif name == "kl_div" then
     x = ploss.rand(sizes, { dtype = "f64", low = -4, high = -0.05 }) -- log-probabilities
@@ -104,12 +115,15 @@ local OPTIONS = {
   binary_cross_entropy = { {}, { weight = "class" }, { weight = "full" } },
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
+  hinge_embedding_loss = { {}, { margin = 0.5 }, { margin = -0.25 } },
 }
 local CRITERION = {
   mse_loss = "MSELoss", l1_loss = "L1Loss", smooth_l1_loss = "SmoothL1Loss", huber_loss = "HuberLoss",
   binary_cross_entropy = "BCELoss", soft_margin_loss = "SoftMarginLoss", kl_div = "KLDivLoss",
+  hinge_embedding_loss = "HingeEmbeddingLoss",
 }
-local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div" }
+local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
+  "hinge_embedding_loss" }
 
 -- Concrete options (tensor options made for `sizes`) and the flat weights they imply.
 local function concrete(name, spec, sizes, dtype, seed)
@@ -229,10 +243,20 @@ describe("pointwise criteria by hand", function()
     H.assert_close(F.kl_div(x0, y0, { reduction = "batchmean" }), 0.4 * math.log(0.4) + 0.6, { rtol = 1e-15 })
   end)
 
+  it("hinge embedding: x for y = 1, max(0, m − x) for y = −1, the gradient −1 at the hinge", function()
+    local d = ploss.tensor({ 0.3, 2, 1, -1, 0.5 }, { dtype = "f64" })
+    local t = ploss.tensor({ 1, -1, -1, -1, 0 }, { dtype = "f64" })
+    local l, g = F.hinge_embedding_loss_fused(d, t, { reduction = "none" })
+    H.assert_close(l, { 0.3, 0, 0, 2, 1 }, { rtol = 1e-15 })
+    H.assert_equal(g, { 1, 0, -1, -1, 0 })
+    H.assert_close(F.hinge_embedding_loss(d, t, { margin = 3 }), (0.3 + 1 + 2 + 4 + 3) / 5, { rtol = 1e-15 })
+  end)
+
   it("the Torch7 class names are the same criteria", function()
     for alias, cls in pairs {
       MSECriterion = "MSELoss", AbsCriterion = "L1Loss", SmoothL1Criterion = "SmoothL1Loss", BCECriterion = "BCELoss",
       SoftMarginCriterion = "SoftMarginLoss", DistKLDivCriterion = "KLDivLoss",
+      HingeEmbeddingCriterion = "HingeEmbeddingLoss",
     } do
       assert.is_not_nil(ploss[cls], cls)
       assert.are.equal(ploss[cls], ploss[alias], alias)

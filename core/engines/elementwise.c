@@ -2,7 +2,7 @@
  * elementwise.c — the one validation front of the elementwise kernel shape: losses with one
  * value per element of an input of any shape (binary cross-entropy with logits, sigmoid
  * focal, and PyTorch's pointwise criteria: MSE, L1, smooth L1, Huber, binary cross-entropy
- * on probabilities, soft margin, KL divergence).  It checks the tensors of a call against
+ * on probabilities, soft margin, KL divergence, hinge embedding).  It checks the tensors of a call against
  * the loss's spec before anything is written, coalesces the dims the tensors allow to walk
  * as one, and dispatches the problem (core/engines/elementwise.h) to the CPU or CUDA.  The
  * options were checked by the loss's entry point (core/losses.c).
@@ -74,6 +74,7 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     case PLOSS_POLICY_BINARY_CROSS_ENTROPY: return PLOSS_EW_BCE_PROB;
     case PLOSS_POLICY_SOFT_MARGIN: return PLOSS_EW_SOFT_MARGIN;
     case PLOSS_POLICY_KL_DIV: return o->log_target ? PLOSS_EW_KL_DIV_LOG_TARGET : PLOSS_EW_KL_DIV;
+    case PLOSS_POLICY_HINGE_EMBEDDING: return PLOSS_EW_HINGE_EMBEDDING;
     default:
         return o->convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
                                                         : PLOSS_SIGMOID_FOCAL_REFERENCE;
@@ -196,7 +197,7 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
         p.a0 = o->alpha < 0.0 ? 1.0 : 1.0 - o->alpha;
         p.gamma = o->gamma;
     }
-    p.beta = kind == PLOSS_EW_HUBER ? o->delta : o->beta;
+    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING ? o->margin : o->beta;
     p.numel = x.numel;
     p.mean_divisor = o->reduction != PLOSS_REDUCTION_BATCHMEAN ? x.numel : x.ndim > 0 ? x.shape[0] : 1;
     p.x = x.data; p.x_dtype = x.dtype;

@@ -22,6 +22,7 @@
  *   BCE_PROB:    ℓ = −w·[y·max(log x, −100) + (1 − y)·max(log(1 − x), −100)]  (x a probability)
  *   SOFT_MARGIN: ℓ = sp(−y·x)
  *   KL_DIV:      ℓ = y·log y − y·x (0 where y = 0);   KL_DIV_LOG_TARGET: ℓ = e^y·(y − x)
+ *   HINGE_EMBEDDING (margin m = β): ℓ = [y ≠ −1]·x + [y ≠ 1]·max(0, m − x)
  * (the derivatives are written out in core/ploss_losses.h).
  */
 #ifndef PLOSS_SIGMOID_INTERNAL_H
@@ -45,7 +46,8 @@ typedef enum {
     PLOSS_EW_BCE_PROB = 7,
     PLOSS_EW_SOFT_MARGIN = 8,
     PLOSS_EW_KL_DIV = 9,
-    PLOSS_EW_KL_DIV_LOG_TARGET = 10
+    PLOSS_EW_KL_DIV_LOG_TARGET = 10,
+    PLOSS_EW_HINGE_EMBEDDING = 11
 } ploss_sigmoid_kind;
 
 /* The kinds computed by the pointwise terms (no sigmoid). */
@@ -68,7 +70,7 @@ typedef struct ploss_sigmoid_problem {
 
     double a1, a0;  /* focal α weights of the positive / negative term (1, 1: disabled) */
     double gamma;   /* focal γ ≥ 0                                                      */
-    double beta;    /* SMOOTH_L1's β ≥ 0, HUBER's δ > 0                                  */
+    double beta;    /* SMOOTH_L1's β ≥ 0, HUBER's δ > 0, HINGE_EMBEDDING's margin        */
     double scale;   /* fused: gradient multiplier                                       */
 
     /* loss: elementwise (NONE, l_st) or one scalar (MEAN/SUM); f32 or f64 */

@@ -1,7 +1,8 @@
 /*
  * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
  * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
- * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div;
+ * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
+ * hinge_embedding_loss;
  * formulas in core/engines/elementwise.h and core/ploss_losses.h).
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
@@ -108,6 +109,12 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         loss = (y == A(0) ? A(0) : y * m_log(y)) - y * x;
         dx = -y;
         break;
+    case PLOSS_EW_HINGE_EMBEDDING: { /* margin m = beta; the clamp's gradient where m − x >= 0 */
+        const A h = beta - x;
+        loss = (y != A(1) ? (h > A(0) ? h : A(0)) : A(0)) + (y != A(-1) ? x : A(0));
+        dx = (y != A(1) ? (h >= A(0) ? A(-1) : A(0)) : A(0)) + (y != A(-1) ? A(1) : A(0));
+        break;
+    }
     default: { /* KL_DIV_LOG_TARGET */
         const A e = m_exp(y);
         loss = e * (y - x);

@@ -9,7 +9,7 @@
 
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
  * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
- * SMOOTH_L1 (β) and HUBER (δ).  The branches at the thresholds and the signs follow
+ * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING.  The branches at the thresholds and the signs follow
  * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
                                                                 REAL *loss, REAL *dx)
@@ -44,6 +44,12 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
     } else if (kind == PLOSS_EW_KL_DIV) {
         *loss = (y == 0 ? 0 : y * LOG(y)) - y * x; /* xlogy(y, y) − y·x */
         *dx = -y;
+    } else if (kind == PLOSS_EW_HINGE_EMBEDDING) {
+        /* PyTorch: where(y ≠ 1, clamp_min(m − x, 0)) + where(y ≠ −1, x); the clamp's
+         * gradient passes where m − x >= 0 */
+        const REAL h = beta - x;
+        *loss = (y != 1 ? (h > 0 ? h : 0) : 0) + (y != -1 ? x : 0);
+        *dx = (y != 1 ? (h >= 0 ? -1 : 0) : 0) + (y != -1 ? 1 : 0);
     } else { /* KL_DIV_LOG_TARGET */
         const REAL e = EXP(y);
         *loss = e * (y - x);
@@ -184,6 +190,7 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_BCE_PROB: SIGMOID_PASSES_G(PLOSS_EW_BCE_PROB, 0) break;
     case PLOSS_EW_SOFT_MARGIN: SIGMOID_PASSES_G(PLOSS_EW_SOFT_MARGIN, 0) break;
     case PLOSS_EW_KL_DIV: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV, 0) break;
+    case PLOSS_EW_HINGE_EMBEDDING: SIGMOID_PASSES_G(PLOSS_EW_HINGE_EMBEDDING, 0) break;
     default: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
     }
     return acc;

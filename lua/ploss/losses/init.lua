@@ -19,5 +19,7 @@ return {
   "binary_cross_entropy",
   "soft_margin_loss",
   "kl_div",
+  "hinge_embedding_loss",
   "nll_loss",
+  "multi_margin_loss",
 }
