@@ -1183,7 +1183,7 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
  * nn.DistKLDivCriterion).
  * Elementwise, with x the input (log q) and y the target:
  *
- *     ℓ = y·(log y − x)      (ℓ = −y·x + 0 where y = 0, as PyTorch's xlogy)
+ *     ℓ = y·log y − y·x      (0·log 0 taken as 0, as PyTorch's xlogy)
  *     ℓ = e^y·(y − x)        with log_target
  *
  * 'mean' divides by the element count, 'batchmean' by the input's first dim (the sum for a 0-d
