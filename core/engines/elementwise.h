@@ -3,7 +3,7 @@
  * and CUDA (kernels/elementwise/sigmoid.cu) backends of the elementwise losses: the sigmoid
  * family (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria of
  * PyTorch (mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
- * soft_margin_loss, kl_div).  Internal.
+ * soft_margin_loss, kl_div, hinge_embedding_loss).  Internal.
  *
  * Every tensor is addressed with the same (collapsed) shape: dims of size 1 are dropped and
  * neighbouring dims that are contiguous in every tensor are merged, so dense inputs become

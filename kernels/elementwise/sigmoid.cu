@@ -2,8 +2,7 @@
  * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
  * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
  * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
- * hinge_embedding_loss;
- * formulas in core/engines/elementwise.h and core/ploss_losses.h).
+ * hinge_embedding_loss); formulas in core/engines/elementwise.h and core/ploss_losses.h.
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
  *  - sigmoid_fast<T, KIND, G2>: the common case — x and target of one dtype, dense, unit
