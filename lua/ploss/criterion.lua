@@ -102,7 +102,11 @@ local function resolve(d, user, extra, where)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end
-  check_scalar(REDUCTION, r, where)
+  if type(r) ~= "string" or not d.reduction_allowed[r] then
+    local names = {}
+    for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
+    ploss.raise(string.format("%s: reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
+  end
   o.reduction = r
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
@@ -722,6 +726,7 @@ function M.build(d)
   end
 
   ploss[d.criterion] = cls
+  for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
   return cls
 end
 
