@@ -430,8 +430,8 @@ def build(args):
                     line += f"; FLOPs {flops / 1e9:.4g} GFLOP"
                     if gm and gm.get("tflops"):
                         line += (f" at {gm['tflops']:.4g} TFLOP/s (torch.matmul {gm.get('m')}×{gm.get('k')} · "
-                                 f"{gm.get('k')}×{gm.get('n')} {gm.get('dtype')}) = {fmt_ms(flop_floor)} ms")
-                        if gm.get("f32_tflops") and gm.get("dtype") != "float32":
+                                 f"{gm.get('k')}×{gm.get('n')} {gm.get('gemm_dtype')}) = {fmt_ms(flop_floor)} ms")
+                        if gm.get("f32_tflops") and gm.get("gemm_dtype") != "float32":
                             line += (f"; at the float32 rate (no TF32), {gm['f32_tflops']:.4g} TFLOP/s: "
                                      f"{fmt_ms(flop_floor_f32)} ms")
                     elif gm and gm.get("error"):

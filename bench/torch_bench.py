@@ -809,7 +809,7 @@ def gemm_rate(a, b, runs, timer, max_rows=8192):
         sync(timer.cuda)
     t = statistics.median(timer.elapsed_ms(e0, e1) for e0, e1 in ms)
     flops = 2.0 * m * b.shape[0] * a.shape[1]
-    return {"m": m, "n": b.shape[0], "k": a.shape[1], "dtype": str(a.dtype).replace("torch.", ""),
+    return {"m": m, "n": b.shape[0], "k": a.shape[1], "gemm_dtype": str(a.dtype).replace("torch.", ""),
             "ms_median": t, "tflops": flops / (t * 1e-3) / 1e12 if t > 0 else None}
 
 
