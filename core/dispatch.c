@@ -10,6 +10,7 @@
 #include "linear.h"
 #include "one_hot.h"
 #include "optim.h"
+#include "region.h"
 #include "rows.h"
 #include "taylor.h"
 
@@ -37,6 +38,7 @@ NO_CTX(cpu_bias_add, ploss_cpu_bias_add, ploss_bias_problem)
 NO_CTX(cpu_bias_grad, ploss_cpu_bias_grad, ploss_bias_problem)
 NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
+WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -51,6 +53,7 @@ WITH_CTX(cuda_bias_add, ploss_cuda_bias_add, ploss_bias_problem)
 WITH_CTX(cuda_bias_grad, ploss_cuda_bias_grad, ploss_bias_problem)
 WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
+WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -71,6 +74,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BIAS_GRAD] = {[CPU] = cpu_bias_grad, [GPU] = CUDA(cuda_bias_grad)},
     [PLOSS_OP_ARGMAX] = {[CPU] = cpu_argmax, [GPU] = CUDA(cuda_argmax)},
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
+    [PLOSS_OP_REGION_LOVASZ] = {[CPU] = cpu_lovasz, [GPU] = CUDA(cuda_lovasz)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

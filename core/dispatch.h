@@ -26,6 +26,7 @@ typedef enum {
     PLOSS_OP_BIAS_GRAD,              /* ploss_bias_problem      */
     PLOSS_OP_ARGMAX,                 /* ploss_argmax_problem    */
     PLOSS_OP_OPTIM,                  /* ploss_optim_problem     */
+    PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
     PLOSS_OP_COUNT
 } ploss_op;
 

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* Kernel shapes: the engines of core/engines/. */
-typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_COUNT } ploss_shape;
+typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_REGION = 2, PLOSS_SHAPE_COUNT } ploss_shape;
 
 /* What a loss's target is. */
 typedef enum {
@@ -76,6 +76,8 @@ typedef struct ploss_loss_params {
     int64_t n_min;
     double scale;
     int inplace;
+    int classes;              /* region: which classes count (ploss_lovasz_classes) */
+    int per_image;            /* region: one group per sample rather than the whole batch */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and
@@ -91,6 +93,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                             const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *p);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@ typedef enum {
     PLOSS_POLICY_PC_SOFTMAX = 7, /* pc_softmax_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_CROSS_ENTROPY = 8, /* ohem_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
+    PLOSS_POLICY_LOVASZ_SOFTMAX = 10, /* lovasz_softmax (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

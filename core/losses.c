@@ -722,3 +722,73 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return ohem_large_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- lovasz_softmax ---------------------------------------------------------------------- */
+
+void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->classes = PLOSS_LOVASZ_PRESENT;
+    o->per_image = 0;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec lovasz_softmax_spec = {
+    .name = "lovasz_softmax",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_LOVASZ_SOFTMAX,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+};
+
+static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_lovasz_softmax_opts *user)
+{
+    ploss_clear_error();
+    ploss_lovasz_softmax_opts o;
+    ploss_lovasz_softmax_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if ((unsigned)o.classes >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.classes: %d is not one of present (0), all (1)", (int)o.classes);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .classes = (int)o.classes,
+        .per_image = o.per_image,
+        .ignore_index = o.ignore_index,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &lovasz_softmax_spec, a, &p);
+}
+
+ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return lovasz_softmax(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return lovasz_softmax(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return lovasz_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

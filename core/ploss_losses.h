@@ -794,4 +794,108 @@ ploss_status ploss_ohem_large_margin_backward(ploss_ctx_t *ctx, const DLTensor *
 ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_ohem_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Lovász-softmax loss -------------------------------------------------------------- */
+
+/** Which classes of a group enter its loss.
+ *   PRESENT          the classes with at least one valid pixel of that label in the group
+ *                    (Berman et al.'s default)
+ *   ALL              every class; a class absent from the group's labels has L_c = the largest
+ *                    p_c over its valid pixels
+ */
+typedef enum ploss_lovasz_classes {
+    PLOSS_LOVASZ_PRESENT = 0,
+    PLOSS_LOVASZ_ALL = 1,
+    PLOSS_LOVASZ_CLASSES_COUNT
+} ploss_lovasz_classes;
+
+/** Options of lovasz_softmax; fill with ploss_lovasz_softmax_opts_init(). */
+typedef struct ploss_lovasz_softmax_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* which classes count (see the choices above); default PRESENT */
+    ploss_lovasz_classes classes;
+    /* one group per image (true) or the whole batch as one group (false); default 0 */
+    int per_image;
+    /* pixels with this label are left out of every class's sort; default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_lovasz_softmax_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
+
+/**
+ * Lovász-softmax loss, forward (Berman, Rannen Triki, Blaschko, "The Lovász-Softmax loss: A
+ * tractable surrogate for the optimization of the intersection-over-union measure in neural
+ * networks", CVPR 2018 (its lovasz_softmax with classes 'present' or 'all' and per_image)).
+ * In each group (the whole batch, or one image with per_image) and for each class c, with p the
+ * softmax over the C classes, the errors of the valid pixels e_i = 1 − p_ic where y_i = c and
+ * e_i = p_ic elsewhere are sorted in decreasing order e_(1) ≥ e_(2) ≥ … (ties by
+ * increasing pixel index, row-major over N×d1×…×dk). With P the number of pixels of class
+ * c in the group and F_k the number among the first k,
+ *
+ *     Δ(k) = k / (P + k − F_k)           (the Jaccard loss of the k worst pixels, Δ(0) = 0)
+ *     g_k  = Δ(k) − Δ(k − 1)             (the Lovász weights)
+ *     L_c  = Σ_k e_(k)·g_k
+ *
+ * g_k is computed in closed form (1/(P + k − F_k) for a pixel of class c or k = 1, else (P
+ * − F_k)/((P + k − F_k)(P + k − 1 − F_k))) and the counts are integers, so no
+ * difference of nearly equal numbers is taken. The loss of a group is the mean of L_c over the
+ * classes that count in it (0 when none does); 'mean' averages the groups' losses, 'sum' adds
+ * every counted L_c, 'none' gives L_c per class ([C], or [N, C] with per_image; 0 for a class
+ * that does not count).
+ *
+ * Edge cases: a group whose pixels are all ignored gives 0 and a zero gradient (also with
+ * 'mean': Berman et al.'s convention, not NaN); a single valid pixel is an ordinary group; a
+ * class absent from a group's labels is skipped with classes = 'present' and gives L_c = max_i
+ * p_ic with 'all' (the reference project's setting); C = 1 gives 0. Labels outside [0, C) that
+ * are not ignore_index are an error (INVALID_LABEL). The CUDA backend sorts every (group,
+ * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
+ * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+ *
+ * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per image or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group and class, shape [C] (the batch one
+ *                 group) or [N, C] (per image); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64
+ *                 for f64 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything
+ *           is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than
+ *           2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss);
+
+/**
+ * Lovász-softmax loss, backward. The sort order is held fixed (the loss is piecewise linear in
+ * the probabilities): ∂L_c/∂p_ic = g_k·(−1 if y_i = c else +1) at the pixel of rank k,
+ * and through the softmax ∂ℓ/∂x_ik = p_ik·(G_ik − Σ_c p_ic·G_ic) with G_ic =
+ * ω_c·∂L_c/∂p_ic, ω_c the weight of L_c in the reduced loss (1/(groups × counted
+ * classes of the group) for 'mean', 1 for 'sum', the upstream gradient for 'none'). Ignored
+ * pixels get an exactly zero gradient.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Lovász-softmax loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

@@ -174,6 +174,23 @@ static ploss_status fz_call_ohem_large_margin_fused(ploss_ctx_t *ctx, DLTensor *
     return ploss_ohem_large_margin_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_lovasz_softmax_opts(void *o) { ploss_lovasz_softmax_opts_init(o); }
+
+static ploss_status fz_call_lovasz_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_lovasz_softmax_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -294,6 +311,18 @@ static ploss_status fz_call_ohem_large_margin_fused(ploss_ctx_t *ctx, DLTensor *
     {.name = "ploss_ohem_large_margin_fused", .call = fz_call_ohem_large_margin_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|1", "a"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_backward", .call = fz_call_lovasz_softmax_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_fused", .call = fz_call_lovasz_softmax_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

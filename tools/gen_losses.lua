@@ -86,6 +86,13 @@ local function default_doc(opt)
   return default_c(opt)
 end
 
+-- An option's default as Lua writes it ('mean', 0.25, false).
+local function lua_value(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "boolean" then return tostring(v) end
+  return D.number(v)
+end
+
 local function title_case(s) return s:sub(1, 1):upper() .. s:sub(2) end
 
 ---------------------------------------------------------------------------------------
@@ -127,6 +134,20 @@ local SHAPE = {
     fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
              grad_input = { "NCd|N|NC", "x" }, target = { elementwise = { "NCd|N|NC", "x|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+  },
+  region = {
+    input = "N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= %d; any strides " ..
+      "(a crop of a segmentation map is read in place).  Pixels are grouped per image or over the " ..
+      "whole batch; the target, and grad_input, have any strides too.",
+    loss = "reduction NONE: one value per group and class, shape [C] (the batch one group) or " ..
+      "[N, C] (per image); MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on " ..
+      "the input's device.",
+    grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
+    fuzz = { input = { "NCd", "f" }, loss = { "|C|NC|1", "a" }, grad_loss = { "|C|NC|1", "a|f" },
+             grad_input = { "NCd", "x" }, target = { index = { "Nd", "i|i|i|f" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
+      "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
+      "pairs), CUDA, OUT_OF_MEMORY",
   },
 }
 
@@ -541,7 +562,7 @@ local function gen_docs()
     local o = {}
     for _, opt in ipairs(d.lua_options) do
       local v = opt.default
-      o[#o + 1] = string.format("%s = %s", opt.name, type(v) == "string" and ("'" .. v .. "'") or D.number(v))
+      o[#o + 1] = string.format("%s = %s", opt.name, lua_value(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
@@ -575,7 +596,7 @@ local function gen_docs()
         ty = table.concat(names, " \\| ")
       end
       local v = opt.default
-      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, type(v) == "string" and ("'" .. v .. "'") or D.number(v),
+      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, lua_value(v),
         D.range_text(opt) or "any", opt.doc)
     end
     for _, t in ipairs(d.tensors) do

@@ -223,10 +223,12 @@ local function check_args(where, input, target)
   if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
 end
 
--- Sizes of the 'none' loss: the sample shape (rows) or the input's (elementwise).
-local function loss_sizes(d, input)
+-- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or one
+-- value per group and class (region: [C], or [N, C] with per_image).
+local function loss_sizes(d, input, o)
   local sizes = input:size()
   if d.shape == "elementwise" then return sizes end
+  if d.shape == "region" then return o.per_image and { sizes[1], sizes[2] } or { sizes[2] } end
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
@@ -234,7 +236,7 @@ end
 
 -- Sizes of the loss of a call: the 'none' loss's, or none (one element) when reduced.
 local function loss_shape(d, o, input)
-  return o.reduction == "none" and loss_sizes(d, input) or {}
+  return o.reduction == "none" and loss_sizes(d, input, o) or {}
 end
 
 local function state_sizes(d, input)
@@ -271,7 +273,7 @@ end
 local function grad_loss_tensor(d, o, input, gradOutput, buf)
   local dtype = loss_dtype(input)
   if gradOutput == nil then
-    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input), dtype, input:device()):fill(1) end
+    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input, o), dtype, input:device()):fill(1) end
     gradOutput = 1
   end
   if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput) end

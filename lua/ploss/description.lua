@@ -13,7 +13,8 @@
 --   aliases      other ploss.F names of the same function (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits) or
---                'elementwise' (any shape, one loss per element)
+--                'elementwise' (any shape, one loss per element) or 'region' (per-class
+--                reductions over groups of pixels of N×C×d1×…×dk logits)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
@@ -37,7 +38,7 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true }
+local SHAPES = { rows = true, elementwise = true, region = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,

@@ -12,4 +12,5 @@ return {
   "pc_softmax_cross_entropy",
   "ohem_cross_entropy",
   "ohem_large_margin",
+  "lovasz_softmax",
 }

@@ -1,0 +1,190 @@
+/*
+ * region.c — the one validation front of the region kernel shape: losses reduced per class
+ * over groups of pixels (Lovász-softmax).  It checks the tensors of a call against the
+ * loss's spec before anything is written (on the CPU the labels too), merges the spatial
+ * dims the tensors allow to walk as one, and dispatches the problem (core/engines/region.h)
+ * to the CPU or CUDA.  The options were checked by the loss's entry point (core/losses.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "loss.h"
+#include "loss_check.h"
+#include "region.h"
+#include "scalar.h"
+
+/* Loss-shaped tensors: NONE one value per (group, class), [C] or [N, C]; else one element. */
+static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r, int per_image,
+                                      const char *name)
+{
+    const int64_t N = x->shape[0], C = x->shape[1];
+    char want[160];
+    if (r != PLOSS_REDUCTION_NONE) {
+        if (v->numel == 1)
+            return PLOSS_OK;
+        return ploss_check_shape_error(name, "one element (a reduced loss)", v);
+    }
+    if (per_image) {
+        if (v->ndim == 2 && v->shape[0] == N && v->shape[1] == C)
+            return PLOSS_OK;
+        snprintf(want, sizeof want, "shape [%lld, %lld] (one value per image and class, reduction 'none')",
+                 (long long)N, (long long)C);
+    } else {
+        if (v->ndim == 1 && v->shape[0] == C)
+            return PLOSS_OK;
+        snprintf(want, sizeof want, "shape [%lld] (one value per class, reduction 'none')", (long long)C);
+    }
+    return ploss_check_shape_error(name, want, v);
+}
+
+/* Merge the spatial dims of x (from dim 2), t (from dim 1) and g (from dim 2, when given)
+ * where every one of them is contiguous across the pair; drop dims of size 1. */
+static void merge_spatial(ploss_region_problem *p, const ploss_view *x, const ploss_view *t, const ploss_view *g)
+{
+    int n = 0;
+    int64_t shape[PLOSS_MAX_DIMS], xs[PLOSS_MAX_DIMS], ts[PLOSS_MAX_DIMS], gs[PLOSS_MAX_DIMS];
+    for (int d = x->ndim - 1; d >= 2; --d) {
+        const int64_t size = x->shape[d];
+        if (size == 1)
+            continue;
+        const int64_t sx = x->strides[d], st = t->strides[d - 1], sg = g ? g->strides[d] : 0;
+        if (n > 0 && sx == xs[n - 1] * shape[n - 1] && st == ts[n - 1] * shape[n - 1] &&
+            sg == gs[n - 1] * shape[n - 1]) {
+            shape[n - 1] *= size;
+            continue;
+        }
+        shape[n] = size; xs[n] = sx; ts[n] = st; gs[n] = sg;
+        ++n;
+    }
+    p->sdim = n;
+    p->S = 1;
+    for (int d = 0; d < n; ++d) { /* innermost first above: reverse into row-major order */
+        p->sshape[d] = shape[n - 1 - d];
+        p->x_ss[d] = xs[n - 1 - d];
+        p->t_ss[d] = ts[n - 1 - d];
+        p->g_ss[d] = gs[n - 1 - d];
+        p->S *= p->sshape[d];
+    }
+}
+
+/* Offset of pixel s (row-major over the merged spatial shape) along the strides ss. */
+static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
+{
+    int64_t off = 0;
+    for (int d = p->sdim - 1; d >= 0; --d) {
+        off += (s % p->sshape[d]) * ss[d];
+        s /= p->sshape[d];
+    }
+    return off;
+}
+
+static ploss_status check_labels(const ploss_region_problem *p)
+{
+    for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n)
+        for (int64_t s = 0; s < p->S; ++s) {
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
+            if (y != p->ignore_index && (y < 0 || y >= p->C))
+                return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                                   "target: class index %lld at pixel (n = %lld, s = %lld) is outside [0, %lld) "
+                                   "and is not ignore_index (%lld); n and s are 0-based, s counting the "
+                                   "positions d1⋯dk in row-major order",
+                                   (long long)y, (long long)n, (long long)s, (long long)p->C,
+                                   (long long)p->ignore_index);
+        }
+    return PLOSS_OK;
+}
+
+ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *o)
+{
+    ploss_status st;
+    ploss_view x, t, l, gl, g;
+    if ((st = ploss_check_row_input(ctx, a->input, &x)))
+        return st;
+    if (x.shape[1] < spec->min_classes)
+        return ploss_check_shape_error("input", "at least one class along axis 1", &x);
+    if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
+        return st;
+    if (t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
+        return ploss_error(PLOSS_ERR_DTYPE,
+                           "target: expected class indices of dtype i64 or i32, got %s (convert them, e.g. "
+                           "target:long())",
+                           ploss_dtype_name(t.dtype));
+    if ((st = ploss_check_sample_shape(&t, &x, "target")))
+        return st;
+    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!a->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) ||
+            (st = check_group_shape(&l, &x, o->reduction, o->per_image, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+    }
+    if (pass == PLOSS_PASS_BACKWARD) {
+        if (!a->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = check_group_shape(&gl, &x, o->reduction, o->per_image, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        if (!a->grad_input)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
+        if ((st = ploss_view_init(&g, a->grad_input, "grad_input")) ||
+            (st = ploss_view_check_device(&g, ctx, "grad_input")) || (st = ploss_check_dtype(&g, x.dtype, "grad_input")) ||
+            (st = ploss_check_input_shape(&g, &x, "grad_input")) || (st = ploss_view_check_writable(&g, "grad_input")))
+            return st;
+    }
+
+    /* outputs may not overlap the inputs nor each other; a fused pass may write the
+     * gradient over the input when asked to */
+    const ploss_view *ins[3] = {&x, &t, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
+    const char *in_names[3] = {"input", "target", "grad_loss"};
+    const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
+    const char *out_names[2] = {"loss", "grad_input"};
+    const int inplace = pass == PLOSS_PASS_FUSED && o->inplace;
+    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 3, inplace ? 1 : -1, inplace ? 0 : -1)))
+        return st;
+    if (inplace && (st = ploss_check_inplace_request(&g, &x)))
+        return st;
+
+    ploss_region_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.N = x.shape[0];
+    p.C = x.shape[1];
+    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = x.strides[0]; p.x_sc = x.strides[1];
+    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = t.strides[0];
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.grad = g.data; p.g_sn = g.strides[0]; p.g_sc = g.strides[1];
+    }
+    merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL);
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l.data; p.loss_dtype = l.dtype;
+        if (o->reduction == PLOSS_REDUCTION_NONE) {
+            p.l_sg = o->per_image ? l.strides[0] : 0;
+            p.l_sc = l.strides[o->per_image ? 1 : 0];
+        }
+    } else {
+        p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
+        if (o->reduction == PLOSS_REDUCTION_NONE) {
+            p.gl_sg = o->per_image ? gl.strides[0] : 0;
+            p.gl_sc = gl.strides[o->per_image ? 1 : 0];
+        }
+    }
+    p.ignore_index = o->ignore_index;
+    p.per_image = o->per_image;
+    p.present = o->classes == PLOSS_LOVASZ_PRESENT;
+    p.scale = o->scale;
+    if (ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
+        return st;
+    return ploss_dispatch(ctx, PLOSS_OP_REGION_LOVASZ, "input", &p);
+}

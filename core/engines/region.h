@@ -1,0 +1,68 @@
+/*
+ * region.h — the validated problem handed by core/engines/region.c to the CPU
+ * (core/cpu/region/) and CUDA (kernels/region/) backends of the region kernel shape: losses
+ * reduced over groups of pixels (a whole image or the whole batch) per class, whose
+ * gradient needs the group's statistics first.  Internal.
+ *
+ * Layout: logits N×C×d1×…×dk and class-index labels N×d1×…×dk.  The spatial dims d1…dk of
+ * the input, the labels and the gradient are merged where all three allow it and kept as
+ * up to PLOSS_MAX_DIMS strided dims otherwise (a crop of a map is read in place): pixel s
+ * in [0, S) of sample n, in row-major order over `sshape`, lies at
+ *     n·x_sn + c·x_sc + Σ_d idx_d(s)·x_ss[d]   (class c of the input and the gradient)
+ *     n·t_sn + Σ_d idx_d(s)·t_ss[d]            (its label).
+ *
+ * Lovász-softmax: groups are the images (per_image) or the whole batch; within a group g,
+ * for each class c, the errors of the valid pixels e = |[y = c] − p_c| sorted in decreasing
+ * order (ties by increasing pixel index) define the Lovász weights of the Jaccard loss and
+ * L_gc = Σ_k e_(k)·g_k.  The loss of NONE has shape [C] (batch) or [N, C] (per_image),
+ * strides l_sg (group) and l_sc (class).
+ */
+#ifndef PLOSS_REGION_H
+#define PLOSS_REGION_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ploss_region_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+
+    int64_t N, C, S;                /* samples, classes, pixels per sample         */
+    int sdim;                       /* merged spatial rank, 0..PLOSS_MAX_DIMS - 2  */
+    int64_t sshape[PLOSS_MAX_DIMS]; /* merged spatial shape (S is its product)     */
+
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_sc, x_ss[PLOSS_MAX_DIMS];
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss[PLOSS_MAX_DIMS];
+    void *grad; int64_t g_sn, g_sc, g_ss[PLOSS_MAX_DIMS];   /* the input's dtype */
+
+    /* loss: NONE, one value per (group, class); MEAN/SUM one scalar; f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sg, l_sc;
+    /* upstream gradient (backward): one scalar, or per (group, class) for NONE */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sg, gl_sc;
+
+    int64_t ignore_index;
+    int per_image;  /* groups: the N images (1) or the whole batch (0)                 */
+    int present;    /* 1: only classes present in a group's labels count               */
+    double scale;   /* fused: the gradient's multiplier                                */
+} ploss_region_problem;
+
+/* The groups of a problem and the pixels of each. */
+static inline int64_t ploss_region_groups(const ploss_region_problem *p) { return p->per_image ? p->N : 1; }
+static inline int64_t ploss_region_group_pixels(const ploss_region_problem *p)
+{
+    return p->per_image ? p->S : p->N * p->S;
+}
+
+ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
