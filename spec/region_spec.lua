@@ -1,0 +1,448 @@
+-- Region kernel shape spec (suite 'cpu'): Lovász-softmax on the CPU backend.
+--  * a 1×2×1×3 image and a three-class variant whose Lovász extension is worked out by hand
+--    (comments give the sorted errors, the Jaccard losses and the weights);
+--  * every option combination against a straightforward Lua implementation of Berman et
+--    al.'s algorithm (a sort, the Jaccard loss of each prefix by its definition, the
+--    differences of consecutive ones), over ranks 2 to 5;
+--  * central differences in f64 for every reduction, per_image and classes setting;
+--  * the edge cases: every pixel ignored, one valid pixel, a class absent, C = 1, an empty
+--    batch, ties (broken by pixel index), an ignore_index that is a class id;
+--  * layouts (channels-last, a crop, a transposed map) read in place; f32/f16/bf16 against
+--    f64; fused against forward and backward; bad input with its messages, outputs untouched.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+---------------------------------------------------------------------------------------
+-- The reference: Berman et al.'s algorithm written out in Lua
+---------------------------------------------------------------------------------------
+
+local function softmax(row)
+  local m = -math.huge
+  for _, v in ipairs(row) do m = math.max(m, v) end
+  local s, p = 0, {}
+  for j, v in ipairs(row) do p[j] = math.exp(v - m); s = s + p[j] end
+  for j = 1, #p do p[j] = p[j] / s end
+  return p
+end
+
+-- { loss (the reduced number, or a table of G×C values for 'none'), per (g, c) L and
+-- counted } of x (N×C×d…, any device/dtype) and labels y.
+local function reference(x, y, opts)
+  opts = opts or {}
+  local classes, per_image = opts.classes or "present", opts.per_image or false
+  local ignore, reduction = opts.ignore_index or -100, opts.reduction or "mean"
+  local sizes = x:size()
+  local N, C = sizes[1], sizes[2]
+  local rows = H.sample_rows(x)
+  local labels = y:to("cpu", "i64"):contiguous():flat()
+  local S = N > 0 and #rows / N or 0
+  local G, M = per_image and N or 1, per_image and S or N * S
+  local L, counted = {}, {}
+  for g = 1, G do
+    L[g], counted[g] = {}, {}
+    for c = 1, C do
+      local items, P = {}, 0
+      for j = 1, M do
+        local q = (g - 1) * M + j
+        local lab = labels[q]
+        if lab ~= ignore then
+          local p = softmax(rows[q])
+          local fg = lab == c - 1
+          items[#items + 1] = { e = fg and 1 - p[c] or p[c], j = j, fg = fg }
+          if fg then P = P + 1 end
+        end
+      end
+      table.sort(items, function(a, b)
+        if a.e ~= b.e then return a.e > b.e end
+        return a.j < b.j
+      end)
+      -- the Jaccard loss of the k worst pixels: 1 − |intersection| / |union|
+      local function jaccard(k, Fk)
+        if k == 0 then return 0 end
+        return 1 - (P - Fk) / (P + k - Fk)
+      end
+      local Fk, prev, sum = 0, 0, 0
+      for k, it in ipairs(items) do
+        if it.fg then Fk = Fk + 1 end
+        local J = jaccard(k, Fk)
+        sum = sum + it.e * (J - prev)
+        prev = J
+      end
+      L[g][c] = sum
+      counted[g][c] = classes == "all" or P > 0
+    end
+  end
+  if reduction == "none" then
+    local out = {}
+    for g = 1, G do
+      for c = 1, C do out[#out + 1] = counted[g][c] and L[g][c] or 0 end
+    end
+    return out
+  end
+  local total = 0
+  for g = 1, G do
+    local k, s = 0, 0
+    for c = 1, C do
+      if counted[g][c] then k = k + 1; s = s + L[g][c] end
+    end
+    if reduction == "sum" then total = total + s elseif k > 0 then total = total + s / k end
+  end
+  if reduction == "mean" then total = G > 0 and total / G or 0 end
+  return total
+end
+
+local function merge(a, b)
+  local o = {}
+  for k, v in pairs(a or {}) do o[k] = v end
+  for k, v in pairs(b or {}) do o[k] = v end
+  return o
+end
+
+-- The loss of the call as a number or a flat list.
+local function loss_values(l) return type(l) == "number" and { l } or l:flat() end
+
+local function none_sizes(x, opts)
+  return opts.per_image and { x:size(1), x:size(2) } or { x:size(2) }
+end
+
+-- Logits whose softmax is the given probabilities (per pixel, class-major lists).
+local function logits_of(probs, C, H_, W)
+  local t = {}
+  for c = 1, C do
+    t[c] = {}
+    for h = 1, H_ do
+      t[c][h] = {}
+      for w = 1, W do t[c][h][w] = math.log(probs[c][(h - 1) * W + w]) end
+    end
+  end
+  return ploss.tensor({ t }, { dtype = "f64" })
+end
+
+---------------------------------------------------------------------------------------
+
+describe("LovaszSoftmaxLoss by hand", function()
+  -- 3 pixels, p(class 1) = 0.9, 0.2, 0.6, labels 1, 0, 1.
+  --  class 1 (P = 2): errors 0.1 (fg), 0.2, 0.4 (fg); sorted 0.4 fg, 0.2, 0.1 fg;
+  --    Jaccard losses of the prefixes 1/2, 2/3, 1: weights 1/2, 1/6, 1/3;
+  --    L_1 = 0.4/2 + 0.2/6 + 0.1/3 = 4/15
+  --  class 0 (P = 1): errors 0.1, 0.2 (fg), 0.4; sorted 0.4, 0.2 fg, 0.1;
+  --    Jaccard losses 1/2, 1, 1: weights 1/2, 1/2, 0; L_0 = 0.2 + 0.1 = 3/10
+  local x = logits_of({ { 0.1, 0.8, 0.4 }, { 0.9, 0.2, 0.6 } }, 2, 1, 3)
+  local y = ploss.tensor({ { { 1, 0, 1 } } }, { dtype = "i64" })
+
+  it("values for each reduction", function()
+    H.assert_close(F.lovasz_softmax(x, y, { reduction = "none" }), { 3 / 10, 4 / 15 }, { rtol = 1e-14 })
+    H.assert_close(F.lovasz_softmax(x, y), 17 / 60, { rtol = 1e-14 })
+    H.assert_close(F.lovasz_softmax(x, y, { reduction = "sum" }), 17 / 30, { rtol = 1e-14 })
+    -- per image is the same with one image: [1, 2]
+    H.assert_close(F.lovasz_softmax(x, y, { reduction = "none", per_image = true }), { 3 / 10, 4 / 15 }, { rtol = 1e-14 })
+  end)
+
+  it("the gradient from the hand weights", function()
+    -- ∂L_c/∂p_c per pixel: the weight of its rank, negative for a pixel of class c
+    local Gp = { { 0, -1 / 2, 1 / 2 }, { -1 / 3, 1 / 6, -1 / 2 } } -- [class][pixel]
+    local p = { { 0.1, 0.8, 0.4 }, { 0.9, 0.2, 0.6 } }
+    local omega = 1 / 2 -- 'mean' over the two classes
+    local want = {}
+    for c = 1, 2 do
+      for i = 1, 3 do
+        local dot = omega * (p[1][i] * Gp[1][i] + p[2][i] * Gp[2][i])
+        want[#want + 1] = p[c][i] * (omega * Gp[c][i] - dot)
+      end
+    end
+    H.assert_close(F.lovasz_softmax_backward(x, y), want, { rtol = 1e-12, atol = 1e-15 })
+  end)
+
+  it("an absent class: skipped with 'present', max p with 'all'", function()
+    -- a third class with p = 0.05, 0.3, 0.1 (the others scaled), absent from the labels
+    local p2 = { 0.05, 0.3, 0.1 }
+    local probs = { {}, {}, p2 }
+    local base = { { 0.1, 0.8, 0.4 }, { 0.9, 0.2, 0.6 } }
+    for c = 1, 2 do
+      for i = 1, 3 do probs[c][i] = base[c][i] * (1 - p2[i]) end
+    end
+    local x3 = logits_of(probs, 3, 1, 3)
+    local none_all = F.lovasz_softmax(x3, y, { reduction = "none", classes = "all" }):flat()
+    H.assert_close(none_all[3], 0.3, { rtol = 1e-13 }) -- g = (1, 0, 0): the largest error, max p
+    local none_present = F.lovasz_softmax(x3, y, { reduction = "none" }):flat()
+    assert.are.equal(0, none_present[3])
+    H.assert_close(F.lovasz_softmax(x3, y), (none_present[1] + none_present[2]) / 2, { rtol = 1e-14 })
+    H.assert_close(F.lovasz_softmax(x3, y, { classes = "all" }), (none_all[1] + none_all[2] + none_all[3]) / 3,
+      { rtol = 1e-14 })
+    -- the absent class still moves the gradient with 'all' (towards a lower p at pixel 2)
+    local g_all = F.lovasz_softmax_backward(x3, y, nil, { classes = "all" }):flat()
+    local g_present = F.lovasz_softmax_backward(x3, y):flat()
+    assert.is_true(g_all[3 * 2 + 2] > 0 and g_present[3 * 2 + 2] < g_all[3 * 2 + 2])
+  end)
+end)
+
+describe("LovaszSoftmaxLoss against the reference implementation", function()
+  local shapes = { { 2, 4, 3, 5 }, { 3, 3, 7 }, { 6, 5 }, { 2, 3, 2, 3, 2 }, { 1, 6, 4, 4 } }
+  for si, sizes in ipairs(shapes) do
+    it(table.concat(sizes, "x"), function()
+      H.seed(100 + si)
+      local x = ploss.randn(sizes, { dtype = "f64", seed = 100 + si, std = 2 })
+      for _, ignore in ipairs { 0, 0.3 } do
+        local y = H.random_labels(H.sample_sizes(sizes), sizes[2] - 1, { ignore = ignore }) -- the last class absent
+        for _, per_image in ipairs { false, true } do
+          for _, classes in ipairs { "present", "all" } do
+            for _, red in ipairs { "mean", "sum", "none" } do
+              local o = { per_image = per_image, classes = classes, reduction = red }
+              local what = string.format("%s ignore %g per_image %s classes %s %s", table.concat(sizes, "x"), ignore,
+                tostring(per_image), classes, red)
+              local want = reference(x, y, o)
+              H.assert_close(loss_values(F.lovasz_softmax(x, y, o)), type(want) == "number" and { want } or want,
+                { rtol = 1e-12, atol = 1e-15, what = what })
+            end
+          end
+        end
+      end
+    end)
+  end
+end)
+
+describe("LovaszSoftmaxLoss gradient", function()
+  it("matches central differences in f64 (every reduction, per_image, classes, ignored pixels)", function()
+    local sizes = { 2, 3, 3, 4 }
+    local x = ploss.randn(sizes, { dtype = "f64", seed = 7, std = 1.5 })
+    local y = H.random_labels({ 2, 3, 4 }, 3, { ignore = 0.2 })
+    for _, per_image in ipairs { false, true } do
+      for _, classes in ipairs { "present", "all" } do
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local o = { per_image = per_image, classes = classes, reduction = red }
+          local gout = red == "none" and ploss.randn(none_sizes(x, o), { dtype = "f64", seed = 9 }) or nil
+          local analytic = F.lovasz_softmax_backward(x, y, gout or 0.7, o)
+          local f = H.loss_objective("lovasz_softmax", y, o, gout)
+          local scaled = red == "none" and f or function(xx) return 0.7 * f(xx) end
+          H.gradcheck(scaled, x, analytic, { rtol = 1e-6, atol = 1e-9,
+            what = string.format("per_image %s classes %s %s", tostring(per_image), classes, red) })
+        end
+      end
+    end
+  end)
+
+  it("fused = forward and backward; scale; the criterion", function()
+    local x = ploss.randn({ 2, 4, 3, 3 }, { dtype = "f64", seed = 21 })
+    local y = H.random_labels({ 2, 3, 3 }, 4, { ignore = 0.1 })
+    for _, red in ipairs { "mean", "sum", "none" } do
+      for _, per_image in ipairs { false, true } do
+        local o = { reduction = red, per_image = per_image }
+        local l, g = F.lovasz_softmax_fused(x, y, o)
+        H.assert_equal(loss_values(l), loss_values(F.lovasz_softmax(x, y, o)), { what = red .. " fused loss" })
+        H.assert_equal(g, F.lovasz_softmax_backward(x, y, nil, o), { what = red .. " fused gradient" })
+        H.check_fused_scale("lovasz_softmax", x, y, o, none_sizes(x, o), red, 1e-14)
+        local crit = ploss.LovaszSoftmaxLoss(o)
+        local cl, cg = crit(x, y)
+        H.assert_equal(loss_values(cl), loss_values(l), { what = red .. " criterion" })
+        H.assert_equal(cg, g, { what = red .. " criterion gradient" })
+        crit:forward(x, y)
+        H.assert_equal(crit:backward(x, y), g, { what = red .. " criterion backward" })
+      end
+    end
+  end)
+
+  it("in-place fused pass", function()
+    local x = ploss.randn({ 2, 3, 4, 4 }, { dtype = "f32", seed = 23 })
+    local y = H.random_labels({ 2, 4, 4 }, 3)
+    local l, g = F.lovasz_softmax_fused(x, y)
+    H.check_inplace_fused("lovasz_softmax", x:clone(), y, {}, l, g, "lovasz_softmax")
+  end)
+end)
+
+describe("LovaszSoftmaxLoss edge cases", function()
+  it("every pixel ignored: 0 and an exactly zero gradient, every setting", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { dtype = "f64", seed = 31 })
+    local y = ploss.full({ 2, 2, 2 }, -100, { dtype = "i64" })
+    for _, per_image in ipairs { false, true } do
+      for _, classes in ipairs { "present", "all" } do
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local o = { per_image = per_image, classes = classes, reduction = red }
+          local l, g = F.lovasz_softmax_fused(x, y, o)
+          for _, v in ipairs(loss_values(l)) do assert.are.equal(0, v) end
+          for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+        end
+      end
+    end
+  end)
+
+  it("one valid pixel: L_y = 1 − p_y, and with 'all' the others L_c = p_c", function()
+    local x = ploss.randn({ 1, 4, 2, 3 }, { dtype = "f64", seed = 33 })
+    local yv = {}
+    for i = 1, 6 do yv[i] = -100 end
+    yv[5] = 2
+    local y = ploss.tensor(yv, { dtype = "i64", size = { 1, 2, 3 } })
+    local p = softmax(H.sample_rows(x)[5])
+    H.assert_close(F.lovasz_softmax(x, y), 1 - p[3], { rtol = 1e-14 })
+    H.assert_close(F.lovasz_softmax(x, y, { classes = "all", reduction = "none" }), { p[1], p[2], 1 - p[3], p[4] },
+      { rtol = 1e-14 })
+    H.gradcheck(function(xx) return F.lovasz_softmax(xx, y, { classes = "all" }) end, x,
+      F.lovasz_softmax_backward(x, y, nil, { classes = "all" }), { atol = 1e-9 })
+  end)
+
+  it("C = 1 gives 0; an empty batch gives 0 (and 'none' zeros)", function()
+    local x1 = ploss.randn({ 2, 1, 3 }, { dtype = "f64", seed = 35 })
+    local y1 = ploss.zeros({ 2, 3 }, { dtype = "i64" })
+    local l, g = F.lovasz_softmax_fused(x1, y1, { classes = "all" })
+    assert.are.equal(0, l)
+    for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+    local x0 = ploss.randn({ 0, 3, 4 }, { dtype = "f32" })
+    local y0 = ploss.zeros({ 0, 4 }, { dtype = "i64" })
+    assert.are.equal(0, F.lovasz_softmax(x0, y0))
+    assert.are.equal(0, F.lovasz_softmax(x0, y0, { per_image = true }))
+    H.assert_equal(F.lovasz_softmax(x0, y0, { reduction = "none" }), { 0, 0, 0 })
+    assert.are.same({ 0, 3 }, F.lovasz_softmax(x0, y0, { reduction = "none", per_image = true }):size())
+    assert.are.same({ 0, 3, 4 }, F.lovasz_softmax_backward(x0, y0):size())
+  end)
+
+  it("ties are broken by increasing pixel index (the gradient of constant logits)", function()
+    local x = ploss.zeros({ 1, 2, 1, 4 }, { dtype = "f64" })
+    local y = ploss.tensor({ { { 1, 0, 0, 1 } } }, { dtype = "i64" })
+    -- every error 1/2 in both classes, ranks in pixel order.  class 1 (P = 2): fg, bg, bg, fg:
+    -- Jaccard losses 1/2, 2/3, 3/4, 1: weights 1/2, 1/6, 1/12, 1/4, signs −, +, +, −.
+    -- class 0 (P = 2): bg, fg, fg, bg: Jaccard losses 1/3, 2/3, 1, 1: weights 1/3, 1/3, 1/3, 0,
+    -- signs +, −, −, +.
+    local G1 = { -1 / 2, 1 / 6, 1 / 12, -1 / 4 }
+    local G0 = { 1 / 3, -1 / 3, -1 / 3, 0 }
+    local want = {}
+    for i = 1, 4 do want[i] = 0.5 * 0.5 * (G0[i] - G1[i]) / 2 end -- ω = 1/2, p = 1/2
+    for i = 1, 4 do want[4 + i] = -want[i] end
+    H.assert_close(F.lovasz_softmax_backward(x, y), want, { rtol = 1e-14 })
+    H.assert_close(F.lovasz_softmax(x, y), 0.5, { rtol = 1e-14 })
+  end)
+
+  it("an ignore_index that is a class id leaves those pixels out", function()
+    local x = ploss.randn({ 2, 3, 3, 3 }, { dtype = "f64", seed = 37 })
+    local y = H.random_labels({ 2, 3, 3 }, 3)
+    for _, classes in ipairs { "present", "all" } do
+      local o = { ignore_index = 1, classes = classes, reduction = "none" }
+      H.assert_close(F.lovasz_softmax(x, y, o), reference(x, y, o), { rtol = 1e-12, atol = 1e-15 })
+      local g = F.lovasz_softmax_backward(x, y, nil, merge(o, { reduction = "mean" }))
+      local gy, yv, gv = y:flat(), nil, g:permute(1, 3, 4, 2):contiguous():flat()
+      for i = 1, #gy do
+        if gy[i] == 1 then
+          for c = 1, 3 do assert.are.equal(0, gv[(i - 1) * 3 + c]) end
+        end
+      end
+    end
+  end)
+
+  it("per_image: the mean over images of each image's loss", function()
+    local x = ploss.randn({ 3, 4, 3, 3 }, { dtype = "f64", seed = 39 })
+    local y = H.random_labels({ 3, 3, 3 }, 4, { ignore = 0.2 })
+    local s = 0
+    for n = 1, 3 do s = s + F.lovasz_softmax(x:narrow(1, n, 1), y:narrow(1, n, 1)) end
+    H.assert_close(F.lovasz_softmax(x, y, { per_image = true }), s / 3, { rtol = 1e-13 })
+  end)
+end)
+
+describe("LovaszSoftmaxLoss layouts and dtypes", function()
+  it("channels-last, a crop and a transposed map are read in place, pixel for pixel", function()
+    local x = ploss.randn({ 2, 4, 6, 5 }, { dtype = "f64", seed = 41 })
+    local y = H.random_labels({ 2, 6, 5 }, 4, { ignore = 0.1 })
+    local views = {
+      { "channels-last", H.relayout(x, "channels_last"), y },
+      { "crop", x:narrow(3, 2, 4):narrow(4, 2, 3), y:narrow(2, 2, 4):narrow(3, 2, 3) },
+      { "transposed H/W", x:transpose(3, 4), y:transpose(2, 3) },
+    }
+    for _, v in ipairs(views) do
+      local name, xv, yv = v[1], v[2], v[3]
+      local xc, yc = xv:contiguous(), yv:contiguous()
+      for _, o in ipairs { { reduction = "none" }, { per_image = true, classes = "all" } } do
+        local l, g = F.lovasz_softmax_fused(xv, yv, o)
+        local lc, gc = F.lovasz_softmax_fused(xc, yc, o)
+        H.assert_equal(loss_values(l), loss_values(lc), { what = name .. " loss" })
+        H.assert_equal(g, gc, { what = name .. " gradient" })
+        H.assert_close(loss_values(l), (function()
+          local r = reference(xc, yc, o)
+          return type(r) == "number" and { r } or r
+        end)(), { rtol = 1e-12, atol = 1e-15, what = name .. " against the reference" })
+      end
+      -- a gradient into a strided (channels-last) output
+      local gs = H.relayout(ploss.empty(xv:size(), { dtype = "f64" }), "channels_last")
+      F.lovasz_softmax_backward(xv, yv, nil, { grad_input = gs })
+      H.assert_equal(gs, F.lovasz_softmax_backward(xc, yc), { what = name .. " strided gradient" })
+    end
+  end)
+
+  it("f32, f16 and bf16 give the f64 values of the same rounded inputs", function()
+    local x64 = ploss.randn({ 2, 5, 4, 4 }, { dtype = "f64", seed = 43 })
+    local y = H.random_labels({ 2, 4, 4 }, 5, { ignore = 0.1 })
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local x = x64:to(dt)
+      local xr = x:to("f64")
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local o = { reduction = red, per_image = red == "none" }
+        local l, g = F.lovasz_softmax_fused(x, y, o)
+        local lr, gr = F.lovasz_softmax_fused(xr, y, o)
+        assert.are.equal(dt, g:dtype())
+        H.assert_close(loss_values(l), loss_values(lr), { rtol = 1e-6, atol = 1e-7, what = dt .. " " .. red })
+        H.assert_close(g:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt .. " " .. red })
+      end
+    end
+  end)
+
+  it("is deterministic: the same bits on every call", function()
+    local x = ploss.randn({ 3, 4, 8, 8 }, { dtype = "f32", seed = 45 })
+    local y = H.random_labels({ 3, 8, 8 }, 4, { ignore = 0.1 })
+    local l1, g1 = F.lovasz_softmax_fused(x, y)
+    for _ = 1, 3 do
+      local l2, g2 = F.lovasz_softmax_fused(x, y)
+      assert.are.equal(l1, l2)
+      H.assert_equal(g2, g1)
+    end
+  end)
+end)
+
+describe("LovaszSoftmaxLoss bad input", function()
+  local x = ploss.randn({ 2, 3, 2, 2 }, { seed = 51 })
+  local y = ploss.randint(0, 3, { 2, 2, 2 }, { seed = 52 })
+
+  it("labels outside [0, C): INVALID_LABEL naming the pixel, nothing written", function()
+    for _, bad in ipairs { 3, -1, 1000 } do
+      local yb = y:clone()
+      yb:view(-1)[6] = bad
+      local loss, grad = ploss.empty({}), ploss.empty({ 2, 3, 2, 2 })
+      H.expect_error(function() F.lovasz_softmax(x, yb, { out = loss }) end,
+        { "PLOSS_ERR_INVALID_LABEL", "class index " .. bad .. " at pixel (n = 1, s = 1)" }, loss)
+      H.expect_error(function() F.lovasz_softmax_fused(x, yb, { out = loss, grad_input = grad }) end,
+        "PLOSS_ERR_INVALID_LABEL", loss, grad)
+      H.expect_error(function() F.lovasz_softmax_backward(x, yb, nil, { grad_input = grad }) end,
+        "PLOSS_ERR_INVALID_LABEL", grad)
+    end
+  end)
+
+  it("shapes, dtypes, options and aliasing: an error naming the argument", function()
+    local loss, grad = ploss.empty({}), ploss.empty({ 2, 3, 2, 2 })
+    H.expect_error(function() F.lovasz_softmax(x, y:to("f32"), { out = loss }) end,
+      { "PLOSS_ERR_DTYPE", "target: expected class indices of dtype i64 or i32" }, loss)
+    H.expect_error(function() F.lovasz_softmax(x, ploss.zeros({ 2, 2, 3 }, { dtype = "i64" }), { out = loss }) end,
+      { "PLOSS_ERR_SHAPE", "target: expected shape [2, 2, 2]" }, loss)
+    H.expect_error(function() F.lovasz_softmax(ploss.randn({ 6 }), ploss.zeros({ 6 }, { dtype = "i64" })) end,
+      "input")
+    H.expect_error(function() F.lovasz_softmax(x:to("i64"), y) end, { "PLOSS_ERR_DTYPE", "input" })
+    local l3 = ploss.empty({ 2 })
+    H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", out = l3 }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected shape [3] (one value per class" }, l3)
+    H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", per_image = true, out = ploss.empty({ 3 }) }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected shape [2, 3] (one value per image and class" })
+    H.expect_error(function() F.lovasz_softmax(x, y, { out = ploss.empty({ 2 }) }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected one element" })
+    H.expect_error(function() F.lovasz_softmax(x, y, { out = ploss.empty({}, { dtype = "f64" }) }) end,
+      { "PLOSS_ERR_DTYPE", "loss" })
+    H.expect_error(function() F.lovasz_softmax_backward(x, y, ploss.ones({ 2 }), { reduction = "none" }) end,
+      { "PLOSS_ERR_SHAPE", "grad_loss: expected shape [3]" })
+    H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 2, 2 }, { dtype = "f64" }) }) end,
+      { "PLOSS_ERR_DTYPE", "grad_input" })
+    H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 4 }) }) end,
+      { "PLOSS_ERR_SHAPE", "grad_input" })
+    H.expect_error(function() ploss.LovaszSoftmaxLoss { classes = "some" } end, "classes: 'some' is not one of")
+    H.expect_error(function() ploss.LovaszSoftmaxLoss { per_image = 1 } end, "per_image: expected a boolean")
+    H.expect_error(function() ploss.LovaszSoftmaxLoss { ignore_index = 0.5 } end, "ignore_index: expected an integer")
+    -- the gradient over the input without inplace, and over the labels' storage
+    H.expect_error(function() F.lovasz_softmax_fused(x, y, { grad_input = x }) end, { "PLOSS_ERR_ALIAS", "grad_input" })
+    local xv = ploss.randn({ 2, 3, 2, 2 })
+    H.expect_error(function() F.lovasz_softmax_fused(x, y, { out = xv:view(-1):narrow(1, 1, 1):view({}), grad_input = xv }) end,
+      { "PLOSS_ERR_ALIAS" })
+  end)
+end)
