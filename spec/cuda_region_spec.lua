@@ -1,0 +1,310 @@
+-- Region kernel shape on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
+-- GPU; PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic):
+-- Lovász-softmax.
+--  * CUDA against the CPU backend on the same dtype-rounded inputs (tolerances H.CUDA_TOL)
+--    for f32/f16/bf16/f64, every reduction, per_image and classes setting, ignored pixels,
+--    ranks 2 to 5, through the fused, forward and backward passes.  The gradient depends on
+--    the sort order, so those inputs are drawn until every class's errors are exactly equal
+--    or at least 1e-5 apart (the order cannot differ between f32 and f64 errors);
+--  * larger maps (many chunks per segment, 19 classes): the loss against the CPU, fused
+--    against forward + backward bitwise, and bitwise the same on every run;
+--  * exact ties (constant logits) break by pixel index as on the CPU;
+--  * strided inputs (crop, channels-last, transposed) give the contiguous copy's bits;
+--  * the edge cases: every pixel ignored, one valid pixel, a class absent, C = 1, empty;
+--  * a group of more than 2^24 pixels: the foreground counts stay exact (the gradient at
+--    ranks around and past 2^24 equals the closed form);
+--  * invalid labels through the context's error slot; bad input with the CPU's messages.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+local ON_GPU = DEV ~= "cpu"
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local TOL = H.CUDA_TOL
+local close = H.assert_close_scaled
+
+local function merge(a, b)
+  local o = {}
+  for k, v in pairs(a or {}) do o[k] = v end
+  for k, v in pairs(b or {}) do o[k] = v end
+  return o
+end
+
+local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
+
+local function none_sizes(x, opts)
+  return opts.per_image and { x:size(1), x:size(2) } or { x:size(2) }
+end
+
+local function softmax(row)
+  local m = -math.huge
+  for _, v in ipairs(row) do m = math.max(m, v) end
+  local s, p = 0, {}
+  for j, v in ipairs(row) do p[j] = math.exp(v - m); s = s + p[j] end
+  for j = 1, #p do p[j] = p[j] / s end
+  return p
+end
+
+-- True when, in every group (image or batch) and class, the errors of the valid pixels
+-- are pairwise either equal or at least `gap` apart: their order is then the same whether
+-- computed in f32 (CUDA) or f64 (CPU).
+local function separated(x, y, per_image, gap)
+  local rows = H.sample_rows(x)
+  local labels = y:to("cpu", "i64"):contiguous():flat()
+  local N, C = x:size(1), x:size(2)
+  local S = N > 0 and #rows / N or 0
+  local G, M = per_image and N or 1, per_image and S or N * S
+  for g = 1, G do
+    local probs = {}
+    for j = 1, M do
+      local q = (g - 1) * M + j
+      if labels[q] ~= -100 then probs[#probs + 1] = { p = softmax(rows[q]), y = labels[q] } end
+    end
+    for c = 1, C do
+      local e = {}
+      for i, v in ipairs(probs) do e[i] = v.y == c - 1 and 1 - v.p[c] or v.p[c] end
+      table.sort(e)
+      for i = 2, #e do
+        local d = e[i] - e[i - 1]
+        if d ~= 0 and d < gap then return false end
+      end
+    end
+  end
+  return true
+end
+
+-- f64 CPU logits of `sizes` and labels (10% ignored) whose errors are separated once the
+-- logits are rounded to `dtype`; seeds from `seed` on.
+local function separated_inputs(sizes, dtype, seed)
+  for s = seed, seed + 200 do
+    local x = ploss.randn(sizes, { dtype = "f64", seed = s, std = 2 }):to(dtype):to("f64")
+    H.seed(s)
+    local y = H.random_labels(H.sample_sizes(sizes), sizes[2], { ignore = 0.1 })
+    if separated(x, y, false, 1e-5) and separated(x, y, true, 1e-5) then return x, y end
+  end
+  error("no input with separated errors for " .. table.concat(sizes, "x") .. " " .. dtype)
+end
+
+-- Fused, forward and backward on both devices with the same dtype-rounded inputs.
+local function compare(x64, y, opts, dtype, label)
+  local xc = x64:to("cpu", dtype)
+  local xg, yg = xc:to(DEV), y:to(DEV)
+  local what = label .. " " .. dtype .. " " .. (opts.reduction or "mean") ..
+    (opts.per_image and " per_image" or "") .. " " .. (opts.classes or "present")
+  local T = TOL[dtype]
+  local lc, gc = F.lovasz_softmax_fused(xc, y, opts)
+  local lg, gg = F.lovasz_softmax_fused(xg, yg, opts)
+  assert.are.equal(DEV, gg:device():match("^%a+"))
+  assert.are.equal(dtype, gg:dtype())
+  close(lg, lc, T.loss, 0, what .. " fused loss")
+  close(gg, gc, T.grad, T.floor, what .. " fused grad")
+  local gout_c, gout_g = 0.7, 0.7
+  if opts.reduction == "none" then
+    gout_c = ploss.randn(none_sizes(xc, opts), { dtype = ldtype(dtype), seed = 5 })
+    gout_g = gout_c:to(DEV)
+  end
+  close(F.lovasz_softmax(xg, yg, opts), lc, T.loss, 0, what .. " forward")
+  close(F.lovasz_softmax_backward(xg, yg, gout_g, opts), F.lovasz_softmax_backward(xc, y, gout_c, opts), T.grad,
+    T.floor, what .. " backward")
+  -- on the device, fused equals forward + backward bitwise (upstream gradient 1)
+  H.assert_equal(lg, F.lovasz_softmax(xg, yg, opts), { what = what .. " fused = forward" })
+  H.assert_equal(gg, F.lovasz_softmax_backward(xg, yg, nil, opts), { what = what .. " fused = backward" })
+end
+
+describe("CUDA Lovász-softmax against the CPU", function()
+  local shapes = { { 2, 5, 6, 6 }, { 3, 4, 10 }, { 40, 6 }, { 2, 3, 3, 2, 4 } }
+  for si, sizes in ipairs(shapes) do
+    it(table.concat(sizes, "x") .. ", every dtype, reduction, per_image and classes", function()
+      for di, dtype in ipairs(DTYPES) do
+        local x, y = separated_inputs(sizes, dtype, 1000 * si + 10 * di)
+        for _, per_image in ipairs { false, true } do
+          for _, classes in ipairs { "present", "all" } do
+            for _, red in ipairs { "mean", "sum", "none" } do
+              compare(x, y, { reduction = red, per_image = per_image, classes = classes }, dtype,
+                table.concat(sizes, "x"))
+            end
+          end
+        end
+      end
+    end)
+  end
+
+  it("larger maps (19 classes, many chunks per segment): loss, fused = split, bitwise repeatable", function()
+    for _, sizes in ipairs { { 2, 19, 96, 64 }, { 1, 3, 300, 300 } } do
+      for _, dtype in ipairs { "f32", "bf16" } do
+        local xc = ploss.randn(sizes, { dtype = "f64", seed = 77 }):to(dtype)
+        local y = H.random_labels(H.sample_sizes(sizes), sizes[2], { ignore = 0.05 })
+        local xg, yg = xc:to(DEV), y:to(DEV)
+        for _, o in ipairs { {}, { per_image = true, classes = "all" }, { reduction = "none" } } do
+          local what = table.concat(sizes, "x") .. " " .. dtype
+          local lc = F.lovasz_softmax(xc, y, o)
+          local lg, gg = F.lovasz_softmax_fused(xg, yg, o)
+          close(lg, lc, 1e-4, 0, what .. " loss")
+          H.assert_equal(lg, F.lovasz_softmax(xg, yg, o), { what = what .. " fused = forward" })
+          H.assert_equal(gg, F.lovasz_softmax_backward(xg, yg, nil, o), { what = what .. " fused = backward" })
+          for _ = 1, 3 do
+            local l2, g2 = F.lovasz_softmax_fused(xg, yg, o)
+            H.assert_equal(l2, lg, { what = what .. " repeat loss" })
+            H.assert_equal(g2, gg, { what = what .. " repeat grad" })
+          end
+        end
+      end
+    end
+  end)
+
+  it("exact ties (constant and repeated logits) break by pixel index, as on the CPU", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      -- constant logits: every error ties; two distinct pixel columns repeated: ties in pairs
+      local x1 = ploss.zeros({ 2, 3, 4, 5 }, { dtype = dtype })
+      local base = ploss.randn({ 1, 3, 1, 2 }, { dtype = dtype, seed = 3 })
+      local x2 = ploss.empty({ 2, 3, 4, 6 }, { dtype = dtype })
+      for n = 1, 2 do
+        for h = 1, 4 do
+          for w = 1, 3 do x2:narrow(1, n, 1):narrow(3, h, 1):narrow(4, 2 * w - 1, 2):copy(base) end
+        end
+      end
+      for _, x in ipairs { x1, x2 } do
+        local y = H.random_labels(H.sample_sizes(x:size()), 3, { ignore = 0.1 })
+        for _, o in ipairs { {}, { per_image = true }, { classes = "all", reduction = "sum" } } do
+          local lc, gc = F.lovasz_softmax_fused(x, y, o)
+          local lg, gg = F.lovasz_softmax_fused(x:to(DEV), y:to(DEV), o)
+          close(lg, lc, TOL[dtype].loss, 0, dtype .. " ties loss")
+          close(gg, gc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " ties gradient")
+        end
+      end
+    end
+  end)
+
+  it("strided inputs (a crop, channels-last, transposed) give the bits of the contiguous copy", function()
+    local x = ploss.randn({ 2, 5, 12, 10 }, { device = DEV, seed = 91 })
+    local y = H.random_labels({ 2, 12, 10 }, 5, { ignore = 0.1, device = DEV })
+    local views = {
+      { "crop", x:narrow(3, 3, 7):narrow(4, 2, 6), y:narrow(2, 3, 7):narrow(3, 2, 6) },
+      { "channels-last", H.relayout(x, "channels_last"), y },
+      { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+    }
+    for _, v in ipairs(views) do
+      for _, o in ipairs { {}, { per_image = true, reduction = "none" } } do
+        local l, g = F.lovasz_softmax_fused(v[2], v[3], o)
+        local lc, gc = F.lovasz_softmax_fused(v[2]:contiguous(), v[3]:contiguous(), o)
+        H.assert_equal(l, lc, { what = v[1] .. " loss" })
+        H.assert_equal(g, gc, { what = v[1] .. " gradient" })
+      end
+    end
+  end)
+end)
+
+describe("CUDA Lovász-softmax edge cases", function()
+  it("every pixel ignored: 0 and a zero gradient", function()
+    local x = ploss.randn({ 2, 4, 3, 3 }, { device = DEV, seed = 1 })
+    local y = ploss.full({ 2, 3, 3 }, -100, { dtype = "i64", device = DEV })
+    for _, o in ipairs { {}, { classes = "all" }, { per_image = true, reduction = "none" }, { reduction = "sum" } } do
+      local l, g = F.lovasz_softmax_fused(x, y, o)
+      for _, v in ipairs(ploss.is_tensor(l) and l:flat() or { l }) do assert.are.equal(0, v) end
+      for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+    end
+  end)
+
+  it("one valid pixel, an absent class, C = 1 and an empty batch: the CPU's values", function()
+    local yv = {}
+    for i = 1, 12 do yv[i] = -100 end
+    yv[7] = 1
+    local cases = {
+      { ploss.randn({ 1, 4, 3, 4 }, { dtype = "f64", seed = 2 }), ploss.tensor(yv, { dtype = "i64", size = { 1, 3, 4 } }) },
+      { ploss.randn({ 2, 5, 3, 3 }, { dtype = "f64", seed = 3 }), ploss.randint(0, 3, { 2, 3, 3 }, { seed = 4 }) },
+      { ploss.randn({ 2, 1, 4 }, { dtype = "f64", seed = 5 }), ploss.zeros({ 2, 4 }, { dtype = "i64" }) },
+      { ploss.randn({ 0, 3, 4 }, { dtype = "f64" }), ploss.zeros({ 0, 4 }, { dtype = "i64" }) },
+    }
+    for ci, c in ipairs(cases) do
+      for _, o in ipairs { {}, { classes = "all" }, { per_image = true, reduction = "none" }, { reduction = "none" } } do
+        local lc, gc = F.lovasz_softmax_fused(c[1], c[2], o)
+        local lg, gg = F.lovasz_softmax_fused(c[1]:to(DEV), c[2]:to(DEV), o)
+        H.assert_close(lg, lc, { rtol = 1e-12, atol = 1e-15, what = "case " .. ci .. " loss" })
+        H.assert_close(gg, gc, { rtol = 1e-10, atol = 1e-15, what = "case " .. ci .. " gradient" })
+      end
+    end
+  end)
+
+  it("a group of more than 2^24 pixels: exact foreground counts (the gradient's closed form)", function()
+    if not ON_GPU then return end -- about 2 GB of CPU buffers for the dry run
+    local M = 2 ^ 24 + 2 ^ 20 + 3
+    local x = ploss.zeros({ 1, 2, 1, M }, { device = DEV })
+    -- label 1 at every third pixel (0-based index divisible by 3), else 0
+    local yh = ploss.zeros({ 1, 1, M }, { dtype = "i32" })
+    local ffi = require "ffi"
+    local p = ffi.cast("int32_t *", yh:dl().data)
+    for j = 0, M - 1, 3 do p[j] = 1 end
+    local y = yh:to(DEV)
+    local l, g = F.lovasz_softmax_fused(x, y)
+    -- every error is 1/2, so L_c = Δ(M)/2 = 1/2 whatever the counts
+    H.assert_close(l, 0.5, { rtol = 1e-5 })
+    -- ranks follow the pixel order; the weight of rank k with F of the first k in the class
+    local P1 = math.floor((M - 1) / 3) + 1
+    local P0 = M - P1
+    local function weight(k, Fk, P, fg)
+      local a = P + k - Fk
+      if k == 1 or fg then return 1 / a end
+      return (P - Fk) / (a * (a - 1))
+    end
+    for _, j in ipairs { 0, 1, 2, 2 ^ 24 - 2, 2 ^ 24 - 1, 2 ^ 24, 2 ^ 24 + 1, M - 3, M - 2, M - 1 } do
+      local k = j + 1
+      local fg1 = j % 3 == 0
+      local F1 = math.floor(j / 3) + 1
+      local G1 = (fg1 and -1 or 1) * weight(k, F1, P1, fg1)
+      local G0 = (fg1 and 1 or -1) * weight(k, k - F1, P0, not fg1)
+      -- ω = 1/2 (the mean of two classes), p = 1/2: ∂ℓ/∂x_1 = ω·(G1 − G0)/4 = −∂ℓ/∂x_0
+      local want1 = 0.5 * (G1 - G0) / 4
+      local got = g:narrow(4, j + 1, 1):flat()
+      H.assert_close(got, { -want1, want1 }, { rtol = 1e-5, what = "gradient at pixel " .. j })
+    end
+  end)
+end)
+
+describe("CUDA Lovász-softmax bad input", function()
+  it("an invalid label is reported at the next synchronising call; the context works after", function()
+    local x = ploss.randn({ 2, 3, 4, 4 }, { device = DEV, seed = 8 })
+    for _, bad in ipairs { 3, -1, 1000 } do
+      for _, tdt in ipairs { "i64", "i32" } do
+        local yh = ploss.zeros({ 2, 4, 4 }, { dtype = "i64" })
+        yh:view(-1)[5] = bad
+        local y = yh:to(DEV, tdt)
+        for _, call in ipairs {
+          function() return F.lovasz_softmax(x, y, { reduction = "none" }) end,
+          function() return F.lovasz_softmax_fused(x, y, { reduction = "none" }) end,
+          function() return F.lovasz_softmax_backward(x, y) end,
+        } do
+          if ON_GPU then
+            call() -- queued: the error comes with the next synchronisation
+            H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+          else
+            H.expect_error(function() call() end, "PLOSS_ERR_INVALID_LABEL")
+          end
+        end
+        -- a reduced loss is read at once: the error comes from that call
+        H.expect_error(function() local _ = F.lovasz_softmax(x, y) end, "PLOSS_ERR_INVALID_LABEL")
+        assert.is_number(F.lovasz_softmax(x, ploss.zeros({ 2, 4, 4 }, { dtype = tdt, device = DEV })))
+      end
+    end
+  end)
+
+  it("bad shapes, dtypes and devices: the CPU's messages, outputs untouched", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { device = DEV, seed = 9 })
+    local y = ploss.randint(0, 3, { 2, 2, 2 }, { device = DEV, seed = 10 })
+    local loss = ploss.empty({}, { device = DEV })
+    local grad = ploss.empty({ 2, 3, 2, 2 }, { device = DEV })
+    H.expect_error(function() F.lovasz_softmax(x, y:to("f32"), { out = loss }) end,
+      { "PLOSS_ERR_DTYPE", "target: expected class indices" }, loss)
+    H.expect_error(function() F.lovasz_softmax(x, ploss.zeros({ 2, 2, 3 }, { dtype = "i64", device = DEV }), { out = loss }) end,
+      { "PLOSS_ERR_SHAPE", "target: expected shape [2, 2, 2]" }, loss)
+    H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", out = ploss.empty({ 2 }, { device = DEV }) }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected shape [3]" })
+    H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 4 }, { device = DEV }) }) end,
+      { "PLOSS_ERR_SHAPE", "grad_input" })
+    H.expect_error(function() F.lovasz_softmax_fused(x, y, { grad_input = x }) end, { "PLOSS_ERR_ALIAS", "grad_input" })
+    if ON_GPU then
+      H.expect_error(function() F.lovasz_softmax_fused(x, y:to("cpu"), { out = loss, grad_input = grad }) end,
+        { "PLOSS_ERR_DEVICE", "target" }, loss, grad)
+    end
+  end)
+end)
