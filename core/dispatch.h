@@ -27,6 +27,7 @@ typedef enum {
     PLOSS_OP_ARGMAX,                 /* ploss_argmax_problem    */
     PLOSS_OP_OPTIM,                  /* ploss_optim_problem     */
     PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
+    PLOSS_OP_REGION_DICE,            /* ploss_region_problem    */
     PLOSS_OP_COUNT
 } ploss_op;
 

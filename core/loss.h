@@ -78,6 +78,9 @@ typedef struct ploss_loss_params {
     int inplace;
     int classes;              /* region: which classes count (ploss_lovasz_classes) */
     int per_image;            /* region: one group per sample rather than the whole batch */
+    double exponent, smooth;  /* soft Dice: p of s^p, the smoothing term */
+    int mask_ignored;         /* soft Dice: ignored pixels leave the denominator too */
+    int class_weights;        /* soft Dice: ploss_dice_class_weights */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

@@ -792,3 +792,154 @@ ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return lovasz_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- generalized_soft_dice --------------------------------------------------------------- */
+
+void ploss_class_dice_opts_init(ploss_class_dice_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1.0;
+    o->smooth = 1.0;
+    o->ignore_index = 255;
+    o->mask_ignored_in_denominator = 1;
+    o->class_weights = PLOSS_DICE_WEIGHTS_GIVEN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec generalized_soft_dice_spec = {
+    .name = "generalized_soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_GENERALIZED_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                          const ploss_class_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_class_dice_opts o;
+    ploss_class_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    if ((unsigned)o.class_weights >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .ignore_index = o.ignore_index,
+        .mask_ignored = o.mask_ignored_in_denominator,
+        .class_weights = (int)o.class_weights,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &generalized_soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return generalized_soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return generalized_soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return generalized_soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- batch_soft_dice --------------------------------------------------------------------- */
+
+static const ploss_loss_spec batch_soft_dice_spec = {
+    .name = "batch_soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_BATCH_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                    const ploss_class_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_class_dice_opts o;
+    ploss_class_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    if ((unsigned)o.class_weights >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .ignore_index = o.ignore_index,
+        .mask_ignored = o.mask_ignored_in_denominator,
+        .class_weights = (int)o.class_weights,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &batch_soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return batch_soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_batch_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return batch_soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return batch_soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -864,9 +864,9 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group and class, shape [C] (the batch one
- *                 group) or [N, C] (per image); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64
- *                 for f64 input), on the input's device.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything
  *           is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than
@@ -897,5 +897,181 @@ ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *inp
 ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
+
+/* ---- Generalized soft Dice loss (per sample) ------------------------------------------- */
+
+/** The class weights w_c of the per-class soft Dice losses.
+ *   GIVEN            the weight tensor, or 1 for every class without one
+ *   SUDRE            Sudre et al.'s w_c = 1/R_c² with R_c the number of valid pixels of class
+ *                    c in the Dice's group; a class absent from the group takes the largest
+ *                    weight of the present ones (as MONAI's GeneralizedDiceLoss); taken as
+ *                    constants (no gradient)
+ */
+typedef enum ploss_dice_class_weights {
+    PLOSS_DICE_WEIGHTS_GIVEN = 0,
+    PLOSS_DICE_WEIGHTS_SUDRE = 1,
+    PLOSS_DICE_WEIGHTS_COUNT
+} ploss_dice_class_weights;
+
+/** Options of generalized_soft_dice; fill with ploss_class_dice_opts_init(). */
+typedef struct ploss_class_dice_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the exponent of s in the denominator; a finite number > 0; default 1.0 */
+    double p;
+    /* added to the numerator and the denominator; a finite number >= 0; default 1.0 */
+    double smooth;
+    /* pixels with this label are left out (see mask_ignored_in_denominator); default 255 */
+    int64_t ignore_index;
+    /* true: ignored pixels leave the denominator too; false: their s^p stays in it, as in
+       pytorch-loss; default 1 */
+    int mask_ignored_in_denominator;
+    /* the class weights (see the choices above); default WEIGHTS_GIVEN */
+    ploss_dice_class_weights class_weights;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_class_dice_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
+
+/**
+ * Generalized soft Dice loss (per sample), forward (Sudre, Li, Vercauteren, Ourselin, Cardoso,
+ * "Generalised Dice overlap as a deep learning loss function for highly unbalanced
+ * segmentations", DLMIA 2017 (class_weights = 'sudre'); the soft Dice of Milletari, Navab,
+ * Ahmadi, "V-Net", 3DV 2016; pytorch-loss GeneralizedSoftDiceLoss).
+ * With s = σ(x) per class (a sigmoid, not a softmax), o the one-hot of the labels and, for
+ * each sample n and class c, sums over the pixels of the sample
+ *
+ *     A_nc = Σ s·o                  (valid pixels)
+ *     B_nc = Σ (s^p + o)            (valid pixels; also the ignored ones when
+ *                                    mask_ignored_in_denominator is false)
+ *     ℓ_n  = 1 − (2·Σ_c w_c·A_nc + smooth) / (Σ_c w_c·B_nc + smooth)
+ *
+ * with w_c the class weights. 'mean' averages ℓ_n over the samples, 'sum' adds them, 'none'
+ * gives ℓ_n (shape [N]).
+ *
+ * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
+ * group, R_c the group's number of valid pixels of class c.
+ *
+ * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
+ * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
+ * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
+ * = 'sudre' is an error.
+ *
+ * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per image or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
+ *                 class_weights = 'given'.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Generalized soft Dice loss (per sample), backward. With num = 2·Σ_c w_c·A_c + smooth and
+ * den = Σ_c w_c·B_c + smooth of the pixel's group, ∂ℓ/∂x = w_c·s(1 −
+ * s)·(num·p·s^(p−1)/den² − 2·o/den) (computed as w_c·(num·p·s^p·(1 − s)/den²
+ * − 2·o·s(1 − s)/den), finite for every p > 0); zero at ignored pixels, except the first
+ * term when mask_ignored_in_denominator is false.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_generalized_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Generalized soft Dice loss (per sample), forward and backward in one pass (see the
+ *  conventions above). Statuses: as _forward. */
+ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Batch soft Dice loss -------------------------------------------------------------- */
+
+/**
+ * Batch soft Dice loss, forward (Milletari, Navab, Ahmadi, "V-Net", 3DV 2016; Sudre et al.,
+ * DLMIA 2017 for class_weights = 'sudre'; pytorch-loss BatchSoftDiceLoss).
+ * With s = σ(x) per class (a sigmoid, not a softmax), o the one-hot of the labels and, for
+ * each class c, sums over every pixel of the batch
+ *
+ *     A_c = Σ s·o                   (valid pixels)
+ *     B_c = Σ (s^p + o)             (valid pixels; also the ignored ones when
+ *                                    mask_ignored_in_denominator is false)
+ *     ℓ   = 1 − (2·Σ_c w_c·A_c + smooth) / (Σ_c w_c·B_c + smooth)
+ *
+ * with w_c the class weights: one value for the batch ('none' gives it as shape [1]; 'mean' and
+ * 'sum' give it as it is).
+ *
+ * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
+ * group, R_c the group's number of valid pixels of class c.
+ *
+ * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
+ * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
+ * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
+ * = 'sudre' is an error.
+ *
+ * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per image or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
+ *                 class_weights = 'given'.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Batch soft Dice loss, backward. With num = 2·Σ_c w_c·A_c + smooth and den = Σ_c w_c·B_c
+ * + smooth of the pixel's group, ∂ℓ/∂x = w_c·s(1 − s)·(num·p·s^(p−1)/den² −
+ * 2·o/den) (computed as w_c·(num·p·s^p·(1 − s)/den² − 2·o·s(1 − s)/den), finite
+ * for every p > 0); zero at ignored pixels, except the first term when
+ * mask_ignored_in_denominator is false.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_batch_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Batch soft Dice loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
 
 #endif /* PLOSS_LOSSES_H */

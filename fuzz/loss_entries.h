@@ -191,6 +191,38 @@ static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *con
     return ploss_lovasz_softmax_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_class_dice_opts(void *o) { ploss_class_dice_opts_init(o); }
+
+static ploss_status fz_call_generalized_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_generalized_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_generalized_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_batch_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_batch_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_batch_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -313,16 +345,40 @@ static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *con
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
      .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|1", "a"}}, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_lovasz_softmax_backward", .call = fz_call_lovasz_softmax_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_lovasz_softmax_fused", .call = fz_call_lovasz_softmax_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_forward", .call = fz_call_generalized_soft_dice_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_backward", .call = fz_call_generalized_soft_dice_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_fused", .call = fz_call_generalized_soft_dice_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_forward", .call = fz_call_batch_soft_dice_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_backward", .call = fz_call_batch_soft_dice_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_fused", .call = fz_call_batch_soft_dice_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

@@ -446,3 +446,269 @@ describe("LovaszSoftmaxLoss bad input", function()
       { "PLOSS_ERR_ALIAS" })
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- The per-class soft Dice losses
+---------------------------------------------------------------------------------------
+
+local function sigmoid(v) return 1 / (1 + math.exp(-v)) end
+
+-- Generalized (per sample) or batch soft Dice written out from the formula: the reduced
+-- number, or the list of the groups' losses for 'none'.
+local function dice_reference(x, y, opts, batch)
+  opts = opts or {}
+  local pe, smooth = opts.p or 1, opts.smooth or 1
+  local ignore = opts.ignore_index or 255
+  local mask = opts.mask_ignored_in_denominator ~= false
+  local sudre = opts.class_weights == "sudre"
+  local N, C = x:size(1), x:size(2)
+  local rows = H.sample_rows(x)
+  local labels = y:to("cpu", "i64"):contiguous():flat()
+  local S = N > 0 and #rows / N or 0
+  local A, B, R = {}, {}, {}
+  for n = 1, N do
+    A[n], B[n], R[n] = {}, {}, {}
+    for c = 1, C do
+      local a, b, r = 0, 0, 0
+      for s = 1, S do
+        local q = (n - 1) * S + s
+        local lab = labels[q]
+        local valid = lab ~= ignore
+        if valid or not mask then
+          local sg = sigmoid(rows[q][c])
+          local o = (valid and lab == c - 1) and 1 or 0
+          a = a + sg * o
+          b = b + sg ^ pe + o
+          r = r + o
+        end
+      end
+      A[n][c], B[n][c], R[n][c] = a, b, r
+    end
+  end
+  local groups = {}
+  local G = batch and 1 or N
+  for g = 1, G do
+    local members = batch and N or 1
+    local w = {}
+    for c = 1, C do
+      local rc = 0
+      for k = 1, members do rc = rc + R[batch and k or g][c] end
+      if sudre then w[c] = rc > 0 and 1 / rc ^ 2 or false
+      else w[c] = opts.weight and opts.weight[c] or 1 end
+    end
+    if sudre then
+      local m = 0
+      for c = 1, C do if w[c] and w[c] > m then m = w[c] end end
+      for c = 1, C do if not w[c] then w[c] = m end end
+    end
+    local a, b = 0, 0
+    for c = 1, C do
+      for k = 1, members do
+        local n = batch and k or g
+        a = a + w[c] * A[n][c]
+        b = b + w[c] * B[n][c]
+      end
+    end
+    groups[g] = 1 - (2 * a + smooth) / (b + smooth)
+  end
+  local red = opts.reduction or "mean"
+  if red == "none" then return groups end
+  local t = 0
+  for _, v in ipairs(groups) do t = t + v end
+  return red == "mean" and t / G or t
+end
+
+local DICE = {
+  { name = "generalized_soft_dice", crit = "GeneralizedSoftDiceLoss", batch = false },
+  { name = "batch_soft_dice", crit = "BatchSoftDiceLoss", batch = true },
+}
+
+-- A loss as a list: a number, a tensor's values, or a list as it is.
+local function as_list(v)
+  if type(v) == "number" then return { v } end
+  return ploss.is_tensor(v) and v:flat() or v
+end
+
+describe("soft Dice losses by hand", function()
+  -- one 1×2 image, logits 0 (s = 1/2 everywhere), labels 0, 1; p = 1, smooth = 1:
+  -- A_c = 1/2, B_c = 1 + 1 = 2: num = 2·1 + 1 = 3, den = 4 + 1 = 5, ℓ = 2/5;
+  -- p = 2: B_c = 1/2 + 1, den = 4, ℓ = 1/4.
+  local x = ploss.zeros({ 1, 2, 1, 2 }, { dtype = "f64" })
+  local y = ploss.tensor({ { { 0, 1 } } }, { dtype = "i64" })
+  it("values", function()
+    for _, d in ipairs(DICE) do
+      H.assert_close(F[d.name](x, y), 2 / 5, { rtol = 1e-15 })
+      H.assert_close(F[d.name](x, y, { p = 2 }), 1 / 4, { rtol = 1e-15 })
+    end
+    -- two copies of the image: per sample the same, over the batch num = 5, den = 9
+    local x2, y2 = ploss.zeros({ 2, 2, 1, 2 }, { dtype = "f64" }), ploss.tensor({ { { 0, 1 } }, { { 0, 1 } } }, { dtype = "i64" })
+    H.assert_close(F.generalized_soft_dice(x2, y2, { reduction = "none" }), { 2 / 5, 2 / 5 }, { rtol = 1e-15 })
+    H.assert_close(F.batch_soft_dice(x2, y2), 4 / 9, { rtol = 1e-15 })
+    H.assert_close(F.batch_soft_dice(x2, y2, { reduction = "none" }), { 4 / 9 }, { rtol = 1e-15 })
+  end)
+  it("gradient", function()
+    -- ∂ℓ/∂x = num·s(1 − s)/den² − 2·o·s(1 − s)/den = 3/100 − o/10
+    H.assert_close(F.generalized_soft_dice_backward(x, y), { -0.07, 0.03, 0.03, -0.07 }, { rtol = 1e-14 })
+  end)
+end)
+
+describe("soft Dice losses against the formula", function()
+  for _, d in ipairs(DICE) do
+    it(d.name .. ": every option", function()
+      for si, sizes in ipairs { { 2, 3, 4, 5 }, { 3, 4, 6 }, { 5, 2 }, { 2, 3, 2, 2, 3 } } do
+        local x = ploss.randn(sizes, { dtype = "f64", seed = 200 + si, std = 2 })
+        H.seed(300 + si)
+        local y = H.random_labels(H.sample_sizes(sizes), sizes[2], { ignore = 0.25, ignore_index = 255 })
+        local wl = {}
+        for c = 1, sizes[2] do wl[c] = 0.5 + c / 3 end
+        for _, pe in ipairs { 1, 2, 0.5 } do
+          for _, mask in ipairs { true, false } do
+            for _, cw in ipairs { "none", "list", "sudre" } do
+              for _, red in ipairs { "mean", "sum", "none" } do
+                local o = { p = pe, smooth = pe == 2 and 0.5 or 1, mask_ignored_in_denominator = mask,
+                            reduction = red }
+                if cw == "list" then o.weight = wl elseif cw == "sudre" then o.class_weights = "sudre" end
+                H.assert_close(as_list(F[d.name](x, y, o)), as_list(dice_reference(x, y, o, d.batch)),
+                  { rtol = 1e-12, atol = 1e-15,
+                    what = string.format("%s %s p %g mask %s %s %s", d.name, table.concat(sizes, "x"), pe,
+                      tostring(mask), cw, red) })
+              end
+            end
+          end
+        end
+      end
+    end)
+
+    it(d.name .. ": central differences in f64", function()
+      local x = ploss.randn({ 2, 3, 3, 3 }, { dtype = "f64", seed = 61 })
+      local y = H.random_labels({ 2, 3, 3 }, 3, { ignore = 0.2, ignore_index = 255 })
+      for _, pe in ipairs { 1, 2, 0.7 } do
+        for _, mask in ipairs { true, false } do
+          for _, red in ipairs { "mean", "sum", "none" } do
+            local o = { p = pe, mask_ignored_in_denominator = mask, reduction = red, weight = { 0.5, 1, 2 } }
+            local lsz = d.batch and { 1 } or { 2 }
+            local gout = red == "none" and ploss.randn(lsz, { dtype = "f64", seed = 62 }) or nil
+            local f = H.loss_objective(d.name, y, o, gout)
+            H.gradcheck(f, x, F[d.name .. "_backward"](x, y, gout, o), { rtol = 1e-6, atol = 1e-10,
+              what = string.format("%s p %g mask %s %s", d.name, pe, tostring(mask), red) })
+          end
+        end
+      end
+      local o = { class_weights = "sudre" }
+      H.gradcheck(H.loss_objective(d.name, y, o), x, F[d.name .. "_backward"](x, y, nil, o), { atol = 1e-10 })
+    end)
+
+    it(d.name .. ": fused = forward and backward; scale; criterion; in place", function()
+      local x = ploss.randn({ 2, 4, 3, 3 }, { dtype = "f64", seed = 63 })
+      local y = H.random_labels({ 2, 3, 3 }, 4, { ignore = 0.1, ignore_index = 255 })
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local o = { reduction = red }
+        local l, g = F[d.name .. "_fused"](x, y, o)
+        H.assert_equal(as_list(l), as_list(F[d.name](x, y, o)))
+        H.assert_equal(g, F[d.name .. "_backward"](x, y, nil, o))
+        H.check_fused_scale(d.name, x, y, o, d.batch and { 1 } or { 2 }, red, 1e-14)
+        local cl, cg = ploss[d.crit](o)(x, y)
+        H.assert_equal(as_list(cl), as_list(l))
+        H.assert_equal(cg, g)
+      end
+      local l, g = F[d.name .. "_fused"](x, y)
+      H.check_inplace_fused(d.name, x:clone(), y, {}, l, g, d.name)
+    end)
+  end
+end)
+
+describe("soft Dice losses: ignored pixels and edge cases", function()
+  it("ignored pixels leave numerator and denominator; the reference's denominator on request", function()
+    local x = ploss.randn({ 2, 3, 4, 4 }, { dtype = "f64", seed = 71 })
+    local y = H.random_labels({ 2, 4, 4 }, 3, { ignore = 0.3, ignore_index = 255 })
+    for _, d in ipairs(DICE) do
+      -- masked: the ignored pixels' logits change nothing and get a zero gradient
+      local x2 = x:clone()
+      local xv, yv = x2:permute(1, 3, 4, 2):contiguous():flat(), y:flat()
+      local moved = ploss.randn(x:size(), { dtype = "f64", seed = 72 }):permute(1, 3, 4, 2):contiguous():flat()
+      for i = 1, #yv do
+        if yv[i] == 255 then for c = 1, 3 do xv[(i - 1) * 3 + c] = moved[(i - 1) * 3 + c] end end
+      end
+      x2 = ploss.tensor(xv, { dtype = "f64", size = { 2, 4, 4, 3 } }):permute(1, 4, 2, 3)
+      H.assert_close(F[d.name](x2, y), F[d.name](x, y), { rtol = 1e-14 })
+      local g = F[d.name .. "_backward"](x, y):permute(1, 3, 4, 2):contiguous():flat()
+      for i = 1, #yv do
+        if yv[i] == 255 then for c = 1, 3 do assert.are.equal(0, g[(i - 1) * 3 + c]) end end
+      end
+      -- unmasked: the ignored pixels' s^p is in the denominator, pushing them towards 0
+      local o = { mask_ignored_in_denominator = false }
+      assert.is_true(math.abs(F[d.name](x2, y, o) - F[d.name](x, y, o)) > 1e-6)
+      local gu = F[d.name .. "_backward"](x, y, nil, o):permute(1, 3, 4, 2):contiguous():flat()
+      for i = 1, #yv do
+        if yv[i] == 255 then for c = 1, 3 do assert.is_true(gu[(i - 1) * 3 + c] > 0) end end
+      end
+    end
+  end)
+
+  it("every pixel ignored: 0 and a zero gradient (smoothing in numerator and denominator)", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { dtype = "f64", seed = 73 })
+    local y = ploss.full({ 2, 2, 2 }, 255, { dtype = "i64" })
+    for _, d in ipairs(DICE) do
+      for _, o in ipairs { {}, { class_weights = "sudre" }, { reduction = "none", smooth = 0.1 } } do
+        local l, g = F[d.name .. "_fused"](x, y, o)
+        for _, v in ipairs(as_list(l)) do assert.are.equal(0, v) end
+        for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+      end
+    end
+  end)
+
+  it("an empty batch: the per-sample mean is NaN, the batch Dice 0 (NaN with smooth = 0)", function()
+    local x = ploss.randn({ 0, 3, 4 }, { dtype = "f32" })
+    local y = ploss.zeros({ 0, 4 }, { dtype = "i64" })
+    local v = F.generalized_soft_dice(x, y)
+    assert.is_true(v ~= v)
+    assert.are.equal(0, F.generalized_soft_dice(x, y, { reduction = "sum" }))
+    assert.are.equal(0, F.batch_soft_dice(x, y))
+    local z = F.batch_soft_dice(x, y, { smooth = 0 })
+    assert.is_true(z ~= z)
+  end)
+
+  it("layouts and dtypes", function()
+    local x = ploss.randn({ 2, 4, 6, 5 }, { dtype = "f64", seed = 75 })
+    local y = H.random_labels({ 2, 6, 5 }, 4, { ignore = 0.1, ignore_index = 255 })
+    for _, d in ipairs(DICE) do
+      for _, v in ipairs {
+        { "channels-last", H.relayout(x, "channels_last"), y },
+        { "crop", x:narrow(3, 2, 4):narrow(4, 2, 3), y:narrow(2, 2, 4):narrow(3, 2, 3) },
+        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+      } do
+        local l, g = F[d.name .. "_fused"](v[2], v[3], { reduction = "none" })
+        local lc, gc = F[d.name .. "_fused"](v[2]:contiguous(), v[3]:contiguous(), { reduction = "none" })
+        H.assert_equal(l, lc, { what = d.name .. " " .. v[1] })
+        H.assert_equal(g, gc, { what = d.name .. " " .. v[1] })
+      end
+      for _, dt in ipairs { "f32", "f16", "bf16" } do
+        local xd = x:to(dt)
+        local l, g = F[d.name .. "_fused"](xd, y)
+        local lr, gr = F[d.name .. "_fused"](xd:to("f64"), y)
+        H.assert_close(l, lr, { rtol = 1e-6, what = d.name .. " " .. dt })
+        H.assert_close(g:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = d.name .. " " .. dt })
+      end
+    end
+  end)
+
+  it("bad input: an error naming the argument, nothing written", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { seed = 77 })
+    local y = ploss.randint(0, 3, { 2, 2, 2 }, { seed = 78 })
+    local loss = ploss.empty({})
+    for _, d in ipairs(DICE) do
+      H.expect_error(function() F[d.name](x, y, { class_weights = "sudre", weight = { 1, 2, 3 }, out = loss }) end,
+        { "PLOSS_ERR_INVALID_ARGUMENT", "weight: class weights are given with class_weights = 'sudre'" }, loss)
+      H.expect_error(function() F[d.name](x, y, { weight = { 1, 2 }, out = loss }) end,
+        { "PLOSS_ERR_SHAPE", "weight: expected shape [3]" }, loss)
+      H.expect_error(function() F[d.name](x, y, { p = 0 }) end, "opts.p: 0 is not a finite number > 0")
+      H.expect_error(function() F[d.name](x, y, { smooth = -1 }) end, "opts.smooth: -1 is not a finite number >= 0")
+      local yb = y:clone()
+      yb:view(-1)[3] = 7
+      H.expect_error(function() F[d.name](x, yb, { out = loss }) end, { "PLOSS_ERR_INVALID_LABEL", "class index 7" }, loss)
+      local bad = ploss.empty({ 3 })
+      H.expect_error(function() F[d.name](x, y, { reduction = "none", out = bad }) end, { "PLOSS_ERR_SHAPE", "loss: expected shape" },
+        bad)
+    end
+  end)
+end)

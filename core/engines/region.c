@@ -1,6 +1,6 @@
 /*
  * region.c — the one validation front of the region kernel shape: losses reduced per class
- * over groups of pixels (Lovász-softmax).  It checks the tensors of a call against the
+ * over groups of pixels (Lovász-softmax, the per-class soft Dice losses).  It checks the tensors of a call against the
  * loss's spec before anything is written (on the CPU the labels too), merges the spatial
  * dims the tensors allow to walk as one, and dispatches the problem (core/engines/region.h)
  * to the CPU or CUDA.  The options were checked by the loss's entry point (core/losses.c).
@@ -14,18 +14,27 @@
 #include "region.h"
 #include "scalar.h"
 
-/* Loss-shaped tensors: NONE one value per (group, class), [C] or [N, C]; else one element. */
-static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r, int per_image,
-                                      const char *name)
+/* What the loss of NONE holds: one value per (group, class), per sample, or one. */
+typedef enum { PER_GROUP_CLASS, PER_SAMPLE, ONE } loss_groups;
+
+/* Loss-shaped tensors: NONE as `groups` says ([C] or [N, C] per image for PER_GROUP_CLASS);
+ * MEAN / SUM one element. */
+static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r, loss_groups groups,
+                                      int per_image, const char *name)
 {
     const int64_t N = x->shape[0], C = x->shape[1];
     char want[160];
-    if (r != PLOSS_REDUCTION_NONE) {
-        if (v->numel == 1)
+    if (r != PLOSS_REDUCTION_NONE || groups == ONE) {
+        if (v->numel == 1 && (r != PLOSS_REDUCTION_NONE || v->ndim == 1))
             return PLOSS_OK;
-        return ploss_check_shape_error(name, "one element (a reduced loss)", v);
+        return ploss_check_shape_error(name, r != PLOSS_REDUCTION_NONE ? "one element (a reduced loss)"
+                                                                       : "shape [1] (one value for the batch)", v);
     }
-    if (per_image) {
+    if (groups == PER_SAMPLE) {
+        if (v->ndim == 1 && v->shape[0] == N)
+            return PLOSS_OK;
+        snprintf(want, sizeof want, "shape [%lld] (one value per sample, reduction 'none')", (long long)N);
+    } else if (per_image) {
         if (v->ndim == 2 && v->shape[0] == N && v->shape[1] == C)
             return PLOSS_OK;
         snprintf(want, sizeof want, "shape [%lld, %lld] (one value per image and class, reduction 'none')",
@@ -36,6 +45,13 @@ static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, 
         snprintf(want, sizeof want, "shape [%lld] (one value per class, reduction 'none')", (long long)C);
     }
     return ploss_check_shape_error(name, want, v);
+}
+
+/* Strides of a checked NONE loss-shaped tensor along the group and the class. */
+static void group_strides(const ploss_view *v, loss_groups groups, int per_image, int64_t *sg, int64_t *sc)
+{
+    *sg = groups == PER_SAMPLE || (groups == PER_GROUP_CLASS && per_image) ? v->strides[0] : 0;
+    *sc = groups == PER_GROUP_CLASS ? v->strides[per_image ? 1 : 0] : 0;
 }
 
 /* Merge the spatial dims of x (from dim 2), t (from dim 1) and g (from dim 2, when given)
@@ -99,7 +115,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
                               const ploss_loss_args *a, const ploss_loss_params *o)
 {
     ploss_status st;
-    ploss_view x, t, l, gl, g;
+    ploss_view x, t, w, l, gl, g;
     if ((st = ploss_check_row_input(ctx, a->input, &x)))
         return st;
     if (x.shape[1] < spec->min_classes)
@@ -114,13 +130,28 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if ((st = ploss_check_sample_shape(&t, &x, "target")))
         return st;
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+    const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX;
+    /* the groups: images or the batch (Lovász: per_image; Dice: per sample or the batch) */
+    const int per_image = dice ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
+    const loss_groups groups = !dice ? PER_GROUP_CLASS : per_image ? PER_SAMPLE : ONE;
+
+    /* the class weights of the Dice losses */
+    const DLTensor *weight = spec->ntensors > 0 ? a->tensors[0] : NULL;
+    if (weight) {
+        if (o->class_weights == PLOSS_DICE_WEIGHTS_SUDRE)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "weight: class weights are given with class_weights = 'sudre', which computes "
+                               "them (pass one or the other)");
+        if ((st = ploss_check_class_vector(ctx, weight, x.shape[1], "weight", spec->tensors[0].what, &w)))
+            return st;
+    }
 
     if (pass != PLOSS_PASS_BACKWARD) {
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
             (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = check_group_shape(&l, &x, o->reduction, o->per_image, "loss")) ||
+            (st = check_group_shape(&l, &x, o->reduction, groups, per_image, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     }
@@ -129,7 +160,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_group_shape(&gl, &x, o->reduction, o->per_image, "grad_loss")))
+            (st = check_group_shape(&gl, &x, o->reduction, groups, per_image, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
@@ -145,12 +176,12 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
 
     /* outputs may not overlap the inputs nor each other; a fused pass may write the
      * gradient over the input when asked to */
-    const ploss_view *ins[3] = {&x, &t, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
-    const char *in_names[3] = {"input", "target", "grad_loss"};
+    const ploss_view *ins[4] = {&x, &t, pass == PLOSS_PASS_BACKWARD ? &gl : NULL, weight ? &w : NULL};
+    const char *in_names[4] = {"input", "target", "grad_loss", "weight"};
     const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
     const char *out_names[2] = {"loss", "grad_input"};
     const int inplace = pass == PLOSS_PASS_FUSED && o->inplace;
-    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 3, inplace ? 1 : -1, inplace ? 0 : -1)))
+    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 4, inplace ? 1 : -1, inplace ? 0 : -1)))
         return st;
     if (inplace && (st = ploss_check_inplace_request(&g, &x)))
         return st;
@@ -169,22 +200,28 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL);
     if (pass != PLOSS_PASS_BACKWARD) {
         p.loss = l.data; p.loss_dtype = l.dtype;
-        if (o->reduction == PLOSS_REDUCTION_NONE) {
-            p.l_sg = o->per_image ? l.strides[0] : 0;
-            p.l_sc = l.strides[o->per_image ? 1 : 0];
-        }
+        if (o->reduction == PLOSS_REDUCTION_NONE)
+            group_strides(&l, groups, per_image, &p.l_sg, &p.l_sc);
     } else {
         p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
-        if (o->reduction == PLOSS_REDUCTION_NONE) {
-            p.gl_sg = o->per_image ? gl.strides[0] : 0;
-            p.gl_sc = gl.strides[o->per_image ? 1 : 0];
-        }
+        if (o->reduction == PLOSS_REDUCTION_NONE)
+            group_strides(&gl, groups, per_image, &p.gl_sg, &p.gl_sc);
     }
     p.ignore_index = o->ignore_index;
-    p.per_image = o->per_image;
-    p.present = o->classes == PLOSS_LOVASZ_PRESENT;
+    p.per_image = per_image;
     p.scale = o->scale;
+    if (dice) {
+        p.exponent = o->exponent;
+        p.smooth = o->smooth;
+        p.mask_ignored = o->mask_ignored;
+        p.sudre = o->class_weights == PLOSS_DICE_WEIGHTS_SUDRE;
+        if (weight) {
+            p.w = w.data; p.w_dtype = w.dtype; p.w_s = w.strides[0];
+        }
+    } else {
+        p.present = o->classes == PLOSS_LOVASZ_PRESENT;
+    }
     if (ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;
-    return ploss_dispatch(ctx, PLOSS_OP_REGION_LOVASZ, "input", &p);
+    return ploss_dispatch(ctx, dice ? PLOSS_OP_REGION_DICE : PLOSS_OP_REGION_LOVASZ, "input", &p);
 }

@@ -11,11 +11,19 @@
  *     n·x_sn + c·x_sc + Σ_d idx_d(s)·x_ss[d]   (class c of the input and the gradient)
  *     n·t_sn + Σ_d idx_d(s)·t_ss[d]            (its label).
  *
- * Lovász-softmax: groups are the images (per_image) or the whole batch; within a group g,
+ * Groups are the samples (per_image) or the whole batch.
+ *
+ * Lovász-softmax: within a group g,
  * for each class c, the errors of the valid pixels e = |[y = c] − p_c| sorted in decreasing
  * order (ties by increasing pixel index) define the Lovász weights of the Jaccard loss and
  * L_gc = Σ_k e_(k)·g_k.  The loss of NONE has shape [C] (batch) or [N, C] (per_image),
  * strides l_sg (group) and l_sc (class).
+ *
+ * Soft Dice (per-class sigmoid s = σ(x), one-hot o of the labels): per group and class
+ * A_gc = Σ s·o over the valid pixels, B_gc = Σ (s^p + o) over the valid pixels (and the
+ * ignored ones unless mask_ignored), R_gc = Σ o; with class weights w_c (given, 1, or
+ * Sudre's 1/R_gc²), ℓ_g = 1 − (2·Σ_c w_c·A_gc + smooth)/(Σ_c w_c·B_gc + smooth).  The loss
+ * of NONE has one value per group, stride l_sg.
  */
 #ifndef PLOSS_REGION_H
 #define PLOSS_REGION_H
@@ -44,9 +52,18 @@ typedef struct ploss_region_problem {
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sg, gl_sc;
 
     int64_t ignore_index;
-    int per_image;  /* groups: the N images (1) or the whole batch (0)                 */
-    int present;    /* 1: only classes present in a group's labels count               */
+    int per_image;  /* groups: the N samples (1) or the whole batch (0)                */
     double scale;   /* fused: the gradient's multiplier                                */
+
+    /* Lovász-softmax */
+    int present;    /* 1: only classes present in a group's labels count               */
+
+    /* soft Dice */
+    double exponent, smooth; /* p > 0 of s^p, smooth >= 0                              */
+    int mask_ignored;        /* ignored pixels leave the denominator too               */
+    int sudre;               /* class weights 1/R_gc² (a class absent from the group:
+                                the largest weight of the group's present classes)     */
+    const void *w; ploss_dtype w_dtype; int64_t w_s; /* given class weights; NULL: 1    */
 } ploss_region_problem;
 
 /* The groups of a problem and the pixels of each. */
@@ -57,8 +74,10 @@ static inline int64_t ploss_region_group_pixels(const ploss_region_problem *p)
 }
 
 ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #endif
 
 #ifdef __cplusplus

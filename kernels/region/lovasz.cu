@@ -297,7 +297,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
         lovasz_foreground<<<grid_blocks(E, THREADS), THREADS, 0, stream>>>(keys_out, E, fg);
         if ((st = check_launch("lovasz_softmax foreground")))
             return st;
-        if ((e = cub::DeviceScan::InclusiveSum(temp, scan_bytes, fg, count, E, stream)) != cudaSuccess)
+        if ((e = cub::DeviceScan::InclusiveSum(temp, scan_bytes, (const int32_t *)fg, count, E, stream)) != cudaSuccess)
             return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the foreground scan: %s", cudaGetErrorString(e));
         lovasz_weights<A><<<(unsigned)(nseg * chunks), THREADS, 0, stream>>>(keys_out, vals_out, count, M, chunks,
                                                                             want_grad, err, partial);

@@ -223,12 +223,16 @@ local function check_args(where, input, target)
   if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
 end
 
--- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or one
--- value per group and class (region: [C], or [N, C] with per_image).
+-- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or the
+-- description's loss_groups (region).
 local function loss_sizes(d, input, o)
   local sizes = input:size()
   if d.shape == "elementwise" then return sizes end
-  if d.shape == "region" then return o.per_image and { sizes[1], sizes[2] } or { sizes[2] } end
+  if d.shape == "region" then
+    if d.loss_groups == "sample" then return { sizes[1] } end
+    if d.loss_groups == "batch" then return { 1 } end
+    return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
+  end
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s

@@ -35,6 +35,9 @@
 --                parameters when it differs from the name; ctype for enums }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool'.
 --   unused_options  { name = true }: fields of a shared struct this loss does not read
+--   loss_groups  region shape: what the loss of 'none' holds: 'class' (one value per group
+--                and class: [C], or [N, C] with the per_image option), 'sample' (one per
+--                sample: [N]) or 'batch' (one for the batch: [1])
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
@@ -44,7 +47,7 @@ local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
-  enums = true, options = true, unused_options = true,
+  enums = true, options = true, unused_options = true, loss_groups = true,
 }
 
 --- The reductions, common to every loss.

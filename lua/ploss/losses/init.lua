@@ -13,4 +13,6 @@ return {
   "ohem_cross_entropy",
   "ohem_large_margin",
   "lovasz_softmax",
+  "generalized_soft_dice",
+  "batch_soft_dice",
 }

@@ -9,6 +9,7 @@ return {
   shape = "region",
   policy = "lovasz_softmax",
   target = "index",
+  loss_groups = "class",
   enums = {
     { ctype = "ploss_lovasz_classes", prefix = "PLOSS_LOVASZ_", count = "PLOSS_LOVASZ_CLASSES_COUNT",
       doc = "Which classes of a group enter its loss.",
