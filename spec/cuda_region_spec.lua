@@ -308,3 +308,96 @@ describe("CUDA Lovász-softmax bad input", function()
     end
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- The per-class soft Dice losses
+---------------------------------------------------------------------------------------
+
+local DICE = {
+  { name = "generalized_soft_dice", batch = false },
+  { name = "batch_soft_dice", batch = true },
+}
+
+describe("CUDA soft Dice losses against the CPU", function()
+  for _, d in ipairs(DICE) do
+    it(d.name .. ": every dtype, reduction and option, ranks 2 to 5", function()
+      for si, sizes in ipairs { { 2, 5, 6, 6 }, { 3, 4, 10 }, { 40, 6 }, { 2, 3, 3, 2, 4 }, { 2, 3, 130, 70 } } do
+        local x64 = ploss.randn(sizes, { dtype = "f64", seed = 500 + si, std = 2 })
+        H.seed(600 + si)
+        local y = H.random_labels(H.sample_sizes(sizes), sizes[2], { ignore = 0.2, ignore_index = 255 })
+        local wl = {}
+        for c = 1, sizes[2] do wl[c] = 0.25 + c / 4 end
+        for _, dtype in ipairs(DTYPES) do
+          local xc = x64:to(dtype)
+          local xg, yg = xc:to(DEV), y:to(DEV)
+          local T = TOL[dtype]
+          for _, o in ipairs {
+            { reduction = "mean" }, { reduction = "sum", p = 2 }, { reduction = "none", p = 0.5, smooth = 0.3 },
+            { mask_ignored_in_denominator = false }, { class_weights = "sudre", reduction = "none" },
+            { weight = wl, reduction = "sum" },
+          } do
+            local what = string.format("%s %s %s %s", d.name, table.concat(sizes, "x"), dtype,
+              (o.reduction or "mean") .. (o.p and (" p " .. o.p) or "") .. (o.class_weights or "") ..
+              (o.weight and " weight" or "") .. (o.mask_ignored_in_denominator == false and " unmasked" or ""))
+            local lc, gc = F[d.name .. "_fused"](xc, y, o)
+            local lg, gg = F[d.name .. "_fused"](xg, yg, o)
+            assert.are.equal(dtype, gg:dtype())
+            close(lg, lc, T.loss, 0, what .. " fused loss")
+            close(gg, gc, T.grad, T.floor, what .. " fused grad")
+            local gout_c, gout_g = 0.7, 0.7
+            if o.reduction == "none" then
+              gout_c = ploss.randn(d.batch and { 1 } or { sizes[1] }, { dtype = ldtype(dtype), seed = 7 })
+              gout_g = gout_c:to(DEV)
+            end
+            close(F[d.name](xg, yg, o), lc, T.loss, 0, what .. " forward")
+            close(F[d.name .. "_backward"](xg, yg, gout_g, o), F[d.name .. "_backward"](xc, y, gout_c, o), T.grad,
+              T.floor, what .. " backward")
+            H.assert_equal(lg, F[d.name](xg, yg, o), { what = what .. " fused = forward" })
+            H.assert_equal(gg, F[d.name .. "_backward"](xg, yg, nil, o), { what = what .. " fused = backward" })
+            local lg2, gg2 = F[d.name .. "_fused"](xg, yg, o)
+            H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+            H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+          end
+        end
+      end
+    end)
+
+    it(d.name .. ": strided inputs give the contiguous copy's bits; edge cases", function()
+      local x = ploss.randn({ 2, 5, 12, 10 }, { device = DEV, seed = 92 })
+      local y = H.random_labels({ 2, 12, 10 }, 5, { ignore = 0.1, ignore_index = 255, device = DEV })
+      for _, v in ipairs {
+        { "crop", x:narrow(3, 3, 7):narrow(4, 2, 6), y:narrow(2, 3, 7):narrow(3, 2, 6) },
+        { "channels-last", H.relayout(x, "channels_last"), y },
+        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+      } do
+        local l, g = F[d.name .. "_fused"](v[2], v[3], { reduction = "none" })
+        local lc, gc = F[d.name .. "_fused"](v[2]:contiguous(), v[3]:contiguous(), { reduction = "none" })
+        H.assert_equal(l, lc, { what = v[1] .. " loss" })
+        H.assert_equal(g, gc, { what = v[1] .. " gradient" })
+      end
+      -- every pixel ignored: 0 and a zero gradient
+      local yi = ploss.full({ 2, 12, 10 }, 255, { dtype = "i64", device = DEV })
+      local l, g = F[d.name .. "_fused"](x, yi)
+      assert.are.equal(0, l)
+      for _, e in ipairs(g:flat()) do assert.are.equal(0, e) end
+      -- an empty batch: the CPU's values (NaN for the mean over no sample)
+      local x0, y0 = ploss.randn({ 0, 3, 4 }, { device = DEV }), ploss.zeros({ 0, 4 }, { dtype = "i64", device = DEV })
+      H.assert_close(F[d.name](x0, y0), F[d.name](x0:to("cpu"), y0:to("cpu")))
+    end)
+
+    it(d.name .. ": invalid labels through the error slot; the sudre/weight conflict", function()
+      local x = ploss.randn({ 2, 3, 4, 4 }, { device = DEV, seed = 93 })
+      local yh = ploss.zeros({ 2, 4, 4 }, { dtype = "i64" })
+      yh:view(-1)[9] = 3
+      local y = yh:to(DEV)
+      if ON_GPU then
+        F[d.name .. "_fused"](x, y, { reduction = "none" })
+        H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+      end
+      H.expect_error(function() local _ = F[d.name](x, y) end, "PLOSS_ERR_INVALID_LABEL")
+      assert.is_number(F[d.name](x, ploss.zeros({ 2, 4, 4 }, { dtype = "i64", device = DEV })))
+      H.expect_error(function() F[d.name](x, y, { class_weights = "sudre", weight = { 1, 2, 3 } }) end,
+        "PLOSS_ERR_INVALID_ARGUMENT")
+    end)
+  end
+end)
