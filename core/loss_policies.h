@@ -16,8 +16,9 @@ typedef enum {
     PLOSS_POLICY_OHEM_CROSS_ENTROPY = 8, /* ohem_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
     PLOSS_POLICY_LOVASZ_SOFTMAX = 10, /* lovasz_softmax (region) */
-    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 11, /* generalized_soft_dice (region) */
-    PLOSS_POLICY_BATCH_SOFT_DICE = 12, /* batch_soft_dice (region) */
+    PLOSS_POLICY_SOFT_DICE = 11, /* soft_dice (region) */
+    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 12, /* generalized_soft_dice (region) */
+    PLOSS_POLICY_BATCH_SOFT_DICE = 13, /* batch_soft_dice (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -793,6 +793,77 @@ ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
     return lovasz_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- soft_dice --------------------------------------------------------------------------- */
+
+void ploss_soft_dice_opts_init(ploss_soft_dice_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1.0;
+    o->smooth = 1.0;
+    o->per_sample = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec soft_dice_spec = {
+    .name = "soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                              const ploss_soft_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_soft_dice_opts o;
+    ploss_soft_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .per_image = o.per_sample,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_soft_dice_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- generalized_soft_dice --------------------------------------------------------------- */
 
 void ploss_class_dice_opts_init(ploss_class_dice_opts *o)

@@ -857,10 +857,10 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
  * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
  *
- * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
- *                 any strides (a crop of a segmentation map is read in place). Pixels are
- *                 grouped per image or over the whole batch; the target, and grad_input, have
- *                 any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -897,6 +897,82 @@ ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *inp
 ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
+
+/* ---- Soft Dice loss (binary) ----------------------------------------------------------- */
+
+/** Options of soft_dice; fill with ploss_soft_dice_opts_init(). */
+typedef struct ploss_soft_dice_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the exponent of s and y in the denominator; a finite number > 0; default 1.0 */
+    double p;
+    /* added to the numerator and the denominator; a finite number >= 0; default 1.0 */
+    double smooth;
+    /* one Dice per sample (along the first dim) rather than one for the whole input; default 0
+       */
+    int per_sample;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_soft_dice_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
+
+/**
+ * Soft Dice loss (binary), forward (Milletari, Navab, Ahmadi, "V-Net: Fully Convolutional
+ * Neural Networks for Volumetric Medical Image Segmentation", 3DV 2016; pytorch-loss
+ * SoftDiceLossV1–V3).
+ * With s = σ(x) and y the target (0/1 or soft labels), over the elements of a group (the whole
+ * input, or one sample with per_sample)
+ *
+ *     A = Σ s·y,   B = Σ (s^p + y^p),   ℓ = 1 − (2A + smooth) / (B + smooth)
+ *
+ * 'mean' averages the groups' losses, 'sum' adds them, 'none' gives them: shape [N] with
+ * per_sample, else [1].
+ *
+ * Unlike the reference's third version, the labels are raised to p in the denominator and every
+ * group gets its gradient whatever its size. An empty input gives 0 with smooth > 0 (NaN with
+ * smooth = 0). Targets are not checked: y^p of a negative target is NaN for a non-integer p.
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss);
+
+/**
+ * Soft Dice loss (binary), backward. With num = 2A + smooth and den = B + smooth of the
+ * element's group, ∂ℓ/∂x = s(1 − s)·(num·p·s^(p−1)/den² − 2y/den), computed as
+ * num·p·s^p·(1 − s)/den² − 2y·s(1 − s)/den (finite for every p > 0).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Soft Dice loss (binary), forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_soft_dice_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Generalized soft Dice loss (per sample) ------------------------------------------- */
 
@@ -962,10 +1038,10 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error.
  *
- * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
- *                 any strides (a crop of a segmentation map is read in place). Pixels are
- *                 grouped per image or over the whole batch; the target, and grad_input, have
- *                 any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
@@ -1030,10 +1106,10 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error.
  *
- * in  input       N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= 1;
- *                 any strides (a crop of a segmentation map is read in place). Pixels are
- *                 grouped per image or over the whole batch; the target, and grad_input, have
- *                 any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with

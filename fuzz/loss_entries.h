@@ -191,6 +191,23 @@ static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *con
     return ploss_lovasz_softmax_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_soft_dice_opts(void *o) { ploss_soft_dice_opts_init(o); }
+
+static ploss_status fz_call_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 static void fz_init_ploss_class_dice_opts(void *o) { ploss_class_dice_opts_init(o); }
 
 static ploss_status fz_call_generalized_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -356,6 +373,18 @@ static ploss_status fz_call_batch_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *co
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_forward", .call = fz_call_soft_dice_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_backward", .call = fz_call_soft_dice_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_fused", .call = fz_call_soft_dice_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_generalized_soft_dice_forward", .call = fz_call_generalized_soft_dice_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \

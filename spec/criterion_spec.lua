@@ -9,7 +9,7 @@ local F = ploss.F
 
 local function inputs_for(d, seed, dtype)
   H.seed(seed)
-  if d.shape == "elementwise" then
+  if d.target == "elementwise" then
     local x = ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
     local y = ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 1 })
     return x, y, ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 2 })

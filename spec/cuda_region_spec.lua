@@ -401,3 +401,49 @@ describe("CUDA soft Dice losses against the CPU", function()
     end)
   end
 end)
+
+describe("CUDA binary soft Dice against the CPU", function()
+  it("every dtype, reduction, p and per_sample; groups larger than a chunk", function()
+    for si, sizes in ipairs { { 4, 3, 5 }, { 7 }, {}, { 3, 100, 100 }, { 2, 3, 4, 5 } } do
+      local x64 = ploss.randn(sizes, { dtype = "f64", seed = 700 + si, std = 2 })
+      local y64 = ploss.rand(sizes, { dtype = "f64", seed = 800 + si })
+      for _, dtype in ipairs(DTYPES) do
+        local xc, yc = x64:to(dtype), y64:to(dtype)
+        local xg, yg = xc:to(DEV), yc:to(DEV)
+        local T = TOL[dtype]
+        for _, o in ipairs { {}, { per_sample = true, reduction = "none" }, { p = 2, reduction = "sum", smooth = 0.5 },
+                             { p = 0.5, per_sample = true } } do
+          local what = string.format("[%s] %s %s p %g%s", table.concat(sizes, "x"), dtype, o.reduction or "mean",
+            o.p or 1, o.per_sample and " per_sample" or "")
+          local lc, gc = F.soft_dice_fused(xc, yc, o)
+          local lg, gg = F.soft_dice_fused(xg, yg, o)
+          close(lg, lc, T.loss, 0, what .. " fused loss")
+          close(gg, gc, T.grad, T.floor, what .. " fused grad")
+          local gout_c, gout_g = 0.7, 0.7
+          if o.reduction == "none" then
+            gout_c = ploss.randn({ o.per_sample and (sizes[1] or 1) or 1 }, { dtype = ldtype(dtype), seed = 9 })
+            gout_g = gout_c:to(DEV)
+          end
+          close(F.soft_dice(xg, yg, o), lc, T.loss, 0, what .. " forward")
+          close(F.soft_dice_backward(xg, yg, gout_g, o), F.soft_dice_backward(xc, yc, gout_c, o), T.grad, T.floor,
+            what .. " backward")
+          H.assert_equal(gg, F.soft_dice_backward(xg, yg, nil, o), { what = what .. " fused = backward" })
+          local lg2, gg2 = F.soft_dice_fused(xg, yg, o)
+          H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+          H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+        end
+      end
+    end
+  end)
+
+  it("a target of another dtype and strided views give the CPU's values", function()
+    local x = ploss.randn({ 3, 6, 7 }, { dtype = "f32", seed = 95 })
+    local y = ploss.rand({ 3, 6, 7 }, { dtype = "f64", seed = 96 })
+    for _, v in ipairs { { x, y:to("bf16") }, { x:transpose(2, 3), y:transpose(2, 3) }, { x:narrow(3, 2, 4), y:narrow(3, 2, 4) } } do
+      local lc, gc = F.soft_dice_fused(v[1], v[2], { per_sample = true, reduction = "none" })
+      local lg, gg = F.soft_dice_fused(v[1]:to(DEV), v[2]:to(DEV), { per_sample = true, reduction = "none" })
+      close(lg, lc, TOL.f32.loss, 0, "strided loss")
+      close(gg, gc, TOL.f32.grad, 0, "strided grad")
+    end
+  end)
+end)

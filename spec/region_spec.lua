@@ -712,3 +712,146 @@ describe("soft Dice losses: ignored pixels and edge cases", function()
     end
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- The binary soft Dice loss
+---------------------------------------------------------------------------------------
+
+-- Binary soft Dice from its formula: the reduced number, or the groups' losses ('none').
+local function soft_dice_reference(x, y, opts)
+  opts = opts or {}
+  local pe, smooth = opts.p or 1, opts.smooth or 1
+  local xv, yv = x:to("cpu", "f64"):contiguous():flat(), y:to("cpu", "f64"):contiguous():flat()
+  local N = opts.per_sample and (x:dim() > 0 and x:size(1) or 1) or 1
+  local per = N > 0 and #xv / N or 0
+  local groups = {}
+  for g = 1, N do
+    local a, b = 0, 0
+    for i = (g - 1) * per + 1, g * per do
+      local s = sigmoid(xv[i])
+      a = a + s * yv[i]
+      b = b + s ^ pe + yv[i] ^ pe
+    end
+    groups[g] = 1 - (2 * a + smooth) / (b + smooth)
+  end
+  local red = opts.reduction or "mean"
+  if red == "none" then return groups end
+  local t = 0
+  for _, v in ipairs(groups) do t = t + v end
+  return red == "mean" and t / N or t
+end
+
+describe("SoftDiceLoss", function()
+  it("by hand: logits 0, targets 1 0 1 / 0 0 1", function()
+    -- s = 1/2: A = 3/2, B = 3 + 3, ℓ = 1 − 4/7; per sample: 1 − 3/4.5 and 1 − 2/3.5
+    local x = ploss.zeros({ 2, 3 }, { dtype = "f64" })
+    local y = ploss.tensor({ { 1, 0, 1 }, { 0, 0, 1 } }, { dtype = "f64" })
+    H.assert_close(F.soft_dice(x, y), 3 / 7, { rtol = 1e-15 })
+    H.assert_close(F.soft_dice(x, y, { reduction = "none" }), { 3 / 7 }, { rtol = 1e-15 })
+    H.assert_close(F.soft_dice(x, y, { reduction = "none", per_sample = true }), { 1 / 3, 3 / 7 }, { rtol = 1e-15 })
+    H.assert_close(F.soft_dice(x, y, { per_sample = true, reduction = "sum" }), 1 / 3 + 3 / 7, { rtol = 1e-15 })
+    -- ∂ℓ/∂x = num·s(1 − s)/den² − 2y·s(1 − s)/den = 1/49 − y/14
+    H.assert_close(F.soft_dice_backward(x, y), { 1 / 49 - 1 / 14, 1 / 49, 1 / 49 - 1 / 14, 1 / 49, 1 / 49, 1 / 49 - 1 / 14 },
+      { rtol = 1e-14 })
+  end)
+
+  it("against the formula: shapes, p, smooth, per_sample, reductions, soft targets", function()
+    for si, sizes in ipairs { { 4, 3, 5 }, { 6 }, {}, { 2, 3, 4, 5 }, { 3, 1 } } do
+      local x = ploss.randn(sizes, { dtype = "f64", seed = 400 + si, std = 2 })
+      local y = ploss.rand(sizes, { dtype = "f64", seed = 500 + si })
+      for _, pe in ipairs { 1, 2, 0.5 } do
+        for _, per_sample in ipairs { false, true } do
+          for _, red in ipairs { "mean", "sum", "none" } do
+            local o = { p = pe, smooth = pe == 2 and 0.25 or 1, per_sample = per_sample, reduction = red }
+            H.assert_close(as_list(F.soft_dice(x, y, o)), as_list(soft_dice_reference(x, y, o)), { rtol = 1e-12,
+              what = string.format("[%s] p %g per_sample %s %s", table.concat(sizes, "x"), pe, tostring(per_sample), red) })
+          end
+        end
+      end
+    end
+  end)
+
+  it("central differences in f64 (also groups of a few elements)", function()
+    local x = ploss.randn({ 3, 5 }, { dtype = "f64", seed = 81 })
+    local y = ploss.rand({ 3, 5 }, { dtype = "f64", seed = 82 })
+    for _, pe in ipairs { 1, 2, 0.6 } do
+      for _, per_sample in ipairs { false, true } do
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local o = { p = pe, per_sample = per_sample, reduction = red }
+          local gout = red == "none" and ploss.randn({ per_sample and 3 or 1 }, { dtype = "f64", seed = 83 }) or nil
+          H.gradcheck(H.loss_objective("soft_dice", y, o, gout), x, F.soft_dice_backward(x, y, gout, o),
+            { atol = 1e-10, what = string.format("p %g per_sample %s %s", pe, tostring(per_sample), red) })
+        end
+      end
+    end
+  end)
+
+  it("smoothing in the numerator too: an empty prediction of an empty target is a perfect score", function()
+    local x = ploss.full({ 2, 8 }, -40, { dtype = "f64" })
+    local y = ploss.zeros({ 2, 8 }, { dtype = "f64" })
+    assert.is_true(F.soft_dice(x, y) < 1e-15)
+    assert.is_true(F.soft_dice(x, y, { per_sample = true }) < 1e-15)
+  end)
+
+  it("labels are raised to p (soft labels, p = 2)", function()
+    local x = ploss.randn({ 2, 6 }, { dtype = "f64", seed = 84 })
+    local y = ploss.rand({ 2, 6 }, { dtype = "f64", seed = 85 })
+    local xv, yv = x:flat(), y:flat()
+    local a, b, b_unraised = 0, 0, 0
+    for i = 1, #xv do
+      local s = sigmoid(xv[i])
+      a, b, b_unraised = a + s * yv[i], b + s * s + yv[i] ^ 2, b_unraised + s * s + yv[i]
+    end
+    H.assert_close(F.soft_dice(x, y, { p = 2 }), 1 - (2 * a + 1) / (b + 1), { rtol = 1e-14 })
+    assert.is_true(math.abs((1 - (2 * a + 1) / (b_unraised + 1)) - F.soft_dice(x, y, { p = 2 })) > 1e-3)
+  end)
+
+  it("fused = forward and backward; scale; criterion; in place; layouts; dtypes; empty", function()
+    local x = ploss.randn({ 3, 4, 5 }, { dtype = "f64", seed = 86 })
+    local y = ploss.rand({ 3, 4, 5 }, { dtype = "f64", seed = 87 })
+    for _, o in ipairs { {}, { per_sample = true, reduction = "none" }, { reduction = "sum", p = 2 } } do
+      local l, g = F.soft_dice_fused(x, y, o)
+      H.assert_equal(as_list(l), as_list(F.soft_dice(x, y, o)))
+      H.assert_equal(g, F.soft_dice_backward(x, y, nil, o))
+      H.check_fused_scale("soft_dice", x, y, o, { o.per_sample and 3 or 1 }, o.reduction or "mean", 1e-14)
+      local cl, cg = ploss.SoftDiceLoss(o)(x, y)
+      H.assert_equal(as_list(cl), as_list(l))
+      H.assert_equal(cg, g)
+      -- a transposed input and target: the values of the contiguous copies
+      local xt, yt = x:transpose(2, 3), y:transpose(2, 3)
+      local lt, gt = F.soft_dice_fused(xt, yt, o)
+      local lc, gc = F.soft_dice_fused(xt:contiguous(), yt:contiguous(), o)
+      H.assert_equal(as_list(lt), as_list(lc))
+      H.assert_equal(gt, gc)
+    end
+    local l, g = F.soft_dice_fused(x, y)
+    H.check_inplace_fused("soft_dice", x:clone(), y, {}, l, g, "soft_dice")
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local xd = x:to(dt)
+      local ld, gd = F.soft_dice_fused(xd, y:to(dt))
+      local lr, gr = F.soft_dice_fused(xd:to("f64"), y:to(dt):to("f64"))
+      H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
+      H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
+    end
+    local x0, y0 = ploss.empty({ 0, 4 }), ploss.empty({ 0, 4 })
+    assert.are.equal(0, F.soft_dice(x0, y0))
+    local z = F.soft_dice(x0, y0, { smooth = 0 })
+    assert.is_true(z ~= z)
+  end)
+
+  it("bad input: an error naming the argument, nothing written", function()
+    local x = ploss.randn({ 2, 3 }, { seed = 88 })
+    local y = ploss.rand({ 2, 3 }, { seed = 89 })
+    local loss = ploss.empty({})
+    H.expect_error(function() F.soft_dice(x, ploss.zeros({ 2, 3 }, { dtype = "i64" }), { out = loss }) end,
+      { "PLOSS_ERR_DTYPE", "target: expected float targets" }, loss)
+    H.expect_error(function() F.soft_dice(x, ploss.rand({ 3, 2 }), { out = loss }) end,
+      { "PLOSS_ERR_SHAPE", "target" }, loss)
+    H.expect_error(function() F.soft_dice(x, y, { reduction = "none", out = ploss.empty({ 2 }) }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected shape [1] (one value for the batch)" })
+    H.expect_error(function() F.soft_dice(x, y, { reduction = "none", per_sample = true, out = ploss.empty({ 1 }) }) end,
+      { "PLOSS_ERR_SHAPE", "loss: expected shape [2] (one value per sample" })
+    H.expect_error(function() F.soft_dice(x, y, { p = -1 }) end, "opts.p: -1 is not a finite number > 0")
+    H.expect_error(function() F.soft_dice_fused(x, y, { grad_input = y }) end, { "PLOSS_ERR_ALIAS", "grad_input" })
+  end)
+end)

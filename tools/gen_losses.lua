@@ -136,14 +136,16 @@ local SHAPE = {
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
   region = {
-    input = "N×C×d1×…×dk logits (N×C×H×W for images), f32/f16/bf16/f64; C >= %d; any strides " ..
-      "(a crop of a segmentation map is read in place).  Pixels are grouped per image or over the " ..
-      "whole batch; the target, and grad_input, have any strides too.",
+    input = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d) with class-index " ..
+      "targets, any shape with float targets; any strides (a crop of a segmentation map is read in " ..
+      "place).  Pixels are grouped per sample or over the whole batch; the target, and grad_input, " ..
+      "have any strides too.",
     loss = "reduction NONE: one value per group (and class), the shape the loss's formula gives; " ..
       "MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on the input's device.",
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
     fuzz = { input = { "NCd", "f" }, loss = { "|C|NC|N|1", "a" }, grad_loss = { "|C|NC|N|1", "a|f" },
-             grad_input = { "NCd", "x" }, target = { index = { "Nd", "i|i|i|f" } } },
+             grad_input = { "NCd", "x" },
+             target = { index = { "Nd", "i|i|i|f" }, elementwise = { "NCd", "x|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
       "pairs), CUDA, OUT_OF_MEMORY",

@@ -1,6 +1,6 @@
 /*
  * region.c — the one validation front of the region kernel shape: losses reduced per class
- * over groups of pixels (Lovász-softmax, the per-class soft Dice losses).  It checks the tensors of a call against the
+ * over groups of pixels (Lovász-softmax, the soft Dice losses).  It checks the tensors of a call against the
  * loss's spec before anything is written (on the CPU the labels too), merges the spatial
  * dims the tensors allow to walk as one, and dispatches the problem (core/engines/region.h)
  * to the CPU or CUDA.  The options were checked by the loss's entry point (core/losses.c).
@@ -19,10 +19,9 @@ typedef enum { PER_GROUP_CLASS, PER_SAMPLE, ONE } loss_groups;
 
 /* Loss-shaped tensors: NONE as `groups` says ([C] or [N, C] per image for PER_GROUP_CLASS);
  * MEAN / SUM one element. */
-static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r, loss_groups groups,
-                                      int per_image, const char *name)
+static ploss_status check_group_shape(const ploss_view *v, int64_t N, int64_t C, ploss_reduction r,
+                                      loss_groups groups, int per_image, const char *name)
 {
-    const int64_t N = x->shape[0], C = x->shape[1];
     char want[160];
     if (r != PLOSS_REDUCTION_NONE || groups == ONE) {
         if (v->numel == 1 && (r != PLOSS_REDUCTION_NONE || v->ndim == 1))
@@ -54,17 +53,18 @@ static void group_strides(const ploss_view *v, loss_groups groups, int per_image
     *sc = groups == PER_GROUP_CLASS ? v->strides[per_image ? 1 : 0] : 0;
 }
 
-/* Merge the spatial dims of x (from dim 2), t (from dim 1) and g (from dim 2, when given)
- * where every one of them is contiguous across the pair; drop dims of size 1. */
-static void merge_spatial(ploss_region_problem *p, const ploss_view *x, const ploss_view *t, const ploss_view *g)
+/* Merge the spatial dims of x and g (from dim `first`, g when given) and t (x's dim d is t's
+ * dim d − t_shift) where every one of them is contiguous across the pair; drop dims of size 1. */
+static void merge_spatial(ploss_region_problem *p, const ploss_view *x, const ploss_view *t, const ploss_view *g,
+                          int first, int t_shift)
 {
     int n = 0;
     int64_t shape[PLOSS_MAX_DIMS], xs[PLOSS_MAX_DIMS], ts[PLOSS_MAX_DIMS], gs[PLOSS_MAX_DIMS];
-    for (int d = x->ndim - 1; d >= 2; --d) {
+    for (int d = x->ndim - 1; d >= first; --d) {
         const int64_t size = x->shape[d];
         if (size == 1)
             continue;
-        const int64_t sx = x->strides[d], st = t->strides[d - 1], sg = g ? g->strides[d] : 0;
+        const int64_t sx = x->strides[d], st = t->strides[d - t_shift], sg = g ? g->strides[d] : 0;
         if (n > 0 && sx == xs[n - 1] * shape[n - 1] && st == ts[n - 1] * shape[n - 1] &&
             sg == gs[n - 1] * shape[n - 1]) {
             shape[n - 1] *= size;
@@ -116,23 +116,44 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
 {
     ploss_status st;
     ploss_view x, t, w, l, gl, g;
-    if ((st = ploss_check_row_input(ctx, a->input, &x)))
-        return st;
-    if (x.shape[1] < spec->min_classes)
-        return ploss_check_shape_error("input", "at least one class along axis 1", &x);
-    if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
-        return st;
-    if (t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
-        return ploss_error(PLOSS_ERR_DTYPE,
-                           "target: expected class indices of dtype i64 or i32, got %s (convert them, e.g. "
-                           "target:long())",
-                           ploss_dtype_name(t.dtype));
-    if ((st = ploss_check_sample_shape(&t, &x, "target")))
-        return st;
+    /* binary: logits of any shape, a float target of the same shape, no class axis (C = 1) */
+    const int binary = spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE;
+    if (binary) {
+        if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
+            return st;
+        if (!ploss_dtype_is_float(x.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
+                               ploss_dtype_name(x.dtype));
+        if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
+            return st;
+        if (!ploss_dtype_is_float(t.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE,
+                               "target: expected float targets (0/1 or soft labels) of dtype f32, f16, bf16 or f64, "
+                               "got %s",
+                               ploss_dtype_name(t.dtype));
+        if ((st = ploss_check_input_shape(&t, &x, "target")))
+            return st;
+    } else {
+        if ((st = ploss_check_row_input(ctx, a->input, &x)))
+            return st;
+        if (x.shape[1] < spec->min_classes)
+            return ploss_check_shape_error("input", "at least one class along axis 1", &x);
+        if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
+            return st;
+        if (t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
+            return ploss_error(PLOSS_ERR_DTYPE,
+                               "target: expected class indices of dtype i64 or i32, got %s (convert them, e.g. "
+                               "target:long())",
+                               ploss_dtype_name(t.dtype));
+        if ((st = ploss_check_sample_shape(&t, &x, "target")))
+            return st;
+    }
+    const int64_t N = x.ndim > 0 ? x.shape[0] : 1, C = binary ? 1 : x.shape[1];
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX;
-    /* the groups: images or the batch (Lovász: per_image; Dice: per sample or the batch) */
-    const int per_image = dice ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
+    /* the groups: samples or the batch (Lovász and binary Dice: the per_image option;
+     * generalized Dice: per sample; batch Dice: the batch) */
+    const int per_image = dice && !binary ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
     const loss_groups groups = !dice ? PER_GROUP_CLASS : per_image ? PER_SAMPLE : ONE;
 
     /* the class weights of the Dice losses */
@@ -142,7 +163,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                                "weight: class weights are given with class_weights = 'sudre', which computes "
                                "them (pass one or the other)");
-        if ((st = ploss_check_class_vector(ctx, weight, x.shape[1], "weight", spec->tensors[0].what, &w)))
+        if ((st = ploss_check_class_vector(ctx, weight, C, "weight", spec->tensors[0].what, &w)))
             return st;
     }
 
@@ -151,7 +172,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
             (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = check_group_shape(&l, &x, o->reduction, groups, per_image, "loss")) ||
+            (st = check_group_shape(&l, N, C, o->reduction, groups, per_image, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     }
@@ -160,7 +181,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_group_shape(&gl, &x, o->reduction, groups, per_image, "grad_loss")))
+            (st = check_group_shape(&gl, N, C, o->reduction, groups, per_image, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
@@ -190,14 +211,15 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     memset(&p, 0, sizeof p);
     p.pass = pass;
     p.reduction = o->reduction;
-    p.N = x.shape[0];
-    p.C = x.shape[1];
-    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = x.strides[0]; p.x_sc = x.strides[1];
-    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = t.strides[0];
+    p.N = N;
+    p.C = C;
+    const int lead = x.ndim > 0; /* a 0-d binary input is one sample of one pixel */
+    p.x = x.data; p.x_dtype = x.dtype; p.x_sn = lead ? x.strides[0] : 0; p.x_sc = binary ? 0 : x.strides[1];
+    p.t = t.data; p.t_dtype = t.dtype; p.t_sn = lead ? t.strides[0] : 0;
     if (pass != PLOSS_PASS_FORWARD) {
-        p.grad = g.data; p.g_sn = g.strides[0]; p.g_sc = g.strides[1];
+        p.grad = g.data; p.g_sn = lead ? g.strides[0] : 0; p.g_sc = binary ? 0 : g.strides[1];
     }
-    merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL);
+    merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL, binary ? 1 : 2, binary ? 0 : 1);
     if (pass != PLOSS_PASS_BACKWARD) {
         p.loss = l.data; p.loss_dtype = l.dtype;
         if (o->reduction == PLOSS_REDUCTION_NONE)
@@ -210,6 +232,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     p.ignore_index = o->ignore_index;
     p.per_image = per_image;
     p.scale = o->scale;
+    p.binary = binary;
     if (dice) {
         p.exponent = o->exponent;
         p.smooth = o->smooth;
@@ -221,7 +244,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     } else {
         p.present = o->classes == PLOSS_LOVASZ_PRESENT;
     }
-    if (ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
+    if (!binary && ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;
     return ploss_dispatch(ctx, dice ? PLOSS_OP_REGION_DICE : PLOSS_OP_REGION_LOVASZ, "input", &p);
 }

@@ -23,7 +23,9 @@
  * A_gc = Σ s·o over the valid pixels, B_gc = Σ (s^p + o) over the valid pixels (and the
  * ignored ones unless mask_ignored), R_gc = Σ o; with class weights w_c (given, 1, or
  * Sudre's 1/R_gc²), ℓ_g = 1 − (2·Σ_c w_c·A_gc + smooth)/(Σ_c w_c·B_gc + smooth).  The loss
- * of NONE has one value per group, stride l_sg.
+ * of NONE has one value per group, stride l_sg.  Binary soft Dice: logits of any shape seen
+ * as N × 1 × (the other dims) (one sample of one pixel for a 0-d input) and a float target y
+ * of the same shape in place of o, with B = Σ (s^p + y^p).
  */
 #ifndef PLOSS_REGION_H
 #define PLOSS_REGION_H
@@ -59,6 +61,8 @@ typedef struct ploss_region_problem {
     int present;    /* 1: only classes present in a group's labels count               */
 
     /* soft Dice */
+    int binary;              /* one sigmoid per element against a float target of the
+                                input's shape (C = 1, no ignored pixel, B adds y^p)     */
     double exponent, smooth; /* p > 0 of s^p, smooth >= 0                              */
     int mask_ignored;        /* ignored pixels leave the denominator too               */
     int sudre;               /* class weights 1/R_gc² (a class absent from the group:

@@ -1,6 +1,7 @@
 /*
- * dice.cu — CUDA backend of the per-class soft Dice losses (generalized_soft_dice per sample,
- * batch_soft_dice over the batch; formulas in core/engines/region.h and docs/losses.md).
+ * dice.cu — CUDA backend of the soft Dice losses (soft_dice, binary; generalized_soft_dice
+ * per sample and batch_soft_dice over the batch, per class; formulas in
+ * core/engines/region.h and docs/losses.md).
  * fp32 accumulation for f32/f16/bf16 input, f64 for f64.
  *
  *  1. one block per chunk of the pixels of a (sample, class): partial A = Σ s·o,
@@ -51,6 +52,21 @@ template <class TI> __device__ __forceinline__ int64_t load_label(const ploss_re
     return y;
 }
 
+/* The target of pixel (n, s) for class c: the float target (binary) or the one-hot of the
+ * label (0 at an ignored pixel); valid: the pixel is not ignored. */
+template <class A, class TI>
+__device__ __forceinline__ A load_target(const ploss_region_problem &p, int64_t n, int64_t s, int64_t c,
+                                         int64_t *error_slot, int &valid)
+{
+    if (p.binary) {
+        valid = 1;
+        return load_float_dyn<A>(p.t, p.t_dtype, n * p.t_sn + pixel_offset(p, p.t_ss, s));
+    }
+    const int64_t y = load_label<TI>(p, n, s, error_slot);
+    valid = y != p.ignore_index;
+    return (valid && y == c) ? A(1) : A(0);
+}
+
 template <class A> struct Sums {
     A a, b, r;
 };
@@ -74,15 +90,14 @@ __global__ void __launch_bounds__(THREADS) dice_sums(const ploss_region_problem 
     Sums<A> acc = {0, 0, 0};
     for (int64_t s = chunk * CHUNK + threadIdx.x; s < end; s += THREADS) {
         /* the class-0 blocks report invalid labels (once per pixel is enough) */
-        const int64_t y = load_label<TI>(p, n, s, c == 0 ? error_slot : nullptr);
-        const int valid = y != p.ignore_index;
+        int valid;
+        const A o = load_target<A, TI>(p, n, s, c, c == 0 ? error_slot : nullptr, valid);
         if (!valid && p.mask_ignored)
             continue;
         const A v = (A)to_acc(x[n * p.x_sn + c * p.x_sc + pixel_offset(p, p.x_ss, s)]);
         const A sg = A(1) / (A(1) + m_exp(-v));
-        const A o = (valid && y == c) ? A(1) : A(0);
         acc.a += sg * o;
-        acc.b += power(sg, e) + o;
+        acc.b += power(sg, e) + (p.binary ? power(o, e) : o);
         acc.r += o;
     }
     const Sums<A> total = block_reduce<THREADS>(acc, SumsOp());
@@ -169,18 +184,17 @@ __global__ void __launch_bounds__(THREADS) dice_grad(const ploss_region_problem 
     const A e = (A)p.exponent;
     for (int64_t q = thread_index(); q < p.N * p.S; q += grid_stride()) {
         const int64_t n = q / p.S, s = q % p.S, g = p.per_image ? n : 0;
-        const int64_t y = load_label<TI>(p, n, s, nullptr);
-        const int valid = y != p.ignore_index;
         const int64_t xo = n * p.x_sn + pixel_offset(p, p.x_ss, s), go = n * p.g_sn + pixel_offset(p, p.g_ss, s);
         const A nm = num[g], dn = den[g];
         for (int64_t c = 0; c < p.C; ++c) {
+            int valid;
+            const A o = load_target<A, TI>(p, n, s, c, nullptr, valid);
             A d = 0;
             if (valid || !p.mask_ignored) {
                 const A v = (A)to_acc(x[xo + c * p.x_sc]);
                 const A sg = A(1) / (A(1) + m_exp(-v)), sg1 = A(1) / (A(1) + m_exp(v));
                 d = nm * e * power(sg, e) * sg1 / dn / dn;
-                if (valid && y == c)
-                    d -= A(2) * sg * sg1 / dn;
+                d -= A(2) * o * sg * sg1 / dn;
                 d *= coef[g * p.C + c];
             }
             grad[go + c * p.g_sc] = from_acc<T>(d);
@@ -240,6 +254,8 @@ extern "C" ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_pro
     using namespace ploss_cuda;
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (p->binary) /* a float target, read by dtype at run time */
+            return run<T, int64_t>(ctx, p);
         return dispatch_index(p->t_dtype, "target", [&](auto itag) {
             using TI = typename decltype(itag)::type;
             return run<T, TI>(ctx, p);

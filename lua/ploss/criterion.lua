@@ -231,6 +231,7 @@ local function loss_sizes(d, input, o)
   if d.shape == "region" then
     if d.loss_groups == "sample" then return { sizes[1] } end
     if d.loss_groups == "batch" then return { 1 } end
+    if d.loss_groups == "sample_or_batch" then return { o.per_sample and (sizes[1] or 1) or 1 } end
     return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
   end
   local s = {}

@@ -1,7 +1,7 @@
 /*
- * dice.c — CPU backend of the per-class soft Dice losses (generalized_soft_dice per sample,
- * batch_soft_dice over the batch; formulas in core/engines/region.h and docs/losses.md), in
- * double for every input dtype.
+ * dice.c — CPU backend of the soft Dice losses (soft_dice, binary; generalized_soft_dice
+ * per sample and batch_soft_dice over the batch, per class; formulas in
+ * core/engines/region.h and docs/losses.md), in double for every input dtype.
  *
  *  1. per (sample, class) (OpenMP): A = Σ s·o, B = Σ (s^p + o), R = Σ o over its pixels,
  *     each in pixel order;
@@ -26,6 +26,20 @@ static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, in
 
 static double power(double s, double e) { return e == 1.0 ? s : e == 2.0 ? s * s : pow(s, e); }
 
+/* The target of pixel (n, s) for class c: the float target (binary) or the one-hot of the
+ * label (0 at an ignored pixel); *valid: the pixel is not ignored. */
+static double target(const ploss_region_problem *p, int64_t n, int64_t s, int64_t c, int *valid)
+{
+    const int64_t off = n * p->t_sn + pixel_offset(p, p->t_ss, s);
+    if (p->binary) {
+        *valid = 1;
+        return ploss_load(p->t, p->t_dtype, off);
+    }
+    const int64_t y = ploss_load_int(p->t, p->t_dtype, off);
+    *valid = y != p->ignore_index;
+    return *valid && y == c;
+}
+
 ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
     const int64_t N = p->N, C = p->C, S = p->S, G = ploss_region_groups(p);
@@ -45,15 +59,14 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
         const int64_t n = nc / C, c = nc % C;
         double a = 0.0, b = 0.0, r = 0.0;
         for (int64_t s = 0; s < S; ++s) {
-            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
-            const int valid = y != p->ignore_index;
+            int valid;
+            const double o = target(p, n, s, c, &valid);
             if (!valid && p->mask_ignored)
                 continue;
             const double x = ploss_load(p->x, p->x_dtype, n * p->x_sn + c * p->x_sc + pixel_offset(p, p->x_ss, s));
             const double sg = 1.0 / (1.0 + exp(-x));
-            const double o = valid && y == c;
             a += sg * o;
-            b += power(sg, p->exponent) + o;
+            b += power(sg, p->exponent) + (p->binary ? power(o, p->exponent) : o);
             r += o;
         }
         A[nc] = a;
@@ -105,18 +118,17 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel for schedule(static)
         for (int64_t q = 0; q < N * S; ++q) {
             const int64_t n = q / S, s = q % S, g = p->per_image ? n : 0;
-            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
-            const int valid = y != p->ignore_index;
             const int64_t xo = n * p->x_sn + pixel_offset(p, p->x_ss, s), go = n * p->g_sn + pixel_offset(p, p->g_ss, s);
             const double dens = den[g] * den[g];
             for (int64_t c = 0; c < C; ++c) {
+                int valid;
+                const double o = target(p, n, s, c, &valid);
                 double d = 0.0;
                 if (valid || !p->mask_ignored) {
                     const double x = ploss_load(p->x, p->x_dtype, xo + c * p->x_sc);
                     const double sg = 1.0 / (1.0 + exp(-x)), sg1 = 1.0 / (1.0 + exp(x)); /* σ(x), 1 − σ(x) */
                     d = num[g] * p->exponent * power(sg, p->exponent) * sg1 / dens;
-                    if (valid && y == c)
-                        d -= 2.0 * sg * sg1 / den[g];
+                    d -= 2.0 * o * sg * sg1 / den[g];
                     d *= w[g * C + c] * omega[g];
                 }
                 ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, d);

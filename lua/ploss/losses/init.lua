@@ -13,6 +13,7 @@ return {
   "ohem_cross_entropy",
   "ohem_large_margin",
   "lovasz_softmax",
+  "soft_dice",
   "generalized_soft_dice",
   "batch_soft_dice",
 }
