@@ -81,6 +81,8 @@ typedef struct ploss_loss_params {
     double exponent, smooth;  /* soft Dice: p of s^p, the smoothing term */
     int mask_ignored;         /* soft Dice: ignored pixels leave the denominator too */
     int class_weights;        /* soft Dice: ploss_dice_class_weights */
+    double kl_margin, lambda_same, lambda_diff; /* affinity field loss */
+    int divergence;           /* affinity field loss: ploss_affinity_divergence */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

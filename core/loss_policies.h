@@ -19,6 +19,7 @@ typedef enum {
     PLOSS_POLICY_SOFT_DICE = 11, /* soft_dice (region) */
     PLOSS_POLICY_GENERALIZED_SOFT_DICE = 12, /* generalized_soft_dice (region) */
     PLOSS_POLICY_BATCH_SOFT_DICE = 13, /* batch_soft_dice (region) */
+    PLOSS_POLICY_AFFINITY_FIELD = 14, /* affinity_field (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

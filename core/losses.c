@@ -1014,3 +1014,83 @@ ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input
     const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return batch_soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- affinity_field ---------------------------------------------------------------------- */
+
+void ploss_affinity_field_opts_init(ploss_affinity_field_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->kl_margin = 3.0;
+    o->lambda_same = 1.0;
+    o->lambda_diff = 1.0;
+    o->ignore_index = 255;
+    o->divergence = PLOSS_AFFINITY_KL;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec affinity_field_spec = {
+    .name = "affinity_field",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_AFFINITY_FIELD,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+};
+
+static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_affinity_field_opts *user)
+{
+    ploss_clear_error();
+    ploss_affinity_field_opts o;
+    ploss_affinity_field_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.kl_margin) && o.kl_margin >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %g is not a finite number >= 0", o.kl_margin);
+    if (!(isfinite(o.lambda_same) && o.lambda_same >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %g is not a finite number >= 0", o.lambda_same);
+    if (!(isfinite(o.lambda_diff) && o.lambda_diff >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %g is not a finite number >= 0", o.lambda_diff);
+    if ((unsigned)o.divergence >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.divergence: %d is not one of kl (0), reference (1)", (int)o.divergence);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .kl_margin = o.kl_margin,
+        .lambda_same = o.lambda_same,
+        .lambda_diff = o.lambda_diff,
+        .ignore_index = o.ignore_index,
+        .divergence = (int)o.divergence,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &affinity_field_spec, a, &p);
+}
+
+ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return affinity_field(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_field_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return affinity_field(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return affinity_field(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

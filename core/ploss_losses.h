@@ -1150,4 +1150,107 @@ ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input
     const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
     DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Affinity field loss --------------------------------------------------------------- */
+
+/** The divergence D(u, v) between the class distributions of two neighbouring pixels.
+ *   KL               KL(p_v ‖ p_u) = Σ_c p_vc·(log p_vc − log p_uc), the paper's
+ *   REFERENCE        Σ_c p_vc·(p_vc − p_uc), the probability difference of pytorch-loss
+ */
+typedef enum ploss_affinity_divergence {
+    PLOSS_AFFINITY_KL = 0,
+    PLOSS_AFFINITY_REFERENCE = 1,
+    PLOSS_AFFINITY_DIVERGENCE_COUNT
+} ploss_affinity_divergence;
+
+/** Options of affinity_field; fill with ploss_affinity_field_opts_init(). */
+typedef struct ploss_affinity_field_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* κ, the margin of the divergence between pixels of different labels; a finite number >=
+       0; default 3.0 */
+    double kl_margin;
+    /* the weight of the pairs with equal labels (λ_same·D); a finite number >= 0; default 1.0
+       */
+    double lambda_same;
+    /* the weight of the pairs with different labels (λ_diff·max(0, κ − D)); a finite
+       number >= 0; default 1.0 */
+    double lambda_diff;
+    /* pixels with this label take part in no pair; default 255 */
+    int64_t ignore_index;
+    /* D (see the choices above); default KL */
+    ploss_affinity_divergence divergence;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_affinity_field_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
+
+/**
+ * Affinity field loss, forward (Ke, Hwang, Liu, Yu, "Adaptive Affinity Fields for Semantic
+ * Segmentation", ECCV 2018 (the fixed 3×3 affinity field); pytorch-loss AffinityFieldLoss for
+ * divergence = 'reference').
+ * Logits N×C×H×W, labels N×H×W, p the softmax over the classes. For each valid pixel u and
+ * each of its 8 neighbours v (the 4 sides and the 4 diagonals) inside the image with a valid
+ * label,
+ *
+ *     term(u, v) = λ_same·D(u, v)                 if y_u = y_v
+ *                = λ_diff·max(0, κ − D(u, v))     otherwise
+ *     ℓ_u        = (1/8)·Σ_v term(u, v)
+ *
+ * (each unordered pair counts in both directions). 'mean' divides Σ_u ℓ_u by the number of
+ * valid pixels, 'sum' gives Σ_u ℓ_u, 'none' the map ℓ (N×H×W, 0 at ignored pixels).
+ *
+ * Unlike the reference, a pair with an ignored pixel adds nothing to the value (the reference
+ * adds λ_diff·κ for it) nor to the gradient. The paper's "edge" pairs are those of different
+ * labels; the reference calls its same-label weight lambda_edge, so the names here say which
+ * pairs each weighs. Only the fixed 3×3 field is implemented, not the adaptive kernel sizes.
+ * 'mean' with no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not
+ * ignore_index are an error (INVALID_LABEL).
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
+ *           opts.kl_margin not a finite number >= 0, opts.lambda_same not a finite number >= 0,
+ *           opts.lambda_diff not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
+ *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss);
+
+/**
+ * Affinity field loss, backward. For D = KL(p_v ‖ p_u): ∂D/∂x_vk = p_vk·(log p_vk −
+ * log p_uk − D), ∂D/∂x_uk = p_uk − p_vk; for the reference divergence the derivatives
+ * of Σ p_v·(p_v − p_u) through both softmaxes. A pair contributes λ_same·∂D, or
+ * −λ_diff·∂D where κ − D > 0 (0 at the kink and beyond), times the upstream weight of
+ * its centre pixel u. Each pixel gathers the 16 pairs it belongs to (no atomics).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_affinity_field_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Affinity field loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

@@ -240,6 +240,23 @@ static ploss_status fz_call_batch_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *co
     return ploss_batch_soft_dice_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
+static void fz_init_ploss_affinity_field_opts(void *o) { ploss_affinity_field_opts_init(o); }
+
+static ploss_status fz_call_affinity_field_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_affinity_field_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_affinity_field_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -408,6 +425,18 @@ static ploss_status fz_call_batch_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *co
     {.name = "ploss_batch_soft_dice_fused", .call = fz_call_batch_soft_dice_fused, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_forward", .call = fz_call_affinity_field_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_backward", .call = fz_call_affinity_field_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_fused", .call = fz_call_affinity_field_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

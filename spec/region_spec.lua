@@ -855,3 +855,176 @@ describe("SoftDiceLoss", function()
     H.expect_error(function() F.soft_dice_fused(x, y, { grad_input = y }) end, { "PLOSS_ERR_ALIAS", "grad_input" })
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- The affinity field loss
+---------------------------------------------------------------------------------------
+
+-- The affinity field loss written out: the reduced number or the N×H×W map ('none').
+local function field_reference(x, y, opts)
+  opts = opts or {}
+  local kappa, ls, ld = opts.kl_margin or 3, opts.lambda_same or 1, opts.lambda_diff or 1
+  local ignore, ref = opts.ignore_index or 255, opts.divergence == "reference"
+  local N, C, Hh, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local rows = H.sample_rows(x)
+  local labels = y:to("cpu", "i64"):contiguous():flat()
+  local probs = {}
+  for q = 1, #rows do probs[q] = softmax(rows[q]) end
+  local map, total, valid = {}, 0, 0
+  for n = 1, N do
+    for h = 1, Hh do
+      for w = 1, W do
+        local u = ((n - 1) * Hh + h - 1) * W + w
+        local l = 0
+        if labels[u] ~= ignore then
+          valid = valid + 1
+          for dh = -1, 1 do
+            for dw = -1, 1 do
+              local hh, ww = h + dh, w + dw
+              if (dh ~= 0 or dw ~= 0) and hh >= 1 and hh <= Hh and ww >= 1 and ww <= W then
+                local v = ((n - 1) * Hh + hh - 1) * W + ww
+                if labels[v] ~= ignore then
+                  local D = 0
+                  for c = 1, C do
+                    local pu, pv = probs[u][c], probs[v][c]
+                    D = D + (ref and pv * (pv - pu) or pv * (math.log(pv) - math.log(pu)))
+                  end
+                  l = l + (labels[u] == labels[v] and ls * D or ld * math.max(0, kappa - D))
+                end
+              end
+            end
+          end
+        end
+        map[u] = l / 8
+        total = total + l / 8
+      end
+    end
+  end
+  local red = opts.reduction or "mean"
+  if red == "none" then return map end
+  return red == "mean" and total / valid or total
+end
+
+describe("AffinityFieldLoss", function()
+  it("by hand: two pixels side by side", function()
+    -- p = (1/2, 1/2) and (0.8, 0.2): KL(p_1 ‖ p_0) = 0.8·ln 1.6 + 0.2·ln 0.4, KL(p_0 ‖ p_1) =
+    -- 0.5·ln(0.5/0.8) + 0.5·ln 2.5; each pixel has the other as its only neighbour
+    local x = ploss.tensor({ { { { 0, math.log(0.8) } }, { { 0, math.log(0.2) } } } }, { dtype = "f64" })
+    local k10 = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
+    local k01 = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(2.5)
+    local same = ploss.tensor({ { { 0, 0 } } }, { dtype = "i64" })
+    H.assert_close(F.affinity_field(x, same, { reduction = "none" }), { { { k10 / 8, k01 / 8 } } }, { rtol = 1e-14 })
+    H.assert_close(F.affinity_field(x, same), (k10 + k01) / 16, { rtol = 1e-14 })
+    local diff = ploss.tensor({ { { 0, 1 } } }, { dtype = "i64" })
+    H.assert_close(F.affinity_field(x, diff, { reduction = "sum", lambda_diff = 2 }), 2 * ((3 - k10) + (3 - k01)) / 8,
+      { rtol = 1e-14 })
+    -- the reference divergence: Σ p_v·(p_v − p_u)
+    local r10 = 0.8 * 0.3 + 0.2 * -0.3
+    local r01 = 0.5 * -0.3 + 0.5 * 0.3
+    H.assert_close(F.affinity_field(x, same, { reduction = "none", divergence = "reference" }),
+      { { { r10 / 8, r01 / 8 } } }, { rtol = 1e-14, atol = 1e-17 })
+    -- past the margin the hinge is 0
+    assert.are.equal(0, F.affinity_field(x, diff, { kl_margin = 0.1 }))
+  end)
+
+  it("against the formula: options, reductions, ignored pixels, borders", function()
+    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 1, 6 }, { 3, 2, 3, 1 }, { 1, 5, 5, 5 } } do
+      local x = ploss.randn(sizes, { dtype = "f64", seed = 900 + si, std = 1.5 })
+      H.seed(950 + si)
+      local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.2, ignore_index = 255 })
+      for _, dv in ipairs { "kl", "reference" } do
+        for _, red in ipairs { "mean", "sum", "none" } do
+          for _, o in ipairs { { kl_margin = 3 }, { kl_margin = 0.3, lambda_same = 0.5, lambda_diff = 2 } } do
+            o = merge(o, { divergence = dv, reduction = red })
+            local got = F.affinity_field(x, y, o)
+            H.assert_close(as_list(got), as_list(field_reference(x, y, o)), { rtol = 1e-12, atol = 1e-16,
+              what = string.format("%s %s %s κ %g", table.concat(sizes, "x"), dv, red, o.kl_margin) })
+          end
+        end
+      end
+    end
+  end)
+
+  it("central differences in f64", function()
+    local x = ploss.randn({ 2, 3, 3, 4 }, { dtype = "f64", seed = 97 })
+    local y = H.random_labels({ 2, 3, 4 }, 3, { ignore = 0.15, ignore_index = 255 })
+    for _, dv in ipairs { "kl", "reference" } do
+      for _, red in ipairs { "mean", "sum", "none" } do
+        for _, kappa in ipairs { 3, 0.4 } do
+          local o = { divergence = dv, reduction = red, kl_margin = kappa, lambda_same = 0.7, lambda_diff = 1.3 }
+          local gout = red == "none" and ploss.randn({ 2, 3, 4 }, { dtype = "f64", seed = 98 }) or nil
+          H.gradcheck(H.loss_objective("affinity_field", y, o, gout), x, F.affinity_field_backward(x, y, gout, o),
+            { atol = 1e-8, what = string.format("%s %s κ %g", dv, red, kappa) }) -- sums of ~24 pixels: FD noise ~1e-9
+        end
+      end
+    end
+  end)
+
+  it("a pair with an ignored pixel adds nothing (the reference adds λ_diff·κ to the value)", function()
+    -- a 2×2 image, one pixel ignored, the others of one label, logits 0: every D = 0, so the
+    -- loss is exactly 0 here where the reference gives 0.75
+    local x = ploss.zeros({ 1, 3, 2, 2 }, { dtype = "f64" })
+    local y = ploss.tensor({ { { 1, 1 }, { 1, 255 } } }, { dtype = "i64" })
+    local l, g = F.affinity_field_fused(x, y)
+    assert.are.equal(0, l)
+    for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+    -- the ignored pixel's logits change nothing
+    local x2 = x:clone()
+    x2:narrow(3, 2, 1):narrow(4, 2, 1):copy(ploss.randn({ 1, 3, 1, 1 }, { dtype = "f64", seed = 99 }))
+    assert.are.equal(0, F.affinity_field(x2, y))
+  end)
+
+  it("fused = forward and backward; scale; criterion; in place; layouts; dtypes; all ignored", function()
+    local x = ploss.randn({ 2, 4, 5, 6 }, { dtype = "f64", seed = 101 })
+    local y = H.random_labels({ 2, 5, 6 }, 4, { ignore = 0.1, ignore_index = 255 })
+    for _, red in ipairs { "mean", "sum", "none" } do
+      local o = { reduction = red, kl_margin = 1 }
+      local l, g = F.affinity_field_fused(x, y, o)
+      H.assert_equal(as_list(l), as_list(F.affinity_field(x, y, o)))
+      H.assert_equal(g, F.affinity_field_backward(x, y, nil, o))
+      H.check_fused_scale("affinity_field", x, y, o, { 2, 5, 6 }, red, 1e-14)
+      local cl, cg = ploss.AffinityFieldLoss(o)(x, y)
+      H.assert_equal(as_list(cl), as_list(l))
+      H.assert_equal(cg, g)
+      for _, v in ipairs {
+        { "channels-last", H.relayout(x, "channels_last"), y },
+        { "crop", x:narrow(3, 2, 3):narrow(4, 2, 4), y:narrow(2, 2, 3):narrow(3, 2, 4) },
+        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+      } do
+        local lv, gv = F.affinity_field_fused(v[2], v[3], o)
+        local lc, gc = F.affinity_field_fused(v[2]:contiguous(), v[3]:contiguous(), o)
+        H.assert_equal(as_list(lv), as_list(lc), { what = v[1] })
+        H.assert_equal(gv, gc, { what = v[1] })
+      end
+    end
+    local l, g = F.affinity_field_fused(x, y)
+    H.check_inplace_fused("affinity_field", x:clone(), y, {}, l, g, "affinity_field")
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local xd = x:to(dt)
+      local ld, gd = F.affinity_field_fused(xd, y)
+      local lr, gr = F.affinity_field_fused(xd:to("f64"), y)
+      H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
+      H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
+    end
+    local yi = ploss.full({ 2, 5, 6 }, 255, { dtype = "i64" })
+    local li, gi = F.affinity_field_fused(x, yi)
+    assert.is_true(li ~= li) -- 'mean' of no valid pixel
+    for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
+    assert.are.equal(0, F.affinity_field(x, yi, { reduction = "sum" }))
+  end)
+
+  it("bad input: an error naming the argument, nothing written", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { seed = 103 })
+    local y = ploss.randint(0, 3, { 2, 2, 2 }, { seed = 104 })
+    local loss = ploss.empty({})
+    H.expect_error(function() F.affinity_field(ploss.randn({ 2, 3, 4 }), ploss.zeros({ 2, 4 }, { dtype = "i64" }), { out = loss }) end,
+      { "PLOSS_ERR_SHAPE", "input: expected N×C×H×W logits" }, loss)
+    local yb = y:clone()
+    yb:view(-1)[4] = 3
+    H.expect_error(function() F.affinity_field(x, yb, { out = loss }) end, { "PLOSS_ERR_INVALID_LABEL", "class index 3" }, loss)
+    local bad = ploss.empty({ 2, 2 })
+    H.expect_error(function() F.affinity_field(x, y, { reduction = "none", out = bad }) end, { "PLOSS_ERR_SHAPE", "loss" }, bad)
+    H.expect_error(function() F.affinity_field(x, y, { kl_margin = -1 }) end, "opts.kl_margin: -1 is not a finite number >= 0")
+    H.expect_error(function() ploss.AffinityFieldLoss { divergence = "js" } end, "divergence: 'js' is not one of")
+  end)
+end)

@@ -1,9 +1,11 @@
 /*
  * region.c — the one validation front of the region kernel shape: losses reduced per class
- * over groups of pixels (Lovász-softmax, the soft Dice losses).  It checks the tensors of a call against the
- * loss's spec before anything is written (on the CPU the labels too), merges the spatial
- * dims the tensors allow to walk as one, and dispatches the problem (core/engines/region.h)
- * to the CPU or CUDA.  The options were checked by the loss's entry point (core/losses.c).
+ * over groups of pixels (Lovász-softmax, the soft Dice losses) and the affinity field loss
+ * (an 8-neighbour stencil over the pixels of each image).  It checks the tensors of a call
+ * against the loss's spec before anything is written (on the CPU the labels too), merges
+ * the spatial dims the tensors allow to walk as one, and dispatches the problem
+ * (core/engines/region.h) to the CPU or CUDA.  The options were checked by the loss's entry
+ * point (core/losses.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,15 +16,18 @@
 #include "region.h"
 #include "scalar.h"
 
-/* What the loss of NONE holds: one value per (group, class), per sample, or one. */
-typedef enum { PER_GROUP_CLASS, PER_SAMPLE, ONE } loss_groups;
+/* What the loss of NONE holds: one value per (group, class), per sample, one, or one per
+ * pixel (the label map's shape). */
+typedef enum { PER_GROUP_CLASS, PER_SAMPLE, ONE, PER_PIXEL } loss_groups;
 
 /* Loss-shaped tensors: NONE as `groups` says ([C] or [N, C] per image for PER_GROUP_CLASS);
  * MEAN / SUM one element. */
-static ploss_status check_group_shape(const ploss_view *v, int64_t N, int64_t C, ploss_reduction r,
-                                      loss_groups groups, int per_image, const char *name)
+static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, int64_t N, int64_t C,
+                                      ploss_reduction r, loss_groups groups, int per_image, const char *name)
 {
     char want[160];
+    if (groups == PER_PIXEL)
+        return ploss_check_loss_shape(v, x, r, name);
     if (r != PLOSS_REDUCTION_NONE || groups == ONE) {
         if (v->numel == 1 && (r != PLOSS_REDUCTION_NONE || v->ndim == 1))
             return PLOSS_OK;
@@ -46,11 +51,17 @@ static ploss_status check_group_shape(const ploss_view *v, int64_t N, int64_t C,
     return ploss_check_shape_error(name, want, v);
 }
 
-/* Strides of a checked NONE loss-shaped tensor along the group and the class. */
-static void group_strides(const ploss_view *v, loss_groups groups, int per_image, int64_t *sg, int64_t *sc)
+/* Strides of a checked NONE loss-shaped tensor along the group, the class and (a pixel map)
+ * its two spatial dims. */
+static void group_strides(const ploss_view *v, loss_groups groups, int per_image, int64_t *sg, int64_t *sc,
+                          int64_t ss[2])
 {
-    *sg = groups == PER_SAMPLE || (groups == PER_GROUP_CLASS && per_image) ? v->strides[0] : 0;
+    *sg = groups == PER_SAMPLE || groups == PER_PIXEL || (groups == PER_GROUP_CLASS && per_image) ? v->strides[0] : 0;
     *sc = groups == PER_GROUP_CLASS ? v->strides[per_image ? 1 : 0] : 0;
+    if (groups == PER_PIXEL) {
+        ss[0] = v->strides[1];
+        ss[1] = v->strides[2];
+    }
 }
 
 /* Merge the spatial dims of x and g (from dim `first`, g when given) and t (x's dim d is t's
@@ -150,11 +161,14 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     const int64_t N = x.ndim > 0 ? x.shape[0] : 1, C = binary ? 1 : x.shape[1];
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX;
+    const int affinity = spec->policy == PLOSS_POLICY_AFFINITY_FIELD;
+    const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX && !affinity;
+    if (affinity && x.ndim != 4)
+        return ploss_check_shape_error("input", "N×C×H×W logits (rank 4: the 8-neighbour field is 2-D)", &x);
     /* the groups: samples or the batch (Lovász and binary Dice: the per_image option;
      * generalized Dice: per sample; batch Dice: the batch) */
     const int per_image = dice && !binary ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
-    const loss_groups groups = !dice ? PER_GROUP_CLASS : per_image ? PER_SAMPLE : ONE;
+    const loss_groups groups = affinity ? PER_PIXEL : !dice ? PER_GROUP_CLASS : per_image ? PER_SAMPLE : ONE;
 
     /* the class weights of the Dice losses */
     const DLTensor *weight = spec->ntensors > 0 ? a->tensors[0] : NULL;
@@ -172,7 +186,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
             (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = check_group_shape(&l, N, C, o->reduction, groups, per_image, "loss")) ||
+            (st = check_group_shape(&l, &x, N, C, o->reduction, groups, per_image, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     }
@@ -181,7 +195,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_group_shape(&gl, N, C, o->reduction, groups, per_image, "grad_loss")))
+            (st = check_group_shape(&gl, &x, N, C, o->reduction, groups, per_image, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
@@ -219,15 +233,26 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (pass != PLOSS_PASS_FORWARD) {
         p.grad = g.data; p.g_sn = lead ? g.strides[0] : 0; p.g_sc = binary ? 0 : g.strides[1];
     }
-    merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL, binary ? 1 : 2, binary ? 0 : 1);
+    if (affinity) { /* the two spatial dims as they are: the stencil needs them */
+        p.sdim = 2;
+        p.sshape[0] = x.shape[2]; p.sshape[1] = x.shape[3];
+        p.S = x.shape[2] * x.shape[3];
+        p.x_ss[0] = x.strides[2]; p.x_ss[1] = x.strides[3];
+        p.t_ss[0] = t.strides[1]; p.t_ss[1] = t.strides[2];
+        if (pass != PLOSS_PASS_FORWARD) {
+            p.g_ss[0] = g.strides[2]; p.g_ss[1] = g.strides[3];
+        }
+    } else {
+        merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL, binary ? 1 : 2, binary ? 0 : 1);
+    }
     if (pass != PLOSS_PASS_BACKWARD) {
         p.loss = l.data; p.loss_dtype = l.dtype;
         if (o->reduction == PLOSS_REDUCTION_NONE)
-            group_strides(&l, groups, per_image, &p.l_sg, &p.l_sc);
+            group_strides(&l, groups, per_image, &p.l_sg, &p.l_sc, p.l_ss);
     } else {
         p.grad_loss = gl.data; p.gl_dtype = gl.dtype;
         if (o->reduction == PLOSS_REDUCTION_NONE)
-            group_strides(&gl, groups, per_image, &p.gl_sg, &p.gl_sc);
+            group_strides(&gl, groups, per_image, &p.gl_sg, &p.gl_sc, p.gl_ss);
     }
     p.ignore_index = o->ignore_index;
     p.per_image = per_image;
@@ -241,10 +266,16 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         if (weight) {
             p.w = w.data; p.w_dtype = w.dtype; p.w_s = w.strides[0];
         }
+    } else if (affinity) {
+        p.kl_margin = o->kl_margin;
+        p.lambda_same = o->lambda_same;
+        p.lambda_diff = o->lambda_diff;
+        p.reference_divergence = o->divergence == PLOSS_AFFINITY_REFERENCE;
     } else {
         p.present = o->classes == PLOSS_LOVASZ_PRESENT;
     }
     if (!binary && ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;
-    return ploss_dispatch(ctx, dice ? PLOSS_OP_REGION_DICE : PLOSS_OP_REGION_LOVASZ, "input", &p);
+    return ploss_dispatch(ctx, affinity ? PLOSS_OP_REGION_AFFINITY_FIELD : dice ? PLOSS_OP_REGION_DICE : PLOSS_OP_REGION_LOVASZ,
+                          "input", &p);
 }

@@ -26,6 +26,10 @@
  * of NONE has one value per group, stride l_sg.  Binary soft Dice: logits of any shape seen
  * as N × 1 × (the other dims) (one sample of one pixel for a 0-d input) and a float target y
  * of the same shape in place of o, with B = Σ (s^p + y^p).
+ *
+ * Affinity field loss: for each valid pixel u and each of its 8 neighbours v inside the
+ * image and valid, the divergence D(u, v) of the softmax distributions, the term
+ * λ_same·D for equal labels and λ_diff·max(0, κ − D) otherwise; ℓ_u = (1/8)·Σ_v term.
  */
 #ifndef PLOSS_REGION_H
 #define PLOSS_REGION_H
@@ -68,6 +72,12 @@ typedef struct ploss_region_problem {
     int sudre;               /* class weights 1/R_gc² (a class absent from the group:
                                 the largest weight of the group's present classes)     */
     const void *w; ploss_dtype w_dtype; int64_t w_s; /* given class weights; NULL: 1    */
+
+    /* affinity field loss: N×C×H×W, sdim = 2 (H, W unmerged); the loss of NONE and its
+     * upstream gradient are N×H×W maps with strides l_sg / gl_sg (n) and l_ss / gl_ss */
+    double kl_margin, lambda_same, lambda_diff;
+    int reference_divergence; /* Σ p_v·(p_v − p_u) rather than KL(p_v ‖ p_u)          */
+    int64_t l_ss[2], gl_ss[2];
 } ploss_region_problem;
 
 /* The groups of a problem and the pixels of each. */
@@ -79,9 +89,11 @@ static inline int64_t ploss_region_group_pixels(const ploss_region_problem *p)
 
 ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cuda_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #endif
 
 #ifdef __cplusplus

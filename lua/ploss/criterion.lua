@@ -232,6 +232,11 @@ local function loss_sizes(d, input, o)
     if d.loss_groups == "sample" then return { sizes[1] } end
     if d.loss_groups == "batch" then return { 1 } end
     if d.loss_groups == "sample_or_batch" then return { o.per_sample and (sizes[1] or 1) or 1 } end
+    if d.loss_groups == "pixel" then
+      local s = {}
+      for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+      return s
+    end
     return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
   end
   local s = {}

@@ -38,7 +38,7 @@
 --   loss_groups  region shape: what the loss of 'none' holds: 'class' (one value per group
 --                and class: [C], or [N, C] with the per_image option), 'sample' (one per
 --                sample: [N]), 'batch' (one for the batch: [1]) or 'sample_or_batch' ([N]
---                with the per_sample option, else [1])
+--                with the per_sample option, else [1]) or 'pixel' (the label map: N×d1×…×dk)
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }

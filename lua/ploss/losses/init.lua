@@ -16,4 +16,5 @@ return {
   "soft_dice",
   "generalized_soft_dice",
   "batch_soft_dice",
+  "affinity_field",
 }
