@@ -447,3 +447,69 @@ describe("CUDA binary soft Dice against the CPU", function()
     end
   end)
 end)
+
+describe("CUDA affinity field loss against the CPU", function()
+  it("every dtype, reduction, divergence and margin; ignored pixels; borders", function()
+    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 1, 6 }, { 3, 2, 3, 1 }, { 2, 19, 33, 40 } } do
+      local x64 = ploss.randn(sizes, { dtype = "f64", seed = 1100 + si, std = 1.5 })
+      H.seed(1200 + si)
+      local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.15, ignore_index = 255 })
+      for _, dtype in ipairs(DTYPES) do
+        local xc = x64:to(dtype)
+        local xg, yg = xc:to(DEV), y:to(DEV)
+        local T = TOL[dtype]
+        for _, o in ipairs { {}, { reduction = "sum", divergence = "reference" }, { reduction = "none", kl_margin = 0.5 },
+                             { lambda_same = 0.3, lambda_diff = 2, kl_margin = 1, divergence = "reference" } } do
+          local what = string.format("%s %s %s %s κ %g", table.concat(sizes, "x"), dtype, o.reduction or "mean",
+            o.divergence or "kl", o.kl_margin or 3)
+          local lc, gc = F.affinity_field_fused(xc, y, o)
+          local lg, gg = F.affinity_field_fused(xg, yg, o)
+          close(lg, lc, T.loss, 0, what .. " fused loss")
+          -- the hinge's kink: a pair with κ − D within rounding could switch on one device
+          -- only; the closest pair of these inputs is 3.6e-5 from its kink (f32 D: ~1e-6)
+          close(gg, gc, T.grad, T.floor, what .. " fused grad")
+          local gout_c, gout_g = 0.7, 0.7
+          if o.reduction == "none" then
+            gout_c = ploss.randn({ sizes[1], sizes[3], sizes[4] }, { dtype = ldtype(dtype), seed = 11 })
+            gout_g = gout_c:to(DEV)
+          end
+          close(F.affinity_field(xg, yg, o), lc, T.loss, 0, what .. " forward")
+          close(F.affinity_field_backward(xg, yg, gout_g, o), F.affinity_field_backward(xc, y, gout_c, o), T.grad,
+            T.floor, what .. " backward")
+          H.assert_equal(gg, F.affinity_field_backward(xg, yg, nil, o), { what = what .. " fused = backward" })
+          local lg2, gg2 = F.affinity_field_fused(xg, yg, o)
+          H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+          H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+        end
+      end
+    end
+  end)
+
+  it("strided inputs give the contiguous copy's bits; all ignored; invalid labels", function()
+    local x = ploss.randn({ 2, 5, 12, 10 }, { device = DEV, seed = 111 })
+    local y = H.random_labels({ 2, 12, 10 }, 5, { ignore = 0.1, ignore_index = 255, device = DEV })
+    for _, v in ipairs {
+      { "crop", x:narrow(3, 3, 7):narrow(4, 2, 6), y:narrow(2, 3, 7):narrow(3, 2, 6) },
+      { "channels-last", H.relayout(x, "channels_last"), y },
+      { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+    } do
+      local l, g = F.affinity_field_fused(v[2], v[3], { reduction = "none" })
+      local lc, gc = F.affinity_field_fused(v[2]:contiguous(), v[3]:contiguous(), { reduction = "none" })
+      H.assert_equal(l, lc, { what = v[1] .. " loss" })
+      H.assert_equal(g, gc, { what = v[1] .. " gradient" })
+    end
+    local yi = ploss.full({ 2, 12, 10 }, 255, { dtype = "i64", device = DEV })
+    local l, g = F.affinity_field_fused(x, yi)
+    assert.is_true(l ~= l)
+    for _, e in ipairs(g:flat()) do assert.are.equal(0, e) end
+    local yh = ploss.zeros({ 2, 12, 10 }, { dtype = "i64" })
+    yh:view(-1)[17] = -3
+    local yb = yh:to(DEV)
+    if ON_GPU then
+      F.affinity_field_fused(x, yb, { reduction = "none" })
+      H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+    end
+    H.expect_error(function() local _ = F.affinity_field(x, yb) end, "PLOSS_ERR_INVALID_LABEL")
+    assert.is_number(F.affinity_field(x, ploss.zeros({ 2, 12, 10 }, { dtype = "i64", device = DEV })))
+  end)
+end)
