@@ -41,6 +41,7 @@ NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
 WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
 WITH_CTX(cpu_dice, ploss_cpu_dice, ploss_region_problem)
 WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
+WITH_CTX(cpu_affinity, ploss_cpu_affinity, ploss_region_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -58,6 +59,7 @@ WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
 WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
 WITH_CTX(cuda_dice, ploss_cuda_dice, ploss_region_problem)
 WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
+WITH_CTX(cuda_affinity, ploss_cuda_affinity, ploss_region_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -81,6 +83,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_REGION_LOVASZ] = {[CPU] = cpu_lovasz, [GPU] = CUDA(cuda_lovasz)},
     [PLOSS_OP_REGION_DICE] = {[CPU] = cpu_dice, [GPU] = CUDA(cuda_dice)},
     [PLOSS_OP_REGION_AFFINITY_FIELD] = {[CPU] = cpu_affinity_field, [GPU] = CUDA(cuda_affinity_field)},
+    [PLOSS_OP_REGION_AFFINITY] = {[CPU] = cpu_affinity, [GPU] = CUDA(cuda_affinity)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

@@ -29,6 +29,7 @@ typedef enum {
     PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
     PLOSS_OP_REGION_DICE,            /* ploss_region_problem    */
     PLOSS_OP_REGION_AFFINITY_FIELD,  /* ploss_region_problem    */
+    PLOSS_OP_REGION_AFFINITY,        /* ploss_region_problem    */
     PLOSS_OP_COUNT
 } ploss_op;
 

@@ -83,6 +83,7 @@ typedef struct ploss_loss_params {
     int class_weights;        /* soft Dice: ploss_dice_class_weights */
     double kl_margin, lambda_same, lambda_diff; /* affinity field loss */
     int divergence;           /* affinity field loss: ploss_affinity_divergence */
+    int kernel_size;          /* affinity loss: the window */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

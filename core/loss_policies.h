@@ -20,6 +20,7 @@ typedef enum {
     PLOSS_POLICY_GENERALIZED_SOFT_DICE = 12, /* generalized_soft_dice (region) */
     PLOSS_POLICY_BATCH_SOFT_DICE = 13, /* batch_soft_dice (region) */
     PLOSS_POLICY_AFFINITY_FIELD = 14, /* affinity_field (region) */
+    PLOSS_POLICY_AFFINITY = 15, /* affinity (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

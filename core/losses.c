@@ -1094,3 +1094,70 @@ ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return affinity_field(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- affinity ---------------------------------------------------------------------------- */
+
+void ploss_affinity_opts_init(ploss_affinity_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->kernel_size = 3;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec affinity_spec = {
+    .name = "affinity",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_AFFINITY,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+};
+
+static ploss_status affinity(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_affinity_opts *user)
+{
+    ploss_clear_error();
+    ploss_affinity_opts o;
+    ploss_affinity_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.kernel_size < 1 || o.kernel_size > 7)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kernel_size: %d is not an integer in [1, 7]", (int)o.kernel_size);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .kernel_size = o.kernel_size,
+        .ignore_index = o.ignore_index,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &affinity_spec, a, &p);
+}
+
+ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return affinity(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return affinity(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_affinity_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return affinity(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -1253,4 +1253,84 @@ ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
 
+/* ---- Affinity loss (local context prior) ----------------------------------------------- */
+
+/** Options of affinity; fill with ploss_affinity_opts_init(). */
+typedef struct ploss_affinity_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* k, the side of the windows (stride 1, no padding); an integer in [1, 7]; default 3 */
+    int kernel_size;
+    /* pixels with this label take part in no pair; default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_affinity_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_affinity_opts_init(ploss_affinity_opts *opts);
+
+/**
+ * Affinity loss (local context prior), forward (adapted from Yu, Wang, Gao, Yu, Shen, Sang,
+ * "Context Prior for Scene Segmentation", CVPR 2020 (local k×k windows and raw logit inner
+ * products instead of a predicted global affinity map); pytorch-loss AffinityLoss).
+ * Logits N×C×H×W, labels N×H×W. Every k×k window of an image (stride 1, no padding) pairs
+ * each of its cells a with each cell b (a = b included): A = Σ_c x_ca·x_cb, T = 1 if both
+ * cells have the same label, and the pair adds softplus(A) − T·A (BCE with logits). With
+ * m(p, q) the number of windows holding both pixels p and q, gathered per pixel:
+ *
+ *     ℓ_p = Σ_q m(p, q)·(softplus(A_pq) − T_pq·A_pq)        (p and q valid)
+ *
+ * 'mean' divides Σ_p ℓ_p by Σ m(p, q) over the counted pairs (N·k⁴·(H − k + 1)(W −
+ * k + 1) without ignored pixels, the reference's count), 'sum' gives Σ_p ℓ_p, 'none' the map
+ * ℓ (N×H×W).
+ *
+ * Unlike the reference, pairs with an ignored pixel are left out of the value, the count and
+ * the gradient (the reference keeps them with T = 0, so an ignored pixel is pushed to be unlike
+ * everything, itself included). An image smaller than k along H or W has no window. 'mean' with
+ * no counted pair gives NaN and a zero gradient. Labels outside [0, C) that are not
+ * ignore_index are an error (INVALID_LABEL).
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
+ *           opts.kernel_size not an integer in [1, 7], a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
+ *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss);
+
+/**
+ * Affinity loss (local context prior), backward. ∂ℓ/∂x_cp = Σ_q m(p, q)·(σ(A_pq) −
+ * T_pq)·x_cq·(ω_p + ω_q), ω the upstream weight of each pixel's ℓ (the diagonal q = p
+ * gives the factor 2 of ‖x_p‖²). Each pixel gathers the (2k − 1)² pixels it can share a
+ * window with: no atomics, no unfolded k²·C·L tensor.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_affinity_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Affinity loss (local context prior), forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_affinity_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_affinity_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

@@ -257,6 +257,23 @@ static ploss_status fz_call_affinity_field_fused(ploss_ctx_t *ctx, DLTensor *con
     return ploss_affinity_field_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_affinity_opts(void *o) { ploss_affinity_opts_init(o); }
+
+static ploss_status fz_call_affinity_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_affinity_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_affinity_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -437,6 +454,18 @@ static ploss_status fz_call_affinity_field_fused(ploss_ctx_t *ctx, DLTensor *con
     {.name = "ploss_affinity_field_fused", .call = fz_call_affinity_field_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_forward", .call = fz_call_affinity_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_backward", .call = fz_call_affinity_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_fused", .call = fz_call_affinity_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

@@ -513,3 +513,83 @@ describe("CUDA affinity field loss against the CPU", function()
     assert.is_number(F.affinity_field(x, ploss.zeros({ 2, 12, 10 }, { dtype = "i64", device = DEV })))
   end)
 end)
+
+describe("CUDA affinity loss against the CPU", function()
+  it("every dtype, reduction and window; ignored pixels; images narrower than the window", function()
+    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 3, 7 }, { 2, 2, 6, 2 }, { 2, 19, 24, 31 } } do
+      local x64 = ploss.randn(sizes, { dtype = "f64", seed = 1500 + si, std = 0.5 })
+      H.seed(1600 + si)
+      local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.15 })
+      for _, dtype in ipairs(DTYPES) do
+        local xc = x64:to(dtype)
+        local xg, yg = xc:to(DEV), y:to(DEV)
+        local T = TOL[dtype]
+        for _, o in ipairs { {}, { kernel_size = 1, reduction = "sum" }, { kernel_size = 5, reduction = "none" },
+                             { kernel_size = 2 } } do
+          local what = string.format("%s %s %s k %d", table.concat(sizes, "x"), dtype, o.reduction or "mean",
+            o.kernel_size or 3)
+          local lc, gc = F.affinity_fused(xc, y, o)
+          local lg, gg = F.affinity_fused(xg, yg, o)
+          close(lg, lc, T.loss, 0, what .. " fused loss")
+          close(gg, gc, T.grad, T.floor, what .. " fused grad")
+          local gout_c, gout_g = 0.7, 0.7
+          if o.reduction == "none" then
+            gout_c = ploss.randn({ sizes[1], sizes[3], sizes[4] }, { dtype = ldtype(dtype), seed = 13 })
+            gout_g = gout_c:to(DEV)
+          end
+          close(F.affinity(xg, yg, o), lc, T.loss, 0, what .. " forward")
+          close(F.affinity_backward(xg, yg, gout_g, o), F.affinity_backward(xc, y, gout_c, o), T.grad, T.floor,
+            what .. " backward")
+          H.assert_equal(gg, F.affinity_backward(xg, yg, nil, o), { what = what .. " fused = backward" })
+          local lg2, gg2 = F.affinity_fused(xg, yg, o)
+          H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+          H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+        end
+      end
+    end
+  end)
+
+  it("strided inputs give the contiguous copy's bits; invalid labels", function()
+    local x = ploss.randn({ 2, 5, 12, 10 }, { device = DEV, seed = 121 })
+    local y = H.random_labels({ 2, 12, 10 }, 5, { ignore = 0.1, device = DEV })
+    for _, v in ipairs {
+      { "crop", x:narrow(3, 3, 7):narrow(4, 2, 6), y:narrow(2, 3, 7):narrow(3, 2, 6) },
+      { "channels-last", H.relayout(x, "channels_last"), y },
+      { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+    } do
+      local l, g = F.affinity_fused(v[2], v[3], { reduction = "none" })
+      local lc, gc = F.affinity_fused(v[2]:contiguous(), v[3]:contiguous(), { reduction = "none" })
+      H.assert_equal(l, lc, { what = v[1] .. " loss" })
+      H.assert_equal(g, gc, { what = v[1] .. " gradient" })
+    end
+    local yh = ploss.zeros({ 2, 12, 10 }, { dtype = "i64" })
+    yh:view(-1)[30] = 5
+    local yb = yh:to(DEV)
+    if ON_GPU then
+      F.affinity_fused(x, yb, { reduction = "none" })
+      H.expect_error(function() ploss.synchronize(DEV) end, "PLOSS_ERR_INVALID_LABEL")
+    end
+    H.expect_error(function() local _ = F.affinity(x, yb) end, "PLOSS_ERR_INVALID_LABEL")
+  end)
+end)
+
+describe("CUDA region losses in place", function()
+  -- the fused gradient written over the input: the stencils read neighbours' logits, so
+  -- their backends read them from the workspace, never from the input being overwritten
+  local cases = {
+    { "lovasz_softmax", {}, false }, { "generalized_soft_dice", {}, false }, { "batch_soft_dice", {}, false },
+    { "soft_dice", { per_sample = true }, true }, { "affinity_field", { kl_margin = 1 }, false },
+    { "affinity", { kernel_size = 3 }, false },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. ": bitwise the out-of-place pass", function()
+      for _, dtype in ipairs { "f32", "bf16" } do
+        local x = ploss.randn({ 2, 4, 9, 11 }, { device = DEV, dtype = dtype, seed = 131 })
+        local y = c[3] and ploss.rand({ 2, 4, 9, 11 }, { device = DEV, dtype = dtype, seed = 132 })
+          or H.random_labels({ 2, 9, 11 }, 4, { device = DEV })
+        local l, g = F[c[1] .. "_fused"](x, y, c[2])
+        H.check_inplace_fused(c[1], x:clone(), y, c[2], l, g, c[1] .. " " .. dtype)
+      end
+    end)
+  end
+end)

@@ -1028,3 +1028,165 @@ describe("AffinityFieldLoss", function()
     H.expect_error(function() ploss.AffinityFieldLoss { divergence = "js" } end, "divergence: 'js' is not one of")
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- The affinity loss (local context prior)
+---------------------------------------------------------------------------------------
+
+local function softplus(a) return math.max(a, 0) + math.log(1 + math.exp(-math.abs(a))) end
+
+-- The affinity loss the way the reference unfolds it: every k×k window, every ordered pair
+-- of its cells (a = b included), pairs with an ignored cell left out.  The reduced number,
+-- or the per-pixel map ('none': each pair's term on its first cell).
+local function window_reference(x, y, opts)
+  opts = opts or {}
+  local k, ignore = opts.kernel_size or 3, opts.ignore_index or -100
+  local N, Hh, W = x:size(1), x:size(3), x:size(4)
+  local rows = H.sample_rows(x)
+  local labels = y:to("cpu", "i64"):contiguous():flat()
+  local map, total, count = {}, 0, 0
+  for q = 1, #rows do map[q] = 0 end
+  for n = 1, N do
+    for i = 1, Hh - k + 1 do
+      for j = 1, W - k + 1 do
+        local cells = {}
+        for a = 0, k - 1 do
+          for b = 0, k - 1 do cells[#cells + 1] = ((n - 1) * Hh + i - 1 + a) * W + j + b end
+        end
+        for _, pa in ipairs(cells) do
+          for _, pb in ipairs(cells) do
+            if labels[pa] ~= ignore and labels[pb] ~= ignore then
+              local A = 0
+              for c = 1, #rows[pa] do A = A + rows[pa][c] * rows[pb][c] end
+              local t = softplus(A) - (labels[pa] == labels[pb] and A or 0)
+              map[pa] = map[pa] + t
+              total = total + t
+              count = count + 1
+            end
+          end
+        end
+      end
+    end
+  end
+  local red = opts.reduction or "mean"
+  if red == "none" then return map end
+  return red == "mean" and total / count or total
+end
+
+describe("AffinityLoss", function()
+  it("by hand: one 2×2 window of one class", function()
+    -- cells 1, 0, 0, 2 (and 0 for the second class) of one label: Σ over the 16 ordered
+    -- pairs of softplus(−x_a·x_b):
+    -- products 1 (once), 2 (twice), 4 (once), 0 (12 times)
+    local x = ploss.tensor({ { { { 1, 0 }, { 0, 2 } }, { { 0, 0 }, { 0, 0 } } } }, { dtype = "f64" }) -- class 2: 0
+    local y = ploss.zeros({ 1, 2, 2 }, { dtype = "i64" })
+    local want = softplus(-1) + 2 * softplus(-2) + softplus(-4) + 12 * math.log(2)
+    H.assert_close(F.affinity(x, y, { kernel_size = 2, reduction = "sum" }), want, { rtol = 1e-14 })
+    H.assert_close(F.affinity(x, y, { kernel_size = 2 }), want / 16, { rtol = 1e-14 })
+    -- different labels on the diagonal: T = 0 for the pairs across them
+    local y2 = ploss.tensor({ { { 0, 1 }, { 1, 0 } } }, { dtype = "i64" })
+    local want2 = 0
+    local v, lab = { 1, 0, 0, 2 }, { 0, 1, 1, 0 }
+    for a = 1, 4 do
+      for b = 1, 4 do
+        local A = v[a] * v[b]
+        want2 = want2 + softplus(A) - (lab[a] == lab[b] and A or 0)
+      end
+    end
+    H.assert_close(F.affinity(x, y2, { kernel_size = 2, reduction = "sum" }), want2, { rtol = 1e-14 })
+    -- an image smaller than the window has no pair
+    assert.are.equal(0, F.affinity(x, y, { kernel_size = 3, reduction = "sum" }))
+  end)
+
+  it("against the unfolded windows: k, reductions, ignored pixels", function()
+    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 3, 7 }, { 2, 2, 6, 3 } } do
+      local x = ploss.randn(sizes, { dtype = "f64", seed = 1300 + si, std = 0.7 })
+      H.seed(1350 + si)
+      local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.2 })
+      for _, k in ipairs { 1, 2, 3 } do
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local o = { kernel_size = k, reduction = red }
+          local want = window_reference(x, y, o)
+          local got = F.affinity(x, y, o)
+          if red == "none" then
+            -- the map attributes each pair to its first cell: compare the sum, and the map of
+            -- the symmetric loss (pair terms are symmetric in a and b)
+            H.assert_close(got:flat(), want, { rtol = 1e-12, atol = 1e-14, what = table.concat(sizes, "x") .. " k " .. k })
+          else
+            H.assert_close(got, want, { rtol = 1e-12, what = table.concat(sizes, "x") .. " k " .. k .. " " .. red })
+          end
+        end
+      end
+    end
+  end)
+
+  it("central differences in f64", function()
+    local x = ploss.randn({ 2, 3, 4, 5 }, { dtype = "f64", seed = 1401, std = 0.7 })
+    local y = H.random_labels({ 2, 4, 5 }, 3, { ignore = 0.2 })
+    for _, k in ipairs { 1, 2, 3 } do
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local o = { kernel_size = k, reduction = red }
+        local gout = red == "none" and ploss.randn({ 2, 4, 5 }, { dtype = "f64", seed = 1402 }) or nil
+        H.gradcheck(H.loss_objective("affinity", y, o, gout), x, F.affinity_backward(x, y, gout, o),
+          { h = 1e-4, atol = 1e-8, what = "k " .. k .. " " .. red })
+      end
+    end
+  end)
+
+  it("fused = forward and backward; scale; criterion; in place; layouts; dtypes; ignored pixels", function()
+    local x = ploss.randn({ 2, 4, 5, 6 }, { dtype = "f64", seed = 1403 })
+    local y = H.random_labels({ 2, 5, 6 }, 4, { ignore = 0.1 })
+    for _, red in ipairs { "mean", "sum", "none" } do
+      local o = { reduction = red }
+      local l, g = F.affinity_fused(x, y, o)
+      H.assert_equal(as_list(l), as_list(F.affinity(x, y, o)))
+      H.assert_equal(g, F.affinity_backward(x, y, nil, o))
+      H.check_fused_scale("affinity", x, y, o, { 2, 5, 6 }, red, 1e-13)
+      local cl, cg = ploss.AffinityLoss(o)(x, y)
+      H.assert_equal(as_list(cl), as_list(l))
+      H.assert_equal(cg, g)
+      for _, v in ipairs {
+        { "channels-last", H.relayout(x, "channels_last"), y },
+        { "crop", x:narrow(3, 2, 3):narrow(4, 2, 4), y:narrow(2, 2, 3):narrow(3, 2, 4) },
+        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+      } do
+        local lv, gv = F.affinity_fused(v[2], v[3], o)
+        local lc, gc = F.affinity_fused(v[2]:contiguous(), v[3]:contiguous(), o)
+        H.assert_equal(as_list(lv), as_list(lc), { what = v[1] })
+        H.assert_equal(gv, gc, { what = v[1] })
+      end
+    end
+    local l, g = F.affinity_fused(x, y)
+    H.check_inplace_fused("affinity", x:clone(), y, {}, l, g, "affinity")
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local xd = x:to(dt)
+      local ld, gd = F.affinity_fused(xd, y)
+      local lr, gr = F.affinity_fused(xd:to("f64"), y)
+      H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
+      H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
+    end
+    -- ignored pixels: a zero gradient, and their logits change nothing
+    local yv = y:flat()
+    local gv = g:permute(1, 3, 4, 2):contiguous():flat()
+    for i = 1, #yv do
+      if yv[i] == -100 then for c = 1, 4 do assert.are.equal(0, gv[(i - 1) * 4 + c]) end end
+    end
+    local yi = ploss.full({ 2, 5, 6 }, -100, { dtype = "i64" })
+    local li, gi = F.affinity_fused(x, yi)
+    assert.is_true(li ~= li)
+    for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
+  end)
+
+  it("bad input: an error naming the argument, nothing written", function()
+    local x = ploss.randn({ 2, 3, 3, 3 }, { seed = 1404 })
+    local y = ploss.randint(0, 3, { 2, 3, 3 }, { seed = 1405 })
+    local loss = ploss.empty({})
+    H.expect_error(function() F.affinity(ploss.randn({ 2, 3, 4 }), ploss.zeros({ 2, 4 }, { dtype = "i64" }), { out = loss }) end,
+      { "PLOSS_ERR_SHAPE", "input: expected N×C×H×W logits" }, loss)
+    local yb = y:clone()
+    yb:view(-1)[5] = 3
+    H.expect_error(function() F.affinity(x, yb, { out = loss }) end, { "PLOSS_ERR_INVALID_LABEL", "class index 3" }, loss)
+    H.expect_error(function() F.affinity(x, y, { kernel_size = 8 }) end, "opts.kernel_size: 8 is not an integer in [1, 7]")
+    H.expect_error(function() F.affinity(x, y, { kernel_size = 0 }) end, "opts.kernel_size: 0")
+  end)
+end)

@@ -1,7 +1,7 @@
 /*
  * region.c — the one validation front of the region kernel shape: losses reduced per class
- * over groups of pixels (Lovász-softmax, the soft Dice losses) and the affinity field loss
- * (an 8-neighbour stencil over the pixels of each image).  It checks the tensors of a call
+ * over groups of pixels (Lovász-softmax, the soft Dice losses) and the affinity losses
+ * (stencils over the pixels of each image).  It checks the tensors of a call
  * against the loss's spec before anything is written (on the CPU the labels too), merges
  * the spatial dims the tensors allow to walk as one, and dispatches the problem
  * (core/engines/region.h) to the CPU or CUDA.  The options were checked by the loss's entry
@@ -161,10 +161,10 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     const int64_t N = x.ndim > 0 ? x.shape[0] : 1, C = binary ? 1 : x.shape[1];
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    const int affinity = spec->policy == PLOSS_POLICY_AFFINITY_FIELD;
+    const int affinity = spec->policy == PLOSS_POLICY_AFFINITY_FIELD || spec->policy == PLOSS_POLICY_AFFINITY;
     const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX && !affinity;
     if (affinity && x.ndim != 4)
-        return ploss_check_shape_error("input", "N×C×H×W logits (rank 4: the 8-neighbour field is 2-D)", &x);
+        return ploss_check_shape_error("input", "N×C×H×W logits (rank 4: the pixel neighbourhoods are 2-D)", &x);
     /* the groups: samples or the batch (Lovász and binary Dice: the per_image option;
      * generalized Dice: per sample; batch Dice: the batch) */
     const int per_image = dice && !binary ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
@@ -271,11 +271,15 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         p.lambda_same = o->lambda_same;
         p.lambda_diff = o->lambda_diff;
         p.reference_divergence = o->divergence == PLOSS_AFFINITY_REFERENCE;
+        p.kernel_size = o->kernel_size;
     } else {
         p.present = o->classes == PLOSS_LOVASZ_PRESENT;
     }
     if (!binary && ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;
-    return ploss_dispatch(ctx, affinity ? PLOSS_OP_REGION_AFFINITY_FIELD : dice ? PLOSS_OP_REGION_DICE : PLOSS_OP_REGION_LOVASZ,
-                          "input", &p);
+    const ploss_op op = spec->policy == PLOSS_POLICY_AFFINITY ? PLOSS_OP_REGION_AFFINITY
+                        : affinity                            ? PLOSS_OP_REGION_AFFINITY_FIELD
+                        : dice                                ? PLOSS_OP_REGION_DICE
+                                                              : PLOSS_OP_REGION_LOVASZ;
+    return ploss_dispatch(ctx, op, "input", &p);
 }

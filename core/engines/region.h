@@ -30,6 +30,10 @@
  * Affinity field loss: for each valid pixel u and each of its 8 neighbours v inside the
  * image and valid, the divergence D(u, v) of the softmax distributions, the term
  * λ_same·D for equal labels and λ_diff·max(0, κ − D) otherwise; ℓ_u = (1/8)·Σ_v term.
+ *
+ * Affinity loss: for each ordered pair of valid pixels (p, q) sharing m(p, q) > 0 of the
+ * k×k windows (stride 1, no padding), A = x_p·x_q over the classes, T = [y_p = y_q] and
+ * ℓ_p = Σ_q m(p, q)·(softplus(A) − T·A); 'mean' divides by Σ m over the counted pairs.
  */
 #ifndef PLOSS_REGION_H
 #define PLOSS_REGION_H
@@ -78,7 +82,13 @@ typedef struct ploss_region_problem {
     double kl_margin, lambda_same, lambda_diff;
     int reference_divergence; /* Σ p_v·(p_v − p_u) rather than KL(p_v ‖ p_u)          */
     int64_t l_ss[2], gl_ss[2];
+
+    /* affinity loss (the same N×C×H×W layout and N×H×W loss map) */
+    int kernel_size;          /* k of the k×k windows, 1..PLOSS_AFFINITY_MAX_KERNEL       */
 } ploss_region_problem;
+
+/* The largest window of the affinity loss: a pixel pairs with (2k − 1)² pixels. */
+#define PLOSS_AFFINITY_MAX_KERNEL 7
 
 /* The groups of a problem and the pixels of each. */
 static inline int64_t ploss_region_groups(const ploss_region_problem *p) { return p->per_image ? p->N : 1; }
@@ -90,10 +100,12 @@ static inline int64_t ploss_region_group_pixels(const ploss_region_problem *p)
 ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_problem *p);
 ploss_status ploss_cuda_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p);
+ploss_status ploss_cuda_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p);
 #endif
 
 #ifdef __cplusplus

@@ -3,8 +3,10 @@
  * core/engines/region.h and docs/losses.md).  fp32 accumulation for f32/f16/bf16 input, f64
  * for f64.
  *
- *  1. one thread per pixel: its log-sum-exp and its label (-1: ignored; an invalid label is
- *     reported through the context's error slot and treated as ignored) into the workspace;
+ *  1. one thread per pixel: its log-softmax (class-major) and its label (-1: ignored; an
+ *     invalid label is reported through the context's error slot and treated as ignored)
+ *     into the workspace: the later passes never read the input, which an in-place fused
+ *     pass overwrites;
  *  2. one thread per pixel u: ℓ_u over its 8 neighbours (the 'none' map), and per block the
  *     partial Σ ℓ_u and count of valid pixels (CUB block reductions, a fixed grid);
  *  3. one thread: the partials in order, the loss and the gradient's base weight;
@@ -47,24 +49,24 @@ __device__ __forceinline__ int64_t neighbour(const ploss_region_problem &p, cons
     return label[v] < 0 ? -1 : v;
 }
 
-/* log p_c of pixel q. */
-template <class T>
-__device__ __forceinline__ acc_t<T> log_prob(const ploss_region_problem &p, const acc_t<T> *lse, int64_t q, int64_t c)
+/* log p_c of pixel q (logp: class-major, N·S per class). */
+template <class A>
+__device__ __forceinline__ A log_prob(const ploss_region_problem &p, const A *logp, int64_t q, int64_t c)
 {
-    return (acc_t<T>)to_acc(((const T *)p.x)[pixel_at(p, q, p.x_sn, p.x_ss) + c * p.x_sc]) - lse[q];
+    return logp[c * p.N * p.S + q];
 }
 
 /* D(u, v), and (reference divergence) the Σ of the softmax Jacobian for z = u (role 0:
  * Σ p_u·p_v) or z = v (role 1: Σ p_v·(2p_v − p_u)). */
 template <class T>
-__device__ __forceinline__ void pair_divergence(const ploss_region_problem &p, const acc_t<T> *lse, int64_t u,
+__device__ __forceinline__ void pair_divergence(const ploss_region_problem &p, const acc_t<T> *logp, int64_t u,
                                                 int64_t v, int role, acc_t<T> &D, acc_t<T> &dot)
 {
     using A = acc_t<T>;
     D = 0;
     dot = 0;
     for (int64_t c = 0; c < p.C; ++c) {
-        const A lu = log_prob<T>(p, lse, u, c), lv = log_prob<T>(p, lse, v, c), pv = m_exp(lv);
+        const A lu = log_prob(p, logp, u, c), lv = log_prob(p, logp, v, c), pv = m_exp(lv);
         if (p.reference_divergence) {
             const A pu = m_exp(lu);
             D += pv * (pv - pu);
@@ -77,7 +79,7 @@ __device__ __forceinline__ void pair_divergence(const ploss_region_problem &p, c
 
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS) field_stats(const ploss_region_problem p, int64_t *error_slot,
-                                                        acc_t<T> *lse, int32_t *label)
+                                                        acc_t<T> *logp, int32_t *label)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
@@ -97,7 +99,9 @@ __global__ void __launch_bounds__(THREADS) field_stats(const ploss_region_proble
             mx = MaxOp()(mx, (A)to_acc(x[xo + c * p.x_sc]));
         for (int64_t c = 0; c < p.C; ++c)
             sum += m_exp((A)to_acc(x[xo + c * p.x_sc]) - mx);
-        lse[q] = mx + m_log(sum);
+        const A lse = mx + m_log(sum);
+        for (int64_t c = 0; c < p.C; ++c)
+            logp[c * p.N * p.S + q] = (A)to_acc(x[xo + c * p.x_sc]) - lse;
     }
 }
 
@@ -113,7 +117,7 @@ struct PartialOp {
 };
 
 template <class T>
-__global__ void __launch_bounds__(THREADS) field_loss(const ploss_region_problem p, const acc_t<T> *lse,
+__global__ void __launch_bounds__(THREADS) field_loss(const ploss_region_problem p, const acc_t<T> *logp,
                                                        const int32_t *label, Partial<acc_t<T>> *partial)
 {
     using A = acc_t<T>;
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(THREADS) field_loss(const ploss_region_problem
                 if (v < 0)
                     continue;
                 A D, dot;
-                pair_divergence<T>(p, lse, u, v, 0, D, dot);
+                pair_divergence<T>(p, logp, u, v, 0, D, dot);
                 const A margin = (A)p.kl_margin - D;
                 l += label[u] == label[v] ? (A)p.lambda_same * D : (A)p.lambda_diff * (margin > A(0) ? margin : A(0));
             }
@@ -166,7 +170,7 @@ __global__ void field_finish(const ploss_region_problem p, const Partial<A> *par
 }
 
 template <class T>
-__global__ void __launch_bounds__(THREADS) field_grad(const ploss_region_problem p, const acc_t<T> *lse,
+__global__ void __launch_bounds__(THREADS) field_grad(const ploss_region_problem p, const acc_t<T> *logp,
                                                        const int32_t *label, const double *base_weight)
 {
     using A = acc_t<T>;
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(THREADS) field_grad(const ploss_region_problem
             if (other[j] < 0)
                 continue;
             const int64_t u = role ? other[j] : z, v = role ? z : other[j];
-            pair_divergence<T>(p, lse, u, v, role, Ds[j], dots[j]);
+            pair_divergence<T>(p, logp, u, v, role, Ds[j], dots[j]);
             A slope = label[u] == label[v] ? (A)p.lambda_same
                                            : ((A)p.kl_margin - Ds[j] > A(0) ? -(A)p.lambda_diff : A(0));
             A om = base;
@@ -198,12 +202,12 @@ __global__ void __launch_bounds__(THREADS) field_grad(const ploss_region_problem
             coef[j] = om * slope;
         }
         for (int64_t c = 0; c < p.C; ++c) {
-            const A lz = log_prob<T>(p, lse, z, c), pz = m_exp(lz);
+            const A lz = log_prob(p, logp, z, c), pz = m_exp(lz);
             A g = 0;
             for (int j = 0; j < 16; ++j) {
                 if (coef[j] == A(0))
                     continue;
-                const A lo = log_prob<T>(p, lse, other[j], c), po = m_exp(lo);
+                const A lo = log_prob(p, logp, other[j], c), po = m_exp(lo);
                 A dD;
                 if (j < 8) /* z = u, other = v */
                     dD = p.reference_divergence ? pz * (dots[j] - po) : pz - po;
@@ -224,28 +228,28 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     const cudaStream_t stream = stream_of(ctx);
     const int64_t NS = p->N * p->S;
     const unsigned blocks = grid_blocks(NS, THREADS);
-    const size_t b_lse = align_up((size_t)NS * sizeof(A)), b_lab = align_up((size_t)NS * 4),
+    const size_t b_logp = align_up((size_t)(NS * p->C) * sizeof(A)), b_lab = align_up((size_t)NS * 4),
                  b_part = align_up((size_t)blocks * sizeof(Partial<A>));
     char *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, b_lse + b_lab + b_part + 256, (void **)&ws);
+    ploss_status st = ploss_workspace(ctx, b_logp + b_lab + b_part + 256, (void **)&ws);
     if (st)
         return st;
-    A *lse = (A *)ws;
-    int32_t *label = (int32_t *)(ws + b_lse);
-    Partial<A> *partial = (Partial<A> *)(ws + b_lse + b_lab);
-    double *base = (double *)(ws + b_lse + b_lab + b_part);
+    A *logp = (A *)ws;
+    int32_t *label = (int32_t *)(ws + b_logp);
+    Partial<A> *partial = (Partial<A> *)(ws + b_logp + b_lab);
+    double *base = (double *)(ws + b_logp + b_lab + b_part);
 
-    field_stats<T, TI><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, lse, label);
+    field_stats<T, TI><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, logp, label);
     if ((st = check_launch("affinity field statistics")))
         return st;
-    field_loss<T><<<blocks, THREADS, 0, stream>>>(*p, lse, label, partial);
+    field_loss<T><<<blocks, THREADS, 0, stream>>>(*p, logp, label, partial);
     if ((st = check_launch("affinity field loss")))
         return st;
     field_finish<A><<<1, 1, 0, stream>>>(*p, partial, blocks, base);
     if ((st = check_launch("affinity field finish")))
         return st;
     if (p->pass != PLOSS_PASS_FORWARD && NS > 0) {
-        field_grad<T><<<blocks, THREADS, 0, stream>>>(*p, lse, label, base);
+        field_grad<T><<<blocks, THREADS, 0, stream>>>(*p, logp, label, base);
         if ((st = check_launch("affinity field gradient")))
             return st;
     }

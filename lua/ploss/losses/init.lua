@@ -17,4 +17,5 @@ return {
   "generalized_soft_dice",
   "batch_soft_dice",
   "affinity_field",
+  "affinity",
 }
