@@ -1193,9 +1193,9 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  * Affinity field loss, forward (Ke, Hwang, Liu, Yu, "Adaptive Affinity Fields for Semantic
  * Segmentation", ECCV 2018 (the fixed 3×3 affinity field); pytorch-loss AffinityFieldLoss for
  * divergence = 'reference').
- * Logits N×C×H×W, labels N×H×W, p the softmax over the classes. For each valid pixel u and
- * each of its 8 neighbours v (the 4 sides and the 4 diagonals) inside the image with a valid
- * label,
+ * Logits N×C×H×W (N×C×W: images of one row), labels N×H×W, p the softmax over the
+ * classes. For each valid pixel u and each of its 8 neighbours v (the 4 sides and the 4
+ * diagonals) inside the image with a valid label,
  *
  *     term(u, v) = λ_same·D(u, v)                 if y_u = y_v
  *                = λ_diff·max(0, κ − D(u, v))     otherwise
@@ -1277,10 +1277,11 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  * Affinity loss (local context prior), forward (adapted from Yu, Wang, Gao, Yu, Shen, Sang,
  * "Context Prior for Scene Segmentation", CVPR 2020 (local k×k windows and raw logit inner
  * products instead of a predicted global affinity map); pytorch-loss AffinityLoss).
- * Logits N×C×H×W, labels N×H×W. Every k×k window of an image (stride 1, no padding) pairs
- * each of its cells a with each cell b (a = b included): A = Σ_c x_ca·x_cb, T = 1 if both
- * cells have the same label, and the pair adds softplus(A) − T·A (BCE with logits). With
- * m(p, q) the number of windows holding both pixels p and q, gathered per pixel:
+ * Logits N×C×H×W (N×C×W: images of one row), labels N×H×W. Every k×k window of an image
+ * (stride 1, no padding) pairs each of its cells a with each cell b (a = b included): A = Σ_c
+ * x_ca·x_cb, T = 1 if both cells have the same label, and the pair adds softplus(A) − T·A
+ * (BCE with logits). With m(p, q) the number of windows holding both pixels p and q, gathered
+ * per pixel:
  *
  *     ℓ_p = Σ_q m(p, q)·(softplus(A_pq) − T_pq·A_pq)        (p and q valid)
  *

@@ -1017,7 +1017,7 @@ describe("AffinityFieldLoss", function()
     local x = ploss.randn({ 2, 3, 2, 2 }, { seed = 103 })
     local y = ploss.randint(0, 3, { 2, 2, 2 }, { seed = 104 })
     local loss = ploss.empty({})
-    H.expect_error(function() F.affinity_field(ploss.randn({ 2, 3, 4 }), ploss.zeros({ 2, 4 }, { dtype = "i64" }), { out = loss }) end,
+    H.expect_error(function() F.affinity_field(ploss.randn({ 2, 3, 4, 1, 2 }), ploss.zeros({ 2, 4, 1, 2 }, { dtype = "i64" }), { out = loss }) end,
       { "PLOSS_ERR_SHAPE", "input: expected N×C×H×W logits" }, loss)
     local yb = y:clone()
     yb:view(-1)[4] = 3
@@ -1177,11 +1177,29 @@ describe("AffinityLoss", function()
     for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
   end)
 
+  it("N×C×W and N×C inputs: images of one row and of one pixel", function()
+    local x = ploss.randn({ 2, 3, 7 }, { dtype = "f64", seed = 1406 })
+    local y = H.random_labels({ 2, 7 }, 3, { ignore = 0.2 })
+    for _, name in ipairs { "affinity", "affinity_field" } do
+      for _, o in ipairs { { reduction = "none", ignore_index = -100 }, { ignore_index = -100 } } do
+        local l, g = F[name .. "_fused"](x, y, o)
+        local l4, g4 = F[name .. "_fused"](x:view({ 2, 3, 1, 7 }), y:view({ 2, 1, 7 }), o)
+        H.assert_equal(as_list(l), as_list(l4), { what = name })
+        H.assert_equal(g, g4:view({ 2, 3, 7 }), { what = name })
+      end
+      local x2, y2 = ploss.randn({ 4, 3 }, { dtype = "f64" }), ploss.randint(0, 3, { 4 })
+      local l2, g2 = F[name .. "_fused"](x2, y2, { reduction = "sum" })
+      local l4, g4 = F[name .. "_fused"](x2:view({ 4, 3, 1, 1 }), y2:view({ 4, 1, 1 }), { reduction = "sum" })
+      H.assert_equal(l2, l4, { what = name .. " N×C" })
+      H.assert_equal(g2, g4:view({ 4, 3 }), { what = name .. " N×C" })
+    end
+  end)
+
   it("bad input: an error naming the argument, nothing written", function()
     local x = ploss.randn({ 2, 3, 3, 3 }, { seed = 1404 })
     local y = ploss.randint(0, 3, { 2, 3, 3 }, { seed = 1405 })
     local loss = ploss.empty({})
-    H.expect_error(function() F.affinity(ploss.randn({ 2, 3, 4 }), ploss.zeros({ 2, 4 }, { dtype = "i64" }), { out = loss }) end,
+    H.expect_error(function() F.affinity(ploss.randn({ 2, 3, 4, 1, 2 }), ploss.zeros({ 2, 4, 1, 2 }, { dtype = "i64" }), { out = loss }) end,
       { "PLOSS_ERR_SHAPE", "input: expected N×C×H×W logits" }, loss)
     local yb = y:clone()
     yb:view(-1)[5] = 3

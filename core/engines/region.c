@@ -51,16 +51,16 @@ static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, 
     return ploss_check_shape_error(name, want, v);
 }
 
-/* Strides of a checked NONE loss-shaped tensor along the group, the class and (a pixel map)
- * its two spatial dims. */
+/* Strides of a checked NONE loss-shaped tensor along the group, the class and (a pixel map:
+ * N×H×W, N×W or N) its two spatial dims. */
 static void group_strides(const ploss_view *v, loss_groups groups, int per_image, int64_t *sg, int64_t *sc,
                           int64_t ss[2])
 {
     *sg = groups == PER_SAMPLE || groups == PER_PIXEL || (groups == PER_GROUP_CLASS && per_image) ? v->strides[0] : 0;
     *sc = groups == PER_GROUP_CLASS ? v->strides[per_image ? 1 : 0] : 0;
     if (groups == PER_PIXEL) {
-        ss[0] = v->strides[1];
-        ss[1] = v->strides[2];
+        ss[0] = v->ndim == 3 ? v->strides[1] : 0;
+        ss[1] = v->ndim >= 2 ? v->strides[v->ndim - 1] : 0;
     }
 }
 
@@ -163,8 +163,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     const int affinity = spec->policy == PLOSS_POLICY_AFFINITY_FIELD || spec->policy == PLOSS_POLICY_AFFINITY;
     const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX && !affinity;
-    if (affinity && x.ndim != 4)
-        return ploss_check_shape_error("input", "N×C×H×W logits (rank 4: the pixel neighbourhoods are 2-D)", &x);
+    if (affinity && x.ndim > 4)
+        return ploss_check_shape_error("input", "N×C×H×W logits (rank at most 4: the pixel neighbourhoods are 2-D)",
+                                       &x);
     /* the groups: samples or the batch (Lovász and binary Dice: the per_image option;
      * generalized Dice: per sample; batch Dice: the batch) */
     const int per_image = dice && !binary ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
@@ -233,14 +234,21 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (pass != PLOSS_PASS_FORWARD) {
         p.grad = g.data; p.g_sn = lead ? g.strides[0] : 0; p.g_sc = binary ? 0 : g.strides[1];
     }
-    if (affinity) { /* the two spatial dims as they are: the stencil needs them */
+    if (affinity) { /* the two spatial dims as they are (the stencil needs them): H×W, 1×W, 1×1 */
+        const int wd = x.ndim - 1; /* x's dim of W (the target's is wd − 1), H the one before */
         p.sdim = 2;
-        p.sshape[0] = x.shape[2]; p.sshape[1] = x.shape[3];
-        p.S = x.shape[2] * x.shape[3];
-        p.x_ss[0] = x.strides[2]; p.x_ss[1] = x.strides[3];
-        p.t_ss[0] = t.strides[1]; p.t_ss[1] = t.strides[2];
-        if (pass != PLOSS_PASS_FORWARD) {
-            p.g_ss[0] = g.strides[2]; p.g_ss[1] = g.strides[3];
+        p.sshape[0] = x.ndim == 4 ? x.shape[2] : 1;
+        p.sshape[1] = x.ndim >= 3 ? x.shape[wd] : 1;
+        p.S = p.sshape[0] * p.sshape[1];
+        if (x.ndim == 4) {
+            p.x_ss[0] = x.strides[2]; p.t_ss[0] = t.strides[1];
+            if (pass != PLOSS_PASS_FORWARD)
+                p.g_ss[0] = g.strides[2];
+        }
+        if (x.ndim >= 3) {
+            p.x_ss[1] = x.strides[wd]; p.t_ss[1] = t.strides[wd - 1];
+            if (pass != PLOSS_PASS_FORWARD)
+                p.g_ss[1] = g.strides[wd];
         }
     } else {
         merge_spatial(&p, &x, &t, pass != PLOSS_PASS_FORWARD ? &g : NULL, binary ? 1 : 2, binary ? 0 : 1);

@@ -15,9 +15,10 @@ return {
     { "ignore_index", "int64", -100, doc = "pixels with this label take part in no pair" },
   },
   formula = [[
-Logits N×C×H×W, labels N×H×W.  Every k×k window of an image (stride 1, no padding) pairs each
-of its cells a with each cell b (a = b included): A = Σ_c x_ca·x_cb, T = 1 if both cells have
-the same label, and the pair adds softplus(A) − T·A (BCE with logits).  With m(p, q) the
+Logits N×C×H×W (N×C×W: images of one row), labels N×H×W.  Every k×k window of an image
+(stride 1, no padding) pairs each of its cells a with each cell b (a = b included):
+A = Σ_c x_ca·x_cb, T = 1 if both cells have the same label, and the pair adds
+softplus(A) − T·A (BCE with logits).  With m(p, q) the
 number of windows holding both pixels p and q, gathered per pixel:
 
     ℓ_p = Σ_q m(p, q)·(softplus(A_pq) − T_pq·A_pq)        (p and q valid)

@@ -25,9 +25,9 @@ return {
     { "divergence", "enum", "kl", ctype = "ploss_affinity_divergence", doc = "D (see the choices above)" },
   },
   formula = [[
-Logits N×C×H×W, labels N×H×W, p the softmax over the classes.  For each valid pixel u and
-each of its 8 neighbours v (the 4 sides and the 4 diagonals) inside the image with a valid
-label,
+Logits N×C×H×W (N×C×W: images of one row), labels N×H×W, p the softmax over the classes.
+For each valid pixel u and each of its 8 neighbours v (the 4 sides and the 4 diagonals)
+inside the image with a valid label,
 
     term(u, v) = λ_same·D(u, v)                 if y_u = y_v
                = λ_diff·max(0, κ − D(u, v))     otherwise
