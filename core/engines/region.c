@@ -95,22 +95,11 @@ static void merge_spatial(ploss_region_problem *p, const ploss_view *x, const pl
     }
 }
 
-/* Offset of pixel s (row-major over the merged spatial shape) along the strides ss. */
-static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
-{
-    int64_t off = 0;
-    for (int d = p->sdim - 1; d >= 0; --d) {
-        off += (s % p->sshape[d]) * ss[d];
-        s /= p->sshape[d];
-    }
-    return off;
-}
-
 static ploss_status check_labels(const ploss_region_problem *p)
 {
     for (int64_t n = 0; n < (p->S > 0 ? p->N : 0); ++n)
         for (int64_t s = 0; s < p->S; ++s) {
-            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s));
             if (y != p->ignore_index && (y < 0 || y >= p->C))
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                    "target: class index %lld at pixel (n = %lld, s = %lld) is outside [0, %lld) "

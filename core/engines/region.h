@@ -90,11 +90,35 @@ typedef struct ploss_region_problem {
 /* The largest window of the affinity loss: a pixel pairs with (2k − 1)² pixels. */
 #define PLOSS_AFFINITY_MAX_KERNEL 7
 
+#ifdef __CUDACC__
+#define PLOSS_REGION_INLINE __host__ __device__ static inline
+#else
+#define PLOSS_REGION_INLINE static inline
+#endif
+
 /* The groups of a problem and the pixels of each. */
-static inline int64_t ploss_region_groups(const ploss_region_problem *p) { return p->per_image ? p->N : 1; }
-static inline int64_t ploss_region_group_pixels(const ploss_region_problem *p)
+PLOSS_REGION_INLINE int64_t ploss_region_groups(const ploss_region_problem *p) { return p->per_image ? p->N : 1; }
+PLOSS_REGION_INLINE int64_t ploss_region_group_pixels(const ploss_region_problem *p)
 {
     return p->per_image ? p->S : p->N * p->S;
+}
+
+/* The offset of pixel s (row-major over the spatial shape) along the spatial strides ss. */
+PLOSS_REGION_INLINE int64_t ploss_region_pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
+{
+    int64_t off = 0;
+    for (int d = p->sdim - 1; d >= 0; --d) {
+        off += (s % p->sshape[d]) * ss[d];
+        s /= p->sshape[d];
+    }
+    return off;
+}
+
+/* The offset of pixel q = n·S + s of a tensor with sample stride sn and spatial strides ss. */
+PLOSS_REGION_INLINE int64_t ploss_region_pixel_at(const ploss_region_problem *p, int64_t q, int64_t sn,
+                                                  const int64_t *ss)
+{
+    return (q / p->S) * sn + ploss_region_pixel_offset(p, ss, q % p->S);
 }
 
 ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p);

@@ -13,25 +13,14 @@
  *  4. one thread per pixel p: the factor of each partner q, m·(σ(A) − T)·(ω_p + ω_q), then
  *     the gradient class by class, Σ_q factor·x_q.  No atomics, no unfolded windows.
  */
-#include "common.cuh"
-#include "region.h"
+#include "region_common.cuh"
 
 namespace ploss_cuda {
 namespace {
+using namespace region;
 
 constexpr int THREADS = 256;
 constexpr int MAX_PARTNERS = (2 * PLOSS_AFFINITY_MAX_KERNEL - 1) * (2 * PLOSS_AFFINITY_MAX_KERNEL - 1);
-
-__device__ __forceinline__ float m_exp(float v) { return expf(v); }
-__device__ __forceinline__ double m_exp(double v) { return exp(v); }
-__device__ __forceinline__ float m_log1p(float v) { return log1pf(v); }
-__device__ __forceinline__ double m_log1p(double v) { return log1p(v); }
-
-__device__ __forceinline__ int64_t pixel_at(const ploss_region_problem &p, int64_t q, int64_t sn, const int64_t *ss)
-{
-    const int64_t s = q % p.S;
-    return (q / p.S) * sn + (s / p.sshape[1]) * ss[0] + (s % p.sshape[1]) * ss[1];
-}
 
 /* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b. */
 __device__ __forceinline__ int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
@@ -75,28 +64,9 @@ __global__ void __launch_bounds__(THREADS) window_labels(const ploss_region_prob
         const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss);
         for (int64_t c = 0; c < p.C; ++c)
             xs[c * NS + q] = (acc_t<T>)to_acc(((const T *)p.x)[xo + c * p.x_sc]);
-        const int64_t y = (int64_t)((const TI *)p.t)[pixel_at(p, q, p.t_sn, p.t_ss)];
-        int32_t lab = -1;
-        if (y != p.ignore_index) {
-            if (y < 0 || y >= p.C)
-                report_invalid_label(error_slot, y);
-            else
-                lab = (int32_t)y;
-        }
-        label[q] = lab;
+        label[q] = (int32_t)load_label<TI>(p, q, error_slot);
     }
 }
-
-template <class A> struct Partial {
-    A sum;
-    long long count;
-};
-struct PartialOp {
-    template <class A> __device__ __forceinline__ Partial<A> operator()(const Partial<A> &a, const Partial<A> &b) const
-    {
-        return {a.sum + b.sum, a.count + b.count};
-    }
-};
 
 template <class T>
 __global__ void __launch_bounds__(THREADS) window_loss(const ploss_region_problem p, const int32_t *label,
@@ -186,8 +156,6 @@ __global__ void __launch_bounds__(THREADS) window_grad(const ploss_region_proble
         }
     }
 }
-
-inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {

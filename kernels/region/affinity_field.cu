@@ -13,28 +13,16 @@
  *  4. one thread per pixel z: the divergences of the 16 pairs z belongs to (8 as the centre,
  *     8 as the neighbour), then its gradient gathered class by class.  No atomics.
  */
-#include "common.cuh"
-#include "region.h"
+#include "region_common.cuh"
 
 namespace ploss_cuda {
 namespace {
+using namespace region;
 
 constexpr int THREADS = 256;
 
 __device__ __constant__ int DH[8] = {-1, -1, -1, 0, 0, 1, 1, 1};
 __device__ __constant__ int DW[8] = {-1, 0, 1, -1, 1, -1, 0, 1};
-
-__device__ __forceinline__ float m_exp(float v) { return expf(v); }
-__device__ __forceinline__ double m_exp(double v) { return exp(v); }
-__device__ __forceinline__ float m_log(float v) { return logf(v); }
-__device__ __forceinline__ double m_log(double v) { return log(v); }
-
-/* Pixel q's offset in a tensor with sample stride sn and spatial strides ss. */
-__device__ __forceinline__ int64_t pixel_at(const ploss_region_problem &p, int64_t q, int64_t sn, const int64_t *ss)
-{
-    const int64_t S = p.S, s = q % S;
-    return (q / S) * sn + (s / p.sshape[1]) * ss[0] + (s % p.sshape[1]) * ss[1];
-}
 
 /* The neighbour of pixel q along direction k (sign −1: the opposite one), or -1 outside the
  * image or ignored. */
@@ -84,15 +72,7 @@ __global__ void __launch_bounds__(THREADS) field_stats(const ploss_region_proble
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
     for (int64_t q = thread_index(); q < p.N * p.S; q += grid_stride()) {
-        const int64_t y = (int64_t)((const TI *)p.t)[pixel_at(p, q, p.t_sn, p.t_ss)];
-        int32_t lab = -1;
-        if (y != p.ignore_index) {
-            if (y < 0 || y >= p.C)
-                report_invalid_label(error_slot, y);
-            else
-                lab = (int32_t)y;
-        }
-        label[q] = lab;
+        label[q] = (int32_t)load_label<TI>(p, q, error_slot);
         const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss);
         A mx = -INFINITY, sum = 0;
         for (int64_t c = 0; c < p.C; ++c)
@@ -104,17 +84,6 @@ __global__ void __launch_bounds__(THREADS) field_stats(const ploss_region_proble
             logp[c * p.N * p.S + q] = (A)to_acc(x[xo + c * p.x_sc]) - lse;
     }
 }
-
-template <class A> struct Partial {
-    A sum;
-    long long count;
-};
-struct PartialOp {
-    template <class A> __device__ __forceinline__ Partial<A> operator()(const Partial<A> &a, const Partial<A> &b) const
-    {
-        return {a.sum + b.sum, a.count + b.count};
-    }
-};
 
 template <class T>
 __global__ void __launch_bounds__(THREADS) field_loss(const ploss_region_problem p, const acc_t<T> *logp,
@@ -219,8 +188,6 @@ __global__ void __launch_bounds__(THREADS) field_grad(const ploss_region_problem
         }
     }
 }
-
-inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {

@@ -13,44 +13,17 @@
  * No atomics: the results are bitwise the same on every run.  Invalid labels are reported
  * through the context's error slot and their pixels treated as ignored.
  */
-#include "common.cuh"
-#include "region.h"
+#include "region_common.cuh"
 
 namespace ploss_cuda {
 namespace {
+using namespace region;
 
 constexpr int THREADS = 256;
 constexpr int64_t CHUNK = 8192; /* pixels of one (sample, class) per block of the sums */
 
-__device__ __forceinline__ float m_exp(float v) { return expf(v); }
-__device__ __forceinline__ double m_exp(double v) { return exp(v); }
-__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
-__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
 
 template <class A> __device__ __forceinline__ A power(A s, A e) { return e == A(1) ? s : e == A(2) ? s * s : m_pow(s, e); }
-
-__device__ __forceinline__ int64_t pixel_offset(const ploss_region_problem &p, const int64_t *ss, int64_t s)
-{
-    int64_t off = 0;
-    for (int d = p.sdim - 1; d >= 0; --d) {
-        off += (s % p.sshape[d]) * ss[d];
-        s /= p.sshape[d];
-    }
-    return off;
-}
-
-/* The label of pixel (n, s); an invalid label is reported (when a slot is given) and the
- * pixel is treated as ignored (returns ignore_index). */
-template <class TI> __device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int64_t n, int64_t s,
-                                                                  int64_t *error_slot)
-{
-    const int64_t y = (int64_t)((const TI *)p.t)[n * p.t_sn + pixel_offset(p, p.t_ss, s)];
-    if (y != p.ignore_index && (y < 0 || y >= p.C)) {
-        report_invalid_label(error_slot, y);
-        return p.ignore_index;
-    }
-    return y;
-}
 
 /* The target of pixel (n, s) for class c: the float target (binary) or the one-hot of the
  * label (0 at an ignored pixel); valid: the pixel is not ignored. */
@@ -58,13 +31,14 @@ template <class A, class TI>
 __device__ __forceinline__ A load_target(const ploss_region_problem &p, int64_t n, int64_t s, int64_t c,
                                          int64_t *error_slot, int &valid)
 {
+    const int64_t q = n * p.S + s;
     if (p.binary) {
         valid = 1;
-        return load_float_dyn<A>(p.t, p.t_dtype, n * p.t_sn + pixel_offset(p, p.t_ss, s));
+        return load_float_dyn<A>(p.t, p.t_dtype, pixel_at(p, q, p.t_sn, p.t_ss));
     }
-    const int64_t y = load_label<TI>(p, n, s, error_slot);
-    valid = y != p.ignore_index;
-    return (valid && y == c) ? A(1) : A(0);
+    const int64_t y = load_label<TI>(p, q, error_slot);
+    valid = y >= 0;
+    return y == c ? A(1) : A(0);
 }
 
 template <class A> struct Sums {
@@ -94,7 +68,7 @@ __global__ void __launch_bounds__(THREADS) dice_sums(const ploss_region_problem 
         const A o = load_target<A, TI>(p, n, s, c, c == 0 ? error_slot : nullptr, valid);
         if (!valid && p.mask_ignored)
             continue;
-        const A v = (A)to_acc(x[n * p.x_sn + c * p.x_sc + pixel_offset(p, p.x_ss, s)]);
+        const A v = (A)to_acc(x[pixel_at(p, n * p.S + s, p.x_sn, p.x_ss) + c * p.x_sc]);
         const A sg = A(1) / (A(1) + m_exp(-v));
         acc.a += sg * o;
         acc.b += power(sg, e) + (p.binary ? power(o, e) : o);
@@ -184,7 +158,7 @@ __global__ void __launch_bounds__(THREADS) dice_grad(const ploss_region_problem 
     const A e = (A)p.exponent;
     for (int64_t q = thread_index(); q < p.N * p.S; q += grid_stride()) {
         const int64_t n = q / p.S, s = q % p.S, g = p.per_image ? n : 0;
-        const int64_t xo = n * p.x_sn + pixel_offset(p, p.x_ss, s), go = n * p.g_sn + pixel_offset(p, p.g_ss, s);
+        const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss), go = pixel_at(p, q, p.g_sn, p.g_ss);
         const A nm = num[g], dn = den[g];
         for (int64_t c = 0; c < p.C; ++c) {
             int valid;
@@ -201,8 +175,6 @@ __global__ void __launch_bounds__(THREADS) dice_grad(const ploss_region_problem 
         }
     }
 }
-
-inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {

@@ -24,42 +24,14 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "common.cuh"
-#include "region.h"
+#include "region_common.cuh"
 
 namespace ploss_cuda {
 namespace {
+using namespace region;
 
 constexpr int THREADS = 256;
 constexpr int64_t CHUNK = 4096; /* ranks of one segment per block of the weight pass */
-
-__device__ __forceinline__ float m_exp(float v) { return expf(v); }
-__device__ __forceinline__ double m_exp(double v) { return exp(v); }
-
-/* Offset of pixel s (row-major over the merged spatial shape) along the strides ss. */
-__device__ __forceinline__ int64_t pixel_offset(const ploss_region_problem &p, const int64_t *ss, int64_t s)
-{
-    int64_t off = 0;
-    for (int d = p.sdim - 1; d >= 0; --d) {
-        off += (s % p.sshape[d]) * ss[d];
-        s /= p.sshape[d];
-    }
-    return off;
-}
-
-/* The label of pixel (n, s), or -1 when ignored; an invalid label is reported and ignored. */
-template <class TI> __device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int64_t n, int64_t s,
-                                                                  int64_t *error_slot)
-{
-    const int64_t y = (int64_t)((const TI *)p.t)[n * p.t_sn + pixel_offset(p, p.t_ss, s)];
-    if (y == p.ignore_index)
-        return -1;
-    if (y < 0 || y >= p.C) {
-        report_invalid_label(error_slot, y);
-        return -1;
-    }
-    return y;
-}
 
 /* Max and sum of exp(x − max) of a pixel's logits. */
 template <class T> __device__ __forceinline__ void softmax_stats(const ploss_region_problem &p, const T *x, int64_t xo,
@@ -94,8 +66,8 @@ __global__ void __launch_bounds__(THREADS) lovasz_keys(const ploss_region_proble
     const int64_t NS = p.N * p.S;
     for (int64_t q = thread_index(); q < NS; q += grid_stride()) {
         const int64_t n = q / p.S, s = q % p.S, g = p.per_image ? n : 0, local = p.per_image ? s : q;
-        const int64_t y = load_label<TI>(p, n, s, error_slot);
-        const int64_t xo = n * p.x_sn + pixel_offset(p, p.x_ss, s);
+        const int64_t y = load_label<TI>(p, q, error_slot);
+        const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss);
         A mx, sum;
         softmax_stats(p, x, xo, mx, sum);
         const A inv = A(1) / sum;
@@ -215,13 +187,13 @@ __global__ void __launch_bounds__(THREADS) lovasz_grad(const ploss_region_proble
     const int64_t NS = p.N * p.S;
     for (int64_t q = thread_index(); q < NS; q += grid_stride()) {
         const int64_t n = q / p.S, s = q % p.S, g = p.per_image ? n : 0, local = p.per_image ? s : q;
-        const int64_t go = n * p.g_sn + pixel_offset(p, p.g_ss, s);
-        if (load_label<TI>(p, n, s, nullptr) < 0) {
+        const int64_t go = pixel_at(p, q, p.g_sn, p.g_ss);
+        if (load_label<TI>(p, q, nullptr) < 0) {
             for (int64_t c = 0; c < p.C; ++c)
                 grad[go + c * p.g_sc] = from_acc<T>(A(0));
             continue;
         }
-        const int64_t xo = n * p.x_sn + pixel_offset(p, p.x_ss, s);
+        const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss);
         A mx, sum;
         softmax_stats(p, x, xo, mx, sum);
         const A inv = A(1) / sum;
@@ -237,8 +209,6 @@ __global__ void __launch_bounds__(THREADS) lovasz_grad(const ploss_region_proble
         }
     }
 }
-
-inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {

@@ -13,11 +13,6 @@
 #include "region.h"
 #include "scalar.h"
 
-static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
-{
-    return (s / p->sshape[1]) * ss[0] + (s % p->sshape[1]) * ss[1];
-}
-
 /* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b. */
 static int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
 {
@@ -29,14 +24,14 @@ static int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
 /* The upstream gradient of pixel q's loss (backward, reduction NONE). */
 static double upstream(const ploss_region_problem *p, int64_t q)
 {
-    return ploss_load(p->grad_loss, p->gl_dtype, (q / p->S) * p->gl_sg + pixel_offset(p, p->gl_ss, q % p->S));
+    return ploss_load(p->grad_loss, p->gl_dtype, ploss_region_pixel_at(p, q, p->gl_sg, p->gl_ss));
 }
 
 static double softplus(double a) { return fmax(a, 0.0) + log1p(exp(-fabs(a))); }
 
 static int64_t label_at(const ploss_region_problem *p, int64_t q)
 {
-    const int64_t y = ploss_load_int(p->t, p->t_dtype, (q / p->S) * p->t_sn + pixel_offset(p, p->t_ss, q % p->S));
+    const int64_t y = ploss_load_int(p->t, p->t_dtype, ploss_region_pixel_at(p, q, p->t_sn, p->t_ss));
     return y == p->ignore_index ? -1 : y;
 }
 
@@ -83,7 +78,7 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel for schedule(static)
     for (int64_t q = 0; q < NS; ++q) {
         label[q] = label_at(p, q);
-        const int64_t xo = (q / p->S) * p->x_sn + pixel_offset(p, p->x_ss, q % p->S);
+        const int64_t xo = ploss_region_pixel_at(p, q, p->x_sn, p->x_ss);
         for (int64_t c = 0; c < C; ++c)
             xs[q * C + c] = ploss_load(p->x, p->x_dtype, xo + c * p->x_sc);
     }
@@ -111,7 +106,7 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
     if (p->pass != PLOSS_PASS_BACKWARD) {
         if (p->reduction == PLOSS_REDUCTION_NONE) {
             for (int64_t q = 0; q < NS; ++q)
-                ploss_store(p->loss, p->loss_dtype, (q / p->S) * p->l_sg + pixel_offset(p, p->l_ss, q % p->S), lp[q]);
+                ploss_store(p->loss, p->loss_dtype, ploss_region_pixel_at(p, q, p->l_sg, p->l_ss), lp[q]);
         } else {
             ploss_store(p->loss, p->loss_dtype, 0,
                         p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)pairs : total);
@@ -136,7 +131,7 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
             }
 #pragma omp for schedule(static)
             for (int64_t q0 = 0; q0 < NS; ++q0) {
-                const int64_t go = (q0 / p->S) * p->g_sn + pixel_offset(p, p->g_ss, q0 % p->S);
+                const int64_t go = ploss_region_pixel_at(p, q0, p->g_sn, p->g_ss);
                 for (int64_t c = 0; c < C; ++c)
                     ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
                 if (!G || label[q0] < 0)

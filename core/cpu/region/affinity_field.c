@@ -50,11 +50,6 @@ static int64_t neighbour(const field *f, int64_t q, int k, int sign)
     return f->label[v] < 0 ? -1 : v;
 }
 
-static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
-{
-    return (s / p->sshape[1]) * ss[0] + (s % p->sshape[1]) * ss[1];
-}
-
 ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
     const int64_t N = p->N, C = p->C, S = p->S, NS = N * S;
@@ -71,9 +66,9 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
 #pragma omp parallel for schedule(static)
     for (int64_t q = 0; q < NS; ++q) {
         const int64_t n = q / S, s = q % S;
-        const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
+        const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s));
         label[q] = y == p->ignore_index ? -1 : y;
-        const int64_t xo = n * p->x_sn + pixel_offset(p, p->x_ss, s);
+        const int64_t xo = n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s);
         double mx = -INFINITY, sum = 0.0;
         for (int64_t c = 0; c < C; ++c)
             mx = fmax(mx, ploss_load(p->x, p->x_dtype, xo + c * p->x_sc));
@@ -107,7 +102,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
     if (p->pass != PLOSS_PASS_BACKWARD) {
         if (p->reduction == PLOSS_REDUCTION_NONE) {
             for (int64_t q = 0; q < NS; ++q)
-                ploss_store(p->loss, p->loss_dtype, (q / S) * p->l_sg + pixel_offset(p, p->l_ss, q % S), lu[q]);
+                ploss_store(p->loss, p->loss_dtype, ploss_region_pixel_at(p, q, p->l_sg, p->l_ss), lu[q]);
         } else {
             ploss_store(p->loss, p->loss_dtype, 0,
                         p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)valid : total);
@@ -127,7 +122,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
             }
 #pragma omp for schedule(static)
             for (int64_t z = 0; z < NS; ++z) {
-                const int64_t n = z / S, go = n * p->g_sn + pixel_offset(p, p->g_ss, z % S);
+                const int64_t n = z / S, go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, z % S);
                 if (!G || label[z] < 0) {
                     for (int64_t c = 0; c < C; ++c)
                         ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
@@ -146,7 +141,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                         if (p->pass == PLOSS_PASS_BACKWARD)
                             om *= ploss_load(p->grad_loss, p->gl_dtype,
                                              p->reduction == PLOSS_REDUCTION_NONE
-                                                 ? (u / S) * p->gl_sg + pixel_offset(p, p->gl_ss, u % S)
+                                                 ? ploss_region_pixel_at(p, u, p->gl_sg, p->gl_ss)
                                                  : 0);
                         else
                             om *= p->scale;

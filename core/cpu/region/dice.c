@@ -14,23 +14,13 @@
 #include "region.h"
 #include "scalar.h"
 
-static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
-{
-    int64_t off = 0;
-    for (int d = p->sdim - 1; d >= 0; --d) {
-        off += (s % p->sshape[d]) * ss[d];
-        s /= p->sshape[d];
-    }
-    return off;
-}
-
 static double power(double s, double e) { return e == 1.0 ? s : e == 2.0 ? s * s : pow(s, e); }
 
 /* The target of pixel (n, s) for class c: the float target (binary) or the one-hot of the
  * label (0 at an ignored pixel); *valid: the pixel is not ignored. */
 static double target(const ploss_region_problem *p, int64_t n, int64_t s, int64_t c, int *valid)
 {
-    const int64_t off = n * p->t_sn + pixel_offset(p, p->t_ss, s);
+    const int64_t off = n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s);
     if (p->binary) {
         *valid = 1;
         return ploss_load(p->t, p->t_dtype, off);
@@ -63,7 +53,7 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
             const double o = target(p, n, s, c, &valid);
             if (!valid && p->mask_ignored)
                 continue;
-            const double x = ploss_load(p->x, p->x_dtype, n * p->x_sn + c * p->x_sc + pixel_offset(p, p->x_ss, s));
+            const double x = ploss_load(p->x, p->x_dtype, n * p->x_sn + c * p->x_sc + ploss_region_pixel_offset(p, p->x_ss, s));
             const double sg = 1.0 / (1.0 + exp(-x));
             a += sg * o;
             b += power(sg, p->exponent) + (p->binary ? power(o, p->exponent) : o);
@@ -118,7 +108,7 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel for schedule(static)
         for (int64_t q = 0; q < N * S; ++q) {
             const int64_t n = q / S, s = q % S, g = p->per_image ? n : 0;
-            const int64_t xo = n * p->x_sn + pixel_offset(p, p->x_ss, s), go = n * p->g_sn + pixel_offset(p, p->g_ss, s);
+            const int64_t xo = n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s), go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, s);
             const double dens = den[g] * den[g];
             for (int64_t c = 0; c < C; ++c) {
                 int valid;

@@ -38,16 +38,6 @@ static int by_error(const void *a, const void *b)
     return (u->q > v->q) - (u->q < v->q);
 }
 
-static int64_t pixel_offset(const ploss_region_problem *p, const int64_t *ss, int64_t s)
-{
-    int64_t off = 0;
-    for (int d = p->sdim - 1; d >= 0; --d) {
-        off += (s % p->sshape[d]) * ss[d];
-        s /= p->sshape[d];
-    }
-    return off;
-}
-
 /* The Lovász weight of rank k (1-based) with F of the first k pixels in the class, P in all. */
 static double lovasz_weight(int64_t k, int64_t F, int64_t P, int foreground)
 {
@@ -76,9 +66,9 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel for schedule(static)
     for (int64_t q = 0; q < NS; ++q) {
         const int64_t n = q / S, s = q % S;
-        const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + pixel_offset(p, p->t_ss, s));
+        const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s));
         label[q] = y == p->ignore_index ? -1 : y;
-        const int64_t xo = n * p->x_sn + pixel_offset(p, p->x_ss, s);
+        const int64_t xo = n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s);
         double mx = -INFINITY;
         for (int64_t c = 0; c < C; ++c)
             mx = fmax(mx, ploss_load(p->x, p->x_dtype, xo + c * p->x_sc));
@@ -187,7 +177,7 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel for schedule(static)
         for (int64_t q = 0; q < NS; ++q) {
             const int64_t n = q / S, s = q % S, g = p->per_image ? n : 0;
-            const int64_t go = n * p->g_sn + pixel_offset(p, p->g_ss, s);
+            const int64_t go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, s);
             if (label[q] < 0) {
                 for (int64_t c = 0; c < C; ++c)
                     ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
