@@ -7,6 +7,7 @@
  * (core/engines/region.h) to the CPU or CUDA.  The options were checked by the loss's entry
  * point (core/losses.c).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "loss_check.h"
 #include "region.h"
 #include "scalar.h"
+#include "tensor_ops.h"
 
 /* What the loss of NONE holds: one value per (group, class), per sample, one, or one per
  * pixel (the label map's shape). */
@@ -109,6 +111,28 @@ static ploss_status check_labels(const ploss_region_problem *p)
                                    (long long)p->ignore_index);
         }
     return PLOSS_OK;
+}
+
+/* A call without pixels: nothing to differentiate; the loss is 0 (Lovász), 1 − smooth/smooth
+ * per group (Dice: 0, NaN when smooth = 0; 'mean' of no group NaN) or, for the stencils, NaN
+ * ('mean' of no valid pixel) and 0. */
+static ploss_status no_pixel(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view *l, const ploss_loss_params *o,
+                             int affinity, int dice, int64_t groups)
+{
+    ploss_status st = ploss_enter_device(ctx, "input");
+    if (st || pass == PLOSS_PASS_BACKWARD)
+        return st;
+    const int mean = o->reduction == PLOSS_REDUCTION_MEAN;
+    double v = 0.0;
+    if (affinity)
+        v = mean ? NAN : 0.0;
+    else if (dice)
+        v = groups > 0 || o->reduction == PLOSS_REDUCTION_NONE ? (o->smooth > 0.0 ? 0.0 : NAN) : (mean ? NAN : 0.0);
+#ifdef PLOSS_HAVE_CUDA
+    if (ctx->device.device_type != kDLCPU)
+        return ploss_cuda_fill(ctx, l, v);
+#endif
+    return ploss_cpu_fill(l, v);
 }
 
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
@@ -210,6 +234,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         return st;
     if (inplace && (st = ploss_check_inplace_request(&g, &x)))
         return st;
+
+    if (x.numel == 0) /* no pixel (N may be huge when S = 0): the losses' values in closed form */
+        return no_pixel(ctx, pass, &l, o, affinity, dice, per_image ? N : 1);
 
     ploss_region_problem p;
     memset(&p, 0, sizeof p);

@@ -11,7 +11,8 @@
  *     n·x_sn + c·x_sc + Σ_d idx_d(s)·x_ss[d]   (class c of the input and the gradient)
  *     n·t_sn + Σ_d idx_d(s)·t_ss[d]            (its label).
  *
- * Groups are the samples (per_image) or the whole batch.
+ * Groups are the samples (per_image) or the whole batch.  The front answers calls without
+ * pixels itself: a backend sees N·S >= 1 and C >= 1.
  *
  * Lovász-softmax: within a group g,
  * for each class c, the errors of the valid pixels e = |[y = c] − p_c| sorted in decreasing

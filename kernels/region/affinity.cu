@@ -183,7 +183,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     window_finish<A><<<1, 1, 0, stream>>>(*p, partial, blocks, base);
     if ((st = check_launch("affinity finish")))
         return st;
-    if (p->pass != PLOSS_PASS_FORWARD && NS > 0) {
+    if (p->pass != PLOSS_PASS_FORWARD) {
         window_grad<T><<<blocks, THREADS, 0, stream>>>(*p, label, xs, base);
         if ((st = check_launch("affinity gradient")))
             return st;

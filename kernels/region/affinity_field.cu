@@ -215,7 +215,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     field_finish<A><<<1, 1, 0, stream>>>(*p, partial, blocks, base);
     if ((st = check_launch("affinity field finish")))
         return st;
-    if (p->pass != PLOSS_PASS_FORWARD && NS > 0) {
+    if (p->pass != PLOSS_PASS_FORWARD) {
         field_grad<T><<<blocks, THREADS, 0, stream>>>(*p, logp, label, base);
         if ((st = check_launch("affinity field gradient")))
             return st;

@@ -197,20 +197,16 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     double *abr = (double *)(ws + b_part), *wbuf = (double *)(ws + b_part + b_abr);
     A *coef = (A *)(ws + b_part + b_abr + b_w), *num = (A *)((char *)coef + b_coef), *den = (A *)((char *)num + b_g);
 
-    if (blocks > 0) {
-        dice_sums<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, chunks, ctx->error_slot, partial);
-        if ((st = check_launch("soft Dice sums")))
-            return st;
-    }
-    if (N * C > 0) {
-        dice_sample_class<A><<<grid_blocks(N * C, THREADS), THREADS, 0, stream>>>(partial, N * C, chunks, abr);
-        if ((st = check_launch("soft Dice sample sums")))
-            return st;
-    }
+    dice_sums<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, chunks, ctx->error_slot, partial);
+    if ((st = check_launch("soft Dice sums")))
+        return st;
+    dice_sample_class<A><<<grid_blocks(N * C, THREADS), THREADS, 0, stream>>>(partial, N * C, chunks, abr);
+    if ((st = check_launch("soft Dice sample sums")))
+        return st;
     dice_finish<A><<<1, 1, 0, stream>>>(*p, abr, wbuf, want_grad ? coef : nullptr, num, den);
     if ((st = check_launch("soft Dice finish")))
         return st;
-    if (want_grad && N * p->S > 0) {
+    if (want_grad) {
         dice_grad<T, TI><<<grid_blocks(N * p->S, THREADS), THREADS, 0, stream>>>(*p, coef, num, den);
         if ((st = check_launch("soft Dice gradient")))
             return st;

@@ -130,7 +130,7 @@ __global__ void lovasz_segments(const A *partial, const int32_t *count, int64_t 
             L += (double)partial[seg * chunks + b];
         const int64_t base = seg * M;
         seg_loss[seg] = L;
-        seg_count[seg] = M > 0 ? count[base + M - 1] - (base > 0 ? count[base - 1] : 0) : 0;
+        seg_count[seg] = count[base + M - 1] - (base > 0 ? count[base - 1] : 0);
     }
 }
 
@@ -173,7 +173,7 @@ __global__ void lovasz_finish(const ploss_region_problem p, const double *seg_lo
     }
     if (p.pass != PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE)
         store_dyn(p.loss, p.loss_dtype, 0,
-                  p.reduction == PLOSS_REDUCTION_MEAN ? (G > 0 ? total / (double)G : 0.0) : total);
+                  p.reduction == PLOSS_REDUCTION_MEAN ? total / (double)G : total);
 }
 
 /* Per pixel: ∂ℓ/∂x_c = p_c·(G_c − Σ_k p_k·G_k), G_c = ω_gc × the signed weight; 0 if ignored. */
@@ -228,14 +228,12 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
         ++end_bit;
 
     size_t sort_bytes = 0, scan_bytes = 0;
-    if (E > 0) {
-        if (cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint64_t *)nullptr, (uint64_t *)nullptr,
-                                            (const int32_t *)nullptr, (int32_t *)nullptr, E, 1, end_bit,
-                                            stream) != cudaSuccess ||
-            cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, (const int32_t *)nullptr, (int32_t *)nullptr, E,
-                                          stream) != cudaSuccess)
-            return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: CUB temporary storage query failed");
-    }
+    if (cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint64_t *)nullptr, (uint64_t *)nullptr,
+                                        (const int32_t *)nullptr, (int32_t *)nullptr, E, 1, end_bit,
+                                        stream) != cudaSuccess ||
+        cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, (const int32_t *)nullptr, (int32_t *)nullptr, E,
+                                      stream) != cudaSuccess)
+        return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: CUB temporary storage query failed");
     const size_t b_keys = align_up((size_t)E * 8), b_vals = align_up((size_t)E * 4), b_err = align_up((size_t)E * sizeof(A));
     const size_t b_part = align_up((size_t)(nseg * chunks) * sizeof(A)), b_seg = align_up((size_t)nseg * 8);
     const size_t b_temp = align_up(sort_bytes > scan_bytes ? sort_bytes : scan_bytes);
@@ -255,35 +253,31 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     /* after the sort keys_in is free: the foreground bits and their scan live there */
     int32_t *fg = (int32_t *)keys_in, *count = (int32_t *)keys_in + E;
 
-    if (E > 0) {
-        lovasz_keys<T, TI><<<grid_blocks(NS, THREADS), THREADS, 0, stream>>>(*p, M, keys_in, vals_in, err,
-                                                                             ctx->error_slot);
-        if ((st = check_launch("lovasz_softmax keys")))
-            return st;
-        cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys_in, keys_out, vals_in, vals_out, E, 1,
-                                                        end_bit, stream);
-        if (e != cudaSuccess)
-            return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the radix sort: %s", cudaGetErrorString(e));
-        lovasz_foreground<<<grid_blocks(E, THREADS), THREADS, 0, stream>>>(keys_out, E, fg);
-        if ((st = check_launch("lovasz_softmax foreground")))
-            return st;
-        if ((e = cub::DeviceScan::InclusiveSum(temp, scan_bytes, (const int32_t *)fg, count, E, stream)) != cudaSuccess)
-            return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the foreground scan: %s", cudaGetErrorString(e));
-        lovasz_weights<A><<<(unsigned)(nseg * chunks), THREADS, 0, stream>>>(keys_out, vals_out, count, M, chunks,
-                                                                            want_grad, err, partial);
-        if ((st = check_launch("lovasz_softmax weights")))
-            return st;
-    }
-    if (nseg > 0) {
-        lovasz_segments<A><<<grid_blocks(nseg, THREADS), THREADS, 0, stream>>>(partial, count, nseg, M, E > 0 ? chunks : 0,
-                                                                             seg_loss, seg_count);
-        if ((st = check_launch("lovasz_softmax segments")))
-            return st;
-    }
+    lovasz_keys<T, TI><<<grid_blocks(NS, THREADS), THREADS, 0, stream>>>(*p, M, keys_in, vals_in, err,
+                                                                         ctx->error_slot);
+    if ((st = check_launch("lovasz_softmax keys")))
+        return st;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys_in, keys_out, vals_in, vals_out, E, 1,
+                                                    end_bit, stream);
+    if (e != cudaSuccess)
+        return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the radix sort: %s", cudaGetErrorString(e));
+    lovasz_foreground<<<grid_blocks(E, THREADS), THREADS, 0, stream>>>(keys_out, E, fg);
+    if ((st = check_launch("lovasz_softmax foreground")))
+        return st;
+    if ((e = cub::DeviceScan::InclusiveSum(temp, scan_bytes, (const int32_t *)fg, count, E, stream)) != cudaSuccess)
+        return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the foreground scan: %s", cudaGetErrorString(e));
+    lovasz_weights<A><<<(unsigned)(nseg * chunks), THREADS, 0, stream>>>(keys_out, vals_out, count, M, chunks,
+                                                                        want_grad, err, partial);
+    if ((st = check_launch("lovasz_softmax weights")))
+        return st;
+    lovasz_segments<A><<<grid_blocks(nseg, THREADS), THREADS, 0, stream>>>(partial, count, nseg, M, chunks, seg_loss,
+                                                                         seg_count);
+    if ((st = check_launch("lovasz_softmax segments")))
+        return st;
     lovasz_finish<A><<<1, 1, 0, stream>>>(*p, seg_loss, seg_count, want_grad ? omega : nullptr);
     if ((st = check_launch("lovasz_softmax finish")))
         return st;
-    if (want_grad && NS > 0) {
+    if (want_grad) {
         lovasz_grad<T, TI><<<grid_blocks(NS, THREADS), THREADS, 0, stream>>>(*p, M, err, omega);
         if ((st = check_launch("lovasz_softmax gradient")))
             return st;

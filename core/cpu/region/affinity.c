@@ -68,10 +68,10 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
     ploss_status st;
     int64_t *label = NULL, *count = NULL;
     double *lp = NULL, *xs = NULL;
-    if ((st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t) + 1, (void **)&label)) ||
-        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t) + 1, (void **)&count)) ||
-        (st = ploss_alloc(ctx, (size_t)NS * sizeof(double) + 1, (void **)&lp)) ||
-        (st = ploss_alloc(ctx, (size_t)(NS * C) * sizeof(double) + 1, (void **)&xs)))
+    if ((st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&label)) ||
+        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&count)) ||
+        (st = ploss_alloc(ctx, (size_t)NS * sizeof(double), (void **)&lp)) ||
+        (st = ploss_alloc(ctx, (size_t)(NS * C) * sizeof(double), (void **)&xs)))
         goto done;
 
     /* 0. labels and logits */
@@ -125,7 +125,7 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel
         {
             double *G = NULL;
-            if (ploss_alloc(ctx, (size_t)C * sizeof(double) + 1, (void **)&G) != PLOSS_OK) {
+            if (ploss_alloc(ctx, (size_t)C * sizeof(double), (void **)&G) != PLOSS_OK) {
 #pragma omp atomic write
                 failed = 1;
             }

@@ -56,9 +56,9 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
     ploss_status st;
     double *lp = NULL, *lu = NULL;
     int64_t *label = NULL;
-    if ((st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double) + 1, (void **)&lp)) ||
-        (st = ploss_alloc(ctx, (size_t)NS * sizeof(double) + 1, (void **)&lu)) ||
-        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t) + 1, (void **)&label)))
+    if ((st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double), (void **)&lp)) ||
+        (st = ploss_alloc(ctx, (size_t)NS * sizeof(double), (void **)&lu)) ||
+        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&label)))
         goto done;
     const field f = {p, lp, label, NS};
 
@@ -116,7 +116,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
 #pragma omp parallel
         {
             double *G = NULL;
-            if (ploss_alloc(ctx, (size_t)C * sizeof(double) + 1, (void **)&G) != PLOSS_OK) {
+            if (ploss_alloc(ctx, (size_t)C * sizeof(double), (void **)&G) != PLOSS_OK) {
 #pragma omp atomic write
                 failed = 1;
             }

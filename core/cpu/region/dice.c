@@ -35,8 +35,8 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
     const int64_t N = p->N, C = p->C, S = p->S, G = ploss_region_groups(p);
     ploss_status st;
     double *sums = NULL, *group = NULL; /* A, B, R per (n, c); w per (g, c), num, den, ω per g */
-    if ((st = ploss_alloc(ctx, (size_t)(3 * N * C) * sizeof(double) + 1, (void **)&sums)) ||
-        (st = ploss_alloc(ctx, (size_t)(G * C + 3 * G) * sizeof(double) + 1, (void **)&group))) {
+    if ((st = ploss_alloc(ctx, (size_t)(3 * N * C) * sizeof(double), (void **)&sums)) ||
+        (st = ploss_alloc(ctx, (size_t)(G * C + 3 * G) * sizeof(double), (void **)&group))) {
         ploss_free(ctx, sums);
         return st;
     }

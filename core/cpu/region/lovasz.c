@@ -54,12 +54,12 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
     double *prob = NULL, *signed_weight = NULL, *seg_loss = NULL, *omega = NULL;
     int64_t *label = NULL, *seg_count = NULL;
 
-    if ((st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double) + 1, (void **)&prob)) ||
-        (want_grad && (st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double) + 1, (void **)&signed_weight))) ||
-        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t) + 1, (void **)&label)) ||
-        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(double) + 1, (void **)&seg_loss)) ||
-        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(double) + 1, (void **)&omega)) ||
-        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(int64_t) + 1, (void **)&seg_count)))
+    if ((st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double), (void **)&prob)) ||
+        (want_grad && (st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double), (void **)&signed_weight))) ||
+        (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&label)) ||
+        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(double), (void **)&seg_loss)) ||
+        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(double), (void **)&omega)) ||
+        (st = ploss_alloc(ctx, (size_t)(G * C) * sizeof(int64_t), (void **)&seg_count)))
         goto done;
 
     /* 1. labels (-1: ignored; the front checked the range) and probabilities */
@@ -87,7 +87,7 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp parallel
     {
         ranked *r = NULL;
-        if (M > 0 && ploss_alloc(ctx, (size_t)M * sizeof(ranked), (void **)&r) != PLOSS_OK) {
+        if (ploss_alloc(ctx, (size_t)M * sizeof(ranked), (void **)&r) != PLOSS_OK) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -169,7 +169,7 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
         }
         if (p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE)
             ploss_store(p->loss, p->loss_dtype, 0,
-                        p->reduction == PLOSS_REDUCTION_MEAN ? (G > 0 ? total / (double)G : 0.0) : total);
+                        p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)G : total);
     }
 
     /* 4. the gradient through the softmax; zero at ignored pixels */
