@@ -10,6 +10,7 @@
 #include "linear.h"
 #include "one_hot.h"
 #include "optim.h"
+#include "pairs.h"
 #include "region.h"
 #include "rows.h"
 #include "taylor.h"
@@ -38,6 +39,9 @@ NO_CTX(cpu_bias_add, ploss_cpu_bias_add, ploss_bias_problem)
 NO_CTX(cpu_bias_grad, ploss_cpu_bias_grad, ploss_bias_problem)
 NO_CTX(cpu_argmax, ploss_cpu_argmax, ploss_argmax_problem)
 NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
+WITH_CTX(cpu_triplet, ploss_cpu_triplet, ploss_triplet_problem)
+WITH_CTX(cpu_batch_hard, ploss_cpu_batch_hard, ploss_batch_hard_problem)
+WITH_CTX(cpu_infonce, ploss_cpu_infonce, ploss_infonce_problem)
 WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
 WITH_CTX(cpu_dice, ploss_cpu_dice, ploss_region_problem)
 WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
@@ -56,6 +60,9 @@ WITH_CTX(cuda_bias_add, ploss_cuda_bias_add, ploss_bias_problem)
 WITH_CTX(cuda_bias_grad, ploss_cuda_bias_grad, ploss_bias_problem)
 WITH_CTX(cuda_argmax, ploss_cuda_argmax, ploss_argmax_problem)
 WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
+WITH_CTX(cuda_triplet, ploss_cuda_triplet, ploss_triplet_problem)
+WITH_CTX(cuda_batch_hard, ploss_cuda_batch_hard, ploss_batch_hard_problem)
+WITH_CTX(cuda_infonce, ploss_cuda_infonce, ploss_infonce_problem)
 WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
 WITH_CTX(cuda_dice, ploss_cuda_dice, ploss_region_problem)
 WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
@@ -80,6 +87,9 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BIAS_GRAD] = {[CPU] = cpu_bias_grad, [GPU] = CUDA(cuda_bias_grad)},
     [PLOSS_OP_ARGMAX] = {[CPU] = cpu_argmax, [GPU] = CUDA(cuda_argmax)},
     [PLOSS_OP_OPTIM] = {[CPU] = cpu_optim, [GPU] = CUDA(cuda_optim)},
+    [PLOSS_OP_PAIRS_TRIPLET] = {[CPU] = cpu_triplet, [GPU] = CUDA(cuda_triplet)},
+    [PLOSS_OP_PAIRS_BATCH_HARD] = {[CPU] = cpu_batch_hard, [GPU] = CUDA(cuda_batch_hard)},
+    [PLOSS_OP_PAIRS_INFONCE] = {[CPU] = cpu_infonce, [GPU] = CUDA(cuda_infonce)},
     [PLOSS_OP_REGION_LOVASZ] = {[CPU] = cpu_lovasz, [GPU] = CUDA(cuda_lovasz)},
     [PLOSS_OP_REGION_DICE] = {[CPU] = cpu_dice, [GPU] = CUDA(cuda_dice)},
     [PLOSS_OP_REGION_AFFINITY_FIELD] = {[CPU] = cpu_affinity_field, [GPU] = CUDA(cuda_affinity_field)},

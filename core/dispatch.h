@@ -26,6 +26,9 @@ typedef enum {
     PLOSS_OP_BIAS_GRAD,              /* ploss_bias_problem      */
     PLOSS_OP_ARGMAX,                 /* ploss_argmax_problem    */
     PLOSS_OP_OPTIM,                  /* ploss_optim_problem     */
+    PLOSS_OP_PAIRS_TRIPLET,          /* ploss_triplet_problem   */
+    PLOSS_OP_PAIRS_BATCH_HARD,       /* ploss_batch_hard_problem */
+    PLOSS_OP_PAIRS_INFONCE,          /* ploss_infonce_problem   */
     PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
     PLOSS_OP_REGION_DICE,            /* ploss_region_problem    */
     PLOSS_OP_REGION_AFFINITY_FIELD,  /* ploss_region_problem    */

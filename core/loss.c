@@ -11,6 +11,7 @@ typedef ploss_status (*ploss_front)(ploss_ctx_t *, ploss_pass, const ploss_loss_
 static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
     [PLOSS_SHAPE_ROWS] = ploss_rows_run,
     [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_run,
+    [PLOSS_SHAPE_PAIRS] = ploss_pairs_run,
     [PLOSS_SHAPE_REGION] = ploss_region_run,
 };
 

@@ -14,13 +14,21 @@ extern "C" {
 #endif
 
 /* Kernel shapes: the engines of core/engines/. */
-typedef enum { PLOSS_SHAPE_ROWS = 0, PLOSS_SHAPE_ELEMENTWISE = 1, PLOSS_SHAPE_REGION = 2, PLOSS_SHAPE_COUNT } ploss_shape;
+typedef enum {
+    PLOSS_SHAPE_ROWS = 0,
+    PLOSS_SHAPE_ELEMENTWISE = 1,
+    PLOSS_SHAPE_PAIRS = 2,
+    PLOSS_SHAPE_REGION = 3,
+    PLOSS_SHAPE_COUNT
+} ploss_shape;
 
 /* What a loss's target is. */
 typedef enum {
     PLOSS_LOSS_TARGET_INDEX = 0,            /* class indices, i64/i32, the sample shape        */
     PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES, /* … or probabilities of the input's shape         */
-    PLOSS_LOSS_TARGET_ELEMENTWISE           /* float, the input's shape                          */
+    PLOSS_LOSS_TARGET_ELEMENTWISE,          /* float, the input's shape                          */
+    PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
+    PLOSS_LOSS_TARGET_NONE                  /* no target argument                                */
 } ploss_loss_target;
 
 /* Extra tensors between the target and the options. */
@@ -30,6 +38,9 @@ typedef enum {
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2
+/* Inputs that each get a gradient (a loss of several embedding inputs: anchor, positive,
+ * negative); a one-input loss uses `input` and `grad_input` of ploss_loss_args. */
+#define PLOSS_MAX_LOSS_INPUTS 3
 
 /* The static facts of a loss (its description). */
 typedef struct ploss_loss_spec {
@@ -49,6 +60,9 @@ typedef struct ploss_loss_spec {
         int required;
         int priors;              /* class priors: finite, >= 0, one > 0 (checked on the CPU) */
     } tensors[PLOSS_MAX_LOSS_TENSORS];
+    int ninputs;                 /* 0: one input named "input"; else inputs[0..ninputs)   */
+    const char *input_names[PLOSS_MAX_LOSS_INPUTS];
+    const char *grad_names[PLOSS_MAX_LOSS_INPUTS];
 } ploss_loss_spec;
 
 /* The tensors of one call; those a pass does not take are NULL. */
@@ -59,6 +73,10 @@ typedef struct ploss_loss_args {
     const DLTensor *state;     /* output of forward, input of backward (optional)      */
     const DLTensor *grad_loss; /* backward                                              */
     const DLTensor *grad_input;/* output of backward and fused                          */
+    /* a loss of several inputs (spec->ninputs > 0): its inputs and their gradients, in
+     * argument order (input, grad_input and target unused; a labels target is `target`) */
+    const DLTensor *inputs[PLOSS_MAX_LOSS_INPUTS];
+    const DLTensor *grad_inputs[PLOSS_MAX_LOSS_INPUTS];
 } ploss_loss_args;
 
 /* The checked options of a loss, in the engines' terms (the union of every loss's). */
@@ -76,6 +94,15 @@ typedef struct ploss_loss_params {
     int64_t n_min;
     double scale;
     int inplace;
+    /* metric learning (the pairs shape) */
+    double margin;
+    int soft_margin;          /* 1: softplus(·) in place of the hinge max(0, · + margin) */
+    double p_norm;            /* the p of the p-norm distance                              */
+    int swap;                 /* distance swap (Balntas et al.)                             */
+    int distance;             /* ploss_pair_distance                                        */
+    double temperature;
+    int symmetric;
+    int normalize;
     int classes;              /* region: which classes count (ploss_lovasz_classes) */
     int per_image;            /* region: one group per sample rather than the whole batch */
     double exponent, smooth;  /* soft Dice: p of s^p, the smoothing term */
@@ -99,6 +126,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                             const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                             const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *p);
 

@@ -15,12 +15,15 @@ typedef enum {
     PLOSS_POLICY_PC_SOFTMAX = 7, /* pc_softmax_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_CROSS_ENTROPY = 8, /* ohem_cross_entropy (rows) */
     PLOSS_POLICY_OHEM_LARGE_MARGIN = 9, /* ohem_large_margin (rows) */
-    PLOSS_POLICY_LOVASZ_SOFTMAX = 10, /* lovasz_softmax (region) */
-    PLOSS_POLICY_SOFT_DICE = 11, /* soft_dice (region) */
-    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 12, /* generalized_soft_dice (region) */
-    PLOSS_POLICY_BATCH_SOFT_DICE = 13, /* batch_soft_dice (region) */
-    PLOSS_POLICY_AFFINITY_FIELD = 14, /* affinity_field (region) */
-    PLOSS_POLICY_AFFINITY = 15, /* affinity (region) */
+    PLOSS_POLICY_TRIPLET_MARGIN = 10, /* triplet_margin (pairs) */
+    PLOSS_POLICY_BATCH_HARD_TRIPLET = 11, /* batch_hard_triplet (pairs) */
+    PLOSS_POLICY_INFO_NCE = 12, /* info_nce (pairs) */
+    PLOSS_POLICY_LOVASZ_SOFTMAX = 13, /* lovasz_softmax (region) */
+    PLOSS_POLICY_SOFT_DICE = 14, /* soft_dice (region) */
+    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 15, /* generalized_soft_dice (region) */
+    PLOSS_POLICY_BATCH_SOFT_DICE = 16, /* batch_soft_dice (region) */
+    PLOSS_POLICY_AFFINITY_FIELD = 17, /* affinity_field (region) */
+    PLOSS_POLICY_AFFINITY = 18, /* affinity (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

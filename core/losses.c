@@ -723,6 +723,236 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
     return ohem_large_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- triplet_margin ---------------------------------------------------------------------- */
+
+void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->p = 2.0;
+    o->eps = 1e-6;
+    o->swap = 0;
+    o->soft_margin = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec triplet_margin_spec = {
+    .name = "triplet_margin",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_TRIPLET_MARGIN,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 3,
+    .input_names = {"anchor", "positive", "negative"},
+    .grad_names = {"grad_anchor", "grad_positive", "grad_negative"},
+};
+
+static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_triplet_margin_opts *user)
+{
+    ploss_clear_error();
+    ploss_triplet_margin_opts o;
+    ploss_triplet_margin_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    if (!(isfinite(o.p) && o.p >= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", o.p);
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .p_norm = o.p,
+        .eps = o.eps,
+        .swap = o.swap,
+        .soft_margin = o.soft_margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &triplet_margin_spec, a, &p);
+}
+
+ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss};
+    return triplet_margin(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_anchor, DLTensor *grad_positive,
+    DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .grad_loss = grad_loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- batch_hard_triplet ------------------------------------------------------------------ */
+
+void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 0.3;
+    o->soft_margin = 0;
+    o->distance = PLOSS_PAIR_DISTANCE_EUCLIDEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec batch_hard_triplet_spec = {
+    .name = "batch_hard_triplet",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_BATCH_HARD_TRIPLET,
+    .target = PLOSS_LOSS_TARGET_LABELS,
+    .min_classes = 1,
+    .ninputs = 1,
+    .input_names = {"embeddings"},
+    .grad_names = {"grad_embeddings"},
+};
+
+static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                       const ploss_batch_hard_triplet_opts *user)
+{
+    ploss_clear_error();
+    ploss_batch_hard_triplet_opts o;
+    ploss_batch_hard_triplet_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    if ((unsigned)o.distance >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.distance: %d is not one of euclidean (0), squared (1), cosine (2)", (int)o.distance);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .soft_margin = o.soft_margin,
+        .distance = (int)o.distance,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &batch_hard_triplet_spec, a, &p);
+}
+
+ploss_status ploss_batch_hard_triplet_forward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = embeddings, .target = labels, .loss = loss};
+    return batch_hard_triplet(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_batch_hard_triplet_backward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_embeddings)
+{
+    const ploss_loss_args a = {.inputs[0] = embeddings, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_embeddings};
+    return batch_hard_triplet(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss,
+    DLTensor *grad_embeddings)
+{
+    const ploss_loss_args a = {.inputs[0] = embeddings, .target = labels, .loss = loss, .grad_inputs[0] = grad_embeddings};
+    return batch_hard_triplet(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- info_nce ---------------------------------------------------------------------------- */
+
+void ploss_info_nce_opts_init(ploss_info_nce_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->temperature = 0.07;
+    o->symmetric = 1;
+    o->normalize = 1;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec info_nce_spec = {
+    .name = "info_nce",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_INFO_NCE,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 2,
+    .input_names = {"query", "key"},
+    .grad_names = {"grad_query", "grad_key"},
+};
+
+static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_info_nce_opts *user)
+{
+    ploss_clear_error();
+    ploss_info_nce_opts o;
+    ploss_info_nce_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.temperature) && o.temperature > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", o.temperature);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .temperature = o.temperature,
+        .symmetric = o.symmetric,
+        .normalize = o.normalize,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &info_nce_spec, a, &p);
+}
+
+ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .loss = loss};
+    return info_nce(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_info_nce_backward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, const DLTensor *grad_loss, DLTensor *grad_query,
+    DLTensor *grad_key)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .grad_loss = grad_loss, .grad_inputs[0] = grad_query, .grad_inputs[1] = grad_key};
+    return info_nce(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss, DLTensor *grad_query, DLTensor *grad_key)
+{
+    const ploss_loss_args a = {.inputs[0] = query, .inputs[1] = key, .loss = loss, .grad_inputs[0] = grad_query, .grad_inputs[1] = grad_key};
+    return info_nce(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- lovasz_softmax ---------------------------------------------------------------------- */
 
 void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *o)

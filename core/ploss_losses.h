@@ -794,6 +794,279 @@ ploss_status ploss_ohem_large_margin_backward(ploss_ctx_t *ctx, const DLTensor *
 ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_ohem_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Triplet margin loss --------------------------------------------------------------- */
+
+/** Options of triplet_margin; fill with ploss_triplet_margin_opts_init(). */
+typedef struct ploss_triplet_margin_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 1.0 */
+    double margin;
+    /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
+    double p;
+    /* added to every difference before its norm, as PyTorch; a finite number >= 0; default 1e-6
+       */
+    double eps;
+    /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
+    int swap;
+    /* softplus(d_ap − d_an) in place of the hinge (the reference's margin = None); default 0
+       */
+    int soft_margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_triplet_margin_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
+
+/**
+ * Triplet margin loss, forward (Schroff, Kalenichenko and Philbin, FaceNet, CVPR 2015; PyTorch
+ * torch.nn.functional.triplet_margin_loss; the soft margin of Hermans, Beyer and Leibe, In
+ * Defense of the Triplet Loss for Person Re-Identification, arXiv:1703.07737).
+ * Per triplet i, with the p-norm distance d(u, v) = ‖u − v + ε‖_p (ε added to every
+ * component, as PyTorch's pairwise_distance):
+ *
+ *     d_ap = d(a_i, p_i),   d_an = d(a_i, n_i)   (swap: d_an = min(d(a_i, n_i), d(p_i, n_i)))
+ *     ℓ_i = max(0, d_ap − d_an + μ)              (hinge)
+ *     ℓ_i = softplus(d_ap − d_an)                (soft_margin; softplus(z) = max(z, 0) + log1p(e^−|z|))
+ *
+ * 'mean' divides by N. The soft margin is evaluated in the stable form, so a gap d_ap − d_an
+ * of hundreds gives that gap as the loss and a gradient of ±1, where log(1 + exp(·)) would
+ * overflow.
+ *
+ * In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
+ * as a value distinct from leaving margin out (which gives the default 1). With eps = 0 and
+ * soft_margin = true the loss is the reference's soft-margin triplet loss (plain Euclidean
+ * distances). p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's. No
+ * state is kept: backward recomputes the distances (one pass over the rows).
+ *
+ * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
+ *                 input of the same dtype and shape.
+ * in  positive    p, N×D embeddings of the anchors' class; N×D, f32/f16/bf16/f64, any
+ *                 strides; every embedding input of the same dtype and shape.
+ * in  negative    n, N×D embeddings of other classes; N×D, f32/f16/bf16/f64, any strides;
+ *                 every embedding input of the same dtype and shape.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, opts.p not a finite number >= 1, opts.eps not a
+ *           finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Triplet margin loss, backward. With c = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap −
+ * d_an) (soft margin) and ∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε:
+ * ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), ∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n
+ * = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative term goes to p and n
+ * instead of a and n (a tie keeps d(a, n)). A distance of 0 (identical embeddings with eps = 0)
+ * has the gradient 0, never NaN.
+ * in  anchor, positive, negative, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_positive ∂/∂positive: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * out grad_negative ∂/∂negative: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_triplet_margin_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_anchor, DLTensor *grad_positive,
+    DLTensor *grad_negative);
+
+/** Triplet margin loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_triplet_margin_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative);
+
+/* ---- Batch-hard triplet loss ----------------------------------------------------------- */
+
+/** The distance between two embeddings.
+ *   EUCLIDEAN        d(u, v) = ‖u − v‖₂
+ *   SQUARED          d(u, v) = ‖u − v‖₂²
+ *   COSINE           d(u, v) = 1 − u·v / (max(‖u‖, 1e-8)·max(‖v‖, 1e-8))
+ */
+typedef enum ploss_pair_distance {
+    PLOSS_PAIR_DISTANCE_EUCLIDEAN = 0,
+    PLOSS_PAIR_DISTANCE_SQUARED = 1,
+    PLOSS_PAIR_DISTANCE_COSINE = 2,
+    PLOSS_PAIR_DISTANCE_COUNT
+} ploss_pair_distance;
+
+/** Options of batch_hard_triplet; fill with ploss_batch_hard_triplet_opts_init(). */
+typedef struct ploss_batch_hard_triplet_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 0.3 */
+    double margin;
+    /* softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None);
+       default 0 */
+    int soft_margin;
+    /* the distance (see below); default DISTANCE_EUCLIDEAN */
+    ploss_pair_distance distance;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_batch_hard_triplet_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
+
+/**
+ * Batch-hard triplet loss, forward (Hermans, Beyer and Leibe, In Defense of the Triplet Loss
+ * for Person Re-Identification, arXiv:1703.07737 (batch hard, soft margin)).
+ * For each anchor i, over the other rows j of the batch:
+ *
+ *     d_ap(i) = max_{j ≠ i, y_j = y_i} d(x_i, x_j)     (the hardest positive)
+ *     d_an(i) = min_{y_j ≠ y_i} d(x_i, x_j)            (the hardest negative)
+ *     ℓ_i = max(0, d_ap − d_an + μ)   or (soft_margin)   softplus(d_ap − d_an)
+ *
+ * An anchor without a positive (its label unique in the batch) or without a negative (one label
+ * in the batch) is inactive: ℓ_i = 0 and no gradient. 'mean' divides by the number of active
+ * anchors; with none active the loss is 0 and the gradient 0 (not a division by zero). Ties
+ * pick the lowest row index. The N×N distances are computed in row blocks as a matrix product
+ * (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or the cosine of the normalised product) and
+ * mined block by block: only O(N) values are kept; the two chosen distances of each anchor are
+ * then recomputed from the rows themselves (no cancellation, exactly 0 for identical rows).
+ *
+ * Labels are any integers (i64 or i32): rows with equal labels are one class. In Lua the soft
+ * margin is soft_margin = true (a table cannot hold margin = nil apart from the default). The
+ * CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them with cuBLAS in fp32
+ * (f64 for f64 input), so two nearly tied candidates may be mined differently on the two
+ * devices. No state is kept: backward mines again.
+ *
+ * in  embeddings  x, N×D embeddings, row i labelled labels[i]; N×D, f32/f16/bf16/f64, any
+ *                 strides; every embedding input of the same dtype and shape.
+ * in  labels      one class label per embedding row: shape N, i64 or i32, any values (equal
+ *                 labels are one class).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/embeddings/labels/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_batch_hard_triplet_forward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss);
+
+/**
+ * Batch-hard triplet loss, backward. With c_i = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap
+ * − d_an) (soft margin), ℓ_i sends c_i·∂d(x_i, x_p)/∂· to the anchor and its hardest
+ * positive p and −c_i·∂d(x_i, x_n)/∂· to the anchor and its hardest negative n (the
+ * mining itself is not differentiated, as in autograd); a row collects the terms of every
+ * anchor that chose it, added in anchor order. ∂‖u − v‖/∂u = (u − v)/‖u − v‖,
+ * 0 at u = v; ∂‖u − v‖²/∂u = 2(u − v); the cosine distance's gradient is that of
+ * the normalised product.
+ * in  embeddings, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_embeddings ∂/∂embeddings: the shape and dtype of its input, any non-overlapping
+ *                     strides; may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_batch_hard_triplet_backward(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_embeddings);
+
+/** Batch-hard triplet loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *embeddings,
+    const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss,
+    DLTensor *grad_embeddings);
+
+/* ---- InfoNCE contrastive loss ---------------------------------------------------------- */
+
+/** Options of info_nce; fill with ploss_info_nce_opts_init(). */
+typedef struct ploss_info_nce_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* τ > 0: the similarities are divided by it; a finite number > 0; default 0.07 */
+    double temperature;
+    /* average the query→key and key→query losses (CLIP); false: query→key only; default 1
+       */
+    int symmetric;
+    /* L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize); default 1 */
+    int normalize;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_info_nce_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
+
+/**
+ * InfoNCE contrastive loss, forward (van den Oord, Li and Vinyals, Representation Learning with
+ * Contrastive Predictive Coding, arXiv:1807.03748; Radford et al., CLIP, ICML 2021 (the
+ * symmetric form); the tiled computation of Inf-CL, Cheng et al., arXiv:2410.17243).
+ * With u_i = q_i/max(‖q_i‖, 1e-12) and v_j = k_j/max(‖k_j‖, 1e-12) (normalize; else u =
+ * q, v = k) and the similarities S_ij = u_i·v_j / τ:
+ *
+ *     ℓ_i = lse_j(S_ij) − S_ii                                  (symmetric = false)
+ *     ℓ_i = ½·[lse_j(S_ij) − S_ii] + ½·[lse_j(S_ji) − S_ii]     (symmetric = true)
+ *
+ * lse_j(S_ij) is the log-sum-exp of row i (query i against every key), lse_j(S_ji) that of
+ * column i (key i against every query): the cross-entropy of each row and of each column with
+ * the diagonal as the target. 'mean' divides by N. S is computed in tiles of rows (a matrix
+ * product per tile) with the row and column log-sum-exps kept online; the N×N matrix is never
+ * stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.
+ *
+ * The tiles are the unit a multi-device version shares: each device's keys against every query
+ * tile, with the row and column statistics merged across devices. The CPU works in f64
+ * (OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input). No state is
+ * kept: backward recomputes the log-sum-exps.
+ *
+ * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
+ *                 every embedding input of the same dtype and shape.
+ * in  key         k, N×D embeddings of the second view, row i the positive of query row i;
+ *                 N×D, f32/f16/bf16/f64, any strides; every embedding input of the same dtype
+ *                 and shape.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/query/key/loss or a gradient, a bad enum,
+ *           opts.temperature not a finite number > 0, a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss);
+
+/**
+ * InfoNCE contrastive loss, backward. With P_ij = e^(S_ij − lse_row i), Q_ij = e^(S_ij −
+ * lse_col j) and the weights w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij
+ * − δ_ij) + [symmetric]·w_j·(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v =
+ * Gᵀ·u/τ, both accumulated tile by tile, then through the normalisation: ∂L/∂q_i = (g_i
+ * − (g_i·u_i)·u_i)/‖q_i‖. Exact for both inputs.
+ * in  query, key, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_query  ∂/∂query: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_key    ∂/∂key: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_info_nce_backward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, const DLTensor *grad_loss, DLTensor *grad_query,
+    DLTensor *grad_key);
+
+/** InfoNCE contrastive loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
+    const ploss_info_nce_opts *opts, DLTensor *loss, DLTensor *grad_query, DLTensor *grad_key);
+
 /* ---- Lovász-softmax loss -------------------------------------------------------------- */
 
 /** Which classes of a group enter its loss.

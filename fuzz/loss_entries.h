@@ -174,6 +174,57 @@ static ploss_status fz_call_ohem_large_margin_fused(ploss_ctx_t *ctx, DLTensor *
     return ploss_ohem_large_margin_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_triplet_margin_opts(void *o) { ploss_triplet_margin_opts_init(o); }
+
+static ploss_status fz_call_triplet_margin_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_triplet_margin_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5], t[6]);
+}
+
+static ploss_status fz_call_triplet_margin_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5], t[6]);
+}
+
+static void fz_init_ploss_batch_hard_triplet_opts(void *o) { ploss_batch_hard_triplet_opts_init(o); }
+
+static ploss_status fz_call_batch_hard_triplet_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_batch_hard_triplet_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_batch_hard_triplet_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_hard_triplet_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_info_nce_opts(void *o) { ploss_info_nce_opts_init(o); }
+
+static ploss_status fz_call_info_nce_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_info_nce_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_backward(ctx, t[0], t[1], o, t[2], t[3], t[4]);
+}
+
+static ploss_status fz_call_info_nce_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_info_nce_fused(ctx, t[0], t[1], o, t[2], t[3], t[4]);
+}
+
 static void fz_init_ploss_lovasz_softmax_opts(void *o) { ploss_lovasz_softmax_opts_init(o); }
 
 static ploss_status fz_call_lovasz_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -395,6 +446,42 @@ static ploss_status fz_call_affinity_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
      .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_forward", .call = fz_call_triplet_margin_forward, .nslots = 4, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_backward", .call = fz_call_triplet_margin_backward, .nslots = 7, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_fused", .call = fz_call_triplet_margin_fused, .nslots = 7, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_forward", .call = fz_call_batch_hard_triplet_forward, .nslots = 3, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_backward", .call = fz_call_batch_hard_triplet_backward, .nslots = 4, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_hard_triplet_fused", .call = fz_call_batch_hard_triplet_fused, .nslots = 4, \
+     .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_forward", .call = fz_call_info_nce_forward, .nslots = 3, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_backward", .call = fz_call_info_nce_backward, .nslots = 5, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_info_nce_fused", .call = fz_call_info_nce_fused, .nslots = 5, \
+     .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 3, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \

@@ -46,6 +46,16 @@ H.root = os.getenv("PLOSS_ROOT") or "."
 H.current_seed = nil
 
 --- Seed the global generator and remember the seed for failure messages.
+--- The descriptions of the losses with one input and one target (every loss but those of
+-- several embedding inputs, whose specs are their shape's own: spec/pairs_spec.lua).
+function H.one_input_losses()
+  local out = {}
+  for _, d in ipairs(require("ploss.description").all()) do
+    if not d.inputs then out[#out + 1] = d end
+  end
+  return out
+end
+
 function H.seed(n)
   H.current_seed = n
   ploss.manual_seed(n)

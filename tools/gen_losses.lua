@@ -86,13 +86,6 @@ local function default_doc(opt)
   return default_c(opt)
 end
 
--- An option's default as Lua writes it ('mean', 0.25, false).
-local function lua_value(v)
-  if type(v) == "string" then return "'" .. v .. "'" end
-  if type(v) == "boolean" then return tostring(v) end
-  return D.number(v)
-end
-
 local function title_case(s) return s:sub(1, 1):upper() .. s:sub(2) end
 
 ---------------------------------------------------------------------------------------
@@ -104,6 +97,7 @@ local TARGET_DOC = {
   index_or_probabilities = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or " ..
     "ignore_index; or probabilities (any float dtype) of the input's shape.",
   elementwise = "the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).",
+  labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
 }
 
 local SHAPE = {
@@ -135,6 +129,17 @@ local SHAPE = {
              grad_input = { "NCd|N|NC", "x" }, target = { elementwise = { "NCd|N|NC", "x|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
+  pairs = {
+    input = "N×D, f32/f16/bf16/f64, any strides; every embedding input of the same dtype and shape.",
+    loss = "NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for f64 " ..
+      "input).",
+    grad_loss = "NONE: N values; MEAN / SUM: one element; f32 or f64.",
+    grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap " ..
+      "any input or another output.",
+    fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
+             grad_input = { "NC", "x" }, target = { labels = { "N", "i" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+  },
   region = {
     input = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d) with class-index " ..
       "targets, any shape with float targets; any strides (a crop of a segmentation map is read in " ..
@@ -159,9 +164,27 @@ local function state_shape(desc)
   return string.format("N×%d×d1×…×dk", desc.state.components)
 end
 
+-- The names of the tensors a loss reads besides its options, in argument order: its inputs
+-- and target (with `tensors`: and its extra tensors).
+local function tensor_names(desc, tensors)
+  local names = {}
+  for _, a in ipairs(D.arguments(desc, "forward")) do
+    if a[2] == "input" or a[2] == "target" or (tensors and a[2] == "tensor") then names[#names + 1] = a[1] end
+  end
+  return table.concat(names, ", ")
+end
+
 local function option_statuses(desc)
-  local parts = { "NULL ctx/input/target" .. (desc.tensors[1] and desc.tensors[1].required and
-    ("/" .. desc.tensors[1].name) or "") .. "/loss or grad_input", "a bad enum" }
+  local ins = "input/target"
+  if desc.inputs then
+    local names = {}
+    for _, i in ipairs(desc.inputs) do names[#names + 1] = i.name end
+    if D.target_name(desc) then names[#names + 1] = D.target_name(desc) end
+    ins = table.concat(names, "/")
+  end
+  local parts = { "NULL ctx/" .. ins .. (desc.tensors[1] and desc.tensors[1].required and
+    ("/" .. desc.tensors[1].name) or "") .. "/loss or " .. (desc.inputs and "a gradient" or "grad_input"),
+    "a bad enum" }
   for _, o in ipairs(desc.lua_options) do
     local r = D.range_text(o)
     if r then parts[#parts + 1] = "opts." .. o.name .. " not " .. r end
@@ -268,8 +291,12 @@ local function gen_header()
       w(wrap(d.notes, " * ", 96))
     end
     w(" *")
-    w(hang(" * in  input       ", sh.input:format(d.min_classes)))
-    w(hang(" * in  target      ", TARGET_DOC[d.target]))
+    if d.inputs then
+      for _, i in ipairs(d.inputs) do w(hang(string.format(" * in  %-11s ", i.name), i.doc .. "; " .. sh.input)) end
+    else
+      w(hang(" * in  input       ", sh.input:format(d.min_classes)))
+    end
+    if D.target_name(d) then w(hang(string.format(" * in  %-11s ", D.target_name(d)), TARGET_DOC[d.target])) end
     for _, t in ipairs(d.tensors) do
       w(hang(string.format(" * in  %-11s ", t.name), (t.required and "" or "NULL, or ") .. t.doc .. "."))
     end
@@ -285,14 +312,14 @@ local function gen_header()
     w("")
     w("/**")
     w(wrap(string.format("%s, backward.  %s", d.title, d.gradient), " * ", 96))
-    w(" * in  input, target%s, opts   as given to _forward.", (function()
-      local s = ""
-      for _, t in ipairs(d.tensors) do s = s .. ", " .. t.name end
-      return s
-    end)())
+    w(" * in  %s, opts   as given to _forward.", tensor_names(d, true))
     if d.state then w(" * in  %-11s NULL (recomputed) or the state written by _forward.", d.state.name) end
     w(hang(" * in  grad_loss   ", sh.grad_loss))
-    w(hang(" * out grad_input  ", "the input's shape and dtype, any non-overlapping strides; may not overlap any input."))
+    if d.inputs then
+      for _, i in ipairs(d.inputs) do w(hang(string.format(" * out %-11s ", i.grad), "∂/∂" .. i.name .. ": " .. sh.grad_input)) end
+    else
+      w(hang(" * out grad_input  ", "the input's shape and dtype, any non-overlapping strides; may not overlap any input."))
+    end
     w(" * Statuses: as _forward.")
     w(" */")
     w(break_proto(prototype(d, "backward"), "    ") .. ";")
@@ -388,6 +415,16 @@ local function gen_c()
       w("    .state_name = \"%s\",", d.state.name)
       w("    .state_components = %d,", d.state.components)
     end
+    if d.inputs then
+      local names, grads = {}, {}
+      for _, i in ipairs(d.inputs) do
+        names[#names + 1] = "\"" .. i.name .. "\""
+        grads[#grads + 1] = "\"" .. i.grad .. "\""
+      end
+      w("    .ninputs = %d,", #d.inputs)
+      w("    .input_names = {%s},", table.concat(names, ", "))
+      w("    .grad_names = {%s},", table.concat(grads, ", "))
+    end
     if #d.tensors > 0 then
       w("    .ntensors = %d,", #d.tensors)
       w("    .tensors = {")
@@ -433,6 +470,10 @@ local function gen_c()
         if a[2] == "tensor" then
           fields[#fields + 1] = string.format(".tensors[%d] = %s", ti, a[1])
           ti = ti + 1
+        elseif d.inputs and a[2] == "input" then
+          fields[#fields + 1] = string.format(".inputs[%d] = %s", a[3], a[1])
+        elseif d.inputs and a[2] == "grad_input" then
+          fields[#fields + 1] = string.format(".grad_inputs[%d] = %s", a[3], a[1])
         elseif a[2] ~= "opts" then
           fields[#fields + 1] = string.format(".%s = %s", ROLE_FIELD[a[2]], a[1])
         end
@@ -532,6 +573,13 @@ end
 -- docs/losses.md
 ---------------------------------------------------------------------------------------
 
+-- An option's default as Lua writes it.
+local function lua_value(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "boolean" then return tostring(v) end
+  return D.number(v)
+end
+
 local function gen_docs()
   local out, w = lines()
   w("<!-- %s -->", BANNER)
@@ -569,12 +617,24 @@ local function gen_docs()
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
   end
   for _, d in ipairs(descs) do
+    local call_args = tensor_names(d, false)
     w("")
     w("## %s — `ploss.%s`", d.title, d.criterion)
     w("")
-    w("`ploss.F.%s(input, target, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",
-      d.name, #d.aliases > 0 and (" (also `ploss.F." .. table.concat(d.aliases, "`, `ploss.F.") .. "`)") or "",
+    w("`ploss.F.%s(%s, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",
+      d.name, call_args,
+      #d.aliases > 0 and (" (also `ploss.F." .. table.concat(d.aliases, "`, `ploss.F.") .. "`)") or "",
       d.name, d.shape)
+    if d.inputs then
+      local grads = {}
+      for _, i in ipairs(d.inputs) do grads[#grads + 1] = i.grad end
+      w("")
+      w("`crit:forward(%s)` returns the loss, `crit:backward(%s [, gradOutput])` the gradients " ..
+        "%s (one per embedding input, in argument order), and `crit(%s [, scale])` the loss " ..
+        "followed by those gradients from one fused pass; `ploss.F.%s_backward(%s, gradOutput, " ..
+        "opts)` and `_fused(%s, opts)` return the same.", call_args, call_args, table.concat(grads, ", "),
+        call_args, d.name, call_args, call_args)
+    end
     w("")
     w("Source: %s.", d.source)
     w("")
@@ -605,7 +665,7 @@ local function gen_docs()
         t.kind == "class_vector" and "C values" or "broadcast over the input", t.doc)
     end
     w("| `reduction` | 'none' \\| 'mean' \\| 'sum' | 'mean' | | |")
-    w("| `inplace` | boolean | false | | the fused gradient overwrites the input |")
+    if not d.inputs then w("| `inplace` | boolean | false | | the fused gradient overwrites the input |") end
     for _, e in ipairs(d.enums) do
       w("")
       w("%s", e.doc)
@@ -613,7 +673,14 @@ local function gen_docs()
     end
     w("")
     local sh = SHAPE[d.shape]
-    w("Shapes: input %s Target: %s", sh.input:format(d.min_classes), TARGET_DOC[d.target])
+    if d.inputs then
+      local names = {}
+      for _, i in ipairs(d.inputs) do names[#names + 1] = i.name end
+      w("Shapes: %s: %s%s", table.concat(names, ", "), sh.input,
+        D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. TARGET_DOC[d.target]) or "")
+    else
+      w("Shapes: input %s Target: %s", sh.input:format(d.min_classes), TARGET_DOC[d.target])
+    end
     w("Loss: %s", sh.loss)
     if d.state then
       w("State kept between forward and backward: %s, %s.", d.state.doc,

@@ -295,8 +295,248 @@ end
 
 local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
 
+-- A loss of several embedding inputs (d.inputs): crit:forward(x1, …, xk [, labels]) → loss;
+-- crit:backward(x1, …, xk [, labels] [, gradOutput]) → one gradient per input, in argument
+-- order; crit(x1, …, xk [, labels] [, scale]) → loss followed by those gradients, from the
+-- fused pass.  ploss.F.<name>(…, opts), _backward(…, gradOutput, opts) and _fused(…, opts)
+-- likewise; opts may name `out` and `grad_<input>` tensors to write into.  No in-place
+-- gradient (inplace = true is refused) and no saved state.
+local function build_multi(d)
+  local ctype = ffi.typeof(d.opts_type)
+  local target_name = D.target_name(d)
+  local ninputs = #d.inputs
+  local nargs = ninputs + (target_name and 1 or 0)
+  local cls = nn.class(d.criterion)
+  cls._doc = d.title .. " (" .. d.source .. ")"
+  cls._description = d
+
+  local function check_inplace(o, where)
+    if o.inplace then
+      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where, d.criterion))
+    end
+  end
+
+  -- The call's tensors by role from the positional arguments; raises naming a missing one.
+  local function tensors_of(where, ...)
+    local t = { inputs = {} }
+    for k = 1, nargs do
+      local v = select(k, ...)
+      local name = k <= ninputs and d.inputs[k].name or target_name
+      if not ploss.is_tensor(v) then
+        ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", where, name, type(v)))
+      end
+      if k <= ninputs then t.inputs[k] = v else t.target = v end
+    end
+    return t
+  end
+
+  -- The C call of `pass` with tensors by role (inputs and grads as lists, the resolved
+  -- options t.o for the tensor options, t.cache their criterion's cache).
+  local function run(pass, ctx, t)
+    local roles = { target = t.target, tensors = tensor_args(d, t.o, t.inputs[1], t.cache), copts = t.copts,
+                    loss = t.loss, grad_loss = t.grad_loss }
+    local args = D.arguments(d, pass)
+    local fn = C["ploss_" .. d.name .. "_" .. pass]
+    local a = { ctx }
+    local ti = 0
+    for i, arg in ipairs(args) do
+      local v
+      if arg[2] == "input" then v = t.inputs[arg[3] + 1]
+      elseif arg[2] == "grad_input" then v = t.grads[arg[3] + 1]
+      elseif arg[2] == "tensor" then ti = ti + 1; v = roles.tensors[ti]
+      elseif arg[2] == "opts" then v = roles.copts
+      else v = roles[arg[2]] end
+      if arg[2] ~= "opts" and v ~= nil then v = v:dl() end
+      a[i + 1] = v
+    end
+    return fn(unpack(a, 1, #args + 1))
+  end
+
+  local function loss_sizes_of(o, x) return o.reduction == "none" and { x:size(1) } or {} end
+
+  -- The upstream gradient as a tensor on the inputs' device: ones for 'none' and 1 for a
+  -- reduced loss when nil, a number as a one-element tensor, or the tensor given.
+  local function grad_loss_of(o, x, gradOutput, buf)
+    local dtype = loss_dtype(x)
+    if gradOutput == nil then
+      if o.reduction == "none" then return nn.buffer(buf, { x:size(1) }, dtype, x:device()):fill(1) end
+      gradOutput = 1
+    end
+    if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, x:device()):fill(gradOutput) end
+    if not ploss.is_tensor(gradOutput) then
+      ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
+    end
+    return gradOutput
+  end
+
+  function cls:__init(opts)
+    local o = resolve(d, opts, nil, d.criterion)
+    check_inplace(o, d.criterion)
+    for k, v in pairs(o) do self[k] = v end
+    self._copts = ctype()
+    self._grads = {}
+    self._cache = {}
+  end
+
+  -- The options as they are now, and the call's tensors t with them.
+  local function current(self, t)
+    local user = { reduction = rawget(self, "reduction"), inplace = rawget(self, "inplace") }
+    for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
+    for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
+    local o = resolve(d, user, nil, d.criterion)
+    check_inplace(o, d.criterion)
+    t.o, t.cache = o, self._cache
+    return o
+  end
+
+  function cls:forward_tensor(...)
+    local t = tensors_of(d.criterion, ...)
+    local o = current(self, t)
+    local x = t.inputs[1]
+    t.copts = fill(d, o, self._copts)
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
+    t.loss = self._loss
+    ploss.check(run("forward", x:context(), t), d.name .. "_forward")
+    return self._loss
+  end
+
+  function cls:forward(...)
+    local loss = self:forward_tensor(...)
+    self.output = self.reduction == "none" and loss or loss:item()
+    return self.output
+  end
+  function cls:updateOutput(...) return self:forward(...) end
+
+  -- The gradient buffers of the criterion, one per input.
+  local function grad_buffers(self, t)
+    for k, x in ipairs(t.inputs) do self._grads[k] = nn.buffer(self._grads[k], x:size(), x:dtype(), x:device()) end
+    t.grads = self._grads
+  end
+
+  function cls:backward(...)
+    local t = tensors_of(d.criterion, ...)
+    local o = current(self, t)
+    local x = t.inputs[1]
+    t.copts = fill(d, o, self._copts)
+    local gradOutput = select(nargs + 1, ...)
+    local gl = grad_loss_of(o, x, gradOutput, self._grad_loss)
+    if gl ~= gradOutput then self._grad_loss = gl end
+    t.grad_loss = gl
+    grad_buffers(self, t)
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward")
+    self.gradInput = self._grads
+    return unpack(self._grads, 1, ninputs)
+  end
+  function cls:updateGradInput(...) return self:backward(...) end
+
+  function cls:fused(...)
+    local t = tensors_of(d.criterion, ...)
+    local o = current(self, t)
+    local scale = select(nargs + 1, ...)
+    if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
+    local x = t.inputs[1]
+    t.copts = fill(d, o, self._copts, scale)
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
+    t.loss = self._loss
+    grad_buffers(self, t)
+    ploss.check(run("fused", x:context(), t), d.name .. "_fused")
+    self.output = o.reduction == "none" and self._loss or self._loss:item()
+    self.gradInput = self._grads
+    return self.output, unpack(self._grads, 1, ninputs)
+  end
+
+  function cls:to(device)
+    for _, t in ipairs(d.tensors) do
+      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
+    end
+    return self
+  end
+  function cls:cuda() return self:to("cuda") end
+  function cls:cpu() return self:to("cpu") end
+
+  function cls:tostring()
+    local parts = {}
+    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    parts[#parts + 1] = "reduction=" .. show(self.reduction)
+    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
+  end
+
+  cls._spec = { name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
+                inputs = d.inputs, target = target_name }
+
+  -- the functional API ----------------------------------------------------------------
+  local F = ploss.F
+  local keys = { out = true, scale = true }
+  for _, i in ipairs(d.inputs) do keys[i.grad] = true end
+  local function fprep(where, opts, ...)
+    local t = tensors_of(where, ...)
+    opts = opts or {}
+    local o = resolve(d, opts, keys, where)
+    check_inplace(o, where)
+    if opts.scale ~= nil and type(opts.scale) ~= "number" then
+      ploss.raise("scale: expected a number, got " .. type(opts.scale))
+    end
+    t.copts = fill(d, o, ctype(), opts.scale)
+    t.o = o
+    return t, o, opts
+  end
+  local function loss_out(o, raw, x)
+    return raw.out or ploss.empty(loss_sizes_of(o, x), { dtype = loss_dtype(x), device = x:device() })
+  end
+  local function grads_out(raw, t)
+    local g = {}
+    for k, x in ipairs(t.inputs) do g[k] = raw[d.inputs[k].grad] or ploss.empty_like(x) end
+    t.grads = g
+    return g
+  end
+  local function result(o, raw, loss)
+    if raw.out or o.reduction == "none" then return loss end
+    local v = loss:item()
+    loss:free()
+    return v
+  end
+
+  F[d.name] = function(...)
+    local opts = select(nargs + 1, ...)
+    local t, o, raw = fprep(d.name, opts, ...)
+    local x = t.inputs[1]
+    t.loss = loss_out(o, raw, x)
+    ploss.check(run("forward", x:context(), t), d.name)
+    return result(o, raw, t.loss)
+  end
+
+  F[d.name .. "_backward"] = function(...)
+    local grad_output, opts = select(nargs + 1, ...)
+    local t, o, raw = fprep(d.name .. "_backward", opts, ...)
+    local x = t.inputs[1]
+    t.grad_loss = grad_loss_of(o, x, grad_output, nil)
+    local g = grads_out(raw, t)
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward")
+    for _, v in ipairs(g) do v:bump_version() end
+    return unpack(g, 1, ninputs)
+  end
+
+  F[d.name .. "_fused"] = function(...)
+    local opts = select(nargs + 1, ...)
+    local t, o, raw = fprep(d.name .. "_fused", opts, ...)
+    local x = t.inputs[1]
+    t.loss = loss_out(o, raw, x)
+    local g = grads_out(raw, t)
+    ploss.check(run("fused", x:context(), t), d.name .. "_fused")
+    for _, v in ipairs(g) do v:bump_version() end
+    return result(o, raw, t.loss), unpack(g, 1, ninputs)
+  end
+  for _, alias in ipairs(d.aliases) do
+    F[alias], F[alias .. "_backward"], F[alias .. "_fused"] = F[d.name], F[d.name .. "_backward"], F[d.name .. "_fused"]
+  end
+
+  ploss[d.criterion] = cls
+  return cls
+end
+
 --- Build the criterion class and the functions of description `d` into `ploss`.
 function M.build(d)
+  if d.inputs then return build_multi(d) end
   local ctype = ffi.typeof(d.opts_type)
   local call = { forward = caller(d, "forward"), backward = caller(d, "backward"), fused = caller(d, "fused") }
   local cls = nn.class(d.criterion)

@@ -12,15 +12,20 @@
 --   criterion    the Lua class, ploss.<criterion>{...}
 --   aliases      other ploss.F names of the same function (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
---   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits) or
---                'elementwise' (any shape, one loss per element) or 'region' (per-class
---                reductions over groups of pixels of N×C×d1×…×dk logits)
+--   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
+--                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
+--                compared row with row or in tiles of their N×N distance matrix) or 'region'
+--                (per-class reductions over groups of pixels of N×C×d1×…×dk logits)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
 --                <opts_type>_init)
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
---                the input's shape)
+--                the input's shape), 'labels' (one integer class label per embedding row,
+--                the argument `labels`) or 'none' (no target argument)
+--   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
+--                each get a gradient, in argument order: { { name, doc }, … }; the gradient
+--                of input `x` is the argument `grad_x`
 --   tensors      extra tensors between target and opts, in argument order:
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input),
 --                  what (one <what> per class), required, priors, doc }
@@ -42,13 +47,13 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true, region = true }
-local TARGETS = { index = true, index_or_probabilities = true, elementwise = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, region = true }
+local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
-  enums = true, options = true, unused_options = true, loss_groups = true,
+  enums = true, options = true, unused_options = true, inputs = true, loss_groups = true,
 }
 
 --- The reductions, common to every loss.
@@ -132,6 +137,14 @@ function D.prepare(desc)
   desc.enums = desc.enums or {}
   desc.aliases = desc.aliases or {}
   desc.unused_options = desc.unused_options or {}
+  if desc.inputs then
+    -- PLOSS_MAX_LOSS_INPUTS of core/loss.h
+    if #desc.inputs < 1 or #desc.inputs > 3 then fail(desc, "inputs: 1 to 3 inputs") end
+    for _, i in ipairs(desc.inputs) do
+      if type(i[1]) ~= "string" or type(i[2]) ~= "string" then fail(desc, "an input without a name or doc") end
+      i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
+    end
+  end
   for _, e in ipairs(desc.enums) do
     e.by_lua = {}
     for i, v in ipairs(e.values) do
@@ -184,10 +197,43 @@ function D.all()
   return out
 end
 
+--- The name of the target argument ('target', or 'labels' for a labels target); nil when the
+-- loss has none.
+function D.target_name(desc)
+  if desc.target == "none" then return nil end
+  return desc.target == "labels" and "labels" or "target"
+end
+
+-- The arguments of a loss of several inputs (see D.arguments).
+local function multi_input_arguments(desc, pass)
+  local a = {}
+  for k, i in ipairs(desc.inputs) do a[#a + 1] = { i.name, "input", k - 1 } end
+  local tn = D.target_name(desc)
+  if tn then a[#a + 1] = { tn, "target" } end
+  for _, t in ipairs(desc.tensors) do a[#a + 1] = { t.name, "tensor", t } end
+  a[#a + 1] = { "opts", "opts" }
+  if pass == "forward" then
+    a[#a + 1] = { "loss", "loss" }
+    if desc.state then a[#a + 1] = { desc.state.name, "state_out" } end
+    return a
+  end
+  if pass == "backward" then
+    if desc.state then a[#a + 1] = { desc.state.name, "state_in" } end
+    a[#a + 1] = { "grad_loss", "grad_loss" }
+  else
+    a[#a + 1] = { "loss", "loss" }
+  end
+  for k, i in ipairs(desc.inputs) do a[#a + 1] = { i.grad, "grad_input", k - 1 } end
+  return a
+end
+
 --- The C arguments of a pass after ctx, as { name, role } in order: role 'input',
 -- 'target', 'tensor' (an extra tensor), 'opts', 'loss', 'state_out', 'state_in',
--- 'grad_loss', 'grad_input'.
+-- 'grad_loss', 'grad_input'.  With several inputs (desc.inputs) each 'input' and
+-- 'grad_input' argument carries its input's index (0-based) as a[3]; the target, if any,
+-- follows the inputs.
 function D.arguments(desc, pass)
+  if desc.inputs then return multi_input_arguments(desc, pass) end
   local a = { { "input", "input" }, { "target", "target" } }
   for _, t in ipairs(desc.tensors) do a[#a + 1] = { t.name, "tensor", t } end
   a[#a + 1] = { "opts", "opts" }

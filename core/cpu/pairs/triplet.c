@@ -1,0 +1,101 @@
+/*
+ * triplet.c — CPU backend of the triplet margin loss (core/engines/pairs.h): one pass per row
+ * in double, whatever the dtype — the three rows are read once into row buffers, the sums
+ * Σ|z|^p of the pairs taken, the row finished (ploss_triplet_finish), and the gradients of the
+ * three rows written from the same buffers.  Rows are taken in fixed chunks whose loss
+ * partials are added in chunk order, so the result does not depend on the thread count.
+ */
+#include <omp.h>
+
+#include "chunks.h"
+#include "pairs.h"
+#include "scalar.h"
+
+enum { CHUNK = 64 };
+
+/* Σ_j |u_j − v_j + ε|^p */
+static double pair_sum(const double *u, const double *v, int64_t D, double eps, double p)
+{
+    double s = 0.0;
+    for (int64_t j = 0; j < D; ++j)
+        s += ploss_pnorm_term(u[j] - v[j] + eps, p);
+    return s;
+}
+
+/* g[j] += k·dir(u_j − v_j + ε) and h[j] −= the same (h may be NULL). */
+static void pair_grad(double *g, double *h, const double *u, const double *v, int64_t D, double eps, double p,
+                      double k)
+{
+    if (k == 0.0)
+        return;
+    for (int64_t j = 0; j < D; ++j) {
+        const double t = k * ploss_pnorm_dir(u[j] - v[j] + eps, p);
+        g[j] += t;
+        h[j] -= t;
+    }
+}
+
+ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
+{
+    (void)ctx;
+    const int64_t N = p->N, D = p->D;
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int none = p->reduction == PLOSS_REDUCTION_NONE;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)N : 1.0;
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
+    const int per_row_gl = p->pass == PLOSS_PASS_BACKWARD && none;
+
+    /* three input rows and three gradient rows per thread, taken before any write */
+    ploss_cpu_rows b;
+    ploss_status st = ploss_cpu_rows_alloc(&b, "triplet_margin", N, D, want_grad ? 6 : 3, CHUNK);
+    if (st)
+        return st;
+
+#pragma omp parallel
+    {
+        double *x[3], *g[3];
+        if (N > 0) {
+            double *rows = ploss_cpu_rows_thread(&b, omp_get_thread_num());
+            for (int k = 0; k < 3; ++k) {
+                x[k] = rows + (size_t)k * D;
+                g[k] = want_grad ? rows + (size_t)(3 + k) * D : NULL;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t chunk = 0; chunk < b.nchunks; ++chunk) {
+            const int64_t begin = chunk * CHUNK, end = begin + CHUNK < N ? begin + CHUNK : N;
+            double acc = 0.0;
+            for (int64_t i = begin; i < end; ++i) {
+                for (int k = 0; k < 3; ++k)
+                    ploss_cpu_load_f64(x[k], p->x[k].data, p->dtype, i * p->x[k].sn, p->x[k].sd, D);
+                const double s_ap = pair_sum(x[0], x[1], D, p->eps, p->p);
+                const double s_an = pair_sum(x[0], x[2], D, p->eps, p->p);
+                const double s_pn = p->swap ? pair_sum(x[1], x[2], D, p->eps, p->p) : 0.0;
+                const ploss_triplet_row r =
+                    ploss_triplet_finish(s_ap, s_an, s_pn, p->p, p->margin, p->soft_margin, p->swap);
+                if (want_loss) {
+                    if (none)
+                        ploss_store(p->loss, p->loss_dtype, i * p->l_sn, r.loss);
+                    else
+                        acc += r.loss;
+                }
+                if (!want_grad)
+                    continue;
+                const double w = per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
+                for (int k = 0; k < 3; ++k)
+                    for (int64_t j = 0; j < D; ++j)
+                        g[k][j] = 0.0;
+                const int u = r.swapped ? 1 : 0; /* the row that takes the negative term */
+                pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, w * r.k_ap);
+                pair_grad(g[u], g[2], x[u], x[2], D, p->eps, p->p, w * r.k_neg);
+                for (int k = 0; k < 3; ++k)
+                    ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
+            }
+            b.partial[chunk] = acc;
+        }
+    }
+    if (want_loss) /* 0/0 = NaN for an empty MEAN, as PyTorch */
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b);
+    return PLOSS_OK;
+}

@@ -1,0 +1,268 @@
+/*
+ * pairs.h — the validated problems handed by core/engines/pairs.c to the CPU (core/cpu/pairs/)
+ * and CUDA (kernels/pairs/) backends of the pairs kernel shape: losses over N×D embeddings
+ * that compare rows with rows.  Internal.
+ *
+ * Triplet margin loss (given triplets): per row i of anchor a, positive p, negative n,
+ *   d(u, v) = ‖u − v + ε‖_p,  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
+ *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term),
+ *   ℓ_i = max(0, d_ap − d_an + μ)  or (soft margin)  softplus(d_ap − d_an).
+ *
+ * Batch-hard triplet loss: embeddings x (N×D) and labels y; for each anchor i the farthest
+ * positive p(i) (j ≠ i, y_j = y_i) and the nearest negative n(i) (y_j ≠ y_i), mined from row
+ * blocks of the distance matrix (a GEMM per block), then ℓ_i from the two distances
+ * recomputed from the rows.  Every anchor's two pairs send their gradient to both of their
+ * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.
+ *
+ * InfoNCE: queries q and keys k (N×D), u and v their rows normalised (or not), S = u·vᵀ/τ;
+ *   ℓ_i = lse(row i of S) − S_ii, averaged with lse(column i) − S_ii when symmetric.  Both
+ *   backends compute S in row tiles (a GEMM each) with the row log-sum-exps exact per tile
+ *   and the column ones merged online across tiles; backward recomputes the tiles.
+ *
+ * The per-row maths below is shared by both backends (plain C, host and device).
+ */
+#ifndef PLOSS_PAIRS_INTERNAL_H
+#define PLOSS_PAIRS_INTERNAL_H
+
+#include <math.h>
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One N×D operand: element (i, j) at data + i·sn + j·sd (elements). */
+typedef struct {
+    const void *data;
+    int64_t sn, sd;
+} ploss_pair_operand;
+
+/* One N×D gradient output, same addressing. */
+typedef struct {
+    void *data;
+    int64_t sn, sd;
+} ploss_pair_grad;
+
+enum { PLOSS_TRIPLET_ANCHOR = 0, PLOSS_TRIPLET_POSITIVE = 1, PLOSS_TRIPLET_NEGATIVE = 2 };
+
+typedef struct ploss_triplet_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of every embedding input and gradient                  */
+    int64_t N, D;
+    ploss_pair_operand x[3];      /* anchor, positive, negative                             */
+    double margin, p, eps;
+    int soft_margin, swap;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    /* loss: N values (NONE, stride l_sn) or one; f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    /* upstream gradient (backward): one value (MEAN/SUM) or N values (NONE, stride gl_sn) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad[3];      /* ∂/∂anchor, ∂/∂positive, ∂/∂negative                    */
+} ploss_triplet_problem;
+
+ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p);
+#endif
+
+typedef struct ploss_batch_hard_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of the embeddings and their gradient                   */
+    int64_t N, D;
+    ploss_pair_operand x;         /* the embeddings                                         */
+    const void *labels; ploss_dtype label_dtype; int64_t y_sn;
+    int distance;                 /* ploss_pair_distance                                    */
+    double margin;
+    int soft_margin;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad;         /* ∂/∂embeddings                                          */
+} ploss_batch_hard_problem;
+
+ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p);
+#endif
+
+typedef struct ploss_infonce_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of both inputs and their gradients                     */
+    int64_t N, D;
+    ploss_pair_operand x[2];      /* queries, keys                                          */
+    double temperature;
+    int symmetric, normalize;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad[2];      /* ∂/∂query, ∂/∂key                                       */
+} ploss_infonce_problem;
+
+ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
+#endif
+
+/* The smallest norm a normalised row is divided by (F.normalize's eps). */
+#define PLOSS_NORMALIZE_EPS 1e-12
+
+/* ---- the per-row maths, shared by the backends ------------------------------------- */
+
+#if defined(__CUDACC__)
+#define PLOSS_PAIRS_FN __host__ __device__ __forceinline__ static
+#else
+#define PLOSS_PAIRS_FN static inline
+#endif
+
+/* |z|^p, the term of a p-norm's sum (p = 1 and 2 without pow). */
+PLOSS_PAIRS_FN double ploss_pnorm_term(double z, double p)
+{
+    const double a = fabs(z);
+    return p == 2.0 ? a * a : p == 1.0 ? a : pow(a, p);
+}
+
+/* ‖·‖_p from Σ|z|^p. */
+PLOSS_PAIRS_FN double ploss_pnorm_root(double s, double p)
+{
+    return p == 2.0 ? sqrt(s) : p == 1.0 ? s : pow(s, 1.0 / p);
+}
+
+/* sign(z)·|z|^(p−1): ∂‖z‖_p/∂z times ‖z‖_p^(p−1) (0 at z = 0 for p = 1, as PyTorch). */
+PLOSS_PAIRS_FN double ploss_pnorm_dir(double z, double p)
+{
+    if (p == 2.0)
+        return z;
+    if (z == 0.0)
+        return 0.0;
+    const double s = z > 0.0 ? 1.0 : -1.0;
+    return p == 1.0 ? s : s * pow(fabs(z), p - 1.0);
+}
+
+/* softplus(z) = max(z, 0) + log1p(e^−|z|), finite for every finite z. */
+PLOSS_PAIRS_FN double ploss_softplus(double z) { return (z > 0.0 ? z : 0.0) + log1p(exp(-fabs(z))); }
+
+/* σ(z) without overflow. */
+PLOSS_PAIRS_FN double ploss_sigmoid(double z)
+{
+    if (z >= 0.0)
+        return 1.0 / (1.0 + exp(-z));
+    const double e = exp(z);
+    return e / (1.0 + e);
+}
+
+/* ℓ and c = ∂ℓ/∂d_ap (= −∂ℓ/∂d_an) of a triplet from its two distances; the hinge's gradient
+ * passes at the kink, as PyTorch's clamp_min. */
+PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margin, int soft_margin, double *c)
+{
+    if (soft_margin) {
+        *c = ploss_sigmoid(d_ap - d_an);
+        return ploss_softplus(d_ap - d_an);
+    }
+    const double t = d_ap - d_an + margin;
+    *c = t >= 0.0 ? 1.0 : 0.0;
+    return t > 0.0 ? t : 0.0;
+}
+
+/* What one triplet row gives: its loss, and the factors of its gradient.  With
+ * g_uv = sign(z)|z|^(p−1), z = u − v + ε (per component):
+ *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
+ *   ∂ℓ/∂u += k_neg·g_un, ∂ℓ/∂n −= k_neg·g_un   (u = a, or p when `swapped`)
+ * k = ±c / d^(p−1) (0 at d = 0): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg. */
+typedef struct {
+    double loss, k_ap, k_neg;
+    int swapped;
+} ploss_triplet_row;
+
+/* The row from the sums Σ|z|^p of its pairs (s_pn read only with swap). */
+PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, double s_pn, double p, double margin,
+                                                      int soft_margin, int swap)
+{
+    ploss_triplet_row r;
+    const double d_ap = ploss_pnorm_root(s_ap, p);
+    double d_neg = ploss_pnorm_root(s_an, p);
+    r.swapped = 0;
+    if (swap) {
+        const double d_pn = ploss_pnorm_root(s_pn, p);
+        if (d_pn < d_neg) {
+            d_neg = d_pn;
+            r.swapped = 1;
+        }
+    }
+    double c;
+    r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
+    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient */
+    const double pm1 = p - 1.0;
+    const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
+    const double den_neg = p == 2.0 ? d_neg : p == 1.0 ? 1.0 : pow(d_neg, pm1);
+    r.k_ap = c != 0.0 && d_ap > 0.0 ? c / den_ap : 0.0;
+    r.k_neg = c != 0.0 && d_neg > 0.0 ? -c / den_neg : 0.0;
+    return r;
+}
+
+/* The smallest norm the cosine distance divides by. */
+#define PLOSS_COSINE_EPS 1e-8
+
+/* A distance of the distance matrix from the product x_i·x_j and the squared norms (the
+ * mining values: squared and Euclidean clamp the cancellation's negative values at 0). */
+PLOSS_PAIRS_FN double ploss_pair_distance_from_gram(int distance, double dot, double sq_i, double sq_j)
+{
+    if (distance == 2 /* cosine */) {
+        const double ni = fmax(sqrt(sq_i), PLOSS_COSINE_EPS), nj = fmax(sqrt(sq_j), PLOSS_COSINE_EPS);
+        return 1.0 - dot / (ni * nj);
+    }
+    const double s = fmax(sq_i + sq_j - 2.0 * dot, 0.0);
+    return distance == 1 /* squared */ ? s : sqrt(s);
+}
+
+/* One chosen pair (i, j) with ∂ℓ/∂d = c: its distance, recomputed from the rows' sums
+ * (dd = Σ(x_i − x_j)², dot = x_i·x_j, sq = ‖·‖²), and the coefficients of its gradient
+ *   ∂(c·d)/∂x_i = self_i·x_i + cross·x_j,   ∂(c·d)/∂x_j = self_j·x_j + cross·x_i. */
+typedef struct {
+    double d, self_i, self_j, cross;
+} ploss_pair_terms;
+
+PLOSS_PAIRS_FN ploss_pair_terms ploss_pair_terms_of(int distance, double dd, double dot, double sq_i, double sq_j)
+{
+    ploss_pair_terms t;
+    if (distance == 2) { /* cosine: d = 1 − dot/(n_i n_j), the norms clamped at eps */
+        const double ri = sqrt(sq_i), rj = sqrt(sq_j);
+        const double ni = fmax(ri, PLOSS_COSINE_EPS), nj = fmax(rj, PLOSS_COSINE_EPS);
+        t.d = 1.0 - dot / (ni * nj);
+        t.cross = -1.0 / (ni * nj);
+        t.self_i = ri > PLOSS_COSINE_EPS ? dot / (ni * ni * ni * nj) : 0.0;
+        t.self_j = rj > PLOSS_COSINE_EPS ? dot / (nj * nj * nj * ni) : 0.0;
+    } else if (distance == 1) { /* squared: ∂/∂x_i = 2(x_i − x_j) */
+        t.d = dd;
+        t.self_i = t.self_j = 2.0;
+        t.cross = -2.0;
+    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 */
+        t.d = sqrt(dd);
+        const double k = t.d > 0.0 ? 1.0 / t.d : 0.0;
+        t.self_i = t.self_j = k;
+        t.cross = -k;
+    }
+    return t;
+}
+
+/* Online log-sum-exp: merge the partial (m2, s2) — max and Σe^(x − max) — into (m, s). */
+PLOSS_PAIRS_FN void ploss_lse_merge(double *m, double *s, double m2, double s2)
+{
+    if (s2 == 0.0)
+        return;
+    if (*s == 0.0 || m2 > *m) {
+        *s = s2 + (*s == 0.0 ? 0.0 : *s * exp(*m - m2));
+        *m = m2;
+    } else {
+        *s += s2 * exp(m2 - *m);
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * batch_hard.cu — CUDA backend of the batch-hard triplet loss (core/engines/pairs.h).
+ *
+ *   pack      a dense copy of the embeddings (the GEMM's operand) and their squared norms;
+ *   per block of anchor rows: the Gram block X_b·Xᵀ through cuBLAS (kernels/support/gemm.cu,
+ *             fp32 output, f64 for f64), then `mine`: one warp per anchor scans its row of
+ *             the block for the hardest positive and negative (ties: the lowest index).  The
+ *             block holds at most GRAM_BYTES: the N×N matrix never exists;
+ *   anchors   one warp per anchor: the two chosen distances recomputed from the rows, ℓ_i,
+ *             ∂ℓ/∂d and the pairs' gradient terms (the maths of the CPU backend);
+ *   stats     one block: the active anchors and the reduced loss, in a fixed order; then each
+ *             anchor's ∂ℓ/∂d times its upstream factor ω (mean: over the active anchors);
+ *   gradient  the pairs that reach each row from other anchors, grouped by row with a stable
+ *             radix sort of (row, entry) — entry order is anchor order — then one warp per
+ *             row adds its own terms and those in that order.
+ * Everything is deterministic (no float atomics); the workspace is O(N·D + N + block).
+ */
+#include <algorithm>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "gemm.h"
+#include "pairs.cuh"
+#include "pairs.h"
+
+namespace ploss_cuda {
+namespace {
+
+using namespace pairs;
+
+constexpr int STATS_THREADS = 1024;
+constexpr size_t GRAM_BYTES = (size_t)64 << 20; /* one Gram block */
+
+struct anchor_t {
+    int64_t pos, neg;          /* the hardest positive and negative (-1: none) */
+    ploss_pair_terms tp, tn;
+    double loss, c;
+};
+
+struct stats_t {
+    int64_t active;
+};
+
+/* Dense copy xd (row-major N×D, the input dtype) and squared norms sq (A). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) pack_kernel(const ploss_batch_hard_problem p, T *xd, acc_t<T> *sq)
+{
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31;
+    const T *x = (const T *)p.x.data;
+    for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
+        A s = 0;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const T v = x[i * p.x.sn + j * p.x.sd];
+            xd[i * p.D + j] = v;
+            const A a = to_acc(v);
+            s += a * a;
+        }
+        s = warp_all_reduce<32>(s, SumOp());
+        if (lane == 0)
+            sq[i] = s;
+    }
+}
+
+/* (d, index) of the better candidate: the larger d (want_max) or the smaller, the lower index on
+ * a tie; index −1 is no candidate. */
+__device__ __forceinline__ void pick(double &d, int64_t &k, double d2, int64_t k2, bool want_max)
+{
+    if (k2 < 0)
+        return;
+    const bool better = k < 0 || (want_max ? d2 > d : d2 < d) || (d2 == d && k2 < k);
+    if (better) {
+        d = d2;
+        k = k2;
+    }
+}
+
+/* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N). */
+template <class A>
+__global__ void __launch_bounds__(THREADS)
+mine_kernel(const ploss_batch_hard_problem p, const A *gram, const A *sq, int64_t b0, int64_t rows, anchor_t *an)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
+        const int64_t i = b0 + r, yi = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        const A *t = gram + r * p.N;
+        const double sqi = (double)sq[i];
+        double dp = 0.0, dn = 0.0;
+        int64_t bp = -1, bn = -1;
+        for (int64_t j = lane; j < p.N; j += 32) {
+            if (j == i)
+                continue;
+            const double d = ploss_pair_distance_from_gram(p.distance, (double)t[j], sqi, (double)sq[j]);
+            if (load_int_dyn(p.labels, p.label_dtype, j * p.y_sn) == yi)
+                pick(dp, bp, d, j, true);
+            else
+                pick(dn, bn, d, j, false);
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            const double dp2 = __shfl_down_sync(0xffffffffu, dp, off), dn2 = __shfl_down_sync(0xffffffffu, dn, off);
+            const long long bp2 = __shfl_down_sync(0xffffffffu, (long long)bp, off);
+            const long long bn2 = __shfl_down_sync(0xffffffffu, (long long)bn, off);
+            pick(dp, bp, dp2, bp2, true);
+            pick(dn, bn, dn2, bn2, false);
+        }
+        if (lane == 0) {
+            an[i].pos = bp;
+            an[i].neg = bn;
+        }
+    }
+}
+
+/* One warp per anchor: the recomputed pair distances, ℓ_i, ∂ℓ/∂d, the loss of 'none'. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) anchor_kernel(const ploss_batch_hard_problem p, const T *xd, const acc_t<T> *sq,
+                                                         anchor_t *an)
+{
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31;
+    for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
+        anchor_t a = an[i];
+        a.loss = a.c = 0.0;
+        if (a.pos >= 0 && a.neg >= 0) {
+            const T *xi = xd + i * p.D, *xp = xd + a.pos * p.D, *xn = xd + a.neg * p.D;
+            A ddp = 0, dotp = 0, ddn = 0, dotn = 0;
+            for (int64_t j = lane; j < p.D; j += 32) {
+                const A u = to_acc(xi[j]), v = to_acc(xp[j]), w = to_acc(xn[j]);
+                ddp += (u - v) * (u - v);
+                dotp += u * v;
+                ddn += (u - w) * (u - w);
+                dotn += u * w;
+            }
+            ddp = warp_all_reduce<32>(ddp, SumOp());
+            dotp = warp_all_reduce<32>(dotp, SumOp());
+            ddn = warp_all_reduce<32>(ddn, SumOp());
+            dotn = warp_all_reduce<32>(dotn, SumOp());
+            a.tp = ploss_pair_terms_of(p.distance, (double)ddp, (double)dotp, (double)sq[i], (double)sq[a.pos]);
+            a.tn = ploss_pair_terms_of(p.distance, (double)ddn, (double)dotn, (double)sq[i], (double)sq[a.neg]);
+            a.loss = ploss_triplet_hinge(a.tp.d, a.tn.d, p.margin, p.soft_margin, &a.c);
+        }
+        if (lane == 0) {
+            an[i] = a;
+            if (p.pass != PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
+                store_dyn(p.loss, p.loss_dtype, i * p.l_sn, a.loss);
+        }
+    }
+}
+
+/* One block: the active anchors and (reduced forward / fused) the loss, summed in a fixed order. */
+__global__ void __launch_bounds__(STATS_THREADS) stats_kernel(const ploss_batch_hard_problem p, const anchor_t *an,
+                                                              stats_t *stats)
+{
+    double s = 0.0;
+    long long n = 0;
+    for (int64_t i = threadIdx.x; i < p.N; i += STATS_THREADS) {
+        s += an[i].loss;
+        n += an[i].pos >= 0 && an[i].neg >= 0;
+    }
+    s = block_reduce<STATS_THREADS>(s, SumOp());
+    __syncthreads();
+    n = block_reduce<STATS_THREADS>(n, SumOp());
+    if (threadIdx.x != 0)
+        return;
+    stats->active = n;
+    if (p.pass != PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE)
+        store_dyn(p.loss, p.loss_dtype, 0,
+                  p.reduction == PLOSS_REDUCTION_SUM ? s : (n ? s / (double)n : 0.0)); /* none active: 0 */
+}
+
+/* c_i ← ω_i·c_i: the weight of anchor i's positive pair (its negative pair: minus it). */
+__global__ void __launch_bounds__(THREADS) weights_kernel(const ploss_batch_hard_problem p, anchor_t *an,
+                                                          const stats_t *stats)
+{
+    const int64_t active = stats->active;
+    for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
+        if (an[i].c == 0.0)
+            continue;
+        double up;
+        if (p.pass == PLOSS_PASS_FUSED)
+            up = p.scale;
+        else
+            up = load_dyn(p.grad_loss, p.gl_dtype, p.reduction == PLOSS_REDUCTION_NONE ? i * p.gl_sn : 0);
+        if (p.reduction == PLOSS_REDUCTION_MEAN)
+            up = active ? up / (double)active : 0.0;
+        an[i].c *= up;
+    }
+}
+
+/* Entry e < N: anchor e's positive pair, e >= N: anchor e − N's negative pair; key: the
+ * partner row, N (after every row) for an inactive anchor. */
+__global__ void __launch_bounds__(THREADS) entries_kernel(int64_t N, const anchor_t *an, int64_t *keys, int64_t *vals)
+{
+    for (int64_t e = thread_index(); e < 2 * N; e += grid_stride()) {
+        const anchor_t &a = an[e < N ? e : e - N];
+        const bool active = a.pos >= 0 && a.neg >= 0;
+        keys[e] = active ? (e < N ? a.pos : a.neg) : N;
+        vals[e] = e;
+    }
+}
+
+/* First position of `k` in the sorted keys[0, n). */
+__device__ __forceinline__ int64_t lower_bound(const int64_t *keys, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < k)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One warp per row k: its own pairs' terms, then the other anchors' in entry order, then
+ * the coefficient of x_k; written in the input dtype. */
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+grad_kernel(const ploss_batch_hard_problem p, const T *xd, const anchor_t *an, const int64_t *keys,
+            const int64_t *vals)
+{
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31;
+    for (int64_t k = warp_row(); k < p.N; k += warp_rows_stride()) {
+        const anchor_t a = an[k];
+        const double wk = a.c;
+        const int64_t lo = lower_bound(keys, 2 * p.N, k), hi = lower_bound(keys, 2 * p.N, k + 1);
+        double self = 0.0;
+        if (wk != 0.0)
+            self += wk * (a.tp.self_i - a.tn.self_i);
+        for (int64_t q = lo; q < hi; ++q) {
+            const int64_t e = vals[q], i = e < p.N ? e : e - p.N;
+            self += e < p.N ? an[i].c * an[i].tp.self_j : -an[i].c * an[i].tn.self_j;
+        }
+        const A kp = (A)(wk * a.tp.cross), kn = (A)(-wk * a.tn.cross), ks = (A)self;
+        const T *xk = xd + k * p.D;
+        T *g = (T *)p.grad.data + k * p.grad.sn;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            A v = 0;
+            if (wk != 0.0)
+                v += kp * to_acc(xd[a.pos * p.D + j]) + kn * to_acc(xd[a.neg * p.D + j]);
+            for (int64_t q = lo; q < hi; ++q) {
+                const int64_t e = vals[q], i = e < p.N ? e : e - p.N;
+                const A kx = (A)(e < p.N ? an[i].c * an[i].tp.cross : -an[i].c * an[i].tn.cross);
+                v += kx * to_acc(xd[i * p.D + j]);
+            }
+            v += ks * to_acc(xk[j]);
+            g[j * p.grad.sd] = from_acc<T>(v);
+        }
+    }
+}
+
+template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p)
+{
+    using A = acc_t<T>;
+    const int64_t N = p->N, D = p->D;
+    const bool want_grad = p->pass != PLOSS_PASS_FORWARD;
+    cudaStream_t stream = stream_of(ctx);
+    const int64_t B = N == 0 ? 0 : std::min<int64_t>(N, std::max<int64_t>(1, (int64_t)(GRAM_BYTES / sizeof(A)) / N));
+    const int end_bit = [&] {
+        int b = 1;
+        while (b < 63 && (((int64_t)1 << b) <= N))
+            ++b;
+        return b;
+    }();
+    size_t sort_bytes = 0;
+    if (want_grad && N > 0)
+        cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int64_t *)nullptr, (int64_t *)nullptr,
+                                        (const int64_t *)nullptr, (int64_t *)nullptr, (int)(2 * N), 0, end_bit,
+                                        stream);
+    /* the workspace, sized by a dry run of the carving */
+    auto layout = [&](char *base, T **xd, A **sq, A **gram, anchor_t **an, stats_t **stats, int64_t **keys,
+                      int64_t **vals, void **sort_tmp) {
+        carve c{base, 0};
+        *xd = c.take<T>((size_t)N * (size_t)D);
+        *sq = c.take<A>((size_t)N);
+        *gram = c.take<A>((size_t)B * (size_t)N);
+        *an = c.take<anchor_t>((size_t)N);
+        *stats = c.take<stats_t>(1);
+        const size_t ne = want_grad ? 2 * (size_t)N : 0;
+        keys[0] = c.take<int64_t>(ne);
+        keys[1] = c.take<int64_t>(ne);
+        vals[0] = c.take<int64_t>(ne);
+        vals[1] = c.take<int64_t>(ne);
+        *sort_tmp = c.take<char>(sort_bytes);
+        return c.used + 256;
+    };
+    T *xd;
+    A *sq, *gram;
+    anchor_t *an;
+    stats_t *stats;
+    int64_t *keys[2], *vals[2];
+    void *sort_tmp;
+    void *ws = NULL;
+    ploss_status st = ploss_workspace(ctx, layout(nullptr, &xd, &sq, &gram, &an, &stats, keys, vals, &sort_tmp), &ws);
+    if (st)
+        return st;
+    layout((char *)ws, &xd, &sq, &gram, &an, &stats, keys, vals, &sort_tmp);
+
+    const unsigned blocks = row_blocks(N);
+    if (N > 0) {
+        pack_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, sq);
+        if ((st = check_launch("batch_hard pack")))
+            return st;
+    }
+    for (int64_t b0 = 0; b0 < N; b0 += B) {
+        const int64_t rows = std::min(B, N - b0);
+        const ploss_gemm_problem g = {rows, N, D, 1.0, 0.0, xd + b0 * D, 0, D > 0 ? D : 1, xd, 1, D > 0 ? D : 1,
+                                      p->dtype, gram, N, p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32};
+        if ((st = ploss_cuda_gemm(ctx, &g)))
+            return st;
+        mine_kernel<A><<<row_blocks(rows), THREADS, 0, stream>>>(*p, gram, sq, b0, rows, an);
+        if ((st = check_launch("batch_hard mine")))
+            return st;
+    }
+    if (N > 0) {
+        anchor_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, sq, an);
+        if ((st = check_launch("batch_hard anchors")))
+            return st;
+    }
+    stats_kernel<<<1, STATS_THREADS, 0, stream>>>(*p, an, stats);
+    if ((st = check_launch("batch_hard stats")) || !want_grad || N == 0)
+        return st;
+    weights_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, an, stats);
+    if ((st = check_launch("batch_hard weights")))
+        return st;
+    entries_kernel<<<grid_blocks(2 * N, THREADS), THREADS, 0, stream>>>(N, an, keys[0], vals[0]);
+    if ((st = check_launch("batch_hard entries")))
+        return st;
+    if (cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys[0], keys[1], vals[0], vals[1], (int)(2 * N), 0,
+                                        end_bit, stream) != cudaSuccess)
+        return check_launch("batch_hard sort");
+    grad_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, an, keys[1], vals[1]);
+    return check_launch("batch_hard gradient");
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p)
+{
+    return dispatch_float(p->dtype, "embeddings", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return run<T>(ctx, p);
+    });
+}

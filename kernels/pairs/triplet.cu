@@ -1,0 +1,154 @@
+/*
+ * triplet.cu — CUDA backend of the triplet margin loss (core/engines/pairs.h).
+ *
+ * One warp per triplet row (grid-stride over rows): the lanes walk D once for the three sums
+ * Σ|z|^p in fp32 (f64 for f64 input), a warp reduction gives every lane the sums, the row is
+ * finished in double by the maths the CPU backend uses (ploss_triplet_finish), and the lanes
+ * walk D again writing the three gradient rows (their inputs are then in L1/L2).  Reduced
+ * losses: each warp adds its rows' losses in double, the warps of a block are added in warp
+ * order into one partial per block, and one block adds the partials in a fixed order.  The
+ * grid depends on N only: deterministic, no atomics.
+ */
+#include "pairs.cuh"
+#include "pairs.h"
+
+namespace ploss_cuda {
+namespace {
+
+using namespace pairs;
+
+constexpr int FINISH_THREADS = 1024;
+
+/* |z|^p and sign(z)|z|^(p−1) in the accumulation type (p = 1, 2 without pow). */
+template <class A> __device__ __forceinline__ A term(A z, A p)
+{
+    const A a = z < A(0) ? -z : z;
+    return p == A(2) ? a * a : p == A(1) ? a : (A)pow((double)a, (double)p);
+}
+template <class A> __device__ __forceinline__ A dir(A z, A p)
+{
+    if (p == A(2))
+        return z;
+    if (z == A(0))
+        return A(0);
+    const A s = z > A(0) ? A(1) : A(-1);
+    return p == A(1) ? s : s * (A)pow((double)(z < A(0) ? -z : z), (double)(p - A(1)));
+}
+
+/* omega: ω of a fused pass (backward reads the upstream gradient itself). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_problem p, double omega,
+                                                          double *partials)
+{
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    const T *xa = (const T *)p.x[0].data, *xp = (const T *)p.x[1].data, *xn = (const T *)p.x[2].data;
+    const A eps = (A)p.eps, pn = (A)p.p;
+    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
+        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.N : up;
+    }
+    double acc = 0.0;
+    for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
+        const T *ra = xa + i * p.x[0].sn, *rp = xp + i * p.x[1].sn, *rn = xn + i * p.x[2].sn;
+        A s_ap = 0, s_an = 0, s_pn = 0;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
+            s_ap += term(a - b + eps, pn);
+            s_an += term(a - n + eps, pn);
+            if (p.swap)
+                s_pn += term(b - n + eps, pn);
+        }
+        s_ap = warp_all_reduce<32>(s_ap, SumOp());
+        s_an = warp_all_reduce<32>(s_an, SumOp());
+        if (p.swap)
+            s_pn = warp_all_reduce<32>(s_pn, SumOp());
+        const ploss_triplet_row r =
+            ploss_triplet_finish((double)s_ap, (double)s_an, (double)s_pn, p.p, p.margin, p.soft_margin, p.swap);
+        if (want_loss) {
+            if (none) {
+                if (lane == 0)
+                    store_dyn(p.loss, p.loss_dtype, i * p.l_sn, r.loss);
+            } else {
+                acc += r.loss;
+            }
+        }
+        if (!want_grad)
+            continue;
+        const double w = p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : omega;
+        const A k_ap = (A)(w * r.k_ap), k_neg = (A)(w * r.k_neg);
+        T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
+          *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
+            const A t_ap = k_ap == A(0) ? A(0) : k_ap * dir(a - b + eps, pn);
+            const A t_neg = k_neg == A(0) ? A(0) : k_neg * dir((r.swapped ? b : a) - n + eps, pn);
+            ga[j * p.grad[0].sd] = from_acc<T>(r.swapped ? t_ap : t_ap + t_neg);
+            gp[j * p.grad[1].sd] = from_acc<T>(r.swapped ? t_neg - t_ap : -t_ap);
+            gn[j * p.grad[2].sd] = from_acc<T>(-t_neg);
+        }
+    }
+    if (!partials)
+        return;
+    /* the warps' sums in warp order: one partial per block */
+    __shared__ double warp_sums[WARPS];
+    if (lane == 0)
+        warp_sums[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int k = 0; k < WARPS; ++k)
+            s += warp_sums[k];
+        partials[blockIdx.x] = s;
+    }
+}
+
+/* One block: the partials in a fixed order, then loss = Σ / divisor. */
+__global__ void __launch_bounds__(FINISH_THREADS)
+triplet_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
+        s += partials[i];
+    s = block_reduce<FINISH_THREADS>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
+    const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
+    if (p->N == 0 && !need_partials)
+        return PLOSS_OK;
+    const unsigned blocks = row_blocks(p->N);
+    double *partials = NULL;
+    if (need_partials) {
+        void *ws = NULL;
+        ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double), &ws);
+        if (st)
+            return st;
+        partials = (double *)ws;
+    }
+    double omega = 0.0;
+    if (p->pass == PLOSS_PASS_FUSED)
+        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->N ? p->scale / (double)p->N : 0.0) : p->scale;
+    cudaStream_t stream = stream_of(ctx);
+    ploss_status st = dispatch_float(p->dtype, "anchor", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        triplet_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("triplet_kernel");
+    });
+    if (st || !need_partials)
+        return st;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->N : 1.0;
+    triplet_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype);
+    return check_launch("triplet_finish");
+}

@@ -1,0 +1,43 @@
+-- InfoNCE (NT-Xent / CLIP's contrastive loss) between two views of N items, computed in
+-- tiles of the similarity matrix with an online log-sum-exp per row and per column.
+return {
+  name = "info_nce",
+  criterion = "InfoNCELoss",
+  title = "InfoNCE contrastive loss",
+  source = "van den Oord, Li and Vinyals, Representation Learning with Contrastive Predictive " ..
+    "Coding, arXiv:1807.03748; Radford et al., CLIP, ICML 2021 (the symmetric form); the tiled " ..
+    "computation of Inf-CL, Cheng et al., arXiv:2410.17243",
+  shape = "pairs",
+  policy = "info_nce",
+  target = "none",
+  inputs = {
+    { "query", "q, N×D embeddings of the first view" },
+    { "key", "k, N×D embeddings of the second view, row i the positive of query row i" },
+  },
+  options = {
+    { "temperature", "double", 0.07, min_exclusive = 0, doc = "τ > 0: the similarities are divided by it" },
+    { "symmetric", "bool", true, doc = "average the query→key and key→query losses (CLIP); false: query→key only" },
+    { "normalize", "bool", true, doc = "L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize)" },
+  },
+  formula = [[
+With u_i = q_i/max(‖q_i‖, 1e-12) and v_j = k_j/max(‖k_j‖, 1e-12) (normalize; else u = q,
+v = k) and the similarities S_ij = u_i·v_j / τ:
+
+    ℓ_i = lse_j(S_ij) − S_ii                                  (symmetric = false)
+    ℓ_i = ½·[lse_j(S_ij) − S_ii] + ½·[lse_j(S_ji) − S_ii]     (symmetric = true)
+
+lse_j(S_ij) is the log-sum-exp of row i (query i against every key), lse_j(S_ji) that of
+column i (key i against every query): the cross-entropy of each row and of each column with
+the diagonal as the target.  'mean' divides by N.  S is computed in tiles of rows (a matrix
+product per tile) with the row and column log-sum-exps kept online; the N×N matrix is never
+stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.]],
+  gradient = "With P_ij = e^(S_ij − lse_row i), Q_ij = e^(S_ij − lse_col j) and the weights " ..
+    "w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij − δ_ij) + [symmetric]·w_j·" ..
+    "(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v = Gᵀ·u/τ, both accumulated tile by tile, then " ..
+    "through the normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖.  Exact for both inputs.",
+  notes = [[
+The tiles are the unit a multi-device version shares: each device's keys against every
+query tile, with the row and column statistics merged across devices.  The CPU works in f64
+(OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input).  No state is
+kept: backward recomputes the log-sum-exps.]],
+}

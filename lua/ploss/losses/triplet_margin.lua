@@ -1,0 +1,48 @@
+-- Triplet margin loss on given (anchor, positive, negative) triplets, with PyTorch's
+-- TripletMarginLoss semantics, and its soft-margin form.
+return {
+  name = "triplet_margin",
+  criterion = "TripletMarginLoss",
+  title = "Triplet margin loss",
+  source = "Schroff, Kalenichenko and Philbin, FaceNet, CVPR 2015; PyTorch " ..
+    "torch.nn.functional.triplet_margin_loss; the soft margin of Hermans, Beyer and Leibe, In " ..
+    "Defense of the Triplet Loss for Person Re-Identification, arXiv:1703.07737",
+  shape = "pairs",
+  policy = "triplet_margin",
+  target = "none",
+  inputs = {
+    { "anchor", "a, N×D embeddings" },
+    { "positive", "p, N×D embeddings of the anchors' class" },
+    { "negative", "n, N×D embeddings of other classes" },
+  },
+  options = {
+    { "margin", "double", 1, doc = "μ, the margin of the hinge (unused with soft_margin)" },
+    { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
+    { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
+    { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
+    { "soft_margin", "bool", false,
+      doc = "softplus(d_ap − d_an) in place of the hinge (the reference's margin = None)" },
+  },
+  formula = [[
+Per triplet i, with the p-norm distance d(u, v) = ‖u − v + ε‖_p (ε added to every
+component, as PyTorch's pairwise_distance):
+
+    d_ap = d(a_i, p_i),   d_an = d(a_i, n_i)   (swap: d_an = min(d(a_i, n_i), d(p_i, n_i)))
+    ℓ_i = max(0, d_ap − d_an + μ)              (hinge)
+    ℓ_i = softplus(d_ap − d_an)                (soft_margin; softplus(z) = max(z, 0) + log1p(e^−|z|))
+
+'mean' divides by N.  The soft margin is evaluated in the stable form, so a gap
+d_ap − d_an of hundreds gives that gap as the loss and a gradient of ±1, where
+log(1 + exp(·)) would overflow.]],
+  gradient = "With c = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap − d_an) (soft margin) and " ..
+    "∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε: ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), " ..
+    "∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative " ..
+    "term goes to p and n instead of a and n (a tie keeps d(a, n)).  A " ..
+    "distance of 0 (identical embeddings with eps = 0) has the gradient 0, never NaN.",
+  notes = [[
+In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
+as a value distinct from leaving margin out (which gives the default 1).  With eps = 0 and
+soft_margin = true the loss is the reference's soft-margin triplet loss (plain Euclidean
+distances).  p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's.
+No state is kept: backward recomputes the distances (one pass over the rows).]],
+}

@@ -1,0 +1,452 @@
+-- Pairs losses on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
+-- CUDA against the CPU backend on the same dtype-rounded inputs, f32/f16/bf16 (fp32
+-- accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64, every reduction,
+-- forward, backward (with a scalar or per-row upstream gradient) and fused, the fused pass
+-- against the split one; rows narrower than a warp, exactly a warp and much wider; more rows
+-- than the grid has warps (the grid-stride loop); strided and transposed views; an empty
+-- batch; identical embeddings; bitwise determinism; nothing written on a validation error.
+-- PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local REDUCTIONS = { "none", "mean", "sum" }
+local TOL = H.CUDA_TOL
+local close = H.assert_close_scaled
+
+local OPTION_SETS = {
+  {},
+  { margin = 0.3, p = 1 },
+  { p = 3, eps = 1e-3 },
+  { swap = true },
+  { soft_margin = true },
+  { soft_margin = true, swap = true, eps = 0 },
+}
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra) do r[k] = v end
+  return r
+end
+
+-- f64 CPU triplets; positives near their anchors in every other row (active and inactive hinges)
+local function triplets(n, d, seed)
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local p = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1, std = 0.7 })
+  local q = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 2, std = 1.2 })
+  local av, pv = a:totable(), p:totable()
+  for i = 1, n, 2 do
+    for j = 1, d do pv[i][j] = av[i][j] + 0.3 * pv[i][j] end
+  end
+  if n > 0 then p = ploss.tensor(pv, { dtype = "f64" }) end
+  return a, p, q
+end
+
+-- One comparison: fused, forward and backward on CPU and DEV, inputs rounded to dtype once.
+local function compare(a64, p64, n64, opts, dtype, what, layout)
+  local cpu = { a64:type(dtype), p64:type(dtype), n64:type(dtype) }
+  local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
+  if layout then dev = layout(dev) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local rc = { F.triplet_margin_fused(cpu[1], cpu[2], cpu[3], opts) }
+  local rg = { F.triplet_margin_fused(dev[1], dev[2], dev[3], opts) }
+  local none = opts.reduction == "none"
+  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss, 0, what .. " fused loss")
+  for k = 2, 4 do
+    assert.are.equal(dtype, rg[k]:dtype())
+    assert.are.equal(dev[1]:device(), rg[k]:device())
+    close(rg[k], rc[k], T.grad, T.floor, what .. " fused gradient " .. (k - 1))
+  end
+  -- forward and backward equal the fused pass on the device (same kernel arithmetic)
+  local lf = F.triplet_margin(dev[1], dev[2], dev[3], opts)
+  H.assert_close(none and lf or { lf }, none and rg[1] or { rg[1] }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ a64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  local gb = { F.triplet_margin_backward(dev[1], dev[2], dev[3], up, opts) }
+  for k = 1, 3 do H.assert_close(gb[k], rg[k + 1], { rtol = 0, atol = 0, what = what .. " backward " .. k }) end
+end
+
+describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
+  -- a few rows: the hinge's kink (fp32 against f64 sums) is too unlikely to be met
+  for _, shape in ipairs { { 37, 7 }, { 64, 32 }, { 19, 1000 } } do
+    it(string.format("N = %d, D = %d: every option set, dtype and reduction", shape[1], shape[2]), function()
+      local a, p, n = triplets(shape[1], shape[2], shape[1] + shape[2])
+      for _, o in ipairs(OPTION_SETS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare(a, p, n, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("N = 40000 (more rows than the grid has warps): smooth forms, and hinges on exact sums", function()
+    -- the soft margin has no kink; the hinge and the swap on integer rows with eps = 0, whose
+    -- sums are exact in fp32, so both devices take the same side of every kink
+    local a, p, n = triplets(40000, 9, 40009)
+    for _, o in ipairs { { soft_margin = true }, { soft_margin = true, p = 3 } } do
+      for _, dtype in ipairs(DTYPES) do
+        for _, r in ipairs(REDUCTIONS) do compare(a, p, n, with(o, { reduction = r }), dtype, "40000x9") end
+      end
+    end
+    local ai = ploss.randint(-4, 5, { 40000, 9 }, { seed = 1 }):double()
+    local pi = ploss.randint(-4, 5, { 40000, 9 }, { seed = 2 }):double()
+    local ni = ploss.randint(-4, 5, { 40000, 9 }, { seed = 3 }):double()
+    for _, o in ipairs { { eps = 0 }, { eps = 0, swap = true, margin = 0.5 } } do
+      for _, dtype in ipairs(DTYPES) do
+        for _, r in ipairs(REDUCTIONS) do compare(ai, pi, ni, with(o, { reduction = r }), dtype, "40000x9 integer") end
+      end
+    end
+  end)
+
+  it("takes the upstream gradient per row ('none') and a scalar one, and the fused scale", function()
+    local a, p, n = triplets(50, 20, 3)
+    for _, dtype in ipairs(DTYPES) do
+      local ac, pc, nc = a:type(dtype), p:type(dtype), n:type(dtype)
+      local ag, pg, ng = ac:to(DEV), pc:to(DEV), nc:to(DEV)
+      local ld = dtype == "f64" and "f64" or "f32"
+      local up = ploss.randn({ 50 }, { dtype = ld, seed = 8 })
+      local T = TOL[dtype]
+      local gc = { F.triplet_margin_backward(ac, pc, nc, up, { reduction = "none", swap = true }) }
+      local gg = { F.triplet_margin_backward(ag, pg, ng, up:to(DEV), { reduction = "none", swap = true }) }
+      for k = 1, 3 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " per-row upstream " .. k) end
+      gc = { F.triplet_margin_backward(ac, pc, nc, -1.75, { soft_margin = true }) }
+      gg = { F.triplet_margin_backward(ag, pg, ng, -1.75, { soft_margin = true }) }
+      for k = 1, 3 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " scalar upstream " .. k) end
+      local fc = { F.triplet_margin_fused(ac, pc, nc, { reduction = "sum", scale = 0.25 }) }
+      local fg = { F.triplet_margin_fused(ag, pg, ng, { reduction = "sum", scale = 0.25 }) }
+      close({ fg[1] }, { fc[1] }, T.loss, 0, dtype .. " scaled loss")
+      for k = 2, 4 do close(fg[k], fc[k], T.grad, T.floor, dtype .. " scaled " .. k) end
+      -- the criterion's calls
+      local crit = ploss.TripletMarginLoss { swap = true }
+      local l1 = crit:forward(ag, pg, ng)
+      local b = { crit:backward(ag, pg, ng, 3) }
+      local l2, f1, f2, f3 = crit(ag, pg, ng, 3)
+      assert.are.equal(l1, l2)
+      H.assert_equal(b[1], f1)
+      H.assert_equal(b[2], f2)
+      H.assert_equal(b[3], f3)
+    end
+  end)
+
+  it("reads strided and transposed views and writes strided gradients", function()
+    local a, p, n = triplets(45, 33, 12)
+    local layout = function(dev)
+      local at = dev[1]:t():contiguous():t()
+      local wide = ploss.zeros({ 45, 70 }, { dtype = dev[2]:dtype(), device = DEV }):narrow(2, 5, 33)
+      wide:copy(dev[2])
+      return { at, wide, dev[3] }
+    end
+    for _, dtype in ipairs(DTYPES) do
+      compare(a, p, n, { swap = true }, dtype, "strided", layout)
+      compare(a, p, n, { soft_margin = true, reduction = "none" }, dtype, "strided", layout)
+    end
+    local dev = { a:to(DEV), p:to(DEV), n:to(DEV) }
+    local gt = ploss.empty({ 33, 45 }, { dtype = "f64", device = DEV }):t()
+    local _, g1 = F.triplet_margin_fused(dev[1], dev[2], dev[3], {})
+    F.triplet_margin_fused(dev[1], dev[2], dev[3], { grad_anchor = gt })
+    H.assert_equal(gt, g1)
+  end)
+
+  it("handles an empty batch and identical embeddings (zero gradient, not NaN)", function()
+    local e = ploss.empty({ 0, 5 }, { dtype = "f32", device = DEV })
+    local loss, ga = F.triplet_margin_fused(e, e:clone(), e:clone())
+    assert.is_true(loss ~= loss)
+    assert.are.same({ 0, 5 }, ga:size())
+    assert.are.equal(0, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "sum" }))
+    for _, dtype in ipairs(DTYPES) do
+      local x = ploss.randn({ 70, 40 }, { dtype = dtype, device = DEV, seed = 4 })
+      for _, o in ipairs { { eps = 0 }, { eps = 0, soft_margin = true }, { eps = 0, p = 1, swap = true } } do
+        local l, g1, g2, g3 = F.triplet_margin_fused(x, x:clone(), x:clone(), o)
+        H.assert_close({ l }, { o.soft_margin and math.log(2) or 1 }, { rtol = 1e-6, what = dtype .. label(o) })
+        for _, g in ipairs { g1, g2, g3 } do
+          H.assert_equal(g:double(), ploss.zeros({ 70, 40 }, { dtype = "f64" }), { what = dtype .. label(o) })
+        end
+      end
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradients on every run", function()
+    local a, p, n = triplets(50000, 24, 31)
+    for _, dtype in ipairs { "f32", "bf16" } do
+      local ag, pg, ng = a:to(DEV, dtype), p:to(DEV, dtype), n:to(DEV, dtype)
+      local r1 = { F.triplet_margin_fused(ag, pg, ng, { soft_margin = true }) }
+      for _ = 1, 3 do
+        local r2 = { F.triplet_margin_fused(ag, pg, ng, { soft_margin = true }) }
+        assert.are.equal(r1[1], r2[1])
+        for k = 2, 4 do H.assert_equal(r2[k], r1[k]) end
+      end
+    end
+  end)
+
+  it("refuses tensors on another device or of mismatched D, writing nothing", function()
+    local a = ploss.randn({ 6, 4 }, { device = DEV, seed = 1 })
+    local p = ploss.randn({ 6, 4 }, { device = DEV, seed = 2 })
+    local n = ploss.randn({ 6, 4 }, { device = DEV, seed = 3 })
+    local out = ploss.empty({}, { device = DEV })
+    local g = { ploss.empty({ 6, 4 }, { device = DEV }), ploss.empty({ 6, 4 }, { device = DEV }),
+                ploss.empty({ 6, 4 }, { device = DEV }) }
+    local fo = { out = out, grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3] }
+    H.expect_error(function() F.triplet_margin_fused(a, p, ploss.randn({ 6, 5 }, { device = DEV }), fo) end,
+      "negative: expected [6, 4]", out, g[1], g[2], g[3])
+    H.expect_error(function() F.triplet_margin_fused(a, p, n, with(fo, { grad_negative = g[2] })) end,
+      "PLOSS_ERR_ALIAS", out, g[1], g[2])
+    if DEV ~= "cpu" then
+      H.expect_error(function() F.triplet_margin_fused(a, p:to("cpu"), n, fo) end, "positive", out, g[1], g[2], g[3])
+    end
+  end)
+end)
+
+-- Integer-valued embeddings in [−4, 4] and labels of `classes` classes (the first
+-- `singletons` labels unique): every Gram entry and squared norm is exact in fp32 and in the
+-- narrow dtypes, so the GPU (fp32 Gram) and the CPU (f64) mine the same rows, ties included.
+local function integer_batch(n, d, classes, seed, singletons)
+  local x = ploss.randint(-4, 5, { n, d }, { seed = seed }):double()
+  local y = ploss.randint(0, classes, { n }, { seed = seed + 1 })
+  if singletons and singletons > 0 then
+    y:narrow(1, 1, singletons):copy(ploss.tensor((function()
+      local v = {}
+      for k = 1, singletons do v[k] = 1000 + k end
+      return v
+    end)(), { dtype = "i64" }))
+  end
+  return x, y
+end
+
+local BH_OPTIONS = {
+  {},
+  { margin = 1, distance = "squared" },
+  { distance = "cosine", margin = 0.1 },
+  { soft_margin = true },
+}
+
+local function compare_bh(x64, y, opts, dtype, what, layout)
+  local xc = x64:type(dtype)
+  local xg, yg = xc:to(DEV), y:to(DEV)
+  if layout then xg, yg = layout(xg, yg) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local lc, gc = F.batch_hard_triplet_fused(xc, y, opts)
+  local lg, gg = F.batch_hard_triplet_fused(xg, yg, opts)
+  local none = opts.reduction == "none"
+  close(none and lg or { lg }, none and lc or { lc }, T.loss, 0, what .. " fused loss")
+  assert.are.equal(dtype, gg:dtype())
+  close(gg, gc, T.grad, T.floor, what .. " fused gradient")
+  local lf = F.batch_hard_triplet(xg, yg, opts)
+  H.assert_close(none and lf or { lf }, none and lg or { lg }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ x64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  H.assert_close(F.batch_hard_triplet_backward(xg, yg, up, opts), gg, { rtol = 0, atol = 0, what = what .. " backward" })
+end
+
+describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
+  for _, shape in ipairs { { 37, 5, 4, 2 }, { 300, 64, 20, 3 }, { 2000, 8, 50, 0 } } do
+    it(string.format("N = %d, D = %d: every distance, dtype and reduction", shape[1], shape[2]), function()
+      local x, y = integer_batch(shape[1], shape[2], shape[3], shape[1], shape[4])
+      for _, o in ipairs(BH_OPTIONS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare_bh(x, y, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("mines across several Gram blocks (N = 5000)", function()
+    local x, y = integer_batch(5000, 4, 200, 9, 5)
+    for _, dtype in ipairs { "f32", "f64", "bf16" } do
+      compare_bh(x, y, {}, dtype, "5000x4")
+      compare_bh(x, y, { soft_margin = true, distance = "cosine", reduction = "none" }, dtype, "5000x4")
+    end
+  end)
+
+  it("gaussian embeddings: the same loss and gradient within the fp32 Gram's rounding", function()
+    local x = ploss.randn({ 200, 32 }, { dtype = "f64", seed = 4 })
+    local y = ploss.randint(0, 10, { 200 }, { seed = 5 })
+    for _, o in ipairs(BH_OPTIONS) do compare_bh(x, y, o, "f64", "gaussian") end
+  end)
+
+  it("per-anchor upstream gradients, a fused scale, i32 labels and strided embeddings", function()
+    local x, y = integer_batch(90, 12, 6, 77, 2)
+    for _, dtype in ipairs(DTYPES) do
+      local xc = x:type(dtype)
+      local xg = xc:to(DEV)
+      local up = ploss.randn({ 90 }, { dtype = dtype == "f64" and "f64" or "f32", seed = 6 })
+      local T = TOL[dtype]
+      local gc = F.batch_hard_triplet_backward(xc, y, up, { reduction = "none", distance = "cosine" })
+      local gg = F.batch_hard_triplet_backward(xg, y:to(DEV), up:to(DEV), { reduction = "none", distance = "cosine" })
+      close(gg, gc, T.grad, T.floor, dtype .. " per-anchor upstream")
+      local _, fc = F.batch_hard_triplet_fused(xc, y, { reduction = "sum", scale = -0.5 })
+      local _, fg = F.batch_hard_triplet_fused(xg, y:to(DEV, "i32"), { reduction = "sum", scale = -0.5 })
+      close(fg, fc, T.grad, T.floor, dtype .. " scale, i32 labels")
+      compare_bh(x, y, { soft_margin = true }, dtype, "strided", function(xd, yd)
+        local wide = ploss.zeros({ 90, 30 }, { dtype = xd:dtype(), device = DEV }):narrow(2, 3, 12)
+        wide:copy(xd)
+        return wide, yd
+      end)
+    end
+  end)
+
+  it("no active anchor: 0 and a zero gradient; an empty batch; identical rows", function()
+    local x = ploss.randn({ 40, 6 }, { device = DEV, seed = 3 })
+    local distinct = ploss.tensor((function()
+      local v = {}
+      for i = 1, 40 do v[i] = i end
+      return v
+    end)(), { dtype = "i64", device = DEV })
+    for _, y in ipairs { distinct, ploss.zeros({ 40 }, { dtype = "i64", device = DEV }) } do
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, { reduction = r })
+        assert.are.equal(0, l)
+        H.assert_equal(g:to("cpu"), ploss.zeros({ 40, 6 }))
+      end
+    end
+    local e = ploss.empty({ 0, 6 }, { device = DEV })
+    local l, g = F.batch_hard_triplet_fused(e, ploss.empty({ 0 }, { dtype = "i64", device = DEV }))
+    assert.are.equal(0, l)
+    assert.are.same({ 0, 6 }, g:size())
+    local same = ploss.ones({ 8, 5 }, { device = DEV })
+    local ys = ploss.tensor({ 0, 0, 0, 0, 1, 1, 1, 1 }, { dtype = "i64", device = DEV })
+    for _, o in ipairs { {}, { distance = "cosine" }, { soft_margin = true } } do
+      local ls, gs = F.batch_hard_triplet_fused(same, ys, o)
+      local lc, gc = F.batch_hard_triplet_fused(same:to("cpu"), ys:to("cpu"), o)
+      H.assert_close({ ls }, { lc }, { rtol = 1e-6, what = label(o) })
+      H.assert_close(gs, gc, { rtol = 1e-6, atol = 1e-7, what = label(o) })
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradient on every run", function()
+    local x, y = integer_batch(3000, 40, 100, 5, 0)
+    local xg = ploss.randn({ 3000, 40 }, { dtype = "f32", device = DEV, seed = 8 })
+    for _, inputs in ipairs { { x:to(DEV, "bf16"), y:to(DEV) }, { xg, y:to(DEV) } } do
+      local l1, g1 = F.batch_hard_triplet_fused(inputs[1], inputs[2], { soft_margin = true })
+      for _ = 1, 3 do
+        local l2, g2 = F.batch_hard_triplet_fused(inputs[1], inputs[2], { soft_margin = true })
+        assert.are.equal(l1, l2)
+        H.assert_equal(g2, g1)
+      end
+    end
+  end)
+
+  it("refuses labels of the wrong length or device, writing nothing", function()
+    local x = ploss.randn({ 6, 3 }, { device = DEV, seed = 1 })
+    local out, g = ploss.empty({}, { device = DEV }), ploss.empty({ 6, 3 }, { device = DEV })
+    local fo = { out = out, grad_embeddings = g }
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 7 }, { dtype = "i64", device = DEV }), fo) end,
+      "labels: expected [6]", out, g)
+    if DEV ~= "cpu" then
+      H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6 }, { dtype = "i64" }), fo) end,
+        "labels", out, g)
+    end
+  end)
+end)
+
+local NCE_OPTIONS = {
+  {},
+  { symmetric = false, temperature = 0.2 },
+  { normalize = false, temperature = 1 },
+}
+
+local function compare_nce(q64, k64, opts, dtype, what, layout)
+  local qc, kc = q64:type(dtype), k64:type(dtype)
+  local qg, kg = qc:to(DEV), kc:to(DEV)
+  if layout then qg, kg = layout(qg, kg) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local rc = { F.info_nce_fused(qc, kc, opts) }
+  local rg = { F.info_nce_fused(qg, kg, opts) }
+  local none = opts.reduction == "none"
+  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss * 10, 0, what .. " fused loss")
+  for k = 2, 3 do
+    assert.are.equal(dtype, rg[k]:dtype())
+    close(rg[k], rc[k], T.grad * 2, T.floor, what .. " fused gradient " .. (k - 1))
+  end
+  local lf = F.info_nce(qg, kg, opts)
+  H.assert_close(none and lf or { lf }, none and rg[1] or { rg[1] }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ q64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
+  local gb = { F.info_nce_backward(qg, kg, up, opts) }
+  for k = 1, 2 do H.assert_close(gb[k], rg[k + 1], { rtol = 0, atol = 0, what = what .. " backward " .. k }) end
+end
+
+describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
+  -- 300 rows: one tile; 9000 rows: f32 tiles of 1864 rows (f64: 932), the column
+  -- log-sum-exps merged across tiles
+  for _, shape in ipairs { { 37, 5 }, { 300, 64 }, { 9000, 16 } } do
+    it(string.format("N = %d, D = %d: every option set, dtype and reduction", shape[1], shape[2]), function()
+      local q = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] })
+      local k = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] + 1 })
+      local big = shape[1] > 1000
+      for _, o in ipairs(big and { {} } or NCE_OPTIONS) do
+        for _, dtype in ipairs(big and { "f32", "f64" } or DTYPES) do
+          for _, r in ipairs(big and { "mean" } or REDUCTIONS) do
+            compare_nce(q, k, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
+          end
+        end
+      end
+    end)
+  end
+
+  it("per-row upstream gradients, a fused scale and strided views", function()
+    local q = ploss.randn({ 64, 24 }, { dtype = "f64", seed = 70 })
+    local k = ploss.randn({ 64, 24 }, { dtype = "f64", seed = 71 })
+    for _, dtype in ipairs(DTYPES) do
+      local T = TOL[dtype]
+      local qc, kc = q:type(dtype), k:type(dtype)
+      local up = ploss.randn({ 64 }, { dtype = dtype == "f64" and "f64" or "f32", seed = 72 })
+      local gc = { F.info_nce_backward(qc, kc, up, { reduction = "none" }) }
+      local gg = { F.info_nce_backward(qc:to(DEV), kc:to(DEV), up:to(DEV), { reduction = "none" }) }
+      for i = 1, 2 do close(gg[i], gc[i], T.grad * 2, T.floor, dtype .. " per-row upstream " .. i) end
+      local fc = { F.info_nce_fused(qc, kc, { reduction = "sum", scale = 0.3 }) }
+      local fg = { F.info_nce_fused(qc:to(DEV), kc:to(DEV), { reduction = "sum", scale = 0.3 }) }
+      for i = 2, 3 do close(fg[i], fc[i], T.grad * 2, T.floor, dtype .. " scale " .. i) end
+      compare_nce(q, k, {}, dtype, "strided", function(qd, kd)
+        local wide = ploss.zeros({ 64, 50 }, { dtype = kd:dtype(), device = DEV }):narrow(2, 7, 24)
+        wide:copy(kd)
+        return qd:t():contiguous():t(), wide
+      end)
+    end
+  end)
+
+  it("one pair, an empty batch, large similarities", function()
+    local one = ploss.randn({ 1, 8 }, { device = DEV, seed = 1 })
+    local l, g1, g2 = F.info_nce_fused(one, one:clone())
+    assert.are.equal(0, l)
+    H.assert_equal(g1:to("cpu"), ploss.zeros({ 1, 8 }))
+    H.assert_equal(g2:to("cpu"), ploss.zeros({ 1, 8 }))
+    local e = ploss.empty({ 0, 8 }, { device = DEV })
+    local le = F.info_nce(e, e:clone())
+    assert.is_true(le ~= le)
+    local q = ploss.randn({ 40, 4 }, { dtype = "f64", seed = 3, std = 50 })
+    local k = ploss.randn({ 40, 4 }, { dtype = "f64", seed = 4, std = 50 })
+    local opts = { normalize = false, temperature = 0.05, reduction = "none" }
+    compare_nce(q, k, opts, "f64", "large")
+    -- f32: the tiles' rounding (~1e-7 of similarities ~1e5) moves the values, never to inf/NaN
+    local r = { F.info_nce_fused(q:to(DEV, "f32"), k:to(DEV, "f32"), opts) }
+    for i = 1, 3 do
+      for _, v in ipairs(r[i]:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, "f32 large: finite") end
+    end
+  end)
+
+  it("is deterministic: bitwise the same loss and gradients on every run", function()
+    local q = ploss.randn({ 6000, 32 }, { dtype = "bf16", device = DEV, seed = 9 })
+    local k = ploss.randn({ 6000, 32 }, { dtype = "bf16", device = DEV, seed = 10 })
+    local r1 = { F.info_nce_fused(q, k) }
+    for _ = 1, 3 do
+      local r2 = { F.info_nce_fused(q, k) }
+      assert.are.equal(r1[1], r2[1])
+      H.assert_equal(r2[2], r1[2])
+      H.assert_equal(r2[3], r1[3])
+    end
+  end)
+end)

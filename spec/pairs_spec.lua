@@ -1,0 +1,825 @@
+-- Pairs spec (suite 'cpu'): the losses of several embedding inputs on the CPU backend.
+-- Triplet margin loss:
+--  * values derived by hand (3-4-5 distances);
+--  * an independent reference written here with PyTorch's semantics (pairwise_distance
+--    ‖u − v + eps‖_p, the hinge clamp_min whose gradient passes at 0, the swap's min, the
+--    soft margin log(1 + exp(d_ap − d_an))) for p = 1, 2, 3, swap, soft margin, every
+--    reduction, forward, backward and fused;
+--  * central differences in f64 for the three inputs;
+--  * the soft margin's large gaps (finite where log(1 + exp(·)) overflows), identical
+--    embeddings (a zero gradient, not NaN), an empty batch, strided views, f32/f16/bf16;
+--  * bad input: a clear error naming the argument, nothing written.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+---------------------------------------------------------------------------------------
+-- The reference: PyTorch's triplet_margin_loss, written out on Lua tables (rows of D)
+---------------------------------------------------------------------------------------
+
+local function dist(u, v, p, eps)
+  local s = 0
+  for j = 1, #u do s = s + math.abs(u[j] - v[j] + eps) ^ p end
+  return s ^ (1 / p)
+end
+
+-- ∂‖u − v + eps‖_p/∂u (norm's backward: 0 at a zero norm, sign(0) = 0)
+local function ddist(u, v, p, eps)
+  local d = dist(u, v, p, eps)
+  local g = {}
+  for j = 1, #u do
+    local z = u[j] - v[j] + eps
+    local s = z > 0 and 1 or (z < 0 and -1 or 0)
+    g[j] = d == 0 and 0 or s * math.abs(z) ^ (p - 1) / d ^ (p - 1)
+  end
+  return g
+end
+
+-- Losses (per row) and gradients of Σ_i w_i·ℓ_i for the rows A, P, N (tables of rows).
+local function reference(A, P, N, o, w)
+  local p, eps, margin = o.p or 2, o.eps or 1e-6, o.margin or 1
+  local losses, gA, gP, gN = {}, {}, {}, {}
+  for i = 1, #A do
+    local a, pp, n = A[i], P[i], N[i]
+    local d_ap, d_an = dist(a, pp, p, eps), dist(a, n, p, eps)
+    local u = a -- the row paired with the negative
+    if o.swap then
+      local d_pn = dist(pp, n, p, eps)
+      if d_pn < d_an then d_an, u = d_pn, pp end
+    end
+    local c
+    if o.soft_margin then
+      losses[i] = math.log(1 + math.exp(d_ap - d_an))
+      c = 1 / (1 + math.exp(d_an - d_ap))
+    else
+      local t = margin + d_ap - d_an
+      losses[i] = math.max(t, 0)
+      c = t >= 0 and 1 or 0
+    end
+    local wi = type(w) == "table" and w[i] or w
+    local g_ap, g_un = ddist(a, pp, p, eps), ddist(u, n, p, eps)
+    gA[i], gP[i], gN[i] = {}, {}, {}
+    for j = 1, #a do
+      gA[i][j] = wi * c * g_ap[j]
+      gP[i][j] = -wi * c * g_ap[j]
+      gN[i][j] = wi * c * g_un[j]
+      if u == a then gA[i][j] = gA[i][j] - wi * c * g_un[j] else gP[i][j] = gP[i][j] - wi * c * g_un[j] end
+    end
+  end
+  return losses, gA, gP, gN
+end
+
+local function reduce(losses, reduction)
+  if reduction == "none" then return losses end
+  local s = 0
+  for _, v in ipairs(losses) do s = s + v end
+  return reduction == "sum" and s or s / #losses
+end
+
+local function weight(reduction, n, up)
+  up = up or 1
+  return reduction == "mean" and up / n or up
+end
+
+local function rows(t) return t:to("cpu"):double():totable() end
+
+local function triplet_inputs(n, d, dtype, seed, device)
+  local o = { dtype = "f64" }
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local p = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1, std = 0.7 })
+  local q = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 2, std = 1.2 })
+  -- positives near their anchors half of the time: rows with and without an active hinge
+  local av, pv = a:totable(), p:totable()
+  for i = 1, n, 2 do
+    for j = 1, d do pv[i][j] = av[i][j] + 0.3 * pv[i][j] end
+  end
+  p = ploss.tensor(pv, o)
+  local cast = function(t) return t:to(device or "cpu"):type(dtype or "f64") end
+  return cast(a), cast(p), cast(q)
+end
+
+local OPTION_SETS = {
+  {},
+  { margin = 0.5 },
+  { margin = 2, p = 1 },
+  { p = 3, eps = 1e-3 },
+  { swap = true },
+  { swap = true, p = 1 },
+  { soft_margin = true },
+  { soft_margin = true, eps = 0, swap = true },
+}
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra) do r[k] = v end
+  return r
+end
+
+describe("TripletMarginLoss", function()
+  it("gives the values derived by hand (3-4-5 distances, eps = 0)", function()
+    -- row 1: d_ap = 5 (a − p = (3, 4)), d_an = 2 → ℓ = 5 − 2 + 1 = 4
+    -- row 2: d_ap = 1, d_an = 5 → ℓ = max(0, −3) = 0
+    local a = ploss.tensor({ { 0, 0 }, { 1, 1 } }, { dtype = "f64" })
+    local p = ploss.tensor({ { -3, -4 }, { 1, 2 } }, { dtype = "f64" })
+    local n = ploss.tensor({ { 2, 0 }, { 4, 5 } }, { dtype = "f64" })
+    local crit = ploss.TripletMarginLoss { eps = 0, reduction = "none" }
+    H.assert_close(crit:forward(a, p, n), { 4, 0 }, { rtol = 1e-15 })
+    local crit_mean = ploss.TripletMarginLoss { eps = 0 }
+    assert.are.equal(2, crit_mean:forward(a, p, n))
+    -- mean: ω = 1/2; ∂ℓ/∂a = (a − p)/5 − (a − n)/2 = (3/5, 4/5) − (−1, 0) = (1.6, 0.8)
+    local ga, gp, gn = crit_mean:backward(a, p, n)
+    H.assert_close(ga, { 0.8, 0.4, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(gp, { -0.3, -0.4, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(gn, { -0.5, 0, 0, 0 }, { rtol = 1e-15 })
+    -- soft margin, 'sum': ℓ_1 = softplus(3), ℓ_2 = softplus(−4)
+    local soft = ploss.TripletMarginLoss { eps = 0, soft_margin = true, reduction = "sum" }
+    local loss, sa = soft(a, p, n)
+    H.assert_close(loss, math.log(1 + math.exp(3)) + math.log(1 + math.exp(-4)), { rtol = 1e-14 })
+    local s1 = 1 / (1 + math.exp(-3))
+    H.assert_close(sa:select(1, 1), { s1 * 1.6, s1 * 0.8 }, { rtol = 1e-14 })
+    -- p = 1: d_ap = 7, d_an = 2 → 6; swap: d_pn(row 1) = |(5, 4)|₂ ≈ 6.4 > 2 keeps d_an
+    H.assert_close(F.triplet_margin(a, p, n, { eps = 0, p = 1, reduction = "none" }), { 6, 0 }, { rtol = 1e-15 })
+    H.assert_close(F.triplet_margin(a, p, n, { eps = 0, swap = true, reduction = "none" }), { 4, 0 }, { rtol = 1e-15 })
+  end)
+
+  it("matches PyTorch's semantics (written out in the spec) for every option set and reduction", function()
+    local a, p, n = triplet_inputs(37, 11, "f64", 101)
+    local A, P, N = rows(a), rows(p), rows(n)
+    for _, o in ipairs(OPTION_SETS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local what = label(opts)
+        local losses, gA, gP, gN = reference(A, P, N, opts, weight(r, 37))
+        local want = reduce(losses, r)
+        local tol = { rtol = 1e-12, atol = 1e-14, what = what }
+        H.assert_close(F.triplet_margin(a, p, n, opts), want, tol)
+        local crit = ploss.TripletMarginLoss(opts)
+        local ga, gp, gn = crit:backward(a, p, n)
+        H.assert_close(ga, gA, tol)
+        H.assert_close(gp, gP, tol)
+        H.assert_close(gn, gN, tol)
+        local l2, fa, fp, fn = crit(a, p, n)
+        H.assert_close(r == "none" and l2 or { l2 }, r == "none" and want or { want }, tol)
+        H.assert_close(fa, gA, tol)
+        H.assert_close(fp, gP, tol)
+        H.assert_close(fn, gN, tol)
+      end
+    end
+  end)
+
+  it("backward takes the upstream gradient (a number, a tensor per row) and fused a scale", function()
+    local a, p, n = triplet_inputs(9, 4, "f64", 7)
+    local A, P, N = rows(a), rows(p), rows(n)
+    local up = {}
+    for i = 1, 9 do up[i] = (i - 5) / 3 end
+    local _, gA, gP, gN = reference(A, P, N, { swap = true }, up)
+    local ga, gp, gn = F.triplet_margin_backward(a, p, n, ploss.tensor(up, { dtype = "f64" }),
+      { swap = true, reduction = "none" })
+    H.assert_close(ga, gA, { rtol = 1e-12, atol = 1e-14 })
+    H.assert_close(gp, gP, { rtol = 1e-12, atol = 1e-14 })
+    H.assert_close(gn, gN, { rtol = 1e-12, atol = 1e-14 })
+    _, gA = reference(A, P, N, {}, 2.5 / 9)
+    ga = ploss.TripletMarginLoss {}:backward(a, p, n, 2.5)
+    H.assert_close(ga, gA, { rtol = 1e-12, atol = 1e-14 })
+    local _, fa = ploss.TripletMarginLoss {}(a, p, n, 2.5)
+    H.assert_close(fa, gA, { rtol = 1e-12, atol = 1e-14 })
+    -- the functional fused pass with scale, and 'none' fused = gradient of the sum times scale
+    local loss, sa = F.triplet_margin_fused(a, p, n, { reduction = "none", scale = -2 })
+    _, gA = reference(A, P, N, {}, -2)
+    H.assert_close(sa, gA, { rtol = 1e-12, atol = 1e-14 })
+    assert.are.same({ 9 }, loss:size())
+  end)
+
+  it("has the gradient of central differences in f64 for each input", function()
+    local a, p, n = triplet_inputs(6, 5, "f64", 55)
+    for _, o in ipairs(OPTION_SETS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local grads = { F.triplet_margin_fused(a, p, n, opts) }
+        local inputs = { a, p, n }
+        for k = 1, 3 do
+          local f = function()
+            return F.triplet_margin(inputs[1], inputs[2], inputs[3], opts)
+          end
+          H.gradcheck(f, inputs[k], grads[k + 1], { rtol = 1e-6, atol = 1e-8, what = label(opts) .. " input " .. k })
+        end
+      end
+    end
+  end)
+
+  it("keeps the soft margin finite for gaps where log(1 + exp(·)) overflows (f32)", function()
+    -- d_ap = 200, d_an = 0.1: softplus(199.9) = 199.9, σ = 1
+    local a = ploss.tensor({ { 0, 0 } }, { dtype = "f32" })
+    local p = ploss.tensor({ { 120, 160 } }, { dtype = "f32" })
+    local n = ploss.tensor({ { 0.1, 0 } }, { dtype = "f32" })
+    local loss, ga, gp, gn = ploss.TripletMarginLoss { soft_margin = true, eps = 0 }(a, p, n)
+    H.assert_close(loss, 199.9, { rtol = 1e-6 })
+    H.assert_close(ga, { -0.6 + 1, -0.8 }, { rtol = 1e-6 })
+    H.assert_close(gp, { 0.6, 0.8 }, { rtol = 1e-6 })
+    H.assert_close(gn, { -1, 0 }, { rtol = 1e-6 })
+    -- and the other side: a gap of −200 gives a loss of e^−200 (0 in f32) and a zero gradient
+    local l2, g2 = ploss.TripletMarginLoss { soft_margin = true, eps = 0 }(a, n, p)
+    assert.are.equal(0, l2)
+    H.assert_close(g2, { 0, 0 }, { atol = 1e-30 })
+  end)
+
+  it("gives identical embeddings a zero gradient, not NaN (eps = 0)", function()
+    local x = ploss.tensor({ { 1, 2, 3 }, { -1, 0, 1 } }, { dtype = "f64" })
+    for _, o in ipairs { { eps = 0 }, { eps = 0, soft_margin = true }, { eps = 0, p = 1 }, { eps = 0, p = 3, swap = true } } do
+      local loss, ga, gp, gn = ploss.TripletMarginLoss(o)(x, x:clone(), x:clone())
+      H.assert_close(loss, o.soft_margin and math.log(2) or 1, { rtol = 1e-15, what = label(o) })
+      for _, g in ipairs { ga, gp, gn } do H.assert_equal(g, { 0, 0, 0, 0, 0, 0 }, { what = label(o) }) end
+    end
+    -- with PyTorch's eps the distances are eps·√D: gradients finite and the anchor's terms cancel
+    local _, ga = ploss.TripletMarginLoss {}(x, x:clone(), x:clone())
+    H.assert_close(ga, { 0, 0, 0, 0, 0, 0 }, { atol = 1e-12 })
+  end)
+
+  it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()
+    local e = ploss.empty({ 0, 4 }, { dtype = "f32" })
+    local loss, ga = ploss.TripletMarginLoss {}(e, e:clone(), e:clone())
+    assert.is_true(loss ~= loss)
+    assert.are.same({ 0, 4 }, ga:size())
+    assert.are.equal(0, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "sum" }))
+    assert.are.same({ 0 }, F.triplet_margin(e, e:clone(), e:clone(), { reduction = "none" }):size())
+  end)
+
+  it("reads any strides: transposed and sliced views equal their contiguous copies", function()
+    local a, p, n = triplet_inputs(8, 6, "f64", 21)
+    local at = a:t():contiguous():t()           -- column-major
+    local pw = ploss.randn({ 8, 12 }, { dtype = "f64", seed = 3 }):narrow(2, 4, 6):copy(p) -- row stride 12
+    local loss, ga, gp, gn = F.triplet_margin_fused(a, p, n, { swap = true })
+    local ga2 = ploss.empty({ 6, 8 }, { dtype = "f64" }):t()
+    local l2, sa, sp, sn = F.triplet_margin_fused(at, pw, n, { swap = true, grad_anchor = ga2 })
+    H.assert_equal(l2, loss)
+    H.assert_equal(sa, ga)
+    H.assert_equal(ga2, ga)
+    H.assert_equal(sp, gp)
+    H.assert_equal(sn, gn)
+  end)
+
+  it("computes f32, f16 and bf16 in fp32 (and f64 in f64), gradients in the input dtype", function()
+    local a, p, n = triplet_inputs(33, 17, "f64", 77)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local ad, pd, nd = a:type(dtype), p:type(dtype), n:type(dtype)
+      local ref_loss, ra, rp, rn = F.triplet_margin_fused(ad:double(), pd:double(), nd:double(), { swap = true })
+      local loss, ga, gp, gn = ploss.TripletMarginLoss { swap = true }(ad, pd, nd)
+      assert.are.equal(dtype, ga:dtype())
+      local t = H.tol[dtype]
+      H.assert_close(loss, ref_loss, { rtol = 1e-6, what = dtype .. " loss" })
+      H.assert_close(ga:double(), ra, { rtol = t.rtol, atol = t.atol, what = dtype })
+      H.assert_close(gp:double(), rp, { rtol = t.rtol, atol = t.atol, what = dtype })
+      H.assert_close(gn:double(), rn, { rtol = t.rtol, atol = t.atol, what = dtype })
+      assert.are.equal("f32", F.triplet_margin(ad, pd, nd, { reduction = "none" }):dtype())
+    end
+  end)
+
+  it("is deterministic: the same call gives bitwise the same loss and gradients", function()
+    local a, p, n = triplet_inputs(1000, 33, "f32", 5)
+    local l1, g1 = F.triplet_margin_fused(a, p, n, { soft_margin = true })
+    local l2, g2 = F.triplet_margin_fused(a, p, n, { soft_margin = true })
+    assert.are.equal(l1, l2)
+    H.assert_equal(g1, g2)
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local a, p, n = triplet_inputs(4, 3, "f32", 9)
+    local out = ploss.empty({}, { dtype = "f32" })
+    local g = { ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 }) }
+    local fo = { out = out, grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3] }
+    local function fused(x, y, z, extra) return F.triplet_margin_fused(x, y, z, with(fo, extra or {})) end
+    -- D mismatch, N mismatch, rank, dtype
+    H.expect_error(function() fused(a, p, ploss.randn({ 4, 5 })) end,
+      { "negative: expected [4, 3] (the anchor's shape; D must match)", "PLOSS_ERR_SHAPE" }, out, g[1], g[2], g[3])
+    H.expect_error(function() fused(a, ploss.randn({ 5, 3 }), n) end, "positive: expected [4, 3]", out, g[1], g[2], g[3])
+    H.expect_error(function() fused(ploss.randn({ 12 }), p, n) end, "anchor: expected N×D embeddings", out, g[1])
+    H.expect_error(function() fused(a, p:double(), n) end, { "positive: expected f32, got f64", "PLOSS_ERR_DTYPE" }, out, g[1])
+    H.expect_error(function() fused(ploss.zeros({ 4, 3 }, { dtype = "i64" }), p, n) end,
+      "anchor: expected embeddings of dtype f32, f16, bf16 or f64", out, g[1])
+    -- outputs of the wrong shape or dtype, or overlapping an input or each other
+    H.expect_error(function() fused(a, p, n, { grad_positive = ploss.empty({ 3, 4 }) }) end,
+      "grad_positive: expected [4, 3] (the shape of positive)", out, g[1], g[3])
+    H.expect_error(function() fused(a, p, n, { grad_negative = ploss.empty({ 4, 3 }, { dtype = "f64" }) }) end,
+      "grad_negative: expected f32", out, g[1], g[2])
+    H.expect_error(function() fused(a, p, n, { grad_negative = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1], g[2])
+    H.expect_error(function() fused(a, p, n, { grad_anchor = p }) end, { "grad_anchor", "PLOSS_ERR_ALIAS" }, out, g[2], g[3])
+    H.expect_error(function() fused(a, p, n, { out = ploss.empty({ 4 }) }) end, "loss: expected a 0-d or 1-element", g[1], g[2])
+    H.expect_error(function()
+      F.triplet_margin_backward(a, p, n, ploss.ones({ 3 }), with(fo, { reduction = "none" }))
+    end, "grad_loss: expected [4] (one value per row", g[1], g[2], g[3])
+    -- options
+    H.expect_error(function() fused(a, p, n, { p = 0.5 }) end, "opts.p: 0.5 is not a finite number >= 1", out, g[1])
+    H.expect_error(function() fused(a, p, n, { eps = -1 }) end, "opts.eps: -1 is not a finite number >= 0", out, g[1])
+    H.expect_error(function() fused(a, p, n, { margin = 0 / 0 }) end, "opts.margin: nan is not a finite number", out, g[1])
+    H.expect_error(function() ploss.TripletMarginLoss { inplace = true } end, "has no in-place gradient")
+    H.expect_error(function() ploss.TripletMarginLoss { swap = 1 } end, "swap: expected a boolean")
+    H.expect_error(function() ploss.TripletMarginLoss {}:forward(a, p) end, "negative: expected a ploss tensor")
+    -- the C entry point itself: NULL tensors and in-place requests
+    local C = ploss.C
+    local o = require("ffi").new("ploss_triplet_margin_opts")
+    C.ploss_triplet_margin_opts_init(o)
+    local ctx = a:context()
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+      C.ploss_triplet_margin_fused(ctx, a:dl(), p:dl(), n:dl(), o, out:dl(), g[1]:dl(), nil, g[3]:dl()))
+    assert.truthy(require("ffi").string(C.ploss_last_error()):find("grad_positive: tensor is NULL", 1, true))
+    o.inplace = 1
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+      C.ploss_triplet_margin_fused(ctx, a:dl(), p:dl(), n:dl(), o, out:dl(), g[1]:dl(), g[2]:dl(), g[3]:dl()))
+    assert.truthy(require("ffi").string(C.ploss_last_error()):find("opts.inplace", 1, true))
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- Batch-hard triplet loss: the reference, a brute force over every pair on Lua tables
+---------------------------------------------------------------------------------------
+
+local COS_EPS = 1e-8
+
+local function norm(u)
+  local s = 0
+  for j = 1, #u do s = s + u[j] * u[j] end
+  return math.sqrt(s)
+end
+
+-- d(u, v) and its gradients with respect to u and v
+local function pair(u, v, distance)
+  local D = #u
+  local gu, gv = {}, {}
+  if distance == "cosine" then
+    local nu, nv, dot = norm(u), norm(v), 0
+    for j = 1, D do dot = dot + u[j] * v[j] end
+    local cu, cv = math.max(nu, COS_EPS), math.max(nv, COS_EPS)
+    for j = 1, D do
+      gu[j] = -v[j] / (cu * cv) + (nu > COS_EPS and dot * u[j] / (cu ^ 3 * cv) or 0)
+      gv[j] = -u[j] / (cu * cv) + (nv > COS_EPS and dot * v[j] / (cv ^ 3 * cu) or 0)
+    end
+    return 1 - dot / (cu * cv), gu, gv
+  end
+  local s = 0
+  for j = 1, D do s = s + (u[j] - v[j]) ^ 2 end
+  local d = distance == "squared" and s or math.sqrt(s)
+  for j = 1, D do
+    local z = u[j] - v[j]
+    local k = distance == "squared" and 2 or (d > 0 and 1 / d or 0)
+    gu[j], gv[j] = k * z, -k * z
+  end
+  return d, gu, gv
+end
+
+-- Per-anchor losses, the active count and the gradient of Σ_i w_i·ℓ_i (w: a number or per
+-- anchor), mining the hardest positive/negative over the full distance matrix.
+local function batch_hard_reference(X, Y, o, w)
+  local n, distance, margin = #X, o.distance or "euclidean", o.margin or 0.3
+  local losses, grad, active = {}, {}, 0
+  for i = 1, n do
+    grad[i] = {}
+    for j = 1, #X[i] do grad[i][j] = 0 end
+  end
+  local chosen = {}
+  for i = 1, n do
+    local bp, bn, dp, dn
+    for j = 1, n do
+      if j ~= i then
+        local d = pair(X[i], X[j], distance)
+        if Y[j] == Y[i] then
+          if not bp or d > dp then bp, dp = j, d end
+        elseif not bn or d < dn then
+          bn, dn = j, d
+        end
+      end
+    end
+    chosen[i] = { bp, bn }
+    losses[i] = 0
+    if bp and bn then
+      active = active + 1
+      local d_ap, gap_i, gap_p = pair(X[i], X[bp], distance)
+      local d_an, gan_i, gan_n = pair(X[i], X[bn], distance)
+      local c
+      if o.soft_margin then
+        losses[i] = math.log(1 + math.exp(d_ap - d_an))
+        c = 1 / (1 + math.exp(d_an - d_ap))
+      else
+        local t = d_ap - d_an + margin
+        losses[i] = math.max(t, 0)
+        c = t >= 0 and 1 or 0
+      end
+      local wi = type(w) == "table" and w[i] or w
+      if type(w) == "function" then wi = w(i) end
+      for j = 1, #X[i] do
+        grad[i][j] = grad[i][j] + wi * c * (gap_i[j] - gan_i[j])
+        grad[bp][j] = grad[bp][j] + wi * c * gap_p[j]
+        grad[bn][j] = grad[bn][j] - wi * c * gan_n[j]
+      end
+    end
+  end
+  return losses, grad, active, chosen
+end
+
+local function labelled(n, d, classes, seed, singletons)
+  local x = ploss.randn({ n, d }, { dtype = "f64", seed = seed })
+  local y = {}
+  for i = 1, n do y[i] = (i * 7 + seed) % classes end
+  for k = 1, singletons or 0 do y[k] = 1000 + k end -- labels seen once: inactive anchors
+  return x, ploss.tensor(y, { dtype = "i64" }), y
+end
+
+local BH_OPTIONS = {
+  {},
+  { margin = 1 },
+  { distance = "squared", margin = 2 },
+  { distance = "cosine", margin = 0.1 },
+  { soft_margin = true },
+  { soft_margin = true, distance = "cosine" },
+}
+
+describe("BatchHardTripletLoss", function()
+  it("gives the values derived by hand", function()
+    -- rows (0,0) (3,4) | (1,0) (0,2), labels 0 0 1 1, Euclidean, margin 1:
+    -- anchor 1: positive 2 (d 5), negatives 3 (d 1), 4 (d 2) → 5 − 1 + 1 = 5
+    -- anchor 3: positive 4 (d √5), negatives 1 (d 1), 2 (d √20) → √5 − 1 + 1 = √5
+    local x = ploss.tensor({ { 0, 0 }, { 3, 4 }, { 1, 0 }, { 0, 2 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" })
+    local l = F.batch_hard_triplet(x, y, { margin = 1, reduction = "none" })
+    -- anchor 2 (3,4): positive 1 (d 5), negatives 3 (d √20), 4 (d √13) → 5 − √13 + 1
+    -- anchor 4 (0,2): positive 3 (d √5), negatives 1 (d 2), 2 (d √13) → √5 − 2 + 1
+    H.assert_close(l, { 5, 6 - math.sqrt(13), math.sqrt(5), math.sqrt(5) - 1 }, { rtol = 1e-14 })
+    -- 'sum' gradient of row 1, x1 = (0, 0), every active anchor's term on it:
+    --   anchor 1 itself:               (x1 − x2)/5 − (x1 − x3)/1 = (−0.6, −0.8) + (1, 0)
+    --   anchor 2 (its positive):       ∂d_21/∂x1 = (x1 − x2)/5   = (−0.6, −0.8)
+    --   anchor 3 (its nearest negative, d 1 < √20): −(x1 − x3)/1 = (1, 0)
+    --   anchor 4 (its nearest negative, d 2 < √13): −(x1 − x4)/2 = (0, 1)
+    local g = select(2, F.batch_hard_triplet_fused(x, y, { margin = 1, reduction = "sum" }))
+    H.assert_close(g:select(1, 1), { -0.6 + 1 - 0.6 + 1 + 0, -0.8 + 0 - 0.8 + 0 + 1 }, { rtol = 1e-14 })
+  end)
+
+  it("matches a brute-force reference over every pair for every distance and reduction", function()
+    local x, y, Y = labelled(41, 6, 5, 3, 2)
+    local X = rows(x)
+    for _, o in ipairs(BH_OPTIONS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local what = label(opts)
+        local losses, _, active = batch_hard_reference(X, Y, opts, 1)
+        assert.are.equal(39, active)
+        local w = r == "mean" and 1 / active or 1
+        local _, grad = batch_hard_reference(X, Y, opts, w)
+        local want = r == "none" and losses or (r == "sum" and reduce(losses, "sum") or reduce(losses, "sum") / active)
+        local tol = { rtol = 1e-11, atol = 1e-13, what = what }
+        H.assert_close(F.batch_hard_triplet(x, y, opts), want, tol)
+        H.assert_close(ploss.BatchHardTripletLoss(opts):backward(x, y), grad, tol)
+        local l2, g2 = ploss.BatchHardTripletLoss(opts)(x, y)
+        H.assert_close(r == "none" and l2 or { l2 }, r == "none" and want or { want }, tol)
+        H.assert_close(g2, grad, tol)
+      end
+    end
+  end)
+
+  it("mines across several Gram blocks (N = 1100) as over the whole matrix", function()
+    local x, y, Y = labelled(1100, 3, 40, 17)
+    local X = rows(x)
+    local losses, _, active = batch_hard_reference(X, Y, {}, 1)
+    local _, grad = batch_hard_reference(X, Y, {}, 1 / active)
+    local l, g = ploss.BatchHardTripletLoss {}(x, y)
+    H.assert_close(l, reduce(losses, "sum") / active, { rtol = 1e-11 })
+    H.assert_close(g, grad, { rtol = 1e-10, atol = 1e-13 })
+  end)
+
+  it("takes a per-anchor upstream gradient ('none') and a fused scale", function()
+    local x, y, Y = labelled(20, 4, 3, 8, 1)
+    local X = rows(x)
+    local up = {}
+    for i = 1, 20 do up[i] = (i - 10) / 7 end
+    local _, grad = batch_hard_reference(X, Y, { distance = "cosine" }, up)
+    H.assert_close(F.batch_hard_triplet_backward(x, y, ploss.tensor(up, { dtype = "f64" }),
+      { distance = "cosine", reduction = "none" }), grad, { rtol = 1e-11, atol = 1e-13 })
+    local _, _, active = batch_hard_reference(X, Y, {}, 1)
+    _, grad = batch_hard_reference(X, Y, {}, -3 / active)
+    local _, g = F.batch_hard_triplet_fused(x, y, { scale = -3 })
+    H.assert_close(g, grad, { rtol = 1e-11, atol = 1e-13 })
+  end)
+
+  it("has the gradient of central differences in f64", function()
+    local x, y = labelled(12, 4, 3, 29, 1)
+    for _, o in ipairs(BH_OPTIONS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local _, g = F.batch_hard_triplet_fused(x, y, opts)
+        H.gradcheck(function(xx) return F.batch_hard_triplet(xx, y, opts) end, x, g,
+          { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+      end
+    end
+  end)
+
+  it("gives 0 and a zero gradient when no anchor is active (not 0/0)", function()
+    local x = ploss.randn({ 5, 3 }, { dtype = "f64", seed = 2 })
+    for _, labels in ipairs { { 1, 2, 3, 4, 5 }, { 7, 7, 7, 7, 7 } } do -- no positives / no negatives
+      local y = ploss.tensor(labels, { dtype = "i64" })
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, { reduction = r })
+        assert.are.equal(0, l)
+        H.assert_equal(g, ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+        H.assert_equal(F.batch_hard_triplet_backward(x, y, 1, { reduction = r }), ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+      end
+      H.assert_equal(F.batch_hard_triplet(x, y, { reduction = "none" }), { 0, 0, 0, 0, 0 })
+    end
+    -- the mean is over active anchors only: one singleton among six rows
+    local x6, y6, Y6 = labelled(6, 2, 2, 4, 1)
+    local losses, _, active = batch_hard_reference(rows(x6), Y6, {}, 1)
+    assert.are.equal(5, active)
+    H.assert_close(F.batch_hard_triplet(x6, y6), reduce(losses, "sum") / 5, { rtol = 1e-14 })
+    -- an empty batch
+    local e = ploss.empty({ 0, 3 }, { dtype = "f32" })
+    local l, g = F.batch_hard_triplet_fused(e, ploss.empty({ 0 }, { dtype = "i64" }))
+    assert.are.equal(0, l)
+    assert.are.same({ 0, 3 }, g:size())
+  end)
+
+  it("gives identical embeddings a zero-distance gradient of 0, not NaN", function()
+    local x = ploss.tensor({ { 1, 2 }, { 1, 2 }, { 1, 2 }, { 0, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" })
+    for _, o in ipairs { {}, { soft_margin = true }, { distance = "squared" }, { distance = "cosine" } } do
+      local l, g = F.batch_hard_triplet_fused(x, y, o)
+      assert.is_true(l == l, label(o))
+      for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, label(o)) end
+      local _, grad = batch_hard_reference(rows(x), { 0, 0, 1, 1 }, o, 1 / 4)
+      H.assert_close(g, grad, { rtol = 1e-12, atol = 1e-14, what = label(o) })
+    end
+    -- the cosine distance of a zero row: norms clamped, finite
+    local _, g = F.batch_hard_triplet_fused(x, y, { distance = "cosine" })
+    for _, v in ipairs(g:flat()) do assert.is_true(v == v) end
+  end)
+
+  it("reads i32 labels, strided embeddings and every float dtype", function()
+    local x, y = labelled(30, 7, 4, 12, 1)
+    local l64, g64 = F.batch_hard_triplet_fused(x, y, { soft_margin = true })
+    local l32, g32 = F.batch_hard_triplet_fused(x, y:type("i32"), { soft_margin = true })
+    assert.are.equal(l64, l32)
+    H.assert_equal(g32, g64)
+    local xt = x:t():contiguous():t()
+    local gt = ploss.empty({ 7, 30 }, { dtype = "f64" }):t()
+    local lt = F.batch_hard_triplet_fused(xt, y, { soft_margin = true, grad_embeddings = gt })
+    assert.are.equal(l64, lt)
+    H.assert_equal(gt, g64)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local xd = x:type(dtype)
+      local lr, gr = F.batch_hard_triplet_fused(xd:double(), y, { soft_margin = true })
+      local l, g = F.batch_hard_triplet_fused(xd, y, { soft_margin = true })
+      assert.are.equal(dtype, g:dtype())
+      H.assert_close(l, lr, { rtol = 1e-6, what = dtype })
+      H.assert_close(g:double(), gr, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol, what = dtype })
+    end
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local x, y = labelled(6, 3, 2, 1)
+    x = x:float()
+    local out, g = ploss.empty({}, { dtype = "f32" }), ploss.empty({ 6, 3 })
+    local fo = { out = out, grad_embeddings = g }
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 5 }, { dtype = "i64" }), fo) end,
+      { "labels: expected [6] (one label per row of embeddings)", "PLOSS_ERR_SHAPE" }, out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6, 1 }, { dtype = "i64" }), fo) end,
+      "labels: expected [6]", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, ploss.zeros({ 6 }), fo) end,
+      { "labels: expected class labels of dtype i64 or i32, got f32", "PLOSS_ERR_DTYPE" }, out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(ploss.randn({ 6 }), y, fo) end, "embeddings: expected N×D", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { grad_embeddings = ploss.empty({ 6, 4 }) })) end,
+      "grad_embeddings: expected [6, 3]", out)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { grad_embeddings = x })) end,
+      "PLOSS_ERR_ALIAS", out)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { distance = "manhattan" })) end,
+      "distance: 'manhattan' is not one of", out, g)
+    H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { margin = math.huge })) end,
+      "opts.margin: inf is not a finite number", out, g)
+    H.expect_error(function() ploss.BatchHardTripletLoss {}:forward(x) end, "labels: expected a ploss tensor")
+    -- 2^31 rows (a broadcast view): beyond the 32-bit sizes of the matrix products and the sort
+    local huge = ploss.zeros({ 1, 2 }):expand({ 2 ^ 31, 2 })
+    H.expect_error(function()
+      F.batch_hard_triplet(huge, ploss.zeros({ 1 }, { dtype = "i64" }):expand({ 2 ^ 31 }), { out = out })
+    end, { "embeddings: N = 2147483648 rows of D = 2 exceed", "PLOSS_ERR_UNSUPPORTED" }, out)
+    H.expect_error(function() F.info_nce(huge, huge, { out = out }) end, "query: N = 2147483648 rows", out)
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- InfoNCE: the reference on the full similarity matrix
+---------------------------------------------------------------------------------------
+
+local function lse(values)
+  local m = -math.huge
+  for _, v in ipairs(values) do m = math.max(m, v) end
+  local s = 0
+  for _, v in ipairs(values) do s = s + math.exp(v - m) end
+  return m + math.log(s)
+end
+
+-- Per-row losses and the gradients of Σ_i w_i·ℓ_i (w: number or list) for rows Q, K.
+local function infonce_reference(Q, K, o, w)
+  local n, tau = #Q, o.temperature or 0.07
+  local normalize, symmetric = o.normalize ~= false, o.symmetric ~= false
+  local function prep(X)
+    local U, R = {}, {}
+    for i = 1, n do
+      R[i] = norm(X[i])
+      U[i] = {}
+      for j = 1, #X[i] do U[i][j] = normalize and X[i][j] / math.max(R[i], 1e-12) or X[i][j] end
+    end
+    return U, R
+  end
+  local U, RU = prep(Q)
+  local V, RV = prep(K)
+  local S = {}
+  for i = 1, n do
+    S[i] = {}
+    for j = 1, n do
+      local s = 0
+      for d = 1, #U[i] do s = s + U[i][d] * V[j][d] end
+      S[i][j] = s / tau
+    end
+  end
+  local rl, cl, losses = {}, {}, {}
+  for i = 1, n do
+    local col = {}
+    for j = 1, n do col[j] = S[j][i] end
+    rl[i], cl[i] = lse(S[i]), lse(col)
+    losses[i] = symmetric and 0.5 * ((rl[i] - S[i][i]) + (cl[i] - S[i][i])) or rl[i] - S[i][i]
+  end
+  local function wt(i) return (type(w) == "table" and w[i] or w) * (symmetric and 0.5 or 1) end
+  local gu, gv = {}, {}
+  for i = 1, n do
+    gu[i], gv[i] = {}, {}
+    for d = 1, #U[i] do gu[i][d], gv[i][d] = 0, 0 end
+  end
+  for i = 1, n do
+    for j = 1, n do
+      local delta = i == j and 1 or 0
+      local g = wt(i) * (math.exp(S[i][j] - rl[i]) - delta)
+      if symmetric then g = g + wt(j) * (math.exp(S[i][j] - cl[j]) - delta) end
+      for d = 1, #U[i] do
+        gu[i][d] = gu[i][d] + g * V[j][d] / tau
+        gv[j][d] = gv[j][d] + g * U[i][d] / tau
+      end
+    end
+  end
+  local function back(G, X, R)
+    if not normalize then return G end
+    local out = {}
+    for i = 1, n do
+      local dot = 0
+      if R[i] > 1e-12 then for d = 1, #X[i] do dot = dot + G[i][d] * X[i][d] end end
+      out[i] = {}
+      for d = 1, #X[i] do out[i][d] = (G[i][d] - dot * X[i][d]) / math.max(R[i], 1e-12) end
+    end
+    return out
+  end
+  return losses, back(gu, U, RU), back(gv, V, RV)
+end
+
+local NCE_OPTIONS = {
+  {},
+  { symmetric = false },
+  { temperature = 1, normalize = false },
+  { temperature = 0.5, normalize = false, symmetric = false },
+}
+
+describe("InfoNCELoss", function()
+  it("gives the values derived by hand", function()
+    -- orthonormal views: S = I/τ; each row and column: log(e^(1/τ) + e^0) − 1/τ = log(1 + e^(−1/τ))
+    local e = ploss.tensor({ { 1, 0 }, { 0, 2 } }, { dtype = "f64" })
+    for _, t in ipairs { 1, 0.5, 0.07 } do
+      local want = math.log(1 + math.exp(-1 / t))
+      H.assert_close(F.info_nce(e, e:clone(), { temperature = t, reduction = "none" }), { want, want }, { rtol = 1e-14, atol = 1e-15 })
+      H.assert_close(F.info_nce(e, e:clone(), { temperature = t, symmetric = false }), want, { rtol = 1e-14, atol = 1e-15 })
+    end
+    -- one pair: its own softmax, loss 0 and a zero gradient
+    local one = ploss.tensor({ { 0.3, -2, 1 } }, { dtype = "f64" })
+    local l, gq, gk = ploss.InfoNCELoss {}(one, one:clone())
+    assert.are.equal(0, l)
+    H.assert_equal(gq, { 0, 0, 0 })
+    H.assert_equal(gk, { 0, 0, 0 })
+  end)
+
+  it("matches the full-matrix reference for every option set and reduction", function()
+    local q = ploss.randn({ 13, 5 }, { dtype = "f64", seed = 41 })
+    local k = ploss.randn({ 13, 5 }, { dtype = "f64", seed = 42 })
+    local Q, K = rows(q), rows(k)
+    for _, o in ipairs(NCE_OPTIONS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local losses, gq, gk = infonce_reference(Q, K, opts, weight(r, 13))
+        local tol = { rtol = 1e-11, atol = 1e-13, what = label(opts) }
+        H.assert_close(F.info_nce(q, k, opts), reduce(losses, r), tol)
+        local a, b = ploss.InfoNCELoss(opts):backward(q, k)
+        H.assert_close(a, gq, tol)
+        H.assert_close(b, gk, tol)
+        local l, fa, fb = ploss.InfoNCELoss(opts)(q, k)
+        H.assert_close(r == "none" and l or { l }, r == "none" and losses or { reduce(losses, r) }, tol)
+        H.assert_close(fa, gq, tol)
+        H.assert_close(fb, gk, tol)
+      end
+    end
+  end)
+
+  it("merges the column log-sum-exps across several tiles (N = 1100)", function()
+    local q = ploss.randn({ 1100, 3 }, { dtype = "f64", seed = 5 })
+    local k = ploss.randn({ 1100, 3 }, { dtype = "f64", seed = 6 })
+    local losses, gq, gk = infonce_reference(rows(q), rows(k), { temperature = 0.2 }, 1 / 1100)
+    local l, a, b = ploss.InfoNCELoss { temperature = 0.2 }(q, k)
+    H.assert_close(l, reduce(losses, "mean"), { rtol = 1e-11 })
+    H.assert_close(a, gq, { rtol = 1e-9, atol = 1e-14 })
+    H.assert_close(b, gk, { rtol = 1e-9, atol = 1e-14 })
+  end)
+
+  it("has the gradient of central differences in f64 for both views", function()
+    local q = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 8 })
+    local k = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 9 })
+    for _, o in ipairs(NCE_OPTIONS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r, temperature = o.temperature or 0.3 })
+        local _, gq, gk = F.info_nce_fused(q, k, opts)
+        H.gradcheck(function() return F.info_nce(q, k, opts) end, q, gq, { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+        H.gradcheck(function() return F.info_nce(q, k, opts) end, k, gk, { rtol = 1e-6, atol = 1e-8, what = label(opts) })
+      end
+    end
+  end)
+
+  it("stays finite for similarities far beyond exp's range", function()
+    -- unnormalised rows of norm ~100 at τ = 0.01: similarities ~1e6
+    local q = ploss.randn({ 6, 4 }, { dtype = "f32", seed = 2, std = 50 })
+    local k = ploss.randn({ 6, 4 }, { dtype = "f32", seed = 3, std = 50 })
+    local opts = { normalize = false, temperature = 0.01, reduction = "none" }
+    local l, gq, gk = F.info_nce_fused(q, k, opts)
+    local losses, rq, rk = infonce_reference(rows(q), rows(k), opts, 1)
+    H.assert_close(l, losses, { rtol = 1e-5, atol = 1e-3 })
+    H.assert_close(gq:double(), rq, { rtol = 1e-5, atol = 1e-3 })
+    H.assert_close(gk:double(), rk, { rtol = 1e-5, atol = 1e-3 })
+  end)
+
+  it("reads strided views and every float dtype; an empty batch gives a NaN mean", function()
+    local q = ploss.randn({ 20, 6 }, { dtype = "f64", seed = 10 })
+    local k = ploss.randn({ 20, 6 }, { dtype = "f64", seed = 11 })
+    local l, a, b = F.info_nce_fused(q, k)
+    local qt = q:t():contiguous():t()
+    local gk = ploss.empty({ 6, 20 }, { dtype = "f64" }):t()
+    local l2, a2 = F.info_nce_fused(qt, k, { grad_key = gk })
+    assert.are.equal(l, l2)
+    H.assert_equal(a2, a)
+    H.assert_equal(gk, b)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local qd, kd = q:type(dtype), k:type(dtype)
+      local lr, ar, br = F.info_nce_fused(qd:double(), kd:double())
+      local ld, ad, bd = F.info_nce_fused(qd, kd)
+      assert.are.equal(dtype, ad:dtype())
+      H.assert_close(ld, lr, { rtol = 1e-6, what = dtype })
+      H.assert_close(ad:double(), ar, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol * 10, what = dtype })
+      H.assert_close(bd:double(), br, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol * 10, what = dtype })
+    end
+    local e = ploss.empty({ 0, 6 })
+    local le = F.info_nce(e, e:clone())
+    assert.is_true(le ~= le)
+    assert.are.equal(0, F.info_nce(e, e:clone(), { reduction = "sum" }))
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local q, k = ploss.randn({ 4, 3 }, { seed = 1 }), ploss.randn({ 4, 3 }, { seed = 2 })
+    local out, g1, g2 = ploss.empty({}), ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 })
+    local fo = { out = out, grad_query = g1, grad_key = g2 }
+    H.expect_error(function() F.info_nce_fused(q, ploss.randn({ 4, 5 }), fo) end,
+      "key: expected [4, 3] (the query's shape; D must match)", out, g1, g2)
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = 0 })) end,
+      "opts.temperature: 0 is not a finite number > 0", out, g1, g2)
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = -0.1 })) end,
+      "opts.temperature: -0.1 is not a finite number > 0", out, g1, g2)
+    H.expect_error(function() ploss.InfoNCELoss { temperature = 0 / 0 } end, "opts.temperature: nan")
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { grad_key = g1 })) end, "PLOSS_ERR_ALIAS", out, g1)
+  end)
+end)
+
+describe("criteria of several inputs", function()
+  it("read options edited after construction, offer the Torch7 aliases and print their options", function()
+    local a, p, n = triplet_inputs(5, 3, "f64", 61)
+    local crit = ploss.TripletMarginLoss { margin = 0.5 }
+    local mean = crit:updateOutput(a, p, n)
+    crit.reduction = "sum"
+    H.assert_close(crit:forward(a, p, n), 5 * mean, { rtol = 1e-14 })
+    local g = { crit:updateGradInput(a, p, n) }
+    local want = { F.triplet_margin_backward(a, p, n, 1, { margin = 0.5, reduction = "sum" }) }
+    for k = 1, 3 do H.assert_equal(g[k], want[k]) end
+    crit.swap = "yes"
+    H.expect_error(function() crit:forward(a, p, n) end, "swap: expected a boolean")
+    assert.truthy(tostring(ploss.InfoNCELoss { temperature = 0.5 }):find("temperature=0.5", 1, true))
+    -- the gradient buffers are reused between calls of the same sizes
+    local c2 = ploss.BatchHardTripletLoss {}
+    local x, y = ploss.randn({ 6, 2 }, { dtype = "f64", seed = 1 }), ploss.tensor({ 0, 0, 1, 1, 2, 2 }, { dtype = "i64" })
+    local _, g1 = c2(x, y)
+    local _, g2 = c2(x, y)
+    assert.are.equal(g1, g2)
+  end)
+end)
