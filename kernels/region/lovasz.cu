@@ -18,8 +18,9 @@
  *  - one thread per pixel recomputes its softmax and writes the gradient.
  * Nothing uses a float atomic: the results are bitwise the same on every run.  Invalid
  * labels are reported through the context's error slot and their pixels treated as ignored.
- * The workspace (keys, values, errors, counts: about 28 bytes per class-pixel pair for
- * f32) is the context's, reused by the next call.
+ * The workspace (keys and values double-buffered for the sort, the counts in the free key
+ * buffer, the errors: 28 bytes per class-pixel pair for f32, plus CUB's small temporary) is
+ * the context's, reused by the next call.
  */
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -228,9 +229,9 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
         ++end_bit;
 
     size_t sort_bytes = 0, scan_bytes = 0;
-    if (cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint64_t *)nullptr, (uint64_t *)nullptr,
-                                        (const int32_t *)nullptr, (int32_t *)nullptr, E, 1, end_bit,
-                                        stream) != cudaSuccess ||
+    cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
+    cub::DoubleBuffer<int32_t> vals(nullptr, nullptr);
+    if (cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, vals, E, 1, end_bit, stream) != cudaSuccess ||
         cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, (const int32_t *)nullptr, (int32_t *)nullptr, E,
                                       stream) != cudaSuccess)
         return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: CUB temporary storage query failed");
@@ -242,31 +243,33 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     ploss_status st = ploss_workspace(ctx, total, (void **)&ws);
     if (st)
         return st;
-    uint64_t *keys_in = (uint64_t *)ws, *keys_out = (uint64_t *)(ws + b_keys);
-    int32_t *vals_in = (int32_t *)(ws + 2 * b_keys), *vals_out = (int32_t *)(ws + 2 * b_keys + b_vals);
+    keys = cub::DoubleBuffer<uint64_t>((uint64_t *)ws, (uint64_t *)(ws + b_keys));
+    vals = cub::DoubleBuffer<int32_t>((int32_t *)(ws + 2 * b_keys), (int32_t *)(ws + 2 * b_keys + b_vals));
     A *err = (A *)(ws + 2 * b_keys + 2 * b_vals);
     A *partial = (A *)((char *)err + b_err);
     double *seg_loss = (double *)((char *)partial + b_part);
     int64_t *seg_count = (int64_t *)((char *)seg_loss + b_seg);
     A *omega = (A *)((char *)seg_count + b_seg);
     void *temp = (char *)omega + b_seg;
-    /* after the sort keys_in is free: the foreground bits and their scan live there */
-    int32_t *fg = (int32_t *)keys_in, *count = (int32_t *)keys_in + E;
 
-    lovasz_keys<T, TI><<<grid_blocks(NS, THREADS), THREADS, 0, stream>>>(*p, M, keys_in, vals_in, err,
+    lovasz_keys<T, TI><<<grid_blocks(NS, THREADS), THREADS, 0, stream>>>(*p, M, keys.Current(), vals.Current(), err,
                                                                          ctx->error_slot);
     if ((st = check_launch("lovasz_softmax keys")))
         return st;
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys_in, keys_out, vals_in, vals_out, E, 1,
-                                                    end_bit, stream);
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, vals, E, 1, end_bit, stream);
     if (e != cudaSuccess)
         return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the radix sort: %s", cudaGetErrorString(e));
-    lovasz_foreground<<<grid_blocks(E, THREADS), THREADS, 0, stream>>>(keys_out, E, fg);
+    /* the sorted keys and values are Current(); the other key buffer holds the foreground
+     * bits and their scan */
+    const uint64_t *sorted_keys = keys.Current();
+    const int32_t *sorted_vals = vals.Current();
+    int32_t *fg = (int32_t *)keys.Alternate(), *count = fg + E;
+    lovasz_foreground<<<grid_blocks(E, THREADS), THREADS, 0, stream>>>(sorted_keys, E, fg);
     if ((st = check_launch("lovasz_softmax foreground")))
         return st;
     if ((e = cub::DeviceScan::InclusiveSum(temp, scan_bytes, (const int32_t *)fg, count, E, stream)) != cudaSuccess)
         return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the foreground scan: %s", cudaGetErrorString(e));
-    lovasz_weights<A><<<(unsigned)(nseg * chunks), THREADS, 0, stream>>>(keys_out, vals_out, count, M, chunks,
+    lovasz_weights<A><<<(unsigned)(nseg * chunks), THREADS, 0, stream>>>(sorted_keys, sorted_vals, count, M, chunks,
                                                                         want_grad, err, partial);
     if ((st = check_launch("lovasz_softmax weights")))
         return st;
