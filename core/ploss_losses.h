@@ -1129,6 +1129,8 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * are not ignore_index are an error (INVALID_LABEL). The CUDA backend sorts every (group,
  * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
  * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+ * It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
+ * and the gradient are computed in f64.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
  *                 with class-index targets, any shape with float targets; any strides (a crop

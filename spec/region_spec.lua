@@ -318,7 +318,7 @@ describe("LovaszSoftmaxLoss edge cases", function()
       local o = { ignore_index = 1, classes = classes, reduction = "none" }
       H.assert_close(F.lovasz_softmax(x, y, o), reference(x, y, o), { rtol = 1e-12, atol = 1e-15 })
       local g = F.lovasz_softmax_backward(x, y, nil, merge(o, { reduction = "mean" }))
-      local gy, yv, gv = y:flat(), nil, g:permute(1, 3, 4, 2):contiguous():flat()
+      local gy, gv = y:flat(), g:permute(1, 3, 4, 2):contiguous():flat()
       for i = 1, #gy do
         if gy[i] == 1 then
           for c = 1, 3 do assert.are.equal(0, gv[(i - 1) * 3 + c]) end
@@ -1124,9 +1124,7 @@ describe("AffinityLoss", function()
           local o = { kernel_size = k, reduction = red }
           local want = window_reference(x, y, o)
           local got = F.affinity(x, y, o)
-          if red == "none" then
-            -- the map attributes each pair to its first cell: compare the sum, and the map of
-            -- the symmetric loss (pair terms are symmetric in a and b)
+          if red == "none" then -- each pair's term on its first cell, in both
             H.assert_close(got:flat(), want, { rtol = 1e-12, atol = 1e-14, what = table.concat(sizes, "x") .. " k " .. k })
           else
             H.assert_close(got, want, { rtol = 1e-12, what = table.concat(sizes, "x") .. " k " .. k .. " " .. red })

@@ -56,5 +56,7 @@ class absent from a group's labels is skipped with classes = 'present' and gives
 max_i p_ic with 'all' (the reference project's setting); C = 1 gives 0.  Labels outside [0, C)
 that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts every
 (group, class) segment at once with CUB's radix sort on (segment, error) keys and counts the
-foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.]],
+foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
+and the gradient are computed in f64.]],
 }
