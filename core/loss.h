@@ -34,7 +34,8 @@ typedef enum {
 /* Extra tensors between the target and the options. */
 typedef enum {
     PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
-    PLOSS_TENSOR_BROADCAST = 1     /* broadcast over the input (BCE's weight, pos_weight)   */
+    PLOSS_TENSOR_BROADCAST = 1,    /* broadcast over the input (BCE's weight, pos_weight)   */
+    PLOSS_TENSOR_CLASS_IDS = 2     /* a vector of class indices, any numeric dtype          */
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2

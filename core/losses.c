@@ -974,6 +974,10 @@ static const ploss_loss_spec lovasz_softmax_spec = {
     .policy = PLOSS_POLICY_LOVASZ_SOFTMAX,
     .target = PLOSS_LOSS_TARGET_INDEX,
     .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "class_ids", .kind = PLOSS_TENSOR_CLASS_IDS},
+    },
 };
 
 static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -987,8 +991,8 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
-    if ((unsigned)o.classes >= 2)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.classes: %d is not one of present (0), all (1)", (int)o.classes);
+    if ((unsigned)o.classes >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.classes: %d is not one of present (0), all (1), listed (2)", (int)o.classes);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .classes = (int)o.classes,
@@ -1001,25 +1005,26 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
 }
 
 ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss)
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .loss = loss};
     return lovasz_softmax(ctx, PLOSS_PASS_FORWARD, &a, opts);
 }
 
 ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .grad_loss = grad_loss, .grad_input = grad_input};
     return lovasz_softmax(ctx, PLOSS_PASS_BACKWARD, &a, opts);
 }
 
 ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .loss = loss, .grad_input = grad_input};
     return lovasz_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 

@@ -1074,10 +1074,13 @@ ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const
  *                    (Berman et al.'s default)
  *   ALL              every class; a class absent from the group's labels has L_c = the largest
  *                    p_c over its valid pixels
+ *   LISTED           the classes of class_ids, present in the group or not (Berman et al.'s
+ *                    list)
  */
 typedef enum ploss_lovasz_classes {
     PLOSS_LOVASZ_PRESENT = 0,
     PLOSS_LOVASZ_ALL = 1,
+    PLOSS_LOVASZ_LISTED = 2,
     PLOSS_LOVASZ_CLASSES_COUNT
 } ploss_lovasz_classes;
 
@@ -1104,7 +1107,8 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
 /**
  * Lovász-softmax loss, forward (Berman, Rannen Triki, Blaschko, "The Lovász-Softmax loss: A
  * tractable surrogate for the optimization of the intersection-over-union measure in neural
- * networks", CVPR 2018 (its lovasz_softmax with classes 'present' or 'all' and per_image)).
+ * networks", CVPR 2018 (its lovasz_softmax with classes 'present', 'all' or a list, and
+ * per_image)).
  * In each group (the whole batch, or one image with per_image) and for each class c, with p the
  * softmax over the C classes, the errors of the valid pixels e_i = 1 − p_ic where y_i = c and
  * e_i = p_ic elsewhere are sorted in decreasing order e_(1) ≥ e_(2) ≥ … (ties by
@@ -1138,6 +1142,9 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  *                 over the whole batch; the target, and grad_input, have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
+ * in  class_ids   NULL, or with classes = 'listed': the class indices that count, in [0, C) (a
+ *                 Lua list or a tensor of any numeric dtype on the input's device; on CUDA an
+ *                 index outside [0, C) is reported as an invalid label).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
  *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
@@ -1148,7 +1155,8 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  *           2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss);
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss);
 
 /**
  * Lovász-softmax loss, backward. The sort order is held fixed (the loss is piecewise linear in
@@ -1157,21 +1165,21 @@ ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *inpu
  * ω_c·∂L_c/∂p_ic, ω_c the weight of L_c in the reduced loss (1/(groups × counted
  * classes of the group) for 'mean', 1 for 'sum', the upstream gradient for 'none'). Ignored
  * pixels get an exactly zero gradient.
- * in  input, target, opts   as given to _forward.
+ * in  input, target, class_ids, opts   as given to _forward.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
  * Statuses: as _forward.
  */
 ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
 
 /** Lovász-softmax loss, forward and backward in one pass (see the conventions above).
  *  Statuses: as _forward. */
 ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_lovasz_softmax_opts *opts, DLTensor *loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Soft Dice loss (binary) ----------------------------------------------------------- */
 

@@ -229,17 +229,17 @@ static void fz_init_ploss_lovasz_softmax_opts(void *o) { ploss_lovasz_softmax_op
 
 static ploss_status fz_call_lovasz_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_lovasz_softmax_forward(ctx, t[0], t[1], o, t[2]);
+    return ploss_lovasz_softmax_forward(ctx, t[0], t[1], t[2], o, t[3]);
 }
 
 static ploss_status fz_call_lovasz_softmax_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_lovasz_softmax_backward(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_lovasz_softmax_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_lovasz_softmax_fused(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_lovasz_softmax_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static void fz_init_ploss_soft_dice_opts(void *o) { ploss_soft_dice_opts_init(o); }
@@ -482,18 +482,18 @@ static ploss_status fz_call_affinity_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+    {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_lovasz_softmax_backward", .call = fz_call_lovasz_softmax_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_backward", .call = fz_call_lovasz_softmax_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_lovasz_softmax_fused", .call = fz_call_lovasz_softmax_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_fused", .call = fz_call_lovasz_softmax_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_soft_dice_forward", .call = fz_call_soft_dice_forward, .nslots = 3, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \

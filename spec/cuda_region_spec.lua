@@ -130,6 +130,25 @@ describe("CUDA Lovász-softmax against the CPU", function()
     end)
   end
 
+  it("classes = 'listed' (present and absent classes); an index outside [0, C) through the error slot", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x, y = separated_inputs({ 2, 5, 6, 6 }, dtype, 900)
+      local xc = x:to(dtype)
+      for _, o in ipairs { { classes = "listed", class_ids = { 0, 4 } },
+                           { classes = "listed", class_ids = { 3 }, per_image = true, reduction = "none" } } do
+        local lc, gc = F.lovasz_softmax_fused(xc, y, o)
+        local lg, gg = F.lovasz_softmax_fused(xc:to(DEV), y:to(DEV), o)
+        close(lg, lc, TOL[dtype].loss, 0, dtype .. " listed loss")
+        close(gg, gc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " listed grad")
+      end
+    end
+    local x = ploss.randn({ 2, 3, 4, 4 }, { device = DEV, seed = 901 })
+    local y = ploss.randint(0, 3, { 2, 4, 4 }, { device = DEV, seed = 902 })
+    H.expect_error(function() local _ = F.lovasz_softmax(x, y, { classes = "listed", class_ids = { 0, 3 } }) end,
+      ON_GPU and "PLOSS_ERR_INVALID_LABEL" or "PLOSS_ERR_INVALID_ARGUMENT")
+    if ON_GPU then ploss.synchronize(DEV) end
+  end)
+
   it("larger maps (19 classes, many chunks per segment): loss, fused = split, bitwise repeatable", function()
     for _, sizes in ipairs { { 2, 19, 96, 64 }, { 1, 3, 300, 300 } } do
       for _, dtype in ipairs { "f32", "bf16" } do

@@ -70,7 +70,12 @@ local function reference(x, y, opts)
         prev = J
       end
       L[g][c] = sum
-      counted[g][c] = classes == "all" or P > 0
+      if classes == "listed" then
+        counted[g][c] = false
+        for _, id in ipairs(opts.class_ids) do counted[g][c] = counted[g][c] or id == c - 1 end
+      else
+        counted[g][c] = classes == "all" or P > 0
+      end
     end
   end
   if reduction == "none" then
@@ -200,6 +205,58 @@ describe("LovaszSoftmaxLoss against the reference implementation", function()
       end
     end)
   end
+end)
+
+describe("LovaszSoftmaxLoss with a list of classes", function()
+  it("classes = 'listed': those classes, present or not, against the reference", function()
+    for si, sizes in ipairs { { 2, 4, 3, 5 }, { 3, 5, 7 } } do
+      local x = ploss.randn(sizes, { dtype = "f64", seed = 150 + si, std = 2 })
+      H.seed(160 + si)
+      local y = H.random_labels(H.sample_sizes(sizes), sizes[2] - 1, { ignore = 0.2 }) -- the last class absent
+      for _, ids in ipairs { { 0, 2 }, { sizes[2] - 1 }, { 1, 1, 3 } } do
+        for _, per_image in ipairs { false, true } do
+          for _, red in ipairs { "mean", "sum", "none" } do
+            local o = { classes = "listed", class_ids = ids, per_image = per_image, reduction = red }
+            local want = reference(x, y, o)
+            H.assert_close(loss_values(F.lovasz_softmax(x, y, o)), type(want) == "number" and { want } or want,
+              { rtol = 1e-12, atol = 1e-15, what = string.format("ids {%s} per_image %s %s", table.concat(ids, ","),
+                tostring(per_image), red) })
+          end
+        end
+      end
+      -- a tensor of indices (i64) is the list
+      local o = { classes = "listed", class_ids = { 0, 2 } }
+      local ot = { classes = "listed", class_ids = ploss.tensor({ 0, 2 }, { dtype = "i64" }) }
+      local l, g = F.lovasz_softmax_fused(x, y, o)
+      local lt, gt = F.lovasz_softmax_fused(x, y, ot)
+      assert.are.equal(l, lt)
+      H.assert_equal(gt, g)
+    end
+  end)
+
+  it("central differences with a listed absent class", function()
+    local x = ploss.randn({ 2, 3, 3, 3 }, { dtype = "f64", seed = 171 })
+    local y = H.random_labels({ 2, 3, 3 }, 2, { ignore = 0.1 })
+    local o = { classes = "listed", class_ids = { 1, 2 } }
+    H.gradcheck(H.loss_objective("lovasz_softmax", y, o), x, F.lovasz_softmax_backward(x, y, nil, o), { atol = 1e-9 })
+  end)
+
+  it("bad lists: an error naming class_ids", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { seed = 172 })
+    local y = ploss.randint(0, 3, { 2, 2, 2 }, { seed = 173 })
+    local loss = ploss.empty({})
+    H.expect_error(function() F.lovasz_softmax(x, y, { classes = "listed", out = loss }) end,
+      { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: required with classes = 'listed'" }, loss)
+    H.expect_error(function() F.lovasz_softmax(x, y, { class_ids = { 1 }, out = loss }) end,
+      { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: given while opts.classes is not 'listed'" }, loss)
+    for _, bad in ipairs { 3, -1, 0.5 } do
+      H.expect_error(function() F.lovasz_softmax(x, y, { classes = "listed", class_ids = { 0, bad }, out = loss }) end,
+        { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: element 1 = " }, loss)
+    end
+    H.expect_error(function()
+      F.lovasz_softmax(x, y, { classes = "listed", class_ids = ploss.zeros({ 2, 2 }, { dtype = "i64" }), out = loss })
+    end, { "PLOSS_ERR_SHAPE", "class_ids: expected a vector of class indices" }, loss)
+  end)
 end)
 
 describe("LovaszSoftmaxLoss gradient", function()

@@ -157,7 +157,8 @@ local SHAPE = {
   },
 }
 
-local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" } }
+local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, class_ids = { "D|C", "i|f" } }
+local TENSOR_DOC = { class_vector = "C values", broadcast = "broadcast over the input", class_ids = "class indices" }
 
 local function state_shape(desc)
   if desc.state.components == 1 then return "the target's shape" end
@@ -662,7 +663,7 @@ local function gen_docs()
     end
     for _, t in ipairs(d.tensors) do
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
-        t.kind == "class_vector" and "C values" or "broadcast over the input", t.doc)
+        TENSOR_DOC[t.kind], t.doc)
     end
     w("| `reduction` | 'none' \\| 'mean' \\| 'sum' | 'mean' | | |")
     if not d.inputs then w("| `inplace` | boolean | false | | the fused gradient overwrites the input |") end

@@ -113,6 +113,33 @@ static ploss_status check_labels(const ploss_region_problem *p)
     return PLOSS_OK;
 }
 
+/* Lovász's class_ids: given exactly with classes = 'listed'; a vector (or one index) of any
+ * numeric dtype on ctx's device; on the CPU each an integer in [0, C). */
+static ploss_status check_class_ids(ploss_ctx_t *ctx, const DLTensor *ids, int listed, int64_t C, ploss_view *v)
+{
+    ploss_status st;
+    if (!ids)
+        return listed ? ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "class_ids: required with classes = 'listed'")
+                      : PLOSS_OK;
+    if (!listed)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "class_ids: given while opts.classes is not 'listed' (the list would be ignored)");
+    if ((st = ploss_view_init(v, ids, "class_ids")) || (st = ploss_view_check_device(v, ctx, "class_ids")))
+        return st;
+    if (v->ndim > 1)
+        return ploss_check_shape_error("class_ids", "a vector of class indices", v);
+    if (ctx->device.device_type != kDLCPU)
+        return PLOSS_OK;
+    for (int64_t k = 0; k < v->numel; ++k) {
+        const double c = ploss_load(v->data, v->dtype, k * (v->ndim ? v->strides[0] : 0));
+        if (!(c >= 0.0 && c < (double)C && c == floor(c)))
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "class_ids: element %lld = %g is not a class index in [0, %lld)", (long long)k, c,
+                               (long long)C);
+    }
+    return PLOSS_OK;
+}
+
 /* A call without pixels: nothing to differentiate; the loss is 0 (Lovász), 1 − smooth/smooth
  * per group (Dice: 0, NaN when smooth = 0; 'mean' of no group NaN) or, for the stencils, NaN
  * ('mean' of no valid pixel) and 0. */
@@ -184,8 +211,13 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     const int per_image = dice && !binary ? spec->policy == PLOSS_POLICY_GENERALIZED_SOFT_DICE : o->per_image;
     const loss_groups groups = affinity ? PER_PIXEL : !dice ? PER_GROUP_CLASS : per_image ? PER_SAMPLE : ONE;
 
-    /* the class weights of the Dice losses */
-    const DLTensor *weight = spec->ntensors > 0 ? a->tensors[0] : NULL;
+    /* the class weights of the Dice losses, or Lovász's list of classes */
+    const DLTensor *weight = spec->ntensors > 0 && spec->tensors[0].kind == PLOSS_TENSOR_CLASS_VECTOR ? a->tensors[0]
+                                                                                                     : NULL;
+    const DLTensor *ids = spec->ntensors > 0 && spec->tensors[0].kind == PLOSS_TENSOR_CLASS_IDS ? a->tensors[0] : NULL;
+    ploss_view iv;
+    if (!dice && !affinity && (st = check_class_ids(ctx, ids, o->classes == PLOSS_LOVASZ_LISTED, C, &iv)))
+        return st;
     if (weight) {
         if (o->class_weights == PLOSS_DICE_WEIGHTS_SUDRE)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
@@ -225,12 +257,12 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
 
     /* outputs may not overlap the inputs nor each other; a fused pass may write the
      * gradient over the input when asked to */
-    const ploss_view *ins[4] = {&x, &t, pass == PLOSS_PASS_BACKWARD ? &gl : NULL, weight ? &w : NULL};
-    const char *in_names[4] = {"input", "target", "grad_loss", "weight"};
+    const ploss_view *ins[5] = {&x, &t, pass == PLOSS_PASS_BACKWARD ? &gl : NULL, weight ? &w : NULL, ids ? &iv : NULL};
+    const char *in_names[5] = {"input", "target", "grad_loss", "weight", "class_ids"};
     const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
     const char *out_names[2] = {"loss", "grad_input"};
     const int inplace = pass == PLOSS_PASS_FUSED && o->inplace;
-    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 4, inplace ? 1 : -1, inplace ? 0 : -1)))
+    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 5, inplace ? 1 : -1, inplace ? 0 : -1)))
         return st;
     if (inplace && (st = ploss_check_inplace_request(&g, &x)))
         return st;
@@ -298,6 +330,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         p.kernel_size = o->kernel_size;
     } else {
         p.present = o->classes == PLOSS_LOVASZ_PRESENT;
+        if (ids) {
+            p.ids = iv.data; p.ids_dtype = iv.dtype; p.ids_n = iv.numel; p.ids_s = iv.ndim ? iv.strides[0] : 0;
+        }
     }
     if (!binary && ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;

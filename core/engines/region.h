@@ -68,6 +68,8 @@ typedef struct ploss_region_problem {
 
     /* Lovász-softmax */
     int present;    /* 1: only classes present in a group's labels count               */
+    const void *ids; ploss_dtype ids_dtype; int64_t ids_n, ids_s; /* classes = 'listed':
+                       the classes that count (NULL: present or all)                   */
 
     /* soft Dice */
     int binary;              /* one sigmoid per element against a float target of the

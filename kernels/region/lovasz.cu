@@ -137,25 +137,42 @@ __global__ void lovasz_segments(const A *partial, const int32_t *count, int64_t 
 
 /* One thread: the reduction over groups and classes (fixed order, double), the loss, and
  * the weight ω of each L_gc in the reduced loss. */
+/* Class c counts in a group with seg_count P: listed (classes = 'listed'; an index outside
+ * [0, C) is reported in the error slot), present, or always ('all'). */
+__device__ __forceinline__ int class_counts(const ploss_region_problem &p, int64_t c, int64_t P)
+{
+    if (!p.ids)
+        return !p.present || P > 0;
+    for (int64_t k = 0; k < p.ids_n; ++k)
+        if (load_int_dyn(p.ids, p.ids_dtype, k * p.ids_s) == c)
+            return 1;
+    return 0;
+}
+
 template <class A>
 __global__ void lovasz_finish(const ploss_region_problem p, const double *seg_loss, const int64_t *seg_count,
-                              A *omega)
+                              A *omega, int64_t *error_slot)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
+    for (int64_t k = 0; p.ids && k < p.ids_n; ++k) {
+        const double id = load_dyn(p.ids, p.ids_dtype, k * p.ids_s);
+        if (!(id >= 0.0 && id < (double)p.C && id == floor(id)))
+            report_invalid_label(error_slot, (int64_t)id);
+    }
     const int64_t G = p.per_image ? p.N : 1;
     double total = 0.0;
     for (int64_t g = 0; g < G; ++g) {
         int64_t counted = 0;
         double group = 0.0;
         for (int64_t c = 0; c < p.C; ++c)
-            if (!p.present || seg_count[g * p.C + c] > 0) {
+            if (class_counts(p, c, seg_count[g * p.C + c])) {
                 ++counted;
                 group += seg_loss[g * p.C + c];
             }
         for (int64_t c = 0; c < p.C; ++c) {
             const int64_t seg = g * p.C + c;
-            const int counts = !p.present || seg_count[seg] > 0;
+            const int counts = class_counts(p, c, seg_count[seg]);
             double w = 0.0;
             if (counts) {
                 w = p.reduction == PLOSS_REDUCTION_MEAN ? 1.0 / ((double)G * (double)counted) : 1.0;
@@ -277,7 +294,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
                                                                          seg_count);
     if ((st = check_launch("lovasz_softmax segments")))
         return st;
-    lovasz_finish<A><<<1, 1, 0, stream>>>(*p, seg_loss, seg_count, want_grad ? omega : nullptr);
+    lovasz_finish<A><<<1, 1, 0, stream>>>(*p, seg_loss, seg_count, want_grad ? omega : nullptr, ctx->error_slot);
     if ((st = check_launch("lovasz_softmax finish")))
         return st;
     if (want_grad) {

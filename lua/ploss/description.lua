@@ -27,7 +27,8 @@
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
 --   tensors      extra tensors between target and opts, in argument order:
---                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input),
+--                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
+--                  'class_ids' (a vector of class indices),
 --                  what (one <what> per class), required, priors, doc }
 --   state        nil, or { name, components (per sample), doc }: what forward saves for
 --                backward

@@ -133,20 +133,30 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
         goto done;
     }
 
-    /* 3. the reduction and the weight of each L_gc in it */
+    /* 3. the reduction and the weight of each L_gc in it; which classes count */
     {
+        int *listed = NULL;
+        if (p->ids) {
+            if ((st = ploss_alloc(ctx, (size_t)C * sizeof(int), (void **)&listed)))
+                goto done;
+            for (int64_t c = 0; c < C; ++c)
+                listed[c] = 0;
+            for (int64_t k = 0; k < p->ids_n; ++k)
+                listed[ploss_load_int(p->ids, p->ids_dtype, k * p->ids_s)] = 1; /* the front checked the range */
+        }
+#define COUNTS(seg) (listed ? listed[(seg) % C] : !p->present || seg_count[seg] > 0)
         double total = 0.0;
         for (int64_t g = 0; g < G; ++g) {
             int64_t counted = 0;
             double group = 0.0;
             for (int64_t c = 0; c < C; ++c)
-                if (!p->present || seg_count[g * C + c] > 0) {
+                if (COUNTS(g * C + c)) {
                     ++counted;
                     group += seg_loss[g * C + c];
                 }
             for (int64_t c = 0; c < C; ++c) {
                 const int64_t seg = g * C + c;
-                const int counts = !p->present || seg_count[seg] > 0;
+                const int counts = COUNTS(seg);
                 double w = 0.0;
                 if (counts) {
                     if (p->reduction == PLOSS_REDUCTION_MEAN)
@@ -170,6 +180,8 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
         if (p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE)
             ploss_store(p->loss, p->loss_dtype, 0,
                         p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)G : total);
+#undef COUNTS
+        ploss_free(ctx, listed);
     }
 
     /* 4. the gradient through the softmax; zero at ignored pixels */

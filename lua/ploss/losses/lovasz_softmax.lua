@@ -5,7 +5,7 @@ return {
   title = "Lovász-softmax loss",
   source = "Berman, Rannen Triki, Blaschko, \"The Lovász-Softmax loss: A tractable surrogate for the " ..
     "optimization of the intersection-over-union measure in neural networks\", CVPR 2018 (its " ..
-    "lovasz_softmax with classes 'present' or 'all' and per_image)",
+    "lovasz_softmax with classes 'present', 'all' or a list, and per_image)",
   shape = "region",
   policy = "lovasz_softmax",
   target = "index",
@@ -18,7 +18,14 @@ return {
           "(Berman et al.'s default)" },
         { "all", "ALL", "every class; a class absent from the group's labels has L_c = the largest p_c " ..
           "over its valid pixels" },
+        { "listed", "LISTED", "the classes of class_ids, present in the group or not (Berman et al.'s list)" },
       } },
+  },
+  tensors = {
+    { name = "class_ids", kind = "class_ids",
+      doc = "with classes = 'listed': the class indices that count, in [0, C) (a Lua list or a tensor of " ..
+        "any numeric dtype on the input's device; on CUDA an index outside [0, C) is reported as an " ..
+        "invalid label)" },
   },
   options = {
     { "classes", "enum", "present", ctype = "ploss_lovasz_classes",
