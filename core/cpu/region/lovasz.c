@@ -11,11 +11,10 @@
  *  3. the reduction over groups and classes in a fixed order, and the weight ω_gc of each
  *     L_gc in the reduced loss;
  *  4. per pixel (OpenMP): the gradient through the softmax.
- * Both buffers are freed before returning.
+ * Every buffer is freed before returning.
  */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "region.h"
 #include "scalar.h"
