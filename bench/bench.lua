@@ -32,7 +32,10 @@
 --   x ~ N(0, logit_std^2) by ploss_rand_normal(seed, offset 0) in the case's dtype;
 --   index targets: ploss_rand_int [0, C) with seed + 1; where ploss_rand_int [0,
 --   ignore_every) with seed + 2 is 0, the label is opts.ignore_index;
---   binary targets: ploss_rand_int [0, 2) with seed + 1, in x's dtype.
+--   binary targets: ploss_rand_int [0, 2) with seed + 1, in x's dtype;
+--   boxes (N×4 input and target): u = ploss_rand_int [0, 2^24) / 2^24 per coordinate (seed
+--   for the input, seed + 1 for the target), box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3,
+--   10·u2 + 0.5 + 5·u4) in f64, then in the case's dtype.
 local ffi = require "ffi"
 
 local script_dir = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "."
@@ -264,7 +267,29 @@ local function target_shape(shape)
   return s
 end
 
+-- N×4 valid boxes (the rule in the header) from seed, in dtype on the bench's device.
+local function random_boxes(shape, seed, dtype)
+  local u = ploss.randint(0, 2 ^ 24, shape, { seed = seed, offset = 0 })
+  local b = ploss.empty(shape, { dtype = "f64" })
+  local up, bp = ffi.cast("int64_t *", u:dl().data), ffi.cast("double *", b:dl().data)
+  for i = 0, shape[1] - 1 do
+    local u1, u2 = tonumber(up[4 * i]) / 2 ^ 24, tonumber(up[4 * i + 1]) / 2 ^ 24
+    local u3, u4 = tonumber(up[4 * i + 2]) / 2 ^ 24, tonumber(up[4 * i + 3]) / 2 ^ 24
+    bp[4 * i], bp[4 * i + 1] = 10 * u1, 10 * u2
+    bp[4 * i + 2], bp[4 * i + 3] = 10 * u1 + 0.5 + 5 * u3, 10 * u2 + 0.5 + 5 * u4
+  end
+  u:free()
+  local out = b:to(device, dtype)
+  if out ~= b then b:free() end
+  return out
+end
+
 local function make_inputs(case, shape)
+  if case.target == "boxes" then
+    local x, t = random_boxes(shape, SEED, case.dtype), random_boxes(shape, SEED + 1, case.dtype)
+    ploss.synchronize(device)
+    return x, t, 0
+  end
   local x = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED, offset = 0, std = STD })
   local t, ignored = nil, 0
   if case.target == "index" then
@@ -377,6 +402,10 @@ local function run_mode(case, spec, mode, x, t, base)
   local loss_dtype = x:dtype() == "f64" and "f64" or "f32"
   local use_state = mode == "fwd_bwd" and spec.state
 
+  -- in place, boxes are not one RNG call to regenerate: a pristine copy (made before the
+  -- memory baseline) is copied back instead
+  local pristine = mode == "inplace" and case.target == "boxes" and x:clone() or nil
+
   -- memory: the first call, with the outputs allocated after the baseline
   sync(ctx)
   local free0 = mem_free()
@@ -407,7 +436,11 @@ local function run_mode(case, spec, mode, x, t, base)
     end
   end
   local function regen()
-    ploss.check(C.ploss_rand_normal(ctx, x:dl(), SEED, 0, 0, STD), "ploss_rand_normal")
+    if pristine then
+      x:copy(pristine)
+    else
+      ploss.check(C.ploss_rand_normal(ctx, x:dl(), SEED, 0, 0, STD), "ploss_rand_normal")
+    end
   end
 
   call()
@@ -433,7 +466,8 @@ local function run_mode(case, spec, mode, x, t, base)
   -- gradient checksums (x is intact except in place, where it holds the gradient)
   if args.checksums then
     if mode == "inplace" then
-      local xs = ploss.randn(x:size(), { dtype = x:dtype(), device = device, seed = SEED, offset = 0, std = STD })
+      local xs = pristine and pristine:clone() or
+        ploss.randn(x:size(), { dtype = x:dtype(), device = device, seed = SEED, offset = 0, std = STD })
       rec.grad_sq, rec.grad_dot_x = checksums(xs, x)
       xs:free()
     else
@@ -441,6 +475,7 @@ local function run_mode(case, spec, mode, x, t, base)
     end
   end
   if mode == "inplace" then regen() sync(ctx) end
+  if pristine then pristine:free() end
 
   loss:free()
   if mode ~= "inplace" then grad:free() end

@@ -199,6 +199,20 @@ def load_cases(path):
     return spec
 
 
+def random_boxes(shape, seed, dtype, device, ploss):
+    """N×4 valid boxes by the rule of make_inputs (the same numbers as bench/bench.lua)."""
+    k = torch.empty(shape, dtype=torch.int64, device=device)
+    if ploss is not None:
+        ploss.rand_int(k, seed, 0, 0, 2 ** 24)
+    else:
+        k.random_(0, 2 ** 24, generator=torch.Generator(device=device).manual_seed(seed))
+    u = k.double() / 2 ** 24
+    del k
+    x1, y1 = 10 * u[:, 0], 10 * u[:, 1]
+    b = torch.stack([x1, y1, x1 + 0.5 + 5 * u[:, 2], y1 + 0.5 + 5 * u[:, 3]], dim=1)
+    return b.to(dtype)
+
+
 def make_inputs(case, shape, spec, device, ploss):
     """Logits x (dtype of the case) and target.
 
@@ -207,7 +221,13 @@ def make_inputs(case, shape, spec, device, ploss):
            uniform in [0, ignore_every) with seed + 2; where the mask is 0 the label is
            opts.ignore_index (so 1/ignore_every of the labels are ignored).
     binary 0/1 in x's dtype and shape, seed + 1.
+    boxes  N×4 input (seed) and target (seed + 1): u = rand_int [0, 2^24) / 2^24 per
+           coordinate, box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3, 10·u2 + 0.5 + 5·u4) in
+           float64, then in the case's dtype.
     """
+    if case["target"] == "boxes":
+        return (random_boxes(shape, int(spec["seed"]), TORCH_DTYPES[case["dtype"]], device, ploss),
+                random_boxes(shape, int(spec["seed"]) + 1, TORCH_DTYPES[case["dtype"]], device, ploss))
     seed, std = int(spec["seed"]), float(spec["logit_std"])
     dtype = TORCH_DTYPES[case["dtype"]]
     C = shape[1]
@@ -283,6 +303,30 @@ def baseline(case):
                 if alpha >= 0:
                     out = (alpha * t + (1 - alpha) * (1 - t)) * out
                 return out.mean()
+        return f
+
+    if loss == "complete_box_iou_loss":
+        eps = float(o.get("eps", 1e-7))
+        try:
+            from torchvision.ops import complete_box_iou_loss
+
+            def f(x, t):
+                return complete_box_iou_loss(x, t, reduction="mean", eps=eps)
+        except Exception:  # torchvision missing: its definition, written out
+            def f(x, t):
+                x1, y1, x2, y2 = x.unbind(-1)
+                X1, Y1, X2, Y2 = t.unbind(-1)
+                ow = (torch.min(x2, X2) - torch.max(x1, X1))
+                oh = (torch.min(y2, Y2) - torch.max(y1, Y1))
+                inter = torch.where((ow > 0) & (oh > 0), ow * oh, torch.zeros_like(ow))
+                union = (x2 - x1) * (y2 - y1) + (X2 - X1) * (Y2 - Y1) - inter
+                iou = inter / (union + eps)
+                diag = (torch.max(x2, X2) - torch.min(x1, X1)) ** 2 + (torch.max(y2, Y2) - torch.min(y1, Y1)) ** 2 + eps
+                rho = ((x1 + x2) / 2 - (X1 + X2) / 2) ** 2 + ((y1 + y2) / 2 - (Y1 + Y2) / 2) ** 2
+                v = (4 / math.pi ** 2) * (torch.atan((X2 - X1) / (Y2 - Y1)) - torch.atan((x2 - x1) / (y2 - y1))) ** 2
+                with torch.no_grad():
+                    alpha = v / (1 - iou + v + eps)
+                return (1 - iou + rho / diag + alpha * v).mean()
         return f
 
     if loss == "softmax_focal":
@@ -553,7 +597,7 @@ def reference(case, fn, x, t, chunk_bytes):
     else:
         def parts():
             x64 = x.detach().double().requires_grad_(True)
-            l64 = fn(x64, t.double() if case["target"] == "binary" else t)
+            l64 = fn(x64, t.double() if case["target"] in ("binary", "boxes") else t)
             l64.backward()
             yield float(l64.detach()), x64
 

@@ -115,6 +115,13 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
             st = ploss_cuda_memcpy(ctx->error_slot, zero, sizeof zero, PLOSS_COPY_H2D, ctx->stream);
             if (st != PLOSS_OK)
                 return st;
+            static const char *const box_sets[] = {"input", "target", "boxes1", "boxes2"};
+            if (slot[0] >= PLOSS_SLOT_INPUT_BOX && slot[0] <= PLOSS_SLOT_BOXES2_BOX)
+                return ploss_error(PLOSS_ERR_INVALID_BOX,
+                                   "%s: a CUDA kernel found box %lld (0-based) with x2 < x1 or y2 < y1 "
+                                   "(width or height < 0); the losses and gradients of the last calls on "
+                                   "this context are invalid",
+                                   box_sets[slot[0] - PLOSS_SLOT_INPUT_BOX], (long long)slot[1]);
             return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                "target: a CUDA kernel found class index %lld, outside [0, C) and "
                                "not ignore_index; the losses and gradients of the last calls on "

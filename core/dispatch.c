@@ -5,7 +5,9 @@
 #include "dispatch.h"
 
 #include "activations.h"
+#include "boxes.h"
 #include "elementwise.h"
+#include "ema.h"
 #include "gemm.h"
 #include "linear.h"
 #include "one_hot.h"
@@ -42,6 +44,9 @@ NO_CTX(cpu_optim, ploss_cpu_optim, ploss_optim_problem)
 WITH_CTX(cpu_triplet, ploss_cpu_triplet, ploss_triplet_problem)
 WITH_CTX(cpu_batch_hard, ploss_cpu_batch_hard, ploss_batch_hard_problem)
 WITH_CTX(cpu_infonce, ploss_cpu_infonce, ploss_infonce_problem)
+WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
+WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
+NO_CTX(cpu_ema, ploss_cpu_ema, ploss_ema_problem)
 WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
 WITH_CTX(cpu_dice, ploss_cpu_dice, ploss_region_problem)
 WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
@@ -63,6 +68,9 @@ WITH_CTX(cuda_optim, ploss_cuda_optim, ploss_optim_problem)
 WITH_CTX(cuda_triplet, ploss_cuda_triplet, ploss_triplet_problem)
 WITH_CTX(cuda_batch_hard, ploss_cuda_batch_hard, ploss_batch_hard_problem)
 WITH_CTX(cuda_infonce, ploss_cuda_infonce, ploss_infonce_problem)
+WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
+WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
+WITH_CTX(cuda_ema, ploss_cuda_ema, ploss_ema_problem)
 WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
 WITH_CTX(cuda_dice, ploss_cuda_dice, ploss_region_problem)
 WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
@@ -90,6 +98,9 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_PAIRS_TRIPLET] = {[CPU] = cpu_triplet, [GPU] = CUDA(cuda_triplet)},
     [PLOSS_OP_PAIRS_BATCH_HARD] = {[CPU] = cpu_batch_hard, [GPU] = CUDA(cuda_batch_hard)},
     [PLOSS_OP_PAIRS_INFONCE] = {[CPU] = cpu_infonce, [GPU] = CUDA(cuda_infonce)},
+    [PLOSS_OP_BOXES] = {[CPU] = cpu_boxes, [GPU] = CUDA(cuda_boxes)},
+    [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
+    [PLOSS_OP_EMA] = {[CPU] = cpu_ema, [GPU] = CUDA(cuda_ema)},
     [PLOSS_OP_REGION_LOVASZ] = {[CPU] = cpu_lovasz, [GPU] = CUDA(cuda_lovasz)},
     [PLOSS_OP_REGION_DICE] = {[CPU] = cpu_dice, [GPU] = CUDA(cuda_dice)},
     [PLOSS_OP_REGION_AFFINITY_FIELD] = {[CPU] = cpu_affinity_field, [GPU] = CUDA(cuda_affinity_field)},

@@ -29,6 +29,9 @@ typedef enum {
     PLOSS_OP_PAIRS_TRIPLET,          /* ploss_triplet_problem   */
     PLOSS_OP_PAIRS_BATCH_HARD,       /* ploss_batch_hard_problem */
     PLOSS_OP_PAIRS_INFONCE,          /* ploss_infonce_problem   */
+    PLOSS_OP_BOXES,                  /* ploss_boxes_problem     */
+    PLOSS_OP_BOX_PAIRS,              /* ploss_box_pairs_problem */
+    PLOSS_OP_EMA,                    /* ploss_ema_problem       */
     PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
     PLOSS_OP_REGION_DICE,            /* ploss_region_problem    */
     PLOSS_OP_REGION_AFFINITY_FIELD,  /* ploss_region_problem    */

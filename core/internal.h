@@ -93,8 +93,18 @@ struct ploss_ctx {
     int deterministic;
     void *workspace;     /* CUDA only: device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
-    int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label} */
+    int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label or box} */
     void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/support/gemm.cu) */
+};
+
+/* The flag of the CUDA error slot: what its second word names.  Any other nonzero flag is
+ * an invalid label. */
+enum {
+    PLOSS_SLOT_LABEL = 1,
+    PLOSS_SLOT_INPUT_BOX = 2,  /* the losses' input, target */
+    PLOSS_SLOT_TARGET_BOX = 3,
+    PLOSS_SLOT_BOXES1_BOX = 4, /* ploss_box_iou's boxes1, boxes2 */
+    PLOSS_SLOT_BOXES2_BOX = 5
 };
 
 /* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call

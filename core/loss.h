@@ -17,8 +17,9 @@ extern "C" {
 typedef enum {
     PLOSS_SHAPE_ROWS = 0,
     PLOSS_SHAPE_ELEMENTWISE = 1,
-    PLOSS_SHAPE_PAIRS = 2,
-    PLOSS_SHAPE_REGION = 3,
+    PLOSS_SHAPE_PAIRS = 2, /* N×D embeddings compared row with row or in tiles */
+    PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
+    PLOSS_SHAPE_REGION = 4, /* groups of pixels or their neighbourhoods, per class */
     PLOSS_SHAPE_COUNT
 } ploss_shape;
 
@@ -28,14 +29,16 @@ typedef enum {
     PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES, /* … or probabilities of the input's shape         */
     PLOSS_LOSS_TARGET_ELEMENTWISE,          /* float, the input's shape                          */
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
-    PLOSS_LOSS_TARGET_NONE                  /* no target argument                                */
+    PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
+    PLOSS_LOSS_TARGET_BOXES                 /* float N×4 boxes, as the input                     */
 } ploss_loss_target;
 
 /* Extra tensors between the target and the options. */
 typedef enum {
     PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
     PLOSS_TENSOR_BROADCAST = 1,    /* broadcast over the input (BCE's weight, pos_weight)   */
-    PLOSS_TENSOR_CLASS_IDS = 2     /* a vector of class indices, any numeric dtype          */
+    PLOSS_TENSOR_SAMPLE_VECTOR = 2, /* N values, one per sample (a box's weight, ignore mask) */
+    PLOSS_TENSOR_CLASS_IDS = 3     /* a vector of class indices, any numeric dtype          */
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2
@@ -104,6 +107,8 @@ typedef struct ploss_loss_params {
     double temperature;
     int symmetric;
     int normalize;
+    int box_format;           /* ploss_box_format */
+    int ciou_gradient;        /* ploss_ciou_gradient */
     int classes;              /* region: which classes count (ploss_lovasz_classes) */
     int per_image;            /* region: one group per sample rather than the whole batch */
     double exponent, smooth;  /* soft Dice: p of s^p, the smoothing term */
@@ -128,6 +133,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                             const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *p);

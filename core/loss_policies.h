@@ -18,12 +18,16 @@ typedef enum {
     PLOSS_POLICY_TRIPLET_MARGIN = 10, /* triplet_margin (pairs) */
     PLOSS_POLICY_BATCH_HARD_TRIPLET = 11, /* batch_hard_triplet (pairs) */
     PLOSS_POLICY_INFO_NCE = 12, /* info_nce (pairs) */
-    PLOSS_POLICY_LOVASZ_SOFTMAX = 13, /* lovasz_softmax (region) */
-    PLOSS_POLICY_SOFT_DICE = 14, /* soft_dice (region) */
-    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 15, /* generalized_soft_dice (region) */
-    PLOSS_POLICY_BATCH_SOFT_DICE = 16, /* batch_soft_dice (region) */
-    PLOSS_POLICY_AFFINITY_FIELD = 17, /* affinity_field (region) */
-    PLOSS_POLICY_AFFINITY = 18, /* affinity (region) */
+    PLOSS_POLICY_BOX_IOU = 13, /* box_iou_loss (boxes) */
+    PLOSS_POLICY_GENERALIZED_BOX_IOU = 14, /* generalized_box_iou_loss (boxes) */
+    PLOSS_POLICY_DISTANCE_BOX_IOU = 15, /* distance_box_iou_loss (boxes) */
+    PLOSS_POLICY_COMPLETE_BOX_IOU = 16, /* complete_box_iou_loss (boxes) */
+    PLOSS_POLICY_LOVASZ_SOFTMAX = 17, /* lovasz_softmax (region) */
+    PLOSS_POLICY_SOFT_DICE = 18, /* soft_dice (region) */
+    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 19, /* generalized_soft_dice (region) */
+    PLOSS_POLICY_BATCH_SOFT_DICE = 20, /* batch_soft_dice (region) */
+    PLOSS_POLICY_AFFINITY_FIELD = 21, /* affinity_field (region) */
+    PLOSS_POLICY_AFFINITY = 22, /* affinity (region) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

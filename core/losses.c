@@ -953,6 +953,278 @@ ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const
     return info_nce(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- box_iou_loss ------------------------------------------------------------------------ */
+
+void ploss_box_loss_opts_init(ploss_box_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->eps = 1e-7;
+    o->box_format = PLOSS_BOX_FORMAT_XYXY;
+    o->ciou_gradient = PLOSS_CIOU_GRADIENT_EXACT;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec box_iou_loss_spec = {
+    .name = "box_iou_loss",
+    .shape = PLOSS_SHAPE_BOXES,
+    .policy = PLOSS_POLICY_BOX_IOU,
+    .target = PLOSS_LOSS_TARGET_BOXES,
+    .min_classes = 1,
+    .ntensors = 2,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+        {.name = "ignore", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+    },
+};
+
+static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                 const ploss_box_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_box_loss_opts o;
+    ploss_box_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    if ((unsigned)o.box_format >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .eps = o.eps,
+        .box_format = (int)o.box_format,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &box_iou_loss_spec, a, &p);
+}
+
+ploss_status ploss_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss};
+    return box_iou_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .grad_loss = grad_loss, .grad_input = grad_input};
+    return box_iou_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss, .grad_input = grad_input};
+    return box_iou_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- generalized_box_iou_loss ------------------------------------------------------------ */
+
+static const ploss_loss_spec generalized_box_iou_loss_spec = {
+    .name = "generalized_box_iou_loss",
+    .shape = PLOSS_SHAPE_BOXES,
+    .policy = PLOSS_POLICY_GENERALIZED_BOX_IOU,
+    .target = PLOSS_LOSS_TARGET_BOXES,
+    .min_classes = 1,
+    .ntensors = 2,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+        {.name = "ignore", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+    },
+};
+
+static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                             const ploss_box_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_box_loss_opts o;
+    ploss_box_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    if ((unsigned)o.box_format >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .eps = o.eps,
+        .box_format = (int)o.box_format,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &generalized_box_iou_loss_spec, a, &p);
+}
+
+ploss_status ploss_generalized_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss};
+    return generalized_box_iou_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .grad_loss = grad_loss, .grad_input = grad_input};
+    return generalized_box_iou_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss, .grad_input = grad_input};
+    return generalized_box_iou_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- distance_box_iou_loss --------------------------------------------------------------- */
+
+static const ploss_loss_spec distance_box_iou_loss_spec = {
+    .name = "distance_box_iou_loss",
+    .shape = PLOSS_SHAPE_BOXES,
+    .policy = PLOSS_POLICY_DISTANCE_BOX_IOU,
+    .target = PLOSS_LOSS_TARGET_BOXES,
+    .min_classes = 1,
+    .ntensors = 2,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+        {.name = "ignore", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+    },
+};
+
+static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                          const ploss_box_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_box_loss_opts o;
+    ploss_box_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    if ((unsigned)o.box_format >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .eps = o.eps,
+        .box_format = (int)o.box_format,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &distance_box_iou_loss_spec, a, &p);
+}
+
+ploss_status ploss_distance_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss};
+    return distance_box_iou_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_distance_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .grad_loss = grad_loss, .grad_input = grad_input};
+    return distance_box_iou_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss, .grad_input = grad_input};
+    return distance_box_iou_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- complete_box_iou_loss --------------------------------------------------------------- */
+
+static const ploss_loss_spec complete_box_iou_loss_spec = {
+    .name = "complete_box_iou_loss",
+    .shape = PLOSS_SHAPE_BOXES,
+    .policy = PLOSS_POLICY_COMPLETE_BOX_IOU,
+    .target = PLOSS_LOSS_TARGET_BOXES,
+    .min_classes = 1,
+    .ntensors = 2,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+        {.name = "ignore", .kind = PLOSS_TENSOR_SAMPLE_VECTOR},
+    },
+};
+
+static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                          const ploss_box_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_box_loss_opts o;
+    ploss_box_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+    if ((unsigned)o.box_format >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    if ((unsigned)o.ciou_gradient >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .eps = o.eps,
+        .box_format = (int)o.box_format,
+        .ciou_gradient = (int)o.ciou_gradient,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &complete_box_iou_loss_spec, a, &p);
+}
+
+ploss_status ploss_complete_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss};
+    return complete_box_iou_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_complete_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .grad_loss = grad_loss, .grad_input = grad_input};
+    return complete_box_iou_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss, .grad_input = grad_input};
+    return complete_box_iou_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- lovasz_softmax ---------------------------------------------------------------------- */
 
 void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *o)

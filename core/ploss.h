@@ -13,9 +13,10 @@
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
  *  - CUDA work is queued on the context's stream; forward/backward never synchronise
- *    with the host.  Invalid labels found inside a CUDA kernel are recorded in the
- *    context's device-side error slot and reported (PLOSS_ERR_INVALID_LABEL) by the
- *    next call that synchronises: ploss_ctx_synchronize() or a copy to the host.
+ *    with the host.  Invalid labels (boxes) found inside a CUDA kernel are recorded in
+ *    the context's device-side error slot and reported (PLOSS_ERR_INVALID_LABEL,
+ *    PLOSS_ERR_INVALID_BOX) by the next call that synchronises: ploss_ctx_synchronize()
+ *    or a copy to the host.
  *  - Accumulation is fp32 for f16/bf16/f32 inputs on CUDA (at least fp32 on the CPU,
  *    which accumulates in f64), f64 for f64 inputs; gradients are written in the
  *    input's dtype; losses are f32 (f64 for f64 inputs).
@@ -53,6 +54,7 @@ typedef enum ploss_status {
     PLOSS_ERR_OUT_OF_MEMORY = 8,    /* host or device allocation failed                  */
     PLOSS_ERR_UNSUPPORTED = 9,      /* e.g. a CUDA tensor with a library built w/o CUDA  */
     PLOSS_ERR_CUDA = 10,            /* a CUDA runtime error (message has its string)     */
+    PLOSS_ERR_INVALID_BOX = 11,     /* a box with x2 < x1 or y2 < y1 (width/height < 0)  */
     PLOSS_STATUS_COUNT
 } ploss_status;
 
@@ -120,7 +122,8 @@ ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic);
 int ploss_ctx_deterministic(const ploss_ctx_t *ctx);
 
 /** Wait for the context's stream, then report and clear the device error slot.
- *  Statuses: INVALID_LABEL (a kernel saw a label outside [0, C)), CUDA. */
+ *  Statuses: INVALID_LABEL (a kernel saw a label outside [0, C)), INVALID_BOX (a box
+ *  with x2 < x1 or y2 < y1), CUDA. */
 ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx);
 
 /* ------------------------------------------------------------------------------------ */
@@ -364,6 +367,40 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
                              DLTensor *exp_avg, DLTensor *exp_avg_sq, int64_t step,
                              const ploss_adam_opts *opts);
 
+/** Options of ploss_ema_update; fill with ploss_ema_opts_init(). */
+typedef struct ploss_ema_opts {
+    double decay; /* d in [0, 1]; default 0.9999                                             */
+    int warmup;   /* 1: d = min(decay, (1 + t)/(10 + t)) (TensorFlow's ExponentialMovingAverage
+                     with num_updates); 0: d = decay; default 1                                */
+} ploss_ema_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_ema_opts_init(ploss_ema_opts *opts);
+
+/**
+ * One update of the exponential moving averages of n tensors, all in one pass (one launch
+ * on CUDA for up to 256 tensors): for a float tensor
+ *     shadow ← shadow + (1 − d)·(param − shadow)   (= d·shadow + (1 − d)·param),
+ * computed in f32 (f64 for f64), and for an integer tensor (a step counter) shadow ← param.
+ * t = `updates` is the number of earlier updates (0 for the first), for the warm-up.
+ * in/out shadows  n tensors; shadows[i] has params[i]'s shape and dtype (any dtype),
+ *                 contiguous, on the context's device.
+ * in     params   n tensors, contiguous; none may overlap a shadow.
+ * Statuses: INVALID_ARGUMENT (NULL ctx, lists or tensors, n < 0, updates < 0, decay
+ *           outside [0, 1], warmup not 0/1), SHAPE, DTYPE, DEVICE, LAYOUT (a tensor that is
+ *           not contiguous), ALIAS, UNSUPPORTED, CUDA.  Nothing is written on an error.
+ */
+ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const DLTensor *const *params,
+                              int64_t n, int64_t updates, const ploss_ema_opts *opts);
+
+/**
+ * Exchange the contents of a[i] and b[i] for i < n, in one pass (EMA's apply / restore:
+ * the averaged weights into the model and the live ones into the shadows, without a third
+ * buffer).  a[i] and b[i]: the same shape and dtype, contiguous, not overlapping any other.
+ * Statuses: as ploss_ema_update.
+ */
+ploss_status ploss_ema_swap(ploss_ctx_t *ctx, DLTensor *const *a, DLTensor *const *b, int64_t n);
+
 
 /* ---- One-hot encoding with label smoothing ------------------------ */
 
@@ -463,6 +500,50 @@ ploss_status ploss_log_taylor_softmax_backward(ploss_ctx_t *ctx, const DLTensor 
                                                const DLTensor *grad_output,
                                                const ploss_taylor_softmax_opts *opts,
                                                DLTensor *grad_input);
+
+
+/* ---- Pairwise box similarities (IoU, GIoU, DIoU, CIoU) -------------- */
+
+/** Which similarity ploss_box_iou computes (torchvision.ops.box_iou, generalized_box_iou,
+ *  distance_box_iou, complete_box_iou). */
+typedef enum ploss_box_iou_kind {
+    PLOSS_BOX_IOU_IOU = 0,
+    PLOSS_BOX_IOU_GENERALIZED = 1,
+    PLOSS_BOX_IOU_DISTANCE = 2,
+    PLOSS_BOX_IOU_COMPLETE = 3,
+    PLOSS_BOX_IOU_KIND_COUNT
+} ploss_box_iou_kind;
+
+/** Options of ploss_box_iou; fill with ploss_box_iou_opts_init(). */
+typedef struct ploss_box_iou_opts {
+    ploss_box_iou_kind kind;     /* default IOU                                          */
+    double eps;                  /* ε of c² + ε and of CIoU's α, finite >= 0; 1e-7       */
+    ploss_box_format box_format; /* of both box sets; default XYXY                       */
+} ploss_box_iou_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_box_iou_opts_init(ploss_box_iou_opts *opts);
+
+/**
+ * The similarity of every pair of boxes of two sets, torchvision's definitions (the
+ * similarities s whose losses 1 − s are ploss_box_iou_loss and the others, with the IoU
+ * and GIoU denominators without ε, as torchvision's pairwise functions): IoU = I/U,
+ * GIoU = IoU − (A_C − U)/A_C, DIoU = IoU − ρ²/(c² + ε), CIoU = DIoU − α·v.  Two boxes of
+ * zero area have IoU 1 when they are the same box and 0 otherwise (torchvision: 0/0).
+ * No gradient.
+ *
+ * in  boxes1  N×4 boxes, f32/f16/bf16/f64, any strides.
+ * in  boxes2  M×4 boxes, any float dtype, any strides.
+ * in  opts    NULL for defaults.
+ * out out     N×M, f32 (f64 when boxes1 is f64), any non-overlapping strides:
+ *             out[i, j] = s(boxes1[i], boxes2[j]).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/boxes1/boxes2/out, a bad enum, eps not finite >= 0),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box with x2 < x1 or y2 < y1:
+ *           CPU: before anything is written; CUDA: through the context's error slot, its
+ *           row or column of out is NaN), UNSUPPORTED, CUDA.
+ */
+ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTensor *boxes2,
+                           const ploss_box_iou_opts *opts, DLTensor *out);
 
 #ifdef __cplusplus
 }

@@ -912,7 +912,7 @@ typedef struct ploss_batch_hard_triplet_opts {
     /* softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None);
        default 0 */
     int soft_margin;
-    /* the distance (see below); default DISTANCE_EUCLIDEAN */
+    /* the distance (see below); default EUCLIDEAN */
     ploss_pair_distance distance;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
@@ -1066,6 +1066,356 @@ ploss_status ploss_info_nce_backward(ploss_ctx_t *ctx, const DLTensor *query, co
  *  Statuses: as _forward. */
 ploss_status ploss_info_nce_fused(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
     const ploss_info_nce_opts *opts, DLTensor *loss, DLTensor *grad_query, DLTensor *grad_key);
+
+/* ---- IoU loss -------------------------------------------------------------------------- */
+
+/** How the four numbers of a box read (input and target alike).
+ *   XYXY             (x1, y1, x2, y2): two corners, x1 ≤ x2 and y1 ≤ y2
+ *   XYWH             (x1, y1, w, h): a corner and the size, w ≥ 0 and h ≥ 0
+ *   CXCYWH           (cx, cy, w, h): the centre and the size, w ≥ 0 and h ≥ 0
+ */
+typedef enum ploss_box_format {
+    PLOSS_BOX_FORMAT_XYXY = 0,
+    PLOSS_BOX_FORMAT_XYWH = 1,
+    PLOSS_BOX_FORMAT_CXCYWH = 2,
+    PLOSS_BOX_FORMAT_COUNT
+} ploss_box_format;
+
+/** The gradient of CIoU's aspect-ratio term α·v (α is a constant in both).
+ *   EXACT            the derivative of v, as torchvision's autograd gives it: ∂atan2(w,
+ *                    h)/∂w = h/(w² + h²), ∂atan2(w, h)/∂h = −w/(w² + h²) (0 for a
+ *                    point box)
+ *   PAPER            Zheng et al.'s gradient: the factor 1/(w² + h²) of the exact one
+ *                    replaced by 1, so that small boxes do not get large steps
+ */
+typedef enum ploss_ciou_gradient {
+    PLOSS_CIOU_GRADIENT_EXACT = 0,
+    PLOSS_CIOU_GRADIENT_PAPER = 1,
+    PLOSS_CIOU_GRADIENT_COUNT
+} ploss_ciou_gradient;
+
+/** Options of box_iou_loss; fill with ploss_box_loss_opts_init(). */
+typedef struct ploss_box_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* ε of the denominators U + ε, A_C + ε, c² + ε and of CIoU's α (torchvision's
+       default); a finite number >= 0; default 1e-7 */
+    double eps;
+    /* how a box's four numbers read; default XYXY */
+    ploss_box_format box_format;
+    /* the gradient of CIoU's aspect term (complete_box_iou_loss only): 'exact' (torchvision's)
+       or 'paper' (its factor 1/(w² + h²) replaced by 1); default EXACT */
+    ploss_ciou_gradient ciou_gradient;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_box_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
+
+/**
+ * IoU loss, forward (Yu et al., "UnitBox: An Advanced Object Detection Network", ACM MM 2016
+ * (the IoU loss); Rezatofighi et al., "Generalized Intersection over Union", CVPR 2019 (its 1
+ * − IoU form); the intersection and union of torchvision.ops.generalized_box_iou_loss).
+ * With box_format 'xyxy', a predicted box b = (x1, y1, x2, y2) of width w = x2 − x1 and
+ * height h = y2 − y1, and its target (X1, Y1, X2, Y2) of width W and height H:
+ *
+ *     I   = max(min(x2, X2) − max(x1, X1), 0) · max(min(y2, Y2) − max(y1, Y1), 0)
+ *     U   = w·h + W·H − I
+ *     IoU = I/(U + ε)
+ *
+ * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
+ *
+ *     ℓ = weight·(1 − IoU)
+ *
+ * The boxes are N×4 tensors, the target in the input's box_format. A box of the input or of
+ * the target with x2 < x1 or y2 < y1 (w < 0 or h < 0 in 'xywh' and 'cxcywh') is an error,
+ * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
+ * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
+ * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
+ * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
+ * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
+ * with a zero gradient (torchvision returns 0 for an empty batch).
+ *
+ * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
+ * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
+ *                 strides.
+ * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
+ *                 weight.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
+ *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
+ *                 its coordinates are not checked.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
+ *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
+ *                 ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
+ *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss);
+
+/**
+ * IoU loss, backward. Exact, with respect to the predicted box in its box_format (the target
+ * gets none): every min and max splits a tie ½ to each side, as PyTorch's minimum and maximum
+ * do, and the intersection's gradient is 0 where an overlap is clamped at 0.
+ * in  input, target, weight, ignore, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** IoU loss, forward and backward in one pass (see the conventions above). Statuses: as
+ *  _forward. */
+ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Generalized IoU loss -------------------------------------------------------------- */
+
+/**
+ * Generalized IoU loss, forward (Rezatofighi et al., "Generalized Intersection over Union: A
+ * Metric and a Loss for Bounding Box Regression", CVPR 2019;
+ * torchvision.ops.generalized_box_iou_loss).
+ * With box_format 'xyxy', a predicted box b = (x1, y1, x2, y2) of width w = x2 − x1 and
+ * height h = y2 − y1, and its target (X1, Y1, X2, Y2) of width W and height H:
+ *
+ *     I   = max(min(x2, X2) − max(x1, X1), 0) · max(min(y2, Y2) − max(y1, Y1), 0)
+ *     U   = w·h + W·H − I
+ *     IoU = I/(U + ε)
+ *
+ * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
+ *
+ * With A_C = (max(x2, X2) − min(x1, X1))·(max(y2, Y2) − min(y1, Y1)), the area of the
+ * smallest box enclosing both:
+ *
+ *     ℓ = weight·(1 − IoU + (A_C − U)/(A_C + ε))
+ *
+ * The boxes are N×4 tensors, the target in the input's box_format. A box of the input or of
+ * the target with x2 < x1 or y2 < y1 (w < 0 or h < 0 in 'xywh' and 'cxcywh') is an error,
+ * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
+ * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
+ * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
+ * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
+ * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
+ * with a zero gradient (torchvision returns 0 for an empty batch).
+ *
+ * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
+ * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
+ *                 strides.
+ * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
+ *                 weight.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
+ *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
+ *                 its coordinates are not checked.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
+ *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
+ *                 ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
+ *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_generalized_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Generalized IoU loss, backward. Exact, with respect to the predicted box in its box_format
+ * (the target gets none): every min and max splits a tie ½ to each side, as PyTorch's minimum
+ * and maximum do, and the intersection's gradient is 0 where an overlap is clamped at 0.
+ * in  input, target, weight, ignore, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_generalized_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Generalized IoU loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Distance IoU loss ----------------------------------------------------------------- */
+
+/**
+ * Distance IoU loss, forward (Zheng et al., "Distance-IoU Loss: Faster and Better Learning for
+ * Bounding Box Regression", AAAI 2020; torchvision.ops.distance_box_iou_loss).
+ * With box_format 'xyxy', a predicted box b = (x1, y1, x2, y2) of width w = x2 − x1 and
+ * height h = y2 − y1, and its target (X1, Y1, X2, Y2) of width W and height H:
+ *
+ *     I   = max(min(x2, X2) − max(x1, X1), 0) · max(min(y2, Y2) − max(y1, Y1), 0)
+ *     U   = w·h + W·H − I
+ *     IoU = I/(U + ε)
+ *
+ * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
+ *
+ * With ρ² the squared distance of the centres and c² the squared diagonal of the smallest
+ * box enclosing both:
+ *
+ *     ρ² = ((x1 + x2 − X1 − X2)/2)² + ((y1 + y2 − Y1 − Y2)/2)²
+ *     c² = (max(x2, X2) − min(x1, X1))² + (max(y2, Y2) − min(y1, Y1))² + ε
+ *     ℓ  = weight·(1 − IoU + ρ²/c²)
+ *
+ * The boxes are N×4 tensors, the target in the input's box_format. A box of the input or of
+ * the target with x2 < x1 or y2 < y1 (w < 0 or h < 0 in 'xywh' and 'cxcywh') is an error,
+ * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
+ * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
+ * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
+ * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
+ * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
+ * with a zero gradient (torchvision returns 0 for an empty batch).
+ *
+ * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
+ * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
+ *                 strides.
+ * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
+ *                 weight.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
+ *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
+ *                 its coordinates are not checked.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
+ *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
+ *                 ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
+ *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_distance_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Distance IoU loss, backward. Exact, with respect to the predicted box in its box_format (the
+ * target gets none): every min and max splits a tie ½ to each side, as PyTorch's minimum and
+ * maximum do, and the intersection's gradient is 0 where an overlap is clamped at 0.
+ * in  input, target, weight, ignore, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_distance_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Distance IoU loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Complete IoU loss ----------------------------------------------------------------- */
+
+/**
+ * Complete IoU loss, forward (Zheng et al., "Distance-IoU Loss: Faster and Better Learning for
+ * Bounding Box Regression", AAAI 2020 (CIoU); torchvision.ops.complete_box_iou_loss).
+ * With box_format 'xyxy', a predicted box b = (x1, y1, x2, y2) of width w = x2 − x1 and
+ * height h = y2 − y1, and its target (X1, Y1, X2, Y2) of width W and height H:
+ *
+ *     I   = max(min(x2, X2) − max(x1, X1), 0) · max(min(y2, Y2) − max(y1, Y1), 0)
+ *     U   = w·h + W·H − I
+ *     IoU = I/(U + ε)
+ *
+ * (torchvision's intersection: I = 0 unless both overlaps are > 0). Two boxes of zero area (U =
+ * 0) have IoU = 0, unless they are the same box: then every loss is 0 with a zero gradient
+ * (torchvision gives IoU 0: a point or a segment predicted exactly would cost 1).
+ *
+ * With ρ²/c² the centre term of distance_box_iou_loss and the aspect-ratio term
+ *
+ *     v = (4/π²)·(atan2(W, H) − atan2(w, h))²
+ *     α = v/(1 − IoU + v + ε)   (0 when v = 0)
+ *     ℓ = weight·(1 − IoU + ρ²/c² + α·v)
+ *
+ * atan2(w, h) is torchvision's atan(w/h) wherever h > 0; a box of zero height has π/2 (and a
+ * finite gradient, where atan(w/0) gives a NaN one), a point box 0.
+ *
+ * The boxes are N×4 tensors, the target in the input's box_format. A box of the input or of
+ * the target with x2 < x1 or y2 < y1 (w < 0 or h < 0 in 'xywh' and 'cxcywh') is an error,
+ * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
+ * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
+ * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
+ * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
+ * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
+ * with a zero gradient (torchvision returns 0 for an empty batch).
+ *
+ * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
+ *                 on the CPU.
+ * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
+ *                 strides.
+ * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
+ *                 weight.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
+ *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
+ *                 its coordinates are not checked.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
+ *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
+ *                 ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
+ *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_complete_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Complete IoU loss, backward. Exact, with respect to the predicted box in its box_format (the
+ * target gets none): every min and max splits a tie ½ to each side, as PyTorch's minimum and
+ * maximum do, and the intersection's gradient is 0 where an overlap is clamped at 0. α is held
+ * constant (torchvision computes it without gradient); the gradient of v is the exact one or
+ * the paper's (ciou_gradient).
+ * in  input, target, weight, ignore, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_complete_box_iou_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Complete IoU loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
+    const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Lovász-softmax loss -------------------------------------------------------------- */
 
@@ -1285,7 +1635,7 @@ typedef struct ploss_class_dice_opts {
     /* true: ignored pixels leave the denominator too; false: their s^p stays in it, as in
        pytorch-loss; default 1 */
     int mask_ignored_in_denominator;
-    /* the class weights (see the choices above); default WEIGHTS_GIVEN */
+    /* the class weights (see the choices above); default GIVEN */
     ploss_dice_class_weights class_weights;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */

@@ -41,6 +41,8 @@ usage: luajit examples/fashion_mnist.lua [options]
   --out DIR           where the CSVs and the PNG go (default out), named by the
                       run's settings
   --no-plot           skip the PNG
+  --ema               evaluate with exponential moving averages of the weights
+                      (ploss.optim.EMA, decay 0.999 with TensorFlow's warm-up)
   --help              this text]]
 
 ---------------------------------------------------------------------------------------
@@ -100,6 +102,8 @@ local function parse_args(argv)
       os.exit(0)
     elseif a == "--no-plot" then
       o.plot = false
+    elseif a == "--ema" then
+      o.ema = true
     else
       local key, val = a:match("^%-%-([%w%-]+)=(.*)$")
       if not key then
@@ -343,6 +347,8 @@ if opt.optim == "sgd" then
 else
   optimizer = ploss.optim.Adam(params, grads, { lr = opt.lr })
 end
+-- --ema: averages of the weights, updated after each step and swapped in to evaluate
+local ema = opt.ema and ploss.optim.EMA(params, { decay = 0.999 }) or nil
 
 local function evaluate(split)
   local correct, bs = 0, 1000
@@ -376,7 +382,8 @@ end
 print(string.format("Fashion-MNIST: %d training images%s, %d test images (%s, read in %.2f s)",
   n_train, n_train < train.n and (" (of " .. train.n .. ")") or "", test.n, opt.data, load_seconds))
 print(string.format("model: 784 -> 256 (%s) -> 10, batch %d, %s lr %g%s, loss %s (%s), device %s, seed %d",
-  opt.activation, opt.batch_size, opt.optim, opt.lr, opt.optim == "sgd" and " momentum 0.9" or "",
+  opt.activation, opt.batch_size, opt.optim, opt.lr,
+  (opt.optim == "sgd" and " momentum 0.9" or "") .. (opt.ema and ", EMA of the weights" or ""),
   opt.loss, tostring(crit), device, opt.seed))
 
 local rows = {}
@@ -395,6 +402,7 @@ for epoch = 1, opt.epochs do
     local loss, grad = crit(logits, y) -- fused: the loss and ∂(mean loss)/∂logits
     model:backward(x, grad)
     optimizer:step()
+    if ema then ema:update() end
     loss_sum, steps = loss_sum + loss, steps + 1
     batch_losses[#batch_losses + 1] = loss
     if tty and (steps % 10 == 0 or steps == steps_per_epoch) then
@@ -408,7 +416,9 @@ for epoch = 1, opt.epochs do
   ploss.synchronize(device)
   local seconds = now() - t0
   if tty then io.stdout:write("\n") end
+  if ema then ema:apply() end
   local accuracy = evaluate(test)
+  if ema then ema:restore() end
   local peak = ploss.memory_stats(device).peak_bytes
   local row = { epoch = epoch, train_loss = loss_sum / steps, test_accuracy = accuracy,
                 images_per_s = n_train / seconds, peak_bytes = peak, seconds = seconds }
@@ -429,11 +439,12 @@ end
 
 os.execute("mkdir -p " .. shell_quote(opt.out))
 -- the run's settings; --limit and --batch-size only when they change the run
-local stem = string.format("%s/fashion_mnist-%s-%s-%s-lr%g-seed%d-e%d%s%s-%s", opt.out, opt.loss,
+local stem = string.format("%s/fashion_mnist-%s-%s-%s-lr%g-seed%d-e%d%s%s%s-%s", opt.out, opt.loss,
   opt.activation, opt.optim, opt.lr, opt.seed, opt.epochs,
   n_train < train.n and ("-n" .. n_train) or "",
   opt.batch_size ~= 256 and ("-b" .. opt.batch_size) or "",
-  device:gsub(":", ""))
+  opt.ema and "-ema" or "",
+  (device:gsub(":", "")))
 
 local function write_csv(path, header, lines)
   local f = io.open(path, "w")

@@ -225,6 +225,68 @@ static ploss_status fz_call_info_nce_fused(ploss_ctx_t *ctx, DLTensor *const t[]
     return ploss_info_nce_fused(ctx, t[0], t[1], o, t[2], t[3], t[4]);
 }
 
+static void fz_init_ploss_box_loss_opts(void *o) { ploss_box_loss_opts_init(o); }
+
+static ploss_status fz_call_box_iou_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_box_iou_loss_forward(ctx, t[0], t[1], t[2], t[3], o, t[4]);
+}
+
+static ploss_status fz_call_box_iou_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_box_iou_loss_backward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_box_iou_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_box_iou_loss_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_generalized_box_iou_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_box_iou_loss_forward(ctx, t[0], t[1], t[2], t[3], o, t[4]);
+}
+
+static ploss_status fz_call_generalized_box_iou_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_box_iou_loss_backward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_box_iou_loss_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_distance_box_iou_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_distance_box_iou_loss_forward(ctx, t[0], t[1], t[2], t[3], o, t[4]);
+}
+
+static ploss_status fz_call_distance_box_iou_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_distance_box_iou_loss_backward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_distance_box_iou_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_distance_box_iou_loss_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_complete_box_iou_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_complete_box_iou_loss_forward(ctx, t[0], t[1], t[2], t[3], o, t[4]);
+}
+
+static ploss_status fz_call_complete_box_iou_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_complete_box_iou_loss_backward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
+static ploss_status fz_call_complete_box_iou_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_complete_box_iou_loss_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
+}
+
 static void fz_init_ploss_lovasz_softmax_opts(void *o) { ploss_lovasz_softmax_opts_init(o); }
 
 static ploss_status fz_call_lovasz_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -482,6 +544,54 @@ static ploss_status fz_call_affinity_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_box_iou_loss_forward", .call = fz_call_box_iou_loss_forward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_box_iou_loss_backward", .call = fz_call_box_iou_loss_backward, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_box_iou_loss_fused", .call = fz_call_box_iou_loss_fused, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_box_iou_loss_forward", .call = fz_call_generalized_box_iou_loss_forward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_box_iou_loss_backward", .call = fz_call_generalized_box_iou_loss_backward, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_box_iou_loss_fused", .call = fz_call_generalized_box_iou_loss_fused, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_distance_box_iou_loss_forward", .call = fz_call_distance_box_iou_loss_forward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_distance_box_iou_loss_backward", .call = fz_call_distance_box_iou_loss_backward, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_distance_box_iou_loss_fused", .call = fz_call_distance_box_iou_loss_fused, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_complete_box_iou_loss_forward", .call = fz_call_complete_box_iou_loss_forward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_complete_box_iou_loss_backward", .call = fz_call_complete_box_iou_loss_backward, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_complete_box_iou_loss_fused", .call = fz_call_complete_box_iou_loss_fused, .nslots = 6, \
+     .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
+     .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
      .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \

@@ -23,6 +23,7 @@
  *    SumOp, MaxOp (NaN-ignoring like fmax) and MinOp functors.
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
+ *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
  *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
  *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
@@ -391,6 +392,16 @@ __device__ __forceinline__ void report_invalid_label(int64_t *slot, int64_t labe
         return;
     if (atomicCAS((unsigned long long *)slot, 0ull, 1ull) == 0ull)
         *(volatile long long *)(slot + 1) = (long long)label;
+}
+
+/* Record box `index` of the tensor that `flag` names (PLOSS_SLOT_INPUT_BOX, …_TARGET_BOX,
+ * …_BOXES1_BOX, …_BOXES2_BOX) as invalid, the first report winning as for labels. */
+__device__ __forceinline__ void report_invalid_box(int64_t *slot, int flag, int64_t index)
+{
+    if (!slot)
+        return;
+    if (atomicCAS((unsigned long long *)slot, 0ull, (unsigned long long)flag) == 0ull)
+        *(volatile long long *)(slot + 1) = (long long)index;
 }
 
 /* ------------------------------------------------------------------------------------ */

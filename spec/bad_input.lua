@@ -24,12 +24,14 @@
 --   class         the criterion class name (ploss.<class>)
 --   kind          'class'        input N×C(×d…) logits, target class indices N(×d…)
 --                 'elementwise'  input any shape, target float of the input's shape
+--                 'boxes'        input N×4 boxes, target N×4 boxes (the IoU family)
 --                 'op'           input any shape, no target (Taylor softmax ops)
 --   ignore        the default ignore_index (class kind)
 --   min_classes   1 or 2
 --   opts          options that every call gets (e.g. lb_proportion)
 --   class_tensors names of tensor options with one value per class (weight, alpha, …)
 --   elem_tensors  names of tensor options broadcast over the input (BCE weight/pos_weight)
+--   box_tensors   names of tensor options with one value per box (weight, ignore)
 --   bad_options   { {opts, fragment [, passes]} ... }: out-of-range options → an error
 --   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
 --   keep_all      options that make every valid sample count (OHEM: n_min large)
@@ -123,14 +125,16 @@ for _, d in ipairs(H.one_input_losses()) do
   -- bad input in spec/region_spec.lua and spec/cuda_region_spec.lua
   if d.shape == "region" then goto next_description end
   local fam = {
-    name = d.name, class = d.criterion, kind = d.shape == "rows" and "class" or "elementwise",
+    name = d.name, class = d.criterion,
+    kind = d.shape == "rows" and "class" or d.shape == "boxes" and "boxes" or "elementwise",
     min_classes = d.min_classes, state = d.state ~= nil, bad_options = out_of_range(d),
   }
   for _, o in ipairs(d.lua_options) do
     if o.name == "ignore_index" then fam.ignore = o.default end
   end
   for _, t in ipairs(d.tensors) do
-    local key = t.kind == "class_vector" and "class_tensors" or "elem_tensors"
+    local key = t.kind == "class_vector" and "class_tensors" or t.kind == "sample_vector" and "box_tensors"
+      or "elem_tensors"
     fam[key] = fam[key] or {}
     table.insert(fam[key], t.name)
   end
@@ -176,6 +180,9 @@ function B.not_applicable(fam)
   end
   if fam.kind == "op" then
     out[#out + 1] = "target/weight shapes and dtypes, reductions, fused pass (an op, not a loss)"
+  end
+  if fam.kind == "boxes" then
+    out[#out + 1] = "inputs of other ranks (N×4 boxes only)"
   end
   if not fam.state then out[#out + 1] = "state aliasing (no saved state)" end
   return out
@@ -272,6 +279,10 @@ function B.loss_args(fam, sizes, dtype, device, seed, opts)
       { dtype = opts.target_dtype or "i64", device = device, seed = seed + 1 })
   elseif fam.kind == "elementwise" then
     y = ploss.rand(sizes, { dtype = dtype, device = device, seed = seed + 1 })
+  elseif fam.kind == "boxes" then
+    -- sizes[1] boxes (the other sizes are the class rows' and mean nothing here)
+    x = B.random_boxes(sizes[1], seed, dtype, device)
+    y = B.random_boxes(sizes[1], seed + 1, dtype, device)
   end
   return x, y, merge(fam.opts, tensor_opts(fam, sizes, device, dtype, seed))
 end
@@ -1520,12 +1531,335 @@ local function gen_one_hot_cases(device)
   return cases
 end
 
+--- `n` valid xyxy boxes (N×4) in dtype on device: corners in [0, 10), sizes in [0.5, 5.5), so
+-- that pairs of two such sets overlap, touch or lie apart.
+function B.random_boxes(n, seed, dtype, device)
+  local u = ploss.rand({ n, 4 }, { dtype = "f64", seed = seed }):flat()
+  local v = {}
+  for i = 0, n - 1 do
+    local x1, y1 = 10 * u[4 * i + 1], 10 * u[4 * i + 2]
+    v[i + 1] = { x1, y1, x1 + 0.5 + 5 * u[4 * i + 3], y1 + 0.5 + 5 * u[4 * i + 4] }
+  end
+  if n == 0 then return ploss.empty({ 0, 4 }, { dtype = dtype, device = device }) end
+  return ploss.tensor(v, { dtype = dtype, device = device })
+end
+
+-- The cases of a box loss row: N×4 input and target, per-box weight and ignore.
+local function gen_box_cases(fam, device)
+  local cases = {}
+  local other = other_device(device)
+  local N = 6
+  local function args(seed, dtype) return base(fam, device, { N, 4 }, seed, dtype) end
+
+  add(cases, "wrong shapes (input, target, weight, ignore, outputs, grad_output)", function()
+    local x, y, o = args(11)
+    for _, bad in ipairs { { N }, { N, 5 }, { 2, N, 4 }, { N, 4, 1 } } do
+      expect_error_all(fam, function()
+        return { x = ploss.rand(bad, { device = device }), y = y, opts = o, loss = buffer({}, { device = device }),
+          grad = buffer(bad, { device = device }) }
+      end, { "PLOSS_ERR_SHAPE", "input: expected N×4 boxes" })
+      expect_error_all(fam, function() return { x = x, y = ploss.rand(bad, { device = device }), opts = o } end,
+        { "PLOSS_ERR_SHAPE", "target: expected N×4 boxes" })
+    end
+    expect_error_all(fam, function() return { x = x, y = B.random_boxes(N - 1, 3, "f32", device), opts = o } end,
+      { "PLOSS_ERR_SHAPE", "target: expected the input's shape" })
+    for _, name in ipairs(fam.box_tensors) do
+      for _, bad in ipairs { { N - 1 }, { N, 1 }, { 1 }, {} } do
+        expect_error_all(fam, function()
+          return { x = x, y = y, opts = merge(o, { [name] = ploss.ones(bad, { device = device }) }) }
+        end, { "PLOSS_ERR_SHAPE", name .. ": expected shape [" .. N .. "]" })
+      end
+    end
+    for _, red in ipairs { "mean", "none" } do
+      expect_error_all(fam, function(pass)
+        if pass == "backward" then return nil end
+        return { x = x, y = y, opts = merge(o, { reduction = red }), loss = buffer({ red == "none" and N + 1 or 2 }, { device = device }),
+          grad = buffer({ N, 4 }, { device = device }) }
+      end, { "PLOSS_ERR_SHAPE", "loss: expected" })
+    end
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      return { x = x, y = y, opts = o, loss = buffer({}, { device = device }), grad = buffer({ 4, N }, { device = device }) }
+    end, { "PLOSS_ERR_SHAPE", "grad_input: expected" })
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ N, 4 }, { device = device }) }
+    end, { "PLOSS_ERR_SHAPE", "grad_loss: expected shape [" .. N .. "]" })
+  end)
+
+  add(cases, "wrong dtypes (integer boxes, weight, outputs, grad_output)", function()
+    local x, y, o = args(12)
+    for _, dt in ipairs { "i64", "i32", "u8" } do
+      expect_error_all(fam, function()
+        return { x = ploss.zeros({ N, 4 }, { dtype = dt, device = device }), y = y, opts = o,
+          loss = buffer({}, { device = device }), grad = buffer({ N, 4 }, { device = device }) }
+      end, { "PLOSS_ERR_DTYPE", "input: expected boxes of dtype f32, f16, bf16 or f64, got " .. dt })
+      expect_error_all(fam, function() return { x = x, y = ploss.zeros({ N, 4 }, { dtype = dt, device = device }), opts = o } end,
+        { "PLOSS_ERR_DTYPE", "target: expected boxes of dtype" })
+    end
+    expect_error_all(fam, function()
+      return { x = x, y = y, opts = merge(o, { weight = ploss.ones({ N }, { dtype = "i32", device = device }) }) }
+    end, { "PLOSS_ERR_DTYPE", "weight: expected a float dtype, got i32" })
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      return { x = x, y = y, opts = o, loss = buffer({}, { dtype = "f64", device = device }), grad = buffer({ N, 4 }, { device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "loss: expected f32, got f64" })
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      return { x = x, y = y, opts = o, grad = buffer({ N, 4 }, { dtype = "f64", device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "grad_input: expected f32, got f64" })
+    expect_error_all(fam, function(pass)
+      if pass ~= "backward" then return nil end
+      return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
+    end, { "PLOSS_ERR_DTYPE", "grad_loss: expected f32 or f64, got f16" })
+    -- the target in another float dtype and an ignore mask of any dtype are accepted
+    for _, dt in ipairs { "f64", "bf16" } do
+      expect_same_all(fam, function() return { x = x, y = y:to(nil, dt), opts = o } end,
+        function() return { x = x, y = y:to(nil, dt):to(nil, "f32"), opts = o } end, "target of dtype " .. dt)
+    end
+    for _, dt in ipairs { "u8", "i64", "f32" } do
+      local ign = ploss.tensor({ 0, 1, 0, 0, 2, 0 }, { dtype = dt, device = device })
+      expect_same_all(fam, function() return { x = x, y = y, opts = merge(o, { ignore = ign }) } end,
+        function() return { x = x, y = y, opts = merge(o, { ignore = ign:to(nil, "u8") }) } end, "ignore of dtype " .. dt)
+    end
+  end)
+
+  add_mixed_devices(cases, fam, other, function()
+    local x, y, o = args(13)
+    local function on(t) return t:to(other) end
+    expect_error_all(fam, function() return { x = x, y = on(y), opts = o } end, { "PLOSS_ERR_DEVICE", "target: expected a tensor on" })
+    for _, name in ipairs(fam.box_tensors) do
+      expect_error_all(fam, function()
+        return { x = x, y = y, opts = merge(o, { [name] = ploss.zeros({ N }, { device = other }) }) }
+      end, { "PLOSS_ERR_DEVICE", name .. ": expected a tensor on" })
+    end
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      return { x = x, y = y, opts = o, loss = on(buffer({}, { device = device })), grad = buffer({ N, 4 }, { device = device }) }
+    end, { "PLOSS_ERR_DEVICE", "loss: expected a tensor on" })
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      return { x = x, y = y, opts = o, loss = buffer({}, { device = device }), grad = on(buffer({ N, 4 }, { device = device })) }
+    end, { "PLOSS_ERR_DEVICE", "grad_input: expected a tensor on" })
+  end)
+
+  add(cases, "strided and zero-stride tensors: the contiguous result", function()
+    for _, red in ipairs { "mean", "none", "sum" } do
+      local x, y, o = args(21)
+      o = merge(o, { reduction = red, weight = ploss.rand({ N }, { device = device, seed = 22 }),
+        ignore = ploss.tensor({ 0, 0, 1, 0, 0, 0 }, { dtype = "u8", device = device }) })
+      local function cont(oo)
+        local r = merge(oo)
+        for k, v in pairs(oo) do if ploss.is_tensor(v) then r[k] = v:contiguous() end end
+        return r
+      end
+      local function check(xx, yy, oo, what, gout)
+        expect_same_all(fam, function() return { x = xx, y = yy, opts = oo, gout = gout } end,
+          function() return { x = xx:contiguous(), y = yy:contiguous(), opts = cont(oo), gout = gout and gout:contiguous() } end,
+          what .. " (" .. red .. ")")
+      end
+      check(x:t():contiguous():t(), y, o, "coordinate-major input")
+      check(x, y:t():contiguous():t(), o, "coordinate-major target")
+      local big = ploss.zeros({ N, 2, 4 }, { device = device })
+      big:select(2, 1):copy(x)
+      check(big:select(2, 1), y, o, "every other box of a bigger tensor")
+      check(B.random_boxes(1, 23, "f32", device):expand(N, 4), y, o, "one box repeated (stride 0)")
+      check(x, y, merge(o, { weight = ploss.full({ 1 }, 0.75, { device = device }):expand(N) }), "weight with stride 0")
+      local wbig = ploss.rand({ N, 3 }, { device = device, seed = 24 })
+      check(x, y, merge(o, { weight = wbig:select(2, 2) }), "weight with stride 3")
+      if red == "none" then
+        check(x, y, o, "grad_output with stride 0", ploss.full({ 1 }, 0.5, { device = device }):expand(N))
+      end
+      -- strided outputs
+      for _, pass in ipairs(PASSES) do
+        local rl, rg = run_pass(fam, pass, { x = x, y = y, opts = o })
+        local lt = red == "none" and buffer({ N, 2 }, { device = device }):select(2, 2) or buffer({ 1 }, { device = device })
+        local gt = buffer({ 4, N }, { device = device }):t()
+        local l, g = run_pass(fam, pass, { x = x, y = y, opts = o, loss = lt, grad = gt })
+        local rlv, rgv = values_of(rl, rg)
+        local lv, gv = values_of(l, g)
+        if rlv then close(lv, rlv, TOL.f32, fam.name .. " " .. pass .. " strided loss") end
+        if rgv then close(gv, rgv, TOL.f32, fam.name .. " " .. pass .. " strided gradient") end
+      end
+    end
+  end)
+
+  add(cases, "negative strides (C entry points): boxes walked from the last one give the reversed result", function()
+    local spec = ploss[fam.class]._spec
+    local x, y, o = args(35)
+    -- a view of x's storage with stride −4 along N: box i is x's box N − 1 − i
+    local shape, strides = ffi.new("int64_t[2]", N, 4), ffi.new("int64_t[2]", -4, 1)
+    local d = ffi.new("DLTensor")
+    d.data, d.device, d.ndim, d.dtype = x:dl().data, x:dl().device, 2, x:dl().dtype
+    d.shape, d.strides, d.byte_offset = shape, strides, (N - 1) * 4 * 4
+    local xneg = { dl = function() return d end, context = function() return x:context() end }
+    local xv, rev = x:totable(), {}
+    for i = 1, N do rev[i] = xv[N + 1 - i] end
+    local xr = ploss.tensor(rev, { dtype = "f32", device = device })
+    for _, red in ipairs { "none", "sum" } do
+      local copts = spec.options(merge(o, { reduction = red }))
+      local lref, gref = out_buffers(fam, x, red)
+      local l, g = out_buffers(fam, x, red)
+      if spec.fused(o, x:context(), xr, y, copts, lref, gref) ~= 0 or spec.fused(o, x:context(), xneg, y, copts, l, g) ~= 0 then
+        fail(fam.name .. ": " .. ffi.string(ploss.C.ploss_last_error()))
+      end
+      H.assert_equal(l, lref, { what = fam.name .. " " .. red .. " loss of the reversed view" })
+      H.assert_equal(g, gref, { what = fam.name .. " " .. red .. " gradient of the reversed view" })
+    end
+  end)
+
+  add(cases, "aliasing outputs are refused; the in-place fused gradient is the out-of-place one", function()
+    local x, y, o = args(31)
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      local yy = y:clone()
+      return { x = x, y = yy, opts = o, loss = buffer({}, { device = device }), grad = yy }
+    end, { "PLOSS_ERR_ALIAS", "grad_input" })
+    expect_error_all(fam, function(pass)
+      if pass == "backward" then return nil end
+      local yy = y:clone() -- the poisoned loss writes over it
+      return { x = x, y = yy, opts = merge(o, { reduction = "none" }), loss = yy:select(2, 1),
+        grad = buffer({ N, 4 }, { device = device }) }
+    end, { "PLOSS_ERR_ALIAS", "loss" })
+    expect_error_all(fam, function(pass)
+      if pass == "forward" then return nil end
+      return { x = x, y = y, opts = o, loss = buffer({}, { device = device }),
+        grad = ploss.zeros({ 1, 4 }, { device = device }):expand(N, 4) }
+    end, { "PLOSS_ERR_LAYOUT", "grad_input" })
+    local l, g = F[fam.name .. "_fused"](x, y, o)
+    local xi = x:clone()
+    local li, gi = F[fam.name .. "_fused"](xi, y, merge(o, { inplace = true }))
+    assert(gi == xi, fam.name .. ": the in-place gradient is not the input tensor")
+    H.assert_equal(li, l, { what = fam.name .. " in-place loss" })
+    H.assert_equal(gi, g, { what = fam.name .. " in-place gradient" })
+  end)
+
+  add(cases, "boxes with x2 < x1 or y2 < y1: INVALID_BOX naming the box (CUDA: at the next synchronisation)", function()
+    local x, y, o = args(41)
+    local cases_ = {
+      { "input", 3, { 5, 1, 4, 2 }, {} },
+      { "input", 0, { 1, 5, 2, 4 }, {} },
+      { "target", 5, { 5, 1, 4, 2 }, {} },
+      { "input", 2, { 1, 1, -0.5, 2 }, { box_format = "xywh" } },
+      { "target", 4, { 1, 1, 2, -1 }, { box_format = "cxcywh" } },
+    }
+    for _, c in ipairs(cases_) do
+      local which, n, box, fo = c[1], c[2], c[3], c[4]
+      local xb, yb = x:clone(), y:clone()
+      local t = which == "input" and xb or yb
+      local v = t:totable()
+      v[n + 1] = box
+      t:copy(ploss.tensor(v, { dtype = "f32" }))
+      local oo = merge(o, fo)
+      local frag = string.format("%s: box %d (0-based)", which, n)
+      if device == "cpu" then
+        expect_error_all(fam, function() return { x = xb, y = yb, opts = merge(oo, { reduction = "none" }) } end,
+          { "PLOSS_ERR_INVALID_BOX", frag })
+        expect_error_all(fam, function() return { x = xb, y = yb, opts = oo } end, { "PLOSS_ERR_INVALID_BOX", frag })
+      else
+        for _, pass in ipairs(PASSES) do
+          local ok, err = pcall(run_pass, fam, pass, { x = xb, y = yb, opts = merge(oo, { reduction = "none" }) })
+          if not ok then fail(fam.name .. " " .. pass .. ": the call itself failed: " .. tostring(err)) end
+          local ok2, err2 = pcall(ploss.synchronize, device)
+          if ok2 or not tostring(err2):find("PLOSS_ERR_INVALID_BOX", 1, true) or not tostring(err2):find(frag, 1, true) then
+            fail(fam.name .. " " .. pass .. ": expected PLOSS_ERR_INVALID_BOX naming " .. frag .. ", got " .. tostring(err2))
+          end
+          ploss.synchronize(device) -- the slot was cleared
+        end
+        local ok3, err3 = pcall(F[fam.name], xb, yb, oo)
+        if ok3 or not tostring(err3):find("PLOSS_ERR_INVALID_BOX", 1, true) then
+          fail(fam.name .. ": reduced forward: expected PLOSS_ERR_INVALID_BOX, got " .. tostring(err3))
+        end
+        ploss.synchronize(device)
+      end
+      -- an ignored invalid box is not checked: the loss of the other boxes
+      local ign = ploss.zeros({ N }, { dtype = "u8", device = device })
+      ign:view(-1):narrow(1, n + 1, 1):fill(1)
+      local got = F[fam.name](xb, yb, merge(oo, { ignore = ign, reduction = "none" })):flat()
+      local want = F[fam.name](x, y, merge(oo, { ignore = ign, reduction = "none" })):flat()
+      if fo.box_format == nil then H.assert_equal(got, want, { what = fam.name .. " ignored invalid box" }) end
+      if got[n + 1] ~= 0 then fail(fam.name .. ": the loss of an ignored box is " .. got[n + 1]) end
+    end
+  end)
+
+  add(cases, "NaN / Inf in a box: a NaN box's loss is NaN, the other boxes are unchanged", function()
+    for _, bad in ipairs { 0 / 0, math.huge } do for _, dtype in ipairs(B.DTYPES) do
+      local x, y, o = args(51, dtype)
+      local xb = x:clone()
+      xb:select(1, 3):narrow(1, 3, 1):fill(bad) -- x2 of box 3 (1-based)
+      local lc = F[fam.name](x, y, merge(o, { reduction = "none" })):flat()
+      local lb = F[fam.name](xb, y, merge(o, { reduction = "none" })):flat()
+      for i = 1, N do
+        if i == 3 then
+          -- (an infinite box may have a finite limit: IoU = 0 against an infinite union)
+          if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. " " .. dtype .. ": the loss of a NaN box is " .. lb[i]) end
+        else
+          close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of clean box " .. i)
+        end
+      end
+      local _, gc = F[fam.name .. "_fused"](x, y, merge(o, { reduction = "sum" }))
+      local _, gb = F[fam.name .. "_fused"](xb, y, merge(o, { reduction = "sum" }))
+      local gcv, gbv = gc:flat(), gb:flat()
+      for i = 1, #gcv do
+        if math.floor((i - 1) / 4) + 1 ~= 3 then
+          close({ gbv[i] }, { gcv[i] }, TOL[dtype], fam.name .. " " .. dtype .. " gradient element " .. i .. " of a clean box")
+        end
+      end
+    end end
+  end)
+
+  add(cases, "every box ignored, and an empty batch: mean NaN, sum 0, none zeros, gradient exactly zero", function()
+    for _, dtype in ipairs(B.DTYPES) do
+      for _, n in ipairs { N, 0 } do
+        local x, y = B.random_boxes(n, 61, dtype, device), B.random_boxes(n, 62, dtype, device)
+        local o = n > 0 and { ignore = ploss.ones({ n }, { dtype = "u8", device = device }) } or {}
+        for _, red in ipairs { "mean", "sum", "none" } do
+          for _, pass in ipairs(PASSES) do
+            local l, g = run_pass(fam, pass, { x = x, y = y, opts = merge(o, { reduction = red }) })
+            local lv, gv = values_of(l, g)
+            local label = fam.name .. " " .. dtype .. " " .. pass .. " " .. red .. (n > 0 and " all ignored" or " empty")
+            if lv then
+              if red == "mean" then
+                if not is_nan(lv[1]) then fail(label .. ": loss " .. tostring(lv[1]) .. ", expected NaN") end
+              else
+                if #lv ~= (red == "none" and n or 1) then fail(label .. ": " .. #lv .. " loss values") end
+                for _, v in ipairs(lv) do if v ~= 0 then fail(label .. ": loss " .. v .. ", expected 0") end end
+              end
+            end
+            if g and not nn_same(g:size(), { n, 4 }) then fail(label .. ": gradient of sizes " .. table.concat(g:size(), "x")) end
+            if gv then for i, v in ipairs(gv) do if v ~= 0 then fail(label .. ": gradient element " .. i .. " is " .. v) end end end
+          end
+        end
+      end
+    end
+  end)
+
+  add(cases, "options out of range", function()
+    local x, y, o = args(71)
+    for _, bo in ipairs(fam.bad_options) do
+      local frags = { bo[2] }
+      if bo[2]:find("^opts%.") then frags[2] = "PLOSS_ERR_INVALID_ARGUMENT" end
+      expect_error_all(fam, function() return { x = x, y = y, opts = merge(o, bo[1]) } end, frags)
+    end
+    expect_error_all(fam, function() return { x = x, y = y, opts = merge(o, { reduction = "avg" }) } end,
+      { "reduction: 'avg' is not one of" })
+    for _, s in ipairs { math.huge, 0 / 0 } do
+      expect_error_all(fam, function(pass)
+        if pass ~= "fused" then return nil end
+        return { x = x, y = y, opts = merge(o, { scale = s }) }
+      end, { "PLOSS_ERR_INVALID_ARGUMENT", "opts.scale" })
+    end
+  end)
+  return cases
+end
+
 --- The cases of a row on `device` ({name, fn} list).  `fam` may be a row or a name;
 -- the name 'one_hot' gives the one-hot cases.
 function B.cases(fam, device)
   if fam == "one_hot" then return gen_one_hot_cases(device) end
   if type(fam) == "string" then fam = assert(B.by_name[fam], fam) end
   if fam.kind == "op" then return gen_op_cases(fam, device) end
+  if fam.kind == "boxes" then return gen_box_cases(fam, device) end
   return gen_loss_cases(fam, device)
 end
 

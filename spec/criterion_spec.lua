@@ -9,6 +9,10 @@ local F = ploss.F
 
 local function inputs_for(d, seed, dtype)
   H.seed(seed)
+  if d.shape == "boxes" then -- 3 boxes (a list option of 3 values has one per box)
+    local random_boxes = require("spec.bad_input").random_boxes
+    return random_boxes(3, seed, dtype), random_boxes(3, seed + 1, dtype), random_boxes(3, seed + 2, dtype)
+  end
   if d.target == "elementwise" then
     local x = ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
     local y = ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 1 })
@@ -35,7 +39,7 @@ describe("criteria built from the descriptions", function()
         H.assert_close(crit:backward(x, y2), F[d.name .. "_backward"](x, y2, 1, opts), { rtol = 1e-12, atol = 1e-14 })
         -- the input written in place after forward
         crit:forward(x, y1)
-        x:copy(ploss.randn(x:size(), { dtype = "f64", seed = 99 }))
+        x:copy(d.shape == "boxes" and inputs_for(d, 99, "f64") or ploss.randn(x:size(), { dtype = "f64", seed = 99 }))
         H.assert_close(crit:backward(x, y1), F[d.name .. "_backward"](x, y1, 1, opts), { rtol = 1e-12, atol = 1e-14 })
         -- the target written in place after forward
         crit:forward(x, y1)

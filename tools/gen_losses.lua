@@ -81,7 +81,9 @@ end
 local function default_doc(opt)
   if opt.type == "enum" then
     local e = D.enum(opt.ctype)
-    return e.values[e.by_lua[opt.default] + 1].cname:gsub("^PLOSS_[A-Z]+_", "")
+    local cname = e.values[e.by_lua[opt.default] + 1].cname
+    if e.prefix then return cname:sub(#e.prefix + 1) end
+    return (cname:gsub("^PLOSS_[A-Z]+_", ""))
   end
   return default_c(opt)
 end
@@ -98,6 +100,7 @@ local TARGET_DOC = {
     "ignore_index; or probabilities (any float dtype) of the input's shape.",
   elementwise = "the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).",
   labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
+  boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
 }
 
 local SHAPE = {
@@ -140,6 +143,18 @@ local SHAPE = {
              grad_input = { "NC", "x" }, target = { labels = { "N", "i" } } },
     statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
+  boxes = {
+    input = "N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'), f32/f16/bf16/f64, any " ..
+      "strides; computed in fp32 on CUDA (f64 for f64), in f64 on the CPU.",
+    loss = "NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 " ..
+      "for f64 input).  MEAN divides by the number of boxes that are not ignored.",
+    grad_loss = "NONE: N values; MEAN / SUM: one element; f32 or f64.",
+    fuzz = { input = { "N4|N|4", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
+             grad_input = { "N4", "x" }, target = { boxes = { "N4", "x|f" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with " ..
+      "x2 < x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA: through the " ..
+      "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+  },
   region = {
     input = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d) with class-index " ..
       "targets, any shape with float targets; any strides (a crop of a segmentation map is read in " ..
@@ -157,8 +172,10 @@ local SHAPE = {
   },
 }
 
-local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, class_ids = { "D|C", "i|f" } }
-local TENSOR_DOC = { class_vector = "C values", broadcast = "broadcast over the input", class_ids = "class indices" }
+local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },
+                      class_ids = { "D|C", "i|f" } }
+local TENSOR_EXTENT = { class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values",
+                        class_ids = "class indices" }
 
 local function state_shape(desc)
   if desc.state.components == 1 then return "the target's shape" end
@@ -663,7 +680,7 @@ local function gen_docs()
     end
     for _, t in ipairs(d.tensors) do
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
-        TENSOR_DOC[t.kind], t.doc)
+        TENSOR_EXTENT[t.kind], t.doc)
     end
     w("| `reduction` | 'none' \\| 'mean' \\| 'sum' | 'mean' | | |")
     if not d.inputs then w("| `inplace` | boolean | false | | the fused gradient overwrites the input |") end

@@ -295,6 +295,30 @@ end
 
 local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
 
+-- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
+-- move; returns self), :cuda(), :cpu() and :tostring().
+local function tensor_and_print_methods(cls, d)
+  function cls:to(device)
+    for _, t in ipairs(d.tensors) do
+      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
+    end
+    return self
+  end
+  function cls:cuda() return self:to("cuda") end
+  function cls:cpu() return self:to("cpu") end
+
+  function cls:tostring()
+    local parts = {}
+    for _, t in ipairs(d.tensors) do
+      if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
+    end
+    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    parts[#parts + 1] = "reduction=" .. show(self.reduction)
+    if self.inplace then parts[#parts + 1] = "inplace=true" end
+    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
+  end
+end
+
 -- A loss of several embedding inputs (d.inputs): crit:forward(x1, …, xk [, labels]) → loss;
 -- crit:backward(x1, …, xk [, labels] [, gradOutput]) → one gradient per input, in argument
 -- order; crit(x1, …, xk [, labels] [, scale]) → loss followed by those gradients, from the
@@ -445,21 +469,7 @@ local function build_multi(d)
     return self.output, unpack(self._grads, 1, ninputs)
   end
 
-  function cls:to(device)
-    for _, t in ipairs(d.tensors) do
-      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
-    end
-    return self
-  end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
-
-  function cls:tostring()
-    local parts = {}
-    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
-    parts[#parts + 1] = "reduction=" .. show(self.reduction)
-    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
-  end
+  tensor_and_print_methods(cls, d)
 
   cls._spec = { name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
                 inputs = d.inputs, target = target_name }
@@ -634,26 +644,7 @@ function M.build(d)
     return self.output, self.gradInput
   end
 
-  --- Move tensor options (e.g. weight) to `device`; returns self.
-  function cls:to(device)
-    for _, t in ipairs(d.tensors) do
-      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
-    end
-    return self
-  end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
-
-  function cls:tostring()
-    local parts = {}
-    for _, t in ipairs(d.tensors) do
-      if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
-    end
-    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
-    parts[#parts + 1] = "reduction=" .. show(self.reduction)
-    if self.inplace then parts[#parts + 1] = "inplace=true" end
-    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
-  end
+  tensor_and_print_methods(cls, d)
 
   -- The C calls with the argument order of the bad-input catalogue (spec/bad_input.lua) and
   -- of the benchmark (bench/bench.lua).

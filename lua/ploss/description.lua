@@ -14,21 +14,24 @@
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
 --                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
---                compared row with row or in tiles of their N×N distance matrix) or 'region'
---                (per-class reductions over groups of pixels of N×C×d1×…×dk logits)
+--                compared row with row or in tiles of their N×N distance matrix), 'boxes'
+--                (N×4 boxes, one loss per box) or 'region' (per-class reductions over groups
+--                of pixels of N×C×d1×…×dk logits)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
 --                <opts_type>_init)
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
 --                the input's shape), 'labels' (one integer class label per embedding row,
---                the argument `labels`) or 'none' (no target argument)
+--                the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
+--                boxes, as the input)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
 --   tensors      extra tensors between target and opts, in argument order:
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
---                  'class_ids' (a vector of class indices),
+--                  'sample_vector' (N values, one per sample) | 'class_ids' (a vector of
+--                  class indices),
 --                  what (one <what> per class), required, priors, doc }
 --   state        nil, or { name, components (per sample), doc }: what forward saves for
 --                backward
@@ -48,8 +51,9 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true, pairs = true, region = true }
-local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true }
+local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
+  boxes = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,

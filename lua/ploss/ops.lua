@@ -1,6 +1,7 @@
 --- Ops beside the losses: one-hot encoding with label smoothing (ploss.one_hot), the
 -- Taylor softmax and log-Taylor softmax (ploss.F.taylor_softmax, ploss.TaylorSoftmax, …),
--- and ploss.OneHotTargets, which adapts an elementwise criterion to class-index targets.
+-- ploss.OneHotTargets, which adapts an elementwise criterion to class-index targets, and
+-- the pairwise box similarities (ploss.box_iou, generalized_box_iou, …).
 -- Errors are Lua errors at the caller's line with the C library's message; nothing is
 -- half-written.
 return function(ploss)
@@ -229,6 +230,59 @@ ploss.OneHotTargets = function(inner, opts)
   local self = setmetatable({}, OneHotTargets)
   self:__init(inner, opts)
   return self
+end
+
+---------------------------------------------------------------------------------------
+-- pairwise box similarities
+---------------------------------------------------------------------------------------
+
+local box_formats = { xyxy = C.PLOSS_BOX_FORMAT_XYXY, xywh = C.PLOSS_BOX_FORMAT_XYWH, cxcywh = C.PLOSS_BOX_FORMAT_CXCYWH }
+local box_iou_keys = { eps = true, box_format = true, out = true }
+
+--- ploss.box_iou(boxes1, boxes2 [, opts]) → N×M similarities (also generalized_box_iou,
+-- distance_box_iou, complete_box_iou, and the same names in ploss.F)
+--
+-- torchvision's pairwise functions: out[i][j] is the IoU (GIoU, DIoU, CIoU) of boxes1[i]
+-- and boxes2[j], N×4 and M×4 boxes of any float dtypes on one device; f32 (f64 for f64
+-- boxes1).  opts: eps (1e-7: of c² + ε and CIoU's α), box_format ('xyxy', 'xywh',
+-- 'cxcywh'), out (a tensor to write).  A box with x2 < x1 or y2 < y1 is an INVALID_BOX error.
+for _, op in ipairs { { "box_iou", C.PLOSS_BOX_IOU_IOU }, { "generalized_box_iou", C.PLOSS_BOX_IOU_GENERALIZED },
+                      { "distance_box_iou", C.PLOSS_BOX_IOU_DISTANCE }, { "complete_box_iou", C.PLOSS_BOX_IOU_COMPLETE } } do
+  local name, kind = op[1], op[2]
+  ploss[name] = function(boxes1, boxes2, opts)
+    opts = opts or {}
+    if not ploss.is_tensor(boxes1) then ploss.raise(name .. ": boxes1: expected a ploss tensor, got " .. type(boxes1)) end
+    if not ploss.is_tensor(boxes2) then ploss.raise(name .. ": boxes2: expected a ploss tensor, got " .. type(boxes2)) end
+    if type(opts) ~= "table" then ploss.raise(name .. ": opts: expected a table") end
+    for k in pairs(opts) do
+      if not box_iou_keys[k] then ploss.raise(name .. ": unknown option '" .. tostring(k) .. "'") end
+    end
+    local co = new_opts("ploss_box_iou_opts", "ploss_box_iou_opts_init")
+    co.kind = kind
+    if opts.eps ~= nil then
+      if type(opts.eps) ~= "number" then ploss.raise(name .. ": eps: expected a number, got " .. type(opts.eps)) end
+      co.eps = opts.eps
+    end
+    if opts.box_format ~= nil then
+      local f = box_formats[opts.box_format]
+      if f == nil then
+        ploss.raise(name .. ": box_format: '" .. tostring(opts.box_format) .. "' is not one of 'xyxy', 'xywh', 'cxcywh'")
+      end
+      co.box_format = f
+    end
+    local out = opts.out
+    if out == nil then
+      -- (boxes of another rank: the C call names them)
+      local n1, n2 = #boxes1:size() == 2 and boxes1:size()[1] or 0, #boxes2:size() == 2 and boxes2:size()[1] or 0
+      out = ploss.empty({ n1, n2 }, { dtype = boxes1:dtype() == "f64" and "f64" or "f32", device = boxes1:device() })
+    elseif not ploss.is_tensor(out) then
+      ploss.raise(name .. ": out: expected a ploss tensor, got " .. type(out))
+    end
+    ploss.check(C.ploss_box_iou(boxes1:context(), boxes1:dl(), boxes2:dl(), co, out:dl()), name)
+    if opts.out then out:bump_version() end
+    return out
+  end
+  ploss.F[name] = ploss[name]
 end
 
 end

@@ -28,6 +28,7 @@
 --       weight_decay=, nesterov=})   torch.optim.SGD's update of one tensor, in place
 --   F.adam_step(param, grad, exp_avg, exp_avg_sq, step, {lr=, beta1=, beta2=, eps=,
 --       weight_decay=, decoupled_weight_decay=})   torch.optim.Adam / AdamW, in place
+--   ploss.optim.EMA(params, {decay=, warmup=})   moving averages of parameters (below)
 return function(ploss)
 local C = ploss.C
 local F = ploss.F
@@ -426,5 +427,104 @@ optimizer("Adam", function(p)
 end, function(p, g, st, t, opts)
   F.adam_step(p, g, st.m, st.v, t, opts)
 end, adam_fields)
+
+---------------------------------------------------------------------------------------
+-- EMA of parameters
+---------------------------------------------------------------------------------------
+
+-- A C array of the descriptors of a list of tensors (read-only ones: `const`).
+local function dl_array(list, const)
+  local a = ffi.new(const and "const DLTensor *[?]" or "DLTensor *[?]", math.max(#list, 1))
+  for i, t in ipairs(list) do a[i - 1] = t:dl() end
+  return a
+end
+
+--- ema = ploss.optim.EMA(params, {decay = 0.9999, warmup = true})
+--
+-- Exponential moving averages ("shadows", copies of the params when made) of a list of
+-- tensors, as TensorFlow's ExponentialMovingAverage with num_updates:
+--   ema:update()    after each optimiser step: shadow ← d·shadow + (1 − d)·param for every
+--                   float tensor at once (one pass, one launch on CUDA), integer tensors
+--                   copied, d = min(decay, (1 + t)/(10 + t)) with t the updates before
+--                   (warmup = false: d = decay)
+--   ema:apply()     the averages into the params (evaluation), the live weights kept in
+--                   the shadows' buffers: the two are exchanged, no third copy
+--   ema:restore()   the live weights back (exchanged again)
+-- The params are read from the list at each call (tensors updated in place by the
+-- optimiser).  update() between apply() and restore() is an error.
+local EMA = {}
+EMA.__index = EMA
+local ema_fields = { decay = "number", warmup = "boolean" }
+
+setmetatable(EMA, {
+  __call = function(_, params, opts)
+    if type(params) ~= "table" or ploss.is_tensor(params) then
+      ploss.raise("EMA: params: expected a list of tensors, e.g. model:parameters()")
+    end
+    opts = opts_table(opts, "EMA")
+    for k, v in pairs(opts) do
+      if ema_fields[k] == nil then ploss.raise("EMA: unknown option '" .. tostring(k) .. "'") end
+      if type(v) ~= ema_fields[k] then ploss.raise("EMA: " .. k .. ": expected a " .. ema_fields[k] .. ", got " .. type(v)) end
+    end
+    local self = setmetatable({ params = {}, shadows = {}, t = 0, applied = false }, EMA)
+    self.copts = ffi.new("ploss_ema_opts")
+    C.ploss_ema_opts_init(self.copts)
+    if opts.decay ~= nil then self.copts.decay = opts.decay end
+    if opts.warmup ~= nil then self.copts.warmup = opts.warmup and 1 or 0 end
+    if not (self.copts.decay >= 0 and self.copts.decay <= 1) then
+      ploss.raise("EMA: decay: " .. tostring(opts.decay) .. " is not in [0, 1]")
+    end
+    for i, p in ipairs(params) do
+      self.params[i] = need_tensor(p, "EMA: params[" .. i .. "]")
+      self.shadows[i] = p:clone()
+    end
+    return self
+  end,
+})
+
+local function ema_context(self)
+  return #self.params > 0 and self.params[1]:context() or ploss.context("cpu")
+end
+
+function EMA:update()
+  if self.applied then ploss.raise("EMA: update() between apply() and restore()") end
+  ploss.check(C.ploss_ema_update(ema_context(self), dl_array(self.shadows), dl_array(self.params, true), #self.params,
+    self.t, self.copts), "ema_update")
+  self.t = self.t + 1
+  for _, s in ipairs(self.shadows) do s:bump_version() end
+end
+
+local function exchange(self, what)
+  ploss.check(C.ploss_ema_swap(ema_context(self), dl_array(self.params), dl_array(self.shadows), #self.params), what)
+  for i = 1, #self.params do
+    self.params[i]:bump_version()
+    self.shadows[i]:bump_version()
+  end
+end
+
+function EMA:apply()
+  if self.applied then ploss.raise("EMA: apply() twice without restore()") end
+  exchange(self, "ema_apply")
+  self.applied = true
+end
+
+function EMA:restore()
+  if not self.applied then ploss.raise("EMA: restore() without apply()") end
+  exchange(self, "ema_restore")
+  self.applied = false
+end
+
+--- The decay d of the next update.
+function EMA:decay()
+  local d = self.copts.decay
+  if self.copts.warmup ~= 0 then d = math.min(d, (1 + self.t) / (10 + self.t)) end
+  return d
+end
+
+EMA.__tostring = function(self)
+  return string.format("ploss.optim.EMA(decay=%s, warmup=%s, %d tensors, %d updates)", tostring(self.copts.decay),
+    tostring(self.copts.warmup ~= 0), #self.params, self.t)
+end
+ploss.optim.EMA = EMA
 
 end

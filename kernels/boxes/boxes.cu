@@ -1,0 +1,284 @@
+/*
+ * boxes.cu — CUDA backend of the box regression losses (core/engines/boxes.h): IoU, GIoU,
+ * DIoU and CIoU, their maths in core/engines/boxes_math.h (the CPU backend's), computed in
+ * fp32 (f64 for f64 input).
+ *
+ * One kernel, boxes_kernel<T, VEC>, a thread per box in a grid-stride loop, reads the 8
+ * numbers of a box pair once and writes its loss (NONE) and its 4 gradients in the same
+ * pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned to a
+ * box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
+ * otherwise any strides, and a target of any float dtype.  Boxes with x2 < x1 or y2 < y1
+ * (not ignored) are reported through the context's error slot and get a NaN loss and a
+ * zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one partial per
+ * block in the context's workspace (a grid that depends on N only), then one block adds the
+ * partials in a fixed order — deterministic, no float atomics, no host synchronisation.
+ * MEAN with an ignore mask divides by the boxes kept, counted before the main kernel
+ * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
+ */
+#include <math_constants.h>
+
+#include "common.cuh"
+#include "boxes.h"
+
+namespace ploss_cuda {
+namespace {
+
+#define REAL float
+#define F(name) name##_f32
+#define BOX_FN __device__ __forceinline__
+#define ATAN2 atan2f
+#include "boxes_math.h"
+#undef REAL
+#undef F
+#undef ATAN2
+#define REAL double
+#define F(name) name##_f64
+#define ATAN2 atan2
+#include "boxes_math.h"
+#undef REAL
+#undef F
+#undef BOX_FN
+#undef ATAN2
+
+__device__ __forceinline__ int box_to_xyxy(int format, const float *r, float *b) { return box_to_xyxy_f32(format, r, b); }
+__device__ __forceinline__ int box_to_xyxy(int format, const double *r, double *b) { return box_to_xyxy_f64(format, r, b); }
+__device__ __forceinline__ void box_grad_from_xyxy(int format, float *g) { box_grad_from_xyxy_f32(format, g); }
+__device__ __forceinline__ void box_grad_from_xyxy(int format, double *g) { box_grad_from_xyxy_f64(format, g); }
+__device__ __forceinline__ float box_similarity(int kind, int paper, float eps0, float eps, const float *p,
+                                                const float *t, int want_grad, float *g)
+{
+    return box_similarity_f32(kind, paper, eps0, eps, p, t, want_grad, g);
+}
+__device__ __forceinline__ double box_similarity(int kind, int paper, double eps0, double eps, const double *p,
+                                                 const double *t, int want_grad, double *g)
+{
+    return box_similarity_f64(kind, paper, eps0, eps, p, t, want_grad, g);
+}
+
+constexpr int THREADS = 256;
+constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
+constexpr int FINISH_THREADS = 1024;
+
+/* The four numbers of a box as one aligned load / store. */
+template <class T> struct alignas(4 * sizeof(T)) box_vec {
+    T v[4];
+};
+
+template <class A> __device__ __forceinline__ A qnan();
+template <> __device__ __forceinline__ float qnan<float>() { return CUDART_NAN_F; }
+template <> __device__ __forceinline__ double qnan<double>() { return CUDART_NAN; }
+
+/* The divisor of MEAN: the boxes kept (counted on the device) or all of them. */
+__device__ __forceinline__ double mean_divisor(const ploss_boxes_problem &p, const unsigned long long *kept)
+{
+    return kept ? (double)*kept : (double)p.n;
+}
+
+/* ω of a reduced pass: the fused multiplier or the scalar upstream gradient, ÷ the divisor
+ * for MEAN (0 with no box left: a zero gradient); 0 where it is not used. */
+template <class A> __device__ __forceinline__ A reduced_omega(const ploss_boxes_problem &p, const unsigned long long *kept)
+{
+    if (p.pass == PLOSS_PASS_FORWARD || (p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE))
+        return A(0);
+    double up = p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0);
+    if (p.reduction == PLOSS_REDUCTION_MEAN) {
+        const double d = mean_divisor(p, kept);
+        up = d != 0.0 ? up / d : 0.0;
+    }
+    return (A)up;
+}
+
+template <class T, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials)
+{
+    using A = acc_t<T>;
+    const T *x = (const T *)p.x;
+    T *grad = (T *)p.grad;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
+    const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    const bool per_box_up = p.pass == PLOSS_PASS_BACKWARD && none;
+    const A omega = reduced_omega<A>(p, kept);
+    const A eps = (A)p.eps;
+
+    A sum = A(0);
+    const int64_t gs = grid_stride();
+    for (int64_t n = thread_index(); n < p.n; n += gs) {
+        A loss = A(0), g[4] = {A(0), A(0), A(0), A(0)};
+        if (!(p.ign && load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) != 0.0)) {
+            A r[4], q[4], pb[4], tb[4];
+            if (VEC) {
+                const box_vec<T> bx = ((const box_vec<T> *)p.x)[n], bt = ((const box_vec<T> *)p.t)[n];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    r[k] = to_acc(bx.v[k]);
+                    q[k] = to_acc(bt.v[k]);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    r[k] = to_acc(x[n * p.x_sn + k * p.x_sk]);
+                    q[k] = load_float_dyn<A>(p.t, p.t_dtype, n * p.t_sn + k * p.t_sk);
+                }
+            }
+            const int valid_x = box_to_xyxy(p.format, r, pb), valid_t = box_to_xyxy(p.format, q, tb);
+            if (!valid_x || !valid_t) {
+                report_invalid_box(error_slot, valid_x ? PLOSS_SLOT_TARGET_BOX : PLOSS_SLOT_INPUT_BOX, n);
+                loss = qnan<A>();
+            } else {
+                const A w = p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
+                loss = w * (A(1) - box_similarity((int)p.kind, p.paper_gradient, eps, eps, pb, tb, want_grad, g));
+                if (want_grad) {
+                    box_grad_from_xyxy(p.format, g);
+                    const A up = per_box_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn) : omega;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k)
+                        g[k] *= w * up;
+                }
+            }
+        }
+        if (want_loss) {
+            if (none)
+                store_state(p.loss, p.loss_dtype, n * p.l_sn, (double)loss);
+            else
+                sum += loss;
+        }
+        if (want_grad) {
+            if (VEC) {
+                box_vec<T> out;
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    out.v[k] = from_acc<T>(g[k]);
+                ((box_vec<T> *)grad)[n] = out;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    grad[n * p.g_sn + k * p.g_sk] = from_acc<T>(g[k]);
+            }
+        }
+    }
+    if (want_loss && !none) {
+        const double block_sum = (double)block_reduce<THREADS>(sum, SumOp());
+        if (threadIdx.x == 0)
+            partials[blockIdx.x] = block_sum;
+    }
+}
+
+/* The boxes that are not ignored, into *kept (zeroed before; integer adds, exact). */
+__global__ void __launch_bounds__(THREADS) boxes_count_kept(const ploss_boxes_problem p, unsigned long long *kept)
+{
+    unsigned long long c = 0;
+    for (int64_t n = thread_index(); n < p.n; n += grid_stride())
+        c += load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) == 0.0;
+    c = block_reduce<THREADS>(c, SumOp());
+    if (threadIdx.x == 0 && c)
+        atomicAdd(kept, c);
+}
+
+/* One block: the partials in a fixed order, then loss = Σ / divisor. */
+__global__ void __launch_bounds__(FINISH_THREADS)
+boxes_finish(const ploss_boxes_problem p, const double *partials, int64_t nparts, const unsigned long long *kept)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
+        s += partials[i];
+    s = block_reduce<FINISH_THREADS>(s, SumOp());
+    if (threadIdx.x == 0) /* 0/0 = NaN for MEAN with no box left */
+        store_state(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? s / mean_divisor(p, kept) : s);
+}
+
+/* ploss_box_iou: a thread per pair (i, j), j fastest (coalesced writes of a dense row);
+ * an invalid box makes its pairs NaN and is reported through the error slot. */
+template <class A>
+__global__ void __launch_bounds__(THREADS) box_pairs_kernel(const ploss_box_pairs_problem p, int64_t *error_slot)
+{
+    const int64_t total = p.n * p.m;
+    for (int64_t k = thread_index(); k < total; k += grid_stride()) {
+        const int64_t i = k / p.m, j = k % p.m;
+        A r[4], q[4], a[4], b[4], g[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            r[c] = load_float_dyn<A>(p.a, p.a_dtype, i * p.a_sn + c * p.a_sk);
+            q[c] = load_float_dyn<A>(p.b, p.b_dtype, j * p.b_sn + c * p.b_sk);
+        }
+        const int valid_a = box_to_xyxy(p.format, r, a), valid_b = box_to_xyxy(p.format, q, b);
+        A s;
+        if (!valid_a || !valid_b) {
+            report_invalid_box(error_slot, valid_a ? PLOSS_SLOT_BOXES2_BOX : PLOSS_SLOT_BOXES1_BOX,
+                               valid_a ? j : i);
+            s = qnan<A>();
+        } else {
+            s = box_similarity((int)p.kind, 0, A(0), (A)p.eps, a, b, 0, g);
+        }
+        store_state(p.out, p.out_dtype, i * p.o_sn + j * p.o_sm, (double)s);
+    }
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+/* Dense N×4 boxes of `dt` aligned to a box (one vector load per box). */
+static bool dense_boxes(const void *base, ploss_dtype dt, int64_t sn, int64_t sk)
+{
+    const uintptr_t box_bytes = 4 * (uintptr_t)ploss_dtype_size(dt);
+    return sn == 4 && sk == 1 && ((uintptr_t)base % box_bytes) == 0;
+}
+
+extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_problem *p)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
+    if (p->n == 0 && !need_partials)
+        return PLOSS_OK;
+    const bool count = p->ign && p->reduction == PLOSS_REDUCTION_MEAN;
+    const bool vec = p->t_dtype == p->x_dtype && dense_boxes(p->x, p->x_dtype, p->x_sn, p->x_sk) &&
+                     dense_boxes(p->t, p->t_dtype, p->t_sn, p->t_sk) &&
+                     (!want_grad || dense_boxes(p->grad, p->x_dtype, p->g_sn, p->g_sk));
+
+    /* workspace: the block partials, then the count of kept boxes */
+    const unsigned blocks = grid_blocks(p->n, THREADS, MAX_BLOCKS);
+    double *partials = NULL;
+    unsigned long long *kept = NULL;
+    if (need_partials || count) {
+        void *ws = NULL;
+        const ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double) + sizeof(unsigned long long), &ws);
+        if (st)
+            return st;
+        partials = (double *)ws;
+        kept = count ? (unsigned long long *)(partials + blocks) : NULL;
+    }
+    cudaStream_t stream = stream_of(ctx);
+    if (kept) {
+        if (cudaMemsetAsync(kept, 0, sizeof *kept, stream) != cudaSuccess)
+            return check_launch("boxes: clearing the count of kept boxes");
+        boxes_count_kept<<<blocks, THREADS, 0, stream>>>(*p, kept);
+        const ploss_status st = check_launch("boxes_count_kept");
+        if (st)
+            return st;
+    }
+    ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (vec)
+            boxes_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+        else
+            boxes_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+        return check_launch("boxes_kernel");
+    });
+    if (st || !need_partials)
+        return st;
+    boxes_finish<<<1, FINISH_THREADS, 0, stream>>>(*p, partials, (int64_t)blocks, kept);
+    return check_launch("boxes_finish");
+}
+
+extern "C" ploss_status ploss_cuda_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p)
+{
+    const unsigned blocks = grid_blocks(p->n * p->m, THREADS);
+    if (p->out_dtype == PLOSS_F64)
+        box_pairs_kernel<double><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, ctx->error_slot);
+    else
+        box_pairs_kernel<float><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, ctx->error_slot);
+    return check_launch("box_pairs_kernel");
+}
