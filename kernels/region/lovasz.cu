@@ -135,8 +135,6 @@ __global__ void lovasz_segments(const A *partial, const int32_t *count, int64_t 
     }
 }
 
-/* One thread: the reduction over groups and classes (fixed order, double), the loss, and
- * the weight ω of each L_gc in the reduced loss. */
 /* Class c counts in a group with seg_count P: listed (classes = 'listed'; an index outside
  * [0, C) is reported in the error slot), present, or always ('all'). */
 __device__ __forceinline__ int class_counts(const ploss_region_problem &p, int64_t c, int64_t P)
@@ -149,6 +147,8 @@ __device__ __forceinline__ int class_counts(const ploss_region_problem &p, int64
     return 0;
 }
 
+/* One thread: the reduction over groups and classes (fixed order, double), the loss, and
+ * the weight ω of each L_gc in the reduced loss. */
 template <class A>
 __global__ void lovasz_finish(const ploss_region_problem p, const double *seg_loss, const int64_t *seg_count,
                               A *omega, int64_t *error_slot)
