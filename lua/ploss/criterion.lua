@@ -102,7 +102,11 @@ local function resolve(d, user, extra, where)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end
-  check_scalar(REDUCTION, r, where)
+  if type(r) ~= "string" or not d.reduction_allowed[r] then
+    local names = {}
+    for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
+    ploss.raise(string.format("%s: reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
+  end
   o.reduction = r
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
@@ -471,8 +475,37 @@ local function build_multi(d)
 
   tensor_and_print_methods(cls, d)
 
-  cls._spec = { name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
-                inputs = d.inputs, target = target_name }
+  -- The C calls on a given context, for the benchmark (bench/bench.lua): the single-input
+  -- spec's convention with the inputs and the gradients as lists (argument order).
+  cls._spec = {
+    name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
+    inputs = d.inputs, target = target_name, multi = true,
+    -- the resolved options and the C struct of the table `user`; keys the loss does not
+    -- have are returned in a sorted list, not refused
+    options = function(user)
+      local known = { reduction = true }
+      for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
+      for _, tt in ipairs(d.tensors) do known[tt.name] = true end
+      local mine, unknown = {}, {}
+      for k, v in pairs(user) do
+        if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
+      end
+      table.sort(unknown)
+      local o = resolve(d, mine, nil, d.name)
+      return fill(d, o, ctype()), o, unknown
+    end,
+    forward = function(o, ctx, inputs, target, copts, loss)
+      return run("forward", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss })
+    end,
+    backward = function(o, ctx, inputs, target, copts, grad_loss, grads)
+      return run("backward", ctx, { o = o, inputs = inputs, target = target, copts = copts,
+                                    grad_loss = grad_loss, grads = grads })
+    end,
+    fused = function(o, ctx, inputs, target, copts, loss, grads)
+      return run("fused", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss,
+                                 grads = grads })
+    end,
+  }
 
   -- the functional API ----------------------------------------------------------------
   local F = ploss.F
@@ -734,6 +767,7 @@ function M.build(d)
   end
 
   ploss[d.criterion] = cls
+  for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
   return cls
 end
 
