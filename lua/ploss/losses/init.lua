@@ -29,4 +29,10 @@ return {
   "hinge_embedding_loss",
   "nll_loss",
   "multi_margin_loss",
+  "lovasz_softmax",
+  "soft_dice",
+  "generalized_soft_dice",
+  "batch_soft_dice",
+  "affinity_field",
+  "affinity",
 }
