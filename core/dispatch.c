@@ -47,6 +47,8 @@ WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
 WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
 NO_CTX(cpu_ema, ploss_cpu_ema, ploss_ema_problem)
 WITH_CTX(cpu_direct_rows, ploss_cpu_direct_rows, ploss_direct_problem)
+WITH_CTX(cpu_margin_ranking, ploss_cpu_margin_ranking, ploss_margin_ranking_problem)
+WITH_CTX(cpu_cosine_embedding, ploss_cpu_cosine_embedding, ploss_cosine_embedding_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -68,6 +70,8 @@ WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
 WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
 WITH_CTX(cuda_ema, ploss_cuda_ema, ploss_ema_problem)
 WITH_CTX(cuda_direct_rows, ploss_cuda_direct_rows, ploss_direct_problem)
+WITH_CTX(cuda_margin_ranking, ploss_cuda_margin_ranking, ploss_margin_ranking_problem)
+WITH_CTX(cuda_cosine_embedding, ploss_cuda_cosine_embedding, ploss_cosine_embedding_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -95,6 +99,8 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
     [PLOSS_OP_EMA] = {[CPU] = cpu_ema, [GPU] = CUDA(cuda_ema)},
     [PLOSS_OP_ROWS_DIRECT] = {[CPU] = cpu_direct_rows, [GPU] = CUDA(cuda_direct_rows)},
+    [PLOSS_OP_PAIRS_MARGIN_RANKING] = {[CPU] = cpu_margin_ranking, [GPU] = CUDA(cuda_margin_ranking)},
+    [PLOSS_OP_PAIRS_COSINE_EMBEDDING] = {[CPU] = cpu_cosine_embedding, [GPU] = CUDA(cuda_cosine_embedding)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

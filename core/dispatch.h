@@ -33,6 +33,8 @@ typedef enum {
     PLOSS_OP_BOX_PAIRS,              /* ploss_box_pairs_problem */
     PLOSS_OP_EMA,                    /* ploss_ema_problem       */
     PLOSS_OP_ROWS_DIRECT,            /* ploss_direct_problem    */
+    PLOSS_OP_PAIRS_MARGIN_RANKING,   /* ploss_margin_ranking_problem */
+    PLOSS_OP_PAIRS_COSINE_EMBEDDING, /* ploss_cosine_embedding_problem */
     PLOSS_OP_COUNT
 } ploss_op;
 

@@ -32,6 +32,8 @@ typedef enum {
     PLOSS_POLICY_HINGE_EMBEDDING = 24, /* hinge_embedding_loss (elementwise) */
     PLOSS_POLICY_NLL = 25, /* nll_loss (rows) */
     PLOSS_POLICY_MULTI_MARGIN = 26, /* multi_margin_loss (rows) */
+    PLOSS_POLICY_MARGIN_RANKING = 27, /* margin_ranking_loss (pairs) */
+    PLOSS_POLICY_COSINE_EMBEDDING = 28, /* cosine_embedding_loss (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -29,4 +29,6 @@ return {
   "hinge_embedding_loss",
   "nll_loss",
   "multi_margin_loss",
+  "margin_ranking_loss",
+  "cosine_embedding_loss",
 }
