@@ -817,15 +817,15 @@ static ploss_status fz_call_cosine_embedding_loss_fused(ploss_ctx_t *ctx, DLTens
      .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
      .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_margin_ranking_loss_forward", .call = fz_call_margin_ranking_loss_forward, .nslots = 4, \
-     .slots = {{"input1", FZ_IN, "NC", "f"}, {"input2", FZ_IN, "NC", "f"}, {"target", FZ_IN, "N", "x|i|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .slots = {{"input1", FZ_IN, "NCd|N|NC", "f"}, {"input2", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_margin_ranking_loss_opts), .opts_init = fz_init_ploss_margin_ranking_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_margin_ranking_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_margin_ranking_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_margin_ranking_loss_backward", .call = fz_call_margin_ranking_loss_backward, .nslots = 6, \
-     .slots = {{"input1", FZ_IN, "NC", "f"}, {"input2", FZ_IN, "NC", "f"}, {"target", FZ_IN, "N", "x|i|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input1", FZ_OUT, "NC", "x"}, {"grad_input2", FZ_OUT, "NC", "x"}}, \
+     .slots = {{"input1", FZ_IN, "NCd|N|NC", "f"}, {"input2", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input1", FZ_OUT, "NCd|N|NC", "x"}, {"grad_input2", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_margin_ranking_loss_opts), .opts_init = fz_init_ploss_margin_ranking_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_margin_ranking_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_margin_ranking_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_margin_ranking_loss_fused", .call = fz_call_margin_ranking_loss_fused, .nslots = 6, \
-     .slots = {{"input1", FZ_IN, "NC", "f"}, {"input2", FZ_IN, "NC", "f"}, {"target", FZ_IN, "N", "x|i|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input1", FZ_OUT, "NC", "x"}, {"grad_input2", FZ_OUT, "NC", "x"}}, \
+     .slots = {{"input1", FZ_IN, "NCd|N|NC", "f"}, {"input2", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input1", FZ_OUT, "NCd|N|NC", "x"}, {"grad_input2", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_margin_ranking_loss_opts), .opts_init = fz_init_ploss_margin_ranking_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_margin_ranking_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_margin_ranking_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_margin_ranking_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_cosine_embedding_loss_forward", .call = fz_call_cosine_embedding_loss_forward, .nslots = 4, \

@@ -320,7 +320,7 @@ describe("MarginRankingLoss", function()
     H.expect_error(function() fused(x1, x2, ploss.ones({ 4, 1 }, { dtype = "f64" })) end,
       "target: expected [4] (the shape of input1)", out, g[1], g[2])
     H.expect_error(function() fused(x1, x2:float(), y) end, { "input2: expected f64, got f32", "PLOSS_ERR_DTYPE" }, out, g[1])
-    H.expect_error(function() fused(x1:long(), x2:long(), y) end, "input1: expected embeddings of dtype f32", out, g[1])
+    H.expect_error(function() fused(x1:long(), x2:long(), y) end, "input1: expected scores of dtype f32", out, g[1])
     H.expect_error(function() fused(x1, x2, ploss.ones({ 4 }, { dtype = "u8" })) end,
       { "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, got u8", "PLOSS_ERR_DTYPE" }, out, g[1])
     H.expect_error(function() fused(x1, x2, y, { grad_input2 = ploss.empty({ 2, 2 }, { dtype = "f64" }) }) end,

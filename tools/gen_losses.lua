@@ -169,6 +169,8 @@ local LAYOUT = {
     loss = "NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for f64 input).  " ..
       "MEAN divides by the element count.",
     grad_loss = "NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.",
+    fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
+             grad_input = { "NCd|N|NC", "x" }, target = { signs = { "NCd|N|NC", "x|i|f" } } },
   },
   rows_or_vector = {
     loss = "NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or " ..
@@ -534,7 +536,7 @@ local function gen_fuzz()
   w("#include \"fuzz.h\"")
   local rows, inits = {}, {}
   for _, d in ipairs(descs) do
-    local sh = SHAPE[d.shape].fuzz
+    local sh = (LAYOUT[d.input_layout or "rows"] or {}).fuzz or SHAPE[d.shape].fuzz
     if not inits[d.opts_type] then
       inits[d.opts_type] = true
       w("")

@@ -105,7 +105,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         if ((st = ploss_view_init(x, a->inputs[k], name)) || (st = ploss_view_check_device(x, ctx, name)))
             return st;
         if (!ploss_dtype_is_float(x->dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected embeddings of dtype f32, f16, bf16 or f64, got %s", name,
+            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name,
+                               c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE ? "scores" : "embeddings",
                                ploss_dtype_name(x->dtype));
         if (c->layout == PLOSS_INPUT_LAYOUT_ROWS && x->ndim != 2)
             return ploss_check_shape_error(name, "N×D embeddings (2 dims)", x);

@@ -35,7 +35,8 @@
 --                'elementwise' (any shape, one loss per element: the 'none' loss has the
 --                inputs' shape)
 --   input_doc, target_doc  what the input / target hold, where the shape's and target
---                kind's general text does not say it (optional)
+--                kind's general text does not say it (optional; with several inputs
+--                input_doc follows each input's own doc)
 --   input_range  { low, high }: the inputs the loss is defined on (BCE's probabilities), where
 --                generic specs draw their random inputs (optional; default any real)
 --   reductions   the reductions the loss takes, by Lua name (default 'none', 'mean', 'sum';
