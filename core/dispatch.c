@@ -52,6 +52,8 @@ WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
 WITH_CTX(cpu_dice, ploss_cpu_dice, ploss_region_problem)
 WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
 WITH_CTX(cpu_affinity, ploss_cpu_affinity, ploss_region_problem)
+WITH_CTX(cpu_margin_ranking, ploss_cpu_margin_ranking, ploss_margin_ranking_problem)
+WITH_CTX(cpu_cosine_embedding, ploss_cpu_cosine_embedding, ploss_cosine_embedding_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -77,6 +79,8 @@ WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
 WITH_CTX(cuda_dice, ploss_cuda_dice, ploss_region_problem)
 WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
 WITH_CTX(cuda_affinity, ploss_cuda_affinity, ploss_region_problem)
+WITH_CTX(cuda_margin_ranking, ploss_cuda_margin_ranking, ploss_margin_ranking_problem)
+WITH_CTX(cuda_cosine_embedding, ploss_cuda_cosine_embedding, ploss_cosine_embedding_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -108,6 +112,8 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_REGION_DICE] = {[CPU] = cpu_dice, [GPU] = CUDA(cuda_dice)},
     [PLOSS_OP_REGION_AFFINITY_FIELD] = {[CPU] = cpu_affinity_field, [GPU] = CUDA(cuda_affinity_field)},
     [PLOSS_OP_REGION_AFFINITY] = {[CPU] = cpu_affinity, [GPU] = CUDA(cuda_affinity)},
+    [PLOSS_OP_PAIRS_MARGIN_RANKING] = {[CPU] = cpu_margin_ranking, [GPU] = CUDA(cuda_margin_ranking)},
+    [PLOSS_OP_PAIRS_COSINE_EMBEDDING] = {[CPU] = cpu_cosine_embedding, [GPU] = CUDA(cuda_cosine_embedding)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

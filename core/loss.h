@@ -30,8 +30,17 @@ typedef enum {
     PLOSS_LOSS_TARGET_ELEMENTWISE,          /* float, the input's shape                          */
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
     PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
-    PLOSS_LOSS_TARGET_BOXES                 /* float N×4 boxes, as the input                     */
+    PLOSS_LOSS_TARGET_BOXES,                /* float N×4 boxes, as the input                     */
+    PLOSS_LOSS_TARGET_SIGNS                 /* ±1 labels of a loss of several inputs: any float
+                                               dtype or i64/i32, per row or per element       */
 } ploss_loss_target;
+
+/* How the inputs of a loss of several inputs are laid out (the pairs shape). */
+typedef enum {
+    PLOSS_INPUT_LAYOUT_ROWS = 0,           /* N×D embeddings, one loss per row                 */
+    PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR = 1, /* N×D, or D for one pair (its NONE loss 0-d)       */
+    PLOSS_INPUT_LAYOUT_ELEMENTWISE = 2     /* any shape, one loss per element                  */
+} ploss_input_layout;
 
 /* Extra tensors between the target and the options. */
 typedef enum {
@@ -67,6 +76,7 @@ typedef struct ploss_loss_spec {
     int ninputs;                 /* 0: one input named "input"; else inputs[0..ninputs)   */
     const char *input_names[PLOSS_MAX_LOSS_INPUTS];
     const char *grad_names[PLOSS_MAX_LOSS_INPUTS];
+    ploss_input_layout input_layout; /* of the inputs of a loss of several inputs        */
 } ploss_loss_spec;
 
 /* The tensors of one call; those a pass does not take are NULL. */

@@ -38,6 +38,8 @@ typedef enum {
     PLOSS_POLICY_BATCH_SOFT_DICE = 30, /* batch_soft_dice (region) */
     PLOSS_POLICY_AFFINITY_FIELD = 31, /* affinity_field (region) */
     PLOSS_POLICY_AFFINITY = 32, /* affinity (region) */
+    PLOSS_POLICY_MARGIN_RANKING = 33, /* margin_ranking_loss (pairs) */
+    PLOSS_POLICY_COSINE_EMBEDDING = 34, /* cosine_embedding_loss (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -2599,4 +2599,160 @@ ploss_status ploss_affinity_backward(ploss_ctx_t *ctx, const DLTensor *input,
 ploss_status ploss_affinity_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const ploss_affinity_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Margin ranking loss --------------------------------------------------------------- */
+
+/** Options of margin_ranking_loss; fill with ploss_margin_ranking_loss_opts_init(). */
+typedef struct ploss_margin_ranking_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the margin of the hinge; a finite number; default 0.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_margin_ranking_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_margin_ranking_loss_opts_init(ploss_margin_ranking_loss_opts *opts);
+
+/**
+ * Margin ranking loss, forward (PyTorch torch.nn.MarginRankingLoss /
+ * torch.nn.functional.margin_ranking_loss; Torch7 nn.MarginRankingCriterion).
+ * Elementwise, with u = −y·(x1 − x2) + m:
+ *
+ *     ℓ = max(0, u)
+ *
+ * as PyTorch's (−y·(x1 − x2) + m).clamp_min(0): a NaN u gives a NaN loss. 'mean' divides
+ * by the element count.
+ *
+ * The inputs and the target must have one shape: PyTorch checks only that their ranks agree and
+ * broadcasts; broadcasting is refused here (SHAPE naming the tensor). Both backends compute
+ * each element in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 input). No state is
+ * kept.
+ *
+ * in  input1      x1, the first scores; any shape (rank 0..8, typically N), f32/f16/bf16/f64,
+ *                 any strides; both inputs of the same dtype and shape (no broadcasting).
+ * in  input2      x2, the second scores, x1's shape; any shape (rank 0..8, typically N),
+ *                 f32/f16/bf16/f64, any strides; both inputs of the same dtype and shape (no
+ *                 broadcasting).
+ * in  target      y, x1's shape: 1 (x1 should rank higher) or −1 (x2 should), any float dtype
+ *                 or i64/i32; other values are used as they are, as PyTorch (which does not
+ *                 check them).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_margin_ranking_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Margin ranking loss, backward. With c = [u >= 0] (PyTorch's clamp_min passes the gradient at
+ * the kink u = 0; 0 where u is NaN): ∂ℓ/∂x1 = −y·c, ∂ℓ/∂x2 = y·c, each times
+ * the upstream gradient (whose value is not read where c = 0, as autograd's where). A NaN y
+ * gives NaN gradients; a NaN x1 or x2 with a finite y gives zeros.
+ * in  input1, input2, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input1 ∂/∂input1: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_input2 ∂/∂input2: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_margin_ranking_loss_backward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_margin_ranking_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
+/** Margin ranking loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_margin_ranking_loss_fused(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_margin_ranking_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
+/* ---- Cosine embedding loss ------------------------------------------------------------- */
+
+/** Options of cosine_embedding_loss; fill with ploss_cosine_embedding_loss_opts_init(). */
+typedef struct ploss_cosine_embedding_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the cosine above which a dissimilar pair is penalised (PyTorch suggests 0 to 0.5); a
+       finite number; default 0.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_cosine_embedding_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_cosine_embedding_loss_opts_init(ploss_cosine_embedding_loss_opts *opts);
+
+/**
+ * Cosine embedding loss, forward (PyTorch torch.nn.CosineEmbeddingLoss /
+ * torch.nn.functional.cosine_embedding_loss (aten's cosine_embedding_loss, EPSILON = 1e-12);
+ * Torch7 nn.CosineEmbeddingCriterion).
+ * Per pair i, as aten's cosine_embedding_loss (ε = 1e-12 added to each squared norm):
+ *
+ *     cos_i = Σ_j x1_ij·x2_ij / sqrt((Σ_j x1_ij² + ε)·(Σ_j x2_ij² + ε))
+ *     ℓ_i = 1 − cos_i            if y_i = 1
+ *     ℓ_i = max(0, cos_i − m)    if y_i = −1
+ *     ℓ_i = 0                    otherwise
+ *
+ * A zero vector has cos = 0 (loss 1 for y = 1, max(0, −m) for y = −1), never NaN. 'mean'
+ * divides by N; D inputs give one pair (a 0-d loss for 'none').
+ *
+ * PyTorch computes in the input's dtype; the CPU here works in f64, CUDA takes the three sums
+ * of a pair in fp32 (f64 for f64 input) and finishes it in f64, so sqrt(A·B) does not overflow
+ * for large f32 norms where PyTorch's f32 product would. No state is kept: backward recomputes
+ * the sums (one pass over each pair's rows).
+ *
+ * in  input1      x1, N×D embeddings (or one embedding of D values); N×D, or D for one pair
+ *                 (PyTorch's unbatched form), f32/f16/bf16/f64, any strides; both inputs of the
+ *                 same dtype and shape.
+ * in  input2      x2, x1's shape; N×D, or D for one pair (PyTorch's unbatched form),
+ *                 f32/f16/bf16/f64, any strides; both inputs of the same dtype and shape.
+ * in  target      y, N values (a 0-d tensor for D inputs): 1 (similar) or −1 (dissimilar),
+ *                 any float dtype or i64/i32; a pair with any other y has loss 0, as PyTorch.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_cosine_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Cosine embedding loss, backward. With A = Σx1² + ε, B = Σx2² + ε, d = sqrt(A·B) and g
+ * = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0] for y = −1, PyTorch's clamp_min passing
+ * the gradient at the kink; 0 otherwise), times the upstream gradient: ∂ℓ/∂x1 = g·(x2/d
+ * − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d − cos·x2/B). A pair with a NaN element has NaN
+ * gradients whatever its y (as autograd's 0·NaN), and a NaN loss only for y = ±1.
+ * in  input1, input2, target, opts   as given to _forward.
+ * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
+ *                 f64.
+ * out grad_input1 ∂/∂input1: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_input2 ∂/∂input2: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_cosine_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
+/** Cosine embedding loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_cosine_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
 #endif /* PLOSS_LOSSES_H */

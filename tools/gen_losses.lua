@@ -101,6 +101,7 @@ local TARGET_DOC = {
   elementwise = "the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).",
   labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
   boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
+  signs = "±1 labels, one per row: shape N, any float dtype or i64/i32.",
 }
 
 local SHAPE = {
@@ -140,7 +141,7 @@ local SHAPE = {
     grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap " ..
       "any input or another output.",
     fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
-             grad_input = { "NC", "x" }, target = { labels = { "N", "i" } } },
+             grad_input = { "NC", "x" }, target = { labels = { "N", "i" }, signs = { "N", "x|i|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
   boxes = {
@@ -175,6 +176,25 @@ local SHAPE = {
 -- What the input and the target hold: the description's own text, else the shape's.
 local function input_doc(d) return d.input_doc or SHAPE[d.shape].input:format(d.min_classes) end
 local function target_doc(d) return d.target_doc or TARGET_DOC[d.target] end
+
+-- The loss and upstream gradient of a loss of several inputs whose layout is not the
+-- shape's rows (description field input_layout).
+local LAYOUT = {
+  elementwise = {
+    loss = "NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for f64 input).  " ..
+      "MEAN divides by the element count.",
+    grad_loss = "NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.",
+    fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
+             grad_input = { "NCd|N|NC", "x" }, target = { signs = { "NCd|N|NC", "x|i|f" } } },
+  },
+  rows_or_vector = {
+    loss = "NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or " ..
+      "1-element tensor; f32 (f64 for f64 input).",
+    grad_loss = "NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or f64.",
+  },
+}
+local function loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).loss end
+local function grad_loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).grad_loss end
 
 local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },
                       class_ids = { "D|C", "i|f" } }
@@ -314,7 +334,7 @@ local function gen_header()
     end
     w(" *")
     if d.inputs then
-      for _, i in ipairs(d.inputs) do w(hang(string.format(" * in  %-11s ", i.name), i.doc .. "; " .. SHAPE[d.shape].input)) end
+      for _, i in ipairs(d.inputs) do w(hang(string.format(" * in  %-11s ", i.name), i.doc .. "; " .. input_doc(d))) end
     else
       w(hang(" * in  input       ", input_doc(d)))
     end
@@ -323,7 +343,7 @@ local function gen_header()
       w(hang(string.format(" * in  %-11s ", t.name), (t.required and "" or "NULL, or ") .. t.doc .. "."))
     end
     w(" * in  opts        NULL for defaults.")
-    w(hang(" * out loss        ", sh.loss))
+    w(hang(" * out loss        ", loss_doc(d)))
     if d.state then
       w(hang(string.format(" * out %-11s ", d.state.name), "NULL, or " .. sh.state:format(d.state.doc, state_shape(d))))
     end
@@ -336,7 +356,7 @@ local function gen_header()
     w(wrap(string.format("%s, backward.  %s", d.title, d.gradient), " * ", 96))
     w(" * in  %s, opts   as given to _forward.", tensor_names(d, true))
     if d.state then w(" * in  %-11s NULL (recomputed) or the state written by _forward.", d.state.name) end
-    w(hang(" * in  grad_loss   ", sh.grad_loss))
+    w(hang(" * in  grad_loss   ", grad_loss_doc(d)))
     if d.inputs then
       for _, i in ipairs(d.inputs) do w(hang(string.format(" * out %-11s ", i.grad), "∂/∂" .. i.name .. ": " .. sh.grad_input)) end
     else
@@ -446,6 +466,7 @@ local function gen_c()
       w("    .ninputs = %d,", #d.inputs)
       w("    .input_names = {%s},", table.concat(names, ", "))
       w("    .grad_names = {%s},", table.concat(grads, ", "))
+      if d.input_layout ~= "rows" then w("    .input_layout = PLOSS_INPUT_LAYOUT_%s,", upper(d.input_layout)) end
     end
     if #d.tensors > 0 then
       w("    .ntensors = %d,", #d.tensors)
@@ -532,7 +553,7 @@ local function gen_fuzz()
   w("#include \"fuzz.h\"")
   local rows, inits = {}, {}
   for _, d in ipairs(descs) do
-    local sh = SHAPE[d.shape].fuzz
+    local sh = (LAYOUT[d.input_layout or "rows"] or {}).fuzz or SHAPE[d.shape].fuzz
     if not inits[d.opts_type] then
       inits[d.opts_type] = true
       w("")
@@ -711,12 +732,12 @@ local function gen_docs()
     if d.inputs then
       local names = {}
       for _, i in ipairs(d.inputs) do names[#names + 1] = i.name end
-      w("Shapes: %s: %s%s", table.concat(names, ", "), sh.input,
+      w("Shapes: %s: %s%s", table.concat(names, ", "), input_doc(d),
         D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. target_doc(d)) or "")
     else
       w("Shapes: input %s Target: %s", input_doc(d), target_doc(d))
     end
-    w("Loss: %s", sh.loss)
+    w("Loss: %s", loss_doc(d))
     if d.state then
       w("State kept between forward and backward: %s, %s.", d.state.doc,
         d.state.components == 1 and "one value per sample" or (d.state.components .. " values per sample"))

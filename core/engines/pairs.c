@@ -1,12 +1,14 @@
 /*
- * pairs.c — the validation front of the pairs kernel shape: losses over N×D embedding
- * inputs that each get a gradient (the triplet margin loss on given triplets, the
- * batch-hard triplet loss, InfoNCE).  It checks every tensor of a call before anything is
- * written — the inputs (a float dtype, N×D, all of the first input's dtype and shape), the
- * labels (N integers) of a labelled loss, the loss (N values for NONE, else one), the
- * upstream gradient, one gradient per input, and that no output overlaps an input or another
- * output — then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The
- * options were checked by the loss's entry point (core/losses.c).
+ * pairs.c — the validation front of the pairs kernel shape: losses over several inputs
+ * that each get a gradient (the triplet margin loss on given triplets, the batch-hard
+ * triplet loss, InfoNCE, the cosine embedding loss on N×D embeddings; the margin ranking
+ * loss on scores of any shape).  It checks every tensor of a call before anything is
+ * written — the inputs (a float dtype, N×D or as the loss's input layout says, all of the
+ * first input's dtype and shape), the labels (N integers) of a labelled loss or the ±1 signs
+ * (float or integer) of a signed one, the loss (N values for NONE, else one), the upstream
+ * gradient, one gradient per input, and that no output overlaps an input or another output —
+ * then builds the loss's problem (core/engines/pairs.h) and dispatches it.  The options were
+ * checked by the loss's entry point (core/losses.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -23,14 +25,57 @@ typedef struct {
     ploss_view x[PLOSS_MAX_LOSS_INPUTS];      /* the embedding inputs                     */
     ploss_view g[PLOSS_MAX_LOSS_INPUTS];      /* their gradients (backward, fused)        */
     ploss_view l, gl;                         /* loss (forward, fused), grad_loss (backward) */
-    ploss_view y;                             /* labels (a labels target)                 */
+    ploss_view y;                             /* labels or signs (a labels or signs target) */
     int64_t N, D;
+    ploss_input_layout layout;
+    int unbatched;                            /* D inputs of ROWS_OR_VECTOR: one pair, N = 1 */
 } pairs_call;
 
-/* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
-static ploss_status check_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
+/* "[a, b, …]" of v's shape into buf. */
+static const char *shape_text(const ploss_view *v, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < v->ndim && k < len; ++d)
+        k += (size_t)snprintf(buf + k, len - k, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+    return buf;
+}
+
+static int same_shape(const ploss_view *a, const ploss_view *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; ++d)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* SHAPE error unless v has the shape of the input x0 (named `first`). */
+static ploss_status check_first_shape(const ploss_view *v, const ploss_view *x0, const char *first, const char *name)
+{
+    if (same_shape(v, x0))
+        return PLOSS_OK;
+    char s[160], want[220];
+    snprintf(want, sizeof want, "%s (the shape of %s)", shape_text(x0, s, sizeof s), first);
+    return ploss_check_shape_error(name, want, v);
+}
+
+/* A loss-shaped tensor (loss, grad_loss): N values for NONE (the first input's shape for an
+ * elementwise layout, one element for one pair of D inputs), else one element. */
+static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, const char *first, ploss_reduction r,
+                                     const char *name)
 {
     char want[64];
+    const int64_t N = c->N;
+    if (r == PLOSS_REDUCTION_NONE && c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE)
+        return check_first_shape(v, &c->x[0], first, name);
+    if (r == PLOSS_REDUCTION_NONE && c->unbatched) {
+        if (v->numel == 1 && v->ndim <= 1)
+            return PLOSS_OK;
+        return ploss_check_shape_error(name, "a 0-d or 1-element tensor (one pair of D inputs, reduction none)", v);
+    }
     if (r == PLOSS_REDUCTION_NONE) {
         if (v->ndim == 1 && v->shape[0] == N)
             return PLOSS_OK;
@@ -49,6 +94,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     char want[96];
     memset(c, 0, sizeof *c);
     c->n = spec->ninputs;
+    c->layout = spec->input_layout;
+    const char *first = spec->input_names[0];
     if (pass == PLOSS_PASS_FUSED && o->inplace)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
@@ -58,18 +105,30 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         if ((st = ploss_view_init(x, a->inputs[k], name)) || (st = ploss_view_check_device(x, ctx, name)))
             return st;
         if (!ploss_dtype_is_float(x->dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected embeddings of dtype f32, f16, bf16 or f64, got %s", name,
+            return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name,
+                               c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE ? "scores" : "embeddings",
                                ploss_dtype_name(x->dtype));
-        if (x->ndim != 2)
+        if (c->layout == PLOSS_INPUT_LAYOUT_ROWS && x->ndim != 2)
             return ploss_check_shape_error(name, "N×D embeddings (2 dims)", x);
+        if (c->layout == PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR && x->ndim != 2 && x->ndim != 1)
+            return ploss_check_shape_error(name, "N×D embeddings (2 dims) or one embedding of D values (1 dim)", x);
         if (k == 0) {
-            c->N = x->shape[0];
-            c->D = x->shape[1];
+            c->unbatched = c->layout == PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR && x->ndim == 1;
+            if (c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE) {
+                c->N = x->numel;
+                c->D = 1;
+            } else {
+                c->N = c->unbatched ? 1 : x->shape[0];
+                c->D = c->unbatched ? x->shape[0] : x->shape[1];
+            }
             continue;
         }
         if ((st = ploss_check_dtype(x, c->x[0].dtype, name)))
             return st;
-        if (x->shape[0] != c->N || x->shape[1] != c->D) {
+        if (c->layout != PLOSS_INPUT_LAYOUT_ROWS) {
+            if ((st = check_first_shape(x, &c->x[0], first, name)))
+                return st;
+        } else if (x->shape[0] != c->N || x->shape[1] != c->D) {
             snprintf(want, sizeof want, "[%lld, %lld] (the %s's shape; D must match)", (long long)c->N,
                      (long long)c->D, spec->input_names[0]);
             return ploss_check_shape_error(name, want, x);
@@ -86,12 +145,30 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             return ploss_check_shape_error("labels", want, &c->y);
         }
     }
+    if (spec->target == PLOSS_LOSS_TARGET_SIGNS) {
+        ploss_view *y = &c->y;
+        if ((st = ploss_view_init(y, a->target, "target")) || (st = ploss_view_check_device(y, ctx, "target")))
+            return st;
+        if (!ploss_dtype_is_float(y->dtype) && y->dtype != PLOSS_I64 && y->dtype != PLOSS_I32)
+            return ploss_error(PLOSS_ERR_DTYPE, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, "
+                               "got %s", ploss_dtype_name(y->dtype));
+        if (c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE) {
+            if ((st = check_first_shape(y, &c->x[0], first, "target")))
+                return st;
+        } else if (c->unbatched) {
+            if (y->ndim != 0)
+                return ploss_check_shape_error("target", "a 0-d tensor (one label for D inputs, as PyTorch)", y);
+        } else if (y->ndim != 1 || y->shape[0] != c->N) {
+            snprintf(want, sizeof want, "[%lld] (one label per row of %s)", (long long)c->N, first);
+            return ploss_check_shape_error("target", want, y);
+        }
+    }
     const ploss_dtype acc = c->x[0].dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     if (pass != PLOSS_PASS_BACKWARD) {
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&c->l, a->loss, "loss")) || (st = ploss_view_check_device(&c->l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = check_loss_shape(&c->l, c->N, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = check_loss_shape(&c->l, c, first, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&c->l, "loss")))
             return st;
     }
@@ -100,7 +177,7 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&c->gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&c->gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&c->gl, c->N, o->reduction, "grad_loss")))
+            (st = check_loss_shape(&c->gl, c, first, o->reduction, "grad_loss")))
             return st;
         if (c->gl.dtype != PLOSS_F32 && c->gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(c->gl.dtype));
@@ -114,7 +191,10 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             if ((st = ploss_view_init(g, a->grad_inputs[k], name)) || (st = ploss_view_check_device(g, ctx, name)) ||
                 (st = ploss_check_dtype(g, c->x[k].dtype, name)))
                 return st;
-            if (g->ndim != 2 || g->shape[0] != c->N || g->shape[1] != c->D) {
+            if (c->layout != PLOSS_INPUT_LAYOUT_ROWS) {
+                if ((st = check_first_shape(g, &c->x[k], spec->input_names[k], name)))
+                    return st;
+            } else if (g->ndim != 2 || g->shape[0] != c->N || g->shape[1] != c->D) {
                 snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)c->N, (long long)c->D,
                          spec->input_names[k]);
                 return ploss_check_shape_error(name, want, g);
@@ -132,8 +212,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         ins[nin] = &c->x[k];
         in_names[nin++] = spec->input_names[k];
     }
-    ins[nin] = spec->target == PLOSS_LOSS_TARGET_LABELS ? &c->y : NULL;
-    in_names[nin++] = "labels";
+    ins[nin] = spec->target == PLOSS_LOSS_TARGET_LABELS || spec->target == PLOSS_LOSS_TARGET_SIGNS ? &c->y : NULL;
+    in_names[nin++] = spec->target == PLOSS_LOSS_TARGET_SIGNS ? "target" : "labels";
     ins[nin] = pass == PLOSS_PASS_BACKWARD ? &c->gl : NULL;
     in_names[nin++] = "grad_loss";
     outs[nout] = pass != PLOSS_PASS_BACKWARD ? &c->l : NULL;
@@ -235,6 +315,125 @@ static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &p);
 }
 
+/* Margin ranking: drop dims of size 1 and merge neighbours that are contiguous in every one
+ * of the NT tensors (st[k]: tensor k's strides over x's dims, 0 for an absent or reduced
+ * one), so that dense inputs walk as one axis. */
+enum { MR_NT = 7 };
+static void collapse_joint(ploss_margin_ranking_problem *p, const ploss_view *x, int64_t *const st[MR_NT])
+{
+    int64_t shape[PLOSS_MAX_DIMS], out[MR_NT][PLOSS_MAX_DIMS];
+    int n = 0;
+    for (int d = x->ndim - 1; d >= 0; --d) {
+        if (x->shape[d] == 1)
+            continue;
+        int merge = n > 0;
+        for (int k = 0; merge && k < MR_NT; ++k)
+            merge = st[k][d] == out[k][n - 1] * shape[n - 1];
+        if (merge) {
+            shape[n - 1] *= x->shape[d];
+        } else {
+            shape[n] = x->shape[d];
+            for (int k = 0; k < MR_NT; ++k)
+                out[k][n] = st[k][d];
+            ++n;
+        }
+    }
+    if (n == 0) { /* one element, or none (a size-0 dim is kept above: numel 0) */
+        shape[0] = 1;
+        for (int k = 0; k < MR_NT; ++k)
+            out[k][0] = 0;
+        n = 1;
+    }
+    p->ndim = n;
+    for (int d = 0; d < PLOSS_MAX_DIMS; ++d) {
+        p->shape[d] = d < n ? shape[n - 1 - d] : 1;
+        for (int k = 0; k < MR_NT; ++k)
+            st[k][d] = d < n ? out[k][n - 1 - d] : 0;
+    }
+}
+
+static ploss_status run_margin_ranking(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
+                                       const ploss_loss_params *o)
+{
+    ploss_margin_ranking_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = c->x[0].dtype;
+    p.numel = c->x[0].numel;
+    p.margin = o->margin;
+    p.scale = o->scale;
+    const ploss_view *x = &c->x[0];
+    const int none = o->reduction == PLOSS_REDUCTION_NONE;
+    for (int d = 0; d < x->ndim; ++d) {
+        p.x1_st[d] = c->x[0].strides[d];
+        p.x2_st[d] = c->x[1].strides[d];
+        p.y_st[d] = c->y.strides[d];
+        if (pass != PLOSS_PASS_BACKWARD && none)
+            p.l_st[d] = c->l.strides[d];
+        if (pass == PLOSS_PASS_BACKWARD && none)
+            p.gl_st[d] = c->gl.strides[d];
+        if (pass != PLOSS_PASS_FORWARD) {
+            p.g1_st[d] = c->g[0].strides[d];
+            p.g2_st[d] = c->g[1].strides[d];
+        }
+    }
+    p.x1 = c->x[0].data;
+    p.x2 = c->x[1].data;
+    p.y = c->y.data;
+    p.y_dtype = c->y.dtype;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = c->l.data;
+        p.loss_dtype = c->l.dtype;
+    } else {
+        p.grad_loss = c->gl.data;
+        p.gl_dtype = c->gl.dtype;
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.g1 = c->g[0].data;
+        p.g2 = c->g[1].data;
+    }
+    int64_t *const sts[MR_NT] = {p.x1_st, p.x2_st, p.y_st, p.l_st, p.gl_st, p.g1_st, p.g2_st};
+    collapse_joint(&p, x, sts);
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_MARGIN_RANKING, "input1", &p);
+}
+
+/* An N×D operand, or a D one as one row (stride along N 0). */
+static ploss_pair_operand operand_of(const ploss_view *v, int unbatched)
+{
+    return unbatched ? (ploss_pair_operand){v->data, 0, v->strides[0]}
+                     : (ploss_pair_operand){v->data, v->strides[0], v->strides[1]};
+}
+
+static ploss_pair_grad grad_of(const ploss_view *v, int unbatched)
+{
+    return unbatched ? (ploss_pair_grad){v->data, 0, v->strides[0]}
+                     : (ploss_pair_grad){v->data, v->strides[0], v->strides[1]};
+}
+
+static ploss_status run_cosine_embedding(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
+                                         const ploss_loss_params *o)
+{
+    ploss_cosine_embedding_problem p;
+    memset(&p, 0, sizeof p);
+    FILL_COMMON(p, pass, c, o);
+    /* one pair of D inputs: its loss and upstream gradient are one value either way */
+    if (c->unbatched) {
+        p.l_sn = 0;
+        p.gl_sn = 0;
+    }
+    for (int k = 0; k < 2; ++k) {
+        p.x[k] = operand_of(&c->x[k], c->unbatched);
+        if (pass != PLOSS_PASS_FORWARD)
+            p.grad[k] = grad_of(&c->g[k], c->unbatched);
+    }
+    p.y = c->y.data;
+    p.y_dtype = c->y.dtype;
+    p.y_sn = c->unbatched ? 0 : c->y.strides[0];
+    p.margin = o->margin;
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_COSINE_EMBEDDING, "input1", &p);
+}
+
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -246,6 +445,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     case PLOSS_POLICY_TRIPLET_MARGIN: return run_triplet(ctx, pass, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
     case PLOSS_POLICY_INFO_NCE: return run_infonce(ctx, pass, &c, o);
+    case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
+    case PLOSS_POLICY_COSINE_EMBEDDING: return run_cosine_embedding(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);
     }
 }

@@ -19,6 +19,12 @@
  *   backends compute S in row tiles (a GEMM each) with the row log-sum-exps exact per tile
  *   and the column ones merged online across tiles; backward recomputes the tiles.
  *
+ * Margin ranking loss: scores x1, x2 and signs y of one shape (any rank), one loss per
+ *   element, ℓ = max(0, −y·(x1 − x2) + m); every tensor walked through one collapsed shape.
+ *
+ * Cosine embedding loss: x1, x2 (N×D) and signs y (N), per row the cosine with aten's ε added
+ *   to the squared norms, ℓ = 1 − cos (y = 1), max(0, cos − m) (y = −1), 0 (other y).
+ *
  * The per-row maths below is shared by both backends (plain C, host and device).
  */
 #ifndef PLOSS_PAIRS_INTERNAL_H
@@ -105,6 +111,52 @@ typedef struct ploss_infonce_problem {
 ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
+#endif
+
+/* Margin ranking: every tensor addressed through the same collapsed shape (dims of size 1
+ * dropped, neighbours contiguous in every tensor merged): element k (row-major over shape) of
+ * tensor T at Σ_d idx_d(k)·T_st[d]. */
+typedef struct ploss_margin_ranking_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of both inputs and their gradients                     */
+    int ndim;                     /* collapsed rank, 1..PLOSS_MAX_DIMS                       */
+    int64_t shape[PLOSS_MAX_DIMS];
+    int64_t numel;
+    const void *x1, *x2; int64_t x1_st[PLOSS_MAX_DIMS], x2_st[PLOSS_MAX_DIMS];
+    const void *y; ploss_dtype y_dtype; int64_t y_st[PLOSS_MAX_DIMS]; /* float or integer  */
+    double margin;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    /* loss: elementwise (NONE) or one value; f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_st[PLOSS_MAX_DIMS];
+    /* upstream gradient (backward): one value (MEAN/SUM) or elementwise (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_st[PLOSS_MAX_DIMS];
+    void *g1, *g2; int64_t g1_st[PLOSS_MAX_DIMS], g2_st[PLOSS_MAX_DIMS];
+} ploss_margin_ranking_problem;
+
+ploss_status ploss_cpu_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p);
+#endif
+
+/* Cosine embedding: N×D inputs (D inputs: N = 1, sn = 0) and N signs. */
+typedef struct ploss_cosine_embedding_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of both inputs and their gradients                     */
+    int64_t N, D;
+    ploss_pair_operand x[2];      /* input1, input2                                          */
+    const void *y; ploss_dtype y_dtype; int64_t y_sn; /* float or integer                   */
+    double margin;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn;
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
+    ploss_pair_grad grad[2];      /* ∂/∂input1, ∂/∂input2                                    */
+} ploss_cosine_embedding_problem;
+
+ploss_status ploss_cpu_cosine_embedding(ploss_ctx_t *ctx, const ploss_cosine_embedding_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_cosine_embedding(ploss_ctx_t *ctx, const ploss_cosine_embedding_problem *p);
 #endif
 
 /* The smallest norm a normalised row is divided by (F.normalize's eps). */
@@ -259,6 +311,53 @@ PLOSS_PAIRS_FN void ploss_lse_merge(double *m, double *s, double m2, double s2)
     } else {
         *s += s2 * exp(m2 - *m);
     }
+}
+
+/* Margin ranking, one element: ℓ = max(0, u), u = −y·(x1 − x2) + m (a NaN u stays NaN, as
+ * clamp_min); *g1 = ∂ℓ/∂x1 times the upstream factor w, as autograd gives it: w where u >= 0
+ * (the gradient passes at the kink), else 0 whatever w is; then times −y (so a NaN y gives
+ * NaN).  ∂ℓ/∂x2 = −*g1. */
+PLOSS_PAIRS_FN double ploss_margin_ranking_elem(double x1, double x2, double y, double margin, double w, double *g1)
+{
+    const double u = -y * (x1 - x2) + margin;
+    *g1 = (u >= 0.0 ? w : 0.0) * -y;
+    return u > 0.0 || u != u ? u : 0.0;
+}
+
+/* aten's EPSILON of cosine_embedding_loss, added to each squared norm. */
+#define PLOSS_COSINE_EMBEDDING_EPS 1e-12
+
+/* Cosine embedding, one pair, from its sums dot = Σx1·x2, s1 = Σx1², s2 = Σx2², its label y,
+ * the margin and the upstream factor w: the loss and the coefficients of its gradients
+ *   ∂/∂x1 = self1·x1 + cross·x2,   ∂/∂x2 = self2·x2 + cross·x1.
+ * g = ∂ℓ/∂cos·w is w's selection by autograd's where (0 for a pair whose branch is not taken,
+ * whatever w); the coefficients are then g/d, −g·cos/A, −g·cos/B, so a NaN sum gives NaN
+ * gradients even at g = 0, as autograd's 0·NaN. */
+typedef struct {
+    double loss, self1, self2, cross;
+} ploss_cosine_pair;
+
+PLOSS_PAIRS_FN ploss_cosine_pair ploss_cosine_embedding_finish(double dot, double s1, double s2, double y,
+                                                               double margin, double w)
+{
+    ploss_cosine_pair r;
+    const double A = s1 + PLOSS_COSINE_EMBEDDING_EPS, B = s2 + PLOSS_COSINE_EMBEDDING_EPS;
+    const double d = sqrt(A * B);
+    const double c = dot / d;
+    double g = 0.0;
+    r.loss = 0.0;
+    if (y == 1.0) {
+        r.loss = 1.0 - c;
+        g = -w;
+    } else if (y == -1.0) {
+        const double t = c - margin;
+        r.loss = t > 0.0 || t != t ? t : 0.0;
+        g = t >= 0.0 ? w : 0.0;
+    }
+    r.cross = g / d;
+    r.self1 = -g * c / A;
+    r.self2 = -g * c / B;
+    return r;
 }
 
 #ifdef __cplusplus

@@ -380,14 +380,21 @@ local function build_multi(d)
     return fn(unpack(a, 1, #args + 1))
   end
 
-  local function loss_sizes_of(o, x) return o.reduction == "none" and { x:size(1) } or {} end
+  -- The loss's sizes: for 'none' one value per row (N×D inputs), per element (input_layout
+  -- 'elementwise': the inputs' shape) or one 0-d value (one pair of D inputs); else 0-d.
+  local function none_sizes_of(x)
+    if d.input_layout == "elementwise" then return x:size() end
+    if d.input_layout == "rows_or_vector" and x:dim() == 1 then return {} end
+    return { x:size(1) }
+  end
+  local function loss_sizes_of(o, x) return o.reduction == "none" and none_sizes_of(x) or {} end
 
   -- The upstream gradient as a tensor on the inputs' device: ones for 'none' and 1 for a
   -- reduced loss when nil, a number as a one-element tensor, or the tensor given.
   local function grad_loss_of(o, x, gradOutput, buf)
     local dtype = loss_dtype(x)
     if gradOutput == nil then
-      if o.reduction == "none" then return nn.buffer(buf, { x:size(1) }, dtype, x:device()):fill(1) end
+      if o.reduction == "none" then return nn.buffer(buf, none_sizes_of(x), dtype, x:device()):fill(1) end
       gradOutput = 1
     end
     if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, x:device()):fill(gradOutput) end
@@ -574,6 +581,7 @@ local function build_multi(d)
   end
 
   ploss[d.criterion] = cls
+  for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
   return cls
 end
 

@@ -25,12 +25,19 @@
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
 --                the input's shape), 'labels' (one integer class label per embedding row,
 --                the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
---                boxes, as the input)
+--                boxes, as the input) or 'signs' (±1 labels of a loss of several inputs, any
+--                float dtype or i64/i32: one per row, or per element with input_layout
+--                'elementwise')
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
+--   input_layout  a loss of several inputs: 'rows' (default: N×D embeddings, one loss per
+--                row), 'rows_or_vector' (N×D, or D for one pair whose 'none' loss is 0-d) or
+--                'elementwise' (any shape, one loss per element: the 'none' loss has the
+--                inputs' shape)
 --   input_doc, target_doc  what the input / target hold, where the shape's and target
---                kind's general text does not say it (optional)
+--                kind's general text does not say it (optional; with several inputs
+--                input_doc follows each input's own doc)
 --   input_range  { low, high }: the inputs the loss is defined on (BCE's probabilities), where
 --                generic specs draw their random inputs (optional; default any real)
 --   reductions   the reductions the loss takes, by Lua name (default 'none', 'mean', 'sum';
@@ -60,13 +67,15 @@ local D = {}
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
 local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
-  boxes = true }
+  boxes = true, signs = true }
+local INPUT_LAYOUTS = { rows = true, rows_or_vector = true, elementwise = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
   input_doc = true, target_doc = true, reductions = true, input_range = true, loss_groups = true,
+  input_layout = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.
@@ -160,6 +169,10 @@ function D.prepare(desc)
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
     end
   end
+  if desc.input_layout ~= nil and not (desc.inputs and INPUT_LAYOUTS[desc.input_layout]) then
+    fail(desc, "input_layout: 'rows', 'rows_or_vector' or 'elementwise', of a loss of several inputs")
+  end
+  if desc.inputs then desc.input_layout = desc.input_layout or "rows" end
   desc.criterion_aliases = desc.criterion_aliases or {}
   desc.reductions = desc.reductions or DEFAULT_REDUCTIONS
   desc.reduction_allowed = {}

@@ -35,4 +35,6 @@ return {
   "batch_soft_dice",
   "affinity_field",
   "affinity",
+  "margin_ranking_loss",
+  "cosine_embedding_loss",
 }

@@ -1,0 +1,136 @@
+/*
+ * cosine_embedding.cu — CUDA backend of the cosine embedding loss (core/engines/pairs.h).
+ *
+ * One warp per pair (grid-stride over rows): the lanes walk D once for the three sums
+ * Σx1·x2, Σx1², Σx2² in fp32 (f64 for f64 input), a warp reduction gives every lane the sums,
+ * the pair is finished in double by the maths the CPU backend uses
+ * (ploss_cosine_embedding_finish), and the lanes walk D again writing both gradient rows
+ * (their inputs are then in L1/L2).  Reduced losses: each warp adds its pairs' losses in
+ * double, the warps of a block are added in warp order into one partial per block, and one
+ * block adds the partials in a fixed order.  The grid depends on N only: deterministic, no
+ * atomics.
+ */
+#include "pairs.cuh"
+#include "pairs.h"
+
+namespace ploss_cuda {
+namespace {
+
+using namespace pairs;
+
+constexpr int FINISH_THREADS = 1024;
+
+/* omega: ω of a fused pass (backward reads the upstream gradient itself). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) cosine_embedding_kernel(const ploss_cosine_embedding_problem p,
+                                                                   double omega, double *partials)
+{
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    const T *x1 = (const T *)p.x[0].data, *x2 = (const T *)p.x[1].data;
+    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
+        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.N : up;
+    }
+    double acc = 0.0;
+    for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
+        const T *ru = x1 + i * p.x[0].sn, *rv = x2 + i * p.x[1].sn;
+        A dot = 0, s1 = 0, s2 = 0;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const A u = to_acc(ru[j * p.x[0].sd]), v = to_acc(rv[j * p.x[1].sd]);
+            dot += u * v;
+            s1 += u * u;
+            s2 += v * v;
+        }
+        dot = warp_all_reduce<32>(dot, SumOp());
+        s1 = warp_all_reduce<32>(s1, SumOp());
+        s2 = warp_all_reduce<32>(s2, SumOp());
+        const double y = load_dyn(p.y, p.y_dtype, i * p.y_sn);
+        const double w = !want_grad ? 0.0
+                         : p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn)
+                                                                 : omega;
+        const ploss_cosine_pair r =
+            ploss_cosine_embedding_finish((double)dot, (double)s1, (double)s2, y, p.margin, w);
+        if (want_loss) {
+            if (none) {
+                if (lane == 0)
+                    store_dyn(p.loss, p.loss_dtype, i * p.l_sn, r.loss);
+            } else {
+                acc += r.loss;
+            }
+        }
+        if (!want_grad)
+            continue;
+        const A self1 = (A)r.self1, self2 = (A)r.self2, cross = (A)r.cross;
+        T *g1 = (T *)p.grad[0].data + i * p.grad[0].sn, *g2 = (T *)p.grad[1].data + i * p.grad[1].sn;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const A u = to_acc(ru[j * p.x[0].sd]), v = to_acc(rv[j * p.x[1].sd]);
+            g1[j * p.grad[0].sd] = from_acc<T>(self1 * u + cross * v);
+            g2[j * p.grad[1].sd] = from_acc<T>(self2 * v + cross * u);
+        }
+    }
+    if (!partials)
+        return;
+    /* the warps' sums in warp order: one partial per block */
+    __shared__ double warp_sums[WARPS];
+    if (lane == 0)
+        warp_sums[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int k = 0; k < WARPS; ++k)
+            s += warp_sums[k];
+        partials[blockIdx.x] = s;
+    }
+}
+
+/* One block: the partials in a fixed order, then loss = Σ / divisor. */
+__global__ void __launch_bounds__(FINISH_THREADS)
+cosine_embedding_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
+        s += partials[i];
+    s = block_reduce<FINISH_THREADS>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_cosine_embedding(ploss_ctx_t *ctx, const ploss_cosine_embedding_problem *p)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
+    const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
+    if (p->N == 0 && !need_partials)
+        return PLOSS_OK;
+    const unsigned blocks = row_blocks(p->N);
+    double *partials = NULL;
+    if (need_partials) {
+        void *ws = NULL;
+        ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double), &ws);
+        if (st)
+            return st;
+        partials = (double *)ws;
+    }
+    double omega = 0.0;
+    if (p->pass == PLOSS_PASS_FUSED)
+        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->N ? p->scale / (double)p->N : 0.0) : p->scale;
+    cudaStream_t stream = stream_of(ctx);
+    ploss_status st = dispatch_float(p->dtype, "input1", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cosine_embedding_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("cosine_embedding_kernel");
+    });
+    if (st || !need_partials)
+        return st;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->N : 1.0;
+    cosine_embedding_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss,
+                                                              p->loss_dtype);
+    return check_launch("cosine_embedding_finish");
+}

@@ -1,0 +1,120 @@
+/*
+ * margin_ranking.cu — CUDA backend of the margin ranking loss (core/engines/pairs.h).
+ *
+ * One thread per element in a grid-stride loop over the collapsed shape: x1, x2 and y read
+ * once, the element's loss and both gradients from ploss_margin_ranking_elem in f64 (the
+ * maths the CPU backend runs, so both give the same values; a few operations per element of
+ * a memory-bound pass).  Reduced losses: each thread adds its
+ * elements' losses in double, a block reduction gives one partial per block, and one block
+ * adds the partials in a fixed order.  The grid depends on the element count only:
+ * deterministic, no atomics.
+ */
+#include "pairs.cuh"
+#include "pairs.h"
+
+namespace ploss_cuda {
+namespace {
+
+constexpr int MR_THREADS = 256;
+constexpr int FINISH_THREADS = 1024;
+
+/* Offset (elements) of element k, row-major over the collapsed shape, for strides st. */
+__device__ __forceinline__ int64_t offset_of(const ploss_margin_ranking_problem &p, const int64_t *st, int64_t k)
+{
+    if (p.ndim == 1)
+        return k * st[0];
+    int64_t off = 0;
+    for (int d = p.ndim - 1; d >= 0; --d) {
+        off += (k % p.shape[d]) * st[d];
+        k /= p.shape[d];
+    }
+    return off;
+}
+
+/* omega: ω of a fused pass (backward reads the upstream gradient itself). */
+template <class T>
+__global__ void __launch_bounds__(MR_THREADS) margin_ranking_kernel(const ploss_margin_ranking_problem p,
+                                                                    double omega, double *partials)
+{
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
+        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.numel : up;
+    }
+    const T *x1 = (const T *)p.x1, *x2 = (const T *)p.x2;
+    double acc = 0.0;
+    for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {
+        const double a = (double)to_acc(x1[offset_of(p, p.x1_st, k)]);
+        const double b = (double)to_acc(x2[offset_of(p, p.x2_st, k)]);
+        const double y = load_dyn(p.y, p.y_dtype, offset_of(p, p.y_st, k));
+        const double w =
+            p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, offset_of(p, p.gl_st, k)) : omega;
+        double g1;
+        const double l = ploss_margin_ranking_elem(a, b, y, p.margin, w, &g1);
+        if (want_loss) {
+            if (none)
+                store_dyn(p.loss, p.loss_dtype, offset_of(p, p.l_st, k), l);
+            else
+                acc += l;
+        }
+        if (want_grad) {
+            ((T *)p.g1)[offset_of(p, p.g1_st, k)] = convert<T>(g1);
+            ((T *)p.g2)[offset_of(p, p.g2_st, k)] = convert<T>(-g1);
+        }
+    }
+    if (!partials)
+        return;
+    acc = block_reduce<MR_THREADS>(acc, SumOp());
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = acc;
+}
+
+/* One block: the partials in a fixed order, then loss = Σ / divisor. */
+__global__ void __launch_bounds__(FINISH_THREADS)
+margin_ranking_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
+        s += partials[i];
+    s = block_reduce<FINISH_THREADS>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
+    const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
+    if (p->numel == 0 && !need_partials)
+        return PLOSS_OK;
+    const unsigned blocks = grid_blocks(p->numel, MR_THREADS, 4096);
+    double *partials = NULL;
+    if (need_partials) {
+        void *ws = NULL;
+        ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double), &ws);
+        if (st)
+            return st;
+        partials = (double *)ws;
+    }
+    double omega = 0.0;
+    if (p->pass == PLOSS_PASS_FUSED)
+        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->numel ? p->scale / (double)p->numel : 0.0) : p->scale;
+    cudaStream_t stream = stream_of(ctx);
+    ploss_status st = dispatch_float(p->dtype, "input1", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        margin_ranking_kernel<T><<<blocks, MR_THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("margin_ranking_kernel");
+    });
+    if (st || !need_partials)
+        return st;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->numel : 1.0;
+    margin_ranking_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss,
+                                                           p->loss_dtype);
+    return check_launch("margin_ranking_finish");
+}
