@@ -243,6 +243,49 @@ describe("TripletMarginLoss", function()
     H.assert_close(ga, { 0, 0, 0, 0, 0, 0 }, { atol = 1e-12 })
   end)
 
+  it("propagates NaN and ∞: a NaN loss has a NaN gradient on its rows, other rows keep their values", function()
+    local nan, inf = 0 / 0, math.huge
+    local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end
+    -- row 2: d_ap = 5, d_an = 1 → ℓ = 5 (margin 1); 'sum' gradients of row 2:
+    --   ∂/∂a = (a − p)/5 − (a − n)/1 = (0.4, −0.8), ∂/∂p = (0.6, 0.8), ∂/∂n = (a − n)/1 = (−1, 0)
+    local p, n = T { { 3, 4 }, { 3, 4 } }, T { { 6, 8 }, { 1, 0 } }
+    local N3 = { nan, nan }
+    for _, row1 in ipairs { { nan, 0 }, { inf, 0 }, { 0, -inf } } do
+      local a = T { row1, { 0, 0 } }
+      local what = "anchor row 1 = (" .. row1[1] .. ", " .. row1[2] .. ")"
+      local o = { eps = 0 }
+      H.assert_equal(F.triplet_margin(a, p, n, with(o, { reduction = "none" })), { nan, 5 }, { what = what })
+      local lm = F.triplet_margin(a, p, n, o)
+      assert.is_true(lm ~= lm, what)
+      local ls, ga, gp, gn = F.triplet_margin_fused(a, p, n, with(o, { reduction = "sum" }))
+      assert.is_true(ls ~= ls, what)
+      H.assert_close(ga, { N3, { 0.4, -0.8 } }, { rtol = 1e-15, what = what })
+      H.assert_close(gp, { N3, { 0.6, 0.8 } }, { rtol = 1e-15, what = what })
+      H.assert_close(gn, { N3, { -1, 0 } }, { rtol = 1e-15, what = what })
+      -- the soft margin: σ(4) for row 2, NaN (not 0) for row 1
+      local s4 = 1 / (1 + math.exp(-4))
+      local ss, sa, sp, sn = F.triplet_margin_fused(a, p, n, { eps = 0, soft_margin = true, reduction = "sum" })
+      assert.is_true(ss ~= ss, what)
+      H.assert_close(sa, { N3, { s4 * 0.4, -s4 * 0.8 } }, { rtol = 1e-14, what = what })
+      H.assert_close(sp, { N3, { s4 * 0.6, s4 * 0.8 } }, { rtol = 1e-14, what = what })
+      H.assert_close(sn, { N3, { -s4, 0 } }, { rtol = 1e-14, what = what })
+      -- the per-row upstream gradient of backward
+      local ba = F.triplet_margin_backward(a, p, n, T { 1, 2 }, with(o, { reduction = "none" }))
+      H.assert_close(ba, { N3, { 0.8, -1.6 } }, { rtol = 1e-15, what = what })
+    end
+    -- a NaN in the negative only (with and without swap): ℓ_1 NaN, the whole triplet's gradient NaN
+    local a = T { { 0, 0 }, { 0, 0 } }
+    for _, o in ipairs { { eps = 0 }, { eps = 0, swap = true }, { eps = 0, soft_margin = true, swap = true } } do
+      local nn1 = T { { nan, 1 }, { 1, 0 } }
+      local l, ga, gp, gn = F.triplet_margin_fused(a, p, nn1, with(o, { reduction = "none" }))
+      H.assert_close(l, { nan, o.soft_margin and math.log(1 + math.exp(4)) or 5 }, { rtol = 1e-15, what = label(o) })
+      for _, g in ipairs { ga, gp, gn } do
+        local row = g:select(1, 1):totable()
+        assert.is_true(row[1] ~= row[1] and row[2] ~= row[2], label(o))
+      end
+    end
+  end)
+
   it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()
     local e = ploss.empty({ 0, 4 }, { dtype = "f32" })
     local loss, ga = ploss.TripletMarginLoss {}(e, e:clone(), e:clone())

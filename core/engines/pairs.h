@@ -155,7 +155,9 @@ PLOSS_PAIRS_FN double ploss_sigmoid(double z)
 }
 
 /* ℓ and c = ∂ℓ/∂d_ap (= −∂ℓ/∂d_an) of a triplet from its two distances; the hinge's gradient
- * passes at the kink, as PyTorch's clamp_min. */
+ * passes at the kink, as PyTorch's clamp_min.  A NaN argument (a NaN distance, or ∞ − ∞) gives
+ * ℓ = NaN, as clamp_min, and c = NaN, so that the rows of a NaN loss get a NaN gradient
+ * rather than a silent 0 (softplus and σ of NaN are NaN already). */
 PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margin, int soft_margin, double *c)
 {
     if (soft_margin) {
@@ -163,6 +165,10 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
         return ploss_softplus(d_ap - d_an);
     }
     const double t = d_ap - d_an + margin;
+    if (t != t) { /* NaN: neither branch below may turn it into 0 */
+        *c = t;
+        return t;
+    }
     *c = t >= 0.0 ? 1.0 : 0.0;
     return t > 0.0 ? t : 0.0;
 }
@@ -171,7 +177,7 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
  * g_uv = sign(z)|z|^(p−1), z = u − v + ε (per component):
  *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
  *   ∂ℓ/∂u += k_neg·g_un, ∂ℓ/∂n −= k_neg·g_un   (u = a, or p when `swapped`)
- * k = ±c / d^(p−1) (0 at d = 0): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg. */
+ * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg. */
 typedef struct {
     double loss, k_ap, k_neg;
     int swapped;
@@ -187,19 +193,19 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
     r.swapped = 0;
     if (swap) {
         const double d_pn = ploss_pnorm_root(s_pn, p);
-        if (d_pn < d_neg) {
+        if (d_pn < d_neg || (d_pn != d_pn && d_neg == d_neg)) { /* torch.minimum: NaN is the minimum */
             d_neg = d_pn;
             r.swapped = 1;
         }
     }
     double c;
     r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
-    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient */
+    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient, a NaN one a NaN gradient */
     const double pm1 = p - 1.0;
     const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
     const double den_neg = p == 2.0 ? d_neg : p == 1.0 ? 1.0 : pow(d_neg, pm1);
-    r.k_ap = c != 0.0 && d_ap > 0.0 ? c / den_ap : 0.0;
-    r.k_neg = c != 0.0 && d_neg > 0.0 ? -c / den_neg : 0.0;
+    r.k_ap = c != 0.0 && d_ap != 0.0 ? c / den_ap : 0.0;
+    r.k_neg = c != 0.0 && d_neg != 0.0 ? -c / den_neg : 0.0;
     return r;
 }
 
