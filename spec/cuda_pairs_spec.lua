@@ -364,6 +364,30 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("propagates a NaN row to every anchor (NaN wins the mining) and mines an ∞ row at ∞, as the CPU", function()
+    for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
+      for _, dtype in ipairs { "f32", "f64" } do
+        local x64 = ploss.randn({ 60, 20 }, { dtype = "f64", seed = 8 })
+        local X, Y = x64:totable(), {}
+        for i = 1, 60 do Y[i] = i % 5 end
+        X[10][3] = bad
+        local xc = ploss.tensor(X, { dtype = "f64" }):type(dtype)
+        local y = ploss.tensor(Y, { dtype = "i64" })
+        local T = TOL[dtype]
+        for _, o in ipairs(BH_OPTIONS) do
+          local what = dtype .. " " .. tostring(bad) .. " " .. label(o)
+          local lc = F.batch_hard_triplet(xc, y, with(o, { reduction = "none" }))
+          local lg = F.batch_hard_triplet(xc:to(DEV), y:to(DEV), with(o, { reduction = "none" }))
+          close(lg, lc, T.loss, T.floor, what .. " loss")
+          local sc, gc = F.batch_hard_triplet_fused(xc, y, o)
+          local sg, gg = F.batch_hard_triplet_fused(xc:to(DEV), y:to(DEV), o)
+          assert.is_true(sc ~= sc and sg ~= sg, what) -- anchor 10's own loss is NaN at least
+          close(gg, gc, T.grad, T.floor, what .. " gradient")
+        end
+      end
+    end
+  end)
+
   it("is deterministic: bitwise the same loss and gradient on every run", function()
     local x, y = integer_batch(3000, 40, 100, 5, 0)
     local xg = ploss.randn({ 3000, 40 }, { dtype = "f32", device = DEV, seed = 8 })

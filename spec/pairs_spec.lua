@@ -600,6 +600,47 @@ describe("BatchHardTripletLoss", function()
     for _, v in ipairs(g:flat()) do assert.is_true(v == v) end
   end)
 
+  it("propagates a NaN row to every anchor that compares against it (NaN wins max and min, as torch's)", function()
+    local nan = 0 / 0
+    -- labels 0 0 1 1 2 2 9: row 6 holds a NaN; row 7 is alone in its class (an inactive anchor)
+    local X = { { 0.1, 0.9 }, { 0.2, 1.0 }, { 1.0, 0.1 }, { 0.9, 0.3 }, { 0.5, 0.5 }, { nan, 0.4 }, { -3, -3 } }
+    local x = ploss.tensor(X, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1, 2, 2, 9 }, { dtype = "i64" })
+    for _, o in ipairs(BH_OPTIONS) do
+      -- anchors 1–4 have row 6 among their negatives, 5 and 6 are each other's positive
+      H.assert_equal(F.batch_hard_triplet(x, y, with(o, { reduction = "none" })), { nan, nan, nan, nan, nan, nan, 0 },
+        { what = label(o) })
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, with(o, { reduction = r }))
+        assert.is_true(l ~= l, label(o) .. " " .. r)
+        local G = g:totable()
+        -- every active anchor's gradient is NaN; row 7, mined by no anchor, gets exactly 0
+        for i = 1, 6 do assert.is_true(G[i][1] ~= G[i][1] and G[i][2] ~= G[i][2], label(o) .. " row " .. i) end
+        assert.are.same({ 0, 0 }, G[7], label(o))
+      end
+    end
+  end)
+
+  it("mines an infinite row by its distance ∞ (not the NaN of ∞ − ∞): other anchors keep their values", function()
+    local inf = math.huge
+    for _, big in ipairs { inf, -inf } do
+      local X = { { 0.1, 0.9 }, { 0.2, 1.0 }, { 1.0, 0.1 }, { 0.9, 0.3 }, { 0.5, 0.5 }, { big, 0.4 } }
+      local Y = { 0, 0, 1, 1, 2, 2 }
+      local x, y = ploss.tensor(X, { dtype = "f64" }), ploss.tensor(Y, { dtype = "i64" })
+      for _, o in ipairs { {}, { distance = "squared", margin = 2 }, { soft_margin = true } } do
+        -- anchors 1–4: row 6 is a negative at distance ∞, never the nearest: the values of the
+        -- batch without row 6; anchor 5: its positive is at ∞ (ℓ = ∞); anchor 6: ∞ − ∞ (NaN)
+        local want = batch_hard_reference({ X[1], X[2], X[3], X[4], X[5] }, { 0, 0, 1, 1, 2 }, o, 1)
+        local l = F.batch_hard_triplet(x, y, with(o, { reduction = "none" })):totable()
+        H.assert_close({ l[1], l[2], l[3], l[4] }, { want[1], want[2], want[3], want[4] }, { rtol = 1e-14, what = label(o) })
+        assert.are.equal(inf, l[5], label(o))
+        assert.is_true(l[6] ~= l[6], label(o))
+        local lm = F.batch_hard_triplet(x, y, o)
+        assert.is_true(lm ~= lm, label(o))
+      end
+    end
+  end)
+
   it("reads i32 labels, strided embeddings and every float dtype", function()
     local x, y = labelled(30, 7, 4, 12, 1)
     local l64, g64 = F.batch_hard_triplet_fused(x, y, { soft_margin = true })

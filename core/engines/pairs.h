@@ -12,7 +12,9 @@
  * positive p(i) (j ≠ i, y_j = y_i) and the nearest negative n(i) (y_j ≠ y_i), mined from row
  * blocks of the distance matrix (a GEMM per block), then ℓ_i from the two distances
  * recomputed from the rows.  Every anchor's two pairs send their gradient to both of their
- * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.
+ * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.  A NaN
+ * distance wins the mining (ploss_mine_better), so NaN reaches the losses it would reach
+ * through torch.max/min, and a NaN ℓ_i has a NaN ∂ℓ/∂d (ploss_triplet_hinge).
  *
  * InfoNCE: queries q and keys k (N×D), u and v their rows normalised (or not), S = u·vᵀ/τ;
  *   ℓ_i = lse(row i of S) − S_ii, averaged with lse(column i) − S_ii when symmetric.  Both
@@ -212,16 +214,49 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
 /* The smallest norm the cosine distance divides by. */
 #define PLOSS_COSINE_EPS 1e-8
 
+/* max(r, PLOSS_COSINE_EPS) that keeps a NaN r (fmax would return the eps). */
+PLOSS_PAIRS_FN double ploss_cosine_norm(double r) { return r < PLOSS_COSINE_EPS ? PLOSS_COSINE_EPS : r; }
+
 /* A distance of the distance matrix from the product x_i·x_j and the squared norms (the
- * mining values: squared and Euclidean clamp the cancellation's negative values at 0). */
+ * mining values: squared and Euclidean clamp the cancellation's negative values at 0, a NaN
+ * stays NaN).  A result that is not finite may come from ∞ − ∞ in the expansion where
+ * ‖x_i − x_j‖ itself is ∞: the backends then take the distance from the rows
+ * (ploss_pair_distance_from_sums) before mining it. */
 PLOSS_PAIRS_FN double ploss_pair_distance_from_gram(int distance, double dot, double sq_i, double sq_j)
 {
     if (distance == 2 /* cosine */) {
-        const double ni = fmax(sqrt(sq_i), PLOSS_COSINE_EPS), nj = fmax(sqrt(sq_j), PLOSS_COSINE_EPS);
+        const double ni = ploss_cosine_norm(sqrt(sq_i)), nj = ploss_cosine_norm(sqrt(sq_j));
         return 1.0 - dot / (ni * nj);
     }
-    const double s = fmax(sq_i + sq_j - 2.0 * dot, 0.0);
+    double s = sq_i + sq_j - 2.0 * dot;
+    if (s < 0.0)
+        s = 0.0;
     return distance == 1 /* squared */ ? s : sqrt(s);
+}
+
+/* The same distance from dd = Σ(x_i − x_j)² (and, for cosine, the product and norms). */
+PLOSS_PAIRS_FN double ploss_pair_distance_from_sums(int distance, double dd, double dot, double sq_i, double sq_j)
+{
+    if (distance == 2)
+        return ploss_pair_distance_from_gram(distance, dot, sq_i, sq_j);
+    return distance == 1 ? dd : sqrt(dd);
+}
+
+/* Whether the candidate (d2, k2) replaces (d, k) as an anchor's hardest pair: the larger
+ * distance (want_max: the farthest positive) or the smaller (the nearest negative), the
+ * lower index at equal values; k < 0 is no pair yet.  A NaN distance beats every number,
+ * as torch.max and torch.min propagate NaN (two NaN: the lower index), so that a NaN in the
+ * batch reaches the loss of every anchor that compares against it instead of being skipped. */
+PLOSS_PAIRS_FN int ploss_mine_better(double d, int64_t k, double d2, int64_t k2, int want_max)
+{
+    if (k2 < 0)
+        return 0;
+    if (k < 0)
+        return 1;
+    const int nan = d != d, nan2 = d2 != d2;
+    if (nan || nan2)
+        return nan2 && (!nan || k2 < k);
+    return (want_max ? d2 > d : d2 < d) || (d2 == d && k2 < k);
 }
 
 /* One chosen pair (i, j) with ∂ℓ/∂d = c: its distance, recomputed from the rows' sums
@@ -236,18 +271,18 @@ PLOSS_PAIRS_FN ploss_pair_terms ploss_pair_terms_of(int distance, double dd, dou
     ploss_pair_terms t;
     if (distance == 2) { /* cosine: d = 1 − dot/(n_i n_j), the norms clamped at eps */
         const double ri = sqrt(sq_i), rj = sqrt(sq_j);
-        const double ni = fmax(ri, PLOSS_COSINE_EPS), nj = fmax(rj, PLOSS_COSINE_EPS);
+        const double ni = ploss_cosine_norm(ri), nj = ploss_cosine_norm(rj);
         t.d = 1.0 - dot / (ni * nj);
         t.cross = -1.0 / (ni * nj);
-        t.self_i = ri > PLOSS_COSINE_EPS ? dot / (ni * ni * ni * nj) : 0.0;
-        t.self_j = rj > PLOSS_COSINE_EPS ? dot / (nj * nj * nj * ni) : 0.0;
+        t.self_i = ri <= PLOSS_COSINE_EPS ? 0.0 : dot / (ni * ni * ni * nj); /* NaN stays NaN */
+        t.self_j = rj <= PLOSS_COSINE_EPS ? 0.0 : dot / (nj * nj * nj * ni);
     } else if (distance == 1) { /* squared: ∂/∂x_i = 2(x_i − x_j) */
         t.d = dd;
         t.self_i = t.self_j = 2.0;
         t.cross = -2.0;
-    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 */
+    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 (NaN at a NaN d) */
         t.d = sqrt(dd);
-        const double k = t.d > 0.0 ? 1.0 / t.d : 0.0;
+        const double k = t.d == 0.0 ? 0.0 : 1.0 / t.d;
         t.self_i = t.self_j = k;
         t.cross = -k;
     }
