@@ -866,11 +866,12 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * d_an) (soft margin) and ∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε:
  * ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), ∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n
  * = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative term goes to p and n
- * instead of a and n (a tie keeps d(a, n)). A distance of 0 (identical embeddings with eps = 0)
- * has the gradient 0, never NaN. NaN propagates as in PyTorch: a NaN element, or infinite
- * distances (∞ − ∞), give that row a NaN loss (the hinge's clamp keeps NaN; with swap a
- * NaN distance is the minimum) and NaN gradients in its three rows, hinge or soft margin; the
- * other rows are unaffected, and 'mean' or 'sum' is then NaN.
+ * instead of a and n, and at a tie d(p, n) = d(a, n) each pair takes half (torch.minimum's
+ * backward). A distance of 0 (identical embeddings with eps = 0) has the gradient 0, never NaN.
+ * NaN propagates as in PyTorch: a NaN element, or infinite distances (∞ − ∞), give that
+ * row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum) and NaN
+ * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
+ * or 'sum' is then NaN.
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;

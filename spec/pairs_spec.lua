@@ -42,10 +42,10 @@ local function reference(A, P, N, o, w)
   for i = 1, #A do
     local a, pp, n = A[i], P[i], N[i]
     local d_ap, d_an = dist(a, pp, p, eps), dist(a, n, p, eps)
-    local u = a -- the row paired with the negative
+    local u = a -- the row paired with the negative ("both": a tie, half each as torch.minimum)
     if o.swap then
       local d_pn = dist(pp, n, p, eps)
-      if d_pn < d_an then d_an, u = d_pn, pp end
+      if d_pn < d_an then d_an, u = d_pn, pp elseif d_pn == d_an then u = "both" end
     end
     local c
     if o.soft_margin then
@@ -57,13 +57,22 @@ local function reference(A, P, N, o, w)
       c = t >= 0 and 1 or 0
     end
     local wi = type(w) == "table" and w[i] or w
-    local g_ap, g_un = ddist(a, pp, p, eps), ddist(u, n, p, eps)
+    local g_ap = ddist(a, pp, p, eps)
+    local h = u == "both" and 0.5 or 1
+    local g_an, g_pn = ddist(a, n, p, eps), ddist(pp, n, p, eps)
     gA[i], gP[i], gN[i] = {}, {}, {}
     for j = 1, #a do
       gA[i][j] = wi * c * g_ap[j]
       gP[i][j] = -wi * c * g_ap[j]
-      gN[i][j] = wi * c * g_un[j]
-      if u == a then gA[i][j] = gA[i][j] - wi * c * g_un[j] else gP[i][j] = gP[i][j] - wi * c * g_un[j] end
+      gN[i][j] = 0
+      if u == a or u == "both" then
+        gA[i][j] = gA[i][j] - h * wi * c * g_an[j]
+        gN[i][j] = gN[i][j] + h * wi * c * g_an[j]
+      end
+      if u == pp or u == "both" then
+        gP[i][j] = gP[i][j] - h * wi * c * g_pn[j]
+        gN[i][j] = gN[i][j] + h * wi * c * g_pn[j]
+      end
     end
   end
   return losses, gA, gP, gN
@@ -284,6 +293,26 @@ describe("TripletMarginLoss", function()
         assert.is_true(row[1] ~= row[1] and row[2] ~= row[2], label(o))
       end
     end
+  end)
+
+  it("splits the gradient half and half at a swap tie d(p, n) = d(a, n), as torch.minimum", function()
+    -- a = (3, 4), p = (4, 3), n = (0, 0), eps = 0: d_an = d_pn = 5, d_ap = √2, margin 5 → ℓ = √2
+    local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end
+    local a, p, n = T { { 3, 4 } }, T { { 4, 3 } }, T { { 0, 0 } }
+    local l, ga, gp, gn = F.triplet_margin_fused(a, p, n, { eps = 0, swap = true, margin = 5, reduction = "sum" })
+    H.assert_close(l, math.sqrt(2), { rtol = 1e-15 })
+    local r = 1 / math.sqrt(2)
+    -- ∂ℓ/∂a = (a − p)/√2 − ½(a − n)/5, ∂ℓ/∂p = −(a − p)/√2 − ½(p − n)/5, ∂ℓ/∂n = ½(a − n)/5 + ½(p − n)/5
+    H.assert_close(ga, { { -r - 0.3, r - 0.4 } }, { rtol = 1e-15 })
+    H.assert_close(gp, { { r - 0.4, -r - 0.3 } }, { rtol = 1e-15 })
+    H.assert_close(gn, { { 0.7, 0.7 } }, { rtol = 1e-15 })
+    -- the anchor equal to the positive with PyTorch's eps (autograd's values: 1.0607 | −0.3536)
+    local x = T { { 0.3, -0.2 } }
+    local _, ga2, gp2, gn2 = F.triplet_margin_fused(x, x:clone(), T { { 1.0, 0.5 } }, { swap = true, margin = 5 })
+    local h = 0.5 * r
+    H.assert_close(ga2, { { r + h, r + h } }, { rtol = 1e-9 })
+    H.assert_close(gp2, { { h - r, h - r } }, { rtol = 1e-9 })
+    H.assert_close(gn2, { { -2 * h, -2 * h } }, { rtol = 1e-9 })
   end)
 
   it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()

@@ -5,7 +5,7 @@
  *
  * Triplet margin loss (given triplets): per row i of anchor a, positive p, negative n,
  *   d(u, v) = ‖u − v + ε‖_p,  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
- *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term),
+ *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term, half each at a tie),
  *   ℓ_i = max(0, d_ap − d_an + μ)  or (soft margin)  softplus(d_ap − d_an).
  *
  * Batch-hard triplet loss: embeddings x (N×D) and labels y; for each anchor i the farthest
@@ -178,11 +178,13 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
 /* What one triplet row gives: its loss, and the factors of its gradient.  With
  * g_uv = sign(z)|z|^(p−1), z = u − v + ε (per component):
  *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
- *   ∂ℓ/∂u += k_neg·g_un, ∂ℓ/∂n −= k_neg·g_un   (u = a, or p when `swapped`)
- * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg. */
+ *   ∂ℓ/∂a += k_an·g_an,  ∂ℓ/∂n −= k_an·g_an
+ *   ∂ℓ/∂p += k_pn·g_pn,  ∂ℓ/∂n −= k_pn·g_pn   (swap only)
+ * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg.  With swap the
+ * negative term goes as torch.minimum's backward sends it: all to the smaller of d_an and
+ * d_pn, half to each at a tie, all to both when either is NaN. */
 typedef struct {
-    double loss, k_ap, k_neg;
-    int swapped;
+    double loss, k_ap, k_an, k_pn;
 } ploss_triplet_row;
 
 /* The row from the sums Σ|z|^p of its pairs (s_pn read only with swap). */
@@ -190,16 +192,10 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
                                                       int soft_margin, int swap)
 {
     ploss_triplet_row r;
-    const double d_ap = ploss_pnorm_root(s_ap, p);
-    double d_neg = ploss_pnorm_root(s_an, p);
-    r.swapped = 0;
-    if (swap) {
-        const double d_pn = ploss_pnorm_root(s_pn, p);
-        if (d_pn < d_neg || (d_pn != d_pn && d_neg == d_neg)) { /* torch.minimum: NaN is the minimum */
-            d_neg = d_pn;
-            r.swapped = 1;
-        }
-    }
+    const double d_ap = ploss_pnorm_root(s_ap, p), d_an = ploss_pnorm_root(s_an, p);
+    const double d_pn = swap ? ploss_pnorm_root(s_pn, p) : d_an;
+    /* torch.minimum: a NaN either side is the result */
+    const double d_neg = d_pn < d_an || d_pn != d_pn ? d_pn : d_an;
     double c;
     r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
     /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient, a NaN one a NaN gradient */
@@ -207,7 +203,16 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
     const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
     const double den_neg = p == 2.0 ? d_neg : p == 1.0 ? 1.0 : pow(d_neg, pm1);
     r.k_ap = c != 0.0 && d_ap != 0.0 ? c / den_ap : 0.0;
-    r.k_neg = c != 0.0 && d_neg != 0.0 ? -c / den_neg : 0.0;
+    const double k = c != 0.0 && d_neg != 0.0 ? -c / den_neg : 0.0;
+    r.k_an = r.k_pn = 0.0;
+    if (!swap || d_an < d_pn)
+        r.k_an = k;
+    else if (d_pn < d_an)
+        r.k_pn = k;
+    else if (d_an == d_pn) /* a tie: half each */
+        r.k_an = r.k_pn = 0.5 * k;
+    else /* a NaN: both */
+        r.k_an = r.k_pn = k;
     return r;
 }
 
