@@ -800,7 +800,8 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
 typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 1.0 */
+    /* μ > 0, the margin of the hinge (unused with soft_margin); a finite number; default 1.0
+       */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;

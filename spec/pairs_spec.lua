@@ -315,6 +315,32 @@ describe("TripletMarginLoss", function()
     H.assert_close(gn2, { { -2 * h, -2 * h } }, { rtol = 1e-9 })
   end)
 
+  it("refuses a margin <= 0 for the hinge, as PyTorch's TripletMarginLoss; the soft margin has none", function()
+    local a, p, n = triplet_inputs(4, 3, "f64", 5)
+    for _, m in ipairs { 0, -1 } do
+      H.expect_error(function() ploss.TripletMarginLoss { margin = m } end, "opts.margin: " .. m .. " is not > 0")
+      H.expect_error(function() F.triplet_margin(a, p, n, { margin = m }) end, "opts.margin: " .. m .. " is not > 0")
+      local out, g = ploss.full({}, 7, { dtype = "f64" }), ploss.full({ 4, 3 }, 7, { dtype = "f64" })
+      H.expect_error(function() F.triplet_margin_fused(a, p, n, { margin = m, out = out, grad_anchor = g }) end,
+        "opts.margin", out, g)
+      -- an option edited after construction: refused by the engine's own check
+      local crit = ploss.TripletMarginLoss {}
+      crit.margin = m
+      H.expect_error(function() crit:forward(a, p, n) end, "opts.margin: " .. m .. " is not > 0")
+      -- the C entry point itself
+      local ffi, C = require "ffi", ploss.C
+      local o = ffi.new("ploss_triplet_margin_opts")
+      C.ploss_triplet_margin_opts_init(o)
+      o.margin = m
+      assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+        C.ploss_triplet_margin_forward(a:context(), a:dl(), p:dl(), n:dl(), o, out:dl()))
+      assert.truthy(ffi.string(C.ploss_last_error()):find("opts.margin", 1, true))
+      -- soft_margin = true: the margin is unused, any value goes
+      local soft = F.triplet_margin(a, p, n, { margin = m, soft_margin = true, reduction = "sum" })
+      H.assert_close(soft, F.triplet_margin(a, p, n, { soft_margin = true, reduction = "sum" }), { rtol = 0 })
+    end
+  end)
+
   it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()
     local e = ploss.empty({ 0, 4 }, { dtype = "f32" })
     local loss, ga = ploss.TripletMarginLoss {}(e, e:clone(), e:clone())

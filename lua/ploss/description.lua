@@ -49,6 +49,8 @@
 --                parameters when it differs from the name; ctype for enums }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool'.
 --   unused_options  { name = true }: fields of a shared struct this loss does not read
+--   check        nil, or function(o) → nil or a message: a check of the resolved options
+--                together (the engine makes the same check in C; several-input losses)
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
@@ -60,7 +62,7 @@ local KNOWN = {
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
-  input_doc = true, target_doc = true, reductions = true, input_range = true,
+  input_doc = true, target_doc = true, reductions = true, input_range = true, check = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.

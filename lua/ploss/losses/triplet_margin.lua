@@ -16,13 +16,20 @@ return {
     { "negative", "n, N×D embeddings of other classes" },
   },
   options = {
-    { "margin", "double", 1, doc = "μ, the margin of the hinge (unused with soft_margin)" },
+    { "margin", "double", 1, doc = "μ > 0, the margin of the hinge (unused with soft_margin)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
     { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
     { "soft_margin", "bool", false,
       doc = "softplus(d_ap − d_an) in place of the hinge (the reference's margin = None)" },
   },
+  -- PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none
+  check = function(o)
+    if not o.soft_margin and not (o.margin > 0) then
+      return string.format("opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)",
+        require("ploss.description").number(o.margin))
+    end
+  end,
   formula = [[
 Per triplet i, with the p-norm distance d(u, v) = ‖u − v + ε‖_p (ε added to every
 component, as PyTorch's pairwise_distance):
