@@ -810,8 +810,8 @@ typedef struct ploss_triplet_margin_opts {
     double eps;
     /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
     int swap;
-    /* softplus(d_ap − d_an) in place of the hinge (the reference's margin = None); default 0
-       */
+    /* softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin =
+       None); default 0 */
     int soft_margin;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
@@ -1035,10 +1035,12 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * product per tile) with the row and column log-sum-exps kept online; the N×N matrix is never
  * stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.
  *
- * The tiles are the unit a multi-device version shares: each device's keys against every query
- * tile, with the row and column statistics merged across devices. The CPU works in f64
- * (OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input). No state is
- * kept: backward recomputes the log-sum-exps.
+ * This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
+ * symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
+ * contrasts each view with the other items of its own view (2N − 2 negatives). A loss over
+ * several devices is not provided. The CPU works in f64 (OpenBLAS); CUDA computes the tiles
+ * with cuBLAS in fp32 (f64 for f64 input). No state is kept: backward recomputes the
+ * log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.
@@ -1151,7 +1153,10 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1226,7 +1231,10 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1302,7 +1310,10 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1380,7 +1391,10 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64

@@ -451,7 +451,11 @@ end
 --                   the shadows' buffers: the two are exchanged, no third copy
 --   ema:restore()   the live weights back (exchanged again)
 -- The params are read from the list at each call (tensors updated in place by the
--- optimiser).  update() between apply() and restore() is an error.
+-- optimiser).  update() between apply() and restore() is an error.  The params must be
+-- contiguous, on one device, and not overlap (checked here, named params[i]).  The shadows
+-- have the params' dtype: the f32 result of each update is rounded to it, so with f16/bf16
+-- params and a decay near 1 small steps are lost (a bf16 shadow with decay 0.999 moves only
+-- while |param − shadow| exceeds ~4·|shadow|: never, in practice); average f32 masters instead.
 -- The checks of the update and the exchange that concern the params alone, made when the
 -- EMA is built rather than at its first apply(): every param contiguous, on the device of
 -- params[1], and no two overlapping (a tensor listed twice, two views of one buffer:

@@ -21,7 +21,7 @@ return {
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
     { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
     { "soft_margin", "bool", false,
-      doc = "softplus(d_ap − d_an) in place of the hinge (the reference's margin = None)" },
+      doc = "softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin = None)" },
   },
   -- PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none
   check = function(o)
