@@ -800,7 +800,8 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
 typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 1.0 */
+    /* μ > 0, the margin of the hinge (unused with soft_margin); a finite number; default 1.0
+       */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;
@@ -809,8 +810,8 @@ typedef struct ploss_triplet_margin_opts {
     double eps;
     /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
     int swap;
-    /* softplus(d_ap − d_an) in place of the hinge (the reference's margin = None); default 0
-       */
+    /* softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin =
+       None); default 0 */
     int soft_margin;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
@@ -866,8 +867,12 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * d_an) (soft margin) and ∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε:
  * ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), ∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n
  * = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative term goes to p and n
- * instead of a and n (a tie keeps d(a, n)). A distance of 0 (identical embeddings with eps = 0)
- * has the gradient 0, never NaN.
+ * instead of a and n, and at a tie d(p, n) = d(a, n) each pair takes half (torch.minimum's
+ * backward). A distance of 0 (identical embeddings with eps = 0) has the gradient 0, never NaN.
+ * NaN propagates as in PyTorch: a NaN element, or infinite distances (∞ − ∞), give that
+ * row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum) and NaN
+ * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
+ * or 'sum' is then NaN.
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
@@ -936,10 +941,16 @@ void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
  * An anchor without a positive (its label unique in the batch) or without a negative (one label
  * in the batch) is inactive: ℓ_i = 0 and no gradient. 'mean' divides by the number of active
  * anchors; with none active the loss is 0 and the gradient 0 (not a division by zero). Ties
- * pick the lowest row index. The N×N distances are computed in row blocks as a matrix product
- * (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or the cosine of the normalised product) and
- * mined block by block: only O(N) values are kept; the two chosen distances of each anchor are
- * then recomputed from the rows themselves (no cancellation, exactly 0 for identical rows).
+ * pick the lowest row index. NaN propagates as through torch.max and torch.min: a NaN distance
+ * is the hardest positive and the hardest negative, so one NaN element in row k makes ℓ_i NaN
+ * for every active anchor i (each compares against row k, as a positive or a negative), their
+ * gradients NaN, and 'mean' and 'sum' NaN; rows no anchor mined keep a 0 gradient. An infinite
+ * element is mined at its distance ∞ (the farthest positive, never the nearest negative while
+ * a finite one exists), so anchors that do not mine it keep their values. The N×N distances
+ * are computed in row blocks as a matrix product (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or
+ * the cosine of the normalised product) and mined block by block: only O(N) values are kept;
+ * the two chosen distances of each anchor are then recomputed from the rows themselves (no
+ * cancellation, exactly 0 for identical rows).
  *
  * Labels are any integers (i64 or i32): rows with equal labels are one class. In Lua the soft
  * margin is soft_margin = true (a table cannot hold margin = nil apart from the default). The
@@ -1024,10 +1035,12 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * product per tile) with the row and column log-sum-exps kept online; the N×N matrix is never
  * stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.
  *
- * The tiles are the unit a multi-device version shares: each device's keys against every query
- * tile, with the row and column statistics merged across devices. The CPU works in f64
- * (OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input). No state is
- * kept: backward recomputes the log-sum-exps.
+ * This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
+ * symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
+ * contrasts each view with the other items of its own view (2N − 2 negatives). A loss over
+ * several devices is not provided. The CPU works in f64 (OpenBLAS); CUDA computes the tiles
+ * with cuBLAS in fp32 (f64 for f64 input). No state is kept: backward recomputes the
+ * log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.
@@ -1140,7 +1153,10 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1215,7 +1231,10 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1291,7 +1310,10 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
@@ -1369,7 +1391,10 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
  * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
  * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch).
+ * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
+ * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
+ * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
+ * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64

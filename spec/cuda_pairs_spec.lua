@@ -177,6 +177,44 @@ describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("propagates NaN and ∞ as the CPU does, and splits a swap tie half and half", function()
+    local nan, inf = 0 / 0, math.huge
+    for _, dtype in ipairs(DTYPES) do
+      local a64, p64, n64 = triplets(40, 33, 61)
+      local A, P, Nn = a64:totable(), p64:totable(), n64:totable()
+      A[3][5] = nan          -- a NaN anchor
+      Nn[7][1] = inf         -- an infinite negative: ℓ = 0 (hinge) with its gradient
+      P[11][2] = -inf        -- an infinite positive: ℓ = ∞ or NaN
+      Nn[13][4] = nan        -- a NaN negative only
+      P[15] = A[15]          -- anchor = positive: d(a, n) = d(p, n) exactly, a swap tie
+      local o64 = { dtype = "f64" }
+      a64, p64, n64 = ploss.tensor(A, o64), ploss.tensor(P, o64), ploss.tensor(Nn, o64)
+      local cpu = { a64:type(dtype), p64:type(dtype), n64:type(dtype) }
+      local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
+      local T = TOL[dtype]
+      for _, o in ipairs { { margin = 5 }, { swap = true, margin = 5 }, { soft_margin = true, swap = true } } do
+        for _, r in ipairs { "none", "sum" } do
+          local opts = with(o, { reduction = r })
+          local what = dtype .. " " .. label(opts)
+          local rc = { F.triplet_margin_fused(cpu[1], cpu[2], cpu[3], opts) }
+          local rg = { F.triplet_margin_fused(dev[1], dev[2], dev[3], opts) }
+          if r == "none" then
+            local l = rc[1]:totable()
+            assert.is_true(l[3] ~= l[3] and l[13] ~= l[13], what)
+            close(rg[1], rc[1], T.loss, T.floor, what .. " loss")
+          else
+            assert.is_true(rc[1] ~= rc[1] and rg[1] ~= rg[1], what)
+          end
+          for k = 2, 4 do
+            local gc = rc[k]:totable()
+            for j = 1, 33 do assert.is_true(gc[3][j] ~= gc[3][j], what .. " NaN row") end
+            close(rg[k], rc[k], T.grad, T.floor, what .. " gradient " .. (k - 1))
+          end
+        end
+      end
+    end
+  end)
+
   it("is deterministic: bitwise the same loss and gradients on every run", function()
     local a, p, n = triplets(50000, 24, 31)
     for _, dtype in ipairs { "f32", "bf16" } do
@@ -323,6 +361,30 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
       local lc, gc = F.batch_hard_triplet_fused(same:to("cpu"), ys:to("cpu"), o)
       H.assert_close({ ls }, { lc }, { rtol = 1e-6, what = label(o) })
       H.assert_close(gs, gc, { rtol = 1e-6, atol = 1e-7, what = label(o) })
+    end
+  end)
+
+  it("propagates a NaN row to every anchor (NaN wins the mining) and mines an ∞ row at ∞, as the CPU", function()
+    for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
+      for _, dtype in ipairs { "f32", "f64" } do
+        local x64 = ploss.randn({ 60, 20 }, { dtype = "f64", seed = 8 })
+        local X, Y = x64:totable(), {}
+        for i = 1, 60 do Y[i] = i % 5 end
+        X[10][3] = bad
+        local xc = ploss.tensor(X, { dtype = "f64" }):type(dtype)
+        local y = ploss.tensor(Y, { dtype = "i64" })
+        local T = TOL[dtype]
+        for _, o in ipairs(BH_OPTIONS) do
+          local what = dtype .. " " .. tostring(bad) .. " " .. label(o)
+          local lc = F.batch_hard_triplet(xc, y, with(o, { reduction = "none" }))
+          local lg = F.batch_hard_triplet(xc:to(DEV), y:to(DEV), with(o, { reduction = "none" }))
+          close(lg, lc, T.loss, T.floor, what .. " loss")
+          local sc, gc = F.batch_hard_triplet_fused(xc, y, o)
+          local sg, gg = F.batch_hard_triplet_fused(xc:to(DEV), y:to(DEV), o)
+          assert.is_true(sc ~= sc and sg ~= sg, what) -- anchor 10's own loss is NaN at least
+          close(gg, gc, T.grad, T.floor, what .. " gradient")
+        end
+      end
     end
   end)
 

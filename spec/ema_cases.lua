@@ -172,6 +172,30 @@ describe("EMA of parameters on " .. DEV, function()
     H.expect_error(function() ploss.optim.EMA({ p }, { decay = 2 }) end, "EMA: decay: 2 is not in [0, 1]")
     H.expect_error(function() ploss.optim.EMA({ p }, { beta = 2 }) end, "EMA: unknown option 'beta'")
     H.expect_error(function() ploss.optim.EMA(p) end, "EMA: params: expected a list of tensors")
+  end)
+
+  it("the constructor refuses params listed twice, overlapping views and non-contiguous params (1-based)", function()
+    local w = ploss.ones({ 2 }, { dtype = "f64", device = DEV })
+    local big = ploss.zeros({ 4, 6 }, { dtype = "f64", device = DEV })
+    local other = ploss.zeros({ 3 }, { dtype = "f64", device = DEV })
+    H.expect_error(function() ploss.optim.EMA({ w, w }) end, "EMA: params[2]: overlaps params[1]")
+    H.expect_error(function() ploss.optim.EMA({ other, w, big, w }) end, "EMA: params[4]: overlaps params[2]")
+    -- two views of one buffer: rows 1–2 and rows 2–3 share row 2; the later one in the list is named
+    H.expect_error(function() ploss.optim.EMA({ big:narrow(1, 2, 2), other, big:narrow(1, 1, 2) }) end,
+      "EMA: params[3]: overlaps params[1]")
+    H.expect_error(function() ploss.optim.EMA({ w, big:narrow(2, 1, 3) }) end,
+      "EMA: params[2]: expected a contiguous tensor")
+    H.expect_error(function() ploss.optim.EMA({ big:t() }) end, "EMA: params[1]: expected a contiguous tensor")
+    -- disjoint views of one buffer, and empty tensors, are fine; the EMA then works
+    local r1, r2 = big:narrow(1, 1, 2), big:narrow(1, 3, 2)
+    local ema = ploss.optim.EMA({ r1, r2, ploss.empty({ 0 }, { device = DEV }), w }, { decay = 0.5, warmup = false })
+    r1:fill(2)
+    ema:update()
+    H.assert_equal(ema.shadows[1], ploss.full({ 2, 6 }, 1, { dtype = "f64" }))
+    if ploss.cuda_available() then
+      local away = DEV == "cpu" and "cuda" or "cpu"
+      H.expect_error(function() ploss.optim.EMA({ w, other:to(away) }) end, "EMA: params[2]: on ")
+    end
     if ploss.cuda_available() then
       local other = DEV == "cpu" and "cuda" or "cpu"
       st, msg = c_update({ s }, { p:to(other) }, 0)

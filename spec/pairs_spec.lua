@@ -42,10 +42,10 @@ local function reference(A, P, N, o, w)
   for i = 1, #A do
     local a, pp, n = A[i], P[i], N[i]
     local d_ap, d_an = dist(a, pp, p, eps), dist(a, n, p, eps)
-    local u = a -- the row paired with the negative
+    local u = a -- the row paired with the negative ("both": a tie, half each as torch.minimum)
     if o.swap then
       local d_pn = dist(pp, n, p, eps)
-      if d_pn < d_an then d_an, u = d_pn, pp end
+      if d_pn < d_an then d_an, u = d_pn, pp elseif d_pn == d_an then u = "both" end
     end
     local c
     if o.soft_margin then
@@ -57,13 +57,22 @@ local function reference(A, P, N, o, w)
       c = t >= 0 and 1 or 0
     end
     local wi = type(w) == "table" and w[i] or w
-    local g_ap, g_un = ddist(a, pp, p, eps), ddist(u, n, p, eps)
+    local g_ap = ddist(a, pp, p, eps)
+    local h = u == "both" and 0.5 or 1
+    local g_an, g_pn = ddist(a, n, p, eps), ddist(pp, n, p, eps)
     gA[i], gP[i], gN[i] = {}, {}, {}
     for j = 1, #a do
       gA[i][j] = wi * c * g_ap[j]
       gP[i][j] = -wi * c * g_ap[j]
-      gN[i][j] = wi * c * g_un[j]
-      if u == a then gA[i][j] = gA[i][j] - wi * c * g_un[j] else gP[i][j] = gP[i][j] - wi * c * g_un[j] end
+      gN[i][j] = 0
+      if u == a or u == "both" then
+        gA[i][j] = gA[i][j] - h * wi * c * g_an[j]
+        gN[i][j] = gN[i][j] + h * wi * c * g_an[j]
+      end
+      if u == pp or u == "both" then
+        gP[i][j] = gP[i][j] - h * wi * c * g_pn[j]
+        gN[i][j] = gN[i][j] + h * wi * c * g_pn[j]
+      end
     end
   end
   return losses, gA, gP, gN
@@ -241,6 +250,95 @@ describe("TripletMarginLoss", function()
     -- with PyTorch's eps the distances are eps·√D: gradients finite and the anchor's terms cancel
     local _, ga = ploss.TripletMarginLoss {}(x, x:clone(), x:clone())
     H.assert_close(ga, { 0, 0, 0, 0, 0, 0 }, { atol = 1e-12 })
+  end)
+
+  it("propagates NaN and ∞: a NaN loss has a NaN gradient on its rows, other rows keep their values", function()
+    local nan, inf = 0 / 0, math.huge
+    local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end
+    -- row 2: d_ap = 5, d_an = 1 → ℓ = 5 (margin 1); 'sum' gradients of row 2:
+    --   ∂/∂a = (a − p)/5 − (a − n)/1 = (0.4, −0.8), ∂/∂p = (0.6, 0.8), ∂/∂n = (a − n)/1 = (−1, 0)
+    local p, n = T { { 3, 4 }, { 3, 4 } }, T { { 6, 8 }, { 1, 0 } }
+    local N3 = { nan, nan }
+    for _, row1 in ipairs { { nan, 0 }, { inf, 0 }, { 0, -inf } } do
+      local a = T { row1, { 0, 0 } }
+      local what = "anchor row 1 = (" .. row1[1] .. ", " .. row1[2] .. ")"
+      local o = { eps = 0 }
+      H.assert_equal(F.triplet_margin(a, p, n, with(o, { reduction = "none" })), { nan, 5 }, { what = what })
+      local lm = F.triplet_margin(a, p, n, o)
+      assert.is_true(lm ~= lm, what)
+      local ls, ga, gp, gn = F.triplet_margin_fused(a, p, n, with(o, { reduction = "sum" }))
+      assert.is_true(ls ~= ls, what)
+      H.assert_close(ga, { N3, { 0.4, -0.8 } }, { rtol = 1e-15, what = what })
+      H.assert_close(gp, { N3, { 0.6, 0.8 } }, { rtol = 1e-15, what = what })
+      H.assert_close(gn, { N3, { -1, 0 } }, { rtol = 1e-15, what = what })
+      -- the soft margin: σ(4) for row 2, NaN (not 0) for row 1
+      local s4 = 1 / (1 + math.exp(-4))
+      local ss, sa, sp, sn = F.triplet_margin_fused(a, p, n, { eps = 0, soft_margin = true, reduction = "sum" })
+      assert.is_true(ss ~= ss, what)
+      H.assert_close(sa, { N3, { s4 * 0.4, -s4 * 0.8 } }, { rtol = 1e-14, what = what })
+      H.assert_close(sp, { N3, { s4 * 0.6, s4 * 0.8 } }, { rtol = 1e-14, what = what })
+      H.assert_close(sn, { N3, { -s4, 0 } }, { rtol = 1e-14, what = what })
+      -- the per-row upstream gradient of backward
+      local ba = F.triplet_margin_backward(a, p, n, T { 1, 2 }, with(o, { reduction = "none" }))
+      H.assert_close(ba, { N3, { 0.8, -1.6 } }, { rtol = 1e-15, what = what })
+    end
+    -- a NaN in the negative only (with and without swap): ℓ_1 NaN, the whole triplet's gradient NaN
+    local a = T { { 0, 0 }, { 0, 0 } }
+    for _, o in ipairs { { eps = 0 }, { eps = 0, swap = true }, { eps = 0, soft_margin = true, swap = true } } do
+      local nn1 = T { { nan, 1 }, { 1, 0 } }
+      local l, ga, gp, gn = F.triplet_margin_fused(a, p, nn1, with(o, { reduction = "none" }))
+      H.assert_close(l, { nan, o.soft_margin and math.log(1 + math.exp(4)) or 5 }, { rtol = 1e-15, what = label(o) })
+      for _, g in ipairs { ga, gp, gn } do
+        local row = g:select(1, 1):totable()
+        assert.is_true(row[1] ~= row[1] and row[2] ~= row[2], label(o))
+      end
+    end
+  end)
+
+  it("splits the gradient half and half at a swap tie d(p, n) = d(a, n), as torch.minimum", function()
+    -- a = (3, 4), p = (4, 3), n = (0, 0), eps = 0: d_an = d_pn = 5, d_ap = √2, margin 5 → ℓ = √2
+    local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end
+    local a, p, n = T { { 3, 4 } }, T { { 4, 3 } }, T { { 0, 0 } }
+    local l, ga, gp, gn = F.triplet_margin_fused(a, p, n, { eps = 0, swap = true, margin = 5, reduction = "sum" })
+    H.assert_close(l, math.sqrt(2), { rtol = 1e-15 })
+    local r = 1 / math.sqrt(2)
+    -- ∂ℓ/∂a = (a − p)/√2 − ½(a − n)/5, ∂ℓ/∂p = −(a − p)/√2 − ½(p − n)/5, ∂ℓ/∂n = ½(a − n)/5 + ½(p − n)/5
+    H.assert_close(ga, { { -r - 0.3, r - 0.4 } }, { rtol = 1e-15 })
+    H.assert_close(gp, { { r - 0.4, -r - 0.3 } }, { rtol = 1e-15 })
+    H.assert_close(gn, { { 0.7, 0.7 } }, { rtol = 1e-15 })
+    -- the anchor equal to the positive with PyTorch's eps (autograd's values: 1.0607 | −0.3536)
+    local x = T { { 0.3, -0.2 } }
+    local _, ga2, gp2, gn2 = F.triplet_margin_fused(x, x:clone(), T { { 1.0, 0.5 } }, { swap = true, margin = 5 })
+    local h = 0.5 * r
+    H.assert_close(ga2, { { r + h, r + h } }, { rtol = 1e-9 })
+    H.assert_close(gp2, { { h - r, h - r } }, { rtol = 1e-9 })
+    H.assert_close(gn2, { { -2 * h, -2 * h } }, { rtol = 1e-9 })
+  end)
+
+  it("refuses a margin <= 0 for the hinge, as PyTorch's TripletMarginLoss; the soft margin has none", function()
+    local a, p, n = triplet_inputs(4, 3, "f64", 5)
+    for _, m in ipairs { 0, -1 } do
+      H.expect_error(function() ploss.TripletMarginLoss { margin = m } end, "opts.margin: " .. m .. " is not > 0")
+      H.expect_error(function() F.triplet_margin(a, p, n, { margin = m }) end, "opts.margin: " .. m .. " is not > 0")
+      local out, g = ploss.full({}, 7, { dtype = "f64" }), ploss.full({ 4, 3 }, 7, { dtype = "f64" })
+      H.expect_error(function() F.triplet_margin_fused(a, p, n, { margin = m, out = out, grad_anchor = g }) end,
+        "opts.margin", out, g)
+      -- an option edited after construction: refused by the engine's own check
+      local crit = ploss.TripletMarginLoss {}
+      crit.margin = m
+      H.expect_error(function() crit:forward(a, p, n) end, "opts.margin: " .. m .. " is not > 0")
+      -- the C entry point itself
+      local ffi, C = require "ffi", ploss.C
+      local o = ffi.new("ploss_triplet_margin_opts")
+      C.ploss_triplet_margin_opts_init(o)
+      o.margin = m
+      assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+        C.ploss_triplet_margin_forward(a:context(), a:dl(), p:dl(), n:dl(), o, out:dl()))
+      assert.truthy(ffi.string(C.ploss_last_error()):find("opts.margin", 1, true))
+      -- soft_margin = true: the margin is unused, any value goes
+      local soft = F.triplet_margin(a, p, n, { margin = m, soft_margin = true, reduction = "sum" })
+      H.assert_close(soft, F.triplet_margin(a, p, n, { soft_margin = true, reduction = "sum" }), { rtol = 0 })
+    end
   end)
 
   it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()
@@ -555,6 +653,47 @@ describe("BatchHardTripletLoss", function()
     -- the cosine distance of a zero row: norms clamped, finite
     local _, g = F.batch_hard_triplet_fused(x, y, { distance = "cosine" })
     for _, v in ipairs(g:flat()) do assert.is_true(v == v) end
+  end)
+
+  it("propagates a NaN row to every anchor that compares against it (NaN wins max and min, as torch's)", function()
+    local nan = 0 / 0
+    -- labels 0 0 1 1 2 2 9: row 6 holds a NaN; row 7 is alone in its class (an inactive anchor)
+    local X = { { 0.1, 0.9 }, { 0.2, 1.0 }, { 1.0, 0.1 }, { 0.9, 0.3 }, { 0.5, 0.5 }, { nan, 0.4 }, { -3, -3 } }
+    local x = ploss.tensor(X, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0, 1, 1, 2, 2, 9 }, { dtype = "i64" })
+    for _, o in ipairs(BH_OPTIONS) do
+      -- anchors 1–4 have row 6 among their negatives, 5 and 6 are each other's positive
+      H.assert_equal(F.batch_hard_triplet(x, y, with(o, { reduction = "none" })), { nan, nan, nan, nan, nan, nan, 0 },
+        { what = label(o) })
+      for _, r in ipairs { "mean", "sum" } do
+        local l, g = F.batch_hard_triplet_fused(x, y, with(o, { reduction = r }))
+        assert.is_true(l ~= l, label(o) .. " " .. r)
+        local G = g:totable()
+        -- every active anchor's gradient is NaN; row 7, mined by no anchor, gets exactly 0
+        for i = 1, 6 do assert.is_true(G[i][1] ~= G[i][1] and G[i][2] ~= G[i][2], label(o) .. " row " .. i) end
+        assert.are.same({ 0, 0 }, G[7], label(o))
+      end
+    end
+  end)
+
+  it("mines an infinite row by its distance ∞ (not the NaN of ∞ − ∞): other anchors keep their values", function()
+    local inf = math.huge
+    for _, big in ipairs { inf, -inf } do
+      local X = { { 0.1, 0.9 }, { 0.2, 1.0 }, { 1.0, 0.1 }, { 0.9, 0.3 }, { 0.5, 0.5 }, { big, 0.4 } }
+      local Y = { 0, 0, 1, 1, 2, 2 }
+      local x, y = ploss.tensor(X, { dtype = "f64" }), ploss.tensor(Y, { dtype = "i64" })
+      for _, o in ipairs { {}, { distance = "squared", margin = 2 }, { soft_margin = true } } do
+        -- anchors 1–4: row 6 is a negative at distance ∞, never the nearest: the values of the
+        -- batch without row 6; anchor 5: its positive is at ∞ (ℓ = ∞); anchor 6: ∞ − ∞ (NaN)
+        local want = batch_hard_reference({ X[1], X[2], X[3], X[4], X[5] }, { 0, 0, 1, 1, 2 }, o, 1)
+        local l = F.batch_hard_triplet(x, y, with(o, { reduction = "none" })):totable()
+        H.assert_close({ l[1], l[2], l[3], l[4] }, { want[1], want[2], want[3], want[4] }, { rtol = 1e-14, what = label(o) })
+        assert.are.equal(inf, l[5], label(o))
+        assert.is_true(l[6] ~= l[6], label(o))
+        local lm = F.batch_hard_triplet(x, y, o)
+        assert.is_true(lm ~= lm, label(o))
+      end
+    end
   end)
 
   it("reads i32 labels, strided embeddings and every float dtype", function()

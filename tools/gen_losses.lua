@@ -644,9 +644,18 @@ local function gen_docs()
   w("- **dtypes**: inputs f32, f16, bf16 or f64; accumulation in fp32 (f64 for f64 input; the CPU")
   w("  accumulates in f64); gradients in the input's dtype; losses in f32 (f64 for f64 input).")
   w("- **reduction** `'mean'` (default), `'sum'` or `'none'` (one loss per sample).  `'mean'` with")
-  w("  nothing to average gives NaN and an exactly zero gradient; `'sum'` then gives 0.")
+  w("  nothing to average gives NaN and an exactly zero gradient; `'sum'` then gives 0.  Where a")
+  w("  loss differs its section says so: `BatchHardTripletLoss` gives 0 for `'mean'` when no")
+  w("  anchor is active (none has both a positive and a negative), an empty batch included.")
   w("- **fused pass**: `crit(input, target [, scale])` returns the loss and the gradient of the")
-  w("  reduced loss times `scale`; with `inplace = true` the gradient overwrites the input.")
+  w("  reduced loss times `scale`; with `inplace = true` the gradient overwrites the input.  The")
+  w("  losses of several embedding inputs (`TripletMarginLoss`, `BatchHardTripletLoss`,")
+  w("  `InfoNCELoss`: each input gets a gradient) have no `inplace` and refuse it.")
+  w("- **returned tensors are the criterion's buffers**: the loss tensor of `'none'` (and")
+  w("  `crit:forward_tensor`'s) and the gradients returned by `backward` and the fused call are")
+  w("  reused and overwritten by the next call of the same criterion object (`forward`, `backward`")
+  w("  or the fused call); `:clone()` what must outlive it, or pass your own `out` / `grad_*`")
+  w("  tensors to the `ploss.F` functions.  Numbers (reduced losses read by `forward`) are copies.")
   w("- **errors** are Lua errors at the caller's line (C: a status and `ploss_last_error()`): a")
   w("  tensor of the wrong shape (SHAPE), dtype (DTYPE), device (DEVICE), unusable strides")
   w("  (LAYOUT), an output overlapping an input (ALIAS), an option out of its range")
@@ -722,10 +731,14 @@ local function gen_docs()
     for i, r in ipairs(d.reductions) do reds[i] = "'" .. r .. "'" end
     w("| `reduction` | %s | 'mean' | | |", table.concat(reds, " \\| "))
     if not d.inputs then w("| `inplace` | boolean | false | | the fused gradient overwrites the input |") end
-    for _, e in ipairs(d.enums) do
-      w("")
-      w("%s", e.doc)
-      for _, v in ipairs(e.values) do w("- `'%s'`: %s", v[1], v[3]) end
+    -- the values of every enum option the loss takes (wherever the enum is declared)
+    for _, opt in ipairs(d.lua_options) do
+      if opt.type == "enum" then
+        local e = D.enum(opt.ctype)
+        w("")
+        w("`%s`: %s", opt.name, e.doc)
+        for _, v in ipairs(e.values) do w("- `'%s'`: %s", v[1], v[3]) end
+      end
     end
     w("")
     local sh = SHAPE[d.shape]

@@ -5,14 +5,16 @@
  *
  * Triplet margin loss (given triplets): per row i of anchor a, positive p, negative n,
  *   d(u, v) = ‖u − v + ε‖_p,  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
- *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term),
+ *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term, half each at a tie),
  *   ℓ_i = max(0, d_ap − d_an + μ)  or (soft margin)  softplus(d_ap − d_an).
  *
  * Batch-hard triplet loss: embeddings x (N×D) and labels y; for each anchor i the farthest
  * positive p(i) (j ≠ i, y_j = y_i) and the nearest negative n(i) (y_j ≠ y_i), mined from row
  * blocks of the distance matrix (a GEMM per block), then ℓ_i from the two distances
  * recomputed from the rows.  Every anchor's two pairs send their gradient to both of their
- * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.
+ * rows; a row's gradient adds the terms of the anchors that chose it in anchor order.  A NaN
+ * distance wins the mining (ploss_mine_better), so NaN reaches the losses it would reach
+ * through torch.max/min, and a NaN ℓ_i has a NaN ∂ℓ/∂d (ploss_triplet_hinge).
  *
  * InfoNCE: queries q and keys k (N×D), u and v their rows normalised (or not), S = u·vᵀ/τ;
  *   ℓ_i = lse(row i of S) − S_ii, averaged with lse(column i) − S_ii when symmetric.  Both
@@ -207,7 +209,9 @@ PLOSS_PAIRS_FN double ploss_sigmoid(double z)
 }
 
 /* ℓ and c = ∂ℓ/∂d_ap (= −∂ℓ/∂d_an) of a triplet from its two distances; the hinge's gradient
- * passes at the kink, as PyTorch's clamp_min. */
+ * passes at the kink, as PyTorch's clamp_min.  A NaN argument (a NaN distance, or ∞ − ∞) gives
+ * ℓ = NaN, as clamp_min, and c = NaN, so that the rows of a NaN loss get a NaN gradient
+ * rather than a silent 0 (softplus and σ of NaN are NaN already). */
 PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margin, int soft_margin, double *c)
 {
     if (soft_margin) {
@@ -215,6 +219,10 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
         return ploss_softplus(d_ap - d_an);
     }
     const double t = d_ap - d_an + margin;
+    if (t != t) { /* NaN: neither branch below may turn it into 0 */
+        *c = t;
+        return t;
+    }
     *c = t >= 0.0 ? 1.0 : 0.0;
     return t > 0.0 ? t : 0.0;
 }
@@ -222,11 +230,13 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
 /* What one triplet row gives: its loss, and the factors of its gradient.  With
  * g_uv = sign(z)|z|^(p−1), z = u − v + ε (per component):
  *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
- *   ∂ℓ/∂u += k_neg·g_un, ∂ℓ/∂n −= k_neg·g_un   (u = a, or p when `swapped`)
- * k = ±c / d^(p−1) (0 at d = 0): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg. */
+ *   ∂ℓ/∂a += k_an·g_an,  ∂ℓ/∂n −= k_an·g_an
+ *   ∂ℓ/∂p += k_pn·g_pn,  ∂ℓ/∂n −= k_pn·g_pn   (swap only)
+ * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg.  With swap the
+ * negative term goes as torch.minimum's backward sends it: all to the smaller of d_an and
+ * d_pn, half to each at a tie, all to both when either is NaN. */
 typedef struct {
-    double loss, k_ap, k_neg;
-    int swapped;
+    double loss, k_ap, k_an, k_pn;
 } ploss_triplet_row;
 
 /* The row from the sums Σ|z|^p of its pairs (s_pn read only with swap). */
@@ -234,40 +244,76 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
                                                       int soft_margin, int swap)
 {
     ploss_triplet_row r;
-    const double d_ap = ploss_pnorm_root(s_ap, p);
-    double d_neg = ploss_pnorm_root(s_an, p);
-    r.swapped = 0;
-    if (swap) {
-        const double d_pn = ploss_pnorm_root(s_pn, p);
-        if (d_pn < d_neg) {
-            d_neg = d_pn;
-            r.swapped = 1;
-        }
-    }
+    const double d_ap = ploss_pnorm_root(s_ap, p), d_an = ploss_pnorm_root(s_an, p);
+    const double d_pn = swap ? ploss_pnorm_root(s_pn, p) : d_an;
+    /* torch.minimum: a NaN either side is the result */
+    const double d_neg = d_pn < d_an || d_pn != d_pn ? d_pn : d_an;
     double c;
     r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
-    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient */
+    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient, a NaN one a NaN gradient */
     const double pm1 = p - 1.0;
     const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
     const double den_neg = p == 2.0 ? d_neg : p == 1.0 ? 1.0 : pow(d_neg, pm1);
-    r.k_ap = c != 0.0 && d_ap > 0.0 ? c / den_ap : 0.0;
-    r.k_neg = c != 0.0 && d_neg > 0.0 ? -c / den_neg : 0.0;
+    r.k_ap = c != 0.0 && d_ap != 0.0 ? c / den_ap : 0.0;
+    const double k = c != 0.0 && d_neg != 0.0 ? -c / den_neg : 0.0;
+    r.k_an = r.k_pn = 0.0;
+    if (!swap || d_an < d_pn)
+        r.k_an = k;
+    else if (d_pn < d_an)
+        r.k_pn = k;
+    else if (d_an == d_pn) /* a tie: half each */
+        r.k_an = r.k_pn = 0.5 * k;
+    else /* a NaN: both */
+        r.k_an = r.k_pn = k;
     return r;
 }
 
 /* The smallest norm the cosine distance divides by. */
 #define PLOSS_COSINE_EPS 1e-8
 
+/* max(r, PLOSS_COSINE_EPS) that keeps a NaN r (fmax would return the eps). */
+PLOSS_PAIRS_FN double ploss_cosine_norm(double r) { return r < PLOSS_COSINE_EPS ? PLOSS_COSINE_EPS : r; }
+
 /* A distance of the distance matrix from the product x_i·x_j and the squared norms (the
- * mining values: squared and Euclidean clamp the cancellation's negative values at 0). */
+ * mining values: squared and Euclidean clamp the cancellation's negative values at 0, a NaN
+ * stays NaN).  A result that is not finite may come from ∞ − ∞ in the expansion where
+ * ‖x_i − x_j‖ itself is ∞: the backends then take the distance from the rows
+ * (ploss_pair_distance_from_sums) before mining it. */
 PLOSS_PAIRS_FN double ploss_pair_distance_from_gram(int distance, double dot, double sq_i, double sq_j)
 {
     if (distance == 2 /* cosine */) {
-        const double ni = fmax(sqrt(sq_i), PLOSS_COSINE_EPS), nj = fmax(sqrt(sq_j), PLOSS_COSINE_EPS);
+        const double ni = ploss_cosine_norm(sqrt(sq_i)), nj = ploss_cosine_norm(sqrt(sq_j));
         return 1.0 - dot / (ni * nj);
     }
-    const double s = fmax(sq_i + sq_j - 2.0 * dot, 0.0);
+    double s = sq_i + sq_j - 2.0 * dot;
+    if (s < 0.0)
+        s = 0.0;
     return distance == 1 /* squared */ ? s : sqrt(s);
+}
+
+/* The same distance from dd = Σ(x_i − x_j)² (and, for cosine, the product and norms). */
+PLOSS_PAIRS_FN double ploss_pair_distance_from_sums(int distance, double dd, double dot, double sq_i, double sq_j)
+{
+    if (distance == 2)
+        return ploss_pair_distance_from_gram(distance, dot, sq_i, sq_j);
+    return distance == 1 ? dd : sqrt(dd);
+}
+
+/* Whether the candidate (d2, k2) replaces (d, k) as an anchor's hardest pair: the larger
+ * distance (want_max: the farthest positive) or the smaller (the nearest negative), the
+ * lower index at equal values; k < 0 is no pair yet.  A NaN distance beats every number,
+ * as torch.max and torch.min propagate NaN (two NaN: the lower index), so that a NaN in the
+ * batch reaches the loss of every anchor that compares against it instead of being skipped. */
+PLOSS_PAIRS_FN int ploss_mine_better(double d, int64_t k, double d2, int64_t k2, int want_max)
+{
+    if (k2 < 0)
+        return 0;
+    if (k < 0)
+        return 1;
+    const int nan = d != d, nan2 = d2 != d2;
+    if (nan || nan2)
+        return nan2 && (!nan || k2 < k);
+    return (want_max ? d2 > d : d2 < d) || (d2 == d && k2 < k);
 }
 
 /* One chosen pair (i, j) with ∂ℓ/∂d = c: its distance, recomputed from the rows' sums
@@ -282,18 +328,18 @@ PLOSS_PAIRS_FN ploss_pair_terms ploss_pair_terms_of(int distance, double dd, dou
     ploss_pair_terms t;
     if (distance == 2) { /* cosine: d = 1 − dot/(n_i n_j), the norms clamped at eps */
         const double ri = sqrt(sq_i), rj = sqrt(sq_j);
-        const double ni = fmax(ri, PLOSS_COSINE_EPS), nj = fmax(rj, PLOSS_COSINE_EPS);
+        const double ni = ploss_cosine_norm(ri), nj = ploss_cosine_norm(rj);
         t.d = 1.0 - dot / (ni * nj);
         t.cross = -1.0 / (ni * nj);
-        t.self_i = ri > PLOSS_COSINE_EPS ? dot / (ni * ni * ni * nj) : 0.0;
-        t.self_j = rj > PLOSS_COSINE_EPS ? dot / (nj * nj * nj * ni) : 0.0;
+        t.self_i = ri <= PLOSS_COSINE_EPS ? 0.0 : dot / (ni * ni * ni * nj); /* NaN stays NaN */
+        t.self_j = rj <= PLOSS_COSINE_EPS ? 0.0 : dot / (nj * nj * nj * ni);
     } else if (distance == 1) { /* squared: ∂/∂x_i = 2(x_i − x_j) */
         t.d = dd;
         t.self_i = t.self_j = 2.0;
         t.cross = -2.0;
-    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 */
+    } else { /* Euclidean: (x_i − x_j)/d, 0 at d = 0 (NaN at a NaN d) */
         t.d = sqrt(dd);
-        const double k = t.d > 0.0 ? 1.0 / t.d : 0.0;
+        const double k = t.d == 0.0 ? 0.0 : 1.0 / t.d;
         t.self_i = t.self_j = k;
         t.cross = -k;
     }

@@ -4,7 +4,9 @@
  *   pack      a dense copy of the embeddings (the GEMM's operand) and their squared norms;
  *   per block of anchor rows: the Gram block X_b·Xᵀ through cuBLAS (kernels/support/gemm.cu,
  *             fp32 output, f64 for f64), then `mine`: one warp per anchor scans its row of
- *             the block for the hardest positive and negative (ties: the lowest index).  The
+ *             the block for the hardest positive and negative (ties: the lowest index; a NaN
+ *             distance wins, as torch.max/min propagate it; a non-finite value of the
+ *             expansion is taken again from the rows).  The
  *             block holds at most GRAM_BYTES: the N×N matrix never exists;
  *   anchors   one warp per anchor: the two chosen distances recomputed from the rows, ℓ_i,
  *             ∂ℓ/∂d and the pairs' gradient terms (the maths of the CPU backend);
@@ -62,24 +64,22 @@ __global__ void __launch_bounds__(THREADS) pack_kernel(const ploss_batch_hard_pr
     }
 }
 
-/* (d, index) of the better candidate: the larger d (want_max) or the smaller, the lower index on
- * a tie; index −1 is no candidate. */
+/* (d, index) of the better candidate (ploss_mine_better: a NaN wins, ties the lower index). */
 __device__ __forceinline__ void pick(double &d, int64_t &k, double d2, int64_t k2, bool want_max)
 {
-    if (k2 < 0)
-        return;
-    const bool better = k < 0 || (want_max ? d2 > d : d2 < d) || (d2 == d && k2 < k);
-    if (better) {
+    if (ploss_mine_better(d, k, d2, k2, want_max)) {
         d = d2;
         k = k2;
     }
 }
 
 /* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N). */
-template <class A>
-__global__ void __launch_bounds__(THREADS)
-mine_kernel(const ploss_batch_hard_problem p, const A *gram, const A *sq, int64_t b0, int64_t rows, anchor_t *an)
+template <class T>
+__global__ void __launch_bounds__(THREADS) mine_kernel(const ploss_batch_hard_problem p, const T *xd,
+                                                       const acc_t<T> *gram, const acc_t<T> *sq, int64_t b0,
+                                                       int64_t rows, anchor_t *an)
 {
+    using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
     for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
         const int64_t i = b0 + r, yi = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
@@ -90,7 +90,16 @@ mine_kernel(const ploss_batch_hard_problem p, const A *gram, const A *sq, int64_
         for (int64_t j = lane; j < p.N; j += 32) {
             if (j == i)
                 continue;
-            const double d = ploss_pair_distance_from_gram(p.distance, (double)t[j], sqi, (double)sq[j]);
+            double d = ploss_pair_distance_from_gram(p.distance, (double)t[j], sqi, (double)sq[j]);
+            if (!isfinite(d)) { /* an infinite element (or an overflow): ∞ − ∞ is not ‖x_i − x_j‖ */
+                double dd = 0.0, dot = 0.0;
+                for (int64_t k = 0; k < p.D; ++k) {
+                    const double u = (double)to_acc(xd[i * p.D + k]), v = (double)to_acc(xd[j * p.D + k]);
+                    dd += (u - v) * (u - v);
+                    dot += u * v;
+                }
+                d = ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, (double)sq[j]);
+            }
             if (load_int_dyn(p.labels, p.label_dtype, j * p.y_sn) == yi)
                 pick(dp, bp, d, j, true);
             else
@@ -309,7 +318,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
                                       p->dtype, gram, N, p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32};
         if ((st = ploss_cuda_gemm(ctx, &g)))
             return st;
-        mine_kernel<A><<<row_blocks(rows), THREADS, 0, stream>>>(*p, gram, sq, b0, rows, an);
+        mine_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, xd, gram, sq, b0, rows, an);
         if ((st = check_launch("batch_hard mine")))
             return st;
     }

@@ -78,16 +78,17 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
         if (!want_grad)
             continue;
         const double w = p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : omega;
-        const A k_ap = (A)(w * r.k_ap), k_neg = (A)(w * r.k_neg);
+        const A k_ap = (A)(w * r.k_ap), k_an = (A)(w * r.k_an), k_pn = (A)(w * r.k_pn);
         T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
           *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
         for (int64_t j = lane; j < p.D; j += 32) {
             const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
             const A t_ap = k_ap == A(0) ? A(0) : k_ap * dir(a - b + eps, pn);
-            const A t_neg = k_neg == A(0) ? A(0) : k_neg * dir((r.swapped ? b : a) - n + eps, pn);
-            ga[j * p.grad[0].sd] = from_acc<T>(r.swapped ? t_ap : t_ap + t_neg);
-            gp[j * p.grad[1].sd] = from_acc<T>(r.swapped ? t_neg - t_ap : -t_ap);
-            gn[j * p.grad[2].sd] = from_acc<T>(-t_neg);
+            const A t_an = k_an == A(0) ? A(0) : k_an * dir(a - n + eps, pn);
+            const A t_pn = k_pn == A(0) ? A(0) : k_pn * dir(b - n + eps, pn);
+            ga[j * p.grad[0].sd] = from_acc<T>(t_ap + t_an);
+            gp[j * p.grad[1].sd] = from_acc<T>(t_pn - t_ap);
+            gn[j * p.grad[2].sd] = from_acc<T>(-(t_an + t_pn));
         }
     }
     if (!partials)

@@ -338,10 +338,14 @@ local function build_multi(d)
   cls._doc = d.title .. " (" .. d.source .. ")"
   cls._description = d
 
+  -- inplace is refused; then the description's check of options together (d.check), with
+  -- the message of the same check on the C side.
   local function check_inplace(o, where)
     if o.inplace then
       ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where, d.criterion))
     end
+    local msg = d.check and d.check(o)
+    if msg then ploss.raise(string.format("%s: %s (PLOSS_ERR_INVALID_ARGUMENT)", where, msg)) end
   end
 
   -- The call's tensors by role from the positional arguments; raises naming a missing one.

@@ -451,7 +451,44 @@ end
 --                   the shadows' buffers: the two are exchanged, no third copy
 --   ema:restore()   the live weights back (exchanged again)
 -- The params are read from the list at each call (tensors updated in place by the
--- optimiser).  update() between apply() and restore() is an error.
+-- optimiser).  update() between apply() and restore() is an error.  The params must be
+-- contiguous, on one device, and not overlap (checked here, named params[i]).  The shadows
+-- have the params' dtype: the f32 result of each update is rounded to it, so with f16/bf16
+-- params and a decay near 1 small steps are lost (a bf16 shadow with decay 0.999 moves only
+-- while |param − shadow| exceeds ~4·|shadow|: never, in practice); average f32 masters instead.
+-- The checks of the update and the exchange that concern the params alone, made when the
+-- EMA is built rather than at its first apply(): every param contiguous, on the device of
+-- params[1], and no two overlapping (a tensor listed twice, two views of one buffer:
+-- apply() writes each param).  Names are 1-based, as the list's.
+local function check_ema_params(params)
+  local dev = params[1] and params[1]:device()
+  local spans = {}
+  for i, p in ipairs(params) do
+    local name = "EMA: params[" .. i .. "]"
+    if not p:is_contiguous() then ploss.raise(name .. ": expected a contiguous tensor (:contiguous())") end
+    if p:device() ~= dev then
+      ploss.raise(string.format("%s: on %s, expected params[1]'s device %s", name, p:device(), dev))
+    end
+    local n = p:numel() * p:element_size()
+    if n > 0 then
+      local dl = p:dl()
+      local lo = tonumber(ffi.cast("uintptr_t", dl.data)) + tonumber(dl.byte_offset)
+      spans[#spans + 1] = { lo = lo, hi = lo + n, i = i }
+    end
+  end
+  -- sorted by start: a span overlaps an earlier one iff it starts before the farthest end so far
+  table.sort(spans, function(a, b) return a.lo < b.lo or (a.lo == b.lo and a.i < b.i) end)
+  local far
+  for _, sp in ipairs(spans) do
+    if far and sp.lo < far.hi then
+      local i, j = math.min(sp.i, far.i), math.max(sp.i, far.i)
+      ploss.raise(string.format("EMA: params[%d]: overlaps params[%d] (a tensor listed twice, or two views of " ..
+        "one buffer): each param needs its own memory", j, i))
+    end
+    if not far or sp.hi > far.hi then far = sp end
+  end
+end
+
 local EMA = {}
 EMA.__index = EMA
 local ema_fields = { decay = "number", warmup = "boolean" }
@@ -474,10 +511,9 @@ setmetatable(EMA, {
     if not (self.copts.decay >= 0 and self.copts.decay <= 1) then
       ploss.raise("EMA: decay: " .. tostring(opts.decay) .. " is not in [0, 1]")
     end
-    for i, p in ipairs(params) do
-      self.params[i] = need_tensor(p, "EMA: params[" .. i .. "]")
-      self.shadows[i] = p:clone()
-    end
+    for i, p in ipairs(params) do self.params[i] = need_tensor(p, "EMA: params[" .. i .. "]") end
+    check_ema_params(self.params)
+    for i, p in ipairs(self.params) do self.shadows[i] = p:clone() end
     return self
   end,
 })

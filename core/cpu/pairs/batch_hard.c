@@ -4,7 +4,8 @@
  *   1. the embeddings in f64 and their squared norms;
  *   2. row blocks of the Gram matrix X·Xᵀ through the project's GEMM (OpenBLAS dgemm), each
  *      block mined at once into the hardest positive and negative of its anchors (ties: the
- *      lowest index) — only one block of at most BLOCK_ELEMS values exists at a time;
+ *      lowest index; a NaN distance wins, ploss_mine_better) — only one block of at most
+ *      BLOCK_ELEMS values exists at a time;
  *   3. per anchor the two chosen distances recomputed from the rows, its loss and ∂ℓ/∂d;
  *   4. the gradient: every anchor's two pairs send terms to both of their rows; the terms a
  *      row receives from other anchors are listed per row (a counting sort, in anchor order)
@@ -96,11 +97,16 @@ ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_probl
             for (int64_t j = 0; j < N; ++j) {
                 if (j == i)
                     continue;
-                const double d = ploss_pair_distance_from_gram(p->distance, t[j], sq[i], sq[j]);
+                double d = ploss_pair_distance_from_gram(p->distance, t[j], sq[i], sq[j]);
+                if (!isfinite(d)) { /* an infinite element: the expansion's ∞ − ∞ is not ‖x_i − x_j‖ */
+                    double dd, dot;
+                    pair_sums(x + (size_t)i * (size_t)D, x + (size_t)j * (size_t)D, D, &dd, &dot);
+                    d = ploss_pair_distance_from_sums(p->distance, dd, dot, sq[i], sq[j]);
+                }
                 if (label_of(p, j) == yi) {
-                    if (bp < 0 || d > dp)
+                    if (ploss_mine_better(dp, bp, d, j, 1))
                         bp = j, dp = d;
-                } else if (bn < 0 || d < dn) {
+                } else if (ploss_mine_better(dn, bn, d, j, 0)) {
                     bn = j, dn = d;
                 }
             }

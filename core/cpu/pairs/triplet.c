@@ -22,7 +22,7 @@ static double pair_sum(const double *u, const double *v, int64_t D, double eps, 
     return s;
 }
 
-/* g[j] += k·dir(u_j − v_j + ε) and h[j] −= the same (h may be NULL). */
+/* g[j] += k·dir(u_j − v_j + ε) and h[j] −= the same. */
 static void pair_grad(double *g, double *h, const double *u, const double *v, int64_t D, double eps, double p,
                       double k)
 {
@@ -85,9 +85,9 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
                 for (int k = 0; k < 3; ++k)
                     for (int64_t j = 0; j < D; ++j)
                         g[k][j] = 0.0;
-                const int u = r.swapped ? 1 : 0; /* the row that takes the negative term */
                 pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, w * r.k_ap);
-                pair_grad(g[u], g[2], x[u], x[2], D, p->eps, p->p, w * r.k_neg);
+                pair_grad(g[0], g[2], x[0], x[2], D, p->eps, p->p, w * r.k_an);
+                pair_grad(g[1], g[2], x[1], x[2], D, p->eps, p->p, w * r.k_pn);
                 for (int k = 0; k < 3; ++k)
                     ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
             }

@@ -35,7 +35,12 @@ For each anchor i, over the other rows j of the batch:
 An anchor without a positive (its label unique in the batch) or without a negative (one
 label in the batch) is inactive: ℓ_i = 0 and no gradient.  'mean' divides by the number of
 active anchors; with none active the loss is 0 and the gradient 0 (not a division by zero).
-Ties pick the lowest row index.  The N×N distances are computed in row blocks as a matrix
+Ties pick the lowest row index.  NaN propagates as through torch.max and torch.min: a NaN
+distance is the hardest positive and the hardest negative, so one NaN element in row k makes
+ℓ_i NaN for every active anchor i (each compares against row k, as a positive or a negative),
+their gradients NaN, and 'mean' and 'sum' NaN; rows no anchor mined keep a 0 gradient.  An
+infinite element is mined at its distance ∞ (the farthest positive, never the nearest
+negative while a finite one exists), so anchors that do not mine it keep their values.  The N×N distances are computed in row blocks as a matrix
 product (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or the cosine of the normalised product) and mined
 block by block: only O(N) values are kept; the two chosen distances of each anchor are then
 recomputed from the rows themselves (no cancellation, exactly 0 for identical rows).]],

@@ -61,6 +61,9 @@ in the context's error slot, the box's loss is NaN and its gradient 0, and the n
 that synchronises raises it); ignored boxes are not checked.  Boxes of zero width or height
 give finite values and gradients.  weight multiplies each box's loss; 'mean' divides by the
 number of boxes that are not ignored (not by the sum of the weights), and with none left it
-is NaN with a zero gradient (torchvision returns 0 for an empty batch).]]
+is NaN with a zero gradient (torchvision returns 0 for an empty batch).  The default
+reduction is 'mean', as every ploss criterion's, where torchvision's functions
+(generalized_box_iou_loss and the others) default to reduction = 'none': pass
+reduction = 'none' for their per-box losses.]]
 
 return B

@@ -1,5 +1,6 @@
--- InfoNCE (NT-Xent / CLIP's contrastive loss) between two views of N items, computed in
--- tiles of the similarity matrix with an online log-sum-exp per row and per column.
+-- InfoNCE between two views of N items in CLIP's cross-view form (each query against the N
+-- keys: 1 positive, N − 1 negatives), computed in tiles of the similarity matrix with an
+-- online log-sum-exp per row and per column.
 return {
   name = "info_nce",
   criterion = "InfoNCELoss",
@@ -36,8 +37,10 @@ stored (O(N) memory besides one tile), and the backward pass recomputes the tile
     "(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v = Gᵀ·u/τ, both accumulated tile by tile, then " ..
     "through the normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖.  Exact for both inputs.",
   notes = [[
-The tiles are the unit a multi-device version shares: each device's keys against every
-query tile, with the row and column statistics merged across devices.  The CPU works in f64
+This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
+symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
+contrasts each view with the other items of its own view (2N − 2 negatives).  A loss over
+several devices is not provided.  The CPU works in f64
 (OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input).  No state is
 kept: backward recomputes the log-sum-exps.]],
 }

@@ -16,13 +16,20 @@ return {
     { "negative", "n, N×D embeddings of other classes" },
   },
   options = {
-    { "margin", "double", 1, doc = "μ, the margin of the hinge (unused with soft_margin)" },
+    { "margin", "double", 1, doc = "μ > 0, the margin of the hinge (unused with soft_margin)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
     { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
     { "soft_margin", "bool", false,
-      doc = "softplus(d_ap − d_an) in place of the hinge (the reference's margin = None)" },
+      doc = "softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin = None)" },
   },
+  -- PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none
+  check = function(o)
+    if not o.soft_margin and not (o.margin > 0) then
+      return string.format("opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)",
+        require("ploss.description").number(o.margin))
+    end
+  end,
   formula = [[
 Per triplet i, with the p-norm distance d(u, v) = ‖u − v + ε‖_p (ε added to every
 component, as PyTorch's pairwise_distance):
@@ -37,8 +44,12 @@ log(1 + exp(·)) would overflow.]],
   gradient = "With c = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap − d_an) (soft margin) and " ..
     "∂d(u, v)/∂u = sign(z)·|z|^(p−1) / d^(p−1), z = u − v + ε: ∂ℓ/∂a = c·(∂d_ap/∂a − ∂d_an/∂a), " ..
     "∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative " ..
-    "term goes to p and n instead of a and n (a tie keeps d(a, n)).  A " ..
-    "distance of 0 (identical embeddings with eps = 0) has the gradient 0, never NaN.",
+    "term goes to p and n instead of a and n, and at a tie d(p, n) = d(a, n) each pair takes half " ..
+    "(torch.minimum's backward).  A distance of 0 (identical embeddings with eps = 0) has the " ..
+    "gradient 0, never NaN.  NaN propagates as in PyTorch: a NaN element, or infinite distances " ..
+    "(∞ − ∞), give that row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is " ..
+    "the minimum) and NaN gradients in its three rows, hinge or soft margin; the other rows are " ..
+    "unaffected, and 'mean' or 'sum' is then NaN.",
   notes = [[
 In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
 as a value distinct from leaving margin out (which gives the default 1).  With eps = 0 and
