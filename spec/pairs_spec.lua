@@ -240,6 +240,17 @@ describe("TripletMarginLoss", function()
     H.assert_close(g2, { 0, 0 }, { atol = 1e-30 })
   end)
 
+  it("costs rows of no element the loss of zero distances, for any number of rows", function()
+    local few = ploss.empty({ 3, 0 }, { dtype = "f32" })
+    H.assert_close(F.triplet_margin(few, few, few, { reduction = "none" }), { 1, 1, 1 }, { rtol = 0 })
+    -- 2^31 rows of nothing: a closed form, not a walk over the rows
+    local many = ploss.empty({ 2 ^ 31, 0 }, { dtype = "f32" })
+    local loss, ga = F.triplet_margin_fused(many, many, many, { reduction = "sum", margin = 0.5 })
+    assert.are.equal(2 ^ 30, loss)
+    assert.are.same({ 2 ^ 31, 0 }, ga:size())
+    H.assert_close(F.triplet_margin(many, many, many, { soft_margin = true }), math.log(2), { rtol = 1e-7 })
+  end)
+
   it("gives identical embeddings a zero gradient, not NaN (eps = 0)", function()
     local x = ploss.tensor({ { 1, 2, 3 }, { -1, 0, 1 } }, { dtype = "f64" })
     for _, o in ipairs { { eps = 0 }, { eps = 0, soft_margin = true }, { eps = 0, p = 1 }, { eps = 0, p = 3, swap = true } } do

@@ -45,6 +45,16 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
     const int per_row_gl = p->pass == PLOSS_PASS_BACKWARD && none;
 
+    /* rows of no element: each costs the loss of zero distances, and there is nothing to
+     * read and no gradient element to write (N may be far beyond what a loop should walk) */
+    if (D == 0 && N > 0 && !(want_loss && none)) {
+        if (want_loss) {
+            const ploss_triplet_row r = ploss_triplet_finish(0.0, 0.0, 0.0, p->p, p->margin, p->soft_margin, p->swap);
+            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_SUM ? r.loss * (double)N : r.loss);
+        }
+        return PLOSS_OK;
+    }
+
     /* three input rows and three gradient rows per thread, taken before any write */
     ploss_cpu_rows b;
     ploss_status st = ploss_cpu_rows_alloc(&b, "triplet_margin", N, D, want_grad ? 6 : 3, CHUNK);
