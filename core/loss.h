@@ -19,6 +19,7 @@ typedef enum {
     PLOSS_SHAPE_ELEMENTWISE = 1,
     PLOSS_SHAPE_PAIRS = 2, /* N×D embeddings compared row with row or in tiles */
     PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
+    PLOSS_SHAPE_MARGIN = 4, /* N×D embeddings against C×D class centres, softmax over cosines */
     PLOSS_SHAPE_COUNT
 } ploss_shape;
 
@@ -29,7 +30,8 @@ typedef enum {
     PLOSS_LOSS_TARGET_ELEMENTWISE,          /* float, the input's shape                          */
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
     PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
-    PLOSS_LOSS_TARGET_BOXES                 /* float N×4 boxes, as the input                     */
+    PLOSS_LOSS_TARGET_BOXES,                /* float N×4 boxes, as the input                     */
+    PLOSS_LOSS_TARGET_CLASS_LABELS          /* one class index per embedding row, or ignore_index */
 } ploss_loss_target;
 
 /* Extra tensors between the target and the options. */
@@ -107,6 +109,10 @@ typedef struct ploss_loss_params {
     int normalize;
     int box_format;           /* ploss_box_format */
     int ciou_gradient;        /* ploss_ciou_gradient */
+    /* margin softmax (the margin shape): target cosine cos(m1·θ + m2) − m3, scale s */
+    double margin_scale, margin_m1, margin_m2, margin_m3;
+    int easy_margin;
+    int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and
@@ -126,6 +132,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
                              const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *p);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,9 @@ typedef enum {
     PLOSS_POLICY_GENERALIZED_BOX_IOU = 14, /* generalized_box_iou_loss (boxes) */
     PLOSS_POLICY_DISTANCE_BOX_IOU = 15, /* distance_box_iou_loss (boxes) */
     PLOSS_POLICY_COMPLETE_BOX_IOU = 16, /* complete_box_iou_loss (boxes) */
+    PLOSS_POLICY_COMBINED_MARGIN = 17, /* combined_margin (margin) */
+    PLOSS_POLICY_AM_SOFTMAX = 18, /* am_softmax (margin) */
+    PLOSS_POLICY_ARC_FACE = 19, /* arc_face (margin) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

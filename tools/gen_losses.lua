@@ -101,6 +101,7 @@ local TARGET_DOC = {
   elementwise = "the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).",
   labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
   boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
+  class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index.",
 }
 
 local SHAPE = {
@@ -153,6 +154,18 @@ local SHAPE = {
              grad_input = { "N4", "x" }, target = { boxes = { "N4", "x|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with " ..
       "x2 < x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA: through the " ..
+      "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+  },
+  margin = {
+    input = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one dtype and one D, C >= 2.",
+    loss = "NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or 1-element tensor; f32 " ..
+      "(f64 for f64 input).  MEAN divides by the number of rows that are not ignored.",
+    grad_loss = "NONE: N values; MEAN / SUM: one element; f32 or f64.",
+    grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap any input or " ..
+      "another output.",
+    fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
+             grad_input = { "NC", "x" }, target = { class_labels = { "N", "i" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the " ..
       "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
 }

@@ -289,6 +289,8 @@ local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
 -- fused pass.  ploss.F.<name>(…, opts), _backward(…, gradOutput, opts) and _fused(…, opts)
 -- likewise; opts may name `out` and `grad_<input>` tensors to write into.  No in-place
 -- gradient (inplace = true is refused) and no saved state.
+local build_one
+
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -522,9 +524,15 @@ local function build_multi(d)
   return cls
 end
 
---- Build the criterion class and the functions of description `d` into `ploss`.
+--- Build the criterion class and the functions of description `d` into `ploss`, with the
+-- other names of its criterion (d.criterion_aliases).
 function M.build(d)
-  if d.inputs then return build_multi(d) end
+  local cls = d.inputs and build_multi(d) or build_one(d)
+  for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
+  return cls
+end
+
+build_one = function(d)
   local ctype = ffi.typeof(d.opts_type)
   local call = { forward = caller(d, "forward"), backward = caller(d, "backward"), fused = caller(d, "fused") }
   local cls = nn.class(d.criterion)

@@ -11,18 +11,22 @@
 --   name         C family name and ploss.F name: ploss_<name>_forward/_backward/_fused
 --   criterion    the Lua class, ploss.<criterion>{...}
 --   aliases      other ploss.F names of the same function (optional)
+--   criterion_aliases  other names of the criterion class, ploss.<alias> (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
 --                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
 --                compared row with row or in tiles of their N×N distance matrix) or 'boxes'
---                (N×4 boxes, one loss per box)
+--                (N×4 boxes, one loss per box) or 'margin' (N×D embeddings against C×D class
+--                centres: a softmax over the cosines of each row, computed in row tiles of
+--                matrix products)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
 --                <opts_type>_init)
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
 --                the input's shape), 'labels' (one integer class label per embedding row,
---                the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
+--                the argument `labels`), 'class_labels' (one class index per embedding row,
+--                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
 --                boxes, as the input)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
@@ -45,14 +49,14 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, margin = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
-  boxes = true }
+  boxes = true, class_labels = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
-  enums = true, options = true, unused_options = true, inputs = true,
+  enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
 }
 
 --- The reductions, common to every loss.
@@ -135,6 +139,7 @@ function D.prepare(desc)
   desc.tensors = desc.tensors or {}
   desc.enums = desc.enums or {}
   desc.aliases = desc.aliases or {}
+  desc.criterion_aliases = desc.criterion_aliases or {}
   desc.unused_options = desc.unused_options or {}
   if desc.inputs then
     -- PLOSS_MAX_LOSS_INPUTS of core/loss.h
@@ -196,11 +201,11 @@ function D.all()
   return out
 end
 
---- The name of the target argument ('target', or 'labels' for a labels target); nil when the
--- loss has none.
+--- The name of the target argument ('target', or 'labels' for a labels or class_labels
+-- target); nil when the loss has none.
 function D.target_name(desc)
   if desc.target == "none" then return nil end
-  return desc.target == "labels" and "labels" or "target"
+  return (desc.target == "labels" or desc.target == "class_labels") and "labels" or "target"
 end
 
 -- The arguments of a loss of several inputs (see D.arguments).

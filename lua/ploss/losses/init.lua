@@ -19,4 +19,7 @@ return {
   "generalized_box_iou_loss",
   "distance_box_iou_loss",
   "complete_box_iou_loss",
+  "combined_margin",
+  "am_softmax",
+  "arc_face",
 }

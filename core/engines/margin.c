@@ -1,0 +1,175 @@
+/*
+ * margin.c — the validation front of the margin kernel shape: the margin softmax losses
+ * (combined margin, AM-softmax/CosFace, ArcFace) over N×D embeddings x and C×D class
+ * centres weight with one class label per row.  It checks every tensor of a call before
+ * anything is written — x and weight (a float dtype, N×D and C×D, one dtype, the same D,
+ * C >= 2), the labels (N integers; on the CPU each in [0, C) or ignore_index), the loss,
+ * the upstream gradient, one gradient per input, that no output overlaps an input or
+ * another output — then builds the problem (core/engines/margin.h) and dispatches it.  The
+ * options were checked by the loss's entry point (core/losses.c); the policy only decides
+ * which of m1, m2, m3 its options fill (the rest keep the identity margin).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "loss.h"
+#include "loss_check.h"
+#include "margin.h"
+
+/* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
+static ploss_status check_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
+{
+    char want[64];
+    if (r == PLOSS_REDUCTION_NONE) {
+        if (v->ndim == 1 && v->shape[0] == N)
+            return PLOSS_OK;
+        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
+        return ploss_check_shape_error(name, want, v);
+    }
+    if (v->numel == 1 && v->ndim <= 1)
+        return PLOSS_OK;
+    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
+}
+
+/* A float input (x or weight) on the context's device; its shape is checked by the caller. */
+static ploss_status check_matrix(ploss_ctx_t *ctx, ploss_view *v, const DLTensor *t, const char *name,
+                                 const char *what)
+{
+    ploss_status st;
+    if ((st = ploss_view_init(v, t, name)) || (st = ploss_view_check_device(v, ctx, name)))
+        return st;
+    if (!ploss_dtype_is_float(v->dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name, what,
+                           ploss_dtype_name(v->dtype));
+    return PLOSS_OK;
+}
+
+ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *o)
+{
+    ploss_status st;
+    char want[128];
+    ploss_view x, w, y, l, gl, gx, gw;
+    memset(&l, 0, sizeof l);
+    memset(&gl, 0, sizeof gl);
+    memset(&gx, 0, sizeof gx);
+    memset(&gw, 0, sizeof gw);
+    if (pass == PLOSS_PASS_FUSED && o->inplace)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
+    if ((st = check_matrix(ctx, &x, a->inputs[0], "x", "embeddings")))
+        return st;
+    if (x.ndim != 2)
+        return ploss_check_shape_error("x", "N×D embeddings (2 dims)", &x);
+    const int64_t N = x.shape[0], D = x.shape[1];
+    if ((st = check_matrix(ctx, &w, a->inputs[1], "weight", "class centres")) ||
+        (st = ploss_check_dtype(&w, x.dtype, "weight")))
+        return st;
+    if (w.ndim != 2 || w.shape[1] != D) {
+        snprintf(want, sizeof want, "C×%lld class centres (one per row; D = %lld as x)", (long long)D, (long long)D);
+        return ploss_check_shape_error("weight", want, &w);
+    }
+    const int64_t C = w.shape[0];
+    if (C < spec->min_classes)
+        return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres (%s), got %lld",
+                           (long long)spec->min_classes, spec->min_classes_why, (long long)C);
+    if (N > INT32_MAX || C > INT32_MAX || D > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED,
+                           "x: N = %lld rows, C = %lld centres and D = %lld exceed the matrix products' sizes "
+                           "(each < 2^31)", (long long)N, (long long)C, (long long)D);
+    if ((st = ploss_view_init(&y, a->target, "labels")) || (st = ploss_view_check_device(&y, ctx, "labels")))
+        return st;
+    if (y.dtype != PLOSS_I64 && y.dtype != PLOSS_I32)
+        return ploss_error(PLOSS_ERR_DTYPE, "labels: expected class indices of dtype i64 or i32, got %s",
+                           ploss_dtype_name(y.dtype));
+    if (y.ndim != 1 || y.shape[0] != N) {
+        snprintf(want, sizeof want, "[%lld] (one class index per row of x)", (long long)N);
+        return ploss_check_shape_error("labels", want, &y);
+    }
+    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!a->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, N, o->reduction, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+    } else {
+        if (!a->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = check_loss_shape(&gl, N, o->reduction, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        ploss_view *g[2] = {&gx, &gw};
+        const ploss_view *in[2] = {&x, &w};
+        for (int k = 0; k < 2; ++k) {
+            const char *name = spec->grad_names[k];
+            if (!a->grad_inputs[k])
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", name);
+            if ((st = ploss_view_init(g[k], a->grad_inputs[k], name)) ||
+                (st = ploss_view_check_device(g[k], ctx, name)) || (st = ploss_check_dtype(g[k], x.dtype, name)))
+                return st;
+            if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != D) {
+                snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)in[k]->shape[0],
+                         (long long)D, spec->input_names[k]);
+                return ploss_check_shape_error(name, want, g[k]);
+            }
+            if ((st = ploss_view_check_writable(g[k], name)))
+                return st;
+        }
+    }
+    const ploss_view *ins[4] = {&x, &w, &y, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
+    const char *in_names[4] = {"x", "weight", "labels", "grad_loss"};
+    const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &gx : NULL,
+                                 pass != PLOSS_PASS_FORWARD ? &gw : NULL};
+    const char *out_names[3] = {"loss", spec->grad_names[0], spec->grad_names[1]};
+    if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 4, -1, -1)))
+        return st;
+    if (ctx->device.device_type == kDLCPU &&
+        (st = ploss_check_labels_cpu(y.data, y.dtype, N, 1, y.strides[0], 0, C, o->ignore_index)))
+        return st;
+    if (ctx->device.device_type != kDLCPU && x.dtype == PLOSS_F64)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
+                           spec->name);
+
+    ploss_margin_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = x.dtype;
+    p.N = N;
+    p.C = C;
+    p.D = D;
+    p.x = (ploss_pair_operand){x.data, x.strides[0], x.strides[1]};
+    p.w = (ploss_pair_operand){w.data, w.strides[0], w.strides[1]};
+    p.labels = y.data;
+    p.label_dtype = y.dtype;
+    p.y_sn = y.strides[0];
+    p.ignore_index = o->ignore_index;
+    /* AM-softmax fills m3 only, ArcFace m2 only: m1 = 1 keeps the angle as it is */
+    const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
+    p.margin = ploss_margin_of(o->margin_scale, m1, o->margin_m2, o->margin_m3, o->easy_margin);
+    p.tile_rows = o->tile_rows;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l.data;
+        p.loss_dtype = l.dtype;
+        p.l_sn = l.ndim == 1 ? l.strides[0] : 0;
+    } else {
+        p.grad_loss = gl.data;
+        p.gl_dtype = gl.dtype;
+        p.gl_sn = gl.ndim == 1 ? gl.strides[0] : 0;
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.grad_x = (ploss_pair_grad){gx.data, gx.strides[0], gx.strides[1]};
+        p.grad_w = (ploss_pair_grad){gw.data, gw.strides[0], gw.strides[1]};
+    }
+    return ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
+}
