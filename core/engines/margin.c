@@ -17,6 +17,7 @@
 #include "loss.h"
 #include "loss_check.h"
 #include "margin.h"
+#include "scalar.h"
 
 /* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
 static ploss_status check_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
@@ -43,6 +44,20 @@ static ploss_status check_matrix(ploss_ctx_t *ctx, ploss_view *v, const DLTensor
     if (!ploss_dtype_is_float(v->dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name, what,
                            ploss_dtype_name(v->dtype));
+    return PLOSS_OK;
+}
+
+/* CPU labels: each in [0, C) or ignore_index (CUDA backends report through the error slot). */
+static ploss_status check_labels_cpu(const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index)
+{
+    for (int64_t i = 0; i < N; ++i) {
+        const int64_t v = ploss_load_int(y->data, y->dtype, i * y->strides[0]);
+        if (v != ignore_index && (v < 0 || v >= C))
+            return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                               "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
+                               "ignore_index (%lld)", (long long)v, (long long)i, (long long)C,
+                               (long long)ignore_index);
+    }
     return PLOSS_OK;
 }
 
@@ -132,8 +147,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     const char *out_names[3] = {"loss", spec->grad_names[0], spec->grad_names[1]};
     if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 4, -1, -1)))
         return st;
-    if (ctx->device.device_type == kDLCPU &&
-        (st = ploss_check_labels_cpu(y.data, y.dtype, N, 1, y.strides[0], 0, C, o->ignore_index)))
+    if (ctx->device.device_type == kDLCPU && (st = check_labels_cpu(&y, N, C, o->ignore_index)))
         return st;
     if (ctx->device.device_type != kDLCPU && x.dtype == PLOSS_F64)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
