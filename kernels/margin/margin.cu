@@ -1,0 +1,237 @@
+/*
+ * margin.cu — CUDA backend of the margin softmax losses (core/engines/margin.h),
+ * f32/f16/bf16 inputs with fp32 arithmetic:
+ *
+ *   prep      one warp per row of x and of the centres: the row normalised into fp32 X̂ (N×D)
+ *             or Ŵ (C×D), its norm kept; one block counts the rows that are not ignored
+ *             ('mean') and reports labels outside [0, C) through the error slot;
+ *   tiles     per tile of rows: the cosines X̂_b·Ŵᵀ (cuBLAS, fp32), then the row engine with
+ *             the margin policy (kernels/rows/policy_margin.cuh) over the tile: each row's
+ *             loss, and ∂L/∂c written over its cosines; then ∂L/∂x̂_b = G·Ŵ and
+ *             ∂L/∂Ŵ += Gᵀ·X̂_b (cuBLAS, tile order);
+ *   losses    the per-row losses of a reduced loss summed in a fixed order by one block;
+ *   out       one warp per row of x and of the centres: through the normalisation, written
+ *             in the input dtype.
+ * The tile holds at most TILE_BYTES of cosines (or opts.tile_rows rows); the rest is
+ * O((N + C)·D) (the normalised rows and their gradients) and O(N + C), all in the context's
+ * workspace: the row engine takes none of it for rows of reduction 'none' (below), and the
+ * GEMMs none at all, so nothing is allocated or synchronised (CUDA graphs can capture the
+ * call).  Deterministic: fixed tiles and orders, no float atomics.
+ */
+#include <algorithm>
+
+#include "gemm.h"
+#include "margin.h"
+#include "pairs/pairs.cuh"
+#include "policy_margin.cuh"
+
+namespace ploss_cuda {
+namespace {
+
+using namespace pairs;
+
+constexpr int COUNT_THREADS = 1024;
+constexpr size_t TILE_BYTES = (size_t)256 << 20;
+
+struct buffers {
+    float *xh, *wh, *gx, *gw, *tile;
+    double *rx, *rw, *losses, *divisor; /* divisor[0]: rows not ignored, divisor[1]: its inverse (0 for none) */
+};
+
+/* One warp per row: rows [0, N) of x into X̂, rows [N, N + C) of the centres into Ŵ. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_problem p, buffers b)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
+        const bool is_x = row < p.N;
+        const int64_t i = is_x ? row : row - p.N;
+        const ploss_pair_operand &op = is_x ? p.x : p.w;
+        const T *v = (const T *)op.data + i * op.sn;
+        float *out = (is_x ? b.xh : b.wh) + i * p.D;
+        float s = 0.0f;
+        for (int64_t j = lane; j < p.D; j += 32) {
+            const float a = to_acc(v[j * op.sd]);
+            s += a * a;
+        }
+        s = warp_all_reduce<32>(s, SumOp());
+        const double r = sqrt((double)s);
+        const float inv = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
+        for (int64_t j = lane; j < p.D; j += 32)
+            out[j] = to_acc(v[j * op.sd]) * inv;
+        if (lane == 0)
+            (is_x ? b.rx : b.rw)[i] = r;
+    }
+}
+
+/* One block: the rows whose label is not ignore_index, and the first label outside [0, C). */
+__global__ void __launch_bounds__(COUNT_THREADS) count_kernel(const ploss_margin_problem p, buffers b, int64_t *slot)
+{
+    double count = 0.0;
+    for (int64_t i = threadIdx.x; i < p.N; i += COUNT_THREADS) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        if (y == p.ignore_index)
+            continue;
+        if (y < 0 || y >= p.C)
+            report_invalid_label(slot, y);
+        else
+            count += 1.0;
+    }
+    count = block_reduce<COUNT_THREADS>(count, SumOp());
+    if (threadIdx.x == 0) {
+        b.divisor[0] = count;
+        b.divisor[1] = count > 0.0 ? 1.0 / count : 0.0;
+    }
+}
+
+/* One warp per row of x and of the centres: (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
+ * clamped, in the input dtype. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem p, buffers b)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
+        const bool is_x = row < p.N;
+        const int64_t i = is_x ? row : row - p.N;
+        const float *g = (is_x ? b.gx : b.gw) + i * p.D, *v = (is_x ? b.xh : b.wh) + i * p.D;
+        const double r = (is_x ? b.rx : b.rw)[i];
+        float dot = 0.0f;
+        if (r > PLOSS_NORMALIZE_EPS)
+            for (int64_t j = lane; j < p.D; j += 32)
+                dot += g[j] * v[j];
+        dot = warp_all_reduce<32>(dot, SumOp());
+        const float inv = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
+        const ploss_pair_grad &out = is_x ? p.grad_x : p.grad_w;
+        T *o = (T *)out.data + i * out.sn;
+        for (int64_t j = lane; j < p.D; j += 32)
+            o[j * out.sd] = from_acc<T>((g[j] - dot * v[j]) * inv);
+    }
+}
+
+template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem *p)
+{
+    namespace re = row_engine;
+    const int64_t N = p->N, C = p->C, D = p->D, ld = D > 0 ? D : 1;
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool none = p->reduction == PLOSS_REDUCTION_NONE;
+    if (!re::serves<float>(1, C))
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld class centres exceed the CUDA row engine's rows",
+                           (long long)C);
+    cudaStream_t stream = stream_of(ctx);
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / C;
+    B = std::max<int64_t>(1, std::min<int64_t>(B, N));
+    const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
+    auto layout = [&](char *base, buffers &b) {
+        carve c{base, 0};
+        b.xh = c.take<float>(nd);
+        b.wh = c.take<float>(cd);
+        b.gx = c.take<float>(want_grad ? nd : 0);
+        b.gw = c.take<float>(want_grad ? cd : 0);
+        b.tile = c.take<float>((size_t)B * (size_t)C);
+        b.rx = c.take<double>(N);
+        b.rw = c.take<double>(C);
+        b.losses = c.take<double>(N);
+        b.divisor = c.take<double>(2);
+        return c.used + 256;
+    };
+    buffers b;
+    void *ws = nullptr;
+    ploss_status st = ploss_workspace(ctx, layout(nullptr, b), &ws);
+    if (st)
+        return st;
+    layout((char *)ws, b);
+
+    prep_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
+    count_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, b, ctx->error_slot);
+    if ((st = check_launch("margin prep")))
+        return st;
+    if (want_grad && cd > 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
+        return st;
+
+    re::MarginPolicy pol;
+    pol.margin = p->margin;
+    pol.s = (float)p->margin.s;
+    pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor + 1 : nullptr;
+    const size_t label_size = ploss_dtype_size(p->label_dtype);
+    auto no_prep = [](char *, cudaStream_t, re::MarginPolicy &) { return PLOSS_OK; };
+    for (int64_t b0 = 0; b0 < N; b0 += B) {
+        const int64_t rows = std::min(B, N - b0);
+        const ploss_gemm_problem cg = {rows, C, D, 1.0, 0.0, b.xh + b0 * D, 0, ld, b.wh, 1, ld, PLOSS_F32,
+                                       b.tile, C, PLOSS_F32};
+        if ((st = ploss_cuda_gemm(ctx, &cg)))
+            return st;
+        /* the rows of the tile: reduction 'none' (each row's loss to the caller's loss or to
+         * the per-row buffer), ω from the pass (a scalar upstream gradient read by every row
+         * through a zero stride), the 'mean' divisor in the policy */
+        re::RowArgs a = {};
+        a.pass = p->pass;
+        a.reduction = PLOSS_REDUCTION_NONE;
+        a.N = rows;
+        a.S = 1;
+        a.C = C;
+        a.x = b.tile;
+        a.x_sn = C;
+        a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
+        a.t_dtype = p->label_dtype;
+        a.t_sn = p->y_sn;
+        a.ignore_index = p->ignore_index;
+        if (want_grad) {
+            a.grad = b.tile;
+            a.g_sn = C;
+            a.g_sc = 1;
+        }
+        if (want_loss) {
+            a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
+                          : (void *)(b.losses + b0);
+            a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
+            a.l_sn = none ? p->l_sn : 1;
+        } else {
+            a.grad_loss = none ? (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
+                               : p->grad_loss;
+            a.gl_dtype = p->gl_dtype;
+            a.gl_sn = none ? p->gl_sn : 0;
+        }
+        a.scale = p->scale;
+        st = re::run<float>(ctx, a, pol, 0, no_prep);
+        if (st == PLOSS_ERR_UNSUPPORTED)
+            st = ploss_error(PLOSS_ERR_UNSUPPORTED,
+                             "weight: C = %lld class centres are longer rows than the CUDA row engine serves on "
+                             "this device", (long long)C);
+        if (st)
+            return st;
+        if (!want_grad || D == 0)
+            continue;
+        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, b.tile, 0, C, b.wh, 0, ld, PLOSS_F32,
+                                       b.gx + b0 * D, ld, PLOSS_F32};
+        const ploss_gemm_problem dw = {C, D, rows, 1.0, 1.0, b.tile, 1, C, b.xh + b0 * D, 0, ld, PLOSS_F32,
+                                       b.gw, ld, PLOSS_F32};
+        if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
+            return st;
+    }
+    if (want_loss && !none &&
+        (st = re::launch_finalize(b.losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor : nullptr, p->loss,
+                                  p->loss_dtype, stream)))
+        return st;
+    if (want_grad && D > 0) {
+        out_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
+        if ((st = check_launch("margin out")))
+            return st;
+    }
+    return PLOSS_OK;
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p)
+{
+    return dispatch_float(p->dtype, "x", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (sizeof(T) <= 4)
+            return run<T>(ctx, p);
+        else
+            return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: f64 on CUDA (the margin losses take it on the CPU only)");
+    });
+}
