@@ -112,6 +112,7 @@ typedef struct ploss_loss_params {
     /* margin softmax (the margin shape): target cosine cos(m1·θ + m2) − m3, scale s */
     double margin_scale, margin_m1, margin_m2, margin_m3;
     int easy_margin;
+    int weight_layout;        /* ploss_weight_layout                                        */
     int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
 } ploss_loss_params;
 

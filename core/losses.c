@@ -1238,6 +1238,7 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)
     o->m2 = 0.5;
     o->m3 = 0.0;
     o->easy_margin = 0;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
     o->scale = 1.0;
@@ -1275,6 +1276,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %g is not a finite number in [0, 1.5707963267948966]", o.m2);
     if (!(isfinite(o.m3) && o.m3 >= 0.0 && o.m3 <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %g is not a finite number in [0, 1]", o.m3);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     const ploss_loss_params p = {
@@ -1284,6 +1287,7 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         .margin_m2 = o.m2,
         .margin_m3 = o.m3,
         .easy_margin = o.easy_margin,
+        .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
         .scale = o.scale,
@@ -1326,6 +1330,7 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *o)
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->s = 30.0;
     o->m = 0.35;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
     o->scale = 1.0;
@@ -1359,12 +1364,15 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1]", o.m);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
         .margin_m3 = o.m,
+        .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
         .scale = o.scale,
@@ -1407,6 +1415,7 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *o)
     o->s = 64.0;
     o->m = 0.5;
     o->easy_margin = 0;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
     o->scale = 1.0;
@@ -1440,6 +1449,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1.5707963267948966]", o.m);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     const ploss_loss_params p = {
@@ -1447,6 +1458,7 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         .margin_scale = o.s,
         .margin_m2 = o.m,
         .easy_margin = o.easy_margin,
+        .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
         .scale = o.scale,

@@ -1419,6 +1419,16 @@ ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
 
 /* ---- Combined margin softmax loss ------------------------------------------------------ */
 
+/** How the class centres lie in the margin losses' weight.
+ *   CXD              C×D, one centre per row (the convention of nn.Linear's weight)
+ *   DXC              D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)
+ */
+typedef enum ploss_weight_layout {
+    PLOSS_WEIGHT_LAYOUT_CXD = 0,
+    PLOSS_WEIGHT_LAYOUT_DXC = 1,
+    PLOSS_WEIGHT_LAYOUT_COUNT
+} ploss_weight_layout;
+
 /** Options of combined_margin; fill with ploss_combined_margin_opts_init(). */
 typedef struct ploss_combined_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
@@ -1434,6 +1444,9 @@ typedef struct ploss_combined_margin_opts {
     double m3;
     /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
     int easy_margin;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
     /* rows with this label add nothing and get a zero gradient; default -100 */
     int64_t ignore_index;
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
@@ -1474,9 +1487,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
- * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight);
- *                 f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one
- *                 dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -1531,6 +1544,9 @@ typedef struct ploss_am_softmax_opts {
     /* the margin subtracted from the target's cosine; a finite number in [0, 1]; default 0.35
        */
     double m;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
     /* rows with this label add nothing and get a zero gradient; default -100 */
     int64_t ignore_index;
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
@@ -1569,9 +1585,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
- * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight);
- *                 f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one
- *                 dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -1627,6 +1643,9 @@ typedef struct ploss_arc_face_opts {
     double m;
     /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
     int easy_margin;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
     /* rows with this label add nothing and get a zero gradient; default -100 */
     int64_t ignore_index;
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
@@ -1666,9 +1685,9 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
- * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight);
- *                 f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one
- *                 dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.

@@ -426,7 +426,7 @@ describe("margin softmax losses", function()
   -- layouts, dtypes, empty batches
   ---------------------------------------------------------------------------------------
 
-  it("reads strided views, writes strided gradients, and takes every float dtype", function()
+  it("reads strided views and D×C centres, writes strided gradients, and takes every float dtype", function()
     local x, w, y = inputs(12, 9, 6, 61, { 7 })
     local o = { s = 16, m = 0.4 }
     local l, a, b = F.arc_face_fused(x, w, y, o)
@@ -438,6 +438,14 @@ describe("margin softmax losses", function()
     H.assert_equal(a2, a)
     H.assert_equal(gw, b)
     assert.are.equal(gw, b2)
+    -- weight_layout 'DxC': the centres as the columns of a D×C matrix, the gradient likewise
+    local wdc = w:t():contiguous()
+    local l3, a3, b3 = F.arc_face_fused(x, wdc, y, with(o, { weight_layout = "DxC" }))
+    assert.are.equal(l, l3)
+    H.assert_equal(a3, a)
+    assert.are.same({ 6, 9 }, b3:size())
+    H.assert_equal(b3:t(), b)
+    assert.are.equal(l, ploss.ArcFaceLoss(with(o, { weight_layout = "DxC" })):forward(x, w:t(), y))
     for _, dtype in ipairs { "f32", "f16", "bf16" } do
       local xd, wd = x:type(dtype), w:type(dtype)
       local lr, ar, br = F.arc_face_fused(xd:double(), wd:double(), y, o)
@@ -472,6 +480,12 @@ describe("margin softmax losses", function()
     local fo = { out = out, grad_x = g1, grad_weight = g2 }
     H.expect_error(function() F.arc_face_fused(x, ploss.randn({ 5, 4 }), y, fo) end,
       "weight: expected C×3 class centres (one per row; D = 3 as x)", out, g1, g2)
+    H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { weight_layout = "DxC" })) end,
+      "weight: expected 3×C class centres (one per column, weight_layout DxC; D = 3 as x)", out, g1, g2)
+    H.expect_error(function() F.arc_face_fused(x, w:t(), y, with(fo, { weight_layout = "DxC" })) end,
+      "grad_weight: expected [3, 5] (the shape of weight)", out, g1, g2)
+    H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { weight_layout = "CD" })) end,
+      "weight_layout", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, ploss.randn({ 1, 3 }), y, fo) end,
       "weight: expected at least 2 class centres", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w, ploss.tensor({ 0, 1, 5, 2 }, { dtype = "i64" }), fo) end,

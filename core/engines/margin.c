@@ -1,8 +1,9 @@
 /*
  * margin.c — the validation front of the margin kernel shape: the margin softmax losses
  * (combined margin, AM-softmax/CosFace, ArcFace) over N×D embeddings x and C×D class
- * centres weight with one class label per row.  It checks every tensor of a call before
- * anything is written — x and weight (a float dtype, N×D and C×D, one dtype, the same D,
+ * centres weight (D×C with weight_layout DxC: the problem then walks its columns) with one
+ * class label per row.  It checks every tensor of a call before anything is written — x
+ * and weight (a float dtype, N×D and C×D, one dtype, the same D,
  * C >= 2), the labels (N integers; on the CPU each in [0, C) or ignore_index), the loss,
  * the upstream gradient, one gradient per input, that no output overlaps an input or
  * another output — then builds the problem (core/engines/margin.h) and dispatches it.  The
@@ -82,11 +83,18 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if ((st = check_matrix(ctx, &w, a->inputs[1], "weight", "class centres")) ||
         (st = ploss_check_dtype(&w, x.dtype, "weight")))
         return st;
-    if (w.ndim != 2 || w.shape[1] != D) {
-        snprintf(want, sizeof want, "C×%lld class centres (one per row; D = %lld as x)", (long long)D, (long long)D);
+    /* the centres' axis and the features' axis of weight */
+    const int dxc = o->weight_layout == PLOSS_WEIGHT_LAYOUT_DXC, ac = dxc ? 1 : 0, ad = dxc ? 0 : 1;
+    if (w.ndim != 2 || w.shape[ad] != D) {
+        if (dxc)
+            snprintf(want, sizeof want, "%lld×C class centres (one per column, weight_layout DxC; D = %lld as x)",
+                     (long long)D, (long long)D);
+        else
+            snprintf(want, sizeof want, "C×%lld class centres (one per row; D = %lld as x)", (long long)D,
+                     (long long)D);
         return ploss_check_shape_error("weight", want, &w);
     }
-    const int64_t C = w.shape[0];
+    const int64_t C = w.shape[ac];
     if (C < spec->min_classes)
         return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres (%s), got %lld",
                            (long long)spec->min_classes, spec->min_classes_why, (long long)C);
@@ -131,9 +139,9 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             if ((st = ploss_view_init(g[k], a->grad_inputs[k], name)) ||
                 (st = ploss_view_check_device(g[k], ctx, name)) || (st = ploss_check_dtype(g[k], x.dtype, name)))
                 return st;
-            if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != D) {
+            if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != in[k]->shape[1]) {
                 snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)in[k]->shape[0],
-                         (long long)D, spec->input_names[k]);
+                         (long long)in[k]->shape[1], spec->input_names[k]);
                 return ploss_check_shape_error(name, want, g[k]);
             }
             if ((st = ploss_view_check_writable(g[k], name)))
@@ -162,7 +170,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     p.C = C;
     p.D = D;
     p.x = (ploss_pair_operand){x.data, x.strides[0], x.strides[1]};
-    p.w = (ploss_pair_operand){w.data, w.strides[0], w.strides[1]};
+    p.w = (ploss_pair_operand){w.data, w.strides[ac], w.strides[ad]};
     p.labels = y.data;
     p.label_dtype = y.dtype;
     p.y_sn = y.strides[0];
@@ -183,7 +191,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     if (pass != PLOSS_PASS_FORWARD) {
         p.grad_x = (ploss_pair_grad){gx.data, gx.strides[0], gx.strides[1]};
-        p.grad_w = (ploss_pair_grad){gw.data, gw.strides[0], gw.strides[1]};
+        p.grad_w = (ploss_pair_grad){gw.data, gw.strides[ac], gw.strides[ad]};
     }
     return ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
 }

@@ -16,6 +16,7 @@ return {
   min_classes = 2,
   min_classes_why = "a softmax over one class centre has nothing to separate",
   inputs = M.inputs(),
+  enums = M.enums,
   options = {
     { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
     { "m1", "double", 1, min = 1, max = 4, param = "margin_m1", doc = "the multiplicative angular margin (SphereFace)" },
@@ -23,7 +24,7 @@ return {
       doc = "the additive angular margin (ArcFace), in radians" },
     { "m3", "double", 0, min = 0, max = 1, param = "margin_m3", doc = "the additive cosine margin (CosFace)" },
     { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
-    M.ignore_index, M.tile_rows,
+    M.weight_layout, M.ignore_index, M.tile_rows,
   },
   formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π", "cos θ − m2·sin m2 − m3"),
   gradient = M.gradient,

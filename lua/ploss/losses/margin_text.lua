@@ -8,9 +8,23 @@ M.half_pi = math.pi / 2
 function M.inputs()
   return {
     { "x", "N×D embeddings" },
-    { "weight", "C×D class centres, one per row (the convention of nn.Linear's weight)" },
+    { "weight", "C×D class centres, one per row (the convention of nn.Linear's weight; D×C with " ..
+      "weight_layout 'DxC')" },
   }
 end
+
+-- Declared by the first margin loss (combined_margin), named by the others.
+M.enums = {
+  { ctype = "ploss_weight_layout", prefix = "PLOSS_WEIGHT_LAYOUT_", count = "PLOSS_WEIGHT_LAYOUT_COUNT",
+    doc = "How the class centres lie in the margin losses' weight.",
+    values = {
+      { "CxD", "CXD", "C×D, one centre per row (the convention of nn.Linear's weight)" },
+      { "DxC", "DXC", "D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)" },
+    } },
+}
+
+M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
+  doc = "how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column)" }
 
 M.ignore_index = { "ignore_index", "int64", -100, doc = "rows with this label add nothing and get a zero gradient" }
 M.tile_rows = { "tile_rows", "int64", 0, min = 0,
