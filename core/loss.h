@@ -114,6 +114,8 @@ typedef struct ploss_loss_params {
     int easy_margin;
     int weight_layout;        /* ploss_weight_layout                                        */
     int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
+    double sample_rate;       /* Partial FC: the share of the classes kept (1: all)          */
+    int64_t seed;             /* Partial FC: the seed of the drawn classes                   */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

@@ -1241,6 +1241,8 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)
     o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -1280,6 +1282,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -1290,6 +1294,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
         .scale = o.scale,
         .inplace = o.inplace,
     };
@@ -1333,6 +1339,8 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *o)
     o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -1368,6 +1376,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -1375,6 +1385,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
         .scale = o.scale,
         .inplace = o.inplace,
     };
@@ -1418,6 +1430,8 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *o)
     o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
     o->ignore_index = -100;
     o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -1453,6 +1467,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -1461,6 +1477,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         .weight_layout = (int)o.weight_layout,
         .ignore_index = o.ignore_index,
         .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
         .scale = o.scale,
         .inplace = o.inplace,
     };

@@ -1452,6 +1452,12 @@ typedef struct ploss_combined_margin_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -1473,11 +1479,13 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *
  *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
  *
- * where m1·θ + m2 > π (c below the threshold where the angle leaves [0, π]) the target
- * takes cos θ − m2·sin m2 − m3 instead (InsightFace's fallback, which keeps the target
- * logit from growing again as θ grows); with easy_margin the plain cos θ is kept wherever cos
- * θ ≤ 0. 'mean' divides by the rows whose label is not ignore_index. The cosines are
- * computed in tiles of rows (a matrix product each) and the N×C logits are never all stored.
+ * Where m1·θ + m2 > π (past it the cosine of the shifted angle would turn back up) the
+ * target takes cos θ − m2·sin m2 − m3 instead: InsightFace's fallback, which keeps the
+ * target logit falling as θ grows. With easy_margin the target keeps its plain cosine wherever
+ * cos θ ≤ 0.
+ *
+ * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
+ * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
@@ -1499,9 +1507,10 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m1 not a finite number in [1, 4], opts.m2 not a
  *           finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0, 1],
- *           opts.tile_rows not an integer >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
- *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
+ *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
     const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
@@ -1552,6 +1561,12 @@ typedef struct ploss_am_softmax_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -1574,7 +1589,7 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
  *
  * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
- * of rows (a matrix product each) and the N×C logits are never all stored.
+ * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
@@ -1596,9 +1611,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1], opts.tile_rows not
- *           an integer >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL
- *           (CPU: before anything is written; CUDA: through the context's error slot),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], a non-finite
+ *           scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
@@ -1651,6 +1666,12 @@ typedef struct ploss_arc_face_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -1671,11 +1692,13 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *
  *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
  *
- * where θ + m > π (c below the threshold where the angle leaves [0, π]) the target takes cos
- * θ − m·sin m instead (InsightFace's fallback, which keeps the target logit from growing
- * again as θ grows); with easy_margin the plain cos θ is kept wherever cos θ ≤ 0. 'mean'
- * divides by the rows whose label is not ignore_index. The cosines are computed in tiles of
- * rows (a matrix product each) and the N×C logits are never all stored.
+ * Where θ + m > π (past it the cosine of the shifted angle would turn back up) the target
+ * takes cos θ − m·sin m instead: InsightFace's fallback, which keeps the target logit
+ * falling as θ grows. With easy_margin the target keeps its plain cosine wherever cos θ ≤
+ * 0.
+ *
+ * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
+ * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
@@ -1696,9 +1719,10 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1.5707963267948966],
- *           opts.tile_rows not an integer >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
- *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
+ *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);

@@ -10,7 +10,10 @@
 --  * the edge cases of the angle: |cos| = 1 (a finite derivative), θ + m > π (the
 --    fallback; the target logit does not grow again), easy_margin; zero-norm rows;
 --  * the public bug reports: a margin subtracted from every class, ArcFace's NaN gradient
---    at |cos| = 1, the target logit growing beyond θ + m = π;
+--    at |cos| = 1, the target logit growing beyond θ + m = π, Partial FC with more classes
+--    in the batch than the sample size;
+--  * Partial FC (sample_rate, seed, ploss.PartialFCLoss): the kept classes, the softmax over
+--    them against the loss on the gathered centres, uniform draws, one sample per seed;
 --  * strided views, f32/f16/bf16, an empty batch; bad input: a clear error naming the
 --    argument, nothing written.
 local H = require "spec.helpers"
@@ -467,6 +470,138 @@ describe("margin softmax losses", function()
     assert.are.equal(0, gx:numel())
     for _, r in ipairs(rows(gw)) do H.assert_equal(r, { 0, 0, 0 }) end
     assert.are.equal(0, F.am_softmax(x, w, y, { reduction = "sum" }))
+  end)
+
+  ---------------------------------------------------------------------------------------
+  -- Partial FC
+  ---------------------------------------------------------------------------------------
+
+  -- The classes whose centre got a gradient (every kept one: a softmax gives each a nonzero
+  -- share), ascending, 0-based.
+  local function kept_classes(gw)
+    local k = {}
+    for j, r in ipairs(rows(gw)) do
+      local any = false
+      for _, v in ipairs(r) do any = any or v ~= 0 end
+      if any then k[#k + 1] = j - 1 end
+    end
+    return k
+  end
+
+  -- The softmax over the kept centres only: the loss and gradients of the margin loss on the
+  -- gathered centres and the labels as positions among them, the gradient scattered back.
+  local function on_kept(kind, x, w, Y, kept, opts)
+    local W, pos, sub = rows(w), {}, {}
+    for k, j in ipairs(kept) do
+      sub[k] = W[j + 1]
+      pos[j] = k - 1
+    end
+    local y = {}
+    for i, v in ipairs(Y) do y[i] = v == -100 and -100 or pos[v] end
+    local l, gx, gws = F[kind .. "_fused"](x, ploss.tensor(sub, { dtype = "f64" }), ploss.tensor(y, { dtype = "i64" }),
+      opts)
+    local G, GS = {}, rows(gws)
+    for j = 1, #W do G[j] = pos[j - 1] and GS[pos[j - 1] + 1] or { 0, 0, 0, 0 } end
+    return l, gx, G
+  end
+
+  it("Partial FC: the batch's classes and uniformly drawn others, the softmax over them only", function()
+    local x, w, y, Y = inputs(9, 40, 4, 71, { 2 })
+    local positives = {}
+    for _, v in ipairs(Y) do if v ~= -100 then positives[v] = true end end
+    for _, k in ipairs(KINDS) do
+      for _, rate in ipairs { 0.3, 0.5 } do
+        local opts = with(k.options[1], { sample_rate = rate, seed = 12 })
+        local l, gx, gw = F[k.kind .. "_fused"](x, w, y, opts)
+        local kept = kept_classes(gw)
+        assert.are.equal(math.floor(40 * rate) + 1, #kept, k.kind)
+        local in_kept = {}
+        for _, j in ipairs(kept) do in_kept[j] = true end
+        for v in pairs(positives) do assert.is_true(in_kept[v], k.kind .. ": class " .. v .. " of the batch kept") end
+        local lr, gxr, gwr = on_kept(k.kind, x, w, Y, kept, with(k.options[1], {}))
+        local tol = { rtol = 1e-12, atol = 1e-15, what = k.kind .. " sample_rate " .. rate }
+        H.assert_close({ l }, { lr }, tol)
+        H.assert_close(gx, gxr, tol)
+        H.assert_close(gw, gwr, tol) -- exactly zero on the rows not kept: gwr has zeros there
+        -- one seed, one sample: forward, backward and fused agree; another seed draws others
+        H.assert_equal({ F[k.kind](x, w, y, opts) }, { l })
+        local bx, bw = F[k.kind .. "_backward"](x, w, y, 1, opts)
+        H.assert_equal(bx, gx)
+        H.assert_equal(bw, gw)
+        local _, _, gw2 = F[k.kind .. "_fused"](x, w, y, with(opts, { seed = 13 }))
+        local _, _, gw3 = F[k.kind .. "_fused"](x, w, y, with(opts, { seed = 13 }))
+        H.assert_equal(gw3, gw2)
+      end
+      -- sample_rate 1: every class
+      H.assert_equal({ F[k.kind](x, w, y, with(k.options[1], { sample_rate = 1, seed = 3 })) },
+        { F[k.kind](x, w, y, k.options[1]) })
+    end
+  end)
+
+  it("Partial FC with more classes in the batch than the sample size keeps exactly the batch's classes", function()
+    -- ⌊20·0.05⌋ + 1 = 2 < 6 classes in the batch: the kept set is those 6, no more (the
+    -- reference's k = 0 case that keeps the wrong columns)
+    local x = ploss.randn({ 8, 4 }, { dtype = "f64", seed = 81 })
+    local w = ploss.randn({ 20, 4 }, { dtype = "f64", seed = 82 })
+    local Y = { 3, 17, 3, 0, 9, 11, 17, 5 }
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    local l, gx, gw = F.arc_face_fused(x, w, y, { s = 8, sample_rate = 0.05, seed = 4 })
+    local kept = kept_classes(gw)
+    assert.are.same({ 0, 3, 5, 9, 11, 17 }, kept)
+    local lr, gxr, gwr = on_kept("arc_face", x, w, Y, kept, { s = 8 })
+    H.assert_close({ l }, { lr }, { rtol = 1e-12 })
+    H.assert_close(gx, gxr, { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(gw, gwr, { rtol = 1e-12, atol = 1e-15 })
+  end)
+
+  it("Partial FC draws the other classes uniformly", function()
+    -- 2 classes in the batch, ⌊10·0.4⌋ + 1 = 5 kept: 3 of the 8 others, each with
+    -- probability 3/8; over 400 seeds every class's count within 5 standard deviations
+    local x = ploss.randn({ 2, 3 }, { dtype = "f64", seed = 91 })
+    local w = ploss.randn({ 10, 3 }, { dtype = "f64", seed = 92 })
+    local y = ploss.tensor({ 1, 6 }, { dtype = "i64" })
+    local count = {}
+    for j = 0, 9 do count[j] = 0 end
+    for seed = 1, 400 do
+      local _, _, gw = F.am_softmax_fused(x, w, y, { sample_rate = 0.4, seed = seed })
+      local kept = kept_classes(gw)
+      assert.are.equal(5, #kept)
+      for _, j in ipairs(kept) do count[j] = count[j] + 1 end
+    end
+    assert.are.equal(400, count[1])
+    assert.are.equal(400, count[6])
+    local mean, sd = 400 * 3 / 8, math.sqrt(400 * 3 / 8 * 5 / 8)
+    for _, j in ipairs { 0, 2, 3, 4, 5, 7, 8, 9 } do
+      assert.is_true(math.abs(count[j] - mean) < 5 * sd, "class " .. j .. " drawn " .. count[j] .. " times")
+    end
+  end)
+
+  it("ploss.PartialFCLoss wraps a margin criterion and draws anew after each step", function()
+    local x, w, y, Y = inputs(7, 30, 4, 101)
+    local crit = ploss.PartialFCLoss { margin = ploss.CombinedMarginLoss { s = 8, m3 = 0.1 }, sample_rate = 0.2, seed = 5 }
+    local opts = { s = 8, m3 = 0.1, sample_rate = 0.2 }
+    local l, gx, gw = crit(x, w, y)
+    local lr, gxr, gwr = F.combined_margin_fused(x, w, y, with(opts, { seed = 5 }))
+    assert.are.equal(lr, l)
+    H.assert_equal(gx, gxr)
+    H.assert_equal(gw, gwr)
+    assert.are.equal(6, crit.seed)
+    -- forward and backward of one step: one sample (seed 6), then seed 7
+    local lf = crit:forward(x, w, y)
+    local bx, bw = crit:backward(x, w, y)
+    local l6, g6x, g6w = F.combined_margin_fused(x, w, y, with(opts, { seed = 6 }))
+    assert.are.equal(l6, lf)
+    H.assert_equal(bx, g6x)
+    H.assert_equal(bw, g6w)
+    assert.are.equal(7, crit.seed)
+    -- the given criterion is left as it was
+    local m = ploss.ArcFaceLoss { s = 4 }
+    ploss.PartialFCLoss { margin = m, sample_rate = 0.5 }(x, w, y)
+    assert.are.equal(1, m.sample_rate)
+    H.expect_error(function() ploss.PartialFCLoss { margin = ploss.CrossEntropyLoss {} } end,
+      "PartialFCLoss: margin: expected a margin softmax criterion")
+    H.expect_error(function() ploss.PartialFCLoss { rate = 0.1 } end, "PartialFCLoss: unknown option 'rate'")
+    H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end, "opts.sample_rate: 0 is not a finite number in (0, 1]")
   end)
 
   ---------------------------------------------------------------------------------------

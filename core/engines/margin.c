@@ -11,6 +11,7 @@
  * which of m1, m2, m3 its options fill (the rest keep the identity margin).
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "loss.h"
 #include "loss_check.h"
 #include "margin.h"
+#include "philox.h"
 #include "scalar.h"
 
 /* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
@@ -59,6 +61,120 @@ static ploss_status check_labels_cpu(const ploss_view *y, int64_t N, int64_t C, 
                                "ignore_index (%lld)", (long long)v, (long long)i, (long long)C,
                                (long long)ignore_index);
     }
+    return PLOSS_OK;
+}
+
+/* A drawn class: its Philox key, ties broken by the class. */
+typedef struct {
+    uint64_t key;
+    int64_t cls;
+} drawn_class;
+
+static int by_key(const void *a, const void *b)
+{
+    const drawn_class *u = a, *v = b;
+    if (u->key != v->key)
+        return u->key < v->key ? -1 : 1;
+    return u->cls < v->cls ? -1 : u->cls > v->cls;
+}
+
+/* The labels as host int64 values (a copy from the device for a CUDA context), each checked
+ * to be in [0, C) or ignore_index.  *out: N values to free(). */
+static ploss_status host_labels(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index,
+                                int64_t **out)
+{
+    *out = NULL;
+    const int64_t sn = y->strides[0];
+    if (N > 0 && sn < 0)
+        return ploss_error(PLOSS_ERR_LAYOUT, "labels: a negative stride (%lld) with sample_rate < 1", (long long)sn);
+    const size_t esize = ploss_dtype_size(y->dtype), span = N > 0 ? (size_t)((N - 1) * sn + 1) : 0;
+    int64_t *v = malloc((size_t)(N > 0 ? N : 1) * sizeof *v);
+    void *raw = ctx->device.device_type == kDLCPU ? NULL : malloc(span > 0 ? span * esize : 1);
+    if (!v || (ctx->device.device_type != kDLCPU && !raw)) {
+        free(v);
+        free(raw);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "labels: a host copy of %lld labels", (long long)N);
+    }
+    const void *src = y->data;
+    if (raw && span > 0) {
+#ifdef PLOSS_HAVE_CUDA
+        ploss_status st = ploss_enter_device(ctx, "labels");
+        if (!st)
+            st = ploss_cuda_memcpy(raw, y->data, span * esize, PLOSS_COPY_D2H, ctx->stream);
+        if (st) {
+            free(v);
+            free(raw);
+            return st;
+        }
+#endif
+        src = raw;
+    }
+    for (int64_t i = 0; i < N; ++i)
+        v[i] = ploss_load_int(src, y->dtype, i * sn);
+    free(raw);
+    for (int64_t i = 0; i < N; ++i)
+        if (v[i] != ignore_index && (v[i] < 0 || v[i] >= C)) {
+            const int64_t bad = v[i];
+            free(v);
+            return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                               "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
+                               "ignore_index (%lld)", (long long)bad, (long long)i, (long long)C,
+                               (long long)ignore_index);
+        }
+    *out = v;
+    return PLOSS_OK;
+}
+
+/* Partial FC's kept classes (margin.h): *kept (ascending, *K of them) and *class_pos (C
+ * entries), both to free(). */
+static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C,
+                                   const ploss_loss_params *o, int64_t **kept, int64_t **class_pos, int64_t *K)
+{
+    int64_t *labels = NULL;
+    ploss_status st = host_labels(ctx, y, N, C, o->ignore_index, &labels);
+    if (st)
+        return st;
+    int64_t *pos = malloc((size_t)C * sizeof *pos), *list = malloc((size_t)C * sizeof *list);
+    drawn_class *cand = malloc((size_t)C * sizeof *cand);
+    if (!pos || !list || !cand) {
+        free(labels);
+        free(pos);
+        free(list);
+        free(cand);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "weight: the kept classes of %lld", (long long)C);
+    }
+    for (int64_t j = 0; j < C; ++j)
+        pos[j] = -1;
+    int64_t npos = 0;
+    for (int64_t i = 0; i < N; ++i)
+        if (labels[i] != o->ignore_index && pos[labels[i]] < 0) {
+            pos[labels[i]] = 0;
+            ++npos;
+        }
+    free(labels);
+    const double want = floor((double)C * o->sample_rate) + 1.0;
+    const int64_t n_s = want >= (double)C ? C : (int64_t)want;
+    if (npos < n_s) {
+        int64_t ncand = 0;
+        for (int64_t j = 0; j < C; ++j)
+            if (pos[j] < 0) {
+                const ploss_philox4 r = ploss_philox((uint64_t)j, (uint64_t)o->seed);
+                cand[ncand++] = (drawn_class){((uint64_t)r.v[0] << 32) | r.v[1], j};
+            }
+        qsort(cand, (size_t)ncand, sizeof *cand, by_key);
+        for (int64_t k = 0; k < n_s - npos; ++k)
+            pos[cand[k].cls] = 0;
+    }
+    free(cand);
+    int64_t n = 0;
+    for (int64_t j = 0; j < C; ++j)
+        if (pos[j] == 0) {
+            pos[j] = n;
+            list[n++] = j;
+        }
+    *kept = list;
+    *class_pos = pos;
+    *K = n;
     return PLOSS_OK;
 }
 
@@ -193,5 +309,16 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         p.grad_x = (ploss_pair_grad){gx.data, gx.strides[0], gx.strides[1]};
         p.grad_w = (ploss_pair_grad){gw.data, gw.strides[ac], gw.strides[ad]};
     }
-    return ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
+    p.K = C;
+    int64_t *kept = NULL, *class_pos = NULL;
+    if (o->sample_rate < 1.0) {
+        if ((st = sample_classes(ctx, &y, N, C, o, &kept, &class_pos, &p.K)))
+            return st;
+        p.kept = kept;
+        p.class_pos = class_pos;
+    }
+    st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
+    free(kept);
+    free(class_pos);
+    return st;
 }

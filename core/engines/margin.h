@@ -15,6 +15,13 @@
  * ∂L/∂x̂ = G·Ŵ per tile and ∂L/∂Ŵ = Gᵀ·X̂ over the tiles in order; then the
  * normalisation backward.  The tiles are the unit a class-sharded version shares: a
  * device's block of classes against every row, with the rows' max and sum merged.
+ *
+ * Partial FC (sample_rate < 1; An et al., ICCV Workshops 2021): the front keeps the classes
+ * of the batch's labels P and draws k = max(0, n_s − |P|) others uniformly without
+ * replacement, n_s = min(C, ⌊C·rate⌋ + 1): the k classes outside P with the smallest
+ * Philox keys (counter = class, key = seed), so one seed and one batch draw the same classes
+ * on every device.  With |P| >= n_s the kept set is P itself.  The backends then run on the
+ * kept centres only.
  */
 #ifndef PLOSS_MARGIN_INTERNAL_H
 #define PLOSS_MARGIN_INTERNAL_H
@@ -46,6 +53,12 @@ typedef struct ploss_margin_problem {
     int64_t ignore_index;
     ploss_margin margin;
     int64_t tile_rows;             /* 0: the backend's budget                              */
+    /* Partial FC: the softmax over K kept classes only.  kept: NULL (every class, K = C), or
+     * K ascending class indices; class_pos: C entries, each class's position in kept or −1.
+     * Both in host memory, valid during the call.  The labels stay the caller's (every one
+     * of a row that is not ignored is kept); grad_w is zero on the rows not kept. */
+    int64_t K;
+    const int64_t *kept, *class_pos;
     double scale;                  /* fused: the gradient's multiplier                     */
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;

@@ -16,7 +16,10 @@
  * O((N + C)·D) (the normalised rows and their gradients) and O(N + C), all in the context's
  * workspace: the row engine takes none of it for rows of reduction 'none' (below), and the
  * GEMMs none at all, so nothing is allocated or synchronised (CUDA graphs can capture the
- * call).  Deterministic: fixed tiles and orders, no float atomics.
+ * call; Partial FC excepted: its kept classes are copied from the front's host lists).
+ * Deterministic: fixed tiles and orders, no float atomics.  Partial FC (margin.h): Ŵ holds
+ * the kept centres, the labels become their positions among them, and the centres not
+ * kept get a zero gradient.
  */
 #include <algorithm>
 
@@ -36,18 +39,21 @@ constexpr size_t TILE_BYTES = (size_t)256 << 20;
 struct buffers {
     float *xh, *wh, *gx, *gw, *tile;
     double *rx, *rw, *losses, *divisor; /* divisor[0]: rows not ignored, divisor[1]: its inverse (0 for none) */
+    /* Partial FC (null without): the kept classes, each class's position among them, and
+     * the labels as those positions */
+    int64_t *kept, *class_pos, *labels;
 };
 
-/* One warp per row: rows [0, N) of x into X̂, rows [N, N + C) of the centres into Ŵ. */
+/* One warp per row: rows [0, N) of x into X̂, rows [N, N + K) of the (kept) centres into Ŵ. */
 template <class T>
 __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_problem p, buffers b)
 {
     const int lane = threadIdx.x & 31;
-    for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
+    for (int64_t row = warp_row(); row < p.N + p.K; row += warp_rows_stride()) {
         const bool is_x = row < p.N;
         const int64_t i = is_x ? row : row - p.N;
         const ploss_pair_operand &op = is_x ? p.x : p.w;
-        const T *v = (const T *)op.data + i * op.sn;
+        const T *v = (const T *)op.data + (is_x || !b.kept ? i : b.kept[i]) * op.sn;
         float *out = (is_x ? b.xh : b.wh) + i * p.D;
         float s = 0.0f;
         for (int64_t j = lane; j < p.D; j += 32) {
@@ -84,15 +90,33 @@ __global__ void __launch_bounds__(COUNT_THREADS) count_kernel(const ploss_margin
     }
 }
 
+/* Partial FC: each label as its class's position among the kept ones (the front checked
+ * the labels; every one of a row that is not ignored is kept). */
+__global__ void __launch_bounds__(THREADS) remap_kernel(const ploss_margin_problem p, buffers b)
+{
+    for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        b.labels[i] = y == p.ignore_index || y < 0 || y >= p.C ? y : b.class_pos[y];
+    }
+}
+
 /* One warp per row of x and of the centres: (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
- * clamped, in the input dtype. */
+ * clamped, in the input dtype; zeros for the centres not kept (Partial FC). */
 template <class T>
 __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem p, buffers b)
 {
     const int lane = threadIdx.x & 31;
     for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
         const bool is_x = row < p.N;
-        const int64_t i = is_x ? row : row - p.N;
+        const int64_t k = is_x ? row : row - p.N;
+        const ploss_pair_grad &out = is_x ? p.grad_x : p.grad_w;
+        T *o = (T *)out.data + k * out.sn;
+        const int64_t i = is_x || !b.class_pos ? k : b.class_pos[k];
+        if (i < 0) {
+            for (int64_t j = lane; j < p.D; j += 32)
+                o[j * out.sd] = from_acc<T>(0.0f);
+            continue;
+        }
         const float *g = (is_x ? b.gx : b.gw) + i * p.D, *v = (is_x ? b.xh : b.wh) + i * p.D;
         const double r = (is_x ? b.rx : b.rw)[i];
         float dot = 0.0f;
@@ -101,8 +125,6 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
                 dot += g[j] * v[j];
         dot = warp_all_reduce<32>(dot, SumOp());
         const float inv = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
-        const ploss_pair_grad &out = is_x ? p.grad_x : p.grad_w;
-        T *o = (T *)out.data + i * out.sn;
         for (int64_t j = lane; j < p.D; j += 32)
             o[j * out.sd] = from_acc<T>((g[j] - dot * v[j]) * inv);
     }
@@ -111,7 +133,8 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
 template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem *p)
 {
     namespace re = row_engine;
-    const int64_t N = p->N, C = p->C, D = p->D, ld = D > 0 ? D : 1;
+    /* C: the classes of the softmax (Partial FC: the K kept ones) */
+    const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
     const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const bool none = p->reduction == PLOSS_REDUCTION_NONE;
     if (!re::serves<float>(1, C))
@@ -132,6 +155,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.rw = c.take<double>(C);
         b.losses = c.take<double>(N);
         b.divisor = c.take<double>(2);
+        b.kept = p->kept ? c.take<int64_t>(C) : nullptr;
+        b.class_pos = p->kept ? c.take<int64_t>(p->C) : nullptr;
+        b.labels = p->kept ? c.take<int64_t>(N) : nullptr;
         return c.used + 256;
     };
     buffers b;
@@ -141,8 +167,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         return st;
     layout((char *)ws, b);
 
+    if (p->kept && ((st = ploss_cuda_memcpy(b.kept, p->kept, (size_t)C * sizeof(int64_t), PLOSS_COPY_H2D, stream)) ||
+                    (st = ploss_cuda_memcpy(b.class_pos, p->class_pos, (size_t)p->C * sizeof(int64_t),
+                                            PLOSS_COPY_H2D, stream))))
+        return st;
     prep_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
     count_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, b, ctx->error_slot);
+    if (p->kept && N > 0)
+        remap_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, b);
     if ((st = check_launch("margin prep")))
         return st;
     if (want_grad && cd > 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
@@ -171,9 +203,15 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         a.C = C;
         a.x = b.tile;
         a.x_sn = C;
-        a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
-        a.t_dtype = p->label_dtype;
-        a.t_sn = p->y_sn;
+        if (b.labels) {
+            a.t = b.labels + b0;
+            a.t_dtype = PLOSS_I64;
+            a.t_sn = 1;
+        } else {
+            a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
+            a.t_dtype = p->label_dtype;
+            a.t_sn = p->y_sn;
+        }
         a.ignore_index = p->ignore_index;
         if (want_grad) {
             a.grad = b.tile;
@@ -213,7 +251,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                   p->loss_dtype, stream)))
         return st;
     if (want_grad && D > 0) {
-        out_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
+        out_kernel<T><<<row_blocks(N + p->C), THREADS, 0, stream>>>(*p, b);
         if ((st = check_launch("margin out")))
             return st;
     }

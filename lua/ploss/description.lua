@@ -83,6 +83,9 @@ function D.range_text(opt)
   elseif opt.type == "int" or opt.type == "int64" then what = opt.even and "an even integer" or "an integer"
   else return nil end
   local lo, hi = opt.min, opt.max
+  if opt.min_exclusive ~= nil and hi ~= nil then
+    return what .. " in (" .. D.number(opt.min_exclusive) .. ", " .. D.number(hi) .. "]"
+  end
   if opt.min_exclusive ~= nil then return what .. " > " .. D.number(opt.min_exclusive) end
   if lo ~= nil and hi ~= nil then return what .. " in [" .. D.number(lo) .. ", " .. D.number(hi) .. "]" end
   if lo ~= nil then return what .. " >= " .. D.number(lo) end

@@ -10,6 +10,8 @@
  *      (core/cpu/rows/softmax_rows.h); the target's entry times φ′(c) gives G/s, then
  *      ∂L/∂x̂_b = s·G·Ŵ and ∂L/∂Ŵ += s·Gᵀ·X̂_b (tile order);
  *   3. the losses reduced in row order; the gradients through the normalisation.
+ * Partial FC: Ŵ holds the kept centres only, the labels are their positions among them,
+ * and the rows of ∂L/∂W not kept are zero.
  * Compiled once per instruction set (core/cpu/isa.h), as the softmax-row kernels it calls.
  */
 #include <math.h>
@@ -23,14 +25,15 @@
 
 enum { TILE_ELEMS = 1 << 20 };
 
-/* u_i = v_i / max(‖v_i‖, eps) of `rows` rows of D values, r_i = ‖v_i‖. */
-static void load_normalised(const ploss_pair_operand *v, ploss_dtype dt, int64_t rows, int64_t D, double *u,
-                            double *r)
+/* u_i = v_k / max(‖v_k‖, eps) of `rows` rows of D values, k = index[i] (index NULL: i),
+ * r_i = ‖v_k‖. */
+static void load_normalised(const ploss_pair_operand *v, ploss_dtype dt, const int64_t *index, int64_t rows,
+                            int64_t D, double *u, double *r)
 {
 #pragma omp parallel for schedule(static) if (rows * D > 65536)
     for (int64_t i = 0; i < rows; ++i) {
         double *row = u + (size_t)i * (size_t)D;
-        ploss_cpu_load_f64(row, v->data, dt, i * v->sn, v->sd, D);
+        ploss_cpu_load_f64(row, v->data, dt, (index ? index[i] : i) * v->sn, v->sd, D);
         double s = 0.0;
         for (int64_t j = 0; j < D; ++j)
             s += row[j] * row[j];
@@ -41,13 +44,20 @@ static void load_normalised(const ploss_pair_operand *v, ploss_dtype dt, int64_t
     }
 }
 
-/* ∂L/∂v_i from ∂L/∂v̂_i (g, in place): (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
- * clamped; stored in the input dtype. */
-static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, int64_t rows, int64_t D, double *g,
-                                   const double *u, const double *r)
+/* ∂L/∂v_k from ∂L/∂v̂ (g, in place): (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
+ * clamped; stored in the input dtype at output row k of `rows`: from g's row pos[k], or
+ * zeros where pos[k] < 0 (pos NULL: row k). */
+static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, const int64_t *pos, int64_t rows,
+                                   int64_t D, double *g, const double *u, const double *r)
 {
 #pragma omp parallel for schedule(static) if (rows * D > 65536)
-    for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < rows; ++k) {
+        const int64_t i = pos ? pos[k] : k;
+        if (i < 0) {
+            for (int64_t j = 0; j < D; ++j)
+                ploss_store(out->data, dt, k * out->sn + j * out->sd, 0.0);
+            continue;
+        }
         double *gi = g + (size_t)i * (size_t)D;
         const double *ui = u + (size_t)i * (size_t)D;
         double dot = 0.0;
@@ -57,13 +67,14 @@ static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, i
         const double inv = 1.0 / fmax(r[i], PLOSS_NORMALIZE_EPS);
         for (int64_t j = 0; j < D; ++j)
             gi[j] = (gi[j] - dot * ui[j]) * inv;
-        ploss_cpu_store_f64(out->data, dt, i * out->sn, out->sd, D, gi);
+        ploss_cpu_store_f64(out->data, dt, k * out->sn, out->sd, D, gi);
     }
 }
 
 ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
 {
-    const int64_t N = p->N, C = p->C, D = p->D, ld = D > 0 ? D : 1;
+    /* C: the classes of the softmax (Partial FC: the K kept ones) */
+    const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
     int64_t B = p->tile_rows > 0 ? p->tile_rows : TILE_ELEMS / C;
@@ -74,21 +85,35 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
      * and ∂L/∂Ŵ — all taken before the first write to an output */
     void *ws = NULL;
     const size_t doubles = nd + cd + (size_t)N + (size_t)C + (size_t)B * (size_t)C + (size_t)N + (size_t)B +
-                           (want_grad ? nd + cd : 0);
+                           (want_grad ? nd + cd : 0) + (p->kept ? (size_t)N : 0);
     ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + 8, &ws);
     if (st)
         return st;
     double *xh = ws, *wh = xh + nd, *rx = wh + cd, *rw = rx + N, *tile = rw + C;
-    double *losses = tile + (size_t)B * (size_t)C, *dphi = losses + N, *gx = dphi + B, *gw = gx + nd;
-    load_normalised(&p->x, p->dtype, N, D, xh, rx);
-    load_normalised(&p->w, p->dtype, C, D, wh, rw);
+    double *losses = tile + (size_t)B * (size_t)C, *dphi = losses + N, *gx = dphi + B;
+    double *gw = gx + (want_grad ? nd : 0), *after = gw + (want_grad ? cd : 0);
+    load_normalised(&p->x, p->dtype, NULL, N, D, xh, rx);
+    load_normalised(&p->w, p->dtype, p->kept, C, D, wh, rw);
     if (want_grad)
         memset(gw, 0, cd * sizeof(double));
 
+    /* the labels as positions among the softmax's classes (Partial FC: in the kept list) */
+    const void *labels = p->labels;
+    ploss_dtype label_dtype = p->label_dtype;
+    int64_t y_sn = p->y_sn;
+    if (p->kept) {
+        int64_t *remapped = (int64_t *)after;
+        for (int64_t i = 0; i < N; ++i) {
+            const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
+            remapped[i] = y == p->ignore_index ? y : p->class_pos[y];
+        }
+        labels = remapped;
+        label_dtype = PLOSS_I64;
+        y_sn = 1;
+    }
     const ploss_margin *m = &p->margin;
-    const size_t label_size = ploss_dtype_size(p->label_dtype);
-    const double divisor = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, N, 1, p->y_sn, 0,
-                                                          p->ignore_index);
+    const size_t label_size = ploss_dtype_size(label_dtype);
+    const double divisor = (double)ploss_cpu_count_labels(labels, label_dtype, N, 1, y_sn, 0, p->ignore_index);
     /* the upstream factor of every row: one value, or the row's own for backward of NONE */
     const int per_row = p->pass == PLOSS_PASS_BACKWARD && none;
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
@@ -101,7 +126,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
             break;
         /* the logits: s·c, the target's s·φ(c) */
         for (int64_t r = 0; r < rows; ++r) {
-            const int64_t y = ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn);
+            const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
             double *z = tile + (size_t)r * (size_t)C;
             const double phi = y != p->ignore_index ? ploss_margin_target(m, z[y], &dphi[r]) : 0.0;
             for (int64_t j = 0; j < C; ++j)
@@ -116,8 +141,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
                                                                         : PLOSS_PASS_FORWARD,
             .reduction = PLOSS_REDUCTION_NONE, .N = rows, .S = 1, .C = C,
             .x = tile, .x_dtype = PLOSS_F64, .x_sn = C, .x_sc = 1,
-            .t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size, .t_dtype = p->label_dtype,
-            .t_sn = p->y_sn, .ignore_index = p->ignore_index,
+            .t = (const char *)labels + (size_t)(b0 * y_sn) * label_size, .t_dtype = label_dtype,
+            .t_sn = y_sn, .ignore_index = p->ignore_index,
             .loss = losses + b0, .loss_dtype = PLOSS_F64, .l_sn = 1,
             .grad = want_grad ? tile : NULL, .g_sn = C, .g_sc = 1,
             .divisor = 1.0, .omega = omega,
@@ -132,7 +157,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
         if (!want_grad || D == 0)
             continue;
         for (int64_t r = 0; r < rows; ++r) {
-            const int64_t y = ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn);
+            const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
             if (y != p->ignore_index)
                 tile[(size_t)r * (size_t)C + y] *= dphi[r];
         }
@@ -162,8 +187,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
         }
     }
     if (want_grad) {
-        normalisation_backward(&p->grad_x, p->dtype, N, D, gx, xh, rx);
-        normalisation_backward(&p->grad_w, p->dtype, C, D, gw, wh, rw);
+        normalisation_backward(&p->grad_x, p->dtype, NULL, N, D, gx, xh, rx);
+        normalisation_backward(&p->grad_w, p->dtype, p->class_pos, p->C, D, gw, wh, rw);
     }
     return ploss_free(ctx, ws);
 }

@@ -26,6 +26,11 @@ M.enums = {
 M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
   doc = "how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column)" }
 
+M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
+  doc = "Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all (1: every class)" }
+M.seed = { "seed", "int64", 0,
+  doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every device)" }
+
 M.ignore_index = { "ignore_index", "int64", -100, doc = "rows with this label add nothing and get a zero gradient" }
 M.tile_rows = { "tile_rows", "int64", 0, min = 0,
   doc = "rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C values)" }
@@ -38,20 +43,14 @@ With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and
 c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by
 φ(c) = ]] .. target .. [[ and every cosine is scaled by s:
 
-    z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
-]]
+    z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy]]
   if beyond then
-    f = f .. [[
-
-where ]] .. beyond .. [[ (c below the threshold where the angle leaves [0, π]) the target
-takes ]] .. fallback .. [[ instead (InsightFace's fallback, which keeps the target
-logit from growing again as θ grows); with easy_margin the plain cos θ is kept wherever
-cos θ ≤ 0.]]
+    f = f .. "\n\nWhere " .. beyond .. " (past it the cosine of the shifted angle would turn back up) " ..
+      "the target takes " .. fallback .. " instead: InsightFace's fallback, which keeps the target " ..
+      "logit falling as θ grows.  With easy_margin the target keeps its plain cosine wherever cos θ ≤ 0."
   end
-  return f .. [[
-
-'mean' divides by the rows whose label is not ignore_index.  The cosines are computed in
-tiles of rows (a matrix product each) and the N×C logits are never all stored.]]
+  return f .. "\n\n'mean' divides by the rows whose label is not ignore_index.  The cosines are " ..
+    "computed in tiles of rows (a matrix product each); the N×C logits are never all stored."
 end
 
 M.gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij " ..
