@@ -5,6 +5,7 @@
 -- per-row upstream gradient) and fused, the fused pass against the split one bitwise; one
 -- tile and several (tile_rows), class counts served by a warp, a block and a cluster of
 -- blocks per row; ignored rows; the angle's edge cases (|cos| = 1, beyond θ + m = π);
+-- Partial FC (the same classes drawn on both devices for one seed);
 -- strided and transposed views; an empty batch; bitwise determinism; f64 refused; nothing
 -- written on a validation error.  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a
 -- dry run of its logic.
@@ -158,6 +159,36 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
         end
       end
     end
+  end)
+
+  it("Partial FC: the same classes as the CPU for one seed, zero gradient on the others", function()
+    local x, w, y = inputs(90, 500, 16, 41, 10)
+    for _, dtype in ipairs(DTYPES) do
+      for _, o in ipairs { { sample_rate = 0.1, seed = 3 }, { sample_rate = 0.01, seed = 9, tile_rows = 16 },
+                           { sample_rate = 0.5, seed = 1, m = 0.3, easy_margin = true } } do
+        for _, r in ipairs(REDUCTIONS) do
+          compare("arc_face", x, w, y, with(o, { reduction = r }), dtype, "partial fc")
+        end
+        -- the same rows of grad_weight are exactly zero on both devices
+        local _, _, gc = F.arc_face_fused(x:type(dtype), w:type(dtype), y, o)
+        local _, _, gg = F.arc_face_fused(x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV), o)
+        local rc, rg = gc:double():totable(), gg:to("cpu"):double():totable()
+        for j = 1, #rc do
+          local zc, zg = true, true
+          for d = 1, #rc[j] do
+            zc = zc and rc[j][d] == 0
+            zg = zg and rg[j][d] == 0
+          end
+          assert.are.equal(zc, zg, dtype .. " class " .. (j - 1) .. " kept on one device only")
+        end
+      end
+    end
+    local crit = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss {}, sample_rate = 0.05, seed = 17 }
+    local xf, wf = x:type("f32"), w:type("f32")
+    local l1 = crit(xf:to(DEV), wf:to(DEV), y:to(DEV))
+    crit.seed = 17
+    local l2 = crit(xf, wf, y)
+    close({ l1 }, { l2 }, TOL.f32.loss, 0, "PartialFCLoss on the CPU and " .. DEV)
   end)
 
   it("reads strided and transposed views", function()
