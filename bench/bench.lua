@@ -14,6 +14,9 @@
 --            spec.backward with grad_loss = 1
 --   inplace  spec.fused with opts.inplace = 1: the gradient overwrites the logits (the
 --            logits are regenerated before every run, outside the timed region)
+-- Losses of several embedding inputs (the pairs shape: a case with an "inputs" count, the
+-- criterion built by build_multi, spec.multi) have one gradient buffer per input and run
+-- fused and fwd_bwd only (they have no in-place gradient and no saved state).
 -- Time: CUDA events (cudaEventRecord on the context's stream, via libcudart through the
 -- FFI) around each run; median of --runs after --warmup runs.  The inputs are not rotated:
 -- all but the latency case (ce-256x1000-f32, 1 MB, meant to be timed warm) are far larger
@@ -26,7 +29,11 @@
 -- taken between before the outputs and after the first call; 2 MiB granularity).
 -- Correctness: the loss value (f64 print) and two gradient checksums, sum(g^2) and
 -- sum(g*x) in float64 on the host, which bench/report.py compares with PyTorch's float64
--- reference on the same inputs.
+-- reference on the same inputs.  With several inputs, grad_sq_inputs / grad_dot_x_inputs
+-- list the two checksums of each input's gradient against that input (argument order),
+-- x_sq_inputs the sum(x^2) of each input (the scale report.py measures a sum(g*x) near 0
+-- against: a loss of normalised inputs has g orthogonal to x), and grad_sq / grad_dot_x /
+-- x_sq are their sums.
 --
 -- Inputs (the same rule as make_inputs in bench/torch_bench.py; keep them equal):
 --   x ~ N(0, logit_std^2) by ploss_rand_normal(seed, offset 0) in the case's dtype;
@@ -35,7 +42,12 @@
 --   binary targets: ploss_rand_int [0, 2) with seed + 1, in x's dtype;
 --   boxes (N×4 input and target): u = ploss_rand_int [0, 2^24) / 2^24 per coordinate (seed
 --   for the input, seed + 1 for the target), box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3,
---   10·u2 + 0.5 + 5·u4) in f64, then in the case's dtype.
+--   10·u2 + 0.5 + 5·u4) in f64, then in the case's dtype;
+--   several embedding inputs (case.inputs = k, shape N×D each): input j (0-based) ~
+--   N(0, logit_std^2) by ploss_rand_normal(seed + j, offset 0) in the case's dtype;
+--   target "none": no target; target "labels": i64 labels[i] = i mod case.classes (every
+--   class has N / classes rows, so every anchor has a positive and a negative).  --small
+--   keeps the rows per class: classes = max(2, N_small / (N / classes)).
 local ffi = require "ffi"
 
 local script_dir = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "."
@@ -316,6 +328,37 @@ local function make_inputs(case, shape)
   return x, t, ignored
 end
 
+-- The classes of a "labels" case at the row count it runs with: the case's own, or (a
+-- shrunk run) as many as keep its rows per class, at least 2 (the rule in the header).
+local function label_classes(case, rows)
+  local k = assert(tonumber(case.classes), "case " .. case.id .. ": a labels target needs 'classes'")
+  if rows == case.shape[1] then return k end
+  local per = math.max(1, math.floor(case.shape[1] / k))
+  return math.min(k, math.max(2, math.floor(rows / per)))
+end
+
+-- The embedding inputs (a list, argument order) and the labels (or nil) of a case of
+-- several inputs, by the rule in the header; also the number of classes of the labels.
+local function make_pair_inputs(case, shape)
+  local xs = {}
+  for j = 0, case.inputs - 1 do
+    xs[j + 1] = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = STD })
+  end
+  local t, classes = nil, nil
+  if case.target == "labels" then
+    classes = label_classes(case, shape[1])
+    local th = ploss.empty({ shape[1] }, { dtype = "i64" })
+    local tp = ffi.cast("int64_t *", th:dl().data)
+    for i = 0, shape[1] - 1 do tp[i] = i % classes end
+    t = th:to(device)
+    if t ~= th then th:free() end
+  elseif case.target ~= "none" then
+    error("case " .. case.id .. ": unknown target kind " .. tostring(case.target) .. " for several inputs")
+  end
+  ploss.synchronize(device)
+  return xs, t, classes
+end
+
 -- The C calls of a loss (its criterion's _spec, built from the loss's description).
 local function find_spec(fname)
   for _, v in pairs(ploss) do
@@ -337,7 +380,7 @@ local function make_opts(spec, case_opts)
   return spec.options(user)
 end
 
--- sum(g^2) and sum(g*x) in f64 on the host, in chunks.  On CUDA each chunk is converted on
+-- sum(g^2), sum(g*x) and sum(x^2) in f64 on the host, in chunks.  On CUDA each chunk is converted on
 -- the device first (a device copy), then moved with a plain device-to-host copy.  Chunks
 -- of f32/f16/bf16 tensors travel as f32, which holds them exactly (half the bytes of f64:
 -- the largest cases move tens of GB here), and are widened to f64 in the sums.
@@ -353,7 +396,7 @@ local function checksums(x, g)
   local dx = on_cuda and ploss.empty({ m }, { dtype = xdt, device = device }) or nil
   local dg = on_cuda and ploss.empty({ m }, { dtype = gdt, device = device }) or nil
   local function part(t, len) return len == t:numel() and t or t:narrow(1, 1, len) end
-  local sq, dot = 0, 0
+  local sq, dot, xsq = 0, 0, 0
   local start = 1
   while start <= n do
     local len = math.min(CHUNK, n - start + 1)
@@ -369,14 +412,15 @@ local function checksums(x, g)
     local px = ffi.cast(xdt == "f64" and "double *" or "float *", hx:dl().data)
     local pg = ffi.cast(gdt == "f64" and "double *" or "float *", hg:dl().data)
     for k = 0, len - 1 do
-      local gk = pg[k]
+      local gk, xk = pg[k], px[k]
       sq = sq + gk * gk
-      dot = dot + gk * px[k]
+      dot = dot + gk * xk
+      xsq = xsq + xk * xk
     end
     start = start + len
   end
   for _, t in ipairs { hx, hg, dx, dg } do t:free() end
-  return sq, dot
+  return sq, dot, xsq
 end
 
 local function scalar_value(t)
@@ -485,6 +529,75 @@ local function run_mode(case, spec, mode, x, t, base)
   return rec
 end
 
+-- One mode (fused or fwd_bwd) of a case of several embedding inputs: one gradient buffer
+-- per input, no state, no in-place mode; memory and time as run_mode.
+local function run_mode_multi(case, spec, mode, xs, t, base)
+  local rec = {}
+  for k, v in pairs(base) do rec[k] = v end
+  rec.kind, rec.source, rec.mode = "ploss", "ploss", mode
+  local ctx = new_ctx()
+  local stream = C.ploss_ctx_stream(ctx)
+  local copts, o, unknown = make_opts(spec, case.opts)
+  if #unknown > 0 then rec.unused_opts = unknown end
+  copts.scale = 1
+  copts.inplace = 0
+  local loss_dtype = xs[1]:dtype() == "f64" and "f64" or "f32"
+
+  -- memory: the first call, with the outputs allocated after the baseline
+  sync(ctx)
+  local free0 = mem_free()
+  local cur0 = stats()
+  ploss.reset_peak_memory(device)
+  local loss = ploss.empty({}, { dtype = loss_dtype, device = device })
+  local grads = {}
+  for k, x in ipairs(xs) do grads[k] = ploss.empty_like(x) end
+  local gl = mode == "fwd_bwd" and ploss.full({}, 1, { dtype = loss_dtype, device = device }) or nil
+  ploss.synchronize(device)
+  local cur1 = stats()
+
+  local function call()
+    if mode == "fwd_bwd" then
+      ploss.check(spec.forward(o, ctx, xs, t, copts, loss), spec.fname .. "_forward")
+      ploss.check(spec.backward(o, ctx, xs, t, copts, gl, grads), spec.fname .. "_backward")
+    else
+      ploss.check(spec.fused(o, ctx, xs, t, copts, loss, grads), spec.fname .. "_fused")
+    end
+  end
+
+  call()
+  sync(ctx)
+  local cur2, peak = stats()
+  local free1 = mem_free()
+  rec.peak_extra_bytes = peak - cur0
+  rec.workspace_peak_bytes = peak - cur1
+  rec.outputs_bytes = cur1 - cur0
+  rec.held_after_bytes = cur2 - cur0
+  if on_cuda then rec.meminfo_delta_bytes = free0 - free1 end
+  rec.first_loss = scalar_value(loss)
+
+  timed_runs(args.warmup, stream, call)
+  local times = timed_runs(args.runs, stream, call)
+  for k, v in pairs(summarize(times)) do rec[k] = v end
+  sync(ctx)
+  rec.loss = scalar_value(loss)
+
+  if args.checksums then
+    local sq, dot, xsq = {}, {}, {}
+    rec.grad_sq, rec.grad_dot_x, rec.x_sq = 0, 0, 0
+    for k, x in ipairs(xs) do
+      sq[k], dot[k], xsq[k] = checksums(x, grads[k])
+      rec.grad_sq, rec.grad_dot_x, rec.x_sq = rec.grad_sq + sq[k], rec.grad_dot_x + dot[k], rec.x_sq + xsq[k]
+    end
+    rec.grad_sq_inputs, rec.grad_dot_x_inputs, rec.x_sq_inputs = sq, dot, xsq
+  end
+
+  loss:free()
+  for _, g in ipairs(grads) do g:free() end
+  if gl then gl:free() end
+  C.ploss_ctx_destroy(ctx)
+  return rec
+end
+
 ---------------------------------------------------------------------------------------
 -- Copy bandwidth (cross-check of the torch side's number)
 ---------------------------------------------------------------------------------------
@@ -557,6 +670,35 @@ for _, case in ipairs(spec_file.cases) do
       emit(rec)
     else
       local ok, err = pcall(function()
+        if spec.multi then
+          if case.inputs ~= #spec.inputs then
+            error(string.format("case %s: 'inputs' is %s, %s takes %d embedding inputs", case.id,
+              tostring(case.inputs), spec.name, #spec.inputs))
+          end
+          local xs, t, classes = make_pair_inputs(case, shape)
+          local in_bytes, names = 0, {}
+          for k, x in ipairs(xs) do
+            in_bytes = in_bytes + x:numel() * ploss.dtypes[x:dtype()].size
+            names[k] = spec.inputs[k].name
+          end
+          local rec = { kind = "inputs", source = "ploss", input_bytes = in_bytes, inputs = #xs, input_names = names,
+                        target_bytes = t and t:numel() * ploss.dtypes[t:dtype()].size or 0,
+                        numel = xs[1]:numel() * #xs, ignored = 0, classes = classes,
+                        l2_resident = on_cuda and in_bytes < 4 * 60e6 or nil }
+          for k, v in pairs(base) do rec[k] = v end
+          emit(rec)
+          for _, mode in ipairs { "fused", "fwd_bwd" } do
+            local ok2, r = pcall(run_mode_multi, case, spec, mode, xs, t, base)
+            if not ok2 then
+              r = { kind = "ploss", source = "ploss", mode = mode, error = tostring(r) }
+              for k, v in pairs(base) do r[k] = v end
+            end
+            emit(r)
+          end
+          for _, x in ipairs(xs) do x:free() end
+          if t then t:free() end
+          return
+        end
         local x, t, ignored = make_inputs(case, shape)
         local in_bytes = x:numel() * ploss.dtypes[x:dtype()].size
         local rec = { kind = "inputs", source = "ploss", input_bytes = in_bytes,

@@ -15,6 +15,13 @@ from PyTorch's float64 reference on the same inputs, and the issue's target with
 met / missed.  A row whose loss or gradient checksums differ from the reference by more
 than the dtype's tolerance is marked WRONG and never counts as met.
 
+Losses of several embedding inputs (cases with "inputs", the pairs shape: triplet margin,
+batch-hard triplet, InfoNCE): "input" is all the embedding inputs together, the floor reads
+them and the labels once and writes one gradient per input, and for the GEMM-bound ones
+(FLOPS below) the floor is the larger of that and the FLOP floor: their minimum FLOPs at the
+rate torch.matmul reached on the case's operands in the same run (the `gemm` record of
+torch_bench.py).  Their gradients are checked per input as well as summed.
+
 Standard library only (runs on the GPU machine and here).
 """
 import argparse
@@ -31,6 +38,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # to the input dtype, so only elements whose rounding went the other way differ.
 LOSS_TOL = {"f64": 1e-9, "f32": 1e-5, "bf16": 1e-4, "f16": 1e-4}
 GRAD_TOL = {"f64": 1e-9, "f32": 1e-5, "bf16": 1e-3, "f16": 1e-4}
+# The least FLOPs of a fused forward + backward of the GEMM-bound losses of several inputs
+# (N rows of D features): the batch-hard triplet loss mines the N×N distances, one Gram
+# product X·Xᵀ (2·N²·D; its symmetry is not counted, a GEMM computes the whole product; the
+# mining and the gradient are O(N²) and O(N·D)); InfoNCE forms S = U·Vᵀ and the gradient
+# products G·V and Gᵀ·U (6·N²·D; recomputing S for the backward, as ploss does, is 8·N²·D).
+FLOPS = {"batch_hard_triplet": lambda n, d: 2.0 * n * n * d,
+         "info_nce": lambda n, d: 6.0 * n * n * d}
+# Where the reference's sum(g·x) is below this share of its Cauchy–Schwarz bound
+# sqrt(sum g² · sum x²) (g nearly orthogonal to x, as for InfoNCE's normalised inputs, where
+# it is 0 but for rounding), its difference is measured against this share of the bound.
+DOT_FLOOR = 1e-3
 # A memory target "<= k x input" allows this much beyond k x input (the loss scalar and
 # O(rows) bookkeeping; the allocator rounds each block to 256 B).
 MEM_SLACK_BYTES = 1 << 20
@@ -62,6 +80,44 @@ def rel(a, b):
     if a == b:
         return 0.0
     return abs(a - b) / max(abs(b), 1e-300)
+
+
+def dot_rel(a, b, gsq_ref, xsq):
+    """Relative difference of sum(g·x) a from the reference b: against |b|, or against
+    DOT_FLOOR × sqrt(gsq_ref · xsq) when |b| is below that (only where sum(x²) is known)."""
+    if xsq is None or gsq_ref is None or isinstance(xsq, str) or isinstance(gsq_ref, str):
+        return rel(a, b)
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return None
+    if math.isnan(a) or math.isnan(b):
+        return float("nan")
+    if a == b:
+        return 0.0
+    scale = max(abs(b), DOT_FLOOR * math.sqrt(max(gsq_ref, 0.0) * max(xsq, 0.0)))
+    return abs(a - b) / max(scale, 1e-300)
+
+
+def grad_delta(r, ref, rounded):
+    """The larger relative difference of r's gradient checksums from the reference's: sum(g²)
+    and sum(g·x), summed over the inputs and (several inputs) of each input; None when
+    neither has them, NaN when one is NaN.  rounded: against the reference gradient rounded
+    to the input dtype."""
+    sfx = "_rounded" if rounded else ""
+    ds = [rel(r.get("grad_sq"), ref.get("grad_sq" + sfx)),
+          dot_rel(r.get("grad_dot_x"), ref.get("grad_dot_x" + sfx), ref.get("grad_sq" + sfx), ref.get("x_sq"))]
+    rs, rd = r.get("grad_sq_inputs"), r.get("grad_dot_x_inputs")
+    fs, fd, fx = ref.get("grad_sq_inputs" + sfx), ref.get("grad_dot_x_inputs" + sfx), ref.get("x_sq_inputs")
+    if isinstance(rs, list) and isinstance(fs, list) and len(rs) == len(fs):
+        ds += [rel(a, b) for a, b in zip(rs, fs)]
+        if isinstance(rd, list) and isinstance(fd, list) and len(rd) == len(fd):
+            xs = fx if isinstance(fx, list) and len(fx) == len(fd) else [None] * len(fd)
+            ds += [dot_rel(a, b, g, x) for a, b, g, x in zip(rd, fd, fs, xs)]
+    ds = [d for d in ds if d is not None]
+    if not ds:
+        return None
+    if any(math.isnan(d) for d in ds):
+        return float("nan")
+    return max(ds)
 
 
 def fmt_ms(v):
@@ -129,6 +185,7 @@ def build(args):
     pbw = next((r for r in precs if r.get("kind") == "copy_bw" and r.get("gbps")), None)
     bw = (tbw or pbw or {}).get("gbps")  # GB/s, bytes read + written
     torch_runs, torch_ref = index(trecs, "torch"), index(trecs, "ref")
+    gemms = index(trecs, "gemm")
     tin, pin = index(trecs, "inputs"), index(precs, "inputs")
     pruns = index(precs, "ploss")
     tskip, pskip = index(trecs, "skip"), index(precs, "skip")
@@ -189,9 +246,14 @@ def build(args):
              "bandwidth. *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
              "input (logits) size; the gradient counts as extra (PyTorch allocates it in backward, "
              "ploss's caller allocates it), inputs do not; ploss in place: the extra bytes. "
+             "Losses of several inputs: *input* is all the embedding inputs together, one gradient per input; "
+             "for the GEMM-bound ones (batch-hard triplet 2·N²·D, InfoNCE 6·N²·D FLOPs) *floor* is the larger of "
+             "the bytes' floor and the FLOPs at the rate torch.matmul reached on the case's operands in this run "
+             "(marked ᶠ where the FLOPs bound it; the details give both). "
              "*loss Δ* = |ploss − ref| / |ref| with ref = the PyTorch composite in float64 on the same "
              "inputs; *grad Δ* = the larger relative difference of sum(g²) and sum(g·x) (for f16/bf16 against the "
-             "reference gradient rounded to that dtype). "
+             "reference gradient rounded to that dtype; several inputs: summed and per input; a sum(g·x) below "
+             f"{DOT_FLOOR:g} of its bound sqrt(sum g²·sum x²), as for normalised inputs, against {DOT_FLOOR:g} of the bound). "
              f"Tolerances (loss / grad): " +
              ", ".join(f"{d} {LOSS_TOL[d]:.0e} / {GRAD_TOL[d]:.0e}" for d in ("f32", "bf16", "f16", "f64")) + ".")
     L.append("")
@@ -220,9 +282,20 @@ def build(args):
         inp = pin.get((cid, None)) or tin.get((cid, None)) or {}
         in_bytes = inp.get("input_bytes")
         tgt_bytes = inp.get("target_bytes")
-        floor = None
+        floor = mem_floor = flop_floor = flop_floor_f32 = flops = None
         if bw and in_bytes is not None and tgt_bytes is not None:
-            floor = (2 * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
+            floor = mem_floor = (2 * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
+        gm = gemms.get((cid, "gemm"))
+        run_dims = inp.get("shape") or c["shape"]
+        if c["loss"] in FLOPS and len(run_dims) == 2:
+            flops = FLOPS[c["loss"]](run_dims[0], run_dims[1])
+            if gm and gm.get("tflops"):
+                flop_floor = flops / (gm["tflops"] * 1e12) * 1e3
+            if gm and gm.get("f32_tflops"):
+                flop_floor_f32 = flops / (gm["f32_tflops"] * 1e12) * 1e3
+        flop_bound = bool(bw and flop_floor and (floor is None or flop_floor > floor))
+        if flop_bound:
+            floor = flop_floor
         fused_ms = pf.get("ms_median") if pf else None
         pct = f"{100 * floor / fused_ms:.0f} %" if floor and fused_ms else "—"
 
@@ -238,13 +311,9 @@ def build(args):
         dt = c["dtype"]
         # gradients in a 16-bit dtype are compared with the reference rounded to that dtype
         rounded = dt in ("bf16", "f16") and ref is not None and "grad_sq_rounded" in ref
-        gsq_key = "grad_sq_rounded" if rounded else "grad_sq"
-        gdx_key = "grad_dot_x_rounded" if rounded else "grad_dot_x"
         if pf and ref and same_inputs and "error" not in ref:
             loss_d = rel(pf.get("loss"), ref.get("loss"))
-            g1, g2 = rel(pf.get("grad_sq"), ref.get(gsq_key)), rel(pf.get("grad_dot_x"), ref.get(gdx_key))
-            if g1 is not None and g2 is not None:
-                grad_d = max(g1, g2) if not (math.isnan(g1) or math.isnan(g2)) else float("nan")
+            grad_d = grad_delta(pf, ref, rounded)
             if loss_d is None or math.isnan(loss_d) or loss_d > LOSS_TOL.get(dt, 1e-4):
                 wrong.append(f"loss Δ {fmt_rel(loss_d)}")
             if grad_d is not None and (math.isnan(grad_d) or grad_d > GRAD_TOL.get(dt, 1e-3)):
@@ -254,10 +323,9 @@ def build(args):
                     d = rel(other.get("loss"), ref.get("loss"))
                     if d is None or math.isnan(d) or d > LOSS_TOL.get(dt, 1e-4):
                         wrong.append(f"{other['mode']} loss Δ {fmt_rel(d)}")
-                    for k, rk in (("grad_sq", gsq_key), ("grad_dot_x", gdx_key)):
-                        d = rel(other.get(k), ref.get(rk))
-                        if d is not None and (math.isnan(d) or d > GRAD_TOL.get(dt, 1e-3)):
-                            wrong.append(f"{other['mode']} {k} Δ {fmt_rel(d)}")
+                    d = grad_delta(other, ref, rounded)
+                    if d is not None and (math.isnan(d) or d > GRAD_TOL.get(dt, 1e-3)):
+                        wrong.append(f"{other['mode']} grad Δ {fmt_rel(d)}")
         errors = [f"{r.get('mode') or r.get('impl')}: {r['error']}" for r in (pf, pfb, pip, te, tc, ref)
                   if r and r.get("error")]
 
@@ -308,7 +376,7 @@ def build(args):
         L.append(f"| {cid} | {fmt_ms(fused_ms)} | {fmt_ms(pfb.get('ms_median') if pfb else None)} | "
                  f"{fmt_ms(te.get('ms_median') if te else None)} | {fmt_ms(tc.get('ms_median') if tc else None)} | "
                  f"{l_ms} | {l_ratio} | "
-                 f"{fmt_ms(floor)} | {pct} | {fmt_x(mem_ratio(pf))} | {ip_mem} | {fmt_x(mem_ratio(te))} | "
+                 f"{fmt_ms(floor)}{'ᶠ' if flop_bound else ''} | {pct} | {fmt_x(mem_ratio(pf))} | {ip_mem} | {fmt_x(mem_ratio(te))} | "
                  f"{fmt_x(mem_ratio(tc))} | {l_mem} | {fmt_rel(loss_d)} | {fmt_rel(grad_d)} | "
                  f"{', '.join(tparts) or '—'} | {status} |")
 
@@ -320,6 +388,12 @@ def build(args):
         desc += f", {c['dtype']}, {c['loss']} {json.dumps(c.get('opts', {}))}, target {c['target']}"
         if n_labels and inp.get("ignored") is not None:
             desc += f" ({inp['ignored']} of {n_labels} labels ignored)"
+        if c.get("inputs"):
+            names = (pin.get((cid, None)) or {}).get("input_names")
+            desc += (f"; {c['inputs']} embedding input(s) of that shape"
+                     + (f" ({', '.join(names)})" if names else ""))
+            if inp.get("classes"):
+                desc += f", labels i mod {inp['classes']}"
         desc += f"; input {fmt_bytes(in_bytes)}, labels {fmt_bytes(tgt_bytes)}"
         if c.get("anchor"):
             desc += f"; issue anchor: {c['anchor']}"
@@ -338,6 +412,34 @@ def build(args):
             d.append(f"| {name} | {fmt_ms(r.get('ms_median'))} | {spread} | {fmt_bytes(r.get('peak_extra_bytes'))} | "
                      f"{fmt_bytes(r.get('workspace_peak_bytes'))} | {fmt_bytes(r.get('meminfo_delta_bytes'))} | "
                      f"{r.get('loss')!r} | {r.get('grad_sq')!r} | {r.get('grad_dot_x')!r} |")
+        if c.get("inputs"):
+            per = []
+            for name, r in (("ploss fused", pf), ("ploss fwd+bwd", pfb), ("torch eager", te),
+                            ("torch.compile", tc), ("torch float64 reference", ref)):
+                if r and isinstance(r.get("grad_sq_inputs"), list):
+                    per.append(f"{name}: " + ", ".join(
+                        f"({a!r}, {b!r})" for a, b in zip(r["grad_sq_inputs"], r.get("grad_dot_x_inputs") or [])))
+            if per:
+                d.append("")
+                d.append("Per input (argument order), (sum g², sum g·x): " + "; ".join(per))
+            if mem_floor is not None or flops is not None:
+                d.append("")
+                line = (f"Floor: bytes {fmt_bytes(2 * in_bytes + tgt_bytes)} at the copy bandwidth = {fmt_ms(mem_floor)} ms"
+                        if mem_floor is not None else "Floor: bytes not timed (no copy bandwidth)")
+                if flops is not None:
+                    line += f"; FLOPs {flops / 1e9:.4g} GFLOP"
+                    if gm and gm.get("tflops"):
+                        line += (f" at {gm['tflops']:.4g} TFLOP/s (torch.matmul {gm.get('m')}×{gm.get('k')} · "
+                                 f"{gm.get('k')}×{gm.get('n')} {gm.get('gemm_dtype')}) = {fmt_ms(flop_floor)} ms")
+                        if gm.get("f32_tflops") and gm.get("gemm_dtype") != "float32":
+                            line += (f"; at the float32 rate (no TF32), {gm['f32_tflops']:.4g} TFLOP/s: "
+                                     f"{fmt_ms(flop_floor_f32)} ms")
+                    elif gm and gm.get("error"):
+                        line += f" (GEMM rate not measured: {gm['error'][:200]})"
+                    else:
+                        line += " (GEMM rate not measured)"
+                    line += "; the table's floor: " + ("the FLOPs" if flop_bound else "the bytes")
+                d.append(line)
         if tc and tc.get("compile_s") is not None:
             d.append("")
             d.append(f"torch.compile warm-up (first forward + backward, compiling both): {tc['compile_s']:.1f} s")
@@ -349,8 +451,7 @@ def build(args):
             line = f"Liger-Kernel: first call (Triton JIT) {tl.get('jit_s', 0):.1f} s"
             if ref and "error" not in ref:
                 l_d = rel(tl.get("loss"), ref.get("loss"))
-                g1, g2 = rel(tl.get("grad_sq"), ref.get(gsq_key)), rel(tl.get("grad_dot_x"), ref.get(gdx_key))
-                l_g = max(g1, g2) if g1 is not None and g2 is not None else None
+                l_g = grad_delta(tl, ref, rounded)
                 line += (f"; against the float64 reference: loss Δ {fmt_rel(l_d)} (its loss is "
                          f"{tl.get('loss_dtype', '?')}), grad Δ {fmt_rel(l_g)} (not part of the status)")
             if tl.get("grad_is_logits") is not None:

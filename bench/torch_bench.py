@@ -47,7 +47,21 @@ Baselines (PyTorch composites):
   large_margin_softmax  the reference's V1 formula (CE + lam/2 * sum (q-u) log q)
   taylor_cross_entropy  log f_n(x) - log sum f_n, nll_loss
   ohem_cross_entropy    sort-based mining (keep s <= thresh or rank < n_min), CE
+  triplet_margin        F.triplet_margin_loss (soft margin: pairwise_distance, softplus)
+  batch_hard_triplet    plain torch as the reference projects mine: torch.cdist (or the
+                        squared / cosine distance), label masks, max over positives and
+                        min over negatives, hinge (or softplus), mean over active anchors
+  info_nce              CLIP's form: F.normalize, logits = q @ k.T / T, symmetric
+                        F.cross_entropy against arange(N)
   (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
+
+Losses of several embedding inputs (a case with "inputs": the pairs shape) run
+``loss = f([x1, ..., xk], labels or None); loss.backward()`` on leaf inputs, and their
+records add per-input checksums (``grad_sq_inputs``, ``grad_dot_x_inputs``, argument order;
+``grad_sq`` / ``grad_dot_x`` are the sums).  For the GEMM-bound ones (batch-hard triplet,
+InfoNCE) a ``gemm`` record gives the rate of ``torch.matmul`` on the case's operands (in
+the case's dtype at PyTorch's default precision, and in float32 without TF32), from which
+bench/report.py states the FLOP floor.
 
 Usage (GPU machine):  python3 bench/torch_bench.py --ploss-lib build/libploss.so --out torch.jsonl
 Usage (CPU test):     python3 bench/torch_bench.py --device cpu --small --ploss-lib build-cpu/libploss.so
@@ -191,6 +205,43 @@ def small_shape(shape):
         out.append(C if C <= 512 else (512 if C % 8 == 0 else 504 + C % 8))
     out += [min(d, 16) for d in shape[2:]]
     return out
+
+
+def label_classes(case, rows):
+    """The classes of a "labels" case at the row count it runs with: the case's own, or (a
+    shrunk run) as many as keep its rows per class, at least 2 (as bench/bench.lua)."""
+    k = int(case["classes"])
+    if rows == case["shape"][0]:
+        return k
+    per = max(1, case["shape"][0] // k)
+    return min(k, max(2, rows // per))
+
+
+def make_pair_inputs(case, shape, spec, device, ploss):
+    """The embedding inputs (a list, argument order) and labels (or None) of a case of
+    several inputs, and the labels' class count.
+
+    input j (0-based) ~ N(0, logit_std^2) in the case's dtype, Philox seed = spec.seed + j,
+    offset 0 (shape N x D each);
+    labels (target "labels"): i64, labels[i] = i mod classes (target "none": no labels).
+    """
+    seed, std = int(spec["seed"]), float(spec["logit_std"])
+    dtype = TORCH_DTYPES[case["dtype"]]
+    xs = []
+    for j in range(int(case["inputs"])):
+        x = torch.empty(shape, dtype=dtype, device=device)
+        if ploss is not None:
+            ploss.rand_normal(x, seed + j, 0, 0.0, std)
+        else:
+            x.normal_(0.0, std, generator=torch.Generator(device=device).manual_seed(seed + j))
+        xs.append(x)
+    t, classes = None, None
+    if case["target"] == "labels":
+        classes = label_classes(case, shape[0])
+        t = torch.arange(shape[0], dtype=torch.int64, device=device) % classes
+    elif case["target"] != "none":
+        raise ValueError(f"case {case['id']}: unknown target kind {case['target']!r} for several inputs")
+    return xs, t, classes
 
 
 def load_cases(path):
@@ -399,6 +450,77 @@ def baseline(case):
     return None
 
 
+def pairs_baseline(case):
+    """f(xs, t) -> scalar loss ('mean') for a loss of several embedding inputs: xs the
+    list of inputs in argument order, t the labels or None."""
+    loss = case["loss"]
+    o = case["opts"]
+    if loss == "triplet_margin":
+        margin, pn = float(o.get("margin", 1.0)), float(o.get("p", 2.0))
+        eps, swap = float(o.get("eps", 1e-6)), bool(o.get("swap", False))
+        if not o.get("soft_margin"):
+            def f(xs, t):
+                a, p, n = xs
+                return F.triplet_margin_loss(a, p, n, margin=margin, p=pn, eps=eps, swap=swap)
+        else:  # PyTorch has no soft margin: its distances, then softplus
+            def f(xs, t):
+                a, p, n = xs
+                d_ap = F.pairwise_distance(a, p, p=pn, eps=eps)
+                d_an = F.pairwise_distance(a, n, p=pn, eps=eps)
+                if swap:
+                    d_an = torch.min(d_an, F.pairwise_distance(p, n, p=pn, eps=eps))
+                return F.softplus(d_ap - d_an).mean()
+        return f
+
+    if loss == "batch_hard_triplet":
+        margin, soft = float(o.get("margin", 0.3)), bool(o.get("soft_margin", False))
+        distance = o.get("distance", "euclidean")
+
+        def f(xs, t):
+            x = xs[0]
+            if distance == "cosine":
+                u = F.normalize(x, dim=1, eps=1e-8)
+                dist = 1 - u @ u.t()
+            else:
+                dist = torch.cdist(x, x)
+                if distance == "squared":
+                    dist = dist * dist
+            same = t.unsqueeze(0) == t.unsqueeze(1)
+            eye = torch.eye(t.shape[0], dtype=torch.bool, device=x.device)
+            is_pos = same & ~eye
+            is_neg = ~same
+            d_ap = dist.masked_fill(~is_pos, float("-inf")).max(dim=1).values
+            d_an = dist.masked_fill(~is_neg, float("inf")).min(dim=1).values
+            active = is_pos.any(dim=1) & is_neg.any(dim=1)
+            z = d_ap - d_an
+            per = F.softplus(z) if soft else F.relu(z + margin)
+            per = torch.where(active, per, torch.zeros_like(per))
+            return per.sum() / active.sum().clamp(min=1)
+        return f
+
+    if loss == "info_nce":
+        tau = float(o.get("temperature", 0.07))
+        symmetric, normalize = bool(o.get("symmetric", True)), bool(o.get("normalize", True))
+
+        def f(xs, t):
+            q, k = xs
+            if normalize:
+                q, k = F.normalize(q, dim=1), F.normalize(k, dim=1)
+            logits = q @ k.t() / tau
+            labels = torch.arange(q.shape[0], device=q.device)
+            if symmetric:
+                return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+            return F.cross_entropy(logits, labels)
+        return f
+
+    return None
+
+
+# the GEMM-bound losses of several inputs: the operands of the product whose rate bounds
+# them (row block of input a against every row of input b, argument order)
+GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1)}
+
+
 # ----------------------------------------------------------------------------------------
 # Liger-Kernel's cross entropy: a third column beside eager and torch.compile
 # ----------------------------------------------------------------------------------------
@@ -544,11 +666,20 @@ class OverwritingStep(Step):
         return k
 
 
+class PairStep(Step):
+    """A Step of a loss of several inputs: xs[k] is the list of leaf inputs of copy k."""
+
+    def prepare(self, k):
+        for x in self.xs[k]:
+            x.grad = None
+        return k
+
+
 def peak_extra(step, cuda):
     """Peak allocated bytes of one step above what was allocated before it (inputs)."""
     if not cuda:
         return None, None
-    step.xs[0].grad = None
+    step.prepare(0)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -615,6 +746,71 @@ def reference(case, fn, x, t, chunk_bytes):
         out["grad_dot_x_rounded"] += dxr
         out["chunks"] += 1
     return out
+
+
+def sum_sq(x, chunk_elems=1 << 28):
+    """sum(x^2) in float64, over chunks of the flattened tensor."""
+    xf = x.detach().reshape(-1)
+    return sum(float((xf[k:k + chunk_elems].double() ** 2).sum()) for k in range(0, xf.numel(), chunk_elems))
+
+
+def pair_checksums(xs, grads):
+    """Per-input sum(g^2), sum(g*x) and sum(x^2) (lists, argument order) and their sums; a
+    missing gradient is 0.  sum(x^2) is the scale bench/report.py measures a sum(g*x) near
+    0 against (a loss of normalised inputs has g orthogonal to x)."""
+    sq, dx, xsq = [], [], []
+    for x, g in zip(xs, grads):
+        if g is None:
+            sq.append(0.0)
+            dx.append(0.0)
+        else:
+            a, b = checksums(x, g)
+            sq.append(a)
+            dx.append(b)
+        xsq.append(sum_sq(x))
+    return {"grad_sq": sum(sq), "grad_dot_x": sum(dx), "x_sq": sum(xsq),
+            "grad_sq_inputs": sq, "grad_dot_x_inputs": dx, "x_sq_inputs": xsq}
+
+
+def reference_pairs(fn, xs, t):
+    """The float64 reference of a loss of several inputs: the loss and the per-input
+    checksums of the gradients (exact, and rounded to the inputs' dtype), and their sums."""
+    x64 = [x.detach().double().requires_grad_(True) for x in xs]
+    l64 = fn(x64, t)
+    l64.backward()
+    out = {"loss": float(l64.detach()), "chunks": 1}
+    del l64
+    grads = [g.grad if g.grad is not None else torch.zeros_like(g) for g in x64]
+    out.update(pair_checksums(x64, grads))
+    r = pair_checksums(x64, [g.to(x.dtype) for g, x in zip(grads, xs)])
+    out["grad_sq_rounded"], out["grad_dot_x_rounded"] = r["grad_sq"], r["grad_dot_x"]
+    out["grad_sq_inputs_rounded"], out["grad_dot_x_inputs_rounded"] = r["grad_sq_inputs"], r["grad_dot_x_inputs"]
+    del grads, x64
+    return out
+
+
+def gemm_rate(a, b, runs, timer, max_rows=8192):
+    """Rate of torch.matmul(a[:m], b.T) (m = min(rows, max_rows)): median ms and TFLOP/s."""
+    m = min(a.shape[0], max_rows)
+    a, b = a[:m].detach().contiguous(), b.detach()
+    with torch.no_grad():
+        for _ in range(3):
+            c = torch.matmul(a, b.t())
+        del c
+        sync(timer.cuda)
+        ms = []
+        for _ in range(runs):
+            e0, e1 = timer.pair()
+            timer.record(e0)
+            c = torch.matmul(a, b.t())
+            timer.record(e1)
+            ms.append((e0, e1))
+            del c
+        sync(timer.cuda)
+    t = statistics.median(timer.elapsed_ms(e0, e1) for e0, e1 in ms)
+    flops = 2.0 * m * b.shape[0] * a.shape[1]
+    return {"m": m, "n": b.shape[0], "k": a.shape[1], "gemm_dtype": str(a.dtype).replace("torch.", ""),
+            "ms_median": t, "tflops": flops / (t * 1e-3) / 1e12 if t > 0 else None}
 
 
 def copy_bandwidth(device, nbytes, runs, timer):
@@ -698,7 +894,112 @@ def run_liger(rec, f, xs, ts, copies, args, timer):
     sync(cuda)
 
 
+def run_pairs_case(case, spec, args, device, ploss, emit):
+    """One case of a loss of several embedding inputs: eager, torch.compile, the GEMM rate
+    (GEMM-bound losses), a Liger record saying why not, the float64 reference."""
+    cuda = device.type == "cuda"
+    timer = Timer(cuda)
+    shape = small_shape(case["shape"]) if args.small else list(case["shape"])
+    fn = pairs_baseline(case)
+    base = {"case": case["id"], "family": case["loss"], "shape": shape, "dtype": case["dtype"]}
+    if fn is None:
+        emit(dict(base, kind="skip", source="torch", reason=f"no PyTorch baseline for {case['loss']}"))
+        return
+    if ploss is not None and not ploss.has(f"ploss_{case['loss']}_fused"):
+        emit(dict(base, kind="skip", source="torch",
+                  reason=f"libploss has no ploss_{case['loss']}_fused yet"))
+        return
+
+    x0s, t0, classes = make_pair_inputs(case, shape, spec, device, ploss)
+    in_bytes = sum(x.numel() * x.element_size() for x in x0s)
+    tgt_bytes = t0.numel() * t0.element_size() if t0 is not None else 0
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else 0
+    copies = 1 if in_bytes >= 4 * l2 else min(16, math.ceil(4 * l2 / max(in_bytes, 1)))
+    xs = [x0s] + [[x.clone() for x in x0s] for _ in range(copies - 1)]
+    ts = [t0] + [(t0.clone() if t0 is not None else None) for _ in range(copies - 1)]
+    for xl in xs:
+        for x in xl:
+            x.requires_grad_(True)
+    emit(dict(base, kind="inputs", source="torch", input_bytes=in_bytes, target_bytes=tgt_bytes,
+              numel=sum(x.numel() for x in x0s), inputs=len(x0s), classes=classes, ignored=0,
+              copies=copies, generator="ploss" if ploss is not None else "torch"))
+
+    impls = [("eager", fn)]
+    if not args.no_compile:
+        impls.append(("compile", None))
+    for name, f in impls:
+        rec = dict(base, kind="torch", source="torch", impl=name, input_bytes=in_bytes,
+                   target_bytes=tgt_bytes)
+        step = None
+        try:
+            if name == "compile":
+                torch._dynamo.reset()
+                f = torch.compile(fn, dynamic=False, mode=args.compile_mode)
+                step = PairStep(f, xs, ts)
+                t_start = time.perf_counter()
+                step(0)  # compiles forward and backward
+                sync(cuda)
+                rec["compile_s"] = time.perf_counter() - t_start
+            else:
+                step = PairStep(f, xs, ts)
+                step(0)
+                sync(cuda)
+            ms = time_runs(step, copies, args.warmup, args.runs, timer)
+            rec.update(summarize(ms))
+            peak, after = peak_extra(step, cuda)
+            rec["peak_extra_bytes"], rec["kept_after_bytes"] = peak, after
+            step.prepare(0)
+            step.run(0)
+            sync(cuda)
+            rec["loss"] = float(step.last_loss.detach().double())
+            rec.update(pair_checksums(xs[0], [x.grad for x in xs[0]]))
+        except Exception as e:  # one failing baseline must not stop the others
+            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        for xl in xs:
+            for x in xl:
+                x.grad = None
+        emit(rec)
+        del step
+        sync(cuda)
+
+    # the rate of the product that bounds the GEMM-bound losses (for the FLOP floor)
+    if case["loss"] in GEMM_OPERANDS:
+        ia, ib = GEMM_OPERANDS[case["loss"]]
+        rec = dict(base, kind="gemm", source="torch", impl="gemm")
+        try:
+            rec.update(gemm_rate(x0s[ia], x0s[ib], min(args.runs, 10), timer))
+            if x0s[ia].dtype != torch.float32:
+                f32 = gemm_rate(x0s[ia].float(), x0s[ib].float(), min(args.runs, 10), timer)
+                rec["f32_ms_median"], rec["f32_tflops"] = f32["ms_median"], f32["tflops"]
+            else:
+                rec["f32_ms_median"], rec["f32_tflops"] = rec["ms_median"], rec["tflops"]
+            rec["allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32) if cuda else None
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        emit(rec)
+        if cuda:
+            torch.cuda.empty_cache()
+
+    if not args.no_liger:
+        emit(dict(base, kind="torch", source="torch", impl="liger", input_bytes=in_bytes,
+                  target_bytes=tgt_bytes,
+                  reason=liger_unavailable(case, shape, cuda, args.liger, args.liger_error)))
+
+    # float64 reference of the same composite on the same (upcast) inputs
+    rec = dict(base, kind="ref", source="torch", impl="f64")
+    try:
+        rec.update(reference_pairs(fn, xs[0], ts[0]))
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    emit(rec)
+    del xs, ts, x0s, t0
+    if cuda:
+        torch.cuda.empty_cache()
+
+
 def run_case(case, spec, args, device, ploss, emit):
+    if case.get("inputs"):
+        return run_pairs_case(case, spec, args, device, ploss, emit)
     cuda = device.type == "cuda"
     timer = Timer(cuda)
     shape = small_shape(case["shape"]) if args.small else list(case["shape"])
@@ -733,6 +1034,7 @@ def run_case(case, spec, args, device, ploss, emit):
     for name, f in impls:
         rec = dict(base, kind="torch", source="torch", impl=name, input_bytes=in_bytes,
                    target_bytes=tgt_bytes)
+        step = None  # a failing torch.compile leaves none to delete
         try:
             if name == "compile":
                 torch._dynamo.reset()

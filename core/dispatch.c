@@ -47,6 +47,7 @@ WITH_CTX(cpu_infonce, ploss_cpu_infonce, ploss_infonce_problem)
 WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
 WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
 NO_CTX(cpu_ema, ploss_cpu_ema, ploss_ema_problem)
+WITH_CTX(cpu_direct_rows, ploss_cpu_direct_rows, ploss_direct_problem)
 WITH_CTX(cpu_margin, ploss_cpu_margin, ploss_margin_problem)
 
 #ifdef PLOSS_HAVE_CUDA
@@ -68,6 +69,7 @@ WITH_CTX(cuda_infonce, ploss_cuda_infonce, ploss_infonce_problem)
 WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
 WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
 WITH_CTX(cuda_ema, ploss_cuda_ema, ploss_ema_problem)
+WITH_CTX(cuda_direct_rows, ploss_cuda_direct_rows, ploss_direct_problem)
 WITH_CTX(cuda_margin, ploss_cuda_margin, ploss_margin_problem)
 #define CUDA(fn) fn
 #else
@@ -95,6 +97,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BOXES] = {[CPU] = cpu_boxes, [GPU] = CUDA(cuda_boxes)},
     [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
     [PLOSS_OP_EMA] = {[CPU] = cpu_ema, [GPU] = CUDA(cuda_ema)},
+    [PLOSS_OP_ROWS_DIRECT] = {[CPU] = cpu_direct_rows, [GPU] = CUDA(cuda_direct_rows)},
     [PLOSS_OP_MARGIN] = {[CPU] = cpu_margin, [GPU] = CUDA(cuda_margin)},
 };
 

@@ -32,6 +32,7 @@ typedef enum {
     PLOSS_OP_BOXES,                  /* ploss_boxes_problem     */
     PLOSS_OP_BOX_PAIRS,              /* ploss_box_pairs_problem */
     PLOSS_OP_EMA,                    /* ploss_ema_problem       */
+    PLOSS_OP_ROWS_DIRECT,            /* ploss_direct_problem    */
     PLOSS_OP_MARGIN,                 /* ploss_margin_problem    */
     PLOSS_OP_COUNT
 } ploss_op;

@@ -99,7 +99,7 @@ typedef struct ploss_loss_params {
     double scale;
     int inplace;
     /* metric learning (the pairs shape) */
-    double margin;
+    double margin;            /* the hinge's margin (triplet losses, multi_margin_loss) */
     int soft_margin;          /* 1: softplus(·) in place of the hinge max(0, · + margin) */
     double p_norm;            /* the p of the p-norm distance                              */
     int swap;                 /* distance swap (Balntas et al.)                             */
@@ -109,6 +109,10 @@ typedef struct ploss_loss_params {
     int normalize;
     int box_format;           /* ploss_box_format */
     int ciou_gradient;        /* ploss_ciou_gradient */
+    double beta;              /* smooth_l1_loss's β */
+    double delta;             /* huber_loss's δ */
+    int log_target;           /* kl_div: the target holds log-probabilities */
+    int power;                /* multi_margin_loss's p */
     /* margin softmax (the margin shape): target cosine cos(m1·θ + m2) − m3, scale s */
     double margin_scale, margin_m1, margin_m2, margin_m3;
     int easy_margin;

@@ -22,9 +22,19 @@ typedef enum {
     PLOSS_POLICY_GENERALIZED_BOX_IOU = 14, /* generalized_box_iou_loss (boxes) */
     PLOSS_POLICY_DISTANCE_BOX_IOU = 15, /* distance_box_iou_loss (boxes) */
     PLOSS_POLICY_COMPLETE_BOX_IOU = 16, /* complete_box_iou_loss (boxes) */
-    PLOSS_POLICY_COMBINED_MARGIN = 17, /* combined_margin (margin) */
-    PLOSS_POLICY_AM_SOFTMAX = 18, /* am_softmax (margin) */
-    PLOSS_POLICY_ARC_FACE = 19, /* arc_face (margin) */
+    PLOSS_POLICY_MSE = 17, /* mse_loss (elementwise) */
+    PLOSS_POLICY_L1 = 18, /* l1_loss (elementwise) */
+    PLOSS_POLICY_SMOOTH_L1 = 19, /* smooth_l1_loss (elementwise) */
+    PLOSS_POLICY_HUBER = 20, /* huber_loss (elementwise) */
+    PLOSS_POLICY_BINARY_CROSS_ENTROPY = 21, /* binary_cross_entropy (elementwise) */
+    PLOSS_POLICY_SOFT_MARGIN = 22, /* soft_margin_loss (elementwise) */
+    PLOSS_POLICY_KL_DIV = 23, /* kl_div (elementwise) */
+    PLOSS_POLICY_HINGE_EMBEDDING = 24, /* hinge_embedding_loss (elementwise) */
+    PLOSS_POLICY_NLL = 25, /* nll_loss (rows) */
+    PLOSS_POLICY_MULTI_MARGIN = 26, /* multi_margin_loss (rows) */
+    PLOSS_POLICY_COMBINED_MARGIN = 27, /* combined_margin (margin) */
+    PLOSS_POLICY_AM_SOFTMAX = 28, /* am_softmax (margin) */
+    PLOSS_POLICY_ARC_FACE = 29, /* arc_face (margin) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -49,6 +49,8 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of cross_entropy");
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", o.label_smoothing);
     if ((unsigned)o.smoothing_convention >= 3)
@@ -124,6 +126,8 @@ static ploss_status binary_cross_entropy_with_logits(ploss_ctx_t *ctx, ploss_pas
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of binary_cross_entropy_with_logits");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .scale = o.scale,
@@ -191,6 +195,8 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of sigmoid_focal");
     if (!(isfinite(o.alpha) && o.alpha <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.alpha: %g is not a finite number <= 1", o.alpha);
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
@@ -270,6 +276,8 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of softmax_focal");
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", o.gamma);
     const ploss_loss_params p = {
@@ -341,6 +349,8 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of dual_focal");
     if (!(isfinite(o.eps) && o.eps > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number > 0", o.eps);
     const ploss_loss_params p = {
@@ -412,6 +422,8 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of large_margin_softmax");
     if (!(isfinite(o.lam) && o.lam >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", o.lam);
     const ploss_loss_params p = {
@@ -482,6 +494,8 @@ static ploss_status taylor_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of taylor_cross_entropy");
     if (o.n < 2 || o.n > 64 || o.n % 2 != 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n: %d is not an even integer in [2, 64]", (int)o.n);
     const ploss_loss_params p = {
@@ -556,6 +570,8 @@ static ploss_status pc_softmax_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of pc_softmax_cross_entropy");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -624,6 +640,8 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_cross_entropy");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", o.score_thresh);
     if (o.n_min < -1)
@@ -683,6 +701,8 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_large_margin");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", o.score_thresh);
     if (o.n_min < -1)
@@ -762,6 +782,8 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin");
     if (!(isfinite(o.margin)))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
     if (!(isfinite(o.p) && o.p >= 1.0))
@@ -843,6 +865,8 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_hard_triplet");
     if (!(isfinite(o.margin)))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
     if ((unsigned)o.distance >= 3)
@@ -918,6 +942,8 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of info_nce");
     if (!(isfinite(o.temperature) && o.temperature > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", o.temperature);
     const ploss_loss_params p = {
@@ -992,6 +1018,8 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
     if ((unsigned)o.box_format >= 3)
@@ -1056,6 +1084,8 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
     if ((unsigned)o.box_format >= 3)
@@ -1120,6 +1150,8 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of distance_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
     if ((unsigned)o.box_format >= 3)
@@ -1184,6 +1216,8 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of complete_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
     if ((unsigned)o.box_format >= 3)
@@ -1223,6 +1257,678 @@ ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
 {
     const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .tensors[1] = ignore, .loss = loss, .grad_input = grad_input};
     return complete_box_iou_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- mse_loss ---------------------------------------------------------------------------- */
+
+void ploss_mse_loss_opts_init(ploss_mse_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec mse_loss_spec = {
+    .name = "mse_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_MSE,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_mse_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_mse_loss_opts o;
+    ploss_mse_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of mse_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &mse_loss_spec, a, &p);
+}
+
+ploss_status ploss_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_mse_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return mse_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_mse_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return mse_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return mse_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- l1_loss ----------------------------------------------------------------------------- */
+
+void ploss_l1_loss_opts_init(ploss_l1_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec l1_loss_spec = {
+    .name = "l1_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_L1,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                            const ploss_l1_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_l1_loss_opts o;
+    ploss_l1_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of l1_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &l1_loss_spec, a, &p);
+}
+
+ploss_status ploss_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_l1_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return l1_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_l1_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return l1_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return l1_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- smooth_l1_loss ---------------------------------------------------------------------- */
+
+void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->beta = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec smooth_l1_loss_spec = {
+    .name = "smooth_l1_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_SMOOTH_L1,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_smooth_l1_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_smooth_l1_loss_opts o;
+    ploss_smooth_l1_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of smooth_l1_loss");
+    if (!(isfinite(o.beta) && o.beta >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.beta: %g is not a finite number >= 0", o.beta);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .beta = o.beta,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &smooth_l1_loss_spec, a, &p);
+}
+
+ploss_status ploss_smooth_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return smooth_l1_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_smooth_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return smooth_l1_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_smooth_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return smooth_l1_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- huber_loss -------------------------------------------------------------------------- */
+
+void ploss_huber_loss_opts_init(ploss_huber_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->delta = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec huber_loss_spec = {
+    .name = "huber_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_HUBER,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                               const ploss_huber_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_huber_loss_opts o;
+    ploss_huber_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of huber_loss");
+    if (!(isfinite(o.delta) && o.delta > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.delta: %g is not a finite number > 0", o.delta);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .delta = o.delta,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &huber_loss_spec, a, &p);
+}
+
+ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return huber_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_huber_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return huber_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_huber_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return huber_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- binary_cross_entropy ---------------------------------------------------------------- */
+
+void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec binary_cross_entropy_spec = {
+    .name = "binary_cross_entropy",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_BINARY_CROSS_ENTROPY,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_BROADCAST},
+    },
+};
+
+static ploss_status binary_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                         const ploss_binary_cross_entropy_opts *user)
+{
+    ploss_clear_error();
+    ploss_binary_cross_entropy_opts o;
+    ploss_binary_cross_entropy_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of binary_cross_entropy");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &binary_cross_entropy_spec, a, &p);
+}
+
+ploss_status ploss_binary_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return binary_cross_entropy(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_binary_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return binary_cross_entropy(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_binary_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return binary_cross_entropy(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- soft_margin_loss -------------------------------------------------------------------- */
+
+void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec soft_margin_loss_spec = {
+    .name = "soft_margin_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_SOFT_MARGIN,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                     const ploss_soft_margin_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_soft_margin_loss_opts o;
+    ploss_soft_margin_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of soft_margin_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &soft_margin_loss_spec, a, &p);
+}
+
+ploss_status ploss_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return soft_margin_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_soft_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return soft_margin_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return soft_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- kl_div ------------------------------------------------------------------------------ */
+
+void ploss_kl_div_opts_init(ploss_kl_div_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->log_target = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec kl_div_spec = {
+    .name = "kl_div",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_KL_DIV,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status kl_div(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                           const ploss_kl_div_opts *user)
+{
+    ploss_clear_error();
+    ploss_kl_div_opts o;
+    ploss_kl_div_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .log_target = o.log_target,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &kl_div_spec, a, &p);
+}
+
+ploss_status ploss_kl_div_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return kl_div(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_kl_div_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return kl_div(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_kl_div_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return kl_div(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- hinge_embedding_loss ---------------------------------------------------------------- */
+
+void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec hinge_embedding_loss_spec = {
+    .name = "hinge_embedding_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_HINGE_EMBEDDING,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                         const ploss_hinge_embedding_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_hinge_embedding_loss_opts o;
+    ploss_hinge_embedding_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of hinge_embedding_loss");
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &hinge_embedding_loss_spec, a, &p);
+}
+
+ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return hinge_embedding_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- nll_loss ---------------------------------------------------------------------------- */
+
+void ploss_nll_loss_opts_init(ploss_nll_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec nll_loss_spec = {
+    .name = "nll_loss",
+    .shape = PLOSS_SHAPE_ROWS,
+    .policy = PLOSS_POLICY_NLL,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_nll_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_nll_loss_opts o;
+    ploss_nll_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of nll_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .ignore_index = o.ignore_index,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &nll_loss_spec, a, &p);
+}
+
+ploss_status ploss_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return nll_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return nll_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const DLTensor *weight, const ploss_nll_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return nll_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- multi_margin_loss ------------------------------------------------------------------- */
+
+void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec multi_margin_loss_spec = {
+    .name = "multi_margin_loss",
+    .shape = PLOSS_SHAPE_ROWS,
+    .policy = PLOSS_POLICY_MULTI_MARGIN,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                      const ploss_multi_margin_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_multi_margin_loss_opts o;
+    ploss_multi_margin_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of multi_margin_loss");
+    if (o.p < 1 || o.p > 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %d is not an integer in [1, 2]", (int)o.p);
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .power = o.p,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &multi_margin_loss_spec, a, &p);
+}
+
+ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return multi_margin_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_multi_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return multi_margin_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return multi_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
 /* ---- combined_margin --------------------------------------------------------------------- */
@@ -1270,6 +1976,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of combined_margin");
     if (!(isfinite(o.s) && o.s > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
     if (!(isfinite(o.m1) && o.m1 >= 1.0 && o.m1 <= 4.0))
@@ -1368,6 +2076,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of am_softmax");
     if (!(isfinite(o.s) && o.s > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
@@ -1459,6 +2169,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of arc_face");
     if (!(isfinite(o.s) && o.s > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))

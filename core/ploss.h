@@ -191,6 +191,7 @@ typedef enum ploss_reduction {
     PLOSS_REDUCTION_NONE = 0, /* one loss per sample, shape of the target (class axis removed) */
     PLOSS_REDUCTION_MEAN = 1, /* sum / divisor stated per loss                                 */
     PLOSS_REDUCTION_SUM = 2,
+    PLOSS_REDUCTION_BATCHMEAN = 3, /* sum / the input's first dim (kl_div only, as PyTorch)     */
     PLOSS_REDUCTION_COUNT
 } ploss_reduction;
 

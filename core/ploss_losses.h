@@ -1417,6 +1417,638 @@ ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
     const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
     const ploss_box_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Mean squared error ---------------------------------------------------------------- */
+
+/** Options of mse_loss; fill with ploss_mse_loss_opts_init(). */
+typedef struct ploss_mse_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_mse_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_mse_loss_opts_init(ploss_mse_loss_opts *opts);
+
+/**
+ * Mean squared error, forward (PyTorch torch.nn.MSELoss / torch.nn.functional.mse_loss; Torch7
+ * nn.MSECriterion).
+ * Elementwise, with d = x − y:
+ *
+ *     ℓ = d²
+ *
+ * 'mean' divides by the element count.
+ *
+ * Only the input gets a gradient (the target is data). The target must have the input's shape
+ * (PyTorch broadcasts it with a warning; ploss refuses another shape).
+ *
+ * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype (any real values).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_mse_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Mean squared error, backward. ∂ℓ/∂x = 2·d.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_mse_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Mean squared error, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Mean absolute error (L1) ---------------------------------------------------------- */
+
+/** Options of l1_loss; fill with ploss_l1_loss_opts_init(). */
+typedef struct ploss_l1_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_l1_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_l1_loss_opts_init(ploss_l1_loss_opts *opts);
+
+/**
+ * Mean absolute error (L1), forward (PyTorch torch.nn.L1Loss / torch.nn.functional.l1_loss;
+ * Torch7 nn.AbsCriterion).
+ * Elementwise, with d = x − y:
+ *
+ *     ℓ = |d|
+ *
+ * 'mean' divides by the element count.
+ *
+ * Only the input gets a gradient. The target must have the input's shape.
+ *
+ * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype (any real values).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_l1_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Mean absolute error (L1), backward. ∂ℓ/∂x = sign(d), 0 at d = 0 (PyTorch's
+ * subgradient).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_l1_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Mean absolute error (L1), forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Smooth L1 loss -------------------------------------------------------------------- */
+
+/** Options of smooth_l1_loss; fill with ploss_smooth_l1_loss_opts_init(). */
+typedef struct ploss_smooth_l1_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* β ≥ 0, where the quadratic part ends (0 gives the L1 loss); a finite number >= 0;
+       default 1.0 */
+    double beta;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_smooth_l1_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *opts);
+
+/**
+ * Smooth L1 loss, forward (Girshick, "Fast R-CNN", ICCV 2015; PyTorch torch.nn.SmoothL1Loss /
+ * torch.nn.functional.smooth_l1_loss; Torch7 nn.SmoothL1Criterion (β = 1)).
+ * Elementwise, with d = x − y:
+ *
+ *     ℓ = d²/(2β)       if |d| < β
+ *     ℓ = |d| − β/2     otherwise
+ *
+ * 'mean' divides by the element count. β = 0 is the L1 loss.
+ *
+ * Only the input gets a gradient. The target must have the input's shape. Huber's loss with δ
+ * = β is β times this loss.
+ *
+ * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype (any real values).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.beta
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_smooth_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Smooth L1 loss, backward. ∂ℓ/∂x = d/β where |d| < β, sign(d) elsewhere (0 at d = 0
+ * when β = 0).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_smooth_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Smooth L1 loss, forward and backward in one pass (see the conventions above). Statuses: as
+ *  _forward. */
+ploss_status ploss_smooth_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/* ---- Huber loss ------------------------------------------------------------------------ */
+
+/** Options of huber_loss; fill with ploss_huber_loss_opts_init(). */
+typedef struct ploss_huber_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* δ > 0, where the quadratic part ends; a finite number > 0; default 1.0 */
+    double delta;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_huber_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_huber_loss_opts_init(ploss_huber_loss_opts *opts);
+
+/**
+ * Huber loss, forward (Huber, "Robust Estimation of a Location Parameter", Ann. Math. Statist.
+ * 1964; PyTorch torch.nn.HuberLoss / torch.nn.functional.huber_loss).
+ * Elementwise, with d = x − y:
+ *
+ *     ℓ = d²/2            if |d| < δ
+ *     ℓ = δ·(|d| − δ/2)   otherwise
+ *
+ * 'mean' divides by the element count.
+ *
+ * Only the input gets a gradient. The target must have the input's shape. δ times the smooth
+ * L1 loss with β = δ.
+ *
+ * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype (any real values).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.delta
+ *           not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Huber loss, backward. ∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_huber_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Huber loss, forward and backward in one pass (see the conventions above). Statuses: as
+ *  _forward. */
+ploss_status ploss_huber_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/* ---- Binary cross-entropy on probabilities --------------------------------------------- */
+
+/** Options of binary_cross_entropy; fill with ploss_binary_cross_entropy_opts_init(). */
+typedef struct ploss_binary_cross_entropy_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_binary_cross_entropy_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *opts);
+
+/**
+ * Binary cross-entropy on probabilities, forward (PyTorch torch.nn.BCELoss /
+ * torch.nn.functional.binary_cross_entropy; Torch7 nn.BCECriterion).
+ * Elementwise, with both logarithms clamped at −100 as PyTorch does (so x = 0 or 1 gives a
+ * finite loss):
+ *
+ *     ℓ = −w·[y·max(log x, −100) + (1 − y)·max(log(1 − x), −100)]
+ *
+ * 'mean' divides by the element count (the weight does not change the divisor).
+ *
+ * For logits use binary_cross_entropy_with_logits, which is exact where this one saturates.
+ * PyTorch raises an error for an input or target outside [0, 1]; ploss does not read the values
+ * to check them: an input outside [0, 1] gives NaN. weight is nil (all ones) or broadcast over
+ * the input as for binary_cross_entropy_with_logits (trailing dims aligned; a vector of length
+ * C is one value per class along axis 1). No gradient is computed for the target.
+ *
+ * in  input       probabilities in [0, 1], any shape (rank 0..8), f32/f16/bf16/f64, any
+ *                 strides.
+ * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
+ * in  weight      NULL, or w, broadcast over the input as PyTorch broadcasts it.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_binary_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Binary cross-entropy on probabilities, backward. ∂ℓ/∂x = w·(x − y) / max(x·(1 −
+ * x), 10⁻¹²), PyTorch's formula: the exact derivative wherever x·(1 − x) > 10⁻¹², a
+ * finite value at x = 0 and x = 1.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_binary_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Binary cross-entropy on probabilities, forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_binary_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Soft margin loss ------------------------------------------------------------------ */
+
+/** Options of soft_margin_loss; fill with ploss_soft_margin_loss_opts_init(). */
+typedef struct ploss_soft_margin_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_soft_margin_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
+
+/**
+ * Soft margin loss, forward (PyTorch torch.nn.SoftMarginLoss /
+ * torch.nn.functional.soft_margin_loss; Torch7 nn.SoftMarginCriterion).
+ * Elementwise, with softplus(z) = max(z, 0) + log1p(e^−|z|):
+ *
+ *     ℓ = log(1 + e^(−y·x)) = softplus(−y·x)
+ *
+ * 'mean' divides by the element count.
+ *
+ * Evaluated as a softplus: finite for any finite margin, where PyTorch's log(1 + exp(−y·x))
+ * overflows to inf once −y·x exceeds about 88 in f32. A correctly classified infinite score
+ * (y·x = +inf) gives a loss of 0.
+ *
+ * in  input       scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype: labels −1 or 1 (other values are used
+ *                 as they are).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Soft margin loss, backward. ∂ℓ/∂x = −y·σ(−y·x).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_soft_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Soft margin loss, forward and backward in one pass (see the conventions above). Statuses: as
+ *  _forward. */
+ploss_status ploss_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_margin_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/* ---- Kullback-Leibler divergence ------------------------------------------------------- */
+
+/** Options of kl_div; fill with ploss_kl_div_opts_init(). */
+typedef struct ploss_kl_div_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the target holds log-probabilities; default 0 */
+    int log_target;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_kl_div_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
+
+/**
+ * Kullback-Leibler divergence, forward (Kullback, Leibler, "On Information and Sufficiency",
+ * Ann. Math. Statist. 1951; PyTorch torch.nn.KLDivLoss / torch.nn.functional.kl_div; Torch7
+ * nn.DistKLDivCriterion).
+ * Elementwise, with x the input (log q) and y the target:
+ *
+ *     ℓ = y·log y − y·x      (0·log 0 taken as 0, as PyTorch's xlogy)
+ *     ℓ = e^y·(y − x)        with log_target
+ *
+ * 'mean' divides by the element count, 'batchmean' by the input's first dim (the sum for a 0-d
+ * input): the KL divergence of each row averaged over the batch, which 'mean' is not.
+ *
+ * PyTorch's default reduction is 'mean', kept here; 'batchmean' is the mathematically correct
+ * one for rows of distributions. As in PyTorch, a negative probability target gives NaN (log of
+ * a negative number), and so does a zero-probability target against an infinite input (0·∞;
+ * with log_target: a target of −inf). No gradient is computed for the target.
+ *
+ * in  input       log-probabilities, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype: probabilities, or log-probabilities with
+ *                 log_target.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_kl_div_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, DLTensor *loss);
+
+/**
+ * Kullback-Leibler divergence, backward. ∂ℓ/∂x = −y, or −e^y with log_target.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_kl_div_backward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Kullback-Leibler divergence, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_kl_div_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_kl_div_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Hinge embedding loss -------------------------------------------------------------- */
+
+/** Options of hinge_embedding_loss; fill with ploss_hinge_embedding_loss_opts_init(). */
+typedef struct ploss_hinge_embedding_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the margin of the dissimilar pairs; a finite number; default 1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_hinge_embedding_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts);
+
+/**
+ * Hinge embedding loss, forward (PyTorch torch.nn.HingeEmbeddingLoss /
+ * torch.nn.functional.hinge_embedding_loss; Torch7 nn.HingeEmbeddingCriterion).
+ * Elementwise, with x the input and y the label:
+ *
+ *     ℓ = x                  if y = 1
+ *     ℓ = max(0, m − x)      if y = −1
+ *
+ * (PyTorch's definition for any other y: the sum of both terms, kept here.) 'mean' divides by
+ * the element count.
+ *
+ * Only the input gets a gradient. The target must have the input's shape.
+ *
+ * in  input       distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any
+ *                 strides.
+ * in  target      the input's shape, any float dtype: labels 1 (similar) or −1 (dissimilar).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
+ *           not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Hinge embedding loss, backward. ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y =
+ * −1 (PyTorch's subgradient at the hinge), 0 elsewhere; the sum of both for another y.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Hinge embedding loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/* ---- Negative log-likelihood ----------------------------------------------------------- */
+
+/** Options of nll_loss; fill with ploss_nll_loss_opts_init(). */
+typedef struct ploss_nll_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* samples with this label add nothing (nor count in 'mean'); default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_nll_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
+
+/**
+ * Negative log-likelihood, forward (PyTorch torch.nn.NLLLoss / torch.nn.functional.nll_loss;
+ * Torch7 nn.ClassNLLCriterion).
+ * Per sample i with label y ≠ ignore_index, x the input (log-probabilities):
+ *
+ *     ℓ_i = −w_y·x_iy
+ *
+ * ignored samples: ℓ_i = 0. 'mean' divides by Σ w_y over the samples not ignored (their
+ * count without weights), as PyTorch.
+ *
+ * Only the target's entry of each row is read: a non-finite value at another class does not
+ * change the loss. cross_entropy is this loss after a log-softmax, in one pass.
+ *
+ * in  input       N×C or N×C×d1×…×dk log-probabilities (e.g. a log-softmax over axis 1),
+ *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape: N
+ *                 and C take any strides, the sample dims d1…dk must be walkable as one
+ *                 strided axis.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or w, C class weights.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
+ *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
+ *                 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Negative log-likelihood, backward. ∂ℓ_i/∂x_iy = −w_y, 0 at every other class and for
+ * ignored samples.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Negative log-likelihood, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const DLTensor *weight, const ploss_nll_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Multi-class margin loss ----------------------------------------------------------- */
+
+/** Options of multi_margin_loss; fill with ploss_multi_margin_loss_opts_init(). */
+typedef struct ploss_multi_margin_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the power of the hinge: 1 or 2; an integer in [1, 2]; default 1 */
+    int p;
+    /* m, the margin; a finite number; default 1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_multi_margin_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
+
+/**
+ * Multi-class margin loss, forward (Weston, Watkins, "Support Vector Machines for Multi-Class
+ * Pattern Recognition", ESANN 1999; PyTorch torch.nn.MultiMarginLoss /
+ * torch.nn.functional.multi_margin_loss; Torch7 nn.MultiMarginCriterion).
+ * Per sample with label y, scores x and z_j = m − x_y + x_j:
+ *
+ *     ℓ = (w_y / C)·Σ_{j≠y} max(0, z_j)^p
+ *
+ * 'mean' divides by the number of samples (not by the weights), as PyTorch.
+ *
+ * The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
+ * writes it inside). A NaN score makes the sample's loss NaN (PyTorch's max drops it). A single
+ * sample is a 1×C input with a one-element target.
+ *
+ * in  input       N×C scores (or N×C×d1×…×dk: one loss per position, ploss's extension),
+ *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no
+ *                 ignore_index).
+ * in  weight      NULL, or w, C class weights (of the target's class).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
+ *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
+ *                 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Multi-class margin loss, backward. ∂ℓ/∂x_j = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j
+ * ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_multi_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Multi-class margin loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
 /* ---- Combined margin softmax loss ------------------------------------------------------ */
 
 /** How the class centres lie in the margin losses' weight.
@@ -1596,7 +2228,6 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * (OpenBLAS) whatever the dtype; CUDA computes the cosine tiles with cuBLAS in fp32 from fp32
  * copies of the normalised rows, and the softmax of each tile row on the row engine (C <=
  * 131072 there; f64 is CPU only). No state is kept: backward recomputes the tiles.
- * ploss.CosFaceLoss is this criterion under its other name.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

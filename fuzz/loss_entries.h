@@ -287,6 +287,176 @@ static ploss_status fz_call_complete_box_iou_loss_fused(ploss_ctx_t *ctx, DLTens
     return ploss_complete_box_iou_loss_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5]);
 }
 
+static void fz_init_ploss_mse_loss_opts(void *o) { ploss_mse_loss_opts_init(o); }
+
+static ploss_status fz_call_mse_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_mse_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_mse_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_mse_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_mse_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_mse_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_l1_loss_opts(void *o) { ploss_l1_loss_opts_init(o); }
+
+static ploss_status fz_call_l1_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_l1_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_l1_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_l1_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_l1_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_l1_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_smooth_l1_loss_opts(void *o) { ploss_smooth_l1_loss_opts_init(o); }
+
+static ploss_status fz_call_smooth_l1_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_smooth_l1_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_smooth_l1_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_smooth_l1_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_smooth_l1_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_smooth_l1_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_huber_loss_opts(void *o) { ploss_huber_loss_opts_init(o); }
+
+static ploss_status fz_call_huber_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_huber_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_huber_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_huber_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_huber_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_huber_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_binary_cross_entropy_opts(void *o) { ploss_binary_cross_entropy_opts_init(o); }
+
+static ploss_status fz_call_binary_cross_entropy_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_binary_cross_entropy_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_binary_cross_entropy_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_binary_cross_entropy_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_binary_cross_entropy_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_binary_cross_entropy_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static void fz_init_ploss_soft_margin_loss_opts(void *o) { ploss_soft_margin_loss_opts_init(o); }
+
+static ploss_status fz_call_soft_margin_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_margin_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_soft_margin_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_margin_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_soft_margin_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_margin_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_kl_div_opts(void *o) { ploss_kl_div_opts_init(o); }
+
+static ploss_status fz_call_kl_div_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_kl_div_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_kl_div_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_kl_div_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_kl_div_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_kl_div_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_hinge_embedding_loss_opts(void *o) { ploss_hinge_embedding_loss_opts_init(o); }
+
+static ploss_status fz_call_hinge_embedding_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_hinge_embedding_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_hinge_embedding_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_hinge_embedding_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_nll_loss_opts(void *o) { ploss_nll_loss_opts_init(o); }
+
+static ploss_status fz_call_nll_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_nll_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_nll_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_nll_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_nll_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static void fz_init_ploss_multi_margin_loss_opts(void *o) { ploss_multi_margin_loss_opts_init(o); }
+
+static ploss_status fz_call_multi_margin_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_multi_margin_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_multi_margin_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multi_margin_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
 static void fz_init_ploss_combined_margin_opts(void *o) { ploss_combined_margin_opts_init(o); }
 
 static ploss_status fz_call_combined_margin_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -342,242 +512,362 @@ static ploss_status fz_call_arc_face_fused(ploss_ctx_t *ctx, DLTensor *const t[]
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
      .opts_size = sizeof(ploss_cross_entropy_opts), .opts_init = fz_init_ploss_cross_entropy_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_cross_entropy_backward", .call = fz_call_cross_entropy_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"lse", FZ_IN | FZ_OPTIONAL, "Nd", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_cross_entropy_opts), .opts_init = fz_init_ploss_cross_entropy_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_cross_entropy_fused", .call = fz_call_cross_entropy_fused, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_cross_entropy_opts), .opts_init = fz_init_ploss_cross_entropy_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, smoothing_convention, FZ_ENUM, 0, 2), FZ_FIELD(ploss_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_binary_cross_entropy_with_logits_forward", .call = fz_call_binary_cross_entropy_with_logits_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"pos_weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_bce_with_logits_opts), .opts_init = fz_init_ploss_bce_with_logits_opts, .opts_nullable = 1, .nfields = 3, \
-     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_binary_cross_entropy_with_logits_backward", .call = fz_call_binary_cross_entropy_with_logits_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"pos_weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_bce_with_logits_opts), .opts_init = fz_init_ploss_bce_with_logits_opts, .opts_nullable = 1, .nfields = 3, \
-     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_binary_cross_entropy_with_logits_fused", .call = fz_call_binary_cross_entropy_with_logits_fused, .nslots = 6, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"pos_weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_bce_with_logits_opts), .opts_init = fz_init_ploss_bce_with_logits_opts, .opts_nullable = 1, .nfields = 3, \
-     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_bce_with_logits_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_bce_with_logits_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_bce_with_logits_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_sigmoid_focal_forward", .call = fz_call_sigmoid_focal_forward, .nslots = 3, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_sigmoid_focal_opts), .opts_init = fz_init_ploss_sigmoid_focal_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_sigmoid_focal_backward", .call = fz_call_sigmoid_focal_backward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_sigmoid_focal_opts), .opts_init = fz_init_ploss_sigmoid_focal_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_sigmoid_focal_fused", .call = fz_call_sigmoid_focal_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_sigmoid_focal_opts), .opts_init = fz_init_ploss_sigmoid_focal_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_sigmoid_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_sigmoid_focal_opts, alpha, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, convention, FZ_ENUM, 0, 1), FZ_FIELD(ploss_sigmoid_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_sigmoid_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_softmax_focal_forward", .call = fz_call_softmax_focal_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"alpha", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
      .opts_size = sizeof(ploss_softmax_focal_opts), .opts_init = fz_init_ploss_softmax_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_softmax_focal_backward", .call = fz_call_softmax_focal_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"alpha", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"lse", FZ_IN | FZ_OPTIONAL, "Nd", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_softmax_focal_opts), .opts_init = fz_init_ploss_softmax_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_softmax_focal_fused", .call = fz_call_softmax_focal_fused, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"alpha", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_softmax_focal_opts), .opts_init = fz_init_ploss_softmax_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_softmax_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_softmax_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_softmax_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_dual_focal_forward", .call = fz_call_dual_focal_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
      .opts_size = sizeof(ploss_dual_focal_opts), .opts_init = fz_init_ploss_dual_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_dual_focal_backward", .call = fz_call_dual_focal_backward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"lse", FZ_IN | FZ_OPTIONAL, "Nd", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_dual_focal_opts), .opts_init = fz_init_ploss_dual_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_dual_focal_fused", .call = fz_call_dual_focal_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_dual_focal_opts), .opts_init = fz_init_ploss_dual_focal_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_dual_focal_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_dual_focal_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_dual_focal_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_large_margin_softmax_forward", .call = fz_call_large_margin_softmax_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"state", FZ_OUT | FZ_OPTIONAL, "N3d", "a"}}, \
      .opts_size = sizeof(ploss_large_margin_opts), .opts_init = fz_init_ploss_large_margin_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_large_margin_softmax_backward", .call = fz_call_large_margin_softmax_backward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"state", FZ_IN | FZ_OPTIONAL, "N3d", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_large_margin_opts), .opts_init = fz_init_ploss_large_margin_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_large_margin_softmax_fused", .call = fz_call_large_margin_softmax_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_large_margin_opts), .opts_init = fz_init_ploss_large_margin_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_large_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_large_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_large_margin_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_large_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_taylor_cross_entropy_forward", .call = fz_call_taylor_cross_entropy_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"state", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
      .opts_size = sizeof(ploss_taylor_cross_entropy_opts), .opts_init = fz_init_ploss_taylor_cross_entropy_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_taylor_cross_entropy_backward", .call = fz_call_taylor_cross_entropy_backward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"state", FZ_IN | FZ_OPTIONAL, "Nd", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_taylor_cross_entropy_opts), .opts_init = fz_init_ploss_taylor_cross_entropy_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_taylor_cross_entropy_fused", .call = fz_call_taylor_cross_entropy_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_taylor_cross_entropy_opts), .opts_init = fz_init_ploss_taylor_cross_entropy_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_taylor_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_taylor_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, n, FZ_INT, 0, 8), FZ_FIELD(ploss_taylor_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_taylor_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_pc_softmax_cross_entropy_forward", .call = fz_call_pc_softmax_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"lb_proportion", FZ_IN, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"state", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
      .opts_size = sizeof(ploss_pc_softmax_opts), .opts_init = fz_init_ploss_pc_softmax_opts, .opts_nullable = 1, .nfields = 4, \
-     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_pc_softmax_cross_entropy_backward", .call = fz_call_pc_softmax_cross_entropy_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"lb_proportion", FZ_IN, "C", "f|x"}, {"state", FZ_IN | FZ_OPTIONAL, "Nd", "a"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_pc_softmax_opts), .opts_init = fz_init_ploss_pc_softmax_opts, .opts_nullable = 1, .nfields = 4, \
-     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_pc_softmax_cross_entropy_fused", .call = fz_call_pc_softmax_cross_entropy_fused, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"lb_proportion", FZ_IN, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_pc_softmax_opts), .opts_init = fz_init_ploss_pc_softmax_opts, .opts_nullable = 1, .nfields = 4, \
-     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_pc_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_pc_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_pc_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_cross_entropy_forward", .call = fz_call_ohem_cross_entropy_forward, .nslots = 3, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_cross_entropy_backward", .call = fz_call_ohem_cross_entropy_backward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_cross_entropy_fused", .call = fz_call_ohem_cross_entropy_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_large_margin_forward", .call = fz_call_ohem_large_margin_forward, .nslots = 3, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_large_margin_backward", .call = fz_call_ohem_large_margin_backward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ohem_large_margin_fused", .call = fz_call_ohem_large_margin_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_ohem_opts), .opts_init = fz_init_ploss_ohem_opts, .opts_nullable = 1, .nfields = 7, \
-     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_ohem_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ohem_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, score_thresh, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, n_min, FZ_I64, 0, 0), FZ_FIELD(ploss_ohem_opts, lam, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ohem_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_triplet_margin_forward", .call = fz_call_triplet_margin_forward, .nslots = 4, \
      .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_triplet_margin_backward", .call = fz_call_triplet_margin_backward, .nslots = 7, \
      .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_triplet_margin_fused", .call = fz_call_triplet_margin_fused, .nslots = 7, \
      .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_triplet_margin_opts), .opts_init = fz_init_ploss_triplet_margin_opts, .opts_nullable = 1, .nfields = 8, \
-     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_batch_hard_triplet_forward", .call = fz_call_batch_hard_triplet_forward, .nslots = 3, \
      .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_batch_hard_triplet_backward", .call = fz_call_batch_hard_triplet_backward, .nslots = 4, \
      .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_batch_hard_triplet_fused", .call = fz_call_batch_hard_triplet_fused, .nslots = 4, \
      .slots = {{"embeddings", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_embeddings", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_batch_hard_triplet_opts), .opts_init = fz_init_ploss_batch_hard_triplet_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_batch_hard_triplet_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_batch_hard_triplet_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, soft_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_batch_hard_triplet_opts, distance, FZ_ENUM, 0, 2), FZ_FIELD(ploss_batch_hard_triplet_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_batch_hard_triplet_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_info_nce_forward", .call = fz_call_info_nce_forward, .nslots = 3, \
      .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_info_nce_backward", .call = fz_call_info_nce_backward, .nslots = 5, \
      .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_info_nce_fused", .call = fz_call_info_nce_fused, .nslots = 5, \
      .slots = {{"query", FZ_IN, "NC", "f"}, {"key", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_query", FZ_OUT, "NC", "x"}, {"grad_key", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_info_nce_opts), .opts_init = fz_init_ploss_info_nce_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_info_nce_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_info_nce_opts, temperature, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, symmetric, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, normalize, FZ_INT, 0, 1), FZ_FIELD(ploss_info_nce_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_info_nce_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_box_iou_loss_forward", .call = fz_call_box_iou_loss_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_box_iou_loss_backward", .call = fz_call_box_iou_loss_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_box_iou_loss_fused", .call = fz_call_box_iou_loss_fused, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_generalized_box_iou_loss_forward", .call = fz_call_generalized_box_iou_loss_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_generalized_box_iou_loss_backward", .call = fz_call_generalized_box_iou_loss_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_generalized_box_iou_loss_fused", .call = fz_call_generalized_box_iou_loss_fused, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_distance_box_iou_loss_forward", .call = fz_call_distance_box_iou_loss_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_distance_box_iou_loss_backward", .call = fz_call_distance_box_iou_loss_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_distance_box_iou_loss_fused", .call = fz_call_distance_box_iou_loss_fused, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_complete_box_iou_loss_forward", .call = fz_call_complete_box_iou_loss_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_complete_box_iou_loss_backward", .call = fz_call_complete_box_iou_loss_backward, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_complete_box_iou_loss_fused", .call = fz_call_complete_box_iou_loss_fused, .nslots = 6, \
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
-     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_mse_loss_forward", .call = fz_call_mse_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_mse_loss_backward", .call = fz_call_mse_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_mse_loss_fused", .call = fz_call_mse_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_l1_loss_forward", .call = fz_call_l1_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_l1_loss_backward", .call = fz_call_l1_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_l1_loss_fused", .call = fz_call_l1_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_smooth_l1_loss_forward", .call = fz_call_smooth_l1_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_smooth_l1_loss_opts), .opts_init = fz_init_ploss_smooth_l1_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_smooth_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_smooth_l1_loss_opts, beta, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_smooth_l1_loss_backward", .call = fz_call_smooth_l1_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_smooth_l1_loss_opts), .opts_init = fz_init_ploss_smooth_l1_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_smooth_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_smooth_l1_loss_opts, beta, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_smooth_l1_loss_fused", .call = fz_call_smooth_l1_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_smooth_l1_loss_opts), .opts_init = fz_init_ploss_smooth_l1_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_smooth_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_smooth_l1_loss_opts, beta, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_huber_loss_forward", .call = fz_call_huber_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_huber_loss_backward", .call = fz_call_huber_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_huber_loss_fused", .call = fz_call_huber_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_binary_cross_entropy_forward", .call = fz_call_binary_cross_entropy_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_binary_cross_entropy_opts), .opts_init = fz_init_ploss_binary_cross_entropy_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_binary_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_binary_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_binary_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_binary_cross_entropy_backward", .call = fz_call_binary_cross_entropy_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_binary_cross_entropy_opts), .opts_init = fz_init_ploss_binary_cross_entropy_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_binary_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_binary_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_binary_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_binary_cross_entropy_fused", .call = fz_call_binary_cross_entropy_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_binary_cross_entropy_opts), .opts_init = fz_init_ploss_binary_cross_entropy_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_binary_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_binary_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_binary_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_margin_loss_forward", .call = fz_call_soft_margin_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_margin_loss_backward", .call = fz_call_soft_margin_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_margin_loss_fused", .call = fz_call_soft_margin_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_kl_div_forward", .call = fz_call_kl_div_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_kl_div_opts), .opts_init = fz_init_ploss_kl_div_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_kl_div_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_kl_div_opts, log_target, FZ_INT, 0, 1), FZ_FIELD(ploss_kl_div_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_kl_div_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_kl_div_backward", .call = fz_call_kl_div_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_kl_div_opts), .opts_init = fz_init_ploss_kl_div_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_kl_div_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_kl_div_opts, log_target, FZ_INT, 0, 1), FZ_FIELD(ploss_kl_div_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_kl_div_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_kl_div_fused", .call = fz_call_kl_div_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_kl_div_opts), .opts_init = fz_init_ploss_kl_div_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_kl_div_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_kl_div_opts, log_target, FZ_INT, 0, 1), FZ_FIELD(ploss_kl_div_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_kl_div_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_forward", .call = fz_call_hinge_embedding_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_backward", .call = fz_call_hinge_embedding_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_hinge_embedding_loss_fused", .call = fz_call_hinge_embedding_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_nll_loss_forward", .call = fz_call_nll_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
+     .opts_size = sizeof(ploss_nll_loss_opts), .opts_init = fz_init_ploss_nll_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_nll_loss_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_nll_loss_backward", .call = fz_call_nll_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_nll_loss_opts), .opts_init = fz_init_ploss_nll_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_nll_loss_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_nll_loss_fused", .call = fz_call_nll_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_nll_loss_opts), .opts_init = fz_init_ploss_nll_loss_opts, .opts_nullable = 1, .nfields = 4, \
+     .fields = {FZ_FIELD(ploss_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_nll_loss_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_forward", .call = fz_call_multi_margin_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_backward", .call = fz_call_multi_margin_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multi_margin_loss_fused", .call = fz_call_multi_margin_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_combined_margin_forward", .call = fz_call_combined_margin_forward, .nslots = 4, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
-     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_combined_margin_backward", .call = fz_call_combined_margin_backward, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
-     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_combined_margin_fused", .call = fz_call_combined_margin_fused, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
-     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_am_softmax_forward", .call = fz_call_am_softmax_forward, .nslots = 4, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
-     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_am_softmax_backward", .call = fz_call_am_softmax_backward, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
-     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_am_softmax_fused", .call = fz_call_am_softmax_fused, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
-     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_arc_face_forward", .call = fz_call_arc_face_forward, .nslots = 4, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
-     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_arc_face_backward", .call = fz_call_arc_face_backward, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
-     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_arc_face_fused", .call = fz_call_arc_face_fused, .nslots = 6, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
-     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 2), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

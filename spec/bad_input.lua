@@ -34,8 +34,15 @@
 --   box_tensors   names of tensor options with one value per box (weight, ignore)
 --   bad_options   { {opts, fragment [, passes]} ... }: out-of-range options → an error
 --   one_class     function(x_value) → the per-sample loss for C = 1 (nil: only finite)
+--   one_class_gradient  the per-sample gradient for C = 1 (default 0: a one-class softmax)
+--   target_entry_only  the loss reads only the target's entry of each row (NLL): a
+--                 non-finite value at another class leaves the row's loss finite
 --   keep_all      options that make every valid sample count (OHEM: n_min large)
 --   state         true when forward writes an O(rows) state (aliasing checks on it)
+--   input_range   { low, high }: the inputs the loss is defined on (from the description);
+--                 valid inputs are drawn uniformly from it
+--   finite_at_inf an infinite input on the right side of the target gives a finite loss
+--                 (a saturating loss: soft margin), not the non-finite loss of the others
 --   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
 --                 and gradient of the input without that class (and a zero gradient there);
 --                 'finite': only a finite loss and gradient; nil: no claim (the loss is
@@ -92,6 +99,10 @@ local facts = {
   },
   ohem_cross_entropy = { masking = "exact", keep_all = { n_min = 1000000 }, one_class = function() return 0 end },
   ohem_large_margin = { keep_all = { n_min = 1000000 } },
+  soft_margin_loss = { finite_at_inf = true },
+  nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
+               one_class_gradient = -1 },
+  multi_margin_loss = { masking = "finite", one_class = function() return 0 end },
 }
 
 -- Option values just outside each option's range, with the fragment of the error they give.
@@ -125,6 +136,7 @@ for _, d in ipairs(H.one_input_losses()) do
     name = d.name, class = d.criterion,
     kind = d.shape == "rows" and "class" or d.shape == "boxes" and "boxes" or "elementwise",
     min_classes = d.min_classes, state = d.state ~= nil, bad_options = out_of_range(d),
+    input_range = d.input_range,
   }
   for _, o in ipairs(d.lua_options) do
     if o.name == "ignore_index" then fam.ignore = o.default end
@@ -181,6 +193,9 @@ function B.not_applicable(fam)
     out[#out + 1] = "inputs of other ranks (N×4 boxes only)"
   end
   if not fam.state then out[#out + 1] = "state aliasing (no saved state)" end
+  if fam.kind == "class" and fam.ignore == nil then
+    out[#out + 1] = "ignored rows, all ignored (no ignore_index)"
+  end
   return out
 end
 
@@ -268,7 +283,9 @@ end
 -- target of the row's kind (class indices in [0, C) never ignored; floats in [0, 1]).
 function B.loss_args(fam, sizes, dtype, device, seed, opts)
   opts = opts or {}
-  local x = ploss.randn(sizes, { dtype = dtype, device = device, seed = seed, std = opts.std or 2 })
+  local r = fam.input_range
+  local x = r and ploss.rand(sizes, { dtype = dtype, device = device, seed = seed, low = r[1], high = r[2] })
+    or ploss.randn(sizes, { dtype = dtype, device = device, seed = seed, std = opts.std or 2 })
   local y
   if fam.kind == "class" then
     y = ploss.randint(0, math.max(sizes[2], 1), sample_sizes(sizes),
@@ -823,18 +840,26 @@ local function gen_loss_cases(fam, device)
         xb:select(1, 2):narrow(1, 1, 2):fill(bad) -- row 2, classes 1..2
       end
       local ok = merge(o, fam.keep_all)
+      -- the bad values reach the loss (a loss of the target's entry only: when it is one of them)
+      local hit = fam.kind == "elementwise" or not fam.target_entry_only or y:to("cpu"):flat()[2] < 2
       -- mean: not finite (NaN for a NaN logit)
       local m = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "mean" }))
-      if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
-      if bad == bad and finite(m) then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
+      if not hit then
+        if not finite(m) then fail(fam.name .. ": a non-finite value off the target: mean loss " .. tostring(m)) end
+      else
+        if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
+        if bad == bad and finite(m) and not fam.finite_at_inf then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
+      end
       -- none: the bad row is not finite, the other rows equal the clean rows' values
       local lc = F[fam.name](x, y, merge(fam.opts, ok, { reduction = "none" })):flat()
       local lb = F[fam.name](xb, y, merge(fam.opts, ok, { reduction = "none" })):flat()
       local bad_index = fam.kind == "elementwise" and 7 or 2
       for i = 1, #lc do
-        if i == bad_index then
+        if i == bad_index and not hit then
+          close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of a row with a non-finite value off its target")
+        elseif i == bad_index then
           if bad ~= bad and not is_nan(lb[i]) then fail(fam.name .. ": NaN row loss " .. tostring(lb[i])) end
-          if bad == bad and finite(lb[i]) then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
+          if bad == bad and finite(lb[i]) and not fam.finite_at_inf then fail(fam.name .. ": Inf row loss " .. tostring(lb[i]) .. " is finite") end
         elseif not fam.rows_coupled then
           close({ lb[i] }, { lc[i] }, TOL[dtype], fam.name .. " " .. dtype .. " loss of clean row " .. i)
         end
@@ -884,7 +909,7 @@ local function gen_loss_cases(fam, device)
     end)
   end
 
-  if is_class then
+  if is_class and fam.ignore ~= nil then -- a loss without ignore_index (multi-class margin) skips these
     -- NaN / Inf in ignored rows -----------------------------------------------------
     add(cases, "NaN / Inf in an ignored row does not leak into the loss or the gradient", function()
       for _, bad in ipairs { 0 / 0, math.huge, -math.huge } do
@@ -926,8 +951,11 @@ local function gen_loss_cases(fam, device)
       end
     end)
 
+  end
+
+  if is_class then
     -- all ignored -------------------------------------------------------------------
-    add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
+    if fam.ignore ~= nil then add(cases, "every sample ignored: mean NaN, sum 0, none zeros, gradient exactly zero", function()
       for _, sizes in ipairs { S2, S4, { 3, 1000 } } do for _, dtype in ipairs(B.DTYPES) do
         local x, _, o = base(fam, device, sizes, 81, dtype)
         local y = ploss.full(sample_sizes(sizes), fam.ignore, { dtype = "i64", device = device })
@@ -947,12 +975,13 @@ local function gen_loss_cases(fam, device)
           end
         end
       end end
-    end)
+    end) end
 
     -- one class ---------------------------------------------------------------------
     add(cases, fam.min_classes > 1 and "one class is refused" or "one class: the loss of a single-class softmax", function()
       for _, dtype in ipairs(B.DTYPES) do
       local x = ploss.randn({ 4, 1 }, { device = device, seed = 91, dtype = dtype })
+      local xs = x:to("cpu", "f64"):flat()
       local y = ploss.zeros({ 4 }, { dtype = "i64", device = device })
       local o = merge(tensor_opts(fam, { 4, 1 }, device), fam.keep_all)
       if fam.min_classes > 1 then
@@ -964,12 +993,13 @@ local function gen_loss_cases(fam, device)
         local lv, gv = values_of(l, g)
         if lv then
           for i, v in ipairs(lv) do
-            if fam.one_class then close({ v }, { fam.one_class() }, 1e-6, fam.name .. " " .. dtype .. " " .. pass .. " one-class loss " .. i)
+            if fam.one_class then close({ v }, { fam.one_class(xs[i]) }, 1e-6, fam.name .. " " .. dtype .. " " .. pass .. " one-class loss " .. i)
             elseif not finite(v) then fail(fam.name .. " one-class loss " .. v) end
           end
         end
-        if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v) > 1e-6 then
-          fail(fam.name .. " " .. dtype .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected 0") end end end
+        local want = fam.one_class_gradient or 0
+        if gv then for i, v in ipairs(gv) do if not finite(v) or math.abs(v - want) > 1e-6 then
+          fail(fam.name .. " " .. dtype .. " " .. pass .. ": one-class gradient element " .. i .. " is " .. v .. ", expected " .. want) end end end
       end
       end
       if fam.name == "cross_entropy" then

@@ -14,7 +14,9 @@ local function inputs_for(d, seed, dtype)
     return random_boxes(3, seed, dtype), random_boxes(3, seed + 1, dtype), random_boxes(3, seed + 2, dtype)
   end
   if d.shape == "elementwise" then
-    local x = ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
+    local r = d.input_range
+    local x = r and ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed, low = r[1], high = r[2] })
+      or ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
     local y = ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 1 })
     return x, y, ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 2 })
   end
@@ -134,7 +136,8 @@ describe("criteria built from the descriptions", function()
           o2[t.name] = ploss.tensor(list, { dtype = "f64" })
           if t.kind == "broadcast" then
             -- a per-class vector of the input's axis 1 (size 3 here), as the docs describe
-            x = ploss.randn({ 4, 3 }, { dtype = "f64", seed = 5 })
+            x = d.input_range and ploss.rand({ 4, 3 }, { dtype = "f64", seed = 5 })
+              or ploss.randn({ 4, 3 }, { dtype = "f64", seed = 5 })
             y = ploss.rand({ 4, 3 }, { dtype = "f64", seed = 6 })
           end
           local l1, g1 = F[d.name .. "_fused"](x, y, o1)

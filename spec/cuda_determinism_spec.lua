@@ -36,7 +36,7 @@ local SHAPES = SCALE == "full" and {
 -- elementwise losses see the same shapes (any shape is an elementwise input)
 local function inputs(fam, sizes, dtype, seed)
   local x, y, o = B.loss_args(fam, sizes, dtype, DEV, seed)
-  if fam.kind == "class" then
+  if fam.kind == "class" and fam.ignore ~= nil then
     -- about 10% ignored samples, at fixed positions
     local ns = B.sample_sizes(sizes)
     local flat = y:to("cpu"):view(-1)

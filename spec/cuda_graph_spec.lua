@@ -307,6 +307,8 @@ local CASES = {
     dtype = "f32", opts = { reduction = "mean", gamma = 2 }, alpha = true },
   { criterion = "CrossEntropyLoss", what = "N×C×H×W (class axis strided), label smoothing 0.1, mean, 10% ignored",
     sizes = { 2, 19, 8, 8 }, dtype = "f32", opts = { reduction = "mean", label_smoothing = 0.1 }, ignore = 0.1 },
+  { criterion = "MultiMarginLoss", what = "p 2, margin 0.5, mean (the direct rows: no softmax)", sizes = { 64, 1000 },
+    dtype = "f32", opts = { reduction = "mean", p = 2, margin = 0.5 } },
 }
 
 describe("CUDA graphs of the fused losses (" .. DEV .. ")", function()

@@ -5,8 +5,8 @@
 
 For each LOSS (the `loss` field of a case, e.g. cross_entropy), writes
 spec/fixtures/<LOSS>.lua with every case of that loss found in DIR/torch_reference.json and
-DIR/reference_semantics.json (default DIR: ../shared/fixtures next to the checkout, or
-$PLOSS_FIXTURES).  The specs then load fixtures with a plain `dofile`, without a JSON
+DIR/reference_semantics.json (DIR: --src, or $PLOSS_FIXTURES).  Notes that point into the
+generators' own documents are cut to their own words.  The specs then load fixtures with a plain `dofile`, without a JSON
 library:
 
     return {
@@ -27,6 +27,7 @@ built inside its own function to stay below LuaJIT's per-function constant limit
 """
 import argparse
 import json
+import re
 import math
 import os
 import sys
@@ -70,10 +71,10 @@ def lua_value(v):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    default_src = os.environ.get("PLOSS_FIXTURES",
-                                 os.path.join(os.path.dirname(root), "shared", "fixtures"))
+    default_src = os.environ.get("PLOSS_FIXTURES")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default=default_src, help="folder with the JSON fixtures")
+    ap.add_argument("--src", default=default_src, required=default_src is None,
+                    help="folder with the JSON fixtures (default $PLOSS_FIXTURES)")
     ap.add_argument("--out", default=os.path.join(root, "spec", "fixtures"))
     ap.add_argument("losses", nargs="+", help="loss names (the cases' `loss` field)")
     args = ap.parse_args()
@@ -94,6 +95,8 @@ def main():
                 if case["loss"] == loss:
                     c = dict(case)
                     c["source"] = name
+                    if "note" in c:
+                        c["note"] = re.sub(r"\s*\(?[A-Z]+\.md [0-9.]+(, |\))", " (", c["note"]).replace("( ", "(").replace(" ()", "")
                     cases.append(c)
                     sources[name] = doc.get("generator", "")
         if not cases:

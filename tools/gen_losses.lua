@@ -170,6 +170,10 @@ local SHAPE = {
   },
 }
 
+-- What the input and the target hold: the description's own text, else the shape's.
+local function input_doc(d) return d.input_doc or SHAPE[d.shape].input:format(d.min_classes) end
+local function target_doc(d) return d.target_doc or TARGET_DOC[d.target] end
+
 local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" } }
 local TENSOR_EXTENT = { class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values" }
 
@@ -306,11 +310,11 @@ local function gen_header()
     end
     w(" *")
     if d.inputs then
-      for _, i in ipairs(d.inputs) do w(hang(string.format(" * in  %-11s ", i.name), i.doc .. "; " .. sh.input)) end
+      for _, i in ipairs(d.inputs) do w(hang(string.format(" * in  %-11s ", i.name), i.doc .. "; " .. SHAPE[d.shape].input)) end
     else
-      w(hang(" * in  input       ", sh.input:format(d.min_classes)))
+      w(hang(" * in  input       ", input_doc(d)))
     end
-    if D.target_name(d) then w(hang(string.format(" * in  %-11s ", D.target_name(d)), TARGET_DOC[d.target])) end
+    if D.target_name(d) then w(hang(string.format(" * in  %-11s ", D.target_name(d)), target_doc(d))) end
     for _, t in ipairs(d.tensors) do
       w(hang(string.format(" * in  %-11s ", t.name), (t.required and "" or "NULL, or ") .. t.doc .. "."))
     end
@@ -463,6 +467,13 @@ local function gen_c()
     w("    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);")
     w("    if (st)")
     w("        return st;")
+    for _, r in ipairs(D.reductions) do
+      if not d.reduction_allowed[r[1]] then
+        w("    if (o.reduction == %s)", r[2])
+        w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.reduction: %s is not a reduction of %s\");",
+          r[1], d.name)
+      end
+    end
     for _, opt in ipairs(d.lua_options) do check_code(w, opt) end
     w("    const ploss_loss_params p = {")
     w("        .reduction = o.reduction,")
@@ -635,6 +646,11 @@ local function gen_docs()
     w("")
     w("## %s — `ploss.%s`", d.title, d.criterion)
     w("")
+    if #d.criterion_aliases > 0 then
+      w("Also `ploss.%s`%s.", table.concat(d.criterion_aliases, "`, `ploss."),
+        d.criterion_aliases[1]:match("Criterion$") and " (Torch7's name)" or "")
+      w("")
+    end
     w("`ploss.F.%s(%s, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",
       d.name, call_args,
       #d.aliases > 0 and (" (also `ploss.F." .. table.concat(d.aliases, "`, `ploss.F.") .. "`)") or "",
@@ -678,7 +694,9 @@ local function gen_docs()
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
         TENSOR_EXTENT[t.kind], t.doc)
     end
-    w("| `reduction` | 'none' \\| 'mean' \\| 'sum' | 'mean' | | |")
+    local reds = {}
+    for i, r in ipairs(d.reductions) do reds[i] = "'" .. r .. "'" end
+    w("| `reduction` | %s | 'mean' | | |", table.concat(reds, " \\| "))
     if not d.inputs then w("| `inplace` | boolean | false | | the fused gradient overwrites the input |") end
     for _, e in ipairs(d.enums) do
       w("")
@@ -691,9 +709,9 @@ local function gen_docs()
       local names = {}
       for _, i in ipairs(d.inputs) do names[#names + 1] = i.name end
       w("Shapes: %s: %s%s", table.concat(names, ", "), sh.input,
-        D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. TARGET_DOC[d.target]) or "")
+        D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. target_doc(d)) or "")
     else
-      w("Shapes: input %s Target: %s", sh.input:format(d.min_classes), TARGET_DOC[d.target])
+      w("Shapes: input %s Target: %s", input_doc(d), target_doc(d))
     end
     w("Loss: %s", sh.loss)
     if d.state then

@@ -2,7 +2,7 @@
  * real_types.h — instantiates the kernels of the file named by PLOSS_REAL_IMPL once per
  * compute type: float (for f32, f16 and bf16 inputs) and double (for f64), with
  *   REAL, REAL_DTYPE, REAL_MAX          the type, its ploss dtype and largest finite value
- *   EXP, LOG1P, POW                     its libm functions (vectorised through vmath.h)
+ *   EXP, LOG, LOG1P, POW                its libm functions (vectorised through vmath.h)
  *   LOAD, STORE                         the row converters of chunks.h
  *   F(name)                             name with the type's suffix (_f32, _f64)
  * PLOSS_REAL_IMPL is a path under core/cpu/ (e.g. "rows/cross_entropy_impl.h").  Include this
@@ -15,6 +15,7 @@
 #define REAL_DTYPE PLOSS_F32
 #define REAL_MAX FLT_MAX
 #define EXP expf
+#define LOG logf
 #define LOG1P log1pf
 #define POW powf
 #define LOAD ploss_cpu_load_f32
@@ -25,6 +26,7 @@
 #undef REAL_DTYPE
 #undef REAL_MAX
 #undef EXP
+#undef LOG
 #undef LOG1P
 #undef POW
 #undef LOAD
@@ -35,6 +37,7 @@
 #define REAL_DTYPE PLOSS_F64
 #define REAL_MAX DBL_MAX
 #define EXP exp
+#define LOG log
 #define LOG1P log1p
 #define POW pow
 #define LOAD ploss_cpu_load_f64
@@ -45,6 +48,7 @@
 #undef REAL_DTYPE
 #undef REAL_MAX
 #undef EXP
+#undef LOG
 #undef LOG1P
 #undef POW
 #undef LOAD

@@ -1,10 +1,11 @@
 /*
  * elementwise.c — the one validation front of the elementwise kernel shape: losses with one
  * value per element of an input of any shape (binary cross-entropy with logits, sigmoid
- * focal).  It checks the tensors of a call against the loss's spec before anything is
- * written, coalesces the dims the tensors allow to walk as one, and dispatches the problem
- * (core/engines/elementwise.h) to the CPU or CUDA.  The options were checked by the loss's
- * entry point (core/losses.c).
+ * focal, and PyTorch's pointwise criteria: MSE, L1, smooth L1, Huber, binary cross-entropy
+ * on probabilities, soft margin, KL divergence, hinge embedding).  It checks the tensors of a call against
+ * the loss's spec before anything is written, coalesces the dims the tensors allow to walk
+ * as one, and dispatches the problem (core/engines/elementwise.h) to the CPU or CUDA.  The
+ * options were checked by the loss's entry point (core/losses.c).
  */
 #include <math.h>
 #include <string.h>
@@ -61,6 +62,25 @@ static void collapse_joint(ploss_sigmoid_problem *p, const ploss_view *x, int64_
     }
 }
 
+/* The kind of the problem of a loss's policy (with its options). */
+static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *o)
+{
+    switch (policy) {
+    case PLOSS_POLICY_BCE: return PLOSS_SIGMOID_BCE;
+    case PLOSS_POLICY_MSE: return PLOSS_EW_MSE;
+    case PLOSS_POLICY_L1: return PLOSS_EW_L1;
+    case PLOSS_POLICY_SMOOTH_L1: return PLOSS_EW_SMOOTH_L1;
+    case PLOSS_POLICY_HUBER: return PLOSS_EW_HUBER;
+    case PLOSS_POLICY_BINARY_CROSS_ENTROPY: return PLOSS_EW_BCE_PROB;
+    case PLOSS_POLICY_SOFT_MARGIN: return PLOSS_EW_SOFT_MARGIN;
+    case PLOSS_POLICY_KL_DIV: return o->log_target ? PLOSS_EW_KL_DIV_LOG_TARGET : PLOSS_EW_KL_DIV;
+    case PLOSS_POLICY_HINGE_EMBEDDING: return PLOSS_EW_HINGE_EMBEDDING;
+    default:
+        return o->convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
+                                                        : PLOSS_SIGMOID_FOCAL_REFERENCE;
+    }
+}
+
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -74,21 +94,20 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
             pos_weight = a->tensors[k];
     }
 
+    const ploss_sigmoid_kind kind = kind_of(spec->policy, o);
     ploss_view x, t, w, pw, l, gl, g;
     if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
         return st;
     if (!ploss_dtype_is_float(x.dtype))
-        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
-                           ploss_dtype_name(x.dtype));
+        return ploss_error(PLOSS_ERR_DTYPE, "input: expected %s of dtype f32, f16, bf16 or f64, got %s",
+                           PLOSS_EW_IS_POINTWISE(kind) ? "a float tensor" : "logits", ploss_dtype_name(x.dtype));
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
 
     if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
         return st;
     if (!ploss_dtype_is_float(t.dtype))
-        return ploss_error(PLOSS_ERR_DTYPE,
-                           "target: expected float targets (0/1 or soft labels) of dtype f32, f16, bf16 "
-                           "or f64, got %s",
-                           ploss_dtype_name(t.dtype));
+        return ploss_error(PLOSS_ERR_DTYPE, "target: expected float targets%s of dtype f32, f16, bf16 or f64, got %s",
+                           PLOSS_EW_IS_POINTWISE(kind) ? "" : " (0/1 or soft labels)", ploss_dtype_name(t.dtype));
     if ((st = ploss_check_input_shape(&t, &x, "target")))
         return st;
 
@@ -169,18 +188,18 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_sigmoid_problem p;
     memset(&p, 0, sizeof p);
     p.pass = pass;
-    p.reduction = o->reduction;
-    if (spec->policy == PLOSS_POLICY_BCE) {
-        p.kind = PLOSS_SIGMOID_BCE;
-        p.a1 = p.a0 = 1.0;
-    } else {
-        p.kind = o->convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
-                                                          : PLOSS_SIGMOID_FOCAL_REFERENCE;
+    /* batchmean is MEAN over the first dim (the sum for a 0-d input, as PyTorch) */
+    p.reduction = o->reduction == PLOSS_REDUCTION_BATCHMEAN ? PLOSS_REDUCTION_MEAN : o->reduction;
+    p.kind = kind;
+    p.a1 = p.a0 = 1.0;
+    if (kind == PLOSS_SIGMOID_FOCAL_TORCHVISION || kind == PLOSS_SIGMOID_FOCAL_REFERENCE) {
         p.a1 = o->alpha < 0.0 ? 1.0 : o->alpha;
         p.a0 = o->alpha < 0.0 ? 1.0 : 1.0 - o->alpha;
         p.gamma = o->gamma;
     }
+    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING ? o->margin : o->beta;
     p.numel = x.numel;
+    p.mean_divisor = o->reduction != PLOSS_REDUCTION_BATCHMEAN ? x.numel : x.ndim > 0 ? x.shape[0] : 1;
     p.x = x.data; p.x_dtype = x.dtype;
     p.t = t.data; p.t_dtype = t.dtype;
     if (weight) {

@@ -1,7 +1,9 @@
 /*
  * elementwise.h — the validated problem handed by core/engines/elementwise.c to the CPU (core/cpu/elementwise/sigmoid.c)
- * and CUDA (kernels/elementwise/sigmoid.cu) backends of the elementwise sigmoid family:
- * binary_cross_entropy_with_logits and sigmoid_focal.  Internal.
+ * and CUDA (kernels/elementwise/sigmoid.cu) backends of the elementwise losses: the sigmoid
+ * family (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria of
+ * PyTorch (mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
+ * soft_margin_loss, kl_div, hinge_embedding_loss).  Internal.
  *
  * Every tensor is addressed with the same (collapsed) shape: dims of size 1 are dropped and
  * neighbouring dims that are contiguous in every tensor are merged, so dense inputs become
@@ -12,7 +14,16 @@
  *   BCE:             ℓ = w·[pw·y·sp(−x) + (1 − y)·sp(x)]
  *   FOCAL_TV:        ℓ = (a₁y + a₀(1−y))·q^γ·[y·sp(−x) + (1−y)·sp(x)],  q = y·σ(−x) + (1−y)·σ(x)
  *   FOCAL_REFERENCE: ℓ = |y − σ(x)|^γ·[a₁·y·sp(−x) + a₀·(1−y)·sp(x)]
- * (the derivatives are written out in core/ploss.h).
+ * and with d = x − y, β the threshold (smooth_l1_loss's β, huber_loss's δ):
+ *   MSE:         ℓ = d²
+ *   L1:          ℓ = |d|
+ *   SMOOTH_L1:   ℓ = |d| < β ? d²/(2β) : |d| − β/2
+ *   HUBER:       ℓ = |d| < β ? d²/2 : β·(|d| − β/2)
+ *   BCE_PROB:    ℓ = −w·[y·max(log x, −100) + (1 − y)·max(log(1 − x), −100)]  (x a probability)
+ *   SOFT_MARGIN: ℓ = sp(−y·x)
+ *   KL_DIV:      ℓ = y·log y − y·x (0 where y = 0);   KL_DIV_LOG_TARGET: ℓ = e^y·(y − x)
+ *   HINGE_EMBEDDING (margin m = β): ℓ = [y ≠ −1]·x + [y ≠ 1]·max(0, m − x)
+ * (the derivatives are written out in core/ploss_losses.h).
  */
 #ifndef PLOSS_SIGMOID_INTERNAL_H
 #define PLOSS_SIGMOID_INTERNAL_H
@@ -26,8 +37,21 @@ extern "C" {
 typedef enum {
     PLOSS_SIGMOID_BCE = 0,
     PLOSS_SIGMOID_FOCAL_TORCHVISION = 1,
-    PLOSS_SIGMOID_FOCAL_REFERENCE = 2
+    PLOSS_SIGMOID_FOCAL_REFERENCE = 2,
+    /* the pointwise criteria: a few operations of (x, y), no sigmoid */
+    PLOSS_EW_MSE = 3,
+    PLOSS_EW_L1 = 4,
+    PLOSS_EW_SMOOTH_L1 = 5,
+    PLOSS_EW_HUBER = 6,
+    PLOSS_EW_BCE_PROB = 7,
+    PLOSS_EW_SOFT_MARGIN = 8,
+    PLOSS_EW_KL_DIV = 9,
+    PLOSS_EW_KL_DIV_LOG_TARGET = 10,
+    PLOSS_EW_HINGE_EMBEDDING = 11
 } ploss_sigmoid_kind;
+
+/* The kinds computed by the pointwise terms (no sigmoid). */
+#define PLOSS_EW_IS_POINTWISE(kind) ((kind) >= PLOSS_EW_MSE)
 
 typedef struct ploss_sigmoid_problem {
     ploss_pass pass;
@@ -37,6 +61,7 @@ typedef struct ploss_sigmoid_problem {
     int ndim;                        /* collapsed rank, 1..PLOSS_MAX_DIMS          */
     int64_t shape[PLOSS_MAX_DIMS];   /* collapsed shape                            */
     int64_t numel;                   /* element count of the input (may be 0)      */
+    int64_t mean_divisor;            /* MEAN: numel, or the first dim for batchmean */
 
     const void *x; ploss_dtype x_dtype; int64_t x_st[PLOSS_MAX_DIMS];   /* logits        */
     const void *t; ploss_dtype t_dtype; int64_t t_st[PLOSS_MAX_DIMS];   /* float targets */
@@ -45,6 +70,7 @@ typedef struct ploss_sigmoid_problem {
 
     double a1, a0;  /* focal α weights of the positive / negative term (1, 1: disabled) */
     double gamma;   /* focal γ ≥ 0                                                      */
+    double beta;    /* SMOOTH_L1's β ≥ 0, HUBER's δ > 0, HINGE_EMBEDDING's margin        */
     double scale;   /* fused: gradient multiplier                                       */
 
     /* loss: elementwise (NONE, l_st) or one scalar (MEAN/SUM); f32 or f64 */

@@ -1,6 +1,7 @@
 /*
- * rows.c — the one validation front of the rows kernel shape: every softmax-row loss (a
- * softmax over axis 1 of N×C×d1×…×dk logits).  It checks the tensors of a call against the
+ * rows.c — the one validation front of the rows kernel shape: every loss over the class axis
+ * (axis 1) of N×C×d1×…×dk inputs with class-index targets: the softmax-row losses and the
+ * direct rows (negative log-likelihood, multi-class margin).  It checks the tensors of a call against the
  * loss's spec (core/loss.h), before anything is written, builds the problem of the loss's
  * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
  * were checked by its entry point (core/losses.c).
@@ -115,6 +116,20 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_SOFTMAX_FOCAL, "input", &p);
 }
 
+static ploss_status direct_rows(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                const ploss_loss_params *o, int64_t ignore_index, const ploss_view *x,
+                                const ploss_view *t, const ploss_view *w, const ploss_row_outputs *r)
+{
+    ploss_direct_problem p;
+    memset(&p, 0, sizeof p);
+    FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
+    p.kind = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? PLOSS_DIRECT_MULTI_MARGIN : PLOSS_DIRECT_NLL;
+    p.ignore_index = ignore_index;
+    p.margin = o->margin;
+    p.power = o->power;
+    return ploss_dispatch(ctx, PLOSS_OP_ROWS_DIRECT, "input", &p);
+}
+
 static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                     const ploss_loss_params *o, const ploss_view *x, const ploss_view *t,
                                     const ploss_view *w, const ploss_row_outputs *r)
@@ -191,8 +206,10 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                            .state_k = spec->state_components};
     if ((st = ploss_check_row_outputs(ctx, pass, o->reduction, o->inplace, &x, &t, ins, in_names, 1, &r)))
         return st;
+    /* the multi-class margin loss ignores no label (PyTorch's has no ignore_index) */
+    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? INT64_MIN : o->ignore_index;
     if (ctx->device.device_type == kDLCPU && !probabilities &&
-        (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, o->ignore_index)))
+        (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, ignore_index)))
         return st;
 
     switch (spec->policy) {
@@ -201,6 +218,9 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     case PLOSS_POLICY_SOFTMAX_FOCAL:
     case PLOSS_POLICY_DUAL_FOCAL:
         return softmax_focal(ctx, pass, spec, o, &x, &t, vec, &r);
+    case PLOSS_POLICY_NLL:
+    case PLOSS_POLICY_MULTI_MARGIN:
+        return direct_rows(ctx, pass, spec, o, ignore_index, &x, &t, vec, &r);
     default:
         return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);
     }

@@ -4,9 +4,10 @@
  *
  * Samples are indexed i = (n, s), n < N, s < S (S = d1⋯dk collapsed to one axis).  Every
  * tensor is addressed as base + n·sn + s·ss (+ j·sc along classes, or k along the state's
- * components), strides in elements.  Three backends today: cross-entropy (label smoothing,
- * class weights, probability targets), the softmax focal losses, and the per-sample
- * policies (large-margin, Taylor CE, PC-softmax, OHEM over cross-entropy or large-margin).
+ * components), strides in elements.  Four backends today: cross-entropy (label smoothing,
+ * class weights, probability targets), the softmax focal losses, the per-sample
+ * policies (large-margin, Taylor CE, PC-softmax, OHEM over cross-entropy or large-margin),
+ * and the direct rows (no softmax: negative log-likelihood, multi-class margin).
  */
 #ifndef PLOSS_ROWS_H
 #define PLOSS_ROWS_H
@@ -178,6 +179,52 @@ ploss_status ploss_cuda_sample_policies(ploss_ctx_t *ctx, const ploss_sample_pro
 /* The row-engine part of the CUDA backend (rows with a contiguous class axis, no mining):
  * PLOSS_ERR_UNSUPPORTED, having launched nothing, for the problems it does not take. */
 ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sample_problem *p);
+#endif
+
+/* ---- direct rows: losses of the input's values, no softmax --------------------------------
+ * Per valid sample (label y ≠ ignore_index), w the class weights (1 without):
+ *  NLL (x log-probabilities):  ℓ_i = −w_y·x_iy,   ∂ℓ_i/∂x_ij = −w_y·[j = y];
+ *     ignored samples: ℓ = 0, a zero gradient row.  MEAN divides by Σ_valid w_y (the count
+ *     of valid samples without weights), as PyTorch.
+ *  MULTI_MARGIN (margin m, power p ∈ {1, 2}; every sample is valid):
+ *     z_j = m − x_iy + x_ij,  h_j = z_j > 0 ? z_j^p : 0  (a NaN z_j counts: the loss is NaN)
+ *     ℓ_i = (w_y/C)·Σ_{j≠y} h_j,   ∂ℓ_i/∂x_ij = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j ≠ y),
+ *     ∂ℓ_i/∂x_iy = −Σ_{j≠y} ∂ℓ_i/∂x_ij.  MEAN divides by the sample count, as PyTorch. */
+
+typedef enum {
+    PLOSS_DIRECT_NLL = 0,
+    PLOSS_DIRECT_MULTI_MARGIN = 1
+} ploss_direct_kind;
+
+typedef struct ploss_direct_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_direct_kind kind;
+    int64_t N, S, C;
+
+    /* input log-probabilities */
+    const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
+    /* class indices, i64 or i32 */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;
+    /* class weights, NULL = all ones */
+    const void *w; ploss_dtype w_dtype; int64_t w_s;
+
+    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN */
+    double margin;         /* MULTI_MARGIN m */
+    int power;             /* MULTI_MARGIN p: 1 or 2 */
+    double scale;          /* fused: multiplier of the gradient */
+
+    /* loss: per sample (NONE) or one scalar (MEAN/SUM); f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_sn, l_ss;
+    /* upstream gradient (backward): scalar (MEAN/SUM) or per sample (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn, gl_ss;
+    /* gradient output, the input's dtype */
+    void *grad; int64_t g_sn, g_ss, g_sc;
+} ploss_direct_problem;
+
+ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p);
 #endif
 
 #ifdef __cplusplus

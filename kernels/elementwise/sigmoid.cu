@@ -1,15 +1,18 @@
 /*
- * sigmoid.cu — CUDA backend of the elementwise sigmoid family: binary_cross_entropy_with_logits
- * and sigmoid_focal (formulas in core/engines/elementwise.h and core/ploss.h).
+ * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
+ * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
+ * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
+ * hinge_embedding_loss); formulas in core/engines/elementwise.h and core/ploss_losses.h.
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
  *  - sigmoid_fast<T, KIND, G2>: the common case — x and target of one dtype, dense, unit
  *    stride, 16-byte aligned (as the gradient and an elementwise loss), no weight and no
  *    pos_weight, not a backward pass with reduction NONE.  Whole 16-byte vectors (4 f32,
- *    8 f16/bf16, 2 f64) with VPT vectors per tensor in flight per thread, the kind and
- *    γ = 2 compile-time (branch-free sign-folded formulas, fast f32 exp / reciprocal and a
- *    cancellation-free log1p, see fast_element), other γ through element() with its kink
- *    handling; a scalar tail of numel % N elements.
+ *    8 f16/bf16, 2 f64) with VPT vectors per tensor in flight per thread, the sigmoid kind
+ *    and γ = 2 compile-time (branch-free sign-folded formulas, fast f32 exp / reciprocal
+ *    and a cancellation-free log1p, see fast_element), other γ through element() with its
+ *    kink handling, the pointwise kinds in one kernel that switches on the kind; a scalar
+ *    tail of numel % N elements.
  *  - sigmoid_kernel<T, TT, DENSE>: everything else (strides, broadcast weight/pos_weight,
  *    mixed target dtype, misaligned views, elementwise upstream gradient), with the
  *    accurate libdevice functions.  A dense problem (one collapsed axis) walks k·stride;
@@ -35,6 +38,8 @@ constexpr int ILP = 2; /* general kernel: elements in flight per thread (4 spill
 
 __device__ __forceinline__ float m_exp(float v) { return expf(v); }
 __device__ __forceinline__ double m_exp(double v) { return exp(v); }
+__device__ __forceinline__ float m_log(float v) { return logf(v); }
+__device__ __forceinline__ double m_log(double v) { return log(v); }
 __device__ __forceinline__ float m_log1p(float v) { return log1pf(v); }
 __device__ __forceinline__ double m_log1p(double v) { return log1p(v); }
 __device__ __forceinline__ float m_abs(float v) { return fabsf(v); }
@@ -59,12 +64,75 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
     return m_pow(q, gamma);
 }
 
-/* Loss and ∂loss/∂x of one element (before the upstream gradient); mirrors element() in
- * core/cpu/elementwise/sigmoid.c. */
+/* Loss and ∂loss/∂x of one element of the pointwise criteria; mirrors pointwise() in
+ * core/cpu/elementwise/sigmoid_impl.h (PyTorch's thresholds and signs: sign(0) = 0, the
+ * quadratic part strictly inside |d| < β, BCE's logs clamped at −100 and its gradient's
+ * denominator at 1e-12). */
 template <class A>
-__device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A gamma, A x, A y, A w, A pw,
+__device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A beta, A x, A y, A w, A &loss, A &dx)
+{
+    const A d = x - y, ad = m_abs(d);
+    const A sgn = d > A(0) ? A(1) : d < A(0) ? A(-1) : A(0);
+    switch (kind) {
+    case PLOSS_EW_MSE:
+        loss = d * d;
+        dx = A(2) * d;
+        break;
+    case PLOSS_EW_L1:
+        loss = ad;
+        dx = sgn;
+        break;
+    case PLOSS_EW_SMOOTH_L1: /* β = 0: never inside, the L1 loss */
+        loss = ad < beta ? A(0.5) * d * d / beta : ad - A(0.5) * beta;
+        dx = ad < beta ? d / beta : sgn;
+        break;
+    case PLOSS_EW_HUBER:
+        loss = ad < beta ? A(0.5) * d * d : beta * (ad - A(0.5) * beta);
+        dx = ad < beta ? d : beta * sgn;
+        break;
+    case PLOSS_EW_BCE_PROB: {
+        const A lx = m_log(x), l1x = m_log1p(-x);
+        const A cx = lx < A(-100) ? A(-100) : lx, c1x = l1x < A(-100) ? A(-100) : l1x;
+        const A den = (A(1) - x) * x;
+        loss = w * ((y - A(1)) * c1x - y * cx);
+        dx = w * (x - y) / (den < A(1e-12) ? A(1e-12) : den);
+        break;
+    }
+    case PLOSS_EW_SOFT_MARGIN: {
+        const A z = -y * x, e = m_exp(-m_abs(z)), r = A(1) / (A(1) + e);
+        loss = (z > A(0) ? z : A(0)) + m_log1p(e);
+        dx = -y * (z >= A(0) ? r : e * r);
+        break;
+    }
+    case PLOSS_EW_KL_DIV:
+        loss = (y == A(0) ? A(0) : y * m_log(y)) - y * x;
+        dx = -y;
+        break;
+    case PLOSS_EW_HINGE_EMBEDDING: { /* margin m = beta; the clamp's gradient where m − x >= 0 */
+        const A h = beta - x;
+        loss = (y != A(1) ? (h > A(0) ? h : A(0)) : A(0)) + (y != A(-1) ? x : A(0));
+        dx = (y != A(1) ? (h >= A(0) ? A(-1) : A(0)) : A(0)) + (y != A(-1) ? A(1) : A(0));
+        break;
+    }
+    default: { /* KL_DIV_LOG_TARGET */
+        const A e = m_exp(y);
+        loss = e * (y - x);
+        dx = -e;
+        break;
+    }
+    }
+}
+
+/* Loss and ∂loss/∂x of one element (before the upstream gradient); mirrors element() in
+ * core/cpu/elementwise/sigmoid_impl.h. */
+template <class A>
+__device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A gamma, A beta, A x, A y, A w, A pw,
                                         A &loss, A &dx)
 {
+    if (PLOSS_EW_IS_POINTWISE(kind)) {
+        pointwise_element<A>(kind, beta, x, y, w, loss, dx);
+        return;
+    }
     const A e = m_exp(-m_abs(x)), lg = m_log1p(e);
     const A sp_pos = (x > A(0) ? x : A(0)) + lg;
     const A sp_neg = (x < A(0) ? -x : A(0)) + lg;
@@ -147,7 +215,7 @@ template <class A> __device__ __forceinline__ A reduced_omega(const ploss_sigmoi
 {
     if (p.pass == PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE) {
         const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-        return (A)(p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.numel : up);
+        return (A)(p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.mean_divisor : up);
     }
     return (A)omega_host;
 }
@@ -169,7 +237,7 @@ sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partial
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const bool per_element_up = p.pass == PLOSS_PASS_BACKWARD && none;
     const A omega = reduced_omega<A>(p, omega_host);
-    const A a1 = (A)p.a1, a0 = (A)p.a0, gamma = (A)p.gamma;
+    const A a1 = (A)p.a1, a0 = (A)p.a0, gamma = (A)p.gamma, beta = (A)p.beta;
 
     /* ILP elements per thread and step: all their loads are issued before the math */
     A sum = A(0);
@@ -196,7 +264,7 @@ sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partial
             if (k >= p.numel)
                 break;
             A loss, dx;
-            element<A>(p.kind, a1, a0, gamma, xv[u], yv[u], wv[u], pwv[u], loss, dx);
+            element<A>(p.kind, a1, a0, gamma, beta, xv[u], yv[u], wv[u], pwv[u], loss, dx);
             if (want_loss) {
                 if (none)
                     store_dyn(p.loss, p.loss_dtype, o_out[u], (double)loss);
@@ -270,8 +338,13 @@ __device__ __forceinline__ logit_parts<double> parts_of(double x)
     return s;
 }
 
-/* ω·loss and ω·∂loss/∂x of one element for a compile-time kind; G2: γ = 2 (else the
- * general element() with the run-time γ, its kink handling included).
+/* KIND of the fast kernel for every pointwise criterion: the kind is read at run time (one
+ * uniform switch per element; the pass is memory-bound), so one kernel per dtype serves them. */
+constexpr int KIND_POINTWISE = -1;
+
+/* ω·loss and ω·∂loss/∂x of one element for a compile-time kind (KIND_POINTWISE: the
+ * problem's kind); G2: γ = 2 (else the general element() with the run-time γ, its kink
+ * handling included).
  *
  * The γ = 2 / BCE forms are written in the frame of x ≥ 0 and the sign s = sign(x) (+1 at
  * 0) is applied to the gradient at the end.  With yd the target weight of the softplus
@@ -288,11 +361,18 @@ __device__ __forceinline__ logit_parts<double> parts_of(double x)
  *               wy = a₁y, wn = a₀(1−y), (wd, wa) = x ≥ 0 ? (wn, wy) : (wy, wn), ev = (wa+wd)·lg + wd·a
  * (the γ = 2 gradients of element(): qg/q = q, γ|p−y|^(γ−1)·sign = 2(p − y); no kink). */
 template <class A, int KIND, bool G2>
-__device__ __forceinline__ void fast_element(A x, A y, A a1, A a0, A gamma, A omega, A &loss, A &g)
+__device__ __forceinline__ void fast_element(ploss_sigmoid_kind kind, A x, A y, A a1, A a0, A gamma, A beta, A omega,
+                                             A &loss, A &g)
 {
+    if (KIND == KIND_POINTWISE) {
+        A dx;
+        pointwise_element<A>(kind, beta, x, y, A(1), loss, dx);
+        g = omega * dx;
+        return;
+    }
     if (KIND != PLOSS_SIGMOID_BCE && !G2) {
         A l, dx;
-        element<A>((ploss_sigmoid_kind)KIND, a1, a0, gamma, x, y, A(1), A(1), l, dx);
+        element<A>((ploss_sigmoid_kind)KIND, a1, a0, gamma, beta, x, y, A(1), A(1), l, dx);
         loss = l;
         g = omega * dx;
         return;
@@ -386,7 +466,7 @@ sigmoid_fast(const ploss_sigmoid_problem p, double omega_host, double *partials)
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const A omega = reduced_omega<A>(p, omega_host);
-    const A a1 = (A)p.a1, a0 = (A)p.a0, gamma = (A)p.gamma;
+    const A a1 = (A)p.a1, a0 = (A)p.a0, gamma = (A)p.gamma, beta = (A)p.beta;
     const int64_t nvec = p.numel / N;
 
     A sum = A(0);
@@ -409,8 +489,8 @@ sigmoid_fast(const ploss_sigmoid_problem p, double omega_host, double *partials)
             A lo[N], go[N];
 #pragma unroll
             for (int e = 0; e < N; ++e)
-                fast_element<A, KIND, G2>(vec16<T>::get(xr[u], e), vec16<T>::get(tr[u], e), a1, a0, gamma, omega,
-                                          lo[e], go[e]);
+                fast_element<A, KIND, G2>(p.kind, vec16<T>::get(xr[u], e), vec16<T>::get(tr[u], e), a1, a0, gamma,
+                                          beta, omega, lo[e], go[e]);
             if (want_loss) {
                 if (none) {
                     store_losses<N>(lv + v * N, lo);
@@ -428,8 +508,8 @@ sigmoid_fast(const ploss_sigmoid_problem p, double omega_host, double *partials)
     const int64_t k = nvec * N + thread_index();
     if (k < p.numel) {
         A lo, go;
-        fast_element<A, KIND, G2>(to_acc(((const T *)p.x)[k]), to_acc(((const T *)p.t)[k]), a1, a0, gamma, omega,
-                                  lo, go);
+        fast_element<A, KIND, G2>(p.kind, to_acc(((const T *)p.x)[k]), to_acc(((const T *)p.t)[k]), a1, a0, gamma,
+                                  beta, omega, lo, go);
         if (want_loss) {
             if (none)
                 lv[k] = lo;
@@ -490,6 +570,10 @@ static ploss_status launch_fast(const ploss_sigmoid_problem *p, unsigned blocks,
                                 double *partials)
 {
     const bool g2 = p->gamma == 2.0;
+    if (PLOSS_EW_IS_POINTWISE(p->kind)) {
+        sigmoid_fast<T, KIND_POINTWISE, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("sigmoid_fast");
+    }
     switch (p->kind) {
     case PLOSS_SIGMOID_BCE:
         sigmoid_fast<T, PLOSS_SIGMOID_BCE, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
@@ -538,7 +622,8 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
     }
     double omega = 0.0;
     if (p->pass == PLOSS_PASS_FUSED)
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->numel ? p->scale / (double)p->numel : 0.0) : p->scale;
+        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->mean_divisor ? p->scale / (double)p->mean_divisor : 0.0)
+                                                     : p->scale;
     const bool dense = p->ndim == 1;
     cudaStream_t stream = stream_of(ctx);
 
@@ -557,7 +642,7 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
     });
     if (st || !need_partials)
         return st;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->numel : 1.0;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->mean_divisor : 1.0;
     sigmoid_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype);
     return check_launch("sigmoid_finish");
 }

@@ -102,7 +102,11 @@ local function resolve(d, user, extra, where)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end
-  check_scalar(REDUCTION, r, where)
+  if type(r) ~= "string" or not d.reduction_allowed[r] then
+    local names = {}
+    for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
+    ploss.raise(string.format("%s: reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
+  end
   o.reduction = r
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
@@ -283,14 +287,36 @@ end
 
 local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
 
+-- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
+-- move; returns self), :cuda(), :cpu() and :tostring().
+local function tensor_and_print_methods(cls, d)
+  function cls:to(device)
+    for _, t in ipairs(d.tensors) do
+      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
+    end
+    return self
+  end
+  function cls:cuda() return self:to("cuda") end
+  function cls:cpu() return self:to("cpu") end
+
+  function cls:tostring()
+    local parts = {}
+    for _, t in ipairs(d.tensors) do
+      if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
+    end
+    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    parts[#parts + 1] = "reduction=" .. show(self.reduction)
+    if self.inplace then parts[#parts + 1] = "inplace=true" end
+    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
+  end
+end
+
 -- A loss of several embedding inputs (d.inputs): crit:forward(x1, …, xk [, labels]) → loss;
 -- crit:backward(x1, …, xk [, labels] [, gradOutput]) → one gradient per input, in argument
 -- order; crit(x1, …, xk [, labels] [, scale]) → loss followed by those gradients, from the
 -- fused pass.  ploss.F.<name>(…, opts), _backward(…, gradOutput, opts) and _fused(…, opts)
 -- likewise; opts may name `out` and `grad_<input>` tensors to write into.  No in-place
 -- gradient (inplace = true is refused) and no saved state.
-local build_one
-
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -435,24 +461,39 @@ local function build_multi(d)
     return self.output, unpack(self._grads, 1, ninputs)
   end
 
-  function cls:to(device)
-    for _, t in ipairs(d.tensors) do
-      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
-    end
-    return self
-  end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
+  tensor_and_print_methods(cls, d)
 
-  function cls:tostring()
-    local parts = {}
-    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
-    parts[#parts + 1] = "reduction=" .. show(self.reduction)
-    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
-  end
-
-  cls._spec = { name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
-                inputs = d.inputs, target = target_name }
+  -- The C calls on a given context, for the benchmark (bench/bench.lua): the single-input
+  -- spec's convention with the inputs and the gradients as lists (argument order).
+  cls._spec = {
+    name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
+    inputs = d.inputs, target = target_name, multi = true,
+    -- the resolved options and the C struct of the table `user`; keys the loss does not
+    -- have are returned in a sorted list, not refused
+    options = function(user)
+      local known = { reduction = true }
+      for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
+      for _, tt in ipairs(d.tensors) do known[tt.name] = true end
+      local mine, unknown = {}, {}
+      for k, v in pairs(user) do
+        if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
+      end
+      table.sort(unknown)
+      local o = resolve(d, mine, nil, d.name)
+      return fill(d, o, ctype()), o, unknown
+    end,
+    forward = function(o, ctx, inputs, target, copts, loss)
+      return run("forward", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss })
+    end,
+    backward = function(o, ctx, inputs, target, copts, grad_loss, grads)
+      return run("backward", ctx, { o = o, inputs = inputs, target = target, copts = copts,
+                                    grad_loss = grad_loss, grads = grads })
+    end,
+    fused = function(o, ctx, inputs, target, copts, loss, grads)
+      return run("fused", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss,
+                                 grads = grads })
+    end,
+  }
 
   -- the functional API ----------------------------------------------------------------
   local F = ploss.F
@@ -521,18 +562,13 @@ local function build_multi(d)
   end
 
   ploss[d.criterion] = cls
-  return cls
-end
-
---- Build the criterion class and the functions of description `d` into `ploss`, with the
--- other names of its criterion (d.criterion_aliases).
-function M.build(d)
-  local cls = d.inputs and build_multi(d) or build_one(d)
   for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
   return cls
 end
 
-build_one = function(d)
+--- Build the criterion class and the functions of description `d` into `ploss`.
+function M.build(d)
+  if d.inputs then return build_multi(d) end
   local ctype = ffi.typeof(d.opts_type)
   local call = { forward = caller(d, "forward"), backward = caller(d, "backward"), fused = caller(d, "fused") }
   local cls = nn.class(d.criterion)
@@ -630,26 +666,7 @@ build_one = function(d)
     return self.output, self.gradInput
   end
 
-  --- Move tensor options (e.g. weight) to `device`; returns self.
-  function cls:to(device)
-    for _, t in ipairs(d.tensors) do
-      if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
-    end
-    return self
-  end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
-
-  function cls:tostring()
-    local parts = {}
-    for _, t in ipairs(d.tensors) do
-      if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
-    end
-    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
-    parts[#parts + 1] = "reduction=" .. show(self.reduction)
-    if self.inplace then parts[#parts + 1] = "inplace=true" end
-    return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
-  end
+  tensor_and_print_methods(cls, d)
 
   -- The C calls with the argument order of the bad-input catalogue (spec/bad_input.lua) and
   -- of the benchmark (bench/bench.lua).
@@ -739,6 +756,7 @@ build_one = function(d)
   end
 
   ploss[d.criterion] = cls
+  for _, alias in ipairs(d.criterion_aliases) do ploss[alias] = cls end
   return cls
 end
 

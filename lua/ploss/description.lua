@@ -10,8 +10,9 @@
 -- Fields of a description:
 --   name         C family name and ploss.F name: ploss_<name>_forward/_backward/_fused
 --   criterion    the Lua class, ploss.<criterion>{...}
+--   criterion_aliases  other class names of the same criterion (Torch7's names, a paper's
+--                name; optional)
 --   aliases      other ploss.F names of the same function (optional)
---   criterion_aliases  other names of the criterion class, ploss.<alias> (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
 --                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
@@ -26,11 +27,17 @@
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
 --                the input's shape), 'labels' (one integer class label per embedding row,
 --                the argument `labels`), 'class_labels' (one class index per embedding row,
---                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
---                boxes, as the input)
+--                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target
+--                argument) or 'boxes' (float N×4 boxes, as the input)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
+--   input_doc, target_doc  what the input / target hold, where the shape's and target
+--                kind's general text does not say it (optional)
+--   input_range  { low, high }: the inputs the loss is defined on (BCE's probabilities), where
+--                generic specs draw their random inputs (optional; default any real)
+--   reductions   the reductions the loss takes, by Lua name (default 'none', 'mean', 'sum';
+--                'batchmean' only where listed)
 --   tensors      extra tensors between target and opts, in argument order:
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
 --                  'sample_vector' (N values, one per sample),
@@ -57,10 +64,13 @@ local KNOWN = {
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
+  input_doc = true, target_doc = true, reductions = true, input_range = true,
 }
 
---- The reductions, common to every loss.
-D.reductions = { { "none", "PLOSS_REDUCTION_NONE" }, { "mean", "PLOSS_REDUCTION_MEAN" }, { "sum", "PLOSS_REDUCTION_SUM" } }
+--- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.
+D.reductions = { { "none", "PLOSS_REDUCTION_NONE" }, { "mean", "PLOSS_REDUCTION_MEAN" }, { "sum", "PLOSS_REDUCTION_SUM" },
+                 { "batchmean", "PLOSS_REDUCTION_BATCHMEAN" } }
+local DEFAULT_REDUCTIONS = { "none", "mean", "sum" }
 
 local function fail(desc, msg) error("loss description " .. tostring(desc.name) .. ": " .. msg, 0) end
 
@@ -142,7 +152,6 @@ function D.prepare(desc)
   desc.tensors = desc.tensors or {}
   desc.enums = desc.enums or {}
   desc.aliases = desc.aliases or {}
-  desc.criterion_aliases = desc.criterion_aliases or {}
   desc.unused_options = desc.unused_options or {}
   if desc.inputs then
     -- PLOSS_MAX_LOSS_INPUTS of core/loss.h
@@ -152,6 +161,10 @@ function D.prepare(desc)
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
     end
   end
+  desc.criterion_aliases = desc.criterion_aliases or {}
+  desc.reductions = desc.reductions or DEFAULT_REDUCTIONS
+  desc.reduction_allowed = {}
+  for _, r in ipairs(desc.reductions) do desc.reduction_allowed[r] = true end
   for _, e in ipairs(desc.enums) do
     e.by_lua = {}
     for i, v in ipairs(e.values) do

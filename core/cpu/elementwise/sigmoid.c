@@ -1,6 +1,7 @@
 /*
- * sigmoid.c — CPU backend of the elementwise sigmoid family: binary_cross_entropy_with_logits
- * and sigmoid_focal (formulas in core/engines/elementwise.h and core/ploss.h).
+ * sigmoid.c — CPU backend of the elementwise losses: the sigmoid family
+ * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (formulas in
+ * core/engines/elementwise.h and core/ploss_losses.h).
  * f32, f16 and bf16 inputs are computed in float, f64 in double (sigmoid_impl.h, once
  * for each); losses are summed in double over fixed chunks of elements, summed in order,
  * so results do not depend on the number of OpenMP threads.
@@ -68,7 +69,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmo
     (void)ctx;
     const int64_t M = p->numel;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)M : 1.0;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->mean_divisor : 1.0;
 
     /* ω of reduced losses; per element for NONE in backward */
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);

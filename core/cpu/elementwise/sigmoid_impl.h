@@ -1,11 +1,61 @@
 /*
- * sigmoid_impl.h — the elementwise sigmoid kernels for one compute type, included by
- * sigmoid.c with REAL, REAL_DTYPE, EXP, LOG1P, POW, REAL_MAX, LOAD/STORE (chunks.h row
+ * sigmoid_impl.h — the elementwise kernels for one compute type, included by sigmoid.c
+ * with REAL, REAL_DTYPE, EXP, LOG, LOG1P, POW, REAL_MAX, LOAD/STORE (chunks.h row
  * converters) and F(name) defined.  Elements go through blocks of BLOCK: a tensor that is
  * REAL and dense is used in place, any other is gathered into a REAL buffer by the walker
  * (and the outputs scattered back), then one vectorised loop per kind and pass computes
  * the block; the loss is summed in double.
  */
+
+/* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
+ * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
+ * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING.  The branches at the thresholds and the signs follow
+ * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
+static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
+                                                                REAL *loss, REAL *dx)
+{
+    const REAL d = x - y, ad = fabs(d);
+    const REAL sgn = d > 0 ? 1 : d < 0 ? -1 : 0;
+    if (kind == PLOSS_EW_MSE) {
+        *loss = d * d;
+        *dx = 2 * d;
+    } else if (kind == PLOSS_EW_L1) {
+        *loss = ad;
+        *dx = sgn;
+    } else if (kind == PLOSS_EW_SMOOTH_L1) {
+        const int in = ad < beta; /* never for β = 0: the L1 loss, no 0/0 */
+        *loss = in ? (REAL)0.5 * d * d / beta : ad - (REAL)0.5 * beta;
+        *dx = in ? d / beta : sgn;
+    } else if (kind == PLOSS_EW_HUBER) {
+        const int in = ad < beta;
+        *loss = in ? (REAL)0.5 * d * d : beta * (ad - (REAL)0.5 * beta);
+        *dx = in ? d : beta * sgn;
+    } else if (kind == PLOSS_EW_BCE_PROB) {
+        /* logs clamped at −100 (NaN stays NaN); the gradient's denominator at 1e-12 */
+        const REAL lx = LOG(x), l1x = LOG1P(-x);
+        const REAL cx = lx < -100 ? -100 : lx, c1x = l1x < -100 ? -100 : l1x;
+        const REAL den = (1 - x) * x;
+        *loss = w * ((y - 1) * c1x - y * cx);
+        *dx = w * (x - y) / (den < (REAL)1e-12 ? (REAL)1e-12 : den);
+    } else if (kind == PLOSS_EW_SOFT_MARGIN) {
+        const REAL z = -y * x, e = EXP(-fabs(z)), r = 1 / (1 + e);
+        *loss = (z > 0 ? z : 0) + LOG1P(e);   /* softplus(z) */
+        *dx = -y * (z >= 0 ? r : e * r);      /* −y·σ(z)     */
+    } else if (kind == PLOSS_EW_KL_DIV) {
+        *loss = (y == 0 ? 0 : y * LOG(y)) - y * x; /* xlogy(y, y) − y·x */
+        *dx = -y;
+    } else if (kind == PLOSS_EW_HINGE_EMBEDDING) {
+        /* PyTorch: where(y ≠ 1, clamp_min(m − x, 0)) + where(y ≠ −1, x); the clamp's
+         * gradient passes where m − x >= 0 */
+        const REAL h = beta - x;
+        *loss = (y != 1 ? (h > 0 ? h : 0) : 0) + (y != -1 ? x : 0);
+        *dx = (y != 1 ? (h >= 0 ? -1 : 0) : 0) + (y != -1 ? 1 : 0);
+    } else { /* KL_DIV_LOG_TARGET */
+        const REAL e = EXP(y);
+        *loss = e * (y - x);
+        *dx = -e;
+    }
+}
 
 /* Loss and ∂loss/∂x of one element (before the upstream gradient); `kind`, the pass and
  * g2 (γ = 2: squares instead of pow) are constants at every call, so each combination
@@ -13,8 +63,12 @@
  * which would keep the loop scalar). */
 static inline __attribute__((always_inline)) void F(element)(int kind, int want_loss, int want_grad, int g2, REAL x, REAL y,
                                                               REAL w, REAL pw, REAL a1, REAL a0, REAL gamma,
-                                                              REAL *loss, REAL *dx)
+                                                              REAL beta, REAL *loss, REAL *dx)
 {
+    if (PLOSS_EW_IS_POINTWISE(kind)) {
+        F(pointwise)(kind, x, y, w, beta, loss, dx);
+        return;
+    }
     const REAL e = EXP(-fabs(x)), r = 1 / (1 + e);
     const REAL lg = want_loss || kind != PLOSS_SIGMOID_BCE ? LOG1P(e) : 0; /* BCE's gradient needs no log */
     const REAL sp_pos = (x > 0 ? x : 0) + lg;          /* softplus(x)  = −log(1 − σ(x)) */
@@ -95,7 +149,7 @@ static void F(scatter)(void *base, ploss_dtype dt, walker w, int t, int64_t n, c
     _Pragma("omp simd reduction(+ : acc)") for (int64_t i = 0; i < n; ++i)                    \
     {                                                                                           \
         REAL l = 0, d = 0;                                                                      \
-        F(element)(K, WL, WG, G2, x[i], y[i], w[i], pw[i], a1, a0, gamma, &l, &d);                  \
+        F(element)(K, WL, WG, G2, x[i], y[i], w[i], pw[i], a1, a0, gamma, beta, &l, &d);            \
         if (WL) {                                                                               \
             lb[i] = l;                                                                          \
             acc += l;                                                                           \
@@ -123,12 +177,21 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
                        REAL *restrict gb)
 {
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
-    const REAL a1 = (REAL)p->a1, a0 = (REAL)p->a0, gamma = (REAL)p->gamma;
+    const REAL a1 = (REAL)p->a1, a0 = (REAL)p->a0, gamma = (REAL)p->gamma, beta = (REAL)p->beta;
     double acc = 0.0;
     switch (p->kind) {
     case PLOSS_SIGMOID_BCE: SIGMOID_PASSES(PLOSS_SIGMOID_BCE) break;
     case PLOSS_SIGMOID_FOCAL_TORCHVISION: SIGMOID_PASSES(PLOSS_SIGMOID_FOCAL_TORCHVISION) break;
-    default: SIGMOID_PASSES(PLOSS_SIGMOID_FOCAL_REFERENCE) break;
+    case PLOSS_SIGMOID_FOCAL_REFERENCE: SIGMOID_PASSES(PLOSS_SIGMOID_FOCAL_REFERENCE) break;
+    case PLOSS_EW_MSE: SIGMOID_PASSES_G(PLOSS_EW_MSE, 0) break;
+    case PLOSS_EW_L1: SIGMOID_PASSES_G(PLOSS_EW_L1, 0) break;
+    case PLOSS_EW_SMOOTH_L1: SIGMOID_PASSES_G(PLOSS_EW_SMOOTH_L1, 0) break;
+    case PLOSS_EW_HUBER: SIGMOID_PASSES_G(PLOSS_EW_HUBER, 0) break;
+    case PLOSS_EW_BCE_PROB: SIGMOID_PASSES_G(PLOSS_EW_BCE_PROB, 0) break;
+    case PLOSS_EW_SOFT_MARGIN: SIGMOID_PASSES_G(PLOSS_EW_SOFT_MARGIN, 0) break;
+    case PLOSS_EW_KL_DIV: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV, 0) break;
+    case PLOSS_EW_HINGE_EMBEDDING: SIGMOID_PASSES_G(PLOSS_EW_HINGE_EMBEDDING, 0) break;
+    default: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
     }
     return acc;
 }

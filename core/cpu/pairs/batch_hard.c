@@ -146,8 +146,9 @@ ploss_status ploss_cpu_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_probl
         const double omega =
             ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, (double)active);
         const int per_row_gl = p->pass == PLOSS_PASS_BACKWARD && none;
-        for (int64_t i = 0; i < N; ++i)
-            an[i].c *= per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
+        for (int64_t i = 0; i < N; ++i) /* an inactive anchor's c stays 0 (ω may be NaN or ∞) */
+            if (an[i].c != 0.0)
+                an[i].c *= per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
         /* the pairs that reach row j from other anchors: entry e < N is anchor e's positive
          * pair, e >= N anchor e − N's negative pair; listed per row in increasing e */
         memset(start, 0, (size_t)(N + 1) * sizeof *start);

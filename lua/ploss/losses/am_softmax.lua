@@ -23,5 +23,5 @@ return {
   },
   formula = M.formula("cos θ − m", nil, nil),
   gradient = M.gradient,
-  notes = M.notes .. "  ploss.CosFaceLoss is this criterion under its other name.",
+  notes = M.notes,
 }

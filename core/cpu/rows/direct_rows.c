@@ -1,0 +1,131 @@
+/*
+ * direct_rows.c — CPU backend of the direct rows (formulas in core/engines/rows.h): the
+ * negative log-likelihood (a gather of the target's entry of each row) and the multi-class
+ * margin loss (one pass over each row), no softmax.  Labels were validated by
+ * core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
+ * taken first, so that the gradient is written in the same pass as the loss; losses are
+ * summed in double over fixed chunks of samples, summed in order, so results do not depend
+ * on the number of OpenMP threads.
+ */
+#include <omp.h>
+
+#include "chunks.h"
+#include "rows.h"
+#include "scalar.h"
+
+#define CHUNK 4096 /* samples per reduction chunk */
+
+/* Class weight of label y (1 without weights). */
+static double weight_of(const ploss_direct_problem *p, int64_t y)
+{
+    return p->w ? ploss_load(p->w, p->w_dtype, y * p->w_s) : 1.0;
+}
+
+/* The MEAN divisor: NLL Σ w_y over the valid samples (in chunk order), else the sample count. */
+static double mean_divisor(const ploss_direct_problem *p, ploss_cpu_rows *b)
+{
+    const int64_t M = p->N * p->S;
+    if (p->kind != PLOSS_DIRECT_NLL)
+        return (double)M;
+#pragma omp parallel for schedule(static)
+    for (int64_t chunk = 0; chunk < b->nchunks; ++chunk) {
+        const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+        double acc = 0.0;
+        for (int64_t i = chunk * CHUNK; i < end; ++i) {
+            const int64_t n = i / p->S, s = i % p->S;
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
+            if (y != p->ignore_index)
+                acc += weight_of(p, y);
+        }
+        b->partial[chunk] = acc;
+    }
+    double total = 0.0;
+    for (int64_t c = 0; c < b->nchunks; ++c)
+        total += b->partial[c];
+    return total;
+}
+
+/* Multi-class margin loss of sample (n, s) with label y and class weight wy; with
+ * `grad` the gradient row om·∂ℓ/∂x (written after the row is read: it may be the input). */
+static double multi_margin_row(const ploss_direct_problem *p, int64_t n, int64_t s, int64_t y, double wy, int grad,
+                               double om)
+{
+    const int64_t x0 = n * p->x_sn + s * p->x_ss, g0 = n * p->g_sn + s * p->g_ss;
+    const double xy = ploss_load(p->x, p->x_dtype, x0 + y * p->x_sc);
+    const double c = wy / (double)p->C;
+    double sum = 0.0, gsum = 0.0;
+    for (int64_t j = 0; j < p->C; ++j) {
+        if (j == y)
+            continue;
+        const double z = p->margin - xy + ploss_load(p->x, p->x_dtype, x0 + j * p->x_sc);
+        if (!(z <= 0.0)) { /* z > 0, or NaN: counted */
+            sum += p->power == 1 ? z : z * z;
+            gsum += p->power == 1 ? 1.0 : 2.0 * z;
+        }
+    }
+    if (grad) {
+        for (int64_t j = 0; j < p->C; ++j) {
+            double g = 0.0;
+            if (j == y) {
+                g = -c * gsum * om;
+            } else {
+                const double z = p->margin - xy + ploss_load(p->x, p->x_dtype, x0 + j * p->x_sc);
+                if (!(z <= 0.0))
+                    g = c * (p->power == 1 ? 1.0 : 2.0 * z) * om;
+            }
+            ploss_store(p->grad, p->x_dtype, g0 + j * p->g_sc, g);
+        }
+    }
+    return c * sum;
+}
+
+ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p)
+{
+    (void)ctx;
+    const int64_t M = p->N * p->S;
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int none = p->reduction == PLOSS_REDUCTION_NONE;
+    const int per_sample_up = p->pass == PLOSS_PASS_BACKWARD && none;
+
+    ploss_cpu_rows b;
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, 0, 0, CHUNK);
+    if (status != PLOSS_OK)
+        return status;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? mean_divisor(p, &b) : 1.0;
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
+
+#pragma omp parallel for schedule(static)
+    for (int64_t chunk = 0; chunk < b.nchunks; ++chunk) {
+        const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+        double acc = 0.0;
+        for (int64_t i = chunk * CHUNK; i < end; ++i) {
+            const int64_t n = i / p->S, s = i % p->S;
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
+            const int valid = y != p->ignore_index;
+            const double wy = valid ? weight_of(p, y) : 0.0;
+            const double om = !want_grad    ? 0.0
+                              : per_sample_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss)
+                                              : omega;
+            double loss;
+            if (p->kind == PLOSS_DIRECT_MULTI_MARGIN) {
+                loss = multi_margin_row(p, n, s, y, wy, want_grad, om);
+            } else {
+                /* read before the gradient row is written (it may be the input itself) */
+                loss = valid ? -wy * ploss_load(p->x, p->x_dtype, n * p->x_sn + s * p->x_ss + y * p->x_sc) : 0.0;
+                if (want_grad) {
+                    const int64_t g0 = n * p->g_sn + s * p->g_ss;
+                    for (int64_t j = 0; j < p->C; ++j)
+                        ploss_store(p->grad, p->x_dtype, g0 + j * p->g_sc, valid && j == y ? -wy * om : 0.0);
+                }
+            }
+            if (want_loss && none)
+                ploss_store(p->loss, p->loss_dtype, n * p->l_sn + s * p->l_ss, loss);
+            acc += loss;
+        }
+        b.partial[chunk] = acc;
+    }
+    if (want_loss)
+        ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
+    ploss_cpu_rows_free(&b);
+    return PLOSS_OK;
+}

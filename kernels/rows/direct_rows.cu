@@ -1,0 +1,239 @@
+/*
+ * direct_rows.cu — CUDA backend of the direct rows (formulas in core/engines/rows.h): the
+ * negative log-likelihood and the multi-class margin loss, no softmax.
+ *
+ * Kernels, in stream order:
+ *  - direct_samples: a thread per sample reads its label; NLL reads the target's entry x_iy,
+ *    MULTI_MARGIN walks its row (twice with the gradient: the sums, then the gradient row,
+ *    each entry read before it is written, so the gradient may be the input itself).  It
+ *    writes the per-sample loss ('none') or a per-block partial of Σ ℓ and of the MEAN
+ *    divisor (NLL: Σ w_y); an out-of-range label is reported through the context's error
+ *    slot and the sample is skipped (nothing is read out of bounds).
+ *  - direct_finish: one block adds the partials in a fixed order, stores the reduced loss
+ *    and NLL's gradient scale ω in the workspace (deterministic, no atomics, no host
+ *    synchronisation).
+ *  - nll_grad: NLL's gradient, a thread per element (row-major over N×C×S, the order of a
+ *    contiguous gradient): −w_y·ω at the target's class, 0 elsewhere and in ignored rows.
+ * The multi-class margin's ω is known without a reduction (its MEAN divisor is the sample
+ * count), so its gradient is written by direct_samples.
+ */
+#include "common.cuh"
+#include "rows.h"
+
+namespace ploss_cuda {
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int64_t MAX_BLOCKS = 4096; /* partials per reduction: 2 × 32 KiB of workspace */
+constexpr int FINISH_THREADS = 1024;
+
+/* The label of sample (n, s), and whether it counts: in [0, C) (out of range: reported when
+ * error_slot is given, skipped) and not ignore_index. */
+template <class TI>
+__device__ __forceinline__ bool label_of(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t *error_slot,
+                                         int64_t &y)
+{
+    y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
+    if (y == p.ignore_index)
+        return false;
+    if (y < 0 || y >= p.C) {
+        report_invalid_label(error_slot, y);
+        return false;
+    }
+    return true;
+}
+
+__device__ __forceinline__ double weight_of(const ploss_direct_problem &p, int64_t y)
+{
+    return p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
+}
+
+/* ω of sample (n, s) for the multi-class margin gradient: the per-sample upstream gradient
+ * ('none' backward), the scalar one (÷ the sample count for MEAN), or the fused scale. */
+__device__ __forceinline__ double margin_omega(const ploss_direct_problem &p, int64_t n, int64_t s)
+{
+    const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
+    const double count = (double)(p.N * p.S);
+    if (p.pass == PLOSS_PASS_FUSED)
+        return mean ? p.scale / count : p.scale;
+    if (p.reduction == PLOSS_REDUCTION_NONE)
+        return load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss);
+    const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+    return mean ? up / count : up;
+}
+
+/* Multi-class margin loss of a row (label y, weight wy); with `grad`, om·∂ℓ/∂x into the
+ * gradient row.  In double, as the CPU backend: which hinges are active (z > 0) is then the
+ * same decision on both (a jump of the p = 1 gradient), and the pass stays memory-bound. */
+template <class T>
+__device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t y, double wy, bool grad,
+                             double om)
+{
+    const T *x = (const T *)p.x + n * p.x_sn + s * p.x_ss;
+    T *g = (T *)p.grad + n * p.g_sn + s * p.g_ss;
+    const double xy = (double)to_acc(x[y * p.x_sc]), c = wy / (double)p.C;
+    double sum = 0.0, gsum = 0.0;
+    for (int64_t j = 0; j < p.C; ++j) {
+        const double z = p.margin - xy + (double)to_acc(x[j * p.x_sc]);
+        if (j != y && !(z <= 0.0)) { /* z > 0, or NaN: counted */
+            sum += p.power == 1 ? z : z * z;
+            gsum += p.power == 1 ? 1.0 : 2.0 * z;
+        }
+    }
+    if (grad) {
+        for (int64_t j = 0; j < p.C; ++j) {
+            const double z = p.margin - xy + (double)to_acc(x[j * p.x_sc]);
+            double v = 0.0;
+            if (j == y)
+                v = -c * gsum * om;
+            else if (!(z <= 0.0))
+                v = c * (p.power == 1 ? 1.0 : 2.0 * z) * om;
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)v);
+        }
+    }
+    return c * sum;
+}
+
+template <class T, class TI>
+__global__ void __launch_bounds__(THREADS)
+direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials)
+{
+    using A = acc_t<T>;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
+    const bool margin_grad = p.kind == PLOSS_DIRECT_MULTI_MARGIN && p.pass != PLOSS_PASS_FORWARD;
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    const int64_t M = p.N * p.S;
+    double loss_sum = 0.0, divisor_sum = 0.0;
+    for (int64_t i = thread_index(); i < M; i += grid_stride()) {
+        const int64_t n = i / p.S, s = i % p.S;
+        int64_t y;
+        double loss = 0.0;
+        if (label_of<TI>(p, n, s, error_slot, y)) {
+            const double wy = weight_of(p, y);
+            if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
+                loss = margin_row<T>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0);
+                divisor_sum += 1.0;
+            } else {
+                loss = -wy * (double)to_acc(((const T *)p.x)[n * p.x_sn + s * p.x_ss + y * p.x_sc]);
+                divisor_sum += wy;
+            }
+        } else if (margin_grad) { /* an invalid label (reported): a zero gradient row */
+            for (int64_t j = 0; j < p.C; ++j)
+                ((T *)p.grad)[n * p.g_sn + s * p.g_ss + j * p.g_sc] = from_acc<T>(A(0));
+        }
+        if (want_loss && none)
+            store_dyn(p.loss, p.loss_dtype, n * p.l_sn + s * p.l_ss, (double)(A)loss);
+        loss_sum += loss;
+    }
+    if (partials) {
+        loss_sum = block_reduce<THREADS>(loss_sum, SumOp());
+        __syncthreads();
+        divisor_sum = block_reduce<THREADS>(divisor_sum, SumOp());
+        if (threadIdx.x == 0) {
+            partials[blockIdx.x] = loss_sum;
+            partials[gridDim.x + blockIdx.x] = divisor_sum;
+        }
+    }
+}
+
+/* One block: Σ ℓ and the divisor in a fixed order; the reduced loss (forward, fused) and
+ * NLL's ω: up / divisor for MEAN (0 when nothing counts), up for SUM, with up the fused
+ * scale or the backward's upstream gradient. */
+__global__ void __launch_bounds__(FINISH_THREADS)
+direct_finish(const ploss_direct_problem p, const double *partials, int64_t nparts, double *omega)
+{
+    double l = 0.0, d = 0.0;
+    for (int64_t b = threadIdx.x; b < nparts; b += FINISH_THREADS) {
+        l += partials[b];
+        d += partials[nparts + b];
+    }
+    l = block_reduce<FINISH_THREADS>(l, SumOp());
+    __syncthreads();
+    d = block_reduce<FINISH_THREADS>(d, SumOp());
+    if (threadIdx.x != 0)
+        return;
+    const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
+    if (p.pass != PLOSS_PASS_BACKWARD)
+        store_dyn(p.loss, p.loss_dtype, 0, mean ? l / d : l); /* 0/0 = NaN when nothing counts */
+    const double up = p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0);
+    *omega = mean ? (d != 0.0 ? up / d : 0.0) : up;
+}
+
+template <class T, class TI>
+__global__ void __launch_bounds__(THREADS)
+nll_grad(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
+{
+    const bool per_sample_up = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
+    /* ω: from direct_finish; a SUM backward's scalar upstream gradient; the fused scale */
+    const double omega = omega_dev ? *omega_dev
+                         : p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_SUM
+                             ? load_dyn(p.grad_loss, p.gl_dtype, 0)
+                             : omega_host;
+    const int64_t total = p.N * p.C * p.S;
+    T *grad = (T *)p.grad;
+    for (int64_t k = thread_index(); k < total; k += grid_stride()) {
+        const int64_t s = k % p.S, j = (k / p.S) % p.C, n = k / (p.S * p.C);
+        int64_t y;
+        double v = 0.0;
+        /* the label is reported by the thread of its class 0 only (once per sample) */
+        if (label_of<TI>(p, n, s, j == 0 ? error_slot : nullptr, y) && j == y) {
+            const double om = per_sample_up ? load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : omega;
+            v = -weight_of(p, y) * om;
+        }
+        grad[n * p.g_sn + j * p.g_sc + s * p.g_ss] = from_acc<T>((acc_t<T>)v);
+    }
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool nll = p->kind == PLOSS_DIRECT_NLL;
+    const bool reduced = p->reduction != PLOSS_REDUCTION_NONE;
+    /* the samples pass: the loss, the multi-class margin's gradient, or NLL's MEAN divisor */
+    const bool samples = want_loss || !nll || (want_grad && p->reduction == PLOSS_REDUCTION_MEAN);
+    const bool finish = reduced && (want_loss || (nll && want_grad && p->reduction == PLOSS_REDUCTION_MEAN));
+    const int64_t M = p->N * p->S;
+    const unsigned blocks = grid_blocks(M, THREADS, MAX_BLOCKS);
+    cudaStream_t stream = stream_of(ctx);
+
+    double *ws = NULL; /* 2 × blocks partials, then ω */
+    if (finish) {
+        void *w = NULL;
+        const ploss_status st = ploss_workspace(ctx, (2 * (size_t)blocks + 1) * sizeof(double), &w);
+        if (st)
+            return st;
+        ws = (double *)w;
+    }
+    /* NLL's ω: from direct_finish after a reduced samples pass; else the fused scale ('none':
+     * of the sum) or what nll_grad reads itself (the upstream gradient of a backward pass) */
+    const double *omega_dev = finish && want_grad ? ws + 2 * blocks : NULL;
+    const double omega_host = p->pass == PLOSS_PASS_FUSED ? p->scale : 0.0;
+    return dispatch_float(p->x_dtype, "input", [&](auto xtag) {
+        using T = typename decltype(xtag)::type;
+        return dispatch_index(p->t_dtype, "target", [&](auto ttag) -> ploss_status {
+            using TI = typename decltype(ttag)::type;
+            ploss_status st;
+            if (samples) {
+                direct_samples<T, TI><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                if ((st = check_launch("direct_samples")))
+                    return st;
+            }
+            if (finish) {
+                direct_finish<<<1, FINISH_THREADS, 0, stream>>>(*p, ws, (int64_t)blocks, ws + 2 * blocks);
+                if ((st = check_launch("direct_finish")))
+                    return st;
+            }
+            const int64_t total = M * p->C;
+            if (!nll || !want_grad || total == 0)
+                return PLOSS_OK;
+            nll_grad<T, TI><<<grid_blocks(total, THREADS), THREADS, 0, stream>>>(*p, omega_dev, omega_host,
+                                                                                 ctx->error_slot);
+            return check_launch("nll_grad");
+        });
+    });
+}

@@ -1,0 +1,178 @@
+-- The direct rows on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
+-- GPU): nll_loss and multi_margin_loss against the CPU backend on the same dtype-rounded
+-- inputs in f32/f16/bf16/f64, every reduction, with and without class weights (NLL: and
+-- ignored samples; multi-margin: p and margin), N×C (narrow and wide rows), N×C×d…,
+-- channels-last and transposed inputs, i32 labels, many blocks, fused against forward +
+-- backward; bitwise determinism; invalid labels through the context's error slot; all
+-- samples ignored; in place.
+-- PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local REDUCTIONS = { "none", "mean", "sum" }
+local TOL = H.CUDA_TOL
+local close = H.assert_close_scaled
+
+local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
+
+-- Fused, forward, backward on the CPU and on DEV with the same rounded inputs; compare;
+-- repeat the GPU call for bitwise determinism.  layout(xg) → a view of xg on DEV.
+local function compare(name, x64, y, opts, dtype, label, layout)
+  local xc = x64:to("cpu", dtype)
+  local xg, yg = xc:to(DEV), y:to(DEV)
+  if layout then xg = layout(xg) end
+  local fdt = dtype == "f64" and "f64" or "f32"
+  local o_cpu, o_gpu = H.options_on(opts, "cpu", fdt), H.options_on(opts, DEV, fdt)
+  local what = string.format("%s %s %s %s w=%s p=%s m=%s", name, label, dtype, opts.reduction,
+    tostring(opts.weight ~= nil), tostring(opts.p), tostring(opts.margin))
+  local T = TOL[dtype]
+  local lc, gc = F[name .. "_fused"](xc, y, o_cpu)
+  local lg, gg = F[name .. "_fused"](xg, yg, o_gpu)
+  assert.are.equal(dtype, gg:dtype())
+  close(lg, lc, T.loss, 0, what .. " fused loss")
+  close(gg, gc, T.grad, T.floor, what .. " fused grad")
+  local gout_c, gout_g = 0.7, 0.7
+  if opts.reduction == "none" then
+    gout_c = ploss.randn(y:size(), { dtype = ldtype(dtype) })
+    gout_g = gout_c:to(DEV)
+  end
+  close(F[name](xg, yg, o_gpu), lc, T.loss, 0, what .. " forward")
+  close(F[name .. "_backward"](xg, yg, gout_g, o_gpu), F[name .. "_backward"](xc, y, gout_c, o_cpu), T.grad, T.floor,
+    what .. " backward")
+  local lg2, gg2 = F[name .. "_fused"](xg, yg, o_gpu)
+  H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+  H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+end
+
+describe("CUDA nll_loss vs CPU", function()
+  local compare = function(...) return compare("nll_loss", ...) end
+  for _, dtype in ipairs(DTYPES) do
+    it("shapes, weights, ignored samples, layouts, i32 labels in " .. dtype, function()
+      H.seed(600)
+      for _, c in ipairs {
+        { "N×C", { 37, 10 } },
+        { "wide rows", { 5, 3000 } },
+        { "N×C×H×W", { 3, 6, 5, 7 } },
+        { "one sample", { 1, 4 } },
+        { "many blocks", { 2 ^ 18 + 3, 3 } },
+      } do
+        local label, sizes = c[1], c[2]
+        local x = H.random_logits(sizes, { std = 2 })
+        local ns = H.sample_sizes(sizes)
+        local y = H.random_labels(ns, sizes[2], { ignore = 0.2 })
+        local w = ploss.rand({ sizes[2] }, { dtype = "f64", low = 0.5, high = 2 })
+        for _, red in ipairs(REDUCTIONS) do
+          compare(x, y, { reduction = red }, dtype, label)
+          compare(x, y, { reduction = red, weight = w }, dtype, label)
+          if #sizes > 2 then
+            compare(x, y, { reduction = red, weight = w }, dtype, label .. " channels-last",
+              function(xg) return H.relayout(xg, "channels_last") end)
+          elseif sizes[1] > 1 and sizes[1] < 100 then
+            compare(x, y, { reduction = red }, dtype, label .. " transposed",
+              function(xg) return H.relayout(xg, "transposed") end)
+            compare(x, y:to("cpu", "i32"), { reduction = red, weight = w }, dtype, label .. " i32 labels")
+            compare(x, H.random_labels(ns, sizes[2], { ignore = 0.2, ignore_index = 2 }),
+              { reduction = red, ignore_index = 2 }, dtype, label .. " ignore_index 2")
+          end
+        end
+      end
+    end)
+  end
+
+  it("every sample ignored: mean NaN, sum 0, an exactly zero gradient", function()
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.full({ 4 }, -100, { dtype = "i64", device = DEV })
+    local l, g = F.nll_loss_fused(x, y)
+    assert.is_true(l ~= l)
+    H.assert_equal(g, ploss.zeros({ 4, 5 }))
+    assert.are.equal(0, F.nll_loss(x, y, { reduction = "sum" }))
+    H.assert_equal(F.nll_loss_backward(x, y, 1, {}), ploss.zeros({ 4, 5 }))
+  end)
+
+  it("an invalid label is reported at the next synchronisation; nothing is read out of bounds", function()
+    if DEV == "cpu" then return end -- the CPU refuses it before the call (the catalogue checks that)
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.tensor({ 0, 5, 1, 2 }, { dtype = "i64", device = DEV })
+    for _, pass in ipairs { "", "_backward", "_fused" } do
+      local ok = pcall(function()
+        if pass == "_backward" then return F.nll_loss_backward(x, y, ploss.ones({ 4 }, { device = DEV }), { reduction = "none" }) end
+        return F["nll_loss" .. pass](x, y, { reduction = "none" })
+      end)
+      assert.is_true(ok, pass)
+      local ok2, err = pcall(ploss.synchronize, DEV)
+      assert.is_false(ok2, pass)
+      assert.is_truthy(tostring(err):find("PLOSS_ERR_INVALID_LABEL", 1, true), pass)
+    end
+    ploss.synchronize(DEV)
+  end)
+
+  it("in place: the fused gradient over the input, bitwise the out-of-place one", function()
+    H.seed(601)
+    for _, dtype in ipairs { "f32", "bf16" } do
+      local x = H.random_logits({ 9, 7 }, { device = DEV, dtype = dtype })
+      local y = H.random_labels({ 9 }, 7, { device = DEV, ignore = 0.2 })
+      local l1, g1 = F.nll_loss_fused(x, y, { weight = { 1, 2, 3, 4, 5, 6, 7 } })
+      H.check_inplace_fused("nll_loss", x:clone(), y, { weight = { 1, 2, 3, 4, 5, 6, 7 } }, l1, g1, "nll " .. dtype)
+    end
+  end)
+end)
+
+describe("CUDA multi_margin_loss vs CPU", function()
+  local compare = function(...) return compare("multi_margin_loss", ...) end
+  for _, dtype in ipairs(DTYPES) do
+    it("shapes, p, margin, weights, layouts, i32 labels in " .. dtype, function()
+      H.seed(610)
+      for _, c in ipairs {
+        { "N×C", { 37, 10 } },
+        { "wide rows", { 5, 3000 } },
+        { "N×C×H×W", { 3, 6, 5, 7 } },
+        { "one class", { 4, 1 } },
+        { "many blocks", { 2 ^ 17 + 3, 3 } },
+      } do
+        local label, sizes = c[1], c[2]
+        local x = H.random_logits(sizes, { std = 1 })
+        local ns = H.sample_sizes(sizes)
+        local y = H.random_labels(ns, sizes[2])
+        local w = ploss.rand({ sizes[2] }, { dtype = "f64", low = 0.5, high = 2 })
+        for _, red in ipairs(REDUCTIONS) do
+          compare(x, y, { reduction = red }, dtype, label)
+          compare(x, y, { reduction = red, p = 2, margin = 0.7, weight = w }, dtype, label)
+          if #sizes > 2 then
+            compare(x, y, { reduction = red, p = 2 }, dtype, label .. " channels-last",
+              function(xg) return H.relayout(xg, "channels_last") end)
+          elseif sizes[1] > 1 and sizes[1] < 100 then
+            compare(x, y, { reduction = red, weight = w }, dtype, label .. " transposed",
+              function(xg) return H.relayout(xg, "transposed") end)
+            compare(x, y:to("cpu", "i32"), { reduction = red, p = 2 }, dtype, label .. " i32 labels")
+          end
+        end
+      end
+    end)
+  end
+
+  it("an invalid label is reported at the next synchronisation, with a zero gradient row", function()
+    if DEV == "cpu" then return end -- the CPU refuses it before the call (the catalogue checks that)
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.tensor({ 0, -100, 1, 2 }, { dtype = "i64", device = DEV })
+    local _, g = F.multi_margin_loss_fused(x, y, { reduction = "none" })
+    local ok, err = pcall(ploss.synchronize, DEV)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("PLOSS_ERR_INVALID_LABEL", 1, true))
+    H.assert_equal(g:select(1, 2), ploss.zeros({ 5 }))
+    ploss.synchronize(DEV)
+  end)
+
+  it("in place: the fused gradient over the input, bitwise the out-of-place one", function()
+    H.seed(611)
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = H.random_logits({ 9, 7 }, { device = DEV, dtype = dtype })
+      local y = H.random_labels({ 9 }, 7, { device = DEV })
+      local o = { p = 2, weight = { 1, 2, 3, 4, 5, 6, 7 } }
+      local l1, g1 = F.multi_margin_loss_fused(x, y, o)
+      H.check_inplace_fused("multi_margin_loss", x:clone(), y, o, l1, g1, "multi margin " .. dtype)
+    end
+  end)
+end)

@@ -1,0 +1,235 @@
+-- Pointwise criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
+-- GPU): mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
+-- soft_margin_loss, kl_div and hinge_embedding_loss against the CPU backend on the same dtype-rounded inputs, in
+-- f32/f16/bf16 (fp32 accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64,
+-- every reduction ('batchmean' for kl_div) and option, fused against forward + backward, for
+-- both kernels of kernels/elementwise/sigmoid.cu: the vectorised fast kernel (dense, aligned,
+-- one dtype; vector tails, many blocks, more elements than the capped grid) and the general
+-- kernel (misaligned views, strided and channels-last inputs, a target of another dtype,
+-- BCE's broadcast weight, backward with an elementwise upstream gradient).  Also bitwise
+-- determinism, the values at the kinks and clamps, in-place fused, empty input.
+-- PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+
+local DTYPES = { "f32", "f16", "bf16", "f64" }
+local TOL = H.CUDA_TOL
+local close = H.assert_close_scaled
+
+local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
+  "hinge_embedding_loss" }
+-- the options worth covering per loss (weight: a tensor made for the input's sizes)
+local OPTIONS = {
+  mse_loss = { {} },
+  l1_loss = { {} },
+  smooth_l1_loss = { {}, { beta = 0.5 }, { beta = 0 } },
+  huber_loss = { {}, { delta = 2 } },
+  binary_cross_entropy = { {}, { weight = true } },
+  soft_margin_loss = { {} },
+  kl_div = { {}, { log_target = true } },
+  hinge_embedding_loss = { {}, { margin = 0.5 } },
+}
+local function reductions(name)
+  return name == "kl_div" and { "none", "mean", "sum", "batchmean" } or { "none", "mean", "sum" }
+end
+
+local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
+
+-- f64 CPU (input, target) of `sizes` in each loss's domain.
+local function data_for(name, sizes)
+  if name == "binary_cross_entropy" then
+    return ploss.rand(sizes, { dtype = "f64", low = 0.01, high = 0.99 }), ploss.rand(sizes, { dtype = "f64" })
+  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" then
+    local v = ploss.rand(sizes, { dtype = "f64" }):flat()
+    for i = 1, #v do v[i] = v[i] < 0.5 and -1 or 1 end
+    return ploss.randn(sizes, { dtype = "f64", std = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })
+  elseif name == "kl_div" then
+    return ploss.rand(sizes, { dtype = "f64", low = -4, high = -0.05 }), ploss.rand(sizes, { dtype = "f64" })
+  end
+  return ploss.randn(sizes, { dtype = "f64", std = 2 }), ploss.randn(sizes, { dtype = "f64" })
+end
+
+-- The options of a case: the weight made for `sizes` (PyTorch broadcasting: one value per
+-- class along axis 1 for an N×C×… input, [C] for N×C).
+local function options(spec, sizes, red)
+  local o = { reduction = red }
+  for k, v in pairs(spec) do o[k] = v end
+  if spec.weight then
+    local ws = { sizes[2] or 1 }
+    for _ = 3, #sizes do ws[#ws + 1] = 1 end
+    o.weight = ploss.rand(#sizes >= 2 and ws or { 1 }, { dtype = "f64", low = 0.5, high = 2 })
+  end
+  return o
+end
+
+-- Fused, forward and backward on the CPU and on DEV with the same dtype-rounded inputs;
+-- compare, and repeat the GPU call for bitwise determinism.  layout(xg, yg) → views on DEV.
+local function compare(name, x64, y64, opts, dtype, label, layout)
+  local xc, yc = x64:to("cpu", dtype), y64:to("cpu", dtype)
+  local xg, yg = xc:to(DEV), yc:to(DEV)
+  if layout then xg, yg = layout(xg, yg) end
+  local o_cpu, o_gpu = H.options_on(opts, "cpu", dtype ~= "f64" and "f32" or "f64"), H.options_on(opts, DEV,
+    dtype ~= "f64" and "f32" or "f64")
+  local what = string.format("%s %s %s %s", name, label, dtype, opts.reduction)
+  for k, v in pairs(opts) do
+    if k ~= "reduction" then what = what .. " " .. k .. "=" .. (ploss.is_tensor(v) and "tensor" or tostring(v)) end
+  end
+  local T = TOL[dtype]
+  local lc, gc = F[name .. "_fused"](xc, yc, o_cpu)
+  local lg, gg = F[name .. "_fused"](xg, yg, o_gpu)
+  assert.are.equal(xg:device(), gg:device())
+  assert.are.equal(dtype, gg:dtype())
+  close(lg, lc, T.loss, 0, what .. " fused loss")
+  close(gg, gc, T.grad, T.floor, what .. " fused grad")
+  local gout_c, gout_g = 0.7, 0.7
+  if opts.reduction == "none" then
+    gout_c = ploss.randn(xc:size(), { dtype = ldtype(dtype) })
+    gout_g = gout_c:to(DEV)
+  end
+  close(F[name](xg, yg, o_gpu), lc, T.loss, 0, what .. " forward")
+  close(F[name .. "_backward"](xg, yg, gout_g, o_gpu), F[name .. "_backward"](xc, yc, gout_c, o_cpu), T.grad,
+    T.floor, what .. " backward")
+  local lg2, gg2 = F[name .. "_fused"](xg, yg, o_gpu)
+  H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+  H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+end
+
+local function each_case(name, sizes, dtype, label, layout)
+  local x, y = data_for(name, sizes)
+  for _, spec in ipairs(OPTIONS[name]) do
+    for _, red in ipairs(reductions(name)) do
+      compare(name, x, y, options(spec, sizes, red), dtype, label, layout)
+    end
+  end
+end
+
+local function shifted(t) -- the same values one element into a bigger buffer: misaligned
+  local n = t:numel()
+  local buf = ploss.empty({ n + 1 }, { dtype = t:dtype(), device = t:device() })
+  local v = buf:narrow(1, 2, n)
+  v:copy(t:contiguous():view(n))
+  return v:view(t:size())
+end
+
+describe("CUDA pointwise criteria vs CPU", function()
+  for _, dtype in ipairs(DTYPES) do
+    for _, name in ipairs(NAMES) do
+      it(name .. ": dense, vector tails, one element, 2^18+7 elements in " .. dtype, function()
+        H.seed(500)
+        each_case(name, { 3, 5, 7, 11 }, dtype, "dense 3x5x7x11")
+        for _, n in ipairs { 1, 3, 9, 17, 1003 } do each_case(name, { n }, dtype, "n=" .. n) end
+        each_case(name, { 2 ^ 18 + 7 }, dtype, "2^18+7")
+      end)
+
+      it(name .. ": the general kernel (misaligned, channels-last, strided, target of another dtype) in " .. dtype,
+        function()
+          H.seed(501)
+          local sizes = { 2, 6, 5, 4 }
+          each_case(name, sizes, dtype, "input one element off", function(xg, yg) return shifted(xg), yg end)
+          each_case(name, sizes, dtype, "target one element off", function(xg, yg) return xg, shifted(yg) end)
+          each_case(name, sizes, dtype, "channels-last", function(xg, yg)
+            return xg:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3), yg:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3)
+          end)
+          each_case(name, sizes, dtype, "strided along W", function(xg, yg)
+            local function strided(t)
+              local s = t:size()
+              s[#s + 1] = 2
+              local big = ploss.zeros(s, { dtype = t:dtype(), device = t:device() })
+              big:select(#s, 1):copy(t)
+              return big:select(#s, 1)
+            end
+            return strided(xg), strided(yg)
+          end)
+          each_case(name, sizes, dtype, "target in f64", function(xg, yg) return xg, yg:to(DEV, "f64") end)
+        end)
+    end
+  end
+
+  it("more elements than the capped grid (2^21+77, a grid-stride loop of several steps), f32 and bf16", function()
+    H.seed(502)
+    for _, name in ipairs(NAMES) do
+      local x, y = data_for(name, { 2 ^ 21 + 77 })
+      for _, dtype in ipairs { "f32", "bf16" } do
+        for _, red in ipairs { "none", "mean" } do
+          compare(name, x, y, { reduction = red }, dtype, "2^21+77")
+        end
+      end
+    end
+  end)
+end)
+
+describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
+  for _, dtype in ipairs { "f32", "f64", "bf16" } do
+    it("PyTorch's values at the thresholds, sign(0) = 0, BCE at 0 and 1, large margins in " .. dtype, function()
+      local x = ploss.tensor({ 0.5, -1, 3, 2, 0, 1, 1000, -1000 }, { dtype = dtype, device = DEV })
+      local y = ploss.tensor({ 0, 1, 1, 2, 0, 1, 1000, 0 }, { dtype = dtype, device = DEV })
+      for _, c in ipairs {
+        { "l1_loss", {}, { 0.5, 2, 2, 0, 0, 0, 0, 1000 }, { 1, -1, 1, 0, 0, 0, 0, -1 } },
+        { "smooth_l1_loss", { beta = 2 }, { 0.0625, 1, 1, 0, 0, 0, 0, 999 }, { 0.25, -1, 1, 0, 0, 0, 0, -1 } },
+        { "smooth_l1_loss", { beta = 0 }, { 0.5, 2, 2, 0, 0, 0, 0, 1000 }, { 1, -1, 1, 0, 0, 0, 0, -1 } },
+        { "huber_loss", { delta = 2 }, { 0.125, 2, 2, 0, 0, 0, 0, 1998 }, { 0.5, -2, 2, 0, 0, 0, 0, -2 } },
+      } do
+        local l, g = F[c[1] .. "_fused"](x, y, { reduction = "none", beta = c[2].beta, delta = c[2].delta })
+        H.assert_close(l, c[3], { rtol = 1e-6, what = c[1] .. " " .. dtype })
+        H.assert_close(g, c[4], { rtol = 1e-6, what = c[1] .. " grad " .. dtype })
+      end
+      local p = ploss.tensor({ 0, 1, 0, 1, 0.5 }, { dtype = dtype, device = DEV })
+      local t = ploss.tensor({ 1, 0, 0, 1, 1 }, { dtype = dtype, device = DEV })
+      local l, g = F.binary_cross_entropy_fused(p, t, { reduction = "none" })
+      H.assert_close(l, { 100, 100, 0, 0, math.log(2) }, { rtol = 1e-6, what = "bce " .. dtype })
+      -- ±1e12 rounded to the input's dtype (bf16: 8 significant bits)
+      H.assert_close(g, { -1e12, 1e12, 0, 0, -2 }, { rtol = dtype == "bf16" and 2 ^ -8 or 1e-6, what = "bce grad " .. dtype })
+      local s = ploss.tensor({ 1000, -1000, math.huge }, { dtype = dtype, device = DEV })
+      local sy = ploss.tensor({ -1, -1, 1 }, { dtype = dtype, device = DEV })
+      l, g = F.soft_margin_loss_fused(s, sy, { reduction = "none" })
+      H.assert_close(l, { 1000, 0, 0 }, { rtol = 1e-6, what = "soft margin " .. dtype })
+      H.assert_close(g, { 1, 0, 0 }, { rtol = 1e-6, what = "soft margin grad " .. dtype })
+    end)
+  end
+
+  it("kl_div: 'batchmean' divides by the first dim, 0·log 0 = 0 (f32, fast and general kernels)", function()
+    local lq = ploss.tensor({ { math.log(0.5), math.log(0.25), math.log(0.25), 0 },
+      { math.log(0.1), math.log(0.6), math.log(0.3), 0 } }, { dtype = "f32", device = DEV })
+    local p = ploss.tensor({ { 0.5, 0.5, 0, 0 }, { 0.2, 0.2, 0.6, 0 } }, { dtype = "f32", device = DEV })
+    local kl = 0.5 * math.log(2) + 0.2 * math.log(2) + 0.2 * math.log(1 / 3) + 0.6 * math.log(2)
+    for _, v in ipairs { { lq, p }, { shifted(lq), p } } do
+      local l, g = F.kl_div_fused(v[1], v[2], { reduction = "batchmean" })
+      H.assert_close(l, kl / 2, { rtol = 1e-6 })
+      H.assert_close(g, { { -0.25, -0.25, 0, 0 }, { -0.1, -0.1, -0.3, 0 } }, { rtol = 1e-6 })
+    end
+  end)
+end)
+
+describe("CUDA pointwise criteria: in place, empty input", function()
+  it("the in-place fused gradient equals the out-of-place one, bitwise", function()
+    H.seed(510)
+    for _, name in ipairs(NAMES) do
+      for _, dtype in ipairs { "f32", "bf16" } do
+        local x, y = data_for(name, { 5, 37 })
+        local xg, yg = x:to(DEV, dtype), y:to(DEV, dtype)
+        local l1, g1 = F[name .. "_fused"](xg, yg, {})
+        local xi = xg:clone()
+        local l2, g2 = F[name .. "_fused"](xi, yg, { inplace = true })
+        assert.are.equal(xi, g2)
+        H.assert_equal(l2, l1, { what = name .. " in place loss" })
+        H.assert_equal(xi, g1, { what = name .. " in place grad" })
+      end
+    end
+  end)
+
+  it("empty input: 'mean' and 'batchmean' of no rows NaN, 'sum' 0, an empty gradient", function()
+    for _, name in ipairs(NAMES) do
+      local x = ploss.empty({ 0, 4 }, { device = DEV })
+      local y = ploss.empty({ 0, 4 }, { device = DEV })
+      local l = F[name](x, y)
+      assert.is_true(l ~= l, name)
+      assert.are.equal(0, F[name](x, y, { reduction = "sum" }))
+      local _, g = F[name .. "_fused"](x, y)
+      assert.are.same({ 0, 4 }, g:size())
+    end
+    local l = F.kl_div(ploss.empty({ 0, 4 }, { device = DEV }), ploss.empty({ 0, 4 }, { device = DEV }), { reduction = "batchmean" })
+    assert.is_true(l ~= l)
+  end)
+end)
