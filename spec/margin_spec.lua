@@ -604,6 +604,35 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end, "opts.sample_rate: 0 is not a finite number in (0, 1]")
   end)
 
+  it("ploss.nn.MarginSoftmax owns the centres: the fused pass, their gradient, the nearest centre", function()
+    ploss.manual_seed(3)
+    local head = ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.AMSoftmaxLoss { s = 10 }, dtype = "f64" }
+    assert.are.same({ 6, 4 }, head.weight:size())
+    local x, _, y = inputs(5, 6, 4, 111)
+    local l, g = head(x, y)
+    local lr, gr, gwr = F.am_softmax_fused(x, head.weight, y, { s = 10 })
+    assert.are.equal(lr, l)
+    H.assert_equal(g, gr)
+    H.assert_equal(head.gradWeight, gwr)
+    local p, gp = head:parameters()
+    assert.are.equal(head.weight, p[1])
+    assert.are.equal(head.gradWeight, gp[1])
+    -- the scores' argmax is the largest cosine
+    local U, V = normalise(rows(x)), normalise(rows(head.weight))
+    local scores = rows(head:forward(x))
+    for i = 1, 5 do
+      local best, bj, sbest, sj = -math.huge, 0, -math.huge, 0
+      for j = 1, 6 do
+        local c = 0
+        for d = 1, 4 do c = c + U[i][d] * V[j][d] end
+        if c > best then best, bj = c, j end
+        if scores[i][j] > sbest then sbest, sj = scores[i][j], j end
+      end
+      assert.are.equal(bj, sj)
+    end
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: expected positive integer sizes")
+  end)
+
   ---------------------------------------------------------------------------------------
   -- bad input
   ---------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
---- Partial FC on one device: ploss.PartialFCLoss{margin = <margin criterion>, sample_rate, seed}.
+--- What the margin softmax criteria (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
+-- ArcFaceLoss: built from their descriptions by ploss/criterion.lua) are used with: Partial
+-- FC around one of them, and a layer that owns the class centres.
+--
+-- Partial FC on one device: ploss.PartialFCLoss{margin = <margin criterion>, sample_rate, seed}.
 --
 -- A margin softmax criterion (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
 -- ArcFaceLoss) whose softmax runs over a sample of the classes: the classes of the batch's
@@ -70,4 +74,62 @@ return function(ploss)
   end
 
   ploss.PartialFCLoss = cls
+
+  --- ploss.nn.MarginSoftmax{in_features, classes, criterion = …, dtype = 'f32', device = 'cpu'}:
+  -- the class centres W (classes × in_features, N(0, 2/(in + classes)) from the global
+  -- seeded generator, as Linear's 'xavier') with a margin criterion (default
+  -- ploss.ArcFaceLoss{}; or a ploss.PartialFCLoss).
+  --   head(embeddings, labels [, scale]) → loss, ∂loss/∂embeddings (the fused pass), and
+  --     ∂loss/∂W into head.gradWeight;
+  --   head:forward(embeddings) → N × classes scores x·ŵ_jᵀ (ŵ_j = w_j/‖w_j‖), whose argmax
+  --     over the classes is the largest cosine: the prediction;
+  --   head:parameters() → { weight }, { gradWeight }.
+  local Head = nn.class("MarginSoftmax")
+  Head._doc = "the class centres of a margin softmax loss, with its criterion"
+
+  function Head:__init(opts)
+    opts = opts or {}
+    local in_features, classes = opts[1], opts[2]
+    for _, v in ipairs { in_features or 0, classes or 0 } do
+      if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+        ploss.raise("MarginSoftmax: expected positive integer sizes (in_features, classes), got " .. tostring(v))
+      end
+    end
+    local dtype, device = opts.dtype or "f32", opts.device or "cpu"
+    self.in_features, self.classes = in_features, classes
+    self.criterion = opts.criterion or ploss.ArcFaceLoss {}
+    self.weight = ploss.randn({ classes, in_features },
+      { dtype = dtype, device = device, std = math.sqrt(2 / (in_features + classes)) })
+    self.gradWeight = ploss.zeros({ classes, in_features }, { dtype = dtype, device = device })
+  end
+
+  function Head:fused(embeddings, labels, scale)
+    local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
+    self.gradWeight:copy(gw)
+    self.output, self.gradInput = loss, g
+    return loss, g
+  end
+
+  function Head:forward(embeddings)
+    -- the normalised centres (a few rows: normalised on the host)
+    local W = self.weight:to("cpu"):double():totable()
+    for _, row in ipairs(W) do
+      local s = 0
+      for _, v in ipairs(row) do s = s + v * v end
+      s = math.max(math.sqrt(s), 1e-12)
+      for j = 1, #row do row[j] = row[j] / s end
+    end
+    local wn = ploss.tensor(W, { dtype = self.weight:dtype() }):to(self.weight:device())
+    self.scores = ploss.F.gemm(embeddings, wn, { trans_b = true })
+    return self.scores
+  end
+
+  function Head:parameters() return { self.weight }, { self.gradWeight } end
+
+  function Head:tostring()
+    return string.format("ploss.nn.MarginSoftmax(%d -> %d classes, %s)", self.in_features, self.classes,
+      tostring(self.criterion))
+  end
+
+  nn.MarginSoftmax = Head
 end
