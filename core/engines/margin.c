@@ -22,21 +22,6 @@
 #include "philox.h"
 #include "scalar.h"
 
-/* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
-static ploss_status check_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
-{
-    char want[64];
-    if (r == PLOSS_REDUCTION_NONE) {
-        if (v->ndim == 1 && v->shape[0] == N)
-            return PLOSS_OK;
-        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
-        return ploss_check_shape_error(name, want, v);
-    }
-    if (v->numel == 1 && v->ndim <= 1)
-        return PLOSS_OK;
-    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
-}
-
 /* A float input (x or weight) on the context's device; its shape is checked by the caller. */
 static ploss_status check_matrix(ploss_ctx_t *ctx, ploss_view *v, const DLTensor *t, const char *name,
                                  const char *what)
@@ -50,18 +35,23 @@ static ploss_status check_matrix(ploss_ctx_t *ctx, ploss_view *v, const DLTensor
     return PLOSS_OK;
 }
 
+/* INVALID_LABEL for the label v of row i when it is neither in [0, C) nor ignore_index. */
+static ploss_status check_label(int64_t v, int64_t i, int64_t C, int64_t ignore_index)
+{
+    if (v == ignore_index || (v >= 0 && v < C))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                       "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
+                       "ignore_index (%lld)", (long long)v, (long long)i, (long long)C, (long long)ignore_index);
+}
+
 /* CPU labels: each in [0, C) or ignore_index (CUDA backends report through the error slot). */
 static ploss_status check_labels_cpu(const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index)
 {
-    for (int64_t i = 0; i < N; ++i) {
-        const int64_t v = ploss_load_int(y->data, y->dtype, i * y->strides[0]);
-        if (v != ignore_index && (v < 0 || v >= C))
-            return ploss_error(PLOSS_ERR_INVALID_LABEL,
-                               "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
-                               "ignore_index (%lld)", (long long)v, (long long)i, (long long)C,
-                               (long long)ignore_index);
-    }
-    return PLOSS_OK;
+    ploss_status st = PLOSS_OK;
+    for (int64_t i = 0; i < N && !st; ++i)
+        st = check_label(ploss_load_int(y->data, y->dtype, i * y->strides[0]), i, C, ignore_index);
+    return st;
 }
 
 /* A drawn class: its Philox key, ties broken by the class. */
@@ -96,9 +86,10 @@ static ploss_status host_labels(ploss_ctx_t *ctx, const ploss_view *y, int64_t N
         return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "labels: a host copy of %lld labels", (long long)N);
     }
     const void *src = y->data;
+    ploss_status st = PLOSS_OK;
     if (raw && span > 0) {
 #ifdef PLOSS_HAVE_CUDA
-        ploss_status st = ploss_enter_device(ctx, "labels");
+        st = ploss_enter_device(ctx, "labels");
         if (!st)
             st = ploss_cuda_memcpy(raw, y->data, span * esize, PLOSS_COPY_D2H, ctx->stream);
         if (st) {
@@ -112,17 +103,13 @@ static ploss_status host_labels(ploss_ctx_t *ctx, const ploss_view *y, int64_t N
     for (int64_t i = 0; i < N; ++i)
         v[i] = ploss_load_int(src, y->dtype, i * sn);
     free(raw);
-    for (int64_t i = 0; i < N; ++i)
-        if (v[i] != ignore_index && (v[i] < 0 || v[i] >= C)) {
-            const int64_t bad = v[i];
-            free(v);
-            return ploss_error(PLOSS_ERR_INVALID_LABEL,
-                               "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
-                               "ignore_index (%lld)", (long long)bad, (long long)i, (long long)C,
-                               (long long)ignore_index);
-        }
-    *out = v;
-    return PLOSS_OK;
+    for (int64_t i = 0; i < N && !st; ++i)
+        st = check_label(v[i], i, C, ignore_index);
+    if (st)
+        free(v);
+    else
+        *out = v;
+    return st;
 }
 
 /* Partial FC's kept classes (margin.h): *kept (ascending, *K of them) and *class_pos (C
@@ -232,7 +219,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, N, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) || (st = ploss_check_row_loss_shape(&l, N, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     } else {
@@ -240,7 +227,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&gl, N, o->reduction, "grad_loss")))
+            (st = ploss_check_row_loss_shape(&gl, N, o->reduction, "grad_loss")))
             return st;
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));

@@ -27,21 +27,6 @@ typedef struct {
     int64_t N, D;
 } pairs_call;
 
-/* A loss-shaped tensor (loss, grad_loss): N values for NONE, else one element. */
-static ploss_status check_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
-{
-    char want[64];
-    if (r == PLOSS_REDUCTION_NONE) {
-        if (v->ndim == 1 && v->shape[0] == N)
-            return PLOSS_OK;
-        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
-        return ploss_check_shape_error(name, want, v);
-    }
-    if (v->numel == 1 && v->ndim <= 1)
-        return PLOSS_OK;
-    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
-}
-
 static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                const ploss_loss_args *a, const ploss_loss_params *o, pairs_call *c)
 {
@@ -91,7 +76,7 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&c->l, a->loss, "loss")) || (st = ploss_view_check_device(&c->l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = check_loss_shape(&c->l, c->N, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = ploss_check_row_loss_shape(&c->l, c->N, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&c->l, "loss")))
             return st;
     }
@@ -100,7 +85,7 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
         if ((st = ploss_view_init(&c->gl, a->grad_loss, "grad_loss")) ||
             (st = ploss_view_check_device(&c->gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&c->gl, c->N, o->reduction, "grad_loss")))
+            (st = ploss_check_row_loss_shape(&c->gl, c->N, o->reduction, "grad_loss")))
             return st;
         if (c->gl.dtype != PLOSS_F32 && c->gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(c->gl.dtype));
