@@ -137,9 +137,11 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
     const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const bool none = p->reduction == PLOSS_REDUCTION_NONE;
-    if (!re::serves<float>(1, C))
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld class centres exceed the CUDA row engine's rows",
-                           (long long)C);
+    /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
+    if (!re::serves<float>(1, C) || C > re::block_capacity<float>() * re::kMaxCluster)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld classes exceed the CUDA row engine's rows "
+                           "(at most %lld f32 values)", (long long)C,
+                           (long long)(re::block_capacity<float>() * re::kMaxCluster));
     cudaStream_t stream = stream_of(ctx);
     int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / C;
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
