@@ -63,8 +63,10 @@ M.gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor,
 M.notes = [[
 Called as crit(x, weight, labels): both x and weight get a gradient.  A zero embedding or
 centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU works in f64
-(OpenBLAS) whatever the dtype; CUDA computes the cosine tiles with cuBLAS in fp32 from
-fp32 copies of the normalised rows, and the softmax of each tile row on the row engine
-(C <= 131072 there; f64 is CPU only).  No state is kept: backward recomputes the tiles.]]
+(OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
+softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only).  Partial
+FC (sample_rate < 1) reads CUDA labels on the host to draw its classes.  No state is kept:
+backward recomputes the tiles.]]
 
 return M
