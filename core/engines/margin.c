@@ -3,12 +3,13 @@
  * (combined margin, AM-softmax/CosFace, ArcFace) over N×D embeddings x and C×D class
  * centres weight (D×C with weight_layout DxC: the problem then walks its columns) with one
  * class label per row.  It checks every tensor of a call before anything is written — x
- * and weight (a float dtype, N×D and C×D, one dtype, the same D,
- * C >= 2), the labels (N integers; on the CPU each in [0, C) or ignore_index), the loss,
- * the upstream gradient, one gradient per input, that no output overlaps an input or
- * another output — then builds the problem (core/engines/margin.h) and dispatches it.  The
- * options were checked by the loss's entry point (core/losses.c); the policy only decides
- * which of m1, m2, m3 its options fill (the rest keep the identity margin).
+ * and weight (a float dtype, N×D and C×D, one dtype, the same D, C >= 2), the labels (N
+ * integers; on the CPU, and on CUDA when Partial FC reads them, each in [0, C) or
+ * ignore_index), the loss, the upstream gradient, one gradient per input, that no output
+ * overlaps an input or another output — draws Partial FC's classes (sample_rate < 1), then
+ * builds the problem (core/engines/margin.h) and dispatches it.  The options were checked
+ * by the loss's entry point (core/losses.c); the policy only decides which of m1, m2, m3
+ * its options fill (the rest keep the identity margin).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -219,7 +220,8 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) || (st = ploss_check_row_loss_shape(&l, N, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) ||
+            (st = ploss_check_row_loss_shape(&l, N, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&l, "loss")))
             return st;
     } else {

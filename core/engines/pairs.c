@@ -76,7 +76,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         if (!a->loss)
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
         if ((st = ploss_view_init(&c->l, a->loss, "loss")) || (st = ploss_view_check_device(&c->l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = ploss_check_row_loss_shape(&c->l, c->N, o->reduction, "loss")) ||
+            (st = ploss_check_dtype(&c->l, acc, "loss")) ||
+            (st = ploss_check_row_loss_shape(&c->l, c->N, o->reduction, "loss")) ||
             (st = ploss_view_check_writable(&c->l, "loss")))
             return st;
     }
