@@ -212,6 +212,19 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("takes D×C centres (weight_layout 'DxC'): the C×D results, the gradient transposed", function()
+    local x, w, y = inputs(30, 50, 12, 61, 7)
+    for _, dtype in ipairs(DTYPES) do
+      local xg, wg, yg = x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV)
+      local l, gx, gw = F.arc_face_fused(xg, wg, yg, { s = 16 })
+      local l2, gx2, gw2 = F.arc_face_fused(xg, wg:t():contiguous(), yg, { s = 16, weight_layout = "DxC" })
+      assert.are.equal(l, l2)
+      H.assert_equal(gx2, gx, { what = dtype .. " grad_x" })
+      assert.are.same({ 12, 50 }, gw2:size())
+      H.assert_equal(gw2:t(), gw, { what = dtype .. " grad_weight" })
+    end
+  end)
+
   it("gives a NaN mean, zero gradients and a zero sum for an empty batch or every row ignored", function()
     for _, dtype in ipairs(DTYPES) do
       local wg = ploss.randn({ 5, 3 }, { dtype = dtype, seed = 3 }):to(DEV)
