@@ -14,6 +14,7 @@
 #include "one_hot.h"
 #include "optim.h"
 #include "pairs.h"
+#include "region.h"
 #include "rows.h"
 #include "taylor.h"
 
@@ -48,6 +49,10 @@ WITH_CTX(cpu_boxes, ploss_cpu_boxes, ploss_boxes_problem)
 WITH_CTX(cpu_box_pairs, ploss_cpu_box_pairs, ploss_box_pairs_problem)
 NO_CTX(cpu_ema, ploss_cpu_ema, ploss_ema_problem)
 WITH_CTX(cpu_direct_rows, ploss_cpu_direct_rows, ploss_direct_problem)
+WITH_CTX(cpu_lovasz, ploss_cpu_lovasz, ploss_region_problem)
+WITH_CTX(cpu_dice, ploss_cpu_dice, ploss_region_problem)
+WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
+WITH_CTX(cpu_affinity, ploss_cpu_affinity, ploss_region_problem)
 WITH_CTX(cpu_margin, ploss_cpu_margin, ploss_margin_problem)
 
 #ifdef PLOSS_HAVE_CUDA
@@ -70,6 +75,10 @@ WITH_CTX(cuda_boxes, ploss_cuda_boxes, ploss_boxes_problem)
 WITH_CTX(cuda_box_pairs, ploss_cuda_box_pairs, ploss_box_pairs_problem)
 WITH_CTX(cuda_ema, ploss_cuda_ema, ploss_ema_problem)
 WITH_CTX(cuda_direct_rows, ploss_cuda_direct_rows, ploss_direct_problem)
+WITH_CTX(cuda_lovasz, ploss_cuda_lovasz, ploss_region_problem)
+WITH_CTX(cuda_dice, ploss_cuda_dice, ploss_region_problem)
+WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
+WITH_CTX(cuda_affinity, ploss_cuda_affinity, ploss_region_problem)
 WITH_CTX(cuda_margin, ploss_cuda_margin, ploss_margin_problem)
 #define CUDA(fn) fn
 #else
@@ -98,6 +107,10 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_BOX_PAIRS] = {[CPU] = cpu_box_pairs, [GPU] = CUDA(cuda_box_pairs)},
     [PLOSS_OP_EMA] = {[CPU] = cpu_ema, [GPU] = CUDA(cuda_ema)},
     [PLOSS_OP_ROWS_DIRECT] = {[CPU] = cpu_direct_rows, [GPU] = CUDA(cuda_direct_rows)},
+    [PLOSS_OP_REGION_LOVASZ] = {[CPU] = cpu_lovasz, [GPU] = CUDA(cuda_lovasz)},
+    [PLOSS_OP_REGION_DICE] = {[CPU] = cpu_dice, [GPU] = CUDA(cuda_dice)},
+    [PLOSS_OP_REGION_AFFINITY_FIELD] = {[CPU] = cpu_affinity_field, [GPU] = CUDA(cuda_affinity_field)},
+    [PLOSS_OP_REGION_AFFINITY] = {[CPU] = cpu_affinity, [GPU] = CUDA(cuda_affinity)},
     [PLOSS_OP_MARGIN] = {[CPU] = cpu_margin, [GPU] = CUDA(cuda_margin)},
 };
 

@@ -33,6 +33,10 @@ typedef enum {
     PLOSS_OP_BOX_PAIRS,              /* ploss_box_pairs_problem */
     PLOSS_OP_EMA,                    /* ploss_ema_problem       */
     PLOSS_OP_ROWS_DIRECT,            /* ploss_direct_problem    */
+    PLOSS_OP_REGION_LOVASZ,          /* ploss_region_problem    */
+    PLOSS_OP_REGION_DICE,            /* ploss_region_problem    */
+    PLOSS_OP_REGION_AFFINITY_FIELD,  /* ploss_region_problem    */
+    PLOSS_OP_REGION_AFFINITY,        /* ploss_region_problem    */
     PLOSS_OP_MARGIN,                 /* ploss_margin_problem    */
     PLOSS_OP_COUNT
 } ploss_op;

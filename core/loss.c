@@ -13,6 +13,7 @@ static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
     [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_run,
     [PLOSS_SHAPE_PAIRS] = ploss_pairs_run,
     [PLOSS_SHAPE_BOXES] = ploss_boxes_run,
+    [PLOSS_SHAPE_REGION] = ploss_region_run,
     [PLOSS_SHAPE_MARGIN] = ploss_margin_run,
 };
 

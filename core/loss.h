@@ -19,7 +19,8 @@ typedef enum {
     PLOSS_SHAPE_ELEMENTWISE = 1,
     PLOSS_SHAPE_PAIRS = 2, /* N×D embeddings compared row with row or in tiles */
     PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
-    PLOSS_SHAPE_MARGIN = 4, /* N×D embeddings against C×D class centres, softmax over cosines */
+    PLOSS_SHAPE_REGION = 4, /* groups of pixels or their neighbourhoods, per class */
+    PLOSS_SHAPE_MARGIN = 5, /* N×D embeddings against C×D class centres, softmax over cosines */
     PLOSS_SHAPE_COUNT
 } ploss_shape;
 
@@ -38,7 +39,8 @@ typedef enum {
 typedef enum {
     PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
     PLOSS_TENSOR_BROADCAST = 1,    /* broadcast over the input (BCE's weight, pos_weight)   */
-    PLOSS_TENSOR_SAMPLE_VECTOR = 2 /* N values, one per sample (a box's weight, ignore mask) */
+    PLOSS_TENSOR_SAMPLE_VECTOR = 2, /* N values, one per sample (a box's weight, ignore mask) */
+    PLOSS_TENSOR_CLASS_IDS = 3     /* a vector of class indices, any numeric dtype          */
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2
@@ -113,6 +115,14 @@ typedef struct ploss_loss_params {
     double delta;             /* huber_loss's δ */
     int log_target;           /* kl_div: the target holds log-probabilities */
     int power;                /* multi_margin_loss's p */
+    int classes;              /* region: which classes count (ploss_lovasz_classes) */
+    int per_image;            /* region: one group per sample rather than the whole batch */
+    double exponent, smooth;  /* soft Dice: p of s^p, the smoothing term */
+    int mask_ignored;         /* soft Dice: ignored pixels leave the denominator too */
+    int class_weights;        /* soft Dice: ploss_dice_class_weights */
+    double kl_margin, lambda_same, lambda_diff; /* affinity field loss */
+    int divergence;           /* affinity field loss: ploss_affinity_divergence */
+    int kernel_size;          /* affinity loss: the window */
     /* margin softmax (the margin shape): target cosine cos(m1·θ + m2) − m3, scale s */
     double margin_scale, margin_m1, margin_m2, margin_m3;
     int easy_margin;
@@ -139,6 +149,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
                              const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *p);
 

@@ -403,8 +403,9 @@ ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, in
     for (int64_t n = 0; n < (S > 0 ? N : 0); ++n) /* S = 0: no sample (N may be huge) */
         for (int64_t s = 0; s < S; ++s) {
             int64_t y = ploss_load_int(t, dt, n * sn + s * ss);
-            if (y != ignore_index && (y < 0 || y >= C)) {
-                char ign[64] = ""; /* INT64_MIN: a loss without ignore_index */
+            /* ignore_index INT64_MIN: a loss without one, whose every label must be a class */
+            if ((y != ignore_index || ignore_index == INT64_MIN) && (y < 0 || y >= C)) {
+                char ign[64] = "";
                 if (ignore_index != INT64_MIN)
                     snprintf(ign, sizeof ign, " and is not ignore_index (%lld)", (long long)ignore_index);
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,

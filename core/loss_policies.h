@@ -32,9 +32,15 @@ typedef enum {
     PLOSS_POLICY_HINGE_EMBEDDING = 24, /* hinge_embedding_loss (elementwise) */
     PLOSS_POLICY_NLL = 25, /* nll_loss (rows) */
     PLOSS_POLICY_MULTI_MARGIN = 26, /* multi_margin_loss (rows) */
-    PLOSS_POLICY_COMBINED_MARGIN = 27, /* combined_margin (margin) */
-    PLOSS_POLICY_AM_SOFTMAX = 28, /* am_softmax (margin) */
-    PLOSS_POLICY_ARC_FACE = 29, /* arc_face (margin) */
+    PLOSS_POLICY_LOVASZ_SOFTMAX = 27, /* lovasz_softmax (region) */
+    PLOSS_POLICY_SOFT_DICE = 28, /* soft_dice (region) */
+    PLOSS_POLICY_GENERALIZED_SOFT_DICE = 29, /* generalized_soft_dice (region) */
+    PLOSS_POLICY_BATCH_SOFT_DICE = 30, /* batch_soft_dice (region) */
+    PLOSS_POLICY_AFFINITY_FIELD = 31, /* affinity_field (region) */
+    PLOSS_POLICY_AFFINITY = 32, /* affinity (region) */
+    PLOSS_POLICY_COMBINED_MARGIN = 33, /* combined_margin (margin) */
+    PLOSS_POLICY_AM_SOFTMAX = 34, /* am_softmax (margin) */
+    PLOSS_POLICY_ARC_FACE = 35, /* arc_face (margin) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -1931,6 +1931,462 @@ ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *inp
     return multi_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- lovasz_softmax ---------------------------------------------------------------------- */
+
+void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->classes = PLOSS_LOVASZ_PRESENT;
+    o->per_image = 0;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec lovasz_softmax_spec = {
+    .name = "lovasz_softmax",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_LOVASZ_SOFTMAX,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "class_ids", .kind = PLOSS_TENSOR_CLASS_IDS},
+    },
+};
+
+static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_lovasz_softmax_opts *user)
+{
+    ploss_clear_error();
+    ploss_lovasz_softmax_opts o;
+    ploss_lovasz_softmax_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of lovasz_softmax");
+    if ((unsigned)o.classes >= 3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.classes: %d is not one of present (0), all (1), listed (2)", (int)o.classes);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .classes = (int)o.classes,
+        .per_image = o.per_image,
+        .ignore_index = o.ignore_index,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &lovasz_softmax_spec, a, &p);
+}
+
+ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .loss = loss};
+    return lovasz_softmax(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .grad_loss = grad_loss, .grad_input = grad_input};
+    return lovasz_softmax(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = class_ids, .loss = loss, .grad_input = grad_input};
+    return lovasz_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- soft_dice --------------------------------------------------------------------------- */
+
+void ploss_soft_dice_opts_init(ploss_soft_dice_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1.0;
+    o->smooth = 1.0;
+    o->per_sample = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec soft_dice_spec = {
+    .name = "soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                              const ploss_soft_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_soft_dice_opts o;
+    ploss_soft_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of soft_dice");
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .per_image = o.per_sample,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_soft_dice_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- generalized_soft_dice --------------------------------------------------------------- */
+
+void ploss_class_dice_opts_init(ploss_class_dice_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->p = 1.0;
+    o->smooth = 1.0;
+    o->ignore_index = 255;
+    o->mask_ignored_in_denominator = 1;
+    o->class_weights = PLOSS_DICE_WEIGHTS_GIVEN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec generalized_soft_dice_spec = {
+    .name = "generalized_soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_GENERALIZED_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                          const ploss_class_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_class_dice_opts o;
+    ploss_class_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_soft_dice");
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    if ((unsigned)o.class_weights >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .ignore_index = o.ignore_index,
+        .mask_ignored = o.mask_ignored_in_denominator,
+        .class_weights = (int)o.class_weights,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &generalized_soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return generalized_soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return generalized_soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return generalized_soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- batch_soft_dice --------------------------------------------------------------------- */
+
+static const ploss_loss_spec batch_soft_dice_spec = {
+    .name = "batch_soft_dice",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_BATCH_SOFT_DICE,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "weight"},
+    },
+};
+
+static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                    const ploss_class_dice_opts *user)
+{
+    ploss_clear_error();
+    ploss_class_dice_opts o;
+    ploss_class_dice_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_soft_dice");
+    if (!(isfinite(o.p) && o.p > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+    if (!(isfinite(o.smooth) && o.smooth >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+    if ((unsigned)o.class_weights >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .exponent = o.p,
+        .smooth = o.smooth,
+        .ignore_index = o.ignore_index,
+        .mask_ignored = o.mask_ignored_in_denominator,
+        .class_weights = (int)o.class_weights,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &batch_soft_dice_spec, a, &p);
+}
+
+ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return batch_soft_dice(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_batch_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return batch_soft_dice(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return batch_soft_dice(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- affinity_field ---------------------------------------------------------------------- */
+
+void ploss_affinity_field_opts_init(ploss_affinity_field_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->kl_margin = 3.0;
+    o->lambda_same = 1.0;
+    o->lambda_diff = 1.0;
+    o->ignore_index = 255;
+    o->divergence = PLOSS_AFFINITY_KL;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec affinity_field_spec = {
+    .name = "affinity_field",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_AFFINITY_FIELD,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+};
+
+static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                   const ploss_affinity_field_opts *user)
+{
+    ploss_clear_error();
+    ploss_affinity_field_opts o;
+    ploss_affinity_field_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of affinity_field");
+    if (!(isfinite(o.kl_margin) && o.kl_margin >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %g is not a finite number >= 0", o.kl_margin);
+    if (!(isfinite(o.lambda_same) && o.lambda_same >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %g is not a finite number >= 0", o.lambda_same);
+    if (!(isfinite(o.lambda_diff) && o.lambda_diff >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %g is not a finite number >= 0", o.lambda_diff);
+    if ((unsigned)o.divergence >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.divergence: %d is not one of kl (0), reference (1)", (int)o.divergence);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .kl_margin = o.kl_margin,
+        .lambda_same = o.lambda_same,
+        .lambda_diff = o.lambda_diff,
+        .ignore_index = o.ignore_index,
+        .divergence = (int)o.divergence,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &affinity_field_spec, a, &p);
+}
+
+ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return affinity_field(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_field_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return affinity_field(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return affinity_field(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- affinity ---------------------------------------------------------------------------- */
+
+void ploss_affinity_opts_init(ploss_affinity_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->kernel_size = 3;
+    o->ignore_index = -100;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec affinity_spec = {
+    .name = "affinity",
+    .shape = PLOSS_SHAPE_REGION,
+    .policy = PLOSS_POLICY_AFFINITY,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 1,
+};
+
+static ploss_status affinity(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_affinity_opts *user)
+{
+    ploss_clear_error();
+    ploss_affinity_opts o;
+    ploss_affinity_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of affinity");
+    if (o.kernel_size < 1 || o.kernel_size > 7)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kernel_size: %d is not an integer in [1, 7]", (int)o.kernel_size);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .kernel_size = o.kernel_size,
+        .ignore_index = o.ignore_index,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &affinity_spec, a, &p);
+}
+
+ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return affinity(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return affinity(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_affinity_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_affinity_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return affinity(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- combined_margin --------------------------------------------------------------------- */
 
 void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)

@@ -2049,6 +2049,556 @@ ploss_status ploss_multi_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *inp
     const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
     DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Lovász-softmax loss -------------------------------------------------------------- */
+
+/** Which classes of a group enter its loss.
+ *   PRESENT          the classes with at least one valid pixel of that label in the group
+ *                    (Berman et al.'s default)
+ *   ALL              every class; a class absent from the group's labels has L_c = the largest
+ *                    p_c over its valid pixels
+ *   LISTED           the classes of class_ids, present in the group or not (Berman et al.'s
+ *                    list)
+ */
+typedef enum ploss_lovasz_classes {
+    PLOSS_LOVASZ_PRESENT = 0,
+    PLOSS_LOVASZ_ALL = 1,
+    PLOSS_LOVASZ_LISTED = 2,
+    PLOSS_LOVASZ_CLASSES_COUNT
+} ploss_lovasz_classes;
+
+/** Options of lovasz_softmax; fill with ploss_lovasz_softmax_opts_init(). */
+typedef struct ploss_lovasz_softmax_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* which classes count (see the choices above); default PRESENT */
+    ploss_lovasz_classes classes;
+    /* one group per image (true) or the whole batch as one group (false); default 0 */
+    int per_image;
+    /* pixels with this label are left out of every class's sort; default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_lovasz_softmax_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
+
+/**
+ * Lovász-softmax loss, forward (Berman, Rannen Triki, Blaschko, "The Lovász-Softmax loss: A
+ * tractable surrogate for the optimization of the intersection-over-union measure in neural
+ * networks", CVPR 2018 (its lovasz_softmax with classes 'present', 'all' or a list, and
+ * per_image)).
+ * In each group (the whole batch, or one image with per_image) and for each class c, with p the
+ * softmax over the C classes, the errors of the valid pixels e_i = 1 − p_ic where y_i = c and
+ * e_i = p_ic elsewhere are sorted in decreasing order e_(1) ≥ e_(2) ≥ … (ties by
+ * increasing pixel index, row-major over N×d1×…×dk). With P the number of pixels of class
+ * c in the group and F_k the number among the first k,
+ *
+ *     Δ(k) = k / (P + k − F_k)           (the Jaccard loss of the k worst pixels, Δ(0) = 0)
+ *     g_k  = Δ(k) − Δ(k − 1)             (the Lovász weights)
+ *     L_c  = Σ_k e_(k)·g_k
+ *
+ * g_k is computed in closed form (1/(P + k − F_k) for a pixel of class c or k = 1, else (P
+ * − F_k)/((P + k − F_k)(P + k − 1 − F_k))) and the counts are integers, so no
+ * difference of nearly equal numbers is taken. The loss of a group is the mean of L_c over the
+ * classes that count in it (0 when none does); 'mean' averages the groups' losses, 'sum' adds
+ * every counted L_c, 'none' gives L_c per class ([C], or [N, C] with per_image; 0 for a class
+ * that does not count).
+ *
+ * Edge cases: a group whose pixels are all ignored gives 0 and a zero gradient (also with
+ * 'mean': Berman et al.'s convention, not NaN); a single valid pixel is an ordinary group; a
+ * class absent from a group's labels is skipped with classes = 'present' and gives L_c = max_i
+ * p_ic with 'all' (the reference project's setting); C = 1 gives 0. Labels outside [0, C) that
+ * are not ignore_index are an error (INVALID_LABEL). The CUDA backend sorts every (group,
+ * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
+ * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+ * It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
+ * and the gradient are computed in f64.
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  class_ids   NULL, or with classes = 'listed': the class indices that count, in [0, C) (a
+ *                 Lua list or a tensor of any numeric dtype on the input's device; on CUDA an
+ *                 index outside [0, C) is reported as an invalid label).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything
+ *           is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than
+ *           2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Lovász-softmax loss, backward. The sort order is held fixed (the loss is piecewise linear in
+ * the probabilities): ∂L_c/∂p_ic = g_k·(−1 if y_i = c else +1) at the pixel of rank k,
+ * and through the softmax ∂ℓ/∂x_ik = p_ik·(G_ik − Σ_c p_ic·G_ic) with G_ic =
+ * ω_c·∂L_c/∂p_ic, ω_c the weight of L_c in the reduced loss (1/(groups × counted
+ * classes of the group) for 'mean', 1 for 'sum', the upstream gradient for 'none'). Ignored
+ * pixels get an exactly zero gradient.
+ * in  input, target, class_ids, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_lovasz_softmax_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Lovász-softmax loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_lovasz_softmax_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Soft Dice loss (binary) ----------------------------------------------------------- */
+
+/** Options of soft_dice; fill with ploss_soft_dice_opts_init(). */
+typedef struct ploss_soft_dice_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the exponent of s and y in the denominator; a finite number > 0; default 1.0 */
+    double p;
+    /* added to the numerator and the denominator; a finite number >= 0; default 1.0 */
+    double smooth;
+    /* one Dice per sample (along the first dim) rather than one for the whole input; default 0
+       */
+    int per_sample;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_soft_dice_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
+
+/**
+ * Soft Dice loss (binary), forward (Milletari, Navab, Ahmadi, "V-Net: Fully Convolutional
+ * Neural Networks for Volumetric Medical Image Segmentation", 3DV 2016; pytorch-loss
+ * SoftDiceLossV1–V3).
+ * With s = σ(x) and y the target (0/1 or soft labels), over the elements of a group (the whole
+ * input, or one sample with per_sample)
+ *
+ *     A = Σ s·y,   B = Σ (s^p + y^p),   ℓ = 1 − (2A + smooth) / (B + smooth)
+ *
+ * 'mean' averages the groups' losses, 'sum' adds them, 'none' gives them: shape [N] with
+ * per_sample, else [1].
+ *
+ * Unlike the reference's third version, the labels are raised to p in the denominator and every
+ * group gets its gradient whatever its size. An empty input gives 0 with smooth > 0 (NaN with
+ * smooth = 0). Targets are not checked: y^p of a negative target is NaN for a non-integer p.
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss);
+
+/**
+ * Soft Dice loss (binary), backward. With num = 2A + smooth and den = B + smooth of the
+ * element's group, ∂ℓ/∂x = s(1 − s)·(num·p·s^(p−1)/den² − 2y/den), computed as
+ * num·p·s^p·(1 − s)/den² − 2y·s(1 − s)/den (finite for every p > 0).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_soft_dice_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Soft Dice loss (binary), forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_soft_dice_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Generalized soft Dice loss (per sample) ------------------------------------------- */
+
+/** The class weights w_c of the per-class soft Dice losses.
+ *   GIVEN            the weight tensor, or 1 for every class without one
+ *   SUDRE            Sudre et al.'s w_c = 1/R_c² with R_c the number of valid pixels of class
+ *                    c in the Dice's group; a class absent from the group takes the largest
+ *                    weight of the present ones (as MONAI's GeneralizedDiceLoss); taken as
+ *                    constants (no gradient)
+ */
+typedef enum ploss_dice_class_weights {
+    PLOSS_DICE_WEIGHTS_GIVEN = 0,
+    PLOSS_DICE_WEIGHTS_SUDRE = 1,
+    PLOSS_DICE_WEIGHTS_COUNT
+} ploss_dice_class_weights;
+
+/** Options of generalized_soft_dice; fill with ploss_class_dice_opts_init(). */
+typedef struct ploss_class_dice_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the exponent of s in the denominator; a finite number > 0; default 1.0 */
+    double p;
+    /* added to the numerator and the denominator; a finite number >= 0; default 1.0 */
+    double smooth;
+    /* pixels with this label are left out (see mask_ignored_in_denominator); default 255 */
+    int64_t ignore_index;
+    /* true: ignored pixels leave the denominator too; false: their s^p stays in it, as in
+       pytorch-loss; default 1 */
+    int mask_ignored_in_denominator;
+    /* the class weights (see the choices above); default GIVEN */
+    ploss_dice_class_weights class_weights;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_class_dice_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
+
+/**
+ * Generalized soft Dice loss (per sample), forward (Sudre, Li, Vercauteren, Ourselin, Cardoso,
+ * "Generalised Dice overlap as a deep learning loss function for highly unbalanced
+ * segmentations", DLMIA 2017 (class_weights = 'sudre'); the soft Dice of Milletari, Navab,
+ * Ahmadi, "V-Net", 3DV 2016; pytorch-loss GeneralizedSoftDiceLoss).
+ * With s = σ(x) per class (a sigmoid, not a softmax), o the one-hot of the labels and, for
+ * each sample n and class c, sums over the pixels of the sample
+ *
+ *     A_nc = Σ s·o                  (valid pixels)
+ *     B_nc = Σ (s^p + o)            (valid pixels; also the ignored ones when
+ *                                    mask_ignored_in_denominator is false)
+ *     ℓ_n  = 1 − (2·Σ_c w_c·A_nc + smooth) / (Σ_c w_c·B_nc + smooth)
+ *
+ * with w_c the class weights. 'mean' averages ℓ_n over the samples, 'sum' adds them, 'none'
+ * gives ℓ_n (shape [N]).
+ *
+ * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
+ * group, R_c the group's number of valid pixels of class c.
+ *
+ * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
+ * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
+ * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
+ * = 'sudre' is an error.
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
+ *                 class_weights = 'given'.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Generalized soft Dice loss (per sample), backward. With num = 2·Σ_c w_c·A_c + smooth and
+ * den = Σ_c w_c·B_c + smooth of the pixel's group, ∂ℓ/∂x = w_c·s(1 −
+ * s)·(num·p·s^(p−1)/den² − 2·o/den) (computed as w_c·(num·p·s^p·(1 − s)/den²
+ * − 2·o·s(1 − s)/den), finite for every p > 0); zero at ignored pixels, except the first
+ * term when mask_ignored_in_denominator is false.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_generalized_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Generalized soft Dice loss (per sample), forward and backward in one pass (see the
+ *  conventions above). Statuses: as _forward. */
+ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Batch soft Dice loss -------------------------------------------------------------- */
+
+/**
+ * Batch soft Dice loss, forward (Milletari, Navab, Ahmadi, "V-Net", 3DV 2016; Sudre et al.,
+ * DLMIA 2017 for class_weights = 'sudre'; pytorch-loss BatchSoftDiceLoss).
+ * With s = σ(x) per class (a sigmoid, not a softmax), o the one-hot of the labels and, for
+ * each class c, sums over every pixel of the batch
+ *
+ *     A_c = Σ s·o                   (valid pixels)
+ *     B_c = Σ (s^p + o)             (valid pixels; also the ignored ones when
+ *                                    mask_ignored_in_denominator is false)
+ *     ℓ   = 1 − (2·Σ_c w_c·A_c + smooth) / (Σ_c w_c·B_c + smooth)
+ *
+ * with w_c the class weights: one value for the batch ('none' gives it as shape [1]; 'mean' and
+ * 'sum' give it as it is).
+ *
+ * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
+ * group, R_c the group's number of valid pixels of class c.
+ *
+ * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
+ * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
+ * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
+ * = 'sudre' is an error.
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
+ *                 class_weights = 'given'.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
+ *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Batch soft Dice loss, backward. With num = 2·Σ_c w_c·A_c + smooth and den = Σ_c w_c·B_c
+ * + smooth of the pixel's group, ∂ℓ/∂x = w_c·s(1 − s)·(num·p·s^(p−1)/den² −
+ * 2·o/den) (computed as w_c·(num·p·s^p·(1 − s)/den² − 2·o·s(1 − s)/den), finite
+ * for every p > 0); zero at ignored pixels, except the first term when
+ * mask_ignored_in_denominator is false.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_batch_soft_dice_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Batch soft Dice loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_batch_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
+
+/* ---- Affinity field loss --------------------------------------------------------------- */
+
+/** The divergence D(u, v) between the class distributions of two neighbouring pixels.
+ *   KL               KL(p_v ‖ p_u) = Σ_c p_vc·(log p_vc − log p_uc), the paper's
+ *   REFERENCE        Σ_c p_vc·(p_vc − p_uc), the probability difference of pytorch-loss
+ */
+typedef enum ploss_affinity_divergence {
+    PLOSS_AFFINITY_KL = 0,
+    PLOSS_AFFINITY_REFERENCE = 1,
+    PLOSS_AFFINITY_DIVERGENCE_COUNT
+} ploss_affinity_divergence;
+
+/** Options of affinity_field; fill with ploss_affinity_field_opts_init(). */
+typedef struct ploss_affinity_field_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* κ, the margin of the divergence between pixels of different labels; a finite number >=
+       0; default 3.0 */
+    double kl_margin;
+    /* the weight of the pairs with equal labels (λ_same·D); a finite number >= 0; default 1.0
+       */
+    double lambda_same;
+    /* the weight of the pairs with different labels (λ_diff·max(0, κ − D)); a finite
+       number >= 0; default 1.0 */
+    double lambda_diff;
+    /* pixels with this label take part in no pair; default 255 */
+    int64_t ignore_index;
+    /* D (see the choices above); default KL */
+    ploss_affinity_divergence divergence;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_affinity_field_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
+
+/**
+ * Affinity field loss, forward (Ke, Hwang, Liu, Yu, "Adaptive Affinity Fields for Semantic
+ * Segmentation", ECCV 2018 (the fixed 3×3 affinity field); pytorch-loss AffinityFieldLoss for
+ * divergence = 'reference').
+ * Logits N×C×H×W (N×C×W: images of one row), labels N×H×W, p the softmax over the
+ * classes. For each valid pixel u and each of its 8 neighbours v (the 4 sides and the 4
+ * diagonals) inside the image with a valid label,
+ *
+ *     term(u, v) = λ_same·D(u, v)                 if y_u = y_v
+ *                = λ_diff·max(0, κ − D(u, v))     otherwise
+ *     ℓ_u        = (1/8)·Σ_v term(u, v)
+ *
+ * (each unordered pair counts in both directions). 'mean' divides Σ_u ℓ_u by the number of
+ * valid pixels, 'sum' gives Σ_u ℓ_u, 'none' the map ℓ (N×H×W, 0 at ignored pixels).
+ *
+ * Unlike the reference, a pair with an ignored pixel adds nothing to the value (the reference
+ * adds λ_diff·κ for it) nor to the gradient. The paper's "edge" pairs are those of different
+ * labels; the reference calls its same-label weight lambda_edge, so the names here say which
+ * pairs each weighs. Only the fixed 3×3 field is implemented, not the adaptive kernel sizes.
+ * 'mean' with no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not
+ * ignore_index are an error (INVALID_LABEL).
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
+ *           opts.kl_margin not a finite number >= 0, opts.lambda_same not a finite number >= 0,
+ *           opts.lambda_diff not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
+ *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss);
+
+/**
+ * Affinity field loss, backward. For D = KL(p_v ‖ p_u): ∂D/∂x_vk = p_vk·(log p_vk −
+ * log p_uk − D), ∂D/∂x_uk = p_uk − p_vk; for the reference divergence the derivatives
+ * of Σ p_v·(p_v − p_u) through both softmaxes. A pair contributes λ_same·∂D, or
+ * −λ_diff·∂D where κ − D > 0 (0 at the kink and beyond), times the upstream weight of
+ * its centre pixel u. Each pixel gathers the 16 pairs it belongs to (no atomics).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_affinity_field_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Affinity field loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_affinity_field_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
+/* ---- Affinity loss (local context prior) ----------------------------------------------- */
+
+/** Options of affinity; fill with ploss_affinity_opts_init(). */
+typedef struct ploss_affinity_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* k, the side of the windows (stride 1, no padding); an integer in [1, 7]; default 3 */
+    int kernel_size;
+    /* pixels with this label take part in no pair; default -100 */
+    int64_t ignore_index;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_affinity_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_affinity_opts_init(ploss_affinity_opts *opts);
+
+/**
+ * Affinity loss (local context prior), forward (adapted from Yu, Wang, Gao, Yu, Shen, Sang,
+ * "Context Prior for Scene Segmentation", CVPR 2020 (local k×k windows and raw logit inner
+ * products instead of a predicted global affinity map); pytorch-loss AffinityLoss).
+ * Logits N×C×H×W (N×C×W: images of one row), labels N×H×W. Every k×k window of an image
+ * (stride 1, no padding) pairs each of its cells a with each cell b (a = b included): A = Σ_c
+ * x_ca·x_cb, T = 1 if both cells have the same label, and the pair adds softplus(A) − T·A
+ * (BCE with logits). With m(p, q) the number of windows holding both pixels p and q, gathered
+ * per pixel:
+ *
+ *     ℓ_p = Σ_q m(p, q)·(softplus(A_pq) − T_pq·A_pq)        (p and q valid)
+ *
+ * 'mean' divides Σ_p ℓ_p by Σ m(p, q) over the counted pairs (N·k⁴·(H − k + 1)(W −
+ * k + 1) without ignored pixels, the reference's count), 'sum' gives Σ_p ℓ_p, 'none' the map
+ * ℓ (N×H×W).
+ *
+ * Unlike the reference, pairs with an ignored pixel are left out of the value, the count and
+ * the gradient (the reference keeps them with T = 0, so an ignored pixel is pushed to be unlike
+ * everything, itself included). An image smaller than k along H or W has no window. 'mean' with
+ * no counted pair gives NaN and a zero gradient. Labels outside [0, C) that are not
+ * ignore_index are an error (INVALID_LABEL).
+ *
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
+ *                 with class-index targets, any shape with float targets; any strides (a crop
+ *                 of a segmentation map is read in place). Pixels are grouped per sample or
+ *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
+ *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ *                 input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
+ *           opts.kernel_size not an integer in [1, 7], a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
+ *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
+ *           CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss);
+
+/**
+ * Affinity loss (local context prior), backward. ∂ℓ/∂x_cp = Σ_q m(p, q)·(σ(A_pq) −
+ * T_pq)·x_cq·(ω_p + ω_q), ω the upstream weight of each pixel's ℓ (the diagonal q = p
+ * gives the factor 2 of ‖x_p‖²). Each pixel gathers the (2k − 1)² pixels it can share a
+ * window with: no atomics, no unfolded k²·C·L tensor.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_affinity_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_affinity_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Affinity loss (local context prior), forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_affinity_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
+    const ploss_affinity_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
 /* ---- Combined margin softmax loss ------------------------------------------------------ */
 
 /** How the class centres lie in the margin losses' weight.

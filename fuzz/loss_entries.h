@@ -457,6 +457,106 @@ static ploss_status fz_call_multi_margin_loss_fused(ploss_ctx_t *ctx, DLTensor *
     return ploss_multi_margin_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
+static void fz_init_ploss_lovasz_softmax_opts(void *o) { ploss_lovasz_softmax_opts_init(o); }
+
+static ploss_status fz_call_lovasz_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_lovasz_softmax_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_lovasz_softmax_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_lovasz_softmax_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static void fz_init_ploss_soft_dice_opts(void *o) { ploss_soft_dice_opts_init(o); }
+
+static ploss_status fz_call_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_soft_dice_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_class_dice_opts(void *o) { ploss_class_dice_opts_init(o); }
+
+static ploss_status fz_call_generalized_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_generalized_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_generalized_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_generalized_soft_dice_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_batch_soft_dice_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_batch_soft_dice_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_batch_soft_dice_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_batch_soft_dice_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static void fz_init_ploss_affinity_field_opts(void *o) { ploss_affinity_field_opts_init(o); }
+
+static ploss_status fz_call_affinity_field_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_affinity_field_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_affinity_field_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_field_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static void fz_init_ploss_affinity_opts(void *o) { ploss_affinity_opts_init(o); }
+
+static ploss_status fz_call_affinity_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_affinity_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_affinity_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_affinity_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 static void fz_init_ploss_combined_margin_opts(void *o) { ploss_combined_margin_opts_init(o); }
 
 static ploss_status fz_call_combined_margin_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -833,6 +933,78 @@ static ploss_status fz_call_arc_face_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_multi_margin_loss_opts), .opts_init = fz_init_ploss_multi_margin_loss_opts, .opts_nullable = 1, .nfields = 5, \
      .fields = {FZ_FIELD(ploss_multi_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multi_margin_loss_opts, p, FZ_INT, 0, 2), FZ_FIELD(ploss_multi_margin_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multi_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_forward", .call = fz_call_lovasz_softmax_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_backward", .call = fz_call_lovasz_softmax_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_lovasz_softmax_fused", .call = fz_call_lovasz_softmax_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"class_ids", FZ_IN | FZ_OPTIONAL, "D|C", "i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_lovasz_softmax_opts), .opts_init = fz_init_ploss_lovasz_softmax_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_lovasz_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_lovasz_softmax_opts, classes, FZ_ENUM, 0, 2), FZ_FIELD(ploss_lovasz_softmax_opts, per_image, FZ_INT, 0, 1), FZ_FIELD(ploss_lovasz_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_lovasz_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_forward", .call = fz_call_soft_dice_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_backward", .call = fz_call_soft_dice_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_soft_dice_fused", .call = fz_call_soft_dice_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd", "x|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_soft_dice_opts), .opts_init = fz_init_ploss_soft_dice_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_soft_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, per_sample, FZ_INT, 0, 1), FZ_FIELD(ploss_soft_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_forward", .call = fz_call_generalized_soft_dice_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_backward", .call = fz_call_generalized_soft_dice_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_generalized_soft_dice_fused", .call = fz_call_generalized_soft_dice_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_forward", .call = fz_call_batch_soft_dice_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_backward", .call = fz_call_batch_soft_dice_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_batch_soft_dice_fused", .call = fz_call_batch_soft_dice_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_class_dice_opts), .opts_init = fz_init_ploss_class_dice_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_class_dice_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_dice_opts, p, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, smooth, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_class_dice_opts, mask_ignored_in_denominator, FZ_INT, 0, 1), FZ_FIELD(ploss_class_dice_opts, class_weights, FZ_ENUM, 0, 1), FZ_FIELD(ploss_class_dice_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_dice_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_forward", .call = fz_call_affinity_field_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_backward", .call = fz_call_affinity_field_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_field_fused", .call = fz_call_affinity_field_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_field_opts), .opts_init = fz_init_ploss_affinity_field_opts, .opts_nullable = 1, .nfields = 8, \
+     .fields = {FZ_FIELD(ploss_affinity_field_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_field_opts, kl_margin, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_same, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, lambda_diff, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, divergence, FZ_ENUM, 0, 1), FZ_FIELD(ploss_affinity_field_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_field_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_forward", .call = fz_call_affinity_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_backward", .call = fz_call_affinity_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"grad_loss", FZ_IN, "|C|NC|N|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_affinity_fused", .call = fz_call_affinity_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|C|NC|N|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_affinity_opts), .opts_init = fz_init_ploss_affinity_opts, .opts_nullable = 1, .nfields = 5, \
+     .fields = {FZ_FIELD(ploss_affinity_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_affinity_opts, kernel_size, FZ_INT, 0, 7), FZ_FIELD(ploss_affinity_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_affinity_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_affinity_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_combined_margin_forward", .call = fz_call_combined_margin_forward, .nslots = 4, \
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
      .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \

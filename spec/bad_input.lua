@@ -132,6 +132,9 @@ end
 B.families = {}
 -- losses of several embedding inputs (the pairs shape) check their bad input in spec/pairs_spec.lua
 for _, d in ipairs(H.one_input_losses()) do
+  -- the region losses (one 'none' value per group and class, no per-sample rows) check their
+  -- bad input in spec/region_spec.lua and spec/cuda_region_spec.lua
+  if d.shape == "region" then goto next_description end
   local fam = {
     name = d.name, class = d.criterion,
     kind = d.shape == "rows" and "class" or d.shape == "boxes" and "boxes" or "elementwise",
@@ -155,6 +158,7 @@ for _, d in ipairs(H.one_input_losses()) do
     end
   end
   B.families[#B.families + 1] = fam
+  ::next_description::
 end
 for _, op in ipairs {
   {

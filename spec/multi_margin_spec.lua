@@ -102,6 +102,11 @@ describe("multi_margin_loss by hand", function()
       local l = F.multi_margin_loss(x, ploss.tensor({ 0, -100 }, { dtype = "i64" }))
       return l
     end, "target: class index -100 at sample (n = 1, s = 0) is outside [0, 3);")
+    -- the most negative i64 is no ignore_index in disguise either
+    H.expect_error(function()
+      local l = F.multi_margin_loss(x, ploss.tensor({ -2 ^ 63, 0 }, { dtype = "i64" }))
+      return l
+    end, "target: class index -9223372036854775808 at sample (n = 0, s = 0) is outside [0, 3);")
     H.expect_error(function()
       local l = F.multi_margin_loss(x, ploss.tensor({ 0, 1 }, { dtype = "i64" }), { p = 3 })
       return l

@@ -156,6 +156,21 @@ local SHAPE = {
       "x2 < x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA: through the " ..
       "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
+  region = {
+    input = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d) with class-index " ..
+      "targets, any shape with float targets; any strides (a crop of a segmentation map is read in " ..
+      "place).  Pixels are grouped per sample or over the whole batch; the target, and grad_input, " ..
+      "have any strides too.",
+    loss = "reduction NONE: one value per group (and class), the shape the loss's formula gives; " ..
+      "MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on the input's device.",
+    grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
+    fuzz = { input = { "NCd", "f" }, loss = { "|C|NC|N|1", "a" }, grad_loss = { "|C|NC|N|1", "a|f" },
+             grad_input = { "NCd", "x" },
+             target = { index = { "Nd", "i|i|i|f" }, elementwise = { "NCd", "x|f" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
+      "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
+      "pairs), CUDA, OUT_OF_MEMORY",
+  },
   margin = {
     input = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one dtype and one D, C >= 2.",
     loss = "NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or 1-element tensor; f32 " ..
@@ -174,8 +189,10 @@ local SHAPE = {
 local function input_doc(d) return d.input_doc or SHAPE[d.shape].input:format(d.min_classes) end
 local function target_doc(d) return d.target_doc or TARGET_DOC[d.target] end
 
-local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" } }
-local TENSOR_EXTENT = { class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values" }
+local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },
+                      class_ids = { "D|C", "i|f" } }
+local TENSOR_EXTENT = { class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values",
+                        class_ids = "class indices" }
 
 local function state_shape(desc)
   if desc.state.components == 1 then return "the target's shape" end

@@ -34,7 +34,7 @@ __device__ __forceinline__ bool label_of(const ploss_direct_problem &p, int64_t 
                                          int64_t &y)
 {
     y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
-    if (y == p.ignore_index)
+    if (y == p.ignore_index && p.ignore_index != INT64_MIN) /* INT64_MIN: no ignore_index */
         return false;
     if (y < 0 || y >= p.C) {
         report_invalid_label(error_slot, y);

@@ -227,10 +227,22 @@ local function check_args(where, input, target)
   if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
 end
 
--- Sizes of the 'none' loss: the sample shape (rows) or the input's (elementwise).
-local function loss_sizes(d, input)
+-- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or the
+-- description's loss_groups (region).
+local function loss_sizes(d, input, o)
   local sizes = input:size()
   if d.shape == "elementwise" then return sizes end
+  if d.shape == "region" then
+    if d.loss_groups == "sample" then return { sizes[1] } end
+    if d.loss_groups == "batch" then return { 1 } end
+    if d.loss_groups == "sample_or_batch" then return { o.per_sample and (sizes[1] or 1) or 1 } end
+    if d.loss_groups == "pixel" then
+      local s = {}
+      for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
+      return s
+    end
+    return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
+  end
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
@@ -238,7 +250,7 @@ end
 
 -- Sizes of the loss of a call: the 'none' loss's, or none (one element) when reduced.
 local function loss_shape(d, o, input)
-  return o.reduction == "none" and loss_sizes(d, input) or {}
+  return o.reduction == "none" and loss_sizes(d, input, o) or {}
 end
 
 local function state_sizes(d, input)
@@ -275,7 +287,7 @@ end
 local function grad_loss_tensor(d, o, input, gradOutput, buf)
   local dtype = loss_dtype(input)
   if gradOutput == nil then
-    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input), dtype, input:device()):fill(1) end
+    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input, o), dtype, input:device()):fill(1) end
     gradOutput = 1
   end
   if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput) end

@@ -16,10 +16,11 @@
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
 --                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
---                compared row with row or in tiles of their N×N distance matrix) or 'boxes'
---                (N×4 boxes, one loss per box) or 'margin' (N×D embeddings against C×D class
---                centres: a softmax over the cosines of each row, computed in row tiles of
---                matrix products)
+--                compared row with row or in tiles of their N×N distance matrix), 'boxes'
+--                (N×4 boxes, one loss per box), 'region' (per-class reductions over groups
+--                of pixels of N×C×d1×…×dk logits) or 'margin' (N×D embeddings against C×D
+--                class centres: a softmax over the cosines of each row, computed in row
+--                tiles of matrix products)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
@@ -40,7 +41,8 @@
 --                'batchmean' only where listed)
 --   tensors      extra tensors between target and opts, in argument order:
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
---                  'sample_vector' (N values, one per sample),
+--                  'sample_vector' (N values, one per sample) | 'class_ids' (a vector of
+--                  class indices),
 --                  what (one <what> per class), required, priors, doc }
 --   state        nil, or { name, components (per sample), doc }: what forward saves for
 --                backward
@@ -53,10 +55,14 @@
 --                parameters when it differs from the name; ctype for enums }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool'.
 --   unused_options  { name = true }: fields of a shared struct this loss does not read
+--   loss_groups  region shape: what the loss of 'none' holds: 'class' (one value per group
+--                and class: [C], or [N, C] with the per_image option), 'sample' (one per
+--                sample: [N]), 'batch' (one for the batch: [1]) or 'sample_or_batch' ([N]
+--                with the per_sample option, else [1]) or 'pixel' (the label map: N×d1×…×dk)
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, margin = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
   boxes = true, class_labels = true }
 local KNOWN = {
@@ -64,7 +70,7 @@ local KNOWN = {
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
-  input_doc = true, target_doc = true, reductions = true, input_range = true,
+  input_doc = true, target_doc = true, reductions = true, input_range = true, loss_groups = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.

@@ -1,0 +1,69 @@
+-- Lovász-softmax: a convex surrogate of the per-class Jaccard index over groups of pixels.
+return {
+  name = "lovasz_softmax",
+  criterion = "LovaszSoftmaxLoss",
+  title = "Lovász-softmax loss",
+  source = "Berman, Rannen Triki, Blaschko, \"The Lovász-Softmax loss: A tractable surrogate for the " ..
+    "optimization of the intersection-over-union measure in neural networks\", CVPR 2018 (its " ..
+    "lovasz_softmax with classes 'present', 'all' or a list, and per_image)",
+  shape = "region",
+  policy = "lovasz_softmax",
+  target = "index",
+  loss_groups = "class",
+  enums = {
+    { ctype = "ploss_lovasz_classes", prefix = "PLOSS_LOVASZ_", count = "PLOSS_LOVASZ_CLASSES_COUNT",
+      doc = "Which classes of a group enter its loss.",
+      values = {
+        { "present", "PRESENT", "the classes with at least one valid pixel of that label in the group " ..
+          "(Berman et al.'s default)" },
+        { "all", "ALL", "every class; a class absent from the group's labels has L_c = the largest p_c " ..
+          "over its valid pixels" },
+        { "listed", "LISTED", "the classes of class_ids, present in the group or not (Berman et al.'s list)" },
+      } },
+  },
+  tensors = {
+    { name = "class_ids", kind = "class_ids",
+      doc = "with classes = 'listed': the class indices that count, in [0, C) (a Lua list or a tensor of " ..
+        "any numeric dtype on the input's device; on CUDA an index outside [0, C) is reported as an " ..
+        "invalid label)" },
+  },
+  options = {
+    { "classes", "enum", "present", ctype = "ploss_lovasz_classes",
+      doc = "which classes count (see the choices above)" },
+    { "per_image", "bool", false, doc = "one group per image (true) or the whole batch as one group (false)" },
+    { "ignore_index", "int64", -100, doc = "pixels with this label are left out of every class's sort" },
+  },
+  formula = [[
+In each group (the whole batch, or one image with per_image) and for each class c, with p
+the softmax over the C classes, the errors of the valid pixels e_i = 1 − p_ic where y_i = c
+and e_i = p_ic elsewhere are sorted in decreasing order e_(1) ≥ e_(2) ≥ … (ties by
+increasing pixel index, row-major over N×d1×…×dk).  With P the number of pixels of class c
+in the group and F_k the number among the first k,
+
+    Δ(k) = k / (P + k − F_k)           (the Jaccard loss of the k worst pixels, Δ(0) = 0)
+    g_k  = Δ(k) − Δ(k − 1)             (the Lovász weights)
+    L_c  = Σ_k e_(k)·g_k
+
+g_k is computed in closed form (1/(P + k − F_k) for a pixel of class c or k = 1, else
+(P − F_k)/((P + k − F_k)(P + k − 1 − F_k))) and the counts are integers, so no difference
+of nearly equal numbers is taken.  The loss of a group is the mean of L_c over the classes
+that count in it (0 when none does); 'mean' averages the groups' losses, 'sum' adds every
+counted L_c, 'none' gives L_c per class ([C], or [N, C] with per_image; 0 for a class that
+does not count).]],
+  gradient = [[
+The sort order is held fixed (the loss is piecewise linear in the probabilities):
+∂L_c/∂p_ic = g_k·(−1 if y_i = c else +1) at the pixel of rank k, and through the softmax
+∂ℓ/∂x_ik = p_ik·(G_ik − Σ_c p_ic·G_ic) with G_ic = ω_c·∂L_c/∂p_ic, ω_c the weight of L_c in
+the reduced loss (1/(groups × counted classes of the group) for 'mean', 1 for 'sum', the
+upstream gradient for 'none').  Ignored pixels get an exactly zero gradient.]],
+  notes = [[
+Edge cases: a group whose pixels are all ignored gives 0 and a zero gradient (also with
+'mean': Berman et al.'s convention, not NaN); a single valid pixel is an ordinary group; a
+class absent from a group's labels is skipped with classes = 'present' and gives L_c =
+max_i p_ic with 'all' (the reference project's setting); C = 1 gives 0.  Labels outside [0, C)
+that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts every
+(group, class) segment at once with CUB's radix sort on (segment, error) keys and counts the
+foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
+and the gradient are computed in f64.]],
+}
