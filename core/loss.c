@@ -14,6 +14,7 @@ static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
     [PLOSS_SHAPE_PAIRS] = ploss_pairs_run,
     [PLOSS_SHAPE_BOXES] = ploss_boxes_run,
     [PLOSS_SHAPE_REGION] = ploss_region_run,
+    [PLOSS_SHAPE_MARGIN] = ploss_margin_run,
 };
 
 ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)

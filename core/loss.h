@@ -20,6 +20,7 @@ typedef enum {
     PLOSS_SHAPE_PAIRS = 2, /* N×D embeddings compared row with row or in tiles */
     PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
     PLOSS_SHAPE_REGION = 4, /* groups of pixels or their neighbourhoods, per class */
+    PLOSS_SHAPE_MARGIN = 5, /* N×D embeddings against C×D class centres, softmax over cosines */
     PLOSS_SHAPE_COUNT
 } ploss_shape;
 
@@ -31,8 +32,9 @@ typedef enum {
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
     PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
     PLOSS_LOSS_TARGET_BOXES,                /* float N×4 boxes, as the input                     */
-    PLOSS_LOSS_TARGET_SIGNS                 /* ±1 labels of a loss of several inputs: any float
+    PLOSS_LOSS_TARGET_SIGNS,                /* ±1 labels of a loss of several inputs: any float
                                                dtype or i64/i32, per row or per element       */
+    PLOSS_LOSS_TARGET_CLASS_LABELS          /* one class index per embedding row, or ignore_index */
 } ploss_loss_target;
 
 /* How the inputs of a loss of several inputs are laid out (the pairs shape). */
@@ -131,6 +133,13 @@ typedef struct ploss_loss_params {
     double kl_margin, lambda_same, lambda_diff; /* affinity field loss */
     int divergence;           /* affinity field loss: ploss_affinity_divergence */
     int kernel_size;          /* affinity loss: the window */
+    /* margin softmax (the margin shape): target cosine cos(m1·θ + m2) − m3, scale s */
+    double margin_scale, margin_m1, margin_m2, margin_m3;
+    int easy_margin;
+    int weight_layout;        /* ploss_weight_layout                                        */
+    int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
+    double sample_rate;       /* Partial FC: the share of the classes kept (1: all)          */
+    int64_t seed;             /* Partial FC: the seed of the drawn classes                   */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and
@@ -151,6 +160,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
 ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *p);
 
 #ifdef __cplusplus

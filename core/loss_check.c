@@ -107,6 +107,20 @@ ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, pl
     return r == PLOSS_REDUCTION_NONE ? ploss_check_sample_shape(v, x, name) : check_reduced_loss(v, name);
 }
 
+ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name)
+{
+    char want[64];
+    if (r == PLOSS_REDUCTION_NONE) {
+        if (v->ndim == 1 && v->shape[0] == N)
+            return PLOSS_OK;
+        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
+        return ploss_check_shape_error(name, want, v);
+    }
+    if (v->numel == 1 && v->ndim <= 1)
+        return PLOSS_OK;
+    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
+}
+
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name)
 {
     if (v->dtype == want)

@@ -40,6 +40,10 @@ ploss_status ploss_check_inplace_request(const ploss_view *grad, const ploss_vie
 ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
                                     const char *name);
 
+/* Loss-shaped tensors of a loss with one value per row of N×D inputs (the pairs and margin
+ * shapes): N values for NONE, else a 0-d or 1-element tensor. */
+ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name);
+
 /* DTYPE error unless v->dtype == want. */
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name);
 

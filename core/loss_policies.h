@@ -40,6 +40,9 @@ typedef enum {
     PLOSS_POLICY_AFFINITY = 32, /* affinity (region) */
     PLOSS_POLICY_MARGIN_RANKING = 33, /* margin_ranking_loss (pairs) */
     PLOSS_POLICY_COSINE_EMBEDDING = 34, /* cosine_embedding_loss (pairs) */
+    PLOSS_POLICY_COMBINED_MARGIN = 35, /* combined_margin (margin) */
+    PLOSS_POLICY_AM_SOFTMAX = 36, /* am_softmax (margin) */
+    PLOSS_POLICY_ARC_FACE = 37, /* arc_face (margin) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

@@ -2532,3 +2532,292 @@ ploss_status ploss_cosine_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor 
     const ploss_loss_args a = {.inputs[0] = input1, .inputs[1] = input2, .target = target, .loss = loss, .grad_inputs[0] = grad_input1, .grad_inputs[1] = grad_input2};
     return cosine_embedding_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- combined_margin --------------------------------------------------------------------- */
+
+void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->s = 64.0;
+    o->m1 = 1.0;
+    o->m2 = 0.5;
+    o->m3 = 0.0;
+    o->easy_margin = 0;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
+    o->ignore_index = -100;
+    o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec combined_margin_spec = {
+    .name = "combined_margin",
+    .shape = PLOSS_SHAPE_MARGIN,
+    .policy = PLOSS_POLICY_COMBINED_MARGIN,
+    .target = PLOSS_LOSS_TARGET_CLASS_LABELS,
+    .min_classes = 2,
+    .min_classes_why = "a softmax over one class centre has nothing to separate",
+    .ninputs = 2,
+    .input_names = {"x", "weight"},
+    .grad_names = {"grad_x", "grad_weight"},
+};
+
+static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                    const ploss_combined_margin_opts *user)
+{
+    ploss_clear_error();
+    ploss_combined_margin_opts o;
+    ploss_combined_margin_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of combined_margin");
+    if (!(isfinite(o.s) && o.s > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+    if (!(isfinite(o.m1) && o.m1 >= 1.0 && o.m1 <= 4.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %g is not a finite number in [1, 4]", o.m1);
+    if (!(isfinite(o.m2) && o.m2 >= 0.0 && o.m2 <= 1.5707963267948966))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %g is not a finite number in [0, 1.5707963267948966]", o.m2);
+    if (!(isfinite(o.m3) && o.m3 >= 0.0 && o.m3 <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %g is not a finite number in [0, 1]", o.m3);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
+    if (o.tile_rows < 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin_scale = o.s,
+        .margin_m1 = o.m1,
+        .margin_m2 = o.m2,
+        .margin_m3 = o.m3,
+        .easy_margin = o.easy_margin,
+        .weight_layout = (int)o.weight_layout,
+        .ignore_index = o.ignore_index,
+        .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &combined_margin_spec, a, &p);
+}
+
+ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss};
+    return combined_margin(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_combined_margin_backward(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_x, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return combined_margin(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_combined_margin_fused(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_x, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return combined_margin(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- am_softmax -------------------------------------------------------------------------- */
+
+void ploss_am_softmax_opts_init(ploss_am_softmax_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->s = 30.0;
+    o->m = 0.35;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
+    o->ignore_index = -100;
+    o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec am_softmax_spec = {
+    .name = "am_softmax",
+    .shape = PLOSS_SHAPE_MARGIN,
+    .policy = PLOSS_POLICY_AM_SOFTMAX,
+    .target = PLOSS_LOSS_TARGET_CLASS_LABELS,
+    .min_classes = 2,
+    .min_classes_why = "a softmax over one class centre has nothing to separate",
+    .ninputs = 2,
+    .input_names = {"x", "weight"},
+    .grad_names = {"grad_x", "grad_weight"},
+};
+
+static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                               const ploss_am_softmax_opts *user)
+{
+    ploss_clear_error();
+    ploss_am_softmax_opts o;
+    ploss_am_softmax_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of am_softmax");
+    if (!(isfinite(o.s) && o.s > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+    if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1]", o.m);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
+    if (o.tile_rows < 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin_scale = o.s,
+        .margin_m3 = o.m,
+        .weight_layout = (int)o.weight_layout,
+        .ignore_index = o.ignore_index,
+        .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &am_softmax_spec, a, &p);
+}
+
+ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss};
+    return am_softmax(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_am_softmax_backward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_x, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return am_softmax(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_am_softmax_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss, DLTensor *grad_x,
+    DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return am_softmax(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
+/* ---- arc_face ---------------------------------------------------------------------------- */
+
+void ploss_arc_face_opts_init(ploss_arc_face_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->s = 64.0;
+    o->m = 0.5;
+    o->easy_margin = 0;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
+    o->ignore_index = -100;
+    o->tile_rows = 0;
+    o->sample_rate = 1.0;
+    o->seed = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec arc_face_spec = {
+    .name = "arc_face",
+    .shape = PLOSS_SHAPE_MARGIN,
+    .policy = PLOSS_POLICY_ARC_FACE,
+    .target = PLOSS_LOSS_TARGET_CLASS_LABELS,
+    .min_classes = 2,
+    .min_classes_why = "a softmax over one class centre has nothing to separate",
+    .ninputs = 2,
+    .input_names = {"x", "weight"},
+    .grad_names = {"grad_x", "grad_weight"},
+};
+
+static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_arc_face_opts *user)
+{
+    ploss_clear_error();
+    ploss_arc_face_opts o;
+    ploss_arc_face_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of arc_face");
+    if (!(isfinite(o.s) && o.s > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+    if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1.5707963267948966]", o.m);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
+    if (o.tile_rows < 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin_scale = o.s,
+        .margin_m2 = o.m,
+        .easy_margin = o.easy_margin,
+        .weight_layout = (int)o.weight_layout,
+        .ignore_index = o.ignore_index,
+        .tile_rows = o.tile_rows,
+        .sample_rate = o.sample_rate,
+        .seed = o.seed,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &arc_face_spec, a, &p);
+}
+
+ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss};
+    return arc_face(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_arc_face_backward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_x, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return arc_face(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_arc_face_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss, DLTensor *grad_x,
+    DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
+    return arc_face(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

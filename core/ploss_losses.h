@@ -2780,4 +2780,346 @@ ploss_status ploss_cosine_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor 
     const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
     DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2);
 
+/* ---- Combined margin softmax loss ------------------------------------------------------ */
+
+/** How the class centres lie in the margin losses' weight.
+ *   CXD              C×D, one centre per row (the convention of nn.Linear's weight)
+ *   DXC              D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)
+ */
+typedef enum ploss_weight_layout {
+    PLOSS_WEIGHT_LAYOUT_CXD = 0,
+    PLOSS_WEIGHT_LAYOUT_DXC = 1,
+    PLOSS_WEIGHT_LAYOUT_COUNT
+} ploss_weight_layout;
+
+/** Options of combined_margin; fill with ploss_combined_margin_opts_init(). */
+typedef struct ploss_combined_margin_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* s > 0, the scale of the cosines; a finite number > 0; default 64.0 */
+    double s;
+    /* the multiplicative angular margin (SphereFace); a finite number in [1, 4]; default 1.0 */
+    double m1;
+    /* the additive angular margin (ArcFace), in radians; a finite number in [0,
+       1.5707963267948966]; default 0.5 */
+    double m2;
+    /* the additive cosine margin (CosFace); a finite number in [0, 1]; default 0.0 */
+    double m3;
+    /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
+    int easy_margin;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
+    /* rows with this label add nothing and get a zero gradient; default -100 */
+    int64_t ignore_index;
+    /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
+       values); an integer >= 0; default 0 */
+    int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_combined_margin_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
+
+/**
+ * Combined margin softmax loss, forward (Deng, Guo, Xue and Zafeiriou, ArcFace: Additive
+ * Angular Margin Loss for Deep Face Recognition, CVPR 2019 (the combined margin m1, m2, m3);
+ * InsightFace's CombinedMarginLoss; Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace,
+ * CVPR 2017 (m1)).
+ * With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
+ * c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by φ(c)
+ * = cos(m1·θ + m2) − m3 and every cosine is scaled by s:
+ *
+ *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
+ *
+ * Where m1·θ + m2 > π (past it the cosine of the shifted angle would turn back up) the
+ * target takes cos θ − m2·sin m2 − m3 instead: InsightFace's fallback, which keeps the
+ * target logit falling as θ grows. With easy_margin the target keeps its plain cosine wherever
+ * cos θ ≤ 0.
+ *
+ * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
+ * of rows (a matrix product each); the N×C logits are never all stored.
+ *
+ * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
+ * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+ * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
+ * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
+ * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
+ * backward recomputes the tiles.
+ *
+ * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
+ *                 weight of one dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
+ * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
+ *                 that are not ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
+ *           not a finite number > 0, opts.m1 not a finite number in [1, 4], opts.m2 not a
+ *           finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0, 1],
+ *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
+ *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Combined margin softmax loss, backward. With p_ij = e^(z_ij − lse_i) and ω_i the row's
+ * upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy −
+ * 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated tile by tile), then through
+ * the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the
+ * clamp). φ′ of an angular margin is m1·sin(m1·θ + m2)/sin θ with sin θ kept above
+ * 1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the
+ * fallback and the easy margin have φ′ = 1. Ignored rows get a zero gradient.
+ * in  x, weight, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
+ *                 not overlap any input or another output.
+ * out grad_weight ∂/∂weight: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_combined_margin_backward(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_x, DLTensor *grad_weight);
+
+/** Combined margin softmax loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_combined_margin_fused(ploss_ctx_t *ctx, const DLTensor *x,
+    const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
+    DLTensor *loss, DLTensor *grad_x, DLTensor *grad_weight);
+
+/* ---- Additive margin softmax loss (AM-softmax, CosFace) -------------------------------- */
+
+/** Options of am_softmax; fill with ploss_am_softmax_opts_init(). */
+typedef struct ploss_am_softmax_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* s > 0, the scale of the cosines; a finite number > 0; default 30.0 */
+    double s;
+    /* the margin subtracted from the target's cosine; a finite number in [0, 1]; default 0.35
+       */
+    double m;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
+    /* rows with this label add nothing and get a zero gradient; default -100 */
+    int64_t ignore_index;
+    /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
+       values); an integer >= 0; default 0 */
+    int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_am_softmax_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
+
+/**
+ * Additive margin softmax loss (AM-softmax, CosFace), forward (Wang, Cheng, Liu and Liu,
+ * Additive Margin Softmax for Face Verification, IEEE Signal Processing Letters 2018; Wang et
+ * al., CosFace: Large Margin Cosine Loss for Deep Face Recognition, CVPR 2018; pytorch-loss
+ * AMSoftmax).
+ * With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
+ * c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by φ(c)
+ * = cos θ − m and every cosine is scaled by s:
+ *
+ *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
+ *
+ * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
+ * of rows (a matrix product each); the N×C logits are never all stored.
+ *
+ * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
+ * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+ * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
+ * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
+ * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
+ * backward recomputes the tiles.
+ *
+ * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
+ *                 weight of one dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
+ * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
+ *                 that are not ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
+ *           not a finite number > 0, opts.m not a finite number in [0, 1], opts.tile_rows not
+ *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], a non-finite
+ *           scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
+
+/**
+ * Additive margin softmax loss (AM-softmax, CosFace), backward. With p_ij = e^(z_ij − lse_i)
+ * and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy =
+ * ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂
+ * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
+ * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ of an angular margin is
+ * m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1 gives a finite
+ * derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy margin have
+ * φ′ = 1. Ignored rows get a zero gradient.
+ * in  x, weight, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
+ *                 not overlap any input or another output.
+ * out grad_weight ∂/∂weight: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_am_softmax_backward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_x, DLTensor *grad_weight);
+
+/** Additive margin softmax loss (AM-softmax, CosFace), forward and backward in one pass (see
+ *  the conventions above). Statuses: as _forward. */
+ploss_status ploss_am_softmax_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss, DLTensor *grad_x,
+    DLTensor *grad_weight);
+
+/* ---- Additive angular margin softmax loss (ArcFace) ------------------------------------ */
+
+/** Options of arc_face; fill with ploss_arc_face_opts_init(). */
+typedef struct ploss_arc_face_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* s > 0, the scale of the cosines; a finite number > 0; default 64.0 */
+    double s;
+    /* the additive angular margin, in radians; a finite number in [0, 1.5707963267948966];
+       default 0.5 */
+    double m;
+    /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
+    int easy_margin;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
+    /* rows with this label add nothing and get a zero gradient; default -100 */
+    int64_t ignore_index;
+    /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
+       values); an integer >= 0; default 0 */
+    int64_t tile_rows;
+    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
+       (1: every class); a finite number in (0, 1]; default 1.0 */
+    double sample_rate;
+    /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
+       on every device); default 0 */
+    int64_t seed;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_arc_face_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
+
+/**
+ * Additive angular margin softmax loss (ArcFace), forward (Deng, Guo, Xue and Zafeiriou,
+ * ArcFace: Additive Angular Margin Loss for Deep Face Recognition, CVPR 2019; InsightFace's
+ * ArcFace (its threshold, fallback and easy margin)).
+ * With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
+ * c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by φ(c)
+ * = cos(θ + m) and every cosine is scaled by s:
+ *
+ *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
+ *
+ * Where θ + m > π (past it the cosine of the shifted angle would turn back up) the target
+ * takes cos θ − m·sin m instead: InsightFace's fallback, which keeps the target logit
+ * falling as θ grows. With easy_margin the target keeps its plain cosine wherever cos θ ≤
+ * 0.
+ *
+ * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
+ * of rows (a matrix product each); the N×C logits are never all stored.
+ *
+ * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
+ * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+ * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
+ * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
+ * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
+ * backward recomputes the tiles.
+ *
+ * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
+ *                 weight of one dtype and one D, C >= 2.
+ * in  weight      C×D class centres, one per row (the convention of nn.Linear's weight; D×C
+ *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
+ * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
+ *                 that are not ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
+ *           not a finite number > 0, opts.m not a finite number in [0, 1.5707963267948966],
+ *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
+ *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);
+
+/**
+ * Additive angular margin softmax loss (ArcFace), backward. With p_ij = e^(z_ij − lse_i) and
+ * ω_i the row's upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy =
+ * ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂
+ * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
+ * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ of an angular margin is
+ * m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1 gives a finite
+ * derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy margin have
+ * φ′ = 1. Ignored rows get a zero gradient.
+ * in  x, weight, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
+ *                 not overlap any input or another output.
+ * out grad_weight ∂/∂weight: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_arc_face_backward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_x, DLTensor *grad_weight);
+
+/** Additive angular margin softmax loss (ArcFace), forward and backward in one pass (see the
+ *  conventions above). Statuses: as _forward. */
+ploss_status ploss_arc_face_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
+    const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss, DLTensor *grad_x,
+    DLTensor *grad_weight);
+
 #endif /* PLOSS_LOSSES_H */

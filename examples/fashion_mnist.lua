@@ -78,6 +78,11 @@ local criteria = {
     function(ploss) if ploss.OhemCrossEntropyLoss then return ploss.OhemCrossEntropyLoss {} end end },
   ["ohem-lm"] = { "OHEM large-margin softmax, score_thresh 0.7, lambda 0.3 (§2.7)",
     function(ploss) if ploss.OhemLargeMarginLoss then return ploss.OhemLargeMarginLoss {} end end },
+  -- the margin losses train 64-d embeddings against learnt class centres (ploss.nn.MarginSoftmax)
+  ["arcface"] = { "ArcFace, s 16, m 0.3, on normalised 64-d embeddings and class centres (Deng et al. 2019)",
+    function(ploss) if ploss.ArcFaceLoss then return { margin_head = ploss.ArcFaceLoss { s = 16, m = 0.3 } } end end },
+  ["amsoftmax"] = { "AM-softmax / CosFace, s 16, m 0.2, on normalised 64-d embeddings and class centres (Wang et al. 2018)",
+    function(ploss) if ploss.AMSoftmaxLoss then return { margin_head = ploss.AMSoftmaxLoss { s = 16, m = 0.2 } } end end },
 }
 
 ---------------------------------------------------------------------------------------
@@ -338,9 +343,18 @@ end
 ploss.manual_seed(opt.seed)
 local fc1 = ploss.nn.Linear(D, 256, { init = "he", device = device, input_grad = false })
 local act = ploss.nn[act_modules[opt.activation]] { inplace = true }
-local fc2 = ploss.nn.Linear(256, CLASSES, { init = "xavier", device = device })
+-- a margin loss: the network ends in 64-d embeddings, and a head owns the class centres
+local head
+local out_features = crit.margin_head and 64 or CLASSES
+local fc2 = ploss.nn.Linear(256, out_features, { init = "xavier", device = device })
 local model = ploss.nn.Sequential { fc1, act, fc2 }
 local params, grads = model:parameters()
+if crit.margin_head then
+  head = ploss.nn.MarginSoftmax { out_features, CLASSES, criterion = crit.margin_head, device = device }
+  crit = head -- head(embeddings, labels) → loss, ∂loss/∂embeddings
+  local hp, hg = head:parameters()
+  params[#params + 1], grads[#grads + 1] = hp[1], hg[1]
+end
 local optimizer
 if opt.optim == "sgd" then
   optimizer = ploss.optim.SGD(params, grads, { lr = opt.lr, momentum = 0.9 })
@@ -355,7 +369,9 @@ local function evaluate(split)
   for first = 0, split.n - 1, bs do
     local n = math.min(bs, split.n - first)
     local x = make_batch(split, nil, first, n)
-    local pred = ploss.argmax(model:forward(x)):flat()
+    local out = model:forward(x)
+    if head then out = head:forward(out) end -- the cosine with each centre
+    local pred = ploss.argmax(out):flat()
     for r = 1, n do
       if pred[r] == split.labels[first + r - 1] then correct = correct + 1 end
     end
@@ -381,8 +397,8 @@ end
 
 print(string.format("Fashion-MNIST: %d training images%s, %d test images (%s, read in %.2f s)",
   n_train, n_train < train.n and (" (of " .. train.n .. ")") or "", test.n, opt.data, load_seconds))
-print(string.format("model: 784 -> 256 (%s) -> 10, batch %d, %s lr %g%s, loss %s (%s), device %s, seed %d",
-  opt.activation, opt.batch_size, opt.optim, opt.lr,
+print(string.format("model: 784 -> 256 (%s) -> %d, batch %d, %s lr %g%s, loss %s (%s), device %s, seed %d",
+  opt.activation, out_features, opt.batch_size, opt.optim, opt.lr,
   (opt.optim == "sgd" and " momentum 0.9" or "") .. (opt.ema and ", EMA of the weights" or ""),
   opt.loss, tostring(crit), device, opt.seed))
 

@@ -30,7 +30,7 @@
 #include "ploss.h"
 
 #define FZ_MAX_SLOTS 8
-#define FZ_MAX_FIELDS 8
+#define FZ_MAX_FIELDS 16 /* option fields of one entry: the margin losses have 13 */
 
 /* Slot flags.  FZ_MAY_IGNORE: the function documents that it may ignore this tensor (e.g.
  * SGD's momentum buffer when momentum = 0), so an invalid descriptor there need not be

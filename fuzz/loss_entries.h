@@ -591,6 +591,57 @@ static ploss_status fz_call_cosine_embedding_loss_fused(ploss_ctx_t *ctx, DLTens
     return ploss_cosine_embedding_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
 }
 
+static void fz_init_ploss_combined_margin_opts(void *o) { ploss_combined_margin_opts_init(o); }
+
+static ploss_status fz_call_combined_margin_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_combined_margin_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_combined_margin_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_combined_margin_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
+static ploss_status fz_call_combined_margin_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_combined_margin_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
+static void fz_init_ploss_am_softmax_opts(void *o) { ploss_am_softmax_opts_init(o); }
+
+static ploss_status fz_call_am_softmax_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_am_softmax_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_am_softmax_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_am_softmax_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
+static ploss_status fz_call_am_softmax_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_am_softmax_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
+static void fz_init_ploss_arc_face_opts(void *o) { ploss_arc_face_opts_init(o); }
+
+static ploss_status fz_call_arc_face_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_arc_face_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_arc_face_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_arc_face_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
+static ploss_status fz_call_arc_face_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_arc_face_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -1011,6 +1062,42 @@ static ploss_status fz_call_cosine_embedding_loss_fused(ploss_ctx_t *ctx, DLTens
     {.name = "ploss_cosine_embedding_loss_fused", .call = fz_call_cosine_embedding_loss_fused, .nslots = 6, \
      .slots = {{"input1", FZ_IN, "NC", "f"}, {"input2", FZ_IN, "NC", "f"}, {"target", FZ_IN, "N", "x|i|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input1", FZ_OUT, "NC", "x"}, {"grad_input2", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_cosine_embedding_loss_opts), .opts_init = fz_init_ploss_cosine_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
-     .fields = {FZ_FIELD(ploss_cosine_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_cosine_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_cosine_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cosine_embedding_loss_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_cosine_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_cosine_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_cosine_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_cosine_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_combined_margin_forward", .call = fz_call_combined_margin_forward, .nslots = 4, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_combined_margin_backward", .call = fz_call_combined_margin_backward, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_combined_margin_fused", .call = fz_call_combined_margin_fused, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_combined_margin_opts), .opts_init = fz_init_ploss_combined_margin_opts, .opts_nullable = 1, .nfields = 13, \
+     .fields = {FZ_FIELD(ploss_combined_margin_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_combined_margin_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m1, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m2, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, m3, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_combined_margin_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_combined_margin_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_combined_margin_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_am_softmax_forward", .call = fz_call_am_softmax_forward, .nslots = 4, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_am_softmax_backward", .call = fz_call_am_softmax_backward, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_am_softmax_fused", .call = fz_call_am_softmax_fused, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_am_softmax_opts), .opts_init = fz_init_ploss_am_softmax_opts, .opts_nullable = 1, .nfields = 10, \
+     .fields = {FZ_FIELD(ploss_am_softmax_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_am_softmax_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_am_softmax_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_am_softmax_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_arc_face_forward", .call = fz_call_arc_face_forward, .nslots = 4, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_arc_face_backward", .call = fz_call_arc_face_backward, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_arc_face_fused", .call = fz_call_arc_face_fused, .nslots = 6, \
+     .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
+     .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

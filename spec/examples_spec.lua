@@ -92,6 +92,17 @@ describe("examples/fashion_mnist.lua", function()
     os.execute("rm -rf " .. string.format("%q", out_dir))
   end)
 
+  it("--loss arcface / amsoftmax: 64-d embeddings against learnt class centres learn", function()
+    for _, loss in ipairs { "arcface", "amsoftmax" } do
+      local output, out_dir = run_example("--limit 2000 --epochs 1 --device cpu --no-plot --seed 1 --loss " .. loss)
+      assert.matches("784 %-> 256 %(mish%) %-> 64", output)
+      assert.matches("ploss%.nn%.MarginSoftmax%(64 %-> 10 classes", output)
+      local acc = tonumber(output:match("final test accuracy: ([%d%.]+)"))
+      assert.is_true(acc ~= nil and acc > 0.6, loss .. ": test accuracy " .. tostring(acc) .. "\n" .. output)
+      os.execute("rm -rf " .. string.format("%q", out_dir))
+    end
+  end)
+
   it("reports missing data with the Debian package's name, and bad options clearly", function()
     local output = run_example("--data /nonexistent-ploss-dir --epochs 1")
     assert.matches("/nonexistent%-ploss%-dir/train%-images%-idx3%-ubyte%.gz not found", output)

@@ -102,6 +102,7 @@ local TARGET_DOC = {
   labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
   boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
   signs = "±1 labels, one per row: shape N, any float dtype or i64/i32.",
+  class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index.",
 }
 
 local SHAPE = {
@@ -170,6 +171,18 @@ local SHAPE = {
     statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
       "pairs), CUDA, OUT_OF_MEMORY",
+  },
+  margin = {
+    input = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one dtype and one D, C >= 2.",
+    loss = "NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or 1-element tensor; f32 " ..
+      "(f64 for f64 input).  MEAN divides by the number of rows that are not ignored.",
+    grad_loss = "NONE: N values; MEAN / SUM: one element; f32 or f64.",
+    grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap any input or " ..
+      "another output.",
+    fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
+             grad_input = { "NC", "x" }, target = { class_labels = { "N", "i" } } },
+    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the " ..
+      "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
 }
 
@@ -681,7 +694,8 @@ local function gen_docs()
     w("## %s — `ploss.%s`", d.title, d.criterion)
     w("")
     if #d.criterion_aliases > 0 then
-      w("Also `ploss.%s` (Torch7's name).", table.concat(d.criterion_aliases, "`, `ploss."))
+      w("Also `ploss.%s`%s.", table.concat(d.criterion_aliases, "`, `ploss."),
+        d.criterion_aliases[1]:match("Criterion$") and " (Torch7's name)" or "")
       w("")
     end
     w("`ploss.F.%s(%s, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",

@@ -1,8 +1,8 @@
 /*
  * isa.h — runtime choice among the builds of the CPU loss kernels.  The kernel files
- * (core/cpu/rows/, core/cpu/elementwise/) are compiled once per instruction set —
- * portable x86-64 (or the host's baseline elsewhere), AVX2+FMA, AVX-512 — each with
- * PLOSS_ISA set to a suffix of its symbols, and core/cpu/isa.c picks one build per process
+ * (core/cpu/rows/, core/cpu/elementwise/, core/cpu/margin/) are compiled once per
+ * instruction set — portable x86-64 (or the host's baseline elsewhere), AVX2+FMA,
+ * AVX-512 — each with PLOSS_ISA set to a suffix of its symbols, and core/cpu/isa.c picks one build per process
  * from the CPU's features (__builtin_cpu_supports), so one library runs everywhere.
  * PLOSS_CPU_ISA=baseline|avx2|avx512 in the environment caps the choice (tests of every
  * build on one machine).  Internal.
@@ -11,6 +11,7 @@
 #define PLOSS_CPU_ISA_H
 
 #include "elementwise.h"
+#include "margin.h"
 #include "rows.h"
 
 #define PLOSS_ISA_CAT2(a, b) a##b
@@ -22,7 +23,8 @@
     ploss_status ploss_cpu_cross_entropy##sfx(ploss_ctx_t *ctx, const ploss_ce_problem *p);       \
     ploss_status ploss_cpu_softmax_focal##sfx(ploss_ctx_t *ctx, const ploss_sfocal_problem *p);   \
     ploss_status ploss_cpu_sample_policies##sfx(ploss_ctx_t *ctx, const ploss_sample_problem *p); \
-    ploss_status ploss_cpu_sigmoid##sfx(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);
+    ploss_status ploss_cpu_sigmoid##sfx(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);       \
+    ploss_status ploss_cpu_margin##sfx(ploss_ctx_t *ctx, const ploss_margin_problem *p);
 
 PLOSS_ISA_DECLARE(_baseline)
 #if defined(__x86_64__)

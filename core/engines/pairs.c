@@ -67,8 +67,6 @@ static ploss_status check_first_shape(const ploss_view *v, const ploss_view *x0,
 static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, const char *first, ploss_reduction r,
                                      const char *name)
 {
-    char want[64];
-    const int64_t N = c->N;
     if (r == PLOSS_REDUCTION_NONE && c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE)
         return check_first_shape(v, &c->x[0], first, name);
     if (r == PLOSS_REDUCTION_NONE && c->unbatched) {
@@ -76,15 +74,7 @@ static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, c
             return PLOSS_OK;
         return ploss_check_shape_error(name, "a 0-d or 1-element tensor (one pair of D inputs, reduction none)", v);
     }
-    if (r == PLOSS_REDUCTION_NONE) {
-        if (v->ndim == 1 && v->shape[0] == N)
-            return PLOSS_OK;
-        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
-        return ploss_check_shape_error(name, want, v);
-    }
-    if (v->numel == 1 && v->ndim <= 1)
-        return PLOSS_OK;
-    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
+    return ploss_check_row_loss_shape(v, c->N, r, name);
 }
 
 static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,

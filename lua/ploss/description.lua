@@ -10,24 +10,28 @@
 -- Fields of a description:
 --   name         C family name and ploss.F name: ploss_<name>_forward/_backward/_fused
 --   criterion    the Lua class, ploss.<criterion>{...}
---   criterion_aliases  other class names of the same criterion (Torch7's names; optional)
+--   criterion_aliases  other class names of the same criterion (Torch7's names, a paper's
+--                name; optional)
 --   aliases      other ploss.F names of the same function (optional)
 --   title, source, formula, gradient, notes   the documentation (plain text, UTF-8 maths)
 --   shape        the kernel shape: 'rows' (a softmax over axis 1 of N×C×d1×…×dk logits),
 --                'elementwise' (any shape, one loss per element), 'pairs' (N×D embeddings
 --                compared row with row or in tiles of their N×N distance matrix), 'boxes'
---                (N×4 boxes, one loss per box) or 'region' (per-class reductions over groups
---                of pixels of N×C×d1×…×dk logits)
+--                (N×4 boxes, one loss per box), 'region' (per-class reductions over groups
+--                of pixels of N×C×d1×…×dk logits) or 'margin' (N×D embeddings against C×D
+--                class centres: a softmax over the cosines of each row, computed in row
+--                tiles of matrix products)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
 --                <opts_type>_init)
 --   target       'index' (class indices), 'index_or_probabilities', 'elementwise' (float,
 --                the input's shape), 'labels' (one integer class label per embedding row,
---                the argument `labels`), 'none' (no target argument) or 'boxes' (float N×4
---                boxes, as the input) or 'signs' (±1 labels of a loss of several inputs, any
---                float dtype or i64/i32: one per row, or per element with input_layout
---                'elementwise')
+--                the argument `labels`), 'class_labels' (one class index per embedding row,
+--                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target
+--                argument), 'boxes' (float N×4 boxes, as the input) or 'signs' (±1 labels of
+--                a loss of several inputs, any float dtype or i64/i32: one per row, or per
+--                element with input_layout 'elementwise')
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
@@ -67,9 +71,9 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
-local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
-  boxes = true, signs = true }
+  boxes = true, signs = true, class_labels = true }
 local INPUT_LAYOUTS = { rows = true, rows_or_vector = true, elementwise = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
@@ -106,6 +110,9 @@ function D.range_text(opt)
   elseif opt.type == "int" or opt.type == "int64" then what = opt.even and "an even integer" or "an integer"
   else return nil end
   local lo, hi = opt.min, opt.max
+  if opt.min_exclusive ~= nil and hi ~= nil then
+    return what .. " in (" .. D.number(opt.min_exclusive) .. ", " .. D.number(hi) .. "]"
+  end
   if opt.min_exclusive ~= nil then return what .. " > " .. D.number(opt.min_exclusive) end
   if lo ~= nil and hi ~= nil then return what .. " in [" .. D.number(lo) .. ", " .. D.number(hi) .. "]" end
   if lo ~= nil then return what .. " >= " .. D.number(lo) end
@@ -231,11 +238,11 @@ function D.all()
   return out
 end
 
---- The name of the target argument ('target', or 'labels' for a labels target); nil when the
--- loss has none.
+--- The name of the target argument ('target', or 'labels' for a labels or class_labels
+-- target); nil when the loss has none.
 function D.target_name(desc)
   if desc.target == "none" then return nil end
-  return desc.target == "labels" and "labels" or "target"
+  return (desc.target == "labels" or desc.target == "class_labels") and "labels" or "target"
 end
 
 -- The arguments of a loss of several inputs (see D.arguments).

@@ -276,6 +276,7 @@ ploss.nn = require("ploss.nn")(ploss)
 require("ploss.functional")(ploss)
 
 require("ploss.criterion")(ploss).build_all()
+require("ploss.margin")(ploss)
 require("ploss.ops")(ploss)
 require("ploss.support")(ploss)
 

@@ -37,4 +37,7 @@ return {
   "affinity",
   "margin_ranking_loss",
   "cosine_embedding_loss",
+  "combined_margin",
+  "am_softmax",
+  "arc_face",
 }

@@ -1,0 +1,194 @@
+/*
+ * margin.c — CPU backend of the margin softmax losses (core/engines/margin.h), in f64
+ * whatever the dtype:
+ *   1. x and the centres loaded and normalised into X̂ (N×D) and Ŵ (C×D), their norms kept;
+ *   2. per tile of rows: the cosines X̂_b·Ŵᵀ through the project's GEMM (OpenBLAS dgemm), at
+ *      most TILE_ELEMS values (or opts.tile_rows rows); each row scaled by s with its
+ *      target's cosine replaced by φ(c) (margin.h); the softmax cross-entropy of every
+ *      row — its loss and, in place, its gradient ∂ℓ/∂z weighted by the row's upstream
+ *      factor — by the softmax-row kernels of the other class-index losses
+ *      (core/cpu/rows/softmax_rows.h); the target's entry times φ′(c) gives G/s, then
+ *      ∂L/∂x̂_b = s·G·Ŵ and ∂L/∂Ŵ += s·Gᵀ·X̂_b (tile order);
+ *   3. the losses reduced in row order; the gradients through the normalisation.
+ * Partial FC: Ŵ holds the kept centres only, the labels are their positions among them,
+ * and the rows of ∂L/∂W not kept are zero.
+ * Compiled once per instruction set (core/cpu/isa.h), as the softmax-row kernels it calls.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "chunks.h"
+#include "gemm.h"
+#include "margin.h"
+#include "scalar.h"
+#include "rows/softmax_rows.h"
+
+enum { TILE_ELEMS = 1 << 20 };
+
+/* u_i = v_k / max(‖v_k‖, eps) of `rows` rows of D values, k = index[i] (index NULL: i),
+ * r_i = ‖v_k‖. */
+static void load_normalised(const ploss_pair_operand *v, ploss_dtype dt, const int64_t *index, int64_t rows,
+                            int64_t D, double *u, double *r)
+{
+#pragma omp parallel for schedule(static) if (rows * D > 65536)
+    for (int64_t i = 0; i < rows; ++i) {
+        double *row = u + (size_t)i * (size_t)D;
+        ploss_cpu_load_f64(row, v->data, dt, (index ? index[i] : i) * v->sn, v->sd, D);
+        double s = 0.0;
+        for (int64_t j = 0; j < D; ++j)
+            s += row[j] * row[j];
+        r[i] = sqrt(s);
+        const double inv = 1.0 / fmax(r[i], PLOSS_NORMALIZE_EPS);
+        for (int64_t j = 0; j < D; ++j)
+            row[j] *= inv;
+    }
+}
+
+/* ∂L/∂v_k from ∂L/∂v̂ (g, in place): (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
+ * clamped; stored in the input dtype at output row k of `rows`: from g's row pos[k], or
+ * zeros where pos[k] < 0 (pos NULL: row k). */
+static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, const int64_t *pos, int64_t rows,
+                                   int64_t D, double *g, const double *u, const double *r)
+{
+#pragma omp parallel for schedule(static) if (rows * D > 65536)
+    for (int64_t k = 0; k < rows; ++k) {
+        const int64_t i = pos ? pos[k] : k;
+        if (i < 0) {
+            for (int64_t j = 0; j < D; ++j)
+                ploss_store(out->data, dt, k * out->sn + j * out->sd, 0.0);
+            continue;
+        }
+        double *gi = g + (size_t)i * (size_t)D;
+        const double *ui = u + (size_t)i * (size_t)D;
+        double dot = 0.0;
+        if (r[i] > PLOSS_NORMALIZE_EPS)
+            for (int64_t j = 0; j < D; ++j)
+                dot += gi[j] * ui[j];
+        const double inv = 1.0 / fmax(r[i], PLOSS_NORMALIZE_EPS);
+        for (int64_t j = 0; j < D; ++j)
+            gi[j] = (gi[j] - dot * ui[j]) * inv;
+        ploss_cpu_store_f64(out->data, dt, k * out->sn, out->sd, D, gi);
+    }
+}
+
+ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
+{
+    /* C: the classes of the softmax (Partial FC: the K kept ones) */
+    const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int none = p->reduction == PLOSS_REDUCTION_NONE;
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : TILE_ELEMS / C;
+    B = B < 1 ? 1 : B > N ? N : B;
+    const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
+
+    /* X̂, Ŵ, their norms, the tile, the losses, φ′ of a tile's rows; backward also ∂L/∂X̂
+     * and ∂L/∂Ŵ — all taken before the first write to an output */
+    void *ws = NULL;
+    const size_t doubles = nd + cd + (size_t)N + (size_t)C + (size_t)B * (size_t)C + (size_t)N + (size_t)B +
+                           (want_grad ? nd + cd : 0) + (p->kept ? (size_t)N : 0);
+    ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + 8, &ws);
+    if (st)
+        return st;
+    double *xh = ws, *wh = xh + nd, *rx = wh + cd, *rw = rx + N, *tile = rw + C;
+    double *losses = tile + (size_t)B * (size_t)C, *dphi = losses + N, *gx = dphi + B;
+    double *gw = gx + (want_grad ? nd : 0), *after = gw + (want_grad ? cd : 0);
+    load_normalised(&p->x, p->dtype, NULL, N, D, xh, rx);
+    load_normalised(&p->w, p->dtype, p->kept, C, D, wh, rw);
+    if (want_grad)
+        memset(gw, 0, cd * sizeof(double));
+
+    /* the labels as positions among the softmax's classes (Partial FC: in the kept list) */
+    const void *labels = p->labels;
+    ploss_dtype label_dtype = p->label_dtype;
+    int64_t y_sn = p->y_sn;
+    if (p->kept) {
+        int64_t *remapped = (int64_t *)after;
+        for (int64_t i = 0; i < N; ++i) {
+            const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
+            remapped[i] = y == p->ignore_index ? y : p->class_pos[y];
+        }
+        labels = remapped;
+        label_dtype = PLOSS_I64;
+        y_sn = 1;
+    }
+    const ploss_margin *m = &p->margin;
+    const size_t label_size = ploss_dtype_size(label_dtype);
+    const double divisor = (double)ploss_cpu_count_labels(labels, label_dtype, N, 1, y_sn, 0, p->ignore_index);
+    /* the upstream factor of every row: one value, or the row's own for backward of NONE */
+    const int per_row = p->pass == PLOSS_PASS_BACKWARD && none;
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
+    for (int64_t b0 = 0; b0 < N; b0 += B) {
+        const int64_t rows = N - b0 < B ? N - b0 : B;
+        const ploss_gemm_problem cg = {.m = rows, .n = C, .k = D, .alpha = 1.0, .a = xh + (size_t)b0 * (size_t)D,
+                                       .lda = ld, .b = wh, .trans_b = 1, .ldb = ld, .ab_dtype = PLOSS_F64,
+                                       .c = tile, .ldc = C, .c_dtype = PLOSS_F64};
+        if ((st = ploss_cpu_gemm(ctx, &cg)))
+            break;
+        /* the logits: s·c, the target's s·φ(c) */
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
+            double *z = tile + (size_t)r * (size_t)C;
+            const double phi = y != p->ignore_index ? ploss_margin_target(m, z[y], &dphi[r]) : 0.0;
+            for (int64_t j = 0; j < C; ++j)
+                z[j] *= m->s;
+            if (y != p->ignore_index)
+                z[y] = m->s * phi;
+        }
+        /* the softmax cross-entropy of each row: the loss, and ω·∂ℓ/∂z over z */
+        ploss_cpu_srows sr = {
+            .name = "margin", .kind = PLOSS_SROWS_CE, .pass = want_grad ? (per_row ? PLOSS_PASS_BACKWARD
+                                                                                    : PLOSS_PASS_FUSED)
+                                                                        : PLOSS_PASS_FORWARD,
+            .reduction = PLOSS_REDUCTION_NONE, .N = rows, .S = 1, .C = C,
+            .x = tile, .x_dtype = PLOSS_F64, .x_sn = C, .x_sc = 1,
+            .t = (const char *)labels + (size_t)(b0 * y_sn) * label_size, .t_dtype = label_dtype,
+            .t_sn = y_sn, .ignore_index = p->ignore_index,
+            .loss = losses + b0, .loss_dtype = PLOSS_F64, .l_sn = 1,
+            .grad = want_grad ? tile : NULL, .g_sn = C, .g_sc = 1,
+            .divisor = 1.0, .omega = omega,
+        };
+        if (per_row) {
+            sr.grad_loss = (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype);
+            sr.gl_dtype = p->gl_dtype;
+            sr.gl_sn = p->gl_sn;
+        }
+        if ((st = PLOSS_ISA_FN(ploss_cpu_srows_run)(&sr)))
+            break;
+        if (!want_grad || D == 0)
+            continue;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
+            if (y != p->ignore_index)
+                tile[(size_t)r * (size_t)C + y] *= dphi[r];
+        }
+        const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = m->s, .a = tile, .lda = C, .b = wh,
+                                       .ldb = ld, .ab_dtype = PLOSS_F64, .c = gx + (size_t)b0 * (size_t)D, .ldc = ld,
+                                       .c_dtype = PLOSS_F64};
+        const ploss_gemm_problem dw = {.m = C, .n = D, .k = rows, .alpha = m->s, .beta = 1.0, .a = tile, .trans_a = 1,
+                                       .lda = C, .b = xh + (size_t)b0 * (size_t)D, .ldb = ld, .ab_dtype = PLOSS_F64,
+                                       .c = gw, .ldc = ld, .c_dtype = PLOSS_F64};
+        if ((st = ploss_cpu_gemm(ctx, &dx)) || (st = ploss_cpu_gemm(ctx, &dw)))
+            break;
+    }
+    if (st) {
+        ploss_free(ctx, ws);
+        return st;
+    }
+
+    if (want_loss) {
+        if (none) {
+            for (int64_t i = 0; i < N; ++i)
+                ploss_store(p->loss, p->loss_dtype, i * p->l_sn, losses[i]);
+        } else {
+            double s = 0.0;
+            for (int64_t i = 0; i < N; ++i)
+                s += losses[i];
+            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
+        }
+    }
+    if (want_grad) {
+        normalisation_backward(&p->grad_x, p->dtype, NULL, N, D, gx, xh, rx);
+        normalisation_backward(&p->grad_w, p->dtype, p->class_pos, p->C, D, gw, wh, rw);
+    }
+    return ploss_free(ctx, ws);
+}

@@ -1,0 +1,313 @@
+/*
+ * margin.c — the validation front of the margin kernel shape: the margin softmax losses
+ * (combined margin, AM-softmax/CosFace, ArcFace) over N×D embeddings x and C×D class
+ * centres weight (D×C with weight_layout DxC: the problem then walks its columns) with one
+ * class label per row.  It checks every tensor of a call before anything is written — x
+ * and weight (a float dtype, N×D and C×D, one dtype, the same D, C >= 2), the labels (N
+ * integers; on the CPU, and on CUDA when Partial FC reads them, each in [0, C) or
+ * ignore_index), the loss, the upstream gradient, one gradient per input, that no output
+ * overlaps an input or another output — draws Partial FC's classes (sample_rate < 1), then
+ * builds the problem (core/engines/margin.h) and dispatches it.  The options were checked
+ * by the loss's entry point (core/losses.c); the policy only decides which of m1, m2, m3
+ * its options fill (the rest keep the identity margin).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "loss.h"
+#include "loss_check.h"
+#include "margin.h"
+#include "philox.h"
+#include "scalar.h"
+
+/* A float input (x or weight) on the context's device; its shape is checked by the caller. */
+static ploss_status check_matrix(ploss_ctx_t *ctx, ploss_view *v, const DLTensor *t, const char *name,
+                                 const char *what)
+{
+    ploss_status st;
+    if ((st = ploss_view_init(v, t, name)) || (st = ploss_view_check_device(v, ctx, name)))
+        return st;
+    if (!ploss_dtype_is_float(v->dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name, what,
+                           ploss_dtype_name(v->dtype));
+    return PLOSS_OK;
+}
+
+/* INVALID_LABEL for the label v of row i when it is neither in [0, C) nor ignore_index. */
+static ploss_status check_label(int64_t v, int64_t i, int64_t C, int64_t ignore_index)
+{
+    if (v == ignore_index || (v >= 0 && v < C))
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                       "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
+                       "ignore_index (%lld)", (long long)v, (long long)i, (long long)C, (long long)ignore_index);
+}
+
+/* CPU labels: each in [0, C) or ignore_index (CUDA backends report through the error slot). */
+static ploss_status check_labels_cpu(const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index)
+{
+    ploss_status st = PLOSS_OK;
+    for (int64_t i = 0; i < N && !st; ++i)
+        st = check_label(ploss_load_int(y->data, y->dtype, i * y->strides[0]), i, C, ignore_index);
+    return st;
+}
+
+/* A drawn class: its Philox key, ties broken by the class. */
+typedef struct {
+    uint64_t key;
+    int64_t cls;
+} drawn_class;
+
+static int by_key(const void *a, const void *b)
+{
+    const drawn_class *u = a, *v = b;
+    if (u->key != v->key)
+        return u->key < v->key ? -1 : 1;
+    return u->cls < v->cls ? -1 : u->cls > v->cls;
+}
+
+/* The labels as host int64 values (a copy from the device for a CUDA context), each checked
+ * to be in [0, C) or ignore_index.  *out: N values to free(). */
+static ploss_status host_labels(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index,
+                                int64_t **out)
+{
+    *out = NULL;
+    const int64_t sn = y->strides[0];
+    if (N > 0 && sn < 0)
+        return ploss_error(PLOSS_ERR_LAYOUT, "labels: a negative stride (%lld) with sample_rate < 1", (long long)sn);
+    const size_t esize = ploss_dtype_size(y->dtype), span = N > 0 ? (size_t)((N - 1) * sn + 1) : 0;
+    int64_t *v = malloc((size_t)(N > 0 ? N : 1) * sizeof *v);
+    void *raw = ctx->device.device_type == kDLCPU ? NULL : malloc(span > 0 ? span * esize : 1);
+    if (!v || (ctx->device.device_type != kDLCPU && !raw)) {
+        free(v);
+        free(raw);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "labels: a host copy of %lld labels", (long long)N);
+    }
+    const void *src = y->data;
+    ploss_status st = PLOSS_OK;
+    if (raw && span > 0) {
+#ifdef PLOSS_HAVE_CUDA
+        st = ploss_enter_device(ctx, "labels");
+        if (!st)
+            st = ploss_cuda_memcpy(raw, y->data, span * esize, PLOSS_COPY_D2H, ctx->stream);
+        if (st) {
+            free(v);
+            free(raw);
+            return st;
+        }
+#endif
+        src = raw;
+    }
+    for (int64_t i = 0; i < N; ++i)
+        v[i] = ploss_load_int(src, y->dtype, i * sn);
+    free(raw);
+    for (int64_t i = 0; i < N && !st; ++i)
+        st = check_label(v[i], i, C, ignore_index);
+    if (st)
+        free(v);
+    else
+        *out = v;
+    return st;
+}
+
+/* Partial FC's kept classes (margin.h): *kept (ascending, *K of them) and *class_pos (C
+ * entries), both to free(). */
+static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C,
+                                   const ploss_loss_params *o, int64_t **kept, int64_t **class_pos, int64_t *K)
+{
+    int64_t *labels = NULL;
+    ploss_status st = host_labels(ctx, y, N, C, o->ignore_index, &labels);
+    if (st)
+        return st;
+    int64_t *pos = malloc((size_t)C * sizeof *pos), *list = malloc((size_t)C * sizeof *list);
+    drawn_class *cand = malloc((size_t)C * sizeof *cand);
+    if (!pos || !list || !cand) {
+        free(labels);
+        free(pos);
+        free(list);
+        free(cand);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "weight: the kept classes of %lld", (long long)C);
+    }
+    for (int64_t j = 0; j < C; ++j)
+        pos[j] = -1;
+    int64_t npos = 0;
+    for (int64_t i = 0; i < N; ++i)
+        if (labels[i] != o->ignore_index && pos[labels[i]] < 0) {
+            pos[labels[i]] = 0;
+            ++npos;
+        }
+    free(labels);
+    const double want = floor((double)C * o->sample_rate) + 1.0;
+    const int64_t n_s = want >= (double)C ? C : (int64_t)want;
+    if (npos < n_s) {
+        int64_t ncand = 0;
+        for (int64_t j = 0; j < C; ++j)
+            if (pos[j] < 0) {
+                const ploss_philox4 r = ploss_philox((uint64_t)j, (uint64_t)o->seed);
+                cand[ncand++] = (drawn_class){((uint64_t)r.v[0] << 32) | r.v[1], j};
+            }
+        qsort(cand, (size_t)ncand, sizeof *cand, by_key);
+        for (int64_t k = 0; k < n_s - npos; ++k)
+            pos[cand[k].cls] = 0;
+    }
+    free(cand);
+    int64_t n = 0;
+    for (int64_t j = 0; j < C; ++j)
+        if (pos[j] == 0) {
+            pos[j] = n;
+            list[n++] = j;
+        }
+    *kept = list;
+    *class_pos = pos;
+    *K = n;
+    return PLOSS_OK;
+}
+
+ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *o)
+{
+    ploss_status st;
+    char want[128];
+    ploss_view x, w, y, l, gl, gx, gw;
+    memset(&l, 0, sizeof l);
+    memset(&gl, 0, sizeof gl);
+    memset(&gx, 0, sizeof gx);
+    memset(&gw, 0, sizeof gw);
+    if (pass == PLOSS_PASS_FUSED && o->inplace)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
+    if ((st = check_matrix(ctx, &x, a->inputs[0], "x", "embeddings")))
+        return st;
+    if (x.ndim != 2)
+        return ploss_check_shape_error("x", "N×D embeddings (2 dims)", &x);
+    const int64_t N = x.shape[0], D = x.shape[1];
+    if ((st = check_matrix(ctx, &w, a->inputs[1], "weight", "class centres")) ||
+        (st = ploss_check_dtype(&w, x.dtype, "weight")))
+        return st;
+    /* the centres' axis and the features' axis of weight */
+    const int dxc = o->weight_layout == PLOSS_WEIGHT_LAYOUT_DXC, ac = dxc ? 1 : 0, ad = dxc ? 0 : 1;
+    if (w.ndim != 2 || w.shape[ad] != D) {
+        if (dxc)
+            snprintf(want, sizeof want, "%lld×C class centres (one per column, weight_layout DxC; D = %lld as x)",
+                     (long long)D, (long long)D);
+        else
+            snprintf(want, sizeof want, "C×%lld class centres (one per row; D = %lld as x)", (long long)D,
+                     (long long)D);
+        return ploss_check_shape_error("weight", want, &w);
+    }
+    const int64_t C = w.shape[ac];
+    if (C < spec->min_classes)
+        return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres (%s), got %lld",
+                           (long long)spec->min_classes, spec->min_classes_why, (long long)C);
+    if (N > INT32_MAX || C > INT32_MAX || D > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED,
+                           "x: N = %lld rows, C = %lld centres and D = %lld exceed the matrix products' sizes "
+                           "(each < 2^31)", (long long)N, (long long)C, (long long)D);
+    if ((st = ploss_view_init(&y, a->target, "labels")) || (st = ploss_view_check_device(&y, ctx, "labels")))
+        return st;
+    if (y.dtype != PLOSS_I64 && y.dtype != PLOSS_I32)
+        return ploss_error(PLOSS_ERR_DTYPE, "labels: expected class indices of dtype i64 or i32, got %s",
+                           ploss_dtype_name(y.dtype));
+    if (y.ndim != 1 || y.shape[0] != N) {
+        snprintf(want, sizeof want, "[%lld] (one class index per row of x)", (long long)N);
+        return ploss_check_shape_error("labels", want, &y);
+    }
+    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!a->loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
+            (st = ploss_check_dtype(&l, acc, "loss")) ||
+            (st = ploss_check_row_loss_shape(&l, N, o->reduction, "loss")) ||
+            (st = ploss_view_check_writable(&l, "loss")))
+            return st;
+    } else {
+        if (!a->grad_loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
+            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
+            (st = ploss_check_row_loss_shape(&gl, N, o->reduction, "grad_loss")))
+            return st;
+        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
+            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        ploss_view *g[2] = {&gx, &gw};
+        const ploss_view *in[2] = {&x, &w};
+        for (int k = 0; k < 2; ++k) {
+            const char *name = spec->grad_names[k];
+            if (!a->grad_inputs[k])
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", name);
+            if ((st = ploss_view_init(g[k], a->grad_inputs[k], name)) ||
+                (st = ploss_view_check_device(g[k], ctx, name)) || (st = ploss_check_dtype(g[k], x.dtype, name)))
+                return st;
+            if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != in[k]->shape[1]) {
+                snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)in[k]->shape[0],
+                         (long long)in[k]->shape[1], spec->input_names[k]);
+                return ploss_check_shape_error(name, want, g[k]);
+            }
+            if ((st = ploss_view_check_writable(g[k], name)))
+                return st;
+        }
+    }
+    const ploss_view *ins[4] = {&x, &w, &y, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
+    const char *in_names[4] = {"x", "weight", "labels", "grad_loss"};
+    const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &gx : NULL,
+                                 pass != PLOSS_PASS_FORWARD ? &gw : NULL};
+    const char *out_names[3] = {"loss", spec->grad_names[0], spec->grad_names[1]};
+    if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 4, -1, -1)))
+        return st;
+    if (ctx->device.device_type == kDLCPU && (st = check_labels_cpu(&y, N, C, o->ignore_index)))
+        return st;
+    if (ctx->device.device_type != kDLCPU && x.dtype == PLOSS_F64)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
+                           spec->name);
+
+    ploss_margin_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = x.dtype;
+    p.N = N;
+    p.C = C;
+    p.D = D;
+    p.x = (ploss_pair_operand){x.data, x.strides[0], x.strides[1]};
+    p.w = (ploss_pair_operand){w.data, w.strides[ac], w.strides[ad]};
+    p.labels = y.data;
+    p.label_dtype = y.dtype;
+    p.y_sn = y.strides[0];
+    p.ignore_index = o->ignore_index;
+    /* AM-softmax fills m3 only, ArcFace m2 only: m1 = 1 keeps the angle as it is */
+    const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
+    p.margin = ploss_margin_of(o->margin_scale, m1, o->margin_m2, o->margin_m3, o->easy_margin);
+    p.tile_rows = o->tile_rows;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l.data;
+        p.loss_dtype = l.dtype;
+        p.l_sn = l.ndim == 1 ? l.strides[0] : 0;
+    } else {
+        p.grad_loss = gl.data;
+        p.gl_dtype = gl.dtype;
+        p.gl_sn = gl.ndim == 1 ? gl.strides[0] : 0;
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.grad_x = (ploss_pair_grad){gx.data, gx.strides[0], gx.strides[1]};
+        p.grad_w = (ploss_pair_grad){gw.data, gw.strides[ac], gw.strides[ad]};
+    }
+    p.K = C;
+    int64_t *kept = NULL, *class_pos = NULL;
+    if (o->sample_rate < 1.0) {
+        if ((st = sample_classes(ctx, &y, N, C, o, &kept, &class_pos, &p.K)))
+            return st;
+        p.kept = kept;
+        p.class_pos = class_pos;
+    }
+    st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
+    free(kept);
+    free(class_pos);
+    return st;
+}

@@ -1,0 +1,25 @@
+-- ArcFace: the combined margin loss with m1 = 1, m2 = m and m3 = 0.
+local M = require "ploss.losses.margin_text"
+return {
+  name = "arc_face",
+  criterion = "ArcFaceLoss",
+  title = "Additive angular margin softmax loss (ArcFace)",
+  source = "Deng, Guo, Xue and Zafeiriou, ArcFace: Additive Angular Margin Loss for Deep Face " ..
+    "Recognition, CVPR 2019; InsightFace's ArcFace (its threshold, fallback and easy margin)",
+  shape = "margin",
+  policy = "arc_face",
+  target = "class_labels",
+  min_classes = 2,
+  min_classes_why = "a softmax over one class centre has nothing to separate",
+  inputs = M.inputs(),
+  options = {
+    { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
+    { "m", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
+      doc = "the additive angular margin, in radians" },
+    { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
+    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
+  },
+  formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m"),
+  gradient = M.gradient,
+  notes = M.notes,
+}

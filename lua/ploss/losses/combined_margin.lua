@@ -1,0 +1,32 @@
+-- The combined angular margin softmax loss of InsightFace: a softmax cross-entropy over the
+-- scaled cosines between normalised embeddings and normalised class centres, with the
+-- target's cosine replaced by cos(m1·θ + m2) − m3.  AM-softmax (CosFace) and ArcFace are
+-- its special cases and share its engines.
+local M = require "ploss.losses.margin_text"
+return {
+  name = "combined_margin",
+  criterion = "CombinedMarginLoss",
+  title = "Combined margin softmax loss",
+  source = "Deng, Guo, Xue and Zafeiriou, ArcFace: Additive Angular Margin Loss for Deep Face " ..
+    "Recognition, CVPR 2019 (the combined margin m1, m2, m3); InsightFace's CombinedMarginLoss; " ..
+    "Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace, CVPR 2017 (m1)",
+  shape = "margin",
+  policy = "combined_margin",
+  target = "class_labels",
+  min_classes = 2,
+  min_classes_why = "a softmax over one class centre has nothing to separate",
+  inputs = M.inputs(),
+  enums = M.enums,
+  options = {
+    { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
+    { "m1", "double", 1, min = 1, max = 4, param = "margin_m1", doc = "the multiplicative angular margin (SphereFace)" },
+    { "m2", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
+      doc = "the additive angular margin (ArcFace), in radians" },
+    { "m3", "double", 0, min = 0, max = 1, param = "margin_m3", doc = "the additive cosine margin (CosFace)" },
+    { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
+    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
+  },
+  formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π", "cos θ − m2·sin m2 − m3"),
+  gradient = M.gradient,
+  notes = M.notes,
+}

@@ -1,0 +1,72 @@
+-- What the margin softmax losses (combined margin, AM-softmax, ArcFace) share: their
+-- inputs, the options every one of them has, and the text of their maths.
+local M = {}
+
+M.half_pi = math.pi / 2
+
+-- A fresh list each time: the description machinery annotates it in place.
+function M.inputs()
+  return {
+    { "x", "N×D embeddings" },
+    { "weight", "C×D class centres, one per row (the convention of nn.Linear's weight; D×C with " ..
+      "weight_layout 'DxC')" },
+  }
+end
+
+-- Declared by the first margin loss (combined_margin), named by the others.
+M.enums = {
+  { ctype = "ploss_weight_layout", prefix = "PLOSS_WEIGHT_LAYOUT_", count = "PLOSS_WEIGHT_LAYOUT_COUNT",
+    doc = "How the class centres lie in the margin losses' weight.",
+    values = {
+      { "CxD", "CXD", "C×D, one centre per row (the convention of nn.Linear's weight)" },
+      { "DxC", "DXC", "D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)" },
+    } },
+}
+
+M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
+  doc = "how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column)" }
+
+M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
+  doc = "Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all (1: every class)" }
+M.seed = { "seed", "int64", 0,
+  doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every device)" }
+
+M.ignore_index = { "ignore_index", "int64", -100, doc = "rows with this label add nothing and get a zero gradient" }
+M.tile_rows = { "tile_rows", "int64", 0, min = 0,
+  doc = "rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C values)" }
+
+-- The formula of a loss whose target cosine becomes `target`; beyond `beyond` (nil: never)
+-- InsightFace's monotone `fallback` replaces it.
+function M.formula(target, beyond, fallback)
+  local f = [[
+With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
+c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by
+φ(c) = ]] .. target .. [[ and every cosine is scaled by s:
+
+    z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy]]
+  if beyond then
+    f = f .. "\n\nWhere " .. beyond .. " (past it the cosine of the shifted angle would turn back up) " ..
+      "the target takes " .. fallback .. " instead: InsightFace's fallback, which keeps the target " ..
+      "logit falling as θ grows.  With easy_margin the target keeps its plain cosine wherever cos θ ≤ 0."
+  end
+  return f .. "\n\n'mean' divides by the rows whose label is not ignore_index.  The cosines are " ..
+    "computed in tiles of rows (a matrix product each); the N×C logits are never all stored."
+end
+
+M.gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij " ..
+  "(j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated " ..
+  "tile by tile), then through the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 " ..
+  "below the clamp).  φ′ of an angular margin is m1·sin(m1·θ + m2)/sin θ with sin θ kept above " ..
+  "1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the " ..
+  "fallback and the easy margin have φ′ = 1.  Ignored rows get a zero gradient."
+
+M.notes = [[
+Called as crit(x, weight, labels): both x and weight get a gradient.  A zero embedding or
+centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU works in f64
+(OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
+softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only).  Partial
+FC (sample_rate < 1) reads CUDA labels on the host to draw its classes.  No state is kept:
+backward recomputes the tiles.]]
+
+return M

@@ -1,0 +1,135 @@
+--- What the margin softmax criteria (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
+-- ArcFaceLoss: built from their descriptions by ploss/criterion.lua) are used with: Partial
+-- FC around one of them, and a layer that owns the class centres.
+--
+-- Partial FC on one device: ploss.PartialFCLoss{margin = <margin criterion>, sample_rate, seed}.
+--
+-- A margin softmax criterion (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
+-- ArcFaceLoss) whose softmax runs over a sample of the classes: the classes of the batch's
+-- labels plus uniformly drawn others, ⌊C·sample_rate⌋ + 1 in all (An et al., Partial FC,
+-- ICCV Workshops 2021).  The drawing is the margin losses' own (their sample_rate and seed
+-- options, core/engines/margin.h): Philox keys of the seed, so one seed and one batch draw
+-- the same classes on the CPU and on CUDA.  Called like the margin criterion:
+-- crit:forward(x, weight, labels), crit:backward(x, weight, labels [, gradOutput]),
+-- crit(x, weight, labels [, scale]); the rows of grad_weight not drawn are zero.  The seed
+-- advances by one after each backward and each fused call, so every training step draws
+-- anew while a forward and the backward after it see the same classes.
+return function(ploss)
+  local nn = ploss.nn
+
+  local cls = nn.class("PartialFCLoss")
+  cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
+
+  function cls:__init(opts)
+    opts = opts or {}
+    for k in pairs(opts) do
+      if k ~= "margin" and k ~= "sample_rate" and k ~= "seed" then
+        ploss.raise("PartialFCLoss: unknown option '" .. tostring(k) .. "' (margin, sample_rate, seed)")
+      end
+    end
+    local margin = opts.margin or ploss.ArcFaceLoss {}
+    local d = type(margin) == "table" and margin._description
+    if not d or d.shape ~= "margin" then
+      ploss.raise("PartialFCLoss: margin: expected a margin softmax criterion (ploss.ArcFaceLoss{…}, " ..
+        "AMSoftmaxLoss{…}, CombinedMarginLoss{…})")
+    end
+    -- a criterion of its own, with the given one's options (which it leaves as they are)
+    local o = { reduction = rawget(margin, "reduction") }
+    for _, opt in ipairs(d.lua_options) do o[opt.name] = rawget(margin, opt.name) end
+    o.sample_rate, o.seed = opts.sample_rate or 0.1, opts.seed or 0
+    self.margin = ploss[d.criterion](o)
+    self.sample_rate, self.seed = o.sample_rate, o.seed
+  end
+
+  -- The margin criterion, with this criterion's sampling now.
+  local function sampled(self)
+    self.margin.sample_rate, self.margin.seed = self.sample_rate, self.seed
+    return self.margin
+  end
+
+  function cls:forward(...)
+    self.output = sampled(self):forward(...)
+    return self.output
+  end
+  function cls:updateOutput(...) return self:forward(...) end
+
+  function cls:backward(...)
+    local r = { sampled(self):backward(...) }
+    self.seed = self.seed + 1
+    self.gradInput = r
+    return unpack(r)
+  end
+  function cls:updateGradInput(...) return self:backward(...) end
+
+  function cls:fused(...)
+    local r = { sampled(self):fused(...) }
+    self.seed = self.seed + 1
+    self.output = r[1]
+    return unpack(r)
+  end
+
+  function cls:tostring()
+    return string.format("ploss.PartialFCLoss{margin = %s, sample_rate = %s, seed = %s}", tostring(self.margin),
+      tostring(self.sample_rate), tostring(self.seed))
+  end
+
+  ploss.PartialFCLoss = cls
+
+  --- ploss.nn.MarginSoftmax{in_features, classes, criterion = …, dtype = 'f32', device = 'cpu'}:
+  -- the class centres W (classes × in_features, N(0, 2/(in + classes)) from the global
+  -- seeded generator, as Linear's 'xavier') with a margin criterion (default
+  -- ploss.ArcFaceLoss{}; or a ploss.PartialFCLoss).
+  --   head(embeddings, labels [, scale]) → loss, ∂loss/∂embeddings (the fused pass), and
+  --     ∂loss/∂W into head.gradWeight;
+  --   head:forward(embeddings) → N × classes scores x·ŵ_jᵀ (ŵ_j = w_j/‖w_j‖), whose argmax
+  --     over the classes is the largest cosine: the prediction;
+  --   head:parameters() → { weight }, { gradWeight }.
+  local Head = nn.class("MarginSoftmax")
+  Head._doc = "the class centres of a margin softmax loss, with its criterion"
+
+  function Head:__init(opts)
+    opts = opts or {}
+    local in_features, classes = opts[1], opts[2]
+    for _, v in ipairs { in_features or 0, classes or 0 } do
+      if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+        ploss.raise("MarginSoftmax: expected positive integer sizes (in_features, classes), got " .. tostring(v))
+      end
+    end
+    local dtype, device = opts.dtype or "f32", opts.device or "cpu"
+    self.in_features, self.classes = in_features, classes
+    self.criterion = opts.criterion or ploss.ArcFaceLoss {}
+    self.weight = ploss.randn({ classes, in_features },
+      { dtype = dtype, device = device, std = math.sqrt(2 / (in_features + classes)) })
+    self.gradWeight = ploss.zeros({ classes, in_features }, { dtype = dtype, device = device })
+  end
+
+  function Head:fused(embeddings, labels, scale)
+    local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
+    self.gradWeight:copy(gw)
+    self.output, self.gradInput = loss, g
+    return loss, g
+  end
+
+  function Head:forward(embeddings)
+    -- the normalised centres (a few rows: normalised on the host)
+    local W = self.weight:to("cpu"):double():totable()
+    for _, row in ipairs(W) do
+      local s = 0
+      for _, v in ipairs(row) do s = s + v * v end
+      s = math.max(math.sqrt(s), 1e-12)
+      for j = 1, #row do row[j] = row[j] / s end
+    end
+    local wn = ploss.tensor(W, { dtype = self.weight:dtype() }):to(self.weight:device())
+    self.scores = ploss.F.gemm(embeddings, wn, { trans_b = true })
+    return self.scores
+  end
+
+  function Head:parameters() return { self.weight }, { self.gradWeight } end
+
+  function Head:tostring()
+    return string.format("ploss.nn.MarginSoftmax(%d -> %d classes, %s)", self.in_features, self.classes,
+      tostring(self.criterion))
+  end
+
+  nn.MarginSoftmax = Head
+end
