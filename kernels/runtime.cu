@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "common.cuh"
+#include "partials.cuh"
 
 static ploss_status cuda_fail(cudaError_t e, const char *what)
 {
@@ -120,3 +121,27 @@ extern "C" ploss_status ploss_cuda_check_launch(const char *what)
                            "%s: kernel launch failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
     return PLOSS_OK;
 }
+
+namespace ploss_cuda {
+
+constexpr int kPartialsThreads = 1024;
+
+static __global__ void __launch_bounds__(kPartialsThreads)
+    loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += kPartialsThreads)
+        s += partials[i];
+    s = block_reduce<kPartialsThreads>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(loss, loss_dtype, 0, s / divisor);
+}
+
+ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss,
+                                       ploss_dtype loss_dtype, cudaStream_t stream)
+{
+    loss_from_partials<<<1, kPartialsThreads, 0, stream>>>(partials, nparts, divisor, loss, loss_dtype);
+    return check_launch("the loss from its partial sums");
+}
+
+} // namespace ploss_cuda

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "partials.cuh"
 #include "elementwise.h"
 
 namespace ploss_cuda {
@@ -33,7 +34,6 @@ namespace {
 
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
-constexpr int FINISH_THREADS = 1024;
 constexpr int ILP = 2; /* general kernel: elements in flight per thread (4 spills with the saved offsets) */
 
 __device__ __forceinline__ float m_exp(float v) { return expf(v); }
@@ -526,18 +526,6 @@ sigmoid_fast(const ploss_sigmoid_problem p, double omega_host, double *partials)
     }
 }
 
-/* One block: the partials in a fixed order, then loss = Σ / divisor. */
-__global__ void __launch_bounds__(FINISH_THREADS)
-sigmoid_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
-        s += partials[i];
-    s = block_reduce<FINISH_THREADS>(s, SumOp());
-    if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
-}
-
 } // namespace
 } // namespace ploss_cuda
 
@@ -643,6 +631,5 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
     if (st || !need_partials)
         return st;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->mean_divisor : 1.0;
-    sigmoid_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype);
-    return check_launch("sigmoid_finish");
+    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }

@@ -11,6 +11,7 @@
  * atomics.
  */
 #include "pairs.cuh"
+#include "partials.cuh"
 #include "pairs.h"
 
 namespace ploss_cuda {
@@ -18,7 +19,6 @@ namespace {
 
 using namespace pairs;
 
-constexpr int FINISH_THREADS = 1024;
 
 /* omega: ω of a fused pass (backward reads the upstream gradient itself). */
 template <class T>
@@ -86,18 +86,6 @@ __global__ void __launch_bounds__(THREADS) cosine_embedding_kernel(const ploss_c
     }
 }
 
-/* One block: the partials in a fixed order, then loss = Σ / divisor. */
-__global__ void __launch_bounds__(FINISH_THREADS)
-cosine_embedding_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
-        s += partials[i];
-    s = block_reduce<FINISH_THREADS>(s, SumOp());
-    if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
-}
-
 } // namespace
 } // namespace ploss_cuda
 
@@ -130,7 +118,5 @@ extern "C" ploss_status ploss_cuda_cosine_embedding(ploss_ctx_t *ctx, const plos
     if (st || !need_partials)
         return st;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->N : 1.0;
-    cosine_embedding_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss,
-                                                              p->loss_dtype);
-    return check_launch("cosine_embedding_finish");
+    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }

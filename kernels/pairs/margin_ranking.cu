@@ -10,13 +10,13 @@
  * deterministic, no atomics.
  */
 #include "pairs.cuh"
+#include "partials.cuh"
 #include "pairs.h"
 
 namespace ploss_cuda {
 namespace {
 
 constexpr int MR_THREADS = 256;
-constexpr int FINISH_THREADS = 1024;
 
 /* Offset (elements) of element k, row-major over the collapsed shape, for strides st. */
 __device__ __forceinline__ int64_t offset_of(const ploss_margin_ranking_problem &p, const int64_t *st, int64_t k)
@@ -70,18 +70,6 @@ __global__ void __launch_bounds__(MR_THREADS) margin_ranking_kernel(const ploss_
         partials[blockIdx.x] = acc;
 }
 
-/* One block: the partials in a fixed order, then loss = Σ / divisor. */
-__global__ void __launch_bounds__(FINISH_THREADS)
-margin_ranking_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
-        s += partials[i];
-    s = block_reduce<FINISH_THREADS>(s, SumOp());
-    if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
-}
-
 } // namespace
 } // namespace ploss_cuda
 
@@ -114,7 +102,5 @@ extern "C" ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_
     if (st || !need_partials)
         return st;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->numel : 1.0;
-    margin_ranking_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss,
-                                                           p->loss_dtype);
-    return check_launch("margin_ranking_finish");
+    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }

@@ -10,6 +10,7 @@
  * grid depends on N only: deterministic, no atomics.
  */
 #include "pairs.cuh"
+#include "partials.cuh"
 #include "pairs.h"
 
 namespace ploss_cuda {
@@ -17,7 +18,6 @@ namespace {
 
 using namespace pairs;
 
-constexpr int FINISH_THREADS = 1024;
 
 /* |z|^p and sign(z)|z|^(p−1) in the accumulation type (p = 1, 2 without pow). */
 template <class A> __device__ __forceinline__ A term(A z, A p)
@@ -106,18 +106,6 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
     }
 }
 
-/* One block: the partials in a fixed order, then loss = Σ / divisor. */
-__global__ void __launch_bounds__(FINISH_THREADS)
-triplet_finish(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
-        s += partials[i];
-    s = block_reduce<FINISH_THREADS>(s, SumOp());
-    if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor); /* 0/0 = NaN for an empty MEAN */
-}
-
 } // namespace
 } // namespace ploss_cuda
 
@@ -150,6 +138,5 @@ extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet
     if (st || !need_partials)
         return st;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->N : 1.0;
-    triplet_finish<<<1, FINISH_THREADS, 0, stream>>>(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype);
-    return check_launch("triplet_finish");
+    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }

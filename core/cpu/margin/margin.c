@@ -141,14 +141,14 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
                                                                         : PLOSS_PASS_FORWARD,
             .reduction = PLOSS_REDUCTION_NONE, .N = rows, .S = 1, .C = C,
             .x = tile, .x_dtype = PLOSS_F64, .x_sn = C, .x_sc = 1,
-            .t = (const char *)labels + (size_t)(b0 * y_sn) * label_size, .t_dtype = label_dtype,
+            .t = (const char *)labels + b0 * y_sn * (int64_t)label_size, .t_dtype = label_dtype,
             .t_sn = y_sn, .ignore_index = p->ignore_index,
             .loss = losses + b0, .loss_dtype = PLOSS_F64, .l_sn = 1,
             .grad = want_grad ? tile : NULL, .g_sn = C, .g_sc = 1,
             .divisor = 1.0, .omega = omega,
         };
         if (per_row) {
-            sr.grad_loss = (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype);
+            sr.grad_loss = (const char *)p->grad_loss + b0 * p->gl_sn * (int64_t)ploss_dtype_size(p->gl_dtype);
             sr.gl_dtype = p->gl_dtype;
             sr.gl_sn = p->gl_sn;
         }
