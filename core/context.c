@@ -118,8 +118,8 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
             static const char *const box_sets[] = {"input", "target", "boxes1", "boxes2"};
             if (slot[0] >= PLOSS_SLOT_INPUT_BOX && slot[0] <= PLOSS_SLOT_BOXES2_BOX)
                 return ploss_error(PLOSS_ERR_INVALID_BOX,
-                                   "%s: a CUDA kernel found box %lld (0-based) with x2 < x1 or y2 < y1 "
-                                   "(width or height < 0); the losses and gradients of the last calls on "
+                                   "%s: box %lld (0-based) has x2 < x1 or y2 < y1 (width or height < 0), "
+                                   "found by a CUDA kernel; the losses and gradients of the last calls on "
                                    "this context are invalid",
                                    box_sets[slot[0] - PLOSS_SLOT_INPUT_BOX], (long long)slot[1]);
             return ploss_error(PLOSS_ERR_INVALID_LABEL,

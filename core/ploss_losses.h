@@ -2856,7 +2856,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
  * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
  * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles.
+ * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
+ * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -2962,7 +2964,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
  * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
  * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles.
+ * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
+ * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3072,7 +3076,9 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
  * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
  * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles.
+ * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
+ * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

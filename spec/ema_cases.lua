@@ -168,6 +168,11 @@ describe("EMA of parameters on " .. DEV, function()
     st, msg = c_update({ s }, { p }, -1)
     expect_status(st, msg, "PLOSS_ERR_INVALID_ARGUMENT", "updates: -1 is negative")
     untouched()
+    if ploss.cuda_available() then
+      local other = DEV == "cpu" and "cuda" or "cpu"
+      st, msg = c_update({ s }, { p:to(other) }, 0)
+      expect_status(st, msg, "PLOSS_ERR_DEVICE", "params[0]")
+    end
     assert.are.equal(0, (c_update({}, {}, 0))) -- no tensors: nothing to do
     H.expect_error(function() ploss.optim.EMA({ p }, { decay = 2 }) end, "EMA: decay: 2 is not in [0, 1]")
     H.expect_error(function() ploss.optim.EMA({ p }, { beta = 2 }) end, "EMA: unknown option 'beta'")
@@ -195,11 +200,6 @@ describe("EMA of parameters on " .. DEV, function()
     if ploss.cuda_available() then
       local away = DEV == "cpu" and "cuda" or "cpu"
       H.expect_error(function() ploss.optim.EMA({ w, other:to(away) }) end, "EMA: params[2]: on ")
-    end
-    if ploss.cuda_available() then
-      local other = DEV == "cpu" and "cuda" or "cpu"
-      st, msg = c_update({ s }, { p:to(other) }, 0)
-      expect_status(st, msg, "PLOSS_ERR_DEVICE", "params[0]")
     end
   end)
 end)

@@ -67,6 +67,8 @@ centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU works 
 accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
 softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only).  Partial
 FC (sample_rate < 1) reads CUDA labels on the host to draw its classes.  No state is kept:
-backward recomputes the tiles.]]
+backward recomputes the tiles.  f16 on CUDA: the gradient tile of the GEMMs is f16, so an
+angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.]]
 
 return M
