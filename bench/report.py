@@ -397,12 +397,18 @@ def build(args):
         if run_shape and list(run_shape) != list(c["shape"]):
             desc += f" (run as {run_shape})"
         desc += f", {c['dtype']}, {c['loss']} {json.dumps(c.get('opts', {}))}, target {c['target']}"
+        if c.get("input", "normal") != "normal":
+            desc += f", input {c['input']} of the normal draw"
         if n_labels and inp.get("ignored") is not None:
             desc += f" ({inp['ignored']} of {n_labels} labels ignored)"
         if c.get("inputs"):
             names = (pin.get((cid, None)) or {}).get("input_names")
-            desc += (f"; {c['inputs']} embedding input(s) of that shape"
-                     + (f" ({', '.join(names)})" if names else ""))
+            if c.get("input_shapes"):
+                desc += (f"; {c['inputs']} inputs of shapes {c['input_shapes']}"
+                         + (f" (run as {shapes})" if small and shapes != c["input_shapes"] else ""))
+            else:
+                desc += f"; {c['inputs']} embedding input(s) of that shape"
+            desc += f" ({', '.join(names)})" if names else ""
             if inp.get("classes"):
                 desc += f", labels i mod {inp['classes']}"
         desc += f"; input {fmt_bytes(in_bytes)}, labels {fmt_bytes(tgt_bytes)}"
