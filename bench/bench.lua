@@ -37,17 +37,29 @@
 --
 -- Inputs (the same rule as make_inputs in bench/torch_bench.py; keep them equal):
 --   x ~ N(0, logit_std^2) by ploss_rand_normal(seed, offset 0) in the case's dtype;
+--   case.input (absent or "normal": x as drawn) transforms that draw: "sigmoid" (x =
+--   sigmoid(x), probabilities in (0, 1), as binary_cross_entropy needs) or "log_softmax"
+--   (log-probabilities over axis 1, as nll_loss and kl_div take), computed in f64 on the
+--   host from the drawn values and rounded to the case's dtype;
 --   index targets: ploss_rand_int [0, C) with seed + 1; where ploss_rand_int [0,
---   ignore_every) with seed + 2 is 0, the label is opts.ignore_index;
+--   ignore_every) with seed + 2 is 0, the label is opts.ignore_index (ignore_every = 0:
+--   no label ignored, no mask drawn, for losses without ignore_index);
 --   binary targets: ploss_rand_int [0, 2) with seed + 1, in x's dtype;
+--   real targets: N(0, logit_std^2) by ploss_rand_normal(seed + 1, offset 0) in x's dtype
+--   and shape (the regression losses);
+--   softmax targets: probabilities, the softmax over axis 1 (f64, on the host) of an
+--   N(0, logit_std^2) draw with seed + 1 in x's dtype, rounded to x's dtype (kl_div);
 --   boxes (N×4 input and target): u = ploss_rand_int [0, 2^24) / 2^24 per coordinate (seed
 --   for the input, seed + 1 for the target), box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3,
 --   10·u2 + 0.5 + 5·u4) in f64, then in the case's dtype;
---   several embedding inputs (case.inputs = k, shape N×D each): input j (0-based) ~
---   N(0, logit_std^2) by ploss_rand_normal(seed + j, offset 0) in the case's dtype;
---   target "none": no target; target "labels": i64 labels[i] = i mod case.classes (every
---   class has N / classes rows, so every anchor has a positive and a negative).  --small
---   keeps the rows per class: classes = max(2, N_small / (N / classes)).
+--   several embedding inputs (case.inputs = k, shape N×D each, or case.input_shapes[j+1]
+--   for input j, e.g. the margin losses' N×D embeddings and C×D class centres): input j
+--   (0-based) ~ N(0, logit_std^2) by ploss_rand_normal(seed + j, offset 0) in the case's
+--   dtype; target "none": no target; target "labels": i64 labels[i] = i mod case.classes
+--   (every class has N / classes rows, so every anchor has a positive and a negative).
+--   --small keeps the rows per class: classes = max(2, N_small / (N / classes));
+--   target "class_index": i64 labels ploss_rand_int [0, rows of the last input) with
+--   seed + k, one per row of the first input (the margin losses' class labels).
 local ffi = require "ffi"
 
 local script_dir = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "."
@@ -296,6 +308,53 @@ local function random_boxes(shape, seed, dtype)
   return out
 end
 
+-- The softmax (log = true: log-softmax) over axis 1 of a tensor of `shape`, in place, on
+-- a host f64 buffer p.
+local function host_softmax(p, shape, log)
+  local C, S = shape[2] or 1, 1
+  for i = 3, #shape do S = S * shape[i] end
+  for n = 0, shape[1] - 1 do
+    for s0 = 0, S - 1 do
+      local base = n * C * S + s0
+      local m = -math.huge
+      for c = 0, C - 1 do
+        local v = p[base + c * S]
+        if v > m then m = v end
+      end
+      local sum = 0
+      for c = 0, C - 1 do sum = sum + math.exp(p[base + c * S] - m) end
+      local lse = m + math.log(sum)
+      for c = 0, C - 1 do
+        local k = base + c * S
+        if log then p[k] = p[k] - lse else p[k] = math.exp(p[k] - lse) end
+      end
+    end
+  end
+end
+
+-- t transformed by `kind` ("sigmoid", "log_softmax", "softmax") in f64 on the host, then
+-- in t's dtype on the bench's device (a new tensor; t is freed).
+local function transformed(t, kind, shape)
+  local h = t:to("cpu", "f64", true)
+  local p = ffi.cast("double *", h:dl().data)
+  if kind == "sigmoid" then
+    for k = 0, h:numel() - 1 do p[k] = 1 / (1 + math.exp(-p[k])) end
+  elseif kind == "log_softmax" or kind == "softmax" then
+    host_softmax(p, shape, kind == "log_softmax")
+  else
+    error("unknown input transform " .. tostring(kind))
+  end
+  local out = h:to(device, t:dtype(), true)
+  h:free()
+  t:free()
+  return out
+end
+
+-- whether x is not one RNG call away (the in-place mode then restores a pristine copy)
+local function derived_input(case)
+  return case.target == "boxes" or (case.input ~= nil and case.input ~= "normal")
+end
+
 local function make_inputs(case, shape)
   if case.target == "boxes" then
     local x, t = random_boxes(shape, SEED, case.dtype), random_boxes(shape, SEED + 1, case.dtype)
@@ -303,8 +362,11 @@ local function make_inputs(case, shape)
     return x, t, 0
   end
   local x = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED, offset = 0, std = STD })
+  if case.input ~= nil and case.input ~= "normal" then x = transformed(x, case.input, shape) end
   local t, ignored = nil, 0
-  if case.target == "index" then
+  if case.target == "index" and case.ignore_every == 0 then
+    t = ploss.randint(0, shape[2], target_shape(shape), { device = device, seed = SEED + 1, offset = 0 })
+  elseif case.target == "index" then
     local ts_ = target_shape(shape)
     t = ploss.randint(0, shape[2], ts_, { device = device, seed = SEED + 1, offset = 0 })
     local mask = ploss.randint(0, case.ignore_every or 16, ts_, { device = device, seed = SEED + 2, offset = 0 })
@@ -321,6 +383,9 @@ local function make_inputs(case, shape)
     mask:free()
   elseif case.target == "binary" then
     t = ploss.randint(0, 2, shape, { dtype = case.dtype, device = device, seed = SEED + 1, offset = 0 })
+  elseif case.target == "real" or case.target == "softmax" then
+    t = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED + 1, offset = 0, std = STD })
+    if case.target == "softmax" then t = transformed(t, "softmax", shape) end
   else
     error("case " .. case.id .. ": unknown target kind " .. tostring(case.target))
   end
@@ -337,12 +402,23 @@ local function label_classes(case, rows)
   return math.min(k, math.max(2, math.floor(rows / per)))
 end
 
+-- The shape of each input of a case of several inputs (argument order): case.input_shapes
+-- (each shrunk as `shape` is under --small) or `shape` for every input.
+local function pair_shapes(case, shape)
+  local out = {}
+  for j = 1, case.inputs do
+    local s = case.input_shapes and case.input_shapes[j] or nil
+    out[j] = s and (args.small and small_shape(s) or s) or shape
+  end
+  return out
+end
+
 -- The embedding inputs (a list, argument order) and the labels (or nil) of a case of
 -- several inputs, by the rule in the header; also the number of classes of the labels.
 local function make_pair_inputs(case, shape)
-  local xs = {}
+  local xs, shapes = {}, pair_shapes(case, shape)
   for j = 0, case.inputs - 1 do
-    xs[j + 1] = ploss.randn(shape, { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = STD })
+    xs[j + 1] = ploss.randn(shapes[j + 1], { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = STD })
   end
   local t, classes = nil, nil
   if case.target == "labels" then
@@ -352,6 +428,8 @@ local function make_pair_inputs(case, shape)
     for i = 0, shape[1] - 1 do tp[i] = i % classes end
     t = th:to(device)
     if t ~= th then th:free() end
+  elseif case.target == "class_index" then
+    t = ploss.randint(0, shapes[#shapes][1], { shape[1] }, { device = device, seed = SEED + case.inputs, offset = 0 })
   elseif case.target ~= "none" then
     error("case " .. case.id .. ": unknown target kind " .. tostring(case.target) .. " for several inputs")
   end
@@ -446,9 +524,9 @@ local function run_mode(case, spec, mode, x, t, base)
   local loss_dtype = x:dtype() == "f64" and "f64" or "f32"
   local use_state = mode == "fwd_bwd" and spec.state
 
-  -- in place, boxes are not one RNG call to regenerate: a pristine copy (made before the
+  -- in place, boxes and transformed inputs are not one RNG call to regenerate: a pristine copy (made before the
   -- memory baseline) is copied back instead
-  local pristine = mode == "inplace" and case.target == "boxes" and x:clone() or nil
+  local pristine = mode == "inplace" and derived_input(case) and x:clone() or nil
 
   -- memory: the first call, with the outputs allocated after the baseline
   sync(ctx)
@@ -676,14 +754,16 @@ for _, case in ipairs(spec_file.cases) do
               tostring(case.inputs), spec.name, #spec.inputs))
           end
           local xs, t, classes = make_pair_inputs(case, shape)
-          local in_bytes, names = 0, {}
+          local in_bytes, names, n_el = 0, {}, 0
           for k, x in ipairs(xs) do
             in_bytes = in_bytes + x:numel() * ploss.dtypes[x:dtype()].size
+            n_el = n_el + x:numel()
             names[k] = spec.inputs[k].name
           end
           local rec = { kind = "inputs", source = "ploss", input_bytes = in_bytes, inputs = #xs, input_names = names,
                         target_bytes = t and t:numel() * ploss.dtypes[t:dtype()].size or 0,
-                        numel = xs[1]:numel() * #xs, ignored = 0, classes = classes,
+                        numel = n_el, ignored = 0, classes = classes,
+                        input_shapes = pair_shapes(case, shape),
                         l2_resident = on_cuda and in_bytes < 4 * 60e6 or nil }
           for k, v in pairs(base) do rec[k] = v end
           emit(rec)

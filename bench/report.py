@@ -16,11 +16,14 @@ met / missed.  A row whose loss or gradient checksums differ from the reference 
 than the dtype's tolerance is marked WRONG and never counts as met.
 
 Losses of several embedding inputs (cases with "inputs", the pairs shape: triplet margin,
-batch-hard triplet, InfoNCE): "input" is all the embedding inputs together, the floor reads
+batch-hard triplet, InfoNCE, ArcFace's embeddings and class centres): "input" is all the
+embedding inputs together, the floor reads
 them and the labels once and writes one gradient per input, and for the GEMM-bound ones
 (FLOPS below) the floor is the larger of that and the FLOP floor: their minimum FLOPs at the
 rate torch.matmul reached on the case's operands in the same run (the `gemm` record of
 torch_bench.py).  Their gradients are checked per input as well as summed.
+A torch without torch.compile (Debian's 1.13 on the CPU test) gives n/a in the compile
+columns.
 
 Standard library only (runs on the GPU machine and here).
 """
@@ -43,8 +46,12 @@ GRAD_TOL = {"f64": 1e-9, "f32": 1e-5, "bf16": 1e-3, "f16": 1e-4}
 # product X·Xᵀ (2·N²·D; its symmetry is not counted, a GEMM computes the whole product; the
 # mining and the gradient are O(N²) and O(N·D)); InfoNCE forms S = U·Vᵀ and the gradient
 # products G·V and Gᵀ·U (6·N²·D; recomputing S for the backward, as ploss does, is 8·N²·D).
-FLOPS = {"batch_hard_triplet": lambda n, d: 2.0 * n * n * d,
-         "info_nce": lambda n, d: 6.0 * n * n * d}
+# ArcFace (N×D embeddings against C×D class centres) forms the N×C cosines X̂·Ŵᵀ and the
+# gradient products G·Ŵ and Gᵀ·X̂ (6·N·C·D; ploss recomputes the tiles for backward, 8·N·C·D).
+# Each takes (N, D, C), C the rows of the last input (N for the losses of N×D inputs only).
+FLOPS = {"batch_hard_triplet": lambda n, d, c: 2.0 * n * n * d,
+         "info_nce": lambda n, d, c: 6.0 * n * n * d,
+         "arc_face": lambda n, d, c: 6.0 * n * c * d}
 # Where the reference's sum(g·x) is below this share of its Cauchy–Schwarz bound
 # sqrt(sum g² · sum x²) (g nearly orthogonal to x, as for InfoNCE's normalised inputs, where
 # it is 0 but for rounding), its difference is measured against this share of the bound.
@@ -189,6 +196,9 @@ def build(args):
     tin, pin = index(trecs, "inputs"), index(precs, "inputs")
     pruns = index(precs, "ploss")
     tskip, pskip = index(trecs, "skip"), index(precs, "skip")
+    # a torch without torch.compile (Debian's 1.13 on the CPU test): its column is n/a
+    no_compile = any(r.get("kind") == "warning" and "has no torch.compile" in str(r.get("message"))
+                     for r in trecs)
 
     L = []
     L.append("# ploss benchmark results")
@@ -287,8 +297,9 @@ def build(args):
             floor = mem_floor = (2 * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
         gm = gemms.get((cid, "gemm"))
         run_dims = inp.get("shape") or c["shape"]
+        shapes = inp.get("input_shapes") or (tin.get((cid, None)) or {}).get("input_shapes") or [run_dims]
         if c["loss"] in FLOPS and len(run_dims) == 2:
-            flops = FLOPS[c["loss"]](run_dims[0], run_dims[1])
+            flops = FLOPS[c["loss"]](run_dims[0], run_dims[1], shapes[-1][0])
             if gm and gm.get("tflops"):
                 flop_floor = flops / (gm["tflops"] * 1e12) * 1e3
             if gm and gm.get("f32_tflops"):
@@ -374,10 +385,10 @@ def build(args):
             l_ms = "error" if tl and tl.get("error") else "n/a"
             l_ratio = l_mem = "n/a"
         L.append(f"| {cid} | {fmt_ms(fused_ms)} | {fmt_ms(pfb.get('ms_median') if pfb else None)} | "
-                 f"{fmt_ms(te.get('ms_median') if te else None)} | {fmt_ms(tc.get('ms_median') if tc else None)} | "
+                 f"{fmt_ms(te.get('ms_median') if te else None)} | {fmt_ms(tc.get('ms_median')) if tc else ('n/a' if no_compile else '—')} | "
                  f"{l_ms} | {l_ratio} | "
                  f"{fmt_ms(floor)}{'ᶠ' if flop_bound else ''} | {pct} | {fmt_x(mem_ratio(pf))} | {ip_mem} | {fmt_x(mem_ratio(te))} | "
-                 f"{fmt_x(mem_ratio(tc))} | {l_mem} | {fmt_rel(loss_d)} | {fmt_rel(grad_d)} | "
+                 f"{fmt_x(mem_ratio(tc)) if tc or not no_compile else 'n/a'} | {l_mem} | {fmt_rel(loss_d)} | {fmt_rel(grad_d)} | "
                  f"{', '.join(tparts) or '—'} | {status} |")
 
         n_labels = (tgt_bytes // 8) if (c["target"] == "index" and tgt_bytes) else None
@@ -386,12 +397,18 @@ def build(args):
         if run_shape and list(run_shape) != list(c["shape"]):
             desc += f" (run as {run_shape})"
         desc += f", {c['dtype']}, {c['loss']} {json.dumps(c.get('opts', {}))}, target {c['target']}"
+        if c.get("input", "normal") != "normal":
+            desc += f", input {c['input']} of the normal draw"
         if n_labels and inp.get("ignored") is not None:
             desc += f" ({inp['ignored']} of {n_labels} labels ignored)"
         if c.get("inputs"):
             names = (pin.get((cid, None)) or {}).get("input_names")
-            desc += (f"; {c['inputs']} embedding input(s) of that shape"
-                     + (f" ({', '.join(names)})" if names else ""))
+            if c.get("input_shapes"):
+                desc += (f"; {c['inputs']} inputs of shapes {c['input_shapes']}"
+                         + (f" (run as {shapes})" if small and shapes != c["input_shapes"] else ""))
+            else:
+                desc += f"; {c['inputs']} embedding input(s) of that shape"
+            desc += f" ({', '.join(names)})" if names else ""
             if inp.get("classes"):
                 desc += f", labels i mod {inp['classes']}"
         desc += f"; input {fmt_bytes(in_bytes)}, labels {fmt_bytes(tgt_bytes)}"

@@ -53,13 +53,26 @@ Baselines (PyTorch composites):
                         min over negatives, hinge (or softplus), mean over active anchors
   info_nce              CLIP's form: F.normalize, logits = q @ k.T / T, symmetric
                         F.cross_entropy against arange(N)
+  mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, kl_div,
+  nll_loss, multi_margin_loss
+                        their torch.nn.functional equivalents (BCE on sigmoid-drawn
+                        probabilities, kl_div on log-softmax inputs and softmax targets,
+                        nll_loss on log-softmax inputs: the case's "input"/"target" rules)
+  lovasz_softmax        Berman et al.'s lovasz_softmax_flat (classes 'present', the batch one
+                        group): softmax, ignored pixels dropped, per class torch.sort of the
+                        errors dotted with the Lovász gradient of the sorted foreground
+  soft_dice             pytorch-loss SoftDiceLossV1: sigmoid, sums, 1 - (2A + s) / (B + s)
+  generalized_soft_dice sigmoid per class, one-hot labels, ignored pixels masked, per-sample
+                        sums over pixels and classes (class weights 'given' = 1)
+  arc_face              InsightFace's ArcFace: F.normalize, F.linear, cos(θ + m) on the
+                        target with its threshold and fallback, scale s, F.cross_entropy
   (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
 
 Losses of several embedding inputs (a case with "inputs": the pairs shape) run
 ``loss = f([x1, ..., xk], labels or None); loss.backward()`` on leaf inputs, and their
 records add per-input checksums (``grad_sq_inputs``, ``grad_dot_x_inputs``, argument order;
 ``grad_sq`` / ``grad_dot_x`` are the sums).  For the GEMM-bound ones (batch-hard triplet,
-InfoNCE) a ``gemm`` record gives the rate of ``torch.matmul`` on the case's operands (in
+InfoNCE, ArcFace: x against the class centres) a ``gemm`` record gives the rate of ``torch.matmul`` on the case's operands (in
 the case's dtype at PyTorch's default precision, and in float32 without TF32), from which
 bench/report.py states the FLOP floor.
 
@@ -217,19 +230,32 @@ def label_classes(case, rows):
     return min(k, max(2, rows // per))
 
 
-def make_pair_inputs(case, shape, spec, device, ploss):
+def pair_shapes(case, shape, small):
+    """The shape of each input of a case of several inputs (argument order):
+    case["input_shapes"] (each shrunk as `shape` under --small) or `shape` for every input."""
+    given = case.get("input_shapes")
+    if not given:
+        return [list(shape)] * int(case["inputs"])
+    return [small_shape(s) if small else list(s) for s in given]
+
+
+def make_pair_inputs(case, shape, spec, device, ploss, small=False):
     """The embedding inputs (a list, argument order) and labels (or None) of a case of
     several inputs, and the labels' class count.
 
     input j (0-based) ~ N(0, logit_std^2) in the case's dtype, Philox seed = spec.seed + j,
-    offset 0 (shape N x D each);
-    labels (target "labels"): i64, labels[i] = i mod classes (target "none": no labels).
+    offset 0 (shape N x D each, or case["input_shapes"][j], shrunk as `shape` under --small:
+    the margin losses' N x D embeddings and C x D class centres);
+    labels (target "labels"): i64, labels[i] = i mod classes (target "none": no labels);
+    labels (target "class_index"): i64 uniform in [0, rows of the last input), seed + k
+    (k inputs), one per row of the first input (the margin losses' class labels).
     """
     seed, std = int(spec["seed"]), float(spec["logit_std"])
     dtype = TORCH_DTYPES[case["dtype"]]
     xs = []
+    shapes = pair_shapes(case, shape, small)
     for j in range(int(case["inputs"])):
-        x = torch.empty(shape, dtype=dtype, device=device)
+        x = torch.empty(shapes[j], dtype=dtype, device=device)
         if ploss is not None:
             ploss.rand_normal(x, seed + j, 0, 0.0, std)
         else:
@@ -239,6 +265,13 @@ def make_pair_inputs(case, shape, spec, device, ploss):
     if case["target"] == "labels":
         classes = label_classes(case, shape[0])
         t = torch.arange(shape[0], dtype=torch.int64, device=device) % classes
+    elif case["target"] == "class_index":
+        k = len(shapes)
+        t = torch.empty([shape[0]], dtype=torch.int64, device=device)
+        if ploss is not None:
+            ploss.rand_int(t, seed + k, 0, 0, shapes[-1][0])
+        else:
+            t.random_(0, shapes[-1][0], generator=torch.Generator(device=device).manual_seed(seed + k))
     elif case["target"] != "none":
         raise ValueError(f"case {case['id']}: unknown target kind {case['target']!r} for several inputs")
     return xs, t, classes
@@ -272,6 +305,14 @@ def make_inputs(case, shape, spec, device, ploss):
            uniform in [0, ignore_every) with seed + 2; where the mask is 0 the label is
            opts.ignore_index (so 1/ignore_every of the labels are ignored).
     binary 0/1 in x's dtype and shape, seed + 1.
+    real   N(0, logit_std^2) in x's dtype and shape, seed + 1 (the regression losses).
+    softmax probabilities: the softmax over axis 1, in float64, of an N(0, logit_std^2)
+           draw with seed + 1 in x's dtype, rounded to x's dtype (kl_div).
+    case["ignore_every"] = 0: no label is ignored and no mask is drawn (losses without
+           ignore_index, e.g. multi_margin_loss).
+    case["input"] ("normal" when absent) transforms x's draw, in float64 and then rounded
+           to x's dtype: "sigmoid" (probabilities in (0, 1): binary_cross_entropy) or
+           "log_softmax" over axis 1 (log-probabilities: nll_loss, kl_div).
     boxes  N×4 input (seed) and target (seed + 1): u = rand_int [0, 2^24) / 2^24 per
            coordinate, box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3, 10·u2 + 0.5 + 5·u4) in
            float64, then in the case's dtype.
@@ -284,11 +325,12 @@ def make_inputs(case, shape, spec, device, ploss):
     C = shape[1]
     x = torch.empty(shape, dtype=dtype, device=device)
     kind = case["target"]
+    every = int(case.get("ignore_every", 16))
     if kind == "index":
         tshape = [shape[0]] + list(shape[2:])
         lab = torch.empty(tshape, dtype=torch.int64, device=device)
         mask = torch.empty(tshape, dtype=torch.int64, device=device)
-    elif kind == "binary":
+    elif kind in ("binary", "real", "softmax"):
         tgt = torch.empty(shape, dtype=dtype, device=device)
     else:
         raise ValueError(f"case {case['id']}: unknown target kind {kind!r}")
@@ -296,21 +338,37 @@ def make_inputs(case, shape, spec, device, ploss):
         ploss.rand_normal(x, seed, 0, 0.0, std)
         if kind == "index":
             ploss.rand_int(lab, seed + 1, 0, 0, C)
-            ploss.rand_int(mask, seed + 2, 0, 0, int(case.get("ignore_every", 16)))
-        else:
+            if every > 0:
+                ploss.rand_int(mask, seed + 2, 0, 0, every)
+        elif kind == "binary":
             ploss.rand_int(tgt, seed + 1, 0, 0, 2)
+        else:
+            ploss.rand_normal(tgt, seed + 1, 0, 0.0, std)
     else:
         g = torch.Generator(device=device).manual_seed(seed)
         x.normal_(0.0, std, generator=g)
         if kind == "index":
             lab.random_(0, C, generator=g)
-            mask.random_(0, int(case.get("ignore_every", 16)), generator=g)
-        else:
+            if every > 0:
+                mask.random_(0, every, generator=g)
+        elif kind == "binary":
             tgt.random_(0, 2, generator=g)
+        else:
+            tgt.normal_(0.0, std, generator=g)
     if kind == "index":
-        lab[mask == 0] = int(case["opts"].get("ignore_index", -100))
+        if every > 0:
+            lab[mask == 0] = int(case["opts"].get("ignore_index", -100))
         del mask
         tgt = lab
+    if kind == "softmax":
+        tgt = torch.softmax(tgt.double(), dim=1).to(dtype)
+    tr = case.get("input", "normal")
+    if tr == "sigmoid":
+        x = torch.sigmoid(x.double()).to(dtype)
+    elif tr == "log_softmax":
+        x = torch.log_softmax(x.double(), dim=1).to(dtype)
+    elif tr != "normal":
+        raise ValueError(f"case {case['id']}: unknown input transform {tr!r}")
     return x, tgt
 
 
@@ -447,6 +505,100 @@ def baseline(case):
             return F.cross_entropy(x, t2, ignore_index=ii)
         return f
 
+    # the elementwise criteria: torch.nn.functional's own ('mean'; kl_div as the case says)
+    if loss == "mse_loss":
+        return lambda x, t: F.mse_loss(x, t)
+    if loss == "l1_loss":
+        return lambda x, t: F.l1_loss(x, t)
+    if loss == "smooth_l1_loss":
+        beta = float(o.get("beta", 1.0))
+        return lambda x, t: F.smooth_l1_loss(x, t, beta=beta)
+    if loss == "huber_loss":
+        delta = float(o.get("delta", 1.0))
+        return lambda x, t: F.huber_loss(x, t, delta=delta)
+    if loss == "binary_cross_entropy":
+        return lambda x, t: F.binary_cross_entropy(x, t)
+    if loss == "kl_div":
+        red, log_target = o.get("reduction", "mean"), bool(o.get("log_target", False))
+        return lambda x, t: F.kl_div(x, t, reduction=red, log_target=log_target)
+    if loss == "nll_loss":
+        return lambda x, t: F.nll_loss(x, t, ignore_index=ii)
+    if loss == "multi_margin_loss":
+        pw, margin = int(o.get("p", 1)), float(o.get("margin", 1.0))
+        return lambda x, t: F.multi_margin_loss(x, t, p=pw, margin=margin)
+
+    if loss == "lovasz_softmax":
+        # Berman et al.'s lovasz_softmax (classes 'present', the whole batch one group):
+        # flatten to pixels x C, drop the ignored pixels, per class sort the errors and dot
+        # them with the Lovász gradient of the sorted foreground
+        if o.get("classes", "present") != "present" or o.get("per_image"):
+            return None
+
+        def lovasz_grad(gt_sorted):
+            gts = gt_sorted.sum()
+            inter = gts - gt_sorted.cumsum(0)
+            union = gts + (1 - gt_sorted).cumsum(0)
+            jac = 1.0 - inter / union
+            if gt_sorted.numel() > 1:
+                jac = torch.cat([jac[:1], jac[1:] - jac[:-1]])
+            return jac
+
+        def f(x, t):
+            C = x.shape[1]
+            p = F.softmax(_acc(x), dim=1).movedim(1, -1).reshape(-1, C)
+            lab = t.reshape(-1)
+            valid = lab != ii
+            p, lab = p[valid], lab[valid]
+            losses = []
+            for c in range(C):
+                fg = (lab == c).to(p.dtype)
+                if fg.sum() == 0:
+                    continue
+                errors = (fg - p[:, c]).abs()
+                errors_sorted, perm = torch.sort(errors, 0, descending=True)
+                losses.append(torch.dot(errors_sorted, lovasz_grad(fg[perm])))
+            if not losses:
+                return p.sum() * 0.0
+            return torch.stack(losses).mean()
+        return f
+
+    if loss == "soft_dice":
+        # pytorch-loss SoftDiceLossV1: sigmoid, sums over the whole input, one Dice
+        pw, smooth = float(o.get("p", 1.0)), float(o.get("smooth", 1.0))
+        if o.get("per_sample"):
+            return None
+
+        def f(x, t):
+            s = torch.sigmoid(_acc(x))
+            tt = t.to(s.dtype)
+            numer = (s * tt).sum()
+            denor = (s.pow(pw) + tt.pow(pw)).sum()
+            return 1.0 - (2 * numer + smooth) / (denor + smooth)
+        return f
+
+    if loss == "generalized_soft_dice":
+        # pytorch-loss GeneralizedSoftDiceLoss with the class weights 'given' (none: 1):
+        # sigmoid per class, one-hot labels, ignored pixels masked in both sums, per sample
+        # sums over the pixels, the Dice of the class-summed sums, mean over the samples
+        pw, smooth = float(o.get("p", 1.0)), float(o.get("smooth", 1.0))
+        if o.get("class_weights", "given") != "given" or o.get("mask_ignored_in_denominator") is False:
+            return None
+        ii_d = int(o.get("ignore_index", 255))
+
+        def f(x, t):
+            C = x.shape[1]
+            s = torch.sigmoid(_acc(x))
+            valid = (t != ii_d)
+            tt = torch.where(valid, t, torch.zeros_like(t))
+            onehot = _class_last_to_axis1(F.one_hot(tt, C).to(s.dtype))
+            m = valid.unsqueeze(1).to(s.dtype)
+            dims = tuple(range(2, x.dim()))
+            numer = (s * onehot * m).sum(dims)
+            denor = ((s.pow(pw) + onehot) * m).sum(dims)
+            per = 1.0 - (2 * numer.sum(1) + smooth) / (denor.sum(1) + smooth)
+            return per.mean()
+        return f
+
     return None
 
 
@@ -513,12 +665,43 @@ def pairs_baseline(case):
             return F.cross_entropy(logits, labels)
         return f
 
+    if loss == "arc_face":
+        # InsightFace's ArcFace on cos θ = F.linear(F.normalize(x), F.normalize(W)): the
+        # target's cosine becomes cos(θ + m) where θ + m <= π (cos θ > cos(π − m)), else
+        # InsightFace's fallback cos θ − m·sin m (easy_margin: cos θ where cos θ <= 0);
+        # every cosine scaled by s (the target's by scatter, as InsightFace's
+        # logits[index, labels] = final); F.cross_entropy over the N×C logits
+        s_, m = float(o.get("s", 64.0)), float(o.get("m", 0.5))
+        easy = bool(o.get("easy_margin", False))
+        ii = int(o.get("ignore_index", -100))
+        cos_m, sin_m = math.cos(m), math.sin(m)
+        th, mm = math.cos(math.pi - m), math.sin(math.pi - m) * m
+        if o.get("weight_layout", "CxD") != "CxD" or float(o.get("sample_rate", 1.0)) != 1.0:
+            return None
+
+        def f(xs, t):
+            x, w = xs
+            cos = F.linear(F.normalize(x, dim=1), F.normalize(w, dim=1))
+            valid = t != ii
+            tt = torch.where(valid, t, torch.zeros_like(t))
+            c_t = cos.gather(1, tt.unsqueeze(1)).squeeze(1)
+            sin_t = (1.0 - c_t * c_t).clamp(min=0).sqrt()
+            phi = c_t * cos_m - sin_t * sin_m
+            if easy:
+                phi = torch.where(c_t > 0, phi, c_t)
+            else:
+                phi = torch.where(c_t > th, phi, c_t - mm)
+            phi = torch.where(valid, phi, c_t)  # ignored rows keep their cosine
+            logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
+            return F.cross_entropy(logits, t, ignore_index=ii)
+        return f
+
     return None
 
 
 # the GEMM-bound losses of several inputs: the operands of the product whose rate bounds
 # them (row block of input a against every row of input b, argument order)
-GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1)}
+GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1), "arc_face": (0, 1)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -728,7 +911,7 @@ def reference(case, fn, x, t, chunk_bytes):
     else:
         def parts():
             x64 = x.detach().double().requires_grad_(True)
-            l64 = fn(x64, t.double() if case["target"] in ("binary", "boxes") else t)
+            l64 = fn(x64, t.double() if case["target"] in ("binary", "boxes", "real", "softmax") else t)
             l64.backward()
             yield float(l64.detach()), x64
 
@@ -910,7 +1093,7 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
                   reason=f"libploss has no ploss_{case['loss']}_fused yet"))
         return
 
-    x0s, t0, classes = make_pair_inputs(case, shape, spec, device, ploss)
+    x0s, t0, classes = make_pair_inputs(case, shape, spec, device, ploss, args.small)
     in_bytes = sum(x.numel() * x.element_size() for x in x0s)
     tgt_bytes = t0.numel() * t0.element_size() if t0 is not None else 0
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else 0
@@ -922,6 +1105,7 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
             x.requires_grad_(True)
     emit(dict(base, kind="inputs", source="torch", input_bytes=in_bytes, target_bytes=tgt_bytes,
               numel=sum(x.numel() for x in x0s), inputs=len(x0s), classes=classes, ignored=0,
+              input_shapes=[list(x.shape) for x in x0s],
               copies=copies, generator="ploss" if ploss is not None else "torch"))
 
     impls = [("eager", fn)]
