@@ -659,11 +659,16 @@ local function gen_docs()
   w("- **reduction** `'mean'` (default), `'sum'` or `'none'` (one loss per sample).  `'mean'` with")
   w("  nothing to average gives NaN and an exactly zero gradient; `'sum'` then gives 0.  Where a")
   w("  loss differs its section says so: `BatchHardTripletLoss` gives 0 for `'mean'` when no")
-  w("  anchor is active (none has both a positive and a negative), an empty batch included.")
+  w("  anchor is active (none has both a positive and a negative), an empty batch included;")
+  w("  `LovaszSoftmaxLoss` gives 0 for a group whose pixels are all ignored.")
   w("- **fused pass**: `crit(input, target [, scale])` returns the loss and the gradient of the")
   w("  reduced loss times `scale`; with `inplace = true` the gradient overwrites the input.  The")
-  w("  losses of several embedding inputs (`TripletMarginLoss`, `BatchHardTripletLoss`,")
-  w("  `InfoNCELoss`: each input gets a gradient) have no `inplace` and refuse it.")
+  local several = {}
+  for _, d in ipairs(descs) do
+    if d.inputs then several[#several + 1] = "`" .. d.criterion .. "`" end
+  end
+  w("  losses of several inputs, each of which gets a gradient, have no `inplace` and refuse it:")
+  w("  %s.", table.concat(several, ", "))
   w("- **returned tensors are the criterion's buffers**: the loss tensor of `'none'` (and")
   w("  `crit:forward_tensor`'s) and the gradients returned by `backward` and the fused call are")
   w("  reused and overwritten by the next call of the same criterion object (`forward`, `backward`")
