@@ -2843,9 +2843,10 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
  *
  * Where m1·θ + m2 > π (past it the cosine of the shifted angle would turn back up) the
- * target takes cos θ − m2·sin m2 − m3 instead: InsightFace's fallback, which keeps the
- * target logit falling as θ grows. With easy_margin the target keeps its plain cosine wherever
- * cos θ ≤ 0.
+ * target takes cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 >
+ * 1, the line cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π
+ * − m2)/m1 instead, which keeps the target logit falling as θ grows. With easy_margin the
+ * target keeps its plain cosine wherever cos θ ≤ 0.
  *
  * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
  * of rows (a matrix product each); the N×C logits are never all stored.
@@ -3063,7 +3064,7 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy
  *
  * Where θ + m > π (past it the cosine of the shifted angle would turn back up) the target
- * takes cos θ − m·sin m instead: InsightFace's fallback, which keeps the target logit
+ * takes cos θ − m·sin m (InsightFace's fallback) instead, which keeps the target logit
  * falling as θ grows. With easy_margin the target keeps its plain cosine wherever cos θ ≤
  * 0.
  *

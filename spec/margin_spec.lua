@@ -65,7 +65,11 @@ local function target(c, m1, m2, m3, easy)
   end
   local theta = math.acos(c)
   if easy and c <= 0 then return c - m3, 1 end
-  if not easy and m1 * theta + m2 >= PI then return c - m2 * math.sin(m2) - m3, 1 end
+  if not easy and m1 * theta + m2 >= PI then
+    -- InsightFace's fallback for m1 = 1; for m1 > 1 the line through the minimum −1 − m3
+    if m1 == 1 then return c - m2 * math.sin(m2) - m3, 1 end
+    return c - math.cos((PI - m2) / m1) - 1 - m3, 1
+  end
   return math.cos(m1 * theta + m2) - m3, m1 * math.sin(m1 * theta + m2) / math.max(sin_t, 1e-6)
 end
 
@@ -380,6 +384,26 @@ describe("margin softmax losses", function()
     H.assert_close(b, gw, { rtol = 1e-12, atol = 1e-14 })
   end)
 
+  it("keeps a SphereFace margin (m1 > 1) rising with θ past m1·θ + m2 = π, with no jump there", function()
+    -- the other centre orthogonal to the plane of x: its logit stays 0, the loss is softplus(−s·φ)
+    local w = ploss.tensor({ { 1, 0, 0 }, { 0, 0, 1 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0 }, { dtype = "i64" })
+    for _, o in ipairs { { m1 = 2, m2 = 0 }, { m1 = 2, m2 = 0.5 }, { m1 = 3, m2 = 0.2, m3 = 0.1 } } do
+      local crit = ploss.CombinedMarginLoss { s = 8, m1 = o.m1, m2 = o.m2, m3 = o.m3 or 0 }
+      local t0 = (PI - o.m2) / o.m1
+      local last = -math.huge
+      for k = -20, 20 do
+        local th = t0 + 0.005 * k
+        local l = crit:forward(ploss.tensor({ { math.cos(th), math.sin(th), 0 } }, { dtype = "f64" }), w, y)
+        assert.is_true(l >= last, string.format("m1 = %g: the loss falls at θ = %.3f", o.m1, th))
+        last = l
+      end
+      -- continuous at the threshold: the two sides 2e-9 apart differ by O(1e-8)
+      local function at(th) return crit:forward(ploss.tensor({ { math.cos(th), math.sin(th), 0 } }, { dtype = "f64" }), w, y) end
+      assert.is_true(math.abs(at(t0 + 1e-9) - at(t0 - 1e-9)) < 1e-6, "continuous at the threshold")
+    end
+  end)
+
   it("falls back to cos θ − m·sin m where θ + m > π, so the target logit never grows with θ", function()
     -- x at angle θ from centre 0 in the plane of centres 0 and 1, centre 1 at 90°
     local m, s = 0.5, 4
@@ -631,6 +655,9 @@ describe("margin softmax losses", function()
       assert.are.equal(bj, sj)
     end
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: expected positive integer sizes")
+    H.expect_error(function() ploss.nn.MarginSoftmax { in_features = 4, classes = 6 } end,
+      "MarginSoftmax: unknown option 'classes' (the sizes are positional")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, bogus = 1 } end, "MarginSoftmax: unknown option 'bogus'")
   end)
 
   ---------------------------------------------------------------------------------------

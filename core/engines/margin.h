@@ -85,7 +85,10 @@ static inline ploss_margin ploss_margin_of(double s, double m1, double m2, doubl
     m.cos_m2 = cos(m2);
     m.sin_m2 = sin(m2);
     m.threshold = cos((3.14159265358979323846 - m2) / m1);
-    m.fallback = m2 * m.sin_m2 + m3;
+    /* beyond the threshold (m1·θ + m2 > π) the target is c − fallback: InsightFace's
+     * c − m2·sin m2 − m3 for m1 = 1; for m1 > 1, where cos(m1·θ + m2) turns back up, the line
+     * through its minimum −1 − m3 at c = threshold, so the target keeps falling as θ grows */
+    m.fallback = m1 == 1.0 ? m2 * m.sin_m2 + m3 : m.threshold + 1.0 + m3;
     return m;
 }
 
@@ -93,7 +96,8 @@ static inline ploss_margin ploss_margin_of(double s, double m1, double m2, doubl
  * [−1, 1] first: a rounded cosine may leave it):
  *   m1 = 1, m2 = 0 (a cosine margin):       c − m3, φ′ = 1;
  *   easy_margin and c <= 0:                 c − m3, φ′ = 1;
- *   not easy and c <= threshold:            c − m2·sin m2 − m3, φ′ = 1 (the fallback);
+ *   not easy and c <= threshold:            c − fallback, φ′ = 1 (m1 = 1: c − m2·sin m2 − m3;
+ *                                           m1 > 1: c − threshold − 1 − m3, continuous there);
  *   m1 = 1:                                 c·cos m2 − sin θ·sin m2 − m3 (exactly cos(θ + m2) − m3);
  *   else:                                   cos(m1·θ + m2) − m3;
  * φ′ = m1·sin(m1·θ + m2)/max(sin θ, PLOSS_MARGIN_SIN_MIN) for the angular cases. */

@@ -75,7 +75,8 @@ return function(ploss)
 
   ploss.PartialFCLoss = cls
 
-  --- ploss.nn.MarginSoftmax{in_features, classes, criterion = …, dtype = 'f32', device = 'cpu'}:
+  --- ploss.nn.MarginSoftmax{in_features, classes, criterion = …, dtype = 'f32', device = 'cpu'}
+  -- (the two sizes positional, as {512, 1000, criterion = …}):
   -- the class centres W (classes × in_features, N(0, 2/(in + classes)) from the global
   -- seeded generator, as Linear's 'xavier') with a margin criterion (default
   -- ploss.ArcFaceLoss{}; or a ploss.PartialFCLoss).
@@ -89,6 +90,16 @@ return function(ploss)
 
   function Head:__init(opts)
     opts = opts or {}
+    local known = { [1] = true, [2] = true, criterion = true, dtype = true, device = true }
+    local unknown = {}
+    for k in pairs(opts) do
+      if not known[k] then unknown[#unknown + 1] = tostring(k) end
+    end
+    if #unknown > 0 then
+      table.sort(unknown)
+      ploss.raise("MarginSoftmax: unknown option '" .. unknown[1] .. "' (the sizes are positional: " ..
+        "{in_features, classes, criterion = …, dtype = …, device = …})")
+    end
     local in_features, classes = opts[1], opts[2]
     for _, v in ipairs { in_features or 0, classes or 0 } do
       if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then

@@ -19,7 +19,7 @@ return {
     { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
   },
-  formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m"),
+  formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)"),
   gradient = M.gradient,
   notes = M.notes,
 }

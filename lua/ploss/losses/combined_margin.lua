@@ -26,7 +26,9 @@ return {
     { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
   },
-  formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π", "cos θ − m2·sin m2 − m3"),
+  formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π",
+    "cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 > 1, the line " ..
+    "cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π − m2)/m1"),
   gradient = M.gradient,
   notes = M.notes,
 }

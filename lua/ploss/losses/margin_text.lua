@@ -46,8 +46,8 @@ c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is repl
     z_ij = s·c_ij (j ≠ y_i),   z_iy = s·φ(c_iy),   ℓ_i = log Σ_j e^(z_ij) − z_iy]]
   if beyond then
     f = f .. "\n\nWhere " .. beyond .. " (past it the cosine of the shifted angle would turn back up) " ..
-      "the target takes " .. fallback .. " instead: InsightFace's fallback, which keeps the target " ..
-      "logit falling as θ grows.  With easy_margin the target keeps its plain cosine wherever cos θ ≤ 0."
+      "the target takes " .. fallback .. " instead, which keeps the target logit falling as θ " ..
+      "grows.  With easy_margin the target keeps its plain cosine wherever cos θ ≤ 0."
   end
   return f .. "\n\n'mean' divides by the rows whose label is not ignore_index.  The cosines are " ..
     "computed in tiles of rows (a matrix product each); the N×C logits are never all stored."
