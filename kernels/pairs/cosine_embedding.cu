@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(THREADS) cosine_embedding_kernel(const ploss_c
                                                                    double omega, double *partials)
 {
     using A = acc_t<T>;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const T *x1 = (const T *)p.x[0].data, *x2 = (const T *)p.x[1].data;
@@ -73,17 +73,7 @@ __global__ void __launch_bounds__(THREADS) cosine_embedding_kernel(const ploss_c
     }
     if (!partials)
         return;
-    /* the warps' sums in warp order: one partial per block */
-    __shared__ double warp_sums[WARPS];
-    if (lane == 0)
-        warp_sums[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double s = 0.0;
-        for (int k = 0; k < WARPS; ++k)
-            s += warp_sums[k];
-        partials[blockIdx.x] = s;
-    }
+    store_block_partial(acc, partials);
 }
 
 } // namespace

@@ -19,6 +19,22 @@ constexpr int64_t MAX_BLOCKS = 8192;
 __device__ __forceinline__ int64_t warp_row() { return (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); }
 __device__ __forceinline__ int64_t warp_rows_stride() { return (int64_t)gridDim.x * WARPS; }
 
+/* Every lane of each warp holds its warp's sum `acc`: the block's partial, the warps' sums
+ * added in warp order (the same on every run), goes to partials[blockIdx.x]. */
+__device__ __forceinline__ void store_block_partial(double acc, double *partials)
+{
+    __shared__ double warp_sums[WARPS];
+    if ((threadIdx.x & 31) == 0)
+        warp_sums[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int k = 0; k < WARPS; ++k)
+            s += warp_sums[k];
+        partials[blockIdx.x] = s;
+    }
+}
+
 /* Blocks for one warp per row of n rows. */
 inline unsigned row_blocks(int64_t n) { return grid_blocks(n, WARPS, MAX_BLOCKS); }
 
