@@ -10,6 +10,7 @@
 #include "ema.h"
 #include "gemm.h"
 #include "linear.h"
+#include "linear_cross_entropy.h"
 #include "margin.h"
 #include "one_hot.h"
 #include "optim.h"
@@ -56,6 +57,7 @@ WITH_CTX(cpu_affinity, ploss_cpu_affinity, ploss_region_problem)
 WITH_CTX(cpu_margin_ranking, ploss_cpu_margin_ranking, ploss_margin_ranking_problem)
 WITH_CTX(cpu_cosine_embedding, ploss_cpu_cosine_embedding, ploss_cosine_embedding_problem)
 WITH_CTX(cpu_margin, ploss_cpu_margin, ploss_margin_problem)
+WITH_CTX(cpu_linear_ce, ploss_cpu_linear_cross_entropy, ploss_linear_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -84,6 +86,7 @@ WITH_CTX(cuda_affinity, ploss_cuda_affinity, ploss_region_problem)
 WITH_CTX(cuda_margin_ranking, ploss_cuda_margin_ranking, ploss_margin_ranking_problem)
 WITH_CTX(cuda_cosine_embedding, ploss_cuda_cosine_embedding, ploss_cosine_embedding_problem)
 WITH_CTX(cuda_margin, ploss_cuda_margin, ploss_margin_problem)
+WITH_CTX(cuda_linear_ce, ploss_cuda_linear_cross_entropy, ploss_linear_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -118,6 +121,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_PAIRS_MARGIN_RANKING] = {[CPU] = cpu_margin_ranking, [GPU] = CUDA(cuda_margin_ranking)},
     [PLOSS_OP_PAIRS_COSINE_EMBEDDING] = {[CPU] = cpu_cosine_embedding, [GPU] = CUDA(cuda_cosine_embedding)},
     [PLOSS_OP_MARGIN] = {[CPU] = cpu_margin, [GPU] = CUDA(cuda_margin)},
+    [PLOSS_OP_LINEAR_CROSS_ENTROPY] = {[CPU] = cpu_linear_ce, [GPU] = CUDA(cuda_linear_ce)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

@@ -40,6 +40,7 @@ typedef enum {
     PLOSS_OP_PAIRS_MARGIN_RANKING,   /* ploss_margin_ranking_problem */
     PLOSS_OP_PAIRS_COSINE_EMBEDDING, /* ploss_cosine_embedding_problem */
     PLOSS_OP_MARGIN,                 /* ploss_margin_problem    */
+    PLOSS_OP_LINEAR_CROSS_ENTROPY,   /* ploss_linear_problem    */
     PLOSS_OP_COUNT
 } ploss_op;
 

@@ -140,6 +140,10 @@ typedef struct ploss_loss_params {
     int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
     double sample_rate;       /* Partial FC: the share of the classes kept (1: all)          */
     int64_t seed;             /* Partial FC: the seed of the drawn classes                   */
+    /* linear cross-entropy (the margin shape without normalisation or margin) */
+    double softcap;           /* c·tanh(z/c) of every logit; 0: none                         */
+    double z_loss;            /* the weight of lse² per row                                  */
+    int accumulate;           /* grad_weight += rather than =                                */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

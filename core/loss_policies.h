@@ -43,6 +43,7 @@ typedef enum {
     PLOSS_POLICY_COMBINED_MARGIN = 35, /* combined_margin (margin) */
     PLOSS_POLICY_AM_SOFTMAX = 36, /* am_softmax (margin) */
     PLOSS_POLICY_ARC_FACE = 37, /* arc_face (margin) */
+    PLOSS_POLICY_LINEAR_CROSS_ENTROPY = 38, /* linear_cross_entropy (margin) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 

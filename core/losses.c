@@ -2821,3 +2821,96 @@ ploss_status ploss_arc_face_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLT
     const ploss_loss_args a = {.inputs[0] = x, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_x, .grad_inputs[1] = grad_weight};
     return arc_face(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- linear_cross_entropy ---------------------------------------------------------------- */
+
+void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->ignore_index = -100;
+    o->label_smoothing = 0.0;
+    o->softcap = 0.0;
+    o->z_loss = 0.0;
+    o->accumulate = 0;
+    o->weight_layout = PLOSS_WEIGHT_LAYOUT_CXD;
+    o->tile_rows = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec linear_cross_entropy_spec = {
+    .name = "linear_cross_entropy",
+    .shape = PLOSS_SHAPE_MARGIN,
+    .policy = PLOSS_POLICY_LINEAR_CROSS_ENTROPY,
+    .target = PLOSS_LOSS_TARGET_CLASS_LABELS,
+    .min_classes = 2,
+    .min_classes_why = "a softmax over one class has nothing to separate",
+    .ninputs = 2,
+    .input_names = {"hidden", "weight"},
+    .grad_names = {"grad_hidden", "grad_weight"},
+};
+
+static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                         const ploss_linear_cross_entropy_opts *user)
+{
+    ploss_clear_error();
+    ploss_linear_cross_entropy_opts o;
+    ploss_linear_cross_entropy_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of linear_cross_entropy");
+    if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", o.label_smoothing);
+    if (!(isfinite(o.softcap) && o.softcap >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %g is not a finite number >= 0", o.softcap);
+    if (!(isfinite(o.z_loss) && o.z_loss >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %g is not a finite number >= 0", o.z_loss);
+    if ((unsigned)o.weight_layout >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
+    if (o.tile_rows < 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .ignore_index = o.ignore_index,
+        .label_smoothing = o.label_smoothing,
+        .softcap = o.softcap,
+        .z_loss = o.z_loss,
+        .accumulate = o.accumulate,
+        .weight_layout = (int)o.weight_layout,
+        .tile_rows = o.tile_rows,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &linear_cross_entropy_spec, a, &p);
+}
+
+ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .loss = loss};
+    return linear_cross_entropy(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_linear_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_hidden, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight};
+    return linear_cross_entropy(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    DLTensor *loss, DLTensor *grad_hidden, DLTensor *grad_weight)
+{
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight};
+    return linear_cross_entropy(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -3129,4 +3129,112 @@ ploss_status ploss_arc_face_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLT
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss, DLTensor *grad_x,
     DLTensor *grad_weight);
 
+/* ---- Fused linear + cross-entropy (a language-model head without its logits) ----------- */
+
+/** Options of linear_cross_entropy; fill with ploss_linear_cross_entropy_opts_init(). */
+typedef struct ploss_linear_cross_entropy_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* rows with this label add nothing and get a zero gradient; default -100 */
+    int64_t ignore_index;
+    /* ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing); a finite number
+       in [0, 1]; default 0.0 */
+    double label_smoothing;
+    /* c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap; a finite
+       number >= 0; default 0.0 */
+    double softcap;
+    /* adds z_loss·lse² per token (PaLM's auxiliary loss); a finite number >= 0; default 0.0
+       */
+    double z_loss;
+    /* add the weight's gradient into grad_weight instead of overwriting it (gradient
+       accumulation); default 0 */
+    int accumulate;
+    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+       */
+    ploss_weight_layout weight_layout;
+    /* rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits); an
+       integer >= 0; default 0 */
+    int64_t tile_rows;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_linear_cross_entropy_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts);
+
+/**
+ * Fused linear + cross-entropy (a language-model head without its logits), forward (Wijmans et
+ * al., Cut Your Losses in Large-Vocabulary Language Models, ICLR 2025; Hsu et al., Liger
+ * Kernel, 2024 (the chunked fused linear cross-entropy); PyTorch's F.linear + F.cross_entropy
+ * (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); Gemma 2 (final-logit
+ * soft-capping)).
+ * With z_ij = h_i·w_j (softcap c > 0: z_ij = c·tanh(h_i·w_j / c)), lse_i = log Σ_j e^(z_ij)
+ * and label y_i:
+ *
+ *     ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+ *
+ * Rows whose label is ignore_index add nothing; 'mean' divides by the rows that are not
+ * ignored. The logits are computed tile by tile (a matrix product per tile of rows) and turned
+ * into their gradient in place; the BT×V logits are never all stored.
+ *
+ * Called as crit(hidden, weight, labels): both get a gradient (a criterion's field grad_weight,
+ * set to a V×H tensor, receives the weight's, added to it with accumulate). No gradient
+ * filtering: every softmax entry counts. CUDA: the logit tile is computed by cuBLAS in the
+ * inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row engine
+ * turns it into its gradient in place (fp32 row statistics), and the two gradient products read
+ * it; with tiles of rows the weight's gradient is rounded to its dtype once per tile. The
+ * workspace is the tile (at most 512 MiB by default) plus O(BT); inputs and outputs whose rows
+ * are not contiguous are staged through copies. V <= 262144 in bf16/f16 and 131072 in f32 on
+ * CUDA; f64 is CPU only. The CPU works in f64 (OpenBLAS) whatever the dtype. No state is kept:
+ * backward recomputes the tiles.
+ *
+ * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
+ *                 only), any strides; x and weight of one dtype and one D, C >= 2.
+ * in  weight      V×H output projection, one row per vocabulary entry (nn.Linear's weight;
+ *                 H×V with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
+ *                 strides; x and weight of one dtype and one D, C >= 2.
+ * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
+ *                 ignore_index.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
+ *                 that are not ignored.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/hidden/weight/labels/loss or a gradient, a bad enum,
+ *           opts.label_smoothing not a finite number in [0, 1], opts.softcap not a finite
+ *           number >= 0, opts.z_loss not a finite number >= 0, opts.tile_rows not an integer >=
+ *           0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Fused linear + cross-entropy (a language-model head without its logits), backward. With p_ij
+ * = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 +
+ * 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap;
+ * then ∂L/∂hidden = G·W and ∂L/∂weight = Gᵀ·H (added to grad_weight with
+ * accumulate), accumulated tile by tile. Ignored rows get a zero gradient.
+ * in  hidden, weight, labels, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_hidden ∂/∂hidden: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_weight ∂/∂weight: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_linear_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_hidden, DLTensor *grad_weight);
+
+/** Fused linear + cross-entropy (a language-model head without its logits), forward and
+ *  backward in one pass (see the conventions above). Statuses: as _forward. */
+ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *hidden,
+    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
+    DLTensor *loss, DLTensor *grad_hidden, DLTensor *grad_weight);
+
 #endif /* PLOSS_LOSSES_H */

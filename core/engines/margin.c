@@ -1,15 +1,17 @@
 /*
- * margin.c — the validation front of the margin kernel shape: the margin softmax losses
- * (combined margin, AM-softmax/CosFace, ArcFace) over N×D embeddings x and C×D class
- * centres weight (D×C with weight_layout DxC: the problem then walks its columns) with one
- * class label per row.  It checks every tensor of a call before anything is written — x
- * and weight (a float dtype, N×D and C×D, one dtype, the same D, C >= 2), the labels (N
- * integers; on the CPU, and on CUDA when Partial FC reads them, each in [0, C) or
- * ignore_index), the loss, the upstream gradient, one gradient per input, that no output
- * overlaps an input or another output — draws Partial FC's classes (sample_rate < 1), then
- * builds the problem (core/engines/margin.h) and dispatches it.  The options were checked
- * by the loss's entry point (core/losses.c); the policy only decides which of m1, m2, m3
- * its options fill (the rest keep the identity margin).
+ * margin.c — the validation front of the margin kernel shape: the losses of a softmax over
+ * the products of N×D rows x with C×D class rows weight (D×C with weight_layout DxC: the
+ * problem then walks its columns), one class label per row — the margin softmax losses
+ * (combined margin, AM-softmax/CosFace, ArcFace: cosines of normalised rows, a margin on the
+ * target; core/engines/margin.h) and the fused linear + cross-entropy (plain products, a
+ * language-model head; core/engines/linear_cross_entropy.h).  It checks every tensor of a call before
+ * anything is written — x and weight (a float dtype, N×D and C×D, one dtype, the same D,
+ * C >= 2), the labels (N integers; on the CPU, and on CUDA when Partial FC reads them, each
+ * in [0, C) or ignore_index), the loss, the upstream gradient, one gradient per input, that
+ * no output overlaps an input or another output — draws Partial FC's classes (sample_rate
+ * < 1), then builds the problem and dispatches it.  The options were checked by the loss's
+ * entry point (core/losses.c); a margin policy only decides which of m1, m2, m3 its options
+ * fill (the rest keep the identity margin).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "dispatch.h"
 #include "loss.h"
 #include "loss_check.h"
+#include "linear_cross_entropy.h"
 #include "margin.h"
 #include "philox.h"
 #include "scalar.h"
@@ -166,6 +169,48 @@ static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_
     return PLOSS_OK;
 }
 
+/* The fused linear + cross-entropy from the checked views (weight's class axis ac, feature
+ * axis ad). */
+static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, const ploss_view *x,
+                               const ploss_view *w, const ploss_view *y, const ploss_view *l, const ploss_view *gl,
+                               const ploss_view *gx, const ploss_view *gw, int ac, int ad, const char *xn)
+{
+    ploss_linear_problem p;
+    memset(&p, 0, sizeof p);
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = x->dtype;
+    p.N = x->shape[0];
+    p.C = w->shape[ac];
+    p.D = x->shape[1];
+    p.x = (ploss_pair_operand){x->data, x->strides[0], x->strides[1]};
+    p.w = (ploss_pair_operand){w->data, w->strides[ac], w->strides[ad]};
+    p.labels = y->data;
+    p.label_dtype = y->dtype;
+    p.y_sn = y->strides[0];
+    p.ignore_index = o->ignore_index;
+    p.label_smoothing = o->label_smoothing;
+    p.softcap = o->softcap;
+    p.z_loss = o->z_loss;
+    p.accumulate = o->accumulate;
+    p.tile_rows = o->tile_rows;
+    p.scale = o->scale;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = l->data;
+        p.loss_dtype = l->dtype;
+        p.l_sn = l->ndim == 1 ? l->strides[0] : 0;
+    } else {
+        p.grad_loss = gl->data;
+        p.gl_dtype = gl->dtype;
+        p.gl_sn = gl->ndim == 1 ? gl->strides[0] : 0;
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.grad_x = (ploss_pair_grad){gx->data, gx->strides[0], gx->strides[1]};
+        p.grad_w = (ploss_pair_grad){gw->data, gw->strides[ac], gw->strides[ad]};
+    }
+    return ploss_dispatch(ctx, PLOSS_OP_LINEAR_CROSS_ENTROPY, xn, &p);
+}
+
 ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -179,40 +224,42 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (pass == PLOSS_PASS_FUSED && o->inplace)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
-    if ((st = check_matrix(ctx, &x, a->inputs[0], "x", "embeddings")))
+    const int linear = spec->policy == PLOSS_POLICY_LINEAR_CROSS_ENTROPY;
+    const char *xn = spec->input_names[0], *wn = spec->input_names[1];
+    if ((st = check_matrix(ctx, &x, a->inputs[0], xn, linear ? "hidden states" : "embeddings")))
         return st;
     if (x.ndim != 2)
-        return ploss_check_shape_error("x", "N×D embeddings (2 dims)", &x);
+        return ploss_check_shape_error(xn, linear ? "N×D hidden states (2 dims)" : "N×D embeddings (2 dims)", &x);
     const int64_t N = x.shape[0], D = x.shape[1];
-    if ((st = check_matrix(ctx, &w, a->inputs[1], "weight", "class centres")) ||
-        (st = ploss_check_dtype(&w, x.dtype, "weight")))
+    const char *rows_of_w = linear ? "vocabulary rows" : "class centres";
+    if ((st = check_matrix(ctx, &w, a->inputs[1], wn, rows_of_w)) || (st = ploss_check_dtype(&w, x.dtype, wn)))
         return st;
     /* the centres' axis and the features' axis of weight */
     const int dxc = o->weight_layout == PLOSS_WEIGHT_LAYOUT_DXC, ac = dxc ? 1 : 0, ad = dxc ? 0 : 1;
     if (w.ndim != 2 || w.shape[ad] != D) {
         if (dxc)
-            snprintf(want, sizeof want, "%lld×C class centres (one per column, weight_layout DxC; D = %lld as x)",
-                     (long long)D, (long long)D);
+            snprintf(want, sizeof want, "%lld×C %s (one per column, weight_layout DxC; D = %lld as %s)",
+                     (long long)D, rows_of_w, (long long)D, xn);
         else
-            snprintf(want, sizeof want, "C×%lld class centres (one per row; D = %lld as x)", (long long)D,
-                     (long long)D);
-        return ploss_check_shape_error("weight", want, &w);
+            snprintf(want, sizeof want, "C×%lld %s (one per row; D = %lld as %s)", (long long)D, rows_of_w,
+                     (long long)D, xn);
+        return ploss_check_shape_error(wn, want, &w);
     }
     const int64_t C = w.shape[ac];
     if (C < spec->min_classes)
-        return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres (%s), got %lld",
-                           (long long)spec->min_classes, spec->min_classes_why, (long long)C);
+        return ploss_error(PLOSS_ERR_SHAPE, "%s: expected at least %lld %s (%s), got %lld", wn,
+                           (long long)spec->min_classes, rows_of_w, spec->min_classes_why, (long long)C);
     if (N > INT32_MAX || C > INT32_MAX || D > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED,
-                           "x: N = %lld rows, C = %lld centres and D = %lld exceed the matrix products' sizes "
-                           "(each < 2^31)", (long long)N, (long long)C, (long long)D);
+                           "%s: N = %lld rows, C = %lld %s and D = %lld exceed the matrix products' sizes "
+                           "(each < 2^31)", xn, (long long)N, (long long)C, rows_of_w, (long long)D);
     if ((st = ploss_view_init(&y, a->target, "labels")) || (st = ploss_view_check_device(&y, ctx, "labels")))
         return st;
     if (y.dtype != PLOSS_I64 && y.dtype != PLOSS_I32)
         return ploss_error(PLOSS_ERR_DTYPE, "labels: expected class indices of dtype i64 or i32, got %s",
                            ploss_dtype_name(y.dtype));
     if (y.ndim != 1 || y.shape[0] != N) {
-        snprintf(want, sizeof want, "[%lld] (one class index per row of x)", (long long)N);
+        snprintf(want, sizeof want, "[%lld] (one class index per row of %s)", (long long)N, xn);
         return ploss_check_shape_error("labels", want, &y);
     }
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
@@ -254,7 +301,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         }
     }
     const ploss_view *ins[4] = {&x, &w, &y, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
-    const char *in_names[4] = {"x", "weight", "labels", "grad_loss"};
+    const char *in_names[4] = {xn, wn, "labels", "grad_loss"};
     const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &gx : NULL,
                                  pass != PLOSS_PASS_FORWARD ? &gw : NULL};
     const char *out_names[3] = {"loss", spec->grad_names[0], spec->grad_names[1]};
@@ -263,8 +310,10 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (ctx->device.device_type == kDLCPU && (st = check_labels_cpu(&y, N, C, o->ignore_index)))
         return st;
     if (ctx->device.device_type != kDLCPU && x.dtype == PLOSS_F64)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
-                           spec->name);
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
+                           xn, spec->name);
+    if (linear)
+        return run_linear(ctx, pass, o, &x, &w, &y, &l, &gl, &gx, &gw, ac, ad, xn);
 
     ploss_margin_problem p;
     memset(&p, 0, sizeof p);
@@ -306,7 +355,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         p.kept = kept;
         p.class_pos = class_pos;
     }
-    st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, "x", &p);
+    st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, xn, &p);
     free(kept);
     free(class_pos);
     return st;

@@ -38,7 +38,6 @@ namespace {
 
 using namespace pairs;
 
-constexpr int COUNT_THREADS = 1024;
 constexpr size_t TILE_BYTES = (size_t)256 << 20;
 
 template <class T> struct buffers {
@@ -78,28 +77,6 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
             (is_x ? b.rx : b.rw)[i] = r;
             (is_x ? b.inv_x : b.inv_w)[i] = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
         }
-    }
-}
-
-/* One block: the rows whose label is not ignore_index, and the first label outside [0, C). */
-template <class T>
-__global__ void __launch_bounds__(COUNT_THREADS) count_kernel(const ploss_margin_problem p, buffers<T> b,
-                                                              int64_t *slot)
-{
-    double count = 0.0;
-    for (int64_t i = threadIdx.x; i < p.N; i += COUNT_THREADS) {
-        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
-        if (y == p.ignore_index)
-            continue;
-        if (y < 0 || y >= p.C)
-            report_invalid_label(slot, y);
-        else
-            count += 1.0;
-    }
-    count = block_reduce<COUNT_THREADS>(count, SumOp());
-    if (threadIdx.x == 0) {
-        b.divisor[0] = count;
-        b.divisor[1] = count > 0.0 ? 1.0 / count : 0.0;
     }
 }
 
@@ -207,7 +184,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                             PLOSS_COPY_H2D, stream))))
         return st;
     prep_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
-    count_kernel<T><<<1, COUNT_THREADS, 0, stream>>>(*p, b, ctx->error_slot);
+    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, b.divisor, ctx->error_slot);
     if (p->kept && N > 0)
         remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, b);
     if ((st = check_launch("margin prep")))

@@ -35,6 +35,31 @@ __device__ __forceinline__ void store_block_partial(double acc, double *partials
     }
 }
 
+/* One block of COUNT_THREADS: the rows of problem p (fields N, C, labels, label_dtype, y_sn,
+ * ignore_index) whose label is not ignore_index into divisor[0], 1/divisor[0] (0 when
+ * none) into divisor[1] — the 'mean' divisor in fixed order — and the first label outside
+ * [0, C) to the error slot. */
+constexpr int COUNT_THREADS = 1024;
+template <class P>
+__global__ void __launch_bounds__(COUNT_THREADS) count_labels_kernel(const P p, double *divisor, int64_t *slot)
+{
+    double count = 0.0;
+    for (int64_t i = threadIdx.x; i < p.N; i += COUNT_THREADS) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        if (y == p.ignore_index)
+            continue;
+        if (y < 0 || y >= p.C)
+            report_invalid_label(slot, y);
+        else
+            count += 1.0;
+    }
+    count = block_reduce<COUNT_THREADS>(count, SumOp());
+    if (threadIdx.x == 0) {
+        divisor[0] = count;
+        divisor[1] = count > 0.0 ? 1.0 / count : 0.0;
+    }
+}
+
 /* Blocks for one warp per row of n rows. */
 inline unsigned row_blocks(int64_t n) { return grid_blocks(n, WARPS, MAX_BLOCKS); }
 

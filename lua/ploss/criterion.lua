@@ -446,10 +446,28 @@ local function build_multi(d)
   end
   function cls:updateOutput(...) return self:forward(...) end
 
-  -- The gradient buffers of the criterion, one per input.
+  -- The gradients of the call, one per input: the tensor set as the criterion's field of
+  -- that gradient's name (crit.grad_weight = t: the gradient goes there), else the
+  -- criterion's own buffer (zeroed when new if the loss accumulates into it).
   local function grad_buffers(self, t)
-    for k, x in ipairs(t.inputs) do self._grads[k] = nn.buffer(self._grads[k], x:size(), x:dtype(), x:device()) end
-    t.grads = self._grads
+    local g = {}
+    for k, x in ipairs(t.inputs) do
+      local name = d.inputs[k].grad
+      local given = rawget(self, name)
+      if given ~= nil then
+        if not ploss.is_tensor(given) then
+          ploss.raise(string.format("%s.%s: expected a ploss tensor, got %s", d.criterion, name, type(given)))
+        end
+        g[k] = given
+      else
+        local old = self._grads[k]
+        self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device())
+        if self._grads[k] ~= old and t.o.accumulate then self._grads[k]:fill(0) end
+        g[k] = self._grads[k]
+      end
+    end
+    t.grads = g
+    return g
   end
 
   function cls:backward(...)
@@ -461,10 +479,10 @@ local function build_multi(d)
     local gl = grad_loss_of(o, x, gradOutput, self._grad_loss)
     if gl ~= gradOutput then self._grad_loss = gl end
     t.grad_loss = gl
-    grad_buffers(self, t)
+    local g = grad_buffers(self, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward")
-    self.gradInput = self._grads
-    return unpack(self._grads, 1, ninputs)
+    self.gradInput = g
+    return unpack(g, 1, ninputs)
   end
   function cls:updateGradInput(...) return self:backward(...) end
 
@@ -477,11 +495,11 @@ local function build_multi(d)
     t.copts = fill(d, o, self._copts, scale)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
     t.loss = self._loss
-    grad_buffers(self, t)
+    local g = grad_buffers(self, t)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
     self.output = o.reduction == "none" and self._loss or self._loss:item()
-    self.gradInput = self._grads
-    return self.output, unpack(self._grads, 1, ninputs)
+    self.gradInput = g
+    return self.output, unpack(g, 1, ninputs)
   end
 
   tensor_and_print_methods(cls, d)
@@ -539,7 +557,11 @@ local function build_multi(d)
   end
   local function grads_out(raw, t)
     local g = {}
-    for k, x in ipairs(t.inputs) do g[k] = raw[d.inputs[k].grad] or ploss.empty_like(x) end
+    for k, x in ipairs(t.inputs) do
+      -- a loss that accumulates into a gradient it was not given adds to zeros
+      g[k] = raw[d.inputs[k].grad] or
+        (t.o.accumulate and ploss.zeros(x:size(), { dtype = x:dtype(), device = x:device() }) or ploss.empty_like(x))
+    end
     t.grads = g
     return g
   end

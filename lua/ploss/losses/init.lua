@@ -40,4 +40,5 @@ return {
   "combined_margin",
   "am_softmax",
   "arc_face",
+  "linear_cross_entropy",
 }

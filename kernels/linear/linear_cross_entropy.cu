@@ -1,0 +1,241 @@
+/*
+ * linear_cross_entropy.cu — CUDA backend of the fused linear + cross-entropy
+ * (core/engines/linear_cross_entropy.h), f32/f16/bf16 inputs:
+ *
+ *   count   one block counts the rows that are not ignored ('mean') and reports labels
+ *           outside [0, C) through the error slot;
+ *   tiles   per tile of B rows: the logits X_b·Wᵀ (cuBLAS, fp32 accumulation, written in the
+ *           input dtype: what F.linear gives), capped in place with a softcap; the row engine
+ *           with the linear cross-entropy policy (kernels/rows/policy_linear_cross_entropy.cuh)
+ *           over the tile: each row's loss, and G = ω·∂ℓ/∂z written over its logits; then
+ *           ∂L/∂X_b = G·W into grad_x's rows and ∂L/∂W = Gᵀ·X_b added over the tiles into
+ *           grad_w (cuBLAS, fp32 accumulation, the input dtype: one rounding per tile; with
+ *           accumulate the first tile adds too);
+ *   losses  a reduced loss summed in a fixed order by one block.
+ * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows) and O(N); operands
+ * and gradients whose rows are not contiguous (unit feature stride, a leading dimension of at
+ * least D that fits in int32) are staged through contiguous copies.  Nothing is allocated or
+ * synchronised (CUDA graphs can capture the call); deterministic: fixed tiles and orders, no
+ * float atomics (cuBLAS's GEMMs are run-to-run reproducible on one device).
+ */
+#include <algorithm>
+
+#include "gemm.h"
+#include "linear_cross_entropy.h"
+#include "pairs/pairs.cuh"
+#include "policy_linear_cross_entropy.cuh"
+
+namespace ploss_cuda {
+namespace {
+
+using namespace pairs;
+
+constexpr size_t TILE_BYTES = (size_t)512 << 20;
+
+/* dst ← src for `rows` rows of `cols` values (strides in elements), one warp per row;
+ * src null: zeros. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) copy_rows_kernel(const T *src, int64_t s_sn, int64_t s_sd, T *dst,
+                                                            int64_t d_sn, int64_t d_sd, int64_t rows, int64_t cols)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t i = warp_row(); i < rows; i += warp_rows_stride())
+        for (int64_t j = lane; j < cols; j += 32)
+            dst[i * d_sn + j * d_sd] = src ? src[i * s_sn + j * s_sd] : from_acc<T>(0.0f);
+}
+
+template <class T> ploss_status copy_rows(const T *src, int64_t s_sn, int64_t s_sd, T *dst, int64_t d_sn, int64_t d_sd,
+                                          int64_t rows, int64_t cols, cudaStream_t stream)
+{
+    if (rows <= 0 || cols <= 0)
+        return PLOSS_OK;
+    copy_rows_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(src, s_sn, s_sd, dst, d_sn, d_sd, rows, cols);
+    return check_launch("linear cross-entropy (row copy)");
+}
+
+/* c·tanh(z/c) over a tile of n logits, in place. */
+template <class T> __global__ void __launch_bounds__(THREADS) softcap_kernel(T *z, int64_t n, float cap, float inv_cap)
+{
+    for (int64_t e = thread_index(); e < n; e += grid_stride())
+        z[e] = from_acc<T>(cap * tanhf(to_acc(z[e]) * inv_cap));
+}
+
+/* Rows of `rows` × D values the GEMMs can read or write in place: unit feature stride, a
+ * leading dimension in [D, 2^31). */
+inline bool gemm_ready(int64_t sn, int64_t sd, int64_t rows, int64_t D)
+{
+    return rows <= 1 ? sd == 1 || D <= 1 : sd == 1 && sn >= D && sn <= INT32_MAX;
+}
+
+/* A matrix as the GEMMs see it: its data (the caller's or a staged copy) and leading dimension. */
+template <class T> struct operand {
+    T *data;
+    int64_t ld;
+};
+
+template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem *p)
+{
+    namespace re = row_engine;
+    const int64_t N = p->N, C = p->C, D = p->D, ldd = D > 0 ? D : 1;
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool none = p->reduction == PLOSS_REDUCTION_NONE;
+    const int64_t most = re::block_capacity<T>() * re::kMaxCluster;
+    if (!re::serves<T>(1, C) || C > most)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: V = %lld classes exceed the CUDA row engine's rows "
+                           "(at most %lld in this dtype)", (long long)C, (long long)most);
+    cudaStream_t stream = stream_of(ctx);
+
+    /* tiles: as few as the budget allows, of equal rows (a multiple of 128 where that fits) */
+    int64_t B = p->tile_rows;
+    if (B <= 0) {
+        const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / C);
+        const int64_t tiles = (N + cap - 1) / std::max<int64_t>(cap, 1);
+        B = tiles > 0 ? (N + tiles - 1) / tiles : 1;
+        const int64_t up = (B + 127) / 128 * 128;
+        B = up <= cap ? up : B;
+    }
+    B = std::max<int64_t>(1, std::min<int64_t>(B, N));
+
+    const bool x_in = gemm_ready(p->x.sn, p->x.sd, N, D), w_in = gemm_ready(p->w.sn, p->w.sd, C, D);
+    const bool gx_in = !want_grad || gemm_ready(p->grad_x.sn, p->grad_x.sd, N, D);
+    const bool gw_in = !want_grad || gemm_ready(p->grad_w.sn, p->grad_w.sd, C, D);
+    const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
+    T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *gxs = nullptr, *gws = nullptr;
+    double *losses = nullptr, *divisor = nullptr;
+    auto layout = [&](char *base) {
+        carve c{base, 0};
+        tile = c.take<T>((size_t)B * (size_t)C);
+        xs = c.take<T>(x_in ? 0 : nd);
+        wsd = c.take<T>(w_in ? 0 : cd);
+        gxs = c.take<T>(gx_in ? 0 : nd);
+        gws = c.take<T>(gw_in ? 0 : cd);
+        losses = c.take<double>(want_loss && !none ? (size_t)N : 0);
+        divisor = c.take<double>(2);
+        return c.used + 256;
+    };
+    void *ws = nullptr;
+    ploss_status st = ploss_workspace(ctx, layout(nullptr), &ws);
+    if (st)
+        return st;
+    layout((char *)ws);
+
+    /* the operands and gradients the GEMMs use: the caller's memory or the staged copies */
+    /* the leading dimension of a caller's matrix of `rows` rows the GEMMs use in place */
+    auto ld_of = [&](int64_t sn, int64_t rows) { return rows <= 1 ? ldd : sn; };
+    const operand<T> X = x_in ? operand<T>{(T *)p->x.data, ld_of(p->x.sn, N)} : operand<T>{xs, ldd};
+    const operand<T> W = w_in ? operand<T>{(T *)p->w.data, ld_of(p->w.sn, C)} : operand<T>{wsd, ldd};
+    const operand<T> GX = gx_in ? operand<T>{(T *)p->grad_x.data, ld_of(p->grad_x.sn, N)} : operand<T>{gxs, ldd};
+    const operand<T> GW = gw_in ? operand<T>{(T *)p->grad_w.data, ld_of(p->grad_w.sn, C)} : operand<T>{gws, ldd};
+    if ((!x_in && (st = copy_rows<T>((const T *)p->x.data, p->x.sn, p->x.sd, xs, D, 1, N, D, stream))) ||
+        (!w_in && (st = copy_rows<T>((const T *)p->w.data, p->w.sn, p->w.sd, wsd, D, 1, C, D, stream))) ||
+        (!gw_in && p->accumulate &&
+         (st = copy_rows<T>((const T *)p->grad_w.data, p->grad_w.sn, p->grad_w.sd, gws, D, 1, C, D, stream))))
+        return st;
+    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, divisor, ctx->error_slot);
+    if ((st = check_launch("linear cross-entropy (labels)")))
+        return st;
+
+    re::LinearCrossEntropyPolicy pol = {};
+    pol.a = (float)(1.0 - p->label_smoothing);
+    pol.b = (float)(p->label_smoothing / (double)C);
+    pol.w = nullptr;
+    pol.wsum = nullptr;
+    pol.csum_plain = 1.0f; /* a + b·C */
+    pol.n_classes = (float)C;
+    pol.w_raw = nullptr;
+    pol.z_loss = (float)p->z_loss;
+    pol.inv_cap = p->softcap > 0.0 ? (float)(1.0 / p->softcap) : 0.0f;
+    pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? divisor + 1 : nullptr;
+    auto no_prep = [](char *, cudaStream_t, re::LinearCrossEntropyPolicy &) { return PLOSS_OK; };
+    const size_t label_size = ploss_dtype_size(p->label_dtype);
+    for (int64_t b0 = 0; b0 < N; b0 += B) {
+        const int64_t rows = std::min(B, N - b0);
+        const ploss_gemm_problem zg = {rows, C, D, 1.0, 0.0, X.data + b0 * X.ld, 0, X.ld, W.data, 1, W.ld, p->dtype,
+                                       tile, C, p->dtype};
+        if ((st = ploss_cuda_gemm(ctx, &zg)))
+            return st;
+        if (p->softcap > 0.0) {
+            softcap_kernel<T><<<grid_blocks(rows * C, THREADS), THREADS, 0, stream>>>(tile, rows * C, (float)p->softcap,
+                                                                                      pol.inv_cap);
+            if ((st = check_launch("linear cross-entropy (softcap)")))
+                return st;
+        }
+        /* the rows of the tile with reduction 'none' (each row's loss to the caller's loss or
+         * to the per-row buffer), ω from the pass (a scalar upstream gradient read by every
+         * row through a zero stride), the 'mean' divisor in the policy */
+        re::RowArgs a = {};
+        a.pass = p->pass;
+        a.reduction = PLOSS_REDUCTION_NONE;
+        a.N = rows;
+        a.S = 1;
+        a.C = C;
+        a.x = tile;
+        a.x_sn = C;
+        a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
+        a.t_dtype = p->label_dtype;
+        a.t_sn = p->y_sn;
+        a.ignore_index = p->ignore_index;
+        if (want_grad) {
+            a.grad = tile;
+            a.g_sn = C;
+            a.g_sc = 1;
+        }
+        if (want_loss) {
+            a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
+                          : (void *)(losses + b0);
+            a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
+            a.l_sn = none ? p->l_sn : 1;
+        } else {
+            a.grad_loss = none ? (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
+                               : p->grad_loss;
+            a.gl_dtype = p->gl_dtype;
+            a.gl_sn = none ? p->gl_sn : 0;
+        }
+        a.scale = p->scale;
+        st = re::run<T>(ctx, a, pol, 0, no_prep);
+        if (st == PLOSS_ERR_UNSUPPORTED)
+            st = ploss_error(PLOSS_ERR_UNSUPPORTED,
+                             "weight: V = %lld classes are longer rows than the CUDA row engine serves on this device",
+                             (long long)C);
+        if (st)
+            return st;
+        if (!want_grad || D == 0)
+            continue;
+        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, tile, 0, C, W.data, 0, W.ld, p->dtype,
+                                       GX.data + b0 * GX.ld, GX.ld, p->dtype};
+        const ploss_gemm_problem dw = {C, D, rows, 1.0, b0 > 0 || p->accumulate ? 1.0 : 0.0, tile, 1, C,
+                                       X.data + b0 * X.ld, 0, X.ld, p->dtype, GW.data, GW.ld, p->dtype};
+        if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
+            return st;
+    }
+    if (want_loss && !none &&
+        (st = re::launch_finalize(losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? divisor : nullptr, p->loss,
+                                  p->loss_dtype, stream)))
+        return st;
+    if (!want_grad)
+        return PLOSS_OK;
+    /* no rows: the weight's gradient is zero (or left as it is with accumulate) */
+    if (N == 0 && !p->accumulate && (st = copy_rows<T>(nullptr, 0, 0, GW.data, GW.ld, 1, C, D, stream)))
+        return st;
+    if ((!gx_in && (st = copy_rows<T>(gxs, D, 1, (T *)p->grad_x.data, p->grad_x.sn, p->grad_x.sd, N, D, stream))) ||
+        (!gw_in && (st = copy_rows<T>(gws, D, 1, (T *)p->grad_w.data, p->grad_w.sn, p->grad_w.sd, C, D, stream))))
+        return st;
+    return PLOSS_OK;
+}
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear_problem *p)
+{
+    return dispatch_float(p->dtype, "hidden", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (sizeof(T) <= 4)
+            return run<T>(ctx, p);
+        else
+            return ploss_error(PLOSS_ERR_UNSUPPORTED,
+                               "hidden: f64 on CUDA (the linear cross-entropy takes it on the CPU only)");
+    });
+}

@@ -1,0 +1,62 @@
+-- Fused linear + cross-entropy: the loss of a language-model head (hidden states times the
+-- vocabulary's weight, then a softmax cross-entropy over the vocabulary) computed in tiles
+-- of rows, so the BT×V logits are never all stored; the gradients of the hidden states and
+-- of the weight come from the same pass.
+local M = require "ploss.losses.margin_text"
+return {
+  name = "linear_cross_entropy",
+  criterion = "LinearCrossEntropyLoss",
+  title = "Fused linear + cross-entropy (a language-model head without its logits)",
+  source = "Wijmans et al., Cut Your Losses in Large-Vocabulary Language Models, ICLR 2025; " ..
+    "Hsu et al., Liger Kernel, 2024 (the chunked fused linear cross-entropy); PyTorch's " ..
+    "F.linear + F.cross_entropy (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); " ..
+    "Gemma 2 (final-logit soft-capping)",
+  shape = "margin",
+  policy = "linear_cross_entropy",
+  target = "class_labels",
+  min_classes = 2,
+  min_classes_why = "a softmax over one class has nothing to separate",
+  inputs = {
+    { "hidden", "BT×H hidden states, one row per token" },
+    { "weight", "V×H output projection, one row per vocabulary entry (nn.Linear's weight; H×V with " ..
+      "weight_layout 'DxC')" },
+  },
+  options = {
+    M.ignore_index,
+    { "label_smoothing", "double", 0, min = 0, max = 1,
+      doc = "ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing)" },
+    { "softcap", "double", 0, min = 0,
+      doc = "c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap" },
+    { "z_loss", "double", 0, min = 0, doc = "adds z_loss·lse² per token (PaLM's auxiliary loss)" },
+    { "accumulate", "bool", false,
+      doc = "add the weight's gradient into grad_weight instead of overwriting it (gradient accumulation)" },
+    { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
+      doc = "how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V)" },
+    { "tile_rows", "int64", 0, min = 0,
+      doc = "rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits)" },
+  },
+  formula = [[
+With z_ij = h_i·w_j (softcap c > 0: z_ij = c·tanh(h_i·w_j / c)), lse_i = log Σ_j e^(z_ij) and
+label y_i:
+
+    ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+
+Rows whose label is ignore_index add nothing; 'mean' divides by the rows that are not
+ignored.  The logits are computed tile by tile (a matrix product per tile of rows) and turned
+into their gradient in place; the BT×V logits are never all stored.]],
+  gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 + " ..
+    "2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap; then " ..
+    "∂L/∂hidden = G·W and ∂L/∂weight = Gᵀ·H (added to grad_weight with accumulate), accumulated " ..
+    "tile by tile.  Ignored rows get a zero gradient.",
+  notes = [[
+Called as crit(hidden, weight, labels): both get a gradient (a criterion's field
+grad_weight, set to a V×H tensor, receives the weight's, added to it with accumulate).
+No gradient filtering: every softmax entry counts.  CUDA: the logit tile is computed by
+cuBLAS in the inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them),
+the row engine turns it into its gradient in place (fp32 row statistics), and the two
+gradient products read it; with tiles of rows the weight's gradient is rounded to its dtype
+once per tile.  The workspace is the tile (at most 512 MiB by default) plus O(BT); inputs
+and outputs whose rows are not contiguous are staged through copies.  V <= 262144 in
+bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only.  The CPU works in f64 (OpenBLAS)
+whatever the dtype.  No state is kept: backward recomputes the tiles.]],
+}

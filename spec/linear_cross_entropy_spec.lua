@@ -1,0 +1,351 @@
+-- Fused linear + cross-entropy spec (suite 'cpu'): LinearCrossEntropyLoss on the CPU backend.
+--  * a value derived by hand;
+--  * an independent reference written here on the full logits (Lua tables, f64): every
+--    reduction, label smoothing, softcap, z-loss, ignored rows, forward, backward and
+--    fused, one tile or several (a tile that straddles ignored rows);
+--  * the unfused composite: the logits h·wᵀ, then ploss's own cross_entropy (and its
+--    gradient through the matrix products) to 1e-12;
+--  * central differences in f64 for hidden and weight;
+--  * grad_weight given and accumulated into (the criterion's field and the functional's);
+--  * strided views and weight_layout 'DxC', f32/f16/bf16, an empty batch; bad input: a
+--    clear error naming the argument, nothing written.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function rows(t) return t:to("cpu"):double():totable() end
+
+-- Per-row losses and the gradients of Σ_i u_i·ℓ_i (u: number or list) for hidden rows X,
+-- weight rows W, labels Y (0-based; ignore_index rows add nothing), on the full logits.
+local function reference(X, W, Y, o, u)
+  local eps, cap, zl = o.label_smoothing or 0, o.softcap or 0, o.z_loss or 0
+  local ignore = o.ignore_index or -100
+  local n, C, D = #X, #W, #X[1]
+  local losses, GX, GW = {}, {}, {}
+  for i = 1, n do GX[i] = {} for d = 1, D do GX[i][d] = 0 end end
+  for j = 1, C do GW[j] = {} for d = 1, D do GW[j][d] = 0 end end
+  for i = 1, n do
+    local y = Y[i]
+    if y == ignore then
+      losses[i] = 0
+    else
+      local z, raw = {}, {}
+      for j = 1, C do
+        local v = 0
+        for d = 1, D do v = v + X[i][d] * W[j][d] end
+        raw[j] = v
+        z[j] = cap > 0 and cap * math.tanh(v / cap) or v
+      end
+      local m = -math.huge
+      for j = 1, C do m = math.max(m, z[j]) end
+      local s = 0
+      for j = 1, C do s = s + math.exp(z[j] - m) end
+      local lse = m + math.log(s)
+      local l = zl * lse * lse
+      for j = 1, C do
+        local t = eps / C + (j == y + 1 and 1 - eps or 0)
+        l = l + t * (lse - z[j])
+      end
+      losses[i] = l
+      local ui = type(u) == "table" and u[i] or u
+      for j = 1, C do
+        local t = eps / C + (j == y + 1 and 1 - eps or 0)
+        local g = math.exp(z[j] - lse) * (1 + 2 * zl * lse) - t
+        if cap > 0 then g = g * (1 - math.tanh(raw[j] / cap) ^ 2) end
+        g = ui * g
+        for d = 1, D do
+          GX[i][d] = GX[i][d] + g * W[j][d]
+          GW[j][d] = GW[j][d] + g * X[i][d]
+        end
+      end
+    end
+  end
+  return losses, GX, GW
+end
+
+local function valid_count(Y, ignore)
+  local k = 0
+  for _, y in ipairs(Y) do if y ~= (ignore or -100) then k = k + 1 end end
+  return k
+end
+
+local function reduce(losses, reduction, count)
+  if reduction == "none" then return losses end
+  local s = 0
+  for _, v in ipairs(losses) do s = s + v end
+  return reduction == "sum" and s or s / count
+end
+
+-- Hidden rows, weight rows and labels: n rows of D against C classes.
+local function inputs(n, C, D, seed, ignored)
+  local x = ploss.randn({ n, D }, { dtype = "f64", seed = seed })
+  local w = ploss.randn({ C, D }, { dtype = "f64", seed = seed + 1 })
+  local y = {}
+  for i = 1, n do y[i] = (i * 5 + seed) % C end
+  for _, i in ipairs(ignored or {}) do y[i] = -100 end
+  return x, w, ploss.tensor(y, { dtype = "i64" }), y
+end
+
+local OPTIONS = {
+  {}, { label_smoothing = 0.1 }, { softcap = 2.5 }, { z_loss = 1e-2 },
+  { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 },
+}
+
+describe("LinearCrossEntropyLoss", function()
+  it("gives the value derived by hand", function()
+    -- h = (1, 2), w = (1, 0), (0, 1), (1, 1): logits (1, 2, 3), label 2
+    local x = ploss.tensor({ { 1, 2 } }, { dtype = "f64" })
+    local w = ploss.tensor({ { 1, 0 }, { 0, 1 }, { 1, 1 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 2 }, { dtype = "i64" })
+    local lse = math.log(math.exp(1) + math.exp(2) + math.exp(3))
+    local l, gx, gw = ploss.LinearCrossEntropyLoss()(x, w, y)
+    H.assert_close(l, lse - 3, { rtol = 1e-14 })
+    local p = { math.exp(1 - lse), math.exp(2 - lse), math.exp(3 - lse) - 1 }
+    H.assert_close(gx, { { p[1] + p[3], p[2] + p[3] } }, { rtol = 1e-14 })
+    H.assert_close(gw, { { p[1], 2 * p[1] }, { p[2], 2 * p[2] }, { p[3], 2 * p[3] } }, { rtol = 1e-14 })
+  end)
+
+  it("matches the full-logit reference for every option set and reduction", function()
+    local x, w, y, Y = inputs(11, 7, 5, 3, { 4 })
+    local X, W = rows(x), rows(w)
+    local count = valid_count(Y)
+    for _, o in ipairs(OPTIONS) do
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local losses, gx, gw = reference(X, W, Y, opts, r == "mean" and 1 / count or 1)
+        local tol = { rtol = 1e-12, atol = 1e-14, what = r .. " " .. label(opts) }
+        H.assert_close(r == "none" and F.linear_cross_entropy(x, w, y, opts) or { F.linear_cross_entropy(x, w, y, opts) },
+                       r == "none" and losses or { reduce(losses, r, count) }, tol)
+        local a, b = ploss.LinearCrossEntropyLoss(opts):backward(x, w, y)
+        H.assert_close(a, gx, tol)
+        H.assert_close(b, gw, tol)
+        local l, fa, fb = ploss.LinearCrossEntropyLoss(opts)(x, w, y)
+        H.assert_close(r == "none" and l or { l }, r == "none" and losses or { reduce(losses, r, count) }, tol)
+        H.assert_close(fa, gx, tol)
+        H.assert_close(fb, gw, tol)
+      end
+    end
+  end)
+
+  it("equals the unfused composite: the logits, then ploss's cross_entropy", function()
+    local x, w, y = inputs(9, 6, 4, 7, { 2, 3 })
+    local X, W = rows(x), rows(w)
+    local Z = {}
+    for i = 1, #X do
+      Z[i] = {}
+      for j = 1, #W do
+        local v = 0
+        for d = 1, #X[1] do v = v + X[i][d] * W[j][d] end
+        Z[i][j] = v
+      end
+    end
+    local z = ploss.tensor(Z, { dtype = "f64" })
+    for _, o in ipairs { {}, { label_smoothing = 0.3 } } do
+      for _, r in ipairs { "mean", "sum", "none" } do
+        local opts = with(o, { reduction = r })
+        local lz, gz = F.cross_entropy_fused(z, y, opts)
+        local l, gx, gw = F.linear_cross_entropy_fused(x, w, y, opts)
+        H.assert_close(r == "none" and l or { l }, r == "none" and lz or { lz }, { rtol = 1e-12, what = label(opts) })
+        -- through the products: ∂L/∂h = G·W, ∂L/∂w = Gᵀ·H
+        local G = rows(gz)
+        local wx, ww = {}, {}
+        for i = 1, #X do
+          wx[i] = {}
+          for d = 1, #X[1] do
+            local v = 0
+            for j = 1, #W do v = v + G[i][j] * W[j][d] end
+            wx[i][d] = v
+          end
+        end
+        for j = 1, #W do
+          ww[j] = {}
+          for d = 1, #X[1] do
+            local v = 0
+            for i = 1, #X do v = v + G[i][j] * X[i][d] end
+            ww[j][d] = v
+          end
+        end
+        H.assert_close(gx, wx, { rtol = 1e-12, atol = 1e-15, what = label(opts) })
+        H.assert_close(gw, ww, { rtol = 1e-12, atol = 1e-15, what = label(opts) })
+      end
+    end
+  end)
+
+  it("gives the same result in tiles of 1, 3 and all rows (tiles straddling ignored rows)", function()
+    local x, w, y = inputs(10, 6, 4, 17, { 2, 3, 9 })
+    local o = OPTIONS[5]
+    local l, a, b = F.linear_cross_entropy_fused(x, w, y, o)
+    for _, t in ipairs { 1, 3, 10, 64 } do
+      local lt, at, bt = F.linear_cross_entropy_fused(x, w, y, with(o, { tile_rows = t }))
+      local tol = { rtol = 1e-13, atol = 1e-15, what = "tile_rows = " .. t }
+      H.assert_close({ lt }, { l }, tol)
+      H.assert_close(at, a, tol)
+      H.assert_close(bt, b, tol)
+    end
+  end)
+
+  it("has the gradient of central differences in f64 for hidden and weight", function()
+    local x, w, y = inputs(6, 5, 4, 29, { 3 })
+    for _, o in ipairs(OPTIONS) do
+      for _, r in ipairs { "mean", "sum" } do
+        local opts = with(o, { reduction = r })
+        local _, gx, gw = F.linear_cross_entropy_fused(x, w, y, opts)
+        local f = function() return F.linear_cross_entropy(x, w, y, opts) end
+        H.gradcheck(f, x, gx, { rtol = 1e-6, atol = 1e-7, what = "hidden " .. label(opts) })
+        H.gradcheck(f, w, gw, { rtol = 1e-6, atol = 1e-7, what = "weight " .. label(opts) })
+      end
+    end
+  end)
+
+  it("weights each row by its upstream gradient (backward of 'none'), and the fused pass by scale", function()
+    local x, w, y, Y = inputs(8, 5, 3, 31, { 6 })
+    local go = ploss.tensor({ 0.5, -1, 2, 0, 1.5, 3, -0.25, 1 }, { dtype = "f64" })
+    local o = with(OPTIONS[5], { reduction = "none" })
+    local _, gx, gw = reference(rows(x), rows(w), Y, o, go:totable())
+    local a, b = ploss.LinearCrossEntropyLoss(o):backward(x, w, y, go)
+    H.assert_close(a, gx, { rtol = 1e-12, atol = 1e-14 })
+    H.assert_close(b, gw, { rtol = 1e-12, atol = 1e-14 })
+    local l1, a1, b1 = F.linear_cross_entropy_fused(x, w, y, OPTIONS[2])
+    local l2, a2, b2 = F.linear_cross_entropy_fused(x, w, y, with(OPTIONS[2], { scale = -2.5 }))
+    assert.are.equal(l1, l2)
+    local function scaled(t, k)
+      local v = H.values(t)
+      for i = 1, #v do v[i] = v[i] * k end
+      return v
+    end
+    H.assert_close(a2, scaled(a1, -2.5), { rtol = 1e-13, atol = 1e-15 })
+    H.assert_close(b2, scaled(b1, -2.5), { rtol = 1e-13, atol = 1e-15 })
+  end)
+
+  it("adds nothing for ignored rows, gives them a zero gradient, and averages over the others", function()
+    local x, w, y, Y = inputs(9, 6, 4, 41, { 1, 5, 6 })
+    local keep, ykeep = {}, {}
+    for i, v in ipairs(Y) do
+      if v ~= -100 then
+        keep[#keep + 1] = rows(x)[i]
+        ykeep[#ykeep + 1] = v
+      end
+    end
+    local xk, yk = ploss.tensor(keep, { dtype = "f64" }), ploss.tensor(ykeep, { dtype = "i64" })
+    local l, gx, gw = F.linear_cross_entropy_fused(x, w, y, OPTIONS[5])
+    local lk, _, gwk = F.linear_cross_entropy_fused(xk, w, yk, OPTIONS[5])
+    H.assert_close({ l }, { lk }, { rtol = 1e-14 })
+    H.assert_close(gw, gwk, { rtol = 1e-12, atol = 1e-15 })
+    local G = rows(gx)
+    for _, i in ipairs { 1, 5, 6 } do H.assert_equal(G[i], { 0, 0, 0, 0 }, { what = "ignored row " .. i }) end
+    -- i32 labels, a custom ignore_index
+    assert.are.equal(l, F.linear_cross_entropy(x, w, ploss.tensor(Y, { dtype = "i32" }), OPTIONS[5]))
+    local yc = {}
+    for i, v in ipairs(Y) do yc[i] = v == -100 and 3 or v end
+    local lc = F.linear_cross_entropy(x, w, ploss.tensor(yc, { dtype = "i64" }), { ignore_index = 3 })
+    local count = 0
+    for _, v in ipairs(yc) do if v ~= 3 then count = count + 1 end end
+    H.assert_close(lc, reduce(reference(rows(x), rows(w), yc, { ignore_index = 3 }, 1), "mean", count), { rtol = 1e-12 })
+    -- every row ignored, or no row: a NaN mean, a zero sum, zero gradients
+    for _, ya in ipairs { ploss.tensor({ -100, -100 }, { dtype = "i64" }), ploss.empty({ 0 }, { dtype = "i64" }) } do
+      local n = ya:size(1)
+      local xa = ploss.randn({ n, 4 }, { dtype = "f64", seed = 1 })
+      local la, gxa, gwa = F.linear_cross_entropy_fused(xa, w, ya)
+      assert.is_true(la ~= la)
+      assert.are.equal(0, F.linear_cross_entropy(xa, w, ya, { reduction = "sum" }))
+      for _, v in ipairs(H.values(gxa)) do assert.are.equal(0, v) end
+      for _, v in ipairs(H.values(gwa)) do assert.are.equal(0, v) end
+    end
+  end)
+
+  it("writes the weight's gradient into a given tensor, or adds it there with accumulate", function()
+    local x, w, y = inputs(7, 5, 3, 43, { 2 })
+    local _, gx, gw = F.linear_cross_entropy_fused(x, w, y)
+    local base = ploss.randn({ 5, 3 }, { dtype = "f64", seed = 99 })
+    local buf = base:clone()
+    -- the functional: grad_weight as an option, overwritten, or added to
+    local _, _, got = F.linear_cross_entropy_fused(x, w, y, { grad_weight = buf })
+    assert.are.equal(buf, got)
+    H.assert_close(buf, gw, { rtol = 0, atol = 0 })
+    buf = base:clone()
+    F.linear_cross_entropy_fused(x, w, y, { grad_weight = buf, accumulate = true })
+    local want = H.values(base)
+    for k, v in ipairs(H.values(gw)) do want[k] = want[k] + v end
+    H.assert_close(H.values(buf), want, { rtol = 1e-15, atol = 1e-15 })
+    -- the criterion: its field grad_weight; two calls accumulate twice; its own buffer
+    -- starts from zeros
+    buf = base:clone()
+    local crit = ploss.LinearCrossEntropyLoss { accumulate = true }
+    crit.grad_weight = buf
+    local _, a1, b1 = crit(x, w, y)
+    assert.are.equal(buf, b1)
+    H.assert_close(a1, gx, { rtol = 0, atol = 0 })
+    crit:backward(x, w, y)
+    for k, v in ipairs(H.values(gw)) do want[k] = want[k] + v end
+    H.assert_close(H.values(buf), want, { rtol = 1e-14, atol = 1e-14 })
+    local own = ploss.LinearCrossEntropyLoss { accumulate = true }
+    local _, _, o1 = own(x, w, y)
+    H.assert_close(o1, gw, { rtol = 0, atol = 0 })
+    own(x, w, y)
+    local twice = H.values(gw)
+    for k = 1, #twice do twice[k] = 2 * twice[k] end
+    H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
+    crit.grad_weight = "buffer"
+    H.expect_error(function() crit(x, w, y) end, "LinearCrossEntropyLoss.grad_weight: expected a ploss tensor, got string")
+  end)
+
+  it("reads strided views and an H×V weight (weight_layout 'DxC')", function()
+    local x, w, y = inputs(6, 5, 4, 53, { 4 })
+    local l, gx, gw = F.linear_cross_entropy_fused(x, w, y, OPTIONS[2])
+    local xt = x:t():contiguous():t()
+    local lt, gxt, gwt = F.linear_cross_entropy_fused(xt, w:t():contiguous(), y, with(OPTIONS[2], { weight_layout = "DxC" }))
+    H.assert_close({ lt }, { l }, { rtol = 1e-14 })
+    H.assert_close(gxt, gx, { rtol = 1e-13, atol = 1e-15 })
+    H.assert_close(gwt:t(), gw, { rtol = 1e-13, atol = 1e-15 })
+  end)
+
+  it("takes f32, f16 and bf16 (computed in f64 on the CPU, stored in the dtype)", function()
+    local x, w, y = inputs(6, 5, 4, 61, { 1 })
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      local xd, wd = x:type(dt), w:type(dt)
+      local l, gx, gw = F.linear_cross_entropy_fused(xd, wd, y, OPTIONS[5])
+      local l64, gx64, gw64 = F.linear_cross_entropy_fused(xd:double(), wd:double(), y, OPTIONS[5])
+      assert.are.equal(dt, gx:dtype())
+      assert.are.equal(dt, gw:dtype())
+      H.assert_close({ l }, { l64 }, { rtol = 1e-6, what = dt })
+      H.assert_close(gx, gx64:type(dt), { rtol = 0, atol = 0, what = dt })
+      H.assert_close(gw, gw64:type(dt), { rtol = 0, atol = 0, what = dt })
+    end
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local x, w, y = inputs(4, 5, 3, 71)
+    local out = ploss.empty({}, { dtype = "f64" })
+    local g1, g2 = ploss.empty({ 4, 3 }, { dtype = "f64" }), ploss.empty({ 5, 3 }, { dtype = "f64" })
+    H.poison(out, g1, g2)
+    local snap = H.poison(out, g1, g2)
+    local function fused(...) return F.linear_cross_entropy_fused(...) end
+    H.expect_error(function() fused(x, ploss.randn({ 5, 4 }, { dtype = "f64" }), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end,
+      "weight: expected C×3 vocabulary rows")
+    H.expect_error(function() fused(x, w:float(), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end, "weight")
+    H.expect_error(function() fused(x, w, ploss.tensor({ 0, 1, 5, 2 }, { dtype = "i64" }), { out = out, grad_hidden = g1, grad_weight = g2 }) end,
+      "labels: class index 5 at row 2")
+    H.expect_error(function() fused(x, w, y, { out = out, grad_hidden = g1, grad_weight = ploss.empty({ 5, 4 }, { dtype = "f64" }) }) end,
+      "grad_weight")
+    H.expect_error(function() fused(x, w, y, { softcap = -1 }) end, "opts.softcap: -1 is not a finite number >= 0")
+    H.expect_error(function() fused(x, w, y, { label_smoothing = 1.5 }) end, "opts.label_smoothing")
+    H.expect_error(function() fused(x, w, y, { z_loss = 0 / 0 }) end, "opts.z_loss")
+    H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
+      "grad_weight")
+    H.assert_untouched(snap)
+  end)
+end)
