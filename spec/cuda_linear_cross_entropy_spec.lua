@@ -1,0 +1,239 @@
+-- Fused linear + cross-entropy on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file
+-- without a GPU).  CUDA against the CPU backend on the same dtype-rounded inputs, f32/f16/
+-- bf16 (on the GPU the logit tile is rounded to the input dtype, as F.linear gives it, and
+-- the softmax is the row engine's fp32; the CPU is f64 throughout: tolerances TOL below),
+-- every reduction and option (label smoothing, softcap, z-loss), forward, backward (a
+-- scalar or a per-row upstream gradient) and fused, the split passes against the fused one
+-- bitwise; one tile and several; vocabularies served by a block and by a cluster of blocks
+-- per row (V = 50257, not a multiple of 8), rows served by a warp each; ignored rows;
+-- staged operands (strided, transposed, weight_layout 'DxC') and gradients (a transposed
+-- grad_weight accumulated into); an empty batch; bitwise determinism; f64 refused; nothing
+-- written on a validation error.  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a
+-- dry run of its logic.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+local DEV = H.cuda_spec_device()
+
+local DTYPES = { "f32", "f16", "bf16" }
+local REDUCTIONS = { "none", "mean", "sum" }
+-- logits of about unit size (inputs scaled by 1/√D): rounding a logit to bf16 moves it by
+-- up to 2^-9 of itself, the loss by about as much
+local TOL = {
+  f32 = { loss = 1e-5, grad = 1e-4, floor = 0 },
+  f16 = { loss = 2e-3, grad = 1e-2, floor = 2 ^ -24 },
+  bf16 = { loss = 1e-2, grad = 4e-2, floor = 0 },
+}
+local close = H.assert_close_scaled
+
+local OPTIONS = { {}, { label_smoothing = 0.1 }, { softcap = 3, z_loss = 1e-3 },
+                  { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 } }
+
+local function label(o)
+  local parts = {}
+  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+
+-- f64 CPU hidden rows (scaled by 1/√D) and weight rows, labels with every
+-- `ignore_every`-th row ignored.
+local function inputs(n, C, D, seed, ignore_every)
+  local X = ploss.randn({ n, D }, { dtype = "f64", seed = seed }):totable()
+  for _, r in ipairs(X) do
+    for d = 1, D do r[d] = r[d] / math.sqrt(D) end
+  end
+  local x = n > 0 and ploss.tensor(X, { dtype = "f64" }) or ploss.empty({ 0, D }, { dtype = "f64" })
+  local w = ploss.randn({ C, D }, { dtype = "f64", seed = seed + 1 })
+  local y = {}
+  for i = 1, n do
+    y[i] = (i * 7919 + seed) % C
+    if ignore_every and i % ignore_every == 0 then y[i] = -100 end
+  end
+  return x, w, ploss.tensor(y, { dtype = "i64" })
+end
+
+-- One comparison: fused, forward and backward on the CPU and DEV, inputs rounded to dtype
+-- once; `layout` may turn the device inputs into other views of the same values.
+local function compare(x64, w64, y, opts, dtype, what, layout)
+  local xc, wc = x64:type(dtype), w64:type(dtype)
+  local xg, wg, yg = xc:to(DEV), wc:to(DEV), y:to(DEV)
+  if layout then xg, wg = layout(xg, wg) end
+  local T = TOL[dtype]
+  what = what .. " " .. dtype .. " " .. label(opts)
+  local lc, gxc, gwc = F.linear_cross_entropy_fused(xc, wc, y, opts)
+  local lg, gxg, gwg = F.linear_cross_entropy_fused(xg, wg, yg, opts)
+  local none = opts.reduction == "none"
+  close(none and lg or { lg }, none and lc or { lc }, T.loss, 0, what .. " fused loss")
+  assert.are.equal(dtype, gxg:dtype())
+  assert.are.equal(dtype, gwg:dtype())
+  close(gxg, gxc, T.grad, T.floor, what .. " fused grad_hidden")
+  close(gwg, gwc, T.grad, T.floor, what .. " fused grad_weight")
+  -- forward and backward equal the fused pass on the device (the same kernels)
+  local lf = F.linear_cross_entropy(xg, wg, yg, opts)
+  H.assert_close(none and lf or { lf }, none and lg or { lg }, { rtol = 0, atol = 0, what = what .. " forward" })
+  local up = none and ploss.ones({ x64:size(1) }, { dtype = "f32", device = DEV }) or nil
+  local bx, bw = F.linear_cross_entropy_backward(xg, wg, yg, up, opts)
+  H.assert_close(bx, gxg, { rtol = 0, atol = 0, what = what .. " backward grad_hidden" })
+  H.assert_close(bw, gwg, { rtol = 0, atol = 0, what = what .. " backward grad_weight" })
+end
+
+describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
+  -- V = 40 and 3000: a block per row (few rows); N = 2100: a warp per row; tiles
+  for _, shape in ipairs { { 37, 40, 16, 0 }, { 300, 40, 64, 7 }, { 64, 3000, 32, 5 }, { 2100, 100, 8, 0 } } do
+    local n, C, D, tile = shape[1], shape[2], shape[3], shape[4]
+    it(string.format("N = %d, V = %d, H = %d, tile_rows = %d: every option, dtype and reduction", n, C, D, tile), function()
+      local x, w, y = inputs(n, C, D, n + C + D, 6)
+      for _, o in ipairs(OPTIONS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare(x, w, y, with(o, { reduction = r, tile_rows = tile }), dtype, string.format("%dx%dx%d", n, C, D))
+          end
+        end
+      end
+    end)
+  end
+
+  it("serves a GPT-2 vocabulary (V = 50257: a cluster of blocks per row, not a multiple of 8)", function()
+    local x, w, y = inputs(20, 50257, 16, 3, 5)
+    for _, dtype in ipairs(DTYPES) do
+      for _, o in ipairs { { reduction = "mean", tile_rows = 8 }, { reduction = "none", label_smoothing = 0.1, z_loss = 1e-4 } } do
+        compare(x, w, y, o, dtype, "20x50257x16")
+      end
+    end
+  end)
+
+  it("gives the same result in one tile and in tiles of 1, 5 and 64 rows", function()
+    local x, w, y = inputs(130, 300, 32, 11, 9)
+    for _, dtype in ipairs(DTYPES) do
+      local xg, wg, yg = x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV)
+      local l, gx, gw = F.linear_cross_entropy_fused(xg, wg, yg, OPTIONS[4])
+      for _, t in ipairs { 1, 5, 64 } do
+        local lt, gxt, gwt = F.linear_cross_entropy_fused(xg, wg, yg, with(OPTIONS[4], { tile_rows = t }))
+        local T = TOL[dtype]
+        close({ lt }, { l }, 1e-6, 0, dtype .. " tile_rows = " .. t .. " loss")
+        -- grad_weight is rounded to the dtype once per tile
+        close(gxt, gx, 0, 0, dtype .. " tile_rows = " .. t .. " grad_hidden")
+        close(gwt, gw, dtype == "f32" and 1e-5 or T.grad, T.floor, dtype .. " tile_rows = " .. t .. " grad_weight")
+      end
+    end
+  end)
+
+  it("takes the upstream gradient per row ('none') and a scalar one, and the fused scale", function()
+    local x, w, y = inputs(60, 100, 20, 5, 4)
+    local up = ploss.randn({ 60 }, { dtype = "f32", seed = 8 })
+    for _, dtype in ipairs(DTYPES) do
+      local xc, wc = x:type(dtype), w:type(dtype)
+      local xg, wg, yg = xc:to(DEV), wc:to(DEV), y:to(DEV)
+      local T = TOL[dtype]
+      local opts = with(OPTIONS[4], { reduction = "none", tile_rows = 16 })
+      local gc = { F.linear_cross_entropy_backward(xc, wc, y, up, opts) }
+      local gg = { F.linear_cross_entropy_backward(xg, wg, yg, up:to(DEV), opts) }
+      for k = 1, 2 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " per-row upstream " .. k) end
+      gc = { F.linear_cross_entropy_backward(xc, wc, y, -1.75, { tile_rows = 7 }) }
+      gg = { F.linear_cross_entropy_backward(xg, wg, yg, -1.75, { tile_rows = 7 }) }
+      for k = 1, 2 do close(gg[k], gc[k], T.grad, T.floor, dtype .. " scalar upstream " .. k) end
+      local fc = { F.linear_cross_entropy_fused(xc, wc, y, { reduction = "sum", scale = 0.25 }) }
+      local fg = { F.linear_cross_entropy_fused(xg, wg, yg, { reduction = "sum", scale = 0.25 }) }
+      close({ fg[1] }, { fc[1] }, T.loss, 0, dtype .. " scaled loss")
+      for k = 2, 3 do close(fg[k], fc[k], T.grad, T.floor, dtype .. " scaled " .. k) end
+    end
+  end)
+
+  it("stages strided and transposed operands, and an H×V weight (weight_layout 'DxC')", function()
+    local x, w, y = inputs(40, 70, 12, 21, 8)
+    local function transposed(xg, wg) return xg:t():contiguous():t(), wg:t():contiguous():t() end
+    local function every_other(xg, wg)
+      local xw = ploss.zeros({ xg:size(1), 2 * xg:size(2) }, { dtype = xg:dtype(), device = DEV })
+      xw:narrow(2, 1, xg:size(2)):copy(xg)
+      return xw:narrow(2, 1, xg:size(2)), wg
+    end
+    for _, dtype in ipairs(DTYPES) do
+      for _, layout in ipairs { transposed, every_other } do
+        compare(x, w, y, with(OPTIONS[2], { reduction = "mean", tile_rows = 9 }), dtype, "strided", layout)
+      end
+      local xg, wg, yg = x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV)
+      local l, gx, gw = F.linear_cross_entropy_fused(xg, wg, yg)
+      local l2, gx2, gw2 = F.linear_cross_entropy_fused(xg, wg:t():contiguous(), yg, { weight_layout = "DxC" })
+      assert.are.equal(l, l2)
+      H.assert_equal(gx2, gx, { what = dtype .. " grad_hidden" })
+      assert.are.same({ 12, 70 }, gw2:size())
+      H.assert_equal(gw2:t(), gw, { what = dtype .. " grad_weight" })
+    end
+  end)
+
+  it("accumulates into a given grad_weight, contiguous or a transposed view", function()
+    local x, w, y = inputs(50, 90, 16, 33, 7)
+    for _, dtype in ipairs { "f32", "bf16" } do
+      local xg, wg, yg = x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV)
+      local _, _, gw = F.linear_cross_entropy_fused(xg, wg, yg, { tile_rows = 16 })
+      local base = ploss.randn({ 90, 16 }, { dtype = "f64", seed = 5 }):type(dtype)
+      local want = H.values(base:double())
+      for k, v in ipairs(H.values(gw:to("cpu"):double())) do want[k] = want[k] + v end
+      local buf = base:clone():to(DEV)
+      F.linear_cross_entropy_fused(xg, wg, yg, { tile_rows = 16, grad_weight = buf, accumulate = true })
+      close(H.values(buf:to("cpu"):double()), want, dtype == "f32" and 1e-5 or 2e-2, 0, dtype .. " accumulated")
+      local bt = ploss.zeros({ 16, 90 }, { dtype = dtype, device = DEV })
+      bt:copy(base:clone():to(DEV):t())
+      F.linear_cross_entropy_fused(xg, wg, yg, { tile_rows = 16, grad_weight = bt:t(), accumulate = true })
+      H.assert_equal(bt:t(), buf, { what = dtype .. " a transposed grad_weight, staged" })
+    end
+  end)
+
+  it("gives a NaN mean, zero gradients and a zero sum for an empty batch or every row ignored", function()
+    for _, dtype in ipairs(DTYPES) do
+      local wg = ploss.randn({ 5, 3 }, { dtype = dtype, seed = 3 }):to(DEV)
+      local xe = ploss.empty({ 0, 3 }, { dtype = dtype, device = DEV })
+      local ye = ploss.empty({ 0 }, { dtype = "i64", device = DEV })
+      local l, gx, gw = F.linear_cross_entropy_fused(xe, wg, ye)
+      assert.is_true(l ~= l)
+      assert.are.equal(0, gx:numel())
+      H.assert_equal(gw:double(), ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+      assert.are.equal(0, F.linear_cross_entropy(xe, wg, ye, { reduction = "sum" }))
+      local xg = ploss.randn({ 4, 3 }, { dtype = dtype, seed = 4 }):to(DEV)
+      local yi = ploss.tensor({ -100, -100, -100, -100 }, { dtype = "i64" }):to(DEV)
+      l, gx, gw = F.linear_cross_entropy_fused(xg, wg, yi)
+      assert.is_true(l ~= l)
+      H.assert_equal(gx:double(), ploss.zeros({ 4, 3 }, { dtype = "f64" }))
+      H.assert_equal(gw:double(), ploss.zeros({ 5, 3 }, { dtype = "f64" }))
+    end
+  end)
+
+  it("is bitwise deterministic", function()
+    local x, w, y = inputs(200, 500, 48, 31, 11)
+    local xg, wg, yg = x:type("bf16"):to(DEV), w:type("bf16"):to(DEV), y:to(DEV)
+    local l1, a1, b1 = F.linear_cross_entropy_fused(xg, wg, yg, with(OPTIONS[4], { tile_rows = 33 }))
+    for _ = 1, 3 do
+      local l2, a2, b2 = F.linear_cross_entropy_fused(xg, wg, yg, with(OPTIONS[4], { tile_rows = 33 }))
+      assert.are.equal(l1, l2)
+      H.assert_equal(a2, a1)
+      H.assert_equal(b2, b1)
+    end
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local x = ploss.randn({ 4, 3 }, { seed = 1 }):to(DEV)
+    local w = ploss.randn({ 5, 3 }, { seed = 2 }):to(DEV)
+    local y = ploss.tensor({ 0, 1, 4, 2 }, { dtype = "i64" }):to(DEV)
+    local out = ploss.empty({}, { device = DEV })
+    local g1, g2 = ploss.empty({ 4, 3 }, { device = DEV }), ploss.empty({ 5, 3 }, { device = DEV })
+    local fo = { out = out, grad_hidden = g1, grad_weight = g2 }
+    H.expect_error(function() F.linear_cross_entropy_fused(x, ploss.randn({ 5, 4 }):to(DEV), y, fo) end,
+      "weight: expected C×3 vocabulary rows", out, g1, g2)
+    H.expect_error(function() F.linear_cross_entropy_fused(x, w, y, with(fo, { z_loss = -1 })) end, "opts.z_loss",
+      out, g1, g2)
+    H.expect_error(function() F.linear_cross_entropy_fused(x, w:half(), y, fo) end, "weight", out, g1, g2)
+    if DEV ~= "cpu" then -- a tensor on another device; f64
+      H.expect_error(function() F.linear_cross_entropy_fused(x, w:to("cpu"), y, fo) end, "weight", out, g1, g2)
+      H.expect_error(function() F.linear_cross_entropy_fused(x, w, y:to("cpu"), fo) end, "labels", out, g1, g2)
+      H.expect_error(function() F.linear_cross_entropy(x:double(), w:double(), y) end, "f64 on the CPU only")
+    end
+  end)
+end)
