@@ -3149,7 +3149,7 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* add the weight's gradient into grad_weight instead of overwriting it (gradient
        accumulation); default 0 */
     int accumulate;
-    /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
+    /* how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V); default CXD
        */
     ploss_weight_layout weight_layout;
     /* rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits); an
@@ -3192,10 +3192,10 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * backward recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
- *                 only), any strides; x and weight of one dtype and one D, C >= 2.
+ *                 only), any strides; hidden and weight of one dtype and one H, V >= 2.
  * in  weight      V×H output projection, one row per vocabulary entry (nn.Linear's weight;
  *                 H×V with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
- *                 strides; x and weight of one dtype and one D, C >= 2.
+ *                 strides; hidden and weight of one dtype and one H, V >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.

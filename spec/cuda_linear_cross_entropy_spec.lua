@@ -119,8 +119,9 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
         local lt, gxt, gwt = F.linear_cross_entropy_fused(xg, wg, yg, with(OPTIONS[4], { tile_rows = t }))
         local T = TOL[dtype]
         close({ lt }, { l }, 1e-6, 0, dtype .. " tile_rows = " .. t .. " loss")
+        -- cuBLAS chooses its kernels by the tile's rows (another order of the fp32 sums), and
         -- grad_weight is rounded to the dtype once per tile
-        close(gxt, gx, 0, 0, dtype .. " tile_rows = " .. t .. " grad_hidden")
+        close(gxt, gx, dtype == "f32" and 1e-5 or T.grad, T.floor, dtype .. " tile_rows = " .. t .. " grad_hidden")
         close(gwt, gw, dtype == "f32" and 1e-5 or T.grad, T.floor, dtype .. " tile_rows = " .. t .. " grad_weight")
       end
     end

@@ -85,10 +85,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                            "(at most %lld in this dtype)", (long long)C, (long long)most);
     cudaStream_t stream = stream_of(ctx);
 
-    /* tiles: as few as the budget allows, of equal rows (a multiple of 128 where that fits) */
+    /* the tile's rows start on 16 bytes (V = 50257 would leave the GEMMs without their
+     * vector paths); tiles: as few as the budget allows, of equal rows (a multiple of 128
+     * where that fits) */
+    constexpr int64_t kAlign = 16 / sizeof(T);
+    const int64_t ldt = (C + kAlign - 1) / kAlign * kAlign;
     int64_t B = p->tile_rows;
     if (B <= 0) {
-        const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / C);
+        const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / ldt);
         const int64_t tiles = (N + cap - 1) / std::max<int64_t>(cap, 1);
         B = tiles > 0 ? (N + tiles - 1) / tiles : 1;
         const int64_t up = (B + 127) / 128 * 128;
@@ -104,7 +108,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     double *losses = nullptr, *divisor = nullptr;
     auto layout = [&](char *base) {
         carve c{base, 0};
-        tile = c.take<T>((size_t)B * (size_t)C);
+        tile = c.take<T>((size_t)B * (size_t)ldt);
         xs = c.take<T>(x_in ? 0 : nd);
         wsd = c.take<T>(w_in ? 0 : cd);
         gxs = c.take<T>(gx_in ? 0 : nd);
@@ -151,12 +155,12 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = std::min(B, N - b0);
         const ploss_gemm_problem zg = {rows, C, D, 1.0, 0.0, X.data + b0 * X.ld, 0, X.ld, W.data, 1, W.ld, p->dtype,
-                                       tile, C, p->dtype};
+                                       tile, ldt, p->dtype};
         if ((st = ploss_cuda_gemm(ctx, &zg)))
             return st;
         if (p->softcap > 0.0) {
-            softcap_kernel<T><<<grid_blocks(rows * C, THREADS), THREADS, 0, stream>>>(tile, rows * C, (float)p->softcap,
-                                                                                      pol.inv_cap);
+            softcap_kernel<T><<<grid_blocks(rows * ldt, THREADS), THREADS, 0, stream>>>(tile, rows * ldt,
+                                                                                        (float)p->softcap, pol.inv_cap);
             if ((st = check_launch("linear cross-entropy (softcap)")))
                 return st;
         }
@@ -170,14 +174,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         a.S = 1;
         a.C = C;
         a.x = tile;
-        a.x_sn = C;
+        a.x_sn = ldt;
         a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
         a.t_dtype = p->label_dtype;
         a.t_sn = p->y_sn;
         a.ignore_index = p->ignore_index;
         if (want_grad) {
             a.grad = tile;
-            a.g_sn = C;
+            a.g_sn = ldt;
             a.g_sc = 1;
         }
         if (want_loss) {
@@ -201,9 +205,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             return st;
         if (!want_grad || D == 0)
             continue;
-        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, tile, 0, C, W.data, 0, W.ld, p->dtype,
+        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, tile, 0, ldt, W.data, 0, W.ld, p->dtype,
                                        GX.data + b0 * GX.ld, GX.ld, p->dtype};
-        const ploss_gemm_problem dw = {C, D, rows, 1.0, b0 > 0 || p->accumulate ? 1.0 : 0.0, tile, 1, C,
+        const ploss_gemm_problem dw = {C, D, rows, 1.0, b0 > 0 || p->accumulate ? 1.0 : 0.0, tile, 1, ldt,
                                        X.data + b0 * X.ld, 0, X.ld, p->dtype, GW.data, GW.ld, p->dtype};
         if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;

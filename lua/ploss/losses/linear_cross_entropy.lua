@@ -21,6 +21,8 @@ return {
     { "weight", "V×H output projection, one row per vocabulary entry (nn.Linear's weight; H×V with " ..
       "weight_layout 'DxC')" },
   },
+  input_doc = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; hidden and weight of one dtype and " ..
+    "one H, V >= 2.",
   options = {
     M.ignore_index,
     { "label_smoothing", "double", 0, min = 0, max = 1,
