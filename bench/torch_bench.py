@@ -67,6 +67,15 @@ Baselines (PyTorch composites):
   arc_face              InsightFace's ArcFace: F.normalize, F.linear, cos(θ + m) on the
                         target with its threshold and fallback, scale s, F.cross_entropy
   (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
+  linear_cross_entropy  logits = hidden @ weight.T (bf16), F.cross_entropy(logits.float());
+                        peers: Liger-Kernel's LigerFusedLinearCrossEntropyLoss and Cut
+                        Cross-Entropy's linear_cross_entropy (impl "liger_flce", "cce")
+
+Fused linear + cross-entropy (LINEAR_LOSSES, run_linear_case): inputs hidden (BT x H) and
+weight (V x H), class-index labels; eager, torch.compile and the two peers each time
+``loss = f([hidden, weight], labels); loss.backward()``; a ``gemm3`` record times the
+three products of the GEMM floor (h @ W.T, G @ W, G.T @ h) with torch.matmul; the float64
+reference is computed in row chunks (reference_linear).
 
 Losses of several embedding inputs (a case with "inputs": the pairs shape) run
 ``loss = f([x1, ..., xk], labels or None); loss.backward()`` on leaf inputs, and their
