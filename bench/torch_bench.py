@@ -257,7 +257,7 @@ def make_pair_inputs(case, shape, spec, device, ploss, small=False):
     the margin losses' N x D embeddings and C x D class centres); std_j =
     case["input_std"][j] when the case gives it, else logit_std (the fused linear
     cross-entropy draws hidden states and a weight scaled so that the logits have a
-    realistic spread, not logit_std^2 * D);
+    realistic spread, not the variance logit_std^4 * D of two such draws);
     labels (target "labels"): i64, labels[i] = i mod classes (target "none": no labels);
     labels (target "class_index"): i64 uniform in [0, rows of the last input), seed + k
     (k inputs), one per row of the first input (the margin losses' class labels); with
