@@ -53,13 +53,22 @@
 --   for the input, seed + 1 for the target), box = (10·u1, 10·u2, 10·u1 + 0.5 + 5·u3,
 --   10·u2 + 0.5 + 5·u4) in f64, then in the case's dtype;
 --   several embedding inputs (case.inputs = k, shape N×D each, or case.input_shapes[j+1]
---   for input j, e.g. the margin losses' N×D embeddings and C×D class centres): input j
---   (0-based) ~ N(0, logit_std^2) by ploss_rand_normal(seed + j, offset 0) in the case's
---   dtype; target "none": no target; target "labels": i64 labels[i] = i mod case.classes
+--   for input j, e.g. the margin losses' N×D embeddings and C×D class centres, the fused
+--   linear cross-entropy's BT×H hidden states and V×H weight): input j (0-based) ~
+--   N(0, std_j^2) by ploss_rand_normal(seed + j, offset 0) in the case's dtype, std_j =
+--   case.input_std[j+1] when given, else logit_std; target "none": no target; target
+--   "labels": i64 labels[i] = i mod case.classes
 --   (every class has N / classes rows, so every anchor has a positive and a negative).
 --   --small keeps the rows per class: classes = max(2, N_small / (N / classes));
 --   target "class_index": i64 labels ploss_rand_int [0, rows of the last input) with
---   seed + k, one per row of the first input (the margin losses' class labels).
+--   seed + k, one per row of the first input (the margin losses' class labels, the
+--   tokens' next-token labels); with case.ignore_every > 0 (absent: 0) the label is
+--   opts.ignore_index (-100 when absent) where ploss_rand_int [0, ignore_every) with
+--   seed + k + 1 is 0.
+-- The fused linear cross-entropy (linear_cross_entropy: hidden and weight, the labels)
+-- runs as every loss of several inputs (its criterion's _spec, as arc_face): fused and
+-- fwd_bwd, one gradient buffer per input (grad_hidden, grad_weight, written, not
+-- accumulated); bench/report.py puts it in its own table against the GEMM floor.
 local ffi = require "ffi"
 
 local script_dir = (arg and arg[0] and arg[0]:match("^(.*)/[^/]*$")) or "."
@@ -418,8 +427,10 @@ end
 local function make_pair_inputs(case, shape)
   local xs, shapes = {}, pair_shapes(case, shape)
   for j = 0, case.inputs - 1 do
-    xs[j + 1] = ploss.randn(shapes[j + 1], { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = STD })
+    local std = case.input_std and case.input_std[j + 1] or STD
+    xs[j + 1] = ploss.randn(shapes[j + 1], { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = std })
   end
+  local ignored = 0
   local t, classes = nil, nil
   if case.target == "labels" then
     classes = label_classes(case, shape[1])
@@ -430,11 +441,26 @@ local function make_pair_inputs(case, shape)
     if t ~= th then th:free() end
   elseif case.target == "class_index" then
     t = ploss.randint(0, shapes[#shapes][1], { shape[1] }, { device = device, seed = SEED + case.inputs, offset = 0 })
+    local every = case.ignore_every or 0
+    if every > 0 then -- 1/every of the labels ignored (mask seed + k + 1), as the index targets
+      local mask = ploss.randint(0, every, { shape[1] }, { device = device, seed = SEED + case.inputs + 1, offset = 0 })
+      local ii = case.opts.ignore_index or -100
+      local th, mh = t:to("cpu"), mask:to("cpu")
+      local tp = ffi.cast("int64_t *", th:dl().data)
+      local mp = ffi.cast("int64_t *", mh:dl().data)
+      for k = 0, th:numel() - 1 do
+        if mp[k] == 0 then tp[k] = ii end
+        if tp[k] == ii then ignored = ignored + 1 end
+      end
+      if on_cuda then t:copy(th) th:free() else t = th end
+      if mh ~= mask then mh:free() end
+      mask:free()
+    end
   elseif case.target ~= "none" then
     error("case " .. case.id .. ": unknown target kind " .. tostring(case.target) .. " for several inputs")
   end
   ploss.synchronize(device)
-  return xs, t, classes
+  return xs, t, classes, ignored
 end
 
 -- The C calls of a loss (its criterion's _spec, built from the loss's description).
@@ -753,7 +779,7 @@ for _, case in ipairs(spec_file.cases) do
             error(string.format("case %s: 'inputs' is %s, %s takes %d embedding inputs", case.id,
               tostring(case.inputs), spec.name, #spec.inputs))
           end
-          local xs, t, classes = make_pair_inputs(case, shape)
+          local xs, t, classes, ignored = make_pair_inputs(case, shape)
           local in_bytes, names, n_el = 0, {}, 0
           for k, x in ipairs(xs) do
             in_bytes = in_bytes + x:numel() * ploss.dtypes[x:dtype()].size
@@ -762,8 +788,8 @@ for _, case in ipairs(spec_file.cases) do
           end
           local rec = { kind = "inputs", source = "ploss", input_bytes = in_bytes, inputs = #xs, input_names = names,
                         target_bytes = t and t:numel() * ploss.dtypes[t:dtype()].size or 0,
-                        numel = n_el, ignored = 0, classes = classes,
-                        input_shapes = pair_shapes(case, shape),
+                        numel = n_el, ignored = ignored, classes = classes,
+                        input_shapes = pair_shapes(case, shape), input_std = case.input_std,
                         l2_resident = on_cuda and in_bytes < 4 * 60e6 or nil }
           for k, v in pairs(base) do rec[k] = v end
           emit(rec)

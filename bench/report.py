@@ -15,6 +15,14 @@ from PyTorch's float64 reference on the same inputs, and the issue's target with
 met / missed.  A row whose loss or gradient checksums differ from the reference by more
 than the dtype's tolerance is marked WRONG and never counts as met.
 
+The fused linear + cross-entropy cases (LINEAR_LOSSES: hidden and weight, an LM head's
+loss) get a table of their own after the main one: ploss fused and forward-then-backward,
+eager, torch.compile, Liger-Kernel's fused linear cross entropy, Cut Cross-Entropy, the
+GEMM floor (the three products, timed with torch.matmul in the same run: torch_bench.py's
+`gemm3` record), ploss ÷ floor, peak extra memory beyond the two gradients, the difference
+from the float64 reference, and the targets target_ms, target_gemm_x (× the GEMM floor)
+and target_extra_gb.
+
 Losses of several embedding inputs (cases with "inputs", the pairs shape: triplet margin,
 batch-hard triplet, InfoNCE, ArcFace's embeddings and class centres): "input" is all the
 embedding inputs together, the floor reads
@@ -52,6 +60,13 @@ GRAD_TOL = {"f64": 1e-9, "f32": 1e-5, "bf16": 1e-3, "f16": 1e-4}
 FLOPS = {"batch_hard_triplet": lambda n, d, c: 2.0 * n * n * d,
          "info_nce": lambda n, d, c: 6.0 * n * n * d,
          "arc_face": lambda n, d, c: 6.0 * n * c * d}
+# The fused linear + cross-entropy losses (hidden BT×H and weight V×H, labels): their own
+# table, "Fused linear + cross-entropy", against the GEMM floor (the `gemm3` record of
+# torch_bench.py: the three products logits = h·Wᵀ, G·W and Gᵀ·h timed with torch.matmul)
+# instead of the bandwidth floor; their memory is counted beyond the two gradients.
+LINEAR_LOSSES = ("linear_cross_entropy",)
+# their peers in torch_bench.py's records (impl -> column name), in column order
+LINEAR_PEERS = {"liger_flce": "Liger FLCE", "cce": "CCE"}
 # Where the reference's sum(g·x) is below this share of its Cauchy–Schwarz bound
 # sqrt(sum g² · sum x²) (g nearly orthogonal to x, as for InfoNCE's normalised inputs, where
 # it is 0 but for rounding), its difference is measured against this share of the bound.
@@ -222,6 +237,11 @@ def build(args):
                  "2-D cross-entropy cases on the GPU; the logits are restored before each run, untimed)")
     elif tenv:
         L.append(f"- **Liger-Kernel**: not available ({tenv.get('liger_error') or 'not recorded by this torch_bench.py'})")
+    for name, p in (tenv.get("linear_peers") or {}).items():  # the order of LINEAR_PEERS
+        label = LINEAR_PEERS.get(name, name)
+        L.append(f"- **{label}** (fused linear cross-entropy): " +
+                 (f"{p.get('version')} (`{p.get('api')}`)" if not p.get("error")
+                  else f"not available ({p['error']})"))
     if args.command:
         L.append(f"- **Command**: `{args.command.strip()}`")
     if bw:
@@ -275,6 +295,8 @@ def build(args):
 
     details, skipped, verdicts = [], [], []
     for c in cases:
+        if c["loss"] in LINEAR_LOSSES:  # their own table, linear_section()
+            continue
         cid = c["id"]
         pf, pfb, pip = pruns.get((cid, "fused")), pruns.get((cid, "fwd_bwd")), pruns.get((cid, "inplace"))
         te, tc, ref = torch_runs.get((cid, "eager")), torch_runs.get((cid, "compile")), torch_ref.get((cid, "f64"))
@@ -482,18 +504,24 @@ def build(args):
         details.extend(d)
 
     L.append("")
+    lin = [c for c in cases if c["loss"] in LINEAR_LOSSES]
+    if lin:
+        linear_section(lin, L, details, skipped, verdicts, trecs, precs, small)
     if skipped:
         L.append("## Not run")
         L.append("")
         L.extend(skipped)
         L.append("")
     compile_total = sum(r.get("compile_s") or 0 for r in torch_runs.values())
-    jit_total = sum(r.get("jit_s") or 0 for r in torch_runs.values())
+    jit_total = sum(r.get("jit_s") or 0 for r in torch_runs.values() if r.get("impl") == "liger")
+    jit_linear = sum(r.get("jit_s") or 0 for r in torch_runs.values() if r.get("impl") in LINEAR_PEERS)
     tdone, pdone = first(trecs, "done"), first(precs, "done")
     L.append("## Run time")
     L.append("")
     L.append(f"- PyTorch side: {tdone['wall_s']:.0f} s, of which torch.compile warm-up {compile_total:.0f} s"
              + (f", Liger's first calls {jit_total:.0f} s" if jit_total else "")
+             + (f", the fused linear peers' first calls (Triton JIT, autotuning) {jit_linear:.0f} s"
+                if jit_linear else "")
              if tdone else "- PyTorch side: did not finish (no 'done' record)")
     L.append(f"- ploss side: {pdone['wall_s']:.0f} s" if pdone else "- ploss side: did not finish (no 'done' record)")
     L.append("")
@@ -501,6 +529,242 @@ def build(args):
     L.append("")
     L.extend(details)
     return "\n".join(L) + "\n", verdicts
+
+
+
+def fmt_gb(v):
+    """Bytes in decimal units (the issue states its memory target in GB)."""
+    if v is None:
+        return "—"
+    if abs(v) >= 1e9:
+        return f"{v / 1e9:.2f} GB"
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.1f} MB"
+    return f"{v / 1e3:.1f} kB"
+
+
+def linear_section(cases, L, details, skipped, verdicts, trecs, precs, small):
+    """The table "Fused linear + cross-entropy" (appended to L), its cases' details (to
+    details), the cases not run (to skipped) and their verdicts."""
+    torch_runs, torch_ref = index(trecs, "torch"), index(trecs, "ref")
+    floors = index(trecs, "gemm3")
+    tin, pin = index(trecs, "inputs"), index(precs, "inputs")
+    pruns = index(precs, "ploss")
+    tskip, pskip = index(trecs, "skip"), index(precs, "skip")
+    no_compile = any(r.get("kind") == "warning" and "has no torch.compile" in str(r.get("message"))
+                     for r in trecs)
+    rows, det = [], []
+    for c in cases:
+        cid = c["id"]
+        pf, pfb = pruns.get((cid, "fused")), pruns.get((cid, "fwd_bwd"))
+        te, tc, ref = torch_runs.get((cid, "eager")), torch_runs.get((cid, "compile")), torch_ref.get((cid, "f64"))
+        peers = {k: torch_runs.get((cid, k)) for k in LINEAR_PEERS}
+        fl = floors.get((cid, "gemm3"))
+        if not (pf or pfb or te or tc):
+            why = [f"{r.get('source')}: {r.get('reason')}" for r in (pskip.get((cid, None)), tskip.get((cid, None))) if r]
+            err = [f"{r.get('source')} {r.get('mode') or r.get('impl')}: {r.get('error')}"
+                   for r in (pruns.get((cid, "setup")),) if r]
+            skipped.append(f"- `{cid}` (issue {c.get('issue')}): " + ("; ".join(why + err) or "not run"))
+            continue
+        inp = pin.get((cid, None)) or tin.get((cid, None)) or {}
+        tinp = tin.get((cid, None)) or {}
+        in_bytes = inp.get("input_bytes")  # hidden + weight = the two gradients' bytes
+        shapes = inp.get("input_shapes") or tinp.get("input_shapes") or c.get("input_shapes")
+        dt = c["dtype"]
+        floor = fl.get("ms_median") if fl and not fl.get("error") else None
+        fused_ms = pf.get("ms_median") if pf else None
+
+        def ran(r):
+            return bool(r and r.get("ms_median") is not None and not r.get("error"))
+
+        def extra(r):
+            """Peak extra memory beyond the gradients of hidden and weight."""
+            if not r or r.get("peak_extra_bytes") is None or in_bytes is None:
+                return None
+            return r["peak_extra_bytes"] - in_bytes
+
+        same_inputs = tinp.get("generator") == "ploss"
+        rounded = dt in ("bf16", "f16") and ref is not None and "grad_sq_rounded" in ref
+        ref_ok = bool(ref and "error" not in ref)
+
+        def deltas(r):
+            if not (r and ref_ok and r.get("loss") is not None):
+                return None, None
+            return rel(r.get("loss"), ref.get("loss")), grad_delta(r, ref, rounded)
+
+        loss_d = grad_d = None
+        wrong = []
+        if pf and ref_ok and same_inputs:
+            loss_d, grad_d = deltas(pf)
+            for r in (pf, pfb):
+                if not r or r.get("loss") is None:
+                    continue
+                ld, gd = deltas(r)
+                tag = "" if r is pf else f"{r['mode']} "
+                if ld is None or math.isnan(ld) or ld > LOSS_TOL.get(dt, 1e-4):
+                    wrong.append(f"{tag}loss Δ {fmt_rel(ld)}")
+                if gd is not None and (math.isnan(gd) or gd > GRAD_TOL.get(dt, 1e-3)):
+                    wrong.append(f"{tag}grad Δ {fmt_rel(gd)}")
+        errors = [f"{r.get('mode') or r.get('impl')}: {r['error']}" for r in (pf, pfb, te, tc, ref)
+                  if r and r.get("error")]
+
+        tparts, missed = [], []
+        tms, tx, tgb = c.get("target_ms"), c.get("target_gemm_x"), c.get("target_extra_gb")
+        if tms is not None:
+            tparts.append(f"≤ {fmt_target_ms(tms)} ms")
+            if fused_ms is None or fused_ms > tms:
+                missed.append(f"time {fmt_ms(fused_ms)} ms" + (f" = {fused_ms / tms:.2f}× target" if fused_ms else ""))
+        if tx is not None:
+            tparts.append(f"≤ {tx:g}× floor")
+            if fused_ms is None or floor is None:
+                missed.append("÷ floor not measured")
+            elif fused_ms > tx * floor:
+                missed.append(f"{fused_ms / floor:.3f}× floor")
+        if tgb is not None:
+            tparts.append(f"extra ≤ {tgb:g} GB")
+            e = extra(pf)
+            if e is None or e > tgb * 1e9:
+                missed.append(f"extra {fmt_gb(e)}")
+        if wrong:
+            status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
+        elif errors:
+            status = "**ERROR**: " + "; ".join(errors)[:300]
+        elif not pf:
+            ps = pskip.get((cid, None))
+            status = "ploss not run" + (f": {ps.get('reason')}" if ps else "")
+        elif not same_inputs:
+            status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
+        elif not tparts:
+            status = "ok (no target)"
+        elif missed:
+            status = "missed: " + ", ".join(missed)
+        else:
+            status = "**met**"
+        if small and tparts:
+            status += " (small run: targets not meaningful)"
+        verdicts.append((cid, status))
+
+        def cell(r):
+            if ran(r):
+                return fmt_ms(r["ms_median"])
+            return "error" if r and r.get("error") else "n/a"
+
+        ratio = f"{fused_ms / floor:.3f}×" if fused_ms and floor else "—"
+        pct = f"{100 * floor / fused_ms:.0f} %" if fused_ms and floor else "—"
+        rows.append(f"| {cid} | {fmt_ms(fused_ms)} | {fmt_ms(pfb.get('ms_median') if pfb else None)} | "
+                    f"{cell(te)} | {cell(tc) if tc or not no_compile else 'n/a'} | "
+                    f"{cell(peers['liger_flce'])} | {cell(peers['cce'])} | {fmt_ms(floor)} | {ratio} | {pct} | "
+                    f"{fmt_gb(extra(pf))} | {fmt_gb(extra(te)) if ran(te) else '—'} | "
+                    f"{fmt_gb(extra(tc)) if ran(tc) else ('n/a' if no_compile else '—')} | "
+                    f"{fmt_gb(extra(peers['liger_flce'])) if ran(peers['liger_flce']) else 'n/a'} | "
+                    f"{fmt_gb(extra(peers['cce'])) if ran(peers['cce']) else 'n/a'} | "
+                    f"{fmt_rel(loss_d)} | {fmt_rel(grad_d)} | {', '.join(tparts) or '—'} | {status} |")
+
+        # details
+        BT = shapes[0][0] if shapes else None
+        desc = f"hidden × weight {shapes}" if shapes else f"shape {c['shape']}"
+        if small and c.get("input_shapes") and shapes != c["input_shapes"]:
+            desc += f" (the case: {c['input_shapes']})"
+        desc += f", {dt}, {c['loss']} {json.dumps(c.get('opts', {}))}, labels class_index"
+        if inp.get("ignored") is not None and BT:
+            desc += f" ({inp['ignored']} of {BT} ignored)"
+        if c.get("input_std"):
+            desc += f"; hidden ~ N(0, {c['input_std'][0]}²), weight ~ N(0, {c['input_std'][1]}²)"
+        tgt_bytes = inp.get("target_bytes")
+        desc += f"; inputs {fmt_gb(in_bytes)} (= the two gradients), labels {fmt_gb(tgt_bytes)}"
+        if shapes:
+            desc += f"; the BT×V logits: {fmt_gb(2 * shapes[0][0] * shapes[1][0])} in bf16, " \
+                    f"{fmt_gb(4 * shapes[0][0] * shapes[1][0])} in float32"
+        if c.get("anchor"):
+            desc += f"; issue: {c['anchor']}"
+        d = [f"### {cid}", "", desc, ""]
+        d.append("| run | median ms | p10–p90 ms | × ploss fused | peak extra | beyond the gradients | of which workspace | "
+                 "cudaMemGetInfo Δ | loss (f64 print) | loss Δ | grad Δ | sum g² (hidden, weight) | sum g·x (hidden, weight) |")
+        d.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, r in (("ploss fused", pf), ("ploss fwd+bwd", pfb), ("torch eager", te), ("torch.compile", tc),
+                        ("Liger-Kernel FLCE", peers["liger_flce"]), ("Cut Cross-Entropy", peers["cce"]),
+                        ("float64 reference", ref)):
+            if not r or (r.get("reason") and not r.get("error")):
+                continue
+            if r.get("error"):
+                d.append(f"| {name} | error: {r['error'][:200]} | | | | | | | | | | | |")
+                continue
+            ld, gd = deltas(r) if r is not ref and same_inputs else (None, None)
+            spread = f"{fmt_ms(r.get('ms_p10'))}–{fmt_ms(r.get('ms_p90'))}" if r.get("ms_p10") is not None else "—"
+            vs = (f"{r['ms_median'] / fused_ms:.2f}×" if r.get("ms_median") is not None and fused_ms
+                  and r is not pf else "—")
+            per = lambda k: ", ".join(f"{v!r}" for v in r[k]) if isinstance(r.get(k), list) else "—"
+            d.append(f"| {name} | {fmt_ms(r.get('ms_median'))} | {spread} | {vs} | {fmt_gb(r.get('peak_extra_bytes'))} | "
+                     f"{fmt_gb(extra(r)) if r is not ref else '—'} | {fmt_gb(r.get('workspace_peak_bytes'))} | "
+                     f"{fmt_gb(r.get('meminfo_delta_bytes'))} | {r.get('loss')!r} | {fmt_rel(ld)} | {fmt_rel(gd)} | "
+                     f"{per('grad_sq_inputs')} | {per('grad_dot_x_inputs')} |")
+        d.append("")
+        if fl and not fl.get("error"):
+            d.append(f"GEMM floor: the three products with torch.matmul ({fl.get('gemm_dtype')} in and out, fp32 "
+                     f"accumulation{', reduced-precision reductions off' if fl.get('reduced_precision_reduction') is False else ''}), "
+                     f"back to back, median of {fl.get('runs')}: **{fmt_ms(floor)} ms** "
+                     f"(p10–p90 {fmt_ms(fl.get('ms_p10'))}–{fmt_ms(fl.get('ms_p90'))}); logits h·Wᵀ "
+                     f"{fmt_ms(fl.get('ms_logits'))} ms, G·W {fmt_ms(fl.get('ms_grad_hidden'))} ms, Gᵀ·h "
+                     f"{fmt_ms(fl.get('ms_grad_weight'))} ms; 6·BT·V·H = {fl.get('flops', 0) / 1e12:.4g} TFLOP at "
+                     f"{(fl.get('tflops') or 0):.4g} TFLOP/s.")
+        elif fl:
+            d.append(f"GEMM floor: not measured ({fl['error'][:200]})")
+        else:
+            d.append("GEMM floor: not measured (no gemm3 record)")
+        if ref_ok:
+            d.append("")
+            d.append(f"Reference: the same loss in float64 on the upcast inputs (F.cross_entropy over h·Wᵀ, the "
+                     f"weight and its gradient whole, the hidden rows in {ref.get('chunks')} chunk(s) of "
+                     f"{ref.get('chunk_rows')} rows, each chunk's 'sum' over the labels not ignored); the gradients' "
+                     f"checksums of 16-bit runs are compared with the reference gradients rounded to {dt}. sum(g·x) is "
+                     f"the same for both inputs (both are sum(G ⊙ logits)).")
+        if tc and tc.get("compile_s") is not None:
+            d.append("")
+            d.append(f"torch.compile warm-up (first forward + backward, compiling both): {tc['compile_s']:.1f} s")
+        for k, label in LINEAR_PEERS.items():
+            r = peers[k]
+            if not r:
+                continue
+            d.append("")
+            if r.get("reason"):
+                d.append(f"{label}: n/a ({r['reason']})")
+            elif r.get("error"):
+                d.append(f"{label}: error ({r['error'][:300]})")
+            else:
+                d.append(f"{label}: {r.get('version', '?')}, `{r.get('api', '?')}`, first call (Triton JIT, "
+                         f"autotuning) {r.get('jit_s', 0):.1f} s; its loss is {r.get('loss_dtype', '?')}; "
+                         "loss Δ and grad Δ are for information (not part of the status)")
+        if pf and pf.get("unused_opts"):
+            d.append("")
+            d.append(f"Options the ploss criterion does not know (not applied): {pf['unused_opts']}")
+        d.append("")
+        det.extend(d)
+
+    if not rows:
+        return
+    L.append("## Fused linear + cross-entropy")
+    L.append("")
+    L.append("An LM head's loss, hidden (BT×H) · weight (V×H)ᵀ then cross-entropy, forward and backward to "
+             "both inputs. ms are medians; *eager* / *compile*: `logits = hidden @ weight.T` in the inputs' dtype, "
+             "`F.cross_entropy(logits.float(), labels)`, `loss.backward()` (the BT×V logits stored); *Liger FLCE*: "
+             "Liger-Kernel's fused linear cross entropy; *CCE*: Apple's Cut Cross-Entropy "
+             "(`cut_cross_entropy.linear_cross_entropy`, its defaults: gradient filtering on); n/a where a peer did "
+             "not run (the reason is in the case's details). *GEMM floor* = the three products a fused pass cannot "
+             "avoid (logits h·Wᵀ, G·W, Gᵀ·h: 6·BT·V·H FLOPs) timed with torch.matmul on the same operands in this "
+             "run; *ploss ÷ floor* = ploss fused / GEMM floor (the target's measure), *% floor* = its inverse. "
+             "*extra* = peak extra device memory beyond the gradients of hidden and weight (peak allocated during "
+             "one forward + backward minus the inputs, minus the two gradients' bytes; decimal GB). "
+             "*loss Δ*, *grad Δ*: ploss fused against the float64 reference (details), "
+             f"tolerances as above.")
+    L.append("")
+    hdr = ("| case | ploss fused | ploss fwd+bwd | eager | compile | Liger FLCE | CCE | GEMM floor | ploss ÷ floor | "
+           "% floor | extra ploss | extra eager | extra compile | extra Liger | extra CCE | loss Δ | grad Δ | target | "
+           "status |")
+    L.append(hdr)
+    L.append("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
+    L.extend(rows)
+    L.append("")
+    details.extend(det)
 
 
 def main():

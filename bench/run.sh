@@ -18,10 +18,10 @@
 #   --cpu          run both sides on the CPU (harness test)
 #   --only, --runs, --warmup, --no-compile, --no-liger   passed to both sides (--no-compile
 #                  and --no-liger: torch only)
-# Wheels: when the repository root has a .whl/ folder with wheels (Liger-Kernel, see
-# bench/README.md), they are installed with pip (no index, no dependencies) into
-# /tmp/ploss-site, which is put first on the PYTHONPATH of the PyTorch side; a failed
-# install is logged (wheels.log) and only costs the Liger column.
+# Wheels: when the repository root has a .whl/ folder with wheels (Liger-Kernel, Cut
+# Cross-Entropy, see bench/README.md), they are installed with pip (no index, no
+# dependencies) into /tmp/ploss-site, which is put first on the PYTHONPATH of the PyTorch
+# side; a failed install is logged (wheels.log) and only costs the Liger and CCE columns.
 # Environment: PYTHON (default python3: must import torch), LUAJIT (default luajit),
 # BENCH_WHEELS / BENCH_SITE (the wheel folder and the install target, defaults above),
 # BENCH_COMMAND (the command line recorded in RESULTS.md; default this script's own),
@@ -108,7 +108,7 @@ if [ ${#whl[@]} -gt 0 ]; then
     log "installed ${#whl[@]} wheel(s) of $wheels into $site: $(cd "$wheels" && echo *.whl)"
     torch_path="$site${torch_path:+:$torch_path}"
   else
-    log "installing the wheels of $wheels failed (see wheels.log): no Liger column"
+    log "installing the wheels of $wheels failed (see wheels.log): no Liger and CCE columns"
     tail -5 "$outdir/wheels.log" >&2
   fi
 fi

@@ -67,6 +67,15 @@ Baselines (PyTorch composites):
   arc_face              InsightFace's ArcFace: F.normalize, F.linear, cos(θ + m) on the
                         target with its threshold and fallback, scale s, F.cross_entropy
   (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
+  linear_cross_entropy  logits = hidden @ weight.T (bf16), F.cross_entropy(logits.float());
+                        peers: Liger-Kernel's LigerFusedLinearCrossEntropyLoss and Cut
+                        Cross-Entropy's linear_cross_entropy (impl "liger_flce", "cce")
+
+Fused linear + cross-entropy (LINEAR_LOSSES, run_linear_case): inputs hidden (BT x H) and
+weight (V x H), class-index labels; eager, torch.compile and the two peers each time
+``loss = f([hidden, weight], labels); loss.backward()``; a ``gemm3`` record times the
+three products of the GEMM floor (h @ W.T, G @ W, G.T @ h) with torch.matmul; the float64
+reference is computed in row chunks (reference_linear).
 
 Losses of several embedding inputs (a case with "inputs": the pairs shape) run
 ``loss = f([x1, ..., xk], labels or None); loss.backward()`` on leaf inputs, and their
@@ -243,23 +252,31 @@ def make_pair_inputs(case, shape, spec, device, ploss, small=False):
     """The embedding inputs (a list, argument order) and labels (or None) of a case of
     several inputs, and the labels' class count.
 
-    input j (0-based) ~ N(0, logit_std^2) in the case's dtype, Philox seed = spec.seed + j,
+    input j (0-based) ~ N(0, std_j^2) in the case's dtype, Philox seed = spec.seed + j,
     offset 0 (shape N x D each, or case["input_shapes"][j], shrunk as `shape` under --small:
-    the margin losses' N x D embeddings and C x D class centres);
+    the margin losses' N x D embeddings and C x D class centres); std_j =
+    case["input_std"][j] when the case gives it, else logit_std (the fused linear
+    cross-entropy draws hidden states and a weight scaled so that the logits have a
+    realistic spread, not the variance logit_std^4 * D of two such draws);
     labels (target "labels"): i64, labels[i] = i mod classes (target "none": no labels);
     labels (target "class_index"): i64 uniform in [0, rows of the last input), seed + k
-    (k inputs), one per row of the first input (the margin losses' class labels).
+    (k inputs), one per row of the first input (the margin losses' class labels); with
+    case["ignore_every"] > 0 (absent: 0, none ignored) a mask uniform in [0, ignore_every)
+    is drawn with seed + k + 1 and where it is 0 the label is opts.ignore_index (-100 when
+    absent), as the "index" targets of the single-input cases.
     """
     seed, std = int(spec["seed"]), float(spec["logit_std"])
+    stds = case.get("input_std")
     dtype = TORCH_DTYPES[case["dtype"]]
     xs = []
     shapes = pair_shapes(case, shape, small)
     for j in range(int(case["inputs"])):
         x = torch.empty(shapes[j], dtype=dtype, device=device)
+        sj = float(stds[j]) if stds else std
         if ploss is not None:
-            ploss.rand_normal(x, seed + j, 0, 0.0, std)
+            ploss.rand_normal(x, seed + j, 0, 0.0, sj)
         else:
-            x.normal_(0.0, std, generator=torch.Generator(device=device).manual_seed(seed + j))
+            x.normal_(0.0, sj, generator=torch.Generator(device=device).manual_seed(seed + j))
         xs.append(x)
     t, classes = None, None
     if case["target"] == "labels":
@@ -272,6 +289,15 @@ def make_pair_inputs(case, shape, spec, device, ploss, small=False):
             ploss.rand_int(t, seed + k, 0, 0, shapes[-1][0])
         else:
             t.random_(0, shapes[-1][0], generator=torch.Generator(device=device).manual_seed(seed + k))
+        every = int(case.get("ignore_every", 0))
+        if every > 0:  # a share 1/every of the labels ignored, as the "index" targets
+            mask = torch.empty([shape[0]], dtype=torch.int64, device=device)
+            if ploss is not None:
+                ploss.rand_int(mask, seed + k + 1, 0, 0, every)
+            else:
+                mask.random_(0, every, generator=torch.Generator(device=device).manual_seed(seed + k + 1))
+            t[mask == 0] = int(case["opts"].get("ignore_index", -100))
+            del mask
     elif case["target"] != "none":
         raise ValueError(f"case {case['id']}: unknown target kind {case['target']!r} for several inputs")
     return xs, t, classes
@@ -705,6 +731,222 @@ GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1), "arc_face": (
 
 
 # ----------------------------------------------------------------------------------------
+# Fused linear + cross-entropy (an LM head's loss): baseline, peers, GEMM floor, reference
+# ----------------------------------------------------------------------------------------
+
+# the losses of this shape: hidden (BT x H) and weight (V x H, nn.Linear's layout) as the
+# two inputs, class-index labels (BT); run by run_linear_case, reported in their own table
+LINEAR_LOSSES = ("linear_cross_entropy",)
+
+
+def linear_options(case):
+    """(ignore_index, label_smoothing, softcap or None, z_loss, reduction) of a case, or a
+    string saying which option the PyTorch baseline does not implement."""
+    o = case["opts"]
+    ii = int(o.get("ignore_index", -100))
+    eps = float(o.get("label_smoothing", 0.0) or 0.0)
+    cap = float(o.get("softcap", 0.0) or 0.0)
+    z = float(o.get("z_loss", 0.0) or 0.0)
+    red = o.get("reduction", "mean")
+    if red not in ("mean", "sum"):
+        return f"reduction {red!r}: the benchmark times a reduced loss ('mean' or 'sum')"
+    if z != 0.0:
+        return "z_loss != 0: no PyTorch baseline written for it"
+    if o.get("accumulate"):
+        return "accumulate: the benchmark writes the weight gradient, it does not add to one"
+    return ii, eps, (cap if cap > 0 else None), z, red
+
+
+def linear_logits_loss(h, w, t, ii, eps, cap, reduction):
+    """The loss as PyTorch users write it: logits = h @ w.T (in the inputs' dtype: bf16
+    tensor cores with fp32 accumulation for bf16, float64 for the reference), then in
+    float32 (float64 stays float64), the softcap c*tanh(z/c) when given, F.cross_entropy."""
+    z = _acc(h @ w.t())
+    if cap is not None:
+        z = cap * torch.tanh(z / cap)
+    return F.cross_entropy(z, t, ignore_index=ii, label_smoothing=eps, reduction=reduction)
+
+
+def linear_baseline(case):
+    """f([hidden, weight], labels) -> the reduced loss (eager and torch.compile), or None."""
+    lo = linear_options(case)
+    if isinstance(lo, str):
+        return None
+    ii, eps, cap, _, red = lo
+
+    def f(xs, t):
+        h, w = xs
+        return linear_logits_loss(h, w, t, ii, eps, cap, red)
+    return f
+
+
+def load_linear_peers():
+    """The fused linear cross-entropy peers, imported by their public API:
+    {"liger_flce": (callable maker or None, version, error), "cce": (...)}.  Each maker takes
+    (ii, eps, cap, z, red) and returns f([hidden, weight], labels) -> loss."""
+    from importlib.metadata import version as _version
+
+    def ver(dist):
+        try:
+            return _version(dist)
+        except Exception:
+            return "?"
+
+    peers = {}
+    # Liger-Kernel: the nn.Module of liger_kernel.transformers (its forward takes the
+    # weight first: forward(lin_weight, _input, target)); the autograd Function of
+    # liger_kernel.ops as the fallback when the transformers subpackage does not import
+    try:
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+
+        def make_liger(ii, eps, cap, z, red):
+            mod = LigerFusedLinearCrossEntropyLoss(ignore_index=ii, lse_square_scale=z, label_smoothing=eps,
+                                                   reduction=red, softcap=cap)
+            return lambda xs, t: mod(xs[1], xs[0], t)
+        make_liger.api = "liger_kernel.transformers.fused_linear_cross_entropy.LigerFusedLinearCrossEntropyLoss"
+        peers["liger_flce"] = (make_liger, ver("liger-kernel"), None)
+    except Exception as e1:
+        try:
+            from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+            def make_liger(ii, eps, cap, z, red):
+                # apply() takes no keywords: _input, weight, target, bias, ce_weight,
+                # ignore_index, lse_square_scale, label_smoothing, reduction, softcap; it
+                # returns (loss, z_loss, token_accuracy, ...)
+                return lambda xs, t: LigerFusedLinearCrossEntropyFunction.apply(
+                    xs[0], xs[1], t, None, None, ii, z, eps, red, cap)[0]
+            make_liger.api = "liger_kernel.ops.fused_linear_cross_entropy.LigerFusedLinearCrossEntropyFunction"
+            peers["liger_flce"] = (make_liger, ver("liger-kernel"), None)
+        except Exception as e2:
+            peers["liger_flce"] = (None, None, (f"cannot import Liger-Kernel's fused linear cross entropy: "
+                                                f"{type(e1).__name__}: {e1}; {type(e2).__name__}: {e2}")[:500])
+    # Apple's Cut Cross-Entropy: cut_cross_entropy.linear_cross_entropy(e, c, targets, ...)
+    # with its defaults otherwise (impl "cce", filter_eps "high": its gradient filtering)
+    try:
+        from cut_cross_entropy import linear_cross_entropy as cce_linear_cross_entropy
+
+        def make_cce(ii, eps, cap, z, red):
+            return lambda xs, t: cce_linear_cross_entropy(xs[0], xs[1], t, ignore_index=ii, softcap=cap,
+                                                          reduction=red)
+        make_cce.api = "cut_cross_entropy.linear_cross_entropy (impl 'cce', filter_eps 'high': its defaults)"
+        peers["cce"] = (make_cce, ver("cut-cross-entropy"), None)
+    except Exception as e:
+        peers["cce"] = (None, None, f"cannot import cut_cross_entropy: {type(e).__name__}: {e}"[:500])
+    return peers
+
+
+def linear_peer_unavailable(name, case, cuda, peers):
+    """Why a fused linear cross-entropy peer does not run this case (None when it does)."""
+    lo = linear_options(case)
+    if isinstance(lo, str):
+        return lo
+    _, eps, _, z, _ = lo
+    if name == "cce" and eps != 0.0:
+        return "Cut Cross-Entropy has no label smoothing"
+    if name == "cce" and z != 0.0:
+        return "Cut Cross-Entropy has no z-loss"
+    if not cuda:
+        return "cpu run: its kernels are Triton GPU kernels"
+    if peers is None:
+        return "--no-liger"
+    make, _, err = peers.get(name, (None, None, "not loaded"))
+    if make is None:
+        return err
+    return None
+
+
+def gemm_floor(h, w, runs, timer):
+    """The GEMM floor of a fused linear cross-entropy: the three products its forward and
+    backward cannot avoid, timed back to back with torch.matmul on the case's operands
+    (bf16 in and out, fp32 accumulation: reduced-precision reductions are switched off for
+    the measurement): logits = h @ w.T (BT x V), grad_h = G @ w (BT x H), grad_w = G.T @ h
+    (V x H), G the BT x V logits buffer (its values do not change the time).  Median of the
+    three together over `runs`, and of each product."""
+    BT, H = h.shape
+    V = w.shape[0]
+    flag = "allow_bf16_reduced_precision_reduction"
+    try:  # torch 1.13 raises AssertionError, not AttributeError, for an unknown attribute
+        prev = getattr(torch.backends.cuda.matmul, flag)
+    except Exception:
+        prev = None
+    if prev is not None:
+        setattr(torch.backends.cuda.matmul, flag, False)
+    try:
+        with torch.no_grad():
+            h, w = h.detach(), w.detach()
+            logits = torch.empty((BT, V), dtype=h.dtype, device=h.device)
+            gh, gw = torch.empty_like(h), torch.empty_like(w)
+
+            def product(k):
+                if k == 0:
+                    torch.matmul(h, w.t(), out=logits)
+                elif k == 1:
+                    torch.matmul(logits, w, out=gh)
+                else:
+                    torch.matmul(logits.t(), h, out=gw)
+            for _ in range(2):
+                for k in range(3):
+                    product(k)
+            sync(timer.cuda)
+            marks = []
+            for _ in range(runs):
+                ev = [timer.event() for _ in range(4)]
+                timer.record(ev[0])
+                for k in range(3):
+                    product(k)
+                    timer.record(ev[k + 1])
+                marks.append(ev)
+            sync(timer.cuda)
+            total = [timer.elapsed_ms(ev[0], ev[3]) for ev in marks]
+            each = [statistics.median(timer.elapsed_ms(ev[k], ev[k + 1]) for ev in marks) for k in range(3)]
+            del logits, gh, gw
+    finally:
+        if prev is not None:
+            setattr(torch.backends.cuda.matmul, flag, prev)
+    flops = 6.0 * BT * V * H
+    out = summarize(total)
+    out.update({"bt": BT, "h": H, "v": V, "flops": flops, "gemm_dtype": str(h.dtype).replace("torch.", ""),
+                "ms_logits": each[0], "ms_grad_hidden": each[1], "ms_grad_weight": each[2],
+                "tflops": flops / (out["ms_median"] * 1e-3) / 1e12 if out["ms_median"] > 0 else None,
+                "reduced_precision_reduction": False if prev is not None else None})
+    return out
+
+
+def reference_linear(case, xs, t, chunk_bytes):
+    """The float64 reference of a fused linear cross-entropy: linear_logits_loss on the
+    inputs upcast to float64 (the weight whole, 8·V·H bytes, and its float64 gradient; the
+    hidden rows in chunks so that a chunk's BT_c x V float64 logits stay under
+    chunk_bytes), each chunk's 'sum' loss over the count of labels not ignored (the 'mean');
+    the hidden gradient of each chunk kept in float64, the weight's accumulated over the
+    chunks by autograd.  Loss and per-input checksums, exact and with each gradient rounded
+    to the inputs' dtype (what ploss writes), as reference_pairs."""
+    ii, eps, cap, _, red = linear_options(case)
+    h, w = xs
+    BT, V = h.shape[0], w.shape[0]
+    rows = max(1, min(BT, chunk_bytes // (V * 8)))
+    n_div = max(1, int((t != ii).sum())) if red == "mean" else 1
+    w64 = w.detach().double().requires_grad_(True)
+    gh = torch.empty(h.shape, dtype=torch.float64, device=h.device)
+    loss, chunks = 0.0, 0
+    for r in range(0, BT, rows):
+        h64 = h[r:r + rows].detach().double().requires_grad_(True)
+        lsum = linear_logits_loss(h64, w64, t[r:r + rows], ii, eps, cap, "sum")
+        (lsum / n_div).backward()
+        loss += float(lsum.detach()) / n_div
+        gh[r:r + rows] = h64.grad
+        chunks += 1
+        del h64, lsum
+    grads = [gh, w64.grad]
+    out = {"loss": loss, "chunks": chunks, "chunk_rows": rows, "dtype": "float64"}
+    out.update(pair_checksums(xs, grads))  # x in its own dtype: checksums() widens it exactly
+    r = pair_checksums(xs, [g.to(x.dtype) for g, x in zip(grads, xs)])
+    out["grad_sq_rounded"], out["grad_dot_x_rounded"] = r["grad_sq"], r["grad_dot_x"]
+    out["grad_sq_inputs_rounded"], out["grad_dot_x_inputs_rounded"] = r["grad_sq_inputs"], r["grad_dot_x_inputs"]
+    del grads, gh, w64
+    return out
+
+
+# ----------------------------------------------------------------------------------------
 # Liger-Kernel's cross entropy: a third column beside eager and torch.compile
 # ----------------------------------------------------------------------------------------
 
@@ -770,9 +1012,12 @@ class Timer:
         self.cuda = cuda
 
     def pair(self):
+        return self.event(), self.event()
+
+    def event(self):
         if self.cuda:
-            return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        return [None], [None]
+            return torch.cuda.Event(enable_timing=True)
+        return [None]
 
     def record(self, ev):
         if self.cuda:
@@ -1077,6 +1322,55 @@ def run_liger(rec, f, xs, ts, copies, args, timer):
     sync(cuda)
 
 
+class Compiled:
+    """torch.compile(fn), made by run_pair_impl inside its error handling (a compile that
+    fails becomes the record's error); dynamo is reset first: one compile per case."""
+
+    def __init__(self, fn, mode):
+        self.fn, self.mode = fn, mode
+
+    def build(self):
+        torch._dynamo.reset()
+        return torch.compile(self.fn, dynamic=False, mode=self.mode)
+
+
+def run_pair_impl(rec, f, xs, ts, copies, args, timer, first_key=None):
+    """Time one implementation of a loss of several inputs into rec: f (or a Compiled) as ``loss = f([x1, ..., xk], labels); loss.backward()`` on leaf inputs;
+    first_key names the record field of the first call's wall time (torch.compile's
+    compile_s, a Triton peer's jit_s), which the first call then includes; the median,
+    peak extra memory, loss and per-input checksums; an exception becomes rec["error"]."""
+    cuda = timer.cuda
+    step = None
+    try:
+        if isinstance(f, Compiled):
+            f = f.build()
+        step = PairStep(f, xs, ts)
+        t_start = time.perf_counter()
+        step(0)  # torch.compile compiles forward and backward here, Triton its kernels
+        sync(cuda)
+        if first_key:
+            rec[first_key] = time.perf_counter() - t_start
+        ms = time_runs(step, copies, args.warmup, args.runs, timer)
+        rec.update(summarize(ms))
+        peak, after = peak_extra(step, cuda)
+        rec["peak_extra_bytes"], rec["kept_after_bytes"] = peak, after
+        step.prepare(0)
+        step.run(0)
+        sync(cuda)
+        rec["loss"] = float(step.last_loss.detach().double())
+        rec["loss_dtype"] = str(step.last_loss.dtype).replace("torch.", "")
+        rec.update(pair_checksums(xs[0], [x.grad for x in xs[0]]))
+    except Exception as e:  # one failing implementation must not stop the others
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    for xl in xs:
+        for x in xl:
+            x.grad = None
+    del step
+    sync(cuda)
+    if cuda and rec.get("error"):
+        torch.cuda.empty_cache()  # an OOM leaves its blocks cached: give them back
+
+
 def run_pairs_case(case, spec, args, device, ploss, emit):
     """One case of a loss of several embedding inputs: eager, torch.compile, the GEMM rate
     (GEMM-bound losses), a Liger record saying why not, the float64 reference."""
@@ -1096,6 +1390,8 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
     x0s, t0, classes = make_pair_inputs(case, shape, spec, device, ploss, args.small)
     in_bytes = sum(x.numel() * x.element_size() for x in x0s)
     tgt_bytes = t0.numel() * t0.element_size() if t0 is not None else 0
+    n_ignored = (int((t0 == int(case["opts"].get("ignore_index", -100))).sum())
+                 if case["target"] == "class_index" and int(case.get("ignore_every", 0)) > 0 else 0)
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else 0
     copies = 1 if in_bytes >= 4 * l2 else min(16, math.ceil(4 * l2 / max(in_bytes, 1)))
     xs = [x0s] + [[x.clone() for x in x0s] for _ in range(copies - 1)]
@@ -1104,47 +1400,16 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
         for x in xl:
             x.requires_grad_(True)
     emit(dict(base, kind="inputs", source="torch", input_bytes=in_bytes, target_bytes=tgt_bytes,
-              numel=sum(x.numel() for x in x0s), inputs=len(x0s), classes=classes, ignored=0,
+              numel=sum(x.numel() for x in x0s), inputs=len(x0s), classes=classes, ignored=n_ignored,
               input_shapes=[list(x.shape) for x in x0s],
               copies=copies, generator="ploss" if ploss is not None else "torch"))
 
-    impls = [("eager", fn)]
-    if not args.no_compile:
-        impls.append(("compile", None))
-    for name, f in impls:
+    for name in ["eager"] + ([] if args.no_compile else ["compile"]):
         rec = dict(base, kind="torch", source="torch", impl=name, input_bytes=in_bytes,
                    target_bytes=tgt_bytes)
-        step = None
-        try:
-            if name == "compile":
-                torch._dynamo.reset()
-                f = torch.compile(fn, dynamic=False, mode=args.compile_mode)
-                step = PairStep(f, xs, ts)
-                t_start = time.perf_counter()
-                step(0)  # compiles forward and backward
-                sync(cuda)
-                rec["compile_s"] = time.perf_counter() - t_start
-            else:
-                step = PairStep(f, xs, ts)
-                step(0)
-                sync(cuda)
-            ms = time_runs(step, copies, args.warmup, args.runs, timer)
-            rec.update(summarize(ms))
-            peak, after = peak_extra(step, cuda)
-            rec["peak_extra_bytes"], rec["kept_after_bytes"] = peak, after
-            step.prepare(0)
-            step.run(0)
-            sync(cuda)
-            rec["loss"] = float(step.last_loss.detach().double())
-            rec.update(pair_checksums(xs[0], [x.grad for x in xs[0]]))
-        except Exception as e:  # one failing baseline must not stop the others
-            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
-        for xl in xs:
-            for x in xl:
-                x.grad = None
+        run_pair_impl(rec, fn if name == "eager" else Compiled(fn, args.compile_mode), xs, ts, copies, args, timer,
+                      "compile_s" if name == "compile" else None)
         emit(rec)
-        del step
-        sync(cuda)
 
     # the rate of the product that bounds the GEMM-bound losses (for the FLOP floor)
     if case["loss"] in GEMM_OPERANDS:
@@ -1181,7 +1446,92 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
         torch.cuda.empty_cache()
 
 
+def run_linear_case(case, spec, args, device, ploss, emit):
+    """One fused linear + cross-entropy case: eager and torch.compile of the plain form
+    (the BT x V logits stored), Liger-Kernel's and Cut Cross-Entropy's fused kernels, the
+    GEMM floor (the three products, torch.matmul), the float64 reference in row chunks."""
+    cuda = device.type == "cuda"
+    timer = Timer(cuda)
+    shape = small_shape(case["shape"]) if args.small else list(case["shape"])
+    fn = linear_baseline(case)
+    base = {"case": case["id"], "family": case["loss"], "shape": shape, "dtype": case["dtype"]}
+    if fn is None:
+        emit(dict(base, kind="skip", source="torch", reason=f"no PyTorch baseline: {linear_options(case)}"))
+        return
+    if ploss is not None and not ploss.has(f"ploss_{case['loss']}_fused"):
+        emit(dict(base, kind="skip", source="torch",
+                  reason=f"libploss has no ploss_{case['loss']}_fused yet"))
+        return
+    lo = linear_options(case)
+
+    x0s, t0, _ = make_pair_inputs(case, shape, spec, device, ploss, args.small)
+    in_bytes = sum(x.numel() * x.element_size() for x in x0s)
+    tgt_bytes = t0.numel() * t0.element_size()
+    n_ignored = int((t0 == lo[0]).sum())
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else 0
+    copies = 1 if in_bytes >= 4 * l2 else min(16, math.ceil(4 * l2 / max(in_bytes, 1)))
+    xs = [x0s] + [[x.clone() for x in x0s] for _ in range(copies - 1)]
+    ts = [t0] + [t0.clone() for _ in range(copies - 1)]
+    for xl in xs:
+        for x in xl:
+            x.requires_grad_(True)
+    BT, H, V = x0s[0].shape[0], x0s[0].shape[1], x0s[1].shape[0]
+    emit(dict(base, kind="inputs", source="torch", input_bytes=in_bytes, target_bytes=tgt_bytes,
+              numel=sum(x.numel() for x in x0s), inputs=len(x0s), ignored=n_ignored,
+              input_shapes=[list(x.shape) for x in x0s], input_std=case.get("input_std"),
+              logits_bytes_bf16=BT * V * 2, flops=6.0 * BT * V * H,
+              copies=copies, generator="ploss" if ploss is not None else "torch"))
+
+    # the GEMM floor first, on an otherwise empty device (it holds the BT x V logits)
+    rec = dict(base, kind="gemm3", source="torch", impl="gemm3")
+    try:
+        rec.update(gemm_floor(x0s[0], x0s[1], args.runs, timer))
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    emit(rec)
+    if cuda:
+        torch.cuda.empty_cache()
+
+    for name in ["eager"] + ([] if args.no_compile else ["compile"]):
+        rec = dict(base, kind="torch", source="torch", impl=name, input_bytes=in_bytes,
+                   target_bytes=tgt_bytes)
+        run_pair_impl(rec, fn if name == "eager" else Compiled(fn, args.compile_mode), xs, ts, copies, args, timer,
+                      "compile_s" if name == "compile" else None)
+        emit(rec)
+
+    # the fused peers (GPU only; otherwise a record saying why not)
+    for name in ("liger_flce", "cce"):
+        rec = dict(base, kind="torch", source="torch", impl=name, input_bytes=in_bytes,
+                   target_bytes=tgt_bytes)
+        why = linear_peer_unavailable(name, case, cuda, args.linear_peers)
+        if why:
+            rec["reason"] = why
+        else:
+            make, version, _ = args.linear_peers[name]
+            rec["version"], rec["api"] = version, make.api
+            try:
+                f = make(*lo)
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+            else:
+                run_pair_impl(rec, f, xs, ts, copies, args, timer, "jit_s")
+        emit(rec)
+
+    # float64 reference of the same loss on the same (upcast) inputs, in row chunks
+    rec = dict(base, kind="ref", source="torch", impl="f64")
+    try:
+        rec.update(reference_linear(case, xs[0], ts[0], args.ref_chunk_bytes))
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    emit(rec)
+    del xs, ts, x0s, t0
+    if cuda:
+        torch.cuda.empty_cache()
+
+
 def run_case(case, spec, args, device, ploss, emit):
+    if case["loss"] in LINEAR_LOSSES:
+        return run_linear_case(case, spec, args, device, ploss, emit)
     if case.get("inputs"):
         return run_pairs_case(case, spec, args, device, ploss, emit)
     cuda = device.type == "cuda"
@@ -1281,7 +1631,8 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--no-liger", action="store_true", help="leave out the Liger-Kernel column")
+    ap.add_argument("--no-liger", action="store_true",
+                    help="leave out the Liger-Kernel column and the fused linear peers (Liger FLCE, CCE)")
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: None = 'default')")
     ap.add_argument("--copy-bytes", type=int, default=None, help="bytes of the bandwidth copy (default 2 GiB, 64 MiB with --small)")
     ap.add_argument("--ref-chunk-bytes", type=int, default=4 << 30,
@@ -1337,12 +1688,23 @@ def main():
 
     spec = load_cases(args.cases)
     only = set(s for s in args.only.split(",") if s)
+    # the fused linear cross-entropy peers, imported only when such a case runs
+    args.linear_peers = None
+    wanted = [c for c in spec["cases"] if not only or c["id"] in only]
+    if not args.no_liger and cuda and any(c["loss"] in LINEAR_LOSSES for c in wanted):
+        args.linear_peers = load_linear_peers()
+        for name, (_, _, err) in args.linear_peers.items():
+            if err:
+                print(f"torch_bench: no {name} column: {err}", file=sys.stderr)
     env = environment(args, device)
     env["small"] = args.small
     env["ploss_lib"] = ploss.path if ploss else None
     env["compile_mode"] = args.compile_mode or "default"
     env["liger"] = args.liger_version
     env["liger_error"] = args.liger_error
+    if args.linear_peers is not None:  # the fused linear cross-entropy peers' versions and APIs
+        env["linear_peers"] = {name: {"version": v, "api": getattr(m, "api", None), "error": err}
+                               for name, (m, v, err) in args.linear_peers.items()}
     emit(env)
     if warning:
         emit({"kind": "warning", "source": "torch", "message": warning})
