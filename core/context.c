@@ -143,7 +143,10 @@ ploss_status ploss_workspace(ploss_ctx_t *ctx, size_t bytes, void **out)
         return PLOSS_OK;
     }
     void *fresh = NULL;
-    size_t want = bytes + bytes / 2; /* grow geometrically */
+    /* grow geometrically, by at most 64 MiB (a tile of hundreds of MiB is not rounded up by
+     * half of itself) */
+    const size_t headroom = bytes / 2 < ((size_t)64 << 20) ? bytes / 2 : ((size_t)64 << 20);
+    size_t want = bytes + headroom;
     ploss_status st = ploss_alloc(ctx, want, &fresh);
     if (st != PLOSS_OK)
         return st;

@@ -188,6 +188,27 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("writes f32 gradients of bf16 inputs, accumulated over the tiles without rounding", function()
+    local x, w, y = inputs(96, 700, 24, 19, 9)
+    local xc, wc = x:type("bf16"), w:type("bf16")
+    local xg, wg, yg = xc:to(DEV), wc:to(DEV), y:to(DEV)
+    local _, gxc, gwc = F.linear_cross_entropy_fused(xc:double(), wc:double(), y)
+    for _, t in ipairs { 0, 16 } do
+      local gx = ploss.empty({ 96, 24 }, { dtype = "f32", device = DEV })
+      local gw = ploss.empty({ 700, 24 }, { dtype = "f32", device = DEV })
+      F.linear_cross_entropy_fused(xg, wg, yg, { tile_rows = t, grad_hidden = gx, grad_weight = gw })
+      -- the logits and G are still bf16 on the GPU: its rounding, not the gradients'
+      close(gx, gxc, 2e-2, 0, "f32 grad_hidden, tile_rows = " .. t)
+      close(gw, gwc, 2e-2, 0, "f32 grad_weight, tile_rows = " .. t)
+    end
+    -- over tiles of 16 rows the f32 weight gradient is the one-tile one to fp32 rounding
+    local g1 = ploss.empty({ 700, 24 }, { dtype = "f32", device = DEV })
+    local g6 = ploss.empty({ 700, 24 }, { dtype = "f32", device = DEV })
+    F.linear_cross_entropy_fused(xg, wg, yg, { grad_weight = g1 })
+    F.linear_cross_entropy_fused(xg, wg, yg, { tile_rows = 16, grad_weight = g6 })
+    close(g6, g1, 1e-5, 0, "f32 grad_weight, six tiles against one")
+  end)
+
   it("gives a NaN mean, zero gradients and a zero sum for an empty batch or every row ignored", function()
     for _, dtype in ipairs(DTYPES) do
       local wg = ploss.randn({ 5, 3 }, { dtype = dtype, seed = 3 }):to(DEV)

@@ -327,6 +327,25 @@ describe("LinearCrossEntropyLoss", function()
     end
   end)
 
+  it("writes f32 gradients of f16/bf16 inputs when given them (mixed precision), refuses other dtypes", function()
+    local x, w, y = inputs(6, 5, 4, 67, { 2 })
+    for _, dt in ipairs { "f16", "bf16" } do
+      local xd, wd = x:type(dt), w:type(dt)
+      local gx = ploss.empty({ 6, 4 }, { dtype = "f32" })
+      local gw = ploss.empty({ 5, 4 }, { dtype = "f32" })
+      F.linear_cross_entropy_fused(xd, wd, y, with(OPTIONS[5], { grad_hidden = gx, grad_weight = gw }))
+      local _, gx64, gw64 = F.linear_cross_entropy_fused(xd:double(), wd:double(), y, OPTIONS[5])
+      H.assert_close(gx, gx64:type("f32"), { rtol = 0, atol = 0, what = dt .. " f32 grad_hidden" })
+      H.assert_close(gw, gw64:type("f32"), { rtol = 0, atol = 0, what = dt .. " f32 grad_weight" })
+    end
+    H.expect_error(function()
+      F.linear_cross_entropy_fused(x:float(), w:float(), y, { grad_weight = ploss.empty({ 5, 4 }, { dtype = "f64" }) })
+    end, "grad_weight: expected f32, got f64")
+    H.expect_error(function()
+      F.linear_cross_entropy_fused(x:type("bf16"), w:type("bf16"), y, { grad_hidden = ploss.empty({ 6, 4 }, { dtype = "f16" }) })
+    end, "grad_hidden: expected bf16, got f16")
+  end)
+
   it("refuses bad input with an error naming the argument, writing nothing", function()
     local x, w, y = inputs(4, 5, 3, 71)
     local out = ploss.empty({}, { dtype = "f64" })

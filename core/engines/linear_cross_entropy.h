@@ -37,6 +37,7 @@ typedef struct ploss_linear_problem {
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad_x, grad_w;
+    ploss_dtype gx_dtype, gw_dtype; /* dtype, or f32 for f16/bf16 inputs                 */
 } ploss_linear_problem;
 
 ploss_status ploss_cpu_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear_problem *p);

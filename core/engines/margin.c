@@ -207,6 +207,8 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (pass != PLOSS_PASS_FORWARD) {
         p.grad_x = (ploss_pair_grad){gx->data, gx->strides[0], gx->strides[1]};
         p.grad_w = (ploss_pair_grad){gw->data, gw->strides[ac], gw->strides[ad]};
+        p.gx_dtype = gx->dtype;
+        p.gw_dtype = gw->dtype;
     }
     return ploss_dispatch(ctx, PLOSS_OP_LINEAR_CROSS_ENTROPY, xn, &p);
 }
@@ -289,7 +291,12 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             if (!a->grad_inputs[k])
                 return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", name);
             if ((st = ploss_view_init(g[k], a->grad_inputs[k], name)) ||
-                (st = ploss_view_check_device(g[k], ctx, name)) || (st = ploss_check_dtype(g[k], x.dtype, name)))
+                (st = ploss_view_check_device(g[k], ctx, name)))
+                return st;
+            /* the linear cross-entropy also writes f32 gradients of f16/bf16 inputs (a
+             * mixed-precision step's fp32 gradients, accumulated over the tiles unrounded) */
+            const int wide = linear && g[k]->dtype == PLOSS_F32 && (x.dtype == PLOSS_F16 || x.dtype == PLOSS_BF16);
+            if (!wide && (st = ploss_check_dtype(g[k], x.dtype, name)))
                 return st;
             if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != in[k]->shape[1]) {
                 snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)in[k]->shape[0],

@@ -14,7 +14,9 @@
  *   losses  a reduced loss summed in a fixed order by one block.
  * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows) and O(N); operands
  * and gradients whose rows are not contiguous (unit feature stride, a leading dimension of at
- * least D that fits in int32) are staged through contiguous copies.  Nothing is allocated or
+ * least D that fits in int32) are staged through contiguous copies, and so is the weight
+ * when V is not a multiple of 16 bytes' elements (below).  The gradients may be f32 for
+ * f16/bf16 inputs: the products then write and accumulate them in fp32.  Nothing is allocated or
  * synchronised (CUDA graphs can capture the call); deterministic: fixed tiles and orders, no
  * float atomics (cuBLAS's GEMMs are run-to-run reproducible on one device).
  */
@@ -67,11 +69,25 @@ inline bool gemm_ready(int64_t sn, int64_t sd, int64_t rows, int64_t D)
     return rows <= 1 ? sd == 1 || D <= 1 : sd == 1 && sn >= D && sn <= INT32_MAX;
 }
 
-/* A matrix as the GEMMs see it: its data (the caller's or a staged copy) and leading dimension. */
-template <class T> struct operand {
-    T *data;
+/* A matrix as the GEMMs see it: its data (the caller's or a staged copy), leading dimension
+ * and dtype. */
+struct operand {
+    void *data;
     int64_t ld;
+    ploss_dtype dtype;
+    char *row(int64_t i) const { return (char *)data + (size_t)(i * ld) * ploss_dtype_size(dtype); }
 };
+
+/* Rows copied between a caller's strided matrix and a contiguous staging buffer of the same
+ * dtype (T, or f32 for an f32 gradient of f16/bf16 inputs); src null: zeros. */
+template <class T>
+ploss_status copy_as(ploss_dtype dt, const void *src, int64_t s_sn, int64_t s_sd, void *dst, int64_t d_sn,
+                     int64_t d_sd, int64_t rows, int64_t cols, cudaStream_t stream)
+{
+    if (dt == PLOSS_F32)
+        return copy_rows<float>((const float *)src, s_sn, s_sd, (float *)dst, d_sn, d_sd, rows, cols, stream);
+    return copy_rows<T>((const T *)src, s_sn, s_sd, (T *)dst, d_sn, d_sd, rows, cols, stream);
+}
 
 template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem *p)
 {
@@ -85,34 +101,40 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                            "(at most %lld in this dtype)", (long long)C, (long long)most);
     cudaStream_t stream = stream_of(ctx);
 
-    /* the tile's rows start on 16 bytes (V = 50257 would leave the GEMMs without their
-     * vector paths); tiles: as few as the budget allows, of equal rows (a multiple of 128
-     * where that fits) */
+    /* The tile's rows start on 16 bytes: V padded to Vp.  cuBLAS runs a product whose n or k
+     * is not a multiple of 16 bytes' elements several times slower (V = 50257), so with
+     * V < Vp the weight is staged with Vp − V zero rows and the products run over Vp
+     * columns: the padding's logits are 0 and its gradient stays 0 (the row engine writes
+     * the V columns only).  Tiles: as few as the budget allows, of equal rows (a multiple of
+     * 128 where that fits). */
     constexpr int64_t kAlign = 16 / sizeof(T);
-    const int64_t ldt = (C + kAlign - 1) / kAlign * kAlign;
+    const int64_t Vp = (C + kAlign - 1) / kAlign * kAlign;
     int64_t B = p->tile_rows;
     if (B <= 0) {
-        const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / ldt);
-        const int64_t tiles = (N + cap - 1) / std::max<int64_t>(cap, 1);
+        const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / Vp);
+        const int64_t tiles = (N + cap - 1) / cap;
         B = tiles > 0 ? (N + tiles - 1) / tiles : 1;
         const int64_t up = (B + 127) / 128 * 128;
         B = up <= cap ? up : B;
     }
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
 
-    const bool x_in = gemm_ready(p->x.sn, p->x.sd, N, D), w_in = gemm_ready(p->w.sn, p->w.sd, C, D);
+    const bool x_in = gemm_ready(p->x.sn, p->x.sd, N, D);
+    const bool w_in = Vp == C && gemm_ready(p->w.sn, p->w.sd, C, D);
     const bool gx_in = !want_grad || gemm_ready(p->grad_x.sn, p->grad_x.sd, N, D);
     const bool gw_in = !want_grad || gemm_ready(p->grad_w.sn, p->grad_w.sd, C, D);
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
-    T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *gxs = nullptr, *gws = nullptr;
+    const size_t gx_size = want_grad ? ploss_dtype_size(p->gx_dtype) : 1, gw_size = want_grad ? ploss_dtype_size(p->gw_dtype) : 1;
+    T *tile = nullptr, *xs = nullptr, *wsd = nullptr;
+    char *gxs = nullptr, *gws = nullptr;
     double *losses = nullptr, *divisor = nullptr;
     auto layout = [&](char *base) {
         carve c{base, 0};
-        tile = c.take<T>((size_t)B * (size_t)ldt);
+        tile = c.take<T>((size_t)B * (size_t)Vp);
         xs = c.take<T>(x_in ? 0 : nd);
-        wsd = c.take<T>(w_in ? 0 : cd);
-        gxs = c.take<T>(gx_in ? 0 : nd);
-        gws = c.take<T>(gw_in ? 0 : cd);
+        wsd = c.take<T>(w_in ? 0 : (size_t)Vp * (size_t)D);
+        gxs = c.take<char>(gx_in ? 0 : nd * gx_size);
+        gws = c.take<char>(gw_in ? 0 : cd * gw_size);
         losses = c.take<double>(want_loss && !none ? (size_t)N : 0);
         divisor = c.take<double>(2);
         return c.used + 256;
@@ -123,17 +145,20 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         return st;
     layout((char *)ws);
 
-    /* the operands and gradients the GEMMs use: the caller's memory or the staged copies */
-    /* the leading dimension of a caller's matrix of `rows` rows the GEMMs use in place */
+    /* the operands and gradients the GEMMs use: the caller's memory (with its leading
+     * dimension; one row: D) or the staged copies */
     auto ld_of = [&](int64_t sn, int64_t rows) { return rows <= 1 ? ldd : sn; };
-    const operand<T> X = x_in ? operand<T>{(T *)p->x.data, ld_of(p->x.sn, N)} : operand<T>{xs, ldd};
-    const operand<T> W = w_in ? operand<T>{(T *)p->w.data, ld_of(p->w.sn, C)} : operand<T>{wsd, ldd};
-    const operand<T> GX = gx_in ? operand<T>{(T *)p->grad_x.data, ld_of(p->grad_x.sn, N)} : operand<T>{gxs, ldd};
-    const operand<T> GW = gw_in ? operand<T>{(T *)p->grad_w.data, ld_of(p->grad_w.sn, C)} : operand<T>{gws, ldd};
+    const operand X = x_in ? operand{(void *)p->x.data, ld_of(p->x.sn, N), p->dtype} : operand{xs, ldd, p->dtype};
+    const operand W = w_in ? operand{(void *)p->w.data, ld_of(p->w.sn, C), p->dtype} : operand{wsd, ldd, p->dtype};
+    const operand GX = gx_in ? operand{p->grad_x.data, ld_of(p->grad_x.sn, N), p->gx_dtype}
+                             : operand{gxs, ldd, p->gx_dtype};
+    const operand GW = gw_in ? operand{p->grad_w.data, ld_of(p->grad_w.sn, C), p->gw_dtype}
+                             : operand{gws, ldd, p->gw_dtype};
     if ((!x_in && (st = copy_rows<T>((const T *)p->x.data, p->x.sn, p->x.sd, xs, D, 1, N, D, stream))) ||
         (!w_in && (st = copy_rows<T>((const T *)p->w.data, p->w.sn, p->w.sd, wsd, D, 1, C, D, stream))) ||
+        (!w_in && (st = copy_rows<T>(nullptr, 0, 0, wsd + cd, D, 1, Vp - C, D, stream))) ||
         (!gw_in && p->accumulate &&
-         (st = copy_rows<T>((const T *)p->grad_w.data, p->grad_w.sn, p->grad_w.sd, gws, D, 1, C, D, stream))))
+         (st = copy_as<T>(GW.dtype, p->grad_w.data, p->grad_w.sn, p->grad_w.sd, gws, D, 1, C, D, stream))))
         return st;
     count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, divisor, ctx->error_slot);
     if ((st = check_launch("linear cross-entropy (labels)")))
@@ -154,13 +179,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     const size_t label_size = ploss_dtype_size(p->label_dtype);
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = std::min(B, N - b0);
-        const ploss_gemm_problem zg = {rows, C, D, 1.0, 0.0, X.data + b0 * X.ld, 0, X.ld, W.data, 1, W.ld, p->dtype,
-                                       tile, ldt, p->dtype};
+        const ploss_gemm_problem zg = {rows, Vp, D, 1.0, 0.0, X.row(b0), 0, X.ld, W.data, 1, W.ld, p->dtype,
+                                       tile, Vp, p->dtype};
         if ((st = ploss_cuda_gemm(ctx, &zg)))
             return st;
         if (p->softcap > 0.0) {
-            softcap_kernel<T><<<grid_blocks(rows * ldt, THREADS), THREADS, 0, stream>>>(tile, rows * ldt,
-                                                                                        (float)p->softcap, pol.inv_cap);
+            softcap_kernel<T><<<grid_blocks(rows * Vp, THREADS), THREADS, 0, stream>>>(tile, rows * Vp,
+                                                                                       (float)p->softcap, pol.inv_cap);
             if ((st = check_launch("linear cross-entropy (softcap)")))
                 return st;
         }
@@ -174,14 +199,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         a.S = 1;
         a.C = C;
         a.x = tile;
-        a.x_sn = ldt;
+        a.x_sn = Vp;
         a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
         a.t_dtype = p->label_dtype;
         a.t_sn = p->y_sn;
         a.ignore_index = p->ignore_index;
         if (want_grad) {
             a.grad = tile;
-            a.g_sn = ldt;
+            a.g_sn = Vp;
             a.g_sc = 1;
         }
         if (want_loss) {
@@ -205,10 +230,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             return st;
         if (!want_grad || D == 0)
             continue;
-        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, tile, 0, ldt, W.data, 0, W.ld, p->dtype,
-                                       GX.data + b0 * GX.ld, GX.ld, p->dtype};
-        const ploss_gemm_problem dw = {C, D, rows, 1.0, b0 > 0 || p->accumulate ? 1.0 : 0.0, tile, 1, ldt,
-                                       X.data + b0 * X.ld, 0, X.ld, p->dtype, GW.data, GW.ld, p->dtype};
+        const ploss_gemm_problem dx = {rows, D, Vp, 1.0, 0.0, tile, 0, Vp, W.data, 0, W.ld, p->dtype,
+                                       GX.row(b0), GX.ld, GX.dtype};
+        const ploss_gemm_problem dw = {C, D, rows, 1.0, b0 > 0 || p->accumulate ? 1.0 : 0.0, tile, 1, Vp,
+                                       X.row(b0), 0, X.ld, p->dtype, GW.data, GW.ld, GW.dtype};
         if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;
     }
@@ -219,10 +244,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     if (!want_grad)
         return PLOSS_OK;
     /* no rows: the weight's gradient is zero (or left as it is with accumulate) */
-    if (N == 0 && !p->accumulate && (st = copy_rows<T>(nullptr, 0, 0, GW.data, GW.ld, 1, C, D, stream)))
+    if (N == 0 && !p->accumulate && (st = copy_as<T>(GW.dtype, nullptr, 0, 0, GW.data, GW.ld, 1, C, D, stream)))
         return st;
-    if ((!gx_in && (st = copy_rows<T>(gxs, D, 1, (T *)p->grad_x.data, p->grad_x.sn, p->grad_x.sd, N, D, stream))) ||
-        (!gw_in && (st = copy_rows<T>(gws, D, 1, (T *)p->grad_w.data, p->grad_w.sn, p->grad_w.sd, C, D, stream))))
+    if ((!gx_in && (st = copy_as<T>(GX.dtype, gxs, D, 1, p->grad_x.data, p->grad_x.sn, p->grad_x.sd, N, D, stream))) ||
+        (!gw_in && (st = copy_as<T>(GW.dtype, gws, D, 1, p->grad_w.data, p->grad_w.sn, p->grad_w.sd, C, D, stream))))
         return st;
     return PLOSS_OK;
 }

@@ -133,13 +133,14 @@ ploss_status ploss_cpu_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear
     if (want_grad) {
 #pragma omp parallel for schedule(static) if (N * D > 65536)
         for (int64_t i = 0; i < N; ++i)
-            ploss_cpu_store_f64(p->grad_x.data, p->dtype, i * p->grad_x.sn, p->grad_x.sd, D, gx + (size_t)i * (size_t)D);
+            ploss_cpu_store_f64(p->grad_x.data, p->gx_dtype, i * p->grad_x.sn, p->grad_x.sd, D,
+                                gx + (size_t)i * (size_t)D);
 #pragma omp parallel for schedule(static) if (C * D > 65536)
         for (int64_t j = 0; j < C; ++j) {
             double *row = gw + (size_t)j * (size_t)D;
             for (int64_t k = 0; p->accumulate && k < D; ++k)
-                row[k] += ploss_load(p->grad_w.data, p->dtype, j * p->grad_w.sn + k * p->grad_w.sd);
-            ploss_cpu_store_f64(p->grad_w.data, p->dtype, j * p->grad_w.sn, p->grad_w.sd, D, row);
+                row[k] += ploss_load(p->grad_w.data, p->gw_dtype, j * p->grad_w.sn + k * p->grad_w.sd);
+            ploss_cpu_store_f64(p->grad_w.data, p->gw_dtype, j * p->grad_w.sn, p->grad_w.sd, D, row);
         }
     }
     return ploss_free(ctx, ws);
