@@ -125,17 +125,12 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     const bool gw_in = !want_grad || gemm_ready(p->grad_w.sn, p->grad_w.sd, C, D);
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
     const size_t gx_size = want_grad ? ploss_dtype_size(p->gx_dtype) : 1, gw_size = want_grad ? ploss_dtype_size(p->gw_dtype) : 1;
-    /* rows longer than a block: the split path (two passes, every block streaming) */
-    using Stats = re::ChunkStats<re::LinearCrossEntropyPolicy>;
-    const bool split = C > re::block_capacity<T>();
     T *tile = nullptr, *xs = nullptr, *wsd = nullptr;
     char *gxs = nullptr, *gws = nullptr;
     double *losses = nullptr, *divisor = nullptr;
-    Stats *stats = nullptr;
     auto layout = [&](char *base) {
         carve c{base, 0};
         tile = c.take<T>((size_t)B * (size_t)Vp);
-        stats = c.take<Stats>(split ? (size_t)B * (size_t)re::split_chunks<T>(C) : 0);
         xs = c.take<T>(x_in ? 0 : nd);
         wsd = c.take<T>(w_in ? 0 : (size_t)Vp * (size_t)D);
         gxs = c.take<char>(gx_in ? 0 : nd * gx_size);
@@ -226,7 +221,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             a.gl_sn = none ? p->gl_sn : 0;
         }
         a.scale = p->scale;
-        st = split ? re::run_split<T>(ctx, a, pol, stats) : re::run<T>(ctx, a, pol, 0, no_prep);
+        st = re::run<T>(ctx, a, pol, 0, no_prep);
         if (st == PLOSS_ERR_UNSUPPORTED)
             st = ploss_error(PLOSS_ERR_UNSUPPORTED,
                              "weight: V = %lld classes are longer rows than the CUDA row engine serves on this device",

@@ -8,14 +8,11 @@
  *   'mean'   1/(rows not ignored over the whole batch, on the device) multiplied into ω: the
  *            engine runs each tile with reduction 'none'.
  * The row keeps its logits, not e_j (kKeepsTerm = false): the softcap factor needs z_j.
- * Rows longer than a block take the split path (row_split.cuh): the sums of a chunk,
- * relative to its max, are rebased to the row's.
  */
 #ifndef PLOSS_KERNELS_POLICY_LINEAR_CROSS_ENTROPY_CUH
 #define PLOSS_KERNELS_POLICY_LINEAR_CROSS_ENTROPY_CUH
 
 #include "policy_cross_entropy.cuh"
-#include "row_split.cuh"
 
 namespace ploss_cuda {
 namespace row_engine {
@@ -39,13 +36,6 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
             r.gy += c * ey * inv;
         }
         return r;
-    }
-    /* Σ_{j≠y} e^(M_c − x_j) → Σ e^(M − x_j); Σ_{j≠y} (M_c − x_j) → Σ (M − x_j); d_y likewise */
-    __device__ __forceinline__ Sums rebase(const Sums &s, float Mc, float M, int others, bool has_y) const
-    {
-        const float shift = M - Mc;
-        return Sums{s.se * __expf(-shift), b != 0.0f ? s.sd + (float)others * shift : 0.0f,
-                    has_y ? s.dy + shift : 0.0f};
     }
     template <bool KEPT, class IsY>
     __device__ __forceinline__ float grad(float v, int j, IsY is_y, float M, const Row &r) const
