@@ -3185,10 +3185,13 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * filtering: every softmax entry counts. CUDA: the logit tile is computed by cuBLAS in the
  * inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row engine
  * turns it into its gradient in place (fp32 row statistics), and the two gradient products read
- * it; with tiles of rows the weight's gradient is rounded to its dtype once per tile. The
- * workspace is the tile (at most 512 MiB by default) plus O(BT); inputs and outputs whose rows
- * are not contiguous are staged through copies. V <= 262144 in bf16/f16 and 131072 in f32 on
- * CUDA; f64 is CPU only. The CPU works in f64 (OpenBLAS) whatever the dtype. No state is kept:
+ * it. A 16-bit weight gradient is rounded to its dtype once per tile of rows, which shrinks its
+ * small components by about 0.2 % per tile; the gradients may be f32 tensors for f16/bf16
+ * inputs (a mixed-precision step's), accumulated unrounded. The workspace is the tile (at most
+ * 512 MiB by default) plus O(BT); inputs and outputs whose rows are not contiguous are staged
+ * through copies, and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is
+ * several times slower on such products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA;
+ * f64 is CPU only. The CPU works in f64 (OpenBLAS) whatever the dtype. No state is kept:
  * backward recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU

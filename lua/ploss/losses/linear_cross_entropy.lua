@@ -56,9 +56,12 @@ grad_weight, set to a V×H tensor, receives the weight's, added to it with accum
 No gradient filtering: every softmax entry counts.  CUDA: the logit tile is computed by
 cuBLAS in the inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them),
 the row engine turns it into its gradient in place (fp32 row statistics), and the two
-gradient products read it; with tiles of rows the weight's gradient is rounded to its dtype
-once per tile.  The workspace is the tile (at most 512 MiB by default) plus O(BT); inputs
-and outputs whose rows are not contiguous are staged through copies.  V <= 262144 in
+gradient products read it.  A 16-bit weight gradient is rounded to its dtype once per tile
+of rows, which shrinks its small components by about 0.2 % per tile; the gradients may be
+f32 tensors for f16/bf16 inputs (a mixed-precision step's), accumulated unrounded.  The
+workspace is the tile (at most 512 MiB by default) plus O(BT); inputs and outputs whose
+rows are not contiguous are staged through copies, and so is the weight when V is not a
+multiple of 8 (16 bytes: cuBLAS is several times slower on such products).  V <= 262144 in
 bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only.  The CPU works in f64 (OpenBLAS)
 whatever the dtype.  No state is kept: backward recomputes the tiles.]],
 }
