@@ -2143,19 +2143,19 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
  * and the gradient are computed in f64.
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per sample or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  class_ids   NULL, or with classes = 'listed': the class indices that count, in [0, C) (a
  *                 Lua list or a tensor of any numeric dtype on the input's device; on CUDA an
  *                 index outside [0, C) is reported as an invalid label).
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
- *                 input's device.
+ * out loss        reduction NONE: one value per class, [C] (or [N, C] per sample with
+ *                 per_image); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input),
+ *                 on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything
  *           is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than
@@ -2224,18 +2224,20 @@ void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
  * per_sample, else [1].
  *
  * Unlike the reference's third version, the labels are raised to p in the denominator and every
- * group gets its gradient whatever its size. An empty input gives 0 with smooth > 0 (NaN with
- * smooth = 0). Targets are not checked: y^p of a negative target is NaN for a non-integer p.
+ * group gets its gradient whatever its size. An empty group gives 0 with smooth > 0 (NaN with
+ * smooth = 0); with per_sample an empty batch has no group: 'mean' is NaN (the mean of nothing,
+ * as in PyTorch), 'sum' 0 and 'none' an empty tensor. Targets are not checked: y^p of a
+ * negative target is NaN for a non-integer p.
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64, any shape (one sigmoid per element) and any strides
+ *                 (a crop of a segmentation map is read in place). The elements are grouped per
+ *                 sample or over the whole input; the target, and grad_input, have any strides
+ *                 too.
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
- *                 input's device.
+ * out loss        reduction NONE: [N] (one value per sample) with per_sample, else [1]; MEAN /
+ *                 SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the input's
+ *                 device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
  *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -2328,18 +2330,17 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error.
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per sample or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
  *                 class_weights = 'given'.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
- *                 input's device.
+ * out loss        reduction NONE: one value per sample, [N]; MEAN / SUM: a 0-d or 1-element
+ *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
  *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -2396,18 +2397,17 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error.
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per sample or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
  *                 class_weights = 'given'.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
- *                 input's device.
+ * out loss        reduction NONE: one value for the batch, [1]; MEAN / SUM: a 0-d or 1-element
+ *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
  *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -2501,15 +2501,15 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  * 'mean' with no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not
  * ignore_index are an error (INVALID_LABEL).
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per sample or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ * out loss        reduction NONE: the label map's shape, N×d1×…×dk (one value per pixel);
+ *                 MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
  *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.kl_margin not a finite number >= 0, opts.lambda_same not a finite number >= 0,
@@ -2585,15 +2585,15 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  * no counted pair gives NaN and a zero gradient. Labels outside [0, C) that are not
  * ignore_index are an error (INVALID_LABEL).
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1)
- *                 with class-index targets, any shape with float targets; any strides (a crop
- *                 of a segmentation map is read in place). Pixels are grouped per sample or
- *                 over the whole batch; the target, and grad_input, have any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
+ *                 any strides (a crop of a segmentation map is read in place). Pixels are
+ *                 grouped per sample or over the whole batch; the target, and grad_input, have
+ *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: one value per group (and class), the shape the loss's formula
- *                 gives; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
+ * out loss        reduction NONE: the label map's shape, N×d1×…×dk (one value per pixel);
+ *                 MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
  *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.kernel_size not an integer in [1, 7], a non-finite scale), SHAPE, DTYPE,

@@ -158,12 +158,16 @@ local SHAPE = {
       "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
   region = {
-    input = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d) with class-index " ..
-      "targets, any shape with float targets; any strides (a crop of a segmentation map is read in " ..
-      "place).  Pixels are grouped per sample or over the whole batch; the target, and grad_input, " ..
-      "have any strides too.",
-    loss = "reduction NONE: one value per group (and class), the shape the loss's formula gives; " ..
-      "MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on the input's device.",
+    -- by the target's kind: class indices, or float targets of the input's shape
+    input = {
+      index = "logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= %d), any strides (a crop " ..
+        "of a segmentation map is read in place).  Pixels are grouped per sample or over the whole batch; " ..
+        "the target, and grad_input, have any strides too.",
+      elementwise = "logits, f32/f16/bf16/f64, any shape (one sigmoid per element) and any strides (a crop " ..
+        "of a segmentation map is read in place).  The elements are grouped per sample or over the whole " ..
+        "input; the target, and grad_input, have any strides too.",
+    },
+    -- loss: from the description's loss_groups (REGION_NONE below)
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
     fuzz = { input = { "NCd", "f" }, loss = { "|C|NC|N|1", "a" }, grad_loss = { "|C|NC|N|1", "a|f" },
              grad_input = { "NCd", "x" },
@@ -187,7 +191,12 @@ local SHAPE = {
 }
 
 -- What the input and the target hold: the description's own text, else the shape's.
-local function input_doc(d) return d.input_doc or SHAPE[d.shape].input:format(d.min_classes) end
+local function input_doc(d)
+  if d.input_doc then return d.input_doc end
+  local text = SHAPE[d.shape].input
+  if type(text) == "table" then text = text[d.target] or text[1] end
+  return text:format(d.min_classes)
+end
 local function target_doc(d) return d.target_doc or TARGET_DOC[d.target] end
 
 -- The loss and upstream gradient of a loss of several inputs whose layout is not the
@@ -206,7 +215,21 @@ local LAYOUT = {
     grad_loss = "NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or f64.",
   },
 }
-local function loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).loss end
+-- The region shape's loss of 'none', by what its groups are (description field loss_groups).
+local REGION_NONE = {
+  class = "one value per class, [C] (or [N, C] per sample with per_image)",
+  sample = "one value per sample, [N]",
+  batch = "one value for the batch, [1]",
+  sample_or_batch = "[N] (one value per sample) with per_sample, else [1]",
+  pixel = "the label map's shape, N×d1×…×dk (one value per pixel)",
+}
+local function loss_doc(d)
+  if d.shape == "region" and not d.input_layout then
+    return "reduction NONE: " .. REGION_NONE[d.loss_groups] .. "; MEAN / SUM: a 0-d or 1-element tensor.  " ..
+      "f32 (f64 for f64 input), on the input's device."
+  end
+  return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).loss
+end
 local function grad_loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).grad_loss end
 
 local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },

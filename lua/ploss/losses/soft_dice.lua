@@ -29,7 +29,8 @@ With num = 2A + smooth and den = B + smooth of the element's group,
 2y·s(1 − s)/den (finite for every p > 0).]],
   notes = [[
 Unlike the reference's third version, the labels are raised to p in the denominator and
-every group gets its gradient whatever its size.  An empty input gives 0 with smooth > 0
-(NaN with smooth = 0).  Targets are not checked: y^p of a negative target is NaN for a
+every group gets its gradient whatever its size.  An empty group gives 0 with smooth > 0
+(NaN with smooth = 0); with per_sample an empty batch has no group: 'mean' is NaN (the
+mean of nothing, as in PyTorch), 'sum' 0 and 'none' an empty tensor.  Targets are not checked: y^p of a negative target is NaN for a
 non-integer p.]],
 }
