@@ -29,19 +29,9 @@ local close = H.assert_close_scaled
 local OPTIONS = { {}, { label_smoothing = 0.1 }, { softcap = 3, z_loss = 1e-3 },
                   { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 } }
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local label = H.options_label
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra or {}) do r[k] = v end
-  return r
-end
+local with = H.with
 
 -- f64 CPU hidden rows (scaled by 1/√D) and weight rows, labels with every
 -- `ignore_every`-th row ignored.

@@ -31,19 +31,9 @@ local KINDS = {
   { kind = "combined_margin", options = { { s = 32, m1 = 1, m2 = 0.3, m3 = 0.2 }, { s = 8, m1 = 2, m2 = 0.1, m3 = 0.05 } } },
 }
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local label = H.options_label
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra or {}) do r[k] = v end
-  return r
-end
+local with = H.with
 
 -- f64 CPU embeddings and centres, labels with every `ignore_every`-th row ignored.
 local function inputs(n, C, D, seed, ignore_every)

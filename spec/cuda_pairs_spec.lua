@@ -25,19 +25,9 @@ local OPTION_SETS = {
   { soft_margin = true, swap = true, eps = 0 },
 }
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local label = H.options_label
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra) do r[k] = v end
-  return r
-end
+local with = H.with
 
 -- f64 CPU triplets; positives near their anchors in every other row (active and inactive hinges)
 local function triplets(n, d, seed)

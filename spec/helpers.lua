@@ -561,4 +561,22 @@ function H.check_fused_scale(fname, x, y, opts, loss_sizes, label, rtol)
   H.assert_close(gf, F[fname .. "_backward"](x, y, up, opts), { rtol = rtol, atol = 1e-15, what = label .. " fused" })
 end
 
+--- A copy of the options `o` with the fields of `extra` (optional) set over them.
+function H.with(o, extra)
+  local r = {}
+  for k, v in pairs(o) do r[k] = v end
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+
+--- The options `o` as sorted "{k=v, …}" text for assertion messages, without the key `skip`.
+function H.options_label(o, skip)
+  local parts = {}
+  for k, v in pairs(o) do
+    if k ~= skip then parts[#parts + 1] = k .. "=" .. tostring(v) end
+  end
+  table.sort(parts)
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
 return H

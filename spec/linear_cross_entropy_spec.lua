@@ -13,19 +13,9 @@ local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra or {}) do r[k] = v end
-  return r
-end
+local with = H.with
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local label = H.options_label
 
 local function rows(t) return t:to("cpu"):double():totable() end
 

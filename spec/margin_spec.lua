@@ -26,19 +26,9 @@ local F = ploss.F
 
 local PI = math.pi
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra or {}) do r[k] = v end
-  return r
-end
+local with = H.with
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do if k ~= "reduction" then parts[#parts + 1] = k .. "=" .. tostring(v) end end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local function label(o) return H.options_label(o, "reduction") end
 
 -- The margin of a criterion's options as (s, m1, m2, m3, easy).
 local function margin_of(kind, o)

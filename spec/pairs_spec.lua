@@ -118,19 +118,9 @@ local OPTION_SETS = {
   { soft_margin = true, eps = 0, swap = true },
 }
 
-local function label(o)
-  local parts = {}
-  for k, v in pairs(o) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local label = H.options_label
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra) do r[k] = v end
-  return r
-end
+local with = H.with
 
 describe("TripletMarginLoss", function()
   it("gives the values derived by hand (3-4-5 distances, eps = 0)", function()

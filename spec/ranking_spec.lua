@@ -19,12 +19,7 @@ local F = ploss.F
 local REDUCTIONS = { "none", "mean", "sum" }
 local NAN = 0 / 0
 
-local function with(o, extra)
-  local r = {}
-  for k, v in pairs(o) do r[k] = v end
-  for k, v in pairs(extra) do r[k] = v end
-  return r
-end
+local with = H.with
 
 local function reduce(losses, reduction)
   if reduction == "none" then return losses end

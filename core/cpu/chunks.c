@@ -20,6 +20,20 @@ double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double s
     return up;
 }
 
+void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
+                                const double *losses, int64_t N, double divisor)
+{
+    if (reduction == PLOSS_REDUCTION_NONE) {
+        for (int64_t i = 0; i < N; ++i)
+            ploss_store(loss, dtype, i * l_sn, losses[i]);
+        return;
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < N; ++i)
+        s += losses[i];
+    ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
+}
+
 int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
                                int64_t ignore_index)
 {

@@ -29,6 +29,11 @@ double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double s
 int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
                                int64_t ignore_index);
 
+/* The loss from N per-row losses kept by a backend: each row's at loss[i·l_sn] for NONE,
+ * else their sum in row order, divided by `divisor` for MEAN (0/0: NaN, as PyTorch). */
+void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
+                                const double *losses, int64_t N, double divisor);
+
 /* Scratch of one backend call, all of it taken by ploss_cpu_rows_alloc. */
 typedef struct {
     int nthreads;     /* team size the rows were sized for: omp_get_max_threads() at alloc */

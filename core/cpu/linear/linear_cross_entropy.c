@@ -119,17 +119,8 @@ ploss_status ploss_cpu_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear
         return st;
     }
 
-    if (want_loss) {
-        if (none) {
-            for (int64_t i = 0; i < N; ++i)
-                ploss_store(p->loss, p->loss_dtype, i * p->l_sn, losses[i]);
-        } else {
-            double s = 0.0;
-            for (int64_t i = 0; i < N; ++i)
-                s += losses[i];
-            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
-        }
-    }
+    if (want_loss)
+        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, divisor);
     if (want_grad) {
 #pragma omp parallel for schedule(static) if (N * D > 65536)
         for (int64_t i = 0; i < N; ++i)

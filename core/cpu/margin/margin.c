@@ -175,17 +175,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
         return st;
     }
 
-    if (want_loss) {
-        if (none) {
-            for (int64_t i = 0; i < N; ++i)
-                ploss_store(p->loss, p->loss_dtype, i * p->l_sn, losses[i]);
-        } else {
-            double s = 0.0;
-            for (int64_t i = 0; i < N; ++i)
-                s += losses[i];
-            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
-        }
-    }
+    if (want_loss)
+        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, divisor);
     if (want_grad) {
         normalisation_backward(&p->grad_x, p->dtype, NULL, N, D, gx, xh, rx);
         normalisation_backward(&p->grad_w, p->dtype, p->class_pos, p->C, D, gw, wh, rw);

@@ -119,17 +119,8 @@ ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
         const double lr = row_lse[i] - diag[i], lc = col_m[i] + log(col_s[i]) - diag[i];
         losses[i] = p->symmetric ? 0.5 * (lr + lc) : lr;
     }
-    if (want_loss) {
-        if (none) {
-            for (int64_t i = 0; i < N; ++i)
-                ploss_store(p->loss, p->loss_dtype, i * p->l_sn, losses[i]);
-        } else {
-            double s = 0.0;
-            for (int64_t i = 0; i < N; ++i)
-                s += losses[i];
-            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? s / (double)N : s);
-        }
-    }
+    if (want_loss)
+        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, (double)N);
     if (!want_grad)
         return ploss_free(ctx, ws);
 
