@@ -118,7 +118,7 @@ ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_re
     }
     if (v->numel == 1 && v->ndim <= 1)
         return PLOSS_OK;
-    return ploss_check_shape_error(name, "a 0-d or 1-element tensor (reduction mean or sum)", v);
+    return ploss_check_shape_error(name, "a 0-d tensor or shape [1] (reduction mean or sum)", v);
 }
 
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name)

@@ -2782,9 +2782,9 @@ ploss_status ploss_cosine_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor 
 
 /* ---- Combined margin softmax loss ------------------------------------------------------ */
 
-/** How the class centres lie in the margin losses' weight.
- *   CXD              C×D, one centre per row (the convention of nn.Linear's weight)
- *   DXC              D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)
+/** How the rows of weight (class centres, or a vocabulary's rows) lie in it.
+ *   CXD              C×D, one per row (the convention of nn.Linear's weight)
+ *   DXC              D×C, one per column (the D×C matrix of pytorch-loss's AMSoftmax)
  */
 typedef enum ploss_weight_layout {
     PLOSS_WEIGHT_LAYOUT_CXD = 0,
@@ -3180,27 +3180,32 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * ignored. The logits are computed tile by tile (a matrix product per tile of rows) and turned
  * into their gradient in place; the BT×V logits are never all stored.
  *
- * Called as crit(hidden, weight, labels): both get a gradient (a criterion's field grad_weight,
- * set to a V×H tensor, receives the weight's, added to it with accumulate). No gradient
+ * Called as crit(hidden, weight, labels): both get a gradient. To have a gradient written into
+ * a tensor of yours, set the criterion's field of its name (crit.grad_weight = t, of weight's
+ * shape; crit.grad_hidden likewise) or pass it to ploss.F.linear_cross_entropy_fused /
+ * _backward as the option grad_weight / grad_hidden; with accumulate the weight's gradient is
+ * added to that tensor (to the criterion's own buffer when none is given: then it sums over
+ * calls until you zero it), as a loop of gradient accumulation needs. The gradients may be f32
+ * tensors for f16/bf16 inputs (a mixed-precision step's), accumulated unrounded. No gradient
  * filtering: every softmax entry counts. CUDA: the logit tile is computed by cuBLAS in the
  * inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row engine
  * turns it into its gradient in place (fp32 row statistics), and the two gradient products read
- * it. A 16-bit weight gradient is rounded to its dtype once per tile of rows, which shrinks its
- * small components by about 0.2 % per tile; the gradients may be f32 tensors for f16/bf16
- * inputs (a mixed-precision step's), accumulated unrounded. The workspace is the tile (at most
- * 512 MiB by default) plus O(BT); inputs and outputs whose rows are not contiguous are staged
- * through copies, and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is
- * several times slower on such products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA;
- * f64 is CPU only. The CPU works in f64 (OpenBLAS) whatever the dtype. No state is kept:
- * backward recomputes the tiles.
+ * it; a 16-bit weight gradient is rounded to its dtype once per tile of rows there, which
+ * shrinks its small components by about 0.2 % per tile (f32 gradients do not round; the CPU
+ * works in f64 and rounds once). The workspace is the tile (at most 512 MiB by default) plus
+ * O(BT); inputs and outputs whose rows are not contiguous are staged through copies, and so is
+ * the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such
+ * products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only. hidden is
+ * BT×H: flatten a B×T×H batch (and its B×T labels) first. No state is kept: backward
+ * recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
- *                 only), any strides; hidden and weight of one dtype and one H, V >= 2.
+ *                 only), any strides; hidden and weight of one dtype and one H.
  * in  weight      V×H output projection, one row per vocabulary entry (nn.Linear's weight;
  *                 H×V with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
- *                 strides; hidden and weight of one dtype and one H, V >= 2.
- * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
- *                 ignore_index.
+ *                 strides; hidden and weight of one dtype and one H.
+ * in  labels      Labels: one class index per row of hidden (a token): shape BT, i64 or i32,
+ *                 values in [0, V) or ignore_index.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows

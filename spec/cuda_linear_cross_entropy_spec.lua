@@ -238,7 +238,7 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
     local g1, g2 = ploss.empty({ 4, 3 }, { device = DEV }), ploss.empty({ 5, 3 }, { device = DEV })
     local fo = { out = out, grad_hidden = g1, grad_weight = g2 }
     H.expect_error(function() F.linear_cross_entropy_fused(x, ploss.randn({ 5, 4 }):to(DEV), y, fo) end,
-      "weight: expected C×3 vocabulary rows", out, g1, g2)
+      "weight: expected V×3 vocabulary rows (one per row; H = 3 as hidden)", out, g1, g2)
     H.expect_error(function() F.linear_cross_entropy_fused(x, w, y, with(fo, { z_loss = -1 })) end, "opts.z_loss",
       out, g1, g2)
     H.expect_error(function() F.linear_cross_entropy_fused(x, w:half(), y, fo) end, "weight", out, g1, g2)

@@ -344,7 +344,7 @@ describe("LinearCrossEntropyLoss", function()
     local snap = H.poison(out, g1, g2)
     local function fused(...) return F.linear_cross_entropy_fused(...) end
     H.expect_error(function() fused(x, ploss.randn({ 5, 4 }, { dtype = "f64" }), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end,
-      "weight: expected C×3 vocabulary rows")
+      "weight: expected V×3 vocabulary rows (one per row; H = 3 as hidden)")
     H.expect_error(function() fused(x, w:float(), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end, "weight")
     H.expect_error(function() fused(x, w, ploss.tensor({ 0, 1, 5, 2 }, { dtype = "i64" }), { out = out, grad_hidden = g1, grad_weight = g2 }) end,
       "labels: class index 5 at row 2")
@@ -356,5 +356,24 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
       "grad_weight")
     H.assert_untouched(snap)
+  end)
+
+  it("refuses call options and arguments its pass does not take", function()
+    local x, w, y = inputs(4, 5, 3, 73)
+    local crit = ploss.LinearCrossEntropyLoss()
+    H.expect_error(function() crit:forward(x, w, y, 3) end, "LinearCrossEntropyLoss:forward: takes 3 arguments, got 4")
+    H.expect_error(function() crit(x, w, y, math.huge) end, "scale: inf is not a finite number")
+    H.expect_error(function() crit(x, w, y, 0 / 0) end, "scale: NaN is not a finite number")
+    H.expect_error(function() ploss.LinearCrossEntropyLoss { reduction = "none" }:backward(x, w, y, 2) end,
+      "gradOutput: a number is the upstream gradient of a reduced loss")
+    H.expect_error(function() F.linear_cross_entropy_backward(x, w, y, 1, { scale = 3 }) end, "scale")
+    H.expect_error(function() F.linear_cross_entropy(x, w, y, { grad_weight = ploss.empty({ 5, 3 }, { dtype = "f64" }) }) end,
+      "grad_weight")
+    H.expect_error(function() F.linear_cross_entropy_backward(x, w, y, 1, { out = ploss.empty({}, { dtype = "f64" }) }) end,
+      "out")
+    H.expect_error(function() F.cross_entropy_backward(ploss.randn({ 2, 3 }, { dtype = "f64" }),
+      ploss.tensor({ 0, 1 }, { dtype = "i64" }), 1, { scale = 2 }) end, "scale")
+    H.expect_error(function() crit:backward(x, w, y, ploss.ones({ 1, 1 }, { dtype = "f64" })) end,
+      "grad_loss: expected a 0-d tensor or shape [1] (reduction mean or sum), got f64[1, 1]")
   end)
 end)

@@ -735,7 +735,7 @@ local function gen_docs()
       for _, i in ipairs(d.inputs) do grads[#grads + 1] = i.grad end
       w("")
       w("`crit:forward(%s)` returns the loss, `crit:backward(%s [, gradOutput])` the gradients " ..
-        "%s (one per embedding input, in argument order), and `crit(%s [, scale])` the loss " ..
+        "%s (one per input, in argument order), and `crit(%s [, scale])` the loss " ..
         "followed by those gradients from one fused pass; `ploss.F.%s_backward(%s, gradOutput, " ..
         "opts)` and `_fused(%s, opts)` return the same.", call_args, call_args, table.concat(grads, ", "),
         call_args, d.name, call_args, call_args)

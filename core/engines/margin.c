@@ -239,11 +239,13 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     /* the centres' axis and the features' axis of weight */
     const int dxc = o->weight_layout == PLOSS_WEIGHT_LAYOUT_DXC, ac = dxc ? 1 : 0, ad = dxc ? 0 : 1;
     if (w.ndim != 2 || w.shape[ad] != D) {
+        /* the linear cross-entropy's sizes are the vocabulary V and the hidden size H */
+        const char *cl = linear ? "V" : "C", *dl = linear ? "H" : "D";
         if (dxc)
-            snprintf(want, sizeof want, "%lld×C %s (one per column, weight_layout DxC; D = %lld as %s)",
-                     (long long)D, rows_of_w, (long long)D, xn);
+            snprintf(want, sizeof want, "%lld×%s %s (one per column, weight_layout DxC; %s = %lld as %s)",
+                     (long long)D, cl, rows_of_w, dl, (long long)D, xn);
         else
-            snprintf(want, sizeof want, "C×%lld %s (one per row; D = %lld as %s)", (long long)D, rows_of_w,
+            snprintf(want, sizeof want, "%s×%lld %s (one per row; %s = %lld as %s)", cl, (long long)D, rows_of_w, dl,
                      (long long)D, xn);
         return ploss_check_shape_error(wn, want, &w);
     }

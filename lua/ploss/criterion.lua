@@ -297,7 +297,17 @@ local function grad_loss_tensor(d, o, input, gradOutput, buf)
   return gradOutput
 end
 
-local FUNCTIONAL_KEYS = { out = true, grad_input = true, scale = true }
+-- The call options of the functional API of a one-input loss besides the loss's own, by
+-- pass: forward the loss tensor (out), backward the gradient (grad_input), fused all and
+-- the scale.
+local FUNCTIONAL_KEYS = {
+  forward = { out = true }, backward = { grad_input = true }, fused = { out = true, grad_input = true, scale = true },
+}
+
+-- The pass of a functional entry point from its name (<name>, _backward, _fused).
+local function pass_of(where)
+  return where:match("_backward$") and "backward" or where:match("_fused$") and "fused" or "forward"
+end
 
 -- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
 -- move; returns self), :cuda(), :cpu() and :tostring().
@@ -401,6 +411,10 @@ local function build_multi(d)
       if o.reduction == "none" then return nn.buffer(buf, none_sizes_of(x), dtype, x:device()):fill(1) end
       gradOutput = 1
     end
+    if type(gradOutput) == "number" and o.reduction == "none" and #none_sizes_of(x) > 0 then
+      ploss.raise("gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' takes " ..
+        "a tensor of the loss's shape")
+    end
     if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, x:device()):fill(gradOutput) end
     if not ploss.is_tensor(gradOutput) then
       ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
@@ -429,6 +443,10 @@ local function build_multi(d)
   end
 
   function cls:forward_tensor(...)
+    if select("#", ...) > nargs then
+      ploss.raise(string.format("%s:forward: takes %d arguments, got %d (the upstream gradient goes to backward, " ..
+        "the scale to the fused call)", d.criterion, nargs, select("#", ...)))
+    end
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local x = t.inputs[1]
@@ -491,6 +509,9 @@ local function build_multi(d)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
     if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
+    if scale ~= nil and not (scale > -math.huge and scale < math.huge) then
+      ploss.raise("scale: " .. (scale ~= scale and "NaN" or tostring(scale)) .. " is not a finite number")
+    end
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
@@ -538,12 +559,16 @@ local function build_multi(d)
 
   -- the functional API ----------------------------------------------------------------
   local F = ploss.F
-  local keys = { out = true, scale = true }
-  for _, i in ipairs(d.inputs) do keys[i.grad] = true end
+  -- the call options each function takes besides the loss's: forward the loss tensor
+  -- (out), backward the gradient tensors (grad_<input>), fused all and the scale
+  local grad_keys = {}
+  for _, i in ipairs(d.inputs) do grad_keys[i.grad] = true end
+  local keys = { forward = { out = true }, backward = grad_keys, fused = { out = true, scale = true } }
+  for k in pairs(grad_keys) do keys.fused[k] = true end
   local function fprep(where, opts, ...)
     local t = tensors_of(where, ...)
     opts = opts or {}
-    local o = resolve(d, opts, keys, where)
+    local o = resolve(d, opts, keys[pass_of(where)], where)
     check_inplace(o, where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then
       ploss.raise("scale: expected a number, got " .. type(opts.scale))
@@ -752,7 +777,7 @@ function M.build(d)
   local function fprep(where, input, target, opts)
     check_args(where, input, target)
     opts = opts or {}
-    local o = resolve(d, opts, FUNCTIONAL_KEYS, where)
+    local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then
       ploss.raise("scale: expected a number, got " .. type(opts.scale))
     end

@@ -16,10 +16,10 @@ end
 -- Declared by the first margin loss (combined_margin), named by the others.
 M.enums = {
   { ctype = "ploss_weight_layout", prefix = "PLOSS_WEIGHT_LAYOUT_", count = "PLOSS_WEIGHT_LAYOUT_COUNT",
-    doc = "How the class centres lie in the margin losses' weight.",
+    doc = "How the rows of weight (class centres, or a vocabulary's rows) lie in it.",
     values = {
-      { "CxD", "CXD", "C×D, one centre per row (the convention of nn.Linear's weight)" },
-      { "DxC", "DXC", "D×C, one centre per column (the D×C matrix of pytorch-loss's AMSoftmax)" },
+      { "CxD", "CXD", "C×D, one per row (the convention of nn.Linear's weight)" },
+      { "DxC", "DXC", "D×C, one per column (the D×C matrix of pytorch-loss's AMSoftmax)" },
     } },
 }
 
