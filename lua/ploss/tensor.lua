@@ -1015,13 +1015,23 @@ end
 
 direct_ctype = { f32 = "float *", f64 = "double *", i64 = "int64_t *", i32 = "int32_t *", u8 = "uint8_t *" }
 
+-- Tensors whose buffers are being read through a raw pointer.  A raw pointer does not keep
+-- its tensor alive: `x:to('f16'):flat()` leaves the converted tensor referenced by nothing
+-- once host_values has its pointer (a tail call drops the last frame that held it), and a
+-- garbage collection during the read (the output table grows) would free the buffer under
+-- the loop.  Listed here for the read, the tensor stays reachable.
+local reading = {}
+
 -- Element values in row-major order as a flat Lua array (a host read: on CUDA this
 -- synchronises and reports the device error slot).
 local function host_values(t)
   local direct = direct_ctype[t:dtype()]
   if direct and not t:is_cuda() and t:is_contiguous() then
     -- a dense host tensor of a C type: read it in place
-    return read_values(t:dl().data, t:dtype(), tonumber(t.n))
+    reading[t] = true
+    local out = read_values(t:dl().data, t:dtype(), tonumber(t.n))
+    reading[t] = nil
+    return out
   end
   local staging = dtype_of(t).float and "f64" or "i64"
   local host
