@@ -1,0 +1,125 @@
+/*
+ * linear_cross_entropy_impl.h — the CPU fused linear + cross-entropy for one compute type
+ * REAL (included by linear_cross_entropy.c through real_types.h: float for f32, f16 and
+ * bf16 inputs, double for f64): the operands, the logit tiles, the gradient products and
+ * their sums in REAL (OpenBLAS sgemm / dgemm), each row's softmax in double.  No include
+ * guard: included once per compute type.  Internal.
+ */
+/* Row r of a tile: its logits z (C values, capped here) become ω·∂ℓ/∂z when grad; the loss
+ * is returned.  y is a valid label.  The row's arithmetic is double whatever REAL is. */
+static double F(row_loss)(const ploss_linear_problem *p, REAL *z, int64_t C, int64_t y, int grad, double om)
+{
+    const double cap = p->softcap, eps = p->label_smoothing, zl = p->z_loss;
+    if (cap > 0.0)
+        for (int64_t j = 0; j < C; ++j)
+            z[j] = (REAL)(cap * tanh((double)z[j] / cap));
+    double M = z[0], sz = 0.0;
+    for (int64_t j = 0; j < C; ++j) {
+        M = z[j] > M ? z[j] : M;
+        sz += z[j];
+    }
+    double S = 0.0;
+    for (int64_t j = 0; j < C; ++j)
+        S += exp(z[j] - M);
+    const double lse = M + log(S);
+    double loss = (1.0 - eps) * (lse - z[y]) + zl * lse * lse;
+    if (eps != 0.0)
+        loss += eps * (lse - sz / (double)C);
+    if (grad) {
+        const double k = 1.0 + 2.0 * zl * lse, b = eps / (double)C;
+        for (int64_t j = 0; j < C; ++j) {
+            const double zj = z[j];
+            double g = exp(zj - lse) * k - b - (j == y ? 1.0 - eps : 0.0);
+            if (cap > 0.0)
+                g *= 1.0 - (zj / cap) * (zj / cap);
+            z[j] = (REAL)(om * g);
+        }
+    }
+    return loss;
+}
+
+static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear_problem *p)
+{
+    const int64_t N = p->N, C = p->C, D = p->D, ld = D > 0 ? D : 1;
+    const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int none = p->reduction == PLOSS_REDUCTION_NONE;
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : TILE_ELEMS / C;
+    B = B < 1 ? 1 : B > N ? N : B;
+    const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
+
+    /* the losses; X, W, the tile, and with gradients ∂L/∂X and ∂L/∂W — all taken before
+     * the first write to an output */
+    void *ws = NULL;
+    const size_t reals = nd + cd + (size_t)B * (size_t)C + (want_grad ? nd + cd : 0);
+    ploss_status st = ploss_alloc(ctx, (size_t)N * sizeof(double) + reals * sizeof(REAL) + 8, &ws);
+    if (st)
+        return st;
+    double *losses = ws;
+    REAL *xd = (REAL *)(losses + N), *wd = xd + nd, *tile = wd + cd;
+    REAL *gx = tile + (size_t)B * (size_t)C, *gw = gx + (want_grad ? nd : 0);
+#pragma omp parallel for schedule(static) if (N * D > 65536)
+    for (int64_t i = 0; i < N; ++i)
+        LOAD(xd + (size_t)i * (size_t)D, p->x.data, p->dtype, i * p->x.sn, p->x.sd, D);
+#pragma omp parallel for schedule(static) if (C * D > 65536)
+    for (int64_t j = 0; j < C; ++j)
+        LOAD(wd + (size_t)j * (size_t)D, p->w.data, p->dtype, j * p->w.sn, p->w.sd, D);
+    if (want_grad)
+        memset(gw, 0, cd * sizeof(REAL));
+
+    const double divisor = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, N, 1, p->y_sn, 0,
+                                                          p->ignore_index);
+    /* the upstream factor of every row: one value, or the row's own for backward of NONE */
+    const int per_row = p->pass == PLOSS_PASS_BACKWARD && none;
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
+    for (int64_t b0 = 0; b0 < N; b0 += B) {
+        const int64_t rows = N - b0 < B ? N - b0 : B;
+        const ploss_gemm_problem zg = {.m = rows, .n = C, .k = D, .alpha = 1.0, .a = xd + (size_t)b0 * (size_t)D,
+                                       .lda = ld, .b = wd, .trans_b = 1, .ldb = ld, .ab_dtype = REAL_DTYPE,
+                                       .c = tile, .ldc = C, .c_dtype = REAL_DTYPE};
+        if ((st = ploss_cpu_gemm(ctx, &zg)))
+            break;
+#pragma omp parallel for schedule(static) if (rows * C > 65536)
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = b0 + r, y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
+            REAL *z = tile + (size_t)r * (size_t)C;
+            if (y == p->ignore_index) {
+                losses[i] = 0.0;
+                if (want_grad)
+                    memset(z, 0, (size_t)C * sizeof(REAL));
+                continue;
+            }
+            const double om = per_row ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
+            losses[i] = F(row_loss)(p, z, C, y, want_grad, om);
+        }
+        if (!want_grad || D == 0)
+            continue;
+        const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = 1.0, .a = tile, .lda = C, .b = wd,
+                                       .ldb = ld, .ab_dtype = REAL_DTYPE, .c = gx + (size_t)b0 * (size_t)D, .ldc = ld,
+                                       .c_dtype = REAL_DTYPE};
+        const ploss_gemm_problem dw = {.m = C, .n = D, .k = rows, .alpha = 1.0, .beta = 1.0, .a = tile, .trans_a = 1,
+                                       .lda = C, .b = xd + (size_t)b0 * (size_t)D, .ldb = ld, .ab_dtype = REAL_DTYPE,
+                                       .c = gw, .ldc = ld, .c_dtype = REAL_DTYPE};
+        if ((st = ploss_cpu_gemm(ctx, &dx)) || (st = ploss_cpu_gemm(ctx, &dw)))
+            break;
+    }
+    if (st) {
+        ploss_free(ctx, ws);
+        return st;
+    }
+
+    if (want_loss)
+        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, divisor);
+    if (want_grad) {
+#pragma omp parallel for schedule(static) if (N * D > 65536)
+        for (int64_t i = 0; i < N; ++i)
+            STORE(p->grad_x.data, p->gx_dtype, i * p->grad_x.sn, p->grad_x.sd, D, gx + (size_t)i * (size_t)D);
+#pragma omp parallel for schedule(static) if (C * D > 65536)
+        for (int64_t j = 0; j < C; ++j) {
+            REAL *row = gw + (size_t)j * (size_t)D;
+            for (int64_t k = 0; p->accumulate && k < D; ++k)
+                row[k] = (REAL)((double)row[k] + ploss_load(p->grad_w.data, p->gw_dtype, j * p->grad_w.sn + k * p->grad_w.sd));
+            STORE(p->grad_w.data, p->gw_dtype, j * p->grad_w.sn, p->grad_w.sd, D, row);
+        }
+    }
+    return ploss_free(ctx, ws);
+}
