@@ -25,7 +25,7 @@ extern "C" {
 typedef struct ploss_linear_problem {
     ploss_pass pass;
     ploss_reduction reduction;
-    ploss_dtype dtype;             /* of x, weight and both gradients                      */
+    ploss_dtype dtype;             /* of x and weight (the gradients': gx_dtype, gw_dtype) */
     int64_t N, C, D;               /* rows, classes (the vocabulary), features             */
     ploss_pair_operand x, w;       /* x: N×D (sn, sd); w: C×D (sn along the classes)       */
     const void *labels; ploss_dtype label_dtype; int64_t y_sn;

@@ -4,14 +4,14 @@
  * problem then walks its columns), one class label per row — the margin softmax losses
  * (combined margin, AM-softmax/CosFace, ArcFace: cosines of normalised rows, a margin on the
  * target; core/engines/margin.h) and the fused linear + cross-entropy (plain products, a
- * language-model head; core/engines/linear_cross_entropy.h).  It checks every tensor of a call before
- * anything is written — x and weight (a float dtype, N×D and C×D, one dtype, the same D,
- * C >= 2), the labels (N integers; on the CPU, and on CUDA when Partial FC reads them, each
- * in [0, C) or ignore_index), the loss, the upstream gradient, one gradient per input, that
- * no output overlaps an input or another output — draws Partial FC's classes (sample_rate
- * < 1), then builds the problem and dispatches it.  The options were checked by the loss's
- * entry point (core/losses.c); a margin policy only decides which of m1, m2, m3 its options
- * fill (the rest keep the identity margin).
+ * language-model head; core/engines/linear_cross_entropy.h).  It checks every tensor of a
+ * call before anything is written — x and weight (a float dtype, N×D and C×D, one dtype,
+ * the same D, C >= 2), the labels (N integers; on the CPU, and on CUDA when Partial FC reads
+ * them, each in [0, C) or ignore_index), the loss, the upstream gradient, one gradient per
+ * input, that no output overlaps an input or another output — draws Partial FC's classes
+ * (sample_rate < 1), then builds the problem and dispatches it.  The options were checked
+ * by the loss's entry point (core/losses.c); a margin policy only decides which of m1, m2,
+ * m3 its options fill (the rest keep the identity margin).
  */
 #include <stdint.h>
 #include <stdlib.h>
