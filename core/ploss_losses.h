@@ -3205,8 +3205,8 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * in  weight      V×H output projection, one row per vocabulary entry (nn.Linear's weight;
  *                 H×V with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
  *                 strides; hidden and weight of one dtype and one H.
- * in  labels      Labels: one class index per row of hidden (a token): shape BT, i64 or i32,
- *                 values in [0, V) or ignore_index.
+ * in  labels      one class index per row of hidden (a token): shape BT, i64 or i32, values in
+ *                 [0, V) or ignore_index.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows

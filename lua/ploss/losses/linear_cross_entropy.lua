@@ -50,26 +50,27 @@ into their gradient in place; the BT×V logits are never all stored.]],
     "2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap; then " ..
     "∂L/∂hidden = G·W and ∂L/∂weight = Gᵀ·H (added to grad_weight with accumulate), accumulated " ..
     "tile by tile.  Ignored rows get a zero gradient.",
-  target_doc = "Labels: one class index per row of hidden (a token): shape BT, i64 or i32, values in " ..
-    "[0, V) or ignore_index.",
+  target_doc = "one class index per row of hidden (a token): shape BT, i64 or i32, values in [0, V) or " ..
+    "ignore_index.",
   notes = [[
 Called as crit(hidden, weight, labels): both get a gradient.  To have a gradient written
 into a tensor of yours, set the criterion's field of its name (crit.grad_weight = t, of
-weight's shape; crit.grad_hidden likewise) or pass it to ploss.F.linear_cross_entropy_fused
-/ _backward as the option grad_weight / grad_hidden; with accumulate the weight's gradient
-is added to that tensor (to the criterion's own buffer when none is given: then it sums
-over calls until you zero it), as a loop of gradient accumulation needs.  The gradients may
-be f32 tensors for f16/bf16 inputs (a mixed-precision step's), accumulated unrounded.  No
-gradient filtering: every softmax entry counts.  CUDA: the logit tile is computed by cuBLAS
-in the inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row
-engine turns it into its gradient in place (fp32 row statistics), and the two gradient
-products read it; a 16-bit weight gradient is rounded to its dtype once per tile of rows
-there, which shrinks its small components by about 0.2 % per tile (f32 gradients do not
-round; the CPU sums the tiles in f32 and rounds once).  The workspace is the tile (at most 512 MiB by
-default) plus O(BT); inputs and outputs whose rows are not contiguous are staged through
-copies, and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several
-times slower on such products).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is
-CPU only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each
-row's softmax in f64.  hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first.  No state is
-kept: backward recomputes the tiles.]],
+weight's shape; crit.grad_hidden likewise) or pass it to
+ploss.F.linear_cross_entropy_fused / _backward as the option grad_weight / grad_hidden;
+with accumulate the weight's gradient is added to that tensor (to the criterion's own
+buffer when none is given: then it sums over calls until you zero it), as a loop of
+gradient accumulation needs.  The gradients may be f32 tensors for f16/bf16 inputs (a
+mixed-precision step's), accumulated unrounded.  No gradient filtering: every softmax
+entry counts.  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
+accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
+gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
+weight gradient is rounded to its dtype once per tile of rows there, which shrinks its
+small components by about 0.2 % per tile (f32 gradients do not round; the CPU sums the
+tiles in f32 and rounds once).  The workspace is the tile (at most 512 MiB by default)
+plus O(BT); inputs and outputs whose rows are not contiguous are staged through copies,
+and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times
+slower on such products).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU
+only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's
+softmax in f64.  hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first.  No
+state is kept: backward recomputes the tiles.]],
 }
