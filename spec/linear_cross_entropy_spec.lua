@@ -257,6 +257,23 @@ describe("LinearCrossEntropyLoss", function()
     end
   end)
 
+  it("gives log V (+ z_loss·log²V) per row without features (H = 0), and empty gradients", function()
+    local x, w = ploss.empty({ 3, 0 }, { dtype = "f64" }), ploss.empty({ 5, 0 }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, -100, 4 }, { dtype = "i64" })
+    local l0 = math.log(5) + 0.5 * math.log(5) ^ 2
+    H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5, reduction = "none", label_smoothing = 0.2 }),
+      { l0, 0, l0 }, { rtol = 1e-15 })
+    H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5 }), l0, { rtol = 1e-15 })
+    H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5, reduction = "sum" }), 2 * l0, { rtol = 1e-15 })
+    local _, gx, gw = F.linear_cross_entropy_fused(x, w, y)
+    assert.are.same({ 3, 0 }, gx:size())
+    assert.are.same({ 5, 0 }, gw:size())
+    -- a million rows of broadcast labels: no tile is formed
+    local yb = ploss.tensor({ 2 }, { dtype = "i64" }):expand(1000000)
+    H.assert_close(F.linear_cross_entropy(ploss.empty({ 1000000, 0 }, { dtype = "f32" }),
+      ploss.empty({ 5, 0 }, { dtype = "f32" }), yb), math.log(5), { rtol = 1e-6 })
+  end)
+
   it("writes the weight's gradient into a given tensor, or adds it there with accumulate", function()
     local x, w, y = inputs(7, 5, 3, 43, { 2 })
     local _, gx, gw = F.linear_cross_entropy_fused(x, w, y)
