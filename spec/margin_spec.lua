@@ -333,6 +333,23 @@ describe("margin softmax losses", function()
   -- the angle's edge cases and the public bug reports
   ---------------------------------------------------------------------------------------
 
+  it("gives every row of no features (D = 0) the loss of zero embeddings, with empty gradients", function()
+    local x, w = ploss.empty({ 3, 0 }, { dtype = "f64" }), ploss.empty({ 5, 0 }, { dtype = "f64" })
+    local xz, wz = ploss.zeros({ 3, 2 }, { dtype = "f64" }), ploss.zeros({ 5, 2 }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, -100, 4 }, { dtype = "i64" })
+    for _, k in ipairs(KINDS) do
+      local o = k.options[1]
+      for _, r in ipairs { "none", "mean", "sum" } do
+        local got = F[k.kind](x, w, y, with(o, { reduction = r }))
+        local want = F[k.kind](xz, wz, y, with(o, { reduction = r }))
+        H.assert_close(r == "none" and got or { got }, r == "none" and want or { want }, { rtol = 1e-14, what = k.kind .. " " .. r })
+      end
+      local _, gx, gw = F[k.kind .. "_fused"](x, w, y, o)
+      assert.are.same({ 3, 0 }, gx:size())
+      assert.are.same({ 5, 0 }, gw:size())
+    end
+  end)
+
   it("subtracts the AM-softmax margin from the target's cosine only", function()
     -- a margin on every logit would cancel in the softmax and leave the plain loss
     local x, w, y, Y = inputs(5, 4, 3, 51)

@@ -71,8 +71,33 @@ static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, c
     }
 }
 
+/* D = 0: every cosine is 0 (the norms are clamped), so each row not ignored loses
+ * log(K − 1 + e^a) − a with a = s·φ(0), and the gradients are empty: no tile is formed
+ * (N may be huge, with broadcast labels). */
+static ploss_status no_features(const ploss_margin_problem *p)
+{
+    if (p->pass == PLOSS_PASS_BACKWARD)
+        return PLOSS_OK;
+    double dphi;
+    const double a = p->margin.s * ploss_margin_target(&p->margin, 0.0, &dphi), others = (double)(p->K - 1);
+    const double l0 = a > 0.0 ? log1p(others * exp(-a)) : log(others + exp(a)) - a;
+    if (p->reduction == PLOSS_REDUCTION_NONE) {
+        for (int64_t i = 0; i < p->N; ++i) {
+            const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
+            ploss_store(p->loss, p->loss_dtype, i * p->l_sn, y == p->ignore_index ? 0.0 : l0);
+        }
+        return PLOSS_OK;
+    }
+    const double count = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, p->N, 1, p->y_sn, 0,
+                                                        p->ignore_index);
+    ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? count * l0 / count : count * l0);
+    return PLOSS_OK;
+}
+
 ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
 {
+    if (p->D == 0)
+        return no_features(p);
     /* C: the classes of the softmax (Partial FC: the K kept ones) */
     const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
