@@ -2141,7 +2141,9 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
  * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
  * It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
- * and the gradient are computed in f64.
+ * and the gradient are computed in f64. class_ids is a set: a class listed twice counts once
+ * (Berman et al.'s loop would count it twice), and an empty list gives 0. With per_image the
+ * 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of nothing.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2226,8 +2228,8 @@ void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
  * Unlike the reference's third version, the labels are raised to p in the denominator and every
  * group gets its gradient whatever its size. An empty group gives 0 with smooth > 0 (NaN with
  * smooth = 0); with per_sample an empty batch has no group: 'mean' is NaN (the mean of nothing,
- * as in PyTorch), 'sum' 0 and 'none' an empty tensor. Targets are not checked: y^p of a
- * negative target is NaN for a non-integer p.
+ * as in PyTorch), 'sum' 0 and 'none' an empty tensor; a 0-d input is one sample of one element.
+ * Targets are not checked: y^p of a negative target is NaN for a non-integer p.
  *
  * in  input       logits, f32/f16/bf16/f64, any shape (one sigmoid per element) and any strides
  *                 (a crop of a segmentation map is read in place). The elements are grouped per
@@ -2328,7 +2330,11 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
- * = 'sudre' is an error.
+ * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
+ * loss is 0 with a zero gradient. Weights given as a Lua list must be finite and >= 0; a weight
+ * tensor's values are not checked (CUDA would have to read them on the host). With smooth = 0 a
+ * group whose pixels are all ignored gives NaN (0/0): 'mean' and 'sum' are NaN then, while its
+ * gradient is 0 and the other groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2395,7 +2401,11 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
- * = 'sudre' is an error.
+ * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
+ * loss is 0 with a zero gradient. Weights given as a Lua list must be finite and >= 0; a weight
+ * tensor's values are not checked (CUDA would have to read them on the host). With smooth = 0 a
+ * group whose pixels are all ignored gives NaN (0/0): 'mean' and 'sum' are NaN then, while its
+ * gradient is 0 and the other groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2501,10 +2511,11 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  * 'mean' with no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not
  * ignore_index are an error (INVALID_LABEL).
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
- *                 any strides (a crop of a segmentation map is read in place). Pixels are
- *                 grouped per sample or over the whole batch; the target, and grad_input, have
- *                 any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or
+ *                 N×C (one pixel per image: no neighbours), C >= 1; rank at most 4; any
+ *                 strides (a crop of a segmentation map is read in place). Each pixel is
+ *                 compared with its neighbours: one loss per pixel; the target, and grad_input,
+ *                 have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -2585,10 +2596,11 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  * no counted pair gives NaN and a zero gradient. Labels outside [0, C) that are not
  * ignore_index are an error (INVALID_LABEL).
  *
- * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
- *                 any strides (a crop of a segmentation map is read in place). Pixels are
- *                 grouped per sample or over the whole batch; the target, and grad_input, have
- *                 any strides too.
+ * in  input       logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or
+ *                 N×C (one pixel per image: no neighbours), C >= 1; rank at most 4; any
+ *                 strides (a crop of a segmentation map is read in place). Each pixel is
+ *                 compared with its neighbours: one loss per pixel; the target, and grad_input,
+ *                 have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.

@@ -1146,6 +1146,17 @@ local function window_reference(x, y, opts)
   return red == "mean" and total / count or total
 end
 
+describe("segmentation losses: the edge cases of a user's review", function()
+  it("class weights given as a list: finite and >= 0", function()
+    local x, y = ploss.randn({ 2, 3, 4, 4 }, { dtype = "f64", seed = 5 }), ploss.randint(0, 3, { 2, 4, 4 }, { seed = 6 })
+    for _, name in ipairs { "generalized_soft_dice", "batch_soft_dice", "cross_entropy" } do
+      H.expect_error(function() F[name](x, y, { weight = { 1, 0 / 0, 3 } }) end, "weight: the weight nan of class 1")
+      H.expect_error(function() F[name](x, y, { weight = { 1, -2, 3 } }) end, "weight: the weight -2 of class 1")
+      H.expect_error(function() F[name](x, y, { weight = { 1, 2, math.huge } }) end, "weight: the weight inf of class 2")
+    end
+  end)
+end)
+
 describe("AffinityLoss", function()
   it("by hand: one 2×2 window of one class", function()
     -- cells 1, 0, 0, 2 (and 0 for the second class) of one label: Σ over the 16 ordered

@@ -140,9 +140,9 @@ static ploss_status check_class_ids(ploss_ctx_t *ctx, const DLTensor *ids, int l
     return PLOSS_OK;
 }
 
-/* A call without pixels: nothing to differentiate; the loss is 0 (Lovász), 1 − smooth/smooth
- * per group (Dice: 0, NaN when smooth = 0; 'mean' of no group NaN) or, for the stencils, NaN
- * ('mean' of no valid pixel) and 0. */
+/* A call without pixels: nothing to differentiate; the loss is 0 (Lovász: Berman et al.'s
+ * mean of nothing too), 1 − smooth/smooth per group (Dice: 0, NaN when smooth = 0; 'mean' of
+ * no group NaN) or, for the stencils, NaN ('mean' of no valid pixel) and 0. */
 static ploss_status no_pixel(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view *l, const ploss_loss_params *o,
                              int affinity, int dice, int64_t groups)
 {

@@ -133,6 +133,15 @@ local function resolve(d, user, extra, where)
       for i = 1, n do
         if type(v[i]) ~= "number" then ploss.raise(string.format("%s[%d]: expected a number, got %s", t.name, i, type(v[i]))) end
       end
+      if t.what == "weight" then
+        -- class weights: a NaN, an infinity or a negative weight gives no meaningful loss (a
+        -- weight tensor's values are not read on the host: CUDA would need a synchronisation)
+        for i = 1, n do
+          if not (v[i] >= 0 and v[i] < math.huge) then
+            ploss.raise(string.format("%s: the weight %s of class %d is not a finite number >= 0", t.name, show(v[i]), i - 1))
+          end
+        end
+      end
       if t.priors then
         local positive = false
         for i = 1, n do

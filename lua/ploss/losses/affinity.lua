@@ -7,6 +7,10 @@ return {
     "(local k×k windows and raw logit inner products instead of a predicted global affinity map); " ..
     "pytorch-loss AffinityLoss",
   shape = "region",
+  input_doc = "logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or N×C (one pixel per " ..
+    "image: no neighbours), C >= 1; rank at most 4; any strides (a crop of a segmentation map is read in " ..
+    "place).  Each pixel is compared with its neighbours: one loss per pixel; the target, and grad_input, " ..
+    "have any strides too.",
   policy = "affinity",
   target = "index",
   loss_groups = "pixel",

@@ -6,6 +6,10 @@ return {
   source = "Ke, Hwang, Liu, Yu, \"Adaptive Affinity Fields for Semantic Segmentation\", ECCV 2018 (the fixed " ..
     "3×3 affinity field); pytorch-loss AffinityFieldLoss for divergence = 'reference'",
   shape = "region",
+  input_doc = "logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or N×C (one pixel per " ..
+    "image: no neighbours), C >= 1; rank at most 4; any strides (a crop of a segmentation map is read in " ..
+    "place).  Each pixel is compared with its neighbours: one loss per pixel; the target, and grad_input, " ..
+    "have any strides too.",
   policy = "affinity_field",
   target = "index",
   loss_groups = "pixel",

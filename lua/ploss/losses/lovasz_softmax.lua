@@ -65,5 +65,7 @@ that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts 
 (group, class) segment at once with CUB's radix sort on (segment, error) keys and counts the
 foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
 It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
-and the gradient are computed in f64.]],
+and the gradient are computed in f64.  class_ids is a set: a class listed twice counts once
+(Berman et al.'s loop would count it twice), and an empty list gives 0.  With per_image the
+'mean' of an empty batch (no group) is 0, Berman et al.'s mean of nothing.]],
 }

@@ -31,6 +31,7 @@ With num = 2A + smooth and den = B + smooth of the element's group,
 Unlike the reference's third version, the labels are raised to p in the denominator and
 every group gets its gradient whatever its size.  An empty group gives 0 with smooth > 0
 (NaN with smooth = 0); with per_sample an empty batch has no group: 'mean' is NaN (the
-mean of nothing, as in PyTorch), 'sum' 0 and 'none' an empty tensor.  Targets are not checked: y^p of a negative target is NaN for a
+mean of nothing, as in PyTorch), 'sum' 0 and 'none' an empty tensor; a 0-d input is one
+sample of one element.  Targets are not checked: y^p of a negative target is NaN for a
 non-integer p.]],
 }
