@@ -37,6 +37,10 @@ ploss_status ploss_error(ploss_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* A double as an error message shows it: a NaN without its sign (printf's "%g" writes the
+ * sign bit, "-nan" for the NaN of 0/0). */
+static inline double ploss_shown(double v) { return v != v ? __builtin_fabs(v) : v; }
+
 /* Clear the thread's message (called on entry of public functions). */
 void ploss_clear_error(void);
 

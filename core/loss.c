@@ -23,7 +23,7 @@ ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reducti
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
                            (int)reduction);
     if (pass == PLOSS_PASS_FUSED && !isfinite(scale))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", scale);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", ploss_shown(scale));
     if (pass == PLOSS_PASS_FUSED && inplace != 0 && inplace != 1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %d is not 0 or 1", inplace);
     return PLOSS_OK;

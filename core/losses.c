@@ -52,7 +52,7 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of cross_entropy");
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", o.label_smoothing);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(o.label_smoothing));
     if ((unsigned)o.smoothing_convention >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smoothing_convention: %d is not one of pytorch (0), reference (1), uniform_others (2)", (int)o.smoothing_convention);
     const ploss_loss_params p = {
@@ -198,9 +198,9 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of sigmoid_focal");
     if (!(isfinite(o.alpha) && o.alpha <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.alpha: %g is not a finite number <= 1", o.alpha);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.alpha: %g is not a finite number <= 1", ploss_shown(o.alpha));
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", o.gamma);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
     if ((unsigned)o.convention >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.convention: %d is not one of torchvision (0), reference (1)", (int)o.convention);
     const ploss_loss_params p = {
@@ -279,7 +279,7 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of softmax_focal");
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", o.gamma);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -352,7 +352,7 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of dual_focal");
     if (!(isfinite(o.eps) && o.eps > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number > 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number > 0", ploss_shown(o.eps));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -425,7 +425,7 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of large_margin_softmax");
     if (!(isfinite(o.lam) && o.lam >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", o.lam);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", ploss_shown(o.lam));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -643,7 +643,7 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_cross_entropy");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", o.score_thresh);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", ploss_shown(o.score_thresh));
     if (o.n_min < -1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
     const ploss_loss_params p = {
@@ -704,11 +704,11 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_large_margin");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", o.score_thresh);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", ploss_shown(o.score_thresh));
     if (o.n_min < -1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
     if (!(isfinite(o.lam) && o.lam >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", o.lam);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", ploss_shown(o.lam));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -785,11 +785,11 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     if (!(isfinite(o.p) && o.p >= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", o.p);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", ploss_shown(o.p));
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -868,7 +868,7 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_hard_triplet");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     if ((unsigned)o.distance >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.distance: %d is not one of euclidean (0), squared (1), cosine (2)", (int)o.distance);
     const ploss_loss_params p = {
@@ -945,7 +945,7 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of info_nce");
     if (!(isfinite(o.temperature) && o.temperature > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", o.temperature);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", ploss_shown(o.temperature));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .temperature = o.temperature,
@@ -1021,7 +1021,7 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1087,7 +1087,7 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1153,7 +1153,7 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of distance_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1219,7 +1219,7 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of complete_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", o.eps);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     if ((unsigned)o.ciou_gradient >= 2)
@@ -1420,7 +1420,7 @@ static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of smooth_l1_loss");
     if (!(isfinite(o.beta) && o.beta >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.beta: %g is not a finite number >= 0", o.beta);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.beta: %g is not a finite number >= 0", ploss_shown(o.beta));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .beta = o.beta,
@@ -1488,7 +1488,7 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of huber_loss");
     if (!(isfinite(o.delta) && o.delta > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.delta: %g is not a finite number > 0", o.delta);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.delta: %g is not a finite number > 0", ploss_shown(o.delta));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .delta = o.delta,
@@ -1751,7 +1751,7 @@ static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, cons
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of hinge_embedding_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -1896,7 +1896,7 @@ static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     if (o.p < 1 || o.p > 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %d is not an integer in [1, 2]", (int)o.p);
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .power = o.p,
@@ -2045,9 +2045,9 @@ static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .exponent = o.p,
@@ -2124,9 +2124,9 @@ static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
     if ((unsigned)o.class_weights >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
     const ploss_loss_params p = {
@@ -2194,9 +2194,9 @@ static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const plo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", o.p);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", o.smooth);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
     if ((unsigned)o.class_weights >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
     const ploss_loss_params p = {
@@ -2275,11 +2275,11 @@ static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of affinity_field");
     if (!(isfinite(o.kl_margin) && o.kl_margin >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %g is not a finite number >= 0", o.kl_margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %g is not a finite number >= 0", ploss_shown(o.kl_margin));
     if (!(isfinite(o.lambda_same) && o.lambda_same >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %g is not a finite number >= 0", o.lambda_same);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %g is not a finite number >= 0", ploss_shown(o.lambda_same));
     if (!(isfinite(o.lambda_diff) && o.lambda_diff >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %g is not a finite number >= 0", o.lambda_diff);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %g is not a finite number >= 0", ploss_shown(o.lambda_diff));
     if ((unsigned)o.divergence >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.divergence: %d is not one of kl (0), reference (1)", (int)o.divergence);
     const ploss_loss_params p = {
@@ -2426,7 +2426,7 @@ static ploss_status margin_ranking_loss(ploss_ctx_t *ctx, ploss_pass pass, const
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of margin_ranking_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -2499,7 +2499,7 @@ static ploss_status cosine_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of cosine_embedding_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", o.margin);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -2581,19 +2581,19 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of combined_margin");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
     if (!(isfinite(o.m1) && o.m1 >= 1.0 && o.m1 <= 4.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %g is not a finite number in [1, 4]", o.m1);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %g is not a finite number in [1, 4]", ploss_shown(o.m1));
     if (!(isfinite(o.m2) && o.m2 >= 0.0 && o.m2 <= 1.5707963267948966))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %g is not a finite number in [0, 1.5707963267948966]", o.m2);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %g is not a finite number in [0, 1.5707963267948966]", ploss_shown(o.m2));
     if (!(isfinite(o.m3) && o.m3 >= 0.0 && o.m3 <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %g is not a finite number in [0, 1]", o.m3);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %g is not a finite number in [0, 1]", ploss_shown(o.m3));
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2681,15 +2681,15 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of am_softmax");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1]", o.m);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1]", ploss_shown(o.m));
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2774,15 +2774,15 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of arc_face");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", o.s);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1.5707963267948966]", o.m);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1.5707963267948966]", ploss_shown(o.m));
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", o.sample_rate);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2867,11 +2867,11 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of linear_cross_entropy");
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", o.label_smoothing);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(o.label_smoothing));
     if (!(isfinite(o.softcap) && o.softcap >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %g is not a finite number >= 0", o.softcap);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %g is not a finite number >= 0", ploss_shown(o.softcap));
     if (!(isfinite(o.z_loss) && o.z_loss >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %g is not a finite number >= 0", o.z_loss);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %g is not a finite number >= 0", ploss_shown(o.z_loss));
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)

@@ -437,7 +437,8 @@ local function check_code(w, opt)
     if opt.min ~= nil then conds[#conds + 1] = f .. " >= " .. default_c { type = "double", default = opt.min } end
     if opt.max ~= nil then conds[#conds + 1] = f .. " <= " .. default_c { type = "double", default = opt.max } end
     w("    if (!(%s))", table.concat(conds, " && "))
-    w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%g is not %s\", %s);", opt.name, r, f)
+    w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%g is not %s\", ploss_shown(%s));", opt.name,
+      r, f)
   else
     if opt.min ~= nil then conds[#conds + 1] = f .. " < " .. D.number(opt.min) end
     if opt.max ~= nil then conds[#conds + 1] = f .. " > " .. D.number(opt.max) end

@@ -99,7 +99,7 @@ ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const 
     if (opts)
         o = *opts;
     if (!(o.decay >= 0.0 && o.decay <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %g is not in [0, 1]", o.decay);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %g is not in [0, 1]", ploss_shown(o.decay));
     if (o.warmup != 0 && o.warmup != 1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.warmup: %d is not 0 or 1", o.warmup);
     if (updates < 0)

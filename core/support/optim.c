@@ -31,7 +31,7 @@ static ploss_status check_opt(double v, int ok, const char *name, const char *ra
 {
     if (isfinite(v) && ok)
         return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.%s: %g is outside %s", name, v, range);
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.%s: %g is outside %s", name, ploss_shown(v), range);
 }
 
 /* Validate param, grad and the state buffers (NULL entries absent), then fill the
