@@ -703,6 +703,82 @@ local function run_mode_multi(case, spec, mode, xs, t, base)
 end
 
 ---------------------------------------------------------------------------------------
+-- EMA of parameters (a case with kind "ema": not a loss, issue 20)
+---------------------------------------------------------------------------------------
+
+-- The tensors of an EMA case (as ema_shapes in bench/torch_bench.py): case.shape =
+-- {tensors, elements of each}; --small keeps the count and shrinks each to <= 4096.
+local function ema_shapes(case)
+  local count, each = case.shape[1], case.shape[2]
+  return count, args.small and math.min(each, 4096) or each
+end
+
+-- ploss.optim.EMA(params, {decay, warmup = false}) over the case's tensors: param j ~
+-- N(0, logit_std²) with seed + j, its shadow (written over the constructor's copy) with
+-- seed + count + j; one update of those shadows is checked (sum(s²), sum(s·p) after it,
+-- against torch_bench.py's float64 reference), then --runs updates are timed on the EMA's
+-- context's stream.  Memory: the constructor's (the shadows) and the update's own peak.
+local function run_ema(case, base)
+  local rec = {}
+  for k, v in pairs(base) do rec[k] = v end
+  rec.kind, rec.source, rec.mode = "ploss", "ploss", "update"
+  local count, each = ema_shapes(case)
+  local o = case.opts or {}
+  local opts = { decay = o.decay, warmup = o.warmup }
+  local params = {}
+  for j = 0, count - 1 do
+    params[j + 1] = ploss.randn({ each }, { dtype = case.dtype, device = device, seed = SEED + j, offset = 0, std = STD })
+  end
+  local nbytes = count * each * ploss.dtypes[case.dtype].size
+  local irec = { kind = "inputs", source = "ploss", input_bytes = nbytes, target_bytes = 0, numel = count * each,
+                 tensors = count, decay = o.decay }
+  for k, v in pairs(base) do irec[k] = v end
+  emit(irec)
+  ploss.synchronize(device)
+  local cur0 = stats()
+  ploss.reset_peak_memory(device)
+  local ema = ploss.optim.EMA(params, opts)
+  ploss.synchronize(device)
+  local cur1, peak1 = stats()
+  rec.shadows_bytes = cur1 - cur0          -- what the EMA keeps: its shadows
+  rec.construct_peak_bytes = peak1 - cur0
+  for j = 0, count - 1 do                 -- shadows that differ from the params
+    local s = ploss.randn({ each }, { dtype = case.dtype, device = device, seed = SEED + count + j, offset = 0, std = STD })
+    ema.shadows[j + 1]:copy(s)
+    s:free()
+  end
+  ploss.synchronize(device)
+  local ctx = params[1]:context()
+  local stream = C.ploss_ctx_stream(ctx)
+  local cur2 = stats()
+  ploss.reset_peak_memory(device)
+  local free0 = mem_free()
+  ema:update()                            -- the checked update
+  sync(ctx)
+  local _, peak2 = stats()
+  rec.peak_extra_bytes = peak2 - cur2     -- the update's own memory (none expected)
+  rec.workspace_peak_bytes = rec.peak_extra_bytes
+  if on_cuda then rec.meminfo_delta_bytes = free0 - mem_free() end
+  if args.checksums then
+    rec.grad_sq, rec.grad_dot_x = 0, 0
+    for j = 1, count do
+      local sq, dot = checksums(params[j], ema.shadows[j])
+      rec.grad_sq, rec.grad_dot_x = rec.grad_sq + sq, rec.grad_dot_x + dot
+    end
+  end
+  local body = function() ema:update() end
+  timed_runs(args.warmup, stream, body)
+  for k, v in pairs(summarize(timed_runs(args.runs, stream, body))) do rec[k] = v end
+  sync(ctx)
+  rec.decay = ema:decay()
+  rec.api = "ploss.optim.EMA(params, {decay = " .. tostring(o.decay) .. ", warmup = " .. tostring(o.warmup) ..
+    "}):update()"
+  for _, s in ipairs(ema.shadows) do s:free() end
+  for _, p in ipairs(params) do p:free() end
+  return rec
+end
+
+---------------------------------------------------------------------------------------
 -- Copy bandwidth (cross-check of the torch side's number)
 ---------------------------------------------------------------------------------------
 
@@ -756,7 +832,17 @@ local only = {}
 for id in args.only:gmatch("[^,]+") do only[id] = true end
 local t_all = now_ms()
 for _, case in ipairs(spec_file.cases) do
-  if next(only) == nil or only[case.id] then
+  if (next(only) == nil or only[case.id]) and case.kind == "ema" then
+    local count, each = ema_shapes(case)
+    local base = { case = case.id, family = "ema", shape = { count, each }, dtype = case.dtype }
+    local ok, r = pcall(run_ema, case, base)
+    if not ok then
+      r = { kind = "ploss", source = "ploss", mode = "update", error = tostring(r) }
+      for k, v in pairs(base) do r[k] = v end
+    end
+    emit(r)
+    collectgarbage()
+  elseif next(only) == nil or only[case.id] then
     local shape = args.small and small_shape(case.shape) or case.shape
     local base = { case = case.id, family = case.loss, shape = shape, dtype = case.dtype }
     local spec = find_spec(case.loss)

@@ -59,7 +59,8 @@ GRAD_TOL = {"f64": 1e-9, "f32": 1e-5, "bf16": 1e-3, "f16": 1e-4}
 # Each takes (N, D, C), C the rows of the last input (N for the losses of N×D inputs only).
 FLOPS = {"batch_hard_triplet": lambda n, d, c: 2.0 * n * n * d,
          "info_nce": lambda n, d, c: 6.0 * n * n * d,
-         "arc_face": lambda n, d, c: 6.0 * n * c * d}
+         "arc_face": lambda n, d, c: 6.0 * n * c * d,
+         "am_softmax": lambda n, d, c: 6.0 * n * c * d}
 # The fused linear + cross-entropy losses (hidden BT×H and weight V×H, labels): their own
 # table, "Fused linear + cross-entropy", against the GEMM floor (the `gemm3` record of
 # torch_bench.py: the three products logits = h·Wᵀ, G·W and Gᵀ·h timed with torch.matmul)
@@ -213,6 +214,7 @@ def build(args):
     bw = (tbw or pbw or {}).get("gbps")  # GB/s, bytes read + written
     torch_runs, torch_ref = index(trecs, "torch"), index(trecs, "ref")
     gemms = index(trecs, "gemm")
+    gemm_refs, sorts = index(trecs, "gemm3"), index(trecs, "sort")  # the issue targets' references
     tin, pin = index(trecs, "inputs"), index(precs, "inputs")
     pruns = index(precs, "ploss")
     tskip, pskip = index(trecs, "skip"), index(precs, "skip")
@@ -295,12 +297,22 @@ def build(args):
     hdr = ("| case | ploss fused | ploss fwd+bwd | eager | compile | Liger | Liger ÷ ploss | floor | % floor | "
            "mem ploss | mem ploss in place | mem eager | mem compile | mem Liger | loss Δ | grad Δ | target | "
            "status |")
+    if any(c.get(k) is not None for c in cases for k in ("target_floor_x", "target_gemm_x", "target_sort_x",
+                                                             "target_workspace_x", "target_workspace_mib",
+                                                             "target_workspace_row_bytes", "target_vs_case")):
+        L.append("Issue targets against a reference of the same run: *× floor* (ploss fused over the floor column), "
+                 "*× GEMM(s)* (over the products alone, timed with torch.matmul on the case's operands: the batch-hard "
+                 "triplet loss's X·Xᵀ, the three products of InfoNCE and the margin losses), *× sort* (over one torch.sort "
+                 "of C·N·H·W float32 keys with their indices: CUB's radix sort of (key, index) pairs on CUDA), "
+                 "*workspace* (ploss's own memory in the fused call beyond the outputs its caller allocates), "
+                 "*× case* (over the named case's ploss fused time); each measure is in the case's details.")
+        L.append("")
     L.append(hdr)
     L.append("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
 
     details, skipped, verdicts = [], [], []
     for c in cases:
-        if c["loss"] in LINEAR_LOSSES:  # their own table, linear_section()
+        if c["loss"] in LINEAR_LOSSES or c.get("kind") == "ema":  # their own tables
             continue
         cid = c["id"]
         pf, pfb, pip = pruns.get((cid, "fused")), pruns.get((cid, "fwd_bwd")), pruns.get((cid, "inplace"))
@@ -325,7 +337,8 @@ def build(args):
         gm = gemms.get((cid, "gemm"))
         run_dims = inp.get("shape") or c["shape"]
         shapes = inp.get("input_shapes") or (tin.get((cid, None)) or {}).get("input_shapes") or [run_dims]
-        if c["loss"] in FLOPS and len(run_dims) == 2:
+        partial = float((c.get("opts") or {}).get("sample_rate", 1.0) or 1.0) < 1.0  # Partial FC: fewer FLOPs
+        if c["loss"] in FLOPS and len(run_dims) == 2 and not partial:
             flops = FLOPS[c["loss"]](run_dims[0], run_dims[1], shapes[-1][0])
             if gm and gm.get("tflops"):
                 flop_floor = flops / (gm["tflops"] * 1e12) * 1e3
@@ -384,6 +397,53 @@ def build(args):
             pe = pip.get("peak_extra_bytes") if pip else None
             if pe is None or pe > tip * (1 << 20):
                 missed.append(f"in place {fmt_bytes(pe)}")
+        # the issue targets stated against a reference measured in the same run
+        gref, sref = gemm_refs.get((cid, "gemm3")), sorts.get((cid, "sort"))
+        gref_ms = gref.get("ms_median") if gref and not gref.get("error") else None
+        sref_ms = sref.get("ms_median") if sref and not sref.get("error") else None
+        tfx, tgx, tsx = c.get("target_floor_x"), c.get("target_gemm_x"), c.get("target_sort_x")
+        if tfx is not None:
+            tparts.append(f"≤ {tfx:g}× floor")
+            if fused_ms is None or floor is None:
+                missed.append("÷ floor not measured")
+            elif fused_ms > tfx * floor:
+                missed.append(f"{fused_ms / floor:.2f}× floor")
+        if tgx is not None:
+            tparts.append(f"≤ {tgx:g}× GEMM{'s' if (gref or {}).get('products', 3) > 1 else ''}")
+            if fused_ms is None or gref_ms is None:
+                missed.append("÷ GEMM not measured")
+            elif fused_ms > tgx * gref_ms:
+                missed.append(f"{fused_ms / gref_ms:.2f}× GEMM")
+        if tsx is not None:
+            tparts.append(f"≤ {tsx:g}× sort")
+            if fused_ms is None or sref_ms is None:
+                missed.append("÷ sort not measured")
+            elif fused_ms > tsx * sref_ms:
+                missed.append(f"{fused_ms / sref_ms:.2f}× sort")
+        ws = pf.get("workspace_peak_bytes") if pf else None
+        twx, twm, twr = c.get("target_workspace_x"), c.get("target_workspace_mib"), c.get("target_workspace_row_bytes")
+        if twx is not None:
+            tparts.append(f"workspace ≤ {twx:g}× input")
+            if ws is None or in_bytes is None or ws > twx * in_bytes + MEM_SLACK_BYTES:
+                missed.append(f"workspace {fmt_x(ws / in_bytes if ws is not None and in_bytes else None)}")
+        if twm is not None:
+            tparts.append(f"workspace ≤ {twm:g} MiB")
+            if ws is None or ws > twm * (1 << 20):
+                missed.append(f"workspace {fmt_bytes(ws)}")
+        if twr is not None:
+            rows_n = run_dims[0] if run_dims else None
+            tparts.append(f"workspace ≤ {twr:g} B/row (O(N))")
+            if ws is None or not rows_n or ws > twr * rows_n + MEM_SLACK_BYTES:
+                missed.append(f"workspace {fmt_bytes(ws)}" + (f" = {ws / rows_n:.0f} B/row" if ws is not None and rows_n else ""))
+        vs_id, tvx = c.get("target_vs_case"), c.get("target_vs_x")
+        vs_pf = pruns.get((vs_id, "fused")) if vs_id else None
+        vs_ms = vs_pf.get("ms_median") if vs_pf and not vs_pf.get("error") else None
+        if vs_id and tvx is not None:
+            tparts.append(f"≤ {tvx:g}× {vs_id}")
+            if fused_ms is None or vs_ms is None:
+                missed.append(f"{vs_id} not run")
+            elif fused_ms > tvx * vs_ms:
+                missed.append(f"{fused_ms / vs_ms:.2f}× {vs_id}")
         pskip_r = pskip.get((cid, None))
         if wrong:
             status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
@@ -484,6 +544,37 @@ def build(args):
                         line += " (GEMM rate not measured)"
                     line += "; the table's floor: " + ("the FLOPs" if flop_bound else "the bytes")
                 d.append(line)
+        if gref:
+            d.append("")
+            if gref.get("error"):
+                d.append(f"GEMM reference: not measured ({gref['error'][:200]})")
+            else:
+                prods = ("X·Xᵀ alone" if gref.get("products") == 1 else
+                         f"the three products (S = A·Bᵀ {fmt_ms(gref.get('ms_logits'))} ms, G·B "
+                         f"{fmt_ms(gref.get('ms_grad_hidden'))} ms, Gᵀ·A {fmt_ms(gref.get('ms_grad_weight'))} ms)")
+                d.append(f"GEMM reference (the issue target's): {prods} with torch.matmul, {gref.get('gemm_dtype')} in "
+                         f"and out, back to back, median of {gref.get('runs')}: **{fmt_ms(gref_ms)} ms** "
+                         f"({(gref.get('flops') or 0) / 1e12:.4g} TFLOP at {(gref.get('tflops') or 0):.4g} TFLOP/s); "
+                         f"ploss fused ÷ GEMM = " + (f"{fused_ms / gref_ms:.3f}×" if fused_ms and gref_ms else "—") + ".")
+        if sref:
+            d.append("")
+            if sref.get("error"):
+                d.append(f"Sort reference: not measured ({sref['error'][:200]})")
+            else:
+                d.append(f"Sort reference (the issue target's): `{sref.get('api')}` of {sref.get('keys')} float32 keys "
+                         f"(C·N·H·W) — on CUDA PyTorch runs CUB's radix sort of (key, index) pairs "
+                         f"(cub::DeviceRadixSort::SortPairs) for it — median of {sref.get('runs')}: "
+                         f"**{fmt_ms(sref_ms)} ms** (p10–p90 {fmt_ms(sref.get('ms_p10'))}–{fmt_ms(sref.get('ms_p90'))}); "
+                         f"ploss fused ÷ sort = " + (f"{fused_ms / sref_ms:.3f}×" if fused_ms and sref_ms else "—") + ".")
+        if pf and (twx is not None or twm is not None or twr is not None):
+            d.append("")
+            d.append(f"ploss's own workspace in the fused call (beyond the outputs its caller allocates: gradients, "
+                     f"loss): {fmt_bytes(ws)}" + (f" = {ws / in_bytes:.2f}× the input" if ws is not None and in_bytes else "")
+                     + (f", {ws / run_dims[0]:.0f} B per row" if ws is not None and twr is not None and run_dims else ""))
+        if vs_id:
+            d.append("")
+            d.append(f"Against `{vs_id}` (ploss fused in this run: {fmt_ms(vs_ms)} ms): ploss fused ÷ it = "
+                     + (f"{fused_ms / vs_ms:.3f}×" if fused_ms and vs_ms else "—") + ".")
         if tc and tc.get("compile_s") is not None:
             d.append("")
             d.append(f"torch.compile warm-up (first forward + backward, compiling both): {tc['compile_s']:.1f} s")
@@ -512,6 +603,9 @@ def build(args):
     lin = [c for c in cases if c["loss"] in LINEAR_LOSSES]
     if lin:
         linear_section(lin, L, details, skipped, verdicts, trecs, precs, small)
+    ema = [c for c in cases if c.get("kind") == "ema"]
+    if ema:
+        ema_section(ema, L, details, skipped, verdicts, trecs, precs, small, bw)
     if skipped:
         L.append("## Not run")
         L.append("")
@@ -767,6 +861,140 @@ def linear_section(cases, L, details, skipped, verdicts, trecs, precs, small):
     hdr = ("| case | ploss fused | ploss fwd+bwd | eager | compile | Liger FLCE | CCE | GEMM floor | ploss ÷ floor | "
            "% floor | extra ploss | extra eager | extra compile | extra Liger | extra CCE | loss Δ | grad Δ | target | "
            "status |")
+    L.append(hdr)
+    L.append("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
+    L.extend(rows)
+    L.append("")
+    details.extend(det)
+
+
+def ema_section(cases, L, details, skipped, verdicts, trecs, precs, small, bw):
+    """The table "EMA of parameters" (kind "ema" cases, issue 20: not a loss): ploss's
+    ema:update() against torch._foreach_lerp_ (and _foreach_mul_ + _foreach_add_), the floor
+    of its bytes (read params and shadows, write shadows) at the copy bandwidth, ploss ÷ floor,
+    the shadows after one update against the float64 reference, target_floor_x and status."""
+    torch_runs, torch_ref = index(trecs, "torch"), index(trecs, "ref")
+    tin, pin = index(trecs, "inputs"), index(precs, "inputs")
+    pruns = index(precs, "ploss")
+    tskip, pskip = index(trecs, "skip"), index(precs, "skip")
+    rows, det = [], []
+    for c in cases:
+        cid = c["id"]
+        pu = pruns.get((cid, "update"))
+        peers = {k: torch_runs.get((cid, k)) for k in ("foreach_lerp", "foreach_mul_add")}
+        ref = torch_ref.get((cid, "f64"))
+        if not (pu or any(peers.values())):
+            why = [f"{r.get('source')}: {r.get('reason')}" for r in (pskip.get((cid, None)), tskip.get((cid, None))) if r]
+            skipped.append(f"- `{cid}` (issue {c.get('issue')}): " + ("; ".join(why) or "not run"))
+            continue
+        inp = pin.get((cid, None)) or tin.get((cid, None)) or {}
+        nbytes = inp.get("input_bytes")  # the params' bytes (= the shadows')
+        floor = 3 * nbytes / (bw * 1e9) * 1e3 if bw and nbytes else None
+        ms = pu.get("ms_median") if pu and not pu.get("error") else None
+        same_inputs = (tin.get((cid, None)) or {}).get("generator") == "ploss"
+        dt = c["dtype"]
+        rounded = dt in ("bf16", "f16") and ref is not None and "grad_sq_rounded" in ref
+        ref_ok = bool(ref and not ref.get("error"))
+
+        def delta(r):
+            if not (r and ref_ok and same_inputs and r.get("grad_sq") is not None):
+                return None
+            return grad_delta(r, ref, rounded)
+
+        d_ploss = delta(pu)
+        errors = [f"{r.get('mode') or r.get('impl')}: {r['error']}" for r in (pu, ref) if r and r.get("error")]
+        wrong = []
+        if d_ploss is not None and (math.isnan(d_ploss) or d_ploss > GRAD_TOL.get(dt, 1e-3)):
+            wrong.append(f"shadows Δ {fmt_rel(d_ploss)}")
+        tparts, missed = [], []
+        tfx = c.get("target_floor_x")
+        if tfx is not None:
+            tparts.append(f"≤ {tfx:g}× floor")
+            if ms is None or floor is None:
+                missed.append("÷ floor not measured")
+            elif ms > tfx * floor:
+                missed.append(f"{ms / floor:.2f}× floor")
+        if wrong:
+            status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
+        elif errors:
+            status = "**ERROR**: " + "; ".join(errors)[:300]
+        elif not pu:
+            ps = pskip.get((cid, None))
+            status = "ploss not run" + (f": {ps.get('reason')}" if ps else "")
+        elif not same_inputs:
+            status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
+        elif not tparts:
+            status = "ok (no target)"
+        elif missed:
+            status = "missed: " + ", ".join(missed)
+        else:
+            status = "**met**"
+        if small and tparts:
+            status += " (small run: targets not meaningful)"
+        verdicts.append((cid, status))
+
+        def cell(r):
+            if r and r.get("ms_median") is not None and not r.get("error"):
+                return fmt_ms(r["ms_median"])
+            return "error" if r and r.get("error") else "n/a"
+
+        shape = inp.get("shape") or c["shape"]
+        rows.append(f"| {cid} | {cell(pu)} | {cell(peers['foreach_lerp'])} | {cell(peers['foreach_mul_add'])} | "
+                    f"{fmt_ms(floor)} | " + (f"{ms / floor:.2f}×" if ms and floor else "—") + " | "
+                    + (f"{100 * floor / ms:.0f} %" if ms and floor else "—") + " | "
+                    f"{fmt_bytes(pu.get('shadows_bytes') if pu else None)} | "
+                    f"{fmt_bytes(pu.get('peak_extra_bytes') if pu else None)} | {fmt_rel(d_ploss)} | "
+                    f"{', '.join(tparts) or '—'} | {status} |")
+
+        desc = (f"{shape[0]} tensors of {shape[1]} elements ({shape[0] * shape[1]:,} parameters; the case: "
+                f"{c['shape'][0]} × {c['shape'][1]}), {dt}, {json.dumps(c.get('opts', {}))}; params "
+                f"{fmt_bytes(nbytes)}, shadows as much; param j ~ N(0, σ²) with seed + j, shadow j with seed + "
+                f"tensors + j; floor = (params read + shadows read + shadows written) = {fmt_bytes(3 * nbytes if nbytes else None)} "
+                f"at the copy bandwidth")
+        if c.get("anchor"):
+            desc += f"; issue: {c['anchor']}"
+        d = [f"### {cid}", "", desc, ""]
+        d.append("| run | median ms | p10–p90 ms | × ploss | peak extra | shadows Δ | sum s² | sum s·p |")
+        d.append("|---|---|---|---|---|---|---|---|")
+        for name, r in (("ploss ema:update()", pu), ("torch._foreach_lerp_", peers["foreach_lerp"]),
+                        ("torch._foreach_mul_ + _foreach_add_", peers["foreach_mul_add"]),
+                        ("float64 reference (one update)", ref)):
+            if not r:
+                continue
+            if r.get("reason") and not r.get("error"):
+                d.append(f"| {name} | n/a: {r['reason'][:200]} | | | | | | |")
+                continue
+            if r.get("error"):
+                d.append(f"| {name} | error: {r['error'][:200]} | | | | | | |")
+                continue
+            spread = f"{fmt_ms(r.get('ms_p10'))}–{fmt_ms(r.get('ms_p90'))}" if r.get("ms_p10") is not None else "—"
+            vs = f"{r['ms_median'] / ms:.2f}×" if r.get("ms_median") is not None and ms and r is not pu else "—"
+            d.append(f"| {name} | {fmt_ms(r.get('ms_median'))} | {spread} | {vs} | {fmt_bytes(r.get('peak_extra_bytes'))} | "
+                     f"{fmt_rel(delta(r)) if r is not ref else '—'} | {r.get('grad_sq')!r} | {r.get('grad_dot_x')!r} |")
+        d.append("")
+        if pu and pu.get("api"):
+            d.append(f"ploss: `{pu['api']}` (decay {pu.get('decay')}), timed on the EMA's context's stream; the EMA "
+                     f"keeps its shadows ({fmt_bytes(pu.get('shadows_bytes'))}), the update itself takes "
+                     f"{fmt_bytes(pu.get('peak_extra_bytes'))} more. *shadows Δ*: sum(s²), sum(s·p) of the shadows after "
+                     f"one update of the drawn shadows, against the float64 reference s + (1 − d)·(p − s)"
+                     + (f" rounded to {dt}" if rounded else "") + ".")
+            d.append("")
+        det.extend(d)
+
+    if not rows:
+        return
+    L.append("## EMA of parameters")
+    L.append("")
+    L.append("Not a loss (issue 20): `ploss.optim.EMA(params, {decay, warmup = false})` and `ema:update()` "
+             "(shadow ← d·shadow + (1 − d)·param over every tensor, one launch on CUDA for up to 256 tensors) against "
+             "`torch._foreach_lerp_(shadows, params, 1 − decay)` (n/a where the torch lacks it: before 2.0) and "
+             "`torch._foreach_mul_` + `torch._foreach_add_` (timm's ModelEmaV3 without lerp). ms are medians; *floor* = "
+             "(params read + shadows read + shadows written) / copy bandwidth; *ploss ÷ floor* the target's measure; "
+             "*shadows* the memory the EMA keeps, *update extra* the update's own peak; *shadows Δ* as grad Δ above, "
+             "on the shadows after one update.")
+    L.append("")
+    hdr = ("| case | ploss update | foreach_lerp_ | foreach mul+add | floor | ploss ÷ floor | % floor | shadows | "
+           "update extra | shadows Δ | target | status |")
     L.append(hdr)
     L.append("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
     L.extend(rows)

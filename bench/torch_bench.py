@@ -64,8 +64,18 @@ Baselines (PyTorch composites):
   soft_dice             pytorch-loss SoftDiceLossV1: sigmoid, sums, 1 - (2A + s) / (B + s)
   generalized_soft_dice sigmoid per class, one-hot labels, ignored pixels masked, per-sample
                         sums over pixels and classes (class weights 'given' = 1)
+  affinity_field        the fixed 3x3 affinity field from its definition: log_softmax, per
+                        neighbour offset KL(p_v || p_u), same / different labels, mean
+  affinity              the local affinity loss from its definition: F.unfold k x k windows,
+                        A = x_a·x_b, softplus(A) - T·A over the pairs of valid pixels
   arc_face              InsightFace's ArcFace: F.normalize, F.linear, cos(θ + m) on the
-                        target with its threshold and fallback, scale s, F.cross_entropy
+                        target with its threshold and fallback, scale s, F.cross_entropy;
+                        with sample_rate < 1 (Partial FC) over ploss's drawn classes
+  am_softmax            CosFace / AM-softmax: cos θ - m on the target, scale s, CE
+  ema (kind "ema")      not a loss: torch._foreach_lerp_(shadows, params, 1 - decay) and
+                        _foreach_mul_ + _foreach_add_ (run_ema_case)
+  (sort, gemm3)         the issue targets' references: torch.sort of C·N·H·W keys (Lovász,
+                        CUB's radix sort on CUDA), the GEMMs alone (gemm_floor)
   (Liger column)        LigerCrossEntropyFunction, 2-D cross_entropy cases only
   linear_cross_entropy  logits = hidden @ weight.T (bf16), F.cross_entropy(logits.float());
                         peers: Liger-Kernel's LigerFusedLinearCrossEntropyLoss and Cut
@@ -625,6 +635,66 @@ def baseline(case):
             return per.mean()
         return f
 
+    if loss == "affinity_field":
+        # Adaptive Affinity Fields' fixed 3x3 field, written from its definition (ploss's
+        # docs/losses.md; pytorch-loss's AffinityFieldLoss is the 'reference' divergence):
+        # p the softmax over the classes; for each valid pixel u and each of its 8 neighbours
+        # v inside the image with a valid label, D = KL(p_v || p_u), the term lambda_same·D
+        # (same labels) or lambda_diff·relu(kappa - D); l_u = (1/8)·sum_v; 'mean' over the
+        # valid pixels.  One shifted slice of the whole batch per neighbour offset.
+        kappa = float(o.get("kl_margin", 3.0))
+        l_same, l_diff = float(o.get("lambda_same", 1.0)), float(o.get("lambda_diff", 1.0))
+        ii_a = int(o.get("ignore_index", 255))
+        if o.get("divergence", "kl") != "kl" or o.get("reduction", "mean") != "mean":
+            return None
+
+        def f(x, t):
+            if x.dim() != 4:
+                raise ValueError("the affinity field baseline takes N x C x H x W logits")
+            H, W = x.shape[2], x.shape[3]
+            logp = F.log_softmax(_acc(x), dim=1)
+            p = logp.exp()
+            valid = t != ii_a
+            total = logp.new_zeros(())
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    if dy == 0 and dx == 0:
+                        continue
+                    uy, vy = slice(max(0, -dy), H - max(0, dy)), slice(max(0, dy), H + min(0, dy))
+                    ux, vx = slice(max(0, -dx), W - max(0, dx)), slice(max(0, dx), W + min(0, dx))
+                    d = (p[:, :, vy, vx] * (logp[:, :, vy, vx] - logp[:, :, uy, ux])).sum(1)
+                    both = valid[:, uy, ux] & valid[:, vy, vx]
+                    same = t[:, uy, ux] == t[:, vy, vx]
+                    term = torch.where(same, l_same * d, l_diff * F.relu(kappa - d))
+                    total = total + (term * both).sum()
+            return total / 8.0 / valid.sum()
+        return f
+
+    if loss == "affinity":
+        # the local context prior's affinity loss, written from its definition (ploss's
+        # docs/losses.md, adapted from pytorch-loss's AffinityLoss): every k x k window
+        # (stride 1, no padding, F.unfold) pairs each cell a with each cell b (a = b
+        # included), A = sum_c x_ca·x_cb, T = same label, softplus(A) - T·A; pairs with an
+        # ignored pixel left out of the value and the count; 'mean' over the counted pairs.
+        k = int(o.get("kernel_size", 3))
+        ii_a = int(o.get("ignore_index", -100))
+        if o.get("reduction", "mean") != "mean":
+            return None
+
+        def f(x, t):
+            if x.dim() != 4:
+                raise ValueError("the affinity baseline takes N x C x H x W logits")
+            N, C = x.shape[0], x.shape[1]
+            xa = _acc(x)
+            u = F.unfold(xa, k).view(N, C, k * k, -1)                      # N, C, k², L
+            A = torch.einsum("ncal,ncbl->nabl", u, u)                      # N, k², k², L
+            lab = F.unfold(t.unsqueeze(1).to(xa.dtype), k)                 # N, k², L (exact integers)
+            ok = lab != ii_a
+            T = (lab.unsqueeze(2) == lab.unsqueeze(1)).to(xa.dtype)
+            m = (ok.unsqueeze(2) & ok.unsqueeze(1)).to(xa.dtype)
+            return ((F.softplus(A) - T * A) * m).sum() / m.sum()
+        return f
+
     return None
 
 
@@ -702,7 +772,7 @@ def pairs_baseline(case):
         ii = int(o.get("ignore_index", -100))
         cos_m, sin_m = math.cos(m), math.sin(m)
         th, mm = math.cos(math.pi - m), math.sin(math.pi - m) * m
-        if o.get("weight_layout", "CxD") != "CxD" or float(o.get("sample_rate", 1.0)) != 1.0:
+        if o.get("weight_layout", "CxD") != "CxD":
             return None
 
         def f(xs, t):
@@ -720,14 +790,107 @@ def pairs_baseline(case):
             phi = torch.where(valid, phi, c_t)  # ignored rows keep their cosine
             logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
             return F.cross_entropy(logits, t, ignore_index=ii)
-        return f
+        return partial_fc(f, o, ii)
+
+    if loss == "am_softmax":
+        # pytorch-loss AMSoftmax / InsightFace's CosFace: cos θ = F.linear(F.normalize(x),
+        # F.normalize(W)), the target's cosine minus m (by scatter, as CosFace's
+        # logits[index, labels] -= m), every cosine scaled by s, F.cross_entropy
+        s_, m = float(o.get("s", 30.0)), float(o.get("m", 0.35))
+        ii = int(o.get("ignore_index", -100))
+        if o.get("weight_layout", "CxD") != "CxD":
+            return None
+
+        def f(xs, t):
+            x, w = xs
+            cos = F.linear(F.normalize(x, dim=1), F.normalize(w, dim=1))
+            valid = t != ii
+            tt = torch.where(valid, t, torch.zeros_like(t))
+            c_t = cos.gather(1, tt.unsqueeze(1)).squeeze(1)
+            phi = torch.where(valid, c_t - m, c_t)  # ignored rows keep their cosine
+            logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
+            return F.cross_entropy(logits, t, ignore_index=ii)
+        return partial_fc(f, o, ii)
 
     return None
 
 
+def philox_keys(counters, seed):
+    """ploss's Philox-4x32-10 (core/philox.h) of each counter with the key `seed`, as the
+    64-bit number (v0 << 32) | v1 that Partial FC ranks the classes by (numpy uint64:
+    the 32x32-bit products are exact there)."""
+    import numpy as np
+    M32 = np.uint64(0xFFFFFFFF)
+    ctr = np.asarray(counters, dtype=np.uint64)
+    c0, c1 = ctr & M32, ctr >> np.uint64(32)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    k0, k1 = int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        n0 = (p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0)
+        n2 = (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1)
+        c1, c3, c0, c2 = p1 & M32, p0 & M32, n0, n2
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return (c0 << np.uint64(32)) | c1
+
+
+def partial_fc_classes(labels, C, rate, seed, ignore_index):
+    """The classes Partial FC keeps, as ploss draws them (core/engines/margin.c,
+    sample_classes): the batch's classes (labels not ignored) and, up to floor(C·rate) + 1
+    in all, the other classes with the smallest Philox keys of `seed` (ties: the lower
+    class); ascending.  Returns (kept, pos): kept the class ids (int64), pos[c] the
+    position of class c in kept (-1 when dropped), both numpy."""
+    import numpy as np
+    lab = np.asarray(labels, dtype=np.int64)
+    pos = np.full(C, -1, dtype=np.int64)
+    present = np.unique(lab[lab != ignore_index])
+    pos[present] = 0
+    want = math.floor(C * rate) + 1.0
+    n_s = C if want >= C else int(want)
+    if len(present) < n_s:
+        cand = np.nonzero(pos < 0)[0]
+        keys = philox_keys(cand, seed)
+        order = np.lexsort((cand, keys))  # by key, then by class
+        pos[cand[order[:n_s - len(present)]]] = 0
+    kept = np.nonzero(pos == 0)[0]
+    pos[:] = -1
+    pos[kept] = np.arange(len(kept))
+    return kept, pos
+
+
+def partial_fc(f, o, ii):
+    """f itself at sample_rate 1; else Partial FC around f (a margin loss of [x, w], labels):
+    the classes ploss keeps (partial_fc_classes, drawn from the labels on the host once per
+    labels tensor and cached: outside the timed region, where ploss draws at every call),
+    w.index_select of those rows (so that w's gradient is zero elsewhere, as InsightFace's
+    PartialFC_V2 indexes its weight), the labels remapped to their positions, f on those."""
+    rate, seed = float(o.get("sample_rate", 1.0)), int(o.get("seed", 0))
+    if rate >= 1.0:
+        return f
+    cache = {}
+
+    def g(xs, t):
+        x, w = xs
+        key = (t.data_ptr(), t.device.type, w.shape[0])
+        if key not in cache:
+            kept, pos = partial_fc_classes(t.detach().cpu().numpy(), w.shape[0], rate, seed, ii)
+            cache[key] = (torch.from_numpy(kept).to(t.device), torch.from_numpy(pos).to(t.device))
+        kept, pos = cache[key]
+        valid = t != ii
+        t_sub = torch.where(valid, pos[torch.where(valid, t, torch.zeros_like(t))], t)
+        return f([x, w.index_select(0, kept)], t_sub)
+    g.partial_fc = True
+    return g
+
+
 # the GEMM-bound losses of several inputs: the operands of the product whose rate bounds
 # them (row block of input a against every row of input b, argument order)
-GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1), "arc_face": (0, 1)}
+GEMM_OPERANDS = {"batch_hard_triplet": (0, 0), "info_nce": (0, 1), "arc_face": (0, 1), "am_softmax": (0, 1)}
+# the products of their GEMM reference (gemm_floor: 1 = X·Xᵀ alone, the batch-hard triplet
+# loss's N×N Gram product; 3 = the forward product and the two gradient products)
+GEMM_PRODUCTS = {"batch_hard_triplet": 1, "info_nce": 3, "arc_face": 3, "am_softmax": 3}
 
 
 # ----------------------------------------------------------------------------------------
@@ -855,7 +1018,7 @@ def linear_peer_unavailable(name, case, cuda, peers):
     return None
 
 
-def gemm_floor(h, w, runs, timer):
+def gemm_floor(h, w, runs, timer, products=3):
     """The GEMM floor of a fused linear cross-entropy: the three products its forward and
     backward cannot avoid, timed back to back with torch.matmul on the case's operands
     (bf16 in and out, fp32 accumulation: reduced-precision reductions are switched off for
@@ -864,7 +1027,10 @@ def gemm_floor(h, w, runs, timer):
     to a multiple of 16 bytes' elements (zero rows of w): cuBLAS runs a product whose n or k
     is not such a multiple several times slower (V = 50257), and the padded products, at
     most 7/V more work, are the least time of the three.  Median of the three together over
-    `runs`, and of each product."""
+    `runs`, and of each product.  products=1: the first product alone (the batch-hard
+    triplet loss's Gram product X·Xᵀ, h = w = X); the losses of several inputs use it as
+    their GEMM reference too (InfoNCE: h = U, w = V; the margin losses: x and the class
+    centres, whose normalised copies have the same shapes)."""
     BT, H = h.shape
     V = w.shape[0]
     align = max(1, 16 // h.element_size())
@@ -883,9 +1049,11 @@ def gemm_floor(h, w, runs, timer):
         with torch.no_grad():
             h, w = h.detach(), w.detach()
             logits = torch.empty((BT, V), dtype=h.dtype, device=h.device)
-            gh, gw = torch.empty_like(h), torch.empty_like(w)
+            gh, gw = (torch.empty_like(h), torch.empty_like(w)) if products > 1 else (None, None)
 
             def product(k):
+                if k >= products:
+                    return
                 if k == 0:
                     torch.matmul(h, w.t(), out=logits)
                 elif k == 1:
@@ -911,12 +1079,12 @@ def gemm_floor(h, w, runs, timer):
     finally:
         if prev is not None:
             setattr(torch.backends.cuda.matmul, flag, prev)
-    flops = 6.0 * BT * V * H
+    flops = (6.0 if products > 1 else 2.0) * BT * V * H
     out = summarize(total)
     out.update({"bt": BT, "h": H, "v": V, "flops": flops, "gemm_dtype": str(h.dtype).replace("torch.", ""),
                 "ms_logits": each[0], "ms_grad_hidden": each[1], "ms_grad_weight": each[2],
                 "tflops": flops / (out["ms_median"] * 1e-3) / 1e12 if out["ms_median"] > 0 else None,
-                "reduced_precision_reduction": False if prev is not None else None})
+                "reduced_precision_reduction": False if prev is not None else None, "products": products})
     return out
 
 
@@ -1249,6 +1417,41 @@ def gemm_rate(a, b, runs, timer, max_rows=8192):
             "ms_median": t, "tflops": flops / (t * 1e-3) / 1e12 if t > 0 else None}
 
 
+# the losses whose target is stated against one sort of their C·N·H·W errors
+SORT_REFERENCE = ("lovasz_softmax",)
+
+
+def sort_reference(x, runs, timer):
+    """The sort reference of a sort-bound loss: torch.sort of x's elements as float32 keys
+    (a flat copy of the logits: C·N·H·W keys) with their int64 indices, ascending, timed
+    alone (median of `runs` after 3 warm-up sorts).  On CUDA, PyTorch sorts a 1-D tensor of
+    this size with CUB's radix sort of (key, index) pairs (cub::DeviceRadixSort::SortPairs,
+    through at::cuda::cub), so this is the time of one CUB radix sort of that many pairs;
+    on the CPU it is PyTorch's CPU sort (a harness test only).  The keys are fixed: each run
+    sorts the same unsorted copy into new outputs (the radix sort's time does not depend on
+    the order of its input)."""
+    keys = x.detach().reshape(-1).float().clone()
+    with torch.no_grad():
+        for _ in range(3):
+            v, i = torch.sort(keys)
+        del v, i
+        sync(timer.cuda)
+        marks = []
+        for _ in range(runs):
+            e0, e1 = timer.pair()
+            timer.record(e0)
+            v, i = torch.sort(keys)
+            timer.record(e1)
+            marks.append((e0, e1))
+            del v, i
+        sync(timer.cuda)
+    out = summarize([timer.elapsed_ms(a, b) for a, b in marks])
+    out.update({"keys": keys.numel(), "key_dtype": "float32", "index_dtype": "int64",
+                "api": "torch.sort(keys) -> (values, int64 indices)"})
+    del keys
+    return out
+
+
 def copy_bandwidth(device, nbytes, runs, timer):
     n = nbytes // 4
     src = torch.rand(n, device=device)
@@ -1419,8 +1622,10 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
                       "compile_s" if name == "compile" else None)
         emit(rec)
 
-    # the rate of the product that bounds the GEMM-bound losses (for the FLOP floor)
-    if case["loss"] in GEMM_OPERANDS:
+    # the rate of the product that bounds the GEMM-bound losses (for the FLOP floor); not
+    # for Partial FC (sample_rate < 1), whose products are over the drawn classes only
+    partial = float(case["opts"].get("sample_rate", 1.0) or 1.0) < 1.0
+    if case["loss"] in GEMM_OPERANDS and not partial:
         ia, ib = GEMM_OPERANDS[case["loss"]]
         rec = dict(base, kind="gemm", source="torch", impl="gemm")
         try:
@@ -1431,6 +1636,19 @@ def run_pairs_case(case, spec, args, device, ploss, emit):
             else:
                 rec["f32_ms_median"], rec["f32_tflops"] = rec["ms_median"], rec["tflops"]
             rec["allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32) if cuda else None
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        emit(rec)
+        if cuda:
+            torch.cuda.empty_cache()
+
+        # the GEMM reference of the issue targets (target_gemm_x): the products themselves,
+        # timed back to back with torch.matmul (gemm_floor: batch-hard X·Xᵀ alone; InfoNCE
+        # U·Vᵀ, G·V, Gᵀ·U; the margin losses X·Wᵀ, G·W, Gᵀ·X), as the linear cases' floor
+        ia, ib = GEMM_OPERANDS[case["loss"]]
+        rec = dict(base, kind="gemm3", source="torch", impl="gemm3")
+        try:
+            rec.update(gemm_floor(x0s[ia], x0s[ib], args.runs, timer, GEMM_PRODUCTS[case["loss"]]))
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {e}"[:2000]
         emit(rec)
@@ -1537,7 +1755,143 @@ def run_linear_case(case, spec, args, device, ploss, emit):
         torch.cuda.empty_cache()
 
 
+def ema_shapes(case, small):
+    """The tensors of an EMA case: case["shape"] = [tensors, elements of each]; --small
+    keeps the count (the update's grouping of tensors per launch) and shrinks each to at
+    most 4096 elements."""
+    count, each = int(case["shape"][0]), int(case["shape"][1])
+    return count, (min(each, 4096) if small else each)
+
+
+def make_ema_inputs(case, spec, device, ploss, small):
+    """Params and shadows of an EMA case: param j ~ N(0, logit_std²) with seed + j, shadow j
+    with seed + count + j (offset 0, the case's dtype; the same rule as bench/bench.lua)."""
+    seed, std = int(spec["seed"]), float(spec["logit_std"])
+    count, each = ema_shapes(case, small)
+    dtype = TORCH_DTYPES[case["dtype"]]
+    out = []
+    for j in range(2 * count):
+        x = torch.empty([each], dtype=dtype, device=device)
+        if ploss is not None:
+            ploss.rand_normal(x, seed + j, 0, 0.0, std)
+        else:
+            x.normal_(0.0, std, generator=torch.Generator(device=device).manual_seed(seed + j))
+        out.append(x)
+    return out[:count], out[count:]
+
+
+def ema_checksums(params, shadows):
+    """sum(s²) and sum(s·p) over every tensor, in float64 (a wrong or permuted update shows)."""
+    sq = dot = 0.0
+    for p_, s_ in zip(params, shadows):
+        a, b = checksums(p_, s_)
+        sq += a
+        dot += b
+    return sq, dot
+
+
+def run_ema_case(case, spec, args, device, ploss, emit):
+    """One EMA case (not a loss, issue 20): shadow <- decay·shadow + (1 - decay)·param over a
+    list of tensors.  Peers: torch._foreach_lerp_(shadows, params, 1 - decay) (the issue's;
+    PyTorch >= 2.0, absent from Debian's 1.13: the record then gives the reason) and
+    torch._foreach_mul_(shadows, decay) + torch._foreach_add_(shadows, params, alpha=1 - decay)
+    (timm's ModelEmaV3 without lerp; present in 1.13).  Each is checked by one update of the
+    pristine shadows against the float64 reference (s + (1 - d)·(p - s), also rounded to the
+    dtype, what a 16-bit update writes), then timed on the shadows as they go (every run an
+    update; the values do not change the time)."""
+    cuda = device.type == "cuda"
+    timer = Timer(cuda)
+    count, each = ema_shapes(case, args.small)
+    base = {"case": case["id"], "family": "ema", "shape": [count, each], "dtype": case["dtype"]}
+    if ploss is not None and not ploss.has("ploss_ema_update"):
+        emit(dict(base, kind="skip", source="torch", reason="libploss has no ploss_ema_update"))
+        return
+    o = case["opts"]
+    d = float(o.get("decay", 0.9999))
+    if o.get("warmup", True):
+        emit(dict(base, kind="skip", source="torch",
+                  reason="warmup = true: the benchmark times the update at a fixed decay (warmup = false)"))
+        return
+    params, shadows = make_ema_inputs(case, spec, device, ploss, args.small)
+    pristine = [x.clone() for x in shadows]
+    nbytes = sum(x.numel() * x.element_size() for x in params)
+    emit(dict(base, kind="inputs", source="torch", input_bytes=nbytes, target_bytes=0, numel=count * each,
+              tensors=count, decay=d, generator="ploss" if ploss is not None else "torch"))
+
+    def lerp():
+        torch._foreach_lerp_(shadows, params, 1.0 - d)
+
+    def mul_add():
+        torch._foreach_mul_(shadows, d)
+        torch._foreach_add_(shadows, params, alpha=1.0 - d)
+
+    peers = [("foreach_lerp", lerp, "torch._foreach_lerp_(shadows, params, 1 - decay)",
+              None if hasattr(torch, "_foreach_lerp_") else f"torch {torch.__version__} has no torch._foreach_lerp_"),
+             ("foreach_mul_add", mul_add,
+              "torch._foreach_mul_(shadows, decay); torch._foreach_add_(shadows, params, alpha=1 - decay)",
+              None if hasattr(torch, "_foreach_mul_") and hasattr(torch, "_foreach_add_")
+              else f"torch {torch.__version__} has no torch._foreach_mul_ / _foreach_add_")]
+    for name, fn, api, why in peers:
+        rec = dict(base, kind="torch", source="torch", impl=name, api=api, input_bytes=nbytes, target_bytes=0)
+        if why:
+            rec["reason"] = why
+            emit(rec)
+            continue
+        try:
+            with torch.no_grad():
+                for s_, p_ in zip(shadows, pristine):
+                    s_.copy_(p_)
+                sync(cuda)
+                fn()  # the checked update, on the pristine shadows
+                sync(cuda)
+                rec["grad_sq"], rec["grad_dot_x"] = ema_checksums(params, shadows)
+                for _ in range(args.warmup):
+                    fn()
+                sync(cuda)
+                marks = []
+                for _ in range(args.runs):
+                    e0, e1 = timer.pair()
+                    timer.record(e0)
+                    fn()
+                    timer.record(e1)
+                    marks.append((e0, e1))
+                sync(cuda)
+                rec.update(summarize([timer.elapsed_ms(a, b) for a, b in marks]))
+                if cuda:
+                    base_mem = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    fn()
+                    sync(cuda)
+                    rec["peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base_mem
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        emit(rec)
+
+    # float64 reference of one update of the pristine shadows (tensor by tensor)
+    rec = dict(base, kind="ref", source="torch", impl="f64", decay=d)
+    try:
+        sq = dot = sqr = dotr = 0.0
+        dtype = TORCH_DTYPES[case["dtype"]]
+        for p_, s_ in zip(params, pristine):
+            p64, s64 = p_.double(), s_.double()
+            r = s64 + (1.0 - d) * (p64 - s64)
+            a, b = checksums(p_, r)
+            ar, br = checksums(p_, r.to(dtype))
+            sq, dot, sqr, dotr = sq + a, dot + b, sqr + ar, dotr + br
+            del p64, s64, r
+        rec.update({"loss": None, "grad_sq": sq, "grad_dot_x": dot, "grad_sq_rounded": sqr,
+                    "grad_dot_x_rounded": dotr, "dtype": "float64"})
+    except Exception as e:
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+    emit(rec)
+    del params, shadows, pristine
+    if cuda:
+        torch.cuda.empty_cache()
+
+
 def run_case(case, spec, args, device, ploss, emit):
+    if case.get("kind") == "ema":
+        return run_ema_case(case, spec, args, device, ploss, emit)
     if case["loss"] in LINEAR_LOSSES:
         return run_linear_case(case, spec, args, device, ploss, emit)
     if case.get("inputs"):
@@ -1617,6 +1971,18 @@ def run_case(case, spec, args, device, ploss, emit):
         else:
             run_liger(rec, liger_fn(case, args.liger), xs, ts, copies, args, timer)
         emit(rec)
+
+    # the sort reference of the Lovász-softmax target (target_sort_x): one torch.sort of as
+    # many float32 keys as the logits have elements (C·N·H·W), with their indices
+    if case["loss"] in SORT_REFERENCE:
+        rec = dict(base, kind="sort", source="torch", impl="sort")
+        try:
+            rec.update(sort_reference(x0, args.runs, timer))
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        emit(rec)
+        if cuda:
+            torch.cuda.empty_cache()
 
     # float64 reference of the same composite on the same (upcast) inputs
     rec = dict(base, kind="ref", source="torch", impl="f64")
