@@ -34,6 +34,21 @@ void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, plo
     ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
 }
 
+void ploss_cpu_store_constant_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
+                                         const void *labels, ploss_dtype label_dtype, int64_t y_sn, int64_t N,
+                                         int64_t ignore_index, double l0)
+{
+    if (reduction == PLOSS_REDUCTION_NONE) {
+        for (int64_t i = 0; i < N; ++i) {
+            const int64_t y = ploss_load_int(labels, label_dtype, i * y_sn);
+            ploss_store(loss, dtype, i * l_sn, y == ignore_index ? 0.0 : l0);
+        }
+        return;
+    }
+    const double count = (double)ploss_cpu_count_labels(labels, label_dtype, N, 1, y_sn, 0, ignore_index);
+    ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? count * l0 / count : count * l0);
+}
+
 int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int64_t S, int64_t sn, int64_t ss,
                                int64_t ignore_index)
 {

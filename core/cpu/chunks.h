@@ -34,6 +34,13 @@ int64_t ploss_cpu_count_labels(const void *t, ploss_dtype dtype, int64_t N, int6
 void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
                                 const double *losses, int64_t N, double divisor);
 
+/* The loss when every row whose label (i64/i32, stride y_sn) is not ignore_index loses l0:
+ * l0 or 0 per row for NONE, else (rows counted)·l0, divided by that count for MEAN (0/0:
+ * NaN).  For the row losses of inputs without features (D = 0). */
+void ploss_cpu_store_constant_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
+                                         const void *labels, ploss_dtype label_dtype, int64_t y_sn, int64_t N,
+                                         int64_t ignore_index, double l0);
+
 /* Scratch of one backend call, all of it taken by ploss_cpu_rows_alloc. */
 typedef struct {
     int nthreads;     /* team size the rows were sized for: omp_get_max_threads() at alloc */

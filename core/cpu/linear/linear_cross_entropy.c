@@ -30,18 +30,9 @@ static ploss_status no_features(const ploss_linear_problem *p)
 {
     if (p->pass == PLOSS_PASS_BACKWARD)
         return PLOSS_OK;
-    const double lse = log((double)p->C), l0 = lse + p->z_loss * lse * lse;
-    if (p->reduction == PLOSS_REDUCTION_NONE) {
-        for (int64_t i = 0; i < p->N; ++i) {
-            const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
-            ploss_store(p->loss, p->loss_dtype, i * p->l_sn, y == p->ignore_index ? 0.0 : l0);
-        }
-        return PLOSS_OK;
-    }
-    const double count = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, p->N, 1, p->y_sn, 0,
-                                                        p->ignore_index);
-    const double total = count * l0;
-    ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? total / count : total);
+    const double lse = log((double)p->C);
+    ploss_cpu_store_constant_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, p->labels, p->label_dtype,
+                                        p->y_sn, p->N, p->ignore_index, lse + p->z_loss * lse * lse);
     return PLOSS_OK;
 }
 

@@ -81,16 +81,8 @@ static ploss_status no_features(const ploss_margin_problem *p)
     double dphi;
     const double a = p->margin.s * ploss_margin_target(&p->margin, 0.0, &dphi), others = (double)(p->K - 1);
     const double l0 = a > 0.0 ? log1p(others * exp(-a)) : log(others + exp(a)) - a;
-    if (p->reduction == PLOSS_REDUCTION_NONE) {
-        for (int64_t i = 0; i < p->N; ++i) {
-            const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
-            ploss_store(p->loss, p->loss_dtype, i * p->l_sn, y == p->ignore_index ? 0.0 : l0);
-        }
-        return PLOSS_OK;
-    }
-    const double count = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, p->N, 1, p->y_sn, 0,
-                                                        p->ignore_index);
-    ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? count * l0 / count : count * l0);
+    ploss_cpu_store_constant_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, p->labels, p->label_dtype,
+                                        p->y_sn, p->N, p->ignore_index, l0);
     return PLOSS_OK;
 }
 
