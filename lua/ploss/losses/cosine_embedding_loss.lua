@@ -32,7 +32,9 @@ Per pair i, as aten's cosine_embedding_loss (ε = 1e-12 added to each squared no
     ℓ_i = 0                    otherwise
 
 A zero vector has cos = 0 (loss 1 for y = 1, max(0, −m) for y = −1), never NaN.  'mean'
-divides by N; D inputs give one pair (a 0-d loss for 'none').]],
+divides by N; D inputs give one pair (a 0-d loss for 'none').  ε is exactly 10⁻¹² (aten's
+is the f32 number nearest to it even for f64 inputs: the gradient of a pair with one zero
+vector differs from PyTorch's by 2·10⁻⁹ relative).]],
   gradient = [[
 With A = Σx1² + ε, B = Σx2² + ε, d = sqrt(A·B) and g = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0]
 for y = −1, PyTorch's clamp_min passing the gradient at the kink; 0 otherwise), times the
