@@ -204,6 +204,29 @@ def first(recs, kind):
     return None
 
 
+def status_of(wrong, errors, ploss_ran, skip, same_inputs, tparts, missed, small):
+    """A case's status: WRONG (a result off the reference), ERROR, ploss not run (with the
+    skip record's reason), no check (the two sides' inputs differ), then against the
+    targets `tparts`: ok (none), missed (the `missed` list) or met."""
+    if wrong:
+        status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
+    elif errors:
+        status = "**ERROR**: " + "; ".join(errors)[:300]
+    elif not ploss_ran:
+        status = "ploss not run" + (f": {skip.get('reason')}" if skip else "")
+    elif not same_inputs:
+        status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
+    elif not tparts:
+        status = "ok (no target)"
+    elif missed:
+        status = "missed: " + ", ".join(missed)
+    else:
+        status = "**met**"
+    if small and tparts:
+        status += " (small run: targets not meaningful)"
+    return status
+
+
 def build(args):
     trecs, precs = read_jsonl(args.torch), read_jsonl(args.ploss)
     with open(args.cases) as f:
@@ -444,23 +467,7 @@ def build(args):
                 missed.append(f"{vs_id} not run")
             elif fused_ms > tvx * vs_ms:
                 missed.append(f"{fused_ms / vs_ms:.2f}× {vs_id}")
-        pskip_r = pskip.get((cid, None))
-        if wrong:
-            status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
-        elif errors:
-            status = "**ERROR**: " + "; ".join(errors)[:300]
-        elif not pf:
-            status = "ploss not run" + (f": {pskip_r.get('reason')}" if pskip_r else "")
-        elif not same_inputs:
-            status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
-        elif not tparts:
-            status = "ok (no target)"
-        elif missed:
-            status = "missed: " + ", ".join(missed)
-        else:
-            status = "**met**"
-        if small and tparts:
-            status += " (small run: targets not meaningful)"
+        status = status_of(wrong, errors, pf, pskip.get((cid, None)), same_inputs, tparts, missed, small)
         verdicts.append((cid, status))
 
         ip_mem = fmt_bytes(pip.get("peak_extra_bytes")) if pip and pip.get("peak_extra_bytes") is not None else "—"
@@ -724,23 +731,7 @@ def linear_section(cases, L, details, skipped, verdicts, trecs, precs, small):
             e = extra(pf)
             if e is None or e > tgb * 1e9:
                 missed.append(f"extra {fmt_gb(e)}")
-        if wrong:
-            status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
-        elif errors:
-            status = "**ERROR**: " + "; ".join(errors)[:300]
-        elif not pf:
-            ps = pskip.get((cid, None))
-            status = "ploss not run" + (f": {ps.get('reason')}" if ps else "")
-        elif not same_inputs:
-            status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
-        elif not tparts:
-            status = "ok (no target)"
-        elif missed:
-            status = "missed: " + ", ".join(missed)
-        else:
-            status = "**met**"
-        if small and tparts:
-            status += " (small run: targets not meaningful)"
+        status = status_of(wrong, errors, pf, pskip.get((cid, None)), same_inputs, tparts, missed, small)
         verdicts.append((cid, status))
 
         def cell(r):
@@ -914,23 +905,7 @@ def ema_section(cases, L, details, skipped, verdicts, trecs, precs, small, bw):
                 missed.append("÷ floor not measured")
             elif ms > tfx * floor:
                 missed.append(f"{ms / floor:.2f}× floor")
-        if wrong:
-            status = "**WRONG**: " + "; ".join(wrong + errors)[:300]
-        elif errors:
-            status = "**ERROR**: " + "; ".join(errors)[:300]
-        elif not pu:
-            ps = pskip.get((cid, None))
-            status = "ploss not run" + (f": {ps.get('reason')}" if ps else "")
-        elif not same_inputs:
-            status = "no check (inputs differ)" + ("" if not tparts else "; " + ("met" if not missed else "missed"))
-        elif not tparts:
-            status = "ok (no target)"
-        elif missed:
-            status = "missed: " + ", ".join(missed)
-        else:
-            status = "**met**"
-        if small and tparts:
-            status += " (small run: targets not meaningful)"
+        status = status_of(wrong, errors, pu, pskip.get((cid, None)), same_inputs, tparts, missed, small)
         verdicts.append((cid, status))
 
         def cell(r):
