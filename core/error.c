@@ -13,6 +13,7 @@ const char *ploss_status_string(ploss_status status)
         "PLOSS_ERR_DTYPE",   "PLOSS_ERR_DEVICE",           "PLOSS_ERR_LAYOUT",
         "PLOSS_ERR_ALIAS",   "PLOSS_ERR_INVALID_LABEL",    "PLOSS_ERR_OUT_OF_MEMORY",
         "PLOSS_ERR_UNSUPPORTED", "PLOSS_ERR_CUDA",   "PLOSS_ERR_INVALID_BOX",
+        "PLOSS_ERR_COMM",
     };
     if ((int)status < 0 || status >= PLOSS_STATUS_COUNT)
         return "PLOSS_UNKNOWN_STATUS";

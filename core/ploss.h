@@ -55,6 +55,8 @@ typedef enum ploss_status {
     PLOSS_ERR_UNSUPPORTED = 9,      /* e.g. a CUDA tensor with a library built w/o CUDA  */
     PLOSS_ERR_CUDA = 10,            /* a CUDA runtime error (message has its string)     */
     PLOSS_ERR_INVALID_BOX = 11,     /* a box with x2 < x1 or y2 < y1 (width/height < 0)  */
+    PLOSS_ERR_COMM = 12,            /* a collective failed: a rank timed out, exited,    */
+                                    /* aborted, or called a different collective (NCCL) */
     PLOSS_STATUS_COUNT
 } ploss_status;
 
@@ -545,6 +547,140 @@ void ploss_box_iou_opts_init(ploss_box_iou_opts *opts);
  */
 ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTensor *boxes2,
                            const ploss_box_iou_opts *opts, DLTensor *out);
+
+/* ==== communicators: collectives across processes (core/comm.c) ====================== */
+
+/*
+ * A communicator joins `nranks` processes on one machine, one per device, for the
+ * collectives that sharded losses need.  The backend follows the context's device:
+ *  - CPU: POSIX shared memory (shm_open, a segment named from the id, unlinked once every
+ *    rank has joined) and a process-shared barrier.  Every collective is blocking and
+ *    deterministic: sums are taken in rank order (rank 0's value + rank 1's + …), once, and
+ *    the same result is copied to every rank, so every rank gets bitwise the same values;
+ *    f16/bf16 are summed in f32 and rounded once.  Ranks must run as one user.
+ *  - CUDA (a library built with NCCL): one NCCL communicator, created non-blocking; the
+ *    collectives are queued on the context's stream (stream-ordered, asynchronous) and
+ *    ploss_comm_synchronize waits for them.  NCCL's sums are deterministic for a fixed rank
+ *    count and topology and the same NCCL version (its algorithm choice, ring or tree, and
+ *    so the order of the additions, depends on both).  One GPU per rank: NCCL refuses two
+ *    ranks on one device.  Without NCCL, a CUDA context gives UNSUPPORTED.
+ * The unique id is a random token: one process makes it (ploss_comm_unique_id) and every
+ * rank receives it (an environment variable, a file: tools/launch.sh does this).  The ranks
+ * meet through the shared-memory segment named from it (on CUDA, rank 0 publishes NCCL's
+ * own id there), so all ranks must run on one machine.
+ * Failures do not hang: every wait (joining, each collective's barriers, NCCL's
+ * non-blocking initialisation and enqueueing, ploss_comm_synchronize) gives up after the
+ * timeout of ploss_comm_opts with PLOSS_ERR_COMM; the CPU backend also notices at once a
+ * rank whose process has exited, or one that called ploss_comm_abort, and a rank that
+ * calls a different collective, dtype or size.  After a timeout, exit or abort the
+ * communicator is unusable on every rank (each further call gives PLOSS_ERR_COMM): destroy it.
+ * Threads: a communicator serves one thread at a time, and every rank must call the same
+ * collectives in the same order.
+ */
+
+/** The size of a communicator's unique id. */
+#define PLOSS_COMM_ID_BYTES 32
+
+/** An opaque unique id: a random token with a check value (ploss_comm_init refuses bytes
+ *  that ploss_comm_unique_id did not make).  Plain bytes: copy it, write it as hex. */
+typedef struct ploss_comm_id {
+    uint8_t bytes[PLOSS_COMM_ID_BYTES];
+} ploss_comm_id;
+
+/** Opaque communicator. */
+typedef struct ploss_comm ploss_comm_t;
+
+/** The reduction of ploss_comm_all_reduce and ploss_comm_reduce_scatter. */
+typedef enum ploss_reduce_op {
+    PLOSS_REDUCE_SUM = 0, /* integer sums wrap around (two's complement), as NCCL's */
+    PLOSS_REDUCE_MAX = 1, /* floats: C's fmax (a NaN counts only when all are NaN) */
+    PLOSS_REDUCE_OP_COUNT
+} ploss_reduce_op;
+
+/** Options of ploss_comm_init; fill with ploss_comm_opts_init(). */
+typedef struct ploss_comm_opts {
+    double timeout; /* seconds any wait may last (joining, a collective, a synchronisation),
+                       finite > 0; default 300                                            */
+} ploss_comm_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_comm_opts_init(ploss_comm_opts *opts);
+
+/** A fresh unique id (24 random bytes from the kernel, getrandom).
+ *  Statuses: INVALID_ARGUMENT (out NULL), UNSUPPORTED (no random source). */
+ploss_status ploss_comm_unique_id(ploss_comm_id *out);
+
+/**
+ * Join the communicator `id` as rank `rank` of `nranks`; returns once every rank has
+ * joined (or the timeout).  ctx: the rank's context (CPU, or CUDA on its own GPU); it
+ * must outlive the communicator, and the collectives run on its device and stream.
+ * nranks = 1 needs no other process.  The CPU backend takes up to 4096 ranks.
+ * Statuses: INVALID_ARGUMENT (NULL, nranks < 1, rank outside [0, nranks), an id not made
+ *           by ploss_comm_unique_id, a bad timeout, a rank already taken, ranks that
+ *           disagree on nranks or on the device type), UNSUPPORTED (CUDA without NCCL),
+ *           COMM (a rank did not join in time, exited or aborted; NCCL's initialisation
+ *           failed), OUT_OF_MEMORY, CUDA.
+ */
+ploss_status ploss_comm_init(ploss_ctx_t *ctx, int nranks, int rank, const ploss_comm_id *id,
+                             const ploss_comm_opts *opts, ploss_comm_t **out);
+
+/** Leave and free the communicator (NULL is accepted); does not wait for the other ranks.
+ *  On CUDA it first waits (up to the timeout) for the queued collectives, then finalises
+ *  NCCL's communicator, or aborts it after an error.  Statuses: COMM (the wait failed; the
+ *  communicator is freed anyway), CUDA. */
+ploss_status ploss_comm_destroy(ploss_comm_t *comm);
+
+/** Make the communicator unusable on every rank: the CPU backend's other ranks fail at
+ *  once in their current or next collective (COMM, naming this rank); on CUDA NCCL's
+ *  communicator is aborted (the others fail with an NCCL error or their timeout).  For a
+ *  rank that cannot go on (an invalid input found before a collective).  Then destroy it.
+ *  Statuses: INVALID_ARGUMENT (NULL). */
+ploss_status ploss_comm_abort(ploss_comm_t *comm);
+
+/** This process's rank, and the number of ranks (-1 for NULL). */
+int ploss_comm_rank(const ploss_comm_t *comm);
+int ploss_comm_size(const ploss_comm_t *comm);
+
+/** The context the communicator was made with (NULL for NULL). */
+ploss_ctx_t *ploss_comm_context(const ploss_comm_t *comm);
+
+/**
+ * All-reduce: recv ← op over the ranks of send, elementwise (in rank order on the CPU).
+ * in  send  any shape, any dtype (f32, f16, bf16, f64, i64, i32, u8), contiguous, on the
+ *           communicator's device; the same number of elements and dtype on every rank.
+ * out recv  send's number of elements (any shape) and dtype, contiguous; may be send
+ *           itself (same data pointer and byte offset: in place); no other overlap.
+ * Statuses: INVALID_ARGUMENT (NULL, bad op), SHAPE, DTYPE, DEVICE, LAYOUT (not
+ *           contiguous), ALIAS, COMM (CPU: a rank passed another collective, dtype, op or
+ *           size, timed out, exited or aborted; CUDA: an NCCL error or timeout), CUDA.
+ */
+ploss_status ploss_comm_all_reduce(ploss_comm_t *comm, const DLTensor *send, DLTensor *recv,
+                                   ploss_reduce_op op);
+
+/**
+ * All-gather: every rank's send, concatenated in rank order: rank r's elements are
+ * recv's elements [r·n, (r + 1)·n) in row-major order, n = send's element count.
+ * in  send  any shape and dtype, contiguous; n and the dtype equal on every rank.
+ * out recv  nranks·n elements (any shape), send's dtype, contiguous; no overlap with send.
+ * Statuses: as ploss_comm_all_reduce.
+ */
+ploss_status ploss_comm_all_gather(ploss_comm_t *comm, const DLTensor *send, DLTensor *recv);
+
+/**
+ * Reduce-scatter: rank r receives op over the ranks of send's elements [r·n, (r + 1)·n)
+ * (in rank order on the CPU), n = recv's element count.
+ * in  send  nranks·n elements, any shape and dtype, contiguous; equal on every rank.
+ * out recv  n elements (any shape), send's dtype, contiguous; no overlap with send.
+ * Statuses: as ploss_comm_all_reduce (SHAPE when send's count is not nranks times recv's).
+ */
+ploss_status ploss_comm_reduce_scatter(ploss_comm_t *comm, const DLTensor *send, DLTensor *recv,
+                                       ploss_reduce_op op);
+
+/** Wait for the collectives queued on a CUDA communicator (the context's stream), up to
+ *  the timeout, watching NCCL's asynchronous errors; after a timeout or an error NCCL's
+ *  communicator is aborted.  A no-op on the CPU (its collectives are blocking).
+ *  Statuses: INVALID_ARGUMENT (NULL), COMM, CUDA. */
+ploss_status ploss_comm_synchronize(ploss_comm_t *comm);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,8 @@
 --     lua/ploss/losses/init.lua; see ploss/description.lua) into a criterion class
 --     ploss.<Criterion> and the functions ploss.F.<name>, _backward, _fused
 --     (ploss/criterion.lua), then the ops (ploss/ops.lua) and the support layers,
---     functions and optimisers (ploss/support.lua).
+--     functions and optimisers (ploss/support.lua), and the communicators (ploss.comm,
+--     ploss/comm.lua).
 --
 -- Errors: every failing C call raises a Lua error carrying ploss_last_error()'s message,
 -- reported at the line of the caller's code (the first stack frame outside this package).
@@ -279,5 +280,6 @@ require("ploss.criterion")(ploss).build_all()
 require("ploss.margin")(ploss)
 require("ploss.ops")(ploss)
 require("ploss.support")(ploss)
+require("ploss.comm")(ploss)
 
 return ploss

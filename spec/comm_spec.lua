@@ -1,0 +1,199 @@
+-- Communicators on the CPU (suite 'cpu'): ranks as processes started by tools/launch.sh
+-- running spec/comm_worker.lua (collectives against hand-computed values, determinism,
+-- failures that must not hang), and the bad-input messages in this process.
+local ffi = require "ffi"
+local H = require "spec.helpers"
+local ploss = H.ploss
+local C = ploss.C
+
+local launcher = H.root .. "/tools/launch.sh"
+local worker = H.root .. "/spec/comm_worker.lua"
+
+-- Run the worker on n ranks; returns its output, the launcher's exit status, the seconds taken.
+local function launch(n, mode, env)
+  local cmd = string.format("%s %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", env or "", launcher, n, worker, mode)
+  local t0 = os.time()
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  local status = tonumber(out:match("EXIT:(%d+)%s*$"))
+  return out, status, os.time() - t0
+end
+
+local function count(text, pattern)
+  local k = 0
+  for _ in text:gmatch(pattern) do k = k + 1 end
+  return k
+end
+
+describe("communicators on the CPU, as processes (tools/launch.sh)", function()
+  for _, n in ipairs { 2, 3 } do
+    it(n .. " ranks: all-reduce, all-gather, reduce-scatter equal the hand-computed values on every rank", function()
+      local out, status = launch(n, "collectives")
+      assert.are.equal(0, status, out)
+      assert.are.equal(n, count(out, "collectives ok"), out)
+    end)
+
+    it(n .. " ranks: sums in rank order, bitwise the same on every rank and in every run", function()
+      local digests = {}
+      for run = 1, 2 do
+        local out, status = launch(n, "determinism")
+        assert.are.equal(0, status, out)
+        assert.are.equal(n, count(out, "determinism ok"), out)
+        for r, d in out:gmatch("digest (%d+) (%x+)") do digests[#digests + 1] = d .. " (run " .. run .. ", rank " .. r .. ")" end
+      end
+      assert.are.equal(2 * n, #digests)
+      for i = 2, #digests do assert.are.equal(digests[1]:match("^%x+"), digests[i]:match("^%x+"), table.concat(digests, "\n")) end
+    end)
+  end
+
+  it("a rank that exits early: the others fail at once naming it, the launcher exits non-zero", function()
+    local out, status, secs = launch(3, "exit", "PLOSS_COMM_TIMEOUT=30")
+    assert.are_not.equal(0, status, out)
+    assert.are.equal(2, count(out, "exit ok"), out)
+    assert.are.equal(2, count(out, "rank 2 has exited without destroying its communicator"), out)
+    assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
+  end)
+
+  it("a rank that never reaches the collective: the others fail with the timeout error", function()
+    local out, status, secs = launch(2, "stall", "PLOSS_COMM_TIMEOUT=1")
+    assert.are_not.equal(0, status, out)
+    assert.are.equal(1, count(out, "stall ok"), out)
+    assert.matches("timed out after 1 s waiting for the other ranks to reach the collective %(rank 1%)", out)
+    assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
+  end)
+
+  it("a rank that aborts: the others fail at once naming it", function()
+    local out, status = launch(3, "abort", "PLOSS_COMM_TIMEOUT=30")
+    assert.are_not.equal(0, status, out)
+    assert.are.equal(2, count(out, "rank 1 called ploss_comm_abort"), out)
+  end)
+
+  it("ranks that disagree on nranks all fail to join", function()
+    local out, status, secs = launch(2, "nranks", "PLOSS_COMM_TIMEOUT=30")
+    assert.are_not.equal(0, status, out)
+    assert.are.equal(2, count(out, "init failed"), out)
+    assert.matches("nranks", out)
+    assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
+  end)
+
+  it("the launcher stops the other ranks when one fails, and exits with its status", function()
+    local out, status, secs = launch(3, "fail", "PLOSS_LAUNCH_GRACE=2")
+    assert.are.equal(3, status, out)
+    assert.matches("rank 1 %(pid %d+%) failed with status 3; stopping the others", out)
+    assert.is_nil(out:find("was not stopped", 1, true), out)
+    assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
+  end)
+
+  it("the launcher refuses a bad rank count", function()
+    for _, bad in ipairs { "0", "x", "-1" } do
+      local p = assert(io.popen(string.format("%q -n %s %q collectives 2>&1; echo \"EXIT:$?\"", launcher, bad, worker)))
+      local out = p:read("*a")
+      p:close()
+      assert.matches("EXIT:2", out)
+    end
+  end)
+end)
+
+describe("communicators: one rank and bad input, in this process", function()
+  local id = ploss.comm.unique_id()
+
+  it("unique ids: 64 hex digits, never the same twice", function()
+    assert.matches("^%x+$", id)
+    assert.are.equal(64, #id)
+    assert.are_not.equal(id, ploss.comm.unique_id())
+  end)
+
+  it("one rank: every collective gives back its input", function()
+    local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
+    assert.are.equal(0, comm:rank())
+    assert.are.equal(1, comm:size())
+    assert.are.equal("cpu", comm:device())
+    for _, dtype in ipairs { "f32", "f64", "f16", "bf16", "i64", "i32", "u8" } do
+      local x = ploss.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = dtype })
+      H.assert_equal(comm:all_reduce(x:clone()), x)
+      H.assert_equal(comm:all_reduce(x:clone(), "max"), x)
+      H.assert_equal(comm:all_gather(x), x)
+      H.assert_equal(comm:reduce_scatter(x), x)
+    end
+    comm:destroy()
+    comm:destroy() -- idempotent
+    H.expect_error(function() comm:all_reduce(ploss.ones(2)) end, "the communicator was destroyed")
+  end)
+
+  it("refuses bad arguments to init with clear messages", function()
+    H.expect_error(function() ploss.comm.init { nranks = 0, rank = 0, id = id } end, "nranks: expected an integer >= 1, got 0")
+    H.expect_error(function() ploss.comm.init { nranks = 2, rank = 2, id = id } end, "rank: expected a rank in [0, 2), got 2")
+    H.expect_error(function() ploss.comm.init { nranks = 2, rank = -1, id = id } end, "rank: expected an integer >= 0, got -1")
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = "abc" } end, "id: expected 64 hex digits")
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = ("zz"):rep(32) } end, "id: expected 64 hex digits")
+    local forged = id:sub(1, 63) .. (id:sub(64) == "0" and "1" or "0") -- another check value
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = forged } end,
+      "id: not a unique id made by ploss_comm_unique_id")
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = id, timeout = -1 } end,
+      "opts.timeout: expected a finite number of seconds > 0, got -1")
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = id, timeout = 1 / 0 } end,
+      "opts.timeout: expected a finite number of seconds > 0")
+    H.expect_error(function() ploss.comm.init(3) end, "comm.init: expected a table")
+  end)
+
+  it("init times out, naming the ranks that did not join, and leaves no shared memory behind", function()
+    local lone = ploss.comm.unique_id()
+    local t0 = os.time()
+    H.expect_error(function() ploss.comm.init { nranks = 3, rank = 1, id = lone, timeout = 0.3 } end,
+      "timed out after 0.3 s waiting for the other ranks to join (ranks 0, 2)")
+    assert.is_true(os.time() - t0 < 5)
+    local f = io.open("/dev/shm/ploss-comm-" .. lone:sub(9, 56), "r")
+    if f then f:close() end
+    assert.is_nil(f, "the shared-memory segment was left in /dev/shm")
+    -- the id can be used again afterwards
+    local comm = ploss.comm.init { nranks = 1, rank = 0, id = lone }
+    comm:destroy()
+  end)
+
+  it("refuses bad tensors and ops with clear messages", function()
+    local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
+    H.expect_error(function() comm:all_reduce({ 1, 2 }) end, "comm:all_reduce: expected a ploss tensor, got table")
+    H.expect_error(function() comm:all_reduce(ploss.ones(2), "min") end, "op: expected 'sum' or 'max', got min")
+    H.expect_error(function() comm:reduce_scatter(ploss.tensor(3)) end, "not divisible")
+    -- through the C ABI: another device, dtypes, sizes, layouts, overlaps
+    local p = comm.ptr
+    local a = ploss.ones({ 4 })
+    local function dl_on_cuda(t)
+      local d = ffi.new("DLTensor", t:dl())
+      d.device.device_type = 2
+      return d
+    end
+    local function c_err(status, fragment)
+      assert.are_not.equal(0, status)
+      local msg = ffi.string(C.ploss_last_error())
+      assert.is_truthy(msg:find(fragment, 1, true), msg)
+      return ffi.string(C.ploss_status_string(status))
+    end
+    assert.are.equal("PLOSS_ERR_DEVICE", c_err(C.ploss_comm_all_reduce(p, dl_on_cuda(a), a:dl(), 0),
+      "send: expected a tensor on cpu (the context's device), got f32[4] on cuda:0"))
+    assert.are.equal("PLOSS_ERR_DTYPE", c_err(C.ploss_comm_all_reduce(p, a:dl(), ploss.ones({ 4 }, { dtype = "f64" }):dl(), 0),
+      "recv: expected f32 (send's dtype)"))
+    assert.are.equal("PLOSS_ERR_SHAPE", c_err(C.ploss_comm_all_reduce(p, a:dl(), ploss.ones({ 5 }):dl(), 0),
+      "recv: expected 4 elements (send's)"))
+    assert.are.equal("PLOSS_ERR_SHAPE", c_err(C.ploss_comm_all_gather(p, a:dl(), ploss.ones({ 3 }):dl()),
+      "recv: expected 4 elements (1 ranks × send's 4)"))
+    assert.are.equal("PLOSS_ERR_SHAPE", c_err(C.ploss_comm_reduce_scatter(p, a:dl(), ploss.ones({ 3 }):dl(), 0),
+      "send: expected 3 elements (1 ranks × recv's 3)"))
+    assert.are.equal("PLOSS_ERR_LAYOUT", c_err(C.ploss_comm_all_gather(p, ploss.ones({ 2, 2 }):t():dl(), ploss.ones({ 4 }):dl()),
+      "send: a collective needs contiguous row-major memory"))
+    local big = ploss.ones({ 8 })
+    assert.are.equal("PLOSS_ERR_ALIAS", c_err(C.ploss_comm_all_reduce(p, big:narrow(1, 1, 4):dl(), big:narrow(1, 3, 4):dl(), 0),
+      "recv"))
+    assert.are.equal("PLOSS_ERR_INVALID_ARGUMENT", c_err(C.ploss_comm_all_reduce(p, a:dl(), a:dl(), 7),
+      "op: expected PLOSS_REDUCE_SUM (0) or PLOSS_REDUCE_MAX (1), got 7"))
+    assert.are.equal("PLOSS_ERR_INVALID_ARGUMENT", c_err(C.ploss_comm_all_reduce(nil, a:dl(), a:dl(), 0),
+      "comm: communicator is NULL"))
+    -- in place is allowed for all-reduce
+    assert.are.equal(0, C.ploss_comm_all_reduce(p, a:dl(), a:dl(), 0))
+    -- after an abort every call fails
+    comm:abort()
+    H.expect_error(function() comm:all_reduce(ploss.ones(2)) end, "unusable after an earlier failure")
+    comm:destroy()
+  end)
+end)

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# tools/launch.sh -n N [--] script.lua|program [args…] — start N ranks of a ploss job on this
+# machine, without MPI (docs/distributed.md).
+#
+# Makes one communicator id (ploss.comm.unique_id()) and starts N processes, each with
+#   PLOSS_WORLD_SIZE=N  PLOSS_RANK=r  PLOSS_LOCAL_RANK=r  PLOSS_COMM_ID=<the id>
+# (a script calls ploss.comm.init_from_env{device = 'cpu' | 'cuda'}; with 'cuda', rank r
+# takes cuda:r: CUDA_VISIBLE_DEVICES is left as it is).  A `.lua` file is run with
+# ${LUAJIT:-luajit}; anything else is executed as it is.  Each line a rank prints is
+# prefixed with "[r] " (PLOSS_LAUNCH_PREFIX=0: no prefix).
+#
+# Waits for every rank.  As soon as one fails (a non-zero exit status or a signal), the
+# others are sent SIGTERM, then SIGKILL after PLOSS_LAUNCH_GRACE seconds (default 5), and
+# the launcher exits with the first failure's status (128 + n for signal n).  Exit 0 when
+# every rank exits with 0.  SIGINT / SIGTERM to the launcher stop every rank the same way.
+# The environment must let `luajit` load ploss (`source tools/env.sh build`).
+set -u
+
+usage() {
+    echo "usage: tools/launch.sh -n N [--] script.lua|program [args...]" >&2
+    exit 2
+}
+
+n=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -n) [ $# -ge 2 ] || usage; n=$2; shift 2 ;;
+        -n*) n=${1#-n}; shift ;;
+        --) shift; break ;;
+        -h | --help) usage ;;
+        -*) echo "tools/launch.sh: unknown option $1" >&2; usage ;;
+        *) break ;;
+    esac
+done
+[ $# -ge 1 ] || usage
+case "$n" in
+    '' | *[!0-9]* | 0*) echo "tools/launch.sh: -n: expected a rank count >= 1, got '$n'" >&2; exit 2 ;;
+esac
+
+luajit=${LUAJIT:-luajit}
+grace=${PLOSS_LAUNCH_GRACE:-5}
+prefix=${PLOSS_LAUNCH_PREFIX:-1}
+if [[ "$1" == *.lua ]]; then cmd=("$luajit" "$@"); else cmd=("$@"); fi
+
+id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
+    echo "tools/launch.sh: cannot make a communicator id (does '$luajit' load ploss? source tools/env.sh build)" >&2
+    exit 1
+}
+
+pids=()
+stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the grace period
+    local p alive
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for _ in $(seq $((grace * 10))); do
+        alive=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && return
+        sleep 0.1
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+}
+trap 'stop_all; wait; exit 130' INT
+trap 'stop_all; wait; exit 143' TERM
+
+for ((r = 0; r < n; r++)); do
+    if [ "$prefix" = 1 ]; then
+        # the prefixing sed runs in a process substitution: $! stays the rank's own pid
+        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id \
+            "${cmd[@]}" > >(sed -u "s/^/[$r] /") 2>&1 &
+    else
+        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${cmd[@]}" &
+    fi
+    pids+=("$!")
+done
+
+# Poll the ranks (`wait PID` then gives the status of one that has ended, even when bash
+# has already reaped it).
+status=0
+running=("${pids[@]}")
+while [ "${#running[@]}" -gt 0 ]; do
+    still=()
+    for p in "${running[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+            still+=("$p")
+            continue
+        fi
+        wait "$p"
+        rc=$?
+        if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
+            status=$rc
+            for ((r = 0; r < n; r++)); do [ "${pids[$r]}" = "$p" ] && break; done
+            echo "tools/launch.sh: rank $r (pid $p) failed with status $rc; stopping the others" >&2
+            stop_all
+        fi
+    done
+    running=("${still[@]}")
+    [ "${#running[@]}" -eq 0 ] || sleep 0.05
+done
+wait # the output filters
+exit "$status"
