@@ -143,10 +143,11 @@ ploss_status ploss_workspace(ploss_ctx_t *ctx, size_t bytes, void **out)
         return PLOSS_OK;
     }
     void *fresh = NULL;
-    /* grow geometrically, by at most 64 MiB (a tile of hundreds of MiB is not rounded up by
-     * half of itself) */
-    const size_t headroom = bytes / 2 < ((size_t)64 << 20) ? bytes / 2 : ((size_t)64 << 20);
-    size_t want = bytes + headroom;
+    /* the first request exactly (a context serving one loss keeps what it needs); a later
+     * growth geometrically, by at most 64 MiB (a tile of hundreds of MiB is not rounded up
+     * by half of itself), so that alternating requests do not reallocate every time */
+    const size_t half = bytes / 2 < ((size_t)64 << 20) ? bytes / 2 : ((size_t)64 << 20);
+    const size_t want = bytes + (ctx->workspace_bytes > 0 ? half : 0);
     ploss_status st = ploss_alloc(ctx, want, &fresh);
     if (st != PLOSS_OK)
         return st;

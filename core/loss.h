@@ -56,6 +56,8 @@ typedef enum {
 /* Inputs that each get a gradient (a loss of several embedding inputs: anchor, positive,
  * negative); a one-input loss uses `input` and `grad_input` of ploss_loss_args. */
 #define PLOSS_MAX_LOSS_INPUTS 3
+/* Per-row outputs of forward and fused besides the loss (a description's `outputs`). */
+#define PLOSS_MAX_LOSS_OUTPUTS 2
 
 /* The static facts of a loss (its description). */
 typedef struct ploss_loss_spec {
@@ -93,6 +95,10 @@ typedef struct ploss_loss_args {
      * argument order (input, grad_input and target unused; a labels target is `target`) */
     const DLTensor *inputs[PLOSS_MAX_LOSS_INPUTS];
     const DLTensor *grad_inputs[PLOSS_MAX_LOSS_INPUTS];
+    /* its per-row outputs (forward, fused; NULL: not wanted) and the gradients of its extra
+     * tensors that get one (backward, fused; NULL where the tensor is NULL) */
+    const DLTensor *outputs[PLOSS_MAX_LOSS_OUTPUTS];
+    const DLTensor *grad_tensors[PLOSS_MAX_LOSS_TENSORS];
 } ploss_loss_args;
 
 /* The checked options of a loss, in the engines' terms (the union of every loss's). */

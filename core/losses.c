@@ -2851,6 +2851,10 @@ static const ploss_loss_spec linear_cross_entropy_spec = {
     .ninputs = 2,
     .input_names = {"hidden", "weight"},
     .grad_names = {"grad_hidden", "grad_weight"},
+    .ntensors = 1,
+    .tensors = {
+        {.name = "bias", .kind = PLOSS_TENSOR_CLASS_VECTOR, .what = "bias"},
+    },
 };
 
 static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -2892,25 +2896,27 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
 }
 
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    DLTensor *loss)
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy)
 {
-    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .loss = loss};
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .tensors[0] = bias, .loss = loss, .outputs[0] = lse, .outputs[1] = entropy};
     return linear_cross_entropy(ctx, PLOSS_PASS_FORWARD, &a, opts);
 }
 
 ploss_status ploss_linear_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    const DLTensor *grad_loss, DLTensor *grad_hidden, DLTensor *grad_weight)
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, const DLTensor *grad_loss, DLTensor *grad_hidden,
+    DLTensor *grad_weight, DLTensor *grad_bias)
 {
-    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .grad_loss = grad_loss, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight};
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .tensors[0] = bias, .grad_loss = grad_loss, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight, .grad_tensors[0] = grad_bias};
     return linear_cross_entropy(ctx, PLOSS_PASS_BACKWARD, &a, opts);
 }
 
 ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    DLTensor *loss, DLTensor *grad_hidden, DLTensor *grad_weight)
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy,
+    DLTensor *grad_hidden, DLTensor *grad_weight, DLTensor *grad_bias)
 {
-    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .loss = loss, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight};
+    const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .tensors[0] = bias, .loss = loss, .outputs[0] = lse, .outputs[1] = entropy, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight, .grad_tensors[0] = grad_bias};
     return linear_cross_entropy(ctx, PLOSS_PASS_FUSED, &a, opts);
 }

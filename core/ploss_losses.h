@@ -1038,9 +1038,13 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
  * symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
  * contrasts each view with the other items of its own view (2N − 2 negatives). A loss over
- * several devices is not provided. The CPU works in f64 (OpenBLAS); CUDA computes the tiles
- * with cuBLAS in fp32 (f64 for f64 input). No state is kept: backward recomputes the
- * log-sum-exps.
+ * several devices is not provided. The CPU works in f64 (OpenBLAS). CUDA multiplies the inputs
+ * as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32, f64 in
+ * f64), the normalisation applied as a scale when a tile is read; the similarity tile is f32
+ * (f64), the gradient tile of the two gradient products is in the input dtype (as PyTorch's
+ * 16-bit autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's
+ * gradient product (about 55 MiB at N = 32768, D = 1024). No state is kept: backward recomputes
+ * the log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.
@@ -1061,8 +1065,9 @@ ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, con
  * InfoNCE contrastive loss, backward. With P_ij = e^(S_ij − lse_row i), Q_ij = e^(S_ij −
  * lse_col j) and the weights w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij
  * − δ_ij) + [symmetric]·w_j·(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v =
- * Gᵀ·u/τ, both accumulated tile by tile, then through the normalisation: ∂L/∂q_i = (g_i
- * − (g_i·u_i)·u_i)/‖q_i‖. Exact for both inputs.
+ * Gᵀ·u/τ, on the CPU accumulated tile by tile, on CUDA each in its own sweep over tiles of
+ * rows (∂L/∂v from the transposed tiles, nothing accumulated), then through the
+ * normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖. Exact for both inputs.
  * in  query, key, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_query  ∂/∂query: the shape and dtype of its input, any non-overlapping strides;
@@ -2139,13 +2144,15 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * 'mean': Berman et al.'s convention, not NaN); a single valid pixel is an ordinary group; a
  * class absent from a group's labels is skipped with classes = 'present' and gives L_c = max_i
  * p_ic with 'all' (the reference project's setting); C = 1 gives 0. Labels outside [0, C) that
- * are not ignore_index are an error (INVALID_LABEL). The CUDA backend sorts every (group,
- * class) segment at once with CUB's radix sort on (segment, error) keys and counts the
- * foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
- * It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
- * and the gradient are computed in f64. class_ids is a set: a class listed twice counts once
- * (Berman et al.'s loop would count it twice), and an empty list gives 0. With per_image the
- * 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of nothing.
+ * are not ignore_index are an error (INVALID_LABEL). The CUDA backend sorts the (group, class)
+ * segments in batches of up to four with CUB's radix sort on 32-bit (segment slot, f32 error)
+ * keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and keeps at
+ * most about the input's size in its workspace (f32; f16/bf16: about 4× their input, the
+ * weights being f32); nothing of size C × pixels is kept after the call. It ranks f64 inputs
+ * by their errors rounded to f32 (equal there: by pixel index); the loss and the gradient are
+ * computed in f64. class_ids is a set: a class listed twice counts once (Berman et al.'s loop
+ * would count it twice), and an empty list gives 0. With per_image the 'mean' of an empty batch
+ * (no group) is 0, Berman et al.'s mean of nothing.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2870,12 +2877,16 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
- * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
- * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
- * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16), and one pass per tile row scales the products into
+ * cosines and runs the softmax with the row engine's policy (C <= 131072 there; f64 is CPU
+ * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
+ * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
+ * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
+ * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
+ * or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -2978,12 +2989,16 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
- * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
- * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
- * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16), and one pass per tile row scales the products into
+ * cosines and runs the softmax with the row engine's policy (C <= 131072 there; f64 is CPU
+ * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
+ * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
+ * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
+ * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
+ * or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3090,12 +3105,16 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
- * softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only). Partial FC
- * (sample_rate < 1) reads CUDA labels on the host to draw its classes. No state is kept:
- * backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an
- * angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16), and one pass per tile row scales the products into
+ * cosines and runs the softmax with the row engine's policy (C <= 131072 there; f64 is CPU
+ * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
+ * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
+ * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
+ * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
+ * or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3162,8 +3181,8 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* adds z_loss·lse² per token (PaLM's auxiliary loss); a finite number >= 0; default 0.0
        */
     double z_loss;
-    /* add the weight's gradient into grad_weight instead of overwriting it (gradient
-       accumulation); default 0 */
+    /* add the weight's (and the bias's) gradient into grad_weight (grad_bias) instead of
+       overwriting it (gradient accumulation); default 0 */
     int accumulate;
     /* how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V); default CXD
        */
@@ -3187,8 +3206,8 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * Kernel, 2024 (the chunked fused linear cross-entropy); PyTorch's F.linear + F.cross_entropy
  * (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); Gemma 2 (final-logit
  * soft-capping)).
- * With z_ij = h_i·w_j (softcap c > 0: z_ij = c·tanh(h_i·w_j / c)), lse_i = log Σ_j e^(z_ij)
- * and label y_i:
+ * With z_ij = h_i·w_j + b_j (b = 0 without bias; softcap c > 0: z_ij = c·tanh((h_i·w_j +
+ * b_j) / c)), lse_i = log Σ_j e^(z_ij) and label y_i:
  *
  *     ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
  *
@@ -3196,25 +3215,34 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * ignored. The logits are computed tile by tile (a matrix product per tile of rows) and turned
  * into their gradient in place; the BT×V logits are never all stored.
  *
- * Called as crit(hidden, weight, labels): both get a gradient. To have a gradient written into
- * a tensor of yours, set the criterion's field of its name (crit.grad_weight = t, of weight's
- * shape; crit.grad_hidden likewise) or pass it to ploss.F.linear_cross_entropy_fused /
- * _backward as the option grad_weight / grad_hidden; with accumulate the weight's gradient is
- * added to that tensor (to the criterion's own buffer when none is given: then it sums over
- * calls until you zero it), as a loop of gradient accumulation needs. The gradients may be f32
- * tensors for f16/bf16 inputs (a mixed-precision step's), accumulated unrounded. No gradient
- * filtering: every softmax entry counts. CUDA: the logit tile is computed by cuBLAS in the
- * inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row engine
- * turns it into its gradient in place (fp32 row statistics), and the two gradient products read
- * it; a 16-bit weight gradient is rounded to its dtype once per tile of rows there, which
- * shrinks its small components by about 0.2 % per tile (f32 gradients do not round; the CPU
- * sums the tiles in f32 and rounds once). The workspace is the tile (at most 512 MiB by
- * default) plus O(BT); inputs and outputs whose rows are not contiguous are staged through
- * copies, and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times
- * slower on such products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only.
- * The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's softmax in
- * f64. hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first. No state is kept:
- * backward recomputes the tiles.
+ * Called as crit(hidden, weight, labels): both get a gradient. A bias is a tensor option, as
+ * the class weights of the other criteria are (ploss.LinearCrossEntropyLoss{bias = b},
+ * crit.bias = b, or opts.bias of ploss.F): the calls then return grad_bias after grad_weight.
+ * To have a gradient written into a tensor of yours, set the criterion's field of its name
+ * (crit.grad_weight = t, of weight's shape; crit.grad_hidden and crit.grad_bias likewise) or
+ * pass it to ploss.F.linear_cross_entropy_fused / _backward as the option grad_weight /
+ * grad_hidden / grad_bias; with accumulate the weight's and the bias's gradients are added to
+ * those tensors (to the criterion's own buffers when none is given: then they sum over calls
+ * until you zero them), as a loop of gradient accumulation needs. return_lse = true and
+ * return_entropy = true make forward and the fused call also return each token's lse_i and
+ * entropy H_i (N values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
+ * softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy's return_lse
+ * and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
+ * [entropy]. The gradients may be f32 tensors for f16/bf16 inputs (a mixed-precision step's),
+ * accumulated unrounded. No gradient filtering: every softmax entry counts. CUDA: the logit
+ * tile is computed by cuBLAS in the inputs' dtype (fp32 accumulation; bf16/f16 logits, as
+ * F.linear gives them), the row engine turns it into its gradient in place (fp32 row
+ * statistics), and the two gradient products read it; a 16-bit weight gradient is rounded to
+ * its dtype once per tile of rows there, which shrinks its small components by about 0.2 % per
+ * tile (f32 gradients do not round; the CPU sums the tiles in f32 and rounds once). A bias is
+ * added to the tile in place (with the softcap, one pass) and its gradient is a product of the
+ * gradient tile with a vector of ones (fp32, summed over the tiles unrounded). The workspace is
+ * the tile (at most 512 MiB by default) plus O(BT + V); inputs and outputs whose rows are not
+ * contiguous are staged through copies, and so is the weight when V is not a multiple of 8 (16
+ * bytes: cuBLAS is several times slower on such products). V <= 262144 in bf16/f16 and 131072
+ * in f32 on CUDA; f64 is CPU only. The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS
+ * and takes each row's softmax in f64. hidden is BT×H: flatten a B×T×H batch (and its B×T
+ * labels) first. No state is kept: backward recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
  *                 only), any strides; hidden and weight of one dtype and one H.
@@ -3223,10 +3251,20 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *                 strides; hidden and weight of one dtype and one H.
  * in  labels      one class index per row of hidden (a token): shape BT, i64 or i32, values in
  *                 [0, V) or ignore_index.
+ * in  bias        NULL, or V values added to every token's logits before the softcap
+ *                 (nn.Linear's bias): the input dtype or f32 (a list: f32, f64 for f64 inputs);
+ *                 its gradient grad_bias (the same dtype) is the sum over the tokens of
+ *                 ∂L/∂z.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
  *                 that are not ignored.
+ * out lse         NULL, or each token's log-sum-exp of its logits lse_i (after bias and
+ *                 softcap): N values (0 at ignored rows), the loss's dtype, any stride; may not
+ *                 overlap any input or another output.
+ * out entropy     NULL, or each token's softmax entropy H_i = lse_i − Σ_j p_ij·z_ij: N
+ *                 values (0 at ignored rows), the loss's dtype, any stride; may not overlap any
+ *                 input or another output.
  * Statuses: INVALID_ARGUMENT (NULL ctx/hidden/weight/labels/loss or a gradient, a bad enum,
  *           opts.label_smoothing not a finite number in [0, 1], opts.softcap not a finite
  *           number >= 0, opts.z_loss not a finite number >= 0, opts.tile_rows not an integer >=
@@ -3235,31 +3273,37 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *           OUT_OF_MEMORY.
  */
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    DLTensor *loss);
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy);
 
 /**
  * Fused linear + cross-entropy (a language-model head without its logits), backward. With p_ij
  * = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 +
  * 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap;
- * then ∂L/∂hidden = G·W and ∂L/∂weight = Gᵀ·H (added to grad_weight with
- * accumulate), accumulated tile by tile. Ignored rows get a zero gradient.
- * in  hidden, weight, labels, opts   as given to _forward.
+ * then ∂L/∂hidden = G·W, ∂L/∂weight = Gᵀ·H and ∂L/∂bias = Σ_i G_i (the last
+ * two added to grad_weight and grad_bias with accumulate), accumulated tile by tile. Ignored
+ * rows get a zero gradient.
+ * in  hidden, weight, labels, bias, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_hidden ∂/∂hidden: the shape and dtype of its input, any non-overlapping strides;
  *                 may not overlap any input or another output.
  * out grad_weight ∂/∂weight: the shape and dtype of its input, any non-overlapping strides;
  *                 may not overlap any input or another output.
+ * out grad_bias   NULL when bias is NULL, else ∂/∂bias: the shape and dtype of its input,
+ *                 any non-overlapping strides; may not overlap any input or another output.
  * Statuses: as _forward.
  */
 ploss_status ploss_linear_cross_entropy_backward(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    const DLTensor *grad_loss, DLTensor *grad_hidden, DLTensor *grad_weight);
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, const DLTensor *grad_loss, DLTensor *grad_hidden,
+    DLTensor *grad_weight, DLTensor *grad_bias);
 
 /** Fused linear + cross-entropy (a language-model head without its logits), forward and
- *  backward in one pass (see the conventions above). Statuses: as _forward. */
+ *  backward in one pass (see the conventions above); the outputs of _forward and the gradients
+ *  of _backward. Statuses: as _forward. */
 ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *hidden,
-    const DLTensor *weight, const DLTensor *labels, const ploss_linear_cross_entropy_opts *opts,
-    DLTensor *loss, DLTensor *grad_hidden, DLTensor *grad_weight);
+    const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
+    const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy,
+    DLTensor *grad_hidden, DLTensor *grad_weight, DLTensor *grad_bias);
 
 #endif /* PLOSS_LOSSES_H */

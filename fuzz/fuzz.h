@@ -29,7 +29,7 @@
 
 #include "ploss.h"
 
-#define FZ_MAX_SLOTS 8
+#define FZ_MAX_SLOTS 12 /* the fused linear cross-entropy has 11 */
 #define FZ_MAX_FIELDS 16 /* option fields of one entry: the margin losses have 13 */
 
 /* Slot flags.  FZ_MAY_IGNORE: the function documents that it may ignore this tensor (e.g.

@@ -646,17 +646,17 @@ static void fz_init_ploss_linear_cross_entropy_opts(void *o) { ploss_linear_cros
 
 static ploss_status fz_call_linear_cross_entropy_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_linear_cross_entropy_forward(ctx, t[0], t[1], t[2], o, t[3]);
+    return ploss_linear_cross_entropy_forward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5], t[6]);
 }
 
 static ploss_status fz_call_linear_cross_entropy_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_linear_cross_entropy_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+    return ploss_linear_cross_entropy_backward(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5], t[6], t[7]);
 }
 
 static ploss_status fz_call_linear_cross_entropy_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_linear_cross_entropy_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5]);
+    return ploss_linear_cross_entropy_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5], t[6], t[7], t[8], t[9]);
 }
 
 #define FZ_LOSS_ENTRIES \
@@ -1116,16 +1116,16 @@ static ploss_status fz_call_linear_cross_entropy_fused(ploss_ctx_t *ctx, DLTenso
      .slots = {{"x", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_x", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
      .opts_size = sizeof(ploss_arc_face_opts), .opts_init = fz_init_ploss_arc_face_opts, .opts_nullable = 1, .nfields = 11, \
      .fields = {FZ_FIELD(ploss_arc_face_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_arc_face_opts, s, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, m, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, easy_margin, FZ_INT, 0, 1), FZ_FIELD(ploss_arc_face_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_arc_face_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, sample_rate, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, seed, FZ_I64, 0, 0), FZ_FIELD(ploss_arc_face_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_arc_face_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_linear_cross_entropy_forward", .call = fz_call_linear_cross_entropy_forward, .nslots = 4, \
-     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+    {.name = "ploss_linear_cross_entropy_forward", .call = fz_call_linear_cross_entropy_forward, .nslots = 7, \
+     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"bias", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|N|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "N", "a"}, {"entropy", FZ_OUT | FZ_OPTIONAL, "N", "a"}}, \
      .opts_size = sizeof(ploss_linear_cross_entropy_opts), .opts_init = fz_init_ploss_linear_cross_entropy_opts, .opts_nullable = 1, .nfields = 10, \
      .fields = {FZ_FIELD(ploss_linear_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_linear_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, softcap, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, z_loss, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, accumulate, FZ_INT, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_linear_cross_entropy_backward", .call = fz_call_linear_cross_entropy_backward, .nslots = 6, \
-     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_hidden", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+    {.name = "ploss_linear_cross_entropy_backward", .call = fz_call_linear_cross_entropy_backward, .nslots = 8, \
+     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"bias", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_hidden", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}, {"grad_bias", FZ_OUT | FZ_OPTIONAL, "C", "x"}}, \
      .opts_size = sizeof(ploss_linear_cross_entropy_opts), .opts_init = fz_init_ploss_linear_cross_entropy_opts, .opts_nullable = 1, .nfields = 10, \
      .fields = {FZ_FIELD(ploss_linear_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_linear_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, softcap, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, z_loss, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, accumulate, FZ_INT, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_linear_cross_entropy_fused", .call = fz_call_linear_cross_entropy_fused, .nslots = 6, \
-     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_hidden", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}}, \
+    {.name = "ploss_linear_cross_entropy_fused", .call = fz_call_linear_cross_entropy_fused, .nslots = 10, \
+     .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"bias", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|N|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "N", "a"}, {"entropy", FZ_OUT | FZ_OPTIONAL, "N", "a"}, {"grad_hidden", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}, {"grad_bias", FZ_OUT | FZ_OPTIONAL, "C", "x"}}, \
      .opts_size = sizeof(ploss_linear_cross_entropy_opts), .opts_init = fz_init_ploss_linear_cross_entropy_opts, .opts_nullable = 1, .nfields = 10, \
      .fields = {FZ_FIELD(ploss_linear_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_linear_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, softcap, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, z_loss, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, accumulate, FZ_INT, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, inplace, FZ_INT, 0, 1)}},
 

@@ -55,6 +55,8 @@ describe("CUDA nll_loss vs CPU", function()
       for _, c in ipairs {
         { "N×C", { 37, 10 } },
         { "wide rows", { 5, 3000 } },
+        { "long rows (several blocks along a row)", { 3, 40000 } },
+        { "more rows than the gradient grid", { 5000, 3 } },
         { "N×C×H×W", { 3, 6, 5, 7 } },
         { "one sample", { 1, 4 } },
         { "many blocks", { 2 ^ 18 + 3, 3 } },
@@ -128,6 +130,7 @@ describe("CUDA multi_margin_loss vs CPU", function()
       for _, c in ipairs {
         { "N×C", { 37, 10 } },
         { "wide rows", { 5, 3000 } },
+        { "more rows than the grid has warps", { 40000, 3 } },
         { "N×C×H×W", { 3, 6, 5, 7 } },
         { "one class", { 4, 1 } },
         { "many blocks", { 2 ^ 17 + 3, 3 } },

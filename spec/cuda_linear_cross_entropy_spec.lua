@@ -8,7 +8,8 @@
 -- per row (V = 50257, not a multiple of 8), rows served by a warp each; ignored rows;
 -- staged operands (strided, transposed, weight_layout 'DxC') and gradients (a transposed
 -- grad_weight accumulated into); an empty batch; bitwise determinism; f64 refused; nothing
--- written on a validation error.  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a
+-- written on a validation error; a bias (its dtype or f32, with a padded V, accumulated
+-- into grad_bias) and the per-row lse and entropy.  PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a
 -- dry run of its logic.
 local H = require "spec.helpers"
 local ploss = H.ploss
@@ -227,6 +228,111 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
       assert.are.equal(l1, l2)
       H.assert_equal(a2, a1)
       H.assert_equal(b2, b1)
+    end
+  end)
+
+  -- The bias and the per-row outputs: CUDA against the CPU on the same rounded inputs; the
+  -- forward's lse and entropy equal the fused pass's bitwise; backward returns grad_bias too.
+  local function compare_extras(n, C, D, opts, dtype, bias_dtype, what)
+    local x, w, y = inputs(n, C, D, n + C, 5)
+    local b = ploss.randn({ C }, { dtype = "f64", seed = C }):type(bias_dtype or dtype)
+    local xc, wc = x:type(dtype), w:type(dtype)
+    local T = TOL[dtype]
+    what = string.format("%s %dx%dx%d %s bias %s %s", what, n, C, D, dtype, bias_dtype or dtype, label(opts))
+    local o = with(opts, { bias = b, return_lse = true, return_entropy = true })
+    local og = with(opts, { bias = b:to(DEV), return_lse = true, return_entropy = true })
+    local rc = { F.linear_cross_entropy_fused(xc, wc, y, o) }
+    local rg = { F.linear_cross_entropy_fused(xc:to(DEV), wc:to(DEV), y:to(DEV), og) }
+    assert.are.equal(6, #rg)
+    local none = opts.reduction == "none"
+    close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss, 0, what .. " loss")
+    close(rg[2], rc[2], T.grad, T.floor, what .. " grad_hidden")
+    close(rg[3], rc[3], T.grad, T.floor, what .. " grad_weight")
+    assert.are.equal(bias_dtype or dtype, rg[4]:dtype())
+    close(rg[4], rc[4], T.grad, T.floor, what .. " grad_bias")
+    assert.are.equal("f32", rg[5]:dtype())
+    close(rg[5], rc[5], T.loss, 0, what .. " lse")
+    close(rg[6], rc[6], T.loss, 1e-6, what .. " entropy")
+    local ff = { F.linear_cross_entropy(xc:to(DEV), wc:to(DEV), y:to(DEV), og) }
+    H.assert_equal(ff[2], rg[5], { what = what .. " forward lse" })
+    H.assert_equal(ff[3], rg[6], { what = what .. " forward entropy" })
+    local up = none and ploss.ones({ n }, { dtype = "f32", device = DEV }) or nil
+    local bg = { F.linear_cross_entropy_backward(xc:to(DEV), wc:to(DEV), y:to(DEV), up, with(opts, { bias = b:to(DEV) })) }
+    assert.are.equal(3, #bg)
+    H.assert_equal(bg[3], rg[4], { what = what .. " backward grad_bias" })
+  end
+
+  it("adds a bias and returns lse and entropy: every option, dtype, a block, a warp and a cluster per row", function()
+    for _, shape in ipairs { { 37, 40, 16, 0 }, { 130, 301, 24, 16 }, { 2100, 100, 8, 0 }, { 12, 50257, 8, 5 } } do
+      local n, C, D, tile = shape[1], shape[2], shape[3], shape[4]
+      for _, o in ipairs(OPTIONS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(C > 1000 and { "mean" } or REDUCTIONS) do
+            compare_extras(n, C, D, with(o, { reduction = r, tile_rows = tile }), dtype, nil, "extras")
+          end
+        end
+      end
+    end
+  end)
+
+  it("takes an f32 bias of bf16/f16 inputs, an f32 grad_bias, and adds into a given grad_bias", function()
+    for _, dtype in ipairs { "f16", "bf16" } do
+      compare_extras(70, 99, 16, { tile_rows = 16 }, dtype, "f32", "f32 bias")
+      local x, w, y = inputs(70, 99, 16, 3, 6)
+      local xg, wg, yg = x:type(dtype):to(DEV), w:type(dtype):to(DEV), y:to(DEV)
+      local b = ploss.randn({ 99 }, { dtype = "f64", seed = 4 }):type(dtype):to(DEV)
+      local _, _, _, gb = F.linear_cross_entropy_fused(xg, wg, yg, { bias = b, tile_rows = 16 })
+      local g32 = ploss.empty({ 99 }, { dtype = "f32", device = DEV })
+      F.linear_cross_entropy_fused(xg, wg, yg, { bias = b, tile_rows = 16, grad_bias = g32 })
+      close(g32, gb:float(), 1e-2, 1e-6, dtype .. " f32 grad_bias")
+      local base = ploss.randn({ 99 }, { dtype = "f64", seed = 6 }):float()
+      local buf = base:to(DEV)
+      local want = H.values(base:double())
+      for k, v in ipairs(H.values(g32:to("cpu"):double())) do want[k] = want[k] + v end
+      F.linear_cross_entropy_fused(xg, wg, yg, { bias = b, tile_rows = 16, grad_bias = buf, accumulate = true })
+      close(H.values(buf:to("cpu"):double()), want, 1e-6, 1e-7, dtype .. " accumulated grad_bias")
+      -- a strided grad_bias (every other element of a longer vector)
+      local every = ploss.zeros({ 99, 2 }, { dtype = "f32", device = DEV }):select(2, 1)
+      F.linear_cross_entropy_fused(xg, wg, yg, { bias = b, tile_rows = 16, grad_bias = every })
+      H.assert_equal(every, g32, { what = dtype .. " strided grad_bias" })
+    end
+  end)
+
+  it("gives zero lse, entropy and bias gradient for ignored rows and an empty batch; is deterministic", function()
+    for _, dtype in ipairs(DTYPES) do
+      local wg = ploss.randn({ 5, 3 }, { dtype = dtype, seed = 3 }):to(DEV)
+      local b = ploss.randn({ 5 }, { dtype = dtype, seed = 9 }):to(DEV)
+      local xg = ploss.randn({ 4, 3 }, { dtype = dtype, seed = 4 }):to(DEV)
+      local yi = ploss.tensor({ -100, 1, -100, 3 }, { dtype = "i64" }):to(DEV)
+      local r = { F.linear_cross_entropy_fused(xg, wg, yi, { bias = b, return_lse = true, return_entropy = true }) }
+      local lse, ent = H.values(r[5]), H.values(r[6])
+      assert.are.same({ 0, 0 }, { lse[1], lse[3] })
+      assert.are.same({ 0, 0 }, { ent[1], ent[3] })
+      assert.is_true(lse[2] > 0 and ent[2] > 0)
+      local xe = ploss.empty({ 0, 3 }, { dtype = dtype, device = DEV })
+      local ye = ploss.empty({ 0 }, { dtype = "i64", device = DEV })
+      local e = { F.linear_cross_entropy_fused(xe, wg, ye, { bias = b, return_lse = true }) }
+      H.assert_equal(e[4]:double(), ploss.zeros({ 5 }, { dtype = "f64" }))
+      assert.are.equal(0, e[5]:numel())
+    end
+    local x, w, y = inputs(200, 500, 48, 31, 11)
+    local xg, wg, yg = x:type("bf16"):to(DEV), w:type("bf16"):to(DEV), y:to(DEV)
+    local o = with(OPTIONS[4], { tile_rows = 33, bias = ploss.randn({ 500 }, { dtype = "bf16", seed = 2 }):to(DEV),
+      return_lse = true, return_entropy = true })
+    local r1 = { F.linear_cross_entropy_fused(xg, wg, yg, o) }
+    local r2 = { F.linear_cross_entropy_fused(xg, wg, yg, o) }
+    assert.are.equal(r1[1], r2[1])
+    for k = 2, 6 do H.assert_equal(r2[k], r1[k], { what = "bitwise " .. k }) end
+  end)
+
+  it("refuses a bias of another dtype or device", function()
+    local x = ploss.randn({ 4, 3 }, { dtype = "bf16", seed = 1 }):to(DEV)
+    local w = ploss.randn({ 5, 3 }, { dtype = "bf16", seed = 2 }):to(DEV)
+    local y = ploss.tensor({ 0, 1, 4, 2 }, { dtype = "i64" }):to(DEV)
+    H.expect_error(function() F.linear_cross_entropy(x, w, y, { bias = ploss.zeros({ 5 }, { dtype = "f16", device = DEV }) }) end,
+      "bias: expected bf16 (hidden's dtype) or f32, got f16")
+    if DEV ~= "cpu" then
+      H.expect_error(function() F.linear_cross_entropy(x, w, y, { bias = ploss.zeros({ 5 }, { dtype = "bf16" }) }) end, "bias")
     end
   end)
 

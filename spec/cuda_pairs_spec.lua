@@ -432,15 +432,17 @@ local function compare_nce(q64, k64, opts, dtype, what, layout)
 end
 
 describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
-  -- 300 rows: one tile; 9000 rows: f32 tiles of 1864 rows (f64: 932), the column
-  -- log-sum-exps merged across tiles
-  for _, shape in ipairs { { 37, 5 }, { 300, 64 }, { 9000, 16 } } do
+  -- 300 rows: one tile; 9000 rows: several tiles (f32 and bf16 forward tiles of 1398 rows,
+  -- f32 sub-tiles of the gradient sweeps), the column log-sum-exps merged across tiles;
+  -- 40×1100: rows wider than the forward pass's whole workspace (the loss alone takes no
+  -- gradient tile), where a view copied into it would overwrite the norms
+  for _, shape in ipairs { { 37, 5 }, { 300, 64 }, { 9000, 16 }, { 40, 1100 } } do
     it(string.format("N = %d, D = %d: every option set, dtype and reduction", shape[1], shape[2]), function()
       local q = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] })
       local k = ploss.randn({ shape[1], shape[2] }, { dtype = "f64", seed = shape[1] + 1 })
       local big = shape[1] > 1000
       for _, o in ipairs(big and { {} } or NCE_OPTIONS) do
-        for _, dtype in ipairs(big and { "f32", "f64" } or DTYPES) do
+        for _, dtype in ipairs(big and { "f32", "f64", "bf16" } or DTYPES) do
           for _, r in ipairs(big and { "mean" } or REDUCTIONS) do
             compare_nce(q, k, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]))
           end
@@ -448,6 +450,22 @@ describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
       end
     end)
   end
+
+  -- The paths of N = 32768 at a CPU reference's cost: 6500 rows take 4 log-sum-exp tiles
+  -- (the last of 695 rows, not a whole 32-row block), gradient sweeps over 3 (bf16: G tiles
+  -- of 2580 rows, 4 f32 S sub-tiles of 645 rows each, the last tile 3 with a partial one) or
+  -- 4 (f32: tiles of 1935 rows, S computed in place in 3 sub-tiles) tiles; the one-sided loss
+  -- with a packed (transposed) query view, whose GEMM operand is offset by each tile's rows.
+  it("N = 6500: several tiles in every pass, symmetric or not, a packed view", function()
+    local q = ploss.randn({ 6500, 40 }, { dtype = "f64", seed = 65 })
+    local k = ploss.randn({ 6500, 40 }, { dtype = "f64", seed = 66 })
+    local transposed = function(qd, kd) return qd:t():contiguous():t(), kd end
+    for _, dtype in ipairs { "bf16", "f32" } do
+      compare_nce(q, k, { temperature = 0.07, reduction = "mean" }, dtype, "6500x40")
+      compare_nce(q, k, { symmetric = false, temperature = 0.07, reduction = "none" }, dtype, "6500x40 packed",
+        transposed)
+    end
+  end)
 
   it("per-row upstream gradients, a fused scale and strided views", function()
     local q = ploss.randn({ 64, 24 }, { dtype = "f64", seed = 70 })

@@ -8,7 +8,9 @@
 --  * central differences in f64 for hidden and weight;
 --  * grad_weight given and accumulated into (the criterion's field and the functional's);
 --  * strided views and weight_layout 'DxC', f32/f16/bf16, an empty batch; bad input: a
---    clear error naming the argument, nothing written.
+--    clear error naming the argument, nothing written;
+--  * the bias (the reference, central differences, tiles, accumulate, dtypes, no features)
+--    and the per-row outputs lse and entropy (the reference to 1e-12, 0 at ignored rows).
 local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
@@ -20,22 +22,24 @@ local label = H.options_label
 local function rows(t) return t:to("cpu"):double():totable() end
 
 -- Per-row losses and the gradients of Σ_i u_i·ℓ_i (u: number or list) for hidden rows X,
--- weight rows W, labels Y (0-based; ignore_index rows add nothing), on the full logits.
-local function reference(X, W, Y, o, u)
+-- weight rows W, labels Y (0-based; ignore_index rows add nothing), bias Bv (a list, or
+-- nil), on the full logits; then the bias's gradient and each row's lse and entropy.
+local function reference(X, W, Y, o, u, Bv)
   local eps, cap, zl = o.label_smoothing or 0, o.softcap or 0, o.z_loss or 0
   local ignore = o.ignore_index or -100
-  local n, C, D = #X, #W, #X[1]
-  local losses, GX, GW = {}, {}, {}
+  local n, C, D = #X, #W, #W[1] and #W[1] or 0
+  local losses, GX, GW, GB, LSE, ENT = {}, {}, {}, {}, {}, {}
+  for j = 1, C do GB[j] = 0 end
   for i = 1, n do GX[i] = {} for d = 1, D do GX[i][d] = 0 end end
   for j = 1, C do GW[j] = {} for d = 1, D do GW[j][d] = 0 end end
   for i = 1, n do
     local y = Y[i]
     if y == ignore then
-      losses[i] = 0
+      losses[i], LSE[i], ENT[i] = 0, 0, 0
     else
       local z, raw = {}, {}
       for j = 1, C do
-        local v = 0
+        local v = Bv and Bv[j] or 0
         for d = 1, D do v = v + X[i][d] * W[j][d] end
         raw[j] = v
         z[j] = cap > 0 and cap * math.tanh(v / cap) or v
@@ -45,6 +49,9 @@ local function reference(X, W, Y, o, u)
       local s = 0
       for j = 1, C do s = s + math.exp(z[j] - m) end
       local lse = m + math.log(s)
+      local pz = 0
+      for j = 1, C do pz = pz + math.exp(z[j] - lse) * z[j] end
+      LSE[i], ENT[i] = lse, lse - pz
       local l = zl * lse * lse
       for j = 1, C do
         local t = eps / C + (j == y + 1 and 1 - eps or 0)
@@ -57,6 +64,7 @@ local function reference(X, W, Y, o, u)
         local g = math.exp(z[j] - lse) * (1 + 2 * zl * lse) - t
         if cap > 0 then g = g * (1 - math.tanh(raw[j] / cap) ^ 2) end
         g = ui * g
+        GB[j] = GB[j] + g
         for d = 1, D do
           GX[i][d] = GX[i][d] + g * W[j][d]
           GW[j][d] = GW[j][d] + g * X[i][d]
@@ -64,7 +72,7 @@ local function reference(X, W, Y, o, u)
       end
     end
   end
-  return losses, GX, GW
+  return losses, GX, GW, GB, LSE, ENT
 end
 
 local function valid_count(Y, ignore)
@@ -375,6 +383,224 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() fused(x, w, y, { z_loss = 0 / 0 }) end, "opts.z_loss")
     H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
       "grad_weight")
+    H.assert_untouched(snap)
+  end)
+
+  describe("with a bias", function()
+    local function bias(C, seed) return ploss.randn({ C }, { dtype = "f64", seed = seed }) end
+
+    it("matches the full-logit reference for every option set and reduction, in tiles", function()
+      local x, w, y, Y = inputs(11, 7, 5, 83, { 4, 5 })
+      local b = bias(7, 84)
+      local X, W, Bv = rows(x), rows(w), rows(b)
+      local count = valid_count(Y)
+      for _, o in ipairs(OPTIONS) do
+        for _, r in ipairs { "none", "mean", "sum" } do
+          for _, t in ipairs { 0, 1, 4 } do
+            local opts = with(o, { reduction = r, bias = b, tile_rows = t })
+            local losses, gx, gw, gb = reference(X, W, Y, opts, r == "mean" and 1 / count or 1, Bv)
+            local tol = { rtol = 1e-12, atol = 1e-14, what = r .. " tile_rows " .. t .. " " .. label(o) }
+            local want = r == "none" and losses or { reduce(losses, r, count) }
+            local l = F.linear_cross_entropy(x, w, y, opts)
+            H.assert_close(r == "none" and l or { l }, want, tol)
+            local a, bb, c = ploss.LinearCrossEntropyLoss(opts):backward(x, w, y)
+            H.assert_close(a, gx, tol)
+            H.assert_close(bb, gw, tol)
+            H.assert_close(c, gb, tol)
+            local fl, fa, fb, fc = F.linear_cross_entropy_fused(x, w, y, opts)
+            H.assert_close(r == "none" and fl or { fl }, want, tol)
+            H.assert_close(fa, gx, tol)
+            H.assert_close(fb, gw, tol)
+            H.assert_close(fc, gb, tol)
+          end
+        end
+      end
+    end)
+
+    it("has the gradient of central differences in f64 for the bias (and hidden, weight)", function()
+      local x, w, y = inputs(6, 5, 4, 89, { 3 })
+      local b = bias(5, 90)
+      for _, o in ipairs(OPTIONS) do
+        local opts = with(o, { bias = b })
+        local _, gx, gw, gb = F.linear_cross_entropy_fused(x, w, y, opts)
+        local f = function() return F.linear_cross_entropy(x, w, y, opts) end
+        H.gradcheck(f, b, gb, { rtol = 1e-6, atol = 1e-7, what = "bias " .. label(o) })
+        H.gradcheck(f, x, gx, { rtol = 1e-6, atol = 1e-7, what = "hidden " .. label(o) })
+        H.gradcheck(f, w, gw, { rtol = 1e-6, atol = 1e-7, what = "weight " .. label(o) })
+      end
+    end)
+
+    it("takes the bias from the criterion's field or as a list, and writes or adds grad_bias", function()
+      local x, w, y = inputs(7, 5, 3, 97, { 2 })
+      local b = bias(5, 98)
+      local _, gx, gw, gb = F.linear_cross_entropy_fused(x, w, y, { bias = b })
+      -- a list: the same values, made f64 for f64 inputs
+      local l1 = F.linear_cross_entropy(x, w, y, { bias = H.values(b) })
+      assert.are.equal(l1, F.linear_cross_entropy(x, w, y, { bias = b }))
+      local crit = ploss.LinearCrossEntropyLoss { accumulate = true }
+      crit.bias = b
+      local base = ploss.randn({ 5 }, { dtype = "f64", seed = 99 })
+      local buf = base:clone()
+      crit.grad_bias = buf
+      local _, a, c, d = crit(x, w, y)
+      H.assert_close(a, gx, { rtol = 0, atol = 0 })
+      H.assert_close(c, gw, { rtol = 0, atol = 0 })
+      assert.are.equal(buf, d)
+      local want = H.values(base)
+      for k, v in ipairs(H.values(gb)) do want[k] = want[k] + v end
+      H.assert_close(H.values(buf), want, { rtol = 1e-15, atol = 1e-15 })
+      local ga, gwb, gbb = crit:backward(x, w, y)
+      assert.are.equal(buf, gbb)
+      assert.is_not_nil(ga and gwb)
+      for k, v in ipairs(H.values(gb)) do want[k] = want[k] + v end
+      H.assert_close(H.values(buf), want, { rtol = 1e-14, atol = 1e-14 })
+      -- the functional: grad_bias as an option, overwritten or added to
+      buf = base:clone()
+      local _, _, _, got = F.linear_cross_entropy_fused(x, w, y, { bias = b, grad_bias = buf })
+      assert.are.equal(buf, got)
+      H.assert_close(buf, gb, { rtol = 0, atol = 0 })
+      local _, _, g3 = F.linear_cross_entropy_backward(x, w, y, 1, { bias = b })
+      H.assert_close(g3, gb, { rtol = 0, atol = 0 })
+      -- without a bias no grad_bias is returned
+      assert.are.equal(3, select("#", F.linear_cross_entropy_fused(x, w, y)))
+    end)
+
+    it("takes a bias of the input's dtype or f32 for f16/bf16 inputs, and its gradient likewise", function()
+      local x, w, y = inputs(6, 5, 4, 101, { 1 })
+      local b = bias(5, 102)
+      for _, dt in ipairs { "f32", "f16", "bf16" } do
+        local xd, wd = x:type(dt), w:type(dt)
+        for _, bdt in ipairs { dt, "f32" } do
+          local bd = b:type(bdt)
+          local l, _, _, gb = F.linear_cross_entropy_fused(xd, wd, y, with(OPTIONS[5], { bias = bd }))
+          local l64, _, _, gb64 = F.linear_cross_entropy_fused(xd:double(), wd:double(), y,
+            with(OPTIONS[5], { bias = bd:double() }))
+          assert.are.equal(bdt, gb:dtype())
+          local tol = ({ f32 = 1e-6, f16 = 1e-3, bf16 = 8e-3 })[bdt]
+          H.assert_close({ l }, { l64 }, { rtol = 1e-6, what = dt .. "/" .. bdt })
+          H.assert_close(gb, gb64, { rtol = tol, atol = tol * 1e-2, what = dt .. "/" .. bdt .. " grad_bias" })
+        end
+        local gb32 = ploss.empty({ 5 }, { dtype = "f32" })
+        F.linear_cross_entropy_fused(xd, wd, y, { bias = b:type(dt), grad_bias = gb32 })
+      end
+    end)
+
+    it("gives the bias's softmax without features (H = 0)", function()
+      local x, w = ploss.empty({ 3, 0 }, { dtype = "f64" }), ploss.empty({ 5, 0 }, { dtype = "f64" })
+      local y = ploss.tensor({ 1, -100, 4 }, { dtype = "i64" })
+      local Bv = { 0.5, -1, 2, 0.25, 1 }
+      local b = ploss.tensor(Bv, { dtype = "f64" })
+      local X = { {}, {}, {} }
+      local W = { {}, {}, {}, {}, {} }
+      local opts = { bias = b, reduction = "none", z_loss = 0.1, return_lse = true, return_entropy = true }
+      local losses, _, _, gb, lse, ent = reference(X, W, { 1, -100, 4 }, opts, 1, Bv)
+      local l, lo, en = F.linear_cross_entropy(x, w, y, opts)
+      H.assert_close(l, losses, { rtol = 1e-14 })
+      H.assert_close(lo, lse, { rtol = 1e-14 })
+      H.assert_close(en, ent, { rtol = 1e-14 })
+      local _, gx, gw, g = F.linear_cross_entropy_fused(x, w, y, { bias = b, reduction = "sum", z_loss = 0.1 })
+      assert.are.same({ 3, 0 }, gx:size())
+      assert.are.same({ 5, 0 }, gw:size())
+      H.assert_close(g, gb, { rtol = 1e-13, atol = 1e-15 })
+    end)
+  end)
+
+  it("returns each row's lse and softmax entropy (0 at ignored rows) from forward and fused", function()
+    local x, w, y, Y = inputs(9, 6, 4, 107, { 3, 7 })
+    local b = ploss.randn({ 6 }, { dtype = "f64", seed = 108 })
+    for _, o in ipairs(OPTIONS) do
+      for _, withb in ipairs { false, true } do
+        local opts = with(o, { bias = withb and b or nil, tile_rows = 4 })
+        local losses, gx, gw, gb, lse, ent = reference(rows(x), rows(w), Y, opts, 1 / valid_count(Y),
+          withb and rows(b) or nil)
+        local tol = { rtol = 1e-12, atol = 1e-14, what = label(o) .. (withb and " bias" or "") }
+        local l, lo = F.linear_cross_entropy(x, w, y, with(opts, { return_lse = true }))
+        H.assert_close({ l }, { reduce(losses, "mean", valid_count(Y)) }, tol)
+        H.assert_close(lo, lse, tol)
+        local _, en = F.linear_cross_entropy(x, w, y, with(opts, { return_entropy = true }))
+        H.assert_close(en, ent, tol)
+        local r = { F.linear_cross_entropy_fused(x, w, y, with(opts, { return_lse = true, return_entropy = true })) }
+        local k = withb and 5 or 4
+        assert.are.equal(k + 1, #r)
+        H.assert_close(r[2], gx, tol)
+        H.assert_close(r[3], gw, tol)
+        if withb then H.assert_close(r[4], gb, tol) end
+        H.assert_close(r[k], lse, tol)
+        H.assert_close(r[k + 1], ent, tol)
+        for _, i in ipairs { 3, 7 } do
+          assert.are.equal(0, H.values(r[k])[i])
+          assert.are.equal(0, H.values(r[k + 1])[i])
+        end
+        -- the criterion: forward returns loss, lse, entropy; the fused call the gradients first;
+        -- backward only the gradients
+        local crit = ploss.LinearCrossEntropyLoss(with(opts, { return_lse = true, return_entropy = true }))
+        local cl, clse, cent = crit:forward(x, w, y)
+        H.assert_close({ cl }, { l }, { rtol = 0, atol = 0 })
+        H.assert_close(clse, lse, tol)
+        H.assert_close(cent, ent, tol)
+        local c = { crit(x, w, y) }
+        assert.are.equal(k + 1, #c)
+        H.assert_close(c[k], lse, tol)
+        H.assert_close(c[k + 1], ent, tol)
+        assert.are.equal(withb and 3 or 2, select("#", crit:backward(x, w, y)))
+      end
+    end
+    -- f32 (of f16 inputs too), and the entropy of equal logits is log V
+    local e16 = select(2, F.linear_cross_entropy(x:type("f16"), w:type("f16"), y, { return_entropy = true }))
+    assert.are.equal("f32", e16:dtype())
+    local z = ploss.zeros({ 2, 4 }, { dtype = "f32" })
+    local _, l0, h0 = F.linear_cross_entropy(z, ploss.randn({ 6, 4 }, { dtype = "f32", seed = 1 }),
+      ploss.tensor({ 0, 1 }, { dtype = "i64" }), { return_lse = true, return_entropy = true })
+    H.assert_close(l0, { math.log(6), math.log(6) }, { rtol = 1e-6 })
+    H.assert_close(h0, { math.log(6), math.log(6) }, { rtol = 1e-6 })
+  end)
+
+  it("refuses a bad bias, grad_bias, lse or entropy with an error naming it, writing nothing", function()
+    local x, w, y = inputs(4, 5, 3, 109)
+    local b = ploss.randn({ 5 }, { dtype = "f64", seed = 110 })
+    local out = ploss.empty({}, { dtype = "f64" })
+    local g1, g2, g3 = ploss.empty({ 4, 3 }, { dtype = "f64" }), ploss.empty({ 5, 3 }, { dtype = "f64" }),
+      ploss.empty({ 5 }, { dtype = "f64" })
+    local snap = H.poison(out, g1, g2, g3)
+    local function fused(o)
+      return F.linear_cross_entropy_fused(x, w, y, with({ out = out, grad_hidden = g1, grad_weight = g2 }, o))
+    end
+    H.expect_error(function() fused { bias = ploss.randn({ 4 }, { dtype = "f64" }), grad_bias = g3 } end,
+      "bias: expected shape [5] (one bias per class)")
+    H.expect_error(function() fused { bias = b:type("f16"), grad_bias = g3 } end, "bias: expected f64 (hidden's dtype) or f32, got f16")
+    H.expect_error(function() fused { bias = b, grad_bias = ploss.empty({ 5 }, { dtype = "f32" }) } end,
+      "grad_bias: expected f64, got f32")
+    H.expect_error(function() fused { bias = b, grad_bias = ploss.empty({ 5, 1 }, { dtype = "f64" }) } end, "grad_bias")
+    H.expect_error(function() fused { bias = b, grad_bias = g2:select(2, 1) } end, "grad_bias")
+    H.expect_error(function() fused { bias = b, grad_bias = b } end, "grad_bias")
+    H.expect_error(function() F.linear_cross_entropy(x, w, y, { grad_bias = g3 }) end, "grad_bias")
+    H.expect_error(function() F.linear_cross_entropy(x, w, y, { return_lse = 1 }) end,
+      "return_lse: expected a boolean (true or false), got number 1")
+    H.assert_untouched(snap)
+    -- the C entry points: grad_bias without a bias, a bias without grad_bias, a bad lse
+    local ffi = require "ffi"
+    local C = ploss.C
+    local copts = ffi.new("ploss_linear_cross_entropy_opts")
+    C.ploss_linear_cross_entropy_opts_init(copts)
+    local function c_fused(bb, gb, lse)
+      local st = C.ploss_linear_cross_entropy_fused(x:context(), x:dl(), w:dl(), y:dl(), bb and bb:dl(), copts,
+        out:dl(), lse and lse:dl(), nil, g1:dl(), g2:dl(), gb and gb:dl())
+      return tonumber(st), ffi.string(C.ploss_last_error())
+    end
+    local st, msg = c_fused(nil, g3)
+    assert.are.equal(tonumber(C.PLOSS_ERR_INVALID_ARGUMENT), st)
+    assert.is_truthy(msg:find("grad_bias: given without a bias", 1, true), msg)
+    st, msg = c_fused(b, nil)
+    assert.are.equal(tonumber(C.PLOSS_ERR_INVALID_ARGUMENT), st)
+    assert.is_truthy(msg:find("grad_bias: tensor is NULL", 1, true), msg)
+    st, msg = c_fused(b, g3, ploss.empty({ 3 }, { dtype = "f64" }))
+    assert.are.equal(tonumber(C.PLOSS_ERR_SHAPE), st)
+    assert.is_truthy(msg:find("lse: expected [4]", 1, true), msg)
+    st, msg = c_fused(b, g3, ploss.empty({ 4 }, { dtype = "f32" }))
+    assert.are.equal(tonumber(C.PLOSS_ERR_DTYPE), st)
+    assert.is_truthy(msg:find("lse: expected f64, got f32", 1, true), msg)
+    st, msg = c_fused(b, g3, g1:select(2, 1))
+    assert.are.equal(tonumber(C.PLOSS_ERR_ALIAS), st)
     H.assert_untouched(snap)
   end)
 

@@ -278,7 +278,8 @@ end
 local function c_param(a, pass)
   local name, role = a[1], a[2]
   if role == "opts" then return nil end
-  local const = (role == "loss" or role == "grad_input" or role == "state_out") and "" or "const "
+  local const = (role == "loss" or role == "grad_input" or role == "state_out" or role == "output" or
+    role == "grad_tensor") and "" or "const "
   return const .. "DLTensor *" .. name
 end
 
@@ -380,6 +381,10 @@ local function gen_header()
     end
     w(" * in  opts        NULL for defaults.")
     w(hang(" * out loss        ", loss_doc(d)))
+    for _, o in ipairs(d.outputs) do
+      w(hang(string.format(" * out %-11s ", o.name), "NULL, or " .. o.doc .. ": N values (0 at ignored rows), " ..
+        "the loss's dtype, any stride; may not overlap any input or another output."))
+    end
     if d.state then
       w(hang(string.format(" * out %-11s ", d.state.name), "NULL, or " .. sh.state:format(d.state.doc, state_shape(d))))
     end
@@ -395,6 +400,12 @@ local function gen_header()
     w(hang(" * in  grad_loss   ", grad_loss_doc(d)))
     if d.inputs then
       for _, i in ipairs(d.inputs) do w(hang(string.format(" * out %-11s ", i.grad), "∂/∂" .. i.name .. ": " .. sh.grad_input)) end
+      for _, t in ipairs(d.tensors) do
+        if t.grad then
+          w(hang(string.format(" * out %-11s ", t.grad_name), "NULL when " .. t.name .. " is NULL, else ∂/∂" ..
+            t.name .. ": " .. sh.grad_input))
+        end
+      end
     else
       w(hang(" * out grad_input  ", "the input's shape and dtype, any non-overlapping strides; may not overlap any input."))
     end
@@ -403,7 +414,8 @@ local function gen_header()
     w(break_proto(prototype(d, "backward"), "    ") .. ";")
     -- fused
     w("")
-    w(wrap(string.format("%s, forward and backward in one pass (see the conventions above).  Statuses: as _forward. */", d.title), " *  ", 96):gsub("^ %*  ", "/** "))
+    w(wrap(string.format("%s, forward and backward in one pass (see the conventions above)%s.  Statuses: as _forward. */",
+      d.title, #d.outputs > 0 and "; the outputs of _forward and the gradients of _backward" or ""), " *  ", 96):gsub("^ %*  ", "/** "))
     w(break_proto(prototype(d, "fused"), "    ") .. ";")
   end
   w("")
@@ -561,6 +573,10 @@ local function gen_c()
           fields[#fields + 1] = string.format(".inputs[%d] = %s", a[3], a[1])
         elseif d.inputs and a[2] == "grad_input" then
           fields[#fields + 1] = string.format(".grad_inputs[%d] = %s", a[3], a[1])
+        elseif a[2] == "output" then
+          fields[#fields + 1] = string.format(".outputs[%d] = %s", a[3], a[1])
+        elseif a[2] == "grad_tensor" then
+          fields[#fields + 1] = string.format(".grad_tensors[%d] = %s", a[3], a[1])
         elseif a[2] ~= "opts" then
           fields[#fields + 1] = string.format(".%s = %s", ROLE_FIELD[a[2]], a[1])
         end
@@ -629,6 +645,9 @@ local function gen_fuzz()
             flags = "FZ_IN | FZ_OPTIONAL"
             hint = { d.state.components == 1 and "Nd" or ("N" .. d.state.components .. "d"), "a" }
           elseif role == "grad_loss" then flags, hint = "FZ_IN", sh.grad_loss
+          elseif role == "output" then flags, hint = "FZ_OUT | FZ_OPTIONAL", { "N", "a" }
+          elseif role == "grad_tensor" then
+            flags, hint = "FZ_OUT | FZ_OPTIONAL", { TENSOR_FUZZ[d.tensors[a[3] + 1].kind][1], "x" }
           else flags, hint = "FZ_OUT", sh.grad_input end
           slots[#slots + 1] = string.format("{\"%s\", %s, \"%s\", \"%s\"}", a[1], flags, hint[1], hint[2])
         end
@@ -715,6 +734,7 @@ local function gen_docs()
       o[#o + 1] = string.format("%s = %s", opt.name, lua_value(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
+    for _, x in ipairs(d.outputs) do o[#o + 1] = x.option .. " = false" end
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
   end
   for _, d in ipairs(descs) do
@@ -740,6 +760,20 @@ local function gen_docs()
         "followed by those gradients from one fused pass; `ploss.F.%s_backward(%s, gradOutput, " ..
         "opts)` and `_fused(%s, opts)` return the same.", call_args, call_args, table.concat(grads, ", "),
         call_args, d.name, call_args, call_args)
+      for _, t in ipairs(d.tensors) do
+        if t.grad then
+          w("With the tensor option `%s` given (`crit.%s = t`, or `opts.%s` of the functions), its gradient " ..
+            "`%s` follows those gradients (`crit.%s = t` or `opts.%s` names a tensor to write it into).",
+            t.name, t.name, t.name, t.grad_name, t.grad_name, t.grad_name)
+        end
+      end
+      if #d.outputs > 0 then
+        local names, opts = {}, {}
+        for k, x in ipairs(d.outputs) do names[k], opts[k] = "`" .. x.name .. "`", "`" .. x.option .. " = true`" end
+        w("With %s, `crit:forward`, `crit(…)`, `ploss.F.%s` and `_fused` also return %s (N values, f32, f64 for " ..
+          "f64 inputs) after everything else, in that order; `backward` does not.", table.concat(opts, " / "), d.name,
+          table.concat(names, " / "))
+      end
     end
     w("")
     w("Source: %s.", d.source)
@@ -769,6 +803,10 @@ local function gen_docs()
     for _, t in ipairs(d.tensors) do
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
         TENSOR_EXTENT[t.kind], t.doc)
+    end
+    for _, x in ipairs(d.outputs) do
+      w("| `%s` | boolean | false | | forward and the fused call also return %s (N values, 0 at ignored rows) |",
+        x.option, x.doc)
     end
     local reds = {}
     for i, r in ipairs(d.reductions) do reds[i] = "'" .. r .. "'" end

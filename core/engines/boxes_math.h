@@ -96,10 +96,10 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
         }
         iou = 0;
     } else {
-        const REAL D = U + eps0;
-        iou = I / D;
-        dI = -1 / D;
-        dU = I / (D * D);
+        const REAL rD = 1 / (U + eps0); /* one division: the rest are products */
+        iou = I * rD;
+        dI = -rD;
+        dU = iou * rD;
     }
     REAL s = iou;
 
@@ -118,17 +118,22 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
         const REAL c2 = cw * cw + ch * ch + eps;
         const REAL dx = (x2 + x1) / 2 - (X1 + X2) / 2, dy = (y2 + y1) / 2 - (Y1 + Y2) / 2;
         if (c2 > 0) { /* c2 = 0 only with ε = 0 for two equal points: ρ² = 0 */
-            const REAL rho2 = dx * dx + dy * dy;
-            s -= rho2 / c2;
-            const REAL dc2 = -rho2 / (c2 * c2);
-            ddx = 2 * dx / c2;
-            ddy = 2 * dy / c2;
+            const REAL rho2 = dx * dx + dy * dy, rc2 = 1 / c2, d = rho2 * rc2;
+            s -= d;
+            const REAL dc2 = -d * rc2;
+            ddx = 2 * dx * rc2;
+            ddy = 2 * dy * rc2;
             dcw = 2 * cw * dc2;
             dch = 2 * ch * dc2;
         }
         if (kind == PLOSS_BOX_CIOU) {
             const REAL k = (REAL)0.40528473456935108578; /* 4/π² */
-            const REAL diff = ATAN2(W, H) - ATAN2(w, h);
+            /* atan2(W, H) − atan2(w, h) as one atan2: the angle between (H, W) and (h, w),
+             * from their cross and dot products (both vectors in the first quadrant: the
+             * dot is >= 0, the angle in [−π/2, π/2]); a box of zero size has no direction
+             * (atan2(0, 0) = 0), so there the two angles are taken apart */
+            const REAL diff = (w == 0 && h == 0) || (W == 0 && H == 0) ? ATAN2(W, H) - ATAN2(w, h)
+                                                                       : ATAN2(W * h - w * H, H * h + W * w);
             const REAL v = k * diff * diff;
             const REAL alpha = v > 0 ? v / (1 - iou + v + eps) : (REAL)0;
             s -= alpha * v;

@@ -6,12 +6,13 @@
  * target; core/engines/margin.h) and the fused linear + cross-entropy (plain products, a
  * language-model head; core/engines/linear_cross_entropy.h).  It checks every tensor of a
  * call before anything is written — x and weight (a float dtype, N×D and C×D, one dtype,
- * the same D, C >= 2), the labels (N integers; on the CPU, and on CUDA when Partial FC reads
- * them, each in [0, C) or ignore_index), the loss, the upstream gradient, one gradient per
- * input, that no output overlaps an input or another output — draws Partial FC's classes
- * (sample_rate < 1), then builds the problem and dispatches it.  The options were checked
- * by the loss's entry point (core/losses.c); a margin policy only decides which of m1, m2,
- * m3 its options fill (the rest keep the identity margin).
+ * the same D, C >= 2), the labels (N integers; on the CPU each in [0, C) or ignore_index,
+ * CUDA reports them through the error slot), the loss, the upstream gradient, one gradient per
+ * input, that no output overlaps an input or another output — draws Partial FC's classes on
+ * the CPU (sample_rate < 1; CUDA draws them on the device), then builds the problem and
+ * dispatches it.  The options were checked by the loss's entry point (core/losses.c); a
+ * margin policy only decides which of m1, m2, m3 its options fill (the rest keep the
+ * identity margin).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,63 +73,21 @@ static int by_key(const void *a, const void *b)
     return u->cls < v->cls ? -1 : u->cls > v->cls;
 }
 
-/* The labels as host int64 values (a copy from the device for a CUDA context), each checked
- * to be in [0, C) or ignore_index.  *out: N values to free(). */
-static ploss_status host_labels(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index,
-                                int64_t **out)
+/* Partial FC's n_s = min(C, ⌊C·rate⌋ + 1): the classes kept when the batch's are fewer. */
+static int64_t sample_size(int64_t C, double rate)
 {
-    *out = NULL;
-    const int64_t sn = y->strides[0];
-    if (N > 0 && sn < 0)
-        return ploss_error(PLOSS_ERR_LAYOUT, "labels: a negative stride (%lld) with sample_rate < 1", (long long)sn);
-    const size_t esize = ploss_dtype_size(y->dtype), span = N > 0 ? (size_t)((N - 1) * sn + 1) : 0;
-    int64_t *v = malloc((size_t)(N > 0 ? N : 1) * sizeof *v);
-    void *raw = ctx->device.device_type == kDLCPU ? NULL : malloc(span > 0 ? span * esize : 1);
-    if (!v || (ctx->device.device_type != kDLCPU && !raw)) {
-        free(v);
-        free(raw);
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "labels: a host copy of %lld labels", (long long)N);
-    }
-    const void *src = y->data;
-    ploss_status st = PLOSS_OK;
-    if (raw && span > 0) {
-#ifdef PLOSS_HAVE_CUDA
-        st = ploss_enter_device(ctx, "labels");
-        if (!st)
-            st = ploss_cuda_memcpy(raw, y->data, span * esize, PLOSS_COPY_D2H, ctx->stream);
-        if (st) {
-            free(v);
-            free(raw);
-            return st;
-        }
-#endif
-        src = raw;
-    }
-    for (int64_t i = 0; i < N; ++i)
-        v[i] = ploss_load_int(src, y->dtype, i * sn);
-    free(raw);
-    for (int64_t i = 0; i < N && !st; ++i)
-        st = check_label(v[i], i, C, ignore_index);
-    if (st)
-        free(v);
-    else
-        *out = v;
-    return st;
+    const double want = floor((double)C * rate) + 1.0;
+    return want >= (double)C ? C : (int64_t)want;
 }
 
-/* Partial FC's kept classes (margin.h): *kept (ascending, *K of them) and *class_pos (C
- * entries), both to free(). */
-static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_t N, int64_t C,
-                                   const ploss_loss_params *o, int64_t **kept, int64_t **class_pos, int64_t *K)
+/* Partial FC's kept classes on the CPU (margin.h; the labels checked by the caller):
+ * *kept (ascending, *K of them) and *class_pos (C entries), both to free(). */
+static ploss_status sample_classes(const ploss_view *y, int64_t N, int64_t C, const ploss_loss_params *o,
+                                   int64_t **kept, int64_t **class_pos, int64_t *K)
 {
-    int64_t *labels = NULL;
-    ploss_status st = host_labels(ctx, y, N, C, o->ignore_index, &labels);
-    if (st)
-        return st;
     int64_t *pos = malloc((size_t)C * sizeof *pos), *list = malloc((size_t)C * sizeof *list);
     drawn_class *cand = malloc((size_t)C * sizeof *cand);
     if (!pos || !list || !cand) {
-        free(labels);
         free(pos);
         free(list);
         free(cand);
@@ -137,14 +96,14 @@ static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_
     for (int64_t j = 0; j < C; ++j)
         pos[j] = -1;
     int64_t npos = 0;
-    for (int64_t i = 0; i < N; ++i)
-        if (labels[i] != o->ignore_index && pos[labels[i]] < 0) {
-            pos[labels[i]] = 0;
+    for (int64_t i = 0; i < N; ++i) {
+        const int64_t v = ploss_load_int(y->data, y->dtype, i * y->strides[0]);
+        if (v != o->ignore_index && pos[v] < 0) {
+            pos[v] = 0;
             ++npos;
         }
-    free(labels);
-    const double want = floor((double)C * o->sample_rate) + 1.0;
-    const int64_t n_s = want >= (double)C ? C : (int64_t)want;
+    }
+    const int64_t n_s = sample_size(C, o->sample_rate);
     if (npos < n_s) {
         int64_t ncand = 0;
         for (int64_t j = 0; j < C; ++j)
@@ -169,11 +128,59 @@ static ploss_status sample_classes(ploss_ctx_t *ctx, const ploss_view *y, int64_
     return PLOSS_OK;
 }
 
+/* The linear cross-entropy's optional tensors: the bias b (a->tensors[0]: C values of x's
+ * dtype or f32), its gradient gb (backward and fused, with b only: C values of b's dtype, or
+ * f32 for a 16-bit b) and the per-row outputs lse and entropy (forward and fused: N values
+ * of the loss's dtype `acc`).  Views of the absent ones are left zeroed (data null). */
+static ploss_status check_linear_extras(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                        const ploss_view *x, int64_t N, int64_t C, ploss_dtype acc, ploss_view *b,
+                                        ploss_view *gb, ploss_view *stats)
+{
+    ploss_status st;
+    if (a->tensors[0]) {
+        if ((st = ploss_check_class_vector(ctx, a->tensors[0], C, "bias", "bias", b)))
+            return st;
+        if (b->dtype != x->dtype && b->dtype != PLOSS_F32)
+            return ploss_error(PLOSS_ERR_DTYPE, "bias: expected %s (hidden's dtype) or f32, got %s",
+                               ploss_dtype_name(x->dtype), ploss_dtype_name(b->dtype));
+    }
+    if (pass != PLOSS_PASS_FORWARD && a->grad_tensors[0]) {
+        if (!a->tensors[0])
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_bias: given without a bias (pass NULL)");
+        if ((st = ploss_check_class_vector(ctx, a->grad_tensors[0], C, "grad_bias", "bias gradient", gb)) ||
+            (st = ploss_view_check_writable(gb, "grad_bias")))
+            return st;
+        const int wide = gb->dtype == PLOSS_F32 && (b->dtype == PLOSS_F16 || b->dtype == PLOSS_BF16);
+        if (!wide && (st = ploss_check_dtype(gb, b->dtype, "grad_bias")))
+            return st;
+    } else if (pass != PLOSS_PASS_FORWARD && a->tensors[0]) {
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_bias: tensor is NULL (a bias gets a gradient)");
+    }
+    static const char *const names[2] = {"lse", "entropy"};
+    for (int k = 0; k < 2 && pass != PLOSS_PASS_BACKWARD; ++k) {
+        if (!a->outputs[k])
+            continue;
+        char want[64];
+        if ((st = ploss_view_init(&stats[k], a->outputs[k], names[k])) ||
+            (st = ploss_view_check_device(&stats[k], ctx, names[k])) ||
+            (st = ploss_check_dtype(&stats[k], acc, names[k])))
+            return st;
+        if (stats[k].ndim != 1 || stats[k].shape[0] != N) {
+            snprintf(want, sizeof want, "[%lld] (one value per row of hidden)", (long long)N);
+            return ploss_check_shape_error(names[k], want, &stats[k]);
+        }
+        if ((st = ploss_view_check_writable(&stats[k], names[k])))
+            return st;
+    }
+    return PLOSS_OK;
+}
+
 /* The fused linear + cross-entropy from the checked views (weight's class axis ac, feature
- * axis ad). */
+ * axis ad; b, gb and stats[2] as check_linear_extras leaves them). */
 static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, const ploss_view *x,
                                const ploss_view *w, const ploss_view *y, const ploss_view *l, const ploss_view *gl,
-                               const ploss_view *gx, const ploss_view *gw, int ac, int ad, const char *xn)
+                               const ploss_view *gx, const ploss_view *gw, int ac, int ad, const char *xn,
+                               const ploss_view *b, const ploss_view *gb, const ploss_view *stats)
 {
     ploss_linear_problem p;
     memset(&p, 0, sizeof p);
@@ -210,6 +217,25 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         p.gx_dtype = gx->dtype;
         p.gw_dtype = gw->dtype;
     }
+    if (b->data) {
+        p.bias = b->data;
+        p.b_dtype = b->dtype;
+        p.b_s = b->strides[0];
+    }
+    if (gb->data) {
+        p.grad_b = gb->data;
+        p.gb_dtype = gb->dtype;
+        p.gb_s = gb->strides[0];
+    }
+    p.stats_dtype = p.loss_dtype;
+    if (stats[0].data) {
+        p.lse = stats[0].data;
+        p.lse_s = stats[0].strides[0];
+    }
+    if (stats[1].data) {
+        p.entropy = stats[1].data;
+        p.ent_s = stats[1].strides[0];
+    }
     return ploss_dispatch(ctx, PLOSS_OP_LINEAR_CROSS_ENTROPY, xn, &p);
 }
 
@@ -218,7 +244,10 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
 {
     ploss_status st;
     char want[128];
-    ploss_view x, w, y, l, gl, gx, gw;
+    ploss_view x, w, y, l, gl, gx, gw, b, gb, stats[2];
+    memset(&b, 0, sizeof b);
+    memset(&gb, 0, sizeof gb);
+    memset(stats, 0, sizeof stats);
     memset(&l, 0, sizeof l);
     memset(&gl, 0, sizeof gl);
     memset(&gx, 0, sizeof gx);
@@ -309,12 +338,16 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
                 return st;
         }
     }
-    const ploss_view *ins[4] = {&x, &w, &y, pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
-    const char *in_names[4] = {xn, wn, "labels", "grad_loss"};
-    const ploss_view *outs[3] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &gx : NULL,
-                                 pass != PLOSS_PASS_FORWARD ? &gw : NULL};
-    const char *out_names[3] = {"loss", spec->grad_names[0], spec->grad_names[1]};
-    if ((st = ploss_check_aliasing(outs, out_names, 3, ins, in_names, 4, -1, -1)))
+    if (linear && (st = check_linear_extras(ctx, pass, a, &x, N, C, acc, &b, &gb, stats)))
+        return st;
+    /* the linear cross-entropy's bias, its gradient and per-row outputs: null views where absent */
+    const ploss_view *ins[5] = {&x, &w, &y, pass == PLOSS_PASS_BACKWARD ? &gl : NULL, b.data ? &b : NULL};
+    const char *in_names[5] = {xn, wn, "labels", "grad_loss", "bias"};
+    const ploss_view *outs[6] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &gx : NULL,
+                                 pass != PLOSS_PASS_FORWARD ? &gw : NULL, gb.data ? &gb : NULL,
+                                 stats[0].data ? &stats[0] : NULL, stats[1].data ? &stats[1] : NULL};
+    const char *out_names[6] = {"loss", spec->grad_names[0], spec->grad_names[1], "grad_bias", "lse", "entropy"};
+    if ((st = ploss_check_aliasing(outs, out_names, 6, ins, in_names, 5, -1, -1)))
         return st;
     if (ctx->device.device_type == kDLCPU && (st = check_labels_cpu(&y, N, C, o->ignore_index)))
         return st;
@@ -322,7 +355,7 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
                            xn, spec->name);
     if (linear)
-        return run_linear(ctx, pass, o, &x, &w, &y, &l, &gl, &gx, &gw, ac, ad, xn);
+        return run_linear(ctx, pass, o, &x, &w, &y, &l, &gl, &gx, &gw, ac, ad, xn, &b, &gb, stats);
 
     ploss_margin_problem p;
     memset(&p, 0, sizeof p);
@@ -358,8 +391,14 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     p.K = C;
     int64_t *kept = NULL, *class_pos = NULL;
-    if (o->sample_rate < 1.0) {
-        if ((st = sample_classes(ctx, &y, N, C, o, &kept, &class_pos, &p.K)))
+    if (o->sample_rate < 1.0 && ctx->device.device_type != kDLCPU) {
+        /* CUDA draws the classes on the device (no host copy of the labels); n_s = C keeps
+         * every class */
+        const int64_t n_s = sample_size(C, o->sample_rate);
+        p.sample_n = n_s < C ? n_s : 0;
+        p.seed = (uint64_t)o->seed;
+    } else if (o->sample_rate < 1.0) {
+        if ((st = sample_classes(&y, N, C, o, &kept, &class_pos, &p.K)))
             return st;
         p.kept = kept;
         p.class_pos = class_pos;

@@ -21,7 +21,9 @@
  * replacement, n_s = min(C, ⌊C·rate⌋ + 1): the k classes outside P with the smallest
  * Philox keys (counter = class, key = seed), so one seed and one batch draw the same classes
  * on every device.  With |P| >= n_s the kept set is P itself.  The backends then run on the
- * kept centres only.
+ * kept centres only.  The CPU front draws them on the host (kept, class_pos); CUDA draws them
+ * on the device from sample_n and seed (kernels/margin/margin.cu), without reading the labels
+ * on the host.
  */
 #ifndef PLOSS_MARGIN_INTERNAL_H
 #define PLOSS_MARGIN_INTERNAL_H
@@ -59,6 +61,10 @@ typedef struct ploss_margin_problem {
      * of a row that is not ignored is kept); grad_w is zero on the rows not kept. */
     int64_t K;
     const int64_t *kept, *class_pos;
+    /* Partial FC drawn by the backend (CUDA): sample_n = n_s > 0 with kept NULL and K = C
+     * (the backend finds the kept count itself), and the draw's seed; 0: no draw there. */
+    int64_t sample_n;
+    uint64_t seed;
     double scale;                  /* fused: the gradient's multiplier                     */
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;

@@ -3,7 +3,8 @@
  * DIoU and CIoU, their maths in core/engines/boxes_math.h (the CPU backend's), computed in
  * fp32 (f64 for f64 input).
  *
- * One kernel, boxes_kernel<T, VEC>, a thread per box in a grid-stride loop, reads the 8
+ * One kernel, boxes_kernel<T, VEC, KIND> (KIND the loss, a constant: each instance keeps only
+ * its own maths), a thread per box in a grid-stride loop, reads the 8
  * numbers of a box pair once and writes its loss (NONE) and its 4 gradients in the same
  * pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned to a
  * box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
@@ -16,6 +17,8 @@
  * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
  */
 #include <math_constants.h>
+
+#include <type_traits>
 
 #include "common.cuh"
 #include "boxes.h"
@@ -88,7 +91,8 @@ template <class A> __device__ __forceinline__ A reduced_omega(const ploss_boxes_
     return (A)up;
 }
 
-template <class T, bool VEC>
+/* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths. */
+template <class T, bool VEC, int KIND>
 __global__ void __launch_bounds__(THREADS)
 boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials)
 {
@@ -128,7 +132,7 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
                 loss = qnan<A>();
             } else {
                 const A w = p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
-                loss = w * (A(1) - box_similarity((int)p.kind, p.paper_gradient, eps, eps, pb, tb, want_grad, g));
+                loss = w * (A(1) - box_similarity(KIND, p.paper_gradient, eps, eps, pb, tb, want_grad, g));
                 if (want_grad) {
                     box_grad_from_xyxy(p.format, g);
                     const A up = per_box_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn) : omega;
@@ -261,10 +265,19 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
     }
     ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (vec)
-            boxes_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
-        else
-            boxes_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+        auto launch = [&](auto kind) {
+            constexpr int K = decltype(kind)::value;
+            if (vec)
+                boxes_kernel<T, true, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+            else
+                boxes_kernel<T, false, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+        };
+        switch (p->kind) {
+        case PLOSS_BOX_IOU: launch(std::integral_constant<int, PLOSS_BOX_IOU>()); break;
+        case PLOSS_BOX_GIOU: launch(std::integral_constant<int, PLOSS_BOX_GIOU>()); break;
+        case PLOSS_BOX_DIOU: launch(std::integral_constant<int, PLOSS_BOX_DIOU>()); break;
+        default: launch(std::integral_constant<int, PLOSS_BOX_CIOU>()); break;
+        }
         return check_launch("boxes_kernel");
     });
     if (st || !need_partials)

@@ -5,13 +5,16 @@
  *   count   one block counts the rows that are not ignored ('mean') and reports labels
  *           outside [0, C) through the error slot;
  *   tiles   per tile of B rows: the logits X_b·Wᵀ (cuBLAS, fp32 accumulation, written in the
- *           input dtype: what F.linear gives), capped in place with a softcap; the row engine
- *           with the linear cross-entropy policy (kernels/rows/policy_linear_cross_entropy.cuh)
- *           over the tile: each row's loss, and G = ω·∂ℓ/∂z written over its logits; then
- *           ∂L/∂X_b = G·W into grad_x's rows and ∂L/∂W = Gᵀ·X_b added over the tiles into
- *           grad_w (cuBLAS, fp32 accumulation, the input dtype: one rounding per tile; with
- *           accumulate the first tile adds too);
- *   losses  a reduced loss summed in a fixed order by one block.
+ *           input dtype: what F.linear gives), the bias added and capped in place (one pass,
+ *           with either); the row engine with the linear cross-entropy policy
+ *           (kernels/rows/policy_linear_cross_entropy.cuh) over the tile: each row's loss (and
+ *           its lse and entropy, asked for, into an N×2 f32 buffer), and G = ω·∂ℓ/∂z written
+ *           over its logits; then ∂L/∂X_b = G·W into grad_x's rows, ∂L/∂W = Gᵀ·X_b added over
+ *           the tiles into grad_w (cuBLAS, fp32 accumulation, the input dtype: one rounding per
+ *           tile; with accumulate the first tile adds too) and ∂L/∂b = Gᵀ·1 added over the
+ *           tiles into an f32 buffer (cuBLAS);
+ *   losses  a reduced loss summed in a fixed order by one block; lse, entropy and the bias's
+ *           gradient (added to grad_b with accumulate) stored from their buffers.
  * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows) and O(N); operands
  * and gradients whose rows are not contiguous (unit feature stride, a leading dimension of at
  * least D that fits in int32) are staged through contiguous copies, and so is the weight
@@ -60,6 +63,55 @@ template <class T> __global__ void __launch_bounds__(THREADS) softcap_kernel(T *
 {
     for (int64_t e = thread_index(); e < n; e += grid_stride())
         z[e] = from_acc<T>(cap * tanhf(to_acc(z[e]) * inv_cap));
+}
+
+/* z + b_j, then c·tanh(·/c) with a softcap (inv_cap > 0), over the first C columns of a tile
+ * of `rows` rows of ld logits, in place (the padding columns stay 0); b as f32. */
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    bias_softcap_kernel(T *z, int64_t rows, int64_t ld, int64_t C, const float *b, float cap, float inv_cap)
+{
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t j = (int64_t)blockIdx.x * THREADS + threadIdx.x; j < C; j += (int64_t)gridDim.x * THREADS) {
+            const float v = to_acc(z[r * ld + j]) + b[j];
+            z[r * ld + j] = from_acc<T>(inv_cap > 0.0f ? cap * tanhf(v * inv_cap) : v);
+        }
+}
+
+/* n values v of T. */
+template <class T> __global__ void __launch_bounds__(THREADS) fill_kernel(T *x, int64_t n, float v)
+{
+    for (int64_t e = thread_index(); e < n; e += grid_stride())
+        x[e] = from_acc<T>(v);
+}
+
+/* The per-row outputs from the N×2 buffer (lse, entropy) into the caller's vectors (null:
+ * not asked), of dtype dt. */
+__global__ void __launch_bounds__(THREADS)
+    store_stats_kernel(const float *st, int64_t N, void *lse, int64_t lse_s, void *ent, int64_t ent_s, ploss_dtype dt)
+{
+    for (int64_t i = thread_index(); i < N; i += grid_stride()) {
+        if (lse)
+            store_state(lse, dt, i * lse_s, (double)st[2 * i]);
+        if (ent)
+            store_state(ent, dt, i * ent_s, (double)st[2 * i + 1]);
+    }
+}
+
+/* grad_b[j] (+)= acc[j] for the C classes, in grad_b's dtype (T, or f32). */
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    store_bias_grad_kernel(const float *acc, int64_t C, void *gb, int64_t gb_s, ploss_dtype dt, bool accumulate)
+{
+    for (int64_t j = thread_index(); j < C; j += grid_stride()) {
+        if (dt == PLOSS_F32) {
+            float *g = (float *)gb + j * gb_s;
+            *g = accumulate ? *g + acc[j] : acc[j];
+        } else {
+            T *g = (T *)gb + j * gb_s;
+            *g = from_acc<T>(accumulate ? to_acc(*g) + acc[j] : acc[j]);
+        }
+    }
 }
 
 /* Rows of `rows` × D values the GEMMs can read or write in place: unit feature stride, a
@@ -125,8 +177,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     const bool gw_in = !want_grad || gemm_ready(p->grad_w.sn, p->grad_w.sd, C, D);
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
     const size_t gx_size = want_grad ? ploss_dtype_size(p->gx_dtype) : 1, gw_size = want_grad ? ploss_dtype_size(p->gw_dtype) : 1;
-    T *tile = nullptr, *xs = nullptr, *wsd = nullptr;
-    char *gxs = nullptr, *gws = nullptr;
+    /* the bias (as f32, with the sum the conversion gives), its gradient's f32 sums and the
+     * vector of ones they are a product with; the per-row (lse, entropy) */
+    const bool has_bias = p->bias != nullptr, want_gb = want_grad && p->grad_b != nullptr;
+    const bool want_stats = want_loss && (p->lse || p->entropy);
+    T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *ones = nullptr;
+    char *gxs = nullptr, *gws = nullptr, *bias_ws = nullptr;
+    float *gb_acc = nullptr, *stats = nullptr;
     double *losses = nullptr, *divisor = nullptr;
     auto layout = [&](char *base) {
         carve c{base, 0};
@@ -137,6 +194,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         gws = c.take<char>(gw_in ? 0 : cd * gw_size);
         losses = c.take<double>(want_loss && !none ? (size_t)N : 0);
         divisor = c.take<double>(2);
+        bias_ws = c.take<char>(has_bias ? re::class_values_bytes(C) : 0);
+        gb_acc = c.take<float>(want_gb ? (size_t)C : 0);
+        ones = c.take<T>(want_gb ? (size_t)B : 0);
+        stats = c.take<float>(want_stats ? 2 * (size_t)N : 0);
         return c.used + 256;
     };
     void *ws = nullptr;
@@ -163,6 +224,21 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, divisor, ctx->error_slot);
     if ((st = check_launch("linear cross-entropy (labels)")))
         return st;
+    const float *bias = nullptr;
+    if (has_bias) {
+        const double *bsum = nullptr;
+        if ((st = re::convert_class_values(p->bias, p->b_dtype, p->b_s, C, bias_ws, stream, &bias, &bsum)))
+            return st;
+    }
+    if (want_gb) {
+        fill_kernel<T><<<grid_blocks(B, THREADS), THREADS, 0, stream>>>(ones, B, 1.0f);
+        if ((st = check_launch("linear cross-entropy (ones)")))
+            return st;
+        if (cudaMemsetAsync(gb_acc, 0, (size_t)C * sizeof(float), stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: clearing the bias's gradient failed");
+        }
+    }
 
     re::LinearCrossEntropyPolicy pol = {};
     pol.a = (float)(1.0 - p->label_smoothing);
@@ -175,6 +251,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     pol.z_loss = (float)p->z_loss;
     pol.inv_cap = p->softcap > 0.0 ? (float)(1.0 / p->softcap) : 0.0f;
     pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? divisor + 1 : nullptr;
+    pol.entropy = want_stats && p->entropy;
     auto no_prep = [](char *, cudaStream_t, re::LinearCrossEntropyPolicy &) { return PLOSS_OK; };
     const size_t label_size = ploss_dtype_size(p->label_dtype);
     for (int64_t b0 = 0; b0 < N; b0 += B) {
@@ -183,7 +260,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                                        tile, Vp, p->dtype};
         if ((st = ploss_cuda_gemm(ctx, &zg)))
             return st;
-        if (p->softcap > 0.0) {
+        if (has_bias) {
+            const dim3 grid((unsigned)std::min<int64_t>((C + THREADS - 1) / THREADS, 1024),
+                            (unsigned)std::min<int64_t>(rows, 65535));
+            bias_softcap_kernel<T><<<grid, THREADS, 0, stream>>>(tile, rows, Vp, C, bias, (float)p->softcap,
+                                                                 pol.inv_cap);
+            if ((st = check_launch("linear cross-entropy (bias)")))
+                return st;
+        } else if (p->softcap > 0.0) {
             softcap_kernel<T><<<grid_blocks(rows * Vp, THREADS), THREADS, 0, stream>>>(tile, rows * Vp,
                                                                                        (float)p->softcap, pol.inv_cap);
             if ((st = check_launch("linear cross-entropy (softcap)")))
@@ -214,6 +298,12 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                           : (void *)(losses + b0);
             a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
             a.l_sn = none ? p->l_sn : 1;
+            if (want_stats) {
+                a.state = stats + 2 * b0;
+                a.state_dtype = PLOSS_F32;
+                a.st_sn = 2;
+                a.st_sk = 1;
+            }
         } else {
             a.grad_loss = none ? (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
                                : p->grad_loss;
@@ -227,6 +317,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                              "weight: V = %lld classes are longer rows than the CUDA row engine serves on this device",
                              (long long)C);
         if (st)
+            return st;
+        /* ∂L/∂b += Gᵀ·1 (C × 1, fp32) */
+        const ploss_gemm_problem db = {C, 1, rows, 1.0, 1.0, tile, 1, Vp, ones, 0, 1, p->dtype, gb_acc, 1, PLOSS_F32};
+        if (want_gb && (st = ploss_cuda_gemm(ctx, &db)))
             return st;
         if (!want_grad || D == 0)
             continue;
@@ -250,8 +344,20 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         (st = re::launch_finalize(losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? divisor : nullptr, p->loss,
                                   p->loss_dtype, stream)))
         return st;
+    if (want_stats && N > 0) {
+        store_stats_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(stats, N, p->lse, p->lse_s, p->entropy,
+                                                                            p->ent_s, p->stats_dtype);
+        if ((st = check_launch("linear cross-entropy (lse, entropy)")))
+            return st;
+    }
     if (!want_grad)
         return PLOSS_OK;
+    if (want_gb) {
+        store_bias_grad_kernel<T><<<grid_blocks(C, THREADS), THREADS, 0, stream>>>(gb_acc, C, p->grad_b, p->gb_s,
+                                                                                   p->gb_dtype, p->accumulate != 0);
+        if ((st = check_launch("linear cross-entropy (bias gradient)")))
+            return st;
+    }
     /* no rows: the weight's gradient is zero (or left as it is with accumulate) */
     if (N == 0 && !p->accumulate && (st = copy_as<T>(GW.dtype, nullptr, 0, 0, GW.data, GW.ld, 1, C, D, stream)))
         return st;

@@ -2,56 +2,182 @@
  * margin.cu — CUDA backend of the margin softmax losses (core/engines/margin.h),
  * f32/f16/bf16 inputs, fp32 arithmetic:
  *
+ *   sample    Partial FC (sample_n > 0): the classes of the labels flagged, every class's
+ *             Philox key sorted with CUB (stable: ties by class), the first k = n_s − |P|
+ *             classes of that order outside P kept with P, and their list and positions
+ *             from a scan — the front's draw (margin.h), on the device;
  *   prep      one warp per row of x and of the (kept) centres: the row copied as it is into a
  *             contiguous X (N×D) or W (K×D) of the input dtype, and 1/max(‖row‖, ε); one
  *             block counts the rows that are not ignored ('mean') and reports labels outside
  *             [0, C) through the error slot;
- *   tiles     per tile of rows: the products X_b·Wᵀ (cuBLAS, fp32 accumulation and output),
- *             scaled into the cosines c_ij = x_i·w_j/(n_i·n_j); the row engine with the
- *             margin policy (kernels/rows/policy_margin.cuh) over the tile: each row's loss,
- *             and G = ∂L/∂c written over its cosines; G' = G/(n_i·n_j) in the input dtype;
- *             then P_b = G'·W and Q += G'ᵀ·X_b (cuBLAS, fp32 output, tile order);
+ *   tiles     per tile of rows: the products X_b·Wᵀ (cuBLAS, fp32 accumulation and output);
+ *             one pass over them (cosine_rows: the row engine's register rows and its
+ *             process_row with the margin policy, kernels/rows/policy_margin.cuh) scales
+ *             each row into its cosines c_ij = x_i·w_j/(n_i·n_j) in registers, writes the
+ *             row's loss, and G' = (∂L/∂c)/(n_i·n_j) in the input dtype into the chunk's
+ *             gradient rows; per chunk of such rows, P = G'·W and Q (+)= G'ᵀ·X (cuBLAS, fp32
+ *             output, chunk order);
  *   losses    the per-row losses of a reduced loss summed in a fixed order by one block;
  *   out       one warp per row of x and of the centres: P_i = ∂L/∂x̂_i / n_i, so ∂L/∂x_i =
  *             P_i − (P_i·x̂_i)·x̂_i (P_i where the norm is clamped), likewise Q for the
  *             centres, written in the input dtype.
  * The products run on the inputs themselves (tensor cores for f16/bf16) and the cosines are
  * those of the given values: no normalised copy is rounded to the input dtype; only G' is,
- * for the gradient products.  The tile holds at most TILE_BYTES of cosines (or
- * opts.tile_rows rows); the rest is O((N + C)·D) (the copies and the fp32 gradient sums)
- * and O(N + C), all in the context's workspace: the row engine takes none of it for rows of
- * reduction 'none' (below), and the GEMMs none at all, so nothing is allocated or
- * synchronised (CUDA graphs can capture the call; Partial FC excepted: its kept classes are
- * copied from the front's host lists).  Deterministic: fixed tiles and orders, no float
- * atomics.  Partial FC (margin.h): W holds the kept centres, the labels become their
- * positions among them, and the centres not kept get a zero gradient.
+ * for the gradient products.  A tile holds at most TILE_BYTES of fp32 products (or
+ * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), so the
+ * gradient products usually run once over all N rows; the rest is O((N + C)·D) (the copies
+ * and the fp32 gradient sums) and O(N + C), all in the context's workspace, and the GEMMs
+ * take none: nothing is allocated, and nothing synchronised but Partial FC's kept count when
+ * the batch may hold more classes than n_s (N >= n_s: one 8-byte copy to the host).
+ * Deterministic: fixed tiles, chunks and orders, no float atomics.  Partial FC: W holds the
+ * kept centres, the labels become their positions among them, and the centres not kept get
+ * a zero gradient.
  */
 #include <algorithm>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "gemm.h"
 #include "margin.h"
 #include "pairs/pairs.cuh"
+#include "philox.h"
 #include "policy_margin.cuh"
 
 namespace ploss_cuda {
 namespace {
 
 using namespace pairs;
+namespace re = row_engine;
 
 constexpr size_t TILE_BYTES = (size_t)256 << 20;
+constexpr size_t GRAD_BYTES = (size_t)2 << 30;
 
 template <class T> struct buffers {
     T *xc, *wc;       /* the rows of x and of the (kept) centres, contiguous, as given    */
     float *inv_x, *inv_w; /* 1/max(‖row‖, ε)                                         */
     double *rx, *rw;  /* ‖row‖                                                          */
-    float *tile;      /* the cosines of a tile, then G                                   */
-    T *gt;            /* G' of the tile (f32: the tile itself)                           */
+    float *tile;      /* the products of a tile                                          */
+    T *gt;            /* G' of a chunk (f32 with chunks of one tile: the tile itself)    */
     float *gx, *gw;   /* P (N×D) and Q (K×D)                                             */
     double *losses, *divisor; /* divisor[0]: rows not ignored, divisor[1]: its inverse (0 for none) */
     /* Partial FC (null without): the kept classes, each class's position among them, and
      * the labels as those positions */
     int64_t *kept, *class_pos, *labels;
 };
+
+/* Partial FC's draw on the device (sample_n > 0), C entries each: flag (a class of the
+ * batch), the Philox keys and their classes before and after the sort, cand (a sorted
+ * entry outside the batch) and its exclusive scan rank, keep and its exclusive scan pos,
+ * count (the kept classes), and CUB's scratch. */
+struct draw_buffers {
+    int *flag, *cls_in, *cls, *cand, *rank, *keep, *pos;
+    uint64_t *key_in, *key;
+    int64_t *count;
+    void *scratch;
+    size_t scratch_bytes;
+};
+
+/* The batch's classes: flag[y] = 1 for every label that is a class (ignored ones skipped,
+ * and those outside [0, C): count_labels_kernel reports them). */
+__global__ void __launch_bounds__(THREADS) flag_kernel(const ploss_margin_problem p, int *flag)
+{
+    for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        if (y != p.ignore_index && y >= 0 && y < p.C)
+            flag[y] = 1;
+    }
+}
+
+/* Each class's draw key (the front's: the first two Philox words of counter = class). */
+__global__ void __launch_bounds__(THREADS) key_kernel(int64_t C, uint64_t seed, uint64_t *key, int *cls)
+{
+    for (int64_t j = thread_index(); j < C; j += grid_stride()) {
+        const ploss_philox4 r = ploss_philox((uint64_t)j, seed);
+        key[j] = ((uint64_t)r.v[0] << 32) | r.v[1];
+        cls[j] = (int)j;
+    }
+}
+
+/* cand[t]: the t-th class in key order is outside the batch. */
+__global__ void __launch_bounds__(THREADS) cand_kernel(int64_t C, const int *flag, const int *cls, int *cand)
+{
+    for (int64_t t = thread_index(); t < C; t += grid_stride())
+        cand[t] = !flag[cls[t]];
+}
+
+/* keep: the batch's classes and the first k = n_s − |P| others in key order (|P| = C minus
+ * the candidates, the scan's total). */
+__global__ void __launch_bounds__(THREADS)
+    pick_kernel(int64_t C, int64_t n_s, const int *flag, const int *cls, const int *cand, const int *rank, int *keep)
+{
+    const int64_t npos = C - ((int64_t)rank[C - 1] + cand[C - 1]), k = n_s - npos;
+    for (int64_t t = thread_index(); t < C; t += grid_stride()) {
+        const int j = cls[t];
+        keep[j] = flag[j] || (cand[t] && rank[t] < k);
+    }
+}
+
+/* The kept classes in ascending order, each class's position among them (−1: not kept),
+ * and their count. */
+__global__ void __launch_bounds__(THREADS)
+    list_kernel(int64_t C, const int *keep, const int *pos, int64_t *kept, int64_t *class_pos, int64_t *count)
+{
+    for (int64_t j = thread_index(); j < C; j += grid_stride()) {
+        class_pos[j] = keep[j] ? pos[j] : -1;
+        if (keep[j])
+            kept[pos[j]] = j;
+        if (j == C - 1)
+            *count = (int64_t)pos[j] + keep[j];
+    }
+}
+
+/* CUB's scratch for the draw's sort and scans of C entries (sizes only: nothing runs). */
+inline size_t draw_scratch_bytes(int64_t C)
+{
+    size_t sort = 0, scan = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, sort, (const uint64_t *)nullptr, (uint64_t *)nullptr,
+                                    (const int *)nullptr, (int *)nullptr, (int)C);
+    cub::DeviceScan::ExclusiveSum(nullptr, scan, (const int *)nullptr, (int *)nullptr, (int)C);
+    return std::max(sort, scan);
+}
+
+/* Partial FC's kept classes into b.kept / b.class_pos and their count into d.count. */
+ploss_status draw_classes(const ploss_margin_problem &p, const draw_buffers &d, int64_t *kept, int64_t *class_pos,
+                          cudaStream_t stream)
+{
+    const int64_t C = p.C;
+    const unsigned gc = grid_blocks(C, THREADS);
+    ploss_status st;
+    if ((st = ploss_cuda_memset(d.flag, 0, (size_t)C * sizeof(int), stream)))
+        return st;
+    if (p.N > 0)
+        flag_kernel<<<grid_blocks(p.N, THREADS), THREADS, 0, stream>>>(p, d.flag);
+    key_kernel<<<gc, THREADS, 0, stream>>>(C, p.seed, d.key_in, d.cls_in);
+    auto cub_status = [](cudaError_t e, const char *what) {
+        if (e == cudaSuccess)
+            return PLOSS_OK;
+        (void)cudaGetLastError();
+        return ploss_error(PLOSS_ERR_CUDA, "Partial FC: %s: %s", what, cudaGetErrorString(e));
+    };
+    size_t bytes = d.scratch_bytes;
+    if ((st = cub_status(cub::DeviceRadixSort::SortPairs(d.scratch, bytes, d.key_in, d.key, d.cls_in, d.cls, (int)C,
+                                                         0, 64, stream),
+                         "sorting the draw keys")))
+        return st;
+    cand_kernel<<<gc, THREADS, 0, stream>>>(C, d.flag, d.cls, d.cand);
+    bytes = d.scratch_bytes;
+    if ((st = cub_status(cub::DeviceScan::ExclusiveSum(d.scratch, bytes, d.cand, d.rank, (int)C, stream),
+                         "ranking the candidates")))
+        return st;
+    pick_kernel<<<gc, THREADS, 0, stream>>>(C, p.sample_n, d.flag, d.cls, d.cand, d.rank, d.keep);
+    bytes = d.scratch_bytes;
+    if ((st = cub_status(cub::DeviceScan::ExclusiveSum(d.scratch, bytes, d.keep, d.pos, (int)C, stream),
+                         "numbering the kept classes")))
+        return st;
+    list_kernel<<<gc, THREADS, 0, stream>>>(C, d.keep, d.pos, kept, class_pos, d.count);
+    return check_launch("Partial FC: the kept classes");
+}
 
 /* One warp per row: rows [0, N) of x, rows [N, N + K) of the (kept) centres. */
 template <class T>
@@ -80,8 +206,9 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
     }
 }
 
-/* Partial FC: each label as its class's position among the kept ones (the front checked
- * the labels; every one of a row that is not ignored is kept). */
+/* Partial FC: each label as its class's position among the kept ones (every class of a row
+ * that is not ignored is kept; a label outside [0, C) stays as it is, an invalid row for the
+ * row kernel, and count_labels_kernel reports it). */
 template <class T> __global__ void __launch_bounds__(THREADS) remap_kernel(const ploss_margin_problem p, buffers<T> b)
 {
     for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
@@ -90,19 +217,159 @@ template <class T> __global__ void __launch_bounds__(THREADS) remap_kernel(const
     }
 }
 
-/* The tile's products into cosines (GRAD = false: in place), or its G into G' (GRAD =
- * true: into gt); rows b0 … b0 + rows − 1 of K classes. */
-template <class T, bool GRAD>
-__global__ void __launch_bounds__(THREADS) scale_kernel(buffers<T> b, int64_t b0, int64_t rows, int64_t K)
-{
-    for (int64_t e = thread_index(); e < rows * K; e += grid_stride()) {
-        const int64_t r = e / K, j = e - r * K;
-        const float v = b.tile[e] * (b.inv_x[b0 + r] * b.inv_w[j]);
-        if (GRAD)
-            b.gt[e] = from_acc<T>(v);
-        else
-            b.tile[e] = v;
+/* A tile row held in registers (the row engine's RegRow over its fp32 products), as
+ * process_row sees it: scale() turns the products into the cosines x·(1/n_i·1/n_j) in place,
+ * each() hands them to the policy, and write() stores G'_ij = G_ij·(1/n_i·1/n_j) in the input
+ * dtype T — the scaling of the products and of the gradient in the one pass over the row. */
+template <class T, int LANES, int K> struct CosineRow : re::RegRow<float, re::kRowNV, LANES, K> {
+    using Base = re::RegRow<float, re::kRowNV, LANES, K>;
+    using Base::gi;
+    using Base::GT;
+    using Base::hc;
+    using Base::hv;
+    using Base::jt;
+    using Base::nfull;
+    using Base::raw;
+    using Base::tv;
+    static constexpr int VEC = Base::VEC;
+    const float *inv_w; /* 1/n_j of every class                                          */
+    float inv_x;        /* 1/n_i of the row                                              */
+
+    /* 1/(n_i·n_j) for the VEC classes jb, jb + 1, … of an aligned vector (one 16-byte load
+     * of inv_w where the row starts on a vector boundary) */
+    __device__ __forceinline__ float4 factors(int jb) const
+    {
+        const float4 w = hc == 0 ? *reinterpret_cast<const float4 *>(inv_w + jb)
+                                 : make_float4(inv_w[jb], inv_w[jb + 1], inv_w[jb + 2], inv_w[jb + 3]);
+        return make_float4(inv_x * w.x, inv_x * w.y, inv_x * w.z, inv_x * w.w);
     }
+    __device__ __forceinline__ void scale()
+    {
+#pragma unroll
+        for (int k = 0; k < re::kRowNV; ++k) {
+            const int q = k * GT + gi;
+            if (q < nfull) {
+                const float4 f = factors(hc + q * VEC);
+                raw[k] = make_uint4(__float_as_uint(__uint_as_float(raw[k].x) * f.x),
+                                    __float_as_uint(__uint_as_float(raw[k].y) * f.y),
+                                    __float_as_uint(__uint_as_float(raw[k].z) * f.z),
+                                    __float_as_uint(__uint_as_float(raw[k].w) * f.w));
+            }
+        }
+        if (hv)
+            this->xh *= inv_x * inv_w[gi];
+        if (tv)
+            this->xt *= inv_x * inv_w[jt + gi];
+    }
+    /* Stores g(c, j, is_y)·(1/n_i·1/n_j) for this thread's classes at gr[j·gsc]. */
+    template <class G> __device__ __forceinline__ void write(T *gr, int64_t gsc, int y, G &&g)
+    {
+        struct alignas(VEC * sizeof(T)) pack {
+            T v[VEC];
+        };
+        const bool gvec = gsc == 1 && ((uintptr_t)(gr + hc) & (sizeof(pack) - 1)) == 0;
+#pragma unroll
+        for (int k = 0; k < re::kRowNV; ++k) {
+            launder(raw[k]);
+            const int q = k * GT + gi;
+            if (q < nfull) {
+                const int jb = hc + q * VEC;
+                const float4 f = factors(jb);
+                const float fe[VEC] = {f.x, f.y, f.z, f.w};
+                pack o;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    o.v[e] = from_acc<T>(g(vec16<float>::get(raw[k], e), jb + e, jb + e == y) * fe[e]);
+                if (gvec)
+                    reinterpret_cast<pack *>(gr + hc)[q] = o;
+                else
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        gr[(int64_t)(jb + e) * gsc] = o.v[e];
+            }
+        }
+        if (hv)
+            gr[(int64_t)gi * gsc] = from_acc<T>(g(this->xh, gi, gi == y) * (inv_x * inv_w[gi]));
+        if (tv) {
+            const int j = jt + gi;
+            gr[(int64_t)j * gsc] = from_acc<T>(g(this->xt, j, j == y) * (inv_x * inv_w[j]));
+        }
+    }
+};
+
+/* The rows of a tile (a.x: rows × C fp32 products, a.grad: their G' rows of T), LANES·K
+ * threads a row as the row engine's rows_reg (a warp, a block, or a cluster of K blocks),
+ * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row). */
+template <class T, int LANES, int THREADS, int K>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+    cosine_rows(const re::RowArgs a, const re::MarginPolicy pol, const float *inv_x, const float *inv_w)
+{
+    constexpr int RPB = THREADS / LANES; /* rows per block at a time */
+    int rank = 0;
+#if PLOSS_ROW_ENGINE_SM90
+    if constexpr (K > 1)
+        rank = (int)re::cg::this_cluster().block_rank();
+#endif
+    const int lane = (int)threadIdx.x % LANES, group = (int)threadIdx.x / LANES;
+    const int64_t cid = (int64_t)blockIdx.x / K, ncl = (int64_t)gridDim.x / K;
+    const float omega = a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD &&
+                                                            a.reduction == PLOSS_REDUCTION_NONE)
+                            ? re::common_omega(a)
+                            : 0.0f;
+    CosineRow<T, LANES, K> row;
+    row.gi = rank * LANES + lane;
+    row.lead = row.gi == 0;
+    row.inv_w = inv_w;
+    double acc = 0.0; /* unused: the rows' losses are stored one by one */
+    for (int64_t r = cid * RPB + group; r < a.N; r += ncl * RPB) {
+        const int64_t y = re::load_label(a, r, 0);
+        row.load((const float *)a.x + r * a.x_sn, (int)a.C);
+        row.inv_x = inv_x[r];
+        row.scale();
+        re::process_row<T>(a, pol, row, r, 0, y, omega, acc);
+#if PLOSS_ROW_ENGINE_SM90
+        if constexpr (K > 1)
+            re::cg::this_cluster().sync(); /* the reduction slots may be written again */
+#endif
+    }
+#if PLOSS_ROW_ENGINE_SM90
+    if constexpr (K > 1)
+        re::cg::this_cluster().sync(); /* no block leaves while another may read its slots */
+#endif
+}
+
+/* cosine_rows over the rows of `a` in the row engine's shapes: a warp per row (8 rows per
+ * block) for short rows when there are enough of them, else a block of 512 threads per row,
+ * alone or in a cluster of 2, 4 or 8 (sm_90).  PLOSS_ERR_UNSUPPORTED, with nothing launched,
+ * where the rows are too long. */
+template <class T>
+ploss_status launch_cosine_rows(ploss_ctx_t *ctx, const re::RowArgs &a, const re::MarginPolicy &pol,
+                                const float *inv_x, const float *inv_w, cudaStream_t stream)
+{
+    constexpr int NB = re::kBlockThreads, VEC = vec16<float>::N;
+    int K = 0;
+    if (a.C > re::warp_capacity<float>() || a.N < re::kWarpRowsMin) {
+        K = 1;
+        while (K <= re::kMaxCluster && (a.C / VEC + K - 1) / K > (int64_t)re::kRowNV * NB)
+            K *= 2;
+        if (K > re::kMaxCluster ||
+            (K > 1 && !re::sm90_ready(ctx->device.device_id, (const void *)cosine_rows<T, NB, NB, 2>)))
+            return PLOSS_ERR_UNSUPPORTED;
+    }
+    /* a grid that depends on the shape only */
+    const int64_t per_block = K == 0 ? 8 : 1;
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.N + per_block - 1) / per_block,
+                                                                  4096 * (K == 0 ? 1 : 16)));
+    if (K == 0) {
+        cosine_rows<T, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, inv_x, inv_w);
+        return check_launch("margin rows (a warp per row)");
+    }
+    if (K == 1) {
+        cosine_rows<T, NB, NB, 1><<<(unsigned)blocks, NB, 0, stream>>>(a, pol, inv_x, inv_w);
+        return check_launch("margin rows (a block per row)");
+    }
+    auto kernel = K == 2 ? cosine_rows<T, NB, NB, 2> : K == 4 ? cosine_rows<T, NB, NB, 4> : cosine_rows<T, NB, NB, 8>;
+    return re::launch_clusters(kernel, blocks, K, NB, stream, "margin rows", a, pol, inv_x, inv_w);
 }
 
 /* One warp per row of x and of the centres: P_i − (P_i·x̂_i)·x̂_i (P_i where the norm is
@@ -138,58 +405,94 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
 
 template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem *p)
 {
-    namespace re = row_engine;
-    /* C: the classes of the softmax (Partial FC: the K kept ones) */
-    const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
+    const int64_t N = p->N, D = p->D, ld = D > 0 ? D : 1;
     const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const bool none = p->reduction == PLOSS_REDUCTION_NONE;
+    const bool draw = p->sample_n > 0;
+    /* K: the classes of the softmax (Partial FC: the kept ones), known here unless the batch
+     * may hold more classes than n_s; Kb bounds it for the workspace */
+    int64_t K = draw ? (N < p->sample_n ? p->sample_n : 0) : p->K;
+    const int64_t Kb = K > 0 ? K : std::min(p->C, std::max(p->sample_n, N));
     /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
-    if (!re::serves<float>(1, C) || C > re::block_capacity<float>() * re::kMaxCluster)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld classes exceed the CUDA row engine's rows "
-                           "(at most %lld f32 values)", (long long)C,
-                           (long long)(re::block_capacity<float>() * re::kMaxCluster));
+    auto check_rows = [](int64_t k) {
+        if (!re::serves<float>(1, k) || k > re::block_capacity<float>() * re::kMaxCluster)
+            return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld classes exceed the CUDA row engine's rows "
+                               "(at most %lld f32 values)", (long long)k,
+                               (long long)(re::block_capacity<float>() * re::kMaxCluster));
+        return PLOSS_OK;
+    };
+    ploss_status st;
+    if (K > 0 && (st = check_rows(K)))
+        return st;
     cudaStream_t stream = stream_of(ctx);
-    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / C;
+    /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kb;
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
-    const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
-    constexpr bool kF32 = sizeof(T) == sizeof(float);
+    int64_t R = B;
+    if (p->tile_rows == 0)
+        R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kb / B * B));
+    const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D;
+    const bool in_place = sizeof(T) == sizeof(float) && R == B;
+    draw_buffers d = {};
+    if (draw)
+        d.scratch_bytes = draw_scratch_bytes(p->C);
     auto layout = [&](char *base, buffers<T> &b) {
         carve c{base, 0};
         b.xc = c.take<T>(nd);
-        b.wc = c.take<T>(cd);
+        b.wc = c.take<T>(kd);
         b.inv_x = c.take<float>(N);
-        b.inv_w = c.take<float>(C);
+        b.inv_w = c.take<float>(Kb);
         b.rx = c.take<double>(N);
-        b.rw = c.take<double>(C);
-        b.tile = c.take<float>((size_t)B * (size_t)C);
-        b.gt = kF32 ? (T *)b.tile : c.take<T>(want_grad ? (size_t)B * (size_t)C : 0);
+        b.rw = c.take<double>(Kb);
+        b.tile = c.take<float>((size_t)B * (size_t)Kb);
+        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)Kb);
         b.gx = c.take<float>(want_grad ? nd : 0);
-        b.gw = c.take<float>(want_grad ? cd : 0);
+        b.gw = c.take<float>(want_grad ? kd : 0);
         b.losses = c.take<double>(N);
         b.divisor = c.take<double>(2);
-        b.kept = p->kept ? c.take<int64_t>(C) : nullptr;
-        b.class_pos = p->kept ? c.take<int64_t>(p->C) : nullptr;
-        b.labels = p->kept ? c.take<int64_t>(N) : nullptr;
+        b.kept = draw ? c.take<int64_t>(Kb) : nullptr;
+        b.class_pos = draw ? c.take<int64_t>(p->C) : nullptr;
+        b.labels = draw ? c.take<int64_t>(N) : nullptr;
+        if (draw) {
+            const size_t C = (size_t)p->C;
+            d.flag = c.take<int>(C);
+            d.cls_in = c.take<int>(C);
+            d.cls = c.take<int>(C);
+            d.cand = c.take<int>(C);
+            d.rank = c.take<int>(C);
+            d.keep = c.take<int>(C);
+            d.pos = c.take<int>(C);
+            d.key_in = c.take<uint64_t>(C);
+            d.key = c.take<uint64_t>(C);
+            d.count = c.take<int64_t>(1);
+            d.scratch = c.take<char>(d.scratch_bytes);
+        }
         return c.used + 256;
     };
     buffers<T> b;
     void *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, layout(nullptr, b), &ws);
-    if (st)
+    if ((st = ploss_workspace(ctx, layout(nullptr, b), &ws)))
         return st;
     layout((char *)ws, b);
 
-    if (p->kept && ((st = ploss_cuda_memcpy(b.kept, p->kept, (size_t)C * sizeof(int64_t), PLOSS_COPY_H2D, stream)) ||
-                    (st = ploss_cuda_memcpy(b.class_pos, p->class_pos, (size_t)p->C * sizeof(int64_t),
-                                            PLOSS_COPY_H2D, stream))))
-        return st;
-    prep_kernel<T><<<row_blocks(N + C), THREADS, 0, stream>>>(*p, b);
-    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(*p, b.divisor, ctx->error_slot);
-    if (p->kept && N > 0)
-        remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, b);
+    if (draw) {
+        if ((st = draw_classes(*p, d, b.kept, b.class_pos, stream)))
+            return st;
+        /* the kept count when the batch may hold more than n_s classes (a host round trip) */
+        if (K == 0 && ((st = ploss_cuda_memcpy(&K, d.count, sizeof K, PLOSS_COPY_D2H, stream)) ||
+                       (st = check_rows(K))))
+            return st;
+    }
+    ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
+    q.K = K;
+    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
+    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(q, b.divisor, ctx->error_slot);
+    if (draw && N > 0)
+        remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(q, b);
     if ((st = check_launch("margin prep")))
         return st;
-    if (want_grad && cd > 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
+    const size_t cd = (size_t)K * (size_t)D;
+    if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
         return st;
 
     re::MarginPolicy pol;
@@ -197,70 +500,69 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     pol.s = (float)p->margin.s;
     pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor + 1 : nullptr;
     const size_t label_size = ploss_dtype_size(p->label_dtype);
-    auto no_prep = [](char *, cudaStream_t, re::MarginPolicy &) { return PLOSS_OK; };
-    for (int64_t b0 = 0; b0 < N; b0 += B) {
-        const int64_t rows = std::min(B, N - b0);
-        const ploss_gemm_problem cg = {rows, C, D, 1.0, 0.0, b.xc + b0 * D, 0, ld, b.wc, 1, ld, p->dtype,
-                                       b.tile, C, PLOSS_F32};
-        if ((st = ploss_cuda_gemm(ctx, &cg)))
-            return st;
-        scale_kernel<T, false><<<grid_blocks(rows * C, THREADS), THREADS, 0, stream>>>(b, b0, rows, C);
-        if ((st = check_launch("margin cosines")))
-            return st;
-        /* the rows of the tile: reduction 'none' (each row's loss to the caller's loss or to
-         * the per-row buffer), ω from the pass (a scalar upstream gradient read by every row
-         * through a zero stride), the 'mean' divisor in the policy */
-        re::RowArgs a = {};
-        a.pass = p->pass;
-        a.reduction = PLOSS_REDUCTION_NONE;
-        a.N = rows;
-        a.S = 1;
-        a.C = C;
-        a.x = b.tile;
-        a.x_sn = C;
-        if (b.labels) {
-            a.t = b.labels + b0;
-            a.t_dtype = PLOSS_I64;
-            a.t_sn = 1;
-        } else {
-            a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
-            a.t_dtype = p->label_dtype;
-            a.t_sn = p->y_sn;
+    for (int64_t c0 = 0; c0 < N; c0 += R) {
+        const int64_t crows = std::min(R, N - c0);
+        for (int64_t b0 = c0; b0 < c0 + crows; b0 += B) {
+            const int64_t rows = std::min(B, c0 + crows - b0);
+            const ploss_gemm_problem cg = {rows, K, D, 1.0, 0.0, b.xc + b0 * D, 0, ld, b.wc, 1, ld, p->dtype,
+                                           b.tile, K, PLOSS_F32};
+            if ((st = ploss_cuda_gemm(ctx, &cg)))
+                return st;
+            /* the rows of the tile: reduction 'none' (each row's loss to the caller's loss or
+             * to the per-row buffer), ω from the pass (a scalar upstream gradient read by every
+             * row through a zero stride), the 'mean' divisor in the policy */
+            re::RowArgs a = {};
+            a.pass = p->pass;
+            a.reduction = PLOSS_REDUCTION_NONE;
+            a.N = rows;
+            a.S = 1;
+            a.C = K;
+            a.x = b.tile;
+            a.x_sn = K;
+            if (b.labels) {
+                a.t = b.labels + b0;
+                a.t_dtype = PLOSS_I64;
+                a.t_sn = 1;
+            } else {
+                a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
+                a.t_dtype = p->label_dtype;
+                a.t_sn = p->y_sn;
+            }
+            a.ignore_index = p->ignore_index;
+            if (want_grad) {
+                a.grad = b.gt + (b0 - c0) * K;
+                a.g_sn = K;
+                a.g_sc = 1;
+            }
+            if (want_loss) {
+                a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
+                              : (void *)(b.losses + b0);
+                a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
+                a.l_sn = none ? p->l_sn : 1;
+            } else {
+                a.grad_loss = none ? (const char *)p->grad_loss +
+                                         (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
+                                   : p->grad_loss;
+                a.gl_dtype = p->gl_dtype;
+                a.gl_sn = none ? p->gl_sn : 0;
+            }
+            a.scale = p->scale;
+            a.error_slot = ctx->error_slot;
+            st = launch_cosine_rows<T>(ctx, a, pol, b.inv_x + b0, b.inv_w, stream);
+            if (st == PLOSS_ERR_UNSUPPORTED)
+                st = ploss_error(PLOSS_ERR_UNSUPPORTED,
+                                 "weight: C = %lld class centres are longer rows than the CUDA row engine serves "
+                                 "on this device", (long long)K);
+            if (st)
+                return st;
         }
-        a.ignore_index = p->ignore_index;
-        if (want_grad) {
-            a.grad = b.tile;
-            a.g_sn = C;
-            a.g_sc = 1;
-        }
-        if (want_loss) {
-            a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
-                          : (void *)(b.losses + b0);
-            a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
-            a.l_sn = none ? p->l_sn : 1;
-        } else {
-            a.grad_loss = none ? (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
-                               : p->grad_loss;
-            a.gl_dtype = p->gl_dtype;
-            a.gl_sn = none ? p->gl_sn : 0;
-        }
-        a.scale = p->scale;
-        st = re::run<float>(ctx, a, pol, 0, no_prep);
-        if (st == PLOSS_ERR_UNSUPPORTED)
-            st = ploss_error(PLOSS_ERR_UNSUPPORTED,
-                             "weight: C = %lld class centres are longer rows than the CUDA row engine serves on "
-                             "this device", (long long)C);
-        if (st)
-            return st;
         if (!want_grad || D == 0)
             continue;
-        scale_kernel<T, true><<<grid_blocks(rows * C, THREADS), THREADS, 0, stream>>>(b, b0, rows, C);
-        if ((st = check_launch("margin gradient tile")))
-            return st;
-        const ploss_gemm_problem dx = {rows, D, C, 1.0, 0.0, b.gt, 0, C, b.wc, 0, ld, p->dtype,
-                                       b.gx + b0 * D, ld, PLOSS_F32};
-        const ploss_gemm_problem dw = {C, D, rows, 1.0, 1.0, b.gt, 1, C, b.xc + b0 * D, 0, ld, p->dtype,
-                                       b.gw, ld, PLOSS_F32};
+        /* the chunk's gradient products: P of its rows, Q summed over the chunks in order */
+        const ploss_gemm_problem dx = {crows, D, K, 1.0, 0.0, b.gt, 0, K, b.wc, 0, ld, p->dtype,
+                                       b.gx + c0 * D, ld, PLOSS_F32};
+        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, b.gt, 1, K, b.xc + c0 * D, 0, ld,
+                                       p->dtype, b.gw, ld, PLOSS_F32};
         if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;
     }
@@ -269,7 +571,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                   p->loss_dtype, stream)))
         return st;
     if (want_grad && D > 0) {
-        out_kernel<T><<<row_blocks(N + p->C), THREADS, 0, stream>>>(*p, b);
+        out_kernel<T><<<row_blocks(N + p->C), THREADS, 0, stream>>>(q, b);
         if ((st = check_launch("margin out")))
             return st;
     }

@@ -1,17 +1,36 @@
 /*
  * infonce.cu — CUDA backend of InfoNCE (core/engines/pairs.h).
  *
- *   prep      one warp per row of each view: the row normalised (or copied) in fp32 (f64 for
- *             f64 input), its norm, and the diagonal S_ii;
- *   pass 1    per tile of query rows: S_b = u_b·vᵀ/τ through cuBLAS (kernels/support/gemm.cu),
- *             then one warp per tile row for its log-sum-exp and one thread per column for the
- *             tile's (max, Σe^(S − max)), merged into the column's running pair in tile order;
- *   losses    one block: ℓ_i and the reduced loss in a fixed order, and each row's weight;
- *   pass 2    per tile: S_b recomputed, turned into G = ∂L/∂S in place, ∂L/∂u_b = G·v/τ and
- *             ∂L/∂v += Gᵀ·u_b/τ (cuBLAS, tile order);
- *   out       one warp per row: through the normalisation, written in the input dtype.
- * The tile holds at most TILE_BYTES; everything else is O(N·D) (the normalised views and
- * their gradients) and O(N).  Deterministic: fixed tiles and orders, no atomics.
+ * The GEMMs take the inputs x (queries) and y (keys) as they are, in their own dtype (f16 and
+ * bf16 on the tensor cores, f32 accumulation; f32 in f32 without TF32; f64 in f64), never a
+ * normalised copy: with a_i = 1/max(‖x_i‖, eps) and b_j = 1/max(‖y_j‖, eps) (1 without
+ * normalize), S_ij = a_i·b_j·(x_i·y_j)/τ, the scales applied where the tile is read.
+ *
+ *   prep      one warp per row of each view: its norm and inverse norm (and, for a view the
+ *             GEMM cannot address — not unit-stride along D — a packed copy); the diagonal
+ *             S_ii from the rows;
+ *   lse pass  per tile of query rows: S (f32; f64 for f64) through cuBLAS, one read of it
+ *             giving a (max, Σe^(S − max)) partial per row and 256 columns and per column and
+ *             32 rows, merged in a fixed order into the rows' log-sum-exps and the columns'
+ *             running pairs;
+ *   losses    one block: ℓ_i and the reduced loss in a fixed order, each row's weight;
+ *   ∂x sweep  per tile of query rows: S recomputed in sub-tiles and turned into
+ *             G̃_ij = G_ij·b_j/c (G = ∂L/∂S; c the weights' known factor ½/N for 16-bit input,
+ *             1 otherwise) in the GEMM's operand dtype, as PyTorch's autograd rounds the
+ *             gradient of a 16-bit S; ∂L/∂u = c/τ·G̃·y (one GEMM, f32 out), then through the
+ *             normalisation into ∂L/∂x, written in the input dtype;
+ *   ∂y sweep  the same over tiles of key rows, on Sᵀ = b_j·a_i·(y_j·x_i)/τ, whose gradient
+ *             Gᵀ has the same form with the roles of the row and column log-sum-exps swapped.
+ * Two sweeps rather than one sweep accumulating ∂L/∂v += Gᵀ·u_b per tile: that accumulator is
+ * N×D f32 (the workspace bound would not hold) and costs 2·N·D·4 bytes of traffic per tile,
+ * where the second sweep costs one more S GEMM (2·N²·D FLOPs at tensor-core rate) and keeps
+ * every GEMM output written once.
+ *
+ * Workspace: the tile area (TILE_BYTES: the G tile plus one f32 S sub-tile of at most
+ * S_TILE_BYTES, sized so that it stays in L2 between its GEMM and its reader; for f32/f64 G
+ * overwrites S in place), the GEMM output of one G tile (rows × D), the lse partials and
+ * O(N) vectors — plus N×D per view that needs packing.  Deterministic: fixed tiles and
+ * orders, no atomics.
  */
 #include <algorithm>
 
@@ -25,20 +44,36 @@ namespace {
 using namespace pairs;
 
 constexpr int LOSS_THREADS = 1024;
-constexpr size_t TILE_BYTES = (size_t)64 << 20;
+constexpr size_t TILE_BYTES = (size_t)48 << 20;
+constexpr size_t S_TILE_BYTES = (size_t)16 << 20;
+/* lse_tile_kernel: a block reads THREADS columns of LSE_ROWS<A> rows (32 KiB of smem). */
+template <class A> constexpr int LSE_ROWS = 128 / (int)sizeof(A);
+/* grad_tile_kernel: a block covers G_COLS·THREADS columns of G_ROWS rows. */
+constexpr int G_ROWS = 8;
+constexpr int G_COLS = 2;
+
+template <class A> struct lse_pair {
+    A m, s;
+};
 
 template <class A> struct buffers {
-    A *u, *v, *gu, *gv, *tile;
-    double *r[2], *diag, *row_lse, *col_m, *col_s, *w;
+    A *inv[2];               /* a_i, b_j: the inverse norms (1 without normalize)              */
+    double *norm[2];         /* ‖x_i‖, ‖y_j‖                                                    */
+    double *diag, *row_lse;  /* S_ii; the rows' log-sum-exps                                    */
+    double *col_m, *col_s;   /* the columns' running (max, Σ); col_m holds lse after the losses */
+    double *w;               /* each row's loss weight over the G scale c                       */
+    lse_pair<A> *rpart;      /* per tile row and 256 columns                                    */
+    lse_pair<A> *cpart;      /* per 32 tile rows and column                                     */
 };
 
 template <class A> __device__ __forceinline__ A exp_a(A v);
 template <> __device__ __forceinline__ float exp_a(float v) { return expf(v); }
 template <> __device__ __forceinline__ double exp_a(double v) { return exp(v); }
 
-/* Rows 0..N−1: queries into u, rows N..2N−1: keys into v. */
+/* Rows 0..N−1: queries, rows N..2N−1: keys; pack[k] non-null: view k copied to N×D. */
 template <class T>
-__global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b)
+__global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b,
+                                                       T *pack0, T *pack1)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
@@ -46,80 +81,129 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_infonce_probl
         const int k = row < p.N ? 0 : 1;
         const int64_t i = row - k * p.N;
         const T *x = (const T *)p.x[k].data + i * p.x[k].sn;
-        A *out = (k == 0 ? b.u : b.v) + i * p.D;
+        T *pack = k == 0 ? pack0 : pack1;
         A s = 0;
         for (int64_t j = lane; j < p.D; j += 32) {
-            const A a = to_acc(x[j * p.x[k].sd]);
+            const T t = x[j * p.x[k].sd];
+            const A a = to_acc(t);
             s += a * a;
+            if (pack)
+                pack[i * p.D + j] = t;
         }
         s = warp_all_reduce<32>(s, SumOp());
         const double r = sqrt((double)s);
-        const A inv = p.normalize ? (A)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS)) : A(1);
-        for (int64_t j = lane; j < p.D; j += 32)
-            out[j] = to_acc(x[j * p.x[k].sd]) * inv;
-        if (lane == 0)
-            b.r[k][i] = r;
+        if (lane == 0) {
+            b.norm[k][i] = r;
+            b.inv[k][i] = p.normalize ? (A)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS)) : A(1);
+        }
     }
 }
 
-template <class A>
-__global__ void __launch_bounds__(THREADS) diag_kernel(const ploss_infonce_problem p, buffers<A> b)
+/* S_ii from the rows, and the columns' running pairs cleared. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) diag_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b)
 {
+    using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
+        const T *x = (const T *)p.x[0].data + i * p.x[0].sn, *y = (const T *)p.x[1].data + i * p.x[1].sn;
         A s = 0;
         for (int64_t j = lane; j < p.D; j += 32)
-            s += b.u[i * p.D + j] * b.v[i * p.D + j];
+            s += to_acc(x[j * p.x[0].sd]) * to_acc(y[j * p.x[1].sd]);
         s = warp_all_reduce<32>(s, SumOp());
         if (lane == 0) {
-            b.diag[i] = (double)s / p.temperature;
+            b.diag[i] = (double)s * (double)b.inv[0][i] * (double)b.inv[1][i] / p.temperature;
             b.col_m[i] = b.col_s[i] = 0.0;
         }
     }
 }
 
-/* One warp per row of the tile (rows b0 …): its log-sum-exp over the N columns. */
+/* One read of the lse tile S (rows × N, unscaled: the row i = b0 + r has scale a_i·b_j):
+ * block (bx, by) covers columns bx·THREADS … and rows by·LSE_ROWS …; each thread its column's
+ * (max, Σ) over those rows into cpart[by·N + j], each warp a few rows' (max, Σ) over those
+ * columns (staged through shared memory) into rpart[r·gridDim.x + bx]. */
 template <class A>
-__global__ void __launch_bounds__(THREADS) row_lse_kernel(int64_t N, buffers<A> b, int64_t b0, int64_t rows)
+__global__ void __launch_bounds__(THREADS) lse_tile_kernel(const A *S, int64_t N, int64_t rows, const A *inv_r,
+                                                           const A *inv_c, lse_pair<A> *rpart, lse_pair<A> *cpart)
 {
-    const int lane = threadIdx.x & 31;
-    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
-        const A *t = b.tile + r * N;
-        A m = -INFINITY;
-        for (int64_t j = lane; j < N; j += 32)
-            m = m > t[j] ? m : t[j];
+    constexpr int R = LSE_ROWS<A>;
+    __shared__ A sm[R][THREADS + 1];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int64_t c0 = (int64_t)blockIdx.x * THREADS, c = c0 + t, r0 = (int64_t)blockIdx.y * R;
+    const int nr = (int)std::min<int64_t>(R, rows - r0);
+    if (c < N) {
+        const A ic = inv_c[c];
+        A v[R], m = -INFINITY, s = 0;
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            if (k < nr) {
+                v[k] = S[(r0 + k) * N + c] * inv_r[r0 + k] * ic;
+                m = MaxOp()(m, v[k]);
+                sm[k][t] = v[k];
+            }
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            if (k < nr)
+                s += exp_a(v[k] - m);
+        cpart[blockIdx.y * N + c] = {m, s};
+    }
+    __syncthreads();
+    const int ncol = (int)std::min<int64_t>(THREADS, N - c0);
+    for (int k = warp; k < nr; k += WARPS) {
+        A m = -INFINITY, s = 0;
+        for (int q = lane; q < ncol; q += 32)
+            m = MaxOp()(m, sm[k][q]);
         m = warp_all_reduce<32>(m, MaxOp());
-        A s = 0;
-        for (int64_t j = lane; j < N; j += 32)
-            s += exp_a(t[j] - m);
+        for (int q = lane; q < ncol; q += 32)
+            s += exp_a(sm[k][q] - m);
         s = warp_all_reduce<32>(s, SumOp());
         if (lane == 0)
-            b.row_lse[b0 + r] = (double)m + log((double)s);
+            rpart[(r0 + k) * gridDim.x + blockIdx.x] = {m, s};
     }
 }
 
-/* One thread per column: the tile's (max, Σ) merged into the column's running pair. */
+/* The partials of one lse tile (rows b0 … b0 + rows − 1) merged in a fixed order: the first
+ * ncb blocks one thread per column, its row-block partials merged into its running pair in
+ * order; the others one warp per row, its column-block partials into its log-sum-exp
+ * (the largest max first, then Σ s·e^(m − max) over lanes and a fixed warp tree). */
 template <class A>
-__global__ void __launch_bounds__(THREADS) col_lse_kernel(int64_t N, buffers<A> b, int64_t rows)
+__global__ void __launch_bounds__(THREADS) lse_merge_kernel(int64_t N, buffers<A> b, int64_t b0, int64_t rows,
+                                                            int64_t ncb, int64_t nrb)
 {
-    for (int64_t j = thread_index(); j < N; j += grid_stride()) {
-        A m = -INFINITY;
-        for (int64_t r = 0; r < rows; ++r)
-            m = m > b.tile[r * N + j] ? m : b.tile[r * N + j];
-        A s = 0;
-        for (int64_t r = 0; r < rows; ++r)
-            s += exp_a(b.tile[r * N + j] - m);
-        double cm = b.col_m[j], cs = b.col_s[j];
-        ploss_lse_merge(&cm, &cs, (double)m, (double)s);
-        b.col_m[j] = cm;
-        b.col_s[j] = cs;
+    if (blockIdx.x < ncb) {
+        const int64_t j = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+        if (j >= N)
+            return;
+        double m = b.col_m[j], s = b.col_s[j];
+        for (int64_t q = 0; q < nrb; ++q) {
+            const lse_pair<A> pr = b.cpart[q * N + j];
+            ploss_lse_merge(&m, &s, (double)pr.m, (double)pr.s);
+        }
+        b.col_m[j] = m;
+        b.col_s[j] = s;
+        return;
     }
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)(blockIdx.x - ncb) * WARPS + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    const lse_pair<A> *pr = b.rpart + r * ncb;
+    double m = -INFINITY, s = 0.0;
+    for (int64_t q = lane; q < ncb; q += 32)
+        m = fmax(m, (double)pr[q].m);
+    m = warp_all_reduce<32>(m, MaxOp());
+    for (int64_t q = lane; q < ncb; q += 32)
+        s += (double)pr[q].s * exp((double)pr[q].m - m);
+    s = warp_all_reduce<32>(s, SumOp());
+    if (lane == 0)
+        b.row_lse[b0 + r] = m + log(s);
 }
 
 /* One block: the losses (NONE: stored; MEAN/SUM: summed in a fixed order), the columns'
- * log-sum-exps into col_m, and each row's weight w_i (halved when symmetric). */
+ * log-sum-exps into col_m, and each row's weight w_i (halved when symmetric) over gscale. */
 template <class A>
-__global__ void __launch_bounds__(LOSS_THREADS) loss_kernel(const ploss_infonce_problem p, buffers<A> b)
+__global__ void __launch_bounds__(LOSS_THREADS) loss_kernel(const ploss_infonce_problem p, buffers<A> b,
+                                                            double gscale)
 {
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, none = p.reduction == PLOSS_REDUCTION_NONE;
     const double half = p.symmetric ? 0.5 : 1.0;
@@ -137,72 +221,141 @@ __global__ void __launch_bounds__(LOSS_THREADS) loss_kernel(const ploss_infonce_
             store_dyn(p.loss, p.loss_dtype, i * p.l_sn, l);
         sum += l;
         b.col_m[i] = col_lse;
-        b.w[i] = half * (p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : up);
+        b.w[i] = half * (p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : up) /
+                 gscale;
     }
     sum = block_reduce<LOSS_THREADS>(sum, SumOp());
     if (threadIdx.x == 0 && want_loss && !none)
         store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / (double)p.N : sum);
 }
 
-/* The tile's S turned into G = w_i(P − δ) + [symmetric] w_j(Q − δ) in place. */
-template <class A>
-__global__ void __launch_bounds__(THREADS) grad_tile_kernel(const ploss_infonce_problem p, buffers<A> b, int64_t b0,
-                                                            int64_t rows)
+/* What a sweep over the rows of one view needs of the two views: its rows' and the other
+ * view's inverse norms and log-sum-exps, and whether each of the two terms of G is present.
+ * ∂x sweep: own = the rows' lse, f_own = 1, f_other = symmetric; ∂y sweep: own = the
+ * columns' lse, f_own = symmetric, f_other = 1. */
+template <class A> struct side {
+    const A *inv_own, *inv_other;
+    const double *lse_own, *lse_other;
+    bool f_own, f_other;
+};
+
+/* S sub-tile (srows × N, unscaled) → G̃ (same shape, operand dtype T): with s = S·a_r·b_c,
+ *   G = f_own·w_r·(e^(s − lse_own_r) − δ) + f_other·w_c·(e^(s − lse_other_c) − δ),
+ *   G̃ = G·b_c (w over the G scale already).
+ * For T = A, G may be S itself (each element read and written by the same thread). */
+template <class T, class A>
+__global__ void __launch_bounds__(THREADS) grad_tile_kernel(const A *S, T *G, int64_t N, int64_t srows, int64_t row0,
+                                                            const side<A> sd, const double *w)
 {
-    const int64_t N = p.N;
-    for (int64_t e = thread_index(); e < rows * N; e += grid_stride()) {
-        const int64_t r = e / N, j = e - r * N, i = b0 + r;
-        const A s = b.tile[e], delta = i == j ? A(1) : A(0);
-        A g = (A)b.w[i] * (exp_a(s - (A)b.row_lse[i]) - delta);
-        if (p.symmetric)
-            g += (A)b.w[j] * (exp_a(s - (A)b.col_m[j]) - delta);
-        b.tile[e] = g;
+    A ic[G_COLS], mc[G_COLS], wc[G_COLS];
+    int64_t col[G_COLS];
+#pragma unroll
+    for (int q = 0; q < G_COLS; ++q) {
+        col[q] = ((int64_t)blockIdx.x * G_COLS + q) * THREADS + threadIdx.x;
+        const bool ok = col[q] < N;
+        ic[q] = ok ? sd.inv_other[col[q]] : A(0);
+        mc[q] = ok ? (A)sd.lse_other[col[q]] : A(0);
+        wc[q] = ok ? (A)w[col[q]] : A(0);
+    }
+    for (int rr = 0; rr < G_ROWS; ++rr) {
+        const int64_t r = (int64_t)blockIdx.y * G_ROWS + rr;
+        if (r >= srows)
+            break;
+        const int64_t i = row0 + r;
+        const A ir = sd.inv_own[i], lr = (A)sd.lse_own[i], wr = (A)w[i];
+#pragma unroll
+        for (int q = 0; q < G_COLS; ++q) {
+            if (col[q] >= N)
+                continue;
+            const int64_t e = r * N + col[q];
+            const A s = S[e] * ir * ic[q], delta = i == col[q] ? A(1) : A(0);
+            A g = 0;
+            if (sd.f_own)
+                g = wr * (exp_a(s - lr) - delta);
+            if (sd.f_other)
+                g += wc[q] * (exp_a(s - mc[q]) - delta);
+            G[e] = convert<T>(g * ic[q]);
+        }
     }
 }
 
-/* One warp per row of each view: (g − (g·u)u)/‖x‖ (normalize) or g, in the input dtype. */
+/* One warp per row i = b0 + r of view k: ∂L/∂u_i (row r of out) through the normalisation,
+ * (g − a_i²(g·x_i)x_i)·a_i (g alone without normalize), written in the input dtype. */
 template <class T>
-__global__ void __launch_bounds__(THREADS) out_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b)
+__global__ void __launch_bounds__(THREADS) finish_kernel(const ploss_infonce_problem p, int k, const acc_t<T> *out,
+                                                         const double *norm, int64_t b0, int64_t rows)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
-    for (int64_t row = warp_row(); row < 2 * p.N; row += warp_rows_stride()) {
-        const int k = row < p.N ? 0 : 1;
-        const int64_t i = row - k * p.N;
-        const A *g = (k == 0 ? b.gu : b.gv) + i * p.D, *x = (k == 0 ? b.u : b.v) + i * p.D;
-        const double r = b.r[k][i];
+    const int64_t D = p.D;
+    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
+        const int64_t i = b0 + r;
+        const A *g = out + r * D;
+        const T *x = (const T *)p.x[k].data + i * p.x[k].sn;
         A dot = 0, inv = 1;
         if (p.normalize) {
-            if (r > PLOSS_NORMALIZE_EPS)
-                for (int64_t j = lane; j < p.D; j += 32)
-                    dot += g[j] * x[j];
+            const double rn = norm[i];
+            if (rn > PLOSS_NORMALIZE_EPS)
+                for (int64_t j = lane; j < D; j += 32)
+                    dot += g[j] * to_acc(x[j * p.x[k].sd]);
             dot = warp_all_reduce<32>(dot, SumOp());
-            inv = (A)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
+            inv = (A)(1.0 / fmax(rn, PLOSS_NORMALIZE_EPS));
         }
-        T *out = (T *)p.grad[k].data + i * p.grad[k].sn;
-        for (int64_t j = lane; j < p.D; j += 32)
-            out[j * p.grad[k].sd] = from_acc<T>((g[j] - dot * x[j]) * inv);
+        const A c = inv * inv * dot;
+        T *o = (T *)p.grad[k].data + i * p.grad[k].sn;
+        for (int64_t j = lane; j < D; j += 32)
+            o[j * p.grad[k].sd] = from_acc<T>((g[j] - c * to_acc(x[j * p.x[k].sd])) * inv);
     }
+}
+
+/* Whether cuBLAS can read view v as it is: element (i, j) at data + i·ld + j, ld ≥ D. */
+static bool gemm_addressable(const ploss_pair_operand &v, int64_t N, int64_t D)
+{
+    return (D <= 1 || v.sd == 1) && (N <= 1 || (v.sn >= D && v.sn <= INT32_MAX));
 }
 
 template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
 {
     using A = acc_t<T>;
-    const ploss_dtype adt = sizeof(A) == 8 ? PLOSS_F64 : PLOSS_F32;
+    const ploss_dtype tdt = p->dtype, adt = sizeof(A) == 8 ? PLOSS_F64 : PLOSS_F32;
     const int64_t N = p->N, D = p->D;
-    const bool want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool want_grad = p->pass != PLOSS_PASS_FORWARD && N > 0 && D > 0;
     cudaStream_t stream = stream_of(ctx);
-    const int64_t B = N == 0 ? 0 : std::min<int64_t>(N, std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(A)) / N));
     const size_t nd = (size_t)N * (size_t)D;
+
+    /* Tiles: Bs rows of S (≤ S_TILE_BYTES), G tiles of B rows (a multiple of Bs) filling
+     * TILE_BYTES with the S sub-tile; the lse pass uses the whole area for S tiles of Bl rows. */
+    const bool in_place = sizeof(T) == sizeof(A);
+    const size_t sb = (size_t)std::max<int64_t>(N, 1) * sizeof(A), gb = (size_t)std::max<int64_t>(N, 1) * sizeof(T);
+    const int64_t Bs = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t)(S_TILE_BYTES / sb)));
+    const size_t s_sub = in_place ? 0 : (size_t)Bs * sb;
+    const int64_t per = std::max<int64_t>(1, TILE_BYTES > s_sub ? (int64_t)((TILE_BYTES - s_sub) / ((size_t)Bs * gb)) : 1);
+    const int64_t B = std::max<int64_t>(1, std::min<int64_t>(N, Bs * per));
+    const size_t g_bytes = ((size_t)B * gb + 255) & ~(size_t)255; /* the S sub-tile after it, aligned */
+    const size_t area = g_bytes + s_sub;
+    const int64_t Bl = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t)(area / sb)));
+    const int64_t col_blocks = (N + THREADS - 1) / THREADS, lse_row_blocks = (Bl + LSE_ROWS<A> - 1) / LSE_ROWS<A>;
+
+    bool pack[2];
+    for (int k = 0; k < 2; ++k)
+        pack[k] = !gemm_addressable(p->x[k], N, D);
+    T *packed[2];
+    char *tile = nullptr;
+    A *out = nullptr;
     auto layout = [&](char *base, buffers<A> &b) {
         carve c{base, 0};
-        b.u = c.take<A>(nd);
-        b.v = c.take<A>(nd);
-        b.gu = c.take<A>(want_grad ? nd : 0);
-        b.gv = c.take<A>(want_grad ? nd : 0);
-        b.tile = c.take<A>((size_t)B * (size_t)N);
-        b.r[0] = c.take<double>(N);
-        b.r[1] = c.take<double>(N);
+        /* null for a view used as it is: prep_kernel packs exactly the views whose pointer is
+         * set (take(0) would hand out the start of the next piece, the tile) */
+        for (int k = 0; k < 2; ++k)
+            packed[k] = pack[k] ? c.take<T>(nd) : nullptr;
+        tile = c.take<char>(N > 0 ? area : 0);
+        out = c.take<A>(want_grad ? (size_t)B * (size_t)D : 0);
+        b.rpart = c.take<lse_pair<A>>((size_t)Bl * (size_t)col_blocks);
+        b.cpart = c.take<lse_pair<A>>((size_t)lse_row_blocks * (size_t)N);
+        for (int k = 0; k < 2; ++k) {
+            b.inv[k] = c.take<A>(N);
+            b.norm[k] = c.take<double>(N);
+        }
         b.diag = c.take<double>(N);
         b.row_lse = c.take<double>(N);
         b.col_m = c.take<double>(N);
@@ -217,47 +370,77 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
         return st;
     layout((char *)ws, b);
 
+    /* The GEMM operands: the views themselves, or their packed copies. */
+    const T *op[2];
+    int64_t ld[2];
+    for (int k = 0; k < 2; ++k) {
+        op[k] = pack[k] ? packed[k] : (const T *)p->x[k].data;
+        ld[k] = std::max<int64_t>(1, pack[k] || N <= 1 ? D : p->x[k].sn);
+    }
     const double inv_t = 1.0 / p->temperature;
-    const int64_t ld = D > 0 ? D : 1;
-    auto tile_gemm = [&](int64_t b0, int64_t rows) {
-        const ploss_gemm_problem g = {rows, N, D, inv_t, 0.0, b.u + b0 * D, 0, ld, b.v, 1, ld, adt, b.tile, N, adt};
+    /* S (rows × N, f32/f64) = x_{k, r0…}·x_{1−k}ᵀ/τ, unscaled by the norms. */
+    auto s_gemm = [&](int k, int64_t r0, int64_t rows, A *S) {
+        const ploss_gemm_problem g = {rows, N, D, inv_t, 0.0, op[k] + r0 * ld[k], 0, ld[k],
+                                      op[1 - k], 1, ld[1 - k], tdt, S, N, adt};
         return ploss_cuda_gemm(ctx, &g);
     };
+
     if (N > 0) {
-        prep_kernel<T><<<row_blocks(2 * N), THREADS, 0, stream>>>(*p, b);
-        diag_kernel<A><<<row_blocks(N), THREADS, 0, stream>>>(*p, b);
+        prep_kernel<T><<<row_blocks(2 * N), THREADS, 0, stream>>>(*p, b, packed[0], packed[1]);
+        diag_kernel<T><<<row_blocks(N), THREADS, 0, stream>>>(*p, b);
         if ((st = check_launch("info_nce prep")))
             return st;
     }
-    for (int64_t b0 = 0; b0 < N; b0 += B) {
-        const int64_t rows = std::min(B, N - b0);
-        if ((st = tile_gemm(b0, rows)))
+    for (int64_t b0 = 0; b0 < N; b0 += Bl) {
+        const int64_t rows = std::min(Bl, N - b0);
+        A *S = (A *)tile;
+        if ((st = s_gemm(0, b0, rows, S)))
             return st;
-        row_lse_kernel<A><<<row_blocks(rows), THREADS, 0, stream>>>(N, b, b0, rows);
-        col_lse_kernel<A><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(N, b, rows);
+        const dim3 grid((unsigned)col_blocks, (unsigned)((rows + LSE_ROWS<A> - 1) / LSE_ROWS<A>));
+        lse_tile_kernel<A><<<grid, THREADS, 0, stream>>>(S, N, rows, b.inv[0] + b0, b.inv[1], b.rpart, b.cpart);
+        const unsigned merge_blocks = (unsigned)(col_blocks + (rows + WARPS - 1) / WARPS);
+        lse_merge_kernel<A><<<merge_blocks, THREADS, 0, stream>>>(N, b, b0, rows, col_blocks, (int64_t)grid.y);
         if ((st = check_launch("info_nce log-sum-exp")))
             return st;
     }
-    loss_kernel<A><<<1, LOSS_THREADS, 0, stream>>>(*p, b);
-    if ((st = check_launch("info_nce losses")) || !want_grad || N == 0)
+    /* 16-bit G carries the known part of the weights (½, 1/N) in alpha, so that its values
+     * are O(P) rather than O(P/N), where f16 would flush them to zero. */
+    double gscale = 1.0;
+    if (sizeof(T) == 2)
+        gscale = (p->symmetric ? 0.5 : 1.0) / (p->reduction == PLOSS_REDUCTION_MEAN ? (double)N : 1.0);
+    loss_kernel<A><<<1, LOSS_THREADS, 0, stream>>>(*p, b, gscale);
+    if ((st = check_launch("info_nce losses")) || !want_grad)
         return st;
-    for (int64_t b0 = 0; b0 < N && D > 0; b0 += B) {
-        const int64_t rows = std::min(B, N - b0);
-        if ((st = tile_gemm(b0, rows)))
-            return st;
-        grad_tile_kernel<A><<<grid_blocks(rows * N, THREADS), THREADS, 0, stream>>>(*p, b, b0, rows);
-        if ((st = check_launch("info_nce gradient tile")))
-            return st;
-        const ploss_gemm_problem du = {rows, D, N, inv_t, 0.0, b.tile, 0, N, b.v, 0, ld, adt, b.gu + b0 * D, ld, adt};
-        const ploss_gemm_problem dv = {N, D, rows, inv_t, b0 == 0 ? 0.0 : 1.0, b.tile, 1, N, b.u + b0 * D, 0, ld, adt,
-                                       b.gv, ld, adt};
-        if ((st = ploss_cuda_gemm(ctx, &du)) || (st = ploss_cuda_gemm(ctx, &dv)))
-            return st;
+
+    T *G = (T *)tile;
+    A *S_sub = in_place ? nullptr : (A *)(tile + g_bytes);
+    for (int k = 0; k < 2; ++k) {
+        const side<A> sd = {b.inv[k], b.inv[1 - k], k == 0 ? b.row_lse : b.col_m, k == 0 ? b.col_m : b.row_lse,
+                            k == 0 || p->symmetric != 0, k == 1 || p->symmetric != 0};
+        for (int64_t b0 = 0; b0 < N; b0 += B) {
+            const int64_t rows = std::min(B, N - b0);
+            for (int64_t s0 = b0; s0 < b0 + rows; s0 += Bs) {
+                const int64_t srows = std::min(Bs, b0 + rows - s0);
+                T *Gs = G + (s0 - b0) * N;
+                A *S = in_place ? (A *)Gs : S_sub;
+                if ((st = s_gemm(k, s0, srows, S)))
+                    return st;
+                const dim3 grid((unsigned)((N + G_COLS * THREADS - 1) / (G_COLS * THREADS)),
+                                (unsigned)((srows + G_ROWS - 1) / G_ROWS));
+                grad_tile_kernel<T, A><<<grid, THREADS, 0, stream>>>(S, Gs, N, srows, s0, sd, b.w);
+                if ((st = check_launch("info_nce gradient tile")))
+                    return st;
+            }
+            const ploss_gemm_problem du = {rows, D, N, inv_t * gscale, 0.0, G, 0, N, op[1 - k], 0, ld[1 - k], tdt,
+                                           out, D, adt};
+            if ((st = ploss_cuda_gemm(ctx, &du)))
+                return st;
+            finish_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, k, out, b.norm[k], b0, rows);
+            if ((st = check_launch("info_nce out")))
+                return st;
+        }
     }
-    if (D == 0)
-        return PLOSS_OK;
-    out_kernel<T><<<row_blocks(2 * N), THREADS, 0, stream>>>(*p, b);
-    return check_launch("info_nce out");
+    return PLOSS_OK;
 }
 
 } // namespace

@@ -3,15 +3,28 @@
  * core/engines/region.h and docs/losses.md).  fp32 accumulation for f32/f16/bf16 input, f64
  * for f64.
  *
- *  1. one thread per pixel: its label (-1: ignored; an invalid label is reported through the
- *     context's error slot and treated as ignored) and its logits (class-major, in the
- *     accumulation type) into the workspace: the later passes never read the input, which an
- *     in-place fused pass overwrites;
- *  2. one thread per pixel p: ℓ_p and its pair count over the (2k − 1)² pixels it can share
- *     a window with (the 'none' map), per block partial sums (CUB, a fixed grid);
- *  3. one thread: the partials in order, the loss and the gradient's base weight;
- *  4. one thread per pixel p: the factor of each partner q, m·(σ(A) − T)·(ω_p + ω_q), then
- *     the gradient class by class, Σ_q factor·x_q.  No atomics, no unfolded windows.
+ *  1. window_prep, one block per TH×TW tile (the main kernel's tiles, so no per-pixel
+ *     index division), one thread per pixel: its label into an int32 map (-1: ignored; an
+ *     invalid label is reported through the context's error slot and treated as ignored),
+ *     MEAN's divisor Σ m(p, q) over the ordered pairs of valid pixels (integer atomics:
+ *     exact in any order; needed by the gradient) and, only when the gradient overwrites
+ *     the input (an in-place pass), a copy of the input for the partners' logits.  The
+ *     divisor is counted per window rather than per pair: m(p, q) is the number of windows
+ *     holding both, so Σ_{p,q} m(p, q) = Σ_windows n_w² with n_w the valid pixels of window
+ *     w; each pixel counts the window whose top-left corner it is, from the valid flags of
+ *     the tile and its (K − 1)-pixel halo (right and below) in shared memory;
+ *  2. window_main<K>, one block per TH×TW tile of one image: the tile and its (K − 1)-pixel
+ *     halo in shared memory (labels; the logits class chunk by class chunk), a thread per
+ *     pixel p: the inner products A_q with its (2K − 1)² partners (registers), ℓ_p (the
+ *     'none' map; per block partial sums reduced in a fixed order by the last block to
+ *     finish), the factors m·(σ(A) − T)·(ω_p + ω_q), then its gradient class by class,
+ *     Σ_q factor_q·x_q.
+ * The tile's logits are loaded LOAD_BATCH elements per thread at a time (all loads issued
+ * before the stores to shared memory), so that enough reads are in flight to cover the
+ * memory latency.  The inner products stay in registers; the pair multiplicities m are
+ * recomputed where needed rather than kept alongside them.
+ * The input is read once (plus the halo, mostly from L2), the gradient written once.  No
+ * float atomics: the results are bitwise the same on every run.
  */
 #include "region_common.cuh"
 
@@ -19,176 +32,276 @@ namespace ploss_cuda {
 namespace {
 using namespace region;
 
-constexpr int THREADS = 256;
-constexpr int MAX_PARTNERS = (2 * PLOSS_AFFINITY_MAX_KERNEL - 1) * (2 * PLOSS_AFFINITY_MAX_KERNEL - 1);
+constexpr int TW = 32, TH = 8, THREADS = TW * TH; /* a tile: TH rows of TW pixels */
+constexpr size_t SMEM_BUDGET = 96 * 1024;         /* dynamic shared memory of a block */
+constexpr int LOAD_BATCH = 8;                     /* global loads in flight per thread */
+constexpr int PREP_R = PLOSS_AFFINITY_MAX_KERNEL - 1, PREP_W = TW + PREP_R; /* window_prep's halo */
+
+/* Resident blocks per SM of window_main<K> (its launch bounds): 4 (64 registers) while
+ * the (2K − 1)² inner products of fp32 accumulation fit, else 2. */
+template <int K, class A> constexpr int MAIN_BLOCKS = K <= 3 && sizeof(A) == 4 ? 4 : 2;
+
+/* The halo of window side K: R = K − 1 pixels around the tile. */
+template <int K> struct Halo {
+    static constexpr int R = K - 1, SPAN = 2 * K - 1, P = SPAN * SPAN; /* partners of a pixel */
+    static constexpr int W = TW + 2 * R, SIZE = W * (TH + 2 * R);
+};
 
 /* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b. */
-__device__ __forceinline__ int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
+__host__ __device__ __forceinline__ int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
 {
     const int64_t lo_max = a > b ? a : b, hi_min = a < b ? a : b;
     const int64_t lo = lo_max - k + 1 > 0 ? lo_max - k + 1 : 0, hi = hi_min < size - k ? hi_min : size - k;
     return hi >= lo ? hi - lo + 1 : 0;
 }
 
-/* Partner j (0 ≤ j < (2k − 1)²) of pixel q0: its index, or -1 outside the image, ignored or
- * sharing no window; *m the windows they share. */
-__device__ __forceinline__ int64_t partner(const ploss_region_problem &p, const int32_t *label, int64_t q0, int j,
-                                           int64_t &m)
-{
-    const int64_t k = p.kernel_size, span = 2 * k - 1, H = p.sshape[0], W = p.sshape[1];
-    const int64_t s0 = q0 % p.S, h0 = s0 / W, w0 = s0 % W;
-    const int64_t h = h0 + j / span - (k - 1), w = w0 + j % span - (k - 1);
-    if (h < 0 || h >= H || w < 0 || w >= W)
-        return -1;
-    const int64_t q = q0 - s0 + h * W + w;
-    m = shared_windows(h0, h, k, H) * shared_windows(w0, w, k, W);
-    return (m == 0 || label[q] < 0) ? -1 : q;
-}
+/* The logits read by window_main: the input, or its copy (in place). */
+template <class T> struct Src {
+    const T *x;
+    int64_t sn, sc, sh, sw;
+};
 
-/* x_a·x_b over the classes (xs: the logits, class-major). */
-template <class A> __device__ __forceinline__ A inner(const ploss_region_problem &p, const A *xs, int64_t a, int64_t b)
+template <class A> struct Work {
+    int32_t *label;               /* [n·S + s] */
+    unsigned long long *pairs;    /* Σ m over the counted pairs (zeroed, then counted) */
+    unsigned *arrived;            /* window_main's blocks done (zeroed) */
+    A *partial;                   /* [block]: Σ ℓ of the block's pixels */
+};
+
+/* The class of a raw label, -1 when ignored or invalid. */
+__device__ __forceinline__ int64_t class_of(const ploss_region_problem &p, int64_t y)
 {
-    const int64_t NS = p.N * p.S;
-    A d = 0;
-    for (int64_t c = 0; c < p.C; ++c)
-        d += xs[c * NS + a] * xs[c * NS + b];
-    return d;
+    return y == p.ignore_index || y < 0 || y >= p.C ? -1 : y;
 }
 
 template <class T, class TI>
-__global__ void __launch_bounds__(THREADS) window_labels(const ploss_region_problem p, int64_t *error_slot,
-                                                          int32_t *label, acc_t<T> *xs)
+__global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_problem p, int64_t *error_slot,
+                                                        Work<acc_t<T>> w, T *copy)
 {
-    const int64_t NS = p.N * p.S;
-    for (int64_t q = thread_index(); q < NS; q += grid_stride()) {
-        const int64_t xo = pixel_at(p, q, p.x_sn, p.x_ss);
-        for (int64_t c = 0; c < p.C; ++c)
-            xs[c * NS + q] = (acc_t<T>)to_acc(((const T *)p.x)[xo + c * p.x_sc]);
-        label[q] = (int32_t)load_label<TI>(p, q, error_slot);
+    __shared__ unsigned char s_ok[PREP_W * (TH + PREP_R)]; /* valid flags, rows of hw */
+    const int64_t H = p.sshape[0], W = p.sshape[1];
+    const int k = p.kernel_size, hw = TW + k - 1;
+    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
+    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    const int64_t h0 = (tile / tiles_w) * TH, w0 = (tile % tiles_w) * TW; /* the tile's origin */
+    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+    const int64_t h = h0 + ty, wc = w0 + tx;
+    const TI *t = (const TI *)p.t + n * p.t_sn;
+
+    for (int i = threadIdx.x; i < hw * (TH + k - 1); i += THREADS) {
+        const int64_t hh = h0 + i / hw, ww = w0 + i % hw;
+        s_ok[i] = hh < H && ww < W && class_of(p, (int64_t)t[hh * p.t_ss[0] + ww * p.t_ss[1]]) >= 0;
     }
+    if (h < H && wc < W) {
+        const int64_t y = load_label_at<TI>(p, n * p.t_sn + h * p.t_ss[0] + wc * p.t_ss[1], error_slot);
+        const int64_t s = h * W + wc;
+        w.label[n * p.S + s] = (int32_t)y;
+        if (copy) {
+            const T *x = (const T *)p.x + n * p.x_sn + h * p.x_ss[0] + wc * p.x_ss[1];
+            for (int64_t c = 0; c < p.C; ++c)
+                copy[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
+        }
+    }
+    __syncthreads();
+    unsigned long long count = 0; /* n_w² of the window with top-left corner (h, wc) */
+    if (h + k <= H && wc + k <= W) {
+        unsigned nw = 0;
+        for (int a = 0; a < k; ++a)
+            for (int b = 0; b < k; ++b)
+                nw += s_ok[(ty + a) * hw + tx + b];
+        count = (unsigned long long)nw * nw;
+    }
+    count = block_reduce<THREADS>(count, SumOp());
+    if (threadIdx.x == 0 && count)
+        atomicAdd(w.pairs, count);
 }
 
-template <class T>
-__global__ void __launch_bounds__(THREADS) window_loss(const ploss_region_problem p, const int32_t *label,
-                                                        const acc_t<T> *xs, Partial<acc_t<T>> *partial)
+template <class T, int K>
+__global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
+    window_main(const ploss_region_problem p, Src<T> src, int cc, Work<acc_t<T>> w)
 {
     using A = acc_t<T>;
-    const int span = 2 * p.kernel_size - 1;
-    Partial<A> acc = {0, 0};
-    for (int64_t q0 = thread_index(); q0 < p.N * p.S; q0 += grid_stride()) {
-        A l = 0;
-        if (label[q0] >= 0)
-            for (int j = 0; j < span * span; ++j) {
-                int64_t m;
-                const int64_t q = partner(p, label, q0, j, m);
-                if (q < 0)
-                    continue;
-                const A a = inner(p, xs, q0, q);
-                const A sp = (a > A(0) ? a : A(0)) + m_log1p(m_exp(-(a > A(0) ? a : -a)));
-                l += (A)m * (sp - (label[q0] == label[q] ? a : A(0)));
-                acc.count += m;
+    using HL = Halo<K>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    A *s_x = (A *)smem;
+    int *s_lab = (int *)(s_x + (size_t)cc * HL::SIZE);
+
+    const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
+    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
+    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    const int64_t h0 = (tile / tiles_w) * TH - HL::R, w0 = (tile % tiles_w) * TW - HL::R; /* the halo's origin */
+    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL::R) * HL::W + tx + HL::R;
+    const int64_t h = h0 + HL::R + ty, wc = w0 + HL::R + tx;
+    const bool mine = h < H && wc < W;
+
+    for (int i = threadIdx.x; i < HL::SIZE; i += THREADS) {
+        const int64_t hh = h0 + i / HL::W, ww = w0 + i % HL::W;
+        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
+    }
+    __syncthreads();
+    const bool one = C <= cc; /* every class in one chunk: the logits are read once */
+    const T *xn = src.x + n * src.sn;
+    /* chunk [c0, c0 + kc) of the logits (0 at pixels outside the image or ignored),
+     * LOAD_BATCH per thread at a time */
+    const auto load_chunk = [&](int64_t c0, int kc) {
+        const int n_el = kc * HL::SIZE;
+        for (int i0 = threadIdx.x; i0 < n_el; i0 += LOAD_BATCH * THREADS) {
+            A v[LOAD_BATCH];
+#pragma unroll
+            for (int u = 0; u < LOAD_BATCH; ++u) {
+                const int i = i0 + u * THREADS, j = i % HL::SIZE;
+                const int64_t at = (c0 + i / HL::SIZE) * src.sc + (h0 + j / HL::W) * src.sh + (w0 + j % HL::W) * src.sw;
+                v[u] = i < n_el && s_lab[j] >= 0 ? (A)to_acc(xn[at]) : A(0);
             }
-        acc.sum += l;
-        if (p.pass != PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
-            store_dyn(p.loss, p.loss_dtype, pixel_at(p, q0, p.l_sg, p.l_ss), (double)l);
-    }
-    const Partial<A> total = block_reduce<THREADS>(acc, PartialOp());
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = total;
-}
+#pragma unroll
+            for (int u = 0; u < LOAD_BATCH; ++u)
+                if (i0 + u * THREADS < n_el)
+                    s_x[i0 + u * THREADS] = v[u];
+        }
+        __syncthreads();
+    };
 
-template <class A>
-__global__ void window_finish(const ploss_region_problem p, const Partial<A> *partial, unsigned blocks, double *base)
-{
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
-    double total = 0.0;
-    long long pairs = 0;
-    for (unsigned b = 0; b < blocks; ++b) {
-        total += (double)partial[b].sum;
-        pairs += partial[b].count;
+    const int lz = s_lab[zi];
+    const bool valid = mine && lz >= 0;
+    A a[HL::P]; /* the inner products, then the gradient's factors */
+#pragma unroll
+    for (int j = 0; j < HL::P; ++j)
+        a[j] = A(0);
+    for (int64_t c0 = 0; c0 < C; c0 += cc) {
+        const int kc = (int)(C - c0 < cc ? C - c0 : cc);
+        if (c0 > 0)
+            __syncthreads(); /* the previous chunk is no longer read */
+        load_chunk(c0, kc);
+        if (!valid)
+            continue;
+        for (int c = 0; c < kc; ++c) {
+            const A *xc = s_x + c * HL::SIZE + zi;
+            const A xz = xc[0];
+#pragma unroll
+            for (int j = 0; j < HL::P; ++j)
+                a[j] += xz * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
+        }
     }
-    if (p.pass != PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE)
-        store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? total / (double)pairs : total);
-    double w = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;
-    if (p.pass != PLOSS_PASS_BACKWARD)
-        w *= p.scale;
-    else if (p.reduction != PLOSS_REDUCTION_NONE)
-        w *= load_dyn(p.grad_loss, p.gl_dtype, 0);
-    *base = w;
-}
 
-template <class T>
-__global__ void __launch_bounds__(THREADS) window_grad(const ploss_region_problem p, const int32_t *label,
-                                                        const acc_t<T> *xs, const double *base_weight)
-{
-    using A = acc_t<T>;
-    const int64_t NS = p.N * p.S;
-    T *grad = (T *)p.grad;
-    const A base = (A)*base_weight;
-    const int span = 2 * p.kernel_size - 1;
+    /* ℓ_p and the factors */
     const int per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
-    for (int64_t q0 = thread_index(); q0 < p.N * p.S; q0 += grid_stride()) {
-        const int64_t go = pixel_at(p, q0, p.g_sn, p.g_ss);
-        int64_t at[MAX_PARTNERS];
-        A factor[MAX_PARTNERS];
-        int n = 0;
-        if (label[q0] >= 0) {
-            const A w0 = per_pixel ? (A)load_dyn(p.grad_loss, p.gl_dtype, pixel_at(p, q0, p.gl_sg, p.gl_ss)) : A(1);
-            for (int j = 0; j < span * span; ++j) {
-                int64_t m;
-                const int64_t q = partner(p, label, q0, j, m);
-                if (q < 0)
-                    continue;
-                const A a = inner(p, xs, q0, q);
-                const A slope = A(1) / (A(1) + m_exp(-a)) - (label[q0] == label[q] ? A(1) : A(0));
-                const A wq = per_pixel ? (A)load_dyn(p.grad_loss, p.gl_dtype, pixel_at(p, q, p.gl_sg, p.gl_ss)) : A(1);
-                at[n] = q;
-                factor[n] = (A)m * slope * (w0 + wq);
-                ++n;
-            }
+    const auto upstream = [&](int64_t hh, int64_t ww) {
+        return (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
+    };
+    const unsigned long long pairs = *w.pairs;
+    double base = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;
+    if (p.pass != PLOSS_PASS_BACKWARD)
+        base *= p.scale;
+    else if (p.reduction != PLOSS_REDUCTION_NONE)
+        base *= load_dyn(p.grad_loss, p.gl_dtype, 0);
+    const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
+    A loss = 0;
+#pragma unroll
+    for (int j = 0; j < HL::P; ++j) {
+        /* the counted partners: inside the image, valid, sharing m > 0 windows */
+        const int dh = j / HL::SPAN - HL::R, dw = j % HL::SPAN - HL::R, lq = s_lab[zi + dh * HL::W + dw];
+        const int m = valid && lq >= 0 ? (int)(shared_windows(h, h + dh, K, H) * shared_windows(wc, wc + dw, K, W)) : 0;
+        if (m == 0) {
+            a[j] = A(0);
+            continue;
         }
-        for (int64_t c = 0; c < p.C; ++c) {
-            A g = 0;
-            for (int i = 0; i < n; ++i)
-                g += factor[i] * xs[c * NS + at[i]];
-            grad[go + c * p.g_sc] = from_acc<T>(base * g);
+        const A v = a[j], same = lq == lz ? A(1) : A(0);
+        const A sp = (v > A(0) ? v : A(0)) + m_log1p(m_exp(-(v > A(0) ? v : -v)));
+        loss += (A)m * (sp - same * v);
+        const A slope = A(1) / (A(1) + m_exp(-v)) - same;
+        a[j] = (A)m * slope * (w0v + (per_pixel ? upstream(h + dh, wc + dw) : A(1)));
+    }
+
+    /* the loss: the 'none' map, or this block's partial sum and the last block's total */
+    if (p.pass != PLOSS_PASS_BACKWARD) {
+        if (p.reduction == PLOSS_REDUCTION_NONE) {
+            if (mine)
+                store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
+        } else {
+            store_reduced_loss<THREADS>(p, loss, w.partial, w.arrived, (double)pairs);
         }
     }
+    if (p.pass == PLOSS_PASS_FORWARD)
+        return;
+
+    /* the gradient, class by class */
+    const A bw = (A)base;
+    T *gz = (T *)p.grad + n * p.g_sn + h * p.g_ss[0] + wc * p.g_ss[1];
+    for (int64_t c0 = 0; c0 < C; c0 += cc) {
+        const int kc = (int)(C - c0 < cc ? C - c0 : cc);
+        if (!one) {
+            __syncthreads();
+            load_chunk(c0, kc);
+        }
+        if (!mine)
+            continue;
+        for (int c = 0; c < kc; ++c) {
+            const A *xc = s_x + c * HL::SIZE + zi;
+            A g = 0;
+#pragma unroll
+            for (int j = 0; j < HL::P; ++j)
+                g += a[j] * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
+            gz[(c0 + c) * p.g_sc] = from_acc<T>(bw * g);
+        }
+    }
+}
+
+template <class T, int K>
+ploss_status launch_main(const ploss_region_problem *p, Src<T> src, int64_t blocks, Work<acc_t<T>> w,
+                         cudaStream_t stream)
+{
+    using A = acc_t<T>;
+    /* classes per chunk: the logits and the labels of the halo within the budget */
+    const int64_t fit = (int64_t)((SMEM_BUDGET - Halo<K>::SIZE * 4) / (Halo<K>::SIZE * sizeof(A)));
+    const int cc = (int)(p->C < fit ? p->C : fit);
+    const size_t smem = (size_t)cc * Halo<K>::SIZE * sizeof(A) + Halo<K>::SIZE * 4;
+    cudaFuncSetAttribute(window_main<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    window_main<T, K><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, cc, w);
+    return check_launch("affinity loss and gradient");
 }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
-    const int64_t NS = p->N * p->S;
-    const unsigned blocks = grid_blocks(NS, THREADS);
-    const size_t b_lab = align_up((size_t)NS * 4), b_part = align_up((size_t)blocks * sizeof(Partial<A>)),
-                 b_x = align_up((size_t)(NS * p->C) * sizeof(A));
+    const int64_t NS = p->N * p->S, H = p->sshape[0], W = p->sshape[1];
+    const int64_t blocks = p->N * ((H + TH - 1) / TH) * ((W + TW - 1) / TW);
+    if (blocks > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
+    const bool in_place = grad_overlaps_input(*p, sizeof(T));
+    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(A)),
+                 b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
     char *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, b_lab + b_part + b_x + 256, (void **)&ws);
+    ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
     if (st)
         return st;
-    int32_t *label = (int32_t *)ws;
-    Partial<A> *partial = (Partial<A> *)(ws + b_lab);
-    A *xs = (A *)(ws + b_lab + b_part);
-    double *base = (double *)(ws + b_lab + b_part + b_x);
-
-    window_labels<T, TI><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, label, xs);
+    Work<A> w;
+    w.label = (int32_t *)ws;
+    w.pairs = (unsigned long long *)(ws + b_lab);
+    w.arrived = (unsigned *)(ws + b_lab + 8);
+    w.partial = (A *)(ws + b_lab + b_cnt);
+    T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
+    if ((st = ploss_cuda_memset(w.pairs, 0, 16, stream)))
+        return st;
+    window_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity labels")))
         return st;
-    window_loss<T><<<blocks, THREADS, 0, stream>>>(*p, label, xs, partial);
-    if ((st = check_launch("affinity loss")))
-        return st;
-    window_finish<A><<<1, 1, 0, stream>>>(*p, partial, blocks, base);
-    if ((st = check_launch("affinity finish")))
-        return st;
-    if (p->pass != PLOSS_PASS_FORWARD) {
-        window_grad<T><<<blocks, THREADS, 0, stream>>>(*p, label, xs, base);
-        if ((st = check_launch("affinity gradient")))
-            return st;
+
+    Src<T> src = {(const T *)p->x, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
+    if (in_place)
+        src = {copy, p->C * p->S, p->S, W, 1};
+    switch (p->kernel_size) {
+    case 1: return launch_main<T, 1>(p, src, blocks, w, stream);
+    case 2: return launch_main<T, 2>(p, src, blocks, w, stream);
+    case 3: return launch_main<T, 3>(p, src, blocks, w, stream);
+    case 4: return launch_main<T, 4>(p, src, blocks, w, stream);
+    case 5: return launch_main<T, 5>(p, src, blocks, w, stream);
+    case 6: return launch_main<T, 6>(p, src, blocks, w, stream);
+    case 7: return launch_main<T, 7>(p, src, blocks, w, stream);
+    default:
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,
+                           PLOSS_AFFINITY_MAX_KERNEL);
     }
-    return PLOSS_OK;
 }
 
 } // namespace

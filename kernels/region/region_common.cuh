@@ -6,9 +6,12 @@
  *  - pixel_at(p, q, sn, ss): the offset of pixel q = n·S + s (core/engines/region.h);
  *  - load_label<TI>(p, q, slot): the class of pixel q, -1 when ignored; a label outside
  *    [0, C) that is not ignore_index is reported in the error slot (when given) and treated
- *    as ignored;
+ *    as ignored; load_label_at<TI>(p, off, slot): the same for the label at element offset
+ *    off of the target (callers that know the pixel's row and column: no division);
  *  - Partial<A> / PartialOp: a sum and a count reduced together (CUB block reductions);
- *  - align_up(bytes): the workspace's 256-byte slices.
+ *  - align_up(bytes): the workspace's 256-byte slices;
+ *  - grad_overlaps_input(p, elem): whether the gradient's elements may share memory with
+ *    the input's (an in-place pass), from their address ranges.
  */
 #ifndef PLOSS_KERNELS_REGION_COMMON_CUH
 #define PLOSS_KERNELS_REGION_COMMON_CUH
@@ -34,9 +37,9 @@ __device__ __forceinline__ int64_t pixel_at(const ploss_region_problem &p, int64
 }
 
 template <class TI>
-__device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int64_t q, int64_t *error_slot)
+__device__ __forceinline__ int64_t load_label_at(const ploss_region_problem &p, int64_t off, int64_t *error_slot)
 {
-    const int64_t y = (int64_t)((const TI *)p.t)[pixel_at(p, q, p.t_sn, p.t_ss)];
+    const int64_t y = (int64_t)((const TI *)p.t)[off];
     if (y == p.ignore_index)
         return -1;
     if (y < 0 || y >= p.C) {
@@ -44,6 +47,12 @@ __device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int
         return -1;
     }
     return y;
+}
+
+template <class TI>
+__device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int64_t q, int64_t *error_slot)
+{
+    return load_label_at<TI>(p, pixel_at(p, q, p.t_sn, p.t_ss), error_slot);
 }
 
 template <class A> struct Partial {
@@ -57,7 +66,61 @@ struct PartialOp {
     }
 };
 
+/* The reduced loss of a kernel whose blocks each hold a part of it (`v`, every thread's
+ * share): each block stores its sum in partial[blockIdx.x], then the last block to arrive
+ * (a fence and an integer arrival counter, zeroed before the launch) adds the partials in
+ * a fixed order (strided per thread, then a fixed tree) and stores Σ, or Σ/divisor for
+ * MEAN, as the loss.  Deterministic, no float atomics.  Every thread of the block calls it. */
+template <int THREADS, class A>
+__device__ void store_reduced_loss(const ploss_region_problem &p, A v, A *partial, unsigned *arrived, double divisor)
+{
+    __shared__ bool last;
+    const A total = block_reduce<THREADS>(v, SumOp());
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = total;
+        __threadfence(); /* the partial, before the arrival */
+        last = atomicAdd(arrived, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    double sum = 0.0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += THREADS)
+        sum += (double)__ldcg(partial + b);
+    sum = block_reduce<THREADS>(sum, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / divisor : sum);
+}
+
 inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* The byte range [lo, hi) spanned by an N×C×(spatial) tensor at base with these strides. */
+inline void byte_range(const ploss_region_problem &p, const void *base, size_t elem, int64_t sn, int64_t sc,
+                       const int64_t *ss, uintptr_t &lo, uintptr_t &hi)
+{
+    int64_t mn = 0, mx = 0;
+    const auto span = [&](int64_t extent, int64_t stride) {
+        const int64_t d = (extent - 1) * stride;
+        (d < 0 ? mn : mx) += d;
+    };
+    span(p.N, sn);
+    span(p.C, sc);
+    for (int d = 0; d < p.sdim; ++d)
+        span(p.sshape[d], ss[d]);
+    lo = (uintptr_t)base + (uintptr_t)(mn * (int64_t)elem);
+    hi = (uintptr_t)base + (uintptr_t)((mx + 1) * (int64_t)elem);
+}
+
+inline bool grad_overlaps_input(const ploss_region_problem &p, size_t elem)
+{
+    if (!p.grad)
+        return false;
+    uintptr_t xl, xh, gl, gh;
+    byte_range(p, p.x, elem, p.x_sn, p.x_sc, p.x_ss, xl, xh);
+    byte_range(p, p.grad, elem, p.g_sn, p.g_sc, p.g_ss, gl, gh);
+    return xl < gh && gl < xh;
+}
 
 } // namespace region
 } // namespace ploss_cuda

@@ -3,20 +3,26 @@
  * negative log-likelihood and the multi-class margin loss, no softmax.
  *
  * Kernels, in stream order:
- *  - direct_samples: a thread per sample reads its label; NLL reads the target's entry x_iy,
- *    MULTI_MARGIN walks its row (twice with the gradient: the sums, then the gradient row,
- *    each entry read before it is written, so the gradient may be the input itself).  It
- *    writes the per-sample loss ('none') or a per-block partial of Σ ℓ and of the MEAN
- *    divisor (NLL: Σ w_y); an out-of-range label is reported through the context's error
- *    slot and the sample is skipped (nothing is read out of bounds).
+ *  - direct_samples: NLL reads each sample's label and the target's entry x_iy; the
+ *    multi-class margin walks the sample's row (twice with the gradient: the sums, then the
+ *    gradient row, each entry read before it is written, so the gradient may be the input
+ *    itself), a warp per row when the classes are the row (S = 1: coalesced reads), a thread
+ *    per sample when they are strided over the pixels (S > 1: neighbouring threads read
+ *    neighbouring pixels).  It writes the per-sample loss ('none') or a per-block partial of
+ *    Σ ℓ and of the MEAN divisor (NLL: Σ w_y); an out-of-range label is reported through the
+ *    context's error slot and the sample is skipped (nothing is read out of bounds).
  *  - direct_finish: one block adds the partials in a fixed order, stores the reduced loss
  *    and NLL's gradient scale ω in the workspace (deterministic, no atomics, no host
  *    synchronisation).
- *  - nll_grad: NLL's gradient, a thread per element (row-major over N×C×S, the order of a
- *    contiguous gradient): −w_y·ω at the target's class, 0 elsewhere and in ignored rows.
+ *  - nll_grad: NLL's gradient, −w_y·ω at the target's class, 0 elsewhere and in ignored
+ *    rows; a 2-D grid (y: samples; x: the classes of a row for S = 1, the pixels for S > 1,
+ *    each thread then writing its pixel's C classes), so every label is read once per thread
+ *    and no index is divided.
  * The multi-class margin's ω is known without a reduction (its MEAN divisor is the sample
  * count), so its gradient is written by direct_samples.
  */
+#include <algorithm>
+
 #include "common.cuh"
 #include "rows.h"
 
@@ -26,6 +32,8 @@ namespace {
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 4096; /* partials per reduction: 2 × 32 KiB of workspace */
 constexpr int FINISH_THREADS = 1024;
+constexpr int64_t GRAD_BLOCKS = 4096; /* NLL's gradient pass: blocks in all              */
+constexpr int64_t GRAD_ITEMS = 8;     /* and entries per thread along a row (at least)    */
 
 /* The label of sample (n, s), and whether it counts: in [0, C) (out of range: reported when
  * error_slot is given, skipped) and not ignore_index. */
@@ -62,26 +70,34 @@ __device__ __forceinline__ double margin_omega(const ploss_direct_problem &p, in
     return mean ? up / count : up;
 }
 
-/* Multi-class margin loss of a row (label y, weight wy); with `grad`, om·∂ℓ/∂x into the
- * gradient row.  In double, as the CPU backend: which hinges are active (z > 0) is then the
- * same decision on both (a jump of the p = 1 gradient), and the pass stays memory-bound. */
-template <class T>
+/* Multi-class margin loss of a row (label y, weight wy) walked by W lanes (W = 32: a warp,
+ * lane `lane`; W = 1: one thread); with `grad`, om·∂ℓ/∂x into the gradient row.  Every lane
+ * returns the row's loss.  In double, as the CPU backend: which hinges are active (z > 0) is
+ * then the same decision on both (a jump of the p = 1 gradient), and the pass stays
+ * memory-bound.  The warp's sums are combined in a fixed butterfly order (deterministic). */
+template <class T, int W>
 __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t y, double wy, bool grad,
-                             double om)
+                             double om, int lane)
 {
     const T *x = (const T *)p.x + n * p.x_sn + s * p.x_ss;
     T *g = (T *)p.grad + n * p.g_sn + s * p.g_ss;
     const double xy = (double)to_acc(x[y * p.x_sc]), c = wy / (double)p.C;
     double sum = 0.0, gsum = 0.0;
-    for (int64_t j = 0; j < p.C; ++j) {
+    for (int64_t j = lane; j < p.C; j += W) {
         const double z = p.margin - xy + (double)to_acc(x[j * p.x_sc]);
         if (j != y && !(z <= 0.0)) { /* z > 0, or NaN: counted */
             sum += p.power == 1 ? z : z * z;
             gsum += p.power == 1 ? 1.0 : 2.0 * z;
         }
     }
+    if (W > 1) { /* also the barrier after which x_y may be overwritten (in place) */
+        for (int o = W / 2; o > 0; o /= 2) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            gsum += __shfl_xor_sync(0xffffffffu, gsum, o);
+        }
+    }
     if (grad) {
-        for (int64_t j = 0; j < p.C; ++j) {
+        for (int64_t j = lane; j < p.C; j += W) {
             const double z = p.margin - xy + (double)to_acc(x[j * p.x_sc]);
             double v = 0.0;
             if (j == y)
@@ -94,7 +110,8 @@ __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s
     return c * sum;
 }
 
-template <class T, class TI>
+/* W = 32: a warp per sample (the multi-class margin on rows, S = 1); W = 1: a thread. */
+template <class T, class TI, int W>
 __global__ void __launch_bounds__(THREADS)
 direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials)
 {
@@ -103,24 +120,27 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
     const bool margin_grad = p.kind == PLOSS_DIRECT_MULTI_MARGIN && p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const int64_t M = p.N * p.S;
+    const int lane = W > 1 ? (int)(threadIdx.x % W) : 0;
     double loss_sum = 0.0, divisor_sum = 0.0;
-    for (int64_t i = thread_index(); i < M; i += grid_stride()) {
-        const int64_t n = i / p.S, s = i % p.S;
+    for (int64_t i = thread_index() / W; i < M; i += grid_stride() / W) {
+        const int64_t n = p.S == 1 ? i : i / p.S, s = p.S == 1 ? 0 : i % p.S;
         int64_t y;
         double loss = 0.0;
-        if (label_of<TI>(p, n, s, error_slot, y)) {
+        if (label_of<TI>(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
             const double wy = weight_of(p, y);
             if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
-                loss = margin_row<T>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0);
-                divisor_sum += 1.0;
+                loss = margin_row<T, W>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
+                divisor_sum += lane == 0 ? 1.0 : 0.0;
             } else {
                 loss = -wy * (double)to_acc(((const T *)p.x)[n * p.x_sn + s * p.x_ss + y * p.x_sc]);
                 divisor_sum += wy;
             }
         } else if (margin_grad) { /* an invalid label (reported): a zero gradient row */
-            for (int64_t j = 0; j < p.C; ++j)
+            for (int64_t j = lane; j < p.C; j += W)
                 ((T *)p.grad)[n * p.g_sn + s * p.g_ss + j * p.g_sc] = from_acc<T>(A(0));
         }
+        if (lane != 0)
+            continue; /* the row's loss is counted once, by lane 0 */
         if (want_loss && none)
             store_dyn(p.loss, p.loss_dtype, n * p.l_sn + s * p.l_ss, (double)(A)loss);
         loss_sum += loss;
@@ -161,29 +181,51 @@ direct_finish(const ploss_direct_problem p, const double *partials, int64_t npar
     *omega = mean ? (d != 0.0 ? up / d : 0.0) : up;
 }
 
+/* ω of NLL's gradient: from direct_finish; a SUM backward's scalar upstream gradient; the
+ * fused scale; per sample for a 'none' backward. */
+__device__ __forceinline__ double nll_omega(const ploss_direct_problem &p, const double *omega_dev,
+                                            double omega_host, int64_t n, int64_t s)
+{
+    if (p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
+        return load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss);
+    if (omega_dev)
+        return *omega_dev;
+    return p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_SUM ? load_dyn(p.grad_loss, p.gl_dtype, 0)
+                                                                               : omega_host;
+}
+
+/* S = 1: x over the classes of row n = y (grid-stride in both). */
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS)
-nll_grad(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
+nll_grad_rows(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
 {
-    const bool per_sample_up = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
-    /* ω: from direct_finish; a SUM backward's scalar upstream gradient; the fused scale */
-    const double omega = omega_dev ? *omega_dev
-                         : p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_SUM
-                             ? load_dyn(p.grad_loss, p.gl_dtype, 0)
-                             : omega_host;
-    const int64_t total = p.N * p.C * p.S;
     T *grad = (T *)p.grad;
-    for (int64_t k = thread_index(); k < total; k += grid_stride()) {
-        const int64_t s = k % p.S, j = (k / p.S) % p.C, n = k / (p.S * p.C);
+    const bool reporter = blockIdx.x == 0 && threadIdx.x == 0; /* the label reported once */
+    for (int64_t n = blockIdx.y; n < p.N; n += gridDim.y) {
         int64_t y;
-        double v = 0.0;
-        /* the label is reported by the thread of its class 0 only (once per sample) */
-        if (label_of<TI>(p, n, s, j == 0 ? error_slot : nullptr, y) && j == y) {
-            const double om = per_sample_up ? load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn + s * p.gl_ss) : omega;
-            v = -weight_of(p, y) * om;
-        }
-        grad[n * p.g_sn + j * p.g_sc + s * p.g_ss] = from_acc<T>((acc_t<T>)v);
+        const bool counts = label_of<TI>(p, n, 0, reporter ? error_slot : nullptr, y);
+        const double v = counts ? -weight_of(p, y) * nll_omega(p, omega_dev, omega_host, n, 0) : 0.0;
+        T *g = grad + n * p.g_sn;
+        for (int64_t j = thread_index(); j < p.C; j += grid_stride())
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(j == y && counts ? v : 0.0));
     }
+}
+
+/* S > 1: x over the pixels of sample n = y; each thread writes its pixel's C classes. */
+template <class T, class TI>
+__global__ void __launch_bounds__(THREADS)
+nll_grad_pixels(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
+{
+    T *grad = (T *)p.grad;
+    for (int64_t n = blockIdx.y; n < p.N; n += gridDim.y)
+        for (int64_t s = thread_index(); s < p.S; s += grid_stride()) {
+            int64_t y;
+            const bool counts = label_of<TI>(p, n, s, error_slot, y);
+            const double v = counts ? -weight_of(p, y) * nll_omega(p, omega_dev, omega_host, n, s) : 0.0;
+            T *g = grad + n * p.g_sn + s * p.g_ss;
+            for (int64_t j = 0; j < p.C; ++j)
+                g[j * p.g_sc] = from_acc<T>((acc_t<T>)(j == y && counts ? v : 0.0));
+        }
 }
 
 } // namespace
@@ -200,7 +242,8 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const bool samples = want_loss || !nll || (want_grad && p->reduction == PLOSS_REDUCTION_MEAN);
     const bool finish = reduced && (want_loss || (nll && want_grad && p->reduction == PLOSS_REDUCTION_MEAN));
     const int64_t M = p->N * p->S;
-    const unsigned blocks = grid_blocks(M, THREADS, MAX_BLOCKS);
+    const bool warp_rows = !nll && p->S == 1; /* a warp per row of the multi-class margin */
+    const unsigned blocks = grid_blocks(warp_rows ? M * 32 : M, THREADS, MAX_BLOCKS);
     cudaStream_t stream = stream_of(ctx);
 
     double *ws = NULL; /* 2 × blocks partials, then ω */
@@ -221,7 +264,10 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
             using TI = typename decltype(ttag)::type;
             ploss_status st;
             if (samples) {
-                direct_samples<T, TI><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                if (warp_rows)
+                    direct_samples<T, TI, 32><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                else
+                    direct_samples<T, TI, 1><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
                 if ((st = check_launch("direct_samples")))
                     return st;
             }
@@ -230,11 +276,22 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
                 if ((st = check_launch("direct_finish")))
                     return st;
             }
-            const int64_t total = M * p->C;
-            if (!nll || !want_grad || total == 0)
+            if (!nll || !want_grad || M * p->C == 0)
                 return PLOSS_OK;
-            nll_grad<T, TI><<<grid_blocks(total, THREADS), THREADS, 0, stream>>>(*p, omega_dev, omega_host,
-                                                                                 ctx->error_slot);
+            /* short rows: blocks of the row's length rounded to a warp, not of THREADS idle
+             * lanes; about GRAD_ITEMS entries per thread along a row and GRAD_BLOCKS blocks in
+             * all, each looping over rows (a block per 256 entries of every row would be a
+             * million blocks of a few instructions each at 8192 × 32000: block scheduling,
+             * not bandwidth, would bound the pass) */
+            const int64_t width = p->S == 1 ? p->C : p->S;
+            const int threads = (int)std::min<int64_t>(THREADS, (width + 31) / 32 * 32);
+            const int64_t gx = std::max<int64_t>(1, std::min<int64_t>(GRAD_BLOCKS, width / ((int64_t)threads * GRAD_ITEMS)));
+            const int64_t gy = std::max<int64_t>(1, std::min<int64_t>({p->N, GRAD_BLOCKS / gx, 65535}));
+            const dim3 grid((unsigned)gx, (unsigned)gy);
+            if (p->S == 1)
+                nll_grad_rows<T, TI><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
+            else
+                nll_grad_pixels<T, TI><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
             return check_launch("nll_grad");
         });
     });

@@ -6,7 +6,11 @@
  *   softcap  the row holds the capped logits z_j = c·tanh(·/c) (kernels/linear/), and every
  *            gradient entry is multiplied by 1 − (z_j/c)²;
  *   'mean'   1/(rows not ignored over the whole batch, on the device) multiplied into ω: the
- *            engine runs each tile with reduction 'none'.
+ *            engine runs each tile with reduction 'none';
+ *   state    (lse, H): the row's log-sum-exp and, when asked (entropy), its softmax entropy
+ *            H = lse − Σ_j p_j·z_j = log SE + Σ_j e_j·d_j / SE (d_j = M − z_j ≥ 0,
+ *            e_j = e^(−d_j), SE = Σ_j e_j: a sum of terms ≥ 0, so no cancellation), from one
+ *            more per-row sum Σ_{j≠y} e_j·d_j (the label's term from d_y).
  * The row keeps its logits, not e_j (kKeepsTerm = false): the softcap factor needs z_j.
  */
 #ifndef PLOSS_KERNELS_POLICY_LINEAR_CROSS_ENTROPY_CUH
@@ -19,28 +23,71 @@ namespace row_engine {
 
 struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     using Base = CrossEntropyPolicy<false>;
+    static constexpr int kState = 2; /* lse, entropy */
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kClusters = true;
     float z_loss;
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */
+    bool entropy;              /* the state's entropy is wanted: sum Σ e_j·d_j */
 
+    struct Sums {
+        float se, sd, dy; /* Base::Sums' */
+        float sed;        /* Σ_{j≠y} e_j·d_j (entropy only) */
+    };
+    struct Row {
+        float loss, state[2];
+        float k1, k0, gy; /* as Base::Row's */
+    };
+
+    __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f, 0.0f, 0.0f}; }
+    __device__ __forceinline__ Sums add(const Sums &u, const Sums &v) const
+    {
+        return Sums{u.se + v.se, u.sd + v.sd, u.dy + v.dy, u.sed + v.sed};
+    }
+    /* the cross-entropy's terms, and e_j·d_j for the entropy */
+    template <class IsY> __device__ __forceinline__ float term(Sums &s, float x, int j, IsY is_y, float M) const
+    {
+        Base::Sums t{s.se, s.sd, s.dy};
+        const float e = Base::term(t, x, j, is_y, M);
+        s.se = t.se;
+        s.sd = t.sd;
+        s.dy = t.dy;
+        if (entropy && !is_y)
+            s.sed += e * (M - x);
+        return e;
+    }
     __device__ __forceinline__ Row finish(const Sums &s, int y, float M, float om) const
     {
         const float o = inv_divisor ? (float)((double)om * *inv_divisor) : om;
-        Row r = Base::finish(s, y, M, o);
-        if (z_loss != 0.0f) {
-            const float lse = r.state[0], ey = __expf(-s.dy), inv = 1.0f / (s.se + ey), c = o * 2.0f * z_loss * lse;
-            r.loss += z_loss * lse * lse;
-            r.k1 += c * inv;
-            r.gy += c * ey * inv;
+        const Base::Row br = Base::finish(Base::Sums{s.se, s.sd, s.dy}, y, M, o);
+        Row r{br.loss, {br.state[0], 0.0f}, br.k1, br.k0, br.gy};
+        if (z_loss != 0.0f || entropy) {
+            const float lse = r.state[0], ey = __expf(-s.dy), inv = 1.0f / (s.se + ey);
+            if (entropy)
+                r.state[1] = logf(s.se + ey) + (s.sed + ey * s.dy) * inv;
+            if (z_loss != 0.0f) {
+                const float c = o * 2.0f * z_loss * lse;
+                r.loss += z_loss * lse * lse;
+                r.k1 += c * inv;
+                r.gy += c * ey * inv;
+            }
         }
         return r;
     }
     template <bool KEPT, class IsY>
     __device__ __forceinline__ float grad(float v, int j, IsY is_y, float M, const Row &r) const
     {
-        const float g = Base::template grad<KEPT>(v, j, is_y, M, r);
+        static_assert(!KEPT, "the row keeps its logits");
+        (void)j;
+        float g;
+        if (is_y) {
+            g = r.gy;
+        } else {
+            g = r.k1 * __expf(v - M);
+            if (r.k0 != 0.0f)
+                g -= r.k0;
+        }
         if (inv_cap == 0.0f)
             return g;
         const float t = v * inv_cap;

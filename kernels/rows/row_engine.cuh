@@ -491,6 +491,31 @@ inline ploss_status convert_class_values(const void *w, ploss_dtype dt, int64_t 
 
 /* The engine serves rows with a contiguous class axis, C ≥ 2; the caller keeps its own
  * kernels for the rest (class-strided layouts, f64). */
+/* Launches `kernel` on `blocks` clusters of K blocks of `threads` each (sm_90); a failed
+ * launch is a ploss error naming `what`. */
+template <class Kernel, class... Args>
+inline ploss_status launch_clusters(Kernel kernel, int64_t blocks, int K, int threads, cudaStream_t stream,
+                                    const char *what, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(blocks * K), 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)K;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ploss_error(PLOSS_ERR_CUDA, "%s (a cluster of %d blocks per row): %s", what, K, cudaGetErrorString(e));
+    }
+    return PLOSS_OK;
+}
+
 template <class T> inline bool serves(int64_t x_sc, int64_t C)
 {
     return sizeof(T) <= 4 && x_sc == 1 && C >= 2 && C <= (int64_t)1 << 24;
@@ -590,26 +615,12 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             if (st != PLOSS_OK)
                 return st;
         } else if constexpr (Policy::kClusters) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3((unsigned)(blocks * K), 1, 1);
-            cfg.blockDim = dim3(kBlockThreads, 1, 1);
-            cfg.stream = stream;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = (unsigned)K;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
             auto kernel = K == 2 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>
                           : K == 4 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 4>
                                    : rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 8>;
-            const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, pol, rows);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                return ploss_error(PLOSS_ERR_CUDA, "row engine (a cluster of %d blocks per row): %s", K,
-                                   cudaGetErrorString(e));
-            }
+            const ploss_status st = launch_clusters(kernel, blocks, K, kBlockThreads, stream, "row engine", a, pol, rows);
+            if (st != PLOSS_OK)
+                return st;
         }
     }
 

@@ -90,6 +90,7 @@ local function resolve(d, user, extra, where)
   local known = { reduction = true, inplace = true }
   for _, o in ipairs(d.lua_options) do known[o.name] = true end
   for _, t in ipairs(d.tensors) do known[t.name] = true end
+  for _, x in ipairs(d.outputs) do known[x.option] = true end
   for k, v in pairs(user) do
     if type(k) ~= "string" then
       ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
@@ -118,6 +119,12 @@ local function resolve(d, user, extra, where)
   if inplace == nil then inplace = false end
   check_scalar(INPLACE, inplace, where)
   o.inplace = inplace
+  for _, x in ipairs(d.outputs) do
+    local v = user[x.option]
+    if v == nil then v = false end
+    check_scalar({ name = x.option, type = "bool" }, v, where)
+    o[x.option] = v
+  end
   for _, t in ipairs(d.tensors) do
     local v = user[t.name]
     if v == nil then
@@ -336,6 +343,9 @@ local function tensor_and_print_methods(cls, d)
       if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
     end
     for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    for _, x in ipairs(d.outputs) do
+      if self[x.option] then parts[#parts + 1] = x.option .. "=true" end
+    end
     parts[#parts + 1] = "reduction=" .. show(self.reduction)
     if self.inplace then parts[#parts + 1] = "inplace=true" end
     return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
@@ -347,7 +357,11 @@ end
 -- order; crit(x1, …, xk [, labels] [, scale]) → loss followed by those gradients, from the
 -- fused pass.  ploss.F.<name>(…, opts), _backward(…, gradOutput, opts) and _fused(…, opts)
 -- likewise; opts may name `out` and `grad_<input>` tensors to write into.  No in-place
--- gradient (inplace = true is refused) and no saved state.
+-- gradient (inplace = true is refused) and no saved state.  An extra tensor with a gradient
+-- (d.tensors, grad = true: a criterion field or option like the others) adds its gradient
+-- after the inputs' when it is given (crit.grad_<name> = t / opts.grad_<name>: where it
+-- goes); a per-row output (d.outputs) asked for with return_<name> = true is returned by
+-- forward and the fused call after everything else.
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -384,8 +398,8 @@ local function build_multi(d)
   -- The C call of `pass` with tensors by role (inputs and grads as lists, the resolved
   -- options t.o for the tensor options, t.cache their criterion's cache).
   local function run(pass, ctx, t)
-    local roles = { target = t.target, tensors = tensor_args(d, t.o, t.inputs[1], t.cache), copts = t.copts,
-                    loss = t.loss, grad_loss = t.grad_loss }
+    local roles = { target = t.target, tensors = t.tensors or tensor_args(d, t.o, t.inputs[1], t.cache),
+                    copts = t.copts, loss = t.loss, grad_loss = t.grad_loss }
     local args = D.arguments(d, pass)
     local fn = C["ploss_" .. d.name .. "_" .. pass]
     local a = { ctx }
@@ -394,6 +408,8 @@ local function build_multi(d)
       local v
       if arg[2] == "input" then v = t.inputs[arg[3] + 1]
       elseif arg[2] == "grad_input" then v = t.grads[arg[3] + 1]
+      elseif arg[2] == "grad_tensor" then v = t.tensor_grads and t.tensor_grads[arg[3] + 1]
+      elseif arg[2] == "output" then v = t.outputs and t.outputs[arg[3] + 1]
       elseif arg[2] == "tensor" then ti = ti + 1; v = roles.tensors[ti]
       elseif arg[2] == "opts" then v = roles.copts
       else v = roles[arg[2]] end
@@ -445,10 +461,34 @@ local function build_multi(d)
     local user = { reduction = rawget(self, "reduction"), inplace = rawget(self, "inplace") }
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
     for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
+    for _, x in ipairs(d.outputs) do user[x.option] = rawget(self, x.option) end
     local o = resolve(d, user, nil, d.criterion)
     check_inplace(o, d.criterion)
     t.o, t.cache = o, self._cache
     return o
+  end
+
+  -- The per-row outputs the options o ask for (d.outputs), each from make(k, sizes, dtype,
+  -- device): as a list (t.outputs, nil where not asked) and in order (returned).
+  local function per_row_outputs(o, t, make)
+    local x, list, asked = t.inputs[1], {}, {}
+    for k, out in ipairs(d.outputs) do
+      if o[out.option] then
+        list[k] = make(k, { x:size(1) }, loss_dtype(x), x:device())
+        asked[#asked + 1] = list[k]
+      end
+    end
+    t.outputs = list
+    return asked
+  end
+
+  -- the criterion's buffers of the per-row outputs
+  local function output_buffers(self, t)
+    self._outputs = self._outputs or {}
+    return per_row_outputs(t.o, t, function(k, sizes, dtype, device)
+      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device)
+      return self._outputs[k]
+    end)
   end
 
   function cls:forward_tensor(...)
@@ -462,39 +502,52 @@ local function build_multi(d)
     t.copts = fill(d, o, self._copts)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
     t.loss = self._loss
+    local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
-    return self._loss
+    return self._loss, unpack(outs)
   end
 
   function cls:forward(...)
-    local loss = self:forward_tensor(...)
-    self.output = self.reduction == "none" and loss or loss:item()
-    return self.output
+    local r = { self:forward_tensor(...) }
+    self.output = self.reduction == "none" and r[1] or r[1]:item()
+    return self.output, unpack(r, 2)
   end
   function cls:updateOutput(...) return self:forward(...) end
 
   -- The gradients of the call, one per input: the tensor set as the criterion's field of
   -- that gradient's name (crit.grad_weight = t: the gradient goes there), else the
-  -- criterion's own buffer (zeroed when new if the loss accumulates into it).
+  -- criterion's own buffer (zeroed when new if the loss accumulates into it); then those of
+  -- the extra tensors with a gradient that are given (crit.grad_bias likewise).  Returns
+  -- them all in that order (t.grads: the inputs', t.tensor_grads: by tensor).
   local function grad_buffers(self, t)
-    local g = {}
-    for k, x in ipairs(t.inputs) do
-      local name = d.inputs[k].grad
+    local function given_or_own(name, k, x)
       local given = rawget(self, name)
       if given ~= nil then
         if not ploss.is_tensor(given) then
           ploss.raise(string.format("%s.%s: expected a ploss tensor, got %s", d.criterion, name, type(given)))
         end
-        g[k] = given
-      else
-        local old = self._grads[k]
-        self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device())
-        if self._grads[k] ~= old and t.o.accumulate then self._grads[k]:fill(0) end
-        g[k] = self._grads[k]
+        return given
       end
+      local old = self._grads[k]
+      self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device())
+      if self._grads[k] ~= old and t.o.accumulate then self._grads[k]:fill(0) end
+      return self._grads[k]
+    end
+    local all, g = {}, {}
+    for k, x in ipairs(t.inputs) do
+      g[k] = given_or_own(d.inputs[k].grad, k, x)
+      all[k] = g[k]
     end
     t.grads = g
-    return g
+    t.tensors = tensor_args(d, t.o, t.inputs[1], t.cache)
+    t.tensor_grads = {}
+    for k, tt in ipairs(d.tensors) do
+      if tt.grad and t.tensors[k] ~= nil then
+        t.tensor_grads[k] = given_or_own(tt.grad_name, ninputs + k, t.tensors[k])
+        all[#all + 1] = t.tensor_grads[k]
+      end
+    end
+    return all
   end
 
   function cls:backward(...)
@@ -509,7 +562,7 @@ local function build_multi(d)
     local g = grad_buffers(self, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward")
     self.gradInput = g
-    return unpack(g, 1, ninputs)
+    return unpack(g)
   end
   function cls:updateGradInput(...) return self:backward(...) end
 
@@ -526,10 +579,13 @@ local function build_multi(d)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
     t.loss = self._loss
     local g = grad_buffers(self, t)
+    local outs = output_buffers(self, t)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     self.gradInput = g
-    return self.output, unpack(g, 1, ninputs)
+    local r = { unpack(g) }
+    for _, v in ipairs(outs) do r[#r + 1] = v end
+    return self.output, unpack(r)
   end
 
   tensor_and_print_methods(cls, d)
@@ -572,6 +628,7 @@ local function build_multi(d)
   -- (out), backward the gradient tensors (grad_<input>), fused all and the scale
   local grad_keys = {}
   for _, i in ipairs(d.inputs) do grad_keys[i.grad] = true end
+  for _, tt in ipairs(d.tensors) do if tt.grad then grad_keys[tt.grad_name] = true end end
   local keys = { forward = { out = true }, backward = grad_keys, fused = { out = true, scale = true } }
   for k in pairs(grad_keys) do keys.fused[k] = true end
   local function fprep(where, opts, ...)
@@ -589,15 +646,33 @@ local function build_multi(d)
   local function loss_out(o, raw, x)
     return raw.out or ploss.empty(loss_sizes_of(o, x), { dtype = loss_dtype(x), device = x:device() })
   end
+  -- the gradients of the inputs, then those of the extra tensors given that get one
   local function grads_out(raw, t)
-    local g = {}
+    -- a loss that accumulates into a gradient it was not given adds to zeros
+    local function new(x)
+      return t.o.accumulate and ploss.zeros(x:size(), { dtype = x:dtype(), device = x:device() }) or ploss.empty_like(x)
+    end
+    local g, all = {}, {}
     for k, x in ipairs(t.inputs) do
-      -- a loss that accumulates into a gradient it was not given adds to zeros
-      g[k] = raw[d.inputs[k].grad] or
-        (t.o.accumulate and ploss.zeros(x:size(), { dtype = x:dtype(), device = x:device() }) or ploss.empty_like(x))
+      g[k] = raw[d.inputs[k].grad] or new(x)
+      all[k] = g[k]
     end
     t.grads = g
-    return g
+    t.tensors = tensor_args(d, t.o, t.inputs[1])
+    t.tensor_grads = {}
+    for k, tt in ipairs(d.tensors) do
+      if tt.grad and t.tensors[k] ~= nil then
+        t.tensor_grads[k] = raw[tt.grad_name] or new(t.tensors[k])
+        all[#all + 1] = t.tensor_grads[k]
+      end
+    end
+    return all
+  end
+  -- the per-row outputs asked for (new tensors), in order
+  local function outputs_out(o, t)
+    return per_row_outputs(o, t, function(_, sizes, dtype, device)
+      return ploss.empty(sizes, { dtype = dtype, device = device })
+    end)
   end
   local function result(o, raw, loss)
     if raw.out or o.reduction == "none" then return loss end
@@ -611,8 +686,9 @@ local function build_multi(d)
     local t, o, raw = fprep(d.name, opts, ...)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
+    local outs = outputs_out(o, t)
     ploss.check(run("forward", x:context(), t), d.name)
-    return result(o, raw, t.loss)
+    return result(o, raw, t.loss), unpack(outs)
   end
 
   F[d.name .. "_backward"] = function(...)
@@ -623,7 +699,7 @@ local function build_multi(d)
     local g = grads_out(raw, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward")
     for _, v in ipairs(g) do v:bump_version() end
-    return unpack(g, 1, ninputs)
+    return unpack(g)
   end
 
   F[d.name .. "_fused"] = function(...)
@@ -632,9 +708,11 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
     local g = grads_out(raw, t)
+    local outs = outputs_out(o, t)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
     for _, v in ipairs(g) do v:bump_version() end
-    return result(o, raw, t.loss), unpack(g, 1, ninputs)
+    for _, v in ipairs(outs) do g[#g + 1] = v end
+    return result(o, raw, t.loss), unpack(g)
   end
   for _, alias in ipairs(d.aliases) do
     F[alias], F[alias .. "_backward"], F[alias .. "_fused"] = F[d.name], F[d.name .. "_backward"], F[d.name .. "_fused"]

@@ -50,7 +50,15 @@
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
 --                  'sample_vector' (N values, one per sample) | 'class_ids' (a vector of
 --                  class indices),
---                  what (one <what> per class), required, priors, doc }
+--                  what (one <what> per class), required, priors, doc,
+--                  grad = true: a loss of several inputs differentiates it too — its
+--                  gradient grad_<name> (its shape; NULL when the tensor is NULL) follows
+--                  the inputs' gradients in _backward and _fused, and the Lua calls
+--                  return it after theirs when the tensor is given }
+--   outputs      a loss of several inputs: per-row values forward and fused can also write,
+--                { { name, doc }, … } (C: NULL or N values of the loss's dtype after the
+--                loss; Lua: the option return_<name> = true returns them after the call's
+--                other results, in this order)
 --   state        nil, or { name, components (per sample), doc }: what forward saves for
 --                backward
 --   min_classes  the least C (default 1) and min_classes_why
@@ -81,7 +89,7 @@ local KNOWN = {
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
   input_doc = true, target_doc = true, reductions = true, input_range = true, loss_groups = true,
-  input_layout = true, check = true,
+  input_layout = true, check = true, outputs = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.
@@ -178,6 +186,17 @@ function D.prepare(desc)
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
     end
   end
+  desc.outputs = desc.outputs or {}
+  if #desc.outputs > 2 then fail(desc, "outputs: at most 2 (PLOSS_MAX_LOSS_OUTPUTS of core/loss.h)") end
+  if #desc.outputs > 0 and not desc.inputs then fail(desc, "outputs: of a loss of several inputs") end
+  for _, o in ipairs(desc.outputs) do
+    if type(o[1]) ~= "string" or type(o[2]) ~= "string" then fail(desc, "an output without a name or doc") end
+    o.name, o.doc, o.option = o[1], o[2], "return_" .. o[1]
+  end
+  for _, t in ipairs(desc.tensors) do
+    if t.grad and not desc.inputs then fail(desc, "tensor " .. t.name .. ": grad, of a loss of several inputs") end
+    if t.grad then t.grad_name = "grad_" .. t.name end
+  end
   if desc.input_layout ~= nil and not (desc.inputs and INPUT_LAYOUTS[desc.input_layout]) then
     fail(desc, "input_layout: 'rows', 'rows_or_vector' or 'elementwise', of a loss of several inputs")
   end
@@ -255,6 +274,7 @@ local function multi_input_arguments(desc, pass)
   a[#a + 1] = { "opts", "opts" }
   if pass == "forward" then
     a[#a + 1] = { "loss", "loss" }
+    for k, o in ipairs(desc.outputs) do a[#a + 1] = { o.name, "output", k - 1 } end
     if desc.state then a[#a + 1] = { desc.state.name, "state_out" } end
     return a
   end
@@ -263,16 +283,22 @@ local function multi_input_arguments(desc, pass)
     a[#a + 1] = { "grad_loss", "grad_loss" }
   else
     a[#a + 1] = { "loss", "loss" }
+    for k, o in ipairs(desc.outputs) do a[#a + 1] = { o.name, "output", k - 1 } end
   end
   for k, i in ipairs(desc.inputs) do a[#a + 1] = { i.grad, "grad_input", k - 1 } end
+  for k, t in ipairs(desc.tensors) do
+    if t.grad then a[#a + 1] = { t.grad_name, "grad_tensor", k - 1 } end
+  end
   return a
 end
 
 --- The C arguments of a pass after ctx, as { name, role } in order: role 'input',
 -- 'target', 'tensor' (an extra tensor), 'opts', 'loss', 'state_out', 'state_in',
--- 'grad_loss', 'grad_input'.  With several inputs (desc.inputs) each 'input' and
--- 'grad_input' argument carries its input's index (0-based) as a[3]; the target, if any,
--- follows the inputs.
+-- 'grad_loss', 'grad_input', and with several inputs 'output' (a per-row output,
+-- desc.outputs) and 'grad_tensor' (the gradient of an extra tensor with grad).  With
+-- several inputs each 'input', 'grad_input' and 'output' argument carries its index
+-- (0-based) as a[3], each 'grad_tensor' its tensor's; the target, if any, follows the
+-- inputs.
 function D.arguments(desc, pass)
   if desc.inputs then return multi_input_arguments(desc, pass) end
   local a = { { "input", "input" }, { "target", "target" } }

@@ -4,11 +4,12 @@
  * (linear_cross_entropy_impl.h, once for each):
  *   1. x and the weight loaded into X (N×D) and W (C×D);
  *   2. per tile of rows: the logits X_b·Wᵀ through the project's GEMM (OpenBLAS), at most
- *      TILE_ELEMS values (or opts.tile_rows rows); each row capped (softcap), its loss and,
- *      in place, its gradient G = ω·∂ℓ/∂z (in double, stored in the compute type); then
- *      ∂L/∂X_b = G·W and ∂L/∂W += Gᵀ·X_b (tile order, summed in the compute type);
- *   3. the losses reduced in row order; the gradients stored (the weight's added to
- *      grad_weight with accumulate).
+ *      TILE_ELEMS values (or opts.tile_rows rows); each row's bias added and capped
+ *      (softcap), its loss, lse, entropy and, in place, its gradient G = ω·∂ℓ/∂z (in double,
+ *      stored in the compute type); then ∂L/∂b += the column sums of G (in double, row
+ *      order), ∂L/∂X_b = G·W and ∂L/∂W += Gᵀ·X_b (tile order, summed in the compute type);
+ *   3. the losses reduced in row order; the gradients stored (the weight's and the bias's
+ *      added to grad_weight and grad_bias with accumulate).
  */
 #include <math.h>
 #include <string.h>
@@ -38,7 +39,8 @@ static ploss_status no_features(const ploss_linear_problem *p)
 
 ploss_status ploss_cpu_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear_problem *p)
 {
-    if (p->D == 0)
+    /* with a bias the logits differ, and lse / entropy are per-row outputs: the tiles */
+    if (p->D == 0 && !p->bias && !p->lse && !p->entropy)
         return no_features(p);
     return p->dtype == PLOSS_F64 ? linear_cross_entropy_f64(ctx, p) : linear_cross_entropy_f32(ctx, p);
 }

@@ -5,11 +5,17 @@
  * their sums in REAL (OpenBLAS sgemm / dgemm), each row's softmax in double.  No include
  * guard: included once per compute type.  Internal.
  */
-/* Row r of a tile: its logits z (C values, capped here) become ω·∂ℓ/∂z when grad; the loss
- * is returned.  y is a valid label.  The row's arithmetic is double whatever REAL is. */
-static double F(row_loss)(const ploss_linear_problem *p, REAL *z, int64_t C, int64_t y, int grad, double om)
+/* Row r of a tile: its products z (C values; the bias bd added and the cap taken here)
+ * become ω·∂ℓ/∂z when grad; the loss is returned, the row's lse and softmax entropy through
+ * *lse_out and *ent_out.  y is a valid label.  The row's arithmetic is double whatever REAL
+ * is. */
+static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd, int64_t C, int64_t y, int grad,
+                          double om, double *lse_out, double *ent_out)
 {
     const double cap = p->softcap, eps = p->label_smoothing, zl = p->z_loss;
+    if (bd)
+        for (int64_t j = 0; j < C; ++j)
+            z[j] = (REAL)((double)z[j] + (double)bd[j]);
     if (cap > 0.0)
         for (int64_t j = 0; j < C; ++j)
             z[j] = (REAL)(cap * tanh((double)z[j] / cap));
@@ -18,10 +24,16 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, int64_t C, int
         M = z[j] > M ? z[j] : M;
         sz += z[j];
     }
-    double S = 0.0;
-    for (int64_t j = 0; j < C; ++j)
-        S += exp(z[j] - M);
+    /* S = Σ e^(z−M) and Σ e^(z−M)·(M − z): H = log S + that / S, a sum of terms >= 0 */
+    double S = 0.0, SD = 0.0;
+    for (int64_t j = 0; j < C; ++j) {
+        const double d = M - z[j], e = exp(-d);
+        S += e;
+        SD += e * d;
+    }
     const double lse = M + log(S);
+    *lse_out = lse;
+    *ent_out = log(S) + SD / S;
     double loss = (1.0 - eps) * (lse - z[y]) + zl * lse * lse;
     if (eps != 0.0)
         loss += eps * (lse - sz / (double)C);
@@ -47,15 +59,19 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
     B = B < 1 ? 1 : B > N ? N : B;
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
 
-    /* the losses; X, W, the tile, and with gradients ∂L/∂X and ∂L/∂W — all taken before
-     * the first write to an output */
+    /* the losses, lse and entropies, the bias's gradient (in double); X, W, the bias, the
+     * tile, and with gradients ∂L/∂X and ∂L/∂W — all taken before the first write to an
+     * output */
+    const int want_gb = want_grad && p->bias;
     void *ws = NULL;
-    const size_t reals = nd + cd + (size_t)B * (size_t)C + (want_grad ? nd + cd : 0);
-    ploss_status st = ploss_alloc(ctx, (size_t)N * sizeof(double) + reals * sizeof(REAL) + 8, &ws);
+    const size_t doubles = 3 * (size_t)N + (want_gb ? (size_t)C : 0);
+    const size_t reals = nd + cd + (p->bias ? (size_t)C : 0) + (size_t)B * (size_t)C + (want_grad ? nd + cd : 0);
+    ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + reals * sizeof(REAL) + 8, &ws);
     if (st)
         return st;
-    double *losses = ws;
-    REAL *xd = (REAL *)(losses + N), *wd = xd + nd, *tile = wd + cd;
+    double *losses = ws, *lses = losses + N, *ents = lses + N, *gbd = ents + N;
+    REAL *xd = (REAL *)(gbd + (want_gb ? C : 0)), *wd = xd + nd, *bd = wd + cd;
+    REAL *tile = bd + (p->bias ? C : 0);
     REAL *gx = tile + (size_t)B * (size_t)C, *gw = gx + (want_grad ? nd : 0);
 #pragma omp parallel for schedule(static) if (N * D > 65536)
     for (int64_t i = 0; i < N; ++i)
@@ -65,6 +81,10 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
         LOAD(wd + (size_t)j * (size_t)D, p->w.data, p->dtype, j * p->w.sn, p->w.sd, D);
     if (want_grad)
         memset(gw, 0, cd * sizeof(REAL));
+    for (int64_t j = 0; p->bias && j < C; ++j)
+        bd[j] = (REAL)ploss_load(p->bias, p->b_dtype, j * p->b_s);
+    if (want_gb)
+        memset(gbd, 0, (size_t)C * sizeof(double));
 
     const double divisor = (double)ploss_cpu_count_labels(p->labels, p->label_dtype, N, 1, p->y_sn, 0,
                                                           p->ignore_index);
@@ -83,14 +103,19 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
             const int64_t i = b0 + r, y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
             REAL *z = tile + (size_t)r * (size_t)C;
             if (y == p->ignore_index) {
-                losses[i] = 0.0;
+                losses[i] = lses[i] = ents[i] = 0.0;
                 if (want_grad)
                     memset(z, 0, (size_t)C * sizeof(REAL));
                 continue;
             }
             const double om = per_row ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
-            losses[i] = F(row_loss)(p, z, C, y, want_grad, om);
+            losses[i] = F(row_loss)(p, z, p->bias ? bd : NULL, C, y, want_grad, om, &lses[i], &ents[i]);
         }
+        /* ∂L/∂b: the tile's column sums, each in row order (the tiles in order) */
+#pragma omp parallel for schedule(static) if (rows * C > 65536)
+        for (int64_t j = 0; j < (want_gb ? C : 0); ++j)
+            for (int64_t r = 0; r < rows; ++r)
+                gbd[j] += (double)tile[(size_t)r * (size_t)C + (size_t)j];
         if (!want_grad || D == 0)
             continue;
         const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = 1.0, .a = tile, .lda = C, .b = wd,
@@ -109,6 +134,13 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
 
     if (want_loss)
         ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, divisor);
+    for (int64_t i = 0; want_loss && p->lse && i < N; ++i)
+        ploss_store(p->lse, p->stats_dtype, i * p->lse_s, lses[i]);
+    for (int64_t i = 0; want_loss && p->entropy && i < N; ++i)
+        ploss_store(p->entropy, p->stats_dtype, i * p->ent_s, ents[i]);
+    for (int64_t j = 0; want_gb && j < C; ++j)
+        ploss_store(p->grad_b, p->gb_dtype, j * p->gb_s,
+                    gbd[j] + (p->accumulate ? ploss_load(p->grad_b, p->gb_dtype, j * p->gb_s) : 0.0));
     if (want_grad) {
 #pragma omp parallel for schedule(static) if (N * D > 65536)
         for (int64_t i = 0; i < N; ++i)

@@ -34,13 +34,18 @@ product per tile) with the row and column log-sum-exps kept online; the N×N mat
 stored (O(N) memory besides one tile), and the backward pass recomputes the tiles.]],
   gradient = "With P_ij = e^(S_ij − lse_row i), Q_ij = e^(S_ij − lse_col j) and the weights " ..
     "w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij − δ_ij) + [symmetric]·w_j·" ..
-    "(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v = Gᵀ·u/τ, both accumulated tile by tile, then " ..
+    "(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v = Gᵀ·u/τ, on the CPU accumulated tile by tile, on CUDA each in " ..
+    "its own sweep over tiles of rows (∂L/∂v from the transposed tiles, nothing accumulated), then " ..
     "through the normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖.  Exact for both inputs.",
   notes = [[
 This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
 symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
 contrasts each view with the other items of its own view (2N − 2 negatives).  A loss over
-several devices is not provided.  The CPU works in f64
-(OpenBLAS); CUDA computes the tiles with cuBLAS in fp32 (f64 for f64 input).  No state is
-kept: backward recomputes the log-sum-exps.]],
+several devices is not provided.  The CPU works in f64 (OpenBLAS).  CUDA multiplies the
+inputs as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32,
+f64 in f64), the normalisation applied as a scale when a tile is read; the similarity tile
+is f32 (f64), the gradient tile of the two gradient products is in the input dtype (as
+PyTorch's 16-bit autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and
+one tile's gradient product (about 55 MiB at N = 32768, D = 1024).  No state is kept:
+backward recomputes the log-sum-exps.]],
 }

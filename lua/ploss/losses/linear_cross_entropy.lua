@@ -1,7 +1,8 @@
 -- Fused linear + cross-entropy: the loss of a language-model head (hidden states times the
 -- vocabulary's weight, then a softmax cross-entropy over the vocabulary) computed in tiles
 -- of rows, so the BT×V logits are never all stored; the gradients of the hidden states and
--- of the weight come from the same pass.
+-- of the weight (and of an optional bias) come from the same pass, which can also return
+-- each token's log-sum-exp and softmax entropy (what RL losses use).
 local M = require "ploss.losses.margin_text"
 return {
   name = "linear_cross_entropy",
@@ -21,6 +22,16 @@ return {
     { "weight", "V×H output projection, one row per vocabulary entry (nn.Linear's weight; H×V with " ..
       "weight_layout 'DxC')" },
   },
+  tensors = {
+    { name = "bias", kind = "class_vector", what = "bias", grad = true,
+      doc = "V values added to every token's logits before the softcap (nn.Linear's bias): the input dtype " ..
+        "or f32 (a list: f32, f64 for f64 inputs); its gradient grad_bias (the same dtype) is the sum over " ..
+        "the tokens of ∂L/∂z" },
+  },
+  outputs = {
+    { "lse", "each token's log-sum-exp of its logits lse_i (after bias and softcap)" },
+    { "entropy", "each token's softmax entropy H_i = lse_i − Σ_j p_ij·z_ij" },
+  },
   input_doc = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; hidden and weight of one dtype and " ..
     "one H.",
   options = {
@@ -31,15 +42,16 @@ return {
       doc = "c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap" },
     { "z_loss", "double", 0, min = 0, doc = "adds z_loss·lse² per token (PaLM's auxiliary loss)" },
     { "accumulate", "bool", false,
-      doc = "add the weight's gradient into grad_weight instead of overwriting it (gradient accumulation)" },
+      doc = "add the weight's (and the bias's) gradient into grad_weight (grad_bias) instead of overwriting it " ..
+        "(gradient accumulation)" },
     { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
       doc = "how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V)" },
     { "tile_rows", "int64", 0, min = 0,
       doc = "rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits)" },
   },
   formula = [[
-With z_ij = h_i·w_j (softcap c > 0: z_ij = c·tanh(h_i·w_j / c)), lse_i = log Σ_j e^(z_ij) and
-label y_i:
+With z_ij = h_i·w_j + b_j (b = 0 without bias; softcap c > 0: z_ij = c·tanh((h_i·w_j + b_j) / c)),
+lse_i = log Σ_j e^(z_ij) and label y_i:
 
     ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
 
@@ -48,26 +60,35 @@ ignored.  The logits are computed tile by tile (a matrix product per tile of row
 into their gradient in place; the BT×V logits are never all stored.]],
   gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 + " ..
     "2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap; then " ..
-    "∂L/∂hidden = G·W and ∂L/∂weight = Gᵀ·H (added to grad_weight with accumulate), accumulated " ..
-    "tile by tile.  Ignored rows get a zero gradient.",
+    "∂L/∂hidden = G·W, ∂L/∂weight = Gᵀ·H and ∂L/∂bias = Σ_i G_i (the last two added to grad_weight and " ..
+    "grad_bias with accumulate), accumulated tile by tile.  Ignored rows get a zero gradient.",
   target_doc = "one class index per row of hidden (a token): shape BT, i64 or i32, values in [0, V) or " ..
     "ignore_index.",
   notes = [[
-Called as crit(hidden, weight, labels): both get a gradient.  To have a gradient written
-into a tensor of yours, set the criterion's field of its name (crit.grad_weight = t, of
-weight's shape; crit.grad_hidden likewise) or pass it to
-ploss.F.linear_cross_entropy_fused / _backward as the option grad_weight / grad_hidden;
-with accumulate the weight's gradient is added to that tensor (to the criterion's own
-buffer when none is given: then it sums over calls until you zero it), as a loop of
-gradient accumulation needs.  The gradients may be f32 tensors for f16/bf16 inputs (a
+Called as crit(hidden, weight, labels): both get a gradient.  A bias is a tensor option, as
+the class weights of the other criteria are (ploss.LinearCrossEntropyLoss{bias = b}, crit.bias
+= b, or opts.bias of ploss.F): the calls then return grad_bias after grad_weight.  To have a
+gradient written into a tensor of yours, set the criterion's field of its name
+(crit.grad_weight = t, of weight's shape; crit.grad_hidden and crit.grad_bias likewise) or
+pass it to ploss.F.linear_cross_entropy_fused / _backward as the option grad_weight /
+grad_hidden / grad_bias; with accumulate the weight's and the bias's gradients are added to
+those tensors (to the criterion's own buffers when none is given: then they sum over calls
+until you zero them), as a loop of gradient accumulation needs.  return_lse = true and
+return_entropy = true make forward and the fused call also return each token's lse_i and
+entropy H_i (N values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
+softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy's return_lse
+and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
+[entropy].  The gradients may be f32 tensors for f16/bf16 inputs (a
 mixed-precision step's), accumulated unrounded.  No gradient filtering: every softmax
 entry counts.  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
 accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
 gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
 weight gradient is rounded to its dtype once per tile of rows there, which shrinks its
 small components by about 0.2 % per tile (f32 gradients do not round; the CPU sums the
-tiles in f32 and rounds once).  The workspace is the tile (at most 512 MiB by default)
-plus O(BT); inputs and outputs whose rows are not contiguous are staged through copies,
+tiles in f32 and rounds once).  A bias is added to the tile in
+place (with the softcap, one pass) and its gradient is a product of the gradient tile with a
+vector of ones (fp32, summed over the tiles unrounded).  The workspace is the tile (at most
+512 MiB by default) plus O(BT + V); inputs and outputs whose rows are not contiguous are staged through copies,
 and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times
 slower on such products).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU
 only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's

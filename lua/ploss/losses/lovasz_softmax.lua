@@ -61,9 +61,11 @@ Edge cases: a group whose pixels are all ignored gives 0 and a zero gradient (al
 'mean': Berman et al.'s convention, not NaN); a single valid pixel is an ordinary group; a
 class absent from a group's labels is skipped with classes = 'present' and gives L_c =
 max_i p_ic with 'all' (the reference project's setting); C = 1 gives 0.  Labels outside [0, C)
-that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts every
-(group, class) segment at once with CUB's radix sort on (segment, error) keys and counts the
-foreground pixels with an integer scan; nothing of size C × pixels is kept after the call.
+that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts the (group,
+class) segments in batches of up to four with CUB's radix sort on 32-bit (segment slot, f32
+error) keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and
+keeps at most about the input's size in its workspace (f32; f16/bf16: about 4× their input,
+the weights being f32); nothing of size C × pixels is kept after the call.
 It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
 and the gradient are computed in f64.  class_ids is a set: a class listed twice counts once
 (Berman et al.'s loop would count it twice), and an empty list gives 0.  With per_image the

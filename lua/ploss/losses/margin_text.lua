@@ -64,9 +64,13 @@ M.notes = [[
 Called as crit(x, weight, labels): both x and weight get a gradient.  A zero embedding or
 centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU works in f64
 (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
-accumulation, tensor cores for f16/bf16), scales the products into cosines, and runs the
-softmax of each tile row on the row engine (C <= 131072 there; f64 is CPU only).  Partial
-FC (sample_rate < 1) reads CUDA labels on the host to draw its classes.  No state is kept:
+accumulation, tensor cores for f16/bf16), and one pass per tile row scales the products
+into cosines and runs the softmax with the row engine's policy (C <= 131072 there; f64 is
+CPU only).  CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at
+most 2 GiB of gradient rows in the input dtype (so that the two gradient products usually
+run once over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows.
+Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back
+only when N >= ⌊C·rate⌋ + 1.  No state is kept:
 backward recomputes the tiles.  f16 on CUDA: the gradient tile of the GEMMs is f16, so an
 angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
 gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.]]
