@@ -217,7 +217,8 @@ static ploss_status fail_aborted(ploss_comm_t *c, uint32_t word, const char *wha
     const int reason = (int)(word >> 16), q = (int)(word & 0xffff);
     static const char *const why[] = {
         "", "called ploss_comm_abort", "timed out waiting for the others",
-        "has exited without destroying its communicator", "destroyed its communicator",
+        "has exited without destroying its communicator",
+        "left: destroyed its communicator (or its process ended on an error, which destroys it)",
         "joined with another rank count or device type"};
     return fail(c, "%s: the communicator was aborted: rank %d %s", what, q,
                 reason >= 1 && reason <= 5 ? why[reason] : "failed");
@@ -242,10 +243,13 @@ static void list_ranks(const ploss_comm_t *c, int (*missing)(const ploss_comm_t 
     }
 }
 
+/* A rank that has not joined yet; one that joined and has already left (destroyed its
+ * communicator right after its own init) has joined: init succeeds, its next collective
+ * fails. */
 static int not_joined(const ploss_comm_t *c, int q, uint64_t unused)
 {
     (void)unused;
-    return atomic_load_explicit(&block_of(c, q)->claim, memory_order_acquire) != CLAIM_JOINED;
+    return atomic_load_explicit(&block_of(c, q)->claim, memory_order_acquire) == CLAIM_FREE;
 }
 
 static int not_arrived(const ploss_comm_t *c, int q, uint64_t target)

@@ -3225,7 +3225,7 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * those tensors (to the criterion's own buffers when none is given: then they sum over calls
  * until you zero them), as a loop of gradient accumulation needs. return_lse = true and
  * return_entropy = true make forward and the fused call also return each token's lse_i and
- * entropy H_i (N values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
+ * entropy H_i (BT values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
  * softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy's return_lse
  * and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
  * [entropy]. The gradients may be f32 tensors for f16/bf16 inputs (a mixed-precision step's),
@@ -3251,10 +3251,10 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *                 strides; hidden and weight of one dtype and one H.
  * in  labels      one class index per row of hidden (a token): shape BT, i64 or i32, values in
  *                 [0, V) or ignore_index.
- * in  bias        NULL, or V values added to every token's logits before the softcap
- *                 (nn.Linear's bias): the input dtype or f32 (a list: f32, f64 for f64 inputs);
- *                 its gradient grad_bias (the same dtype) is the sum over the tokens of
- *                 ∂L/∂z.
+ * in  bias        NULL, or V values (V = C, the classes) added to every token's logits before
+ *                 the softcap (nn.Linear's bias): the input dtype or f32 (a list: f32, f64 for
+ *                 f64 inputs); its gradient grad_bias (the same dtype) is the sum over the
+ *                 tokens of ∂L/∂z.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows

@@ -47,6 +47,14 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     end)
   end
 
+  it("a rank that destroys its communicator right after init: every rank's init still succeeds", function()
+    for _ = 1, 5 do -- a race between the first rank's destroy and the others' wait for the join
+      local out, status = launch(3, "leave")
+      assert.are.equal(0, status, out)
+      assert.are.equal(3, count(out, "leave ok"), out)
+    end
+  end)
+
   it("a rank that exits early: the others fail at once naming it, the launcher exits non-zero", function()
     local out, status, secs = launch(3, "exit", "PLOSS_COMM_TIMEOUT=30")
     assert.are_not.equal(0, status, out)
@@ -149,6 +157,12 @@ describe("communicators: one rank and bad input, in this process", function()
     -- the id can be used again afterwards
     local comm = ploss.comm.init { nranks = 1, rank = 0, id = lone }
     comm:destroy()
+  end)
+
+  it("refuses unknown options", function()
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id(), timout = 1 } end,
+      "comm.init: unknown option 'timout'")
+    H.expect_error(function() ploss.comm.init_from_env { devise = "cpu" } end, "comm.init_from_env: unknown option 'devise'")
   end)
 
   it("refuses bad tensors and ops with clear messages", function()

@@ -9,6 +9,8 @@
 --                still works), reduce-scatter of a size not divisible by the ranks
 --   determinism  sums of random f32 / bf16 values equal the rank-order sums bitwise;
 --                prints "digest R HEX" of the results
+--   leave        rank 0 destroys its communicator right after init; every rank's init
+--                succeeded (a race with the others' wait for the join)
 --   exit         the last rank exits (status 0) without a collective; the others expect
 --                an error naming it, then exit with 1
 --   stall        the last rank spins without entering the collective; the others expect
@@ -62,6 +64,11 @@ end
 
 local comm = ploss.comm.init_from_env { device = device, timeout = timeout }
 assert(comm:rank() == rank and comm:size() == size)
+if mode == "leave" then -- rank 0 leaves at once: the others' init must still succeed
+  if rank == 0 then comm:destroy() end
+  say("leave ok")
+  os.exit(0)
+end
 device = comm:device() -- 'cuda' is cuda:<rank>
 local n = size
 

@@ -461,8 +461,16 @@ describe("LinearCrossEntropyLoss", function()
       H.assert_close(buf, gb, { rtol = 0, atol = 0 })
       local _, _, g3 = F.linear_cross_entropy_backward(x, w, y, 1, { bias = b })
       H.assert_close(g3, gb, { rtol = 0, atol = 0 })
-      -- without a bias no grad_bias is returned
+      -- without a bias no grad_bias is returned, and a grad_bias given without one is refused
       assert.are.equal(3, select("#", F.linear_cross_entropy_fused(x, w, y)))
+      local stray = ploss.zeros({ 5 }, { dtype = "f64" })
+      H.expect_error(function() F.linear_cross_entropy_fused(x, w, y, { grad_bias = stray }) end,
+        "linear_cross_entropy_fused: grad_bias: given without a bias")
+      H.expect_error(function() F.linear_cross_entropy_backward(x, w, y, 1, { grad_bias = stray }) end,
+        "linear_cross_entropy_backward: grad_bias: given without a bias")
+      local plain = ploss.LinearCrossEntropyLoss {}
+      plain.grad_bias = stray
+      H.expect_error(function() plain(x, w, y) end, "LinearCrossEntropyLoss.grad_bias: given without a bias")
     end)
 
     it("takes a bias of the input's dtype or f32 for f16/bf16 inputs, and its gradient likewise", function()

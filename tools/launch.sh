@@ -16,9 +16,13 @@
 # The environment must let `luajit` load ploss (`source tools/env.sh build`).
 set -u
 
-usage() {
-    echo "usage: tools/launch.sh -n N [--] script.lua|program [args...]" >&2
-    exit 2
+usage() { # usage [status]: to stdout for --help (status 0), else to stderr
+    if [ "${1:-2}" = 0 ]; then
+        echo "usage: tools/launch.sh -n N [--] script.lua|program [args...]"
+    else
+        echo "usage: tools/launch.sh -n N [--] script.lua|program [args...]" >&2
+    fi
+    exit "${1:-2}"
 }
 
 n=""
@@ -27,14 +31,15 @@ while [ $# -gt 0 ]; do
         -n) [ $# -ge 2 ] || usage; n=$2; shift 2 ;;
         -n*) n=${1#-n}; shift ;;
         --) shift; break ;;
-        -h | --help) usage ;;
+        -h | --help) usage 0 ;;
         -*) echo "tools/launch.sh: unknown option $1" >&2; usage ;;
         *) break ;;
     esac
 done
 [ $# -ge 1 ] || usage
+[ -n "$n" ] || { echo "tools/launch.sh: -n N (the rank count) is missing" >&2; usage; }
 case "$n" in
-    '' | *[!0-9]* | 0*) echo "tools/launch.sh: -n: expected a rank count >= 1, got '$n'" >&2; exit 2 ;;
+    *[!0-9]* | 0*) echo "tools/launch.sh: -n: expected a rank count >= 1, got '$n'" >&2; exit 2 ;;
 esac
 
 luajit=${LUAJIT:-luajit}

@@ -141,8 +141,9 @@ static ploss_status check_linear_extras(ploss_ctx_t *ctx, ploss_pass pass, const
         if ((st = ploss_check_class_vector(ctx, a->tensors[0], C, "bias", "bias", b)))
             return st;
         if (b->dtype != x->dtype && b->dtype != PLOSS_F32)
-            return ploss_error(PLOSS_ERR_DTYPE, "bias: expected %s (hidden's dtype) or f32, got %s",
-                               ploss_dtype_name(x->dtype), ploss_dtype_name(b->dtype));
+            return ploss_error(PLOSS_ERR_DTYPE, "bias: expected %s (hidden's dtype)%s, got %s",
+                               ploss_dtype_name(x->dtype), x->dtype == PLOSS_F32 ? "" : " or f32",
+                               ploss_dtype_name(b->dtype));
     }
     if (pass != PLOSS_PASS_FORWARD && a->grad_tensors[0]) {
         if (!a->tensors[0])

@@ -64,9 +64,25 @@ local function check_int(v, what, lo)
   end
 end
 
+-- Refuses a key of opts that is not one of `known` (a misspelt option is not ignored).
+local function check_keys(opts, known, where)
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      table.sort(names)
+      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, tostring(k), table.concat(names, ", ")))
+    end
+  end
+end
+
+local INIT_KEYS = { nranks = true, rank = true, id = true, device = true, timeout = true, wait = true }
+local ENV_KEYS = { device = true, timeout = true, wait = true }
+
 --- Join a communicator (see the module's header).
 function comm.init(opts)
   if type(opts) ~= "table" then ploss.raise("comm.init: expected a table {nranks =, rank =, id =, device =}, got " .. type(opts)) end
+  check_keys(opts, INIT_KEYS, "comm.init")
   check_int(opts.nranks, "nranks", 1)
   check_int(opts.rank, "rank", 0)
   if opts.rank >= opts.nranks then
@@ -93,6 +109,8 @@ end
 --- Join the communicator that tools/launch.sh describes in the environment.
 function comm.init_from_env(opts)
   opts = opts or {}
+  if type(opts) ~= "table" then ploss.raise("comm.init_from_env: expected a table {device =, timeout =, wait =}, got " .. type(opts)) end
+  check_keys(opts, ENV_KEYS, "comm.init_from_env")
   local function env_int(name)
     local v = tonumber(os.getenv(name) or "")
     if not v then ploss.raise("comm.init_from_env: " .. name .. " is not set (start the script with tools/launch.sh)") end
@@ -139,7 +157,7 @@ function Comm:all_reduce(t, op)
   need_tensor(self, t, "all_reduce")
   local code = op_code(op, "all_reduce")
   local buf = t:contiguous()
-  ploss.check(C.ploss_comm_all_reduce(p, buf:dl(), buf:dl(), code), "comm:all_reduce")
+  ploss.check(C.ploss_comm_all_reduce(p, buf:dl(), buf:dl(), code), "comm")
   finish(self, "all_reduce")
   if buf ~= t then t:copy(buf) else t:bump_version() end
   return t
@@ -153,7 +171,7 @@ function Comm:all_gather(t)
   if #sizes == 0 then sizes = { self._size } else sizes[1] = sizes[1] * self._size end
   local out = ploss.empty(sizes, { dtype = t:dtype(), device = self._device })
   local src = t:contiguous()
-  ploss.check(C.ploss_comm_all_gather(p, src:dl(), out:dl()), "comm:all_gather")
+  ploss.check(C.ploss_comm_all_gather(p, src:dl(), out:dl()), "comm")
   finish(self, "all_gather")
   return out
 end
@@ -171,7 +189,7 @@ function Comm:reduce_scatter(t, op)
   sizes[1] = sizes[1] / self._size
   local out = ploss.empty(sizes, { dtype = t:dtype(), device = self._device })
   local src = t:contiguous()
-  ploss.check(C.ploss_comm_reduce_scatter(p, src:dl(), out:dl(), code), "comm:reduce_scatter")
+  ploss.check(C.ploss_comm_reduce_scatter(p, src:dl(), out:dl(), code), "comm")
   finish(self, "reduce_scatter")
   return out
 end

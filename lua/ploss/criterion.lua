@@ -362,6 +362,12 @@ end
 -- after the inputs' when it is given (crit.grad_<name> = t / opts.grad_<name>: where it
 -- goes); a per-row output (d.outputs) asked for with return_<name> = true is returned by
 -- forward and the fused call after everything else.
+-- A gradient tensor given for an optional tensor that is not (grad_bias without a bias):
+-- an error, not a buffer silently left as it was.
+local function no_tensor_for_grad(where, tt)
+  ploss.raise(string.format("%s: given without a %s (it receives the %s's gradient)", where, tt.name, tt.name))
+end
+
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -545,6 +551,8 @@ local function build_multi(d)
       if tt.grad and t.tensors[k] ~= nil then
         t.tensor_grads[k] = given_or_own(tt.grad_name, ninputs + k, t.tensors[k])
         all[#all + 1] = t.tensor_grads[k]
+      elseif tt.grad and rawget(self, tt.grad_name) ~= nil then
+        no_tensor_for_grad(d.criterion .. "." .. tt.grad_name, tt)
       end
     end
     return all
@@ -647,7 +655,7 @@ local function build_multi(d)
     return raw.out or ploss.empty(loss_sizes_of(o, x), { dtype = loss_dtype(x), device = x:device() })
   end
   -- the gradients of the inputs, then those of the extra tensors given that get one
-  local function grads_out(raw, t)
+  local function grads_out(where, raw, t)
     -- a loss that accumulates into a gradient it was not given adds to zeros
     local function new(x)
       return t.o.accumulate and ploss.zeros(x:size(), { dtype = x:dtype(), device = x:device() }) or ploss.empty_like(x)
@@ -664,6 +672,8 @@ local function build_multi(d)
       if tt.grad and t.tensors[k] ~= nil then
         t.tensor_grads[k] = raw[tt.grad_name] or new(t.tensors[k])
         all[#all + 1] = t.tensor_grads[k]
+      elseif tt.grad and raw[tt.grad_name] ~= nil then
+        no_tensor_for_grad(where .. ": " .. tt.grad_name, tt)
       end
     end
     return all
@@ -696,7 +706,7 @@ local function build_multi(d)
     local t, o, raw = fprep(d.name .. "_backward", opts, ...)
     local x = t.inputs[1]
     t.grad_loss = grad_loss_of(o, x, grad_output, nil)
-    local g = grads_out(raw, t)
+    local g = grads_out(d.name .. "_backward", raw, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward")
     for _, v in ipairs(g) do v:bump_version() end
     return unpack(g)
@@ -707,7 +717,7 @@ local function build_multi(d)
     local t, o, raw = fprep(d.name .. "_fused", opts, ...)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
-    local g = grads_out(raw, t)
+    local g = grads_out(d.name .. "_fused", raw, t)
     local outs = outputs_out(o, t)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
     for _, v in ipairs(g) do v:bump_version() end
