@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "chunks.h"
+#include "gemm.h"
 #include "scalar.h"
 
 double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double scale, const void *grad_loss,
@@ -32,6 +33,19 @@ void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, plo
     for (int64_t i = 0; i < N; ++i)
         s += losses[i];
     ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
+}
+
+ploss_status ploss_cpu_tile_gradient_products(ploss_ctx_t *ctx, const void *g, int64_t rows, int64_t C, int64_t D,
+                                              double alpha, const void *w, const void *x_tile, int64_t ld,
+                                              ploss_dtype dtype, void *gx_tile, void *gw)
+{
+    const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = alpha, .a = g, .lda = C, .b = w, .ldb = ld,
+                                   .ab_dtype = dtype, .c = gx_tile, .ldc = ld, .c_dtype = dtype};
+    const ploss_gemm_problem dw = {.m = C, .n = D, .k = rows, .alpha = alpha, .beta = 1.0, .a = g, .trans_a = 1,
+                                   .lda = C, .b = x_tile, .ldb = ld, .ab_dtype = dtype, .c = gw, .ldc = ld,
+                                   .c_dtype = dtype};
+    ploss_status st = ploss_cpu_gemm(ctx, &dx);
+    return st ? st : ploss_cpu_gemm(ctx, &dw);
 }
 
 void ploss_cpu_store_constant_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,

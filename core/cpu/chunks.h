@@ -1,6 +1,7 @@
 /*
- * rows.h — scaffolding shared by the CPU loss backends that reduce over fixed chunks of
- * samples (rows/cross_entropy.c, rows/softmax_focal.c, rows/sample_policies.c, elementwise/sigmoid.c): the gradient scale ω,
+ * chunks.h — scaffolding shared by the CPU loss backends that reduce over fixed chunks of
+ * samples (rows/cross_entropy.c, rows/softmax_focal.c, rows/sample_policies.c, elementwise/sigmoid.c,
+ * and for the row losses and tile products margin/margin.c and linear/): the gradient scale ω,
  * the per-thread row buffers and per-chunk partial sums taken before any output is
  * written, and the fixed-order final sum into the reduced loss.  The chunk loops and the
  * per-sample maths stay in each backend.  Internal.
@@ -40,6 +41,16 @@ void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, plo
 void ploss_cpu_store_constant_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, ploss_reduction reduction,
                                          const void *labels, ploss_dtype label_dtype, int64_t y_sn, int64_t N,
                                          int64_t ignore_index, double l0);
+
+/* The two gradient products of a tile of `rows` rows of a linear layer's logits (the
+ * margin losses, the linear cross-entropy): with G the rows×C gradient of the tile's
+ * logits (row-major, leading dimension C),
+ *   gx_tile = alpha·G·W            (rows×D: this tile's rows of ∂x, written),
+ *   gw     += alpha·Gᵀ·x_tile      (C×D: ∂W, added to),
+ * W (C×D), x_tile (rows×D) and the outputs with leading dimension ld, all of `dtype`. */
+ploss_status ploss_cpu_tile_gradient_products(ploss_ctx_t *ctx, const void *g, int64_t rows, int64_t C, int64_t D,
+                                              double alpha, const void *w, const void *x_tile, int64_t ld,
+                                              ploss_dtype dtype, void *gx_tile, void *gw);
 
 /* Scratch of one backend call, all of it taken by ploss_cpu_rows_alloc. */
 typedef struct {

@@ -88,19 +88,11 @@ __device__ __forceinline__ int64_t offset_of(const ploss_region_problem &p, int6
     return n * sn + (p.sdim == 1 ? s * ss[0] : ploss_region_pixel_offset(&p, ss, s));
 }
 
-/* The class of pixel (n, s), -1 when ignored; a label outside [0, C) that is not
- * ignore_index is reported in the error slot (when given) and treated as ignored. */
+/* The class of pixel (n, s), as load_label_at (region_common.cuh) gives it. */
 template <class TI>
 __device__ __forceinline__ int64_t label_of(const ploss_region_problem &p, int64_t n, int64_t s, int64_t *error_slot)
 {
-    const int64_t y = (int64_t)((const TI *)p.t)[offset_of(p, n, s, p.t_sn, p.t_ss)];
-    if (y == p.ignore_index)
-        return -1;
-    if (y < 0 || y >= p.C) {
-        report_invalid_label(error_slot, y);
-        return -1;
-    }
-    return y;
+    return load_label_at<TI>(p, offset_of(p, n, s, p.t_sn, p.t_ss), error_slot);
 }
 
 /* Where the signed weight of (segment, pixel `local` of its group g) is kept: the

@@ -118,13 +118,8 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
                 gbd[j] += (double)tile[(size_t)r * (size_t)C + (size_t)j];
         if (!want_grad || D == 0)
             continue;
-        const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = 1.0, .a = tile, .lda = C, .b = wd,
-                                       .ldb = ld, .ab_dtype = REAL_DTYPE, .c = gx + (size_t)b0 * (size_t)D, .ldc = ld,
-                                       .c_dtype = REAL_DTYPE};
-        const ploss_gemm_problem dw = {.m = C, .n = D, .k = rows, .alpha = 1.0, .beta = 1.0, .a = tile, .trans_a = 1,
-                                       .lda = C, .b = xd + (size_t)b0 * (size_t)D, .ldb = ld, .ab_dtype = REAL_DTYPE,
-                                       .c = gw, .ldc = ld, .c_dtype = REAL_DTYPE};
-        if ((st = ploss_cpu_gemm(ctx, &dx)) || (st = ploss_cpu_gemm(ctx, &dw)))
+        if ((st = ploss_cpu_tile_gradient_products(ctx, tile, rows, C, D, 1.0, wd, xd + (size_t)b0 * (size_t)D, ld,
+                                                   REAL_DTYPE, gx + (size_t)b0 * (size_t)D, gw)))
             break;
     }
     if (st) {

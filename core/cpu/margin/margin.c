@@ -178,13 +178,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
             if (y != p->ignore_index)
                 tile[(size_t)r * (size_t)C + y] *= dphi[r];
         }
-        const ploss_gemm_problem dx = {.m = rows, .n = D, .k = C, .alpha = m->s, .a = tile, .lda = C, .b = wh,
-                                       .ldb = ld, .ab_dtype = PLOSS_F64, .c = gx + (size_t)b0 * (size_t)D, .ldc = ld,
-                                       .c_dtype = PLOSS_F64};
-        const ploss_gemm_problem dw = {.m = C, .n = D, .k = rows, .alpha = m->s, .beta = 1.0, .a = tile, .trans_a = 1,
-                                       .lda = C, .b = xh + (size_t)b0 * (size_t)D, .ldb = ld, .ab_dtype = PLOSS_F64,
-                                       .c = gw, .ldc = ld, .c_dtype = PLOSS_F64};
-        if ((st = ploss_cpu_gemm(ctx, &dx)) || (st = ploss_cpu_gemm(ctx, &dw)))
+        if ((st = ploss_cpu_tile_gradient_products(ctx, tile, rows, C, D, m->s, wh, xh + (size_t)b0 * (size_t)D, ld,
+                                                   PLOSS_F64, gx + (size_t)b0 * (size_t)D, gw)))
             break;
     }
     if (st) {
