@@ -424,25 +424,18 @@ def build(args):
         gref, sref = gemm_refs.get((cid, "gemm3")), sorts.get((cid, "sort"))
         gref_ms = gref.get("ms_median") if gref and not gref.get("error") else None
         sref_ms = sref.get("ms_median") if sref and not sref.get("error") else None
-        tfx, tgx, tsx = c.get("target_floor_x"), c.get("target_gemm_x"), c.get("target_sort_x")
-        if tfx is not None:
-            tparts.append(f"≤ {tfx:g}× floor")
-            if fused_ms is None or floor is None:
-                missed.append("÷ floor not measured")
-            elif fused_ms > tfx * floor:
-                missed.append(f"{fused_ms / floor:.2f}× floor")
-        if tgx is not None:
-            tparts.append(f"≤ {tgx:g}× GEMM{'s' if (gref or {}).get('products', 3) > 1 else ''}")
-            if fused_ms is None or gref_ms is None:
-                missed.append("÷ GEMM not measured")
-            elif fused_ms > tgx * gref_ms:
-                missed.append(f"{fused_ms / gref_ms:.2f}× GEMM")
-        if tsx is not None:
-            tparts.append(f"≤ {tsx:g}× sort")
-            if fused_ms is None or sref_ms is None:
-                missed.append("÷ sort not measured")
-            elif fused_ms > tsx * sref_ms:
-                missed.append(f"{fused_ms / sref_ms:.2f}× sort")
+        gemm_name = f"GEMM{'s' if (gref or {}).get('products', 3) > 1 else ''}"
+        for key, ref_ms, name, shown in (("target_floor_x", floor, "floor", "floor"),
+                                         ("target_gemm_x", gref_ms, "GEMM", gemm_name),
+                                         ("target_sort_x", sref_ms, "sort", "sort")):
+            x = c.get(key)
+            if x is None:
+                continue
+            tparts.append(f"≤ {x:g}× {shown}")
+            if fused_ms is None or ref_ms is None:
+                missed.append(f"÷ {name} not measured")
+            elif fused_ms > x * ref_ms:
+                missed.append(f"{fused_ms / ref_ms:.2f}× {name}")
         ws = pf.get("workspace_peak_bytes") if pf else None
         twx, twm, twr = c.get("target_workspace_x"), c.get("target_workspace_mib"), c.get("target_workspace_row_bytes")
         if twx is not None:

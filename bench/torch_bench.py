@@ -761,12 +761,25 @@ def pairs_baseline(case):
             return F.cross_entropy(logits, labels)
         return f
 
+    def margin_head(s_, ii, phi_of):
+        # cos θ = F.linear(F.normalize(x), F.normalize(W)); the target's cosine replaced by
+        # phi_of(cos θ_y) (by scatter, as InsightFace's logits[index, labels] = final; ignored
+        # rows keep their cosine), every cosine scaled by s, F.cross_entropy over the N×C logits
+        def f(xs, t):
+            x, w = xs
+            cos = F.linear(F.normalize(x, dim=1), F.normalize(w, dim=1))
+            valid = t != ii
+            tt = torch.where(valid, t, torch.zeros_like(t))
+            c_t = cos.gather(1, tt.unsqueeze(1)).squeeze(1)
+            phi = torch.where(valid, phi_of(c_t), c_t)
+            logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
+            return F.cross_entropy(logits, t, ignore_index=ii)
+        return partial_fc(f, o, ii)
+
     if loss == "arc_face":
-        # InsightFace's ArcFace on cos θ = F.linear(F.normalize(x), F.normalize(W)): the
-        # target's cosine becomes cos(θ + m) where θ + m <= π (cos θ > cos(π − m)), else
-        # InsightFace's fallback cos θ − m·sin m (easy_margin: cos θ where cos θ <= 0);
-        # every cosine scaled by s (the target's by scatter, as InsightFace's
-        # logits[index, labels] = final); F.cross_entropy over the N×C logits
+        # InsightFace's ArcFace: the target's cosine becomes cos(θ + m) where θ + m <= π
+        # (cos θ > cos(π − m)), else InsightFace's fallback cos θ − m·sin m (easy_margin:
+        # cos θ where cos θ <= 0)
         s_, m = float(o.get("s", 64.0)), float(o.get("m", 0.5))
         easy = bool(o.get("easy_margin", False))
         ii = int(o.get("ignore_index", -100))
@@ -775,42 +788,20 @@ def pairs_baseline(case):
         if o.get("weight_layout", "CxD") != "CxD":
             return None
 
-        def f(xs, t):
-            x, w = xs
-            cos = F.linear(F.normalize(x, dim=1), F.normalize(w, dim=1))
-            valid = t != ii
-            tt = torch.where(valid, t, torch.zeros_like(t))
-            c_t = cos.gather(1, tt.unsqueeze(1)).squeeze(1)
+        def phi_of(c_t):
             sin_t = (1.0 - c_t * c_t).clamp(min=0).sqrt()
             phi = c_t * cos_m - sin_t * sin_m
-            if easy:
-                phi = torch.where(c_t > 0, phi, c_t)
-            else:
-                phi = torch.where(c_t > th, phi, c_t - mm)
-            phi = torch.where(valid, phi, c_t)  # ignored rows keep their cosine
-            logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
-            return F.cross_entropy(logits, t, ignore_index=ii)
-        return partial_fc(f, o, ii)
+            return torch.where(c_t > 0, phi, c_t) if easy else torch.where(c_t > th, phi, c_t - mm)
+        return margin_head(s_, ii, phi_of)
 
     if loss == "am_softmax":
-        # pytorch-loss AMSoftmax / InsightFace's CosFace: cos θ = F.linear(F.normalize(x),
-        # F.normalize(W)), the target's cosine minus m (by scatter, as CosFace's
-        # logits[index, labels] -= m), every cosine scaled by s, F.cross_entropy
+        # pytorch-loss AMSoftmax / InsightFace's CosFace: the target's cosine minus m (as
+        # CosFace's logits[index, labels] -= m)
         s_, m = float(o.get("s", 30.0)), float(o.get("m", 0.35))
         ii = int(o.get("ignore_index", -100))
         if o.get("weight_layout", "CxD") != "CxD":
             return None
-
-        def f(xs, t):
-            x, w = xs
-            cos = F.linear(F.normalize(x, dim=1), F.normalize(w, dim=1))
-            valid = t != ii
-            tt = torch.where(valid, t, torch.zeros_like(t))
-            c_t = cos.gather(1, tt.unsqueeze(1)).squeeze(1)
-            phi = torch.where(valid, c_t - m, c_t)  # ignored rows keep their cosine
-            logits = cos.scatter(1, tt.unsqueeze(1), phi.unsqueeze(1).to(cos.dtype)) * s_
-            return F.cross_entropy(logits, t, ignore_index=ii)
-        return partial_fc(f, o, ii)
+        return margin_head(s_, ii, lambda c_t: c_t - m)
 
     return None
 
