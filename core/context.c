@@ -35,9 +35,9 @@ ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out)
 #ifdef PLOSS_HAVE_CUDA
     if (device.device_type == kDLCUDA) {
         void *slot = NULL;
-        ploss_status st = ploss_alloc(ctx, 2 * sizeof(int64_t), &slot);
+        ploss_status st = ploss_alloc(ctx, 3 * sizeof(int64_t), &slot);
         if (st == PLOSS_OK)
-            st = ploss_cuda_memset(slot, 0, 2 * sizeof(int64_t), NULL);
+            st = ploss_cuda_memset(slot, 0, 3 * sizeof(int64_t), NULL);
         if (st == PLOSS_OK)
             st = ploss_cuda_stream_sync(NULL);
         if (st != PLOSS_OK) {

@@ -97,7 +97,10 @@ struct ploss_ctx {
     int deterministic;
     void *workspace;     /* CUDA only: device memory, grown on demand, counted as allocations */
     size_t workspace_bytes;
-    int64_t *error_slot; /* CUDA: device memory, 2 × int64: {flag, offending label or box} */
+    int64_t *error_slot; /* CUDA: device memory, 3 × int64: {flag, offending label or box,
+                          * arrival ticket}; the ticket is 0 between kernels: a kernel whose
+                          * last block finishes its reduction counts its blocks there and
+                          * that block sets it back to 0 */
     void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/support/gemm.cu) */
 };
 

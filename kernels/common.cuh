@@ -24,6 +24,8 @@
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
+ *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx): the last block of a grid
+ *    finishes a reduction in the same launch (no float atomics, fixed order).
  *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
  *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
@@ -404,6 +406,28 @@ __device__ __forceinline__ void report_invalid_box(int64_t *slot, int flag, int6
         *(volatile long long *)(slot + 1) = (long long)index;
 }
 
+/* One-launch reductions: every block writes its partial, then calls last_block_arrives;
+ * the block that arrives last (the result is the same for all its threads) reads every
+ * partial — written by the others before their arrival — and finishes the reduction.
+ * `ticket` is the context's arrival ticket (arrival_ticket(ctx)), 0 between kernels: the
+ * last block sets it back to 0.  At most one kernel counts on it at a time (a context's
+ * kernels run in stream order). */
+__device__ __forceinline__ bool last_block_arrives(unsigned long long *ticket, unsigned long long blocks)
+{
+    __shared__ bool last;
+    __syncthreads(); /* every thread's share of the partial, before the arrival */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(ticket, 1ull) == blocks - 1;
+        if (last)
+            *ticket = 0ull;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence(); /* the others' partials, after their arrival */
+    return last;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Grids, indices, strided views                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -444,6 +468,9 @@ inline cudaStream_t stream_of(const ploss_ctx_t *ctx) { return (cudaStream_t)ctx
 
 /* The last launch error, if any, as PLOSS_ERR_CUDA naming `what` (clears the error). */
 inline ploss_status check_launch(const char *what) { return ploss_cuda_check_launch(what); }
+
+/* The context's arrival ticket for last_block_arrives. */
+inline unsigned long long *arrival_ticket(ploss_ctx_t *ctx) { return (unsigned long long *)(ctx->error_slot + 2); }
 
 } // namespace ploss_cuda
 

@@ -11,8 +11,9 @@
  * otherwise any strides, and a target of any float dtype.  Boxes with x2 < x1 or y2 < y1
  * (not ignored) are reported through the context's error slot and get a NaN loss and a
  * zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one partial per
- * block in the context's workspace (a grid that depends on N only), then one block adds the
- * partials in a fixed order — deterministic, no float atomics, no host synchronisation.
+ * block in the context's workspace (a grid that depends on N only), then the last block to
+ * finish adds the partials in a fixed order — deterministic, no float atomics, no host
+ * synchronisation, one launch.
  * MEAN with an ignore mask divides by the boxes kept, counted before the main kernel
  * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
  */
@@ -60,7 +61,6 @@ __device__ __forceinline__ double box_similarity(int kind, int paper, double eps
 
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
-constexpr int FINISH_THREADS = 1024;
 
 /* The four numbers of a box as one aligned load / store. */
 template <class T> struct alignas(4 * sizeof(T)) box_vec {
@@ -94,7 +94,8 @@ template <class A> __device__ __forceinline__ A reduced_omega(const ploss_boxes_
 /* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths. */
 template <class T, bool VEC, int KIND>
 __global__ void __launch_bounds__(THREADS)
-boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials)
+boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials,
+             unsigned long long *ticket)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
@@ -166,6 +167,15 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
         const double block_sum = (double)block_reduce<THREADS>(sum, SumOp());
         if (threadIdx.x == 0)
             partials[blockIdx.x] = block_sum;
+        if (last_block_arrives(ticket, gridDim.x)) { /* the partials in a fixed order */
+            double s = 0.0;
+            for (int64_t i = threadIdx.x; i < (int64_t)gridDim.x; i += THREADS)
+                s += __ldcg(partials + i);
+            s = block_reduce<THREADS>(s, SumOp());
+            if (threadIdx.x == 0) /* 0/0 = NaN for MEAN with no box left */
+                store_state(p.loss, p.loss_dtype, 0,
+                            p.reduction == PLOSS_REDUCTION_MEAN ? s / mean_divisor(p, kept) : s);
+        }
     }
 }
 
@@ -178,18 +188,6 @@ __global__ void __launch_bounds__(THREADS) boxes_count_kept(const ploss_boxes_pr
     c = block_reduce<THREADS>(c, SumOp());
     if (threadIdx.x == 0 && c)
         atomicAdd(kept, c);
-}
-
-/* One block: the partials in a fixed order, then loss = Σ / divisor. */
-__global__ void __launch_bounds__(FINISH_THREADS)
-boxes_finish(const ploss_boxes_problem p, const double *partials, int64_t nparts, const unsigned long long *kept)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += FINISH_THREADS)
-        s += partials[i];
-    s = block_reduce<FINISH_THREADS>(s, SumOp());
-    if (threadIdx.x == 0) /* 0/0 = NaN for MEAN with no box left */
-        store_state(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? s / mean_divisor(p, kept) : s);
 }
 
 /* ploss_box_iou: a thread per pair (i, j), j fastest (coalesced writes of a dense row);
@@ -255,6 +253,7 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
         kept = count ? (unsigned long long *)(partials + blocks) : NULL;
     }
     cudaStream_t stream = stream_of(ctx);
+    unsigned long long *ticket = arrival_ticket(ctx);
     if (kept) {
         if (cudaMemsetAsync(kept, 0, sizeof *kept, stream) != cudaSuccess)
             return check_launch("boxes: clearing the count of kept boxes");
@@ -268,9 +267,9 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
         auto launch = [&](auto kind) {
             constexpr int K = decltype(kind)::value;
             if (vec)
-                boxes_kernel<T, true, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+                boxes_kernel<T, true, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
             else
-                boxes_kernel<T, false, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials);
+                boxes_kernel<T, false, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
         };
         switch (p->kind) {
         case PLOSS_BOX_IOU: launch(std::integral_constant<int, PLOSS_BOX_IOU>()); break;
@@ -280,10 +279,7 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
         }
         return check_launch("boxes_kernel");
     });
-    if (st || !need_partials)
-        return st;
-    boxes_finish<<<1, FINISH_THREADS, 0, stream>>>(*p, partials, (int64_t)blocks, kept);
-    return check_launch("boxes_finish");
+    return st;
 }
 
 extern "C" ploss_status ploss_cuda_box_pairs(ploss_ctx_t *ctx, const ploss_box_pairs_problem *p)

@@ -103,33 +103,69 @@ template <class A> struct Work {
     unsigned *arrived;  /* [n]: tiles of sample n done; [N]: samples done (zeroed) */
 };
 
+/* The binary targets of a thread's pixels as U, all loads issued before any is used. */
+template <class U, class A, bool FLAT>
+__device__ __forceinline__ void load_targets(const ploss_region_problem &p, int64_t n, int64_t tile, A (&tgt)[PPT])
+{
+    U raw[PPT];
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) {
+        const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
+        raw[i] = s < p.S ? ((const U *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : U(0);
+    }
+#pragma unroll
+    for (int i = 0; i < PPT; ++i)
+        tgt[i] = (A)to_acc(raw[i]);
+}
+
+/* The classes of a thread's pixels (lab[i] = OUTSIDE past the sample's end is kept): -1
+ * ignored; an invalid label is reported and its pixel ignored. */
+template <class TI, bool FLAT>
+__device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
+                                            int (&lab)[PPT])
+{
+    TI y[PPT];
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) {
+        const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
+        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : TI(0);
+    }
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) {
+        if (lab[i] == OUTSIDE)
+            continue;
+        const int64_t v = (int64_t)y[i];
+        lab[i] = -1;
+        if (v != p.ignore_index) {
+            if (v >= 0 && v < p.C)
+                lab[i] = (int)v;
+            else
+                report_invalid_label(error_slot, v);
+        }
+    }
+}
+
 /* A thread's pixels of tile `tile` of sample n: the class (-1 ignored, OUTSIDE past the end;
- * 0 for binary) and, binary, the float target. */
+ * 0 for binary) and, binary, the float target.  Every load is issued before any value is
+ * looked at (one memory latency per thread, not one per pixel). */
 template <class A, class TI, bool BINARY, bool FLAT>
 __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
                                             int (&lab)[PPT], A (&tgt)[PPT])
 {
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
-        const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
-        lab[i] = OUTSIDE;
+        lab[i] = tile * TILE + i * THREADS + threadIdx.x < p.S ? 0 : OUTSIDE;
         tgt[i] = A(0);
-        if (s >= p.S)
-            continue;
-        const int64_t off = n * p.t_sn + spatial<FLAT>(p, p.t_ss, s);
-        if (BINARY) {
-            lab[i] = 0;
-            tgt[i] = load_float_dyn<A>(p.t, p.t_dtype, off);
-        } else {
-            const int64_t y = (int64_t)((const TI *)p.t)[off];
-            lab[i] = -1;
-            if (y != p.ignore_index) {
-                if (y >= 0 && y < p.C)
-                    lab[i] = (int)y;
-                else
-                    report_invalid_label(error_slot, y);
-            }
+    }
+    if constexpr (BINARY) {
+        switch (p.t_dtype) {
+        case PLOSS_F32: load_targets<float, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_F16: load_targets<__half, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_BF16: load_targets<__nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
+        default: load_targets<double, A, FLAT>(p, n, tile, tgt); break;
         }
+    } else {
+        load_labels<TI, FLAT>(p, n, tile, error_slot, lab);
     }
 }
 

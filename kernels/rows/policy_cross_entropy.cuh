@@ -21,8 +21,8 @@ template <bool W> struct CrossEntropyPolicy {
     static constexpr int kState = 1;
     static constexpr bool kKeepsTerm = true; /* term() gives e_j */
     static constexpr bool kMaxExcludesY = false;
-    /* weighted rows longer than a block keep the two-pass kernel of cross_entropy.cu: they
-     * are rare, and the build is spared three cluster instances per dtype */
+    /* weighted long rows are streamed by one block: they are rare, and the build is spared
+     * the cluster instances */
     static constexpr bool kClusters = !W;
     float a, b;          /* smoothing: target a·[j = y] + b */
     const float *w;      /* class weights as f32 (workspace), or null */

@@ -9,8 +9,8 @@
  *       Sums zero() const;  Sums add(Sums, Sums) const;
  *       static constexpr bool kKeepsTerm;           f32 rows keep term()'s value in place of x
  *       static constexpr bool kMaxExcludesY;        M: the max over j ≠ y (else over all j)
- *       static constexpr bool kClusters;            rows longer than a block are served
- *                                                   (clusters instantiated), else refused
+ *       static constexpr bool kClusters;            long rows may take a cluster (its kernels
+ *                                                   instantiated), else one streamed block
  *       float term(Sums &, float x, int j, IsY is_y, float M) const;  element j; is_y: j = y
  *                                                   (bool, or std::false_type where known)
  *       Row finish(const Sums &, int y, float M, float omega) const;
@@ -21,15 +21,19 @@
  *       double divisor(int y) const;                the sample's share of the 'mean' divisor
  *   };
  *
- * Every row is read from memory once and its gradient written once (rows_reg): the row is
- * held in registers as 16-byte vectors (kRowNV per thread), cut into a head (the < VEC
+ * Every row is read from DRAM once and its gradient written once, in one of two ways.  Held
+ * in registers (RegRow) as 16-byte vectors (kRowNV per thread), cut into a head (the < VEC
  * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
- * length and alignment are served.  A row is a warp (8 rows per block) up to 1024 f32 /
- * 2048 f16-bf16 classes when there are at least kWarpRowsMin rows, else a block of 512
- * threads, up to 16384 / 32768 classes; above that, on sm_90 and for the policies that
- * instantiate them (kClusters), a cluster of 2, 4 or 8 such blocks that exchange their
- * partial sums through distributed shared memory: up to 131072 f32 / 262144 f16-bf16
- * classes.  Per row: the
+ * length and alignment are served: a warp per row (8 rows per block) up to 1024 f32 / 2048
+ * f16-bf16 classes when there are at least kWarpRowsMin rows, and rows of 112–192 KiB in a
+ * cluster of 2 or 4 blocks of 512 threads (sm_90) that exchange their partial sums through
+ * distributed shared memory.  Or streamed (StreamRow): the row stays in memory and is read
+ * three times (the max, the policy's sums, the gradient), the first from DRAM and the others
+ * from L2, because a block or a cluster's block takes a slice small enough that the slices
+ * of every resident block fit the L2: one block of 256 threads for rows up to 112 KiB (and
+ * for any row where clusters are unavailable), a cluster of kMaxCluster blocks above 192 KiB.
+ * Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
+ * hides the per-row barriers that a row in registers exposes.  Per row: the
  * max M, then the policy's sums relative to M, then the gradient; the reductions are
  * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
  * bitwise reproducible.
@@ -37,7 +41,9 @@
  * Reductions over samples: with 'mean' a label pass sums the divisor (Σ over valid samples
  * of Policy::divisor) first, so the gradient can be scaled in the same pass; the reduced
  * loss goes through per-block (per-cluster) partials in the context's workspace, added in
- * a fixed order by one block (the grid depends on the shape only).  No float atomics, no host
+ * a fixed order by one block (the grid depends on the shape only).  Up to kOneLaunchRows
+ * rows of at most 112 KiB everything is one launch: each block sums the divisor over all
+ * labels itself and the last block to finish adds the partials.  No float atomics, no host
  * synchronisation.  Ignored samples get a zero loss and gradient; invalid labels (neither
  * ignore_index nor in [0, C)) set the context's error slot, a NaN loss and state, and a
  * zero gradient row.  The backward pass recomputes the row's statistics from the logits
@@ -81,6 +87,8 @@ struct RowArgs {
     /* filled by the engine */
     double *part_loss;      /* reduced loss partials, or null */
     const double *divisor;  /* 'mean' divisor (device), or null */
+    unsigned long long *ticket; /* one launch: the context's arrival ticket (the last block
+                                   adds the loss partials) */
     int64_t *error_slot;
 };
 
@@ -105,14 +113,50 @@ template <class P> __device__ __forceinline__ int label_status(const P &a, int64
     return y < 0 || y >= a.C ? kInvalid : kValid;
 }
 
-/* The gradient factor ω shared by every sample (fused, or backward of a reduced loss). */
-__device__ __forceinline__ float common_omega(const RowArgs &a)
+/* The gradient factor ω shared by every sample (fused, or backward of a reduced loss); d:
+ * the 'mean' divisor. */
+__device__ __forceinline__ float common_omega(const RowArgs &a, double d)
 {
     const double up = a.pass == PLOSS_PASS_FUSED ? a.scale : load_dyn(a.grad_loss, a.gl_dtype, 0);
     if (a.reduction != PLOSS_REDUCTION_MEAN)
         return (float)up;
-    const double d = *a.divisor;
     return d != 0.0 ? (float)(up / d) : 0.0f;
+}
+__device__ __forceinline__ float common_omega(const RowArgs &a)
+{
+    return common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? *a.divisor : 1.0);
+}
+
+/* The 'mean' divisor summed by one block over every sample's label, in a fixed order (the
+ * same value in every block). */
+template <int THREADS, class Policy>
+__device__ __forceinline__ double block_divisor(const RowArgs &a, const Policy &pol, int64_t rows)
+{
+    double acc = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += THREADS) {
+        const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
+        const int64_t y = load_label(a, n, s);
+        if (label_status(a, y) == kValid)
+            acc += pol.divisor((int)y);
+    }
+    return block_all_reduce<THREADS>(acc, SumOp{});
+}
+
+/* The reduced loss of a one-launch pass: the block (cluster) whose partial arrives last adds
+ * every partial in a fixed order and stores the loss ('mean': over the divisor, which that
+ * block sums again rather than keep it live through the rows). */
+template <int THREADS, class Policy>
+__device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Policy &pol, int64_t parts, int64_t rows)
+{
+    if (!last_block_arrives(a.ticket, (unsigned long long)parts))
+        return;
+    double acc = 0.0;
+    for (int64_t k = threadIdx.x; k < parts; k += THREADS)
+        acc += __ldcg(a.part_loss + k);
+    const double total = block_reduce<THREADS>(acc, SumOp{});
+    const double d = a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0;
+    if (threadIdx.x == 0)
+        store_state(a.loss, a.loss_dtype, 0, a.reduction == PLOSS_REDUCTION_MEAN ? total / d : total);
 }
 
 __device__ __forceinline__ float sample_omega(const RowArgs &a, float common, int64_t n, int64_t s)
@@ -198,7 +242,7 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
     const float M = row.all_reduce(m, MaxF{});
     typename Policy::Sums sums = pol.zero();
     /* f32 rows keep what term() returns (e^(x−M), say) in place of x when the policy asks */
-    constexpr bool kKeep = Policy::kKeepsTerm && sizeof(T) == sizeof(float);
+    constexpr bool kKeep = Policy::kKeepsTerm && Row::kCanKeep && sizeof(T) == sizeof(float);
     row.template each<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
     sums = row.all_reduce(sums, SumsOp<Policy>{&pol});
     const float om = want_grad ? sample_omega(a, omega_common, n, s) : 0.0f;
@@ -208,6 +252,50 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
     if (want_grad)
         row.write((T *)a.grad + n * a.g_sn + s * a.g_ss, a.g_sc, yi,
                   [&](float v, int j, auto is_y) { return pol.template grad<kKeep>(v, j, is_y, M, r); });
+}
+
+/* All-reduce over a row's LANES·K threads: warp shuffles (LANES = 32), or a block reduction
+ * whose blocks' partials (K > 1) are merged in rank order through distributed shared memory. */
+template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_all_reduce(U v, Op op)
+{
+    if constexpr (LANES == 32) {
+        return warp_all_reduce<32>(v, op);
+    } else {
+        using BR = cub::BlockReduce<U, LANES>;
+        __shared__ typename BR::TempStorage tmp;
+        __shared__ U slot_v, res_v; /* one pair per type U: the max and the policy's sums */
+        U *slot = &slot_v, *res = &res_v;
+        const U b = BR(tmp).Reduce(v, op);
+        const int tid = (int)threadIdx.x;
+        if constexpr (K == 1) {
+            if (tid == 0)
+                *res = b;
+            __syncthreads();
+            const U t = *res;
+            __syncthreads();
+            return t;
+        } else {
+#if PLOSS_ROW_ENGINE_SM90
+            cg::cluster_group cluster = cg::this_cluster();
+            if (tid == 0)
+                *slot = b;
+            cluster.sync();
+            /* lanes 0..K−1 read one rank's partial each, merged by a fixed shuffle tree */
+            if (tid < K) {
+                using WR = cub::WarpReduce<U, K>;
+                __shared__ typename WR::TempStorage wtmp;
+                const U t = WR(wtmp).Reduce(*cluster.map_shared_rank(slot, tid), op);
+                if (tid == 0)
+                    *res = t;
+            }
+            __syncthreads();
+            return *res; /* rewritten only after the cluster barrier that ends the row */
+#else
+            __trap();
+            return b;
+#endif
+        }
+    }
 }
 
 /* ---- the row in registers ------------------------------------------------------------ */
@@ -222,6 +310,7 @@ template <class T, int NV, int LANES, int K> struct RegRow {
     uint4 raw[NV];
     float xh, xt;
     static constexpr int GT = LANES * K;
+    static constexpr bool kCanKeep = true;
     int gi, hc, nfull, jt, off;
     bool hv, tv, lead;
 
@@ -311,56 +400,103 @@ template <class T, int NV, int LANES, int K> struct RegRow {
         if (tv)
             gr[(int64_t)(jt + gi) * gsc] = convert<T>(g(xt, jt + gi, jt + gi == y));
     }
-    /* All-reduce over the row's threads: warp shuffles, or a block reduction whose blocks'
-     * partials (K > 1) are merged in rank order through distributed shared memory. */
     template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
     {
-        if constexpr (LANES == 32) {
-            return warp_all_reduce<32>(v, op);
-        } else {
-            using BR = cub::BlockReduce<U, LANES>;
-            __shared__ typename BR::TempStorage tmp;
-            __shared__ U slot_v, res_v; /* one pair per type U: the max and the policy's sums */
-            U *slot = &slot_v, *res = &res_v;
-            const U b = BR(tmp).Reduce(v, op);
-            const int tid = (int)threadIdx.x;
-            if constexpr (K == 1) {
-                if (tid == 0)
-                    *res = b;
-                __syncthreads();
-                const U t = *res;
-                __syncthreads();
-                return t;
-            } else {
-#if PLOSS_ROW_ENGINE_SM90
-                cg::cluster_group cluster = cg::this_cluster();
-                if (tid == 0)
-                    *slot = b;
-                cluster.sync();
-                /* lanes 0..K−1 read one rank's partial each, merged by a fixed shuffle tree */
-                if (tid < K) {
-                    using WR = cub::WarpReduce<U, K>;
-                    __shared__ typename WR::TempStorage wtmp;
-                    const U t = WR(wtmp).Reduce(*cluster.map_shared_rank(slot, tid), op);
-                    if (tid == 0)
-                        *res = t;
-                }
-                __syncthreads();
-                return *res; /* rewritten only after the cluster barrier that ends the row */
-#else
-                __trap();
-                return b;
-#endif
+        return row_all_reduce<LANES, K>(v, op);
+    }
+};
+
+/* ---- the row streamed from memory ------------------------------------------------------ */
+
+/* One thread's share of a row that stays in memory: each() and write() stream the thread's
+ * vectors (the same interleave as RegRow, kStreamUnroll 16-byte loads in flight per thread)
+ * instead of holding them.  Only the first pass (the max) reads the row from DRAM: a block
+ * (a cluster's block) takes a slice of at most kStreamSlice bytes, so the slices of every
+ * block resident on the card fit the L2 cache and the later passes (the policy's sums, then
+ * the gradient) read it from there.  The gradient pass's loads and stores are streaming
+ * (evict first), to leave the cache to the slices still being read. */
+constexpr int kStreamUnroll = 4;
+constexpr int64_t kStreamSlice = 32 * 1024;
+
+template <class T, int LANES, int K> struct StreamRow {
+    using V = vec16<T>;
+    static constexpr int VEC = V::N;
+    static constexpr int GT = LANES * K;
+    static constexpr bool kCanKeep = false;
+    const T *xr;
+    int gi, hc, nfull, jt, off;
+    bool hv, tv, lead;
+
+    __device__ __forceinline__ void load(const T *row, int C)
+    {
+        xr = row;
+        off = misalign(xr);
+        hc = min((VEC - off) & (VEC - 1), C);
+        nfull = (C - hc) / VEC;
+        jt = hc + nfull * VEC;
+        hv = gi < hc;
+        tv = gi < C - jt;
+    }
+    __device__ __forceinline__ bool leader() const { return lead; }
+    /* v(u, q) for every aligned vector q of this thread, kStreamUnroll loads issued at once;
+     * LAST: the row's last read (streaming loads). */
+    template <bool LAST, class Fn> __device__ __forceinline__ void stream(Fn &&v) const
+    {
+        const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
+        for (int q0 = gi; q0 < nfull; q0 += kStreamUnroll * GT) {
+            uint4 u[kStreamUnroll];
+#pragma unroll
+            for (int k = 0; k < kStreamUnroll; ++k) {
+                const int q = q0 + k * GT;
+                if (q < nfull)
+                    u[k] = LAST ? __ldcs(xv + q) : xv[q];
+            }
+#pragma unroll
+            for (int k = 0; k < kStreamUnroll; ++k) {
+                const int q = q0 + k * GT;
+                if (q < nfull)
+                    v(u[k], q);
             }
         }
+    }
+    template <bool KEEP = false, class F> __device__ __forceinline__ void each(int y, F &&f)
+    {
+        static_assert(!KEEP, "a streamed row keeps nothing");
+        stream<false>([&](uint4 &u, int q) { RegRow<T, 1, LANES, K>::template visit<false>(u, hc + q * VEC, y, f); });
+        if (hv)
+            f(to_acc(xr[gi]), gi, gi == y);
+        if (tv)
+            f(to_acc(xr[jt + gi]), jt + gi, jt + gi == y);
+    }
+    template <class G> __device__ __forceinline__ void write(T *gr, int64_t gsc, int y, G &&g)
+    {
+        const bool gvec = gsc == 1 && misalign(gr) == off;
+        stream<true>([&](uint4 &u, int q) {
+            const int jb = hc + q * VEC;
+            RegRow<T, 1, LANES, K>::template visit<true>(u, jb, y, g);
+            if (gvec)
+                __stcs(reinterpret_cast<uint4 *>(gr + hc) + q, u);
+            else
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    gr[(int64_t)(jb + e) * gsc] = convert<T>(V::get(u, e));
+        });
+        if (hv)
+            gr[(int64_t)gi * gsc] = convert<T>(g(to_acc(xr[gi]), gi, gi == y));
+        if (tv)
+            gr[(int64_t)(jt + gi) * gsc] = convert<T>(g(to_acc(xr[jt + gi]), jt + gi, jt + gi == y));
+    }
+    template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
+    {
+        return row_all_reduce<LANES, K>(v, op);
     }
 };
 
 /* Rows of LANES·K threads in blocks of THREADS threads (THREADS / LANES rows at a time per
  * block or cluster), walked with a grid stride; one loss partial per block (cluster). */
-template <class T, class Policy, int NV, int LANES, int THREADS, int K>
+template <class T, class Policy, class RowT, int LANES, int THREADS, int K, bool ONE = false>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
-    rows_reg(const RowArgs a, const Policy pol, const int64_t rows)
+    rows_kernel(const RowArgs a, const Policy pol, const int64_t rows)
 {
     constexpr int RPB = THREADS / LANES; /* rows per block at a time */
     static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or whole blocks");
@@ -374,11 +510,14 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 #endif
     const int lane = (int)threadIdx.x % LANES, group = (int)threadIdx.x / LANES;
     const int64_t cid = (int64_t)blockIdx.x / K, ncl = (int64_t)gridDim.x / K;
-    const float omega = a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD &&
-                                                            a.reduction == PLOSS_REDUCTION_NONE)
-                            ? common_omega(a)
-                            : 0.0f;
-    RegRow<T, NV, LANES, K> row;
+    float omega = 0.0f;
+    if (a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD && a.reduction == PLOSS_REDUCTION_NONE)) {
+        if constexpr (ONE)
+            omega = common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0);
+        else
+            omega = common_omega(a);
+    }
+    RowT row;
     row.gi = rank * LANES + lane;
     row.lead = row.gi == 0;
     if (lane == 0)
@@ -401,6 +540,8 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
                 t += s_acc[g];
             a.part_loss[cid] = t;
         }
+        if constexpr (ONE)
+            finish_by_last_block<THREADS>(a, pol, ncl, rows);
     }
 #if PLOSS_ROW_ENGINE_SM90
     if constexpr (K > 1)
@@ -521,19 +662,24 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
     return sizeof(T) <= 4 && x_sc == 1 && C >= 2 && C <= (int64_t)1 << 24;
 }
 
-/* The register-row shapes, smallest first: a warp per row (8 rows per block) or a block of
- * 512 threads per row, alone or in a cluster of 2, 4 or 8 (sm_90). */
+/* The row shapes: in registers, a warp per row (8 rows per block) or a cluster of blocks of
+ * 512 threads (sm_90; margin.cu and linear_cross_entropy.cu hold their tile rows in one
+ * block or a cluster of up to kMaxCluster); streamed, a block of 256 threads or a cluster of
+ * kMaxCluster of them per row. */
 constexpr int kRowNV = 8;
 constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: a block per row */
+constexpr int64_t kOneLaunchRows = 1024; /* at most this many rows: one launch in all */
 constexpr int kBlockThreads = 512;
+constexpr int kStreamThreads = 256;
+constexpr int64_t kStreamOneBlock = 112 * 1024; /* bytes: longer rows take a cluster */
+constexpr int64_t kRegisterRowMax = 192 * 1024; /* bytes: longer rows are streamed */
+static_assert(kRegisterRowMax <= 4 * kRowNV * kBlockThreads * 16, "registers of a cluster of 4 blocks");
 
 template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
 template <class T> inline int64_t block_capacity() { return (int64_t)kRowNV * kBlockThreads * vec16<T>::N; }
 
-/* Run Policy on the rows of `a`.  prep(extra, stream) may fill the policy's device data in
- * `extra_bytes` of workspace before any kernel reads it (class weights, say).  Returns
- * PLOSS_ERR_UNSUPPORTED, having launched nothing, when the rows are too long for a cluster
- * of 8 blocks or the device cannot run cluster kernels. */
+/* Run Policy on the rows of `a` (any row length).  prep(extra, stream) may fill the policy's
+ * device data in `extra_bytes` of workspace before any kernel reads it (class weights, say). */
 template <class T, class Policy, class Prep>
 ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Prep &&prep)
 {
@@ -545,20 +691,30 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     const int device = ctx->device.device_id;
     constexpr int VEC = vec16<T>::N;
 
-    /* K = 0: a warp per row; else blocks of 512 threads, K per row.  Short rows go to
-     * blocks too when there are too few of them to fill the card with warps (a block
-     * spreads a row over more threads: lower latency). */
+    /* The shape (measured on the H200, bench/RESULTS.md): K = 0, a warp per row in
+     * registers; rows of at most kStreamOneBlock bytes, or any row when clusters are not
+     * available, streamed by one block; rows up to kRegisterRowMax bytes in the registers of
+     * a cluster of 2 or 4 blocks; longer rows streamed by a cluster of kMaxCluster blocks. */
+    const int64_t row_bytes = a.C * (int64_t)sizeof(T);
+    bool streamed = false;
     int K = 0;
     if (a.C > warp_capacity<T>() || rows < kWarpRowsMin) {
-        K = 1;
-        while (K <= kMaxCluster && (a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
-            K *= 2;
-        if (K > kMaxCluster || (K > 1 && !Policy::kClusters))
-            return PLOSS_ERR_UNSUPPORTED;
+        bool clusters = false;
         if constexpr (Policy::kClusters)
-            if (K > 1 &&
-                !sm90_ready(device, (const void *)rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>))
-                return PLOSS_ERR_UNSUPPORTED;
+            clusters = sm90_ready(device, (const void *)rows_kernel<T, Policy, StreamRow<T, kStreamThreads, kMaxCluster>,
+                                                                    kStreamThreads, kStreamThreads, kMaxCluster>);
+        streamed = true;
+        K = 1;
+        if (clusters && row_bytes > kStreamOneBlock) {
+            if (row_bytes <= kRegisterRowMax) {
+                streamed = false;
+                K = 2;
+                while ((a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
+                    K *= 2;
+            } else {
+                K = kMaxCluster;
+            }
+        }
     }
     /* a grid that depends on the shape only, so the per-block partials are the same on
      * every card */
@@ -569,11 +725,16 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     if (blocks < 1)
         blocks = 1;
 
+    /* Few rows: one launch (every block sums the 'mean' divisor itself; the last block
+     * adds the loss partials); else a label pass first and a final reduction after. */
+    const bool one_launch = streamed && K == 1 && rows > 0 && rows <= kOneLaunchRows;
+    const bool label_pass = mean && !one_launch;
+
     /* workspace: [loss partials | divisor | label partials | policy data] */
     auto up256 = [](size_t b) { return (b + 255) & ~(size_t)255; };
-    const int64_t label_blocks = mean && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * 4, 1024) : 0;
+    const int64_t label_blocks = label_pass && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * 4, 1024) : 0;
     const size_t sz_part = reduced ? up256((size_t)(blocks > 0 ? blocks : 1) * sizeof(double)) : 0;
-    const size_t sz_div = mean ? 256 : 0;
+    const size_t sz_div = label_pass ? 256 : 0;
     const size_t sz_lab = up256((size_t)label_blocks * sizeof(double));
     const size_t total = sz_part + sz_div + sz_lab + up256(extra_bytes);
     char *ws = nullptr;
@@ -585,7 +746,8 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
         ws = (char *)w;
     }
     a.part_loss = reduced ? (double *)ws : nullptr;
-    a.divisor = mean ? (const double *)(ws + sz_part) : nullptr;
+    a.divisor = label_pass ? (const double *)(ws + sz_part) : nullptr;
+    a.ticket = one_launch ? arrival_ticket(ctx) : nullptr;
     a.error_slot = ctx->error_slot;
     if (extra_bytes > 0 || rows > 0) {
         const ploss_status st = prep(ws + sz_part + sz_div + sz_lab, stream, pol);
@@ -593,7 +755,7 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             return st;
     }
 
-    if (mean) {
+    if (label_pass) {
         double *lab = (double *)(ws + sz_part + sz_div);
         if (rows > 0)
             divisor_partials<<<(unsigned)label_blocks, kLabelThreads, 0, stream>>>(a, pol, lab, rows);
@@ -604,27 +766,36 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
 
     if (rows > 0) {
         if (K == 0) {
-            rows_reg<T, Policy, kRowNV, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
+            rows_kernel<T, Policy, RegRow<T, kRowNV, 32, 1>, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
             const ploss_status st = check_launch("row engine (a warp per row)");
             if (st != PLOSS_OK)
                 return st;
-        } else if (K == 1) {
-            rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 1>
-                <<<(unsigned)blocks, kBlockThreads, 0, stream>>>(a, pol, rows);
-            const ploss_status st = check_launch("row engine (a block per row)");
+        } else if (streamed) {
+            constexpr int S = kStreamThreads;
+            ploss_status st = PLOSS_OK;
+            if (K == 1 && one_launch) {
+                rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1, true><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
+                st = check_launch("row engine (a streamed block per row, one launch)");
+            } else if (K == 1) {
+                rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
+                st = check_launch("row engine (a streamed block per row)");
+            } else if constexpr (Policy::kClusters) {
+                st = launch_clusters(rows_kernel<T, Policy, StreamRow<T, S, kMaxCluster>, S, S, kMaxCluster>, blocks, K,
+                                     S, stream, "row engine (streamed)", a, pol, rows);
+            }
             if (st != PLOSS_OK)
                 return st;
         } else if constexpr (Policy::kClusters) {
-            auto kernel = K == 2 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 2>
-                          : K == 4 ? rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 4>
-                                   : rows_reg<T, Policy, kRowNV, kBlockThreads, kBlockThreads, 8>;
-            const ploss_status st = launch_clusters(kernel, blocks, K, kBlockThreads, stream, "row engine", a, pol, rows);
+            constexpr int B = kBlockThreads;
+            auto kernel = K == 2 ? rows_kernel<T, Policy, RegRow<T, kRowNV, B, 2>, B, B, 2>
+                                 : rows_kernel<T, Policy, RegRow<T, kRowNV, B, 4>, B, B, 4>;
+            const ploss_status st = launch_clusters(kernel, blocks, K, B, stream, "row engine", a, pol, rows);
             if (st != PLOSS_OK)
                 return st;
         }
     }
 
-    if (reduced) {
+    if (reduced && !one_launch) {
         return launch_finalize(a.part_loss, rows > 0 ? blocks : 0,
                                a.reduction == PLOSS_REDUCTION_MEAN ? a.divisor : nullptr, a.loss, a.loss_dtype,
                                stream);
