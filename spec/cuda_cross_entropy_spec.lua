@@ -44,12 +44,13 @@ local function make_target(sizes, kind, ignore, dtype_index, seed)
     device = DEV, dtype = dtype_index or "i64" })
 end
 
--- Sizes that reach every kernel path: small C (warp per row), C = 1000 (block per row),
--- C = 32000 and C = 131072 with few rows (online softmax when the row does not fit),
--- N×C×H×W (thread per pixel), odd sizes, one class.
+-- Sizes that reach every kernel path: small C (thread per sample), few rows (a streamed
+-- block per row, all in one launch), 1030 rows of 40 (streamed blocks after a label pass),
+-- C = 32000 (f32: a register cluster), C = 131072 and 300000 (streamed clusters; weighted:
+-- one streamed block per row), N×C×H×W (thread per pixel), odd sizes, one class.
 local SIZES = {
-  { 64, 10 }, { 33, 17 }, { 8, 1000 }, { 3, 4097 }, { 4, 32000 }, { 2, 131072 }, { 5, 1 },
-  { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 3, 1, 4 },
+  { 64, 10 }, { 33, 17 }, { 8, 1000 }, { 3, 4097 }, { 1030, 40 }, { 4, 32000 }, { 2, 131072 }, { 2, 300000 },
+  { 5, 1 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 3, 1, 4 },
 }
 
 local OPTION_SETS = {
