@@ -298,7 +298,7 @@ template <class T, int LANES, int K> struct CosineRow : re::RegRow<float, re::kR
 };
 
 /* The rows of a tile (a.x: rows × C fp32 products, a.grad: their G' rows of T), LANES·K
- * threads a row as the row engine's rows_reg (a warp, a block, or a cluster of K blocks),
+ * threads a row as the row engine's rows_kernel (a warp, a block, or a cluster of K blocks),
  * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row). */
 template <class T, int LANES, int THREADS, int K>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)

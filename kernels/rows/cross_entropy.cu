@@ -8,9 +8,9 @@
  * Class-index targets on rows with a contiguous class axis (x_sc = 1, C > 32, f32/f16/bf16)
  * go to the row engine (kernels/rows/row_engine.cuh, policy_cross_entropy.cuh).  The rest
  * here, chosen by choose_kernel():
- *  - ce_rows_2pass: x_sc = 1 rows the engine does not take (probabilities, f64, rows too
- *    long for its shared memory, no sm_90): a block per row, an online (running max, Σ e, Σ c) pass, then a pass that
- *    re-reads the row (mostly from L2) for the loss terms c·(lse − x) and the gradient.
+ *  - ce_rows_2pass: x_sc = 1 rows the engine does not take (probabilities, f64): a block
+ *    per row, an online (running max, Σ e, Σ c) pass, then a pass that re-reads the row
+ *    (mostly from L2) for the loss terms c·(lse − x) and the gradient.
  *  - ce_samples<CMAX>: class axis strided (N×C×S with x_ss = 1, or small C anywhere): a
  *    thread per sample walks C with stride x_sc so that warps read coalesced; class
  *    indices with C ≤ CMAX (8, 24, 64) are held in registers (one read), CMAX = 0 is the
@@ -171,7 +171,7 @@ template <class T> __device__ __forceinline__ int misalign(const T *ptr)
 /* ------------------------------------------------------------------------------------ */
 
 /* Rows of any length (x_sc = 1), any target kind: a block per row; head / aligned
- * 16-byte vectors / tail as in ce_rows_reg, U vectors in flight per thread. */
+ * 16-byte vectors / tail as in the row engine's rows, U vectors in flight per thread. */
 template <class T, int THREADS>
 __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
     ce_rows_2pass(const ploss_ce_problem p, const Aux aux, const int64_t rows)

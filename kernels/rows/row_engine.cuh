@@ -411,12 +411,11 @@ template <class T, int NV, int LANES, int K> struct RegRow {
 /* One thread's share of a row that stays in memory: each() and write() stream the thread's
  * vectors (the same interleave as RegRow, kStreamUnroll 16-byte loads in flight per thread)
  * instead of holding them.  Only the first pass (the max) reads the row from DRAM: a block
- * (a cluster's block) takes a slice of at most kStreamSlice bytes, so the slices of every
- * block resident on the card fit the L2 cache and the later passes (the policy's sums, then
- * the gradient) read it from there.  The gradient pass's loads and stores are streaming
- * (evict first), to leave the cache to the slices still being read. */
+ * (a cluster's block) takes a slice small enough (run() picks the shape) that the slices of
+ * every block resident on the card fit the L2 cache, and the later passes (the policy's
+ * sums, then the gradient) read it from there.  The gradient pass's loads and stores are
+ * streaming (evict first), to leave the cache to the slices still being read. */
 constexpr int kStreamUnroll = 4;
-constexpr int64_t kStreamSlice = 32 * 1024;
 
 template <class T, int LANES, int K> struct StreamRow {
     using V = vec16<T>;
@@ -667,7 +666,7 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
  * block or a cluster of up to kMaxCluster); streamed, a block of 256 threads or a cluster of
  * kMaxCluster of them per row. */
 constexpr int kRowNV = 8;
-constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: a block per row */
+constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: the block shapes */
 constexpr int64_t kOneLaunchRows = 1024; /* at most this many rows: one launch in all */
 constexpr int kBlockThreads = 512;
 constexpr int kStreamThreads = 256;
