@@ -93,7 +93,11 @@ int ploss_cuda_device_count(void);
  *  call runs its own OpenMP team (OMP_NUM_THREADS threads each).  A CUDA context serves
  *  one thread at a time: every call reuses its workspace, cuBLAS handle and error slot
  *  in stream order, so threads sharing one must serialise their calls (a mutex); the
- *  usual way is a context, with its own stream, per thread.  On either kind,
+ *  usual way is a context, with its own stream, per thread.  The work of two calls on one
+ *  CUDA context must not run at the same time on the device either (a stream switched by
+ *  ploss_ctx_set_stream while work is still queued on the old one, a captured graph
+ *  replayed on another stream beside direct calls): they share the workspace, the error
+ *  slot and the arrival counter of the one-launch reductions.  On either kind,
  *  ploss_ctx_set_stream, ploss_ctx_set_deterministic and ploss_ctx_destroy must not
  *  overlap other calls on that context.  Separate contexts are independent; ploss_alloc,
  *  ploss_free and the memory counters are thread-safe.  Concurrent calls must not write

@@ -417,14 +417,16 @@ __device__ __forceinline__ bool last_block_arrives(unsigned long long *ticket, u
     __shared__ bool last;
     __syncthreads(); /* every thread's share of the partial, before the arrival */
     if (threadIdx.x == 0) {
-        __threadfence();
+        __threadfence(); /* release: this block's partial */
         last = atomicAdd(ticket, 1ull) == blocks - 1;
-        if (last)
+        if (last) {
+            __threadfence(); /* acquire: the others' partials */
             *ticket = 0ull;
+        }
     }
     __syncthreads();
     if (last)
-        __threadfence(); /* the others' partials, after their arrival */
+        __threadfence();
     return last;
 }
 

@@ -42,8 +42,9 @@
  * of Policy::divisor) first, so the gradient can be scaled in the same pass; the reduced
  * loss goes through per-block (per-cluster) partials in the context's workspace, added in
  * a fixed order by one block (the grid depends on the shape only).  Up to kOneLaunchRows
- * rows of at most 112 KiB everything is one launch: each block sums the divisor over all
- * labels itself and the last block to finish adds the partials.  No float atomics, no host
+ * rows on the streamed single-block shape, the rows take one launch (after the policy's
+ * preparation, class weights say): each block sums the divisor over all labels itself and
+ * the last block to finish adds the partials.  No float atomics, no host
  * synchronisation.  Ignored samples get a zero loss and gradient; invalid labels (neither
  * ignore_index nor in [0, C)) set the context's error slot, a NaN loss and state, and a
  * zero gradient row.  The backward pass recomputes the row's statistics from the logits
@@ -142,9 +143,9 @@ __device__ __forceinline__ double block_divisor(const RowArgs &a, const Policy &
     return block_all_reduce<THREADS>(acc, SumOp{});
 }
 
-/* The reduced loss of a one-launch pass: the block (cluster) whose partial arrives last adds
- * every partial in a fixed order and stores the loss ('mean': over the divisor, which that
- * block sums again rather than keep it live through the rows). */
+/* The reduced loss of a one-launch pass (single-block rows): the block whose partial arrives
+ * last adds every partial in a fixed order and stores the loss ('mean': over the divisor,
+ * which that block sums again rather than keep it live through the rows). */
 template <int THREADS, class Policy>
 __device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Policy &pol, int64_t parts, int64_t rows)
 {
@@ -413,8 +414,9 @@ template <class T, int NV, int LANES, int K> struct RegRow {
  * instead of holding them.  Only the first pass (the max) reads the row from DRAM: a block
  * (a cluster's block) takes a slice small enough (run() picks the shape) that the slices of
  * every block resident on the card fit the L2 cache, and the later passes (the policy's
- * sums, then the gradient) read it from there.  The gradient pass's loads and stores are
- * streaming (evict first), to leave the cache to the slices still being read. */
+ * sums, then the gradient) read it from there.  The gradient pass's vector loads and (on a
+ * dense gradient) vector stores are streaming (evict first), to leave the cache to the
+ * slices still being read. */
 constexpr int kStreamUnroll = 4;
 
 template <class T, int LANES, int K> struct StreamRow {
@@ -499,6 +501,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 {
     constexpr int RPB = THREADS / LANES; /* rows per block at a time */
     static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or whole blocks");
+    static_assert(!ONE || K == 1, "one launch: the arrival ticket counts blocks, one partial each");
     __shared__ double s_acc[RPB];
     static_assert(!std::is_same<typename Policy::Sums, float>::value, "Sums: a struct (all_reduce keeps one slot per type)");
 
@@ -677,7 +680,7 @@ static_assert(kRegisterRowMax <= 4 * kRowNV * kBlockThreads * 16, "registers of 
 template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
 template <class T> inline int64_t block_capacity() { return (int64_t)kRowNV * kBlockThreads * vec16<T>::N; }
 
-/* Run Policy on the rows of `a` (any row length).  prep(extra, stream) may fill the policy's
+/* Run Policy on the rows of `a` (any length that serves() takes).  prep(extra, stream) may fill the policy's
  * device data in `extra_bytes` of workspace before any kernel reads it (class weights, say). */
 template <class T, class Policy, class Prep>
 ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Prep &&prep)

@@ -4,7 +4,7 @@
  * the OHEM mining rule in core/engines/rows.h
  *
  * Large-margin, PC-softmax and Taylor CE (order ≤ 10) without mining on rows with a
- * contiguous class axis (C > 32, f32/f16/bf16, any length) go to the row engine first
+ * contiguous class axis (32 < C ≤ 2^24, f32/f16/bf16) go to the row engine first
  * (sample_policies_rows.cu); the kernels here serve the rest.
  *
  * Kernel shapes (one read of the logits from DRAM, one write of the gradient):
