@@ -253,7 +253,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? divisor + 1 : nullptr;
     pol.entropy = want_stats && p->entropy;
     auto no_prep = [](char *, cudaStream_t, re::LinearCrossEntropyPolicy &) { return PLOSS_OK; };
-    const size_t label_size = ploss_dtype_size(p->label_dtype);
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = std::min(B, N - b0);
         const ploss_gemm_problem zg = {rows, Vp, D, 1.0, 0.0, X.row(b0), 0, X.ld, W.data, 1, W.ld, p->dtype,
@@ -273,44 +272,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             if ((st = check_launch("linear cross-entropy (softcap)")))
                 return st;
         }
-        /* the rows of the tile with reduction 'none' (each row's loss to the caller's loss or
-         * to the per-row buffer), ω from the pass (a scalar upstream gradient read by every
-         * row through a zero stride), the 'mean' divisor in the policy */
-        re::RowArgs a = {};
-        a.pass = p->pass;
-        a.reduction = PLOSS_REDUCTION_NONE;
-        a.N = rows;
-        a.S = 1;
-        a.C = C;
-        a.x = tile;
-        a.x_sn = Vp;
-        a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
-        a.t_dtype = p->label_dtype;
-        a.t_sn = p->y_sn;
-        a.ignore_index = p->ignore_index;
-        if (want_grad) {
-            a.grad = tile;
-            a.g_sn = Vp;
-            a.g_sc = 1;
+        re::RowArgs a = re::tile_row_args(*p, b0, rows, C, tile, Vp, tile, Vp, losses, nullptr);
+        if (want_loss && want_stats) {
+            a.state = stats + 2 * b0;
+            a.state_dtype = PLOSS_F32;
+            a.st_sn = 2;
+            a.st_sk = 1;
         }
-        if (want_loss) {
-            a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
-                          : (void *)(losses + b0);
-            a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
-            a.l_sn = none ? p->l_sn : 1;
-            if (want_stats) {
-                a.state = stats + 2 * b0;
-                a.state_dtype = PLOSS_F32;
-                a.st_sn = 2;
-                a.st_sk = 1;
-            }
-        } else {
-            a.grad_loss = none ? (const char *)p->grad_loss + (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
-                               : p->grad_loss;
-            a.gl_dtype = p->gl_dtype;
-            a.gl_sn = none ? p->gl_sn : 0;
-        }
-        a.scale = p->scale;
         st = re::run<T>(ctx, a, pol, 0, no_prep);
         if (st == PLOSS_ERR_UNSUPPORTED)
             st = ploss_error(PLOSS_ERR_UNSUPPORTED,

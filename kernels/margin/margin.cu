@@ -499,7 +499,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     pol.margin = p->margin;
     pol.s = (float)p->margin.s;
     pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor + 1 : nullptr;
-    const size_t label_size = ploss_dtype_size(p->label_dtype);
     for (int64_t c0 = 0; c0 < N; c0 += R) {
         const int64_t crows = std::min(R, N - c0);
         for (int64_t b0 = c0; b0 < c0 + crows; b0 += B) {
@@ -508,46 +507,14 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                            b.tile, K, PLOSS_F32};
             if ((st = ploss_cuda_gemm(ctx, &cg)))
                 return st;
-            /* the rows of the tile: reduction 'none' (each row's loss to the caller's loss or
-             * to the per-row buffer), ω from the pass (a scalar upstream gradient read by every
-             * row through a zero stride), the 'mean' divisor in the policy */
-            re::RowArgs a = {};
-            a.pass = p->pass;
-            a.reduction = PLOSS_REDUCTION_NONE;
-            a.N = rows;
-            a.S = 1;
-            a.C = K;
-            a.x = b.tile;
-            a.x_sn = K;
+            /* the rows of the tile; with drawn classes the labels are their positions */
+            re::RowArgs a = re::tile_row_args(*p, b0, rows, K, b.tile, K, want_grad ? b.gt + (b0 - c0) * K : nullptr,
+                                              K, b.losses, ctx->error_slot);
             if (b.labels) {
                 a.t = b.labels + b0;
                 a.t_dtype = PLOSS_I64;
                 a.t_sn = 1;
-            } else {
-                a.t = (const char *)p->labels + (size_t)(b0 * p->y_sn) * label_size;
-                a.t_dtype = p->label_dtype;
-                a.t_sn = p->y_sn;
             }
-            a.ignore_index = p->ignore_index;
-            if (want_grad) {
-                a.grad = b.gt + (b0 - c0) * K;
-                a.g_sn = K;
-                a.g_sc = 1;
-            }
-            if (want_loss) {
-                a.loss = none ? (char *)p->loss + (size_t)(b0 * p->l_sn) * ploss_dtype_size(p->loss_dtype)
-                              : (void *)(b.losses + b0);
-                a.loss_dtype = none ? p->loss_dtype : PLOSS_F64;
-                a.l_sn = none ? p->l_sn : 1;
-            } else {
-                a.grad_loss = none ? (const char *)p->grad_loss +
-                                         (size_t)(b0 * p->gl_sn) * ploss_dtype_size(p->gl_dtype)
-                                   : p->grad_loss;
-                a.gl_dtype = p->gl_dtype;
-                a.gl_sn = none ? p->gl_sn : 0;
-            }
-            a.scale = p->scale;
-            a.error_slot = ctx->error_slot;
             st = launch_cosine_rows<T>(ctx, a, pol, b.inv_x + b0, b.inv_w, stream);
             if (st == PLOSS_ERR_UNSUPPORTED)
                 st = ploss_error(PLOSS_ERR_UNSUPPORTED,

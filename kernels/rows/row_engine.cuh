@@ -299,23 +299,21 @@ template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_
     }
 }
 
-/* ---- the row in registers ------------------------------------------------------------ */
+/* ---- where a thread's elements of a row lie -------------------------------------------- */
 
-/* One thread's share of a row held in registers: a row is LANES·K threads (LANES = 32: a
- * warp; LANES = THREADS: a block, K > 1: a cluster of K blocks on sm_90); thread
- * gi = rank·LANES + lane holds the row's aligned 16-byte vectors gi, gi + LANES·K, … (NV
- * of them at most) and its head / tail element gi. */
-template <class T, int NV, int LANES, int K> struct RegRow {
+/* A row of C elements of T cut into a head (the < VEC elements before its first 16-byte
+ * boundary), aligned 16-byte vectors and a tail; a row is LANES·K threads (LANES = 32: a
+ * warp; LANES = THREADS: a block, K > 1: a cluster of K blocks on sm_90), thread
+ * gi = rank·LANES + lane takes the vectors gi, gi + LANES·K, … and head / tail element gi.
+ * Shared by the row in registers and the streamed row. */
+template <class T, int LANES, int K> struct RowSplit {
     using V = vec16<T>;
     static constexpr int VEC = V::N;
-    uint4 raw[NV];
-    float xh, xt;
     static constexpr int GT = LANES * K;
-    static constexpr bool kCanKeep = true;
     int gi, hc, nfull, jt, off;
     bool hv, tv, lead;
 
-    __device__ __forceinline__ void load(const T *xr, int C)
+    __device__ __forceinline__ void split(const T *xr, int C)
     {
         off = misalign(xr);
         hc = min((VEC - off) & (VEC - 1), C);
@@ -323,6 +321,37 @@ template <class T, int NV, int LANES, int K> struct RegRow {
         jt = hc + nfull * VEC;
         hv = gi < hc;
         tv = gi < C - jt;
+    }
+    __device__ __forceinline__ bool leader() const { return lead; }
+    template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
+    {
+        return row_all_reduce<LANES, K>(v, op);
+    }
+};
+
+/* ---- the row in registers ------------------------------------------------------------ */
+
+/* One thread's share of a row held in registers: its vectors (NV of them at most) and its
+ * head / tail element, as RowSplit lays them out. */
+template <class T, int NV, int LANES, int K> struct RegRow : RowSplit<T, LANES, K> {
+    using Split = RowSplit<T, LANES, K>;
+    using typename Split::V;
+    using Split::GT;
+    using Split::VEC;
+    using Split::gi;
+    using Split::hc;
+    using Split::hv;
+    using Split::jt;
+    using Split::nfull;
+    using Split::off;
+    using Split::tv;
+    uint4 raw[NV];
+    float xh, xt;
+    static constexpr bool kCanKeep = true;
+
+    __device__ __forceinline__ void load(const T *xr, int C)
+    {
+        this->split(xr, C);
         const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
@@ -332,7 +361,6 @@ template <class T, int NV, int LANES, int K> struct RegRow {
         xh = hv ? to_acc(xr[gi]) : 0.0f;
         xt = tv ? to_acc(xr[jt + gi]) : 0.0f;
     }
-    __device__ __forceinline__ bool leader() const { return lead; }
     /* g(x, j, is_y) for the VEC elements of vector u (classes jb, jb + 1, …); with STORE
      * the results replace the elements.  is_y is std::false_type for a vector that does not
      * hold class y (no per-element test there). */
@@ -401,10 +429,6 @@ template <class T, int NV, int LANES, int K> struct RegRow {
         if (tv)
             gr[(int64_t)(jt + gi) * gsc] = convert<T>(g(xt, jt + gi, jt + gi == y));
     }
-    template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
-    {
-        return row_all_reduce<LANES, K>(v, op);
-    }
 };
 
 /* ---- the row streamed from memory ------------------------------------------------------ */
@@ -419,26 +443,26 @@ template <class T, int NV, int LANES, int K> struct RegRow {
  * slices still being read. */
 constexpr int kStreamUnroll = 4;
 
-template <class T, int LANES, int K> struct StreamRow {
-    using V = vec16<T>;
-    static constexpr int VEC = V::N;
-    static constexpr int GT = LANES * K;
+template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
+    using Split = RowSplit<T, LANES, K>;
+    using typename Split::V;
+    using Split::GT;
+    using Split::VEC;
+    using Split::gi;
+    using Split::hc;
+    using Split::hv;
+    using Split::jt;
+    using Split::nfull;
+    using Split::off;
+    using Split::tv;
     static constexpr bool kCanKeep = false;
     const T *xr;
-    int gi, hc, nfull, jt, off;
-    bool hv, tv, lead;
 
     __device__ __forceinline__ void load(const T *row, int C)
     {
         xr = row;
-        off = misalign(xr);
-        hc = min((VEC - off) & (VEC - 1), C);
-        nfull = (C - hc) / VEC;
-        jt = hc + nfull * VEC;
-        hv = gi < hc;
-        tv = gi < C - jt;
+        this->split(row, C);
     }
-    __device__ __forceinline__ bool leader() const { return lead; }
     /* v(u, q) for every aligned vector q of this thread, kStreamUnroll loads issued at once;
      * LAST: the row's last read (streaming loads). */
     template <bool LAST, class Fn> __device__ __forceinline__ void stream(Fn &&v) const
@@ -486,10 +510,6 @@ template <class T, int LANES, int K> struct StreamRow {
             gr[(int64_t)gi * gsc] = convert<T>(g(to_acc(xr[gi]), gi, gi == y));
         if (tv)
             gr[(int64_t)(jt + gi) * gsc] = convert<T>(g(to_acc(xr[jt + gi]), jt + gi, jt + gi == y));
-    }
-    template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
-    {
-        return row_all_reduce<LANES, K>(v, op);
     }
 };
 
@@ -615,6 +635,51 @@ template <class P> inline RowArgs row_args(const P &p)
     a.loss = p.loss; a.loss_dtype = p.loss_dtype; a.l_sn = p.l_sn; a.l_ss = p.l_ss;
     a.grad_loss = p.grad_loss; a.gl_dtype = p.gl_dtype; a.gl_sn = p.gl_sn; a.gl_ss = p.gl_ss;
     a.scale = p.scale;
+    return a;
+}
+
+/* The rows [b0, b0 + rows) of a GEMM tile (the linear and margin losses) as the engine sees
+ * them: C values per row at x with row stride x_sn, the gradient (if any) in place of them
+ * at grad with row stride g_sn; reduction 'none' (each row's loss to the caller's loss, or
+ * to the per-row f64 sums at row_losses + b0 for a reduced loss), ω from the pass (a scalar
+ * upstream gradient read by every row through a zero stride); the caller's labels.  P: a
+ * problem with the caller's labels, loss and upstream gradient (margin.h,
+ * linear_cross_entropy.h). */
+template <class P>
+inline RowArgs tile_row_args(const P &p, int64_t b0, int64_t rows, int64_t C, const void *x, int64_t x_sn, void *grad,
+                             int64_t g_sn, double *row_losses, int64_t *error_slot)
+{
+    const bool none = p.reduction == PLOSS_REDUCTION_NONE;
+    RowArgs a = {};
+    a.pass = p.pass;
+    a.reduction = PLOSS_REDUCTION_NONE;
+    a.N = rows;
+    a.S = 1;
+    a.C = C;
+    a.x = x;
+    a.x_sn = x_sn;
+    a.t = (const char *)p.labels + (size_t)(b0 * p.y_sn) * ploss_dtype_size(p.label_dtype);
+    a.t_dtype = p.label_dtype;
+    a.t_sn = p.y_sn;
+    a.ignore_index = p.ignore_index;
+    if (p.pass != PLOSS_PASS_FORWARD) {
+        a.grad = grad;
+        a.g_sn = g_sn;
+        a.g_sc = 1;
+    }
+    if (p.pass != PLOSS_PASS_BACKWARD) {
+        a.loss = none ? (char *)p.loss + (size_t)(b0 * p.l_sn) * ploss_dtype_size(p.loss_dtype)
+                      : (void *)(row_losses + b0);
+        a.loss_dtype = none ? p.loss_dtype : PLOSS_F64;
+        a.l_sn = none ? p.l_sn : 1;
+    } else {
+        a.grad_loss = none ? (const char *)p.grad_loss + (size_t)(b0 * p.gl_sn) * ploss_dtype_size(p.gl_dtype)
+                           : p.grad_loss;
+        a.gl_dtype = p.gl_dtype;
+        a.gl_sn = none ? p.gl_sn : 0;
+    }
+    a.scale = p.scale;
+    a.error_slot = error_slot;
     return a;
 }
 
