@@ -1164,8 +1164,9 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
- *                 on the CPU.
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
+ *                 the aspect term's atan2 is a polynomial within 1e-7 and the reciprocals are
+ *                 within an ulp), in f64 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -1242,8 +1243,9 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
- *                 on the CPU.
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
+ *                 the aspect term's atan2 is a polynomial within 1e-7 and the reciprocals are
+ *                 within an ulp), in f64 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -1321,8 +1323,9 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
- *                 on the CPU.
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
+ *                 the aspect term's atan2 is a polynomial within 1e-7 and the reciprocals are
+ *                 within an ulp), in f64 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
@@ -1402,8 +1405,9 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * losses.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
- *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64), in f64
- *                 on the CPU.
+ *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
+ *                 the aspect term's atan2 is a polynomial within 1e-7 and the reciprocals are
+ *                 within an ulp), in f64 on the CPU.
  * in  target      N×4 ground-truth boxes in the input's box_format, any float dtype, any
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its

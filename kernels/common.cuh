@@ -26,7 +26,8 @@
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
  *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx): the last block of a grid
  *    finishes a reduction in the same launch (no float atomics, fixed order).
- *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops.
+ *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops;
+ *    resident_blocks(kernel, threads, fallback): the grid of one full wave.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
  *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
  *  - check_launch(what): the launch error, if any, as a ploss status.
@@ -445,6 +446,24 @@ inline unsigned grid_blocks(int64_t n, int threads, int64_t cap = 65535ll * 16)
     if (b > cap)
         b = cap;
     return (unsigned)b;
+}
+
+/* Blocks of `kernel` (`threads` threads, no dynamic shared memory) resident on the current
+ * device at once, at least 1; `fallback` when the device cannot say.  A grid-stride loop over
+ * many light items launched with this many blocks keeps every SM full with one wave and
+ * spreads each thread's fixed costs (setup, the block reduction) over many items.  The grid
+ * then depends on the card: sums made in it are bitwise repeatable on one card model, not
+ * across models. */
+template <class Kernel> inline int64_t resident_blocks(Kernel kernel, int threads, int64_t fallback)
+{
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for the next check_launch */
+        return fallback;
+    }
+    return sms > 0 && per_sm > 0 ? (int64_t)sms * per_sm : fallback;
 }
 
 __device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }

@@ -147,7 +147,8 @@ local SHAPE = {
   },
   boxes = {
     input = "N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'), f32/f16/bf16/f64, any " ..
-      "strides; computed in fp32 on CUDA (f64 for f64), in f64 on the CPU.",
+      "strides; computed in fp32 on CUDA (f64 for f64; in fp32 the aspect term's atan2 is a polynomial " ..
+      "within 1e-7 and the reciprocals are within an ulp), in f64 on the CPU.",
     loss = "NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 " ..
       "for f64 input).  MEAN divides by the number of boxes that are not ignored.",
     grad_loss = "NONE: N values; MEAN / SUM: one element; f32 or f64.",

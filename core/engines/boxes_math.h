@@ -5,7 +5,10 @@
  *   REAL        the compute type
  *   F(name)     name with the type's suffix
  *   BOX_FN      the qualifiers of a function (static inline; __device__ __forceinline__)
- *   ATAN2       the type's atan2
+ *   ATAN2       the type's atan2 (only ever called with x >= 0)
+ * and optionally BOX_FMAX, BOX_FMIN: the type's fmax and fmin (one instruction on a GPU;
+ * the same values as the comparisons otherwise used, NaN aside, which makes the loss NaN
+ * either way), and BOX_RCP: 1/x within an ulp (default: the division)
  * defined, once per compute type (no include guard).  Plain C that nvcc also compiles.
  * Internal.
  *
@@ -24,14 +27,23 @@
  * ones (PyTorch's maximum/minimum), a clamped overlap passes none.
  */
 
+#ifndef BOX_RCP
+#define BOX_RCP(x) ((REAL)1 / (x))
+#endif
+
 /* ∂max(a, b)/∂a (= ∂min(b, a)/∂a): 1, ½ on a tie, 0. */
 BOX_FN REAL F(box_tie)(REAL a, REAL b)
 {
     return a > b ? (REAL)1 : a == b ? (REAL)0.5 : (REAL)0;
 }
 
+#ifdef BOX_FMAX
+BOX_FN REAL F(box_max)(REAL a, REAL b) { return BOX_FMAX(a, b); }
+BOX_FN REAL F(box_min)(REAL a, REAL b) { return BOX_FMIN(a, b); }
+#else
 BOX_FN REAL F(box_max)(REAL a, REAL b) { return a >= b ? a : b; }
 BOX_FN REAL F(box_min)(REAL a, REAL b) { return a <= b ? a : b; }
+#endif
 
 /* The four numbers r of a box in `format` as (x1, y1, x2, y2) in b; returns 0 when the box
  * is invalid (x2 < x1 or y2 < y1; a negative width or height), 1 otherwise (NaN passes). */
@@ -96,7 +108,7 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
         }
         iou = 0;
     } else {
-        const REAL rD = 1 / (U + eps0); /* one division: the rest are products */
+        const REAL rD = BOX_RCP(U + eps0); /* one reciprocal: the rest are products */
         iou = I * rD;
         dI = -rD;
         dU = iou * rD;
@@ -108,9 +120,10 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
     if (kind == PLOSS_BOX_GIOU) {
         const REAL Ac = cw * ch, Dc = Ac + eps0;
         if (Dc != 0) { /* Dc = 0 only with ε₀ = 0 and A_C = U = 0: the term is 0 */
-            s -= (Ac - U) / Dc;
-            dU -= 1 / Dc;
-            const REAL dAc = (U + eps0) / (Dc * Dc);
+            const REAL rDc = BOX_RCP(Dc);
+            s -= (Ac - U) * rDc;
+            dU -= rDc;
+            const REAL dAc = (U + eps0) * rDc * rDc;
             dcw = dAc * ch;
             dch = dAc * cw;
         }
@@ -118,7 +131,7 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
         const REAL c2 = cw * cw + ch * ch + eps;
         const REAL dx = (x2 + x1) / 2 - (X1 + X2) / 2, dy = (y2 + y1) / 2 - (Y1 + Y2) / 2;
         if (c2 > 0) { /* c2 = 0 only with ε = 0 for two equal points: ρ² = 0 */
-            const REAL rho2 = dx * dx + dy * dy, rc2 = 1 / c2, d = rho2 * rc2;
+            const REAL rho2 = dx * dx + dy * dy, rc2 = BOX_RCP(c2), d = rho2 * rc2;
             s -= d;
             const REAL dc2 = -d * rc2;
             ddx = 2 * dx * rc2;
@@ -130,16 +143,18 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
             const REAL k = (REAL)0.40528473456935108578; /* 4/π² */
             /* atan2(W, H) − atan2(w, h) as one atan2: the angle between (H, W) and (h, w),
              * from their cross and dot products (both vectors in the first quadrant: the
-             * dot is >= 0, the angle in [−π/2, π/2]); a box of zero size has no direction
-             * (atan2(0, 0) = 0), so there the two angles are taken apart */
-            const REAL diff = (w == 0 && h == 0) || (W == 0 && H == 0) ? ATAN2(W, H) - ATAN2(w, h)
-                                                                       : ATAN2(W * h - w * H, H * h + W * w);
+             * dot is >= 0, the angle in [−π/2, π/2]).  A box of zero size has no direction
+             * (atan2(0, 0) = 0): then the angle is the other box's, atan2(W, H) or
+             * −atan2(w, h) = atan2(−w, h); cross and dot are both 0 only then. */
+            const REAL cross = W * h - w * H, dot = H * h + W * w;
+            const int pz = w == 0 && h == 0, tz = !pz && cross == 0 && dot == 0;
+            const REAL diff = ATAN2(pz ? W : tz ? -w : cross, pz ? H : tz ? h : dot);
             const REAL v = k * diff * diff;
-            const REAL alpha = v > 0 ? v / (1 - iou + v + eps) : (REAL)0;
+            const REAL alpha = v > 0 ? v * BOX_RCP(1 - iou + v + eps) : (REAL)0;
             s -= alpha * v;
             /* ∂(α·v)/∂atan2(w, h) = −2kα·diff; ∂atan2(w, h)/∂(w, h) = (h, −w)/(w² + h²) */
             const REAL r2 = w * w + h * h;
-            const REAL scale = paper ? (REAL)1 : r2 > 0 ? 1 / r2 : (REAL)0;
+            const REAL scale = paper ? (REAL)1 : r2 > 0 ? BOX_RCP(r2) : (REAL)0;
             const REAL da = -2 * k * alpha * diff * scale;
             dw += da * h;
             dh -= da * w;
@@ -154,9 +169,11 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
     dh += dU * w;
     const REAL dow = overlap ? dI * oh : (REAL)0, doh = overlap ? dI * ow : (REAL)0;
     /* ow = min(x2, X2) − max(x1, X1), cw = max(x2, X2) − min(x1, X1), dx = (x1 + x2)/2 − … */
-    g[0] = -dw - dow * F(box_tie)(x1, X1) - dcw * F(box_tie)(X1, x1) + ddx / 2;
-    g[2] = dw + dow * F(box_tie)(X2, x2) + dcw * F(box_tie)(x2, X2) + ddx / 2;
-    g[1] = -dh - doh * F(box_tie)(y1, Y1) - dch * F(box_tie)(Y1, y1) + ddy / 2;
-    g[3] = dh + doh * F(box_tie)(Y2, y2) + dch * F(box_tie)(y2, Y2) + ddy / 2;
+    const REAL tx1 = F(box_tie)(x1, X1), ty1 = F(box_tie)(y1, Y1); /* box_tie(b, a) = 1 − box_tie(a, b) */
+    const REAL tx2 = F(box_tie)(x2, X2), ty2 = F(box_tie)(y2, Y2);
+    g[0] = -dw - dow * tx1 - dcw * (1 - tx1) + ddx / 2;
+    g[2] = dw + dow * (1 - tx2) + dcw * tx2 + ddx / 2;
+    g[1] = -dh - doh * ty1 - dch * (1 - ty1) + ddy / 2;
+    g[3] = dh + doh * (1 - ty2) + dch * ty2 + ddy / 2;
     return s;
 }

@@ -4,21 +4,27 @@
  * fp32 (f64 for f64 input).
  *
  * One kernel, boxes_kernel<T, VEC, KIND> (KIND the loss, a constant: each instance keeps only
- * its own maths), a thread per box in a grid-stride loop, reads the 8
- * numbers of a box pair once and writes its loss (NONE) and its 4 gradients in the same
- * pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned to a
- * box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
- * otherwise any strides, and a target of any float dtype.  Boxes with x2 < x1 or y2 < y1
- * (not ignored) are reported through the context's error slot and get a NaN loss and a
- * zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one partial per
- * block in the context's workspace (a grid that depends on N only), then the last block to
- * finish adds the partials in a fixed order — deterministic, no float atomics, no host
- * synchronisation, one launch.
+ * its own maths), a thread per box in a grid-stride loop over one wave of resident blocks,
+ * reads the 8 numbers of a box pair once and writes its loss (NONE) and its 4 gradients in
+ * the same pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned
+ * to a box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
+ * otherwise any strides, and a target of any float dtype.  Both read the box_format at run
+ * time and run the same maths, so that they give bitwise the same results (a constant xyxy
+ * in one of them would let the compiler contract other products into FMAs there).  The
+ * maths, not the memory, bounds CIoU here, so the instructions per box are what counts: one
+ * wave of resident blocks (not a block per 256 boxes) spreads each thread's setup and the
+ * block reduction over many boxes, and f32 uses the atan2 and reciprocal below.  Boxes with
+ * x2 < x1 or y2 < y1 (not ignored) are reported through the context's error slot and get a
+ * NaN loss and a zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one
+ * partial per block in the context's workspace, then the last block to finish adds the
+ * partials in a fixed order — no float atomics, no host synchronisation, one launch; bitwise
+ * repeatable on a card model (the grid is the card's one wave).
  * MEAN with an ignore mask divides by the boxes kept, counted before the main kernel
  * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
  */
 #include <math_constants.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common.cuh"
@@ -27,22 +33,65 @@
 namespace ploss_cuda {
 namespace {
 
+/* atan2(y, x) for x >= 0 (all boxes_math.h asks) in f32: the octant by |y| against x, then
+ * a degree-17 odd polynomial of atan on [0, 1] (fitted for this file, absolute error below
+ * 7e-8 in f32 arithmetic): a quarter of the instructions of atan2f, whose quadrant logic and
+ * correctly rounded division weigh on compute-bound CIoU.  A NaN argument gives a number
+ * here, but a NaN coordinate makes the IoU terms, and so the loss, NaN anyway. */
+__device__ __forceinline__ float box_atan2_f32(float y, float x)
+{
+    const float a = fabsf(y), lo = fminf(a, x), hi = fmaxf(a, x);
+    const float t = hi > 0 ? __fdividef(lo, hi) : 0.f, s = t * t;
+    float q = 2.435108414e-03f;
+    q = fmaf(q, s, -1.430982072e-02f);
+    q = fmaf(q, s, 3.962171078e-02f);
+    q = fmaf(q, s, -7.220119983e-02f);
+    q = fmaf(q, s, 1.049119979e-01f);
+    q = fmaf(q, s, -1.415892243e-01f);
+    q = fmaf(q, s, 1.998554319e-01f);
+    q = fmaf(q, s, -3.333257139e-01f);
+    q = fmaf(q, s, 9.999998808e-01f);
+    const float r = q * t;
+    return copysignf(a > x ? CUDART_PIO2_F - r : r, y);
+}
+
+/* 1/x in f32 within an ulp: the hardware's approximation and one Newton step on its exact
+ * residual (unbiased: a sum over many boxes keeps f32 accuracy), without the range check
+ * and slow path of a correctly rounded division; 0 and ±inf results pass unrefined. */
+__device__ __forceinline__ float box_rcp_f32(float x)
+{
+    float r;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    const float e = fmaf(-x, r, 1.f);
+    return fabsf(r) < CUDART_INF_F && r != 0.f ? fmaf(r, e, r) : r;
+}
+
+#define BOX_FN __device__ __forceinline__
 #define REAL float
 #define F(name) name##_f32
-#define BOX_FN __device__ __forceinline__
-#define ATAN2 atan2f
+#define ATAN2 box_atan2_f32
+#define BOX_FMAX fmaxf
+#define BOX_FMIN fminf
+#define BOX_RCP box_rcp_f32
 #include "boxes_math.h"
 #undef REAL
 #undef F
 #undef ATAN2
+#undef BOX_FMAX
+#undef BOX_FMIN
+#undef BOX_RCP
 #define REAL double
 #define F(name) name##_f64
 #define ATAN2 atan2
+#define BOX_FMAX fmax
+#define BOX_FMIN fmin
 #include "boxes_math.h"
 #undef REAL
 #undef F
 #undef BOX_FN
 #undef ATAN2
+#undef BOX_FMAX
+#undef BOX_FMIN
 
 __device__ __forceinline__ int box_to_xyxy(int format, const float *r, float *b) { return box_to_xyxy_f32(format, r, b); }
 __device__ __forceinline__ int box_to_xyxy(int format, const double *r, double *b) { return box_to_xyxy_f64(format, r, b); }
@@ -91,9 +140,10 @@ template <class A> __device__ __forceinline__ A reduced_omega(const ploss_boxes_
     return (A)up;
 }
 
-/* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths. */
+/* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths.
+ * With fp32 maths at most 40 registers: six blocks per SM. */
 template <class T, bool VEC, int KIND>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, sizeof(acc_t<T>) == 4 ? 6 : 1)
 boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials,
              unsigned long long *ticket)
 {
@@ -240,7 +290,7 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
                      dense_boxes(p->t, p->t_dtype, p->t_sn, p->t_sk) &&
                      (!want_grad || dense_boxes(p->grad, p->x_dtype, p->g_sn, p->g_sk));
 
-    /* workspace: the block partials, then the count of kept boxes */
+    /* workspace: the block partials (at most `blocks`), then the count of kept boxes */
     const unsigned blocks = grid_blocks(p->n, THREADS, MAX_BLOCKS);
     double *partials = NULL;
     unsigned long long *kept = NULL;
@@ -266,10 +316,9 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
         using T = typename decltype(tag)::type;
         auto launch = [&](auto kind) {
             constexpr int K = decltype(kind)::value;
-            if (vec)
-                boxes_kernel<T, true, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
-            else
-                boxes_kernel<T, false, K><<<blocks, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
+            auto kernel = vec ? boxes_kernel<T, true, K> : boxes_kernel<T, false, K>;
+            const unsigned grid = (unsigned)std::min<int64_t>(blocks, resident_blocks(kernel, THREADS, blocks));
+            kernel<<<grid, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
         };
         switch (p->kind) {
         case PLOSS_BOX_IOU: launch(std::integral_constant<int, PLOSS_BOX_IOU>()); break;
