@@ -12,6 +12,9 @@
 template <class A> __host__ __device__ __forceinline__ A ploss_taylor_poly(A v, int n)
 {
     A f = 1;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1 /* n is known at run time only: one copy of the step (of its division) */
+#endif
     for (int k = n; k >= 1; --k)
         f = (A)1 + f * v / (A)k;
     return f;

@@ -13,9 +13,9 @@
  *    and a cancellation-free log1p, see fast_element), other γ through element() with its
  *    kink handling, the pointwise kinds in one kernel that switches on the kind; a scalar
  *    tail of numel % N elements.
- *  - sigmoid_kernel<T, TT, DENSE>: everything else (strides, broadcast weight/pos_weight,
- *    mixed target dtype, misaligned views, elementwise upstream gradient), with the
- *    accurate libdevice functions.  A dense problem (one collapsed axis) walks k·stride;
+ *  - sigmoid_kernel<T, DENSE>: everything else (strides, broadcast weight/pos_weight, a
+ *    target of another float dtype (read by its dtype at run time), misaligned views,
+ *    elementwise upstream gradient), with the accurate libdevice functions.  A dense problem (one collapsed axis) walks k·stride;
  *    any other layout decodes the row-major index once per element.
  * Reduced losses are summed in the same pass: per-thread sums, a CUB block reduction, one
  * partial per block in the context's workspace (a fixed grid that depends on the element
@@ -224,13 +224,12 @@ template <class A> __device__ __forceinline__ A reduced_omega(const ploss_sigmoi
  * gradient.  omega_host: ω of a fused pass; backward reads the upstream gradient here.
  * The offsets of element k are decoded once: the load phase keeps the two output offsets
  * it needs (loss or elementwise upstream gradient, gradient) for the store phase. */
-template <class T, class TT, bool DENSE>
+template <class T, bool DENSE>
 __global__ void __launch_bounds__(THREADS, 4)
 sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partials)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
-    const TT *t = (const TT *)p.t;
     T *grad = (T *)p.grad;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
@@ -251,7 +250,7 @@ sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partial
             if (k < p.numel) {
                 const offsets o = offsets_of<DENSE>(p, k);
                 xv[u] = to_acc(x[o.x]);
-                yv[u] = to_acc(t[o.t]);
+                yv[u] = load_float_dyn<A>(p.t, p.t_dtype, o.t);
                 wv[u] = p.w ? load_float_dyn<A>(p.w, p.w_dtype, o.w) : A(1);
                 pwv[u] = p.pw ? load_float_dyn<A>(p.pw, p.pw_dtype, o.pw) : A(1);
                 o_out[u] = per_element_up ? o.gl : o.l;
@@ -619,12 +618,12 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
         using T = typename decltype(xtag)::type;
         if (fast)
             return launch_fast<T>(p, blocks, stream, omega, partials);
-        return dispatch_float(p->t_dtype, "target", [&](auto ttag) {
-            using TT = typename decltype(ttag)::type;
+        /* the target's dtype checked here, read by the kernel at run time */
+        return dispatch_float(p->t_dtype, "target", [&](auto) {
             if (dense)
-                sigmoid_kernel<T, TT, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+                sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
             else
-                sigmoid_kernel<T, TT, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+                sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
             return check_launch("sigmoid_kernel");
         });
     });

@@ -116,6 +116,11 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
         atomicAdd(w.pairs, count);
 }
 
+/* An element of the upstream gradient of any dtype: out of line, for the per-pixel upstream
+ * of a backward pass with reduction 'none' is read at each of up to (2k − 1)² partners, and
+ * inlined there its dtype switch would be most of the kernels' code. */
+__device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, int64_t i) { return load_dyn(g, dt, i); }
+
 template <class T, int K>
 __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
     window_main(const ploss_region_problem p, Src<T> src, int cc, Work<acc_t<T>> w)
@@ -186,7 +191,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
     /* ℓ_p and the factors */
     const int per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     const auto upstream = [&](int64_t hh, int64_t ww) {
-        return (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
+        return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
     };
     const unsigned long long pairs = *w.pairs;
     double base = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;

@@ -33,7 +33,13 @@ constexpr int PPT = 8;                 /* pixels per thread */
 constexpr int TILE = THREADS * PPT;    /* pixels of one sample per block */
 constexpr int OUTSIDE = -2;            /* a thread's pixel slot past the sample's end */
 
-template <class A> __device__ __forceinline__ A power(A s, A e) { return e == A(1) ? s : e == A(2) ? s * s : m_pow(s, e); }
+/* s^e: the exponents 1 and 2 inline; any other through one out-of-line copy of pow (inlined
+ * at each of a thread's PPT pixels it would multiply the build's code for a rare case). */
+template <class A> __device__ __noinline__ A power_general(A s, A e) { return m_pow(s, e); }
+template <class A> __device__ __forceinline__ A power(A s, A e)
+{
+    return e == A(1) ? s : e == A(2) ? s * s : power_general(s, e);
+}
 __device__ __forceinline__ float m_rcp(float v) { return __frcp_rn(v); }
 __device__ __forceinline__ double m_rcp(double v) { return 1.0 / v; }
 

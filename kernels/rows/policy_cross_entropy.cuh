@@ -24,6 +24,7 @@ template <bool W> struct CrossEntropyPolicy {
     /* weighted long rows are streamed by one block: they are rare, and the build is spared
      * the cluster instances */
     static constexpr bool kClusters = !W;
+    static constexpr bool kRegisterRows = true;
     float a, b;          /* smoothing: target a·[j = y] + b */
     const float *w;      /* class weights as f32 (workspace), or null */
     const double *wsum;  /* Σ_j w_j (workspace), with w */

@@ -26,6 +26,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     static constexpr int kState = 2; /* lse, entropy */
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kClusters = true;
+    static constexpr bool kRegisterRows = true;
     float z_loss;
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */

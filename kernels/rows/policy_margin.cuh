@@ -26,6 +26,7 @@ struct MarginPolicy {
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kMaxExcludesY = true;
     static constexpr bool kClusters = true;
+    static constexpr bool kRegisterRows = true;
     ploss_margin margin;
     float s;
     /* 'mean': 1/(rows not ignored) on the device, multiplied into ω; null: 1 */

@@ -25,6 +25,7 @@ struct LargeMarginPolicy {
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kMaxExcludesY = true;
     static constexpr bool kClusters = false;
+    static constexpr bool kRegisterRows = false; /* rare short rows: streamed, a smaller build */
     float half_lam, u;
 
     struct Sums {
@@ -98,6 +99,7 @@ struct PcSoftmaxPolicy {
     static constexpr bool kKeepsTerm = true; /* term() gives w_j·e_j */
     static constexpr bool kMaxExcludesY = false;
     static constexpr bool kClusters = false;
+    static constexpr bool kRegisterRows = false; /* rare short rows: streamed, a smaller build */
     const float *w; /* priors as f32 (workspace) */
 
     struct Sums {
@@ -150,6 +152,7 @@ struct TaylorPolicy {
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kMaxExcludesY = false;
     static constexpr bool kClusters = false;
+    static constexpr bool kRegisterRows = false; /* rare short rows: streamed, a smaller build */
     int order;
 
     struct Sums {

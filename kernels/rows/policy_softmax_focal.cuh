@@ -20,6 +20,7 @@ struct SoftmaxFocalPolicy {
     static constexpr bool kKeepsTerm = true; /* term() gives e_j */
     static constexpr bool kMaxExcludesY = false;
     static constexpr bool kClusters = true;
+    static constexpr bool kRegisterRows = true;
     float gamma;
     const float *alpha; /* per-class α as f32 (workspace), or null */
 

@@ -11,6 +11,9 @@
  *       static constexpr bool kMaxExcludesY;        M: the max over j ≠ y (else over all j)
  *       static constexpr bool kClusters;            long rows may take a cluster (its kernels
  *                                                   instantiated), else one streamed block
+ *       static constexpr bool kRegisterRows;        short rows held in a warp's registers,
+ *                                                   else streamed by a warp (fewer copies of
+ *                                                   the policy's code in the build)
  *       float term(Sums &, float x, int j, IsY is_y, float M) const;  element j; is_y: j = y
  *                                                   (bool, or std::false_type where known)
  *       Row finish(const Sums &, int y, float M, float omega) const;
@@ -25,9 +28,10 @@
  * in registers (RegRow) as 16-byte vectors (kRowNV per thread), cut into a head (the < VEC
  * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
  * length and alignment are served: a warp per row (8 rows per block) up to 1024 f32 / 2048
- * f16-bf16 classes when there are at least kWarpRowsMin rows, and rows of 112–192 KiB in a
- * cluster of 2 or 4 blocks of 512 threads (sm_90) that exchange their partial sums through
- * distributed shared memory.  Or streamed (StreamRow): the row stays in memory and is read
+ * f16-bf16 classes when there are at least kWarpRowsMin rows (streamed by the warp instead
+ * for a policy without kRegisterRows), and f32 rows of 112–192 KiB in a cluster of 2 or 4
+ * blocks of 512 threads (sm_90) that exchange their partial sums through distributed shared
+ * memory.  Or streamed (StreamRow): the row stays in memory and is read
  * three times (the max, the policy's sums, the gradient), the first from DRAM and the others
  * from L2, because a block or a cluster's block takes a slice small enough that the slices
  * of every resident block fit the L2: one block of 256 threads for rows up to 112 KiB (and
@@ -514,14 +518,17 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
 };
 
 /* Rows of LANES·K threads in blocks of THREADS threads (THREADS / LANES rows at a time per
- * block or cluster), walked with a grid stride; one loss partial per block (cluster). */
-template <class T, class Policy, class RowT, int LANES, int THREADS, int K, bool ONE = false>
+ * block or cluster), walked with a grid stride; one loss partial per block (cluster).  A
+ * streamed single-block kernel also serves the one-launch reductions (a.ticket set: the
+ * arrival ticket counts blocks, one partial each); the other shapes are compiled without
+ * that code, which would cost the register rows registers. */
+template <class T, class Policy, class RowT, int LANES, int THREADS, int K>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     rows_kernel(const RowArgs a, const Policy pol, const int64_t rows)
 {
     constexpr int RPB = THREADS / LANES; /* rows per block at a time */
+    constexpr bool kMayOne = K == 1 && LANES == THREADS && !RowT::kCanKeep;
     static_assert(LANES == 32 || LANES == THREADS, "a row is a warp or whole blocks");
-    static_assert(!ONE || K == 1, "one launch: the arrival ticket counts blocks, one partial each");
     __shared__ double s_acc[RPB];
     static_assert(!std::is_same<typename Policy::Sums, float>::value, "Sums: a struct (all_reduce keeps one slot per type)");
 
@@ -534,7 +541,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     const int64_t cid = (int64_t)blockIdx.x / K, ncl = (int64_t)gridDim.x / K;
     float omega = 0.0f;
     if (a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD && a.reduction == PLOSS_REDUCTION_NONE)) {
-        if constexpr (ONE)
+        if (kMayOne && a.ticket)
             omega = common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0);
         else
             omega = common_omega(a);
@@ -562,7 +569,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
                 t += s_acc[g];
             a.part_loss[cid] = t;
         }
-        if constexpr (ONE)
+        if (kMayOne && a.ticket)
             finish_by_last_block<THREADS>(a, pol, ncl, rows);
     }
 #if PLOSS_ROW_ENGINE_SM90
@@ -760,8 +767,10 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
 
     /* The shape (measured on the H200, bench/RESULTS.md): K = 0, a warp per row in
      * registers; rows of at most kStreamOneBlock bytes, or any row when clusters are not
-     * available, streamed by one block; rows up to kRegisterRowMax bytes in the registers of
-     * a cluster of 2 or 4 blocks; longer rows streamed by a cluster of kMaxCluster blocks. */
+     * available, streamed by one block; f32 rows up to kRegisterRowMax bytes in the registers
+     * of a cluster of 2 or 4 blocks (16-bit rows are streamed there: the register clusters
+     * are built for f32 only); longer rows streamed by a cluster of kMaxCluster blocks. */
+    constexpr bool kRegisterClusters = Policy::kClusters && sizeof(T) == sizeof(float);
     const int64_t row_bytes = a.C * (int64_t)sizeof(T);
     bool streamed = false;
     int K = 0;
@@ -773,7 +782,7 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
         streamed = true;
         K = 1;
         if (clusters && row_bytes > kStreamOneBlock) {
-            if (row_bytes <= kRegisterRowMax) {
+            if (kRegisterClusters && row_bytes <= kRegisterRowMax) {
                 streamed = false;
                 K = 2;
                 while ((a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
@@ -833,17 +842,17 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
 
     if (rows > 0) {
         if (K == 0) {
-            rows_kernel<T, Policy, RegRow<T, kRowNV, 32, 1>, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
+            if constexpr (Policy::kRegisterRows)
+                rows_kernel<T, Policy, RegRow<T, kRowNV, 32, 1>, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
+            else
+                rows_kernel<T, Policy, StreamRow<T, 32, 1>, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, rows);
             const ploss_status st = check_launch("row engine (a warp per row)");
             if (st != PLOSS_OK)
                 return st;
         } else if (streamed) {
             constexpr int S = kStreamThreads;
             ploss_status st = PLOSS_OK;
-            if (K == 1 && one_launch) {
-                rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1, true><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
-                st = check_launch("row engine (a streamed block per row, one launch)");
-            } else if (K == 1) {
+            if (K == 1) { /* one launch or not: a.ticket says */
                 rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
                 st = check_launch("row engine (a streamed block per row)");
             } else if constexpr (Policy::kClusters) {
@@ -852,7 +861,7 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             }
             if (st != PLOSS_OK)
                 return st;
-        } else if constexpr (Policy::kClusters) {
+        } else if constexpr (kRegisterClusters) {
             constexpr int B = kBlockThreads;
             auto kernel = K == 2 ? rows_kernel<T, Policy, RegRow<T, kRowNV, B, 2>, B, B, 2>
                                  : rows_kernel<T, Policy, RegRow<T, kRowNV, B, 4>, B, B, 4>;

@@ -1385,6 +1385,9 @@ ploss_status run_tiles(ploss_ctx_t *ctx, const ploss_sample_problem *p, const RO
     });
 }
 
+template <class Op> struct is_taylor_op : std::false_type {};
+template <class A> struct is_taylor_op<TaylorOp<A>> : std::true_type {};
+
 /* The row-group path (any C, f64, Taylor with f64 internals). */
 template <int G, class T, class Op>
 ploss_status run_groups(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &op, Aux<typename Op::acc> aux,
@@ -1394,11 +1397,12 @@ ploss_status run_groups(ploss_ctx_t *ctx, const ploss_sample_problem *p, const O
     using LT = std::conditional_t<std::is_same<T, double>::value, double, float>;
     cudaStream_t stream = stream_of(ctx);
     ploss_status st = PLOSS_OK;
-    if (p->ohem)
-        st = run_select(ctx, p, aux.mine, [&](int level) {
-            score_kernel<G, T, A><<<blocks, THREADS, 0, stream>>>(*p, aux, level);
-            return check_launch("sample_policies score_kernel");
-        });
+    if constexpr (!is_taylor_op<Op>::value) /* OHEM is refused for Taylor CE before this */
+        if (p->ohem)
+            st = run_select(ctx, p, aux.mine, [&](int level) {
+                score_kernel<G, T, A><<<blocks, THREADS, 0, stream>>>(*p, aux, level);
+                return check_launch("sample_policies score_kernel");
+            });
     if (st != PLOSS_OK)
         return st;
     loss_kernel<G, T, Op><<<blocks, THREADS, 0, stream>>>(*p, op, aux);
