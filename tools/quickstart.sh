@@ -15,7 +15,10 @@
 # visible when `nvidia-smi -L` lists one; where nvidia-smi is missing or fails (a driver
 # half installed, a container without the tools), when a /dev/nvidia<N> device exists.
 # A build/ folder set up before keeps its choice unless a -Dcuda option is given (one set
-# up with Meson's default, -Dcuda=auto, takes the choice above).
+# up with Meson's default, -Dcuda=auto, takes the choice above).  A new CUDA build is for the
+# GPU it sees (-Dgpu_arch from nvidia-smi's compute capability, when nvcc knows it; else
+# the default sm_90 with its PTX, which the driver compiles for a newer GPU), unless a
+# -Dgpu_arch option is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +65,20 @@ gpu_seen() {
   done
 }
 
+# -Dgpu_arch for the visible GPU (-Dgpu_ptx=true when nvcc cannot build for it: the driver
+# then compiles sm_90's PTX); nothing when the compute capability cannot be read.
+gpu_arch_opts() {
+  local cc archs
+  cc=$(timeout 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .') || true
+  [[ "$cc" =~ ^[0-9]+$ ]] || return 0
+  archs=$(nvcc --list-gpu-arch 2>/dev/null) || true
+  if grep -qx "compute_$cc" <<<"$archs"; then
+    echo "-Dgpu_arch=$cc"
+  else
+    echo "-Dgpu_ptx=true"
+  fi
+}
+
 # The -Dcuda value of an existing build folder (enabled, disabled, auto; empty if unknown).
 configured_cuda() {
   grep -o '"name": "cuda", "value": "[a-z]*"' build/meson-info/intro-buildoptions.json 2>/dev/null |
@@ -91,6 +108,10 @@ if [ "$cuda" = enabled ]; then
 fi
 
 if [ ! -f build/build.ninja ]; then
+  if [ "$cuda" = enabled ] && [[ " ${meson_opts[*]} " != *" -Dgpu_arch="* ]]; then
+    arch_opt=$(gpu_arch_opts)
+    [ -n "$arch_opt" ] && meson_opts+=("$arch_opt")
+  fi
   meson setup build "-Dcuda=${cuda:-auto}" "${meson_opts[@]}" >/dev/null
 elif [ -n "$cuda" ] && [ "$cuda" != "$existing" ] || ((${#meson_opts[@]})); then
   meson configure build ${cuda:+"-Dcuda=$cuda"} "${meson_opts[@]}" >/dev/null

@@ -15,8 +15,9 @@
  *    tail of numel % N elements.
  *  - sigmoid_kernel<T, DENSE>: everything else (strides, broadcast weight/pos_weight, a
  *    target of another float dtype (read by its dtype at run time), misaligned views,
- *    elementwise upstream gradient), with the accurate libdevice functions.  A dense problem (one collapsed axis) walks k·stride;
- *    any other layout decodes the row-major index once per element.
+ *    elementwise upstream gradient), with the accurate libdevice functions.  A dense
+ *    problem (one collapsed axis) walks k·stride; any other layout decodes the row-major
+ *    index once per element.
  * Reduced losses are summed in the same pass: per-thread sums, a CUB block reduction, one
  * partial per block in the context's workspace (a fixed grid that depends on the element
  * count, dtype and kernel only), then one block adds the partials in a fixed order —

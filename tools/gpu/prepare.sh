@@ -35,8 +35,8 @@ fi
 
 rm -rf .gpu/build
 mkdir -p .gpu/build/lua/ploss
-# gzip'd: the SASS + PTX of every kernel make the library some 20 MB, a quarter of that
-# compressed; run.sh unpacks it there
+# gzip'd (the kernels' machine code is already compressed; the rest shrinks); run.sh unpacks
+# it there
 strip --strip-debug -o .gpu/build/libploss.so.0 build-gpu/libploss.so.0 2>/dev/null ||
     cp -L build-gpu/libploss.so.0 .gpu/build/libploss.so.0
 gzip -6 .gpu/build/libploss.so.0
