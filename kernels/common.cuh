@@ -24,8 +24,9 @@
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
- *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx): the last block of a grid
- *    finishes a reduction in the same launch (no float atomics, fixed order).
+ *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx), last_block_sum<THREADS>: the
+ *    last block of a grid finishes a reduction in the same launch (no float atomics, fixed
+ *    order).
  *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops;
  *    resident_blocks(kernel, threads, fallback): the grid of one full wave.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
@@ -429,6 +430,16 @@ __device__ __forceinline__ bool last_block_arrives(unsigned long long *ticket, u
     if (last)
         __threadfence();
     return last;
+}
+
+/* The last block's sum of the `count` partials of a one-launch reduction, in a fixed order
+ * (read past the L1: other blocks wrote them in this launch); valid in thread 0. */
+template <int THREADS> __device__ __forceinline__ double last_block_sum(const double *part, int64_t count)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < count; i += THREADS)
+        s += __ldcg(part + i);
+    return block_reduce<THREADS>(s, SumOp());
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -217,11 +217,8 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
         const double block_sum = (double)block_reduce<THREADS>(sum, SumOp());
         if (threadIdx.x == 0)
             partials[blockIdx.x] = block_sum;
-        if (last_block_arrives(ticket, gridDim.x)) { /* the partials in a fixed order */
-            double s = 0.0;
-            for (int64_t i = threadIdx.x; i < (int64_t)gridDim.x; i += THREADS)
-                s += __ldcg(partials + i);
-            s = block_reduce<THREADS>(s, SumOp());
+        if (last_block_arrives(ticket, gridDim.x)) {
+            const double s = last_block_sum<THREADS>(partials, gridDim.x);
             if (threadIdx.x == 0) /* 0/0 = NaN for MEAN with no box left */
                 store_state(p.loss, p.loss_dtype, 0,
                             p.reduction == PLOSS_REDUCTION_MEAN ? s / mean_divisor(p, kept) : s);

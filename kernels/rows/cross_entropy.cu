@@ -20,9 +20,9 @@
  * workspace; ce_finalize adds them in a fixed order with one block, so the loss is bitwise
  * reproducible and no float atomics are used.  The MEAN divisor Σ w_y (class indices) is
  * summed the same way: by the main kernel for the forward loss, or by a label pass
- * (ce_divisor_partials + ce_sum_partials) before the main kernel when the gradient needs
- * it (backward / fused with 'mean').  No host synchronisation; no allocation except the
- * workspace.  Invalid labels (≠ ignore_index, outside [0, C)) set ctx->error_slot and give
+ * (ce_divisor_partials, then the row engine's launch_sum_partials) before the main kernel
+ * when the gradient needs it (backward / fused with 'mean').  No host synchronisation; no
+ * allocation except the workspace.  Invalid labels (≠ ignore_index, outside [0, C)) set ctx->error_slot and give
  * a NaN loss (and lse) for the sample and a zero gradient row; an out-of-range label is
  * never used as an index.
  */
@@ -515,13 +515,6 @@ __device__ __forceinline__ double sum_fixed(const double *v, int64_t count)
     return block_reduce<kFinalThreads>(acc, SumOp{});
 }
 
-__global__ void __launch_bounds__(kFinalThreads) ce_sum_partials(const double *part, const int64_t count, double *out)
-{
-    const double r = sum_fixed(part, count);
-    if (threadIdx.x == 0)
-        *out = r;
-}
-
 /* loss = Σ partials (/ divisor for 'mean': Σ part_w, *divisor or divisor_value). */
 __global__ void __launch_bounds__(kFinalThreads)
     ce_finalize(const Aux aux, const int64_t count, const int mean, void *loss, const ploss_dtype loss_dtype)
@@ -644,8 +637,9 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     if (label_pass) {
         double *lab = (double *)(ws + sz_loss + sz_w + sz_div);
         ce_divisor_partials<<<(unsigned)label_blocks, kSampleThreads, 0, stream>>>(p, lab, count);
-        ce_sum_partials<<<1, kFinalThreads, 0, stream>>>(lab, label_blocks, (double *)aux.divisor);
         ploss_status st = check_launch("cross_entropy (label pass)");
+        if (st == PLOSS_OK) /* the partials' fixed-order sum, as the row engine's label pass */
+            st = row_engine::launch_sum_partials(lab, label_blocks, (double *)aux.divisor, stream);
         if (st != PLOSS_OK)
             return st;
     }

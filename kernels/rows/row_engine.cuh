@@ -132,19 +132,28 @@ __device__ __forceinline__ float common_omega(const RowArgs &a)
     return common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? *a.divisor : 1.0);
 }
 
-/* The 'mean' divisor summed by one block over every sample's label, in a fixed order (the
- * same value in every block). */
-template <int THREADS, class Policy>
-__device__ __forceinline__ double block_divisor(const RowArgs &a, const Policy &pol, int64_t rows)
+/* One thread's share of the 'mean' divisor: Σ Policy::divisor over the valid labels of the
+ * samples r0, r0 + step, … below rows. */
+template <class Policy>
+__device__ __forceinline__ double divisor_share(const RowArgs &a, const Policy &pol, int64_t r0, int64_t step,
+                                                int64_t rows)
 {
     double acc = 0.0;
-    for (int64_t r = threadIdx.x; r < rows; r += THREADS) {
+    for (int64_t r = r0; r < rows; r += step) {
         const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
         const int64_t y = load_label(a, n, s);
         if (label_status(a, y) == kValid)
             acc += pol.divisor((int)y);
     }
-    return block_all_reduce<THREADS>(acc, SumOp{});
+    return acc;
+}
+
+/* The 'mean' divisor summed by one block over every sample's label, in a fixed order (the
+ * same value in every block). */
+template <int THREADS, class Policy>
+__device__ __forceinline__ double block_divisor(const RowArgs &a, const Policy &pol, int64_t rows)
+{
+    return block_all_reduce<THREADS>(divisor_share(a, pol, threadIdx.x, THREADS, rows), SumOp{});
 }
 
 /* The reduced loss of a one-launch pass (single-block rows): the block whose partial arrives
@@ -155,10 +164,7 @@ __device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Pol
 {
     if (!last_block_arrives(a.ticket, (unsigned long long)parts))
         return;
-    double acc = 0.0;
-    for (int64_t k = threadIdx.x; k < parts; k += THREADS)
-        acc += __ldcg(a.part_loss + k);
-    const double total = block_reduce<THREADS>(acc, SumOp{});
+    const double total = last_block_sum<THREADS>(a.part_loss, parts);
     const double d = a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0;
     if (threadIdx.x == 0)
         store_state(a.loss, a.loss_dtype, 0, a.reduction == PLOSS_REDUCTION_MEAN ? total / d : total);
@@ -584,14 +590,7 @@ template <class Policy>
 __global__ void __launch_bounds__(kLabelThreads)
     divisor_partials(const RowArgs a, const Policy pol, double *part, const int64_t rows)
 {
-    double acc = 0.0;
-    for (int64_t r = thread_index(); r < rows; r += grid_stride()) {
-        const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
-        const int64_t y = load_label(a, n, s);
-        if (label_status(a, y) == kValid)
-            acc += pol.divisor((int)y);
-    }
-    const double t = block_reduce<kLabelThreads>(acc, SumOp{});
+    const double t = block_reduce<kLabelThreads>(divisor_share(a, pol, thread_index(), grid_stride(), rows), SumOp{});
     if (threadIdx.x == 0)
         part[blockIdx.x] = t;
 }

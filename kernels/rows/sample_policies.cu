@@ -1464,7 +1464,7 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &o
         }
     }
     if (p->ohem) {
-        if constexpr (std::is_same<Op, TaylorOp<A>>::value)
+        if constexpr (is_taylor_op<Op>::value)
             return ploss_error(PLOSS_ERR_UNSUPPORTED, "OHEM runs on cross-entropy or large-margin only");
     } else if (p->reduction == PLOSS_REDUCTION_MEAN) {
         if ((st = run_count(ctx, p, aux.count)))
