@@ -41,6 +41,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <cuda/atomic>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/util_ptx.cuh>
 #include <cub/warp/warp_reduce.cuh>
@@ -413,22 +415,21 @@ __device__ __forceinline__ void report_invalid_box(int64_t *slot, int flag, int6
  * partial — written by the others before their arrival — and finishes the reduction.
  * `ticket` is the context's arrival ticket (arrival_ticket(ctx)), 0 between kernels: the
  * last block sets it back to 0.  At most one kernel counts on it at a time (a context's
- * kernels run in stream order). */
+ * kernels run in stream order).  Ordering: the barrier puts every thread's share of the
+ * partial before thread 0's arrival, an acquire-release add at device scope (it publishes
+ * this block's writes and, in the last block, makes the others' visible: cheaper than the
+ * full fences of __threadfence), and the second barrier passes that on to the block. */
 __device__ __forceinline__ bool last_block_arrives(unsigned long long *ticket, unsigned long long blocks)
 {
     __shared__ bool last;
-    __syncthreads(); /* every thread's share of the partial, before the arrival */
+    __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence(); /* release: this block's partial */
-        last = atomicAdd(ticket, 1ull) == blocks - 1;
-        if (last) {
-            __threadfence(); /* acquire: the others' partials */
-            *ticket = 0ull;
-        }
+        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
+        last = t.fetch_add(1ull, cuda::memory_order_acq_rel) == blocks - 1;
+        if (last)
+            t.store(0ull, cuda::memory_order_relaxed); /* the kernel's last use */
     }
     __syncthreads();
-    if (last)
-        __threadfence();
     return last;
 }
 

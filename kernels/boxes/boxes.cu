@@ -8,12 +8,15 @@
  * reads the 8 numbers of a box pair once and writes its loss (NONE) and its 4 gradients in
  * the same pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned
  * to a box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
- * otherwise any strides, and a target of any float dtype.  Both read the box_format at run
- * time and run the same maths, so that they give bitwise the same results (a constant xyxy
- * in one of them would let the compiler contract other products into FMAs there).  The
- * maths, not the memory, bounds CIoU here, so the instructions per box are what counts: one
- * wave of resident blocks (not a block per 256 boxes) spreads each thread's setup and the
- * block reduction over many boxes, and f32 uses the atan2 and reciprocal below.  Boxes with
+ * otherwise any strides, and a target of any float dtype.  PLAIN (f32/f16/bf16 xyxy boxes
+ * without weights or an ignore mask) compiles the per-box option tests out.  VEC and
+ * PLAIN choose an instance by the call's layout and options, never by its pass, and VEC's
+ * two instances run the same maths, so that every pass and layout of one call's options
+ * gives bitwise the same results (a constant xyxy in only one of them would let the
+ * compiler contract other products into FMAs there).  Instructions bound CIoU about as
+ * much as bytes, so they count: one wave of resident blocks (not a block per 256 boxes)
+ * spreads each thread's setup and the block reduction over many boxes, ω comes from the
+ * host where it can, and f32 uses the atan2 and reciprocal below.  Boxes with
  * x2 < x1 or y2 < y1 (not ignored) are reported through the context's error slot and get a
  * NaN loss and a zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one
  * partial per block in the context's workspace, then the last block to finish adds the
@@ -57,11 +60,13 @@ __device__ __forceinline__ float box_atan2_f32(float y, float x)
 
 /* 1/x in f32 within an ulp: the hardware's approximation and one Newton step on its exact
  * residual (unbiased: a sum over many boxes keeps f32 accuracy), without the range check
- * and slow path of a correctly rounded division; 0 and ±inf results pass unrefined. */
+ * and slow path of a correctly rounded division; 0 and ±inf results pass unrefined.  The
+ * approximation flushes subnormals (.ftz: one instruction, where the subnormal-safe form
+ * rescales its argument in six more): 1/x is ±inf for |x| < 2^-126 and 0 for |x| > 2^126. */
 __device__ __forceinline__ float box_rcp_f32(float x)
 {
     float r;
-    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     const float e = fmaf(-x, r, 1.f);
     return fabsf(r) < CUDART_INF_F && r != 0.f ? fmaf(r, e, r) : r;
 }
@@ -126,26 +131,35 @@ __device__ __forceinline__ double mean_divisor(const ploss_boxes_problem &p, con
     return kept ? (double)*kept : (double)p.n;
 }
 
-/* ω of a reduced pass: the fused multiplier or the scalar upstream gradient, ÷ the divisor
- * for MEAN (0 with no box left: a zero gradient); 0 where it is not used. */
-template <class A> __device__ __forceinline__ A reduced_omega(const ploss_boxes_problem &p, const unsigned long long *kept)
+/* ω of a reduced pass from the upstream value `up` (the fused multiplier or the scalar
+ * upstream gradient): up ÷ the divisor d for MEAN (0 with no box left: a zero gradient); 0
+ * where it is not used. */
+__host__ __device__ inline double reduced_omega(const ploss_boxes_problem &p, double up, double d)
 {
     if (p.pass == PLOSS_PASS_FORWARD || (p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE))
-        return A(0);
-    double up = p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0);
-    if (p.reduction == PLOSS_REDUCTION_MEAN) {
-        const double d = mean_divisor(p, kept);
-        up = d != 0.0 ? up / d : 0.0;
-    }
-    return (A)up;
+        return 0.0;
+    if (p.reduction == PLOSS_REDUCTION_MEAN)
+        return d != 0.0 ? up / d : 0.0;
+    return up;
+}
+
+/* ω where the host cannot know it: the upstream gradient or the count of kept boxes is on
+ * the device. */
+__device__ __forceinline__ double device_omega(const ploss_boxes_problem &p, const unsigned long long *kept)
+{
+    const bool upstream = p.pass == PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE;
+    return reduced_omega(p, upstream ? load_dyn(p.grad_loss, p.gl_dtype, 0) : p.scale, mean_divisor(p, kept));
 }
 
 /* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths.
- * With fp32 maths at most 40 registers: six blocks per SM. */
-template <class T, bool VEC, int KIND>
+ * PLAIN: xyxy boxes without weights or an ignore mask (the common call), their per-box
+ * tests compiled out; every pass of one call's options runs the same instance, so that
+ * fused, forward and backward stay bitwise the same.  With fp32 maths at most 40
+ * registers: six blocks per SM. */
+template <class T, bool VEC, int KIND, bool PLAIN>
 __global__ void __launch_bounds__(THREADS, sizeof(acc_t<T>) == 4 ? 6 : 1)
-boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_t *error_slot, double *partials,
-             unsigned long long *ticket)
+boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, bool omega_on_host, double host_omega,
+             int64_t *error_slot, double *partials, unsigned long long *ticket)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
@@ -154,14 +168,16 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const bool per_box_up = p.pass == PLOSS_PASS_BACKWARD && none;
-    const A omega = reduced_omega<A>(p, kept);
+    /* from the host where it can: the threads start on their first boxes sooner */
+    const A omega = (A)(omega_on_host ? host_omega : device_omega(p, kept));
     const A eps = (A)p.eps;
+    const int format = PLAIN ? (int)PLOSS_BOX_FORMAT_XYXY : p.format;
 
     A sum = A(0);
     const int64_t gs = grid_stride();
     for (int64_t n = thread_index(); n < p.n; n += gs) {
         A loss = A(0), g[4] = {A(0), A(0), A(0), A(0)};
-        if (!(p.ign && load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) != 0.0)) {
+        if (PLAIN || !(p.ign && load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) != 0.0)) {
             A r[4], q[4], pb[4], tb[4];
             if (VEC) {
                 const box_vec<T> bx = ((const box_vec<T> *)p.x)[n], bt = ((const box_vec<T> *)p.t)[n];
@@ -177,15 +193,15 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, int64_
                     q[k] = load_float_dyn<A>(p.t, p.t_dtype, n * p.t_sn + k * p.t_sk);
                 }
             }
-            const int valid_x = box_to_xyxy(p.format, r, pb), valid_t = box_to_xyxy(p.format, q, tb);
+            const int valid_x = box_to_xyxy(format, r, pb), valid_t = box_to_xyxy(format, q, tb);
             if (!valid_x || !valid_t) {
                 report_invalid_box(error_slot, valid_x ? PLOSS_SLOT_TARGET_BOX : PLOSS_SLOT_INPUT_BOX, n);
                 loss = qnan<A>();
             } else {
-                const A w = p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
+                const A w = !PLAIN && p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
                 loss = w * (A(1) - box_similarity(KIND, p.paper_gradient, eps, eps, pb, tb, want_grad, g));
                 if (want_grad) {
-                    box_grad_from_xyxy(p.format, g);
+                    box_grad_from_xyxy(format, g);
                     const A up = per_box_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn) : omega;
 #pragma unroll
                     for (int k = 0; k < 4; ++k)
@@ -301,6 +317,8 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
     }
     cudaStream_t stream = stream_of(ctx);
     unsigned long long *ticket = arrival_ticket(ctx);
+    const bool omega_on_host = p->pass != PLOSS_PASS_BACKWARD && !kept;
+    const double host_omega = omega_on_host ? reduced_omega(*p, p->scale, (double)p->n) : 0.0;
     if (kept) {
         if (cudaMemsetAsync(kept, 0, sizeof *kept, stream) != cudaSuccess)
             return check_launch("boxes: clearing the count of kept boxes");
@@ -311,11 +329,15 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
     }
     ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
+        /* f64 (checks) runs the general kernel only */
+        const bool plain = sizeof(acc_t<T>) == 4 && p->format == PLOSS_BOX_FORMAT_XYXY && !p->w && !p->ign;
         auto launch = [&](auto kind) {
             constexpr int K = decltype(kind)::value;
-            auto kernel = vec ? boxes_kernel<T, true, K> : boxes_kernel<T, false, K>;
+            constexpr bool P = sizeof(acc_t<T>) == 4; /* a PLAIN instance exists */
+            auto kernel = plain ? (vec ? boxes_kernel<T, true, K, P> : boxes_kernel<T, false, K, P>)
+                                : (vec ? boxes_kernel<T, true, K, false> : boxes_kernel<T, false, K, false>);
             const unsigned grid = (unsigned)std::min<int64_t>(blocks, resident_blocks(kernel, THREADS, blocks));
-            kernel<<<grid, THREADS, 0, stream>>>(*p, kept, ctx->error_slot, partials, ticket);
+            kernel<<<grid, THREADS, 0, stream>>>(*p, kept, omega_on_host, host_omega, ctx->error_slot, partials, ticket);
         };
         switch (p->kind) {
         case PLOSS_BOX_IOU: launch(std::integral_constant<int, PLOSS_BOX_IOU>()); break;
