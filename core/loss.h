@@ -150,6 +150,7 @@ typedef struct ploss_loss_params {
     double softcap;           /* c·tanh(z/c) of every logit; 0: none                         */
     double z_loss;            /* the weight of lse² per row                                  */
     int accumulate;           /* grad_weight += rather than =                                */
+    int linear_policy;        /* ploss_linear_policy: the row loss of the linear + loss        */
 } ploss_loss_params;
 
 /* The checks every loss shares: reduction in range; for the fused pass a finite scale and

@@ -2831,6 +2831,8 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *o)
     memset(o, 0, sizeof *o);
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->ignore_index = -100;
+    o->policy = PLOSS_LINEAR_POLICY_CROSS_ENTROPY;
+    o->gamma = 2.0;
     o->label_smoothing = 0.0;
     o->softcap = 0.0;
     o->z_loss = 0.0;
@@ -2870,6 +2872,10 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of linear_cross_entropy");
+    if ((unsigned)o.policy >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.policy: %d is not one of cross_entropy (0), focal (1)", (int)o.policy);
+    if (!(isfinite(o.gamma) && o.gamma >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(o.label_smoothing));
     if (!(isfinite(o.softcap) && o.softcap >= 0.0))
@@ -2883,6 +2889,8 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
+        .linear_policy = (int)o.policy,
+        .gamma = o.gamma,
         .label_smoothing = o.label_smoothing,
         .softcap = o.softcap,
         .z_loss = o.z_loss,

@@ -3170,14 +3170,30 @@ ploss_status ploss_arc_face_fused(ploss_ctx_t *ctx, const DLTensor *x, const DLT
 
 /* ---- Fused linear + cross-entropy (a language-model head without its logits) ----------- */
 
+/** The softmax-row loss the fused linear + loss takes of each row's logits.
+ *   CROSS_ENTROPY    the cross-entropy (with label smoothing)
+ *   FOCAL            the softmax focal loss (Lin et al.): −(1 − p_y)^γ·log p_y
+ */
+typedef enum ploss_linear_policy {
+    PLOSS_LINEAR_POLICY_CROSS_ENTROPY = 0,
+    PLOSS_LINEAR_POLICY_FOCAL = 1,
+    PLOSS_LINEAR_POLICY_COUNT
+} ploss_linear_policy;
+
 /** Options of linear_cross_entropy; fill with ploss_linear_cross_entropy_opts_init(). */
 typedef struct ploss_linear_cross_entropy_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
     /* rows with this label add nothing and get a zero gradient; default -100 */
     int64_t ignore_index;
-    /* ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing); a finite number
-       in [0, 1]; default 0.0 */
+    /* the loss of each row's logits: 'cross_entropy' or 'focal' (the softmax focal loss);
+       default CROSS_ENTROPY */
+    ploss_linear_policy policy;
+    /* γ ≥ 0, focal's focusing exponent (0 gives the cross-entropy); a finite number >= 0;
+       default 2.0 */
+    double gamma;
+    /* ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing; cross_entropy
+       only); a finite number in [0, 1]; default 0.0 */
     double label_smoothing;
     /* c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap; a finite
        number >= 0; default 0.0 */
@@ -3208,12 +3224,13 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * Fused linear + cross-entropy (a language-model head without its logits), forward (Wijmans et
  * al., Cut Your Losses in Large-Vocabulary Language Models, ICLR 2025; Hsu et al., Liger
  * Kernel, 2024 (the chunked fused linear cross-entropy); PyTorch's F.linear + F.cross_entropy
- * (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); Gemma 2 (final-logit
- * soft-capping)).
+ * (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); Gemma 2 (final-logit soft-capping);
+ * Lin et al., ICCV 2017 (the focal policy)).
  * With z_ij = h_i·w_j + b_j (b = 0 without bias; softcap c > 0: z_ij = c·tanh((h_i·w_j +
- * b_j) / c)), lse_i = log Σ_j e^(z_ij) and label y_i:
+ * b_j) / c)), lse_i = log Σ_j e^(z_ij), p_ij = e^(z_ij − lse_i) and label y_i:
  *
- *     ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+ *     cross_entropy:  ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+ *     focal:          ℓ_i = −(1 − p_iy)^γ·log p_iy + z_loss·lse_i²
  *
  * Rows whose label is ignore_index add nothing; 'mean' divides by the rows that are not
  * ignored. The logits are computed tile by tile (a matrix product per tile of rows) and turned
@@ -3270,23 +3287,25 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *                 values (0 at ignored rows), the loss's dtype, any stride; may not overlap any
  *                 input or another output.
  * Statuses: INVALID_ARGUMENT (NULL ctx/hidden/weight/labels/loss or a gradient, a bad enum,
- *           opts.label_smoothing not a finite number in [0, 1], opts.softcap not a finite
- *           number >= 0, opts.z_loss not a finite number >= 0, opts.tile_rows not an integer >=
- *           0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           opts.gamma not a finite number >= 0, opts.label_smoothing not a finite number in
+ *           [0, 1], opts.softcap not a finite number >= 0, opts.z_loss not a finite number >=
+ *           0, opts.tile_rows not an integer >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
     const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
     const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy);
 
 /**
- * Fused linear + cross-entropy (a language-model head without its logits), backward. With p_ij
- * = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 +
- * 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap;
- * then ∂L/∂hidden = G·W, ∂L/∂weight = Gᵀ·H and ∂L/∂bias = Σ_i G_i (the last
- * two added to grad_weight and grad_bias with accumulate), accumulated tile by tile. Ignored
- * rows get a zero gradient.
+ * Fused linear + cross-entropy (a language-model head without its logits), backward. With ω_i
+ * the row's upstream factor, G_ij = ω_i·(p_ij·(1 + 2·z_loss·lse_i) − (1 − ε)·[j =
+ * y_i] − ε/V) for cross_entropy and G_ij = ω_i·(F_i·(p_ij − [j = y_i]) +
+ * 2·z_loss·lse_i·p_ij) for focal, where F_i = u^γ·(1 + γ·p_iy·L/u) with u = 1 − p_iy
+ * and L = −log p_iy (L/u → 1 as u → 0), each times 1 − (z_ij/c)² with a softcap; then
+ * ∂L/∂hidden = G·W, ∂L/∂weight = Gᵀ·H and ∂L/∂bias = Σ_i G_i (the last two
+ * added to grad_weight and grad_bias with accumulate), accumulated tile by tile. Ignored rows
+ * get a zero gradient.
  * in  hidden, weight, labels, bias, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_hidden ∂/∂hidden: the shape and dtype of its input, any non-overlapping strides;

@@ -2,7 +2,7 @@
 -- without a GPU).  CUDA against the CPU backend on the same dtype-rounded inputs, f32/f16/
 -- bf16 (on the GPU the logit tile is rounded to the input dtype, as F.linear gives it, and
 -- the softmax is the row engine's fp32; the CPU is f64 throughout: tolerances TOL below),
--- every reduction and option (label smoothing, softcap, z-loss), forward, backward (a
+-- every reduction and option (label smoothing, softcap, z-loss, the focal policy), forward, backward (a
 -- scalar or a per-row upstream gradient) and fused, the split passes against the fused one
 -- bitwise; one tile and several; vocabularies served by a block and by a cluster of blocks
 -- per row (V = 50257, not a multiple of 8), rows served by a warp each; ignored rows;
@@ -28,7 +28,8 @@ local TOL = {
 local close = H.assert_close_scaled
 
 local OPTIONS = { {}, { label_smoothing = 0.1 }, { softcap = 3, z_loss = 1e-3 },
-                  { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 } }
+                  { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 },
+                  { policy = "focal" }, { policy = "focal", gamma = 0.5, softcap = 3, z_loss = 1e-3 } }
 
 local label = H.options_label
 
@@ -95,7 +96,8 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
   it("serves a GPT-2 vocabulary (V = 50257: a cluster of blocks per row, not a multiple of 8)", function()
     local x, w, y = inputs(20, 50257, 16, 3, 5)
     for _, dtype in ipairs(DTYPES) do
-      for _, o in ipairs { { reduction = "mean", tile_rows = 8 }, { reduction = "none", label_smoothing = 0.1, z_loss = 1e-4 } } do
+      for _, o in ipairs { { reduction = "mean", tile_rows = 8 }, { reduction = "none", label_smoothing = 0.1, z_loss = 1e-4 },
+                           { reduction = "sum", policy = "focal", gamma = 1.5 } } do
         compare(x, w, y, o, dtype, "20x50257x16")
       end
     end

@@ -1,10 +1,10 @@
 -- Fused linear + cross-entropy spec (suite 'cpu'): LinearCrossEntropyLoss on the CPU backend.
 --  * a value derived by hand;
 --  * an independent reference written here on the full logits (Lua tables, f64): every
---    reduction, label smoothing, softcap, z-loss, ignored rows, forward, backward and
---    fused, one tile or several (a tile that straddles ignored rows);
---  * the unfused composite: the logits h·wᵀ, then ploss's own cross_entropy (and its
---    gradient through the matrix products) to 1e-12;
+--    reduction, label smoothing, softcap, z-loss, the focal policy, ignored rows, forward,
+--    backward and fused, one tile or several (a tile that straddles ignored rows);
+--  * the unfused composite: the logits h·wᵀ, then ploss's own cross_entropy or
+--    softmax_focal (and its gradient through the matrix products) to 1e-12;
 --  * central differences in f64 for hidden and weight;
 --  * grad_weight given and accumulated into (the criterion's field and the functional's);
 --  * strided views and weight_layout 'DxC', f32/f16/bf16, an empty batch; bad input: a
@@ -53,15 +53,25 @@ local function reference(X, W, Y, o, u, Bv)
       for j = 1, C do pz = pz + math.exp(z[j] - lse) * z[j] end
       LSE[i], ENT[i] = lse, lse - pz
       local l = zl * lse * lse
-      for j = 1, C do
-        local t = eps / C + (j == y + 1 and 1 - eps or 0)
-        l = l + t * (lse - z[j])
+      -- focal: ℓ = (1 − p_y)^γ·(−log p_y) and factor Fo on p_j − [j = y]; the cross-entropy: Fo = 1
+      local Fo = 1
+      if o.policy == "focal" then
+        local gamma, L = o.gamma or 2, lse - z[y + 1]
+        local py = math.exp(-L)
+        local uy = 1 - py
+        l = l + uy ^ gamma * L
+        Fo = gamma == 0 and 1 or uy ^ gamma * (1 + gamma * py * L / uy)
+      else
+        for j = 1, C do
+          local t = eps / C + (j == y + 1 and 1 - eps or 0)
+          l = l + t * (lse - z[j])
+        end
       end
       losses[i] = l
       local ui = type(u) == "table" and u[i] or u
       for j = 1, C do
         local t = eps / C + (j == y + 1 and 1 - eps or 0)
-        local g = math.exp(z[j] - lse) * (1 + 2 * zl * lse) - t
+        local g = math.exp(z[j] - lse) * (Fo + 2 * zl * lse) - Fo * t
         if cap > 0 then g = g * (1 - math.tanh(raw[j] / cap) ^ 2) end
         g = ui * g
         GB[j] = GB[j] + g
@@ -101,6 +111,7 @@ end
 local OPTIONS = {
   {}, { label_smoothing = 0.1 }, { softcap = 2.5 }, { z_loss = 1e-2 },
   { label_smoothing = 0.2, softcap = 1.5, z_loss = 0.05 },
+  { policy = "focal" }, { policy = "focal", gamma = 0.5, softcap = 2.5, z_loss = 1e-2 },
 }
 
 describe("LinearCrossEntropyLoss", function()
@@ -115,6 +126,28 @@ describe("LinearCrossEntropyLoss", function()
     local p = { math.exp(1 - lse), math.exp(2 - lse), math.exp(3 - lse) - 1 }
     H.assert_close(gx, { { p[1] + p[3], p[2] + p[3] } }, { rtol = 1e-14 })
     H.assert_close(gw, { { p[1], 2 * p[1] }, { p[2], 2 * p[2] }, { p[3], 2 * p[3] } }, { rtol = 1e-14 })
+  end)
+
+  it("gives the focal value derived by hand, and the cross-entropy's at γ = 0", function()
+    -- logits (1, 2, 3), label 2: p_y = e^3/Σ, ℓ = (1 − p_y)²·(−log p_y); ∂ℓ/∂z_j = F·(p_j − [j = y])
+    local x = ploss.tensor({ { 1, 2 } }, { dtype = "f64" })
+    local w = ploss.tensor({ { 1, 0 }, { 0, 1 }, { 1, 1 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 2 }, { dtype = "i64" })
+    local lse = math.log(math.exp(1) + math.exp(2) + math.exp(3))
+    local py, L = math.exp(3 - lse), lse - 3
+    local u = 1 - py
+    local l, gx, gw = ploss.LinearCrossEntropyLoss { policy = "focal" } (x, w, y)
+    H.assert_close(l, u * u * L, { rtol = 1e-13 })
+    local Fo = u * u * (1 + 2 * py * L / u)
+    local g = { Fo * math.exp(1 - lse), Fo * math.exp(2 - lse), -Fo * u }
+    H.assert_close(gx, { { g[1] + g[3], g[2] + g[3] } }, { rtol = 1e-13 })
+    H.assert_close(gw, { { g[1], 2 * g[1] }, { g[2], 2 * g[2] }, { g[3], 2 * g[3] } }, { rtol = 1e-13 })
+    local x2, w2, y2 = inputs(7, 6, 4, 5, { 2 })
+    local lf, af, bf = F.linear_cross_entropy_fused(x2, w2, y2, { policy = "focal", gamma = 0, z_loss = 0.1 })
+    local lc, ac, bc = F.linear_cross_entropy_fused(x2, w2, y2, { z_loss = 0.1 })
+    H.assert_close({ lf }, { lc }, { rtol = 1e-14 })
+    H.assert_close(af, ac, { rtol = 1e-13, atol = 1e-16 })
+    H.assert_close(bf, bc, { rtol = 1e-13, atol = 1e-16 })
   end)
 
   it("matches the full-logit reference for every option set and reduction", function()
@@ -139,7 +172,7 @@ describe("LinearCrossEntropyLoss", function()
     end
   end)
 
-  it("equals the unfused composite: the logits, then ploss's cross_entropy", function()
+  it("equals the unfused composite: the logits, then ploss's cross_entropy or softmax_focal", function()
     local x, w, y = inputs(9, 6, 4, 7, { 2, 3 })
     local X, W = rows(x), rows(w)
     local Z = {}
@@ -152,10 +185,15 @@ describe("LinearCrossEntropyLoss", function()
       end
     end
     local z = ploss.tensor(Z, { dtype = "f64" })
-    for _, o in ipairs { {}, { label_smoothing = 0.3 } } do
+    for _, o in ipairs { {}, { label_smoothing = 0.3 }, { policy = "focal", gamma = 1.5 } } do
       for _, r in ipairs { "mean", "sum", "none" } do
         local opts = with(o, { reduction = r })
-        local lz, gz = F.cross_entropy_fused(z, y, opts)
+        local lz, gz
+        if o.policy == "focal" then
+          lz, gz = F.softmax_focal_fused(z, y, { reduction = r, gamma = o.gamma })
+        else
+          lz, gz = F.cross_entropy_fused(z, y, opts)
+        end
         local l, gx, gw = F.linear_cross_entropy_fused(x, w, y, opts)
         H.assert_close(r == "none" and l or { l }, r == "none" and lz or { lz }, { rtol = 1e-12, what = label(opts) })
         -- through the products: ∂L/∂h = G·W, ∂L/∂w = Gᵀ·H
@@ -273,6 +311,9 @@ describe("LinearCrossEntropyLoss", function()
       { l0, 0, l0 }, { rtol = 1e-15 })
     H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5 }), l0, { rtol = 1e-15 })
     H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5, reduction = "sum" }), 2 * l0, { rtol = 1e-15 })
+    -- focal: p_y = 1/V, so (1 − 1/V)^γ·log V per row
+    H.assert_close(F.linear_cross_entropy(x, w, y, { policy = "focal", gamma = 1.5, reduction = "none" }),
+      { (0.8 ^ 1.5) * math.log(5), 0, (0.8 ^ 1.5) * math.log(5) }, { rtol = 1e-15 })
     local _, gx, gw = F.linear_cross_entropy_fused(x, w, y)
     assert.are.same({ 3, 0 }, gx:size())
     assert.are.same({ 5, 0 }, gw:size())
@@ -381,6 +422,10 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() fused(x, w, y, { softcap = -1 }) end, "opts.softcap: -1 is not a finite number >= 0")
     H.expect_error(function() fused(x, w, y, { label_smoothing = 1.5 }) end, "opts.label_smoothing")
     H.expect_error(function() fused(x, w, y, { z_loss = 0 / 0 }) end, "opts.z_loss")
+    H.expect_error(function() fused(x, w, y, { policy = "focal", label_smoothing = 0.1, out = out }) end,
+      "opts.label_smoothing: 0.1 with policy 'focal'")
+    H.expect_error(function() fused(x, w, y, { policy = "focal", gamma = -1 }) end, "opts.gamma")
+    H.expect_error(function() fused(x, w, y, { policy = "dice" }) end, "policy")
     H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
       "grad_weight")
     H.assert_untouched(snap)

@@ -6,7 +6,10 @@
  * softcap c > 0) and a softmax cross-entropy per row with label smoothing ε and z-loss:
  *
  *   ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/C)·Σ_j (lse_i − z_ij) + z_loss·lse_i²,
- *   ∂ℓ_i/∂z_ij = p_ij·(1 + 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/C  (× 1 − (z_ij/c)²).
+ *   ∂ℓ_i/∂z_ij = p_ij·(1 + 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/C  (× 1 − (z_ij/c)²),
+ * or with `focal` the softmax focal loss in place of the cross-entropy (ε = 0):
+ *   ℓ_i = u^γ·L + z_loss·lse_i²,  u = 1 − p_iy, L = −log p_iy,
+ *   ∂ℓ_i/∂z_ij = F_i·(p_ij − [j = y_i]) + 2·z_loss·lse_i·p_ij,  F_i = u^γ·(1 + γ·p_iy·L/u).
  *
  * Both backends compute the logits in tiles of rows (a GEMM per tile), turn each tile into
  * G = ∂L/∂z in place, then ∂L/∂x_b = G_b·W, ∂L/∂W (+)= G_bᵀ·X_b and ∂L/∂b (+)= Σ_i G_i, tile
@@ -33,6 +36,7 @@ typedef struct ploss_linear_problem {
     const void *labels; ploss_dtype label_dtype; int64_t y_sn;
     int64_t ignore_index;
     double label_smoothing, softcap, z_loss;
+    int focal; double gamma;       /* the focal loss of each row (label_smoothing 0), γ    */
     int accumulate;                /* grad_w += rather than =                              */
     int64_t tile_rows;             /* 0: the backend's budget                              */
     double scale;                  /* fused: the gradient's multiplier                     */

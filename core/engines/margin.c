@@ -200,6 +200,12 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     p.label_smoothing = o->label_smoothing;
     p.softcap = o->softcap;
     p.z_loss = o->z_loss;
+    p.focal = o->linear_policy == PLOSS_LINEAR_POLICY_FOCAL;
+    p.gamma = o->gamma;
+    if (p.focal && p.label_smoothing != 0.0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.label_smoothing: %g with policy 'focal' (smoothing is the cross-entropy's; 0 with focal)",
+                           ploss_shown(p.label_smoothing));
     p.accumulate = o->accumulate;
     p.tile_rows = o->tile_rows;
     p.scale = o->scale;

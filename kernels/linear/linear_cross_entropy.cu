@@ -252,6 +252,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     pol.inv_cap = p->softcap > 0.0 ? (float)(1.0 / p->softcap) : 0.0f;
     pol.inv_divisor = p->reduction == PLOSS_REDUCTION_MEAN ? divisor + 1 : nullptr;
     pol.entropy = want_stats && p->entropy;
+    pol.focal = p->focal != 0;
+    pol.gamma = (float)p->gamma;
     auto no_prep = [](char *, cudaStream_t, re::LinearCrossEntropyPolicy &) { return PLOSS_OK; };
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = std::min(B, N - b0);

@@ -11,12 +11,16 @@
  *            H = lse − Σ_j p_j·z_j = log SE + Σ_j e_j·d_j / SE (d_j = M − z_j ≥ 0,
  *            e_j = e^(−d_j), SE = Σ_j e_j: a sum of terms ≥ 0, so no cancellation), from one
  *            more per-row sum Σ_{j≠y} e_j·d_j (the label's term from d_y).
+ *   focal    (label smoothing 0) the softmax focal loss in place of the cross-entropy:
+ *            ℓ = u^γ·L, ∂ℓ/∂z_j = G·(p_j − [j = y]) (policy_softmax_focal.cuh's terms, α = 1);
+ *            z-loss, softcap, 'mean' and the state as above.
  * The row keeps its logits, not e_j (kKeepsTerm = false): the softcap factor needs z_j.
  */
 #ifndef PLOSS_KERNELS_POLICY_LINEAR_CROSS_ENTROPY_CUH
 #define PLOSS_KERNELS_POLICY_LINEAR_CROSS_ENTROPY_CUH
 
 #include "policy_cross_entropy.cuh"
+#include "policy_softmax_focal.cuh"
 
 namespace ploss_cuda {
 namespace row_engine {
@@ -31,6 +35,8 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */
     bool entropy;              /* the state's entropy is wanted: sum Σ e_j·d_j */
+    bool focal;                /* the focal loss (a = 1, b = 0) */
+    float gamma;               /* its γ */
 
     struct Sums {
         float se, sd, dy; /* Base::Sums' */
@@ -61,8 +67,14 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     __device__ __forceinline__ Row finish(const Sums &s, int y, float M, float om) const
     {
         const float o = inv_divisor ? (float)((double)om * *inv_divisor) : om;
-        const Base::Row br = Base::finish(Base::Sums{s.se, s.sd, s.dy}, y, M, o);
-        Row r{br.loss, {br.state[0], 0.0f}, br.k1, br.k0, br.gy};
+        Row r;
+        if (focal) {
+            const FocalTerms f = focal_terms(s.se, s.dy, gamma);
+            r = Row{f.ug * f.L, {M + f.logSE, 0.0f}, o * (f.G / f.SE), 0.0f, -o * (f.G * f.u)};
+        } else {
+            const Base::Row br = Base::finish(Base::Sums{s.se, s.sd, s.dy}, y, M, o);
+            r = Row{br.loss, {br.state[0], 0.0f}, br.k1, br.k0, br.gy};
+        }
         if (z_loss != 0.0f || entropy) {
             const float lse = r.state[0], ey = __expf(-s.dy), inv = 1.0f / (s.se + ey);
             if (entropy)

@@ -15,6 +15,24 @@
 namespace ploss_cuda {
 namespace row_engine {
 
+/* The focal terms of a row from Σ_{j≠y} e_j and d_y (relative to the row max): the row's
+ * Σe and its log, u = 1 − p_y, L = −log p_y, u^γ and the gradient factor G. */
+struct FocalTerms {
+    float ey, SE, logSE, u, L, ug, G;
+};
+__device__ __forceinline__ FocalTerms focal_terms(float se, float dy, float gamma)
+{
+    FocalTerms f;
+    f.ey = __expf(-dy);
+    f.SE = se + f.ey;
+    f.logSE = logf(f.SE);
+    f.u = se / f.SE;
+    f.L = dy == 0.0f ? log1pf(se) : dy + f.logSE;
+    f.ug = gamma == 0.0f ? 1.0f : gamma == 2.0f ? f.u * f.u : powf(f.u, gamma);
+    f.G = gamma == 0.0f ? 1.0f : f.ug * (1.0f + gamma * (f.ey / f.SE) * (f.u > 0.0f ? f.L / f.u : 1.0f));
+    return f;
+}
+
 struct SoftmaxFocalPolicy {
     static constexpr int kState = 1;
     static constexpr bool kKeepsTerm = true; /* term() gives e_j */
@@ -48,17 +66,13 @@ struct SoftmaxFocalPolicy {
     }
     __device__ __forceinline__ Row finish(const Sums &s, int y, float M, float om) const
     {
-        const float ey = __expf(-s.dy), SE = s.se + ey, logSE = logf(SE);
-        const float u = s.se / SE;
-        const float L = s.dy == 0.0f ? log1pf(s.se) : s.dy + logSE;
-        const float ug = gamma == 0.0f ? 1.0f : gamma == 2.0f ? u * u : powf(u, gamma);
-        const float G = gamma == 0.0f ? 1.0f : ug * (1.0f + gamma * (ey / SE) * (u > 0.0f ? L / u : 1.0f));
+        const FocalTerms f = focal_terms(s.se, s.dy, gamma);
         const float ay = alpha ? alpha[y] : 1.0f;
         Row r;
-        r.loss = ay * ug * L;
-        r.state[0] = M + logSE;
-        r.k1 = om * (ay * G / SE);
-        r.gy = -om * (ay * G * u);
+        r.loss = ay * f.ug * f.L;
+        r.state[0] = M + f.logSE;
+        r.k1 = om * (ay * f.G / f.SE);
+        r.gy = -om * (ay * f.G * f.u);
         return r;
     }
     template <bool KEPT, class IsY>

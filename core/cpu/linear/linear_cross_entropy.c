@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "chunks.h"
+#include "focal.h"
 #include "gemm.h"
 #include "linear_cross_entropy.h"
 #include "scalar.h"
@@ -25,15 +26,18 @@ enum { TILE_ELEMS = 1 << 20 };
 #include "real_types.h"
 
 /* D = 0: every logit is 0 (and its softcap too), so each row not ignored loses
- * log C + z_loss·log²C (label smoothing changes nothing among equal logits) and the
- * gradients are empty: no tile is formed (N may be huge, with broadcast labels). */
+ * log C + z_loss·log²C (label smoothing changes nothing among equal logits; focal: p_y = 1/C)
+ * and the gradients are empty: no tile is formed (N may be huge, with broadcast labels). */
 static ploss_status no_features(const ploss_linear_problem *p)
 {
     if (p->pass == PLOSS_PASS_BACKWARD)
         return PLOSS_OK;
     const double lse = log((double)p->C);
+    double row = lse;
+    if (p->focal)
+        (void)ploss_focal_factor(-lse, p->gamma, &row);
     ploss_cpu_store_constant_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, p->labels, p->label_dtype,
-                                        p->y_sn, p->N, p->ignore_index, lse + p->z_loss * lse * lse);
+                                        p->y_sn, p->N, p->ignore_index, row + p->z_loss * lse * lse);
     return PLOSS_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "chunks.h"
+#include "focal.h"
 #include "scalar.h"
 #include "softmax_rows.h"
 #include "vmath.h"

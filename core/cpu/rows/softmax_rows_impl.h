@@ -153,13 +153,10 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
             alpha[i] = k->cd && y[i] >= 0 ? k->cd[y[i]] : 1.0;
 #pragma omp simd
         for (int64_t i = 0; i < T; ++i) {
-            const double lp = (xy[i] - m[i]) - ls[i]; /* log p_y ≤ 0 */
-            const double u = -expm1(lp), L = -lp;     /* 1 − p_y without cancellation */
-            const double ug = pow(u, gamma);
-            const double r = u > 0.0 ? L / u : 1.0; /* −log p_y / (1 − p_y) → 1 as p_y → 1 */
+            double l;
+            G[i] = alpha[i] * ploss_focal_factor((xy[i] - m[i]) - ls[i], gamma, &l); /* log p_y ≤ 0 */
             if (!k->use_state)
-                sm->loss[i] = alpha[i] * ug * L;
-            G[i] = gamma == 0.0 ? alpha[i] : alpha[i] * ug * (1.0 + gamma * exp(lp) * r);
+                sm->loss[i] = alpha[i] * l;
         }
     } else if (kind == PLOSS_SROWS_DUAL_FOCAL) {
         /* Σ_j −log(1 + ε − d_j²) and PG = Σ_j p_j·G_j, G_j = 2·d_j/(1 + ε − d_j²), d_j = p_j − [j = y];

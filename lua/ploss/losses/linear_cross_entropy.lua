@@ -11,7 +11,7 @@ return {
   source = "Wijmans et al., Cut Your Losses in Large-Vocabulary Language Models, ICLR 2025; " ..
     "Hsu et al., Liger Kernel, 2024 (the chunked fused linear cross-entropy); PyTorch's " ..
     "F.linear + F.cross_entropy (label_smoothing); Chowdhery et al., PaLM, 2022 (z-loss); " ..
-    "Gemma 2 (final-logit soft-capping)",
+    "Gemma 2 (final-logit soft-capping); Lin et al., ICCV 2017 (the focal policy)",
   shape = "margin",
   policy = "linear_cross_entropy",
   target = "class_labels",
@@ -28,6 +28,14 @@ return {
         "or f32 (a list: f32, f64 for f64 inputs); its gradient grad_bias (the same dtype) is the sum over " ..
         "the tokens of ∂L/∂z" },
   },
+  enums = {
+    { ctype = "ploss_linear_policy", prefix = "PLOSS_LINEAR_POLICY_", count = "PLOSS_LINEAR_POLICY_COUNT",
+      doc = "The softmax-row loss the fused linear + loss takes of each row's logits.",
+      values = {
+        { "cross_entropy", "CROSS_ENTROPY", "the cross-entropy (with label smoothing)" },
+        { "focal", "FOCAL", "the softmax focal loss (Lin et al.): −(1 − p_y)^γ·log p_y" },
+      } },
+  },
   outputs = {
     { "lse", "each token's log-sum-exp of its logits lse_i (after bias and softcap)" },
     { "entropy", "each token's softmax entropy H_i = lse_i − Σ_j p_ij·z_ij" },
@@ -36,8 +44,11 @@ return {
     "one H.",
   options = {
     M.ignore_index,
+    { "policy", "enum", "cross_entropy", ctype = "ploss_linear_policy", param = "linear_policy",
+      doc = "the loss of each row's logits: 'cross_entropy' or 'focal' (the softmax focal loss)" },
+    { "gamma", "double", 2, min = 0, doc = "γ ≥ 0, focal's focusing exponent (0 gives the cross-entropy)" },
     { "label_smoothing", "double", 0, min = 0, max = 1,
-      doc = "ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing)" },
+      doc = "ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing; cross_entropy only)" },
     { "softcap", "double", 0, min = 0,
       doc = "c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap" },
     { "z_loss", "double", 0, min = 0, doc = "adds z_loss·lse² per token (PaLM's auxiliary loss)" },
@@ -49,17 +60,26 @@ return {
     { "tile_rows", "int64", 0, min = 0,
       doc = "rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits)" },
   },
+  check = function(o)
+    if o.policy == "focal" and o.label_smoothing ~= 0 then
+      return string.format("opts.label_smoothing: %s with policy 'focal' (smoothing is the cross-entropy's; " ..
+        "0 with focal)", require("ploss.description").number(o.label_smoothing))
+    end
+  end,
   formula = [[
 With z_ij = h_i·w_j + b_j (b = 0 without bias; softcap c > 0: z_ij = c·tanh((h_i·w_j + b_j) / c)),
-lse_i = log Σ_j e^(z_ij) and label y_i:
+lse_i = log Σ_j e^(z_ij), p_ij = e^(z_ij − lse_i) and label y_i:
 
-    ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+    cross_entropy:  ℓ_i = (1 − ε)·(lse_i − z_iy) + (ε/V)·Σ_j (lse_i − z_ij) + z_loss·lse_i²
+    focal:          ℓ_i = −(1 − p_iy)^γ·log p_iy + z_loss·lse_i²
 
 Rows whose label is ignore_index add nothing; 'mean' divides by the rows that are not
 ignored.  The logits are computed tile by tile (a matrix product per tile of rows) and turned
 into their gradient in place; the BT×V logits are never all stored.]],
-  gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 + " ..
-    "2·z_loss·lse_i) − (1 − ε)·[j = y_i] − ε/V), times 1 − (z_ij/c)² with a softcap; then " ..
+  gradient = "With ω_i the row's upstream factor, G_ij = ω_i·(p_ij·(1 + 2·z_loss·lse_i) − (1 − ε)·[j = y_i] − " ..
+    "ε/V) for cross_entropy and G_ij = ω_i·(F_i·(p_ij − [j = y_i]) + 2·z_loss·lse_i·p_ij) for focal, where " ..
+    "F_i = u^γ·(1 + γ·p_iy·L/u) with u = 1 − p_iy and L = −log p_iy (L/u → 1 as u → 0), each times " ..
+    "1 − (z_ij/c)² with a softcap; then " ..
     "∂L/∂hidden = G·W, ∂L/∂weight = Gᵀ·H and ∂L/∂bias = Σ_i G_i (the last two added to grad_weight and " ..
     "grad_bias with accumulate), accumulated tile by tile.  Ignored rows get a zero gradient.",
   target_doc = "one class index per row of hidden (a token): shape BT, i64 or i32, values in [0, V) or " ..
