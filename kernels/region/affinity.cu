@@ -55,11 +55,29 @@ __host__ __device__ __forceinline__ int64_t shared_windows(int64_t a, int64_t b,
     return hi >= lo ? hi - lo + 1 : 0;
 }
 
-/* The logits read by window_main: the input, or its copy (in place). */
-template <class T> struct Src {
-    const T *x;
+/* The logits read by window_main: the input, or its copy (in place), of dtype dt. */
+struct Src {
+    const void *x;
+    ploss_dtype dt;
     int64_t sn, sc, sh, sw;
 };
+
+/* Calls f(T()) with T the storage type of dtype dt among those of accumulation type A (f32:
+ * f32, f16, bf16; f64: f64): window_main is compiled once per accumulation type, and only
+ * its loads and stores switch on the dtype. */
+template <class A, class F> __device__ __forceinline__ void with_storage(ploss_dtype dt, F &&f)
+{
+    if constexpr (sizeof(A) == 8) {
+        (void)dt;
+        f(double());
+    } else if (dt == PLOSS_F16) {
+        f(__half());
+    } else if (dt == PLOSS_BF16) {
+        f(__nv_bfloat16());
+    } else {
+        f(float());
+    }
+}
 
 template <class A> struct Work {
     int32_t *label;               /* [n·S + s] */
@@ -121,11 +139,10 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
  * inlined there its dtype switch would be most of the kernels' code. */
 __device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, int64_t i) { return load_dyn(g, dt, i); }
 
-template <class T, int K>
-__global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
-    window_main(const ploss_region_problem p, Src<T> src, int cc, Work<acc_t<T>> w)
+template <class A, int K>
+__global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
+    window_main(const ploss_region_problem p, Src src, int cc, Work<A> w)
 {
-    using A = acc_t<T>;
     using HL = Halo<K>;
     extern __shared__ __align__(16) unsigned char smem[];
     A *s_x = (A *)smem;
@@ -145,24 +162,28 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
     }
     __syncthreads();
     const bool one = C <= cc; /* every class in one chunk: the logits are read once */
-    const T *xn = src.x + n * src.sn;
     /* chunk [c0, c0 + kc) of the logits (0 at pixels outside the image or ignored),
      * LOAD_BATCH per thread at a time */
     const auto load_chunk = [&](int64_t c0, int kc) {
         const int n_el = kc * HL::SIZE;
-        for (int i0 = threadIdx.x; i0 < n_el; i0 += LOAD_BATCH * THREADS) {
-            A v[LOAD_BATCH];
+        with_storage<A>(src.dt, [&](auto tag) {
+            using T = decltype(tag);
+            const T *xn = (const T *)src.x + n * src.sn;
+            for (int i0 = threadIdx.x; i0 < n_el; i0 += LOAD_BATCH * THREADS) {
+                A v[LOAD_BATCH];
 #pragma unroll
-            for (int u = 0; u < LOAD_BATCH; ++u) {
-                const int i = i0 + u * THREADS, j = i % HL::SIZE;
-                const int64_t at = (c0 + i / HL::SIZE) * src.sc + (h0 + j / HL::W) * src.sh + (w0 + j % HL::W) * src.sw;
-                v[u] = i < n_el && s_lab[j] >= 0 ? (A)to_acc(xn[at]) : A(0);
+                for (int u = 0; u < LOAD_BATCH; ++u) {
+                    const int i = i0 + u * THREADS, j = i % HL::SIZE;
+                    const int64_t at =
+                        (c0 + i / HL::SIZE) * src.sc + (h0 + j / HL::W) * src.sh + (w0 + j % HL::W) * src.sw;
+                    v[u] = i < n_el && s_lab[j] >= 0 ? (A)to_acc(xn[at]) : A(0);
+                }
+#pragma unroll
+                for (int u = 0; u < LOAD_BATCH; ++u)
+                    if (i0 + u * THREADS < n_el)
+                        s_x[i0 + u * THREADS] = v[u];
             }
-#pragma unroll
-            for (int u = 0; u < LOAD_BATCH; ++u)
-                if (i0 + u * THREADS < n_el)
-                    s_x[i0 + u * THREADS] = v[u];
-        }
+        });
         __syncthreads();
     };
 
@@ -231,7 +252,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
 
     /* the gradient, class by class */
     const A bw = (A)base;
-    T *gz = (T *)p.grad + n * p.g_sn + h * p.g_ss[0] + wc * p.g_ss[1];
+    const int64_t gz = n * p.g_sn + h * p.g_ss[0] + wc * p.g_ss[1];
     for (int64_t c0 = 0; c0 < C; c0 += cc) {
         const int kc = (int)(C - c0 < cc ? C - c0 : cc);
         if (!one) {
@@ -246,22 +267,23 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, acc_t<T>>))
 #pragma unroll
             for (int j = 0; j < HL::P; ++j)
                 g += a[j] * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
-            gz[(c0 + c) * p.g_sc] = from_acc<T>(bw * g);
+            with_storage<A>(src.dt, [&](auto tag) {
+                using T = decltype(tag);
+                ((T *)p.grad)[gz + (c0 + c) * p.g_sc] = from_acc<T>(bw * g);
+            });
         }
     }
 }
 
-template <class T, int K>
-ploss_status launch_main(const ploss_region_problem *p, Src<T> src, int64_t blocks, Work<acc_t<T>> w,
-                         cudaStream_t stream)
+template <class A, int K>
+ploss_status launch_main(const ploss_region_problem *p, Src src, int64_t blocks, Work<A> w, cudaStream_t stream)
 {
-    using A = acc_t<T>;
     /* classes per chunk: the logits and the labels of the halo within the budget */
     const int64_t fit = (int64_t)((SMEM_BUDGET - Halo<K>::SIZE * 4) / (Halo<K>::SIZE * sizeof(A)));
     const int cc = (int)(p->C < fit ? p->C : fit);
     const size_t smem = (size_t)cc * Halo<K>::SIZE * sizeof(A) + Halo<K>::SIZE * 4;
-    cudaFuncSetAttribute(window_main<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    window_main<T, K><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, cc, w);
+    cudaFuncSetAttribute(window_main<A, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    window_main<A, K><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, cc, w);
     return check_launch("affinity loss and gradient");
 }
 
@@ -292,17 +314,17 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     if ((st = check_launch("affinity labels")))
         return st;
 
-    Src<T> src = {(const T *)p->x, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
+    Src src = {p->x, p->x_dtype, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
     if (in_place)
-        src = {copy, p->C * p->S, p->S, W, 1};
+        src = {copy, p->x_dtype, p->C * p->S, p->S, W, 1};
     switch (p->kernel_size) {
-    case 1: return launch_main<T, 1>(p, src, blocks, w, stream);
-    case 2: return launch_main<T, 2>(p, src, blocks, w, stream);
-    case 3: return launch_main<T, 3>(p, src, blocks, w, stream);
-    case 4: return launch_main<T, 4>(p, src, blocks, w, stream);
-    case 5: return launch_main<T, 5>(p, src, blocks, w, stream);
-    case 6: return launch_main<T, 6>(p, src, blocks, w, stream);
-    case 7: return launch_main<T, 7>(p, src, blocks, w, stream);
+    case 1: return launch_main<A, 1>(p, src, blocks, w, stream);
+    case 2: return launch_main<A, 2>(p, src, blocks, w, stream);
+    case 3: return launch_main<A, 3>(p, src, blocks, w, stream);
+    case 4: return launch_main<A, 4>(p, src, blocks, w, stream);
+    case 5: return launch_main<A, 5>(p, src, blocks, w, stream);
+    case 6: return launch_main<A, 6>(p, src, blocks, w, stream);
+    case 7: return launch_main<A, 7>(p, src, blocks, w, stream);
     default:
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,
                            PLOSS_AFFINITY_MAX_KERNEL);

@@ -153,8 +153,9 @@ __device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64
 
 /* A thread's pixels of tile `tile` of sample n: the class (-1 ignored, OUTSIDE past the end;
  * 0 for binary) and, binary, the float target.  Every load is issued before any value is
- * looked at (one memory latency per thread, not one per pixel). */
-template <class A, class TI, bool BINARY, bool FLAT>
+ * looked at (one memory latency per thread, not one per pixel).  The target's dtype is read
+ * at run time (once per thread: the kernels are not compiled per label type). */
+template <class A, bool BINARY, bool FLAT>
 __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
                                             int (&lab)[PPT], A (&tgt)[PPT])
 {
@@ -170,8 +171,10 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
         case PLOSS_BF16: load_targets<__nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
         default: load_targets<double, A, FLAT>(p, n, tile, tgt); break;
         }
+    } else if (p.t_dtype == PLOSS_I32) {
+        load_labels<int32_t, FLAT>(p, n, tile, error_slot, lab);
     } else {
-        load_labels<TI, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<int64_t, FLAT>(p, n, tile, error_slot, lab);
     }
 }
 
@@ -244,7 +247,7 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 
 /* 1. Block b = n·tiles + tile: the partial sums of the tile per class; the last tiles
  * finish the sample, then the groups. */
-template <class T, class TI, bool BINARY, bool FLAT>
+template <class T, bool BINARY, bool FLAT>
 __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_sums(const ploss_region_problem p, int64_t tiles, int64_t *error_slot,
                                                       Work<acc_t<T>> w)
 {
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_sums(const ploss_r
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int lab[PPT];
     A tgt[PPT];
-    load_pixels<A, TI, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
+    load_pixels<A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
     const Offsets<FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
     const T *x = (const T *)p.x;
     const A e = (A)p.exponent;
@@ -331,14 +334,14 @@ __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_sums(const ploss_r
 }
 
 /* 2. Block b: tile gridDim.x − 1 − b (reverse order); the gradient of its pixels. */
-template <class T, class TI, bool BINARY, bool FLAT>
+template <class T, bool BINARY, bool FLAT>
 __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
 {
     using A = acc_t<T>;
     const int64_t b = gridDim.x - 1 - blockIdx.x, n = b / tiles, tile = b % tiles, g = p.per_image ? n : 0;
     int lab[PPT];
     A tgt[PPT];
-    load_pixels<A, TI, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
+    load_pixels<A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
     const Offsets<FLAT> xo(p, p.x_sn, p.x_ss, n, tile), go(p, p.g_sn, p.g_ss, n, tile);
     const T *x = (const T *)p.x;
     T *grad = (T *)p.grad;
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_grad(const ploss_r
     }
 }
 
-template <class T, class TI, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
+template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
@@ -390,20 +393,20 @@ template <class T, class TI, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_
     w.arrived = (unsigned *)((char *)w.beta + b_g);
     if ((st = ploss_cuda_memset(w.arrived, 0, (size_t)(N + 1) * sizeof(unsigned), stream)))
         return st;
-    dice_sums<T, TI, BINARY, FLAT><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, tiles, ctx->error_slot, w);
+    dice_sums<T, BINARY, FLAT><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, tiles, ctx->error_slot, w);
     if ((st = check_launch("soft Dice sums")))
         return st;
     if (p->pass != PLOSS_PASS_FORWARD) {
-        dice_grad<T, TI, BINARY, FLAT><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, tiles, w);
+        dice_grad<T, BINARY, FLAT><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, tiles, w);
         if ((st = check_launch("soft Dice gradient")))
             return st;
     }
     return PLOSS_OK;
 }
 
-template <class T, class TI, bool BINARY> ploss_status run_layout(ploss_ctx_t *ctx, const ploss_region_problem *p)
+template <class T, bool BINARY> ploss_status run_layout(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
-    return p->sdim <= 1 ? run<T, TI, BINARY, true>(ctx, p) : run<T, TI, BINARY, false>(ctx, p);
+    return p->sdim <= 1 ? run<T, BINARY, true>(ctx, p) : run<T, BINARY, false>(ctx, p);
 }
 
 } // namespace
@@ -415,10 +418,10 @@ extern "C" ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_pro
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (p->binary) /* a float target, read by dtype at run time */
-            return run_layout<T, int64_t, true>(ctx, p);
-        return dispatch_index(p->t_dtype, "target", [&](auto itag) {
-            using TI = typename decltype(itag)::type;
-            return run_layout<T, TI, false>(ctx, p);
-        });
+            return run_layout<T, true>(ctx, p);
+        if (p->t_dtype != PLOSS_I64 && p->t_dtype != PLOSS_I32) /* the labels, likewise */
+            return ploss_error(PLOSS_ERR_DTYPE, "target: no CUDA kernel for dtype %s (expected i64 or i32)",
+                               ploss_dtype_name(p->t_dtype));
+        return run_layout<T, false>(ctx, p);
     });
 }
