@@ -79,11 +79,11 @@ template <class A, class F> __device__ __forceinline__ void with_storage(ploss_d
     }
 }
 
-template <class A> struct Work {
+struct Work {
     int32_t *label;               /* [n·S + s] */
     unsigned long long *pairs;    /* Σ m over the counted pairs (zeroed, then counted) */
-    unsigned *arrived;            /* window_main's blocks done (zeroed) */
-    A *partial;                   /* [block]: Σ ℓ of the block's pixels */
+    unsigned long long *ticket;   /* the context's arrival ticket */
+    double *partial;              /* [block]: Σ ℓ of the block's pixels */
 };
 
 /* The class of a raw label, -1 when ignored or invalid. */
@@ -94,7 +94,7 @@ __device__ __forceinline__ int64_t class_of(const ploss_region_problem &p, int64
 
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_problem p, int64_t *error_slot,
-                                                        Work<acc_t<T>> w, T *copy)
+                                                        Work w, T *copy)
 {
     __shared__ unsigned char s_ok[PREP_W * (TH + PREP_R)]; /* valid flags, rows of hw */
     const int64_t H = p.sshape[0], W = p.sshape[1];
@@ -141,7 +141,7 @@ __device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, i
 
 template <class A, int K>
 __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
-    window_main(const ploss_region_problem p, Src src, int cc, Work<A> w)
+    window_main(const ploss_region_problem p, Src src, int cc, Work w)
 {
     using HL = Halo<K>;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
             if (mine)
                 store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
         } else {
-            store_reduced_loss<THREADS>(p, loss, w.partial, w.arrived, (double)pairs);
+            store_reduced_loss<THREADS>(p, loss, w.partial, w.ticket, (double)pairs);
         }
     }
     if (p.pass == PLOSS_PASS_FORWARD)
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
 }
 
 template <class A, int K>
-ploss_status launch_main(const ploss_region_problem *p, Src src, int64_t blocks, Work<A> w, cudaStream_t stream)
+ploss_status launch_main(const ploss_region_problem *p, Src src, int64_t blocks, Work w, cudaStream_t stream)
 {
     /* classes per chunk: the logits and the labels of the halo within the budget */
     const int64_t fit = (int64_t)((SMEM_BUDGET - Halo<K>::SIZE * 4) / (Halo<K>::SIZE * sizeof(A)));
@@ -296,19 +296,19 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
     const bool in_place = grad_overlaps_input(*p, sizeof(T));
-    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(A)),
+    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
                  b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
     char *ws = nullptr;
     ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
     if (st)
         return st;
-    Work<A> w;
+    Work w;
     w.label = (int32_t *)ws;
     w.pairs = (unsigned long long *)(ws + b_lab);
-    w.arrived = (unsigned *)(ws + b_lab + 8);
-    w.partial = (A *)(ws + b_lab + b_cnt);
+    w.ticket = arrival_ticket(ctx);
+    w.partial = (double *)(ws + b_lab + b_cnt);
     T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
-    if ((st = ploss_cuda_memset(w.pairs, 0, 16, stream)))
+    if ((st = ploss_cuda_memset(w.pairs, 0, sizeof *w.pairs, stream)))
         return st;
     window_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity labels")))

@@ -50,16 +50,16 @@ template <class T> struct Src {
     int64_t sn, sc, sh, sw;
 };
 
-template <class A> struct Work {
+struct Work {
     int32_t *label;               /* [n·S + s] */
     unsigned long long *valid;    /* the valid pixels (zeroed, then counted) */
-    unsigned *arrived;            /* field_main's blocks done (zeroed) */
-    A *partial;                   /* [block]: Σ ℓ of the block's pixels */
+    unsigned long long *ticket;   /* the context's arrival ticket */
+    double *partial;              /* [block]: Σ ℓ of the block's pixels */
 };
 
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS) field_prep(const ploss_region_problem p, int64_t *error_slot,
-                                                       Work<acc_t<T>> w, T *copy)
+                                                       Work w, T *copy)
 {
     const int64_t H = p.sshape[0], W = p.sshape[1];
     const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(THREADS) field_prep(const ploss_region_problem
 
 template <class T, bool REF>
 __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
-    field_main(const ploss_region_problem p, Src<T> src, int cc, Work<acc_t<T>> w)
+    field_main(const ploss_region_problem p, Src<T> src, int cc, Work w)
 {
     using A = acc_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             if (mine)
                 store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
         } else {
-            store_reduced_loss<THREADS>(p, loss, w.partial, w.arrived, (double)*w.valid);
+            store_reduced_loss<THREADS>(p, loss, w.partial, w.ticket, (double)*w.valid);
         }
     }
     if (p.pass == PLOSS_PASS_FORWARD)
@@ -276,19 +276,19 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
     const bool in_place = grad_overlaps_input(*p, sizeof(T));
-    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(A)),
+    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
                  b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
     char *ws = nullptr;
     ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
     if (st)
         return st;
-    Work<A> w;
+    Work w;
     w.label = (int32_t *)ws;
     w.valid = (unsigned long long *)(ws + b_lab);
-    w.arrived = (unsigned *)(ws + b_lab + 8);
-    w.partial = (A *)(ws + b_lab + b_cnt);
+    w.ticket = arrival_ticket(ctx);
+    w.partial = (double *)(ws + b_lab + b_cnt);
     T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
-    if ((st = ploss_cuda_memset(w.valid, 0, 16, stream)))
+    if ((st = ploss_cuda_memset(w.valid, 0, sizeof *w.valid, stream)))
         return st;
     field_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity field labels")))

@@ -68,27 +68,19 @@ struct PartialOp {
 
 /* The reduced loss of a kernel whose blocks each hold a part of it (`v`, every thread's
  * share): each block stores its sum in partial[blockIdx.x], then the last block to arrive
- * (a fence and an integer arrival counter, zeroed before the launch) adds the partials in
- * a fixed order (strided per thread, then a fixed tree) and stores Σ, or Σ/divisor for
- * MEAN, as the loss.  Deterministic, no float atomics.  Every thread of the block calls it. */
+ * (the context's arrival ticket: last_block_arrives) adds the partials in a fixed order
+ * (last_block_sum) and stores Σ, or Σ/divisor for MEAN, as the loss.  Deterministic, no
+ * float atomics.  Every thread of the block calls it. */
 template <int THREADS, class A>
-__device__ void store_reduced_loss(const ploss_region_problem &p, A v, A *partial, unsigned *arrived, double divisor)
+__device__ void store_reduced_loss(const ploss_region_problem &p, A v, double *partial, unsigned long long *ticket,
+                                   double divisor)
 {
-    __shared__ bool last;
     const A total = block_reduce<THREADS>(v, SumOp());
-    if (threadIdx.x == 0) {
-        partial[blockIdx.x] = total;
-        __threadfence(); /* the partial, before the arrival */
-        last = atomicAdd(arrived, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = (double)total;
+    if (!last_block_arrives(ticket, gridDim.x))
         return;
-    __threadfence();
-    double sum = 0.0;
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += THREADS)
-        sum += (double)__ldcg(partial + b);
-    sum = block_reduce<THREADS>(sum, SumOp());
+    const double sum = last_block_sum<THREADS>(partial, gridDim.x);
     if (threadIdx.x == 0)
         store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / divisor : sum);
 }
