@@ -138,8 +138,10 @@ describe("LinearCrossEntropyLoss", function()
     local u = 1 - py
     local l, gx, gw = ploss.LinearCrossEntropyLoss { policy = "focal" } (x, w, y)
     H.assert_close(l, u * u * L, { rtol = 1e-13 })
-    local Fo = u * u * (1 + 2 * py * L / u)
-    local g = { Fo * math.exp(1 - lse), Fo * math.exp(2 - lse), -Fo * u }
+    -- by the chain rule: ∂L/∂z_j = p_j − [j = y], ∂u/∂z_j = p_y·(p_j − [j = y]), so
+    -- ∂ℓ/∂z_j = (2u·L·p_y + u²)·(p_j − [j = y])
+    local k = 2 * u * L * py + u * u
+    local g = { k * math.exp(1 - lse), k * math.exp(2 - lse), k * (py - 1) }
     H.assert_close(gx, { { g[1] + g[3], g[2] + g[3] } }, { rtol = 1e-13 })
     H.assert_close(gw, { { g[1], 2 * g[1] }, { g[2], 2 * g[2] }, { g[3], 2 * g[3] } }, { rtol = 1e-13 })
     local x2, w2, y2 = inputs(7, 6, 4, 5, { 2 })
@@ -311,9 +313,10 @@ describe("LinearCrossEntropyLoss", function()
       { l0, 0, l0 }, { rtol = 1e-15 })
     H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5 }), l0, { rtol = 1e-15 })
     H.assert_close(F.linear_cross_entropy(x, w, y, { z_loss = 0.5, reduction = "sum" }), 2 * l0, { rtol = 1e-15 })
-    -- focal: p_y = 1/V, so (1 − 1/V)^γ·log V per row
-    H.assert_close(F.linear_cross_entropy(x, w, y, { policy = "focal", gamma = 1.5, reduction = "none" }),
-      { (0.8 ^ 1.5) * math.log(5), 0, (0.8 ^ 1.5) * math.log(5) }, { rtol = 1e-15 })
+    -- focal: p_y = 1/V, so (1 − 1/V)^γ·log V (+ z_loss·log²V) per row
+    local lf = (0.8 ^ 1.5) * math.log(5) + 0.5 * math.log(5) ^ 2
+    H.assert_close(F.linear_cross_entropy(x, w, y, { policy = "focal", gamma = 1.5, z_loss = 0.5, reduction = "none" }),
+      { lf, 0, lf }, { rtol = 1e-15 })
     local _, gx, gw = F.linear_cross_entropy_fused(x, w, y)
     assert.are.same({ 3, 0 }, gx:size())
     assert.are.same({ 5, 0 }, gw:size())
@@ -425,6 +428,16 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() fused(x, w, y, { policy = "focal", label_smoothing = 0.1, out = out }) end,
       "opts.label_smoothing: 0.1 with policy 'focal'")
     H.expect_error(function() fused(x, w, y, { policy = "focal", gamma = -1 }) end, "opts.gamma")
+    -- the same refusal from the C entry point itself (the Lua layer checks first)
+    local ffi = require "ffi"
+    local co = ffi.new("ploss_linear_cross_entropy_opts")
+    ploss.C.ploss_linear_cross_entropy_opts_init(co)
+    co.policy = ploss.C.PLOSS_LINEAR_POLICY_FOCAL
+    co.label_smoothing = 0.1
+    H.expect_error(function()
+      ploss.check(ploss.C.ploss_linear_cross_entropy_forward(ploss.context("cpu"), x:dl(), w:dl(), y:dl(), nil, co,
+        out:dl(), nil, nil))
+    end, "opts.label_smoothing: 0.1 with policy 'focal'")
     H.expect_error(function() fused(x, w, y, { policy = "dice" }) end, "policy")
     H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
       "grad_weight")

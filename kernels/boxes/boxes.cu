@@ -329,13 +329,13 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
     }
     ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        /* f64 (checks) runs the general kernel only */
-        const bool plain = sizeof(acc_t<T>) == 4 && p->format == PLOSS_BOX_FORMAT_XYXY && !p->w && !p->ign;
+        const bool plain = p->format == PLOSS_BOX_FORMAT_XYXY && !p->w && !p->ign;
         auto launch = [&](auto kind) {
             constexpr int K = decltype(kind)::value;
-            constexpr bool P = sizeof(acc_t<T>) == 4; /* a PLAIN instance exists */
-            auto kernel = plain ? (vec ? boxes_kernel<T, true, K, P> : boxes_kernel<T, false, K, P>)
-                                : (vec ? boxes_kernel<T, true, K, false> : boxes_kernel<T, false, K, false>);
+            auto kernel = vec ? boxes_kernel<T, true, K, false> : boxes_kernel<T, false, K, false>;
+            if constexpr (sizeof(acc_t<T>) == 4) /* f64 (checks) has the general kernel only */
+                if (plain)
+                    kernel = vec ? boxes_kernel<T, true, K, true> : boxes_kernel<T, false, K, true>;
             const unsigned grid = (unsigned)std::min<int64_t>(blocks, resident_blocks(kernel, THREADS, blocks));
             kernel<<<grid, THREADS, 0, stream>>>(*p, kept, omega_on_host, host_omega, ctx->error_slot, partials, ticket);
         };

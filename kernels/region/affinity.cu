@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
 #pragma unroll
             for (int j = 0; j < HL::P; ++j)
                 g += a[j] * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
-            with_storage<A>(src.dt, [&](auto tag) {
+            with_storage<A>(p.x_dtype, [&](auto tag) { /* the gradient has the input's dtype */
                 using T = decltype(tag);
                 ((T *)p.grad)[gz + (c0 + c) * p.g_sc] = from_acc<T>(bw * g);
             });

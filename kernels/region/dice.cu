@@ -419,9 +419,7 @@ extern "C" ploss_status ploss_cuda_dice(ploss_ctx_t *ctx, const ploss_region_pro
         using T = typename decltype(tag)::type;
         if (p->binary) /* a float target, read by dtype at run time */
             return run_layout<T, true>(ctx, p);
-        if (p->t_dtype != PLOSS_I64 && p->t_dtype != PLOSS_I32) /* the labels, likewise */
-            return ploss_error(PLOSS_ERR_DTYPE, "target: no CUDA kernel for dtype %s (expected i64 or i32)",
-                               ploss_dtype_name(p->t_dtype));
-        return run_layout<T, false>(ctx, p);
+        /* the labels, likewise: dispatch_index only checks their dtype */
+        return dispatch_index(p->t_dtype, "target", [&](auto) { return run_layout<T, false>(ctx, p); });
     });
 }

@@ -12,7 +12,7 @@
  *            e_j = e^(−d_j), SE = Σ_j e_j: a sum of terms ≥ 0, so no cancellation), from one
  *            more per-row sum Σ_{j≠y} e_j·d_j (the label's term from d_y).
  *   focal    (label smoothing 0) the softmax focal loss in place of the cross-entropy:
- *            ℓ = u^γ·L, ∂ℓ/∂z_j = G·(p_j − [j = y]) (policy_softmax_focal.cuh's terms, α = 1);
+ *            ℓ = u^γ·L, ∂ℓ/∂z_j = F·(p_j − [j = y]) (policy_softmax_focal.cuh's terms, α = 1);
  *            z-loss, softcap, 'mean' and the state as above.
  * The row keeps its logits, not e_j (kKeepsTerm = false): the softcap factor needs z_j.
  */
@@ -35,7 +35,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */
     bool entropy;              /* the state's entropy is wanted: sum Σ e_j·d_j */
-    bool focal;                /* the focal loss (a = 1, b = 0) */
+    bool focal;                /* the focal loss of each row (label smoothing 0) */
     float gamma;               /* its γ */
 
     struct Sums {
@@ -70,7 +70,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
         Row r;
         if (focal) {
             const FocalTerms f = focal_terms(s.se, s.dy, gamma);
-            r = Row{f.ug * f.L, {M + f.logSE, 0.0f}, o * (f.G / f.SE), 0.0f, -o * (f.G * f.u)};
+            r = Row{f.ug * f.L, {M + f.logSE, 0.0f}, o * (f.F / f.SE), 0.0f, -o * (f.F * f.u)};
         } else {
             const Base::Row br = Base::finish(Base::Sums{s.se, s.sd, s.dy}, y, M, o);
             r = Row{br.loss, {br.state[0], 0.0f}, br.k1, br.k0, br.gy};

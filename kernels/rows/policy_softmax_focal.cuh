@@ -2,7 +2,7 @@
  * policy_softmax_focal.cuh — the softmax focal loss (Lin et al.) with class-index targets
  * and per-class α, as a policy of the row engine (row_engine.cuh).  With u = 1 − p_y and
  * L = −log p_y:
- *     ℓ = α_y·u^γ·L,   ∂ℓ/∂x_j = ω·α_y·G·(p_j − [j = y]),   G = u^γ·(1 + γ·p_y·L/u),
+ *     ℓ = α_y·u^γ·L,   ∂ℓ/∂x_j = ω·α_y·F·(p_j − [j = y]),   F = u^γ·(1 + γ·p_y·L/u),
  * state: lse.  u = Σ_{j≠y} e_j / Σe is formed without 1 − p_y, L as log1p(Σ_{j≠y} e_j)
  * when the label holds the max (no cancellation either way); L/u → 1 as u → 0.  'mean'
  * divides by the number of valid samples.
@@ -16,9 +16,9 @@ namespace ploss_cuda {
 namespace row_engine {
 
 /* The focal terms of a row from Σ_{j≠y} e_j and d_y (relative to the row max): the row's
- * Σe and its log, u = 1 − p_y, L = −log p_y, u^γ and the gradient factor G. */
+ * Σe and its log, u = 1 − p_y, L = −log p_y, u^γ and the gradient factor F. */
 struct FocalTerms {
-    float ey, SE, logSE, u, L, ug, G;
+    float ey, SE, logSE, u, L, ug, F;
 };
 __device__ __forceinline__ FocalTerms focal_terms(float se, float dy, float gamma)
 {
@@ -29,7 +29,7 @@ __device__ __forceinline__ FocalTerms focal_terms(float se, float dy, float gamm
     f.u = se / f.SE;
     f.L = dy == 0.0f ? log1pf(se) : dy + f.logSE;
     f.ug = gamma == 0.0f ? 1.0f : gamma == 2.0f ? f.u * f.u : powf(f.u, gamma);
-    f.G = gamma == 0.0f ? 1.0f : f.ug * (1.0f + gamma * (f.ey / f.SE) * (f.u > 0.0f ? f.L / f.u : 1.0f));
+    f.F = gamma == 0.0f ? 1.0f : f.ug * (1.0f + gamma * (f.ey / f.SE) * (f.u > 0.0f ? f.L / f.u : 1.0f));
     return f;
 }
 
@@ -71,8 +71,8 @@ struct SoftmaxFocalPolicy {
         Row r;
         r.loss = ay * f.ug * f.L;
         r.state[0] = M + f.logSE;
-        r.k1 = om * (ay * f.G / f.SE);
-        r.gy = -om * (ay * f.G * f.u);
+        r.k1 = om * (ay * f.F / f.SE);
+        r.gy = -om * (ay * f.F * f.u);
         return r;
     }
     template <bool KEPT, class IsY>

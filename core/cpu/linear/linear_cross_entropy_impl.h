@@ -34,10 +34,10 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
     const double lse = M + log(S);
     *lse_out = lse;
     *ent_out = log(S) + SD / S;
-    /* focal: ℓ = u^γ·L with factor F on p_j − [j = y]; the cross-entropy is F = 1, ε = 0 */
-    double loss, F = 1.0;
+    /* focal: ℓ = u^γ·L with the factor F on p_j − [j = y]; the cross-entropy has F = 1 */
+    double loss, factor = 1.0;
     if (p->focal) {
-        F = ploss_focal_factor((double)z[y] - lse, p->gamma, &loss);
+        factor = ploss_focal_factor((double)z[y] - lse, p->gamma, &loss);
         loss += zl * lse * lse;
     } else {
         loss = (1.0 - eps) * (lse - z[y]) + zl * lse * lse;
@@ -45,7 +45,7 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
             loss += eps * (lse - sz / (double)C);
     }
     if (grad) {
-        const double k = F + 2.0 * zl * lse, b = eps / (double)C, gy = F * (1.0 - eps);
+        const double k = factor + 2.0 * zl * lse, b = eps / (double)C, gy = factor * (1.0 - eps);
         for (int64_t j = 0; j < C; ++j) {
             const double zj = z[j];
             double g = exp(zj - lse) * k - b - (j == y ? gy : 0.0);
