@@ -36,12 +36,13 @@ constexpr int64_t GRAD_BLOCKS = 4096; /* NLL's gradient pass: blocks in all     
 constexpr int64_t GRAD_ITEMS = 8;     /* and entries per thread along a row (at least)    */
 
 /* The label of sample (n, s), and whether it counts: in [0, C) (out of range: reported when
- * error_slot is given, skipped) and not ignore_index. */
-template <class TI>
+ * error_slot is given, skipped) and not ignore_index.  Its dtype (i64 or i32) is read at run
+ * time: one label per sample, so the kernels are not compiled per label type. */
 __device__ __forceinline__ bool label_of(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t *error_slot,
                                          int64_t &y)
 {
-    y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
+    const int64_t off = n * p.t_sn + s * p.t_ss;
+    y = p.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)p.t)[off] : ((const int64_t *)p.t)[off];
     if (y == p.ignore_index && p.ignore_index != INT64_MIN) /* INT64_MIN: no ignore_index */
         return false;
     if (y < 0 || y >= p.C) {
@@ -111,7 +112,7 @@ __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s
 }
 
 /* W = 32: a warp per sample (the multi-class margin on rows, S = 1); W = 1: a thread. */
-template <class T, class TI, int W>
+template <class T, int W>
 __global__ void __launch_bounds__(THREADS)
 direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials)
 {
@@ -126,7 +127,7 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
         const int64_t n = p.S == 1 ? i : i / p.S, s = p.S == 1 ? 0 : i % p.S;
         int64_t y;
         double loss = 0.0;
-        if (label_of<TI>(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
+        if (label_of(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
             const double wy = weight_of(p, y);
             if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
                 loss = margin_row<T, W>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
@@ -195,7 +196,7 @@ __device__ __forceinline__ double nll_omega(const ploss_direct_problem &p, const
 }
 
 /* S = 1: x over the classes of row n = y (grid-stride in both). */
-template <class T, class TI>
+template <class T>
 __global__ void __launch_bounds__(THREADS)
 nll_grad_rows(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
 {
@@ -203,7 +204,7 @@ nll_grad_rows(const ploss_direct_problem p, const double *omega_dev, double omeg
     const bool reporter = blockIdx.x == 0 && threadIdx.x == 0; /* the label reported once */
     for (int64_t n = blockIdx.y; n < p.N; n += gridDim.y) {
         int64_t y;
-        const bool counts = label_of<TI>(p, n, 0, reporter ? error_slot : nullptr, y);
+        const bool counts = label_of(p, n, 0, reporter ? error_slot : nullptr, y);
         const double v = counts ? -weight_of(p, y) * nll_omega(p, omega_dev, omega_host, n, 0) : 0.0;
         T *g = grad + n * p.g_sn;
         for (int64_t j = thread_index(); j < p.C; j += grid_stride())
@@ -212,7 +213,7 @@ nll_grad_rows(const ploss_direct_problem p, const double *omega_dev, double omeg
 }
 
 /* S > 1: x over the pixels of sample n = y; each thread writes its pixel's C classes. */
-template <class T, class TI>
+template <class T>
 __global__ void __launch_bounds__(THREADS)
 nll_grad_pixels(const ploss_direct_problem p, const double *omega_dev, double omega_host, int64_t *error_slot)
 {
@@ -220,7 +221,7 @@ nll_grad_pixels(const ploss_direct_problem p, const double *omega_dev, double om
     for (int64_t n = blockIdx.y; n < p.N; n += gridDim.y)
         for (int64_t s = thread_index(); s < p.S; s += grid_stride()) {
             int64_t y;
-            const bool counts = label_of<TI>(p, n, s, error_slot, y);
+            const bool counts = label_of(p, n, s, error_slot, y);
             const double v = counts ? -weight_of(p, y) * nll_omega(p, omega_dev, omega_host, n, s) : 0.0;
             T *g = grad + n * p.g_sn + s * p.g_ss;
             for (int64_t j = 0; j < p.C; ++j)
@@ -260,14 +261,14 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const double omega_host = p->pass == PLOSS_PASS_FUSED ? p->scale : 0.0;
     return dispatch_float(p->x_dtype, "input", [&](auto xtag) {
         using T = typename decltype(xtag)::type;
-        return dispatch_index(p->t_dtype, "target", [&](auto ttag) -> ploss_status {
-            using TI = typename decltype(ttag)::type;
+        /* dispatch_index only checks the labels' dtype: the kernels read it at run time */
+        return dispatch_index(p->t_dtype, "target", [&](auto) -> ploss_status {
             ploss_status st;
             if (samples) {
                 if (warp_rows)
-                    direct_samples<T, TI, 32><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                    direct_samples<T, 32><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
                 else
-                    direct_samples<T, TI, 1><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                    direct_samples<T, 1><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
                 if ((st = check_launch("direct_samples")))
                     return st;
             }
@@ -289,9 +290,9 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
             const int64_t gy = std::max<int64_t>(1, std::min<int64_t>({p->N, GRAD_BLOCKS / gx, 65535}));
             const dim3 grid((unsigned)gx, (unsigned)gy);
             if (p->S == 1)
-                nll_grad_rows<T, TI><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
+                nll_grad_rows<T><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
             else
-                nll_grad_pixels<T, TI><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
+                nll_grad_pixels<T><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
             return check_launch("nll_grad");
         });
     });

@@ -115,7 +115,7 @@ __device__ __forceinline__ void dual_term(double lp, bool is_y, double eps, doub
 
 /* One sample i = (n, s), processed by the lanes of group g.  `cache` (CACHE only) holds
  * the row for the later passes; every lane reads back only the classes it wrote. */
-template <class T, class TI, bool CACHE, class Group>
+template <class T, bool CACHE, class Group>
 __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, int64_t i, const Group &g, T *cache,
                                                acc_t<T> omega, int64_t *error_slot, acc_t<T> &thread_sum)
 {
@@ -128,7 +128,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
 
-    const int64_t y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
+    const int64_t y = row_engine::load_label(p, n, s);
     bool valid = y != p.ignore_index, invalid = false;
     if (valid && (y < 0 || y >= C)) {
         if (lane == 0)
@@ -278,7 +278,6 @@ __device__ __forceinline__ void write_partial(const ploss_sfocal_problem &p, A t
 }
 
 /* Valid samples (label ≠ ignore_index and in range), for MEAN. */
-template <class TI>
 __global__ void __launch_bounds__(THREADS)
 count_valid(const ploss_sfocal_problem p, unsigned long long *count)
 {
@@ -286,7 +285,7 @@ count_valid(const ploss_sfocal_problem p, unsigned long long *count)
     unsigned long long c = 0;
     for (int64_t i = thread_index(); i < M; i += grid_stride()) {
         const int64_t n = i / p.S, s = i % p.S;
-        const int64_t y = (int64_t)((const TI *)p.t)[n * p.t_sn + s * p.t_ss];
+        const int64_t y = row_engine::load_label(p, n, s);
         c += y != p.ignore_index && y >= 0 && y < p.C;
     }
     c = block_reduce<THREADS>(c, SumOp());
@@ -294,7 +293,7 @@ count_valid(const ploss_sfocal_problem p, unsigned long long *count)
         atomicAdd(count, c); /* integer: exact whatever the order */
 }
 
-template <class T, class TI>
+template <class T>
 __global__ void __launch_bounds__(THREADS)
 sfocal_samples(const ploss_sfocal_problem p, const unsigned long long *count, int64_t *error_slot, double *partials)
 {
@@ -303,11 +302,11 @@ sfocal_samples(const ploss_sfocal_problem p, const unsigned long long *count, in
     A thread_sum = A(0);
     const int64_t M = p.N * p.S;
     for (int64_t i = thread_index(); i < M; i += grid_stride())
-        process_sample<T, TI, false>(p, i, single_group(), (T *)nullptr, omega, error_slot, thread_sum);
+        process_sample<T, false>(p, i, single_group(), (T *)nullptr, omega, error_slot, thread_sum);
     write_partial<THREADS>(p, thread_sum, partials);
 }
 
-template <class T, class TI>
+template <class T>
 __global__ void __launch_bounds__(THREADS)
 sfocal_rows_warp(const ploss_sfocal_problem p, const unsigned long long *count, int64_t *error_slot,
                  double *partials)
@@ -318,11 +317,11 @@ sfocal_rows_warp(const ploss_sfocal_problem p, const unsigned long long *count, 
     A thread_sum = A(0);
     const int64_t M = p.N * p.S;
     for (int64_t i = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; i < M; i += (int64_t)gridDim.x * WARPS)
-        process_sample<T, TI, false>(p, i, warp_group(), (T *)nullptr, omega, error_slot, thread_sum);
+        process_sample<T, false>(p, i, warp_group(), (T *)nullptr, omega, error_slot, thread_sum);
     write_partial<THREADS>(p, thread_sum, partials);
 }
 
-template <class T, class TI, bool CACHE>
+template <class T, bool CACHE>
 __global__ void __launch_bounds__(ROW_THREADS, 2)
 sfocal_rows_block(const ploss_sfocal_problem p, const unsigned long long *count, int64_t *error_slot,
                   double *partials)
@@ -333,7 +332,7 @@ sfocal_rows_block(const ploss_sfocal_problem p, const unsigned long long *count,
     A thread_sum = A(0);
     const int64_t M = p.N * p.S;
     for (int64_t i = blockIdx.x; i < M; i += gridDim.x)
-        process_sample<T, TI, CACHE>(p, i, block_group(), (T *)row_cache, omega, error_slot, thread_sum);
+        process_sample<T, CACHE>(p, i, block_group(), (T *)row_cache, omega, error_slot, thread_sum);
     write_partial<ROW_THREADS>(p, thread_sum, partials);
 }
 
@@ -438,9 +437,8 @@ extern "C" ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_s
     if (need_count) {
         if ((st = ploss_cuda_memset(count, 0, sizeof *count, stream)))
             return st;
-        st = dispatch_index(p->t_dtype, "target", [&](auto itag) {
-            using TI = typename decltype(itag)::type;
-            count_valid<TI><<<grid_blocks(M, THREADS, MAX_BLOCKS), THREADS, 0, stream>>>(*p, count);
+        st = dispatch_index(p->t_dtype, "target", [&](auto) { /* the kernels read the labels' dtype at run time */
+            count_valid<<<grid_blocks(M, THREADS, MAX_BLOCKS), THREADS, 0, stream>>>(*p, count);
             return check_launch("count_valid");
         });
         if (st)
@@ -451,23 +449,22 @@ extern "C" ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_s
         const size_t cache_limit = shape == ROWS_BLOCK ? row_cache_limit(ctx->device.device_id) : 0;
         st = dispatch_float(p->x_dtype, "input", [&](auto xtag) {
             using T = typename decltype(xtag)::type;
-            return dispatch_index(p->t_dtype, "target", [&](auto itag) {
-                using TI = typename decltype(itag)::type;
+            return dispatch_index(p->t_dtype, "target", [&](auto) {
                 if (shape == SAMPLES) {
-                    sfocal_samples<T, TI><<<blocks, THREADS, 0, stream>>>(*p, count, ctx->error_slot, partials);
+                    sfocal_samples<T><<<blocks, THREADS, 0, stream>>>(*p, count, ctx->error_slot, partials);
                 } else if (shape == ROWS_WARP) {
-                    sfocal_rows_warp<T, TI><<<blocks, THREADS, 0, stream>>>(*p, count, ctx->error_slot, partials);
+                    sfocal_rows_warp<T><<<blocks, THREADS, 0, stream>>>(*p, count, ctx->error_slot, partials);
                 } else {
                     const size_t bytes = (size_t)p->C * sizeof(T);
                     if (bytes <= cache_limit) {
                         if (bytes > 48 * 1024 &&
-                            cudaFuncSetAttribute(sfocal_rows_block<T, TI, true>,
+                            cudaFuncSetAttribute(sfocal_rows_block<T, true>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
                             return check_launch("sfocal_rows_block (shared memory size)");
-                        sfocal_rows_block<T, TI, true>
+                        sfocal_rows_block<T, true>
                             <<<blocks, ROW_THREADS, bytes, stream>>>(*p, count, ctx->error_slot, partials);
                     } else {
-                        sfocal_rows_block<T, TI, false>
+                        sfocal_rows_block<T, false>
                             <<<blocks, ROW_THREADS, 0, stream>>>(*p, count, ctx->error_slot, partials);
                     }
                 }
