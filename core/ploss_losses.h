@@ -1161,7 +1161,10 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
  * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
  * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses.
+ * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
+ * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
+ * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
+ * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1240,7 +1243,10 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
  * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
  * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses.
+ * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
+ * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
+ * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
+ * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1320,7 +1326,10 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
  * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
  * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses.
+ * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
+ * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
+ * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
+ * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1402,7 +1411,10 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
  * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
  * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses.
+ * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
+ * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
+ * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
+ * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32

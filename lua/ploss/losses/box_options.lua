@@ -64,6 +64,10 @@ number of boxes that are not ignored (not by the sum of the weights), and with n
 is NaN with a zero gradient (torchvision returns 0 for an empty batch).  The default
 reduction is 'mean', as every ploss criterion's, where torchvision's functions
 (generalized_box_iou_loss and the others) default to reduction = 'none': pass
-reduction = 'none' for their per-box losses.]]
+reduction = 'none' for their per-box losses.  CUDA computes f16/bf16/f32 boxes in f32 with
+the hardware's reciprocal refined by one Newton step (within an ulp) and a polynomial atan2
+(absolute error below 7e-8); a nonzero denominator below 2^-126 (boxes whose sides are below
+about 1e-19) has an infinite reciprocal there, so such boxes get a non-finite gradient; f64
+boxes use exact divisions.]]
 
 return B
