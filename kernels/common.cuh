@@ -21,6 +21,7 @@
  *  - block_all_reduce<THREADS>(v, op) / block_reduce<THREADS>(v, op) and
  *    warp_all_reduce<LANES>(v, op): deterministic (fixed-order) reductions through CUB;
  *    SumOp, MaxOp (NaN-ignoring like fmax) and MinOp functors.
+ *  - sample_label(problem, n, s): the i64 or i32 class label of sample (n, s), by its dtype.
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
@@ -167,6 +168,15 @@ __device__ __forceinline__ void store_state(void *base, ploss_dtype dt, int64_t 
         ((double *)base)[i] = v;
     else
         ((float *)base)[i] = (float)v;
+}
+
+/* The class label of sample (n, s) of a problem with labels t of dtype t_dtype (i64 or i32:
+ * the dtypes dispatch_index admits) and strides t_sn, t_ss: one label per sample, read by
+ * its dtype at run time, so kernels are not compiled per label type. */
+template <class P> __device__ __forceinline__ int64_t sample_label(const P &a, int64_t n, int64_t s)
+{
+    const int64_t off = n * a.t_sn + s * a.t_ss;
+    return a.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)a.t)[off] : ((const int64_t *)a.t)[off];
 }
 
 /* Integer element as int64 (exact); float dtypes truncate as double_to_i64. */

@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     row.inv_w = inv_w;
     double acc = 0.0; /* unused: the rows' losses are stored one by one */
     for (int64_t r = cid * RPB + group; r < a.N; r += ncl * RPB) {
-        const int64_t y = re::load_label(a, r, 0);
+        const int64_t y = sample_label(a, r, 0);
         row.load((const float *)a.x + r * a.x_sn, (int)a.C);
         row.inv_x = inv_x[r];
         row.scale();

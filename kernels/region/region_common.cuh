@@ -8,7 +8,8 @@
  *    [0, C) that is not ignore_index is reported in the error slot (when given) and treated
  *    as ignored; load_label_at<TI>(p, off, slot): the same for the label at element offset
  *    off of the target (callers that know the pixel's row and column: no division);
- *  - Partial<A> / PartialOp: a sum and a count reduced together (CUB block reductions);
+ *  - store_reduced_loss<THREADS>(p, v, partial, ticket, divisor): a kernel's reduced loss
+ *    from its blocks' partial sums, finished by the last block to arrive;
  *  - align_up(bytes): the workspace's 256-byte slices;
  *  - grad_overlaps_input(p, elem): whether the gradient's elements may share memory with
  *    the input's (an in-place pass), from their address ranges.
@@ -54,17 +55,6 @@ __device__ __forceinline__ int64_t load_label(const ploss_region_problem &p, int
 {
     return load_label_at<TI>(p, pixel_at(p, q, p.t_sn, p.t_ss), error_slot);
 }
-
-template <class A> struct Partial {
-    A sum;
-    long long count;
-};
-struct PartialOp {
-    template <class A> __device__ __forceinline__ Partial<A> operator()(const Partial<A> &a, const Partial<A> &b) const
-    {
-        return {a.sum + b.sum, a.count + b.count};
-    }
-};
 
 /* The reduced loss of a kernel whose blocks each hold a part of it (`v`, every thread's
  * share): each block stores its sum in partial[blockIdx.x], then the last block to arrive

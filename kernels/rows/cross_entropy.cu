@@ -44,7 +44,6 @@ using row_engine::kIgnored;
 using row_engine::kInvalid;
 using row_engine::kValid;
 using row_engine::label_status;
-using row_engine::load_label;
 
 struct Aux {
     double *part_loss;     /* one partial loss sum per block (reduced loss wanted), or null */
@@ -193,7 +192,7 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
         int64_t y = 0;
         int st = kValid;
         if (p.target_kind == PLOSS_TARGET_INDEX) {
-            y = load_label(p, n, s);
+            y = sample_label(p, n, s);
             st = label_status(p, y);
         }
         const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
@@ -350,7 +349,7 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
         int64_t y = 0;
         int st = kValid;
         if (p.target_kind == PLOSS_TARGET_INDEX) {
-            y = load_label(p, n, s);
+            y = sample_label(p, n, s);
             st = label_status(p, y);
         }
         const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
@@ -496,7 +495,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     double acc = 0.0;
     for (int64_t i = thread_index(); i < count; i += grid_stride()) {
         const int64_t n = p.S == 1 ? i : i / p.S, s = i - n * p.S;
-        const int64_t y = load_label(p, n, s);
+        const int64_t y = sample_label(p, n, s);
         if (label_status(p, y) == kValid)
             acc += p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
     }

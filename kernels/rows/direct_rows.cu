@@ -36,13 +36,11 @@ constexpr int64_t GRAD_BLOCKS = 4096; /* NLL's gradient pass: blocks in all     
 constexpr int64_t GRAD_ITEMS = 8;     /* and entries per thread along a row (at least)    */
 
 /* The label of sample (n, s), and whether it counts: in [0, C) (out of range: reported when
- * error_slot is given, skipped) and not ignore_index.  Its dtype (i64 or i32) is read at run
- * time: one label per sample, so the kernels are not compiled per label type. */
+ * error_slot is given, skipped) and not ignore_index. */
 __device__ __forceinline__ bool label_of(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t *error_slot,
                                          int64_t &y)
 {
-    const int64_t off = n * p.t_sn + s * p.t_ss;
-    y = p.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)p.t)[off] : ((const int64_t *)p.t)[off];
+    y = sample_label(p, n, s);
     if (y == p.ignore_index && p.ignore_index != INT64_MIN) /* INT64_MIN: no ignore_index */
         return false;
     if (y < 0 || y >= p.C) {

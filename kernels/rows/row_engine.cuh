@@ -103,13 +103,8 @@ constexpr int kMaxCluster = 8;
 
 enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
 
-/* The label of sample (n, s) and whether it is valid, ignored or out of range, for
- * RowArgs and the backend problems of core/engines/rows.h alike (i64 or i32 labels). */
-template <class P> __device__ __forceinline__ int64_t load_label(const P &a, int64_t n, int64_t s)
-{
-    const int64_t off = n * a.t_sn + s * a.t_ss;
-    return a.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)a.t)[off] : ((const int64_t *)a.t)[off];
-}
+/* Whether the label y of a sample (sample_label) is valid, ignored or out of range, for
+ * RowArgs and the backend problems of core/engines/rows.h alike. */
 
 template <class P> __device__ __forceinline__ int label_status(const P &a, int64_t y)
 {
@@ -141,7 +136,7 @@ __device__ __forceinline__ double divisor_share(const RowArgs &a, const Policy &
     double acc = 0.0;
     for (int64_t r = r0; r < rows; r += step) {
         const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
-        const int64_t y = load_label(a, n, s);
+        const int64_t y = sample_label(a, n, s);
         if (label_status(a, y) == kValid)
             acc += pol.divisor((int)y);
     }
@@ -559,7 +554,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         s_acc[group] = 0.0; /* the group's loss sum, kept out of registers */
     for (int64_t r = cid * RPB + group; r < rows; r += ncl * RPB) {
         const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
-        const int64_t y = load_label(a, n, s); /* read with the row, used after it */
+        const int64_t y = sample_label(a, n, s); /* read with the row, used after it */
         row.load((const T *)a.x + n * a.x_sn + s * a.x_ss, (int)a.C);
         process_row<T>(a, pol, row, n, s, y, omega, s_acc[group]);
 #if PLOSS_ROW_ENGINE_SM90

@@ -128,7 +128,7 @@ __device__ __forceinline__ void process_sample(const ploss_sfocal_problem &p, in
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
 
-    const int64_t y = row_engine::load_label(p, n, s);
+    const int64_t y = sample_label(p, n, s);
     bool valid = y != p.ignore_index, invalid = false;
     if (valid && (y < 0 || y >= C)) {
         if (lane == 0)
@@ -285,7 +285,7 @@ count_valid(const ploss_sfocal_problem p, unsigned long long *count)
     unsigned long long c = 0;
     for (int64_t i = thread_index(); i < M; i += grid_stride()) {
         const int64_t n = i / p.S, s = i % p.S;
-        const int64_t y = row_engine::load_label(p, n, s);
+        const int64_t y = sample_label(p, n, s);
         c += y != p.ignore_index && y >= 0 && y < p.C;
     }
     c = block_reduce<THREADS>(c, SumOp());
