@@ -146,6 +146,8 @@ typedef struct ploss_loss_params {
     int64_t tile_rows;        /* rows of a cosine tile; 0: automatic                         */
     double sample_rate;       /* Partial FC: the share of the classes kept (1: all)          */
     int64_t seed;             /* Partial FC: the seed of the drawn classes                   */
+    ploss_comm_t *comm;       /* NULL, or the ranks the classes are sharded over              */
+    int scale_grad_x_by_ranks; /* with comm: ∂x times the number of ranks                   */
     /* linear cross-entropy (the margin shape without normalisation or margin) */
     double softcap;           /* c·tanh(z/c) of every logit; 0: none                         */
     double z_loss;            /* the weight of lse² per row                                  */

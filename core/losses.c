@@ -2551,6 +2551,8 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)
     o->tile_rows = 0;
     o->sample_rate = 1.0;
     o->seed = 0;
+    o->comm = NULL;
+    o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -2606,6 +2608,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         .tile_rows = o.tile_rows,
         .sample_rate = o.sample_rate,
         .seed = o.seed,
+        .comm = o.comm,
+        .scale_grad_x_by_ranks = o.scale_grad_x_by_ranks,
         .scale = o.scale,
         .inplace = o.inplace,
     };
@@ -2651,6 +2655,8 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *o)
     o->tile_rows = 0;
     o->sample_rate = 1.0;
     o->seed = 0;
+    o->comm = NULL;
+    o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -2699,6 +2705,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         .tile_rows = o.tile_rows,
         .sample_rate = o.sample_rate,
         .seed = o.seed,
+        .comm = o.comm,
+        .scale_grad_x_by_ranks = o.scale_grad_x_by_ranks,
         .scale = o.scale,
         .inplace = o.inplace,
     };
@@ -2744,6 +2752,8 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *o)
     o->tile_rows = 0;
     o->sample_rate = 1.0;
     o->seed = 0;
+    o->comm = NULL;
+    o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -2793,6 +2803,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         .tile_rows = o.tile_rows,
         .sample_rate = o.sample_rate,
         .seed = o.seed,
+        .comm = o.comm,
+        .scale_grad_x_by_ranks = o.scale_grad_x_by_ranks,
         .scale = o.scale,
         .inplace = o.inplace,
     };

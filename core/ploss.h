@@ -104,6 +104,10 @@ int ploss_cuda_device_count(void);
  *  a tensor that another of them reads or writes. */
 typedef struct ploss_ctx ploss_ctx_t;
 
+/** Opaque communicator (section "communicators" below; the `comm` option of the losses
+ *  that shard over ranks). */
+typedef struct ploss_comm ploss_comm_t;
+
 /** Create a context for `device` (kDLCPU, or kDLCUDA with a device_id).
  *  Statuses: INVALID_ARGUMENT (out NULL), DEVICE (unknown device type or id),
  *  UNSUPPORTED (CUDA requested, built without CUDA), CUDA, OUT_OF_MEMORY. */
@@ -591,8 +595,7 @@ typedef struct ploss_comm_id {
     uint8_t bytes[PLOSS_COMM_ID_BYTES];
 } ploss_comm_id;
 
-/** Opaque communicator. */
-typedef struct ploss_comm ploss_comm_t;
+/* ploss_comm_t, the opaque communicator, is declared with the context above. */
 
 /** The reduction of ploss_comm_all_reduce and ploss_comm_reduce_scatter. */
 typedef enum ploss_reduce_op {

@@ -2860,6 +2860,14 @@ typedef struct ploss_combined_margin_opts {
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device); default 0 */
     int64_t seed;
+    /* shard the classes over the communicator's ranks: weight holds this rank's block of
+       centres (the ranks' blocks in rank order make the C classes), labels are global class
+       ids, every rank passes the same number of rows, and the loss is that of the ranks' rows
+       gathered (docs/distributed.md); default NULL */
+    ploss_comm_t * comm;
+    /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
+       backbone's gradients, as InsightFace's Partial FC does); default 0 */
+    int scale_grad_x_by_ranks;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -2978,6 +2986,14 @@ typedef struct ploss_am_softmax_opts {
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device); default 0 */
     int64_t seed;
+    /* shard the classes over the communicator's ranks: weight holds this rank's block of
+       centres (the ranks' blocks in rank order make the C classes), labels are global class
+       ids, every rank passes the same number of rows, and the loss is that of the ranks' rows
+       gathered (docs/distributed.md); default NULL */
+    ploss_comm_t * comm;
+    /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
+       backbone's gradients, as InsightFace's Partial FC does); default 0 */
+    int scale_grad_x_by_ranks;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -3090,6 +3106,14 @@ typedef struct ploss_arc_face_opts {
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device); default 0 */
     int64_t seed;
+    /* shard the classes over the communicator's ranks: weight holds this rank's block of
+       centres (the ranks' blocks in rank order make the C classes), labels are global class
+       ids, every rank passes the same number of rows, and the loss is that of the ranks' rows
+       gathered (docs/distributed.md); default NULL */
+    ploss_comm_t * comm;
+    /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
+       backbone's gradients, as InsightFace's Partial FC does); default 0 */
+    int scale_grad_x_by_ranks;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;

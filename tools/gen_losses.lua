@@ -71,6 +71,7 @@ local function default_c(opt)
     local e = D.enum(opt.ctype)
     return e.values[e.by_lua[opt.default] + 1].cname
   elseif opt.type == "bool" then return opt.default and "1" or "0"
+  elseif opt.type == "comm" then return "NULL"
   elseif opt.type == "double" then
     local s = D.number(opt.default)
     return s:find("[%.e]") and s or (s .. ".0")
@@ -615,6 +616,8 @@ local function gen_fuzz()
     end
     local fields = {}
     for _, f in ipairs(d.fields) do
+      -- a communicator stays NULL (the defaults): the fuzzer has none to give
+      if f.type == "comm" then goto next_field end
       local lo, hi = 0, 0
       if f.type == "enum" then
         local e = D.enum(f.ctype)
@@ -622,6 +625,7 @@ local function gen_fuzz()
       elseif f.type == "bool" then hi = 1
       elseif f.type == "int" and f.max then lo, hi = 0, math.min(f.max, 8) end
       fields[#fields + 1] = string.format("FZ_FIELD(%s, %s, %s, %d, %d)", d.opts_type, f.name, FZ_KIND[f.type], lo, hi)
+      ::next_field::
     end
     for _, pass in ipairs { "forward", "backward", "fused" } do
       local args, slots = {}, {}
@@ -732,7 +736,7 @@ local function gen_docs()
     local o = {}
     for _, opt in ipairs(d.lua_options) do
       local v = opt.default
-      o[#o + 1] = string.format("%s = %s", opt.name, lua_value(v))
+      o[#o + 1] = string.format("%s = %s", opt.name, opt.type == "comm" and "nil" or lua_value(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
     for _, x in ipairs(d.outputs) do o[#o + 1] = x.option .. " = false" end
@@ -790,7 +794,8 @@ local function gen_docs()
     w("| option | type | default | range | meaning |")
     w("|---|---|---|---|---|")
     for _, opt in ipairs(d.lua_options) do
-      local ty = ({ int64 = "integer", int = "integer", double = "number", bool = "boolean" })[opt.type]
+      local ty = ({ int64 = "integer", int = "integer", double = "number", bool = "boolean",
+                    comm = "communicator" })[opt.type]
       if opt.type == "enum" then
         local e = D.enum(opt.ctype)
         local names = {}
@@ -798,7 +803,7 @@ local function gen_docs()
         ty = table.concat(names, " \\| ")
       end
       local v = opt.default
-      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, lua_value(v),
+      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, opt.type == "comm" and "nil" or lua_value(v),
         D.range_text(opt) or "any", opt.doc)
     end
     for _, t in ipairs(d.tensors) do

@@ -12,7 +12,8 @@
  * the CPU (sample_rate < 1; CUDA draws them on the device), then builds the problem and
  * dispatches it.  The options were checked by the loss's entry point (core/losses.c); a
  * margin policy only decides which of m1, m2, m3 its options fill (the rest keep the
- * identity margin).
+ * identity margin).  With opts.comm the checked call goes to core/engines/margin_sharded.c,
+ * which runs it over the communicator's ranks.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@
 #include "loss.h"
 #include "loss_check.h"
 #include "linear_cross_entropy.h"
-#include "margin.h"
+#include "margin_front.h"
 #include "philox.h"
 #include "scalar.h"
 
@@ -50,12 +51,12 @@ static ploss_status check_label(int64_t v, int64_t i, int64_t C, int64_t ignore_
                        "ignore_index (%lld)", (long long)v, (long long)i, (long long)C, (long long)ignore_index);
 }
 
-/* CPU labels: each in [0, C) or ignore_index (CUDA backends report through the error slot). */
-static ploss_status check_labels_cpu(const ploss_view *y, int64_t N, int64_t C, int64_t ignore_index)
+ploss_status ploss_margin_check_labels_cpu(const void *labels, ploss_dtype dtype, int64_t sn, int64_t N, int64_t C,
+                                           int64_t ignore_index)
 {
     ploss_status st = PLOSS_OK;
     for (int64_t i = 0; i < N && !st; ++i)
-        st = check_label(ploss_load_int(y->data, y->dtype, i * y->strides[0]), i, C, ignore_index);
+        st = check_label(ploss_load_int(labels, dtype, i * sn), i, C, ignore_index);
     return st;
 }
 
@@ -80,11 +81,13 @@ static int64_t sample_size(int64_t C, double rate)
     return want >= (double)C ? C : (int64_t)want;
 }
 
-/* Partial FC's kept classes on the CPU (margin.h; the labels checked by the caller):
- * *kept (ascending, *K of them) and *class_pos (C entries), both to free(). */
-static ploss_status sample_classes(const ploss_view *y, int64_t N, int64_t C, const ploss_loss_params *o,
-                                   int64_t **kept, int64_t **class_pos, int64_t *K)
+/* Partial FC's kept classes on the CPU (margin.h; the labels checked by the caller) among
+ * p's C classes, class j being p->class_offset + j: *kept (ascending, *K of them) and
+ * *class_pos (C entries), both to free(). */
+static ploss_status sample_classes(const ploss_margin_problem *p, double rate, int64_t seed, int64_t **kept,
+                                   int64_t **class_pos, int64_t *K)
 {
+    const int64_t C = p->C, off = p->class_offset;
     int64_t *pos = malloc((size_t)C * sizeof *pos), *list = malloc((size_t)C * sizeof *list);
     drawn_class *cand = malloc((size_t)C * sizeof *cand);
     if (!pos || !list || !cand) {
@@ -96,19 +99,19 @@ static ploss_status sample_classes(const ploss_view *y, int64_t N, int64_t C, co
     for (int64_t j = 0; j < C; ++j)
         pos[j] = -1;
     int64_t npos = 0;
-    for (int64_t i = 0; i < N; ++i) {
-        const int64_t v = ploss_load_int(y->data, y->dtype, i * y->strides[0]);
-        if (v != o->ignore_index && pos[v] < 0) {
+    for (int64_t i = 0; i < p->N; ++i) {
+        const int64_t v = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn) - off;
+        if (v + off != p->ignore_index && v >= 0 && v < C && pos[v] < 0) {
             pos[v] = 0;
             ++npos;
         }
     }
-    const int64_t n_s = sample_size(C, o->sample_rate);
+    const int64_t n_s = sample_size(C, rate);
     if (npos < n_s) {
         int64_t ncand = 0;
         for (int64_t j = 0; j < C; ++j)
             if (pos[j] < 0) {
-                const ploss_philox4 r = ploss_philox((uint64_t)j, (uint64_t)o->seed);
+                const ploss_philox4 r = ploss_philox((uint64_t)(off + j), (uint64_t)seed);
                 cand[ncand++] = (drawn_class){((uint64_t)r.v[0] << 32) | r.v[1], j};
             }
         qsort(cand, (size_t)ncand, sizeof *cand, by_key);
@@ -126,6 +129,28 @@ static ploss_status sample_classes(const ploss_view *y, int64_t N, int64_t C, co
     *class_pos = pos;
     *K = n;
     return PLOSS_OK;
+}
+
+ploss_status ploss_margin_draw(const ploss_ctx_t *ctx, const ploss_loss_params *o, ploss_margin_problem *p,
+                               int64_t **kept, int64_t **class_pos)
+{
+    *kept = *class_pos = NULL;
+    if (o->sample_rate >= 1.0)
+        return PLOSS_OK;
+    if (ctx->device.device_type != kDLCPU) {
+        /* CUDA draws the classes on the device (no host copy of the labels); n_s = C keeps
+         * every class */
+        const int64_t n_s = sample_size(p->C, o->sample_rate);
+        p->sample_n = n_s < p->C ? n_s : 0;
+        p->seed = (uint64_t)o->seed;
+        return PLOSS_OK;
+    }
+    ploss_status st = sample_classes(p, o->sample_rate, o->seed, kept, class_pos, &p->K);
+    if (!st) {
+        p->kept = *kept;
+        p->class_pos = *class_pos;
+    }
+    return st;
 }
 
 /* The linear cross-entropy's optional tensors: the bias b (a->tensors[0]: C values of x's
@@ -176,13 +201,13 @@ static ploss_status check_linear_extras(ploss_ctx_t *ctx, ploss_pass pass, const
     return PLOSS_OK;
 }
 
-/* The fused linear + cross-entropy from the checked views (weight's class axis ac, feature
- * axis ad; b, gb and stats[2] as check_linear_extras leaves them). */
-static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, const ploss_view *x,
-                               const ploss_view *w, const ploss_view *y, const ploss_view *l, const ploss_view *gl,
-                               const ploss_view *gx, const ploss_view *gw, int ac, int ad, const char *xn,
-                               const ploss_view *b, const ploss_view *gb, const ploss_view *stats)
+/* The fused linear + cross-entropy from the checked views. */
+static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o,
+                               const ploss_margin_call *c, const char *xn)
 {
+    const ploss_view *x = &c->x, *w = &c->w, *y = &c->y, *l = &c->l, *gl = &c->gl, *gx = &c->gx, *gw = &c->gw;
+    const ploss_view *b = &c->b, *gb = &c->gb, *stats = c->stats;
+    const int ac = c->ac, ad = c->ad;
     ploss_linear_problem p;
     memset(&p, 0, sizeof p);
     p.pass = pass;
@@ -246,8 +271,8 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     return ploss_dispatch(ctx, PLOSS_OP_LINEAR_CROSS_ENTROPY, xn, &p);
 }
 
-ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
-                              const ploss_loss_args *a, const ploss_loss_params *o)
+ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                     const ploss_loss_args *a, const ploss_loss_params *o, ploss_margin_call *out)
 {
     ploss_status st;
     char want[128];
@@ -286,7 +311,11 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         return ploss_check_shape_error(wn, want, &w);
     }
     const int64_t C = w.shape[ac];
-    if (C < spec->min_classes)
+    /* sharded (opts.comm): the classes of every rank together, checked once they are known */
+    if (o->comm && C < 1)
+        return ploss_error(PLOSS_ERR_SHAPE, "%s: expected at least one class centre on each rank (opts.comm), got 0",
+                           wn);
+    if (!o->comm && C < spec->min_classes)
         return ploss_error(PLOSS_ERR_SHAPE, "%s: expected at least %lld %s (%s), got %lld", wn,
                            (long long)spec->min_classes, rows_of_w, spec->min_classes_why, (long long)C);
     if (N > INT32_MAX || C > INT32_MAX || D > INT32_MAX)
@@ -356,60 +385,90 @@ ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     const char *out_names[6] = {"loss", spec->grad_names[0], spec->grad_names[1], "grad_bias", "lse", "entropy"};
     if ((st = ploss_check_aliasing(outs, out_names, 6, ins, in_names, 5, -1, -1)))
         return st;
-    if (ctx->device.device_type == kDLCPU && (st = check_labels_cpu(&y, N, C, o->ignore_index)))
-        return st;
     if (ctx->device.device_type != kDLCPU && x.dtype == PLOSS_F64)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: %s on CUDA takes f32, f16 or bf16 (f64 on the CPU only)",
                            xn, spec->name);
-    if (linear)
-        return run_linear(ctx, pass, o, &x, &w, &y, &l, &gl, &gx, &gw, ac, ad, xn, &b, &gb, stats);
+    out->x = x;
+    out->w = w;
+    out->y = y;
+    out->l = l;
+    out->gl = gl;
+    out->gx = gx;
+    out->gw = gw;
+    out->b = b;
+    out->gb = gb;
+    out->stats[0] = stats[0];
+    out->stats[1] = stats[1];
+    out->ac = ac;
+    out->ad = ad;
+    out->N = N;
+    out->C = C;
+    out->D = D;
+    return PLOSS_OK;
+}
 
-    ploss_margin_problem p;
-    memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.reduction = o->reduction;
-    p.dtype = x.dtype;
-    p.N = N;
-    p.C = C;
-    p.D = D;
-    p.x = (ploss_pair_operand){x.data, x.strides[0], x.strides[1]};
-    p.w = (ploss_pair_operand){w.data, w.strides[ac], w.strides[ad]};
-    p.labels = y.data;
-    p.label_dtype = y.dtype;
-    p.y_sn = y.strides[0];
-    p.ignore_index = o->ignore_index;
+void ploss_margin_problem_of(ploss_margin_problem *p, ploss_pass pass, const ploss_loss_spec *spec,
+                             const ploss_loss_params *o, const ploss_margin_call *c)
+{
+    memset(p, 0, sizeof *p);
+    p->pass = pass;
+    p->reduction = o->reduction;
+    p->dtype = c->x.dtype;
+    p->N = c->N;
+    p->C = c->C;
+    p->D = c->D;
+    p->x = (ploss_pair_operand){c->x.data, c->x.strides[0], c->x.strides[1]};
+    p->w = (ploss_pair_operand){c->w.data, c->w.strides[c->ac], c->w.strides[c->ad]};
+    p->labels = c->y.data;
+    p->label_dtype = c->y.dtype;
+    p->y_sn = c->y.strides[0];
+    p->ignore_index = o->ignore_index;
     /* AM-softmax fills m3 only, ArcFace m2 only: m1 = 1 keeps the angle as it is */
     const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
-    p.margin = ploss_margin_of(o->margin_scale, m1, o->margin_m2, o->margin_m3, o->easy_margin);
-    p.tile_rows = o->tile_rows;
-    p.scale = o->scale;
+    p->margin = ploss_margin_of(o->margin_scale, m1, o->margin_m2, o->margin_m3, o->easy_margin);
+    p->tile_rows = o->tile_rows;
+    p->scale = o->scale;
     if (pass != PLOSS_PASS_BACKWARD) {
-        p.loss = l.data;
-        p.loss_dtype = l.dtype;
-        p.l_sn = l.ndim == 1 ? l.strides[0] : 0;
+        p->loss = c->l.data;
+        p->loss_dtype = c->l.dtype;
+        p->l_sn = c->l.ndim == 1 ? c->l.strides[0] : 0;
     } else {
-        p.grad_loss = gl.data;
-        p.gl_dtype = gl.dtype;
-        p.gl_sn = gl.ndim == 1 ? gl.strides[0] : 0;
+        p->grad_loss = c->gl.data;
+        p->gl_dtype = c->gl.dtype;
+        p->gl_sn = c->gl.ndim == 1 ? c->gl.strides[0] : 0;
     }
     if (pass != PLOSS_PASS_FORWARD) {
-        p.grad_x = (ploss_pair_grad){gx.data, gx.strides[0], gx.strides[1]};
-        p.grad_w = (ploss_pair_grad){gw.data, gw.strides[ac], gw.strides[ad]};
+        p->grad_x = (ploss_pair_grad){c->gx.data, c->gx.strides[0], c->gx.strides[1]};
+        p->grad_w = (ploss_pair_grad){c->gw.data, c->gw.strides[c->ac], c->gw.strides[c->ad]};
     }
-    p.K = C;
-    int64_t *kept = NULL, *class_pos = NULL;
-    if (o->sample_rate < 1.0 && ctx->device.device_type != kDLCPU) {
-        /* CUDA draws the classes on the device (no host copy of the labels); n_s = C keeps
-         * every class */
-        const int64_t n_s = sample_size(C, o->sample_rate);
-        p.sample_n = n_s < C ? n_s : 0;
-        p.seed = (uint64_t)o->seed;
-    } else if (o->sample_rate < 1.0) {
-        if ((st = sample_classes(&y, N, C, o, &kept, &class_pos, &p.K)))
-            return st;
-        p.kept = kept;
-        p.class_pos = class_pos;
-    }
+    p->gx_dtype = c->x.dtype;
+    p->K = c->C;
+    p->classes_total = c->C;
+    p->loss_rows = c->N;
+    p->grad_x_factor = 1.0;
+}
+
+ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                              const ploss_loss_args *a, const ploss_loss_params *o)
+{
+    ploss_margin_call c;
+    memset(&c, 0, sizeof c);
+    ploss_status st = ploss_margin_check_call(ctx, pass, spec, a, o, &c);
+    if (o->comm)
+        return ploss_margin_run_sharded(ctx, pass, spec, a, o, &c, st);
+    if (st)
+        return st;
+    if (ctx->device.device_type == kDLCPU &&
+        (st = ploss_margin_check_labels_cpu(c.y.data, c.y.dtype, c.y.strides[0], c.N, c.C, o->ignore_index)))
+        return st;
+    const char *xn = spec->input_names[0];
+    if (spec->policy == PLOSS_POLICY_LINEAR_CROSS_ENTROPY)
+        return run_linear(ctx, pass, o, &c, xn);
+    ploss_margin_problem p;
+    ploss_margin_problem_of(&p, pass, spec, o, &c);
+    int64_t *kept, *class_pos;
+    if ((st = ploss_margin_draw(ctx, o, &p, &kept, &class_pos)))
+        return st;
     st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, xn, &p);
     free(kept);
     free(class_pos);

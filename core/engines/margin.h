@@ -69,7 +69,27 @@ typedef struct ploss_margin_problem {
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad_x, grad_w;
+    ploss_dtype gx_dtype;          /* of grad_x: dtype, or the accumulation type (comm)     */
+    /* Sharded over the ranks of comm (NULL: one device; core/engines/margin_sharded.c): x
+     * and the labels hold every rank's rows gathered in rank order (N in all), w this rank's
+     * block of C centres, the classes class_offset … class_offset + C − 1 of classes_total,
+     * and the labels are those global ids (Partial FC draws among the block's classes, the
+     * Philox counter the global id).  Per tile the backend takes each row's statistics over
+     * its block — the max M of the non-target cosines, S = Σ e^(s(c − M)) over them, the
+     * target's cosine where the block holds it — and merges them over the ranks
+     * (ploss_margin_gather); every rank then has every row's loss.  It stores the losses of
+     * rows loss_row0 … loss_row0 + loss_rows − 1 (reduction 'none'; a reduced loss is of
+     * every row, bitwise the same on every rank), and ∂L/∂x of every gathered row through
+     * this block's classes (gx_dtype; the front sums them over the ranks) times
+     * grad_x_factor. */
+    ploss_comm_t *comm;
+    int64_t class_offset, classes_total, loss_row0, loss_rows;
+    double grad_x_factor;
 } ploss_margin_problem;
+
+/* The backends' merge of a tile's row statistics: `count` values of dtype dt (f32 or f64) at
+ * send, on the communicator's device, gathered into recv (nranks·count, rank order). */
+ploss_status ploss_margin_gather(ploss_comm_t *comm, const void *send, void *recv, int64_t count, ploss_dtype dt);
 
 ploss_status ploss_cpu_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p);
 #ifdef PLOSS_HAVE_CUDA
@@ -126,6 +146,25 @@ PLOSS_PAIRS_FN double ploss_margin_target(const ploss_margin *m, double c, doubl
     const double a = m->m1 * acos(c) + m->m2;
     *dphi = m->m1 * sin(a) / den;
     return cos(a) - m->m3;
+}
+
+/* The loss of a row from its statistics over every class: M the max of the non-target
+ * cosines, S = Σ_{j≠y} e^(s(c_j − M)) ∈ [1, C − 1], cy the target's cosine.  With
+ * d = s·(φ(cy) − M): ℓ = log(S + e^d) − d (log1p(S·e^(−d)) for d > 0); *pn = e^(sM − lse),
+ * so p_j = e^(s(c_j − M))·pn and 1 − p_y = S·pn (no cancellation); *dphi = φ′(cy). */
+PLOSS_PAIRS_FN double ploss_margin_row_loss(const ploss_margin *m, double S, double cy, double M, double *pn,
+                                            double *dphi)
+{
+    const double phi = ploss_margin_target(m, cy, dphi);
+    const double d = m->s * (phi - M);
+    if (d <= 0.0) {
+        const double z = S + exp(d);
+        *pn = 1.0 / z;
+        return log(z) - d;
+    }
+    const double e = exp(-d), z = S * e;
+    *pn = e / (1.0 + z);
+    return log1p(z);
 }
 
 #ifdef __cplusplus

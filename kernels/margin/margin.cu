@@ -64,6 +64,8 @@ template <class T> struct buffers {
     /* Partial FC (null without): the kept classes, each class's position among them, and
      * the labels as those positions */
     int64_t *kept, *class_pos, *labels;
+    /* sharded: a tile's row statistics (3 per row), then every rank's */
+    float *stats;
 };
 
 /* Partial FC's draw on the device (sample_n > 0), C entries each: flag (a class of the
@@ -78,22 +80,23 @@ struct draw_buffers {
     size_t scratch_bytes;
 };
 
-/* The batch's classes: flag[y] = 1 for every label that is a class (ignored ones skipped,
- * and those outside [0, C): count_labels_kernel reports them). */
+/* The batch's classes: flag[j] = 1 for every label y = class_offset + j of the block (ignored
+ * ones skipped, and those outside [0, C): count_labels_kernel reports them). */
 __global__ void __launch_bounds__(THREADS) flag_kernel(const ploss_margin_problem p, int *flag)
 {
     for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
-        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
-        if (y != p.ignore_index && y >= 0 && y < p.C)
-            flag[y] = 1;
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn), j = y - p.class_offset;
+        if (y != p.ignore_index && j >= 0 && j < p.C)
+            flag[j] = 1;
     }
 }
 
-/* Each class's draw key (the front's: the first two Philox words of counter = class). */
-__global__ void __launch_bounds__(THREADS) key_kernel(int64_t C, uint64_t seed, uint64_t *key, int *cls)
+/* Each class's draw key (the front's: the first two Philox words of counter = the global
+ * class id, offset + j). */
+__global__ void __launch_bounds__(THREADS) key_kernel(int64_t C, int64_t offset, uint64_t seed, uint64_t *key, int *cls)
 {
     for (int64_t j = thread_index(); j < C; j += grid_stride()) {
-        const ploss_philox4 r = ploss_philox((uint64_t)j, seed);
+        const ploss_philox4 r = ploss_philox((uint64_t)(offset + j), seed);
         key[j] = ((uint64_t)r.v[0] << 32) | r.v[1];
         cls[j] = (int)j;
     }
@@ -153,7 +156,7 @@ ploss_status draw_classes(const ploss_margin_problem &p, const draw_buffers &d, 
         return st;
     if (p.N > 0)
         flag_kernel<<<grid_blocks(p.N, THREADS), THREADS, 0, stream>>>(p, d.flag);
-    key_kernel<<<gc, THREADS, 0, stream>>>(C, p.seed, d.key_in, d.cls_in);
+    key_kernel<<<gc, THREADS, 0, stream>>>(C, p.class_offset, p.seed, d.key_in, d.cls_in);
     auto cub_status = [](cudaError_t e, const char *what) {
         if (e == cudaSuccess)
             return PLOSS_OK;
@@ -398,8 +401,118 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
             for (int64_t j = lane; j < p.D; j += 32)
                 dot += g[j] * (to_acc(v[j]) * inv);
         dot = warp_all_reduce<32>(dot, SumOp());
+        if (is_x && p.comm) { /* sharded: f32 partial sums for the front's reduce-scatter */
+            const float f = (float)p.grad_x_factor;
+            for (int64_t j = lane; j < p.D; j += 32)
+                ((float *)out.data)[k * out.sn + j * out.sd] = (g[j] - dot * (to_acc(v[j]) * inv)) * f;
+            continue;
+        }
         for (int64_t j = lane; j < p.D; j += 32)
             o[j * out.sd] = from_acc<T>(g[j] - dot * (to_acc(v[j]) * inv));
+    }
+}
+
+/* ---- sharded calls (margin.h): a block of SHARD_THREADS threads per row of a tile ---- */
+
+constexpr int SHARD_THREADS = 256;
+
+/* The position of global label y among this rank's softmax classes (its block, or the kept
+ * ones): −1 where the block does not hold it or the row is ignored. */
+__device__ __forceinline__ int64_t shard_class(const ploss_margin_problem &p, const int64_t *class_pos, int64_t y)
+{
+    const int64_t j = y - p.class_offset;
+    if (y == p.ignore_index || j < 0 || j >= p.C)
+        return -1;
+    return class_pos ? class_pos[j] : j;
+}
+
+/* Each row's statistics over the block's K classes (tile: the fp32 products), three floats:
+ * the max M of the non-target cosines, S = Σ e^(s(c − M)) over them, the target's cosine
+ * (0 where the block does not hold it). */
+template <class T>
+__global__ void __launch_bounds__(SHARD_THREADS)
+    shard_stats_kernel(const ploss_margin_problem p, const buffers<T> b, int64_t b0, int64_t rows, int64_t K,
+                       float *stats)
+{
+    const float s = (float)p.margin.s;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t i = b0 + r;
+        const int64_t j = shard_class(p, b.class_pos, load_int_dyn(p.labels, p.label_dtype, i * p.y_sn));
+        const float *row = b.tile + r * K;
+        const float ix = b.inv_x[i];
+        float m = -CUDART_INF_F;
+        for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS)
+            if (k != j)
+                m = fmaxf(m, row[k] * (ix * b.inv_w[k]));
+        const float M = block_all_reduce<SHARD_THREADS>(m, MaxOp());
+        float sum = 0.0f;
+        if (M > -CUDART_INF_F)
+            for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS)
+                if (k != j)
+                    sum += __expf(s * (row[k] * (ix * b.inv_w[k]) - M));
+        sum = block_reduce<SHARD_THREADS>(sum, SumOp());
+        if (threadIdx.x == 0) {
+            stats[3 * r] = M;
+            stats[3 * r + 1] = sum;
+            stats[3 * r + 2] = j >= 0 ? row[j] * (ix * b.inv_w[j]) : 0.0f;
+        }
+    }
+}
+
+/* Each row from the ranks' statistics (all: R blocks of 3·rows floats, rank order): the
+ * merge M = max M_q, S = Σ S_q·e^(s(M_q − M)), the owner's c_y; the row's loss into
+ * b.losses (and p.loss for this rank's rows with 'none'), and G' = (∂L/∂c)/(n_i·n_j) over
+ * the block's classes into gt. */
+template <class T>
+__global__ void __launch_bounds__(SHARD_THREADS)
+    shard_rows_kernel(const ploss_margin_problem p, const buffers<T> b, int64_t b0, int64_t rows, int64_t K,
+                      const float *all, int R, T *gt)
+{
+    const double s = p.margin.s;
+    const bool want_grad = p.pass != PLOSS_PASS_FORWARD, none = p.reduction == PLOSS_REDUCTION_NONE;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t i = b0 + r;
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        const bool ignored = y == p.ignore_index || y < 0 || y >= p.classes_total;
+        double M = -CUDART_INF, S = 0.0, cy = 0.0;
+        for (int q = 0; q < R; ++q)
+            M = fmax(M, (double)all[(size_t)q * 3 * rows + 3 * r]);
+        for (int q = 0; q < R; ++q) {
+            const float *f = all + (size_t)q * 3 * rows + 3 * r;
+            if (f[1] > 0.0f)
+                S += (double)f[1] * exp(s * ((double)f[0] - M));
+            cy += (double)f[2];
+        }
+        double pn = 0.0, dphi = 0.0;
+        const double loss = ignored ? 0.0 : ploss_margin_row_loss(&p.margin, S, cy, M, &pn, &dphi);
+        if (threadIdx.x == 0 && p.pass != PLOSS_PASS_BACKWARD) {
+            b.losses[i] = loss;
+            if (none && i >= p.loss_row0 && i < p.loss_row0 + p.loss_rows)
+                store_state(p.loss, p.loss_dtype, (i - p.loss_row0) * p.l_sn, loss);
+        }
+        if (!want_grad)
+            continue;
+        T *g = gt + r * K;
+        if (ignored) {
+            for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS)
+                g[k] = from_acc<T>(0.0f);
+            continue;
+        }
+        double w;
+        if (p.pass == PLOSS_PASS_BACKWARD && none)
+            w = load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn);
+        else
+            w = (p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0)) *
+                (p.reduction == PLOSS_REDUCTION_MEAN ? b.divisor[1] : 1.0);
+        const int64_t j = shard_class(p, b.class_pos, y);
+        const float kf = (float)(w * s * pn), gy = (float)(-w * s * dphi * S * pn), Mf = (float)M, sf = (float)s;
+        const float *row = b.tile + r * K;
+        const float ix = b.inv_x[i];
+        for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS) {
+            const float f = ix * b.inv_w[k];
+            const float v = k == j ? gy : kf * __expf(sf * (row[k] * f - Mf));
+            g[k] = from_acc<T>(v * f);
+        }
     }
 }
 
@@ -422,7 +535,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         return PLOSS_OK;
     };
     ploss_status st;
-    if (K > 0 && (st = check_rows(K)))
+    const bool sharded = p->comm != nullptr; /* the sharded kernels serve rows of any length */
+    const int ranks = sharded ? ploss_comm_size(p->comm) : 0;
+    if (K > 0 && !sharded && (st = check_rows(K)))
         return st;
     cudaStream_t stream = stream_of(ctx);
     /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
@@ -452,7 +567,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.divisor = c.take<double>(2);
         b.kept = draw ? c.take<int64_t>(Kb) : nullptr;
         b.class_pos = draw ? c.take<int64_t>(p->C) : nullptr;
-        b.labels = draw ? c.take<int64_t>(N) : nullptr;
+        b.labels = draw && !sharded ? c.take<int64_t>(N) : nullptr;
+        b.stats = sharded ? c.take<float>((size_t)B * 3 * (size_t)(ranks + 1)) : nullptr;
         if (draw) {
             const size_t C = (size_t)p->C;
             d.flag = c.take<int>(C);
@@ -480,14 +596,16 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
             return st;
         /* the kept count when the batch may hold more than n_s classes (a host round trip) */
         if (K == 0 && ((st = ploss_cuda_memcpy(&K, d.count, sizeof K, PLOSS_COPY_D2H, stream)) ||
-                       (st = check_rows(K))))
+                       (!sharded && (st = check_rows(K)))))
             return st;
     }
     ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
     q.K = K;
     prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
-    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(q, b.divisor, ctx->error_slot);
-    if (draw && N > 0)
+    ploss_margin_problem every = q; /* the labels lie among every rank's classes */
+    every.C = p->classes_total;
+    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(every, b.divisor, ctx->error_slot);
+    if (draw && !sharded && N > 0)
         remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(q, b);
     if ((st = check_launch("margin prep")))
         return st;
@@ -507,6 +625,18 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                            b.tile, K, PLOSS_F32};
             if ((st = ploss_cuda_gemm(ctx, &cg)))
                 return st;
+            if (sharded) {
+                const unsigned blocks = (unsigned)std::min<int64_t>(rows, 8192);
+                shard_stats_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(q, b, b0, rows, K, b.stats);
+                if ((st = check_launch("margin rows' statistics (sharded)")) ||
+                    (st = ploss_margin_gather(p->comm, b.stats, b.stats + 3 * rows, 3 * rows, PLOSS_F32)))
+                    return st;
+                shard_rows_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(
+                    q, b, b0, rows, K, b.stats + 3 * rows, ranks, want_grad ? b.gt + (b0 - c0) * K : nullptr);
+                if ((st = check_launch("margin rows (sharded)")))
+                    return st;
+                continue;
+            }
             /* the rows of the tile; with drawn classes the labels are their positions */
             re::RowArgs a = re::tile_row_args(*p, b0, rows, K, b.tile, K, want_grad ? b.gt + (b0 - c0) * K : nullptr,
                                               K, b.losses, ctx->error_slot);

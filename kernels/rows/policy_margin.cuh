@@ -53,19 +53,9 @@ struct MarginPolicy {
     __device__ __forceinline__ Row finish(const Sums &a, int, float M, float om) const
     {
         Row w;
-        double dphi;
-        const double phi = ploss_margin_target(&margin, (double)a.cy, &dphi);
-        const double S = (double)a.sum, d = margin.s * (phi - (double)M);
-        double loss, pn; /* pn = e^(sM − lse) */
-        if (d <= 0.0) {
-            const double z = S + exp(d);
-            loss = log(z) - d;
-            pn = 1.0 / z;
-        } else {
-            const double e = exp(-d), z = S * e;
-            loss = log1p(z);
-            pn = e / (1.0 + z);
-        }
+        double dphi, pn; /* pn = e^(sM − lse) */
+        const double S = (double)a.sum;
+        const double loss = ploss_margin_row_loss(&margin, S, (double)a.cy, (double)M, &pn, &dphi);
         const double omega = (double)om * (inv_divisor ? *inv_divisor : 1.0);
         w.loss = (float)loss;
         w.state[0] = 0.0f;

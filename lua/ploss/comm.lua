@@ -19,6 +19,9 @@
 --                                 must be a multiple of nranks) of the reduction over ranks
 --   comm:rank(), comm:size(), comm:device(), comm:synchronize(), comm:abort(),
 --   comm:destroy() (also done by the garbage collector)
+--   ploss.comm.is_comm(v)       whether v is a communicator
+-- A communicator is also the `comm` option of the losses that shard over ranks (the margin
+-- losses and Partial FC, InfoNCE: docs/distributed.md).
 -- Tensors must be on the communicator's device; any dtype (f32, f16, bf16, f64, i64, i32,
 -- u8); non-contiguous ones are copied.  Every rank must call the same collectives in the
 -- same order on tensors of the same sizes and dtype.
@@ -211,6 +214,15 @@ function Comm:destroy()
   self.ptr = nil
   ffi.gc(p, nil)
   ploss.check(C.ploss_comm_destroy(p), "comm:destroy")
+end
+
+--- True when v is a communicator (destroyed or not).
+function comm.is_comm(v) return getmetatable(v) == Comm end
+
+--- The communicator's C pointer for a loss's `comm` option (`where` names the call).
+function comm.pointer(v, where)
+  if v.ptr == nil then ploss.raise(where .. ": comm: the communicator was destroyed") end
+  return v.ptr
 end
 
 Comm.__tostring = function(self)

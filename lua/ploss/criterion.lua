@@ -30,6 +30,7 @@ function show(v)
   if type(v) == "string" then return "'" .. v .. "'" end
   if type(v) == "number" then return D.number(v) end
   if ploss.is_tensor(v) then return string.format("%s[%s]", v:dtype(), table.concat(v:size(), "x")) end
+  if ploss.comm.is_comm(v) then return tostring(v) end
   if type(v) == "table" then
     local parts = {}
     for i = 1, #v do parts[i] = show(v[i]) end
@@ -56,6 +57,11 @@ local function check_scalar(opt, v, where)
   local at = where .. ": "
   if opt.type == "enum" then
     enum_value(opt, v, where)
+  elseif opt.type == "comm" then
+    if v ~= false and not ploss.comm.is_comm(v) then
+      ploss.raise(string.format("%s%s: expected a communicator (ploss.comm.init) or false, got %s %s", at, opt.name,
+        type(v), show(v)))
+    end
   elseif opt.type == "bool" then
     if type(v) ~= "boolean" then
       ploss.raise(string.format("%s%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v), show(v)))
@@ -174,7 +180,8 @@ local function fill(d, o, copts, scale)
   for _, opt in ipairs(d.lua_options) do
     local v = o[opt.name]
     if opt.type == "enum" then v = enum_value(opt, v)
-    elseif opt.type == "bool" then v = v and 1 or 0 end
+    elseif opt.type == "bool" then v = v and 1 or 0
+    elseif opt.type == "comm" then v = v and ploss.comm.pointer(v, d.criterion) or nil end
     copts[opt.name] = v
   end
   copts.scale = scale or 1

@@ -68,7 +68,8 @@
 --                (common to every loss): { lua/C name, type, default, doc = …, and checks:
 --                min, max, min_exclusive, even; param = the field of the engines'
 --                parameters when it differs from the name; ctype for enums }.  Types:
---                'int64', 'int', 'double' (finite), 'enum', 'bool'.
+--                'int64', 'int', 'double' (finite), 'enum', 'bool', and 'comm' (a
+--                communicator, ploss.comm; default false: none; a ploss_comm_t * in C).
 --   unused_options  { name = true }: fields of a shared struct this loss does not read
 --   loss_groups  region shape: what the loss of 'none' holds: 'class' (one value per group
 --                and class: [C], or [N, C] with the per_image option), 'sample' (one per
@@ -78,7 +79,7 @@
 --                together (the engine makes the same check in C; several-input losses)
 local D = {}
 
-local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int" }
+local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int", comm = "ploss_comm_t *" }
 local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
   boxes = true, signs = true, class_labels = true }

@@ -2,7 +2,11 @@
 -- ArcFaceLoss: built from their descriptions by ploss/criterion.lua) are used with: Partial
 -- FC around one of them, and a layer that owns the class centres.
 --
--- Partial FC on one device: ploss.PartialFCLoss{margin = <margin criterion>, sample_rate, seed}.
+-- Partial FC: ploss.PartialFCLoss{margin = <margin criterion>, sample_rate, seed [, comm,
+-- scale_grad_x_by_ranks]}.  With comm (ploss.comm.init) the classes are sharded over the
+-- communicator's ranks as the margin criteria's own comm option shards them (weight is the
+-- rank's block of centres, the labels are global class ids, docs/distributed.md), each rank
+-- drawing among its block.
 --
 -- A margin softmax criterion (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
 -- ArcFaceLoss) whose softmax runs over a sample of the classes: the classes of the batch's
@@ -22,9 +26,11 @@ return function(ploss)
 
   function cls:__init(opts)
     opts = opts or {}
+    local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
     for k in pairs(opts) do
-      if k ~= "margin" and k ~= "sample_rate" and k ~= "seed" then
-        ploss.raise("PartialFCLoss: unknown option '" .. tostring(k) .. "' (margin, sample_rate, seed)")
+      if not known[k] then
+        ploss.raise("PartialFCLoss: unknown option '" .. tostring(k) .. "' (margin, sample_rate, seed, comm, " ..
+          "scale_grad_x_by_ranks)")
       end
     end
     local margin = opts.margin or ploss.ArcFaceLoss {}
@@ -37,6 +43,8 @@ return function(ploss)
     local o = { reduction = rawget(margin, "reduction") }
     for _, opt in ipairs(d.lua_options) do o[opt.name] = rawget(margin, opt.name) end
     o.sample_rate, o.seed = opts.sample_rate or 0.1, opts.seed or 0
+    if opts.comm ~= nil then o.comm = opts.comm end
+    if opts.scale_grad_x_by_ranks ~= nil then o.scale_grad_x_by_ranks = opts.scale_grad_x_by_ranks end
     self.margin = ploss[d.criterion](o)
     self.sample_rate, self.seed = o.sample_rate, o.seed
   end

@@ -44,11 +44,11 @@ static void load_normalised(const ploss_pair_operand *v, ploss_dtype dt, const i
     }
 }
 
-/* ∂L/∂v_k from ∂L/∂v̂ (g, in place): (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
- * clamped; stored in the input dtype at output row k of `rows`: from g's row pos[k], or
- * zeros where pos[k] < 0 (pos NULL: row k). */
+/* factor·∂L/∂v_k from ∂L/∂v̂ (g, in place): (g − (g·v̂)v̂)/‖v‖, or g/eps where the norm was
+ * clamped; stored as dt at output row k of `rows`: from g's row pos[k], or zeros where
+ * pos[k] < 0 (pos NULL: row k). */
 static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, const int64_t *pos, int64_t rows,
-                                   int64_t D, double *g, const double *u, const double *r)
+                                   int64_t D, double *g, const double *u, const double *r, double factor)
 {
 #pragma omp parallel for schedule(static) if (rows * D > 65536)
     for (int64_t k = 0; k < rows; ++k) {
@@ -64,7 +64,7 @@ static void normalisation_backward(const ploss_pair_grad *out, ploss_dtype dt, c
         if (r[i] > PLOSS_NORMALIZE_EPS)
             for (int64_t j = 0; j < D; ++j)
                 dot += gi[j] * ui[j];
-        const double inv = 1.0 / fmax(r[i], PLOSS_NORMALIZE_EPS);
+        const double inv = factor / fmax(r[i], PLOSS_NORMALIZE_EPS);
         for (int64_t j = 0; j < D; ++j)
             gi[j] = (gi[j] - dot * ui[j]) * inv;
         ploss_cpu_store_f64(out->data, dt, k * out->sn, out->sd, D, gi);
@@ -86,9 +86,84 @@ static ploss_status no_features(const ploss_margin_problem *p)
     return PLOSS_OK;
 }
 
+/* The position of global label y among the softmax's classes on this rank (sharded,
+ * margin.h): its block's class, or its kept position (Partial FC); −1 where the block does
+ * not hold it or the row is ignored. */
+static int64_t local_class(const ploss_margin_problem *p, int64_t y)
+{
+    const int64_t j = y - p->class_offset;
+    if (y == p->ignore_index || j < 0 || j >= p->C)
+        return -1;
+    return p->class_pos ? p->class_pos[j] : j;
+}
+
+/* A tile of a sharded call (margin.h): the rows' statistics over this rank's classes
+ * (tile: rows × K cosines) merged over the ranks through stats (3·rows values, then R times
+ * that); each row's loss to losses[r], and for a gradient ω·∂ℓ/∂z over the tile in place,
+ * the target's entry times φ′ (the products multiply by s). */
+static ploss_status sharded_tile(const ploss_margin_problem *p, double *tile, int64_t rows, int64_t b0,
+                                 double omega, double *stats, double *losses)
+{
+    const int R = ploss_comm_size(p->comm);
+    const int64_t K = p->K;
+    const double s = p->margin.s;
+    const int want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const int per_row = p->pass == PLOSS_PASS_BACKWARD && p->reduction == PLOSS_REDUCTION_NONE;
+    double *mine = stats, *all = stats + 3 * rows;
+#pragma omp parallel for schedule(static) if (rows * K > 65536)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t j = local_class(p, ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn));
+        const double *c = tile + (size_t)r * (size_t)K;
+        double M = -INFINITY, S = 0.0;
+        for (int64_t k = 0; k < K; ++k)
+            if (k != j)
+                M = fmax(M, c[k]);
+        if (M > -INFINITY)
+            for (int64_t k = 0; k < K; ++k)
+                if (k != j)
+                    S += exp(s * (c[k] - M));
+        mine[3 * r] = M;
+        mine[3 * r + 1] = S;
+        mine[3 * r + 2] = j >= 0 ? c[j] : 0.0;
+    }
+    ploss_status st = ploss_margin_gather(p->comm, mine, all, 3 * rows, PLOSS_F64);
+    if (st)
+        return st;
+#pragma omp parallel for schedule(static) if (rows * K > 65536)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t y = ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn);
+        double *g = tile + (size_t)r * (size_t)K;
+        if (y == p->ignore_index) {
+            losses[r] = 0.0;
+            if (want_grad)
+                memset(g, 0, (size_t)K * sizeof *g);
+            continue;
+        }
+        /* the merge in rank order: M = max M_q, S = Σ S_q·e^(s(M_q − M)), the owner's c_y */
+        double M = -INFINITY, S = 0.0, cy = 0.0;
+        for (int q = 0; q < R; ++q)
+            M = fmax(M, all[(size_t)q * 3 * rows + 3 * r]);
+        for (int q = 0; q < R; ++q) {
+            const double *f = all + (size_t)q * 3 * rows + 3 * r;
+            if (f[1] > 0.0)
+                S += f[1] * exp(s * (f[0] - M));
+            cy += f[2];
+        }
+        double pn, dphi;
+        losses[r] = ploss_margin_row_loss(&p->margin, S, cy, M, &pn, &dphi);
+        if (!want_grad)
+            continue;
+        const double w = per_row ? ploss_load(p->grad_loss, p->gl_dtype, (b0 + r) * p->gl_sn) : omega;
+        const int64_t j = local_class(p, y);
+        for (int64_t k = 0; k < K; ++k)
+            g[k] = k == j ? -w * dphi * S * pn : w * pn * exp(s * (g[k] - M));
+    }
+    return PLOSS_OK;
+}
+
 ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
 {
-    if (p->D == 0)
+    if (p->D == 0 && !p->comm)
         return no_features(p);
     /* C: the classes of the softmax (Partial FC: the K kept ones) */
     const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
@@ -102,13 +177,15 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
      * and ∂L/∂Ŵ — all taken before the first write to an output */
     void *ws = NULL;
     const size_t doubles = nd + cd + (size_t)N + (size_t)C + (size_t)B * (size_t)C + (size_t)N + (size_t)B +
-                           (want_grad ? nd + cd : 0) + (p->kept ? (size_t)N : 0);
+                           (want_grad ? nd + cd : 0) + (p->kept ? (size_t)N : 0) +
+                           (p->comm ? (size_t)B * 3 * (size_t)(ploss_comm_size(p->comm) + 1) : 0);
     ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + 8, &ws);
     if (st)
         return st;
     double *xh = ws, *wh = xh + nd, *rx = wh + cd, *rw = rx + N, *tile = rw + C;
     double *losses = tile + (size_t)B * (size_t)C, *dphi = losses + N, *gx = dphi + B;
     double *gw = gx + (want_grad ? nd : 0), *after = gw + (want_grad ? cd : 0);
+    double *stats = after + (p->kept ? (size_t)N : 0); /* sharded: a tile's row statistics, then every rank's */
     load_normalised(&p->x, p->dtype, NULL, N, D, xh, rx);
     load_normalised(&p->w, p->dtype, p->kept, C, D, wh, rw);
     if (want_grad)
@@ -118,7 +195,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
     const void *labels = p->labels;
     ploss_dtype label_dtype = p->label_dtype;
     int64_t y_sn = p->y_sn;
-    if (p->kept) {
+    if (p->kept && !p->comm) {
         int64_t *remapped = (int64_t *)after;
         for (int64_t i = 0; i < N; ++i) {
             const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
@@ -141,6 +218,15 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
                                        .c = tile, .ldc = C, .c_dtype = PLOSS_F64};
         if ((st = ploss_cpu_gemm(ctx, &cg)))
             break;
+        if (p->comm) {
+            if ((st = sharded_tile(p, tile, rows, b0, omega, stats, losses + b0)))
+                break;
+            if (want_grad && D > 0 &&
+                (st = ploss_cpu_tile_gradient_products(ctx, tile, rows, C, D, m->s, wh, xh + (size_t)b0 * (size_t)D,
+                                                       ld, PLOSS_F64, gx + (size_t)b0 * (size_t)D, gw)))
+                break;
+            continue;
+        }
         /* the logits: s·c, the target's s·φ(c) */
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
@@ -188,10 +274,12 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
     }
 
     if (want_loss)
-        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction, losses, N, divisor);
+        ploss_cpu_store_row_losses(p->loss, p->loss_dtype, p->l_sn, p->reduction,
+                                   losses + (p->reduction == PLOSS_REDUCTION_NONE ? p->loss_row0 : 0),
+                                   p->reduction == PLOSS_REDUCTION_NONE ? p->loss_rows : N, divisor);
     if (want_grad) {
-        normalisation_backward(&p->grad_x, p->dtype, NULL, N, D, gx, xh, rx);
-        normalisation_backward(&p->grad_w, p->dtype, p->class_pos, p->C, D, gw, wh, rw);
+        normalisation_backward(&p->grad_x, p->gx_dtype, NULL, N, D, gx, xh, rx, p->grad_x_factor);
+        normalisation_backward(&p->grad_w, p->dtype, p->class_pos, p->C, D, gw, wh, rw, 1.0);
     }
     return ploss_free(ctx, ws);
 }

@@ -19,7 +19,7 @@ return {
   options = {
     { "s", "double", 30, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
     { "m", "double", 0.35, min = 0, max = 1, param = "margin_m3", doc = "the margin subtracted from the target's cosine" },
-    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
+    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos θ − m", nil, nil),
   gradient = M.gradient,

@@ -17,7 +17,7 @@ return {
     { "m", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
       doc = "the additive angular margin, in radians" },
     { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
-    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
+    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)"),
   gradient = M.gradient,

@@ -24,7 +24,7 @@ return {
       doc = "the additive angular margin (ArcFace), in radians" },
     { "m3", "double", 0, min = 0, max = 1, param = "margin_m3", doc = "the additive cosine margin (CosFace)" },
     { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
-    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed,
+    M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π",
     "cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 > 1, the line " ..

@@ -31,6 +31,15 @@ M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
 M.seed = { "seed", "int64", 0,
   doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every device)" }
 
+M.comm = { "comm", "comm", false,
+  doc = "shard the classes over the communicator's ranks: weight holds this rank's block of " ..
+    "centres (the ranks' blocks in rank order make the C classes), labels are global class ids, every " ..
+    "rank passes the same number of rows, and the loss is that of the ranks' rows gathered " ..
+    "(docs/distributed.md)" }
+M.scale_grad_x_by_ranks = { "scale_grad_x_by_ranks", "bool", false,
+  doc = "with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the " ..
+    "backbone's gradients, as InsightFace's Partial FC does)" }
+
 M.ignore_index = { "ignore_index", "int64", -100, doc = "rows with this label add nothing and get a zero gradient" }
 M.tile_rows = { "tile_rows", "int64", 0, min = 0,
   doc = "rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C values)" }

@@ -1,0 +1,48 @@
+-- Losses sharded over ranks on CUDA through NCCL (suite 'cuda'; spec/run.lua exits 77 before
+-- this file without a GPU; PLOSS_CUDA_SPEC_DEVICE=cpu runs it on the CPU as a dry run).
+-- spec/sharded_worker.lua compares each rank's sharded loss and gradients with the
+-- single-device f64 loss of the gathered batch on the CPU: one rank on the first GPU (the
+-- sharded kernels — per-tile row statistics, their gather, the gradient from the merged
+-- statistics — against the reference), and two ranks when two GPUs are visible.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local DEV = H.cuda_spec_device()
+local device = DEV == "cpu" and "cpu" or "cuda"
+
+local function expect_ok(n, mode, dtype, env)
+  local cmd = string.format("%s PLOSS_COMM_TIMEOUT=120 %q -n %d %q %s %s %s 2>&1; echo \"EXIT:$?\"", env or "",
+    H.root .. "/tools/launch.sh", n, H.root .. "/spec/sharded_worker.lua", mode, device, dtype)
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  assert(tonumber(out:match("EXIT:(%d+)%s*$")) == 0, out)
+  for r = 0, n - 1 do assert(out:find(string.format("rank %d: %s ok", r, mode), 1, true), out) end
+end
+
+describe("margin losses sharded on " .. DEV .. ", one rank", function()
+  for _, dtype in ipairs { "f32", "bf16" } do
+    it(dtype .. ": AM-softmax, ArcFace, combined margin equal the f64 reference (every reduction and pass)", function()
+      expect_ok(1, "margin", dtype)
+    end)
+  end
+  it("f32, 700 classes (rows longer than a block of threads)", function()
+    expect_ok(1, "margin", "f32", "PLOSS_SHARD_BASE=700")
+  end)
+  it("Partial FC over the block's kept classes", function() expect_ok(1, "partial_fc", "f32") end)
+  it("Partial FC, 700 classes (drawn on the device)", function()
+    expect_ok(1, "partial_fc", "f32", "PLOSS_SHARD_BASE=700")
+  end)
+end)
+
+describe("margin losses sharded on CUDA, two ranks on two GPUs", function()
+  local two = DEV ~= "cpu" and ploss.cuda_device_count and ploss.cuda_device_count() >= 2
+  for _, mode in ipairs { "margin", "partial_fc", "refusal" } do
+    it(mode, function()
+      if not two then
+        pending("needs two GPUs")
+        return
+      end
+      expect_ok(2, mode, "f32")
+    end)
+  end
+end)
