@@ -916,6 +916,7 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *o)
     o->temperature = 0.07;
     o->symmetric = 1;
     o->normalize = 1;
+    o->comm = NULL;
     o->scale = 1.0;
     o->inplace = 0;
 }
@@ -951,6 +952,7 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         .temperature = o.temperature,
         .symmetric = o.symmetric,
         .normalize = o.normalize,
+        .comm = o.comm,
         .scale = o.scale,
         .inplace = o.inplace,
     };

@@ -1009,6 +1009,11 @@ typedef struct ploss_info_nce_opts {
     int symmetric;
     /* L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize); default 1 */
     int normalize;
+    /* shard the batch over the communicator's ranks: each rank passes its own N rows of both
+       views (the same N on every rank), every rank's keys are negatives of every query and
+       every rank's queries of every key, and the loss is that of the ranks' rows gathered
+       (docs/distributed.md); default NULL */
+    ploss_comm_t * comm;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
@@ -1037,14 +1042,15 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  *
  * This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
  * symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
- * contrasts each view with the other items of its own view (2N − 2 negatives). A loss over
- * several devices is not provided. The CPU works in f64 (OpenBLAS). CUDA multiplies the inputs
- * as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32, f64 in
- * f64), the normalisation applied as a scale when a tile is read; the similarity tile is f32
- * (f64), the gradient tile of the two gradient products is in the input dtype (as PyTorch's
- * 16-bit autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's
- * gradient product (about 55 MiB at N = 32768, D = 1024). No state is kept: backward recomputes
- * the log-sum-exps.
+ * contrasts each view with the other items of its own view (2N − 2 negatives). With comm the
+ * batch is sharded over ranks (negatives from every rank, exact gradients for each rank's rows:
+ * docs/distributed.md). The CPU works in f64 (OpenBLAS). CUDA multiplies the inputs as given
+ * with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32, f64 in f64), the
+ * normalisation applied as a scale when a tile is read; the similarity tile is f32 (f64), the
+ * gradient tile of the two gradient products is in the input dtype (as PyTorch's 16-bit
+ * autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's gradient
+ * product (about 55 MiB at N = 32768, D = 1024). No state is kept: backward recomputes the
+ * log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.

@@ -29,6 +29,11 @@ describe("margin losses sharded on " .. DEV .. ", one rank", function()
     expect_ok(1, "margin", "f32", "PLOSS_SHARD_BASE=700")
   end)
   it("Partial FC over the block's kept classes", function() expect_ok(1, "partial_fc", "f32") end)
+  for _, dtype in ipairs { "f32", "bf16" } do
+    it(dtype .. ": InfoNCE equals the f64 reference (symmetric or not, every reduction and pass)", function()
+      expect_ok(1, "info_nce", dtype)
+    end)
+  end
   it("Partial FC, 700 classes (drawn on the device)", function()
     expect_ok(1, "partial_fc", "f32", "PLOSS_SHARD_BASE=700")
   end)
@@ -36,7 +41,7 @@ end)
 
 describe("margin losses sharded on CUDA, two ranks on two GPUs", function()
   local two = DEV ~= "cpu" and ploss.cuda_device_count and ploss.cuda_device_count() >= 2
-  for _, mode in ipairs { "margin", "partial_fc", "refusal" } do
+  for _, mode in ipairs { "margin", "partial_fc", "info_nce", "refusal" } do
     it(mode, function()
       if not two then
         pending("needs two GPUs")

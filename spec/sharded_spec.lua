@@ -1,4 +1,5 @@
--- Losses sharded over a communicator's ranks on the CPU (suite 'cpu'): ranks as processes
+-- Losses sharded over a communicator's ranks on the CPU (suite 'cpu': the margin losses,
+-- Partial FC, InfoNCE): ranks as processes
 -- started by tools/launch.sh running spec/sharded_worker.lua, each comparing its sharded
 -- loss and gradients with the single-device loss of the gathered batch; and the comm
 -- option's refusals in this process.
@@ -25,7 +26,7 @@ local function expect_ok(n, mode, args)
   end
 end
 
-describe("margin losses sharded over ranks on the CPU (tools/launch.sh)", function()
+describe("losses sharded over ranks on the CPU (tools/launch.sh)", function()
   for _, n in ipairs { 2, 3 } do
     for _, dtype in ipairs { "f64", "f32" } do
       it(string.format("%d ranks, %s: AM-softmax, ArcFace, combined margin equal the single-device loss " ..
@@ -36,6 +37,14 @@ describe("margin losses sharded over ranks on the CPU (tools/launch.sh)", functi
     it(n .. " ranks: Partial FC draws per block and equals the single-device loss over the kept classes", function()
       expect_ok(n, "partial_fc", "cpu f64")
     end)
+  end
+  for _, n in ipairs { 2, 3 } do
+    for _, dtype in ipairs { "f64", "f32" } do
+      it(string.format("%d ranks, %s: InfoNCE with every rank's negatives equals the single-device loss " ..
+        "(symmetric or not, normalised or not, every reduction and pass)", n, dtype), function()
+        expect_ok(n, "info_nce", "cpu " .. dtype)
+      end)
+    end
   end
   it("3 ranks, bf16 inputs: the sharded losses equal the reference on the rounded inputs", function()
     expect_ok(3, "margin", "cpu bf16")

@@ -11,6 +11,8 @@
 --              over the kept classes of every rank
 --   refusal    a label out of range on rank 1, then a bad weight on rank 1, then another
 --              row count on rank 1: an error on every rank each time, then a good call
+--   info_nce   InfoNCE with each rank's rows of both views: symmetric or not, normalised or
+--              not, every reduction, forward, backward (with an upstream gradient) and fused
 io.stdout:setvbuf("line")
 local ploss = require "ploss"
 
@@ -161,6 +163,35 @@ elseif mode == "partial_fc" then
   end
   say("partial_fc ok")
 
+elseif mode == "info_nce" then
+  local K = ploss.randn({ R * n, D }, { seed = 14, dtype = "f64" })
+  local Kr = K:to("cpu", dtype):to("cpu", "f64")
+  local k = mine(K, rank * n, n, dtype)
+  local function slice(t) return t:narrow(1, rank * n + 1, n) end
+  for _, sym in ipairs { true, false } do
+    for _, norm in ipairs { true, false } do
+      for _, red in ipairs { "mean", "sum", "none" } do
+        local opts = { temperature = 0.5, symmetric = sym, normalize = norm, reduction = red }
+        local ref = ploss.InfoNCELoss(opts)
+        local sh = ploss.InfoNCELoss(with(opts, { comm = comm }))
+        local what = string.format("InfoNCE symmetric=%s normalize=%s %s %s", tostring(sym), tostring(norm), red, dtype)
+        local l0, gq0, gk0 = ref(Xr, Kr)
+        local l, gq, gk = sh(x, k)
+        close(l, red == "none" and slice(l0) or l0, what .. " fused loss")
+        close(gq, slice(gq0), what .. " fused grad_query")
+        close(gk, slice(gk0), what .. " fused grad_key")
+        close(sh:forward(x, k), red == "none" and slice(l0) or l0, what .. " forward")
+        local up0 = red == "none" and G or 0.75
+        local up = red == "none" and mine(G, rank * n, n, l:dtype()) or 0.75
+        local bq0, bk0 = ref:backward(Xr, Kr, up0)
+        local bq, bk = sh:backward(x, k, up)
+        close(bq, slice(bq0), what .. " backward grad_query")
+        close(bk, slice(bk0), what .. " backward grad_key")
+      end
+    end
+  end
+  say("info_nce ok")
+
 elseif mode == "refusal" then
   local crit = ploss.AMSoftmaxLoss { comm = comm }
   local function expect(fn, fragment, what)
@@ -182,6 +213,9 @@ elseif mode == "refusal" then
   local xbad = rank == 1 and x:narrow(1, 1, n - 1):contiguous() or x
   local ybad = rank == 1 and y:narrow(1, 1, n - 1):contiguous() or y
   expect(function() crit(xbad, w, ybad) end, "another rows of x", "another row count on rank 1")
+  -- InfoNCE with another temperature on rank 1
+  local nce = ploss.InfoNCELoss { temperature = rank == 1 and 0.2 or 0.1, comm = comm }
+  expect(function() nce(x, x) end, "another opts.temperature", "another temperature on rank 1")
   -- and the communicator still serves a good call
   local l0 = ploss.AMSoftmaxLoss {}(Xr, Wr, Y)
   close(crit(x, w, y), l0, "the call after the refusals")

@@ -12,7 +12,7 @@
  * the CPU (sample_rate < 1; CUDA draws them on the device), then builds the problem and
  * dispatches it.  The options were checked by the loss's entry point (core/losses.c); a
  * margin policy only decides which of m1, m2, m3 its options fill (the rest keep the
- * identity margin).  With opts.comm the checked call goes to core/engines/margin_sharded.c,
+ * identity margin).  With opts.comm the checked call goes to core/engines/sharded.c,
  * which runs it over the communicator's ranks.
  */
 #include <stdint.h>

@@ -70,14 +70,14 @@ typedef struct ploss_margin_problem {
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad_x, grad_w;
     ploss_dtype gx_dtype;          /* of grad_x: dtype, or the accumulation type (comm)     */
-    /* Sharded over the ranks of comm (NULL: one device; core/engines/margin_sharded.c): x
+    /* Sharded over the ranks of comm (NULL: one device; core/engines/sharded.c): x
      * and the labels hold every rank's rows gathered in rank order (N in all), w this rank's
      * block of C centres, the classes class_offset … class_offset + C − 1 of classes_total,
      * and the labels are those global ids (Partial FC draws among the block's classes, the
      * Philox counter the global id).  Per tile the backend takes each row's statistics over
      * its block — the max M of the non-target cosines, S = Σ e^(s(c − M)) over them, the
      * target's cosine where the block holds it — and merges them over the ranks
-     * (ploss_margin_gather); every rank then has every row's loss.  It stores the losses of
+     * (ploss_sharded_gather); every rank then has every row's loss.  It stores the losses of
      * rows loss_row0 … loss_row0 + loss_rows − 1 (reduction 'none'; a reduced loss is of
      * every row, bitwise the same on every rank), and ∂L/∂x of every gathered row through
      * this block's classes (gx_dtype; the front sums them over the ranks) times
@@ -87,9 +87,6 @@ typedef struct ploss_margin_problem {
     double grad_x_factor;
 } ploss_margin_problem;
 
-/* The backends' merge of a tile's row statistics: `count` values of dtype dt (f32 or f64) at
- * send, on the communicator's device, gathered into recv (nranks·count, rank order). */
-ploss_status ploss_margin_gather(ploss_comm_t *comm, const void *send, void *recv, int64_t count, ploss_dtype dt);
 
 ploss_status ploss_cpu_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p);
 #ifdef PLOSS_HAVE_CUDA

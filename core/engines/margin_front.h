@@ -1,7 +1,7 @@
 /*
  * margin_front.h — what the two fronts of the margin shape share (internal): the checks of
  * one call (core/engines/margin.c) and the sharded call over a communicator's ranks
- * (core/engines/margin_sharded.c), which runs those checks on each rank before any rank
+ * (core/engines/sharded.c), which runs those checks on each rank before any rank
  * computes.
  */
 #ifndef PLOSS_MARGIN_FRONT_H
@@ -32,7 +32,7 @@ ploss_status ploss_margin_draw(const ploss_ctx_t *ctx, const ploss_loss_params *
 /* CPU labels: each in [0, C) or ignore_index. */
 ploss_status ploss_margin_check_labels_cpu(const void *labels, ploss_dtype dtype, int64_t sn, int64_t N, int64_t C,
                                            int64_t ignore_index);
-/* The sharded call (opts.comm; core/engines/margin_sharded.c): `local` is this rank's
+/* The sharded call (opts.comm; core/engines/sharded.c): `local` is this rank's
  * status from ploss_margin_check_call (c valid when it is PLOSS_OK); every rank learns every
  * rank's status before any of them computes, so a refusal on one is an error on all. */
 ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,

@@ -18,6 +18,7 @@
 #include "loss.h"
 #include "loss_check.h"
 #include "pairs.h"
+#include "sharded.h"
 
 /* The checked tensors of one call. */
 typedef struct {
@@ -290,23 +291,26 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_BATCH_HARD, "embeddings", &p);
 }
 
-static ploss_status run_infonce(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c, const ploss_loss_params *o)
+/* InfoNCE's problem on the call's own tensors (M = N keys, the positive of query i key i). */
+static ploss_status infonce_problem(ploss_infonce_problem *p, ploss_pass pass, const pairs_call *c,
+                                    const ploss_loss_params *o)
 {
     ploss_status st = check_product_sizes(c, "query", INT32_MAX);
     if (st)
         return st;
-    ploss_infonce_problem p;
-    memset(&p, 0, sizeof p);
-    FILL_COMMON(p, pass, c, o);
+    memset(p, 0, sizeof *p);
+    FILL_COMMON(*p, pass, c, o);
     for (int k = 0; k < 2; ++k) {
-        p.x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
+        p->x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
         if (pass != PLOSS_PASS_FORWARD)
-            p.grad[k] = (ploss_pair_grad){c->g[k].data, c->g[k].strides[0], c->g[k].strides[1]};
+            p->grad[k] = (ploss_pair_grad){c->g[k].data, c->g[k].strides[0], c->g[k].strides[1]};
     }
-    p.temperature = o->temperature;
-    p.symmetric = o->symmetric;
-    p.normalize = o->normalize;
-    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &p);
+    p->temperature = o->temperature;
+    p->symmetric = o->symmetric;
+    p->normalize = o->normalize;
+    p->M = p->N;
+    p->gk_dtype = p->dtype;
+    return PLOSS_OK;
 }
 
 /* Margin ranking: drop dims of size 1 and merge neighbours that are contiguous in every one
@@ -433,12 +437,21 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
 {
     pairs_call c;
     ploss_status st = check_call(ctx, pass, spec, a, o, &c);
+    ploss_infonce_problem p;
+    if (spec->policy == PLOSS_POLICY_INFO_NCE) {
+        if (!st)
+            st = infonce_problem(&p, pass, &c, o);
+        if (o->comm) /* every rank learns every rank's status first */
+            return ploss_infonce_run_sharded(ctx, pass, o, st ? NULL : &p, &c.x[1], &c.gl, a->grad_inputs[1], st);
+        if (st)
+            return st;
+        return ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &p);
+    }
     if (st)
         return st;
     switch (spec->policy) {
     case PLOSS_POLICY_TRIPLET_MARGIN: return run_triplet(ctx, pass, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
-    case PLOSS_POLICY_INFO_NCE: return run_infonce(ctx, pass, &c, o);
     case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
     case PLOSS_POLICY_COSINE_EMBEDDING: return run_cosine_embedding(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);

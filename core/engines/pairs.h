@@ -108,7 +108,24 @@ typedef struct ploss_infonce_problem {
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad[2];      /* ∂/∂query, ∂/∂key                                       */
+    /* Sharded over the ranks of comm (NULL: one device, M = N, key_offset 0; the front is
+     * core/engines/sharded.c): x[0] holds this rank's N queries, x[1] every rank's keys
+     * gathered in rank order (M = R·N), query i's positive is key key_offset + i, and every
+     * key is some rank's sample (its own column loss).  The backend merges the keys' column
+     * statistics over the ranks (pairs of (max, Σ) per key, all-gathered, merged in rank
+     * order), stores its rows' losses ('none'; a reduced loss is of all M samples, gathered,
+     * bitwise the same on every rank; 'mean' divides by M), reads grad_loss ('none'
+     * backward) for all M samples, writes ∂query of its rows and ∂key of all M keys through
+     * its queries, in gk_dtype (the accumulation type; the front sums it over the ranks). */
+    int64_t M, key_offset;
+    ploss_comm_t *comm;
+    ploss_dtype gk_dtype;         /* of grad[1]: dtype, or the accumulation type (comm)     */
 } ploss_infonce_problem;
+
+/* The merge of InfoNCE's column statistics over the ranks (core/engines/sharded.c): `count`
+ * values of dtype dt at send, on the communicator's device, gathered into recv
+ * (nranks·count, rank order). */
+ploss_status ploss_sharded_gather(ploss_comm_t *comm, const void *send, void *recv, int64_t count, ploss_dtype dt);
 
 ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
 #ifdef PLOSS_HAVE_CUDA

@@ -629,7 +629,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                 const unsigned blocks = (unsigned)std::min<int64_t>(rows, 8192);
                 shard_stats_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(q, b, b0, rows, K, b.stats);
                 if ((st = check_launch("margin rows' statistics (sharded)")) ||
-                    (st = ploss_margin_gather(p->comm, b.stats, b.stats + 3 * rows, 3 * rows, PLOSS_F32)))
+                    (st = ploss_sharded_gather(p->comm, b.stats, b.stats + 3 * rows, 3 * rows, PLOSS_F32)))
                     return st;
                 shard_rows_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(
                     q, b, b0, rows, K, b.stats + 3 * rows, ranks, want_grad ? b.gt + (b0 - c0) * K : nullptr);

@@ -26,6 +26,13 @@
  * where the second sweep costs one more S GEMM (2·N²·D FLOPs at tensor-core rate) and keeps
  * every GEMM output written once.
  *
+ * Rectangular and sharded (pairs.h, comm): the queries are this rank's N rows, the keys every
+ * rank's M rows gathered (M = N on one device) and query i's positive is key key_offset + i;
+ * the keys' column pairs are merged over the ranks in rank order after the lse pass
+ * (gathered, colmerge_kernel), the loss weights w are kept for all M samples, a reduced loss
+ * sums every rank's row losses (gathered, in a fixed order), and the ∂y sweep writes f32
+ * partial gradients of all M keys for the front's reduce-scatter.
+ *
  * Workspace: the tile area (TILE_BYTES: the G tile plus one f32 S sub-tile of at most
  * S_TILE_BYTES, sized so that it stays in L2 between its GEMM and its reader; for f32/f64 G
  * overwrites S in place), the GEMM output of one G tile (rows × D), the lse partials and
@@ -59,9 +66,11 @@ template <class A> struct lse_pair {
 template <class A> struct buffers {
     A *inv[2];               /* a_i, b_j: the inverse norms (1 without normalize)              */
     double *norm[2];         /* ‖x_i‖, ‖y_j‖                                                    */
-    double *diag, *row_lse;  /* S_ii; the rows' log-sum-exps                                    */
+    double *diag, *row_lse;  /* S_i,off+i; the rows' log-sum-exps                               */
     double *col_m, *col_s;   /* the columns' running (max, Σ); col_m holds lse after the losses */
-    double *w;               /* each row's loss weight over the G scale c                       */
+    double *w;               /* each sample's loss weight over the G scale c (M of them)        */
+    double *losses;          /* sharded: the rows' losses, then every rank's (M)                */
+    double *all_m, *all_s;   /* sharded: every rank's column pairs (R·M each)                   */
     lse_pair<A> *rpart;      /* per tile row and 256 columns                                    */
     lse_pair<A> *cpart;      /* per 32 tile rows and column                                     */
 };
@@ -70,14 +79,14 @@ template <class A> __device__ __forceinline__ A exp_a(A v);
 template <> __device__ __forceinline__ float exp_a(float v) { return expf(v); }
 template <> __device__ __forceinline__ double exp_a(double v) { return exp(v); }
 
-/* Rows 0..N−1: queries, rows N..2N−1: keys; pack[k] non-null: view k copied to N×D. */
+/* Rows 0..N−1: queries, rows N..N+M−1: keys; pack[k] non-null: view k copied to rows×D. */
 template <class T>
 __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b,
                                                        T *pack0, T *pack1)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
-    for (int64_t row = warp_row(); row < 2 * p.N; row += warp_rows_stride()) {
+    for (int64_t row = warp_row(); row < p.N + p.M; row += warp_rows_stride()) {
         const int k = row < p.N ? 0 : 1;
         const int64_t i = row - k * p.N;
         const T *x = (const T *)p.x[k].data + i * p.x[k].sn;
@@ -99,22 +108,35 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_infonce_probl
     }
 }
 
-/* S_ii from the rows, and the columns' running pairs cleared. */
+/* S_i,off+i (query i with its positive key) from the rows. */
 template <class T>
 __global__ void __launch_bounds__(THREADS) diag_kernel(const ploss_infonce_problem p, buffers<acc_t<T>> b)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
-        const T *x = (const T *)p.x[0].data + i * p.x[0].sn, *y = (const T *)p.x[1].data + i * p.x[1].sn;
+        const int64_t k = p.key_offset + i;
+        const T *x = (const T *)p.x[0].data + i * p.x[0].sn, *y = (const T *)p.x[1].data + k * p.x[1].sn;
         A s = 0;
         for (int64_t j = lane; j < p.D; j += 32)
             s += to_acc(x[j * p.x[0].sd]) * to_acc(y[j * p.x[1].sd]);
         s = warp_all_reduce<32>(s, SumOp());
-        if (lane == 0) {
-            b.diag[i] = (double)s * (double)b.inv[0][i] * (double)b.inv[1][i] / p.temperature;
-            b.col_m[i] = b.col_s[i] = 0.0;
-        }
+        if (lane == 0)
+            b.diag[i] = (double)s * (double)b.inv[0][i] * (double)b.inv[1][k] / p.temperature;
+    }
+}
+
+/* Sharded: each key's column pair merged over the ranks' (all_m, all_s: R blocks of M, rank
+ * order) into col_m, col_s. */
+template <class A>
+__global__ void __launch_bounds__(THREADS) colmerge_kernel(int64_t M, int R, buffers<A> b)
+{
+    for (int64_t j = thread_index(); j < M; j += grid_stride()) {
+        double m = 0.0, s = 0.0;
+        for (int q = 0; q < R; ++q)
+            ploss_lse_merge(&m, &s, b.all_m[(size_t)q * M + j], b.all_s[(size_t)q * M + j]);
+        b.col_m[j] = m;
+        b.col_s[j] = s;
     }
 }
 
@@ -199,8 +221,9 @@ __global__ void __launch_bounds__(THREADS) lse_merge_kernel(int64_t N, buffers<A
         b.row_lse[b0 + r] = m + log(s);
 }
 
-/* One block: the losses (NONE: stored; MEAN/SUM: summed in a fixed order), the columns'
- * log-sum-exps into col_m, and each row's weight w_i (halved when symmetric) over gscale. */
+/* One block: the keys' column log-sum-exps into col_m and each sample's weight w_j (halved
+ * when symmetric) over gscale (all M samples); then the rows' losses (NONE: stored; MEAN/SUM:
+ * summed in a fixed order and stored, or, sharded, kept in b.losses for the gather). */
 template <class A>
 __global__ void __launch_bounds__(LOSS_THREADS) loss_kernel(const ploss_infonce_problem p, buffers<A> b,
                                                             double gscale)
@@ -211,41 +234,64 @@ __global__ void __launch_bounds__(LOSS_THREADS) loss_kernel(const ploss_infonce_
     if (p.pass == PLOSS_PASS_BACKWARD && !none)
         up = load_dyn(p.grad_loss, p.gl_dtype, 0);
     if (p.reduction == PLOSS_REDUCTION_MEAN)
-        up /= (double)p.N;
+        up /= (double)p.M;
+    for (int64_t j = threadIdx.x; j < p.M; j += LOSS_THREADS) {
+        b.col_m[j] += log(b.col_s[j]);
+        b.w[j] = half * (p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, j * p.gl_sn) : up) /
+                 gscale;
+    }
+    __syncthreads();
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < p.N; i += LOSS_THREADS) {
-        const double col_lse = b.col_m[i] + log(b.col_s[i]);
-        const double lr = b.row_lse[i] - b.diag[i], lc = col_lse - b.diag[i];
+        const double lr = b.row_lse[i] - b.diag[i], lc = b.col_m[p.key_offset + i] - b.diag[i];
         const double l = p.symmetric ? 0.5 * (lr + lc) : lr;
         if (want_loss && none)
             store_dyn(p.loss, p.loss_dtype, i * p.l_sn, l);
+        else if (p.comm)
+            b.losses[i] = l;
         sum += l;
-        b.col_m[i] = col_lse;
-        b.w[i] = half * (p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : up) /
-                 gscale;
     }
+    if (p.comm)
+        return;
     sum = block_reduce<LOSS_THREADS>(sum, SumOp());
     if (threadIdx.x == 0 && want_loss && !none)
         store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / (double)p.N : sum);
 }
 
+/* Sharded, a reduced loss: every rank's M row losses (gathered) summed in a fixed order. */
+__global__ void __launch_bounds__(LOSS_THREADS) reduced_loss_kernel(const ploss_infonce_problem p,
+                                                                    const double *losses)
+{
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < p.M; i += LOSS_THREADS)
+        sum += losses[i];
+    sum = block_reduce<LOSS_THREADS>(sum, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / (double)p.M : sum);
+}
+
 /* What a sweep over the rows of one view needs of the two views: its rows' and the other
- * view's inverse norms and log-sum-exps, and whether each of the two terms of G is present.
- * ∂x sweep: own = the rows' lse, f_own = 1, f_other = symmetric; ∂y sweep: own = the
- * columns' lse, f_own = symmetric, f_other = 1. */
+ * view's inverse norms, log-sum-exps and loss weights, whether each of the two terms of G is
+ * present, and the offsets that pair them (row r and column c are a positive pair where
+ * r + off_own = c + off_other).  ∂x sweep: own = the queries (the rows' lse, weights
+ * w[key_offset + i], off_own = key_offset), f_own = 1, f_other = symmetric; ∂y sweep: own =
+ * the keys (the columns' lse, w[j]), off_other = key_offset, f_own = symmetric, f_other = 1. */
 template <class A> struct side {
     const A *inv_own, *inv_other;
     const double *lse_own, *lse_other;
+    const double *w_own, *w_other;
+    int64_t off_own, off_other;
     bool f_own, f_other;
 };
 
-/* S sub-tile (srows × N, unscaled) → G̃ (same shape, operand dtype T): with s = S·a_r·b_c,
+/* S sub-tile (srows × N columns, unscaled) → G̃ (same shape, operand dtype T): with
+ * s = S·a_r·b_c,
  *   G = f_own·w_r·(e^(s − lse_own_r) − δ) + f_other·w_c·(e^(s − lse_other_c) − δ),
  *   G̃ = G·b_c (w over the G scale already).
  * For T = A, G may be S itself (each element read and written by the same thread). */
 template <class T, class A>
 __global__ void __launch_bounds__(THREADS) grad_tile_kernel(const A *S, T *G, int64_t N, int64_t srows, int64_t row0,
-                                                            const side<A> sd, const double *w)
+                                                            const side<A> sd)
 {
     A ic[G_COLS], mc[G_COLS], wc[G_COLS];
     int64_t col[G_COLS];
@@ -255,20 +301,20 @@ __global__ void __launch_bounds__(THREADS) grad_tile_kernel(const A *S, T *G, in
         const bool ok = col[q] < N;
         ic[q] = ok ? sd.inv_other[col[q]] : A(0);
         mc[q] = ok ? (A)sd.lse_other[col[q]] : A(0);
-        wc[q] = ok ? (A)w[col[q]] : A(0);
+        wc[q] = ok ? (A)sd.w_other[col[q]] : A(0);
     }
     for (int rr = 0; rr < G_ROWS; ++rr) {
         const int64_t r = (int64_t)blockIdx.y * G_ROWS + rr;
         if (r >= srows)
             break;
         const int64_t i = row0 + r;
-        const A ir = sd.inv_own[i], lr = (A)sd.lse_own[i], wr = (A)w[i];
+        const A ir = sd.inv_own[i], lr = (A)sd.lse_own[i], wr = (A)sd.w_own[i];
 #pragma unroll
         for (int q = 0; q < G_COLS; ++q) {
             if (col[q] >= N)
                 continue;
             const int64_t e = r * N + col[q];
-            const A s = S[e] * ir * ic[q], delta = i == col[q] ? A(1) : A(0);
+            const A s = S[e] * ir * ic[q], delta = i + sd.off_own == col[q] + sd.off_other ? A(1) : A(0);
             A g = 0;
             if (sd.f_own)
                 g = wr * (exp_a(s - lr) - delta);
@@ -302,6 +348,12 @@ __global__ void __launch_bounds__(THREADS) finish_kernel(const ploss_infonce_pro
             inv = (A)(1.0 / fmax(rn, PLOSS_NORMALIZE_EPS));
         }
         const A c = inv * inv * dot;
+        if (k == 1 && p.comm) { /* sharded: partial sums of the keys (A) for the front's reduce-scatter */
+            A *o = (A *)p.grad[1].data + i * p.grad[1].sn;
+            for (int64_t j = lane; j < D; j += 32)
+                o[j * p.grad[1].sd] = (g[j] - c * to_acc(x[j * p.x[1].sd])) * inv;
+            continue;
+        }
         T *o = (T *)p.grad[k].data + i * p.grad[k].sn;
         for (int64_t j = lane; j < D; j += 32)
             o[j * p.grad[k].sd] = from_acc<T>((g[j] - c * to_acc(x[j * p.x[k].sd])) * inv);
@@ -318,27 +370,29 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
 {
     using A = acc_t<T>;
     const ploss_dtype tdt = p->dtype, adt = sizeof(A) == 8 ? PLOSS_F64 : PLOSS_F32;
-    const int64_t N = p->N, D = p->D;
+    /* N queries (this rank's), M keys (M = N on one device); rows[k], the rows of view k */
+    const int64_t N = p->N, M = p->M, D = p->D, rows_of[2] = {N, M};
+    const int ranks = p->comm ? ploss_comm_size(p->comm) : 1;
     const bool want_grad = p->pass != PLOSS_PASS_FORWARD && N > 0 && D > 0;
     cudaStream_t stream = stream_of(ctx);
-    const size_t nd = (size_t)N * (size_t)D;
 
-    /* Tiles: Bs rows of S (≤ S_TILE_BYTES), G tiles of B rows (a multiple of Bs) filling
-     * TILE_BYTES with the S sub-tile; the lse pass uses the whole area for S tiles of Bl rows. */
+    /* Tiles (rows of at most M columns): Bs rows of S (≤ S_TILE_BYTES), G tiles of B rows (a
+     * multiple of Bs) filling TILE_BYTES with the S sub-tile; the lse pass uses the whole area
+     * for S tiles of Bl rows. */
     const bool in_place = sizeof(T) == sizeof(A);
-    const size_t sb = (size_t)std::max<int64_t>(N, 1) * sizeof(A), gb = (size_t)std::max<int64_t>(N, 1) * sizeof(T);
-    const int64_t Bs = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t)(S_TILE_BYTES / sb)));
+    const size_t sb = (size_t)std::max<int64_t>(M, 1) * sizeof(A), gb = (size_t)std::max<int64_t>(M, 1) * sizeof(T);
+    const int64_t Bs = std::max<int64_t>(1, std::min<int64_t>(M, (int64_t)(S_TILE_BYTES / sb)));
     const size_t s_sub = in_place ? 0 : (size_t)Bs * sb;
     const int64_t per = std::max<int64_t>(1, TILE_BYTES > s_sub ? (int64_t)((TILE_BYTES - s_sub) / ((size_t)Bs * gb)) : 1);
-    const int64_t B = std::max<int64_t>(1, std::min<int64_t>(N, Bs * per));
+    const int64_t B = std::max<int64_t>(1, std::min<int64_t>(M, Bs * per));
     const size_t g_bytes = ((size_t)B * gb + 255) & ~(size_t)255; /* the S sub-tile after it, aligned */
     const size_t area = g_bytes + s_sub;
     const int64_t Bl = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t)(area / sb)));
-    const int64_t col_blocks = (N + THREADS - 1) / THREADS, lse_row_blocks = (Bl + LSE_ROWS<A> - 1) / LSE_ROWS<A>;
+    const int64_t col_blocks = (M + THREADS - 1) / THREADS, lse_row_blocks = (Bl + LSE_ROWS<A> - 1) / LSE_ROWS<A>;
 
     bool pack[2];
     for (int k = 0; k < 2; ++k)
-        pack[k] = !gemm_addressable(p->x[k], N, D);
+        pack[k] = !gemm_addressable(p->x[k], rows_of[k], D);
     T *packed[2];
     char *tile = nullptr;
     A *out = nullptr;
@@ -347,20 +401,23 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
         /* null for a view used as it is: prep_kernel packs exactly the views whose pointer is
          * set (take(0) would hand out the start of the next piece, the tile) */
         for (int k = 0; k < 2; ++k)
-            packed[k] = pack[k] ? c.take<T>(nd) : nullptr;
+            packed[k] = pack[k] ? c.take<T>((size_t)rows_of[k] * (size_t)D) : nullptr;
         tile = c.take<char>(N > 0 ? area : 0);
         out = c.take<A>(want_grad ? (size_t)B * (size_t)D : 0);
         b.rpart = c.take<lse_pair<A>>((size_t)Bl * (size_t)col_blocks);
-        b.cpart = c.take<lse_pair<A>>((size_t)lse_row_blocks * (size_t)N);
+        b.cpart = c.take<lse_pair<A>>((size_t)lse_row_blocks * (size_t)M);
         for (int k = 0; k < 2; ++k) {
-            b.inv[k] = c.take<A>(N);
-            b.norm[k] = c.take<double>(N);
+            b.inv[k] = c.take<A>(rows_of[k]);
+            b.norm[k] = c.take<double>(rows_of[k]);
         }
         b.diag = c.take<double>(N);
         b.row_lse = c.take<double>(N);
-        b.col_m = c.take<double>(N);
-        b.col_s = c.take<double>(N);
-        b.w = c.take<double>(N);
+        b.col_m = c.take<double>(M);
+        b.col_s = c.take<double>(M);
+        b.w = c.take<double>(M);
+        b.losses = p->comm ? c.take<double>((size_t)N + (size_t)M) : nullptr;
+        b.all_m = p->comm ? c.take<double>((size_t)ranks * (size_t)M) : nullptr;
+        b.all_s = p->comm ? c.take<double>((size_t)ranks * (size_t)M) : nullptr;
         return c.used + 256;
     };
     buffers<A> b;
@@ -375,20 +432,23 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     int64_t ld[2];
     for (int k = 0; k < 2; ++k) {
         op[k] = pack[k] ? packed[k] : (const T *)p->x[k].data;
-        ld[k] = std::max<int64_t>(1, pack[k] || N <= 1 ? D : p->x[k].sn);
+        ld[k] = std::max<int64_t>(1, pack[k] || rows_of[k] <= 1 ? D : p->x[k].sn);
     }
     const double inv_t = 1.0 / p->temperature;
-    /* S (rows × N, f32/f64) = x_{k, r0…}·x_{1−k}ᵀ/τ, unscaled by the norms. */
+    /* S (rows × the other view's rows, f32/f64) = x_{k, r0…}·x_{1−k}ᵀ/τ, unscaled by the norms. */
     auto s_gemm = [&](int k, int64_t r0, int64_t rows, A *S) {
-        const ploss_gemm_problem g = {rows, N, D, inv_t, 0.0, op[k] + r0 * ld[k], 0, ld[k],
-                                      op[1 - k], 1, ld[1 - k], tdt, S, N, adt};
+        const int64_t cols = rows_of[1 - k];
+        const ploss_gemm_problem g = {rows, cols, D, inv_t, 0.0, op[k] + r0 * ld[k], 0, ld[k],
+                                      op[1 - k], 1, ld[1 - k], tdt, S, cols, adt};
         return ploss_cuda_gemm(ctx, &g);
     };
 
-    if (N > 0) {
-        prep_kernel<T><<<row_blocks(2 * N), THREADS, 0, stream>>>(*p, b, packed[0], packed[1]);
+    if (M > 0) {
+        prep_kernel<T><<<row_blocks(N + M), THREADS, 0, stream>>>(*p, b, packed[0], packed[1]);
         diag_kernel<T><<<row_blocks(N), THREADS, 0, stream>>>(*p, b);
-        if ((st = check_launch("info_nce prep")))
+        if ((st = check_launch("info_nce prep")) ||
+            (st = ploss_cuda_memset(b.col_m, 0, (size_t)M * sizeof(double), stream)) ||
+            (st = ploss_cuda_memset(b.col_s, 0, (size_t)M * sizeof(double), stream)))
             return st;
     }
     for (int64_t b0 = 0; b0 < N; b0 += Bl) {
@@ -397,42 +457,64 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
         if ((st = s_gemm(0, b0, rows, S)))
             return st;
         const dim3 grid((unsigned)col_blocks, (unsigned)((rows + LSE_ROWS<A> - 1) / LSE_ROWS<A>));
-        lse_tile_kernel<A><<<grid, THREADS, 0, stream>>>(S, N, rows, b.inv[0] + b0, b.inv[1], b.rpart, b.cpart);
+        lse_tile_kernel<A><<<grid, THREADS, 0, stream>>>(S, M, rows, b.inv[0] + b0, b.inv[1], b.rpart, b.cpart);
         const unsigned merge_blocks = (unsigned)(col_blocks + (rows + WARPS - 1) / WARPS);
-        lse_merge_kernel<A><<<merge_blocks, THREADS, 0, stream>>>(N, b, b0, rows, col_blocks, (int64_t)grid.y);
+        lse_merge_kernel<A><<<merge_blocks, THREADS, 0, stream>>>(M, b, b0, rows, col_blocks, (int64_t)grid.y);
         if ((st = check_launch("info_nce log-sum-exp")))
             return st;
     }
-    /* 16-bit G carries the known part of the weights (½, 1/N) in alpha, so that its values
-     * are O(P) rather than O(P/N), where f16 would flush them to zero. */
+    /* sharded: the keys' column pairs merged over the ranks */
+    if (p->comm && M > 0) {
+        if ((st = ploss_sharded_gather(p->comm, b.col_m, b.all_m, M, PLOSS_F64)) ||
+            (st = ploss_sharded_gather(p->comm, b.col_s, b.all_s, M, PLOSS_F64)))
+            return st;
+        colmerge_kernel<A><<<grid_blocks(M, THREADS), THREADS, 0, stream>>>(M, ranks, b);
+        if ((st = check_launch("info_nce column merge")))
+            return st;
+    }
+    /* 16-bit G carries the known part of the weights (½, 1/M) in alpha, so that its values
+     * are O(P) rather than O(P/M), where f16 would flush them to zero. */
     double gscale = 1.0;
     if (sizeof(T) == 2)
-        gscale = (p->symmetric ? 0.5 : 1.0) / (p->reduction == PLOSS_REDUCTION_MEAN ? (double)N : 1.0);
+        gscale = (p->symmetric ? 0.5 : 1.0) / (p->reduction == PLOSS_REDUCTION_MEAN ? (double)M : 1.0);
     loss_kernel<A><<<1, LOSS_THREADS, 0, stream>>>(*p, b, gscale);
-    if ((st = check_launch("info_nce losses")) || !want_grad)
+    if ((st = check_launch("info_nce losses")))
         return st;
+    /* sharded, a reduced loss: every rank's row losses, summed alike on every rank */
+    if (p->comm && p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE) {
+        if ((st = ploss_sharded_gather(p->comm, b.losses, b.losses + N, N, PLOSS_F64)))
+            return st;
+        reduced_loss_kernel<<<1, LOSS_THREADS, 0, stream>>>(*p, b.losses + N);
+        if ((st = check_launch("info_nce reduced loss")))
+            return st;
+    }
+    if (!want_grad)
+        return PLOSS_OK;
 
     T *G = (T *)tile;
     A *S_sub = in_place ? nullptr : (A *)(tile + g_bytes);
     for (int k = 0; k < 2; ++k) {
+        const int64_t nrows = rows_of[k], ncols = rows_of[1 - k];
+        const double *w_q = b.w + p->key_offset; /* the queries' weights */
         const side<A> sd = {b.inv[k], b.inv[1 - k], k == 0 ? b.row_lse : b.col_m, k == 0 ? b.col_m : b.row_lse,
-                            k == 0 || p->symmetric != 0, k == 1 || p->symmetric != 0};
-        for (int64_t b0 = 0; b0 < N; b0 += B) {
-            const int64_t rows = std::min(B, N - b0);
+                            k == 0 ? w_q : b.w, k == 0 ? b.w : w_q, k == 0 ? p->key_offset : 0,
+                            k == 0 ? 0 : p->key_offset, k == 0 || p->symmetric != 0, k == 1 || p->symmetric != 0};
+        for (int64_t b0 = 0; b0 < nrows; b0 += B) {
+            const int64_t rows = std::min(B, nrows - b0);
             for (int64_t s0 = b0; s0 < b0 + rows; s0 += Bs) {
                 const int64_t srows = std::min(Bs, b0 + rows - s0);
-                T *Gs = G + (s0 - b0) * N;
+                T *Gs = G + (s0 - b0) * ncols;
                 A *S = in_place ? (A *)Gs : S_sub;
                 if ((st = s_gemm(k, s0, srows, S)))
                     return st;
-                const dim3 grid((unsigned)((N + G_COLS * THREADS - 1) / (G_COLS * THREADS)),
+                const dim3 grid((unsigned)((ncols + G_COLS * THREADS - 1) / (G_COLS * THREADS)),
                                 (unsigned)((srows + G_ROWS - 1) / G_ROWS));
-                grad_tile_kernel<T, A><<<grid, THREADS, 0, stream>>>(S, Gs, N, srows, s0, sd, b.w);
+                grad_tile_kernel<T, A><<<grid, THREADS, 0, stream>>>(S, Gs, ncols, srows, s0, sd);
                 if ((st = check_launch("info_nce gradient tile")))
                     return st;
             }
-            const ploss_gemm_problem du = {rows, D, N, inv_t * gscale, 0.0, G, 0, N, op[1 - k], 0, ld[1 - k], tdt,
-                                           out, D, adt};
+            const ploss_gemm_problem du = {rows, D, ncols, inv_t * gscale, 0.0, G, 0, ncols, op[1 - k], 0,
+                                           ld[1 - k], tdt, out, D, adt};
             if ((st = ploss_cuda_gemm(ctx, &du)))
                 return st;
             finish_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, k, out, b.norm[k], b0, rows);

@@ -126,7 +126,7 @@ static ploss_status sharded_tile(const ploss_margin_problem *p, double *tile, in
         mine[3 * r + 1] = S;
         mine[3 * r + 2] = j >= 0 ? c[j] : 0.0;
     }
-    ploss_status st = ploss_margin_gather(p->comm, mine, all, 3 * rows, PLOSS_F64);
+    ploss_status st = ploss_sharded_gather(p->comm, mine, all, 3 * rows, PLOSS_F64);
     if (st)
         return st;
 #pragma omp parallel for schedule(static) if (rows * K > 65536)

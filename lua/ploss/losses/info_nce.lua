@@ -19,6 +19,10 @@ return {
     { "temperature", "double", 0.07, min_exclusive = 0, doc = "τ > 0: the similarities are divided by it" },
     { "symmetric", "bool", true, doc = "average the query→key and key→query losses (CLIP); false: query→key only" },
     { "normalize", "bool", true, doc = "L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize)" },
+    { "comm", "comm", false,
+      doc = "shard the batch over the communicator's ranks: each rank passes its own N rows of both views " ..
+        "(the same N on every rank), every rank's keys are negatives of every query and every rank's " ..
+        "queries of every key, and the loss is that of the ranks' rows gathered (docs/distributed.md)" },
   },
   formula = [[
 With u_i = q_i/max(‖q_i‖, 1e-12) and v_j = k_j/max(‖k_j‖, 1e-12) (normalize; else u = q,
@@ -40,8 +44,9 @@ stored (O(N) memory besides one tile), and the backward pass recomputes the tile
   notes = [[
 This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
 symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
-contrasts each view with the other items of its own view (2N − 2 negatives).  A loss over
-several devices is not provided.  The CPU works in f64 (OpenBLAS).  CUDA multiplies the
+contrasts each view with the other items of its own view (2N − 2 negatives).  With comm the
+batch is sharded over ranks (negatives from every rank, exact gradients for each rank's rows:
+docs/distributed.md).  The CPU works in f64 (OpenBLAS).  CUDA multiplies the
 inputs as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32,
 f64 in f64), the normalisation applied as a scale when a tile is read; the similarity tile
 is f32 (f64), the gradient tile of the two gradient products is in the input dtype (as

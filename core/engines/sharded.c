@@ -1,0 +1,393 @@
+/*
+ * sharded.c — the losses sharded over the ranks of a communicator (opts.comm): every rank
+ * runs the call on its share, the collectives join the shares, and each rank gets the loss
+ * of the whole (gathered) batch and the gradients of its own tensors, equal to the
+ * single-device loss of the gathered batch.
+ *
+ * Both fronts first gather every rank's status from its own checks and the facts the ranks
+ * must share (row counts, D, dtypes, options: agree()), so a refusal on one rank — a bad
+ * shape, a mismatch — is an error on every rank and no rank waits in a collective the others
+ * never enter.  CUDA: the collectives run on the context's stream and the call waits for them
+ * (ploss_comm_synchronize), so a dead or stalled peer is an error after the communicator's
+ * timeout, not a hang; a failure on one rank after the agreement (out of memory) leaves the
+ * others to that timeout.
+ *
+ * Margin losses and Partial FC (the classes sharded; Partial FC's model parallelism, An et
+ * al. 2021).  Rank r holds a block of C_r centres (the blocks in rank order make the C
+ * classes, rank r's starting at C_0 + … + C_{r−1}) and n rows of embeddings with their
+ * global labels (n the same on every rank):
+ *   1. x, the labels and ('none' backward) the upstream gradients are all-gathered, and the
+ *      labels checked against C on every rank (CPU; CUDA reports them through the error
+ *      slot of every rank, all of which see the same gathered labels);
+ *   2. the backend runs on the gathered rows against the rank's block, merging each tile's
+ *      row statistics over the ranks (margin.h), so every rank has every row's loss: 'mean'
+ *      and 'sum' are bitwise the same on every rank, 'none' gives the rank's own rows;
+ *   3. ∂L/∂x of the gathered rows through the block's classes (the accumulation type) is
+ *      summed over the ranks by a reduce-scatter, each rank keeping its own rows (times R
+ *      with scale_grad_x_by_ranks); ∂L/∂W of the block is the rank's alone.
+ * Partial FC draws per rank among its block's classes (the batch's classes there and
+ * ⌊C_r·rate⌋ + 1 in all; the Philox counter is the global class id).
+ *
+ * InfoNCE (the batch sharded): rank r holds n queries and their n keys (sample r·n + i is
+ * its row i).  The keys are all-gathered; the backend takes its queries against every key
+ * (the rows' log-sum-exps exactly, the keys' column pairs merged over the ranks; pairs.h),
+ * so each query has every rank's keys as negatives and each key every rank's queries; the
+ * query gradient is exact on its rank, the key gradient of every key through the rank's
+ * queries is summed over the ranks by a reduce-scatter.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "margin_front.h"
+#include "sharded.h"
+
+static int64_t bits_of(double v)
+{
+    int64_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+static DLDataType dl_dtype(ploss_dtype dt)
+{
+    static const DLDataType t[PLOSS_DTYPE_COUNT] = {
+        {kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 64, 1},
+        {kDLInt, 64, 1},   {kDLInt, 32, 1},   {kDLUInt, 8, 1}};
+    return t[dt];
+}
+
+/* A dense 1-d DLTensor of `count` elements at `data` on `ctx`'s device. */
+static DLTensor dense(const ploss_ctx_t *ctx, const void *data, ploss_dtype dt, int64_t *count)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)data;
+    t.device = ctx->device;
+    t.ndim = 1;
+    t.dtype = dl_dtype(dt);
+    t.shape = count;
+    return t;
+}
+
+ploss_status ploss_sharded_gather(ploss_comm_t *comm, const void *send, void *recv, int64_t count, ploss_dtype dt)
+{
+    const ploss_ctx_t *ctx = ploss_comm_context(comm);
+    int64_t n = count, all = count * ploss_comm_size(comm);
+    DLTensor s = dense(ctx, send, dt, &n), r = dense(ctx, recv, dt, &all);
+    return ploss_comm_all_gather(comm, &s, &r);
+}
+
+/* A copy of the view v (any strides) into fresh dense memory of `dt` on ctx: *out to
+ * ploss_free. */
+static ploss_status dense_copy(ploss_ctx_t *ctx, const ploss_view *v, ploss_dtype dt, void **out)
+{
+    ploss_status st = ploss_alloc(ctx, (size_t)v->numel * ploss_dtype_size(dt), out);
+    if (st)
+        return st;
+    DLTensor src, dst;
+    memset(&src, 0, sizeof src);
+    src.data = v->data;
+    src.device = v->device;
+    src.ndim = v->ndim;
+    src.dtype = dl_dtype(v->dtype);
+    src.shape = (int64_t *)v->shape;
+    src.strides = (int64_t *)v->strides;
+    dst = src;
+    dst.data = *out;
+    dst.dtype = dl_dtype(dt);
+    dst.strides = NULL;
+    return ploss_copy(ctx, &dst, &src);
+}
+
+/* all-gather of the view v (n_local elements along dim 0) into fresh dense memory: *out. */
+static ploss_status gather_view(ploss_ctx_t *ctx, ploss_comm_t *comm, const ploss_view *v, void **out)
+{
+    void *mine = NULL;
+    const int R = ploss_comm_size(comm);
+    ploss_status st = dense_copy(ctx, v, v->dtype, &mine);
+    if (!st)
+        st = ploss_alloc(ctx, (size_t)v->numel * (size_t)R * ploss_dtype_size(v->dtype) + 1, out);
+    if (!st)
+        st = ploss_sharded_gather(comm, mine, *out, v->numel, v->dtype);
+    ploss_free(ctx, mine);
+    return st;
+}
+
+/* Every rank's partial gradients `all` (R·n rows × D of acc) summed over the ranks, this
+ * rank's n rows of the sum (through `mine`, n × D of acc) stored into out (its dtype and
+ * strides). */
+static ploss_status sum_rows_into(ploss_ctx_t *ctx, ploss_comm_t *comm, void *all, void *mine, int64_t n, int64_t D,
+                                  ploss_dtype acc, const DLTensor *out)
+{
+    if (n == 0 || D == 0)
+        return PLOSS_OK;
+    int64_t all_count = n * D * ploss_comm_size(comm), my_count = n * D;
+    DLTensor s = dense(ctx, all, acc, &all_count), r = dense(ctx, mine, acc, &my_count);
+    ploss_status st = ploss_comm_reduce_scatter(comm, &s, &r, PLOSS_REDUCE_SUM);
+    if (st)
+        return st;
+    int64_t shape[2] = {n, D};
+    DLTensor src = r;
+    src.ndim = 2;
+    src.shape = shape;
+    return ploss_copy(ctx, (DLTensor *)out, &src);
+}
+
+/* Every rank's `count` facts (mine[0] its status) into all[R·count], through host memory on
+ * the CPU or a device copy on CUDA. */
+static ploss_status exchange(ploss_comm_t *comm, const int64_t *mine, int count, int64_t *all)
+{
+    ploss_ctx_t *cctx = ploss_comm_context(comm);
+    const int R = ploss_comm_size(comm);
+    const size_t bytes = sizeof(int64_t) * (size_t)count;
+    if (cctx->device.device_type == kDLCPU)
+        return ploss_sharded_gather(comm, mine, all, count, PLOSS_I64);
+#ifdef PLOSS_HAVE_CUDA
+    void *dev = NULL;
+    ploss_status st = ploss_alloc(cctx, bytes * (size_t)(R + 1), &dev);
+    if (st)
+        return st;
+    char *d = dev;
+    if (!(st = ploss_cuda_memcpy(d, mine, bytes, PLOSS_COPY_H2D, cctx->stream)) &&
+        !(st = ploss_sharded_gather(comm, d, d + bytes, count, PLOSS_I64)) && !(st = ploss_comm_synchronize(comm)))
+        st = ploss_cuda_memcpy(all, d + bytes, bytes * (size_t)R, PLOSS_COPY_D2H, cctx->stream);
+    ploss_free(cctx, dev);
+    return st;
+#else
+    (void)bytes;
+    (void)R;
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "opts.comm: a CUDA communicator in a library built without CUDA");
+#endif
+}
+
+/* The agreement before any data moves: mine[0] is this rank's status (its error message
+ * kept across the exchange), mine[1…] the facts every rank must share but those with
+ * own[k] set (a rank's own size), named by names[k].  Fills all[R·count]; PLOSS_OK when
+ * every rank accepted the call with the same facts, else the first refusal or mismatch,
+ * the same on every rank (a refusing rank keeps its own message). */
+static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss, int64_t *mine, int count,
+                          const char *const *names, const unsigned char *own, int64_t *all)
+{
+    ploss_status local = (ploss_status)mine[0];
+    if (!local && ploss_comm_context(comm) != ctx)
+        local = ploss_error(PLOSS_ERR_DEVICE, "opts.comm: the communicator was made with another context than the "
+                                              "call's (one context per device and rank)");
+    mine[0] = local;
+    char message[1024];
+    snprintf(message, sizeof message, "%s", local ? ploss_last_error() : "");
+    ploss_status st = exchange(comm, mine, count, all);
+    if (st)
+        return st;
+    if (local)
+        return ploss_error(local, "%s", message);
+    const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
+    for (int q = 0; q < R; ++q) {
+        const int64_t *f = all + (size_t)q * (size_t)count;
+        if (f[0])
+            return ploss_error((ploss_status)f[0],
+                               "opts.comm: rank %d refused the call (%s; its error names the argument), so no rank "
+                               "ran it", q, ploss_status_string((ploss_status)f[0]));
+        for (int k = 1; k < count; ++k)
+            if (!own[k] && f[k] != mine[k])
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                                   "opts.comm: rank %d called %s with another %s than rank %d (every rank passes "
+                                   "the same rows, dtypes and options; %lld against %lld)", q, loss, names[k], rank,
+                                   (long long)f[k], (long long)mine[k]);
+    }
+    return PLOSS_OK;
+}
+
+ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                      const ploss_loss_args *a, const ploss_loss_params *o,
+                                      const ploss_margin_call *c, ploss_status local)
+{
+    /* the facts every rank must share (the block of classes is each rank's own) */
+    enum {
+        F_STATUS, F_ROWS, F_FEATURES, F_CLASSES, F_DTYPE, F_LABEL_DTYPE, F_PASS, F_REDUCTION, F_IGNORE, F_S, F_M1,
+        F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_SCALE, F_GL_DTYPE, F_COUNT
+    };
+    static const char *const names[F_COUNT] = {
+        "status", "rows of x", "features D", "classes", "dtype of x", "dtype of labels", "pass", "reduction",
+        "opts.ignore_index", "the scale s", "m1", "m2", "m3", "opts.easy_margin", "opts.sample_rate", "opts.seed",
+        "opts.scale_grad_x_by_ranks", "opts.scale", "dtype of grad_loss"};
+    static const unsigned char own[F_COUNT] = {[F_CLASSES] = 1};
+    ploss_comm_t *comm = o->comm;
+    const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
+    int64_t mine[F_COUNT] = {0};
+    mine[F_STATUS] = local;
+    if (!local) {
+        const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
+        mine[F_ROWS] = c->N;
+        mine[F_FEATURES] = c->D;
+        mine[F_CLASSES] = c->C;
+        mine[F_DTYPE] = c->x.dtype;
+        mine[F_LABEL_DTYPE] = c->y.dtype;
+        mine[F_PASS] = pass;
+        mine[F_REDUCTION] = o->reduction;
+        mine[F_IGNORE] = o->ignore_index;
+        mine[F_S] = bits_of(o->margin_scale);
+        mine[F_M1] = bits_of(m1);
+        mine[F_M2] = bits_of(o->margin_m2);
+        mine[F_M3] = bits_of(o->margin_m3);
+        mine[F_EASY] = o->easy_margin;
+        mine[F_RATE] = bits_of(o->sample_rate);
+        mine[F_SEED] = o->seed;
+        mine[F_SCALE_GRAD] = o->scale_grad_x_by_ranks;
+        mine[F_SCALE] = pass == PLOSS_PASS_FUSED ? bits_of(o->scale) : 0;
+        mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? c->gl.dtype : 0;
+    }
+    int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
+    if (!all)
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R);
+    ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, own, all);
+    int64_t offset = 0, total = 0;
+    for (int q = 0; q < R && !st; ++q) {
+        if (q < rank)
+            offset += all[(size_t)q * F_COUNT + F_CLASSES];
+        total += all[(size_t)q * F_COUNT + F_CLASSES];
+    }
+    free(all);
+    if (st)
+        return st;
+    const int64_t n = c->N, N = n * R, D = c->D;
+    if (total < spec->min_classes)
+        return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres over the ranks (%s), got %lld",
+                           (long long)spec->min_classes, spec->min_classes_why, (long long)total);
+    if (N > INT32_MAX || total > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "x: %lld gathered rows and %lld classes exceed the matrix "
+                           "products' sizes (each < 2^31)", (long long)N, (long long)total);
+
+    const int cpu = ctx->device.device_type == kDLCPU;
+    const ploss_dtype acc = cpu ? PLOSS_F64 : PLOSS_F32;
+    const int want_grad = pass != PLOSS_PASS_FORWARD;
+    void *xs = NULL, *ys = NULL, *gls = NULL, *gx_all = NULL, *gx_mine = NULL;
+    int64_t *kept = NULL, *class_pos = NULL;
+    if ((st = gather_view(ctx, comm, &c->x, &xs)) || (st = gather_view(ctx, comm, &c->y, &ys)))
+        goto done;
+    if (pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE &&
+        (st = gather_view(ctx, comm, &c->gl, &gls)))
+        goto done;
+    if (cpu && (st = ploss_margin_check_labels_cpu(ys, c->y.dtype, 1, N, total, o->ignore_index)))
+        goto done;
+    if (want_grad && ((st = ploss_alloc(ctx, (size_t)N * (size_t)D * ploss_dtype_size(acc) + 1, &gx_all)) ||
+                      (st = ploss_alloc(ctx, (size_t)n * (size_t)D * ploss_dtype_size(acc) + 1, &gx_mine))))
+        goto done;
+
+    ploss_margin_problem p;
+    ploss_margin_problem_of(&p, pass, spec, o, c);
+    p.N = N;
+    p.x = (ploss_pair_operand){xs, D, 1};
+    p.labels = ys;
+    p.y_sn = 1;
+    if (gls) {
+        p.grad_loss = gls;
+        p.gl_sn = 1;
+    }
+    if (want_grad) {
+        p.grad_x = (ploss_pair_grad){gx_all, D, 1};
+        p.gx_dtype = acc;
+    }
+    p.comm = comm;
+    p.class_offset = offset;
+    p.classes_total = total;
+    p.loss_row0 = (int64_t)rank * n;
+    p.loss_rows = n;
+    p.grad_x_factor = o->scale_grad_x_by_ranks ? (double)R : 1.0;
+    if ((st = ploss_margin_draw(ctx, o, &p, &kept, &class_pos)) ||
+        (st = ploss_dispatch(ctx, PLOSS_OP_MARGIN, spec->input_names[0], &p)))
+        goto done;
+    if (want_grad && (st = sum_rows_into(ctx, comm, gx_all, gx_mine, n, D, acc, a->grad_inputs[0])))
+        goto done;
+    if (!st && !cpu)
+        st = ploss_comm_synchronize(comm);
+done:
+    free(kept);
+    free(class_pos);
+    ploss_free(ctx, xs);
+    ploss_free(ctx, ys);
+    ploss_free(ctx, gls);
+    ploss_free(ctx, gx_all);
+    ploss_free(ctx, gx_mine);
+    return st;
+}
+
+ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o,
+                                       const ploss_infonce_problem *p, const ploss_view *key, const ploss_view *gl,
+                                       const DLTensor *grad_key, ploss_status local)
+{
+    enum {
+        F_STATUS, F_ROWS, F_FEATURES, F_DTYPE, F_PASS, F_REDUCTION, F_TEMPERATURE, F_SYMMETRIC, F_NORMALIZE, F_SCALE,
+        F_GL_DTYPE, F_COUNT
+    };
+    static const char *const names[F_COUNT] = {
+        "status", "rows of query", "features D", "dtype of query", "pass", "reduction", "opts.temperature",
+        "opts.symmetric", "opts.normalize", "opts.scale", "dtype of grad_loss"};
+    static const unsigned char own[F_COUNT] = {0};
+    ploss_comm_t *comm = o->comm;
+    const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
+    int64_t mine[F_COUNT] = {0};
+    mine[F_STATUS] = local;
+    if (!local) {
+        mine[F_ROWS] = p->N;
+        mine[F_FEATURES] = p->D;
+        mine[F_DTYPE] = p->dtype;
+        mine[F_PASS] = pass;
+        mine[F_REDUCTION] = o->reduction;
+        mine[F_TEMPERATURE] = bits_of(o->temperature);
+        mine[F_SYMMETRIC] = o->symmetric;
+        mine[F_NORMALIZE] = o->normalize;
+        mine[F_SCALE] = pass == PLOSS_PASS_FUSED ? bits_of(o->scale) : 0;
+        mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? gl->dtype : 0;
+    }
+    int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
+    if (!all)
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R);
+    ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, own, all);
+    free(all);
+    if (st)
+        return st;
+    const int64_t n = p->N, M = n * R, D = p->D;
+    if (M > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "query: %lld gathered rows exceed the matrix products' sizes "
+                           "(< 2^31)", (long long)M);
+
+    /* the key gradients' partial sums: f64 on the CPU and for f64 inputs, else f32 */
+    const ploss_dtype acc = ctx->device.device_type == kDLCPU || p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
+    const int want_grad = pass != PLOSS_PASS_FORWARD;
+    void *keys = NULL, *gls = NULL, *gk_all = NULL, *gk_mine = NULL;
+    if ((st = gather_view(ctx, comm, key, &keys)))
+        goto done;
+    if (pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE && (st = gather_view(ctx, comm, gl, &gls)))
+        goto done;
+    if (want_grad && ((st = ploss_alloc(ctx, (size_t)M * (size_t)D * ploss_dtype_size(acc) + 1, &gk_all)) ||
+                      (st = ploss_alloc(ctx, (size_t)n * (size_t)D * ploss_dtype_size(acc) + 1, &gk_mine))))
+        goto done;
+    ploss_infonce_problem q = *p;
+    q.M = M;
+    q.key_offset = (int64_t)rank * n;
+    q.comm = comm;
+    q.x[1] = (ploss_pair_operand){keys, D, 1};
+    if (gls) {
+        q.grad_loss = gls;
+        q.gl_sn = 1;
+    }
+    if (want_grad) {
+        q.grad[1] = (ploss_pair_grad){gk_all, D, 1};
+        q.gk_dtype = acc;
+    }
+    if ((st = ploss_dispatch(ctx, PLOSS_OP_PAIRS_INFONCE, "query", &q)))
+        goto done;
+    if (want_grad && (st = sum_rows_into(ctx, comm, gk_all, gk_mine, n, D, acc, grad_key)))
+        goto done;
+    if (!st && ctx->device.device_type != kDLCPU)
+        st = ploss_comm_synchronize(comm);
+done:
+    ploss_free(ctx, keys);
+    ploss_free(ctx, gls);
+    ploss_free(ctx, gk_all);
+    ploss_free(ctx, gk_mine);
+    return st;
+}
