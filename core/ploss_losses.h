@@ -2864,7 +2864,7 @@ typedef struct ploss_combined_margin_opts {
        (1: every class); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device); default 0 */
+       on every device; with comm each rank draws among its own block); default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -2990,7 +2990,7 @@ typedef struct ploss_am_softmax_opts {
        (1: every class); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device); default 0 */
+       on every device; with comm each rank draws among its own block); default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3110,7 +3110,7 @@ typedef struct ploss_arc_face_opts {
        (1: every class); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device); default 0 */
+       on every device; with comm each rank draws among its own block); default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class

@@ -475,17 +475,13 @@ inline unsigned grid_blocks(int64_t n, int threads, int64_t cap = 65535ll * 16)
  * many light items launched with this many blocks keeps every SM full with one wave and
  * spreads each thread's fixed costs (setup, the block reduction) over many items.  The grid
  * then depends on the card: sums made in it are bitwise repeatable on one card model, not
- * across models. */
+ * across models.  The answer is cached per device, kernel and block size
+ * (kernels/runtime.cu): the occupancy query costs microseconds of host time, which a short
+ * kernel's call would otherwise pay every time. */
+int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback);
 template <class Kernel> inline int64_t resident_blocks(Kernel kernel, int threads, int64_t fallback)
 {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not left for the next check_launch */
-        return fallback;
-    }
-    return sms > 0 && per_sm > 0 ? (int64_t)sms * per_sm : fallback;
+    return resident_blocks_of((const void *)kernel, threads, fallback);
 }
 
 __device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }

@@ -6,6 +6,8 @@
  */
 #include <cuda_runtime.h>
 
+#include <mutex>
+
 #include "common.cuh"
 #include "partials.cuh"
 
@@ -145,3 +147,40 @@ ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, d
 }
 
 } // namespace ploss_cuda
+
+/* resident_blocks (common.cuh): the occupancy of each (device, kernel, block size) asked
+ * once; a full table (64 entries) asks the runtime again, unchanged. */
+int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t fallback)
+{
+    struct entry {
+        const void *kernel;
+        int device, threads;
+        int64_t blocks;
+    };
+    static std::mutex lock;
+    static entry cache[64];
+    static int used = 0;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fallback;
+    }
+    {
+        const std::lock_guard<std::mutex> hold(lock);
+        for (int k = 0; k < used; ++k)
+            if (cache[k].kernel == kernel && cache[k].device == device && cache[k].threads == threads)
+                return cache[k].blocks;
+    }
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || sms <= 0 ||
+        per_sm <= 0) {
+        (void)cudaGetLastError(); /* not left for the next check_launch */
+        return fallback;
+    }
+    const int64_t blocks = (int64_t)sms * per_sm;
+    const std::lock_guard<std::mutex> hold(lock);
+    if (used < 64)
+        cache[used++] = entry{kernel, device, threads, blocks};
+    return blocks;
+}

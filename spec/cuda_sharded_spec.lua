@@ -28,6 +28,9 @@ describe("margin losses sharded on " .. DEV .. ", one rank", function()
   it("f32, 700 classes (rows longer than a block of threads)", function()
     expect_ok(1, "margin", "f32", "PLOSS_SHARD_BASE=700")
   end)
+  it("f32, tiles of 4 rows (the statistics gathered per tile)", function()
+    expect_ok(1, "margin", "f32", "PLOSS_SHARD_TILE_ROWS=4")
+  end)
   it("Partial FC over the block's kept classes", function() expect_ok(1, "partial_fc", "f32") end)
   for _, dtype in ipairs { "f32", "bf16" } do
     it(dtype .. ": InfoNCE equals the f64 reference (symmetric or not, every reduction and pass)", function()
@@ -41,13 +44,18 @@ end)
 
 describe("margin losses sharded on CUDA, two ranks on two GPUs", function()
   local two = DEV ~= "cpu" and ploss.cuda_device_count and ploss.cuda_device_count() >= 2
-  for _, mode in ipairs { "margin", "partial_fc", "info_nce", "refusal" } do
-    it(mode, function()
+  local cases = {
+    { "margin" }, { "partial_fc" }, { "info_nce" }, { "refusal" },
+    { "margin", "PLOSS_SHARD_UNEVEN=1 PLOSS_SHARD_BASE=700 PLOSS_SHARD_ROWS=500 PLOSS_SHARD_TILE_ROWS=300" },
+    { "partial_fc", "PLOSS_SHARD_UNEVEN=1 PLOSS_SHARD_BASE=1500 PLOSS_SHARD_ROWS=800" },
+  }
+  for _, case in ipairs(cases) do
+    it(case[1] .. (case[2] and " (" .. case[2] .. ")" or ""), function()
       if not two then
         pending("needs two GPUs")
         return
       end
-      expect_ok(2, mode, "f32")
+      expect_ok(2, case[1], "f32", case[2])
     end)
   end
 end)

@@ -9,17 +9,19 @@ local ploss = H.ploss
 local launcher = H.root .. "/tools/launch.sh"
 local worker = H.root .. "/spec/sharded_worker.lua"
 
--- Run the worker on n ranks; returns its output and the launcher's exit status.
-local function launch(n, args)
-  local cmd = string.format("PLOSS_COMM_TIMEOUT=60 %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", launcher, n, worker, args)
+-- Run the worker on n ranks (env: extra variables); returns its output and the launcher's
+-- exit status.
+local function launch(n, args, env)
+  local cmd = string.format("%s PLOSS_COMM_TIMEOUT=60 %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", env or "", launcher, n,
+    worker, args)
   local p = assert(io.popen(cmd))
   local out = p:read("*a")
   p:close()
   return out, tonumber(out:match("EXIT:(%d+)%s*$"))
 end
 
-local function expect_ok(n, mode, args)
-  local out, status = launch(n, mode .. " " .. args)
+local function expect_ok(n, mode, args, env)
+  local out, status = launch(n, mode .. " " .. args, env)
   assert(status == 0, out)
   for r = 0, n - 1 do
     assert(out:find(string.format("rank %d: %s ok", r, mode), 1, true), out)
@@ -46,6 +48,12 @@ describe("losses sharded over ranks on the CPU (tools/launch.sh)", function()
       end)
     end
   end
+  it("2 ranks, blocks of 700 and 1400 classes, 1000 rows: several tiles of rows, the same on both ranks", function()
+    expect_ok(2, "margin", "cpu f64", "PLOSS_SHARD_UNEVEN=1 PLOSS_SHARD_BASE=700 PLOSS_SHARD_ROWS=500")
+  end)
+  it("2 ranks, Partial FC over blocks of 1500 and 3000 classes: kept counts differ, tiles do not", function()
+    expect_ok(2, "partial_fc", "cpu f64", "PLOSS_SHARD_UNEVEN=1 PLOSS_SHARD_BASE=1500 PLOSS_SHARD_ROWS=800")
+  end)
   it("3 ranks, bf16 inputs: the sharded losses equal the reference on the rounded inputs", function()
     expect_ok(3, "margin", "cpu bf16")
   end)

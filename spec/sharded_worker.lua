@@ -9,8 +9,9 @@
 --   partial_fc Partial FC: each rank keeps its block's batch classes plus drawn ones
 --              (⌊C_r·rate⌋ + 1 in all); loss and gradients equal the single-device loss
 --              over the kept classes of every rank
---   refusal    a label out of range on rank 1, then a bad weight on rank 1, then another
---              row count on rank 1: an error on every rank each time, then a good call
+--   refusal    on rank 1 only: a label out of range, a bad weight, another row count, another
+--              tile_rows, another upstream gradient, another temperature (InfoNCE): an error
+--              on every rank each time, then a good call
 --   info_nce   InfoNCE with each rank's rows of both views: symmetric or not, normalised or
 --              not, every reduction, forward, backward (with an upstream gradient) and fused
 io.stdout:setvbuf("line")
@@ -42,13 +43,16 @@ local function close(a, b, what, k)
   end
 end
 
--- The global batch: n rows per rank, class blocks of sizes base + 2q (rank q; base from
--- PLOSS_SHARD_BASE, default 3), D features.
-local n, D = 6, 5
+-- The global batch: n rows per rank (PLOSS_SHARD_ROWS, default 6), class blocks of sizes
+-- base + 2q (rank q; base from PLOSS_SHARD_BASE, default 3), or base·(q + 1) with
+-- PLOSS_SHARD_UNEVEN=1 (blocks so unlike that a rank's own size would give it other tiles
+-- of rows than the others), D features.  PLOSS_SHARD_TILE_ROWS: the margin losses' tile_rows.
+local n, D = tonumber(os.getenv("PLOSS_SHARD_ROWS") or "6"), 5
 local base = tonumber(os.getenv("PLOSS_SHARD_BASE") or "3")
+local uneven = os.getenv("PLOSS_SHARD_UNEVEN") == "1"
 local blocks, offsets, C = {}, {}, 0
 for q = 0, R - 1 do
-  blocks[q] = base + 2 * q
+  blocks[q] = uneven and base * (q + 1) or base + 2 * q
   offsets[q] = C
   C = C + blocks[q]
 end
@@ -69,10 +73,12 @@ local y = mine(Y, rank * n, n)
 -- the reference sees the inputs as rounded to dtype
 local Xr, Wr = X:to("cpu", dtype):to("cpu", "f64"), W:to("cpu", dtype):to("cpu", "f64")
 
+-- the margin losses' tile_rows (PLOSS_SHARD_TILE_ROWS, default 0: the backend's budget)
+local tile_rows = tonumber(os.getenv("PLOSS_SHARD_TILE_ROWS") or "0")
 local losses = {
-  { "AMSoftmaxLoss", { s = 10, m = 0.3 } },
-  { "ArcFaceLoss", { s = 8, m = 0.4 } },
-  { "CombinedMarginLoss", { s = 9, m1 = 1.2, m2 = 0.2, m3 = 0.1 } },
+  { "AMSoftmaxLoss", { s = 10, m = 0.3, tile_rows = tile_rows } },
+  { "ArcFaceLoss", { s = 8, m = 0.4, tile_rows = tile_rows } },
+  { "CombinedMarginLoss", { s = 9, m1 = 1.2, m2 = 0.2, m3 = 0.1, tile_rows = tile_rows } },
 }
 local function with(opts, extra)
   local o = {}
@@ -212,6 +218,11 @@ elseif mode == "refusal" then
   local xbad = rank == 1 and x:narrow(1, 1, n - 1):contiguous() or x
   local ybad = rank == 1 and y:narrow(1, 1, n - 1):contiguous() or y
   expect(function() crit(xbad, w, ybad) end, "another rows of x", "another row count on rank 1")
+  -- another tile_rows on rank 1 (other tiles, other gathers), another upstream gradient
+  local tiled = ploss.AMSoftmaxLoss { comm = comm, tile_rows = rank == 1 and 2 or 0 }
+  expect(function() tiled(x, w, y) end, "another opts.tile_rows", "another tile_rows on rank 1")
+  expect(function() crit:backward(x, w, y, rank == 1 and 2 or 1) end, "another upstream gradient",
+    "another upstream gradient on rank 1")
   -- InfoNCE with another temperature on rank 1
   local nce = ploss.InfoNCELoss { temperature = rank == 1 and 0.2 or 0.1, comm = comm }
   expect(function() nce(x, x) end, "another opts.temperature", "another temperature on rank 1")

@@ -69,7 +69,8 @@ typedef struct ploss_margin_problem {
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad_x, grad_w;
-    ploss_dtype gx_dtype;          /* of grad_x: dtype, or the accumulation type (comm)     */
+    ploss_dtype gx_dtype;          /* of grad_x on the CPU: dtype, or f64 (comm); CUDA
+                                    * writes f32 with comm                                  */
     /* Sharded over the ranks of comm (NULL: one device; core/engines/sharded.c): x
      * and the labels hold every rank's rows gathered in rank order (N in all), w this rank's
      * block of C centres, the classes class_offset … class_offset + C − 1 of classes_total,
@@ -81,12 +82,13 @@ typedef struct ploss_margin_problem {
      * rows loss_row0 … loss_row0 + loss_rows − 1 (reduction 'none'; a reduced loss is of
      * every row, bitwise the same on every rank), and ∂L/∂x of every gathered row through
      * this block's classes (gx_dtype; the front sums them over the ranks) times
-     * grad_x_factor. */
+     * grad_x_factor.  Every rank must take the same tiles of rows (one gather each): their
+     * rows derive from tile_rows, or else from classes_max, the largest block over the ranks,
+     * never from the rank's own C or kept count. */
     ploss_comm_t *comm;
-    int64_t class_offset, classes_total, loss_row0, loss_rows;
+    int64_t class_offset, classes_total, classes_max, loss_row0, loss_rows;
     double grad_x_factor;
 } ploss_margin_problem;
-
 
 ploss_status ploss_cpu_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p);
 #ifdef PLOSS_HAVE_CUDA

@@ -119,12 +119,13 @@ typedef struct ploss_infonce_problem {
      * its queries, in gk_dtype (the accumulation type; the front sums it over the ranks). */
     int64_t M, key_offset;
     ploss_comm_t *comm;
-    ploss_dtype gk_dtype;         /* of grad[1]: dtype, or the accumulation type (comm)     */
+    ploss_dtype gk_dtype;         /* of grad[1] on the CPU: dtype, or f64 (comm); CUDA writes
+                                   * its accumulation type with comm                         */
 } ploss_infonce_problem;
 
-/* The merge of InfoNCE's column statistics over the ranks (core/engines/sharded.c): `count`
- * values of dtype dt at send, on the communicator's device, gathered into recv
- * (nranks·count, rank order). */
+/* The sharded backends' gather of their per-tile statistics (the margin losses' rows,
+ * InfoNCE's columns and losses; core/engines/sharded.c): `count` values of dtype dt at send,
+ * on the communicator's device, gathered into recv (nranks·count, rank order). */
 ploss_status ploss_sharded_gather(ploss_comm_t *comm, const void *send, void *recv, int64_t count, ploss_dtype dt);
 
 ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);

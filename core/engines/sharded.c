@@ -9,8 +9,10 @@
  * shape, a mismatch — is an error on every rank and no rank waits in a collective the others
  * never enter.  CUDA: the collectives run on the context's stream and the call waits for them
  * (ploss_comm_synchronize), so a dead or stalled peer is an error after the communicator's
- * timeout, not a hang; a failure on one rank after the agreement (out of memory) leaves the
- * others to that timeout.
+ * timeout, not a hang.  A failure of one rank's own resources after the agreement (out of
+ * memory, a CUDA error) aborts the communicator, so the others fail at once naming it
+ * instead of waiting for that timeout; a failure every rank meets alike (a bad label among
+ * the gathered ones) leaves it usable.
  *
  * Margin losses and Partial FC (the classes sharded; Partial FC's model parallelism, An et
  * al. 2021).  Rank r holds a block of C_r centres (the blocks in rank order make the C
@@ -35,7 +37,6 @@
  * query gradient is exact on its rank, the key gradient of every key through the rank's
  * queries is summed over the ranks by a reduce-scatter.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,47 @@ static ploss_status sum_rows_into(ploss_ctx_t *ctx, ploss_comm_t *comm, void *al
     return ploss_copy(ctx, (DLTensor *)out, &src);
 }
 
+/* A failure of this rank alone (its memory, its device) after the agreement: the other ranks
+ * would wait for it in the next collective, so the communicator is aborted and they fail at
+ * once; a failure every rank meets alike, or the communicator's own, is returned as it is. */
+static ploss_status fail_alone(ploss_comm_t *comm, ploss_status st)
+{
+    if (st != PLOSS_ERR_OUT_OF_MEMORY && st != PLOSS_ERR_CUDA)
+        return st;
+    char message[1024];
+    snprintf(message, sizeof message, "%s", ploss_last_error());
+    (void)ploss_comm_abort(comm);
+    return ploss_error(st, "%s (opts.comm: the communicator was aborted, so every rank fails: destroy it)", message);
+}
+
+/* The value of a one-element upstream gradient (f32 or f64, on the context's device) as its
+ * bits, for the agreement; 0 when it cannot be read (the call then fails at that read). */
+static int64_t scalar_bits(ploss_ctx_t *ctx, const ploss_view *v)
+{
+    double d = 0.0;
+    float f = 0.0f;
+    void *dst = v->dtype == PLOSS_F64 ? (void *)&d : (void *)&f;
+    const size_t size = ploss_dtype_size(v->dtype);
+    if (ctx->device.device_type == kDLCPU)
+        memcpy(dst, v->data, size);
+#ifdef PLOSS_HAVE_CUDA
+    else if (ploss_cuda_memcpy(dst, v->data, size, PLOSS_COPY_D2H, ctx->stream))
+        return 0;
+#endif
+    return bits_of(v->dtype == PLOSS_F64 ? d : (double)f);
+}
+
+/* The upstream gradient every rank must give alike: the fused pass's scale, a reduced
+ * backward's one-element grad_loss (a 'none' backward's are gathered, each rank's own). */
+static int64_t upstream_bits(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_params *o, const ploss_view *gl)
+{
+    if (pass == PLOSS_PASS_FUSED)
+        return bits_of(o->scale);
+    if (pass == PLOSS_PASS_BACKWARD && o->reduction != PLOSS_REDUCTION_NONE)
+        return scalar_bits(ctx, gl);
+    return 0;
+}
+
 /* Every rank's `count` facts (mine[0] its status) into all[R·count], through host memory on
  * the CPU or a device copy on CUDA. */
 static ploss_status exchange(ploss_comm_t *comm, const int64_t *mine, int count, int64_t *all)
@@ -148,8 +190,8 @@ static ploss_status exchange(ploss_comm_t *comm, const int64_t *mine, int count,
 #ifdef PLOSS_HAVE_CUDA
     void *dev = NULL;
     ploss_status st = ploss_alloc(cctx, bytes * (size_t)(R + 1), &dev);
-    if (st)
-        return st;
+    if (st) /* the others would wait in the gather */
+        return fail_alone(comm, st);
     char *d = dev;
     if (!(st = ploss_cuda_memcpy(d, mine, bytes, PLOSS_COPY_H2D, cctx->stream)) &&
         !(st = ploss_sharded_gather(comm, d, d + bytes, count, PLOSS_I64)) && !(st = ploss_comm_synchronize(comm)))
@@ -207,12 +249,13 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     /* the facts every rank must share (the block of classes is each rank's own) */
     enum {
         F_STATUS, F_ROWS, F_FEATURES, F_CLASSES, F_DTYPE, F_LABEL_DTYPE, F_PASS, F_REDUCTION, F_IGNORE, F_S, F_M1,
-        F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_SCALE, F_GL_DTYPE, F_COUNT
+        F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_TILE_ROWS, F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
     static const char *const names[F_COUNT] = {
         "status", "rows of x", "features D", "classes", "dtype of x", "dtype of labels", "pass", "reduction",
         "opts.ignore_index", "the scale s", "m1", "m2", "m3", "opts.easy_margin", "opts.sample_rate", "opts.seed",
-        "opts.scale_grad_x_by_ranks", "opts.scale", "dtype of grad_loss"};
+        "opts.scale_grad_x_by_ranks", "opts.tile_rows", "upstream gradient (opts.scale, or a reduced grad_loss)",
+        "dtype of grad_loss"};
     static const unsigned char own[F_COUNT] = {[F_CLASSES] = 1};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
@@ -236,18 +279,21 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         mine[F_RATE] = bits_of(o->sample_rate);
         mine[F_SEED] = o->seed;
         mine[F_SCALE_GRAD] = o->scale_grad_x_by_ranks;
-        mine[F_SCALE] = pass == PLOSS_PASS_FUSED ? bits_of(o->scale) : 0;
+        mine[F_TILE_ROWS] = o->tile_rows;
+        mine[F_UPSTREAM] = upstream_bits(ctx, pass, o, &c->gl);
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? c->gl.dtype : 0;
     }
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
     if (!all)
         return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R);
     ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, own, all);
-    int64_t offset = 0, total = 0;
+    int64_t offset = 0, total = 0, widest = 0;
     for (int q = 0; q < R && !st; ++q) {
+        const int64_t Cq = all[(size_t)q * F_COUNT + F_CLASSES];
         if (q < rank)
-            offset += all[(size_t)q * F_COUNT + F_CLASSES];
-        total += all[(size_t)q * F_COUNT + F_CLASSES];
+            offset += Cq;
+        total += Cq;
+        widest = Cq > widest ? Cq : widest;
     }
     free(all);
     if (st)
@@ -293,6 +339,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     p.comm = comm;
     p.class_offset = offset;
     p.classes_total = total;
+    p.classes_max = widest;
     p.loss_row0 = (int64_t)rank * n;
     p.loss_rows = n;
     p.grad_x_factor = o->scale_grad_x_by_ranks ? (double)R : 1.0;
@@ -301,9 +348,10 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         goto done;
     if (want_grad && (st = sum_rows_into(ctx, comm, gx_all, gx_mine, n, D, acc, a->grad_inputs[0])))
         goto done;
-    if (!st && !cpu)
+    if (!cpu)
         st = ploss_comm_synchronize(comm);
 done:
+    st = fail_alone(comm, st);
     free(kept);
     free(class_pos);
     ploss_free(ctx, xs);
@@ -319,12 +367,13 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
                                        const DLTensor *grad_key, ploss_status local)
 {
     enum {
-        F_STATUS, F_ROWS, F_FEATURES, F_DTYPE, F_PASS, F_REDUCTION, F_TEMPERATURE, F_SYMMETRIC, F_NORMALIZE, F_SCALE,
-        F_GL_DTYPE, F_COUNT
+        F_STATUS, F_ROWS, F_FEATURES, F_DTYPE, F_PASS, F_REDUCTION, F_TEMPERATURE, F_SYMMETRIC, F_NORMALIZE,
+        F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
     static const char *const names[F_COUNT] = {
         "status", "rows of query", "features D", "dtype of query", "pass", "reduction", "opts.temperature",
-        "opts.symmetric", "opts.normalize", "opts.scale", "dtype of grad_loss"};
+        "opts.symmetric", "opts.normalize", "upstream gradient (opts.scale, or a reduced grad_loss)",
+        "dtype of grad_loss"};
     static const unsigned char own[F_COUNT] = {0};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
@@ -339,7 +388,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         mine[F_TEMPERATURE] = bits_of(o->temperature);
         mine[F_SYMMETRIC] = o->symmetric;
         mine[F_NORMALIZE] = o->normalize;
-        mine[F_SCALE] = pass == PLOSS_PASS_FUSED ? bits_of(o->scale) : 0;
+        mine[F_UPSTREAM] = upstream_bits(ctx, pass, o, gl);
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? gl->dtype : 0;
     }
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
@@ -382,9 +431,10 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         goto done;
     if (want_grad && (st = sum_rows_into(ctx, comm, gk_all, gk_mine, n, D, acc, grad_key)))
         goto done;
-    if (!st && ctx->device.device_type != kDLCPU)
+    if (ctx->device.device_type != kDLCPU)
         st = ploss_comm_synchronize(comm);
 done:
+    st = fail_alone(comm, st);
     ploss_free(ctx, keys);
     ploss_free(ctx, gls);
     ploss_free(ctx, gk_all);

@@ -81,7 +81,7 @@ struct draw_buffers {
 };
 
 /* The batch's classes: flag[j] = 1 for every label y = class_offset + j of the block (ignored
- * ones skipped, and those outside [0, C): count_labels_kernel reports them). */
+ * ones skipped, and those outside every rank's classes: count_labels_kernel reports them). */
 __global__ void __launch_bounds__(THREADS) flag_kernel(const ploss_margin_problem p, int *flag)
 {
     for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
@@ -541,11 +541,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         return st;
     cudaStream_t stream = stream_of(ctx);
     /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
-    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kb;
+    /* sharded: the same tiles and chunks on every rank, from the largest block (margin.h) */
+    const int64_t Kt = sharded ? std::max(p->classes_max, Kb) : Kb;
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kt;
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
     int64_t R = B;
     if (p->tile_rows == 0)
-        R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kb / B * B));
+        R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kt / B * B));
     const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D;
     const bool in_place = sizeof(T) == sizeof(float) && R == B;
     draw_buffers d = {};

@@ -30,8 +30,9 @@
  * rank's M rows gathered (M = N on one device) and query i's positive is key key_offset + i;
  * the keys' column pairs are merged over the ranks in rank order after the lse pass
  * (gathered, colmerge_kernel), the loss weights w are kept for all M samples, a reduced loss
- * sums every rank's row losses (gathered, in a fixed order), and the ∂y sweep writes f32
- * partial gradients of all M keys for the front's reduce-scatter.
+ * sums every rank's row losses (gathered, in a fixed order), and the ∂y sweep writes the
+ * partial gradients of all M keys in the accumulation type (f32; f64 for f64) for the
+ * front's reduce-scatter.
  *
  * Workspace: the tile area (TILE_BYTES: the G tile plus one f32 S sub-tile of at most
  * S_TILE_BYTES, sized so that it stays in L2 between its GEMM and its reader; for f32/f64 G

@@ -11,7 +11,9 @@
  *      ∂L/∂x̂_b = s·G·Ŵ and ∂L/∂Ŵ += s·Gᵀ·X̂_b (tile order);
  *   3. the losses reduced in row order; the gradients through the normalisation.
  * Partial FC: Ŵ holds the kept centres only, the labels are their positions among them,
- * and the rows of ∂L/∂W not kept are zero.
+ * and the rows of ∂L/∂W not kept are zero.  Sharded (margin.h, comm): the labels stay
+ * global ids (local_class finds a row's class in the block) and sharded_tile takes the
+ * softmax of each tile over every rank's classes.
  * Compiled once per instruction set (core/cpu/isa.h), as the softmax-row kernels it calls.
  */
 #include <math.h>
@@ -169,7 +171,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
     const int64_t N = p->N, C = p->K, D = p->D, ld = D > 0 ? D : 1;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const int none = p->reduction == PLOSS_REDUCTION_NONE;
-    int64_t B = p->tile_rows > 0 ? p->tile_rows : TILE_ELEMS / C;
+    /* sharded: the same tiles on every rank (margin.h) */
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : TILE_ELEMS / (p->comm ? p->classes_max : C);
     B = B < 1 ? 1 : B > N ? N : B;
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
 
@@ -177,7 +180,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
      * and ∂L/∂Ŵ — all taken before the first write to an output */
     void *ws = NULL;
     const size_t doubles = nd + cd + (size_t)N + (size_t)C + (size_t)B * (size_t)C + (size_t)N + (size_t)B +
-                           (want_grad ? nd + cd : 0) + (p->kept ? (size_t)N : 0) +
+                           (want_grad ? nd + cd : 0) + (p->kept && !p->comm ? (size_t)N : 0) +
                            (p->comm ? (size_t)B * 3 * (size_t)(ploss_comm_size(p->comm) + 1) : 0);
     ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + 8, &ws);
     if (st)
@@ -185,7 +188,7 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_margin)(ploss_ctx_t *ctx, const ploss_margin
     double *xh = ws, *wh = xh + nd, *rx = wh + cd, *rw = rx + N, *tile = rw + C;
     double *losses = tile + (size_t)B * (size_t)C, *dphi = losses + N, *gx = dphi + B;
     double *gw = gx + (want_grad ? nd : 0), *after = gw + (want_grad ? cd : 0);
-    double *stats = after + (p->kept ? (size_t)N : 0); /* sharded: a tile's row statistics, then every rank's */
+    double *stats = after; /* sharded (no remapped labels): a tile's row statistics, then every rank's */
     load_normalised(&p->x, p->dtype, NULL, N, D, xh, rx);
     load_normalised(&p->w, p->dtype, p->kept, C, D, wh, rw);
     if (want_grad)

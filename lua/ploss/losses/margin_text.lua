@@ -29,7 +29,8 @@ M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout
 M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
   doc = "Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all (1: every class)" }
 M.seed = { "seed", "int64", 0,
-  doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every device)" }
+  doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every " ..
+    "device; with comm each rank draws among its own block)" }
 
 M.comm = { "comm", "comm", false,
   doc = "shard the classes over the communicator's ranks: weight holds this rank's block of " ..
