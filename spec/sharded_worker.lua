@@ -110,6 +110,15 @@ if mode == "margin" then
       close(bx, bx0:narrow(1, rank * n + 1, n), what .. " backward grad_x")
       close(bw, bw0:narrow(1, offsets[rank] + 1, blocks[rank]), what .. " backward grad_weight")
     end
+    -- x as a non-contiguous view (gathered through a dense copy)
+    do
+      local xt = x:t():contiguous():t()
+      assert(not xt:is_contiguous())
+      local l0, gx0 = ploss[name](opts)(Xr, Wr, Y)
+      local l, gx = ploss[name](with(opts, { comm = comm }))(xt, w, y)
+      close(l, l0, name .. " non-contiguous x: loss")
+      close(gx, gx0:narrow(1, rank * n + 1, n), name .. " non-contiguous x: grad_x")
+    end
     -- the gradient of x times the ranks
     local sh = ploss[name](with(opts, { comm = comm, scale_grad_x_by_ranks = true }))
     local _, gx0 = ploss[name](opts)(Xr, Wr, Y)
@@ -182,7 +191,7 @@ elseif mode == "info_nce" then
         local sh = ploss.InfoNCELoss(with(opts, { comm = comm }))
         local what = string.format("InfoNCE symmetric=%s normalize=%s %s %s", tostring(sym), tostring(norm), red, dtype)
         local l0, gq0, gk0 = ref(Xr, Kr)
-        local l, gq, gk = sh(x, k)
+        local l, gq, gk = sh(x, red == "sum" and k:t():contiguous():t() or k) -- 'sum': a non-contiguous key
         close(l, red == "none" and slice(l0) or l0, what .. " fused loss")
         close(gq, slice(gq0), what .. " fused grad_query")
         close(gk, slice(gk0), what .. " fused grad_key")

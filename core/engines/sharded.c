@@ -81,40 +81,43 @@ ploss_status ploss_sharded_gather(ploss_comm_t *comm, const void *send, void *re
     return ploss_comm_all_gather(comm, &s, &r);
 }
 
-/* A copy of the view v (any strides) into fresh dense memory of `dt` on ctx: *out to
- * ploss_free. */
-static ploss_status dense_copy(ploss_ctx_t *ctx, const ploss_view *v, ploss_dtype dt, void **out)
+/* Pieces of one allocation (a sharded call's buffers), each 256-byte aligned: sized with
+ * base NULL, then carved from the allocation. */
+typedef struct {
+    char *base;
+    size_t used;
+} pieces;
+
+static void *take(pieces *c, size_t bytes)
 {
-    ploss_status st = ploss_alloc(ctx, (size_t)v->numel * ploss_dtype_size(dt), out);
-    if (st)
-        return st;
-    DLTensor src, dst;
-    memset(&src, 0, sizeof src);
-    src.data = v->data;
-    src.device = v->device;
-    src.ndim = v->ndim;
-    src.dtype = dl_dtype(v->dtype);
-    src.shape = (int64_t *)v->shape;
-    src.strides = (int64_t *)v->strides;
-    dst = src;
-    dst.data = *out;
-    dst.dtype = dl_dtype(dt);
-    dst.strides = NULL;
-    return ploss_copy(ctx, &dst, &src);
+    const size_t at = (c->used + 255) & ~(size_t)255;
+    c->used = at + bytes;
+    return c->base ? c->base + at : NULL;
 }
 
-/* all-gather of the view v (n_local elements along dim 0) into fresh dense memory: *out. */
-static ploss_status gather_view(ploss_ctx_t *ctx, ploss_comm_t *comm, const ploss_view *v, void **out)
+/* The all-gather of the view v (its elements in row-major order; any strides: a view that is
+ * not dense is copied to `stage` first) into out (every rank's, rank order). */
+static ploss_status gather_view(ploss_ctx_t *ctx, ploss_comm_t *comm, const ploss_view *v, void *stage, void *out)
 {
-    void *mine = NULL;
-    const int R = ploss_comm_size(comm);
-    ploss_status st = dense_copy(ctx, v, v->dtype, &mine);
-    if (!st)
-        st = ploss_alloc(ctx, (size_t)v->numel * (size_t)R * ploss_dtype_size(v->dtype) + 1, out);
-    if (!st)
-        st = ploss_sharded_gather(comm, mine, *out, v->numel, v->dtype);
-    ploss_free(ctx, mine);
-    return st;
+    const void *send = v->data;
+    if (!ploss_view_is_contiguous(v)) {
+        DLTensor src, dst;
+        memset(&src, 0, sizeof src);
+        src.data = v->data;
+        src.device = v->device;
+        src.ndim = v->ndim;
+        src.dtype = dl_dtype(v->dtype);
+        src.shape = (int64_t *)v->shape;
+        src.strides = (int64_t *)v->strides;
+        dst = src;
+        dst.data = stage;
+        dst.strides = NULL;
+        ploss_status st = ploss_copy(ctx, &dst, &src);
+        if (st)
+            return st;
+        send = stage;
+    }
+    return ploss_sharded_gather(comm, send, out, v->numel, v->dtype);
 }
 
 /* Every rank's partial gradients `all` (R·n rows × D of acc) summed over the ranks, this
@@ -309,17 +312,36 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     const int cpu = ctx->device.device_type == kDLCPU;
     const ploss_dtype acc = cpu ? PLOSS_F64 : PLOSS_F32;
     const int want_grad = pass != PLOSS_PASS_FORWARD;
-    void *xs = NULL, *ys = NULL, *gls = NULL, *gx_all = NULL, *gx_mine = NULL;
+    /* one allocation: a staging copy of a view that is not dense, the gathered x, labels
+     * and ('none' backward) upstream gradients, the gradient of the gathered rows and of
+     * this rank's */
+    const int gather_gl = pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE;
+    const size_t xsz = ploss_dtype_size(c->x.dtype), ysz = ploss_dtype_size(c->y.dtype),
+                 gsz = gather_gl ? ploss_dtype_size(c->gl.dtype) : 0, asz = ploss_dtype_size(acc);
+    size_t stage_bytes = (size_t)n * (size_t)D * xsz;
+    stage_bytes = stage_bytes > (size_t)n * ysz ? stage_bytes : (size_t)n * ysz;
+    stage_bytes = stage_bytes > (size_t)n * gsz ? stage_bytes : (size_t)n * gsz;
+    void *mem = NULL;
+    pieces cut = {NULL, 0};
+    void *stage, *xs, *ys, *gls, *gx_all, *gx_mine;
+    for (int k = 0; k < 2; ++k) {
+        cut.used = 0;
+        stage = take(&cut, stage_bytes);
+        xs = take(&cut, (size_t)N * (size_t)D * xsz);
+        ys = take(&cut, (size_t)N * ysz);
+        gls = take(&cut, (size_t)N * gsz);
+        gx_all = take(&cut, want_grad ? (size_t)N * (size_t)D * asz : 0);
+        gx_mine = take(&cut, want_grad ? (size_t)n * (size_t)D * asz : 0);
+        if (k == 0 && (st = ploss_alloc(ctx, cut.used + 256, &mem)))
+            return fail_alone(comm, st);
+        cut.base = mem;
+    }
     int64_t *kept = NULL, *class_pos = NULL;
-    if ((st = gather_view(ctx, comm, &c->x, &xs)) || (st = gather_view(ctx, comm, &c->y, &ys)))
+    if ((st = gather_view(ctx, comm, &c->x, stage, xs)) || (st = gather_view(ctx, comm, &c->y, stage, ys)))
         goto done;
-    if (pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE &&
-        (st = gather_view(ctx, comm, &c->gl, &gls)))
+    if (gather_gl && (st = gather_view(ctx, comm, &c->gl, stage, gls)))
         goto done;
     if (cpu && (st = ploss_margin_check_labels_cpu(ys, c->y.dtype, 1, N, total, o->ignore_index)))
-        goto done;
-    if (want_grad && ((st = ploss_alloc(ctx, (size_t)N * (size_t)D * ploss_dtype_size(acc) + 1, &gx_all)) ||
-                      (st = ploss_alloc(ctx, (size_t)n * (size_t)D * ploss_dtype_size(acc) + 1, &gx_mine))))
         goto done;
 
     ploss_margin_problem p;
@@ -328,7 +350,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     p.x = (ploss_pair_operand){xs, D, 1};
     p.labels = ys;
     p.y_sn = 1;
-    if (gls) {
+    if (gather_gl) {
         p.grad_loss = gls;
         p.gl_sn = 1;
     }
@@ -354,11 +376,7 @@ done:
     st = fail_alone(comm, st);
     free(kept);
     free(class_pos);
-    ploss_free(ctx, xs);
-    ploss_free(ctx, ys);
-    ploss_free(ctx, gls);
-    ploss_free(ctx, gx_all);
-    ploss_free(ctx, gx_mine);
+    ploss_free(ctx, mem);
     return st;
 }
 
@@ -406,20 +424,37 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
     /* the key gradients' partial sums: f64 on the CPU and for f64 inputs, else f32 */
     const ploss_dtype acc = ctx->device.device_type == kDLCPU || p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
     const int want_grad = pass != PLOSS_PASS_FORWARD;
-    void *keys = NULL, *gls = NULL, *gk_all = NULL, *gk_mine = NULL;
-    if ((st = gather_view(ctx, comm, key, &keys)))
+    /* one allocation: a staging copy of a view that is not dense, the gathered keys and
+     * ('none' backward) upstream gradients, the gradient of every key and of this rank's */
+    const int gather_gl = pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE;
+    const size_t xsz = ploss_dtype_size(p->dtype), gsz = gather_gl ? ploss_dtype_size(gl->dtype) : 0,
+                 asz = ploss_dtype_size(acc);
+    size_t stage_bytes = (size_t)n * (size_t)D * xsz;
+    stage_bytes = stage_bytes > (size_t)n * gsz ? stage_bytes : (size_t)n * gsz;
+    void *mem = NULL;
+    pieces cut = {NULL, 0};
+    void *stage, *keys, *gls, *gk_all, *gk_mine;
+    for (int k = 0; k < 2; ++k) {
+        cut.used = 0;
+        stage = take(&cut, stage_bytes);
+        keys = take(&cut, (size_t)M * (size_t)D * xsz);
+        gls = take(&cut, (size_t)M * gsz);
+        gk_all = take(&cut, want_grad ? (size_t)M * (size_t)D * asz : 0);
+        gk_mine = take(&cut, want_grad ? (size_t)n * (size_t)D * asz : 0);
+        if (k == 0 && (st = ploss_alloc(ctx, cut.used + 256, &mem)))
+            return fail_alone(comm, st);
+        cut.base = mem;
+    }
+    if ((st = gather_view(ctx, comm, key, stage, keys)))
         goto done;
-    if (pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE && (st = gather_view(ctx, comm, gl, &gls)))
-        goto done;
-    if (want_grad && ((st = ploss_alloc(ctx, (size_t)M * (size_t)D * ploss_dtype_size(acc) + 1, &gk_all)) ||
-                      (st = ploss_alloc(ctx, (size_t)n * (size_t)D * ploss_dtype_size(acc) + 1, &gk_mine))))
+    if (gather_gl && (st = gather_view(ctx, comm, gl, stage, gls)))
         goto done;
     ploss_infonce_problem q = *p;
     q.M = M;
     q.key_offset = (int64_t)rank * n;
     q.comm = comm;
     q.x[1] = (ploss_pair_operand){keys, D, 1};
-    if (gls) {
+    if (gather_gl) {
         q.grad_loss = gls;
         q.gl_sn = 1;
     }
@@ -435,9 +470,6 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         st = ploss_comm_synchronize(comm);
 done:
     st = fail_alone(comm, st);
-    ploss_free(ctx, keys);
-    ploss_free(ctx, gls);
-    ploss_free(ctx, gk_all);
-    ploss_free(ctx, gk_mine);
+    ploss_free(ctx, mem);
     return st;
 }
