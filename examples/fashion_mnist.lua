@@ -15,6 +15,13 @@
 -- (/usr/share/datasets/fashion-mnist/) or another copy of the same four files (--data DIR),
 -- read through zlib (FFI), without unpacking to disk.
 --
+-- Several processes (tools/launch.sh -n R examples/fashion_mnist.lua --loss arcface …): with a
+-- margin loss (arcface, amsoftmax) the class centres are sharded over the R ranks (each holds
+-- its block of the 10 classes: ploss's comm option, docs/distributed.md) and the MLP is
+-- data-parallel: every rank takes its share of each mini-batch, the loss is that of the
+-- whole batch, and the MLP's gradients are summed over the ranks before each step, so the
+-- ranks keep the same MLP.  Rank 0 prints and writes the files.
+--
 -- Output: a progress bar per epoch on a terminal (plain lines otherwise); per epoch the
 -- training loss (mean over the epoch's batches), test accuracy, training images per
 -- second and the device's peak memory held by ploss; at the end, in --out (default out/),
@@ -43,7 +50,9 @@ usage: luajit examples/fashion_mnist.lua [options]
   --no-plot           skip the PNG
   --ema               evaluate with exponential moving averages of the weights
                       (ploss.optim.EMA, decay 0.999 with TensorFlow's warm-up)
-  --help              this text]]
+  --help              this text
+several ranks: tools/launch.sh -n R examples/fashion_mnist.lua --loss arcface [options]
+                      (a margin loss: its class centres sharded over the ranks)]]
 
 ---------------------------------------------------------------------------------------
 -- The criteria --loss can name.  Each line: name = { description, constructor }, where the
@@ -182,6 +191,19 @@ elseif opt.device ~= "cpu" and not ploss.cuda_available() then
 end
 local device = ploss.parse_device(opt.device)
 
+-- Under tools/launch.sh: a communicator over the ranks (the centres sharded, the MLP
+-- data-parallel); rank r uses cuda:r on a GPU.
+local comm, rank, ranks = nil, 0, 1
+if os.getenv("PLOSS_WORLD_SIZE") then
+  if not (crit and type(crit) == "table" and crit.margin_head) then
+    die("--loss " .. opt.loss .. ": several ranks (tools/launch.sh) shard the class centres of a margin loss; " ..
+      "use --loss arcface or --loss amsoftmax")
+  end
+  comm = ploss.comm.init_from_env { device = device == "cpu" and "cpu" or "cuda" }
+  rank, ranks, device = comm:rank(), comm:size(), comm:device()
+  if ranks > 10 then die("several ranks: at most 10 (one class each)") end
+end
+
 ---------------------------------------------------------------------------------------
 -- Clock and terminal
 ---------------------------------------------------------------------------------------
@@ -198,7 +220,8 @@ local function now()
   ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
   return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
 end
-local tty = ffi.C.isatty(1) == 1
+local tty = ffi.C.isatty(1) == 1 and rank == 0
+if rank > 0 then print = function() end end -- rank 0 reports for every rank
 
 ---------------------------------------------------------------------------------------
 -- Data: gzipped IDX files through zlib
@@ -349,8 +372,25 @@ local out_features = crit.margin_head and 64 or CLASSES
 local fc2 = ploss.nn.Linear(256, out_features, { init = "xavier", device = device })
 local model = ploss.nn.Sequential { fc1, act, fc2 }
 local params, grads = model:parameters()
+local mlp_grads = { unpack(grads) } -- summed over the ranks before each step (several ranks)
+-- several ranks: rank r holds the centres of classes offsets[r] … offsets[r] + blocks[r] − 1
+local blocks, offsets = { [0] = CLASSES }, { [0] = 0 }
+for r = 0, ranks - 1 do
+  blocks[r] = math.floor(CLASSES / ranks) + (r < CLASSES % ranks and 1 or 0)
+  offsets[r] = r == 0 and 0 or offsets[r - 1] + blocks[r - 1]
+end
 if crit.margin_head then
-  head = ploss.nn.MarginSoftmax { out_features, CLASSES, criterion = crit.margin_head, device = device }
+  local margin = crit.margin_head
+  if comm then
+    -- the same criterion, its classes sharded; each rank's centres drawn from its own seed
+    local d, o = margin._description, { comm = comm }
+    for _, option in ipairs(d.lua_options) do
+      if option.name ~= "comm" then o[option.name] = rawget(margin, option.name) end
+    end
+    margin = ploss[d.criterion](o)
+    ploss.manual_seed(opt.seed * 1000 + rank)
+  end
+  head = ploss.nn.MarginSoftmax { out_features, blocks[rank], criterion = margin, device = device }
   crit = head -- head(embeddings, labels) → loss, ∂loss/∂embeddings
   local hp, hg = head:parameters()
   params[#params + 1], grads[#grads + 1] = hp[1], hg[1]
@@ -371,7 +411,22 @@ local function evaluate(split)
     local x = make_batch(split, nil, first, n)
     local out = model:forward(x)
     if head then out = head:forward(out) end -- the cosine with each centre
-    local pred = ploss.argmax(out):flat()
+    local pred
+    if comm then
+      -- every rank's cosines with its block, padded to the widest block, gathered:
+      -- row q·widest + j of the gathered is class offsets[q] + j
+      local widest = blocks[0]
+      local mine = ploss.full({ widest, n }, -math.huge, { device = device })
+      mine:narrow(1, 1, blocks[rank]):copy(out:t())
+      local all = comm:all_gather(mine):t():contiguous()
+      pred = ploss.argmax(all):flat()
+      for r = 1, n do
+        local k = pred[r]
+        pred[r] = offsets[math.floor(k / widest)] + k % widest
+      end
+    else
+      pred = ploss.argmax(out):flat()
+    end
     for r = 1, n do
       if pred[r] == split.labels[first + r - 1] then correct = correct + 1 end
     end
@@ -401,6 +456,11 @@ print(string.format("model: 784 -> 256 (%s) -> %d, batch %d, %s lr %g%s, loss %s
   opt.activation, out_features, opt.batch_size, opt.optim, opt.lr,
   (opt.optim == "sgd" and " momentum 0.9" or "") .. (opt.ema and ", EMA of the weights" or ""),
   opt.loss, tostring(crit), device, opt.seed))
+if comm then
+  print(string.format("ranks: %d (tools/launch.sh): the MLP data-parallel, the class centres sharded (%s classes " ..
+    "per rank), each rank %d of every %d images", ranks, table.concat(blocks, "/", 0, ranks - 1),
+    math.floor(opt.batch_size / ranks), opt.batch_size))
+end
 
 local rows = {}
 local batch_losses = {} -- every batch's loss, in training order
@@ -413,10 +473,17 @@ for epoch = 1, opt.epochs do
   local loss_sum, steps = 0, 0
   for first = 0, n_train - 1, opt.batch_size do
     local n = math.min(opt.batch_size, n_train - first)
-    local x, y = make_batch(train, order, first, n)
+    -- several ranks: rank r takes its share of the batch (a remainder of fewer rows than
+    -- ranks is left out), and the loss is that of the whole batch
+    local share = math.floor(n / ranks)
+    if share == 0 then break end
+    local x, y = make_batch(train, order, first + rank * share, share)
     local logits = model:forward(x)
     local loss, grad = crit(logits, y) -- fused: the loss and ∂(mean loss)/∂logits
     model:backward(x, grad)
+    if comm then
+      for _, g in ipairs(mlp_grads) do comm:all_reduce(g) end
+    end
     optimizer:step()
     if ema then ema:update() end
     loss_sum, steps = loss_sum + loss, steps + 1
@@ -444,8 +511,13 @@ for epoch = 1, opt.epochs do
 end
 
 ---------------------------------------------------------------------------------------
--- CSV and plot
+-- CSV and plot (rank 0)
 ---------------------------------------------------------------------------------------
+
+if comm then
+  comm:destroy()
+  if rank > 0 then os.exit(0) end
+end
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local function exists_program(name)
@@ -460,7 +532,7 @@ local stem = string.format("%s/fashion_mnist-%s-%s-%s-lr%g-seed%d-e%d%s%s%s-%s",
   n_train < train.n and ("-n" .. n_train) or "",
   opt.batch_size ~= 256 and ("-b" .. opt.batch_size) or "",
   opt.ema and "-ema" or "",
-  (device:gsub(":", "")))
+  comm and ("r" .. ranks .. "-" .. (device:match("^cuda") and "cuda" or "cpu")) or (device:gsub(":", "")))
 
 local function write_csv(path, header, lines)
   local f = io.open(path, "w")

@@ -4,6 +4,7 @@
 -- a broken gradient, optimiser or data reader stays near it), and writes its per-epoch and
 -- per-batch figures (and plot) under names made of the run's settings.  Needs the Debian
 -- package dataset-fashion-mnist (or PLOSS_FASHION_MNIST=DIR with the four *-ubyte.gz files).
+-- Two ranks as two processes train it with the class centres of ArcFace sharded over them.
 local H = require "spec.helpers"
 
 local function read_file(path)
@@ -72,6 +73,28 @@ describe("examples/fashion_mnist.lua", function()
     else
       assert.matches("plot skipped: gnuplot not found", output)
     end
+    os.execute("rm -rf " .. string.format("%q", out_dir))
+  end)
+
+  it("two ranks (tools/launch.sh): the ArcFace centres sharded, the MLP data-parallel, above 70% after " ..
+    "6,000 images", function()
+    local out_dir = os.tmpname()
+    os.remove(out_dir)
+    local data = os.getenv("PLOSS_FASHION_MNIST")
+    local cmd = string.format("cd %q && PLOSS_COMM_TIMEOUT=120 tools/launch.sh -n 2 examples/fashion_mnist.lua%s " ..
+      "--out %q --loss arcface --limit 6000 --epochs 1 --device cpu --no-plot 2>&1; echo \"EXIT:$?\"", H.root,
+      data and (" --data " .. string.format("%q", data)) or "", out_dir)
+    local p = assert(io.popen(cmd))
+    local output = p:read("*a")
+    p:close()
+    assert.are.equal("0", output:match("EXIT:(%d+)%s*$"), output)
+    assert.matches("ranks: 2 %(tools/launch.sh%): the MLP data%-parallel, the class centres sharded %(5/5", output)
+    local acc = tonumber(output:match("%[0%] final test accuracy: ([%d%.]+)"))
+    assert(acc, "no final accuracy from rank 0:\n" .. output)
+    assert.is_true(acc > 0.70, string.format("test accuracy %.4f <= 0.70; output:\n%s", acc, output))
+    assert.is_nil(output:match("%[1%] [^\n]*accuracy"), "rank 1 reports nothing:\n" .. output)
+    assert.truthy(output:find(out_dir .. "/fashion_mnist-arcface-mish-sgd-lr0.05-seed1-e1-n6000-r2-cpu.csv", 1, true),
+      output)
     os.execute("rm -rf " .. string.format("%q", out_dir))
   end)
 
