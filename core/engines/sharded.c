@@ -287,8 +287,8 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? c->gl.dtype : 0;
     }
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
-    if (!all)
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R);
+    if (!all) /* the others would wait in the exchange */
+        return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
     ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, own, all);
     int64_t offset = 0, total = 0, widest = 0;
     for (int q = 0; q < R && !st; ++q) {
@@ -410,8 +410,8 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? gl->dtype : 0;
     }
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
-    if (!all)
-        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R);
+    if (!all) /* the others would wait in the exchange */
+        return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
     ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, own, all);
     free(all);
     if (st)
