@@ -202,6 +202,7 @@ if os.getenv("PLOSS_WORLD_SIZE") then
   comm = ploss.comm.init_from_env { device = device == "cpu" and "cpu" or "cuda" }
   rank, ranks, device = comm:rank(), comm:size(), comm:device()
   if ranks > 10 then die("several ranks: at most 10 (one class each)") end
+  if opt.batch_size < ranks then die("--batch-size: at least one image per rank (" .. ranks .. " ranks)") end
 end
 
 ---------------------------------------------------------------------------------------
@@ -383,7 +384,7 @@ if crit.margin_head then
   local margin = crit.margin_head
   if comm then
     -- the same criterion, its classes sharded; each rank's centres drawn from its own seed
-    local d, o = margin._description, { comm = comm }
+    local d, o = margin._description, { comm = comm, reduction = rawget(margin, "reduction") }
     for _, option in ipairs(d.lua_options) do
       if option.name ~= "comm" then o[option.name] = rawget(margin, option.name) end
     end
@@ -464,7 +465,9 @@ end
 
 local rows = {}
 local batch_losses = {} -- every batch's loss, in training order
+-- the batches of an epoch: several ranks leave out a last batch of fewer images than ranks
 local steps_per_epoch = math.ceil(n_train / opt.batch_size)
+if n_train % opt.batch_size ~= 0 and n_train % opt.batch_size < ranks then steps_per_epoch = steps_per_epoch - 1 end
 for epoch = 1, opt.epochs do
   collectgarbage("collect") -- free last epoch's dropped buffers so the peak is this epoch's
   ploss.reset_peak_memory(device)

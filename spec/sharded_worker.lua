@@ -110,14 +110,25 @@ if mode == "margin" then
       close(bx, bx0:narrow(1, rank * n + 1, n), what .. " backward grad_x")
       close(bw, bw0:narrow(1, offsets[rank] + 1, blocks[rank]), what .. " backward grad_weight")
     end
-    -- x as a non-contiguous view (gathered through a dense copy)
+    -- x, the labels and a 'none' backward's upstream gradients as non-contiguous views
+    -- (gathered through a dense copy, one staging buffer in turn)
     do
-      local xt = x:t():contiguous():t()
-      assert(not xt:is_contiguous())
+      local function strided(t) -- t's values as column 1 of an n×2 tensor
+        local v, rows = t:to("cpu"):flat(), {}
+        for i = 1, #v do rows[i] = { v[i], v[i] } end
+        return ploss.tensor(rows, { dtype = t:dtype() }):to(device):select(2, 1)
+      end
+      local xt, ys = x:t():contiguous():t(), strided(y)
+      assert(not xt:is_contiguous() and not ys:is_contiguous())
       local l0, gx0 = ploss[name](opts)(Xr, Wr, Y)
-      local l, gx = ploss[name](with(opts, { comm = comm }))(xt, w, y)
-      close(l, l0, name .. " non-contiguous x: loss")
-      close(gx, gx0:narrow(1, rank * n + 1, n), name .. " non-contiguous x: grad_x")
+      local l, gx = ploss[name](with(opts, { comm = comm }))(xt, w, ys)
+      close(l, l0, name .. " non-contiguous x and labels: loss")
+      close(gx, gx0:narrow(1, rank * n + 1, n), name .. " non-contiguous x and labels: grad_x")
+      local none = with(opts, { reduction = "none" })
+      local bx0 = ploss[name](none):backward(Xr, Wr, Y, G)
+      local up = strided(mine(G, rank * n, n, dtype == "f64" and "f64" or "f32"))
+      local bx = ploss[name](with(none, { comm = comm })):backward(xt, w, ys, up)
+      close(bx, bx0:narrow(1, rank * n + 1, n), name .. " non-contiguous 'none' upstream gradients: grad_x")
     end
     -- the gradient of x times the ranks
     local sh = ploss[name](with(opts, { comm = comm, scale_grad_x_by_ranks = true }))

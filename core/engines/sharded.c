@@ -95,6 +95,13 @@ static void *take(pieces *c, size_t bytes)
     return c->base ? c->base + at : NULL;
 }
 
+/* The staging a gather of view v needs (none when v is dense or NULL), or `bytes` if more. */
+static size_t stage_size(size_t bytes, const ploss_view *v)
+{
+    const size_t need = v && !ploss_view_is_contiguous(v) ? (size_t)v->numel * ploss_dtype_size(v->dtype) : 0;
+    return need > bytes ? need : bytes;
+}
+
 /* The all-gather of the view v (its elements in row-major order; any strides: a view that is
  * not dense is copied to `stage` first) into out (every rank's, rank order). */
 static ploss_status gather_view(ploss_ctx_t *ctx, ploss_comm_t *comm, const ploss_view *v, void *stage, void *out)
@@ -318,9 +325,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     const int gather_gl = pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE;
     const size_t xsz = ploss_dtype_size(c->x.dtype), ysz = ploss_dtype_size(c->y.dtype),
                  gsz = gather_gl ? ploss_dtype_size(c->gl.dtype) : 0, asz = ploss_dtype_size(acc);
-    size_t stage_bytes = (size_t)n * (size_t)D * xsz;
-    stage_bytes = stage_bytes > (size_t)n * ysz ? stage_bytes : (size_t)n * ysz;
-    stage_bytes = stage_bytes > (size_t)n * gsz ? stage_bytes : (size_t)n * gsz;
+    const size_t stage_bytes = stage_size(stage_size(stage_size(0, &c->x), &c->y), gather_gl ? &c->gl : NULL);
     void *mem = NULL;
     pieces cut = {NULL, 0};
     void *stage, *xs, *ys, *gls, *gx_all, *gx_mine;
@@ -332,7 +337,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         gls = take(&cut, (size_t)N * gsz);
         gx_all = take(&cut, want_grad ? (size_t)N * (size_t)D * asz : 0);
         gx_mine = take(&cut, want_grad ? (size_t)n * (size_t)D * asz : 0);
-        if (k == 0 && (st = ploss_alloc(ctx, cut.used + 256, &mem)))
+        if (k == 0 && (st = ploss_alloc(ctx, cut.used, &mem)))
             return fail_alone(comm, st);
         cut.base = mem;
     }
@@ -429,8 +434,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
     const int gather_gl = pass == PLOSS_PASS_BACKWARD && o->reduction == PLOSS_REDUCTION_NONE;
     const size_t xsz = ploss_dtype_size(p->dtype), gsz = gather_gl ? ploss_dtype_size(gl->dtype) : 0,
                  asz = ploss_dtype_size(acc);
-    size_t stage_bytes = (size_t)n * (size_t)D * xsz;
-    stage_bytes = stage_bytes > (size_t)n * gsz ? stage_bytes : (size_t)n * gsz;
+    const size_t stage_bytes = stage_size(stage_size(0, key), gather_gl ? gl : NULL);
     void *mem = NULL;
     pieces cut = {NULL, 0};
     void *stage, *keys, *gls, *gk_all, *gk_mine;
@@ -441,7 +445,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         gls = take(&cut, (size_t)M * gsz);
         gk_all = take(&cut, want_grad ? (size_t)M * (size_t)D * asz : 0);
         gk_mine = take(&cut, want_grad ? (size_t)n * (size_t)D * asz : 0);
-        if (k == 0 && (st = ploss_alloc(ctx, cut.used + 256, &mem)))
+        if (k == 0 && (st = ploss_alloc(ctx, cut.used, &mem)))
             return fail_alone(comm, st);
         cut.base = mem;
     }
