@@ -83,8 +83,9 @@ typedef struct ploss_margin_problem {
      * every row, bitwise the same on every rank), and ∂L/∂x of every gathered row through
      * this block's classes (gx_dtype; the front sums them over the ranks) times
      * grad_x_factor.  Every rank must take the same tiles of rows (one gather each): their
-     * rows derive from tile_rows, or else from classes_max, the largest block over the ranks,
-     * never from the rank's own C or kept count. */
+     * rows derive from tile_rows, or else from classes_max, the most classes any rank's
+     * softmax may hold (its block; with Partial FC max(⌊C_q·rate⌋ + 1, N) within it), never
+     * from the rank's own C or kept count. */
     ploss_comm_t *comm;
     int64_t class_offset, classes_total, classes_max, loss_row0, loss_rows;
     double grad_x_factor;

@@ -37,6 +37,7 @@
  * query gradient is exact on its rank, the key gradient of every key through the rank's
  * queries is summed over the ranks by a reduce-scatter.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,7 +367,14 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     p.comm = comm;
     p.class_offset = offset;
     p.classes_total = total;
+    /* the widest softmax of any rank: its block, or Partial FC's most kept classes there,
+     * max(⌊C_q·rate⌋ + 1, gathered rows) within the block (margin.h) */
     p.classes_max = widest;
+    if (o->sample_rate < 1.0) {
+        const double n_s = floor((double)widest * o->sample_rate) + 1.0;
+        const int64_t most = n_s > (double)N ? (int64_t)n_s : N;
+        p.classes_max = most < widest ? most : widest;
+    }
     p.loss_row0 = (int64_t)rank * n;
     p.loss_rows = n;
     p.grad_x_factor = o->scale_grad_x_by_ranks ? (double)R : 1.0;
