@@ -74,13 +74,6 @@ static int by_key(const void *a, const void *b)
     return u->cls < v->cls ? -1 : u->cls > v->cls;
 }
 
-/* Partial FC's n_s = min(C, ⌊C·rate⌋ + 1): the classes kept when the batch's are fewer. */
-static int64_t sample_size(int64_t C, double rate)
-{
-    const double want = floor((double)C * rate) + 1.0;
-    return want >= (double)C ? C : (int64_t)want;
-}
-
 /* Partial FC's kept classes on the CPU (margin.h; the labels checked by the caller) among
  * p's C classes, class j being p->class_offset + j: *kept (ascending, *K of them) and
  * *class_pos (C entries), both to free(). */
@@ -106,7 +99,7 @@ static ploss_status sample_classes(const ploss_margin_problem *p, double rate, i
             ++npos;
         }
     }
-    const int64_t n_s = sample_size(C, rate);
+    const int64_t n_s = ploss_margin_sample_size(C, rate);
     if (npos < n_s) {
         int64_t ncand = 0;
         for (int64_t j = 0; j < C; ++j)
@@ -140,7 +133,7 @@ ploss_status ploss_margin_draw(const ploss_ctx_t *ctx, const ploss_loss_params *
     if (ctx->device.device_type != kDLCPU) {
         /* CUDA draws the classes on the device (no host copy of the labels); n_s = C keeps
          * every class */
-        const int64_t n_s = sample_size(p->C, o->sample_rate);
+        const int64_t n_s = ploss_margin_sample_size(p->C, o->sample_rate);
         p->sample_n = n_s < p->C ? n_s : 0;
         p->seed = (uint64_t)o->seed;
         return PLOSS_OK;

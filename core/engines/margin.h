@@ -91,6 +91,24 @@ typedef struct ploss_margin_problem {
     double grad_x_factor;
 } ploss_margin_problem;
 
+/* Partial FC's n_s = min(C, ⌊C·rate⌋ + 1): the classes kept when the batch's are fewer. */
+static inline int64_t ploss_margin_sample_size(int64_t C, double rate)
+{
+    const double want = floor((double)C * rate) + 1.0;
+    return want >= (double)C ? C : (int64_t)want;
+}
+
+/* Sharded: the position of global label y among this rank's softmax classes (its block, or
+ * the kept ones through class_pos), −1 where the block does not hold it or the row is
+ * ignored.  class_pos: the backend's copy (host or device), or NULL. */
+PLOSS_PAIRS_FN int64_t ploss_margin_shard_class(const ploss_margin_problem *p, const int64_t *class_pos, int64_t y)
+{
+    const int64_t j = y - p->class_offset;
+    if (y == p->ignore_index || j < 0 || j >= p->C)
+        return -1;
+    return class_pos ? class_pos[j] : j;
+}
+
 ploss_status ploss_cpu_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_margin(ploss_ctx_t *ctx, const ploss_margin_problem *p);

@@ -37,7 +37,6 @@
  * query gradient is exact on its rank, the key gradient of every key through the rank's
  * queries is summed over the ranks by a reduce-scatter.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,8 +370,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
      * max(⌊C_q·rate⌋ + 1, gathered rows) within the block (margin.h) */
     p.classes_max = widest;
     if (o->sample_rate < 1.0) {
-        const double n_s = floor((double)widest * o->sample_rate) + 1.0;
-        const int64_t most = n_s > (double)N ? (int64_t)n_s : N;
+        const int64_t n_s = ploss_margin_sample_size(widest, o->sample_rate), most = n_s > N ? n_s : N;
         p.classes_max = most < widest ? most : widest;
     }
     p.loss_row0 = (int64_t)rank * n;

@@ -416,16 +416,6 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
 
 constexpr int SHARD_THREADS = 256;
 
-/* The position of global label y among this rank's softmax classes (its block, or the kept
- * ones): −1 where the block does not hold it or the row is ignored. */
-__device__ __forceinline__ int64_t shard_class(const ploss_margin_problem &p, const int64_t *class_pos, int64_t y)
-{
-    const int64_t j = y - p.class_offset;
-    if (y == p.ignore_index || j < 0 || j >= p.C)
-        return -1;
-    return class_pos ? class_pos[j] : j;
-}
-
 /* Each row's statistics over the block's K classes (tile: the fp32 products), three floats:
  * the max M of the non-target cosines, S = Σ e^(s(c − M)) over them, the target's cosine
  * (0 where the block does not hold it). */
@@ -437,7 +427,8 @@ __global__ void __launch_bounds__(SHARD_THREADS)
     const float s = (float)p.margin.s;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t i = b0 + r;
-        const int64_t j = shard_class(p, b.class_pos, load_int_dyn(p.labels, p.label_dtype, i * p.y_sn));
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        const int64_t j = ploss_margin_shard_class(&p, b.class_pos, y);
         const float *row = b.tile + r * K;
         const float ix = b.inv_x[i];
         float m = -CUDART_INF_F;
@@ -504,7 +495,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
         else
             w = (p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0)) *
                 (p.reduction == PLOSS_REDUCTION_MEAN ? b.divisor[1] : 1.0);
-        const int64_t j = shard_class(p, b.class_pos, y);
+        const int64_t j = ploss_margin_shard_class(&p, b.class_pos, y);
         const float kf = (float)(w * s * pn), gy = (float)(-w * s * dphi * S * pn), Mf = (float)M, sf = (float)s;
         const float *row = b.tile + r * K;
         const float ix = b.inv_x[i];

@@ -12,8 +12,8 @@
  *   3. the losses reduced in row order; the gradients through the normalisation.
  * Partial FC: Ŵ holds the kept centres only, the labels are their positions among them,
  * and the rows of ∂L/∂W not kept are zero.  Sharded (margin.h, comm): the labels stay
- * global ids (local_class finds a row's class in the block) and sharded_tile takes the
- * softmax of each tile over every rank's classes.
+ * global ids (ploss_margin_shard_class finds a row's class in the block) and sharded_tile
+ * takes the softmax of each tile over every rank's classes.
  * Compiled once per instruction set (core/cpu/isa.h), as the softmax-row kernels it calls.
  */
 #include <math.h>
@@ -88,17 +88,6 @@ static ploss_status no_features(const ploss_margin_problem *p)
     return PLOSS_OK;
 }
 
-/* The position of global label y among the softmax's classes on this rank (sharded,
- * margin.h): its block's class, or its kept position (Partial FC); −1 where the block does
- * not hold it or the row is ignored. */
-static int64_t local_class(const ploss_margin_problem *p, int64_t y)
-{
-    const int64_t j = y - p->class_offset;
-    if (y == p->ignore_index || j < 0 || j >= p->C)
-        return -1;
-    return p->class_pos ? p->class_pos[j] : j;
-}
-
 /* A tile of a sharded call (margin.h): the rows' statistics over this rank's classes
  * (tile: rows × K cosines) merged over the ranks through stats (3·rows values, then R times
  * that); each row's loss to losses[r], and for a gradient ω·∂ℓ/∂z over the tile in place,
@@ -114,7 +103,8 @@ static ploss_status sharded_tile(const ploss_margin_problem *p, double *tile, in
     double *mine = stats, *all = stats + 3 * rows;
 #pragma omp parallel for schedule(static) if (rows * K > 65536)
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t j = local_class(p, ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn));
+        const int64_t y = ploss_load_int(p->labels, p->label_dtype, (b0 + r) * p->y_sn);
+        const int64_t j = ploss_margin_shard_class(p, p->class_pos, y);
         const double *c = tile + (size_t)r * (size_t)K;
         double M = -INFINITY, S = 0.0;
         for (int64_t k = 0; k < K; ++k)
@@ -156,7 +146,7 @@ static ploss_status sharded_tile(const ploss_margin_problem *p, double *tile, in
         if (!want_grad)
             continue;
         const double w = per_row ? ploss_load(p->grad_loss, p->gl_dtype, (b0 + r) * p->gl_sn) : omega;
-        const int64_t j = local_class(p, y);
+        const int64_t j = ploss_margin_shard_class(p, p->class_pos, y);
         for (int64_t k = 0; k < K; ++k)
             g[k] = k == j ? -w * dphi * S * pn : w * pn * exp(s * (g[k] - M));
     }
