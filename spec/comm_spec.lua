@@ -10,15 +10,7 @@ local launcher = H.root .. "/tools/launch.sh"
 local worker = H.root .. "/spec/comm_worker.lua"
 
 -- Run the worker on n ranks; returns its output, the launcher's exit status, the seconds taken.
-local function launch(n, mode, env)
-  local cmd = string.format("%s %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", env or "", launcher, n, worker, mode)
-  local t0 = os.time()
-  local p = assert(io.popen(cmd))
-  local out = p:read("*a")
-  p:close()
-  local status = tonumber(out:match("EXIT:(%d+)%s*$"))
-  return out, status, os.time() - t0
-end
+local function launch(n, mode, env) return H.launch(n, "spec/comm_worker.lua", mode, env) end
 
 local function count(text, pattern)
   local k = 0

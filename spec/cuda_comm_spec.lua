@@ -54,14 +54,7 @@ describe("communicator on " .. DEV .. ", one rank", function()
 end)
 
 describe("communicator on CUDA, two ranks on two GPUs (tools/launch.sh)", function()
-  local function launch(mode, env)
-    local cmd = string.format("%s %q -n 2 %q %s cuda 2>&1; echo \"EXIT:$?\"", env or "",
-      H.root .. "/tools/launch.sh", H.root .. "/spec/comm_worker.lua", mode)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
-    return out, tonumber(out:match("EXIT:(%d+)%s*$"))
-  end
+  local function launch(mode, env) return H.launch(2, "spec/comm_worker.lua", mode .. " cuda", env) end
 
   local two = not on_cpu and ploss.cuda_device_count() >= 2
 

@@ -10,13 +10,7 @@ local DEV = H.cuda_spec_device()
 local device = DEV == "cpu" and "cpu" or "cuda"
 
 local function expect_ok(n, mode, dtype, env)
-  local cmd = string.format("%s PLOSS_COMM_TIMEOUT=120 %q -n %d %q %s %s %s 2>&1; echo \"EXIT:$?\"", env or "",
-    H.root .. "/tools/launch.sh", n, H.root .. "/spec/sharded_worker.lua", mode, device, dtype)
-  local p = assert(io.popen(cmd))
-  local out = p:read("*a")
-  p:close()
-  assert(tonumber(out:match("EXIT:(%d+)%s*$")) == 0, out)
-  for r = 0, n - 1 do assert(out:find(string.format("rank %d: %s ok", r, mode), 1, true), out) end
+  H.expect_ranks_ok(n, "spec/sharded_worker.lua", mode, device .. " " .. dtype, "PLOSS_COMM_TIMEOUT=120 " .. (env or ""))
 end
 
 describe("margin losses sharded on " .. DEV .. ", one rank", function()

@@ -81,13 +81,10 @@ describe("examples/fashion_mnist.lua", function()
     local out_dir = os.tmpname()
     os.remove(out_dir)
     local data = os.getenv("PLOSS_FASHION_MNIST")
-    local cmd = string.format("cd %q && PLOSS_COMM_TIMEOUT=120 tools/launch.sh -n 2 examples/fashion_mnist.lua%s " ..
-      "--out %q --loss arcface --limit 6000 --epochs 1 --device cpu --no-plot 2>&1; echo \"EXIT:$?\"", H.root,
-      data and (" --data " .. string.format("%q", data)) or "", out_dir)
-    local p = assert(io.popen(cmd))
-    local output = p:read("*a")
-    p:close()
-    assert.are.equal("0", output:match("EXIT:(%d+)%s*$"), output)
+    local args = string.format("%s--out %q --loss arcface --limit 6000 --epochs 1 --device cpu --no-plot",
+      data and ("--data " .. string.format("%q", data) .. " ") or "", out_dir)
+    local output, status = H.launch(2, "examples/fashion_mnist.lua", args, "PLOSS_COMM_TIMEOUT=120")
+    assert.are.equal(0, status, output)
     assert.matches("ranks: 2 %(tools/launch.sh%): the MLP data%-parallel, the class centres sharded %(5/5", output)
     local acc = tonumber(output:match("%[0%] final test accuracy: ([%d%.]+)"))
     assert(acc, "no final accuracy from rank 0:\n" .. output)

@@ -34,6 +34,11 @@
 --   H.assert_close_scaled(got, ref, rtol, floor, what)
 --                                       CUDA-vs-CPU comparison: rtol relative, or
 --                                       max(rtol·max|ref|, floor) absolute
+--   H.launch(n, script, args, env)      tools/launch.sh -n n script args (env: variables set
+--                                       before it) → its output, exit status, seconds
+--   H.expect_ranks_ok(n, script, mode, args, env)
+--                                       launch, and assert status 0 and that every rank r
+--                                       printed "rank r: <mode> ok"
 local ploss = require "ploss"
 
 local H = { ploss = ploss }
@@ -337,6 +342,27 @@ end
 -- skip them).
 function H.cuda_spec_device()
   return os.getenv("PLOSS_CUDA_SPEC_DEVICE") or "cuda"
+end
+
+--- Run `script` (a path under the root) on n ranks through tools/launch.sh.
+function H.launch(n, script, args, env)
+  local cmd = string.format("%s %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", env or "", H.root .. "/tools/launch.sh", n,
+    H.root .. "/" .. script, args or "")
+  local t0 = os.time()
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("EXIT:(%d+)%s*$")), os.time() - t0
+end
+
+--- H.launch, then every rank must have passed: status 0 and "rank r: <mode> ok" from each.
+function H.expect_ranks_ok(n, script, mode, args, env)
+  local out, status = H.launch(n, script, mode .. " " .. (args or ""), env)
+  assert(status == 0, out)
+  for r = 0, n - 1 do
+    assert(out:find(string.format("rank %d: %s ok", r, mode), 1, true), out)
+  end
+  return out
 end
 
 --- Devices to test on: 'cpu' and, when available, 'cuda'.

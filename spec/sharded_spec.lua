@@ -6,26 +6,8 @@
 local H = require "spec.helpers"
 local ploss = H.ploss
 
-local launcher = H.root .. "/tools/launch.sh"
-local worker = H.root .. "/spec/sharded_worker.lua"
-
--- Run the worker on n ranks (env: extra variables); returns its output and the launcher's
--- exit status.
-local function launch(n, args, env)
-  local cmd = string.format("%s PLOSS_COMM_TIMEOUT=60 %q -n %d %q %s 2>&1; echo \"EXIT:$?\"", env or "", launcher, n,
-    worker, args)
-  local p = assert(io.popen(cmd))
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("EXIT:(%d+)%s*$"))
-end
-
 local function expect_ok(n, mode, args, env)
-  local out, status = launch(n, mode .. " " .. args, env)
-  assert(status == 0, out)
-  for r = 0, n - 1 do
-    assert(out:find(string.format("rank %d: %s ok", r, mode), 1, true), out)
-  end
+  H.expect_ranks_ok(n, "spec/sharded_worker.lua", mode, args, "PLOSS_COMM_TIMEOUT=60 " .. (env or ""))
 end
 
 describe("losses sharded over ranks on the CPU (tools/launch.sh)", function()
