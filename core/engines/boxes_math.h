@@ -31,10 +31,11 @@
 #define BOX_RCP(x) ((REAL)1 / (x))
 #endif
 
-/* ∂max(a, b)/∂a (= ∂min(b, a)/∂a): 1, ½ on a tie, 0. */
-BOX_FN REAL F(box_tie)(REAL a, REAL b)
+/* The adjoint of coordinate a where a max or min of a and b passes `above` to a when a > b,
+ * `below` when a < b, and `tie` (the mean of the two, PyTorch's split) when a == b. */
+BOX_FN REAL F(box_pick)(REAL a, REAL b, REAL above, REAL below, REAL tie)
 {
-    return a > b ? (REAL)1 : a == b ? (REAL)0.5 : (REAL)0;
+    return a > b ? above : a < b ? below : tie;
 }
 
 #ifdef BOX_FMAX
@@ -146,9 +147,13 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
              * dot is >= 0, the angle in [−π/2, π/2]).  A box of zero size has no direction
              * (atan2(0, 0) = 0): then the angle is the other box's, atan2(W, H) or
              * −atan2(w, h) = atan2(−w, h); cross and dot are both 0 only then. */
-            const REAL cross = W * h - w * H, dot = H * h + W * w;
-            const int pz = w == 0 && h == 0, tz = !pz && cross == 0 && dot == 0;
-            const REAL diff = ATAN2(pz ? W : tz ? -w : cross, pz ? H : tz ? h : dot);
+            REAL ay = W * h - w * H, ax = H * h + W * w;
+            if (ax == 0 && ay == 0) {
+                const int pz = w == 0 && h == 0;
+                ay = pz ? W : -w;
+                ax = pz ? H : h;
+            }
+            const REAL diff = ATAN2(ay, ax);
             const REAL v = k * diff * diff;
             const REAL alpha = v > 0 ? v * BOX_RCP(1 - iou + v + eps) : (REAL)0;
             s -= alpha * v;
@@ -169,11 +174,10 @@ BOX_FN REAL F(box_similarity)(int kind, int paper, REAL eps0, REAL eps, const RE
     dh += dU * w;
     const REAL dow = overlap ? dI * oh : (REAL)0, doh = overlap ? dI * ow : (REAL)0;
     /* ow = min(x2, X2) − max(x1, X1), cw = max(x2, X2) − min(x1, X1), dx = (x1 + x2)/2 − … */
-    const REAL tx1 = F(box_tie)(x1, X1), ty1 = F(box_tie)(y1, Y1); /* box_tie(b, a) = 1 − box_tie(a, b) */
-    const REAL tx2 = F(box_tie)(x2, X2), ty2 = F(box_tie)(y2, Y2);
-    g[0] = -dw - dow * tx1 - dcw * (1 - tx1) + ddx / 2;
-    g[2] = dw + dow * (1 - tx2) + dcw * tx2 + ddx / 2;
-    g[1] = -dh - doh * ty1 - dch * (1 - ty1) + ddy / 2;
-    g[3] = dh + doh * (1 - ty2) + dch * ty2 + ddy / 2;
+    const REAL hx = (dow + dcw) / 2, hy = (doh + dch) / 2; /* the adjoints of a tie */
+    g[0] = -dw - F(box_pick)(x1, X1, dow, dcw, hx) + ddx / 2;
+    g[2] = dw + F(box_pick)(x2, X2, dcw, dow, hx) + ddx / 2;
+    g[1] = -dh - F(box_pick)(y1, Y1, doh, dch, hy) + ddy / 2;
+    g[3] = dh + F(box_pick)(y2, Y2, dch, doh, hy) + ddy / 2;
     return s;
 }

@@ -8,8 +8,9 @@
  * reads the 8 numbers of a box pair once and writes its loss (NONE) and its 4 gradients in
  * the same pass.  VEC: the input, target (same dtype) and gradient are dense N×4 and aligned
  * to a box, so a box is one 4·sizeof(T)-byte load or store (one 16-byte vector for f32);
- * otherwise any strides, and a target of any float dtype.  PLAIN (f32/f16/bf16 xyxy boxes
- * without weights or an ignore mask) compiles the per-box option tests out.  VEC and
+ * otherwise any strides, and a target of any float dtype.  PLAIN (fewer than 2^30
+ * f32/f16/bf16 xyxy boxes without weights or an ignore mask) compiles the per-box option
+ * tests out and indexes in 32 bits.  VEC and
  * PLAIN choose an instance by the call's layout and options, never by its pass, and VEC's
  * two instances run the same maths, so that every pass and layout of one call's options
  * gives bitwise the same results (a constant xyxy in only one of them would let the
@@ -28,6 +29,7 @@
 #include <math_constants.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <type_traits>
 
 #include "common.cuh"
@@ -39,12 +41,17 @@ namespace {
 /* atan2(y, x) for x >= 0 (all boxes_math.h asks) in f32: the octant by |y| against x, then
  * a degree-17 odd polynomial of atan on [0, 1] (fitted for this file, absolute error below
  * 7e-8 in f32 arithmetic): a quarter of the instructions of atan2f, whose quadrant logic and
- * correctly rounded division weigh on compute-bound CIoU.  A NaN argument gives a number
- * here, but a NaN coordinate makes the IoU terms, and so the loss, NaN anyway. */
+ * correctly rounded division weigh on compute-bound CIoU.  The ratio lo/hi <= 1 is lo times
+ * the hardware reciprocal of hi (__fdividef's value) with hi raised to the smallest normal
+ * float, which leaves 0/0 = 0 and drops __fdividef's rescaling of subnormal operands (both
+ * products below 1.2e-38: boxes whose IoU terms have underflowed already).  A NaN argument
+ * gives a number here, but a NaN coordinate makes the IoU terms, and so the loss, NaN anyway. */
 __device__ __forceinline__ float box_atan2_f32(float y, float x)
 {
-    const float a = fabsf(y), lo = fminf(a, x), hi = fmaxf(a, x);
-    const float t = hi > 0 ? __fdividef(lo, hi) : 0.f, s = t * t;
+    const float a = fabsf(y), lo = fminf(a, x), hi = fmaxf(fmaxf(a, x), FLT_MIN);
+    float rhi;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rhi) : "f"(hi));
+    const float t = lo * rhi, s = t * t;
     float q = 2.435108414e-03f;
     q = fmaf(q, s, -1.430982072e-02f);
     q = fmaf(q, s, 3.962171078e-02f);
@@ -115,6 +122,8 @@ __device__ __forceinline__ double box_similarity(int kind, int paper, double eps
 
 constexpr int THREADS = 256;
 constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
+/* PLAIN kernels index boxes in 32 bits (a box index plus a grid stride stays below 2^31) */
+constexpr int64_t PLAIN_MAX_BOXES = (int64_t)1 << 30;
 
 /* The four numbers of a box as one aligned load / store. */
 template <class T> struct alignas(4 * sizeof(T)) box_vec {
@@ -152,14 +161,15 @@ __device__ __forceinline__ double device_omega(const ploss_boxes_problem &p, con
 }
 
 /* KIND: the loss (ploss_box_kind) as a constant, so each kernel keeps only its own maths.
- * PLAIN: xyxy boxes without weights or an ignore mask (the common call), their per-box
- * tests compiled out; every pass of one call's options runs the same instance, so that
- * fused, forward and backward stay bitwise the same.  With fp32 maths at most 40
- * registers: six blocks per SM. */
+ * PLAIN: fewer than 2^30 xyxy boxes without weights or an ignore mask (the common call),
+ * their per-box tests compiled out and their index 32-bit; every pass of one call's options
+ * runs the same instance, so that fused, forward and backward stay bitwise the same.  eps:
+ * p.eps in the compute type (an argument, not a conversion per box).  With fp32 maths at
+ * most 40 registers: six blocks per SM (five, with more registers, measured slower). */
 template <class T, bool VEC, int KIND, bool PLAIN>
 __global__ void __launch_bounds__(THREADS, sizeof(acc_t<T>) == 4 ? 6 : 1)
-boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, bool omega_on_host, double host_omega,
-             int64_t *error_slot, double *partials, unsigned long long *ticket)
+boxes_kernel(const ploss_boxes_problem p, acc_t<T> eps, const unsigned long long *kept, bool omega_on_host,
+             double host_omega, int64_t *error_slot, double *partials, unsigned long long *ticket)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
@@ -170,12 +180,12 @@ boxes_kernel(const ploss_boxes_problem p, const unsigned long long *kept, bool o
     const bool per_box_up = p.pass == PLOSS_PASS_BACKWARD && none;
     /* from the host where it can: the threads start on their first boxes sooner */
     const A omega = (A)(omega_on_host ? host_omega : device_omega(p, kept));
-    const A eps = (A)p.eps;
     const int format = PLAIN ? (int)PLOSS_BOX_FORMAT_XYXY : p.format;
 
     A sum = A(0);
-    const int64_t gs = grid_stride();
-    for (int64_t n = thread_index(); n < p.n; n += gs) {
+    using Index = std::conditional_t<PLAIN, int, int64_t>; /* PLAIN: fewer than 2^30 boxes */
+    const Index gs = (Index)gridDim.x * THREADS;
+    for (Index n = (Index)blockIdx.x * THREADS + (Index)threadIdx.x; n < (Index)p.n; n += gs) {
         A loss = A(0), g[4] = {A(0), A(0), A(0), A(0)};
         if (PLAIN || !(p.ign && load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) != 0.0)) {
             A r[4], q[4], pb[4], tb[4];
@@ -329,7 +339,7 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
     }
     ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        const bool plain = p->format == PLOSS_BOX_FORMAT_XYXY && !p->w && !p->ign;
+        const bool plain = p->format == PLOSS_BOX_FORMAT_XYXY && !p->w && !p->ign && p->n < PLAIN_MAX_BOXES;
         auto launch = [&](auto kind) {
             constexpr int K = decltype(kind)::value;
             auto kernel = vec ? boxes_kernel<T, true, K, false> : boxes_kernel<T, false, K, false>;
@@ -337,7 +347,8 @@ extern "C" ploss_status ploss_cuda_boxes(ploss_ctx_t *ctx, const ploss_boxes_pro
                 if (plain)
                     kernel = vec ? boxes_kernel<T, true, K, true> : boxes_kernel<T, false, K, true>;
             const unsigned grid = (unsigned)std::min<int64_t>(blocks, resident_blocks(kernel, THREADS, blocks));
-            kernel<<<grid, THREADS, 0, stream>>>(*p, kept, omega_on_host, host_omega, ctx->error_slot, partials, ticket);
+            kernel<<<grid, THREADS, 0, stream>>>(*p, (acc_t<T>)p->eps, kept, omega_on_host, host_omega, ctx->error_slot,
+                                                 partials, ticket);
         };
         switch (p->kind) {
         case PLOSS_BOX_IOU: launch(std::integral_constant<int, PLOSS_BOX_IOU>()); break;

@@ -24,7 +24,9 @@
  * The products run on the inputs themselves (tensor cores for f16/bf16) and the cosines are
  * those of the given values: no normalised copy is rounded to the input dtype; only G' is,
  * for the gradient products.  A tile holds at most TILE_BYTES of fp32 products (or
- * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), so the
+ * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), their
+ * rows padded to a multiple of 8 values (K = 10,001 kept classes would otherwise leave cuBLAS
+ * only its unaligned kernels, 4× slower, and the row pass unaligned rows), so the
  * gradient products usually run once over all N rows; the rest is O((N + C)·D) (the copies
  * and the fp32 gradient sums) and O(N + C), all in the context's workspace, and the GEMMs
  * take none: nothing is allocated, and nothing synchronised but Partial FC's kept count when
@@ -422,14 +424,14 @@ constexpr int SHARD_THREADS = 256;
 template <class T>
 __global__ void __launch_bounds__(SHARD_THREADS)
     shard_stats_kernel(const ploss_margin_problem p, const buffers<T> b, int64_t b0, int64_t rows, int64_t K,
-                       float *stats)
+                       int64_t ld, float *stats)
 {
     const float s = (float)p.margin.s;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t i = b0 + r;
         const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
         const int64_t j = ploss_margin_shard_class(&p, b.class_pos, y);
-        const float *row = b.tile + r * K;
+        const float *row = b.tile + r * ld;
         const float ix = b.inv_x[i];
         float m = -CUDART_INF_F;
         for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS)
@@ -457,7 +459,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
 template <class T>
 __global__ void __launch_bounds__(SHARD_THREADS)
     shard_rows_kernel(const ploss_margin_problem p, const buffers<T> b, int64_t b0, int64_t rows, int64_t K,
-                      const float *all, int R, T *gt)
+                      int64_t ld, const float *all, int R, T *gt)
 {
     const double s = p.margin.s;
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD, none = p.reduction == PLOSS_REDUCTION_NONE;
@@ -483,7 +485,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
         }
         if (!want_grad)
             continue;
-        T *g = gt + r * K;
+        T *g = gt + r * ld;
         if (ignored) {
             for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS)
                 g[k] = from_acc<T>(0.0f);
@@ -497,7 +499,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
                 (p.reduction == PLOSS_REDUCTION_MEAN ? b.divisor[1] : 1.0);
         const int64_t j = ploss_margin_shard_class(&p, b.class_pos, y);
         const float kf = (float)(w * s * pn), gy = (float)(-w * s * dphi * S * pn), Mf = (float)M, sf = (float)s;
-        const float *row = b.tile + r * K;
+        const float *row = b.tile + r * ld;
         const float ix = b.inv_x[i];
         for (int64_t k = threadIdx.x; k < K; k += SHARD_THREADS) {
             const float f = ix * b.inv_w[k];
@@ -517,6 +519,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
      * may hold more classes than n_s; Kb bounds it for the workspace */
     int64_t K = draw ? (N < p->sample_n ? p->sample_n : 0) : p->K;
     const int64_t Kb = K > 0 ? K : std::min(p->C, std::max(p->sample_n, N));
+    auto padded = [](int64_t k) { return (k + 7) / 8 * 8; }; /* a tile row's stride */
+    const int64_t ldb = padded(Kb);
     /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
     auto check_rows = [](int64_t k) {
         if (!re::serves<float>(1, k) || k > re::block_capacity<float>() * re::kMaxCluster)
@@ -533,7 +537,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     cudaStream_t stream = stream_of(ctx);
     /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
     /* sharded: the same tiles and chunks on every rank, from the largest block (margin.h) */
-    const int64_t Kt = sharded ? std::max(p->classes_max, Kb) : Kb;
+    const int64_t Kt = padded(sharded ? std::max(p->classes_max, Kb) : Kb);
     int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kt;
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
     int64_t R = B;
@@ -552,8 +556,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.inv_w = c.take<float>(Kb);
         b.rx = c.take<double>(N);
         b.rw = c.take<double>(Kb);
-        b.tile = c.take<float>((size_t)B * (size_t)Kb);
-        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)Kb);
+        b.tile = c.take<float>((size_t)B * (size_t)ldb);
+        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)ldb);
         b.gx = c.take<float>(want_grad ? nd : 0);
         b.gw = c.take<float>(want_grad ? kd : 0);
         b.losses = c.take<double>(N);
@@ -592,6 +596,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                        (!sharded && (st = check_rows(K)))))
             return st;
     }
+    const int64_t ldk = padded(K);
     ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
     q.K = K;
     prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
@@ -615,24 +620,25 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         for (int64_t b0 = c0; b0 < c0 + crows; b0 += B) {
             const int64_t rows = std::min(B, c0 + crows - b0);
             const ploss_gemm_problem cg = {rows, K, D, 1.0, 0.0, b.xc + b0 * D, 0, ld, b.wc, 1, ld, p->dtype,
-                                           b.tile, K, PLOSS_F32};
+                                           b.tile, ldk, PLOSS_F32};
             if ((st = ploss_cuda_gemm(ctx, &cg)))
                 return st;
             if (sharded) {
                 const unsigned blocks = (unsigned)std::min<int64_t>(rows, 8192);
-                shard_stats_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(q, b, b0, rows, K, b.stats);
+                shard_stats_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(q, b, b0, rows, K, ldk, b.stats);
                 if ((st = check_launch("margin rows' statistics (sharded)")) ||
                     (st = ploss_sharded_gather(p->comm, b.stats, b.stats + 3 * rows, 3 * rows, PLOSS_F32)))
                     return st;
                 shard_rows_kernel<T><<<blocks, SHARD_THREADS, 0, stream>>>(
-                    q, b, b0, rows, K, b.stats + 3 * rows, ranks, want_grad ? b.gt + (b0 - c0) * K : nullptr);
+                    q, b, b0, rows, K, ldk, b.stats + 3 * rows, ranks, want_grad ? b.gt + (b0 - c0) * ldk : nullptr);
                 if ((st = check_launch("margin rows (sharded)")))
                     return st;
                 continue;
             }
             /* the rows of the tile; with drawn classes the labels are their positions */
-            re::RowArgs a = re::tile_row_args(*p, b0, rows, K, b.tile, K, want_grad ? b.gt + (b0 - c0) * K : nullptr,
-                                              K, b.losses, ctx->error_slot);
+            re::RowArgs a = re::tile_row_args(*p, b0, rows, K, b.tile, ldk,
+                                              want_grad ? b.gt + (b0 - c0) * ldk : nullptr, ldk, b.losses,
+                                              ctx->error_slot);
             if (b.labels) {
                 a.t = b.labels + b0;
                 a.t_dtype = PLOSS_I64;
@@ -649,9 +655,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         if (!want_grad || D == 0)
             continue;
         /* the chunk's gradient products: P of its rows, Q summed over the chunks in order */
-        const ploss_gemm_problem dx = {crows, D, K, 1.0, 0.0, b.gt, 0, K, b.wc, 0, ld, p->dtype,
+        const ploss_gemm_problem dx = {crows, D, K, 1.0, 0.0, b.gt, 0, ldk, b.wc, 0, ld, p->dtype,
                                        b.gx + c0 * D, ld, PLOSS_F32};
-        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, b.gt, 1, K, b.xc + c0 * D, 0, ld,
+        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, b.gt, 1, ldk, b.xc + c0 * D, 0, ld,
                                        p->dtype, b.gw, ld, PLOSS_F32};
         if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;
