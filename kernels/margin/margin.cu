@@ -24,13 +24,15 @@
  * The products run on the inputs themselves (tensor cores for f16/bf16) and the cosines are
  * those of the given values: no normalised copy is rounded to the input dtype; only G' is,
  * for the gradient products.  A tile holds at most TILE_BYTES of fp32 products (or
- * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), their
- * rows padded to a multiple of 8 values (K = 10,001 kept classes would otherwise leave cuBLAS
- * only its unaligned kernels, 4× slower, and the row pass unaligned rows), so the
+ * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), so the
  * gradient products usually run once over all N rows; the rest is O((N + C)·D) (the copies
  * and the fp32 gradient sums) and O(N + C), all in the context's workspace, and the GEMMs
  * take none: nothing is allocated, and nothing synchronised but Partial FC's kept count when
  * the batch may hold more classes than n_s (N >= n_s: one 8-byte copy to the host).
+ * The products run over Kp = K rounded up to 8 classes: cuBLAS has only unaligned kernels,
+ * 3–4× slower, for a product whose contiguous extent is not a multiple of 8 (Partial FC's
+ * 10,001 kept classes), so the centres' copy has Kp − K zero rows, the tiles and G' rows
+ * of Kp values, and G''s last Kp − K columns are zeroed before ∂x̂ = G'·Ŵ.
  * Deterministic: fixed tiles, chunks and orders, no float atomics.  Partial FC: W holds the
  * kept centres, the labels become their positions among them, and the centres not kept get
  * a zero gradient.
@@ -520,7 +522,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     int64_t K = draw ? (N < p->sample_n ? p->sample_n : 0) : p->K;
     const int64_t Kb = K > 0 ? K : std::min(p->C, std::max(p->sample_n, N));
     auto padded = [](int64_t k) { return (k + 7) / 8 * 8; }; /* a tile row's stride */
-    const int64_t ldb = padded(Kb);
+    const int64_t ldb = padded(Kb); /* Kp's bound */
     /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
     auto check_rows = [](int64_t k) {
         if (!re::serves<float>(1, k) || k > re::block_capacity<float>() * re::kMaxCluster)
@@ -543,7 +545,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     int64_t R = B;
     if (p->tile_rows == 0)
         R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kt / B * B));
-    const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D;
+    const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D, kpd = (size_t)ldb * (size_t)D;
     const bool in_place = sizeof(T) == sizeof(float) && R == B;
     draw_buffers d = {};
     if (draw)
@@ -551,7 +553,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     auto layout = [&](char *base, buffers<T> &b) {
         carve c{base, 0};
         b.xc = c.take<T>(nd);
-        b.wc = c.take<T>(kd);
+        b.wc = c.take<T>(kpd);
         b.inv_x = c.take<float>(N);
         b.inv_w = c.take<float>(Kb);
         b.rx = c.take<double>(N);
@@ -608,6 +610,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     if ((st = check_launch("margin prep")))
         return st;
     const size_t cd = (size_t)K * (size_t)D;
+    if (ldk > K && (st = ploss_cuda_memset(b.wc + cd, 0, (size_t)(ldk - K) * (size_t)D * sizeof(T), stream)))
+        return st;
     if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
         return st;
 
@@ -619,7 +623,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         const int64_t crows = std::min(R, N - c0);
         for (int64_t b0 = c0; b0 < c0 + crows; b0 += B) {
             const int64_t rows = std::min(B, c0 + crows - b0);
-            const ploss_gemm_problem cg = {rows, K, D, 1.0, 0.0, b.xc + b0 * D, 0, ld, b.wc, 1, ld, p->dtype,
+            const ploss_gemm_problem cg = {rows, ldk, D, 1.0, 0.0, b.xc + b0 * D, 0, ld, b.wc, 1, ld, p->dtype,
                                            b.tile, ldk, PLOSS_F32};
             if ((st = ploss_cuda_gemm(ctx, &cg)))
                 return st;
@@ -655,7 +659,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         if (!want_grad || D == 0)
             continue;
         /* the chunk's gradient products: P of its rows, Q summed over the chunks in order */
-        const ploss_gemm_problem dx = {crows, D, K, 1.0, 0.0, b.gt, 0, ldk, b.wc, 0, ld, p->dtype,
+        if (ldk > K && cudaMemset2DAsync(b.gt + K, (size_t)ldk * sizeof(T), 0, (size_t)(ldk - K) * sizeof(T),
+                                         (size_t)crows, stream) != cudaSuccess)
+            return check_launch("margin: clearing G's padding");
+        const ploss_gemm_problem dx = {crows, D, ldk, 1.0, 0.0, b.gt, 0, ldk, b.wc, 0, ld, p->dtype,
                                        b.gx + c0 * D, ld, PLOSS_F32};
         const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, b.gt, 1, ldk, b.xc + c0 * D, 0, ld,
                                        p->dtype, b.gw, ld, PLOSS_F32};
