@@ -470,18 +470,20 @@ inline unsigned grid_blocks(int64_t n, int threads, int64_t cap = 65535ll * 16)
     return (unsigned)b;
 }
 
-/* Blocks of `kernel` (`threads` threads, no dynamic shared memory) resident on the current
- * device at once, at least 1; `fallback` when the device cannot say.  A grid-stride loop over
+/* Blocks of `kernel` (`threads` threads, no dynamic shared memory; launched in clusters of
+ * `cluster` blocks, counted as whole clusters) resident on the current device at once, at
+ * least 1; `fallback` when the device cannot say.  A grid-stride loop over
  * many light items launched with this many blocks keeps every SM full with one wave and
  * spreads each thread's fixed costs (setup, the block reduction) over many items.  The grid
  * then depends on the card: sums made in it are bitwise repeatable on one card model, not
  * across models.  The answer is cached per device, kernel and block size
  * (kernels/runtime.cu): the occupancy query costs microseconds of host time, which a short
  * kernel's call would otherwise pay every time. */
-int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback);
-template <class Kernel> inline int64_t resident_blocks(Kernel kernel, int threads, int64_t fallback)
+int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster = 1);
+template <class Kernel>
+inline int64_t resident_blocks(Kernel kernel, int threads, int64_t fallback, int cluster = 1)
 {
-    return resident_blocks_of((const void *)kernel, threads, fallback);
+    return resident_blocks_of((const void *)kernel, threads, fallback, cluster);
 }
 
 __device__ __forceinline__ int64_t thread_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }

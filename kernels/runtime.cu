@@ -148,13 +148,13 @@ ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, d
 
 } // namespace ploss_cuda
 
-/* resident_blocks (common.cuh): the occupancy of each (device, kernel, block size) asked
- * once; a full table (64 entries) asks the runtime again, unchanged. */
-int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t fallback)
+/* resident_blocks (common.cuh): the occupancy of each (device, kernel, block size, cluster
+ * size) asked once; a full table (64 entries) asks the runtime again, unchanged. */
+int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster)
 {
     struct entry {
         const void *kernel;
-        int device, threads;
+        int device, threads, cluster;
         int64_t blocks;
     };
     static std::mutex lock;
@@ -168,19 +168,37 @@ int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t 
     {
         const std::lock_guard<std::mutex> hold(lock);
         for (int k = 0; k < used; ++k)
-            if (cache[k].kernel == kernel && cache[k].device == device && cache[k].threads == threads)
+            if (cache[k].kernel == kernel && cache[k].device == device && cache[k].threads == threads &&
+                cache[k].cluster == cluster)
                 return cache[k].blocks;
     }
-    int sms = 0, per_sm = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || sms <= 0 ||
-        per_sm <= 0) {
+    int64_t blocks = 0;
+    if (cluster <= 1) {
+        int sms = 0, per_sm = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) == cudaSuccess)
+            blocks = (int64_t)sms * per_sm;
+    } else {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)cluster, 1, 1);
+        cfg.blockDim = dim3((unsigned)threads, 1, 1);
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)cluster;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess)
+            blocks = (int64_t)clusters * cluster;
+    }
+    if (blocks <= 0) {
         (void)cudaGetLastError(); /* not left for the next check_launch */
         return fallback;
     }
-    const int64_t blocks = (int64_t)sms * per_sm;
     const std::lock_guard<std::mutex> hold(lock);
     if (used < 64)
-        cache[used++] = entry{kernel, device, threads, blocks};
+        cache[used++] = entry{kernel, device, threads, cluster, blocks};
     return blocks;
 }

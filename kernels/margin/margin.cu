@@ -304,9 +304,29 @@ template <class T, int LANES, int K> struct CosineRow : re::RegRow<float, re::kR
     }
 };
 
+/* Ask the L2 for this block's share (1/K, in 16-byte units) of the fp32 row at `row` (C
+ * values) without waiting: one bulk prefetch (sm_90), issued by one thread. */
+__device__ __forceinline__ void prefetch_row_share(const float *row, int64_t C, int rank, int K)
+{
+#if PLOSS_ROW_ENGINE_SM90
+    const uintptr_t base = (uintptr_t)row, end = (base + (uintptr_t)C * sizeof(float)) & ~(uintptr_t)15;
+    const uintptr_t start = (base + 15) & ~(uintptr_t)15;
+    if (end <= start)
+        return;
+    const uintptr_t share = ((end - start) / (uintptr_t)K + 15) & ~(uintptr_t)15;
+    const uintptr_t lo = start + (uintptr_t)rank * share, hi = lo + share < end ? lo + share : end;
+    if (lo < hi)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
+#else
+    (void)row, (void)C, (void)rank, (void)K;
+#endif
+}
+
 /* The rows of a tile (a.x: rows × C fp32 products, a.grad: their G' rows of T), LANES·K
  * threads a row as the row engine's rows_kernel (a warp, a block, or a cluster of K blocks),
- * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row). */
+ * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row).  A block
+ * or cluster per row that has another row to do asks the L2 for it while it works on this
+ * one, so that row's reads from memory overlap this row's reductions and cluster barriers. */
 template <class T, int LANES, int THREADS, int K>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     cosine_rows(const re::RowArgs a, const re::MarginPolicy pol, const float *inv_x, const float *inv_w)
@@ -329,6 +349,9 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     row.inv_w = inv_w;
     double acc = 0.0; /* unused: the rows' losses are stored one by one */
     for (int64_t r = cid * RPB + group; r < a.N; r += ncl * RPB) {
+        if constexpr (LANES == THREADS)
+            if (threadIdx.x == 0 && r + ncl < a.N)
+                prefetch_row_share((const float *)a.x + (r + ncl) * a.x_sn, a.C, rank, K);
         const int64_t y = sample_label(a, r, 0);
         row.load((const float *)a.x + r * a.x_sn, (int)a.C);
         row.inv_x = inv_x[r];
@@ -363,20 +386,27 @@ ploss_status launch_cosine_rows(ploss_ctx_t *ctx, const re::RowArgs &a, const re
             (K > 1 && !re::sm90_ready(ctx->device.device_id, (const void *)cosine_rows<T, NB, NB, 2>)))
             return PLOSS_ERR_UNSUPPORTED;
     }
-    /* a grid that depends on the shape only */
+    /* rows (warps) or clusters of the grid: the rows' losses are stored one by one, so the
+     * results do not depend on it */
     const int64_t per_block = K == 0 ? 8 : 1;
-    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.N + per_block - 1) / per_block,
-                                                                  4096 * (K == 0 ? 1 : 16)));
+    const int64_t units = std::max<int64_t>(1, std::min<int64_t>((a.N + per_block - 1) / per_block,
+                                                                 4096 * (K == 0 ? 1 : 16)));
     if (K == 0) {
-        cosine_rows<T, 32, 256, 1><<<(unsigned)blocks, 256, 0, stream>>>(a, pol, inv_x, inv_w);
+        cosine_rows<T, 32, 256, 1><<<(unsigned)units, 256, 0, stream>>>(a, pol, inv_x, inv_w);
         return check_launch("margin rows (a warp per row)");
     }
+    auto kernel = K == 1   ? cosine_rows<T, NB, NB, 1>
+                  : K == 2 ? cosine_rows<T, NB, NB, 2>
+                  : K == 4 ? cosine_rows<T, NB, NB, 4>
+                           : cosine_rows<T, NB, NB, 8>;
     if (K == 1) {
-        cosine_rows<T, NB, NB, 1><<<(unsigned)blocks, NB, 0, stream>>>(a, pol, inv_x, inv_w);
+        kernel<<<(unsigned)units, NB, 0, stream>>>(a, pol, inv_x, inv_w);
         return check_launch("margin rows (a block per row)");
     }
-    auto kernel = K == 2 ? cosine_rows<T, NB, NB, 2> : K == 4 ? cosine_rows<T, NB, NB, 4> : cosine_rows<T, NB, NB, 8>;
-    return re::launch_clusters(kernel, blocks, K, NB, stream, "margin rows", a, pol, inv_x, inv_w);
+    /* clusters: one wave of them, each prefetching its next row (H200, ArcFace's 100,000
+     * classes: 8.19 → 8.05 ms; a wave of single blocks measured 1 % slower, not taken) */
+    const int64_t clusters = std::min(units, std::max<int64_t>(1, resident_blocks(kernel, NB, units * K, K) / K));
+    return re::launch_clusters(kernel, clusters, K, NB, stream, "margin rows", a, pol, inv_x, inv_w);
 }
 
 /* One warp per row of x and of the centres: P_i − (P_i·x̂_i)·x̂_i (P_i where the norm is
