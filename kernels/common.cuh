@@ -476,10 +476,29 @@ inline unsigned grid_blocks(int64_t n, int threads, int64_t cap = 65535ll * 16)
  * many light items launched with this many blocks keeps every SM full with one wave and
  * spreads each thread's fixed costs (setup, the block reduction) over many items.  The grid
  * then depends on the card: sums made in it are bitwise repeatable on one card model, not
- * across models.  The answer is cached per device, kernel and block size
+ * across models.  The answer is cached per device, kernel, block size and cluster size
  * (kernels/runtime.cu): the occupancy query costs microseconds of host time, which a short
  * kernel's call would otherwise pay every time. */
 int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster = 1);
+/* The launch of `clusters` clusters of `size` blocks of `threads` threads on `stream`, for
+ * cudaLaunchKernelEx or the occupancy queries: cfg and its one attribute, `attr` (which
+ * must outlive the launch). */
+inline void cluster_config(cudaLaunchConfig_t &cfg, cudaLaunchAttribute &attr, int64_t clusters, int size,
+                           int threads, cudaStream_t stream)
+{
+    cfg = cudaLaunchConfig_t{};
+    cfg.gridDim = dim3((unsigned)(clusters * size), 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.stream = stream;
+    attr = cudaLaunchAttribute{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)size;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+}
+
 template <class Kernel>
 inline int64_t resident_blocks(Kernel kernel, int threads, int64_t fallback, int cluster = 1)
 {

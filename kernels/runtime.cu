@@ -179,16 +179,9 @@ int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t 
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) == cudaSuccess)
             blocks = (int64_t)sms * per_sm;
     } else {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)cluster, 1, 1);
-        cfg.blockDim = dim3((unsigned)threads, 1, 1);
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)cluster;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute attr;
+        cluster_config(cfg, attr, 1, cluster, threads, 0);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess)
             blocks = (int64_t)clusters * cluster;

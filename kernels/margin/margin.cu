@@ -324,8 +324,8 @@ __device__ __forceinline__ void prefetch_row_share(const float *row, int64_t C, 
 
 /* The rows of a tile (a.x: rows × C fp32 products, a.grad: their G' rows of T), LANES·K
  * threads a row as the row engine's rows_kernel (a warp, a block, or a cluster of K blocks),
- * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row).  A block
- * or cluster per row that has another row to do asks the L2 for it while it works on this
+ * walked with a grid stride; each row's loss to a.loss (reduction 'none' per row).  A
+ * cluster (launched one wave of them) asks the L2 for its next row while it works on this
  * one, so that row's reads from memory overlap this row's reductions and cluster barriers. */
 template <class T, int LANES, int THREADS, int K>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     row.inv_w = inv_w;
     double acc = 0.0; /* unused: the rows' losses are stored one by one */
     for (int64_t r = cid * RPB + group; r < a.N; r += ncl * RPB) {
-        if constexpr (LANES == THREADS)
+        if constexpr (K > 1)
             if (threadIdx.x == 0 && r + ncl < a.N)
                 prefetch_row_share((const float *)a.x + (r + ncl) * a.x_sn, a.C, rank, K);
         const int64_t y = sample_label(a, r, 0);

@@ -706,17 +706,9 @@ template <class Kernel, class... Args>
 inline ploss_status launch_clusters(Kernel kernel, int64_t blocks, int K, int threads, cudaStream_t stream,
                                     const char *what, Args... args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(blocks * K), 1, 1);
-    cfg.blockDim = dim3((unsigned)threads, 1, 1);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)K;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    cluster_config(cfg, attr, blocks, K, threads, stream);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
