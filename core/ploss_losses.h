@@ -1162,15 +1162,19 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
  * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
- * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
- * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
- * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
- * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
- * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
- * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
- * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * finite values and gradients; where the boxes are degenerate together (two segments on one
+ * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
+ * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
+ * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
+ * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
+ * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
+ * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
+ * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
+ * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
+ * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
+ * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
+ * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
+ * such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1244,15 +1248,19 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
  * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
- * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
- * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
- * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
- * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
- * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
- * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
- * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * finite values and gradients; where the boxes are degenerate together (two segments on one
+ * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
+ * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
+ * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
+ * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
+ * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
+ * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
+ * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
+ * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
+ * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
+ * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
+ * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
+ * such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1327,15 +1335,19 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
  * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
- * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
- * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
- * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
- * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
- * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
- * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
- * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * finite values and gradients; where the boxes are degenerate together (two segments on one
+ * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
+ * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
+ * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
+ * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
+ * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
+ * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
+ * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
+ * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
+ * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
+ * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
+ * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
+ * such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1412,15 +1424,19 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it in
  * the context's error slot, the box's loss is NaN and its gradient 0, and the next call that
  * synchronises raises it); ignored boxes are not checked. Boxes of zero width or height give
- * finite values and gradients. weight multiplies each box's loss; 'mean' divides by the number
- * of boxes that are not ignored (not by the sum of the weights), and with none left it is NaN
- * with a zero gradient (torchvision returns 0 for an empty batch). The default reduction is
- * 'mean', as every ploss criterion's, where torchvision's functions (generalized_box_iou_loss
- * and the others) default to reduction = 'none': pass reduction = 'none' for their per-box
- * losses. CUDA computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one
- * Newton step (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero
- * denominator below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal
- * there, so such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * finite values and gradients; where the boxes are degenerate together (two segments on one
+ * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
+ * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
+ * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
+ * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
+ * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
+ * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
+ * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
+ * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
+ * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
+ * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
+ * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
+ * such boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -2860,8 +2876,9 @@ typedef struct ploss_combined_margin_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
-    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
-       (1: every class); a finite number in (0, 1]; default 1.0 */
+    /* Partial FC: keep the batch's classes and uniformly drawn others, min(C, max(2,
+       ⌊C·rate⌋ + 1)) in all, or the batch's classes where they are more (rate 1: every
+       class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device; with comm each rank draws among its own block); default 0 */
@@ -2946,9 +2963,9 @@ ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
  * upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy −
  * 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated tile by tile), then through
  * the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the
- * clamp). φ′ of an angular margin is m1·sin(m1·θ + m2)/sin θ with sin θ kept above
- * 1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the
- * fallback and the easy margin have φ′ = 1. Ignored rows get a zero gradient.
+ * clamp). φ′ = m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1
+ * gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy
+ * margin have φ′ = 1. Ignored rows get a zero gradient.
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
@@ -2986,8 +3003,9 @@ typedef struct ploss_am_softmax_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
-    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
-       (1: every class); a finite number in (0, 1]; default 1.0 */
+    /* Partial FC: keep the batch's classes and uniformly drawn others, min(C, max(2,
+       ⌊C·rate⌋ + 1)) in all, or the batch's classes where they are more (rate 1: every
+       class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device; with comm each rank draws among its own block); default 0 */
@@ -3063,10 +3081,8 @@ ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const
  * and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy =
  * ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂
  * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
- * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ of an angular margin is
- * m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1 gives a finite
- * derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy margin have
- * φ′ = 1. Ignored rows get a zero gradient.
+ * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ = 1: the margin only shifts
+ * the target's cosine. Ignored rows get a zero gradient.
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
@@ -3106,8 +3122,9 @@ typedef struct ploss_arc_face_opts {
     /* rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C
        values); an integer >= 0; default 0 */
     int64_t tile_rows;
-    /* Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all
-       (1: every class); a finite number in (0, 1]; default 1.0 */
+    /* Partial FC: keep the batch's classes and uniformly drawn others, min(C, max(2,
+       ⌊C·rate⌋ + 1)) in all, or the batch's classes where they are more (rate 1: every
+       class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
        on every device; with comm each rank draws among its own block); default 0 */
@@ -3188,10 +3205,10 @@ ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const D
  * ω_i the row's upstream factor, G_ij = ω_i·s·p_ij (j ≠ y_i) and G_iy =
  * ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂
  * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
- * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ of an angular margin is
- * m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1 gives a finite
- * derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy margin have
- * φ′ = 1. Ignored rows get a zero gradient.
+ * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ = sin(θ + m)/sin θ with
+ * sin θ kept above 1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1
+ * − cos²θ)); the fallback and the easy margin have φ′ = 1. Ignored rows get a zero
+ * gradient.
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may

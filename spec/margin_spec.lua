@@ -585,6 +585,23 @@ describe("margin softmax losses", function()
     H.assert_close(gw, gwr, { rtol = 1e-12, atol = 1e-15 })
   end)
 
+  it("Partial FC keeps at least two classes, so a batch of one class still has a softmax", function()
+    -- ⌊1001·1e-4⌋ + 1 = 1 would keep the batch's one class alone: loss and gradient 0
+    local x = ploss.randn({ 1, 4 }, { dtype = "f64", seed = 83 })
+    local w = ploss.randn({ 1001, 4 }, { dtype = "f64", seed = 84 })
+    local Y = { 700 }
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    local l, gx, gw = F.arc_face_fused(x, w, y, { s = 8, sample_rate = 1e-4, seed = 6 })
+    local kept = kept_classes(gw)
+    assert.are.equal(2, #kept)
+    assert.is_true(kept[1] == 700 or kept[2] == 700, "the batch's class kept")
+    assert.is_true(l > 0, "a loss over two classes")
+    local lr, gxr, gwr = on_kept("arc_face", x, w, Y, kept, { s = 8 })
+    H.assert_close({ l }, { lr }, { rtol = 1e-12 })
+    H.assert_close(gx, gxr, { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(gw, gwr, { rtol = 1e-12, atol = 1e-15 })
+  end)
+
   it("Partial FC draws the other classes uniformly", function()
     -- 2 classes in the batch, ⌊10·0.4⌋ + 1 = 5 kept: 3 of the 8 others, each with
     -- probability 3/8; over 400 seeds every class's count within 5 standard deviations
@@ -632,7 +649,8 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.PartialFCLoss { margin = ploss.CrossEntropyLoss {} } end,
       "PartialFCLoss: margin: expected a margin softmax criterion")
     H.expect_error(function() ploss.PartialFCLoss { rate = 0.1 } end, "PartialFCLoss: unknown option 'rate'")
-    H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end, "opts.sample_rate: 0 is not a finite number in (0, 1]")
+    H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end,
+      "PartialFCLoss: opts.sample_rate: 0 is not a finite number in (0, 1]")
   end)
 
   it("ploss.nn.MarginSoftmax owns the centres: the fused pass, their gradient, the nearest centre", function()

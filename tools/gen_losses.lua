@@ -710,7 +710,9 @@ local function gen_docs()
   w("  anchor is active (none has both a positive and a negative), an empty batch included;")
   w("  `LovaszSoftmaxLoss` gives 0 for a group whose pixels are all ignored.")
   w("- **fused pass**: `crit(input, target [, scale])` returns the loss and the gradient of the")
-  w("  reduced loss times `scale`; with `inplace = true` the gradient overwrites the input.  The")
+  w("  reduced loss times `scale` (with `'none'`, of the sum of the per-sample losses: an upstream")
+  w("  gradient of `scale` for every sample, as `backward` without `gradOutput` takes too); with")
+  w("  `inplace = true` the gradient overwrites the input.  The")
   local several = {}
   for _, d in ipairs(descs) do
     if d.inputs then several[#several + 1] = "`" .. d.criterion .. "`" end

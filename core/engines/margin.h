@@ -91,10 +91,14 @@ typedef struct ploss_margin_problem {
     double grad_x_factor;
 } ploss_margin_problem;
 
-/* Partial FC's n_s = min(C, ⌊C·rate⌋ + 1): the classes kept when the batch's are fewer. */
+/* Partial FC's n_s = min(C, max(2, ⌊C·rate⌋ + 1)): the classes kept when the batch's are
+ * fewer; at least two, so that a batch of one class still has a softmax (one class alone
+ * would give a loss and a gradient of exactly 0). */
 static inline int64_t ploss_margin_sample_size(int64_t C, double rate)
 {
-    const double want = floor((double)C * rate) + 1.0;
+    double want = floor((double)C * rate) + 1.0;
+    if (want < 2.0)
+        want = 2.0;
     return want >= (double)C ? C : (int64_t)want;
 }
 

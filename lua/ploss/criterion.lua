@@ -103,7 +103,11 @@ local function resolve(d, user, extra, where)
         where, show(v)))
     end
     if not known[k] and not (extra and extra[k]) then
-      ploss.raise(string.format("%s: unknown option '%s'", where, k))
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      for name in pairs(extra or {}) do names[#names + 1] = name end
+      table.sort(names)
+      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, k, table.concat(names, ", ")))
     end
   end
   local o = {}

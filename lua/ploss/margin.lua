@@ -10,8 +10,8 @@
 --
 -- A margin softmax criterion (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
 -- ArcFaceLoss) whose softmax runs over a sample of the classes: the classes of the batch's
--- labels plus uniformly drawn others, ⌊C·sample_rate⌋ + 1 in all (An et al., Partial FC,
--- ICCV Workshops 2021).  The drawing is the margin losses' own (their sample_rate and seed
+-- labels plus uniformly drawn others, min(C, max(2, ⌊C·sample_rate⌋ + 1)) in all (An et al.,
+-- Partial FC, ICCV Workshops 2021).  The drawing is the margin losses' own (their sample_rate and seed
 -- options, core/engines/margin.h): Philox keys of the seed, so one seed and one batch draw
 -- the same classes on the CPU and on CUDA.  Called like the margin criterion:
 -- crit:forward(x, weight, labels), crit:backward(x, weight, labels [, gradOutput]),
@@ -45,7 +45,14 @@ return function(ploss)
     o.sample_rate, o.seed = opts.sample_rate or 0.1, opts.seed or 0
     if opts.comm ~= nil then o.comm = opts.comm end
     if opts.scale_grad_x_by_ranks ~= nil then o.scale_grad_x_by_ranks = opts.scale_grad_x_by_ranks end
-    self.margin = ploss[d.criterion](o)
+    -- its option errors named as this criterion's
+    local ok, inner = pcall(ploss[d.criterion], o)
+    if not ok then
+      local msg = tostring(inner):match("ploss: " .. d.criterion .. ": (.*)$")
+      if not msg then error(inner, 0) end
+      ploss.raise("PartialFCLoss: " .. msg)
+    end
+    self.margin = inner
     self.sample_rate, self.seed = o.sample_rate, o.seed
   end
 

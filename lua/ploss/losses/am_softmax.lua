@@ -22,6 +22,6 @@ return {
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos θ − m", nil, nil),
-  gradient = M.gradient,
+  gradient = M.gradient("φ′ = 1: the margin only shifts the target's cosine."),
   notes = M.notes,
 }

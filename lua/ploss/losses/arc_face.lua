@@ -20,6 +20,6 @@ return {
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)"),
-  gradient = M.gradient,
+  gradient = M.gradient(M.angular_dphi("", "m")),
   notes = M.notes,
 }

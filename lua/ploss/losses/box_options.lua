@@ -59,7 +59,11 @@ the target with x2 < x1 or y2 < y1 (w < 0 or h < 0 in 'xywh' and 'cxcywh') is an
 INVALID_BOX, naming the box (CPU: before anything is written; CUDA: the kernel records it
 in the context's error slot, the box's loss is NaN and its gradient 0, and the next call
 that synchronises raises it); ignored boxes are not checked.  Boxes of zero width or height
-give finite values and gradients.  weight multiplies each box's loss; 'mean' divides by the
+give finite values and gradients; where the boxes are degenerate together (two segments on
+one line: the union or the enclosing box of area 0) the loss has no derivative, and the
+gradient given, the formulas' with the ties split as PyTorch splits them, can be of order
+1/eps.  NaN or infinite coordinates are not checked: they make the box's loss and gradient
+NaN, as in torchvision.  weight multiplies each box's loss; 'mean' divides by the
 number of boxes that are not ignored (not by the sum of the weights), and with none left it
 is NaN with a zero gradient (torchvision returns 0 for an empty batch).  The default
 reduction is 'mean', as every ploss criterion's, where torchvision's functions

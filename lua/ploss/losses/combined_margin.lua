@@ -29,6 +29,6 @@ return {
   formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π",
     "cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 > 1, the line " ..
     "cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π − m2)/m1"),
-  gradient = M.gradient,
+  gradient = M.gradient(M.angular_dphi("m1·", "m2")),
   notes = M.notes,
 }

@@ -27,7 +27,8 @@ M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout
   doc = "how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column)" }
 
 M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
-  doc = "Partial FC: keep the batch's classes and uniformly drawn others, ⌊C·rate⌋ + 1 in all (1: every class)" }
+  doc = "Partial FC: keep the batch's classes and uniformly drawn others, min(C, max(2, ⌊C·rate⌋ + 1)) " ..
+    "in all, or the batch's classes where they are more (rate 1: every class; InsightFace draws ⌊C·rate⌋)" }
 M.seed = { "seed", "int64", 0,
   doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every " ..
     "device; with comm each rank draws among its own block)" }
@@ -63,12 +64,20 @@ c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is repl
     "computed in tiles of rows (a matrix product each); the N×C logits are never all stored."
 end
 
-M.gradient = "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij " ..
-  "(j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated " ..
-  "tile by tile), then through the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 " ..
-  "below the clamp).  φ′ of an angular margin is m1·sin(m1·θ + m2)/sin θ with sin θ kept above " ..
-  "1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the " ..
-  "fallback and the easy margin have φ′ = 1.  Ignored rows get a zero gradient."
+-- The gradient's text, with `dphi` saying what φ′ is for the loss.
+function M.gradient(dphi)
+  return "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij " ..
+    "(j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated " ..
+    "tile by tile), then through the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ " ..
+    "(g_i/1e-12 below the clamp).  " .. dphi .. "  Ignored rows get a zero gradient."
+end
+
+-- φ′ of an angular margin cos(m1·θ + m2) − m3, with m1 and m2 named as the loss names them.
+function M.angular_dphi(m1, shift)
+  return "φ′ = " .. m1 .. "sin(" .. m1 .. "θ + " .. shift .. ")/sin θ with sin θ kept above 1e-6, so " ..
+    "|cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and " ..
+    "the easy margin have φ′ = 1."
+end
 
 M.notes = [[
 Called as crit(x, weight, labels): both x and weight get a gradient.  A zero embedding or
