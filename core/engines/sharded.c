@@ -28,7 +28,7 @@
  *      summed over the ranks by a reduce-scatter, each rank keeping its own rows (times R
  *      with scale_grad_x_by_ranks); ∂L/∂W of the block is the rank's alone.
  * Partial FC draws per rank among its block's classes (the batch's classes there and
- * ⌊C_r·rate⌋ + 1 in all; the Philox counter is the global class id).
+ * max(2, ⌊C_r·rate⌋ + 1) in all; the Philox counter is the global class id).
  *
  * InfoNCE (the batch sharded): rank r holds n queries and their n keys (sample r·n + i is
  * its row i).  The keys are all-gathered; the backend takes its queries against every key
@@ -367,7 +367,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     p.class_offset = offset;
     p.classes_total = total;
     /* the widest softmax of any rank: its block, or Partial FC's most kept classes there,
-     * max(⌊C_q·rate⌋ + 1, gathered rows) within the block (margin.h) */
+     * max(n_s, gathered rows) with n_s = max(2, ⌊C_q·rate⌋ + 1) within the block (margin.h) */
     p.classes_max = widest;
     if (o->sample_rate < 1.0) {
         const int64_t n_s = ploss_margin_sample_size(widest, o->sample_rate), most = n_s > N ? n_s : N;
