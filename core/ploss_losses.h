@@ -800,8 +800,8 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
 typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ > 0, the margin of the hinge (unused with soft_margin); a finite number; default 1.0
-       */
+    /* μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0); a
+       finite number > 0 (any with soft_margin); default 1.0 */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;
@@ -854,9 +854,9 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
- *           opts.margin not a finite number, opts.p not a finite number >= 1, opts.eps not a
- *           finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED,
- *           CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number > 0 (any with soft_margin), opts.p not a finite
+ *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
@@ -1073,7 +1073,8 @@ ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, con
  * − δ_ij) + [symmetric]·w_j·(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v =
  * Gᵀ·u/τ, on the CPU accumulated tile by tile, on CUDA each in its own sweep over tiles of
  * rows (∂L/∂v from the transposed tiles, nothing accumulated), then through the
- * normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖. Exact for both inputs.
+ * normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖ (g_i/1e-12 below the clamp,
+ * as F.normalize's). Exact for both inputs.
  * in  query, key, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_query  ∂/∂query: the shape and dtype of its input, any non-overlapping strides;

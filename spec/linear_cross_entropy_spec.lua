@@ -360,6 +360,18 @@ describe("LinearCrossEntropyLoss", function()
     H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
     crit.grad_weight = "buffer"
     H.expect_error(function() crit(x, w, y) end, "LinearCrossEntropyLoss.grad_weight: expected a ploss tensor, got string")
+    -- the destination given to the constructor, as the field does
+    buf = base:clone()
+    local given = ploss.LinearCrossEntropyLoss { accumulate = true, grad_weight = buf }
+    local _, _, g1 = given(x, w, y)
+    assert.are.equal(buf, g1)
+    want = H.values(base)
+    for k, v in ipairs(H.values(gw)) do want[k] = want[k] + v end
+    H.assert_close(H.values(buf), want, { rtol = 1e-15, atol = 1e-15 })
+    H.expect_error(function() ploss.LinearCrossEntropyLoss { grad_weight = 3 } end,
+      "LinearCrossEntropyLoss: grad_weight: expected a ploss tensor, got number")
+    H.expect_error(function() ploss.LinearCrossEntropyLoss { grad_wieght = buf } end,
+      "unknown option 'grad_wieght' (known: accumulate,")
   end)
 
   it("reads strided views and an H×V weight (weight_layout 'DxC')", function()

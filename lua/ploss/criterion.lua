@@ -25,6 +25,14 @@ local M = {}
 local INT64_LIMIT = 2 ^ 63
 local INT_LIMIT = 2 ^ 31
 
+-- The fused call's scale is a number: its multiplier of the gradient (an upstream gradient
+-- tensor goes to backward).
+local function bad_scale(d, scale)
+  ploss.raise(string.format("%s: scale: expected a number (the fused call's multiplier of the gradient; an " ..
+    "upstream gradient tensor goes to backward), got %s", d.criterion,
+    ploss.is_tensor(scale) and "a tensor" or type(scale)))
+end
+
 local show
 function show(v)
   if type(v) == "string" then return "'" .. v .. "'" end
@@ -155,7 +163,8 @@ local function resolve(d, user, extra, where)
         -- weight tensor's values are not read on the host: CUDA would need a synchronisation)
         for i = 1, n do
           if not (v[i] >= 0 and v[i] < math.huge) then
-            ploss.raise(string.format("%s: the weight %s of class %d is not a finite number >= 0", t.name, show(v[i]), i - 1))
+            ploss.raise(string.format("%s: opts.%s: the weight %s of class %d is not a finite number >= 0", where,
+              t.name, show(v[i]), i - 1))
           end
         end
       end
@@ -163,11 +172,14 @@ local function resolve(d, user, extra, where)
         local positive = false
         for i = 1, n do
           if not (v[i] >= 0 and v[i] < math.huge) then
-            ploss.raise(string.format("%s: the prior %s of class %d is not a finite number >= 0", t.name, show(v[i]), i - 1))
+            ploss.raise(string.format("%s: opts.%s: the prior %s of class %d is not a finite number >= 0", where,
+              t.name, show(v[i]), i - 1))
           end
           positive = positive or v[i] > 0
         end
-        if n > 0 and not positive then ploss.raise(t.name .. ": every prior is 0 (at least one must be > 0)") end
+        if n > 0 and not positive then
+          ploss.raise(string.format("%s: opts.%s: every prior is 0 (at least one must be > 0)", where, t.name))
+        end
       end
     elseif not ploss.is_tensor(v) then
       ploss.raise(string.format("%s: expected a tensor or a list of numbers, got %s", t.name, type(v)))
@@ -464,10 +476,23 @@ local function build_multi(d)
     return gradOutput
   end
 
+  -- Where the gradients go may be given to the constructor too (crit.grad_weight = t after
+  -- it does the same).
+  local grad_fields = {}
+  for _, x in ipairs(d.inputs) do grad_fields[x.grad] = true end
+  for _, tt in ipairs(d.tensors) do if tt.grad then grad_fields[tt.grad_name] = true end end
+
   function cls:__init(opts)
-    local o = resolve(d, opts, nil, d.criterion)
+    local o = resolve(d, opts or {}, grad_fields, d.criterion)
     check_inplace(o, d.criterion)
     for k, v in pairs(o) do self[k] = v end
+    for k in pairs(grad_fields) do
+      local v = (opts or {})[k]
+      if v ~= nil and not ploss.is_tensor(v) then
+        ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", d.criterion, k, type(v)))
+      end
+      self[k] = v
+    end
     self._copts = ctype()
     self._grads = {}
     self._cache = {}
@@ -589,7 +614,7 @@ local function build_multi(d)
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
-    if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
+    if scale ~= nil and type(scale) ~= "number" then bad_scale(d, scale) end
     if scale ~= nil and not (scale > -math.huge and scale < math.huge) then
       ploss.raise("scale: " .. (scale ~= scale and "NaN" or tostring(scale)) .. " is not a finite number")
     end
@@ -824,7 +849,7 @@ function M.build(d)
 
   function cls:fused(input, target, scale)
     local o = current(self, input, target)
-    if scale ~= nil and type(scale) ~= "number" then ploss.raise("scale: expected a number, got " .. type(scale)) end
+    if scale ~= nil and type(scale) ~= "number" then bad_scale(d, scale) end
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
     self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())

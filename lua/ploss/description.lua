@@ -66,7 +66,8 @@
 --                values = { { lua name, C suffix, doc }, … } }
 --   options      in struct order, after `reduction` and before `scale` and `inplace`
 --                (common to every loss): { lua/C name, type, default, doc = …, and checks:
---                min, max, min_exclusive, even; param = the field of the engines'
+--                min, max, min_exclusive, even; range = the range's text where the
+--                loss's `check` makes it (the docs' column); param = the field of the engines'
 --                parameters when it differs from the name; ctype for enums }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool', and 'comm' (a
 --                communicator, ploss.comm; default false: none; a ploss_comm_t * in C).
@@ -114,6 +115,7 @@ end
 --- The range an option must lie in, as the error messages and the docs say it
 -- ("a finite number >= 0", "an even integer in [2, 64]"); nil when any value goes.
 function D.range_text(opt)
+  if opt.range then return opt.range end
   local what
   if opt.type == "double" then what = "a finite number"
   elseif opt.type == "int" or opt.type == "int64" then what = opt.even and "an even integer" or "an integer"

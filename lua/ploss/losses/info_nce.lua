@@ -40,7 +40,7 @@ stored (O(N) memory besides one tile), and the backward pass recomputes the tile
     "w_i of each row's loss (halved when symmetric), G_ij = w_i·(P_ij − δ_ij) + [symmetric]·w_j·" ..
     "(Q_ij − δ_ij); ∂L/∂u = G·v/τ and ∂L/∂v = Gᵀ·u/τ, on the CPU accumulated tile by tile, on CUDA each in " ..
     "its own sweep over tiles of rows (∂L/∂v from the transposed tiles, nothing accumulated), then " ..
-    "through the normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖.  Exact for both inputs.",
+    "through the normalisation: ∂L/∂q_i = (g_i − (g_i·u_i)·u_i)/‖q_i‖ (g_i/1e-12 below the clamp, as F.normalize's).  Exact for both inputs.",
   notes = [[
 This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 other keys (and,
 symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
