@@ -829,8 +829,8 @@ def philox_keys(counters, seed):
 
 def partial_fc_classes(labels, C, rate, seed, ignore_index):
     """The classes Partial FC keeps, as ploss draws them (core/engines/margin.c,
-    sample_classes): the batch's classes (labels not ignored) and, up to floor(C·rate) + 1
-    in all, the other classes with the smallest Philox keys of `seed` (ties: the lower
+    sample_classes): the batch's classes (labels not ignored) and, up to
+    max(2, floor(C·rate) + 1) in all, the other classes with the smallest Philox keys of `seed` (ties: the lower
     class); ascending.  Returns (kept, pos): kept the class ids (int64), pos[c] the
     position of class c in kept (-1 when dropped), both numpy."""
     import numpy as np
@@ -838,7 +838,7 @@ def partial_fc_classes(labels, C, rate, seed, ignore_index):
     pos = np.full(C, -1, dtype=np.int64)
     present = np.unique(lab[lab != ignore_index])
     pos[present] = 0
-    want = math.floor(C * rate) + 1.0
+    want = max(2.0, math.floor(C * rate) + 1.0)
     n_s = C if want >= C else int(want)
     if len(present) < n_s:
         cand = np.nonzero(pos < 0)[0]

@@ -785,7 +785,7 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number > 0 (any with soft_margin)", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number (> 0 without soft_margin)", ploss_shown(o.margin));
     if (!(isfinite(o.p) && o.p >= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", ploss_shown(o.p));
     if (!(isfinite(o.eps) && o.eps >= 0.0))

@@ -801,7 +801,7 @@ typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
     /* μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0); a
-       finite number > 0 (any with soft_margin); default 1.0 */
+       finite number (> 0 without soft_margin); default 1.0 */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;
@@ -854,7 +854,7 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
- *           opts.margin not a finite number > 0 (any with soft_margin), opts.p not a finite
+ *           opts.margin not a finite number (> 0 without soft_margin), opts.p not a finite
  *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
  *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
@@ -2930,11 +2930,11 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
  * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
  * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
- * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
- * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
- * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
- * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
- * or f32.
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when the
+ * batch has at least as many rows as the sample has classes. No state is kept: backward
+ * recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an angular
+ * margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the gradient of
+ * such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3051,11 +3051,11 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
  * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
  * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
- * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
- * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
- * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
- * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
- * or f32.
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when the
+ * batch has at least as many rows as the sample has classes. No state is kept: backward
+ * recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an angular
+ * margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the gradient of
+ * such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3174,11 +3174,11 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * only). CUDA's workspace: a tile of at most 256 MiB of f32 products and a chunk of at most 2
  * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
  * over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows. Partial FC
- * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when N >=
- * ⌊C·rate⌋ + 1. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient
- * tile of the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 /
- * 1e-6) overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16
- * or f32.
+ * (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back only when the
+ * batch has at least as many rows as the sample has classes. No state is kept: backward
+ * recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so an angular
+ * margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the gradient of
+ * such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

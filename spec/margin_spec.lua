@@ -649,8 +649,12 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.PartialFCLoss { margin = ploss.CrossEntropyLoss {} } end,
       "PartialFCLoss: margin: expected a margin softmax criterion")
     H.expect_error(function() ploss.PartialFCLoss { rate = 0.1 } end, "PartialFCLoss: unknown option 'rate'")
-    H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end,
+    local err = H.expect_error(function() ploss.PartialFCLoss { sample_rate = 0 } end,
       "PartialFCLoss: opts.sample_rate: 0 is not a finite number in (0, 1]")
+    assert.matches("margin_spec%.lua:%d+:", err)
+    local bad = ploss.ArcFaceLoss {}
+    bad.s = -1
+    H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number > 0")
   end)
 
   it("ploss.nn.MarginSoftmax owns the centres: the fused pass, their gradient, the nearest centre", function()

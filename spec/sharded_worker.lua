@@ -7,7 +7,7 @@
 --   margin     AM-softmax, ArcFace, the combined margin: every reduction, forward, backward
 --              (with an upstream gradient) and fused, scale_grad_x_by_ranks
 --   partial_fc Partial FC: each rank keeps its block's batch classes plus drawn ones
---              (⌊C_r·rate⌋ + 1 in all); loss and gradients equal the single-device loss
+--              (max(2, ⌊C_r·rate⌋ + 1) in all); loss and gradients equal the single-device loss
 --              over the kept classes of every rank
 --   refusal    on rank 1 only: a label out of range, a bad weight, another row count, another
 --              tile_rows, another upstream gradient, another temperature (InfoNCE): an error
@@ -159,7 +159,7 @@ elseif mode == "partial_fc" then
       count = count + kept[j]
       if batch[j - 1] and not nz then error(string.format("%s: class %d of the batch was not kept", name, j - 1)) end
     end
-    local want = math.max(nbatch, math.min(blocks[rank], math.floor(blocks[rank] * rate) + 1))
+    local want = math.max(nbatch, math.min(blocks[rank], math.max(2, math.floor(blocks[rank] * rate) + 1)))
     if count ~= want then error(string.format("%s: %d classes kept on rank %d, expected %d", name, count, rank, want)) end
     -- every rank's kept flags (padded to the largest block), in class order
     local widest = blocks[R - 1]

@@ -18,7 +18,7 @@
  *
  * Partial FC (sample_rate < 1; An et al., ICCV Workshops 2021): the front keeps the classes
  * of the batch's labels P and draws k = max(0, n_s − |P|) others uniformly without
- * replacement, n_s = min(C, ⌊C·rate⌋ + 1): the k classes outside P with the smallest
+ * replacement, n_s = min(C, max(2, ⌊C·rate⌋ + 1)): the k classes outside P with the smallest
  * Philox keys (counter = class, key = seed), so one seed and one batch draw the same classes
  * on every device.  With |P| >= n_s the kept set is P itself.  The backends then run on the
  * kept centres only.  The CPU front draws them on the host (kept, class_pos); CUDA draws them
@@ -84,7 +84,7 @@ typedef struct ploss_margin_problem {
      * this block's classes (gx_dtype; the front sums them over the ranks) times
      * grad_x_factor.  Every rank must take the same tiles of rows (one gather each): their
      * rows derive from tile_rows, or else from classes_max, the most classes any rank's
-     * softmax may hold (its block; with Partial FC max(⌊C_q·rate⌋ + 1, N) within it), never
+     * softmax may hold (its block; with Partial FC max(n_s, N) within it), never
      * from the rank's own C or kept count. */
     ploss_comm_t *comm;
     int64_t class_offset, classes_total, classes_max, loss_row0, loss_rows;

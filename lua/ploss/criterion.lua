@@ -27,9 +27,9 @@ local INT_LIMIT = 2 ^ 31
 
 -- The fused call's scale is a number: its multiplier of the gradient (an upstream gradient
 -- tensor goes to backward).
-local function bad_scale(d, scale)
-  ploss.raise(string.format("%s: scale: expected a number (the fused call's multiplier of the gradient; an " ..
-    "upstream gradient tensor goes to backward), got %s", d.criterion,
+local function bad_scale(where, scale, name)
+  ploss.raise(string.format("%s: %s: expected a number (the fused call's multiplier of the gradient; an " ..
+    "upstream gradient tensor goes to backward), got %s", where, name,
     ploss.is_tensor(scale) and "a tensor" or type(scale)))
 end
 
@@ -152,11 +152,14 @@ local function resolve(d, user, extra, where)
       local n = #v
       for k in pairs(v) do
         if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
-          ploss.raise(string.format("%s: expected a list of numbers without holes, got key %s", t.name, show(k)))
+          ploss.raise(string.format("%s: opts.%s: expected a list of numbers without holes, got key %s", where, t.name,
+            show(k)))
         end
       end
       for i = 1, n do
-        if type(v[i]) ~= "number" then ploss.raise(string.format("%s[%d]: expected a number, got %s", t.name, i, type(v[i]))) end
+        if type(v[i]) ~= "number" then
+          ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, t.name, i, type(v[i])))
+        end
       end
       if t.what == "weight" then
         -- class weights: a NaN, an infinity or a negative weight gives no meaningful loss (a
@@ -182,7 +185,7 @@ local function resolve(d, user, extra, where)
         end
       end
     elseif not ploss.is_tensor(v) then
-      ploss.raise(string.format("%s: expected a tensor or a list of numbers, got %s", t.name, type(v)))
+      ploss.raise(string.format("%s: opts.%s: expected a tensor or a list of numbers, got %s", where, t.name, type(v)))
     end
     o[t.name] = v
   end
@@ -476,17 +479,17 @@ local function build_multi(d)
     return gradOutput
   end
 
-  -- Where the gradients go may be given to the constructor too (crit.grad_weight = t after
-  -- it does the same).
-  local grad_fields = {}
-  for _, x in ipairs(d.inputs) do grad_fields[x.grad] = true end
-  for _, tt in ipairs(d.tensors) do if tt.grad then grad_fields[tt.grad_name] = true end end
+  -- The names of the gradients' destinations: fields of the criterion (also given to its
+  -- constructor) and options of the functional API.
+  local grad_keys = {}
+  for _, x in ipairs(d.inputs) do grad_keys[x.grad] = true end
+  for _, tt in ipairs(d.tensors) do if tt.grad then grad_keys[tt.grad_name] = true end end
 
   function cls:__init(opts)
-    local o = resolve(d, opts or {}, grad_fields, d.criterion)
+    local o = resolve(d, opts or {}, grad_keys, d.criterion)
     check_inplace(o, d.criterion)
     for k, v in pairs(o) do self[k] = v end
-    for k in pairs(grad_fields) do
+    for k in pairs(grad_keys) do
       local v = (opts or {})[k]
       if v ~= nil and not ploss.is_tensor(v) then
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", d.criterion, k, type(v)))
@@ -614,9 +617,9 @@ local function build_multi(d)
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
-    if scale ~= nil and type(scale) ~= "number" then bad_scale(d, scale) end
+    if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     if scale ~= nil and not (scale > -math.huge and scale < math.huge) then
-      ploss.raise("scale: " .. (scale ~= scale and "NaN" or tostring(scale)) .. " is not a finite number")
+      ploss.raise(d.criterion .. ": scale: " .. (scale ~= scale and "NaN" or tostring(scale)) .. " is not a finite number")
     end
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
@@ -670,9 +673,6 @@ local function build_multi(d)
   local F = ploss.F
   -- the call options each function takes besides the loss's: forward the loss tensor
   -- (out), backward the gradient tensors (grad_<input>), fused all and the scale
-  local grad_keys = {}
-  for _, i in ipairs(d.inputs) do grad_keys[i.grad] = true end
-  for _, tt in ipairs(d.tensors) do if tt.grad then grad_keys[tt.grad_name] = true end end
   local keys = { forward = { out = true }, backward = grad_keys, fused = { out = true, scale = true } }
   for k in pairs(grad_keys) do keys.fused[k] = true end
   local function fprep(where, opts, ...)
@@ -680,9 +680,7 @@ local function build_multi(d)
     opts = opts or {}
     local o = resolve(d, opts, keys[pass_of(where)], where)
     check_inplace(o, where)
-    if opts.scale ~= nil and type(opts.scale) ~= "number" then
-      ploss.raise("scale: expected a number, got " .. type(opts.scale))
-    end
+    if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     t.copts = fill(d, o, ctype(), opts.scale)
     t.o = o
     return t, o, opts
@@ -849,7 +847,7 @@ function M.build(d)
 
   function cls:fused(input, target, scale)
     local o = current(self, input, target)
-    if scale ~= nil and type(scale) ~= "number" then bad_scale(d, scale) end
+    if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
     self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())
@@ -911,9 +909,7 @@ function M.build(d)
     check_args(where, input, target)
     opts = opts or {}
     local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
-    if opts.scale ~= nil and type(opts.scale) ~= "number" then
-      ploss.raise("scale: expected a number, got " .. type(opts.scale))
-    end
+    if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     return o, fill(d, o, ctype(), opts.scale), opts
   end
   local function loss_out(o, raw, input)

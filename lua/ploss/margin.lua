@@ -45,11 +45,16 @@ return function(ploss)
     o.sample_rate, o.seed = opts.sample_rate or 0.1, opts.seed or 0
     if opts.comm ~= nil then o.comm = opts.comm end
     if opts.scale_grad_x_by_ranks ~= nil then o.scale_grad_x_by_ranks = opts.scale_grad_x_by_ranks end
-    -- its option errors named as this criterion's
+    -- its option errors named as this criterion's: its own options as they are, the margin
+    -- criterion's as margin.<option>
     local ok, inner = pcall(ploss[d.criterion], o)
     if not ok then
-      local msg = tostring(inner):match("ploss: " .. d.criterion .. ": (.*)$")
-      if not msg then error(inner, 0) end
+      local text, head = tostring(inner), "ploss: " .. d.criterion .. ": "
+      local at = text:find(head, 1, true)
+      if not at then error(inner, 0) end
+      local msg = text:sub(at + #head)
+      local name = msg:match("^opts%.([%w_]+)") or msg:match("^([%w_]+)")
+      if name and not known[name] then msg = "margin." .. (msg:gsub("^opts%.", "")) end
       ploss.raise("PartialFCLoss: " .. msg)
     end
     self.margin = inner

@@ -89,7 +89,7 @@ CPU only).  CUDA's workspace: a tile of at most 256 MiB of f32 products and a ch
 most 2 GiB of gradient rows in the input dtype (so that the two gradient products usually
 run once over all rows), plus O((N + C)·D); tile_rows bounds both to that many rows.
 Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes back
-only when N >= ⌊C·rate⌋ + 1.  No state is kept:
+only when the batch has at least as many rows as the sample has classes.  No state is kept:
 backward recomputes the tiles.  f16 on CUDA: the gradient tile of the GEMMs is f16, so an
 angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
 gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.]]

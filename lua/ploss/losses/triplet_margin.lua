@@ -16,7 +16,7 @@ return {
     { "negative", "n, N×D embeddings of other classes" },
   },
   options = {
-    { "margin", "double", 1, range = "a finite number > 0 (any with soft_margin)",
+    { "margin", "double", 1, range = "a finite number (> 0 without soft_margin)",
       doc = "μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
