@@ -486,11 +486,12 @@ local function build_multi(d)
   for _, tt in ipairs(d.tensors) do if tt.grad then grad_keys[tt.grad_name] = true end end
 
   function cls:__init(opts)
-    local o = resolve(d, opts or {}, grad_keys, d.criterion)
+    opts = opts or {}
+    local o = resolve(d, opts, grad_keys, d.criterion)
     check_inplace(o, d.criterion)
     for k, v in pairs(o) do self[k] = v end
     for k in pairs(grad_keys) do
-      local v = (opts or {})[k]
+      local v = opts[k]
       if v ~= nil and not ploss.is_tensor(v) then
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", d.criterion, k, type(v)))
       end

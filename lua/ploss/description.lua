@@ -66,9 +66,10 @@
 --                values = { { lua name, C suffix, doc }, … } }
 --   options      in struct order, after `reduction` and before `scale` and `inplace`
 --                (common to every loss): { lua/C name, type, default, doc = …, and checks:
---                min, max, min_exclusive, even; range = the range's text where the
---                loss's `check` makes it (the docs' column); param = the field of the engines'
---                parameters when it differs from the name; ctype for enums }.  Types:
+--                min, max, min_exclusive, even; range = the range's text (the docs'
+--                column, the messages) where the loss's `check` decides it; param = the
+--                field of the engines' parameters when it differs from the name; ctype for
+--                enums }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool', and 'comm' (a
 --                communicator, ploss.comm; default false: none; a ploss_comm_t * in C).
 --   unused_options  { name = true }: fields of a shared struct this loss does not read

@@ -11,8 +11,8 @@
 -- A margin softmax criterion (ploss.CombinedMarginLoss, AMSoftmaxLoss / CosFaceLoss,
 -- ArcFaceLoss) whose softmax runs over a sample of the classes: the classes of the batch's
 -- labels plus uniformly drawn others, min(C, max(2, ⌊C·sample_rate⌋ + 1)) in all (An et al.,
--- Partial FC, ICCV Workshops 2021).  The drawing is the margin losses' own (their sample_rate and seed
--- options, core/engines/margin.h): Philox keys of the seed, so one seed and one batch draw
+-- Partial FC, ICCV Workshops 2021).  The drawing is the margin losses' own (their
+-- sample_rate and seed options, core/engines/margin.h): Philox keys of the seed, so one seed and one batch draw
 -- the same classes on the CPU and on CUDA.  Called like the margin criterion:
 -- crit:forward(x, weight, labels), crit:backward(x, weight, labels [, gradOutput]),
 -- crit(x, weight, labels [, scale]); the rows of grad_weight not drawn are zero.  The seed
