@@ -67,25 +67,13 @@ local function check_int(v, what, lo)
   end
 end
 
--- Refuses a key of opts that is not one of `known` (a misspelt option is not ignored).
-local function check_keys(opts, known, where)
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for name in pairs(known) do names[#names + 1] = name end
-      table.sort(names)
-      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, tostring(k), table.concat(names, ", ")))
-    end
-  end
-end
-
 local INIT_KEYS = { nranks = true, rank = true, id = true, device = true, timeout = true, wait = true }
 local ENV_KEYS = { device = true, timeout = true, wait = true }
 
 --- Join a communicator (see the module's header).
 function comm.init(opts)
   if type(opts) ~= "table" then ploss.raise("comm.init: expected a table {nranks =, rank =, id =, device =}, got " .. type(opts)) end
-  check_keys(opts, INIT_KEYS, "comm.init")
+  ploss.check_option_keys(opts, "comm.init", INIT_KEYS)
   check_int(opts.nranks, "nranks", 1)
   check_int(opts.rank, "rank", 0)
   if opts.rank >= opts.nranks then
@@ -113,7 +101,7 @@ end
 function comm.init_from_env(opts)
   opts = opts or {}
   if type(opts) ~= "table" then ploss.raise("comm.init_from_env: expected a table {device =, timeout =, wait =}, got " .. type(opts)) end
-  check_keys(opts, ENV_KEYS, "comm.init_from_env")
+  ploss.check_option_keys(opts, "comm.init_from_env", ENV_KEYS)
   local function env_int(name)
     local v = tonumber(os.getenv(name) or "")
     if not v then ploss.raise("comm.init_from_env: " .. name .. " is not set (start the script with tools/launch.sh)") end

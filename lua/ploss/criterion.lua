@@ -110,14 +110,8 @@ local function resolve(d, user, extra, where)
       ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
         where, show(v)))
     end
-    if not known[k] and not (extra and extra[k]) then
-      local names = {}
-      for name in pairs(known) do names[#names + 1] = name end
-      for name in pairs(extra or {}) do names[#names + 1] = name end
-      table.sort(names)
-      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, k, table.concat(names, ", ")))
-    end
   end
+  ploss.check_option_keys(user, where, known, extra)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end

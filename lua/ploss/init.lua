@@ -151,6 +151,21 @@ function ploss.raise(msg)
   error("ploss: " .. msg, caller_level())
 end
 
+--- Refuse a key of the options table `opts` that is in neither `known` nor `extra` (tables
+-- whose keys are the option names; extra optional), naming `where` and listing the known
+-- names: a misspelt option is an error, not ignored.
+function ploss.check_option_keys(opts, where, known, extra)
+  for k in pairs(opts) do
+    if not known[k] and not (extra and extra[k]) then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      for name in pairs(extra or {}) do names[#names + 1] = name end
+      table.sort(names)
+      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, tostring(k), table.concat(names, ", ")))
+    end
+  end
+end
+
 --- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names
 -- the C function.  The message is ploss_last_error() plus the status name, located as
 -- ploss.raise's.

@@ -27,12 +27,7 @@ return function(ploss)
   function cls:__init(opts)
     opts = opts or {}
     local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
-    for k in pairs(opts) do
-      if not known[k] then
-        ploss.raise("PartialFCLoss: unknown option '" .. tostring(k) .. "' (margin, sample_rate, seed, comm, " ..
-          "scale_grad_x_by_ranks)")
-      end
-    end
+    ploss.check_option_keys(opts, "PartialFCLoss", known)
     local margin = opts.margin or ploss.ArcFaceLoss {}
     local d = type(margin) == "table" and margin._description
     if not d or d.shape ~= "margin" then

@@ -144,9 +144,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     __call = function(c, opts)
       opts = opts or {}
       if type(opts) ~= "table" then ploss.raise(cls_name .. ": expected an options table") end
-      for k in pairs(opts) do
-        if k ~= "n" and k ~= "dim" then ploss.raise(string.format("%s: unknown option '%s'", cls_name, tostring(k))) end
-      end
+      ploss.check_option_keys(opts, cls_name, { n = true, dim = true })
       local self = setmetatable({ n = opts.n or 2, dim = opts.dim or 2 }, c)
       taylor_copts(self, cls_name) -- validate the types now; ranges are checked by the C side
       return self
@@ -254,9 +252,7 @@ for _, op in ipairs { { "box_iou", C.PLOSS_BOX_IOU_IOU }, { "generalized_box_iou
     if not ploss.is_tensor(boxes1) then ploss.raise(name .. ": boxes1: expected a ploss tensor, got " .. type(boxes1)) end
     if not ploss.is_tensor(boxes2) then ploss.raise(name .. ": boxes2: expected a ploss tensor, got " .. type(boxes2)) end
     if type(opts) ~= "table" then ploss.raise(name .. ": opts: expected a table") end
-    for k in pairs(opts) do
-      if not box_iou_keys[k] then ploss.raise(name .. ": unknown option '" .. tostring(k) .. "'") end
-    end
+    ploss.check_option_keys(opts, name, box_iou_keys)
     local co = new_opts("ploss_box_iou_opts", "ploss_box_iou_opts_init")
     co.kind = kind
     if opts.eps ~= nil then

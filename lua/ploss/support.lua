@@ -155,9 +155,9 @@ local ffi = require "ffi"
 local function fill_struct(ctype, init, opts, fields, what)
   local s = ffi.new(ctype)
   C[init](s)
+  ploss.check_option_keys(opts, what, fields)
   for k, v in pairs(opts) do
     local kind = fields[k]
-    if kind == nil then ploss.raise(string.format("%s: unknown option '%s'", what, tostring(k))) end
     if kind == "boolean" then
       if type(v) ~= "boolean" then ploss.raise(what .. ": " .. k .. ": expected a boolean, got " .. type(v)) end
       s[k] = v and 1 or 0
@@ -384,9 +384,7 @@ local function optimizer(name, make_state, step_one, fields)
         ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
       end
       opts = opts_table(opts, name)
-      for k in pairs(opts) do
-        if fields[k] == nil then ploss.raise(string.format("%s: unknown option '%s'", name, tostring(k))) end
-      end
+      ploss.check_option_keys(opts, name, fields)
       local self = setmetatable({ params = params, grads = grads, opts = opts, t = 0, state = {} }, c)
       for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
       return self
@@ -499,8 +497,8 @@ setmetatable(EMA, {
       ploss.raise("EMA: params: expected a list of tensors, e.g. model:parameters()")
     end
     opts = opts_table(opts, "EMA")
+    ploss.check_option_keys(opts, "EMA", ema_fields)
     for k, v in pairs(opts) do
-      if ema_fields[k] == nil then ploss.raise("EMA: unknown option '" .. tostring(k) .. "'") end
       if type(v) ~= ema_fields[k] then ploss.raise("EMA: " .. k .. ": expected a " .. ema_fields[k] .. ", got " .. type(v)) end
     end
     local self = setmetatable({ params = {}, shadows = {}, t = 0, applied = false }, EMA)
