@@ -159,6 +159,35 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("agrees at the ends of the exponentials' range (s = 64) and past it (s = 80)", function()
+    -- f32/bf16 with s <= 64 take every class's e^(s(c − 1) + 48) without a row max: rows
+    -- opposite every centre (each cosine within 0.002 of −1: e^−80, the smallest) and along
+    -- them (near +1: e^48, the largest); the targets' cosines exactly ±1 (powers of two), as φ′ near
+    -- |cos| = 1 would magnify the f32 cosine's rounding; s = 80 takes the row engine's pass
+    local C, X, W, Y = 50, {}, {}, {}
+    for k = 1, 12 do
+      X[k] = { (k <= 6 and -1 or 1) * 2 ^ (k % 3), 0, 0 }
+      Y[k] = k * 11 % C
+    end
+    for j = 1, C do W[j] = { 1 + 0.01 * j, 0.02 * (j * 7 % 5), 0.03 * (j % 3) } end
+    for _, j in ipairs(Y) do W[j + 1] = { 2 ^ (j % 4), 0, 0 } end
+    local x, w = ploss.tensor(X, { dtype = "f64" }), ploss.tensor(W, { dtype = "f64" })
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    for _, dtype in ipairs { "f32", "bf16" } do
+      for _, k in ipairs { { "arc_face", { s = 64 } }, { "am_softmax", { s = 64 } },
+                           { "combined_margin", { s = 64, m1 = 1.2, m2 = 0.2, m3 = 0.1 } } } do
+        for _, r in ipairs(REDUCTIONS) do
+          compare(k[1], x, w, y, with(k[2], { reduction = r }), dtype, "aligned and opposite")
+        end
+      end
+    end
+    local xr, wr, yr = inputs(70, 400, 24, 19, 5)
+    for _, dtype in ipairs(DTYPES) do
+      compare("arc_face", xr, wr, yr, { s = 80, m = 0.4, reduction = "mean" }, dtype, "70x400x24")
+      compare("am_softmax", xr, wr, yr, { s = 100, reduction = "none", tile_rows = 16 }, dtype, "70x400x24")
+    end
+  end)
+
   it("Partial FC: the same classes as the CPU for one seed, zero gradient on the others", function()
     local x, w, y = inputs(90, 500, 16, 41, 10)
     for _, dtype in ipairs(DTYPES) do

@@ -10,7 +10,11 @@
  *             contiguous X (N×D) or W (K×D) of the input dtype, and 1/max(‖row‖, ε); one
  *             block counts the rows that are not ignored ('mean') and reports labels outside
  *             [0, C) through the error slot;
- *   tiles     per tile of rows: the products X_b·Wᵀ (cuBLAS, fp32 accumulation and output);
+ *   tiles     f32/bf16 with s <= 64 on one device, the shifted path (below run_shifted): per
+ *             chunk of rows, tiles of columns of the products (cuBLAS, fp32), each read once
+ *             into e^(s(c − 1) + 48) and row sums, the rows, the gradient products on
+ *             those exponentials.  Otherwise (f16, larger scales, sharded):
+ *             per tile of rows: the products X_b·Wᵀ (cuBLAS, fp32 accumulation and output);
  *             one pass over them (cosine_rows: the row engine's register rows and its
  *             process_row with the margin policy, kernels/rows/policy_margin.cuh) scales
  *             each row into its cosines c_ij = x_i·w_j/(n_i·n_j) in registers, writes the
@@ -70,6 +74,14 @@ template <class T> struct buffers {
     int64_t *kept, *class_pos, *labels;
     /* sharded: a tile's row statistics (3 per row), then every rank's */
     float *stats;
+    /* the shifted path (null without): the normalised centres Ŵ (K×D, input dtype), each
+     * row's target cosine, its factor a_i/n_i of ∂x, the tiles' partial sums (a column tile
+     * after another, R rows each) and the rows a_i·x̂_i of the chunk (R×D, input dtype) */
+    T *wn;
+    float *cy;
+    double *fx;
+    float *part;
+    T *xs;
 };
 
 /* Partial FC's draw on the device (sample_n > 0), C entries each: flag (a class of the
@@ -205,11 +217,15 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
             out[j] = e;
         }
         s = warp_all_reduce<32>(s, SumOp());
+        const double r = sqrt((double)s);
+        const float inv = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
         if (lane == 0) {
-            const double r = sqrt((double)s);
             (is_x ? b.rx : b.rw)[i] = r;
-            (is_x ? b.inv_x : b.inv_w)[i] = (float)(1.0 / fmax(r, PLOSS_NORMALIZE_EPS));
+            (is_x ? b.inv_x : b.inv_w)[i] = inv;
         }
+        if (!is_x && b.wn) /* each lane reads back what it wrote */
+            for (int64_t j = lane; j < p.D; j += 32)
+                b.wn[i * p.D + j] = from_acc<T>(to_acc(out[j]) * inv);
     }
 }
 
@@ -426,24 +442,38 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
                 o[j * out.sd] = from_acc<T>(0.0f);
             continue;
         }
-        const float *g = (is_x ? b.gx : b.gw) + i * p.D;
+        const float *gs = (is_x ? b.gx : b.gw) + i * p.D;
         const T *v = (is_x ? b.xc : b.wc) + i * p.D;
         const bool clamped = (is_x ? b.rx : b.rw)[i] <= PLOSS_NORMALIZE_EPS;
         const float inv = (is_x ? b.inv_x : b.inv_w)[i];
+        /* the shifted path's products are E·Ŵ and Eᵀ·(a ⊙ X̂): P_i = (a_i/n_i)·(E·Ŵ)_i,
+         * Q_j = (Eᵀ·(a ⊙ X̂))_j/n_j (a product in double: a_i alone may exceed f32) */
+        const double f = !b.fx ? 1.0 : is_x ? b.fx[i] : (double)inv;
+        auto g = [&](int64_t j) { return b.fx ? (float)((double)gs[j] * f) : gs[j]; };
         float dot = 0.0f;
         if (!clamped)
             for (int64_t j = lane; j < p.D; j += 32)
-                dot += g[j] * (to_acc(v[j]) * inv);
+                dot += g(j) * (to_acc(v[j]) * inv);
         dot = warp_all_reduce<32>(dot, SumOp());
         if (is_x && p.comm) { /* sharded: f32 partial sums for the front's reduce-scatter */
-            const float f = (float)p.grad_x_factor;
+            const float gf = (float)p.grad_x_factor;
             for (int64_t j = lane; j < p.D; j += 32)
-                ((float *)out.data)[k * out.sn + j * out.sd] = (g[j] - dot * (to_acc(v[j]) * inv)) * f;
+                ((float *)out.data)[k * out.sn + j * out.sd] = (g(j) - dot * (to_acc(v[j]) * inv)) * gf;
             continue;
         }
         for (int64_t j = lane; j < p.D; j += 32)
-            o[j * out.sd] = from_acc<T>(g[j] - dot * (to_acc(v[j]) * inv));
+            o[j * out.sd] = from_acc<T>(g(j) - dot * (to_acc(v[j]) * inv));
     }
+}
+
+/* Row i's gradient factor ω: its upstream gradient (and the 'mean' divisor's inverse,
+ * divisor[1]), or the fused pass's scale. */
+__device__ __forceinline__ double row_omega(const ploss_margin_problem &p, const double *divisor, int64_t i)
+{
+    if (p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
+        return load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn);
+    return (p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0)) *
+           (p.reduction == PLOSS_REDUCTION_MEAN ? divisor[1] : 1.0);
 }
 
 /* ---- sharded calls (margin.h): a block of SHARD_THREADS threads per row of a tile ---- */
@@ -523,12 +553,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
                 g[k] = from_acc<T>(0.0f);
             continue;
         }
-        double w;
-        if (p.pass == PLOSS_PASS_BACKWARD && none)
-            w = load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn);
-        else
-            w = (p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0)) *
-                (p.reduction == PLOSS_REDUCTION_MEAN ? b.divisor[1] : 1.0);
+        const double w = row_omega(p, b.divisor, i);
         const int64_t j = ploss_margin_shard_class(&p, b.class_pos, y);
         const float kf = (float)(w * s * pn), gy = (float)(-w * s * dphi * S * pn), Mf = (float)M, sf = (float)s;
         const float *row = b.tile + r * ld;
@@ -541,110 +566,183 @@ __global__ void __launch_bounds__(SHARD_THREADS)
     }
 }
 
-template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem *p)
-{
-    const int64_t N = p->N, D = p->D, ld = D > 0 ? D : 1;
-    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
-    const bool none = p->reduction == PLOSS_REDUCTION_NONE;
-    const bool draw = p->sample_n > 0;
-    /* K: the classes of the softmax (Partial FC: the kept ones), known here unless the batch
-     * may hold more classes than n_s; Kb bounds it for the workspace */
-    int64_t K = draw ? (N < p->sample_n ? p->sample_n : 0) : p->K;
-    const int64_t Kb = K > 0 ? K : std::min(p->C, std::max(p->sample_n, N));
-    auto padded = [](int64_t k) { return (k + 7) / 8 * 8; }; /* a tile row's stride */
-    const int64_t ldb = padded(Kb); /* Kp's bound */
-    /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
-    auto check_rows = [](int64_t k) {
-        if (!re::serves<float>(1, k) || k > re::block_capacity<float>() * re::kMaxCluster)
-            return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld classes exceed the CUDA row engine's rows "
-                               "(at most %lld f32 values)", (long long)k,
-                               (long long)(re::block_capacity<float>() * re::kMaxCluster));
-        return PLOSS_OK;
-    };
-    ploss_status st;
-    const bool sharded = p->comm != nullptr; /* the sharded kernels serve rows of any length */
-    const int ranks = sharded ? ploss_comm_size(p->comm) : 0;
-    if (K > 0 && !sharded && (st = check_rows(K)))
-        return st;
-    cudaStream_t stream = stream_of(ctx);
-    /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
-    /* sharded: the same tiles and chunks on every rank, from the largest block (margin.h) */
-    const int64_t Kt = padded(sharded ? std::max(p->classes_max, Kb) : Kb);
-    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kt;
-    B = std::max<int64_t>(1, std::min<int64_t>(B, N));
-    int64_t R = B;
-    if (p->tile_rows == 0)
-        R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kt / B * B));
-    const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D, kpd = (size_t)ldb * (size_t)D;
-    const bool in_place = sizeof(T) == sizeof(float) && R == B;
-    draw_buffers d = {};
-    if (draw)
-        d.scratch_bytes = draw_scratch_bytes(p->C);
-    auto layout = [&](char *base, buffers<T> &b) {
-        carve c{base, 0};
-        b.xc = c.take<T>(nd);
-        b.wc = c.take<T>(kpd);
-        b.inv_x = c.take<float>(N);
-        b.inv_w = c.take<float>(Kb);
-        b.rx = c.take<double>(N);
-        b.rw = c.take<double>(Kb);
-        b.tile = c.take<float>((size_t)B * (size_t)ldb);
-        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)ldb);
-        b.gx = c.take<float>(want_grad ? nd : 0);
-        b.gw = c.take<float>(want_grad ? kd : 0);
-        b.losses = c.take<double>(N);
-        b.divisor = c.take<double>(2);
-        b.kept = draw ? c.take<int64_t>(Kb) : nullptr;
-        b.class_pos = draw ? c.take<int64_t>(p->C) : nullptr;
-        b.labels = draw && !sharded ? c.take<int64_t>(N) : nullptr;
-        b.stats = sharded ? c.take<float>((size_t)B * 3 * (size_t)(ranks + 1)) : nullptr;
-        if (draw) {
-            const size_t C = (size_t)p->C;
-            d.flag = c.take<int>(C);
-            d.cls_in = c.take<int>(C);
-            d.cls = c.take<int>(C);
-            d.cand = c.take<int>(C);
-            d.rank = c.take<int>(C);
-            d.keep = c.take<int>(C);
-            d.pos = c.take<int>(C);
-            d.key_in = c.take<uint64_t>(C);
-            d.key = c.take<uint64_t>(C);
-            d.count = c.take<int64_t>(1);
-            d.scratch = c.take<char>(d.scratch_bytes);
-        }
-        return c.used + 256;
-    };
-    buffers<T> b;
-    void *ws = nullptr;
-    if ((st = ploss_workspace(ctx, layout(nullptr, b), &ws)))
-        return st;
-    layout((char *)ws, b);
+/* ---- the shifted path: one device, f32/bf16, s <= SHIFTED_S_MAX --------------------------
+ *
+ * A cosine c ∈ [−1, 1] has e = e^(s(c − 1) + SHIFTED_TOP) ∈ [e^(TOP − 2s), e^TOP]: for
+ * s <= 64 within the normal range of f32 and bf16, and a row of up to 2^31 classes sums
+ * below e^70.  So no row needs its max before its exponentials: the fixed shift
+ * M = 1 − TOP/s stands in for it in ploss_margin_row_loss (exact whatever M is, the target's
+ * term taken in double), and the products are taken a tile of columns at a time (the
+ * chunk's rows × Cb classes within TILE_BYTES: the product GEMM, bound by writing its fp32
+ * output, runs at full speed only on wide tiles) and turned in one read into E (input
+ * dtype) and per-row partial sums.  With a_i = ω·s·pn_i,
+ * ∂L/∂c_ij = a_i·E_ij, the target's E_iy being −φ′(c_y)·S_i (written once S_i is known), so
+ * the gradient products run on E itself: ∂L/∂x̂ = diag(a)·E·Ŵ, ∂L/∂Ŵ = Eᵀ·(a ⊙ X̂), and
+ * nothing walks a row twice.  f16 (whose range holds no e^−80) and larger scales take the
+ * row engine's pass above. */
 
-    if (draw) {
-        if ((st = draw_classes(*p, d, b.kept, b.class_pos, stream)))
+constexpr double SHIFTED_TOP = 48.0;
+constexpr double SHIFTED_S_MAX = 64.0;
+
+/* Row i's label among the softmax's K classes (Partial FC: the kept position), −1 where the
+ * row is ignored or its label invalid (count_labels_kernel reports those). */
+template <class T> __device__ __forceinline__ int64_t shifted_label(const ploss_margin_problem &p, const buffers<T> &b,
+                                                                    int64_t i)
+{
+    const int64_t y = b.labels ? b.labels[i] : load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+    return y == p.ignore_index || y < 0 || y >= p.K ? -1 : y;
+}
+
+/* One warp per row r of the chunk's tile (ncols fp32 products from class j0, stride ldt):
+ * E_ij = e^(s·c_ij − shift) for the classes j < K other than the target (whose cosine goes
+ * to b.cy) into E (when given, stride lde), zeros elsewhere and on rows without a valid
+ * label, and their sum to b.part[t·R + r]. */
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    shifted_tile_kernel(const ploss_margin_problem p, const buffers<T> b, int64_t r0, int64_t rows, int64_t j0,
+                        int64_t ncols, int64_t ldt, int64_t t, int64_t R, T *E, int64_t lde, float s, float shift)
+{
+    struct alignas(4 * sizeof(T)) pack {
+        T v[4];
+    };
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
+        const int64_t i = r0 + r, y = shifted_label(p, b, i);
+        const int64_t yl = y - j0, kl = p.K - j0; /* the target's and the end's columns */
+        const float ix = b.inv_x[i];
+        const float *pr = b.tile + r * ldt;
+        float sum = 0.0f;
+#pragma unroll 4
+        for (int64_t c = 4 * lane; c < ncols; c += 128) {
+            const float4 v = *reinterpret_cast<const float4 *>(pr + c);
+            const float4 w = *reinterpret_cast<const float4 *>(b.inv_w + j0 + c);
+            const float pv[4] = {v.x, v.y, v.z, v.w}, wv[4] = {w.x, w.y, w.z, w.w};
+            pack o;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float cs = pv[k] * (ix * wv[k]);
+                float e = __expf(fmaf(s, cs, -shift));
+                if (c + k == yl)
+                    b.cy[i] = cs;
+                if (y < 0 || c + k == yl || c + k >= kl)
+                    e = 0.0f;
+                sum += e;
+                o.v[k] = from_acc<T>(e);
+            }
+            if (E)
+                *reinterpret_cast<pack *>(E + r * lde + j0 + c) = o;
+        }
+        sum = warp_all_reduce<32>(sum, SumOp());
+        if (lane == 0)
+            b.part[t * R + r] = sum;
+    }
+}
+
+/* One warp per row r of the chunk: S_i from the tiles' partial sums (fixed order), the
+ * row's loss (b.losses, and p.loss with 'none'); with a gradient a_i/n_i into b.fx, the
+ * target's E_iy = −φ′(c_y)·S_i, and the row a_i·x̂_i into b.xs (input dtype). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margin_problem p, const buffers<T> b,
+                                                               int64_t r0, int64_t rows, int64_t ntiles, int64_t R,
+                                                               T *E, int64_t lde, double M)
+{
+    const int lane = threadIdx.x & 31;
+    const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
+    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
+        const int64_t i = r0 + r, y = shifted_label(p, b, i);
+        double S = 0.0;
+        for (int64_t t = lane; t < ntiles; t += 32)
+            S += (double)b.part[t * R + r];
+        S = warp_all_reduce<32>(S, SumOp());
+        double loss = 0.0, a = 0.0, pn = 0.0, dphi = 0.0;
+        if (y >= 0) {
+            loss = ploss_margin_row_loss(&p.margin, S, (double)b.cy[i], M, &pn, &dphi);
+            if (want_grad)
+                a = row_omega(p, b.divisor, i) * p.margin.s * pn;
+        }
+        if (lane == 0) {
+            if (p.pass != PLOSS_PASS_BACKWARD) {
+                b.losses[i] = loss;
+                if (p.reduction == PLOSS_REDUCTION_NONE)
+                    store_state(p.loss, p.loss_dtype, i * p.l_sn, loss);
+            }
+            if (want_grad) {
+                b.fx[i] = a * (double)b.inv_x[i];
+                if (y >= 0)
+                    E[r * lde + y] = from_acc<T>((float)(-dphi * S));
+            }
+        }
+        if (!want_grad)
+            continue;
+        const float af = (float)a, ix = b.inv_x[i];
+        const T *xr = b.xc + i * p.D;
+        T *o = b.xs + r * p.D;
+        for (int64_t j = lane; j < p.D; j += 32)
+            o[j] = from_acc<T>(af * (to_acc(xr[j]) * ix));
+    }
+}
+
+/* Whether the shifted path serves these inputs: its exponents' range (above) and E_iy within
+ * f32's: K·e^TOP·max φ′ (φ′ <= m1/PLOSS_MARGIN_SIN_MIN + 1) below e^86. */
+template <class T> bool shifted_serves(const ploss_margin_problem &p, int64_t Kb)
+{
+    const bool dtype = sizeof(T) == sizeof(float) || std::is_same<T, __nv_bfloat16>::value;
+    const double top = SHIFTED_TOP + log((double)std::max<int64_t>(Kb, 1)) +
+                       log(fabs(p.margin.m1) / PLOSS_MARGIN_SIN_MIN + 1.0);
+    return dtype && !p.comm && p.margin.s <= SHIFTED_S_MAX && top < 86.0;
+}
+
+/* The shifted path over the prepared buffers: per chunk of R rows, the column tiles (Cb
+ * classes each: product GEMM, shifted_tile_kernel), the rows, the gradient products. */
+template <class T>
+ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const buffers<T> &b, int64_t R,
+                         int64_t Cb, cudaStream_t stream)
+{
+    const int64_t N = q.N, D = q.D, K = q.K, ld = D > 0 ? D : 1, ldk = (K + 7) / 8 * 8;
+    const int64_t ntiles = (ldk + Cb - 1) / Cb;
+    const bool want_grad = q.pass != PLOSS_PASS_FORWARD;
+    const double s = q.margin.s, M = 1.0 - SHIFTED_TOP / s;
+    ploss_status st;
+    for (int64_t c0 = 0; c0 < N; c0 += R) {
+        const int64_t crows = std::min(R, N - c0);
+        T *E = want_grad ? b.gt : nullptr;
+        for (int64_t t = 0; t < ntiles; ++t) {
+            const int64_t j0 = t * Cb, ncols = std::min(Cb, ldk - j0);
+            const ploss_gemm_problem cg = {crows, ncols, D, 1.0, 0.0, b.xc + c0 * D, 0, ld, b.wc + j0 * D, 1, ld,
+                                           q.dtype, b.tile, Cb, PLOSS_F32};
+            if ((st = ploss_cuda_gemm(ctx, &cg)))
+                return st;
+            shifted_tile_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(
+                q, b, c0, crows, j0, ncols, Cb, t, R, E, ldk, (float)s, (float)(s - SHIFTED_TOP));
+            if ((st = check_launch("margin column tile")))
+                return st;
+        }
+        shifted_rows_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, b, c0, crows, ntiles, R, E, ldk, M);
+        if ((st = check_launch("margin rows")))
             return st;
-        /* the kept count when the batch may hold more than n_s classes (a host round trip) */
-        if (K == 0 && ((st = ploss_cuda_memcpy(&K, d.count, sizeof K, PLOSS_COPY_D2H, stream)) ||
-                       (!sharded && (st = check_rows(K)))))
+        if (!want_grad || D == 0)
+            continue;
+        const ploss_gemm_problem dx = {crows, D, ldk, 1.0, 0.0, E, 0, ldk, b.wn, 0, ld, q.dtype,
+                                       b.gx + c0 * D, ld, PLOSS_F32};
+        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, E, 1, ldk, b.xs, 0, ld, q.dtype,
+                                       b.gw, ld, PLOSS_F32};
+        if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;
     }
-    const int64_t ldk = padded(K);
-    ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
-    q.K = K;
-    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
-    ploss_margin_problem every = q; /* the labels lie among every rank's classes */
-    every.C = p->classes_total;
-    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(every, b.divisor, ctx->error_slot);
-    if (draw && !sharded && N > 0)
-        remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(q, b);
-    if ((st = check_launch("margin prep")))
-        return st;
-    const size_t cd = (size_t)K * (size_t)D;
-    if (ldk > K && (st = ploss_cuda_memset(b.wc + cd, 0, (size_t)(ldk - K) * (size_t)D * sizeof(T), stream)))
-        return st;
-    if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
-        return st;
+    return PLOSS_OK;
+}
 
+/* The row engine's path (f16, scales above SHIFTED_S_MAX, sharded calls) over the prepared
+ * buffers: per chunk of R rows, its tiles of B rows (product GEMM, then cosine_rows or the
+ * sharded statistics, their gather and rows), then the chunk's gradient products. */
+template <class T>
+ploss_status run_rows(ploss_ctx_t *ctx, const ploss_margin_problem *p, const ploss_margin_problem &q,
+                      const buffers<T> &b, int64_t B, int64_t R, cudaStream_t stream)
+{
+    const int64_t N = q.N, D = q.D, K = q.K, ld = D > 0 ? D : 1, ldk = (K + 7) / 8 * 8;
+    const bool want_grad = q.pass != PLOSS_PASS_FORWARD, sharded = q.comm != nullptr;
+    const int ranks = sharded ? ploss_comm_size(q.comm) : 0;
+    ploss_status st;
     re::MarginPolicy pol;
     pol.margin = p->margin;
     pol.s = (float)p->margin.s;
@@ -699,6 +797,137 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
             return st;
     }
+    return PLOSS_OK;
+}
+
+template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem *p)
+{
+    const int64_t N = p->N, D = p->D;
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
+    const bool none = p->reduction == PLOSS_REDUCTION_NONE;
+    const bool draw = p->sample_n > 0;
+    /* K: the classes of the softmax (Partial FC: the kept ones), known here unless the batch
+     * may hold more classes than n_s; Kb bounds it for the workspace */
+    int64_t K = draw ? (N < p->sample_n ? p->sample_n : 0) : p->K;
+    const int64_t Kb = K > 0 ? K : std::min(p->C, std::max(p->sample_n, N));
+    auto padded = [](int64_t k) { return (k + 7) / 8 * 8; }; /* a tile row's stride */
+    const int64_t ldb = padded(Kb); /* Kp's bound */
+    /* the row engine's longest rows: a cluster of kMaxCluster blocks (sm_90) */
+    auto check_rows = [](int64_t k) {
+        if (!re::serves<float>(1, k) || k > re::block_capacity<float>() * re::kMaxCluster)
+            return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: C = %lld classes exceed the CUDA row engine's rows "
+                               "(at most %lld f32 values)", (long long)k,
+                               (long long)(re::block_capacity<float>() * re::kMaxCluster));
+        return PLOSS_OK;
+    };
+    ploss_status st;
+    const bool sharded = p->comm != nullptr; /* the sharded kernels serve rows of any length */
+    const int ranks = sharded ? ploss_comm_size(p->comm) : 0;
+    const bool shifted = shifted_serves<T>(*p, Kb); /* else the row engine's rows, of bounded length */
+    if (K > 0 && !sharded && !shifted && (st = check_rows(K)))
+        return st;
+    cudaStream_t stream = stream_of(ctx);
+    /* B: rows of a tile of fp32 products; R: rows of a chunk of G' (a multiple of B) */
+    /* sharded: the same tiles and chunks on every rank, from the largest block (margin.h) */
+    const int64_t Kt = padded(sharded ? std::max(p->classes_max, Kb) : Kb);
+    int64_t B = p->tile_rows > 0 ? p->tile_rows : (int64_t)(TILE_BYTES / sizeof(float)) / Kt;
+    B = std::max<int64_t>(1, std::min<int64_t>(B, N));
+    int64_t R = B;
+    if (p->tile_rows == 0)
+        R = std::min<int64_t>(N, std::max<int64_t>(B, (int64_t)(GRAD_BYTES / sizeof(T)) / Kt / B * B));
+    const size_t nd = (size_t)N * (size_t)D, kd = (size_t)Kb * (size_t)D, kpd = (size_t)ldb * (size_t)D;
+    /* the shifted path: chunks of R rows (their E within GRAD_BYTES, their products'
+     * tiles at least 128 classes wide within TILE_BYTES), tiles of Cb classes
+     * (opts.tile_rows: R = tile_rows, Cb = 128, the smallest) */
+    int64_t Cb = 0;
+    if (shifted) {
+        const int64_t tile_max = (int64_t)(TILE_BYTES / sizeof(float));
+        R = p->tile_rows > 0 ? p->tile_rows : tile_max / 128;
+        if (want_grad)
+            R = std::min<int64_t>(R, std::max<int64_t>(1, (int64_t)(GRAD_BYTES / sizeof(T)) / ldb));
+        R = std::max<int64_t>(1, std::min<int64_t>(R, N));
+        Cb = p->tile_rows > 0 ? 128 : std::max<int64_t>(128, tile_max / R / 128 * 128);
+        Cb = std::min<int64_t>(Cb, (ldb + 127) / 128 * 128);
+        B = R;
+    }
+    const bool in_place = !shifted && sizeof(T) == sizeof(float) && R == B;
+    draw_buffers d = {};
+    if (draw)
+        d.scratch_bytes = draw_scratch_bytes(p->C);
+    auto layout = [&](char *base, buffers<T> &b) {
+        carve c{base, 0};
+        b.xc = c.take<T>(nd);
+        b.wc = c.take<T>(kpd);
+        b.inv_x = c.take<float>(N);
+        b.inv_w = c.take<float>(ldb); /* the shifted tiles read up to Kp */
+        b.rx = c.take<double>(N);
+        b.rw = c.take<double>(Kb);
+        b.tile = c.take<float>((size_t)B * (size_t)(shifted ? Cb : ldb));
+        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)ldb);
+        b.gx = c.take<float>(want_grad ? nd : 0);
+        b.gw = c.take<float>(want_grad ? kd : 0);
+        b.losses = c.take<double>(N);
+        b.divisor = c.take<double>(2);
+        b.kept = draw ? c.take<int64_t>(Kb) : nullptr;
+        b.class_pos = draw ? c.take<int64_t>(p->C) : nullptr;
+        b.labels = draw && !sharded ? c.take<int64_t>(N) : nullptr;
+        b.stats = sharded ? c.take<float>((size_t)B * 3 * (size_t)(ranks + 1)) : nullptr;
+        b.wn = shifted && want_grad ? c.take<T>(kpd) : nullptr;
+        b.cy = shifted ? c.take<float>(N) : nullptr;
+        b.fx = shifted && want_grad ? c.take<double>(N) : nullptr;
+        b.part = shifted ? c.take<float>((size_t)R * (size_t)((ldb + Cb - 1) / std::max<int64_t>(Cb, 1))) : nullptr;
+        b.xs = shifted && want_grad ? c.take<T>((size_t)R * (size_t)D) : nullptr;
+        if (draw) {
+            const size_t C = (size_t)p->C;
+            d.flag = c.take<int>(C);
+            d.cls_in = c.take<int>(C);
+            d.cls = c.take<int>(C);
+            d.cand = c.take<int>(C);
+            d.rank = c.take<int>(C);
+            d.keep = c.take<int>(C);
+            d.pos = c.take<int>(C);
+            d.key_in = c.take<uint64_t>(C);
+            d.key = c.take<uint64_t>(C);
+            d.count = c.take<int64_t>(1);
+            d.scratch = c.take<char>(d.scratch_bytes);
+        }
+        return c.used + 256;
+    };
+    buffers<T> b;
+    void *ws = nullptr;
+    if ((st = ploss_workspace(ctx, layout(nullptr, b), &ws)))
+        return st;
+    layout((char *)ws, b);
+
+    if (draw) {
+        if ((st = draw_classes(*p, d, b.kept, b.class_pos, stream)))
+            return st;
+        /* the kept count when the batch may hold more than n_s classes (a host round trip) */
+        if (K == 0 && ((st = ploss_cuda_memcpy(&K, d.count, sizeof K, PLOSS_COPY_D2H, stream)) ||
+                       (!sharded && !shifted && (st = check_rows(K)))))
+            return st;
+    }
+    const int64_t ldk = padded(K);
+    ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
+    q.K = K;
+    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
+    ploss_margin_problem every = q; /* the labels lie among every rank's classes */
+    every.C = p->classes_total;
+    count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(every, b.divisor, ctx->error_slot);
+    if (draw && !sharded && N > 0)
+        remap_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(q, b);
+    if ((st = check_launch("margin prep")))
+        return st;
+    const size_t cd = (size_t)K * (size_t)D;
+    T *const padded_rows[2] = {b.wc, b.wn};
+    for (T *w : padded_rows)
+        if (w && ldk > K && (st = ploss_cuda_memset(w + cd, 0, (size_t)(ldk - K) * (size_t)D * sizeof(T), stream)))
+            return st;
+    if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
+        return st;
+
+    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
+        return st;
     if (want_loss && !none &&
         (st = re::launch_finalize(b.losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor : nullptr, p->loss,
                                   p->loss_dtype, stream)))

@@ -1,19 +1,20 @@
 /*
  * batch_hard.cu — CUDA backend of the batch-hard triplet loss (core/engines/pairs.h).
  *
- *   pack      a dense copy of the embeddings (the GEMM's operand) and their squared norms;
+ *   pack      a dense copy of the embeddings (the GEMM's operand), their squared norms, the
+ *             labels as int64 and the cosine distance's inverse norms;
  *   per block of anchor rows: the Gram block X_b·Xᵀ through cuBLAS (kernels/support/gemm.cu,
  *             fp32 output, f64 for f64), then `mine`: one warp per anchor scans its row of
- *             the block for the hardest positive and negative (ties: the lowest index; a NaN
- *             distance wins, as torch.max/min propagate it; a non-finite value of the
- *             expansion is taken again from the rows).  The
+ *             the block for the hardest positive and negative by a key in the accumulation
+ *             type (ties: the lowest index; a NaN distance wins, as torch.max/min propagate
+ *             it; a non-finite value of the expansion is taken again from the rows).  The
  *             block holds at most GRAM_BYTES: the N×N matrix never exists;
  *   anchors   one warp per anchor: the two chosen distances recomputed from the rows, ℓ_i,
  *             ∂ℓ/∂d and the pairs' gradient terms (the maths of the CPU backend);
  *   stats     one block: the active anchors and the reduced loss, in a fixed order; then each
  *             anchor's ∂ℓ/∂d times its upstream factor ω (mean: over the active anchors);
  *   gradient  the pairs that reach each row from other anchors, grouped by row with a stable
- *             radix sort of (row, entry) — entry order is anchor order — then one warp per
+ *             radix sort of (row, entry) — entry order is anchor order — then one block per
  *             row adds its own terms and those in that order.
  * Everything is deterministic (no float atomics); the workspace is O(N·D + N + block).
  */
@@ -43,9 +44,11 @@ struct stats_t {
     int64_t active;
 };
 
-/* Dense copy xd (row-major N×D, the input dtype) and squared norms sq (A). */
+/* Dense copy xd (row-major N×D, the input dtype), squared norms sq (A), the labels as
+ * int64 (lab) and the cosine distance's clamped norms (nrm, double). */
 template <class T>
-__global__ void __launch_bounds__(THREADS) pack_kernel(const ploss_batch_hard_problem p, T *xd, acc_t<T> *sq)
+__global__ void __launch_bounds__(THREADS)
+    pack_kernel(const ploss_batch_hard_problem p, T *xd, acc_t<T> *sq, int64_t *lab, double *nrm)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
@@ -59,8 +62,11 @@ __global__ void __launch_bounds__(THREADS) pack_kernel(const ploss_batch_hard_pr
             s += a * a;
         }
         s = warp_all_reduce<32>(s, SumOp());
-        if (lane == 0)
+        if (lane == 0) {
             sq[i] = s;
+            lab[i] = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+            nrm[i] = ploss_cosine_norm(sqrt((double)s));
+        }
     }
 }
 
@@ -73,24 +79,36 @@ __device__ __forceinline__ void pick(double &d, int64_t &k, double d2, int64_t k
     }
 }
 
-/* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N). */
+/* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N).
+ * Each candidate is ranked in double by a key monotone in its distance (ploss_pair_distance_
+ * from_gram's values, without the square root of the Euclidean distance: the same order);
+ * a key that is not finite is taken again from the rows.  f32 blocks are read 16 bytes a
+ * lane (with the norms and labels) so that enough loads are in flight. */
 template <class T>
 __global__ void __launch_bounds__(THREADS) mine_kernel(const ploss_batch_hard_problem p, const T *xd,
-                                                       const acc_t<T> *gram, const acc_t<T> *sq, int64_t b0,
+                                                       const acc_t<T> *gram, const acc_t<T> *sq,
+                                                       const int64_t *lab, const double *nrm, int64_t b0,
                                                        int64_t rows, anchor_t *an)
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
+    const bool cosine = p.distance == 2;
     for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
-        const int64_t i = b0 + r, yi = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        const int64_t i = b0 + r, yi = lab[i];
         const A *t = gram + r * p.N;
-        const double sqi = (double)sq[i];
+        const double sqi = (double)sq[i], ni = nrm[i];
         double dp = 0.0, dn = 0.0;
         int64_t bp = -1, bn = -1;
-        for (int64_t j = lane; j < p.N; j += 32) {
+        auto consider = [&](int64_t j, A g, A sqj, int64_t yj) {
             if (j == i)
-                continue;
-            double d = ploss_pair_distance_from_gram(p.distance, (double)t[j], sqi, (double)sq[j]);
+                return;
+            double d;
+            if (cosine)
+                d = 1.0 - (double)g / (ni * nrm[j]);
+            else {
+                d = sqi + (double)sqj - 2.0 * (double)g;
+                d = d < 0.0 ? 0.0 : d; /* NaN stays NaN */
+            }
             if (!isfinite(d)) { /* an infinite element (or an overflow): ∞ − ∞ is not ‖x_i − x_j‖ */
                 double dd = 0.0, dot = 0.0;
                 for (int64_t k = 0; k < p.D; ++k) {
@@ -98,13 +116,29 @@ __global__ void __launch_bounds__(THREADS) mine_kernel(const ploss_batch_hard_pr
                     dd += (u - v) * (u - v);
                     dot += u * v;
                 }
-                d = ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, (double)sq[j]);
+                d = cosine ? ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, (double)sqj) : dd;
             }
-            if (load_int_dyn(p.labels, p.label_dtype, j * p.y_sn) == yi)
+            if (yj == yi)
                 pick(dp, bp, d, j, true);
             else
                 pick(dn, bn, d, j, false);
+        };
+        int64_t nv = 0; /* the vectorised part */
+        if constexpr (sizeof(A) == 4) {
+            nv = p.N % 4 == 0 ? p.N : 0;
+#pragma unroll 2
+            for (int64_t j = 4 * lane; j < nv; j += 128) {
+                const float4 g = *reinterpret_cast<const float4 *>(t + j), q = *reinterpret_cast<const float4 *>(sq + j);
+                const longlong2 y0 = *reinterpret_cast<const longlong2 *>(lab + j);
+                const longlong2 y1 = *reinterpret_cast<const longlong2 *>(lab + j + 2);
+                consider(j, g.x, q.x, y0.x);
+                consider(j + 1, g.y, q.y, y0.y);
+                consider(j + 2, g.z, q.z, y1.x);
+                consider(j + 3, g.w, q.w, y1.y);
+            }
         }
+        for (int64_t j = nv + lane; j < p.N; j += 32)
+            consider(j, t[j], sq[j], lab[j]);
         for (int off = 16; off > 0; off >>= 1) {
             const double dp2 = __shfl_down_sync(0xffffffffu, dp, off), dn2 = __shfl_down_sync(0xffffffffu, dn, off);
             const long long bp2 = __shfl_down_sync(0xffffffffu, (long long)bp, off);
@@ -221,41 +255,70 @@ __device__ __forceinline__ int64_t lower_bound(const int64_t *keys, int64_t n, i
     return lo;
 }
 
-/* One warp per row k: its own pairs' terms, then the other anchors' in entry order, then
- * the coefficient of x_k; written in the input dtype. */
+/* One block per row k, a thread per column (GRAD_THREADS columns at a time): its own pairs'
+ * terms, then the other anchors' in entry order, then the coefficient of x_k; written in
+ * the input dtype.  The entries that reach the row are read GRAD_THREADS at a time into
+ * shared memory, so a row reached by many anchors (a hub of the batch) costs loads in
+ * parallel, not a chain of them. */
+constexpr int GRAD_THREADS = 256;
 template <class T>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(GRAD_THREADS)
 grad_kernel(const ploss_batch_hard_problem p, const T *xd, const anchor_t *an, const int64_t *keys,
             const int64_t *vals)
 {
     using A = acc_t<T>;
-    const int lane = threadIdx.x & 31;
-    for (int64_t k = warp_row(); k < p.N; k += warp_rows_stride()) {
+    __shared__ int64_t s_row[GRAD_THREADS];
+    __shared__ A s_cross[GRAD_THREADS];
+    __shared__ double s_self[GRAD_THREADS];
+    __shared__ int64_t s_range[2];
+    __shared__ double s_ks;
+    const int tid = threadIdx.x;
+    for (int64_t k = blockIdx.x; k < p.N; k += gridDim.x) {
         const anchor_t a = an[k];
         const double wk = a.c;
-        const int64_t lo = lower_bound(keys, 2 * p.N, k), hi = lower_bound(keys, 2 * p.N, k + 1);
-        double self = 0.0;
-        if (wk != 0.0)
-            self += wk * (a.tp.self_i - a.tn.self_i);
-        for (int64_t q = lo; q < hi; ++q) {
-            const int64_t e = vals[q], i = e < p.N ? e : e - p.N;
-            self += e < p.N ? an[i].c * an[i].tp.self_j : -an[i].c * an[i].tn.self_j;
+        if (tid == 0) {
+            s_range[0] = lower_bound(keys, 2 * p.N, k);
+            s_range[1] = lower_bound(keys, 2 * p.N, k + 1);
         }
-        const A kp = (A)(wk * a.tp.cross), kn = (A)(-wk * a.tn.cross), ks = (A)self;
+        __syncthreads();
+        const int64_t lo = s_range[0], hi = s_range[1];
+        double self = wk != 0.0 ? wk * (a.tp.self_i - a.tn.self_i) : 0.0; /* thread 0's sum */
+        const A kp = (A)(wk * a.tp.cross), kn = (A)(-wk * a.tn.cross);
         const T *xk = xd + k * p.D;
         T *g = (T *)p.grad.data + k * p.grad.sn;
-        for (int64_t j = lane; j < p.D; j += 32) {
+        for (int64_t d0 = 0; d0 < p.D; d0 += GRAD_THREADS) {
+            const int64_t j = d0 + tid;
+            const bool in = j < p.D;
             A v = 0;
-            if (wk != 0.0)
+            if (in && wk != 0.0)
                 v += kp * to_acc(xd[a.pos * p.D + j]) + kn * to_acc(xd[a.neg * p.D + j]);
-            for (int64_t q = lo; q < hi; ++q) {
-                const int64_t e = vals[q], i = e < p.N ? e : e - p.N;
-                const A kx = (A)(e < p.N ? an[i].c * an[i].tp.cross : -an[i].c * an[i].tn.cross);
-                v += kx * to_acc(xd[i * p.D + j]);
+            for (int64_t c0 = lo; c0 < hi; c0 += GRAD_THREADS) {
+                const int n = hi - c0 < GRAD_THREADS ? (int)(hi - c0) : GRAD_THREADS;
+                __syncthreads(); /* the last chunk's entries are read */
+                if (tid < n) {
+                    const int64_t e = vals[c0 + tid], i = e < p.N ? e : e - p.N;
+                    const anchor_t &ai = an[i];
+                    s_row[tid] = i;
+                    s_cross[tid] = (A)(e < p.N ? ai.c * ai.tp.cross : -ai.c * ai.tn.cross);
+                    s_self[tid] = e < p.N ? ai.c * ai.tp.self_j : -ai.c * ai.tn.self_j;
+                }
+                __syncthreads();
+                if (d0 == 0 && tid == 0)
+                    for (int q = 0; q < n; ++q)
+                        self += s_self[q];
+                if (in)
+                    for (int q = 0; q < n; ++q)
+                        v += s_cross[q] * to_acc(xd[s_row[q] * p.D + j]);
             }
-            v += ks * to_acc(xk[j]);
-            g[j * p.grad.sd] = from_acc<T>(v);
+            if (d0 == 0) {
+                if (tid == 0)
+                    s_ks = self;
+                __syncthreads();
+            }
+            if (in)
+                g[j * p.grad.sd] = from_acc<T>(v + (A)s_ks * to_acc(xk[j]));
         }
+        __syncthreads(); /* s_range and s_ks may be written again */
     }
 }
 
@@ -278,11 +341,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
                                         (const int64_t *)nullptr, (int64_t *)nullptr, (int)(2 * N), 0, end_bit,
                                         stream);
     /* the workspace, sized by a dry run of the carving */
-    auto layout = [&](char *base, T **xd, A **sq, A **gram, anchor_t **an, stats_t **stats, int64_t **keys,
+    auto layout = [&](char *base, T **xd, A **sq, int64_t **lab, double **nrm, A **gram, anchor_t **an, stats_t **stats, int64_t **keys,
                       int64_t **vals, void **sort_tmp) {
         carve c{base, 0};
         *xd = c.take<T>((size_t)N * (size_t)D);
         *sq = c.take<A>((size_t)N);
+        *lab = c.take<int64_t>((size_t)N);
+        *nrm = c.take<double>((size_t)N);
         *gram = c.take<A>((size_t)B * (size_t)N);
         *an = c.take<anchor_t>((size_t)N);
         *stats = c.take<stats_t>(1);
@@ -296,19 +361,21 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
     };
     T *xd;
     A *sq, *gram;
+    double *nrm;
+    int64_t *lab;
     anchor_t *an;
     stats_t *stats;
     int64_t *keys[2], *vals[2];
     void *sort_tmp;
     void *ws = NULL;
-    ploss_status st = ploss_workspace(ctx, layout(nullptr, &xd, &sq, &gram, &an, &stats, keys, vals, &sort_tmp), &ws);
+    ploss_status st = ploss_workspace(ctx, layout(nullptr, &xd, &sq, &lab, &nrm, &gram, &an, &stats, keys, vals, &sort_tmp), &ws);
     if (st)
         return st;
-    layout((char *)ws, &xd, &sq, &gram, &an, &stats, keys, vals, &sort_tmp);
+    layout((char *)ws, &xd, &sq, &lab, &nrm, &gram, &an, &stats, keys, vals, &sort_tmp);
 
     const unsigned blocks = row_blocks(N);
     if (N > 0) {
-        pack_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, sq);
+        pack_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, sq, lab, nrm);
         if ((st = check_launch("batch_hard pack")))
             return st;
     }
@@ -318,7 +385,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
                                       p->dtype, gram, N, p->dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32};
         if ((st = ploss_cuda_gemm(ctx, &g)))
             return st;
-        mine_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, xd, gram, sq, b0, rows, an);
+        mine_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, xd, gram, sq, lab, nrm, b0, rows, an);
         if ((st = check_launch("batch_hard mine")))
             return st;
     }
@@ -339,7 +406,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
     if (cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys[0], keys[1], vals[0], vals[1], (int)(2 * N), 0,
                                         end_bit, stream) != cudaSuccess)
         return check_launch("batch_hard sort");
-    grad_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, xd, an, keys[1], vals[1]);
+    grad_kernel<T><<<(unsigned)std::min<int64_t>(N, 1 << 20), GRAD_THREADS, 0, stream>>>(*p, xd, an, keys[1], vals[1]);
     return check_launch("batch_hard gradient");
 }
 
