@@ -118,10 +118,18 @@ __global__ void __launch_bounds__(THREADS) mine_kernel(const ploss_batch_hard_pr
                 }
                 d = cosine ? ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, (double)sqj) : dd;
             }
-            if (yj == yi)
-                pick(dp, bp, d, j, true);
-            else
-                pick(dn, bn, d, j, false);
+            /* ploss_mine_better within one lane, whose candidates come in increasing j (a
+             * tie keeps the earlier one): a NaN is kept once taken */
+            const bool nan = d != d;
+            if (yj == yi) {
+                if (bp < 0 || (dp == dp && (nan || d > dp))) {
+                    dp = d;
+                    bp = j;
+                }
+            } else if (bn < 0 || (dn == dn && (nan || d < dn))) {
+                dn = d;
+                bn = j;
+            }
         };
         int64_t nv = 0; /* the vectorised part */
         if constexpr (sizeof(A) == 4) {
