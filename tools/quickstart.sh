@@ -105,6 +105,8 @@ else
 fi
 if [ "$cuda" = enabled ]; then
   echo "quickstart: building with the CUDA kernels ($why); the first build takes 4-10 minutes"
+  # the fused margin GEMM for H100/H200 (optional: without it those losses run unfused)
+  bash tools/fetch_cutlass.sh || echo "quickstart: CUTLASS not fetched; the margin losses run unfused on sm_90"
 fi
 
 if [ ! -f build/build.ninja ]; then

@@ -12,8 +12,10 @@
  *             [0, C) through the error slot;
  *   tiles     f32/bf16 with s <= 64 on one device, the shifted path (below run_shifted): per
  *             chunk of rows, tiles of columns of the products (cuBLAS, fp32), each read once
- *             into e^(s(c − 1) + 48) and row sums, the rows, the gradient products on
- *             those exponentials.  Otherwise (f16, larger scales, sharded):
+ *             into e^(s(c − 1) + 48) and row sums — for bf16 on sm_90 with CUTLASS, one
+ *             product GEMM that writes those exponentials and sums from its epilogue
+ *             (margin_exp_gemm.cu) —, the rows, the gradient products on those
+ *             exponentials.  Otherwise (f16, larger scales, sharded):
  *             per tile of rows: the products X_b·Wᵀ (cuBLAS, fp32 accumulation and output);
  *             one pass over them (cosine_rows: the row engine's register rows and its
  *             process_row with the margin policy, kernels/rows/policy_margin.cuh) scales
@@ -48,6 +50,9 @@
 
 #include "gemm.h"
 #include "margin.h"
+#ifdef PLOSS_HAVE_CUTLASS
+#include "margin_exp_gemm.h"
+#endif
 #include "pairs/pairs.cuh"
 #include "philox.h"
 #include "policy_margin.cuh"
@@ -75,13 +80,17 @@ template <class T> struct buffers {
     /* sharded: a tile's row statistics (3 per row), then every rank's */
     float *stats;
     /* the shifted path (null without): the normalised centres Ŵ (K×D, input dtype), each
-     * row's target cosine, its factor a_i/n_i of ∂x, the tiles' partial sums (a column tile
+     * row's target cosine, its factor a_i of ∂x, the tiles' partial sums (a column tile
      * after another, R rows each) and the rows a_i·x̂_i of the chunk (R×D, input dtype) */
     T *wn;
     float *cy;
-    double *fx;
+    float *ax;
     float *part;
     T *xs;
+    /* the fused product GEMM (margin_exp_gemm.cu; null without): each row's scale
+     * s·log2(e)/n_i and target column (a float, −1: none), the column indices as floats,
+     * and the chunk rows' partial sums of E (fp32, from the GEMM's epilogue) */
+    float *rs, *rt, *colidx, *sums;
 };
 
 /* Partial FC's draw on the device (sample_n > 0), C entries each: flag (a class of the
@@ -222,6 +231,8 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
         if (lane == 0) {
             (is_x ? b.rx : b.rw)[i] = r;
             (is_x ? b.inv_x : b.inv_w)[i] = inv;
+            if (is_x && b.rs)
+                b.rs[i] = (float)(p.margin.s * CUDART_L2E) * inv;
         }
         if (!is_x && b.wn) /* each lane reads back what it wrote */
             for (int64_t j = lane; j < p.D; j += 32)
@@ -446,10 +457,10 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
         const T *v = (is_x ? b.xc : b.wc) + i * p.D;
         const bool clamped = (is_x ? b.rx : b.rw)[i] <= PLOSS_NORMALIZE_EPS;
         const float inv = (is_x ? b.inv_x : b.inv_w)[i];
-        /* the shifted path's products are E·Ŵ and Eᵀ·(a ⊙ X̂): P_i = (a_i/n_i)·(E·Ŵ)_i,
-         * Q_j = (Eᵀ·(a ⊙ X̂))_j/n_j (a product in double: a_i alone may exceed f32) */
-        const double f = !b.fx ? 1.0 : is_x ? b.fx[i] : (double)inv;
-        auto g = [&](int64_t j) { return b.fx ? (float)((double)gs[j] * f) : gs[j]; };
+        /* the shifted path's products are E·Ŵ and Eᵀ·(a ⊙ X̂): P_i = (a_i/n_i)·(E·Ŵ)_i and
+         * Q_j = (Eᵀ·(a ⊙ X̂))_j/n_j, the factor in double (a_i/n_i alone may exceed f32) */
+        const double f = !b.ax ? 1.0 : (is_x ? (double)b.ax[i] : 1.0) * (double)inv;
+        auto g = [&](int64_t j) { return b.ax ? (float)((double)gs[j] * f) : gs[j]; };
         float dot = 0.0f;
         if (!clamped)
             for (int64_t j = lane; j < p.D; j += 32)
@@ -638,9 +649,44 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* One warp per row r of the chunk: S_i from the tiles' partial sums (fixed order), the
- * row's loss (b.losses, and p.loss with 'none'); with a gradient a_i/n_i into b.fx, the
- * target's E_iy = −φ′(c_y)·S_i, and the row a_i·x̂_i into b.xs (input dtype). */
+/* The fused product GEMM's inputs: each row's target column as a float (−1: none) and the
+ * column indices 0 … n − 1 as floats. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) fused_indices_kernel(const ploss_margin_problem p, const buffers<T> b,
+                                                                int64_t n)
+{
+    for (int64_t k = thread_index(); k < (p.N > n ? p.N : n); k += grid_stride()) {
+        if (k < p.N)
+            b.rt[k] = (float)shifted_label(p, b, k);
+        if (k < n)
+            b.colidx[k] = (float)k;
+    }
+}
+
+/* The fused product GEMM's rows: one warp per row r of the chunk, its target's cosine
+ * x_i·w_y/(n_i·n_y) into b.cy (the GEMM leaves the target's entry of E at 0). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) target_cosine_kernel(const ploss_margin_problem p, const buffers<T> b,
+                                                                int64_t r0, int64_t rows)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
+        const int64_t i = r0 + r, y = shifted_label(p, b, i);
+        if (y < 0)
+            continue;
+        float d = 0.0f;
+        for (int64_t j = lane; j < p.D; j += 32)
+            d += to_acc(b.xc[i * p.D + j]) * to_acc(b.wc[y * p.D + j]);
+        d = warp_all_reduce<32>(d, SumOp());
+        if (lane == 0)
+            b.cy[i] = d * (b.inv_x[i] * b.inv_w[y]);
+    }
+}
+
+/* One warp per row r of the chunk: S_i from the tiles' partial sums (fixed order: the
+ * column tiles', or the fused product GEMM's), the row's loss (b.losses, and p.loss with 'none'); with a
+ * gradient a_i into b.ax, the target's E_iy = −φ′(c_y)·S_i, and the row a_i·x̂_i into b.xs
+ * (input dtype). */
 template <class T>
 __global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margin_problem p, const buffers<T> b,
                                                                int64_t r0, int64_t rows, int64_t ntiles, int64_t R,
@@ -667,7 +713,7 @@ __global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margi
                     store_state(p.loss, p.loss_dtype, i * p.l_sn, loss);
             }
             if (want_grad) {
-                b.fx[i] = a * (double)b.inv_x[i];
+                b.ax[i] = (float)a;
                 if (y >= 0)
                     E[r * lde + y] = from_acc<T>((float)(-dphi * S));
             }
@@ -696,28 +742,52 @@ template <class T> bool shifted_serves(const ploss_margin_problem &p, int64_t Kb
  * classes each: product GEMM, shifted_tile_kernel), the rows, the gradient products. */
 template <class T>
 ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const buffers<T> &b, int64_t R,
-                         int64_t Cb, cudaStream_t stream)
+                         int64_t Cb, void *gemm_ws, size_t gemm_ws_bytes, cudaStream_t stream)
 {
     const int64_t N = q.N, D = q.D, K = q.K, ld = D > 0 ? D : 1, ldk = (K + 7) / 8 * 8;
     const int64_t ntiles = (ldk + Cb - 1) / Cb;
     const bool want_grad = q.pass != PLOSS_PASS_FORWARD;
     const double s = q.margin.s, M = 1.0 - SHIFTED_TOP / s;
     ploss_status st;
+#ifdef PLOSS_HAVE_CUTLASS
+    if (b.rs) {
+        fused_indices_kernel<T><<<grid_blocks(std::max(N, ldk), THREADS), THREADS, 0, stream>>>(q, b, ldk);
+        if ((st = check_launch("margin: the fused product GEMM's indices")))
+            return st;
+    }
+#endif
     for (int64_t c0 = 0; c0 < N; c0 += R) {
         const int64_t crows = std::min(R, N - c0);
-        T *E = want_grad ? b.gt : nullptr;
-        for (int64_t t = 0; t < ntiles; ++t) {
-            const int64_t j0 = t * Cb, ncols = std::min(Cb, ldk - j0);
-            const ploss_gemm_problem cg = {crows, ncols, D, 1.0, 0.0, b.xc + c0 * D, 0, ld, b.wc + j0 * D, 1, ld,
-                                           q.dtype, b.tile, Cb, PLOSS_F32};
-            if ((st = ploss_cuda_gemm(ctx, &cg)))
+        T *E = want_grad || b.rs ? b.gt : nullptr;
+        buffers<T> rb = b; /* the rows' view: partial sums of nt tiles, pr rows apart */
+        int64_t nt = ntiles, pr = R;
+#ifdef PLOSS_HAVE_CUTLASS
+        if (b.rs) { /* E and the rows' partial sums from the fused product GEMM */
+            rb.part = b.sums;
+            nt = (ldk + PLOSS_MARGIN_EXP_TILE_N - 1) / PLOSS_MARGIN_EXP_TILE_N;
+            pr = (crows + PLOSS_MARGIN_EXP_TILE_M - 1) / PLOSS_MARGIN_EXP_TILE_M * PLOSS_MARGIN_EXP_TILE_M;
+            const ploss_margin_exp_gemm eg = {crows, ldk, D, b.xc + c0 * D, D, b.wc, D, b.rs + c0, b.inv_w,
+                                              b.colidx, b.rt + c0, (float)((s - SHIFTED_TOP) * CUDART_L2E), K,
+                                              E, ldk, b.sums};
+            if ((st = ploss_cuda_margin_exp_gemm(&eg, gemm_ws, gemm_ws_bytes, nullptr, stream)))
                 return st;
-            shifted_tile_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(
-                q, b, c0, crows, j0, ncols, Cb, t, R, E, ldk, (float)s, (float)(s - SHIFTED_TOP));
-            if ((st = check_launch("margin column tile")))
+            target_cosine_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, b, c0, crows);
+            if ((st = check_launch("margin target cosines")))
                 return st;
-        }
-        shifted_rows_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, b, c0, crows, ntiles, R, E, ldk, M);
+        } else
+#endif
+            for (int64_t t = 0; t < ntiles; ++t) {
+                const int64_t j0 = t * Cb, ncols = std::min(Cb, ldk - j0);
+                const ploss_gemm_problem cg = {crows, ncols, D, 1.0, 0.0, b.xc + c0 * D, 0, ld, b.wc + j0 * D, 1,
+                                               ld, q.dtype, b.tile, Cb, PLOSS_F32};
+                if ((st = ploss_cuda_gemm(ctx, &cg)))
+                    return st;
+                shifted_tile_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(
+                    q, b, c0, crows, j0, ncols, Cb, t, R, E, ldk, (float)s, (float)(s - SHIFTED_TOP));
+                if ((st = check_launch("margin column tile")))
+                    return st;
+            }
+        shifted_rows_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, rb, c0, crows, nt, pr, E, ldk, M);
         if ((st = check_launch("margin rows")))
             return st;
         if (!want_grad || D == 0)
@@ -851,9 +921,25 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         B = R;
     }
     const bool in_place = !shifted && sizeof(T) == sizeof(float) && R == B;
+    /* the fused product GEMM (bf16 on a compute capability 9.0 device, the rows' stride a
+     * multiple of 8 for its TMA): E straight from the products, forward alone too (its
+     * losses then the fused pass's, bitwise) */
+    bool fused = false;
+    size_t gemm_ws_bytes = 0;
+#ifdef PLOSS_HAVE_CUTLASS
+    fused = shifted && std::is_same<T, __nv_bfloat16>::value && D % 8 == 0 && N > 0 &&
+            ploss_cuda_margin_exp_gemm_serves(ctx->device.device_id);
+    if (fused) {
+        const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D, nullptr, D,       nullptr,
+                                             nullptr, nullptr, nullptr, 0.0f, ldb, nullptr, ldb, nullptr};
+        if ((st = ploss_cuda_margin_exp_gemm(&probe, nullptr, 0, &gemm_ws_bytes, nullptr)))
+            return st;
+    }
+#endif
     draw_buffers d = {};
     if (draw)
         d.scratch_bytes = draw_scratch_bytes(p->C);
+    void *gemm_ws = nullptr;
     auto layout = [&](char *base, buffers<T> &b) {
         carve c{base, 0};
         b.xc = c.take<T>(nd);
@@ -862,8 +948,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.inv_w = c.take<float>(ldb); /* the shifted tiles read up to Kp */
         b.rx = c.take<double>(N);
         b.rw = c.take<double>(Kb);
-        b.tile = c.take<float>((size_t)B * (size_t)(shifted ? Cb : ldb));
-        b.gt = !want_grad ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)ldb);
+        b.tile = c.take<float>(fused ? 0 : (size_t)B * (size_t)(shifted ? Cb : ldb));
+        b.gt = !want_grad && !fused ? nullptr : in_place ? (T *)b.tile : c.take<T>((size_t)R * (size_t)ldb);
         b.gx = c.take<float>(want_grad ? nd : 0);
         b.gw = c.take<float>(want_grad ? kd : 0);
         b.losses = c.take<double>(N);
@@ -874,9 +960,21 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.stats = sharded ? c.take<float>((size_t)B * 3 * (size_t)(ranks + 1)) : nullptr;
         b.wn = shifted && want_grad ? c.take<T>(kpd) : nullptr;
         b.cy = shifted ? c.take<float>(N) : nullptr;
-        b.fx = shifted && want_grad ? c.take<double>(N) : nullptr;
+        b.ax = shifted && want_grad ? c.take<float>(N) : nullptr;
         b.part = shifted ? c.take<float>((size_t)R * (size_t)((ldb + Cb - 1) / std::max<int64_t>(Cb, 1))) : nullptr;
         b.xs = shifted && want_grad ? c.take<T>((size_t)R * (size_t)D) : nullptr;
+        b.rs = fused ? c.take<float>(N) : nullptr;
+        b.rt = fused ? c.take<float>(N) : nullptr;
+        b.colidx = fused ? c.take<float>(ldb) : nullptr;
+#ifdef PLOSS_HAVE_CUTLASS
+        b.sums = fused ? c.take<float>((size_t)((R + PLOSS_MARGIN_EXP_TILE_M - 1) / PLOSS_MARGIN_EXP_TILE_M *
+                                                PLOSS_MARGIN_EXP_TILE_M) *
+                                       (size_t)((ldb + PLOSS_MARGIN_EXP_TILE_N - 1) / PLOSS_MARGIN_EXP_TILE_N))
+                       : nullptr;
+#else
+        b.sums = nullptr;
+#endif
+        gemm_ws = c.take<char>(gemm_ws_bytes);
         if (draw) {
             const size_t C = (size_t)p->C;
             d.flag = c.take<int>(C);
@@ -926,7 +1024,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
         return st;
 
-    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
+    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, gemm_ws, gemm_ws_bytes, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
         return st;
     if (want_loss && !none &&
         (st = re::launch_finalize(b.losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor : nullptr, p->loss,

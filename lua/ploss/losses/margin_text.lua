@@ -87,7 +87,10 @@ accumulation, tensor cores for f16/bf16).  For f32 and bf16 with s <= 64 (the de
 takes the products a tile of classes at a time and turns each cosine into
 e^(s·(cos − 1) + 48) at once: |cos| <= 1 bounds every logit by s, so the row's max is not
 needed and every exponential lies within f32's range; the gradient products then run on
-those exponentials, each row scaled afterwards (any C).  For f16 (whose range is too short
+those exponentials, each row scaled afterwards (any C).  On an H100/H200 (sm_90) with
+CUTLASS's headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them),
+bf16 takes the exponentials and the rows' sums straight from the product GEMM's epilogue, so
+the f32 products never reach memory.  For f16 (whose range is too short
 for that) and larger s, one pass per tile of rows scales the products into cosines and runs
 the softmax with the row engine's policy (C <= 131072 there; f64 is CPU only).  CUDA's
 workspace: a chunk of at most 2 GiB of gradient rows in the input dtype (so that the two
