@@ -932,8 +932,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     if (fused) {
         const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D, nullptr, D,       nullptr,
                                              nullptr, nullptr, nullptr, 0.0f, ldb, nullptr, ldb, nullptr};
-        if ((st = ploss_cuda_margin_exp_gemm(&probe, nullptr, 0, &gemm_ws_bytes, nullptr)))
-            return st;
+        fused = ploss_cuda_margin_exp_gemm(&probe, nullptr, 0, &gemm_ws_bytes, nullptr) == PLOSS_OK;
+        if (!fused)
+            gemm_ws_bytes = 0;
     }
 #endif
     draw_buffers d = {};

@@ -118,9 +118,9 @@ extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *
     };
     Gemm gemm;
     const size_t bytes = Gemm::get_workspace_size(args);
-    if (needed) {
+    if (needed) { /* the probe: no message, the caller takes the unfused path instead */
         *needed = bytes;
-        return PLOSS_OK;
+        return gemm.can_implement(args) == cutlass::Status::kSuccess ? PLOSS_OK : PLOSS_ERR_UNSUPPORTED;
     }
     if (gemm.can_implement(args) != cutlass::Status::kSuccess)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "margin: the fused product GEMM does not serve %d×%d×%d", M, N, K);
