@@ -105,8 +105,14 @@ else
 fi
 if [ "$cuda" = enabled ]; then
   echo "quickstart: building with the CUDA kernels ($why); the first build takes 4-10 minutes"
-  # the fused margin GEMM for H100/H200 (optional: without it those losses run unfused)
+  # the fused margin GEMM for H100/H200 (optional: without it those losses run unfused);
+  # Meson looks for its headers when it configures, so a build/ set up before them is
+  # configured again
+  had_cutlass=$([ -f subprojects/cutlass/include/cutlass/cutlass.h ] && echo 1 || true)
   bash tools/fetch_cutlass.sh || echo "quickstart: CUTLASS not fetched; the margin losses run unfused on sm_90"
+  if [ -z "$had_cutlass" ] && [ -f subprojects/cutlass/include/cutlass/cutlass.h ] && [ -f build/build.ninja ]; then
+    meson setup --reconfigure build >/dev/null
+  fi
 fi
 
 if [ ! -f build/build.ninja ]; then

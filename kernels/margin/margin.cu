@@ -28,8 +28,8 @@
  *             P_i − (P_i·x̂_i)·x̂_i (P_i where the norm is clamped), likewise Q for the
  *             centres, written in the input dtype.
  * The products run on the inputs themselves (tensor cores for f16/bf16) and the cosines are
- * those of the given values: no normalised copy is rounded to the input dtype; only G' is,
- * for the gradient products.  A tile holds at most TILE_BYTES of fp32 products (or
+ * those of the given values: no normalised copy is rounded to the input dtype for them; only
+ * the gradient products' operands are (G', or the shifted path's E, Ŵ and a ⊙ X̂).  A tile holds at most TILE_BYTES of fp32 products (or
  * opts.tile_rows rows), a chunk at most GRAD_BYTES of G' (opts.tile_rows: one tile), so the
  * gradient products usually run once over all N rows; the rest is O((N + C)·D) (the copies
  * and the fp32 gradient sums) and O(N + C), all in the context's workspace, and the GEMMs
@@ -71,7 +71,8 @@ template <class T> struct buffers {
     float *inv_x, *inv_w; /* 1/max(‖row‖, ε)                                         */
     double *rx, *rw;  /* ‖row‖                                                          */
     float *tile;      /* the products of a tile                                          */
-    T *gt;            /* G' of a chunk (f32 with chunks of one tile: the tile itself)    */
+    T *gt;            /* G' (shifted path: E) of a chunk (f32 with chunks of one tile:
+                         the tile itself)                                                */
     float *gx, *gw;   /* P (N×D) and Q (K×D)                                             */
     double *losses, *divisor; /* divisor[0]: rows not ignored, divisor[1]: its inverse (0 for none) */
     /* Partial FC (null without): the kept classes, each class's position among them, and
@@ -577,11 +578,13 @@ __global__ void __launch_bounds__(SHARD_THREADS)
     }
 }
 
-/* ---- the shifted path: one device, f32/bf16, s <= SHIFTED_S_MAX --------------------------
+/* ---- the shifted path: one device, f32/bf16, s up to about 64 --------------------------
  *
- * A cosine c ∈ [−1, 1] has e = e^(s(c − 1) + SHIFTED_TOP) ∈ [e^(TOP − 2s), e^TOP]: for
- * s <= 64 within the normal range of f32 and bf16, and a row of up to 2^31 classes sums
- * below e^70.  So no row needs its max before its exponentials: the fixed shift
+ * A cosine c ∈ [−1, 1] has e = e^(s(c − 1) + TOP) ∈ [e^(TOP − 2s), e^TOP], TOP as high as
+ * f32 lets a row's sum S and its target's entry −φ′·S be (shifted_top: about 60 for 10^5
+ * classes), so that for s up to about 64 every e is a normal f32 (and bf16) and the rows'
+ * factors a_i below stay far from f32's top.  So no row needs its max before its
+ * exponentials: the fixed shift
  * M = 1 − TOP/s stands in for it in ploss_margin_row_loss (exact whatever M is, the target's
  * term taken in double), and the products are taken a tile of columns at a time (the
  * chunk's rows × Cb classes within TILE_BYTES: the product GEMM, bound by writing its fp32
@@ -592,8 +595,11 @@ __global__ void __launch_bounds__(SHARD_THREADS)
  * nothing walks a row twice.  f16 (whose range holds no e^−80) and larger scales take the
  * row engine's pass above. */
 
-constexpr double SHIFTED_TOP = 48.0;
-constexpr double SHIFTED_S_MAX = 64.0;
+/* TOP for K classes: K·e^TOP·max φ′ (φ′ <= m1/PLOSS_MARGIN_SIN_MIN + 1) at e^86. */
+inline double shifted_top(const ploss_margin &m, int64_t K)
+{
+    return 86.0 - log((double)std::max<int64_t>(K, 1)) - log(fabs(m.m1) / PLOSS_MARGIN_SIN_MIN + 1.0);
+}
 
 /* Row i's label among the softmax's K classes (Partial FC: the kept position), −1 where the
  * row is ignored or its label invalid (count_labels_kernel reports those). */
@@ -648,6 +654,16 @@ __global__ void __launch_bounds__(THREADS)
             b.part[t * R + r] = sum;
     }
 }
+
+#ifdef PLOSS_HAVE_CUTLASS
+/* The fused product GEMM's partial row sums: one per PLOSS_MARGIN_EXP_TILE_N columns, the
+ * rows of a chunk of `rows` padded to whole GEMM tiles between two of them. */
+inline int64_t fused_sums_tiles(int64_t cols) { return (cols + PLOSS_MARGIN_EXP_TILE_N - 1) / PLOSS_MARGIN_EXP_TILE_N; }
+inline int64_t fused_sums_stride(int64_t rows)
+{
+    return (rows + PLOSS_MARGIN_EXP_TILE_M - 1) / PLOSS_MARGIN_EXP_TILE_M * PLOSS_MARGIN_EXP_TILE_M;
+}
+#endif
 
 /* The fused product GEMM's inputs: each row's target column as a float (−1: none) and the
  * column indices 0 … n − 1 as floats. */
@@ -728,26 +744,27 @@ __global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margi
     }
 }
 
-/* Whether the shifted path serves these inputs: its exponents' range (above) and E_iy within
- * f32's: K·e^TOP·max φ′ (φ′ <= m1/PLOSS_MARGIN_SIN_MIN + 1) below e^86. */
-template <class T> bool shifted_serves(const ploss_margin_problem &p, int64_t Kb)
+/* Whether the shifted path serves these inputs (top: shifted_top of Kb, the classes' bound;
+ * Kl their fewest): every e at least e^−80, and a_i = ω·s/(S + e^d) <= s·e^(2s − TOP)/(Kl − 1)
+ * (S >= (Kl − 1)·e^(TOP − 2s)) at most e^69·|ω|, in f32 for |ω| up to about 10^8. */
+template <class T> bool shifted_serves(const ploss_margin_problem &p, double top, int64_t Kl)
 {
     const bool dtype = sizeof(T) == sizeof(float) || std::is_same<T, __nv_bfloat16>::value;
-    const double top = SHIFTED_TOP + log((double)std::max<int64_t>(Kb, 1)) +
-                       log(fabs(p.margin.m1) / PLOSS_MARGIN_SIN_MIN + 1.0);
-    return dtype && !p.comm && p.margin.s <= SHIFTED_S_MAX && top < 86.0;
+    const double s = p.margin.s, low = top - 2.0 * s;
+    return dtype && !p.comm && low >= -80.0 && log(s) - low - log((double)std::max<int64_t>(Kl - 1, 1)) <= 69.0;
 }
 
 /* The shifted path over the prepared buffers: per chunk of R rows, the column tiles (Cb
  * classes each: product GEMM, shifted_tile_kernel), the rows, the gradient products. */
 template <class T>
 ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const buffers<T> &b, int64_t R,
-                         int64_t Cb, void *gemm_ws, size_t gemm_ws_bytes, cudaStream_t stream)
+                         int64_t Cb, double top, [[maybe_unused]] void *gemm_ws,
+                         [[maybe_unused]] size_t gemm_ws_bytes, cudaStream_t stream)
 {
     const int64_t N = q.N, D = q.D, K = q.K, ld = D > 0 ? D : 1, ldk = (K + 7) / 8 * 8;
     const int64_t ntiles = (ldk + Cb - 1) / Cb;
     const bool want_grad = q.pass != PLOSS_PASS_FORWARD;
-    const double s = q.margin.s, M = 1.0 - SHIFTED_TOP / s;
+    const double s = q.margin.s, M = 1.0 - top / s;
     ploss_status st;
 #ifdef PLOSS_HAVE_CUTLASS
     if (b.rs) {
@@ -764,10 +781,10 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
 #ifdef PLOSS_HAVE_CUTLASS
         if (b.rs) { /* E and the rows' partial sums from the fused product GEMM */
             rb.part = b.sums;
-            nt = (ldk + PLOSS_MARGIN_EXP_TILE_N - 1) / PLOSS_MARGIN_EXP_TILE_N;
-            pr = (crows + PLOSS_MARGIN_EXP_TILE_M - 1) / PLOSS_MARGIN_EXP_TILE_M * PLOSS_MARGIN_EXP_TILE_M;
+            nt = fused_sums_tiles(ldk);
+            pr = fused_sums_stride(crows);
             const ploss_margin_exp_gemm eg = {crows, ldk, D, b.xc + c0 * D, D, b.wc, D, b.rs + c0, b.inv_w,
-                                              b.colidx, b.rt + c0, (float)((s - SHIFTED_TOP) * CUDART_L2E), K,
+                                              b.colidx, b.rt + c0, (float)((s - top) * CUDART_L2E), K,
                                               E, ldk, b.sums};
             if ((st = ploss_cuda_margin_exp_gemm(&eg, gemm_ws, gemm_ws_bytes, nullptr, stream)))
                 return st;
@@ -783,7 +800,7 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
                 if ((st = ploss_cuda_gemm(ctx, &cg)))
                     return st;
                 shifted_tile_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(
-                    q, b, c0, crows, j0, ncols, Cb, t, R, E, ldk, (float)s, (float)(s - SHIFTED_TOP));
+                    q, b, c0, crows, j0, ncols, Cb, t, R, E, ldk, (float)s, (float)(s - top));
                 if ((st = check_launch("margin column tile")))
                     return st;
             }
@@ -802,7 +819,7 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
     return PLOSS_OK;
 }
 
-/* The row engine's path (f16, scales above SHIFTED_S_MAX, sharded calls) over the prepared
+/* The row engine's path (f16, larger scales, sharded calls) over the prepared
  * buffers: per chunk of R rows, its tiles of B rows (product GEMM, then cosine_rows or the
  * sharded statistics, their gather and rows), then the chunk's gradient products. */
 template <class T>
@@ -893,7 +910,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     ploss_status st;
     const bool sharded = p->comm != nullptr; /* the sharded kernels serve rows of any length */
     const int ranks = sharded ? ploss_comm_size(p->comm) : 0;
-    const bool shifted = shifted_serves<T>(*p, Kb); /* else the row engine's rows, of bounded length */
+    const double top = shifted_top(p->margin, Kb);
+    const bool shifted = shifted_serves<T>(*p, top, draw ? p->sample_n : K); /* else the row engine's rows */
     if (K > 0 && !sharded && !shifted && (st = check_rows(K)))
         return st;
     cudaStream_t stream = stream_of(ctx);
@@ -912,9 +930,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     int64_t Cb = 0;
     if (shifted) {
         const int64_t tile_max = (int64_t)(TILE_BYTES / sizeof(float));
+        /* the same chunks with or without a gradient: the forward's sums are the fused pass's */
         R = p->tile_rows > 0 ? p->tile_rows : tile_max / 128;
-        if (want_grad)
-            R = std::min<int64_t>(R, std::max<int64_t>(1, (int64_t)(GRAD_BYTES / sizeof(T)) / ldb));
+        R = std::min<int64_t>(R, std::max<int64_t>(1, (int64_t)(GRAD_BYTES / sizeof(T)) / ldb));
         R = std::max<int64_t>(1, std::min<int64_t>(R, N));
         Cb = p->tile_rows > 0 ? 128 : std::max<int64_t>(128, tile_max / R / 128 * 128);
         Cb = std::min<int64_t>(Cb, (ldb + 127) / 128 * 128);
@@ -922,12 +940,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     }
     const bool in_place = !shifted && sizeof(T) == sizeof(float) && R == B;
     /* the fused product GEMM (bf16 on a compute capability 9.0 device, the rows' stride a
-     * multiple of 8 for its TMA): E straight from the products, forward alone too (its
-     * losses then the fused pass's, bitwise) */
+     * multiple of 8 for its TMA, class indices exact as floats): E straight from the
+     * products, forward alone too (its losses then the fused pass's, bitwise) */
     bool fused = false;
     size_t gemm_ws_bytes = 0;
 #ifdef PLOSS_HAVE_CUTLASS
-    fused = shifted && std::is_same<T, __nv_bfloat16>::value && D % 8 == 0 && N > 0 &&
+    fused = shifted && std::is_same<T, __nv_bfloat16>::value && D > 0 && D % 8 == 0 && N > 0 &&
+            ldb <= ((int64_t)1 << 24) &&
             ploss_cuda_margin_exp_gemm_serves(ctx->device.device_id);
     if (fused) {
         const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D, nullptr, D,       nullptr,
@@ -962,16 +981,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.wn = shifted && want_grad ? c.take<T>(kpd) : nullptr;
         b.cy = shifted ? c.take<float>(N) : nullptr;
         b.ax = shifted && want_grad ? c.take<float>(N) : nullptr;
-        b.part = shifted ? c.take<float>((size_t)R * (size_t)((ldb + Cb - 1) / std::max<int64_t>(Cb, 1))) : nullptr;
+        b.part = shifted && !fused ? c.take<float>((size_t)R * (size_t)((ldb + Cb - 1) / Cb)) : nullptr;
         b.xs = shifted && want_grad ? c.take<T>((size_t)R * (size_t)D) : nullptr;
         b.rs = fused ? c.take<float>(N) : nullptr;
         b.rt = fused ? c.take<float>(N) : nullptr;
         b.colidx = fused ? c.take<float>(ldb) : nullptr;
 #ifdef PLOSS_HAVE_CUTLASS
-        b.sums = fused ? c.take<float>((size_t)((R + PLOSS_MARGIN_EXP_TILE_M - 1) / PLOSS_MARGIN_EXP_TILE_M *
-                                                PLOSS_MARGIN_EXP_TILE_M) *
-                                       (size_t)((ldb + PLOSS_MARGIN_EXP_TILE_N - 1) / PLOSS_MARGIN_EXP_TILE_N))
-                       : nullptr;
+        b.sums = fused ? c.take<float>((size_t)fused_sums_stride(R) * (size_t)fused_sums_tiles(ldb)) : nullptr;
 #else
         b.sums = nullptr;
 #endif
@@ -1025,7 +1041,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
         return st;
 
-    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, gemm_ws, gemm_ws_bytes, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
+    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, top, gemm_ws, gemm_ws_bytes, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
         return st;
     if (want_loss && !none &&
         (st = re::launch_finalize(b.losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor : nullptr, p->loss,

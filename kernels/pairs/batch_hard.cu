@@ -2,13 +2,13 @@
  * batch_hard.cu — CUDA backend of the batch-hard triplet loss (core/engines/pairs.h).
  *
  *   pack      a dense copy of the embeddings (the GEMM's operand), their squared norms, the
- *             labels as int64 and the cosine distance's inverse norms;
+ *             labels as int64 and the cosine distance's clamped norms;
  *   per block of anchor rows: the Gram block X_b·Xᵀ through cuBLAS (kernels/support/gemm.cu,
  *             fp32 output, f64 for f64), then `mine`: one warp per anchor scans its row of
- *             the block for the hardest positive and negative by a key in the accumulation
- *             type (ties: the lowest index; a NaN distance wins, as torch.max/min propagate
- *             it; a non-finite value of the expansion is taken again from the rows).  The
- *             block holds at most GRAM_BYTES: the N×N matrix never exists;
+ *             the block for the hardest positive and negative by a key in double, monotone
+ *             in the distance (ties: the lowest index; a NaN distance wins, as torch.max/min
+ *             propagate it; a non-finite value of the expansion is taken again from the
+ *             rows).  The block holds at most GRAM_BYTES: the N×N matrix never exists;
  *   anchors   one warp per anchor: the two chosen distances recomputed from the rows, ℓ_i,
  *             ∂ℓ/∂d and the pairs' gradient terms (the maths of the CPU backend);
  *   stats     one block: the active anchors and the reduced loss, in a fixed order; then each
