@@ -2925,23 +2925,25 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s <= 64 (the defaults) it
- * takes the products a tile of classes at a time and turns each cosine into e^(s·(cos − 1) +
- * 48) at once: |cos| <= 1 bounds every logit by s, so the row's max is not needed and every
- * exponential lies within f32's range; the gradient products then run on those exponentials,
- * each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build
- * time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials
- * and the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
- * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
- * scales the products into cosines and runs the softmax with the row engine's policy (C <=
- * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
- * in the input dtype (so that the two gradient products usually run once over all rows), a tile
- * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
- * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
- * back only when the batch has at least as many rows as the sample has classes. No state is
- * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
- * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
+ * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
+ * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
+ * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
+ * every exponential lies within f32's range; the gradient products then run on those
+ * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
+ * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
+ * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
+ * products never reach memory. For f16 (whose range is too short for that) and larger s, one
+ * pass per tile of rows scales the products into cosines and runs the softmax with the row
+ * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
+ * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
+ * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
+ * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
+ * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
+ * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
+ * f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3053,23 +3055,25 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s <= 64 (the defaults) it
- * takes the products a tile of classes at a time and turns each cosine into e^(s·(cos − 1) +
- * 48) at once: |cos| <= 1 bounds every logit by s, so the row's max is not needed and every
- * exponential lies within f32's range; the gradient products then run on those exponentials,
- * each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build
- * time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials
- * and the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
- * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
- * scales the products into cosines and runs the softmax with the row engine's policy (C <=
- * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
- * in the input dtype (so that the two gradient products usually run once over all rows), a tile
- * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
- * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
- * back only when the batch has at least as many rows as the sample has classes. No state is
- * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
- * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
+ * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
+ * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
+ * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
+ * every exponential lies within f32's range; the gradient products then run on those
+ * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
+ * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
+ * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
+ * products never reach memory. For f16 (whose range is too short for that) and larger s, one
+ * pass per tile of rows scales the products into cosines and runs the softmax with the row
+ * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
+ * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
+ * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
+ * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
+ * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
+ * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
+ * f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3183,23 +3187,25 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
  * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
  * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s <= 64 (the defaults) it
- * takes the products a tile of classes at a time and turns each cosine into e^(s·(cos − 1) +
- * 48) at once: |cos| <= 1 bounds every logit by s, so the row's max is not needed and every
- * exponential lies within f32's range; the gradient products then run on those exponentials,
- * each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build
- * time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials
- * and the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
- * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
- * scales the products into cosines and runs the softmax with the row engine's policy (C <=
- * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
- * in the input dtype (so that the two gradient products usually run once over all rows), a tile
- * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
- * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
- * back only when the batch has at least as many rows as the sample has classes. No state is
- * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
- * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
+ * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
+ * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
+ * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
+ * every exponential lies within f32's range; the gradient products then run on those
+ * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
+ * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
+ * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
+ * products never reach memory. For f16 (whose range is too short for that) and larger s, one
+ * pass per tile of rows scales the products into cosines and runs the softmax with the row
+ * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
+ * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
+ * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
+ * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
+ * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
+ * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
+ * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
+ * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
+ * f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

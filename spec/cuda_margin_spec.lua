@@ -160,9 +160,9 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
   end)
 
   it("agrees at the ends of the exponentials' range (s = 64) and past it (s = 80)", function()
-    -- f32/bf16 with s <= 64 take every class's e^(s(c − 1) + 48) without a row max: rows
-    -- opposite every centre (each cosine within 0.002 of −1: e^−80, the smallest) and along
-    -- them (near +1: e^48, the largest); the targets' cosines exactly ±1 (powers of two), as φ′ near
+    -- f32/bf16 with s <= 64 take every class's e^(s(c − 1) + TOP) without a row max: rows
+    -- opposite every centre (each cosine within 0.002 of −1: the smallest, e^(TOP − 2s)) and
+    -- along them (near +1: e^TOP, the largest); the targets' cosines exactly ±1 (powers of two), as φ′ near
     -- |cos| = 1 would magnify the f32 cosine's rounding; s = 80 takes the row engine's pass
     local C, X, W, Y = 50, {}, {}, {}
     for k = 1, 12 do

@@ -12,7 +12,7 @@
  *             [0, C) through the error slot;
  *   tiles     f32/bf16 with s <= 64 on one device, the shifted path (below run_shifted): per
  *             chunk of rows, tiles of columns of the products (cuBLAS, fp32), each read once
- *             into e^(s(c − 1) + 48) and row sums — for bf16 on sm_90 with CUTLASS, one
+ *             into e^(s(c − 1) + TOP) and row sums — for bf16 on sm_90 with CUTLASS, one
  *             product GEMM that writes those exponentials and sums from its epilogue
  *             (margin_exp_gemm.cu) —, the rows, the gradient products on those
  *             exponentials.  Otherwise (f16, larger scales, sharded):
@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(SHARD_THREADS)
  * dtype) and per-row partial sums.  With a_i = ω·s·pn_i,
  * ∂L/∂c_ij = a_i·E_ij, the target's E_iy being −φ′(c_y)·S_i (written once S_i is known), so
  * the gradient products run on E itself: ∂L/∂x̂ = diag(a)·E·Ŵ, ∂L/∂Ŵ = Eᵀ·(a ⊙ X̂), and
- * nothing walks a row twice.  f16 (whose range holds no e^−80) and larger scales take the
+ * nothing walks a row twice.  f16 (whose range is far shorter) and larger scales take the
  * row engine's pass above. */
 
 /* TOP for K classes: K·e^TOP·max φ′ (φ′ <= m1/PLOSS_MARGIN_SIN_MIN + 1) at e^86. */

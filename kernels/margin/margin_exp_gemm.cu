@@ -5,7 +5,7 @@
  *
  *     E_ij = 2^(X_i·W_j · c_j · r_i − shift)      (bf16, fp32 accumulation and epilogue)
  *
- * with c_j = 1/‖w_j‖ and r_i = s·log2(e)/‖x_i‖, so E_ij = e^(s·cos_ij − s + 48) for the
+ * with c_j = 1/‖w_j‖ and r_i = s·log2(e)/‖x_i‖, so E_ij = e^(s·cos_ij − s + TOP) for the
  * shifted path of kernels/margin/margin.cu, zero at each row's target and on the padding
  * columns, and each row's sums of E per tile in fp32 (before E's rounding): the fp32
  * products never reach memory.
