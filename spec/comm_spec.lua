@@ -72,7 +72,10 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
   it("ranks that disagree on nranks all fail to join", function()
     local out, status, secs = launch(2, "nranks", "PLOSS_COMM_TIMEOUT=30")
     assert.are_not.equal(0, status, out)
-    assert.are.equal(2, count(out, "init failed"), out)
+    -- the first rank to fail makes the launcher stop the other, which may not have printed
+    -- yet: at least one reports, and none joined
+    assert.is_true(count(out, "init failed") >= 1, out)
+    assert.are.equal(0, count(out, "joined a communicator"), out)
     assert.matches("nranks", out)
     assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
   end)
