@@ -830,8 +830,8 @@ def philox_keys(counters, seed):
 def partial_fc_classes(labels, C, rate, seed, ignore_index):
     """The classes Partial FC keeps, as ploss draws them (core/engines/margin.c,
     sample_classes): the batch's classes (labels not ignored) and, up to
-    max(2, floor(C·rate) + 1) in all, the other classes with the smallest Philox keys of `seed` (ties: the lower
-    class); ascending.  Returns (kept, pos): kept the class ids (int64), pos[c] the
+    max(2, floor(C·rate) + 1) in all, the other classes with the smallest Philox keys of
+    `seed` (ties: the lower class); ascending.  Returns (kept, pos): kept the class ids (int64), pos[c] the
     position of class c in kept (-1 when dropped), both numpy."""
     import numpy as np
     lab = np.asarray(labels, dtype=np.int64)

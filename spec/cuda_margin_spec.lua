@@ -162,8 +162,9 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
   it("agrees at the ends of the exponentials' range (s = 64) and past it (s = 80)", function()
     -- f32/bf16 with s <= 64 take every class's e^(s(c − 1) + TOP) without a row max: rows
     -- opposite every centre (each cosine within 0.002 of −1: the smallest, e^(TOP − 2s)) and
-    -- along them (near +1: e^TOP, the largest); the targets' cosines exactly ±1 (powers of two), as φ′ near
-    -- |cos| = 1 would magnify the f32 cosine's rounding; s = 80 takes the row engine's pass
+    -- along them (near +1: e^TOP, the largest); the targets' cosines exactly ±1 (powers of
+    -- two), as φ′ near |cos| = 1 would magnify the f32 cosine's rounding; s = 80 takes the
+    -- row engine's pass
     local C, X, W, Y = 50, {}, {}, {}
     for k = 1, 12 do
       X[k] = { (k <= 6 and -1 or 1) * 2 ^ (k % 3), 0, 0 }

@@ -700,9 +700,9 @@ __global__ void __launch_bounds__(THREADS) target_cosine_kernel(const ploss_marg
 }
 
 /* One warp per row r of the chunk: S_i from the tiles' partial sums (fixed order: the
- * column tiles', or the fused product GEMM's), the row's loss (b.losses, and p.loss with 'none'); with a
- * gradient a_i into b.ax, the target's E_iy = −φ′(c_y)·S_i, and the row a_i·x̂_i into b.xs
- * (input dtype). */
+ * column tiles', or the fused product GEMM's), the row's loss (b.losses, and p.loss with
+ * 'none'); with a gradient a_i into b.ax, the target's E_iy = −φ′(c_y)·S_i, and the row
+ * a_i·x̂_i into b.xs (input dtype). */
 template <class T>
 __global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margin_problem p, const buffers<T> b,
                                                                int64_t r0, int64_t rows, int64_t ntiles, int64_t R,
@@ -742,6 +742,21 @@ __global__ void __launch_bounds__(THREADS) shifted_rows_kernel(const ploss_margi
         for (int64_t j = lane; j < p.D; j += 32)
             o[j] = from_acc<T>(af * (to_acc(xr[j]) * ix));
     }
+}
+
+/* A chunk's gradient products: its rows of P (b.gx) = G·W and Q (b.gw, K×D) += Gᵀ·X, summed
+ * over the chunks in order (G crows×Kp of the input dtype, W Kp×D, X crows×D). */
+template <class T>
+ploss_status gradient_products(ploss_ctx_t *ctx, const ploss_margin_problem &q, const buffers<T> &b, const T *G,
+                               const T *W, const T *X, int64_t c0, int64_t crows)
+{
+    const int64_t D = q.D, K = q.K, ld = D > 0 ? D : 1, ldk = (K + 7) / 8 * 8;
+    const ploss_gemm_problem dx = {crows, D, ldk, 1.0, 0.0, G, 0, ldk, W, 0, ld, q.dtype, b.gx + c0 * D, ld,
+                                   PLOSS_F32};
+    const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, G, 1, ldk, X, 0, ld, q.dtype, b.gw, ld,
+                                   PLOSS_F32};
+    ploss_status st = ploss_cuda_gemm(ctx, &dx);
+    return st ? st : ploss_cuda_gemm(ctx, &dw);
 }
 
 /* Whether the shifted path serves these inputs (top: shifted_top of Kb, the classes' bound;
@@ -807,13 +822,7 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
         shifted_rows_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, rb, c0, crows, nt, pr, E, ldk, M);
         if ((st = check_launch("margin rows")))
             return st;
-        if (!want_grad || D == 0)
-            continue;
-        const ploss_gemm_problem dx = {crows, D, ldk, 1.0, 0.0, E, 0, ldk, b.wn, 0, ld, q.dtype,
-                                       b.gx + c0 * D, ld, PLOSS_F32};
-        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, E, 1, ldk, b.xs, 0, ld, q.dtype,
-                                       b.gw, ld, PLOSS_F32};
-        if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
+        if (want_grad && D > 0 && (st = gradient_products(ctx, q, b, E, b.wn, b.xs, c0, crows)))
             return st;
     }
     return PLOSS_OK;
@@ -873,15 +882,10 @@ ploss_status run_rows(ploss_ctx_t *ctx, const ploss_margin_problem *p, const plo
         }
         if (!want_grad || D == 0)
             continue;
-        /* the chunk's gradient products: P of its rows, Q summed over the chunks in order */
         if (ldk > K && cudaMemset2DAsync(b.gt + K, (size_t)ldk * sizeof(T), 0, (size_t)(ldk - K) * sizeof(T),
                                          (size_t)crows, stream) != cudaSuccess)
             return check_launch("margin: clearing G's padding");
-        const ploss_gemm_problem dx = {crows, D, ldk, 1.0, 0.0, b.gt, 0, ldk, b.wc, 0, ld, p->dtype,
-                                       b.gx + c0 * D, ld, PLOSS_F32};
-        const ploss_gemm_problem dw = {K, D, crows, 1.0, c0 > 0 ? 1.0 : 0.0, b.gt, 1, ldk, b.xc + c0 * D, 0, ld,
-                                       p->dtype, b.gw, ld, PLOSS_F32};
-        if ((st = ploss_cuda_gemm(ctx, &dx)) || (st = ploss_cuda_gemm(ctx, &dw)))
+        if ((st = gradient_products(ctx, q, b, b.gt, b.wc, b.xc + c0 * D, c0, crows)))
             return st;
     }
     return PLOSS_OK;
@@ -1041,7 +1045,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     if (want_grad && cd > 0 && N == 0 && (st = ploss_cuda_memset(b.gw, 0, cd * sizeof(float), stream)))
         return st;
 
-    if ((st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, top, gemm_ws, gemm_ws_bytes, stream) : run_rows<T>(ctx, p, q, b, B, R, stream)))
+    st = shifted ? run_shifted<T>(ctx, q, b, R, Cb, top, gemm_ws, gemm_ws_bytes, stream)
+                 : run_rows<T>(ctx, p, q, b, B, R, stream);
+    if (st)
         return st;
     if (want_loss && !none &&
         (st = re::launch_finalize(b.losses, N, p->reduction == PLOSS_REDUCTION_MEAN ? b.divisor : nullptr, p->loss,
