@@ -208,23 +208,65 @@ ploss_status draw_classes(const ploss_margin_problem &p, const draw_buffers &d, 
     return check_launch("Partial FC: the kept classes");
 }
 
-/* One warp per row: rows [0, N) of x, rows [N, N + K) of the (kept) centres. */
-template <class T>
-__global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_problem p, buffers<T> b)
+/* A row's elements in 16-byte vectors of V = 16/sizeof(T): lane l takes the vectors at
+ * j = l·V, l·V + 32·V, …; the rows that are not whole aligned vectors take the same
+ * elements one by one, so both add in the same order (the same norms and products). */
+template <class T> struct alignas(16) vec16_of {
+    static constexpr int V = 16 / (int)sizeof(T);
+    T v[V];
+};
+
+/* Whether rows of D elements (unit element stride, sn apart) at data are whole aligned
+ * vectors. */
+template <class T> bool rows_in_vectors(const void *data, int64_t sn, int64_t sd, int64_t D)
 {
+    constexpr int64_t V = vec16_of<T>::V;
+    return (sd == 1 || D <= 1) && D % V == 0 && sn % V == 0 && (uintptr_t)data % 16 == 0;
+}
+
+/* Loads the V elements of a row from j (vec: as one vector; else those below D, 0 past it). */
+template <class T>
+__device__ __forceinline__ vec16_of<T> load_run(const T *row, int64_t sd, int64_t j, int64_t D, bool vec)
+{
+    vec16_of<T> e;
+    if (vec)
+        return *reinterpret_cast<const vec16_of<T> *>(row + j);
+#pragma unroll
+    for (int k = 0; k < vec16_of<T>::V; ++k)
+        e.v[k] = j + k < D ? row[(j + k) * sd] : from_acc<T>(0.0f);
+    return e;
+}
+
+/* One warp per row: rows [0, N) of x, rows [N, N + K) of the (kept) centres; xvec/wvec:
+ * whether x's and the centres' rows are whole vectors (rows_in_vectors).  Where b.xc or b.wc
+ * is the input itself nothing is copied. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_problem p, buffers<T> b, bool xvec,
+                                                       bool wvec)
+{
+    constexpr int V = vec16_of<T>::V;
     const int lane = threadIdx.x & 31;
+    const bool ovec = p.D % V == 0; /* the copies' rows (D apart) are whole vectors */
     for (int64_t row = warp_row(); row < p.N + p.K; row += warp_rows_stride()) {
-        const bool is_x = row < p.N;
+        const bool is_x = row < p.N, vec = is_x ? xvec : wvec;
         const int64_t i = is_x ? row : row - p.N;
         const ploss_pair_operand &op = is_x ? p.x : p.w;
         const T *v = (const T *)op.data + (is_x || !b.kept ? i : b.kept[i]) * op.sn;
         T *out = (is_x ? b.xc : b.wc) + i * p.D;
+        const bool copy = out != v;
         float s = 0.0f;
-        for (int64_t j = lane; j < p.D; j += 32) {
-            const T e = v[j * op.sd];
-            const float a = to_acc(e);
-            s += a * a;
-            out[j] = e;
+        for (int64_t j = lane * V; j < p.D; j += 32 * V) {
+            const vec16_of<T> e = load_run(v, op.sd, j, p.D, vec);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const float a = to_acc(e.v[k]);
+                s += a * a;
+            }
+            if (copy && ovec)
+                *reinterpret_cast<vec16_of<T> *>(out + j) = e;
+            else if (copy)
+                for (int k = 0; k < V && j + k < p.D; ++k)
+                    out[j + k] = e.v[k];
         }
         s = warp_all_reduce<32>(s, SumOp());
         const double r = sqrt((double)s);
@@ -236,8 +278,17 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
                 b.rs[i] = (float)(p.margin.s * CUDART_L2E) * inv;
         }
         if (!is_x && b.wn) /* each lane reads back what it wrote */
-            for (int64_t j = lane; j < p.D; j += 32)
-                b.wn[i * p.D + j] = from_acc<T>(to_acc(out[j]) * inv);
+            for (int64_t j = lane * V; j < p.D; j += 32 * V) {
+                vec16_of<T> e = load_run<T>(out, 1, j, p.D, ovec);
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+                    e.v[k] = from_acc<T>(to_acc(e.v[k]) * inv);
+                if (ovec)
+                    *reinterpret_cast<vec16_of<T> *>(b.wn + i * p.D + j) = e;
+                else
+                    for (int k = 0; k < V && j + k < p.D; ++k)
+                        b.wn[i * p.D + j + k] = e.v[k];
+            }
     }
 }
 
@@ -438,20 +489,43 @@ ploss_status launch_cosine_rows(ploss_ctx_t *ctx, const re::RowArgs &a, const re
 }
 
 /* One warp per row of x and of the centres: P_i − (P_i·x̂_i)·x̂_i (P_i where the norm is
- * clamped), in the input dtype; zeros for the centres not kept (Partial FC). */
+ * clamped), in the input dtype; zeros for the centres not kept (Partial FC).  xvec/wvec:
+ * whether the rows of grad_x and grad_w are whole vectors (rows_in_vectors). */
 template <class T>
-__global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem p, buffers<T> b)
+__global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem p, buffers<T> b, bool xvec,
+                                                      bool wvec)
 {
+    constexpr int V = vec16_of<T>::V;
     const int lane = threadIdx.x & 31;
+    const bool ivec = p.D % V == 0; /* the rows of xc, wc, gx, gw (D apart) are whole vectors */
     for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
         const bool is_x = row < p.N;
         const int64_t k = is_x ? row : row - p.N;
         const ploss_pair_grad &out = is_x ? p.grad_x : p.grad_w;
+        /* sharded ∂x: f32 partial sums for the front's reduce-scatter */
+        const bool f32_out = is_x && p.comm, vec = (is_x ? xvec : wvec) && !f32_out;
         T *o = (T *)out.data + k * out.sn;
+        auto store = [&](int64_t j, const float *g) {
+            if (f32_out) {
+                for (int e = 0; e < V && j + e < p.D; ++e)
+                    ((float *)out.data)[k * out.sn + (j + e) * out.sd] = g[e] * (float)p.grad_x_factor;
+                return;
+            }
+            vec16_of<T> w;
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                w.v[e] = from_acc<T>(g[e]);
+            if (vec)
+                *reinterpret_cast<vec16_of<T> *>(o + j) = w;
+            else
+                for (int e = 0; e < V && j + e < p.D; ++e)
+                    o[(j + e) * out.sd] = w.v[e];
+        };
         const int64_t i = is_x || !b.class_pos ? k : b.class_pos[k];
         if (i < 0) {
-            for (int64_t j = lane; j < p.D; j += 32)
-                o[j * out.sd] = from_acc<T>(0.0f);
+            const float zero[V] = {};
+            for (int64_t j = lane * V; j < p.D; j += 32 * V)
+                store(j, zero);
             continue;
         }
         const float *gs = (is_x ? b.gx : b.gw) + i * p.D;
@@ -461,20 +535,42 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
         /* the shifted path's products are E·Ŵ and Eᵀ·(a ⊙ X̂): P_i = (a_i/n_i)·(E·Ŵ)_i and
          * Q_j = (Eᵀ·(a ⊙ X̂))_j/n_j, the factor in double (a_i/n_i alone may exceed f32) */
         const double f = !b.ax ? 1.0 : (is_x ? (double)b.ax[i] : 1.0) * (double)inv;
-        auto g = [&](int64_t j) { return b.ax ? (float)((double)gs[j] * f) : gs[j]; };
-        float dot = 0.0f;
+        /* the V gradient entries from j and the V entries of the row's unit vector */
+        auto load = [&](int64_t j, float *g, float *u) {
+            if (ivec) {
+                const float4 g0 = *reinterpret_cast<const float4 *>(gs + j);
+                g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w;
+                if (V == 8) {
+                    const float4 g1 = *reinterpret_cast<const float4 *>(gs + j + 4);
+                    g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
+                }
+            } else
+                for (int e = 0; e < V; ++e)
+                    g[e] = j + e < p.D ? gs[j + e] : 0.0f;
+            const vec16_of<T> x = load_run<T>(v, 1, j, p.D, ivec);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                if (b.ax)
+                    g[e] = (float)((double)g[e] * f);
+                u[e] = to_acc(x.v[e]) * inv;
+            }
+        };
+        float g[V], u[V], dot = 0.0f;
         if (!clamped)
-            for (int64_t j = lane; j < p.D; j += 32)
-                dot += g(j) * (to_acc(v[j]) * inv);
+            for (int64_t j = lane * V; j < p.D; j += 32 * V) {
+                load(j, g, u);
+#pragma unroll
+                for (int e = 0; e < V; ++e)
+                    dot += g[e] * u[e];
+            }
         dot = warp_all_reduce<32>(dot, SumOp());
-        if (is_x && p.comm) { /* sharded: f32 partial sums for the front's reduce-scatter */
-            const float gf = (float)p.grad_x_factor;
-            for (int64_t j = lane; j < p.D; j += 32)
-                ((float *)out.data)[k * out.sn + j * out.sd] = (g(j) - dot * (to_acc(v[j]) * inv)) * gf;
-            continue;
+        for (int64_t j = lane * V; j < p.D; j += 32 * V) {
+            load(j, g, u);
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                g[e] -= dot * u[e];
+            store(j, g);
         }
-        for (int64_t j = lane; j < p.D; j += 32)
-            o[j * out.sd] = from_acc<T>(g(j) - dot * (to_acc(v[j]) * inv));
     }
 }
 
@@ -960,14 +1056,19 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
             gemm_ws_bytes = 0;
     }
 #endif
+    /* contiguous x and centres (all of them, a whole number of tile rows) are read where
+     * they are instead of copied */
+    const bool x_alias = D > 0 && p->x.sn == D && rows_in_vectors<T>(p->x.data, p->x.sn, p->x.sd, D);
+    const bool w_alias = D > 0 && !draw && K == ldb && p->w.sn == D &&
+                         rows_in_vectors<T>(p->w.data, p->w.sn, p->w.sd, D);
     draw_buffers d = {};
     if (draw)
         d.scratch_bytes = draw_scratch_bytes(p->C);
     void *gemm_ws = nullptr;
     auto layout = [&](char *base, buffers<T> &b) {
         carve c{base, 0};
-        b.xc = c.take<T>(nd);
-        b.wc = c.take<T>(kpd);
+        b.xc = x_alias ? (T *)p->x.data : c.take<T>(nd);
+        b.wc = w_alias ? (T *)p->w.data : c.take<T>(kpd);
         b.inv_x = c.take<float>(N);
         b.inv_w = c.take<float>(ldb); /* the shifted tiles read up to Kp */
         b.rx = c.take<double>(N);
@@ -1029,7 +1130,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     const int64_t ldk = padded(K);
     ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
     q.K = K;
-    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b);
+    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b, rows_in_vectors<T>(p->x.data, p->x.sn, p->x.sd, D),
+                                                              rows_in_vectors<T>(p->w.data, p->w.sn, p->w.sd, D));
     ploss_margin_problem every = q; /* the labels lie among every rank's classes */
     every.C = p->classes_total;
     count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(every, b.divisor, ctx->error_slot);
@@ -1054,7 +1156,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
                                   p->loss_dtype, stream)))
         return st;
     if (want_grad && D > 0) {
-        out_kernel<T><<<row_blocks(N + p->C), THREADS, 0, stream>>>(q, b);
+        out_kernel<T><<<row_blocks(N + p->C), THREADS, 0, stream>>>(
+            q, b, rows_in_vectors<T>(p->grad_x.data, p->grad_x.sn, p->grad_x.sd, D),
+            rows_in_vectors<T>(p->grad_w.data, p->grad_w.sn, p->grad_w.sd, D));
         if ((st = check_launch("margin out")))
             return st;
     }
