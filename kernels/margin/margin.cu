@@ -89,9 +89,9 @@ template <class T> struct buffers {
     float *part;
     T *xs;
     /* the fused product GEMM (margin_exp_gemm.cu; null without): each row's scale
-     * s·log2(e)/n_i and target column (a float, −1: none), the column indices as floats,
-     * and the chunk rows' partial sums of E (fp32, from the GEMM's epilogue) */
-    float *rs, *rt, *colidx, *sums;
+     * s·log2(e)/n_i and target column (a float, −1: none), and the chunk rows' partial sums
+     * of E (fp32, from the GEMM's epilogue) */
+    float *rs, *rt, *sums;
 };
 
 /* Partial FC's draw on the device (sample_n > 0), C entries each: flag (a class of the
@@ -761,18 +761,12 @@ inline int64_t fused_sums_stride(int64_t rows)
 }
 #endif
 
-/* The fused product GEMM's inputs: each row's target column as a float (−1: none) and the
- * column indices 0 … n − 1 as floats. */
+/* The fused product GEMM's input: each row's target column as a float (−1: none). */
 template <class T>
-__global__ void __launch_bounds__(THREADS) fused_indices_kernel(const ploss_margin_problem p, const buffers<T> b,
-                                                                int64_t n)
+__global__ void __launch_bounds__(THREADS) fused_targets_kernel(const ploss_margin_problem p, const buffers<T> b)
 {
-    for (int64_t k = thread_index(); k < (p.N > n ? p.N : n); k += grid_stride()) {
-        if (k < p.N)
-            b.rt[k] = (float)shifted_label(p, b, k);
-        if (k < n)
-            b.colidx[k] = (float)k;
-    }
+    for (int64_t k = thread_index(); k < p.N; k += grid_stride())
+        b.rt[k] = (float)shifted_label(p, b, k);
 }
 
 /* The fused product GEMM's rows: one warp per row r of the chunk, its target's cosine
@@ -878,9 +872,9 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
     const double s = q.margin.s, M = 1.0 - top / s;
     ploss_status st;
 #ifdef PLOSS_HAVE_CUTLASS
-    if (b.rs) {
-        fused_indices_kernel<T><<<grid_blocks(std::max(N, ldk), THREADS), THREADS, 0, stream>>>(q, b, ldk);
-        if ((st = check_launch("margin: the fused product GEMM's indices")))
+    if (b.rs && N > 0) {
+        fused_targets_kernel<T><<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(q, b);
+        if ((st = check_launch("margin: the fused product GEMM's targets")))
             return st;
     }
 #endif
@@ -894,9 +888,11 @@ ploss_status run_shifted(ploss_ctx_t *ctx, const ploss_margin_problem &q, const 
             rb.part = b.sums;
             nt = fused_sums_tiles(ldk);
             pr = fused_sums_stride(crows);
-            const ploss_margin_exp_gemm eg = {crows, ldk, D, b.xc + c0 * D, D, b.wc, D, b.rs + c0, b.inv_w,
-                                              b.colidx, b.rt + c0, (float)((s - top) * CUDART_L2E), K,
-                                              E, ldk, b.sums};
+            const ploss_margin_exp_gemm eg = {crows,     ldk,        D,
+                                              b.xc + c0 * D, D,   b.wc,
+                                              D,         b.rs + c0, b.inv_w,
+                                              b.rt + c0, (float)((s - top) * CUDART_L2E), K,
+                                              E,         ldk,       b.sums};
             if ((st = ploss_cuda_margin_exp_gemm(&eg, gemm_ws, gemm_ws_bytes, nullptr, stream)))
                 return st;
             target_cosine_kernel<T><<<row_blocks(crows), THREADS, 0, stream>>>(q, b, c0, crows);
@@ -1049,7 +1045,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
             ldb <= ((int64_t)1 << 24) &&
             ploss_cuda_margin_exp_gemm_serves(ctx->device.device_id);
     if (fused) {
-        const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D, nullptr, D,       nullptr,
+        const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D,       nullptr, D,
                                              nullptr, nullptr, nullptr, 0.0f, ldb, nullptr, ldb, nullptr};
         fused = ploss_cuda_margin_exp_gemm(&probe, nullptr, 0, &gemm_ws_bytes, nullptr) == PLOSS_OK;
         if (!fused)
@@ -1090,7 +1086,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
         b.xs = shifted && want_grad ? c.take<T>((size_t)R * (size_t)D) : nullptr;
         b.rs = fused ? c.take<float>(N) : nullptr;
         b.rt = fused ? c.take<float>(N) : nullptr;
-        b.colidx = fused ? c.take<float>(ldb) : nullptr;
 #ifdef PLOSS_HAVE_CUTLASS
         b.sums = fused ? c.take<float>((size_t)fused_sums_stride(R) * (size_t)fused_sums_tiles(ldb)) : nullptr;
 #else

@@ -31,8 +31,8 @@ struct MaskedExp2Arguments {
 };
 
 /* 2^(acc·c·r − shift), 0 at the row's target column and on the padding (the epilogue's
- * compute node; a column's index and a row's target arrive as broadcast floats, exact
- * below 2^24). */
+ * compute node; a column's index from ColumnIndex, a row's target as a broadcast float,
+ * exact below 2^24). */
 template <class T> struct MaskedExp2 {
     using Arguments = MaskedExp2Arguments;
 };
@@ -50,6 +50,37 @@ template <int N> struct MaskedExp2<cutlass::Array<float, N>> {
     }
 };
 
+/* Each element's column j as a float, from the epilogue's coordinate tensor (relative to the
+ * thread's first element, whose column is N minus the column residue): no load, where a
+ * broadcast vector of the indices would be read through shared memory per tile. */
+struct ColumnIndex : fusion::Sm90VisitorImpl<> {
+    using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
+
+    template <class CTensor> struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
+        CTensor tCcD; /* (CPY, CPY_M, CPY_N, EPI_M, EPI_N) */
+        int col0;
+        CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor t, int c) : tCcD(t), col0(c) {}
+        template <class ElementAccumulator, int FragmentSize>
+        CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(cutlass::Array<ElementAccumulator, FragmentSize> const &,
+                                                                 int epi_v, int epi_m, int epi_n)
+        {
+            cutlass::Array<float, FragmentSize> o;
+            Tensor c = tCcD(_, _, _, epi_m, epi_n);
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < FragmentSize; ++i)
+                o[i] = (float)(get<1>(c(epi_v * FragmentSize + i)) + col0);
+            return o;
+        }
+    };
+
+    template <bool ReferenceSrc, class... Args>
+    CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::detail::ConsumerStoreArgs<Args...> const &args)
+    {
+        const int col0 = (int)get<1>(args.problem_shape_mnkl) - (int)get<1>(args.residue_tCcD);
+        return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, col0);
+    }
+};
+
 using Element = cutlass::bfloat16_t;
 using TileShape = Shape<Int<PLOSS_MARGIN_EXP_TILE_M>, Int<PLOSS_MARGIN_EXP_TILE_N>, _64>;
 using ClusterShape = Shape<_1, _2, _1>;
@@ -58,7 +89,7 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 template <class Vector> using PerColumn = fusion::Sm90RowBroadcast<0, TileShape, Vector, float, Stride<_0, _1, int64_t>, 1>;
 template <class Vector> using PerRow = fusion::Sm90ColBroadcast<0, TileShape, Vector, float, Stride<_1, _0, int64_t>, 1>;
 using Masked = fusion::Sm90EVT<fusion::Sm90Compute<MaskedExp2, float, float, kRound>, fusion::Sm90AccFetch,
-                               PerColumn<float> /* c_j */, PerRow<float> /* r_i */, PerColumn<float> /* j */,
+                               PerColumn<float> /* c_j */, PerRow<float> /* r_i */, ColumnIndex /* j */,
                                PerRow<float> /* y_i */>;
 /* the rows' sums in fp32, one partial per tile (each written once: deterministic; the
  * caller adds them in order) */
@@ -108,7 +139,7 @@ extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *
                 {},                                      /* acc */
                 {g->col_scale, 0.0f, {_0{}, _1{}, 0}},   /* c_j */
                 {g->row_scale, 0.0f, {_1{}, _0{}, 0}},   /* r_i */
-                {g->col_index, 0.0f, {_0{}, _1{}, 0}},   /* j */
+                {},                                      /* j */
                 {g->row_target, 0.0f, {_1{}, _0{}, 0}},  /* y_i */
                 {g->shift, (float)g->classes},           /* the masked 2^(·) */
             },

@@ -21,15 +21,15 @@ extern "C" {
 /* E = 2^(A·Bᵀ ⊙ (r·cᵀ) − shift) in bf16, zero where column j = row_target[i] or
  * j >= classes, and each row's sums of E over TILE_N columns in fp32 (before rounding) into
  * row_sums[i + Mr·t] (Mr = M rounded up to TILE_M, t < ⌈N/TILE_N⌉): A M×K and
- * B N×K bf16 row-major (leading dimensions lda, ldb), r (M) and c (N) f32, col_index (N) the
- * floats 0, 1, …, row_target (M) each row's target column as a float (−1: none), D M×N
+ * B N×K bf16 row-major (leading dimensions lda, ldb), r (M) and c (N) f32, row_target (M)
+ * each row's target column as a float (−1: none), exact below 2^24, D M×N
  * bf16 row-major (ldd).  N and the leading dimensions multiples of 8, the pointers 16-byte
  * aligned. */
 typedef struct {
     int64_t M, N, K;
     const void *A; int64_t lda;
     const void *B; int64_t ldb;
-    const float *row_scale, *col_scale, *col_index, *row_target;
+    const float *row_scale, *col_scale, *row_target;
     float shift;
     int64_t classes;
     void *D; int64_t ldd;
