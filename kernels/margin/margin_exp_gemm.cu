@@ -57,9 +57,9 @@ struct ColumnIndex : fusion::Sm90VisitorImpl<> {
     using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
 
     template <class CTensor> struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
-        CTensor tCcD; /* (CPY, CPY_M, CPY_N, EPI_M, EPI_N) */
-        int col0;
-        CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor t, int c) : tCcD(t), col0(c) {}
+        CTensor tCcD; /* (CPY, CPY_M, CPY_N, EPI_M, EPI_N), static once the loops unroll */
+        float col0;   /* exact: the columns stay below 2^24 */
+        CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor t, int c) : tCcD(t), col0((float)c) {}
         template <class ElementAccumulator, int FragmentSize>
         CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(cutlass::Array<ElementAccumulator, FragmentSize> const &,
                                                                  int epi_v, int epi_m, int epi_n)
@@ -68,7 +68,7 @@ struct ColumnIndex : fusion::Sm90VisitorImpl<> {
             Tensor c = tCcD(_, _, _, epi_m, epi_n);
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < FragmentSize; ++i)
-                o[i] = (float)(get<1>(c(epi_v * FragmentSize + i)) + col0);
+                o[i] = (float)get<1>(c(epi_v * FragmentSize + i)) + col0; /* a constant plus col0 */
             return o;
         }
     };
