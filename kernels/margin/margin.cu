@@ -208,33 +208,42 @@ ploss_status draw_classes(const ploss_margin_problem &p, const draw_buffers &d, 
     return check_launch("Partial FC: the kept classes");
 }
 
-/* A row's elements in 16-byte vectors of V = 16/sizeof(T): lane l takes the vectors at
+/* A row's elements in runs of V = vec16<T>::N (16 bytes): lane l takes the runs at
  * j = l·V, l·V + 32·V, …; the rows that are not whole aligned vectors take the same
  * elements one by one, so both add in the same order (the same norms and products). */
-template <class T> struct alignas(16) vec16_of {
-    static constexpr int V = 16 / (int)sizeof(T);
-    T v[V];
-};
 
 /* Whether rows of D elements (unit element stride, sn apart) at data are whole aligned
  * vectors. */
 template <class T> bool rows_in_vectors(const void *data, int64_t sn, int64_t sd, int64_t D)
 {
-    constexpr int64_t V = vec16_of<T>::V;
+    constexpr int64_t V = vec16<T>::N;
     return (sd == 1 || D <= 1) && D % V == 0 && sn % V == 0 && (uintptr_t)data % 16 == 0;
 }
 
-/* Loads the V elements of a row from j (vec: as one vector; else those below D, 0 past it). */
+/* The run of a row from j (vec: one 16-byte load; else the elements below D, 0 past it). */
 template <class T>
-__device__ __forceinline__ vec16_of<T> load_run(const T *row, int64_t sd, int64_t j, int64_t D, bool vec)
+__device__ __forceinline__ uint4 load_run(const T *row, int64_t sd, int64_t j, int64_t D, bool vec)
 {
-    vec16_of<T> e;
     if (vec)
-        return *reinterpret_cast<const vec16_of<T> *>(row + j);
+        return *reinterpret_cast<const uint4 *>(row + j);
+    uint4 u = {};
 #pragma unroll
-    for (int k = 0; k < vec16_of<T>::V; ++k)
-        e.v[k] = j + k < D ? row[(j + k) * sd] : from_acc<T>(0.0f);
-    return e;
+    for (int k = 0; k < vec16<T>::N; ++k)
+        if (j + k < D)
+            vec16<T>::set(u, k, to_acc(row[(j + k) * sd]));
+    return u;
+}
+
+/* Stores the run of a row from j (vec: one 16-byte store; else the elements below D). */
+template <class T>
+__device__ __forceinline__ void store_run(T *row, int64_t sd, int64_t j, int64_t D, bool vec, const uint4 &u)
+{
+    if (vec) {
+        *reinterpret_cast<uint4 *>(row + j) = u;
+        return;
+    }
+    for (int k = 0; k < vec16<T>::N && j + k < D; ++k)
+        row[(j + k) * sd] = from_acc<T>(vec16<T>::get(u, k));
 }
 
 /* One warp per row: rows [0, N) of x, rows [N, N + K) of the (kept) centres; xvec/wvec:
@@ -244,7 +253,7 @@ template <class T>
 __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_problem p, buffers<T> b, bool xvec,
                                                        bool wvec)
 {
-    constexpr int V = vec16_of<T>::V;
+    constexpr int V = vec16<T>::N;
     const int lane = threadIdx.x & 31;
     const bool ovec = p.D % V == 0; /* the copies' rows (D apart) are whole vectors */
     for (int64_t row = warp_row(); row < p.N + p.K; row += warp_rows_stride()) {
@@ -256,17 +265,14 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
         const bool copy = out != v;
         float s = 0.0f;
         for (int64_t j = lane * V; j < p.D; j += 32 * V) {
-            const vec16_of<T> e = load_run(v, op.sd, j, p.D, vec);
+            const uint4 e = load_run(v, op.sd, j, p.D, vec);
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                const float a = to_acc(e.v[k]);
+                const float a = vec16<T>::get(e, k);
                 s += a * a;
             }
-            if (copy && ovec)
-                *reinterpret_cast<vec16_of<T> *>(out + j) = e;
-            else if (copy)
-                for (int k = 0; k < V && j + k < p.D; ++k)
-                    out[j + k] = e.v[k];
+            if (copy)
+                store_run(out, 1, j, p.D, ovec, e);
         }
         s = warp_all_reduce<32>(s, SumOp());
         const double r = sqrt((double)s);
@@ -279,15 +285,11 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
         }
         if (!is_x && b.wn) /* each lane reads back what it wrote */
             for (int64_t j = lane * V; j < p.D; j += 32 * V) {
-                vec16_of<T> e = load_run<T>(out, 1, j, p.D, ovec);
+                uint4 e = load_run<T>(out, 1, j, p.D, ovec);
 #pragma unroll
                 for (int k = 0; k < V; ++k)
-                    e.v[k] = from_acc<T>(to_acc(e.v[k]) * inv);
-                if (ovec)
-                    *reinterpret_cast<vec16_of<T> *>(b.wn + i * p.D + j) = e;
-                else
-                    for (int k = 0; k < V && j + k < p.D; ++k)
-                        b.wn[i * p.D + j + k] = e.v[k];
+                    vec16<T>::set(e, k, vec16<T>::get(e, k) * inv);
+                store_run(b.wn + i * p.D, 1, j, p.D, ovec, e);
             }
     }
 }
@@ -495,7 +497,7 @@ template <class T>
 __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem p, buffers<T> b, bool xvec,
                                                       bool wvec)
 {
-    constexpr int V = vec16_of<T>::V;
+    constexpr int V = vec16<T>::N;
     const int lane = threadIdx.x & 31;
     const bool ivec = p.D % V == 0; /* the rows of xc, wc, gx, gw (D apart) are whole vectors */
     for (int64_t row = warp_row(); row < p.N + p.C; row += warp_rows_stride()) {
@@ -511,15 +513,11 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
                     ((float *)out.data)[k * out.sn + (j + e) * out.sd] = g[e] * (float)p.grad_x_factor;
                 return;
             }
-            vec16_of<T> w;
+            uint4 w;
 #pragma unroll
             for (int e = 0; e < V; ++e)
-                w.v[e] = from_acc<T>(g[e]);
-            if (vec)
-                *reinterpret_cast<vec16_of<T> *>(o + j) = w;
-            else
-                for (int e = 0; e < V && j + e < p.D; ++e)
-                    o[(j + e) * out.sd] = w.v[e];
+                vec16<T>::set(w, e, g[e]);
+            store_run(o, out.sd, j, p.D, vec, w);
         };
         const int64_t i = is_x || !b.class_pos ? k : b.class_pos[k];
         if (i < 0) {
@@ -547,12 +545,12 @@ __global__ void __launch_bounds__(THREADS) out_kernel(const ploss_margin_problem
             } else
                 for (int e = 0; e < V; ++e)
                     g[e] = j + e < p.D ? gs[j + e] : 0.0f;
-            const vec16_of<T> x = load_run<T>(v, 1, j, p.D, ivec);
+            const uint4 x = load_run<T>(v, 1, j, p.D, ivec);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
                 if (b.ax)
                     g[e] = (float)((double)g[e] * f);
-                u[e] = to_acc(x.v[e]) * inv;
+                u[e] = vec16<T>::get(x, e) * inv;
             }
         };
         float g[V], u[V], dot = 0.0f;
@@ -1054,9 +1052,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
 #endif
     /* contiguous x and centres (all of them, a whole number of tile rows) are read where
      * they are instead of copied */
-    const bool x_alias = D > 0 && p->x.sn == D && rows_in_vectors<T>(p->x.data, p->x.sn, p->x.sd, D);
-    const bool w_alias = D > 0 && !draw && K == ldb && p->w.sn == D &&
-                         rows_in_vectors<T>(p->w.data, p->w.sn, p->w.sd, D);
+    const bool xvec = rows_in_vectors<T>(p->x.data, p->x.sn, p->x.sd, D);
+    const bool wvec = rows_in_vectors<T>(p->w.data, p->w.sn, p->w.sd, D);
+    const bool x_alias = D > 0 && p->x.sn == D && xvec;
+    const bool w_alias = D > 0 && !draw && K == ldb && p->w.sn == D && wvec;
     draw_buffers d = {};
     if (draw)
         d.scratch_bytes = draw_scratch_bytes(p->C);
@@ -1125,8 +1124,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     const int64_t ldk = padded(K);
     ploss_margin_problem q = *p; /* the kernels' view: K kept classes */
     q.K = K;
-    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b, rows_in_vectors<T>(p->x.data, p->x.sn, p->x.sd, D),
-                                                              rows_in_vectors<T>(p->w.data, p->w.sn, p->w.sd, D));
+    prep_kernel<T><<<row_blocks(N + K), THREADS, 0, stream>>>(q, b, xvec, wvec);
     ploss_margin_problem every = q; /* the labels lie among every rank's classes */
     every.C = p->classes_total;
     count_labels_kernel<<<1, COUNT_THREADS, 0, stream>>>(every, b.divisor, ctx->error_slot);
