@@ -5,10 +5,11 @@
  * fp32 accumulation for f32/f16/bf16 input, f64 for f64.
  *
  * Two kernels, each over a grid of tiles (a tile: TILE consecutive pixels of one sample,
- * PPT per thread, pixel tile·TILE + i·THREADS + thread for i < PPT):
+ * PPT per thread in runs of one 16-byte vector, pixel_of below):
  *  1. dice_sums: a thread reads the labels (or binary targets) of its pixels once, then
- *     class by class their logits, and the block forms the tile's partial A = Σ s·o,
- *     B = Σ (s^p + o), R = Σ o per class (warp shuffles, then the warps in order).  The
+ *     class by class their logits (the next class's loads in flight while one is summed),
+ *     and the block forms the tile's partial A = Σ s·o, B = Σ (s^p + o), R = Σ o per class
+ *     (warp shuffles, then the warps in order, one barrier per CLASS_CHUNK classes).  The
  *     last tile of a sample to finish (a fence and an arrival counter) adds the sample's
  *     partials in tile order (double); the last sample to finish forms the groups in a
  *     fixed order: the class weights, num, den, the loss and the gradient's coefficients;
@@ -16,7 +17,8 @@
  *     last by the sums, is still in L2), labels read once per pixel, the gradient of its
  *     C classes.
  * Spatial dims merged to one (sdim ≤ 1, the usual case) give a pixel's offset as s·stride
- * (FLAT); other views take the general strided offset.  Both map pixels to threads and
+ * (FLAT); other views take the general strided offset.  Contiguous runs are read and
+ * written as 16-byte vectors, others element by element; all map pixels to threads and
  * reduce in the same way, so a strided view gives the bits of its contiguous copy.
  * No float atomics (integer arrival counters only): the results are bitwise the same on
  * every run.  Invalid labels are reported through the context's error slot and their
@@ -31,22 +33,45 @@ using namespace region;
 constexpr int THREADS = 256, WARPS = THREADS / 32;
 constexpr int PPT = 8;                 /* pixels per thread */
 constexpr int TILE = THREADS * PPT;    /* pixels of one sample per block */
+constexpr int CLASS_CHUNK = 32;        /* classes whose warp partials share one barrier */
 constexpr int OUTSIDE = -2;            /* a thread's pixel slot past the sample's end */
 
-/* s^e: the exponents 1 and 2 inline; any other through one out-of-line copy of pow (inlined
- * at each of a thread's PPT pixels it would multiply the build's code for a rare case). */
-template <class A> __device__ __noinline__ A power_general(A s, A e) { return m_pow(s, e); }
-template <class A> __device__ __forceinline__ A power(A s, A e)
+/* A thread's pixels come in runs of V = vec16<T>::N consecutive ones (one 16-byte vector
+ * of a contiguous input): slot i of thread t in tile `tile` is pixel
+ * tile·TILE + (i / V)·THREADS·V + t·V + i % V.  Every layout uses this map, so a strided
+ * view is summed in the same order as its contiguous copy and gives the same bits. */
+template <class T> constexpr int run_of()
 {
-    return e == A(1) ? s : e == A(2) ? s * s : power_general(s, e);
+    static_assert(PPT % vec16<T>::N == 0, "a thread's pixels are whole runs");
+    return vec16<T>::N;
 }
-__device__ __forceinline__ float m_rcp(float v) { return __frcp_rn(v); }
-__device__ __forceinline__ double m_rcp(double v) { return 1.0 / v; }
+template <class T> __device__ __forceinline__ int64_t pixel_of(int64_t tile, int i)
+{
+    constexpr int V = run_of<T>();
+    return tile * TILE + (int64_t)(i / V) * (THREADS * V) + (int64_t)threadIdx.x * V + i % V;
+}
 
-/* σ(v) and 1 − σ(v) from one exponential, both without cancellation. */
+/* s^e: the exponents 1 and 2 inline; any other through one out-of-line copy of pow (inlined
+ * at each of a thread's PPT pixels it would multiply the build's code for a rare case).
+ * `ek` is 1 or 2 for those exponents, 0 otherwise (uniform over the grid). */
+template <class A> __device__ __noinline__ A power_general(A s, A e) { return m_pow(s, e); }
+template <class A> __device__ __forceinline__ A power(A s, A e, int ek)
+{
+    return ek == 1 ? s : ek == 2 ? s * s : power_general(s, e);
+}
+/* f32: e^v and 1/v through the MUFU approximations (a few ulp: the sums and gradient stay
+ * well inside the f32 tolerances, and the kernels off the instruction roofline); f64: the
+ * libdevice exp and an IEEE division (a checking dtype). */
+__device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
+__device__ __forceinline__ double fast_exp(double v) { return exp(v); }
+__device__ __forceinline__ float fast_rcp(float v) { return __fdividef(1.0f, v); }
+__device__ __forceinline__ double fast_rcp(double v) { return 1.0 / v; }
+
+/* σ(v) and 1 − σ(v) from one exponential of −|v| (never overflows), both without
+ * cancellation. */
 template <class A> __device__ __forceinline__ void sigmoid2(A v, A &s, A &s1)
 {
-    const A e = m_exp(v >= A(0) ? -v : v), r = m_rcp(A(1) + e);
+    const A e = fast_exp(-fabs(v)), r = fast_rcp(A(1) + e);
     s = v >= A(0) ? r : e * r;
     s1 = v >= A(0) ? e * r : r;
 }
@@ -61,32 +86,91 @@ __device__ __forceinline__ int64_t spatial(const ploss_region_problem &p, const 
 }
 
 /* The offsets of a thread's PPT pixels of tile `tile` of sample n in a tensor with sample
- * stride sn and spatial strides ss: FLAT, a base and a step (two registers); otherwise one
- * offset per pixel. */
-template <bool FLAT> struct Offsets {
+ * stride sn and spatial strides ss: FLAT, a base and the stride (two registers); otherwise
+ * one offset per pixel. */
+template <class T, bool FLAT> struct Offsets {
     int64_t at[PPT];
     __device__ __forceinline__ Offsets(const ploss_region_problem &p, int64_t sn, const int64_t *ss, int64_t n,
                                        int64_t tile)
     {
 #pragma unroll
         for (int i = 0; i < PPT; ++i) {
-            const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
+            const int64_t s = pixel_of<T>(tile, i);
             at[i] = s < p.S ? n * sn + spatial<false>(p, ss, s) : 0;
         }
     }
     __device__ __forceinline__ int64_t operator[](int i) const { return at[i]; }
 };
-template <> struct Offsets<true> {
-    int64_t base, step;
+template <class T> struct Offsets<T, true> {
+    int64_t base, stride;
     __device__ __forceinline__ Offsets(const ploss_region_problem &p, int64_t sn, const int64_t *ss, int64_t n,
                                        int64_t tile)
     {
-        const int64_t stride = p.sdim ? ss[0] : 0;
-        base = n * sn + (tile * TILE + threadIdx.x) * stride;
-        step = THREADS * stride;
+        stride = p.sdim ? ss[0] : 0;
+        base = n * sn + pixel_of<T>(tile, 0) * stride;
     }
-    __device__ __forceinline__ int64_t operator[](int i) const { return base + i * step; }
+    __device__ __forceinline__ int64_t operator[](int i) const
+    {
+        constexpr int V = run_of<T>();
+        return base + ((int64_t)(i / V) * (THREADS * V) + i % V) * stride;
+    }
 };
+
+/* Whether a tensor's runs of V pixels are whole aligned 16-byte vectors: spatial stride 1
+ * (FLAT), sample and class strides multiples of V, a 16-byte aligned base. */
+template <class T, bool FLAT>
+__host__ __device__ inline bool vector_runs(const ploss_region_problem &p, const void *base, int64_t sn, int64_t sc,
+                                            const int64_t *ss)
+{
+    constexpr int V = run_of<T>();
+    return FLAT && p.sdim == 1 && ss[0] == 1 && sn % V == 0 && sc % V == 0 && (uintptr_t)base % 16 == 0;
+}
+
+/* Class c's values at a thread's pixels (0 past the sample's end): whole runs as one
+ * 16-byte load each when `vec`, the rest element by element; every load issued before any
+ * value is used. */
+template <class T, class A, bool FLAT>
+__device__ __forceinline__ void load_class(const T *x, const Offsets<T, FLAT> &xo, int64_t c_off, bool vec,
+                                           const int (&lab)[PPT], A (&v)[PPT])
+{
+    constexpr int V = run_of<T>();
+#pragma unroll
+    for (int j = 0; j < PPT / V; ++j) {
+        if (vec && lab[j * V + V - 1] != OUTSIDE) {
+            const uint4 u = __ldg((const uint4 *)(x + xo[j * V] + c_off));
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                v[j * V + k] = (A)vec16<T>::get(u, k);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                v[j * V + k] = lab[j * V + k] == OUTSIDE ? A(0) : (A)to_acc(x[xo[j * V + k] + c_off]);
+        }
+    }
+}
+
+/* Class c's gradient at a thread's pixels, stored like load_class reads. */
+template <class T, class A, bool FLAT>
+__device__ __forceinline__ void store_class(T *g, const Offsets<T, FLAT> &go, int64_t c_off, bool vec,
+                                            const int (&lab)[PPT], const A (&d)[PPT])
+{
+    constexpr int V = run_of<T>();
+#pragma unroll
+    for (int j = 0; j < PPT / V; ++j) {
+        if (vec && lab[j * V + V - 1] != OUTSIDE) {
+            uint4 u = make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                vec16<T>::set(u, k, d[j * V + k]);
+            *(uint4 *)(g + go[j * V] + c_off) = u;
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (lab[j * V + k] != OUTSIDE)
+                    g[go[j * V + k] + c_off] = from_acc<T>(d[j * V + k]);
+        }
+    }
+}
 
 template <class A> struct Sums {
     A a, b, r;
@@ -110,13 +194,13 @@ template <class A> struct Work {
 };
 
 /* The binary targets of a thread's pixels as U, all loads issued before any is used. */
-template <class U, class A, bool FLAT>
+template <class T, class U, class A, bool FLAT>
 __device__ __forceinline__ void load_targets(const ploss_region_problem &p, int64_t n, int64_t tile, A (&tgt)[PPT])
 {
     U raw[PPT];
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
-        const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
+        const int64_t s = pixel_of<T>(tile, i);
         raw[i] = s < p.S ? ((const U *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : U(0);
     }
 #pragma unroll
@@ -126,15 +210,14 @@ __device__ __forceinline__ void load_targets(const ploss_region_problem &p, int6
 
 /* The classes of a thread's pixels (lab[i] = OUTSIDE past the sample's end is kept): -1
  * ignored; an invalid label is reported and its pixel ignored. */
-template <class TI, bool FLAT>
+template <class T, class TI, bool FLAT>
 __device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
                                             int (&lab)[PPT])
 {
     TI y[PPT];
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
-        const int64_t s = tile * TILE + i * THREADS + threadIdx.x;
-        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : TI(0);
+        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, pixel_of<T>(tile, i))] : TI(0);
     }
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
@@ -155,26 +238,26 @@ __device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64
  * 0 for binary) and, binary, the float target.  Every load is issued before any value is
  * looked at (one memory latency per thread, not one per pixel).  The target's dtype is read
  * at run time (once per thread: the kernels are not compiled per label type). */
-template <class A, bool BINARY, bool FLAT>
+template <class T, class A, bool BINARY, bool FLAT>
 __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
                                             int (&lab)[PPT], A (&tgt)[PPT])
 {
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
-        lab[i] = tile * TILE + i * THREADS + threadIdx.x < p.S ? 0 : OUTSIDE;
+        lab[i] = pixel_of<T>(tile, i) < p.S ? 0 : OUTSIDE;
         tgt[i] = A(0);
     }
     if constexpr (BINARY) {
         switch (p.t_dtype) {
-        case PLOSS_F32: load_targets<float, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_F16: load_targets<__half, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_BF16: load_targets<__nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
-        default: load_targets<double, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_F32: load_targets<T, float, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_F16: load_targets<T, __half, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_BF16: load_targets<T, __nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
+        default: load_targets<T, double, A, FLAT>(p, n, tile, tgt); break;
         }
     } else if (p.t_dtype == PLOSS_I32) {
-        load_labels<int32_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int32_t, FLAT>(p, n, tile, error_slot, lab);
     } else {
-        load_labels<int64_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int64_t, FLAT>(p, n, tile, error_slot, lab);
     }
 }
 
@@ -246,53 +329,81 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 }
 
 /* 1. Block b = n·tiles + tile: the partial sums of the tile per class; the last tiles
- * finish the sample, then the groups. */
+ * finish the sample, then the groups.  Class c + 1's values are loaded while class c is
+ * summed; the warps' sums of up to CLASS_CHUNK classes wait in shared memory for one
+ * barrier, then thread k adds class k's in warp order. */
 template <class T, bool BINARY, bool FLAT>
-__global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_sums(const ploss_region_problem p, int64_t tiles, int64_t *error_slot,
+__global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2) dice_sums(const ploss_region_problem p, int64_t tiles, int64_t *error_slot,
                                                       Work<acc_t<T>> w)
 {
     using A = acc_t<T>;
-    __shared__ Sums<A> red[2][WARPS];
+    __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
     __shared__ bool last;
     const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = (int)p.C;
     int lab[PPT];
     A tgt[PPT];
-    load_pixels<A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
-    const Offsets<FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
+    load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
+    const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
+    const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
     const A e = (A)p.exponent;
-    for (int64_t c = 0; c < p.C; ++c) {
-        A v[PPT];
+    const int ek = e == A(1) ? 1 : e == A(2) ? 2 : 0;
+    bool counted[PPT]; /* in the sums: inside the sample, and not an ignored pixel left out */
+    A tgt_pow[PPT];    /* binary: o^p */
 #pragma unroll
-        for (int i = 0; i < PPT; ++i) /* every load first */
-            v[i] = lab[i] == OUTSIDE ? A(0) : (A)to_acc(x[xo[i] + c * p.x_sc]);
+    for (int i = 0; i < PPT; ++i) {
+        counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
+        tgt_pow[i] = BINARY ? power(tgt[i], e, ek) : A(0);
+    }
+    A v[PPT];
+    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
+    for (int c = 0; c < C; ++c) {
+        A cur[PPT];
+#pragma unroll
+        for (int i = 0; i < PPT; ++i)
+            cur[i] = v[i];
+        if (c + 1 < C)
+            load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vec, lab, v);
         Sums<A> acc = {0, 0, 0};
 #pragma unroll
         for (int i = 0; i < PPT; ++i) {
-            if (lab[i] == OUTSIDE || (lab[i] < 0 && p.mask_ignored))
+            if (!counted[i])
                 continue;
             A sg, sg1;
-            sigmoid2(v[i], sg, sg1);
-            const A o = BINARY ? tgt[i] : (lab[i] == c ? A(1) : A(0));
-            acc.a += sg * o;
-            acc.b += power(sg, e) + (BINARY ? power(o, e) : o);
-            acc.r += o;
+            sigmoid2(cur[i], sg, sg1);
+            const A ps = power(sg, e, ek);
+            if (BINARY) {
+                acc.a += sg * tgt[i];
+                acc.b += ps + tgt_pow[i];
+                acc.r += tgt[i];
+            } else if (lab[i] == c) {
+                acc.a += sg;
+                acc.b += ps + A(1);
+                acc.r += A(1);
+            } else {
+                acc.b += ps;
+            }
         }
         acc.a = warp_sum(acc.a);
         acc.b = warp_sum(acc.b);
         acc.r = warp_sum(acc.r);
+        const int k = c % CLASS_CHUNK;
         if (lane == 0)
-            red[c & 1][warp] = acc;
-        __syncthreads(); /* one barrier per class: red alternates, thread 0 reads before the next one */
-        if (threadIdx.x == 0) {
-            Sums<A> t = red[c & 1][0];
-            for (int k = 1; k < WARPS; ++k) {
-                t.a += red[c & 1][k].a;
-                t.b += red[c & 1][k].b;
-                t.r += red[c & 1][k].r;
+            red[k][warp] = acc;
+        if (k == CLASS_CHUNK - 1 || c == C - 1) {
+            __syncthreads();
+            if (threadIdx.x <= k) {
+                const int cc = c - k + threadIdx.x;
+                Sums<A> t = red[threadIdx.x][0];
+                for (int q = 1; q < WARPS; ++q) {
+                    t.a += red[threadIdx.x][q].a;
+                    t.b += red[threadIdx.x][q].b;
+                    t.r += red[threadIdx.x][q].r;
+                }
+                w.partial[(n * p.C + cc) * tiles + tile] = t;
             }
-            w.partial[(n * p.C + c) * tiles + tile] = t;
+            __syncthreads(); /* red is read before the next chunk writes it */
         }
     }
 
@@ -333,38 +444,51 @@ __global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_sums(const ploss_r
     finish(p, w);
 }
 
-/* 2. Block b: tile gridDim.x − 1 − b (reverse order); the gradient of its pixels. */
+/* 2. Block b: tile gridDim.x − 1 − b (reverse order); the gradient of its pixels, class
+ * c + 1's values loaded while class c's gradient is formed. */
 template <class T, bool BINARY, bool FLAT>
-__global__ void __launch_bounds__(THREADS, FLAT ? 4 : 2) dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
+__global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2) dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
 {
     using A = acc_t<T>;
     const int64_t b = gridDim.x - 1 - blockIdx.x, n = b / tiles, tile = b % tiles, g = p.per_image ? n : 0;
+    const int C = (int)p.C;
     int lab[PPT];
     A tgt[PPT];
-    load_pixels<A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
-    const Offsets<FLAT> xo(p, p.x_sn, p.x_ss, n, tile), go(p, p.g_sn, p.g_ss, n, tile);
+    load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
+    const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile), go(p, p.g_sn, p.g_ss, n, tile);
+    const bool vx = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss),
+               vg = vector_runs<T, FLAT>(p, p.grad, p.g_sn, p.g_sc, p.g_ss);
     const T *x = (const T *)p.x;
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = w.alpha[g], beta = w.beta[g];
-    for (int64_t c = 0; c < p.C; ++c) {
-        A v[PPT];
+    const int ek = e == A(1) ? 1 : e == A(2) ? 2 : 0;
+    bool counted[PPT]; /* a gradient: inside the sample, and not an ignored pixel left out */
+#pragma unroll
+    for (int i = 0; i < PPT; ++i)
+        counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
+    A v[PPT];
+    load_class<T, A, FLAT>(x, xo, 0, vx, lab, v);
+    for (int c = 0; c < C; ++c) {
+        A d[PPT];
 #pragma unroll
         for (int i = 0; i < PPT; ++i)
-            v[i] = lab[i] == OUTSIDE ? A(0) : (A)to_acc(x[xo[i] + c * p.x_sc]);
-        const A k = w.coef[g * p.C + c];
+            d[i] = v[i];
+        if (c + 1 < C)
+            load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vx, lab, v);
+        /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
+        const A k = w.coef[g * p.C + c], ka = k * alpha, kb = k * beta;
 #pragma unroll
         for (int i = 0; i < PPT; ++i) {
-            if (lab[i] == OUTSIDE)
-                continue;
-            A d = 0;
-            if (lab[i] >= 0 || !p.mask_ignored) {
+            const A xi = d[i];
+            d[i] = A(0);
+            if (counted[i]) {
                 A sg, sg1;
-                sigmoid2(v[i], sg, sg1);
-                const A o = BINARY ? tgt[i] : (lab[i] == c ? A(1) : A(0));
-                d = k * (alpha * power(sg, e) * sg1 - beta * o * sg * sg1);
+                sigmoid2(xi, sg, sg1);
+                const A os = BINARY ? tgt[i] * sg : lab[i] == c ? sg : A(0);
+                d[i] = sg1 * (ka * power(sg, e, ek) - kb * os);
             }
-            grad[go[i] + c * p.g_sc] = from_acc<T>(d);
         }
+        store_class<T, A, FLAT>(grad, go, c * p.g_sc, vg, lab, d);
     }
 }
 
@@ -376,6 +500,8 @@ template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, co
     const int64_t tiles = (p->S + TILE - 1) / TILE, blocks = N * tiles;
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld pixel tiles exceed the CUDA grid", (long long)blocks);
+    if (C > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld classes exceed the CUDA kernels' int range", (long long)C);
     const size_t b_part = align_up((size_t)(N * C * tiles) * sizeof(Sums<A>)), b_abr = align_up((size_t)(3 * N * C) * 8),
                  b_loss = align_up((size_t)G * 8), b_coef = align_up((size_t)(G * C) * sizeof(A)),
                  b_g = align_up((size_t)G * sizeof(A)), b_cnt = align_up((size_t)(N + 1) * sizeof(unsigned));
