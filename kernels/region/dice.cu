@@ -24,6 +24,8 @@
  * every run.  Invalid labels are reported through the context's error slot and their
  * pixels treated as ignored.
  */
+#include <type_traits>
+
 #include "region_common.cuh"
 
 namespace ploss_cuda {
@@ -51,13 +53,24 @@ template <class T> __device__ __forceinline__ int64_t pixel_of(int64_t tile, int
     return tile * TILE + (int64_t)(i / V) * (THREADS * V) + (int64_t)threadIdx.x * V + i % V;
 }
 
-/* s^e: the exponents 1 and 2 inline; any other through one out-of-line copy of pow (inlined
- * at each of a thread's PPT pixels it would multiply the build's code for a rare case).
- * `ek` is 1 or 2 for those exponents, 0 otherwise (uniform over the grid). */
+/* s^e: the exponents 1 and 2 inline (EK = 1, 2); any other (EK = 0) through one
+ * out-of-line copy of pow (inlined at each of a thread's PPT pixels it would multiply the
+ * build's code for a rare case). */
 template <class A> __device__ __noinline__ A power_general(A s, A e) { return m_pow(s, e); }
-template <class A> __device__ __forceinline__ A power(A s, A e, int ek)
+template <int EK, class A> __device__ __forceinline__ A power(A s, A e)
 {
-    return ek == 1 ? s : ek == 2 ? s * s : power_general(s, e);
+    return EK == 1 ? s : EK == 2 ? s * s : power_general(s, e);
+}
+/* f(EK) with EK the compile-time form of the exponent e: the exponent is uniform over the
+ * grid, so the class loops branch on it once per class, not once per element. */
+template <class A, class F> __device__ __forceinline__ void with_exponent(A e, F &&f)
+{
+    if (e == A(1))
+        f(std::integral_constant<int, 1>{});
+    else if (e == A(2))
+        f(std::integral_constant<int, 2>{});
+    else
+        f(std::integral_constant<int, 0>{});
 }
 /* f32: e^v and 1/v through the MUFU approximations (a few ulp: the sums and gradient stay
  * well inside the f32 tolerances, and the kernels off the instruction roofline); f64: the
@@ -66,6 +79,9 @@ __device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 __device__ __forceinline__ float fast_rcp(float v) { return __fdividef(1.0f, v); }
 __device__ __forceinline__ double fast_rcp(double v) { return 1.0 / v; }
+
+/* σ(v) = 1/(1 + e^−v) (e^−v = ∞ gives 0). */
+template <class A> __device__ __forceinline__ A sigmoid(A v) { return fast_rcp(A(1) + fast_exp(-v)); }
 
 /* σ(v) and 1 − σ(v) from one exponential of −|v| (never overflows), both without
  * cancellation. */
@@ -348,13 +364,13 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
     const A e = (A)p.exponent;
-    const int ek = e == A(1) ? 1 : e == A(2) ? 2 : 0;
     bool counted[PPT]; /* in the sums: inside the sample, and not an ignored pixel left out */
-    A tgt_pow[PPT];    /* binary: o^p */
+    A tgt_pow_sum = A(0); /* binary: Σ o^p over the thread's pixels */
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
         counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
-        tgt_pow[i] = BINARY ? power(tgt[i], e, ek) : A(0);
+        if (BINARY && counted[i])
+            with_exponent(e, [&](auto ek) { tgt_pow_sum += power<decltype(ek)::value>(tgt[i], e); });
     }
     A v[PPT];
     load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
@@ -366,25 +382,23 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
         if (c + 1 < C)
             load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vec, lab, v);
         Sums<A> acc = {0, 0, 0};
+        with_exponent(e, [&](auto ek) {
 #pragma unroll
-        for (int i = 0; i < PPT; ++i) {
-            if (!counted[i])
-                continue;
-            A sg, sg1;
-            sigmoid2(cur[i], sg, sg1);
-            const A ps = power(sg, e, ek);
-            if (BINARY) {
-                acc.a += sg * tgt[i];
-                acc.b += ps + tgt_pow[i];
-                acc.r += tgt[i];
-            } else if (lab[i] == c) {
-                acc.a += sg;
-                acc.b += ps + A(1);
-                acc.r += A(1);
-            } else {
-                acc.b += ps;
+            for (int i = 0; i < PPT; ++i) {
+                if (!counted[i])
+                    continue;
+                const A sg = sigmoid(cur[i]);
+                acc.b += power<decltype(ek)::value>(sg, e);
+                if (BINARY) {
+                    acc.a += sg * tgt[i];
+                    acc.r += tgt[i];
+                } else if (lab[i] == c) {
+                    acc.a += sg;
+                    acc.r += A(1);
+                }
             }
-        }
+        });
+        acc.b += BINARY ? tgt_pow_sum : acc.r; /* Σ o^p: o^p = o for one-hot o */
         acc.a = warp_sum(acc.a);
         acc.b = warp_sum(acc.b);
         acc.r = warp_sum(acc.r);
@@ -461,7 +475,6 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const T *x = (const T *)p.x;
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = w.alpha[g], beta = w.beta[g];
-    const int ek = e == A(1) ? 1 : e == A(2) ? 2 : 0;
     bool counted[PPT]; /* a gradient: inside the sample, and not an ignored pixel left out */
 #pragma unroll
     for (int i = 0; i < PPT; ++i)
@@ -477,17 +490,19 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
             load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vx, lab, v);
         /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
         const A k = w.coef[g * p.C + c], ka = k * alpha, kb = k * beta;
+        with_exponent(e, [&](auto ek) {
 #pragma unroll
-        for (int i = 0; i < PPT; ++i) {
-            const A xi = d[i];
-            d[i] = A(0);
-            if (counted[i]) {
-                A sg, sg1;
-                sigmoid2(xi, sg, sg1);
-                const A os = BINARY ? tgt[i] * sg : lab[i] == c ? sg : A(0);
-                d[i] = sg1 * (ka * power(sg, e, ek) - kb * os);
+            for (int i = 0; i < PPT; ++i) {
+                const A xi = d[i];
+                d[i] = A(0);
+                if (counted[i]) {
+                    A sg, sg1;
+                    sigmoid2(xi, sg, sg1);
+                    const A os = BINARY ? tgt[i] * sg : lab[i] == c ? sg : A(0);
+                    d[i] = sg1 * (ka * power<decltype(ek)::value>(sg, e) - kb * os);
+                }
             }
-        }
+        });
         store_class<T, A, FLAT>(grad, go, c * p.g_sc, vg, lab, d);
     }
 }

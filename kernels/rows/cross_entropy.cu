@@ -11,11 +11,12 @@
  *  - ce_rows_2pass: x_sc = 1 rows the engine does not take (probabilities, f64): a block
  *    per row, an online (running max, Σ e, Σ c) pass, then a pass that re-reads the row
  *    (mostly from L2) for the loss terms c·(lse − x) and the gradient.
- *  - ce_samples<CMAX>: class axis strided (N×C×S with x_ss = 1, or small C anywhere): a
+ *  - ce_samples<CMAX, P>: class axis strided (N×C×S with x_ss = 1, or small C anywhere): a
  *    thread per sample walks C with stride x_sc so that warps read coalesced; class
- *    indices with C ≤ CMAX (8, 24, 64) are held in registers (one read), CMAX = 0 is the
- *    generic two-pass walk (any strides, probabilities).  f64 always takes the generic
- *    kernels (it is a checking dtype).
+ *    indices with C ≤ CMAX (8, 24, 64) are held in registers (one read), and where the
+ *    sample axis is contiguous a thread takes P = 2 neighbouring samples, each class's pair
+ *    one access; CMAX = 0 is the generic two-pass walk (any strides, probabilities).  f64
+ *    always takes the generic kernels (it is a checking dtype).
  * Reductions: each block (cluster) writes partial sums (double) to the context's
  * workspace; ce_finalize adds them in a fixed order with one block, so the loss is bitwise
  * reproducible and no float atomics are used.  The MEAN divisor Σ w_y (class indices) is
@@ -27,6 +28,8 @@
  * never used as an index.
  */
 #include <math_constants.h>
+
+#include <type_traits>
 
 #include "rows.h"
 #include "common.cuh"
@@ -329,12 +332,37 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
 
 constexpr int kSampleThreads = 256;
 
-/* CMAX > 0 (class indices only; W: with class weights): the C ≤ CMAX logits of the sample
- * are held in registers (one read, one write); CMAX = 0: any C and target kind, an online
- * pass then a loss/gradient pass (two reads). */
+/* P consecutive samples' elements of one class as one load/store of P·sizeof(T) bytes. */
+template <class T, int P> struct Run {
+    using U = typename std::conditional<P * sizeof(T) == 4, uint32_t, uint2>::type;
+    static_assert(P * sizeof(T) == sizeof(U), "a run is one 4- or 8-byte access");
+    __device__ __forceinline__ static void load(const T *ptr, acc_t<T> (&v)[P])
+    {
+        const U u = *(const U *)ptr;
+        T e[P];
+        memcpy(e, &u, sizeof u);
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+            v[k] = (acc_t<T>)to_acc(e[k]);
+    }
+    __device__ __forceinline__ static void store(T *ptr, const acc_t<T> (&v)[P])
+    {
+        T e[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+            e[k] = convert<T>(v[k]);
+        U u;
+        memcpy(&u, e, sizeof u);
+        *(U *)ptr = u;
+    }
+};
+
+/* C ≤ CMAX (class indices only; W: with class weights), a thread per sample: the sample's
+ * C logits held in registers as the accumulation type, then e^(x − M) in their place (one
+ * read, one write). */
 template <class T, int CMAX, bool W>
-__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : CMAX > 8 ? 3 : 4)
-    ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
+__device__ __forceinline__ void samples_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
+                                                     double &acc_loss, double &acc_w)
 {
     using A = acc_t<T>;
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
@@ -342,35 +370,26 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
     const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
     const int64_t C = p.C;
     const Coef<A> coef(p, aux);
-    double acc_loss = 0.0, acc_w = 0.0;
-
     for (int64_t i = thread_index(); i < count; i += grid_stride()) {
         const int64_t n = p.S == 1 ? i : i / p.S, s = i - n * p.S;
-        int64_t y = 0;
-        int st = kValid;
-        if (p.target_kind == PLOSS_TARGET_INDEX) {
-            y = sample_label(p, n, s);
-            st = label_status(p, y);
-        }
+        const int64_t y = sample_label(p, n, s);
+        const int st = label_status(p, y);
         const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
         T *gr = want_grad ? (T *)p.grad + n * p.g_sn + s * p.g_ss : nullptr;
-        const int64_t toff = n * p.t_sn + s * p.t_ss;
         const int64_t xsc = p.x_sc, gsc = p.g_sc;
 
-        /* CMAX > 0: the logits are read together with the label (in bounds whatever the
-         * label says); the values of an ignored or invalid sample are never used */
-        A v[CMAX > 0 ? CMAX : 1];
-        if constexpr (CMAX > 0) {
-            const T *xp = xr;
+        /* the logits are read together with the label (in bounds whatever the label says);
+         * the values of an ignored or invalid sample are never used */
+        A v[CMAX];
+        const T *xp = xr;
 #pragma unroll
-            for (int j = 0; j < CMAX; ++j) {
-                v[j] = j < C ? (A)to_acc(*xp) : A(0);
-                xp += xsc;
-            }
-#pragma unroll
-            for (int j = 0; j < CMAX; ++j)
-                launder(v[j]);
+        for (int j = 0; j < CMAX; ++j) {
+            v[j] = j < C ? (A)to_acc(*xp) : A(0);
+            xp += xsc;
         }
+#pragma unroll
+        for (int j = 0; j < CMAX; ++j)
+            launder(v[j]);
 
         if (st != kValid) {
             finish_skipped<A>(p, aux, n, s, st, y, acc_loss);
@@ -380,7 +399,7 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
             continue;
         }
 
-        if constexpr (CMAX > 0) {
+        {
             const int Ci = (int)C, yi = (int)y;
             A M;
             if (saved) {
@@ -421,7 +440,149 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
                     gp += gsc;
                 }
             }
-        } else {
+        }
+    }
+}
+
+/* The same for P consecutive samples of one image per thread (where the host has checked
+ * that the sample axis is contiguous, S a multiple of P and the runs aligned): a class's P
+ * logits read and its P gradient values written as one access, P times the bytes in flight
+ * per thread.  Its per-sample factors are formed once (ω hoisted, the image by a 32-bit
+ * division), and the gradient written after both samples' sums. */
+template <class T, int CMAX, bool W, int P>
+__device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
+                                                         double &acc_loss, double &acc_w)
+{
+    using A = acc_t<T>;
+    using R = Run<T, P>;
+    const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
+    const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
+    const int Ci = (int)p.C;
+    const Coef<A> coef(p, aux);
+    /* ω: one value for every sample unless the backward of 'none' gives one per sample */
+    const bool omega_each = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
+    const A omega_all = want_grad && !omega_each ? omega_of<A>(p, aux, 0, 0) : A(0);
+    const bool narrow = count <= INT32_MAX; /* the sample's image by a 32-bit division */
+    const int64_t runs = count / P;
+    for (int64_t i = thread_index(); i < runs; i += grid_stride()) {
+        const int64_t q = i * P;
+        const int64_t n = p.S == 1 ? q : narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S, s0 = q - n * p.S;
+        int yi[P], st[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            const int64_t y = sample_label(p, n, s0 + k);
+            st[k] = label_status(p, y);
+            yi[k] = st[k] == kValid ? (int)y : 0;
+            if (st[k] != kValid)
+                finish_skipped<A>(p, aux, n, s0 + k, st[k], y, acc_loss);
+        }
+        /* the logits are read together with the labels (in bounds whatever the labels say);
+         * the values of an ignored or invalid sample are never used */
+        const T *xr = (const T *)p.x + n * p.x_sn + s0 * p.x_ss;
+        A v[CMAX][P];
+#pragma unroll
+        for (int j = 0; j < CMAX; ++j) {
+            if (j < Ci)
+                R::load(xr + j * p.x_sc, v[j]);
+#pragma unroll
+            for (int k = 0; k < P; ++k)
+                launder(v[j][k]);
+        }
+
+        /* per sample: the loss, and e^(x_j − M) in place of x_j with the gradient's factor
+         * ga = ω·Σc / Σe (g_j = e^(x_j − M)·ga − ω·c_j) */
+        A ga[P], om[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            const int64_t s = s0 + k;
+            const int y = yi[k];
+            ga[k] = om[k] = A(0);
+            if (st[k] != kValid)
+                continue;
+            A M;
+            if (saved) {
+                M = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
+            } else {
+                M = neg_inf<A>();
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j)
+                    if (j < Ci)
+                        M = mx(M, v[j][k]);
+            }
+            A se = A(0), cs = A(0), cd = A(0);
+#pragma unroll
+            for (int j = 0; j < CMAX; ++j)
+                if (j < Ci) {
+                    const A d = M - v[j][k];
+                    const A c = W ? coef.index(j, y) : coef.plain(j, y);
+                    v[j][k] = ex(-d);
+                    se += v[j][k];
+                    cs += c;
+                    if (c != A(0))
+                        cd += c * d;
+                }
+            if (saved)
+                se = A(1);
+            const A logSE = lg(se);
+            if (want_loss)
+                finish_valid<A>(p, n, s, y, M + logSE, (cs != A(0) ? cs * logSE : A(0)) + cd, acc_loss, acc_w);
+            if (want_grad) {
+                om[k] = omega_each ? omega_of<A>(p, aux, n, s) : omega_all;
+                ga[k] = om[k] * cs / se;
+            }
+        }
+        if (!want_grad)
+            continue;
+        T *gr = (T *)p.grad + n * p.g_sn + s0 * p.g_ss;
+#pragma unroll
+        for (int j = 0; j < CMAX; ++j) {
+            if (j >= Ci)
+                break;
+            A g[P];
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                const A oc = om[k] * (W ? coef.index(j, yi[k]) : coef.plain(j, yi[k]));
+                /* a skipped sample's logits may be NaN: its zero is not computed */
+                g[k] = st[k] != kValid ? A(0) : v[j][k] * ga[k] - oc;
+            }
+            R::store(gr + j * p.g_sc, g);
+        }
+    }
+}
+
+/* Any C and target kind, one thread per sample: an online pass, then a loss/gradient pass
+ * (two reads). */
+template <class T>
+__device__ __forceinline__ void samples_online(const ploss_ce_problem &p, const Aux &aux, int64_t count,
+                                               double &acc_loss, double &acc_w)
+{
+    using A = acc_t<T>;
+    const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
+    const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
+    const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
+    const int64_t C = p.C;
+    const Coef<A> coef(p, aux);
+    for (int64_t i = thread_index(); i < count; i += grid_stride()) {
+        const int64_t n = p.S == 1 ? i : i / p.S, s = i - n * p.S;
+        int64_t y = 0;
+        int st = kValid;
+        if (p.target_kind == PLOSS_TARGET_INDEX) {
+            y = sample_label(p, n, s);
+            st = label_status(p, y);
+        }
+        const T *xr = (const T *)p.x + n * p.x_sn + s * p.x_ss;
+        T *gr = want_grad ? (T *)p.grad + n * p.g_sn + s * p.g_ss : nullptr;
+        const int64_t toff = n * p.t_sn + s * p.t_ss;
+        const int64_t xsc = p.x_sc, gsc = p.g_sc;
+        if (st != kValid) {
+            finish_skipped<A>(p, aux, n, s, st, y, acc_loss);
+            if (want_grad)
+                for (int64_t j = 0; j < C; ++j)
+                    gr[j * gsc] = convert<T>(0.0f);
+            continue;
+        }
+        {
             /* One thread walks all C classes in sequence (C up to ~10^5 here), so the
              * sums Σ e^(x−m), Σ c and Σ c·(lse − x) are kept in double: an f32 running
              * sum of that many terms loses ~1e-4 relative, well beyond the tree-reduced
@@ -462,7 +623,21 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX > 24 ? 2 : C
                 finish_valid<A>(p, n, s, y, lse, (A)loss, acc_loss, acc_w);
         }
     }
+}
 
+/* ce_samples: a thread per sample, or per P consecutive samples (class axis strided, or
+ * small C); CMAX > 0: samples_in_registers, CMAX = 0: samples_online. */
+template <class T, int CMAX, bool W, int P>
+__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX * P > 48 ? 2 : CMAX * P > 8 ? 3 : 4)
+    ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
+{
+    double acc_loss = 0.0, acc_w = 0.0;
+    if constexpr (CMAX > 0 && P > 1)
+        sample_runs_in_registers<T, CMAX, W, P>(p, aux, count, acc_loss, acc_w);
+    else if constexpr (CMAX > 0)
+        samples_in_registers<T, CMAX, W>(p, aux, count, acc_loss, acc_w);
+    else
+        samples_online<T>(p, aux, count, acc_loss, acc_w);
     if (aux.part_loss) {
         const double a = block_reduce<kSampleThreads>(acc_loss, SumOp{});
         const double b = aux.part_w ? block_reduce<kSampleThreads>(acc_w, SumOp{}) : 0.0;
@@ -543,32 +718,67 @@ constexpr int kTwoPassThreads = 512;
 /* Largest C held in registers by the thread-per-sample kernel (f64: none, generic only). */
 template <class T> constexpr int64_t sample_reg_max() { return sizeof(T) == 8 ? 0 : 64; }
 
-template <class T, bool W>
-void launch_samples_reg(const ploss_ce_problem &p, const Aux &aux, int64_t count, unsigned g, cudaStream_t stream)
+/* Whether P consecutive samples of an image are one aligned access of P elements of x and
+ * of the gradient, class by class. */
+template <class T, int P> bool runs_fit(const ploss_ce_problem &p, bool want_grad)
 {
-    if (p.C <= 8)
-        ce_samples<T, 8, W><<<g, kSampleThreads, 0, stream>>>(p, aux, count);
-    else if (p.C <= 24)
-        ce_samples<T, 24, W><<<g, kSampleThreads, 0, stream>>>(p, aux, count);
-    else
-        ce_samples<T, 64, W><<<g, kSampleThreads, 0, stream>>>(p, aux, count);
+    const auto fits = [](const void *base, int64_t sn, int64_t sc, int64_t ss) {
+        return ss == 1 && sn % P == 0 && sc % P == 0 && (uintptr_t)base % (P * sizeof(T)) == 0;
+    };
+    return p.S % P == 0 && fits(p.x, p.x_sn, p.x_sc, p.x_ss) && (!want_grad || fits(p.grad, p.g_sn, p.g_sc, p.g_ss));
 }
 
+/* Samples per thread of the thread-per-sample kernel: 2 where the register path runs with
+ * C ≤ paired_cmax (2·CMAX logits in registers: 24 classes of 16-bit logits packed in 24
+ * registers, 8 of f32) and pairs of samples are single accesses, else 1. */
+template <class T> constexpr int paired_cmax() { return sizeof(T) == 2 ? 24 : 8; }
+template <class T> int samples_per_thread(const ploss_ce_problem &p)
+{
+    if constexpr (sample_reg_max<T>() > 0)
+        if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= paired_cmax<T>() && runs_fit<T, 2>(p, p.pass != PLOSS_PASS_FORWARD))
+            return 2;
+    return 1;
+}
+
+template <class T, int CMAX, bool W>
+void launch_samples_p(const ploss_ce_problem &p, const Aux &aux, int64_t count, unsigned blocks, int per_thread,
+                      cudaStream_t stream)
+{
+    if constexpr (CMAX <= paired_cmax<T>())
+        if (per_thread == 2) {
+            ce_samples<T, CMAX, W, 2><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
+            return;
+        }
+    ce_samples<T, CMAX, W, 1><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
+}
+
+template <class T, bool W>
+void launch_samples_reg(const ploss_ce_problem &p, const Aux &aux, int64_t count, unsigned blocks, int per_thread,
+                        cudaStream_t stream)
+{
+    if (p.C <= 8)
+        launch_samples_p<T, 8, W>(p, aux, count, blocks, per_thread, stream);
+    else if (p.C <= 24)
+        launch_samples_p<T, 24, W>(p, aux, count, blocks, per_thread, stream);
+    else
+        launch_samples_p<T, 64, W>(p, aux, count, blocks, per_thread, stream);
+}
+
+/* blocks: grid_blocks(count / per_thread) (samples_per_thread). */
 template <class T>
-ploss_status launch_samples(const ploss_ce_problem &p, const Aux &aux, int64_t count, int64_t blocks,
+ploss_status launch_samples(const ploss_ce_problem &p, const Aux &aux, int64_t count, int64_t blocks, int per_thread,
                             cudaStream_t stream)
 {
-    const unsigned g = (unsigned)blocks;
     if constexpr (sample_reg_max<T>() > 0) {
         if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= sample_reg_max<T>()) {
             if (aux.wts)
-                launch_samples_reg<T, true>(p, aux, count, g, stream);
+                launch_samples_reg<T, true>(p, aux, count, (unsigned)blocks, per_thread, stream);
             else
-                launch_samples_reg<T, false>(p, aux, count, g, stream);
+                launch_samples_reg<T, false>(p, aux, count, (unsigned)blocks, per_thread, stream);
             return check_launch("cross_entropy (thread per sample)");
         }
     }
-    ce_samples<T, 0, true><<<g, kSampleThreads, 0, stream>>>(p, aux, count);
+    ce_samples<T, 0, true, 1><<<(unsigned)blocks, kSampleThreads, 0, stream>>>(p, aux, count);
     return check_launch("cross_entropy (thread per sample)");
 }
 
@@ -586,14 +796,16 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     cudaStream_t stream = stream_of(ctx);
 
     /* main kernel and its number of partials */
-    int kind = -1;
+    int kind = -1, per_thread = 1;
     int64_t blocks = 0;
     if (count > 0) {
         kind = choose_kernel(p);
-        if (kind == -2)
+        if (kind == -2) {
             blocks = count < kMaxBlocks ? count : kMaxBlocks;
-        else
-            blocks = (int64_t)grid_blocks(count, kSampleThreads, kMaxBlocks);
+        } else {
+            per_thread = samples_per_thread<T>(p);
+            blocks = (int64_t)grid_blocks(count / per_thread, kSampleThreads, kMaxBlocks);
+        }
     }
     const int64_t label_blocks = label_pass ? (int64_t)grid_blocks(count, kSampleThreads * 4, 4096) : 0;
 
@@ -649,7 +861,7 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
             ce_rows_2pass<T, kTwoPassThreads><<<(unsigned)blocks, kTwoPassThreads, 0, stream>>>(p, aux, count);
             st = check_launch("cross_entropy (two-pass rows)");
         } else if (kind == -1) {
-            st = launch_samples<T>(p, aux, count, blocks, stream);
+            st = launch_samples<T>(p, aux, count, blocks, per_thread, stream);
         }
         if (st != PLOSS_OK)
             return st;
