@@ -191,6 +191,23 @@ describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
           end
         end
       end
+      -- N×C×H×W with an even pixel count: neighbouring pixels share a thread (16-bit logits
+      -- up to 24 classes, f32 up to 8); an ignored NaN pixel beside valid ones
+      for _, Cn in ipairs { 6, 19 } do
+        local x = ploss.randn({ 2, Cn, 2, 2 }, { dtype = dtype, device = DEV, seed = 11 })
+        x:narrow(1, 1, 1):narrow(3, 1, 1):narrow(4, 1, 1):fill(0 / 0)
+        local y = ploss.tensor({ { { 255, 1 }, { 2, 0 } }, { { 3, 255 }, { 1, 1 } } }, { dtype = "i64", device = DEV })
+        for _, red in ipairs { "mean", "sum", "none" } do
+          local l, g = F.cross_entropy_fused(x, y, { reduction = red, ignore_index = 255, label_smoothing = 0.1 })
+          for _, v in ipairs(H.values(l)) do assert.is_true(v == v, dtype .. " " .. red .. " 4-d loss") end
+          local gh = g:to("cpu", "f64")
+          for c = 1, Cn do
+            assert.are.equal(0, gh:narrow(1, 1, 1):narrow(2, c, 1):narrow(3, 1, 1):narrow(4, 1, 1):flat()[1])
+            assert.are.equal(0, gh:narrow(1, 2, 1):narrow(2, c, 1):narrow(3, 1, 1):narrow(4, 2, 1):flat()[1])
+          end
+          for i, v in ipairs(gh:flat()) do assert.is_true(v == v, dtype .. " " .. red .. " 4-d element " .. i) end
+        end
+      end
     end
   end)
 

@@ -153,7 +153,7 @@ __device__ __forceinline__ void load_class(const T *x, const Offsets<T, FLAT> &x
 #pragma unroll
     for (int j = 0; j < PPT / V; ++j) {
         if (vec && lab[j * V + V - 1] != OUTSIDE) {
-            const uint4 u = __ldg((const uint4 *)(x + xo[j * V] + c_off));
+            const uint4 u = *(const uint4 *)(x + xo[j * V] + c_off); /* not __ldg: x may be the gradient */
 #pragma unroll
             for (int k = 0; k < V; ++k)
                 v[j * V + k] = (A)vec16<T>::get(u, k);
@@ -277,6 +277,16 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
     }
 }
 
+/* Whether each of a thread's pixels is in the sums and has a gradient: inside the sample,
+ * and not an ignored pixel left out of the denominator. */
+__device__ __forceinline__ void counted_pixels(const ploss_region_problem &p, const int (&lab)[PPT],
+                                               bool (&counted)[PPT])
+{
+#pragma unroll
+    for (int i = 0; i < PPT; ++i)
+        counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
+}
+
 /* The class weight of class c in group g (before Sudre's absent-class substitution). */
 __device__ __forceinline__ double class_weight(const ploss_region_problem &p, double rc, int64_t c)
 {
@@ -364,14 +374,13 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
     const A e = (A)p.exponent;
-    bool counted[PPT]; /* in the sums: inside the sample, and not an ignored pixel left out */
+    bool counted[PPT];
+    counted_pixels(p, lab, counted);
     A tgt_pow_sum = A(0); /* binary: Σ o^p over the thread's pixels */
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) {
-        counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
+    for (int i = 0; i < PPT; ++i)
         if (BINARY && counted[i])
             with_exponent(e, [&](auto ek) { tgt_pow_sum += power<decltype(ek)::value>(tgt[i], e); });
-    }
     A v[PPT];
     load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
     for (int c = 0; c < C; ++c) {
@@ -475,10 +484,8 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const T *x = (const T *)p.x;
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = w.alpha[g], beta = w.beta[g];
-    bool counted[PPT]; /* a gradient: inside the sample, and not an ignored pixel left out */
-#pragma unroll
-    for (int i = 0; i < PPT; ++i)
-        counted[i] = lab[i] != OUTSIDE && (lab[i] >= 0 || !p.mask_ignored);
+    bool counted[PPT];
+    counted_pixels(p, lab, counted);
     A v[PPT];
     load_class<T, A, FLAT>(x, xo, 0, vx, lab, v);
     for (int c = 0; c < C; ++c) {

@@ -29,8 +29,6 @@
  */
 #include <math_constants.h>
 
-#include <type_traits>
-
 #include "rows.h"
 #include "common.cuh"
 #include "policy_cross_entropy.cuh"
@@ -332,30 +330,41 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
 
 constexpr int kSampleThreads = 256;
 
-/* P consecutive samples' elements of one class as one load/store of P·sizeof(T) bytes. */
-template <class T, int P> struct Run {
-    using U = typename std::conditional<P * sizeof(T) == 4, uint32_t, uint2>::type;
-    static_assert(P * sizeof(T) == sizeof(U), "a run is one 4- or 8-byte access");
-    __device__ __forceinline__ static void load(const T *ptr, acc_t<T> (&v)[P])
-    {
-        const U u = *(const U *)ptr;
-        T e[P];
-        memcpy(e, &u, sizeof u);
-#pragma unroll
-        for (int k = 0; k < P; ++k)
-            v[k] = (acc_t<T>)to_acc(e[k]);
-    }
-    __device__ __forceinline__ static void store(T *ptr, const acc_t<T> (&v)[P])
-    {
-        T e[P];
-#pragma unroll
-        for (int k = 0; k < P; ++k)
-            e[k] = convert<T>(v[k]);
-        U u;
-        memcpy(&u, e, sizeof u);
-        *(U *)ptr = u;
-    }
-};
+/* Two neighbouring samples' elements of one class as one 4- or 8-byte access (callers
+ * check the alignment); each element rounded to nearest on the store, as convert<T>. */
+/* f32 through one 64-bit integer: a float2 access may be split in two by the compiler
+ * where it cannot prove the alignment the caller checked */
+__device__ __forceinline__ void load_pair(const float *ptr, float (&v)[2])
+{
+    const unsigned long long u = *(const unsigned long long *)ptr;
+    v[0] = __uint_as_float((unsigned)u);
+    v[1] = __uint_as_float((unsigned)(u >> 32));
+}
+__device__ __forceinline__ void load_pair(const __half *ptr, float (&v)[2])
+{
+    const __half2 h = *(const __half2 *)ptr;
+    v[0] = __low2float(h);
+    v[1] = __high2float(h);
+}
+__device__ __forceinline__ void load_pair(const __nv_bfloat16 *ptr, float (&v)[2])
+{
+    const __nv_bfloat162 h = *(const __nv_bfloat162 *)ptr;
+    v[0] = __low2float(h);
+    v[1] = __high2float(h);
+}
+__device__ __forceinline__ void store_pair(float *ptr, const float (&v)[2])
+{
+    *(unsigned long long *)ptr =
+        (unsigned long long)__float_as_uint(v[0]) | (unsigned long long)__float_as_uint(v[1]) << 32;
+}
+__device__ __forceinline__ void store_pair(__half *ptr, const float (&v)[2])
+{
+    *(__half2 *)ptr = __floats2half2_rn(v[0], v[1]);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16 *ptr, const float (&v)[2])
+{
+    *(__nv_bfloat162 *)ptr = __floats2bfloat162_rn(v[0], v[1]);
+}
 
 /* C ≤ CMAX (class indices only; W: with class weights), a thread per sample: the sample's
  * C logits held in registers as the accumulation type, then e^(x − M) in their place (one
@@ -444,17 +453,17 @@ __device__ __forceinline__ void samples_in_registers(const ploss_ce_problem &p, 
     }
 }
 
-/* The same for P consecutive samples of one image per thread (where the host has checked
- * that the sample axis is contiguous, S a multiple of P and the runs aligned): a class's P
- * logits read and its P gradient values written as one access, P times the bytes in flight
+/* The same for two neighbouring samples of one image per thread (where the host has
+ * checked that the sample axis is contiguous, S even and the pairs aligned): a class's two
+ * logits read and its two gradient values written as one access, twice the bytes in flight
  * per thread.  Its per-sample factors are formed once (ω hoisted, the image by a 32-bit
  * division), and the gradient written after both samples' sums. */
-template <class T, int CMAX, bool W, int P>
-__device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
-                                                         double &acc_loss, double &acc_w)
+template <class T, int CMAX, bool W>
+__device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
+                                                          double &acc_loss, double &acc_w)
 {
     using A = acc_t<T>;
-    using R = Run<T, P>;
+    constexpr int P = 2;
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
     const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
@@ -467,7 +476,7 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
     const int64_t runs = count / P;
     for (int64_t i = thread_index(); i < runs; i += grid_stride()) {
         const int64_t q = i * P;
-        const int64_t n = p.S == 1 ? q : narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S, s0 = q - n * p.S;
+        const int64_t n = narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S, s0 = q - n * p.S;
         int yi[P], st[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
@@ -484,7 +493,9 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
 #pragma unroll
         for (int j = 0; j < CMAX; ++j) {
             if (j < Ci)
-                R::load(xr + j * p.x_sc, v[j]);
+                load_pair(xr + j * p.x_sc, v[j]);
+            else
+                v[j][0] = v[j][1] = A(0);
 #pragma unroll
             for (int k = 0; k < P; ++k)
                 launder(v[j][k]);
@@ -539,14 +550,15 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
         for (int j = 0; j < CMAX; ++j) {
             if (j >= Ci)
                 break;
+            const A wj = W && coef.w ? coef.w[j] : A(1);
             A g[P];
 #pragma unroll
             for (int k = 0; k < P; ++k) {
-                const A oc = om[k] * (W ? coef.index(j, yi[k]) : coef.plain(j, yi[k]));
+                const A oc = om[k] * (wj * coef.plain(j, yi[k]));
                 /* a skipped sample's logits may be NaN: its zero is not computed */
                 g[k] = st[k] != kValid ? A(0) : v[j][k] * ga[k] - oc;
             }
-            R::store(gr + j * p.g_sc, g);
+            store_pair(gr + j * p.g_sc, g);
         }
     }
 }
@@ -632,8 +644,8 @@ __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX * P > 48 ? 2
     ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
 {
     double acc_loss = 0.0, acc_w = 0.0;
-    if constexpr (CMAX > 0 && P > 1)
-        sample_runs_in_registers<T, CMAX, W, P>(p, aux, count, acc_loss, acc_w);
+    if constexpr (CMAX > 0 && P == 2)
+        sample_pairs_in_registers<T, CMAX, W>(p, aux, count, acc_loss, acc_w);
     else if constexpr (CMAX > 0)
         samples_in_registers<T, CMAX, W>(p, aux, count, acc_loss, acc_w);
     else
@@ -729,8 +741,10 @@ template <class T, int P> bool runs_fit(const ploss_ce_problem &p, bool want_gra
 }
 
 /* Samples per thread of the thread-per-sample kernel: 2 where the register path runs with
- * C ≤ paired_cmax (2·CMAX logits in registers: 24 classes of 16-bit logits packed in 24
- * registers, 8 of f32) and pairs of samples are single accesses, else 1. */
+ * C ≤ paired_cmax and pairs of samples are single accesses, else 1.  A pair holds 2·CMAX
+ * f32 logits: with 24 classes that is 48 registers (some spilled at three blocks per SM,
+ * still faster for 16-bit logits than one sample per thread); f32 logits pair only up to 8
+ * classes (24 lost more to spills than the wider loads gave, RESULTS.md). */
 template <class T> constexpr int paired_cmax() { return sizeof(T) == 2 ? 24 : 8; }
 template <class T> int samples_per_thread(const ploss_ce_problem &p)
 {
