@@ -34,7 +34,7 @@ cuobjdump=$(command -v cuobjdump || true)
 if [ -z "$cuobjdump" ]; then
     tools=${PLOSS_NVTOOLS:-$HOME/.cache/ploss-nvtools}
     cuobjdump=$(find "$tools" -name cuobjdump -type f 2>/dev/null | head -1 || true)
-    if [ -z "$cuobjdump" ]; then
+    if [ -z "$cuobjdump" ] || [ ! -f "$(dirname "$cuobjdump")/nvdisasm" ]; then
         mkdir -p "$tools"
         python3 -m pip download --quiet --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d "$tools/wheels" >&2
         python3 - "$tools" <<'EOF'
