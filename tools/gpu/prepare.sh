@@ -30,6 +30,15 @@ if [ "$build" = 1 ]; then
     else
         meson setup build-gpu -Dcuda=enabled -Dbuildtype=release >/dev/null
     fi
+    # Meson before 1.1 gives nvcc no depfile, so ninja does not know the headers a CUDA
+    # source includes and would keep kernels whose header changed: drop the CUDA objects
+    # older than the newest header first.
+    if [ "$(printf '%s\n' 1.1.0 "$(meson --version)" | sort -V | head -1)" != 1.1.0 ]; then
+        newest=$(find kernels core -name '*.cuh' -o -name '*.h' | xargs stat -c %Y | sort -n | tail -1)
+        find build-gpu -name '*.cu.o' | while read -r o; do
+            [ "$(stat -c %Y "$o")" -ge "$newest" ] || rm -f "$o"
+        done
+    fi
     ninja -C build-gpu
 fi
 [ -f build-gpu/libploss.so.0 ] || { echo "prepare.sh: build-gpu/libploss.so.0 missing" >&2; exit 1; }
