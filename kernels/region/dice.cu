@@ -110,7 +110,9 @@ template <class T, bool FLAT> struct Offsets {
     __device__ __forceinline__ Offsets(const ploss_region_problem &p, int64_t sn, const int64_t *ss, int64_t n,
                                        int64_t tile)
     {
-#pragma unroll
+        /* not unrolled: the general offset (a division per dimension) inlined at each pixel
+         * was most of the file's machine code, for views that are rare */
+#pragma unroll 1
         for (int i = 0; i < PPT; ++i) {
             const int64_t s = pixel_of<T>(tile, i);
             at[i] = s < p.S ? n * sn + spatial<false>(p, ss, s) : 0;
