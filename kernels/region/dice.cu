@@ -283,6 +283,26 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
     }
 }
 
+/* f(c, values) for each class c in turn, class c + 1's values loaded (load_class) while f
+ * works on class c's. */
+template <class T, class A, bool FLAT, class F>
+__device__ __forceinline__ void for_each_class(const ploss_region_problem &p, const T *x, const Offsets<T, FLAT> &xo,
+                                               bool vec, const int (&lab)[PPT], F &&f)
+{
+    const int C = (int)p.C;
+    A v[PPT];
+    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
+    for (int c = 0; c < C; ++c) {
+        A cur[PPT];
+#pragma unroll
+        for (int i = 0; i < PPT; ++i)
+            cur[i] = v[i];
+        if (c + 1 < C)
+            load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vec, lab, v);
+        f(c, cur);
+    }
+}
+
 /* Whether each of a thread's pixels is in the sums and has a gradient: inside the sample,
  * and not an ignored pixel left out of the denominator. */
 __device__ __forceinline__ void counted_pixels(const ploss_region_problem &p, const int (&lab)[PPT],
@@ -387,15 +407,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     for (int i = 0; i < PPT; ++i)
         if (BINARY && counted[i])
             with_exponent(e, [&](auto ek) { tgt_pow_sum += power<decltype(ek)::value>(tgt[i], e); });
-    A v[PPT];
-    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
-    for (int c = 0; c < C; ++c) {
-        A cur[PPT];
-#pragma unroll
-        for (int i = 0; i < PPT; ++i)
-            cur[i] = v[i];
-        if (c + 1 < C)
-            load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vec, lab, v);
+    for_each_class<T, A, FLAT>(p, x, xo, vec, lab, [&](int c, const A(&cur)[PPT]) {
         Sums<A> acc = {0, 0, 0};
         with_exponent(e, [&](auto ek) {
             /* selects, not branches: a pixel left out (whose logit may be NaN) adds 0 */
@@ -434,7 +446,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
             }
             __syncthreads(); /* red is read before the next chunk writes it */
         }
-    }
+    });
 
     /* the last tile of sample n to arrive adds its partials, tile by tile */
     if (threadIdx.x == 0) {
@@ -480,7 +492,6 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
 {
     using A = acc_t<T>;
     const int64_t b = gridDim.x - 1 - blockIdx.x, n = b / tiles, tile = b % tiles, g = p.per_image ? n : 0;
-    const int C = (int)p.C;
     int lab[PPT];
     A tgt[PPT];
     load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
@@ -492,15 +503,11 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const A e = (A)p.exponent, alpha = w.alpha[g], beta = w.beta[g];
     bool counted[PPT];
     counted_pixels(p, lab, counted);
-    A v[PPT];
-    load_class<T, A, FLAT>(x, xo, 0, vx, lab, v);
-    for (int c = 0; c < C; ++c) {
+    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, [&](int c, const A(&xc)[PPT]) {
         A d[PPT];
 #pragma unroll
         for (int i = 0; i < PPT; ++i)
-            d[i] = v[i];
-        if (c + 1 < C)
-            load_class<T, A, FLAT>(x, xo, (c + 1) * p.x_sc, vx, lab, v);
+            d[i] = xc[i];
         /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
         const A k = w.coef[g * p.C + c], ka = k * alpha, kb = k * beta;
         with_exponent(e, [&](auto ek) {
@@ -514,7 +521,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
             }
         });
         store_class<T, A, FLAT>(grad, go, c * p.g_sc, vg, lab, d);
-    }
+    });
 }
 
 template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)

@@ -657,8 +657,9 @@ __device__ __forceinline__ void samples_online(const ploss_ce_problem &p, const 
     }
 }
 
-/* ce_samples: a thread per sample, or per P consecutive samples (class axis strided, or
- * small C); CMAX > 0: samples_in_registers, CMAX = 0: samples_online. */
+/* ce_samples: a thread per sample (P = 1) or per pair of neighbouring samples (P = 2), for
+ * a strided class axis or small C; CMAX > 0: sample_pairs_in_registers or
+ * samples_in_registers, CMAX = 0: samples_online. */
 template <class T, int CMAX, bool W, int P>
 __global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX * P > 48 ? 2 : CMAX * P > 8 ? 3 : 4)
     ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
