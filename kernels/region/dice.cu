@@ -73,9 +73,10 @@ template <class A, class F> __device__ __forceinline__ void with_exponent(A e, F
         f(std::integral_constant<int, 0>{});
 }
 /* f32: e^v and 1/v through the MUFU approximations (a few ulp: the sums and gradient stay
- * well inside the f32 tolerances, and the kernels off the instruction roofline); f64: the
- * libdevice exp and an IEEE division (a checking dtype). */
-__device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
+ * well inside the f32 tolerances, and the kernels off the instruction roofline; e^v below
+ * 2^-126 flushes to 0, where σ is 0 or 1 to f32 precision anyway); f64: the libdevice exp
+ * and an IEEE division (a checking dtype). */
+__device__ __forceinline__ float fast_exp(float v) { return exp_ftz(v); }
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 __device__ __forceinline__ float fast_rcp(float v) { return __fdividef(1.0f, v); }
 __device__ __forceinline__ double fast_rcp(double v) { return 1.0 / v; }
@@ -109,13 +110,16 @@ template <class T, bool FLAT> struct Offsets {
     __device__ __forceinline__ Offsets(const ploss_region_problem &p, int64_t sn, const int64_t *ss, int64_t n,
                                        int64_t tile)
     {
-#pragma unroll
+        /* not unrolled: the general offset (a division per dimension) inlined at each pixel
+         * was most of the file's machine code, for views that are rare */
+#pragma unroll 1
         for (int i = 0; i < PPT; ++i) {
             const int64_t s = pixel_of<T>(tile, i);
             at[i] = s < p.S ? n * sn + spatial<false>(p, ss, s) : 0;
         }
     }
     __device__ __forceinline__ int64_t operator[](int i) const { return at[i]; }
+    __device__ __forceinline__ int64_t run(int j) const { return at[j * run_of<T>()]; }
 };
 template <class T> struct Offsets<T, true> {
     int64_t base, stride;
@@ -130,6 +134,8 @@ template <class T> struct Offsets<T, true> {
         constexpr int V = run_of<T>();
         return base + ((int64_t)(i / V) * (THREADS * V) + i % V) * stride;
     }
+    /* the first pixel of run j where the stride is 1 (vector_runs): a constant offset */
+    __device__ __forceinline__ int64_t run(int j) const { return base + (int64_t)j * (THREADS * run_of<T>()); }
 };
 
 /* Whether a tensor's runs of V pixels are whole aligned 16-byte vectors: spatial stride 1
@@ -153,7 +159,7 @@ __device__ __forceinline__ void load_class(const T *x, const Offsets<T, FLAT> &x
 #pragma unroll
     for (int j = 0; j < PPT / V; ++j) {
         if (vec && lab[j * V + V - 1] != OUTSIDE) {
-            const uint4 u = *(const uint4 *)(x + xo[j * V] + c_off); /* not __ldg: x may be the gradient */
+            const uint4 u = *(const uint4 *)(x + xo.run(j) + c_off); /* not __ldg: x may be the gradient */
 #pragma unroll
             for (int k = 0; k < V; ++k)
                 v[j * V + k] = (A)vec16<T>::get(u, k);
@@ -178,7 +184,7 @@ __device__ __forceinline__ void store_class(T *g, const Offsets<T, FLAT> &go, in
 #pragma unroll
             for (int k = 0; k < V; ++k)
                 vec16<T>::set(u, k, d[j * V + k]);
-            *(uint4 *)(g + go[j * V] + c_off) = u;
+            *(uint4 *)(g + go.run(j) + c_off) = u;
         } else {
 #pragma unroll
             for (int k = 0; k < V; ++k)
@@ -404,16 +410,16 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     for_each_class<T, A, FLAT>(p, x, xo, vec, lab, [&](int c, const A(&cur)[PPT]) {
         Sums<A> acc = {0, 0, 0};
         with_exponent(e, [&](auto ek) {
+            /* selects, not branches: a pixel left out (whose logit may be NaN) adds 0 */
 #pragma unroll
             for (int i = 0; i < PPT; ++i) {
-                if (!counted[i])
-                    continue;
                 const A sg = sigmoid(cur[i]);
-                acc.b += power<decltype(ek)::value>(sg, e);
+                const A ps = power<decltype(ek)::value>(sg, e);
+                acc.b += counted[i] ? ps : A(0);
                 if (BINARY) {
-                    acc.a += sg * tgt[i];
-                    acc.r += tgt[i];
-                } else if (lab[i] == c) {
+                    acc.a += counted[i] ? sg * tgt[i] : A(0);
+                    acc.r += counted[i] ? tgt[i] : A(0);
+                } else if (lab[i] == c) { /* a label equal to c is counted */
                     acc.a += sg;
                     acc.r += A(1);
                 }
@@ -507,14 +513,11 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
         with_exponent(e, [&](auto ek) {
 #pragma unroll
             for (int i = 0; i < PPT; ++i) {
-                const A xi = d[i];
-                d[i] = A(0);
-                if (counted[i]) {
-                    A sg, sg1;
-                    sigmoid2(xi, sg, sg1);
-                    const A os = BINARY ? tgt[i] * sg : lab[i] == c ? sg : A(0);
-                    d[i] = sg1 * (ka * power<decltype(ek)::value>(sg, e) - kb * os);
-                }
+                A sg, sg1;
+                sigmoid2(d[i], sg, sg1);
+                const A os = BINARY ? tgt[i] * sg : lab[i] == c ? sg : A(0);
+                const A gi = sg1 * (ka * power<decltype(ek)::value>(sg, e) - kb * os);
+                d[i] = counted[i] ? gi : A(0); /* a select: a left-out NaN logit gives 0 */
             }
         });
         store_class<T, A, FLAT>(grad, go, c * p.g_sc, vg, lab, d);

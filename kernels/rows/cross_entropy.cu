@@ -55,10 +55,11 @@ struct Aux {
     int64_t *error_slot;
 };
 
-/* f32: exp through ex2.approx (MUFU): relative error ≈ 2^-22 + |v|·2^-24, results below
- * 2^-126 flush to 0 — far inside the f32 tolerances, and it keeps the 16-bit row kernels
- * off the instruction roofline.  f64: the correctly rounded-ish libdevice exp. */
-__device__ __forceinline__ float ex(float v) { return __expf(v); }
+/* f32: exp through ex2.approx.ftz (exp_ftz: one multiply, one MUFU op): relative error
+ * ≈ 2^-22 + |v|·2^-24, results below 2^-126 flush to 0 — far inside the f32 tolerances,
+ * and it keeps the 16-bit row kernels off the instruction roofline.  f64: the correctly
+ * rounded-ish libdevice exp. */
+__device__ __forceinline__ float ex(float v) { return exp_ftz(v); }
 __device__ __forceinline__ double ex(double v) { return exp(v); }
 __device__ __forceinline__ float lg(float v) { return logf(v); }
 __device__ __forceinline__ double lg(double v) { return log(v); }
@@ -473,6 +474,7 @@ __device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem
     const bool omega_each = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     const A omega_all = want_grad && !omega_each ? omega_of<A>(p, aux, 0, 0) : A(0);
     const bool narrow = count <= INT32_MAX; /* the sample's image by a 32-bit division */
+    const A cs_plain = coef.a + coef.b * (A)Ci; /* Σ_j c_j without class weights */
     const int64_t runs = count / P;
     for (int64_t i = thread_index(); i < runs; i += grid_stride()) {
         const int64_t q = i * P;
@@ -522,17 +524,35 @@ __device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem
                         M = mx(M, v[j][k]);
             }
             A se = A(0), cs = A(0), cd = A(0);
+            if (W) {
 #pragma unroll
-            for (int j = 0; j < CMAX; ++j)
-                if (j < Ci) {
-                    const A d = M - v[j][k];
-                    const A c = W ? coef.index(j, y) : coef.plain(j, y);
-                    v[j][k] = ex(-d);
-                    se += v[j][k];
-                    cs += c;
-                    if (c != A(0))
-                        cd += c * d;
-                }
+                for (int j = 0; j < CMAX; ++j)
+                    if (j < Ci) {
+                        const A d = M - v[j][k];
+                        const A c = coef.index(j, y);
+                        v[j][k] = ex(-d);
+                        se += v[j][k];
+                        cs += c;
+                        if (c != A(0))
+                            cd += c * d;
+                    }
+            } else {
+                /* c_j = b + a·[j = y]: Σc = a + b·C and Σ c·d = b·Σd + a·d_y, the terms of a
+                 * zero coefficient left out as above (an infinite d times 0 is not NaN) */
+                A dsum = A(0), dy = A(0);
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j)
+                    if (j < Ci) {
+                        const A d = M - v[j][k];
+                        v[j][k] = ex(-d);
+                        se += v[j][k];
+                        dsum += d;
+                        if (j == y)
+                            dy = d;
+                    }
+                cs = cs_plain;
+                cd = (coef.b != A(0) ? coef.b * dsum : A(0)) + (coef.a != A(0) ? coef.a * dy : A(0));
+            }
             if (saved)
                 se = A(1);
             const A logSE = lg(se);
