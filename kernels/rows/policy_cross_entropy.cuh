@@ -99,6 +99,21 @@ template <bool W> struct CrossEntropyPolicy {
     {
         return w_raw ? load_dyn(w_raw, w_dtype, (int64_t)y * w_s) : 1.0;
     }
+
+    /* streamed rows in one read: term()'s sums against a running max */
+    static constexpr bool kOnline = true;
+    using Running = OnlineLse<true>;
+    __device__ __forceinline__ Running running() const { return Running::start(); }
+    template <int N> __device__ __forceinline__ void step(Running &r, const float (&x)[N], int jb, int y) const
+    {
+        r.step(x, jb, y, b != 0.0f, [&](int j) { return wt(j); });
+    }
+    __device__ __forceinline__ Running merge(const Running &u, const Running &v) const { return Running::merge(u, v); }
+    __device__ __forceinline__ Sums settle(const Running &r, float &M) const
+    {
+        M = r.m;
+        return Sums{r.se, r.sd, r.m - r.xy};
+    }
 };
 
 } // namespace row_engine

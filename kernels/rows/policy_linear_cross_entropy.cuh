@@ -31,6 +31,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kClusters = true;
     static constexpr bool kRegisterRows = true;
+    static constexpr bool kOnline = false; /* its Sums are not the base's */
     float z_loss;
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */

@@ -81,6 +81,21 @@ struct SoftmaxFocalPolicy {
         return is_y ? r.gy : r.k1 * (KEPT ? v : __expf(v - M));
     }
     __device__ __forceinline__ double divisor(int) const { return 1.0; }
+
+    /* streamed rows in one read: term()'s sums against a running max */
+    static constexpr bool kOnline = true;
+    using Running = OnlineLse<false>;
+    __device__ __forceinline__ Running running() const { return Running::start(); }
+    template <int N> __device__ __forceinline__ void step(Running &r, const float (&x)[N], int jb, int y) const
+    {
+        r.step(x, jb, y, false, [](int) { return 0.0f; });
+    }
+    __device__ __forceinline__ Running merge(const Running &u, const Running &v) const { return Running::merge(u, v); }
+    __device__ __forceinline__ Sums settle(const Running &r, float &M) const
+    {
+        M = r.m;
+        return Sums{r.se, r.m - r.xy};
+    }
 };
 
 } // namespace row_engine

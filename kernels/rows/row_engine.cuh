@@ -22,6 +22,14 @@
  *       template <bool KEPT> float grad(float v, int j, IsY is_y, float M, const Row &) const;
  *                                                   v: x, or term()'s value when KEPT
  *       double divisor(int y) const;                the sample's share of the 'mean' divisor
+ *
+ *       optional (kOnline = true; a policy inheriting one says false again unless its Sums
+ *       are the base's): a streamed row's max and sums in one read instead of two —
+ *       struct Running;  Running running() const;   the row's statistics relative to a running max
+ *       template <int N> void step(Running &, const float (&x)[N], int jb, int y) const;
+ *                                                   the classes jb … jb + N − 1 folded in
+ *       Running merge(const Running &, const Running &) const;
+ *       Sums settle(const Running &, float &M) const;           the Sums term() would give, and M
  *   };
  *
  * Every row is read from DRAM once and its gradient written once, in one of two ways.  Held
@@ -32,13 +40,16 @@
  * for a policy without kRegisterRows), and f32 rows of 112–192 KiB in a cluster of 2 or 4
  * blocks of 512 threads (sm_90) that exchange their partial sums through distributed shared
  * memory.  Or streamed (StreamRow): the row stays in memory and is read
- * three times (the max, the policy's sums, the gradient), the first from DRAM and the others
- * from L2, because a block or a cluster's block takes a slice small enough that the slices
- * of every resident block fit the L2: one block of 256 threads for rows up to 112 KiB (and
+ * twice, the first time from DRAM and the second from L2, because a block or a cluster's
+ * block takes a slice small enough that the slices of every resident block fit the L2: the
+ * first read gathers the max and the policy's sums together (online softmax: the sums are
+ * kept relative to a running max and rescaled when it grows), the second writes the
+ * gradient (policies without kOnline take a third read: the max, then the sums).  One block
+ * of 256 threads for rows up to 112 KiB (and
  * for any row where clusters are unavailable), a cluster of kMaxCluster blocks above 192 KiB.
  * Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
  * hides the per-row barriers that a row in registers exposes.  Per row: the
- * max M, then the policy's sums relative to M, then the gradient; the reductions are
+ * max M and the policy's sums relative to M, then the gradient; the reductions are
  * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
  * bitwise reproducible.
  *
@@ -58,6 +69,7 @@
 #ifndef PLOSS_KERNELS_ROW_ENGINE_CUH
 #define PLOSS_KERNELS_ROW_ENGINE_CUH
 
+#include <cfloat>
 #include <cooperative_groups.h>
 #include <math_constants.h>
 #include <type_traits>
@@ -212,6 +224,78 @@ template <class Policy> struct SumsOp {
     }
 };
 
+template <class Policy> struct MergeOp {
+    const Policy *pol;
+    __device__ __forceinline__ typename Policy::Running operator()(const typename Policy::Running &u,
+                                                                   const typename Policy::Running &v) const
+    {
+        return pol->merge(u, v);
+    }
+};
+template <class P, class = void> struct online_policy : std::false_type {};
+template <class P> struct online_policy<P, std::void_t<decltype(P::kOnline)>> : std::bool_constant<P::kOnline> {};
+
+/* The running statistics of the softmax policies whose sums are Σ_{j≠y} e_j, optionally
+ * Σ_{j≠y} w_j·d_j (SD), and d_y (e_j = e^(−d_j), d_j = M − x_j): kept relative to the max
+ * m of the elements seen so far and moved to a larger max M by shift() (Σe scaled by
+ * e^(m−M), Σw·d raised by (M − m)·Σw, both without cancellation); x_y is kept as it is
+ * (the one thread holding it adds it, the others 0).  m starts at −FLT_MAX, not −∞, so
+ * that −∞ logits met first give e = 0 and d = +∞ as they do against the final max. */
+template <bool SD> struct OnlineLse {
+    float m, se, sd, sw, xy;
+
+    __device__ __forceinline__ static OnlineLse start() { return OnlineLse{-FLT_MAX, 0.0f, 0.0f, 0.0f, 0.0f}; }
+    __device__ __forceinline__ void shift(float M)
+    {
+        se *= __expf(m - M);
+        if (SD && sw != 0.0f)
+            sd = fmaf(M - m, sw, sd);
+        m = M;
+    }
+    template <class Wt> __device__ __forceinline__ void add(float x, int j, bool with_sd, Wt &&w)
+    {
+        const float d = m - x;
+        se += __expf(-d);
+        if (SD && with_sd) {
+            const float wj = w(j);
+            sd = fmaf(wj, d, sd);
+            sw += wj;
+        }
+    }
+    /* the classes jb … jb + N − 1 (w(j): class j's weight, read where SD and with_sd): one
+     * max test per span, not per element (the elements' terms stay independent) */
+    template <int N, class Wt>
+    __device__ __forceinline__ void step(const float (&x)[N], int jb, int y, bool with_sd, Wt &&w)
+    {
+        float vm = x[0];
+#pragma unroll
+        for (int e = 1; e < N; ++e)
+            vm = fmaxf(vm, x[e]);
+        if (vm > m)
+            shift(vm);
+        if ((unsigned)(y - jb) < (unsigned)N) {
+#pragma unroll
+            for (int e = 0; e < N; ++e) {
+                if (jb + e == y)
+                    xy = x[e];
+                else
+                    add(x[e], jb + e, with_sd, w);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < N; ++e)
+                add(x[e], jb + e, with_sd, w);
+        }
+    }
+    __device__ __forceinline__ static OnlineLse merge(OnlineLse u, OnlineLse v)
+    {
+        const float M = fmaxf(u.m, v.m);
+        u.shift(M);
+        v.shift(M);
+        return OnlineLse{M, u.se + v.se, u.sd + v.sd, u.sw + v.sw, u.xy + v.xy};
+    }
+};
+
 /* Element offset of a row start within its 16-byte vector. */
 template <class T> __device__ __forceinline__ int misalign(const T *ptr)
 {
@@ -237,20 +321,31 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
         return;
     }
     const int yi = (int)y;
-    float m = -CUDART_INF_F;
-    if constexpr (Policy::kMaxExcludesY) /* the max over the classes other than y */
-        row.each(yi, [&](float x, int, auto is_y) {
-            if (!is_y)
-                m = fmaxf(m, x);
-        });
-    else
-        row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
-    const float M = row.all_reduce(m, MaxF{});
-    typename Policy::Sums sums = pol.zero();
     /* f32 rows keep what term() returns (e^(x−M), say) in place of x when the policy asks */
     constexpr bool kKeep = Policy::kKeepsTerm && Row::kCanKeep && sizeof(T) == sizeof(float);
-    row.template each<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
-    sums = row.all_reduce(sums, SumsOp<Policy>{&pol});
+    float M;
+    typename Policy::Sums sums;
+    /* a streamed row: one read for both (rows in registers keep two reductions: the running
+     * statistics' registers cost the f32 register rows more than the reduction they save) */
+    if constexpr (online_policy<Policy>::value && !Row::kCanKeep) {
+        static_assert(!Policy::kMaxExcludesY, "the running max covers every class");
+        typename Policy::Running run = pol.running();
+        row.spans([&](const auto &xs, int jb) { pol.step(run, xs, jb, yi); });
+        sums = pol.settle(row.all_reduce(run, MergeOp<Policy>{&pol}), M);
+    } else {
+        float m = -CUDART_INF_F;
+        if constexpr (Policy::kMaxExcludesY) /* the max over the classes other than y */
+            row.each(yi, [&](float x, int, auto is_y) {
+                if (!is_y)
+                    m = fmaxf(m, x);
+            });
+        else
+            row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
+        M = row.all_reduce(m, MaxF{});
+        sums = pol.zero();
+        row.template each<kKeep>(yi, [&](float x, int j, auto is_y) { return pol.term(sums, x, j, is_y, M); });
+        sums = row.all_reduce(sums, SumsOp<Policy>{&pol});
+    }
     const float om = want_grad ? sample_omega(a, omega_common, n, s) : 0.0f;
     const typename Policy::Row r = pol.finish(sums, yi, M, om);
     if (row.leader())
@@ -438,12 +533,13 @@ template <class T, int NV, int LANES, int K> struct RegRow : RowSplit<T, LANES, 
 
 /* ---- the row streamed from memory ------------------------------------------------------ */
 
-/* One thread's share of a row that stays in memory: each() and write() stream the thread's
- * vectors (the same interleave as RegRow, kStreamUnroll 16-byte loads in flight per thread)
- * instead of holding them.  Only the first pass (the max) reads the row from DRAM: a block
- * (a cluster's block) takes a slice small enough (run() picks the shape) that the slices of
- * every block resident on the card fit the L2 cache, and the later passes (the policy's
- * sums, then the gradient) read it from there.  The gradient pass's vector loads and (on a
+/* One thread's share of a row that stays in memory: spans(), each() and write() stream the
+ * thread's vectors (the same interleave as RegRow, kStreamUnroll 16-byte loads in flight per
+ * thread) instead of holding them.  Only the first pass (the max and the sums of an online
+ * policy, else the max) reads the row from DRAM: a block (a cluster's block) takes a slice
+ * small enough (run() picks the shape) that the slices of every block resident on the card
+ * fit the L2 cache, and the later passes (the gradient; before it the sums of a policy
+ * without kOnline) read it from there.  The gradient pass's vector loads and (on a
  * dense gradient) vector stores are streaming (evict first), to leave the cache to the
  * slices still being read. */
 constexpr int kStreamUnroll = 4;
@@ -497,6 +593,26 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
             f(to_acc(xr[gi]), gi, gi == y);
         if (tv)
             f(to_acc(xr[jt + gi]), jt + gi, jt + gi == y);
+    }
+    /* f(xs, jb) for the thread's elements in spans: each aligned vector's VEC values (classes
+     * jb, jb + 1, …), then the head and the tail element alone */
+    template <class F> __device__ __forceinline__ void spans(F &&f) const
+    {
+        stream<false>([&](uint4 &u, int q) {
+            float xs[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                xs[e] = V::get(u, e);
+            f(xs, hc + q * VEC);
+        });
+        if (hv) {
+            const float xs[1] = {to_acc(xr[gi])};
+            f(xs, gi);
+        }
+        if (tv) {
+            const float xs[1] = {to_acc(xr[jt + gi])};
+            f(xs, jt + gi);
+        }
     }
     template <class G> __device__ __forceinline__ void write(T *gr, int64_t gsc, int y, G &&g)
     {
