@@ -217,14 +217,13 @@ template <class A> struct Work {
 
 /* The binary targets of a thread's pixels as U, all loads issued before any is used. */
 template <class T, class U, class A, bool FLAT>
-__device__ __forceinline__ void load_targets(const ploss_region_problem &p, int64_t n, int64_t tile, A (&tgt)[PPT])
+__device__ __forceinline__ void load_targets(const ploss_region_problem &p, const Offsets<T, FLAT> &to,
+                                             const int (&lab)[PPT], A (&tgt)[PPT])
 {
     U raw[PPT];
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) {
-        const int64_t s = pixel_of<T>(tile, i);
-        raw[i] = s < p.S ? ((const U *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : U(0);
-    }
+    for (int i = 0; i < PPT; ++i)
+        raw[i] = lab[i] != OUTSIDE ? ((const U *)p.t)[to[i]] : U(0);
 #pragma unroll
     for (int i = 0; i < PPT; ++i)
         tgt[i] = (A)to_acc(raw[i]);
@@ -233,14 +232,13 @@ __device__ __forceinline__ void load_targets(const ploss_region_problem &p, int6
 /* The classes of a thread's pixels (lab[i] = OUTSIDE past the sample's end is kept): -1
  * ignored; an invalid label is reported and its pixel ignored. */
 template <class T, class TI, bool FLAT>
-__device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
-                                            int (&lab)[PPT])
+__device__ __forceinline__ void load_labels(const ploss_region_problem &p, const Offsets<T, FLAT> &to,
+                                            int64_t *error_slot, int (&lab)[PPT])
 {
     TI y[PPT];
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) {
-        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, pixel_of<T>(tile, i))] : TI(0);
-    }
+    for (int i = 0; i < PPT; ++i)
+        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[to[i]] : TI(0);
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
         if (lab[i] == OUTSIDE)
@@ -269,17 +267,18 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
         lab[i] = pixel_of<T>(tile, i) < p.S ? 0 : OUTSIDE;
         tgt[i] = A(0);
     }
+    const Offsets<T, FLAT> to(p, p.t_sn, p.t_ss, n, tile); /* once for every dtype's loads */
     if constexpr (BINARY) {
         switch (p.t_dtype) {
-        case PLOSS_F32: load_targets<T, float, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_F16: load_targets<T, __half, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_BF16: load_targets<T, __nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
-        default: load_targets<T, double, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_F32: load_targets<T, float, A, FLAT>(p, to, lab, tgt); break;
+        case PLOSS_F16: load_targets<T, __half, A, FLAT>(p, to, lab, tgt); break;
+        case PLOSS_BF16: load_targets<T, __nv_bfloat16, A, FLAT>(p, to, lab, tgt); break;
+        default: load_targets<T, double, A, FLAT>(p, to, lab, tgt); break;
         }
     } else if (p.t_dtype == PLOSS_I32) {
-        load_labels<T, int32_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int32_t, FLAT>(p, to, error_slot, lab);
     } else {
-        load_labels<T, int64_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int64_t, FLAT>(p, to, error_slot, lab);
     }
 }
 
