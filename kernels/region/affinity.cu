@@ -39,12 +39,16 @@ constexpr int PREP_R = PLOSS_AFFINITY_MAX_KERNEL - 1, PREP_W = TW + PREP_R; /* w
 
 /* Resident blocks per SM of window_main<K> (its launch bounds): 4 (64 registers) while
  * the (2K − 1)² inner products of fp32 accumulation fit, else 2. */
-template <int K, class A> constexpr int MAIN_BLOCKS = K <= 3 && sizeof(A) == 4 ? 4 : 2;
+template <int K, class A> constexpr int MAIN_BLOCKS = K > 0 && K <= 3 && sizeof(A) == 4 ? 4 : 2;
 
-/* The halo of window side K: R = K − 1 pixels around the tile. */
-template <int K> struct Halo {
-    static constexpr int R = K - 1, SPAN = 2 * K - 1, P = SPAN * SPAN; /* partners of a pixel */
-    static constexpr int W = TW + 2 * R, SIZE = W * (TH + 2 * R);
+/* The halo of window side k: R = k − 1 pixels around the tile. */
+struct Halo {
+    int R, SPAN, P, W, SIZE; /* P: partners of a pixel */
+    __host__ __device__ constexpr explicit Halo(int k)
+        : R(k - 1), SPAN(2 * k - 1), P((2 * k - 1) * (2 * k - 1)), W(TW + 2 * (k - 1)),
+          SIZE((TW + 2 * (k - 1)) * (TH + 2 * (k - 1)))
+    {
+    }
 };
 
 /* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b. */
@@ -139,25 +143,29 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
  * inlined there its dtype switch would be most of the kernels' code. */
 __device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, int64_t i) { return load_dyn(g, dt, i); }
 
+/* K: the window side, or 0 for p.kernel_size (f64, a checking dtype: one kernel for every
+ * side, its inner products in local memory, instead of seven that were most of the file's
+ * machine code). */
 template <class A, int K>
 __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     window_main(const ploss_region_problem p, Src src, int cc, Work w)
 {
-    using HL = Halo<K>;
+    const Halo HL(K > 0 ? K : p.kernel_size);
+    constexpr int P_MAX = Halo(K > 0 ? K : PLOSS_AFFINITY_MAX_KERNEL).P;
     extern __shared__ __align__(16) unsigned char smem[];
     A *s_x = (A *)smem;
-    int *s_lab = (int *)(s_x + (size_t)cc * HL::SIZE);
+    int *s_lab = (int *)(s_x + (size_t)cc * HL.SIZE);
 
     const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
     const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
     const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int64_t h0 = (tile / tiles_w) * TH - HL::R, w0 = (tile % tiles_w) * TW - HL::R; /* the halo's origin */
-    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL::R) * HL::W + tx + HL::R;
-    const int64_t h = h0 + HL::R + ty, wc = w0 + HL::R + tx;
+    const int64_t h0 = (tile / tiles_w) * TH - HL.R, w0 = (tile % tiles_w) * TW - HL.R; /* the halo's origin */
+    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL.R) * HL.W + tx + HL.R;
+    const int64_t h = h0 + HL.R + ty, wc = w0 + HL.R + tx;
     const bool mine = h < H && wc < W;
 
-    for (int i = threadIdx.x; i < HL::SIZE; i += THREADS) {
-        const int64_t hh = h0 + i / HL::W, ww = w0 + i % HL::W;
+    for (int i = threadIdx.x; i < HL.SIZE; i += THREADS) {
+        const int64_t hh = h0 + i / HL.W, ww = w0 + i % HL.W;
         s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
     }
     __syncthreads();
@@ -165,7 +173,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     /* chunk [c0, c0 + kc) of the logits (0 at pixels outside the image or ignored),
      * LOAD_BATCH per thread at a time */
     const auto load_chunk = [&](int64_t c0, int kc) {
-        const int n_el = kc * HL::SIZE;
+        const int n_el = kc * HL.SIZE;
         with_storage<A>(src.dt, [&](auto tag) {
             using T = decltype(tag);
             const T *xn = (const T *)src.x + n * src.sn;
@@ -173,9 +181,9 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
                 A v[LOAD_BATCH];
 #pragma unroll
                 for (int u = 0; u < LOAD_BATCH; ++u) {
-                    const int i = i0 + u * THREADS, j = i % HL::SIZE;
+                    const int i = i0 + u * THREADS, j = i % HL.SIZE;
                     const int64_t at =
-                        (c0 + i / HL::SIZE) * src.sc + (h0 + j / HL::W) * src.sh + (w0 + j % HL::W) * src.sw;
+                        (c0 + i / HL.SIZE) * src.sc + (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw;
                     v[u] = i < n_el && s_lab[j] >= 0 ? (A)to_acc(xn[at]) : A(0);
                 }
 #pragma unroll
@@ -189,9 +197,9 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
 
     const int lz = s_lab[zi];
     const bool valid = mine && lz >= 0;
-    A a[HL::P]; /* the inner products, then the gradient's factors */
+    A a[P_MAX]; /* the inner products, then the gradient's factors */
 #pragma unroll
-    for (int j = 0; j < HL::P; ++j)
+    for (int j = 0; j < HL.P; ++j)
         a[j] = A(0);
     for (int64_t c0 = 0; c0 < C; c0 += cc) {
         const int kc = (int)(C - c0 < cc ? C - c0 : cc);
@@ -201,11 +209,11 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
         if (!valid)
             continue;
         for (int c = 0; c < kc; ++c) {
-            const A *xc = s_x + c * HL::SIZE + zi;
+            const A *xc = s_x + c * HL.SIZE + zi;
             const A xz = xc[0];
 #pragma unroll
-            for (int j = 0; j < HL::P; ++j)
-                a[j] += xz * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
+            for (int j = 0; j < HL.P; ++j)
+                a[j] += xz * xc[(j / HL.SPAN - HL.R) * HL.W + j % HL.SPAN - HL.R];
         }
     }
 
@@ -223,10 +231,10 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
     A loss = 0;
 #pragma unroll
-    for (int j = 0; j < HL::P; ++j) {
+    for (int j = 0; j < HL.P; ++j) {
         /* the counted partners: inside the image, valid, sharing m > 0 windows */
-        const int dh = j / HL::SPAN - HL::R, dw = j % HL::SPAN - HL::R, lq = s_lab[zi + dh * HL::W + dw];
-        const int m = valid && lq >= 0 ? (int)(shared_windows(h, h + dh, K, H) * shared_windows(wc, wc + dw, K, W)) : 0;
+        const int dh = j / HL.SPAN - HL.R, dw = j % HL.SPAN - HL.R, lq = s_lab[zi + dh * HL.W + dw];
+        const int m = valid && lq >= 0 ? (int)(shared_windows(h, h + dh, HL.R + 1, H) * shared_windows(wc, wc + dw, HL.R + 1, W)) : 0;
         if (m == 0) {
             a[j] = A(0);
             continue;
@@ -262,11 +270,11 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
         if (!mine)
             continue;
         for (int c = 0; c < kc; ++c) {
-            const A *xc = s_x + c * HL::SIZE + zi;
+            const A *xc = s_x + c * HL.SIZE + zi;
             A g = 0;
 #pragma unroll
-            for (int j = 0; j < HL::P; ++j)
-                g += a[j] * xc[(j / HL::SPAN - HL::R) * HL::W + j % HL::SPAN - HL::R];
+            for (int j = 0; j < HL.P; ++j)
+                g += a[j] * xc[(j / HL.SPAN - HL.R) * HL.W + j % HL.SPAN - HL.R];
             with_storage<A>(p.x_dtype, [&](auto tag) { /* the gradient has the input's dtype */
                 using T = decltype(tag);
                 ((T *)p.grad)[gz + (c0 + c) * p.g_sc] = from_acc<T>(bw * g);
@@ -279,9 +287,10 @@ template <class A, int K>
 ploss_status launch_main(const ploss_region_problem *p, Src src, int64_t blocks, Work w, cudaStream_t stream)
 {
     /* classes per chunk: the logits and the labels of the halo within the budget */
-    const int64_t fit = (int64_t)((SMEM_BUDGET - Halo<K>::SIZE * 4) / (Halo<K>::SIZE * sizeof(A)));
+    const Halo hl(K > 0 ? K : p->kernel_size);
+    const int64_t fit = (int64_t)((SMEM_BUDGET - hl.SIZE * 4) / (hl.SIZE * sizeof(A)));
     const int cc = (int)(p->C < fit ? p->C : fit);
-    const size_t smem = (size_t)cc * Halo<K>::SIZE * sizeof(A) + Halo<K>::SIZE * 4;
+    const size_t smem = (size_t)cc * hl.SIZE * sizeof(A) + hl.SIZE * 4;
     cudaFuncSetAttribute(window_main<A, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     window_main<A, K><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, cc, w);
     return check_launch("affinity loss and gradient");
@@ -317,17 +326,21 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     Src src = {p->x, p->x_dtype, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
     if (in_place)
         src = {copy, p->x_dtype, p->C * p->S, p->S, W, 1};
-    switch (p->kernel_size) {
-    case 1: return launch_main<A, 1>(p, src, blocks, w, stream);
-    case 2: return launch_main<A, 2>(p, src, blocks, w, stream);
-    case 3: return launch_main<A, 3>(p, src, blocks, w, stream);
-    case 4: return launch_main<A, 4>(p, src, blocks, w, stream);
-    case 5: return launch_main<A, 5>(p, src, blocks, w, stream);
-    case 6: return launch_main<A, 6>(p, src, blocks, w, stream);
-    case 7: return launch_main<A, 7>(p, src, blocks, w, stream);
-    default:
+    if (p->kernel_size < 1 || p->kernel_size > PLOSS_AFFINITY_MAX_KERNEL)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,
                            PLOSS_AFFINITY_MAX_KERNEL);
+    if constexpr (sizeof(A) == 8) {
+        return launch_main<A, 0>(p, src, blocks, w, stream);
+    } else {
+        switch (p->kernel_size) {
+        case 1: return launch_main<A, 1>(p, src, blocks, w, stream);
+        case 2: return launch_main<A, 2>(p, src, blocks, w, stream);
+        case 3: return launch_main<A, 3>(p, src, blocks, w, stream);
+        case 4: return launch_main<A, 4>(p, src, blocks, w, stream);
+        case 5: return launch_main<A, 5>(p, src, blocks, w, stream);
+        case 6: return launch_main<A, 6>(p, src, blocks, w, stream);
+        default: return launch_main<A, 7>(p, src, blocks, w, stream);
+        }
     }
 }
 

@@ -216,15 +216,42 @@ template <class A> struct Work {
 };
 
 /* The binary targets of a thread's pixels as U, all loads issued before any is used. */
+/* The label (target) offsets of a thread's pixels: general views (not FLAT) take them from
+ * Offsets, formed once for whichever dtype's loads follow (inlined per pixel and per dtype
+ * they were most of those kernels' machine code); FLAT ones from the pixel index. */
+template <class T, bool FLAT> struct LabelOffsets {
+    Offsets<T, FLAT> at;
+    int64_t n, tile;
+    __device__ __forceinline__ LabelOffsets(const ploss_region_problem &p, int64_t n_, int64_t tile_)
+        : at(p, p.t_sn, p.t_ss, n_, tile_), n(n_), tile(tile_)
+    {
+    }
+    /* whether pixel i lies in the sample (lab: load_pixels' classes, OUTSIDE past the end),
+     * for the binary targets' loads */
+    __device__ __forceinline__ bool inside(const ploss_region_problem &p, const int (&lab)[PPT], int i) const
+    {
+        if constexpr (FLAT)
+            return pixel_of<T>(tile, i) < p.S;
+        else
+            return lab[i] != OUTSIDE;
+    }
+    __device__ __forceinline__ int64_t operator()(const ploss_region_problem &p, int i) const
+    {
+        if constexpr (FLAT)
+            return n * p.t_sn + spatial<true>(p, p.t_ss, pixel_of<T>(tile, i));
+        else
+            return at[i];
+    }
+};
+
 template <class T, class U, class A, bool FLAT>
-__device__ __forceinline__ void load_targets(const ploss_region_problem &p, int64_t n, int64_t tile, A (&tgt)[PPT])
+__device__ __forceinline__ void load_targets(const ploss_region_problem &p, const LabelOffsets<T, FLAT> &to,
+                                             const int (&lab)[PPT], A (&tgt)[PPT])
 {
     U raw[PPT];
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) {
-        const int64_t s = pixel_of<T>(tile, i);
-        raw[i] = s < p.S ? ((const U *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, s)] : U(0);
-    }
+    for (int i = 0; i < PPT; ++i)
+        raw[i] = to.inside(p, lab, i) ? ((const U *)p.t)[to(p, i)] : U(0);
 #pragma unroll
     for (int i = 0; i < PPT; ++i)
         tgt[i] = (A)to_acc(raw[i]);
@@ -233,14 +260,13 @@ __device__ __forceinline__ void load_targets(const ploss_region_problem &p, int6
 /* The classes of a thread's pixels (lab[i] = OUTSIDE past the sample's end is kept): -1
  * ignored; an invalid label is reported and its pixel ignored. */
 template <class T, class TI, bool FLAT>
-__device__ __forceinline__ void load_labels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
-                                            int (&lab)[PPT])
+__device__ __forceinline__ void load_labels(const ploss_region_problem &p, const LabelOffsets<T, FLAT> &to,
+                                            int64_t *error_slot, int (&lab)[PPT])
 {
     TI y[PPT];
 #pragma unroll
-    for (int i = 0; i < PPT; ++i) {
-        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[n * p.t_sn + spatial<FLAT>(p, p.t_ss, pixel_of<T>(tile, i))] : TI(0);
-    }
+    for (int i = 0; i < PPT; ++i)
+        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[to(p, i)] : TI(0);
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
         if (lab[i] == OUTSIDE)
@@ -269,17 +295,18 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
         lab[i] = pixel_of<T>(tile, i) < p.S ? 0 : OUTSIDE;
         tgt[i] = A(0);
     }
+    const LabelOffsets<T, FLAT> to(p, n, tile);
     if constexpr (BINARY) {
         switch (p.t_dtype) {
-        case PLOSS_F32: load_targets<T, float, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_F16: load_targets<T, __half, A, FLAT>(p, n, tile, tgt); break;
-        case PLOSS_BF16: load_targets<T, __nv_bfloat16, A, FLAT>(p, n, tile, tgt); break;
-        default: load_targets<T, double, A, FLAT>(p, n, tile, tgt); break;
+        case PLOSS_F32: load_targets<T, float, A, FLAT>(p, to, lab, tgt); break;
+        case PLOSS_F16: load_targets<T, __half, A, FLAT>(p, to, lab, tgt); break;
+        case PLOSS_BF16: load_targets<T, __nv_bfloat16, A, FLAT>(p, to, lab, tgt); break;
+        default: load_targets<T, double, A, FLAT>(p, to, lab, tgt); break;
         }
     } else if (p.t_dtype == PLOSS_I32) {
-        load_labels<T, int32_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int32_t, FLAT>(p, to, error_slot, lab);
     } else {
-        load_labels<T, int64_t, FLAT>(p, n, tile, error_slot, lab);
+        load_labels<T, int64_t, FLAT>(p, to, error_slot, lab);
     }
 }
 
