@@ -537,8 +537,9 @@ __device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem
                             cd += c * d;
                     }
             } else {
-                /* c_j = b + a·[j = y]: Σc = a + b·C and Σ c·d = b·Σd + a·d_y, the terms of a
-                 * zero coefficient left out as above (an infinite d times 0 is not NaN) */
+                /* c_j = b for j ≠ y and a + b for y: Σc = a + b·C and Σ c·d = b·Σ_{j≠y} d_j +
+                 * (a + b)·d_y, a term of a zero coefficient left out as above (an infinite d
+                 * times 0 is not NaN; a + b is 0 at label smoothing 1 in two conventions) */
                 A dsum = A(0), dy = A(0);
 #pragma unroll
                 for (int j = 0; j < CMAX; ++j)
@@ -546,12 +547,13 @@ __device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem
                         const A d = M - v[j][k];
                         v[j][k] = ex(-d);
                         se += v[j][k];
-                        dsum += d;
                         if (j == y)
                             dy = d;
+                        else
+                            dsum += d;
                     }
                 cs = cs_plain;
-                cd = (coef.b != A(0) ? coef.b * dsum : A(0)) + (coef.a != A(0) ? coef.a * dy : A(0));
+                cd = (coef.b != A(0) ? coef.b * dsum : A(0)) + (coef.ab != A(0) ? coef.ab * dy : A(0));
             }
             if (saved)
                 se = A(1);
