@@ -215,7 +215,6 @@ template <class A> struct Work {
     unsigned *arrived;  /* [n]: tiles of sample n done; [N]: samples done (zeroed) */
 };
 
-/* The binary targets of a thread's pixels as U, all loads issued before any is used. */
 /* The label (target) offsets of a thread's pixels: general views (not FLAT) take them from
  * Offsets, formed once for whichever dtype's loads follow (inlined per pixel and per dtype
  * they were most of those kernels' machine code); FLAT ones from the pixel index. */
@@ -244,6 +243,7 @@ template <class T, bool FLAT> struct LabelOffsets {
     }
 };
 
+/* The binary targets of a thread's pixels as U, all loads issued before any is used. */
 template <class T, class U, class A, bool FLAT>
 __device__ __forceinline__ void load_targets(const ploss_region_problem &p, const LabelOffsets<T, FLAT> &to,
                                              const int (&lab)[PPT], A (&tgt)[PPT])
@@ -311,7 +311,7 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
 }
 
 /* f(c, values) for each class c in turn, class c + 1's values loaded (load_class) while f
- * works on class c's. */
+ * works on class c's (a copy f may overwrite). */
 template <class T, class A, bool FLAT, class F>
 __device__ __forceinline__ void for_each_class(const ploss_region_problem &p, const T *x, const Offsets<T, FLAT> &xo,
                                                bool vec, const int (&lab)[PPT], F &&f)
@@ -530,11 +530,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const A e = (A)p.exponent, alpha = w.alpha[g], beta = w.beta[g];
     bool counted[PPT];
     counted_pixels(p, lab, counted);
-    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, [&](int c, const A(&xc)[PPT]) {
-        A d[PPT];
-#pragma unroll
-        for (int i = 0; i < PPT; ++i)
-            d[i] = xc[i];
+    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, [&](int c, A(&d)[PPT]) { /* logits → gradient */
         /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
         const A k = w.coef[g * p.C + c], ka = k * alpha, kb = k * beta;
         with_exponent(e, [&](auto ek) {
