@@ -70,6 +70,10 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *
  * The target may be class indices (i64/i32, the input's shape without axis 1) or probabilities
  * of any float dtype with the input's shape. Channels-last (permuted) inputs are read in place.
+ * A class whose coefficient c_ij is 0 adds nothing, even at a logit of −inf (a masked class):
+ * with label smoothing 1 in the 'reference' or 'uniform_others' convention a masked label gives
+ * the finite limit, not 0·∞ = NaN; a masked class with a non-zero coefficient gives an
+ * infinite loss, as in PyTorch.
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided

@@ -154,6 +154,34 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  -- Label smoothing 1 ('reference', 'uniform_others') gives the label the coefficient 0:
+  -- a -inf label logit then adds nothing, a finite loss (the limit) on every row shape and
+  -- the class-strided layout, weighted or not.
+  it("label smoothing 1 with -inf label logits: the finite limit in every row shape", function()
+    for _, sizes in ipairs { { 64, 10 }, { 3, 4097 }, { 3, 32000 }, { 2, 131072 }, { 2, 19, 16, 16 } } do
+      local Cn = sizes[2]
+      for _, dtype in ipairs { "f32", "bf16" } do
+        local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = 3, seed = 67 })
+        x:narrow(2, 1, 1):fill(-math.huge)
+        local y = ploss.zeros(sample_sizes(sizes), { dtype = "i64", device = DEV })
+        for _, conv in ipairs { "reference", "uniform_others" } do
+          for _, weighted in ipairs { false, true } do
+            local opts = { label_smoothing = 1, smoothing_convention = conv, reduction = "mean" }
+            if weighted then
+              opts.weight = ploss.rand({ Cn }, { dtype = "f32", device = DEV, low = 0.5, high = 2, seed = 5 })
+            end
+            local label = string.format("%s %s %s%s", table.concat(sizes, "x"), dtype, conv, weighted and " weighted" or "")
+            local l, g = F.cross_entropy_fused(x, y, opts)
+            local ref = reference(x, y, opts)
+            assert.is_true(ref.loss == ref.loss and ref.loss < math.huge, label .. " reference finite")
+            close(l, ref.loss, TOL[dtype].loss, 0, label .. " loss")
+            close(g, ref.grad, TOL[dtype].grad, TOL[dtype].floor, label .. " grad")
+          end
+        end
+      end
+    end
+  end)
+
   it("is deterministic: the same inputs give bitwise the same loss and gradient", function()
     for _, sizes in ipairs { { 4096, 1000 }, { 2, 131072 }, { 4, 19, 64, 64 } } do
       local x = ploss.randn(sizes, { dtype = "f32", device = DEV, seed = 42 })

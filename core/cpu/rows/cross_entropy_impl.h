@@ -50,18 +50,22 @@ static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restri
             q += c != 0.0 ? c * (md - x[j]) : 0.0; /* no 0·inf for masked logits */
         }
     } else {
-        const double cy = p->a * (w ? (double)w[y] : 1.0);
-        csum = p->b * k->wsum + cy;
+        /* c_j = b·w_j, the label's c_y = (a + b)·w_y taken whole: a term whose coefficient
+         * is 0 adds nothing even for a −inf logit (label smoothing 1, the label masked) */
+        const double wy = w ? (double)w[y] : 1.0, cy = (p->a + p->b) * wy;
+        csum = p->b * k->wsum + p->a * wy;
         if (k->want_loss && p->b != 0.0) {
-            double r = 0.0;
-            if (w) {
+            double r = 0.0; /* Σ_{j≠y} w_j·(m − x_j) */
+            for (int64_t lo = 0, hi = y; lo < C; lo = hi + 1, hi = C) {
+                if (w) {
 #pragma omp simd reduction(+ : r)
-                for (int64_t j = 0; j < C; ++j)
-                    r += w[j] != 0 ? (double)w[j] * (md - x[j]) : 0.0;
-            } else {
+                    for (int64_t j = lo; j < hi; ++j)
+                        r += w[j] != 0 ? (double)w[j] * (md - x[j]) : 0.0;
+                } else {
 #pragma omp simd reduction(+ : r)
-                for (int64_t j = 0; j < C; ++j)
-                    r += md - x[j];
+                    for (int64_t j = lo; j < hi; ++j)
+                        r += md - x[j];
+                }
             }
             q = p->b * r;
         }
@@ -146,12 +150,12 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
         for (int64_t i = 0; i < T; ++i)
             m[i] = xj[i] > m[i] ? xj[i] : m[i];
     }
-    for (int64_t i = 0; !prob && i < T; ++i) { /* the label's term */
+    for (int64_t i = 0; !prob && i < T; ++i) { /* the label's term, c_y = (a + b)·w_y whole */
         if (y[i] < 0)
             continue;
-        const double cy = p->a * (w ? (double)w[y[i]] : 1.0);
+        const double wy = w ? (double)w[y[i]] : 1.0, cy = (p->a + p->b) * wy;
         xy[i] = x[y[i] * xs + i];
-        csum[i] += cy;
+        csum[i] += p->a * wy;
         if (cy != 0.0)
             q[i] += cy * ((double)m[i] - xy[i]);
     }
@@ -170,7 +174,7 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
             const double bw = p->b * wj;
 #pragma omp simd
             for (int64_t i = 0; i < T; ++i)
-                q[i] += bw * ((double)m[i] - xj[i]);
+                q[i] += j != y[i] ? bw * ((double)m[i] - xj[i]) : 0.0; /* the label's above */
         }
         if (g) {
             REAL *gj = g + j * gs;

@@ -49,5 +49,8 @@ With c_ij = w_j·t_ij the coefficients above and p the softmax of the row,
   notes = [[
 The target may be class indices (i64/i32, the input's shape without axis 1) or
 probabilities of any float dtype with the input's shape.  Channels-last (permuted) inputs
-are read in place.]],
+are read in place.  A class whose coefficient c_ij is 0 adds nothing, even at a logit of
+−inf (a masked class): with label smoothing 1 in the 'reference' or 'uniform_others'
+convention a masked label gives the finite limit, not 0·∞ = NaN; a masked class with a
+non-zero coefficient gives an infinite loss, as in PyTorch.]],
 }
