@@ -119,7 +119,10 @@ ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_probl
  *     ℓ = log Z − log F_y,  ∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y);  state: Z.
  *  PC_SOFTMAX (priors w): lse_w = log Σ_j w_j·e^x_j
  *     ℓ = lse_w − x_y,  ∂ℓ/∂x_k = w_k·e^(x_k − lse_w) − [k = y];  state: lse_w.
- *  CROSS_ENTROPY (OHEM only): ℓ = lse − x_y,  ∂ℓ/∂x_k = p_k − [k = y].
+ *  CROSS_ENTROPY: ℓ = lse − x_y,  ∂ℓ/∂x_k = p_k − [k = y]; OHEM CE, and on CUDA the
+ *     cross-entropy problems of up to 32 classes without class weights
+ *     (ploss_cuda_cross_entropy hands them over, label smoothing in ls_a, ls_b:
+ *     c_j = ls_b + ls_a·[j = y], ℓ = Σ_j c_j·(lse − x_j), ∂ℓ/∂x_k = Σ_j c_j·p_k − c_k).
  *
  * OHEM (ohem = 1; loss CROSS_ENTROPY or LARGE_MARGIN): the score of a sample is
  * s_i = p_{i,y_i} rounded to f32; its 32-bit key is the bit pattern of s_i (monotone for
@@ -154,6 +157,7 @@ typedef struct ploss_sample_problem {
     const void *w; ploss_dtype w_dtype; int64_t w_s;
 
     int64_t ignore_index;
+    double ls_a, ls_b;       /* CROSS_ENTROPY without OHEM: label smoothing    */
     double lam;              /* large-margin λ                               */
     int order;               /* Taylor order n (even, >= 2)                  */
     double scale;            /* fused: multiplier of the gradient            */

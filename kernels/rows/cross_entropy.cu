@@ -6,8 +6,10 @@
  * accumulated in f32 (f64 for f64 inputs); terms with c_ij = 0 are skipped as on the CPU.
  *
  * Class-index targets on rows with a contiguous class axis (x_sc = 1, C > 32, f32/f16/bf16)
- * go to the row engine (kernels/rows/row_engine.cuh, policy_cross_entropy.cuh).  The rest
- * here, chosen by choose_kernel():
+ * go to the row engine (kernels/rows/row_engine.cuh, policy_cross_entropy.cuh); f32 class
+ * indices without class weights on a strided class axis with C ≤ 32 to the per-sample
+ * kernels of sample_policies.cu (to_sample_kernels).  The rest here, chosen by
+ * choose_kernel():
  *  - ce_rows_2pass: x_sc = 1 rows the engine does not take (probabilities, f64): a block
  *    per row, an online (running max, Σ e, Σ c) pass, then a pass that re-reads the row
  *    (mostly from L2) for the loss terms c·(lse − x) and the gradient.
@@ -944,8 +946,34 @@ ploss_status run_engine_policy(ploss_ctx_t *ctx, const ploss_ce_problem &p, cons
 
 } // namespace
 
+/* f32 class indices without class weights on a strided class axis, C ≤ 32 (N×C×H×W
+ * segmentation maps): the per-sample kernels of sample_policies.cu, whose shared-memory
+ * tiles keep more bytes in flight than ce_samples' registers; for 16-bit logits the
+ * register pairs here are as fast or faster (bench/RESULTS.md). */
+static bool to_sample_kernels(const ploss_ce_problem *p)
+{
+    return p->x_dtype == PLOSS_F32 && p->target_kind == PLOSS_TARGET_INDEX && !p->w && p->x_sc != 1 && p->C <= 32;
+}
+
+static ploss_status run_sample_kernels(ploss_ctx_t *ctx, const ploss_ce_problem *p)
+{
+    ploss_sample_problem q = {};
+    q.pass = p->pass; q.reduction = p->reduction; q.loss_kind = PLOSS_SAMPLE_CROSS_ENTROPY;
+    q.N = p->N; q.S = p->S; q.C = p->C;
+    q.x = p->x; q.x_dtype = p->x_dtype; q.x_sn = p->x_sn; q.x_ss = p->x_ss; q.x_sc = p->x_sc;
+    q.t = p->t; q.t_dtype = p->t_dtype; q.t_sn = p->t_sn; q.t_ss = p->t_ss;
+    q.ignore_index = p->ignore_index; q.ls_a = p->a; q.ls_b = p->b; q.scale = p->scale;
+    q.loss = p->loss; q.loss_dtype = p->loss_dtype; q.l_sn = p->l_sn; q.l_ss = p->l_ss;
+    q.state = p->lse; q.state_dtype = p->lse_dtype; q.n_state = 1; q.st_sn = p->lse_sn; q.st_ss = p->lse_ss;
+    q.grad_loss = p->grad_loss; q.gl_dtype = p->gl_dtype; q.gl_sn = p->gl_sn; q.gl_ss = p->gl_ss;
+    q.grad = p->grad; q.g_sn = p->g_sn; q.g_ss = p->g_ss; q.g_sc = p->g_sc;
+    return ploss_cuda_sample_policies(ctx, &q);
+}
+
 extern "C" ploss_status ploss_cuda_cross_entropy(ploss_ctx_t *ctx, const ploss_ce_problem *p)
 {
+    if (to_sample_kernels(p))
+        return run_sample_kernels(ctx, p);
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (sizeof(T) <= 4) {

@@ -1,7 +1,8 @@
 /*
  * sample_policies.cu — CUDA backend of the per-sample policy losses with class-index targets
- * (large-margin softmax, Taylor CE, PC-softmax CE, OHEM CE / large-margin); formulas and
- * the OHEM mining rule in core/engines/rows.h
+ * (large-margin softmax, Taylor CE, PC-softmax CE, OHEM CE / large-margin, and the f32
+ * class-strided cross-entropy that cross_entropy.cu hands over, label smoothing included);
+ * formulas and the OHEM mining rule in core/engines/rows.h
  *
  * Large-margin, PC-softmax and Taylor CE (order ≤ 10) without mining on rows with a
  * contiguous class axis (32 < C ≤ 2^24, f32/f16/bf16) go to the row engine first
@@ -799,30 +800,46 @@ template <int N> struct RegTaylor {
     }
 };
 
-/* Cross-entropy (bias NULL) and PC-softmax (bias = log priors). */
+/* Cross-entropy (bias NULL) and PC-softmax (bias = log priors).  Cross-entropy without
+ * mining may carry label smoothing: c_j = b + a·[j = y], csum = Σ_j c_j = a + b·C,
+ * ℓ = Σ_j c_j·(lse − x_j) (a term whose coefficient is 0 adds nothing, even at x_j = −∞),
+ * ∂ℓ/∂x_j = csum·p_j − c_j; a = 1, b = 0 is plain cross-entropy. */
 struct RegSoftmax {
     static constexpr int n_state = 1;
     const float *bias;
+    float a = 1.f, b = 0.f, csum = 1.f;
     struct Ctx { float lse; };
-    struct GC { float lse, w, ty; };
+    struct GC { float lse, w, wb, ty; }; /* w·csum, w·b */
     __device__ float z(float x, int j) const { return bias ? x + __ldg(bias + j) : x; }
     template <class R>
-    __device__ float finish(R &row, int C, int, float xy, const SoftmaxSums *known, bool, float (&st)[3],
+    __device__ float finish(R &row, int C, int y, float xy, const SoftmaxSums *known, bool, float (&st)[3],
                             Ctx &cx) const
     {
+        if (b != 0.f) { /* bias NULL, no mining: the sums with q = Σ_{j≠y} (m − x_j) ≥ 0 */
+            float m = -INFINITY, se = 0.f, q = 0.f;
+            for_classes(row, C, [&](int, float x) { m = fmaxf(m, x); });
+            for_classes(row, C, [&](int j, float x) {
+                se += fex(x - m);
+                q += j != y ? m - x : 0.f;
+            });
+            const float ls = logf(se), lse = m + ls, cy = a + b; /* lse − m = ls ≥ 0 */
+            st[0] = lse;
+            cx = {lse};
+            return fmaf(b, fmaf((float)(C - 1), ls, q), cy != 0.f ? cy * (lse - xy) : 0.f);
+        }
         const SoftmaxSums k =
             known && !bias ? *known : softmax_sums(row, C, [&](float x, int j) { return z(x, j); });
         const float lse = k.m + logf(k.se);
         st[0] = lse;
         cx = {lse};
-        return lse - xy;
+        return a * (lse - xy);
     }
     __device__ Ctx from_state(const float (&st)[3], float) const { return {st[0]}; }
     __device__ GC coeffs(const Ctx &c, float w, float xy, int y) const
     {
-        return {c.lse, w, w * (fex(z(xy, y) - c.lse) - 1.f)};
+        return {c.lse, w * csum, w * b, w * (csum * fex(z(xy, y) - c.lse) - (a + b))};
     }
-    __device__ float grad(float x, int j, const GC &g) const { return fex(z(x, j) - g.lse) * g.w; }
+    __device__ float grad(float x, int j, const GC &g) const { return fmaf(fex(z(x, j) - g.lse), g.w, -g.wb); }
 };
 
 /* V elements of T read or written as one vector. */
@@ -1489,7 +1506,16 @@ template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const plo
     case PLOSS_SAMPLE_TAYLOR_CE:
         return p->order == 2 ? launch<T>(ctx, p, TaylorOp<A>{2}, RegTaylor<2>{2})
                              : launch<T>(ctx, p, TaylorOp<A>{p->order}, RegTaylor<0>{p->order});
-    default: /* PC_SOFTMAX (priors set in launch) and CROSS_ENTROPY */
+    case PLOSS_SAMPLE_CROSS_ENTROPY:
+        if (!p->ohem) { /* from ploss_cuda_cross_entropy: label smoothing, per-sample kernels only */
+            if (p->C > SAMPLE_CMAX || std::is_same<T, double>::value)
+                return ploss_error(PLOSS_ERR_UNSUPPORTED, "sample_policies: cross-entropy without mining takes "
+                                                          "at most %d classes of f32/f16/bf16 logits", SAMPLE_CMAX);
+            const RegSoftmax ce = {nullptr, (float)p->ls_a, (float)p->ls_b, (float)(p->ls_a + p->ls_b * (double)p->C)};
+            return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, ce);
+        }
+        return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
+    default: /* PC_SOFTMAX (priors set in launch) */
         return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
     }
 }
