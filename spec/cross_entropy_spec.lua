@@ -84,7 +84,7 @@ describe("CrossEntropyLoss by hand", function()
 
   -- Label smoothing 1 in the 'reference' and 'uniform_others' conventions gives the label a
   -- coefficient of 0: a −inf label logit adds nothing (the limit, not 0·inf = NaN).  Row
-  -- (1, −inf, 0, ln 3), label 0, and the same two samples class-strided (N×C×S).  p = (0, ¼, ¾);
+  -- (−inf, 0, ln 3), label 0, and the same two samples class-strided (N×C×S).  p = (0, ¼, ¾);
   -- with b the others' coefficient and csum = 2b: ℓ = b·(2·ln 4 − ln 3), ∂ℓ/∂x = csum·p − c.
   it("label smoothing 1 with a -inf label logit: the finite limit, row and class-strided", function()
     local L3 = math.log(3)

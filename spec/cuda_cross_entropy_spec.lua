@@ -156,9 +156,10 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
 
   -- Label smoothing 1 ('reference', 'uniform_others') gives the label the coefficient 0:
   -- a -inf label logit then adds nothing, a finite loss (the limit) on every row shape and
-  -- the class-strided layout, weighted or not.
+  -- the class-strided layout (16-byte rows: shared-memory tiles; 5×7 pixels: registers),
+  -- weighted or not, fused, forward and backward (saved and recomputed lse).
   it("label smoothing 1 with -inf label logits: the finite limit in every row shape", function()
-    for _, sizes in ipairs { { 64, 10 }, { 3, 4097 }, { 3, 32000 }, { 2, 131072 }, { 2, 19, 16, 16 } } do
+    for _, sizes in ipairs { { 64, 10 }, { 3, 4097 }, { 3, 32000 }, { 2, 131072 }, { 2, 19, 16, 16 }, { 3, 19, 5, 7 } } do
       local Cn = sizes[2]
       for _, dtype in ipairs { "f32", "bf16" } do
         local x = ploss.randn(sizes, { dtype = dtype, device = DEV, std = 3, seed = 67 })
@@ -176,6 +177,11 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
             assert.is_true(ref.loss == ref.loss and ref.loss < math.huge, label .. " reference finite")
             close(l, ref.loss, TOL[dtype].loss, 0, label .. " loss")
             close(g, ref.grad, TOL[dtype].grad, TOL[dtype].floor, label .. " grad")
+            local crit = ploss.CrossEntropyLoss(opts)
+            close(crit:forward(x, y), ref.loss, TOL[dtype].loss, 0, label .. " forward")
+            close(crit:backward(x, y), ref.grad, TOL[dtype].grad, TOL[dtype].floor, label .. " backward (saved lse)")
+            close(F.cross_entropy_backward(x, y, nil, opts), ref.grad, TOL[dtype].grad, TOL[dtype].floor,
+              label .. " backward (recomputed lse)")
           end
         end
       end

@@ -120,8 +120,9 @@ ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_probl
  *  PC_SOFTMAX (priors w): lse_w = log Σ_j w_j·e^x_j
  *     ℓ = lse_w − x_y,  ∂ℓ/∂x_k = w_k·e^(x_k − lse_w) − [k = y];  state: lse_w.
  *  CROSS_ENTROPY: ℓ = lse − x_y,  ∂ℓ/∂x_k = p_k − [k = y]; OHEM CE, and on CUDA the
- *     cross-entropy problems of up to 32 classes without class weights
- *     (ploss_cuda_cross_entropy hands them over, label smoothing in ls_a, ls_b:
+ *     f32 cross-entropy problems with class indices, no class weights, a strided class
+ *     axis and at most 32 classes (ploss_cuda_cross_entropy hands them over, label
+ *     smoothing in ls_a, ls_b:
  *     c_j = ls_b + ls_a·[j = y], ℓ = Σ_j c_j·(lse − x_j), ∂ℓ/∂x_k = Σ_j c_j·p_k − c_k).
  *
  * OHEM (ohem = 1; loss CROSS_ENTROPY or LARGE_MARGIN): the score of a sample is

@@ -837,7 +837,8 @@ struct RegSoftmax {
     __device__ Ctx from_state(const float (&st)[3], float) const { return {st[0]}; }
     __device__ GC coeffs(const Ctx &c, float w, float xy, int y) const
     {
-        return {c.lse, w * csum, w * b, w * (csum * fex(z(xy, y) - c.lse) - (a + b))};
+        /* b = 0: no w·b term (an infinite upstream gradient keeps ±∞, not ∞·0 = NaN) */
+        return {c.lse, w * csum, b != 0.f ? w * b : 0.f, w * (csum * fex(z(xy, y) - c.lse) - (a + b))};
     }
     __device__ float grad(float x, int j, const GC &g) const { return fmaf(fex(z(x, j) - g.lse), g.w, -g.wb); }
 };
