@@ -1515,8 +1515,8 @@ template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const plo
             const RegSoftmax ce = {nullptr, (float)p->ls_a, (float)p->ls_b, (float)(p->ls_a + p->ls_b * (double)p->C)};
             return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, ce);
         }
-        return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
-    default: /* PC_SOFTMAX (priors set in launch) */
+        [[fallthrough]]; /* OHEM CE */
+    default: /* and PC_SOFTMAX (priors set in launch) */
         return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
     }
 }
