@@ -469,7 +469,10 @@ end)
 
 describe("CUDA affinity field loss against the CPU", function()
   it("every dtype, reduction, divergence and margin; ignored pixels; borders", function()
-    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 1, 6 }, { 3, 2, 3, 1 }, { 2, 19, 33, 40 } } do
+    -- 1×5×53×95: several strips of columns and bands of rows of the kernel's blocks; 1×40×9×35:
+    -- too many classes for a block's logits in shared memory (the kernel's other path)
+    for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 1, 6 }, { 3, 2, 3, 1 }, { 2, 19, 33, 40 }, { 1, 5, 53, 95 },
+                              { 1, 40, 9, 35 } } do
       local x64 = ploss.randn(sizes, { dtype = "f64", seed = 1100 + si, std = 1.5 })
       H.seed(1200 + si)
       local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.15, ignore_index = 255 })

@@ -3,46 +3,53 @@
  * core/engines/region.h and docs/losses.md).  fp32 accumulation for f32/f16/bf16 input, f64
  * for f64.
  *
- *  1. field_prep, one block per TH×TW tile (the main kernel's tiles, so no per-pixel
- *     index division), one thread per pixel: its label into an int32 map (-1: ignored; an invalid
- *     label is reported through the context's error slot and treated as ignored), the count
- *     of valid pixels (integer atomics: exact in any order; MEAN's divisor, needed by the
- *     gradient) and, only when the gradient overwrites the input (an in-place pass), a copy
- *     of the input for the neighbours' logits;
- *  2. field_main, one block per TH×TW tile of one image: the tile and its one-pixel halo in
- *     shared memory (labels; then, class chunk by class chunk, the log-softmax and softmax,
- *     the log-sum-exp taken over all classes first), a thread per pixel z: the divergences
- *     of its 16 pairs (8 with z as the centre u, 8 as the neighbour v; the same 8 neighbour
- *     pixels), ℓ_z (the 'none' map, per block partial sums reduced in a fixed order by the
- *     last block to finish), then its gradient class by class:
- *        KL:        g_c = p_z·(K0 + l_z·K1 − KD) − Σ_o (c0_o·p_o + p_z·c1_o·l_o)
- *        reference: g_c = p_z·(Σ c0_o·dot0_o − Σ c1_o·dot1_o + 2p_z·K1 − Σ_o (c0_o + c1_o)·p_o)
- *     with c0_o / c1_o the coefficients of pair (z, o) / (o, z), K0 = Σ c0, K1 = Σ c1,
- *     KD = Σ c1_o·D(o, z).
- * The tile's logits are loaded LOAD_BATCH elements per thread at a time (all loads issued
- * before the stores to shared memory), so that enough reads are in flight to cover the
- * memory latency; the launch bounds keep the registers to 4 resident blocks per SM (fp32).
- * The input is read once (plus the halo, mostly from L2), the gradient written once.  No
- * float atomics: the results are bitwise the same on every run.
+ *  1. field_prep, one block per PREP_TH×PREP_TW tile, one thread per pixel: its label into
+ *     an int32 map (-1: ignored; an invalid label is reported through the context's error
+ *     slot and treated as ignored), the count of valid pixels (integer atomics: exact in any
+ *     order; MEAN's divisor, needed by the gradient) and, only when the gradient overwrites
+ *     the input (an in-place pass), a copy of the input for the neighbours' logits;
+ *  2. field_main: a warp takes a strip of 32 columns and R + 2 rows (lane = column; lanes
+ *     1…30 and rows 1…R are its pixels, lane 0 / 31 and rows 0 / R + 1 the halo), a block
+ *     WARPS strips stacked vertically.  A lane keeps its column's values in registers and
+ *     takes its neighbours' through warp shuffles.  Three sweeps over the classes:
+ *      - the log-softmax: staged (fp32 accumulation, few enough classes), the block's logits
+ *        and halo are copied to shared memory once (f32: cp.async, all in flight at once),
+ *        and each (row, column) of the stage, taken by one thread, is replaced by its
+ *        log-softmax in log2 units; else (f64, many classes) each sweep reads the logits
+ *        from global memory (the later sweeps mostly from L1) and the log-sum-exp of the
+ *        lane's rows is taken online (the sum rescaled when the max grows);
+ *      - the divergences, each unordered neighbour pair once: a lane owns the pairs of the
+ *        2×2 square whose top-left pixel it holds (the vertical one below, the horizontal
+ *        one to the right, both diagonals; KL both ways, or the reference form's terms),
+ *        and a pixel gathers its eight pairs from its own lane and the lane on its left;
+ *        then per pixel z the loss ℓ_z (the 'none' map, or per block partial sums reduced
+ *        in a fixed order by the last block to finish) and the pairs' coefficients;
+ *      - the gradient, class by class:
+ *          KL:        g_c = p_z·(K0 + l_z·K1 − KD − Σ_o c1_o·l_o) − Σ_o c0_o·p_o
+ *          reference: g_c = p_z·(Σ c0_o·dot0_o − Σ c1_o·dot1_o + 2p_z·K1 − Σ_o (c0_o + c1_o)·p_o)
+ *        with c0_o / c1_o the coefficients of pair (z, o) / (o, z), K0 = Σ c0, K1 = Σ c1,
+ *        KD = Σ c1_o·D(o, z), dot0_o = Σ_c p_z·p_o, dot1_o = 2Σ_c p_z² − dot0_o.
+ * The input is read from DRAM once (the halo mostly from L2), the gradient written once.  No
+ * float atomics: the results are bitwise the same on every run, and the same for every
+ * layout of the input (the order of the arithmetic does not depend on it).
  */
 #include "region_common.cuh"
+#include <limits>
 
 namespace ploss_cuda {
 namespace {
 using namespace region;
 
-constexpr int TW = 32, TH = 8, THREADS = TW * TH; /* a tile: TH rows of TW pixels */
-constexpr int HW = TW + 2, HALO = HW * (TH + 2);  /* the tile with its one-pixel halo */
-constexpr size_t SMEM_BUDGET = 96 * 1024;         /* dynamic shared memory of a block */
-/* Resident blocks per SM of field_main (its launch bounds): 4 for fp32 accumulation (64
- * registers, 4 × 54 KB of shared memory), 2 for f64 (its chunks fill the budget). */
-template <class A> constexpr int MAIN_BLOCKS = sizeof(A) == 8 ? 2 : 4;
-constexpr int LOAD_BATCH = 8;                     /* global loads in flight per thread */
-
-/* Neighbour o (the CPU's order): its row and column step, its offset in the halo. */
-__device__ __forceinline__ constexpr int DH(int o) { return o < 3 ? -1 : o < 5 ? 0 : 1; }
-__device__ __forceinline__ constexpr int DW(int o) { return o == 0 || o == 3 || o == 5 ? -1 : o == 1 || o == 6 ? 0 : 1; }
-__device__ __forceinline__ constexpr int NB(int o) { return DH(o) * HW + DW(o); }
+constexpr int PREP_TW = 32, PREP_TH = 8, PREP_THREADS = PREP_TW * PREP_TH; /* field_prep's tiles */
+constexpr int WARPS = 8, THREADS = 32 * WARPS; /* field_main: a block of WARPS strips */
+constexpr int SW = 30;                         /* a strip's own columns (lanes 1…30) */
+constexpr unsigned FULL = 0xffffffffu;
+/* A strip's own rows: 3 for the KL divergence with fp32 accumulation (its 8R + 6 pair sums
+ * and 16R coefficients within two resident blocks' registers; 4 rows make 576 blocks of the
+ * benchmark's 8×256×256 images, 2.2 waves of 264, and were slower), 2 for the reference form
+ * (a third sum per pair) and for f64. */
+template <class A, bool REF> constexpr int ROWS = sizeof(A) == 8 || REF ? 2 : 3;
+template <class A> constexpr int MAIN_BLOCKS = sizeof(A) == 8 ? 1 : 2;
 
 /* The logits read by field_main: the input, or its copy (in place). */
 template <class T> struct Src {
@@ -58,13 +65,15 @@ struct Work {
 };
 
 template <class T, class TI>
-__global__ void __launch_bounds__(THREADS) field_prep(const ploss_region_problem p, int64_t *error_slot,
-                                                       Work w, T *copy)
+__global__ void __launch_bounds__(PREP_THREADS) field_prep(const ploss_region_problem p, int64_t *error_slot,
+                                                            Work w, T *copy)
 {
     const int64_t H = p.sshape[0], W = p.sshape[1];
-    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
-    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int64_t h = (tile / tiles_w) * TH + threadIdx.x / TW, wc = (tile % tiles_w) * TW + threadIdx.x % TW;
+    const int64_t tiles_w = (W + PREP_TW - 1) / PREP_TW, tiles = tiles_w * ((H + PREP_TH - 1) / PREP_TH);
+    /* 32-bit divisions: the grid (and so every tile count) is below 2^31 */
+    const unsigned n = blockIdx.x / (unsigned)tiles, tile = blockIdx.x % (unsigned)tiles;
+    const int64_t h = (int64_t)(tile / (unsigned)tiles_w) * PREP_TH + threadIdx.x / PREP_TW,
+                  wc = (int64_t)(tile % (unsigned)tiles_w) * PREP_TW + threadIdx.x % PREP_TW;
     unsigned long long count = 0;
     if (h < H && wc < W) {
         const int64_t y = load_label_at<TI>(p, n * p.t_sn + h * p.t_ss[0] + wc * p.t_ss[1], error_slot);
@@ -77,127 +86,257 @@ __global__ void __launch_bounds__(THREADS) field_prep(const ploss_region_problem
                 copy[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
         }
     }
-    count = block_reduce<THREADS>(count, SumOp());
+    count = block_reduce<PREP_THREADS>(count, SumOp());
     if (threadIdx.x == 0 && count)
         atomicAdd(w.valid, count);
 }
 
-template <class T, bool REF>
+/* One unordered pair (a, b): KL ab = D(a, b) = Σ p_b·(l_b − l_a), ba = D(b, a); the reference
+ * form ab = Σ p_b·(p_b − p_a), ba = Σ p_a·(p_a − p_b) and dot = Σ p_a·p_b. */
+template <class A, bool REF> struct Pair {
+    A ab = 0, ba = 0;
+    struct None {};
+    std::conditional_t<REF, A, None> dot{};
+    __device__ __forceinline__ void add(A la, A pa, A lb, A pb)
+    {
+        if constexpr (REF) {
+            const A t = pb - pa;
+            ab = fma(pb, t, ab);
+            ba = fma(-pa, t, ba);
+            dot = fma(pa, pb, dot);
+        } else {
+            const A t = lb - la;
+            ab = fma(pb, t, ab);
+            ba = fma(-pa, t, ba);
+        }
+    }
+    /* the same pair held by the lane on the left */
+    __device__ __forceinline__ Pair from_left() const
+    {
+        Pair q;
+        q.ab = __shfl_up_sync(FULL, ab, 1);
+        q.ba = __shfl_up_sync(FULL, ba, 1);
+        if constexpr (REF)
+            q.dot = __shfl_up_sync(FULL, dot, 1);
+        return q;
+    }
+};
+
+template <class T> __device__ __forceinline__ acc_t<T> load_ro(const T *x) { return (acc_t<T>)to_acc(__ldg(x)); }
+
+/* 2^v by the hardware's ex2, subnormal results flushed to zero */
+__device__ __forceinline__ float fast_exp2(float v)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(v));
+    return y;
+}
+/* e^v: for fp32 accumulation the hardware's ex2 of v·log2(e), flushing subnormal results to
+ * zero (relative error ~1e-6 over the softmax's range, within the f32 tolerances); for f64
+ * the correctly rounded exp */
+__device__ __forceinline__ float fast_exp(float v)
+{
+    return fast_exp2(v * 1.44269504088896341f);
+}
+__device__ __forceinline__ double fast_exp(double v) { return exp(v); }
+
+/* Rows of a block's stage: its strips' rows and the halo row above and below. */
+template <class A, bool REF> constexpr int STAGE_ROWS = WARPS * ROWS<A, REF> + 2;
+constexpr size_t STAGE_BUDGET = 112 * 1024; /* two blocks per SM */
+
+/* STAGED (fp32 accumulation, the C × STAGE_ROWS × 32 f32 values of a block's stage within
+ * STAGE_BUDGET): the sweeps read the block's log-softmax from shared memory; else (f64, many
+ * classes) each sweep reads the logits from global memory. */
+template <class T, bool REF, bool STAGED>
 __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
-    field_main(const ploss_region_problem p, Src<T> src, int cc, Work w)
+    field_main(const ploss_region_problem p, Src<T> src, Work w)
 {
     using A = acc_t<T>;
-    extern __shared__ __align__(16) unsigned char smem[];
-    A *s_lp = (A *)smem, *s_p = s_lp + (size_t)cc * HALO, *s_lse = s_p + (size_t)cc * HALO;
-    int *s_lab = (int *)(s_lse + HALO);
-
+    constexpr int R = ROWS<A, REF>, RR = R + 2, BAND = WARPS * R, RB = STAGE_ROWS<A, REF>;
     const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
-    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
-    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int64_t h0 = (tile / tiles_w) * TH - 1, w0 = (tile % tiles_w) * TW - 1; /* the halo's origin */
-    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + 1) * HW + tx + 1;
-    const int64_t h = h0 + 1 + ty, wc = w0 + 1 + tx;
-    const bool mine = h < H && wc < W;
+    const int64_t strips = (W + SW - 1) / SW, tiles = strips * ((H + BAND - 1) / BAND);
+    /* 32-bit divisions: the grid (and so every tile count) is below 2^31 */
+    const unsigned n = blockIdx.x / (unsigned)tiles, tile = blockIdx.x % (unsigned)tiles;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t b_row = (int64_t)(tile / (unsigned)strips) * BAND - 1; /* the block's halo row */
+    const int64_t col = (int64_t)(tile % (unsigned)strips) * SW - 1 + lane, row0 = b_row + warp * R;
+    const bool incol = col >= 0 && col < W;
 
-    for (int i = threadIdx.x; i < HALO; i += THREADS) {
-        const int64_t hh = h0 + i / HW, ww = w0 + i % HW;
-        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
+    /* this column's rows: labels (-1 outside the image or ignored), validity, the left and
+     * right columns' labels */
+    int lab[RR], labL[RR], labR[RR];
+    unsigned valid = 0; /* bit r: row r of this column is a valid pixel */
+#pragma unroll
+    for (int r = 0; r < RR; ++r) {
+        const int64_t hh = row0 + r;
+        lab[r] = incol && hh >= 0 && hh < H ? w.label[n * p.S + hh * W + col] : -1;
+        valid |= (lab[r] >= 0 ? 1u : 0u) << r;
     }
-    __syncthreads();
-    const bool one = C <= cc; /* every class in one chunk: the logits are read once */
-    const T *xn = src.x + n * src.sn;
-    const auto at = [&](int i, int64_t c) { return xn + c * src.sc + (h0 + i / HW) * src.sh + (w0 + i % HW) * src.sw; };
-    if (!one) /* the log-sum-exp over all classes first, from global memory */
-        for (int i = threadIdx.x; i < HALO; i += THREADS) {
-            if (s_lab[i] < 0)
-                continue;
-            A mx = -INFINITY, sum = 0;
-            for (int64_t c = 0; c < C; ++c)
-                mx = MaxOp()(mx, (A)to_acc(*at(i, c)));
-            for (int64_t c = 0; c < C; ++c)
-                sum += m_exp((A)to_acc(*at(i, c)) - mx);
-            s_lse[i] = mx + m_log(sum);
-        }
-    /* chunk [c0, c0 + kc): its log-softmax and softmax in shared memory (0 at pixels
-     * outside the image or ignored); the logits LOAD_BATCH per thread at a time */
-    const auto load_chunk = [&](int64_t c0, int kc) {
-        const int n_el = kc * HALO;
-        for (int i0 = threadIdx.x; i0 < n_el; i0 += LOAD_BATCH * THREADS) {
-            A v[LOAD_BATCH];
 #pragma unroll
-            for (int u = 0; u < LOAD_BATCH; ++u) {
-                const int i = i0 + u * THREADS, j = i % HALO;
-                v[u] = i < n_el && s_lab[j] >= 0 ? (A)to_acc(*at(j, c0 + i / HALO)) : A(0);
-            }
+    for (int r = 0; r < RR; ++r) {
+        labL[r] = __shfl_up_sync(FULL, lab[r], 1);
+        labR[r] = __shfl_down_sync(FULL, lab[r], 1);
+    }
+    /* Sweep 1, the log-sum-exp of each pixel, and class c's log-softmax l and softmax p of
+     * this column's rows (softmax(c, l, p)).
+     * Direct: the logits from global memory (rows outside the image read image n's first
+     * pixel instead: a valid address, so the loads need no branch; their values are
+     * dropped); the log-sum-exp online (the sum rescaled when the max grows; the max starts
+     * at the lowest finite value, so that −∞ logits add e^−∞ = 0 without an ∞ − ∞); l = p = 0
+     * at invalid pixels.
+     * Staged: the block's logits are copied to shared memory (f32: cp.async, every copy in
+     * flight at once; f16/bf16: batches of loads, widened); each (row, column) of the stage
+     * is then taken by one thread, which replaces its logits by l·log2(e) (0 at invalid
+     * pixels: p = 1 there, finite, and every coefficient of such a pixel is 0), so that
+     * every sweep after reads l·log2(e) and takes p = 2^(l·log2 e) — no halo pixel's
+     * log-sum-exp is computed twice, and no mask is applied per element.  The sums of the
+     * KL form are then in log2 units: LS = ln 2 scales them back. */
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr A LS = STAGED ? A(0.693147180559945309) : A(1);
+    A lse[RR];
+    const T *xrow[STAGED ? 1 : RR];
+    const float *stage = (const float *)smem + (warp * R) * 32 + lane;
+    if constexpr (STAGED) {
+        /* a thread takes the stage rows warp, warp + WARPS, … of its column: it copies their
+         * logits and then transforms them, so only the end needs the block's barrier */
+        float *stg = (float *)smem; /* [C][RB][32] */
+        const auto row_at = [&](int rr, int64_t &step) {
+            const int64_t hh = b_row + rr;
+            const bool in = incol && hh >= 0 && hh < H;
+            step = in ? src.sc : 0;
+            return in ? src.x + n * src.sn + hh * src.sh + col * src.sw : src.x;
+        };
+        for (int rr = warp; rr < RB; rr += WARPS) {
+            int64_t step;
+            const T *g = row_at(rr, step);
+            float *d = stg + rr * 32 + lane;
+            if constexpr (sizeof(T) == 4) {
+                const int bytes = step ? 4 : 0; /* 0: zeros, nothing read */
+                for (int c = 0; c < (int)C; ++c, g += step, d += RB * 32) {
+                    const unsigned ds = (unsigned)__cvta_generic_to_shared(d);
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(ds), "l"(g), "r"(bytes) : "memory");
+                }
+            } else {
+                constexpr int BATCH = 8; /* loads in flight */
+                for (int c0 = 0; c0 < (int)C; c0 += BATCH) {
+                    float v[BATCH];
 #pragma unroll
-            for (int u = 0; u < LOAD_BATCH; ++u)
-                if (i0 + u * THREADS < n_el)
-                    s_lp[i0 + u * THREADS] = v[u];
-        }
-        __syncthreads();
-        if (one)
-            for (int j = threadIdx.x; j < HALO; j += THREADS) {
-                if (s_lab[j] < 0)
-                    continue;
-                A mx = -INFINITY, sum = 0;
-                for (int c = 0; c < kc; ++c)
-                    mx = MaxOp()(mx, s_lp[c * HALO + j]);
-                for (int c = 0; c < kc; ++c)
-                    sum += m_exp(s_lp[c * HALO + j] - mx);
-                s_lse[j] = mx + m_log(sum);
-            }
-        __syncthreads();
-        for (int i = threadIdx.x; i < kc * HALO; i += THREADS) {
-            const int j = i % HALO;
-            const A l = s_lab[j] >= 0 ? s_lp[i] - s_lse[j] : A(0);
-            s_lp[i] = l;
-            s_p[i] = s_lab[j] >= 0 ? m_exp(l) : A(0);
-        }
-        __syncthreads();
-    };
-
-    const int lz_lab = s_lab[zi];
-    const bool valid = mine && lz_lab >= 0;
-    unsigned nb = 0; /* the valid neighbours */
+                    for (int u = 0; u < BATCH; ++u)
+                        v[u] = c0 + u < (int)C ? to_acc(__ldg(g + (c0 + u) * step)) : 0.0f;
 #pragma unroll
-    for (int o = 0; o < 8; ++o)
-        nb |= (valid && s_lab[zi + NB(o)] >= 0 ? 1u : 0u) << o;
-
-    /* the divergences D(z, o), D(o, z) (and the reference Jacobian sums) */
-    A D0[8], D1[8], dot0[8], dot1[8];
-#pragma unroll
-    for (int o = 0; o < 8; ++o)
-        D0[o] = D1[o] = dot0[o] = dot1[o] = A(0);
-    for (int64_t c0 = 0; c0 < C; c0 += cc) {
-        const int kc = (int)(C - c0 < cc ? C - c0 : cc);
-        if (c0 > 0)
-            __syncthreads(); /* the previous chunk is no longer read */
-        load_chunk(c0, kc);
-        if (!valid)
-            continue;
-        for (int c = 0; c < kc; ++c) {
-            const A lz = s_lp[c * HALO + zi], pz = s_p[c * HALO + zi];
-#pragma unroll
-            for (int o = 0; o < 8; ++o) {
-                const A lo = s_lp[c * HALO + zi + NB(o)], po = s_p[c * HALO + zi + NB(o)];
-                if (REF) {
-                    D0[o] += po * (po - pz);
-                    dot0[o] += pz * po;
-                    D1[o] += pz * (pz - po);
-                    dot1[o] += pz * (A(2) * pz - po);
-                } else {
-                    D0[o] += po * (lo - lz);
-                    D1[o] += pz * (lz - lo);
+                    for (int u = 0; u < BATCH; ++u)
+                        if (c0 + u < (int)C)
+                            d[(c0 + u) * RB * 32] = v[u];
                 }
             }
         }
+        if constexpr (sizeof(T) == 4)
+            asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        constexpr float L2E = 1.44269504088896341f;
+        for (int rr = warp; rr < RB; rr += WARPS) {
+            const int64_t hh = b_row + rr;
+            const bool ok = incol && hh >= 0 && hh < H && w.label[n * p.S + hh * W + col] >= 0;
+            float *e = stg + rr * 32 + lane;
+            float m = std::numeric_limits<float>::lowest(), sum = 0.0f;
+            for (int c = 0; c < (int)C; ++c)
+                m = fmaxf(m, e[c * RB * 32]);
+            const float m2 = m * L2E;
+            for (int c = 0; c < (int)C; ++c)
+                sum += fast_exp2(fmaf(e[c * RB * 32], L2E, -m2));
+            const float lse2 = m2 + __log2f(sum);
+            for (int c = 0; c < (int)C; ++c)
+                e[c * RB * 32] = ok ? fmaf(e[c * RB * 32], L2E, -lse2) : 0.0f;
+        }
+        __syncthreads();
+    } else {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            const int64_t hh = row0 + r;
+            const bool in = incol && hh >= 0 && hh < H;
+            xrow[r] = src.x + n * src.sn + (in ? hh * src.sh + col * src.sw : 0);
+        }
+        const auto load_class = [&](int64_t c, A (&v)[RR]) {
+            const int64_t off = c * src.sc;
+#pragma unroll
+            for (int r = 0; r < RR; ++r)
+                v[r] = load_ro(xrow[r] + off);
+        };
+        A mx[RR], se[RR];
+#pragma unroll
+        for (int r = 0; r < RR; ++r)
+            mx[r] = std::numeric_limits<A>::lowest(), se[r] = A(0);
+#pragma unroll 4
+        for (int64_t c = 0; c < C; ++c) {
+            A v[RR];
+            load_class(c, v);
+#pragma unroll
+            for (int r = 0; r < RR; ++r) {
+                const bool up = v[r] > mx[r];
+                const A hi = up ? v[r] : mx[r], lo = up ? mx[r] : v[r];
+                const A e = fast_exp(lo - hi);
+                se[r] = up ? fma(se[r], e, A(1)) : se[r] + e;
+                mx[r] = hi;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RR; ++r)
+            lse[r] = mx[r] + m_log(se[r]);
+    }
+    const auto softmax = [&](int64_t c, A (&l)[RR], A (&pr)[RR]) {
+        if constexpr (STAGED) {
+#pragma unroll
+            for (int r = 0; r < RR; ++r)
+                l[r] = stage[((int)c * RB + r) * 32];
+#pragma unroll
+            for (int r = 0; r < RR; ++r)
+                pr[r] = fast_exp2(l[r]);
+        } else {
+            A v[RR];
+#pragma unroll
+            for (int r = 0; r < RR; ++r)
+                v[r] = load_ro(xrow[r] + c * src.sc);
+#pragma unroll
+            for (int r = 0; r < RR; ++r) {
+                const bool ok = valid >> r & 1u;
+                l[r] = ok ? v[r] - lse[r] : A(0);
+                pr[r] = ok ? fast_exp(l[r]) : A(0);
+            }
+        }
+    };
+
+    /* sweep 2: the pairs this lane owns (rows of this column / of the column on the right):
+     * V[r] (r, r + 1), Hz[r] (r, r) for r = 1…R, DR[r] (r, r + 1), UR[r] (r + 1, r) */
+    Pair<A, REF> V[R + 1], Hz[R + 1], DR[R + 1], UR[R + 1];
+    A q[RR]; /* the reference form: Σ_c p² of this column's rows */
+#pragma unroll
+    for (int r = 0; r < RR; ++r)
+        q[r] = A(0);
+#pragma unroll 2
+    for (int64_t c = 0; c < C; ++c) {
+        A l[RR], pr[RR], lR[RR], pR[RR];
+        softmax(c, l, pr);
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
+            lR[r] = __shfl_down_sync(FULL, l[r], 1);
+            pR[r] = __shfl_down_sync(FULL, pr[r], 1);
+            if (REF)
+                q[r] = fma(pr[r], pr[r], q[r]);
+        }
+#pragma unroll
+        for (int r = 0; r <= R; ++r) {
+            V[r].add(l[r], pr[r], l[r + 1], pr[r + 1]);
+            DR[r].add(l[r], pr[r], lR[r + 1], pR[r + 1]);
+            UR[r].add(l[r + 1], pr[r + 1], lR[r], pR[r]);
+            if (r >= 1)
+                Hz[r].add(l[r], pr[r], lR[r], pR[r]);
+        }
     }
 
-    /* ℓ_z and the pairs' coefficients */
+    /* each own pixel's eight pairs: D0[o] = D(z, o), D1[o] = D(o, z) (the reference form:
+     * dot0[o] = Σ p_z·p_o); neighbour o as in the CPU's order: (−1,−1) (−1,0) (−1,1) (0,−1)
+     * (0,1) (1,−1) (1,0) (1,1) */
+    const bool own_lane = lane >= 1 && lane <= SW && incol;
     const int per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
-    const auto upstream = [&](int64_t hh, int64_t ww) {
-        return (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
-    };
     double base = 1.0;
     if (p.reduction == PLOSS_REDUCTION_MEAN) {
         const unsigned long long v = *w.valid;
@@ -208,61 +347,109 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
     else if (p.reduction != PLOSS_REDUCTION_NONE)
         base *= load_dyn(p.grad_loss, p.gl_dtype, 0);
     const A base8 = (A)(base / 8.0), kappa = (A)p.kl_margin, ls = (A)p.lambda_same, ld = (A)p.lambda_diff;
-    const A wz = valid && per_pixel ? upstream(h, wc) : A(1);
-    A loss = 0, K0 = 0, K1 = 0, KX = 0; /* KX: KD (KL) or Σ c0·dot0 − Σ c1·dot1 (reference) */
-    A c0v[8], c1v[8];
+    A up[RR], upL[RR], upR[RR]; /* the upstream gradient of this column's and its neighbours' pixels */
 #pragma unroll
-    for (int o = 0; o < 8; ++o) {
-        c0v[o] = c1v[o] = A(0);
-        if (!(nb >> o & 1u))
-            continue;
-        const bool same = s_lab[zi + NB(o)] == lz_lab;
-        const A m0 = kappa - D0[o], m1 = kappa - D1[o];
-        loss += same ? ls * D0[o] : ld * (m0 > A(0) ? m0 : A(0));
-        const A wo = per_pixel ? upstream(h + DH(o), wc + DW(o)) : A(1);
-        c0v[o] = base8 * wz * (same ? ls : (m0 > A(0) ? -ld : A(0)));
-        c1v[o] = base8 * wo * (same ? ls : (m1 > A(0) ? -ld : A(0)));
-        K0 += c0v[o];
-        K1 += c1v[o];
-        KX += REF ? c0v[o] * dot0[o] - c1v[o] * dot1[o] : c1v[o] * D1[o];
+    for (int r = 0; r < RR; ++r) {
+        up[r] = per_pixel && valid >> r & 1u
+                    ? (A)load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sg + (row0 + r) * p.gl_ss[0] + col * p.gl_ss[1])
+                    : A(1);
+        upL[r] = __shfl_up_sync(FULL, up[r], 1);
+        upR[r] = __shfl_down_sync(FULL, up[r], 1);
     }
-    loss /= A(8);
-
-    /* the loss: the 'none' map, or this block's partial sum and the last block's total */
-    if (p.pass != PLOSS_PASS_BACKWARD) {
-        if (p.reduction == PLOSS_REDUCTION_NONE) {
-            if (mine)
-                store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
-        } else {
-            store_reduced_loss<THREADS>(p, loss, w.partial, w.ticket, (double)*w.valid);
+    /* the gradient's factors of each own pixel: KL g = p_z·(KA + l_z·KB − Σ c1·l_o) − Σ c0·p_o
+     * with KA = K0 − KD, KB = K1 (c1 and KB times LS: l in log2 units when staged);
+     * reference g = p_z·(KA + p_z·KB − Σ c0·p_o) with c0 = c0 + c1, KA = Σ c0·dot0 −
+     * Σ c1·dot1, KB = 2·K1 */
+    A c0v[R][8], c1v[R][8], KA[R], KB[R];
+    A loss_sum = 0;
+#pragma unroll
+    for (int i = 1; i <= R; ++i) {
+        const Pair<A, REF> left = Hz[i].from_left(), upleft = DR[i - 1].from_left(), downleft = UR[i].from_left();
+        /* (D0, D1, dot0) of each neighbour */
+        A D0[8], D1[8], dt[8];
+        constexpr A DS = REF ? A(1) : LS; /* the KL sums in natural units */
+        const auto take = [&](int o, const Pair<A, REF> &pq, bool z_is_a) {
+            D0[o] = DS * (z_is_a ? pq.ab : pq.ba);
+            D1[o] = DS * (z_is_a ? pq.ba : pq.ab);
+            if constexpr (REF)
+                dt[o] = pq.dot;
+        };
+        take(0, upleft, false);
+        take(1, V[i - 1], false);
+        take(2, UR[i - 1], true);
+        take(3, left, false);
+        take(4, Hz[i], true);
+        take(5, downleft, false);
+        take(6, V[i], true);
+        take(7, DR[i], true);
+        const int lz = lab[i];
+        const int lo_lab[8] = {labL[i - 1], lab[i - 1], labR[i - 1], labL[i], labR[i], labL[i + 1], lab[i + 1], labR[i + 1]};
+        const A wo[8] = {upL[i - 1], up[i - 1], upR[i - 1], upL[i], upR[i], upL[i + 1], up[i + 1], upR[i + 1]};
+        const bool z_ok = own_lane && lz >= 0 && row0 + i < H;
+        const A wz = up[i];
+        A loss = 0, K0 = 0, K1 = 0, KX = 0;
+#pragma unroll
+        for (int o = 0; o < 8; ++o) {
+            c0v[i - 1][o] = c1v[i - 1][o] = A(0);
+            if (!(z_ok && lo_lab[o] >= 0))
+                continue;
+            const bool same = lo_lab[o] == lz;
+            const A m0 = kappa - D0[o], m1 = kappa - D1[o];
+            loss += same ? ls * D0[o] : ld * (m0 > A(0) ? m0 : A(0));
+            const A a0 = base8 * wz * (same ? ls : (m0 > A(0) ? -ld : A(0)));
+            const A a1 = base8 * wo[o] * (same ? ls : (m1 > A(0) ? -ld : A(0)));
+            c0v[i - 1][o] = REF ? a0 + a1 : a0;
+            c1v[i - 1][o] = a1 * LS;
+            K0 += a0;
+            K1 += a1;
+            if constexpr (REF)
+                KX += a0 * dt[o] - a1 * (A(2) * q[i] - dt[o]);
+            else
+                KX += a1 * D1[o];
         }
+        KA[i - 1] = REF ? KX : K0 - KX;
+        KB[i - 1] = REF ? A(2) * K1 : K1 * LS;
+        loss /= A(8);
+        if (p.pass != PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE && own_lane && row0 + i < H)
+            store_dyn(p.loss, p.loss_dtype, n * p.l_sg + (row0 + i) * p.l_ss[0] + col * p.l_ss[1], (double)loss);
+        loss_sum += loss;
     }
+    if (p.pass != PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE)
+        store_reduced_loss<THREADS>(p, loss_sum, w.partial, w.ticket, (double)*w.valid);
     if (p.pass == PLOSS_PASS_FORWARD)
         return;
 
-    /* the gradient, class by class */
-    T *gz = (T *)p.grad + n * p.g_sn + h * p.g_ss[0] + wc * p.g_ss[1];
-    for (int64_t c0 = 0; c0 < C; c0 += cc) {
-        const int kc = (int)(C - c0 < cc ? C - c0 : cc);
-        if (!one) {
-            __syncthreads();
-            load_chunk(c0, kc);
-        }
-        if (!mine)
-            continue;
-        for (int c = 0; c < kc; ++c) {
-            A g = 0;
-            if (valid) {
-                const A lz = s_lp[c * HALO + zi], pz = s_p[c * HALO + zi];
-                A sum = 0;
+    /* sweep 3: the gradient, class by class */
+    T *gcol = (T *)p.grad + n * p.g_sn + (incol ? col : 0) * p.g_ss[1];
+#pragma unroll 2
+    for (int64_t c = 0; c < C; ++c) {
+        A l[RR], pr[RR], lL[RR], pL[RR], lR[RR], pR[RR];
+        softmax(c, l, pr);
 #pragma unroll
-                for (int o = 0; o < 8; ++o) {
-                    const A lo = s_lp[c * HALO + zi + NB(o)], po = s_p[c * HALO + zi + NB(o)];
-                    sum += REF ? (c0v[o] + c1v[o]) * po : c0v[o] * po + pz * c1v[o] * lo;
+        for (int r = 0; r < RR; ++r) {
+            lL[r] = __shfl_up_sync(FULL, l[r], 1);
+            pL[r] = __shfl_up_sync(FULL, pr[r], 1);
+            lR[r] = __shfl_down_sync(FULL, l[r], 1);
+            pR[r] = __shfl_down_sync(FULL, pr[r], 1);
+        }
+#pragma unroll
+        for (int i = 1; i <= R; ++i) {
+            const A lo[8] = {lL[i - 1], l[i - 1], lR[i - 1], lL[i], lR[i], lL[i + 1], l[i + 1], lR[i + 1]};
+            const A po[8] = {pL[i - 1], pr[i - 1], pR[i - 1], pL[i], pR[i], pL[i + 1], pr[i + 1], pR[i + 1]};
+            const A lz = l[i], pz = pr[i];
+            A s0 = 0, s1 = 0;
+#pragma unroll
+            for (int o = 0; o < 8; ++o) {
+                if constexpr (REF) {
+                    s0 = fma(c0v[i - 1][o], po[o], s0); /* c0 + c1 */
+                } else {
+                    s0 = fma(c0v[i - 1][o], po[o], s0);
+                    s1 = fma(c1v[i - 1][o], lo[o], s1);
                 }
-                g = REF ? pz * (KX + A(2) * pz * K1 - sum) : pz * (K0 + lz * K1 - KX) - sum;
             }
-            gz[(c0 + c) * p.g_sc] = from_acc<T>(g);
+            const A g = REF ? pz * (KA[i - 1] + pz * KB[i - 1] - s0) : pz * (KA[i - 1] + lz * KB[i - 1] - s1) - s0;
+            if (own_lane && row0 + i < H)
+                gcol[c * p.g_sc + (row0 + i) * p.g_ss[0]] = from_acc<T>(g);
         }
     }
 }
@@ -272,9 +459,15 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
     const int64_t NS = p->N * p->S, H = p->sshape[0], W = p->sshape[1];
-    const int64_t blocks = p->N * ((H + TH - 1) / TH) * ((W + TW - 1) / TW);
-    if (blocks > INT32_MAX)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
+    const int64_t prep_blocks = p->N * ((H + PREP_TH - 1) / PREP_TH) * ((W + PREP_TW - 1) / PREP_TW);
+    /* staged: fp32 accumulation and the stage within its budget */
+    const bool ref = p->reference_divergence;
+    const size_t stage = (size_t)p->C * (ref ? STAGE_ROWS<A, true> : STAGE_ROWS<A, false>) * 32 * sizeof(float);
+    const bool staged = sizeof(A) == 4 && stage <= STAGE_BUDGET;
+    const int band = WARPS * (ref ? ROWS<A, true> : ROWS<A, false>);
+    const int64_t blocks = p->N * ((H + band - 1) / band) * ((W + SW - 1) / SW);
+    if (prep_blocks > INT32_MAX || blocks > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)prep_blocks);
     const bool in_place = grad_overlaps_input(*p, sizeof(T));
     const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
                  b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
@@ -290,24 +483,33 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
     if ((st = ploss_cuda_memset(w.valid, 0, sizeof *w.valid, stream)))
         return st;
-    field_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
+    field_prep<T, TI><<<(unsigned)prep_blocks, PREP_THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity field labels")))
         return st;
 
     Src<T> src = {(const T *)p->x, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
     if (in_place)
         src = {copy, p->C * p->S, p->S, W, 1};
-    /* classes per chunk: the log-softmax, the softmax, the log-sum-exp and the labels of
-     * the halo within the budget */
-    const int64_t fit = (int64_t)((SMEM_BUDGET - HALO * (sizeof(A) + 4)) / (2 * HALO * sizeof(A)));
-    const int cc = (int)(p->C < fit ? p->C : fit);
-    const size_t smem = (2 * (size_t)cc + 1) * HALO * sizeof(A) + HALO * 4;
-    const auto launch = [&](auto kernel) {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        kernel<<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, cc, w);
+    const auto launch = [&](auto kernel, size_t smem) {
+        if (smem) {
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        } else {
+            /* no shared memory to speak of: the carveout leaves the most to L1, where the
+             * second and third sweeps find the logits */
+            cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 0);
+        }
+        kernel<<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, w);
         return check_launch("affinity field loss and gradient");
     };
-    return p->reference_divergence ? launch(field_main<T, true>) : launch(field_main<T, false>);
+    const auto go = [&](auto ref_tag) {
+        constexpr bool REF = decltype(ref_tag)::value;
+        if constexpr (sizeof(A) == 4) {
+            if (staged)
+                return launch(field_main<T, REF, true>, stage);
+        }
+        return launch(field_main<T, REF, false>, 0);
+    };
+    return ref ? go(std::true_type()) : go(std::false_type());
 }
 
 } // namespace
