@@ -469,10 +469,10 @@ end)
 
 describe("CUDA affinity field loss against the CPU", function()
   it("every dtype, reduction, divergence and margin; ignored pixels; borders", function()
-    -- 1×5×53×95: several strips of columns and bands of rows of the kernel's blocks; 1×40×9×35:
-    -- too many classes for a block's logits in shared memory (the kernel's other path)
+    -- 1×5×53×95: several strips of columns and bands of rows of the kernel's blocks; 1×50×9×35:
+    -- too many classes for a block's logits in shared memory (the kernel's other path, both forms)
     for si, sizes in ipairs { { 2, 3, 4, 5 }, { 1, 4, 1, 6 }, { 3, 2, 3, 1 }, { 2, 19, 33, 40 }, { 1, 5, 53, 95 },
-                              { 1, 40, 9, 35 } } do
+                              { 1, 50, 9, 35 } } do
       local x64 = ploss.randn(sizes, { dtype = "f64", seed = 1100 + si, std = 1.5 })
       H.seed(1200 + si)
       local y = H.random_labels({ sizes[1], sizes[3], sizes[4] }, sizes[2], { ignore = 0.15, ignore_index = 255 })
@@ -514,11 +514,26 @@ describe("CUDA affinity field loss against the CPU", function()
       { "crop", x:narrow(3, 3, 7):narrow(4, 2, 6), y:narrow(2, 3, 7):narrow(3, 2, 6) },
       { "channels-last", H.relayout(x, "channels_last"), y },
       { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+      { "classes expanded (stride 0)", x:narrow(2, 1, 1):expand(2, 5, 12, 10), y },
     } do
       local l, g = F.affinity_field_fused(v[2], v[3], { reduction = "none" })
       local lc, gc = F.affinity_field_fused(v[2]:contiguous(), v[3]:contiguous(), { reduction = "none" })
       H.assert_equal(l, lc, { what = v[1] .. " loss" })
       H.assert_equal(g, gc, { what = v[1] .. " gradient" })
+    end
+    -- a masked class (logits at the float range's end) at every pixel: finite, as on the CPU
+    for _, dtype in ipairs { "f32", "bf16" } do
+      local xm = ploss.randn({ 2, 5, 12, 10 }, { seed = 112 })
+      xm:narrow(2, 3, 1):fill(-3.38e38)
+      xm = xm:to(dtype)
+      local yc = y:to("cpu")
+      for _, o in ipairs { {}, { divergence = "reference" } } do
+        local lc, gc = F.affinity_field_fused(xm, yc, o)
+        local lg, gg = F.affinity_field_fused(xm:to(DEV), y, o)
+        assert.is_true(lc == lc and math.abs(lc) < math.huge, "CPU loss finite")
+        close(lg, lc, TOL[dtype].loss, 0, "masked class loss " .. dtype)
+        close(gg, gc, TOL[dtype].grad, TOL[dtype].floor, "masked class grad " .. dtype)
+      end
     end
     local yi = ploss.full({ 2, 12, 10 }, 255, { dtype = "i64", device = DEV })
     local l, g = F.affinity_field_fused(x, yi)

@@ -15,7 +15,7 @@
  *      - the log-softmax: staged (fp32 accumulation, few enough classes), the block's logits
  *        and halo are copied to shared memory once (f32: cp.async, all in flight at once),
  *        and each (row, column) of the stage, taken by one thread, is replaced by its
- *        log-softmax in log2 units; else (f64, many classes) each sweep reads the logits
+ *        log-softmax; else (f64, many classes) each sweep reads the logits
  *        from global memory (the later sweeps mostly from L1) and the log-sum-exp of the
  *        lane's rows is taken online (the sum rescaled when the max grows);
  *      - the divergences, each unordered neighbour pair once: a lane owns the pairs of the
@@ -133,7 +133,7 @@ __device__ __forceinline__ float fast_exp2(float v)
 }
 /* e^v: for fp32 accumulation the hardware's ex2 of v·log2(e), flushing subnormal results to
  * zero (relative error ~1e-6 over the softmax's range, within the f32 tolerances); for f64
- * the correctly rounded exp */
+ * libdevice's exp */
 __device__ __forceinline__ float fast_exp(float v)
 {
     return fast_exp2(v * 1.44269504088896341f);
@@ -142,11 +142,12 @@ __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 
 /* Rows of a block's stage: its strips' rows and the halo row above and below. */
 template <class A, bool REF> constexpr int STAGE_ROWS = WARPS * ROWS<A, REF> + 2;
-constexpr size_t STAGE_BUDGET = 112 * 1024; /* two blocks per SM */
+constexpr size_t STAGE_BUDGET = 112 * 1024; /* two blocks per SM on sm_90 */
 
 /* STAGED (fp32 accumulation, the C × STAGE_ROWS × 32 f32 values of a block's stage within
- * STAGE_BUDGET): the sweeps read the block's log-softmax from shared memory; else (f64, many
- * classes) each sweep reads the logits from global memory. */
+ * STAGE_BUDGET and the device's shared memory per block): the sweeps read the block's
+ * log-softmax from shared memory; else (f64, many classes) each sweep reads the logits from
+ * global memory. */
 template <class T, bool REF, bool STAGED>
 __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
     field_main(const ploss_region_problem p, Src<T> src, Work w)
@@ -186,13 +187,12 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
      * at invalid pixels.
      * Staged: the block's logits are copied to shared memory (f32: cp.async, every copy in
      * flight at once; f16/bf16: batches of loads, widened); each (row, column) of the stage
-     * is then taken by one thread, which replaces its logits by l·log2(e) (0 at invalid
-     * pixels: p = 1 there, finite, and every coefficient of such a pixel is 0), so that
-     * every sweep after reads l·log2(e) and takes p = 2^(l·log2 e) — no halo pixel's
-     * log-sum-exp is computed twice, and no mask is applied per element.  The sums of the
-     * KL form are then in log2 units: LS = ln 2 scales them back. */
+     * is then taken by one thread, which replaces its logits by their log-softmax l (0 at
+     * invalid pixels: p = 1 there, finite, and every coefficient of such a pixel is 0), so
+     * that every sweep after reads l and takes p = e^l — no halo pixel's log-sum-exp is
+     * computed twice, and no mask is applied per element.  (l stays in natural units: a
+     * logit near the float range's end, a masked class say, keeps l finite.) */
     extern __shared__ __align__(16) unsigned char smem[];
-    constexpr A LS = STAGED ? A(0.693147180559945309) : A(1);
     A lse[RR];
     const T *xrow[STAGED ? 1 : RR];
     const float *stage = (const float *)smem + (warp * R) * 32 + lane;
@@ -200,18 +200,20 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         /* a thread takes the stage rows warp, warp + WARPS, … of its column: it copies their
          * logits and then transforms them, so only the end needs the block's barrier */
         float *stg = (float *)smem; /* [C][RB][32] */
-        const auto row_at = [&](int rr, int64_t &step) {
+        /* row rr's pixel of class 0; outside the image, image 0's first pixel (a valid
+         * address: nothing is read from it) */
+        const auto row_at = [&](int rr, bool &in) {
             const int64_t hh = b_row + rr;
-            const bool in = incol && hh >= 0 && hh < H;
-            step = in ? src.sc : 0;
+            in = incol && hh >= 0 && hh < H;
             return in ? src.x + n * src.sn + hh * src.sh + col * src.sw : src.x;
         };
+        const int64_t step = src.sc;
         for (int rr = warp; rr < RB; rr += WARPS) {
-            int64_t step;
-            const T *g = row_at(rr, step);
+            bool in;
+            const T *g = row_at(rr, in);
             float *d = stg + rr * 32 + lane;
             if constexpr (sizeof(T) == 4) {
-                const int bytes = step ? 4 : 0; /* 0: zeros, nothing read */
+                const int bytes = in ? 4 : 0; /* 0: zeros, nothing read */
                 for (int c = 0; c < (int)C; ++c, g += step, d += RB * 32) {
                     const unsigned ds = (unsigned)__cvta_generic_to_shared(d);
                     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(ds), "l"(g), "r"(bytes) : "memory");
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
                     float v[BATCH];
 #pragma unroll
                     for (int u = 0; u < BATCH; ++u)
-                        v[u] = c0 + u < (int)C ? to_acc(__ldg(g + (c0 + u) * step)) : 0.0f;
+                        v[u] = in && c0 + u < (int)C ? to_acc(__ldg(g + (c0 + u) * step)) : 0.0f;
 #pragma unroll
                     for (int u = 0; u < BATCH; ++u)
                         if (c0 + u < (int)C)
@@ -232,7 +234,6 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         }
         if constexpr (sizeof(T) == 4)
             asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-        constexpr float L2E = 1.44269504088896341f;
         for (int rr = warp; rr < RB; rr += WARPS) {
             const int64_t hh = b_row + rr;
             const bool ok = incol && hh >= 0 && hh < H && w.label[n * p.S + hh * W + col] >= 0;
@@ -240,12 +241,11 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             float m = std::numeric_limits<float>::lowest(), sum = 0.0f;
             for (int c = 0; c < (int)C; ++c)
                 m = fmaxf(m, e[c * RB * 32]);
-            const float m2 = m * L2E;
             for (int c = 0; c < (int)C; ++c)
-                sum += fast_exp2(fmaf(e[c * RB * 32], L2E, -m2));
-            const float lse2 = m2 + __log2f(sum);
+                sum += fast_exp(e[c * RB * 32] - m);
+            const float lse1 = m + __logf(sum);
             for (int c = 0; c < (int)C; ++c)
-                e[c * RB * 32] = ok ? fmaf(e[c * RB * 32], L2E, -lse2) : 0.0f;
+                e[c * RB * 32] = ok ? e[c * RB * 32] - lse1 : 0.0f;
         }
         __syncthreads();
     } else {
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
                 l[r] = stage[((int)c * RB + r) * 32];
 #pragma unroll
             for (int r = 0; r < RR; ++r)
-                pr[r] = fast_exp2(l[r]);
+                pr[r] = fast_exp(l[r]);
         } else {
             A v[RR];
 #pragma unroll
@@ -304,8 +304,9 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         }
     };
 
-    /* sweep 2: the pairs this lane owns (rows of this column / of the column on the right):
-     * V[r] (r, r + 1), Hz[r] (r, r) for r = 1…R, DR[r] (r, r + 1), UR[r] (r + 1, r) */
+    /* sweep 2: the pairs this lane owns (a row of this column, a row of this column or of the
+     * column on the right): V[r] (r, r + 1), DR[r] (r, r + 1 right), UR[r] (r + 1, r right) for
+     * r = 0…R, Hz[r] (r, r right) for r = 1…R (Hz[0] unused) */
     Pair<A, REF> V[R + 1], Hz[R + 1], DR[R + 1], UR[R + 1];
     A q[RR]; /* the reference form: Σ_c p² of this column's rows */
 #pragma unroll
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         upR[r] = __shfl_down_sync(FULL, up[r], 1);
     }
     /* the gradient's factors of each own pixel: KL g = p_z·(KA + l_z·KB − Σ c1·l_o) − Σ c0·p_o
-     * with KA = K0 − KD, KB = K1 (c1 and KB times LS: l in log2 units when staged);
+     * with KA = K0 − KD, KB = K1;
      * reference g = p_z·(KA + p_z·KB − Σ c0·p_o) with c0 = c0 + c1, KA = Σ c0·dot0 −
      * Σ c1·dot1, KB = 2·K1 */
     A c0v[R][8], c1v[R][8], KA[R], KB[R];
@@ -367,10 +368,9 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         const Pair<A, REF> left = Hz[i].from_left(), upleft = DR[i - 1].from_left(), downleft = UR[i].from_left();
         /* (D0, D1, dot0) of each neighbour */
         A D0[8], D1[8], dt[8];
-        constexpr A DS = REF ? A(1) : LS; /* the KL sums in natural units */
         const auto take = [&](int o, const Pair<A, REF> &pq, bool z_is_a) {
-            D0[o] = DS * (z_is_a ? pq.ab : pq.ba);
-            D1[o] = DS * (z_is_a ? pq.ba : pq.ab);
+            D0[o] = z_is_a ? pq.ab : pq.ba;
+            D1[o] = z_is_a ? pq.ba : pq.ab;
             if constexpr (REF)
                 dt[o] = pq.dot;
         };
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             const A a0 = base8 * wz * (same ? ls : (m0 > A(0) ? -ld : A(0)));
             const A a1 = base8 * wo[o] * (same ? ls : (m1 > A(0) ? -ld : A(0)));
             c0v[i - 1][o] = REF ? a0 + a1 : a0;
-            c1v[i - 1][o] = a1 * LS;
+            c1v[i - 1][o] = a1; /* (unused by the reference form) */
             K0 += a0;
             K1 += a1;
             if constexpr (REF)
@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
                 KX += a1 * D1[o];
         }
         KA[i - 1] = REF ? KX : K0 - KX;
-        KB[i - 1] = REF ? A(2) * K1 : K1 * LS;
+        KB[i - 1] = REF ? A(2) * K1 : K1;
         loss /= A(8);
         if (p.pass != PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE && own_lane && row0 + i < H)
             store_dyn(p.loss, p.loss_dtype, n * p.l_sg + (row0 + i) * p.l_ss[0] + col * p.l_ss[1], (double)loss);
@@ -463,11 +463,17 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     /* staged: fp32 accumulation and the stage within its budget */
     const bool ref = p->reference_divergence;
     const size_t stage = (size_t)p->C * (ref ? STAGE_ROWS<A, true> : STAGE_ROWS<A, false>) * 32 * sizeof(float);
-    const bool staged = sizeof(A) == 4 && stage <= STAGE_BUDGET;
+    int optin = 0; /* the device's shared memory per block (the kernel's own static ~128 bytes aside) */
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device.device_id) != cudaSuccess) {
+        cudaGetLastError();
+        optin = 48 * 1024;
+    }
+    const bool staged = sizeof(A) == 4 && stage <= STAGE_BUDGET && stage + 1024 <= (size_t)optin;
     const int band = WARPS * (ref ? ROWS<A, true> : ROWS<A, false>);
     const int64_t blocks = p->N * ((H + band - 1) / band) * ((W + SW - 1) / SW);
     if (prep_blocks > INT32_MAX || blocks > INT32_MAX)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)prep_blocks);
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid",
+                           (long long)(prep_blocks > blocks ? prep_blocks : blocks));
     const bool in_place = grad_overlaps_input(*p, sizeof(T));
     const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
                  b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
@@ -492,7 +498,8 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
         src = {copy, p->C * p->S, p->S, W, 1};
     const auto launch = [&](auto kernel, size_t smem) {
         if (smem) {
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+                return check_launch("affinity field loss: its shared memory");
         } else {
             /* no shared memory to speak of: the carveout leaves the most to L1, where the
              * second and third sweeps find the logits */
