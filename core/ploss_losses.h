@@ -2589,7 +2589,8 @@ ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *inpu
  * log p_uk − D), ∂D/∂x_uk = p_uk − p_vk; for the reference divergence the derivatives
  * of Σ p_v·(p_v − p_u) through both softmaxes. A pair contributes λ_same·∂D, or
  * −λ_diff·∂D where κ − D > 0 (0 at the kink and beyond), times the upstream weight of
- * its centre pixel u. Each pixel gathers the 16 pairs it belongs to (no atomics).
+ * its centre pixel u. Each pixel gathers the 16 pairs it belongs to, no atomics (on CUDA each
+ * unordered pair's divergences are summed once and read by both of its pixels).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any

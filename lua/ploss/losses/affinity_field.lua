@@ -43,8 +43,9 @@ valid pixels, 'sum' gives Σ_u ℓ_u, 'none' the map ℓ (N×H×W, 0 at ignored 
 For D = KL(p_v ‖ p_u): ∂D/∂x_vk = p_vk·(log p_vk − log p_uk − D), ∂D/∂x_uk = p_uk − p_vk; for
 the reference divergence the derivatives of Σ p_v·(p_v − p_u) through both softmaxes.  A pair
 contributes λ_same·∂D, or −λ_diff·∂D where κ − D > 0 (0 at the kink and beyond), times the
-upstream weight of its centre pixel u.  Each pixel gathers the 16 pairs it belongs to (no
-atomics).]],
+upstream weight of its centre pixel u.  Each pixel gathers the 16 pairs it belongs to, no
+atomics (on CUDA each unordered pair's divergences are summed once and read by both of its
+pixels).]],
   notes = [[
 Unlike the reference, a pair with an ignored pixel adds nothing to the value (the reference
 adds λ_diff·κ for it) nor to the gradient.  The paper's "edge" pairs are those of different
