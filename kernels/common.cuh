@@ -8,6 +8,8 @@
  *    backend (core/cpu/scalar.h) does, so both backends round identically.
  *  - vec16<T>::get/set: elements of a 16-byte vector held as uint4; launder(u).
  *  - exp_ftz(v): e^v through ex2.approx.ftz (f32 fast paths).
+ *  - cp_async16 / cp_async4(dst, src, bytes), cp_async_commit(), cp_async_wait<N>():
+ *    asynchronous copies from global to shared memory (zero-filled where bytes = 0).
  *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
  *    run time (weights, probability targets, labels, upstream gradients) with the CPU's
  *    semantics (float → integer truncates toward zero, saturates, NaN → 0).
@@ -288,6 +290,26 @@ __device__ __forceinline__ float exp_ftz(float v)
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
     return r;
+}
+
+/* 16 bytes from global src to shared dst, asynchronously (cp.async, L1 bypassed): the
+ * first `bytes` read, the rest zero-filled (bytes = 0: nothing read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+/* 4 bytes likewise (through L1: cp.async.cg takes 16 only); bytes 4, or 0 for a zero */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Wait until at most N of this thread's committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -124,20 +124,8 @@ template <class A, bool REF> struct Pair {
 
 template <class T> __device__ __forceinline__ acc_t<T> load_ro(const T *x) { return (acc_t<T>)to_acc(__ldg(x)); }
 
-/* 2^v by the hardware's ex2, subnormal results flushed to zero */
-__device__ __forceinline__ float fast_exp2(float v)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(v));
-    return y;
-}
-/* e^v: for fp32 accumulation the hardware's ex2 of v·log2(e), flushing subnormal results to
- * zero (relative error ~1e-6 over the softmax's range, within the f32 tolerances); for f64
- * libdevice's exp */
-__device__ __forceinline__ float fast_exp(float v)
-{
-    return fast_exp2(v * 1.44269504088896341f);
-}
+/* e^v: exp_ftz (common.cuh) for fp32 accumulation, libdevice's exp for f64 */
+__device__ __forceinline__ float fast_exp(float v) { return exp_ftz(v); }
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 
 /* Rows of a block's stage: its strips' rows and the halo row above and below. */
@@ -195,6 +183,12 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
     extern __shared__ __align__(16) unsigned char smem[];
     A lse[RR];
     const T *xrow[STAGED ? 1 : RR];
+    const auto load_class = [&](int64_t c, A (&v)[RR]) { /* direct: class c of this column's rows */
+        const int64_t off = c * src.sc;
+#pragma unroll
+        for (int r = 0; r < RR; ++r)
+            v[r] = load_ro(xrow[r] + off);
+    };
     const float *stage = (const float *)smem + (warp * R) * 32 + lane;
     if constexpr (STAGED) {
         /* a thread takes the stage rows warp, warp + WARPS, … of its column: it copies their
@@ -214,10 +208,8 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             float *d = stg + rr * 32 + lane;
             if constexpr (sizeof(T) == 4) {
                 const int bytes = in ? 4 : 0; /* 0: zeros, nothing read */
-                for (int c = 0; c < (int)C; ++c, g += step, d += RB * 32) {
-                    const unsigned ds = (unsigned)__cvta_generic_to_shared(d);
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(ds), "l"(g), "r"(bytes) : "memory");
-                }
+                for (int c = 0; c < (int)C; ++c, g += step, d += RB * 32)
+                    cp_async4(d, g, bytes);
             } else {
                 constexpr int BATCH = 8; /* loads in flight */
                 for (int c0 = 0; c0 < (int)C; c0 += BATCH) {
@@ -232,8 +224,10 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
                 }
             }
         }
-        if constexpr (sizeof(T) == 4)
-            asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+        if constexpr (sizeof(T) == 4) {
+            cp_async_commit();
+            cp_async_wait<0>();
+        }
         for (int rr = warp; rr < RB; rr += WARPS) {
             const int64_t hh = b_row + rr;
             const bool ok = incol && hh >= 0 && hh < H && w.label[n * p.S + hh * W + col] >= 0;
@@ -255,12 +249,6 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             const bool in = incol && hh >= 0 && hh < H;
             xrow[r] = src.x + n * src.sn + (in ? hh * src.sh + col * src.sw : 0);
         }
-        const auto load_class = [&](int64_t c, A (&v)[RR]) {
-            const int64_t off = c * src.sc;
-#pragma unroll
-            for (int r = 0; r < RR; ++r)
-                v[r] = load_ro(xrow[r] + off);
-        };
         A mx[RR], se[RR];
 #pragma unroll
         for (int r = 0; r < RR; ++r)
@@ -292,9 +280,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
                 pr[r] = fast_exp(l[r]);
         } else {
             A v[RR];
-#pragma unroll
-            for (int r = 0; r < RR; ++r)
-                v[r] = load_ro(xrow[r] + c * src.sc);
+            load_class(c, v);
 #pragma unroll
             for (int r = 0; r < RR; ++r) {
                 const bool ok = valid >> r & 1u;

@@ -996,20 +996,6 @@ __device__ __forceinline__ void for_tile_pieces(int j0, int C, G *g, int64_t gsc
         f(g, t);
 }
 
-/* 16 bytes from global src to shared dst, asynchronously (cp.async, L1 bypassed): the
- * first `bytes` read, the rest zero-filled (bytes = 0: nothing read). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* Wait until at most N of this thread's committed groups are still in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 /* A tile of the tile path and where it lies: tile t = n·per + r is samples r·TILE_P …
  * of image n.  The blocks walk the tiles with stride gridDim.x, so the cursors advance by
  * adding (dn, dr) = divmod(gridDim.x, per) with a carry: no division per tile. */
