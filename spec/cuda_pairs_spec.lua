@@ -410,7 +410,7 @@ local NCE_OPTIONS = {
   { normalize = false, temperature = 1 },
 }
 
-local function compare_nce(q64, k64, opts, dtype, what, layout)
+local function compare_nce(q64, k64, opts, dtype, what, layout, loss_floor)
   local qc, kc = q64:type(dtype), k64:type(dtype)
   local qg, kg = qc:to(DEV), kc:to(DEV)
   if layout then qg, kg = layout(qg, kg) end
@@ -419,7 +419,7 @@ local function compare_nce(q64, k64, opts, dtype, what, layout)
   local rc = { F.info_nce_fused(qc, kc, opts) }
   local rg = { F.info_nce_fused(qg, kg, opts) }
   local none = opts.reduction == "none"
-  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss * 10, 0, what .. " fused loss")
+  close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss * 10, loss_floor or 0, what .. " fused loss")
   for k = 2, 3 do
     assert.are.equal(dtype, rg[k]:dtype())
     close(rg[k], rc[k], T.grad * 2, T.floor, what .. " fused gradient " .. (k - 1))
@@ -465,6 +465,33 @@ describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
       compare_nce(q, k, { symmetric = false, temperature = 0.07, reduction = "none" }, dtype, "6500x40 packed",
         transposed)
     end
+  end)
+
+  -- bf16 with normalised views takes the similarity GEMMs with the exponential in their
+  -- epilogue on sm_90 (elsewhere these cases run the tiles above): a key view read in place
+  -- from a wider matrix (row stride 56, 16-byte aligned) beside one that is not aligned
+  -- (packed); positives far ahead of the other pairs (P_ii within 1e-6 of 1, the gradient
+  -- of the pair written apart from the epilogue's); 1/T above the fixed shift's bound (the
+  -- tiles); 9000 rows, three 4096-row chunks of the log-sum-exp pass.
+  it("bf16 normalised views: views in place, dominant positives, the temperature's bound", function()
+    local q = ploss.randn({ 300, 48 }, { dtype = "f64", seed = 80 })
+    local k = ploss.randn({ 300, 48 }, { dtype = "f64", seed = 81 })
+    local function slice(offset)
+      return function(qd, kd)
+        local wide = ploss.zeros({ 300, 56 }, { dtype = kd:dtype(), device = DEV }):narrow(2, offset + 1, 48)
+        wide:copy(kd)
+        return qd, wide
+      end
+    end
+    compare_nce(q, k, {}, "bf16", "300x48 in place", slice(8))
+    compare_nce(q, k, {}, "bf16", "300x48 unaligned", slice(3))
+    -- the loss, ≈ 3e-5, is the difference of two values near 1/T = 20 that each carry
+    -- fp32's rounding of 20 (1e-6)
+    compare_nce(q, q:clone(), { temperature = 0.05 }, "bf16", "300x48 dominant positives", nil, 4e-6)
+    compare_nce(q, k, { temperature = 0.01, reduction = "none" }, "bf16", "300x48 T = 0.01")
+    local qb = ploss.randn({ 9000, 16 }, { dtype = "f64", seed = 82 })
+    local kb = ploss.randn({ 9000, 16 }, { dtype = "f64", seed = 83 })
+    compare_nce(qb, kb, { symmetric = false, reduction = "sum" }, "bf16", "9000x16")
   end)
 
   it("per-row upstream gradients, a fused scale and strided views", function()

@@ -2,8 +2,9 @@
 # tools/fetch_cutlass.sh — puts CUTLASS's headers (NVIDIA's nvidia-cutlass wheel from PyPI,
 # pinned below with its SHA-256) under subprojects/cutlass/include, where meson.build looks
 # for them (option -Dcutlass).  Optional: with them a CUDA build for sm_90 (H100/H200)
-# fuses the margin losses' exponential into their product GEMM
-# (kernels/margin/margin_exp_gemm.cu); without them those losses take their unfused path.
+# fuses the margin losses' and InfoNCE's exponential into their product GEMMs
+# (kernels/margin/margin_exp_gemm.cu, kernels/pairs/infonce_exp_gemm.cu); without them those
+# losses take their unfused path.
 # Needs the network (pip, else Python's urllib on PyPI's simple index); exits non-zero,
 # changing nothing, when it cannot fetch or the checksum differs.
 set -euo pipefail

@@ -109,7 +109,7 @@ if [ "$cuda" = enabled ]; then
   # Meson looks for its headers when it configures, so a build/ set up before them is
   # configured again
   had_cutlass=$([ -f subprojects/cutlass/include/cutlass/cutlass.h ] && echo 1 || true)
-  bash tools/fetch_cutlass.sh || echo "quickstart: CUTLASS not fetched; the margin losses run unfused on sm_90"
+  bash tools/fetch_cutlass.sh || echo "quickstart: CUTLASS not fetched; the margin losses and InfoNCE run unfused on sm_90"
   if [ -z "$had_cutlass" ] && [ -f subprojects/cutlass/include/cutlass/cutlass.h ] && [ -f build/build.ninja ]; then
     meson setup --reconfigure build >/dev/null
   fi

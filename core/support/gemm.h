@@ -30,6 +30,9 @@ typedef struct ploss_gemm_problem {
 ploss_status ploss_cpu_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p);
+/* Whether `device` runs the CUTLASS epilogue GEMMs (kernels/margin/margin_exp_gemm.cu,
+ * kernels/pairs/infonce_exp_gemm.cu): compute capability 9.0, their machine code being sm_90a's. */
+int ploss_cuda_sm90a_serves(int device);
 #endif
 
 #ifdef __cplusplus

@@ -1041,7 +1041,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
 #ifdef PLOSS_HAVE_CUTLASS
     fused = shifted && std::is_same<T, __nv_bfloat16>::value && D > 0 && D % 8 == 0 && N > 0 &&
             ldb <= ((int64_t)1 << 24) &&
-            ploss_cuda_margin_exp_gemm_serves(ctx->device.device_id);
+            ploss_cuda_sm90a_serves(ctx->device.device_id);
     if (fused) {
         const ploss_margin_exp_gemm probe = {R,       ldb,     D,    nullptr, D,       nullptr, D,
                                              nullptr, nullptr, nullptr, 0.0f, ldb, nullptr, ldb, nullptr};

@@ -164,12 +164,3 @@ extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *
     }
     return PLOSS_OK;
 }
-
-extern "C" int ploss_cuda_margin_exp_gemm_serves(int device)
-{
-    int major = 0, minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-    (void)cudaGetLastError();
-    return ok && major == 9 && minor == 0; /* sm_90a machine code only */
-}

@@ -41,9 +41,6 @@ typedef struct {
 ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *g, void *workspace, size_t workspace_bytes,
                                         size_t *needed, cudaStream_t stream);
 
-/* Whether `device` runs it (compute capability 9.0: its machine code is sm_90a's). */
-int ploss_cuda_margin_exp_gemm_serves(int device);
-
 #ifdef __cplusplus
 }
 #endif

@@ -42,9 +42,12 @@
  */
 #include <algorithm>
 
+#include <math_constants.h>
+
 #include "gemm.h"
 #include "pairs.cuh"
 #include "pairs.h"
+#include "infonce_exp_gemm.h" /* its kernels are built with PLOSS_HAVE_CUTLASS alone */
 
 namespace ploss_cuda {
 namespace {
@@ -74,7 +77,18 @@ template <class A> struct buffers {
     double *all_m, *all_s;   /* sharded: every rank's column pairs (R·M each)                   */
     lse_pair<A> *rpart;      /* per tile row and 256 columns                                    */
     lse_pair<A> *cpart;      /* per 32 tile rows and column                                     */
+    /* the fused path (bf16, normalised): */
+    float *scaled[2];        /* a_i·log2(e)/τ, b_j·log2(e)/τ: the GEMMs' row scales              */
+    float *u, *v;            /* a sweep's per-row and per-column gradient factors               */
 };
+
+/* The fused path's fixed shift (natural units): with |S| ≤ 1/τ, E = e^(S − 1/τ + TOP) lies in
+ * [e^(TOP − 2/τ), e^TOP], within fp32's normal range for 2/τ ≤ TOP + 80. */
+constexpr double FUSED_TOP = 48.0;
+[[maybe_unused]] constexpr double FUSED_MAX_INV_T = (FUSED_TOP + 80.0) / 2.0;
+/* The fused lse pass takes chunks of at most this many query rows (a multiple of the GEMM's
+ * tile): the partials stay a few MiB, and 4096 × N still fills the device many times over. */
+[[maybe_unused]] constexpr int64_t FUSED_SUMS_ROWS = 4096;
 
 template <class A> __device__ __forceinline__ A exp_a(A v);
 template <> __device__ __forceinline__ float exp_a(float v) { return expf(v); }
@@ -361,6 +375,88 @@ __global__ void __launch_bounds__(THREADS) finish_kernel(const ploss_infonce_pro
     }
 }
 
+/* The fused path (kernels/pairs/infonce_exp_gemm.cu): the GEMMs' row scales of both views. */
+template <class A>
+__global__ void __launch_bounds__(THREADS) fused_scales_kernel(int64_t N, int64_t M, buffers<A> b, float k2)
+{
+    for (int64_t i = thread_index(); i < N + M; i += grid_stride()) {
+        const int k = i < N ? 0 : 1;
+        b.scaled[k][i - k * N] = (float)b.inv[k][i - k * N] * k2;
+    }
+}
+
+/* The fused path: the partial sums of E of one chunk of query rows (b0 … b0 + rows − 1)
+ * added in a fixed order: the first ncb blocks one thread per key column j, its row-tile
+ * partials into col_s[j] (col_m[j] the shift: its log-sum-exp is then col_m + log col_s, as
+ * the unfused path's running pair); the others one thread per row, its column-tile partials
+ * into the row's log-sum-exp. */
+template <class A>
+__global__ void __launch_bounds__(THREADS) fused_merge_kernel(int64_t M, buffers<A> b, const float *row_sums,
+                                                              const float *col_sums, int64_t b0, int64_t rows,
+                                                              int64_t ncb, double shift)
+{
+    if (blockIdx.x < ncb) {
+        const int64_t j = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+        if (j >= M)
+            return;
+        const int64_t Nr = (M + PLOSS_INFONCE_EXP_TILE_N - 1) / PLOSS_INFONCE_EXP_TILE_N * PLOSS_INFONCE_EXP_TILE_N;
+        const int64_t nq = (rows + PLOSS_INFONCE_EXP_TILE_M - 1) / PLOSS_INFONCE_EXP_TILE_M;
+        double s = b.col_s[j];
+        for (int64_t q = 0; q < nq; ++q)
+            s += (double)col_sums[j + Nr * q];
+        b.col_s[j] = s;
+        b.col_m[j] = shift;
+        return;
+    }
+    const int64_t r = (int64_t)(blockIdx.x - ncb) * THREADS + threadIdx.x;
+    if (r >= rows)
+        return;
+    const int64_t Mr = (rows + PLOSS_INFONCE_EXP_TILE_M - 1) / PLOSS_INFONCE_EXP_TILE_M * PLOSS_INFONCE_EXP_TILE_M;
+    const int64_t nt = (M + PLOSS_INFONCE_EXP_TILE_N - 1) / PLOSS_INFONCE_EXP_TILE_N;
+    double s = 0.0;
+    for (int64_t t = 0; t < nt; ++t)
+        s += (double)row_sums[r + Mr * t];
+    b.row_lse[b0 + r] = shift + log(s);
+}
+
+/* The fused path, one sweep's gradient factors: G_ij = E_ij·(u_i + v_j) off the positive
+ * pairs, with u_i = f_own·w_i·e^(shift − lse_own_i) (nrows of them) and v_j likewise from the
+ * other view's (ncols). */
+template <class A>
+__global__ void __launch_bounds__(THREADS) fused_factors_kernel(const side<A> sd, int64_t nrows, int64_t ncols,
+                                                                float *u, float *v, double shift)
+{
+    for (int64_t i = thread_index(); i < nrows + ncols; i += grid_stride()) {
+        if (i < nrows)
+            u[i] = sd.f_own ? (float)(sd.w_own[i] * exp(shift - sd.lse_own[i])) : 0.0f;
+        else {
+            const int64_t j = i - nrows;
+            v[j] = sd.f_other ? (float)(sd.w_other[j] * exp(shift - sd.lse_other[j])) : 0.0f;
+        }
+    }
+}
+
+/* The fused path: the positive pair of each row of a G tile (rows b0 …, row stride ldg)
+ * written over the epilogue's value, with its −δ and from S_ii in double (diag, by query). */
+template <class T, class A>
+__global__ void __launch_bounds__(THREADS) fused_positive_kernel(T *G, int64_t ldg, int64_t b0, int64_t rows,
+                                                                 int64_t ncols, int k, const double *diag,
+                                                                 const side<A> sd)
+{
+    for (int64_t r = thread_index(); r < rows; r += grid_stride()) {
+        const int64_t i = b0 + r, c = i + sd.off_own - sd.off_other;
+        if (c < 0 || c >= ncols)
+            continue;
+        const double s = diag[k == 0 ? i : c];
+        double g = 0.0;
+        if (sd.f_own)
+            g = sd.w_own[i] * (exp(s - sd.lse_own[i]) - 1.0);
+        if (sd.f_other)
+            g += sd.w_other[c] * (exp(s - sd.lse_other[c]) - 1.0);
+        G[r * ldg + c] = convert<T>((A)g * sd.inv_other[c]);
+    }
+}
+
 /* Whether cuBLAS can read view v as it is: element (i, j) at data + i·ld + j, ld ≥ D. */
 static bool gemm_addressable(const ploss_pair_operand &v, int64_t N, int64_t D)
 {
@@ -392,10 +488,57 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     const int64_t col_blocks = (M + THREADS - 1) / THREADS, lse_row_blocks = (Bl + LSE_ROWS<A> - 1) / LSE_ROWS<A>;
 
     bool pack[2];
-    for (int k = 0; k < 2; ++k)
+    int64_t ld[2]; /* the GEMM operands' leading dimensions: the views', or D packed */
+    for (int k = 0; k < 2; ++k) {
         pack[k] = !gemm_addressable(p->x[k], rows_of[k], D);
+        ld[k] = std::max<int64_t>(1, pack[k] || rows_of[k] <= 1 ? D : p->x[k].sn);
+    }
+
+    /* The fused path (bf16 normalised views on a compute capability 9.0 device, one rank):
+     * S bounded by 1/τ, so the similarity GEMMs' epilogues take E = e^(S − 1/τ + TOP) with no
+     * max — the sums GEMM its rows' and columns' sums, the gradient GEMM each sweep's G tile
+     * (infonce_exp_gemm.cu) — and no f32 S exists.  The area holds the sums' partials of Bf
+     * query rows in the lse pass, G tiles of Gf rows (row stride ldg, a multiple of 8 for the
+     * TMA) in the sweeps. */
+    bool fused = false;
+    size_t gemm_ws = 0, farea = 0;
+    [[maybe_unused]] int64_t Bf = 1;
+    int64_t Gf = 1;
+    [[maybe_unused]] const int64_t ldg = (M + 7) / 8 * 8;
+    [[maybe_unused]] auto sums_bytes = [&](int64_t rows) {
+        const int64_t tm = PLOSS_INFONCE_EXP_TILE_M, tn = PLOSS_INFONCE_EXP_TILE_N;
+        return (size_t)((rows + tm - 1) / tm * tm) * (size_t)((M + tn - 1) / tn) * sizeof(float) +
+               (size_t)((M + tn - 1) / tn * tn) * (size_t)((rows + tm - 1) / tm) * sizeof(float) + 256;
+    };
+#ifdef PLOSS_HAVE_CUTLASS
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        fused = p->normalize && !p->comm && N > 0 && N == M && D > 0 && D % 8 == 0 && N < ((int64_t)1 << 30) &&
+                D < ((int64_t)1 << 30) && 1.0 / p->temperature <= FUSED_MAX_INV_T &&
+                ploss_cuda_sm90a_serves(ctx->device.device_id);
+        for (int k = 0; k < 2 && fused; ++k) /* the TMA: 16-byte rows and base */
+            fused = pack[k] || (ld[k] % 8 == 0 && (uintptr_t)p->x[k].data % 16 == 0);
+        if (fused) {
+            const int64_t tm = PLOSS_INFONCE_EXP_TILE_M;
+            Bf = std::min<int64_t>({N, FUSED_SUMS_ROWS,
+                                    std::max<int64_t>(1, (int64_t)(TILE_BYTES / (sums_bytes(tm) - 256))) * tm});
+            Gf = std::min<int64_t>(N, std::max<int64_t>(1, (int64_t)(TILE_BYTES / ((size_t)ldg * sizeof(T)))));
+            farea = std::max(sums_bytes(Bf), (size_t)Gf * (size_t)ldg * sizeof(T));
+            size_t need[2] = {0, 0};
+            const ploss_infonce_exp_gemm sums = {Bf, M, D, nullptr, ld[0], nullptr, ld[1], nullptr, nullptr, 0.0f,
+                                                 nullptr, nullptr, nullptr, nullptr, nullptr, 0};
+            ploss_infonce_exp_gemm grad = sums;
+            grad.M = Gf;
+            grad.D = (void *)&need; /* any non-null: the gradient GEMM's probe */
+            grad.ldd = ldg;
+            fused = ploss_cuda_infonce_exp_gemm(&sums, nullptr, 0, &need[0], nullptr) == PLOSS_OK &&
+                    ploss_cuda_infonce_exp_gemm(&grad, nullptr, 0, &need[1], nullptr) == PLOSS_OK;
+            gemm_ws = fused ? std::max(need[0], need[1]) : 0;
+        }
+    }
+#endif
+
     T *packed[2];
-    char *tile = nullptr;
+    char *tile = nullptr, *fused_ws = nullptr;
     A *out = nullptr;
     auto layout = [&](char *base, buffers<A> &b) {
         carve c{base, 0};
@@ -403,10 +546,15 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
          * set (take(0) would hand out the start of the next piece, the tile) */
         for (int k = 0; k < 2; ++k)
             packed[k] = pack[k] ? c.take<T>((size_t)rows_of[k] * (size_t)D) : nullptr;
-        tile = c.take<char>(N > 0 ? area : 0);
-        out = c.take<A>(want_grad ? (size_t)B * (size_t)D : 0);
-        b.rpart = c.take<lse_pair<A>>((size_t)Bl * (size_t)col_blocks);
-        b.cpart = c.take<lse_pair<A>>((size_t)lse_row_blocks * (size_t)M);
+        tile = c.take<char>(N > 0 ? (fused ? farea : area) : 0);
+        out = c.take<A>(want_grad ? (size_t)(fused ? Gf : B) * (size_t)D : 0);
+        b.rpart = c.take<lse_pair<A>>(fused ? 0 : (size_t)Bl * (size_t)col_blocks);
+        b.cpart = c.take<lse_pair<A>>(fused ? 0 : (size_t)lse_row_blocks * (size_t)M);
+        fused_ws = c.take<char>(gemm_ws);
+        for (int k = 0; k < 2; ++k)
+            b.scaled[k] = c.take<float>(fused ? rows_of[k] : 0);
+        b.u = c.take<float>(fused ? N : 0);
+        b.v = c.take<float>(fused ? M : 0);
         for (int k = 0; k < 2; ++k) {
             b.inv[k] = c.take<A>(rows_of[k]);
             b.norm[k] = c.take<double>(rows_of[k]);
@@ -430,12 +578,12 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
 
     /* The GEMM operands: the views themselves, or their packed copies. */
     const T *op[2];
-    int64_t ld[2];
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 2; ++k)
         op[k] = pack[k] ? packed[k] : (const T *)p->x[k].data;
-        ld[k] = std::max<int64_t>(1, pack[k] || rows_of[k] <= 1 ? D : p->x[k].sn);
-    }
     const double inv_t = 1.0 / p->temperature;
+    /* the fused path's E = 2^(x·y·(a·log2(e)/τ)·b − shift2) = e^(S − shift) */
+    [[maybe_unused]] const double shift = inv_t - FUSED_TOP;
+    [[maybe_unused]] const float shift2 = (float)(shift * CUDART_L2E);
     /* S (rows × the other view's rows, f32/f64) = x_{k, r0…}·x_{1−k}ᵀ/τ, unscaled by the norms. */
     auto s_gemm = [&](int k, int64_t r0, int64_t rows, A *S) {
         const int64_t cols = rows_of[1 - k];
@@ -452,7 +600,28 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
             (st = ploss_cuda_memset(b.col_s, 0, (size_t)M * sizeof(double), stream)))
             return st;
     }
-    for (int64_t b0 = 0; b0 < N; b0 += Bl) {
+#ifdef PLOSS_HAVE_CUTLASS
+    if (fused) {
+        fused_scales_kernel<A><<<grid_blocks(N + M, THREADS), THREADS, 0, stream>>>(N, M, b, (float)(inv_t * CUDART_L2E));
+        if ((st = check_launch("info_nce scales")))
+            return st;
+    }
+    for (int64_t b0 = 0; fused && b0 < N; b0 += Bf) {
+        const int64_t rows = std::min(Bf, N - b0), tm = PLOSS_INFONCE_EXP_TILE_M, tn = PLOSS_INFONCE_EXP_TILE_N;
+        float *row_sums = (float *)tile, *col_sums = row_sums + (rows + tm - 1) / tm * tm * ((M + tn - 1) / tn);
+        const ploss_infonce_exp_gemm g = {rows,     M,      D,      op[0] + b0 * ld[0], ld[0],   op[1],   ld[1],
+                                          b.scaled[0] + b0, (const float *)b.inv[1], shift2, row_sums,
+                                          col_sums, nullptr, nullptr, nullptr, 0};
+        if ((st = ploss_cuda_infonce_exp_gemm(&g, fused_ws, gemm_ws, nullptr, stream)))
+            return st;
+        const unsigned merge_blocks = (unsigned)(col_blocks + (rows + THREADS - 1) / THREADS);
+        fused_merge_kernel<A><<<merge_blocks, THREADS, 0, stream>>>(M, b, row_sums, col_sums, b0, rows, col_blocks,
+                                                                   shift);
+        if ((st = check_launch("info_nce sums")))
+            return st;
+    }
+#endif
+    for (int64_t b0 = 0; !fused && b0 < N; b0 += Bl) {
         const int64_t rows = std::min(Bl, N - b0);
         A *S = (A *)tile;
         if ((st = s_gemm(0, b0, rows, S)))
@@ -494,13 +663,47 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
 
     T *G = (T *)tile;
     A *S_sub = in_place ? nullptr : (A *)(tile + g_bytes);
+    /* rows b0 … b0 + rows − 1 of view k from their G tile (row stride ldgt): ∂L/∂u = c/τ·G̃·y
+     * (f32 out), then through the normalisation */
+    auto gradient_rows = [&](int k, int64_t b0, int64_t rows, int64_t ldgt) {
+        const ploss_gemm_problem du = {rows, D, rows_of[1 - k], inv_t * gscale, 0.0, G, 0, ldgt, op[1 - k], 0,
+                                       ld[1 - k], tdt, out, D, adt};
+        ploss_status s = ploss_cuda_gemm(ctx, &du);
+        if (s)
+            return s;
+        finish_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, k, out, b.norm[k], b0, rows);
+        return check_launch("info_nce out");
+    };
     for (int k = 0; k < 2; ++k) {
         const int64_t nrows = rows_of[k], ncols = rows_of[1 - k];
         const double *w_q = b.w + p->key_offset; /* the queries' weights */
         const side<A> sd = {b.inv[k], b.inv[1 - k], k == 0 ? b.row_lse : b.col_m, k == 0 ? b.col_m : b.row_lse,
                             k == 0 ? w_q : b.w, k == 0 ? b.w : w_q, k == 0 ? p->key_offset : 0,
                             k == 0 ? 0 : p->key_offset, k == 0 || p->symmetric != 0, k == 1 || p->symmetric != 0};
-        for (int64_t b0 = 0; b0 < nrows; b0 += B) {
+#ifdef PLOSS_HAVE_CUTLASS
+        if (fused) {
+            fused_factors_kernel<A><<<grid_blocks(nrows + ncols, THREADS), THREADS, 0, stream>>>(sd, nrows, ncols, b.u,
+                                                                                             b.v, shift);
+            if ((st = check_launch("info_nce gradient factors")))
+                return st;
+        }
+        for (int64_t b0 = 0; fused && b0 < nrows; b0 += Gf) {
+            const int64_t rows = std::min(Gf, nrows - b0);
+            const ploss_infonce_exp_gemm g = {rows,      ncols,   D,       op[k] + b0 * ld[k],
+                                              ld[k],     op[1 - k], ld[1 - k], b.scaled[k] + b0,
+                                              (const float *)b.inv[1 - k], shift2, nullptr, nullptr,
+                                              b.u + b0,  b.v,     G,       ldg};
+            if ((st = ploss_cuda_infonce_exp_gemm(&g, fused_ws, gemm_ws, nullptr, stream)))
+                return st;
+            fused_positive_kernel<T, A><<<grid_blocks(rows, THREADS), THREADS, 0, stream>>>(G, ldg, b0, rows, ncols, k,
+                                                                                          b.diag, sd);
+            if ((st = check_launch("info_nce positive pairs")))
+                return st;
+            if ((st = gradient_rows(k, b0, rows, ldg)))
+                return st;
+        }
+#endif
+        for (int64_t b0 = 0; !fused && b0 < nrows; b0 += B) {
             const int64_t rows = std::min(B, nrows - b0);
             for (int64_t s0 = b0; s0 < b0 + rows; s0 += Bs) {
                 const int64_t srows = std::min(Bs, b0 + rows - s0);
@@ -514,12 +717,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
                 if ((st = check_launch("info_nce gradient tile")))
                     return st;
             }
-            const ploss_gemm_problem du = {rows, D, ncols, inv_t * gscale, 0.0, G, 0, ncols, op[1 - k], 0,
-                                           ld[1 - k], tdt, out, D, adt};
-            if ((st = ploss_cuda_gemm(ctx, &du)))
-                return st;
-            finish_kernel<T><<<row_blocks(rows), THREADS, 0, stream>>>(*p, k, out, b.norm[k], b0, rows);
-            if ((st = check_launch("info_nce out")))
+            if ((st = gradient_rows(k, b0, rows, ncols)))
                 return st;
         }
     }

@@ -104,3 +104,12 @@ extern "C" ploss_status ploss_cuda_gemm(ploss_ctx_t *ctx, const ploss_gemm_probl
         return blas_error(s, "cublasGemmEx");
     return PLOSS_OK;
 }
+
+extern "C" int ploss_cuda_sm90a_serves(int device)
+{
+    int major = 0, minor = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    (void)cudaGetLastError();
+    return ok && major == 9 && minor == 0; /* sm_90a machine code only */
+}

@@ -24,7 +24,7 @@ done
 export PATH="/usr/local/cuda/bin:$PATH"
 
 if [ "$build" = 1 ]; then
-    bash tools/fetch_cutlass.sh || echo "prepare.sh: CUTLASS not fetched; the fused margin GEMM is left out"
+    bash tools/fetch_cutlass.sh || echo "prepare.sh: CUTLASS not fetched; the fused margin and InfoNCE GEMMs are left out"
     if [ -d build-gpu ]; then
         meson setup --reconfigure build-gpu -Dcuda=enabled -Dbuildtype=release >/dev/null
     else
