@@ -489,6 +489,13 @@ describe("InfoNCELoss on " .. DEV .. " against the CPU", function()
     -- fp32's rounding of 20 (1e-6)
     compare_nce(q, q:clone(), { temperature = 0.05 }, "bf16", "300x48 dominant positives", nil, 4e-6)
     compare_nce(q, k, { temperature = 0.01, reduction = "none" }, "bf16", "300x48 T = 0.01")
+    -- a few rows: every tile partial in both directions (one row: a loss of 0 up to fp32's
+    -- rounding of similarities near 1/T, as for the one pair below)
+    for _, n in ipairs { 1, 3, 130 } do
+      local qs = ploss.randn({ n, 8 }, { dtype = "f64", seed = 90 + n })
+      local ks = ploss.randn({ n, 8 }, { dtype = "f64", seed = 91 + n })
+      compare_nce(qs, ks, { reduction = "sum" }, "bf16", n .. "x8", nil, 4e-6)
+    end
     local qb = ploss.randn({ 9000, 16 }, { dtype = "f64", seed = 82 })
     local kb = ploss.randn({ 9000, 16 }, { dtype = "f64", seed = 83 })
     compare_nce(qb, kb, { symmetric = false, reduction = "sum" }, "bf16", "9000x16")
