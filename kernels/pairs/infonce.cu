@@ -82,10 +82,12 @@ template <class A> struct buffers {
     float *u, *v;            /* a sweep's per-row and per-column gradient factors               */
 };
 
-/* The fused path's fixed shift (natural units): with |S| ≤ 1/τ, E = e^(S − 1/τ + TOP) lies in
- * [e^(TOP − 2/τ), e^TOP], within fp32's normal range for 2/τ ≤ TOP + 80. */
-constexpr double FUSED_TOP = 48.0;
-[[maybe_unused]] constexpr double FUSED_MAX_INV_T = (FUSED_TOP + 80.0) / 2.0;
+/* The fused path's fixed shift (natural units): with |S| ≤ 1/τ, E = e^(S − 1/τ + top) lies in
+ * [e^(top − 2/τ), e^top]; top = max(0, 2/τ − 80) keeps the smallest within fp32's normal
+ * range (≥ e^−80) and the largest at 1 where it can — the exponent of the dominant terms
+ * then near 0, where fp32 is finest — and at most e^48 for 2/τ ≤ 128. */
+constexpr double FUSED_MIN_EXP = 80.0;
+[[maybe_unused]] constexpr double FUSED_MAX_INV_T = 64.0;
 /* The fused lse pass takes chunks of at most this many query rows (a multiple of the GEMM's
  * tile): the partials stay a few MiB, and 4096 × N still fills the device many times over. */
 [[maybe_unused]] constexpr int64_t FUSED_SUMS_ROWS = 4096;
@@ -495,16 +497,17 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     }
 
     /* The fused path (bf16 normalised views on a compute capability 9.0 device, one rank):
-     * S bounded by 1/τ, so the similarity GEMMs' epilogues take E = e^(S − 1/τ + TOP) with no
+     * S bounded by 1/τ, so the similarity GEMMs' epilogues take E = e^(S − shift) with no
      * max — the sums GEMM its rows' and columns' sums, the gradient GEMM each sweep's G tile
-     * (infonce_exp_gemm.cu) — and no f32 S exists.  The area holds the sums' partials of Bf
-     * query rows in the lse pass, G tiles of Gf rows (row stride ldg, a multiple of 8 for the
-     * TMA) in the sweeps. */
+     * (infonce_exp_gemm.cu) — and no f32 S exists.  Its TMA copies want 16-byte rows: D and
+     * N multiples of 8 (the G tile's rows, N long), the views' row strides too and their
+     * bases 16-byte aligned (else they take the tiles below).  The area holds the sums'
+     * partials of Bf query rows in the lse pass, G tiles of Gf rows in the sweeps. */
     bool fused = false;
     size_t gemm_ws = 0, farea = 0;
     [[maybe_unused]] int64_t Bf = 1;
     int64_t Gf = 1;
-    [[maybe_unused]] const int64_t ldg = (M + 7) / 8 * 8;
+    [[maybe_unused]] const int64_t ldg = M; /* the G tile's row stride */
     [[maybe_unused]] auto sums_bytes = [&](int64_t rows) {
         const int64_t tm = PLOSS_INFONCE_EXP_TILE_M, tn = PLOSS_INFONCE_EXP_TILE_N;
         return (size_t)((rows + tm - 1) / tm * tm) * (size_t)((M + tn - 1) / tn) * sizeof(float) +
@@ -512,7 +515,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     };
 #ifdef PLOSS_HAVE_CUTLASS
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        fused = p->normalize && !p->comm && N > 0 && N == M && D > 0 && D % 8 == 0 && N < ((int64_t)1 << 30) &&
+        fused = p->normalize && !p->comm && N > 0 && N == M && N % 8 == 0 && D > 0 && D % 8 == 0 &&
+                N < ((int64_t)1 << 30) &&
                 D < ((int64_t)1 << 30) && 1.0 / p->temperature <= FUSED_MAX_INV_T &&
                 ploss_cuda_sm90a_serves(ctx->device.device_id);
         for (int k = 0; k < 2 && fused; ++k) /* the TMA: 16-byte rows and base */
@@ -581,9 +585,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     for (int k = 0; k < 2; ++k)
         op[k] = pack[k] ? packed[k] : (const T *)p->x[k].data;
     const double inv_t = 1.0 / p->temperature;
-    /* the fused path's E = 2^(x·y·(a·log2(e)/τ)·b − shift2) = e^(S − shift) */
-    [[maybe_unused]] const double shift = inv_t - FUSED_TOP;
-    [[maybe_unused]] const float shift2 = (float)(shift * CUDART_L2E);
+    /* the fused path's E = 2^(x·y·(a·log2(e)/τ)·b − shift2) = e^(S − shift): shift is the
+     * fp32 shift2 the epilogue subtracts, taken back to natural units in double */
+    [[maybe_unused]] const float shift2 = (float)((inv_t - std::max(0.0, 2.0 * inv_t - FUSED_MIN_EXP)) * CUDART_L2E);
+    [[maybe_unused]] const double shift = (double)shift2 * CUDART_LN2;
     /* S (rows × the other view's rows, f32/f64) = x_{k, r0…}·x_{1−k}ᵀ/τ, unscaled by the norms. */
     auto s_gemm = [&](int k, int64_t r0, int64_t rows, A *S) {
         const int64_t cols = rows_of[1 - k];

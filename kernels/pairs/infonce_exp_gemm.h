@@ -26,7 +26,7 @@ extern "C" {
  * TILE_M rows into col_sums[j + Nr·q] (Nr = N rounded up to TILE_N, q < ⌈M/TILE_M⌉), fp32,
  * nothing else written.  With D (the gradient GEMM): D_ij = E_ij·(u_i + v_j)·c_j in bf16
  * (ldd), u (M) and v (N) f32.  K, the leading dimensions and the pointers' byte offsets
- * multiples of 8 elements (16 bytes, for the TMA). */
+ * multiples of 8 elements (16 bytes, for the TMA), and for the gradient GEMM N too. */
 typedef struct {
     int64_t M, N, K;
     const void *A; int64_t lda;
