@@ -10,20 +10,12 @@
  * columns, and each row's sums of E per tile in fp32 (before E's rounding): the fp32
  * products never reach memory.
  */
-#include <cutlass/cutlass.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cute/tensor.hpp>
-
 #include "margin_exp_gemm.h"
+#include "sm90_epilogue_gemm.cuh"
 
 namespace {
 
-using namespace cute;
-namespace fusion = cutlass::epilogue::fusion;
+using namespace ploss_sm90;
 
 struct MaskedExp2Arguments {
     float shift = 0.0f;
@@ -81,16 +73,11 @@ struct ColumnIndex : fusion::Sm90VisitorImpl<> {
     }
 };
 
-using Element = cutlass::bfloat16_t;
 using TileShape = Shape<Int<PLOSS_MARGIN_EXP_TILE_M>, Int<PLOSS_MARGIN_EXP_TILE_N>, _64>;
-using ClusterShape = Shape<_1, _2, _1>;
-constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-template <class Vector> using PerColumn = fusion::Sm90RowBroadcast<0, TileShape, Vector, float, Stride<_0, _1, int64_t>, 1>;
-template <class Vector> using PerRow = fusion::Sm90ColBroadcast<0, TileShape, Vector, float, Stride<_1, _0, int64_t>, 1>;
 using Masked = fusion::Sm90EVT<fusion::Sm90Compute<MaskedExp2, float, float, kRound>, fusion::Sm90AccFetch,
-                               PerColumn<float> /* c_j */, PerRow<float> /* r_i */, ColumnIndex /* j */,
-                               PerRow<float> /* y_i */>;
+                               PerColumn<TileShape, float> /* c_j */, PerRow<TileShape, float> /* r_i */,
+                               ColumnIndex /* j */, PerRow<TileShape, float> /* y_i */>;
 /* the rows' sums in fp32, one partial per tile (each written once: deterministic; the
  * caller adds them in order) */
 using RowSums = fusion::Sm90EVT<fusion::Sm90ColReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape,
@@ -100,39 +87,16 @@ using RowSums = fusion::Sm90EVT<fusion::Sm90ColReduction<cutlass::plus, cutlass:
 using ExpTree = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, Element, float, kRound>,
                                 RowSums>;
 
-using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, Element,
-    cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative, ExpTree>::CollectiveOp;
-
-using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
-    cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                    cutlass::gemm::PersistentScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Gemm = EpilogueGemm<TileShape, Element, ExpTree>::Gemm;
 
 } // namespace
 
 extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *g, void *workspace,
                                                    size_t workspace_bytes, size_t *needed, cudaStream_t stream)
 {
-    using StrideA = typename Gemm::GemmKernel::StrideA;
-    using StrideB = typename Gemm::GemmKernel::StrideB;
-    using StrideC = typename Gemm::GemmKernel::StrideC;
-    using StrideD = typename Gemm::GemmKernel::StrideD;
-    const int M = (int)g->M, N = (int)g->N, K = (int)g->K;
-    /* (rows, contiguous extent, batch) strides of the row-major operands */
-    const StrideA sa = make_stride(g->lda, _1{}, g->lda * M);
-    const StrideB sb = make_stride(g->ldb, _1{}, g->ldb * N);
-    const StrideD sd = make_stride(g->ldd, _1{}, g->ldd * M);
-    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                  {M, N, K, 1},
-                                  {(const Element *)g->A, sa, (const Element *)g->B, sb},
-                                  {{}, nullptr, StrideC{}, (Element *)g->D, sd}};
+    typename Gemm::Arguments args = row_major_operands<Gemm>(g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb);
+    args.epilogue.ptr_D = (Element *)g->D;
+    args.epilogue.dD = make_stride(g->ldd, _1{}, g->ldd * g->M);
     args.epilogue.thread = {
         {
             {
@@ -147,20 +111,5 @@ extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *
         },
         {},                                              /* to bf16 */
     };
-    Gemm gemm;
-    const size_t bytes = Gemm::get_workspace_size(args);
-    if (needed) { /* the probe: no message, the caller takes the unfused path instead */
-        *needed = bytes;
-        return gemm.can_implement(args) == cutlass::Status::kSuccess ? PLOSS_OK : PLOSS_ERR_UNSUPPORTED;
-    }
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "margin: the fused product GEMM does not serve %d×%d×%d", M, N, K);
-    if (bytes > workspace_bytes)
-        return ploss_error(PLOSS_ERR_CUDA, "margin: the fused product GEMM's workspace is short");
-    if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess ||
-        gemm.run(stream) != cutlass::Status::kSuccess) {
-        const cudaError_t e = cudaGetLastError();
-        return ploss_error(PLOSS_ERR_CUDA, "margin: the fused product GEMM failed: %s", cudaGetErrorString(e));
-    }
-    return PLOSS_OK;
+    return launch<Gemm>(args, workspace, workspace_bytes, needed, stream, "margin: the fused product");
 }

@@ -12,20 +12,12 @@
  * Each partial is written once by its tile (no atomics: deterministic); the caller adds them
  * in a fixed order.
  */
-#include <cutlass/cutlass.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cute/tensor.hpp>
-
 #include "infonce_exp_gemm.h"
+#include "sm90_epilogue_gemm.cuh"
 
 namespace {
 
-using namespace cute;
-namespace fusion = cutlass::epilogue::fusion;
+using namespace ploss_sm90;
 
 struct ShiftArguments {
     float shift = 0.0f;
@@ -66,13 +58,9 @@ template <int N> struct GradientExp2<cutlass::Array<float, N>> {
     }
 };
 
-using Element = cutlass::bfloat16_t;
 using TileShape = Shape<Int<PLOSS_INFONCE_EXP_TILE_M>, Int<PLOSS_INFONCE_EXP_TILE_N>, _64>;
-using ClusterShape = Shape<_1, _2, _1>;
-constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-
-template <class Vector> using PerColumn = fusion::Sm90RowBroadcast<0, TileShape, Vector, float, Stride<_0, _1, int64_t>, 1>;
-template <class Vector> using PerRow = fusion::Sm90ColBroadcast<0, TileShape, Vector, float, Stride<_1, _0, int64_t>, 1>;
+template <class Vector> using PerColumn = ploss_sm90::PerColumn<TileShape, Vector>;
+template <class Vector> using PerRow = ploss_sm90::PerRow<TileShape, Vector>;
 
 /* the sums GEMM: E, its rows' sums per tile (a reduction over columns), then its columns'
  * sums per tile (over rows); no output tensor */
@@ -221,61 +209,8 @@ using GradTree = fusion::Sm90EVT<fusion::Sm90Compute<GradientExp2, Element, floa
                                  PerColumn<float> /* c_j */, PerRow<float> /* r_i */, PerRow<float> /* u_i */,
                                  PerColumn<float> /* v_j */>;
 
-template <class ElementD, class Tree> struct Gemm90 {
-    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, ElementD,
-        cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
-    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
-        cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
-        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-        cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-    using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                        cutlass::gemm::PersistentScheduler>;
-    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-};
-using SumsGemm = Gemm90<void, SumsTree>::Gemm;
-using GradGemm = Gemm90<Element, GradTree>::Gemm;
-
-template <class Gemm> typename Gemm::Arguments operands(const ploss_infonce_exp_gemm *g)
-{
-    using StrideA = typename Gemm::GemmKernel::StrideA;
-    using StrideB = typename Gemm::GemmKernel::StrideB;
-    const int M = (int)g->M, N = (int)g->N;
-    /* (rows, contiguous extent, batch) strides of the row-major operands */
-    const StrideA sa = make_stride(g->lda, _1{}, g->lda * M);
-    const StrideB sb = make_stride(g->ldb, _1{}, g->ldb * N);
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = {M, N, (int)g->K, 1};
-    args.mainloop = {(const Element *)g->A, sa, (const Element *)g->B, sb};
-    return args;
-}
-
-template <class Gemm>
-ploss_status launch(typename Gemm::Arguments &args, void *workspace, size_t workspace_bytes, size_t *needed,
-                    cudaStream_t stream, const char *what)
-{
-    Gemm gemm;
-    const size_t bytes = Gemm::get_workspace_size(args);
-    if (needed) { /* the probe: no message, the caller takes the unfused path instead */
-        *needed = bytes;
-        return gemm.can_implement(args) == cutlass::Status::kSuccess ? PLOSS_OK : PLOSS_ERR_UNSUPPORTED;
-    }
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "info_nce: the fused %s GEMM does not serve %d×%d×%d", what,
-                           (int)get<0>(args.problem_shape), (int)get<1>(args.problem_shape),
-                           (int)get<2>(args.problem_shape));
-    if (bytes > workspace_bytes)
-        return ploss_error(PLOSS_ERR_CUDA, "info_nce: the fused %s GEMM's workspace is short", what);
-    if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess ||
-        gemm.run(stream) != cutlass::Status::kSuccess) {
-        const cudaError_t e = cudaGetLastError();
-        return ploss_error(PLOSS_ERR_CUDA, "info_nce: the fused %s GEMM failed: %s", what, cudaGetErrorString(e));
-    }
-    return PLOSS_OK;
-}
+using SumsGemm = EpilogueGemm<TileShape, void, SumsTree>::Gemm;
+using GradGemm = EpilogueGemm<TileShape, Element, GradTree>::Gemm;
 
 } // namespace
 
@@ -283,7 +218,8 @@ extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm
                                                     size_t workspace_bytes, size_t *needed, cudaStream_t stream)
 {
     if (!g->D) {
-        typename SumsGemm::Arguments args = operands<SumsGemm>(g);
+        typename SumsGemm::Arguments args =
+            row_major_operands<SumsGemm>(g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb);
         args.epilogue.thread = {
             {
                 {
@@ -296,9 +232,9 @@ extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm
             },
             {g->col_sums},                            /* Σ_i E_ij per tile */
         };
-        return launch<SumsGemm>(args, workspace, workspace_bytes, needed, stream, "sums");
+        return launch<SumsGemm>(args, workspace, workspace_bytes, needed, stream, "info_nce: the fused sums");
     }
-    typename GradGemm::Arguments args = operands<GradGemm>(g);
+    typename GradGemm::Arguments args = row_major_operands<GradGemm>(g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb);
     args.epilogue.ptr_D = (Element *)g->D;
     args.epilogue.dD = make_stride(g->ldd, _1{}, g->ldd * g->M);
     args.epilogue.thread = {
@@ -309,5 +245,5 @@ extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm
         {g->v, 0.0f, {_0{}, _1{}, 0}}, /* v_j */
         {g->shift},                    /* the gradient */
     };
-    return launch<GradGemm>(args, workspace, workspace_bytes, needed, stream, "gradient");
+    return launch<GradGemm>(args, workspace, workspace_bytes, needed, stream, "info_nce: the fused gradient");
 }
