@@ -181,6 +181,30 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  -- Every logit 0 (zero weight): p = 2^-10 for V = 1024 classes, ω = 1/n with n = 1024 rows,
+  -- x all ones.  Class 0 is the label of the first tile's 4 rows only: its gradient is
+  -- 4·(p − 1)/n (G rounded to 16 bits: −4/n) plus the 255 later tiles' 4·p/n each, 2^-8/n,
+  -- less than half a bf16 unit of a running sum near −4/n.  Added into the running sum tile
+  -- after tile, they would all round away (−4/n); taken apart from the label entries they
+  -- sum exactly to 255·2^-8/n, and the row is −3/n in bf16 (the exact value).
+  it("keeps the small softmax terms of a 16-bit grad_weight accumulated over 256 tiles", function()
+    local n, C, D = 1024, 1024, 8
+    local labels = {}
+    for i = 1, n do labels[i] = i <= 4 and 0 or 1 + (i - 5) % (C - 1) end
+    local y = ploss.tensor(labels, { dtype = "i64" })
+    for _, dtype in ipairs { "bf16", "f16" } do
+      local x = ploss.ones({ n, D }, { dtype = dtype })
+      local w = ploss.zeros({ C, D }, { dtype = dtype })
+      local _, _, gw = F.linear_cross_entropy_fused(x:to(DEV), w:to(DEV), y:to(DEV), { tile_rows = 4 })
+      local _, _, gwc = F.linear_cross_entropy_fused(x:double(), w:double(), y)
+      local g = H.values(gw:to("cpu"):double())
+      for d = 1, D do
+        assert.are.equal(-3 / n, g[d], dtype .. " grad_weight[0][" .. (d - 1) .. "]")
+      end
+      close(gw, gwc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " grad_weight over 256 tiles")
+    end
+  end)
+
   it("writes f32 gradients of bf16 inputs, accumulated over the tiles without rounding", function()
     local x, w, y = inputs(96, 700, 24, 19, 9)
     local xc, wc = x:type("bf16"), w:type("bf16")

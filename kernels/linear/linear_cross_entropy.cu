@@ -25,6 +25,8 @@
  */
 #include <algorithm>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "gemm.h"
 #include "linear_cross_entropy.h"
 #include "pairs/pairs.cuh"
@@ -114,6 +116,58 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+/* r[i] ← G_iy and G_iy ← 0 for the tile's rows whose label is a class (0 for the others). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) take_targets_kernel(const ploss_linear_problem p, int64_t b0, int64_t rows,
+                                                               T *tile, int64_t ldt, float *r)
+{
+    for (int64_t i = thread_index(); i < rows; i += grid_stride()) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, (b0 + i) * p.y_sn);
+        float v = 0.0f;
+        if (y >= 0 && y < p.C) {
+            T *g = tile + i * ldt + y;
+            v = to_acc(*g);
+            *g = from_acc<T>(0.0f);
+        }
+        r[b0 + i] = v;
+    }
+}
+
+/* Sort keys of the rows: the label, or C for a row without a class (ignored). */
+__global__ void __launch_bounds__(THREADS) target_keys_kernel(const ploss_linear_problem p, uint32_t *key, int *row)
+{
+    for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
+        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+        key[i] = (uint32_t)(y >= 0 && y < p.C ? y : p.C);
+        row[i] = (int)i;
+    }
+}
+
+/* ∂L/∂W_c += Σ_{i: y_i = c} r_i·x_i for the label runs of the sorted rows: the block of
+ * position s takes the run that starts there (rows in ascending order: the sort is
+ * stable), the features over its threads, in fp32 with one rounding into gw. */
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    add_targets_kernel(const uint32_t *key, const int *row, const float *r, int64_t N, uint32_t C, const T *x,
+                       int64_t ldx, T *gw, int64_t ldw, int64_t D)
+{
+    for (int64_t s = blockIdx.x; s < N; s += gridDim.x) {
+        const uint32_t c = key[s];
+        if (c >= C || (s > 0 && key[s - 1] == c))
+            continue;
+        int64_t e = s + 1;
+        while (e < N && key[e] == c)
+            ++e;
+        for (int64_t d = threadIdx.x; d < D; d += THREADS) {
+            float acc = 0.0f;
+            for (int64_t t = s; t < e; ++t)
+                acc += r[row[t]] * to_acc(x[row[t] * ldx + d]);
+            T *g = gw + (int64_t)c * ldw + d;
+            *g = from_acc<T>(to_acc(*g) + acc);
+        }
+    }
+}
+
 /* Rows of `rows` × D values the GEMMs can read or write in place: unit feature stride, a
  * leading dimension in [D, 2^31). */
 inline bool gemm_ready(int64_t sn, int64_t sd, int64_t rows, int64_t D)
@@ -181,6 +235,18 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
      * vector of ones they are a product with; the per-row (lse, entropy) */
     const bool has_bias = p->bias != nullptr, want_gb = want_grad && p->grad_b != nullptr;
     const bool want_stats = want_loss && (p->lse || p->entropy);
+    const bool split_targets = want_grad && D > 0 && p->gw_dtype != PLOSS_F32 && N > B;
+    if (split_targets && N > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "hidden: %lld rows with a 16-bit grad_weight over several tiles "
+                           "(at most 2^31 - 1)", (long long)N);
+    size_t sort_bytes = 0;
+    if (split_targets)
+        cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr,
+                                        (const int *)nullptr, (int *)nullptr, (int)N);
+    float *targets = nullptr;
+    uint32_t *keys = nullptr;
+    int *rows_of = nullptr;
+    char *sort_ws = nullptr;
     T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *ones = nullptr;
     char *gxs = nullptr, *gws = nullptr, *bias_ws = nullptr;
     float *gb_acc = nullptr, *stats = nullptr;
@@ -198,6 +264,11 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         gb_acc = c.take<float>(want_gb ? (size_t)C : 0);
         ones = c.take<T>(want_gb ? (size_t)B : 0);
         stats = c.take<float>(want_stats ? 2 * (size_t)N : 0);
+        const size_t n_split = split_targets ? (size_t)N : 0;
+        targets = c.take<float>(n_split);
+        keys = c.take<uint32_t>(2 * n_split);
+        rows_of = c.take<int>(2 * n_split);
+        sort_ws = c.take<char>(sort_bytes);
         return c.used + 256;
     };
     void *ws = nullptr;
@@ -298,6 +369,11 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                                        GX.row(b0), GX.ld, GX.dtype};
         if ((st = ploss_cuda_gemm(ctx, &dx)))
             return st;
+        if (split_targets) {
+            take_targets_kernel<T><<<grid_blocks(rows, THREADS), THREADS, 0, stream>>>(*p, b0, rows, tile, Vp, targets);
+            if ((st = check_launch("linear cross-entropy (label entries)")))
+                return st;
+        }
         /* ∂L/∂W over the first Va = V rounded down to 16 bytes' elements rows, then the last
          * V − Va: a product of V rows (V = 50257) runs at a fraction of the aligned speed */
         const double beta = b0 > 0 || p->accumulate ? 1.0 : 0.0;
@@ -326,6 +402,22 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         store_bias_grad_kernel<T><<<grid_blocks(C, THREADS), THREADS, 0, stream>>>(gb_acc, C, p->grad_b, p->gb_s,
                                                                                    p->gb_dtype, p->accumulate != 0);
         if ((st = check_launch("linear cross-entropy (bias gradient)")))
+            return st;
+    }
+    if (split_targets) {
+        target_keys_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, keys, rows_of);
+        int end_bit = 1;
+        while (end_bit < 32 && ((uint64_t)1 << end_bit) <= (uint64_t)C)
+            ++end_bit;
+        size_t bytes = sort_bytes;
+        if (cub::DeviceRadixSort::SortPairs(sort_ws, bytes, keys, keys + N, rows_of, rows_of + N, (int)N, 0, end_bit,
+                                            stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: sorting the rows by label failed");
+        }
+        add_targets_kernel<T><<<(unsigned)std::min<int64_t>(N, 65535), THREADS, 0, stream>>>(
+            keys + N, rows_of + N, targets, N, (uint32_t)C, (const T *)X.data, X.ld, (T *)GW.data, GW.ld, D);
+        if ((st = check_launch("linear cross-entropy (label entries' weight gradient)")))
             return st;
     }
     /* no rows: the weight's gradient is zero (or left as it is with accumulate) */
