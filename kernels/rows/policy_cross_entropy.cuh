@@ -6,7 +6,8 @@
  *     Σc·log Σe + b·Σ_{j≠y} w_j·d_j + (a + b)·w_y·d_y,
  * a sum of terms ≥ 0 (logits of ±1e4 do not cancel); terms whose coefficient is 0 are
  * skipped, as on the CPU.  The label's gradient uses p_y − 1 = −Σ_{j≠y} e_j / Σe, so a
- * confident sample's gradient keeps its relative precision.
+ * confident sample's gradient keeps its relative precision.  The gradient's e^(x − M) is
+ * exp_ftz's (a probability below 2^-126 is 0), as are a streamed row's sums (OnlineLse).
  */
 #ifndef PLOSS_KERNELS_POLICY_CROSS_ENTROPY_CUH
 #define PLOSS_KERNELS_POLICY_CROSS_ENTROPY_CUH
@@ -92,7 +93,7 @@ template <bool W> struct CrossEntropyPolicy {
     {
         if (is_y)
             return r.gy;
-        const float g = r.k1 * (KEPT ? v : __expf(v - M));
+        const float g = r.k1 * (KEPT ? v : exp_ftz(v - M));
         return r.k0 != 0.0f ? g - r.k0 * wt(j) : g;
     }
     __device__ __forceinline__ double divisor(int y) const

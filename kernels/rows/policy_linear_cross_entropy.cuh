@@ -98,7 +98,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
         if (is_y) {
             g = r.gy;
         } else {
-            g = r.k1 * __expf(v - M);
+            g = r.k1 * exp_ftz(v - M);
             if (r.k0 != 0.0f)
                 g -= r.k0;
         }

@@ -78,7 +78,7 @@ struct SoftmaxFocalPolicy {
     template <bool KEPT, class IsY>
     __device__ __forceinline__ float grad(float v, int, IsY is_y, float M, const Row &r) const
     {
-        return is_y ? r.gy : r.k1 * (KEPT ? v : __expf(v - M));
+        return is_y ? r.gy : r.k1 * (KEPT ? v : exp_ftz(v - M));
     }
     __device__ __forceinline__ double divisor(int) const { return 1.0; }
 

@@ -240,14 +240,16 @@ template <class P> struct online_policy<P, std::void_t<decltype(P::kOnline)>> : 
  * m of the elements seen so far and moved to a larger max M by shift() (Σe scaled by
  * e^(m−M), Σw·d raised by (M − m)·Σw, both without cancellation); x_y is kept as it is
  * (the one thread holding it adds it, the others 0).  m starts at −FLT_MAX, not −∞, so
- * that −∞ logits met first give e = 0 and d = +∞ as they do against the final max. */
+ * that −∞ logits met first give e = 0 and d = +∞ as they do against the final max.  The
+ * exponentials are exp_ftz's (a term below 2^-126 adds 0): streamed 16-bit rows are bound
+ * by their instructions, and __expf's denormal range check costs three per element. */
 template <bool SD> struct OnlineLse {
     float m, se, sd, sw, xy;
 
     __device__ __forceinline__ static OnlineLse start() { return OnlineLse{-FLT_MAX, 0.0f, 0.0f, 0.0f, 0.0f}; }
     __device__ __forceinline__ void shift(float M)
     {
-        se *= __expf(m - M);
+        se *= exp_ftz(m - M);
         if (SD && sw != 0.0f)
             sd = fmaf(M - m, sw, sd);
         m = M;
@@ -255,7 +257,7 @@ template <bool SD> struct OnlineLse {
     template <class Wt> __device__ __forceinline__ void add(float x, int j, bool with_sd, Wt &&w)
     {
         const float d = m - x;
-        se += __expf(-d);
+        se += exp_ftz(-d);
         if (SD && with_sd) {
             const float wj = w(j);
             sd = fmaf(wj, d, sd);
