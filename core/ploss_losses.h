@@ -3354,18 +3354,18 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * tile is computed by cuBLAS in the inputs' dtype (fp32 accumulation; bf16/f16 logits, as
  * F.linear gives them), the row engine turns it into its gradient in place (fp32 row
  * statistics), and the two gradient products read it; a 16-bit weight gradient is rounded to
- * its dtype once per tile of rows there, its label entries (the −1 of p − 1) kept out of
- * the tiles and added per class in fp32 at the end, so that a class's large label term does not
- * swallow the later tiles' small softmax terms (f32 gradients do not round; the CPU sums the
- * tiles in f32 and rounds once). A bias is added to the tile in place (with the softcap, one
- * pass) and its gradient is a product of the gradient tile with a vector of ones (fp32, summed
- * over the tiles unrounded). The workspace is the tile (at most 512 MiB by default) plus O(BT +
- * V); inputs and outputs whose rows are not contiguous are staged through copies, and so is the
- * weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such
- * products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only. The CPU
- * multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's softmax in f64.
- * hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first. No state is kept:
- * backward recomputes the tiles.
+ * its dtype once per tile of rows there, except its label entries (the gradient at each row's
+ * label), which are kept out of the tiles and added per class in fp32 at the end, so that a
+ * class's large label term does not swallow the later tiles' small softmax terms (f32 gradients
+ * do not round; the CPU sums the tiles in f32 and rounds once). A bias is added to the tile in
+ * place (with the softcap, one pass) and its gradient is a product of the gradient tile with a
+ * vector of ones (fp32, summed over the tiles unrounded). The workspace is the tile (at most
+ * 512 MiB by default) plus O(BT + V); inputs and outputs whose rows are not contiguous are
+ * staged through copies, and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS
+ * is several times slower on such products). V <= 262144 in bf16/f16 and 131072 in f32 on CUDA;
+ * f64 is CPU only. The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each
+ * row's softmax in f64. hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first.
+ * No state is kept: backward recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
  *                 only), any strides; hidden and weight of one dtype and one H.

@@ -181,27 +181,45 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
-  -- Every logit 0 (zero weight): p = 2^-10 for V = 1024 classes, ω = 1/n with n = 1024 rows,
-  -- x all ones.  Class 0 is the label of the first tile's 4 rows only: its gradient is
-  -- 4·(p − 1)/n (G rounded to 16 bits: −4/n) plus the 255 later tiles' 4·p/n each, 2^-8/n,
-  -- less than half a bf16 unit of a running sum near −4/n.  Added into the running sum tile
-  -- after tile, they would all round away (−4/n); taken apart from the label entries they
-  -- sum exactly to 255·2^-8/n, and the row is −3/n in bf16 (the exact value).
+  -- Every logit 0 (zero weight): p = 2^-14 for V = 16384 classes; reduction 'sum' (ω = 1),
+  -- x all ones, 1024 rows in tiles of 4.  Class 0 is the label of the first tile's 4 rows
+  -- only: its gradient is 4·(p − 1) (each G rounded to 16 bits: −1, in bf16 and f16 alike)
+  -- plus the 255 later tiles' 4·p = 2^-12 each, less than half a unit (bf16 and f16) of a
+  -- running sum near −4.  Added into the running sum tile after tile, they would all round
+  -- away (−4); taken apart from the label entries they sum exactly to 255·2^-12, and the row
+  -- is −3.9375 (= 4·(p − 1) + 1020·p, exact) in either dtype.
   it("keeps the small softmax terms of a 16-bit grad_weight accumulated over 256 tiles", function()
-    local n, C, D = 1024, 1024, 8
+    local n, C, D = 1024, 16384, 8
     local labels = {}
     for i = 1, n do labels[i] = i <= 4 and 0 or 1 + (i - 5) % (C - 1) end
     local y = ploss.tensor(labels, { dtype = "i64" })
+    local opts = { reduction = "sum", tile_rows = 4 }
     for _, dtype in ipairs { "bf16", "f16" } do
       local x = ploss.ones({ n, D }, { dtype = dtype })
       local w = ploss.zeros({ C, D }, { dtype = dtype })
-      local _, _, gw = F.linear_cross_entropy_fused(x:to(DEV), w:to(DEV), y:to(DEV), { tile_rows = 4 })
-      local _, _, gwc = F.linear_cross_entropy_fused(x:double(), w:double(), y)
+      local _, _, gw = F.linear_cross_entropy_fused(x:to(DEV), w:to(DEV), y:to(DEV), opts)
+      local _, _, gwc = F.linear_cross_entropy_fused(x:double(), w:double(), y, { reduction = "sum" })
       local g = H.values(gw:to("cpu"):double())
       for d = 1, D do
-        assert.are.equal(-3 / n, g[d], dtype .. " grad_weight[0][" .. (d - 1) .. "]")
+        assert.are.equal(-3.9375, g[d], dtype .. " grad_weight[0][" .. (d - 1) .. "]")
       end
       close(gw, gwc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " grad_weight over 256 tiles")
+    end
+  end)
+
+  -- A frequent label (a third of the rows, in every tile) and features beyond one block's
+  -- share (D = 200): the label rows' sums are spread over blocks and row groups.
+  it("adds a frequent label's rows to a 16-bit grad_weight as the CPU does", function()
+    local x, w, y = inputs(300, 50, 200, 41)
+    local yt = H.values(y)
+    for i = 1, #yt, 3 do yt[i] = 7 end
+    y = ploss.tensor(yt, { dtype = "i64" })
+    for _, dtype in ipairs { "bf16", "f16" } do
+      local xc, wc = x:type(dtype), w:type(dtype)
+      local _, gxc, gwc = F.linear_cross_entropy_fused(xc:double(), wc:double(), y)
+      local _, gx, gw = F.linear_cross_entropy_fused(xc:to(DEV), wc:to(DEV), y:to(DEV), { tile_rows = 32 })
+      close(gx, gxc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " grad_hidden")
+      close(gw, gwc, TOL[dtype].grad, TOL[dtype].floor, dtype .. " grad_weight")
     end
   end)
 

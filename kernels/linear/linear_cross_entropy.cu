@@ -13,6 +13,13 @@
  *           the tiles into grad_w (cuBLAS, fp32 accumulation, the input dtype: one rounding per
  *           tile; with accumulate the first tile adds too) and ∂L/∂b = Gᵀ·1 added over the
  *           tiles into an f32 buffer (cuBLAS);
+ *           With a 16-bit grad_w over several tiles, each tile's label entries G_iy (up to
+ *           ~1/p larger than a class's other entries in one tile) are taken out of the tile
+ *           after ∂L/∂X_b, before ∂L/∂W: kept in, a class's label entries made its 16-bit
+ *           running sum so large that the later tiles' small softmax terms rounded away (a
+ *           bias, not noise);
+ *   labels  those label entries added to grad_w per class, in fp32 with one rounding (rows
+ *           sorted by label with CUB);
  *   losses  a reduced loss summed in a fixed order by one block; lse, entropy and the bias's
  *           gradient (added to grad_b with accumulate) stored from their buffers.
  * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows) and O(N); operands
@@ -143,27 +150,112 @@ __global__ void __launch_bounds__(THREADS) target_keys_kernel(const ploss_linear
     }
 }
 
-/* ∂L/∂W_c += Σ_{i: y_i = c} r_i·x_i for the label runs of the sorted rows: the block of
- * position s takes the run that starts there (rows in ascending order: the sort is
- * stable), the features over its threads, in fp32 with one rounding into gw. */
+/* ∂L/∂W_c += Σ_{i: y_i = c} r_i·x_i over the label runs of the sorted rows, in fp32 with
+ * one rounding into gw; rows in ascending order within a run (the sort is stable), the
+ * features over a block's threads, the sums cut at fixed chunks of kTargetChunk sorted
+ * positions (the same bits whatever the grid).  A run within one chunk is added by one
+ * block (target_runs_kernel); a run that crosses a chunk boundary (a frequent label) is
+ * summed per chunk by the chunks' blocks (target_segments_kernel: the segment at a chunk's
+ * start into its slot 0, one that starts inside it into slot 1) and its segments added in
+ * chunk order (target_crossing_kernel), so that a long run does not fall on one block. */
+constexpr int64_t kTargetChunk = 64;
+
+struct TargetRuns {
+    const uint32_t *key; /* sorted labels (C: no class) */
+    const int *row;      /* the rows in that order */
+    const float *r;      /* each row's label entry */
+    int64_t N;
+    uint32_t C;
+    int64_t D;
+    float *part; /* 2 slots of D per chunk */
+
+    __device__ __forceinline__ bool crosses_after(int64_t q, uint32_t c) const
+    {
+        return q % kTargetChunk == 0 && q < N && key[q] == c;
+    }
+    /* the end of the segment of label c from p, at most to the end of p's chunk */
+    __device__ __forceinline__ int64_t segment_end(int64_t p, uint32_t c) const
+    {
+        const int64_t hi = min(N, (p / kTargetChunk + 1) * kTargetChunk);
+        int64_t q = p + 1;
+        while (q < hi && key[q] == c)
+            ++q;
+        return q;
+    }
+    template <class T>
+    __device__ __forceinline__ float sum(int64_t p, int64_t q, const T *__restrict__ x, int64_t ldx, int64_t d) const
+    {
+        float acc = 0.0f;
+        for (int64_t t = p; t < q; ++t) {
+            const int i = row[t];
+            acc += r[i] * to_acc(x[(int64_t)i * ldx + d]);
+        }
+        return acc;
+    }
+};
+
 template <class T>
 __global__ void __launch_bounds__(THREADS)
-    add_targets_kernel(const uint32_t *key, const int *row, const float *r, int64_t N, uint32_t C, const T *x,
-                       int64_t ldx, T *gw, int64_t ldw, int64_t D)
+    target_runs_kernel(const TargetRuns a, const T *__restrict__ x, int64_t ldx, T *__restrict__ gw, int64_t ldw)
 {
-    for (int64_t s = blockIdx.x; s < N; s += gridDim.x) {
-        const uint32_t c = key[s];
-        if (c >= C || (s > 0 && key[s - 1] == c))
+    for (int64_t s = blockIdx.x; s < a.N; s += gridDim.x) {
+        const uint32_t c = a.key[s];
+        if (c >= a.C || (s > 0 && a.key[s - 1] == c))
             continue;
-        int64_t e = s + 1;
-        while (e < N && key[e] == c)
-            ++e;
-        for (int64_t d = threadIdx.x; d < D; d += THREADS) {
-            float acc = 0.0f;
-            for (int64_t t = s; t < e; ++t)
-                acc += r[row[t]] * to_acc(x[row[t] * ldx + d]);
-            T *g = gw + (int64_t)c * ldw + d;
-            *g = from_acc<T>(to_acc(*g) + acc);
+        const int64_t q = a.segment_end(s, c);
+        if (a.crosses_after(q, c))
+            continue;
+        for (int64_t d = threadIdx.x; d < a.D; d += THREADS) {
+            T *o = gw + (int64_t)c * ldw + d;
+            *o = from_acc<T>(to_acc(*o) + a.sum(s, q, x, ldx, d));
+        }
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(THREADS) target_segments_kernel(const TargetRuns a, const T *__restrict__ x, int64_t ldx)
+{
+    for (int64_t k = blockIdx.x; k * kTargetChunk < a.N; k += gridDim.x) {
+        const int64_t lo = k * kTargetChunk;
+        /* the segment at the chunk's start, of a run from the chunk before */
+        const uint32_t c0 = a.key[lo];
+        int64_t q0 = lo;
+        if (lo > 0 && c0 < a.C && a.key[lo - 1] == c0) {
+            q0 = a.segment_end(lo, c0);
+            for (int64_t d = threadIdx.x; d < a.D; d += THREADS)
+                a.part[2 * k * a.D + d] = a.sum(lo, q0, x, ldx, d);
+        }
+        /* the segment at the chunk's end, of a run that goes on (if not the one above) */
+        const int64_t hi = min(a.N, lo + kTargetChunk);
+        const uint32_t c1 = a.key[hi - 1];
+        if (hi < a.N && c1 < a.C && a.key[hi] == c1 && hi - 1 >= q0) {
+            int64_t p = hi - 1;
+            while (p > lo && a.key[p - 1] == c1)
+                --p;
+            for (int64_t d = threadIdx.x; d < a.D; d += THREADS)
+                a.part[(2 * k + (p == lo ? 0 : 1)) * a.D + d] = a.sum(p, hi, x, ldx, d);
+        }
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(THREADS) target_crossing_kernel(const TargetRuns a, T *__restrict__ gw, int64_t ldw)
+{
+    for (int64_t s = blockIdx.x; s < a.N; s += gridDim.x) {
+        const uint32_t c = a.key[s];
+        if (c >= a.C || (s > 0 && a.key[s - 1] == c) || !a.crosses_after(a.segment_end(s, c), c))
+            continue;
+        const int64_t k0 = s / kTargetChunk;
+        int64_t k1 = k0 + 1; /* the run's last chunk */
+        while ((k1 + 1) * kTargetChunk < a.N && a.key[(k1 + 1) * kTargetChunk] == c)
+            ++k1;
+        const float *first = a.part + (2 * k0 + (s == k0 * kTargetChunk ? 0 : 1)) * a.D;
+        for (int64_t d = threadIdx.x; d < a.D; d += THREADS) {
+            float acc = first[d];
+            for (int64_t k = k0 + 1; k <= k1; ++k)
+                acc += a.part[2 * k * a.D + d];
+            T *o = gw + (int64_t)c * ldw + d;
+            *o = from_acc<T>(to_acc(*o) + acc);
         }
     }
 }
@@ -240,13 +332,17 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "hidden: %lld rows with a 16-bit grad_weight over several tiles "
                            "(at most 2^31 - 1)", (long long)N);
     size_t sort_bytes = 0;
-    if (split_targets)
+    if (split_targets &&
         cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr,
-                                        (const int *)nullptr, (int *)nullptr, (int)N);
+                                        (const int *)nullptr, (int *)nullptr, (int)N) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: sizing the sort of the rows by label failed");
+    }
     float *targets = nullptr;
     uint32_t *keys = nullptr;
     int *rows_of = nullptr;
     char *sort_ws = nullptr;
+    float *target_parts = nullptr;
     T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *ones = nullptr;
     char *gxs = nullptr, *gws = nullptr, *bias_ws = nullptr;
     float *gb_acc = nullptr, *stats = nullptr;
@@ -269,6 +365,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         keys = c.take<uint32_t>(2 * n_split);
         rows_of = c.take<int>(2 * n_split);
         sort_ws = c.take<char>(sort_bytes);
+        target_parts = c.take<float>(split_targets ? 2 * (size_t)((N + kTargetChunk - 1) / kTargetChunk) * (size_t)D : 0);
         return c.used + 256;
     };
     void *ws = nullptr;
@@ -406,6 +503,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     }
     if (split_targets) {
         target_keys_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, keys, rows_of);
+        if ((st = check_launch("linear cross-entropy (label keys)")))
+            return st;
         int end_bit = 1;
         while (end_bit < 32 && ((uint64_t)1 << end_bit) <= (uint64_t)C)
             ++end_bit;
@@ -415,8 +514,12 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             (void)cudaGetLastError();
             return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: sorting the rows by label failed");
         }
-        add_targets_kernel<T><<<(unsigned)std::min<int64_t>(N, 65535), THREADS, 0, stream>>>(
-            keys + N, rows_of + N, targets, N, (uint32_t)C, (const T *)X.data, X.ld, (T *)GW.data, GW.ld, D);
+        const TargetRuns tr = {keys + N, rows_of + N, targets, N, (uint32_t)C, D, target_parts};
+        const unsigned grid = (unsigned)std::min<int64_t>(N, 65535);
+        target_runs_kernel<T><<<grid, THREADS, 0, stream>>>(tr, (const T *)X.data, X.ld, (T *)GW.data, GW.ld);
+        target_segments_kernel<T><<<(unsigned)std::min<int64_t>((N + kTargetChunk - 1) / kTargetChunk, 65535),
+                                    THREADS, 0, stream>>>(tr, (const T *)X.data, X.ld);
+        target_crossing_kernel<T><<<grid, THREADS, 0, stream>>>(tr, (T *)GW.data, GW.ld);
         if ((st = check_launch("linear cross-entropy (label entries' weight gradient)")))
             return st;
     }

@@ -6,7 +6,8 @@
  *     Σc·log Σe + b·Σ_{j≠y} w_j·d_j + (a + b)·w_y·d_y,
  * a sum of terms ≥ 0 (logits of ±1e4 do not cancel); terms whose coefficient is 0 are
  * skipped, as on the CPU.  The label's gradient uses p_y − 1 = −Σ_{j≠y} e_j / Σe, so a
- * confident sample's gradient keeps its relative precision.  The gradient's e^(x − M) is
+ * confident sample's gradient keeps its relative precision.  Where the gradient recomputes
+ * e^(x − M) (rows that do not keep term()'s value: 16-bit and streamed rows) it is
  * exp_ftz's (a probability below 2^-126 is 0), as are a streamed row's sums (OnlineLse).
  */
 #ifndef PLOSS_KERNELS_POLICY_CROSS_ENTROPY_CUH

@@ -103,10 +103,11 @@ mixed-precision step's), accumulated unrounded.  No gradient filtering: every so
 entry counts.  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
 accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
 gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
-weight gradient is rounded to its dtype once per tile of rows there, its label entries
-(the −1 of p − 1) kept out of the tiles and added per class in fp32 at the end, so that a
-class's large label term does not swallow the later tiles' small softmax terms (f32
-gradients do not round; the CPU sums the tiles in f32 and rounds once).  A bias is added to the tile in
+weight gradient is rounded to its dtype once per tile of rows there, except its label
+entries (the gradient at each row's label), which are kept out of the tiles and added per
+class in fp32 at the end, so that a class's large label term does not swallow the later
+tiles' small softmax terms (f32 gradients do not round; the CPU sums the tiles in f32 and
+rounds once).  A bias is added to the tile in
 place (with the softcap, one pass) and its gradient is a product of the gradient tile with a
 vector of ones (fp32, summed over the tiles unrounded).  The workspace is the tile (at most
 512 MiB by default) plus O(BT + V); inputs and outputs whose rows are not contiguous are staged through copies,
