@@ -387,6 +387,21 @@ __global__ void __launch_bounds__(THREADS) fused_scales_kernel(int64_t N, int64_
     }
 }
 
+/* Where the sums GEMM puts the partials of `rows` query rows against M keys
+ * (infonce_exp_gemm.h): row i's of column tile t at i + Mr·t (Mr·nt of them), then column
+ * j's of row tile q at j + Nr·q (Nr·nq). */
+struct fused_sums_layout {
+    int64_t Mr, nt, Nr, nq;
+    __host__ __device__ fused_sums_layout(int64_t rows, int64_t M)
+        : Mr((rows + PLOSS_INFONCE_EXP_TILE_M - 1) / PLOSS_INFONCE_EXP_TILE_M * PLOSS_INFONCE_EXP_TILE_M),
+          nt((M + PLOSS_INFONCE_EXP_TILE_N - 1) / PLOSS_INFONCE_EXP_TILE_N),
+          Nr(nt * PLOSS_INFONCE_EXP_TILE_N), nq(Mr / PLOSS_INFONCE_EXP_TILE_M)
+    {
+    }
+    __host__ __device__ int64_t row_partials() const { return Mr * nt; }
+    __host__ __device__ int64_t col_partials() const { return Nr * nq; }
+};
+
 /* The fused path: the partial sums of E of one chunk of query rows (b0 … b0 + rows − 1)
  * added in a fixed order: the first ncb blocks one thread per key column j, its row-tile
  * partials into col_s[j] (col_m[j] the shift: its log-sum-exp is then col_m + log col_s, as
@@ -401,11 +416,10 @@ __global__ void __launch_bounds__(THREADS) fused_merge_kernel(int64_t M, buffers
         const int64_t j = (int64_t)blockIdx.x * THREADS + threadIdx.x;
         if (j >= M)
             return;
-        const int64_t Nr = (M + PLOSS_INFONCE_EXP_TILE_N - 1) / PLOSS_INFONCE_EXP_TILE_N * PLOSS_INFONCE_EXP_TILE_N;
-        const int64_t nq = (rows + PLOSS_INFONCE_EXP_TILE_M - 1) / PLOSS_INFONCE_EXP_TILE_M;
+        const fused_sums_layout L(rows, M);
         double s = b.col_s[j];
-        for (int64_t q = 0; q < nq; ++q)
-            s += (double)col_sums[j + Nr * q];
+        for (int64_t q = 0; q < L.nq; ++q)
+            s += (double)col_sums[j + L.Nr * q];
         b.col_s[j] = s;
         b.col_m[j] = shift;
         return;
@@ -413,11 +427,10 @@ __global__ void __launch_bounds__(THREADS) fused_merge_kernel(int64_t M, buffers
     const int64_t r = (int64_t)(blockIdx.x - ncb) * THREADS + threadIdx.x;
     if (r >= rows)
         return;
-    const int64_t Mr = (rows + PLOSS_INFONCE_EXP_TILE_M - 1) / PLOSS_INFONCE_EXP_TILE_M * PLOSS_INFONCE_EXP_TILE_M;
-    const int64_t nt = (M + PLOSS_INFONCE_EXP_TILE_N - 1) / PLOSS_INFONCE_EXP_TILE_N;
+    const fused_sums_layout L(rows, M);
     double s = 0.0;
-    for (int64_t t = 0; t < nt; ++t)
-        s += (double)row_sums[r + Mr * t];
+    for (int64_t t = 0; t < L.nt; ++t)
+        s += (double)row_sums[r + L.Mr * t];
     b.row_lse[b0 + r] = shift + log(s);
 }
 
@@ -509,9 +522,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     int64_t Gf = 1;
     [[maybe_unused]] const int64_t ldg = M; /* the G tile's row stride */
     [[maybe_unused]] auto sums_bytes = [&](int64_t rows) {
-        const int64_t tm = PLOSS_INFONCE_EXP_TILE_M, tn = PLOSS_INFONCE_EXP_TILE_N;
-        return (size_t)((rows + tm - 1) / tm * tm) * (size_t)((M + tn - 1) / tn) * sizeof(float) +
-               (size_t)((M + tn - 1) / tn * tn) * (size_t)((rows + tm - 1) / tm) * sizeof(float) + 256;
+        const fused_sums_layout L(rows, M);
+        return (size_t)(L.row_partials() + L.col_partials()) * sizeof(float) + 256;
     };
 #ifdef PLOSS_HAVE_CUTLASS
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
@@ -612,8 +624,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
             return st;
     }
     for (int64_t b0 = 0; fused && b0 < N; b0 += Bf) {
-        const int64_t rows = std::min(Bf, N - b0), tm = PLOSS_INFONCE_EXP_TILE_M, tn = PLOSS_INFONCE_EXP_TILE_N;
-        float *row_sums = (float *)tile, *col_sums = row_sums + (rows + tm - 1) / tm * tm * ((M + tn - 1) / tn);
+        const int64_t rows = std::min(Bf, N - b0);
+        float *row_sums = (float *)tile, *col_sums = row_sums + fused_sums_layout(rows, M).row_partials();
         const ploss_infonce_exp_gemm g = {rows,     M,      D,      op[0] + b0 * ld[0], ld[0],   op[1],   ld[1],
                                           b.scaled[0] + b0, (const float *)b.inv[1], shift2, row_sums,
                                           col_sums, nullptr, nullptr, nullptr, 0};
