@@ -22,7 +22,8 @@
  *           sorted by label with CUB);
  *   losses  a reduced loss summed in a fixed order by one block; lse, entropy and the bias's
  *           gradient (added to grad_b with accumulate) stored from their buffers.
- * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows) and O(N); operands
+ * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows), O(N) and, with the
+ * label entries taken apart, 2·⌈N/kTargetChunk⌉·D floats of their partial sums; operands
  * and gradients whose rows are not contiguous (unit feature stride, a leading dimension of at
  * least D that fits in int32) are staged through contiguous copies, and so is the weight
  * when V is not a multiple of 16 bytes' elements (below).  The gradients may be f32 for

@@ -110,7 +110,8 @@ tiles' small softmax terms (f32 gradients do not round; the CPU sums the tiles i
 rounds once).  A bias is added to the tile in
 place (with the softcap, one pass) and its gradient is a product of the gradient tile with a
 vector of ones (fp32, summed over the tiles unrounded).  The workspace is the tile (at most
-512 MiB by default) plus O(BT + V); inputs and outputs whose rows are not contiguous are staged through copies,
+512 MiB by default) plus O(BT + V), and with a 16-bit weight gradient over several tiles
+the label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB at BT 16384, H 4096); inputs and outputs whose rows are not contiguous are staged through copies,
 and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times
 slower on such products).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU
 only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's
