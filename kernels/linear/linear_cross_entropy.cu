@@ -124,30 +124,25 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* r[i] ← G_iy and G_iy ← 0 for the tile's rows whose label is a class (0 for the others). */
+/* r[i] ← G_iy and G_iy ← 0 for the tile's rows whose label is a class (0 for the others),
+ * and the rows' sort keys: the label, or C for a row without a class (ignored). */
 template <class T>
-__global__ void __launch_bounds__(THREADS) take_targets_kernel(const ploss_linear_problem p, int64_t b0, int64_t rows,
-                                                               T *tile, int64_t ldt, float *r)
+__global__ void __launch_bounds__(THREADS)
+    take_targets_kernel(const ploss_linear_problem p, int64_t b0, int64_t rows, T *tile, int64_t ldt, float *r,
+                        uint32_t *key, int *row)
 {
     for (int64_t i = thread_index(); i < rows; i += grid_stride()) {
         const int64_t y = load_int_dyn(p.labels, p.label_dtype, (b0 + i) * p.y_sn);
+        const bool cls = y >= 0 && y < p.C;
         float v = 0.0f;
-        if (y >= 0 && y < p.C) {
+        if (cls) {
             T *g = tile + i * ldt + y;
             v = to_acc(*g);
             *g = from_acc<T>(0.0f);
         }
         r[b0 + i] = v;
-    }
-}
-
-/* Sort keys of the rows: the label, or C for a row without a class (ignored). */
-__global__ void __launch_bounds__(THREADS) target_keys_kernel(const ploss_linear_problem p, uint32_t *key, int *row)
-{
-    for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
-        const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
-        key[i] = (uint32_t)(y >= 0 && y < p.C ? y : p.C);
-        row[i] = (int)i;
+        key[b0 + i] = (uint32_t)(cls ? y : p.C);
+        row[b0 + i] = (int)(b0 + i);
     }
 }
 
@@ -468,7 +463,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         if ((st = ploss_cuda_gemm(ctx, &dx)))
             return st;
         if (split_targets) {
-            take_targets_kernel<T><<<grid_blocks(rows, THREADS), THREADS, 0, stream>>>(*p, b0, rows, tile, Vp, targets);
+            take_targets_kernel<T><<<grid_blocks(rows, THREADS), THREADS, 0, stream>>>(*p, b0, rows, tile, Vp, targets,
+                                                                                   keys, rows_of);
             if ((st = check_launch("linear cross-entropy (label entries)")))
                 return st;
         }
@@ -503,9 +499,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             return st;
     }
     if (split_targets) {
-        target_keys_kernel<<<grid_blocks(N, THREADS), THREADS, 0, stream>>>(*p, keys, rows_of);
-        if ((st = check_launch("linear cross-entropy (label keys)")))
-            return st;
         int end_bit = 1;
         while (end_bit < 32 && ((uint64_t)1 << end_bit) <= (uint64_t)C)
             ++end_bit;
