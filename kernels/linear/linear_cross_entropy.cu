@@ -25,8 +25,7 @@
  * The workspace is the tile (at most TILE_BYTES, or opts.tile_rows rows), O(N) and, with the
  * label entries taken apart, 2·⌈N/kTargetChunk⌉·D floats of their partial sums; operands
  * and gradients whose rows are not contiguous (unit feature stride, a leading dimension of at
- * least D that fits in int32) are staged through contiguous copies, and so is the weight
- * when V is not a multiple of 16 bytes' elements (below).  The gradients may be f32 for
+ * least D that fits in int32) are staged through contiguous copies.  The gradients may be f32 for
  * f16/bf16 inputs: the products then write and accumulate them in fp32.  Nothing is allocated or
  * synchronised (CUDA graphs can capture the call); deterministic: fixed tiles and orders, no
  * float atomics (cuBLAS's GEMMs are run-to-run reproducible on one device).
@@ -295,14 +294,16 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
                            "(at most %lld in this dtype)", (long long)C, (long long)most);
     cudaStream_t stream = stream_of(ctx);
 
-    /* The tile's rows start on 16 bytes: V padded to Vp.  cuBLAS runs a product whose n or k
-     * is not a multiple of 16 bytes' elements several times slower (V = 50257), so with
-     * V < Vp the weight is staged with Vp − V zero rows and the products run over Vp
-     * columns: the padding's logits are 0 and its gradient stays 0 (the row engine writes
-     * the V columns only).  Tiles: as few as the budget allows, of equal rows (a multiple of
-     * 128 where that fits). */
+    /* The tile's rows start on 16 bytes: its leading dimension is V padded to Vp.  cuBLAS
+     * runs a product whose n, k or leading dimension is not a multiple of 16 bytes' elements
+     * several times slower (V = 50257), so the products take the classes in two parts: the
+     * first Va = V rounded down to such a multiple, from the weight itself, and the last
+     * Vp − Va (0 or kAlign), whose V − Va weight rows are staged in a block of kAlign rows
+     * completed with zeros.  The padding's logits are 0 and, the row engine writing the V
+     * columns only, so is its gradient.  Tiles: as few as the budget allows, of equal rows
+     * (a multiple of 128 where that fits). */
     constexpr int64_t kAlign = 16 / sizeof(T);
-    const int64_t Vp = (C + kAlign - 1) / kAlign * kAlign;
+    const int64_t Vp = (C + kAlign - 1) / kAlign * kAlign, Va = C / kAlign * kAlign, tail = Vp - Va;
     int64_t B = p->tile_rows;
     if (B <= 0) {
         const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / Vp);
@@ -314,7 +315,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
 
     const bool x_in = gemm_ready(p->x.sn, p->x.sd, N, D);
-    const bool w_in = Vp == C && gemm_ready(p->w.sn, p->w.sd, C, D);
+    const bool w_in = gemm_ready(p->w.sn, p->w.sd, C, D);
     const bool gx_in = !want_grad || gemm_ready(p->grad_x.sn, p->grad_x.sd, N, D);
     const bool gw_in = !want_grad || gemm_ready(p->grad_w.sn, p->grad_w.sd, C, D);
     const size_t nd = (size_t)N * (size_t)D, cd = (size_t)C * (size_t)D;
@@ -339,7 +340,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     int *rows_of = nullptr;
     char *sort_ws = nullptr;
     float *target_parts = nullptr;
-    T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *ones = nullptr;
+    T *tile = nullptr, *xs = nullptr, *wsd = nullptr, *wtail = nullptr, *ones = nullptr;
     char *gxs = nullptr, *gws = nullptr, *bias_ws = nullptr;
     float *gb_acc = nullptr, *stats = nullptr;
     double *losses = nullptr, *divisor = nullptr;
@@ -347,7 +348,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         carve c{base, 0};
         tile = c.take<T>((size_t)B * (size_t)Vp);
         xs = c.take<T>(x_in ? 0 : nd);
-        wsd = c.take<T>(w_in ? 0 : (size_t)Vp * (size_t)D);
+        wsd = c.take<T>(w_in ? 0 : (size_t)Va * (size_t)D);
+        wtail = c.take<T>((size_t)tail * (size_t)D);
         gxs = c.take<char>(gx_in ? 0 : nd * gx_size);
         gws = c.take<char>(gw_in ? 0 : cd * gw_size);
         losses = c.take<double>(want_loss && !none ? (size_t)N : 0);
@@ -380,8 +382,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     const operand GW = gw_in ? operand{p->grad_w.data, ld_of(p->grad_w.sn, C), p->gw_dtype}
                              : operand{gws, ldd, p->gw_dtype};
     if ((!x_in && (st = copy_rows<T>((const T *)p->x.data, p->x.sn, p->x.sd, xs, D, 1, N, D, stream))) ||
-        (!w_in && (st = copy_rows<T>((const T *)p->w.data, p->w.sn, p->w.sd, wsd, D, 1, C, D, stream))) ||
-        (!w_in && (st = copy_rows<T>(nullptr, 0, 0, wsd + cd, D, 1, Vp - C, D, stream))) ||
+        (!w_in && (st = copy_rows<T>((const T *)p->w.data, p->w.sn, p->w.sd, wsd, D, 1, Va, D, stream))) ||
+        (tail && (st = copy_rows<T>((const T *)p->w.data + Va * p->w.sn, p->w.sn, p->w.sd, wtail, D, 1, C - Va, D,
+                                    stream))) ||
+        (tail && (st = copy_rows<T>(nullptr, 0, 0, wtail + (C - Va) * D, D, 1, Vp - C, D, stream))) ||
         (!gw_in && p->accumulate &&
          (st = copy_as<T>(GW.dtype, p->grad_w.data, p->grad_w.sn, p->grad_w.sd, gws, D, 1, C, D, stream))))
         return st;
@@ -421,10 +425,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     auto no_prep = [](char *, cudaStream_t, re::LinearCrossEntropyPolicy &) { return PLOSS_OK; };
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = std::min(B, N - b0);
-        const ploss_gemm_problem zg = {rows, Vp, D, 1.0, 0.0, X.row(b0), 0, X.ld, W.data, 1, W.ld, p->dtype,
-                                       tile, Vp, p->dtype};
-        if ((st = ploss_cuda_gemm(ctx, &zg)))
-            return st;
+        /* the logits of the two parts */
+        const ploss_gemm_problem zg[2] = {
+            {rows, Va, D, 1.0, 0.0, X.row(b0), 0, X.ld, W.data, 1, W.ld, p->dtype, tile, Vp, p->dtype},
+            {rows, tail, D, 1.0, 0.0, X.row(b0), 0, X.ld, wtail, 1, ldd, p->dtype, tile + Va, Vp, p->dtype}};
+        for (const auto &g : zg)
+            if (g.n > 0 && (st = ploss_cuda_gemm(ctx, &g)))
+                return st;
         if (has_bias) {
             const dim3 grid((unsigned)std::min<int64_t>((C + THREADS - 1) / THREADS, 1024),
                             (unsigned)std::min<int64_t>(rows, 65535));
@@ -458,20 +465,22 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             return st;
         if (!want_grad || D == 0)
             continue;
-        const ploss_gemm_problem dx = {rows, D, Vp, 1.0, 0.0, tile, 0, Vp, W.data, 0, W.ld, p->dtype,
-                                       GX.row(b0), GX.ld, GX.dtype};
-        if ((st = ploss_cuda_gemm(ctx, &dx)))
-            return st;
+        /* ∂L/∂X_b over the two parts, the second added (one more rounding of a 16-bit grad_x) */
+        const ploss_gemm_problem dx[2] = {
+            {rows, D, Va, 1.0, 0.0, tile, 0, Vp, W.data, 0, W.ld, p->dtype, GX.row(b0), GX.ld, GX.dtype},
+            {rows, D, tail, 1.0, Va > 0 ? 1.0 : 0.0, tile + Va, 0, Vp, wtail, 0, ldd, p->dtype, GX.row(b0), GX.ld,
+             GX.dtype}};
+        for (const auto &g : dx)
+            if (g.k > 0 && (st = ploss_cuda_gemm(ctx, &g)))
+                return st;
         if (split_targets) {
             take_targets_kernel<T><<<grid_blocks(rows, THREADS), THREADS, 0, stream>>>(*p, b0, rows, tile, Vp, targets,
                                                                                    keys, rows_of);
             if ((st = check_launch("linear cross-entropy (label entries)")))
                 return st;
         }
-        /* ∂L/∂W over the first Va = V rounded down to 16 bytes' elements rows, then the last
-         * V − Va: a product of V rows (V = 50257) runs at a fraction of the aligned speed */
+        /* ∂L/∂W over the first Va classes, then the last V − Va */
         const double beta = b0 > 0 || p->accumulate ? 1.0 : 0.0;
-        const int64_t Va = C / kAlign * kAlign;
         const int64_t part[2][2] = {{0, Va}, {Va, C - Va}};
         for (const auto &q : part) {
             const ploss_gemm_problem dw = {q[1], D, rows, 1.0, beta, tile + q[0], 1, Vp, X.row(b0), 0, X.ld,
