@@ -243,15 +243,53 @@ template <class T, bool FLAT> struct LabelOffsets {
     }
 };
 
+/* The V = run_of<T>() values of U at src (a run's first pixel, 16 bytes aligned) into
+ * out[0, V): 16-, 8- or 4-byte vectors as their size allows, else element by element. */
+template <class T, class U> __device__ __forceinline__ void load_run(const U *src, U *out)
+{
+    constexpr int V = run_of<T>(), BYTES = V * (int)sizeof(U);
+    using W = std::conditional_t<BYTES % 16 == 0, uint4, std::conditional_t<BYTES % 8 == 0, uint2, uint32_t>>;
+    if constexpr (BYTES % sizeof(W) == 0 && sizeof(W) >= sizeof(U)) {
+        W w[BYTES / sizeof(W)];
+#pragma unroll
+        for (int k = 0; k < BYTES / (int)sizeof(W); ++k)
+            w[k] = ((const W *)src)[k];
+        memcpy(out, w, BYTES);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+            out[k] = src[k];
+    }
+}
+
+/* The target's values (U) at a thread's pixels into raw (U(0) outside the sample): whole
+ * runs inside the sample as vectors where the target's layout allows (vector_runs), the
+ * rest element by element; all loads issued before any is used. */
+template <class T, class U, bool FLAT>
+__device__ __forceinline__ void load_target_values(const ploss_region_problem &p, const LabelOffsets<T, FLAT> &to,
+                                                   const int (&lab)[PPT], U (&raw)[PPT])
+{
+    constexpr int V = run_of<T>();
+    const bool vec = vector_runs<T, FLAT>(p, p.t, p.t_sn, 0, p.t_ss);
+#pragma unroll
+    for (int j = 0; j < PPT / V; ++j) {
+        if (vec && to.inside(p, lab, j * V + V - 1)) {
+            load_run<T, U>((const U *)p.t + to(p, j * V), raw + j * V);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                raw[j * V + k] = to.inside(p, lab, j * V + k) ? ((const U *)p.t)[to(p, j * V + k)] : U(0);
+        }
+    }
+}
+
 /* The binary targets of a thread's pixels as U, all loads issued before any is used. */
 template <class T, class U, class A, bool FLAT>
 __device__ __forceinline__ void load_targets(const ploss_region_problem &p, const LabelOffsets<T, FLAT> &to,
                                              const int (&lab)[PPT], A (&tgt)[PPT])
 {
     U raw[PPT];
-#pragma unroll
-    for (int i = 0; i < PPT; ++i)
-        raw[i] = to.inside(p, lab, i) ? ((const U *)p.t)[to(p, i)] : U(0);
+    load_target_values<T, U, FLAT>(p, to, lab, raw);
 #pragma unroll
     for (int i = 0; i < PPT; ++i)
         tgt[i] = (A)to_acc(raw[i]);
@@ -264,9 +302,7 @@ __device__ __forceinline__ void load_labels(const ploss_region_problem &p, const
                                             int64_t *error_slot, int (&lab)[PPT])
 {
     TI y[PPT];
-#pragma unroll
-    for (int i = 0; i < PPT; ++i)
-        y[i] = lab[i] != OUTSIDE ? ((const TI *)p.t)[to(p, i)] : TI(0);
+    load_target_values<T, TI, FLAT>(p, to, lab, y);
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
         if (lab[i] == OUTSIDE)
@@ -418,7 +454,8 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     using A = acc_t<T>;
     __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
     __shared__ bool last;
-    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    const unsigned b = blockIdx.x, bt = (unsigned)tiles; /* blocks ≤ INT32_MAX: 32-bit division */
+    const int64_t n = b / bt, tile = b % bt;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = (int)p.C;
     int lab[PPT];
     A tgt[PPT];
@@ -430,10 +467,12 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     bool counted[PPT];
     counted_pixels(p, lab, counted);
     A tgt_pow_sum = A(0); /* binary: Σ o^p over the thread's pixels */
+    if (BINARY)
+        with_exponent(e, [&](auto ek) {
 #pragma unroll
-    for (int i = 0; i < PPT; ++i)
-        if (BINARY && counted[i])
-            with_exponent(e, [&](auto ek) { tgt_pow_sum += power<decltype(ek)::value>(tgt[i], e); });
+            for (int i = 0; i < PPT; ++i)
+                tgt_pow_sum += counted[i] ? power<decltype(ek)::value>(tgt[i], e) : A(0);
+        });
     for_each_class<T, A, FLAT>(p, x, xo, vec, lab, [&](int c, const A(&cur)[PPT]) {
         Sums<A> acc = {0, 0, 0};
         with_exponent(e, [&](auto ek) {
@@ -518,7 +557,8 @@ template <class T, bool BINARY, bool FLAT>
 __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2) dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
 {
     using A = acc_t<T>;
-    const int64_t b = gridDim.x - 1 - blockIdx.x, n = b / tiles, tile = b % tiles, g = p.per_image ? n : 0;
+    const unsigned b = gridDim.x - 1 - blockIdx.x, bt = (unsigned)tiles;
+    const int64_t n = b / bt, tile = b % bt, g = p.per_image ? n : 0;
     int lab[PPT];
     A tgt[PPT];
     load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
