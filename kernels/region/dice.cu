@@ -9,8 +9,9 @@
  *  1. dice_sums: a thread reads the labels (or binary targets) of its pixels once, then
  *     class by class their logits (the next class's loads in flight while one is summed),
  *     and the block forms the tile's partial A = Σ s·o, B = Σ (s^p + o), R = Σ o per class
- *     (warp shuffles, then the warps in order, one barrier per CLASS_CHUNK classes).  The
- *     last tile of a sample to finish (a fence and an arrival counter) adds the sample's
+ *     (warp shuffles, then the warps in order, one barrier per CLASS_CHUNK classes); a
+ *     block takes a group of a sample's tiles (about one wave of blocks).  The last block
+ *     of a sample to finish (a fence and an arrival counter) adds the sample's
  *     partials in tile order (double); the last sample to finish forms the groups in a
  *     fixed order: the class weights, num, den, the loss and the gradient's coefficients;
  *  2. dice_grad (backward): the same tiles in reverse order (the end of the input, read
@@ -443,19 +444,15 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
     }
 }
 
-/* 1. Block b = n·tiles + tile: the partial sums of the tile per class; the last tiles
- * finish the sample, then the groups.  Class c + 1's values are loaded while class c is
- * summed; the warps' sums of up to CLASS_CHUNK classes wait in shared memory for one
- * barrier, then thread k adds class k's in warp order. */
+/* Tile `tile` of sample n: its partial sums per class into w.partial.  Class c + 1's values
+ * are loaded while class c is summed; the warps' sums of up to CLASS_CHUNK classes wait in
+ * shared memory for one barrier, then thread k adds class k's in warp order. */
 template <class T, bool BINARY, bool FLAT>
-__global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2) dice_sums(const ploss_region_problem p, int64_t tiles, int64_t *error_slot,
-                                                      Work<acc_t<T>> w)
+__device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t tiles,
+                                          int64_t *error_slot, const Work<acc_t<T>> &w,
+                                          Sums<acc_t<T>> (&red)[CLASS_CHUNK][WARPS])
 {
     using A = acc_t<T>;
-    __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
-    __shared__ bool last;
-    const unsigned b = blockIdx.x, bt = (unsigned)tiles; /* blocks ≤ INT32_MAX: 32-bit division */
-    const int64_t n = b / bt, tile = b % bt;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = (int)p.C;
     int lab[PPT];
     A tgt[PPT];
@@ -513,11 +510,31 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
             __syncthreads(); /* red is read before the next chunk writes it */
         }
     });
+}
 
-    /* the last tile of sample n to arrive adds its partials, tile by tile */
+/* 1. Block b: `group` consecutive tiles of one sample (b = n·⌈tiles/group⌉ + k: tiles from
+ * k·group), the partial sums of each tile per class (tile_sums); the last block of a sample
+ * to arrive finishes the sample, the last sample the groups.  The partials are per tile,
+ * so the results do not depend on `group`. */
+template <class T, bool BINARY, bool FLAT>
+__global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2)
+    dice_sums(const ploss_region_problem p, int64_t tiles, int group, int64_t *error_slot, Work<acc_t<T>> w)
+{
+    using A = acc_t<T>;
+    __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
+    __shared__ bool last;
+    /* blocks ≤ INT32_MAX: 32-bit division */
+    const unsigned groups = (unsigned)((tiles + group - 1) / group), blk = blockIdx.x;
+    const int64_t n = blk / groups, first = (int64_t)(blk % groups) * group, end = min(first + group, tiles);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int64_t tile = first; tile < end; ++tile)
+        tile_sums<T, BINARY, FLAT>(p, n, tile, tiles, error_slot, w, red);
+
+    /* the last block of sample n to arrive adds its partials, tile by tile */
     if (threadIdx.x == 0) {
         __threadfence(); /* the partials, before the arrival */
-        last = atomicAdd(w.arrived + n, 1u) == (unsigned)(tiles - 1);
+        const unsigned done = (unsigned)(end - first);
+        last = atomicAdd(w.arrived + n, done) + done == (unsigned)tiles;
     }
     __syncthreads();
     if (!last)
@@ -595,6 +612,11 @@ template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, co
     const int64_t tiles = (p->S + TILE - 1) / TILE, blocks = N * tiles;
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld pixel tiles exceed the CUDA grid", (long long)blocks);
+    /* the sums' blocks take `group` tiles each, as many as fill about one wave (at most 8):
+     * a block's arrival and the reductions between its loads come once per group */
+    const int64_t wave = resident_blocks(dice_sums<T, BINARY, FLAT>, THREADS, 4 * 132);
+    const int group = (int)std::min<int64_t>(8, std::max<int64_t>(1, (blocks + wave - 1) / wave));
+    const int64_t sum_blocks = N * ((tiles + group - 1) / group);
     if (C > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld classes exceed the CUDA kernels' int range", (long long)C);
     const size_t b_part = align_up((size_t)(N * C * tiles) * sizeof(Sums<A>)), b_abr = align_up((size_t)(3 * N * C) * 8),
@@ -614,7 +636,7 @@ template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, co
     w.arrived = (unsigned *)((char *)w.beta + b_g);
     if ((st = ploss_cuda_memset(w.arrived, 0, (size_t)(N + 1) * sizeof(unsigned), stream)))
         return st;
-    dice_sums<T, BINARY, FLAT><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, tiles, ctx->error_slot, w);
+    dice_sums<T, BINARY, FLAT><<<(unsigned)sum_blocks, THREADS, 0, stream>>>(*p, tiles, group, ctx->error_slot, w);
     if ((st = check_launch("soft Dice sums")))
         return st;
     if (p->pass != PLOSS_PASS_FORWARD) {
