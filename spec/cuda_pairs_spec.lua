@@ -297,6 +297,59 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
       compare_bh(x, y, {}, dtype, "5000x4")
       compare_bh(x, y, { soft_margin = true, distance = "cosine", reduction = "none" }, dtype, "5000x4")
     end
+    -- D = 8: bf16 takes the fused mining on sm_90, in two blocks of anchor rows (integer
+    -- squared distances: exact in fp32, ties included)
+    local x8, y8 = integer_batch(5000, 8, 200, 10, 5)
+    compare_bh(x8, y8, {}, "bf16", "5000x8")
+    compare_bh(x8, y8, { soft_margin = true, distance = "squared", reduction = "none" }, "bf16", "5000x8")
+  end)
+
+  -- bf16 with D a multiple of 8: the fused mining where the device has it; a NaN or ∞ row
+  -- and labels beyond ±2^47 send it to the rows, ties go to the lowest index
+  it("bf16, D = 16: NaN and ∞ rows, labels beyond 2^47, ties and lone rows as the CPU", function()
+    local x64 = ploss.randn({ 70, 16 }, { dtype = "f64", seed = 12 })
+    local Y = {}
+    for i = 1, 70 do Y[i] = i % 6 end
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    for _, bad in ipairs { 0 / 0, math.huge } do
+      local X = x64:totable()
+      X[7][2] = bad
+      local xc = ploss.tensor(X, { dtype = "f64" }):type("bf16")
+      for _, o in ipairs(BH_OPTIONS) do
+        local what = "bf16 " .. tostring(bad) .. " " .. label(o)
+        local lc = F.batch_hard_triplet(xc, y, with(o, { reduction = "none" }))
+        local lg = F.batch_hard_triplet(xc:to(DEV), y:to(DEV), with(o, { reduction = "none" }))
+        close(lg, lc, TOL.bf16.loss, TOL.bf16.floor, what .. " loss")
+        local _, gc = F.batch_hard_triplet_fused(xc, y, o)
+        local _, gg = F.batch_hard_triplet_fused(xc:to(DEV), y:to(DEV), o)
+        close(gg, gc, TOL.bf16.grad, TOL.bf16.floor, what .. " gradient")
+      end
+    end
+    -- labels 2^50 + k and 2^50 + 2^24 + k: equal in their low 24 bits, told apart only by
+    -- their high part (beyond the fused mining's two floats: the rows decide)
+    local big = {}
+    for i = 1, 70 do big[i] = 0x4000000000000 + (i % 2) * 0x1000000 + i % 3 end
+    local yb = ploss.tensor(big, { dtype = "i64" })
+    for _, o in ipairs(BH_OPTIONS) do compare_bh(x64, yb, o, "bf16", "labels 2^50") end
+    -- labels −5 and 5 + 2^24 (high parts −1 and 1): the fused keys' two floats
+    local signed = {}
+    for i = 1, 70 do signed[i] = i % 2 == 0 and -5 or 5 + 0x1000000 end
+    compare_bh(x64, ploss.tensor(signed, { dtype = "i64" }), {}, "bf16", "signed labels")
+    -- every row the same: each distance 0, the lowest index wins; the gradient's terms cancel
+    -- (to fp32's rounding on the GPU)
+    local same = ploss.ones({ 24, 16 }, { dtype = "bf16" })
+    for _, o in ipairs(BH_OPTIONS) do
+      local ls, gs = F.batch_hard_triplet_fused(same:to(DEV), y:narrow(1, 1, 24):to(DEV), o)
+      local lc, gc = F.batch_hard_triplet_fused(same, y:narrow(1, 1, 24), o)
+      H.assert_close({ ls }, { lc }, { rtol = 1e-6, what = "identical rows " .. label(o) })
+      H.assert_close(gs, gc, { rtol = 1e-6, atol = 1e-6, what = "identical rows " .. label(o) })
+    end
+    -- one row; two rows of one label; every label distinct
+    compare_bh(x64:narrow(1, 1, 1), y:narrow(1, 1, 1), {}, "bf16", "one row")
+    compare_bh(x64:narrow(1, 1, 2), ploss.zeros({ 2 }, { dtype = "i64" }), {}, "bf16", "one label")
+    local distinct = {}
+    for i = 1, 70 do distinct[i] = i end
+    compare_bh(x64, ploss.tensor(distinct, { dtype = "i64" }), {}, "bf16", "distinct labels")
   end)
 
   it("gaussian embeddings: the same loss and gradient within the fp32 Gram's rounding", function()

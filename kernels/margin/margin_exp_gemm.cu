@@ -23,7 +23,7 @@ struct MaskedExp2Arguments {
 };
 
 /* 2^(acc·c·r − shift), 0 at the row's target column and on the padding (the epilogue's
- * compute node; a column's index from ColumnIndex, a row's target as a broadcast float,
+ * compute node; a column's index from Coordinate<1>, a row's target as a broadcast float,
  * exact below 2^24). */
 template <class T> struct MaskedExp2 {
     using Arguments = MaskedExp2Arguments;
@@ -42,42 +42,11 @@ template <int N> struct MaskedExp2<cutlass::Array<float, N>> {
     }
 };
 
-/* Each element's column j as a float, from the epilogue's coordinate tensor (relative to the
- * thread's first element, whose column is N minus the column residue): no load, where a
- * broadcast vector of the indices would be read through shared memory per tile. */
-struct ColumnIndex : fusion::Sm90VisitorImpl<> {
-    using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
-
-    template <class CTensor> struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
-        CTensor tCcD; /* (CPY, CPY_M, CPY_N, EPI_M, EPI_N), static once the loops unroll */
-        float col0;   /* exact: the columns stay below 2^24 */
-        CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor t, int c) : tCcD(t), col0((float)c) {}
-        template <class ElementAccumulator, int FragmentSize>
-        CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(cutlass::Array<ElementAccumulator, FragmentSize> const &,
-                                                                 int epi_v, int epi_m, int epi_n)
-        {
-            cutlass::Array<float, FragmentSize> o;
-            Tensor c = tCcD(_, _, _, epi_m, epi_n);
-            CUTLASS_PRAGMA_UNROLL
-            for (int i = 0; i < FragmentSize; ++i)
-                o[i] = (float)get<1>(c(epi_v * FragmentSize + i)) + col0; /* a constant plus col0 */
-            return o;
-        }
-    };
-
-    template <bool ReferenceSrc, class... Args>
-    CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::detail::ConsumerStoreArgs<Args...> const &args)
-    {
-        const int col0 = (int)get<1>(args.problem_shape_mnkl) - (int)get<1>(args.residue_tCcD);
-        return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, col0);
-    }
-};
-
 using TileShape = Shape<Int<PLOSS_MARGIN_EXP_TILE_M>, Int<PLOSS_MARGIN_EXP_TILE_N>, _64>;
 
 using Masked = fusion::Sm90EVT<fusion::Sm90Compute<MaskedExp2, float, float, kRound>, fusion::Sm90AccFetch,
                                PerColumn<TileShape, float> /* c_j */, PerRow<TileShape, float> /* r_i */,
-                               ColumnIndex /* j */, PerRow<TileShape, float> /* y_i */>;
+                               Coordinate<1> /* j */, PerRow<TileShape, float> /* y_i */>;
 /* the rows' sums in fp32, one partial per tile (each written once: deterministic; the
  * caller adds them in order) */
 using RowSums = fusion::Sm90EVT<fusion::Sm90ColReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape,

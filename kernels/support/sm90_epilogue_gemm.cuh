@@ -34,6 +34,45 @@ using PerColumn = fusion::Sm90RowBroadcast<0, Tile, Vector, float, Stride<_0, _1
 template <class Tile, class Vector>
 using PerRow = fusion::Sm90ColBroadcast<0, Tile, Vector, float, Stride<_1, _0, int64_t>, 1>;
 
+/* Each element's row (Mode 0) or column (Mode 1) index as a float, from the epilogue's
+ * coordinate tensor (relative to the thread's first element, whose index is the extent
+ * minus the residue): no load, where a broadcast vector of the indices would be read
+ * through shared memory per tile.  Exact below 2^24. */
+template <int Mode> struct Coordinate : fusion::Sm90VisitorImpl<> {
+    using fusion::Sm90VisitorImpl<>::Sm90VisitorImpl;
+
+    template <class CTensor> struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
+        CTensor tCcD; /* (CPY, CPY_M, CPY_N, EPI_M, EPI_N), static once the loops unroll */
+        float base;
+        CUTLASS_DEVICE ConsumerStoreCallbacks(CTensor t, int b) : tCcD(t), base((float)b) {}
+        template <class ElementAccumulator, int FragmentSize>
+        CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(cutlass::Array<ElementAccumulator, FragmentSize> const &,
+                                                                 int epi_v, int epi_m, int epi_n)
+        {
+            cutlass::Array<float, FragmentSize> o;
+            Tensor c = tCcD(_, _, _, epi_m, epi_n);
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < FragmentSize; ++i)
+                o[i] = (float)get<Mode>(c(epi_v * FragmentSize + i)) + base; /* a constant plus base */
+            return o;
+        }
+    };
+
+    template <bool ReferenceSrc, class... Args>
+    CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::detail::ConsumerStoreArgs<Args...> const &args)
+    {
+        const int base = (int)get<Mode>(args.problem_shape_mnkl) - (int)get<Mode>(args.residue_tCcD);
+        return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, base);
+    }
+};
+
+/* A tree's root node without an output tensor (ElementD void): the epilogue builder lays
+ * out its unused buffer by the root's ElementAux. */
+template <class Node> struct WithoutOutput : Node {
+    using Node::Node;
+    using ElementAux = cutlass::bfloat16_t;
+};
+
 /* The GEMM of an epilogue tree; ElementD void: no output tensor (the tree's root names the
  * type the epilogue builder lays its unused buffer out by). */
 template <class Tile, class ElementD, class Tree> struct EpilogueGemm {
