@@ -952,14 +952,17 @@ void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
  * element is mined at its distance ∞ (the farthest positive, never the nearest negative while
  * a finite one exists), so anchors that do not mine it keep their values. The N×N distances
  * are computed in row blocks as a matrix product (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or
- * the cosine of the normalised product) and mined block by block: only O(N) values are kept;
- * the two chosen distances of each anchor are then recomputed from the rows themselves (no
+ * the cosine of the normalised product) and mined block by block, never all stored; with bf16
+ * on a compute capability 9.0 device the mining runs in the product's epilogue and the
+ * distances never reach memory at all (a few hundred bytes a row of workspace at N = 4096); the
+ * two chosen distances of each anchor are then recomputed from the rows themselves (no
  * cancellation, exactly 0 for identical rows).
  *
  * Labels are any integers (i64 or i32): rows with equal labels are one class. In Lua the soft
  * margin is soft_margin = true (a table cannot hold margin = nil apart from the default). The
- * CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them with cuBLAS in fp32
- * (f64 for f64 input), so two nearly tied candidates may be mined differently on the two
+ * CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them in fp32 (f64 for f64
+ * input; bf16 on compute capability 9.0 ranks the fp32 distances, ties to fp32's rounding going
+ * to the lowest index), so two nearly tied candidates may be mined differently on the two
  * devices. No state is kept: backward mines again.
  *
  * in  embeddings  x, N×D embeddings, row i labelled labels[i]; N×D, f32/f16/bf16/f64, any
@@ -3362,8 +3365,10 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * vector of ones (fp32, summed over the tiles unrounded). The workspace is the tile (at most
  * 512 MiB by default) plus O(BT + V), and with a 16-bit weight gradient over several tiles the
  * label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB at BT 16384, H 4096); inputs and
- * outputs whose rows are not contiguous are staged through copies, and so is the weight when V
- * is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such products). V <=
+ * outputs whose rows are not contiguous are staged through copies. When V is not a multiple of
+ * 8 (16 bytes: cuBLAS is several times slower on such products) the products take the first
+ * classes up to a multiple of 8 from the weight and the last few from a copy of their rows
+ * padded with zeros (∂hidden adds their part: one more rounding of a 16-bit gradient). V <=
  * 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU only. The CPU multiplies in f32 (f64
  * for f64 inputs) with OpenBLAS and takes each row's softmax in f64. hidden is BT×H: flatten a
  * B×T×H batch (and its B×T labels) first. No state is kept: backward recomputes the tiles.

@@ -98,29 +98,31 @@ extern "C" ploss_status ploss_cuda_batch_hard_mine_gemm(const ploss_batch_hard_m
     typename Gemm::Arguments args = row_major_operands<Gemm>(g->M, g->N, g->K, xi, g->ldx, g->X, g->ldx);
     const int64_t r0 = g->row0;
     auto row = [&](auto *v) { return v ? v + r0 : v; };
+    /* the tree from the root down: to fp32 (not stored) ← the negative pairs' max per tile ←
+     * the negative pairs alone ← the positive pairs' max per tile ← the keys */
     args.epilogue.thread = {
-    {
         {
             {
                 {
-                    {},                                      /* acc */
-                    {row(g->v), 0.0f, {_1{}, _0{}, 0}},      /* v_i */
-                    {g->v, 0.0f, {_0{}, _1{}, 0}},           /* v_j */
-                    {row(g->lo), 0.0f, {_1{}, _0{}, 0}},     /* lo_i */
-                    {row(g->hi), 0.0f, {_1{}, _0{}, 0}},     /* hi_i */
-                    {g->lo, 0.0f, {_0{}, _1{}, 0}},          /* lo_j */
-                    {g->hi, 0.0f, {_0{}, _1{}, 0}},          /* hi_j */
-                    {},                                      /* i − row0 */
-                    {},                                      /* j */
-                    {(float)g->row0, g->cosine},             /* the keys */
+                    {
+                        {},                                  /* acc */
+                        {row(g->v), 0.0f, {_1{}, _0{}, 0}},  /* v_i */
+                        {g->v, 0.0f, {_0{}, _1{}, 0}},       /* v_j */
+                        {row(g->lo), 0.0f, {_1{}, _0{}, 0}}, /* lo_i */
+                        {row(g->hi), 0.0f, {_1{}, _0{}, 0}}, /* hi_i */
+                        {g->lo, 0.0f, {_0{}, _1{}, 0}},      /* lo_j */
+                        {g->hi, 0.0f, {_0{}, _1{}, 0}},      /* hi_j */
+                        {},                                  /* i − row0 */
+                        {},                                  /* j */
+                        {(float)g->row0, g->cosine},         /* the keys */
+                    },
+                    {g->pos, -INFINITY, {_1{}, _0{}, 0}},    /* positive pairs: max per tile */
                 },
-                {g->pos, -INFINITY, {_1{}, _0{}, 0}},        /* positive pairs: max per tile */
+                {},                                          /* negative pairs alone */
             },
-            {},                                              /* negative pairs alone */
+            {g->neg, -INFINITY, {_1{}, _0{}, 0}},            /* their max per tile */
         },
-        {g->neg, -INFINITY, {_1{}, _0{}, 0}},                /* their max per tile */
-    },
-    {},                                                      /* to fp32, not stored */
+        {},                                                  /* to fp32 */
     };
     return launch<Gemm>(args, workspace, workspace_bytes, needed, stream, "batch_hard: the mining");
 }

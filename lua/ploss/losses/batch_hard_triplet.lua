@@ -42,7 +42,9 @@ their gradients NaN, and 'mean' and 'sum' NaN; rows no anchor mined keep a 0 gra
 infinite element is mined at its distance ∞ (the farthest positive, never the nearest
 negative while a finite one exists), so anchors that do not mine it keep their values.  The N×N distances are computed in row blocks as a matrix
 product (‖x_i‖² + ‖x_j‖² − 2·x_i·x_j, or the cosine of the normalised product) and mined
-block by block: only O(N) values are kept; the two chosen distances of each anchor are then
+block by block, never all stored; with bf16 on a compute capability 9.0 device the mining
+runs in the product's epilogue and the distances never reach memory at all (a few hundred
+bytes a row of workspace at N = 4096); the two chosen distances of each anchor are then
 recomputed from the rows themselves (no cancellation, exactly 0 for identical rows).]],
   gradient = "With c_i = [d_ap − d_an + μ ≥ 0] (hinge) or σ(d_ap − d_an) (soft margin), ℓ_i " ..
     "sends c_i·∂d(x_i, x_p)/∂· to the anchor and its hardest positive p and −c_i·∂d(x_i, x_n)/∂· " ..
@@ -53,7 +55,8 @@ recomputed from the rows themselves (no cancellation, exactly 0 for identical ro
   notes = [[
 Labels are any integers (i64 or i32): rows with equal labels are one class.  In Lua the soft
 margin is soft_margin = true (a table cannot hold margin = nil apart from the default).  The
-CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them with cuBLAS in fp32
-(f64 for f64 input), so two nearly tied candidates may be mined differently on the two
-devices.  No state is kept: backward mines again.]],
+CPU computes the distance blocks in f64 (OpenBLAS); CUDA computes them in fp32 (f64 for f64
+input; bf16 on compute capability 9.0 ranks the fp32 distances, ties to fp32's rounding
+going to the lowest index), so two nearly tied candidates may be mined differently on the
+two devices.  No state is kept: backward mines again.]],
 }

@@ -111,9 +111,11 @@ rounds once).  A bias is added to the tile in
 place (with the softcap, one pass) and its gradient is a product of the gradient tile with a
 vector of ones (fp32, summed over the tiles unrounded).  The workspace is the tile (at most
 512 MiB by default) plus O(BT + V), and with a 16-bit weight gradient over several tiles
-the label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB at BT 16384, H 4096); inputs and outputs whose rows are not contiguous are staged through copies,
-and so is the weight when V is not a multiple of 8 (16 bytes: cuBLAS is several times
-slower on such products).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU
+the label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB at BT 16384, H 4096); inputs and outputs whose rows are not contiguous are staged through copies.
+When V is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such products)
+the products take the first classes up to a multiple of 8 from the weight and the last few
+from a copy of their rows padded with zeros (∂hidden adds their part: one more rounding of
+a 16-bit gradient).  V <= 262144 in bf16/f16 and 131072 in f32 on CUDA; f64 is CPU
 only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's
 softmax in f64.  hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first.  No
 state is kept: backward recomputes the tiles.]],
