@@ -10,9 +10,8 @@
  *             nearest negative: the fp32 distance's bits over the column), then one warp per
  *             anchor takes the best of its tiles' keys (ties, to fp32's rounding of the
  *             distance: the lowest index; a NaN distance wins).  The distances never reach
- *             memory.  A non-finite squared norm
- *             or a label beyond ±2^47 (the keys compare labels as two floats) sends every
- *             anchor to the rows instead (below).  Other dtypes and devices: the Gram block
+ *             memory.  A non-finite squared norm or a label beyond ±2^47 (the keys compare
+ *             labels as two floats) sends every anchor to the rows instead (below).  Other dtypes and devices: the Gram block
  *             through cuBLAS (kernels/support/gemm.cu, fp32 output, f64 for f64), then one
  *             warp per anchor scans its row of the block for the hardest positive and
  *             negative by a key in double, monotone in the distance (the same ties and NaN;
@@ -56,7 +55,7 @@ struct stats_t {
     int64_t active;
 };
 
-/* The fused mining's per-row inputs (batch_hard_mine_gemm.h; a == nullptr: not fused) and
+/* The fused mining's per-row inputs (batch_hard_mine_gemm.h; v == nullptr: not fused) and
  * the flag that sends the mining to the rows. */
 struct fused_rows {
     float *v;
@@ -142,7 +141,9 @@ struct hardest {
     }
 };
 
-/* The distance of anchor i and row j from the rows themselves (double sums), lane by lane. */
+/* The mining key of anchor i and row j from the rows themselves (double sums), one lane:
+ * the cosine distance, or the squared Euclidean distance (the Gram path's keys: the same
+ * order as the distance). */
 template <class T>
 __device__ __forceinline__ double distance_from_rows(const ploss_batch_hard_problem &p, const T *xr, int64_t ldx,
                                                      int64_t i, int64_t j, double sqi, double sqj)
@@ -153,7 +154,7 @@ __device__ __forceinline__ double distance_from_rows(const ploss_batch_hard_prob
         dd += (u - v) * (u - v);
         dot += u * v;
     }
-    return ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, sqj);
+    return p.distance == 2 ? ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, sqj) : dd;
 }
 
 /* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N).
