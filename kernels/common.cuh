@@ -34,7 +34,8 @@
  *    resident_blocks(kernel, threads, fallback): the grid of one full wave.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
  *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
- *  - check_launch(what): the launch error, if any, as a ploss status.
+ *  - check_launch(what): the launch error, if any, as a ploss status; cub_status(e, what):
+ *    a CUB call's.
  */
 #ifndef PLOSS_KERNELS_COMMON_CUH
 #define PLOSS_KERNELS_COMMON_CUH
@@ -550,6 +551,16 @@ inline cudaStream_t stream_of(const ploss_ctx_t *ctx) { return (cudaStream_t)ctx
 
 /* The last launch error, if any, as PLOSS_ERR_CUDA naming `what` (clears the error). */
 inline ploss_status check_launch(const char *what) { return ploss_cuda_check_launch(what); }
+
+/* A CUB device call's result as a ploss status: PLOSS_ERR_CUDA naming `what` (the error
+ * cleared, not left for the next check_launch). */
+inline ploss_status cub_status(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return PLOSS_OK;
+    (void)cudaGetLastError();
+    return ploss_error(PLOSS_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+}
 
 /* The context's arrival ticket for last_block_arrives. */
 inline unsigned long long *arrival_ticket(ploss_ctx_t *ctx) { return (unsigned long long *)(ctx->error_slot + 2); }

@@ -329,12 +329,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "hidden: %lld rows with a 16-bit grad_weight over several tiles "
                            "(at most 2^31 - 1)", (long long)N);
     size_t sort_bytes = 0;
+    ploss_status st;
     if (split_targets &&
-        cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr, (uint32_t *)nullptr,
-                                        (const int *)nullptr, (int *)nullptr, (int)N) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: sizing the sort of the rows by label failed");
-    }
+        (st = cub_status(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr,
+                                                         (uint32_t *)nullptr, (const int *)nullptr, (int *)nullptr,
+                                                         (int)N),
+                         "linear cross-entropy: sizing the sort of the rows by label")))
+        return st;
     float *targets = nullptr;
     uint32_t *keys = nullptr;
     int *rows_of = nullptr;
@@ -367,7 +368,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         return c.used + 256;
     };
     void *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, layout(nullptr), &ws);
+    st = ploss_workspace(ctx, layout(nullptr), &ws);
     if (st)
         return st;
     layout((char *)ws);
@@ -512,11 +513,10 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
         while (end_bit < 32 && ((uint64_t)1 << end_bit) <= (uint64_t)C)
             ++end_bit;
         size_t bytes = sort_bytes;
-        if (cub::DeviceRadixSort::SortPairs(sort_ws, bytes, keys, keys + N, rows_of, rows_of + N, (int)N, 0, end_bit,
-                                            stream) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return ploss_error(PLOSS_ERR_CUDA, "linear cross-entropy: sorting the rows by label failed");
-        }
+        if ((st = cub_status(cub::DeviceRadixSort::SortPairs(sort_ws, bytes, keys, keys + N, rows_of, rows_of + N,
+                                                             (int)N, 0, end_bit, stream),
+                             "linear cross-entropy: sorting the rows by label")))
+            return st;
         const TargetRuns tr = {keys + N, rows_of + N, targets, N, (uint32_t)C, D, target_parts};
         const unsigned grid = (unsigned)std::min<int64_t>(N, 65535);
         target_runs_kernel<T><<<grid, THREADS, 0, stream>>>(tr, (const T *)X.data, X.ld, (T *)GW.data, GW.ld);

@@ -183,26 +183,20 @@ ploss_status draw_classes(const ploss_margin_problem &p, const draw_buffers &d, 
     if (p.N > 0)
         flag_kernel<<<grid_blocks(p.N, THREADS), THREADS, 0, stream>>>(p, d.flag);
     key_kernel<<<gc, THREADS, 0, stream>>>(C, p.class_offset, p.seed, d.key_in, d.cls_in);
-    auto cub_status = [](cudaError_t e, const char *what) {
-        if (e == cudaSuccess)
-            return PLOSS_OK;
-        (void)cudaGetLastError();
-        return ploss_error(PLOSS_ERR_CUDA, "Partial FC: %s: %s", what, cudaGetErrorString(e));
-    };
     size_t bytes = d.scratch_bytes;
     if ((st = cub_status(cub::DeviceRadixSort::SortPairs(d.scratch, bytes, d.key_in, d.key, d.cls_in, d.cls, (int)C,
                                                          0, 64, stream),
-                         "sorting the draw keys")))
+                         "Partial FC: sorting the draw keys")))
         return st;
     cand_kernel<<<gc, THREADS, 0, stream>>>(C, d.flag, d.cls, d.cand);
     bytes = d.scratch_bytes;
     if ((st = cub_status(cub::DeviceScan::ExclusiveSum(d.scratch, bytes, d.cand, d.rank, (int)C, stream),
-                         "ranking the candidates")))
+                         "Partial FC: ranking the candidates")))
         return st;
     pick_kernel<<<gc, THREADS, 0, stream>>>(C, p.sample_n, d.flag, d.cls, d.cand, d.rank, d.keep);
     bytes = d.scratch_bytes;
     if ((st = cub_status(cub::DeviceScan::ExclusiveSum(d.scratch, bytes, d.keep, d.pos, (int)C, stream),
-                         "numbering the kept classes")))
+                         "Partial FC: numbering the kept classes")))
         return st;
     list_kernel<<<gc, THREADS, 0, stream>>>(C, d.keep, d.pos, kept, class_pos, d.count);
     return check_launch("Partial FC: the kept classes");

@@ -22,8 +22,9 @@
  *   stats     one block: the active anchors and the reduced loss, in a fixed order; then each
  *             anchor's ∂ℓ/∂d times its upstream factor ω (mean: over the active anchors);
  *   gradient  the pairs that reach each row from other anchors, grouped by row with a stable
- *             radix sort of (row, entry) — entry order is anchor order — then one block per
- *             row adds its own terms and those in that order.
+ *             radix sort of (row, entry) — entry order is anchor order — and each row's first
+ *             entry marked from the sorted keys, then one block per row adds its own terms
+ *             and those in that order.
  * Everything is deterministic (no float atomics); the workspace is O(N + block) (and N·D for
  * a copy of the embeddings).
  */
@@ -348,18 +349,16 @@ __global__ void __launch_bounds__(THREADS) entries_kernel(int64_t N, const ancho
     }
 }
 
-/* First position of `k` in the sorted keys[0, n). */
-__device__ __forceinline__ int64_t lower_bound(const int64_t *keys, int64_t n, int64_t k)
+/* first[k] = the first position of key k in the sorted keys[0, n) (k ≤ N, the keys in
+ * [0, N]): position e writes the keys after keys[e − 1] up to keys[e] (N after the last),
+ * so that each row's entries are first[k] .. first[k + 1] without a search. */
+__global__ void __launch_bounds__(THREADS) first_kernel(const int64_t *keys, int64_t n, int64_t N, int64_t *first)
 {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (keys[mid] < k)
-            lo = mid + 1;
-        else
-            hi = mid;
+    for (int64_t e = thread_index(); e <= n; e += grid_stride()) {
+        const int64_t prev = e == 0 ? -1 : keys[e - 1], cur = e == n ? N : keys[e];
+        for (int64_t k = prev + 1; k <= cur; ++k)
+            first[k] = e;
     }
-    return lo;
 }
 
 /* One block per row k, a thread per column (GRAD_THREADS columns at a time): its own pairs'
@@ -370,25 +369,19 @@ __device__ __forceinline__ int64_t lower_bound(const int64_t *keys, int64_t n, i
 constexpr int GRAD_THREADS = 256;
 template <class T>
 __global__ void __launch_bounds__(GRAD_THREADS)
-grad_kernel(const ploss_batch_hard_problem p, const T *xr, int64_t ldx, const anchor_t *an, const int64_t *keys,
+grad_kernel(const ploss_batch_hard_problem p, const T *xr, int64_t ldx, const anchor_t *an, const int64_t *first,
             const int64_t *vals)
 {
     using A = acc_t<T>;
     __shared__ int64_t s_row[GRAD_THREADS];
     __shared__ A s_cross[GRAD_THREADS];
     __shared__ double s_self[GRAD_THREADS];
-    __shared__ int64_t s_range[2];
     __shared__ double s_ks;
     const int tid = threadIdx.x;
     for (int64_t k = blockIdx.x; k < p.N; k += gridDim.x) {
         const anchor_t a = an[k];
         const double wk = a.c;
-        if (tid == 0) {
-            s_range[0] = lower_bound(keys, 2 * p.N, k);
-            s_range[1] = lower_bound(keys, 2 * p.N, k + 1);
-        }
-        __syncthreads();
-        const int64_t lo = s_range[0], hi = s_range[1];
+        const int64_t lo = first[k], hi = first[k + 1];
         double self = wk != 0.0 ? wk * (a.tp.self_i - a.tn.self_i) : 0.0; /* thread 0's sum */
         const A kp = (A)(wk * a.tp.cross), kn = (A)(-wk * a.tn.cross);
         const T *xk = xr + k * ldx;
@@ -425,7 +418,7 @@ grad_kernel(const ploss_batch_hard_problem p, const T *xr, int64_t ldx, const an
             if (in)
                 g[j * p.grad.sd] = from_acc<T>(v + (A)s_ks * to_acc(xk[j]));
         }
-        __syncthreads(); /* s_range and s_ks may be written again */
+        __syncthreads(); /* s_ks may be written again */
     }
 }
 
@@ -487,11 +480,13 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
         return b;
     }();
     size_t sort_bytes = 0;
+    ploss_status st;
     if (want_grad && N > 0 &&
-        cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int64_t *)nullptr, (int64_t *)nullptr,
-                                        (const int64_t *)nullptr, (int64_t *)nullptr, (int)(2 * N), 0, end_bit,
-                                        stream) != cudaSuccess)
-        return check_launch("batch_hard: sizing the sort");
+        (st = cub_status(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int64_t *)nullptr,
+                                                         (int64_t *)nullptr, (const int64_t *)nullptr,
+                                                         (int64_t *)nullptr, (int)(2 * N), 0, end_bit, stream),
+                         "batch_hard: sizing the sort")))
+        return st;
     /* the workspace, sized by a dry run of the carving */
     buffers<T> w;
     auto layout = [&](char *base) {
@@ -519,7 +514,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
         return c.used + 256;
     };
     void *ws = NULL;
-    ploss_status st = ploss_workspace(ctx, layout(nullptr), &ws);
+    st = ploss_workspace(ctx, layout(nullptr), &ws);
     if (st)
         return st;
     layout((char *)ws);
@@ -576,11 +571,16 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
     if ((st = check_launch("batch_hard entries")))
         return st;
     size_t bytes = sort_bytes;
-    if (cub::DeviceRadixSort::SortPairs(w.sort_tmp, bytes, w.keys[0], w.keys[1], w.vals[0], w.vals[1], (int)(2 * N),
-                                        0, end_bit, stream) != cudaSuccess)
-        return check_launch("batch_hard sort");
+    if ((st = cub_status(cub::DeviceRadixSort::SortPairs(w.sort_tmp, bytes, w.keys[0], w.keys[1], w.vals[0], w.vals[1],
+                                                         (int)(2 * N), 0, end_bit, stream),
+                         "batch_hard: the sort")))
+        return st;
+    /* each row's first entry, over the unsorted keys (2N ≥ N + 1 of them) */
+    first_kernel<<<grid_blocks(2 * N + 1, THREADS), THREADS, 0, stream>>>(w.keys[1], 2 * N, N, w.keys[0]);
+    if ((st = check_launch("batch_hard rows' entries")))
+        return st;
     grad_kernel<T><<<(unsigned)std::min<int64_t>(N, 1 << 20), GRAD_THREADS, 0, stream>>>(*p, xr, ldx, w.an,
-                                                                                       w.keys[1], w.vals[1]);
+                                                                                       w.keys[0], w.vals[1]);
     return check_launch("batch_hard gradient");
 }
 

@@ -425,8 +425,10 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
 
     size_t sort_bytes = 0;
     cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), vals(nullptr, nullptr);
-    if (cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, vals, items, 0, end_bit, stream) != cudaSuccess)
-        return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: CUB temporary storage query failed");
+    ploss_status st = cub_status(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, vals, items, 0, end_bit, stream),
+                                 "lovasz_softmax: sizing the radix sort");
+    if (st)
+        return st;
     const size_t b_buf = align_up((size_t)items * 4);
     const size_t b_err = sizeof(A) == sizeof(float) ? 0 : align_up((size_t)items * sizeof(A));
     const size_t b_stat = align_up((size_t)NS * sizeof(A));
@@ -436,7 +438,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     const size_t total =
         4 * b_buf + b_err + 2 * b_stat + b_w + b_part + 2 * b_cnt + 3 * b_seg + 256 + align_up(sort_bytes);
     char *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, total, (void **)&ws);
+    st = ploss_workspace(ctx, total, (void **)&ws);
     if (st)
         return st;
     char *at = ws;
@@ -468,10 +470,10 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
                                                                             vals.Current(), err);
         if ((st = check_launch("lovasz_softmax keys")))
             return st;
-        const cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, vals, (int)(nb * M), 0,
-                                                               end_bit, stream);
-        if (e != cudaSuccess)
-            return ploss_error(PLOSS_ERR_CUDA, "lovasz_softmax: the radix sort: %s", cudaGetErrorString(e));
+        if ((st = cub_status(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, vals, (int)(nb * M), 0, end_bit,
+                                                             stream),
+                             "lovasz_softmax: the radix sort")))
+            return st;
         lovasz_count<<<blocks, THREADS, 0, stream>>>(vals.Current(), M, chunks, s0, nb, chunk_fg, chunk_before,
                                                      seg_fg, ticket);
         if ((st = check_launch("lovasz_softmax counts")))
