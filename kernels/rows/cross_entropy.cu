@@ -333,40 +333,75 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
 
 constexpr int kSampleThreads = 256;
 
-/* Two neighbouring samples' elements of one class as one 4- or 8-byte access (callers
- * check the alignment); each element rounded to nearest on the store, as convert<T>. */
-/* f32 through one 64-bit integer: a float2 access may be split in two by the compiler
- * where it cannot prove the alignment the caller checked */
-__device__ __forceinline__ void load_pair(const float *ptr, float (&v)[2])
+/* P neighbouring samples' elements of one class as their raw bits: one access of
+ * P·sizeof(T) = 4, 8 or 16 bytes (callers check the alignment).  Held raw, the run costs
+ * P·sizeof(T)/4 registers per class instead of P, so that four 16-bit samples per thread
+ * fit as many classes as two did unpacked; get(k) unpacks sample k to f32. */
+template <class T, int P> struct Run {
+    static constexpr int W = P * (int)sizeof(T) / 4;
+    static_assert(sizeof(T) <= 4 && W >= 1 && W <= 4 && (W & (W - 1)) == 0, "a run is one 4, 8 or 16-byte access");
+    uint32_t w[W];
+    __device__ __forceinline__ void load(const T *ptr)
+    {
+        if constexpr (W == 1) {
+            w[0] = *(const uint32_t *)ptr;
+        } else if constexpr (W == 2) {
+            const uint2 u = *(const uint2 *)ptr;
+            w[0] = u.x, w[1] = u.y;
+        } else {
+            const uint4 u = *(const uint4 *)ptr;
+            w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+        }
+    }
+    __device__ __forceinline__ void zero()
+    {
+#pragma unroll
+        for (int i = 0; i < W; ++i)
+            w[i] = 0u;
+    }
+    /* an empty asm per word: the unpacked values are not kept between the passes */
+    __device__ __forceinline__ void launder()
+    {
+#pragma unroll
+        for (int i = 0; i < W; ++i)
+            asm volatile("" : "+r"(w[i]));
+    }
+    __device__ __forceinline__ float get(int k) const
+    {
+        if constexpr (sizeof(T) == 4) {
+            return __uint_as_float(w[k]);
+        } else {
+            const uint32_t x = w[k >> 1];
+            if constexpr (std::is_same<T, __nv_bfloat16>::value)
+                return __uint_as_float((k & 1) ? (x & 0xffff0000u) : (x << 16));
+            else
+                return __half2float(__ushort_as_half((unsigned short)(x >> ((k & 1) * 16))));
+        }
+    }
+};
+/* P values rounded to T (to nearest, as convert<T>) and written as one access. */
+template <class T, int P> __device__ __forceinline__ void store_run(T *ptr, const float (&g)[P])
 {
-    const unsigned long long u = *(const unsigned long long *)ptr;
-    v[0] = __uint_as_float((unsigned)u);
-    v[1] = __uint_as_float((unsigned)(u >> 32));
-}
-__device__ __forceinline__ void load_pair(const __half *ptr, float (&v)[2])
-{
-    const __half2 h = *(const __half2 *)ptr;
-    v[0] = __low2float(h);
-    v[1] = __high2float(h);
-}
-__device__ __forceinline__ void load_pair(const __nv_bfloat16 *ptr, float (&v)[2])
-{
-    const __nv_bfloat162 h = *(const __nv_bfloat162 *)ptr;
-    v[0] = __low2float(h);
-    v[1] = __high2float(h);
-}
-__device__ __forceinline__ void store_pair(float *ptr, const float (&v)[2])
-{
-    *(unsigned long long *)ptr =
-        (unsigned long long)__float_as_uint(v[0]) | (unsigned long long)__float_as_uint(v[1]) << 32;
-}
-__device__ __forceinline__ void store_pair(__half *ptr, const float (&v)[2])
-{
-    *(__half2 *)ptr = __floats2half2_rn(v[0], v[1]);
-}
-__device__ __forceinline__ void store_pair(__nv_bfloat16 *ptr, const float (&v)[2])
-{
-    *(__nv_bfloat162 *)ptr = __floats2bfloat162_rn(v[0], v[1]);
+    constexpr int W = Run<T, P>::W;
+    uint32_t w[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        if constexpr (std::is_same<T, float>::value) {
+            w[i] = __float_as_uint(g[i]);
+        } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(g[2 * i], g[2 * i + 1]);
+            w[i] = *(const uint32_t *)&h;
+        } else {
+            const __half2 h = __floats2half2_rn(g[2 * i], g[2 * i + 1]);
+            w[i] = *(const uint32_t *)&h;
+        }
+    }
+    if constexpr (W == 1)
+        *(uint32_t *)ptr = w[0];
+    else if constexpr (W == 2)
+        *(uint2 *)ptr = make_uint2(w[0], w[1]);
+    else
+        *(uint4 *)ptr = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* C ≤ CMAX (class indices only; W: with class weights), a thread per sample: the sample's
@@ -456,17 +491,24 @@ __device__ __forceinline__ void samples_in_registers(const ploss_ce_problem &p, 
     }
 }
 
-/* The same for two neighbouring samples of one image per thread (where the host has
- * checked that the sample axis is contiguous, S even and the pairs aligned): a class's two
- * logits read and its two gradient values written as one access, twice the bytes in flight
- * per thread.  Its per-sample factors are formed once (ω hoisted, the image by a 32-bit
- * division), and the gradient written after both samples' sums. */
-template <class T, int CMAX, bool W>
-__device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
-                                                          double &acc_loss, double &acc_w)
+/* The same for P neighbouring samples of one image per thread (where the host has checked
+ * that the sample axis is contiguous, S a multiple of P and the runs aligned): a class's P
+ * logits read and its P gradient values written as one access (Run), P times the bytes in
+ * flight per thread.  The logits stay raw in registers, and the class loops run over the
+ * classes outside and the P samples inside, so that a class's bounds check and addresses
+ * are shared by P elements.  Each e^(x − M) is formed again for the gradient with the
+ * same operations (the sums' bits; exactly 1 at the max).  Without class weights the
+ * label's own terms are not selected class by class: d_y comes from the label's logit read
+ * once more (in L1 or L2, before any gradient store: the gradient may be the logits' own
+ * memory), and the gradient is written e·ga − ω·b for every class, then the label's element
+ * again with its −ω·a (the same thread's later store to the same address).  With class weights every element takes its
+ * coefficient.  Per-sample factors are formed once (ω hoisted, the image by a 32-bit
+ * division). */
+template <class T, int CMAX, bool W, int P>
+__device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
+                                                         double &acc_loss, double &acc_w)
 {
     using A = acc_t<T>;
-    constexpr int P = 2;
     const bool want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
     const bool saved = p.pass == PLOSS_PASS_BACKWARD && p.lse != nullptr;
@@ -477,113 +519,153 @@ __device__ __forceinline__ void sample_pairs_in_registers(const ploss_ce_problem
     const A omega_all = want_grad && !omega_each ? omega_of<A>(p, aux, 0, 0) : A(0);
     const bool narrow = count <= INT32_MAX; /* the sample's image by a 32-bit division */
     const A cs_plain = coef.a + coef.b * (A)Ci; /* Σ_j c_j without class weights */
+    const bool smoothing = coef.b != A(0);     /* Σ_{j≠y} d_j wanted (no class weights) */
     const int64_t runs = count / P;
     for (int64_t i = thread_index(); i < runs; i += grid_stride()) {
         const int64_t q = i * P;
         const int64_t n = narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S, s0 = q - n * p.S;
-        int yi[P], st[P];
+        int yi[P];
+        bool ok[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
             const int64_t y = sample_label(p, n, s0 + k);
-            st[k] = label_status(p, y);
-            yi[k] = st[k] == kValid ? (int)y : 0;
-            if (st[k] != kValid)
-                finish_skipped<A>(p, aux, n, s0 + k, st[k], y, acc_loss);
+            const int st = label_status(p, y);
+            ok[k] = st == kValid;
+            yi[k] = ok[k] ? (int)y : 0;
+            if (!ok[k])
+                finish_skipped<A>(p, aux, n, s0 + k, st, y, acc_loss);
         }
         /* the logits are read together with the labels (in bounds whatever the labels say);
          * the values of an ignored or invalid sample are never used */
         const T *xr = (const T *)p.x + n * p.x_sn + s0 * p.x_ss;
-        A v[CMAX][P];
+        Run<T, P> v[CMAX];
+        {
+            const T *xp = xr;
 #pragma unroll
-        for (int j = 0; j < CMAX; ++j) {
-            if (j < Ci)
-                load_pair(xr + j * p.x_sc, v[j]);
-            else
-                v[j][0] = v[j][1] = A(0);
+            for (int j = 0; j < CMAX; ++j) {
+                if (j < Ci)
+                    v[j].load(xp);
+                else
+                    v[j].zero();
+                v[j].launder();
+                xp += p.x_sc;
+            }
+        }
+        A M[P]; /* the max, or the saved lse */
+        {
 #pragma unroll
             for (int k = 0; k < P; ++k)
-                launder(v[j][k]);
+                M[k] = neg_inf<A>();
+            if (saved) {
+#pragma unroll
+                for (int k = 0; k < P; ++k)
+                    if (ok[k])
+                        M[k] = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + (s0 + k) * p.lse_ss);
+            } else {
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j) {
+                    if (j >= Ci)
+                        break;
+#pragma unroll
+                    for (int k = 0; k < P; ++k)
+                        M[k] = mx(M[k], v[j].get(k));
+                }
+            }
         }
-
-        /* per sample: the loss, and e^(x_j − M) in place of x_j with the gradient's factor
-         * ga = ω·Σc / Σe (g_j = e^(x_j − M)·ga − ω·c_j) */
+        /* Σ e, and Σ c·d (d_j = M − x_j) as the coefficients need it */
+        A se[P], cs[P], cd[P], xy[P]; /* xy: the label's logit (no class weights) */
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+            se[k] = cs[k] = cd[k] = A(0);
+        if (W) {
+#pragma unroll
+            for (int j = 0; j < CMAX; ++j) {
+                if (j >= Ci)
+                    break;
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    const A x = v[j].get(k), c = coef.index(j, yi[k]);
+                    se[k] += ex(x - M[k]);
+                    cs[k] += c;
+                    if (c != A(0))
+                        cd[k] += c * (M[k] - x);
+                }
+            }
+        } else {
+            /* c_j = b for j ≠ y and a + b for y: Σc = a + b·C and Σ c·d = b·Σ_{j≠y} d_j +
+             * (a + b)·d_y, a term of a zero coefficient left out (an infinite d times 0 is
+             * not NaN; a + b is 0 at label smoothing 1 in two conventions) */
+            A dsum[P];
+#pragma unroll
+            for (int k = 0; k < P; ++k)
+                dsum[k] = A(0);
+#pragma unroll
+            for (int j = 0; j < CMAX; ++j) {
+                if (j >= Ci)
+                    break;
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    const A x = v[j].get(k);
+                    se[k] += ex(x - M[k]);
+                    if (smoothing) /* uniform: one branch per class */
+                        dsum[k] += j == yi[k] ? A(0) : M[k] - x;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < P; ++k) {
+                xy[k] = (A)to_acc(xr[(int64_t)yi[k] * p.x_sc + k]);
+                const A dy = M[k] - xy[k];
+                cs[k] = cs_plain;
+                cd[k] = (smoothing ? coef.b * dsum[k] : A(0)) + (coef.ab != A(0) ? coef.ab * dy : A(0));
+            }
+        }
         A ga[P], om[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
-            const int64_t s = s0 + k;
-            const int y = yi[k];
             ga[k] = om[k] = A(0);
-            if (st[k] != kValid)
+            if (!ok[k])
                 continue;
-            A M;
-            if (saved) {
-                M = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + s * p.lse_ss);
-            } else {
-                M = neg_inf<A>();
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j)
-                    if (j < Ci)
-                        M = mx(M, v[j][k]);
-            }
-            A se = A(0), cs = A(0), cd = A(0);
-            if (W) {
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j)
-                    if (j < Ci) {
-                        const A d = M - v[j][k];
-                        const A c = coef.index(j, y);
-                        v[j][k] = ex(-d);
-                        se += v[j][k];
-                        cs += c;
-                        if (c != A(0))
-                            cd += c * d;
-                    }
-            } else {
-                /* c_j = b for j ≠ y and a + b for y: Σc = a + b·C and Σ c·d = b·Σ_{j≠y} d_j +
-                 * (a + b)·d_y, a term of a zero coefficient left out as above (an infinite d
-                 * times 0 is not NaN; a + b is 0 at label smoothing 1 in two conventions) */
-                A dsum = A(0), dy = A(0);
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j)
-                    if (j < Ci) {
-                        const A d = M - v[j][k];
-                        v[j][k] = ex(-d);
-                        se += v[j][k];
-                        if (j == y)
-                            dy = d;
-                        else
-                            dsum += d;
-                    }
-                cs = cs_plain;
-                cd = (coef.b != A(0) ? coef.b * dsum : A(0)) + (coef.ab != A(0) ? coef.ab * dy : A(0));
-            }
-            if (saved)
-                se = A(1);
-            const A logSE = lg(se);
+            const int64_t s = s0 + k;
+            const A sek = saved ? A(1) : se[k], logSE = lg(sek);
             if (want_loss)
-                finish_valid<A>(p, n, s, y, M + logSE, (cs != A(0) ? cs * logSE : A(0)) + cd, acc_loss, acc_w);
+                finish_valid<A>(p, n, s, yi[k], M[k] + logSE, (cs[k] != A(0) ? cs[k] * logSE : A(0)) + cd[k],
+                                acc_loss, acc_w);
             if (want_grad) {
                 om[k] = omega_each ? omega_of<A>(p, aux, n, s) : omega_all;
-                ga[k] = om[k] * cs / se;
+                ga[k] = om[k] * cs[k] / sek;
             }
         }
         if (!want_grad)
             continue;
+        /* g_j = e^(x_j − M)·ga − ω·c_j; a skipped sample's logits may be NaN: its zero is
+         * not computed */
         T *gr = (T *)p.grad + n * p.g_sn + s0 * p.g_ss;
+        A ob[P];
 #pragma unroll
-        for (int j = 0; j < CMAX; ++j) {
-            if (j >= Ci)
-                break;
-            const A wj = W && coef.w ? coef.w[j] : A(1);
-            A g[P];
+        for (int k = 0; k < P; ++k)
+            ob[k] = om[k] * coef.b;
+        {
+            T *gp = gr;
 #pragma unroll
-            for (int k = 0; k < P; ++k) {
-                const A oc = om[k] * (wj * coef.plain(j, yi[k]));
-                /* a skipped sample's logits may be NaN: its zero is not computed */
-                g[k] = st[k] != kValid ? A(0) : v[j][k] * ga[k] - oc;
+            for (int j = 0; j < CMAX; ++j) {
+                if (j >= Ci)
+                    break;
+                A g[P];
+#pragma unroll
+                for (int k = 0; k < P; ++k) {
+                    const A e = ex(v[j].get(k) - M[k]);
+                    const A oc = W ? om[k] * coef.index(j, yi[k]) : ob[k];
+                    g[k] = ok[k] ? e * ga[k] - oc : A(0);
+                }
+                store_run<T, P>(gp, g);
+                gp += p.g_sc;
             }
-            store_pair(gr + j * p.g_sc, g);
         }
+        if (!W)
+#pragma unroll
+            for (int k = 0; k < P; ++k)
+                if (ok[k])
+                    gr[(int64_t)yi[k] * p.g_sc + k] = convert<T>(ex(xy[k] - M[k]) * ga[k] - om[k] * coef.ab);
     }
 }
 
@@ -661,16 +743,23 @@ __device__ __forceinline__ void samples_online(const ploss_ce_problem &p, const 
     }
 }
 
-/* ce_samples: a thread per sample (P = 1) or per pair of neighbouring samples (P = 2), for
- * a strided class axis or small C; CMAX > 0: sample_pairs_in_registers or
- * samples_in_registers, CMAX = 0: samples_online. */
+/* ce_samples: a thread per sample (P = 1) or per run of P neighbouring samples (P = 2, 4),
+ * for a strided class axis or small C; CMAX > 0: sample_runs_in_registers or
+ * samples_in_registers, CMAX = 0: samples_online.  Blocks per SM from the registers the
+ * logits take (CMAX·P values, held raw for P > 1). */
+template <class T, int CMAX, int P> constexpr int sample_words()
+{
+    return P == 1 ? CMAX * (int)(sizeof(acc_t<T>) / 4) : CMAX * P * (int)sizeof(T) / 4;
+}
 template <class T, int CMAX, bool W, int P>
-__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || CMAX * P > 48 ? 2 : CMAX * P > 8 ? 3 : 4)
+__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || sample_words<T, CMAX, P>() > 32 ? 2
+                                                  : sample_words<T, CMAX, P>() > 8              ? 3
+                                                                                                : 4)
     ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
 {
     double acc_loss = 0.0, acc_w = 0.0;
-    if constexpr (CMAX > 0 && P == 2)
-        sample_pairs_in_registers<T, CMAX, W>(p, aux, count, acc_loss, acc_w);
+    if constexpr (CMAX > 0 && P > 1)
+        sample_runs_in_registers<T, CMAX, W, P>(p, aux, count, acc_loss, acc_w);
     else if constexpr (CMAX > 0)
         samples_in_registers<T, CMAX, W>(p, aux, count, acc_loss, acc_w);
     else
@@ -700,16 +789,31 @@ __global__ void __launch_bounds__(kSampleThreads) ce_convert_weights(const ploss
 
 constexpr int kFinalThreads = 1024;
 
-/* Per-block Σ w_y over valid class-index samples (the 'mean' divisor). */
+/* Per-block Σ w_y over valid class-index samples (the 'mean' divisor): a thread's labels
+ * four at a time, their loads in flight together, the image by a 32-bit division where the
+ * count allows. */
 __global__ void __launch_bounds__(kSampleThreads)
     ce_divisor_partials(const ploss_ce_problem p, double *part, const int64_t count)
 {
+    constexpr int U = 4;
+    const bool narrow = count <= INT32_MAX;
+    const int64_t stride = grid_stride();
     double acc = 0.0;
-    for (int64_t i = thread_index(); i < count; i += grid_stride()) {
-        const int64_t n = p.S == 1 ? i : i / p.S, s = i - n * p.S;
-        const int64_t y = sample_label(p, n, s);
-        if (label_status(p, y) == kValid)
-            acc += p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
+    for (int64_t i0 = thread_index(); i0 < count; i0 += U * stride) {
+        int64_t y[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t i = i0 + u * stride;
+            y[u] = p.ignore_index; /* past the end: adds nothing */
+            if (i < count) {
+                const int64_t n = p.S == 1 ? i : narrow ? (int64_t)((uint32_t)i / (uint32_t)p.S) : i / p.S;
+                y[u] = sample_label(p, n, i - n * p.S);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (label_status(p, y[u]) == kValid)
+                acc += p.w ? load_dyn(p.w, p.w_dtype, y[u] * p.w_s) : 1.0;
     }
     const double r = block_reduce<kSampleThreads>(acc, SumOp{});
     if (threadIdx.x == 0)
@@ -765,17 +869,22 @@ template <class T, int P> bool runs_fit(const ploss_ce_problem &p, bool want_gra
     return p.S % P == 0 && fits(p.x, p.x_sn, p.x_sc, p.x_ss) && (!want_grad || fits(p.grad, p.g_sn, p.g_sc, p.g_ss));
 }
 
-/* Samples per thread of the thread-per-sample kernel: 2 where the register path runs with
- * C ≤ paired_cmax and pairs of samples are single accesses, else 1.  A pair holds 2·CMAX
- * f32 logits: with 24 classes that is 48 registers (some spilled at three blocks per SM,
- * still faster for 16-bit logits than one sample per thread); f32 logits pair only up to 8
- * classes (24 lost more to spills than the wider loads gave, RESULTS.md). */
+/* Samples per thread of the thread-per-sample kernel: where the register path runs with
+ * C ≤ paired_cmax, the longest run (4 or 2 samples; 16-bit logits up to 4, f32 up to 2)
+ * that is one aligned access of x and of the gradient, else 1.  A run's logits are held raw:
+ * four 16-bit samples of 24 classes take 48 registers; f32 logits run only up to 8 classes
+ * (24 lost more to spills than the wider loads gave, RESULTS.md). */
 template <class T> constexpr int paired_cmax() { return sizeof(T) == 2 ? 24 : 8; }
 template <class T> int samples_per_thread(const ploss_ce_problem &p)
 {
     if constexpr (sample_reg_max<T>() > 0)
-        if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= paired_cmax<T>() && runs_fit<T, 2>(p, p.pass != PLOSS_PASS_FORWARD))
-            return 2;
+        if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= paired_cmax<T>()) {
+            const bool g = p.pass != PLOSS_PASS_FORWARD;
+            if (sizeof(T) == 2 && runs_fit<T, 4>(p, g))
+                return 4;
+            if (runs_fit<T, 2>(p, g))
+                return 2;
+        }
     return 1;
 }
 
@@ -783,11 +892,17 @@ template <class T, int CMAX, bool W>
 void launch_samples_p(const ploss_ce_problem &p, const Aux &aux, int64_t count, unsigned blocks, int per_thread,
                       cudaStream_t stream)
 {
-    if constexpr (CMAX <= paired_cmax<T>())
+    if constexpr (CMAX <= paired_cmax<T>()) {
+        if constexpr (sizeof(T) == 2)
+            if (per_thread == 4) {
+                ce_samples<T, CMAX, W, 4><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
+                return;
+            }
         if (per_thread == 2) {
             ce_samples<T, CMAX, W, 2><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
             return;
         }
+    }
     ce_samples<T, CMAX, W, 1><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
 }
 
