@@ -599,16 +599,26 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
 #pragma unroll
             for (int k = 0; k < P; ++k)
                 dsum[k] = A(0);
+            if (smoothing) { /* uniform: two loops, not a select per element */
 #pragma unroll
-            for (int j = 0; j < CMAX; ++j) {
-                if (j >= Ci)
-                    break;
+                for (int j = 0; j < CMAX; ++j) {
+                    if (j >= Ci)
+                        break;
 #pragma unroll
-                for (int k = 0; k < P; ++k) {
-                    const A x = v[j].get(k);
-                    se[k] += ex(x - M[k]);
-                    if (smoothing) /* uniform: one branch per class */
+                    for (int k = 0; k < P; ++k) {
+                        const A x = v[j].get(k);
+                        se[k] += ex(x - M[k]);
                         dsum[k] += j == yi[k] ? A(0) : M[k] - x;
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < CMAX; ++j) {
+                    if (j >= Ci)
+                        break;
+#pragma unroll
+                    for (int k = 0; k < P; ++k)
+                        se[k] += ex(v[j].get(k) - M[k]);
                 }
             }
 #pragma unroll
