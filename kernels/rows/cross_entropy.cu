@@ -334,23 +334,19 @@ __global__ void __launch_bounds__(THREADS, 2048 / THREADS / 2)
 constexpr int kSampleThreads = 256;
 
 /* P neighbouring samples' elements of one class as their raw bits: one access of
- * P·sizeof(T) = 4, 8 or 16 bytes (callers check the alignment).  Held raw, the run costs
- * P·sizeof(T)/4 registers per class instead of P, so that four 16-bit samples per thread
- * fit as many classes as two did unpacked; get(k) unpacks sample k to f32. */
+ * P·sizeof(T) = 4 or 8 bytes (callers check the alignment).  Held raw, a 16-bit pair costs
+ * one register per class instead of two; get(k) unpacks sample k to f32. */
 template <class T, int P> struct Run {
     static constexpr int W = P * (int)sizeof(T) / 4;
-    static_assert(sizeof(T) <= 4 && W >= 1 && W <= 4 && (W & (W - 1)) == 0, "a run is one 4, 8 or 16-byte access");
+    static_assert(sizeof(T) <= 4 && (W == 1 || W == 2), "a run is one 4- or 8-byte access");
     uint32_t w[W];
     __device__ __forceinline__ void load(const T *ptr)
     {
         if constexpr (W == 1) {
             w[0] = *(const uint32_t *)ptr;
-        } else if constexpr (W == 2) {
+        } else {
             const uint2 u = *(const uint2 *)ptr;
             w[0] = u.x, w[1] = u.y;
-        } else {
-            const uint4 u = *(const uint4 *)ptr;
-            w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
         }
     }
     __device__ __forceinline__ void zero()
@@ -398,10 +394,8 @@ template <class T, int P> __device__ __forceinline__ void store_run(T *ptr, cons
     }
     if constexpr (W == 1)
         *(uint32_t *)ptr = w[0];
-    else if constexpr (W == 2)
-        *(uint2 *)ptr = make_uint2(w[0], w[1]);
     else
-        *(uint4 *)ptr = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint2 *)ptr = make_uint2(w[0], w[1]);
 }
 
 /* C ≤ CMAX (class indices only; W: with class weights), a thread per sample: the sample's
@@ -501,9 +495,9 @@ __device__ __forceinline__ void samples_in_registers(const ploss_ce_problem &p, 
  * label's own terms are not selected class by class: d_y comes from the label's logit read
  * once more (in L1 or L2, before any gradient store: the gradient may be the logits' own
  * memory), and the gradient is written e·ga − ω·b for every class, then the label's element
- * again with its −ω·a (the same thread's later store to the same address).  With class weights every element takes its
- * coefficient.  Per-sample factors are formed once (ω hoisted, the image by a 32-bit
- * division). */
+ * again with its −ω·a (the same thread's later store to the same address).  With class
+ * weights every element takes its coefficient.  Per-sample factors are formed once (ω
+ * hoisted, the image by a 32-bit division). */
 template <class T, int CMAX, bool W, int P>
 __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
                                                          double &acc_loss, double &acc_w)
@@ -753,7 +747,7 @@ __device__ __forceinline__ void samples_online(const ploss_ce_problem &p, const 
     }
 }
 
-/* ce_samples: a thread per sample (P = 1) or per run of P neighbouring samples (P = 2, 4),
+/* ce_samples: a thread per sample (P = 1) or per run of P neighbouring samples (P = 2),
  * for a strided class axis or small C; CMAX > 0: sample_runs_in_registers or
  * samples_in_registers, CMAX = 0: samples_online.  Blocks per SM from the registers the
  * logits take (CMAX·P values, held raw for P > 1). */
@@ -762,7 +756,7 @@ template <class T, int CMAX, int P> constexpr int sample_words()
     return P == 1 ? CMAX * (int)(sizeof(acc_t<T>) / 4) : CMAX * P * (int)sizeof(T) / 4;
 }
 template <class T, int CMAX, bool W, int P>
-__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || sample_words<T, CMAX, P>() > 32 ? 2
+__global__ void __launch_bounds__(kSampleThreads, CMAX == 0 || sample_words<T, CMAX, P>() > 48 ? 2
                                                   : sample_words<T, CMAX, P>() > 8              ? 3
                                                                                                 : 4)
     ce_samples(const ploss_ce_problem p, const Aux aux, const int64_t count)
@@ -879,22 +873,17 @@ template <class T, int P> bool runs_fit(const ploss_ce_problem &p, bool want_gra
     return p.S % P == 0 && fits(p.x, p.x_sn, p.x_sc, p.x_ss) && (!want_grad || fits(p.grad, p.g_sn, p.g_sc, p.g_ss));
 }
 
-/* Samples per thread of the thread-per-sample kernel: where the register path runs with
- * C ≤ paired_cmax, the longest run (4 or 2 samples; 16-bit logits up to 4, f32 up to 2)
- * that is one aligned access of x and of the gradient, else 1.  A run's logits are held raw:
- * four 16-bit samples of 24 classes take 48 registers; f32 logits run only up to 8 classes
- * (24 lost more to spills than the wider loads gave, RESULTS.md). */
+/* Samples per thread of the thread-per-sample kernel: 2 where the register path runs with
+ * C ≤ paired_cmax and pairs of samples are single accesses, else 1.  A pair's logits are
+ * held raw: 24 classes of 16-bit pairs take 24 registers (three blocks per SM; four
+ * samples per thread, two blocks per SM, were slower, RESULTS.md); f32 logits pair only up
+ * to 8 classes (the tile kernel of sample_policies.cu is faster for more). */
 template <class T> constexpr int paired_cmax() { return sizeof(T) == 2 ? 24 : 8; }
 template <class T> int samples_per_thread(const ploss_ce_problem &p)
 {
     if constexpr (sample_reg_max<T>() > 0)
-        if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= paired_cmax<T>()) {
-            const bool g = p.pass != PLOSS_PASS_FORWARD;
-            if (sizeof(T) == 2 && runs_fit<T, 4>(p, g))
-                return 4;
-            if (runs_fit<T, 2>(p, g))
-                return 2;
-        }
+        if (p.target_kind == PLOSS_TARGET_INDEX && p.C <= paired_cmax<T>() && runs_fit<T, 2>(p, p.pass != PLOSS_PASS_FORWARD))
+            return 2;
     return 1;
 }
 
@@ -902,17 +891,11 @@ template <class T, int CMAX, bool W>
 void launch_samples_p(const ploss_ce_problem &p, const Aux &aux, int64_t count, unsigned blocks, int per_thread,
                       cudaStream_t stream)
 {
-    if constexpr (CMAX <= paired_cmax<T>()) {
-        if constexpr (sizeof(T) == 2)
-            if (per_thread == 4) {
-                ce_samples<T, CMAX, W, 4><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
-                return;
-            }
+    if constexpr (CMAX <= paired_cmax<T>())
         if (per_thread == 2) {
             ce_samples<T, CMAX, W, 2><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
             return;
         }
-    }
     ce_samples<T, CMAX, W, 1><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
 }
 
