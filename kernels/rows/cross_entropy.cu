@@ -485,6 +485,18 @@ __device__ __forceinline__ void samples_in_registers(const ploss_ce_problem &p, 
     }
 }
 
+/* f(j) for the classes j < Ci of a thread's CMAX registers, unrolled: j is a compile-time
+ * index into the registers, and the bounds check comes once per class. */
+template <int CMAX, class F> __device__ __forceinline__ void each_class(int Ci, F &&f)
+{
+#pragma unroll
+    for (int j = 0; j < CMAX; ++j) {
+        if (j >= Ci)
+            break;
+        f(j);
+    }
+}
+
 /* The same for P neighbouring samples of one image per thread (where the host has checked
  * that the sample axis is contiguous, S a multiple of P and the runs aligned): a class's P
  * logits read and its P gradient values written as one access (Run), P times the bytes in
@@ -556,14 +568,11 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
                     if (ok[k])
                         M[k] = (A)load_state(p.lse, p.lse_dtype, n * p.lse_sn + (s0 + k) * p.lse_ss);
             } else {
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j) {
-                    if (j >= Ci)
-                        break;
+                each_class<CMAX>(Ci, [&](int j) {
 #pragma unroll
                     for (int k = 0; k < P; ++k)
                         M[k] = mx(M[k], v[j].get(k));
-                }
+                });
             }
         }
         /* Σ e, and Σ c·d (d_j = M − x_j) as the coefficients need it */
@@ -572,10 +581,7 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
         for (int k = 0; k < P; ++k)
             se[k] = cs[k] = cd[k] = A(0);
         if (W) {
-#pragma unroll
-            for (int j = 0; j < CMAX; ++j) {
-                if (j >= Ci)
-                    break;
+            each_class<CMAX>(Ci, [&](int j) {
 #pragma unroll
                 for (int k = 0; k < P; ++k) {
                     const A x = v[j].get(k), c = coef.index(j, yi[k]);
@@ -584,7 +590,7 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
                     if (c != A(0))
                         cd[k] += c * (M[k] - x);
                 }
-            }
+            });
         } else {
             /* c_j = b for j ≠ y and a + b for y: Σc = a + b·C and Σ c·d = b·Σ_{j≠y} d_j +
              * (a + b)·d_y, a term of a zero coefficient left out (an infinite d times 0 is
@@ -594,26 +600,20 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
             for (int k = 0; k < P; ++k)
                 dsum[k] = A(0);
             if (smoothing) { /* uniform: two loops, not a select per element */
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j) {
-                    if (j >= Ci)
-                        break;
+                each_class<CMAX>(Ci, [&](int j) {
 #pragma unroll
                     for (int k = 0; k < P; ++k) {
                         const A x = v[j].get(k);
                         se[k] += ex(x - M[k]);
                         dsum[k] += j == yi[k] ? A(0) : M[k] - x;
                     }
-                }
+                });
             } else {
-#pragma unroll
-                for (int j = 0; j < CMAX; ++j) {
-                    if (j >= Ci)
-                        break;
+                each_class<CMAX>(Ci, [&](int j) {
 #pragma unroll
                     for (int k = 0; k < P; ++k)
                         se[k] += ex(v[j].get(k) - M[k]);
-                }
+                });
             }
 #pragma unroll
             for (int k = 0; k < P; ++k) {
@@ -650,10 +650,7 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
             ob[k] = om[k] * coef.b;
         {
             T *gp = gr;
-#pragma unroll
-            for (int j = 0; j < CMAX; ++j) {
-                if (j >= Ci)
-                    break;
+            each_class<CMAX>(Ci, [&](int j) {
                 A g[P];
 #pragma unroll
                 for (int k = 0; k < P; ++k) {
@@ -663,7 +660,7 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
                 }
                 store_run<T, P>(gp, g);
                 gp += p.g_sc;
-            }
+            });
         }
         if (!W)
 #pragma unroll
