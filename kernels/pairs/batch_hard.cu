@@ -11,12 +11,13 @@
  *             anchor takes the best of its tiles' keys (ties, to fp32's rounding of the
  *             distance: the lowest index; a NaN distance wins).  The distances never reach
  *             memory.  A non-finite squared norm or a label beyond ±2^47 (the keys compare
- *             labels as two floats) sends every anchor to the rows instead (below).  Other dtypes and devices: the Gram block
- *             through cuBLAS (kernels/support/gemm.cu, fp32 output, f64 for f64), then one
- *             warp per anchor scans its row of the block for the hardest positive and
- *             negative by a key in double, monotone in the distance (the same ties and NaN;
- *             a non-finite value of the expansion is taken again from the rows).  The block
- *             holds at most GRAM_BYTES: the N×N matrix never exists;
+ *             labels as two floats) sends every anchor to the rows instead (below).  Other
+ *             dtypes and devices: the Gram block through cuBLAS (kernels/support/gemm.cu,
+ *             fp32 output, f64 for f64), then one warp per anchor scans its row of the
+ *             block for the hardest positive and negative by a key in double, monotone in
+ *             the distance (the same ties and NaN; a non-finite value of the expansion is
+ *             taken again from the rows).  The block holds at most GRAM_BYTES: the N×N
+ *             matrix never exists;
  *   anchors   one warp per anchor: the two chosen distances recomputed from the rows, ℓ_i,
  *             ∂ℓ/∂d and the pairs' gradient terms (the maths of the CPU backend);
  *   stats     one block: the active anchors and the reduced loss, in a fixed order; then each
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(THREADS)
             lab[i] = y;
             nrm[i] = ploss_cosine_norm(sqrt((double)s));
             if (f.v) {
-                f.v[i] = p.distance == 2 ? (float)nrm[i] : (float)s;
+                f.v[i] = p.distance == PLOSS_PAIR_DISTANCE_COSINE ? (float)nrm[i] : (float)s;
                 const int64_t hi = y >> 24; /* arithmetic: floor(y / 2^24) */
                 f.lo[i] = (float)(y & 0xffffff);
                 f.hi[i] = (float)hi;
@@ -155,7 +156,7 @@ __device__ __forceinline__ double distance_from_rows(const ploss_batch_hard_prob
         dd += (u - v) * (u - v);
         dot += u * v;
     }
-    return p.distance == 2 ? ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, sqj) : dd;
+    return p.distance == PLOSS_PAIR_DISTANCE_COSINE ? ploss_pair_distance_from_sums(p.distance, dd, dot, sqi, sqj) : dd;
 }
 
 /* One warp per anchor row b0 + r of the Gram block `gram` (rows × N, leading dimension N).
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(THREADS) mine_kernel(const ploss_batch_hard_pr
 {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31;
-    const bool cosine = p.distance == 2;
+    const bool cosine = p.distance == PLOSS_PAIR_DISTANCE_COSINE;
     for (int64_t r = warp_row(); r < rows; r += warp_rows_stride()) {
         const int64_t i = b0 + r, yi = lab[i];
         const A *t = gram + r * p.N;
