@@ -309,6 +309,8 @@ local CASES = {
     sizes = { 2, 19, 8, 8 }, dtype = "f32", opts = { reduction = "mean", label_smoothing = 0.1 }, ignore = 0.1 },
   { criterion = "MultiMarginLoss", what = "p 2, margin 0.5, mean (the direct rows: no softmax)", sizes = { 64, 1000 },
     dtype = "f32", opts = { reduction = "mean", p = 2, margin = 0.5 } },
+  { criterion = "GeneralizedSoftDiceLoss", what = "N×C×H×W, 10% ignored (one cooperative launch, grid barriers)",
+    sizes = { 3, 5, 40, 70 }, dtype = "f32", opts = { reduction = "mean", ignore_index = -100 }, ignore = 0.1 },
 }
 
 describe("CUDA graphs of the fused losses (" .. DEV .. ")", function()

@@ -455,6 +455,43 @@ describe("CUDA binary soft Dice against the CPU", function()
     end
   end)
 
+  it("more tiles than resident blocks, and the two-kernel path: the CPU's values, bitwise repeatable; the context's ticket back to 0", function()
+    -- 4×600×600 binary (704 tiles of 2048 pixels) and 4×3×512×600 per class (600 tiles):
+    -- more than the blocks an H200 holds at once (4 per SM), so blocks walk several tiles in
+    -- both phases; a forward (two grid barriers) and a fused pass (three) are followed by a
+    -- one-launch reduction of the cross-entropy, which counts its blocks on the same ticket;
+    -- 2×5×1000×900 (9 M values) takes the two kernels instead of the one launch
+    local xb = ploss.randn({ 4, 600, 600 }, { dtype = "f32", seed = 97, std = 2 })
+    local yb = ploss.rand({ 4, 600, 600 }, { dtype = "f32", seed = 98 })
+    local xm = ploss.randn({ 4, 3, 512, 600 }, { dtype = "f32", seed = 99, std = 2 })
+    H.seed(100)
+    local ym = H.random_labels({ 4, 512, 600 }, 3, { ignore = 0.1, ignore_index = 255 })
+    local xl = ploss.randn({ 2, 5, 1000, 900 }, { dtype = "f32", seed = 103, std = 2 })
+    H.seed(104)
+    local yl = H.random_labels({ 2, 1000, 900 }, 5, { ignore = 0.1, ignore_index = 255 })
+    local xe = ploss.randn({ 64, 1000 }, { dtype = "f32", seed = 101 })
+    H.seed(102)
+    local ye = H.random_labels({ 64 }, 1000, {})
+    local le = F.cross_entropy(xe, ye)
+    for _, case in ipairs { { "soft_dice", xb, yb, {} }, { "generalized_soft_dice", xm, ym, {} },
+                            { "soft_dice", xb, yb, { per_sample = true, reduction = "none" } },
+                            { "generalized_soft_dice", xl, yl, {} } } do
+      local name, x, y, o = case[1], case[2], case[3], case[4]
+      local what = name .. (o.per_sample and " per_sample" or "")
+      local lc, gc = F[name .. "_fused"](x, y, o)
+      local xg, yg = x:to(DEV), y:to(DEV)
+      close(F[name](xg, yg, o), lc, TOL.f32.loss, 0, what .. " forward")
+      close(F.cross_entropy(xe:to(DEV), ye:to(DEV)), le, TOL.f32.loss, 0, what .. ": the cross-entropy after a forward")
+      local lg, gg = F[name .. "_fused"](xg, yg, o)
+      close(lg, lc, TOL.f32.loss, 0, what .. " fused loss")
+      close(gg, gc, TOL.f32.grad, TOL.f32.floor, what .. " fused grad")
+      close(F.cross_entropy(xe:to(DEV), ye:to(DEV)), le, TOL.f32.loss, 0, what .. ": the cross-entropy after a fused pass")
+      local lg2, gg2 = F[name .. "_fused"](xg, yg, o)
+      H.assert_equal(lg2, lg, { what = what .. " repeat loss" })
+      H.assert_equal(gg2, gg, { what = what .. " repeat grad" })
+    end
+  end)
+
   it("a target of another dtype and strided views give the CPU's values", function()
     local x = ploss.randn({ 3, 6, 7 }, { dtype = "f32", seed = 95 })
     local y = ploss.rand({ 3, 6, 7 }, { dtype = "f64", seed = 96 })

@@ -162,13 +162,19 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 /* CUB's scratch for the draw's sort and scans of C entries (sizes only: nothing runs). */
-inline size_t draw_scratch_bytes(int64_t C)
+ploss_status draw_scratch_bytes(int64_t C, size_t *bytes)
 {
     size_t sort = 0, scan = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, sort, (const uint64_t *)nullptr, (uint64_t *)nullptr,
-                                    (const int *)nullptr, (int *)nullptr, (int)C);
-    cub::DeviceScan::ExclusiveSum(nullptr, scan, (const int *)nullptr, (int *)nullptr, (int)C);
-    return std::max(sort, scan);
+    ploss_status st;
+    if ((st = cub_status(cub::DeviceRadixSort::SortPairs(nullptr, sort, (const uint64_t *)nullptr,
+                                                         (uint64_t *)nullptr, (const int *)nullptr, (int *)nullptr,
+                                                         (int)C),
+                         "Partial FC: sizing the sort of the draw keys")) ||
+        (st = cub_status(cub::DeviceScan::ExclusiveSum(nullptr, scan, (const int *)nullptr, (int *)nullptr, (int)C),
+                         "Partial FC: sizing the scan of the kept classes")))
+        return st;
+    *bytes = std::max(sort, scan);
+    return PLOSS_OK;
 }
 
 /* Partial FC's kept classes into b.kept / b.class_pos and their count into d.count. */
@@ -1051,8 +1057,8 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_margin_problem
     const bool x_alias = D > 0 && p->x.sn == D && xvec;
     const bool w_alias = D > 0 && !draw && K == ldb && p->w.sn == D && wvec;
     draw_buffers d = {};
-    if (draw)
-        d.scratch_bytes = draw_scratch_bytes(p->C);
+    if (draw && (st = draw_scratch_bytes(p->C, &d.scratch_bytes)))
+        return st;
     void *gemm_ws = nullptr;
     auto layout = [&](char *base, buffers<T> &b) {
         carve c{base, 0};

@@ -46,6 +46,7 @@ namespace {
 using row_engine::kIgnored;
 using row_engine::kInvalid;
 using row_engine::kValid;
+using row_engine::divisor_share;
 using row_engine::label_status;
 
 struct Aux {
@@ -790,32 +791,13 @@ __global__ void __launch_bounds__(kSampleThreads) ce_convert_weights(const ploss
 
 constexpr int kFinalThreads = 1024;
 
-/* Per-block Σ w_y over valid class-index samples (the 'mean' divisor): a thread's labels
- * four at a time, their loads in flight together, the image by a 32-bit division where the
- * count allows. */
+/* Per-block Σ w_y over valid class-index samples (the 'mean' divisor). */
 __global__ void __launch_bounds__(kSampleThreads)
     ce_divisor_partials(const ploss_ce_problem p, double *part, const int64_t count)
 {
-    constexpr int U = 4;
-    const bool narrow = count <= INT32_MAX;
-    const int64_t stride = grid_stride();
-    double acc = 0.0;
-    for (int64_t i0 = thread_index(); i0 < count; i0 += U * stride) {
-        int64_t y[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int64_t i = i0 + u * stride;
-            y[u] = p.ignore_index; /* past the end: adds nothing */
-            if (i < count) {
-                const int64_t n = p.S == 1 ? i : narrow ? (int64_t)((uint32_t)i / (uint32_t)p.S) : i / p.S;
-                y[u] = sample_label(p, n, i - n * p.S);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (label_status(p, y[u]) == kValid)
-                acc += p.w ? load_dyn(p.w, p.w_dtype, y[u] * p.w_s) : 1.0;
-    }
+    const double acc = divisor_share(
+        p, [&](int64_t y) { return p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0; }, thread_index(), grid_stride(),
+        count);
     const double r = block_reduce<kSampleThreads>(acc, SumOp{});
     if (threadIdx.x == 0)
         part[blockIdx.x] = r;

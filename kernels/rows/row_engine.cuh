@@ -139,20 +139,39 @@ __device__ __forceinline__ float common_omega(const RowArgs &a)
     return common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? *a.divisor : 1.0);
 }
 
-/* One thread's share of the 'mean' divisor: Σ Policy::divisor over the valid labels of the
- * samples r0, r0 + step, … below rows. */
+/* One thread's share of the 'mean' divisor: Σ weight(y) over the valid labels y of the
+ * samples r0, r0 + step, … below rows, of RowArgs or a backend problem (sample_label,
+ * label_status); four labels' loads in flight, a sample's image by a 32-bit division where
+ * the count allows.  The terms are added in sample order. */
+template <class P, class Weight>
+__device__ __forceinline__ double divisor_share(const P &a, Weight &&weight, int64_t r0, int64_t step, int64_t rows)
+{
+    constexpr int U = 4;
+    const bool narrow = rows <= INT32_MAX;
+    double acc = 0.0;
+    for (int64_t i0 = r0; i0 < rows; i0 += U * step) {
+        int64_t y[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t i = i0 + u * step;
+            y[u] = a.ignore_index; /* past the end: adds nothing */
+            if (i < rows) {
+                const int64_t n = a.S == 1 ? i : narrow ? (int64_t)((uint32_t)i / (uint32_t)a.S) : i / a.S;
+                y[u] = sample_label(a, n, i - n * a.S);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (label_status(a, y[u]) == kValid)
+                acc += weight(y[u]);
+    }
+    return acc;
+}
 template <class Policy>
 __device__ __forceinline__ double divisor_share(const RowArgs &a, const Policy &pol, int64_t r0, int64_t step,
                                                 int64_t rows)
 {
-    double acc = 0.0;
-    for (int64_t r = r0; r < rows; r += step) {
-        const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
-        const int64_t y = sample_label(a, n, s);
-        if (label_status(a, y) == kValid)
-            acc += pol.divisor((int)y);
-    }
-    return acc;
+    return divisor_share(a, [&](int64_t y) { return pol.divisor((int)y); }, r0, step, rows);
 }
 
 /* The 'mean' divisor summed by one block over every sample's label, in a fixed order (the
