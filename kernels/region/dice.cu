@@ -27,8 +27,8 @@
  * written as 16-byte vectors, others element by element; all map pixels to threads and
  * reduce in the same way, so a strided view gives the bits of its contiguous copy.
  * No float atomics (the partials are per tile, whatever the grid): the results are bitwise
- * the same on every run and every card.  Invalid labels are reported through the context's error slot and their
- * pixels treated as ignored.
+ * the same on every run and every card.  Invalid labels are reported through the context's
+ * error slot and their pixels treated as ignored.
  */
 #include <type_traits>
 
