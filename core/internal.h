@@ -100,7 +100,8 @@ struct ploss_ctx {
     int64_t *error_slot; /* CUDA: device memory, 3 × int64: {flag, offending label or box,
                           * arrival ticket}; the ticket is 0 between kernels: a kernel whose
                           * last block finishes its reduction counts its blocks there and
-                          * that block sets it back to 0 */
+                          * that block sets it back to 0; a cooperative kernel's grid
+                          * barriers count on it the same way */
     void *cublas;        /* cublasHandle_t, created by the first GEMM (kernels/support/gemm.cu) */
 };
 

@@ -540,32 +540,6 @@ template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, i
     }
 }
 
-/* Barrier k (1, 2, …) of the whole grid of a cooperative launch on the context's arrival
- * ticket, 0 when the kernel starts: every block adds 1 (an acquire-release add at device
- * scope after the block's barrier publishes the block's writes, as in last_block_arrives)
- * and waits until the ticket reaches k·gridDim.x.  grid_done(ticket, k) after the kernel's
- * k barriers: the last block to arrive sets the ticket back to 0. */
-__device__ __forceinline__ void grid_barrier(unsigned long long *ticket, unsigned k)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
-        t.fetch_add(1ull, cuda::memory_order_acq_rel);
-        const unsigned long long target = (unsigned long long)k * gridDim.x;
-        while (t.load(cuda::memory_order_acquire) < target)
-            __nanosleep(32);
-    }
-    __syncthreads();
-}
-__device__ __forceinline__ void grid_done(unsigned long long *ticket, unsigned k)
-{
-    if (threadIdx.x == 0) {
-        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
-        if (t.fetch_add(1ull, cuda::memory_order_relaxed) == (unsigned long long)(k + 1) * gridDim.x - 1)
-            t.store(0ull, cuda::memory_order_relaxed);
-    }
-}
-
 /* The gradient of tile `tile` of sample n, class c + 1's values loaded while class c's
  * gradient is formed.  SAME_LAUNCH: the coefficients were written in this launch (by block
  * 0), so they are read past the L1; otherwise through it, as a kernel's input. */
@@ -708,9 +682,10 @@ template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, co
                  b_g = align_up((size_t)G * sizeof(A));
     /* Small inputs in one cooperative launch (every block resident: the driver refuses a
      * grid that could not all be, rather than let the barriers wait forever), with as many
-     * blocks as are resident at once; larger ones in the sums and gradient kernels, whose
-     * blocks are not held at barriers (on the H200 the one launch was 8 % faster at 4 M
-     * values and 2–8 % slower at 40 M). */
+     * blocks as are resident at once: there the launches and the last-block chains of two
+     * kernels are most of the time.  Larger ones in the sums and gradient kernels, whose
+     * blocks are not held at barriers (bench/RESULTS.md has the measurements behind the
+     * bound). */
     const bool one_launch = N * p->S * C <= kOneLaunchValues;
     const size_t b_cnt = one_launch ? 0 : align_up((size_t)(N + 1) * sizeof(unsigned));
     char *ws = nullptr;
