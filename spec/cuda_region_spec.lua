@@ -455,12 +455,14 @@ describe("CUDA binary soft Dice against the CPU", function()
     end
   end)
 
-  it("more tiles than resident blocks, and the two-kernel path: the CPU's values, bitwise repeatable; the context's ticket back to 0", function()
+  it("more tiles than resident blocks, more groups than threads, and the two-kernel path: the CPU's values, bitwise repeatable; the context's ticket back to 0", function()
     -- 4×600×600 binary (704 tiles of 2048 pixels) and 4×3×512×600 per class (600 tiles):
     -- more than the blocks an H200 holds at once (4 per SM), so blocks walk several tiles in
-    -- both phases; a forward (two grid barriers) and a fused pass (three) are followed by a
-    -- one-launch reduction of the cross-entropy, which counts its blocks on the same ticket;
-    -- 2×5×1000×900 (9 M values) takes the two kernels instead of the one launch
+    -- both phases; 2×150×100×100 per class (300 sample-class sums) and 300×64×64 binary per
+    -- sample (300 groups, more than a block's threads); a forward (two grid barriers) and a
+    -- fused pass (three) are followed by a one-launch reduction of the cross-entropy, which
+    -- counts its blocks on the same ticket; 2×5×1000×900 (9 M values) takes the two kernels
+    -- instead of the one launch
     local xb = ploss.randn({ 4, 600, 600 }, { dtype = "f32", seed = 97, std = 2 })
     local yb = ploss.rand({ 4, 600, 600 }, { dtype = "f32", seed = 98 })
     local xm = ploss.randn({ 4, 3, 512, 600 }, { dtype = "f32", seed = 99, std = 2 })
@@ -469,6 +471,11 @@ describe("CUDA binary soft Dice against the CPU", function()
     local xl = ploss.randn({ 2, 5, 1000, 900 }, { dtype = "f32", seed = 103, std = 2 })
     H.seed(104)
     local yl = H.random_labels({ 2, 1000, 900 }, 5, { ignore = 0.1, ignore_index = 255 })
+    local xw = ploss.randn({ 2, 150, 100, 100 }, { dtype = "f32", seed = 105, std = 2 })
+    H.seed(106)
+    local yw = H.random_labels({ 2, 100, 100 }, 150, { ignore = 0.1, ignore_index = 255 })
+    local xs = ploss.randn({ 300, 64, 64 }, { dtype = "f32", seed = 107, std = 2 })
+    local ys = ploss.rand({ 300, 64, 64 }, { dtype = "f32", seed = 108 })
     local xe = ploss.randn({ 64, 1000 }, { dtype = "f32", seed = 101 })
     H.seed(102)
     local ye = H.random_labels({ 64 }, 1000, {})
@@ -476,9 +483,11 @@ describe("CUDA binary soft Dice against the CPU", function()
     local xeg, yeg = xe:to(DEV), ye:to(DEV)
     for _, case in ipairs { { "soft_dice", xb, yb, {} }, { "generalized_soft_dice", xm, ym, {} },
                             { "soft_dice", xb, yb, { per_sample = true, reduction = "none" } },
+                            { "generalized_soft_dice", xw, yw, {} },
+                            { "soft_dice", xs, ys, { per_sample = true, reduction = "none" } },
                             { "generalized_soft_dice", xl, yl, {} } } do
       local name, x, y, o = case[1], case[2], case[3], case[4]
-      local what = name .. (o.per_sample and " per_sample" or "")
+      local what = name .. " " .. table.concat(x:size(), "x") .. (o.per_sample and " per_sample" or "")
       local lc, gc = F[name .. "_fused"](x, y, o)
       local xg, yg = x:to(DEV), y:to(DEV)
       close(F[name](xg, yg, o), lc, TOL.f32.loss, 0, what .. " forward")
