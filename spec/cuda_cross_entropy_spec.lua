@@ -46,7 +46,8 @@ end
 
 -- Sizes that reach every kernel path: small C (thread per sample), few rows (a streamed
 -- block per row, all in one launch), 1030 rows of 40 (streamed blocks after a label pass),
--- C = 32000 (f32: a register cluster), C = 131072 and 300000 (streamed clusters; weighted:
+-- C = 32000 (f32: a register cluster), C = 131072 and 300000 (streamed clusters of 4 blocks
+-- up to 384 KiB — 131072 in 16 bits — and of 8 beyond; weighted:
 -- one streamed block per row), N×C×H×W (thread per pixel), odd sizes, one class.
 local SIZES = {
   { 64, 10 }, { 33, 17 }, { 8, 1000 }, { 3, 4097 }, { 1030, 40 }, { 4, 32000 }, { 2, 131072 }, { 2, 300000 },
