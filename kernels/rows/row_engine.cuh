@@ -45,9 +45,9 @@
  * first read gathers the max and the policy's sums together (online softmax: the sums are
  * kept relative to a running max and rescaled when it grows), the second writes the
  * gradient (policies without kOnline take a third read: the max, then the sums).  One block
- * of 256 threads for rows up to 112 KiB (and
- * for any row where clusters are unavailable), a cluster of kMidCluster or kMaxCluster blocks
- * above 192 KiB.
+ * of 256 threads for rows up to 112 KiB (and for any row where clusters are unavailable),
+ * beyond that a cluster of kMidCluster blocks up to kStreamMid bytes and of kMaxCluster above
+ * (f32 rows from 192 KiB: below they are held in registers).
  * Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
  * hides the per-row barriers that a row in registers exposes.  Per row: the
  * max M and the policy's sums relative to M, then the gradient; the reductions are
@@ -259,9 +259,10 @@ template <class P> struct online_policy<P, std::void_t<decltype(P::kOnline)>> : 
  * and streamed rows), in two instructions instead of four: of(M, k) once per row gives
  * shift = M·log2 e − log2|k| (+∞ for k = 0) and sign = ±1, then
  *     k·e^(v − M) = sign · 2^(v·log2 e − shift)   (one FFMA and one ex2; the sign goes into
- * the caller's FFMA).  Relative error about 2^-22 + (|M·log2 e| + |log2 k|)·2^-24: 1e-6 for
- * logits of 30 and k of 1e-6, far below a 16-bit gradient's precision; terms below 2^-126
- * flush to 0, as with exp_ftz. */
+ * the caller's FFMA).  Relative error about 2^-22 + (|M·log2 e| + |log2 k|)·2^-24: 4e-6 for
+ * logits near 30 and k near 1e-6 (against about 2^-22 + |v − M|·log2 e·2^-24 before the
+ * shift was folded in), far below a 16-bit gradient's precision; terms below 2^-126 flush to
+ * 0, as with exp_ftz. */
 struct ScaledExp {
     float shift, sign;
     __device__ __forceinline__ static ScaledExp of(float M, float k)
