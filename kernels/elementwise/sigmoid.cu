@@ -590,46 +590,26 @@ static int64_t vector_width(ploss_dtype d)
 
 extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {
-    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
-    const bool reduced = p->reduction != PLOSS_REDUCTION_NONE;
-    const bool need_partials = want_loss && reduced;
-    if (p->numel == 0 && !need_partials)
-        return PLOSS_OK;
-
     /* the grid depends on the element count, dtype and the path only (deterministic sums) */
     const bool fast = fast_path_applies(p);
     const int64_t items = fast ? (p->numel / vector_width(p->x_dtype) + VPT - 1) / VPT : (p->numel + ILP - 1) / ILP;
     const unsigned blocks = grid_blocks(items, THREADS, MAX_BLOCKS);
-    double *partials = NULL;
-    if (need_partials) {
-        void *ws = NULL;
-        ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double), &ws);
-        if (st)
-            return st;
-        partials = (double *)ws;
-    }
-    double omega = 0.0;
-    if (p->pass == PLOSS_PASS_FUSED)
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->mean_divisor ? p->scale / (double)p->mean_divisor : 0.0)
-                                                     : p->scale;
     const bool dense = p->ndim == 1;
     cudaStream_t stream = stream_of(ctx);
-
-    ploss_status st = dispatch_float(p->x_dtype, "input", [&](auto xtag) {
-        using T = typename decltype(xtag)::type;
-        if (fast)
-            return launch_fast<T>(p, blocks, stream, omega, partials);
-        /* the target's dtype checked here, read by the kernel at run time */
-        return dispatch_float(p->t_dtype, "target", [&](auto) {
-            if (dense)
-                sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
-            else
-                sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
-            return check_launch("sigmoid_kernel");
+    return with_block_partials(ctx, p->pass, p->reduction, p->scale, p->numel, p->mean_divisor, blocks, p->loss,
+                               p->loss_dtype, [&](double omega, double *partials) {
+        return dispatch_float(p->x_dtype, "input", [&](auto xtag) {
+            using T = typename decltype(xtag)::type;
+            if (fast)
+                return launch_fast<T>(p, blocks, stream, omega, partials);
+            /* the target's dtype checked here, read by the kernel at run time */
+            return dispatch_float(p->t_dtype, "target", [&](auto) {
+                if (dense)
+                    sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+                else
+                    sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+                return check_launch("sigmoid_kernel");
+            });
         });
     });
-    if (st || !need_partials)
-        return st;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->mean_divisor : 1.0;
-    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }

@@ -103,30 +103,13 @@ using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
 {
-    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
-    const bool need_partials = want_loss && p->reduction != PLOSS_REDUCTION_NONE;
-    if (p->N == 0 && !need_partials)
-        return PLOSS_OK;
     const unsigned blocks = row_blocks(p->N);
-    double *partials = NULL;
-    if (need_partials) {
-        void *ws = NULL;
-        ploss_status st = ploss_workspace(ctx, (size_t)blocks * sizeof(double), &ws);
-        if (st)
-            return st;
-        partials = (double *)ws;
-    }
-    double omega = 0.0;
-    if (p->pass == PLOSS_PASS_FUSED)
-        omega = p->reduction == PLOSS_REDUCTION_MEAN ? (p->N ? p->scale / (double)p->N : 0.0) : p->scale;
-    cudaStream_t stream = stream_of(ctx);
-    ploss_status st = dispatch_float(p->dtype, "anchor", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        triplet_kernel<T><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
-        return check_launch("triplet_kernel");
+    return with_block_partials(ctx, p->pass, p->reduction, p->scale, p->N, p->N, blocks, p->loss, p->loss_dtype,
+                               [&](double omega, double *partials) {
+        return dispatch_float(p->dtype, "anchor", [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            triplet_kernel<T><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, omega, partials);
+            return check_launch("triplet_kernel");
+        });
     });
-    if (st || !need_partials)
-        return st;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->N : 1.0;
-    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, p->loss, p->loss_dtype, stream);
 }
