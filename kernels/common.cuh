@@ -7,7 +7,7 @@
  *    even.  Narrowing from double to f16/bf16 goes through float first, exactly as the CPU
  *    backend (core/cpu/scalar.h) does, so both backends round identically.
  *  - vec16<T>::get/set: elements of a 16-byte vector held as uint4; launder(u).
- *  - exp_ftz(v): e^v through ex2.approx.ftz (f32 fast paths); ex2_ftz(v): 2^v, kLog2e.
+ *  - exp_ftz(v): e^v through ex2.approx.ftz (f32 fast paths).
  *  - cp_async16 / cp_async4(dst, src, bytes), cp_async_commit(), cp_async_wait<N>():
  *    asynchronous copies from global to shared memory (zero-filled where bytes = 0).
  *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
@@ -287,14 +287,12 @@ __device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v));
  * harmless wherever such a term is added to values near 1 or multiplies a factor of
  * a gradient (a probability below 1.2e-38 becomes 0).  Not for values ranked or compared
  * with a threshold near 0 (the OHEM keys of sample_policies.cu use expf). */
-__device__ __forceinline__ float ex2_ftz(float v)
+__device__ __forceinline__ float exp_ftz(float v)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
     return r;
 }
-constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp_ftz(float v) { return ex2_ftz(v * kLog2e); }
 
 /* 16 bytes from global src to shared dst, asynchronously (cp.async, L1 bypassed): the
  * first `bytes` read, the rest zero-filled (bytes = 0: nothing read). */

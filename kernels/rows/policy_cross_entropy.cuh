@@ -7,9 +7,8 @@
  * a sum of terms ≥ 0 (logits of ±1e4 do not cancel); terms whose coefficient is 0 are
  * skipped, as on the CPU.  The label's gradient uses p_y − 1 = −Σ_{j≠y} e_j / Σe, so a
  * confident sample's gradient keeps its relative precision.  Where the gradient recomputes
- * e^(x − M) (rows that do not keep term()'s value: 16-bit and streamed rows) it forms
- * k1·e^(x − M) as one exponential (ScaledExp; a term below 2^-126 is 0), and a streamed
- * row's sums take exp_ftz (OnlineLse).
+ * e^(x − M) (rows that do not keep term()'s value: 16-bit and streamed rows) it is
+ * exp_ftz's (a probability below 2^-126 is 0), as are a streamed row's sums (OnlineLse).
  */
 #ifndef PLOSS_KERNELS_POLICY_CROSS_ENTROPY_CUH
 #define PLOSS_KERNELS_POLICY_CROSS_ENTROPY_CUH
@@ -43,7 +42,6 @@ template <bool W> struct CrossEntropyPolicy {
     struct Row {
         float loss, state[1];
         float k1, k0, gy; /* g_j = k1·e_j − k0·w_j for j ≠ y, g_y = gy (ω included) */
-        ScaledExp k1e;    /* k1·e_j where e_j is recomputed */
     };
 
     __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f, 0.0f}; }
@@ -89,18 +87,14 @@ template <bool W> struct CrossEntropyPolicy {
         r.k0 = om * b;
         /* csum·p_y − w_y·(a + b) = w_y·a·(p_y − 1) + b·(W·p_y − w_y), W = C without weights */
         r.gy = om * (-wy * a * (s.se * inv) + (b != 0.0f ? b * (Wsum * ey * inv - wy) : 0.0f));
-        r.k1e = ScaledExp::of(M, r.k1);
         return r;
     }
     template <bool KEPT, class IsY>
     __device__ __forceinline__ float grad(float v, int j, IsY is_y, float M, const Row &r) const
     {
-        (void)M;
         if (is_y)
             return r.gy;
-        if constexpr (!KEPT) /* k1·e_j − k0·w_j in one FFMA after the exponential */
-            return fmaf(r.k1e.sign, r.k1e.magnitude(v), -(W ? r.k0 * wt(j) : r.k0));
-        const float g = r.k1 * v;
+        const float g = r.k1 * (KEPT ? v : exp_ftz(v - M));
         return r.k0 != 0.0f ? g - r.k0 * wt(j) : g;
     }
     __device__ __forceinline__ double divisor(int y) const

@@ -49,7 +49,6 @@ struct SoftmaxFocalPolicy {
     struct Row {
         float loss, state[1];
         float k1, gy; /* g_j = k1·e_j for j ≠ y, g_y = gy (ω included) */
-        ScaledExp k1e; /* k1·e_j where e_j is recomputed */
     };
 
     __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f}; }
@@ -74,15 +73,12 @@ struct SoftmaxFocalPolicy {
         r.state[0] = M + f.logSE;
         r.k1 = om * (ay * f.F / f.SE);
         r.gy = -om * (ay * f.F * f.u);
-        r.k1e = ScaledExp::of(M, r.k1);
         return r;
     }
     template <bool KEPT, class IsY>
-    __device__ __forceinline__ float grad(float v, int, IsY is_y, float, const Row &r) const
+    __device__ __forceinline__ float grad(float v, int, IsY is_y, float M, const Row &r) const
     {
-        if (is_y)
-            return r.gy;
-        return KEPT ? r.k1 * v : r.k1e.sign * r.k1e.magnitude(v);
+        return is_y ? r.gy : r.k1 * (KEPT ? v : exp_ftz(v - M));
     }
     __device__ __forceinline__ double divisor(int) const { return 1.0; }
 

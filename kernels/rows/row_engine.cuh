@@ -255,24 +255,6 @@ template <class Policy> struct MergeOp {
 template <class P, class = void> struct online_policy : std::false_type {};
 template <class P> struct online_policy<P, std::void_t<decltype(P::kOnline)>> : std::bool_constant<P::kOnline> {};
 
-/* k·e^(v − M) for the elements of a row whose gradient recomputes its exponentials (16-bit
- * and streamed rows), in two instructions instead of four: of(M, k) once per row gives
- * shift = M·log2 e − log2|k| (+∞ for k = 0) and sign = ±1, then
- *     k·e^(v − M) = sign · 2^(v·log2 e − shift)   (one FFMA and one ex2; the sign goes into
- * the caller's FFMA).  Relative error about 2^-22 + (|M·log2 e| + |log2 k|)·2^-24: 4e-6 for
- * logits near 30 and k near 1e-6 (against about 2^-22 + |v − M|·log2 e·2^-24 before the
- * shift was folded in), far below a 16-bit gradient's precision; terms below 2^-126 flush to
- * 0, as with exp_ftz. */
-struct ScaledExp {
-    float shift, sign;
-    __device__ __forceinline__ static ScaledExp of(float M, float k)
-    {
-        return ScaledExp{M * kLog2e - log2f(fabsf(k)), k < 0.0f ? -1.0f : 1.0f};
-    }
-    /* |k|·e^(v − M) */
-    __device__ __forceinline__ float magnitude(float v) const { return ex2_ftz(fmaf(v, kLog2e, -shift)); }
-};
-
 /* The running statistics of the softmax policies whose sums are Σ_{j≠y} e_j, optionally
  * Σ_{j≠y} w_j·d_j (SD), and d_y (e_j = e^(−d_j), d_j = M − x_j): kept relative to the max
  * m of the elements seen so far and moved to a larger max M by shift() (Σe scaled by
