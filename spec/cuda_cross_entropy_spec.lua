@@ -126,6 +126,34 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  -- Large logits: the loss and gradient depend on the logits' differences only.  Rows of
+  -- multiples of 1/64, moved by 1000 (still exact in f32), give the unmoved rows' values on
+  -- the f32 streamed rows (65536 classes: clusters of 4 blocks; 131072: of 8), whose
+  -- gradient recomputes its exponentials; a form of them whose rounding grows with the
+  -- logits' size (7.6e-5 relative at 1000) fails here.
+  it("large logits: rows moved by 1000 keep their loss and gradient (f32 streamed rows)", function()
+    for _, sizes in ipairs { { 2, 65536 }, { 2, 131072 } } do
+      local n = sizes[1] * sizes[2]
+      local base = ploss.randn({ n }, { dtype = "f64", seed = 71, std = 3 }):flat()
+      local a, b = {}, {}
+      for i = 1, n do
+        a[i] = math.floor(base[i] * 64 + 0.5) / 64
+        b[i] = a[i] + 1000
+      end
+      local x = ploss.tensor(a, { dtype = "f32", device = DEV }):view(sizes[1], sizes[2])
+      local xs = ploss.tensor(b, { dtype = "f32", device = DEV }):view(sizes[1], sizes[2])
+      local y = ploss.tensor({ 7, sizes[2] - 3 }, { dtype = "i64", device = DEV })
+      for _, o in ipairs { { reduction = "mean" }, { reduction = "sum", label_smoothing = 0.1 } } do
+        local label = string.format("%dx%d %s%s", sizes[1], sizes[2], o.reduction,
+          o.label_smoothing and " smoothing" or "")
+        local l, g = F.cross_entropy_fused(x, y, o)
+        local ls, gs = F.cross_entropy_fused(xs, y, o)
+        close(ls, l, TOL.f32.loss, 0, label .. " loss")
+        close(gs, g, TOL.f32.grad, 0, label .. " grad")
+      end
+    end
+  end)
+
   -- A masked vocabulary: -inf logits, first in every row (before any finite logit of the
   -- row or of a thread's share of it) and further on.  Every row shape: streamed blocks
   -- (4097 classes; 32000 in 16 bits), an f32 register cluster (32000), streamed clusters
