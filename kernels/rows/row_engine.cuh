@@ -876,9 +876,8 @@ constexpr int kBlockThreads = 512;
 constexpr int kStreamThreads = 256;
 constexpr int64_t kStreamOneBlock = 112 * 1024; /* bytes: longer rows take a cluster */
 /* Streamed rows over kStreamOneBlock take a cluster of kMidCluster blocks up to kStreamMid
- * bytes, of kMaxCluster beyond: a block's share of the row, all of which stays in L2 between
- * the row's two reads, near 64 KiB (on the H200 a cluster of 4 was 7–12 % faster than one
- * of 8 at 256–297 KiB, one of 8 13 % faster than one of 4 at 512 KiB) */
+ * bytes, of kMaxCluster beyond: a block's share of the row, which stays in L2 between the
+ * row's two reads, is best near 64 KiB (bench/RESULTS.md has the measurements) */
 constexpr int kMidCluster = 4;
 constexpr int64_t kStreamMid = 384 * 1024;
 constexpr int64_t kRegisterRowMax = 192 * 1024; /* bytes: longer rows are streamed */
