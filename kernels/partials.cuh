@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "internal.h"
 
 namespace ploss_cuda {
@@ -46,7 +47,7 @@ ploss_status with_block_partials(ploss_ctx_t *ctx, ploss_pass pass, ploss_reduct
     if (st || !need_partials)
         return st;
     const double divisor = reduction == PLOSS_REDUCTION_MEAN ? (double)mean_divisor : 1.0;
-    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, loss, loss_dtype, (cudaStream_t)ctx->stream);
+    return launch_loss_from_partials(partials, (int64_t)blocks, divisor, loss, loss_dtype, stream_of(ctx));
 }
 
 } // namespace ploss_cuda
