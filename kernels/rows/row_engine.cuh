@@ -37,18 +37,18 @@
  * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
  * length and alignment are served: a warp per row (8 rows per block) up to 1024 f32 / 2048
  * f16-bf16 classes when there are at least kWarpRowsMin rows (streamed by the warp instead
- * for a policy without kRegisterRows), and f32 rows of 112–192 KiB in a cluster of 2 or 4
- * blocks of 512 threads (sm_90) that exchange their partial sums through distributed shared
- * memory.  Or streamed (StreamRow): the row stays in memory and is read
+ * for a policy without kRegisterRows); the margin and linear cross-entropy tiles also hold
+ * longer rows in the registers of a block of 512 threads or a cluster of them (sm_90) that
+ * exchange their partial sums through distributed shared memory.  Or streamed (StreamRow):
+ * the row stays in memory and is read
  * twice, the first time from DRAM and the second from L2, because a block or a cluster's
  * block takes a slice small enough that the slices of every resident block fit the L2: the
  * first read gathers the max and the policy's sums together (online softmax: the sums are
  * kept relative to a running max and rescaled when it grows), the second writes the
  * gradient (policies without kOnline take a third read: the max, then the sums).  One block
  * of 256 threads for rows up to 112 KiB (and for any row where clusters are unavailable),
- * beyond that a cluster of kMidCluster blocks up to kStreamMid bytes and of kMaxCluster above
- * (f32 rows from 192 KiB: below they are held in registers).
- * Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
+ * beyond that a cluster of 2, 4 or kMaxCluster blocks, the fewest whose slices are at most
+ * kStreamSlice bytes.  Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
  * hides the per-row barriers that a row in registers exposes.  Per row: the
  * max M and the policy's sums relative to M, then the gradient; the reductions are
  * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
@@ -865,23 +865,21 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
     return sizeof(T) <= 4 && x_sc == 1 && C >= 2 && C <= (int64_t)1 << 24;
 }
 
-/* The row shapes: in registers, a warp per row (8 rows per block) or a cluster of blocks of
- * 512 threads (sm_90; margin.cu and linear_cross_entropy.cu hold their tile rows in one
- * block or a cluster of up to kMaxCluster); streamed, a block of 256 threads or a cluster of
- * kMidCluster or kMaxCluster of them per row. */
+/* The row shapes: in registers, a warp per row (8 rows per block; margin.cu and
+ * linear_cross_entropy.cu hold their tile rows in one block of 512 threads or a cluster of up
+ * to kMaxCluster of them); streamed, a block of 256 threads or a cluster of 2, 4 or
+ * kMaxCluster of them per row. */
 constexpr int kRowNV = 8;
 constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: the block shapes */
 constexpr int64_t kOneLaunchRows = 1024; /* at most this many rows: one launch in all */
 constexpr int kBlockThreads = 512;
 constexpr int kStreamThreads = 256;
 constexpr int64_t kStreamOneBlock = 112 * 1024; /* bytes: longer rows take a cluster */
-/* Streamed rows over kStreamOneBlock take a cluster of kMidCluster blocks up to kStreamMid
- * bytes, of kMaxCluster beyond: a block's share of the row, which stays in L2 between the
- * row's two reads, is best near 64 KiB (bench/RESULTS.md has the measurements) */
-constexpr int kMidCluster = 4;
-constexpr int64_t kStreamMid = 384 * 1024;
-constexpr int64_t kRegisterRowMax = 192 * 1024; /* bytes: longer rows are streamed */
-static_assert(kRegisterRowMax <= 4 * kRowNV * kBlockThreads * 16, "registers of a cluster of 4 blocks");
+/* Streamed rows over kStreamOneBlock take the smallest cluster (2, 4, kMaxCluster blocks)
+ * whose blocks' shares of the row are at most kStreamSlice bytes: a block's share stays in L2
+ * between the row's two reads, and 60–80 KiB shares were the fastest at every row length
+ * measured (bench/RESULTS.md) */
+constexpr int64_t kStreamSlice = 80 * 1024;
 
 template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
 template <class T> inline int64_t block_capacity() { return (int64_t)kRowNV * kBlockThreads * vec16<T>::N; }
@@ -897,34 +895,23 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     const bool mean = a.reduction == PLOSS_REDUCTION_MEAN && (reduced || want_grad);
     cudaStream_t stream = stream_of(ctx);
     const int device = ctx->device.device_id;
-    constexpr int VEC = vec16<T>::N;
 
     /* The shape (measured on the H200, bench/RESULTS.md): K = 0, a warp per row in
      * registers; rows of at most kStreamOneBlock bytes, or any row when clusters are not
-     * available, streamed by one block; f32 rows up to kRegisterRowMax bytes in the registers
-     * of a cluster of 2 or 4 blocks (16-bit rows are streamed there: the register clusters
-     * are built for f32 only); longer rows streamed by a cluster of kMidCluster blocks up to
-     * kStreamMid bytes, of kMaxCluster beyond. */
-    constexpr bool kRegisterClusters = Policy::kClusters && sizeof(T) == sizeof(float);
+     * available, streamed by one block (K = 1); longer rows streamed by a cluster of K
+     * blocks. */
     const int64_t row_bytes = a.C * (int64_t)sizeof(T);
-    bool streamed = false;
     int K = 0;
     if (a.C > warp_capacity<T>() || rows < kWarpRowsMin) {
         bool clusters = false;
         if constexpr (Policy::kClusters)
             clusters = sm90_ready(device, (const void *)rows_kernel<T, Policy, StreamRow<T, kStreamThreads, kMaxCluster>,
                                                                     kStreamThreads, kStreamThreads, kMaxCluster>);
-        streamed = true;
         K = 1;
         if (clusters && row_bytes > kStreamOneBlock) {
-            if (kRegisterClusters && row_bytes <= kRegisterRowMax) {
-                streamed = false;
-                K = 2;
-                while ((a.C / VEC + K - 1) / K > (int64_t)kRowNV * kBlockThreads)
-                    K *= 2;
-            } else {
-                K = row_bytes <= kStreamMid ? kMidCluster : kMaxCluster;
-            }
+            K = 2;
+            while (K < kMaxCluster && row_bytes > K * kStreamSlice)
+                K *= 2;
         }
     }
     /* a grid that depends on the shape only, so the per-block partials are the same on
@@ -938,7 +925,7 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
 
     /* Few rows: one launch (every block sums the 'mean' divisor itself; the last block
      * adds the loss partials); else a label pass first and a final reduction after. */
-    const bool one_launch = streamed && K == 1 && rows > 0 && rows <= kOneLaunchRows;
+    const bool one_launch = K == 1 && rows > 0 && rows <= kOneLaunchRows;
     const bool label_pass = mean && !one_launch;
 
     /* workspace: [loss partials | divisor | label partials | policy data] */
@@ -984,24 +971,18 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             const ploss_status st = check_launch("row engine (a warp per row)");
             if (st != PLOSS_OK)
                 return st;
-        } else if (streamed) {
+        } else {
             constexpr int S = kStreamThreads;
             ploss_status st = PLOSS_OK;
             if (K == 1) { /* one launch or not: a.ticket says */
                 rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
                 st = check_launch("row engine (a streamed block per row)");
             } else if constexpr (Policy::kClusters) {
-                auto kernel = K == kMidCluster ? rows_kernel<T, Policy, StreamRow<T, S, kMidCluster>, S, S, kMidCluster>
-                                               : rows_kernel<T, Policy, StreamRow<T, S, kMaxCluster>, S, S, kMaxCluster>;
+                auto kernel = K == 2   ? rows_kernel<T, Policy, StreamRow<T, S, 2>, S, S, 2>
+                              : K == 4 ? rows_kernel<T, Policy, StreamRow<T, S, 4>, S, S, 4>
+                                       : rows_kernel<T, Policy, StreamRow<T, S, kMaxCluster>, S, S, kMaxCluster>;
                 st = launch_clusters(kernel, blocks, K, S, stream, "row engine (streamed)", a, pol, rows);
             }
-            if (st != PLOSS_OK)
-                return st;
-        } else if constexpr (kRegisterClusters) {
-            constexpr int B = kBlockThreads;
-            auto kernel = K == 2 ? rows_kernel<T, Policy, RegRow<T, kRowNV, B, 2>, B, B, 2>
-                                 : rows_kernel<T, Policy, RegRow<T, kRowNV, B, 4>, B, B, 4>;
-            const ploss_status st = launch_clusters(kernel, blocks, K, B, stream, "row engine", a, pol, rows);
             if (st != PLOSS_OK)
                 return st;
         }

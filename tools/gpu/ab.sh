@@ -7,7 +7,8 @@
 #
 #   CASES   bench case ids, comma-separated (bench/cases.json)
 #   BUILD   staged build folders (tools/gpu/prepare.sh stages .gpu/build; copy it aside,
-#           e.g. to .gpu/build_base, before staging the next one)
+#           e.g. to .gpu/build_base, before staging the next one), each optionally prefixed
+#           by environment assignments for its runs: VAR=VALUE[,VAR=VALUE...]@FOLDER
 #   R       rounds (default 2), N timed runs per case (default 20, after 3 warm-up runs),
 #           MODE the bench mode printed (default fused; also fwd_bwd, inplace)
 # Prints one line per round, build and case: `BUILD CASE MEDIAN_MS`.
@@ -31,7 +32,9 @@ trap 'rm -rf "$tmp"' EXIT
 status=0
 for ((r = 1; r <= rounds; ++r)); do
     for b in "$@"; do
-        if ! OUT= bash tools/gpu/run.sh --build "$b" bench --only "$cases" --runs "$runs" --warmup 3 --no-copy \
+        dir=${b#*@} assigns=()
+        [ "$dir" != "$b" ] && IFS=, read -ra assigns <<<"${b%%@*}"
+        if ! env ${assigns[@]+"${assigns[@]}"} OUT= bash tools/gpu/run.sh --build "$dir" bench --only "$cases" --runs "$runs" --warmup 3 --no-copy \
             --no-checksums --out "$tmp/r.jsonl" >"$tmp/r.log" 2>&1; then
             echo "ab.sh: $b failed:" >&2
             tail -5 "$tmp/r.log" >&2
