@@ -4,8 +4,8 @@
 -- the softmax is the row engine's fp32; the CPU is f64 throughout: tolerances TOL below),
 -- every reduction and option (label smoothing, softcap, z-loss, the focal policy), forward, backward (a
 -- scalar or a per-row upstream gradient) and fused, the split passes against the fused one
--- bitwise; one tile and several; vocabularies served by a block and by a cluster of blocks
--- per row (V = 50257, not a multiple of 8), rows served by a warp each; ignored rows;
+-- bitwise; one tile and several; vocabularies served by a block and by clusters of blocks
+-- per row (V = 50257, not a multiple of 8; V = 300000), rows served by a warp each; ignored rows;
 -- staged operands (strided, transposed, weight_layout 'DxC') and gradients (a transposed
 -- grad_weight accumulated into); an empty batch; bitwise determinism; f64 refused; nothing
 -- written on a validation error; a bias (its dtype or f32, with a padded V, accumulated
@@ -100,6 +100,13 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
                            { reduction = "sum", policy = "focal", gamma = 1.5 } } do
         compare(x, w, y, o, dtype, "20x50257x16")
       end
+    end
+  end)
+
+  it("serves vocabularies longer than a cluster's registers (V = 300000: a streamed cluster of 8 blocks per row)", function()
+    local x, w, y = inputs(6, 300000, 8, 13, 4)
+    for _, dtype in ipairs { "f32", "bf16" } do
+      compare(x, w, y, { reduction = "mean", label_smoothing = 0.1, tile_rows = 4 }, dtype, "6x300000x8")
     end
   end)
 

@@ -288,10 +288,9 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
     const int64_t N = p->N, C = p->C, D = p->D, ldd = D > 0 ? D : 1;
     const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const bool none = p->reduction == PLOSS_REDUCTION_NONE;
-    const int64_t most = re::block_capacity<T>() * re::kMaxCluster;
-    if (!re::serves<T>(1, C) || C > most)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: V = %lld classes exceed the CUDA row engine's rows "
-                           "(at most %lld in this dtype)", (long long)C, (long long)most);
+    if (!re::serves<T>(1, C))
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "weight: V = %lld classes: the CUDA row engine takes 2 to 2^24",
+                           (long long)C);
     cudaStream_t stream = stream_of(ctx);
 
     /* The tile's rows start on 16 bytes: its leading dimension is V padded to Vp.  cuBLAS
