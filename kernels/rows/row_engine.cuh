@@ -383,8 +383,11 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
 }
 
 /* All-reduce over a row's LANES·K threads: warp shuffles (LANES = 32), or a block reduction
- * whose blocks' partials (K > 1) are merged in rank order through distributed shared memory. */
-template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_all_reduce(U v, Op op)
+ * whose blocks' partials (K > 1) are merged in rank order through distributed shared memory.
+ * K > 1 and `arrived` (the caller has arrived at the cluster barrier after its previous row,
+ * without waiting): the wait comes here, just before this block's slot is written again, so
+ * the row's first pass ran while the other blocks were still reading their partials. */
+template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_all_reduce(U v, Op op, bool &arrived)
 {
     if constexpr (LANES == 32) {
         return warp_all_reduce<32>(v, op);
@@ -395,16 +398,20 @@ template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_
         U *slot = &slot_v, *res = &res_v;
         const U b = BR(tmp).Reduce(v, op);
         const int tid = (int)threadIdx.x;
+        /* *res is rewritten by thread 0 after the next reduction's own barrier, which every
+         * thread reaches only after reading it here */
         if constexpr (K == 1) {
             if (tid == 0)
                 *res = b;
             __syncthreads();
-            const U t = *res;
-            __syncthreads();
-            return t;
+            return *res;
         } else {
 #if PLOSS_ROW_ENGINE_SM90
             cg::cluster_group cluster = cg::this_cluster();
+            if (arrived) {
+                cluster.barrier_wait();
+                arrived = false;
+            }
             if (tid == 0)
                 *slot = b;
             cluster.sync();
@@ -417,7 +424,7 @@ template <int LANES, int K, class U, class Op> __device__ __forceinline__ U row_
                     *res = t;
             }
             __syncthreads();
-            return *res; /* rewritten only after the cluster barrier that ends the row */
+            return *res;
 #else
             __trap();
             return b;
@@ -439,6 +446,7 @@ template <class T, int LANES, int K> struct RowSplit {
     static constexpr int GT = LANES * K;
     int gi, hc, nfull, jt, off;
     bool hv, tv, lead;
+    bool arrived = false; /* at the cluster barrier that ends the previous row, not yet waited */
 
     __device__ __forceinline__ void split(const T *xr, int C)
     {
@@ -452,7 +460,7 @@ template <class T, int LANES, int K> struct RowSplit {
     __device__ __forceinline__ bool leader() const { return lead; }
     template <class U, class Op> __device__ __forceinline__ U all_reduce(U v, Op op)
     {
-        return row_all_reduce<LANES, K>(v, op);
+        return row_all_reduce<LANES, K>(v, op, arrived);
     }
 };
 
@@ -701,8 +709,14 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         row.load((const T *)a.x + n * a.x_sn + s * a.x_ss, (int)a.C);
         process_row<T>(a, pol, row, n, s, y, omega, s_acc[group]);
 #if PLOSS_ROW_ENGINE_SM90
-        if constexpr (K > 1)
-            cg::this_cluster().sync(); /* the slots may be written again */
+        /* the slots may be written again once every block has arrived here: the next row's
+         * first reduction waits (a row without reductions, an ignored one, waits here) */
+        if constexpr (K > 1) {
+            if (row.arrived)
+                cg::this_cluster().barrier_wait();
+            cg::this_cluster().barrier_arrive();
+            row.arrived = true;
+        }
 #endif
     }
     if (a.part_loss) {
@@ -717,8 +731,11 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
             finish_by_last_block<THREADS>(a, pol, ncl, rows);
     }
 #if PLOSS_ROW_ENGINE_SM90
-    if constexpr (K > 1)
-        cg::this_cluster().sync(); /* no block leaves while another may read its slots */
+    if constexpr (K > 1) { /* no block leaves while another may read its slots */
+        if (!row.arrived)
+            cg::this_cluster().barrier_arrive();
+        cg::this_cluster().barrier_wait();
+    }
 #endif
 }
 
