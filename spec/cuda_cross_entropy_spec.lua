@@ -46,7 +46,7 @@ end
 
 -- Sizes that reach every kernel path: small C (thread per sample), few rows (a streamed
 -- block per row, all in one launch), 1030 rows of 40 (streamed blocks after a label pass),
--- C = 32000 (f32: a streamed cluster of 2 blocks), C = 131072 and 300000 (streamed clusters
+-- C = 32000 (f32: a streamed block of 512 threads), C = 131072 and 300000 (streamed clusters
 -- of 4 blocks up to 320 KiB — 131072 in 16 bits — and of 8 beyond; weighted: one streamed
 -- block per row), N×C×H×W (thread per pixel), odd sizes, one class.
 local SIZES = {
@@ -128,7 +128,7 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
 
   -- Large logits: the loss and gradient depend on the logits' differences only.  Rows of
   -- multiples of 1/64, moved by 1000 (still exact in f32), give the unmoved rows' values on
-  -- the f32 streamed rows (32000 classes: clusters of 2 blocks; 65536: of 4; 131072: of 8), whose
+  -- the f32 streamed rows (32000 classes: a block of 512 threads; 65536: clusters of 4 blocks; 131072: of 8), whose
   -- gradient recomputes its exponentials; a form of them whose rounding grows with the
   -- logits' size (7.6e-5 relative at 1000) fails here.
   it("large logits: rows moved by 1000 keep their loss and gradient (f32 streamed rows)", function()
@@ -154,10 +154,25 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  -- Rows of 80–160 KiB (a streamed block of 512 threads) over more than the one-launch
+  -- limit of 1024 rows: the label pass, the per-block partials and the final sum.
+  it("1100 rows of 21000 f32 classes (blocks of 512 threads after a label pass)", function()
+    local sizes = { 1100, 21000 }
+    local x = make_input(sizes, "f32", "contiguous", 811)
+    local y = make_target(sizes, "index", true, "i64", 811)
+    for _, o in ipairs { { reduction = "mean", label_smoothing = 0.1 }, { reduction = "sum" } } do
+      local label = "1100x21000 " .. o.reduction
+      local l, g = F.cross_entropy_fused(x, y, o)
+      local ref = reference(x, y, o)
+      close(l, ref.loss, TOL.f32.loss, 0, label .. " loss")
+      close(g, ref.grad, TOL.f32.grad, TOL.f32.floor, label .. " grad")
+    end
+  end)
+
   -- A masked vocabulary: -inf logits, first in every row (before any finite logit of the
   -- row or of a thread's share of it) and further on.  Every row shape: streamed blocks
-  -- (4097 classes; 32000 in 16 bits), streamed clusters of 2 (32000 in f32), 4 (131072 in
-  -- 16 bits) and 8 (131072 in f32).  The masked classes get p = 0 and an exactly zero gradient.
+  -- (4097 classes; 32000 in 16 bits), a streamed block of 512 threads (32000 in f32), streamed
+  -- clusters of 4 (131072 in 16 bits) and 8 (131072 in f32).  The masked classes get p = 0 and an exactly zero gradient.
   it("masked classes (-inf logits) in every row shape", function()
     for _, sizes in ipairs { { 4, 4097 }, { 3, 32000 }, { 2, 131072 } } do
       local Cn = sizes[2]

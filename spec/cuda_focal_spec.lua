@@ -220,7 +220,7 @@ describe("CUDA softmax focal family vs CPU", function()
     { "block per row, cached row", { 6, 3000 } },
     { "block per row, cached row above 48 KiB", { 3, 20000 }, true },
     { "block per row, row above the shared-memory limit", { 2, 120000 }, true },
-    { "streamed clusters of 2 blocks (16 bits) and 4 (f32)", { 2, 70000 }, true },
+    { "a streamed block of 512 threads (16 bits), a cluster of 4 blocks (f32)", { 2, 70000 }, true },
   }
   for _, dtype in ipairs(DTYPES) do
     it("softmax focal and dual focal in " .. dtype .. " for every kernel shape", function()

@@ -37,7 +37,7 @@
  * elements before its first 16-byte boundary), aligned vectors and a tail, so rows of any
  * length and alignment are served: a warp per row (8 rows per block) up to 1024 f32 / 2048
  * f16-bf16 classes when there are at least kWarpRowsMin rows (streamed by the warp instead
- * for a policy without kRegisterRows); the margin and linear cross-entropy tiles also hold
+ * for a policy without kRegisterRows); the margin losses' tiles (kernels/margin) also hold
  * longer rows in the registers of a block of 512 threads or a cluster of them (sm_90) that
  * exchange their partial sums through distributed shared memory.  Or streamed (StreamRow):
  * the row stays in memory and is read
@@ -45,11 +45,13 @@
  * block takes a slice small enough that the slices of every resident block fit the L2: the
  * first read gathers the max and the policy's sums together (online softmax: the sums are
  * kept relative to a running max and rescaled when it grows), the second writes the
- * gradient (policies without kOnline take a third read: the max, then the sums).  One block
- * of 256 threads for rows up to 112 KiB (and for any row where clusters are unavailable),
- * beyond that a cluster of 2, 4 or kMaxCluster blocks, the fewest whose slices are at most
- * kStreamSlice bytes.  Holding nothing, the streamed row has no length limit and keeps the occupancy high, which
- * hides the per-row barriers that a row in registers exposes.  Per row: the
+ * gradient (policies without kOnline take a third read: the max, then the sums).  A block
+ * of 256 threads takes rows up to kStreamSlice bytes, a block of 512 up to twice that (and
+ * longer rows where clusters are unavailable), beyond that a cluster of 4 or kMaxCluster
+ * blocks of 256 (sm_90), the fewest whose shares are at most kStreamSlice; a policy without
+ * kClusters, one block of 256 for every row.  Holding nothing, the streamed
+ * row has no length limit and keeps the occupancy high, which hides the per-row barriers
+ * that a row in registers exposes.  Per row: the
  * max M and the policy's sums relative to M, then the gradient; the reductions are
  * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
  * bitwise reproducible.
@@ -882,20 +884,18 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
     return sizeof(T) <= 4 && x_sc == 1 && C >= 2 && C <= (int64_t)1 << 24;
 }
 
-/* The row shapes: in registers, a warp per row (8 rows per block; margin.cu and
- * linear_cross_entropy.cu hold their tile rows in one block of 512 threads or a cluster of up
- * to kMaxCluster of them); streamed, a block of 256 threads or a cluster of 2, 4 or
- * kMaxCluster of them per row. */
+/* The row shapes: in registers, a warp per row (8 rows per block; margin.cu holds its tile
+ * rows in one block of 512 threads or a cluster of up to kMaxCluster of them); streamed, a block of 256 or 512 threads or a cluster of 4 or
+ * kMaxCluster blocks of 256 per row. */
 constexpr int kRowNV = 8;
 constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: the block shapes */
 constexpr int64_t kOneLaunchRows = 1024; /* at most this many rows: one launch in all */
 constexpr int kBlockThreads = 512;
 constexpr int kStreamThreads = 256;
-constexpr int64_t kStreamOneBlock = 112 * 1024; /* bytes: longer rows take a cluster */
-/* Streamed rows over kStreamOneBlock take the smallest cluster (2, 4, kMaxCluster blocks)
- * whose blocks' shares of the row are at most kStreamSlice bytes: a block's share stays in L2
- * between the row's two reads, and 60–80 KiB shares were the fastest at every row length
- * measured (bench/RESULTS.md) */
+constexpr int kWideThreads = 512;
+/* A streamed row's share per 256 threads, which stays in L2 between the row's two reads:
+ * 60–80 KiB shares were the fastest at every row length measured, and a block of 512 threads
+ * beat a cluster of two blocks of 256 (bench/RESULTS.md) */
 constexpr int64_t kStreamSlice = 80 * 1024;
 
 template <class T> inline int64_t warp_capacity() { return (int64_t)kRowNV * 32 * vec16<T>::N; }
@@ -914,21 +914,26 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     const int device = ctx->device.device_id;
 
     /* The shape (measured on the H200, bench/RESULTS.md): K = 0, a warp per row in
-     * registers; rows of at most kStreamOneBlock bytes, or any row when clusters are not
-     * available, streamed by one block (K = 1); longer rows streamed by a cluster of K
-     * blocks. */
+     * registers; else streamed by one block (K = 1) of 256 threads, or of 512 (wide) for rows
+     * of up to 2·kStreamSlice bytes and longer rows where clusters are not available, or by a
+     * cluster of K blocks of 256. */
     const int64_t row_bytes = a.C * (int64_t)sizeof(T);
     int K = 0;
+    bool wide = false;
     if (a.C > warp_capacity<T>() || rows < kWarpRowsMin) {
-        bool clusters = false;
-        if constexpr (Policy::kClusters)
-            clusters = sm90_ready(device, (const void *)rows_kernel<T, Policy, StreamRow<T, kStreamThreads, kMaxCluster>,
-                                                                    kStreamThreads, kStreamThreads, kMaxCluster>);
         K = 1;
-        if (clusters && row_bytes > kStreamOneBlock) {
-            K = 2;
-            while (K < kMaxCluster && row_bytes > K * kStreamSlice)
-                K *= 2;
+        if constexpr (Policy::kClusters) {
+            if (row_bytes > kStreamSlice) {
+                if (row_bytes <= 2 * kStreamSlice ||
+                    !sm90_ready(device, (const void *)rows_kernel<T, Policy, StreamRow<T, kStreamThreads, kMaxCluster>,
+                                                                  kStreamThreads, kStreamThreads, kMaxCluster>)) {
+                    wide = true;
+                } else {
+                    K = 4;
+                    while (K < kMaxCluster && row_bytes > K * kStreamSlice)
+                        K *= 2;
+                }
+            }
         }
     }
     /* a grid that depends on the shape only, so the per-block partials are the same on
@@ -989,16 +994,21 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
             if (st != PLOSS_OK)
                 return st;
         } else {
-            constexpr int S = kStreamThreads;
+            constexpr int S = kStreamThreads, W = kWideThreads;
             ploss_status st = PLOSS_OK;
-            if (K == 1) { /* one launch or not: a.ticket says */
+            /* one block per row: one launch or not, a.ticket says */
+            if (K == 1 && !wide) {
                 rows_kernel<T, Policy, StreamRow<T, S, 1>, S, S, 1><<<(unsigned)blocks, S, 0, stream>>>(a, pol, rows);
                 st = check_launch("row engine (a streamed block per row)");
             } else if constexpr (Policy::kClusters) {
-                auto kernel = K == 2   ? rows_kernel<T, Policy, StreamRow<T, S, 2>, S, S, 2>
-                              : K == 4 ? rows_kernel<T, Policy, StreamRow<T, S, 4>, S, S, 4>
-                                       : rows_kernel<T, Policy, StreamRow<T, S, kMaxCluster>, S, S, kMaxCluster>;
-                st = launch_clusters(kernel, blocks, K, S, stream, "row engine (streamed)", a, pol, rows);
+                if (wide) {
+                    rows_kernel<T, Policy, StreamRow<T, W, 1>, W, W, 1><<<(unsigned)blocks, W, 0, stream>>>(a, pol, rows);
+                    st = check_launch("row engine (a streamed block of 512 threads per row)");
+                } else {
+                    auto kernel = K == 4 ? rows_kernel<T, Policy, StreamRow<T, S, 4>, S, S, 4>
+                                         : rows_kernel<T, Policy, StreamRow<T, S, kMaxCluster>, S, S, kMaxCluster>;
+                    st = launch_clusters(kernel, blocks, K, S, stream, "row engine (streamed)", a, pol, rows);
+                }
             }
             if (st != PLOSS_OK)
                 return st;
