@@ -453,10 +453,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
             a.st_sk = 1;
         }
         st = re::run<T>(ctx, a, pol, 0, no_prep);
-        if (st == PLOSS_ERR_UNSUPPORTED)
-            st = ploss_error(PLOSS_ERR_UNSUPPORTED,
-                             "weight: V = %lld classes are longer rows than the CUDA row engine serves on this device",
-                             (long long)C);
         if (st)
             return st;
         /* ∂L/∂b += Gᵀ·1 (C × 1, fp32) */
