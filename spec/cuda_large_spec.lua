@@ -1,10 +1,12 @@
 -- Element counts >= 2^31 on the GPU (suite 'cuda'): 64-bit indexing in the loss
--- kernels, with bf16 tensors (the H200 has 139 GiB; the largest case needs about 20 GiB).
+-- kernels, with bf16 tensors (the H200 has 139 GiB; the largest case needs about 22 GiB).
 --   * cross_entropy on N×C = (2^16 + 3) × 32771 = 2^31 + 294921 elements, logits = the
 --     one-hot of the labels (x_y = 1, else 0): every row's loss is log(C − 1 + e) − 1 and
 --     its gradient (e/Z − 1 at the label, 1/Z elsewhere, Z = C − 1 + e, over N for 'mean')
 --     is known exactly; rows on both sides of element 2^31 and the last row are read back.
 --     The one-hot itself is made by ploss.one_hot on the GPU (its own ≥ 2^31 case).
+--   * cross_entropy on (2^16 + 6) × 86016 bf16 (168 KiB rows: clusters of 4 blocks), more
+--     rows than the grid has clusters, an ignored row among those a cluster takes second.
 --   * sigmoid_focal over 2^31 + 5 elements: constant inputs (the mean equals one element's
 --     loss, computed on the CPU) and random inputs ('none' loss and 'sum' gradient elements
 --     beyond 2^31 against the CPU on the same values).
@@ -65,6 +67,45 @@ describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .
     local gb = F.cross_entropy_backward(x, y, nil, { reduction = "sum" })
     check_rows(gb, 1, "backward sum gradient")
     gb:free()
+    x:free()
+  end)
+
+  -- Rows above 160 KiB take a cluster of blocks each, and the grid at most 65536 clusters:
+  -- with more rows a cluster takes a second one, after its first row's end-of-row barrier
+  -- (arrived at, waited for at the second row's first reduction, or at its end when that row
+  -- is ignored).  One-hot logits as above; the rows a cluster takes second include an
+  -- ignored one.  CPU dry run: the same checks on a small N×C.
+  it("cross_entropy bf16 rows of 168 KiB past the grid's 65536 clusters (a cluster's second row)", function()
+    local N, C = FULL and 65536 + 6 or 37, FULL and 86016 or 50
+    local y = ploss.randint(0, C, { N }, { device = DEV, seed = 9 })
+    local x = ploss.one_hot(y, C, { dtype = "bf16" })
+    local ign = N - 2 -- 1-based: a row a cluster takes second
+    y:narrow(1, ign, 1):fill(-100)
+    local Z = C - 1 + math.exp(1)
+    local row_loss = math.log(Z) - 1
+    local yv = y:to("cpu"):flat()
+    local rows = { 1, 2, N - 5, N - 4, N - 3, ign, N - 1, N }
+    local function check_rows(g, scale, what)
+      for _, r in ipairs(rows) do
+        local gr = g:select(1, r):to("cpu", "f64"):flat()
+        local want = {}
+        for j = 1, C do
+          if yv[r] == -100 then want[j] = 0
+          else want[j] = ((j - 1 == yv[r]) and (math.exp(1) / Z - 1) or (1 / Z)) * scale end
+        end
+        check_close(gr, want, BF16.rtol, 0, what .. " row " .. r)
+      end
+    end
+    local loss, g = F.cross_entropy_fused(x, y)
+    check_close({ loss }, { row_loss }, 1e-4, 0, "mean loss")
+    check_rows(g, 1 / (N - 1), "fused mean gradient")
+    g:free()
+    local ln = F.cross_entropy(x, y, { reduction = "none" })
+    local lv = ln:to("cpu"):flat()
+    for _, r in ipairs(rows) do
+      check_close({ lv[r] }, { r == ign and 0 or row_loss }, 1e-5, 0, "none loss row " .. r)
+    end
+    ln:free()
     x:free()
   end)
 
