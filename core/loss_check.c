@@ -152,6 +152,29 @@ ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *con
     return PLOSS_OK;
 }
 
+ploss_status ploss_check_grad_input(ploss_ctx_t *ctx, const DLTensor *grad, const ploss_view *x, ploss_view *g)
+{
+    ploss_status st;
+    if (!grad)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
+    if ((st = ploss_view_init(g, grad, "grad_input")) || (st = ploss_view_check_device(g, ctx, "grad_input")) ||
+        (st = ploss_check_dtype(g, x->dtype, "grad_input")) || (st = ploss_check_input_shape(g, x, "grad_input")))
+        return st;
+    return ploss_view_check_writable(g, "grad_input");
+}
+
+ploss_status ploss_check_outputs_apart(ploss_pass pass, int inplace, const ploss_view *l, const ploss_view *g,
+                                       const ploss_view *const *ins, const char *const *in_names, int nins)
+{
+    const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? l : NULL, pass != PLOSS_PASS_FORWARD ? g : NULL};
+    const char *out_names[2] = {"loss", "grad_input"};
+    inplace = inplace && pass == PLOSS_PASS_FUSED;
+    ploss_status st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, nins, inplace ? 1 : -1, inplace ? 0 : -1);
+    if (st == PLOSS_OK && inplace)
+        st = ploss_check_inplace_request(g, ins[0]);
+    return st;
+}
+
 /* "[2, 3, 4]" into buf. */
 static const char *shape_string(const ploss_view *v, char *buf, size_t len)
 {

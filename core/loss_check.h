@@ -58,6 +58,16 @@ ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *con
  * v must have exactly x's shape: SHAPE error "<name>: expected the input's shape [..]". */
 ploss_status ploss_check_input_shape(const ploss_view *v, const ploss_view *x, const char *name);
 
+/* grad_input of a loss whose gradient has the input's shape (elementwise, boxes, region):
+ * given, on the context's device, x's dtype and shape, writable; viewed into g. */
+ploss_status ploss_check_grad_input(ploss_ctx_t *ctx, const DLTensor *grad, const ploss_view *x, ploss_view *g);
+
+/* The outputs of such a loss, loss (where the pass writes it) and grad_input (where it
+ * writes one), may not overlap ins[0..nins) nor each other; with `inplace` (a fused pass's
+ * opts.inplace) grad_input must be ins[0], the input, itself. */
+ploss_status ploss_check_outputs_apart(ploss_pass pass, int inplace, const ploss_view *l, const ploss_view *g,
+                                       const ploss_view *const *ins, const char *const *in_names, int nins);
+
 /* Loss-shaped tensors of an elementwise loss: x's shape for NONE, one element else. */
 ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
                                                 const char *name);

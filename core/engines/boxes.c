@@ -128,25 +128,13 @@ ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
             return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
     }
-    if (pass != PLOSS_PASS_FORWARD) {
-        if (!a->grad_input)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_input: tensor is NULL");
-        if ((st = ploss_view_init(&g, a->grad_input, "grad_input")) ||
-            (st = ploss_view_check_device(&g, ctx, "grad_input")) || (st = ploss_check_dtype(&g, x.dtype, "grad_input")) ||
-            (st = ploss_check_input_shape(&g, &x, "grad_input")) || (st = ploss_view_check_writable(&g, "grad_input")))
-            return st;
-    }
+    if (pass != PLOSS_PASS_FORWARD && (st = ploss_check_grad_input(ctx, a->grad_input, &x, &g)))
+        return st;
 
-    /* aliasing: outputs may not overlap inputs or each other */
     const ploss_view *ins[5] = {&x, &t, weight ? &w : NULL, ignore ? &ig : NULL,
                                 pass == PLOSS_PASS_BACKWARD ? &gl : NULL};
     const char *in_names[5] = {"input", "target", "weight", "ignore", "grad_loss"};
-    const ploss_view *outs[2] = {pass != PLOSS_PASS_BACKWARD ? &l : NULL, pass != PLOSS_PASS_FORWARD ? &g : NULL};
-    const char *out_names[2] = {"loss", "grad_input"};
-    const int inplace = pass == PLOSS_PASS_FUSED && o->inplace; /* grad_input over the input */
-    if ((st = ploss_check_aliasing(outs, out_names, 2, ins, in_names, 5, inplace ? 1 : -1, inplace ? 0 : -1)))
-        return st;
-    if (inplace && (st = ploss_check_inplace_request(&g, &x)))
+    if ((st = ploss_check_outputs_apart(pass, o->inplace, &l, &g, ins, in_names, 5)))
         return st;
 
     ploss_boxes_problem p;
