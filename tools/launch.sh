@@ -52,7 +52,11 @@ id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
     exit 1
 }
 
-pids=()
+pids=() filters=()
+fifos=""
+if [ "$prefix" = 1 ]; then
+    fifos=$(mktemp -d "${TMPDIR:-/tmp}/ploss-launch.XXXXXX") || exit 1
+fi
 stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the grace period
     local p alive
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -64,14 +68,20 @@ stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the gr
     done
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
 }
-trap 'stop_all; wait; exit 130' INT
-trap 'stop_all; wait; exit 143' TERM
+cleanup() { [ -z "$fifos" ] || rm -rf "$fifos"; }
+trap 'stop_all; wait; cleanup; exit 130' INT
+trap 'stop_all; wait; cleanup; exit 143' TERM
 
 for ((r = 0; r < n; r++)); do
     if [ "$prefix" = 1 ]; then
-        # the prefixing sed runs in a process substitution: $! stays the rank's own pid
+        # each rank writes into a FIFO read by its own prefixing sed: $! stays the rank's own
+        # pid, and the launcher waits for the filters (which end when their rank's output
+        # closes) before it exits, so no rank's last lines come after the launcher's end
+        mkfifo "$fifos/$r" || { stop_all; cleanup; exit 1; }
+        sed -u "s/^/[$r] /" <"$fifos/$r" &
+        filters+=("$!")
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id \
-            "${cmd[@]}" > >(sed -u "s/^/[$r] /") 2>&1 &
+            "${cmd[@]}" >"$fifos/$r" 2>&1 &
     else
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${cmd[@]}" &
     fi
@@ -101,5 +111,6 @@ while [ "${#running[@]}" -gt 0 ]; do
     running=("${still[@]}")
     [ "${#running[@]}" -eq 0 ] || sleep 0.05
 done
-wait # the output filters
+[ "${#filters[@]}" -eq 0 ] || wait "${filters[@]}"
+cleanup
 exit "$status"
