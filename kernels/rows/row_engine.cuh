@@ -40,21 +40,19 @@
  * for a policy without kRegisterRows); the margin losses' tiles (kernels/margin) also hold
  * longer rows in the registers of a block of 512 threads or a cluster of them (sm_90) that
  * exchange their partial sums through distributed shared memory.  Or streamed (StreamRow):
- * the row stays in memory and is read
- * twice, the first time from DRAM and the second from L2, because a block or a cluster's
- * block takes a slice small enough that the slices of every resident block fit the L2: the
- * first read gathers the max and the policy's sums together (online softmax: the sums are
- * kept relative to a running max and rescaled when it grows), the second writes the
- * gradient (policies without kOnline take a third read: the max, then the sums).  A block
- * of 256 threads takes rows up to kStreamSlice bytes, a block of 512 up to twice that (and
- * longer rows where clusters are unavailable), beyond that a cluster of 4 or kMaxCluster
- * blocks of 256 (sm_90), the fewest whose shares are at most kStreamSlice; a policy without
- * kClusters, one block of 256 for every row.  Holding nothing, the streamed
- * row has no length limit and keeps the occupancy high, which hides the per-row barriers
- * that a row in registers exposes.  Per row: the
- * max M and the policy's sums relative to M, then the gradient; the reductions are
- * fixed-order CUB trees, and cluster partials are merged in rank order, so results are
- * bitwise reproducible.
+ * the row stays in memory and is read twice, the first time from DRAM and the second from
+ * L2, because a block or a cluster's block takes a slice small enough that the slices of
+ * every resident block fit the L2: the first read gathers the max and the policy's sums
+ * together (online softmax: the sums are kept relative to a running max and rescaled when it
+ * grows), the second writes the gradient (policies without kOnline take a third read: the
+ * max, then the sums).  A block of 256 threads takes rows up to kStreamSlice bytes, a
+ * block of 512 up to twice that (and longer rows where clusters are unavailable), beyond
+ * that a cluster of 4 or kMaxCluster blocks of 256 (sm_90), the fewest whose shares are at
+ * most kStreamSlice; a policy without kClusters, one block of 256 for every row.  Holding
+ * nothing, the streamed row has no length limit and keeps the occupancy high, which hides
+ * the per-row barriers that a row in registers exposes.  Per row: the max M and the policy's
+ * sums relative to M, then the gradient; the reductions are fixed-order CUB trees, and
+ * cluster partials are merged in rank order, so results are bitwise reproducible.
  *
  * Reductions over samples: with 'mean' a label pass sums the divisor (Σ over valid samples
  * of Policy::divisor) first, so the gradient can be scaled in the same pass; the reduced
@@ -885,8 +883,8 @@ template <class T> inline bool serves(int64_t x_sc, int64_t C)
 }
 
 /* The row shapes: in registers, a warp per row (8 rows per block; margin.cu holds its tile
- * rows in one block of 512 threads or a cluster of up to kMaxCluster of them); streamed, a block of 256 or 512 threads or a cluster of 4 or
- * kMaxCluster blocks of 256 per row. */
+ * rows in one block of 512 threads or a cluster of up to kMaxCluster of them); streamed, a
+ * block of 256 or 512 threads or a cluster of 4 or kMaxCluster blocks of 256 per row. */
 constexpr int kRowNV = 8;
 constexpr int64_t kWarpRowsMin = 2048; /* fewer rows than this: the block shapes */
 constexpr int64_t kOneLaunchRows = 1024; /* at most this many rows: one launch in all */
