@@ -97,14 +97,19 @@ local INPLACE = { name = "inplace", type = "bool" }
 -- Resolve the user's options `user` (a table) for description `d` into a fresh table:
 -- defaults filled in, every value checked.  `extra` lists further keys allowed (the
 -- functional API's out, grad_input, scale).
+local known_keys = setmetatable({}, { __mode = "k" }) -- by description: its option names
 local function resolve(d, user, extra, where)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
   end
-  local known = { reduction = true, inplace = true }
-  for _, o in ipairs(d.lua_options) do known[o.name] = true end
-  for _, t in ipairs(d.tensors) do known[t.name] = true end
-  for _, x in ipairs(d.outputs) do known[x.option] = true end
+  local known = known_keys[d]
+  if not known then
+    known = { reduction = true, inplace = true }
+    for _, o in ipairs(d.lua_options) do known[o.name] = true end
+    for _, t in ipairs(d.tensors) do known[t.name] = true end
+    for _, x in ipairs(d.outputs) do known[x.option] = true end
+    known_keys[d] = known
+  end
   for k, v in pairs(user) do
     if type(k) ~= "string" then
       ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
@@ -301,16 +306,18 @@ local function caller(d, pass)
   local fn = C["ploss_" .. d.name .. "_" .. pass]
   local args = D.arguments(d, pass)
   local n = #args + 1
+  local tensor_k = {} -- argument i is the tensor_k[i]-th tensor option
+  local k = 0
+  for i, arg in ipairs(args) do
+    if arg[2] == "tensor" then k = k + 1; tensor_k[i] = k end
+  end
   return function(ctx, t)
     local a = { ctx }
     for i, arg in ipairs(args) do
       local role = arg[2]
       local v
       if role == "opts" then v = t.copts
-      elseif role == "tensor" then
-        local k = 0
-        for j = 1, i do if args[j][2] == "tensor" then k = k + 1 end end
-        v = t.tensors[k]
+      elseif role == "tensor" then v = t.tensors[tensor_k[i]]
       else v = t[role] end
       if role ~= "opts" and v ~= nil then v = v:dl() end -- a tensor, or an object with a descriptor
       a[i + 1] = v

@@ -239,14 +239,18 @@ end
 
 --- The enum of a C enum type named by an option (from any loaded description), or the
 -- reductions for ploss_reduction.
+local reduction_enum -- made once: every option check of every call reads it
 function D.enum(ctype)
   if ctype == "ploss_reduction" then
-    local e = { ctype = ctype, by_lua = {}, values = {} }
-    for i, r in ipairs(D.reductions) do
-      e.by_lua[r[1]] = i - 1
-      e.values[i] = { r[1], cname = r[2] }
+    if not reduction_enum then
+      local e = { ctype = ctype, by_lua = {}, values = {} }
+      for i, r in ipairs(D.reductions) do
+        e.by_lua[r[1]] = i - 1
+        e.values[i] = { r[1], cname = r[2] }
+      end
+      reduction_enum = e
     end
-    return e
+    return reduction_enum
   end
   return enums_by_ctype[ctype]
 end
