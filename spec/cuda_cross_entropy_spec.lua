@@ -128,9 +128,9 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
 
   -- Large logits: the loss and gradient depend on the logits' differences only.  Rows of
   -- multiples of 1/64, moved by 1000 (still exact in f32), give the unmoved rows' values on
-  -- the f32 streamed rows (32000 classes: a block of 512 threads; 65536: clusters of 4 blocks; 131072: of 8), whose
-  -- gradient recomputes its exponentials; a form of them whose rounding grows with the
-  -- logits' size (7.6e-5 relative at 1000) fails here.
+  -- the f32 streamed rows (32000 classes: a block of 512 threads; 65536: clusters of 4
+  -- blocks; 131072: of 8), whose gradient recomputes its exponentials; a form of them whose
+  -- rounding grows with the logits' size (7.6e-5 relative at 1000) fails here.
   it("large logits: rows moved by 1000 keep their loss and gradient (f32 streamed rows)", function()
     for _, sizes in ipairs { { 2, 32000 }, { 2, 65536 }, { 2, 131072 } } do
       local n = sizes[1] * sizes[2]
@@ -172,7 +172,8 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
   -- A masked vocabulary: -inf logits, first in every row (before any finite logit of the
   -- row or of a thread's share of it) and further on.  Every row shape: streamed blocks
   -- (4097 classes; 32000 in 16 bits), a streamed block of 512 threads (32000 in f32), streamed
-  -- clusters of 4 (131072 in 16 bits) and 8 (131072 in f32).  The masked classes get p = 0 and an exactly zero gradient.
+  -- clusters of 4 (131072 in 16 bits) and 8 (131072 in f32).  The masked classes get p = 0
+  -- and an exactly zero gradient.
   it("masked classes (-inf logits) in every row shape", function()
     for _, sizes in ipairs { { 4, 4097 }, { 3, 32000 }, { 2, 131072 } } do
       local Cn = sizes[2]

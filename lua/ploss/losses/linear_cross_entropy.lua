@@ -115,7 +115,8 @@ the label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB at BT 16384, H 
 When V is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such products)
 the products take the first classes up to a multiple of 8 from the weight and the last few
 from a copy of their rows padded with zeros (∂hidden adds their part: one more rounding of
-a 16-bit gradient).  CUDA takes up to 2^24 classes; f64 is CPU only.  The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's
-softmax in f64.  hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first.  No
-state is kept: backward recomputes the tiles.]],
+a 16-bit gradient).  CUDA takes up to 2^24 classes; f64 is CPU only.  The CPU multiplies
+in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's softmax in f64.  hidden is
+BT×H: flatten a B×T×H batch (and its B×T labels) first.  No state is kept: backward
+recomputes the tiles.]],
 }
