@@ -347,9 +347,16 @@ local FUNCTIONAL_KEYS = {
   forward = { out = true }, backward = { grad_input = true }, fused = { out = true, grad_input = true, scale = true },
 }
 
--- The pass of a functional entry point from its name (<name>, _backward, _fused).
+-- The pass of a functional entry point from its name (<name>, _backward, _fused), kept by
+-- name (every call asks).
+local passes = {}
 local function pass_of(where)
-  return where:match("_backward$") and "backward" or where:match("_fused$") and "fused" or "forward"
+  local p = passes[where]
+  if not p then
+    p = where:match("_backward$") and "backward" or where:match("_fused$") and "fused" or "forward"
+    passes[where] = p
+  end
+  return p
 end
 
 -- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
