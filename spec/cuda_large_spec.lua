@@ -31,6 +31,22 @@ local function check_close(got, want, rtol, atol, what)
   H.assert_close(got, want, { rtol = rtol, atol = atol, what = what })
 end
 
+-- The gradient rows `rows` (1-based) of cross-entropy on one-hot logits of C classes with
+-- labels yv (host values; -100 ignored): (e/Z − 1 at the label, 1/Z elsewhere)·scale with
+-- Z = C − 1 + e, zero for an ignored row.
+local function check_one_hot_grad_rows(g, yv, C, rows, scale, what)
+  local Z = C - 1 + math.exp(1)
+  for _, r in ipairs(rows) do
+    local gr = g:select(1, r):to("cpu", "f64"):flat()
+    local want = {}
+    for j = 1, C do
+      if yv[r] == -100 then want[j] = 0
+      else want[j] = ((j - 1 == yv[r]) and (math.exp(1) / Z - 1) or (1 / Z)) * scale end
+    end
+    check_close(gr, want, BF16.rtol, 0, what .. " row " .. r)
+  end
+end
+
 describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .. SCALE .. ")", function()
   it("cross_entropy N×C bf16 on one-hot logits: loss and gradient rows past element " .. LIMIT, function()
     local N, C = FULL and 65539 or 131, FULL and 32771 or 127
@@ -43,14 +59,7 @@ describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .
     local r0 = math.floor(LIMIT / C) + 1
     local rows = { r0, r0 + 1, N }
     local yv = y:to("cpu"):flat()
-    local function check_rows(g, scale, what)
-      for _, r in ipairs(rows) do
-        local gr = g:select(1, r):to("cpu", "f64"):flat()
-        local want = {}
-        for j = 1, C do want[j] = ((j - 1 == yv[r]) and (math.exp(1) / Z - 1) or (1 / Z)) * scale end
-        check_close(gr, want, BF16.rtol, 0, what .. " row " .. r)
-      end
-    end
+    local function check_rows(g, scale, what) check_one_hot_grad_rows(g, yv, C, rows, scale, what) end
     -- one_hot itself past LIMIT
     local oh = x:select(1, N):to("cpu", "f64"):flat()
     for j = 1, C do assert.are.equal((j - 1 == yv[N]) and 1 or 0, oh[j]) end
@@ -85,17 +94,7 @@ describe("64-bit indexing, element counts >= " .. LIMIT .. " (" .. DEV .. ", " .
     local row_loss = math.log(Z) - 1
     local yv = y:to("cpu"):flat()
     local rows = { 1, 2, N - 5, N - 4, N - 3, ign, N - 1, N }
-    local function check_rows(g, scale, what)
-      for _, r in ipairs(rows) do
-        local gr = g:select(1, r):to("cpu", "f64"):flat()
-        local want = {}
-        for j = 1, C do
-          if yv[r] == -100 then want[j] = 0
-          else want[j] = ((j - 1 == yv[r]) and (math.exp(1) / Z - 1) or (1 / Z)) * scale end
-        end
-        check_close(gr, want, BF16.rtol, 0, what .. " row " .. r)
-      end
-    end
+    local function check_rows(g, scale, what) check_one_hot_grad_rows(g, yv, C, rows, scale, what) end
     local loss, g = F.cross_entropy_fused(x, y)
     check_close({ loss }, { row_loss }, 1e-4, 0, "mean loss")
     check_rows(g, 1 / (N - 1), "fused mean gradient")
