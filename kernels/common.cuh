@@ -23,7 +23,9 @@
  *  - block_all_reduce<THREADS>(v, op) / block_reduce<THREADS>(v, op) and
  *    warp_all_reduce<LANES>(v, op): deterministic (fixed-order) reductions through CUB;
  *    SumOp, MaxOp (NaN-ignoring like fmax) and MinOp functors.
- *  - sample_label(problem, n, s): the i64 or i32 class label of sample (n, s), by its dtype.
+ *  - sample_label(problem, n, s): the i64 or i32 class label of sample (n, s), by its dtype;
+ *    labels_flat(problem), for_flat_labels<TI>(problem, r0, step, rows, f): label passes
+ *    over contiguous labels in 16-byte vectors.
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
@@ -181,6 +183,48 @@ template <class P> __device__ __forceinline__ int64_t sample_label(const P &a, i
 {
     const int64_t off = n * a.t_sn + s * a.t_ss;
     return a.t_dtype == PLOSS_I32 ? (int64_t)((const int32_t *)a.t)[off] : ((const int64_t *)a.t)[off];
+}
+
+/* Whether sample i's label is element i of the labels (N×S contiguous, or a vector when S
+ * = 1) and the labels start on 16 bytes: a label pass can then read them as 16-byte vectors
+ * (for_flat_labels). */
+template <class P> __host__ __device__ __forceinline__ bool labels_flat(const P &a)
+{
+    return (a.S == 1 ? a.t_sn == 1 : a.t_ss == 1 && a.t_sn == a.S) && (uintptr_t)a.t % 16 == 0;
+}
+
+/* Samples per thread of a grid that walks flat labels once (the label passes' grids):
+ * eight 16-byte vectors of int64 labels, four in flight at a time. */
+constexpr int kLabelsPerThread = 16;
+
+/* f(y) for the labels (TI: i64 or i32) of samples [0, rows) of a problem whose labels are
+ * flat (labels_flat), this thread's share of a grid-stride walk from r0 by step: 16-byte
+ * vectors r0, r0 + step, … (four in flight), then the samples past the last whole vector.
+ * Each label is visited once by the whole grid; a thread visits its own in a fixed order. */
+template <class TI, class P, class F>
+__device__ __forceinline__ void for_flat_labels(const P &a, int64_t r0, int64_t step, int64_t rows, F &&f)
+{
+    constexpr int E = 16 / (int)sizeof(TI), U = 4;
+    const uint4 *v = (const uint4 *)a.t;
+    const int64_t nv = rows / E;
+    for (int64_t i0 = r0; i0 < nv; i0 += U * step) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * step < nv)
+                w[u] = __ldg(v + i0 + u * step);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * step < nv) {
+                TI e[E];
+                memcpy(e, &w[u], sizeof e);
+#pragma unroll
+                for (int k = 0; k < E; ++k)
+                    f((int64_t)e[k]);
+            }
+    }
+    for (int64_t i = nv * E + r0; i < rows; i += step)
+        f((int64_t)((const TI *)a.t)[i]);
 }
 
 /* Integer element as int64 (exact); float dtypes truncate as double_to_i64. */

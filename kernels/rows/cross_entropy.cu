@@ -933,7 +933,8 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
             blocks = (int64_t)grid_blocks(count / per_thread, kSampleThreads, kMaxBlocks);
         }
     }
-    const int64_t label_blocks = label_pass ? (int64_t)grid_blocks(count, kSampleThreads * 4, 4096) : 0;
+    const int64_t label_blocks =
+        label_pass ? (int64_t)grid_blocks(count, kSampleThreads * kLabelsPerThread, 4096) : 0;
 
     /* workspace: [part_loss | part_w | divisor | label partials | weights], 256-byte
      * aligned pieces */

@@ -142,14 +142,27 @@ __device__ __forceinline__ float common_omega(const RowArgs &a)
 
 /* One thread's share of the 'mean' divisor: Σ weight(y) over the valid labels y of the
  * samples r0, r0 + step, … below rows, of RowArgs or a backend problem (sample_label,
- * label_status); four labels' loads in flight, a sample's image by a 32-bit division where
- * the count allows.  The terms are added in sample order. */
+ * label_status).  Flat labels (labels_flat) are read as 16-byte vectors r0, r0 + step, …
+ * (for_flat_labels); others one sample at a time, four labels' loads in flight, a sample's
+ * image by a 32-bit division where the count allows.  A thread adds its terms in a fixed
+ * order (exact for counts; a fixed sum of weights). */
 template <class P, class Weight>
 __device__ __forceinline__ double divisor_share(const P &a, Weight &&weight, int64_t r0, int64_t step, int64_t rows)
 {
+    double acc = 0.0;
+    if (labels_flat(a)) {
+        const auto add = [&](int64_t y) {
+            if (label_status(a, y) == kValid)
+                acc += weight(y);
+        };
+        if (a.t_dtype == PLOSS_I32)
+            for_flat_labels<int32_t>(a, r0, step, rows, add);
+        else
+            for_flat_labels<int64_t>(a, r0, step, rows, add);
+        return acc;
+    }
     constexpr int U = 4;
     const bool narrow = rows <= INT32_MAX;
-    double acc = 0.0;
     for (int64_t i0 = r0; i0 < rows; i0 += U * step) {
         int64_t y[U];
 #pragma unroll
@@ -950,7 +963,8 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
 
     /* workspace: [loss partials | divisor | label partials | policy data] */
     auto up256 = [](size_t b) { return (b + 255) & ~(size_t)255; };
-    const int64_t label_blocks = label_pass && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * 4, 1024) : 0;
+    const int64_t label_blocks =
+        label_pass && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * kLabelsPerThread, 1024) : 0;
     const size_t sz_part = reduced ? up256((size_t)(blocks > 0 ? blocks : 1) * sizeof(double)) : 0;
     const size_t sz_div = label_pass ? 256 : 0;
     const size_t sz_lab = up256((size_t)label_blocks * sizeof(double));

@@ -281,24 +281,33 @@ __device__ __forceinline__ bool invalid_label(const ploss_sample_problem &p, int
     return y != p.ignore_index && (y < 0 || y >= p.C);
 }
 
-/* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones). */
+/* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones);
+ * flat labels (labels_flat) as 16-byte vectors. */
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sample_problem p, unsigned long long *count)
 {
     const int64_t M = p.N * p.S;
     const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* sample i at offset i: no division */
-    constexpr int U = 4; /* loads in flight per thread */
+    constexpr int U = 4; /* loads in flight per thread (strided labels) */
     const int64_t stride = grid_stride();
     unsigned long long c = 0;
-    for (int64_t i0 = thread_index(); i0 < M; i0 += U * stride) {
-        int64_t y[U];
+    const auto add = [&](int64_t y) { c += y != p.ignore_index && !invalid_label(p, y); };
+    if (labels_flat(p)) {
+        if (p.t_dtype == PLOSS_I32)
+            for_flat_labels<int32_t>(p, thread_index(), stride, M, add);
+        else
+            for_flat_labels<int64_t>(p, thread_index(), stride, M, add);
+    } else {
+        for (int64_t i0 = thread_index(); i0 < M; i0 += U * stride) {
+            int64_t y[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int64_t i = i0 + u * stride;
-            y[u] = i >= M ? p.ignore_index : flat ? label_at(p, i) : label_of(p, i / p.S, i % p.S);
+            for (int u = 0; u < U; ++u) {
+                const int64_t i = i0 + u * stride;
+                y[u] = i >= M ? p.ignore_index : flat ? label_at(p, i) : label_of(p, i / p.S, i % p.S);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                add(y[u]);
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            c += y[u] != p.ignore_index && !invalid_label(p, y[u]);
     }
     c = block_reduce<THREADS>(c, SumOp());
     if (threadIdx.x == 0 && c)
@@ -1335,7 +1344,7 @@ template <class T> size_t tile_smem_bytes(int64_t C) { return STAGES * (size_t)C
 /* The MEAN divisor (valid samples) into *count, by its own kernel. */
 inline ploss_status run_count(ploss_ctx_t *ctx, const ploss_sample_problem *p, unsigned long long *count)
 {
-    count_kernel<<<grid_blocks(p->N * p->S, THREADS * 4, 4096), THREADS, 0, stream_of(ctx)>>>(*p, count);
+    count_kernel<<<grid_blocks(p->N * p->S, THREADS * kLabelsPerThread, 4096), THREADS, 0, stream_of(ctx)>>>(*p, count);
     return check_launch("sample_policies count_kernel");
 }
 
