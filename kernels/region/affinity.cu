@@ -83,12 +83,8 @@ template <class A, class F> __device__ __forceinline__ void with_storage(ploss_d
     }
 }
 
-struct Work {
-    int32_t *label;               /* [n·S + s] */
-    unsigned long long *pairs;    /* Σ m over the counted pairs (zeroed, then counted) */
-    unsigned long long *ticket;   /* the context's arrival ticket */
-    double *partial;              /* [block]: Σ ℓ of the block's pixels */
-};
+/* The workspace (window_workspace): count = Σ m over the counted pairs. */
+using Work = WindowWork;
 
 /* The class of a raw label, -1 when ignored or invalid. */
 __device__ __forceinline__ int64_t class_of(const ploss_region_problem &p, int64_t y)
@@ -135,7 +131,7 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
     }
     count = block_reduce<THREADS>(count, SumOp());
     if (threadIdx.x == 0 && count)
-        atomicAdd(w.pairs, count);
+        atomicAdd(w.count, count);
 }
 
 /* An element of the upstream gradient of any dtype: out of line, for the per-pixel upstream
@@ -222,7 +218,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     const auto upstream = [&](int64_t hh, int64_t ww) {
         return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
     };
-    const unsigned long long pairs = *w.pairs;
+    const unsigned long long pairs = *w.count;
     double base = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;
     if (p.pass != PLOSS_PASS_BACKWARD)
         base *= p.scale;
@@ -300,31 +296,21 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
 {
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
-    const int64_t NS = p->N * p->S, H = p->sshape[0], W = p->sshape[1];
+    const int64_t H = p->sshape[0], W = p->sshape[1];
     const int64_t blocks = p->N * ((H + TH - 1) / TH) * ((W + TW - 1) / TW);
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
-    const bool in_place = grad_overlaps_input(*p, sizeof(T));
-    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
-                 b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
-    char *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
+    Work w;
+    ploss_status st = window_workspace(ctx, *p, blocks, sizeof(T), w);
     if (st)
         return st;
-    Work w;
-    w.label = (int32_t *)ws;
-    w.pairs = (unsigned long long *)(ws + b_lab);
-    w.ticket = arrival_ticket(ctx);
-    w.partial = (double *)(ws + b_lab + b_cnt);
-    T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
-    if ((st = ploss_cuda_memset(w.pairs, 0, sizeof *w.pairs, stream)))
-        return st;
+    T *const copy = (T *)w.copy;
     window_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity labels")))
         return st;
 
     Src src = {p->x, p->x_dtype, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
-    if (in_place)
+    if (copy)
         src = {copy, p->x_dtype, p->C * p->S, p->S, W, 1};
     if (p->kernel_size < 1 || p->kernel_size > PLOSS_AFFINITY_MAX_KERNEL)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,

@@ -57,12 +57,8 @@ template <class T> struct Src {
     int64_t sn, sc, sh, sw;
 };
 
-struct Work {
-    int32_t *label;               /* [n·S + s] */
-    unsigned long long *valid;    /* the valid pixels (zeroed, then counted) */
-    unsigned long long *ticket;   /* the context's arrival ticket */
-    double *partial;              /* [block]: Σ ℓ of the block's pixels */
-};
+/* The workspace (window_workspace): count = the valid pixels. */
+using Work = WindowWork;
 
 template <class T, class TI>
 __global__ void __launch_bounds__(PREP_THREADS) field_prep(const ploss_region_problem p, int64_t *error_slot,
@@ -88,7 +84,7 @@ __global__ void __launch_bounds__(PREP_THREADS) field_prep(const ploss_region_pr
     }
     count = block_reduce<PREP_THREADS>(count, SumOp());
     if (threadIdx.x == 0 && count)
-        atomicAdd(w.valid, count);
+        atomicAdd(w.count, count);
 }
 
 /* One unordered pair (a, b): KL ab = D(a, b) = Σ p_b·(l_b − l_a), ba = D(b, a); the reference
@@ -326,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
     const int per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     double base = 1.0;
     if (p.reduction == PLOSS_REDUCTION_MEAN) {
-        const unsigned long long v = *w.valid;
+        const unsigned long long v = *w.count;
         base = v > 0 ? 1.0 / (double)v : 0.0;
     }
     if (p.pass != PLOSS_PASS_BACKWARD)
@@ -401,7 +397,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
         loss_sum += loss;
     }
     if (p.pass != PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE)
-        store_reduced_loss<THREADS>(p, loss_sum, w.partial, w.ticket, (double)*w.valid);
+        store_reduced_loss<THREADS>(p, loss_sum, w.partial, w.ticket, (double)*w.count);
     if (p.pass == PLOSS_PASS_FORWARD)
         return;
 
@@ -444,7 +440,7 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
 {
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
-    const int64_t NS = p->N * p->S, H = p->sshape[0], W = p->sshape[1];
+    const int64_t H = p->sshape[0], W = p->sshape[1];
     const int64_t prep_blocks = p->N * ((H + PREP_TH - 1) / PREP_TH) * ((W + PREP_TW - 1) / PREP_TW);
     /* staged: fp32 accumulation and the stage within its budget */
     const bool ref = p->reference_divergence;
@@ -460,27 +456,17 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     if (prep_blocks > INT32_MAX || blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid",
                            (long long)(prep_blocks > blocks ? prep_blocks : blocks));
-    const bool in_place = grad_overlaps_input(*p, sizeof(T));
-    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
-                 b_copy = in_place ? align_up((size_t)(NS * p->C) * sizeof(T)) : 0;
-    char *ws = nullptr;
-    ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
+    Work w;
+    ploss_status st = window_workspace(ctx, *p, blocks, sizeof(T), w);
     if (st)
         return st;
-    Work w;
-    w.label = (int32_t *)ws;
-    w.valid = (unsigned long long *)(ws + b_lab);
-    w.ticket = arrival_ticket(ctx);
-    w.partial = (double *)(ws + b_lab + b_cnt);
-    T *copy = in_place ? (T *)(ws + b_lab + b_cnt + b_part) : nullptr;
-    if ((st = ploss_cuda_memset(w.valid, 0, sizeof *w.valid, stream)))
-        return st;
+    T *const copy = (T *)w.copy;
     field_prep<T, TI><<<(unsigned)prep_blocks, PREP_THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
     if ((st = check_launch("affinity field labels")))
         return st;
 
     Src<T> src = {(const T *)p->x, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
-    if (in_place)
+    if (copy)
         src = {copy, p->C * p->S, p->S, W, 1};
     const auto launch = [&](auto kernel, size_t smem) {
         if (smem) {

@@ -12,7 +12,8 @@
  *    from its blocks' partial sums, finished by the last block to arrive;
  *  - align_up(bytes): the workspace's 256-byte slices;
  *  - grad_overlaps_input(p, elem): whether the gradient's elements may share memory with
- *    the input's (an in-place pass), from their address ranges.
+ *    the input's (an in-place pass), from their address ranges;
+ *  - WindowWork, window_workspace(ctx, p, blocks, elem, w): the affinity losses' workspace.
  */
 #ifndef PLOSS_KERNELS_REGION_COMMON_CUH
 #define PLOSS_KERNELS_REGION_COMMON_CUH
@@ -102,6 +103,37 @@ inline bool grad_overlaps_input(const ploss_region_problem &p, size_t elem)
     byte_range(p, p.x, elem, p.x_sn, p.x_sc, p.x_ss, xl, xh);
     byte_range(p, p.grad, elem, p.g_sn, p.g_sc, p.g_ss, gl, gh);
     return xl < gh && gl < xh;
+}
+
+/* The workspace of the 2-D neighbourhood losses (affinity, affinity field): a label map of
+ * int32 classes per pixel, a 64-bit counter (zeroed on the stream: the pixels or pairs the
+ * 'mean' divides by), the context's arrival ticket, a loss partial per block, and, when
+ * the gradient overwrites the input (in place), a contiguous N×C×S copy of the input for
+ * the neighbours' logits (elem bytes each; null otherwise). */
+struct WindowWork {
+    int32_t *label;            /* [n·S + s] */
+    unsigned long long *count; /* zeroed, then counted by the label pass */
+    unsigned long long *ticket;
+    double *partial;           /* [block] */
+    void *copy;
+};
+inline ploss_status window_workspace(ploss_ctx_t *ctx, const ploss_region_problem &p, int64_t blocks, size_t elem,
+                                     WindowWork &w)
+{
+    const int64_t NS = p.N * p.S;
+    const bool in_place = grad_overlaps_input(p, elem);
+    const size_t b_lab = align_up((size_t)NS * 4), b_cnt = 256, b_part = align_up((size_t)blocks * sizeof(double)),
+                 b_copy = in_place ? align_up((size_t)(NS * p.C) * elem) : 0;
+    char *ws = nullptr;
+    const ploss_status st = ploss_workspace(ctx, b_lab + b_cnt + b_part + b_copy, (void **)&ws);
+    if (st)
+        return st;
+    w.label = (int32_t *)ws;
+    w.count = (unsigned long long *)(ws + b_lab);
+    w.ticket = arrival_ticket(ctx);
+    w.partial = (double *)(ws + b_lab + b_cnt);
+    w.copy = in_place ? ws + b_lab + b_cnt + b_part : nullptr;
+    return ploss_cuda_memset(w.count, 0, sizeof *w.count, stream_of(ctx));
 }
 
 } // namespace region
