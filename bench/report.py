@@ -8,8 +8,7 @@ One row per case: ploss fused ms, ploss forward-then-backward ms, PyTorch eager 
 torch.compile ms, Liger-Kernel's cross entropy ms and its time over ploss fused ("n/a"
 where it did not run: not a 2-D cross-entropy case, a CPU run, or liger_kernel missing),
 the floor (bytes the pass must move: read the logits and the labels
-once — twice for a case with floor_reads 2, the soft Dice losses —, write the gradient once,
-over the copy bandwidth measured in the same run), ploss as
+once, write the gradient once, over the copy bandwidth measured in the same run), ploss as
 a percentage of the floor (floor / ploss time), peak extra memory over the input size for
 ploss / eager / compile / Liger, the relative difference of ploss's loss (and gradient checksums)
 from PyTorch's float64 reference on the same inputs, and the issue's target with
@@ -304,8 +303,7 @@ def build(args):
     L.append("Columns: ms are medians. *Liger* = Liger-Kernel's cross entropy (forward + backward, "
              "as eager), *Liger ÷ ploss* = its time over ploss fused (above 1: ploss is faster); n/a where "
              "it did not run (the reason is in the case's details). *floor* = (input read + labels read + gradient written) / copy "
-             "bandwidth; the soft Dice losses read the input and the labels twice (their gradient needs the whole "
-             "input's sums first). *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
+             "bandwidth. *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
              "input (logits) size; the gradient counts as extra (PyTorch allocates it in backward, "
              "ploss's caller allocates it), inputs do not; ploss in place: the extra bytes. "
              "Losses of several inputs: *input* is all the embedding inputs together, one gradient per input; "
@@ -357,10 +355,8 @@ def build(args):
         in_bytes = inp.get("input_bytes")
         tgt_bytes = inp.get("target_bytes")
         floor = mem_floor = flop_floor = flop_floor_f32 = flops = None
-        reads = c.get("floor_reads", 1)
-        floor_bytes = None if in_bytes is None or tgt_bytes is None else reads * (in_bytes + tgt_bytes) + in_bytes
-        if bw and floor_bytes is not None:
-            floor = mem_floor = floor_bytes / (bw * 1e9) * 1e3
+        if bw and in_bytes is not None and tgt_bytes is not None:
+            floor = mem_floor = (2 * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
         gm = gemms.get((cid, "gemm"))
         run_dims = inp.get("shape") or c["shape"]
         shapes = inp.get("input_shapes") or (tin.get((cid, None)) or {}).get("input_shapes") or [run_dims]
@@ -532,8 +528,7 @@ def build(args):
                 d.append("Per input (argument order), (sum g², sum g·x): " + "; ".join(per))
             if mem_floor is not None or flops is not None:
                 d.append("")
-                twice = " (the input and the labels read twice)" if reads == 2 else ""
-                line = (f"Floor: bytes {fmt_bytes(floor_bytes)}{twice} at the copy bandwidth = {fmt_ms(mem_floor)} ms"
+                line = (f"Floor: bytes {fmt_bytes(2 * in_bytes + tgt_bytes)} at the copy bandwidth = {fmt_ms(mem_floor)} ms"
                         if mem_floor is not None else "Floor: bytes not timed (no copy bandwidth)")
                 if flops is not None:
                     line += f"; FLOPs {flops / 1e9:.4g} GFLOP"
