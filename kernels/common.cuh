@@ -200,7 +200,8 @@ constexpr int kLabelsPerThread = 16;
 /* f(y) for the labels (TI: i64 or i32) of samples [0, rows) of a problem whose labels are
  * flat (labels_flat), this thread's share of a grid-stride walk from r0 by step: 16-byte
  * vectors r0, r0 + step, … (four in flight), then the samples past the last whole vector.
- * Each label is visited once by the whole grid; a thread visits its own in a fixed order. */
+ * When every r0 in [0, step) walks (a grid, or a block with r0 = threadIdx.x), each label
+ * is visited once; a thread visits its own in a fixed order. */
 template <class TI, class P, class F>
 __device__ __forceinline__ void for_flat_labels(const P &a, int64_t r0, int64_t step, int64_t rows, F &&f)
 {

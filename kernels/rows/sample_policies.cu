@@ -286,7 +286,7 @@ __device__ __forceinline__ bool invalid_label(const ploss_sample_problem &p, int
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sample_problem p, unsigned long long *count)
 {
     const int64_t M = p.N * p.S;
-    const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* sample i at offset i: no division */
+    const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* misaligned, but sample i at offset i: no division */
     constexpr int U = 4; /* loads in flight per thread (strided labels) */
     const int64_t stride = grid_stride();
     unsigned long long c = 0;
