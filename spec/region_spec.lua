@@ -978,6 +978,52 @@ local function field_reference(x, y, opts)
   return red == "mean" and total / valid or total
 end
 
+-- The contract of a 2-D window loss (name "affinity_field" or "affinity", Crit its
+-- criterion) on x (f64) and labels y: for each reduction with opts, fused = forward and
+-- backward and the criterion bitwise, the fused scale, and channels-last, cropped and
+-- transposed views bitwise their contiguous copies; with the default options in place
+-- against out of place, f32/f16/bf16 against f64, and every pixel labelled `ignored` (a
+-- NaN mean, a zero gradient, a zero sum).  Returns the default options' fused gradient.
+local function check_window_contract(name, Crit, x, y, opts, ignored, scale_tol)
+  local fused, plain, backward = F[name .. "_fused"], F[name], F[name .. "_backward"]
+  for _, red in ipairs { "mean", "sum", "none" } do
+    local o = { reduction = red }
+    for k, v in pairs(opts) do o[k] = v end
+    local l, g = fused(x, y, o)
+    H.assert_equal(as_list(l), as_list(plain(x, y, o)))
+    H.assert_equal(g, backward(x, y, nil, o))
+    H.check_fused_scale(name, x, y, o, y:size(), red, scale_tol)
+    local cl, cg = Crit(o)(x, y)
+    H.assert_equal(as_list(cl), as_list(l))
+    H.assert_equal(cg, g)
+    for _, v in ipairs {
+      { "channels-last", H.relayout(x, "channels_last"), y },
+      { "crop", x:narrow(3, 2, 3):narrow(4, 2, 4), y:narrow(2, 2, 3):narrow(3, 2, 4) },
+      { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
+    } do
+      local lv, gv = fused(v[2], v[3], o)
+      local lc, gc = fused(v[2]:contiguous(), v[3]:contiguous(), o)
+      H.assert_equal(as_list(lv), as_list(lc), { what = v[1] })
+      H.assert_equal(gv, gc, { what = v[1] })
+    end
+  end
+  local l, g = fused(x, y)
+  H.check_inplace_fused(name, x:clone(), y, {}, l, g, name)
+  for _, dt in ipairs { "f32", "f16", "bf16" } do
+    local xd = x:to(dt)
+    local ld, gd = fused(xd, y)
+    local lr, gr = fused(xd:to("f64"), y)
+    H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
+    H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
+  end
+  local yi = ploss.full(y:size(), ignored, { dtype = "i64" })
+  local li, gi = fused(x, yi)
+  assert.is_true(li ~= li) -- 'mean' of no valid pixel
+  for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
+  assert.are.equal(0, plain(x, yi, { reduction = "sum" }))
+  return g
+end
+
 describe("AffinityFieldLoss", function()
   it("by hand: two pixels side by side", function()
     -- p = (1/2, 1/2) and (0.8, 0.2): KL(p_1 ‖ p_0) = 0.8·ln 1.6 + 0.2·ln 0.4, KL(p_0 ‖ p_1) =
@@ -1050,40 +1096,7 @@ describe("AffinityFieldLoss", function()
   it("fused = forward and backward; scale; criterion; in place; layouts; dtypes; all ignored", function()
     local x = ploss.randn({ 2, 4, 5, 6 }, { dtype = "f64", seed = 101 })
     local y = H.random_labels({ 2, 5, 6 }, 4, { ignore = 0.1, ignore_index = 255 })
-    for _, red in ipairs { "mean", "sum", "none" } do
-      local o = { reduction = red, kl_margin = 1 }
-      local l, g = F.affinity_field_fused(x, y, o)
-      H.assert_equal(as_list(l), as_list(F.affinity_field(x, y, o)))
-      H.assert_equal(g, F.affinity_field_backward(x, y, nil, o))
-      H.check_fused_scale("affinity_field", x, y, o, { 2, 5, 6 }, red, 1e-14)
-      local cl, cg = ploss.AffinityFieldLoss(o)(x, y)
-      H.assert_equal(as_list(cl), as_list(l))
-      H.assert_equal(cg, g)
-      for _, v in ipairs {
-        { "channels-last", H.relayout(x, "channels_last"), y },
-        { "crop", x:narrow(3, 2, 3):narrow(4, 2, 4), y:narrow(2, 2, 3):narrow(3, 2, 4) },
-        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
-      } do
-        local lv, gv = F.affinity_field_fused(v[2], v[3], o)
-        local lc, gc = F.affinity_field_fused(v[2]:contiguous(), v[3]:contiguous(), o)
-        H.assert_equal(as_list(lv), as_list(lc), { what = v[1] })
-        H.assert_equal(gv, gc, { what = v[1] })
-      end
-    end
-    local l, g = F.affinity_field_fused(x, y)
-    H.check_inplace_fused("affinity_field", x:clone(), y, {}, l, g, "affinity_field")
-    for _, dt in ipairs { "f32", "f16", "bf16" } do
-      local xd = x:to(dt)
-      local ld, gd = F.affinity_field_fused(xd, y)
-      local lr, gr = F.affinity_field_fused(xd:to("f64"), y)
-      H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
-      H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
-    end
-    local yi = ploss.full({ 2, 5, 6 }, 255, { dtype = "i64" })
-    local li, gi = F.affinity_field_fused(x, yi)
-    assert.is_true(li ~= li) -- 'mean' of no valid pixel
-    for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
-    assert.are.equal(0, F.affinity_field(x, yi, { reduction = "sum" }))
+    check_window_contract("affinity_field", ploss.AffinityFieldLoss, x, y, { kl_margin = 1 }, 255, 1e-14)
   end)
 
   it("bad input: an error naming the argument, nothing written", function()
@@ -1218,45 +1231,13 @@ describe("AffinityLoss", function()
   it("fused = forward and backward; scale; criterion; in place; layouts; dtypes; ignored pixels", function()
     local x = ploss.randn({ 2, 4, 5, 6 }, { dtype = "f64", seed = 1403 })
     local y = H.random_labels({ 2, 5, 6 }, 4, { ignore = 0.1 })
-    for _, red in ipairs { "mean", "sum", "none" } do
-      local o = { reduction = red }
-      local l, g = F.affinity_fused(x, y, o)
-      H.assert_equal(as_list(l), as_list(F.affinity(x, y, o)))
-      H.assert_equal(g, F.affinity_backward(x, y, nil, o))
-      H.check_fused_scale("affinity", x, y, o, { 2, 5, 6 }, red, 1e-13)
-      local cl, cg = ploss.AffinityLoss(o)(x, y)
-      H.assert_equal(as_list(cl), as_list(l))
-      H.assert_equal(cg, g)
-      for _, v in ipairs {
-        { "channels-last", H.relayout(x, "channels_last"), y },
-        { "crop", x:narrow(3, 2, 3):narrow(4, 2, 4), y:narrow(2, 2, 3):narrow(3, 2, 4) },
-        { "transposed", x:transpose(3, 4), y:transpose(2, 3) },
-      } do
-        local lv, gv = F.affinity_fused(v[2], v[3], o)
-        local lc, gc = F.affinity_fused(v[2]:contiguous(), v[3]:contiguous(), o)
-        H.assert_equal(as_list(lv), as_list(lc), { what = v[1] })
-        H.assert_equal(gv, gc, { what = v[1] })
-      end
-    end
-    local l, g = F.affinity_fused(x, y)
-    H.check_inplace_fused("affinity", x:clone(), y, {}, l, g, "affinity")
-    for _, dt in ipairs { "f32", "f16", "bf16" } do
-      local xd = x:to(dt)
-      local ld, gd = F.affinity_fused(xd, y)
-      local lr, gr = F.affinity_fused(xd:to("f64"), y)
-      H.assert_close(ld, lr, { rtol = 1e-6, what = dt })
-      H.assert_close(gd:to("f64"), gr, { rtol = H.tol[dt].rtol, atol = H.tol[dt].atol * 1e-2, what = dt })
-    end
+    local g = check_window_contract("affinity", ploss.AffinityLoss, x, y, {}, -100, 1e-13)
     -- ignored pixels: a zero gradient, and their logits change nothing
     local yv = y:flat()
     local gv = g:permute(1, 3, 4, 2):contiguous():flat()
     for i = 1, #yv do
       if yv[i] == -100 then for c = 1, 4 do assert.are.equal(0, gv[(i - 1) * 4 + c]) end end
     end
-    local yi = ploss.full({ 2, 5, 6 }, -100, { dtype = "i64" })
-    local li, gi = F.affinity_fused(x, yi)
-    assert.is_true(li ~= li)
-    for _, v in ipairs(gi:flat()) do assert.are.equal(0, v) end
   end)
 
   it("N×C×W and N×C inputs: images of one row and of one pixel", function()
