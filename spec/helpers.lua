@@ -595,6 +595,22 @@ function H.with(o, extra)
   return r
 end
 
+--- A reference loss reduced: the per-row `losses` themselves ('none'), their sum, or their
+-- sum over `count` ('mean'; default: every row counts).
+function H.reduce_losses(losses, reduction, count)
+  if reduction == "none" then return losses end
+  local s = 0
+  for _, v in ipairs(losses) do s = s + v end
+  return reduction == "sum" and s or s / (count or #losses)
+end
+
+--- How many of the labels Y (a Lua list) are not `ignore` (default -100).
+function H.valid_count(Y, ignore)
+  local k = 0
+  for _, y in ipairs(Y) do if y ~= (ignore or -100) then k = k + 1 end end
+  return k
+end
+
 --- The options `o` as sorted "{k=v, …}" text for assertion messages, without the key `skip`.
 function H.options_label(o, skip)
   local parts = {}

@@ -85,18 +85,7 @@ local function reference(X, W, Y, o, u, Bv)
   return losses, GX, GW, GB, LSE, ENT
 end
 
-local function valid_count(Y, ignore)
-  local k = 0
-  for _, y in ipairs(Y) do if y ~= (ignore or -100) then k = k + 1 end end
-  return k
-end
-
-local function reduce(losses, reduction, count)
-  if reduction == "none" then return losses end
-  local s = 0
-  for _, v in ipairs(losses) do s = s + v end
-  return reduction == "sum" and s or s / count
-end
+local valid_count, reduce = H.valid_count, H.reduce_losses
 
 -- Hidden rows, weight rows and labels: n rows of D against C classes.
 local function inputs(n, C, D, seed, ignored)

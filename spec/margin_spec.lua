@@ -147,18 +147,7 @@ local function scaled(t, k)
   return v
 end
 
-local function valid_count(Y, ignore)
-  local k = 0
-  for _, y in ipairs(Y) do if y ~= (ignore or -100) then k = k + 1 end end
-  return k
-end
-
-local function reduce(losses, reduction, count)
-  if reduction == "none" then return losses end
-  local s = 0
-  for _, v in ipairs(losses) do s = s + v end
-  return reduction == "sum" and s or s / count
-end
+local valid_count, reduce = H.valid_count, H.reduce_losses
 
 local function upstream(reduction, count)
   return reduction == "mean" and 1 / count or 1

@@ -78,12 +78,7 @@ local function reference(A, P, N, o, w)
   return losses, gA, gP, gN
 end
 
-local function reduce(losses, reduction)
-  if reduction == "none" then return losses end
-  local s = 0
-  for _, v in ipairs(losses) do s = s + v end
-  return reduction == "sum" and s or s / #losses
-end
+local reduce = H.reduce_losses
 
 local function weight(reduction, n, up)
   up = up or 1

@@ -21,12 +21,7 @@ local NAN = 0 / 0
 
 local with = H.with
 
-local function reduce(losses, reduction)
-  if reduction == "none" then return losses end
-  local s = 0
-  for _, v in ipairs(losses) do s = s + v end
-  return reduction == "sum" and s or s / #losses
-end
+local reduce = H.reduce_losses
 
 -- The upstream factor of element i: a per-element list, or the scalar spread by the mean.
 local function factor(w, i) return type(w) == "table" and w[i] or w end
