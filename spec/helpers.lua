@@ -604,6 +604,32 @@ function H.reduce_losses(losses, reduction, count)
   return reduction == "sum" and s or s / (count or #losses)
 end
 
+--- Losses of embeddings x (N×D), a weight (C×D) and labels, F[name .. "_fused"] → loss, ∂x,
+-- ∂weight, on `device` for each of `dtypes`: an empty batch gives a NaN mean, an empty ∂x, a
+-- zero ∂weight and a zero 'sum'; a batch of ignored rows a NaN mean and zero gradients.
+function H.check_empty_and_ignored_rows(name, dtypes, device)
+  local F = ploss.F
+  local fused, plain = F[name .. "_fused"], F[name]
+  for _, dtype in ipairs(dtypes) do
+    local wg = ploss.randn({ 5, 3 }, { dtype = dtype, seed = 3 }):to(device)
+    local xe = ploss.empty({ 0, 3 }, { dtype = dtype, device = device })
+    local ye = ploss.empty({ 0 }, { dtype = "i64", device = device })
+    local what = name .. " " .. dtype
+    local l, gx, gw = fused(xe, wg, ye)
+    if l == l then error(what .. ": the mean of no row is " .. tostring(l) .. ", not NaN", 2) end
+    if gx:numel() ~= 0 then error(what .. ": the empty batch's grad_x has elements", 2) end
+    H.assert_equal(gw:double(), ploss.zeros({ 5, 3 }, { dtype = "f64" }), { what = what .. " empty batch grad_weight" })
+    local s = plain(xe, wg, ye, { reduction = "sum" })
+    if s ~= 0 then error(what .. ": the sum over no row is " .. tostring(s), 2) end
+    local xg = ploss.randn({ 4, 3 }, { dtype = dtype, seed = 4 }):to(device)
+    local yi = ploss.tensor({ -100, -100, -100, -100 }, { dtype = "i64" }):to(device)
+    l, gx, gw = fused(xg, wg, yi)
+    if l == l then error(what .. ": the mean of ignored rows is " .. tostring(l) .. ", not NaN", 2) end
+    H.assert_equal(gx:double(), ploss.zeros({ 4, 3 }, { dtype = "f64" }), { what = what .. " ignored rows grad_x" })
+    H.assert_equal(gw:double(), ploss.zeros({ 5, 3 }, { dtype = "f64" }), { what = what .. " ignored rows grad_weight" })
+  end
+end
+
 --- How many of the labels Y (a Lua list) are not `ignore` (default -100).
 function H.valid_count(Y, ignore)
   local k = 0
