@@ -94,7 +94,7 @@ __device__ __forceinline__ int64_t class_of(const ploss_region_problem &p, int64
 
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_problem p, int64_t *error_slot,
-                                                        Work w, T *copy)
+                                                        Work w)
 {
     __shared__ unsigned char s_ok[PREP_W * (TH + PREP_R)]; /* valid flags, rows of hw */
     const int64_t H = p.sshape[0], W = p.sshape[1];
@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
         const int64_t y = load_label_at<TI>(p, n * p.t_sn + h * p.t_ss[0] + wc * p.t_ss[1], error_slot);
         const int64_t s = h * W + wc;
         w.label[n * p.S + s] = (int32_t)y;
-        if (copy) {
+        if (w.copy) {
             const T *x = (const T *)p.x + n * p.x_sn + h * p.x_ss[0] + wc * p.x_ss[1];
             for (int64_t c = 0; c < p.C; ++c)
-                copy[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
+                ((T *)w.copy)[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
         }
     }
     __syncthreads();
@@ -297,6 +297,9 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     using A = acc_t<T>;
     const cudaStream_t stream = stream_of(ctx);
     const int64_t H = p->sshape[0], W = p->sshape[1];
+    if (p->kernel_size < 1 || p->kernel_size > PLOSS_AFFINITY_MAX_KERNEL)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,
+                           PLOSS_AFFINITY_MAX_KERNEL);
     const int64_t blocks = p->N * ((H + TH - 1) / TH) * ((W + TW - 1) / TW);
     if (blocks > INT32_MAX)
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "input: %lld tiles exceed the CUDA grid", (long long)blocks);
@@ -304,17 +307,13 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     ploss_status st = window_workspace(ctx, *p, blocks, sizeof(T), w);
     if (st)
         return st;
-    T *const copy = (T *)w.copy;
-    window_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
+    window_prep<T, TI><<<(unsigned)blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, w);
     if ((st = check_launch("affinity labels")))
         return st;
 
     Src src = {p->x, p->x_dtype, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
-    if (copy)
-        src = {copy, p->x_dtype, p->C * p->S, p->S, W, 1};
-    if (p->kernel_size < 1 || p->kernel_size > PLOSS_AFFINITY_MAX_KERNEL)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "kernel_size: %d outside [1, %d]", p->kernel_size,
-                           PLOSS_AFFINITY_MAX_KERNEL);
+    if (w.copy)
+        src = {w.copy, p->x_dtype, p->C * p->S, p->S, W, 1};
     if constexpr (sizeof(A) == 8) {
         return launch_main<A, 0>(p, src, blocks, w, stream);
     } else {

@@ -62,7 +62,7 @@ using Work = WindowWork;
 
 template <class T, class TI>
 __global__ void __launch_bounds__(PREP_THREADS) field_prep(const ploss_region_problem p, int64_t *error_slot,
-                                                            Work w, T *copy)
+                                                            Work w)
 {
     const int64_t H = p.sshape[0], W = p.sshape[1];
     const int64_t tiles_w = (W + PREP_TW - 1) / PREP_TW, tiles = tiles_w * ((H + PREP_TH - 1) / PREP_TH);
@@ -76,10 +76,10 @@ __global__ void __launch_bounds__(PREP_THREADS) field_prep(const ploss_region_pr
         const int64_t s = h * W + wc;
         w.label[n * p.S + s] = (int32_t)y;
         count = y >= 0;
-        if (copy) {
+        if (w.copy) {
             const T *x = (const T *)p.x + n * p.x_sn + h * p.x_ss[0] + wc * p.x_ss[1];
             for (int64_t c = 0; c < p.C; ++c)
-                copy[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
+                ((T *)w.copy)[(n * p.C + c) * p.S + s] = x[c * p.x_sc];
         }
     }
     count = block_reduce<PREP_THREADS>(count, SumOp());
@@ -460,14 +460,13 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     ploss_status st = window_workspace(ctx, *p, blocks, sizeof(T), w);
     if (st)
         return st;
-    T *const copy = (T *)w.copy;
-    field_prep<T, TI><<<(unsigned)prep_blocks, PREP_THREADS, 0, stream>>>(*p, ctx->error_slot, w, copy);
+    field_prep<T, TI><<<(unsigned)prep_blocks, PREP_THREADS, 0, stream>>>(*p, ctx->error_slot, w);
     if ((st = check_launch("affinity field labels")))
         return st;
 
     Src<T> src = {(const T *)p->x, p->x_sn, p->x_sc, p->x_ss[0], p->x_ss[1]};
-    if (copy)
-        src = {copy, p->C * p->S, p->S, W, 1};
+    if (w.copy)
+        src = {(const T *)w.copy, p->C * p->S, p->S, W, 1};
     const auto launch = [&](auto kernel, size_t smem) {
         if (smem) {
             if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
