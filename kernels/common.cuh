@@ -25,7 +25,8 @@
  *    SumOp, MaxOp (NaN-ignoring like fmax) and MinOp functors.
  *  - sample_label(problem, n, s): the i64 or i32 class label of sample (n, s), by its dtype;
  *    labels_flat(problem), for_flat_labels<TI>(problem, r0, step, rows, f): label passes
- *    over contiguous labels in 16-byte vectors.
+ *    over contiguous labels in 16-byte vectors; label_status(problem, y) (valid, ignored or
+ *    out of range) and divisor_share (a thread's share of a 'mean' divisor, Σ weight(y)).
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
  *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
@@ -226,6 +227,59 @@ __device__ __forceinline__ void for_flat_labels(const P &a, int64_t r0, int64_t 
     }
     for (int64_t i = nv * E + r0; i < rows; i += step)
         f((int64_t)((const TI *)a.t)[i]);
+}
+
+enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
+
+/* Whether the label y of a sample (sample_label) is valid, ignored or out of range, for
+ * the row engine's RowArgs and the backend problems of core/engines/rows.h alike. */
+template <class P> __device__ __forceinline__ int label_status(const P &a, int64_t y)
+{
+    if (y == a.ignore_index)
+        return kIgnored;
+    return y < 0 || y >= a.C ? kInvalid : kValid;
+}
+
+/* One thread's share of the 'mean' divisor: Σ weight(y) over the valid labels y of the
+ * samples r0, r0 + step, … below rows, of RowArgs or a backend problem (sample_label,
+ * label_status).  Flat labels (labels_flat) are read as 16-byte vectors r0, r0 + step, …
+ * (for_flat_labels); others one sample at a time, four labels' loads in flight, a sample's
+ * image by a 32-bit division where the count allows.  A thread adds its terms in a fixed
+ * order (exact for counts; a fixed sum of weights). */
+template <class P, class Weight>
+__device__ __forceinline__ double divisor_share(const P &a, Weight &&weight, int64_t r0, int64_t step, int64_t rows)
+{
+    double acc = 0.0;
+    if (labels_flat(a)) {
+        const auto add = [&](int64_t y) {
+            if (label_status(a, y) == kValid)
+                acc += weight(y);
+        };
+        if (a.t_dtype == PLOSS_I32)
+            for_flat_labels<int32_t>(a, r0, step, rows, add);
+        else
+            for_flat_labels<int64_t>(a, r0, step, rows, add);
+        return acc;
+    }
+    constexpr int U = 4;
+    const bool narrow = rows <= INT32_MAX;
+    for (int64_t i0 = r0; i0 < rows; i0 += U * step) {
+        int64_t y[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t i = i0 + u * step;
+            y[u] = a.ignore_index; /* past the end: adds nothing */
+            if (i < rows) {
+                const int64_t n = a.S == 1 ? i : narrow ? (int64_t)((uint32_t)i / (uint32_t)a.S) : i / a.S;
+                y[u] = sample_label(a, n, i - n * a.S);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (label_status(a, y[u]) == kValid)
+                acc += weight(y[u]);
+    }
+    return acc;
 }
 
 /* Integer element as int64 (exact); float dtypes truncate as double_to_i64. */

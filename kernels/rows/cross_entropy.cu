@@ -43,12 +43,6 @@ namespace {
 /* Per-sample helpers shared by every kernel                                            */
 /* ------------------------------------------------------------------------------------ */
 
-using row_engine::kIgnored;
-using row_engine::kInvalid;
-using row_engine::kValid;
-using row_engine::divisor_share;
-using row_engine::label_status;
-
 struct Aux {
     double *part_loss;     /* one partial loss sum per block (reduced loss wanted), or null */
     double *part_w;        /* one partial Σ w_y per block (forward 'mean', class indices), or null */

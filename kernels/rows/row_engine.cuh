@@ -114,18 +114,6 @@ constexpr int kLabelThreads = 256;
 constexpr int kFinalThreads = 1024;
 constexpr int kMaxCluster = 8;
 
-enum { kValid = 0, kIgnored = 1, kInvalid = 2 };
-
-/* Whether the label y of a sample (sample_label) is valid, ignored or out of range, for
- * RowArgs and the backend problems of core/engines/rows.h alike. */
-
-template <class P> __device__ __forceinline__ int label_status(const P &a, int64_t y)
-{
-    if (y == a.ignore_index)
-        return kIgnored;
-    return y < 0 || y >= a.C ? kInvalid : kValid;
-}
-
 /* The gradient factor ω shared by every sample (fused, or backward of a reduced loss); d:
  * the 'mean' divisor. */
 __device__ __forceinline__ float common_omega(const RowArgs &a, double d)
@@ -140,52 +128,12 @@ __device__ __forceinline__ float common_omega(const RowArgs &a)
     return common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? *a.divisor : 1.0);
 }
 
-/* One thread's share of the 'mean' divisor: Σ weight(y) over the valid labels y of the
- * samples r0, r0 + step, … below rows, of RowArgs or a backend problem (sample_label,
- * label_status).  Flat labels (labels_flat) are read as 16-byte vectors r0, r0 + step, …
- * (for_flat_labels); others one sample at a time, four labels' loads in flight, a sample's
- * image by a 32-bit division where the count allows.  A thread adds its terms in a fixed
- * order (exact for counts; a fixed sum of weights). */
-template <class P, class Weight>
-__device__ __forceinline__ double divisor_share(const P &a, Weight &&weight, int64_t r0, int64_t step, int64_t rows)
-{
-    double acc = 0.0;
-    if (labels_flat(a)) {
-        const auto add = [&](int64_t y) {
-            if (label_status(a, y) == kValid)
-                acc += weight(y);
-        };
-        if (a.t_dtype == PLOSS_I32)
-            for_flat_labels<int32_t>(a, r0, step, rows, add);
-        else
-            for_flat_labels<int64_t>(a, r0, step, rows, add);
-        return acc;
-    }
-    constexpr int U = 4;
-    const bool narrow = rows <= INT32_MAX;
-    for (int64_t i0 = r0; i0 < rows; i0 += U * step) {
-        int64_t y[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int64_t i = i0 + u * step;
-            y[u] = a.ignore_index; /* past the end: adds nothing */
-            if (i < rows) {
-                const int64_t n = a.S == 1 ? i : narrow ? (int64_t)((uint32_t)i / (uint32_t)a.S) : i / a.S;
-                y[u] = sample_label(a, n, i - n * a.S);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (label_status(a, y[u]) == kValid)
-                acc += weight(y[u]);
-    }
-    return acc;
-}
+/* A thread's share of the 'mean' divisor, Σ pol.divisor(y) (common.cuh's divisor_share). */
 template <class Policy>
 __device__ __forceinline__ double divisor_share(const RowArgs &a, const Policy &pol, int64_t r0, int64_t step,
                                                 int64_t rows)
 {
-    return divisor_share(a, [&](int64_t y) { return pol.divisor((int)y); }, r0, step, rows);
+    return ploss_cuda::divisor_share(a, [&](int64_t y) { return pol.divisor((int)y); }, r0, step, rows);
 }
 
 /* The 'mean' divisor summed by one block over every sample's label, in a fixed order (the
@@ -613,7 +561,10 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
         this->split(row, C);
     }
     /* v(u, q) for every aligned vector q of this thread, kStreamUnroll loads issued at once;
-     * LAST: the row's last read (streaming loads). */
+     * LAST: the row's last read (streaming loads).  The other reads prefetch the next
+     * kStreamUnroll vectors into L2 as they load these (no registers held for them), so the
+     * next loads wait for L2, not DRAM; a prefetch two steps ahead, or of a block's next row,
+     * was slower (bench/RESULTS.md). */
     template <bool LAST, class Fn> __device__ __forceinline__ void stream(Fn &&v) const
     {
         const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);
@@ -624,6 +575,14 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
                 const int q = q0 + k * GT;
                 if (q < nfull)
                     u[k] = LAST ? __ldcs(xv + q) : xv[q];
+            }
+            if constexpr (!LAST) {
+#pragma unroll
+                for (int k = 0; k < kStreamUnroll; ++k) {
+                    const int q = q0 + (kStreamUnroll + k) * GT;
+                    if (q < nfull)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(xv + q));
+                }
             }
 #pragma unroll
             for (int k = 0; k < kStreamUnroll; ++k) {

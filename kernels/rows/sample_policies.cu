@@ -281,37 +281,14 @@ __device__ __forceinline__ bool invalid_label(const ploss_sample_problem &p, int
     return y != p.ignore_index && (y < 0 || y >= p.C);
 }
 
-/* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones);
- * flat labels (labels_flat) as 16-byte vectors. */
+/* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones), as
+ * the row engine's 'mean' divisor counts them (divisor_share, weight 1: exact in f64). */
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sample_problem p, unsigned long long *count)
 {
-    const int64_t M = p.N * p.S;
-    const bool flat = p.t_ss == 1 && p.t_sn == p.S; /* misaligned, but sample i at offset i: no division */
-    constexpr int U = 4; /* loads in flight per thread (strided labels) */
-    const int64_t stride = grid_stride();
-    unsigned long long c = 0;
-    const auto add = [&](int64_t y) { c += y != p.ignore_index && !invalid_label(p, y); };
-    if (labels_flat(p)) {
-        if (p.t_dtype == PLOSS_I32)
-            for_flat_labels<int32_t>(p, thread_index(), stride, M, add);
-        else
-            for_flat_labels<int64_t>(p, thread_index(), stride, M, add);
-    } else {
-        for (int64_t i0 = thread_index(); i0 < M; i0 += U * stride) {
-            int64_t y[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int64_t i = i0 + u * stride;
-                y[u] = i >= M ? p.ignore_index : flat ? label_at(p, i) : label_of(p, i / p.S, i % p.S);
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                add(y[u]);
-        }
-    }
-    c = block_reduce<THREADS>(c, SumOp());
-    if (threadIdx.x == 0 && c)
-        atomicAdd(count, c);
+    const double c = block_reduce<THREADS>(
+        divisor_share(p, [](int64_t) { return 1.0; }, thread_index(), grid_stride(), p.N * p.S), SumOp());
+    if (threadIdx.x == 0 && c != 0.0)
+        atomicAdd(count, (unsigned long long)c);
 }
 
 /* PC-softmax: bias_j = log w_j (−∞ for w_j = 0; NaN for a negative prior). */
