@@ -304,6 +304,21 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
     compare_bh(x8, y8, { soft_margin = true, distance = "squared", reduction = "none" }, "bf16", "5000x8")
   end)
 
+  it("a row that 74 anchors reach, D = 600: the gradient's entries and columns in several chunks", function()
+    -- integer rows; row 1 lies far from every other row, so it is the hardest positive of
+    -- each of the 74 other anchors of its class (more entries than a warp reads at once)
+    local x = integer_batch(150, 600, 2, 11)
+    local X, Y = x:totable(), {}
+    for k = 1, 600 do X[1][k] = X[1][k] + 20 end
+    for i = 1, 150 do Y[i] = i <= 75 and 0 or 1 end
+    x = ploss.tensor(X, { dtype = "f64" })
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    for _, dtype in ipairs { "f32", "f64", "bf16" } do
+      compare_bh(x, y, {}, dtype, "150x600")
+      compare_bh(x, y, { margin = 1, distance = "squared", reduction = "none" }, dtype, "150x600")
+    end
+  end)
+
   -- bf16 with D a multiple of 8: the fused mining where the device has it; a NaN or ∞ row
   -- and labels beyond ±2^47 send it to the rows, ties go to the lowest index
   it("bf16, D = 16: NaN and ∞ rows, labels beyond 2^47, ties and lone rows as the CPU", function()
