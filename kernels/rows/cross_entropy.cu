@@ -924,7 +924,7 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
             blocks = count < kMaxBlocks ? count : kMaxBlocks;
         } else {
             per_thread = samples_per_thread<T>(p);
-            /* pairs: two runs per thread (fewer blocks to start; 1–2 % faster on the H200) */
+            /* pairs: two runs per thread, half the blocks to start (bench/RESULTS.md) */
             blocks = (int64_t)grid_blocks(count / per_thread, kSampleThreads * per_thread, kMaxBlocks);
         }
     }
