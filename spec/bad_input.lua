@@ -123,7 +123,7 @@ local function out_of_range(d)
       if o.min then add(n, o.min - 1, "opts." .. n .. ": " .. D.number(o.min - 1)) end
       if o.max then add(n, o.max + 2, "opts." .. n .. ": " .. D.number(o.max + 2)) end
       if o.even then add(n, o.min + 1, "opts." .. n .. ": " .. D.number(o.min + 1)) end
-      add(n, (o.min or 0) + 0.5, n .. ": expected an integer")
+      add(n, (o.min or 0) + 0.5, n .. ": expected " .. D.range_text(o) .. ", got " .. D.number((o.min or 0) + 0.5))
     end
   end
   return out

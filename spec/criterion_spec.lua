@@ -87,6 +87,15 @@ describe("criteria built from the descriptions", function()
         end)
       end
 
+      it("refuses a misspelt option set as a field after construction; takes a known one", function()
+        local crit = cls(H.loss_options(d, 5))
+        H.expect_error(function() crit.reducton = "sum" end, d.criterion .. ": no option or field 'reducton'")
+        assert.is_nil(rawget(crit, "reducton"))
+        crit.reduction = "sum"
+        crit.output, crit._mine = 1, 2 -- Torch7's fields and private ones stay free
+        assert.are.equal("sum", crit.reduction)
+      end)
+
       it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
         local opts = H.loss_options(d, 5)
         H.expect_error(function() cls { 0.1 } end, "options are named")
@@ -106,13 +115,17 @@ describe("criteria built from the descriptions", function()
         for _, opt in ipairs(d.lua_options) do
           local o = H.loss_options(d, 5)
           if opt.type == "int64" or opt.type == "int" then
+            -- the option's range where it has one, else the type's
+            local bounded = opt.range or opt.min or opt.max or opt.min_exclusive
+            local want = opt.name .. ": expected " ..
+              (bounded and D.range_text(opt) or opt.type == "int" and "an integer in 32 bits" or "an integer") .. ", got "
             o[opt.name] = 1 / 0
-            H.expect_error(function() cls(o) end, opt.name .. ": expected an integer")
+            H.expect_error(function() cls(o) end, want .. "inf")
             o[opt.name] = 2 ^ 63
-            H.expect_error(function() cls(o) end, opt.name .. ": expected an integer")
+            H.expect_error(function() cls(o) end, want)
             if opt.type == "int" then
               o[opt.name] = 2 ^ 32 + 2
-              H.expect_error(function() cls(o) end, opt.name .. ": expected an integer in 32 bits, got 4294967298")
+              H.expect_error(function() cls(o) end, want .. "4294967298")
             end
           elseif opt.type == "double" and D.range_text(opt) then
             o[opt.name] = 0 / 0
@@ -154,4 +167,27 @@ describe("criteria built from the descriptions", function()
       end
     end)
   end
+end)
+
+describe("criteria of several inputs", function()
+  it("refuse a misspelt option or gradient buffer set as a field", function()
+    local lce = ploss.LinearCrossEntropyLoss {}
+    H.expect_error(function() lce.acumulate = true end, "LinearCrossEntropyLoss: no option or field 'acumulate'")
+    H.expect_error(function() lce.grad_weigth = ploss.zeros({ 2, 2 }) end, "no option or field 'grad_weigth'")
+    lce.accumulate, lce.grad_weight = true, ploss.zeros({ 2, 2 })
+    local pfc = ploss.PartialFCLoss {}
+    H.expect_error(function() pfc.sample_rat = 0.5 end, "PartialFCLoss: no option or field 'sample_rat'")
+    pfc.sample_rate = 0.5
+    H.expect_error(function() ploss.BatchHardTripletLoss {}.distanse = "cosine" end, "no option or field 'distanse'")
+  end)
+
+  it("name the function when gradOutput is an options table", function()
+    local x, y = ploss.randn({ 2, 3 }, { seed = 1 }), ploss.tensor({ 0, 1 }, { dtype = "i64" })
+    H.expect_error(function() F.cross_entropy_backward(x, y, { reduction = "sum" }) end,
+      "cross_entropy_backward: gradOutput: expected a number or a tensor, got table (the options come after gradOutput")
+    H.expect_error(function() F.linear_cross_entropy_backward(x, ploss.randn({ 4, 3 }), y, { z_loss = 1 }) end,
+      "linear_cross_entropy_backward: gradOutput: expected a number or a tensor, got table")
+    H.expect_error(function() ploss.CrossEntropyLoss {}:backward(x, y, "1") end,
+      "CrossEntropyLoss:backward: gradOutput: expected a number or a tensor, got string")
+  end)
 end)

@@ -79,8 +79,9 @@ local function check_scalar(opt, v, where)
     if opt.type ~= "double" then
       local limit = opt.type == "int" and INT_LIMIT or INT64_LIMIT
       if v ~= v or v ~= math.floor(v) or v < -limit or v >= limit then
-        ploss.raise(string.format("%s%s: expected an integer%s, got %s", at, opt.name,
-          opt.type == "int" and " in 32 bits" or "", show(v)))
+        local bounded = opt.range or opt.min or opt.max or opt.min_exclusive
+        ploss.raise(string.format("%s%s: expected %s, got %s", at, opt.name, bounded and D.range_text(opt) or
+          ("an integer" .. (opt.type == "int" and " in 32 bits" or "")), show(v)))
       end
     end
     if not D.in_range(opt, v) then
@@ -98,10 +99,7 @@ local INPLACE = { name = "inplace", type = "bool" }
 -- defaults filled in, every value checked.  `extra` lists further keys allowed (the
 -- functional API's out, grad_input, scale).
 local known_keys = setmetatable({}, { __mode = "k" }) -- by description: its option names
-local function resolve(d, user, extra, where)
-  if type(user) ~= "table" or ploss.is_tensor(user) then
-    ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
-  end
+local function option_names(d)
   local known = known_keys[d]
   if not known then
     known = { reduction = true, inplace = true }
@@ -110,6 +108,13 @@ local function resolve(d, user, extra, where)
     for _, x in ipairs(d.outputs) do known[x.option] = true end
     known_keys[d] = known
   end
+  return known
+end
+local function resolve(d, user, extra, where)
+  if type(user) ~= "table" or ploss.is_tensor(user) then
+    ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
+  end
+  local known = option_names(d)
   for k, v in pairs(user) do
     if type(k) ~= "string" then
       ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
@@ -326,17 +331,23 @@ local function caller(d, pass)
   end
 end
 
+-- The error for a gradOutput that is neither a number nor a tensor, naming `where` (an
+-- options table there is most likely the options one place early).
+local function bad_grad_output(where, gradOutput)
+  local hint = type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) and
+    " (the options come after gradOutput; nil there is the default upstream gradient)" or ""
+  ploss.raise(string.format("%s: gradOutput: expected a number or a tensor, got %s%s", where, type(gradOutput), hint))
+end
+
 -- A one-element or loss-shaped gradOutput tensor from a number, a tensor or nil.
-local function grad_loss_tensor(d, o, input, gradOutput, buf)
+local function grad_loss_tensor(d, o, input, gradOutput, buf, where)
   local dtype = loss_dtype(input)
   if gradOutput == nil then
     if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input, o), dtype, input:device()):fill(1) end
     gradOutput = 1
   end
   if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput) end
-  if not ploss.is_tensor(gradOutput) then
-    ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
-  end
+  if not ploss.is_tensor(gradOutput) then bad_grad_output(where, gradOutput) end
   return gradOutput
 end
 
@@ -470,20 +481,18 @@ local function build_multi(d)
 
   -- The upstream gradient as a tensor on the inputs' device: ones for 'none' and 1 for a
   -- reduced loss when nil, a number as a one-element tensor, or the tensor given.
-  local function grad_loss_of(o, x, gradOutput, buf)
+  local function grad_loss_of(o, x, gradOutput, buf, where)
     local dtype = loss_dtype(x)
     if gradOutput == nil then
       if o.reduction == "none" then return nn.buffer(buf, none_sizes_of(x), dtype, x:device()):fill(1) end
       gradOutput = 1
     end
     if type(gradOutput) == "number" and o.reduction == "none" and #none_sizes_of(x) > 0 then
-      ploss.raise("gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' takes " ..
-        "a tensor of the loss's shape")
+      ploss.raise(where .. ": gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' " ..
+        "takes a tensor of the loss's shape")
     end
     if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, x:device()):fill(gradOutput) end
-    if not ploss.is_tensor(gradOutput) then
-      ploss.raise("gradOutput: expected a number or a tensor, got " .. type(gradOutput))
-    end
+    if not ploss.is_tensor(gradOutput) then bad_grad_output(where, gradOutput) end
     return gradOutput
   end
 
@@ -492,6 +501,9 @@ local function build_multi(d)
   local grad_keys = {}
   for _, x in ipairs(d.inputs) do grad_keys[x.grad] = true end
   for _, tt in ipairs(d.tensors) do if tt.grad then grad_keys[tt.grad_name] = true end end
+  cls._fields = {}
+  for k in pairs(option_names(d)) do cls._fields[k] = true end
+  for k in pairs(grad_keys) do cls._fields[k] = true end
 
   function cls:__init(opts)
     opts = opts or {}
@@ -612,7 +624,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
     local gradOutput = select(nargs + 1, ...)
-    local gl = grad_loss_of(o, x, gradOutput, self._grad_loss)
+    local gl = grad_loss_of(o, x, gradOutput, self._grad_loss, d.criterion .. ":backward")
     if gl ~= gradOutput then self._grad_loss = gl end
     t.grad_loss = gl
     local g = grad_buffers(self, t)
@@ -748,7 +760,7 @@ local function build_multi(d)
     local grad_output, opts = select(nargs + 1, ...)
     local t, o, raw = fprep(d.name .. "_backward", opts, ...)
     local x = t.inputs[1]
-    t.grad_loss = grad_loss_of(o, x, grad_output, nil)
+    t.grad_loss = grad_loss_of(o, x, grad_output, nil, d.name .. "_backward")
     local g = grads_out(d.name .. "_backward", raw, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward")
     for _, v in ipairs(g) do v:bump_version() end
@@ -784,6 +796,7 @@ function M.build(d)
   local cls = nn.class(d.criterion)
   cls._doc = d.title .. " (" .. d.source .. ")"
   cls._description = d
+  cls._fields = option_names(d)
 
   function cls:__init(opts)
     local o = resolve(d, opts, nil, d.criterion)
@@ -841,7 +854,7 @@ function M.build(d)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
-    local gl = grad_loss_tensor(d, o, input, gradOutput, self._grad_loss)
+    local gl = grad_loss_tensor(d, o, input, gradOutput, self._grad_loss, d.criterion .. ":backward")
     if gl ~= gradOutput then self._grad_loss = gl end
     local state = nil
     if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
@@ -941,7 +954,7 @@ function M.build(d)
 
   F[d.name .. "_backward"] = function(input, target, grad_output, opts)
     local o, copts, raw = fprep(d.name .. "_backward", input, target, opts)
-    local gl = grad_loss_tensor(d, o, input, grad_output, nil)
+    local gl = grad_loss_tensor(d, o, input, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input)
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward")

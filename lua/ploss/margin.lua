@@ -23,6 +23,7 @@ return function(ploss)
 
   local cls = nn.class("PartialFCLoss")
   cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
+  cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
 
   function cls:__init(opts)
     opts = opts or {}

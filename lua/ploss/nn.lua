@@ -26,7 +26,8 @@
 --  * `crit.output`, `crit.gradInput` hold the last results (Torch7 fields).
 --  * `crit:to(device)` moves tensor options (e.g. weight) to a device.
 --  * Options are named, checked at construction and at each call, and can be changed after
---    construction (`crit.reduction = 'sum'`).
+--    construction (`crit.reduction = 'sum'`); setting a field that is not an option (a
+--    misspelling) is an error.
 --
 -- The criteria themselves are built from the loss descriptions by ploss/criterion.lua;
 -- this module holds what they share with the layers of ploss/support.lua: the base class,
@@ -46,12 +47,29 @@ nn.Criterion = Criterion
 function Criterion:updateOutput(input, target) return self:forward(input, target) end
 function Criterion:updateGradInput(input, target, gradOutput) return self:backward(input, target, gradOutput) end
 
+-- Fields every criterion has (Torch7's).
+local FIELDS = { output = true, gradInput = true }
+
 --- Create a criterion class `name` deriving from `parent` (default Criterion).
 -- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
+-- A class that sets `Cls._fields` (a set of names) refuses to give an instance any other
+-- new field (besides output, gradInput and names starting with '_'): options are read
+-- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
+-- would otherwise be ignored without a word.
 function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
   cls.__index = cls
+  cls.__newindex = function(self, k, v)
+    local fields = cls._fields
+    if fields and type(k) == "string" and not fields[k] and not FIELDS[k] and k:sub(1, 1) ~= "_" then
+      local names = {}
+      for n in pairs(fields) do names[#names + 1] = n end
+      table.sort(names)
+      ploss.raise(string.format("%s: no option or field '%s' (known: %s)", name, k, table.concat(names, ", ")))
+    end
+    rawset(self, k, v)
+  end
   cls.__name = name
   cls.__tostring = function(self) return self:tostring() end
   cls.__call = function(self, ...) return self:fused(...) end
