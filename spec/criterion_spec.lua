@@ -89,11 +89,22 @@ describe("criteria built from the descriptions", function()
 
       it("refuses a misspelt option set as a field after construction; takes a known one", function()
         local crit = cls(H.loss_options(d, 5))
-        H.expect_error(function() crit.reducton = "sum" end, d.criterion .. ": no option or field 'reducton'")
+        H.expect_error(function() crit.reducton = "sum" end, d.criterion .. ": 'reducton' is none of the fields")
         assert.is_nil(rawget(crit, "reducton"))
         crit.reduction = "sum"
-        crit.output, crit._mine = 1, 2 -- Torch7's fields and private ones stay free
-        assert.are.equal("sum", crit.reduction)
+        assert.are.equal("sum", rawget(crit, "reduction"))
+        -- a field absent until now: an option without a value, Torch7's output, a private one
+        local fresh = cls(H.loss_options(d, 5))
+        for name in pairs(cls._fields) do
+          if rawget(fresh, name) == nil then
+            fresh[name] = false
+            assert.are.equal(false, rawget(fresh, name), name)
+            fresh[name] = nil
+          end
+        end
+        fresh.output, fresh._mine = 1, 2
+        assert.are.equal(1, rawget(fresh, "output"))
+        assert.are.equal(2, rawget(fresh, "_mine"))
       end)
 
       it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
@@ -115,17 +126,17 @@ describe("criteria built from the descriptions", function()
         for _, opt in ipairs(d.lua_options) do
           local o = H.loss_options(d, 5)
           if opt.type == "int64" or opt.type == "int" then
-            -- the option's range where it has one, else the type's
-            local bounded = opt.range or opt.min or opt.max or opt.min_exclusive
-            local want = opt.name .. ": expected " ..
-              (bounded and D.range_text(opt) or opt.type == "int" and "an integer in 32 bits" or "an integer") .. ", got "
+            -- not an integer: told the option's range (or just "an integer"); an integer past
+            -- the type's limit: told the limit
+            local prefix = opt.name .. ": expected "
             o[opt.name] = 1 / 0
-            H.expect_error(function() cls(o) end, want .. "inf")
+            H.expect_error(function() cls(o) end, prefix .. (D.range_text(opt) or "an integer") .. ", got inf")
             o[opt.name] = 2 ^ 63
-            H.expect_error(function() cls(o) end, want)
+            H.expect_error(function() cls(o) end,
+              prefix .. (opt.type == "int" and "an integer in 32 bits" or "an integer in 64 bits") .. ", got ")
             if opt.type == "int" then
               o[opt.name] = 2 ^ 32 + 2
-              H.expect_error(function() cls(o) end, want .. "4294967298")
+              H.expect_error(function() cls(o) end, prefix .. "an integer in 32 bits, got 4294967298")
             end
           elseif opt.type == "double" and D.range_text(opt) then
             o[opt.name] = 0 / 0
@@ -172,13 +183,33 @@ end)
 describe("criteria of several inputs", function()
   it("refuse a misspelt option or gradient buffer set as a field", function()
     local lce = ploss.LinearCrossEntropyLoss {}
-    H.expect_error(function() lce.acumulate = true end, "LinearCrossEntropyLoss: no option or field 'acumulate'")
-    H.expect_error(function() lce.grad_weigth = ploss.zeros({ 2, 2 }) end, "no option or field 'grad_weigth'")
-    lce.accumulate, lce.grad_weight = true, ploss.zeros({ 2, 2 })
+    H.expect_error(function() lce.acumulate = true end, "LinearCrossEntropyLoss: 'acumulate' is none of the fields")
+    H.expect_error(function() lce.grad_weigth = ploss.zeros({ 2, 2 }) end, "'grad_weigth' is none of the fields")
+    local gw = ploss.zeros({ 2, 2 })
+    lce.grad_weight = gw -- absent until now
+    assert.are.equal(gw, rawget(lce, "grad_weight"))
     local pfc = ploss.PartialFCLoss {}
-    H.expect_error(function() pfc.sample_rat = 0.5 end, "PartialFCLoss: no option or field 'sample_rat'")
+    H.expect_error(function() pfc.sample_rat = 0.5 end, "PartialFCLoss: 'sample_rat' is none of the fields")
     pfc.sample_rate = 0.5
-    H.expect_error(function() ploss.BatchHardTripletLoss {}.distanse = "cosine" end, "no option or field 'distanse'")
+    assert.are.equal(0.5, rawget(pfc, "sample_rate"))
+    H.expect_error(function() ploss.BatchHardTripletLoss {}.distanse = "cosine" end, "'distanse' is none of the fields")
+  end)
+
+  it("leave a subclass its own fields, the parent's options checked as before", function()
+    local Scaled = ploss.nn.class("ScaledCE", ploss.CrossEntropyLoss)
+    Scaled._fields.factor = true
+    function Scaled:__init(opts)
+      local o = {}
+      for k, v in pairs(opts) do if k ~= "factor" then o[k] = v end end
+      ploss.CrossEntropyLoss.__init(self, o)
+      self.factor = opts.factor or 1
+    end
+    local c = Scaled { factor = 2, reduction = "sum" }
+    assert.are.equal(2, c.factor)
+    H.expect_error(function() c.facter = 3 end, "ScaledCE: 'facter' is none of the fields")
+    -- the parent's own set is untouched: an unknown option is still refused there
+    assert.is_nil(ploss.CrossEntropyLoss._fields.factor)
+    H.expect_error(function() ploss.CrossEntropyLoss { factor = 2 } end, "unknown option 'factor'")
   end)
 
   it("name the function when gradOutput is an options table", function()
@@ -189,5 +220,7 @@ describe("criteria of several inputs", function()
       "linear_cross_entropy_backward: gradOutput: expected a number or a tensor, got table")
     H.expect_error(function() ploss.CrossEntropyLoss {}:backward(x, y, "1") end,
       "CrossEntropyLoss:backward: gradOutput: expected a number or a tensor, got string")
+    H.expect_error(function() ploss.CrossEntropyLoss {}:backward(x, y, { reduction = "sum" }) end,
+      "gradOutput: expected a number or a tensor, got table (a criterion's options are its fields")
   end)
 end)

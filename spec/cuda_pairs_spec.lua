@@ -304,9 +304,9 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
     compare_bh(x8, y8, { soft_margin = true, distance = "squared", reduction = "none" }, "bf16", "5000x8")
   end)
 
-  it("a row that 74 anchors reach, D = 600: the gradient's entries and columns in several chunks", function()
+  it("a row that 74 anchors reach, D = 600: the gradient's columns in several chunks", function()
     -- integer rows; row 1 lies far from every other row, so it is the hardest positive of
-    -- each of the 74 other anchors of its class (more entries than a warp reads at once)
+    -- each of the 74 other anchors of its class
     local x = integer_batch(150, 600, 2, 11)
     local X, Y = x:totable(), {}
     for k = 1, 600 do X[1][k] = X[1][k] + 20 end
@@ -317,6 +317,22 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
       compare_bh(x, y, {}, dtype, "150x600")
       compare_bh(x, y, { margin = 1, distance = "squared", reduction = "none" }, dtype, "150x600")
     end
+  end)
+
+  it("a row that 599 anchors reach: more entries than the gradient reads at once", function()
+    local x = integer_batch(1200, 16, 2, 12)
+    local X, Y = x:totable(), {}
+    for k = 1, 16 do X[1][k] = X[1][k] + 40 end
+    for i = 1, 1200 do Y[i] = i <= 600 and 0 or 1 end
+    x = ploss.tensor(X, { dtype = "f64" })
+    local y = ploss.tensor(Y, { dtype = "i64" })
+    for _, dtype in ipairs { "f32", "f64", "bf16" } do
+      compare_bh(x, y, {}, dtype, "1200x16")
+    end
+    local xg, yg = x:to(DEV), y:to(DEV)
+    local _, g1 = F.batch_hard_triplet_fused(xg, yg, {})
+    local _, g2 = F.batch_hard_triplet_fused(xg, yg, {})
+    H.assert_close(g2, g1, { rtol = 0, atol = 0, what = "1200x16 repeated" })
   end)
 
   -- bf16 with D a multiple of 8: the fused mining where the device has it; a NaN or ∞ row

@@ -563,8 +563,7 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
     /* v(u, q) for every aligned vector q of this thread, kStreamUnroll loads issued at once;
      * LAST: the row's last read (streaming loads).  The other reads prefetch the next
      * kStreamUnroll vectors into L2 as they load these (no registers held for them), so the
-     * next loads wait for L2, not DRAM; a prefetch two steps ahead, or of a block's next row,
-     * was slower (bench/RESULTS.md). */
+     * next loads wait for L2, not DRAM (the distances tried: bench/RESULTS.md). */
     template <bool LAST, class Fn> __device__ __forceinline__ void stream(Fn &&v) const
     {
         const uint4 *xv = reinterpret_cast<const uint4 *>(xr + hc);

@@ -79,9 +79,11 @@ local function check_scalar(opt, v, where)
     if opt.type ~= "double" then
       local limit = opt.type == "int" and INT_LIMIT or INT64_LIMIT
       if v ~= v or v ~= math.floor(v) or v < -limit or v >= limit then
-        local bounded = opt.range or opt.min or opt.max or opt.min_exclusive
-        ploss.raise(string.format("%s%s: expected %s, got %s", at, opt.name, bounded and D.range_text(opt) or
-          ("an integer" .. (opt.type == "int" and " in 32 bits" or "")), show(v)))
+        -- an integer past the type's limit is told the limit; anything else the range
+        local integral = v == math.floor(v) and v ~= math.huge and v ~= -math.huge
+        local want = integral and (opt.type == "int" and "an integer in 32 bits" or "an integer in 64 bits")
+          or D.range_text(opt) or "an integer"
+        ploss.raise(string.format("%s%s: expected %s, got %s", at, opt.name, want, show(v)))
       end
     end
     if not D.in_range(opt, v) then
@@ -331,11 +333,15 @@ local function caller(d, pass)
   end
 end
 
--- The error for a gradOutput that is neither a number nor a tensor, naming `where` (an
--- options table there is most likely the options one place early).
+-- The error for a gradOutput that is neither a number nor a tensor, naming `where`
+-- (`ploss.F.<loss>_backward` or `<Criterion>:backward`): an options table there is most
+-- likely options given in its place.
 local function bad_grad_output(where, gradOutput)
-  local hint = type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) and
-    " (the options come after gradOutput; nil there is the default upstream gradient)" or ""
+  local hint = ""
+  if type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) then
+    hint = where:find(":backward$") and " (a criterion's options are its fields: crit.reduction = …)"
+      or " (the options come after gradOutput; nil there is the default upstream gradient)"
+  end
   ploss.raise(string.format("%s: gradOutput: expected a number or a tensor, got %s%s", where, type(gradOutput), hint))
 end
 
@@ -796,7 +802,8 @@ function M.build(d)
   local cls = nn.class(d.criterion)
   cls._doc = d.title .. " (" .. d.source .. ")"
   cls._description = d
-  cls._fields = option_names(d)
+  cls._fields = {}
+  for k in pairs(option_names(d)) do cls._fields[k] = true end
 
   function cls:__init(opts)
     local o = resolve(d, opts, nil, d.criterion)

@@ -55,18 +55,24 @@ local FIELDS = { output = true, gradInput = true }
 -- A class that sets `Cls._fields` (a set of names) refuses to give an instance any other
 -- new field (besides output, gradInput and names starting with '_'): options are read
 -- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
--- would otherwise be ignored without a word.
+-- would otherwise be ignored without a word.  A subclass starts with a copy of its
+-- parent's set and adds the names of its own fields to it.
 function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
   cls.__index = cls
+  if rawget(parent, "_fields") then
+    cls._fields = {}
+    for k in pairs(parent._fields) do cls._fields[k] = true end
+  end
   cls.__newindex = function(self, k, v)
-    local fields = cls._fields
+    local fields = rawget(cls, "_fields")
     if fields and type(k) == "string" and not fields[k] and not FIELDS[k] and k:sub(1, 1) ~= "_" then
       local names = {}
       for n in pairs(fields) do names[#names + 1] = n end
       table.sort(names)
-      ploss.raise(string.format("%s: no option or field '%s' (known: %s)", name, k, table.concat(names, ", ")))
+      ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (%s)", name, k,
+        table.concat(names, ", ")))
     end
     rawset(self, k, v)
   end
