@@ -439,7 +439,7 @@ def baseline(case):
 
             def f(x, t):
                 return sigmoid_focal_loss(x, t, alpha=alpha, gamma=gamma, reduction="mean")
-        except Exception:  # torchvision missing: the same definition, written out (§3.1)
+        except Exception:  # torchvision missing: the same definition, written out
             def f(x, t):
                 p = torch.sigmoid(x)
                 ce = F.binary_cross_entropy_with_logits(x, t, reduction="none")

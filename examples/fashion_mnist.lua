@@ -63,29 +63,29 @@ several ranks: tools/launch.sh -n R examples/fashion_mnist.lua --loss arcface [o
 local criteria = {
   ["ce"] = { "softmax cross-entropy",
     function(ploss) return ploss.CrossEntropyLoss {} end },
-  ["ls-ce"] = { "cross-entropy with label smoothing ε = 0.1, PyTorch convention (§2.1)",
+  ["ls-ce"] = { "cross-entropy with label smoothing ε = 0.1, PyTorch convention",
     function(ploss) return ploss.CrossEntropyLoss { label_smoothing = 0.1 } end },
-  ["bce"] = { "one-vs-all BCE with logits on one-hot targets (PyTorch BCEWithLogitsLoss; §3.1)",
+  ["bce"] = { "one-vs-all BCE with logits on one-hot targets (PyTorch BCEWithLogitsLoss)",
     function(ploss) if ploss.BCEWithLogitsLoss then return ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}) end end },
-  ["focal"] = { "sigmoid focal loss on one-hot targets, alpha 0.25, gamma 2 (torchvision; §3.1)",
+  ["focal"] = { "sigmoid focal loss on one-hot targets, alpha 0.25, gamma 2 (torchvision)",
     function(ploss) if ploss.FocalLoss then return ploss.OneHotTargets(ploss.FocalLoss {}) end end },
   ["softmax-focal"] = { "softmax focal loss, gamma 2 (Lin et al. 2017 with a softmax)",
     function(ploss) if ploss.SoftmaxFocalLoss then return ploss.SoftmaxFocalLoss {} end end },
-  ["dual-focal"] = { "dual focal loss, eps 1e-5 (pytorch-loss Dual_Focal_loss; §2.6)",
+  ["dual-focal"] = { "dual focal loss, eps 1e-5 (pytorch-loss Dual_Focal_loss)",
     function(ploss) if ploss.DualFocalLoss then return ploss.DualFocalLoss {} end end },
-  ["large-margin"] = { "large-margin softmax, lambda 0.3 (Kobayashi BMVC 2019; §2.3)",
+  ["large-margin"] = { "large-margin softmax, lambda 0.3 (Kobayashi BMVC 2019)",
     function(ploss) if ploss.LargeMarginSoftmaxLoss then return ploss.LargeMarginSoftmaxLoss {} end end },
-  ["taylor-ce"] = { "Taylor cross-entropy, n = 2 (de Brébisson & Vincent 2016; §2.5)",
+  ["taylor-ce"] = { "Taylor cross-entropy, n = 2 (de Brébisson & Vincent 2016)",
     function(ploss) if ploss.TaylorCrossEntropyLoss then return ploss.TaylorCrossEntropyLoss {} end end },
-  ["pc-softmax"] = { "PC-softmax cross-entropy, uniform priors 0.1 (Qin et al. 2019; §2.2)",
+  ["pc-softmax"] = { "PC-softmax cross-entropy, uniform priors 0.1 (Qin et al. 2019)",
     function(ploss)
       if ploss.PCSoftmaxCrossEntropyLoss then
         return ploss.PCSoftmaxCrossEntropyLoss { lb_proportion = { 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1 } }
       end
     end },
-  ["ohem-ce"] = { "OHEM cross-entropy, score_thresh 0.7, n_min = batch/16 (§2.7)",
+  ["ohem-ce"] = { "OHEM cross-entropy, score_thresh 0.7, n_min = batch/16",
     function(ploss) if ploss.OhemCrossEntropyLoss then return ploss.OhemCrossEntropyLoss {} end end },
-  ["ohem-lm"] = { "OHEM large-margin softmax, score_thresh 0.7, lambda 0.3 (§2.7)",
+  ["ohem-lm"] = { "OHEM large-margin softmax, score_thresh 0.7, lambda 0.3",
     function(ploss) if ploss.OhemLargeMarginLoss then return ploss.OhemLargeMarginLoss {} end end },
   -- the margin losses train 64-d embeddings against learnt class centres (ploss.nn.MarginSoftmax)
   ["arcface"] = { "ArcFace, s 16, m 0.3, on normalised 64-d embeddings and class centres (Deng et al. 2019)",

@@ -223,7 +223,7 @@ describe("activations", function()
       local xv, gv = x:flat(), go:flat()
       for i = 1, #want do
         if name == "hard_swish" and xv[i] == 3 then
-          -- the reference's derivative at x = 3 is 1; ploss follows PyTorch's 1.5 (§7.2)
+          -- the reference's derivative at x = 3 is 1; ploss follows PyTorch's 1.5
           assert.are.equal(1 * gv[i], want[i])
           want[i] = 1.5 * gv[i]
         end
