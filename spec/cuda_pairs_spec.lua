@@ -319,20 +319,29 @@ describe("BatchHardTripletLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
-  it("a row that 599 anchors reach: more entries than the gradient reads at once", function()
-    local x = integer_batch(1200, 16, 2, 12)
-    local X, Y = x:totable(), {}
-    for k = 1, 16 do X[1][k] = X[1][k] + 40 end
-    for i = 1, 1200 do Y[i] = i <= 600 and 0 or 1 end
+  it("rows that 256, 257, 512 and 599 anchors reach: more entries than the gradient reads at once", function()
+    -- classes of 257, 258, 513 and 600 rows, each with a far outlier (its first row): the
+    -- hardest positive of every other row of its class, and nobody's nearest negative
+    local sizes, x = { 257, 258, 513, 600 }, integer_batch(1628, 16, 2, 12)
+    local X, Y, i = x:totable(), {}, 0
+    for c, size in ipairs(sizes) do
+      for r = 1, size do
+        i = i + 1
+        Y[i] = c - 1
+        if r == 1 then -- 40 along four dimensions of its own: far from every row, outliers too
+          for k = 4 * c - 3, 4 * c do X[i][k] = X[i][k] + 40 end
+        end
+      end
+    end
     x = ploss.tensor(X, { dtype = "f64" })
     local y = ploss.tensor(Y, { dtype = "i64" })
     for _, dtype in ipairs { "f32", "f64", "bf16" } do
-      compare_bh(x, y, {}, dtype, "1200x16")
+      compare_bh(x, y, {}, dtype, "1628x16")
     end
     local xg, yg = x:to(DEV), y:to(DEV)
     local _, g1 = F.batch_hard_triplet_fused(xg, yg, {})
     local _, g2 = F.batch_hard_triplet_fused(xg, yg, {})
-    H.assert_close(g2, g1, { rtol = 0, atol = 0, what = "1200x16 repeated" })
+    H.assert_close(g2, g1, { rtol = 0, atol = 0, what = "1628x16 repeated" })
   end)
 
   -- bf16 with D a multiple of 8: the fused mining where the device has it; a NaN or ∞ row
