@@ -419,6 +419,23 @@ local function no_tensor_for_grad(where, tt)
   ploss.raise(string.format("%s: given without a %s (it receives the %s's gradient)", where, tt.name, tt.name))
 end
 
+-- For a criterion's _spec (the benchmark and the bad-input catalogue): the resolved options
+-- and the C struct (ctype) of the table `user` — its options, tensor options and, where the
+-- loss has one, inplace; keys the loss does not have are returned in a sorted list, not
+-- refused.
+local function spec_options(d, ctype, user, inplace)
+  local known = { reduction = true, inplace = inplace or nil }
+  for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
+  for _, t in ipairs(d.tensors) do known[t.name] = true end
+  local mine, unknown = {}, {}
+  for k, v in pairs(user) do
+    if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
+  end
+  table.sort(unknown)
+  local o = resolve(d, mine, nil, d.name)
+  return fill(d, o, ctype()), o, unknown
+end
+
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -669,20 +686,7 @@ local function build_multi(d)
   cls._spec = {
     name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
     inputs = d.inputs, target = target_name, multi = true,
-    -- the resolved options and the C struct of the table `user`; keys the loss does not
-    -- have are returned in a sorted list, not refused
-    options = function(user)
-      local known = { reduction = true }
-      for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
-      for _, tt in ipairs(d.tensors) do known[tt.name] = true end
-      local mine, unknown = {}, {}
-      for k, v in pairs(user) do
-        if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
-      end
-      table.sort(unknown)
-      local o = resolve(d, mine, nil, d.name)
-      return fill(d, o, ctype()), o, unknown
-    end,
+    options = function(user) return spec_options(d, ctype, user, false) end,
     forward = function(o, ctx, inputs, target, copts, loss)
       return run("forward", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss })
     end,
@@ -904,20 +908,7 @@ function M.build(d)
     name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
     state = d.state ~= nil,
     state_sizes = d.state and d.state.components > 1 and function(input) return state_sizes(d, input) end or nil,
-    -- the resolved options and the C struct of the table `user`; keys the loss does not
-    -- have are returned in a sorted list, not refused
-    options = function(user)
-      local known = { reduction = true, inplace = true }
-      for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
-      for _, t in ipairs(d.tensors) do known[t.name] = true end
-      local mine, unknown = {}, {}
-      for k, v in pairs(user) do
-        if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
-      end
-      table.sort(unknown)
-      local o = resolve(d, mine, nil, d.name)
-      return fill(d, o, ctype()), o, unknown
-    end,
+    options = function(user) return spec_options(d, ctype, user, true) end,
     forward = function(o, ctx, input, target, copts, loss, state)
       return call.forward(ctx, { input = input, target = target, tensors = tensor_args(d, o, input), copts = copts,
         loss = loss, state_out = state })
