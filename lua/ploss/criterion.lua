@@ -97,10 +97,9 @@ end
 local REDUCTION = { name = "reduction", type = "enum", ctype = "ploss_reduction" }
 local INPLACE = { name = "inplace", type = "bool" }
 
--- Resolve the user's options `user` (a table) for description `d` into a fresh table:
--- defaults filled in, every value checked.  `extra` lists further keys allowed (the
--- functional API's out, grad_input, scale).
-local known_keys = setmetatable({}, { __mode = "k" }) -- by description: its option names
+-- The names a criterion of description `d` takes as options (a set, made once per
+-- description): reduction, inplace, its scalar and tensor options, its outputs' switches.
+local known_keys = setmetatable({}, { __mode = "k" })
 local function option_names(d)
   local known = known_keys[d]
   if not known then
@@ -112,6 +111,10 @@ local function option_names(d)
   end
   return known
 end
+
+-- Resolve the user's options `user` (a table) for description `d` into a fresh table:
+-- defaults filled in, every value checked.  `extra` lists further keys allowed (the
+-- functional API's out, grad_input, scale).
 local function resolve(d, user, extra, where)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
