@@ -117,6 +117,21 @@ describe("LinearCrossEntropyLoss", function()
     H.assert_close(gw, { { p[1], 2 * p[1] }, { p[2], 2 * p[2] }, { p[3], 2 * p[3] } }, { rtol = 1e-14 })
   end)
 
+  it("gives a class masked by a bias of −∞ probability 0: entropy by hand, not NaN", function()
+    local x = ploss.tensor({ { 1, 2 }, { -1, 0.5 } }, { dtype = "f64" })
+    local w = ploss.tensor({ { 0.5, -1 }, { 1, 1 }, { 2, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 2 }, { dtype = "i64" })
+    local b = ploss.tensor({ 0, -math.huge, 0.5 }, { dtype = "f64" })
+    -- logits (−1.5, −∞, 2.5) and (−1, −∞, −1.5): two classes each
+    local function entropy(z1, z2)
+      local p1 = 1 / (1 + math.exp(z2 - z1))
+      return -(p1 * math.log(p1) + (1 - p1) * math.log(1 - p1))
+    end
+    local loss, ent = F.linear_cross_entropy(x, w, y, { bias = b, return_entropy = true, reduction = "none" })
+    H.assert_close(ent, { entropy(-1.5, 2.5), entropy(-1, -1.5) }, { rtol = 1e-12 })
+    H.assert_close(loss, { math.log(1 + math.exp(4)), math.log(1 + math.exp(0.5)) }, { rtol = 1e-12 })
+  end)
+
   it("gives the focal value derived by hand, and the cross-entropy's at γ = 0", function()
     -- logits (1, 2, 3), label 2: p_y = e^3/Σ, ℓ = (1 − p_y)²·(−log p_y); ∂ℓ/∂z_j = F·(p_j − [j = y])
     local x = ploss.tensor({ { 1, 2 } }, { dtype = "f64" })

@@ -1025,6 +1025,31 @@ local function check_window_contract(name, Crit, x, y, opts, ignored, scale_tol)
 end
 
 describe("AffinityFieldLoss", function()
+  it("a class of probability 0 (a logit of −∞) adds nothing to the KL divergence, 0·log 0 = 0", function()
+    -- p_0 = (1/2, 1/2, 0) and p_1 = (1/3, 1/3, 1/3): KL(p_0 ‖ p_1) = ln 1.5, KL(p_1 ‖ p_0) = ∞
+    local inf = math.huge
+    local x = ploss.tensor({ { { { 0, 0 } }, { { 0, 0 } }, { { -inf, 0 } } } }, { dtype = "f64" })
+    local diff = ploss.tensor({ { { 0, 1 } } }, { dtype = "i64" })
+    -- pixel 0's pair is past the margin (D = ∞): 0; pixel 1's: (3 − ln 1.5)/8
+    H.assert_close(F.affinity_field(x, diff, { reduction = "none" }), { { { 0, (3 - math.log(1.5)) / 8 } } },
+      { rtol = 1e-14 })
+    -- the gradient is the limit's: the same as with a logit of −1e300 (probability 0 as well)
+    local xl = ploss.tensor({ { { { 0, 0 } }, { { 0, 0 } }, { { -1e300, 0 } } } }, { dtype = "f64" })
+    local _, g = F.affinity_field_fused(x, diff)
+    local _, gl = F.affinity_field_fused(xl, diff)
+    H.assert_close(g, gl, { rtol = 1e-14, atol = 0 })
+    -- both pixels without class 3, the same label: KL as between (1/2, 1/2) and (0.8, 0.2)
+    local x2 = ploss.tensor({ { { { 0, math.log(0.8) } }, { { 0, math.log(0.2) } }, { { -inf, -inf } } } },
+      { dtype = "f64" })
+    local k10 = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
+    local k01 = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(2.5)
+    local same = ploss.tensor({ { { 0, 0 } } }, { dtype = "i64" })
+    H.assert_close(F.affinity_field(x2, same, { reduction = "none" }), { { { k10 / 8, k01 / 8 } } }, { rtol = 1e-14 })
+    local _, g2 = F.affinity_field_fused(x2, same)
+    for _, v in ipairs(g2:flat()) do assert.is_true(v == v and math.abs(v) < inf, "finite gradient") end
+    assert.are.same({ 0, 0 }, { g2:flat()[5], g2:flat()[6] }) -- the masked class's entries
+  end)
+
   it("by hand: two pixels side by side", function()
     -- p = (1/2, 1/2) and (0.8, 0.2): KL(p_1 ‖ p_0) = 0.8·ln 1.6 + 0.2·ln 0.4, KL(p_0 ‖ p_1) =
     -- 0.5·ln(0.5/0.8) + 0.5·ln 2.5; each pixel has the other as its only neighbour

@@ -24,12 +24,14 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
         M = z[j] > M ? z[j] : M;
         sz += z[j];
     }
-    /* S = Σ e^(z−M) and Σ e^(z−M)·(M − z): H = log S + that / S, a sum of terms >= 0 */
+    /* S = Σ e^(z−M) and Σ e^(z−M)·(M − z): H = log S + that / S, a sum of terms >= 0; a
+     * class of probability 0 (a logit of −∞) adds nothing (0·log 0 = 0, not 0·∞) */
     double S = 0.0, SD = 0.0;
     for (int64_t j = 0; j < C; ++j) {
         const double d = M - z[j], e = exp(-d);
         S += e;
-        SD += e * d;
+        if (e != 0.0)
+            SD += e * d;
     }
     const double lse = M + log(S);
     *lse_out = lse;

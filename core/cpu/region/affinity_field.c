@@ -22,13 +22,17 @@ typedef struct {
     int64_t NS;
 } field;
 
-/* D(u, v) of the pixels u and v (indices into the buffers). */
+/* D(u, v) of the pixels u and v (indices into the buffers).  A class of probability 0 at v
+ * (a logit of −∞) adds nothing to the KL form: 0·log 0 = 0, not 0·(−∞). */
 static double divergence(const field *f, int64_t u, int64_t v)
 {
     double d = 0.0;
     for (int64_t c = 0; c < f->p->C; ++c) {
         const double lu = f->lp[c * f->NS + u], lv = f->lp[c * f->NS + v], pv = exp(lv);
-        d += f->p->reference_divergence ? pv * (pv - exp(lu)) : pv * (lv - lu);
+        if (f->p->reference_divergence)
+            d += pv * (pv - exp(lu));
+        else if (pv != 0.0)
+            d += pv * (lv - lu);
     }
     return d;
 }
@@ -158,8 +162,8 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                             const double lu_c = lp[c * NS + u], lv_c = lp[c * NS + v];
                             const double pu = exp(lu_c), pv = exp(lv_c);
                             double dD;
-                            if (!p->reference_divergence)
-                                dD = role ? pv * (lv_c - lu_c - D) : pu - pv;
+                            if (!p->reference_divergence) /* (0 where p_v is 0, as in D) */
+                                dD = role ? (pv != 0.0 ? pv * (lv_c - lu_c - D) : 0.0) : pu - pv;
                             else
                                 dD = role ? pv * ((2.0 * pv - pu) - dot) : pu * (dot - pv);
                             G[c] += coef * dD;
