@@ -554,6 +554,8 @@ def baseline(case):
         return lambda x, t: F.huber_loss(x, t, delta=delta)
     if loss == "binary_cross_entropy":
         return lambda x, t: F.binary_cross_entropy(x, t)
+    if loss == "binary_cross_entropy_with_logits":
+        return lambda x, t: F.binary_cross_entropy_with_logits(x, t)
     if loss == "kl_div":
         red, log_target = o.get("reduction", "mean"), bool(o.get("log_target", False))
         return lambda x, t: F.kl_div(x, t, reduction=red, log_target=log_target)
