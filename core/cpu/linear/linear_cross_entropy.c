@@ -20,7 +20,7 @@
 #include "linear_cross_entropy.h"
 #include "scalar.h"
 
-enum { TILE_ELEMS = 1 << 20 };
+enum { TILE_ELEMS = 1 << 22 };
 
 #define PLOSS_REAL_IMPL "linear/linear_cross_entropy_impl.h"
 #include "real_types.h"

@@ -25,7 +25,7 @@
 #include "scalar.h"
 #include "rows/softmax_rows.h"
 
-enum { TILE_ELEMS = 1 << 20 };
+enum { TILE_ELEMS = 1 << 22 };
 
 /* u_i = v_k / max(‖v_k‖, eps) of `rows` rows of D values, k = index[i] (index NULL: i),
  * r_i = ‖v_k‖. */
