@@ -2886,7 +2886,7 @@ typedef struct ploss_combined_margin_opts {
     double m2;
     /* the additive cosine margin (CosFace); a finite number in [0, 1]; default 0.0 */
     double m3;
-    /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
+    /* no angular margin where cos θ <= 0: the target takes cos θ − m3 there; default 0 */
     int easy_margin;
     /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
        */
@@ -2935,8 +2935,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * Where m1·θ + m2 > π (past it the cosine of the shifted angle would turn back up) the
  * target takes cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 >
  * 1, the line cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π
- * − m2)/m1 instead, which keeps the target logit falling as θ grows. With easy_margin the
- * target keeps its plain cosine wherever cos θ ≤ 0.
+ * − m2)/m1 (with easy_margin too, where cos θ > 0) instead, which keeps the target logit
+ * falling as θ grows. With easy_margin the target takes cos θ − m3 (no angular margin)
+ * wherever cos θ ≤ 0.
  *
  * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
  * of rows (a matrix product each); the N×C logits are never all stored.
@@ -3150,7 +3151,7 @@ typedef struct ploss_arc_face_opts {
     /* the additive angular margin, in radians; a finite number in [0, 1.5707963267948966];
        default 0.5 */
     double m;
-    /* keep the plain cosine where cos θ <= 0 (no fallback margin); default 0 */
+    /* no angular margin where cos θ <= 0: the target takes cos θ there; default 0 */
     int easy_margin;
     /* how the centres lie in weight: 'CxD' (one per row) or 'DxC' (one per column); default CXD
        */
@@ -3197,8 +3198,8 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *
  * Where θ + m > π (past it the cosine of the shifted angle would turn back up) the target
  * takes cos θ − m·sin m (InsightFace's fallback) instead, which keeps the target logit
- * falling as θ grows. With easy_margin the target keeps its plain cosine wherever cos θ ≤
- * 0.
+ * falling as θ grows. With easy_margin the target takes cos θ (no angular margin) wherever
+ * cos θ ≤ 0.
  *
  * 'mean' divides by the rows whose label is not ignore_index. The cosines are computed in tiles
  * of rows (a matrix product each); the N×C logits are never all stored.

@@ -55,7 +55,7 @@ local function target(c, m1, m2, m3, easy)
   end
   local theta = math.acos(c)
   if easy and c <= 0 then return c - m3, 1 end
-  if not easy and m1 * theta + m2 >= PI then
+  if m1 * theta + m2 >= PI then
     -- InsightFace's fallback for m1 = 1; for m1 > 1 the line through the minimum −1 − m3
     if m1 == 1 then return c - m2 * math.sin(m2) - m3, 1 end
     return c - math.cos((PI - m2) / m1) - 1 - m3, 1
@@ -424,6 +424,28 @@ describe("margin softmax losses", function()
       local we = math.log(math.exp(s * te) + math.exp(s * other)) - s * te
       H.assert_close(F.arc_face(x, w, y, { s = s, m = m, easy_margin = true }), we,
         { rtol = 1e-12, atol = 1e-14, what = "easy margin, θ = " .. theta })
+    end
+  end)
+
+  it("keeps the fallback with easy_margin where m1·θ + m2 > π and cos θ > 0 (m1 > 1)", function()
+    -- m1 = 4, m2 = 0.2: m1·θ + m2 = π at cos θ_t = cos((π − 0.2)/4) ≈ 0.742; between θ_t and
+    -- π/2 the target is the fallback line, not cos(4θ + 0.2) turning back up; past π/2 (cos θ
+    -- <= 0) the easy margin's cos θ − m3
+    local s, m1, m2, m3 = 30, 4, 0.2, 0.1
+    local w = ploss.tensor({ { 1, 0 }, { -1, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0 }, { dtype = "i64" })
+    local th_t = (PI - m2) / m1
+    local prev
+    for k = 0, 30 do
+      local theta = 0.05 + (PI / 2 - 0.1) * k / 30
+      local c = math.cos(theta)
+      local t = theta < th_t and math.cos(m1 * theta + m2) - m3 or c - math.cos(th_t) - 1 - m3
+      local want = math.log(math.exp(s * t) + math.exp(-s * c)) - s * t
+      local x = ploss.tensor({ { c, math.sin(theta) } }, { dtype = "f64" })
+      local got = F.combined_margin(x, w, y, { s = s, m1 = m1, m2 = m2, m3 = m3, easy_margin = true })
+      H.assert_close(got, want, { rtol = 1e-12, atol = 1e-14, what = "θ = " .. theta })
+      if prev then assert.is_true(got >= prev, "the loss fell at θ = " .. theta) end
+      prev = got
     end
   end)
 

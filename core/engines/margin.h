@@ -144,7 +144,7 @@ static inline ploss_margin ploss_margin_of(double s, double m1, double m2, doubl
  * [−1, 1] first: a rounded cosine may leave it):
  *   m1 = 1, m2 = 0 (a cosine margin):       c − m3, φ′ = 1;
  *   easy_margin and c <= 0:                 c − m3, φ′ = 1;
- *   not easy and c <= threshold:            c − fallback, φ′ = 1 (m1 = 1: c − m2·sin m2 − m3;
+ *   c <= threshold:                         c − fallback, φ′ = 1 (m1 = 1: c − m2·sin m2 − m3;
  *                                           m1 > 1: c − threshold − 1 − m3, continuous there);
  *   m1 = 1:                                 c·cos m2 − sin θ·sin m2 − m3 (exactly cos(θ + m2) − m3);
  *   else:                                   cos(m1·θ + m2) − m3;
@@ -156,7 +156,7 @@ PLOSS_PAIRS_FN double ploss_margin_target(const ploss_margin *m, double c, doubl
         *dphi = 1.0;
         return c - m->m3;
     }
-    if (!m->easy_margin && c <= m->threshold) {
+    if (c <= m->threshold) {
         *dphi = 1.0;
         return c - m->fallback;
     }

@@ -16,10 +16,10 @@ return {
     { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
     { "m", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
       doc = "the additive angular margin, in radians" },
-    { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
+    { "easy_margin", "bool", false, doc = "no angular margin where cos θ <= 0: the target takes cos θ there" },
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
-  formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)"),
+  formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)", "cos θ"),
   gradient = M.gradient(M.angular_dphi("", "m")),
   notes = M.notes,
 }

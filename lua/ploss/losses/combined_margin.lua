@@ -23,12 +23,13 @@ return {
     { "m2", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
       doc = "the additive angular margin (ArcFace), in radians" },
     { "m3", "double", 0, min = 0, max = 1, param = "margin_m3", doc = "the additive cosine margin (CosFace)" },
-    { "easy_margin", "bool", false, doc = "keep the plain cosine where cos θ <= 0 (no fallback margin)" },
+    { "easy_margin", "bool", false, doc = "no angular margin where cos θ <= 0: the target takes cos θ − m3 there" },
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },
   formula = M.formula("cos(m1·θ + m2) − m3", "m1·θ + m2 > π",
     "cos θ − m2·sin m2 − m3 for m1 = 1 (InsightFace's fallback) and, for m1 > 1, the line " ..
-    "cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π − m2)/m1"),
+    "cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π − m2)/m1 (with easy_margin too, " ..
+    "where cos θ > 0)", "cos θ − m3"),
   gradient = M.gradient(M.angular_dphi("m1·", "m2")),
   notes = M.notes,
 }

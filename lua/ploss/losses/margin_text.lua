@@ -47,8 +47,9 @@ M.tile_rows = { "tile_rows", "int64", 0, min = 0,
   doc = "rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C values)" }
 
 -- The formula of a loss whose target cosine becomes `target`; beyond `beyond` (nil: never)
--- InsightFace's monotone `fallback` replaces it.
-function M.formula(target, beyond, fallback)
+-- InsightFace's monotone `fallback` replaces it, and with easy_margin `plain` (the target
+-- without its angular margin) where cos θ <= 0.
+function M.formula(target, beyond, fallback, plain)
   local f = [[
 With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
 c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by
@@ -58,7 +59,7 @@ c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is repl
   if beyond then
     f = f .. "\n\nWhere " .. beyond .. " (past it the cosine of the shifted angle would turn back up) " ..
       "the target takes " .. fallback .. " instead, which keeps the target logit falling as θ " ..
-      "grows.  With easy_margin the target keeps its plain cosine wherever cos θ ≤ 0."
+      "grows.  With easy_margin the target takes " .. plain .. " (no angular margin) wherever cos θ ≤ 0."
   end
   return f .. "\n\n'mean' divides by the rows whose label is not ignore_index.  The cosines are " ..
     "computed in tiles of rows (a matrix product each); the N×C logits are never all stored."
