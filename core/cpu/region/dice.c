@@ -1,63 +1,68 @@
 /*
  * dice.c — CPU backend of the soft Dice losses (soft_dice, binary; generalized_soft_dice
  * per sample and batch_soft_dice over the batch, per class; formulas in
- * core/engines/region.h and docs/losses.md), in double for every input dtype.
+ * core/engines/region.h and docs/losses.md).  f32, f16 and bf16 inputs are computed in
+ * float, f64 in double (dice_impl.h, once for each); every sum in double.
  *
- *  1. per (sample, class) (OpenMP): A = Σ s·o, B = Σ (s^p + o), R = Σ o over its pixels,
- *     each in pixel order;
- *  2. per group, in a fixed order: the class weights, num, den, the loss and the weight ω_g
- *     of the group's loss in the reduced loss;
- *  3. per pixel (OpenMP): the gradient.
+ *  1. per (sample, chunk of CHUNK pixels) (OpenMP): the chunk's labels read once, then per
+ *     class A = Σ s·o, B = Σ (s^p + o), R = Σ o over its pixels (vector loops);
+ *  2. per (sample, class): the chunks' sums added in chunk order (so the result does not
+ *     depend on the number of threads); per group, in a fixed order: the class weights,
+ *     num, den, the loss and the weight ω_g of the group's loss in the reduced loss;
+ *  3. per (sample, chunk) (OpenMP): the gradient.
+ * Compiled once per instruction set (core/cpu/isa.h).
  */
 #include <math.h>
+#include <stdint.h>
 
+#include "chunks.h"
+#include "isa.h"
 #include "region.h"
 #include "scalar.h"
+#include "vmath.h"
 
-static double power(double s, double e) { return e == 1.0 ? s : e == 2.0 ? s * s : pow(s, e); }
+enum { CHUNK = 2048 }; /* pixels a task reads at a time, and the unit of the partial sums */
 
-/* The target of pixel (n, s) for class c: the float target (binary) or the one-hot of the
- * label (0 at an ignored pixel); *valid: the pixel is not ignored. */
-static double target(const ploss_region_problem *p, int64_t n, int64_t s, int64_t c, int *valid)
+/* The pixels [s0, s0 + n) of a sample lie in runs along the last merged spatial dim: the
+ * length of the run from s0 (at most n) and its stride in a tensor of spatial strides ss. */
+static int64_t run_from(const ploss_region_problem *p, int64_t s0, int64_t n)
 {
-    const int64_t off = n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s);
-    if (p->binary) {
-        *valid = 1;
-        return ploss_load(p->t, p->t_dtype, off);
-    }
-    const int64_t y = ploss_load_int(p->t, p->t_dtype, off);
-    *valid = y != p->ignore_index;
-    return *valid && y == c;
+    if (p->sdim == 0)
+        return n;
+    const int64_t L = p->sshape[p->sdim - 1], left = L - s0 % L;
+    return left < n ? left : n;
 }
+static int64_t run_stride(const ploss_region_problem *p, const int64_t *ss) { return p->sdim ? ss[p->sdim - 1] : 1; }
 
-ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
+#define PLOSS_REAL_IMPL "region/dice_impl.h"
+#include "real_types.h"
+
+ploss_status PLOSS_ISA_FN(ploss_cpu_dice)(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
-    const int64_t N = p->N, C = p->C, S = p->S, G = ploss_region_groups(p);
+    const int64_t N = p->N, C = p->C, S = p->S, G = ploss_region_groups(p), K = (S + CHUNK - 1) / CHUNK;
     ploss_status st;
-    double *sums = NULL, *group = NULL; /* A, B, R per (n, c); w per (g, c), num, den, ω per g */
-    if ((st = ploss_alloc(ctx, (size_t)(3 * N * C) * sizeof(double), (void **)&sums)) ||
+    double *part = NULL, *group = NULL; /* A, B, R per (n, chunk, c); per (n, c); w per (g, c), num, den, ω per g */
+    if ((st = ploss_alloc(ctx, (size_t)(3 * N * K * C + 3 * N * C) * sizeof(double), (void **)&part)) ||
         (st = ploss_alloc(ctx, (size_t)(G * C + 3 * G) * sizeof(double), (void **)&group))) {
-        ploss_free(ctx, sums);
+        ploss_free(ctx, part);
         return st;
     }
-    double *A = sums, *B = sums + N * C, *R = sums + 2 * N * C;
+    double *A = part + 3 * N * K * C, *B = A + N * C, *R = B + N * C;
     double *w = group, *num = group + G * C, *den = num + G, *omega = den + G;
 
-    /* 1. per (sample, class) sums */
-#pragma omp parallel for schedule(static)
+    /* 1. the chunks' sums, then per (sample, class) in chunk order */
+    if (p->x_dtype == PLOSS_F64)
+        sums_f64(p, K, part);
+    else
+        sums_f32(p, K, part);
     for (int64_t nc = 0; nc < N * C; ++nc) {
         const int64_t n = nc / C, c = nc % C;
         double a = 0.0, b = 0.0, r = 0.0;
-        for (int64_t s = 0; s < S; ++s) {
-            int valid;
-            const double o = target(p, n, s, c, &valid);
-            if (!valid && p->mask_ignored)
-                continue;
-            const double x = ploss_load(p->x, p->x_dtype, n * p->x_sn + c * p->x_sc + ploss_region_pixel_offset(p, p->x_ss, s));
-            const double sg = 1.0 / (1.0 + exp(-x));
-            a += sg * o;
-            b += power(sg, p->exponent) + (p->binary ? power(o, p->exponent) : o);
-            r += o;
+        for (int64_t k = 0; k < K; ++k) {
+            const double *q = part + 3 * ((n * K + k) * C + c);
+            a += q[0];
+            b += q[1];
+            r += q[2];
         }
         A[nc] = a;
         B[nc] = b;
@@ -103,29 +108,22 @@ ploss_status ploss_cpu_dice(ploss_ctx_t *ctx, const ploss_region_problem *p)
     if (p->pass != PLOSS_PASS_BACKWARD && p->reduction != PLOSS_REDUCTION_NONE)
         ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)G : total);
 
-    /* 3. the gradient */
+    /* 3. the gradient: per (group, class) d = k1·s^p·(1 − s) − k2·o·s·(1 − s) with
+     * k1 = num·p·w_c·ω/den², k2 = 2·w_c·ω/den (part's first 2·G·C doubles, free now) */
     if (p->pass != PLOSS_PASS_FORWARD) {
-#pragma omp parallel for schedule(static)
-        for (int64_t q = 0; q < N * S; ++q) {
-            const int64_t n = q / S, s = q % S, g = p->per_image ? n : 0;
-            const int64_t xo = n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s), go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, s);
-            const double dens = den[g] * den[g];
+        double *k1 = part, *k2 = part + G * C;
+        for (int64_t g = 0; g < G; ++g)
             for (int64_t c = 0; c < C; ++c) {
-                int valid;
-                const double o = target(p, n, s, c, &valid);
-                double d = 0.0;
-                if (valid || !p->mask_ignored) {
-                    const double x = ploss_load(p->x, p->x_dtype, xo + c * p->x_sc);
-                    const double sg = 1.0 / (1.0 + exp(-x)), sg1 = 1.0 / (1.0 + exp(x)); /* σ(x), 1 − σ(x) */
-                    d = num[g] * p->exponent * power(sg, p->exponent) * sg1 / dens;
-                    d -= 2.0 * o * sg * sg1 / den[g];
-                    d *= w[g * C + c] * omega[g];
-                }
-                ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, d);
+                const double wo = w[g * C + c] * omega[g];
+                k1[g * C + c] = num[g] * p->exponent * wo / (den[g] * den[g]);
+                k2[g * C + c] = 2.0 * wo / den[g];
             }
-        }
+        if (p->x_dtype == PLOSS_F64)
+            gradient_f64(p, K, k1, k2);
+        else
+            gradient_f32(p, K, k1, k2);
     }
-    ploss_free(ctx, sums);
+    ploss_free(ctx, part);
     ploss_free(ctx, group);
     return PLOSS_OK;
 }
