@@ -13,7 +13,14 @@
 #include "rows.h"
 #include "scalar.h"
 
-#define CHUNK 4096 /* samples per reduction chunk */
+/* Samples per reduction chunk (and per parallel task): 4096, fewer for long rows so that
+ * a few hundred rows still spread over the threads; it depends on C only, so the order of
+ * the sums does not depend on the number of threads. */
+static int64_t chunk_of(const ploss_direct_problem *p)
+{
+    const int64_t c = p->kind == PLOSS_DIRECT_MULTI_MARGIN && p->C > 64 ? 262144 / p->C : 4096;
+    return c < 16 ? 16 : c > 4096 ? 4096 : c;
+}
 
 /* Class weight of label y (1 without weights). */
 static double weight_of(const ploss_direct_problem *p, int64_t y)
@@ -22,16 +29,16 @@ static double weight_of(const ploss_direct_problem *p, int64_t y)
 }
 
 /* The MEAN divisor: NLL Σ w_y over the valid samples (in chunk order), else the sample count. */
-static double mean_divisor(const ploss_direct_problem *p, ploss_cpu_rows *b)
+static double mean_divisor(const ploss_direct_problem *p, ploss_cpu_rows *b, int64_t K)
 {
     const int64_t M = p->N * p->S;
     if (p->kind != PLOSS_DIRECT_NLL)
         return (double)M;
 #pragma omp parallel for schedule(static)
     for (int64_t chunk = 0; chunk < b->nchunks; ++chunk) {
-        const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+        const int64_t end = (chunk + 1) * K < M ? (chunk + 1) * K : M;
         double acc = 0.0;
-        for (int64_t i = chunk * CHUNK; i < end; ++i) {
+        for (int64_t i = chunk * K; i < end; ++i) {
             const int64_t n = i / p->S, s = i % p->S;
             const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
             if (y != p->ignore_index)
@@ -46,35 +53,31 @@ static double mean_divisor(const ploss_direct_problem *p, ploss_cpu_rows *b)
 }
 
 /* Multi-class margin loss of sample (n, s) with label y and class weight wy; with
- * `grad` the gradient row om·∂ℓ/∂x (written after the row is read: it may be the input). */
+ * `grad` the gradient row om·∂ℓ/∂x (written after the row is read: it may be the input).
+ * row: C doubles of scratch. */
 static double multi_margin_row(const ploss_direct_problem *p, int64_t n, int64_t s, int64_t y, double wy, int grad,
-                               double om)
+                               double om, double *row)
 {
-    const int64_t x0 = n * p->x_sn + s * p->x_ss, g0 = n * p->g_sn + s * p->g_ss;
-    const double xy = ploss_load(p->x, p->x_dtype, x0 + y * p->x_sc);
-    const double c = wy / (double)p->C;
+    const int64_t C = p->C, g0 = n * p->g_sn + s * p->g_ss;
+    ploss_cpu_load_f64(row, p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, C);
+    const double xy = row[y], c = wy / (double)C, margin = p->margin;
+    const int square = p->power != 1;
     double sum = 0.0, gsum = 0.0;
-    for (int64_t j = 0; j < p->C; ++j) {
-        if (j == y)
-            continue;
-        const double z = p->margin - xy + ploss_load(p->x, p->x_dtype, x0 + j * p->x_sc);
-        if (!(z <= 0.0)) { /* z > 0, or NaN: counted */
-            sum += p->power == 1 ? z : z * z;
-            gsum += p->power == 1 ? 1.0 : 2.0 * z;
-        }
+#pragma omp simd reduction(+ : sum, gsum)
+    for (int64_t j = 0; j < C; ++j) {
+        const double z = margin - xy + row[j];
+        const int on = j != y && !(z <= 0.0); /* z > 0, or NaN: counted */
+        sum += on ? (square ? z * z : z) : 0.0;
+        gsum += on ? (square ? 2.0 * z : 1.0) : 0.0;
     }
     if (grad) {
-        for (int64_t j = 0; j < p->C; ++j) {
-            double g = 0.0;
-            if (j == y) {
-                g = -c * gsum * om;
-            } else {
-                const double z = p->margin - xy + ploss_load(p->x, p->x_dtype, x0 + j * p->x_sc);
-                if (!(z <= 0.0))
-                    g = c * (p->power == 1 ? 1.0 : 2.0 * z) * om;
-            }
-            ploss_store(p->grad, p->x_dtype, g0 + j * p->g_sc, g);
+#pragma omp simd
+        for (int64_t j = 0; j < C; ++j) {
+            const double z = margin - xy + row[j];
+            row[j] = j != y && !(z <= 0.0) ? c * (square ? 2.0 * z : 1.0) * om : 0.0;
         }
+        row[y] = -c * gsum * om;
+        ploss_cpu_store_f64(p->grad, p->x_dtype, g0, p->g_sc, C, row);
     }
     return c * sum;
 }
@@ -88,17 +91,19 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
     const int per_sample_up = p->pass == PLOSS_PASS_BACKWARD && none;
 
     ploss_cpu_rows b;
-    const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, 0, 0, CHUNK);
+    const int margin_rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN; /* a row of C doubles per thread */
+    const int64_t K = chunk_of(p);
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, margin_rows ? p->C : 0, margin_rows, K);
     if (status != PLOSS_OK)
         return status;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? mean_divisor(p, &b) : 1.0;
+    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? mean_divisor(p, &b, K) : 1.0;
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
 #pragma omp parallel for schedule(static)
     for (int64_t chunk = 0; chunk < b.nchunks; ++chunk) {
-        const int64_t end = (chunk + 1) * CHUNK < M ? (chunk + 1) * CHUNK : M;
+        const int64_t end = (chunk + 1) * K < M ? (chunk + 1) * K : M;
         double acc = 0.0;
-        for (int64_t i = chunk * CHUNK; i < end; ++i) {
+        for (int64_t i = chunk * K; i < end; ++i) {
             const int64_t n = i / p->S, s = i % p->S;
             const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
             const int valid = y != p->ignore_index;
@@ -108,21 +113,33 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
                                               : omega;
             double loss;
             if (p->kind == PLOSS_DIRECT_MULTI_MARGIN) {
-                loss = multi_margin_row(p, n, s, y, wy, want_grad, om);
-            } else {
-                /* read before the gradient row is written (it may be the input itself) */
+                loss = multi_margin_row(p, n, s, y, wy, want_grad, om, ploss_cpu_rows_thread(&b, omp_get_thread_num()));
+            } else { /* the gradient after every loss is read (it may be the input itself) */
                 loss = valid ? -wy * ploss_load(p->x, p->x_dtype, n * p->x_sn + s * p->x_ss + y * p->x_sc) : 0.0;
-                if (want_grad) {
-                    const int64_t g0 = n * p->g_sn + s * p->g_ss;
-                    for (int64_t j = 0; j < p->C; ++j)
-                        ploss_store(p->grad, p->x_dtype, g0 + j * p->g_sc, valid && j == y ? -wy * om : 0.0);
-                }
             }
             if (want_loss && none)
                 ploss_store(p->loss, p->loss_dtype, n * p->l_sn + s * p->l_ss, loss);
             acc += loss;
         }
         b.partial[chunk] = acc;
+    }
+    if (want_grad && p->kind == PLOSS_DIRECT_NLL) {
+        /* each row zeros, but −ω·w_y at a valid label; rows in parallel (a row of C values
+         * is the unit, not the loss's chunk of samples) */
+        static const float zeros[256];
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M; ++i) {
+            const int64_t n = i / p->S, s = i % p->S, g0 = n * p->g_sn + s * p->g_ss;
+            for (int64_t j = 0; j < p->C; j += 256)
+                ploss_cpu_store_f32(p->grad, p->x_dtype, g0 + j * p->g_sc, p->g_sc, p->C - j < 256 ? p->C - j : 256,
+                                    zeros);
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
+            if (y != p->ignore_index) {
+                const double om = per_sample_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss)
+                                                : omega;
+                ploss_store(p->grad, p->x_dtype, g0 + y * p->g_sc, -weight_of(p, y) * om);
+            }
+        }
     }
     if (want_loss)
         ploss_cpu_rows_store_loss(&b, p->reduction, divisor, p->loss, p->loss_dtype);
