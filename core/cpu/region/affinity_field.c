@@ -2,13 +2,16 @@
  * affinity_field.c — CPU backend of the affinity field loss (formulas in core/engines/region.h
  * and docs/losses.md), in double for every input dtype.
  *
- *  1. per pixel (OpenMP): its label and log-softmax into buffers;
- *  2. per pixel u (OpenMP): ℓ_u over its 8 neighbours; the reduction in pixel order;
+ *  1. per pixel (OpenMP): its label, log-softmax and softmax into buffers (pixel-major: a
+ *     pixel's C values side by side);
+ *  2. per pixel u (OpenMP): D(u, v) of its 8 neighbours, kept, and ℓ_u; the reduction in
+ *     pixel order;
  *  3. per pixel z (OpenMP): the gradient gathered from the 16 pairs z belongs to (8 as the
  *     centre u, 8 as the neighbour v), each weighted by its centre's upstream weight.
  */
 #include <math.h>
 
+#include "chunks.h"
 #include "region.h"
 #include "scalar.h"
 
@@ -17,7 +20,8 @@ static const int DW[8] = {-1, 0, 1, -1, 1, -1, 0, 1};
 
 typedef struct {
     const ploss_region_problem *p;
-    const double *lp;     /* log-softmax, C × pixels */
+    const double *lp;     /* log-softmax, pixels × C */
+    const double *pr;     /* softmax, pixels × C */
     const int64_t *label; /* -1: ignored */
     int64_t NS;
 } field;
@@ -26,13 +30,14 @@ typedef struct {
  * (a logit of −∞) adds nothing to the KL form: 0·log 0 = 0, not 0·(−∞). */
 static double divergence(const field *f, int64_t u, int64_t v)
 {
+    const int64_t C = f->p->C;
+    const double *lu = f->lp + u * C, *lv = f->lp + v * C, *pu = f->pr + u * C, *pv = f->pr + v * C;
     double d = 0.0;
-    for (int64_t c = 0; c < f->p->C; ++c) {
-        const double lu = f->lp[c * f->NS + u], lv = f->lp[c * f->NS + v], pv = exp(lv);
+    for (int64_t c = 0; c < C; ++c) {
         if (f->p->reference_divergence)
-            d += pv * (pv - exp(lu));
-        else if (pv != 0.0)
-            d += pv * (lv - lu);
+            d += pv[c] * (pv[c] - pu[c]);
+        else if (pv[c] != 0.0)
+            d += pv[c] * (lv[c] - lu[c]);
     }
     return d;
 }
@@ -58,32 +63,37 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
 {
     const int64_t N = p->N, C = p->C, S = p->S, NS = N * S;
     ploss_status st;
-    double *lp = NULL, *lu = NULL;
+    double *lp = NULL, *lu = NULL, *Dk = NULL;
     int64_t *label = NULL;
-    if ((st = ploss_alloc(ctx, (size_t)(C * NS) * sizeof(double), (void **)&lp)) ||
+    if ((st = ploss_alloc(ctx, (size_t)(2 * C * NS) * sizeof(double), (void **)&lp)) ||
         (st = ploss_alloc(ctx, (size_t)NS * sizeof(double), (void **)&lu)) ||
+        (st = ploss_alloc(ctx, (size_t)(8 * NS) * sizeof(double), (void **)&Dk)) ||
         (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&label)))
         goto done;
-    const field f = {p, lp, label, NS};
+    double *pr = lp + C * NS;
+    const field f = {p, lp, pr, label, NS};
 
-    /* 1. labels and log-softmax */
+    /* 1. labels, log-softmax and softmax */
 #pragma omp parallel for schedule(static)
     for (int64_t q = 0; q < NS; ++q) {
         const int64_t n = q / S, s = q % S;
         const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + ploss_region_pixel_offset(p, p->t_ss, s));
         label[q] = y == p->ignore_index ? -1 : y;
-        const int64_t xo = n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s);
+        double *l = lp + q * C, *pq = pr + q * C;
+        ploss_cpu_load_f64(l, p->x, p->x_dtype, n * p->x_sn + ploss_region_pixel_offset(p, p->x_ss, s), p->x_sc, C);
         double mx = -INFINITY, sum = 0.0;
         for (int64_t c = 0; c < C; ++c)
-            mx = fmax(mx, ploss_load(p->x, p->x_dtype, xo + c * p->x_sc));
+            mx = fmax(mx, l[c]);
         for (int64_t c = 0; c < C; ++c)
-            sum += exp(ploss_load(p->x, p->x_dtype, xo + c * p->x_sc) - mx);
+            sum += exp(l[c] - mx);
         const double lse = mx + log(sum);
-        for (int64_t c = 0; c < C; ++c)
-            lp[c * NS + q] = ploss_load(p->x, p->x_dtype, xo + c * p->x_sc) - lse;
+        for (int64_t c = 0; c < C; ++c) {
+            l[c] -= lse;
+            pq[c] = exp(l[c]);
+        }
     }
 
-    /* 2. ℓ_u and the reduction */
+    /* 2. D(u, v) of u's neighbours (Dk[8u + k]), ℓ_u and the reduction */
 #pragma omp parallel for schedule(static)
     for (int64_t u = 0; u < NS; ++u) {
         double l = 0.0;
@@ -92,7 +102,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                 const int64_t v = neighbour(&f, u, k, 1);
                 if (v < 0)
                     continue;
-                const double D = divergence(&f, u, v);
+                const double D = Dk[8 * u + k] = divergence(&f, u, v);
                 l += label[u] == label[v] ? p->lambda_same * D : p->lambda_diff * fmax(p->kl_margin - D, 0.0);
             }
         lu[u] = l / 8.0;
@@ -128,8 +138,10 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
             for (int64_t z = 0; z < NS; ++z) {
                 const int64_t n = z / S, go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, z % S);
                 if (!G || label[z] < 0) {
-                    for (int64_t c = 0; c < C; ++c)
-                        ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
+                    static const double zero[64];
+                    for (int64_t c = 0; c < C; c += 64)
+                        ploss_cpu_store_f64(p->grad, p->x_dtype, go + c * p->g_sc, p->g_sc, C - c < 64 ? C - c : 64,
+                                            zero);
                     continue;
                 }
                 for (int64_t c = 0; c < C; ++c)
@@ -140,7 +152,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                         if (other < 0)
                             continue;
                         const int64_t u = role ? other : z, v = role ? z : other;
-                        const double D = divergence(&f, u, v);
+                        const double D = Dk[8 * u + k]; /* v = u's neighbour k, either role */
                         double om = base / 8.0;
                         if (p->pass == PLOSS_PASS_BACKWARD)
                             om *= ploss_load(p->grad_loss, p->gl_dtype,
@@ -153,14 +165,12 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                         if (coef == 0.0)
                             continue;
                         double dot = 0.0; /* reference divergence: the softmax Jacobian's Σ */
+                        const double *lpu = lp + u * C, *lpv = lp + v * C, *pru = pr + u * C, *prv = pr + v * C;
                         if (p->reference_divergence)
-                            for (int64_t c = 0; c < C; ++c) {
-                                const double pu = exp(lp[c * NS + u]), pv = exp(lp[c * NS + v]);
-                                dot += role ? pv * (2.0 * pv - pu) : pu * pv;
-                            }
+                            for (int64_t c = 0; c < C; ++c)
+                                dot += role ? prv[c] * (2.0 * prv[c] - pru[c]) : pru[c] * prv[c];
                         for (int64_t c = 0; c < C; ++c) {
-                            const double lu_c = lp[c * NS + u], lv_c = lp[c * NS + v];
-                            const double pu = exp(lu_c), pv = exp(lv_c);
+                            const double lu_c = lpu[c], lv_c = lpv[c], pu = pru[c], pv = prv[c];
                             double dD;
                             if (!p->reference_divergence) /* (0 where p_v is 0, as in D) */
                                 dD = role ? (pv != 0.0 ? pv * (lv_c - lu_c - D) : 0.0) : pu - pv;
@@ -169,8 +179,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
                             G[c] += coef * dD;
                         }
                     }
-                for (int64_t c = 0; c < C; ++c)
-                    ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, G[c]);
+                ploss_cpu_store_f64(p->grad, p->x_dtype, go, p->g_sc, C, G);
             }
             ploss_free(ctx, G);
         }
@@ -182,6 +191,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
 done:
     ploss_free(ctx, lp);
     ploss_free(ctx, lu);
+    ploss_free(ctx, Dk);
     ploss_free(ctx, label);
     return st;
 }
