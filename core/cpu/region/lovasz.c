@@ -4,8 +4,8 @@
  *
  *  1. per pixel (OpenMP): the softmax of its C logits into a C × pixels buffer;
  *  2. per (group, class) segment (OpenMP, one segment per iteration): the errors of the
- *     group's valid pixels sorted in decreasing order, ties by increasing pixel index (the
- *     order of the CUDA backend's stable radix sort); the foreground counts are integers and
+ *     group's valid pixels sorted in decreasing order, ties by increasing pixel index, by a
+ *     stable radix sort of their bits (the order of the CUDA backend's); the foreground counts are integers and
  *     each Lovász weight is taken in closed form; L_gc in a fixed order, and, when a
  *     gradient is asked for, the signed weight of each pixel into a second buffer;
  *  3. the reduction over groups and classes in a fixed order, and the weight ω_gc of each
@@ -14,27 +14,55 @@
  * Every buffer is freed before returning.
  */
 #include <math.h>
-#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "region.h"
 #include "scalar.h"
 
-typedef struct {
-    double e;  /* error of the pixel for the segment's class */
-    int64_t q; /* pixel index within the group */
-} ranked;
-
-/* Decreasing error (NaN first, as the CUDA keys rank it), then increasing pixel index: a
- * total order, so the sort is deterministic whatever qsort's algorithm. */
-static int by_error(const void *a, const void *b)
+/* The sort key of an error: unsigned keys in increasing order are errors in decreasing
+ * order, NaN first (as the CUDA keys rank it; NaN is key 0, which no number maps to). */
+static uint64_t descending_key(double e)
 {
-    const ranked *u = (const ranked *)a, *v = (const ranked *)b;
-    const int un = isnan(u->e), vn = isnan(v->e);
-    if (un != vn)
-        return un ? -1 : 1;
-    if (!un && u->e != v->e)
-        return u->e > v->e ? -1 : 1;
-    return (u->q > v->q) - (u->q < v->q);
+    if (e != e)
+        return 0;
+    if (e == 0.0)
+        e = 0.0; /* −0 as +0: they compare equal */
+    uint64_t b;
+    memcpy(&b, &e, sizeof b);
+    b = b >> 63 ? ~b : b | 0x8000000000000000ull; /* increasing with e */
+    return ~b;
+}
+
+/* Sorts n (key, index) pairs by key, stably (LSD radix sort of 8-bit digits; a digit that
+ * every key shares is skipped); tk/ti: n pairs of scratch.  The pairs come back in k/i or
+ * in tk/ti: *in_scratch says which. */
+static void radix_sort(uint64_t *k, uint32_t *i, uint64_t *tk, uint32_t *ti, int64_t n, int *in_scratch)
+{
+    static const int DIGITS = 8;
+    int64_t count[8][256] = {{0}};
+    for (int64_t j = 0; j < n; ++j)
+        for (int d = 0; d < DIGITS; ++d)
+            ++count[d][(k[j] >> (8 * d)) & 255];
+    *in_scratch = 0;
+    for (int d = 0; d < DIGITS; ++d) {
+        if (n == 0 || count[d][(k[0] >> (8 * d)) & 255] == n)
+            continue;
+        int64_t start[256], at = 0;
+        for (int b = 0; b < 256; ++b) {
+            start[b] = at;
+            at += count[d][b];
+        }
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t to = start[(k[j] >> (8 * d)) & 255]++;
+            tk[to] = k[j];
+            ti[to] = i[j];
+        }
+        uint64_t *sk = k;
+        uint32_t *si = i;
+        k = tk, i = ti, tk = sk, ti = si;
+        *in_scratch = !*in_scratch;
+    }
 }
 
 /* The Lovász weight of rank k (1-based) with F of the first k pixels in the class, P in all. */
@@ -82,17 +110,24 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
     }
 
     /* 2. one (group, class) segment per iteration */
+    if (M > (int64_t)UINT32_MAX) {
+        st = ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "lovasz_softmax: a group of %lld pixels is more than the CPU "
+                         "backend sorts (2^32 - 1)", (long long)M);
+        goto done;
+    }
     int failed = 0;
 #pragma omp parallel
     {
-        ranked *r = NULL;
-        if (ploss_alloc(ctx, (size_t)M * sizeof(ranked), (void **)&r) != PLOSS_OK) {
+        void *sort = NULL; /* keys and pixel indices, twice */
+        if (ploss_alloc(ctx, (size_t)M * 2 * (sizeof(uint64_t) + sizeof(uint32_t)), &sort) != PLOSS_OK) {
 #pragma omp atomic write
             failed = 1;
         }
+        uint64_t *key = sort, *tkey = key + M;
+        uint32_t *pix = (uint32_t *)(tkey + M), *tpix = pix + M;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t seg = 0; seg < G * C; ++seg) {
-            if (!r) {
+            if (!sort) {
                 seg_loss[seg] = 0.0;
                 seg_count[seg] = 0;
                 continue;
@@ -104,27 +139,31 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
                 if (y < 0)
                     continue;
                 const double pc = prob[c * NS + q0 + j];
-                r[nv].e = y == c ? 1.0 - pc : pc;
-                r[nv].q = j;
+                key[nv] = descending_key(y == c ? 1.0 - pc : pc);
+                pix[nv] = (uint32_t)j;
                 P += y == c;
                 ++nv;
             }
-            qsort(r, (size_t)nv, sizeof *r, by_error);
+            /* decreasing error, ties in increasing pixel order (the sort is stable) */
+            int in_scratch;
+            radix_sort(key, pix, tkey, tpix, nv, &in_scratch);
+            const uint32_t *order = in_scratch ? tpix : pix;
             double L = 0.0;
             int64_t F = 0;
             for (int64_t k = 1; k <= nv; ++k) {
-                const int64_t q = q0 + r[k - 1].q;
+                const int64_t q = q0 + order[k - 1];
                 const int fg = label[q] == c;
+                const double pc = prob[c * NS + q];
                 F += fg;
                 const double w = lovasz_weight(k, F, P, fg);
-                L += r[k - 1].e * w;
+                L += (fg ? 1.0 - pc : pc) * w;
                 if (want_grad)
                     signed_weight[c * NS + q] = fg ? -w : w;
             }
             seg_loss[seg] = L;
             seg_count[seg] = P;
         }
-        ploss_free(ctx, r);
+        ploss_free(ctx, sort);
     }
     if (failed) {
         st = ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "lovasz_softmax: no memory for the sort of %lld pixels",
