@@ -1,6 +1,6 @@
 /*
  * isa.h — runtime choice among the builds of the CPU loss kernels.  The kernel files
- * (core/cpu/rows/, core/cpu/elementwise/, core/cpu/margin/, core/cpu/region/dice.c) are compiled once per
+ * (core/cpu/rows/, core/cpu/elementwise/, core/cpu/margin/, core/cpu/region/dice.c, core/cpu/linear/) are compiled once per
  * instruction set — portable x86-64 (or the host's baseline elsewhere), AVX2+FMA,
  * AVX-512 — each with PLOSS_ISA set to a suffix of its symbols, and core/cpu/isa.c picks one build per process
  * from the CPU's features (__builtin_cpu_supports), so one library runs everywhere.
@@ -11,6 +11,7 @@
 #define PLOSS_CPU_ISA_H
 
 #include "elementwise.h"
+#include "linear_cross_entropy.h"
 #include "margin.h"
 #include "region.h"
 #include "rows.h"
@@ -26,7 +27,8 @@
     ploss_status ploss_cpu_sample_policies##sfx(ploss_ctx_t *ctx, const ploss_sample_problem *p); \
     ploss_status ploss_cpu_sigmoid##sfx(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);       \
     ploss_status ploss_cpu_margin##sfx(ploss_ctx_t *ctx, const ploss_margin_problem *p);        \
-    ploss_status ploss_cpu_dice##sfx(ploss_ctx_t *ctx, const ploss_region_problem *p);
+    ploss_status ploss_cpu_dice##sfx(ploss_ctx_t *ctx, const ploss_region_problem *p);          \
+    ploss_status ploss_cpu_linear_cross_entropy##sfx(ploss_ctx_t *ctx, const ploss_linear_problem *p);
 
 PLOSS_ISA_DECLARE(_baseline)
 #if defined(__x86_64__)

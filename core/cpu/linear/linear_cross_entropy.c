@@ -17,8 +17,10 @@
 #include "chunks.h"
 #include "focal.h"
 #include "gemm.h"
+#include "isa.h"
 #include "linear_cross_entropy.h"
 #include "scalar.h"
+#include "vmath.h"
 
 enum { TILE_ELEMS = 1 << 22 };
 
@@ -41,7 +43,7 @@ static ploss_status no_features(const ploss_linear_problem *p)
     return PLOSS_OK;
 }
 
-ploss_status ploss_cpu_linear_cross_entropy(ploss_ctx_t *ctx, const ploss_linear_problem *p)
+ploss_status PLOSS_ISA_FN(ploss_cpu_linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear_problem *p)
 {
     /* with a bias the logits differ, and lse / entropy are per-row outputs: the tiles */
     if (p->D == 0 && !p->bias && !p->lse && !p->entropy)

@@ -8,7 +8,7 @@
 /* Row r of a tile: its products z (C values; the bias bd added and the cap taken here)
  * become ω·∂ℓ/∂z when grad; the loss is returned, the row's lse and softmax entropy through
  * *lse_out and *ent_out.  y is a valid label.  The row's arithmetic is double whatever REAL
- * is. */
+ * is (vector loops). */
 static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd, int64_t C, int64_t y, int grad,
                           double om, double *lse_out, double *ent_out)
 {
@@ -20,6 +20,7 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
         for (int64_t j = 0; j < C; ++j)
             z[j] = (REAL)(cap * tanh((double)z[j] / cap));
     double M = z[0], sz = 0.0;
+#pragma omp simd reduction(max : M) reduction(+ : sz)
     for (int64_t j = 0; j < C; ++j) {
         M = z[j] > M ? z[j] : M;
         sz += z[j];
@@ -27,11 +28,11 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
     /* S = Σ e^(z−M) and Σ e^(z−M)·(M − z): H = log S + that / S, a sum of terms >= 0; a
      * class of probability 0 (a logit of −∞) adds nothing (0·log 0 = 0, not 0·∞) */
     double S = 0.0, SD = 0.0;
+#pragma omp simd reduction(+ : S, SD)
     for (int64_t j = 0; j < C; ++j) {
         const double d = M - z[j], e = exp(-d);
         S += e;
-        if (e != 0.0)
-            SD += e * d;
+        SD += e != 0.0 ? e * d : 0.0;
     }
     const double lse = M + log(S);
     *lse_out = lse;
@@ -47,13 +48,13 @@ static double F(row_loss)(const ploss_linear_problem *p, REAL *z, const REAL *bd
             loss += eps * (lse - sz / (double)C);
     }
     if (grad) {
-        const double k = factor + 2.0 * zl * lse, b = eps / (double)C, gy = factor * (1.0 - eps);
+        /* p_j = e^(z_j − M)/S: exact for logits of any size (e^(z_j − lse) loses log S to
+         * the rounding of lse = M + log S once |M| is large) */
+        const double k = (factor + 2.0 * zl * lse) / S, b = eps / (double)C, gy = factor * (1.0 - eps);
+#pragma omp simd
         for (int64_t j = 0; j < C; ++j) {
-            const double zj = z[j];
-            double g = exp(zj - lse) * k - b - (j == y ? gy : 0.0);
-            if (cap > 0.0)
-                g *= 1.0 - (zj / cap) * (zj / cap);
-            z[j] = (REAL)(om * g);
+            const double zj = z[j], t = cap > 0.0 ? 1.0 - (zj / cap) * (zj / cap) : 1.0;
+            z[j] = (REAL)(om * t * (exp(zj - M) * k - b - (j == y ? gy : 0.0)));
         }
     }
     return loss;
@@ -72,21 +73,28 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
      * tile, and with gradients ∂L/∂X and ∂L/∂W — all taken before the first write to an
      * output */
     const int want_gb = want_grad && p->bias;
+    /* a weight already in the compute type with rows of D contiguous values is read where it
+     * is, and such a weight gradient (not accumulated) is summed where it is: no C×D copy
+     * (no output overlaps an input: the front checked) */
+    const int own_w = p->dtype == REAL_DTYPE && p->w.sd == 1 && p->w.sn == ld;
+    const int own_gw = want_grad && !p->accumulate && p->gw_dtype == REAL_DTYPE && p->grad_w.sd == 1 &&
+                       p->grad_w.sn == ld;
     void *ws = NULL;
     const size_t doubles = 3 * (size_t)N + (want_gb ? (size_t)C : 0);
-    const size_t reals = nd + cd + (p->bias ? (size_t)C : 0) + (size_t)B * (size_t)C + (want_grad ? nd + cd : 0);
+    const size_t reals = nd + (own_w ? 0 : cd) + (p->bias ? (size_t)C : 0) + (size_t)B * (size_t)C +
+                         (want_grad ? nd + (own_gw ? 0 : cd) : 0);
     ploss_status st = ploss_alloc(ctx, doubles * sizeof(double) + reals * sizeof(REAL) + 8, &ws);
     if (st)
         return st;
     double *losses = ws, *lses = losses + N, *ents = lses + N, *gbd = ents + N;
-    REAL *xd = (REAL *)(gbd + (want_gb ? C : 0)), *wd = xd + nd, *bd = wd + cd;
-    REAL *tile = bd + (p->bias ? C : 0);
-    REAL *gx = tile + (size_t)B * (size_t)C, *gw = gx + (want_grad ? nd : 0);
+    REAL *xd = (REAL *)(gbd + (want_gb ? C : 0)), *wd = own_w ? (REAL *)p->w.data : xd + nd;
+    REAL *bd = xd + nd + (own_w ? 0 : cd), *tile = bd + (p->bias ? C : 0);
+    REAL *gx = tile + (size_t)B * (size_t)C, *gw = own_gw ? (REAL *)p->grad_w.data : gx + (want_grad ? nd : 0);
 #pragma omp parallel for schedule(static) if (N * D > 65536)
     for (int64_t i = 0; i < N; ++i)
         LOAD(xd + (size_t)i * (size_t)D, p->x.data, p->dtype, i * p->x.sn, p->x.sd, D);
 #pragma omp parallel for schedule(static) if (C * D > 65536)
-    for (int64_t j = 0; j < C; ++j)
+    for (int64_t j = 0; j < (own_w ? 0 : C); ++j)
         LOAD(wd + (size_t)j * (size_t)D, p->w.data, p->dtype, j * p->w.sn, p->w.sd, D);
     if (want_grad)
         memset(gw, 0, cd * sizeof(REAL));
@@ -150,7 +158,7 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
         for (int64_t i = 0; i < N; ++i)
             STORE(p->grad_x.data, p->gx_dtype, i * p->grad_x.sn, p->grad_x.sd, D, gx + (size_t)i * (size_t)D);
 #pragma omp parallel for schedule(static) if (C * D > 65536)
-        for (int64_t j = 0; j < C; ++j) {
+        for (int64_t j = 0; j < (own_gw ? 0 : C); ++j) {
             REAL *row = gw + (size_t)j * (size_t)D;
             for (int64_t k = 0; p->accumulate && k < D; ++k)
                 row[k] = (REAL)((double)row[k] + ploss_load(p->grad_w.data, p->gw_dtype, j * p->grad_w.sn + k * p->grad_w.sd));
