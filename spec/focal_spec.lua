@@ -187,6 +187,20 @@ describe("focal family by hand", function()
     end
   end)
 
+  it("sigmoid focal at logits near the float range and at ±∞: the gradient's limits, not NaN", function()
+    -- on the wrong side the gradient is a₀ = 0.75 (y = 0) or −a₁ = −0.25 (y = 1): γ·BCE·q^γ
+    -- would overflow float there, and its factor σ(x)σ(−x) is 0
+    local inf = math.huge
+    for _, conv in ipairs { "torchvision", "reference" } do
+      for _, dtype in ipairs { "f64", "f32" } do
+        local x = ploss.tensor({ -2e38, 2e38, -1e38, inf, -inf }, { dtype = dtype })
+        local y = ploss.tensor({ 1, 0, 1, 0, 1 }, { dtype = dtype })
+        local _, g = F.sigmoid_focal_fused(x, y, { reduction = "sum", gamma = 4, convention = conv })
+        H.assert_close(g, { -0.25, 0.75, -0.25, 0.75, -0.25 }, { rtol = 1e-7, what = conv .. " " .. dtype })
+      end
+    end
+  end)
+
   it("f16 and bf16 logits at ±60000 / ±1e4 stay finite in every loss", function()
     for _, dtype in ipairs { "f16", "bf16" } do
       local big = dtype == "f16" and 60000 or 1e4

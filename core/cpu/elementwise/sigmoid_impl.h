@@ -90,7 +90,10 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
         const REAL qg = g2 ? q * q : POW(q, gamma); /* 0^0 = 1 */
         *loss = A * qg * ce;
         if (want_grad) {
-            const REAL extra = gamma * (1 - 2 * y) * ce * qg * (sig_pos * sig_neg / q);
+            /* ce·σ(x)σ(−x) first: where σ(x)σ(−x) is 0 (|x| past ~104 in float, or ∞) the
+             * term is 0, not γ·ce overflowing to ∞ times 0 */
+            const REAL ss = sig_pos * sig_neg;
+            const REAL extra = ss != 0 ? gamma * (1 - 2 * y) * qg * (ce * (ss / q)) : 0;
             *dx = A * (qg * p_minus_y + (gamma != 0 && q > 0 ? extra : 0));
         }
     } else {
@@ -113,7 +116,8 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
             const REAL de = (y != 1 ? a0 * (1 - y) * sig_pos : 0) - (y != 0 ? a1 * y * sig_neg : 0);
             const REAL pm = g2 ? ad : POW(ad, gamma - 1);
             const REAL m = pm < REAL_MAX ? pm : REAL_MAX;
-            const REAL extra = gamma * m * (pmy > 0 ? 1 : -1) * (sig_pos * sig_neg) * ev;
+            const REAL ss = sig_pos * sig_neg; /* 0: the term is 0 (ev may be ∞) */
+            const REAL extra = ss != 0 ? gamma * m * (pmy > 0 ? 1 : -1) * ss * ev : 0;
             *dx = c * de + (gamma != 0 && ad > 0 ? extra : 0);
         }
     }
