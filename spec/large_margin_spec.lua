@@ -103,6 +103,22 @@ describe("LargeMarginSoftmaxLoss by hand", function()
     S.gradcheck(NAME, FNAME, x, y, {}, "dominant target", nil)
   end)
 
+  it("gives f32 logits near ±FLT_MAX the f64 values (no 0·∞ where a difference overflows float)", function()
+    -- logits (0, 2e38, −2e38), label 0, λ = 0.3: p = (0, 1, 0); the regulariser's
+    -- (λ/2)·Σ_{j≠y} q_j·(log q_j + log(C − 1)) pushes −2e38 (q = 0) by −(λ/2)/(C − 1)
+    local y = ploss.tensor({ 0 }, { dtype = "i64" })
+    local want_l, want_g
+    for _, dtype in ipairs { "f64", "f32" } do
+      for _, crit in ipairs { ploss.LargeMarginSoftmaxLoss {}, ploss.OhemLargeMarginLoss { n_min = 5 } } do
+        local l, g = crit(ploss.tensor({ { 0, 2e38, -2e38 } }, { dtype = dtype }), y)
+        if not want_l then want_l, want_g = l, g:totable() end
+        H.assert_close(l, want_l, { rtol = 1e-7, what = dtype })
+        H.assert_close(g, want_g, { rtol = 1e-7, what = dtype })
+      end
+    end
+    H.assert_close(want_g, { { -1, 1.075, -0.075 } }, { rtol = 1e-14 })
+  end)
+
   it("stays finite for rows entirely below −1e4 (no finite running-max sentinel)", function()
     local x = ploss.tensor({ { -2e4, -2e4 - 1, -2e4 + 2, -2e4 - 3 } }, { dtype = "f64" })
     local y = ploss.tensor({ 1 }, { dtype = "i64" })

@@ -64,8 +64,10 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
     /* the sums over the classes, the loss and the state */
     if (!k->use_state) {
         if (kind == PLOSS_SROWS_LARGE_MARGIN) {
+            /* d = x − m2 in double for Σ d (a float difference of logits near ±FLT_MAX
+             * overflows), e·d = 0 where e is 0 (not 0·∞) */
             TILE_SUM(3, const int other = (int32_t)j != y[i]; const REAL d = xv - m2[i], e = EXP(d);
-                     c0 = other ? e : 0; c1 = other ? e * d : 0; c2 = other ? d : 0;);
+                     c0 = other ? e : 0; c1 = other && e != 0 ? e * d : 0; c2 = other ? (double)xv - m2[i] : 0;);
         } else if (kind == PLOSS_SROWS_TAYLOR_CE && rows) {
             for (int64_t i = 0; i < T; ++i) {
                 TAYLOR_COLUMN(REAL, scratch, x + i * xi, C, p->order);
@@ -189,7 +191,8 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
     const double eps = p->eps;
     switch (kind) {
     case PLOSS_SROWS_LARGE_MARGIN:
-        TILE_EACH(const REAL d = xv - m2[i], q = EXP(d - ls2r[i]); gv = wr[i] * (q * fr[i] + h * (q * (d - cr[i]) - u)););
+        TILE_EACH(const REAL d = xv - m2[i], q = EXP(d - ls2r[i]);
+                  gv = wr[i] * (q * fr[i] + h * ((q != 0 ? q * (d - cr[i]) : 0) - u)););
         break;
     case PLOSS_SROWS_TAYLOR_CE:
         if (rows) {
