@@ -1,7 +1,8 @@
 -- Margin softmax losses on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file
 -- without a GPU).  CUDA against the CPU backend on the same dtype-rounded inputs,
 -- f32/f16/bf16 (cosines from GEMMs with fp32 accumulation and the row engine's fp32
--- softmax on the GPU, f64 on the CPU; tolerances TOL below), every reduction, forward,
+-- softmax on the GPU, f32 products and f64 sums on the CPU; tolerances TOL below), every
+-- reduction, forward,
 -- backward (a scalar or a per-row upstream gradient) and fused, the fused pass against the
 -- split one bitwise; one tile and several (tile_rows), class counts served by a warp, a
 -- block and a cluster of blocks per row; ignored rows; the angle's edge cases (|cos| = 1,

@@ -72,11 +72,13 @@ static void F(sums)(const ploss_region_problem *p, int64_t K, double *part)
             double a = 0.0, b = 0.0, r = 0.0;
 #pragma omp simd reduction(+ : a, b, r)
             for (int64_t i = 0; i < len; ++i) {
+                /* a pixel that does not count adds nothing, whatever its logit (even NaN) */
+                const int on = v[i] != 0;
                 const REAL s = 1 / (1 + EXP(-x[i]));
                 const REAL o = binary ? bt[i] : (REAL)(y[i] == c);
-                a += v[i] * s * o;
-                b += v[i] * (F_POWER(s, e, kind) + (binary ? F_POWER(o, e, kind) : o));
-                r += v[i] * o;
+                a += on ? s * o : 0;
+                b += on ? F_POWER(s, e, kind) + (binary ? F_POWER(o, e, kind) : o) : 0;
+                r += on ? o : 0;
             }
             double *out = part + 3 * (q * C + c);
             out[0] = a;
