@@ -34,7 +34,7 @@ for a in "$@"; do
 done
 
 packages=(luajit libluajit-5.1-dev lua-busted meson ninja-build pkg-config libdlpack-dev
-          libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox gcc)
+          libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox gcc)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
