@@ -35,6 +35,14 @@ void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, plo
     ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
 }
 
+ploss_status ploss_cpu_tile_products(ploss_ctx_t *ctx, const void *x_tile, int64_t rows, int64_t C, int64_t D,
+                                     const void *w, int64_t ld, ploss_dtype dtype, void *tile)
+{
+    const ploss_gemm_problem z = {.m = rows, .n = C, .k = D, .alpha = 1.0, .a = x_tile, .lda = ld, .b = w,
+                                  .trans_b = 1, .ldb = ld, .ab_dtype = dtype, .c = tile, .ldc = C, .c_dtype = dtype};
+    return ploss_cpu_gemm(ctx, &z);
+}
+
 ploss_status ploss_cpu_tile_gradient_products(ploss_ctx_t *ctx, const void *g, int64_t rows, int64_t C, int64_t D,
                                               double alpha, const void *w, const void *x_tile, int64_t ld,
                                               ploss_dtype dtype, void *gx_tile, void *gw)

@@ -42,6 +42,12 @@ void ploss_cpu_store_constant_row_losses(void *loss, ploss_dtype dtype, int64_t 
                                          const void *labels, ploss_dtype label_dtype, int64_t y_sn, int64_t N,
                                          int64_t ignore_index, double l0);
 
+/* The logits of a tile of `rows` rows of a linear layer (the margin losses' cosines, the
+ * linear cross-entropy): tile = x_tile·Wᵀ (rows×C, leading dimension C), with x_tile
+ * (rows×D) and W (C×D) of leading dimension ld, all of `dtype`. */
+ploss_status ploss_cpu_tile_products(ploss_ctx_t *ctx, const void *x_tile, int64_t rows, int64_t C, int64_t D,
+                                     const void *w, int64_t ld, ploss_dtype dtype, void *tile);
+
 /* The two gradient products of a tile of `rows` rows of a linear layer's logits (the
  * margin losses, the linear cross-entropy): with G the rows×C gradient of the tile's
  * logits (row-major, leading dimension C),

@@ -16,7 +16,6 @@
 
 #include "chunks.h"
 #include "focal.h"
-#include "gemm.h"
 #include "isa.h"
 #include "linear_cross_entropy.h"
 #include "scalar.h"

@@ -110,10 +110,7 @@ static ploss_status F(linear_cross_entropy)(ploss_ctx_t *ctx, const ploss_linear
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = N - b0 < B ? N - b0 : B;
-        const ploss_gemm_problem zg = {.m = rows, .n = C, .k = D, .alpha = 1.0, .a = xd + (size_t)b0 * (size_t)D,
-                                       .lda = ld, .b = wd, .trans_b = 1, .ldb = ld, .ab_dtype = REAL_DTYPE,
-                                       .c = tile, .ldc = C, .c_dtype = REAL_DTYPE};
-        if ((st = ploss_cpu_gemm(ctx, &zg)))
+        if ((st = ploss_cpu_tile_products(ctx, xd + (size_t)b0 * (size_t)D, rows, C, D, wd, ld, REAL_DTYPE, tile)))
             break;
 #pragma omp parallel for schedule(static) if (rows * C > 65536)
         for (int64_t r = 0; r < rows; ++r) {

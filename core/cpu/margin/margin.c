@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "chunks.h"
-#include "gemm.h"
 #include "margin.h"
 #include "scalar.h"
 #include "rows/softmax_rows.h"

@@ -172,10 +172,7 @@ static ploss_status F(margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
     for (int64_t b0 = 0; b0 < N; b0 += B) {
         const int64_t rows = N - b0 < B ? N - b0 : B;
-        const ploss_gemm_problem cg = {.m = rows, .n = C, .k = D, .alpha = 1.0, .a = xh + (size_t)b0 * (size_t)D,
-                                       .lda = ld, .b = wh, .trans_b = 1, .ldb = ld, .ab_dtype = REAL_DTYPE,
-                                       .c = tile, .ldc = C, .c_dtype = REAL_DTYPE};
-        if ((st = ploss_cpu_gemm(ctx, &cg)))
+        if ((st = ploss_cpu_tile_products(ctx, xh + (size_t)b0 * (size_t)D, rows, C, D, wh, ld, REAL_DTYPE, tile)))
             break;
         if (p->comm) {
             if ((st = F(sharded_tile)(p, tile, rows, b0, omega, stats, losses + b0)))
