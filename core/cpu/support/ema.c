@@ -1,7 +1,9 @@
 /*
  * ema.c — CPU backend of the multi-tensor EMA update and swap (core/support/ema.h):
- * tensor by tensor, the elements of each split over the OpenMP threads; f32/f16/bf16 in
- * float (the row converters of chunks.h for f16/bf16), f64 in double, integers copied.
+ * one OpenMP team for the whole list, tensor by tensor, the elements of each split over the
+ * team with no barrier between tensors (they are independent); f32/f16/bf16 in float (the
+ * row converters of chunks.h for f16/bf16), f64 in double, integers copied.  The helpers'
+ * work-sharing loops bind to the team of ploss_cpu_ema.
  */
 #include <string.h>
 
@@ -12,14 +14,14 @@
 
 static void update_f32(float *s, const float *p, int64_t n, float c)
 {
-#pragma omp parallel for simd schedule(static)
+#pragma omp for simd schedule(static) nowait
     for (int64_t k = 0; k < n; ++k)
         s[k] += c * (p[k] - s[k]);
 }
 
 static void update_f64(double *s, const double *p, int64_t n, double c)
 {
-#pragma omp parallel for simd schedule(static)
+#pragma omp for simd schedule(static) nowait
     for (int64_t k = 0; k < n; ++k)
         s[k] += c * (p[k] - s[k]);
 }
@@ -27,7 +29,7 @@ static void update_f64(double *s, const double *p, int64_t n, double c)
 /* f16 / bf16: blocks converted to float and back (round to nearest even) */
 static void update_half(void *s, const void *p, ploss_dtype dt, int64_t n, float c)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t b = 0; b < n; b += BLOCK) {
         float sb[BLOCK], pb[BLOCK];
         const int64_t m = n - b < BLOCK ? n - b : BLOCK;
@@ -42,7 +44,7 @@ static void update_half(void *s, const void *p, ploss_dtype dt, int64_t n, float
 /* Exchange n bytes of a and b, a block at a time. */
 static void swap_bytes(char *a, char *b, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t k = 0; k < n; k += 65536) {
         char tmp[65536];
         const size_t m = n - k < sizeof tmp ? n - k : sizeof tmp;
@@ -54,6 +56,7 @@ static void swap_bytes(char *a, char *b, size_t n)
 
 ploss_status ploss_cpu_ema(const ploss_ema_problem *p)
 {
+#pragma omp parallel
     for (int64_t i = 0; i < p->n; ++i) {
         const ploss_ema_tensor *t = &p->tensors[i];
         const size_t bytes = (size_t)t->numel * ploss_dtype_size(t->dtype);
@@ -66,7 +69,10 @@ ploss_status ploss_cpu_ema(const ploss_ema_problem *p)
         case PLOSS_F64: update_f64(t->shadow, t->param, t->numel, p->one_minus_d); break;
         case PLOSS_F16:
         case PLOSS_BF16: update_half(t->shadow, t->param, t->dtype, t->numel, (float)p->one_minus_d); break;
-        default: memcpy(t->shadow, t->param, bytes); break; /* integers: copied, not averaged */
+        default: /* integers: copied, not averaged */
+#pragma omp single nowait
+            memcpy(t->shadow, t->param, bytes);
+            break;
         }
     }
     return PLOSS_OK;
