@@ -70,14 +70,6 @@ static ploss_status F(infonce)(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
 
     F(load_rows)(p, 0, u, ru);
     F(load_rows)(p, 1, v, rv);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < D; ++j)
-            s += (double)u[(size_t)i * (size_t)D + j] * v[(size_t)(off + i) * (size_t)D + j];
-        diag[i] = s * inv_t;
-    }
     for (int64_t j = 0; j < M; ++j)
         col_m[j] = col_s[j] = 0.0;
 
@@ -86,6 +78,10 @@ static ploss_status F(infonce)(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
         const int64_t rows = N - b0 < B ? N - b0 : B;
         if ((st = F(tile_of)(ctx, p, u, v, b0, rows, tile)))
             break;
+        /* the positives' similarities from the tile itself, so that a loss, lse − S_ii, is
+         * taken from one rounding of S */
+        for (int64_t r = 0; r < rows; ++r)
+            diag[b0 + r] = tile[(size_t)r * (size_t)M + (size_t)(off + b0 + r)];
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
             const REAL *t = tile + (size_t)r * (size_t)M;
