@@ -166,3 +166,10 @@ void ploss_cpu_store_f64(void *base, ploss_dtype dt, int64_t off, int64_t stride
 {
     STORE_ROW(base, dt, off, stride, n, src)
 }
+
+void ploss_cpu_store_zeros(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n)
+{
+    static const float zeros[256];
+    for (int64_t k = 0; k < n; k += 256)
+        ploss_cpu_store_f32(base, dt, off + k * stride, stride, n - k < 256 ? n - k : 256, zeros);
+}

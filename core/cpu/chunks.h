@@ -94,6 +94,9 @@ void ploss_cpu_load_f64(double *dst, const void *base, ploss_dtype dt, int64_t o
 void ploss_cpu_store_f32(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const float *src);
 void ploss_cpu_store_f64(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n, const double *src);
 
+/* Stores n zeros at base + off + k·stride (elements) of dtype dt, a block at a time. */
+void ploss_cpu_store_zeros(void *base, ploss_dtype dt, int64_t off, int64_t stride, int64_t n);
+
 /* Frees what ploss_cpu_rows_alloc took (safe on a failed or freed *b) and zeroes *b. */
 void ploss_cpu_rows_free(ploss_cpu_rows *b);
 

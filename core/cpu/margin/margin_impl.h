@@ -35,8 +35,7 @@ static void F(normalisation_backward)(const ploss_pair_grad *out, ploss_dtype dt
     for (int64_t k = 0; k < rows; ++k) {
         const int64_t i = pos ? pos[k] : k;
         if (i < 0) {
-            for (int64_t j = 0; j < D; ++j)
-                ploss_store(out->data, dt, k * out->sn + j * out->sd, 0.0);
+            ploss_cpu_store_zeros(out->data, dt, k * out->sn, out->sd, D);
             continue;
         }
         REAL *gi = g + (size_t)i * (size_t)D;

@@ -10,6 +10,7 @@
  */
 #include <math.h>
 
+#include "chunks.h"
 #include "region.h"
 #include "scalar.h"
 
@@ -132,8 +133,7 @@ ploss_status ploss_cpu_affinity(ploss_ctx_t *ctx, const ploss_region_problem *p)
 #pragma omp for schedule(static)
             for (int64_t q0 = 0; q0 < NS; ++q0) {
                 const int64_t go = ploss_region_pixel_at(p, q0, p->g_sn, p->g_ss);
-                for (int64_t c = 0; c < C; ++c)
-                    ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
+                ploss_cpu_store_zeros(p->grad, p->x_dtype, go, p->g_sc, C);
                 if (!G || label[q0] < 0)
                     continue;
                 const double w0 = per_pixel ? upstream(p, q0) : 1.0;

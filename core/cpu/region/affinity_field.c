@@ -23,7 +23,6 @@ typedef struct {
     const double *lp;     /* log-softmax, pixels × C */
     const double *pr;     /* softmax, pixels × C */
     const int64_t *label; /* -1: ignored */
-    int64_t NS;
 } field;
 
 /* D(u, v) of the pixels u and v (indices into the buffers).  A class of probability 0 at v
@@ -71,7 +70,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
         (st = ploss_alloc(ctx, (size_t)NS * sizeof(int64_t), (void **)&label)))
         goto done;
     double *pr = lp + C * NS;
-    const field f = {p, lp, pr, label, NS};
+    const field f = {p, lp, pr, label};
 
     /* 1. labels, log-softmax and softmax */
 #pragma omp parallel for schedule(static)
@@ -138,10 +137,7 @@ ploss_status ploss_cpu_affinity_field(ploss_ctx_t *ctx, const ploss_region_probl
             for (int64_t z = 0; z < NS; ++z) {
                 const int64_t n = z / S, go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, z % S);
                 if (!G || label[z] < 0) {
-                    static const double zero[64];
-                    for (int64_t c = 0; c < C; c += 64)
-                        ploss_cpu_store_f64(p->grad, p->x_dtype, go + c * p->g_sc, p->g_sc, C - c < 64 ? C - c : 64,
-                                            zero);
+                    ploss_cpu_store_zeros(p->grad, p->x_dtype, go, p->g_sc, C);
                     continue;
                 }
                 for (int64_t c = 0; c < C; ++c)

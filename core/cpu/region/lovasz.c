@@ -5,8 +5,8 @@
  *  1. per pixel (OpenMP): the softmax of its C logits into a C × pixels buffer;
  *  2. per (group, class) segment (OpenMP, one segment per iteration): the errors of the
  *     group's valid pixels sorted in decreasing order, ties by increasing pixel index, by a
- *     stable radix sort of their bits (the order of the CUDA backend's); the foreground counts are integers and
- *     each Lovász weight is taken in closed form; L_gc in a fixed order, and, when a
+ *     stable radix sort of their bits (the order of the CUDA backend's); the foreground
+ *     counts are integers and each Lovász weight is taken in closed form; L_gc in a fixed order, and, when a
  *     gradient is asked for, the signed weight of each pixel into a second buffer;
  *  3. the reduction over groups and classes in a fixed order, and the weight ω_gc of each
  *     L_gc in the reduced loss;
@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "chunks.h"
 #include "region.h"
 #include "scalar.h"
 
@@ -39,8 +40,8 @@ static uint64_t descending_key(double e)
  * in tk/ti: *in_scratch says which. */
 static void radix_sort(uint64_t *k, uint32_t *i, uint64_t *tk, uint32_t *ti, int64_t n, int *in_scratch)
 {
-    static const int DIGITS = 8;
-    int64_t count[8][256] = {{0}};
+    enum { DIGITS = 8 };
+    int64_t count[DIGITS][256] = {{0}};
     for (int64_t j = 0; j < n; ++j)
         for (int d = 0; d < DIGITS; ++d)
             ++count[d][(k[j] >> (8 * d)) & 255];
@@ -229,8 +230,7 @@ ploss_status ploss_cpu_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
             const int64_t n = q / S, s = q % S, g = p->per_image ? n : 0;
             const int64_t go = n * p->g_sn + ploss_region_pixel_offset(p, p->g_ss, s);
             if (label[q] < 0) {
-                for (int64_t c = 0; c < C; ++c)
-                    ploss_store(p->grad, p->x_dtype, go + c * p->g_sc, 0.0);
+                ploss_cpu_store_zeros(p->grad, p->x_dtype, go, p->g_sc, C);
                 continue;
             }
             double dot = 0.0;

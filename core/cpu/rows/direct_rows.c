@@ -126,13 +126,10 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
     if (want_grad && p->kind == PLOSS_DIRECT_NLL) {
         /* each row zeros, but −ω·w_y at a valid label; rows in parallel (a row of C values
          * is the unit, not the loss's chunk of samples) */
-        static const float zeros[256];
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < M; ++i) {
             const int64_t n = i / p->S, s = i % p->S, g0 = n * p->g_sn + s * p->g_ss;
-            for (int64_t j = 0; j < p->C; j += 256)
-                ploss_cpu_store_f32(p->grad, p->x_dtype, g0 + j * p->g_sc, p->g_sc, p->C - j < 256 ? p->C - j : 256,
-                                    zeros);
+            ploss_cpu_store_zeros(p->grad, p->x_dtype, g0, p->g_sc, p->C);
             const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
             if (y != p->ignore_index) {
                 const double om = per_sample_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss)
