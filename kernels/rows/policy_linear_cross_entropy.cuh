@@ -31,7 +31,6 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     static constexpr bool kKeepsTerm = false;
     static constexpr bool kClusters = true;
     static constexpr bool kRegisterRows = true;
-    static constexpr bool kOnline = false; /* its Sums are not the base's */
     float z_loss;
     float inv_cap;             /* 1/softcap, 0 without */
     const double *inv_divisor; /* 'mean': 1/(rows not ignored), else null */
@@ -88,6 +87,62 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
             }
         }
         return r;
+    }
+    /* Streamed rows in one read: the base's running statistics (OnlineLse, unit weights)
+     * and, for the entropy, Σ_{j≠y} e_j·d_j against the same running max — moved to a larger
+     * max M by sed ← e^(m−M)·(sed + (M − m)·se) (terms ≥ 0: no cancellation). */
+    static constexpr bool kOnline = true;
+    struct Running {
+        OnlineLse<true> b;
+        float sed;
+    };
+    __device__ __forceinline__ Running running() const { return Running{OnlineLse<true>::start(), 0.0f}; }
+    __device__ __forceinline__ static void shift(Running &r, float M)
+    {
+        if (r.b.se != 0.0f)
+            r.sed = exp_ftz(r.b.m - M) * fmaf(M - r.b.m, r.b.se, r.sed);
+        r.b.shift(M);
+    }
+    template <int N> __device__ __forceinline__ void step(Running &r, const float (&x)[N], int jb, int y) const
+    {
+        const auto unit = [](int) { return 1.0f; };
+        if (!entropy) {
+            r.b.template step<true>(x, jb, y, b != 0.0f, unit);
+            return;
+        }
+        float vm = x[0];
+#pragma unroll
+        for (int e = 1; e < N; ++e)
+            vm = fmaxf(vm, x[e]);
+        if (vm > r.b.m)
+            shift(r, vm);
+        const bool has_y = (unsigned)(y - jb) < (unsigned)N;
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+            if (has_y && jb + e == y) {
+                r.b.xy = x[e];
+            } else {
+                const float d = r.b.m - x[e], ev = exp_ftz(-d);
+                r.b.se += ev;
+                r.sed = fmaf(ev, d, r.sed);
+                if (b != 0.0f)
+                    r.b.sd += d;
+            }
+        }
+        if (b != 0.0f)
+            r.b.sw += (float)(has_y ? N - 1 : N);
+    }
+    __device__ __forceinline__ Running merge(Running u, Running v) const
+    {
+        const float M = fmaxf(u.b.m, v.b.m);
+        shift(u, M);
+        shift(v, M);
+        return Running{OnlineLse<true>::merge(u.b, v.b), u.sed + v.sed};
+    }
+    __device__ __forceinline__ Sums settle(const Running &r, float &M) const
+    {
+        M = r.b.m;
+        return Sums{r.b.se, r.b.sd, r.b.m - r.b.xy, r.sed};
     }
     template <bool KEPT, class IsY>
     __device__ __forceinline__ float grad(float v, int j, IsY is_y, float M, const Row &r) const
