@@ -262,25 +262,6 @@ template <class A> __device__ __forceinline__ double reduced_omega(const ploss_s
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
-/* The label at element offset off of the target: i64 or i32 (a uniform branch, cheaper
- * than a template). */
-__device__ __forceinline__ int64_t label_at(const ploss_sample_problem &p, int64_t off)
-{
-    return p.t_dtype == PLOSS_I64 ? ((const int64_t *)p.t)[off] : (int64_t)((const int32_t *)p.t)[off];
-}
-
-/* Label of sample (n, s). */
-__device__ __forceinline__ int64_t label_of(const ploss_sample_problem &p, int64_t n, int64_t s)
-{
-    return label_at(p, n * p.t_sn + s * p.t_ss);
-}
-
-/* A label that is neither ignore_index nor in [0, C). */
-__device__ __forceinline__ bool invalid_label(const ploss_sample_problem &p, int64_t y)
-{
-    return y != p.ignore_index && (y < 0 || y >= p.C);
-}
-
 /* Valid (not ignored, in range) labels → *count (the loss pass reports invalid ones), as
  * the row engine's 'mean' divisor counts them (divisor_share, weight 1: exact in f64). */
 __global__ void __launch_bounds__(THREADS) count_kernel(ploss_sample_problem p, unsigned long long *count)
@@ -373,8 +354,8 @@ __global__ void __launch_bounds__(THREADS) score_kernel(ploss_sample_problem p, 
         if (i >= M)
             continue; /* uniform over a group */
         const int64_t n = i / p.S, s = i % p.S;
-        const int64_t y = label_of(p, n, s);
-        const bool invalid = invalid_label(p, y);
+        const int64_t y = sample_label(p, n, s);
+        const bool invalid = label_status(p, y) == kInvalid;
         if (invalid && lane == 0 && level == 0)
             report_invalid_label(aux.slot, y);
         const bool valid = y != p.ignore_index && !invalid;
@@ -474,10 +455,10 @@ __global__ void __launch_bounds__(THREADS) loss_kernel(ploss_sample_problem p, O
         if (i >= M)
             continue; /* uniform over a group */
         const int64_t n = i / p.S, s = i % p.S;
-        const int64_t y = label_of(p, n, s);
+        const int64_t y = sample_label(p, n, s);
         /* an invalid label (reported here, or by the OHEM score kernel) gives a NaN loss
          * and a zero gradient, as cross_entropy.cu; its row is never read */
-        const bool invalid = invalid_label(p, y);
+        const bool invalid = label_status(p, y) == kInvalid;
         if (invalid && !p.ohem && lane == 0)
             report_invalid_label(aux.slot, y);
         const int64_t xo = n * p.x_sn + s * p.x_ss;
@@ -888,7 +869,7 @@ __device__ __forceinline__ void sample_step(const ploss_sample_problem &p, const
                                             int64_t n, int64_t s, SampleSums &sum)
 {
     const int C = (int)p.C;
-    const bool invalid = invalid_label(p, y);
+    const bool invalid = label_status(p, y) == kInvalid;
     const bool valid = y != p.ignore_index && !invalid;
     const int yi = valid ? (int)y : -1;
     const float xy = row_pick(row, yi);
@@ -1055,7 +1036,7 @@ __global__ void __launch_bounds__(THREADS, 4)
     for (int b = 0; cur.t < tiles; b = b + 1 < STAGES ? b + 1 : 0) {
         const int64_t n = cur.n, s0 = cur.r * TILE_P, s = s0 + threadIdx.x;
         const bool here = s < S;
-        const int64_t y = here ? label_of(p, n, s) : p.ignore_index;
+        const int64_t y = here ? sample_label(p, n, s) : p.ignore_index;
         cp_async_wait<STAGES - 1>(); /* this thread's copies of the current tile have landed */
         __syncthreads();    /* and everyone's */
         T *const tile = buf + (size_t)b * C * TILE_P;
@@ -1151,7 +1132,7 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sample_problem p,
         int64_t y[V];
 #pragma unroll
         for (int e = 0; e < V; ++e)
-            y[e] = e < nv ? label_of(p, n, s0 + e) : p.ignore_index;
+            y[e] = e < nv ? sample_label(p, n, s0 + e) : p.ignore_index;
 
         /* every load first (in bounds whatever the labels say) */
         const int64_t xo = n * p.x_sn + s0 * p.x_ss;
