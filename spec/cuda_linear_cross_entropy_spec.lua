@@ -269,9 +269,19 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
 
   -- The bias and the per-row outputs: CUDA against the CPU on the same rounded inputs; the
   -- forward's lse and entropy equal the fused pass's bitwise; backward returns grad_bias too.
-  local function compare_extras(n, C, D, opts, dtype, bias_dtype, what)
+  -- masked: a bias of −∞ for every third class that is no row's label (probability 0)
+  local function compare_extras(n, C, D, opts, dtype, bias_dtype, what, masked)
     local x, w, y = inputs(n, C, D, n + C, 5)
-    local b = ploss.randn({ C }, { dtype = "f64", seed = C }):type(bias_dtype or dtype)
+    local b = ploss.randn({ C }, { dtype = "f64", seed = C })
+    if masked then
+      local B, used = b:totable(), {}
+      for _, v in ipairs(y:totable()) do used[v] = true end
+      for j = 0, C - 1 do
+        if j % 3 == 1 and not used[j] then B[j + 1] = -math.huge end
+      end
+      b = ploss.tensor(B, { dtype = "f64" })
+    end
+    b = b:type(bias_dtype or dtype)
     local xc, wc = x:type(dtype), w:type(dtype)
     local T = TOL[dtype]
     what = string.format("%s %dx%dx%d %s bias %s %s", what, n, C, D, dtype, bias_dtype or dtype, label(opts))
@@ -307,6 +317,14 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
             compare_extras(n, C, D, with(o, { reduction = r, tile_rows = tile }), dtype, nil, "extras")
           end
         end
+      end
+    end
+  end)
+
+  it("masks classes by a bias of −∞: a finite entropy (0·log 0 = 0), as on the CPU, in every row shape", function()
+    for _, shape in ipairs { { 37, 40, 16, 0 }, { 2100, 100, 8, 0 }, { 12, 50257, 8, 5 } } do
+      for _, dtype in ipairs { "f32", "bf16" } do
+        compare_extras(shape[1], shape[2], shape[3], { tile_rows = shape[4] }, dtype, nil, "masked", true)
       end
     end
   end)

@@ -60,7 +60,7 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
         s.se = t.se;
         s.sd = t.sd;
         s.dy = t.dy;
-        if (entropy && !is_y)
+        if (entropy && !is_y && e != 0.0f) /* a class of probability 0 adds 0, not 0·∞ */
             s.sed += e * (M - x);
         return e;
     }
@@ -124,7 +124,8 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
             } else {
                 const float d = r.b.m - x[e], ev = exp_ftz(-d);
                 r.b.se += ev;
-                r.sed = fmaf(ev, d, r.sed);
+                if (ev != 0.0f)
+                    r.sed = fmaf(ev, d, r.sed);
                 if (b != 0.0f)
                     r.b.sd += d;
             }
