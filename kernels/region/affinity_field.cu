@@ -100,10 +100,12 @@ template <class A, bool REF> struct Pair {
             ab = fma(pb, t, ab);
             ba = fma(-pa, t, ba);
             dot = fma(pa, pb, dot);
-        } else {
+        } else { /* a class of probability 0 (a logit of −∞) adds 0, not 0·(−∞) */
             const A t = lb - la;
-            ab = fma(pb, t, ab);
-            ba = fma(-pa, t, ba);
+            if (pb != A(0))
+                ab = fma(pb, t, ab);
+            if (pa != A(0))
+                ba = fma(-pa, t, ba);
         }
     }
     /* the same pair held by the lane on the left */
@@ -424,12 +426,15 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             for (int o = 0; o < 8; ++o) {
                 if constexpr (REF) {
                     s0 = fma(c0v[i - 1][o], po[o], s0); /* c0 + c1 */
-                } else {
+                } else { /* a neighbour of probability 0 here and no weight adds 0, not 0·(−∞) */
                     s0 = fma(c0v[i - 1][o], po[o], s0);
-                    s1 = fma(c1v[i - 1][o], lo[o], s1);
+                    if (c1v[i - 1][o] != A(0))
+                        s1 = fma(c1v[i - 1][o], lo[o], s1);
                 }
             }
-            const A g = REF ? pz * (KA[i - 1] + pz * KB[i - 1] - s0) : pz * (KA[i - 1] + lz * KB[i - 1] - s1) - s0;
+            /* KL: the p_z factor's 0 where l_z = −∞ taken as 0, not 0·(−∞) */
+            const A g = REF ? pz * (KA[i - 1] + pz * KB[i - 1] - s0)
+                            : (pz != A(0) ? pz * (KA[i - 1] + lz * KB[i - 1] - s1) : A(0)) - s0;
             if (own_lane && row0 + i < H)
                 gcol[c * p.g_sc + (row0 + i) * p.g_ss[0]] = from_acc<T>(g);
         }
