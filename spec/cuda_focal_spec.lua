@@ -312,6 +312,16 @@ describe("CUDA focal family edge cases", function()
     end
   end)
 
+  it("sigmoid focal at logits near the float range and at ±∞: the gradient's limits, not NaN", function()
+    local inf = math.huge
+    for _, conv in ipairs { "torchvision", "reference" } do
+      local x = ploss.tensor({ -2e38, 2e38, -1e38, inf, -inf }, { dtype = "f32", device = DEV })
+      local y = ploss.tensor({ 1, 0, 1, 0, 1 }, { dtype = "f32", device = DEV })
+      local _, g = F.sigmoid_focal_fused(x, y, { reduction = "sum", gamma = 4, convention = conv })
+      H.assert_close(g:to("cpu"), { -0.25, 0.75, -0.25, 0.75, -0.25 }, { rtol = 1e-7, what = conv })
+    end
+  end)
+
   it("an invalid label sets the error slot: reported at the next synchronising call, no out-of-bounds access", function()
     local x = ploss.randn({ 4, 6 }, { device = DEV })
     local y = ploss.tensor({ 0, 6, 2, -100 }, { dtype = "i64", device = DEV })

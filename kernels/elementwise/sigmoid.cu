@@ -153,8 +153,11 @@ __device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A g
         const A qg = pow_gamma(q, gamma);
         loss = Aw * qg * ce;
         A d = qg * p_minus_y;
-        if (gamma != A(0) && q > A(0))
-            d += gamma * (A(1) - A(2) * y) * ce * qg * (sig_pos * sig_neg / q);
+        /* ce·σ(x)σ(−x) first, and nothing where that factor is 0 (|x| past float's σ range
+         * or ∞): not γ·ce overflowing to ∞ times 0 */
+        const A ss = sig_pos * sig_neg;
+        if (gamma != A(0) && q > A(0) && ss != A(0))
+            d += gamma * (A(1) - A(2) * y) * qg * (ce * (ss / q));
         dx = Aw * d;
     } else {
         /* 0 < γ < 1: |p − y|^(γ−1) is ill-conditioned at the kink y ≈ p.  σ(x) in f32 carries
@@ -174,9 +177,10 @@ __device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A g
         const A de = (y != A(1) ? a0 * (A(1) - y) * sig_pos : A(0)) - (y != A(0) ? a1 * y * sig_neg : A(0));
         loss = c * ev;
         A d = c * de;
-        if (gamma != A(0) && ad > A(0)) { /* subgradient 0 at the kink y = p */
+        const A ss = sig_pos * sig_neg; /* 0: the term is 0 (ev may be ∞) */
+        if (gamma != A(0) && ad > A(0) && ss != A(0)) { /* subgradient 0 at the kink y = p */
             const A m = m_min(pow_gamma(ad, gamma - A(1)), max_finite<A>());
-            d += gamma * m * (pmy > A(0) ? A(1) : A(-1)) * (sig_pos * sig_neg) * ev;
+            d += gamma * m * (pmy > A(0) ? A(1) : A(-1)) * ss * ev;
         }
         dx = d;
     }
