@@ -35,6 +35,7 @@
  */
 #include "region_common.cuh"
 #include <limits>
+#include <type_traits>
 
 namespace ploss_cuda {
 namespace {
@@ -93,18 +94,20 @@ template <class A, bool REF> struct Pair {
     A ab = 0, ba = 0;
     struct None {};
     std::conditional_t<REF, A, None> dot{};
-    __device__ __forceinline__ void add(A la, A pa, A lb, A pb)
+    /* MASKED: some l may be −∞ (a class of probability 0), which then adds 0, not 0·(−∞);
+     * else every l is finite and p·t needs no test */
+    template <bool MASKED> __device__ __forceinline__ void add(A la, A pa, A lb, A pb)
     {
         if constexpr (REF) {
             const A t = pb - pa;
             ab = fma(pb, t, ab);
             ba = fma(-pa, t, ba);
             dot = fma(pa, pb, dot);
-        } else { /* a class of probability 0 (a logit of −∞) adds 0, not 0·(−∞) */
+        } else {
             const A t = lb - la;
-            if (pb != A(0))
+            if (!MASKED || pb != A(0))
                 ab = fma(pb, t, ab);
-            if (pa != A(0))
+            if (!MASKED || pa != A(0))
                 ba = fma(-pa, t, ba);
         }
     }
@@ -188,6 +191,8 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             v[r] = load_ro(xrow[r] + off);
     };
     const float *stage = (const float *)smem + (warp * R) * 32 + lane;
+    /* staged: some l of the block is −∞ */
+    bool masked = false;
     if constexpr (STAGED) {
         /* a thread takes the stage rows warp, warp + WARPS, … of its column: it copies their
          * logits and then transforms them, so only the end needs the block's barrier */
@@ -226,6 +231,7 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             cp_async_commit();
             cp_async_wait<0>();
         }
+        int neg_inf = 0;
         for (int rr = warp; rr < RB; rr += WARPS) {
             const int64_t hh = b_row + rr;
             const bool ok = incol && hh >= 0 && hh < H && w.label[n * p.S + hh * W + col] >= 0;
@@ -236,10 +242,13 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
             for (int c = 0; c < (int)C; ++c)
                 sum += fast_exp(e[c * RB * 32] - m);
             const float lse1 = m + __logf(sum);
-            for (int c = 0; c < (int)C; ++c)
-                e[c * RB * 32] = ok ? e[c * RB * 32] - lse1 : 0.0f;
+            for (int c = 0; c < (int)C; ++c) {
+                const float l = ok ? e[c * RB * 32] - lse1 : 0.0f;
+                neg_inf |= l == -INFINITY;
+                e[c * RB * 32] = l;
+            }
         }
-        __syncthreads();
+        masked = __syncthreads_or(neg_inf);
     } else {
 #pragma unroll
         for (int r = 0; r < RR; ++r) {
@@ -296,26 +305,42 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
 #pragma unroll
     for (int r = 0; r < RR; ++r)
         q[r] = A(0);
+    /* sweep(M): M = some l may be −∞, so the KL form's sums test p for 0 before each
+     * p·(l − l') (a class of probability 0 adds 0, not 0·(−∞)); the direct path always does */
+    const auto with_mask = [&](const auto &sweep) {
+        if constexpr (REF)
+            sweep(std::false_type{});
+        else if constexpr (!STAGED)
+            sweep(std::true_type{});
+        else if (masked)
+            sweep(std::true_type{});
+        else
+            sweep(std::false_type{});
+    };
+    const auto sweep2 = [&](auto masked_t) {
+        constexpr bool M = decltype(masked_t)::value;
 #pragma unroll 2
-    for (int64_t c = 0; c < C; ++c) {
-        A l[RR], pr[RR], lR[RR], pR[RR];
-        softmax(c, l, pr);
+        for (int64_t c = 0; c < C; ++c) {
+            A l[RR], pr[RR], lR[RR], pR[RR];
+            softmax(c, l, pr);
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
-            lR[r] = __shfl_down_sync(FULL, l[r], 1);
-            pR[r] = __shfl_down_sync(FULL, pr[r], 1);
-            if (REF)
-                q[r] = fma(pr[r], pr[r], q[r]);
-        }
+            for (int r = 0; r < RR; ++r) {
+                lR[r] = __shfl_down_sync(FULL, l[r], 1);
+                pR[r] = __shfl_down_sync(FULL, pr[r], 1);
+                if (REF)
+                    q[r] = fma(pr[r], pr[r], q[r]);
+            }
 #pragma unroll
-        for (int r = 0; r <= R; ++r) {
-            V[r].add(l[r], pr[r], l[r + 1], pr[r + 1]);
-            DR[r].add(l[r], pr[r], lR[r + 1], pR[r + 1]);
-            UR[r].add(l[r + 1], pr[r + 1], lR[r], pR[r]);
-            if (r >= 1)
-                Hz[r].add(l[r], pr[r], lR[r], pR[r]);
+            for (int r = 0; r <= R; ++r) {
+                V[r].template add<M>(l[r], pr[r], l[r + 1], pr[r + 1]);
+                DR[r].template add<M>(l[r], pr[r], lR[r + 1], pR[r + 1]);
+                UR[r].template add<M>(l[r + 1], pr[r + 1], lR[r], pR[r]);
+                if (r >= 1)
+                    Hz[r].template add<M>(l[r], pr[r], lR[r], pR[r]);
+            }
         }
-    }
+    };
+    with_mask(sweep2);
 
     /* each own pixel's eight pairs: D0[o] = D(z, o), D1[o] = D(o, z) (the reference form:
      * dot0[o] = Σ p_z·p_o); neighbour o as in the CPU's order: (−1,−1) (−1,0) (−1,1) (0,−1)
@@ -405,40 +430,44 @@ __global__ void __launch_bounds__(THREADS, MAIN_BLOCKS<acc_t<T>>)
 
     /* sweep 3: the gradient, class by class */
     T *gcol = (T *)p.grad + n * p.g_sn + (incol ? col : 0) * p.g_ss[1];
+    const auto sweep3 = [&](auto masked_t) {
+        constexpr bool M = decltype(masked_t)::value;
 #pragma unroll 2
-    for (int64_t c = 0; c < C; ++c) {
-        A l[RR], pr[RR], lL[RR], pL[RR], lR[RR], pR[RR];
-        softmax(c, l, pr);
+        for (int64_t c = 0; c < C; ++c) {
+            A l[RR], pr[RR], lL[RR], pL[RR], lR[RR], pR[RR];
+            softmax(c, l, pr);
 #pragma unroll
-        for (int r = 0; r < RR; ++r) {
-            lL[r] = __shfl_up_sync(FULL, l[r], 1);
-            pL[r] = __shfl_up_sync(FULL, pr[r], 1);
-            lR[r] = __shfl_down_sync(FULL, l[r], 1);
-            pR[r] = __shfl_down_sync(FULL, pr[r], 1);
-        }
-#pragma unroll
-        for (int i = 1; i <= R; ++i) {
-            const A lo[8] = {lL[i - 1], l[i - 1], lR[i - 1], lL[i], lR[i], lL[i + 1], l[i + 1], lR[i + 1]};
-            const A po[8] = {pL[i - 1], pr[i - 1], pR[i - 1], pL[i], pR[i], pL[i + 1], pr[i + 1], pR[i + 1]};
-            const A lz = l[i], pz = pr[i];
-            A s0 = 0, s1 = 0;
-#pragma unroll
-            for (int o = 0; o < 8; ++o) {
-                if constexpr (REF) {
-                    s0 = fma(c0v[i - 1][o], po[o], s0); /* c0 + c1 */
-                } else { /* a neighbour of probability 0 here and no weight adds 0, not 0·(−∞) */
-                    s0 = fma(c0v[i - 1][o], po[o], s0);
-                    if (c1v[i - 1][o] != A(0))
-                        s1 = fma(c1v[i - 1][o], lo[o], s1);
-                }
+            for (int r = 0; r < RR; ++r) {
+                lL[r] = __shfl_up_sync(FULL, l[r], 1);
+                pL[r] = __shfl_up_sync(FULL, pr[r], 1);
+                lR[r] = __shfl_down_sync(FULL, l[r], 1);
+                pR[r] = __shfl_down_sync(FULL, pr[r], 1);
             }
-            /* KL: the p_z factor's 0 where l_z = −∞ taken as 0, not 0·(−∞) */
-            const A g = REF ? pz * (KA[i - 1] + pz * KB[i - 1] - s0)
-                            : (pz != A(0) ? pz * (KA[i - 1] + lz * KB[i - 1] - s1) : A(0)) - s0;
-            if (own_lane && row0 + i < H)
-                gcol[c * p.g_sc + (row0 + i) * p.g_ss[0]] = from_acc<T>(g);
+#pragma unroll
+            for (int i = 1; i <= R; ++i) {
+                [[maybe_unused]] const A lo[8] = {lL[i - 1], l[i - 1], lR[i - 1], lL[i], lR[i], lL[i + 1], l[i + 1], lR[i + 1]};
+                const A po[8] = {pL[i - 1], pr[i - 1], pR[i - 1], pL[i], pR[i], pL[i + 1], pr[i + 1], pR[i + 1]};
+                const A lz = l[i], pz = pr[i];
+                A s0 = 0, s1 = 0;
+#pragma unroll
+                for (int o = 0; o < 8; ++o) {
+                    if constexpr (REF) {
+                        s0 = fma(c0v[i - 1][o], po[o], s0); /* c0 + c1 */
+                    } else { /* masked: a neighbour of probability 0 here and no weight adds 0, not 0·(−∞) */
+                        s0 = fma(c0v[i - 1][o], po[o], s0);
+                        if (!M || c1v[i - 1][o] != A(0))
+                            s1 = fma(c1v[i - 1][o], lo[o], s1);
+                    }
+                }
+                /* KL, masked: the p_z factor's 0 where l_z = −∞ taken as 0, not 0·(−∞) */
+                const A g = REF ? pz * (KA[i - 1] + pz * KB[i - 1] - s0)
+                                : (!M || pz != A(0) ? pz * (KA[i - 1] + lz * KB[i - 1] - s1) : A(0)) - s0;
+                if (own_lane && row0 + i < H)
+                    gcol[c * p.g_sc + (row0 + i) * p.g_ss[0]] = from_acc<T>(g);
+            }
         }
-    }
+    };
+    with_mask(sweep3);
 }
 
 template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
