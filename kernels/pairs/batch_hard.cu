@@ -45,7 +45,9 @@ using namespace pairs;
 
 constexpr int STATS_THREADS = 1024;
 constexpr size_t GRAM_BYTES = (size_t)64 << 20; /* one Gram block */
+#ifdef PLOSS_HAVE_CUTLASS
 constexpr int64_t FUSED_KEY_BYTES = (int64_t)2 << 20; /* the fused mining: one block of anchor rows' keys */
+#endif
 
 struct anchor_t {
     int64_t pos, neg;          /* the hardest positive and negative (-1: none) */
