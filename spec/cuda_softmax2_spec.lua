@@ -275,6 +275,74 @@ describe("CUDA large-margin softmax against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  it("gives f32 logits near ±FLT_MAX the CPU's finite values (no 0·∞ where a difference overflows float)", function()
+    -- 2e38 − (−2e38) overflows f32: e^d = 0 must give e·d = 0 and Σ (x − m) must be taken
+    -- in double, as on the CPU (a loss near 2.3e38, the gradient finite).  C = 3: the
+    -- per-sample kernels (N×C and its transpose: registers; the rows as the pixels of a
+    -- 1×3×8 image: tiles); rows 3, 5 and 6 (x_0 or x_1 = −2e38 the reference, a logit 4e38
+    -- above it) take the non-target maximum.  C = 40 and 20000: the row engine (N×C), the
+    -- row groups (the transpose: a thread per row; OHEM on N×C: a warp, a block; f64: all),
+    -- whose lanes 2 and 3 hold only 2e38 and −2e38, so that their first merge meets a
+    -- difference of −∞ too.  'none': one row's loss fits f32, a sum of three would not.
+    local B = 2e38
+    local function wide(C, seed)
+      local rows = ploss.randn({ 4, C }, { dtype = "f64", std = 2, seed = seed }):totable()
+      local G = C <= 2048 and 32 or 256
+      for i = 1, 3 do
+        local r = rows[i]
+        for j = 2, C - 1, G do r[j + 1], r[j + 2] = B, -B end -- 0-based j ≡ 2, 3 (mod G)
+        r[1], r[8] = -B, B
+        if i < 3 then r[C - 9], r[C] = B, -B else r[C] = B end
+      end
+      return rows, { 10, 7, 1, 5 } -- row 2's label is a class at 2e38
+    end
+    local r40, y40 = wide(40, 811)
+    local r2e4, y2e4 = wide(20000, 812)
+    local cases = {
+      { { { 0, B, -B }, { B, 0, -B }, { -B, B, 0 }, { 1, 2, 3 }, { 0, -B, B }, { -B, 0.5, B }, { B, -B, 3 }, { -1, 0, 1 } },
+        { 0, 1, 2, 0, 0, 1, 2, 2 } },
+      { r40, y40 },
+      { r2e4, y2e4 },
+    }
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      for _, c in ipairs(cases) do
+        local C, N = #c[1][1], #c[2]
+        local x = ploss.tensor(c[1], { dtype = dtype }):to(DEV)
+        local y = ploss.tensor(c[2], { dtype = "i64" }):to(DEV)
+        local gout = ploss.randn({ N }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV, seed = 813 })
+        local layouts = { { x, y, gout }, { x:t():contiguous():t(), y, gout } }
+        if C == 3 then layouts[3] = { x:t():contiguous():view({ 1, C, N }), y:view({ 1, N }), gout:view({ 1, N }) } end
+        for li, xy in ipairs(layouts) do
+          local xs, ys, go = xy[1], xy[2], xy[3]
+          local xc, yc = xs:to("cpu", "f64"), ys:cpu()
+          for _, k in ipairs { { "large_margin_softmax", "LargeMarginSoftmaxLoss", {} },
+            { "ohem_large_margin", "OhemLargeMarginLoss", { n_min = 5, score_thresh = 1 } } } do
+            local o = { lam = 0.3, reduction = "none" }
+            for kk, v in pairs(k[3]) do o[kk] = v end
+            local label = string.format("%s C=%d %s layout %d", k[1], C, dtype, li)
+            local rl, rg = F[k[1] .. "_fused"](xc, yc, o)
+            local l, g = F[k[1] .. "_fused"](xs, ys, o)
+            for _, t in ipairs { { rl, "CPU loss" }, { rg, "CPU grad" }, { l, "loss" }, { g, "grad" } } do
+              for _, v in ipairs(t[1]:flat()) do
+                assert.is_true(v == v and math.abs(v) < math.huge, label .. " " .. t[2] .. " " .. v)
+              end
+            end
+            -- each row's loss to its own relative tolerance (they span 0.4 … 2.3e38)
+            H.assert_close(l, rl, { rtol = TOL[dtype].loss, what = label .. " loss" })
+            close(g, rg, TOL[dtype].grad, TOL[dtype].floor, label .. " grad")
+            -- the saved state (forward, then backward) and the recomputed backward
+            local rb = F[k[1] .. "_backward"](xc, yc, go:to("cpu", "f64"), o)
+            local crit = ploss[k[2]](o)
+            crit:forward(xs, ys)
+            close(crit:backward(xs, ys, go), rb, TOL[dtype].grad, TOL[dtype].floor, label .. " backward (saved state)")
+            close(F[k[1] .. "_backward"](xs, ys, go, o), rb, TOL[dtype].grad, TOL[dtype].floor,
+              label .. " backward (recomputed)")
+          end
+        end
+      end
+    end
+  end)
+
   it("walks images of more tiles than the grid has blocks, the last one partial (tiles, against f64)", function()
     -- 2x5x5x35841: 700 full tiles of 256 samples and one of 5 per image, more than the
     -- device holds blocks of the tile kernel at once, so a block's next tile is often in the

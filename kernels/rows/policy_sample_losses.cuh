@@ -29,14 +29,16 @@ struct LargeMarginPolicy {
     float half_lam, u;
 
     struct Sums {
-        float s, t, r, dy;
+        float s, t;
+        double r; /* Σ (x − M) of logits near ±FLT_MAX overflows f32 */
+        float dy;
     };
     struct Row {
         float loss, state[3];
         float pn;  /* e^(M − lse): p_j = e^(−d_j)·pn */
         float inv_s, ts, om, gy;
     };
-    __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f, 0.0f, 0.0f}; }
+    __device__ __forceinline__ Sums zero() const { return Sums{0.0f, 0.0f, 0.0, 0.0f}; }
     __device__ __forceinline__ Sums add(const Sums &a, const Sums &b) const
     {
         return Sums{a.s + b.s, a.t + b.t, a.r + b.r, a.dy + b.dy};
@@ -50,8 +52,8 @@ struct LargeMarginPolicy {
         }
         const float e = __expf(-d);
         a.s += e;
-        a.t -= e * d;
-        a.r -= d;
+        a.t -= e * (d > 128.0f ? 128.0f : d); /* e = 0 beyond 128: 0, not 0·∞ (NaN d: e is NaN) */
+        a.r += (double)x - (double)M;
         return 0.0f;
     }
     __device__ __forceinline__ Row finish(const Sums &a, int, float M, float om) const
@@ -69,7 +71,7 @@ struct LargeMarginPolicy {
             lse_y = log1pf(es);
             pn = __expf(a.dy) / (1.0f + es);
         }
-        w.loss = lse_y + half_lam * (ts - a.r * u);
+        w.loss = (float)(lse_y + half_lam * ((double)ts - a.r * u)); /* a large finite loss stays finite */
         w.state[0] = M - a.dy + lse_y;
         w.state[1] = M + logf(a.s);
         w.state[2] = M + ts;
@@ -86,7 +88,8 @@ struct LargeMarginPolicy {
         if (is_y)
             return w.gy;
         const float d = M - x, e = __expf(-d);
-        return w.om * (e * w.pn + half_lam * (e * w.inv_s * (1.0f - d - w.ts) - u));
+        const float dc = d > 128.0f ? 128.0f : d; /* e = 0 beyond 128: e·(1 − d − ts) = 0, not 0·∞ */
+        return w.om * (e * w.pn + half_lam * (e * w.inv_s * (1.0f - dc - w.ts) - u));
     }
     __device__ __forceinline__ double divisor(int) const { return 1.0; }
 };

@@ -116,13 +116,17 @@ template <class A> struct SoftmaxOp {
 };
 
 /* Large-margin softmax: online statistics over the non-target classes 𝒩 relative to
- * their own running maximum m: s = Σ e^(x−m), t = Σ e^(x−m)·(x−m), rel = Σ (x−m). */
+ * their own running maximum m: s = Σ e^(x−m), t = Σ e^(x−m)·(x−m), rel = Σ (x−m) (in
+ * double: differences of f32 logits near ±FLT_MAX overflow f32).  In t a difference d ≤ 0
+ * (−∞ where it overflows) is clamped to kDLo, below which e^d is 0 already: 0, not 0·∞. */
 template <class A> struct LargeMarginOp {
     using acc = A;
     static constexpr int n_state = 3;
+    static constexpr A kDLo = sizeof(A) == 4 ? (A)-128 : (A)-1100; /* e^kDLo is 0 in A */
     A half_lam, u; /* λ/2, 1/(C−1) */
-    struct Stats { A m, s, t, rel; int64_t cnt; };
-    __device__ static Stats init() { return {neg_inf<A>(), (A)0, (A)0, (A)0, 0}; }
+    struct Stats { A m, s, t; double rel; int64_t cnt; };
+    __device__ static A dlo(A d) { return d < kDLo ? kDLo : d; } /* NaN kept */
+    __device__ static Stats init() { return {neg_inf<A>(), (A)0, (A)0, 0.0, 0}; }
     __device__ void push(Stats &a, A x, bool target, int64_t) const
     {
         if (target)
@@ -131,15 +135,15 @@ template <class A> struct LargeMarginOp {
             a.m = x; a.s = 1; a.t = 0; a.rel = 0;
         } else if (x > a.m) {
             const A d = a.m - x, e = exp(d); /* rescale to the new maximum x */
-            a.t = e * (a.t + a.s * d);
+            a.t = e * (a.t + a.s * dlo(d));
             a.s = a.s * e + (A)1;
-            a.rel += (A)a.cnt * d;
+            a.rel += (double)a.cnt * ((double)a.m - (double)x);
             a.m = x;
         } else {
             const A d = x - a.m, e = exp(d);
             a.s += e;
-            a.t += e * d;
-            a.rel += d;
+            a.t += e * dlo(d);
+            a.rel += (double)x - (double)a.m;
         }
         ++a.cnt;
     }
@@ -151,8 +155,9 @@ template <class A> struct LargeMarginOp {
             return a;
         const A m = a.m > b.m ? a.m : b.m;
         const A da = a.m - m, db = b.m - m, ea = exp(da), eb = exp(db);
-        return {m, a.s * ea + b.s * eb, ea * (a.t + a.s * da) + eb * (b.t + b.s * db),
-                a.rel + (A)a.cnt * da + b.rel + (A)b.cnt * db, a.cnt + b.cnt};
+        return {m, a.s * ea + b.s * eb, ea * (a.t + a.s * dlo(da)) + eb * (b.t + b.s * dlo(db)),
+                a.rel + (double)a.cnt * ((double)a.m - (double)m) + b.rel + (double)b.cnt * ((double)b.m - (double)m),
+                a.cnt + b.cnt};
     }
     __device__ A finish(const Stats &a, A xy, State<A> &st) const
     {
@@ -161,14 +166,16 @@ template <class A> struct LargeMarginOp {
         st.v[0] = lse;
         st.v[1] = a.m + log(a.s);
         st.v[2] = a.m + a.t / a.s;
-        return lse - xy + half_lam * (a.t / a.s - a.rel * u);
+        /* rel·u in double: a large finite loss stays finite */
+        return (A)(lse - xy + half_lam * ((double)(a.t / a.s) - a.rel * u));
     }
     __device__ A grad(const State<A> &st, A x, bool target, int64_t, A) const
     {
         const A p = exp(x - st.v[0]);
         if (target)
             return p - (A)1;
-        return p + half_lam * (exp(x - st.v[1]) * (x - st.v[2] + (A)1) - u);
+        const A q = exp(x - st.v[1]); /* q = 0: 0, not 0·∞ where x − E overflows */
+        return p + half_lam * ((q != (A)0 ? q * (x - st.v[2] + (A)1) : (A)0) - u);
     }
 };
 
@@ -687,15 +694,17 @@ struct RegLargeMargin {
          * non-target maximum when sN > 2^40 (a logit more than 27 above r: an overflow is
          * possible, and c1 = e^(r − lse) could flush to 0 while some p_j = e^(x_j − r)·c1
          * is above 2^-86) or sN is NaN. */
-        float r = row_pick(row, y == 0 ? 1 : 0), sN, tN, rel;
+        float r = row_pick(row, y == 0 ? 1 : 0), sN, tN;
+        double rel; /* Σ (x − r) of logits near ±FLT_MAX overflows f32 */
         auto sums = [&] {
             row_set(row, y, r);
-            sN = -1.f, tN = 0.f, rel = 0.f;
+            sN = -1.f, tN = 0.f, rel = 0.0;
             for_classes(row, C, [&](int, float x) {
-                const float d = x - r, e = fex(d);
+                /* d ≥ −128 (NaN kept), where e^d is 0 already: e·d = 0, not 0·∞ */
+                const float d = max_nan(x - r, -128.f), e = fex(d);
                 sN += e;
                 tN = fmaf(e, d, tN);
-                rel += d;
+                rel += (double)x - (double)r;
             });
         };
         sums();
@@ -715,7 +724,7 @@ struct RegLargeMargin {
             st[2] = r + Em;
         }
         cx = {r, fex(r - lse), invS, Em, fex(xy - lse)};
-        return lse - xy + half_lam * (Em - rel * u);
+        return (float)(lse - xy + half_lam * ((double)Em - rel * u)); /* a large finite loss stays finite */
     }
     __device__ Ctx from_state(const float (&st)[3], float xy) const
     {
