@@ -55,6 +55,7 @@
  * pass sees the same bits.
  */
 #include <algorithm>
+#include <cfloat>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -695,16 +696,16 @@ struct RegLargeMargin {
          * possible, and c1 = e^(r − lse) could flush to 0 while some p_j = e^(x_j − r)·c1
          * is above 2^-86) or sN is NaN. */
         float r = row_pick(row, y == 0 ? 1 : 0), sN, tN;
-        double rel; /* Σ (x − r) of logits near ±FLT_MAX overflows f32 */
+        float rel;
         auto sums = [&] {
             row_set(row, y, r);
-            sN = -1.f, tN = 0.f, rel = 0.0;
+            sN = -1.f, tN = 0.f, rel = 0.f;
             for_classes(row, C, [&](int, float x) {
                 /* d ≥ −128 (NaN kept), where e^d is 0 already: e·d = 0, not 0·∞ */
                 const float d = max_nan(x - r, -128.f), e = fex(d);
                 sN += e;
                 tN = fmaf(e, d, tN);
-                rel += (double)x - (double)r;
+                rel += x - r;
             });
         };
         sums();
@@ -713,6 +714,12 @@ struct RegLargeMargin {
             r = -INFINITY;
             for_classes(row, C, [&](int, float x) { r = fmaxf(r, x); });
             sums();
+        }
+        /* Σ (x − r) again in double where it overflowed f32 (logits near ±FLT_MAX) */
+        double rel_d = rel;
+        if (!(fabsf(rel) <= FLT_MAX)) {
+            rel_d = 0.0;
+            for_classes(row, C, [&](int, float x) { rel_d += (double)x - (double)r; });
         }
         /* the target apart from 𝒩: a dominant target cannot underflow the non-target sum */
         const float m = fmaxf(xy, r);
@@ -724,7 +731,7 @@ struct RegLargeMargin {
             st[2] = r + Em;
         }
         cx = {r, fex(r - lse), invS, Em, fex(xy - lse)};
-        return (float)(lse - xy + half_lam * ((double)Em - rel * u)); /* a large finite loss stays finite */
+        return (float)(lse - xy + half_lam * ((double)Em - rel_d * u)); /* a large finite loss stays finite */
     }
     __device__ Ctx from_state(const float (&st)[3], float xy) const
     {
