@@ -269,15 +269,22 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
 
   -- The bias and the per-row outputs: CUDA against the CPU on the same rounded inputs; the
   -- forward's lse and entropy equal the fused pass's bitwise; backward returns grad_bias too.
-  -- masked: a bias of −∞ for every third class that is no row's label (probability 0)
+  -- masked: a bias of −∞ for every third class that is no row's label (probability 0);
+  -- "span": −2e38 for every class that is no row's label but one, +2e38 (logits more than
+  -- FLT_MAX apart, whole stretches of a row near −2e38: every row's lse 2e38, entropy 0)
   local function compare_extras(n, C, D, opts, dtype, bias_dtype, what, masked)
     local x, w, y = inputs(n, C, D, n + C, 5)
     local b = ploss.randn({ C }, { dtype = "f64", seed = C })
     if masked then
-      local B, used = b:totable(), {}
+      local B, used, top = b:totable(), {}, false
       for _, v in ipairs(y:totable()) do used[v] = true end
       for j = 0, C - 1 do
-        if j % 3 == 1 and not used[j] then B[j + 1] = -math.huge end
+        if masked == "span" and not used[j] then
+          B[j + 1] = top and -2e38 or 2e38
+          top = true
+        elseif masked ~= "span" and j % 3 == 1 and not used[j] then
+          B[j + 1] = -math.huge
+        end
       end
       b = ploss.tensor(B, { dtype = "f64" })
     end
@@ -325,6 +332,14 @@ describe("LinearCrossEntropyLoss on " .. DEV .. " against the CPU", function()
     for _, shape in ipairs { { 37, 40, 16, 0 }, { 2100, 100, 8, 0 }, { 12, 50257, 8, 5 } } do
       for _, dtype in ipairs { "f32", "bf16" } do
         compare_extras(shape[1], shape[2], shape[3], { tile_rows = shape[4] }, dtype, nil, "masked", true)
+      end
+    end
+  end)
+
+  it("gives the CPU's finite values for logits more than FLT_MAX apart (a bias of ±2e38), in every row shape", function()
+    for _, shape in ipairs { { 37, 40, 16, 0 }, { 2100, 100, 8, 0 }, { 12, 50257, 8, 5 } } do
+      for _, dtype in ipairs { "f32", "bf16" } do
+        compare_extras(shape[1], shape[2], shape[3], { tile_rows = shape[4] }, dtype, nil, "span", "span")
       end
     end
   end)

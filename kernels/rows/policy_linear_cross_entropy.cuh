@@ -99,8 +99,10 @@ struct LinearCrossEntropyPolicy : CrossEntropyPolicy<false> {
     __device__ __forceinline__ Running running() const { return Running{OnlineLse<true>::start(), 0.0f}; }
     __device__ __forceinline__ static void shift(Running &r, float M)
     {
-        if (r.b.se != 0.0f)
-            r.sed = exp_ftz(r.b.m - M) * fmaf(M - r.b.m, r.b.se, r.sed);
+        if (r.b.se != 0.0f) { /* e^(m−M) = 0 (maxima more than ~88 apart, M − m up to ∞): 0, not 0·∞ */
+            const float s = exp_ftz(r.b.m - M);
+            r.sed = s != 0.0f ? s * fmaf(M - r.b.m, r.b.se, r.sed) : 0.0f;
+        }
         r.b.shift(M);
     }
     template <int N> __device__ __forceinline__ void step(Running &r, const float (&x)[N], int jb, int y) const

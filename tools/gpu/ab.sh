@@ -11,6 +11,7 @@
 #           by environment assignments for its runs: VAR=VALUE[,VAR=VALUE...]@FOLDER
 #   R       rounds (default 2), N timed runs per case (default 20, after 3 warm-up runs),
 #           MODE the bench mode printed (default fused; also fwd_bwd, inplace)
+#   AB_CASES (environment) a cases file other than bench/cases.json, for cases not in it
 # Prints one line per round, build and case: `BUILD CASE MEDIAN_MS`.
 set -uo pipefail
 
@@ -34,7 +35,7 @@ for ((r = 1; r <= rounds; ++r)); do
     for b in "$@"; do
         dir=${b#*@} assigns=()
         [ "$dir" != "$b" ] && IFS=, read -ra assigns <<<"${b%%@*}"
-        if ! env ${assigns[@]+"${assigns[@]}"} OUT= bash tools/gpu/run.sh --build "$dir" bench --only "$cases" --runs "$runs" --warmup 3 --no-copy \
+        if ! env ${assigns[@]+"${assigns[@]}"} OUT= bash tools/gpu/run.sh --build "$dir" bench ${AB_CASES:+--cases "$AB_CASES"} --only "$cases" --runs "$runs" --warmup 3 --no-copy \
             --no-checksums --out "$tmp/r.jsonl" >"$tmp/r.log" 2>&1; then
             echo "ab.sh: $b failed:" >&2
             tail -5 "$tmp/r.log" >&2
