@@ -11,7 +11,8 @@
 #           by environment assignments for its runs: VAR=VALUE[,VAR=VALUE...]@FOLDER
 #   R       rounds (default 2), N timed runs per case (default 20, after 3 warm-up runs),
 #           MODE the bench mode printed (default fused; also fwd_bwd, inplace)
-#   AB_CASES (environment) a cases file other than bench/cases.json, for cases not in it
+#   AB_CASES (environment) another cases file, in bench/cases.json's form (its seed and
+#           logit_std too), for cases not in it
 # Prints one line per round, build and case: `BUILD CASE MEDIAN_MS`.
 set -uo pipefail
 
