@@ -549,6 +549,44 @@ describe("CUDA affinity field loss against the CPU", function()
         close(gg, gc, TOL[dtype].grad, TOL[dtype].floor, "masked class grad " .. dtype .. " " .. case[2])
       end
     end
+    -- a class masked by −∞ in two rectangles only, each inside a ring of ignored pixels (a
+    -- masked pixel next to an unmasked one would have an infinite KL): the first starts on
+    -- row 24, the halo row of the blocks above (f32 bands of 24 rows), the second on column
+    -- 30, the halo column of the strips on its left (strips of 30 columns), so some blocks
+    -- see a −∞ only in their halo, others none; f32 and bf16 (staged), f64 and 300 classes
+    -- (the direct path)
+    for _, case in ipairs { { "f32", 5 }, { "bf16", 5 }, { "f64", 5 }, { "f32", 300 } } do
+      local dtype, C = case[1], case[2]
+      local xs = ploss.randn({ 2, C, 60, 70 }, { dtype = "f64", seed = 113 }):totable()
+      local ys = H.random_labels({ 2, 60, 70 }, C, { ignore = 0.05, ignore_index = 255 }):totable()
+      for _, rect in ipairs { { 24, 30, 5, 12, 3 }, { 40, 45, 30, 40, C } } do
+        local r0, r1, c0, c1, k = rect[1], rect[2], rect[3], rect[4], rect[5]
+        for n = 1, 2 do
+          for r = r0 - 1, r1 + 1 do
+            for c = c0 - 1, c1 + 1 do
+              if r >= r0 and r <= r1 and c >= c0 and c <= c1 then
+                xs[n][k][r + 1][c + 1] = -math.huge
+              else
+                ys[n][r + 1][c + 1] = 255
+              end
+            end
+          end
+        end
+      end
+      local xm, ym = ploss.tensor(xs, { dtype = dtype }), ploss.tensor(ys, { dtype = "i64" })
+      for _, o in ipairs { { reduction = "none" }, {} } do
+        local lc, gc = F.affinity_field_fused(xm, ym, o)
+        local lg, gg = F.affinity_field_fused(xm:to(DEV), ym:to(DEV), o)
+        local what = string.format("masked rectangles %s C=%d %s", dtype, C, o.reduction or "mean")
+        for _, t in ipairs { { lc, "CPU loss" }, { gc, "CPU grad" }, { lg, "loss" }, { gg, "grad" } } do
+          for _, v in ipairs(type(t[1]) == "number" and { t[1] } or t[1]:flat()) do
+            assert.is_true(v == v and math.abs(v) < math.huge, what .. " " .. t[2] .. " finite")
+          end
+        end
+        close(lg, lc, TOL[dtype].loss, 0, what .. " loss")
+        close(gg, gc, TOL[dtype].grad, TOL[dtype].floor, what .. " grad")
+      end
+    end
     local yi = ploss.full({ 2, 12, 10 }, 255, { dtype = "i64", device = DEV })
     local l, g = F.affinity_field_fused(x, yi)
     assert.is_true(l ~= l)
