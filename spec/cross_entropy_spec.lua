@@ -67,6 +67,27 @@ describe("CrossEntropyLoss by hand", function()
     H.assert_close(crit:backward(x, y), { { (1 / 3 - 1) / 2, 1 / 6, 1 / 6 }, { 1 / 6, 1 / 6, (1 / 3 - 1) / 2 } }, { rtol = 1e-15 })
   end)
 
+  it("ties at a large magnitude: the fused pass's softmax from its sums, not from lse", function()
+    -- (1e30, 1e30, 1e30, 0), label 0: p = (1/3, 1/3, 1/3, 0) and ℓ = log 3, though 1e30 + log 3
+    -- is 1e30 in f64 (e^(x − lse) would give each tied class 1); rows (N×C), the same rows
+    -- class-strided (C×N storage) and an N×C×S map (the tile kernel), f64 and f32
+    local T, g3 = 1e30, { -2 / 3, 1 / 3, 1 / 3, 0 }
+    for _, dtype in ipairs { "f64", "f32" } do
+      local tol = { rtol = dtype == "f64" and 1e-15 or 1e-7, what = dtype }
+      local x = ploss.tensor({ { T, T, T, 0 }, { T, T, T, 0 } }, { dtype = dtype })
+      local y = ploss.tensor({ 0, 0 }, { dtype = "i64" })
+      for _, xv in ipairs { x, x:t():contiguous():t() } do
+        local l, g = ploss.CrossEntropyLoss { reduction = "sum" }(xv, y)
+        H.assert_close(l, 2 * math.log(3), tol)
+        H.assert_close(g, { g3, g3 }, tol)
+      end
+      local xs = ploss.tensor({ { { T, T }, { T, T }, { T, T }, { 0, 0 } } }, { dtype = dtype })
+      local l, g = ploss.CrossEntropyLoss { reduction = "sum" }(xs, ploss.tensor({ { 0, 0 } }, { dtype = "i64" }))
+      H.assert_close(l, 2 * math.log(3), tol)
+      H.assert_close(g, { { { g3[1], g3[1] }, { g3[2], g3[2] }, { g3[3], g3[3] }, { 0, 0 } } }, tol)
+    end
+  end)
+
   it("label smoothing conventions on the row (1e4, −1e4, 0), label 1", function()
     local x = ploss.tensor({ { 1e4, -1e4, 0 } }, { dtype = "f64" })
     local y = ploss.tensor({ 1 }, { dtype = "i64" })
@@ -101,11 +122,17 @@ describe("CrossEntropyLoss by hand", function()
         local l, g = ploss.CrossEntropyLoss(opts)(x, y)
         H.assert_close(l, l_ref, tol)
         H.assert_close(g, { { h[1], h[2], h[3] }, { h[2], h[3], h[1] } }, tol)
+        local gt = g:totable() -- the masked labels' entries exactly 0 (p_y = 0: −c_y + c_y)
+        assert.are.equal(0, gt[1][1])
+        assert.are.equal(0, gt[2][3])
         local xs = ploss.tensor({ { { -INF, 0 }, { 0, L3 }, { L3, -INF } } }, { dtype = dtype })
         local ys = ploss.tensor({ { 0, 2 } }, { dtype = "i64" })
         l, g = ploss.CrossEntropyLoss(opts)(xs, ys)
         H.assert_close(l, l_ref, tol)
         H.assert_close(g, { { { h[1], h[2] }, { h[2], h[3] }, { h[3], h[1] } } }, tol)
+        gt = g:totable()
+        assert.are.equal(0, gt[1][1][1])
+        assert.are.equal(0, gt[1][3][2])
         H.assert_close(ploss.CrossEntropyLoss(opts):forward(xs, ys), l_ref, tol)
       end
     end

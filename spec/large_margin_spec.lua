@@ -119,6 +119,22 @@ describe("LargeMarginSoftmaxLoss by hand", function()
     H.assert_close(want_g, { { -1, 1.075, -0.075 } }, { rtol = 1e-14 })
   end)
 
+  it("ties at a large magnitude: the fused pass's softmax from its sums, not from lse", function()
+    -- (0, 1e30, 1e30, 1e30, 1), label 1, λ = 0.3: p = (0, 1/3, 1/3, 1/3, 0), the non-targets'
+    -- q = (0, ·, 1/2, 1/2, 0) with x_j − E + 1 = 1 for the tied ones: ∂ℓ/∂x_j = p_j +
+    -- 0.15·(q_j − 1/4), ∂ℓ/∂x_y = −2/3 (e^(x − lse) would give each tied class p = 1); rows
+    -- and the same rows class-strided
+    local T, g5 = 1e30, { -0.0375, -2 / 3, 1 / 3 + 0.0375, 1 / 3 + 0.0375, -0.0375 }
+    local y = ploss.tensor({ 1, 1 }, { dtype = "i64" })
+    for _, dtype in ipairs { "f64", "f32" } do
+      local x = ploss.tensor({ { 0, T, T, T, 1 }, { 0, T, T, T, 1 } }, { dtype = dtype })
+      for _, xv in ipairs { x, x:t():contiguous():t() } do
+        local _, g = ploss.LargeMarginSoftmaxLoss { lam = 0.3, reduction = "sum" }(xv, y)
+        H.assert_close(g, { g5, g5 }, { rtol = dtype == "f64" and 1e-14 or 1e-6, what = dtype })
+      end
+    end
+  end)
+
   it("stays finite for rows entirely below −1e4 (no finite running-max sentinel)", function()
     local x = ploss.tensor({ { -2e4, -2e4 - 1, -2e4 + 2, -2e4 - 3 } }, { dtype = "f64" })
     local y = ploss.tensor({ 1 }, { dtype = "i64" })

@@ -26,10 +26,12 @@ typedef struct {
 /* ---- row kernel: x, t, g contiguous rows of C ------------------------------------------ */
 /* g may be x itself (in place): x is read only before g is written. */
 
-/* Loss and lse of one valid row, Σ_j c_j, m and x_y; e^(x_j − m) goes to g when the
- * gradient is wanted (row_grad then scales it). */
+/* Loss, lse and lse − m of one valid row, Σ_j c_j, m and x_y; e^(x_j − m) goes to g when
+ * the gradient is wanted (row_grad then scales it by e^−(lse − m): lse − m as summed, not
+ * from lse, which keeps it only to m's spacing). */
 static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restrict t, int64_t y, REAL *g,
-                              double saved_lse, double *lse_out, double *csum_out, REAL *m_out, double *xy_out)
+                              double saved_lse, double *lse_out, double *ls_out, double *csum_out, REAL *m_out,
+                              double *xy_out)
 {
     const ploss_ce_problem *p = k->p;
     const int64_t C = p->C;
@@ -88,14 +90,24 @@ static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restri
     }
     const double ls = k->saved ? saved_lse - md : log(s); /* lse − m */
     *lse_out = md + ls;
+    *ls_out = ls;
     *csum_out = csum;
     *m_out = m;
     return csum * ls + q;
 }
 
-/* g = w_i·∂ℓ/∂x of a valid row whose g holds e^(x_j − m) (row_forward). */
+/* ∂ℓ/∂x_y = csum·p_y − c_y (c_y = (a + b)·w_y) with d = log p_y: where p_y > 1/2 as
+ * csum·(p_y − 1) + b·(Σw − w_y), which does not cancel as p_y nears 1; below, as it reads
+ * (exactly −c_y where p_y is 0). */
+static double F(label_grad)(const F(call) *k, double d, double csum, double wy)
+{
+    const ploss_ce_problem *p = k->p;
+    return d > -0.6931471805599453 /* log 1/2 */ ? csum * expm1(d) + p->b * (k->wsum - wy) : csum * exp(d) - (p->b * wy + p->a * wy);
+}
+
+/* g = w_i·∂ℓ/∂x of a valid row whose g holds e^(x_j − m) (row_forward); ls = lse − m. */
 static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, double xy, REAL *restrict g, double w_i,
-                        double lse, double csum, REAL m)
+                        double ls, double csum, REAL m)
 {
     const ploss_ce_problem *p = k->p;
     const int64_t C = p->C;
@@ -103,7 +115,7 @@ static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, dou
     if (p->target_kind == PLOSS_TARGET_PROB) {
         /* in double, each c_j formed as in csum: a row whose softmax is exact (C = 1) gets
          * exactly csum·1 − c = 0 */
-        const double a = p->a, b = p->b, r = csum * exp((double)m - lse); /* csum/s */
+        const double a = p->a, b = p->b, r = csum * exp(-ls); /* csum/s */
 #pragma omp simd
         for (int64_t j = 0; j < C; ++j) {
             const double c = (w ? (double)w[j] : 1.0) * (a * t[j] + b);
@@ -111,7 +123,7 @@ static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, dou
         }
         return;
     }
-    const REAL scale = (REAL)(w_i * csum * exp((double)m - lse)); /* w_i·csum/s */
+    const REAL scale = (REAL)(w_i * csum * exp(-ls)); /* w_i·csum/s */
     const REAL wb = (REAL)(w_i * p->b);
     if (w) {
 #pragma omp simd
@@ -123,7 +135,7 @@ static void F(row_grad)(const F(call) *k, const REAL *restrict t, int64_t y, dou
             g[j] = g[j] * scale - wb;
     }
     const double wy = w ? (double)w[y] : 1.0;
-    g[y] = (REAL)(w_i * (csum * exp(xy - lse) - (p->b * wy + p->a * wy)));
+    g[y] = (REAL)(w_i * F(label_grad)(k, (xy - (double)m) - ls, csum, wy));
 }
 
 /* ---- tile kernel: T samples with unit sample stride; x, t, g rows xs, ts, gs apart ------- */
@@ -138,7 +150,7 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
     const REAL *restrict w = k->w;
     const int prob = p->target_kind == PLOSS_TARGET_PROB;
     REAL m[TILE];
-    double s[TILE], q[TILE], csum[TILE], xy[TILE];
+    double s[TILE], q[TILE], csum[TILE], xy[TILE], ls[TILE]; /* ls: lse − m */
     for (int64_t i = 0; i < T; ++i) {
         m[i] = -INFINITY;
         s[i] = q[i] = 0.0;
@@ -192,19 +204,19 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
     }
     for (int64_t i = 0; i < T; ++i) {
         if (!prob && y[i] < 0) { /* ignored */
-            loss[i] = lse[i] = 0.0;
+            loss[i] = lse[i] = ls[i] = 0.0;
             continue;
         }
-        const double ls = k->saved ? saved_lse[i] - m[i] : log(s[i]);
-        lse[i] = m[i] + ls;
-        loss[i] = csum[i] * ls + q[i];
+        ls[i] = k->saved ? saved_lse[i] - m[i] : log(s[i]);
+        lse[i] = m[i] + ls[i];
+        loss[i] = csum[i] * ls[i] + q[i];
     }
     if (!g)
         return;
     REAL sc[TILE], wb[TILE];
     double rs[TILE]; /* csum/s */
     for (int64_t i = 0; i < T; ++i) {
-        rs[i] = csum[i] * exp((double)m[i] - lse[i]);
+        rs[i] = csum[i] * exp(-ls[i]);
         sc[i] = (REAL)(w_i[i] * rs[i]);
         wb[i] = (REAL)(w_i[i] * p->b);
     }
@@ -226,7 +238,7 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
     for (int64_t i = 0; !prob && i < T; ++i)
         if (y[i] >= 0) {
             const double wy = w ? (double)w[y[i]] : 1.0;
-            g[y[i] * gs + i] = (REAL)(w_i[i] * (csum[i] * exp(xy[i] - lse[i]) - (p->b * wy + p->a * wy)));
+            g[y[i] * gs + i] = (REAL)(w_i[i] * F(label_grad)(k, (xy[i] - (double)m[i]) - ls[i], csum[i], wy));
         } else { /* ignored: zero, whatever its logits */
             for (int64_t j = 0; j < C; ++j)
                 g[j * gs + i] = 0;
@@ -334,10 +346,10 @@ static ploss_status F(run)(const ploss_ce_problem *p, double divisor, double ome
                             F(tile)(&k, T, x, xs, t, ts, y, g, gs, saved, w_i, loss, lse);
                         } else {
                             REAL m;
-                            double csum, xy = 0.0;
-                            loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &lse[0], &csum, &m, &xy);
+                            double csum, ls, xy = 0.0;
+                            loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &lse[0], &ls, &csum, &m, &xy);
                             if (g)
-                                F(row_grad)(&k, t, y[0], xy, g, w_i[0], lse[0], csum, m);
+                                F(row_grad)(&k, t, y[0], xy, g, w_i[0], ls, csum, m);
                         }
                     } else if (g) { /* every sample ignored */
                         for (int64_t j = 0; j < C; ++j)

@@ -103,6 +103,7 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
             for (int64_t i = 0; i < T; ++i) {
                 /* s = Σ_𝒩 e^(x − m) + e^(x_y − m) from the sums relative to m2 ≤ m */
                 const double l = log(a0[i] * exp((double)m2[i] - m[i]) + exp(xy[i] - m[i]));
+                ls[i] = l;
                 sm->loss[i] = (m[i] - xy[i]) + l + h * (a1[i] / a0[i] - a2[i] * u);
                 sm->st[0][i] = m[i] + l;
                 sm->st[1][i] = m2[i] + log(a0[i]);
@@ -128,22 +129,34 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
         }
     }
 
-    /* per-sample factors of the gradient (and the focal losses) from the state */
+    /* per-sample factors of the gradient (and the focal losses): in a fused pass from the
+     * sums relative to the maxima, as the loss; from a saved state its lse relative to them
+     * (a state m + log s keeps log s only to m's spacing: tied logits of a large magnitude
+     * lose it) */
     switch (kind) {
     case PLOSS_SROWS_LARGE_MARGIN:
         for (int64_t i = 0; i < T; ++i) {
-            ls[i] = sm->st[0][i] - m[i];
+            double l2, e1; /* log s' and E − m2 relative to m2 */
+            if (k->use_state) {
+                ls[i] = sm->st[0][i] - m[i];
+                l2 = sm->st[1][i] - m2[i];
+                e1 = sm->st[2][i] - m2[i];
+            } else {
+                l2 = log(a0[i]);
+                e1 = a1[i] / a0[i];
+            }
             lsr[i] = (REAL)ls[i];
-            ls2r[i] = (REAL)(sm->st[1][i] - m2[i]);
-            fr[i] = (REAL)exp(sm->st[1][i] - sm->st[0][i]); /* p_j = q_j·e^(lse' − lse) */
-            cr[i] = (REAL)((sm->st[2][i] - m2[i]) - 1.0);   /* x_j − E + 1 = (x_j − m2) − cr */
+            ls2r[i] = (REAL)l2;
+            fr[i] = (REAL)exp(((double)m2[i] - m[i]) + (l2 - ls[i])); /* p_j = q_j·e^(lse' − lse) */
+            cr[i] = (REAL)(e1 - 1.0);                                  /* x_j − E + 1 = (x_j − m2) − cr */
         }
         break;
     case PLOSS_SROWS_TAYLOR_CE:
         break;
     default:
         for (int64_t i = 0; i < T; ++i) {
-            ls[i] = sm->st[0][i] - m[i];
+            if (k->use_state)
+                ls[i] = sm->st[0][i] - m[i];
             lsr[i] = (REAL)ls[i];
         }
         break;
