@@ -26,12 +26,11 @@ typedef struct {
 /* ---- row kernel: x, t, g contiguous rows of C ------------------------------------------ */
 /* g may be x itself (in place): x is read only before g is written. */
 
-/* Loss, lse and lse − m of one valid row, Σ_j c_j, m and x_y; e^(x_j − m) goes to g when
- * the gradient is wanted (row_grad then scales it by e^−(lse − m): lse − m as summed, not
- * from lse, which keeps it only to m's spacing). */
+/* Loss and lse − m of one valid row (lse = m + ls), Σ_j c_j, m and x_y; e^(x_j − m) goes to
+ * g when the gradient is wanted (row_grad then scales it by e^−(lse − m): lse − m as summed,
+ * not from lse, which keeps it only to m's spacing). */
 static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restrict t, int64_t y, REAL *g,
-                              double saved_lse, double *lse_out, double *ls_out, double *csum_out, REAL *m_out,
-                              double *xy_out)
+                              double saved_lse, double *ls_out, double *csum_out, REAL *m_out, double *xy_out)
 {
     const ploss_ce_problem *p = k->p;
     const int64_t C = p->C;
@@ -89,7 +88,6 @@ static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restri
             s += EXP(x[j] - m);
     }
     const double ls = k->saved ? saved_lse - md : log(s); /* lse − m */
-    *lse_out = md + ls;
     *ls_out = ls;
     *csum_out = csum;
     *m_out = m;
@@ -102,7 +100,9 @@ static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restri
 static double F(label_grad)(const F(call) *k, double d, double csum, double wy)
 {
     const ploss_ce_problem *p = k->p;
-    return d > -0.6931471805599453 /* log 1/2 */ ? csum * expm1(d) + p->b * (k->wsum - wy) : csum * exp(d) - (p->b * wy + p->a * wy);
+    if (d > -0.6931471805599453) /* log 1/2 */
+        return csum * expm1(d) + p->b * (k->wsum - wy);
+    return csum * exp(d) - (p->b * wy + p->a * wy);
 }
 
 /* g = w_i·∂ℓ/∂x of a valid row whose g holds e^(x_j − m) (row_forward); ls = lse − m. */
@@ -347,7 +347,8 @@ static ploss_status F(run)(const ploss_ce_problem *p, double divisor, double ome
                         } else {
                             REAL m;
                             double csum, ls, xy = 0.0;
-                            loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &lse[0], &ls, &csum, &m, &xy);
+                            loss[0] = F(row_forward)(&k, x, t, y[0], g, saved[0], &ls, &csum, &m, &xy);
+                            lse[0] = (double)m + ls;
                             if (g)
                                 F(row_grad)(&k, t, y[0], xy, g, w_i[0], ls, csum, m);
                         }
