@@ -1,4 +1,5 @@
 /* ops.c — public copy, fill and random-number entry points: checks, then dispatch. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,12 +122,29 @@ static ploss_status prepare_output(ploss_ctx_t *ctx, ploss_view *v, DLTensor *t)
     return PLOSS_OK;
 }
 
+/* An integer dst takes only a value it holds: a fraction would be truncated and a value
+ * outside the dtype's range wrapped (undefined behaviour in C) without a word. */
+static ploss_status check_integer_value(ploss_dtype dtype, double value)
+{
+    double lo, hi; /* lo <= value < hi */
+    switch (dtype) {
+    case PLOSS_I64: lo = -0x1p63, hi = 0x1p63; break;
+    case PLOSS_I32: lo = -0x1p31, hi = 0x1p31; break;
+    case PLOSS_U8: lo = 0, hi = 256; break;
+    default: return PLOSS_OK;
+    }
+    if (!(value >= lo && value < hi) || value != floor(value))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %.17g is not a value of %s (an integer in [%.0f, %.0f))",
+                           value, ploss_dtype_name(dtype), lo, hi);
+    return PLOSS_OK;
+}
+
 ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value)
 {
     ploss_clear_error();
     ploss_view d;
     ploss_status st = prepare_output(ctx, &d, dst);
-    if (st || d.numel == 0)
+    if (st || (st = check_integer_value(d.dtype, value)) || d.numel == 0)
         return st;
 #ifdef PLOSS_HAVE_CUDA
     if (on_cuda(&d))

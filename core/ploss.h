@@ -174,8 +174,9 @@ ploss_status ploss_memory_reset_peak(DLDevice device);
  *  INVALID_LABEL (pending device error), CUDA, OUT_OF_MEMORY. */
 ploss_status ploss_copy(ploss_ctx_t *ctx, DLTensor *dst, const DLTensor *src);
 
-/** Every element of dst ← value (converted to dst's dtype).  Statuses: DTYPE, DEVICE,
- *  LAYOUT, CUDA. */
+/** Every element of dst ← value (converted to dst's dtype; an integer dtype takes only an
+ *  integer in its range, else INVALID_ARGUMENT).  Statuses: DTYPE, DEVICE, LAYOUT,
+ *  INVALID_ARGUMENT, CUDA. */
 ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
 
 /** Counter-based random numbers (Philox-4x32-10; Salmon et al., SC 2011).  Element k in

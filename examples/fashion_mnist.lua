@@ -144,6 +144,7 @@ local function parse_args(argv)
     i = i + 1
   end
   if o.batch_size < 1 then die("--batch-size: expected at least 1") end
+  if o.epochs < 1 then die("--epochs: expected at least 1 (no epoch trains or evaluates anything)") end
   if o.optim ~= "sgd" and o.optim ~= "adam" then die("--optim: expected sgd or adam, got '" .. o.optim .. "'") end
   o.lr = o.lr or (o.optim == "sgd" and 0.05 or 0.001)
   return o

@@ -573,7 +573,7 @@ local function gen_loss_cases(fam, device)
         local l, g = out_buffers(fam, x, red)
         if pass == "backward" then return nil end
         return { x = x, y = y, opts = merge(o, { reduction = red }), loss = buffer({ red == "none" and 3 or 2 }, { device = device }), grad = g }
-      end, { "PLOSS_ERR_SHAPE", "loss: expected" })
+      end, { "PLOSS_ERR_SHAPE", "opts.out: expected" })
     end
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
@@ -630,7 +630,7 @@ local function gen_loss_cases(fam, device)
       if pass == "backward" then return nil end
       local _, g = out_buffers(fam, x, "mean")
       return { x = x, y = y, opts = o, loss = buffer({}, { dtype = "f64", device = device }), grad = g }
-    end, { "PLOSS_ERR_DTYPE", "loss: expected f32, got f64" })
+    end, { "PLOSS_ERR_DTYPE", "opts.out: expected f32, got f64" })
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
       return { x = x, y = y, opts = o, grad = buffer(S2, { dtype = "f64", device = device }) }
@@ -650,7 +650,7 @@ local function gen_loss_cases(fam, device)
       if pass == "backward" then return nil end
       local l, g = out_buffers(fam, x, "mean")
       return { x = x, y = y, opts = o, loss = on(l), grad = g }
-    end, { "PLOSS_ERR_DEVICE", "loss: expected a tensor on" })
+    end, { "PLOSS_ERR_DEVICE", "opts.out: expected a tensor on" })
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
       local l, g = out_buffers(fam, x, "mean")
@@ -1605,7 +1605,7 @@ local function gen_box_cases(fam, device)
         if pass == "backward" then return nil end
         return { x = x, y = y, opts = merge(o, { reduction = red }), loss = buffer({ red == "none" and N + 1 or 2 }, { device = device }),
           grad = buffer({ N, 4 }, { device = device }) }
-      end, { "PLOSS_ERR_SHAPE", "loss: expected" })
+      end, { "PLOSS_ERR_SHAPE", "opts.out: expected" })
     end
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
@@ -1633,7 +1633,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass == "backward" then return nil end
       return { x = x, y = y, opts = o, loss = buffer({}, { dtype = "f64", device = device }), grad = buffer({ N, 4 }, { device = device }) }
-    end, { "PLOSS_ERR_DTYPE", "loss: expected f32, got f64" })
+    end, { "PLOSS_ERR_DTYPE", "opts.out: expected f32, got f64" })
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
       return { x = x, y = y, opts = o, grad = buffer({ N, 4 }, { dtype = "f64", device = device }) }
@@ -1666,7 +1666,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass == "backward" then return nil end
       return { x = x, y = y, opts = o, loss = on(buffer({}, { device = device })), grad = buffer({ N, 4 }, { device = device }) }
-    end, { "PLOSS_ERR_DEVICE", "loss: expected a tensor on" })
+    end, { "PLOSS_ERR_DEVICE", "opts.out: expected a tensor on" })
     expect_error_all(fam, function(pass)
       if pass == "forward" then return nil end
       return { x = x, y = y, opts = o, loss = buffer({}, { device = device }), grad = on(buffer({ N, 4 }, { device = device })) }

@@ -230,3 +230,52 @@ describe("criteria of several inputs", function()
       "gradOutput: expected a number or a tensor, got table (a criterion's options are its fields")
   end)
 end)
+
+describe("calls on a criterion", function()
+  it("refuse a method called with a dot instead of a colon, naming the method", function()
+    local x, y = ploss.randn({ 2, 3 }, { seed = 1 }), ploss.tensor({ 0, 1 }, { dtype = "i64" })
+    local ce = ploss.CrossEntropyLoss {}
+    for _, m in ipairs { "forward", "backward", "fused", "forward_tensor" } do
+      H.expect_error(function() ce[m](x, y) end,
+        "CrossEntropyLoss." .. m .. ": called without its criterion (got a ploss tensor first): write crit:" .. m)
+    end
+    local h, w = ploss.randn({ 2, 4 }, { seed = 2 }), ploss.randn({ 3, 4 }, { seed = 3 })
+    H.expect_error(function() ploss.LinearCrossEntropyLoss {}.fused(h, w, y) end,
+      "LinearCrossEntropyLoss.fused: called without its criterion")
+    H.expect_error(function() ploss.PartialFCLoss {}.forward(h, w, y) end, "PartialFCLoss.forward: called without")
+    H.expect_error(function() ce.forward(nil, x, y) end, "(got nil first)")
+    H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its criterion")
+    -- a subclass's instance is one of the parent's
+    local Sub = ploss.nn.class("SubCE", ploss.CrossEntropyLoss)
+    local s = Sub {}
+    assert.are.equal(ce:forward(x, y), ploss.CrossEntropyLoss.forward(s, x, y))
+  end)
+
+  it("given its own gradient back as an input, write the results to a new buffer and leave it as it is", function()
+    local x, y = ploss.randn({ 4, 5 }, { dtype = "f64", seed = 4 }), ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
+    local ce = ploss.CrossEntropyLoss { reduction = "sum" }
+    local _, g = ce(x, y)
+    local g_before = g:clone()
+    local want_loss, want_grad = F.cross_entropy_fused(g_before, y, { reduction = "sum" })
+    local loss, g2 = ce(g, y)
+    assert.are_not.equal(g, g2)
+    H.assert_close(g, g_before, { rtol = 0, atol = 0 })
+    assert.are.equal(want_loss, loss)
+    H.assert_close(g2, want_grad, { rtol = 0, atol = 0 })
+    H.assert_close(ce:backward(g2, y), F.cross_entropy_backward(g2:clone(), y, 1, { reduction = "sum" }),
+      { rtol = 0, atol = 0 })
+    -- a loss of several inputs: the weight's own gradient given back as the weight
+    local h, w = ploss.randn({ 3, 4 }, { dtype = "f64", seed = 5 }), ploss.randn({ 5, 4 }, { dtype = "f64", seed = 6 })
+    local t = ploss.tensor({ 0, 4, 2 }, { dtype = "i64" })
+    local lce = ploss.LinearCrossEntropyLoss {}
+    local _, _, gw = lce(h, w, t)
+    local gw_before = gw:clone()
+    local l2, gh2, gw2 = lce(h, gw, t)
+    local wl, wgh, wgw = F.linear_cross_entropy_fused(h, gw_before, t)
+    assert.are_not.equal(gw, gw2)
+    H.assert_close(gw, gw_before, { rtol = 0, atol = 0 })
+    assert.are.equal(wl, l2)
+    H.assert_close(gh2, wgh, { rtol = 0, atol = 0 })
+    H.assert_close(gw2, wgw, { rtol = 0, atol = 0 })
+  end)
+end)

@@ -329,7 +329,7 @@ describe("CUDA Lovász-softmax bad input", function()
     H.expect_error(function() F.lovasz_softmax(x, ploss.zeros({ 2, 2, 3 }, { dtype = "i64", device = DEV }), { out = loss }) end,
       { "PLOSS_ERR_SHAPE", "target: expected shape [2, 2, 2]" }, loss)
     H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", out = ploss.empty({ 2 }, { device = DEV }) }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected shape [3]" })
+      { "PLOSS_ERR_SHAPE", "opts.out: expected shape [3]" })
     H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 4 }, { device = DEV }) }) end,
       { "PLOSS_ERR_SHAPE", "grad_input" })
     H.expect_error(function() F.lovasz_softmax_fused(x, y, { grad_input = x }) end, { "PLOSS_ERR_ALIAS", "grad_input" })

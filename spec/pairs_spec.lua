@@ -405,7 +405,7 @@ describe("TripletMarginLoss", function()
       "grad_negative: expected f32", out, g[1], g[2])
     H.expect_error(function() fused(a, p, n, { grad_negative = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1], g[2])
     H.expect_error(function() fused(a, p, n, { grad_anchor = p }) end, { "grad_anchor", "PLOSS_ERR_ALIAS" }, out, g[2], g[3])
-    H.expect_error(function() fused(a, p, n, { out = ploss.empty({ 4 }) }) end, "loss: expected a 0-d tensor or shape [1]", g[1], g[2])
+    H.expect_error(function() fused(a, p, n, { out = ploss.empty({ 4 }) }) end, "opts.out: expected a 0-d tensor or shape [1]", g[1], g[2])
     H.expect_error(function()
       F.triplet_margin_backward(a, p, n, ploss.ones({ 3 }),
         { grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3], reduction = "none" })

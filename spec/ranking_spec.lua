@@ -320,9 +320,9 @@ describe("MarginRankingLoss", function()
     H.expect_error(function() fused(x1, x2, y, { grad_input1 = x2 }) end, { "grad_input1", "PLOSS_ERR_ALIAS" }, out, g[2])
     H.expect_error(function() fused(x1, x2, y, { grad_input1 = y }) end, { "grad_input1", "PLOSS_ERR_ALIAS" }, out, g[2])
     H.expect_error(function() fused(x1, x2, y, { out = ploss.empty({ 4 }, { dtype = "f64" }) }) end,
-      "loss: expected a 0-d tensor or shape [1]", g[1], g[2])
+      "opts.out: expected a 0-d tensor or shape [1]", g[1], g[2])
     H.expect_error(function() fused(x1, x2, y, { reduction = "none", out = ploss.empty({ 3 }, { dtype = "f64" }) }) end,
-      "loss: expected [4] (the shape of input1)", g[1], g[2])
+      "opts.out: expected [4] (the shape of input1)", g[1], g[2])
     H.expect_error(function()
       F.margin_ranking_loss_backward(x1, x2, y, ploss.ones({ 3 }, { dtype = "f64" }),
         { grad_input1 = g[1], grad_input2 = g[2], reduction = "none" })
@@ -568,7 +568,7 @@ describe("CosineEmbeddingLoss", function()
       "grad_input2: expected [4, 3] (the shape of input2)", out, g[1])
     H.expect_error(function() fused(x1, x2, y, { grad_input1 = x1 }) end, { "grad_input1", "PLOSS_ERR_ALIAS" }, out, g[2])
     H.expect_error(function() fused(x1, x2, y, { grad_input2 = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1])
-    H.expect_error(function() fused(x1, x2, y, { out = ploss.empty({}, { dtype = "f32" }) }) end, "loss: expected f64", g[1])
+    H.expect_error(function() fused(x1, x2, y, { out = ploss.empty({}, { dtype = "f32" }) }) end, "opts.out: expected f64", g[1])
     H.expect_error(function()
       F.cosine_embedding_loss_backward(x1, x2, y, ploss.ones({ 3 }, { dtype = "f64" }),
         { grad_input1 = g[1], grad_input2 = g[2], reduction = "none" })

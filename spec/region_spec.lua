@@ -496,11 +496,11 @@ describe("LovaszSoftmaxLoss bad input", function()
     H.expect_error(function() F.lovasz_softmax(x:to("i64"), y) end, { "PLOSS_ERR_DTYPE", "input" })
     local l3 = ploss.empty({ 2 })
     H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", out = l3 }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected shape [3] (one value per class" }, l3)
+      { "PLOSS_ERR_SHAPE", "opts.out: expected shape [3] (one value per class" }, l3)
     H.expect_error(function() F.lovasz_softmax(x, y, { reduction = "none", per_image = true, out = ploss.empty({ 3 }) }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected shape [2, 3] (one value per image and class" })
+      { "PLOSS_ERR_SHAPE", "opts.out: expected shape [2, 3] (one value per image and class" })
     H.expect_error(function() F.lovasz_softmax(x, y, { out = ploss.empty({ 2 }) }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected one element" })
+      { "PLOSS_ERR_SHAPE", "opts.out: expected one element" })
     H.expect_error(function() F.lovasz_softmax(x, y, { out = ploss.empty({}, { dtype = "f64" }) }) end,
       { "PLOSS_ERR_DTYPE", "loss" })
     H.expect_error(function() F.lovasz_softmax_backward(x, y, ploss.ones({ 2 }), { reduction = "none" }) end,
@@ -790,7 +790,7 @@ describe("soft Dice losses: ignored pixels and edge cases", function()
       yb:view(-1)[3] = 7
       H.expect_error(function() F[d.name](x, yb, { out = loss }) end, { "PLOSS_ERR_INVALID_LABEL", "class index 7" }, loss)
       local bad = ploss.empty({ 3 })
-      H.expect_error(function() F[d.name](x, y, { reduction = "none", out = bad }) end, { "PLOSS_ERR_SHAPE", "loss: expected shape" },
+      H.expect_error(function() F[d.name](x, y, { reduction = "none", out = bad }) end, { "PLOSS_ERR_SHAPE", "opts.out: expected shape" },
         bad)
     end
   end)
@@ -931,9 +931,9 @@ describe("SoftDiceLoss", function()
     H.expect_error(function() F.soft_dice(x, ploss.rand({ 3, 2 }), { out = loss }) end,
       { "PLOSS_ERR_SHAPE", "target" }, loss)
     H.expect_error(function() F.soft_dice(x, y, { reduction = "none", out = ploss.empty({ 2 }) }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected shape [1] (one value for the batch)" })
+      { "PLOSS_ERR_SHAPE", "opts.out: expected shape [1] (one value for the batch)" })
     H.expect_error(function() F.soft_dice(x, y, { reduction = "none", per_sample = true, out = ploss.empty({ 1 }) }) end,
-      { "PLOSS_ERR_SHAPE", "loss: expected shape [2] (one value per sample" })
+      { "PLOSS_ERR_SHAPE", "opts.out: expected shape [2] (one value per sample" })
     H.expect_error(function() F.soft_dice(x, y, { p = -1 }) end, "opts.p: -1 is not a finite number > 0")
     H.expect_error(function() F.soft_dice_fused(x, y, { grad_input = y }) end, { "PLOSS_ERR_ALIAS", "grad_input" })
   end)

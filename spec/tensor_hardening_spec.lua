@@ -17,7 +17,7 @@ describe("integer arguments", function()
     H.expect_error(function() t:narrow(1, 1, NAN) end, "narrow: length is nan, expected an integer >= 0")
     H.expect_error(function() t:narrow(1, 1, 2.5) end, "narrow: length is 2.5")
     H.expect_error(function() t:narrow(1, 1, -1) end, "narrow: length is -1")
-    H.expect_error(function() t:narrow(1, "1", 2) end, "narrow: start is 1, expected an integer")
+    H.expect_error(function() t:narrow(1, "1", 2) end, "narrow: start is '1', expected an integer")
     H.expect_error(function() t:narrow(1.5, 1, 2) end, "narrow: dim is 1.5, expected an integer")
     H.expect_error(function() t:narrow(1, 4, 2) end, "narrow: [4, 4+2) is outside dim 1 of size 4")
     -- the data pointer of a valid narrow lands on the element asked for
@@ -108,11 +108,36 @@ describe("integer conversions", function()
     H.expect_error(function() ploss.tensor({ 256 }, { dtype = "u8" }) end, "is 256, which u8")
     H.expect_error(function() ploss.tensor({ -1 }, { dtype = "u8" }) end, "is -1, which u8")
     H.expect_error(function() ploss.tensor(NAN, { dtype = "i32" }) end, "is nan, which i32")
-    -- the edges of each range, truncated toward zero
-    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1, -2 ^ 31, 2 ^ 31 - 1 },
-      ploss.tensor({ -2 ^ 31, 2 ^ 31 - 1, -2 ^ 31 - 0.5, 2 ^ 31 - 0.5 }, { dtype = "i32" }):flat())
-    assert.are.same({ 0, 255, 0 }, ploss.tensor({ -0.5, 255.5, 0 }, { dtype = "u8" }):flat())
+    -- a fraction is refused, not truncated (a label 1.5 is not class 1)
+    H.expect_error(function() ploss.tensor({ 0, 1.5 }, { dtype = "i64" }) end,
+      "tensor: element 2 (row-major) is 1.5, not an integer (dtype i64)")
+    H.expect_error(function() ploss.tensor({ -2 ^ 31 - 0.5 }, { dtype = "i32" }) end, "is -2147483648.5, not an integer")
+    H.expect_error(function() ploss.tensor({ 255.5 }, { dtype = "u8" }) end, "is 255.5, not an integer")
+    -- the edges of each range
+    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1 }, ploss.tensor({ -2 ^ 31, 2 ^ 31 - 1 }, { dtype = "i32" }):flat())
+    assert.are.same({ 0, 255 }, ploss.tensor({ 0, 255 }, { dtype = "u8" }):flat())
     assert.are.same({ -2 ^ 63, 2 ^ 63 - 1024 }, ploss.tensor({ -2 ^ 63, 2 ^ 63 - 1024 }, { dtype = "i64" }):flat())
+    -- a float tensor converted truncates toward zero, as PyTorch's .to(torch.int32)
+    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1 }, ploss.tensor({ -2 ^ 31 - 0.5, 2 ^ 31 - 0.5 }, { dtype = "f64" }):int():flat())
+    assert.are.same({ 0, 255 }, ploss.tensor({ -0.5, 255.5 }, { dtype = "f64" }):byte():flat())
+  end)
+
+  it("fill, full and element assignment take only values the integer dtype holds, writing nothing else", function()
+    local t = ploss.tensor({ 3, 4 }, { dtype = "i32" })
+    for _, v in ipairs { 1.5, -0.5, NAN, INF, 2 ^ 31, -2 ^ 31 - 1 } do
+      H.expect_error(function() t:fill(v) end, { "PLOSS_ERR_INVALID_ARGUMENT", "fill: value: ", "is not a value of i32" })
+    end
+    H.expect_error(function() t[1] = 2.5 end, "fill: value: 2.5 is not a value of i32 (an integer in [-2147483648, 2147483648))")
+    assert.are.same({ 3, 4 }, t:flat())
+    H.expect_error(function() ploss.full({ 2 }, 256, { dtype = "u8" }) end, "value: 256 is not a value of u8")
+    H.expect_error(function() ploss.full({ 2 }, -1, { dtype = "u8" }) end, "value: -1 is not a value of u8")
+    H.expect_error(function() ploss.full({ 2 }, 2 ^ 63, { dtype = "i64" }) end, "is not a value of i64")
+    assert.are.same({ -2 ^ 31, -2 ^ 31 }, t:fill(-2 ^ 31):flat())
+    assert.are.same({ 2 ^ 31 - 1, 2 ^ 31 - 1 }, t:fill(2 ^ 31 - 1):flat())
+    assert.are.same({ 255 }, ploss.full({ 1 }, 255, { dtype = "u8" }):flat())
+    assert.are.same({ -2 ^ 63 }, ploss.full({ 1 }, -2 ^ 63, { dtype = "i64" }):flat())
+    -- float dtypes take any number
+    assert.are.same({ 2.5 }, ploss.full({ 1 }, 2.5, { dtype = "f64" }):flat())
   end)
 
   it(":int(), :long(), :byte() and :to(nil, dtype) of a float tensor refuse such values", function()

@@ -39,7 +39,7 @@ describe("tensor constructors", function()
     assert.are.equal(0.1, ploss.tensor({ 0.1 }, { dtype = "f64" }):item())
     assert.are_not.equal(0.1, ploss.tensor({ 0.1 }):item())
     assert.are.equal(2 ^ 53, ploss.tensor({ 2 ^ 53 }, { dtype = "i64" }):item())
-    assert.are.equal(-7, ploss.tensor({ -7.9 }, { dtype = "i32" }):to(nil, "f64"):item() - 0)
+    assert.are.equal(-7, ploss.tensor({ -7.9 }, { dtype = "f64" }):to(nil, "i32"):to(nil, "f64"):item() - 0)
   end)
 
   it("keeps non-finite values", function()

@@ -63,7 +63,7 @@ Comm.__index = Comm
 
 local function check_int(v, what, lo)
   if type(v) ~= "number" or v ~= math.floor(v) or v < lo or v > 2 ^ 31 - 1 then
-    ploss.raise(string.format("comm.init: %s: expected an integer >= %d, got %s", what, lo, tostring(v)))
+    ploss.raise(string.format("comm.init: %s: expected an integer >= %d, got %s", what, lo, ploss.shown(v)))
   end
 end
 

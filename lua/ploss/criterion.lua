@@ -54,7 +54,7 @@ local function enum_value(opt, v, where)
   if not i then
     local names = {}
     for _, x in ipairs(e.values) do names[#names + 1] = "'" .. x[1] .. "'" end
-    ploss.raise(string.format("%s%s: %s is not one of %s", where and (where .. ": ") or "", opt.name, show(v),
+    ploss.raise(string.format("%sopts.%s: %s is not one of %s", where and (where .. ": ") or "", opt.name, show(v),
       table.concat(names, ", ")))
   end
   return C[e.values[i + 1].cname]
@@ -67,15 +67,18 @@ local function check_scalar(opt, v, where)
     enum_value(opt, v, where)
   elseif opt.type == "comm" then
     if v ~= false and not ploss.comm.is_comm(v) then
-      ploss.raise(string.format("%s%s: expected a communicator (ploss.comm.init) or false, got %s %s", at, opt.name,
+      ploss.raise(string.format("%sopts.%s: expected a communicator (ploss.comm.init) or false, got %s %s", at, opt.name,
         type(v), show(v)))
     end
   elseif opt.type == "bool" then
     if type(v) ~= "boolean" then
-      ploss.raise(string.format("%s%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v), show(v)))
+      ploss.raise(string.format("%sopts.%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v),
+        show(v)))
     end
   else
-    if type(v) ~= "number" then ploss.raise(string.format("%s%s: expected a number, got %s", at, opt.name, type(v))) end
+    if type(v) ~= "number" then
+      ploss.raise(string.format("%sopts.%s: expected a number, got %s %s", at, opt.name, type(v), show(v)))
+    end
     if opt.type ~= "double" then
       local limit = opt.type == "int" and INT_LIMIT or INT64_LIMIT
       if v ~= v or v ~= math.floor(v) or v < -limit or v >= limit then
@@ -83,7 +86,7 @@ local function check_scalar(opt, v, where)
         local integral = v == math.floor(v) and v ~= math.huge and v ~= -math.huge
         local want = integral and (opt.type == "int" and "an integer in 32 bits" or "an integer in 64 bits")
           or D.range_text(opt) or "an integer"
-        ploss.raise(string.format("%s%s: expected %s, got %s", at, opt.name, want, show(v)))
+        ploss.raise(string.format("%sopts.%s: expected %s, got %s", at, opt.name, want, show(v)))
       end
     end
     if not D.in_range(opt, v) then
@@ -133,7 +136,7 @@ local function resolve(d, user, extra, where)
   if type(r) ~= "string" or not d.reduction_allowed[r] then
     local names = {}
     for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
-    ploss.raise(string.format("%s: reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
+    ploss.raise(string.format("%s: opts.reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
   end
   o.reduction = r
   for _, opt in ipairs(d.lua_options) do
@@ -272,6 +275,9 @@ local function tensor_args(d, o, input, cache)
   end
   return out
 end
+
+-- The functional API's name for the loss tensor the C side calls `loss` (ploss.check).
+local OUT_NAMES = { loss = "opts.out" }
 
 local function check_args(where, input, target)
   if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
@@ -578,7 +584,7 @@ local function build_multi(d)
   local function output_buffers(self, t)
     self._outputs = self._outputs or {}
     return per_row_outputs(t.o, t, function(k, sizes, dtype, device)
-      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device)
+      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device, t.target, unpack(t.inputs))
       return self._outputs[k]
     end)
   end
@@ -592,7 +598,7 @@ local function build_multi(d)
     local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), t.target, unpack(t.inputs))
     t.loss = self._loss
     local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
@@ -621,7 +627,7 @@ local function build_multi(d)
         return given
       end
       local old = self._grads[k]
-      self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device())
+      self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device(), t.target, unpack(t.inputs))
       if self._grads[k] ~= old and t.o.accumulate then self._grads[k]:fill(0) end
       return self._grads[k]
     end
@@ -670,7 +676,7 @@ local function build_multi(d)
     end
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device())
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), t.target, unpack(t.inputs))
     t.loss = self._loss
     local g = grad_buffers(self, t)
     local outs = output_buffers(self, t)
@@ -765,7 +771,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
     local outs = outputs_out(o, t)
-    ploss.check(run("forward", x:context(), t), d.name)
+    ploss.check(run("forward", x:context(), t), d.name, raw.out and OUT_NAMES)
     return result(o, raw, t.loss), unpack(outs)
   end
 
@@ -787,7 +793,7 @@ local function build_multi(d)
     t.loss = loss_out(o, raw, x)
     local g = grads_out(d.name .. "_fused", raw, t)
     local outs = outputs_out(o, t)
-    ploss.check(run("fused", x:context(), t), d.name .. "_fused")
+    ploss.check(run("fused", x:context(), t), d.name .. "_fused", raw.out and OUT_NAMES)
     for _, v in ipairs(g) do v:bump_version() end
     for _, v in ipairs(outs) do g[#g + 1] = v end
     return result(o, raw, t.loss), unpack(g)
@@ -845,11 +851,11 @@ function M.build(d)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device(), input, target)
     if d.state then
       -- f64: backward from it then equals the fused pass (rounded to f32, a confident
       -- sample's gradient would lose its digits)
-      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device())
+      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device(), input, target)
     end
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
@@ -874,7 +880,7 @@ function M.build(d)
     if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
       state = self._state
     end
-    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward")
@@ -886,12 +892,12 @@ function M.build(d)
     if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device())
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device(), input, target)
     local grad
     if o.inplace then
       grad = input
     else
-      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
       grad = self.gradInput
     end
     ploss.check(call.fused(input:context(), {
@@ -949,7 +955,7 @@ function M.build(d)
     local o, copts, raw = fprep(d.name, input, target, opts)
     local loss = loss_out(o, raw, input)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss }), d.name)
+      copts = copts, loss = loss }), d.name, raw.out and OUT_NAMES)
     return result(o, raw, loss)
   end
 
@@ -968,7 +974,7 @@ function M.build(d)
     local loss = loss_out(o, raw, input)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused")
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", raw.out and OUT_NAMES)
     grad:bump_version()
     if o.reduction == "none" or raw.out then return loss, grad end
     return result(o, raw, loss), grad

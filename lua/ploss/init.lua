@@ -144,6 +144,13 @@ local function caller_level()
   end
 end
 
+--- `v` as an error message shows it: a string quoted (the string '3' is not the number 3),
+-- anything else as tostring gives it.
+function ploss.shown(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  return tostring(v)
+end
+
 --- Raise `msg` as a Lua error located at the first caller outside ploss (no location
 -- when the stack holds none, see caller_level).
 -- @tparam string msg
@@ -168,11 +175,14 @@ end
 
 --- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names
 -- the C function.  The message is ploss_last_error() plus the status name, located as
--- ploss.raise's.
+-- ploss.raise's.  `names` (optional) maps a C argument's name to the caller's name for
+-- it (the functional API's {loss = "opts.out"}): a message about that argument says so.
 -- @return nothing when status == PLOSS_OK
-function ploss.check(status, what)
+function ploss.check(status, what, names)
   if status == 0 then return end
   local msg = ffi.string(C.ploss_last_error())
+  local arg = msg:match("^([%w_]+):")
+  if names and arg and names[arg] then msg = names[arg] .. msg:sub(#arg + 1) end
   local name = ffi.string(C.ploss_status_string(status))
   if msg == "" then msg = "failed" end
   local text = (what and (what .. ": ") or "") .. msg .. " (" .. name .. ")"

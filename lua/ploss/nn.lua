@@ -44,11 +44,42 @@ local Criterion = {}
 Criterion.__index = Criterion
 nn.Criterion = Criterion
 
-function Criterion:updateOutput(input, target) return self:forward(input, target) end
-function Criterion:updateGradInput(input, target, gradOutput) return self:backward(input, target, gradOutput) end
 
 -- Fields every criterion has (Torch7's).
 local FIELDS = { output = true, gradInput = true }
+
+-- True when `obj` is an instance of class `c` or of a class derived from it.
+local function is_instance(obj, c)
+  if type(obj) ~= "table" then return false end
+  local mt = getmetatable(obj)
+  for _ = 1, 16 do -- class chains are short; a metatable cycle ends here
+    if mt == c then return true end
+    local up = type(mt) == "table" and getmetatable(mt)
+    mt = type(up) == "table" and rawget(up, "__index") or nil
+    if mt == nil then return false end
+  end
+  return false
+end
+
+-- Method `k` of class `c` (named `name`) refusing a call without its instance:
+-- `crit.forward(x, t)` (a dot for the colon) would otherwise fail deep inside with an
+-- error about the tensor it took for the criterion.
+local function checked_method(name, c, k, f)
+  return function(self, ...)
+    if not is_instance(self, c) then
+      local got = ploss.is_tensor(self) and "a ploss tensor" or type(self)
+      ploss.raise(string.format("%s.%s: called without its criterion (got %s first): write crit:%s(...), " ..
+        "with a colon", name, k, got, k))
+    end
+    return f(self, ...)
+  end
+end
+
+Criterion.updateOutput = checked_method("Criterion", Criterion, "updateOutput", function(self, input, target)
+  return self:forward(input, target)
+end)
+Criterion.updateGradInput = checked_method("Criterion", Criterion, "updateGradInput",
+  function(self, input, target, gradOutput) return self:backward(input, target, gradOutput) end)
 
 --- Create a criterion class `name` deriving from `parent` (default Criterion).
 -- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
@@ -82,6 +113,11 @@ function nn.class(name, parent)
   cls._class_name = name
   setmetatable(cls, {
     __index = parent,
+    -- the methods defined on the class (function cls:forward …) check their instance
+    __newindex = function(c, k, v)
+      if type(k) == "string" and type(v) == "function" and k:sub(1, 1) ~= "_" then v = checked_method(name, c, k, v) end
+      rawset(c, k, v)
+    end,
     __call = function(c, opts)
       local self = setmetatable({}, c)
       self:__init(opts or {})
@@ -105,10 +141,22 @@ local function same_sizes(a, b)
   return true
 end
 
---- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.
-function nn.buffer(t, sizes, dtype, device)
+-- True when tensor `t` shares its storage with one of the tensors `...` (nil ones skipped).
+local function shares_storage(t, ...)
+  for i = 1, select("#", ...) do
+    local a = select(i, ...)
+    if a ~= nil and not a:is_freed() and a:storage_id() == t:storage_id() then return true end
+  end
+  return false
+end
+
+--- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.  The
+-- tensors `...` are the call's arguments: a buffer in their memory (a criterion's own
+-- gradient given back to it as its input) is replaced by a new one, so that the call
+-- neither refuses the overlap nor writes over its own input.
+function nn.buffer(t, sizes, dtype, device, ...)
   if t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
-      and same_sizes(t:size(), sizes) then
+      and same_sizes(t:size(), sizes) and not shares_storage(t, ...) then
     return t
   end
   return ploss.empty(sizes, { dtype = dtype, device = device })

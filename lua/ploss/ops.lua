@@ -25,7 +25,7 @@ local conventions = {
 local function check_integer(name, v, min)
   if type(v) ~= "number" or v ~= math.floor(v) or (min and v < min) then
     ploss.raise(string.format("%s: expected an integer%s, got %s", name,
-      min and (" >= " .. min) or "", tostring(v)))
+      min and (" >= " .. min) or "", ploss.shown(v)))
   end
 end
 

@@ -100,7 +100,8 @@ ploss.dtypes = dtypes
 function ploss.dtype(name)
   local d = aliases[name or "f32"]
   if not d then
-    ploss.raise("dtype: expected one of f32, f16, bf16, f64, i64, i32, u8, got " .. tostring(name))
+    ploss.raise("dtype: expected one of f32, f16, bf16, f64, i64, i32, u8 (or float, double, long, int, byte, half, " ..
+      "bfloat16, float32, float64, int64, int32, uint8, float16), got " .. ploss.shown(name))
   end
   return d
 end
@@ -123,7 +124,7 @@ local function check_int(v, what, name, lo)
      and (lo == nil or v >= lo) then
     return v
   end
-  ploss.raise(string.format("%s: %s is %s, expected an integer%s", what, name, tostring(v),
+  ploss.raise(string.format("%s: %s is %s, expected an integer%s", what, name, ploss.shown(v),
     lo and string.format(" >= %.0f", lo) or ""))
 end
 
@@ -565,7 +566,7 @@ local rng = { seed = 0, offset = 0 }
 -- on the CPU and on any GPU alike.
 function ploss.manual_seed(seed)
   if type(seed) ~= "number" or seed < 0 or seed >= 2 ^ 63 or seed ~= math.floor(seed) then
-    ploss.raise("manual_seed: expected an integer >= 0, got " .. tostring(seed))
+    ploss.raise("manual_seed: expected an integer >= 0, got " .. ploss.shown(seed))
   end
   rng.seed, rng.offset = seed, 0
 end
@@ -609,8 +610,11 @@ end
 --- Integers in [low, high) (dtype default 'i64'): `ploss.randint(0, 10, {8}, opts)`.
 function ploss.randint(low, high, sizes, opts)
   opts = opts or {}
-  if type(low) ~= "number" or type(high) ~= "number" then
-    ploss.raise("randint: expected (low, high, sizes[, opts])")
+  for i, v in ipairs { low, high } do
+    if type(v) ~= "number" then
+      ploss.raise(string.format("randint: %s: expected a number (randint(low, high, sizes[, opts])), got %s",
+        i == 1 and "low" or "high", type(v) == "cdata" and tostring(ffi.typeof(v)) or type(v)))
+    end
   end
   check_int(low, "randint", "low")
   check_int(high, "randint", "high")
@@ -691,7 +695,8 @@ end
 --- A tensor from a number (0-d), a nested Lua table, or another tensor (copied).
 -- opts: dtype (default 'f32', or the tensor's), device (default 'cpu', or the tensor's),
 -- size (reshape a flat table: `ploss.tensor({1,2,3,4,5,6}, {size = {2, 3}})`).
--- Integer dtypes keep values exactly up to 2^53.
+-- Integer dtypes take integers only (a fraction is an error, not truncated), exactly up
+-- to 2^53 (Lua numbers are doubles; int64 cdata such as 5LL are not taken).
 function ploss.tensor(data, opts)
   opts = opts or {}
   if is_tensor(data) then
@@ -719,6 +724,11 @@ function ploss.tensor(data, opts)
     for i = 1, #flat do
       local v = flat[i]
       if not (v > bounds[1] and v < bounds[2]) then int_range_error("tensor", i, v, dtype) end
+      if v ~= math.floor(v) then
+        -- truncated, a label 1.5 would become class 1 without a word
+        ploss.raise(string.format("tensor: element %d (row-major) is %s, not an integer (dtype %s); round it " ..
+          "first, or convert a float tensor with :to('%s'), which truncates", i, tostring(v), dtype, dtype))
+      end
     end
   end
   local staging_dtype = dtypes[dtype].float and "f64" or "i64"
