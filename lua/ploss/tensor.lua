@@ -226,15 +226,18 @@ local function device_name(dev)
 end
 
 local function ndim(t) return t.desc.ndim end
+-- Sizes and strides are plain Lua lists that print as {2, 3} (`= x:size()` at the REPL),
+-- not as a table's address.
+local list_mt = { __tostring = function(r) return "{" .. table.concat(r, ", ") .. "}" end }
 local function sizes_of(t)
   local r = {}
   for i = 1, t.desc.ndim do r[i] = tonumber(t.sz[i - 1]) end
-  return r
+  return setmetatable(r, list_mt)
 end
 local function strides_of(t)
   local r = {}
   for i = 1, t.desc.ndim do r[i] = tonumber(t.st[i - 1]) end
-  return r
+  return setmetatable(r, list_mt)
 end
 local function dtype_of(t) return dtype_list[t.dti + 1] end
 
