@@ -133,6 +133,8 @@ static ploss_status check_integer_value(ploss_dtype dtype, double value)
     case PLOSS_U8: lo = 0, hi = 256; break;
     default: return PLOSS_OK;
     }
+    if (isnan(value))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: NaN is not a value of %s", ploss_dtype_name(dtype));
     if (!(value >= lo && value < hi) || value != floor(value))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %.17g is not a value of %s (an integer in [%.0f, %.0f))",
                            value, ploss_dtype_name(dtype), lo, hi);
@@ -162,6 +164,16 @@ static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_r
     if (spec->kind != PLOSS_RAND_INT && !ploss_dtype_is_float(d.dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "dst: expected a float dtype (f32, f16, bf16, f64), got %s",
                            ploss_dtype_name(d.dtype));
+    if (spec->kind == PLOSS_RAND_INT && (d.dtype == PLOSS_I32 || d.dtype == PLOSS_U8)) {
+        /* [low, high) must hold in dst's integer dtype: a value outside it would wrap */
+        const int64_t lo = d.dtype == PLOSS_U8 ? 0 : INT32_MIN, hi = d.dtype == PLOSS_U8 ? 255 : INT32_MAX;
+        const int64_t last = (int64_t)((uint64_t)spec->low + (spec->span - 1));
+        if (spec->low < lo || last > hi)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "low, high: [%lld, %lld) does not fit %s (values %lld to %lld)",
+                               (long long)spec->low, (long long)last + 1, ploss_dtype_name(d.dtype), (long long)lo,
+                               (long long)hi);
+    }
     if (d.numel == 0)
         return PLOSS_OK;
 #ifdef PLOSS_HAVE_CUDA

@@ -167,7 +167,9 @@ ploss_status ploss_memory_reset_peak(DLDevice device);
 /* ------------------------------------------------------------------------------------ */
 
 /** dst ← src, element by element, any strides, converting dtypes (float↔int by C
- *  rules, floats to integers truncate).  Shapes must be equal.  Either tensor may be on
+ *  rules, floats to integers truncate; a NaN, or a float outside the integer dtype's range
+ *  once truncated, gives an unspecified value: the caller checks such values, as the Lua
+ *  tensor's :copy and :to do).  Shapes must be equal.  Either tensor may be on
  *  the context's device or on the CPU (host↔device copies synchronise the stream and
  *  report the error slot).  dst must not overlap src unless identical.
  *  Statuses: SHAPE, DTYPE, DEVICE, LAYOUT (dst has overlapping strides), ALIAS,
@@ -184,8 +186,10 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
  *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides
  *  (normal f64 values may differ in the last bit: the device's log/cos are not glibc's).
  *  uniform: [low, high) in dst's float dtype.  normal: mean + std·N(0,1) (Box–Muller).
- *  randint: integers in [low, high) (any dtype; high > low).
- *  Statuses: INVALID_ARGUMENT (high <= low, std < 0), DTYPE, DEVICE, LAYOUT, CUDA. */
+ *  randint: integers in [low, high) (any dtype; high > low; for i32 and u8 within the
+ *  dtype's range).
+ *  Statuses: INVALID_ARGUMENT (high <= low, std < 0, [low, high) outside an integer dst's
+ *  range), DTYPE, DEVICE, LAYOUT, CUDA. */
 ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,
                                 uint64_t offset, double low, double high);
 ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,

@@ -584,7 +584,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ 3 }, { device = device }) }
-    end, { "PLOSS_ERR_SHAPE", "grad_loss: expected" })
+    end, { "PLOSS_ERR_SHAPE", "grad_output: expected" })
   end)
 
   -- wrong dtypes ----------------------------------------------------------------------
@@ -638,7 +638,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
-    end, { "PLOSS_ERR_DTYPE", "grad_loss: expected f32 or f64, got f16" })
+    end, { "PLOSS_ERR_DTYPE", "grad_output: expected f32 or f64, got f16" })
   end)
 
   -- mixed devices ---------------------------------------------------------------------
@@ -659,7 +659,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones(fam.kind == "elementwise" and S2 or { 4 }, { device = other }) }
-    end, { "PLOSS_ERR_DEVICE", "grad_loss: expected a tensor on" })
+    end, { "PLOSS_ERR_DEVICE", "grad_output: expected a tensor on" })
     local tnames = {}
     for _, n in ipairs(fam.class_tensors or {}) do tnames[#tnames + 1] = { n, { 5 } } end
     for _, n in ipairs(fam.elem_tensors or {}) do tnames[#tnames + 1] = { n, S2 } end
@@ -1393,12 +1393,12 @@ local function gen_op_cases(fam, device)
     local x = ploss.randn({ 4, 5 }, { device = device })
     both(ploss.randn({}, { device = device }), {}, { "PLOSS_ERR_SHAPE", "input: expected rank >= 1" })
     local o54 = buffer({ 5, 4 }, { device = device })
-    errs(function() fwd(x, { out = o54 }) end, { "PLOSS_ERR_SHAPE", "output" }, { o54 })
+    errs(function() fwd(x, { out = o54 }) end, { "PLOSS_ERR_SHAPE", "opts.out: " }, { o54 })
     errs(function() bwd(x, ploss.ones({ 4, 6 }, { device = device }), {}) end, { "PLOSS_ERR_SHAPE", "grad_output" })
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { device = device }), { grad_input = buffer({ 20 }, { device = device }) }) end,
       { "PLOSS_ERR_SHAPE", "grad_input" })
     both(ploss.zeros({ 4, 5 }, { dtype = "i64", device = device }), {}, { "PLOSS_ERR_DTYPE", "input" })
-    errs(function() fwd(x, { out = buffer({ 4, 5 }, { dtype = "f64", device = device }) }) end, { "PLOSS_ERR_DTYPE", "output" })
+    errs(function() fwd(x, { out = buffer({ 4, 5 }, { dtype = "f64", device = device }) }) end, { "PLOSS_ERR_DTYPE", "opts.out: " })
     errs(function() bwd(x, ploss.ones({ 4, 5 }, { dtype = "f64", device = device }), {}) end, { "PLOSS_ERR_DTYPE", "grad_output" })
   end)
 
@@ -1442,7 +1442,7 @@ local function gen_op_cases(fam, device)
     local rf = fwd(x, {}):flat()
     local ot = buffer({ 5, 4 }, { device = device }):t()
     close(fwd(x, { out = ot }):flat(), rf, TOL.f32, fam.name .. " transposed output")
-    errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "PLOSS_ERR_LAYOUT", "output" })
+    errs(function() fwd(x, { out = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end, { "PLOSS_ERR_LAYOUT", "opts.out: " })
     errs(function() bwd(x, gout, { grad_input = ploss.zeros({ 1, 5 }, { device = device }):expand(4, 5) }) end,
       { "PLOSS_ERR_LAYOUT", "grad_input" })
   end)
@@ -1614,7 +1614,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ N, 4 }, { device = device }) }
-    end, { "PLOSS_ERR_SHAPE", "grad_loss: expected shape [" .. N .. "]" })
+    end, { "PLOSS_ERR_SHAPE", "grad_output: expected shape [" .. N .. "]" })
   end)
 
   add(cases, "wrong dtypes (integer boxes, weight, outputs, grad_output)", function()
@@ -1641,7 +1641,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
-    end, { "PLOSS_ERR_DTYPE", "grad_loss: expected f32 or f64, got f16" })
+    end, { "PLOSS_ERR_DTYPE", "grad_output: expected f32 or f64, got f16" })
     -- the target in another float dtype and an ignore mask of any dtype are accepted
     for _, dt in ipairs { "f64", "bf16" } do
       expect_same_all(fam, function() return { x = x, y = y:to(nil, dt), opts = o } end,

@@ -245,10 +245,16 @@ describe("calls on a criterion", function()
     H.expect_error(function() ploss.PartialFCLoss {}.forward(h, w, y) end, "PartialFCLoss.forward: called without")
     H.expect_error(function() ce.forward(nil, x, y) end, "(got nil first)")
     H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its criterion")
-    -- a subclass's instance is one of the parent's
+    -- a subclass's instance, an object delegating to the class and a function stored on a
+    -- class (called with a dot on purpose) are taken as they are
     local Sub = ploss.nn.class("SubCE", ploss.CrossEntropyLoss)
     local s = Sub {}
     assert.are.equal(ce:forward(x, y), ploss.CrossEntropyLoss.forward(s, x, y))
+    local m = setmetatable({}, { __index = ploss.CrossEntropyLoss })
+    ploss.CrossEntropyLoss.__init(m, {})
+    assert.are.equal(ce:forward(x, y), m:forward(x, y))
+    function Sub.new(o) return Sub(o) end
+    assert.are.equal(ce:forward(x, y), Sub.new({}):forward(x, y))
   end)
 
   it("given its own gradient back as an input, write the results to a new buffer and leave it as it is", function()
@@ -277,5 +283,25 @@ describe("calls on a criterion", function()
     assert.are.equal(wl, l2)
     H.assert_close(gh2, wgh, { rtol = 0, atol = 0 })
     H.assert_close(gw2, wgw, { rtol = 0, atol = 0 })
+    -- its own grad_bias given back as the bias
+    local b = ploss.randn({ 5 }, { dtype = "f64", seed = 7 })
+    lce.bias = b
+    local _, _, _, gb = lce(h, w, t)
+    local gb_before = gb:clone()
+    lce.bias = gb
+    local l3, _, _, gb3 = lce(h, w, t)
+    assert.are_not.equal(gb, gb3)
+    H.assert_close(gb, gb_before, { rtol = 0, atol = 0 })
+    assert.are.equal(F.linear_cross_entropy(h, w, t, { bias = gb_before }), l3)
+    -- accumulating: the new buffer carries on the sums of the one it replaces
+    local acc = ploss.LinearCrossEntropyLoss { accumulate = true }
+    local _, _, ga = acc(h, w, t)
+    local first = ga:clone()
+    local _, _, ga2 = acc(h, ga, t)
+    local _, _, once = F.linear_cross_entropy_fused(h, first, t)
+    assert.are_not.equal(ga, ga2)
+    local sum, a1, a2 = {}, first:flat(), once:flat()
+    for i = 1, #a1 do sum[i] = a1[i] + a2[i] end
+    H.assert_close(ga2, ploss.tensor(sum, { dtype = "f64", size = first:size() }), { rtol = 1e-15, atol = 0 })
   end)
 end)

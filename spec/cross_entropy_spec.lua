@@ -599,10 +599,10 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     local g = ploss.empty({ 4, 6 })
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = g }) end, "grad_input: expected shape [4, 5] (the input's shape)", g)
     local crit = ploss.CrossEntropyLoss { reduction = "none" }
-    H.expect_error(function() crit:backward(x, y, ploss.ones(3)) end, "grad_loss: expected shape [4]")
-    H.expect_error(function() crit:backward(x, y, ploss.ones({ 4 }, { dtype = "f16" })) end, "grad_loss: expected f32 or f64, got f16")
+    H.expect_error(function() crit:backward(x, y, ploss.ones(3)) end, "gradOutput: expected shape [4]")
+    H.expect_error(function() crit:backward(x, y, ploss.ones({ 4 }, { dtype = "f16" })) end, "gradOutput: expected f32 or f64, got f16")
     local crit2 = ploss.CrossEntropyLoss {}
-    H.expect_error(function() crit2:backward(x, y, ploss.ones(2)) end, "grad_loss: expected one element")
+    H.expect_error(function() crit2:backward(x, y, ploss.ones(2)) end, "gradOutput: expected one element")
     H.expect_error(function() crit2:backward(x, y, "1") end, "gradOutput: expected a number or a tensor")
     local expanded = ploss.zeros(4, 1):expand(4, 5)
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = expanded }) end, "grad_input")

@@ -702,6 +702,6 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() F.cross_entropy_backward(ploss.randn({ 2, 3 }, { dtype = "f64" }),
       ploss.tensor({ 0, 1 }, { dtype = "i64" }), 1, { scale = 2 }) end, "scale")
     H.expect_error(function() crit:backward(x, w, y, ploss.ones({ 1, 1 }, { dtype = "f64" })) end,
-      "grad_loss: expected a 0-d tensor or shape [1] (reduction mean or sum), got f64[1, 1]")
+      "gradOutput: expected a 0-d tensor or shape [1] (reduction mean or sum), got f64[1, 1]")
   end)
 end)

@@ -265,7 +265,7 @@ describe("Taylor errors", function()
     H.expect_error(function() F.log_taylor_softmax(x, { dim = 3, out = out }) end,
       "opts.dim: 2 is out of range for an input of rank 2", out)
     H.expect_error(function() F.taylor_softmax(x, { dim = 0 }) end, "dims are 1-based")
-    H.expect_error(function() F.taylor_softmax(x, { out = ploss.empty({ 3, 4 }, { dtype = "f64" }) }) end, "output: expected f32, got f64")
+    H.expect_error(function() F.taylor_softmax(x, { out = ploss.empty({ 3, 4 }, { dtype = "f64" }) }) end, "opts.out: expected f32, got f64")
     H.expect_error(function() F.taylor_softmax(x, { out = x }) end, "PLOSS_ERR_ALIAS")
     H.expect_error(function() F.taylor_softmax(ploss.zeros({ 3 }, { dtype = "i64" })) end, "input: expected f32, f16, bf16 or f64, got i64")
     local g = ploss.empty({ 3, 4 })

@@ -124,6 +124,7 @@ describe("integer conversions", function()
 
   it("fill, full and element assignment take only values the integer dtype holds, writing nothing else", function()
     local t = ploss.tensor({ 3, 4 }, { dtype = "i32" })
+    H.expect_error(function() t:fill(NAN) end, "fill: value: NaN is not a value of i32")
     for _, v in ipairs { 1.5, -0.5, NAN, INF, 2 ^ 31, -2 ^ 31 - 1 } do
       H.expect_error(function() t:fill(v) end, { "PLOSS_ERR_INVALID_ARGUMENT", "fill: value: ", "is not a value of i32" })
     end
@@ -135,9 +136,30 @@ describe("integer conversions", function()
     assert.are.same({ -2 ^ 31, -2 ^ 31 }, t:fill(-2 ^ 31):flat())
     assert.are.same({ 2 ^ 31 - 1, 2 ^ 31 - 1 }, t:fill(2 ^ 31 - 1):flat())
     assert.are.same({ 255 }, ploss.full({ 1 }, 255, { dtype = "u8" }):flat())
-    assert.are.same({ -2 ^ 63 }, ploss.full({ 1 }, -2 ^ 63, { dtype = "i64" }):flat())
+    assert.are.same({ -2 ^ 63, 2 ^ 63 - 1024 }, { ploss.full({ 1 }, -2 ^ 63, { dtype = "i64" }):item(),
+      ploss.full({ 1 }, 2 ^ 63 - 1024, { dtype = "i64" }):item() })
     -- float dtypes take any number
     assert.are.same({ 2.5 }, ploss.full({ 1 }, 2.5, { dtype = "f64" }):flat())
+  end)
+
+  it("copy into an integer tensor and randint take only values the dtype holds, writing nothing", function()
+    local u = ploss.tensor({ 7, 8, 9 }, { dtype = "u8" })
+    H.expect_error(function() u:copy(ploss.tensor({ 300, 1.5, -1 }, { dtype = "f64" })) end,
+      "copy: element 1 (row-major) is 300, which u8 cannot hold")
+    H.expect_error(function() u:copy(ploss.tensor({ 1, NAN, 2 }, { dtype = "f32" })) end, "element 2 (row-major) is nan")
+    H.expect_error(function() u[1] = -1 end, "value: -1 is not a value of u8")
+    assert.are.same({ 7, 8, 9 }, u:flat())
+    -- in range, a float is truncated toward zero (PyTorch's copy_ does the same)
+    assert.are.same({ 255, 1, 0 }, u:copy(ploss.tensor({ 255.9, 1.5, -0.5 }, { dtype = "f64" })):flat())
+    H.expect_error(function() ploss.randint(-5, 3, { 4 }, { dtype = "u8" }) end,
+      { "PLOSS_ERR_INVALID_ARGUMENT", "randint: low, high: [-5, 3) does not fit u8 (values 0 to 255)" })
+    H.expect_error(function() ploss.randint(0, 257, { 4 }, { dtype = "u8" }) end, "[0, 257) does not fit u8")
+    H.expect_error(function() ploss.randint(0, 2 ^ 31 + 1, { 4 }, { dtype = "i32" }) end,
+      "[0, 2147483649) does not fit i32 (values -2147483648 to 2147483647)")
+    local r = ploss.randint(250, 256, { 64 }, { dtype = "u8" }):flat()
+    for _, v in ipairs(r) do assert.is_true(v >= 250 and v <= 255) end
+    local s = ploss.randint(-2 ^ 31, -2 ^ 31 + 2, { 64 }, { dtype = "i32" }):flat()
+    for _, v in ipairs(s) do assert.is_true(v == -2 ^ 31 or v == -2 ^ 31 + 1) end
   end)
 
   it(":int(), :long(), :byte() and :to(nil, dtype) of a float tensor refuse such values", function()

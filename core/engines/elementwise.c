@@ -62,7 +62,8 @@ static void collapse_joint(ploss_sigmoid_problem *p, const ploss_view *x, int64_
     }
 }
 
-/* The kind of the problem of a loss's policy (with its options). */
+/* The kind of the problem of a loss's policy (with its options); PLOSS_EW_KIND_COUNT for a
+ * policy this engine has no kind for (a loss described but not yet computed here). */
 static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *o)
 {
     switch (policy) {
@@ -75,9 +76,10 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     case PLOSS_POLICY_SOFT_MARGIN: return PLOSS_EW_SOFT_MARGIN;
     case PLOSS_POLICY_KL_DIV: return o->log_target ? PLOSS_EW_KL_DIV_LOG_TARGET : PLOSS_EW_KL_DIV;
     case PLOSS_POLICY_HINGE_EMBEDDING: return PLOSS_EW_HINGE_EMBEDDING;
-    default:
+    case PLOSS_POLICY_SIGMOID_FOCAL:
         return o->convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
                                                         : PLOSS_SIGMOID_FOCAL_REFERENCE;
+    default: return PLOSS_EW_KIND_COUNT;
     }
 }
 
@@ -95,6 +97,9 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
     }
 
     const ploss_sigmoid_kind kind = kind_of(spec->policy, o);
+    if (kind == PLOSS_EW_KIND_COUNT)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the elementwise engine has no kind for this loss "
+                           "(core/engines/elementwise.c, kind_of)", spec->name);
     ploss_view x, t, w, pw, l, gl, g;
     if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
         return st;

@@ -47,7 +47,11 @@ typedef enum {
     PLOSS_EW_SOFT_MARGIN = 8,
     PLOSS_EW_KL_DIV = 9,
     PLOSS_EW_KL_DIV_LOG_TARGET = 10,
-    PLOSS_EW_HINGE_EMBEDDING = 11
+    PLOSS_EW_HINGE_EMBEDDING = 11,
+    /* the number of kinds: each place that computes a kind's maths asserts it, so that a
+     * new kind is added there too (docs/ADDING_A_LOSS.md) instead of falling through to
+     * another kind's maths */
+    PLOSS_EW_KIND_COUNT = 12
 } ploss_sigmoid_kind;
 
 /* The kinds computed by the pointwise terms (no sigmoid). */

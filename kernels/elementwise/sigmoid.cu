@@ -69,6 +69,8 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
  * core/cpu/elementwise/sigmoid_impl.h (PyTorch's thresholds and signs: sign(0) = 0, the
  * quadratic part strictly inside |d| < β, BCE's logs clamped at −100 and its gradient's
  * denominator at 1e-12). */
+static_assert(PLOSS_EW_KIND_COUNT == 12, "a new kind of core/engines/elementwise.h: add its maths to "
+                                        "pointwise_element or element and its launch here");
 template <class A>
 __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A beta, A x, A y, A w, A &loss, A &dx)
 {

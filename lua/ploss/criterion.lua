@@ -35,7 +35,7 @@ end
 
 local show
 function show(v)
-  if type(v) == "string" then return "'" .. v .. "'" end
+  if type(v) == "string" then return ploss.shown(v) end
   if type(v) == "number" then return D.number(v) end
   if ploss.is_tensor(v) then return string.format("%s[%s]", v:dtype(), table.concat(v:size(), "x")) end
   if ploss.comm.is_comm(v) then return tostring(v) end
@@ -276,8 +276,11 @@ local function tensor_args(d, o, input, cache)
   return out
 end
 
--- The functional API's name for the loss tensor the C side calls `loss` (ploss.check).
+-- The caller's names of tensors the C side names otherwise (ploss.check): the functional
+-- API's loss tensor (opts.out) and upstream gradient, a criterion's upstream gradient.
 local OUT_NAMES = { loss = "opts.out" }
+local F_GRAD_NAMES = { grad_loss = "grad_output" }
+local CRIT_GRAD_NAMES = { grad_loss = "gradOutput" }
 
 local function check_args(where, input, target)
   if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
@@ -554,7 +557,9 @@ local function build_multi(d)
     self._cache = {}
   end
 
-  -- The options as they are now, and the call's tensors t with them.
+  -- The options as they are now, and the call's tensors t with them: its tensor options
+  -- (t.tensors) and every tensor it reads as one list (t.args: inputs, target, tensor
+  -- options), which the criterion's buffers must not be (nn.buffer replaces such a one).
   local function current(self, t)
     local user = { reduction = rawget(self, "reduction"), inplace = rawget(self, "inplace") }
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
@@ -563,6 +568,14 @@ local function build_multi(d)
     local o = resolve(d, user, nil, d.criterion)
     check_inplace(o, d.criterion)
     t.o, t.cache = o, self._cache
+    t.tensors = tensor_args(d, o, t.inputs[1], self._cache)
+    local args = {}
+    for k = 1, ninputs do args[k] = t.inputs[k] end
+    if t.target then args[#args + 1] = t.target end
+    for k = 1, #d.tensors do
+      if t.tensors[k] ~= nil then args[#args + 1] = t.tensors[k] end
+    end
+    t.args = args
     return o
   end
 
@@ -584,12 +597,13 @@ local function build_multi(d)
   local function output_buffers(self, t)
     self._outputs = self._outputs or {}
     return per_row_outputs(t.o, t, function(k, sizes, dtype, device)
-      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device, t.target, unpack(t.inputs))
+      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device, nil, nil, t.args)
       return self._outputs[k]
     end)
   end
 
   function cls:forward_tensor(...)
+    nn.check_self(self, d.criterion, "forward_tensor")
     if select("#", ...) > nargs then
       ploss.raise(string.format("%s:forward: takes %d arguments, got %d (the upstream gradient goes to backward, " ..
         "the scale to the fused call)", d.criterion, nargs, select("#", ...)))
@@ -598,7 +612,7 @@ local function build_multi(d)
     local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), t.target, unpack(t.inputs))
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, t.args)
     t.loss = self._loss
     local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
@@ -606,17 +620,22 @@ local function build_multi(d)
   end
 
   function cls:forward(...)
+    nn.check_self(self, d.criterion, "forward")
     local r = { self:forward_tensor(...) }
     self.output = self.reduction == "none" and r[1] or r[1]:item()
     return self.output, unpack(r, 2)
   end
-  function cls:updateOutput(...) return self:forward(...) end
+  function cls:updateOutput(...)
+    nn.check_self(self, d.criterion, "updateOutput")
+    return self:forward(...)
+  end
 
   -- The gradients of the call, one per input: the tensor set as the criterion's field of
   -- that gradient's name (crit.grad_weight = t: the gradient goes there), else the
-  -- criterion's own buffer (zeroed when new if the loss accumulates into it); then those of
-  -- the extra tensors with a gradient that are given (crit.grad_bias likewise).  Returns
-  -- them all in that order (t.grads: the inputs', t.tensor_grads: by tensor).
+  -- criterion's own buffer (when the loss accumulates into it, a new one starts from zeros,
+  -- or from the sums of the one it replaces when that one is given back as an input); then
+  -- those of the extra tensors with a gradient that are given (crit.grad_bias likewise).
+  -- Returns them all in that order (t.grads: the inputs', t.tensor_grads: by tensor).
   local function grad_buffers(self, t)
     local function given_or_own(name, k, x)
       local given = rawget(self, name)
@@ -626,10 +645,15 @@ local function build_multi(d)
         end
         return given
       end
-      local old = self._grads[k]
-      self._grads[k] = nn.buffer(old, x:size(), x:dtype(), x:device(), t.target, unpack(t.inputs))
-      if self._grads[k] ~= old and t.o.accumulate then self._grads[k]:fill(0) end
-      return self._grads[k]
+      local old, sizes = self._grads[k], x:size()
+      local new = nn.buffer(old, sizes, x:dtype(), x:device(), nil, nil, t.args)
+      if new ~= old and t.o.accumulate then
+        local same = old and not old:is_freed() and old:has_sizes(sizes) and old:dtype() == x:dtype() and
+          old:device() == x:device()
+        if same then new:copy(old) else new:fill(0) end
+      end
+      self._grads[k] = new
+      return new
     end
     local all, g = {}, {}
     for k, x in ipairs(t.inputs) do
@@ -637,7 +661,6 @@ local function build_multi(d)
       all[k] = g[k]
     end
     t.grads = g
-    t.tensors = tensor_args(d, t.o, t.inputs[1], t.cache)
     t.tensor_grads = {}
     for k, tt in ipairs(d.tensors) do
       if tt.grad and t.tensors[k] ~= nil then
@@ -651,6 +674,7 @@ local function build_multi(d)
   end
 
   function cls:backward(...)
+    nn.check_self(self, d.criterion, "backward")
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local x = t.inputs[1]
@@ -660,13 +684,17 @@ local function build_multi(d)
     if gl ~= gradOutput then self._grad_loss = gl end
     t.grad_loss = gl
     local g = grad_buffers(self, t)
-    ploss.check(run("backward", x:context(), t), d.name .. "_backward")
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward", CRIT_GRAD_NAMES)
     self.gradInput = g
     return unpack(g)
   end
-  function cls:updateGradInput(...) return self:backward(...) end
+  function cls:updateGradInput(...)
+    nn.check_self(self, d.criterion, "updateGradInput")
+    return self:backward(...)
+  end
 
   function cls:fused(...)
+    nn.check_self(self, d.criterion, "fused")
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
@@ -676,7 +704,7 @@ local function build_multi(d)
     end
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), t.target, unpack(t.inputs))
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, t.args)
     t.loss = self._loss
     local g = grad_buffers(self, t)
     local outs = output_buffers(self, t)
@@ -781,7 +809,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.grad_loss = grad_loss_of(o, x, grad_output, nil, d.name .. "_backward")
     local g = grads_out(d.name .. "_backward", raw, t)
-    ploss.check(run("backward", x:context(), t), d.name .. "_backward")
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward", F_GRAD_NAMES)
     for _, v in ipairs(g) do v:bump_version() end
     return unpack(g)
   end
@@ -847,6 +875,7 @@ function M.build(d)
   end
 
   function cls:forward_tensor(input, target)
+    nn.check_self(self, d.criterion, "forward_tensor")
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
@@ -865,12 +894,14 @@ function M.build(d)
   end
 
   function cls:forward(input, target)
+    nn.check_self(self, d.criterion, "forward")
     local loss = self:forward_tensor(input, target)
     self.output = self.reduction == "none" and loss or loss:item()
     return self.output
   end
 
   function cls:backward(input, target, gradOutput)
+    nn.check_self(self, d.criterion, "backward")
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
@@ -883,11 +914,12 @@ function M.build(d)
     self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward")
+      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward", CRIT_GRAD_NAMES)
     return self.gradInput
   end
 
   function cls:fused(input, target, scale)
+    nn.check_self(self, d.criterion, "fused")
     local o = current(self, input, target)
     if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     local copts = fill(d, o, self._copts, scale)
@@ -964,7 +996,7 @@ function M.build(d)
     local gl = grad_loss_tensor(d, o, input, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input)
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward")
+      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", F_GRAD_NAMES)
     if raw.grad_input then raw.grad_input:bump_version() end
     return grad
   end

@@ -64,20 +64,29 @@ return function(ploss)
   end
 
   function cls:forward(...)
+    nn.check_self(self, "PartialFCLoss", "forward")
     self.output = sampled(self):forward(...)
     return self.output
   end
-  function cls:updateOutput(...) return self:forward(...) end
+  function cls:updateOutput(...)
+    nn.check_self(self, "PartialFCLoss", "updateOutput")
+    return self:forward(...)
+  end
 
   function cls:backward(...)
+    nn.check_self(self, "PartialFCLoss", "backward")
     local r = { sampled(self):backward(...) }
     self.seed = self.seed + 1
     self.gradInput = r
     return unpack(r)
   end
-  function cls:updateGradInput(...) return self:backward(...) end
+  function cls:updateGradInput(...)
+    nn.check_self(self, "PartialFCLoss", "updateGradInput")
+    return self:backward(...)
+  end
 
   function cls:fused(...)
+    nn.check_self(self, "PartialFCLoss", "fused")
     local r = { sampled(self):fused(...) }
     self.seed = self.seed + 1
     self.output = r[1]
@@ -119,7 +128,7 @@ return function(ploss)
     local in_features, classes = opts[1], opts[2]
     for _, v in ipairs { in_features or 0, classes or 0 } do
       if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-        ploss.raise("MarginSoftmax: expected positive integer sizes (in_features, classes), got " .. tostring(v))
+        ploss.raise("MarginSoftmax: expected positive integer sizes (in_features, classes), got " .. ploss.shown(v))
       end
     end
     local dtype, device = opts.dtype or "f32", opts.device or "cpu"

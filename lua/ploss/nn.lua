@@ -22,7 +22,8 @@
 --    With the option `inplace = true` the gradient is written over `input` itself, and
 --    gradInput is `input`.
 --  * gradInput is a contiguous buffer of the input's sizes, dtype and device, reallocated
---    only when one of those changes.  Loss: f32 (f64 for f64 input).
+--    only when one of those changes or when the call's input is that buffer (given back to
+--    its criterion).  Loss: f32 (f64 for f64 input).
 --  * `crit.output`, `crit.gradInput` hold the last results (Torch7 fields).
 --  * `crit:to(device)` moves tensor options (e.g. weight) to a device.
 --  * Options are named, checked at construction and at each call, and can be changed after
@@ -44,42 +45,28 @@ local Criterion = {}
 Criterion.__index = Criterion
 nn.Criterion = Criterion
 
+--- Raise unless `self` can be a criterion (a table): a method called with a dot instead of
+-- a colon (`crit.forward(x, t)`) gets the tensor for its criterion and would otherwise fail
+-- deep inside with an error about the wrong argument.  `name` is the criterion's class,
+-- `method` the method called.
+function nn.check_self(self, name, method)
+  if type(self) ~= "table" then
+    ploss.raise(string.format("%s.%s: called without its criterion (got %s first): write crit:%s(...), with a colon",
+      name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), method))
+  end
+end
+
+function Criterion:updateOutput(input, target)
+  nn.check_self(self, "Criterion", "updateOutput")
+  return self:forward(input, target)
+end
+function Criterion:updateGradInput(input, target, gradOutput)
+  nn.check_self(self, "Criterion", "updateGradInput")
+  return self:backward(input, target, gradOutput)
+end
 
 -- Fields every criterion has (Torch7's).
 local FIELDS = { output = true, gradInput = true }
-
--- True when `obj` is an instance of class `c` or of a class derived from it.
-local function is_instance(obj, c)
-  if type(obj) ~= "table" then return false end
-  local mt = getmetatable(obj)
-  for _ = 1, 16 do -- class chains are short; a metatable cycle ends here
-    if mt == c then return true end
-    local up = type(mt) == "table" and getmetatable(mt)
-    mt = type(up) == "table" and rawget(up, "__index") or nil
-    if mt == nil then return false end
-  end
-  return false
-end
-
--- Method `k` of class `c` (named `name`) refusing a call without its instance:
--- `crit.forward(x, t)` (a dot for the colon) would otherwise fail deep inside with an
--- error about the tensor it took for the criterion.
-local function checked_method(name, c, k, f)
-  return function(self, ...)
-    if not is_instance(self, c) then
-      local got = ploss.is_tensor(self) and "a ploss tensor" or type(self)
-      ploss.raise(string.format("%s.%s: called without its criterion (got %s first): write crit:%s(...), " ..
-        "with a colon", name, k, got, k))
-    end
-    return f(self, ...)
-  end
-end
-
-Criterion.updateOutput = checked_method("Criterion", Criterion, "updateOutput", function(self, input, target)
-  return self:forward(input, target)
-end)
-Criterion.updateGradInput = checked_method("Criterion", Criterion, "updateGradInput",
-  function(self, input, target, gradOutput) return self:backward(input, target, gradOutput) end)
 
 --- Create a criterion class `name` deriving from `parent` (default Criterion).
 -- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
@@ -113,11 +100,6 @@ function nn.class(name, parent)
   cls._class_name = name
   setmetatable(cls, {
     __index = parent,
-    -- the methods defined on the class (function cls:forward …) check their instance
-    __newindex = function(c, k, v)
-      if type(k) == "string" and type(v) == "function" and k:sub(1, 1) ~= "_" then v = checked_method(name, c, k, v) end
-      rawset(c, k, v)
-    end,
     __call = function(c, opts)
       local self = setmetatable({}, c)
       self:__init(opts or {})
@@ -135,28 +117,28 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- Buffers
 ---------------------------------------------------------------------------------------
 
-local function same_sizes(a, b)
-  if #a ~= #b then return false end
-  for i = 1, #a do if a[i] ~= b[i] then return false end end
-  return true
-end
+-- True when tensor `v` (or nil) is in the storage numbered `id`.
+local function in_storage(v, id) return v and not v:is_freed() and v:storage_id() == id end
 
--- True when tensor `t` shares its storage with one of the tensors `...` (nil ones skipped).
-local function shares_storage(t, ...)
-  for i = 1, select("#", ...) do
-    local a = select(i, ...)
-    if a ~= nil and not a:is_freed() and a:storage_id() == t:storage_id() then return true end
+-- True when tensor `t` shares its storage with tensor `a` or `b` or a tensor of the list
+-- `list` (each may be nil).  No varargs: they would keep the JIT from compiling the call.
+local function shares_storage(t, a, b, list)
+  local id = t:storage_id()
+  if in_storage(a, id) or in_storage(b, id) then return true end
+  if list then
+    for i = 1, #list do if in_storage(list[i], id) then return true end end
   end
   return false
 end
 
 --- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.  The
--- tensors `...` are the call's arguments: a buffer in their memory (a criterion's own
--- gradient given back to it as its input) is replaced by a new one, so that the call
--- neither refuses the overlap nor writes over its own input.
-function nn.buffer(t, sizes, dtype, device, ...)
+-- tensors `a`, `b` and those of the list `list` (each optional) are the call's arguments:
+-- a buffer in their memory (a criterion's own gradient given back to it as its input) is
+-- replaced by a new one, so that the call neither refuses the overlap nor writes over its
+-- own input.
+function nn.buffer(t, sizes, dtype, device, a, b, list)
   if t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
-      and same_sizes(t:size(), sizes) and not shares_storage(t, ...) then
+      and t:has_sizes(sizes) and not shares_storage(t, a, b, list) then
     return t
   end
   return ploss.empty(sizes, { dtype = dtype, device = device })

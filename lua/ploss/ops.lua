@@ -114,7 +114,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     if not ploss.is_tensor(input) then ploss.raise(fname .. ": input: expected a ploss tensor, got " .. type(input)) end
     local co = taylor_copts(opts, fname)
     local out = opts.out or ploss.empty_like(input)
-    ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname)
+    ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname, opts.out and { output = "opts.out" })
     return out
   end
 

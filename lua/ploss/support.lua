@@ -69,7 +69,8 @@ function F.gemm(a, b, opts)
   else
     need_tensor(c, "gemm: out")
   end
-  ploss.check(C.ploss_gemm(a:context(), ta, tb, opts.alpha or 1, a:dl(), b:dl(), beta, c:dl()), "gemm")
+  ploss.check(C.ploss_gemm(a:context(), ta, tb, opts.alpha or 1, a:dl(), b:dl(), beta, c:dl()), "gemm",
+    opts.out and { c = "opts.out" })
   return c
 end
 
@@ -92,7 +93,7 @@ for name, code in pairs(activations) do
     need_tensor(x, name .. ": input")
     local out = opts.out or (opts.inplace and x) or ploss.empty_like(x)
     ploss.check(C.ploss_activation_forward(x:context(), code, x:dl(), need_tensor(out, name .. ": out"):dl(),
-      opts.inplace and 1 or 0), name)
+      opts.inplace and 1 or 0), name, opts.out and { output = "opts.out" })
     return out
   end
   F[name .. "_backward"] = function(x, grad_output, opts)
@@ -141,7 +142,8 @@ function F.argmax(x, opts)
     for i, s in ipairs(x:size()) do if i ~= 2 then sizes[#sizes + 1] = s end end
     out = ploss.empty(sizes, { dtype = "i64", device = x:device() })
   end
-  ploss.check(C.ploss_argmax(x:context(), x:dl(), need_tensor(out, "argmax: out"):dl()), "argmax")
+  ploss.check(C.ploss_argmax(x:context(), x:dl(), need_tensor(out, "argmax: out"):dl()), "argmax",
+    opts.out and { indices = "opts.out" })
   return out
 end
 ploss.argmax = F.argmax
@@ -242,7 +244,7 @@ function Linear:__init(in_features, out_features, opts)
   opts = opts_table(opts, "Linear")
   for _, v in ipairs { in_features, out_features } do
     if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. tostring(v))
+      ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. ploss.shown(v))
     end
   end
   local dtype, device = opts.dtype or "f32", opts.device or "cpu"

@@ -100,8 +100,11 @@ ploss.dtypes = dtypes
 function ploss.dtype(name)
   local d = aliases[name or "f32"]
   if not d then
-    ploss.raise("dtype: expected one of f32, f16, bf16, f64, i64, i32, u8 (or float, double, long, int, byte, half, " ..
-      "bfloat16, float32, float64, int64, int32, uint8, float16), got " .. ploss.shown(name))
+    local others = {}
+    for k, v in pairs(aliases) do if k ~= v then others[#others + 1] = k end end
+    table.sort(others)
+    ploss.raise("dtype: expected one of f32, f16, bf16, f64, i64, i32, u8 (or " .. table.concat(others, ", ") ..
+      "), got " .. ploss.shown(name))
   end
   return d
 end
@@ -729,8 +732,8 @@ function ploss.tensor(data, opts)
       if not (v > bounds[1] and v < bounds[2]) then int_range_error("tensor", i, v, dtype) end
       if v ~= math.floor(v) then
         -- truncated, a label 1.5 would become class 1 without a word
-        ploss.raise(string.format("tensor: element %d (row-major) is %s, not an integer (dtype %s); round it " ..
-          "first, or convert a float tensor with :to('%s'), which truncates", i, tostring(v), dtype, dtype))
+        ploss.raise(string.format("tensor: element %d (row-major) is %.17g, not an integer (dtype %s); round it " ..
+          "first, or convert a float tensor with :to('%s'), which truncates", i, v, dtype, dtype))
       end
     end
   end
@@ -897,6 +900,16 @@ function Tensor:is_contiguous()
   return true
 end
 
+--- True when the tensor's sizes are the list `sizes` (without making a list of its own).
+function Tensor:has_sizes(sizes)
+  local nd = self.desc.ndim
+  if #sizes ~= nd then return false end
+  for i = 1, nd do
+    if self.sz[i - 1] ~= sizes[i] then return false end
+  end
+  return true
+end
+
 local function shape_string(sizes)
   if #sizes == 0 then return "scalar" end
   return table.concat(sizes, "x")
@@ -911,26 +924,38 @@ end
 --- A copy (contiguous, same dtype and device).
 function Tensor:clone() return ploss.empty_like(self):copy(self) end
 
---- self ← src, converting dtype; any strides; same sizes; any devices.  Returns self.
-function Tensor:copy(src)
-  if not is_tensor(src) then ploss.raise("copy: expected a tensor, got " .. type(src)) end
-  local dcuda, scuda = self:is_cuda(), src:is_cuda()
-  if dcuda and scuda and self:device() ~= src:device() then
+local read_values, check_int_values -- (defined with :to below)
+
+-- dst ← src, the values checked by the caller.
+local function copy_values(dst, src)
+  local dcuda, scuda = dst:is_cuda(), src:is_cuda()
+  if dcuda and scuda and dst:device() ~= src:device() then
     -- GPU to another GPU: through the host
     local host = ploss.empty_like(src, { device = "cpu" })
-    host:copy(src)
-    self:copy(host)
+    copy_values(host, src)
+    copy_values(dst, host)
     host:free()
-    return self
+    return dst
   end
   -- ploss_copy needs a context: the CUDA side's when one side is a GPU
-  local ctx = dcuda and self:context() or src:context()
-  ploss.check(C.ploss_copy(ctx, self:dl(), src:dl()), "copy")
-  bump(self)
-  return self
+  local ctx = dcuda and dst:context() or src:context()
+  ploss.check(C.ploss_copy(ctx, dst:dl(), src:dl()), "copy")
+  bump(dst)
+  return dst
 end
 
---- Every element ← value.  Returns self.
+--- self ← src, converting dtype; any strides; same sizes; any devices.  A float src copied
+-- into an integer tensor is truncated toward zero and must hold only values that dtype
+-- can (finite, within its range), as with :to.  Returns self.
+function Tensor:copy(src)
+  if not is_tensor(src) then ploss.raise("copy: expected a tensor, got " .. type(src)) end
+  if dtype_of(src).float and int_bounds[self:dtype()] then check_int_values(src, self:dtype(), "copy") end
+  return copy_values(self, src)
+end
+
+--- Every element ← value (an integer tensor takes only an integer within its dtype's
+-- range: a fraction or a value it cannot hold is an error, not truncated or wrapped).
+-- Returns self.
 function Tensor:fill(value)
   if type(value) ~= "number" then ploss.raise("fill: expected a number, got " .. type(value)) end
   ploss.check(C.ploss_fill(self:context(), self:dl(), value), "fill")
@@ -945,8 +970,7 @@ function Tensor:zero() return self:fill(0) end
 -- finite, and within its range after truncation toward zero.  The values are read on the
 -- host (a CUDA tensor is copied there for the check).  Non-finite values are found by
 -- their exponent bits before any value becomes a Lua number (see read_values).
-local read_values
-local function check_int_values(t, dtype, what)
+function check_int_values(t, dtype, what)
   local b = int_bounds[dtype]
   local host = t
   if t:is_cuda() or t:dtype() ~= "f64" or not t:is_contiguous() then
@@ -979,8 +1003,7 @@ function Tensor:to(device, dtype, force_copy)
   dtype = dtype and canon_dtype(dtype) or self:dtype()
   if not force_copy and device == self:device() and dtype == self:dtype() then return self end
   if dtype_of(self).float and int_bounds[dtype] then check_int_values(self, dtype, "to") end
-  local t = ploss.empty(sizes_of(self), { dtype = dtype, device = device })
-  return t:copy(self)
+  return copy_values(ploss.empty(sizes_of(self), { dtype = dtype, device = device }), self)
 end
 
 --- Shortcuts: t:cuda([id]), t:cpu().

@@ -11,6 +11,8 @@
  * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
  * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING.  The branches at the thresholds and the signs follow
  * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
+_Static_assert(PLOSS_EW_KIND_COUNT == 12, "a new kind of core/engines/elementwise.h: add its maths to "
+                                         "F(pointwise) or F(element) and its case to F(block)");
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
                                                                 REAL *loss, REAL *dx)
 {
@@ -50,10 +52,12 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         const REAL h = beta - x;
         *loss = (y != 1 ? (h > 0 ? h : 0) : 0) + (y != -1 ? x : 0);
         *dx = (y != 1 ? (h >= 0 ? -1 : 0) : 0) + (y != -1 ? 1 : 0);
-    } else { /* KL_DIV_LOG_TARGET */
+    } else if (kind == PLOSS_EW_KL_DIV_LOG_TARGET) {
         const REAL e = EXP(y);
         *loss = e * (y - x);
         *dx = -e;
+    } else { /* no such kind (the engine refuses it first) */
+        *loss = *dx = (REAL)NAN;
     }
 }
 
@@ -195,7 +199,8 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_SOFT_MARGIN: SIGMOID_PASSES_G(PLOSS_EW_SOFT_MARGIN, 0) break;
     case PLOSS_EW_KL_DIV: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV, 0) break;
     case PLOSS_EW_HINGE_EMBEDDING: SIGMOID_PASSES_G(PLOSS_EW_HINGE_EMBEDDING, 0) break;
-    default: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
+    case PLOSS_EW_KL_DIV_LOG_TARGET: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
+    default: return NAN; /* no such kind (the engine refuses it first) */
     }
     return acc;
 }
