@@ -17,6 +17,20 @@ static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
     [PLOSS_SHAPE_MARGIN] = ploss_margin_run,
 };
 
+static int (*const computes[PLOSS_SHAPE_COUNT])(ploss_policy) = {
+    [PLOSS_SHAPE_ROWS] = ploss_rows_computes,
+    [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_computes,
+    [PLOSS_SHAPE_PAIRS] = ploss_pairs_computes,
+    [PLOSS_SHAPE_BOXES] = ploss_boxes_computes,
+    [PLOSS_SHAPE_REGION] = ploss_region_computes,
+    [PLOSS_SHAPE_MARGIN] = ploss_margin_computes,
+};
+
+static const char *const shape_names[PLOSS_SHAPE_COUNT] = {
+    [PLOSS_SHAPE_ROWS] = "rows", [PLOSS_SHAPE_ELEMENTWISE] = "elementwise", [PLOSS_SHAPE_PAIRS] = "pairs",
+    [PLOSS_SHAPE_BOXES] = "boxes", [PLOSS_SHAPE_REGION] = "region", [PLOSS_SHAPE_MARGIN] = "margin",
+};
+
 ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)
 {
     if ((unsigned)reduction >= PLOSS_REDUCTION_COUNT)
@@ -34,5 +48,9 @@ ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 {
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    /* a loss described but without its maths in its engine (docs/ADDING_A_LOSS.md) */
+    if (!computes[spec->shape](spec->policy))
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the %s engine has no maths for this loss", spec->name,
+                           shape_names[spec->shape]);
     return fronts[spec->shape](ctx, pass, spec, a, p);
 }

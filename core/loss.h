@@ -163,6 +163,15 @@ ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reducti
 ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                             const ploss_loss_args *a, const ploss_loss_params *p);
 
+/* Whether the engine of a kernel shape has the maths of a policy's loss, one per shape:
+ * ploss_run_loss refuses a call its engine would otherwise compute as another loss. */
+int ploss_rows_computes(ploss_policy policy);
+int ploss_elementwise_computes(ploss_policy policy);
+int ploss_pairs_computes(ploss_policy policy);
+int ploss_boxes_computes(ploss_policy policy);
+int ploss_region_computes(ploss_policy policy);
+int ploss_margin_computes(ploss_policy policy);
+
 /* The engines' fronts, one per kernel shape. */
 ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                             const ploss_loss_args *a, const ploss_loss_params *p);

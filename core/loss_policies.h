@@ -47,4 +47,49 @@ typedef enum {
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
+/* The kernel shape of each policy's loss, indexed by policy: the engine of that shape and
+ * no other computes it (spec/c/engine_policies_test.c). */
+#define PLOSS_POLICY_SHAPES \
+    { \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_BOXES, \
+        PLOSS_SHAPE_BOXES, \
+        PLOSS_SHAPE_BOXES, \
+        PLOSS_SHAPE_BOXES, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_REGION, \
+        PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_MARGIN, \
+        PLOSS_SHAPE_MARGIN, \
+        PLOSS_SHAPE_MARGIN, \
+        PLOSS_SHAPE_MARGIN, \
+    }
+
 #endif

@@ -891,6 +891,13 @@ local function gen_policies()
   w("    PLOSS_POLICY_COUNT")
   w("} ploss_policy;")
   w("")
+  w("/* The kernel shape of each policy's loss, indexed by policy: the engine of that shape and")
+  w(" * no other computes it (spec/c/engine_policies_test.c). */")
+  w("#define PLOSS_POLICY_SHAPES \\")
+  w("    { \\")
+  for _, d in ipairs(descs) do w("        PLOSS_SHAPE_%s, \\", upper(d.shape)) end
+  w("    }")
+  w("")
   w("#endif")
   return table.concat(out, "\n") .. "\n"
 end

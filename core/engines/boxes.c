@@ -77,6 +77,20 @@ static ploss_status check_boxes_cpu(int format, int64_t N, const void *ign, plos
     return PLOSS_OK;
 }
 
+/* The box kind of a policy, or -1 for a policy this engine has no maths for. */
+static int kind_of(ploss_policy policy)
+{
+    switch (policy) {
+    case PLOSS_POLICY_BOX_IOU: return PLOSS_BOX_IOU;
+    case PLOSS_POLICY_GENERALIZED_BOX_IOU: return PLOSS_BOX_GIOU;
+    case PLOSS_POLICY_DISTANCE_BOX_IOU: return PLOSS_BOX_DIOU;
+    case PLOSS_POLICY_COMPLETE_BOX_IOU: return PLOSS_BOX_CIOU;
+    default: return -1;
+    }
+}
+
+int ploss_boxes_computes(ploss_policy policy) { return kind_of(policy) >= 0; }
+
 ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -141,10 +155,7 @@ ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     memset(&p, 0, sizeof p);
     p.pass = pass;
     p.reduction = o->reduction;
-    p.kind = spec->policy == PLOSS_POLICY_BOX_IOU               ? PLOSS_BOX_IOU
-             : spec->policy == PLOSS_POLICY_GENERALIZED_BOX_IOU ? PLOSS_BOX_GIOU
-             : spec->policy == PLOSS_POLICY_DISTANCE_BOX_IOU    ? PLOSS_BOX_DIOU
-                                                                : PLOSS_BOX_CIOU;
+    p.kind = (ploss_box_kind)kind_of(spec->policy);
     p.format = o->box_format;
     p.paper_gradient = p.kind == PLOSS_BOX_CIOU && o->ciou_gradient == PLOSS_CIOU_GRADIENT_PAPER;
     p.eps = o->eps;

@@ -83,6 +83,12 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     }
 }
 
+int ploss_elementwise_computes(ploss_policy policy)
+{
+    const ploss_loss_params defaults = {0};
+    return kind_of(policy, &defaults) != PLOSS_EW_KIND_COUNT;
+}
+
 ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                                    const ploss_loss_args *a, const ploss_loss_params *o)
 {
@@ -97,9 +103,6 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
     }
 
     const ploss_sigmoid_kind kind = kind_of(spec->policy, o);
-    if (kind == PLOSS_EW_KIND_COUNT)
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the elementwise engine has no kind for this loss "
-                           "(core/engines/elementwise.c, kind_of)", spec->name);
     ploss_view x, t, w, pw, l, gl, g;
     if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
         return st;

@@ -441,6 +441,16 @@ void ploss_margin_problem_of(ploss_margin_problem *p, ploss_pass pass, const plo
     p->grad_x_factor = 1.0;
 }
 
+int ploss_margin_computes(ploss_policy policy)
+{
+    switch (policy) {
+    case PLOSS_POLICY_COMBINED_MARGIN: case PLOSS_POLICY_AM_SOFTMAX: case PLOSS_POLICY_ARC_FACE:
+    case PLOSS_POLICY_LINEAR_CROSS_ENTROPY:
+        return 1;
+    default: return 0;
+    }
+}
+
 ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *o)
 {

@@ -432,6 +432,16 @@ static ploss_status run_cosine_embedding(ploss_ctx_t *ctx, ploss_pass pass, cons
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_COSINE_EMBEDDING, "input1", &p);
 }
 
+int ploss_pairs_computes(ploss_policy policy)
+{
+    switch (policy) {
+    case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
+    case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING:
+        return 1;
+    default: return 0;
+    }
+}
+
 ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                              const ploss_loss_args *a, const ploss_loss_params *o)
 {

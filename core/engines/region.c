@@ -162,6 +162,16 @@ static ploss_status no_pixel(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view
     return ploss_cpu_fill(l, v);
 }
 
+int ploss_region_computes(ploss_policy policy)
+{
+    switch (policy) {
+    case PLOSS_POLICY_LOVASZ_SOFTMAX: case PLOSS_POLICY_SOFT_DICE: case PLOSS_POLICY_GENERALIZED_SOFT_DICE:
+    case PLOSS_POLICY_BATCH_SOFT_DICE: case PLOSS_POLICY_AFFINITY_FIELD: case PLOSS_POLICY_AFFINITY:
+        return 1;
+    default: return 0;
+    }
+}
+
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *o)
 {

@@ -141,7 +141,8 @@ static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const plo
     case PLOSS_POLICY_TAYLOR_CE: p.loss_kind = PLOSS_SAMPLE_TAYLOR_CE; break;
     case PLOSS_POLICY_PC_SOFTMAX: p.loss_kind = PLOSS_SAMPLE_PC_SOFTMAX; break;
     case PLOSS_POLICY_OHEM_LARGE_MARGIN: p.loss_kind = PLOSS_SAMPLE_LARGE_MARGIN; p.ohem = 1; break;
-    default: p.loss_kind = PLOSS_SAMPLE_CROSS_ENTROPY; p.ohem = 1; break;
+    case PLOSS_POLICY_OHEM_CROSS_ENTROPY: p.loss_kind = PLOSS_SAMPLE_CROSS_ENTROPY; p.ohem = 1; break;
+    default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no per-sample policy for this loss", spec->name);
     }
     FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
     p.lam = o->lam;
@@ -156,6 +157,18 @@ static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const plo
         p.st_sn = r->st.sn; p.st_ss = r->st.ss; p.st_sk = r->st.sk;
     }
     return ploss_dispatch(ctx, PLOSS_OP_ROWS_SAMPLE_POLICIES, "input", &p);
+}
+
+int ploss_rows_computes(ploss_policy policy)
+{
+    switch (policy) {
+    case PLOSS_POLICY_CROSS_ENTROPY: case PLOSS_POLICY_SOFTMAX_FOCAL: case PLOSS_POLICY_DUAL_FOCAL:
+    case PLOSS_POLICY_NLL: case PLOSS_POLICY_MULTI_MARGIN: case PLOSS_POLICY_LARGE_MARGIN:
+    case PLOSS_POLICY_TAYLOR_CE: case PLOSS_POLICY_PC_SOFTMAX: case PLOSS_POLICY_OHEM_LARGE_MARGIN:
+    case PLOSS_POLICY_OHEM_CROSS_ENTROPY:
+        return 1;
+    default: return 0;
+    }
 }
 
 ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
