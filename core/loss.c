@@ -31,6 +31,11 @@ static const char *const shape_names[PLOSS_SHAPE_COUNT] = {
     [PLOSS_SHAPE_BOXES] = "boxes", [PLOSS_SHAPE_REGION] = "region", [PLOSS_SHAPE_MARGIN] = "margin",
 };
 
+int ploss_engine_computes(ploss_shape shape, ploss_policy policy)
+{
+    return (unsigned)shape < PLOSS_SHAPE_COUNT && computes[shape](policy);
+}
+
 ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)
 {
     if ((unsigned)reduction >= PLOSS_REDUCTION_COUNT)
@@ -49,7 +54,7 @@ ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
     /* a loss described but without its maths in its engine (docs/ADDING_A_LOSS.md) */
-    if (!computes[spec->shape](spec->policy))
+    if (!ploss_engine_computes(spec->shape, spec->policy))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the %s engine has no maths for this loss", spec->name,
                            shape_names[spec->shape]);
     return fronts[spec->shape](ctx, pass, spec, a, p);

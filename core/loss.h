@@ -163,8 +163,9 @@ ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reducti
 ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                             const ploss_loss_args *a, const ploss_loss_params *p);
 
-/* Whether the engine of a kernel shape has the maths of a policy's loss, one per shape:
- * ploss_run_loss refuses a call its engine would otherwise compute as another loss. */
+/* Whether the engine of `shape` has the maths of a policy's loss: ploss_run_loss refuses a
+ * call its engine would otherwise compute as another loss.  One function per shape. */
+int ploss_engine_computes(ploss_shape shape, ploss_policy policy);
 int ploss_rows_computes(ploss_policy policy);
 int ploss_elementwise_computes(ploss_policy policy);
 int ploss_pairs_computes(ploss_policy policy);

@@ -187,7 +187,8 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
  *  (normal f64 values may differ in the last bit: the device's log/cos are not glibc's).
  *  uniform: [low, high) in dst's float dtype.  normal: mean + std·N(0,1) (Box–Muller).
  *  randint: integers in [low, high) (any dtype; high > low; for i32 and u8 within the
- *  dtype's range).
+ *  dtype's range; a float dst holds them exactly only up to its significand: 2^11 for f16,
+ *  2^8 for bf16, 2^24 for f32, 2^53 for f64 in magnitude, beyond which they are rounded).
  *  Statuses: INVALID_ARGUMENT (high <= low, std < 0, [low, high) outside an integer dst's
  *  range), DTYPE, DEVICE, LAYOUT, CUDA. */
 ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,

@@ -584,7 +584,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ 3 }, { device = device }) }
-    end, { "PLOSS_ERR_SHAPE", "grad_output: expected" })
+    end, { "PLOSS_ERR_SHAPE", "gradOutput: expected" })
   end)
 
   -- wrong dtypes ----------------------------------------------------------------------
@@ -638,7 +638,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
-    end, { "PLOSS_ERR_DTYPE", "grad_output: expected f32 or f64, got f16" })
+    end, { "PLOSS_ERR_DTYPE", "gradOutput: expected f32 or f64, got f16" })
   end)
 
   -- mixed devices ---------------------------------------------------------------------
@@ -659,7 +659,7 @@ local function gen_loss_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones(fam.kind == "elementwise" and S2 or { 4 }, { device = other }) }
-    end, { "PLOSS_ERR_DEVICE", "grad_output: expected a tensor on" })
+    end, { "PLOSS_ERR_DEVICE", "gradOutput: expected a tensor on" })
     local tnames = {}
     for _, n in ipairs(fam.class_tensors or {}) do tnames[#tnames + 1] = { n, { 5 } } end
     for _, n in ipairs(fam.elem_tensors or {}) do tnames[#tnames + 1] = { n, S2 } end
@@ -1614,7 +1614,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = merge(o, { reduction = "none" }), gout = ploss.ones({ N, 4 }, { device = device }) }
-    end, { "PLOSS_ERR_SHAPE", "grad_output: expected shape [" .. N .. "]" })
+    end, { "PLOSS_ERR_SHAPE", "gradOutput: expected shape [" .. N .. "]" })
   end)
 
   add(cases, "wrong dtypes (integer boxes, weight, outputs, grad_output)", function()
@@ -1641,7 +1641,7 @@ local function gen_box_cases(fam, device)
     expect_error_all(fam, function(pass)
       if pass ~= "backward" then return nil end
       return { x = x, y = y, opts = o, gout = ploss.ones({}, { dtype = "f16", device = device }) }
-    end, { "PLOSS_ERR_DTYPE", "grad_output: expected f32 or f64, got f16" })
+    end, { "PLOSS_ERR_DTYPE", "gradOutput: expected f32 or f64, got f16" })
     -- the target in another float dtype and an ignore mask of any dtype are accepted
     for _, dt in ipairs { "f64", "bf16" } do
       expect_same_all(fam, function() return { x = x, y = y:to(nil, dt), opts = o } end,

@@ -237,14 +237,14 @@ describe("calls on a criterion", function()
     local ce = ploss.CrossEntropyLoss {}
     for _, m in ipairs { "forward", "backward", "fused", "forward_tensor" } do
       H.expect_error(function() ce[m](x, y) end,
-        "CrossEntropyLoss." .. m .. ": called without its criterion (got a ploss tensor first): write crit:" .. m)
+        "CrossEntropyLoss." .. m .. ": called without its object (got a ploss tensor first): write crit:" .. m)
     end
     local h, w = ploss.randn({ 2, 4 }, { seed = 2 }), ploss.randn({ 3, 4 }, { seed = 3 })
     H.expect_error(function() ploss.LinearCrossEntropyLoss {}.fused(h, w, y) end,
-      "LinearCrossEntropyLoss.fused: called without its criterion")
+      "LinearCrossEntropyLoss.fused: called without its object")
     H.expect_error(function() ploss.PartialFCLoss {}.forward(h, w, y) end, "PartialFCLoss.forward: called without")
     H.expect_error(function() ce.forward(nil, x, y) end, "(got nil first)")
-    H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its criterion")
+    H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its object")
     -- a subclass's instance, an object delegating to the class and a function stored on a
     -- class (called with a dot on purpose) are taken as they are
     local Sub = ploss.nn.class("SubCE", ploss.CrossEntropyLoss)

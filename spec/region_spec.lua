@@ -504,7 +504,7 @@ describe("LovaszSoftmaxLoss bad input", function()
     H.expect_error(function() F.lovasz_softmax(x, y, { out = ploss.empty({}, { dtype = "f64" }) }) end,
       { "PLOSS_ERR_DTYPE", "loss" })
     H.expect_error(function() F.lovasz_softmax_backward(x, y, ploss.ones({ 2 }), { reduction = "none" }) end,
-      { "PLOSS_ERR_SHAPE", "grad_output: expected shape [3]" })
+      { "PLOSS_ERR_SHAPE", "gradOutput: expected shape [3]" })
     H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 2, 2 }, { dtype = "f64" }) }) end,
       { "PLOSS_ERR_DTYPE", "grad_input" })
     H.expect_error(function() F.lovasz_softmax_backward(x, y, nil, { grad_input = ploss.empty({ 2, 3, 4 }) }) end,

@@ -375,8 +375,8 @@ describe("bias add, bias gradient, argmax", function()
     H.expect_error(function() F.bias_add(x, x:select(1, 2)) end, { "x: overlaps the memory of bias", "PLOSS_ERR_ALIAS" })
     H.expect_error(function() F.bias_add(ploss.zeros(1, 4):expand(3, 4), ploss.randn(4)) end, "x: strides make distinct elements share memory")
     local out = ploss.empty(5)
-    H.expect_error(function() F.bias_grad(x, { out = out }) end, "grad_bias: expected shape [4]", out)
-    H.expect_error(function() F.bias_grad(x, { out = x:select(1, 1) }) end, "grad_bias: overlaps the memory of grad_output")
+    H.expect_error(function() F.bias_grad(x, { out = out }) end, "opts.out: expected shape [4]", out)
+    H.expect_error(function() F.bias_grad(x, { out = x:select(1, 1) }) end, "opts.out: overlaps the memory of grad_output")
   end)
 
   it("argmax: first maximum wins, NaN counts as the maximum, N×C×d…, strides", function()
@@ -637,5 +637,65 @@ describe("ploss.nn layers and ploss.optim", function()
     H.assert_equal(p1, q)
     H.expect_error(function() ploss.optim.SGD({ p1 }, {}, {}) end, "expected two lists of the same length")
     H.expect_error(function() ploss.optim.SGD({ p1 }, { g1 }, { learning_rate = 1 }) end, "unknown option 'learning_rate'")
+  end)
+end)
+
+describe("support ops and layers with criteria and bad options", function()
+  it("mark the tensors they write: a criterion's state saved from the old values is not reused", function()
+    local xa = ploss.randn({ 2, 4 }, { dtype = "f64", seed = 1 })
+    local xb = ploss.randn({ 2, 4 }, { dtype = "f64", seed = 2 })
+    local y = ploss.tensor({ 0, 2 }, { dtype = "i64" })
+    local lin = ploss.nn.Linear(4, 3, { dtype = "f64" })
+    local ce = ploss.CrossEntropyLoss {}
+    -- each op rewrites the tensor the criterion's forward read; backward must see the new values
+    local writers = {
+      function(t) lin:forward(xb) end, -- gemm into lin.output, then bias_add
+      function(t) F.mish(t, { inplace = true }) end,
+      function(t) F.gemm(xb, lin.weight, { trans_b = true, out = t }) end,
+      function(t) F.sgd_step(t, ploss.ones({ 2, 3 }, { dtype = "f64" }), nil, 1, { lr = 0.5 }) end,
+      function(t) F.adam_step(t, ploss.ones({ 2, 3 }, { dtype = "f64" }), ploss.zeros({ 2, 3 }, { dtype = "f64" }),
+        ploss.zeros({ 2, 3 }, { dtype = "f64" }), 1, { lr = 0.5 }) end,
+    }
+    for i, write in ipairs(writers) do
+      local out = lin:forward(xa)
+      ce:forward(out, y)
+      local v = out:version()
+      write(out)
+      assert.is_true(out:version() > v, "writer " .. i .. " left the version")
+      H.assert_close(ce:backward(out, y), F.cross_entropy_backward(out:clone(), y, 1), { rtol = 0, atol = 0 })
+    end
+  end)
+
+  it("check their options' names and types", function()
+    local a = ploss.randn({ 2, 2 }, { dtype = "f64", seed = 3 })
+    H.expect_error(function() F.gemm(a, a, { trans_a = 0 }) end,
+      "gemm: opts.trans_a: expected a boolean (true or false), got number 0")
+    H.expect_error(function() F.gemm(a, a, { transa = true }) end, "gemm: unknown option 'transa'")
+    H.expect_error(function() F.gemm(a, a, { alpha = "2" }) end, "gemm: opts.alpha: expected a number, got string '2'")
+    H.expect_error(function() F.mish(a, { inplace = 1 }) end, "mish: opts.inplace: expected a boolean")
+    H.expect_error(function() ploss.nn.Linear(4, 3, { bais = false }) end, "Linear: unknown option 'bais'")
+    H.expect_error(function() ploss.nn.Linear(4, 3, { bias = "no" }) end, "Linear: opts.bias: expected a boolean")
+    H.expect_error(function() ploss.nn.Mish { inplace = "yes" } end, "Mish: opts.inplace: expected a boolean")
+    local lin = ploss.nn.Linear(4, 3)
+    H.expect_error(function() ploss.optim.SGD({ lin.weight }, { lin.gradWeight }, { lr = "0.1" }) end,
+      "SGD: opts.lr: expected a number, got string '0.1'")
+    H.expect_error(function() ploss.optim.SGD({ lin.weight }, { lin.gradWeight }, { nesterov = 1 }) end,
+      "SGD: opts.nesterov: expected a boolean")
+    H.expect_error(function() ploss.optim.Adam({ lin.weight }, { "g" }) end, "Adam: grads[1]: expected a ploss tensor")
+    H.expect_error(function() ploss.nn.Sequential(lin) end, "Sequential: expected a list of modules ({m1, m2, …}), got a module")
+    H.expect_error(function() ploss.nn.Sequential { ploss.nn.Linear } end, "Sequential: modules[1]: expected a module")
+    H.expect_error(function() ploss.nn.Sequential {}:add("x") end, "Sequential:add: expected a module")
+  end)
+
+  it("refuse a method called with a dot, naming it", function()
+    local x = ploss.randn({ 2, 4 }, { seed = 4 })
+    local lin, model = ploss.nn.Linear(4, 3), ploss.nn.Sequential { ploss.nn.Linear(4, 3), ploss.nn.Mish() }
+    H.expect_error(function() lin.forward(x) end, "Linear.forward: called without its object (got a ploss tensor first): write layer:forward")
+    H.expect_error(function() model.forward(x) end, "Sequential.forward: called without its object")
+    H.expect_error(function() ploss.nn.Mish().backward(x, x) end, "Mish.backward: called without its object")
+    local opt = ploss.optim.SGD({ lin.weight }, { lin.gradWeight }, { lr = 0.1 })
+    H.expect_error(function() opt.step() end, "SGD.step: called without its object (got nil first): write optim:step")
+    local ema = ploss.optim.EMA({ lin.weight })
+    H.expect_error(function() ema.update() end, "EMA.update: called without its object")
   end)
 end)

@@ -162,15 +162,21 @@ static ploss_status no_pixel(ploss_ctx_t *ctx, ploss_pass pass, const ploss_view
     return ploss_cpu_fill(l, v);
 }
 
-int ploss_region_computes(ploss_policy policy)
+/* The operation that computes a policy's loss, or -1 for a policy this engine has no
+ * maths for. */
+static int op_of(ploss_policy policy)
 {
     switch (policy) {
-    case PLOSS_POLICY_LOVASZ_SOFTMAX: case PLOSS_POLICY_SOFT_DICE: case PLOSS_POLICY_GENERALIZED_SOFT_DICE:
-    case PLOSS_POLICY_BATCH_SOFT_DICE: case PLOSS_POLICY_AFFINITY_FIELD: case PLOSS_POLICY_AFFINITY:
-        return 1;
-    default: return 0;
+    case PLOSS_POLICY_LOVASZ_SOFTMAX: return PLOSS_OP_REGION_LOVASZ;
+    case PLOSS_POLICY_SOFT_DICE: case PLOSS_POLICY_GENERALIZED_SOFT_DICE: case PLOSS_POLICY_BATCH_SOFT_DICE:
+        return PLOSS_OP_REGION_DICE;
+    case PLOSS_POLICY_AFFINITY_FIELD: return PLOSS_OP_REGION_AFFINITY_FIELD;
+    case PLOSS_POLICY_AFFINITY: return PLOSS_OP_REGION_AFFINITY;
+    default: return -1;
     }
 }
+
+int ploss_region_computes(ploss_policy policy) { return op_of(policy) >= 0; }
 
 ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *o)
@@ -211,8 +217,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     const int64_t N = x.ndim > 0 ? x.shape[0] : 1, C = binary ? 1 : x.shape[1];
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    const int affinity = spec->policy == PLOSS_POLICY_AFFINITY_FIELD || spec->policy == PLOSS_POLICY_AFFINITY;
-    const int dice = spec->policy != PLOSS_POLICY_LOVASZ_SOFTMAX && !affinity;
+    const ploss_op op = (ploss_op)op_of(spec->policy);
+    const int affinity = op == PLOSS_OP_REGION_AFFINITY_FIELD || op == PLOSS_OP_REGION_AFFINITY;
+    const int dice = op == PLOSS_OP_REGION_DICE;
     if (affinity && x.ndim > 4)
         return ploss_check_shape_error("input", "N×C×H×W logits (rank at most 4: the pixel neighbourhoods are 2-D)",
                                        &x);
@@ -333,9 +340,5 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     }
     if (!binary && ctx->device.device_type == kDLCPU && (st = check_labels(&p)))
         return st;
-    const ploss_op op = spec->policy == PLOSS_POLICY_AFFINITY ? PLOSS_OP_REGION_AFFINITY
-                        : affinity                            ? PLOSS_OP_REGION_AFFINITY_FIELD
-                        : dice                                ? PLOSS_OP_REGION_DICE
-                                                              : PLOSS_OP_REGION_LOVASZ;
     return ploss_dispatch(ctx, op, "input", &p);
 }

@@ -138,7 +138,9 @@ typedef enum {
     PLOSS_SAMPLE_LARGE_MARGIN = 0,
     PLOSS_SAMPLE_TAYLOR_CE = 1,
     PLOSS_SAMPLE_PC_SOFTMAX = 2,
-    PLOSS_SAMPLE_CROSS_ENTROPY = 3
+    PLOSS_SAMPLE_CROSS_ENTROPY = 3,
+    /* the number of kinds: the backends map each kind to its maths and refuse another */
+    PLOSS_SAMPLE_KIND_COUNT = 4
 } ploss_sample_loss;
 
 #define PLOSS_OHEM_NAN_KEY 0x7FC00000u     /* above +inf, below the ignored key */

@@ -1466,6 +1466,8 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &o
     return with_row_group(G, [&](auto g) { return run_groups<decltype(g)::value, T>(ctx, p, o, aux, blocks); });
 }
 
+static_assert(PLOSS_SAMPLE_KIND_COUNT == 4, "a new per-sample loss kind (core/engines/rows.h): add its case to "
+                                           "launch_kind here, whose default is the softmax of PC-softmax and OHEM");
 template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const ploss_sample_problem *p)
 {
     const float hl = (float)(0.5 * p->lam), u = (float)(1.0 / (double)(p->C - 1));

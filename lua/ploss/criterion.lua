@@ -117,19 +117,21 @@ end
 
 -- Resolve the user's options `user` (a table) for description `d` into a fresh table:
 -- defaults filled in, every value checked.  `extra` lists further keys allowed (the
--- functional API's out, grad_input, scale).
-local function resolve(d, user, extra, where)
+-- functional API's out, grad_input, scale).  `own_keys`: the table was made here from the
+-- option names (a criterion's fields at a call), so its keys need no check; its values do.
+local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
   end
-  local known = option_names(d)
-  for k, v in pairs(user) do
-    if type(k) ~= "string" then
-      ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
-        where, show(v)))
+  if not own_keys then
+    for k, v in pairs(user) do
+      if type(k) ~= "string" then
+        ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
+          where, show(v)))
+      end
     end
+    ploss.check_option_keys(user, where, option_names(d), extra)
   end
-  ploss.check_option_keys(user, where, known, extra)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end
@@ -277,10 +279,10 @@ local function tensor_args(d, o, input, cache)
 end
 
 -- The caller's names of tensors the C side names otherwise (ploss.check): the functional
--- API's loss tensor (opts.out) and upstream gradient, a criterion's upstream gradient.
-local OUT_NAMES = { loss = "opts.out" }
-local F_GRAD_NAMES = { grad_loss = "grad_output" }
-local CRIT_GRAD_NAMES = { grad_loss = "gradOutput" }
+-- API's (opts.out, gradOutput, opts.grad_input) and a criterion's (gradOutput; its other
+-- tensors are its own).
+local F_NAMES = { loss = "opts.out", grad_loss = "gradOutput", grad_input = "opts.grad_input" }
+local CRIT_NAMES = { grad_loss = "gradOutput" }
 
 local function check_args(where, input, target)
   if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
@@ -392,15 +394,23 @@ end
 -- move; returns self), :cuda(), :cpu() and :tostring().
 local function tensor_and_print_methods(cls, d)
   function cls:to(device)
+    nn.check_self(self, d.criterion, "to")
     for _, t in ipairs(d.tensors) do
       if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
     end
     return self
   end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
+  function cls:cuda()
+    nn.check_self(self, d.criterion, "cuda")
+    return self:to("cuda")
+  end
+  function cls:cpu()
+    nn.check_self(self, d.criterion, "cpu")
+    return self:to("cpu")
+  end
 
   function cls:tostring()
+    nn.check_self(self, d.criterion, "tostring")
     local parts = {}
     for _, t in ipairs(d.tensors) do
       if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
@@ -565,7 +575,7 @@ local function build_multi(d)
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
     for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
     for _, x in ipairs(d.outputs) do user[x.option] = rawget(self, x.option) end
-    local o = resolve(d, user, nil, d.criterion)
+    local o = resolve(d, user, nil, d.criterion, true)
     check_inplace(o, d.criterion)
     t.o, t.cache = o, self._cache
     t.tensors = tensor_args(d, o, t.inputs[1], self._cache)
@@ -597,7 +607,7 @@ local function build_multi(d)
   local function output_buffers(self, t)
     self._outputs = self._outputs or {}
     return per_row_outputs(t.o, t, function(k, sizes, dtype, device)
-      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device, nil, nil, t.args)
+      self._outputs[k] = nn.buffer(self._outputs[k], sizes, dtype, device, nil, nil, nil, t.args, #t.args)
       return self._outputs[k]
     end)
   end
@@ -612,7 +622,7 @@ local function build_multi(d)
     local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, t.args)
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, nil, t.args, #t.args)
     t.loss = self._loss
     local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
@@ -646,7 +656,7 @@ local function build_multi(d)
         return given
       end
       local old, sizes = self._grads[k], x:size()
-      local new = nn.buffer(old, sizes, x:dtype(), x:device(), nil, nil, t.args)
+      local new = nn.buffer(old, sizes, x:dtype(), x:device(), nil, nil, nil, t.args, #t.args)
       if new ~= old and t.o.accumulate then
         local same = old and not old:is_freed() and old:has_sizes(sizes) and old:dtype() == x:dtype() and
           old:device() == x:device()
@@ -683,8 +693,9 @@ local function build_multi(d)
     local gl = grad_loss_of(o, x, gradOutput, self._grad_loss, d.criterion .. ":backward")
     if gl ~= gradOutput then self._grad_loss = gl end
     t.grad_loss = gl
+    t.args[#t.args + 1] = gl
     local g = grad_buffers(self, t)
-    ploss.check(run("backward", x:context(), t), d.name .. "_backward", CRIT_GRAD_NAMES)
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward", CRIT_NAMES)
     self.gradInput = g
     return unpack(g)
   end
@@ -704,7 +715,7 @@ local function build_multi(d)
     end
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
-    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, t.args)
+    self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, nil, t.args, #t.args)
     t.loss = self._loss
     local g = grad_buffers(self, t)
     local outs = output_buffers(self, t)
@@ -799,7 +810,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
     local outs = outputs_out(o, t)
-    ploss.check(run("forward", x:context(), t), d.name, raw.out and OUT_NAMES)
+    ploss.check(run("forward", x:context(), t), d.name, F_NAMES)
     return result(o, raw, t.loss), unpack(outs)
   end
 
@@ -809,7 +820,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.grad_loss = grad_loss_of(o, x, grad_output, nil, d.name .. "_backward")
     local g = grads_out(d.name .. "_backward", raw, t)
-    ploss.check(run("backward", x:context(), t), d.name .. "_backward", F_GRAD_NAMES)
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward", F_NAMES)
     for _, v in ipairs(g) do v:bump_version() end
     return unpack(g)
   end
@@ -821,7 +832,7 @@ local function build_multi(d)
     t.loss = loss_out(o, raw, x)
     local g = grads_out(d.name .. "_fused", raw, t)
     local outs = outputs_out(o, t)
-    ploss.check(run("fused", x:context(), t), d.name .. "_fused", raw.out and OUT_NAMES)
+    ploss.check(run("fused", x:context(), t), d.name .. "_fused", F_NAMES)
     for _, v in ipairs(g) do v:bump_version() end
     for _, v in ipairs(outs) do g[#g + 1] = v end
     return result(o, raw, t.loss), unpack(g)
@@ -861,7 +872,7 @@ function M.build(d)
     for _, t in ipairs(d.tensors) do user[t.name] = rawget(self, t.name) end
     user.reduction = rawget(self, "reduction")
     user.inplace = rawget(self, "inplace")
-    return resolve(d, user, nil, d.criterion)
+    return resolve(d, user, nil, d.criterion, true)
   end
 
   -- what the saved state depends on
@@ -911,10 +922,10 @@ function M.build(d)
     if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
       state = self._state
     end
-    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
+    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target, gl)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward", CRIT_GRAD_NAMES)
+      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward", CRIT_NAMES)
     return self.gradInput
   end
 
@@ -987,7 +998,7 @@ function M.build(d)
     local o, copts, raw = fprep(d.name, input, target, opts)
     local loss = loss_out(o, raw, input)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss }), d.name, raw.out and OUT_NAMES)
+      copts = copts, loss = loss }), d.name, F_NAMES)
     return result(o, raw, loss)
   end
 
@@ -996,7 +1007,7 @@ function M.build(d)
     local gl = grad_loss_tensor(d, o, input, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input)
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", F_GRAD_NAMES)
+      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", F_NAMES)
     if raw.grad_input then raw.grad_input:bump_version() end
     return grad
   end
@@ -1006,7 +1017,7 @@ function M.build(d)
     local loss = loss_out(o, raw, input)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", raw.out and OUT_NAMES)
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", F_NAMES)
     grad:bump_version()
     if o.reduction == "none" or raw.out then return loss, grad end
     return result(o, raw, loss), grad

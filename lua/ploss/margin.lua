@@ -140,6 +140,7 @@ return function(ploss)
   end
 
   function Head:fused(embeddings, labels, scale)
+    nn.check_self(self, "MarginSoftmax", "fused", "head")
     local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
     self.gradWeight:copy(gw)
     self.output, self.gradInput = loss, g
@@ -147,6 +148,7 @@ return function(ploss)
   end
 
   function Head:forward(embeddings)
+    nn.check_self(self, "MarginSoftmax", "forward", "head")
     -- the normalised centres (a few rows: normalised on the host)
     local W = self.weight:to("cpu"):double():totable()
     for _, row in ipairs(W) do

@@ -45,14 +45,14 @@ local Criterion = {}
 Criterion.__index = Criterion
 nn.Criterion = Criterion
 
---- Raise unless `self` can be a criterion (a table): a method called with a dot instead of
--- a colon (`crit.forward(x, t)`) gets the tensor for its criterion and would otherwise fail
--- deep inside with an error about the wrong argument.  `name` is the criterion's class,
--- `method` the method called.
-function nn.check_self(self, name, method)
+--- Raise unless `self` can be the object of a method (a table): a method called with a
+-- dot instead of a colon (`crit.forward(x, t)`) gets its first argument for the object and
+-- would otherwise fail deep inside with an error about the wrong argument.  `name` is the
+-- class, `method` the method called, `var` the object's name in the hint (default "crit").
+function nn.check_self(self, name, method, var)
   if type(self) ~= "table" then
-    ploss.raise(string.format("%s.%s: called without its criterion (got %s first): write crit:%s(...), with a colon",
-      name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), method))
+    ploss.raise(string.format("%s.%s: called without its object (got %s first): write %s:%s(...), with a colon",
+      name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), var or "crit", method))
   end
 end
 
@@ -120,25 +120,25 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- True when tensor `v` (or nil) is in the storage numbered `id`.
 local function in_storage(v, id) return v and not v:is_freed() and v:storage_id() == id end
 
--- True when tensor `t` shares its storage with tensor `a` or `b` or a tensor of the list
--- `list` (each may be nil).  No varargs: they would keep the JIT from compiling the call.
-local function shares_storage(t, a, b, list)
+-- True when tensor `t` shares its storage with tensor `a`, `b` or `c` or with list[1..n]
+-- (each may be nil).  No varargs and no list made per call: either would keep the JIT from
+-- compiling a criterion's call, or cost an allocation in it.
+local function shares_storage(t, a, b, c, list, n)
   local id = t:storage_id()
-  if in_storage(a, id) or in_storage(b, id) then return true end
-  if list then
-    for i = 1, #list do if in_storage(list[i], id) then return true end end
+  if in_storage(a, id) or in_storage(b, id) or in_storage(c, id) then return true end
+  for i = 1, n or 0 do
+    if in_storage(list[i], id) then return true end
   end
   return false
 end
 
 --- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.  The
--- tensors `a`, `b` and those of the list `list` (each optional) are the call's arguments:
--- a buffer in their memory (a criterion's own gradient given back to it as its input) is
--- replaced by a new one, so that the call neither refuses the overlap nor writes over its
--- own input.
-function nn.buffer(t, sizes, dtype, device, a, b, list)
+-- tensors `a`, `b`, `c` and list[1..n] (each optional) are the call's arguments: a buffer
+-- in their memory (a criterion's own gradient given back to it as its input) is replaced by
+-- a new one, so that the call neither refuses the overlap nor writes over its own input.
+function nn.buffer(t, sizes, dtype, device, a, b, c, list, n)
   if t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
-      and t:has_sizes(sizes) and not shares_storage(t, a, b, list) then
+      and t:has_sizes(sizes) and not shares_storage(t, a, b, c, list, n) then
     return t
   end
   return ploss.empty(sizes, { dtype = dtype, device = device })

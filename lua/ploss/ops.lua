@@ -74,6 +74,7 @@ function ploss.one_hot(target, num_classes, opts)
     co.smoothing_convention = v
   end
   ploss.check(C.ploss_one_hot(target:context(), target:dl(), co, out:dl()), "one_hot")
+  out:bump_version() -- a criterion's state computed from it is stale
   return out
 end
 ploss.F.one_hot = ploss.one_hot
@@ -115,6 +116,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     local co = taylor_copts(opts, fname)
     local out = opts.out or ploss.empty_like(input)
     ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname, opts.out and { output = "opts.out" })
+    out:bump_version() -- a criterion's state computed from it is stale
     return out
   end
 
@@ -130,6 +132,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     local co = taylor_copts(opts, fname .. "_backward")
     local grad = opts.grad_input or ploss.empty_like(input)
     ploss.check(c_backward(input:context(), input:dl(), grad_output:dl(), co, grad:dl()), fname .. "_backward")
+    grad:bump_version()
     return grad
   end
 
@@ -156,6 +159,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
     self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
     ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), self.output:dl()), fname)
+    self.output:bump_version()
     return self.output
   end
   function cls:backward(input, gradOutput)
@@ -166,6 +170,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
     ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name),
       self.gradInput:dl()), fname .. "_backward")
+    self.gradInput:bump_version()
     return self.gradInput
   end
   function cls:updateOutput(input) return self:forward(input) end
@@ -275,7 +280,7 @@ for _, op in ipairs { { "box_iou", C.PLOSS_BOX_IOU_IOU }, { "generalized_box_iou
       ploss.raise(name .. ": out: expected a ploss tensor, got " .. type(out))
     end
     ploss.check(C.ploss_box_iou(boxes1:context(), boxes1:dl(), boxes2:dl(), co, out:dl()), name)
-    if opts.out then out:bump_version() end
+    out:bump_version()
     return out
   end
   ploss.F[name] = ploss[name]

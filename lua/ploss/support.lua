@@ -41,10 +41,43 @@ local function need_tensor(x, what)
   return x
 end
 
-local function opts_table(opts, what)
+-- The options table `opts` (nil: none) of `what`; with `known` (a set of names) a key
+-- outside it is an error: a misspelt option is not ignored.
+local function opts_table(opts, what, known)
   if opts == nil then return {} end
   if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table, got " .. type(opts)) end
+  if known then ploss.check_option_keys(opts, what, known) end
   return opts
+end
+
+-- opts[key] as a boolean (`default` when absent); anything else than true or false is an
+-- error (a 0 would be true to Lua).
+local function opt_bool(opts, key, default, what)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "boolean" then
+    ploss.raise(string.format("%s: opts.%s: expected a boolean (true or false), got %s %s", what, key, type(v),
+      ploss.shown(v)))
+  end
+  return v
+end
+
+-- opts[key] as a number (`default` when absent).
+local function opt_number(opts, key, default, what)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" then
+    ploss.raise(string.format("%s: opts.%s: expected a number, got %s %s", what, key, type(v), ploss.shown(v)))
+  end
+  return v
+end
+
+-- The tensors an op wrote: a criterion's saved state computed from one of them is stale.
+local function written(...)
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if t then t:bump_version() end
+  end
 end
 
 ---------------------------------------------------------------------------------------
@@ -52,14 +85,14 @@ end
 ---------------------------------------------------------------------------------------
 
 function F.gemm(a, b, opts)
-  opts = opts_table(opts, "gemm")
+  opts = opts_table(opts, "gemm", { trans_a = true, trans_b = true, alpha = true, beta = true, out = true })
   need_tensor(a, "gemm: a")
   need_tensor(b, "gemm: b")
   if a:dim() ~= 2 or b:dim() ~= 2 then
     ploss.raise(string.format("gemm: a and b must be 2-d matrices, got %d-d and %d-d", a:dim(), b:dim()))
   end
-  local ta, tb = opts.trans_a and 1 or 0, opts.trans_b and 1 or 0
-  local beta = opts.beta or 0
+  local ta, tb = opt_bool(opts, "trans_a", false, "gemm") and 1 or 0, opt_bool(opts, "trans_b", false, "gemm") and 1 or 0
+  local alpha, beta = opt_number(opts, "alpha", 1, "gemm"), opt_number(opts, "beta", 0, "gemm")
   local c = opts.out
   if c == nil then
     if beta ~= 0 then ploss.raise("gemm: beta = " .. beta .. " needs an `out` tensor to accumulate into") end
@@ -69,8 +102,9 @@ function F.gemm(a, b, opts)
   else
     need_tensor(c, "gemm: out")
   end
-  ploss.check(C.ploss_gemm(a:context(), ta, tb, opts.alpha or 1, a:dl(), b:dl(), beta, c:dl()), "gemm",
+  ploss.check(C.ploss_gemm(a:context(), ta, tb, alpha, a:dl(), b:dl(), beta, c:dl()), "gemm",
     opts.out and { c = "opts.out" })
+  written(c)
   return c
 end
 
@@ -89,20 +123,25 @@ ploss.activations = activations
 
 for name, code in pairs(activations) do
   F[name] = function(x, opts)
-    opts = opts_table(opts, name)
+    opts = opts_table(opts, name, { out = true, inplace = true })
     need_tensor(x, name .. ": input")
-    local out = opts.out or (opts.inplace and x) or ploss.empty_like(x)
+    local inplace = opt_bool(opts, "inplace", false, name)
+    local out = opts.out or (inplace and x) or ploss.empty_like(x)
     ploss.check(C.ploss_activation_forward(x:context(), code, x:dl(), need_tensor(out, name .. ": out"):dl(),
-      opts.inplace and 1 or 0), name, opts.out and { output = "opts.out" })
+      inplace and 1 or 0), name, opts.out and { output = "opts.out" })
+    written(out)
     return out
   end
   F[name .. "_backward"] = function(x, grad_output, opts)
-    opts = opts_table(opts, name .. "_backward")
-    need_tensor(x, name .. "_backward: input")
-    need_tensor(grad_output, name .. "_backward: grad_output")
-    local gin = opts.grad_input or (opts.inplace and grad_output) or ploss.empty_like(x)
+    local where = name .. "_backward"
+    opts = opts_table(opts, where, { grad_input = true, inplace = true })
+    need_tensor(x, where .. ": input")
+    need_tensor(grad_output, where .. ": grad_output")
+    local inplace = opt_bool(opts, "inplace", false, where)
+    local gin = opts.grad_input or (inplace and grad_output) or ploss.empty_like(x)
     ploss.check(C.ploss_activation_backward(x:context(), code, x:dl(), grad_output:dl(),
-      need_tensor(gin, name .. "_backward: grad_input"):dl(), opts.inplace and 1 or 0), name .. "_backward")
+      need_tensor(gin, where .. ": grad_input"):dl(), inplace and 1 or 0), where)
+    written(gin)
     return gin
   end
 end
@@ -117,11 +156,12 @@ function F.bias_add(x, bias)
   need_tensor(x, "bias_add: x")
   need_tensor(bias, "bias_add: bias")
   ploss.check(C.ploss_bias_add(x:context(), x:dl(), bias:dl()), "bias_add")
+  written(x)
   return x
 end
 
 function F.bias_grad(grad_output, opts)
-  opts = opts_table(opts, "bias_grad")
+  opts = opts_table(opts, "bias_grad", { out = true })
   need_tensor(grad_output, "bias_grad: grad_output")
   local out = opts.out
   if out == nil then
@@ -129,12 +169,13 @@ function F.bias_grad(grad_output, opts)
     out = ploss.empty({ cols }, { dtype = grad_output:dtype(), device = grad_output:device() })
   end
   ploss.check(C.ploss_bias_grad(grad_output:context(), grad_output:dl(), need_tensor(out, "bias_grad: out"):dl()),
-    "bias_grad")
+    "bias_grad", opts.out and { grad_bias = "opts.out" })
+  written(out)
   return out
 end
 
 function F.argmax(x, opts)
-  opts = opts_table(opts, "argmax")
+  opts = opts_table(opts, "argmax", { out = true })
   need_tensor(x, "argmax: input")
   local out = opts.out
   if out == nil then
@@ -144,6 +185,7 @@ function F.argmax(x, opts)
   end
   ploss.check(C.ploss_argmax(x:context(), x:dl(), need_tensor(out, "argmax: out"):dl()), "argmax",
     opts.out and { indices = "opts.out" })
+  written(out)
   return out
 end
 ploss.argmax = F.argmax
@@ -158,14 +200,11 @@ local function fill_struct(ctype, init, opts, fields, what)
   local s = ffi.new(ctype)
   C[init](s)
   ploss.check_option_keys(opts, what, fields)
-  for k, v in pairs(opts) do
-    local kind = fields[k]
-    if kind == "boolean" then
-      if type(v) ~= "boolean" then ploss.raise(what .. ": " .. k .. ": expected a boolean, got " .. type(v)) end
-      s[k] = v and 1 or 0
+  for k in pairs(opts) do
+    if fields[k] == "boolean" then
+      s[k] = opt_bool(opts, k, nil, what) and 1 or 0
     else
-      if type(v) ~= "number" then ploss.raise(what .. ": " .. k .. ": expected a number, got " .. type(v)) end
-      s[k] = v
+      s[k] = opt_number(opts, k, nil, what)
     end
   end
   return s
@@ -178,7 +217,7 @@ local adam_fields = { lr = "number", beta1 = "number", beta2 = "number", eps = "
 
 local function check_step(step, what)
   if type(step) ~= "number" or step ~= math.floor(step) then
-    ploss.raise(what .. ": step: expected an integer (1 for the first step), got " .. tostring(step))
+    ploss.raise(what .. ": step: expected an integer (1 for the first step), got " .. ploss.shown(step))
   end
 end
 
@@ -189,6 +228,7 @@ function F.sgd_step(param, grad, momentum_buffer, step, opts)
   local s = fill_struct("ploss_sgd_opts", "ploss_sgd_opts_init", opts_table(opts, "sgd_step"), sgd_fields, "sgd_step")
   ploss.check(C.ploss_sgd_step(param:context(), param:dl(), grad:dl(),
     momentum_buffer and need_tensor(momentum_buffer, "sgd_step: momentum_buffer"):dl() or nil, step, s), "sgd_step")
+  written(param, momentum_buffer)
   return param
 end
 
@@ -202,6 +242,7 @@ function F.adam_step(param, grad, exp_avg, exp_avg_sq, step, opts)
     "adam_step")
   ploss.check(C.ploss_adam_step(param:context(), param:dl(), grad:dl(), exp_avg:dl(), exp_avg_sq:dl(), step, s),
     "adam_step")
+  written(param, exp_avg, exp_avg_sq)
   return param
 end
 
@@ -241,7 +282,7 @@ end
 local Linear = module_class("Linear")
 
 function Linear:__init(in_features, out_features, opts)
-  opts = opts_table(opts, "Linear")
+  opts = opts_table(opts, "Linear", { bias = true, dtype = true, device = true, init = true, input_grad = true })
   for _, v in ipairs { in_features, out_features } do
     if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
       ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. ploss.shown(v))
@@ -256,14 +297,15 @@ function Linear:__init(in_features, out_features, opts)
   self.in_features, self.out_features, self.init = in_features, out_features, init
   self.weight = ploss.randn({ out_features, in_features }, { dtype = dtype, device = device, std = std })
   self.gradWeight = ploss.zeros({ out_features, in_features }, { dtype = dtype, device = device })
-  if opts.bias ~= false then
+  if opt_bool(opts, "bias", true, "Linear") then
     self.bias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
     self.gradBias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
   end
-  self.input_grad = opts.input_grad ~= false
+  self.input_grad = opt_bool(opts, "input_grad", true, "Linear")
 end
 
 function Linear:forward(input)
+  nn.check_self(self, "Linear", "forward", "layer")
   need_tensor(input, "Linear: input")
   if input:dim() ~= 2 then ploss.raise("Linear: input: expected N×" .. self.in_features .. ", got " .. input:dim() .. "-d") end
   self.output = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
@@ -273,6 +315,7 @@ function Linear:forward(input)
 end
 
 function Linear:backward(input, gradOutput)
+  nn.check_self(self, "Linear", "backward", "layer")
   need_tensor(input, "Linear: input")
   need_tensor(gradOutput, "Linear: gradOutput")
   F.gemm(gradOutput, input, { trans_a = true, out = self.gradWeight }) -- (out×N)·(N×in)
@@ -300,15 +343,17 @@ for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish =
   local Act = module_class(cls_name)
   local fwd, bwd = F[fname], F[fname .. "_backward"]
   function Act:__init(opts)
-    opts = opts_table(opts, cls_name)
-    self.inplace = opts.inplace and true or false
+    opts = opts_table(opts, cls_name, { inplace = true })
+    self.inplace = opt_bool(opts, "inplace", false, cls_name)
   end
   function Act:forward(input)
+    nn.check_self(self, cls_name, "forward", "layer")
     need_tensor(input, cls_name .. ": input")
     self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
     return fwd(input, { out = self.output })
   end
   function Act:backward(input, gradOutput)
+    nn.check_self(self, cls_name, "backward", "layer")
     if self.inplace then
       self.gradInput = bwd(input, gradOutput, { inplace = true })
     else
@@ -324,17 +369,34 @@ end
 -- reverse with the inputs saved by the last forward.
 local Sequential = module_class("Sequential")
 
+-- Raise unless `m` is a module (an object with forward and backward methods).
+local function need_module(m, what)
+  local ok = type(m) == "table" and type(m.forward) == "function" and type(m.backward) == "function"
+  local class = ok and rawget(m, "__index") == m -- the class itself, not a module made by calling it
+  if not ok or class then
+    ploss.raise(string.format("%s: expected a module (e.g. ploss.nn.Linear(4, 3)), got %s", what,
+      class and "a class (make one: Cls(…))" or type(m) == "table" and "a table that is not one" or ploss.shown(m)))
+  end
+  return m
+end
+
 function Sequential:__init(modules)
+  if modules ~= nil and (type(modules) ~= "table" or type(modules.forward) == "function") then
+    ploss.raise("Sequential: expected a list of modules ({m1, m2, …}), got " ..
+      (type(modules) == "table" and "a module (wrap it in a list: {m})" or type(modules)))
+  end
   self.modules = {}
-  for i, m in ipairs(modules or {}) do self.modules[i] = m end
+  for i, m in ipairs(modules or {}) do self.modules[i] = need_module(m, "Sequential: modules[" .. i .. "]") end
 end
 
 function Sequential:add(m)
-  self.modules[#self.modules + 1] = m
+  nn.check_self(self, "Sequential", "add", "model")
+  self.modules[#self.modules + 1] = need_module(m, "Sequential:add")
   return self
 end
 
 function Sequential:forward(input)
+  nn.check_self(self, "Sequential", "forward", "model")
   self._inputs = { input }
   local x = input
   for i, m in ipairs(self.modules) do
@@ -346,6 +408,7 @@ function Sequential:forward(input)
 end
 
 function Sequential:backward(input, gradOutput)
+  nn.check_self(self, "Sequential", "backward", "model")
   if not self._inputs or self._inputs[1] ~= input then self:forward(input) end
   local g = gradOutput
   for i = #self.modules, 1, -1 do
@@ -385,8 +448,12 @@ local function optimizer(name, make_state, step_one, fields)
       if type(params) ~= "table" or type(grads) ~= "table" or #params ~= #grads then
         ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
       end
-      opts = opts_table(opts, name)
-      ploss.check_option_keys(opts, name, fields)
+      opts = opts_table(opts, name, fields)
+      -- the options' types now, not at the first step (their ranges: the step's C checks)
+      for k in pairs(opts) do
+        if fields[k] == "boolean" then opt_bool(opts, k, nil, name) else opt_number(opts, k, nil, name) end
+      end
+      for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = opts, t = 0, state = {} }, c)
       for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
       return self
@@ -394,6 +461,7 @@ local function optimizer(name, make_state, step_one, fields)
   })
   --- One update of every parameter from its gradient.
   function cls:step()
+    nn.check_self(self, name, "step", "optim")
     self.t = self.t + 1
     for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], self.t, self.opts) end
   end
@@ -523,6 +591,7 @@ local function ema_context(self)
 end
 
 function EMA:update()
+  nn.check_self(self, "EMA", "update", "ema")
   if self.applied then ploss.raise("EMA: update() between apply() and restore()") end
   ploss.check(C.ploss_ema_update(ema_context(self), dl_array(self.shadows), dl_array(self.params, true), #self.params,
     self.t, self.copts), "ema_update")
@@ -539,12 +608,14 @@ local function exchange(self, what)
 end
 
 function EMA:apply()
+  nn.check_self(self, "EMA", "apply", "ema")
   if self.applied then ploss.raise("EMA: apply() twice without restore()") end
   exchange(self, "ema_apply")
   self.applied = true
 end
 
 function EMA:restore()
+  nn.check_self(self, "EMA", "restore", "ema")
   if not self.applied then ploss.raise("EMA: restore() without apply()") end
   exchange(self, "ema_restore")
   self.applied = false

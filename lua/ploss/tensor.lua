@@ -905,7 +905,7 @@ function Tensor:has_sizes(sizes)
   local nd = self.desc.ndim
   if #sizes ~= nd then return false end
   for i = 1, nd do
-    if self.sz[i - 1] ~= sizes[i] then return false end
+    if tonumber(self.sz[i - 1]) ~= sizes[i] then return false end
   end
   return true
 end

@@ -8,15 +8,6 @@
 #include "check.h"
 #include "loss.h"
 
-static int (*const computes[PLOSS_SHAPE_COUNT])(ploss_policy) = {
-    [PLOSS_SHAPE_ROWS] = ploss_rows_computes,
-    [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_computes,
-    [PLOSS_SHAPE_PAIRS] = ploss_pairs_computes,
-    [PLOSS_SHAPE_BOXES] = ploss_boxes_computes,
-    [PLOSS_SHAPE_REGION] = ploss_region_computes,
-    [PLOSS_SHAPE_MARGIN] = ploss_margin_computes,
-};
-
 int main(void)
 {
     static const ploss_shape shape_of[PLOSS_POLICY_COUNT] = PLOSS_POLICY_SHAPES;
@@ -31,10 +22,10 @@ int main(void)
     for (int p = 0; p < PLOSS_POLICY_COUNT; ++p)
         for (int s = 0; s < PLOSS_SHAPE_COUNT; ++s) {
             const int own = shape_of[p] == (ploss_shape)s;
-            if (computes[s]((ploss_policy)p) != own)
+            if (ploss_engine_computes((ploss_shape)s, (ploss_policy)p) != own)
                 fprintf(stderr, "policy %d, shape %d: computes %d, its description's shape %d\n", p, s,
-                        computes[s]((ploss_policy)p), (int)shape_of[p]);
-            CHECK(computes[s]((ploss_policy)p) == own);
+                        ploss_engine_computes((ploss_shape)s, (ploss_policy)p), (int)shape_of[p]);
+            CHECK(ploss_engine_computes((ploss_shape)s, (ploss_policy)p) == own);
             if (!own) {
                 const ploss_loss_spec spec = {.name = "probe", .shape = (ploss_shape)s, .policy = (ploss_policy)p};
                 CHECK_STATUS(ploss_run_loss(ctx, PLOSS_PASS_FUSED, &spec, &args, &params), PLOSS_ERR_UNSUPPORTED,

@@ -56,7 +56,7 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         const REAL e = EXP(y);
         *loss = e * (y - x);
         *dx = -e;
-    } else { /* no such kind (the engine refuses it first) */
+    } else { /* no such kind (ploss_run_loss refuses its loss first) */
         *loss = *dx = (REAL)NAN;
     }
 }
@@ -200,7 +200,7 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_KL_DIV: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV, 0) break;
     case PLOSS_EW_HINGE_EMBEDDING: SIGMOID_PASSES_G(PLOSS_EW_HINGE_EMBEDDING, 0) break;
     case PLOSS_EW_KL_DIV_LOG_TARGET: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
-    default: return NAN; /* no such kind (the engine refuses it first) */
+    default: return NAN; /* no such kind (ploss_run_loss refuses its loss first) */
     }
     return acc;
 }

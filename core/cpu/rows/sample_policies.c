@@ -64,11 +64,16 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_sample_policies)(ploss_ctx_t *ctx, const plo
 {
     (void)ctx;
     const int64_t M = p->N * p->S;
-    static const ploss_srows_kind kinds[] = {
-        [PLOSS_SAMPLE_LARGE_MARGIN] = PLOSS_SROWS_LARGE_MARGIN, [PLOSS_SAMPLE_TAYLOR_CE] = PLOSS_SROWS_TAYLOR_CE,
-        [PLOSS_SAMPLE_PC_SOFTMAX] = PLOSS_SROWS_PC_SOFTMAX, [PLOSS_SAMPLE_CROSS_ENTROPY] = PLOSS_SROWS_CE};
+    ploss_srows_kind kind;
+    switch (p->loss_kind) {
+    case PLOSS_SAMPLE_LARGE_MARGIN: kind = PLOSS_SROWS_LARGE_MARGIN; break;
+    case PLOSS_SAMPLE_TAYLOR_CE: kind = PLOSS_SROWS_TAYLOR_CE; break;
+    case PLOSS_SAMPLE_PC_SOFTMAX: kind = PLOSS_SROWS_PC_SOFTMAX; break;
+    case PLOSS_SAMPLE_CROSS_ENTROPY: kind = PLOSS_SROWS_CE; break;
+    default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "sample_policies: no CPU kernel for loss kind %d", (int)p->loss_kind);
+    }
     ploss_cpu_srows r = {
-        .name = "sample_policies", .kind = kinds[p->loss_kind],
+        .name = "sample_policies", .kind = kind,
         .pass = p->pass, .reduction = p->reduction, .N = p->N, .S = p->S, .C = p->C,
         .x = p->x, .x_dtype = p->x_dtype, .x_sn = p->x_sn, .x_ss = p->x_ss, .x_sc = p->x_sc,
         .t = p->t, .t_dtype = p->t_dtype, .t_sn = p->t_sn, .t_ss = p->t_ss, .ignore_index = p->ignore_index,

@@ -27,7 +27,10 @@ typedef enum {
     PLOSS_SROWS_LARGE_MARGIN, /* rows.h, state lse, lse', E                            */
     PLOSS_SROWS_TAYLOR_CE,    /* ℓ = log Z − log f_n(x_y), state Z                      */
     PLOSS_SROWS_FOCAL,        /* ℓ = −α_y (1 − p_y)^γ log p_y (w: α), state lse        */
-    PLOSS_SROWS_DUAL_FOCAL    /* ℓ = −Σ_j log(1 + ε − (p_j − [j = y])²), state lse      */
+    PLOSS_SROWS_DUAL_FOCAL,   /* ℓ = −Σ_j log(1 + ε − (p_j − [j = y])²), state lse      */
+    /* the number of kinds, asserted in softmax_rows_impl.h: the `default:` of its switches
+     * on the kind is the cross-entropy / PC-softmax maths, so a new kind needs its cases */
+    PLOSS_SROWS_KIND_COUNT
 } ploss_srows_kind;
 
 typedef struct {

@@ -14,6 +14,9 @@
  * (masked out of the sums that exclude it); the label's entry is then written over.
  */
 
+_Static_assert(PLOSS_SROWS_KIND_COUNT == 6, "a new kind of softmax_rows.h: add its case to every switch on the "
+                                           "kind in this file (their default is the cross-entropy maths)");
+
 typedef struct {
     const ploss_cpu_srows *p;
     const REAL *br;    /* PC: b_j = log w_j as REAL, else zeros */
