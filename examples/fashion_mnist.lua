@@ -77,7 +77,7 @@ local criteria = {
     function(ploss) if ploss.LargeMarginSoftmaxLoss then return ploss.LargeMarginSoftmaxLoss {} end end },
   ["taylor-ce"] = { "Taylor cross-entropy, n = 2 (de Brébisson & Vincent 2016)",
     function(ploss) if ploss.TaylorCrossEntropyLoss then return ploss.TaylorCrossEntropyLoss {} end end },
-  ["pc-softmax"] = { "PC-softmax cross-entropy, uniform priors 0.1 (Qin et al. 2019)",
+  ["pc-softmax"] = { "PC-softmax cross-entropy, uniform priors 0.1 (Qin et al. 2019; its loss is CE + log 0.1: negative)",
     function(ploss)
       if ploss.PCSoftmaxCrossEntropyLoss then
         return ploss.PCSoftmaxCrossEntropyLoss { lb_proportion = { 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1 } }
@@ -132,10 +132,17 @@ local function parse_args(argv)
                       seed = 1, limit = 1, data = 1, out = 1 }
       if not known[key] then die("unknown option --" .. key:gsub("_", "-") .. "\n" .. usage) end
       if numeric[key] then
-        local v = tonumber(val)
-        if not v or v < 0 or (key ~= "lr" and v ~= math.floor(v)) then
-          die("--" .. key:gsub("_", "-") .. ": expected a " .. (key == "lr" and "positive number" or "non-negative integer") ..
-            ", got '" .. val .. "'")
+        -- decimal only (tonumber would take 0x10), finite; lr > 0, the others integers below 2^53
+        local v = val:match("^[+-]?[%d.]+[eE]?[+-]?%d*$") and tonumber(val)
+        local bad = not v or v ~= v or v == math.huge
+        if key == "lr" then
+          bad = bad or not (v > 0)
+        else
+          bad = bad or v < 0 or v ~= math.floor(v) or v >= 2 ^ 53
+        end
+        if bad then
+          die("--" .. key:gsub("_", "-") .. ": expected a " .. (key == "lr" and "positive finite number" or
+            "non-negative integer") .. ", got '" .. val .. "'")
         end
         val = v
       end
@@ -144,6 +151,9 @@ local function parse_args(argv)
     i = i + 1
   end
   if o.batch_size < 1 then die("--batch-size: expected at least 1") end
+  if o.device ~= "auto" and o.device ~= "cpu" and o.device ~= "cuda" and not o.device:match("^cuda:%d+$") then
+    die("--device: expected auto, cpu, cuda or cuda:N, got '" .. o.device .. "'")
+  end
   if o.epochs < 1 then die("--epochs: expected at least 1 (no epoch trains or evaluates anything)") end
   if o.optim ~= "sgd" and o.optim ~= "adam" then die("--optim: expected sgd or adam, got '" .. o.optim .. "'") end
   o.lr = o.lr or (o.optim == "sgd" and 0.05 or 0.001)
@@ -191,6 +201,16 @@ elseif opt.device ~= "cpu" and not ploss.cuda_available() then
     opt.device, tostring(ploss.C.ploss_built_with_cuda() ~= 0), ploss.cuda_device_count()))
 end
 local device = ploss.parse_device(opt.device)
+
+-- the output folder before the training, not after it: one that cannot be written is told now
+do
+  os.execute("mkdir -p '" .. opt.out:gsub("'", "'\\''") .. "' 2>/dev/null")
+  local probe = string.format("%s/.fashion_mnist-%d.tmp", opt.out, os.time())
+  local f = io.open(probe, "w")
+  if not f then die("--out " .. opt.out .. ": cannot write a file there") end
+  f:close()
+  os.remove(probe)
+end
 
 -- Under tools/launch.sh: a communicator over the ranks (the centres sharded, the MLP
 -- data-parallel); rank r uses cuda:r on a GPU.
@@ -529,7 +549,6 @@ local function exists_program(name)
   return r == 0 or r == true
 end
 
-os.execute("mkdir -p " .. shell_quote(opt.out))
 -- the run's settings; --limit and --batch-size only when they change the run
 local stem = string.format("%s/fashion_mnist-%s-%s-%s-lr%g-seed%d-e%d%s%s%s-%s", opt.out, opt.loss,
   opt.activation, opt.optim, opt.lr, opt.seed, opt.epochs,

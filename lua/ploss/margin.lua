@@ -113,8 +113,11 @@ return function(ploss)
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
 
-  function Head:__init(opts)
-    opts = opts or {}
+  function Head:__init(opts, ...)
+    if type(opts) ~= "table" or select("#", ...) > 0 then
+      ploss.raise("MarginSoftmax: expected one table {in_features, classes, criterion = …, dtype = …, device = …}, " ..
+        "got " .. (type(opts) == "table" and "more arguments" or type(opts)) .. " (the sizes go inside the braces)")
+    end
     local known = { [1] = true, [2] = true, criterion = true, dtype = true, device = true }
     local unknown = {}
     for k in pairs(opts) do
@@ -126,10 +129,18 @@ return function(ploss)
         "{in_features, classes, criterion = …, dtype = …, device = …})")
     end
     local in_features, classes = opts[1], opts[2]
-    for _, v in ipairs { in_features or 0, classes or 0 } do
-      if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-        ploss.raise("MarginSoftmax: expected positive integer sizes (in_features, classes), got " .. ploss.shown(v))
+    for i, v in ipairs { "in_features", "classes" } do
+      local n = opts[i]
+      if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
+        ploss.raise("MarginSoftmax: " .. v .. ": expected a positive integer, got " .. ploss.shown(n))
       end
+    end
+    local crit = opts.criterion
+    local d = type(crit) == "table" and crit._description
+    if crit ~= nil and not ((d and d.shape == "margin" and d.name ~= "linear_cross_entropy") or
+                            getmetatable(crit) == ploss.PartialFCLoss) then
+      ploss.raise("MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…}, " ..
+        "CombinedMarginLoss{…} or PartialFCLoss{…}), got " .. (d and ("ploss." .. d.criterion) or ploss.shown(crit)))
     end
     local dtype, device = opts.dtype or "f32", opts.device or "cpu"
     self.in_features, self.classes = in_features, classes

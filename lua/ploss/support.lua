@@ -307,7 +307,9 @@ end
 function Linear:forward(input)
   nn.check_self(self, "Linear", "forward", "layer")
   need_tensor(input, "Linear: input")
-  if input:dim() ~= 2 then ploss.raise("Linear: input: expected N×" .. self.in_features .. ", got " .. input:dim() .. "-d") end
+  if input:dim() ~= 2 or input:size(2) ~= self.in_features then
+    ploss.raise("Linear: input: expected N×" .. self.in_features .. ", got " .. table.concat(input:size(), "×"))
+  end
   self.output = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
   F.gemm(input, self.weight, { trans_b = true, out = self.output })
   if self.bias then F.bias_add(self.output, self.bias) end
