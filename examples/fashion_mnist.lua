@@ -27,7 +27,8 @@
 -- second and the device's peak memory held by ploss; at the end, in --out (default out/),
 -- a CSV of these figures, a CSV of every batch's training loss and a PNG plot of both
 -- (gnuplot), whose paths are printed.  The files are named by the run's settings (loss,
--- activation, optimiser, lr, seed, epochs, --limit and --batch-size when given, device),
+-- activation, optimiser, lr, seed, epochs, --limit, --batch-size and --ema where they
+-- change the run, device),
 -- so that runs with other settings do not overwrite them:
 --     out/fashion_mnist-ce-mish-sgd-lr0.05-seed1-e3-cpu.csv, …-batches.csv, ….png
 local ffi = require "ffi"
@@ -202,10 +203,12 @@ elseif opt.device ~= "cpu" and not ploss.cuda_available() then
 end
 local device = ploss.parse_device(opt.device)
 
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
 -- the output folder before the training, not after it: one that cannot be written is told now
 do
-  os.execute("mkdir -p '" .. opt.out:gsub("'", "'\\''") .. "' 2>/dev/null")
-  local probe = string.format("%s/.fashion_mnist-%d.tmp", opt.out, os.time())
+  os.execute("mkdir -p -- " .. shell_quote(opt.out) .. " 2>/dev/null")
+  local probe = string.format("%s/.fashion_mnist-%s-%d.tmp", opt.out, os.getenv("PLOSS_RANK") or "0", os.time())
   local f = io.open(probe, "w")
   if not f then die("--out " .. opt.out .. ": cannot write a file there") end
   f:close()
@@ -543,7 +546,6 @@ if comm then
   if rank > 0 then os.exit(0) end
 end
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local function exists_program(name)
   local r = os.execute("command -v " .. name .. " >/dev/null 2>&1")
   return r == 0 or r == true

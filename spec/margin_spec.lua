@@ -697,8 +697,8 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected a positive integer, got nil")
     H.expect_error(function() ploss.nn.MarginSoftmax(4, 6) end, "MarginSoftmax: expected one table {in_features, classes")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.CrossEntropyLoss {} } end,
-      "MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…}, " ..
-      "CombinedMarginLoss{…} or PartialFCLoss{…}), got ploss.CrossEntropyLoss")
+      "MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..
+      "CosFaceLoss{…}, CombinedMarginLoss{…} or PartialFCLoss{…}), got ploss.CrossEntropyLoss")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = "arcface" } end, "got 'arcface'")
     H.expect_error(function() ploss.nn.MarginSoftmax { in_features = 4, classes = 6 } end,
       "MarginSoftmax: unknown option 'classes' (the sizes are positional")

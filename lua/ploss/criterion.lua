@@ -278,11 +278,22 @@ local function tensor_args(d, o, input, cache)
   return out
 end
 
--- The caller's names of tensors the C side names otherwise (ploss.check): the functional
--- API's (opts.out, gradOutput, opts.grad_input) and a criterion's (gradOutput; its other
--- tensors are its own).
-local F_NAMES = { loss = "opts.out", grad_loss = "gradOutput", grad_input = "opts.grad_input" }
+-- The caller's names of tensors the C side names otherwise (ploss.check): a criterion's
+-- upstream gradient (its other tensors are its own), and the functional API's, with
+-- opts.out and opts.grad_input only where the caller gave them (F_NAMES[out][grad_input]).
 local CRIT_NAMES = { grad_loss = "gradOutput" }
+local F_NAMES = {
+  [false] = { [false] = CRIT_NAMES, [true] = { grad_loss = "gradOutput", grad_input = "opts.grad_input" } },
+  [true] = { [false] = { loss = "opts.out", grad_loss = "gradOutput" },
+             [true] = { loss = "opts.out", grad_loss = "gradOutput", grad_input = "opts.grad_input" } },
+}
+local function f_names(raw) return F_NAMES[raw.out ~= nil][raw.grad_input ~= nil] end
+
+-- The loss tensor of a functional call: the caller's (opts.out) is marked written, as the
+-- gradients are (a criterion's state saved from its old values is then not reused).
+local function written_out(raw, loss)
+  if raw.out then loss:bump_version() end
+end
 
 local function check_args(where, input, target)
   if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
@@ -626,6 +637,7 @@ local function build_multi(d)
     t.loss = self._loss
     local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
+    self._loss:bump_version() -- its buffers are rewritten (another criterion's state from them is stale)
     return self._loss, unpack(outs)
   end
 
@@ -696,6 +708,7 @@ local function build_multi(d)
     t.args[#t.args + 1] = gl
     local g = grad_buffers(self, t)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward", CRIT_NAMES)
+    for _, v in ipairs(g) do v:bump_version() end
     self.gradInput = g
     return unpack(g)
   end
@@ -720,6 +733,8 @@ local function build_multi(d)
     local g = grad_buffers(self, t)
     local outs = output_buffers(self, t)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
+    self._loss:bump_version()
+    for _, v in ipairs(g) do v:bump_version() end
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     self.gradInput = g
     local r = { unpack(g) }
@@ -810,7 +825,8 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.loss = loss_out(o, raw, x)
     local outs = outputs_out(o, t)
-    ploss.check(run("forward", x:context(), t), d.name, F_NAMES)
+    ploss.check(run("forward", x:context(), t), d.name, f_names(raw))
+    written_out(raw, t.loss)
     return result(o, raw, t.loss), unpack(outs)
   end
 
@@ -820,7 +836,7 @@ local function build_multi(d)
     local x = t.inputs[1]
     t.grad_loss = grad_loss_of(o, x, grad_output, nil, d.name .. "_backward")
     local g = grads_out(d.name .. "_backward", raw, t)
-    ploss.check(run("backward", x:context(), t), d.name .. "_backward", F_NAMES)
+    ploss.check(run("backward", x:context(), t), d.name .. "_backward", f_names(raw))
     for _, v in ipairs(g) do v:bump_version() end
     return unpack(g)
   end
@@ -832,7 +848,8 @@ local function build_multi(d)
     t.loss = loss_out(o, raw, x)
     local g = grads_out(d.name .. "_fused", raw, t)
     local outs = outputs_out(o, t)
-    ploss.check(run("fused", x:context(), t), d.name .. "_fused", F_NAMES)
+    ploss.check(run("fused", x:context(), t), d.name .. "_fused", f_names(raw))
+    written_out(raw, t.loss)
     for _, v in ipairs(g) do v:bump_version() end
     for _, v in ipairs(outs) do g[#g + 1] = v end
     return result(o, raw, t.loss), unpack(g)
@@ -900,6 +917,7 @@ function M.build(d)
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       loss = self._loss, state_out = self._state }), d.name .. "_forward")
+    self._loss:bump_version() -- rewritten: another criterion's state from it is stale
     if d.state then self._state_key = state_key(o, tensors, input, target) end
     return self._loss
   end
@@ -926,6 +944,7 @@ function M.build(d)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward", CRIT_NAMES)
+    self.gradInput:bump_version()
     return self.gradInput
   end
 
@@ -946,7 +965,8 @@ function M.build(d)
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
       loss = self._loss, grad_input = grad }), d.name .. "_fused")
-    if o.inplace then input:bump_version() end
+    self._loss:bump_version()
+    grad:bump_version() -- the input itself when in place
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     if o.inplace then return self.output, input end
     return self.output, self.gradInput
@@ -998,7 +1018,8 @@ function M.build(d)
     local o, copts, raw = fprep(d.name, input, target, opts)
     local loss = loss_out(o, raw, input)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss }), d.name, F_NAMES)
+      copts = copts, loss = loss }), d.name, f_names(raw))
+    written_out(raw, loss)
     return result(o, raw, loss)
   end
 
@@ -1007,7 +1028,7 @@ function M.build(d)
     local gl = grad_loss_tensor(d, o, input, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input)
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", F_NAMES)
+      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", f_names(raw))
     if raw.grad_input then raw.grad_input:bump_version() end
     return grad
   end
@@ -1017,7 +1038,8 @@ function M.build(d)
     local loss = loss_out(o, raw, input)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", F_NAMES)
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw))
+    written_out(raw, loss)
     grad:bump_version()
     if o.reduction == "none" or raw.out then return loss, grad end
     return result(o, raw, loss), grad

@@ -139,8 +139,9 @@ return function(ploss)
     local d = type(crit) == "table" and crit._description
     if crit ~= nil and not ((d and d.shape == "margin" and d.name ~= "linear_cross_entropy") or
                             getmetatable(crit) == ploss.PartialFCLoss) then
-      ploss.raise("MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…}, " ..
-        "CombinedMarginLoss{…} or PartialFCLoss{…}), got " .. (d and ("ploss." .. d.criterion) or ploss.shown(crit)))
+      ploss.raise("MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..
+        "CosFaceLoss{…}, CombinedMarginLoss{…} or PartialFCLoss{…}), got " ..
+        (d and ("ploss." .. d.criterion) or ploss.shown(crit)))
     end
     local dtype, device = opts.dtype or "f32", opts.device or "cpu"
     self.in_features, self.classes = in_features, classes

@@ -72,6 +72,11 @@ local function opt_number(opts, key, default, what)
   return v
 end
 
+-- The options each op takes (opts_table refuses others).
+local GEMM_OPTS = { trans_a = true, trans_b = true, alpha = true, beta = true, out = true }
+local ACT_OPTS, ACT_BACKWARD_OPTS = { out = true, inplace = true }, { grad_input = true, inplace = true }
+local OUT_OPTS = { out = true }
+
 -- The tensors an op wrote: a criterion's saved state computed from one of them is stale.
 local function written(...)
   for i = 1, select("#", ...) do
@@ -85,7 +90,7 @@ end
 ---------------------------------------------------------------------------------------
 
 function F.gemm(a, b, opts)
-  opts = opts_table(opts, "gemm", { trans_a = true, trans_b = true, alpha = true, beta = true, out = true })
+  opts = opts_table(opts, "gemm", GEMM_OPTS)
   need_tensor(a, "gemm: a")
   need_tensor(b, "gemm: b")
   if a:dim() ~= 2 or b:dim() ~= 2 then
@@ -123,7 +128,7 @@ ploss.activations = activations
 
 for name, code in pairs(activations) do
   F[name] = function(x, opts)
-    opts = opts_table(opts, name, { out = true, inplace = true })
+    opts = opts_table(opts, name, ACT_OPTS)
     need_tensor(x, name .. ": input")
     local inplace = opt_bool(opts, "inplace", false, name)
     local out = opts.out or (inplace and x) or ploss.empty_like(x)
@@ -134,7 +139,7 @@ for name, code in pairs(activations) do
   end
   F[name .. "_backward"] = function(x, grad_output, opts)
     local where = name .. "_backward"
-    opts = opts_table(opts, where, { grad_input = true, inplace = true })
+    opts = opts_table(opts, where, ACT_BACKWARD_OPTS)
     need_tensor(x, where .. ": input")
     need_tensor(grad_output, where .. ": grad_output")
     local inplace = opt_bool(opts, "inplace", false, where)
@@ -161,7 +166,7 @@ function F.bias_add(x, bias)
 end
 
 function F.bias_grad(grad_output, opts)
-  opts = opts_table(opts, "bias_grad", { out = true })
+  opts = opts_table(opts, "bias_grad", OUT_OPTS)
   need_tensor(grad_output, "bias_grad: grad_output")
   local out = opts.out
   if out == nil then
@@ -175,7 +180,7 @@ function F.bias_grad(grad_output, opts)
 end
 
 function F.argmax(x, opts)
-  opts = opts_table(opts, "argmax", { out = true })
+  opts = opts_table(opts, "argmax", OUT_OPTS)
   need_tensor(x, "argmax: input")
   local out = opts.out
   if out == nil then
@@ -308,7 +313,8 @@ function Linear:forward(input)
   nn.check_self(self, "Linear", "forward", "layer")
   need_tensor(input, "Linear: input")
   if input:dim() ~= 2 or input:size(2) ~= self.in_features then
-    ploss.raise("Linear: input: expected N×" .. self.in_features .. ", got " .. table.concat(input:size(), "×"))
+    ploss.raise(string.format("Linear: input: expected N×%d, got %s", self.in_features,
+      input:dim() == 2 and table.concat(input:size(), "×") or (input:dim() .. "-d")))
   end
   self.output = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
   F.gemm(input, self.weight, { trans_b = true, out = self.output })
