@@ -524,6 +524,10 @@ describe("sgd_step and adam_step", function()
     H.expect_error(function() F.sgd_step(p, g, buf, 1, { nesterov = true }) end, "opts.nesterov: needs momentum > 0 and dampening = 0", p)
     H.expect_error(function() F.sgd_step(p, g, buf, 1, { lr = -1 }) end, "opts.lr: -1 is outside [0, ∞)", p)
     H.expect_error(function() F.sgd_step(p, g, buf, 0, {}) end, "step: expected 1 for the first step", p)
+    -- an infinite step would wrap to int64's minimum; a string is not a step
+    H.expect_error(function() F.adam_step(p, g, buf, ploss.zeros(5), 1 / 0, {}) end,
+      "adam_step: step: expected an integer (1 for the first step), got inf", p)
+    H.expect_error(function() F.sgd_step(p, g, buf, "1", {}) end, "sgd_step: step: expected an integer (1 for the first step), got '1'", p)
     H.expect_error(function() F.sgd_step(p, g:double(), nil, 1, {}) end, "grad: expected param's dtype f32, got f64", p)
     H.expect_error(function() F.sgd_step(p, ploss.randn(6), nil, 1, {}) end, "grad: expected the shape of param", p)
     H.expect_error(function() F.sgd_step(p, p, nil, 1, {}) end, { "param: overlaps the memory of grad", "PLOSS_ERR_ALIAS" }, g)

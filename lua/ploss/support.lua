@@ -221,7 +221,8 @@ local adam_fields = { lr = "number", beta1 = "number", beta2 = "number", eps = "
                       weight_decay = "number", decoupled_weight_decay = "boolean" }
 
 local function check_step(step, what)
-  if type(step) ~= "number" or step ~= math.floor(step) then
+  -- below 2^53, where a Lua number is an exact integer (±inf would wrap to int64's minimum)
+  if type(step) ~= "number" or step ~= math.floor(step) or not (math.abs(step) < 2 ^ 53) then
     ploss.raise(what .. ": step: expected an integer (1 for the first step), got " .. ploss.shown(step))
   end
 end
