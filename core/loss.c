@@ -53,6 +53,8 @@ ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 {
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    if ((unsigned)spec->shape >= PLOSS_SHAPE_COUNT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: no kernel shape %d", spec->name, (int)spec->shape);
     /* a loss described but without its maths in its engine (docs/ADDING_A_LOSS.md) */
     if (!ploss_engine_computes(spec->shape, spec->policy))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the %s engine has no maths for this loss", spec->name,
