@@ -5,35 +5,24 @@
 
 #include "loss.h"
 
-typedef ploss_status (*ploss_front)(ploss_ctx_t *, ploss_pass, const ploss_loss_spec *, const ploss_loss_args *,
-                                    const ploss_loss_params *);
-
-static const ploss_front fronts[PLOSS_SHAPE_COUNT] = {
-    [PLOSS_SHAPE_ROWS] = ploss_rows_run,
-    [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_run,
-    [PLOSS_SHAPE_PAIRS] = ploss_pairs_run,
-    [PLOSS_SHAPE_BOXES] = ploss_boxes_run,
-    [PLOSS_SHAPE_REGION] = ploss_region_run,
-    [PLOSS_SHAPE_MARGIN] = ploss_margin_run,
-};
-
-static int (*const computes[PLOSS_SHAPE_COUNT])(ploss_policy) = {
-    [PLOSS_SHAPE_ROWS] = ploss_rows_computes,
-    [PLOSS_SHAPE_ELEMENTWISE] = ploss_elementwise_computes,
-    [PLOSS_SHAPE_PAIRS] = ploss_pairs_computes,
-    [PLOSS_SHAPE_BOXES] = ploss_boxes_computes,
-    [PLOSS_SHAPE_REGION] = ploss_region_computes,
-    [PLOSS_SHAPE_MARGIN] = ploss_margin_computes,
-};
-
-static const char *const shape_names[PLOSS_SHAPE_COUNT] = {
-    [PLOSS_SHAPE_ROWS] = "rows", [PLOSS_SHAPE_ELEMENTWISE] = "elementwise", [PLOSS_SHAPE_PAIRS] = "pairs",
-    [PLOSS_SHAPE_BOXES] = "boxes", [PLOSS_SHAPE_REGION] = "region", [PLOSS_SHAPE_MARGIN] = "margin",
+/* The engine of each kernel shape: its name, its front and the losses it computes. */
+static const struct {
+    const char *name;
+    ploss_status (*run)(ploss_ctx_t *, ploss_pass, const ploss_loss_spec *, const ploss_loss_args *,
+                        const ploss_loss_params *);
+    int (*computes)(ploss_policy);
+} engines[PLOSS_SHAPE_COUNT] = {
+    [PLOSS_SHAPE_ROWS] = {"rows", ploss_rows_run, ploss_rows_computes},
+    [PLOSS_SHAPE_ELEMENTWISE] = {"elementwise", ploss_elementwise_run, ploss_elementwise_computes},
+    [PLOSS_SHAPE_PAIRS] = {"pairs", ploss_pairs_run, ploss_pairs_computes},
+    [PLOSS_SHAPE_BOXES] = {"boxes", ploss_boxes_run, ploss_boxes_computes},
+    [PLOSS_SHAPE_REGION] = {"region", ploss_region_run, ploss_region_computes},
+    [PLOSS_SHAPE_MARGIN] = {"margin", ploss_margin_run, ploss_margin_computes},
 };
 
 int ploss_engine_computes(ploss_shape shape, ploss_policy policy)
 {
-    return (unsigned)shape < PLOSS_SHAPE_COUNT && computes[shape](policy);
+    return (unsigned)shape < PLOSS_SHAPE_COUNT && engines[shape].computes(policy);
 }
 
 ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)
@@ -58,6 +47,6 @@ ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     /* a loss described but without its maths in its engine (docs/ADDING_A_LOSS.md) */
     if (!ploss_engine_computes(spec->shape, spec->policy))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the %s engine has no maths for this loss", spec->name,
-                           shape_names[spec->shape]);
-    return fronts[spec->shape](ctx, pass, spec, a, p);
+                           engines[spec->shape].name);
+    return engines[spec->shape].run(ctx, pass, spec, a, p);
 }

@@ -670,9 +670,8 @@ local function build_multi(d)
       local old, sizes = self._grads[k], x:size()
       local new = nn.buffer(old, sizes, x:dtype(), x:device(), nil, nil, nil, t.args, #t.args)
       if new ~= old and t.o.accumulate then
-        local same = old and not old:is_freed() and old:has_sizes(sizes) and old:dtype() == x:dtype() and
-          old:device() == x:device()
-        if same then new:copy(old) else new:fill(0) end
+        -- replaced only for being given back as an input: its sums carry on
+        if nn.fits(old, sizes, x:dtype(), x:device()) then new:copy(old) else new:fill(0) end
       end
       self._grads[k] = new
       return new

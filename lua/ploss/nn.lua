@@ -132,15 +132,18 @@ local function shares_storage(t, a, b, c, list, n)
   return false
 end
 
+--- True when `t` is a live contiguous tensor of these sizes, dtype and device.
+function nn.fits(t, sizes, dtype, device)
+  return t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
+    and t:has_sizes(sizes)
+end
+
 --- A contiguous buffer `t` if it matches (sizes, dtype, device), else a new one.  The
 -- tensors `a`, `b`, `c` and list[1..n] (each optional) are the call's arguments: a buffer
 -- in their memory (a criterion's own gradient given back to it as its input) is replaced by
 -- a new one, so that the call neither refuses the overlap nor writes over its own input.
 function nn.buffer(t, sizes, dtype, device, a, b, c, list, n)
-  if t and not t:is_freed() and t:dtype() == dtype and t:device() == device and t:is_contiguous()
-      and t:has_sizes(sizes) and not shares_storage(t, a, b, c, list, n) then
-    return t
-  end
+  if nn.fits(t, sizes, dtype, device) and not shares_storage(t, a, b, c, list, n) then return t end
   return ploss.empty(sizes, { dtype = dtype, device = device })
 end
 

@@ -50,24 +50,15 @@ local function opts_table(opts, what, known)
   return opts
 end
 
--- opts[key] as a boolean (`default` when absent); anything else than true or false is an
--- error (a 0 would be true to Lua).
-local function opt_bool(opts, key, default, what)
+-- opts[key], of Lua type `kind` ("boolean" or "number"; `default` when absent): any other
+-- value is an error (a 0 for a boolean would be true to Lua).
+local KIND_TEXT = { boolean = "a boolean (true or false)", number = "a number" }
+local function opt(opts, key, kind, default, what)
   local v = opts[key]
   if v == nil then return default end
-  if type(v) ~= "boolean" then
-    ploss.raise(string.format("%s: opts.%s: expected a boolean (true or false), got %s %s", what, key, type(v),
+  if type(v) ~= kind then
+    ploss.raise(string.format("%s: opts.%s: expected %s, got %s %s", what, key, KIND_TEXT[kind], type(v),
       ploss.shown(v)))
-  end
-  return v
-end
-
--- opts[key] as a number (`default` when absent).
-local function opt_number(opts, key, default, what)
-  local v = opts[key]
-  if v == nil then return default end
-  if type(v) ~= "number" then
-    ploss.raise(string.format("%s: opts.%s: expected a number, got %s %s", what, key, type(v), ploss.shown(v)))
   end
   return v
 end
@@ -96,8 +87,9 @@ function F.gemm(a, b, opts)
   if a:dim() ~= 2 or b:dim() ~= 2 then
     ploss.raise(string.format("gemm: a and b must be 2-d matrices, got %d-d and %d-d", a:dim(), b:dim()))
   end
-  local ta, tb = opt_bool(opts, "trans_a", false, "gemm") and 1 or 0, opt_bool(opts, "trans_b", false, "gemm") and 1 or 0
-  local alpha, beta = opt_number(opts, "alpha", 1, "gemm"), opt_number(opts, "beta", 0, "gemm")
+  local ta = opt(opts, "trans_a", "boolean", false, "gemm") and 1 or 0
+  local tb = opt(opts, "trans_b", "boolean", false, "gemm") and 1 or 0
+  local alpha, beta = opt(opts, "alpha", "number", 1, "gemm"), opt(opts, "beta", "number", 0, "gemm")
   local c = opts.out
   if c == nil then
     if beta ~= 0 then ploss.raise("gemm: beta = " .. beta .. " needs an `out` tensor to accumulate into") end
@@ -130,7 +122,7 @@ for name, code in pairs(activations) do
   F[name] = function(x, opts)
     opts = opts_table(opts, name, ACT_OPTS)
     need_tensor(x, name .. ": input")
-    local inplace = opt_bool(opts, "inplace", false, name)
+    local inplace = opt(opts, "inplace", "boolean", false, name)
     local out = opts.out or (inplace and x) or ploss.empty_like(x)
     ploss.check(C.ploss_activation_forward(x:context(), code, x:dl(), need_tensor(out, name .. ": out"):dl(),
       inplace and 1 or 0), name, opts.out and { output = "opts.out" })
@@ -142,7 +134,7 @@ for name, code in pairs(activations) do
     opts = opts_table(opts, where, ACT_BACKWARD_OPTS)
     need_tensor(x, where .. ": input")
     need_tensor(grad_output, where .. ": grad_output")
-    local inplace = opt_bool(opts, "inplace", false, where)
+    local inplace = opt(opts, "inplace", "boolean", false, where)
     local gin = opts.grad_input or (inplace and grad_output) or ploss.empty_like(x)
     ploss.check(C.ploss_activation_backward(x:context(), code, x:dl(), grad_output:dl(),
       need_tensor(gin, where .. ": grad_input"):dl(), inplace and 1 or 0), where)
@@ -206,11 +198,9 @@ local function fill_struct(ctype, init, opts, fields, what)
   C[init](s)
   ploss.check_option_keys(opts, what, fields)
   for k in pairs(opts) do
-    if fields[k] == "boolean" then
-      s[k] = opt_bool(opts, k, nil, what) and 1 or 0
-    else
-      s[k] = opt_number(opts, k, nil, what)
-    end
+    local v = opt(opts, k, fields[k], nil, what)
+    if fields[k] == "boolean" then v = v and 1 or 0 end
+    s[k] = v
   end
   return s
 end
@@ -303,11 +293,11 @@ function Linear:__init(in_features, out_features, opts)
   self.in_features, self.out_features, self.init = in_features, out_features, init
   self.weight = ploss.randn({ out_features, in_features }, { dtype = dtype, device = device, std = std })
   self.gradWeight = ploss.zeros({ out_features, in_features }, { dtype = dtype, device = device })
-  if opt_bool(opts, "bias", true, "Linear") then
+  if opt(opts, "bias", "boolean", true, "Linear") then
     self.bias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
     self.gradBias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
   end
-  self.input_grad = opt_bool(opts, "input_grad", true, "Linear")
+  self.input_grad = opt(opts, "input_grad", "boolean", true, "Linear")
 end
 
 function Linear:forward(input)
@@ -353,7 +343,7 @@ for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish =
   local fwd, bwd = F[fname], F[fname .. "_backward"]
   function Act:__init(opts)
     opts = opts_table(opts, cls_name, { inplace = true })
-    self.inplace = opt_bool(opts, "inplace", false, cls_name)
+    self.inplace = opt(opts, "inplace", "boolean", false, cls_name)
   end
   function Act:forward(input)
     nn.check_self(self, cls_name, "forward", "layer")
@@ -459,9 +449,7 @@ local function optimizer(name, make_state, step_one, fields)
       end
       opts = opts_table(opts, name, fields)
       -- the options' types now, not at the first step (their ranges: the step's C checks)
-      for k in pairs(opts) do
-        if fields[k] == "boolean" then opt_bool(opts, k, nil, name) else opt_number(opts, k, nil, name) end
-      end
+      for k in pairs(opts) do opt(opts, k, fields[k], nil, name) end
       for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = opts, t = 0, state = {} }, c)
       for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
