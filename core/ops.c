@@ -1,4 +1,4 @@
-/* ops.c — public copy, fill and random-number entry points: checks, then dispatch. */
+/* ops.c — public copy, fill, axpby and random-number entry points: checks, then dispatch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +153,60 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value)
         return ploss_cuda_fill(ctx, &d, value);
 #endif
     return ploss_cpu_fill(&d, value);
+}
+
+ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DLTensor *src, double beta)
+{
+    ploss_clear_error();
+    ploss_view d, s, sb;
+    ploss_status st = prepare_output(ctx, &d, dst);
+    if (st)
+        return st;
+    if (!ploss_dtype_is_float(d.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "dst: expected a float dtype (f32, f16, bf16, f64), got %s",
+                           ploss_dtype_name(d.dtype));
+    if (!isfinite(alpha) || !isfinite(beta))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %g",
+                           isfinite(alpha) ? "beta" : "alpha", isfinite(alpha) ? beta : alpha);
+    if (!src && alpha != 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "src: tensor is NULL (only alpha = 0 goes without src)");
+    const ploss_view *sp = NULL;
+    if (src) {
+        if ((st = ploss_view_init(&s, src, "src")) || (st = ploss_view_check_device(&s, ctx, "src")))
+            return st;
+        if (!ploss_dtype_is_float(s.dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "src: expected a float dtype (f32, f16, bf16, f64), got %s",
+                               ploss_dtype_name(s.dtype));
+        /* PyTorch's broadcasting: src's dims aligned with dst's last ones */
+        int fits = s.ndim <= d.ndim;
+        for (int k = 0; fits && k < s.ndim; ++k)
+            fits = s.shape[k] == 1 || s.shape[k] == d.shape[d.ndim - s.ndim + k];
+        if (!fits) {
+            char a[160], b[160];
+            return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst %s (its dims, aligned with "
+                               "dst's last ones, must each be 1 or dst's)",
+                               ploss_view_describe(&s, a, sizeof a), ploss_view_describe(&d, b, sizeof b));
+        }
+        if (!ploss_view_same(&d, &s) && (st = ploss_check_no_alias(&d, "dst", &s, "src")))
+            return st;
+        sb = d; /* dst's shape, src's data, dtype and strides (0 along broadcast dims) */
+        sb.data = s.data;
+        sb.dtype = s.dtype;
+        for (int k = 0; k < d.ndim; ++k) {
+            const int j = k - (d.ndim - s.ndim);
+            sb.strides[k] = j < 0 || s.shape[j] == 1 ? 0 : s.strides[j];
+        }
+        sp = &sb;
+    }
+    if (d.numel == 0)
+        return PLOSS_OK;
+    if (alpha == 0)
+        sp = NULL; /* src not read: 0·Inf would be NaN where the caller asked for nothing of src */
+#ifdef PLOSS_HAVE_CUDA
+    if (on_cuda(&d))
+        return ploss_cuda_axpby(ctx, &d, alpha, sp, beta);
+#endif
+    return ploss_cpu_axpby(&d, alpha, sp, beta);
 }
 
 static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_rand_spec *spec)

@@ -181,6 +181,19 @@ ploss_status ploss_copy(ploss_ctx_t *ctx, DLTensor *dst, const DLTensor *src);
  *  INVALID_ARGUMENT, CUDA. */
 ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
 
+/** dst ← alpha·src + beta·dst, element by element (BLAS's axpby; PyTorch's
+ *  dst.mul_(beta).add_(src, alpha=alpha) in one pass).  dst: a float tensor (f32, f16,
+ *  bf16, f64) of any shape and strides without overlap, on the context's device.  src: a
+ *  float tensor of dst's shape or broadcast to it by PyTorch's rules (src's dims aligned
+ *  with dst's last ones, each of size 1 or dst's), on the same device; src may be dst
+ *  itself (the same view) and may not otherwise overlap it; NULL only when alpha = 0.
+ *  As in BLAS, src is not read when alpha = 0, nor dst when beta = 0 (a NaN or Inf there
+ *  does not come through).  Each element is fma(alpha, s, beta·d) in f64, rounded once to dst's dtype (f16
+ *  and bf16 through f32, as ploss_copy), on the CPU and on CUDA alike.
+ *  Statuses: INVALID_ARGUMENT (NULL ctx or dst, NULL src with alpha ≠ 0, alpha or beta
+ *  not finite), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, CUDA. */
+ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DLTensor *src, double beta);
+
 /** Counter-based random numbers (Philox-4x32-10; Salmon et al., SC 2011).  Element k in
  *  row-major order of `dst` takes counter (offset + k) under key `seed`, so the same
  *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides

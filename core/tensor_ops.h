@@ -1,5 +1,5 @@
 /*
- * tensor_ops.h — copy, fill and counter-based random numbers over strided views, shared
+ * tensor_ops.h — copy, fill, axpby and counter-based random numbers over strided views, shared
  * by core/ops.c, core/cpu/tensor_ops.c and kernels/tensor_ops.cu.  Internal.
  */
 #ifndef PLOSS_TENSOR_OPS_H
@@ -25,10 +25,15 @@ typedef struct ploss_rand_spec {
 ploss_status ploss_cpu_copy(const ploss_view *dst, const ploss_view *src);
 ploss_status ploss_cpu_fill(const ploss_view *dst, double value);
 ploss_status ploss_cpu_rand(const ploss_view *dst, const ploss_rand_spec *spec);
+/* dst ← fma(alpha, src, beta·dst) in f64 (dst only written when beta = 0; src NULL when
+ * alpha = 0).  src has dst's shape (broadcast dims with stride 0), dtype any float. */
+ploss_status ploss_cpu_axpby(const ploss_view *dst, double alpha, const ploss_view *src, double beta);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_copy(ploss_ctx_t *ctx, const ploss_view *dst, const ploss_view *src);
 ploss_status ploss_cuda_fill(ploss_ctx_t *ctx, const ploss_view *dst, double value);
 ploss_status ploss_cuda_rand(ploss_ctx_t *ctx, const ploss_view *dst, const ploss_rand_spec *spec);
+ploss_status ploss_cuda_axpby(ploss_ctx_t *ctx, const ploss_view *dst, double alpha, const ploss_view *src,
+                              double beta);
 #endif
 
 #ifdef __cplusplus

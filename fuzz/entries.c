@@ -51,6 +51,12 @@ static ploss_status call_fill(ploss_ctx_t *ctx, DLTensor *const t[], const void 
     return ploss_fill(ctx, t[0], scalars(o)->a);
 }
 
+static ploss_status call_axpby(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    const fz_scalars *s = scalars(o);
+    return ploss_axpby(ctx, t[0], s->a, t[1], s->b);
+}
+
 static ploss_status call_rand_uniform(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
     const fz_scalars *s = scalars(o);
@@ -213,6 +219,8 @@ const fz_entry fz_entries[] = {
      .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}, {"src", FZ_IN, "NCd|Nd|", "*"}}},
     {.name = "ploss_fill", .call = call_fill, .nslots = 1,
      .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}}, FZ_SCALAR_FIELDS},
+    {.name = "ploss_axpby", .call = call_axpby, .nslots = 2,
+     .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}, {"src", FZ_IN | FZ_OPTIONAL, "NCd|Nd|", "*"}}, FZ_SCALAR_FIELDS},
     {.name = "ploss_rand_uniform", .call = call_rand_uniform, .nslots = 1,
      .slots = {{"dst", FZ_OUT, "NCd|Nd|", "f"}}, FZ_SCALAR_FIELDS},
     {.name = "ploss_rand_normal", .call = call_rand_normal, .nslots = 1,

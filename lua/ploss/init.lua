@@ -305,6 +305,7 @@ require("ploss.criterion")(ploss).build_all()
 require("ploss.margin")(ploss)
 require("ploss.ops")(ploss)
 require("ploss.support")(ploss)
+require("ploss.composite")(ploss)
 require("ploss.comm")(ploss)
 
 return ploss

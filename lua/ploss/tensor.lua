@@ -966,6 +966,20 @@ end
 --- Every element ← 0.  Returns self.
 function Tensor:zero() return self:fill(0) end
 
+--- self ← self + alpha·other (PyTorch's add_; alpha default 1): a float tensor `other` of
+-- self's sizes or broadcast to them by PyTorch's rules, on self's device, any float dtype;
+-- each element computed in f64 and rounded once to self's dtype.  With alpha = 0 other is
+-- not read (an Inf or NaN there does not come through).  Returns self.
+local ADD_NAMES = { dst = "self", src = "other" }
+function Tensor:add_(other, alpha)
+  if not is_tensor(other) then ploss.raise("add_: other: expected a tensor, got " .. ploss.shown(other)) end
+  if alpha == nil then alpha = 1 end
+  if type(alpha) ~= "number" then ploss.raise("add_: alpha: expected a number, got " .. ploss.shown(alpha)) end
+  ploss.check(C.ploss_axpby(self:context(), self:dl(), alpha, other:dl(), 1), "add_", ADD_NAMES)
+  bump(self)
+  return self
+end
+
 -- Raise unless every value of the float tensor `t` converts to the integer dtype `dtype`:
 -- finite, and within its range after truncation toward zero.  The values are read on the
 -- host (a CUDA tensor is copied there for the check).  Non-finite values are found by

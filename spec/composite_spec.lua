@@ -1,0 +1,216 @@
+-- Composite spec (suite 'cpu'): Tensor:add_ (ploss_axpby) and the criteria made of
+-- criteria, MultiCriterion and ParallelCriterion (Torch7's):
+--  * add_: values by hand, PyTorch's broadcasting, strided and transposed views, mixed
+--    dtypes rounded once, alpha = 0 not reading other, the same view as self; bad input
+--    refused with nothing written;
+--  * composites: a hand-derived weighted sum (MSE + L1), CE + Lovász-softmax and two
+--    triplet losses against their members called alone (f64, the sums exact to rounding),
+--    backward with gradOutput, the fused scale, f32 buffers rounded once per member, the
+--    composite's own gradient given back as its input, ParallelCriterion with
+--    repeatTarget, target lists and a member of several inputs; misuse refused by name.
+local H = require "spec.helpers"
+local ploss = H.ploss
+
+local function t64(v) return ploss.tensor(v, { dtype = "f64" }) end
+
+describe("Tensor:add_", function()
+  it("adds alpha times other, broadcast by PyTorch's rules", function()
+    local a = t64({ { 1, 2, 3 }, { 4, 5, 6 } })
+    H.assert_equal(a:add_(t64({ 10, 20, 30 }), 0.5), { { 6, 12, 18 }, { 9, 15, 21 } })
+    H.assert_equal(a:add_(t64({ { 1 }, { 2 } })), { { 7, 13, 19 }, { 11, 17, 23 } })
+    H.assert_equal(a:add_(t64({ -1 })), { { 6, 12, 18 }, { 10, 16, 22 } })
+    H.assert_equal(a:add_(a), { { 12, 24, 36 }, { 20, 32, 44 } }) -- the same view: doubled
+    H.assert_equal(a:add_(a, -1), { { 0, 0, 0 }, { 0, 0, 0 } })
+  end)
+
+  it("walks strided and transposed views of self and other", function()
+    local base = t64({ { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } })
+    local dst = base:narrow(2, 2, 2)                       -- 3×2 with row stride 4
+    local src = t64({ { 100, 200, 300 }, { 400, 500, 600 } }):t() -- 3×2 transposed
+    dst:add_(src, 2)
+    H.assert_equal(base, { { 1, 202, 803, 4 }, { 5, 406, 1007, 8 }, { 9, 610, 1211, 12 } })
+    local v = ploss.zeros({ 2, 3 }, { dtype = "f64" }):t()   -- a transposed self
+    v:add_(t64({ 1, 2 }))
+    H.assert_equal(v, { { 1, 2 }, { 1, 2 }, { 1, 2 } })
+  end)
+
+  it("computes in f64 and rounds once to self's dtype", function()
+    -- f16 1 + 2^-11 is a tie between 1 and 1 + 2^-10: once rounded (to even) it is 1;
+    -- 1 + 2^-11 + 2^-20 rounds up in one step (from f32 it would first lose the 2^-20)
+    local h = ploss.tensor({ 1, 1 }, { dtype = "f16" })
+    h:add_(t64({ 2 ^ -11, 2 ^ -11 + 2 ^ -20 }))
+    H.assert_equal(h, { 1, 1 + 2 ^ -10 })
+    local f = ploss.tensor({ 1 }, { dtype = "f32" })
+    f:add_(ploss.tensor({ 3 }, { dtype = "bf16" }), 0.25)
+    H.assert_equal(f, { 1.75 })
+  end)
+
+  it("does not read other when alpha is 0", function()
+    local a = t64({ 1, 2 })
+    a:add_(t64({ math.huge, 0 / 0 }), 0)
+    H.assert_equal(a, { 1, 2 })
+  end)
+
+  it("refuses bad input by name, writing nothing", function()
+    local a = t64({ { 1, 2, 3 }, { 4, 5, 6 } })
+    H.expect_error(function() a:add_(t64({ 1, 2 })) end, { "add_: other:", "does not broadcast", "SHAPE" })
+    H.expect_error(function() a:add_(a:narrow(1, 1, 1)) end, { "add_: self:", "ALIAS" })
+    H.expect_error(function() a:add_(3) end, "add_: other: expected a tensor, got 3")
+    H.expect_error(function() a:add_(a, "2") end, "add_: alpha: expected a number, got '2'")
+    H.expect_error(function() a:add_(a, math.huge) end, { "alpha: expected a finite number", "INVALID_ARGUMENT" })
+    local i = ploss.tensor({ 1, 2 }, { dtype = "i64" })
+    H.expect_error(function() i:add_(t64({ 1, 1 })) end, { "add_: self: expected a float dtype", "i64" })
+    H.expect_error(function() a:add_(ploss.tensor({ 1, 2, 3 }, { dtype = "i32" })) end,
+      { "add_: other: expected a float dtype", "i32" })
+    local e = ploss.zeros({ 1, 3 }, { dtype = "f64" }):expand(2, 3)
+    H.expect_error(function() e:add_(a) end, { "add_: self:", "LAYOUT" })
+  end)
+end)
+
+-- Σ_k w_k·(values of list k), element by element
+local function weighted(lists, w)
+  local out = {}
+  for i = 1, #lists[1] do
+    local s = 0
+    for k = 1, #lists do s = s + w[k] * lists[k][i] end
+    out[i] = s
+  end
+  return out
+end
+
+describe("MultiCriterion", function()
+  it("adds weighted losses and gradients (MSE + L1 by hand)", function()
+    local x, t = t64({ 1, -2, 3 }), t64({ 0, 0, 1 })
+    local crit = ploss.MultiCriterion():add(ploss.MSELoss(), 2):add(ploss.L1Loss())
+    -- MSE 9/3 = 3, L1 5/3; ∂MSE = 2(x − t)/3, ∂L1 = sign(x − t)/3
+    local loss, grad = crit(x, t)
+    local expect = { 2 * 2 / 3 + 1 / 3, 2 * -4 / 3 - 1 / 3, 2 * 4 / 3 + 1 / 3 }
+    H.assert_close(loss, 2 * 3 + 5 / 3, { rtol = 1e-15 })
+    H.assert_close(grad, expect, { rtol = 1e-15 })
+    H.assert_close(crit:forward(x, t), 2 * 3 + 5 / 3, { rtol = 1e-15 })
+    H.assert_close(crit:backward(x, t), expect, { rtol = 1e-15 })
+    H.assert_close(crit:backward(x, t, -0.5), { -(4 / 3 + 1 / 3) / 2, (8 / 3 + 1 / 3) / 2, -(8 / 3 + 1 / 3) / 2 },
+      { rtol = 1e-15 })
+    local l2, g2 = crit(x, t, 3) -- the fused scale multiplies the gradient only
+    H.assert_close(l2, 2 * 3 + 5 / 3, { rtol = 1e-15 })
+    H.assert_close(g2, { 3 * 5 / 3, 3 * -3, 3 * 3 }, { rtol = 1e-15 })
+    assert.equal(crit.output, l2)
+    assert.equal(crit.gradInput, g2)
+  end)
+
+  it("CE + 0.5·Lovász-softmax equals its members called alone (f64, N×C×H×W)", function()
+    H.seed(11)
+    local x = H.random_logits({ 2, 4, 3, 5 }, { dtype = "f64" })
+    local y = H.random_labels({ 2, 3, 5 }, 4)
+    local crit = ploss.MultiCriterion():add(ploss.CrossEntropyLoss{ label_smoothing = 0.1 })
+      :add(ploss.LovaszSoftmaxLoss(), 0.5)
+    local loss, grad = crit(x, y)
+    local l1, g1 = ploss.CrossEntropyLoss{ label_smoothing = 0.1 }(x, y)
+    local l2, g2 = ploss.LovaszSoftmaxLoss()(x, y)
+    H.assert_close(loss, l1 + 0.5 * l2, { rtol = 1e-15 })
+    H.assert_close(grad, weighted({ g1:flat(), g2:flat() }, { 1, 0.5 }), { rtol = 1e-15, atol = 1e-17 })
+    -- its own gradient given back as the input: a new buffer, the values of that input
+    local la, ga = crit(grad, y)
+    local lb = ploss.CrossEntropyLoss{ label_smoothing = 0.1 }(grad, y) + 0.5 * ploss.LovaszSoftmaxLoss()(grad, y)
+    H.assert_close(la, lb, { rtol = 1e-15 })
+    assert.is_false(ga:storage_id() == grad:storage_id())
+  end)
+
+  it("rounds f32 sums once per member", function()
+    H.seed(12)
+    local x = H.random_logits({ 6, 5 }, { dtype = "f32" })
+    local y = H.random_labels({ 6 }, 5)
+    local crit = ploss.MultiCriterion():add(ploss.CrossEntropyLoss(), 0.3):add(ploss.SoftmaxFocalLoss{ gamma = 2 }, 0.7)
+    local _, grad = crit(x, y)
+    local _, g1 = ploss.CrossEntropyLoss()(x, y)
+    local _, g2 = ploss.SoftmaxFocalLoss{ gamma = 2 }(x, y)
+    -- first member: fl(0.3·g1); second: fl(fl(0.3·g1) + 0.7·g2), each product and sum in f64
+    local a, b = g1:flat(), g2:flat()
+    local function f32(v) return ploss.tensor({ v }, { dtype = "f32" }):flat()[1] end
+    local expect = {}
+    for i = 1, #a do expect[i] = f32(f32(0.3 * a[i]) + 0.7 * b[i]) end
+    H.assert_equal(grad, expect)
+  end)
+
+  it("sums each input's gradient for members of several inputs (triplets)", function()
+    H.seed(13)
+    local a, p, n = (H.random_logits({ 5, 4 }, { dtype = "f64" })), H.random_logits({ 5, 4 }, { dtype = "f64" }),
+      H.random_logits({ 5, 4 }, { dtype = "f64" })
+    local crit = ploss.MultiCriterion():add(ploss.TripletMarginLoss{ margin = 2 }, 1)
+      :add(ploss.TripletMarginLoss{ margin = nil, p = 1 }, 0.25)
+    local loss, ga, gp, gn = crit(a, p, n)
+    local l1, a1, p1, n1 = ploss.TripletMarginLoss{ margin = 2 }(a, p, n)
+    local l2, a2, p2, n2 = ploss.TripletMarginLoss{ margin = nil, p = 1 }(a, p, n)
+    H.assert_close(loss, l1 + 0.25 * l2, { rtol = 1e-15 })
+    H.assert_close(ga, weighted({ a1:flat(), a2:flat() }, { 1, 0.25 }), { rtol = 1e-15, atol = 1e-17 })
+    H.assert_close(gp, weighted({ p1:flat(), p2:flat() }, { 1, 0.25 }), { rtol = 1e-15, atol = 1e-17 })
+    H.assert_close(gn, weighted({ n1:flat(), n2:flat() }, { 1, 0.25 }), { rtol = 1e-15, atol = 1e-17 })
+    local fa, fp, fn = ga:flat(), gp:flat(), gn:flat() -- the buffers the next call writes again
+    local ba, bp, bn = crit:backward(a, p, n, 2)
+    assert.equal(ga, ba)
+    H.assert_close(ba, weighted({ fa }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
+    H.assert_close(bp, weighted({ fp }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
+    H.assert_close(bn, weighted({ fn }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
+  end)
+
+  it("refuses misuse by name", function()
+    local x, t = t64({ 1, 2 }), t64({ 0, 0 })
+    local crit = ploss.MultiCriterion()
+    H.expect_error(function() crit:forward(x, t) end, "MultiCriterion:forward: no criterion added")
+    H.expect_error(function() crit:add(ploss.MSELoss) end, "MultiCriterion:add: expected a criterion")
+    H.expect_error(function() crit:add({}) end, "a table that is not one")
+    H.expect_error(function() crit:add(ploss.MSELoss(), 0 / 0) end, "MultiCriterion:add: weight: expected a finite number")
+    H.expect_error(function() ploss.MultiCriterion{ weights = { 1 } } end, "MultiCriterion: takes no options")
+    H.expect_error(function() crit.forward(x, t) end, "MultiCriterion.forward: called without its object")
+    crit:add(ploss.MSELoss{ reduction = "none" })
+    H.expect_error(function() crit(x, t) end, "MultiCriterion:fused: member 1 gave a loss tensor")
+    local inplace = ploss.MultiCriterion():add(ploss.MSELoss()):add(ploss.L1Loss{ inplace = true })
+    H.expect_error(function() inplace(x, t) end, "MultiCriterion:fused: member 2 is in place")
+  end)
+end)
+
+describe("ParallelCriterion", function()
+  it("weights each member's loss and gradient (by hand, repeatTarget)", function()
+    local crit = ploss.ParallelCriterion(true):add(ploss.MSELoss(), 2):add(ploss.L1Loss())
+    local u, v, t = t64({ 1, 2 }), t64({ 3, -5 }), t64({ 0, 0 })
+    local loss, g = crit({ u, v }, t)
+    H.assert_close(loss, 2 * 2.5 + 4, { rtol = 1e-15 })
+    H.assert_close(g[1], { 2, 4 }, { rtol = 1e-15 })
+    H.assert_close(g[2], { 0.5, -0.5 }, { rtol = 1e-15 })
+    H.assert_close(crit:forward({ u, v }, t), 9, { rtol = 1e-15 })
+    local b = crit:backward({ u, v }, t, 0.5)
+    H.assert_close(b[1], { 1, 2 }, { rtol = 1e-15 })
+    H.assert_close(b[2], { 0.25, -0.25 }, { rtol = 1e-15 })
+  end)
+
+  it("takes a target per member, and a list of inputs for a member of several", function()
+    H.seed(14)
+    local x = H.random_logits({ 4, 3 }, { dtype = "f64" })
+    local y = H.random_labels({ 4 }, 3)
+    local a, p, n = H.random_logits({ 4, 2 }, { dtype = "f64" }), H.random_logits({ 4, 2 }, { dtype = "f64" }),
+      H.random_logits({ 4, 2 }, { dtype = "f64" })
+    local crit = ploss.ParallelCriterion{ repeatTarget = false }:add(ploss.CrossEntropyLoss(), 0.5)
+      :add(ploss.TripletMarginLoss(), 3)
+    local loss, g = crit({ x, { a, p, n } }, { y })
+    local l1, g1 = ploss.CrossEntropyLoss()(x, y)
+    local l2, ga, gp, gn = ploss.TripletMarginLoss()(a, p, n)
+    H.assert_close(loss, 0.5 * l1 + 3 * l2, { rtol = 1e-15 })
+    H.assert_close(g[1], weighted({ g1:flat() }, { 0.5 }), { rtol = 1e-15 })
+    H.assert_close(g[2][1], weighted({ ga:flat() }, { 3 }), { rtol = 1e-15 })
+    H.assert_close(g[2][2], weighted({ gp:flat() }, { 3 }), { rtol = 1e-15 })
+    H.assert_close(g[2][3], weighted({ gn:flat() }, { 3 }), { rtol = 1e-15 })
+  end)
+
+  it("refuses misuse by name", function()
+    local crit = ploss.ParallelCriterion():add(ploss.MSELoss())
+    local u, t = t64({ 1 }), t64({ 0 })
+    H.expect_error(function() ploss.ParallelCriterion(1) end, "ParallelCriterion: expected repeatTarget")
+    H.expect_error(function() ploss.ParallelCriterion{ repeatTarget = 1 } end, "repeatTarget: expected a boolean")
+    H.expect_error(function() ploss.ParallelCriterion{ repeat_target = true } end, "unknown option 'repeat_target'")
+    H.expect_error(function() crit({ u, u }, { t, t }) end, "ParallelCriterion:fused: inputs: 2 of them for 1 members")
+    H.expect_error(function() crit(u, { t }) end, "inputs: expected a list with one input per member")
+    H.expect_error(function() crit({ u }, t) end, "targets: expected a list with one target per member")
+    H.expect_error(function() crit({ 5 }, { t }) end, "inputs[1]: expected a tensor or a list of tensors, got 5")
+    H.expect_error(function() crit.repeatTraget = true end, "'repeatTraget' is none of the fields")
+  end)
+end)
