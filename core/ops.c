@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "scalar.h"
 #include "tensor_ops.h"
 
 static ploss_status check_ctx(const ploss_ctx_t *ctx)
@@ -209,15 +210,58 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
     return ploss_cpu_axpby(&d, alpha, sp, beta);
 }
 
-static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_rand_spec *spec)
+/* The value of float dtype dt next to v (a finite value of dt, or ±Inf) toward +Inf (dir >
+ * 0) or −Inf: one step of its sign-magnitude bit pattern. */
+static double dtype_step(ploss_dtype dt, double v, int dir)
+{
+    if (dt == PLOSS_F64)
+        return nextafter(v, dir > 0 ? INFINITY : -INFINITY);
+    if (dt == PLOSS_F32)
+        return nextafterf((float)v, dir > 0 ? INFINITY : -INFINITY);
+    uint64_t word = 0; /* room for any dtype; f16 and bf16 take its first two bytes */
+    uint16_t b;        /* their bits: sign bit 15, magnitude below it */
+    ploss_store(&word, dt, 0, v);
+    memcpy(&b, &word, sizeof b);
+    if ((b & 0x7fff) == 0)
+        b = dir > 0 ? 0x0001 : 0x8001;
+    else
+        b = ((b & 0x8000) == 0) == (dir > 0) ? (uint16_t)(b + 1) : (uint16_t)(b - 1);
+    memcpy(&word, &b, sizeof b);
+    return ploss_load(&word, dt, 0);
+}
+
+/* The least and greatest values of float dtype dt in [low, high) (finite, low < high),
+ * into s->lo and s->hi; an error when the dtype has none there. */
+static ploss_status uniform_bounds(ploss_dtype dt, ploss_rand_spec *s)
+{
+    double lo = 0, hi = 0;
+    ploss_store(&lo, dt, 0, s->a); /* rounded to the nearest value of dt, read back */
+    lo = ploss_load(&lo, dt, 0);
+    if (lo < s->a)
+        lo = dtype_step(dt, lo, +1);
+    ploss_store(&hi, dt, 0, s->b);
+    hi = ploss_load(&hi, dt, 0);
+    if (hi >= s->b)
+        hi = dtype_step(dt, hi, -1);
+    if (!(lo <= hi))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: no %s value lies in [%.17g, %.17g)",
+                           ploss_dtype_name(dt), s->a, s->b);
+    s->lo = lo, s->hi = hi;
+    return PLOSS_OK;
+}
+
+static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_rand_spec *request)
 {
     ploss_view d;
+    ploss_rand_spec sp = *request, *spec = &sp;
     ploss_status st = prepare_output(ctx, &d, dst);
     if (st)
         return st;
     if (spec->kind != PLOSS_RAND_INT && !ploss_dtype_is_float(d.dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "dst: expected a float dtype (f32, f16, bf16, f64), got %s",
                            ploss_dtype_name(d.dtype));
+    if (spec->kind == PLOSS_RAND_UNIFORM && (st = uniform_bounds(d.dtype, spec)))
+        return st;
     if (spec->kind == PLOSS_RAND_INT && (d.dtype == PLOSS_I32 || d.dtype == PLOSS_U8)) {
         /* [low, high) must hold in dst's integer dtype: a value outside it would wrap */
         const int64_t lo = d.dtype == PLOSS_U8 ? 0 : INT32_MIN, hi = d.dtype == PLOSS_U8 ? 255 : INT32_MAX;
@@ -241,8 +285,14 @@ ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, 
                                 double low, double high)
 {
     ploss_clear_error();
+    if (!isfinite(low) || !isfinite(high))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %g",
+                           isfinite(low) ? "high" : "low", isfinite(low) ? high : low);
     if (!(high > low))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %g, high %g",
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %.17g, high %.17g",
+                           low, high);
+    if (!isfinite(high - low))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: high − low overflows a double (%.17g, %.17g)",
                            low, high);
     ploss_rand_spec s = {.kind = PLOSS_RAND_UNIFORM, .seed = seed, .offset = offset, .a = low, .b = high};
     return rand_dispatch(ctx, dst, &s);
@@ -252,8 +302,10 @@ ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, u
                                double mean, double std)
 {
     ploss_clear_error();
-    if (!(std >= 0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected std >= 0, got %g", std);
+    if (!isfinite(mean))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "mean: expected a finite number, got %g", mean);
+    if (!(std >= 0) || !isfinite(std))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected a finite std >= 0, got %g", std);
     ploss_rand_spec s = {.kind = PLOSS_RAND_NORMAL, .seed = seed, .offset = offset, .a = mean, .b = std};
     return rand_dispatch(ctx, dst, &s);
 }

@@ -198,11 +198,15 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
  *  row-major order of `dst` takes counter (offset + k) under key `seed`, so the same
  *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides
  *  (normal f64 values may differ in the last bit: the device's log/cos are not glibc's).
- *  uniform: [low, high) in dst's float dtype.  normal: mean + std·N(0,1) (Box–Muller).
+ *  uniform: values of dst's float dtype in [low, high) (low and high finite): a draw is
+ *  held between the least and the greatest such value before it is rounded to the dtype,
+ *  so rounding never gives high (nor a value below low).  normal: mean + std·N(0,1)
+ *  (Box–Muller; mean and std finite).
  *  randint: integers in [low, high) (any dtype; high > low; for i32 and u8 within the
  *  dtype's range; a float dst holds them exactly only up to its significand: 2^11 for f16,
  *  2^8 for bf16, 2^24 for f32, 2^53 for f64 in magnitude, beyond which they are rounded).
- *  Statuses: INVALID_ARGUMENT (high <= low, std < 0, [low, high) outside an integer dst's
+ *  Statuses: INVALID_ARGUMENT (a bound, the mean or std not finite, high <= low, std < 0,
+ *  no value of dst's float dtype in [low, high), [low, high) outside an integer dst's
  *  range), DTYPE, DEVICE, LAYOUT, CUDA. */
 ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,
                                 uint64_t offset, double low, double high);

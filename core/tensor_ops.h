@@ -17,6 +17,9 @@ typedef struct ploss_rand_spec {
     ploss_rand_kind kind;
     uint64_t seed, offset;
     double a, b;          /* uniform: [a, b); normal: mean a, std b */
+    double lo, hi;        /* uniform: the least and greatest values of dst's dtype in [a, b);
+                             each draw is clamped to them before it is rounded to the dtype,
+                             so that rounding cannot reach b (or fall below a) */
     int64_t low;          /* int: low + (r mod span) */
     uint64_t span;
 } ploss_rand_spec;

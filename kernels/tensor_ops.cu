@@ -85,7 +85,7 @@ __device__ __forceinline__ double rand_value(const ploss_rand_spec &s, int64_t k
     ploss_philox4 r = ploss_philox(s.offset + (uint64_t)k, s.seed);
     switch (s.kind) {
     case PLOSS_RAND_UNIFORM:
-        return fma(s.b - s.a, ploss_philox_unit(r.v[0], r.v[1]), s.a);
+        return fmin(fmax(fma(s.b - s.a, ploss_philox_unit(r.v[0], r.v[1]), s.a), s.lo), s.hi);
     case PLOSS_RAND_NORMAL: {
         double u1 = 1.0 - ploss_philox_unit(r.v[0], r.v[1]); /* (0, 1] */
         double u2 = ploss_philox_unit(r.v[2], r.v[3]);
