@@ -541,8 +541,8 @@ ploss_status ploss_comm_init(ploss_ctx_t *ctx, int nranks, int rank, const ploss
         o = *opts;
     if (!(o.timeout > 0) || isinf(o.timeout))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.timeout: expected a finite number of seconds > 0, got %g",
-                           ploss_shown(o.timeout));
+                           "opts.timeout: expected a finite number of seconds > 0, got %s",
+                           PLOSS_SHOWN(o.timeout));
     const int cuda = ctx->device.device_type == kDLCUDA;
 #ifndef PLOSS_HAVE_NCCL
     if (cuda)

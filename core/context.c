@@ -91,7 +91,10 @@ ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic)
     ploss_clear_error();
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
-    ctx->deterministic = deterministic != 0;
+    ploss_status st = ploss_check_flag(deterministic, "deterministic");
+    if (st)
+        return st;
+    ctx->deterministic = deterministic;
     return PLOSS_OK;
 }
 

@@ -1,6 +1,7 @@
 /* error.c — status names and the thread-local last-error message. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -31,6 +32,27 @@ ploss_status ploss_error(ploss_status status, const char *fmt, ...)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return status;
+}
+
+const char *ploss_shown_text(char *buf, size_t len, double v)
+{
+    if (v != v) {
+        snprintf(buf, len, "nan");
+        return buf;
+    }
+    for (int digits = 15; digits <= 17; ++digits) {
+        snprintf(buf, len, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
+ploss_status ploss_check_flag(int v, const char *name)
+{
+    if (v == 0 || v == 1)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: %d is neither 0 (false) nor 1 (true)", name, v);
 }
 
 int ploss_abi_version(void) { return PLOSS_ABI_VERSION; }

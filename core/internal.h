@@ -37,9 +37,14 @@ ploss_status ploss_error(ploss_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* A double as an error message shows it: a NaN without its sign (printf's "%g" writes the
- * sign bit, "-nan" for the NaN of 0/0). */
-static inline double ploss_shown(double v) { return v != v ? __builtin_fabs(v) : v; }
+/* A double as an error message shows it, for a "%s": the fewest digits (15 to 17) that read
+ * back as the same double (1.0000001 is not shown as 1, 0.1 not as 0.10000000000000001), a
+ * NaN without its sign ("nan", where printf writes "-nan" for 0/0).  Returns buf. */
+const char *ploss_shown_text(char *buf, size_t len, double v);
+/* An int flag (`name` in the message) must be 0 or 1: 2 or −1 would be true to C without a
+ * word, where the caller may have meant something else (a count, an enum). */
+ploss_status ploss_check_flag(int v, const char *name);
+#define PLOSS_SHOWN(v) ploss_shown_text((char[32]){0}, 32, (v))
 
 /* Clear the thread's message (called on entry of public functions). */
 void ploss_clear_error(void);

@@ -31,10 +31,8 @@ ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reducti
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
                            (int)reduction);
     if (pass == PLOSS_PASS_FUSED && !isfinite(scale))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", ploss_shown(scale));
-    if (pass == PLOSS_PASS_FUSED && inplace != 0 && inplace != 1)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %d is not 0 or 1", inplace);
-    return PLOSS_OK;
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %s is not finite", PLOSS_SHOWN(scale));
+    return pass == PLOSS_PASS_FUSED ? ploss_check_flag(inplace, "opts.inplace") : PLOSS_OK;
 }
 
 ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,

@@ -448,7 +448,7 @@ ploss_status ploss_check_smoothing(ploss_smoothing_convention conv, double eps, 
                            "uniform_others (2)",
                            (int)conv);
     if (!(eps >= 0.0 && eps <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %s is not a finite number in [0, 1]", PLOSS_SHOWN(eps));
     if (conv == PLOSS_SMOOTHING_UNIFORM_OTHERS && C == 1 && eps > 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.smoothing_convention: uniform_others (ε/(C−1)) is undefined for C = 1");

@@ -52,7 +52,7 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of cross_entropy");
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(o.label_smoothing));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.label_smoothing));
     if ((unsigned)o.smoothing_convention >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smoothing_convention: %d is not one of pytorch (0), reference (1), uniform_others (2)", (int)o.smoothing_convention);
     const ploss_loss_params p = {
@@ -198,9 +198,9 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of sigmoid_focal");
     if (!(isfinite(o.alpha) && o.alpha <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.alpha: %g is not a finite number <= 1", ploss_shown(o.alpha));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.alpha: %s is not a finite number <= 1", PLOSS_SHOWN(o.alpha));
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %s is not a finite number >= 0", PLOSS_SHOWN(o.gamma));
     if ((unsigned)o.convention >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.convention: %d is not one of torchvision (0), reference (1)", (int)o.convention);
     const ploss_loss_params p = {
@@ -279,7 +279,7 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of softmax_focal");
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %s is not a finite number >= 0", PLOSS_SHOWN(o.gamma));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -352,7 +352,7 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of dual_focal");
     if (!(isfinite(o.eps) && o.eps > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number > 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number > 0", PLOSS_SHOWN(o.eps));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -425,7 +425,7 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of large_margin_softmax");
     if (!(isfinite(o.lam) && o.lam >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", ploss_shown(o.lam));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %s is not a finite number >= 0", PLOSS_SHOWN(o.lam));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -643,7 +643,7 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_cross_entropy");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", ploss_shown(o.score_thresh));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.score_thresh));
     if (o.n_min < -1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
     const ploss_loss_params p = {
@@ -704,11 +704,11 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ohem_large_margin");
     if (!(isfinite(o.score_thresh) && o.score_thresh >= 0.0 && o.score_thresh <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %g is not a finite number in [0, 1]", ploss_shown(o.score_thresh));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.score_thresh));
     if (o.n_min < -1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
     if (!(isfinite(o.lam) && o.lam >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %g is not a finite number >= 0", ploss_shown(o.lam));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %s is not a finite number >= 0", PLOSS_SHOWN(o.lam));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -785,11 +785,15 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number (> 0 without soft_margin)", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number (> 0 without soft_margin)", PLOSS_SHOWN(o.margin));
     if (!(isfinite(o.p) && o.p >= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number >= 1", ploss_shown(o.p));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %s is not a finite number >= 1", PLOSS_SHOWN(o.p));
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
+    if ((st = ploss_check_flag(o.swap, "opts.swap")))
+        return st;
+    if ((st = ploss_check_flag(o.soft_margin, "opts.soft_margin")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -868,7 +872,9 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_hard_triplet");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
+    if ((st = ploss_check_flag(o.soft_margin, "opts.soft_margin")))
+        return st;
     if ((unsigned)o.distance >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.distance: %d is not one of euclidean (0), squared (1), cosine (2)", (int)o.distance);
     const ploss_loss_params p = {
@@ -946,7 +952,11 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of info_nce");
     if (!(isfinite(o.temperature) && o.temperature > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %g is not a finite number > 0", ploss_shown(o.temperature));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %s is not a finite number > 0", PLOSS_SHOWN(o.temperature));
+    if ((st = ploss_check_flag(o.symmetric, "opts.symmetric")))
+        return st;
+    if ((st = ploss_check_flag(o.normalize, "opts.normalize")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .temperature = o.temperature,
@@ -1023,7 +1033,7 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1089,7 +1099,7 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1155,7 +1165,7 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of distance_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     const ploss_loss_params p = {
@@ -1221,7 +1231,7 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of complete_box_iou_loss");
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     if ((unsigned)o.ciou_gradient >= 2)
@@ -1422,7 +1432,7 @@ static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of smooth_l1_loss");
     if (!(isfinite(o.beta) && o.beta >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.beta: %g is not a finite number >= 0", ploss_shown(o.beta));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.beta: %s is not a finite number >= 0", PLOSS_SHOWN(o.beta));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .beta = o.beta,
@@ -1490,7 +1500,7 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of huber_loss");
     if (!(isfinite(o.delta) && o.delta > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.delta: %g is not a finite number > 0", ploss_shown(o.delta));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.delta: %s is not a finite number > 0", PLOSS_SHOWN(o.delta));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .delta = o.delta,
@@ -1688,6 +1698,8 @@ static ploss_status kl_div(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_a
     ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
     if (st)
         return st;
+    if ((st = ploss_check_flag(o.log_target, "opts.log_target")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .log_target = o.log_target,
@@ -1753,7 +1765,7 @@ static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, cons
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of hinge_embedding_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -1898,7 +1910,7 @@ static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     if (o.p < 1 || o.p > 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %d is not an integer in [1, 2]", (int)o.p);
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .power = o.p,
@@ -1975,6 +1987,8 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of lovasz_softmax");
     if ((unsigned)o.classes >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.classes: %d is not one of present (0), all (1), listed (2)", (int)o.classes);
+    if ((st = ploss_check_flag(o.per_image, "opts.per_image")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .classes = (int)o.classes,
@@ -2047,9 +2061,11 @@ static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %s is not a finite number > 0", PLOSS_SHOWN(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %s is not a finite number >= 0", PLOSS_SHOWN(o.smooth));
+    if ((st = ploss_check_flag(o.per_sample, "opts.per_sample")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .exponent = o.p,
@@ -2126,9 +2142,11 @@ static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of generalized_soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %s is not a finite number > 0", PLOSS_SHOWN(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %s is not a finite number >= 0", PLOSS_SHOWN(o.smooth));
+    if ((st = ploss_check_flag(o.mask_ignored_in_denominator, "opts.mask_ignored_in_denominator")))
+        return st;
     if ((unsigned)o.class_weights >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
     const ploss_loss_params p = {
@@ -2196,9 +2214,11 @@ static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const plo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of batch_soft_dice");
     if (!(isfinite(o.p) && o.p > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %g is not a finite number > 0", ploss_shown(o.p));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %s is not a finite number > 0", PLOSS_SHOWN(o.p));
     if (!(isfinite(o.smooth) && o.smooth >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %g is not a finite number >= 0", ploss_shown(o.smooth));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.smooth: %s is not a finite number >= 0", PLOSS_SHOWN(o.smooth));
+    if ((st = ploss_check_flag(o.mask_ignored_in_denominator, "opts.mask_ignored_in_denominator")))
+        return st;
     if ((unsigned)o.class_weights >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.class_weights: %d is not one of given (0), sudre (1)", (int)o.class_weights);
     const ploss_loss_params p = {
@@ -2277,11 +2297,11 @@ static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of affinity_field");
     if (!(isfinite(o.kl_margin) && o.kl_margin >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %g is not a finite number >= 0", ploss_shown(o.kl_margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.kl_margin: %s is not a finite number >= 0", PLOSS_SHOWN(o.kl_margin));
     if (!(isfinite(o.lambda_same) && o.lambda_same >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %g is not a finite number >= 0", ploss_shown(o.lambda_same));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_same: %s is not a finite number >= 0", PLOSS_SHOWN(o.lambda_same));
     if (!(isfinite(o.lambda_diff) && o.lambda_diff >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %g is not a finite number >= 0", ploss_shown(o.lambda_diff));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lambda_diff: %s is not a finite number >= 0", PLOSS_SHOWN(o.lambda_diff));
     if ((unsigned)o.divergence >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.divergence: %d is not one of kl (0), reference (1)", (int)o.divergence);
     const ploss_loss_params p = {
@@ -2428,7 +2448,7 @@ static ploss_status margin_ranking_loss(ploss_ctx_t *ctx, ploss_pass pass, const
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of margin_ranking_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -2501,7 +2521,7 @@ static ploss_status cosine_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of cosine_embedding_loss");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %g is not a finite number", ploss_shown(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin = o.margin,
@@ -2585,19 +2605,23 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of combined_margin");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m1) && o.m1 >= 1.0 && o.m1 <= 4.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %g is not a finite number in [1, 4]", ploss_shown(o.m1));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %s is not a finite number in [1, 4]", PLOSS_SHOWN(o.m1));
     if (!(isfinite(o.m2) && o.m2 >= 0.0 && o.m2 <= 1.5707963267948966))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %g is not a finite number in [0, 1.5707963267948966]", ploss_shown(o.m2));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m2: %s is not a finite number in [0, 1.5707963267948966]", PLOSS_SHOWN(o.m2));
     if (!(isfinite(o.m3) && o.m3 >= 0.0 && o.m3 <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %g is not a finite number in [0, 1]", ploss_shown(o.m3));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m3: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.m3));
+    if ((st = ploss_check_flag(o.easy_margin, "opts.easy_margin")))
+        return st;
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2689,15 +2713,17 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of am_softmax");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1]", ploss_shown(o.m));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.m));
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2786,15 +2812,19 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of arc_face");
     if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %g is not a finite number > 0", ploss_shown(o.s));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %g is not a finite number in [0, 1.5707963267948966]", ploss_shown(o.m));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %s is not a finite number in [0, 1.5707963267948966]", PLOSS_SHOWN(o.m));
+    if ((st = ploss_check_flag(o.easy_margin, "opts.easy_margin")))
+        return st;
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %g is not a finite number in (0, 1]", ploss_shown(o.sample_rate));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
+        return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .margin_scale = o.s,
@@ -2889,13 +2919,15 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     if ((unsigned)o.policy >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.policy: %d is not one of cross_entropy (0), focal (1)", (int)o.policy);
     if (!(isfinite(o.gamma) && o.gamma >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %g is not a finite number >= 0", ploss_shown(o.gamma));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %s is not a finite number >= 0", PLOSS_SHOWN(o.gamma));
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %g is not a finite number in [0, 1]", ploss_shown(o.label_smoothing));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.label_smoothing));
     if (!(isfinite(o.softcap) && o.softcap >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %g is not a finite number >= 0", ploss_shown(o.softcap));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %s is not a finite number >= 0", PLOSS_SHOWN(o.softcap));
     if (!(isfinite(o.z_loss) && o.z_loss >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %g is not a finite number >= 0", ploss_shown(o.z_loss));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %s is not a finite number >= 0", PLOSS_SHOWN(o.z_loss));
+    if ((st = ploss_check_flag(o.accumulate, "opts.accumulate")))
+        return st;
     if ((unsigned)o.weight_layout >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.weight_layout: %d is not one of CxD (0), DxC (1)", (int)o.weight_layout);
     if (o.tile_rows < 0)

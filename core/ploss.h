@@ -127,7 +127,8 @@ ploss_status ploss_ctx_set_stream(ploss_ctx_t *ctx, void *stream);
 void *ploss_ctx_stream(const ploss_ctx_t *ctx);
 
 /** Deterministic mode (default 1): fixed reduction order, no float atomics.  Every
- *  kernel in this version is deterministic; the flag is kept for faster future paths. */
+ *  kernel in this version is deterministic; the flag is kept for faster future paths.
+ *  deterministic: 0 or 1 (anything else: INVALID_ARGUMENT). */
 ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic);
 int ploss_ctx_deterministic(const ploss_ctx_t *ctx);
 
@@ -290,8 +291,8 @@ typedef enum ploss_activation {
  *              inplace = 1 output may be the input tensor itself (same data, shape and
  *              strides); any other overlap with the input is ALIAS.
  * Computed in f32 (f64 for f64) on CUDA, in f64 on the CPU; stable at ±1e4.
- * Statuses: INVALID_ARGUMENT (NULL, bad enum), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA.
+ * Statuses: INVALID_ARGUMENT (NULL, bad enum, inplace neither 0 nor 1), SHAPE, DTYPE,
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA.
  */
 ploss_status ploss_activation_forward(ploss_ctx_t *ctx, ploss_activation act,
                                       const DLTensor *input, DLTensor *output, int inplace);
@@ -348,7 +349,7 @@ typedef struct ploss_sgd_opts {
     double momentum;     /* μ ≥ 0, default 0                                              */
     double dampening;    /* default 0                                                     */
     double weight_decay; /* L2 coefficient ≥ 0 added to the gradient, default 0          */
-    int nesterov;        /* default 0; needs momentum > 0 and dampening = 0              */
+    int nesterov;        /* 0 or 1, default 0; 1 needs momentum > 0 and dampening = 0    */
 } ploss_sgd_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -380,7 +381,8 @@ typedef struct ploss_adam_opts {
     double beta2;        /* in [0, 1), default 0.999                                      */
     double eps;          /* ≥ 0, default 1e-8                                             */
     double weight_decay; /* ≥ 0, default 0                                                */
-    int decoupled_weight_decay; /* 0: Adam (wd·p added to g); 1: AdamW (p ← p·(1 − lr·wd)) */
+    int decoupled_weight_decay; /* 0: Adam (wd·p added to g); 1: AdamW (p ← p·(1 − lr·wd));
+                                   no other value */
 } ploss_adam_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */

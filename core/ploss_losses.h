@@ -823,7 +823,8 @@ typedef struct ploss_triplet_margin_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_triplet_margin_opts;
 
@@ -929,7 +930,8 @@ typedef struct ploss_batch_hard_triplet_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_batch_hard_triplet_opts;
 
@@ -1027,7 +1029,8 @@ typedef struct ploss_info_nce_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_info_nce_opts;
 
@@ -2714,7 +2717,8 @@ typedef struct ploss_margin_ranking_loss_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_margin_ranking_loss_opts;
 
@@ -2790,7 +2794,8 @@ typedef struct ploss_cosine_embedding_loss_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_cosine_embedding_loss_opts;
 
@@ -2914,7 +2919,8 @@ typedef struct ploss_combined_margin_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_combined_margin_opts;
 
@@ -3051,7 +3057,8 @@ typedef struct ploss_am_softmax_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_am_softmax_opts;
 
@@ -3179,7 +3186,8 @@ typedef struct ploss_arc_face_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_arc_face_opts;
 
@@ -3320,7 +3328,8 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
        1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
     int inplace;
 } ploss_linear_cross_entropy_opts;
 

@@ -533,3 +533,71 @@ describe("zero-copy exchange", function()
     H.expect_error(function() ploss.from_pointer(buf, { 3, 2 }, { strides = { 2 ^ 52, 2 ^ 52 } }) end, "span more than 2^53")
   end)
 end)
+
+describe("C int flags", function()
+  local C = ploss.C
+  local D = require("ploss.description")
+
+  -- the status and message of the C call, on the CPU context
+  local function status_of(fn, ...)
+    local st = fn(...)
+    return tonumber(st), ffi.string(C.ploss_last_error())
+  end
+
+  it("every loss's boolean option takes 0 or 1 only (2 and -1 would be true to C)", function()
+    local checked = 0
+    for _, d in ipairs(D.all()) do
+      local fn, args = C["ploss_" .. d.name .. "_fused"], D.arguments(d, "fused")
+      for _, f in ipairs(d.fields) do
+        if f.type == "bool" then
+          for _, v in ipairs { 2, -1 } do
+            local o = ffi.new(d.opts_type)
+            C[d.opts_init](o)
+            o[f.name] = v
+            local a = { ploss.context("cpu") } -- the options are checked before any tensor
+            for i, arg in ipairs(args) do a[i + 1] = arg[2] == "opts" and o or nil end
+            local st, msg = status_of(fn, unpack(a, 1, #args + 1))
+            assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT, st, d.name .. "." .. f.name)
+            assert.are.equal("opts." .. f.name .. ": " .. v .. " is neither 0 (false) nor 1 (true)", msg)
+            checked = checked + 1
+          end
+        end
+      end
+    end
+    assert.is_true(checked > 60, "bool options checked: " .. checked)
+  end)
+
+  it("the optimisers', EMA's, the activations' and the context's flags too", function()
+    local ctx = ploss.context("cpu")
+    local p, g = ploss.zeros({ 2 }), ploss.zeros({ 2 })
+    local sgd = ffi.new("ploss_sgd_opts"); C.ploss_sgd_opts_init(sgd); sgd.nesterov = 2
+    local st, msg = status_of(C.ploss_sgd_step, ctx, p:dl(), g:dl(), nil, 1, sgd)
+    assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "opts.nesterov: 2 is neither 0 (false) nor 1 (true)" }, { st, msg })
+    local adam = ffi.new("ploss_adam_opts"); C.ploss_adam_opts_init(adam); adam.decoupled_weight_decay = -1
+    st, msg = status_of(C.ploss_adam_step, ctx, p:dl(), g:dl(), p:clone():dl(), p:clone():dl(), 1, adam)
+    assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "opts.decoupled_weight_decay: -1 is neither 0 (false) nor 1 (true)" },
+      { st, msg })
+    local ema = ffi.new("ploss_ema_opts"); C.ploss_ema_opts_init(ema); ema.warmup = 3
+    local list = ffi.new("DLTensor *[1]", { p:dl() })
+    st, msg = status_of(C.ploss_ema_update, ctx, list, ffi.cast("const DLTensor *const *", list), 1, 0, ema)
+    assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "opts.warmup: 3 is neither 0 (false) nor 1 (true)" }, { st, msg })
+    st, msg = status_of(C.ploss_activation_forward, ctx, 0, p:dl(), g:dl(), 2)
+    assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "inplace: 2 is neither 0 (false) nor 1 (true)" }, { st, msg })
+    local own = ffi.new("ploss_ctx_t *[1]")
+    ploss.check(C.ploss_ctx_create(ffi.new("DLDevice", { 1, 0 }), own))
+    st, msg = status_of(C.ploss_ctx_set_deterministic, own[0], 2)
+    assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "deterministic: 2 is neither 0 (false) nor 1 (true)" }, { st, msg })
+    assert.are.equal(1, C.ploss_ctx_deterministic(own[0]))
+    C.ploss_ctx_destroy(own[0])
+  end)
+
+  it("option values in messages read back as the value given (1.0000001 is not shown as 1)", function()
+    local o = ffi.new("ploss_cross_entropy_opts"); C.ploss_cross_entropy_opts_init(o); o.label_smoothing = 1.0000001
+    local st, msg = status_of(C.ploss_cross_entropy_forward, ploss.context("cpu"), nil, nil, nil, o, nil, nil)
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT, st)
+    assert.matches("opts.label_smoothing: 1.0000001 is not", msg, 1, true)
+    o.label_smoothing = -0.1
+    st, msg = status_of(C.ploss_cross_entropy_forward, ploss.context("cpu"), nil, nil, nil, o, nil, nil)
+    assert.matches("opts.label_smoothing: -0.1 is not", msg, 1, true)
+  end)
+end)

@@ -443,6 +443,11 @@ local function check_code(w, opt)
       opt.name, table.concat(names, ", "), f)
     return
   end
+  if opt.type == "bool" then -- an int flag: 2 or −1 would be true to C without a word
+    w("    if ((st = ploss_check_flag(%s, \"opts.%s\")))", f, opt.name)
+    w("        return st;")
+    return
+  end
   if not r then return end
   local conds = {}
   if opt.type == "double" then
@@ -451,7 +456,7 @@ local function check_code(w, opt)
     if opt.min ~= nil then conds[#conds + 1] = f .. " >= " .. default_c { type = "double", default = opt.min } end
     if opt.max ~= nil then conds[#conds + 1] = f .. " <= " .. default_c { type = "double", default = opt.max } end
     w("    if (!(%s))", table.concat(conds, " && "))
-    w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%g is not %s\", ploss_shown(%s));", opt.name,
+    w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%s is not %s\", PLOSS_SHOWN(%s));", opt.name,
       r, f)
   else
     if opt.min ~= nil then conds[#conds + 1] = f .. " < " .. D.number(opt.min) end

@@ -212,7 +212,7 @@ ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTen
                            "opts.kind: %d is not one of iou (0), generalized (1), distance (2), complete (3)",
                            (int)o.kind);
     if (!(isfinite(o.eps) && o.eps >= 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %g is not a finite number >= 0", ploss_shown(o.eps));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= PLOSS_BOX_FORMAT_COUNT)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)",
                            (int)o.box_format);

@@ -222,8 +222,8 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     p.gamma = o->gamma;
     if (p.focal && p.label_smoothing != 0.0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.label_smoothing: %g with policy 'focal' (smoothing is the cross-entropy's; 0 with focal)",
-                           ploss_shown(p.label_smoothing));
+                           "opts.label_smoothing: %s with policy 'focal' (smoothing is the cross-entropy's; 0 with focal)",
+                           PLOSS_SHOWN(p.label_smoothing));
     p.accumulate = o->accumulate;
     p.tile_rows = o->tile_rows;
     p.scale = o->scale;

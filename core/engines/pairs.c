@@ -243,7 +243,7 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
     /* PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none */
     if (!o->soft_margin && !(o->margin > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.margin: %g is not > 0 (the hinge's margin; soft_margin = true has none)", ploss_shown(o->margin));
+                           "opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)", PLOSS_SHOWN(o->margin));
     ploss_triplet_problem p;
     memset(&p, 0, sizeof p);
     FILL_COMMON(p, pass, c, o);

@@ -18,6 +18,8 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_activation act, int backward, co
     if ((unsigned)act >= PLOSS_ACTIVATION_COUNT)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "act: %d is not swish (0), hard_swish (1) or mish (2)", (int)act);
+    if ((st = ploss_check_flag(inplace, "inplace")))
+        return st;
     ploss_view x, gy, o;
     if ((st = ploss_view_init(&x, input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
         return st;

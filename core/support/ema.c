@@ -98,10 +98,11 @@ ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const 
     ploss_ema_opts_init(&o);
     if (opts)
         o = *opts;
+    ploss_status st;
     if (!(o.decay >= 0.0 && o.decay <= 1.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %g is not in [0, 1]", ploss_shown(o.decay));
-    if (o.warmup != 0 && o.warmup != 1)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.warmup: %d is not 0 or 1", o.warmup);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %s is not in [0, 1]", PLOSS_SHOWN(o.decay));
+    if ((st = ploss_check_flag(o.warmup, "opts.warmup")))
+        return st;
     if (updates < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "updates: %lld is negative (0 before the first update)",
                            (long long)updates);

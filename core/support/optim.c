@@ -31,7 +31,7 @@ static ploss_status check_opt(double v, int ok, const char *name, const char *ra
 {
     if (isfinite(v) && ok)
         return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.%s: %g is outside %s", name, ploss_shown(v), range);
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.%s: %s is outside %s", name, PLOSS_SHOWN(v), range);
 }
 
 /* Validate param, grad and the state buffers (NULL entries absent), then fill the
@@ -111,7 +111,8 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
     if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
         (st = check_opt(o.momentum, o.momentum >= 0, "momentum", "[0, ∞)")) ||
         (st = check_opt(o.dampening, 1, "dampening", "the finite numbers")) ||
-        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")))
+        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")) ||
+        (st = ploss_check_flag(o.nesterov, "opts.nesterov")))
         return st;
     if (o.nesterov && !(o.momentum > 0 && o.dampening == 0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
@@ -131,7 +132,7 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
     p.weight_decay = o.weight_decay;
     p.momentum = o.momentum;
     p.dampening = o.dampening;
-    p.nesterov = o.nesterov != 0;
+    p.nesterov = o.nesterov;
     p.first_step = step == 1;
     return dispatch(ctx, &p);
 }
@@ -149,7 +150,8 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
         (st = check_opt(o.beta1, o.beta1 >= 0 && o.beta1 < 1, "beta1", "[0, 1)")) ||
         (st = check_opt(o.beta2, o.beta2 >= 0 && o.beta2 < 1, "beta2", "[0, 1)")) ||
         (st = check_opt(o.eps, o.eps >= 0, "eps", "[0, ∞)")) ||
-        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")))
+        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")) ||
+        (st = ploss_check_flag(o.decoupled_weight_decay, "opts.decoupled_weight_decay")))
         return st;
     if (!exp_avg || !exp_avg_sq)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", exp_avg ? "exp_avg_sq" : "exp_avg");
@@ -164,7 +166,7 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
     p.beta1 = o.beta1;
     p.beta2 = o.beta2;
     p.eps = o.eps;
-    p.decoupled = o.decoupled_weight_decay != 0;
+    p.decoupled = o.decoupled_weight_decay;
     const double t = (double)step;
     p.step_size = o.lr / (1.0 - pow(o.beta1, t));
     p.sqrt_bc2 = sqrt(1.0 - pow(o.beta2, t));

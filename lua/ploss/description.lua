@@ -227,7 +227,8 @@ function D.prepare(desc)
   desc.fields[#desc.fields + 1] = { name = "scale", type = "double", default = 1, common = true, fused = true,
     doc = "_fused only: the gradient's multiplier (the upstream gradient)" }
   desc.fields[#desc.fields + 1] = { name = "inplace", type = "bool", default = false, common = true, fused = true,
-    doc = "_fused only: 1 lets grad_input be the input tensor itself" }
+    doc = desc.inputs and "refused (1): each input of this loss gets its own gradient, none may be written over"
+      or "_fused only: 1 lets grad_input be the input tensor itself" }
   -- the options a user sets, in Lua
   desc.lua_options = {}
   for _, o in ipairs(options) do
