@@ -49,7 +49,9 @@ typedef enum ploss_status {
     PLOSS_ERR_DTYPE = 3,            /* a tensor's dtype is not accepted for this slot    */
     PLOSS_ERR_DEVICE = 4,           /* tensors on different devices / not the ctx's      */
     PLOSS_ERR_LAYOUT = 5,           /* strides that cannot be used (overlapping output)  */
-    PLOSS_ERR_ALIAS = 6,            /* an output overlaps an input it may not overlap    */
+    PLOSS_ERR_ALIAS = 6,            /* an output overlaps an input it may not overlap:
+                                       their spans (first to last byte) meet, which also
+                                       refuses two interleaved views (even and odd elements) */
     PLOSS_ERR_INVALID_LABEL = 7,    /* a class index outside [0, C) and != ignore_index  */
     PLOSS_ERR_OUT_OF_MEMORY = 8,    /* host or device allocation failed                  */
     PLOSS_ERR_UNSUPPORTED = 9,      /* e.g. a CUDA tensor with a library built w/o CUDA  */

@@ -236,8 +236,8 @@ ploss_status ploss_check_no_alias(const ploss_view *out, const char *out_name, c
 {
     if (!ploss_view_overlaps(out, in))
         return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_ALIAS, "%s: overlaps the memory of %s; pass a separate buffer",
-                       out_name, in_name);
+    return ploss_error(PLOSS_ERR_ALIAS, "%s: overlaps the memory of %s (their spans meet: the bytes from "
+                       "each one's first to its last element); pass a separate buffer", out_name, in_name);
 }
 
 int ploss_view_is_contiguous(const ploss_view *v)

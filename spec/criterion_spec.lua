@@ -229,6 +229,34 @@ describe("criteria of several inputs", function()
     H.expect_error(function() ploss.CrossEntropyLoss {}:backward(x, y, { reduction = "sum" }) end,
       "gradOutput: expected a number or a tensor, got table (a criterion's options are its fields")
   end)
+
+  it("refuse a number as the upstream gradient of a 'none' loss, naming it (not as a 0-d tensor)", function()
+    local x, y = ploss.randn({ 2, 3, 2 }, { seed = 2 }), ploss.tensor({ { 0, 1 }, { 2, 0 } }, { dtype = "i64" })
+    local msg = "gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' takes a tensor"
+    H.expect_error(function() ploss.CrossEntropyLoss { reduction = "none" }:backward(x, y, 2) end,
+      "CrossEntropyLoss:backward: " .. msg)
+    H.expect_error(function() F.cross_entropy_backward(x, y, 2, { reduction = "none" }) end,
+      "cross_entropy_backward: " .. msg)
+    -- a 0-d 'none' loss (one pair of vectors, PyTorch's unbatched form) takes a number
+    local one = ploss.CosineEmbeddingLoss { reduction = "none" }
+    local a, b, s = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.tensor({ 2, 1 }, { dtype = "f64" }), ploss.tensor(1)
+    local ga = one:backward(a, b, s):flat()
+    H.assert_close(one:backward(a, b, s, 2), { 2 * ga[1], 2 * ga[2] }, { rtol = 1e-15 })
+    -- ∂(1 − cos)/∂a = −(b/(|a||b|) − cos·a/|a|²), cos = 4/5: (−0.24, 0.12)
+    H.assert_close(ga, { -0.24, 0.12 }, { rtol = 1e-12 })
+  end)
+
+  it("name the input, not grad_input, when the in-place gradient cannot be written there", function()
+    local xe = ploss.randn({ 1, 3, 2 }, { seed = 3 }):expand(2, 3, 2)
+    local y = ploss.tensor({ { 0, 1 }, { 2, 0 } }, { dtype = "i64" })
+    local where = "input (written with its gradient: inplace = true): "
+    H.expect_error(function() ploss.CrossEntropyLoss { inplace = true }(xe, y) end,
+      { "cross_entropy_fused: " .. where .. "strides make distinct elements share memory", "PLOSS_ERR_LAYOUT" })
+    H.expect_error(function() F.cross_entropy_fused(xe, y, { inplace = true }) end, "cross_entropy_fused: " .. where)
+    local p = ploss.rand({ 4, 3 }, { seed = 4 })
+    H.expect_error(function() ploss.BCEWithLogitsLoss { inplace = true }(p, p) end,
+      { where .. "overlaps the memory of target", "PLOSS_ERR_ALIAS" })
+  end)
 end)
 
 describe("calls on a criterion", function()

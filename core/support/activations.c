@@ -53,7 +53,8 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_activation act, int backward, co
             continue;
         if (ploss_view_overlaps(&o, ins[i]))
             return ploss_error(PLOSS_ERR_ALIAS,
-                               "%s: overlaps the memory of %s; pass a separate buffer%s", out_name,
+                               "%s: overlaps the memory of %s (their spans meet: the bytes from each "
+                               "one's first to its last element); pass a separate buffer%s", out_name,
                                in_names[i],
                                inplace ? " or the same tensor (same data, shape and strides)"
                                        : ", or ask for the in-place form (inplace = 1) with the same tensor");

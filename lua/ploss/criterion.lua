@@ -287,7 +287,16 @@ local F_NAMES = {
   [true] = { [false] = { loss = "opts.out", grad_loss = "gradOutput" },
              [true] = { loss = "opts.out", grad_loss = "gradOutput", grad_input = "opts.grad_input" } },
 }
-local function f_names(raw) return F_NAMES[raw.out ~= nil][raw.grad_input ~= nil] end
+-- with inplace = true the gradient's destination is the input the caller passed
+local INPLACE_GRAD = "input (written with its gradient: inplace = true)"
+local INPLACE_NAMES = {
+  [false] = { grad_loss = "gradOutput", grad_input = INPLACE_GRAD },
+  [true] = { loss = "opts.out", grad_loss = "gradOutput", grad_input = INPLACE_GRAD },
+}
+local function f_names(raw, inplace)
+  if inplace then return INPLACE_NAMES[raw.out ~= nil] end
+  return F_NAMES[raw.out ~= nil][raw.grad_input ~= nil]
+end
 
 -- The loss tensor of a functional call: the caller's (opts.out) is marked written, as the
 -- gradients are (a criterion's state saved from its old values is then not reused).
@@ -370,16 +379,32 @@ local function bad_grad_output(where, gradOutput)
   ploss.raise(string.format("%s: gradOutput: expected a number or a tensor, got %s%s", where, type(gradOutput), hint))
 end
 
--- A one-element or loss-shaped gradOutput tensor from a number, a tensor or nil.
-local function grad_loss_tensor(d, o, input, gradOutput, buf, where)
-  local dtype = loss_dtype(input)
+-- The upstream gradient as a tensor of `dtype` on `device` (in buffer `buf` where it makes
+-- one): for nil, ones of the 'none' loss's sizes `none_sizes` or 1 for a reduced loss; a
+-- number as a one-element tensor (refused for a 'none' loss with dims, whose upstream
+-- gradient is a tensor of its shape; a 0-d one takes it); a tensor as it is.
+local function upstream(o, none_sizes, dtype, device, gradOutput, buf, where)
   if gradOutput == nil then
-    if o.reduction == "none" then return nn.buffer(buf, loss_sizes(d, input, o), dtype, input:device()):fill(1) end
+    if o.reduction == "none" then return nn.buffer(buf, none_sizes, dtype, device):fill(1) end
     gradOutput = 1
   end
-  if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, input:device()):fill(gradOutput) end
+  if type(gradOutput) == "number" then
+    if o.reduction == "none" and #none_sizes > 0 then
+      ploss.raise(where .. ": gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' " ..
+        "takes a tensor of the loss's shape")
+    end
+    return nn.buffer(buf, {}, dtype, device):fill(gradOutput)
+  end
   if not ploss.is_tensor(gradOutput) then bad_grad_output(where, gradOutput) end
   return gradOutput
+end
+
+local NO_SIZES = {}
+
+-- A one-element or loss-shaped gradOutput tensor from a number, a tensor or nil.
+local function grad_loss_tensor(d, o, input, gradOutput, buf, where)
+  local sizes = o.reduction == "none" and loss_sizes(d, input, o) or NO_SIZES
+  return upstream(o, sizes, loss_dtype(input), input:device(), gradOutput, buf, where)
 end
 
 -- The call options of the functional API of a one-input loss besides the loss's own, by
@@ -538,18 +563,8 @@ local function build_multi(d)
   -- The upstream gradient as a tensor on the inputs' device: ones for 'none' and 1 for a
   -- reduced loss when nil, a number as a one-element tensor, or the tensor given.
   local function grad_loss_of(o, x, gradOutput, buf, where)
-    local dtype = loss_dtype(x)
-    if gradOutput == nil then
-      if o.reduction == "none" then return nn.buffer(buf, none_sizes_of(x), dtype, x:device()):fill(1) end
-      gradOutput = 1
-    end
-    if type(gradOutput) == "number" and o.reduction == "none" and #none_sizes_of(x) > 0 then
-      ploss.raise(where .. ": gradOutput: a number is the upstream gradient of a reduced loss; reduction 'none' " ..
-        "takes a tensor of the loss's shape")
-    end
-    if type(gradOutput) == "number" then return nn.buffer(buf, {}, dtype, x:device()):fill(gradOutput) end
-    if not ploss.is_tensor(gradOutput) then bad_grad_output(where, gradOutput) end
-    return gradOutput
+    local sizes = o.reduction == "none" and none_sizes_of(x) or NO_SIZES
+    return upstream(o, sizes, loss_dtype(x), x:device(), gradOutput, buf, where)
   end
 
   -- The names of the gradients' destinations: fields of the criterion (also given to its
@@ -963,7 +978,7 @@ function M.build(d)
     end
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
-      loss = self._loss, grad_input = grad }), d.name .. "_fused")
+      loss = self._loss, grad_input = grad }), d.name .. "_fused", o.inplace and INPLACE_NAMES[false] or nil)
     self._loss:bump_version()
     grad:bump_version() -- the input itself when in place
     self.output = o.reduction == "none" and self._loss or self._loss:item()
@@ -1037,7 +1052,7 @@ function M.build(d)
     local loss = loss_out(o, raw, input)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw))
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw, o.inplace))
     written_out(raw, loss)
     grad:bump_version()
     if o.reduction == "none" or raw.out then return loss, grad end
