@@ -24,6 +24,8 @@ ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out)
     } else if (device.device_type != kDLCPU) {
         return ploss_error(PLOSS_ERR_DEVICE, "device: type %d is neither CPU (1) nor CUDA (2)",
                            (int)device.device_type);
+    } else if (device.device_id != 0) {
+        return ploss_error(PLOSS_ERR_DEVICE, "device: cpu:%d does not exist (the CPU is device 0)", device.device_id);
     }
     ploss_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx)

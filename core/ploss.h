@@ -110,7 +110,7 @@ typedef struct ploss_ctx ploss_ctx_t;
  *  that shard over ranks). */
 typedef struct ploss_comm ploss_comm_t;
 
-/** Create a context for `device` (kDLCPU, or kDLCUDA with a device_id).
+/** Create a context for `device` (kDLCPU with device_id 0, or kDLCUDA with a device_id).
  *  Statuses: INVALID_ARGUMENT (out NULL), DEVICE (unknown device type or id),
  *  UNSUPPORTED (CUDA requested, built without CUDA), CUDA, OUT_OF_MEMORY. */
 ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out);
