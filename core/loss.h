@@ -130,6 +130,8 @@ typedef struct ploss_loss_params {
     double beta;              /* smooth_l1_loss's β */
     double delta;             /* huber_loss's δ */
     int log_target;           /* kl_div: the target holds log-probabilities */
+    int log_input;            /* poisson_nll_loss: the input is log λ (else λ) */
+    int full;                 /* poisson_nll_loss: add the Stirling term of log(y!) */
     int power;                /* multi_margin_loss's p */
     int classes;              /* region: which classes count (ploss_lovasz_classes) */
     int per_image;            /* region: one group per sample rather than the whole batch */

@@ -44,6 +44,7 @@ typedef enum {
     PLOSS_POLICY_AM_SOFTMAX = 36, /* am_softmax (margin) */
     PLOSS_POLICY_ARC_FACE = 37, /* arc_face (margin) */
     PLOSS_POLICY_LINEAR_CROSS_ENTROPY = 38, /* linear_cross_entropy (margin) */
+    PLOSS_POLICY_POISSON_NLL = 39, /* poisson_nll_loss (elementwise) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -90,6 +91,7 @@ typedef enum {
         PLOSS_SHAPE_MARGIN, \
         PLOSS_SHAPE_MARGIN, \
         PLOSS_SHAPE_MARGIN, \
+        PLOSS_SHAPE_ELEMENTWISE, \
     }
 
 #endif

@@ -2974,3 +2974,79 @@ ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *
     const ploss_loss_args a = {.inputs[0] = hidden, .inputs[1] = weight, .target = labels, .tensors[0] = bias, .loss = loss, .outputs[0] = lse, .outputs[1] = entropy, .grad_inputs[0] = grad_hidden, .grad_inputs[1] = grad_weight, .grad_tensors[0] = grad_bias};
     return linear_cross_entropy(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- poisson_nll_loss -------------------------------------------------------------------- */
+
+void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->log_input = 1;
+    o->full = 0;
+    o->eps = 1e-8;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec poisson_nll_loss_spec = {
+    .name = "poisson_nll_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_POISSON_NLL,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status poisson_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                     const ploss_poisson_nll_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_poisson_nll_loss_opts o;
+    ploss_poisson_nll_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of poisson_nll_loss");
+    if ((st = ploss_check_flag(o.log_input, "opts.log_input")))
+        return st;
+    if ((st = ploss_check_flag(o.full, "opts.full")))
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .log_input = o.log_input,
+        .full = o.full,
+        .eps = o.eps,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &poisson_nll_loss_spec, a, &p);
+}
+
+ploss_status ploss_poisson_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return poisson_nll_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_poisson_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return poisson_nll_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_poisson_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return poisson_nll_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

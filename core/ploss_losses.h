@@ -3450,4 +3450,78 @@ ploss_status ploss_linear_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *
     const ploss_linear_cross_entropy_opts *opts, DLTensor *loss, DLTensor *lse, DLTensor *entropy,
     DLTensor *grad_hidden, DLTensor *grad_weight, DLTensor *grad_bias);
 
+/* ---- Poisson negative log-likelihood --------------------------------------------------- */
+
+/** Options of poisson_nll_loss; fill with ploss_poisson_nll_loss_opts_init(). */
+typedef struct ploss_poisson_nll_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the input is log λ (else λ itself); default 1 */
+    int log_input;
+    /* add the Stirling term of log(y!) where y > 1; default 0 */
+    int full;
+    /* ε >= 0 added to λ inside the logarithm when log_input is false; a finite number >= 0;
+       default 1e-8 */
+    double eps;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_poisson_nll_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *opts);
+
+/**
+ * Poisson negative log-likelihood, forward (PyTorch torch.nn.PoissonNLLLoss /
+ * torch.nn.functional.poisson_nll_loss).
+ * Elementwise, with x the input and y the target:
+ *
+ *     ℓ = e^x − y·x              (log_input)
+ *     ℓ = x − y·log(x + ε)       otherwise
+ *
+ * and with full, where y > 1, the Stirling approximation of log(y!) is added:
+ *
+ *     ℓ += y·log y − y + ½·log(2π·y)
+ *
+ * 'mean' divides by the element count.
+ *
+ * As PyTorch, the input is not checked: without log_input a negative rate gives NaN (the log of
+ * a negative number) or a finite value where x + ε > 0. The Stirling term is 0 where y <= 1
+ * (PyTorch's masked_fill). No gradient is computed for the target.
+ *
+ * in  input       the log-rate log λ (log_input), or the rate λ >= 0, any shape (rank 0..8),
+ *                 f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype: counts y >= 0 (any real values are
+ *                 taken).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
+ *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_poisson_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Poisson negative log-likelihood, backward. ∂ℓ/∂x = e^x − y (log_input), or 1 − y/(x
+ * + ε); the Stirling term does not depend on x.
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_poisson_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Poisson negative log-likelihood, forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_poisson_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

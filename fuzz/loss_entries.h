@@ -659,6 +659,23 @@ static ploss_status fz_call_linear_cross_entropy_fused(ploss_ctx_t *ctx, DLTenso
     return ploss_linear_cross_entropy_fused(ctx, t[0], t[1], t[2], t[3], o, t[4], t[5], t[6], t[7], t[8], t[9]);
 }
 
+static void fz_init_ploss_poisson_nll_loss_opts(void *o) { ploss_poisson_nll_loss_opts_init(o); }
+
+static ploss_status fz_call_poisson_nll_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_poisson_nll_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_poisson_nll_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_poisson_nll_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_poisson_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_poisson_nll_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -1127,6 +1144,18 @@ static ploss_status fz_call_linear_cross_entropy_fused(ploss_ctx_t *ctx, DLTenso
     {.name = "ploss_linear_cross_entropy_fused", .call = fz_call_linear_cross_entropy_fused, .nslots = 10, \
      .slots = {{"hidden", FZ_IN, "NC", "f"}, {"weight", FZ_IN, "NC", "f"}, {"labels", FZ_IN, "N", "i"}, {"bias", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|N|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "N", "a"}, {"entropy", FZ_OUT | FZ_OPTIONAL, "N", "a"}, {"grad_hidden", FZ_OUT, "NC", "x"}, {"grad_weight", FZ_OUT, "NC", "x"}, {"grad_bias", FZ_OUT | FZ_OPTIONAL, "C", "x"}}, \
      .opts_size = sizeof(ploss_linear_cross_entropy_opts), .opts_init = fz_init_ploss_linear_cross_entropy_opts, .opts_nullable = 1, .nfields = 12, \
-     .fields = {FZ_FIELD(ploss_linear_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_linear_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, policy, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, softcap, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, z_loss, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, accumulate, FZ_INT, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_linear_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_linear_cross_entropy_opts, ignore_index, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, policy, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, gamma, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, label_smoothing, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, softcap, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, z_loss, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, accumulate, FZ_INT, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, weight_layout, FZ_ENUM, 0, 1), FZ_FIELD(ploss_linear_cross_entropy_opts, tile_rows, FZ_I64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_linear_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_poisson_nll_loss_forward", .call = fz_call_poisson_nll_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_poisson_nll_loss_opts), .opts_init = fz_init_ploss_poisson_nll_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_poisson_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_poisson_nll_loss_opts, log_input, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, full, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_poisson_nll_loss_backward", .call = fz_call_poisson_nll_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_poisson_nll_loss_opts), .opts_init = fz_init_ploss_poisson_nll_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_poisson_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_poisson_nll_loss_opts, log_input, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, full, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_poisson_nll_loss_fused", .call = fz_call_poisson_nll_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_poisson_nll_loss_opts), .opts_init = fz_init_ploss_poisson_nll_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_poisson_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_poisson_nll_loss_opts, log_input, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, full, FZ_INT, 0, 1), FZ_FIELD(ploss_poisson_nll_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_poisson_nll_loss_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

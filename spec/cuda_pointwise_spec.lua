@@ -1,6 +1,7 @@
 -- Pointwise criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
 -- GPU): mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
--- soft_margin_loss, kl_div and hinge_embedding_loss against the CPU backend on the same dtype-rounded inputs, in
+-- soft_margin_loss, kl_div, hinge_embedding_loss and poisson_nll_loss against the CPU backend on the same
+-- dtype-rounded inputs, in
 -- f32/f16/bf16 (fp32 accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64,
 -- every reduction ('batchmean' for kl_div) and option, fused against forward + backward, for
 -- both kernels of kernels/elementwise/sigmoid.cu: the vectorised fast kernel (dense, aligned,
@@ -19,7 +20,7 @@ local TOL = H.CUDA_TOL
 local close = H.assert_close_scaled
 
 local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
-  "hinge_embedding_loss" }
+  "hinge_embedding_loss", "poisson_nll_loss" }
 -- the options worth covering per loss (weight: a tensor made for the input's sizes)
 local OPTIONS = {
   mse_loss = { {} },
@@ -30,6 +31,7 @@ local OPTIONS = {
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
   hinge_embedding_loss = { {}, { margin = 0.5 } },
+  poisson_nll_loss = { {}, { full = true }, { log_input = false }, { log_input = false, full = true, eps = 0.1 } },
 }
 local function reductions(name)
   return name == "kl_div" and { "none", "mean", "sum", "batchmean" } or { "none", "mean", "sum" }
@@ -47,6 +49,11 @@ local function data_for(name, sizes)
     return ploss.randn(sizes, { dtype = "f64", std = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })
   elseif name == "kl_div" then
     return ploss.rand(sizes, { dtype = "f64", low = -4, high = -0.05 }), ploss.rand(sizes, { dtype = "f64" })
+  elseif name == "poisson_nll_loss" then
+    -- rates (or log-rates) in [0.2, 3], counts 0..5 (the Stirling term where y > 1)
+    local v = ploss.rand(sizes, { dtype = "f64" }):flat()
+    for i = 1, #v do v[i] = math.floor(v[i] * 6) end
+    return ploss.rand(sizes, { dtype = "f64", low = 0.2, high = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })
   end
   return ploss.randn(sizes, { dtype = "f64", std = 2 }), ploss.randn(sizes, { dtype = "f64" })
 end

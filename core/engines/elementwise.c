@@ -2,7 +2,7 @@
  * elementwise.c — the one validation front of the elementwise kernel shape: losses with one
  * value per element of an input of any shape (binary cross-entropy with logits, sigmoid
  * focal, and PyTorch's pointwise criteria: MSE, L1, smooth L1, Huber, binary cross-entropy
- * on probabilities, soft margin, KL divergence, hinge embedding).  It checks the tensors of a call against
+ * on probabilities, soft margin, KL divergence, hinge embedding, Poisson NLL).  It checks the tensors of a call against
  * the loss's spec before anything is written, coalesces the dims the tensors allow to walk
  * as one, and dispatches the problem (core/engines/elementwise.h) to the CPU or CUDA.  The
  * options were checked by the loss's entry point (core/losses.c).
@@ -76,6 +76,9 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     case PLOSS_POLICY_SOFT_MARGIN: return PLOSS_EW_SOFT_MARGIN;
     case PLOSS_POLICY_KL_DIV: return o->log_target ? PLOSS_EW_KL_DIV_LOG_TARGET : PLOSS_EW_KL_DIV;
     case PLOSS_POLICY_HINGE_EMBEDDING: return PLOSS_EW_HINGE_EMBEDDING;
+    case PLOSS_POLICY_POISSON_NLL:
+        return o->log_input ? (o->full ? PLOSS_EW_POISSON_NLL_LOG_FULL : PLOSS_EW_POISSON_NLL_LOG)
+                            : (o->full ? PLOSS_EW_POISSON_NLL_FULL : PLOSS_EW_POISSON_NLL);
     case PLOSS_POLICY_SIGMOID_FOCAL:
         return o->convention == PLOSS_FOCAL_TORCHVISION ? PLOSS_SIGMOID_FOCAL_TORCHVISION
                                                         : PLOSS_SIGMOID_FOCAL_REFERENCE;
@@ -195,7 +198,8 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
         p.a0 = o->alpha < 0.0 ? 1.0 : 1.0 - o->alpha;
         p.gamma = o->gamma;
     }
-    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING ? o->margin : o->beta;
+    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING ? o->margin
+           : kind == PLOSS_EW_POISSON_NLL || kind == PLOSS_EW_POISSON_NLL_FULL ? o->eps : o->beta;
     p.numel = x.numel;
     p.mean_divisor = o->reduction != PLOSS_REDUCTION_BATCHMEAN ? x.numel : x.ndim > 0 ? x.shape[0] : 1;
     p.x = x.data; p.x_dtype = x.dtype;

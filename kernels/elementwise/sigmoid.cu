@@ -2,7 +2,8 @@
  * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
  * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
  * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
- * hinge_embedding_loss); formulas in core/engines/elementwise.h and core/ploss_losses.h.
+ * hinge_embedding_loss, poisson_nll_loss); formulas in core/engines/elementwise.h and
+ * core/ploss_losses.h.
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
  *  - sigmoid_fast<T, KIND, G2>: the common case — x and target of one dtype, dense, unit
@@ -69,7 +70,7 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
  * core/cpu/elementwise/sigmoid_impl.h (PyTorch's thresholds and signs: sign(0) = 0, the
  * quadratic part strictly inside |d| < β, BCE's logs clamped at −100 and its gradient's
  * denominator at 1e-12). */
-static_assert(PLOSS_EW_KIND_COUNT == 12, "a new kind of core/engines/elementwise.h: add its maths to "
+static_assert(PLOSS_EW_KIND_COUNT == 16, "a new kind of core/engines/elementwise.h: add its maths to "
                                         "pointwise_element or element and its launch here");
 template <class A>
 __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A beta, A x, A y, A w, A &loss, A &dx)
@@ -115,6 +116,23 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         const A h = beta - x;
         loss = (y != A(1) ? (h > A(0) ? h : A(0)) : A(0)) + (y != A(-1) ? x : A(0));
         dx = (y != A(1) ? (h >= A(0) ? A(-1) : A(0)) : A(0)) + (y != A(-1) ? A(1) : A(0));
+        break;
+    }
+    case PLOSS_EW_POISSON_NLL_LOG:
+    case PLOSS_EW_POISSON_NLL:
+    case PLOSS_EW_POISSON_NLL_LOG_FULL:
+    case PLOSS_EW_POISSON_NLL_FULL: { /* ε = beta; with full, Stirling's log y! where y > 1 */
+        if (kind == PLOSS_EW_POISSON_NLL_LOG || kind == PLOSS_EW_POISSON_NLL_LOG_FULL) {
+            const A e = m_exp(x);
+            loss = e - y * x;
+            dx = e - y;
+        } else {
+            const A xe = x + beta;
+            loss = x - y * m_log(xe);
+            dx = A(1) - y / xe;
+        }
+        if ((kind == PLOSS_EW_POISSON_NLL_LOG_FULL || kind == PLOSS_EW_POISSON_NLL_FULL) && y > A(1))
+            loss += y * m_log(y) - y + A(0.5) * m_log(A(6.283185307179586) * y);
         break;
     }
     default: { /* KL_DIV_LOG_TARGET */

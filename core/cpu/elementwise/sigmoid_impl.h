@@ -11,7 +11,7 @@
  * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
  * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING.  The branches at the thresholds and the signs follow
  * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
-_Static_assert(PLOSS_EW_KIND_COUNT == 12, "a new kind of core/engines/elementwise.h: add its maths to "
+_Static_assert(PLOSS_EW_KIND_COUNT == 16, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
                                                                 REAL *loss, REAL *dx)
@@ -56,6 +56,22 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         const REAL e = EXP(y);
         *loss = e * (y - x);
         *dx = -e;
+    } else if (kind >= PLOSS_EW_POISSON_NLL_LOG && kind <= PLOSS_EW_POISSON_NLL_FULL) {
+        /* PyTorch's poisson_nll_loss (ε = beta); with full, Stirling's log y! where y > 1 */
+        if (kind == PLOSS_EW_POISSON_NLL_LOG || kind == PLOSS_EW_POISSON_NLL_LOG_FULL) {
+            const REAL e = EXP(x);
+            *loss = e - y * x;
+            *dx = e - y;
+        } else {
+            const REAL xe = x + beta;
+            *loss = x - y * LOG(xe);
+            *dx = 1 - y / xe;
+        }
+        if (kind == PLOSS_EW_POISSON_NLL_LOG_FULL || kind == PLOSS_EW_POISSON_NLL_FULL) {
+            const REAL ys = y > 1 ? y : 2; /* no log of y <= 1 in the lanes that drop the term */
+            const REAL st = ys * LOG(ys) - ys + (REAL)0.5 * LOG((REAL)6.283185307179586 * ys);
+            *loss += y > 1 ? st : 0;
+        }
     } else { /* no such kind (ploss_run_loss refuses its loss first) */
         *loss = *dx = (REAL)NAN;
     }
@@ -200,6 +216,10 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_KL_DIV: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV, 0) break;
     case PLOSS_EW_HINGE_EMBEDDING: SIGMOID_PASSES_G(PLOSS_EW_HINGE_EMBEDDING, 0) break;
     case PLOSS_EW_KL_DIV_LOG_TARGET: SIGMOID_PASSES_G(PLOSS_EW_KL_DIV_LOG_TARGET, 0) break;
+    case PLOSS_EW_POISSON_NLL_LOG: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_LOG, 0) break;
+    case PLOSS_EW_POISSON_NLL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL, 0) break;
+    case PLOSS_EW_POISSON_NLL_LOG_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_LOG_FULL, 0) break;
+    case PLOSS_EW_POISSON_NLL_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_FULL, 0) break;
     default: return NAN; /* no such kind (ploss_run_loss refuses its loss first) */
     }
     return acc;

@@ -41,4 +41,5 @@ return {
   "am_softmax",
   "arc_face",
   "linear_cross_entropy",
+  "poisson_nll_loss",
 }
