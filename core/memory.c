@@ -31,9 +31,21 @@ static int stats_index(DLDevice d)
 {
     if (d.device_type == kDLCPU)
         return 0;
+#ifndef PLOSS_HAVE_CUDA
+    if (d.device_type == kDLCUDA)
+        return -2; /* no CUDA in this build: no counters to read */
+#endif
     if (d.device_type == kDLCUDA && d.device_id >= 0 && d.device_id < MAX_CUDA_DEVICES)
         return 1 + d.device_id;
     return -1;
+}
+
+/* The error of a stats_index below 0. */
+static ploss_status stats_error(int i)
+{
+    if (i == -2)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "device: a CUDA device, but this ploss library was built without CUDA");
+    return ploss_error(PLOSS_ERR_DEVICE, "device: not a CPU or CUDA device within range");
 }
 
 static size_t hash(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull); }
@@ -170,7 +182,7 @@ ploss_status ploss_memory_stats_get(DLDevice device, ploss_memory_stats *out)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "out: pointer is NULL");
     int i = stats_index(device);
     if (i < 0)
-        return ploss_error(PLOSS_ERR_DEVICE, "device: not a CPU or CUDA device within range");
+        return stats_error(i);
     pthread_mutex_lock(&lock);
     out->current_bytes = stats[i].current;
     out->peak_bytes = stats[i].peak;
@@ -184,7 +196,7 @@ ploss_status ploss_memory_reset_peak(DLDevice device)
     ploss_clear_error();
     int i = stats_index(device);
     if (i < 0)
-        return ploss_error(PLOSS_ERR_DEVICE, "device: not a CPU or CUDA device within range");
+        return stats_error(i);
     pthread_mutex_lock(&lock);
     stats[i].peak = stats[i].current;
     pthread_mutex_unlock(&lock);

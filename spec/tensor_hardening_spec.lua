@@ -589,6 +589,15 @@ describe("C int flags", function()
     assert.are.same({ C.PLOSS_ERR_INVALID_ARGUMENT, "deterministic: 2 is neither 0 (false) nor 1 (true)" }, { st, msg })
     assert.are.equal(1, C.ploss_ctx_deterministic(own[0]))
     C.ploss_ctx_destroy(own[0])
+    -- a CUDA device's memory counters without CUDA in the build: refused, not zeros
+    if C.ploss_built_with_cuda() == 0 then
+      local stats = ffi.new("ploss_memory_stats")
+      st, msg = status_of(C.ploss_memory_stats_get, ffi.new("DLDevice", { 2, 0 }), stats)
+      assert.are.same({ C.PLOSS_ERR_UNSUPPORTED,
+        "device: a CUDA device, but this ploss library was built without CUDA" }, { st, msg })
+      st = status_of(C.ploss_memory_reset_peak, ffi.new("DLDevice", { 2, 0 }))
+      assert.are.equal(C.PLOSS_ERR_UNSUPPORTED, st)
+    end
     -- the CPU is device 0 (the header's DEVICE for an unknown id)
     st, msg = status_of(C.ploss_ctx_create, ffi.new("DLDevice", { 1, 5 }), own)
     assert.are.same({ C.PLOSS_ERR_DEVICE, "device: cpu:5 does not exist (the CPU is device 0)" }, { st, msg })
