@@ -137,8 +137,8 @@ static ploss_status check_integer_value(ploss_dtype dtype, double value)
     if (isnan(value))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: NaN is not a value of %s", ploss_dtype_name(dtype));
     if (!(value >= lo && value < hi) || value != floor(value))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %.17g is not a value of %s (an integer in [%.0f, %.0f))",
-                           value, ploss_dtype_name(dtype), lo, hi);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %s is not a value of %s (an integer in [%.0f, %.0f))",
+                           PLOSS_SHOWN(value), ploss_dtype_name(dtype), lo, hi);
     return PLOSS_OK;
 }
 
@@ -167,8 +167,8 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
         return ploss_error(PLOSS_ERR_DTYPE, "dst: expected a float dtype (f32, f16, bf16, f64), got %s",
                            ploss_dtype_name(d.dtype));
     if (!isfinite(alpha) || !isfinite(beta))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %g",
-                           isfinite(alpha) ? "beta" : "alpha", isfinite(alpha) ? beta : alpha);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %s",
+                           isfinite(alpha) ? "beta" : "alpha", PLOSS_SHOWN(isfinite(alpha) ? beta : alpha));
     if (!src && alpha != 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "src: tensor is NULL (only alpha = 0 goes without src)");
     const ploss_view *sp = NULL;
@@ -184,8 +184,8 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
             fits = s.shape[k] == 1 || s.shape[k] == d.shape[d.ndim - s.ndim + k];
         if (!fits) {
             char a[160], b[160];
-            return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst %s (its dims, aligned with "
-                               "dst's last ones, must each be 1 or dst's)",
+            return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst's sizes (dst is %s): src's "
+                               "dims, aligned with dst's last ones, must each be 1 or dst's",
                                ploss_view_describe(&s, a, sizeof a), ploss_view_describe(&d, b, sizeof b));
         }
         if (!ploss_view_same(&d, &s) && (st = ploss_check_no_alias(&d, "dst", &s, "src")))
@@ -231,21 +231,26 @@ static double dtype_step(ploss_dtype dt, double v, int dir)
 }
 
 /* The least and greatest values of float dtype dt in [low, high) (finite, low < high),
- * into s->lo and s->hi; an error when the dtype has none there. */
+ * into s->lo and s->hi; an error when the dtype has none there, or when low or high lies
+ * beyond its finite values (the draws past them would all be held at its largest value:
+ * f16 [0, 1e5) would be a third 65504). */
 static ploss_status uniform_bounds(ploss_dtype dt, ploss_rand_spec *s)
 {
     double lo = 0, hi = 0;
     ploss_store(&lo, dt, 0, s->a); /* rounded to the nearest value of dt, read back */
     lo = ploss_load(&lo, dt, 0);
-    if (lo < s->a)
-        lo = dtype_step(dt, lo, +1);
     ploss_store(&hi, dt, 0, s->b);
     hi = ploss_load(&hi, dt, 0);
+    if (isinf(lo) || isinf(hi))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: [%s, %s) reaches beyond the finite values of %s",
+                           PLOSS_SHOWN(s->a), PLOSS_SHOWN(s->b), ploss_dtype_name(dt));
+    if (lo < s->a)
+        lo = dtype_step(dt, lo, +1);
     if (hi >= s->b)
         hi = dtype_step(dt, hi, -1);
     if (!(lo <= hi))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: no %s value lies in [%.17g, %.17g)",
-                           ploss_dtype_name(dt), s->a, s->b);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: no %s value lies in [%s, %s)",
+                           ploss_dtype_name(dt), PLOSS_SHOWN(s->a), PLOSS_SHOWN(s->b));
     s->lo = lo, s->hi = hi;
     return PLOSS_OK;
 }
@@ -286,14 +291,14 @@ ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, 
 {
     ploss_clear_error();
     if (!isfinite(low) || !isfinite(high))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %g",
-                           isfinite(low) ? "high" : "low", isfinite(low) ? high : low);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %s",
+                           isfinite(low) ? "high" : "low", PLOSS_SHOWN(isfinite(low) ? high : low));
     if (!(high > low))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %.17g, high %.17g",
-                           low, high);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "high: expected high > low, got low %s, high %s",
+                           PLOSS_SHOWN(low), PLOSS_SHOWN(high));
     if (!isfinite(high - low))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: high − low overflows a double (%.17g, %.17g)",
-                           low, high);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: high − low overflows a double (%s, %s)",
+                           PLOSS_SHOWN(low), PLOSS_SHOWN(high));
     ploss_rand_spec s = {.kind = PLOSS_RAND_UNIFORM, .seed = seed, .offset = offset, .a = low, .b = high};
     return rand_dispatch(ctx, dst, &s);
 }
@@ -303,9 +308,9 @@ ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed, u
 {
     ploss_clear_error();
     if (!isfinite(mean))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "mean: expected a finite number, got %g", mean);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "mean: expected a finite number, got %s", PLOSS_SHOWN(mean));
     if (!(std >= 0) || !isfinite(std))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected a finite std >= 0, got %g", std);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "std: expected a finite std >= 0, got %s", PLOSS_SHOWN(std));
     ploss_rand_spec s = {.kind = PLOSS_RAND_NORMAL, .seed = seed, .offset = offset, .a = mean, .b = std};
     return rand_dispatch(ctx, dst, &s);
 }

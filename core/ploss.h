@@ -192,8 +192,8 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
  *  with dst's last ones, each of size 1 or dst's), on the same device; src may be dst
  *  itself (the same view) and may not otherwise overlap it; NULL only when alpha = 0.
  *  As in BLAS, src is not read when alpha = 0, nor dst when beta = 0 (a NaN or Inf there
- *  does not come through).  Each element is fma(alpha, s, beta·d) in f64, rounded once to dst's dtype (f16
- *  and bf16 through f32, as ploss_copy), on the CPU and on CUDA alike.
+ *  does not come through).  Each element is fma(alpha, s, beta·d) in f64, rounded to
+ *  dst's dtype (f16 and bf16 through f32, as ploss_copy), on the CPU and on CUDA alike.
  *  Statuses: INVALID_ARGUMENT (NULL ctx or dst, NULL src with alpha ≠ 0, alpha or beta
  *  not finite), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, CUDA. */
 ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DLTensor *src, double beta);
@@ -202,7 +202,8 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
  *  row-major order of `dst` takes counter (offset + k) under key `seed`, so the same
  *  seed and offset give the same numbers on the CPU and on any GPU, whatever the strides
  *  (normal f64 values may differ in the last bit: the device's log/cos are not glibc's).
- *  uniform: values of dst's float dtype in [low, high) (low and high finite): a draw is
+ *  uniform: values of dst's float dtype in [low, high) (low and high finite, within the
+ *  dtype's finite values): a draw is
  *  held between the least and the greatest such value before it is rounded to the dtype,
  *  so rounding never gives high (nor a value below low).  normal: mean + std·N(0,1)
  *  (Box–Muller; mean and std finite).

@@ -34,12 +34,12 @@ describe("Tensor:add_", function()
     H.assert_equal(v, { { 1, 2 }, { 1, 2 }, { 1, 2 } })
   end)
 
-  it("computes in f64 and rounds once to self's dtype", function()
-    -- f16 1 + 2^-11 is a tie between 1 and 1 + 2^-10: once rounded (to even) it is 1;
-    -- 1 + 2^-11 + 2^-20 rounds up in one step (from f32 it would first lose the 2^-20)
-    local h = ploss.tensor({ 1, 1 }, { dtype = "f16" })
-    h:add_(t64({ 2 ^ -11, 2 ^ -11 + 2 ^ -20 }))
-    H.assert_equal(h, { 1, 1 + 2 ^ -10 })
+  it("computes in f64 and rounds to self's dtype (f16 and bf16 through f32, as copy)", function()
+    -- f16 1 + 2^-11 is a tie between 1 and 1 + 2^-10 (to even: 1); 1 + 2^-11 + 2^-20 rounds
+    -- up; 1 + 2^-11 + 2^-40 is 1 + 2^-11 in f32, then the tie: 1
+    local h = ploss.tensor({ 1, 1, 1 }, { dtype = "f16" })
+    h:add_(t64({ 2 ^ -11, 2 ^ -11 + 2 ^ -20, 2 ^ -11 + 2 ^ -40 }))
+    H.assert_equal(h, { 1, 1 + 2 ^ -10, 1 })
     local f = ploss.tensor({ 1 }, { dtype = "f32" })
     f:add_(ploss.tensor({ 3 }, { dtype = "bf16" }), 0.25)
     H.assert_equal(f, { 1.75 })
@@ -53,11 +53,14 @@ describe("Tensor:add_", function()
 
   it("refuses bad input by name, writing nothing", function()
     local a = t64({ { 1, 2, 3 }, { 4, 5, 6 } })
-    H.expect_error(function() a:add_(t64({ 1, 2 })) end, { "add_: other:", "does not broadcast", "SHAPE" })
-    H.expect_error(function() a:add_(a:narrow(1, 1, 1)) end, { "add_: self:", "ALIAS" })
-    H.expect_error(function() a:add_(3) end, "add_: other: expected a tensor, got 3")
-    H.expect_error(function() a:add_(a, "2") end, "add_: alpha: expected a number, got '2'")
-    H.expect_error(function() a:add_(a, math.huge) end, { "alpha: expected a finite number", "INVALID_ARGUMENT" })
+    -- H.expect_error fills `a` with a sentinel and checks that it is still there after
+    H.expect_error(function() a:add_(t64({ 1, 2 })) end,
+      { "add_: other: f64[2] on cpu does not broadcast to self's sizes (self is f64[2, 3] on cpu)", "SHAPE" }, a)
+    H.expect_error(function() a:add_(a:narrow(1, 1, 1)) end, { "add_: self: overlaps the memory of other", "ALIAS" }, a)
+    H.expect_error(function() a:add_(3) end, "add_: other: expected a tensor, got 3", a)
+    H.expect_error(function() a:add_(a, "2") end, "add_: alpha: expected a number, got '2'", a)
+    H.expect_error(function() a:add_(a, math.huge) end, { "alpha: expected a finite number", "INVALID_ARGUMENT" }, a)
+    H.expect_error(function() a:add_(a, 0 / 0) end, "alpha: expected a finite number, got nan", a)
     local i = ploss.tensor({ 1, 2 }, { dtype = "i64" })
     H.expect_error(function() i:add_(t64({ 1, 1 })) end, { "add_: self: expected a float dtype", "i64" })
     H.expect_error(function() a:add_(ploss.tensor({ 1, 2, 3 }, { dtype = "i32" })) end,
@@ -163,9 +166,30 @@ describe("MultiCriterion", function()
     H.expect_error(function() ploss.MultiCriterion{ weights = { 1 } } end, "MultiCriterion: takes no options")
     H.expect_error(function() crit.forward(x, t) end, "MultiCriterion.forward: called without its object")
     crit:add(ploss.MSELoss{ reduction = "none" })
-    H.expect_error(function() crit(x, t) end, "MultiCriterion:fused: member 1 gave a loss tensor")
-    local inplace = ploss.MultiCriterion():add(ploss.MSELoss()):add(ploss.L1Loss{ inplace = true })
-    H.expect_error(function() inplace(x, t) end, "MultiCriterion:fused: member 2 is in place")
+    H.expect_error(function() crit(x, t) end, "MultiCriterion:fused: member 1 has reduction 'none'")
+    H.expect_error(function() crit:backward(x, t) end, "MultiCriterion:backward: member 1 has reduction 'none'")
+    local mse = ploss.MSELoss()
+    H.expect_error(function() ploss.MultiCriterion():add(mse):add(mse, 2) end,
+      "MultiCriterion:add: this criterion is member 1 already")
+  end)
+
+  it("leaves its gradients as they were when a member refuses the call", function()
+    local x, t = t64({ 1, 2 }), t64({ 0, 0 })
+    local l1 = ploss.L1Loss()
+    local crit = ploss.MultiCriterion():add(ploss.MSELoss()):add(l1)
+    local _, g = crit(x, t)
+    H.assert_close(g, { 1 + 0.5, 2 + 0.5 }, { rtol = 1e-15 })
+    l1.inplace = true -- refused before any member runs
+    H.expect_error(function() crit(t64({ 10, 20 }), t) end, "MultiCriterion:fused: member 2 is in place")
+    H.assert_close(g, { 1.5, 2.5 }, { rtol = 1e-15 })
+    l1.inplace = false
+    -- a refusal by the second member's own checks: the first member has run, nothing is added
+    local bad = ploss.MultiCriterion():add(ploss.MSELoss()):add(ploss.CrossEntropyLoss())
+    local _, gb = bad(t64({ { 1, 2 } }), t64({ { 0, 1 } })) -- probability targets: both take them
+    local before = gb:flat()
+    H.expect_error(function() bad(t64({ { 3, 4 } }), ploss.tensor({ { 0, 1 } }, { dtype = "i64" })) end,
+      "mse_loss")
+    H.assert_equal(gb, before)
   end)
 end)
 
@@ -212,5 +236,20 @@ describe("ParallelCriterion", function()
     H.expect_error(function() crit({ u }, t) end, "targets: expected a list with one target per member")
     H.expect_error(function() crit({ 5 }, { t }) end, "inputs[1]: expected a tensor or a list of tensors, got 5")
     H.expect_error(function() crit.repeatTraget = true end, "'repeatTraget' is none of the fields")
+    crit.repeatTarget = "yes"
+    H.expect_error(function() crit({ u }, { t }) end, "repeatTarget: expected a boolean (true or false), got 'yes'")
+  end)
+
+  it("takes an earlier gradient of its own as another member's input without writing over it", function()
+    local crit = ploss.ParallelCriterion(true):add(ploss.MSELoss()):add(ploss.MSELoss())
+    local t = t64({ 0, 0 })
+    local _, g = crit({ t64({ 1, 2 }), t64({ 3, 4 }) }, t)
+    local g1 = g[1]                                        -- {1, 2}
+    local y = t64({ 10, 20 })
+    local loss, g2 = crit({ y, g1 }, t)                    -- member 2 reads g1
+    H.assert_close(loss, (100 + 400) / 2 + (1 + 4) / 2, { rtol = 1e-15 })
+    H.assert_close(g2[1], { 10, 20 }, { rtol = 1e-15 })
+    H.assert_close(g2[2], { 1, 2 }, { rtol = 1e-15 })
+    H.assert_close(g1, { 1, 2 }, { rtol = 1e-15 })         -- not written: g2[1] is a new buffer
   end)
 end)

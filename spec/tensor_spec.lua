@@ -300,6 +300,20 @@ describe("random numbers", function()
     end
     H.expect_error(function() ploss.rand({ 2 }, { dtype = "f16", low = 1.0001, high = 1.0002 }) end,
       "low, high: no f16 value lies in [1.0001, 1.0002)")
+    -- negative ranges and subnormals: the bounds are values of the dtype on both sides
+    local mn, mx = math.huge, -math.huge
+    for _, v in ipairs(ploss.rand({ 20000 }, { dtype = "f16", seed = 5, low = -1, high = -0.5 }):flat()) do
+      mn, mx = math.min(mn, v), math.max(mx, v)
+    end
+    assert.are.same({ -1, -0.5 - 2 ^ -11 }, { mn, mx })
+    for _, v in ipairs(ploss.rand({ 100 }, { dtype = "f32", seed = 6, low = 0, high = 1e-45 }):flat()) do
+      assert.are.equal(0, v) -- 1e-45 rounds to the least subnormal 2^-149, not below high: 0 is the only value
+    end
+    -- a range past the dtype's finite values would put the draws beyond them on its largest
+    H.expect_error(function() ploss.rand({ 2 }, { dtype = "f16", low = 0, high = 1e5 }) end,
+      "low, high: [0, 100000) reaches beyond the finite values of f16")
+    H.expect_error(function() ploss.rand({ 2 }, { dtype = "bf16", low = -1e39, high = 0 }) end,
+      "reaches beyond the finite values of bf16")
     H.expect_error(function() ploss.rand({ 2 }, { high = math.huge }) end, "high: expected a finite number, got inf")
     H.expect_error(function() ploss.rand({ 2 }, { low = -1e308, high = 1e308 }) end, "high − low overflows")
     H.expect_error(function() ploss.randn({ 2 }, { mean = 0 / 0 }) end, "mean: expected a finite number")

@@ -15,33 +15,27 @@
 -- forward → Σ w_k·loss_k; backward and the fused call → a list whose k-th entry is
 -- w_k·grad_k (a list of gradients for a member of several inputs).
 -- The members' losses must be reduced ('mean' or 'sum'); members of a fused call may not
--- be in place (each would write over the input the next one reads).  Gradients are
--- buffers of the composite: f64 sums of each element's terms, rounded once per member.
+-- be in place (each would write over the input the next one reads); a criterion is a
+-- member once (its gradient buffer would be rewritten before it is added).  Every member
+-- runs before anything is added, so a call a member refuses leaves the composite's
+-- gradients as they were.  Gradients are buffers of the composite: each member's term
+-- added in f64 and rounded to the gradient's dtype (f16 and bf16 through f32).
 return function(ploss)
 local C = ploss.C
 local nn = ploss.nn
 
--- The members' gradients in the composite's buffers: grads[i] ← w·g (first member, beta
--- = 0) or grads[i] + w·g.  args[1..n] are the call's arguments (a buffer in their memory is
--- replaced, see nn.buffer).
-local function accumulate(grads, i, g, w, first, args, n, where)
-  local tensors, m = {}, 0 -- the arguments that are tensors (not a target list, a scale)
-  for j = 1, n do
-    if ploss.is_tensor(args[j]) then m = m + 1; tensors[m] = args[j] end
+-- The tensors among `args` (nested lists included) appended to list[n + 1 …]; returns n.
+local function tensors_in(args, list, n)
+  for j = 1, table.maxn(args) do
+    local a = args[j]
+    if ploss.is_tensor(a) then
+      n = n + 1
+      list[n] = a
+    elseif type(a) == "table" then
+      n = tensors_in(a, list, n)
+    end
   end
-  if not ploss.is_tensor(g) then
-    ploss.raise(string.format("%s: a member returned %s for gradient %d, not a tensor", where, ploss.shown(g), i))
-  end
-  local sizes = g:size()
-  if first then
-    grads[i] = nn.buffer(grads[i], sizes, g:dtype(), g:device(), nil, nil, nil, tensors, m)
-  elseif not grads[i]:has_sizes(sizes) or grads[i]:dtype() ~= g:dtype() or grads[i]:device() ~= g:device() then
-    ploss.raise(string.format("%s: the members' gradients %d differ (%s %s on %s, then %s %s on %s): members of " ..
-      "one composite take the same inputs", where, i, grads[i]:dtype(), tostring(grads[i]:size()), grads[i]:device(),
-      g:dtype(), tostring(sizes), g:device()))
-  end
-  ploss.check(C.ploss_axpby(grads[i]:context(), grads[i]:dl(), w, g:dl(), first and 0 or 1), where)
-  grads[i]:bump_version()
+  return n
 end
 
 local function check_weight(w, where)
@@ -52,7 +46,7 @@ local function check_weight(w, where)
   return w
 end
 
-local function check_member(c, where)
+local function check_member(self, c, where)
   local ok = type(c) == "table" and type(c.forward) == "function" and type(c.backward) == "function" and
     type(c.fused) == "function" and rawget(c, "__index") ~= c
   if not ok then
@@ -60,22 +54,59 @@ local function check_member(c, where)
       type(c) == "table" and (rawget(c, "__index") == c and "a class (make one: Cls{…})" or "a table that is not one")
       or ploss.shown(c)))
   end
+  for k, m in ipairs(self._members) do
+    if m == c then
+      ploss.raise(string.format("%s: this criterion is member %d already (add it once, with the sum of the weights)",
+        where, k))
+    end
+  end
   return c
 end
 
+-- Before any member runs: members there are, none 'none' (a composite adds reduced
+-- losses), none in place in a fused call.
+local function check_members(self, where, fused)
+  if #self._members == 0 then ploss.raise(where .. ": no criterion added (crit:add(criterion [, weight]))") end
+  for k, m in ipairs(self._members) do
+    if rawget(m, "reduction") == "none" then
+      ploss.raise(string.format("%s: member %d has reduction 'none'; a composite adds reduced losses ('mean' or " ..
+        "'sum')", where, k))
+    end
+    if fused and rawget(m, "inplace") == true then
+      ploss.raise(string.format("%s: member %d is in place (inplace = true): it would write over the input " ..
+        "another member reads", where, k))
+    end
+  end
+end
+
+-- A member's loss: a number (a member other than a ploss criterion could return more).
 local function reduced(loss, k, where)
   if type(loss) ~= "number" then
-    ploss.raise(string.format("%s: member %d gave a loss tensor: its reduction is 'none'; a composite adds " ..
-      "reduced losses ('mean' or 'sum')", where, k))
+    ploss.raise(string.format("%s: member %d gave a loss %s, not a number: a composite adds reduced losses", where,
+      k, ploss.is_tensor(loss) and "tensor" or ploss.shown(loss)))
   end
   return loss
 end
 
-local function not_in_place(m, k, where)
-  if rawget(m, "inplace") == true then
-    ploss.raise(string.format("%s: member %d is in place (inplace = true): it would write over the input " ..
-      "another member reads", where, k))
+-- Raise unless g (gradient i of member k) is a tensor like `like` (nil: anything).
+local function check_grad(g, like, k, i, where)
+  if not ploss.is_tensor(g) then
+    ploss.raise(string.format("%s: member %d returned %s for gradient %d, not a tensor", where, k, ploss.shown(g), i))
   end
+  if like and (not like:has_sizes(g:size()) or like:dtype() ~= g:dtype() or like:device() ~= g:device()) then
+    ploss.raise(string.format("%s: gradient %d of member %d is %s %s on %s, member 1's %s %s on %s: the members of " ..
+      "a MultiCriterion take the same inputs", where, i, k, g:dtype(), tostring(g:size()), g:device(), like:dtype(),
+      tostring(like:size()), like:device()))
+  end
+end
+
+-- buf ← w·g (add = false) or buf + w·g; buf a buffer of the composite (made or kept by
+-- nn.buffer against the call's tensors list[1..n]).  Returns buf.
+local function add_into(buf, g, w, add, list, n, where)
+  if not add then buf = nn.buffer(buf, g:size(), g:dtype(), g:device(), nil, nil, nil, list, n) end
+  ploss.check(C.ploss_axpby(buf:context(), buf:dl(), w, g:dl(), add and 1 or 0), where)
+  buf:bump_version()
+  return buf
 end
 
 local function member_list(self)
@@ -84,15 +115,11 @@ local function member_list(self)
   return table.concat(parts, ", ")
 end
 
-local function no_members(self, where)
-  if #self._members == 0 then ploss.raise(where .. ": no criterion added (crit:add(criterion [, weight]))") end
-end
-
 -- the methods both composites share
 local function common(cls, name)
   function cls:add(criterion, weight)
     nn.check_self(self, name, "add")
-    local c, w = check_member(criterion, name .. ":add"), check_weight(weight, name .. ":add")
+    local c, w = check_member(self, criterion, name .. ":add"), check_weight(weight, name .. ":add")
     self._members[#self._members + 1], self._weights[#self._weights + 1] = c, w
     return self
   end
@@ -117,13 +144,15 @@ Multi._doc = "weighted sum of criteria on the same arguments (Torch7 nn.MultiCri
 common(Multi, "MultiCriterion")
 
 function Multi:__init(opts)
-  if type(opts) ~= "table" or next(opts) ~= nil then ploss.raise("MultiCriterion: takes no options (add members with :add(criterion [, weight]))") end
+  if type(opts) ~= "table" or next(opts) ~= nil then
+    ploss.raise("MultiCriterion: takes no options (add members with :add(criterion [, weight]))")
+  end
   self._members, self._weights, self._grads = {}, {}, {}
 end
 
 function Multi:forward(...)
   nn.check_self(self, "MultiCriterion", "forward")
-  no_members(self, "MultiCriterion:forward")
+  check_members(self, "MultiCriterion:forward", false)
   local out = 0
   for k, m in ipairs(self._members) do
     out = out + self._weights[k] * reduced(m:forward(...), k, "MultiCriterion:forward")
@@ -132,52 +161,52 @@ function Multi:forward(...)
   return out
 end
 
--- Sums the gradients a member call returned (from position `from` of the results) into
--- self._grads; returns their count.
-local function sum_grads(self, k, args, n, where, ...)
-  local count = select("#", ...)
-  if k > 1 and count ~= self._ngrads then
-    ploss.raise(string.format("%s: member %d gave %d gradients, member 1 gave %d: members of one MultiCriterion " ..
-      "take the same inputs", where, k, count, self._ngrads))
+-- Runs every member's `method` on the call's arguments (all before anything is added),
+-- then sums their gradients into self._grads; returns the weighted sum of the losses
+-- (fused) and the gradients.
+local function multi_run(self, method, where, ...)
+  check_members(self, where, method == "fused")
+  local first = method == "fused" and 2 or 1 -- the first gradient among a call's results
+  local results, count = {}, nil
+  for k, m in ipairs(self._members) do
+    local r = { m[method](m, ...) }
+    local c = table.maxn(r) - first + 1
+    if count and c ~= count then
+      ploss.raise(string.format("%s: member %d gave %d gradients, member 1 gave %d: the members of a " ..
+        "MultiCriterion take the same inputs", where, k, c, count))
+    end
+    count = c
+    if first == 2 then reduced(r[1], k, where) end
+    for i = 1, c do check_grad(r[first + i - 1], k > 1 and results[1][first + i - 1] or nil, k, i, where) end
+    results[k] = r
   end
-  for i = 1, count do
-    accumulate(self._grads, i, (select(i, ...)), self._weights[k], k == 1, args, n, where)
+  local list = {}
+  local n = tensors_in({ ... }, list, 0)
+  local out = 0
+  for k, r in ipairs(results) do
+    local w = self._weights[k]
+    if first == 2 then out = out + w * r[1] end
+    for i = 1, count do self._grads[i] = add_into(self._grads[i], r[first + i - 1], w, k > 1, list, n, where) end
   end
-  return count
+  for i = count + 1, #self._grads do self._grads[i] = nil end
+  self.gradInput = self._grads[1]
+  return out, unpack(self._grads, 1, count)
 end
 
-local function results(self)
-  return unpack(self._grads, 1, self._ngrads)
-end
+local function drop_first(_, ...) return ... end
 
 function Multi:backward(...)
   nn.check_self(self, "MultiCriterion", "backward")
-  no_members(self, "MultiCriterion:backward")
-  local args, n = { ... }, select("#", ...)
-  for k, m in ipairs(self._members) do
-    self._ngrads = sum_grads(self, k, args, n, "MultiCriterion:backward", m:backward(...))
-  end
-  self.gradInput = self._grads[1]
-  return results(self)
-end
-
-local function fused_member(self, k, m, args, n, where, loss, ...)
-  return reduced(loss, k, where), sum_grads(self, k, args, n, where, ...)
+  return drop_first(multi_run(self, "backward", "MultiCriterion:backward", ...))
 end
 
 function Multi:fused(...)
   nn.check_self(self, "MultiCriterion", "fused")
-  no_members(self, "MultiCriterion:fused")
-  local args, n = { ... }, select("#", ...)
-  local out = 0
-  for k, m in ipairs(self._members) do
-    not_in_place(m, k, "MultiCriterion:fused")
-    local loss, count = fused_member(self, k, m, args, n, "MultiCriterion:fused", m:fused(...))
-    self._ngrads = count
-    out = out + self._weights[k] * loss
+  local function finish(out, ...)
+    self.output = out
+    return out, ...
   end
-  self.output, self.gradInput = out, self._grads[1]
-  return out, results(self)
+  return finish(multi_run(self, "fused", "MultiCriterion:fused", ...))
 end
 
 function Multi:tostring() return "ploss.MultiCriterion(" .. member_list(self) .. ")" end
@@ -191,110 +220,118 @@ Parallel._fields = { repeatTarget = true }
 Parallel._doc = "weighted sum of criteria, each on its own input and target (Torch7 nn.ParallelCriterion)"
 common(Parallel, "ParallelCriterion")
 
+local function check_repeat(rt, where)
+  if type(rt) ~= "boolean" then
+    ploss.raise(where .. ": repeatTarget: expected a boolean (true or false), got " .. ploss.shown(rt))
+  end
+  return rt
+end
+
 function Parallel:__init(opts)
   local rt = false
   if type(opts) == "boolean" then
     rt = opts
   elseif type(opts) == "table" then
     ploss.check_option_keys(opts, "ParallelCriterion", Parallel._fields)
-    rt = opts.repeatTarget
-    if rt == nil then rt = false end
+    if opts.repeatTarget ~= nil then rt = opts.repeatTarget end
   else
     ploss.raise("ParallelCriterion: expected repeatTarget (a boolean) or {repeatTarget = …}, got " .. ploss.shown(opts))
   end
-  if type(rt) ~= "boolean" then
-    ploss.raise("ParallelCriterion: repeatTarget: expected a boolean (true or false), got " .. ploss.shown(rt))
-  end
-  self.repeatTarget = rt
+  self.repeatTarget = check_repeat(rt, "ParallelCriterion")
   self._members, self._weights, self._grads = {}, {}, {}
 end
 
--- The arguments of member k: its input(s), then its target (none when nil).
-local function member_args(self, inputs, targets, k, where)
+-- Every member's arguments: its input(s), then its target (none when nil), then `last`
+-- (gradOutput or the fused scale) when given; checked before any member runs.
+local function parallel_args(self, inputs, targets, last, where)
+  local rt = check_repeat(self.repeatTarget, where)
   if type(inputs) ~= "table" or ploss.is_tensor(inputs) then
     ploss.raise(where .. ": inputs: expected a list with one input per member, got " .. ploss.shown(inputs))
   end
   if #inputs ~= #self._members then
     ploss.raise(string.format("%s: inputs: %d of them for %d members", where, #inputs, #self._members))
   end
-  local target
-  if self.repeatTarget then
-    target = targets
-  else
-    if type(targets) ~= "table" or ploss.is_tensor(targets) then
-      ploss.raise(where .. ": targets: expected a list with one target per member (or repeatTarget = true), got " ..
-        ploss.shown(targets))
-    end
-    target = targets[k]
+  if not rt and (type(targets) ~= "table" or ploss.is_tensor(targets)) then
+    ploss.raise(where .. ": targets: expected a list with one target per member (or repeatTarget = true), got " ..
+      ploss.shown(targets))
   end
-  local x = inputs[k]
-  local args = ploss.is_tensor(x) and { x } or type(x) == "table" and { unpack(x) } or nil
-  if not args then ploss.raise(string.format("%s: inputs[%d]: expected a tensor or a list of tensors, got %s", where, k,
-    ploss.shown(x))) end
-  if target ~= nil then args[#args + 1] = target end
-  return args
+  local all = {}
+  for k = 1, #self._members do
+    local x = inputs[k]
+    local args = ploss.is_tensor(x) and { x } or type(x) == "table" and { unpack(x) } or nil
+    if not args then
+      ploss.raise(string.format("%s: inputs[%d]: expected a tensor or a list of tensors, got %s", where, k,
+        ploss.shown(x)))
+    end
+    local target = rt and targets or targets[k]
+    if target ~= nil then args[#args + 1] = target end
+    args.n = #args
+    if last ~= nil then args.n = args.n + 1; args[args.n] = last end
+    all[k] = args
+  end
+  return all
+end
+
+-- Runs every member's `method` on its arguments (all before anything is written), then
+-- stores w_k × member k's gradients in entry k of self._grads (a tensor, or a list for a
+-- member of several inputs); returns the weighted sum of the losses (fused).
+local function parallel_run(self, method, where, inputs, targets, last)
+  check_members(self, where, method == "fused")
+  local all = parallel_args(self, inputs, targets, last, where)
+  local first = method == "fused" and 2 or 1
+  local results = {}
+  for k, m in ipairs(self._members) do
+    local r = { m[method](m, unpack(all[k], 1, all[k].n)) }
+    if first == 2 then reduced(r[1], k, where) end
+    for i = first, table.maxn(r) do check_grad(r[i], nil, k, i - first + 1, where) end
+    results[k] = r
+  end
+  -- the call's tensors, every member's: a buffer there is replaced, not written
+  local list = {}
+  local n = tensors_in({ inputs, targets, last }, list, 0)
+  local out = 0
+  for k, r in ipairs(results) do
+    local w = self._weights[k]
+    if first == 2 then out = out + w * r[1] end
+    local count = table.maxn(r) - first + 1
+    if count == 1 then
+      local own = self._grads[k]
+      self._grads[k] = add_into(ploss.is_tensor(own) and own or nil, r[first], w, false, list, n, where)
+    else
+      local own = self._grads[k]
+      own = type(own) == "table" and not ploss.is_tensor(own) and own or {}
+      for i = 1, count do own[i] = add_into(own[i], r[first + i - 1], w, false, list, n, where) end
+      for i = count + 1, #own do own[i] = nil end
+      self._grads[k] = own
+    end
+  end
+  for k = #results + 1, #self._grads do self._grads[k] = nil end
+  self.gradInput = self._grads
+  return out
 end
 
 function Parallel:forward(inputs, targets)
   nn.check_self(self, "ParallelCriterion", "forward")
-  no_members(self, "ParallelCriterion:forward")
+  check_members(self, "ParallelCriterion:forward", false)
+  local all = parallel_args(self, inputs, targets, nil, "ParallelCriterion:forward")
   local out = 0
   for k, m in ipairs(self._members) do
-    local args = member_args(self, inputs, targets, k, "ParallelCriterion:forward")
-    out = out + self._weights[k] * reduced(m:forward(unpack(args)), k, "ParallelCriterion:forward")
+    out = out + self._weights[k] * reduced(m:forward(unpack(all[k], 1, all[k].n)), k, "ParallelCriterion:forward")
   end
   self.output = out
   return out
 end
 
--- Copies w_k × the gradients of member k (results of its call) into the composite's
--- entry k: a tensor, or a list for a member of several inputs.
-local function parallel_grads(self, k, args, where, ...)
-  local count = select("#", ...)
-  local own = self._grads[k]
-  if count == 1 then
-    local g = { own }
-    accumulate(g, 1, (...), self._weights[k], true, args, #args, where)
-    self._grads[k] = g[1]
-  else
-    own = type(own) == "table" and not ploss.is_tensor(own) and own or {}
-    for i = 1, count do accumulate(own, i, (select(i, ...)), self._weights[k], true, args, #args, where) end
-    for i = count + 1, #own do own[i] = nil end
-    self._grads[k] = own
-  end
-end
-
 function Parallel:backward(inputs, targets, gradOutput)
   nn.check_self(self, "ParallelCriterion", "backward")
-  no_members(self, "ParallelCriterion:backward")
-  for k, m in ipairs(self._members) do
-    local args = member_args(self, inputs, targets, k, "ParallelCriterion:backward")
-    local n = #args
-    if gradOutput ~= nil then args[n + 1] = gradOutput end
-    parallel_grads(self, k, args, "ParallelCriterion:backward", m:backward(unpack(args, 1, n + 1)))
-  end
-  self.gradInput = self._grads
+  parallel_run(self, "backward", "ParallelCriterion:backward", inputs, targets, gradOutput)
   return self._grads
-end
-
-local function parallel_fused(self, k, args, where, loss, ...)
-  parallel_grads(self, k, args, where, ...)
-  return reduced(loss, k, where)
 end
 
 function Parallel:fused(inputs, targets, scale)
   nn.check_self(self, "ParallelCriterion", "fused")
-  no_members(self, "ParallelCriterion:fused")
-  local out = 0
-  for k, m in ipairs(self._members) do
-    not_in_place(m, k, "ParallelCriterion:fused")
-    local args = member_args(self, inputs, targets, k, "ParallelCriterion:fused")
-    local n = #args
-    if scale ~= nil then args[n + 1] = scale end
-    out = out + self._weights[k] * parallel_fused(self, k, args, "ParallelCriterion:fused", m:fused(unpack(args, 1, n + 1)))
-  end
-  self.output, self.gradInput = out, self._grads
-  return out, self._grads
+  self.output = parallel_run(self, "fused", "ParallelCriterion:fused", inputs, targets, scale)
+  return self.output, self._grads
 end
 
 function Parallel:tostring()
