@@ -8,7 +8,9 @@
  *  - Tensors are DLPack DLTensor views (dlpack/dlpack.h, Debian libdlpack-dev).
  *    Strides are in elements; strides == NULL means contiguous row-major; the data
  *    pointer and byte_offset must both be multiples of the element size, and the lowest
- *    and highest elements at most 2^62 bytes apart (else PLOSS_ERR_LAYOUT).  Supported
+ *    and highest elements at most 2^62 bytes apart (else PLOSS_ERR_LAYOUT).  The product
+ *    of the sizes other than 0 must fit in int64, even for a tensor with a size 0 (else
+ *    PLOSS_ERR_SHAPE).  CPU tensors may carry any device_id (one address space).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
