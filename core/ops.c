@@ -169,45 +169,37 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
     if (!isfinite(alpha) || !isfinite(beta))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: expected a finite number, got %s",
                            isfinite(alpha) ? "beta" : "alpha", PLOSS_SHOWN(isfinite(alpha) ? beta : alpha));
-    if (!src && alpha != 0)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "src: tensor is NULL (only alpha = 0 goes without src)");
-    const ploss_view *sp = NULL;
-    if (src) {
-        if ((st = ploss_view_init(&s, src, "src")) || (st = ploss_view_check_device(&s, ctx, "src")))
-            return st;
-        if (!ploss_dtype_is_float(s.dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "src: expected a float dtype (f32, f16, bf16, f64), got %s",
-                               ploss_dtype_name(s.dtype));
-        /* PyTorch's broadcasting: src's dims aligned with dst's last ones */
-        int fits = s.ndim <= d.ndim;
-        for (int k = 0; fits && k < s.ndim; ++k)
-            fits = s.shape[k] == 1 || s.shape[k] == d.shape[d.ndim - s.ndim + k];
-        if (!fits) {
-            char a[160], b[160];
-            return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst's sizes (dst is %s): src's "
-                               "dims, aligned with dst's last ones, must each be 1 or dst's",
-                               ploss_view_describe(&s, a, sizeof a), ploss_view_describe(&d, b, sizeof b));
-        }
-        if (!ploss_view_same(&d, &s) && (st = ploss_check_no_alias(&d, "dst", &s, "src")))
-            return st;
-        sb = d; /* dst's shape, src's data, dtype and strides (0 along broadcast dims) */
-        sb.data = s.data;
-        sb.dtype = s.dtype;
-        for (int k = 0; k < d.ndim; ++k) {
-            const int j = k - (d.ndim - s.ndim);
-            sb.strides[k] = j < 0 || s.shape[j] == 1 ? 0 : s.strides[j];
-        }
-        sp = &sb;
+    if ((st = ploss_view_init(&s, src, "src")) || (st = ploss_view_check_device(&s, ctx, "src")))
+        return st;
+    if (!ploss_dtype_is_float(s.dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "src: expected a float dtype (f32, f16, bf16, f64), got %s",
+                           ploss_dtype_name(s.dtype));
+    /* PyTorch's broadcasting: src's dims aligned with dst's last ones */
+    int fits = s.ndim <= d.ndim;
+    for (int k = 0; fits && k < s.ndim; ++k)
+        fits = s.shape[k] == 1 || s.shape[k] == d.shape[d.ndim - s.ndim + k];
+    if (!fits) {
+        char a[160], b[160];
+        return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst's sizes (dst is %s): src's dims, "
+                           "aligned with dst's last ones, must each be 1 or dst's",
+                           ploss_view_describe(&s, a, sizeof a), ploss_view_describe(&d, b, sizeof b));
+    }
+    if (!ploss_view_same(&d, &s) && (st = ploss_check_no_alias(&d, "dst", &s, "src")))
+        return st;
+    sb = d; /* dst's shape, src's data, dtype and strides (0 along broadcast dims) */
+    sb.data = s.data;
+    sb.dtype = s.dtype;
+    for (int k = 0; k < d.ndim; ++k) {
+        const int j = k - (d.ndim - s.ndim);
+        sb.strides[k] = j < 0 || s.shape[j] == 1 ? 0 : s.strides[j];
     }
     if (d.numel == 0)
         return PLOSS_OK;
-    if (alpha == 0)
-        sp = NULL; /* src not read: 0·Inf would be NaN where the caller asked for nothing of src */
 #ifdef PLOSS_HAVE_CUDA
     if (on_cuda(&d))
-        return ploss_cuda_axpby(ctx, &d, alpha, sp, beta);
+        return ploss_cuda_axpby(ctx, &d, alpha, &sb, beta);
 #endif
-    return ploss_cpu_axpby(&d, alpha, sp, beta);
+    return ploss_cpu_axpby(&d, alpha, &sb, beta);
 }
 
 /* The value of float dtype dt next to v (a finite value of dt, or ±Inf) toward +Inf (dir >

@@ -192,12 +192,12 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
  *  bf16, f64) of any shape and strides without overlap, on the context's device.  src: a
  *  float tensor of dst's shape or broadcast to it by PyTorch's rules (src's dims aligned
  *  with dst's last ones, each of size 1 or dst's), on the same device; src may be dst
- *  itself (the same view) and may not otherwise overlap it; NULL only when alpha = 0.
- *  As in BLAS, src is not read when alpha = 0, nor dst when beta = 0 (a NaN or Inf there
- *  does not come through).  Each element is fma(alpha, s, beta·d) in f64, rounded to
+ *  itself (the same view) and may not otherwise overlap it.  As in BLAS, dst is not read
+ *  when beta = 0 (a NaN or Inf there does not come through: a buffer is initialised);
+ *  src is always read (alpha = 0 keeps a NaN or Inf of src, as PyTorch's add_).  Each element is fma(alpha, s, beta·d) in f64, rounded to
  *  dst's dtype (f16 and bf16 through f32, as ploss_copy), on the CPU and on CUDA alike.
- *  Statuses: INVALID_ARGUMENT (NULL ctx or dst, NULL src with alpha ≠ 0, alpha or beta
- *  not finite), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, CUDA. */
+ *  Statuses: INVALID_ARGUMENT (NULL ctx, dst or src, alpha or beta not finite), SHAPE,
+ *  DTYPE, DEVICE, LAYOUT, ALIAS, CUDA. */
 ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DLTensor *src, double beta);
 
 /** Counter-based random numbers (Philox-4x32-10; Salmon et al., SC 2011).  Element k in

@@ -28,8 +28,8 @@ typedef struct ploss_rand_spec {
 ploss_status ploss_cpu_copy(const ploss_view *dst, const ploss_view *src);
 ploss_status ploss_cpu_fill(const ploss_view *dst, double value);
 ploss_status ploss_cpu_rand(const ploss_view *dst, const ploss_rand_spec *spec);
-/* dst ← fma(alpha, src, beta·dst) in f64 (dst not read when beta = 0; src NULL when
- * alpha = 0).  src has dst's shape (broadcast dims with stride 0), dtype any float. */
+/* dst ← fma(alpha, src, beta·dst) in f64 (dst not read when beta = 0).  src has dst's
+ * shape (broadcast dims with stride 0), dtype any float. */
 ploss_status ploss_cpu_axpby(const ploss_view *dst, double alpha, const ploss_view *src, double beta);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_copy(ploss_ctx_t *ctx, const ploss_view *dst, const ploss_view *src);

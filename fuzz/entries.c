@@ -220,7 +220,7 @@ const fz_entry fz_entries[] = {
     {.name = "ploss_fill", .call = call_fill, .nslots = 1,
      .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}}, FZ_SCALAR_FIELDS},
     {.name = "ploss_axpby", .call = call_axpby, .nslots = 2,
-     .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}, {"src", FZ_IN | FZ_OPTIONAL, "NCd|Nd|", "*"}}, FZ_SCALAR_FIELDS},
+     .slots = {{"dst", FZ_OUT, "NCd|Nd|", "*"}, {"src", FZ_IN, "NCd|Nd|", "*"}}, FZ_SCALAR_FIELDS},
     {.name = "ploss_rand_uniform", .call = call_rand_uniform, .nslots = 1,
      .slots = {{"dst", FZ_OUT, "NCd|Nd|", "f"}}, FZ_SCALAR_FIELDS},
     {.name = "ploss_rand_normal", .call = call_rand_normal, .nslots = 1,

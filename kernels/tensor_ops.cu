@@ -157,7 +157,7 @@ extern "C" ploss_status ploss_cuda_fill(ploss_ctx_t *ctx, const ploss_view *dst,
 namespace {
 /* axpby: fma(alpha, s, beta·d) in double, as ploss_cpu_axpby (the product beta·d rounded
  * on its own: __dmul_rn keeps it out of any contraction).  src's dtype is read at run time
- * (one kernel per dst dtype); src is null for alpha = 0. */
+ * (one kernel per dst dtype). */
 template <class D>
 __global__ void axpby_kernel(ploss_view dst, ploss_view src, int dst_dense, int src_dense, double alpha,
                              double beta)
@@ -166,7 +166,7 @@ __global__ void axpby_kernel(ploss_view dst, ploss_view src, int dst_dense, int 
     for (int64_t k = thread_index(); k < dst.numel; k += grid_stride()) {
         const int64_t od = offset_of(dst, dst_dense, k);
         const double y = beta != 0 ? __dmul_rn(beta, to_double(d[od])) : 0.0;
-        const double x = src.data ? load_dyn(src.data, src.dtype, offset_of(src, src_dense, k)) : 0.0;
+        const double x = load_dyn(src.data, src.dtype, offset_of(src, src_dense, k));
         d[od] = from_double<D>(fma(alpha, x, y));
     }
 }
@@ -177,14 +177,12 @@ extern "C" ploss_status ploss_cuda_axpby(ploss_ctx_t *ctx, const ploss_view *dst
 {
     if (dst->numel == 0)
         return PLOSS_OK;
-    ploss_view none = *dst;
-    none.data = NULL;
-    const int dd = ploss_view_is_contiguous(dst), sd = src && ploss_view_is_contiguous(src);
+    const int dd = ploss_view_is_contiguous(dst), sd = ploss_view_is_contiguous(src);
     const unsigned grid = grid_blocks(dst->numel, kThreads);
     cudaStream_t stream = stream_of(ctx);
     return dispatch_float(dst->dtype, "dst", [&](auto tag) {
         using D = typename decltype(tag)::type;
-        axpby_kernel<D><<<grid, kThreads, 0, stream>>>(*dst, src ? *src : none, dd, sd, alpha, beta);
+        axpby_kernel<D><<<grid, kThreads, 0, stream>>>(*dst, *src, dd, sd, alpha, beta);
         return check_launch("axpby");
     });
 }

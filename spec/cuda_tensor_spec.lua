@@ -103,11 +103,13 @@ describe("CUDA tensors (" .. DEV .. ")", function()
       x:add_(y:t(), 0.3):add_(r, -1.7):add_(x)
       xd:add_(yd:t(), 0.3):add_(rd, -1.7):add_(xd)
       H.assert_equal(xd, x, { what = a .. " += " .. b })
-      -- a transposed self, alpha = 0 with NaN in other (not read)
-      local xt, xdt = x:t(), xd:t()
-      xt:add_(ploss.full({ 7, 5 }, 0 / 0, { dtype = b }), 0)
-      xdt:add_(ploss.full({ 7, 5 }, 0 / 0, { dtype = b, device = DEV }), 0)
-      H.assert_equal(xd, x, { what = a .. " alpha 0" })
+      -- a transposed self, alpha = 0 with a NaN in other (read: that element NaN), mul_
+      local o = ploss.randn({ 7, 5 }, { dtype = b })
+      o[2][3] = 0 / 0
+      x:t():add_(o, 0):mul_(-0.75)
+      xd:t():add_(o:to(DEV), 0):mul_(-0.75)
+      H.assert_equal(xd, x, { what = a .. " alpha 0, mul_" })
+      assert.is_true(x[3][2] ~= x[3][2])
     end)
   end)
 

@@ -270,28 +270,25 @@ ploss_status ploss_cpu_fill(const ploss_view *dst_view, double value)
 ploss_status ploss_cpu_axpby(const ploss_view *dst, double alpha, const ploss_view *src, double beta)
 {
     const int64_t N = dst->numel, pieces = (N + COPY_CHUNK - 1) / COPY_CHUNK;
-    const int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0, ss = src && src->ndim ? src->strides[src->ndim - 1] : 0;
+    const int64_t ds = dst->ndim ? dst->strides[dst->ndim - 1] : 0, ss = src->ndim ? src->strides[src->ndim - 1] : 0;
 #pragma omp parallel for schedule(static) if (pieces > 1)
     for (int64_t piece = 0; piece < pieces; ++piece) {
         const int64_t end = (piece + 1) * COPY_CHUNK < N ? (piece + 1) * COPY_CHUNK : N;
         odometer o, os;
         odometer_start(&o, dst, piece * COPY_CHUNK);
-        if (src)
-            odometer_start(&os, src, piece * COPY_CHUNK); /* src has dst's shape: the two move together */
+        odometer_start(&os, src, piece * COPY_CHUNK); /* src has dst's shape: the two move together */
         for (int64_t k = piece * COPY_CHUNK; k < end;) {
             int64_t n = odometer_run(&o) < end - k ? odometer_run(&o) : end - k;
             n = n < 256 ? n : 256;
             double d[256], s[256];
             if (beta != 0)
                 ploss_cpu_load_f64(d, dst->data, dst->dtype, o.off, ds, n);
-            if (src)
-                ploss_cpu_load_f64(s, src->data, src->dtype, os.off, ss, n);
+            ploss_cpu_load_f64(s, src->data, src->dtype, os.off, ss, n);
             for (int64_t i = 0; i < n; ++i)
-                d[i] = fma(alpha, src ? s[i] : 0.0, beta != 0 ? beta * d[i] : 0.0);
+                d[i] = fma(alpha, s[i], beta != 0 ? beta * d[i] : 0.0);
             ploss_cpu_store_f64(dst->data, dst->dtype, o.off, ds, n, d);
             odometer_advance(&o, n);
-            if (src)
-                odometer_advance(&os, n);
+            odometer_advance(&os, n);
             k += n;
         }
     }

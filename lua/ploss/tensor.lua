@@ -969,14 +969,22 @@ function Tensor:zero() return self:fill(0) end
 --- self ← self + alpha·other (PyTorch's add_; alpha default 1): a float tensor `other` of
 -- self's sizes or broadcast to them by PyTorch's rules, on self's device, any float dtype;
 -- each element computed in f64 and rounded to self's dtype (f16 and bf16 through f32, as
--- :copy).  Unlike PyTorch's, alpha = 0 does not read other (an Inf or NaN there does not
--- come through) and an integer other is refused.  Returns self.
+-- :copy).  Unlike PyTorch's, an integer other is refused.  Returns self.
 local ADD_NAMES = { dst = "self", src = "other" }
 function Tensor:add_(other, alpha)
   if not is_tensor(other) then ploss.raise("add_: other: expected a tensor, got " .. ploss.shown(other)) end
   if alpha == nil then alpha = 1 end
   if type(alpha) ~= "number" then ploss.raise("add_: alpha: expected a number, got " .. ploss.shown(alpha)) end
   ploss.check(C.ploss_axpby(self:context(), self:dl(), alpha, other:dl(), 1), "add_", ADD_NAMES, true)
+  bump(self)
+  return self
+end
+
+--- self ← value·self (PyTorch's mul_ by a number; a NaN or Inf in self stays one, also
+-- for value = 0).  Float tensors; computed in f64 and rounded to self's dtype.  Returns self.
+function Tensor:mul_(value)
+  if type(value) ~= "number" then ploss.raise("mul_: value: expected a number, got " .. ploss.shown(value)) end
+  ploss.check(C.ploss_axpby(self:context(), self:dl(), value, self:dl(), 0), "mul_", ADD_NAMES, true)
   bump(self)
   return self
 end
