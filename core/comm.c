@@ -257,16 +257,22 @@ static int not_arrived(const ploss_comm_t *c, int q, uint64_t target)
     return atomic_load_explicit(&block_of(c, q)->arrived, memory_order_acquire) < target;
 }
 
-/* A missing rank whose process is gone, or that destroyed its communicator: abort. */
+/* A missing rank whose process is gone, or that destroyed its communicator: abort.  While
+ * ranks join, the process of every rank that has joined is checked too: a rank killed after
+ * it joined, or the dead claimant of a meeting place left by an earlier job, fails the join
+ * instead of the first collective (a rank that destroyed its communicator after its own
+ * init succeeded has left, which is no failure of the join). */
 static ploss_status check_peers(ploss_comm_t *c, int (*missing)(const ploss_comm_t *, int, uint64_t),
                                 uint64_t arg, const char *what)
 {
+    const int joining = missing == not_joined;
     for (int q = 0; q < c->nranks; ++q) {
-        if (q == c->rank || !missing(c, q, arg))
+        const int miss = q != c->rank && missing(c, q, arg);
+        if (q == c->rank || (!joining && !miss))
             continue;
         rank_block *b = block_of(c, q);
         uint32_t claim = atomic_load_explicit(&b->claim, memory_order_acquire);
-        if (claim == CLAIM_LEFT) {
+        if (claim == CLAIM_LEFT && miss) {
             post_abort(c, ABORT_LEFT, q);
             return fail_aborted(c, atomic_load(&header_of(c)->aborted), what);
         }
@@ -476,7 +482,12 @@ static ploss_status rendezvous(ploss_comm_t *c, const ploss_comm_id *id, void *n
     rank_block *mine = block_of(c, c->rank);
     if (atomic_load_explicit(&mine->claim, memory_order_acquire) != CLAIM_FREE) {
         const int pid = mine->pid;
+        const int gone = mine->pid_ns == c->pid_ns && pid > 0 && kill((pid_t)pid, 0) == -1 && errno == ESRCH;
         unmap_segment(c);
+        if (gone)
+            return ploss_error(PLOSS_ERR_COMM, "rank: rank %d of this id was taken by pid %d, which has exited: "
+                               "the id's meeting place is left from a job that ended before every rank joined; "
+                               "an id serves one job (make a new one: ploss_comm_unique_id)", c->rank, pid);
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "rank: rank %d of this id was already taken "
                            "(by pid %d): every process needs its own rank", c->rank, pid);
     }
@@ -502,6 +513,8 @@ static ploss_status rendezvous(ploss_comm_t *c, const ploss_comm_id *id, void *n
                            "by another process: every process needs its own rank", c->rank);
     }
     st = wait_for_ranks(c, not_joined, 0, "ploss_comm_init", "the other ranks to join");
+    if (st == PLOSS_OK) /* every rank joined, and is alive (a dead claimant of an earlier job's place) */
+        st = check_peers(c, not_joined, 0, "ploss_comm_init");
     /* every rank has opened the segment by now (or it failed): nobody needs the name */
     shm_unlink(name);
     if (st != PLOSS_OK) {
@@ -777,17 +790,18 @@ static ploss_status check_descriptors(ploss_comm_t *c, uint64_t parity, const op
         const op_desc *d = &block_of(c, q)->desc[parity];
         if (d->kind == mine->kind && d->op == mine->op && d->dtype == mine->dtype && d->count == mine->count)
             continue;
-        const int reduces = (int)d->kind != KIND_ALL_GATHER;
+        const int reduces = (int)d->kind != KIND_ALL_GATHER, mine_reduces = (int)mine->kind != KIND_ALL_GATHER;
         return ploss_error(PLOSS_ERR_COMM,
                            "%s: rank %d called %s on %llu %s elements%s%s while rank %d called %s on "
-                           "%llu %s elements: every rank must call the same collectives in the same "
+                           "%llu %s elements%s%s: every rank must call the same collectives in the same "
                            "order, with the same dtype, op and element count",
                            kind_names[mine->kind], q, kind_names[d->kind < 3 ? d->kind : 0],
                            (unsigned long long)d->count,
                            d->dtype < PLOSS_DTYPE_COUNT ? ploss_dtype_name((ploss_dtype)d->dtype) : "?",
                            reduces ? " with op " : "", reduces ? op_names[d->op & 1] : "", c->rank,
                            kind_names[mine->kind], (unsigned long long)mine->count,
-                           ploss_dtype_name((ploss_dtype)mine->dtype));
+                           ploss_dtype_name((ploss_dtype)mine->dtype), mine_reduces ? " with op " : "",
+                           mine_reduces ? op_names[mine->op & 1] : "");
     }
     return PLOSS_OK;
 }

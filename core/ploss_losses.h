@@ -1057,21 +1057,22 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
  * contrasts each view with the other items of its own view (2N − 2 negatives). With comm the
  * batch is sharded over ranks (negatives from every rank, exact gradients for each rank's rows:
- * docs/distributed.md). The CPU works in f64 (OpenBLAS). CUDA multiplies the inputs as given
- * with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32, f64 in f64), the
- * normalisation applied as a scale when a tile is read; the similarity tile is f32 (f64), the
- * gradient tile of the two gradient products is in the input dtype (as PyTorch's 16-bit
- * autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's gradient
- * product (about 55 MiB at N = 32768, D = 1024). On sm_90 (H100, H200) with CUTLASS's headers
- * at build time, bf16 inputs with normalize = true take a path where no similarity tile exists,
- * on one device when N and D are multiples of 8, T ≥ 1/64 and each view's rows are 16-byte
- * aligned (a contiguous tensor, or a slice whose row stride is a multiple of 8 elements): the
- * normalised similarities are bounded by 1/T, so e^(S − 1/T) (for T < 1/40 shifted further,
- * to stay within fp32's range) is computed with one fixed shift in the epilogue of the
- * similarity GEMM, which sums it per row and per column (fp32 partials per 256 × 128 tile,
- * added in a fixed order in double); each gradient sweep recomputes the GEMM with an epilogue
- * that writes the bf16 gradient tile directly, the positive pair's entry rewritten from S_ii in
- * double. No state is kept: backward recomputes the log-sum-exps.
+ * docs/distributed.md). The CPU multiplies in f32 for f32/f16/bf16 inputs and in f64 for f64
+ * (OpenBLAS sgemm/dgemm), the log-sum-exps, norms and sums in f64. CUDA multiplies the inputs
+ * as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32, f64 in
+ * f64), the normalisation applied as a scale when a tile is read; the similarity tile is f32
+ * (f64), the gradient tile of the two gradient products is in the input dtype (as PyTorch's
+ * 16-bit autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's
+ * gradient product (about 55 MiB at N = 32768, D = 1024). On sm_90 (H100, H200) with CUTLASS's
+ * headers at build time, bf16 inputs with normalize = true take a path where no similarity tile
+ * exists, on one device when N and D are multiples of 8, T ≥ 1/64 and each view's rows are
+ * 16-byte aligned (a contiguous tensor, or a slice whose row stride is a multiple of 8
+ * elements): the normalised similarities are bounded by 1/T, so e^(S − 1/T) (for T < 1/40
+ * shifted further, to stay within fp32's range) is computed with one fixed shift in the
+ * epilogue of the similarity GEMM, which sums it per row and per column (fp32 partials per 256
+ * × 128 tile, added in a fixed order in double); each gradient sweep recomputes the GEMM with
+ * an epilogue that writes the bf16 gradient tile directly, the positive pair's entry rewritten
+ * from S_ii in double. No state is kept: backward recomputes the log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.
@@ -2949,27 +2950,27 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
- * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
- * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
- * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
- * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
- * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
- * every exponential lies within f32's range; the gradient products then run on those
- * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
- * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
- * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
- * products never reach memory. For f16 (whose range is too short for that) and larger s, one
- * pass per tile of rows scales the products into cosines and runs the softmax with the row
- * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
- * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
- * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
- * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
- * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
- * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
- * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
- * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
- * f32.
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU multiplies in f32
+ * for f32/f16/bf16 inputs and in f64 for f64 (OpenBLAS), the rows' statistics, losses and sums
+ * in f64; CUDA multiplies the inputs as given with cuBLAS (fp32 accumulation, tensor cores for
+ * f16/bf16). For f32 and bf16 with s up to about 64 (the defaults; the bound falls a little as
+ * C grows) it takes the products a tile of classes at a time and turns each cosine into
+ * e^(s·(cos − 1) + T) at once, T about 60 (as high as f32 lets a row's sum be): |cos| <= 1
+ * bounds every logit by s, so the row's max is not needed and every exponential lies within
+ * f32's range; the gradient products then run on those exponentials, each row scaled afterwards
+ * (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build time
+ * (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials and
+ * the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
+ * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
+ * scales the products into cosines and runs the softmax with the row engine's policy (C <=
+ * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
+ * in the input dtype (so that the two gradient products usually run once over all rows), a tile
+ * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
+ * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
+ * back only when the batch has at least as many rows as the sample has classes. No state is
+ * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
+ * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3080,27 +3081,27 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
- * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
- * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
- * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
- * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
- * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
- * every exponential lies within f32's range; the gradient products then run on those
- * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
- * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
- * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
- * products never reach memory. For f16 (whose range is too short for that) and larger s, one
- * pass per tile of rows scales the products into cosines and runs the softmax with the row
- * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
- * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
- * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
- * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
- * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
- * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
- * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
- * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
- * f32.
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU multiplies in f32
+ * for f32/f16/bf16 inputs and in f64 for f64 (OpenBLAS), the rows' statistics, losses and sums
+ * in f64; CUDA multiplies the inputs as given with cuBLAS (fp32 accumulation, tensor cores for
+ * f16/bf16). For f32 and bf16 with s up to about 64 (the defaults; the bound falls a little as
+ * C grows) it takes the products a tile of classes at a time and turns each cosine into
+ * e^(s·(cos − 1) + T) at once, T about 60 (as high as f32 lets a row's sum be): |cos| <= 1
+ * bounds every logit by s, so the row's max is not needed and every exponential lies within
+ * f32's range; the gradient products then run on those exponentials, each row scaled afterwards
+ * (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build time
+ * (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials and
+ * the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
+ * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
+ * scales the products into cosines and runs the softmax with the row engine's policy (C <=
+ * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
+ * in the input dtype (so that the two gradient products usually run once over all rows), a tile
+ * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
+ * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
+ * back only when the batch has at least as many rows as the sample has classes. No state is
+ * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
+ * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.
@@ -3213,27 +3214,27 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * of rows (a matrix product each); the N×C logits are never all stored.
  *
  * Called as crit(x, weight, labels): both x and weight get a gradient. A zero embedding or
- * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU works in f64
- * (OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
- * accumulation, tensor cores for f16/bf16). For f32 and bf16 with s up to about 64 (the
- * defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
- * time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32
- * lets a row's sum be): |cos| <= 1 bounds every logit by s, so the row's max is not needed and
- * every exponential lies within f32's range; the gradient products then run on those
- * exponentials, each row scaled afterwards (any C). On an H100/H200 (sm_90) with CUTLASS's
- * headers at build time (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes
- * the exponentials and the rows' sums straight from the product GEMM's epilogue, so the f32
- * products never reach memory. For f16 (whose range is too short for that) and larger s, one
- * pass per tile of rows scales the products into cosines and runs the softmax with the row
- * engine's policy (C <= 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2
- * GiB of gradient rows in the input dtype (so that the two gradient products usually run once
- * over all rows), a tile of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows
- * bounds both to that many rows. Partial FC (sample_rate < 1) draws its classes on the device
- * (CUB), reading 8 bytes back only when the batch has at least as many rows as the sample has
- * classes. No state is kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of
- * the GEMMs is f16, so an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6)
- * overflows it and the gradient of such a row is NaN; train ArcFace-style margins in bf16 or
- * f32.
+ * centre has the cosine 0 with every row (a defined loss, no NaN). The CPU multiplies in f32
+ * for f32/f16/bf16 inputs and in f64 for f64 (OpenBLAS), the rows' statistics, losses and sums
+ * in f64; CUDA multiplies the inputs as given with cuBLAS (fp32 accumulation, tensor cores for
+ * f16/bf16). For f32 and bf16 with s up to about 64 (the defaults; the bound falls a little as
+ * C grows) it takes the products a tile of classes at a time and turns each cosine into
+ * e^(s·(cos − 1) + T) at once, T about 60 (as high as f32 lets a row's sum be): |cos| <= 1
+ * bounds every logit by s, so the row's max is not needed and every exponential lies within
+ * f32's range; the gradient products then run on those exponentials, each row scaled afterwards
+ * (any C). On an H100/H200 (sm_90) with CUTLASS's headers at build time
+ * (tools/fetch_cutlass.sh; tools/quickstart.sh fetches them), bf16 takes the exponentials and
+ * the rows' sums straight from the product GEMM's epilogue, so the f32 products never reach
+ * memory. For f16 (whose range is too short for that) and larger s, one pass per tile of rows
+ * scales the products into cosines and runs the softmax with the row engine's policy (C <=
+ * 131072 there; f64 is CPU only). CUDA's workspace: a chunk of at most 2 GiB of gradient rows
+ * in the input dtype (so that the two gradient products usually run once over all rows), a tile
+ * of at most 256 MiB of f32 products, plus O((N + C)·D); tile_rows bounds both to that many
+ * rows. Partial FC (sample_rate < 1) draws its classes on the device (CUB), reading 8 bytes
+ * back only when the batch has at least as many rows as the sample has classes. No state is
+ * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
+ * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

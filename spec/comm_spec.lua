@@ -88,6 +88,36 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
   end)
 
+  it("a rank that fails before init: the launcher stops the others and leaves no shared memory behind", function()
+    local out, status = launch(3, "fail_before_init", "PLOSS_LAUNCH_GRACE=2")
+    assert.are.equal(3, status, out)
+    local id = out:match("failing before init, id (%x+)")
+    assert.is_not_nil(id, out)
+    local f = io.open("/dev/shm/ploss-comm-" .. id:sub(9, 56), "r")
+    if f then f:close() end
+    assert.is_nil(f, "the shared-memory segment was left in /dev/shm")
+  end)
+
+  it("a rank killed in init: the id's leftover place is refused by name, not joined", function()
+    local id = ploss.comm.unique_id()
+    -- rank 0 of 2 joins and is killed while it waits for rank 1
+    local child = string.format("%q -e %q & pid=$!; sleep 1; kill -9 $pid; wait $pid; echo pid $pid",
+      arg[-1] or "luajit", string.format("require('ploss').comm.init{nranks = 2, rank = 0, id = %q, timeout = 30}", id))
+    local p = assert(io.popen(child .. " 2>&1"))
+    local dead = p:read("*a"):match("pid (%d+)")
+    p:close()
+    assert.is_not_nil(dead)
+    -- a new rank 0 with that id: the place is taken by a process that has exited
+    H.expect_error(function() ploss.comm.init { nranks = 2, rank = 0, id = id, timeout = 5 } end,
+      "rank 0 of this id was taken by pid " .. dead .. ", which has exited")
+    -- a rank 1 with that id: the join fails naming the dead rank, and the place is removed
+    H.expect_error(function() ploss.comm.init { nranks = 2, rank = 1, id = id, timeout = 5 } end,
+      "rank 0 has exited without destroying its communicator")
+    local f = io.open("/dev/shm/ploss-comm-" .. id:sub(9, 56), "r")
+    if f then f:close() end
+    assert.is_nil(f, "the shared-memory segment was left in /dev/shm")
+  end)
+
   it("the launcher refuses a bad rank count", function()
     for _, bad in ipairs { "0", "x", "-1" } do
       local p = assert(io.popen(string.format("%q -n %s %q collectives 2>&1; echo \"EXIT:$?\"", launcher, bad, worker)))

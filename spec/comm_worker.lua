@@ -62,6 +62,10 @@ if mode == "nranks" then
   os.exit(1)
 end
 
+if mode == "fail_before_init" then -- rank 1 fails before init: the launcher stops the others in init
+  if rank == 1 then say("failing before init, id %s", os.getenv("PLOSS_COMM_ID")); os.exit(3) end
+end
+
 local comm = ploss.comm.init_from_env { device = device, timeout = timeout }
 assert(comm:rank() == rank and comm:size() == size)
 if mode == "leave" then -- rank 0 leaves at once: the others' init must still succeed
@@ -169,6 +173,12 @@ if mode == "collectives" then
     expect_error(function() comm:all_reduce(bad) end, "every rank must call the same collectives", "mismatch")
     local one = comm:all_reduce(on_device(ploss.tensor({ 1 }, { dtype = "f32" })))
     same(one:flat(), { n }, "all_reduce after a mismatch")
+    -- another op: both ranks' ops named
+    local t2 = on_device(ploss.tensor({ 1, 2 }, { dtype = "f32" }))
+    expect_error(function() comm:all_reduce(t2, rank == 0 and "max" or "sum") end,
+      rank == 0 and "while rank 0 called all_reduce on 2 f32 elements with op max"
+      or "rank 0 called all_reduce on 2 f32 elements with op max while rank " .. rank ..
+        " called all_reduce on 2 f32 elements with op sum", "another op")
   end
   if n >= 2 then
     expect_error(function() comm:reduce_scatter(on_device(ploss.zeros({ n + 1, 2 }))) end,

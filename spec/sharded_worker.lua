@@ -237,15 +237,20 @@ elseif mode == "refusal" then
   -- another row count on rank 1
   local xbad = rank == 1 and x:narrow(1, 1, n - 1):contiguous() or x
   local ybad = rank == 1 and y:narrow(1, 1, n - 1):contiguous() or y
-  expect(function() crit(xbad, w, ybad) end, "another rows of x", "another row count on rank 1")
+  expect(function() crit(xbad, w, ybad) end, "the ranks disagree on the rows of x", "another row count on rank 1")
   -- another tile_rows on rank 1 (other tiles, other gathers), another upstream gradient
   local tiled = ploss.AMSoftmaxLoss { comm = comm, tile_rows = rank == 1 and 2 or 0 }
-  expect(function() tiled(x, w, y) end, "another opts.tile_rows", "another tile_rows on rank 1")
-  expect(function() crit:backward(x, w, y, rank == 1 and 2 or 1) end, "another upstream gradient",
+  expect(function() tiled(x, w, y) end, "the ranks disagree on opts.tile_rows", "another tile_rows on rank 1")
+  expect(function() crit:backward(x, w, y, rank == 1 and 2 or 1) end, "the ranks disagree on the upstream gradient",
     "another upstream gradient on rank 1")
-  -- InfoNCE with another temperature on rank 1
+  -- another loss on rank 1 (named, before the options it sets otherwise)
+  local mixed = rank == 1 and ploss.ArcFaceLoss { comm = comm } or ploss.AMSoftmaxLoss { comm = comm }
+  expect(function() mixed(x, w, y) end, rank == 1 and "the loss: am_softmax on rank 0, arc_face on rank 1"
+    or "the loss: arc_face on rank 1, am_softmax on rank " .. rank, "another loss on rank 1")
+  -- InfoNCE with another temperature on rank 1: the values as numbers
   local nce = ploss.InfoNCELoss { temperature = rank == 1 and 0.2 or 0.1, comm = comm }
-  expect(function() nce(x, x) end, "another opts.temperature", "another temperature on rank 1")
+  expect(function() nce(x, x) end, rank == 1 and "opts.temperature: 0.1 on rank 0, 0.2 on rank 1"
+    or "opts.temperature: 0.2 on rank 1, 0.1 on rank " .. rank, "another temperature on rank 1")
   -- and the communicator still serves a good call
   local l0 = ploss.AMSoftmaxLoss {}(Xr, Wr, Y)
   close(crit(x, w, y), l0, "the call after the refusals")

@@ -68,7 +68,13 @@ stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the gr
     done
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
 }
-cleanup() { [ -z "$fifos" ] || rm -rf "$fifos"; }
+# After the ranks: their fifos, and the communicator's meeting place in /dev/shm if a rank
+# died before every rank had joined (it is named from bytes 4 … 27 of the id, hex digits
+# 9 … 56: core/comm.c's segment_name; the ranks remove it once all have joined).
+cleanup() {
+    [ -z "$fifos" ] || rm -rf "$fifos"
+    rm -f "/dev/shm/ploss-comm-${id:8:48}"
+}
 trap 'stop_all; wait; cleanup; exit 130' INT
 trap 'stop_all; wait; cleanup; exit 143' TERM
 

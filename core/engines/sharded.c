@@ -215,13 +215,43 @@ static ploss_status exchange(ploss_comm_t *comm, const int64_t *mine, int count,
 #endif
 }
 
+/* What a fact of the agreement holds, for its message. */
+enum { FACT_INT, FACT_DOUBLE /* its bits */, FACT_DTYPE, FACT_PASS, FACT_REDUCTION, FACT_LOSS /* a policy */ };
+
+/* A fact's value as a message shows it, into buf. */
+static const char *fact_text(int kind, int64_t v, char *buf, size_t len)
+{
+    static const char *const passes[] = {"forward", "backward", "fused"};
+    static const char *const reductions[] = {"none", "mean", "sum", "batchmean"};
+    double d;
+    switch (kind) {
+    case FACT_DOUBLE:
+        memcpy(&d, &v, sizeof d);
+        return ploss_shown_text(buf, len, d);
+    case FACT_DTYPE:
+        return ploss_dtype_name((ploss_dtype)v);
+    case FACT_PASS:
+        return v >= 0 && v < 3 ? passes[v] : "?";
+    case FACT_REDUCTION:
+        return v >= 0 && v < 4 ? reductions[v] : "?";
+    case FACT_LOSS:
+        return v == PLOSS_POLICY_ARC_FACE ? "arc_face" : v == PLOSS_POLICY_AM_SOFTMAX ? "am_softmax"
+             : v == PLOSS_POLICY_COMBINED_MARGIN ? "combined_margin" : v == PLOSS_POLICY_INFO_NCE ? "info_nce" : "?";
+    default:
+        snprintf(buf, len, "%lld", (long long)v);
+        return buf;
+    }
+}
+
 /* The agreement before any data moves: mine[0] is this rank's status (its error message
  * kept across the exchange), mine[1…] the facts every rank must share but those with
- * own[k] set (a rank's own size), named by names[k].  Fills all[R·count]; PLOSS_OK when
- * every rank accepted the call with the same facts, else the first refusal or mismatch,
- * the same on every rank (a refusing rank keeps its own message). */
+ * own[k] set (a rank's own size), named by names[k] and shown as kinds[k] says.  Fills
+ * all[R·count]; PLOSS_OK when every rank accepted the call with the same facts, else the
+ * first refusal or mismatch, the same on every rank (a refusing rank keeps its own
+ * message). */
 static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss, int64_t *mine, int count,
-                          const char *const *names, const unsigned char *own, int64_t *all)
+                          const char *const *names, const unsigned char *kinds, const unsigned char *own,
+                          int64_t *all)
 {
     ploss_status local = (ploss_status)mine[0];
     if (!local && ploss_comm_context(comm) != ctx)
@@ -243,11 +273,14 @@ static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss
                                "opts.comm: rank %d refused the call (%s; its error names the argument), so no rank "
                                "ran it", q, ploss_status_string((ploss_status)f[0]));
         for (int k = 1; k < count; ++k)
-            if (!own[k] && f[k] != mine[k])
+            if (!own[k] && f[k] != mine[k]) {
+                char a[40], b[40];
                 return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                                   "opts.comm: rank %d called %s with another %s than rank %d (every rank passes "
-                                   "the same rows, dtypes and options; %lld against %lld)", q, loss, names[k], rank,
-                                   (long long)f[k], (long long)mine[k]);
+                                   "opts.comm: the ranks disagree on %s: %s on rank %d, %s on rank %d (this %s "
+                                   "call; every rank passes the same rows, dtypes and options)", names[k],
+                                   fact_text(kinds[k], f[k], a, sizeof a), q, fact_text(kinds[k], mine[k], b, sizeof b),
+                                   rank, loss);
+            }
     }
     return PLOSS_OK;
 }
@@ -258,14 +291,21 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
 {
     /* the facts every rank must share (the block of classes is each rank's own) */
     enum {
-        F_STATUS, F_ROWS, F_FEATURES, F_CLASSES, F_DTYPE, F_LABEL_DTYPE, F_PASS, F_REDUCTION, F_IGNORE, F_S, F_M1,
-        F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_TILE_ROWS, F_UPSTREAM, F_GL_DTYPE, F_COUNT
+        F_STATUS, F_LOSS, F_ROWS, F_FEATURES, F_CLASSES, F_DTYPE, F_LABEL_DTYPE, F_PASS, F_REDUCTION, F_IGNORE, F_S,
+        F_M1, F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_TILE_ROWS, F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
-    static const char *const names[F_COUNT] = {
-        "status", "rows of x", "features D", "classes", "dtype of x", "dtype of labels", "pass", "reduction",
-        "opts.ignore_index", "the scale s", "m1", "m2", "m3", "opts.easy_margin", "opts.sample_rate", "opts.seed",
-        "opts.scale_grad_x_by_ranks", "opts.tile_rows", "upstream gradient (opts.scale, or a reduced grad_loss)",
-        "dtype of grad_loss"};
+    /* the margins by the loss's own option names (ArcFace's m is m2, AM-softmax's m3) */
+    const int arc = spec->policy == PLOSS_POLICY_ARC_FACE, am = spec->policy == PLOSS_POLICY_AM_SOFTMAX;
+    const char *const names[F_COUNT] = {
+        "status", "the loss", "the rows of x", "the features D", "classes", "the dtype of x", "the dtype of labels",
+        "the pass", "opts.reduction", "opts.ignore_index", "opts.s", arc || am ? "m1 (1)" : "opts.m1",
+        arc ? "opts.m" : am ? "m2 (0)" : "opts.m2", am ? "opts.m" : arc ? "m3 (0)" : "opts.m3", "opts.easy_margin",
+        "opts.sample_rate", "opts.seed", "opts.scale_grad_x_by_ranks", "opts.tile_rows",
+        "the upstream gradient (opts.scale, or a reduced grad_loss)", "the dtype of grad_loss"};
+    static const unsigned char kinds[F_COUNT] = {
+        [F_LOSS] = FACT_LOSS, [F_DTYPE] = FACT_DTYPE, [F_LABEL_DTYPE] = FACT_DTYPE, [F_PASS] = FACT_PASS,
+        [F_REDUCTION] = FACT_REDUCTION, [F_S] = FACT_DOUBLE, [F_M1] = FACT_DOUBLE, [F_M2] = FACT_DOUBLE,
+        [F_M3] = FACT_DOUBLE, [F_RATE] = FACT_DOUBLE, [F_UPSTREAM] = FACT_DOUBLE, [F_GL_DTYPE] = FACT_DTYPE};
     static const unsigned char own[F_COUNT] = {[F_CLASSES] = 1};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
@@ -273,6 +313,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     mine[F_STATUS] = local;
     if (!local) {
         const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
+        mine[F_LOSS] = spec->policy;
         mine[F_ROWS] = c->N;
         mine[F_FEATURES] = c->D;
         mine[F_CLASSES] = c->C;
@@ -296,7 +337,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
     if (!all) /* the others would wait in the exchange */
         return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
-    ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, own, all);
+    ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, kinds, own, all);
     int64_t offset = 0, total = 0, widest = 0;
     for (int q = 0; q < R && !st; ++q) {
         const int64_t Cq = all[(size_t)q * F_COUNT + F_CLASSES];
@@ -400,9 +441,12 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
     static const char *const names[F_COUNT] = {
-        "status", "rows of query", "features D", "dtype of query", "pass", "reduction", "opts.temperature",
-        "opts.symmetric", "opts.normalize", "upstream gradient (opts.scale, or a reduced grad_loss)",
-        "dtype of grad_loss"};
+        "status", "the rows of query", "the features D", "the dtype of query", "the pass", "opts.reduction",
+        "opts.temperature", "opts.symmetric", "opts.normalize",
+        "the upstream gradient (opts.scale, or a reduced grad_loss)", "the dtype of grad_loss"};
+    static const unsigned char kinds[F_COUNT] = {
+        [F_DTYPE] = FACT_DTYPE, [F_PASS] = FACT_PASS, [F_REDUCTION] = FACT_REDUCTION, [F_TEMPERATURE] = FACT_DOUBLE,
+        [F_UPSTREAM] = FACT_DOUBLE, [F_GL_DTYPE] = FACT_DTYPE};
     static const unsigned char own[F_COUNT] = {0};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
@@ -423,7 +467,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
     int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
     if (!all) /* the others would wait in the exchange */
         return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
-    ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, own, all);
+    ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, kinds, own, all);
     free(all);
     if (st)
         return st;

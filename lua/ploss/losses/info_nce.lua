@@ -46,7 +46,8 @@ This is CLIP's cross-view InfoNCE: the negatives of query i are the N − 1 othe
 symmetric, those of key i the N − 1 other queries), not SimCLR's NT-Xent, which also
 contrasts each view with the other items of its own view (2N − 2 negatives).  With comm the
 batch is sharded over ranks (negatives from every rank, exact gradients for each rank's rows:
-docs/distributed.md).  The CPU works in f64 (OpenBLAS).  CUDA multiplies the
+docs/distributed.md).  The CPU multiplies in f32 for f32/f16/bf16 inputs and in f64 for f64
+(OpenBLAS sgemm/dgemm), the log-sum-exps, norms and sums in f64.  CUDA multiplies the
 inputs as given with cuBLAS (f16/bf16 on tensor cores with fp32 accumulation, f32 in f32,
 f64 in f64), the normalisation applied as a scale when a tile is read; the similarity tile
 is f32 (f64), the gradient tile of the two gradient products is in the input dtype (as

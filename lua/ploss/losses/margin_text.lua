@@ -82,8 +82,9 @@ end
 
 M.notes = [[
 Called as crit(x, weight, labels): both x and weight get a gradient.  A zero embedding or
-centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU works in f64
-(OpenBLAS) whatever the dtype; CUDA multiplies the inputs as given with cuBLAS (fp32
+centre has the cosine 0 with every row (a defined loss, no NaN).  The CPU multiplies in f32
+for f32/f16/bf16 inputs and in f64 for f64 (OpenBLAS), the rows' statistics, losses and sums
+in f64; CUDA multiplies the inputs as given with cuBLAS (fp32
 accumulation, tensor cores for f16/bf16).  For f32 and bf16 with s up to about 64 (the
 defaults; the bound falls a little as C grows) it takes the products a tile of classes at a
 time and turns each cosine into e^(s·(cos − 1) + T) at once, T about 60 (as high as f32 lets
