@@ -3525,4 +3525,72 @@ ploss_status ploss_poisson_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *inpu
     const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
 
+/* ---- Multi-label soft margin loss ------------------------------------------------------ */
+
+/** Options of multilabel_soft_margin_loss; fill with ploss_multilabel_soft_margin_loss_opts_init(). */
+typedef struct ploss_multilabel_soft_margin_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_multilabel_soft_margin_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_loss_opts *opts);
+
+/**
+ * Multi-label soft margin loss, forward (PyTorch torch.nn.MultiLabelSoftMarginLoss /
+ * torch.nn.functional.multilabel_soft_margin_loss; Torch7 nn.MultiLabelSoftMarginCriterion).
+ * Per sample i, with x its C logits, y its labels and sp(z) = log(1 + e^z):
+ *
+ *     ℓ_i = (1/C)·Σ_j w_j·[y_ij·sp(−x_ij) + (1 − y_ij)·sp(x_ij)]
+ *
+ * the binary cross-entropy of each class's sigmoid, averaged over the classes. 'mean' divides
+ * the sum of the ℓ_i by the number of samples, as PyTorch.
+ *
+ * PyTorch's function takes N×C (or C) and averages over its last axis; ploss's axis 1 is the
+ * same axis for N×C. sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no
+ * overflow for large logits. A one-sample input is a 1×C tensor.
+ *
+ * in  input       N×C logits (or N×C×d1×…×dk: one loss per position, the classes along
+ *                 axis 1, ploss's extension), f32/f16/bf16/f64; C >= 1. Layouts as for the
+ *                 other losses of this shape.
+ * in  target      the input's shape, any float dtype: y = 1 where the class is present, 0 where
+ *                 it is not (values between are taken as soft labels).
+ * in  weight      NULL, or w, C class weights.
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
+ *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
+ *                 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_multilabel_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_multilabel_soft_margin_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Multi-label soft margin loss, backward. ∂ℓ_i/∂x_ij = (w_j/C)·(σ(x_ij) − y_ij).
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_multilabel_soft_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_multilabel_soft_margin_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Multi-label soft margin loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_multilabel_soft_margin_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

@@ -13,7 +13,7 @@ local function inputs_for(d, seed, dtype)
     local random_boxes = require("spec.bad_input").random_boxes
     return random_boxes(3, seed, dtype), random_boxes(3, seed + 1, dtype), random_boxes(3, seed + 2, dtype)
   end
-  if d.shape == "elementwise" or d.target == "elementwise" then
+  if d.shape == "elementwise" then
     local r = d.input_range
     local x = r and ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed, low = r[1], high = r[2] })
       or ploss.randn({ 4, 3, 5 }, { dtype = dtype, seed = seed })
@@ -21,6 +21,9 @@ local function inputs_for(d, seed, dtype)
     return x, y, ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 2 })
   end
   local x = ploss.randn({ 6, 5, 3 }, { dtype = dtype, seed = seed })
+  if d.target == "elementwise" then -- a row loss of a label per class (multi-label)
+    return x, ploss.rand({ 6, 5, 3 }, { dtype = dtype, seed = seed + 1 }), ploss.rand({ 6, 5, 3 }, { dtype = dtype, seed = seed + 2 })
+  end
   local y1 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 1 })
   local y2 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 2 })
   return x, y1, y2

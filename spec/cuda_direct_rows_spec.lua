@@ -1,5 +1,6 @@
 -- The direct rows on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
--- GPU): nll_loss and multi_margin_loss against the CPU backend on the same dtype-rounded
+-- GPU): nll_loss, multi_margin_loss and multilabel_soft_margin_loss (its float labels of the
+-- input's shape: hard and soft, f32 and bf16) against the CPU backend on the same dtype-rounded
 -- inputs in f32/f16/bf16/f64, every reduction, with and without class weights (NLL: and
 -- ignored samples; multi-margin: p and margin), N×C (narrow and wide rows), N×C×d…,
 -- channels-last and transposed inputs, i32 labels, many blocks, fused against forward +
@@ -36,7 +37,7 @@ local function compare(name, x64, y, opts, dtype, label, layout)
   close(gg, gc, T.grad, T.floor, what .. " fused grad")
   local gout_c, gout_g = 0.7, 0.7
   if opts.reduction == "none" then
-    gout_c = ploss.randn(y:size(), { dtype = ldtype(dtype) })
+    gout_c = ploss.randn(lc:size(), { dtype = ldtype(dtype) })
     gout_g = gout_c:to(DEV)
   end
   close(F[name](xg, yg, o_gpu), lc, T.loss, 0, what .. " forward")
@@ -178,4 +179,40 @@ describe("CUDA multi_margin_loss vs CPU", function()
       H.check_inplace_fused("multi_margin_loss", x:clone(), y, o, l1, g1, "multi margin " .. dtype)
     end
   end)
+end)
+
+describe("CUDA multilabel_soft_margin_loss vs CPU", function()
+  local compare = function(...) return compare("multilabel_soft_margin_loss", ...) end
+  for _, dtype in ipairs(DTYPES) do
+    it("shapes, weights, hard and soft labels, layouts in " .. dtype, function()
+      H.seed(620)
+      for _, c in ipairs {
+        { "N×C", { 37, 10 } },
+        { "wide rows", { 5, 3000 } },
+        { "more rows than the grid has warps", { 40000, 3 } },
+        { "N×C×H×W", { 3, 6, 5, 7 } },
+        { "one class", { 4, 1 } },
+      } do
+        local label, sizes = c[1], c[2]
+        local x = H.random_logits(sizes, { std = 3 })
+        local hard = ploss.rand(sizes, { dtype = "f64" })
+        local v = hard:flat()
+        for i = 1, #v do v[i] = v[i] < 0.3 and 1 or 0 end
+        hard = ploss.tensor(v, { dtype = "f64", size = sizes })
+        local soft = ploss.rand(sizes, { dtype = "f32" })
+        local w = ploss.rand({ sizes[2] }, { dtype = "f64", low = 0.5, high = 2 })
+        for _, red in ipairs(REDUCTIONS) do
+          compare(x, hard, { reduction = red }, dtype, label)
+          compare(x, soft, { reduction = red, weight = w }, dtype, label .. " soft labels")
+          if #sizes > 2 then
+            compare(x, hard:to("cpu", "bf16"), { reduction = red, weight = w }, dtype, label .. " channels-last",
+              function(xg) return H.relayout(xg, "channels_last") end)
+          elseif sizes[1] > 1 and sizes[1] < 100 then
+            compare(x, hard, { reduction = red }, dtype, label .. " transposed",
+              function(xg) return H.relayout(xg, "transposed") end)
+          end
+        end
+      end
+    end)
+  end
 end)

@@ -122,7 +122,8 @@ local SHAPE = {
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
     fuzz = { input = { "NCd", "f" }, loss = { "|Nd|1", "a" }, grad_loss = { "|Nd|1", "a|f" },
              grad_input = { "NCd", "x" },
-             target = { index = { "Nd", "i|i|i|f" }, index_or_probabilities = { "Nd|NCd", "i|i|x|f" } } },
+             target = { index = { "Nd", "i|i|i|f" }, index_or_probabilities = { "Nd|NCd", "i|i|x|f" },
+                        elementwise = { "NCd|Nd", "x|f|i" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },

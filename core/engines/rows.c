@@ -1,8 +1,9 @@
 /*
  * rows.c — the one validation front of the rows kernel shape: every loss over the class axis
- * (axis 1) of N×C×d1×…×dk inputs with class-index targets: the softmax-row losses and the
- * direct rows (negative log-likelihood, multi-class margin).  It checks the tensors of a call against the
- * loss's spec (core/loss.h), before anything is written, builds the problem of the loss's
+ * (axis 1) of N×C×d1×…×dk inputs with class-index targets (or, multi-label, a float label per
+ * class): the softmax-row losses and the direct rows (negative log-likelihood, multi-class
+ * margin, multi-label soft margin).  It checks the tensors of a call against the loss's spec
+ * (core/loss.h), before anything is written, builds the problem of the loss's
  * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
  * were checked by its entry point (core/losses.c).
  */
@@ -40,6 +41,13 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
     if ((st = ploss_view_init(t, target, "target")) || (st = ploss_view_check_device(t, ctx, "target")))
         return st;
     *probabilities = 0;
+    if (spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE) { /* labels of every class: the input's shape */
+        if (!ploss_dtype_is_float(t->dtype))
+            return ploss_error(PLOSS_ERR_DTYPE, "target: expected float labels (0/1 per class) of the input's shape, "
+                               "got %s", ploss_dtype_name(t->dtype));
+        *probabilities = 1;
+        return ploss_check_shape_axis1(t, x, -1, "target", " (a label per class: the input's shape)");
+    }
     if (t->dtype == PLOSS_I64 || t->dtype == PLOSS_I32)
         return ploss_check_sample_shape(t, x, "target");
     if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && ploss_dtype_is_float(t->dtype)) {
@@ -123,7 +131,10 @@ static ploss_status direct_rows(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     ploss_direct_problem p;
     memset(&p, 0, sizeof p);
     FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
-    p.kind = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? PLOSS_DIRECT_MULTI_MARGIN : PLOSS_DIRECT_NLL;
+    p.kind = spec->policy == PLOSS_POLICY_MULTI_MARGIN               ? PLOSS_DIRECT_MULTI_MARGIN
+             : spec->policy == PLOSS_POLICY_MULTILABEL_SOFT_MARGIN ? PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN
+                                                                     : PLOSS_DIRECT_NLL;
+    p.t_sc = r->t.sk;
     p.ignore_index = ignore_index;
     p.margin = o->margin;
     p.power = o->power;
@@ -163,7 +174,8 @@ int ploss_rows_computes(ploss_policy policy)
 {
     switch (policy) {
     case PLOSS_POLICY_CROSS_ENTROPY: case PLOSS_POLICY_SOFTMAX_FOCAL: case PLOSS_POLICY_DUAL_FOCAL:
-    case PLOSS_POLICY_NLL: case PLOSS_POLICY_MULTI_MARGIN: case PLOSS_POLICY_LARGE_MARGIN:
+    case PLOSS_POLICY_NLL: case PLOSS_POLICY_MULTI_MARGIN: case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
+    case PLOSS_POLICY_LARGE_MARGIN:
     case PLOSS_POLICY_TAYLOR_CE: case PLOSS_POLICY_PC_SOFTMAX: case PLOSS_POLICY_OHEM_LARGE_MARGIN:
     case PLOSS_POLICY_OHEM_CROSS_ENTROPY:
         return 1;
@@ -219,8 +231,12 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                            .state_k = spec->state_components};
     if ((st = ploss_check_row_outputs(ctx, pass, o->reduction, o->inplace, &x, &t, ins, in_names, 1, &r)))
         return st;
-    /* the multi-class margin loss ignores no label (PyTorch's has no ignore_index) */
-    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? INT64_MIN : o->ignore_index;
+    /* the multi-class and multi-label margin losses ignore no label (PyTorch's have no
+     * ignore_index) */
+    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ||
+                                         spec->policy == PLOSS_POLICY_MULTILABEL_SOFT_MARGIN
+                                     ? INT64_MIN
+                                     : o->ignore_index;
     if (ctx->device.device_type == kDLCPU && !probabilities &&
         (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, ignore_index)))
         return st;
@@ -233,6 +249,7 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
         return softmax_focal(ctx, pass, spec, o, &x, &t, vec, &r);
     case PLOSS_POLICY_NLL:
     case PLOSS_POLICY_MULTI_MARGIN:
+    case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
         return direct_rows(ctx, pass, spec, o, ignore_index, &x, &t, vec, &r);
     default:
         return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);

@@ -196,11 +196,15 @@ ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sampl
  *  MULTI_MARGIN (margin m, power p ∈ {1, 2}; every sample is valid):
  *     z_j = m − x_iy + x_ij,  h_j = z_j > 0 ? z_j^p : 0  (a NaN z_j counts: the loss is NaN)
  *     ℓ_i = (w_y/C)·Σ_{j≠y} h_j,   ∂ℓ_i/∂x_ij = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j ≠ y),
- *     ∂ℓ_i/∂x_iy = −Σ_{j≠y} ∂ℓ_i/∂x_ij.  MEAN divides by the sample count, as PyTorch. */
+ *     ∂ℓ_i/∂x_iy = −Σ_{j≠y} ∂ℓ_i/∂x_ij.  MEAN divides by the sample count, as PyTorch.
+ *  MULTILABEL_SOFT_MARGIN (a float target y of the input's shape, every sample valid):
+ *     ℓ_i = (1/C)·Σ_j w_j·[y_ij·sp(−x_ij) + (1 − y_ij)·sp(x_ij)],  sp(z) = log(1 + e^z),
+ *     ∂ℓ_i/∂x_ij = (w_j/C)·(σ(x_ij) − y_ij).  MEAN divides by the sample count. */
 
 typedef enum {
     PLOSS_DIRECT_NLL = 0,
-    PLOSS_DIRECT_MULTI_MARGIN = 1
+    PLOSS_DIRECT_MULTI_MARGIN = 1,
+    PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN = 2
 } ploss_direct_kind;
 
 typedef struct ploss_direct_problem {
@@ -211,12 +215,13 @@ typedef struct ploss_direct_problem {
 
     /* input log-probabilities */
     const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
-    /* class indices, i64 or i32 */
-    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss;
+    /* class indices, i64 or i32; MULTILABEL_SOFT_MARGIN: float labels of the input's shape
+     * (t_sc their class stride) */
+    const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss, t_sc;
     /* class weights, NULL = all ones */
     const void *w; ploss_dtype w_dtype; int64_t w_s;
 
-    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN */
+    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN and MULTILABEL_SOFT_MARGIN */
     double margin;         /* MULTI_MARGIN m */
     int power;             /* MULTI_MARGIN p: 1 or 2 */
     double scale;          /* fused: multiplier of the gradient */

@@ -1,6 +1,7 @@
 /*
  * direct_rows.cu — CUDA backend of the direct rows (formulas in core/engines/rows.h): the
- * negative log-likelihood and the multi-class margin loss, no softmax.
+ * negative log-likelihood, the multi-class margin loss and the multi-label soft margin
+ * loss, no softmax.
  *
  * Kernels, in stream order:
  *  - direct_samples: NLL reads each sample's label and the target's entry x_iy; the
@@ -18,8 +19,9 @@
  *    rows; a 2-D grid (y: samples; x: the classes of a row for S = 1, the pixels for S > 1,
  *    each thread then writing its pixel's C classes), so every label is read once per thread
  *    and no index is divided.
- * The multi-class margin's ω is known without a reduction (its MEAN divisor is the sample
- * count), so its gradient is written by direct_samples.
+ * The multi-class and multi-label margins' ω is known without a reduction (their MEAN
+ * divisor is the sample count), so their gradient is written by direct_samples, which walks
+ * the multi-label loss's row (labels and logits) like the multi-class margin's.
  */
 #include <algorithm>
 
@@ -109,14 +111,41 @@ __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s
     return c * sum;
 }
 
-/* W = 32: a warp per sample (the multi-class margin on rows, S = 1); W = 1: a thread. */
+/* Multi-label soft margin loss of a row walked by W lanes, as margin_row; with `grad`,
+ * om·∂ℓ/∂x into the gradient row (each entry read before it is written).  In double, as
+ * the CPU backend. */
+template <class T, int W>
+__device__ double multilabel_row(const ploss_direct_problem &p, int64_t n, int64_t s, bool grad, double om, int lane)
+{
+    const T *x = (const T *)p.x + n * p.x_sn + s * p.x_ss;
+    T *g = (T *)p.grad + n * p.g_sn + s * p.g_ss;
+    const int64_t t0 = n * p.t_sn + s * p.t_ss;
+    const double inv_c = 1.0 / (double)p.C;
+    double sum = 0.0;
+    for (int64_t j = lane; j < p.C; j += W) {
+        const double v = (double)to_acc(x[j * p.x_sc]), y = load_dyn(p.t, p.t_dtype, t0 + j * p.t_sc);
+        const double w = weight_of(p, j), e = exp(-fabs(v)), lg = log1p(e); /* sp(z) = max(z, 0) + lg */
+        sum += w * (y * ((v < 0.0 ? -v : 0.0) + lg) + (1.0 - y) * ((v > 0.0 ? v : 0.0) + lg));
+        if (grad) {
+            const double sig = v >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e); /* σ(v) */
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(w * inv_c * (sig - y) * om));
+        }
+    }
+    if (W > 1)
+        for (int o = W / 2; o > 0; o /= 2)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum * inv_c;
+}
+
+/* W = 32: a warp per sample (the multi-class and multi-label margins on rows, S = 1);
+ * W = 1: a thread. */
 template <class T, int W>
 __global__ void __launch_bounds__(THREADS)
 direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials)
 {
     using A = acc_t<T>;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
-    const bool margin_grad = p.kind == PLOSS_DIRECT_MULTI_MARGIN && p.pass != PLOSS_PASS_FORWARD;
+    const bool margin_grad = p.kind != PLOSS_DIRECT_NLL && p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const int64_t M = p.N * p.S;
     const int lane = W > 1 ? (int)(threadIdx.x % W) : 0;
@@ -125,7 +154,10 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
         const int64_t n = p.S == 1 ? i : i / p.S, s = p.S == 1 ? 0 : i % p.S;
         int64_t y;
         double loss = 0.0;
-        if (label_of(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
+        if (p.kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) { /* no label to check: every class counts */
+            loss = multilabel_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
+            divisor_sum += lane == 0 ? 1.0 : 0.0;
+        } else if (label_of(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
             const double wy = weight_of(p, y);
             if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
                 loss = margin_row<T, W>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
@@ -241,7 +273,10 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const bool samples = want_loss || !nll || (want_grad && p->reduction == PLOSS_REDUCTION_MEAN);
     const bool finish = reduced && (want_loss || (nll && want_grad && p->reduction == PLOSS_REDUCTION_MEAN));
     const int64_t M = p->N * p->S;
-    const bool warp_rows = !nll && p->S == 1; /* a warp per row of the multi-class margin */
+    const bool warp_rows = !nll && p->S == 1; /* a warp per row of the multi-class or multi-label margin */
+    /* the target's dtype checked here, read by the kernels at run time: class indices, or the
+     * multi-label loss's float labels */
+    const bool float_target = p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN;
     const unsigned blocks = grid_blocks(warp_rows ? M * 32 : M, THREADS, MAX_BLOCKS);
     cudaStream_t stream = stream_of(ctx);
 
@@ -259,8 +294,7 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const double omega_host = p->pass == PLOSS_PASS_FUSED ? p->scale : 0.0;
     return dispatch_float(p->x_dtype, "input", [&](auto xtag) {
         using T = typename decltype(xtag)::type;
-        /* dispatch_index only checks the labels' dtype: the kernels read it at run time */
-        return dispatch_index(p->t_dtype, "target", [&](auto) -> ploss_status {
+        auto run = [&](auto) -> ploss_status {
             ploss_status st;
             if (samples) {
                 if (warp_rows)
@@ -292,6 +326,7 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
             else
                 nll_grad_pixels<T><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
             return check_launch("nll_grad");
-        });
+        };
+        return float_target ? dispatch_float(p->t_dtype, "target", run) : dispatch_index(p->t_dtype, "target", run);
     });
 }

@@ -1,7 +1,7 @@
 /*
  * direct_rows.c — CPU backend of the direct rows (formulas in core/engines/rows.h): the
- * negative log-likelihood (a gather of the target's entry of each row) and the multi-class
- * margin loss (one pass over each row), no softmax.  Labels were validated by
+ * negative log-likelihood (a gather of the target's entry of each row), the multi-class
+ * margin loss and the multi-label soft margin loss (one pass over each row), no softmax.  Labels were validated by
  * core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
  * taken first, so that the gradient is written in the same pass as the loss; losses are
  * summed in double over fixed chunks of samples, summed in order, so results do not depend
@@ -18,7 +18,7 @@
  * the sums does not depend on the number of threads. */
 static int64_t chunk_of(const ploss_direct_problem *p)
 {
-    const int64_t c = p->kind == PLOSS_DIRECT_MULTI_MARGIN && p->C > 64 ? 262144 / p->C : 4096;
+    const int64_t c = p->kind != PLOSS_DIRECT_NLL && p->C > 64 ? 262144 / p->C : 4096;
     return c < 16 ? 16 : c > 4096 ? 4096 : c;
 }
 
@@ -82,6 +82,30 @@ static double multi_margin_row(const ploss_direct_problem *p, int64_t n, int64_t
     return c * sum;
 }
 
+/* Multi-label soft margin loss of sample (n, s); with `grad` the gradient row om·∂ℓ/∂x
+ * (written after the row is read: it may be the input).  row, lab: C doubles of scratch. */
+static double multilabel_row(const ploss_direct_problem *p, int64_t n, int64_t s, int grad, double om, double *row,
+                             double *lab)
+{
+    const int64_t C = p->C, g0 = n * p->g_sn + s * p->g_ss;
+    ploss_cpu_load_f64(row, p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, C);
+    ploss_cpu_load_f64(lab, p->t, p->t_dtype, n * p->t_sn + s * p->t_ss, p->t_sc, C);
+    const double inv_c = 1.0 / (double)C;
+    double sum = 0.0;
+    for (int64_t j = 0; j < C; ++j) {
+        const double x = row[j], y = lab[j], w = weight_of(p, j);
+        const double lg = log1p(exp(-fabs(x)));                             /* sp(z) = max(z, 0) + lg */
+        sum += w * (y * ((x < 0 ? -x : 0) + lg) + (1 - y) * ((x > 0 ? x : 0) + lg));
+        if (grad) {
+            const double e = exp(-fabs(x)), sig = x >= 0 ? 1 / (1 + e) : e / (1 + e); /* σ(x) */
+            row[j] = w * inv_c * (sig - y) * om;
+        }
+    }
+    if (grad)
+        ploss_cpu_store_f64(p->grad, p->x_dtype, g0, p->g_sc, C, row);
+    return sum * inv_c;
+}
+
 ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p)
 {
     (void)ctx;
@@ -91,9 +115,10 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
     const int per_sample_up = p->pass == PLOSS_PASS_BACKWARD && none;
 
     ploss_cpu_rows b;
-    const int margin_rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN; /* a row of C doubles per thread */
+    /* scratch per thread: a row of C doubles (the multi-class margin), two (multi-label) */
+    const int rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN ? 1 : p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN ? 2 : 0;
     const int64_t K = chunk_of(p);
-    const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, margin_rows ? p->C : 0, margin_rows, K);
+    const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, rows ? p->C : 0, rows, K);
     if (status != PLOSS_OK)
         return status;
     const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? mean_divisor(p, &b, K) : 1.0;
@@ -105,13 +130,21 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
         double acc = 0.0;
         for (int64_t i = chunk * K; i < end; ++i) {
             const int64_t n = i / p->S, s = i % p->S;
-            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
-            const int valid = y != p->ignore_index;
-            const double wy = valid ? weight_of(p, y) : 0.0;
             const double om = !want_grad    ? 0.0
                               : per_sample_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss)
                                               : omega;
             double loss;
+            if (p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) {
+                double *scratch = ploss_cpu_rows_thread(&b, omp_get_thread_num());
+                loss = multilabel_row(p, n, s, want_grad, om, scratch, scratch + p->C);
+                if (want_loss && none)
+                    ploss_store(p->loss, p->loss_dtype, n * p->l_sn + s * p->l_ss, loss);
+                acc += loss;
+                continue;
+            }
+            const int64_t y = ploss_load_int(p->t, p->t_dtype, n * p->t_sn + s * p->t_ss);
+            const int valid = y != p->ignore_index;
+            const double wy = valid ? weight_of(p, y) : 0.0;
             if (p->kind == PLOSS_DIRECT_MULTI_MARGIN) {
                 loss = multi_margin_row(p, n, s, y, wy, want_grad, om, ploss_cpu_rows_thread(&b, omp_get_thread_num()));
             } else { /* the gradient after every loss is read (it may be the input itself) */

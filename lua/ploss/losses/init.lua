@@ -42,4 +42,5 @@ return {
   "arc_face",
   "linear_cross_entropy",
   "poisson_nll_loss",
+  "multilabel_soft_margin_loss",
 }
