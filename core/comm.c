@@ -80,6 +80,7 @@ typedef struct {
     int32_t pid;
     uint64_t pid_ns;                     /* inode of the pid namespace (0: unknown) */
     _Atomic uint64_t arrived;            /* barriers this rank has reached */
+    _Atomic uint32_t joined_all;         /* its own init saw every rank join */
     op_desc desc[2];                     /* its collective, by collective parity */
 } rank_block;
 
@@ -276,7 +277,9 @@ static ploss_status check_peers(ploss_comm_t *c, int (*missing)(const ploss_comm
             post_abort(c, ABORT_LEFT, q);
             return fail_aborted(c, atomic_load(&header_of(c)->aborted), what);
         }
-        if (claim == CLAIM_JOINED && c->pid_ns != 0 && b->pid_ns == c->pid_ns && b->pid > 0 &&
+        /* a rank whose own init saw every rank join may have ended since (its init succeeded) */
+        const int done = joining && atomic_load_explicit(&b->joined_all, memory_order_acquire);
+        if (claim == CLAIM_JOINED && !done && c->pid_ns != 0 && b->pid_ns == c->pid_ns && b->pid > 0 &&
             kill((pid_t)b->pid, 0) == -1 && errno == ESRCH) {
             post_abort(c, ABORT_EXITED, q);
             return fail_aborted(c, atomic_load(&header_of(c)->aborted), what);
@@ -482,7 +485,8 @@ static ploss_status rendezvous(ploss_comm_t *c, const ploss_comm_id *id, void *n
     rank_block *mine = block_of(c, c->rank);
     if (atomic_load_explicit(&mine->claim, memory_order_acquire) != CLAIM_FREE) {
         const int pid = mine->pid;
-        const int gone = mine->pid_ns == c->pid_ns && pid > 0 && kill((pid_t)pid, 0) == -1 && errno == ESRCH;
+        const int gone = c->pid_ns != 0 && mine->pid_ns == c->pid_ns && pid > 0 && kill((pid_t)pid, 0) == -1 &&
+                         errno == ESRCH;
         unmap_segment(c);
         if (gone)
             return ploss_error(PLOSS_ERR_COMM, "rank: rank %d of this id was taken by pid %d, which has exited: "
@@ -513,8 +517,11 @@ static ploss_status rendezvous(ploss_comm_t *c, const ploss_comm_id *id, void *n
                            "by another process: every process needs its own rank", c->rank);
     }
     st = wait_for_ranks(c, not_joined, 0, "ploss_comm_init", "the other ranks to join");
-    if (st == PLOSS_OK) /* every rank joined, and is alive (a dead claimant of an earlier job's place) */
+    if (st == PLOSS_OK) { /* every rank joined; none died before its own join ended (a dead
+                             claimant of an earlier job's place never got that far) */
+        atomic_store_explicit(&mine->joined_all, 1, memory_order_release);
         st = check_peers(c, not_joined, 0, "ploss_comm_init");
+    }
     /* every rank has opened the segment by now (or it failed): nobody needs the name */
     shm_unlink(name);
     if (st != PLOSS_OK) {

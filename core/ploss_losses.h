@@ -3551,23 +3551,22 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
  * the binary cross-entropy of each class's sigmoid, averaged over the classes. 'mean' divides
  * the sum of the ℓ_i by the number of samples, as PyTorch.
  *
- * PyTorch's function takes N×C (or C) and averages over its last axis; ploss's axis 1 is the
- * same axis for N×C. sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no
- * overflow for large logits. A one-sample input is a 1×C tensor.
+ * PyTorch's function averages over the last axis of any rank; the row losses' classes are axis
+ * 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
+ * otherwise. sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow for
+ * large logits. A one-sample input is a 1×C tensor.
  *
- * in  input       N×C logits (or N×C×d1×…×dk: one loss per position, the classes along
- *                 axis 1, ploss's extension), f32/f16/bf16/f64; C >= 1. Layouts as for the
- *                 other losses of this shape.
+ * in  input       N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more
+ *                 dims, move the classes last and view the input as (N·d1·…·dk)×C, as
+ *                 PyTorch averages over the last axis).
  * in  target      the input's shape, any float dtype: y = 1 where the class is present, 0 where
  *                 it is not (values between are taken as soft labels).
  * in  weight      NULL, or w, C class weights.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element
+ *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
  *           OUT_OF_MEMORY.
  */
 ploss_status ploss_multilabel_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,

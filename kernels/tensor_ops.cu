@@ -165,7 +165,7 @@ __global__ void axpby_kernel(ploss_view dst, ploss_view src, int dst_dense, int 
     D *d = (D *)dst.data;
     for (int64_t k = thread_index(); k < dst.numel; k += grid_stride()) {
         const int64_t od = offset_of(dst, dst_dense, k);
-        const double y = beta != 0 ? __dmul_rn(beta, to_double(d[od])) : 0.0;
+        const double y = beta != 0 ? __dmul_rn(beta, to_double(d[od])) : -0.0; /* a −0 product stays −0 */
         const double x = load_dyn(src.data, src.dtype, offset_of(src, src_dense, k));
         d[od] = from_double<D>(fma(alpha, x, y));
     }

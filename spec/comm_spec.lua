@@ -100,9 +100,12 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
 
   it("a rank killed in init: the id's leftover place is refused by name, not joined", function()
     local id = ploss.comm.unique_id()
-    -- rank 0 of 2 joins and is killed while it waits for rank 1
-    local child = string.format("%q -e %q & pid=$!; sleep 1; kill -9 $pid; wait $pid; echo pid $pid",
-      arg[-1] or "luajit", string.format("require('ploss').comm.init{nranks = 2, rank = 0, id = %q, timeout = 30}", id))
+    -- rank 0 of 2 joins and is killed while it waits for rank 1 (once its place exists, and a
+    -- moment for the claim that follows its creation, however slow the machine)
+    local seg = "/dev/shm/ploss-comm-" .. id:sub(9, 56)
+    local child = string.format("%q -e %q & pid=$!; for i in $(seq 400); do [ -e %q ] && break; sleep 0.05; done; " ..
+      "sleep 0.5; kill -9 $pid; wait $pid; echo pid $pid", arg[-1] or "luajit",
+      string.format("require('ploss').comm.init{nranks = 2, rank = 0, id = %q, timeout = 60}", id), seg)
     local p = assert(io.popen(child .. " 2>&1"))
     local dead = p:read("*a"):match("pid (%d+)")
     p:close()

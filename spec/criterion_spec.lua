@@ -21,8 +21,9 @@ local function inputs_for(d, seed, dtype)
     return x, y, ploss.rand({ 4, 3, 5 }, { dtype = dtype, seed = seed + 2 })
   end
   local x = ploss.randn({ 6, 5, 3 }, { dtype = dtype, seed = seed })
-  if d.target == "elementwise" then -- a row loss of a label per class (multi-label)
-    return x, ploss.rand({ 6, 5, 3 }, { dtype = dtype, seed = seed + 1 }), ploss.rand({ 6, 5, 3 }, { dtype = dtype, seed = seed + 2 })
+  if d.target == "elementwise" then -- a row loss of a label per class (multi-label): N×C
+    return ploss.randn({ 6, 5 }, { dtype = dtype, seed = seed }), ploss.rand({ 6, 5 }, { dtype = dtype, seed = seed + 1 }),
+      ploss.rand({ 6, 5 }, { dtype = dtype, seed = seed + 2 })
   end
   local y1 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 1 })
   local y2 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 2 })

@@ -226,7 +226,17 @@ local REGION_NONE = {
   sample_or_batch = "[N] (one value per sample) with per_sample, else [1]",
   pixel = "the label map's shape, N×d1×…×dk (one value per pixel)",
 }
+-- A row loss with a label per class (multi-label: target 'elementwise'): no ignored sample,
+-- no label to check.
+local LABELS_PER_CLASS = {
+  loss = "reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for " ..
+    "f64 input), on the input's device.",
+  statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+}
+local function labels_per_class(d) return d.shape == "rows" and d.target == "elementwise" end
+
 local function loss_doc(d)
+  if labels_per_class(d) then return LABELS_PER_CLASS.loss end
   if d.shape == "region" and not d.input_layout then
     return "reduction NONE: " .. REGION_NONE[d.loss_groups] .. "; MEAN / SUM: a 0-d or 1-element tensor.  " ..
       "f32 (f64 for f64 input), on the input's device."
@@ -391,7 +401,8 @@ local function gen_header()
     if d.state then
       w(hang(string.format(" * out %-11s ", d.state.name), "NULL, or " .. sh.state:format(d.state.doc, state_shape(d))))
     end
-    w(hang(" * Statuses: ", string.format("INVALID_ARGUMENT (%s), %s.", option_statuses(d), sh.statuses)))
+    w(hang(" * Statuses: ", string.format("INVALID_ARGUMENT (%s), %s.", option_statuses(d),
+      labels_per_class(d) and LABELS_PER_CLASS.statuses or sh.statuses)))
     w(" */")
     w(break_proto(prototype(d, "forward"), "    ") .. ";")
     -- backward

@@ -285,7 +285,7 @@ ploss_status ploss_cpu_axpby(const ploss_view *dst, double alpha, const ploss_vi
                 ploss_cpu_load_f64(d, dst->data, dst->dtype, o.off, ds, n);
             ploss_cpu_load_f64(s, src->data, src->dtype, os.off, ss, n);
             for (int64_t i = 0; i < n; ++i)
-                d[i] = fma(alpha, s[i], beta != 0 ? beta * d[i] : 0.0);
+                d[i] = fma(alpha, s[i], beta != 0 ? beta * d[i] : -0.0); /* −0: a −0 product stays −0 */
             ploss_cpu_store_f64(dst->data, dst->dtype, o.off, ds, n, d);
             odometer_advance(&o, n);
             odometer_advance(&os, n);

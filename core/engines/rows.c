@@ -42,6 +42,12 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
         return st;
     *probabilities = 0;
     if (spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE) { /* labels of every class: the input's shape */
+        /* PyTorch takes the classes along the last axis, ploss's rows along axis 1: only
+         * N×C reads the same (a higher rank would give other numbers without a word) */
+        if (x->ndim != 2)
+            return ploss_check_shape_error("input", "N×C (rank 2: PyTorch takes the classes along the last axis, "
+                                           "the row losses along axis 1; for more dims, move the classes last and "
+                                           "view the input as (N·d1·…·dk)×C)", x);
         if (!ploss_dtype_is_float(t->dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "target: expected float labels (0/1 per class) of the input's shape, "
                                "got %s", ploss_dtype_name(t->dtype));

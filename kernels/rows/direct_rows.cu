@@ -126,9 +126,9 @@ __device__ double multilabel_row(const ploss_direct_problem &p, int64_t n, int64
         const double v = (double)to_acc(x[j * p.x_sc]), y = load_dyn(p.t, p.t_dtype, t0 + j * p.t_sc);
         const double w = weight_of(p, j), e = exp(-fabs(v)), lg = log1p(e); /* sp(z) = max(z, 0) + lg */
         sum += w * (y * ((v < 0.0 ? -v : 0.0) + lg) + (1.0 - y) * ((v > 0.0 ? v : 0.0) + lg));
-        if (grad) {
-            const double sig = v >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e); /* σ(v) */
-            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(w * inv_c * (sig - y) * om));
+        if (grad) { /* σ(v) − y, without the cancellation of 1 − σ(−v) near σ = y = 1 */
+            const double small = e / (1.0 + e); /* σ(−|v|) */
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(w * inv_c * (v >= 0.0 ? (1.0 - y) - small : small - y) * om));
         }
     }
     if (W > 1)

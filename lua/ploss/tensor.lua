@@ -980,11 +980,13 @@ function Tensor:add_(other, alpha)
   return self
 end
 
---- self ← value·self (PyTorch's mul_ by a number; a NaN or Inf in self stays one, also
--- for value = 0).  Float tensors; computed in f64 and rounded to self's dtype.  Returns self.
+--- self ← value·self (PyTorch's mul_ by a finite number; a NaN or Inf in self stays one,
+-- also for value = 0).  Float tensors; computed in f64 and rounded to self's dtype.  Returns
+-- self.
+local MUL_NAMES = { dst = "self", src = "self", alpha = "value" }
 function Tensor:mul_(value)
   if type(value) ~= "number" then ploss.raise("mul_: value: expected a number, got " .. ploss.shown(value)) end
-  ploss.check(C.ploss_axpby(self:context(), self:dl(), value, self:dl(), 0), "mul_", ADD_NAMES, true)
+  ploss.check(C.ploss_axpby(self:context(), self:dl(), value, self:dl(), 0), "mul_", MUL_NAMES, true)
   bump(self)
   return self
 end

@@ -96,9 +96,9 @@ static double multilabel_row(const ploss_direct_problem *p, int64_t n, int64_t s
         const double x = row[j], y = lab[j], w = weight_of(p, j);
         const double lg = log1p(exp(-fabs(x)));                             /* sp(z) = max(z, 0) + lg */
         sum += w * (y * ((x < 0 ? -x : 0) + lg) + (1 - y) * ((x > 0 ? x : 0) + lg));
-        if (grad) {
-            const double e = exp(-fabs(x)), sig = x >= 0 ? 1 / (1 + e) : e / (1 + e); /* σ(x) */
-            row[j] = w * inv_c * (sig - y) * om;
+        if (grad) { /* σ(x) − y, without the cancellation of 1 − σ(−x) near σ = y = 1 */
+            const double e = exp(-fabs(x)), small = e / (1 + e); /* σ(−|x|) */
+            row[j] = w * inv_c * (x >= 0 ? (1 - y) - small : small - y) * om;
         }
     }
     if (grad)

@@ -9,8 +9,8 @@ return {
   shape = "rows",
   policy = "multilabel_soft_margin",
   target = "elementwise",
-  input_doc = "N×C logits (or N×C×d1×…×dk: one loss per position, the classes along axis 1, ploss's " ..
-    "extension), f32/f16/bf16/f64; C >= 1.  Layouts as for the other losses of this shape.",
+  input_doc = "N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more dims, move " ..
+    "the classes last and view the input as (N·d1·…·dk)×C, as PyTorch averages over the last axis).",
   target_doc = "the input's shape, any float dtype: y = 1 where the class is present, 0 where it is not " ..
     "(values between are taken as soft labels).",
   tensors = {
@@ -26,7 +26,8 @@ the binary cross-entropy of each class's sigmoid, averaged over the classes.  'm
 the sum of the ℓ_i by the number of samples, as PyTorch.]],
   gradient = "∂ℓ_i/∂x_ij = (w_j/C)·(σ(x_ij) − y_ij).",
   notes = [[
-PyTorch's function takes N×C (or C) and averages over its last axis; ploss's axis 1 is the
-same axis for N×C.  sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow
+PyTorch's function averages over the last axis of any rank; the row losses' classes are
+axis 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
+otherwise.  sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow
 for large logits.  A one-sample input is a 1×C tensor.]],
 }
