@@ -243,6 +243,9 @@ elseif mode == "exit" or mode == "stall" or mode == "abort" then
   -- the communicator stays unusable
   expect_error(function() comm:all_reduce(on_device(ploss.ones({ 4 }))) end, "unusable", mode .. " (again)")
   say("%s ok after %d s: %s", mode, os.time() - t0, err)
+  -- the first rank to fail makes the launcher stop the others: a moment for every rank to
+  -- have said its line (each saw the failure within 50 ms) before this one fails
+  os.execute("sleep 1")
   os.exit(1)
 
 elseif mode == "fail" then
