@@ -50,9 +50,10 @@ local function data_for(name, sizes)
   elseif name == "kl_div" then
     return ploss.rand(sizes, { dtype = "f64", low = -4, high = -0.05 }), ploss.rand(sizes, { dtype = "f64" })
   elseif name == "poisson_nll_loss" then
-    -- rates (or log-rates) in [0.2, 3], counts 0..5 (the Stirling term where y > 1)
+    -- rates (or log-rates) in [0.2, 3], counts 0..5 and every fourth target a fraction in
+    -- [0, 4) (the Stirling term where y > 1, also for y in (1, 2))
     local v = ploss.rand(sizes, { dtype = "f64" }):flat()
-    for i = 1, #v do v[i] = math.floor(v[i] * 6) end
+    for i = 1, #v do v[i] = i % 4 == 0 and v[i] * 4 or math.floor(v[i] * 6) end
     return ploss.rand(sizes, { dtype = "f64", low = 0.2, high = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })
   end
   return ploss.randn(sizes, { dtype = "f64", std = 2 }), ploss.randn(sizes, { dtype = "f64" })
