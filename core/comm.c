@@ -217,7 +217,7 @@ static ploss_status fail_aborted(ploss_comm_t *c, uint32_t word, const char *wha
 {
     const int reason = (int)(word >> 16), q = (int)(word & 0xffff);
     static const char *const why[] = {
-        "", "called ploss_comm_abort", "timed out waiting for the others",
+        "", "called ploss_comm_abort", "did not arrive in time: another rank timed out waiting for it",
         "has exited without destroying its communicator",
         "left: destroyed its communicator (or its process ended on an error, which destroys it)",
         "joined with another rank count or device type"};
@@ -315,7 +315,10 @@ static ploss_status wait_for_ranks(ploss_comm_t *c, int (*missing)(const ploss_c
         if (t - start > c->timeout) {
             char ranks[128];
             list_ranks(c, missing, arg, ranks, sizeof ranks);
-            post_abort(c, ABORT_TIMEOUT, c->rank);
+            int late = 0; /* the abort names the first rank that did not arrive */
+            while (late < c->nranks && (late == c->rank || !missing(c, late, arg)))
+                ++late;
+            post_abort(c, ABORT_TIMEOUT, late < c->nranks ? late : c->rank);
             return fail(c, "%s: timed out after %g s waiting for %s (rank%s %s); the communicator "
                         "is aborted on every rank", what, c->timeout, waiting_for,
                         strchr(ranks, ',') ? "s" : "", ranks);

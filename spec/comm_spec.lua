@@ -60,6 +60,12 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     assert.are_not.equal(0, status, out)
     assert.are.equal(1, count(out, "stall ok"), out)
     assert.matches("timed out after 1 s waiting for the other ranks to reach the collective %(rank 1%)", out)
+    -- with three ranks, the one that did not time out first also names the straggler (2)
+    out = launch(3, "stall", "PLOSS_COMM_TIMEOUT=1")
+    assert.are.equal(2, count(out, "stall ok"), out)
+    for line in out:gmatch("[^\n]*stall ok[^\n]*") do
+      assert.is_truthy(line:find("(rank 2)", 1, true) or line:find("rank 2 did not arrive in time", 1, true), line)
+    end
     assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
   end)
 
