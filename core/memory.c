@@ -33,17 +33,17 @@ static int stats_index(DLDevice d)
         return 0;
 #ifndef PLOSS_HAVE_CUDA
     if (d.device_type == kDLCUDA)
-        return -2; /* no CUDA in this build: no counters to read */
+        return -1; /* no CUDA in this build: no counters to read (stats_error says so) */
 #endif
     if (d.device_type == kDLCUDA && d.device_id >= 0 && d.device_id < MAX_CUDA_DEVICES)
         return 1 + d.device_id;
     return -1;
 }
 
-/* The error of a stats_index below 0. */
-static ploss_status stats_error(int i)
+/* The error of a device without counters (stats_index < 0). */
+static ploss_status stats_error(DLDevice d)
 {
-    if (i == -2)
+    if (d.device_type == kDLCUDA && !ploss_built_with_cuda())
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "device: a CUDA device, but this ploss library was built without CUDA");
     return ploss_error(PLOSS_ERR_DEVICE, "device: not a CPU or CUDA device within range");
 }
@@ -182,7 +182,7 @@ ploss_status ploss_memory_stats_get(DLDevice device, ploss_memory_stats *out)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "out: pointer is NULL");
     int i = stats_index(device);
     if (i < 0)
-        return stats_error(i);
+        return stats_error(device);
     pthread_mutex_lock(&lock);
     out->current_bytes = stats[i].current;
     out->peak_bytes = stats[i].peak;
@@ -196,7 +196,7 @@ ploss_status ploss_memory_reset_peak(DLDevice device)
     ploss_clear_error();
     int i = stats_index(device);
     if (i < 0)
-        return stats_error(i);
+        return stats_error(device);
     pthread_mutex_lock(&lock);
     stats[i].peak = stats[i].current;
     pthread_mutex_unlock(&lock);

@@ -222,17 +222,21 @@ static double dtype_step(ploss_dtype dt, double v, int dir)
     return ploss_load(&word, dt, 0);
 }
 
+/* v rounded to the nearest value of float dtype dt (±Inf beyond its finite values). */
+static double nearest_value(ploss_dtype dt, double v)
+{
+    uint64_t word = 0; /* room for any dtype */
+    ploss_store(&word, dt, 0, v);
+    return ploss_load(&word, dt, 0);
+}
+
 /* The least and greatest values of float dtype dt in [low, high) (finite, low < high),
  * into s->lo and s->hi; an error when the dtype has none there, or when low or high lies
  * beyond its finite values (the draws past them would all be held at its largest value:
  * f16 [0, 1e5) would be a third 65504). */
 static ploss_status uniform_bounds(ploss_dtype dt, ploss_rand_spec *s)
 {
-    double lo = 0, hi = 0;
-    ploss_store(&lo, dt, 0, s->a); /* rounded to the nearest value of dt, read back */
-    lo = ploss_load(&lo, dt, 0);
-    ploss_store(&hi, dt, 0, s->b);
-    hi = ploss_load(&hi, dt, 0);
+    double lo = nearest_value(dt, s->a), hi = nearest_value(dt, s->b);
     if (isinf(lo) || isinf(hi))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "low, high: [%s, %s) reaches beyond the finite values of %s",
                            PLOSS_SHOWN(s->a), PLOSS_SHOWN(s->b), ploss_dtype_name(dt));

@@ -237,12 +237,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                            .state_k = spec->state_components};
     if ((st = ploss_check_row_outputs(ctx, pass, o->reduction, o->inplace, &x, &t, ins, in_names, 1, &r)))
         return st;
-    /* the multi-class and multi-label margin losses ignore no label (PyTorch's have no
-     * ignore_index) */
-    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ||
-                                         spec->policy == PLOSS_POLICY_MULTILABEL_SOFT_MARGIN
-                                     ? INT64_MIN
-                                     : o->ignore_index;
+    /* the multi-class margin loss ignores no label (PyTorch's has no ignore_index) */
+    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? INT64_MIN : o->ignore_index;
     if (ctx->device.device_type == kDLCPU && !probabilities &&
         (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, ignore_index)))
         return st;

@@ -221,7 +221,7 @@ typedef struct ploss_direct_problem {
     /* class weights, NULL = all ones */
     const void *w; ploss_dtype w_dtype; int64_t w_s;
 
-    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN and MULTILABEL_SOFT_MARGIN */
+    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN; unread by MULTILABEL_SOFT_MARGIN */
     double margin;         /* MULTI_MARGIN m */
     int power;             /* MULTI_MARGIN p: 1 or 2 */
     double scale;          /* fused: multiplier of the gradient */

@@ -1,8 +1,8 @@
 /*
  * direct_rows.c — CPU backend of the direct rows (formulas in core/engines/rows.h): the
  * negative log-likelihood (a gather of the target's entry of each row), the multi-class
- * margin loss and the multi-label soft margin loss (one pass over each row), no softmax.  Labels were validated by
- * core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
+ * margin loss and the multi-label soft margin loss (one pass over each row), no softmax.
+ * Labels were validated by core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
  * taken first, so that the gradient is written in the same pass as the loss; losses are
  * summed in double over fixed chunks of samples, summed in order, so results do not depend
  * on the number of OpenMP threads.
@@ -94,10 +94,10 @@ static double multilabel_row(const ploss_direct_problem *p, int64_t n, int64_t s
     double sum = 0.0;
     for (int64_t j = 0; j < C; ++j) {
         const double x = row[j], y = lab[j], w = weight_of(p, j);
-        const double lg = log1p(exp(-fabs(x)));                             /* sp(z) = max(z, 0) + lg */
+        const double e = exp(-fabs(x)), lg = log1p(e); /* sp(z) = max(z, 0) + lg */
         sum += w * (y * ((x < 0 ? -x : 0) + lg) + (1 - y) * ((x > 0 ? x : 0) + lg));
         if (grad) { /* σ(x) − y, without the cancellation of 1 − σ(−x) near σ = y = 1 */
-            const double e = exp(-fabs(x)), small = e / (1 + e); /* σ(−|x|) */
+            const double small = e / (1 + e); /* σ(−|x|) */
             row[j] = w * inv_c * (x >= 0 ? (1 - y) - small : small - y) * om;
         }
     }
