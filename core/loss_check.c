@@ -212,6 +212,17 @@ static const char *class_shape(int64_t n, int ones, char *buf, size_t len)
     return buf;
 }
 
+int ploss_broadcast_strides(const ploss_view *v, const ploss_view *x, int64_t st[PLOSS_MAX_DIMS])
+{
+    const int r = x->ndim, lead = x->ndim - v->ndim;
+    int ok = lead >= 0;
+    for (int d = 0; ok && d < v->ndim; ++d)
+        ok = v->shape[d] == 1 || v->shape[d] == x->shape[lead + d];
+    for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
+        st[d] = ok && d >= lead && d < r && v->shape[d - lead] != 1 ? v->strides[d - lead] : 0;
+    return ok;
+}
+
 ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view *x, const char *name,
                                            int64_t st[PLOSS_MAX_DIMS])
 {
@@ -233,15 +244,8 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
         st[1] = v->strides[0];
         return PLOSS_OK;
     }
-    /* PyTorch's broadcasting: v's dims aligned with x's trailing dims, each of size 1 or x's */
-    int ok = v->ndim <= r;
-    for (int d = 0; ok && d < v->ndim; ++d)
-        ok = v->shape[d] == 1 || v->shape[d] == x->shape[r - v->ndim + d];
-    if (ok) {
-        for (int d = 0; d < v->ndim; ++d)
-            st[r - v->ndim + d] = v->shape[d] == 1 ? 0 : v->strides[d];
+    if (ploss_broadcast_strides(v, x, st))
         return PLOSS_OK;
-    }
     int n = snprintf(want, sizeof want,
                      "a shape that broadcasts over the input %s as in PyTorch (rank at most %d, its dims "
                      "aligned with the input's last ones, each of size 1 or the input's)",

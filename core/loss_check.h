@@ -72,6 +72,11 @@ ploss_status ploss_check_outputs_apart(ploss_pass pass, int inplace, const ploss
 ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
                                                 const char *name);
 
+/* PyTorch's broadcasting of v over x (v's dims aligned with x's last ones, each of size 1 or
+ * x's; a 0-d v is one value): 1 and v's strides laid out over x's dims in st (0 along the
+ * broadcast ones and past x's rank), or 0 where v does not broadcast to x. */
+int ploss_broadcast_strides(const ploss_view *v, const ploss_view *x, int64_t st[PLOSS_MAX_DIMS]);
+
 /* Strides st[0..PLOSS_MAX_DIMS) (x's rank, 0 in broadcast dims, 0 beyond) of a weight-like
  * tensor v broadcast over the input x.  v is either (a) broadcastable to x as in PyTorch (rank
  * at most x's, its dims aligned with x's last ones, each of size 1 or x's; a 0-d tensor is one

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "loss_check.h"
 #include "scalar.h"
 #include "tensor_ops.h"
 
@@ -174,11 +175,11 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
     if (!ploss_dtype_is_float(s.dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "src: expected a float dtype (f32, f16, bf16, f64), got %s",
                            ploss_dtype_name(s.dtype));
-    /* PyTorch's broadcasting: src's dims aligned with dst's last ones */
-    int fits = s.ndim <= d.ndim;
-    for (int k = 0; fits && k < s.ndim; ++k)
-        fits = s.shape[k] == 1 || s.shape[k] == d.shape[d.ndim - s.ndim + k];
-    if (!fits) {
+    /* dst's shape, src's data, dtype and strides (0 along broadcast dims) */
+    sb = d;
+    sb.data = s.data;
+    sb.dtype = s.dtype;
+    if (!ploss_broadcast_strides(&s, &d, sb.strides)) {
         char a[160], b[160];
         return ploss_error(PLOSS_ERR_SHAPE, "src: %s does not broadcast to dst's sizes (dst is %s): src's dims, "
                            "aligned with dst's last ones, must each be 1 or dst's",
@@ -186,13 +187,6 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
     }
     if (!ploss_view_same(&d, &s) && (st = ploss_check_no_alias(&d, "dst", &s, "src")))
         return st;
-    sb = d; /* dst's shape, src's data, dtype and strides (0 along broadcast dims) */
-    sb.data = s.data;
-    sb.dtype = s.dtype;
-    for (int k = 0; k < d.ndim; ++k) {
-        const int j = k - (d.ndim - s.ndim);
-        sb.strides[k] = j < 0 || s.shape[j] == 1 ? 0 : s.strides[j];
-    }
     if (d.numel == 0)
         return PLOSS_OK;
 #ifdef PLOSS_HAVE_CUDA

@@ -13,7 +13,8 @@
 #include "margin_exp_gemm.h"
 #include "sm90_epilogue_gemm.cuh"
 
-namespace {
+/* named, not anonymous: meson.build compiles the CUTLASS GEMMs as one translation unit */
+namespace ploss_margin_exp {
 
 using namespace ploss_sm90;
 
@@ -58,8 +59,6 @@ using ExpTree = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::I
 
 using Gemm = EpilogueGemm<TileShape, Element, ExpTree>::Gemm;
 
-} // namespace
-
 extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *g, void *workspace,
                                                    size_t workspace_bytes, size_t *needed, cudaStream_t stream)
 {
@@ -82,3 +81,5 @@ extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *
     };
     return launch<Gemm>(args, workspace, workspace_bytes, needed, stream, "margin: the fused product");
 }
+
+} // namespace ploss_margin_exp

@@ -11,7 +11,8 @@
 #include "batch_hard_mine_gemm.h"
 #include "sm90_epilogue_gemm.cuh"
 
-namespace {
+/* named, not anonymous: meson.build compiles the CUTLASS GEMMs as one translation unit */
+namespace ploss_batch_hard_mine {
 
 using namespace ploss_sm90;
 
@@ -89,8 +90,6 @@ using MineTree = fusion::Sm90EVT<
 
 using Gemm = EpilogueGemm<TileShape, void, MineTree>::Gemm;
 
-} // namespace
-
 extern "C" ploss_status ploss_cuda_batch_hard_mine_gemm(const ploss_batch_hard_mine_gemm *g, void *workspace,
                                                         size_t workspace_bytes, size_t *needed, cudaStream_t stream)
 {
@@ -126,3 +125,5 @@ extern "C" ploss_status ploss_cuda_batch_hard_mine_gemm(const ploss_batch_hard_m
     };
     return launch<Gemm>(args, workspace, workspace_bytes, needed, stream, "batch_hard: the mining");
 }
+
+} // namespace ploss_batch_hard_mine

@@ -15,7 +15,8 @@
 #include "infonce_exp_gemm.h"
 #include "sm90_epilogue_gemm.cuh"
 
-namespace {
+/* named, not anonymous: meson.build compiles the CUTLASS GEMMs as one translation unit */
+namespace ploss_infonce_exp {
 
 using namespace ploss_sm90;
 
@@ -212,8 +213,6 @@ using GradTree = fusion::Sm90EVT<fusion::Sm90Compute<GradientExp2, Element, floa
 using SumsGemm = EpilogueGemm<TileShape, void, SumsTree>::Gemm;
 using GradGemm = EpilogueGemm<TileShape, Element, GradTree>::Gemm;
 
-} // namespace
-
 extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm *g, void *workspace,
                                                     size_t workspace_bytes, size_t *needed, cudaStream_t stream)
 {
@@ -247,3 +246,5 @@ extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm
     };
     return launch<GradGemm>(args, workspace, workspace_bytes, needed, stream, "info_nce: the fused gradient");
 }
+
+} // namespace ploss_infonce_exp
