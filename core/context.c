@@ -127,6 +127,12 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
                                    "found by a CUDA kernel; the losses and gradients of the last calls on "
                                    "this context are invalid",
                                    box_sets[slot[0] - PLOSS_SLOT_INPUT_BOX], (long long)slot[1]);
+            if (slot[0] == PLOSS_SLOT_NEGATIVE_VARIANCE)
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                                   "var: element %lld (0-based, row-major) is negative, found by a CUDA "
+                                   "kernel (variances must be >= 0); the losses and gradients of the last "
+                                   "calls on this context are invalid",
+                                   (long long)slot[1]);
             return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                "target: a CUDA kernel found class index %lld, outside [0, C) and "
                                "not ignore_index; the losses and gradients of the last calls on "

@@ -117,7 +117,8 @@ enum {
     PLOSS_SLOT_INPUT_BOX = 2,  /* the losses' input, target */
     PLOSS_SLOT_TARGET_BOX = 3,
     PLOSS_SLOT_BOXES1_BOX = 4, /* ploss_box_iou's boxes1, boxes2 */
-    PLOSS_SLOT_BOXES2_BOX = 5
+    PLOSS_SLOT_BOXES2_BOX = 5,
+    PLOSS_SLOT_NEGATIVE_VARIANCE = 6 /* the Gaussian NLL's var */
 };
 
 /* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call

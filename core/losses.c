@@ -3120,3 +3120,80 @@ ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLT
     const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return multilabel_soft_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- gaussian_nll_loss ------------------------------------------------------------------- */
+
+void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->full = 0;
+    o->eps = 1e-6;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec gaussian_nll_loss_spec = {
+    .name = "gaussian_nll_loss",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_GAUSSIAN_NLL,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 3,
+    .input_names = {"input", "target", "var"},
+    .grad_names = {"grad_input", "grad_target", "grad_var"},
+    .input_layout = PLOSS_INPUT_LAYOUT_ELEMENTWISE,
+};
+
+static ploss_status gaussian_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                      const ploss_gaussian_nll_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_gaussian_nll_loss_opts o;
+    ploss_gaussian_nll_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of gaussian_nll_loss");
+    if ((st = ploss_check_flag(o.full, "opts.full")))
+        return st;
+    if (!(isfinite(o.eps) && o.eps >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .full = o.full,
+        .eps = o.eps,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &gaussian_nll_loss_spec, a, &p);
+}
+
+ploss_status ploss_gaussian_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = input, .inputs[1] = target, .inputs[2] = var, .loss = loss};
+    return gaussian_nll_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_gaussian_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input, DLTensor *grad_target, DLTensor *grad_var)
+{
+    const ploss_loss_args a = {.inputs[0] = input, .inputs[1] = target, .inputs[2] = var, .grad_loss = grad_loss, .grad_inputs[0] = grad_input, .grad_inputs[1] = grad_target, .grad_inputs[2] = grad_var};
+    return gaussian_nll_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_gaussian_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input, DLTensor *grad_target, DLTensor *grad_var)
+{
+    const ploss_loss_args a = {.inputs[0] = input, .inputs[1] = target, .inputs[2] = var, .loss = loss, .grad_inputs[0] = grad_input, .grad_inputs[1] = grad_target, .grad_inputs[2] = grad_var};
+    return gaussian_nll_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

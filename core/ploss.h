@@ -15,10 +15,10 @@
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
  *  - CUDA work is queued on the context's stream; forward/backward never synchronise
- *    with the host.  Invalid labels (boxes) found inside a CUDA kernel are recorded in
- *    the context's device-side error slot and reported (PLOSS_ERR_INVALID_LABEL,
- *    PLOSS_ERR_INVALID_BOX) by the next call that synchronises: ploss_ctx_synchronize()
- *    or a copy to the host.
+ *    with the host.  Invalid labels (boxes, negative variances) found inside a CUDA kernel
+ *    are recorded in the context's device-side error slot and reported
+ *    (PLOSS_ERR_INVALID_LABEL, PLOSS_ERR_INVALID_BOX, PLOSS_ERR_INVALID_ARGUMENT) by the next
+ *    call that synchronises: ploss_ctx_synchronize() or a copy to the host.
  *  - Accumulation is fp32 for f16/bf16/f32 inputs on CUDA (at least fp32 on the CPU,
  *    which accumulates in f64), f64 for f64 inputs; gradients are written in the
  *    input's dtype; losses are f32 (f64 for f64 inputs).

@@ -3592,4 +3592,91 @@ ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLT
     const DLTensor *target, const DLTensor *weight,
     const ploss_multilabel_soft_margin_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Gaussian negative log-likelihood -------------------------------------------------- */
+
+/** Options of gaussian_nll_loss; fill with ploss_gaussian_nll_loss_opts_init(). */
+typedef struct ploss_gaussian_nll_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* add the constant ½·log(2π); default 0 */
+    int full;
+    /* ε >= 0: variances below it are taken as ε (PyTorch's clamp, without its gradient); a
+       finite number >= 0; default 1e-6 */
+    double eps;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
+    int inplace;
+} ploss_gaussian_nll_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
+
+/**
+ * Gaussian negative log-likelihood, forward (Nix and Weigend, Estimating the mean and variance
+ * of the target probability distribution, ICNN 1994; PyTorch torch.nn.GaussianNLLLoss /
+ * torch.nn.functional.gaussian_nll_loss).
+ * Elementwise, with v = max(σ², ε) (σ² the element's variance, or its row's):
+ *
+ *     ℓ = ½·(log v + (μ − y)² / v)          (+ ½·log(2π) with full)
+ *
+ * 'mean' divides by the element count of μ. A negative variance is refused: on the CPU before
+ * anything is written (INVALID_ARGUMENT naming var), on CUDA the element's loss and gradients
+ * are NaN and the next synchronising call reports it (INVALID_ARGUMENT), as PyTorch raises "var
+ * has negative entry/entries". A NaN variance gives NaN, as PyTorch's clamp.
+ *
+ * PyTorch broadcasts the target against the input; here the target must have the input's shape
+ * (SHAPE naming it otherwise). Both backends compute each element in f64 and add a shared
+ * variance's terms in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 inputs). No
+ * state is kept.
+ *
+ * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any
+ *                 strides; input and target of one shape (no broadcasting), all three of one
+ *                 dtype.
+ * in  target      y, the observed values, μ's shape; any shape (rank 0..8), f32/f16/bf16/f64,
+ *                 any strides; input and target of one shape (no broadcasting), all three of
+ *                 one dtype.
+ * in  var         σ², the predicted variances: μ's shape (one per element), or one per row
+ *                 of μ's last axis — μ's shape without its last dim, or with it of size 1
+ *                 — as PyTorch; any shape (rank 0..8), f32/f16/bf16/f64, any strides; input
+ *                 and target of one shape (no broadcasting), all three of one dtype.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/var/loss or a gradient, a bad enum,
+ *           opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_gaussian_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * Gaussian negative log-likelihood, backward. ∂ℓ/∂μ = (μ − y)/v, ∂ℓ/∂y = −(μ
+ * − y)/v and ∂ℓ/∂σ² = ½·(1/v − (μ − y)²/v²), each times the upstream
+ * gradient. As PyTorch (which clamps a copy of the variances without recording it), the
+ * variance's gradient is taken at v even where σ² < ε, not zeroed; a variance shared by a
+ * row gets the sum of its elements' terms.
+ * in  input, target, var, opts   as given to _forward.
+ * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  ∂/∂input: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_target ∂/∂target: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_var    ∂/∂var: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_gaussian_nll_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input, DLTensor *grad_target, DLTensor *grad_var);
+
+/** Gaussian negative log-likelihood, forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_gaussian_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input, DLTensor *grad_target, DLTensor *grad_var);
+
 #endif /* PLOSS_LOSSES_H */

@@ -29,7 +29,8 @@
  *    out of range) and divisor_share (a thread's share of a 'mean' divisor, Σ weight(y)).
  *  - report_invalid_label(ctx->error_slot, y): first invalid label wins (atomicCAS on the
  *    flag 0→1, then the label is stored); reported by ploss_ctx_synchronize().
- *  - report_invalid_box(ctx->error_slot, flag, n): the same for box n of the tensor `flag` names.
+ *  - report_invalid(ctx->error_slot, flag, n): the same for element n (a box, a variance) of
+ *    the tensor `flag` names.
  *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx), last_block_sum<THREADS>: the
  *    last block of a grid finishes a reduction in the same launch (no float atomics, fixed
  *    order); grid_barrier(ticket, k), grid_done(ticket, k): barriers of a cooperative
@@ -533,9 +534,10 @@ __device__ __forceinline__ void report_invalid_label(int64_t *slot, int64_t labe
         *(volatile long long *)(slot + 1) = (long long)label;
 }
 
-/* Record box `index` of the tensor that `flag` names (PLOSS_SLOT_INPUT_BOX, …_TARGET_BOX,
- * …_BOXES1_BOX, …_BOXES2_BOX) as invalid, the first report winning as for labels. */
-__device__ __forceinline__ void report_invalid_box(int64_t *slot, int flag, int64_t index)
+/* Record element `index` of the tensor that `flag` names (PLOSS_SLOT_INPUT_BOX, …_TARGET_BOX,
+ * …_BOXES1_BOX, …_BOXES2_BOX: a box; PLOSS_SLOT_NEGATIVE_VARIANCE: a variance) as invalid,
+ * the first report winning as for labels. */
+__device__ __forceinline__ void report_invalid(int64_t *slot, int flag, int64_t index)
 {
     if (!slot)
         return;

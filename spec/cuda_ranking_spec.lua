@@ -1,11 +1,12 @@
--- The two-input criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file
--- without a GPU): MarginRankingLoss and CosineEmbeddingLoss against the CPU backend on the
--- same dtype-rounded inputs, f32/f16/bf16/f64, every reduction, forward, backward (a scalar
--- or per-element upstream gradient) and fused, the fused pass against the split one; float
--- and integer labels; scores of several dims and strided views; rows narrower than a warp,
--- exactly a warp and much wider; more rows or elements than the grid has threads (the
--- grid-stride loops); the unbatched cosine form; NaN and zero vectors; an empty batch;
--- bitwise determinism; nothing written on a validation error.
+-- The two- and three-input criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this
+-- file without a GPU): MarginRankingLoss, CosineEmbeddingLoss and GaussianNLLLoss against the
+-- CPU backend on the same dtype-rounded inputs, f32/f16/bf16/f64, every reduction, forward,
+-- backward (a scalar or per-element upstream gradient) and fused, the fused pass against the
+-- split one; float and integer labels; scores of several dims and strided views; rows
+-- narrower than a warp, exactly a warp and much wider; more rows or elements than the grid
+-- has threads (the grid-stride loops); the unbatched cosine form; NaN and zero vectors; the
+-- Gaussian NLL's variance forms and a negative variance; an empty batch; bitwise
+-- determinism; nothing written on a validation error.
 -- The margin ranking kernel computes each element in f64 as the CPU does: its gradients and
 -- 'none' losses are compared exactly.  The cosine kernel takes its sums in fp32 (f64 for f64):
 -- tolerances H.CUDA_TOL.
@@ -241,5 +242,148 @@ describe("CosineEmbeddingLoss on " .. DEV .. " against the CPU", function()
     H.expect_error(function()
       F.cosine_embedding_loss_fused(a, b, t, { out = out, grad_input1 = o1, grad_input2 = o1 })
     end, "PLOSS_ERR_ALIAS", out, o1)
+  end)
+end)
+
+-- GaussianNLLLoss: the kernels compute each element in f64 as the CPU does, so the 'none'
+-- losses and the input's and target's gradients are compared exactly; a variance's gradient
+-- shared by a row (the warp's sum, in another order than the CPU's) and reduced losses to
+-- tolerances.
+local function same_sizes(a, b)
+  local sa, sb = a:size(), b:size()
+  if #sa ~= #sb then return false end
+  for i = 1, #sa do if sa[i] ~= sb[i] then return false end end
+  return true
+end
+
+local function gaussian_compare(x, y, v, opts, dtype, what, layout)
+  local cpu = { x:type(dtype), y:type(dtype), v:type(dtype) }
+  local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
+  if layout then dev = layout(dev) end
+  local T = TOL[dtype]
+  local per_row = not same_sizes(x, v)
+  what = string.format("gaussian_nll_loss %s %s %s", what, dtype, opts.reduction or "mean")
+  local f, fb, ff = F.gaussian_nll_loss, F.gaussian_nll_loss_backward, F.gaussian_nll_loss_fused
+  local rc = { ff(cpu[1], cpu[2], cpu[3], opts) }
+  local rg = { ff(dev[1], dev[2], dev[3], opts) }
+  local none = opts.reduction == "none"
+  if none then
+    H.assert_equal(rg[1], rc[1], { what = what .. " fused loss" })
+  else
+    close({ rg[1] }, { rc[1] }, 1e-6, 0, what .. " fused loss")
+  end
+  local function grads(got, ref, label)
+    for k = 1, 3 do
+      assert.are.equal(dtype, got[k]:dtype())
+      assert.are.equal(dev[1]:device(), got[k]:device())
+      if k == 3 and per_row then
+        close(got[k], ref[k], T.grad, T.floor, what .. label .. " var")
+      else
+        H.assert_equal(got[k], ref[k], { what = what .. label .. " " .. k })
+      end
+    end
+  end
+  grads({ rg[2], rg[3], rg[4] }, { rc[2], rc[3], rc[4] }, " fused gradient")
+  -- forward and backward equal the fused pass on the device (same kernel arithmetic)
+  local lf = f(dev[1], dev[2], dev[3], opts)
+  H.assert_equal(none and lf or { lf }, none and rg[1] or { rg[1] }, { what = what .. " forward" })
+  local gb = { fb(dev[1], dev[2], dev[3], nil, opts) }
+  for k = 1, 3 do H.assert_equal(gb[k], rg[k + 1], { what = what .. " backward " .. k }) end
+  if none then -- a per-element upstream gradient: the device against the CPU
+    local up = ploss.randn(x:size(), { dtype = acc_dtype(dtype), seed = 3 })
+    grads({ fb(dev[1], dev[2], dev[3], up:to(DEV), opts) }, { fb(cpu[1], cpu[2], cpu[3], up, opts) },
+      " backward with upstream")
+  end
+end
+
+-- Means, targets and variances in [0.05, 2) of sizes and vsizes (f64, CPU).
+local function gaussian_inputs(sizes, vsizes, seed)
+  return ploss.randn(sizes, { dtype = "f64", seed = seed }), ploss.randn(sizes, { dtype = "f64", seed = seed + 1 }),
+    ploss.rand(vsizes, { dtype = "f64", seed = seed + 2, low = 0.05, high = 2 })
+end
+
+describe("GaussianNLLLoss on " .. DEV .. " against the CPU", function()
+  it("matches for every dtype, reduction and variance form, rows narrower than a warp and wider", function()
+    for _, d in ipairs { 5, 300 } do
+      for _, vs in ipairs { { 67, d }, { 67 }, { 67, 1 } } do
+        local x, y, v = gaussian_inputs({ 67, d }, vs, 17 + d + #vs)
+        H.each(DTYPES, REDUCTIONS, function(dtype, r)
+          gaussian_compare(x, y, v, { reduction = r }, dtype, string.format("67x%d var %s", d, table.concat(vs, "x")))
+        end)
+      end
+    end
+  end)
+
+  it("full, the ε clamp, 0-d and 1-d inputs, strided views, more work than the grid", function()
+    local x, y, v = gaussian_inputs({ 40, 9 }, { 40, 9 }, 5)
+    local _, _, vr = gaussian_inputs({ 40, 9 }, { 40 }, 6)
+    for _, r in ipairs(REDUCTIONS) do
+      gaussian_compare(x, y, v, { reduction = r, full = true, eps = 0.3 }, "f32", "full, ε 0.3")
+      gaussian_compare(x, y, vr, { reduction = r, full = true, eps = 0.3 }, "f32", "full, ε 0.3, per row")
+      local s0 = { gaussian_inputs({}, {}, 8) }
+      gaussian_compare(s0[1], s0[2], s0[3], { reduction = r }, "f64", "0-d")
+      local s1 = { gaussian_inputs({ 50 }, {}, 9) }
+      gaussian_compare(s1[1], s1[2], s1[3], { reduction = r }, "f32", "1-d, 0-d var")
+      -- transposed copies read back through their strides
+      local function tr(t) return t:t():contiguous():t() end
+      gaussian_compare(x, y, v, { reduction = r }, "bf16", "transposed", function(dev)
+        return { tr(dev[1]), dev[2], tr(dev[3]) }
+      end)
+    end
+    local bx, by, bv = gaussian_inputs({ 1100000 }, { 1100000 }, 21)
+    local rx, ry, rv = gaussian_inputs({ 70000, 3 }, { 70000 }, 22)
+    for _, r in ipairs(REDUCTIONS) do
+      gaussian_compare(bx, by, bv, { reduction = r }, "f32", "1.1M elements")
+      gaussian_compare(rx, ry, rv, { reduction = r }, "f32", "70000 rows of 3")
+    end
+  end)
+
+  it("an empty input: 'mean' NaN, a shared variance's gradient 0", function()
+    local e = ploss.empty({ 3, 0 }, { dtype = "f32", device = DEV })
+    local v = ploss.tensor({ 1, 2, 3 }, { dtype = "f32", device = DEV })
+    local loss = F.gaussian_nll_loss(e, e:clone(), e:clone())
+    assert.is_true(loss ~= loss)
+    local _, _, gv = F.gaussian_nll_loss_backward(e, e:clone(), v, 1, { reduction = "sum" })
+    H.assert_equal(gv:to("cpu"), { 0, 0, 0 })
+  end)
+
+  it("a negative variance: NaN there, INVALID_ARGUMENT naming it at the next synchronisation", function()
+    local x, y, v = gaussian_inputs({ 300, 4 }, { 300, 4 }, 31)
+    local vv = v:totable()
+    vv[101][3] = -0.5 -- element 402 (0-based)
+    local vr = ploss.rand({ 300 }, { dtype = "f64", seed = 33, low = 0.1, high = 1 }):totable()
+    vr[151] = -1 -- row 150
+    for _, c in ipairs { { ploss.tensor(vv, { dtype = "f32" }), 402 }, { ploss.tensor(vr, { dtype = "f32" }), 150 } } do
+      local a, b, s = x:float():to(DEV), y:float():to(DEV), c[1]:to(DEV)
+      local msg = string.format("var: element %d (0-based, row-major) is negative", c[2])
+      if DEV == "cpu" then -- the dry run: the CPU refuses the call itself
+        H.expect_error(function() F.gaussian_nll_loss_fused(a, b, s, { reduction = "none" }) end,
+          { "PLOSS_ERR_INVALID_ARGUMENT", msg })
+      else
+        local l, gx = F.gaussian_nll_loss_fused(a, b, s, { reduction = "none" })
+        H.expect_error(function() ploss.synchronize(DEV) end, { "PLOSS_ERR_INVALID_ARGUMENT", msg })
+        ploss.synchronize(DEV)
+        local k = c[2] == 402 and 403 or 601 -- the first element it touches (1-based)
+        local lv, gv = l:to("cpu"):flat(), gx:to("cpu"):flat()
+        assert.is_true(lv[k] ~= lv[k] and gv[k] ~= gv[k])
+        assert.is_true(lv[1] == lv[1])
+      end
+    end
+  end)
+
+  it("is deterministic and writes nothing on a validation error", function()
+    local x, y, v = gaussian_inputs({ 3000, 40 }, { 3000 }, 41)
+    local a, b, s = x:float():to(DEV), y:float():to(DEV), v:float():to(DEV)
+    local r1 = { F.gaussian_nll_loss_fused(a, b, s) }
+    local r2 = { F.gaussian_nll_loss_fused(a, b, s) }
+    assert.are.equal(r1[1], r2[1])
+    for k = 2, 4 do H.assert_equal(r1[k], r2[k]) end
+    local out = ploss.empty({}, { dtype = "f32", device = DEV })
+    local g = { ploss.empty({ 3000, 40 }, { device = DEV }), ploss.empty({ 3000, 40 }, { device = DEV }),
+      ploss.empty({ 3000 }, { device = DEV }) }
+    H.expect_error(function()
+      F.gaussian_nll_loss_fused(a, b, s:narrow(1, 1, 10),
+        { out = out, grad_input = g[1], grad_target = g[2], grad_var = g[3] })
+    end, { "var: expected [3000, 40]", "PLOSS_ERR_SHAPE" }, out, g[1], g[2], g[3])
   end)
 end)

@@ -63,6 +63,31 @@ static ploss_status check_first_shape(const ploss_view *v, const ploss_view *x0,
     return ploss_check_shape_error(name, want, v);
 }
 
+/* The Gaussian NLL's variances v over the means x, as PyTorch takes them: x's shape (one per
+ * element), or one per row of x's last axis — x's shape without its last dim, or with that
+ * dim of size 1. */
+static int per_row_variance(const ploss_view *v, const ploss_view *x)
+{
+    if (x->ndim == 0 || (v->ndim != x->ndim - 1 && v->ndim != x->ndim))
+        return 0;
+    for (int d = 0; d < x->ndim - 1; ++d)
+        if (v->shape[d] != x->shape[d])
+            return 0;
+    return v->ndim == x->ndim - 1 || v->shape[x->ndim - 1] == 1;
+}
+
+static ploss_status check_variance_shape(const ploss_view *v, const ploss_view *x, const char *name)
+{
+    if (same_shape(v, x) || per_row_variance(v, x))
+        return PLOSS_OK;
+    char s[160], want[320];
+    snprintf(want, sizeof want,
+             "%s (the input's shape), or one variance per row of its last axis: that shape without its "
+             "last dim or with it of size 1, as PyTorch",
+             shape_text(x, s, sizeof s));
+    return ploss_check_shape_error(name, want, v);
+}
+
 /* A loss-shaped tensor (loss, grad_loss): N values for NONE (the first input's shape for an
  * elementwise layout, one element for one pair of D inputs), else one element. */
 static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, const char *first, ploss_reduction r,
@@ -116,7 +141,10 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         }
         if ((st = ploss_check_dtype(x, c->x[0].dtype, name)))
             return st;
-        if (c->layout != PLOSS_INPUT_LAYOUT_ROWS) {
+        if (spec->policy == PLOSS_POLICY_GAUSSIAN_NLL && k == 2) {
+            if ((st = check_variance_shape(x, &c->x[0], name)))
+                return st;
+        } else if (c->layout != PLOSS_INPUT_LAYOUT_ROWS) {
             if ((st = check_first_shape(x, &c->x[0], first, name)))
                 return st;
         } else if (x->shape[0] != c->N || x->shape[1] != c->D) {
@@ -396,6 +424,64 @@ static ploss_status run_margin_ranking(ploss_ctx_t *ctx, ploss_pass pass, const 
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_MARGIN_RANKING, "input1", &p);
 }
 
+/* Gaussian NLL: tensor v over the rows of x's last axis (core/engines/pairs.h): its strides
+ * along x's other dims into st, along the last into *sd (0 where v has one value per row). */
+static void row_strides(const ploss_view *v, const ploss_view *x, int per_row, int64_t st[PLOSS_MAX_DIMS], int64_t *sd)
+{
+    for (int d = 0; d < PLOSS_MAX_DIMS; ++d)
+        st[d] = d < x->ndim - 1 ? v->strides[d] : 0;
+    *sd = x->ndim > 0 && !per_row ? v->strides[x->ndim - 1] : 0;
+}
+
+static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
+                                     const ploss_loss_params *o)
+{
+    ploss_gaussian_nll_problem p;
+    memset(&p, 0, sizeof p);
+    const ploss_view *x = &c->x[0];
+    const int none = o->reduction == PLOSS_REDUCTION_NONE;
+    p.pass = pass;
+    p.reduction = o->reduction;
+    p.dtype = x->dtype;
+    p.ndim = x->ndim > 0 ? x->ndim - 1 : 0;
+    for (int d = 0; d < p.ndim; ++d)
+        p.shape[d] = x->shape[d];
+    p.D = x->ndim > 0 ? x->shape[x->ndim - 1] : 1;
+    p.numel = x->numel;
+    p.var_per_row = !same_shape(&c->x[2], x);
+    /* rows of an empty last axis still have a variance's gradient (0) when they share one */
+    p.rows = p.D > 0 ? p.numel / p.D : p.var_per_row ? c->x[2].numel : 0;
+    p.full = o->full;
+    p.eps = o->eps;
+    p.scale = o->scale;
+    p.x = x->data;
+    p.t = c->x[1].data;
+    p.v = c->x[2].data;
+    row_strides(&c->x[0], x, 0, p.x_st, &p.x_sd);
+    row_strides(&c->x[1], x, 0, p.t_st, &p.t_sd);
+    row_strides(&c->x[2], x, p.var_per_row, p.v_st, &p.v_sd);
+    if (pass != PLOSS_PASS_BACKWARD) {
+        p.loss = c->l.data;
+        p.loss_dtype = c->l.dtype;
+        if (none)
+            row_strides(&c->l, x, 0, p.l_st, &p.l_sd);
+    } else {
+        p.grad_loss = c->gl.data;
+        p.gl_dtype = c->gl.dtype;
+        if (none)
+            row_strides(&c->gl, x, 0, p.gl_st, &p.gl_sd);
+    }
+    if (pass != PLOSS_PASS_FORWARD) {
+        p.gx = c->g[0].data;
+        p.gt = c->g[1].data;
+        p.gv = c->g[2].data;
+        row_strides(&c->g[0], x, 0, p.gx_st, &p.gx_sd);
+        row_strides(&c->g[1], x, 0, p.gt_st, &p.gt_sd);
+        row_strides(&c->g[2], x, p.var_per_row, p.gv_st, &p.gv_sd);
+    }
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_GAUSSIAN_NLL, "input", &p);
+}
+
 /* An N×D operand, or a D one as one row (stride along N 0). */
 static ploss_pair_operand operand_of(const ploss_view *v, int unbatched)
 {
@@ -436,7 +522,7 @@ int ploss_pairs_computes(ploss_policy policy)
 {
     switch (policy) {
     case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
-    case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING:
+    case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING: case PLOSS_POLICY_GAUSSIAN_NLL:
         return 1;
     default: return 0;
     }
@@ -464,6 +550,7 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
     case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
     case PLOSS_POLICY_COSINE_EMBEDDING: return run_cosine_embedding(ctx, pass, &c, o);
+    case PLOSS_POLICY_GAUSSIAN_NLL: return run_gaussian_nll(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);
     }
 }

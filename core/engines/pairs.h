@@ -27,6 +27,9 @@
  * Cosine embedding loss: x1, x2 (N×D) and signs y (N), per row the cosine with aten's ε added
  *   to the squared norms, ℓ = 1 − cos (y = 1), max(0, cos − m) (y = −1), 0 (other y).
  *
+ * Gaussian NLL: means μ, targets y (any shape) and variances σ², one per element or one per
+ *   row of μ's last axis; ℓ = ½·(log v + (μ − y)²/v), v = max(σ², ε), one loss per element.
+ *
  * The per-row maths below is shared by both backends (plain C, host and device).
  */
 #ifndef PLOSS_PAIRS_INTERNAL_H
@@ -157,6 +160,39 @@ typedef struct ploss_margin_ranking_problem {
 ploss_status ploss_cpu_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p);
 #ifdef PLOSS_HAVE_CUDA
 ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p);
+#endif
+
+/* Gaussian NLL: μ's elements as R rows of its last axis (D values; a 0-d μ is one row of
+ * one), rows numbered row-major over μ's other dims.  Element (r, j) of tensor T is at
+ * T_row(r) + j·T_sd with T_row(r) = Σ_d idx_d(r)·T_st[d] over the rows' dims `shape`.  The
+ * variance is read at v_row(r) + j·v_sd: v_sd = 0 when one variance serves the row
+ * (var_per_row; its gradient is then the row's sum, at gv_row(r)). */
+typedef struct ploss_gaussian_nll_problem {
+    ploss_pass pass;
+    ploss_reduction reduction;
+    ploss_dtype dtype;            /* of the three inputs and their gradients                */
+    int ndim;                     /* rank of the rows' index space, 0..PLOSS_MAX_DIMS − 1    */
+    int64_t shape[PLOSS_MAX_DIMS];
+    int64_t rows, D, numel;       /* numel = rows·D                                         */
+    int var_per_row;
+    int full;
+    double eps;
+    double scale;                 /* fused: the gradient's multiplier                       */
+    const void *x, *t, *v;
+    int64_t x_st[PLOSS_MAX_DIMS], t_st[PLOSS_MAX_DIMS], v_st[PLOSS_MAX_DIMS];
+    int64_t x_sd, t_sd, v_sd;
+    /* loss: elementwise (NONE, μ's shape) or one value; f32 or f64 */
+    void *loss; ploss_dtype loss_dtype; int64_t l_st[PLOSS_MAX_DIMS], l_sd;
+    /* upstream gradient (backward): one value (MEAN/SUM) or elementwise (NONE) */
+    const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_st[PLOSS_MAX_DIMS], gl_sd;
+    void *gx, *gt, *gv;
+    int64_t gx_st[PLOSS_MAX_DIMS], gt_st[PLOSS_MAX_DIMS], gv_st[PLOSS_MAX_DIMS];
+    int64_t gx_sd, gt_sd, gv_sd;
+} ploss_gaussian_nll_problem;
+
+ploss_status ploss_cpu_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_problem *p);
+#ifdef PLOSS_HAVE_CUDA
+ploss_status ploss_cuda_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_problem *p);
 #endif
 
 /* Cosine embedding: N×D inputs (D inputs: N = 1, sn = 0) and N signs. */
@@ -386,6 +422,20 @@ PLOSS_PAIRS_FN double ploss_margin_ranking_elem(double x1, double x2, double y, 
     const double u = -y * (x1 - x2) + margin;
     *g1 = (u >= 0.0 ? w : 0.0) * -y;
     return u > 0.0 || u != u ? u : 0.0;
+}
+
+/* Gaussian NLL, one element: ℓ = ½·(log v + d²/v) (+ ½·log 2π when full), d = μ − y,
+ * v = max(σ², ε) (a NaN σ² stays NaN, as torch.clamp); *gx = ∂ℓ/∂μ·w = w·d/v (∂ℓ/∂y is its
+ * negation), *gv = ∂ℓ/∂σ²·w = w·½·(1/v − d²/v²), taken at v also where σ² < ε (PyTorch
+ * clamps a copy outside autograd).  A negative σ² is the caller's to refuse. */
+#define PLOSS_HALF_LOG_2PI 0.91893853320467274178
+PLOSS_PAIRS_FN double ploss_gaussian_nll_elem(double x, double y, double var, double eps, int full, double w,
+                                              double *gx, double *gv)
+{
+    const double v = var < eps ? eps : var, d = x - y, q = d / v;
+    *gx = w * q;
+    *gv = w * 0.5 * (1.0 / v - q * q);
+    return 0.5 * (log(v) + d * q) + (full ? PLOSS_HALF_LOG_2PI : 0.0);
 }
 
 /* aten's EPSILON of cosine_embedding_loss, added to each squared norm. */

@@ -205,7 +205,7 @@ boxes_kernel(const ploss_boxes_problem p, acc_t<T> eps, const unsigned long long
             }
             const int valid_x = box_to_xyxy(format, r, pb), valid_t = box_to_xyxy(format, q, tb);
             if (!valid_x || !valid_t) {
-                report_invalid_box(error_slot, valid_x ? PLOSS_SLOT_TARGET_BOX : PLOSS_SLOT_INPUT_BOX, n);
+                report_invalid(error_slot, valid_x ? PLOSS_SLOT_TARGET_BOX : PLOSS_SLOT_INPUT_BOX, n);
                 loss = qnan<A>();
             } else {
                 const A w = !PLAIN && p.w ? load_float_dyn<A>(p.w, p.w_dtype, n * p.w_sn) : A(1);
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(THREADS) box_pairs_kernel(const ploss_box_pair
         const int valid_a = box_to_xyxy(p.format, r, a), valid_b = box_to_xyxy(p.format, q, b);
         A s;
         if (!valid_a || !valid_b) {
-            report_invalid_box(error_slot, valid_a ? PLOSS_SLOT_BOXES2_BOX : PLOSS_SLOT_BOXES1_BOX,
+            report_invalid(error_slot, valid_a ? PLOSS_SLOT_BOXES2_BOX : PLOSS_SLOT_BOXES1_BOX,
                                valid_a ? j : i);
             s = qnan<A>();
         } else {

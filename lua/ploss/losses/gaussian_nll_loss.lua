@@ -1,0 +1,48 @@
+-- Gaussian negative log-likelihood of a target under a predicted mean and variance, with
+-- PyTorch's GaussianNLLLoss semantics; the mean, the target and the variance each get a
+-- gradient.
+return {
+  name = "gaussian_nll_loss",
+  criterion = "GaussianNLLLoss",
+  title = "Gaussian negative log-likelihood",
+  source = "Nix and Weigend, Estimating the mean and variance of the target probability " ..
+    "distribution, ICNN 1994; PyTorch torch.nn.GaussianNLLLoss / " ..
+    "torch.nn.functional.gaussian_nll_loss",
+  shape = "pairs",
+  policy = "gaussian_nll",
+  target = "none",
+  input_layout = "elementwise",
+  inputs = {
+    { "input", "μ, the predicted means" },
+    { "target", "y, the observed values, μ's shape" },
+    { "var", "σ², the predicted variances: μ's shape (one per element), or one per row of μ's " ..
+      "last axis — μ's shape without its last dim, or with it of size 1 — as PyTorch" },
+  },
+  input_doc = "any shape (rank 0..8), f32/f16/bf16/f64, any strides; input and target of one " ..
+    "shape (no broadcasting); var of that shape, or one variance per row of its last axis (that " ..
+    "shape without its last dim, or with it of size 1), as PyTorch; all three of one dtype.",
+  options = {
+    { "full", "bool", false, param = "full", doc = "add the constant ½·log(2π)" },
+    { "eps", "double", 1e-6, min = 0, param = "eps",
+      doc = "ε >= 0: variances below it are taken as ε (PyTorch's clamp, without its gradient)" },
+  },
+  formula = [[
+Elementwise, with v = max(σ², ε) (σ² the element's variance, or its row's):
+
+    ℓ = ½·(log v + (μ − y)² / v)          (+ ½·log(2π) with full)
+
+'mean' divides by the element count of μ.  A negative variance is refused: on the CPU before
+anything is written (INVALID_ARGUMENT naming var), on CUDA the element's loss and gradients
+are NaN and the next synchronising call reports it (INVALID_ARGUMENT), as PyTorch raises
+"var has negative entry/entries".  A NaN variance gives NaN, as PyTorch's clamp.]],
+  gradient = [[
+∂ℓ/∂μ = (μ − y)/v, ∂ℓ/∂y = −(μ − y)/v and ∂ℓ/∂σ² = ½·(1/v − (μ − y)²/v²), each times the
+upstream gradient.  As PyTorch (which clamps a copy of the variances without recording
+it), the variance's gradient is taken at v even where σ² < ε, not zeroed; a variance shared by
+a row gets the sum of its elements' terms.]],
+  notes = [[
+PyTorch broadcasts the target against the input; here the target must have the input's shape
+(SHAPE naming it otherwise).  Both backends compute each element in f64 and add a shared
+variance's terms in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 inputs).  No
+state is kept.]],
+}
