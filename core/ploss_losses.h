@@ -1669,7 +1669,9 @@ ploss_status ploss_smooth_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *inpu
 /**
  * Smooth L1 loss, backward. ∂ℓ/∂x = d/β where |d| < β, sign(d) elsewhere (0 at d = 0
  * when β = 0, as the L1 loss's: PyTorch's smooth_l1_loss gives −1 there, an effect of the
- * order of its branches, while its l1_loss gives 0).
+ * order of its branches, while its l1_loss gives 0). A NaN d gives a NaN gradient where β > 0
+ * (as PyTorch's: neither threshold test holds, so its quadratic branch runs), 0 where β = 0
+ * (the L1 loss's sign).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -1730,7 +1732,8 @@ ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss);
 
 /**
- * Huber loss, backward. ∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere.
+ * Huber loss, backward. ∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere; a NaN d gives a
+ * NaN gradient (as PyTorch's huber_backward: neither threshold test holds).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -3633,15 +3636,19 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * state is kept.
  *
  * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any
- *                 strides; input and target of one shape (no broadcasting), all three of one
- *                 dtype.
+ *                 strides; input and target of one shape (no broadcasting); var of that shape,
+ *                 or one variance per row of its last axis (that shape without its last dim, or
+ *                 with it of size 1), as PyTorch; all three of one dtype.
  * in  target      y, the observed values, μ's shape; any shape (rank 0..8), f32/f16/bf16/f64,
- *                 any strides; input and target of one shape (no broadcasting), all three of
- *                 one dtype.
+ *                 any strides; input and target of one shape (no broadcasting); var of that
+ *                 shape, or one variance per row of its last axis (that shape without its last
+ *                 dim, or with it of size 1), as PyTorch; all three of one dtype.
  * in  var         σ², the predicted variances: μ's shape (one per element), or one per row
  *                 of μ's last axis — μ's shape without its last dim, or with it of size 1
  *                 — as PyTorch; any shape (rank 0..8), f32/f16/bf16/f64, any strides; input
- *                 and target of one shape (no broadcasting), all three of one dtype.
+ *                 and target of one shape (no broadcasting); var of that shape, or one variance
+ *                 per row of its last axis (that shape without its last dim, or with it of size
+ *                 1), as PyTorch; all three of one dtype.
  * in  opts        NULL for defaults.
  * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.

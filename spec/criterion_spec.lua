@@ -289,6 +289,41 @@ describe("calls on a criterion", function()
     assert.are.equal(ce:forward(x, y), Sub.new({}):forward(x, y))
   end)
 
+  it("keep gradInput and output as they were when a call is refused", function()
+    local x, y = ploss.randn({ 4, 5 }, { dtype = "f64", seed = 8 }), ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
+    local ce = ploss.CrossEntropyLoss {}
+    local g = ce:backward(x, y)
+    local before = g:clone()
+    local x2 = ploss.randn({ 6, 5 }, { dtype = "f64", seed = 9 }) -- another shape: a new buffer would be taken
+    H.expect_error(function() ce:backward(x2, y) end, { "target", "PLOSS_ERR_SHAPE" })
+    assert.are.equal(g, ce.gradInput)
+    H.expect_error(function() ce:fused(x2:float(), y) end, { "target", "PLOSS_ERR_SHAPE" })
+    assert.are.equal(g, ce.gradInput)
+    H.assert_equal(ce.gradInput, before)
+    -- a layer: the Taylor softmax's output and gradInput
+    local ts = ploss.TaylorSoftmax { n = 2 }
+    local out = ts:forward(x)
+    local gi = ts:backward(x, ploss.ones({ 4, 5 }, { dtype = "f64" }))
+    H.expect_error(function() ts:backward(x2, ploss.ones({ 4, 5 }, { dtype = "f64" })) end, "PLOSS_ERR_SHAPE")
+    assert.are.equal(gi, ts.gradInput)
+    assert.are.equal(out, ts.output)
+  end)
+
+  it("refuse Torch7's positional constructor arguments (sizeAverage, weights) rather than read them", function()
+    for _, c in ipairs { "MSECriterion", "AbsCriterion", "BCECriterion", "MultiLabelSoftMarginCriterion", "MSELoss",
+      "TripletMarginLoss", "PartialFCLoss" } do
+      H.expect_error(function() local crit = ploss[c](false) return crit end, "expected a table of named options, got boolean")
+    end
+    H.expect_error(function() local crit = ploss.MSECriterion(false) return crit end,
+      "{reduction = 'sum'} for sizeAverage = false")
+    H.expect_error(function() local crit = ploss.MultiLabelSoftMarginCriterion(ploss.ones({ 3 })) return crit end,
+      "expected a table of named options, got a tensor")
+    H.expect_error(function() local l = F.mse_loss(ploss.zeros({ 2 }), ploss.zeros({ 2 }), false) return l end,
+      "mse_loss: expected a table of named options, got boolean")
+    H.expect_error(function() local t = ploss.zeros({ 2 }, false) return t end,
+      "shape: expected sizes (numbers) then an options table, got boolean")
+  end)
+
   it("given its own gradient back as an input, write the results to a new buffer and leave it as it is", function()
     local x, y = ploss.randn({ 4, 5 }, { dtype = "f64", seed = 4 }), ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
     local ce = ploss.CrossEntropyLoss { reduction = "sum" }

@@ -197,6 +197,21 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
     end)
   end
 
+  it("a NaN difference: NaN gradients of smooth L1 (β > 0), Huber and MSE, 0 of L1, as the CPU", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local xn = ploss.tensor({ 0 / 0, 1, math.huge, 2 }, { dtype = dtype })
+      local yn = ploss.tensor({ 1, 0 / 0, math.huge, 2 }, { dtype = dtype })
+      for _, c in ipairs { { "smooth_l1_loss", { beta = 1 } }, { "huber_loss", { delta = 0.5 } },
+        { "smooth_l1_loss", { beta = 0 } }, { "l1_loss", {} }, { "mse_loss", {} } } do
+        local o = H.with(c[2], { reduction = "none" })
+        local lc, gc = F[c[1] .. "_fused"](xn, yn, o)
+        local ld, gd = F[c[1] .. "_fused"](xn:to(DEV), yn:to(DEV), o)
+        H.assert_equal(ld, lc, { what = c[1] .. " loss " .. dtype })
+        H.assert_equal(gd, gc, { what = c[1] .. " gradient " .. dtype })
+      end
+    end
+  end)
+
   it("kl_div: 'batchmean' divides by the first dim, 0·log 0 = 0 (f32, fast and general kernels)", function()
     local lq = ploss.tensor({ { math.log(0.5), math.log(0.25), math.log(0.25), 0 },
       { math.log(0.1), math.log(0.6), math.log(0.3), 0 } }, { dtype = "f32", device = DEV })

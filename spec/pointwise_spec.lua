@@ -184,6 +184,28 @@ describe("pointwise criteria by hand", function()
     end
   end)
 
+  it("a NaN difference: NaN loss, and a NaN gradient for smooth L1 (β > 0) and Huber, as PyTorch", function()
+    for _, dtype in ipairs { "f64", "f32", "bf16" } do
+      local xn = ploss.tensor({ 0 / 0, 1, math.huge, 2 }, { dtype = dtype })
+      local yn = ploss.tensor({ 1, 0 / 0, math.huge, 2 }, { dtype = dtype })
+      local function nan(v) return v ~= v end
+      for _, c in ipairs { { "smooth_l1_loss", { beta = 1 }, true }, { "huber_loss", { delta = 0.5 }, true },
+        { "smooth_l1_loss", { beta = 0 }, false }, { "l1_loss", {}, false }, { "mse_loss", {}, true } } do
+        local o = H.with(c[2], { reduction = "none" })
+        local l, g = F[c[1] .. "_fused"](xn, yn, o)
+        local lv, gv = l:flat(), g:flat()
+        for i = 1, 3 do -- NaN − 1, 1 − NaN, ∞ − ∞
+          assert(nan(lv[i]), c[1] .. " " .. dtype .. ": loss " .. i .. " is " .. tostring(lv[i]))
+          -- β = 0 and L1: sign(NaN) = 0 (PyTorch's l1_loss); else NaN
+          assert(nan(gv[i]) == c[3], c[1] .. " " .. dtype .. ": gradient " .. i .. " is " .. tostring(gv[i]))
+        end
+        assert.are.equal(0, gv[4])
+        local b = F[c[1] .. "_backward"](xn, yn, 1, H.with(c[2], { reduction = "sum" })):flat()
+        assert(nan(b[1]) == c[3], c[1] .. " backward")
+      end
+    end
+  end)
+
   it("smooth L1 with β = 0 is the L1 loss, its gradient 0 at d = 0 (no 0/0)", function()
     local l1, g1 = F.smooth_l1_loss_fused(x, y, { beta = 0, reduction = "none" })
     local l2, g2 = F.l1_loss_fused(x, y, { reduction = "none" })

@@ -86,14 +86,18 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         loss = ad;
         dx = sgn;
         break;
-    case PLOSS_EW_SMOOTH_L1: /* β = 0: never inside, the L1 loss */
-        loss = ad < beta ? A(0.5) * d * d / beta : ad - A(0.5) * beta;
-        dx = ad < beta ? d / beta : sgn;
+    case PLOSS_EW_SMOOTH_L1: { /* β = 0: never inside, the L1 loss; NaN d inside where β > 0 */
+        const bool in = ad < beta || (d != d && beta > A(0));
+        loss = in ? A(0.5) * d * d / beta : ad - A(0.5) * beta;
+        dx = in ? d / beta : sgn;
         break;
-    case PLOSS_EW_HUBER:
-        loss = ad < beta ? A(0.5) * d * d : beta * (ad - A(0.5) * beta);
-        dx = ad < beta ? d : beta * sgn;
+    }
+    case PLOSS_EW_HUBER: {
+        const bool in = ad < beta || d != d;
+        loss = in ? A(0.5) * d * d : beta * (ad - A(0.5) * beta);
+        dx = in ? d : beta * sgn;
         break;
+    }
     case PLOSS_EW_BCE_PROB: {
         const A lx = m_log(x), l1x = m_log1p(-x);
         const A cx = lx < A(-100) ? A(-100) : lx, c1x = l1x < A(-100) ? A(-100) : l1x;

@@ -99,7 +99,7 @@ end
 
 --- Join the communicator that tools/launch.sh describes in the environment.
 function comm.init_from_env(opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   if type(opts) ~= "table" then ploss.raise("comm.init_from_env: expected a table {device =, timeout =, wait =}, got " .. type(opts)) end
   ploss.check_option_keys(opts, "comm.init_from_env", ENV_KEYS)
   local function env_int(name)

@@ -121,7 +121,11 @@ end
 -- option names (a criterion's fields at a call), so its keys need no check; its values do.
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
-    ploss.raise(string.format("%s: expected a table of named options, got %s", where, type(user)))
+    -- Torch7's criteria took positional arguments (sizeAverage, weights): refused, not read
+    ploss.raise(string.format("%s: expected a table of named options, got %s%s", where,
+      ploss.is_tensor(user) and "a tensor" or type(user),
+      type(user) == "boolean" and " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for " ..
+        "sizeAverage = false)" or ""))
   end
   if not own_keys then
     for k, v in pairs(user) do
@@ -577,7 +581,7 @@ local function build_multi(d)
   for k in pairs(grad_keys) do cls._fields[k] = true end
 
   function cls:__init(opts)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     local o = resolve(d, opts, grad_keys, d.criterion)
     check_inplace(o, d.criterion)
     for k, v in pairs(o) do self[k] = v end
@@ -785,7 +789,7 @@ local function build_multi(d)
   for k in pairs(grad_keys) do keys.fused[k] = true end
   local function fprep(where, opts, ...)
     local t = tensors_of(where, ...)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     local o = resolve(d, opts, keys[pass_of(where)], where)
     check_inplace(o, where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
@@ -954,12 +958,14 @@ function M.build(d)
     if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
       state = self._state
     end
-    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target, gl)
+    -- self.gradInput changes only once the call has succeeded (a refused call leaves it)
+    local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target, gl)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      state_in = state, grad_loss = gl, grad_input = self.gradInput }), d.name .. "_backward", CRIT_NAMES)
-    self.gradInput:bump_version()
-    return self.gradInput
+      state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", CRIT_NAMES)
+    gi:bump_version()
+    self.gradInput = gi
+    return gi
   end
 
   function cls:fused(input, target, scale)
@@ -973,8 +979,7 @@ function M.build(d)
     if o.inplace then
       grad = input
     else
-      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
-      grad = self.gradInput
+      grad = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
     end
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
@@ -983,7 +988,8 @@ function M.build(d)
     grad:bump_version() -- the input itself when in place
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     if o.inplace then return self.output, input end
-    return self.output, self.gradInput
+    self.gradInput = grad
+    return self.output, grad
   end
 
   tensor_and_print_methods(cls, d)
@@ -1013,7 +1019,7 @@ function M.build(d)
   local F = ploss.F
   local function fprep(where, input, target, opts)
     check_args(where, input, target)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     return o, fill(d, o, ctype(), opts.scale), opts

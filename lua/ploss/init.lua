@@ -162,6 +162,10 @@ end
 -- whose keys are the option names; extra optional), naming `where` and listing the known
 -- names: a misspelt option is an error, not ignored.
 function ploss.check_option_keys(opts, where, known, extra)
+  if type(opts) ~= "table" or ploss.is_tensor(opts) then
+    ploss.raise(string.format("%s: expected a table of named options, got %s", where,
+      ploss.is_tensor(opts) and "a tensor" or type(opts)))
+  end
   for k in pairs(opts) do
     if not known[k] and not (extra and extra[k]) then
       local names = {}

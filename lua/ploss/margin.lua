@@ -26,7 +26,7 @@ return function(ploss)
   cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
 
   function cls:__init(opts)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
     ploss.check_option_keys(opts, "PartialFCLoss", known)
     local margin = opts.margin or ploss.ArcFaceLoss {}

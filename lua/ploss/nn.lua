@@ -102,7 +102,7 @@ function nn.class(name, parent)
     __index = parent,
     __call = function(c, opts)
       local self = setmetatable({}, c)
-      self:__init(opts or {})
+      self:__init(opts == nil and {} or opts)
       return self
     end,
     __tostring = function(c) return "ploss." .. name .. (c._doc and (": " .. c._doc) or "") end,

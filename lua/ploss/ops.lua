@@ -47,7 +47,7 @@ end
 -- Errors: a label outside [0, C) that is not ignore_index ("target: class index 7 at
 -- sample (n, s) is outside [0, 5) …"; on CUDA reported by the next synchronising call).
 function ploss.one_hot(target, num_classes, opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   if not ploss.is_tensor(target) then ploss.raise("one_hot: target: expected a ploss tensor, got " .. type(target)) end
   if type(opts) ~= "table" then ploss.raise("one_hot: opts: expected a table") end
   local out = opts.out
@@ -111,7 +111,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   -- for n > 10), so f16 inputs do not overflow.  Errors: "opts.n: 3 is not an even Taylor
   -- order in [2, 64]", "opts.dim: 5 is out of range for an input of rank 2".
   ploss.F[fname] = function(input, opts)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     if not ploss.is_tensor(input) then ploss.raise(fname .. ": input: expected a ploss tensor, got " .. type(input)) end
     local co = taylor_copts(opts, fname)
     local out = opts.out or ploss.empty_like(input)
@@ -124,7 +124,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   -- log variant): the gradient through the op, recomputing its sums from the input.
   -- opts: n, dim as forward; grad_input (a tensor to write).
   ploss.F[fname .. "_backward"] = function(input, grad_output, opts)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     if not ploss.is_tensor(input) then ploss.raise(fname .. "_backward: input: expected a ploss tensor, got " .. type(input)) end
     if not ploss.is_tensor(grad_output) then
       ploss.raise(fname .. "_backward: grad_output: expected a ploss tensor, got " .. type(grad_output))
@@ -145,7 +145,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   cls.__tostring = function(self) return string.format("ploss.%s(n=%d, dim=%d)", cls_name, self.n, self.dim) end
   setmetatable(cls, {
     __call = function(c, opts)
-      opts = opts or {}
+      if opts == nil then opts = {} end
       if type(opts) ~= "table" then ploss.raise(cls_name .. ": expected an options table") end
       ploss.check_option_keys(opts, cls_name, { n = true, dim = true })
       local self = setmetatable({ n = opts.n or 2, dim = opts.dim or 2 }, c)
@@ -157,21 +157,23 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   })
   function cls:forward(input)
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
-    self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
-    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), self.output:dl()), fname)
-    self.output:bump_version()
-    return self.output
+    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), out:dl()), fname)
+    out:bump_version()
+    self.output = out -- only once the call has succeeded
+    return out
   end
   function cls:backward(input, gradOutput)
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
     if not ploss.is_tensor(gradOutput) then
       ploss.raise(cls_name .. ": gradOutput: expected a ploss tensor, got " .. type(gradOutput))
     end
-    self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+    local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
     ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name),
-      self.gradInput:dl()), fname .. "_backward")
-    self.gradInput:bump_version()
-    return self.gradInput
+      gi:dl()), fname .. "_backward")
+    gi:bump_version()
+    self.gradInput = gi
+    return gi
   end
   function cls:updateOutput(input) return self:forward(input) end
   function cls:updateGradInput(input, gradOutput) return self:backward(input, gradOutput) end
@@ -197,7 +199,7 @@ function OneHotTargets:__init(inner, opts)
   end
   self.inner = inner
   self.one_hot_opts = {}
-  for k, v in pairs(opts or {}) do self.one_hot_opts[k] = v end
+  for k, v in pairs(opts == nil and {} or opts) do self.one_hot_opts[k] = v end
 end
 
 function OneHotTargets:targets(input, labels)
@@ -253,7 +255,7 @@ for _, op in ipairs { { "box_iou", C.PLOSS_BOX_IOU_IOU }, { "generalized_box_iou
                       { "distance_box_iou", C.PLOSS_BOX_IOU_DISTANCE }, { "complete_box_iou", C.PLOSS_BOX_IOU_COMPLETE } } do
   local name, kind = op[1], op[2]
   ploss[name] = function(boxes1, boxes2, opts)
-    opts = opts or {}
+    if opts == nil then opts = {} end
     if not ploss.is_tensor(boxes1) then ploss.raise(name .. ": boxes1: expected a ploss tensor, got " .. type(boxes1)) end
     if not ploss.is_tensor(boxes2) then ploss.raise(name .. ": boxes2: expected a ploss tensor, got " .. type(boxes2)) end
     if type(opts) ~= "table" then ploss.raise(name .. ": opts: expected a table") end

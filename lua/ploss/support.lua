@@ -307,10 +307,11 @@ function Linear:forward(input)
     ploss.raise(string.format("Linear: input: expected N×%d, got %s", self.in_features,
       input:dim() == 2 and table.concat(input:size(), "×") or (input:dim() .. "-d")))
   end
-  self.output = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
-  F.gemm(input, self.weight, { trans_b = true, out = self.output })
-  if self.bias then F.bias_add(self.output, self.bias) end
-  return self.output
+  local out = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
+  F.gemm(input, self.weight, { trans_b = true, out = out })
+  if self.bias then F.bias_add(out, self.bias) end
+  self.output = out -- only once the product has succeeded
+  return out
 end
 
 function Linear:backward(input, gradOutput)
@@ -320,9 +321,10 @@ function Linear:backward(input, gradOutput)
   F.gemm(gradOutput, input, { trans_a = true, out = self.gradWeight }) -- (out×N)·(N×in)
   if self.bias then F.bias_grad(gradOutput, { out = self.gradBias }) end
   if not self.input_grad then return nil end
-  self.gradInput = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device())
-  F.gemm(gradOutput, self.weight, { out = self.gradInput }) -- (N×out)·(out×in)
-  return self.gradInput
+  local gi = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device())
+  F.gemm(gradOutput, self.weight, { out = gi }) -- (N×out)·(out×in)
+  self.gradInput = gi -- only once the product has succeeded
+  return gi
 end
 
 function Linear:parameters()
@@ -348,16 +350,19 @@ for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish =
   function Act:forward(input)
     nn.check_self(self, cls_name, "forward", "layer")
     need_tensor(input, cls_name .. ": input")
-    self.output = nn.buffer(self.output, input:size(), input:dtype(), input:device())
-    return fwd(input, { out = self.output })
+    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    fwd(input, { out = out })
+    self.output = out -- only once the call has succeeded
+    return out
   end
   function Act:backward(input, gradOutput)
     nn.check_self(self, cls_name, "backward", "layer")
     if self.inplace then
       self.gradInput = bwd(input, gradOutput, { inplace = true })
     else
-      self.gradInput = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
-      bwd(input, gradOutput, { grad_input = self.gradInput })
+      local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+      bwd(input, gradOutput, { grad_input = gi })
+      self.gradInput = gi
     end
     return self.gradInput
   end

@@ -358,6 +358,9 @@ local function shape_args(...)
       elseif v ~= nil then ploss.raise("shape: expected sizes (numbers) then an options table") end
     end
   end
+  if opts ~= nil and (type(opts) ~= "table" or ploss.is_tensor(opts)) then
+    ploss.raise("shape: expected sizes (numbers) then an options table, got " .. type(opts))
+  end
   return check_sizes(sizes, "shape"), opts or {}
 end
 
@@ -375,7 +378,7 @@ end
 
 --- A new contiguous tensor with t's sizes, and its dtype and device unless opts say otherwise.
 function ploss.empty_like(t, opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   return ploss.empty(sizes_of(t), { dtype = opts.dtype or dtype_of(t).name, device = opts.device or device_name(t.desc.device) })
 end
 
@@ -454,7 +457,7 @@ end
 -- memory must stay valid that long: without an owner that keeps it, that is the
 -- caller's promise.  t:free() drops the owner; it never frees the memory.
 function ploss.from_pointer(ptr, sizes, opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   -- a pointer or an array (ctype<T *>, ctype<T [n]>); an integer would pass ffi.cast
   if type(ptr) ~= "cdata" or not tostring(ffi.typeof(ptr)):match("[%*%]]>$") then
     ploss.raise("from_pointer: ptr: expected a cdata pointer, got " ..
@@ -615,7 +618,7 @@ end
 
 --- Integers in [low, high) (dtype default 'i64'): `ploss.randint(0, 10, {8}, opts)`.
 function ploss.randint(low, high, sizes, opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   for i, v in ipairs { low, high } do
     if type(v) ~= "number" then
       ploss.raise(string.format("randint: %s: expected a number (randint(low, high, sizes[, opts])), got %s",
@@ -704,7 +707,7 @@ end
 -- Integer dtypes take integers only (a fraction is an error, not truncated), exactly up
 -- to 2^53 (Lua numbers are doubles; int64 cdata such as 5LL are not taken).
 function ploss.tensor(data, opts)
-  opts = opts or {}
+  if opts == nil then opts = {} end
   if is_tensor(data) then
     return data:to(opts.device or data:device(), opts.dtype or data:dtype(), true)
   end

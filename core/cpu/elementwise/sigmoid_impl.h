@@ -25,11 +25,13 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         *loss = ad;
         *dx = sgn;
     } else if (kind == PLOSS_EW_SMOOTH_L1) {
-        const int in = ad < beta; /* never for β = 0: the L1 loss, no 0/0 */
+        /* never inside for β = 0: the L1 loss, no 0/0; a NaN d takes the quadratic part's
+         * gradient (NaN) where β > 0, as PyTorch's smooth_l1_backward */
+        const int in = ad < beta || (d != d && beta > 0);
         *loss = in ? (REAL)0.5 * d * d / beta : ad - (REAL)0.5 * beta;
         *dx = in ? d / beta : sgn;
     } else if (kind == PLOSS_EW_HUBER) {
-        const int in = ad < beta;
+        const int in = ad < beta || d != d; /* a NaN d: a NaN gradient, as huber_backward */
         *loss = in ? (REAL)0.5 * d * d : beta * (ad - (REAL)0.5 * beta);
         *dx = in ? d : beta * sgn;
     } else if (kind == PLOSS_EW_BCE_PROB) {

@@ -21,7 +21,8 @@ Elementwise, with d = x − y:
     ℓ = δ·(|d| − δ/2)   otherwise
 
 'mean' divides by the element count.]],
-  gradient = "∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere.",
+  gradient = "∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere; a NaN d gives a NaN gradient (as " ..
+    "PyTorch's huber_backward: neither threshold test holds).",
   notes = [[
 Only the input gets a gradient.  The target must have the input's shape.  δ times the smooth
 L1 loss with β = δ.]],
