@@ -148,6 +148,10 @@ end
 -- anything else as tostring gives it.
 function ploss.shown(v)
   if type(v) == "string" then return "'" .. v .. "'" end
+  if ploss.is_tensor and ploss.is_tensor(v) then -- its kind, not its values
+    if v:is_freed() then return "a freed ploss tensor" end
+    return string.format("a ploss tensor %s[%s] on %s", v:dtype(), table.concat(v:size(), ", "), v:device())
+  end
   return tostring(v)
 end
 
