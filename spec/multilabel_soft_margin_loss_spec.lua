@@ -124,6 +124,9 @@ describe("multilabel_soft_margin_loss dtypes and bad input", function()
     local x3 = ploss.randn({ 2, 3, 4 }, { dtype = "f64" })
     H.expect_error(function() F.multilabel_soft_margin_loss(x3, ploss.zeros({ 2, 3, 4 }, { dtype = "f64" }), { out = out }) end,
       { "input: expected N×C (rank 2: PyTorch takes the classes along the last axis", "PLOSS_ERR_SHAPE" }, out)
+    -- rank 1: the same text (not the softmax rows' "rank >= 2")
+    H.expect_error(function() F.multilabel_soft_margin_loss(ploss.zeros({ 4 }, { dtype = "f64" }), ploss.zeros({ 4 }, { dtype = "f64" }), { out = out }) end,
+      { "input: expected N×C (rank 2: PyTorch takes the classes along the last axis", "PLOSS_ERR_SHAPE" }, out)
     H.expect_error(function() F.multilabel_soft_margin_loss(ploss.zeros({ 3, 4 }, { dtype = "i64" }), x) end,
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     H.expect_error(function() F.multilabel_soft_margin_loss_backward(x, x, ploss.ones({ 4 }), { reduction = "none" }) end,

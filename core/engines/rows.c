@@ -42,12 +42,6 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
         return st;
     *probabilities = 0;
     if (spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE) { /* labels of every class: the input's shape */
-        /* PyTorch takes the classes along the last axis, ploss's rows along axis 1: only
-         * N×C reads the same (a higher rank would give other numbers without a word) */
-        if (x->ndim != 2)
-            return ploss_check_shape_error("input", "N×C (rank 2: PyTorch takes the classes along the last axis, "
-                                           "the row losses along axis 1; for more dims, move the classes last and "
-                                           "view the input as (N·d1·…·dk)×C)", x);
         if (!ploss_dtype_is_float(t->dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "target: expected float labels (0/1 per class) of the input's shape, "
                                "got %s", ploss_dtype_name(t->dtype));
@@ -194,7 +188,14 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 {
     ploss_status st;
     ploss_view x, t, w;
-    if ((st = ploss_check_row_input(ctx, a->input, &x)))
+    /* labels of every class: PyTorch takes the classes along the last axis, ploss's rows along
+     * axis 1, so only N×C reads the same (a higher rank would give other numbers without a
+     * word) */
+    const char *rank = spec->target != PLOSS_LOSS_TARGET_ELEMENTWISE
+                           ? NULL
+                           : "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
+                             "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C)";
+    if ((st = ploss_check_row_input(ctx, a->input, rank, &x)))
         return st;
     const int64_t C = x.shape[1];
     if (C < spec->min_classes) {
