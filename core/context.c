@@ -132,7 +132,7 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
                                    "var: element %lld (0-based, row-major) is negative, found by a CUDA "
                                    "kernel (variances must be >= 0); the losses and gradients of the last "
                                    "calls on this context are invalid",
-                                   (long long)slot[1]);
+                                   (long long)(INT64_MAX - slot[1]));
             return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                "target: a CUDA kernel found class index %lld, outside [0, C) and "
                                "not ignore_index; the losses and gradients of the last calls on "

@@ -3631,9 +3631,12 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * has negative entry/entries". A NaN variance gives NaN, as PyTorch's clamp.
  *
  * PyTorch broadcasts the target against the input; here the target must have the input's shape
- * (SHAPE naming it otherwise). Both backends compute each element in f64 and add a shared
- * variance's terms in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 inputs). No
- * state is kept.
+ * (SHAPE naming it otherwise), and a 0-d input takes a 0-d variance only (PyTorch also takes
+ * one of shape [1], its 'none' loss then of shape [1]). Both backends compute each element in
+ * f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
+ * input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
+ * its own logarithm); the loss is f32 (f64 for f64 inputs). With several negative variances
+ * both name the first in var's row-major order. No state is kept.
  *
  * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides; input and target of one shape (no broadcasting); var of that shape,

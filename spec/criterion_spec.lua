@@ -306,7 +306,16 @@ describe("calls on a criterion", function()
     local gi = ts:backward(x, ploss.ones({ 4, 5 }, { dtype = "f64" }))
     H.expect_error(function() ts:backward(x2, ploss.ones({ 4, 5 }, { dtype = "f64" })) end, "PLOSS_ERR_SHAPE")
     assert.are.equal(gi, ts.gradInput)
-    assert.are.equal(out, ts.output)
+    -- a forward refused after its buffer would have been taken (dim 3 of a 2-d input)
+    local ts3 = ploss.TaylorSoftmax { n = 2, dim = 3 }
+    ts3.output = out
+    H.expect_error(function() ts3:forward(x2) end, "dim")
+    assert.are.equal(out, ts3.output)
+    -- options that are not a table are refused by the tensor constructors too
+    H.expect_error(function() local t = ploss.tensor({ 1, 2 }, "f64") return t end,
+      "tensor: opts: expected an options table, got 'f64'")
+    H.expect_error(function() local t = ploss.empty_like(x, false) return t end,
+      "empty_like: opts: expected an options table, got false")
   end)
 
   it("refuse Torch7's positional constructor arguments (sizeAverage, weights) rather than read them", function()

@@ -122,7 +122,9 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             return st;
         if (!ploss_dtype_is_float(x->dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s of dtype f32, f16, bf16 or f64, got %s", name,
-                               c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE ? "scores" : "embeddings",
+                               spec->policy == PLOSS_POLICY_GAUSSIAN_NLL ? "values"
+                               : c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE ? "scores"
+                                                                              : "embeddings",
                                ploss_dtype_name(x->dtype));
         if (c->layout == PLOSS_INPUT_LAYOUT_ROWS && x->ndim != 2)
             return ploss_check_shape_error(name, "N×D embeddings (2 dims)", x);
@@ -448,9 +450,10 @@ static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pa
         p.shape[d] = x->shape[d];
     p.D = x->ndim > 0 ? x->shape[x->ndim - 1] : 1;
     p.numel = x->numel;
-    p.var_per_row = !same_shape(&c->x[2], x);
+    const int shared = !same_shape(&c->x[2], x); /* one variance per row */
+    p.var_per_row = shared && p.D != 1;
     /* rows of an empty last axis still have a variance's gradient (0) when they share one */
-    p.rows = p.D > 0 ? p.numel / p.D : p.var_per_row ? c->x[2].numel : 0;
+    p.rows = p.D > 0 ? p.numel / p.D : shared ? c->x[2].numel : 0;
     p.full = o->full;
     p.eps = o->eps;
     p.scale = o->scale;
@@ -459,7 +462,7 @@ static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pa
     p.v = c->x[2].data;
     row_strides(&c->x[0], x, 0, p.x_st, &p.x_sd);
     row_strides(&c->x[1], x, 0, p.t_st, &p.t_sd);
-    row_strides(&c->x[2], x, p.var_per_row, p.v_st, &p.v_sd);
+    row_strides(&c->x[2], x, shared, p.v_st, &p.v_sd);
     if (pass != PLOSS_PASS_BACKWARD) {
         p.loss = c->l.data;
         p.loss_dtype = c->l.dtype;
@@ -477,7 +480,7 @@ static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pa
         p.gv = c->g[2].data;
         row_strides(&c->g[0], x, 0, p.gx_st, &p.gx_sd);
         row_strides(&c->g[1], x, 0, p.gt_st, &p.gt_sd);
-        row_strides(&c->g[2], x, p.var_per_row, p.gv_st, &p.gv_sd);
+        row_strides(&c->g[2], x, shared, p.gv_st, &p.gv_sd);
     }
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_GAUSSIAN_NLL, "input", &p);
 }

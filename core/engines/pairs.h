@@ -165,8 +165,9 @@ ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_rank
 /* Gaussian NLL: μ's elements as R rows of its last axis (D values; a 0-d μ is one row of
  * one), rows numbered row-major over μ's other dims.  Element (r, j) of tensor T is at
  * T_row(r) + j·T_sd with T_row(r) = Σ_d idx_d(r)·T_st[d] over the rows' dims `shape`.  The
- * variance is read at v_row(r) + j·v_sd: v_sd = 0 when one variance serves the row
- * (var_per_row; its gradient is then the row's sum, at gv_row(r)). */
+ * variance is read at v_row(r) + j·v_sd: v_sd = 0 when one variance serves the row, and
+ * var_per_row where that row has other than one element (its gradient is then the row's
+ * sum, at gv_row(r); rows of one element are taken as elements). */
 typedef struct ploss_gaussian_nll_problem {
     ploss_pass pass;
     ploss_reduction reduction;
@@ -436,6 +437,30 @@ PLOSS_PAIRS_FN double ploss_gaussian_nll_elem(double x, double y, double var, do
     *gx = w * q;
     *gv = w * 0.5 * (1.0 / v - q * q);
     return 0.5 * (log(v) + d * q) + (full ? PLOSS_HALF_LOG_2PI : 0.0);
+}
+
+/* Gaussian NLL: the offsets (elements) of row r's first element in every tensor of p, from
+ * one walk of the rows' index space (tensors a pass does not use have strides 0). */
+typedef struct {
+    int64_t x, t, v, l, gl, gx, gt, gv;
+} ploss_gaussian_row;
+
+PLOSS_PAIRS_FN ploss_gaussian_row ploss_gaussian_row_offsets(const ploss_gaussian_nll_problem *p, int64_t r)
+{
+    ploss_gaussian_row o = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int d = p->ndim - 1; d >= 0; --d) {
+        const int64_t i = r % p->shape[d];
+        r /= p->shape[d];
+        o.x += i * p->x_st[d];
+        o.t += i * p->t_st[d];
+        o.v += i * p->v_st[d];
+        o.l += i * p->l_st[d];
+        o.gl += i * p->gl_st[d];
+        o.gx += i * p->gx_st[d];
+        o.gt += i * p->gt_st[d];
+        o.gv += i * p->gv_st[d];
+    }
+    return o;
 }
 
 /* aten's EPSILON of cosine_embedding_loss, added to each squared norm. */

@@ -7,10 +7,11 @@
  * row of the last axis: one warp per row (pairs.cuh), its lanes along the row, the
  * variance's gradient the warp's sum in f64, written by lane 0.  Reduced losses: a block
  * partial per block (the warps' sums in warp order) and one block adding the partials in a
- * fixed order; the grid depends on the sizes only: deterministic, no atomics.  A negative
- * variance makes its elements' loss and gradients NaN and goes to the context's error slot
- * (PLOSS_SLOT_NEGATIVE_VARIANCE, its index in var's row-major order), reported by the next
- * synchronising call, where the CPU backend refuses the call before writing.
+ * fixed order; the grid depends on the sizes only: deterministic, no float atomics.  A
+ * negative variance makes its elements' loss and gradients NaN and goes to the context's
+ * error slot (PLOSS_SLOT_NEGATIVE_VARIANCE, the smallest such index in var's row-major
+ * order), reported by the next synchronising call, where the CPU backend refuses the call
+ * before writing.
  */
 #include <math_constants.h>
 
@@ -23,46 +24,48 @@ namespace {
 
 using pairs::THREADS;
 
-/* Offset (elements) of row r's first element for strides st over the rows' dims. */
-__device__ __forceinline__ int64_t row_offset(const ploss_gaussian_nll_problem &p, const int64_t *st, int64_t r)
-{
-    int64_t off = 0;
-    for (int d = p.ndim - 1; d >= 0; --d) {
-        off += (r % p.shape[d]) * st[d];
-        r /= p.shape[d];
-    }
-    return off;
-}
-
-/* Element j of row r: its loss into the 'none' loss or *acc, its gradients for μ and y, and
- * the return value ∂ℓ/∂σ² (times the upstream factor).  v: the variance, already read;
- * `negative`: whether it is < 0 (NaN results). */
+/* Element j of the row whose offsets are o: its loss into the 'none' loss or *acc, its
+ * gradients for μ and y, and the return value ∂ℓ/∂σ² (times the upstream factor).  v: the
+ * variance, already read; `negative`: whether it is < 0 (NaN results). */
 template <class T>
-__device__ __forceinline__ double element(const ploss_gaussian_nll_problem &p, int64_t r, int64_t j, double v,
-                                          bool negative, double omega, double *acc)
+__device__ __forceinline__ double element(const ploss_gaussian_nll_problem &p, const ploss_gaussian_row &o,
+                                          int64_t j, double v, bool negative, double omega, double *acc)
 {
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
-    const double x = (double)to_acc(((const T *)p.x)[row_offset(p, p.x_st, r) + j * p.x_sd]);
-    const double y = (double)to_acc(((const T *)p.t)[row_offset(p, p.t_st, r) + j * p.t_sd]);
-    const double w = p.pass == PLOSS_PASS_BACKWARD && none
-                         ? load_dyn(p.grad_loss, p.gl_dtype, row_offset(p, p.gl_st, r) + j * p.gl_sd)
-                         : omega;
+    const double x = (double)to_acc(((const T *)p.x)[o.x + j * p.x_sd]);
+    const double y = (double)to_acc(((const T *)p.t)[o.t + j * p.t_sd]);
+    const double w = p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, o.gl + j * p.gl_sd)
+                                                           : omega;
     double gx, gv;
     double l = ploss_gaussian_nll_elem(x, y, v, p.eps, p.full, w, &gx, &gv);
     if (negative)
         l = gx = gv = CUDART_NAN;
     if (want_loss) {
         if (none)
-            store_dyn(p.loss, p.loss_dtype, row_offset(p, p.l_st, r) + j * p.l_sd, l);
+            store_dyn(p.loss, p.loss_dtype, o.l + j * p.l_sd, l);
         else
             *acc += l;
     }
     if (want_grad) {
-        ((T *)p.gx)[row_offset(p, p.gx_st, r) + j * p.gx_sd] = convert<T>(gx);
-        ((T *)p.gt)[row_offset(p, p.gt_st, r) + j * p.gt_sd] = convert<T>(-gx);
+        ((T *)p.gx)[o.gx + j * p.gx_sd] = convert<T>(gx);
+        ((T *)p.gt)[o.gt + j * p.gt_sd] = convert<T>(-gx);
     }
     return gv;
+}
+
+/* A negative variance, element `index` of var in row-major order, to the error slot: the
+ * smallest index of all reporters is kept (the CPU names the first one too), as
+ * INT64_MAX − index under atomicMax (context.c decodes it), whatever the order the threads
+ * arrive in.  A slot already holding another kind of error is left alone. */
+__device__ __forceinline__ void report_negative_variance(int64_t *slot, int64_t index)
+{
+    if (!slot)
+        return;
+    const unsigned long long prev =
+        atomicCAS((unsigned long long *)slot, 0ull, (unsigned long long)PLOSS_SLOT_NEGATIVE_VARIANCE);
+    if (prev == 0ull || prev == (unsigned long long)PLOSS_SLOT_NEGATIVE_VARIANCE)
+        atomicMax((long long *)(slot + 1), (long long)(INT64_MAX - index));
 }
 
 /* The scalar upstream gradient of a reduced backward, read here (no host sync). */
@@ -83,13 +86,14 @@ __global__ void __launch_bounds__(THREADS) elementwise_kernel(const ploss_gaussi
     double acc = 0.0;
     for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {
         const int64_t r = k / p.D, j = k - r * p.D;
-        const double v = (double)to_acc(((const T *)p.v)[row_offset(p, p.v_st, r) + j * p.v_sd]);
+        const ploss_gaussian_row o = ploss_gaussian_row_offsets(&p, r);
+        const double v = (double)to_acc(((const T *)p.v)[o.v + j * p.v_sd]);
         const bool negative = v < 0.0;
         if (negative)
-            report_invalid(slot, PLOSS_SLOT_NEGATIVE_VARIANCE, k);
-        const double gv = element<T>(p, r, j, v, negative, omega, &acc);
+            report_negative_variance(slot, k);
+        const double gv = element<T>(p, o, j, v, negative, omega, &acc);
         if (p.pass != PLOSS_PASS_FORWARD)
-            ((T *)p.gv)[row_offset(p, p.gv_st, r) + j * p.gv_sd] = convert<T>(gv);
+            ((T *)p.gv)[o.gv + j * p.gv_sd] = convert<T>(gv);
     }
     if (!partials)
         return;
@@ -107,16 +111,17 @@ __global__ void __launch_bounds__(THREADS) per_row_kernel(const ploss_gaussian_n
     const int lane = threadIdx.x & 31;
     double acc = 0.0;
     for (int64_t r = pairs::warp_row(); r < p.rows; r += pairs::warp_rows_stride()) {
-        const double v = (double)to_acc(((const T *)p.v)[row_offset(p, p.v_st, r)]);
+        const ploss_gaussian_row o = ploss_gaussian_row_offsets(&p, r);
+        const double v = (double)to_acc(((const T *)p.v)[o.v]);
         const bool negative = v < 0.0;
         if (negative && lane == 0)
-            report_invalid(slot, PLOSS_SLOT_NEGATIVE_VARIANCE, r);
+            report_negative_variance(slot, r);
         double gv = 0.0;
         for (int64_t j = lane; j < p.D; j += 32)
-            gv += element<T>(p, r, j, v, negative, omega, &acc);
+            gv += element<T>(p, o, j, v, negative, omega, &acc);
         gv = warp_all_reduce<32>(gv, SumOp());
         if (p.pass != PLOSS_PASS_FORWARD && lane == 0)
-            ((T *)p.gv)[row_offset(p, p.gv_st, r)] = convert<T>(gv);
+            ((T *)p.gv)[o.gv] = convert<T>(gv);
     }
     if (!partials)
         return;

@@ -199,7 +199,10 @@ function OneHotTargets:__init(inner, opts)
   end
   self.inner = inner
   self.one_hot_opts = {}
-  for k, v in pairs(opts == nil and {} or opts) do self.one_hot_opts[k] = v end
+  if opts ~= nil and (type(opts) ~= "table" or ploss.is_tensor(opts)) then
+    ploss.raise("OneHotTargets: opts: expected an options table, got " .. ploss.shown(opts))
+  end
+  for k, v in pairs(opts or {}) do self.one_hot_opts[k] = v end
 end
 
 function OneHotTargets:targets(input, labels)

@@ -217,6 +217,16 @@ local tensor_ct      -- the metatype, below
 local function is_tensor(x) return ffi.istype(tensor_ct, x) end
 ploss.is_tensor = is_tensor
 
+-- The options table of `where`: {} for nil; anything but a table (a boolean, a dtype name,
+-- a tensor) is refused rather than read as no options.
+local function options_of(opts, where)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" or is_tensor(opts) then
+    ploss.raise(string.format("%s: opts: expected an options table, got %s", where, ploss.shown(opts)))
+  end
+  return opts
+end
+
 local device_names = {}
 local function device_name(dev)
   local key = tonumber(dev.device_type) * 65536 + tonumber(dev.device_id)
@@ -378,7 +388,7 @@ end
 
 --- A new contiguous tensor with t's sizes, and its dtype and device unless opts say otherwise.
 function ploss.empty_like(t, opts)
-  if opts == nil then opts = {} end
+  opts = options_of(opts, "empty_like")
   return ploss.empty(sizes_of(t), { dtype = opts.dtype or dtype_of(t).name, device = opts.device or device_name(t.desc.device) })
 end
 
@@ -457,7 +467,7 @@ end
 -- memory must stay valid that long: without an owner that keeps it, that is the
 -- caller's promise.  t:free() drops the owner; it never frees the memory.
 function ploss.from_pointer(ptr, sizes, opts)
-  if opts == nil then opts = {} end
+  opts = options_of(opts, "from_pointer")
   -- a pointer or an array (ctype<T *>, ctype<T [n]>); an integer would pass ffi.cast
   if type(ptr) ~= "cdata" or not tostring(ffi.typeof(ptr)):match("[%*%]]>$") then
     ploss.raise("from_pointer: ptr: expected a cdata pointer, got " ..
@@ -618,7 +628,7 @@ end
 
 --- Integers in [low, high) (dtype default 'i64'): `ploss.randint(0, 10, {8}, opts)`.
 function ploss.randint(low, high, sizes, opts)
-  if opts == nil then opts = {} end
+  opts = options_of(opts, "randint")
   for i, v in ipairs { low, high } do
     if type(v) ~= "number" then
       ploss.raise(string.format("randint: %s: expected a number (randint(low, high, sizes[, opts])), got %s",
@@ -707,7 +717,7 @@ end
 -- Integer dtypes take integers only (a fraction is an error, not truncated), exactly up
 -- to 2^53 (Lua numbers are doubles; int64 cdata such as 5LL are not taken).
 function ploss.tensor(data, opts)
-  if opts == nil then opts = {} end
+  opts = options_of(opts, "tensor")
   if is_tensor(data) then
     return data:to(opts.device or data:device(), opts.dtype or data:dtype(), true)
   end

@@ -14,18 +14,6 @@
 
 enum { CHUNK = 4096 }; /* elements of a chunk (at least one row) */
 
-/* Offset (elements) of row r's first element in a tensor with strides st over the rows'
- * dims. */
-static int64_t row_offset(const ploss_gaussian_nll_problem *p, const int64_t *st, int64_t r)
-{
-    int64_t off = 0;
-    for (int d = p->ndim - 1; d >= 0; --d) {
-        off += (r % p->shape[d]) * st[d];
-        r /= p->shape[d];
-    }
-    return off;
-}
-
 /* The first negative variance in row-major order of var's own elements, or INT64_MAX. */
 static int64_t first_negative_variance(const ploss_gaussian_nll_problem *p)
 {
@@ -33,7 +21,7 @@ static int64_t first_negative_variance(const ploss_gaussian_nll_problem *p)
     int64_t first = INT64_MAX;
 #pragma omp parallel for schedule(static) reduction(min : first)
     for (int64_t r = 0; r < p->rows; ++r) {
-        const int64_t base = row_offset(p, p->v_st, r);
+        const int64_t base = ploss_gaussian_row_offsets(p, r).v;
         for (int64_t j = 0; j < per_row; ++j)
             if (ploss_load(p->v, p->dtype, base + j * p->v_sd) < 0.0) {
                 first = r * per_row + j < first ? r * per_row + j : first;
@@ -70,41 +58,32 @@ ploss_status ploss_cpu_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_p
         const int64_t begin = chunk * rows_per_chunk, end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
         double acc = 0.0;
         for (int64_t r = begin; r < end; ++r) {
-            const int64_t xo = row_offset(p, p->x_st, r), to = row_offset(p, p->t_st, r),
-                          vo = row_offset(p, p->v_st, r);
-            const int64_t lo = want_loss && none ? row_offset(p, p->l_st, r) : 0;
-            const int64_t glo = per_elem_gl ? row_offset(p, p->gl_st, r) : 0;
-            int64_t gxo = 0, gto = 0, gvo = 0;
-            if (want_grad) {
-                gxo = row_offset(p, p->gx_st, r);
-                gto = row_offset(p, p->gt_st, r);
-                gvo = row_offset(p, p->gv_st, r);
-            }
+            const ploss_gaussian_row o = ploss_gaussian_row_offsets(p, r);
             double gv_row = 0.0;
             for (int64_t j = 0; j < D; ++j) {
-                const double x = ploss_load(p->x, p->dtype, xo + j * p->x_sd);
-                const double y = ploss_load(p->t, p->dtype, to + j * p->t_sd);
-                const double v = ploss_load(p->v, p->dtype, vo + j * p->v_sd);
-                const double w = per_elem_gl ? ploss_load(p->grad_loss, p->gl_dtype, glo + j * p->gl_sd) : omega;
+                const double x = ploss_load(p->x, p->dtype, o.x + j * p->x_sd);
+                const double y = ploss_load(p->t, p->dtype, o.t + j * p->t_sd);
+                const double v = ploss_load(p->v, p->dtype, o.v + j * p->v_sd);
+                const double w = per_elem_gl ? ploss_load(p->grad_loss, p->gl_dtype, o.gl + j * p->gl_sd) : omega;
                 double gx, gv;
                 const double l = ploss_gaussian_nll_elem(x, y, v, p->eps, p->full, w, &gx, &gv);
                 if (want_loss) {
                     if (none)
-                        ploss_store(p->loss, p->loss_dtype, lo + j * p->l_sd, l);
+                        ploss_store(p->loss, p->loss_dtype, o.l + j * p->l_sd, l);
                     else
                         acc += l;
                 }
                 if (want_grad) {
-                    ploss_store(p->gx, p->dtype, gxo + j * p->gx_sd, gx);
-                    ploss_store(p->gt, p->dtype, gto + j * p->gt_sd, -gx);
+                    ploss_store(p->gx, p->dtype, o.gx + j * p->gx_sd, gx);
+                    ploss_store(p->gt, p->dtype, o.gt + j * p->gt_sd, -gx);
                     if (p->var_per_row)
                         gv_row += gv;
                     else
-                        ploss_store(p->gv, p->dtype, gvo + j * p->gv_sd, gv);
+                        ploss_store(p->gv, p->dtype, o.gv + j * p->gv_sd, gv);
                 }
             }
             if (want_grad && p->var_per_row)
-                ploss_store(p->gv, p->dtype, gvo, gv_row);
+                ploss_store(p->gv, p->dtype, o.gv, gv_row);
         }
         b.partial[chunk] = acc;
     }

@@ -42,7 +42,10 @@ it), the variance's gradient is taken at v even where σ² < ε, not zeroed; a v
 a row gets the sum of its elements' terms.]],
   notes = [[
 PyTorch broadcasts the target against the input; here the target must have the input's shape
-(SHAPE naming it otherwise).  Both backends compute each element in f64 and add a shared
-variance's terms in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 inputs).  No
-state is kept.]],
+(SHAPE naming it otherwise), and a 0-d input takes a 0-d variance only (PyTorch also takes
+one of shape [1], its 'none' loss then of shape [1]).  Both backends compute each element in
+f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
+input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
+its own logarithm); the loss is f32 (f64 for f64 inputs).  With several negative variances
+both name the first in var's row-major order.  No state is kept.]],
 }
