@@ -318,6 +318,21 @@ describe("calls on a criterion", function()
       "empty_like: opts: expected an options table, got false")
   end)
 
+  it("refuse an argument past those a method takes, rather than ignore it", function()
+    local x, y = ploss.randn({ 2, 3 }, { seed = 1 }), ploss.tensor({ 0, 1 }, { dtype = "i64" })
+    local ce = ploss.CrossEntropyLoss {}
+    H.expect_error(function() ce:forward(x, y, 2) end, "CrossEntropyLoss:forward: takes 2 arguments")
+    H.expect_error(function() ce:backward(x, y, 1, ploss.ones({ 3 })) end,
+      "CrossEntropyLoss:backward: takes 3 arguments (input, target, gradOutput), got a tensor as argument 4")
+    H.expect_error(function() ce(x, y, 1, "junk") end, "takes 3 arguments (input, target, scale), got a string")
+    local a = ploss.randn({ 2, 3 }, { seed = 2 })
+    local tl = ploss.TripletMarginLoss {}
+    H.expect_error(function() tl(a, a, a, 1, 2) end, "TripletMarginLoss: takes 4 arguments")
+    H.expect_error(function() tl:backward(a, a, a, nil, 5) end, "TripletMarginLoss:backward: takes 4 arguments")
+    -- trailing nils are no arguments
+    assert.are.equal(ce:forward(x, y), ce:forward(x, y, nil))
+  end)
+
   it("refuse Torch7's positional constructor arguments (sizeAverage, weights) rather than read them", function()
     for _, c in ipairs { "MSECriterion", "AbsCriterion", "BCECriterion", "MultiLabelSoftMarginCriterion", "MSELoss",
       "TripletMarginLoss", "PartialFCLoss" } do

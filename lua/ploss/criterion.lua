@@ -119,6 +119,18 @@ end
 -- defaults filled in, every value checked.  `extra` lists further keys allowed (the
 -- functional API's out, grad_input, scale).  `own_keys`: the table was made here from the
 -- option names (a criterion's fields at a call), so its keys need no check; its values do.
+-- Refuse a non-nil argument past the `n` a method takes (`takes` names them): PyTorch raises
+-- for one, and ignoring it (a weight passed positionally) would give another loss without a
+-- word.
+local function check_extra(where, n, takes, ...)
+  for k = 1, select("#", ...) do
+    if select(k, ...) ~= nil then
+      ploss.raise(string.format("%s: takes %d arguments (%s), got a %s as argument %d", where, n, takes,
+        ploss.is_tensor(select(k, ...)) and "tensor" or type(select(k, ...)), n + k))
+    end
+  end
+end
+
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     -- Torch7's criteria took positional arguments (sizeAverage, weights): refused, not read
@@ -715,6 +727,7 @@ local function build_multi(d)
 
   function cls:backward(...)
     nn.check_self(self, d.criterion, "backward")
+    check_extra(d.criterion .. ":backward", nargs + 1, "its tensors, then gradOutput", select(nargs + 2, ...))
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local x = t.inputs[1]
@@ -737,6 +750,7 @@ local function build_multi(d)
 
   function cls:fused(...)
     nn.check_self(self, d.criterion, "fused")
+    check_extra(d.criterion, nargs + 1, "its tensors, then the scale", select(nargs + 2, ...))
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
@@ -920,8 +934,9 @@ function M.build(d)
       a.is == b.is and a.ts == b.ts and a.opts == b.opts
   end
 
-  function cls:forward_tensor(input, target)
+  function cls:forward_tensor(input, target, ...)
     nn.check_self(self, d.criterion, "forward_tensor")
+    check_extra(d.criterion .. ":forward", 2, "input, target; the scale goes to the fused call", ...)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
@@ -940,15 +955,16 @@ function M.build(d)
     return self._loss
   end
 
-  function cls:forward(input, target)
+  function cls:forward(input, target, ...)
     nn.check_self(self, d.criterion, "forward")
-    local loss = self:forward_tensor(input, target)
+    local loss = self:forward_tensor(input, target, ...)
     self.output = self.reduction == "none" and loss or loss:item()
     return self.output
   end
 
-  function cls:backward(input, target, gradOutput)
+  function cls:backward(input, target, gradOutput, ...)
     nn.check_self(self, d.criterion, "backward")
+    check_extra(d.criterion .. ":backward", 3, "input, target, gradOutput", ...)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
@@ -968,8 +984,9 @@ function M.build(d)
     return gi
   end
 
-  function cls:fused(input, target, scale)
+  function cls:fused(input, target, scale, ...)
     nn.check_self(self, d.criterion, "fused")
+    check_extra(d.criterion, 3, "input, target, scale", ...)
     local o = current(self, input, target)
     if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     local copts = fill(d, o, self._copts, scale)
