@@ -250,19 +250,12 @@ end)
 -- per-element variance gradients of 16- and 32-bit inputs (rounded from f64); in f64 those
 -- two to 1e-14 (the GPU fuses multiply-adds and has its own log), a variance's gradient shared
 -- by a row (the warp's sum, in another order than the CPU's) and reduced losses to tolerances.
-local function same_sizes(a, b)
-  local sa, sb = a:size(), b:size()
-  if #sa ~= #sb then return false end
-  for i = 1, #sa do if sa[i] ~= sb[i] then return false end end
-  return true
-end
-
 local function gaussian_compare(x, y, v, opts, dtype, what, layout)
   local cpu = { x:type(dtype), y:type(dtype), v:type(dtype) }
   local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
   if layout then dev = layout(dev) end
   local T = TOL[dtype]
-  local per_row = not same_sizes(x, v)
+  local per_row = not x:has_sizes(v:size())
   what = string.format("gaussian_nll_loss %s %s %s", what, dtype, opts.reduction or "mean")
   local f, fb, ff = F.gaussian_nll_loss, F.gaussian_nll_loss_backward, F.gaussian_nll_loss_fused
   local rc = { ff(cpu[1], cpu[2], cpu[3], opts) }

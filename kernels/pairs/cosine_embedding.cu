@@ -30,10 +30,7 @@ __global__ void __launch_bounds__(THREADS) cosine_embedding_kernel(const ploss_c
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const T *x1 = (const T *)p.x[0].data, *x2 = (const T *)p.x[1].data;
-    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
-        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.N : up;
-    }
+    omega = pairs::reduced_backward_omega(p, omega, p.N);
     double acc = 0.0;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
         const T *ru = x1 + i * p.x[0].sn, *rv = x2 + i * p.x[1].sn;

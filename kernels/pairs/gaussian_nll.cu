@@ -68,21 +68,12 @@ __device__ __forceinline__ void report_negative_variance(int64_t *slot, int64_t 
         atomicMax((long long *)(slot + 1), (long long)(INT64_MAX - index));
 }
 
-/* The scalar upstream gradient of a reduced backward, read here (no host sync). */
-__device__ __forceinline__ double backward_omega(const ploss_gaussian_nll_problem &p, double omega)
-{
-    if (p.pass != PLOSS_PASS_BACKWARD || p.reduction == PLOSS_REDUCTION_NONE)
-        return omega;
-    const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-    return p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.numel : up;
-}
-
 /* One variance per element: a thread per element. */
 template <class T>
 __global__ void __launch_bounds__(THREADS) elementwise_kernel(const ploss_gaussian_nll_problem p, double omega,
                                                               double *partials, int64_t *slot)
 {
-    omega = backward_omega(p, omega);
+    omega = pairs::reduced_backward_omega(p, omega, p.numel);
     double acc = 0.0;
     for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {
         const int64_t r = k / p.D, j = k - r * p.D;
@@ -107,7 +98,7 @@ template <class T>
 __global__ void __launch_bounds__(THREADS) per_row_kernel(const ploss_gaussian_nll_problem p, double omega,
                                                           double *partials, int64_t *slot)
 {
-    omega = backward_omega(p, omega);
+    omega = pairs::reduced_backward_omega(p, omega, p.numel);
     const int lane = threadIdx.x & 31;
     double acc = 0.0;
     for (int64_t r = pairs::warp_row(); r < p.rows; r += pairs::warp_rows_stride()) {

@@ -38,10 +38,7 @@ __global__ void __launch_bounds__(MR_THREADS) margin_ranking_kernel(const ploss_
 {
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD, want_grad = p.pass != PLOSS_PASS_FORWARD;
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
-    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
-        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.numel : up;
-    }
+    omega = pairs::reduced_backward_omega(p, omega, p.numel);
     const T *x1 = (const T *)p.x1, *x2 = (const T *)p.x2;
     double acc = 0.0;
     for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {

@@ -1,6 +1,7 @@
 /*
  * pairs.cuh — what the CUDA backends of the pairs shape (kernels/pairs/) share: one warp
- * per row in a grid-stride loop, and the carving of one workspace into aligned pieces.
+ * per row in a grid-stride loop, the gradient factor of a reduced backward, and the carving
+ * of one workspace into aligned pieces.
  * Internal; included by .cu files only.
  */
 #ifndef PLOSS_KERNELS_PAIRS_CUH
@@ -18,6 +19,19 @@ constexpr int64_t MAX_BLOCKS = 8192;
 /* The row of this warp, and the stride of the grid-stride loop over rows. */
 __device__ __forceinline__ int64_t warp_row() { return (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); }
 __device__ __forceinline__ int64_t warp_rows_stride() { return (int64_t)gridDim.x * WARPS; }
+
+/* The gradient factor ω of a kernel of problem p (fields pass, reduction, grad_loss,
+ * gl_dtype): in a reduced backward the scalar upstream gradient, read here (no host sync),
+ * divided by `count` for 'mean'; else `omega` as given (a fused pass's, 0 in forward; 'none'
+ * reads each element's upstream gradient itself). */
+template <class P>
+__device__ __forceinline__ double reduced_backward_omega(const P &p, double omega, int64_t count)
+{
+    if (p.pass != PLOSS_PASS_BACKWARD || p.reduction == PLOSS_REDUCTION_NONE)
+        return omega;
+    const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+    return p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)count : up;
+}
 
 /* Every lane of each warp holds its warp's sum `acc`: the block's partial, the warps' sums
  * added in warp order (the same on every run), goes to partials[blockIdx.x]. */

@@ -46,10 +46,7 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
     const bool none = p.reduction == PLOSS_REDUCTION_NONE;
     const T *xa = (const T *)p.x[0].data, *xp = (const T *)p.x[1].data, *xn = (const T *)p.x[2].data;
     const A eps = (A)p.eps, pn = (A)p.p;
-    if (p.pass == PLOSS_PASS_BACKWARD && !none) { /* the scalar upstream gradient, read here: no host sync */
-        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-        omega = p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.N : up;
-    }
+    omega = pairs::reduced_backward_omega(p, omega, p.N);
     double acc = 0.0;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
         const T *ra = xa + i * p.x[0].sn, *rp = xp + i * p.x[1].sn, *rn = xn + i * p.x[2].sn;

@@ -199,10 +199,7 @@ function OneHotTargets:__init(inner, opts)
   end
   self.inner = inner
   self.one_hot_opts = {}
-  if opts ~= nil and (type(opts) ~= "table" or ploss.is_tensor(opts)) then
-    ploss.raise("OneHotTargets: opts: expected an options table, got " .. ploss.shown(opts))
-  end
-  for k, v in pairs(opts or {}) do self.one_hot_opts[k] = v end
+  for k, v in pairs(ploss.options_of(opts, "OneHotTargets")) do self.one_hot_opts[k] = v end
 end
 
 function OneHotTargets:targets(input, labels)

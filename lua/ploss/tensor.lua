@@ -226,6 +226,7 @@ local function options_of(opts, where)
   end
   return opts
 end
+ploss.options_of = options_of
 
 local device_names = {}
 local function device_name(dev)
