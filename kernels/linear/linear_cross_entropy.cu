@@ -299,17 +299,18 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
      * first Va = V rounded down to such a multiple, from the weight itself, and the last
      * Vp − Va (0 or kAlign), whose V − Va weight rows are staged in a block of kAlign rows
      * completed with zeros.  The padding's logits are 0 and, the row engine writing the V
-     * columns only, so is its gradient.  Tiles: as few as the budget allows, of equal rows
-     * (a multiple of 128 where that fits). */
+     * columns only, so is its gradient.  Tiles: of a multiple of 256 rows, as many as the
+     * budget allows (cuBLAS's products over tiles of an odd multiple of 128 rows ran 4–13 %
+     * slower on the H100: bench/RESULTS.md), then evened out over the tiles that makes. */
     constexpr int64_t kAlign = 16 / sizeof(T);
     const int64_t Vp = (C + kAlign - 1) / kAlign * kAlign, Va = C / kAlign * kAlign, tail = Vp - Va;
     int64_t B = p->tile_rows;
     if (B <= 0) {
         const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / Vp);
-        const int64_t tiles = (N + cap - 1) / cap;
-        B = tiles > 0 ? (N + tiles - 1) / tiles : 1;
-        const int64_t up = (B + 127) / 128 * 128;
-        B = up <= cap ? up : B;
+        B = cap >= 256 ? cap / 256 * 256 : cap;
+        const int64_t tiles = N > 0 ? (N + B - 1) / B : 1;
+        const int64_t even = (N + tiles - 1) / tiles, up = (even + 255) / 256 * 256;
+        B = up <= B ? up : B;
     }
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
 
