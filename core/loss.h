@@ -34,7 +34,9 @@ typedef enum {
     PLOSS_LOSS_TARGET_BOXES,                /* float N×4 boxes, as the input                     */
     PLOSS_LOSS_TARGET_SIGNS,                /* ±1 labels of a loss of several inputs: any float
                                                dtype or i64/i32, per row or per element       */
-    PLOSS_LOSS_TARGET_CLASS_LABELS          /* one class index per embedding row, or ignore_index */
+    PLOSS_LOSS_TARGET_CLASS_LABELS,         /* one class index per embedding row, or ignore_index */
+    PLOSS_LOSS_TARGET_INDEX_LIST            /* i64/i32 of the input's shape: each row's class
+                                               indices, ended by the first negative value    */
 } ploss_loss_target;
 
 /* How the inputs of a loss of several inputs are laid out (the pairs shape). */

@@ -46,7 +46,8 @@ typedef enum {
     PLOSS_POLICY_LINEAR_CROSS_ENTROPY = 38, /* linear_cross_entropy (margin) */
     PLOSS_POLICY_POISSON_NLL = 39, /* poisson_nll_loss (elementwise) */
     PLOSS_POLICY_MULTILABEL_SOFT_MARGIN = 40, /* multilabel_soft_margin_loss (rows) */
-    PLOSS_POLICY_GAUSSIAN_NLL = 41, /* gaussian_nll_loss (pairs) */
+    PLOSS_POLICY_MULTILABEL_MARGIN = 41, /* multilabel_margin_loss (rows) */
+    PLOSS_POLICY_GAUSSIAN_NLL = 42, /* gaussian_nll_loss (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -94,6 +95,7 @@ typedef enum {
         PLOSS_SHAPE_MARGIN, \
         PLOSS_SHAPE_MARGIN, \
         PLOSS_SHAPE_ELEMENTWISE, \
+        PLOSS_SHAPE_ROWS, \
         PLOSS_SHAPE_ROWS, \
         PLOSS_SHAPE_PAIRS, \
     }

@@ -3121,6 +3121,70 @@ ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLT
     return multilabel_soft_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- multilabel_margin_loss -------------------------------------------------------------- */
+
+void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec multilabel_margin_loss_spec = {
+    .name = "multilabel_margin_loss",
+    .shape = PLOSS_SHAPE_ROWS,
+    .policy = PLOSS_POLICY_MULTILABEL_MARGIN,
+    .target = PLOSS_LOSS_TARGET_INDEX_LIST,
+    .min_classes = 1,
+};
+
+static ploss_status multilabel_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                           const ploss_multilabel_margin_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_multilabel_margin_loss_opts o;
+    ploss_multilabel_margin_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of multilabel_margin_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &multilabel_margin_loss_spec, a, &p);
+}
+
+ploss_status ploss_multilabel_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return multilabel_margin_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_multilabel_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return multilabel_margin_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_multilabel_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return multilabel_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- gaussian_nll_loss ------------------------------------------------------------------- */
 
 void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *o)

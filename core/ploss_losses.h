@@ -3595,6 +3595,76 @@ ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLT
     const DLTensor *target, const DLTensor *weight,
     const ploss_multilabel_soft_margin_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
+/* ---- Multi-label margin loss ----------------------------------------------------------- */
+
+/** Options of multilabel_margin_loss; fill with ploss_multilabel_margin_loss_opts_init(). */
+typedef struct ploss_multilabel_margin_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_multilabel_margin_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *opts);
+
+/**
+ * Multi-label margin loss, forward (PyTorch torch.nn.MultiLabelMarginLoss /
+ * torch.nn.functional.multilabel_margin_loss; Torch7 nn.MultiLabelMarginCriterion).
+ * Per sample with scores x, listed classes y_1 … y_L and T the set of them:
+ *
+ *     ℓ = (1/C)·Σ_{k=1..L} Σ_{j ∉ T} max(0, 1 − x_{y_k} + x_j)
+ *
+ * 'mean' divides the sum of the ℓ by the number of samples, as PyTorch.
+ *
+ * A class listed twice counts twice, as in PyTorch's kernels. A NaN score makes the sample's
+ * loss NaN (PyTorch's comparison drops it), as the multi-class margin loss. An entry of a list
+ * outside [0, C) is INVALID_LABEL (the CPU refuses the call before writing; on CUDA the row
+ * adds nothing and the error comes at synchronisation). A single sample is a 1×C input with a
+ * 1×C target. CUDA computes the gradient of a listed class from every unlisted score and the
+ * other way round, so in place it writes the gradient to a workspace of the input's size first
+ * and copies it over the input.
+ *
+ * in  input       N×C scores, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more
+ *                 dims, move the classes last and view the input as (N·d1·…·dk)×C, as
+ *                 PyTorch reads the last axis).
+ * in  target      class indices, i64 or i32, of the input's shape: each row lists its target
+ *                 classes first, in [0, C), and ends the list with -1 (any negative entry; the
+ *                 entries after it are not read; a row without one lists C classes).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element
+ *                 tensor. f32 (f64 for f64 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_multilabel_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Multi-label margin loss, backward. ∂ℓ/∂x_j = (1/C)·#{k : 1 − x_{y_k} + x_j > 0} for
+ * an unlisted class j; for a listed class c, −(1/C)·Σ_{k : y_k = c} #{j ∉ T : 1 − x_c +
+ * x_j > 0} (0 where the hinge is exactly 0).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_multilabel_margin_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
+
+/** Multi-label margin loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_multilabel_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 /* ---- Gaussian negative log-likelihood -------------------------------------------------- */
 
 /** Options of gaussian_nll_loss; fill with ploss_gaussian_nll_loss_opts_init(). */

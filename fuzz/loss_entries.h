@@ -693,6 +693,23 @@ static ploss_status fz_call_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, 
     return ploss_multilabel_soft_margin_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
+static void fz_init_ploss_multilabel_margin_loss_opts(void *o) { ploss_multilabel_margin_loss_opts_init(o); }
+
+static ploss_status fz_call_multilabel_margin_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multilabel_margin_loss_forward(ctx, t[0], t[1], o, t[2]);
+}
+
+static ploss_status fz_call_multilabel_margin_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multilabel_margin_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
+static ploss_status fz_call_multilabel_margin_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_multilabel_margin_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+}
+
 static void fz_init_ploss_gaussian_nll_loss_opts(void *o) { ploss_gaussian_nll_loss_opts_init(o); }
 
 static ploss_status fz_call_gaussian_nll_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -1203,6 +1220,18 @@ static ploss_status fz_call_gaussian_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd|Nd", "x|f|i"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_multilabel_soft_margin_loss_opts), .opts_init = fz_init_ploss_multilabel_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_multilabel_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multilabel_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multilabel_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multilabel_margin_loss_forward", .call = fz_call_multilabel_margin_loss_forward, .nslots = 3, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd|Nd", "i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}}, \
+     .opts_size = sizeof(ploss_multilabel_margin_loss_opts), .opts_init = fz_init_ploss_multilabel_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_multilabel_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multilabel_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multilabel_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multilabel_margin_loss_backward", .call = fz_call_multilabel_margin_loss_backward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd|Nd", "i|i|f"}, {"grad_loss", FZ_IN, "|Nd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multilabel_margin_loss_opts), .opts_init = fz_init_ploss_multilabel_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_multilabel_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multilabel_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multilabel_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_multilabel_margin_loss_fused", .call = fz_call_multilabel_margin_loss_fused, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd|Nd", "i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
+     .opts_size = sizeof(ploss_multilabel_margin_loss_opts), .opts_init = fz_init_ploss_multilabel_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_multilabel_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multilabel_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multilabel_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_gaussian_nll_loss_forward", .call = fz_call_gaussian_nll_loss_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "f"}, {"var", FZ_IN, "NCd|N|NC", "f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_gaussian_nll_loss_opts), .opts_init = fz_init_ploss_gaussian_nll_loss_opts, .opts_nullable = 1, .nfields = 5, \

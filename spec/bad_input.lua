@@ -135,9 +135,10 @@ for _, d in ipairs(H.one_input_losses()) do
   -- the region losses (one 'none' value per group and class, no per-sample rows) check their
   -- bad input in spec/region_spec.lua and spec/cuda_region_spec.lua
   if d.shape == "region" then goto next_description end
-  -- a row loss of a label per class (multi-label: a float target of the input's shape) checks
-  -- its bad input in its own spec (spec/multilabel_soft_margin_loss_spec.lua)
-  if d.shape == "rows" and d.target == "elementwise" then goto next_description end
+  -- a row loss with a target of the input's shape (multi-label: a float label per class or a
+  -- list of classes per row) checks its bad input in its own spec
+  -- (spec/multilabel_soft_margin_loss_spec.lua, spec/multilabel_margin_loss_spec.lua)
+  if d.shape == "rows" and (d.target == "elementwise" or d.target == "index_list") then goto next_description end
   local fam = {
     name = d.name, class = d.criterion,
     kind = d.shape == "rows" and "class" or d.shape == "boxes" and "boxes" or "elementwise",

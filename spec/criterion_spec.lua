@@ -25,6 +25,10 @@ local function inputs_for(d, seed, dtype)
     return ploss.randn({ 6, 5 }, { dtype = dtype, seed = seed }), ploss.rand({ 6, 5 }, { dtype = dtype, seed = seed + 1 }),
       ploss.rand({ 6, 5 }, { dtype = dtype, seed = seed + 2 })
   end
+  if d.target == "index_list" then -- a list of classes per row, ended by −1 (multi-label): N×C
+    return ploss.randn({ 6, 5 }, { dtype = dtype, seed = seed }), ploss.randint(-1, 5, { 6, 5 }, { seed = seed + 1 }),
+      ploss.randint(-1, 5, { 6, 5 }, { seed = seed + 2 })
+  end
   local y1 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 1 })
   local y2 = ploss.randint(0, 5, { 6, 3 }, { seed = seed + 2 })
   return x, y1, y2

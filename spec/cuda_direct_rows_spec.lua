@@ -1,5 +1,6 @@
 -- The direct rows on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
--- GPU): nll_loss, multi_margin_loss and multilabel_soft_margin_loss (N×C, its float labels of
+-- GPU): nll_loss, multi_margin_loss, multilabel_margin_loss (N×C, a list of classes per row) and
+-- multilabel_soft_margin_loss (N×C, its float labels of
 -- the input's shape: hard and soft, f32 and bf16) against the CPU backend on the same dtype-rounded
 -- inputs in f32/f16/bf16/f64, every reduction, with and without class weights (NLL: and
 -- ignored samples; multi-margin: p and margin), N×C (narrow and wide rows), N×C×d…,
@@ -212,4 +213,75 @@ describe("CUDA multilabel_soft_margin_loss vs CPU", function()
       end
     end)
   end
+end)
+
+-- Lists of classes per row: entries drawn in [0, C) (repeats allowed), a random length
+-- (0 to C: a row without −1 lists C classes), −1 after the list and arbitrary entries after
+-- that (not read).
+local function random_lists(N, C, max_len, seed, dtype)
+  H.seed(seed)
+  local draws = ploss.randint(0, C, { N, C }, { seed = seed }):totable()
+  local lens = ploss.randint(0, math.min(C, max_len) + 1, { N }, { seed = seed + 1 }):totable()
+  for i = 1, N do
+    for k = lens[i] + 1, C do draws[i][k] = k == lens[i] + 1 and -1 or (k * 7) % (C + 5) end
+  end
+  return ploss.tensor(draws, { dtype = dtype or "i64" })
+end
+
+describe("CUDA multilabel_margin_loss vs CPU", function()
+  local compare = function(...) return compare("multilabel_margin_loss", ...) end
+  for _, dtype in ipairs(DTYPES) do
+    it("shapes, list lengths, repeats, i32 lists, layouts in " .. dtype, function()
+      for i, c in ipairs {
+        { "N×C", { 37, 10 }, 10 },
+        { "wide rows, short lists", { 5, 3000 }, 40 },
+        { "long lists (more entries than a warp)", { 3, 300 }, 300 },
+        { "more rows than the grid has warps", { 40000, 3 }, 3 },
+        { "one class", { 4, 1 }, 1 },
+      } do
+        local label, sizes, max_len = c[1], c[2], c[3]
+        local x = H.random_logits(sizes, { std = 1.5 })
+        local y = random_lists(sizes[1], sizes[2], max_len, 640 + i)
+        for _, red in ipairs(REDUCTIONS) do
+          compare(x, y, { reduction = red }, dtype, label)
+          if sizes[1] < 100 then
+            compare(x, y:int(), { reduction = red }, dtype, label .. " i32 lists")
+            compare(x, y, { reduction = red }, dtype, label .. " transposed",
+              function(xg) return H.relayout(xg, "transposed") end)
+          end
+        end
+      end
+    end)
+  end
+
+  it("an entry outside [0, C) is reported at the next synchronisation, with a zero gradient row", function()
+    if DEV == "cpu" then return end -- the CPU refuses it before the call (its own spec checks that)
+    local x = ploss.randn({ 4, 5 }, { device = DEV })
+    local y = ploss.tensor({ { 0, -1, 9, 9, 9 }, { 1, 5, -1, 0, 0 }, { 2, -1, 0, 0, 0 }, { 3, 4, -1, 0, 0 } },
+      { dtype = "i64", device = DEV })
+    local _, g = F.multilabel_margin_loss_fused(x, y, { reduction = "none" })
+    local ok, err = pcall(ploss.synchronize, DEV)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("PLOSS_ERR_INVALID_LABEL", 1, true))
+    H.assert_equal(g:select(1, 2), ploss.zeros({ 5 }))
+    ploss.synchronize(DEV)
+  end)
+
+  it("in place (the gradient staged in the workspace): bitwise the out-of-place one", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = H.random_logits({ 9, 70 }, { device = DEV, dtype = dtype, std = 1.5 })
+      local y = random_lists(9, 70, 70, 660):to(DEV)
+      for _, red in ipairs { "mean", "sum" } do
+        local l1, g1 = F.multilabel_margin_loss_fused(x, y, { reduction = red })
+        H.check_inplace_fused("multilabel_margin_loss", x:clone(), y, { reduction = red }, l1, g1,
+          "multilabel margin " .. dtype .. " " .. red)
+        -- a transposed input in place: the staged gradient copied back through its strides
+        local xt = H.relayout(x:clone(), "transposed")
+        local l2, g2 = F.multilabel_margin_loss_fused(xt, y, { reduction = red, inplace = true })
+        assert.are.equal(xt, g2)
+        H.assert_equal(l2, l1)
+        H.assert_equal(g2, g1)
+      end
+    end
+  end)
 end)

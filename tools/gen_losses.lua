@@ -104,6 +104,7 @@ local TARGET_DOC = {
   boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
   signs = "±1 labels, one per row: shape N, any float dtype or i64/i32.",
   class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index.",
+  index_list = "class indices, i64 or i32, of the input's shape: each row's classes in [0, C), ended by -1.",
 }
 
 local SHAPE = {
@@ -123,7 +124,7 @@ local SHAPE = {
     fuzz = { input = { "NCd", "f" }, loss = { "|Nd|1", "a" }, grad_loss = { "|Nd|1", "a|f" },
              grad_input = { "NCd", "x" },
              target = { index = { "Nd", "i|i|i|f" }, index_or_probabilities = { "Nd|NCd", "i|i|x|f" },
-                        elementwise = { "NCd|Nd", "x|f|i" } } },
+                        elementwise = { "NCd|Nd", "x|f|i" }, index_list = { "NCd|Nd", "i|i|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
@@ -226,14 +227,19 @@ local REGION_NONE = {
   sample_or_batch = "[N] (one value per sample) with per_sample, else [1]",
   pixel = "the label map's shape, N×d1×…×dk (one value per pixel)",
 }
--- A row loss with a label per class (multi-label: target 'elementwise'): no ignored sample,
--- no label to check.
+-- A row loss with a target of the input's shape (multi-label: a float label per class, target
+-- 'elementwise', or a list of classes per row, 'index_list'): no ignored sample; only a
+-- list has labels to check.
 local LABELS_PER_CLASS = {
   loss = "reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for " ..
     "f64 input), on the input's device.",
   statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+  list_statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
+    "CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
 }
-local function labels_per_class(d) return d.shape == "rows" and d.target == "elementwise" end
+local function labels_per_class(d)
+  return d.shape == "rows" and (d.target == "elementwise" or d.target == "index_list")
+end
 
 local function loss_doc(d)
   if labels_per_class(d) then return LABELS_PER_CLASS.loss end
@@ -402,7 +408,8 @@ local function gen_header()
       w(hang(string.format(" * out %-11s ", d.state.name), "NULL, or " .. sh.state:format(d.state.doc, state_shape(d))))
     end
     w(hang(" * Statuses: ", string.format("INVALID_ARGUMENT (%s), %s.", option_statuses(d),
-      labels_per_class(d) and LABELS_PER_CLASS.statuses or sh.statuses)))
+      labels_per_class(d) and (d.target == "index_list" and LABELS_PER_CLASS.list_statuses
+        or LABELS_PER_CLASS.statuses) or sh.statuses)))
     w(" */")
     w(break_proto(prototype(d, "forward"), "    ") .. ";")
     -- backward

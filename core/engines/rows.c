@@ -1,8 +1,8 @@
 /*
  * rows.c — the one validation front of the rows kernel shape: every loss over the class axis
  * (axis 1) of N×C×d1×…×dk inputs with class-index targets (or, multi-label, a float label per
- * class): the softmax-row losses and the direct rows (negative log-likelihood, multi-class
- * margin, multi-label soft margin).  It checks the tensors of a call against the loss's spec
+ * class or a list of classes per row): the softmax-row losses and the direct rows (negative
+ * log-likelihood, multi-class margin, multi-label soft margin, multi-label margin).  It checks the tensors of a call against the loss's spec
  * (core/loss.h), before anything is written, builds the problem of the loss's
  * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
  * were checked by its entry point (core/losses.c).
@@ -41,6 +41,13 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
     if ((st = ploss_view_init(t, target, "target")) || (st = ploss_view_check_device(t, ctx, "target")))
         return st;
     *probabilities = 0;
+    if (spec->target == PLOSS_LOSS_TARGET_INDEX_LIST) { /* a list of classes per row: the input's shape */
+        if (t->dtype != PLOSS_I64 && t->dtype != PLOSS_I32)
+            return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices (i64 or i32) of the input's shape, "
+                               "each row's classes ended by -1, got %s", ploss_dtype_name(t->dtype));
+        *probabilities = 1; /* a target of the input's shape: no per-sample label to check */
+        return ploss_check_shape_axis1(t, x, -1, "target", " (each row's target classes, then -1: the input's shape)");
+    }
     if (spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE) { /* labels of every class: the input's shape */
         if (!ploss_dtype_is_float(t->dtype))
             return ploss_error(PLOSS_ERR_DTYPE, "target: expected float labels (0/1 per class) of the input's shape, "
@@ -71,6 +78,24 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
                            ploss_dtype_name(t->dtype));
     return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices of dtype i64 or i32, got %s",
                        ploss_dtype_name(t->dtype));
+}
+
+/* The class lists of a multi-label margin target on the CPU: every entry before a row's
+ * first negative one in [0, C). */
+static ploss_status check_label_lists_cpu(const ploss_view *t, const ploss_row_outputs *r)
+{
+    for (int64_t n = 0; n < r->N; ++n)
+        for (int64_t k = 0; k < r->C; ++k) {
+            const int64_t y = ploss_load_int(t->data, t->dtype, n * r->t.sn + k * r->t.sk);
+            if (y < 0)
+                break;
+            if (y >= r->C)
+                return ploss_error(PLOSS_ERR_INVALID_LABEL,
+                                   "target: class index %lld at (row %lld, position %lld) is outside [0, %lld); "
+                                   "0-based, a row's list ends at its first negative entry",
+                                   (long long)y, (long long)n, (long long)k, (long long)r->C);
+        }
+    return PLOSS_OK;
 }
 
 /* The fields every backend problem has (the three structs of rows.h name them alike), from
@@ -133,6 +158,7 @@ static ploss_status direct_rows(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     FILL_ROW_PROBLEM(p, pass, o, x, t, w, r);
     p.kind = spec->policy == PLOSS_POLICY_MULTI_MARGIN               ? PLOSS_DIRECT_MULTI_MARGIN
              : spec->policy == PLOSS_POLICY_MULTILABEL_SOFT_MARGIN ? PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN
+             : spec->policy == PLOSS_POLICY_MULTILABEL_MARGIN      ? PLOSS_DIRECT_MULTILABEL_MARGIN
                                                                      : PLOSS_DIRECT_NLL;
     p.t_sc = r->t.sk;
     p.ignore_index = ignore_index;
@@ -175,7 +201,7 @@ int ploss_rows_computes(ploss_policy policy)
     switch (policy) {
     case PLOSS_POLICY_CROSS_ENTROPY: case PLOSS_POLICY_SOFTMAX_FOCAL: case PLOSS_POLICY_DUAL_FOCAL:
     case PLOSS_POLICY_NLL: case PLOSS_POLICY_MULTI_MARGIN: case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
-    case PLOSS_POLICY_LARGE_MARGIN:
+    case PLOSS_POLICY_MULTILABEL_MARGIN: case PLOSS_POLICY_LARGE_MARGIN:
     case PLOSS_POLICY_TAYLOR_CE: case PLOSS_POLICY_PC_SOFTMAX: case PLOSS_POLICY_OHEM_LARGE_MARGIN:
     case PLOSS_POLICY_OHEM_CROSS_ENTROPY:
         return 1;
@@ -191,7 +217,7 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     /* labels of every class: PyTorch takes the classes along the last axis, ploss's rows along
      * axis 1, so only N×C reads the same (a higher rank would give other numbers without a
      * word) */
-    const char *rank = spec->target != PLOSS_LOSS_TARGET_ELEMENTWISE
+    const char *rank = spec->target != PLOSS_LOSS_TARGET_ELEMENTWISE && spec->target != PLOSS_LOSS_TARGET_INDEX_LIST
                            ? NULL
                            : "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
                              "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C)";
@@ -243,6 +269,9 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     if (ctx->device.device_type == kDLCPU && !probabilities &&
         (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, ignore_index)))
         return st;
+    if (ctx->device.device_type == kDLCPU && spec->target == PLOSS_LOSS_TARGET_INDEX_LIST &&
+        (st = check_label_lists_cpu(&t, &r)))
+        return st;
 
     switch (spec->policy) {
     case PLOSS_POLICY_CROSS_ENTROPY:
@@ -253,6 +282,7 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     case PLOSS_POLICY_NLL:
     case PLOSS_POLICY_MULTI_MARGIN:
     case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
+    case PLOSS_POLICY_MULTILABEL_MARGIN:
         return direct_rows(ctx, pass, spec, o, ignore_index, &x, &t, vec, &r);
     default:
         return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);

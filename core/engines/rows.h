@@ -199,12 +199,20 @@ ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sampl
  *     ∂ℓ_i/∂x_iy = −Σ_{j≠y} ∂ℓ_i/∂x_ij.  MEAN divides by the sample count, as PyTorch.
  *  MULTILABEL_SOFT_MARGIN (a float target y of the input's shape, every sample valid):
  *     ℓ_i = (1/C)·Σ_j w_j·[y_ij·sp(−x_ij) + (1 − y_ij)·sp(x_ij)],  sp(z) = log(1 + e^z),
- *     ∂ℓ_i/∂x_ij = (w_j/C)·(σ(x_ij) − y_ij).  MEAN divides by the sample count. */
+ *     ∂ℓ_i/∂x_ij = (w_j/C)·(σ(x_ij) − y_ij).  MEAN divides by the sample count.
+ *  MULTILABEL_MARGIN (target: each row's list of class indices y_i1 … y_iL of the input's
+ *     shape, ended by its first negative entry (or the row's end); T_i the set of listed
+ *     classes; every sample valid; no class weights):
+ *     z_kj = 1 − x_i,y_ik + x_ij,  ℓ_i = (1/C)·Σ_{k ≤ L} Σ_{j ∉ T_i} max(0, z_kj)  (a NaN z
+ *     counts, as MULTI_MARGIN's); ∂ℓ_i/∂x_ij = (1/C)·#{k : z_kj > 0} for j ∉ T_i, and for a
+ *     listed class c, −(1/C)·Σ_{k : y_ik = c} #{j ∉ T_i : z_kj > 0} (a class listed twice
+ *     counts twice, as PyTorch's).  MEAN divides by the sample count. */
 
 typedef enum {
     PLOSS_DIRECT_NLL = 0,
     PLOSS_DIRECT_MULTI_MARGIN = 1,
-    PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN = 2
+    PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN = 2,
+    PLOSS_DIRECT_MULTILABEL_MARGIN = 3
 } ploss_direct_kind;
 
 typedef struct ploss_direct_problem {
@@ -216,12 +224,12 @@ typedef struct ploss_direct_problem {
     /* input log-probabilities */
     const void *x; ploss_dtype x_dtype; int64_t x_sn, x_ss, x_sc;
     /* class indices, i64 or i32; MULTILABEL_SOFT_MARGIN: float labels of the input's shape
-     * (t_sc their class stride) */
+     * (t_sc their class stride); MULTILABEL_MARGIN: i64/i32 lists of the input's shape */
     const void *t; ploss_dtype t_dtype; int64_t t_sn, t_ss, t_sc;
     /* class weights, NULL = all ones */
     const void *w; ploss_dtype w_dtype; int64_t w_s;
 
-    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN; unread by MULTILABEL_SOFT_MARGIN */
+    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN; unread by the multi-label kinds */
     double margin;         /* MULTI_MARGIN m */
     int power;             /* MULTI_MARGIN p: 1 or 2 */
     double scale;          /* fused: multiplier of the gradient */

@@ -1,7 +1,7 @@
 /*
  * direct_rows.cu — CUDA backend of the direct rows (formulas in core/engines/rows.h): the
- * negative log-likelihood, the multi-class margin loss and the multi-label soft margin
- * loss, no softmax.
+ * negative log-likelihood, the multi-class margin loss and the multi-label soft margin and
+ * margin losses, no softmax.
  *
  * Kernels, in stream order:
  *  - direct_samples: NLL reads each sample's label and the target's entry x_iy; the
@@ -22,6 +22,14 @@
  * The multi-class and multi-label margins' ω is known without a reduction (their MEAN
  * divisor is the sample count), so their gradient is written by direct_samples, which walks
  * the multi-label loss's row (labels and logits) like the multi-class margin's.
+ *
+ * The multi-label margin loss (a warp per row) marks its row's listed classes in a bit set
+ * of the workspace (a set per warp of the grid, reused row after row), then takes the
+ * loss and the unlisted classes' gradient in a sweep over the classes (each against every
+ * listed class) and each listed class's gradient in a sweep per distinct listed class.  A
+ * listed class's gradient needs every unlisted input and an unlisted one's every listed
+ * input, so in place the gradient is written to the workspace first and copied over the
+ * input after the kernel (copy_rows).
  */
 #include <algorithm>
 
@@ -137,11 +145,123 @@ __device__ double multilabel_row(const ploss_direct_problem &p, int64_t n, int64
     return sum * inv_c;
 }
 
+/* The W lanes' predicate bits (W = 1: the lane's own). */
+template <int W> __device__ __forceinline__ unsigned lanes_ballot(bool pred)
+{
+    if constexpr (W > 1)
+        return __ballot_sync(0xffffffffu, pred);
+    else
+        return pred ? 1u : 0u;
+}
+
+/* Multi-label margin loss of a row walked by a warp (W = 32); with `grad`, om·∂ℓ/∂x into
+ * the gradient row (never the input: in place, the caller stages it).  listed: the warp's
+ * bit set of ⌈C/32⌉ words.  An entry of the list outside [0, C) is reported, and the row
+ * then adds nothing and gets a zero gradient.  In double, as the CPU backend; the warp's
+ * sums in a fixed butterfly order. */
+template <class T, int W>
+__device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n, int64_t s, bool grad, double om,
+                                        int lane, int64_t *error_slot, unsigned *listed)
+{
+    const T *x = (const T *)p.x + n * p.x_sn + s * p.x_ss;
+    T *g = (T *)p.grad + n * p.g_sn + s * p.g_ss;
+    const int64_t t0 = n * p.t_sn + s * p.t_ss, C = p.C, words = (C + 31) / 32;
+    auto entry = [&](int64_t k) { return load_int_dyn(p.t, p.t_dtype, t0 + k * p.t_sc); };
+    auto is_listed = [&](int64_t j) { return ((__ldcg(listed + (j >> 5)) >> (j & 31)) & 1u) != 0u; };
+    for (int64_t w = lane; w < words; w += W)
+        __stcg(listed + w, 0u);
+    __syncwarp();
+    /* the list's length L (its first negative entry, else C), its classes marked */
+    int64_t L = C;
+    bool bad = false;
+    for (int64_t base = 0; base < C && L == C; base += W) {
+        const int64_t k = base + lane, y = k < C ? entry(k) : 0;
+        const unsigned ends = lanes_ballot<W>(k < C && y < 0);
+        const int first = ends ? __ffs((int)ends) - 1 : W;
+        if (lane < first && k < C) {
+            if (y >= C) {
+                bad = true;
+                report_invalid_label(error_slot, y);
+            } else {
+                atomicOr(listed + (y >> 5), 1u << (y & 31));
+            }
+        }
+        if (ends)
+            L = base + first;
+    }
+    __syncwarp();
+    if (lanes_ballot<W>(bad)) {
+        if (grad)
+            for (int64_t j = lane; j < C; j += W)
+                g[j * p.g_sc] = from_acc<T>(acc_t<T>(0));
+        return 0.0;
+    }
+    const double scale = om / (double)C;
+    /* the loss and the unlisted classes' gradient: class j against every listed class */
+    double sum = 0.0;
+    for (int64_t j = lane; j < C; j += W) {
+        if (is_listed(j))
+            continue;
+        const double xj = (double)to_acc(x[j * p.x_sc]);
+        double count = 0.0;
+        for (int64_t k = 0; k < L; ++k) {
+            const double z = 1.0 - (double)to_acc(x[entry(k) * p.x_sc]) + xj;
+            if (!(z <= 0.0)) { /* z > 0, or NaN: counted */
+                sum += z;
+                count += 1.0;
+            }
+        }
+        if (grad)
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(count * scale));
+    }
+    if (W > 1)
+        for (int o = W / 2; o > 0; o /= 2)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!grad)
+        return sum / (double)C;
+    /* each distinct listed class c: −(its multiplicity)·#{unlisted j : 1 − x_c + x_j > 0} */
+    for (int64_t k = 0; k < L; ++k) {
+        const int64_t c = entry(k);
+        bool earlier = false;
+        int64_t times = 0;
+        for (int64_t base = 0; base < L; base += W) {
+            const int64_t q = base + lane;
+            const bool same = q < L && entry(q) == c;
+            earlier |= lanes_ballot<W>(same && q < k) != 0u;
+            times += __popc(lanes_ballot<W>(same));
+        }
+        if (earlier)
+            continue;
+        const double base_c = 1.0 - (double)to_acc(x[c * p.x_sc]);
+        int64_t active = 0;
+        for (int64_t j0 = 0; j0 < C; j0 += W) {
+            const int64_t j = j0 + lane;
+            const bool on = j < C && !is_listed(j) && !(base_c + (double)to_acc(x[j * p.x_sc]) <= 0.0);
+            active += __popc(lanes_ballot<W>(on));
+        }
+        if (lane == 0)
+            g[c * p.g_sc] = from_acc<T>((acc_t<T>)(-(double)(times * active) * scale));
+    }
+    return sum / (double)C;
+}
+
+/* The staged gradient (N×C, contiguous) over the input's own memory (multi-label margin in
+ * place). */
+template <class T>
+__global__ void __launch_bounds__(THREADS) copy_rows(const ploss_direct_problem p, const T *staged)
+{
+    const int64_t total = p.N * p.C;
+    for (int64_t i = thread_index(); i < total; i += grid_stride()) {
+        const int64_t n = i / p.C, j = i - n * p.C;
+        ((T *)p.grad)[n * p.g_sn + j * p.g_sc] = staged[i];
+    }
+}
+
 /* W = 32: a warp per sample (the multi-class and multi-label margins on rows, S = 1);
  * W = 1: a thread. */
 template <class T, int W>
 __global__ void __launch_bounds__(THREADS)
-direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials)
+direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials, unsigned *listed)
 {
     using A = acc_t<T>;
     const bool want_loss = p.pass != PLOSS_PASS_BACKWARD;
@@ -154,7 +274,13 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
         const int64_t n = p.S == 1 ? i : i / p.S, s = p.S == 1 ? 0 : i % p.S;
         int64_t y;
         double loss = 0.0;
-        if (p.kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) { /* no label to check: every class counts */
+        if (p.kind == PLOSS_DIRECT_MULTILABEL_MARGIN) { /* launched with W = 32 only */
+            if constexpr (W > 1)
+                loss = multilabel_margin_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0,
+                                                   lane, error_slot,
+                                                   listed + (thread_index() / W) * ((p.C + 31) / 32));
+            divisor_sum += lane == 0 ? 1.0 : 0.0;
+        } else if (p.kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) { /* no label to check: every class counts */
             loss = multilabel_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
             divisor_sum += lane == 0 ? 1.0 : 0.0;
         } else if (label_of(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
@@ -273,20 +399,42 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const bool samples = want_loss || !nll || (want_grad && p->reduction == PLOSS_REDUCTION_MEAN);
     const bool finish = reduced && (want_loss || (nll && want_grad && p->reduction == PLOSS_REDUCTION_MEAN));
     const int64_t M = p->N * p->S;
-    const bool warp_rows = !nll && p->S == 1; /* a warp per row of the multi-class or multi-label margin */
+    /* a warp per row of the multi-class or multi-label margins (the multi-label margin is
+     * N×C: S = 1 always) */
+    const bool listed_rows = p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN;
+    const bool warp_rows = !nll && (p->S == 1 || listed_rows);
     /* the target's dtype checked here, read by the kernels at run time: class indices, or the
      * multi-label loss's float labels */
     const bool float_target = p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN;
     const unsigned blocks = grid_blocks(warp_rows ? M * 32 : M, THREADS, MAX_BLOCKS);
     cudaStream_t stream = stream_of(ctx);
 
-    double *ws = NULL; /* 2 × blocks partials, then ω */
-    if (finish) {
+    /* workspace: 2 × blocks partials, then ω; the multi-label margin's bit sets (one per warp
+     * of the grid) and, in place, its staged gradient */
+    const size_t partial_bytes = finish ? (2 * (size_t)blocks + 1) * sizeof(double) : 0;
+    const size_t set_bytes = listed_rows && M > 0 ? (size_t)blocks * (THREADS / 32) * (size_t)((p->C + 31) / 32) * 4 : 0;
+    const bool staged = listed_rows && want_grad && p->grad == p->x && M > 0;
+    const size_t set_at = (partial_bytes + 15) / 16 * 16, staged_at = (set_at + set_bytes + 15) / 16 * 16;
+    const size_t staged_bytes = staged ? (size_t)M * (size_t)p->C * ploss_dtype_size(p->x_dtype) : 0;
+    double *ws = NULL;
+    unsigned *sets = NULL;
+    void *stage = NULL;
+    if (partial_bytes + set_bytes + staged_bytes > 0) {
         void *w = NULL;
-        const ploss_status st = ploss_workspace(ctx, (2 * (size_t)blocks + 1) * sizeof(double), &w);
+        const ploss_status st = ploss_workspace(ctx, staged_at + staged_bytes, &w);
         if (st)
             return st;
-        ws = (double *)w;
+        ws = finish ? (double *)w : NULL;
+        sets = set_bytes ? (unsigned *)((char *)w + set_at) : NULL;
+        stage = staged ? (char *)w + staged_at : NULL;
+    }
+    /* in place, the multi-label margin writes its gradient to the stage (N×C, contiguous) */
+    ploss_direct_problem q = *p;
+    if (staged) {
+        q.grad = stage;
+        q.g_sn = p->C;
+        q.g_ss = 0;
+        q.g_sc = 1;
     }
     /* NLL's ω: from direct_finish after a reduced samples pass; else the fused scale ('none':
      * of the sum) or what nll_grad reads itself (the upstream gradient of a backward pass) */
@@ -298,10 +446,15 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
             ploss_status st;
             if (samples) {
                 if (warp_rows)
-                    direct_samples<T, 32><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                    direct_samples<T, 32><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
                 else
-                    direct_samples<T, 1><<<blocks, THREADS, 0, stream>>>(*p, ctx->error_slot, ws);
+                    direct_samples<T, 1><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
                 if ((st = check_launch("direct_samples")))
+                    return st;
+            }
+            if (staged) {
+                copy_rows<T><<<grid_blocks(M * p->C, THREADS, MAX_BLOCKS), THREADS, 0, stream>>>(*p, (const T *)stage);
+                if ((st = check_launch("copy_rows")))
                     return st;
             }
             if (finish) {

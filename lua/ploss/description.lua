@@ -31,7 +31,8 @@
 --                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target
 --                argument), 'boxes' (float N×4 boxes, as the input) or 'signs' (±1 labels of
 --                a loss of several inputs, any float dtype or i64/i32: one per row, or per
---                element with input_layout 'elementwise')
+--                element with input_layout 'elementwise') or 'index_list' (i64/i32 of the
+--                input's shape: each row's class indices, ended by its first negative entry)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
@@ -84,7 +85,7 @@ local D = {}
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int", comm = "ploss_comm_t *" }
 local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
-  boxes = true, signs = true, class_labels = true }
+  boxes = true, signs = true, class_labels = true, index_list = true }
 local INPUT_LAYOUTS = { rows = true, rows_or_vector = true, elementwise = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,

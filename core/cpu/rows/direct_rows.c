@@ -1,7 +1,8 @@
 /*
  * direct_rows.c — CPU backend of the direct rows (formulas in core/engines/rows.h): the
  * negative log-likelihood (a gather of the target's entry of each row), the multi-class
- * margin loss and the multi-label soft margin loss (one pass over each row), no softmax.
+ * margin loss and the multi-label soft margin loss (one pass over each row) and the
+ * multi-label margin loss (a pass over each row per listed class), no softmax.
  * Labels were validated by core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
  * taken first, so that the gradient is written in the same pass as the loss; losses are
  * summed in double over fixed chunks of samples, summed in order, so results do not depend
@@ -106,6 +107,45 @@ static double multilabel_row(const ploss_direct_problem *p, int64_t n, int64_t s
     return sum * inv_c;
 }
 
+/* Multi-label margin loss of sample (n, s); with `grad` the gradient row om·∂ℓ/∂x (written
+ * after the row is read: it may be the input).  row, listed, g: C doubles of scratch
+ * (listed: 1 where the class is in the row's list).  The list's entries are in [0, C)
+ * (checked by core/engines/rows.c). */
+static double multilabel_margin_row(const ploss_direct_problem *p, int64_t n, int64_t s, int grad, double om,
+                                    double *row, double *listed, double *g)
+{
+    const int64_t C = p->C, t0 = n * p->t_sn + s * p->t_ss;
+    ploss_cpu_load_f64(row, p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, C);
+    int64_t L = 0;
+    for (int64_t j = 0; j < C; ++j)
+        listed[j] = g[j] = 0.0;
+    while (L < C && ploss_load_int(p->t, p->t_dtype, t0 + L * p->t_sc) >= 0)
+        listed[ploss_load_int(p->t, p->t_dtype, t0 + L++ * p->t_sc)] = 1.0;
+    double sum = 0.0;
+    for (int64_t k = 0; k < L; ++k) {
+        const int64_t c = ploss_load_int(p->t, p->t_dtype, t0 + k * p->t_sc);
+        const double base = 1.0 - row[c];
+        double on_sum = 0.0, on_count = 0.0;
+#pragma omp simd reduction(+ : on_sum, on_count)
+        for (int64_t j = 0; j < C; ++j) {
+            const double z = base + row[j];
+            const int on = listed[j] == 0.0 && !(z <= 0.0); /* z > 0, or NaN: counted */
+            on_sum += on ? z : 0.0;
+            on_count += on ? 1.0 : 0.0;
+            g[j] += on ? 1.0 : 0.0;
+        }
+        sum += on_sum;
+        g[c] -= on_count;
+    }
+    if (grad) {
+        const double c = om / (double)C;
+        for (int64_t j = 0; j < C; ++j)
+            g[j] *= c;
+        ploss_cpu_store_f64(p->grad, p->x_dtype, n * p->g_sn + s * p->g_ss, p->g_sc, C, g);
+    }
+    return sum / (double)C;
+}
+
 ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p)
 {
     (void)ctx;
@@ -115,8 +155,12 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
     const int per_sample_up = p->pass == PLOSS_PASS_BACKWARD && none;
 
     ploss_cpu_rows b;
-    /* scratch per thread: a row of C doubles (the multi-class margin), two (multi-label) */
-    const int rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN ? 1 : p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN ? 2 : 0;
+    /* scratch per thread: a row of C doubles (the multi-class margin), two (multi-label soft
+     * margin), three (multi-label margin) */
+    const int rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN              ? 1
+                     : p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN ? 2
+                     : p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN      ? 3
+                                                                      : 0;
     const int64_t K = chunk_of(p);
     const ploss_status status = ploss_cpu_rows_alloc(&b, "direct_rows", M, rows ? p->C : 0, rows, K);
     if (status != PLOSS_OK)
@@ -134,9 +178,11 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
                               : per_sample_up ? ploss_load(p->grad_loss, p->gl_dtype, n * p->gl_sn + s * p->gl_ss)
                                               : omega;
             double loss;
-            if (p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) {
+            if (p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN || p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN) {
                 double *scratch = ploss_cpu_rows_thread(&b, omp_get_thread_num());
-                loss = multilabel_row(p, n, s, want_grad, om, scratch, scratch + p->C);
+                loss = p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN
+                           ? multilabel_margin_row(p, n, s, want_grad, om, scratch, scratch + p->C, scratch + 2 * p->C)
+                           : multilabel_row(p, n, s, want_grad, om, scratch, scratch + p->C);
                 if (want_loss && none)
                     ploss_store(p->loss, p->loss_dtype, n * p->l_sn + s * p->l_ss, loss);
                 acc += loss;

@@ -43,5 +43,6 @@ return {
   "linear_cross_entropy",
   "poisson_nll_loss",
   "multilabel_soft_margin_loss",
+  "multilabel_margin_loss",
   "gaussian_nll_loss",
 }
