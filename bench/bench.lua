@@ -390,6 +390,14 @@ local function make_inputs(case, shape)
     if on_cuda then t:copy(th) th:free() else t = th end
     mh:free()
     mask:free()
+  elseif case.target == "list" then -- each row lists case.list_length classes, then -1
+    t = ploss.randint(0, shape[2], shape, { device = device, seed = SEED + 1, offset = 0 })
+    local th = t:to("cpu")
+    local tp, C = ffi.cast("int64_t *", th:dl().data), shape[2]
+    for k = 0, th:numel() - 1 do
+      if k % C >= case.list_length then tp[k] = -1 end
+    end
+    if on_cuda then t:copy(th) th:free() else t = th end
   elseif case.target == "binary" then
     t = ploss.randint(0, 2, shape, { dtype = case.dtype, device = device, seed = SEED + 1, offset = 0 })
   elseif case.target == "real" or case.target == "softmax" then

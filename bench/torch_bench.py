@@ -341,6 +341,9 @@ def make_inputs(case, shape, spec, device, ploss):
            uniform in [0, ignore_every) with seed + 2; where the mask is 0 the label is
            opts.ignore_index (so 1/ignore_every of the labels are ignored).
     binary 0/1 in x's dtype and shape, seed + 1.
+    list   i64 of x's shape (N, C): uniform in [0, C) with seed + 1, every entry from
+           position case["list_length"] on set to -1 (each row lists list_length classes,
+           repeats possible: multilabel_margin_loss).
     real   N(0, logit_std^2) in x's dtype and shape, seed + 1 (the regression losses).
     softmax probabilities: the softmax over axis 1, in float64, of an N(0, logit_std^2)
            draw with seed + 1 in x's dtype, rounded to x's dtype (kl_div).
@@ -368,13 +371,15 @@ def make_inputs(case, shape, spec, device, ploss):
         mask = torch.empty(tshape, dtype=torch.int64, device=device)
     elif kind in ("binary", "real", "softmax"):
         tgt = torch.empty(shape, dtype=dtype, device=device)
+    elif kind == "list":
+        lab = torch.empty(shape, dtype=torch.int64, device=device)
     else:
         raise ValueError(f"case {case['id']}: unknown target kind {kind!r}")
     if ploss is not None:
         ploss.rand_normal(x, seed, 0, 0.0, std)
-        if kind == "index":
+        if kind in ("index", "list"):
             ploss.rand_int(lab, seed + 1, 0, 0, C)
-            if every > 0:
+            if kind == "index" and every > 0:
                 ploss.rand_int(mask, seed + 2, 0, 0, every)
         elif kind == "binary":
             ploss.rand_int(tgt, seed + 1, 0, 0, 2)
@@ -383,9 +388,9 @@ def make_inputs(case, shape, spec, device, ploss):
     else:
         g = torch.Generator(device=device).manual_seed(seed)
         x.normal_(0.0, std, generator=g)
-        if kind == "index":
+        if kind in ("index", "list"):
             lab.random_(0, C, generator=g)
-            if every > 0:
+            if kind == "index" and every > 0:
                 mask.random_(0, every, generator=g)
         elif kind == "binary":
             tgt.random_(0, 2, generator=g)
@@ -395,6 +400,9 @@ def make_inputs(case, shape, spec, device, ploss):
         if every > 0:
             lab[mask == 0] = int(case["opts"].get("ignore_index", -100))
         del mask
+        tgt = lab
+    if kind == "list":
+        lab[:, int(case["list_length"]):] = -1
         tgt = lab
     if kind == "softmax":
         tgt = torch.softmax(tgt.double(), dim=1).to(dtype)
@@ -564,6 +572,23 @@ def baseline(case):
     if loss == "multi_margin_loss":
         pw, margin = int(o.get("p", 1)), float(o.get("margin", 1.0))
         return lambda x, t: F.multi_margin_loss(x, t, p=pw, margin=margin)
+    if loss == "multilabel_margin_loss":
+        def multilabel_margin(x, t):
+            if x.dtype != torch.float64:
+                return F.multilabel_margin_loss(x, t)
+            # the float64 reference: the definition as a composite, not PyTorch's kernel
+            # (whose float64 gradient disagreed with its own loss's hinges on the H100)
+            listed_k = (t < 0).int().cumsum(1) == 0  # entries before a row's first negative one
+            L = max(1, int(listed_k.sum(1).max()))
+            idx = torch.where(listed_k, t, torch.zeros_like(t))
+            listed = torch.zeros(x.shape, dtype=torch.int32, device=x.device)
+            listed.scatter_add_(1, idx, listed_k.int())
+            unlisted = (listed == 0).to(x.dtype)
+            xt = torch.gather(x, 1, idx[:, :L])
+            z = (1 - xt[:, :, None] + x[:, None, :]).clamp_min(0)
+            z = z * listed_k[:, :L, None].to(x.dtype) * unlisted[:, None, :]
+            return (z.sum((1, 2)) / x.shape[1]).mean()
+        return multilabel_margin
 
     if loss == "lovasz_softmax":
         # Berman et al.'s lovasz_softmax (classes 'present', the whole batch one group):

@@ -3326,7 +3326,7 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V); default CXD
        */
     ploss_weight_layout weight_layout;
-    /* rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits); an
+    /* rows of the logit tile computed at a time (0: chosen within 512 MiB of logits); an
        integer >= 0; default 0 */
     int64_t tile_rows;
     /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
@@ -3620,11 +3620,16 @@ void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *o
  *
  * 'mean' divides the sum of the ℓ by the number of samples, as PyTorch.
  *
- * A class listed twice counts twice, as in PyTorch's kernels. A NaN score makes the sample's
- * loss NaN (PyTorch's comparison drops it), as the multi-class margin loss. An entry of a list
+ * A class listed twice counts twice, as in PyTorch's kernels. A NaN hinge (a NaN score, or +∞
+ * − +∞) counts as active, as the multi-class margin loss's: the sample's loss is NaN and
+ * the gradient takes its ±1/C (PyTorch's comparison z > 0 drops it). An entry of a list
  * outside [0, C) is INVALID_LABEL (the CPU refuses the call before writing; on CUDA the row
- * adds nothing and the error comes at synchronisation). A single sample is a 1×C input with a
- * 1×C target. CUDA computes the gradient of a listed class from every unlisted score and the
+ * adds nothing and the error comes at synchronisation). A row is read up to its first negative
+ * entry: any negative value ends the list, and what follows it is not checked (PyTorch refuses
+ * an entry below −1 or from C on anywhere in the target). Torch7's MultiLabelMarginCriterion
+ * took 1-based classes ended by 0; here, as everywhere in ploss, classes are 0-based and a list
+ * ends at −1: convert a Torch7 target with `target - 1`. A single sample is a 1×C input with
+ * a 1×C target. CUDA computes the gradient of a listed class from every unlisted score and the
  * other way round, so in place it writes the gradient to a workspace of the input's size first
  * and copies it over the input.
  *

@@ -268,7 +268,7 @@ describe("CUDA multilabel_margin_loss vs CPU", function()
   end)
 
   it("in place (the gradient staged in the workspace): bitwise the out-of-place one", function()
-    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+    for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
       local x = H.random_logits({ 9, 70 }, { device = DEV, dtype = dtype, std = 1.5 })
       local y = random_lists(9, 70, 70, 660):to(DEV)
       for _, red in ipairs { "mean", "sum" } do

@@ -2,9 +2,10 @@
  * rows.c — the one validation front of the rows kernel shape: every loss over the class axis
  * (axis 1) of N×C×d1×…×dk inputs with class-index targets (or, multi-label, a float label per
  * class or a list of classes per row): the softmax-row losses and the direct rows (negative
- * log-likelihood, multi-class margin, multi-label soft margin, multi-label margin).  It checks the tensors of a call against the loss's spec
- * (core/loss.h), before anything is written, builds the problem of the loss's
- * backend (core/engines/rows.h) and dispatches it to the CPU or CUDA.  The loss's options
+ * log-likelihood, multi-class margin, multi-label soft margin, multi-label margin).  It
+ * checks the tensors of a call against the loss's spec (core/loss.h), before anything is
+ * written, builds the problem of the loss's backend (core/engines/rows.h) and dispatches it
+ * to the CPU or CUDA.  The loss's options
  * were checked by its entry point (core/losses.c).
  */
 #include <math.h>
@@ -220,7 +221,8 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     const char *rank = spec->target != PLOSS_LOSS_TARGET_ELEMENTWISE && spec->target != PLOSS_LOSS_TARGET_INDEX_LIST
                            ? NULL
                            : "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
-                             "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C)";
+                             "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C; "
+                             "one sample is a 1×C input)";
     if ((st = ploss_check_row_input(ctx, a->input, rank, &x)))
         return st;
     const int64_t C = x.shape[1];

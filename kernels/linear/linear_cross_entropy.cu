@@ -299,18 +299,28 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_linear_problem
      * first Va = V rounded down to such a multiple, from the weight itself, and the last
      * Vp − Va (0 or kAlign), whose V − Va weight rows are staged in a block of kAlign rows
      * completed with zeros.  The padding's logits are 0 and, the row engine writing the V
-     * columns only, so is its gradient.  Tiles: of a multiple of 256 rows, as many as the
-     * budget allows (cuBLAS's products over tiles of an odd multiple of 128 rows ran 4–13 %
-     * slower on the H100: bench/RESULTS.md), then evened out over the tiles that makes. */
+     * columns only, so is its gradient.  Tiles: as few as the budget allows, of equal rows
+     * rounded up to a multiple of 256 where that fits; else as many as tiles of the largest
+     * multiple of 256 rows within the budget make, when that is at most a quarter more
+     * (rounded down), evened out and rounded up to 256 again; else of equal rows rounded up
+     * to a multiple of 128 where that fits.  cuBLAS's products over tiles of an odd multiple
+     * of 128 rows ran 4–13 % slower on the H100 than over tiles of 256·k rows, even a tenth
+     * more of them (bench/RESULTS.md). */
     constexpr int64_t kAlign = 16 / sizeof(T);
     const int64_t Vp = (C + kAlign - 1) / kAlign * kAlign, Va = C / kAlign * kAlign, tail = Vp - Va;
     int64_t B = p->tile_rows;
     if (B <= 0) {
         const int64_t cap = std::max<int64_t>(1, (int64_t)(TILE_BYTES / sizeof(T)) / Vp);
-        B = cap >= 256 ? cap / 256 * 256 : cap;
-        const int64_t tiles = N > 0 ? (N + B - 1) / B : 1;
-        const int64_t even = (N + tiles - 1) / tiles, up = (even + 255) / 256 * 256;
-        B = up <= B ? up : B;
+        auto even = [&](int64_t tiles) { return tiles > 0 ? (N + tiles - 1) / tiles : 1; };
+        auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+        const int64_t tiles = (N + cap - 1) / cap, wide = cap / 256 * 256;
+        const int64_t tiles256 = wide > 0 ? (N + wide - 1) / wide : 0;
+        if (round_up(even(tiles), 256) <= cap)
+            B = round_up(even(tiles), 256);
+        else if (wide > 0 && tiles256 <= tiles + tiles / 4)
+            B = round_up(even(tiles256), 256);
+        else
+            B = round_up(even(tiles), 128) <= cap ? round_up(even(tiles), 128) : even(tiles);
     }
     B = std::max<int64_t>(1, std::min<int64_t>(B, N));
 

@@ -23,13 +23,15 @@
  * divisor is the sample count), so their gradient is written by direct_samples, which walks
  * the multi-label loss's row (labels and logits) like the multi-class margin's.
  *
- * The multi-label margin loss (a warp per row) marks its row's listed classes in a bit set
- * of the workspace (a set per warp of the grid, reused row after row), then takes the
- * loss and the unlisted classes' gradient in a sweep over the classes (each against every
- * listed class) and each listed class's gradient in a sweep per distinct listed class.  A
- * listed class's gradient needs every unlisted input and an unlisted one's every listed
- * input, so in place the gradient is written to the workspace first and copied over the
- * input after the kernel (copy_rows).
+ * The multi-label margin loss takes a warp per row.  A list of at most 32 classes is held
+ * in the lanes' registers: one sweep over the classes gives the loss, each unlisted class's
+ * gradient (against every listed class, through shuffles) and, by ballots, each listed
+ * class's count of active hinges.  A longer list marks its classes in a bit set of the
+ * workspace (a set per warp of the grid, reused row after row); a sweep over the classes
+ * gives the loss and the unlisted classes' gradient, a sweep per distinct listed class its
+ * gradient.  A listed class's gradient needs every unlisted input and an unlisted one's
+ * every listed input, so in place the gradient is written to the workspace first and
+ * copied over the input after the kernel (copy_rows).
  */
 #include <algorithm>
 
@@ -154,9 +156,18 @@ template <int W> __device__ __forceinline__ unsigned lanes_ballot(bool pred)
         return pred ? 1u : 0u;
 }
 
+/* Lane `src`'s value (W = 1: the lane's own). */
+template <int W, class V> __device__ __forceinline__ V shfl_lane(V v, int src)
+{
+    if constexpr (W > 1)
+        return __shfl_sync(0xffffffffu, v, src);
+    else
+        return v;
+}
+
 /* Multi-label margin loss of a row walked by a warp (W = 32); with `grad`, om·∂ℓ/∂x into
  * the gradient row (never the input: in place, the caller stages it).  listed: the warp's
- * bit set of ⌈C/32⌉ words.  An entry of the list outside [0, C) is reported, and the row
+ * bit set of ⌈C/32⌉ words (used by lists of more than W classes).  An entry of the list outside [0, C) is reported, and the row
  * then adds nothing and gets a zero gradient.  In double, as the CPU backend; the warp's
  * sums in a fixed butterfly order. */
 template <class T, int W>
@@ -168,28 +179,20 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
     const int64_t t0 = n * p.t_sn + s * p.t_ss, C = p.C, words = (C + 31) / 32;
     auto entry = [&](int64_t k) { return load_int_dyn(p.t, p.t_dtype, t0 + k * p.t_sc); };
     auto is_listed = [&](int64_t j) { return ((__ldcg(listed + (j >> 5)) >> (j & 31)) & 1u) != 0u; };
-    for (int64_t w = lane; w < words; w += W)
-        __stcg(listed + w, 0u);
-    __syncwarp();
-    /* the list's length L (its first negative entry, else C), its classes marked */
+    /* the list's length L (its first negative entry, else C) and its entries' check */
     int64_t L = C;
     bool bad = false;
     for (int64_t base = 0; base < C && L == C; base += W) {
         const int64_t k = base + lane, y = k < C ? entry(k) : 0;
         const unsigned ends = lanes_ballot<W>(k < C && y < 0);
         const int first = ends ? __ffs((int)ends) - 1 : W;
-        if (lane < first && k < C) {
-            if (y >= C) {
-                bad = true;
-                report_invalid_label(error_slot, y);
-            } else {
-                atomicOr(listed + (y >> 5), 1u << (y & 31));
-            }
+        if (lane < first && k < C && y >= C) {
+            bad = true;
+            report_invalid_label(error_slot, y);
         }
         if (ends)
             L = base + first;
     }
-    __syncwarp();
     if (lanes_ballot<W>(bad)) {
         if (grad)
             for (int64_t j = lane; j < C; j += W)
@@ -197,7 +200,59 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
         return 0.0;
     }
     const double scale = om / (double)C;
-    /* the loss and the unlisted classes' gradient: class j against every listed class */
+    if (L <= W) { /* the list in registers: lane k holds y_k and x_(y_k) */
+        const int64_t yk = lane < L ? entry(lane) : -1;
+        const double xk = lane < L ? (double)to_acc(x[yk * p.x_sc]) : 0.0;
+        int64_t active = 0; /* lane k < L: #{unlisted j : 1 − x_(y_k) + x_j > 0} */
+        double sum = 0.0;
+        for (int64_t j0 = 0; j0 < C; j0 += W) {
+            const int64_t j = j0 + lane;
+            bool mine = j < C; /* an unlisted class of this lane */
+            for (int kk = 0; kk < (int)L; ++kk) {
+                const int64_t y = shfl_lane<W>(yk, kk); /* every lane shuffles */
+                mine = mine && y != j;
+            }
+            const double xj = j < C ? (double)to_acc(x[j * p.x_sc]) : 0.0;
+            double count = 0.0;
+            for (int kk = 0; kk < (int)L; ++kk) {
+                const double z = 1.0 - shfl_lane<W>(xk, kk) + xj;
+                const bool on = mine && !(z <= 0.0); /* z > 0, or NaN: counted */
+                sum += on ? z : 0.0;
+                count += on ? 1.0 : 0.0;
+                if (grad) {
+                    const unsigned b = lanes_ballot<W>(on);
+                    active += lane == kk ? __popc(b) : 0;
+                }
+            }
+            if (grad && mine)
+                g[j * p.g_sc] = from_acc<T>((acc_t<T>)(count * scale));
+        }
+        if (W > 1)
+            for (int o = W / 2; o > 0; o /= 2)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (grad) { /* a class listed several times: its lanes' counts added, written by the first */
+            int64_t total = 0;
+            bool first = lane < L;
+            for (int kk = 0; kk < (int)L; ++kk) {
+                const int64_t ykk = shfl_lane<W>(yk, kk), akk = shfl_lane<W>(active, kk);
+                total += ykk == yk ? akk : 0;
+                first = first && !(ykk == yk && kk < lane);
+            }
+            if (first)
+                g[yk * p.g_sc] = from_acc<T>((acc_t<T>)(-(double)total * scale));
+        }
+        return sum / (double)C;
+    }
+    /* longer lists: the listed classes marked in the bit set, then the loss and the unlisted
+     * classes' gradient, class j against every listed class */
+    for (int64_t w = lane; w < words; w += W)
+        __stcg(listed + w, 0u);
+    __syncwarp();
+    for (int64_t k = lane; k < L; k += W) {
+        const int64_t y = entry(k);
+        atomicOr(listed + (y >> 5), 1u << (y & 31));
+    }
+    __syncwarp();
     double sum = 0.0;
     for (int64_t j = lane; j < C; j += W) {
         if (is_listed(j))

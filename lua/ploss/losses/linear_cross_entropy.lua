@@ -58,7 +58,7 @@ return {
     { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
       doc = "how weight lies: 'CxD' (V×H, one row per vocabulary entry) or 'DxC' (H×V)" },
     { "tile_rows", "int64", 0, min = 0,
-      doc = "rows of the logit tile computed at a time (0: as many as fit 512 MiB of logits)" },
+      doc = "rows of the logit tile computed at a time (0: chosen within 512 MiB of logits)" },
   },
   check = function(o)
     if o.policy == "focal" and o.label_smoothing ~= 0 then

@@ -26,10 +26,15 @@ Per sample with scores x, listed classes y_1 … y_L and T the set of them:
 ∂ℓ/∂x_j = (1/C)·#{k : 1 − x_{y_k} + x_j > 0} for an unlisted class j; for a listed class c,
 −(1/C)·Σ_{k : y_k = c} #{j ∉ T : 1 − x_c + x_j > 0} (0 where the hinge is exactly 0).]],
   notes = [[
-A class listed twice counts twice, as in PyTorch's kernels.  A NaN score makes the sample's
-loss NaN (PyTorch's comparison drops it), as the multi-class margin loss.  An entry of a
+A class listed twice counts twice, as in PyTorch's kernels.  A NaN hinge (a NaN score, or
++∞ − +∞) counts as active, as the multi-class margin loss's: the sample's loss is NaN and
+the gradient takes its ±1/C (PyTorch's comparison z > 0 drops it).  An entry of a
 list outside [0, C) is INVALID_LABEL (the CPU refuses the call before writing; on CUDA the
-row adds nothing and the error comes at synchronisation).  A single sample is a 1×C input
+row adds nothing and the error comes at synchronisation).  A row is read up to its first
+negative entry: any negative value ends the list, and what follows it is not checked
+(PyTorch refuses an entry below −1 or from C on anywhere in the target).  Torch7's
+MultiLabelMarginCriterion took 1-based classes ended by 0; here, as everywhere in ploss,
+classes are 0-based and a list ends at −1: convert a Torch7 target with `target - 1`.  A single sample is a 1×C input
 with a 1×C target.  CUDA computes the gradient of a listed class from every unlisted score
 and the other way round, so in place it writes the gradient to a workspace of the input's
 size first and copies it over the input.]],
