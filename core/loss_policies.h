@@ -47,7 +47,8 @@ typedef enum {
     PLOSS_POLICY_POISSON_NLL = 39, /* poisson_nll_loss (elementwise) */
     PLOSS_POLICY_MULTILABEL_SOFT_MARGIN = 40, /* multilabel_soft_margin_loss (rows) */
     PLOSS_POLICY_MULTILABEL_MARGIN = 41, /* multilabel_margin_loss (rows) */
-    PLOSS_POLICY_GAUSSIAN_NLL = 42, /* gaussian_nll_loss (pairs) */
+    PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE = 42, /* triplet_margin_with_distance (pairs) */
+    PLOSS_POLICY_GAUSSIAN_NLL = 43, /* gaussian_nll_loss (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -97,6 +98,7 @@ typedef enum {
         PLOSS_SHAPE_ELEMENTWISE, \
         PLOSS_SHAPE_ROWS, \
         PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_PAIRS, \
     }
 

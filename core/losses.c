@@ -3185,6 +3185,88 @@ ploss_status ploss_multilabel_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor
     return multilabel_margin_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
+/* ---- triplet_margin_with_distance -------------------------------------------------------- */
+
+void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_distance_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->distance = PLOSS_TRIPLET_DISTANCE_PAIRWISE;
+    o->margin = 1.0;
+    o->swap = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec triplet_margin_with_distance_spec = {
+    .name = "triplet_margin_with_distance",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 3,
+    .input_names = {"anchor", "positive", "negative"},
+    .grad_names = {"grad_anchor", "grad_positive", "grad_negative"},
+};
+
+static ploss_status triplet_margin_with_distance(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                                 const ploss_triplet_margin_with_distance_opts *user)
+{
+    ploss_clear_error();
+    ploss_triplet_margin_with_distance_opts o;
+    ploss_triplet_margin_with_distance_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin_with_distance");
+    if ((unsigned)o.distance >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.distance: %d is not one of pairwise (0), cosine (1)", (int)o.distance);
+    if (!(isfinite(o.margin) && o.margin > 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number > 0", PLOSS_SHOWN(o.margin));
+    if ((st = ploss_check_flag(o.swap, "opts.swap")))
+        return st;
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .distance = (int)o.distance,
+        .margin = o.margin,
+        .swap = o.swap,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &triplet_margin_with_distance_spec, a, &p);
+}
+
+ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss};
+    return triplet_margin_with_distance(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_with_distance_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .grad_loss = grad_loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin_with_distance(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_triplet_margin_with_distance_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, DLTensor *loss, DLTensor *grad_anchor,
+    DLTensor *grad_positive, DLTensor *grad_negative)
+{
+    const ploss_loss_args a = {.inputs[0] = anchor, .inputs[1] = positive, .inputs[2] = negative, .loss = loss, .grad_inputs[0] = grad_anchor, .grad_inputs[1] = grad_positive, .grad_inputs[2] = grad_negative};
+    return triplet_margin_with_distance(ctx, PLOSS_PASS_FUSED, &a, opts);
+}
+
 /* ---- gaussian_nll_loss ------------------------------------------------------------------- */
 
 void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *o)

@@ -3670,6 +3670,105 @@ ploss_status ploss_multilabel_margin_loss_fused(ploss_ctx_t *ctx, const DLTensor
     const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
 
+/* ---- Triplet margin loss with a distance ----------------------------------------------- */
+
+/** The distance of a triplet's pairs.
+ *   PAIRWISE         d(u, v) = ‖u − v + 1e-6‖₂, PyTorch's pairwise_distance (its
+ *                    default)
+ *   COSINE           d(u, v) = 1 − u·v / (max(‖u‖, 1e-8)·max(‖v‖, 1e-8)), 1 −
+ *                    PyTorch's cosine_similarity
+ */
+typedef enum ploss_triplet_distance {
+    PLOSS_TRIPLET_DISTANCE_PAIRWISE = 0,
+    PLOSS_TRIPLET_DISTANCE_COSINE = 1,
+    PLOSS_TRIPLET_DISTANCE_COUNT
+} ploss_triplet_distance;
+
+/** Options of triplet_margin_with_distance; fill with ploss_triplet_margin_with_distance_opts_init(). */
+typedef struct ploss_triplet_margin_with_distance_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the distance (see below); default PAIRWISE */
+    ploss_triplet_distance distance;
+    /* μ > 0, the margin of the hinge (PyTorch refuses μ <= 0); a finite number > 0; default
+       1.0 */
+    double margin;
+    /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
+    int swap;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
+    int inplace;
+} ploss_triplet_margin_with_distance_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_distance_opts *opts);
+
+/**
+ * Triplet margin loss with a distance, forward (PyTorch torch.nn.TripletMarginWithDistanceLoss
+ * / torch.nn.functional.triplet_margin_with_distance_loss).
+ * Per triplet i:
+ *
+ *     d_ap = d(a_i, p_i),   d_an = d(a_i, n_i)   (swap: d_an = min(d(a_i, n_i), d(p_i, n_i)))
+ *     ℓ_i = max(0, d_ap − d_an + μ)
+ *
+ * 'mean' divides by N. PyTorch takes any function of two batches as its distance; ploss names
+ * the two it is used with: pairwise_distance (p = 2, ε = 1e-6 added to every difference: the
+ * same numbers as TripletMarginLoss's defaults) and 1 − cosine_similarity.
+ *
+ * A NaN element, or infinite embeddings, give that row a NaN loss and NaN gradients in its
+ * three rows (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum), as
+ * TripletMarginLoss. No state is kept: backward recomputes the distances.
+ *
+ * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
+ *                 input of the same dtype and shape.
+ * in  positive    p, N×D embeddings of the anchors' class; N×D, f32/f16/bf16/f64, any
+ *                 strides; every embedding input of the same dtype and shape.
+ * in  negative    n, N×D embeddings of other classes; N×D, f32/f16/bf16/f64, any strides;
+ *                 every embedding input of the same dtype and shape.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
+ *                 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, DLTensor *loss);
+
+/**
+ * Triplet margin loss with a distance, backward. With c = [d_ap − d_an + μ ≥ 0] (the clamp
+ * passes at the kink, as PyTorch's clamp_min): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with
+ * swap the negative term goes to the smaller of d(a, n) and d(p, n), half to each at a tie).
+ * pairwise: as TripletMarginLoss. cosine, for a pair (u, v) with clamped norms c_u =
+ * max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) + cos·u/(c_u·‖u‖), as PyTorch's
+ * cosine_similarity backward computes it (the norm's own derivative taken unclamped, 0 for u =
+ * 0), so a vector shorter than 1e-8 gets PyTorch's finite gradient.
+ * in  anchor, positive, negative, opts   as given to _forward.
+ * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_positive ∂/∂positive: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * out grad_negative ∂/∂negative: the shape and dtype of its input, any non-overlapping
+ *                   strides; may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_triplet_margin_with_distance_backward(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_anchor, DLTensor *grad_positive, DLTensor *grad_negative);
+
+/** Triplet margin loss with a distance, forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_triplet_margin_with_distance_fused(ploss_ctx_t *ctx, const DLTensor *anchor,
+    const DLTensor *positive, const DLTensor *negative,
+    const ploss_triplet_margin_with_distance_opts *opts, DLTensor *loss, DLTensor *grad_anchor,
+    DLTensor *grad_positive, DLTensor *grad_negative);
+
 /* ---- Gaussian negative log-likelihood -------------------------------------------------- */
 
 /** Options of gaussian_nll_loss; fill with ploss_gaussian_nll_loss_opts_init(). */

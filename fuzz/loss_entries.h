@@ -710,6 +710,23 @@ static ploss_status fz_call_multilabel_margin_loss_fused(ploss_ctx_t *ctx, DLTen
     return ploss_multilabel_margin_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_triplet_margin_with_distance_opts(void *o) { ploss_triplet_margin_with_distance_opts_init(o); }
+
+static ploss_status fz_call_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_with_distance_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_triplet_margin_with_distance_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_with_distance_backward(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5], t[6]);
+}
+
+static ploss_status fz_call_triplet_margin_with_distance_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_triplet_margin_with_distance_fused(ctx, t[0], t[1], t[2], o, t[3], t[4], t[5], t[6]);
+}
+
 static void fz_init_ploss_gaussian_nll_loss_opts(void *o) { ploss_gaussian_nll_loss_opts_init(o); }
 
 static ploss_status fz_call_gaussian_nll_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
@@ -1232,6 +1249,18 @@ static ploss_status fz_call_gaussian_nll_loss_fused(ploss_ctx_t *ctx, DLTensor *
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "NCd|Nd", "i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_multilabel_margin_loss_opts), .opts_init = fz_init_ploss_multilabel_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_multilabel_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_multilabel_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_multilabel_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_with_distance_forward", .call = fz_call_triplet_margin_with_distance_forward, .nslots = 4, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_with_distance_opts), .opts_init = fz_init_ploss_triplet_margin_with_distance_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_with_distance_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_with_distance_opts, distance, FZ_ENUM, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_with_distance_backward", .call = fz_call_triplet_margin_with_distance_backward, .nslots = 7, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_with_distance_opts), .opts_init = fz_init_ploss_triplet_margin_with_distance_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_with_distance_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_with_distance_opts, distance, FZ_ENUM, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_triplet_margin_with_distance_fused", .call = fz_call_triplet_margin_with_distance_fused, .nslots = 7, \
+     .slots = {{"anchor", FZ_IN, "NC", "f"}, {"positive", FZ_IN, "NC", "f"}, {"negative", FZ_IN, "NC", "f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_anchor", FZ_OUT, "NC", "x"}, {"grad_positive", FZ_OUT, "NC", "x"}, {"grad_negative", FZ_OUT, "NC", "x"}}, \
+     .opts_size = sizeof(ploss_triplet_margin_with_distance_opts), .opts_init = fz_init_ploss_triplet_margin_with_distance_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_triplet_margin_with_distance_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_triplet_margin_with_distance_opts, distance, FZ_ENUM, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, swap, FZ_INT, 0, 1), FZ_FIELD(ploss_triplet_margin_with_distance_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_triplet_margin_with_distance_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_gaussian_nll_loss_forward", .call = fz_call_gaussian_nll_loss_forward, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "f"}, {"var", FZ_IN, "NCd|N|NC", "f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_gaussian_nll_loss_opts), .opts_init = fz_init_ploss_gaussian_nll_loss_opts, .opts_nullable = 1, .nfields = 5, \

@@ -1,4 +1,6 @@
--- Pairs losses on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU).
+-- Pairs losses on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a GPU):
+-- the triplet margin losses (TripletMarginLoss, TripletMarginWithDistanceLoss's two
+-- distances), batch-hard, InfoNCE.
 -- CUDA against the CPU backend on the same dtype-rounded inputs, f32/f16/bf16 (fp32
 -- accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64, every reduction,
 -- forward, backward (with a scalar or per-row upstream gradient) and fused, the fused pass
@@ -43,14 +45,15 @@ local function triplets(n, d, seed)
 end
 
 -- One comparison: fused, forward and backward on CPU and DEV, inputs rounded to dtype once.
-local function compare(a64, p64, n64, opts, dtype, what, layout)
+local function compare(a64, p64, n64, opts, dtype, what, layout, fname)
+  fname = fname or "triplet_margin"
   local cpu = { a64:type(dtype), p64:type(dtype), n64:type(dtype) }
   local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV), cpu[3]:to(DEV) }
   if layout then dev = layout(dev) end
   local T = TOL[dtype]
   what = what .. " " .. dtype .. " " .. label(opts)
-  local rc = { F.triplet_margin_fused(cpu[1], cpu[2], cpu[3], opts) }
-  local rg = { F.triplet_margin_fused(dev[1], dev[2], dev[3], opts) }
+  local rc = { F[fname .. "_fused"](cpu[1], cpu[2], cpu[3], opts) }
+  local rg = { F[fname .. "_fused"](dev[1], dev[2], dev[3], opts) }
   local none = opts.reduction == "none"
   close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss, 0, what .. " fused loss")
   for k = 2, 4 do
@@ -59,12 +62,43 @@ local function compare(a64, p64, n64, opts, dtype, what, layout)
     close(rg[k], rc[k], T.grad, T.floor, what .. " fused gradient " .. (k - 1))
   end
   -- forward and backward equal the fused pass on the device (same kernel arithmetic)
-  local lf = F.triplet_margin(dev[1], dev[2], dev[3], opts)
+  local lf = F[fname](dev[1], dev[2], dev[3], opts)
   H.assert_close(none and lf or { lf }, none and rg[1] or { rg[1] }, { rtol = 0, atol = 0, what = what .. " forward" })
   local up = none and ploss.ones({ a64:size(1) }, { dtype = dtype == "f64" and "f64" or "f32", device = DEV }) or nil
-  local gb = { F.triplet_margin_backward(dev[1], dev[2], dev[3], up, opts) }
+  local gb = { F[fname .. "_backward"](dev[1], dev[2], dev[3], up, opts) }
   for k = 1, 3 do H.assert_close(gb[k], rg[k + 1], { rtol = 0, atol = 0, what = what .. " backward " .. k }) end
 end
+
+describe("TripletMarginWithDistanceLoss on " .. DEV .. " against the CPU", function()
+  local SETS = { { distance = "cosine" }, { distance = "cosine", swap = true, margin = 0.3 }, { swap = true } }
+  for _, shape in ipairs { { 37, 7 }, { 19, 1000 } } do
+    it(string.format("N = %d, D = %d: cosine and pairwise, every dtype and reduction, a zero anchor", shape[1],
+      shape[2]), function()
+      local a, p, n = triplets(shape[1], shape[2], shape[1] + shape[2] + 5)
+      local av = a:totable()
+      for j = 1, shape[2] do av[3][j] = 0 end -- a zero anchor: PyTorch's finite cosine gradient
+      a = ploss.tensor(av, { dtype = "f64" })
+      for _, o in ipairs(SETS) do
+        for _, dtype in ipairs(DTYPES) do
+          for _, r in ipairs(REDUCTIONS) do
+            compare(a, p, n, with(o, { reduction = r }), dtype, string.format("%dx%d", shape[1], shape[2]), nil,
+              "triplet_margin_with_distance")
+          end
+        end
+      end
+    end)
+  end
+
+  it("N = 40000 (more rows than the grid has warps), a margin above every cosine gap: no kink", function()
+    local a, p, n = triplets(40000, 9, 40019)
+    for _, dtype in ipairs(DTYPES) do
+      for _, r in ipairs(REDUCTIONS) do
+        compare(a, p, n, { distance = "cosine", margin = 3, swap = true, reduction = r }, dtype, "40000x9", nil,
+          "triplet_margin_with_distance")
+      end
+    end
+  end)
+end)
 
 describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
   -- a few rows: the hinge's kink (fp32 against f64 sums) is too unlikely to be met

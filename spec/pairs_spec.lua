@@ -9,6 +9,9 @@
 --  * the soft margin's large gaps (finite where log(1 + exp(·)) overflows), identical
 --    embeddings (a zero gradient, not NaN), an empty batch, strided views, f32/f16/bf16;
 --  * bad input: a clear error naming the argument, nothing written.
+-- TripletMarginWithDistanceLoss: PyTorch's values (torch 2.15, float64) for the cosine
+-- distance, including its finite gradients at norms below 1e-8; the pairwise distance
+-- bitwise TripletMarginLoss's; central differences; dtypes, views, NaN rows; bad options.
 local H = require "spec.helpers"
 local ploss = H.ploss
 local F = ploss.F
@@ -534,6 +537,114 @@ local BH_OPTIONS = {
   { soft_margin = true },
   { soft_margin = true, distance = "cosine" },
 }
+
+describe("TripletMarginWithDistanceLoss", function()
+  -- rows: a generic triplet; a zero anchor; an anchor shorter than the cosine's 1e-8; a
+  -- positive equal to its anchor and a negative opposite to it (no active hinge)
+  local A = { { 1, 2, 3 }, { 0, 0, 0 }, { 1e-9, 0, 0 }, { 0.5, -1, 2 } }
+  local P = { { 2, 0, 1 }, { 1, 1, 1 }, { 1, 0, 0 }, { 0.5, -1, 2 } }
+  local N = { { -1, 0.5, 2 }, { 3, 0, -1 }, { 0, 1, 0 }, { -0.5, 1, -2 } }
+  local function t64(v) return ploss.tensor(v, { dtype = "f64" }) end
+
+  it("gives PyTorch's values for the cosine distance (1 − cosine_similarity), its finite gradients at tiny norms", function()
+    local a, p, n = t64(A), t64(P), t64(N)
+    -- torch 2.15, float64: F.triplet_margin_with_distance_loss(a, p, n, distance_function =
+    -- lambda u, v: 1 - F.cosine_similarity(u, v), …), the gradients of the sum of the losses
+    local l, ga, gp, gn = F.triplet_margin_with_distance_fused(a, p, n, { distance = "cosine", reduction = "sum" })
+    H.assert_close(F.triplet_margin_with_distance(a, p, n, { distance = "cosine", reduction = "none" }),
+      { 1.1022399075565683, 1.0, 0.8999999999999999, 0.0 }, { rtol = 1e-14, atol = 1e-15 })
+    H.assert_close(l, 1.1022399075565683 + 1.0 + 0.8999999999999999, { rtol = 1e-14 })
+    H.assert_close(ga, { { -0.3629909411105945, 0.04371548327247068, 0.09185332485521772 },
+      { 37133302.88608879, -57735026.91896258, -89357803.52064638 }, { -90000000.0, 100000000.0, 0.0 }, { 0, 0, 0 } },
+      { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(gp, { { 0.11952286093343936, -0.23904572186687872, -0.23904572186687875 }, { 0, 0, 0 }, { 0, 0, 0 },
+      { 0, 0, 0 } }, { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(gn, { { 0.24994793293705903, 0.16663195529137265, 0.08331597764568627 }, { 0, 0, 0 },
+      { 0.1, 0, 0 }, { 0, 0, 0 } }, { rtol = 1e-12, atol = 1e-15 })
+    -- swap (row 2 takes d(p, n)), margin 0.5, the criterion's 'none'
+    local crit = ploss.TripletMarginWithDistanceLoss { distance = "cosine", margin = 0.5, swap = true, reduction = "none" }
+    H.assert_close(crit:forward(a, p, n), { 0.6022399075565683, 0.8651483716701107, 0.3999999999999999, 0.0 },
+      { rtol = 1e-14, atol = 1e-15 })
+    local sa, sp, sn = crit:backward(a, p, n, t64({ 1, 1, 1, 1 }))
+    H.assert_close(sa, { { -0.3629909411105945, 0.04371548327247068, 0.09185332485521772 },
+      { -57735026.91896258, -57735026.91896258, -57735026.91896258 }, { -90000000.0, 50000000.0, 0.0 }, { 0, 0, 0 } },
+      { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(sp, { { 0.11952286093343936, -0.23904572186687872, -0.23904572186687875 },
+      { 0.42600643361512913, -0.12171612389003693, -0.3042903097250923 }, { 0, 0.5, 0 }, { 0, 0, 0 } },
+      { rtol = 1e-12, atol = 1e-15 })
+    H.assert_close(sn, { { 0.24994793293705903, 0.16663195529137265, 0.08331597764568627 },
+      { 0.07302967433402215, 0.18257418583505539, 0.21908902300206645 }, { 0.55, 0, 0 }, { 0, 0, 0 } },
+      { rtol = 1e-12, atol = 1e-15 })
+    -- 'mean' (PyTorch's default)
+    H.assert_close(F.triplet_margin_with_distance(a, p, n, { distance = "cosine" }), 0.7505599768891421, { rtol = 1e-14 })
+  end)
+
+  it("is TripletMarginLoss with p = 2 and eps = 1e-6 for its default distance", function()
+    local a, p, n = triplet_inputs(40, 9, "f64", 91)
+    for _, o in ipairs { {}, { swap = true, margin = 0.3 }, { reduction = "none" } } do
+      local r1 = { F.triplet_margin_with_distance_fused(a, p, n, o) }
+      local r2 = { F.triplet_margin_fused(a, p, n, with(o, { p = 2, eps = 1e-6 })) }
+      for k = 1, 4 do H.assert_equal(r1[k], r2[k], { what = label(o) .. " output " .. k }) end
+    end
+    -- torch 2.15 for the fixed rows, swap: row 3's anchor and positive 1 apart
+    H.assert_close(F.triplet_margin_with_distance(t64(A), t64(P), t64(N), { swap = true, reduction = "none" }),
+      { 1.3074169251749992, 0.0, 0.9999999989999989, 0.0 }, { rtol = 1e-13 })
+  end)
+
+  it("has the gradient of central differences in f64 for each input (cosine)", function()
+    local a, p, n = triplet_inputs(6, 5, "f64", 57)
+    for _, o in ipairs { { distance = "cosine" }, { distance = "cosine", swap = true, margin = 0.2 },
+      { distance = "cosine", reduction = "sum", margin = 1.5 } } do
+      local grads = { F.triplet_margin_with_distance_fused(a, p, n, o) }
+      local inputs = { a, p, n }
+      for k = 1, 3 do
+        H.gradcheck(function() return F.triplet_margin_with_distance(inputs[1], inputs[2], inputs[3], o) end,
+          inputs[k], grads[k + 1], { rtol = 1e-6, atol = 1e-8, what = label(o) .. " input " .. k })
+      end
+    end
+  end)
+
+  it("computes f32, f16 and bf16 in fp32 against f64, strided views as their copies, NaN rows", function()
+    local a, p, n = triplet_inputs(33, 17, "f64", 79)
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local ad, pd, nd = a:type(dtype), p:type(dtype), n:type(dtype)
+      local o = { distance = "cosine", swap = true }
+      local ref = { F.triplet_margin_with_distance_fused(ad:double(), pd:double(), nd:double(), o) }
+      local got = { F.triplet_margin_with_distance_fused(ad, pd, nd, o) }
+      local t = H.tol[dtype]
+      H.assert_close(got[1], ref[1], { rtol = 1e-6, what = dtype .. " loss" })
+      for k = 2, 4 do
+        assert.are.equal(dtype, got[k]:dtype())
+        H.assert_close(got[k]:double(), ref[k], { rtol = t.rtol, atol = t.atol, what = dtype })
+      end
+    end
+    local at = a:t():contiguous():t()
+    local r1 = { F.triplet_margin_with_distance_fused(at, p, n, { distance = "cosine" }) }
+    local r2 = { F.triplet_margin_with_distance_fused(a, p, n, { distance = "cosine" }) }
+    for k = 1, 4 do H.assert_equal(r1[k], r2[k]) end
+    -- a NaN element: that row's loss and its three gradient rows NaN, the others kept
+    local av = a:totable()
+    av[2][3] = 0 / 0
+    local l, g1, g2, g3 = F.triplet_margin_with_distance_fused(t64(av), p, n, { distance = "cosine", reduction = "none" })
+    local lv = l:totable()
+    assert.is_true(lv[2] ~= lv[2])
+    H.assert_equal(lv[1], F.triplet_margin_with_distance(a, p, n, { distance = "cosine", reduction = "none" }):totable()[1])
+    for _, g in ipairs { g1, g2, g3 } do
+      local v = g:totable()[2][1]
+      assert.is_true(v ~= v)
+    end
+  end)
+
+  it("refuses a margin <= 0 and an unknown distance, writing nothing", function()
+    local a, p, n = triplet_inputs(3, 4, "f64", 1)
+    local out = ploss.empty({}, { dtype = "f64" })
+    H.expect_error(function() F.triplet_margin_with_distance(a, p, n, { margin = 0, out = out }) end,
+      { "opts.margin", "PLOSS_ERR_INVALID_ARGUMENT" }, out)
+    H.expect_error(function() F.triplet_margin_with_distance(a, p, n, { distance = "euclidean", out = out }) end,
+      { "opts.distance", "euclidean" }, out)
+    H.expect_error(function() ploss.TripletMarginWithDistanceLoss { soft_margin = true } end, "soft_margin")
+  end)
+end)
 
 describe("BatchHardTripletLoss", function()
   it("gives the values derived by hand", function()

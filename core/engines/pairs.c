@@ -268,10 +268,14 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         }                                                                             \
     } while (0)
 
-static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c, const ploss_loss_params *o)
+static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const pairs_call *c,
+                                const ploss_loss_params *o)
 {
+    /* TripletMarginWithDistanceLoss: its pairwise distance is TripletMarginLoss's with p = 2
+     * and eps = 1e-6, no soft margin (its margin checked > 0 by its entry point) */
+    const int named = spec->policy == PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE;
     /* PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none */
-    if (!o->soft_margin && !(o->margin > 0.0))
+    if (!named && !o->soft_margin && !(o->margin > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)", PLOSS_SHOWN(o->margin));
     ploss_triplet_problem p;
@@ -283,10 +287,11 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const pairs_c
             p.grad[k] = (ploss_pair_grad){c->g[k].data, c->g[k].strides[0], c->g[k].strides[1]};
     }
     p.margin = o->margin;
-    p.p = o->p_norm;
-    p.eps = o->eps;
-    p.soft_margin = o->soft_margin;
+    p.p = named ? 2.0 : o->p_norm;
+    p.eps = named ? 1e-6 : o->eps;
+    p.soft_margin = named ? 0 : o->soft_margin;
     p.swap = o->swap;
+    p.cosine = named && o->distance == PLOSS_TRIPLET_DISTANCE_COSINE;
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_TRIPLET, "anchor", &p);
 }
 
@@ -524,7 +529,8 @@ static ploss_status run_cosine_embedding(ploss_ctx_t *ctx, ploss_pass pass, cons
 int ploss_pairs_computes(ploss_policy policy)
 {
     switch (policy) {
-    case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
+    case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE:
+    case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
     case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING: case PLOSS_POLICY_GAUSSIAN_NLL:
         return 1;
     default: return 0;
@@ -549,7 +555,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     if (st)
         return st;
     switch (spec->policy) {
-    case PLOSS_POLICY_TRIPLET_MARGIN: return run_triplet(ctx, pass, &c, o);
+    case PLOSS_POLICY_TRIPLET_MARGIN:
+    case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE: return run_triplet(ctx, pass, spec, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
     case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
     case PLOSS_POLICY_COSINE_EMBEDDING: return run_cosine_embedding(ctx, pass, &c, o);

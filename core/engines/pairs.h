@@ -4,7 +4,7 @@
  * that compare rows with rows.  Internal.
  *
  * Triplet margin loss (given triplets): per row i of anchor a, positive p, negative n,
- *   d(u, v) = ‖u − v + ε‖_p,  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
+ *   d(u, v) = ‖u − v + ε‖_p (or, cosine, 1 − u·v / (max(‖u‖, 1e-8)·max(‖v‖, 1e-8))),  d_ap = d(a_i, p_i),  d_an = d(a_i, n_i) (swap: the smaller of
  *   d(a_i, n_i) and d(p_i, n_i), whose pair then takes the negative term, half each at a tie),
  *   ℓ_i = max(0, d_ap − d_an + μ)  or (soft margin)  softplus(d_ap − d_an).
  *
@@ -65,6 +65,7 @@ typedef struct ploss_triplet_problem {
     ploss_pair_operand x[3];      /* anchor, positive, negative                             */
     double margin, p, eps;
     int soft_margin, swap;
+    int cosine;                   /* 1: the cosine distance (p, eps, soft_margin unread)    */
     double scale;                 /* fused: the gradient's multiplier                       */
     /* loss: N values (NONE, stride l_sn) or one; f32 or f64 */
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
@@ -287,39 +288,57 @@ PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margi
  *   ∂ℓ/∂a += k_ap·g_ap,  ∂ℓ/∂p −= k_ap·g_ap
  *   ∂ℓ/∂a += k_an·g_an,  ∂ℓ/∂n −= k_an·g_an
  *   ∂ℓ/∂p += k_pn·g_pn,  ∂ℓ/∂n −= k_pn·g_pn   (swap only)
- * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg.  With swap the
- * negative term goes as torch.minimum's backward sends it: all to the smaller of d_an and
- * d_pn, half to each at a tie, all to both when either is NaN. */
+ * k = ±c / d^(p−1) (0 at d = 0, NaN at a NaN d): c = ∂ℓ/∂d_ap = −∂ℓ/∂d_neg (before that
+ * division, from ploss_triplet_split: k = ∂ℓ/∂d of each pair).  With swap the negative term
+ * goes as torch.minimum's backward sends it: all to the smaller of d_an and d_pn, half to
+ * each at a tie, all to both when either is NaN. */
 typedef struct {
     double loss, k_ap, k_an, k_pn;
 } ploss_triplet_row;
+
+/* The row from its three distances (d_pn read only with swap): the loss and k = ∂ℓ/∂d of
+ * each pair, the negative term −c where torch.minimum's backward sends it. */
+PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_split(double d_ap, double d_an, double d_pn, double margin,
+                                                     int soft_margin, int swap)
+{
+    ploss_triplet_row r;
+    if (!swap)
+        d_pn = d_an;
+    /* torch.minimum: a NaN either side is the result */
+    const double d_neg = d_pn < d_an || d_pn != d_pn ? d_pn : d_an;
+    double c;
+    r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
+    r.k_ap = c;
+    r.k_an = r.k_pn = 0.0;
+    if (!swap || d_an < d_pn)
+        r.k_an = -c;
+    else if (d_pn < d_an)
+        r.k_pn = -c;
+    else if (d_an == d_pn) /* a tie: half each */
+        r.k_an = r.k_pn = -0.5 * c;
+    else /* a NaN: both */
+        r.k_an = r.k_pn = -c;
+    return r;
+}
+
+/* ∂d/∂z = g / d^(p−1) for k = ∂ℓ/∂d: k / d^(p−1), 0 where k or d is 0 (a zero distance has a
+ * zero gradient), NaN at a NaN d. */
+PLOSS_PAIRS_FN double ploss_pnorm_factor(double k, double d, double p)
+{
+    const double den = p == 2.0 ? d : p == 1.0 ? 1.0 : pow(d, p - 1.0);
+    return k != 0.0 && d != 0.0 ? k / den : 0.0;
+}
 
 /* The row from the sums Σ|z|^p of its pairs (s_pn read only with swap). */
 PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, double s_pn, double p, double margin,
                                                       int soft_margin, int swap)
 {
-    ploss_triplet_row r;
     const double d_ap = ploss_pnorm_root(s_ap, p), d_an = ploss_pnorm_root(s_an, p);
     const double d_pn = swap ? ploss_pnorm_root(s_pn, p) : d_an;
-    /* torch.minimum: a NaN either side is the result */
-    const double d_neg = d_pn < d_an || d_pn != d_pn ? d_pn : d_an;
-    double c;
-    r.loss = ploss_triplet_hinge(d_ap, d_neg, margin, soft_margin, &c);
-    /* ∂d/∂z = g / d^(p−1); a zero distance has a zero gradient, a NaN one a NaN gradient */
-    const double pm1 = p - 1.0;
-    const double den_ap = p == 2.0 ? d_ap : p == 1.0 ? 1.0 : pow(d_ap, pm1);
-    const double den_neg = p == 2.0 ? d_neg : p == 1.0 ? 1.0 : pow(d_neg, pm1);
-    r.k_ap = c != 0.0 && d_ap != 0.0 ? c / den_ap : 0.0;
-    const double k = c != 0.0 && d_neg != 0.0 ? -c / den_neg : 0.0;
-    r.k_an = r.k_pn = 0.0;
-    if (!swap || d_an < d_pn)
-        r.k_an = k;
-    else if (d_pn < d_an)
-        r.k_pn = k;
-    else if (d_an == d_pn) /* a tie: half each */
-        r.k_an = r.k_pn = 0.5 * k;
-    else /* a NaN: both */
-        r.k_an = r.k_pn = k;
+    ploss_triplet_row r = ploss_triplet_split(d_ap, d_an, d_pn, margin, soft_margin, swap);
+    r.k_ap = ploss_pnorm_factor(r.k_ap, d_ap, p);
+    r.k_an = ploss_pnorm_factor(r.k_an, d_an, p);
+    r.k_pn = ploss_pnorm_factor(r.k_pn, d_pn, p);
     return r;
 }
 
@@ -328,6 +347,49 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_finish(double s_ap, double s_an, 
 
 /* max(r, PLOSS_COSINE_EPS) that keeps a NaN r (fmax would return the eps). */
 PLOSS_PAIRS_FN double ploss_cosine_norm(double r) { return r < PLOSS_COSINE_EPS ? PLOSS_COSINE_EPS : r; }
+
+/* A triplet row with the cosine distance d(u, v) = 1 − u·v / (max(‖u‖, ε)·max(‖v‖, ε)):
+ * the loss and the gradient as  ∂ℓ/∂a = self[0]·a + cross_ap·p + cross_an·n,
+ * ∂ℓ/∂p = self[1]·p + cross_ap·a + cross_pn·n,  ∂ℓ/∂n = self[2]·n + cross_an·a + cross_pn·p.
+ * For a pair with k = ∂ℓ/∂d and clamped norms c_u, c_v: ∂d/∂u = −v/(c_u·c_v) + cos·u/(c_u·‖u‖),
+ * PyTorch's cosine_similarity backward (the norm's own derivative u/‖u‖ unclamped, 0 at
+ * u = 0).  sq: the squared norms of a, p, n; ap, an, pn: the products (pn read only with
+ * swap). */
+typedef struct {
+    double loss, self[3], cross_ap, cross_an, cross_pn;
+} ploss_triplet_cosine_row;
+
+PLOSS_PAIRS_FN ploss_triplet_cosine_row ploss_triplet_cosine_finish(const double sq[3], double ap, double an, double pn,
+                                                                    double margin, int swap)
+{
+    double nrm[3], cl[3];
+    for (int k = 0; k < 3; ++k) {
+        nrm[k] = sqrt(sq[k]);
+        cl[k] = ploss_cosine_norm(nrm[k]);
+    }
+    const double cos_ap = ap / (cl[0] * cl[1]), cos_an = an / (cl[0] * cl[2]);
+    const double cos_pn = swap ? pn / (cl[1] * cl[2]) : cos_an;
+    const ploss_triplet_row h = ploss_triplet_split(1.0 - cos_ap, 1.0 - cos_an, 1.0 - cos_pn, margin, 0, swap);
+    ploss_triplet_cosine_row r;
+    r.loss = h.loss;
+    r.self[0] = r.self[1] = r.self[2] = 0.0;
+    const int pair_u[3] = {0, 0, 1}, pair_v[3] = {1, 2, 2};
+    const double ks[3] = {h.k_ap, h.k_an, h.k_pn}, cs[3] = {cos_ap, cos_an, cos_pn};
+    double cross[3];
+    for (int q = 0; q < 3; ++q) {
+        const int u = pair_u[q], v = pair_v[q];
+        const double k = ks[q];
+        cross[q] = k != 0.0 ? -k / (cl[u] * cl[v]) : 0.0;
+        if (k != 0.0 && nrm[u] != 0.0)
+            r.self[u] += k * cs[q] / (cl[u] * nrm[u]);
+        if (k != 0.0 && nrm[v] != 0.0)
+            r.self[v] += k * cs[q] / (cl[v] * nrm[v]);
+    }
+    r.cross_ap = cross[0];
+    r.cross_an = cross[1];
+    r.cross_pn = cross[2];
+    return r;
+}
 
 /* A distance of the distance matrix from the product x_i·x_j and the squared norms (the
  * mining values: squared and Euclidean clamp the cancellation's negative values at 0, a NaN

@@ -4,7 +4,9 @@
  * One warp per triplet row (grid-stride over rows): the lanes walk D once for the three sums
  * Σ|z|^p in fp32 (f64 for f64 input), a warp reduction gives every lane the sums, the row is
  * finished in double by the maths the CPU backend uses (ploss_triplet_finish), and the lanes
- * walk D again writing the three gradient rows (their inputs are then in L1/L2).  Reduced
+ * walk D again writing the three gradient rows (their inputs are then in L1/L2).  The cosine
+ * distance takes the three squared norms and the products instead of the sums Σ|z|^p
+ * (ploss_triplet_cosine_finish).  Reduced
  * losses: each warp adds its rows' losses in double, the warps of a block are added in warp
  * order into one partial per block, and one block adds the partials in a fixed order.  The
  * grid depends on N only: deterministic, no atomics.
@@ -50,6 +52,46 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
     double acc = 0.0;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
         const T *ra = xa + i * p.x[0].sn, *rp = xp + i * p.x[1].sn, *rn = xn + i * p.x[2].sn;
+        if (p.cosine) {
+            A s[6] = {0, 0, 0, 0, 0, 0}; /* ‖a‖², ‖p‖², ‖n‖², a·p, a·n, p·n */
+            for (int64_t j = lane; j < p.D; j += 32) {
+                const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
+                s[0] += a * a;
+                s[1] += b * b;
+                s[2] += n * n;
+                s[3] += a * b;
+                s[4] += a * n;
+                s[5] += b * n;
+            }
+            for (int k = 0; k < 6; ++k)
+                s[k] = warp_all_reduce<32>(s[k], SumOp());
+            const double sq[3] = {(double)s[0], (double)s[1], (double)s[2]};
+            const ploss_triplet_cosine_row r =
+                ploss_triplet_cosine_finish(sq, (double)s[3], (double)s[4], (double)s[5], p.margin, p.swap);
+            if (want_loss) {
+                if (none) {
+                    if (lane == 0)
+                        store_dyn(p.loss, p.loss_dtype, i * p.l_sn, r.loss);
+                } else {
+                    acc += r.loss;
+                }
+            }
+            if (!want_grad)
+                continue;
+            const double w =
+                p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : omega;
+            const A sa = (A)(w * r.self[0]), sp = (A)(w * r.self[1]), sn = (A)(w * r.self[2]);
+            const A c_ap = (A)(w * r.cross_ap), c_an = (A)(w * r.cross_an), c_pn = (A)(w * r.cross_pn);
+            T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
+              *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
+            for (int64_t j = lane; j < p.D; j += 32) {
+                const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
+                ga[j * p.grad[0].sd] = from_acc<T>(sa * a + c_ap * b + c_an * n);
+                gp[j * p.grad[1].sd] = from_acc<T>(sp * b + c_ap * a + c_pn * n);
+                gn[j * p.grad[2].sd] = from_acc<T>(sn * n + c_an * a + c_pn * b);
+            }
+            continue;
+        }
         A s_ap = 0, s_an = 0, s_pn = 0;
         for (int64_t j = lane; j < p.D; j += 32) {
             const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);

@@ -1,8 +1,9 @@
 /*
  * triplet.c — CPU backend of the triplet margin loss (core/engines/pairs.h): one pass per row
  * in double, whatever the dtype — the three rows are read once into row buffers, the sums
- * Σ|z|^p of the pairs taken, the row finished (ploss_triplet_finish), and the gradients of the
- * three rows written from the same buffers.  Rows are taken in fixed chunks whose loss
+ * Σ|z|^p of the pairs taken (cosine: the squared norms and the products), the row finished
+ * (ploss_triplet_finish, ploss_triplet_cosine_finish), and the gradients of the three rows
+ * written from the same buffers.  Rows are taken in fixed chunks whose loss
  * partials are added in chunk order, so the result does not depend on the thread count.
  */
 #include <omp.h>
@@ -35,6 +36,31 @@ static void pair_grad(double *g, double *h, const double *u, const double *v, in
     }
 }
 
+static double dot(const double *u, const double *v, int64_t D)
+{
+    double s = 0.0;
+    for (int64_t j = 0; j < D; ++j)
+        s += u[j] * v[j];
+    return s;
+}
+
+/* The cosine distance's row: its loss, and (g non-NULL) the three gradient rows scaled by w. */
+static double cosine_row(const ploss_triplet_problem *p, double *const x[3], double *const g[3], double w)
+{
+    const int64_t D = p->D;
+    const double sq[3] = {dot(x[0], x[0], D), dot(x[1], x[1], D), dot(x[2], x[2], D)};
+    const ploss_triplet_cosine_row r = ploss_triplet_cosine_finish(
+        sq, dot(x[0], x[1], D), dot(x[0], x[2], D), p->swap ? dot(x[1], x[2], D) : 0.0, p->margin, p->swap);
+    if (g[0])
+        for (int64_t j = 0; j < D; ++j) {
+            const double a = x[0][j], b = x[1][j], n = x[2][j];
+            g[0][j] = w * (r.self[0] * a + r.cross_ap * b + r.cross_an * n);
+            g[1][j] = w * (r.self[1] * b + r.cross_ap * a + r.cross_pn * n);
+            g[2][j] = w * (r.self[2] * n + r.cross_an * a + r.cross_pn * b);
+        }
+    return r.loss;
+}
+
 ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
 {
     (void)ctx;
@@ -49,8 +75,11 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
      * read and no gradient element to write (N may be far beyond what a loop should walk) */
     if (D == 0 && N > 0 && !(want_loss && none)) {
         if (want_loss) {
-            const ploss_triplet_row r = ploss_triplet_finish(0.0, 0.0, 0.0, p->p, p->margin, p->soft_margin, p->swap);
-            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_SUM ? r.loss * (double)N : r.loss);
+            const double zero[3] = {0.0, 0.0, 0.0};
+            const double loss = p->cosine ? ploss_triplet_cosine_finish(zero, 0.0, 0.0, 0.0, p->margin, p->swap).loss
+                                          : ploss_triplet_finish(0.0, 0.0, 0.0, p->p, p->margin, p->soft_margin,
+                                                                 p->swap).loss;
+            ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_SUM ? loss * (double)N : loss);
         }
         return PLOSS_OK;
     }
@@ -78,6 +107,21 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
             for (int64_t i = begin; i < end; ++i) {
                 for (int k = 0; k < 3; ++k)
                     ploss_cpu_load_f64(x[k], p->x[k].data, p->dtype, i * p->x[k].sn, p->x[k].sd, D);
+                if (p->cosine) {
+                    const double w = !want_grad ? 0.0
+                                     : per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
+                    const double loss = cosine_row(p, x, g, w);
+                    if (want_loss) {
+                        if (none)
+                            ploss_store(p->loss, p->loss_dtype, i * p->l_sn, loss);
+                        else
+                            acc += loss;
+                    }
+                    if (want_grad)
+                        for (int k = 0; k < 3; ++k)
+                            ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
+                    continue;
+                }
                 const double s_ap = pair_sum(x[0], x[1], D, p->eps, p->p);
                 const double s_an = pair_sum(x[0], x[2], D, p->eps, p->p);
                 const double s_pn = p->swap ? pair_sum(x[1], x[2], D, p->eps, p->p) : 0.0;

@@ -44,5 +44,6 @@ return {
   "poisson_nll_loss",
   "multilabel_soft_margin_loss",
   "multilabel_margin_loss",
+  "triplet_margin_with_distance",
   "gaussian_nll_loss",
 }
