@@ -52,6 +52,8 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
     double acc = 0.0;
     for (int64_t i = warp_row(); i < p.N; i += warp_rows_stride()) {
         const T *ra = xa + i * p.x[0].sn, *rp = xp + i * p.x[1].sn, *rn = xn + i * p.x[2].sn;
+        ploss_triplet_row r{};
+        ploss_triplet_cosine_row rc{};
         if (p.cosine) {
             A s[6] = {0, 0, 0, 0, 0, 0}; /* ‖a‖², ‖p‖², ‖n‖², a·p, a·n, p·n */
             for (int64_t j = lane; j < p.D; j += 32) {
@@ -66,46 +68,23 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
             for (int k = 0; k < 6; ++k)
                 s[k] = warp_all_reduce<32>(s[k], SumOp());
             const double sq[3] = {(double)s[0], (double)s[1], (double)s[2]};
-            const ploss_triplet_cosine_row r =
-                ploss_triplet_cosine_finish(sq, (double)s[3], (double)s[4], (double)s[5], p.margin, p.swap);
-            if (want_loss) {
-                if (none) {
-                    if (lane == 0)
-                        store_dyn(p.loss, p.loss_dtype, i * p.l_sn, r.loss);
-                } else {
-                    acc += r.loss;
-                }
-            }
-            if (!want_grad)
-                continue;
-            const double w =
-                p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : omega;
-            const A sa = (A)(w * r.self[0]), sp = (A)(w * r.self[1]), sn = (A)(w * r.self[2]);
-            const A c_ap = (A)(w * r.cross_ap), c_an = (A)(w * r.cross_an), c_pn = (A)(w * r.cross_pn);
-            T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
-              *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
+            rc = ploss_triplet_cosine_finish(sq, (double)s[3], (double)s[4], (double)s[5], p.margin, p.swap);
+            r.loss = rc.loss;
+        } else {
+            A s_ap = 0, s_an = 0, s_pn = 0;
             for (int64_t j = lane; j < p.D; j += 32) {
                 const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
-                ga[j * p.grad[0].sd] = from_acc<T>(sa * a + c_ap * b + c_an * n);
-                gp[j * p.grad[1].sd] = from_acc<T>(sp * b + c_ap * a + c_pn * n);
-                gn[j * p.grad[2].sd] = from_acc<T>(sn * n + c_an * a + c_pn * b);
+                s_ap += term(a - b + eps, pn);
+                s_an += term(a - n + eps, pn);
+                if (p.swap)
+                    s_pn += term(b - n + eps, pn);
             }
-            continue;
-        }
-        A s_ap = 0, s_an = 0, s_pn = 0;
-        for (int64_t j = lane; j < p.D; j += 32) {
-            const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
-            s_ap += term(a - b + eps, pn);
-            s_an += term(a - n + eps, pn);
+            s_ap = warp_all_reduce<32>(s_ap, SumOp());
+            s_an = warp_all_reduce<32>(s_an, SumOp());
             if (p.swap)
-                s_pn += term(b - n + eps, pn);
+                s_pn = warp_all_reduce<32>(s_pn, SumOp());
+            r = ploss_triplet_finish((double)s_ap, (double)s_an, (double)s_pn, p.p, p.margin, p.soft_margin, p.swap);
         }
-        s_ap = warp_all_reduce<32>(s_ap, SumOp());
-        s_an = warp_all_reduce<32>(s_an, SumOp());
-        if (p.swap)
-            s_pn = warp_all_reduce<32>(s_pn, SumOp());
-        const ploss_triplet_row r =
-            ploss_triplet_finish((double)s_ap, (double)s_an, (double)s_pn, p.p, p.margin, p.soft_margin, p.swap);
         if (want_loss) {
             if (none) {
                 if (lane == 0)
@@ -117,9 +96,20 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
         if (!want_grad)
             continue;
         const double w = p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, i * p.gl_sn) : omega;
-        const A k_ap = (A)(w * r.k_ap), k_an = (A)(w * r.k_an), k_pn = (A)(w * r.k_pn);
         T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
           *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
+        if (p.cosine) {
+            const A sa = (A)(w * rc.self[0]), sp = (A)(w * rc.self[1]), sn = (A)(w * rc.self[2]);
+            const A c_ap = (A)(w * rc.cross_ap), c_an = (A)(w * rc.cross_an), c_pn = (A)(w * rc.cross_pn);
+            for (int64_t j = lane; j < p.D; j += 32) {
+                const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
+                ga[j * p.grad[0].sd] = from_acc<T>(sa * a + c_ap * b + c_an * n);
+                gp[j * p.grad[1].sd] = from_acc<T>(sp * b + c_ap * a + c_pn * n);
+                gn[j * p.grad[2].sd] = from_acc<T>(sn * n + c_an * a + c_pn * b);
+            }
+            continue;
+        }
+        const A k_ap = (A)(w * r.k_ap), k_an = (A)(w * r.k_an), k_pn = (A)(w * r.k_pn);
         for (int64_t j = lane; j < p.D; j += 32) {
             const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
             const A t_ap = k_ap == A(0) ? A(0) : k_ap * dir(a - b + eps, pn);
