@@ -35,6 +35,18 @@ local function inputs_for(d, seed, dtype)
 end
 
 describe("criteria built from the descriptions", function()
+  it("answer to their other names (Torch7's) as the same class", function()
+    local n = 0
+    for _, d in ipairs(D.all()) do
+      for _, alias in ipairs(d.criterion_aliases) do
+        assert.are.equal(ploss[d.criterion], ploss[alias], alias)
+        n = n + 1
+      end
+    end
+    assert.is_true(ploss.CrossEntropyCriterion == ploss.CrossEntropyLoss and ploss.SpatialClassNLLCriterion == ploss.NLLLoss)
+    assert.is_true(n >= 16, "aliases: " .. n)
+  end)
+
   -- losses of several embedding inputs have their own call convention: spec/pairs_spec.lua
   for _, d in ipairs(H.one_input_losses()) do
     local cls = ploss[d.criterion]

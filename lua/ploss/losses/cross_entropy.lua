@@ -2,6 +2,7 @@
 return {
   name = "cross_entropy",
   criterion = "CrossEntropyLoss",
+  criterion_aliases = { "CrossEntropyCriterion" },
   title = "Softmax cross-entropy with label smoothing",
   source = "PyTorch torch.nn.functional.cross_entropy; label smoothing after Szegedy et al., " ..
     "\"Rethinking the Inception Architecture for Computer Vision\", CVPR 2016, and pytorch-loss " ..

@@ -2,7 +2,7 @@
 return {
   name = "nll_loss",
   criterion = "NLLLoss",
-  criterion_aliases = { "ClassNLLCriterion" },
+  criterion_aliases = { "ClassNLLCriterion", "SpatialClassNLLCriterion" },
   title = "Negative log-likelihood",
   source = "PyTorch torch.nn.NLLLoss / torch.nn.functional.nll_loss; Torch7 nn.ClassNLLCriterion",
   shape = "rows",
