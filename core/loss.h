@@ -123,7 +123,7 @@ typedef struct ploss_loss_params {
     int soft_margin;          /* 1: softplus(·) in place of the hinge max(0, · + margin) */
     double p_norm;            /* the p of the p-norm distance                              */
     int swap;                 /* distance swap (Balntas et al.)                             */
-    int distance;             /* ploss_pair_distance                                        */
+    int distance;             /* ploss_pair_distance, or ploss_triplet_distance             */
     double temperature;
     int symmetric;
     int normalize;

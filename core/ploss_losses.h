@@ -2764,10 +2764,11 @@ ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor 
     DLTensor *loss);
 
 /**
- * Margin ranking loss, backward. With c = [u >= 0] (PyTorch's clamp_min passes the gradient at
- * the kink u = 0; 0 where u is NaN): ∂ℓ/∂x1 = −y·c, ∂ℓ/∂x2 = y·c, each times
- * the upstream gradient (whose value is not read where c = 0, as autograd's where). A NaN y
- * gives NaN gradients; a NaN x1 or x2 with a finite y gives zeros.
+ * Margin ranking loss, backward. With c = [u >= 0] (the gradient passes at the kink u = 0,
+ * where PyTorch 2.15's clamp_min gives 0; 0 where u is NaN): ∂ℓ/∂x1 = −y·c,
+ * ∂ℓ/∂x2 = y·c, each times the upstream gradient (whose value is not read where c = 0,
+ * as autograd's where). A NaN y gives NaN gradients; a NaN x1 or x2 with a finite y gives
+ * zeros.
  * in  input1, input2, target, opts   as given to _forward.
  * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input1 ∂/∂input1: the shape and dtype of its input, any non-overlapping strides;
@@ -2847,10 +2848,11 @@ ploss_status ploss_cosine_embedding_loss_forward(ploss_ctx_t *ctx, const DLTenso
 
 /**
  * Cosine embedding loss, backward. With A = Σx1² + ε, B = Σx2² + ε, d = sqrt(A·B) and g
- * = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0] for y = −1, PyTorch's clamp_min passing
- * the gradient at the kink; 0 otherwise), times the upstream gradient: ∂ℓ/∂x1 = g·(x2/d
- * − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d − cos·x2/B). A pair with a NaN element has NaN
- * gradients whatever its y (as autograd's 0·NaN), and a NaN loss only for y = ±1.
+ * = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0] for y = −1, the gradient passing at the
+ * kink, where PyTorch 2.15's clamp_min gives 0; 0 otherwise), times the upstream gradient:
+ * ∂ℓ/∂x1 = g·(x2/d − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d − cos·x2/B). A pair with a
+ * NaN element has NaN gradients whatever its y (as autograd's 0·NaN), and a NaN loss only for
+ * y = ±1.
  * in  input1, input2, target, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -3718,9 +3720,14 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
  * the two it is used with: pairwise_distance (p = 2, ε = 1e-6 added to every difference: the
  * same numbers as TripletMarginLoss's defaults) and 1 − cosine_similarity.
  *
- * A NaN element, or infinite embeddings, give that row a NaN loss and NaN gradients in its
- * three rows (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum), as
- * TripletMarginLoss. No state is kept: backward recomputes the distances.
+ * A NaN element gives its row a NaN loss and NaN gradients in its three rows, as
+ * TripletMarginLoss (PyTorch leaves the positive's gradient 0 when only the negative is NaN);
+ * infinite elements give what the arithmetic gives (∞ − ∞ is NaN). The cosine distance is
+ * taken from the squared norms and the products: summed in f64 on the CPU, in f32 on the GPU
+ * for f32/f16/bf16 inputs, so elements beyond about 1e154 (CPU, f64) or 1e19 (GPU) overflow
+ * them and give NaN where PyTorch, normalising first, stays finite. The loss is (d_ap − d_an)
+ * + μ, PyTorch's (μ + d_ap) − d_an: the last bit may differ. No state is kept: backward
+ * recomputes the distances.
  *
  * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
  *                 input of the same dtype and shape.
@@ -3740,13 +3747,15 @@ ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const 
     const ploss_triplet_margin_with_distance_opts *opts, DLTensor *loss);
 
 /**
- * Triplet margin loss with a distance, backward. With c = [d_ap − d_an + μ ≥ 0] (the clamp
- * passes at the kink, as PyTorch's clamp_min): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with
- * swap the negative term goes to the smaller of d(a, n) and d(p, n), half to each at a tie).
- * pairwise: as TripletMarginLoss. cosine, for a pair (u, v) with clamped norms c_u =
- * max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) + cos·u/(c_u·‖u‖), as PyTorch's
- * cosine_similarity backward computes it (the norm's own derivative taken unclamped, 0 for u =
- * 0), so a vector shorter than 1e-8 gets PyTorch's finite gradient.
+ * Triplet margin loss with a distance, backward. With c = [d_ap − d_an + μ ≥ 0] (the
+ * gradient passes at the kink, as TripletMarginLoss's; PyTorch 2.15's clamp_min gives 0 there,
+ * which the cosine distance meets with one-hot embeddings, a = p and n orthogonal to them):
+ * ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term goes to the smaller of
+ * d(a, n) and d(p, n), half to each at a tie). pairwise: as TripletMarginLoss. cosine, for a
+ * pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) +
+ * cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward computes it (the norm's own
+ * derivative taken unclamped, 0 for u = 0), so a vector shorter than 1e-8 gets PyTorch's finite
+ * gradient.
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;

@@ -604,7 +604,7 @@ describe("TripletMarginWithDistanceLoss", function()
     end
   end)
 
-  it("computes f32, f16 and bf16 in fp32 against f64, strided views as their copies, NaN rows", function()
+  it("computes f32, f16 and bf16 against f64 of the rounded inputs, strided views as their copies, NaN rows", function()
     local a, p, n = triplet_inputs(33, 17, "f64", 79)
     for _, dtype in ipairs { "f32", "f16", "bf16" } do
       local ad, pd, nd = a:type(dtype), p:type(dtype), n:type(dtype)

@@ -265,7 +265,7 @@ PLOSS_PAIRS_FN double ploss_sigmoid(double z)
 }
 
 /* ℓ and c = ∂ℓ/∂d_ap (= −∂ℓ/∂d_an) of a triplet from its two distances; the hinge's gradient
- * passes at the kink, as PyTorch's clamp_min.  A NaN argument (a NaN distance, or ∞ − ∞) gives
+ * passes at the kink (PyTorch 2.15's clamp_min gives 0 there).  A NaN argument (a NaN distance, or ∞ − ∞) gives
  * ℓ = NaN, as clamp_min, and c = NaN, so that the rows of a NaN loss get a NaN gradient
  * rather than a silent 0 (softplus and σ of NaN are NaN already). */
 PLOSS_PAIRS_FN double ploss_triplet_hinge(double d_ap, double d_an, double margin, int soft_margin, double *c)
@@ -478,7 +478,7 @@ PLOSS_PAIRS_FN void ploss_lse_merge(double *m, double *s, double m2, double s2)
 
 /* Margin ranking, one element: ℓ = max(0, u), u = −y·(x1 − x2) + m (a NaN u stays NaN, as
  * clamp_min); *g1 = ∂ℓ/∂x1 times the upstream factor w, as autograd gives it: w where u >= 0
- * (the gradient passes at the kink), else 0 whatever w is; then times −y (so a NaN y gives
+ * (the gradient passes at the kink, where PyTorch 2.15 gives 0), else 0 whatever w is; then times −y (so a NaN y gives
  * NaN).  ∂ℓ/∂x2 = −*g1. */
 PLOSS_PAIRS_FN double ploss_margin_ranking_elem(double x1, double x2, double y, double margin, double w, double *g1)
 {

@@ -37,15 +37,21 @@ Per triplet i:
 'mean' divides by N.  PyTorch takes any function of two batches as its distance; ploss
 names the two it is used with: pairwise_distance (p = 2, ε = 1e-6 added to every
 difference: the same numbers as TripletMarginLoss's defaults) and 1 − cosine_similarity.]],
-  gradient = "With c = [d_ap − d_an + μ ≥ 0] (the clamp passes at the kink, as PyTorch's " ..
-    "clamp_min): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term goes to the smaller " ..
+  gradient = "With c = [d_ap − d_an + μ ≥ 0] (the gradient passes at the kink, as " ..
+    "TripletMarginLoss's; PyTorch 2.15's clamp_min gives 0 there, which the cosine distance " ..
+    "meets with one-hot embeddings, a = p and n orthogonal to them): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term goes to the smaller " ..
     "of d(a, n) and d(p, n), half to each at a tie).  pairwise: as TripletMarginLoss.  cosine, " ..
     "for a pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) + " ..
     "cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward computes it (the norm's own " ..
     "derivative taken unclamped, 0 for u = 0), so a vector shorter than 1e-8 gets PyTorch's " ..
     "finite gradient.",
   notes = [[
-A NaN element, or infinite embeddings, give that row a NaN loss and NaN gradients in its
-three rows (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum), as
-TripletMarginLoss.  No state is kept: backward recomputes the distances.]],
+A NaN element gives its row a NaN loss and NaN gradients in its three rows, as
+TripletMarginLoss (PyTorch leaves the positive's gradient 0 when only the negative is NaN);
+infinite elements give what the arithmetic gives (∞ − ∞ is NaN).  The cosine distance is
+taken from the squared norms and the products: summed in f64 on the CPU, in f32 on the GPU
+for f32/f16/bf16 inputs, so elements beyond about 1e154 (CPU, f64) or 1e19 (GPU) overflow
+them and give NaN where PyTorch, normalising first, stays finite.  The loss is
+(d_ap − d_an) + μ, PyTorch's (μ + d_ap) − d_an: the last bit may differ.  No state is
+kept: backward recomputes the distances.]],
 }
