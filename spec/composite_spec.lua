@@ -253,6 +253,28 @@ describe("ParallelCriterion", function()
     H.expect_error(function() crit({ u }, { t }) end, "repeatTarget: expected a boolean (true or false), got 'yes'")
   end)
 
+  it("nests a ParallelCriterion as a member, as Torch7: its inputs and targets lists, its gradients' list", function()
+    local inner = ploss.ParallelCriterion():add(ploss.MSELoss(), 2):add(ploss.L1Loss())
+    local crit = ploss.ParallelCriterion():add(ploss.MSELoss()):add(inner, 0.5)
+    local x, tx = t64({ 1, 3 }), t64({ 0, 0 })
+    local u, v, t = t64({ 1, 2 }), t64({ 3, -5 }), t64({ 0, 0 })
+    -- outer: MSE(x) = 5; inner: 2·MSE(u) + L1(v) = 2·2.5 + 4 = 9, times 0.5
+    local loss, g = crit({ x, { u, v } }, { tx, { t, t } })
+    H.assert_close(loss, 5 + 0.5 * 9, { rtol = 1e-15 })
+    H.assert_close(g[1], { 1, 3 }, { rtol = 1e-15 })
+    H.assert_close(g[2][1], { 0.5 * 2, 0.5 * 4 }, { rtol = 1e-15 })
+    H.assert_close(g[2][2], { 0.5 * 0.5, 0.5 * -0.5 }, { rtol = 1e-15 })
+    H.assert_close(crit:forward({ x, { u, v } }, { tx, { t, t } }), 9.5, { rtol = 1e-15 })
+    local b = crit:backward({ x, { u, v } }, { tx, { t, t } }, 2)
+    H.assert_close(b[1], { 2, 6 }, { rtol = 1e-15 })
+    H.assert_close(b[2][1], { 2, 4 }, { rtol = 1e-15 })
+    H.assert_close(b[2][2], { 0.5, -0.5 }, { rtol = 1e-15 })
+    -- the nested gradients are the outer criterion's buffers, not the inner one's
+    assert.are_not.equal(inner.gradInput[1], b[2][1])
+    -- the nested criterion checks its own arguments
+    H.expect_error(function() crit({ x, { u } }, { tx, { t, t } }) end, "inputs: 1 of them for 2 members")
+  end)
+
   it("takes an earlier gradient of its own as another member's input without writing over it", function()
     local crit = ploss.ParallelCriterion(true):add(ploss.MSELoss()):add(ploss.MSELoss())
     local t = t64({ 0, 0 })

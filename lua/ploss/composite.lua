@@ -11,9 +11,11 @@
 -- Σ w_k·grad_k, one per input of the members (the members' own arguments and gradients:
 -- (input, target) → gradInput; a triplet loss's (a, p, n) → three gradients).
 -- ParallelCriterion([repeatTarget]): member k gets inputs[k] and targets[k] (the one
--- target for all with repeatTarget; inputs[k] a list for a member of several inputs);
+-- target for all with repeatTarget; inputs[k] a list for a member of several inputs, or
+-- the list of inputs of a member that is itself a ParallelCriterion, as Torch7 nests them);
 -- forward → Σ w_k·loss_k; backward and the fused call → a list whose k-th entry is
--- w_k·grad_k (a list of gradients for a member of several inputs).
+-- w_k·grad_k (a list of gradients for a member of several inputs, the nested list of a
+-- nested ParallelCriterion).
 -- The members' losses must be reduced ('mean' or 'sum'); members of a fused call may not
 -- be in place (each would write over the input the next one reads); a criterion is a
 -- member once (its gradient buffer would be rewritten before it is added).  Every member
@@ -258,7 +260,9 @@ local function parallel_args(self, inputs, targets, last, where)
   local all = {}
   for k = 1, #self._members do
     local x = inputs[k]
-    local args = ploss.is_tensor(x) and { x } or type(x) == "table" and { unpack(x) } or nil
+    -- a nested ParallelCriterion takes its list of inputs as one argument
+    local nested = getmetatable(self._members[k]) == getmetatable(self)
+    local args = ploss.is_tensor(x) and { x } or type(x) == "table" and (nested and { x } or { unpack(x) }) or nil
     if not args then
       ploss.raise(string.format("%s: inputs[%d]: expected a tensor or a list of tensors, got %s", where, k,
         ploss.shown(x)))
@@ -272,9 +276,30 @@ local function parallel_args(self, inputs, targets, last, where)
   return all
 end
 
+-- Raise unless g (member k's gradient i) is a tensor or, from a nested ParallelCriterion, a
+-- list of them (nested lists too).
+local function check_grad_tree(g, k, i, where)
+  if type(g) == "table" and not ploss.is_tensor(g) then
+    for j = 1, table.maxn(g) do check_grad_tree(g[j], k, i, where) end
+  else
+    check_grad(g, nil, k, i, where)
+  end
+end
+
+-- own ← w·g for a gradient g that is a tensor or a (nested) list of them; own: the
+-- composite's buffers of the same structure from the last call, kept where they fit.
+local function scale_tree(own, g, w, list, n, where)
+  if ploss.is_tensor(g) then return add_into(ploss.is_tensor(own) and own or nil, g, w, false, list, n, where) end
+  own = type(own) == "table" and not ploss.is_tensor(own) and own or {}
+  for i = 1, table.maxn(g) do own[i] = scale_tree(own[i], g[i], w, list, n, where) end
+  for i = table.maxn(g) + 1, table.maxn(own) do own[i] = nil end
+  return own
+end
+
 -- Runs every member's `method` on its arguments (all before anything is written), then
--- stores w_k × member k's gradients in entry k of self._grads (a tensor, or a list for a
--- member of several inputs); returns the weighted sum of the losses (fused).
+-- stores w_k × member k's gradients in entry k of self._grads (a tensor, a list for a
+-- member of several inputs, a nested list for a nested ParallelCriterion); returns the
+-- weighted sum of the losses (fused).
 local function parallel_run(self, method, where, inputs, targets, last)
   check_members(self, where, method == "fused")
   local all = parallel_args(self, inputs, targets, last, where)
@@ -283,7 +308,7 @@ local function parallel_run(self, method, where, inputs, targets, last)
   for k, m in ipairs(self._members) do
     local r = { m[method](m, unpack(all[k], 1, all[k].n)) }
     if first == 2 then reduced(r[1], k, where) end
-    for i = first, table.maxn(r) do check_grad(r[i], nil, k, i - first + 1, where) end
+    for i = first, table.maxn(r) do check_grad_tree(r[i], k, i - first + 1, where) end
     results[k] = r
   end
   -- the call's tensors, every member's: a buffer there is replaced, not written
@@ -294,16 +319,8 @@ local function parallel_run(self, method, where, inputs, targets, last)
     local w = self._weights[k]
     if first == 2 then out = out + w * r[1] end
     local count = table.maxn(r) - first + 1
-    if count == 1 then
-      local own = self._grads[k]
-      self._grads[k] = add_into(ploss.is_tensor(own) and own or nil, r[first], w, false, list, n, where)
-    else
-      local own = self._grads[k]
-      own = type(own) == "table" and not ploss.is_tensor(own) and own or {}
-      for i = 1, count do own[i] = add_into(own[i], r[first + i - 1], w, false, list, n, where) end
-      for i = count + 1, #own do own[i] = nil end
-      self._grads[k] = own
-    end
+    self._grads[k] = scale_tree(self._grads[k], count == 1 and r[first] or { unpack(r, first, first + count - 1) }, w,
+      list, n, where)
   end
   for k = #results + 1, #self._grads do self._grads[k] = nil end
   self.gradInput = self._grads
