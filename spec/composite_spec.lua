@@ -275,6 +275,25 @@ describe("ParallelCriterion", function()
     H.expect_error(function() crit({ x, { u } }, { tx, { t, t } }) end, "inputs: 1 of them for 2 members")
   end)
 
+  it("refuses a criterion used twice anywhere in its tree, a ParallelCriterion in a MultiCriterion, extra targets", function()
+    local u, t = t64({ 1, 2 }), t64({ 0, 0 })
+    -- one MSELoss at two levels: its gradient buffer would hold the second call's gradient
+    local shared = ploss.MSELoss()
+    local outer = ploss.ParallelCriterion():add(shared):add(ploss.ParallelCriterion():add(shared))
+    H.expect_error(function() outer({ u, { u } }, { t, { t } }) end,
+      "ParallelCriterion:fused: ploss.MSELoss is used twice (member 1 and member 2.1)")
+    H.expect_error(function() outer:backward({ u, { u } }, { t, { t } }) end, "is used twice")
+    local q = ploss.ParallelCriterion():add(ploss.MSELoss())
+    q:add(q)
+    H.expect_error(function() q({ u, { u } }, { t, { t } }) end,
+      "ploss.ParallelCriterion is used twice (the composite and member 2)")
+    H.expect_error(function() ploss.MultiCriterion():add(ploss.ParallelCriterion()) end,
+      "MultiCriterion:add: a ParallelCriterion cannot be a member")
+    local p1 = ploss.ParallelCriterion():add(ploss.MSELoss())
+    H.expect_error(function() p1({ u }, { t, t }) end, "ParallelCriterion:fused: targets: 2 of them for 1 members")
+    assert.are.equal("ploss.ParallelCriterion(repeatTarget)", tostring(ploss.ParallelCriterion(true)))
+  end)
+
   it("takes an earlier gradient of its own as another member's input without writing over it", function()
     local crit = ploss.ParallelCriterion(true):add(ploss.MSELoss()):add(ploss.MSELoss())
     local t = t64({ 0, 0 })

@@ -18,7 +18,8 @@
 -- nested ParallelCriterion).
 -- The members' losses must be reduced ('mean' or 'sum'); members of a fused call may not
 -- be in place (each would write over the input the next one reads); a criterion is a
--- member once (its gradient buffer would be rewritten before it is added).  Every member
+-- member once in the whole tree of nested composites (its gradient buffer would be
+-- rewritten before it is added).  Every member
 -- runs before anything is added, so a call a member refuses leaves the composite's
 -- gradients as they were.  Gradients are buffers of the composite: each member's term
 -- added in f64 and rounded to the gradient's dtype (f16 and bf16 through f32).
@@ -65,10 +66,31 @@ local function check_member(self, c, where)
   return c
 end
 
+-- Raise when a criterion is used twice anywhere in the tree of composites under `root`
+-- (root itself included): a criterion's gradient is its own buffer, rewritten by its next
+-- call, and every member runs before any gradient is added.
+local function check_tree(root, where)
+  local seen = {}
+  local function walk(c, path)
+    if seen[c] then
+      ploss.raise(string.format("%s: %s is used twice (%s and %s): each place needs its own criterion object, " ..
+        "whose gradient buffer the other call would rewrite", where, "ploss." .. (c._class_name or "criterion"),
+        seen[c], path))
+    end
+    seen[c] = path
+    local members = rawget(c, "_members")
+    if type(members) == "table" then
+      for k, m in ipairs(members) do walk(m, (path == "the composite" and "member " or path .. ".") .. k) end
+    end
+  end
+  walk(root, "the composite")
+end
+
 -- Before any member runs: members there are, none 'none' (a composite adds reduced
--- losses), none in place in a fused call.
+-- losses), none in place in a fused call, none used twice in the tree.
 local function check_members(self, where, fused)
   if #self._members == 0 then ploss.raise(where .. ": no criterion added (crit:add(criterion [, weight]))") end
+  check_tree(self, where)
   for k, m in ipairs(self._members) do
     if rawget(m, "reduction") == "none" then
       ploss.raise(string.format("%s: member %d has reduction 'none'; a composite adds reduced losses ('mean' or " ..
@@ -111,9 +133,9 @@ local function add_into(buf, g, w, add, list, n, where)
   return buf
 end
 
-local function member_list(self)
-  local parts = {}
-  for k, m in ipairs(self._members) do parts[k] = string.format("%g × %s", self._weights[k], tostring(m)) end
+local function member_list(self, first)
+  local parts = { first }
+  for k, m in ipairs(self._members) do parts[#parts + 1] = string.format("%g × %s", self._weights[k], tostring(m)) end
   return table.concat(parts, ", ")
 end
 
@@ -213,6 +235,17 @@ end
 
 function Multi:tostring() return "ploss.MultiCriterion(" .. member_list(self) .. ")" end
 
+-- A MultiCriterion adds its members' gradients tensor by tensor: a ParallelCriterion's list
+-- of gradients cannot be one of them.
+local add_member = Multi.add
+function Multi:add(criterion, weight)
+  if type(criterion) == "table" and (getmetatable(criterion) or {})._class_name == "ParallelCriterion" then
+    ploss.raise("MultiCriterion:add: a ParallelCriterion cannot be a member (its gradients are a list per " ..
+      "member, not tensors to add); make the MultiCriterion a member of the ParallelCriterion instead")
+  end
+  return add_member(self, criterion, weight)
+end
+
 ---------------------------------------------------------------------------------------
 -- ParallelCriterion
 ---------------------------------------------------------------------------------------
@@ -256,6 +289,9 @@ local function parallel_args(self, inputs, targets, last, where)
   if not rt and (type(targets) ~= "table" or ploss.is_tensor(targets)) then
     ploss.raise(where .. ": targets: expected a list with one target per member (or repeatTarget = true), got " ..
       ploss.shown(targets))
+  end
+  if not rt and table.maxn(targets) > #self._members then
+    ploss.raise(string.format("%s: targets: %d of them for %d members", where, table.maxn(targets), #self._members))
   end
   local all = {}
   for k = 1, #self._members do
@@ -352,7 +388,7 @@ function Parallel:fused(inputs, targets, scale)
 end
 
 function Parallel:tostring()
-  return "ploss.ParallelCriterion(" .. (self.repeatTarget and "repeatTarget, " or "") .. member_list(self) .. ")"
+  return "ploss.ParallelCriterion(" .. member_list(self, self.repeatTarget and "repeatTarget" or nil) .. ")"
 end
 
 ploss.MultiCriterion, ploss.ParallelCriterion = Multi, Parallel

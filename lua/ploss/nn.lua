@@ -100,7 +100,18 @@ function nn.class(name, parent)
   cls._class_name = name
   setmetatable(cls, {
     __index = parent,
-    __call = function(c, opts)
+    __call = function(c, opts, ...)
+      -- Torch7's constructors took positional arguments (sizeAverage, weights, ignoreIndex):
+      -- one past the options would otherwise be dropped, giving another loss without a word
+      for k = 1, select("#", ...) do
+        local v = select(k, ...)
+        if v ~= nil then
+          ploss.raise(string.format("%s: takes one table of named options, got a %s as argument %d (Torch7's " ..
+            "positional arguments are not taken: {reduction = 'sum'} for sizeAverage = false, {weight = w} for " ..
+            "class weights, {ignore_index = k} for ignoreIndex)", name, ploss.is_tensor(v) and "tensor" or type(v),
+            k + 1))
+        end
+      end
       local self = setmetatable({}, c)
       self:__init(opts == nil and {} or opts)
       return self
