@@ -38,7 +38,7 @@ describe("criteria built from the descriptions", function()
   it("refuse a constructor argument past the options (Torch7's positional sizeAverage, weights)", function()
     -- ClassNLLCriterion(nil, false) was Torch7's sum: ignoring the false gave the mean
     H.expect_error(function() ploss.ClassNLLCriterion(nil, false) end,
-      "NLLLoss: takes one table of named options, got a boolean as argument 2")
+      "NLLLoss: expected one table of named options, got a boolean as argument 2")
     H.expect_error(function() ploss.CrossEntropyLoss({ reduction = "sum" }, false) end, "got a boolean as argument 2")
     H.expect_error(function() ploss.MultiLabelMarginCriterion(nil, nil, 3) end, "got a number as argument 3")
     assert.are.equal("sum", ploss.CrossEntropyLoss({ reduction = "sum" }, nil).reduction)

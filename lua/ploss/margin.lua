@@ -112,11 +112,12 @@ return function(ploss)
   --   head:parameters() → { weight }, { gradWeight }.
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
+  Head._constructor = "one table {in_features, classes, criterion = …, dtype = …, device = …} (the sizes go " ..
+    "inside the braces)"
 
-  function Head:__init(opts, ...)
-    if type(opts) ~= "table" or select("#", ...) > 0 then
-      ploss.raise("MarginSoftmax: expected one table {in_features, classes, criterion = …, dtype = …, device = …}, " ..
-        "got " .. (type(opts) == "table" and "more arguments" or type(opts)) .. " (the sizes go inside the braces)")
+  function Head:__init(opts)
+    if type(opts) ~= "table" then
+      ploss.raise("MarginSoftmax: expected " .. Head._constructor .. ", got " .. type(opts))
     end
     local known = { [1] = true, [2] = true, criterion = true, dtype = true, device = true }
     local unknown = {}

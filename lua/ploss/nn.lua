@@ -106,10 +106,11 @@ function nn.class(name, parent)
       for k = 1, select("#", ...) do
         local v = select(k, ...)
         if v ~= nil then
-          ploss.raise(string.format("%s: takes one table of named options, got a %s as argument %d (Torch7's " ..
-            "positional arguments are not taken: {reduction = 'sum'} for sizeAverage = false, {weight = w} for " ..
-            "class weights, {ignore_index = k} for ignoreIndex)", name, ploss.is_tensor(v) and "tensor" or type(v),
-            k + 1))
+          local takes = rawget(c, "_constructor") -- a class whose table is not a criterion's options
+          ploss.raise(string.format("%s: expected %s, got a %s as argument %d%s", name,
+            takes or "one table of named options", ploss.is_tensor(v) and "tensor" or type(v), k + 1,
+            takes and "" or " (Torch7's positional arguments are not taken: {reduction = 'sum'} for sizeAverage " ..
+              "= false, {weight = w} for class weights, {ignore_index = k} for ignoreIndex)"))
         end
       end
       local self = setmetatable({}, c)
