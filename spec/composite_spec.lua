@@ -292,6 +292,14 @@ describe("ParallelCriterion", function()
     local p1 = ploss.ParallelCriterion():add(ploss.MSELoss())
     H.expect_error(function() p1({ u }, { t, t }) end, "ParallelCriterion:fused: targets: 2 of them for 1 members")
     assert.are.equal("ploss.ParallelCriterion(repeatTarget)", tostring(ploss.ParallelCriterion(true)))
+    -- a member's own refusal names the member
+    local pc = ploss.ParallelCriterion():add(ploss.MSELoss()):add(ploss.CrossEntropyLoss())
+    H.expect_error(function() pc({ u, t64({ { 1, 2 } }) }, { t, t64({ 0 }) }) end,
+      "ParallelCriterion:fused: member 2 (ploss.CrossEntropyLoss): cross_entropy_fused: target: class indices")
+    H.expect_error(function() pc:forward({ u, t64({ { 1, 2 } }) }, { t, t64({ 0 }) }) end,
+      "ParallelCriterion:forward: member 2 (ploss.CrossEntropyLoss): cross_entropy_forward: target:")
+    local mc = ploss.MultiCriterion():add(ploss.MSELoss()):add(ploss.L1Loss())
+    H.expect_error(function() mc(u, ploss.zeros({ 3 }, { dtype = "f64" })) end, "MultiCriterion:fused: member 1 (ploss.MSELoss):")
   end)
 
   it("takes an earlier gradient of its own as another member's input without writing over it", function()

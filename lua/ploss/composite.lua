@@ -133,6 +133,19 @@ local function add_into(buf, g, w, add, list, n, where)
   return buf
 end
 
+-- The results of member k's method(m, ...) as a list; an error it raises says which member
+-- (where: member k (ploss.Class): its message).
+local function call_member(m, k, method, where, ...)
+  local r = { pcall(m[method], m, ...) }
+  if not r[1] then
+    local msg = tostring(r[2])
+    ploss.raise(string.format("%s: member %d (ploss.%s): %s", where, k, m._class_name or "criterion",
+      msg:match("ploss: (.*)$") or msg))
+  end
+  table.remove(r, 1)
+  return r
+end
+
 local function member_list(self, first)
   local parts = { first }
   for k, m in ipairs(self._members) do parts[#parts + 1] = string.format("%g × %s", self._weights[k], tostring(m)) end
@@ -179,7 +192,8 @@ function Multi:forward(...)
   check_members(self, "MultiCriterion:forward", false)
   local out = 0
   for k, m in ipairs(self._members) do
-    out = out + self._weights[k] * reduced(m:forward(...), k, "MultiCriterion:forward")
+    out = out + self._weights[k] * reduced(call_member(m, k, "forward", "MultiCriterion:forward", ...)[1], k,
+      "MultiCriterion:forward")
   end
   self.output = out
   return out
@@ -193,7 +207,7 @@ local function multi_run(self, method, where, ...)
   local first = method == "fused" and 2 or 1 -- the first gradient among a call's results
   local results, count = {}, nil
   for k, m in ipairs(self._members) do
-    local r = { m[method](m, ...) }
+    local r = call_member(m, k, method, where, ...)
     local c = table.maxn(r) - first + 1
     if count and c ~= count then
       ploss.raise(string.format("%s: member %d gave %d gradients, member 1 gave %d: the members of a " ..
@@ -342,7 +356,7 @@ local function parallel_run(self, method, where, inputs, targets, last)
   local first = method == "fused" and 2 or 1
   local results = {}
   for k, m in ipairs(self._members) do
-    local r = { m[method](m, unpack(all[k], 1, all[k].n)) }
+    local r = call_member(m, k, method, where, unpack(all[k], 1, all[k].n))
     if first == 2 then reduced(r[1], k, where) end
     for i = first, table.maxn(r) do check_grad_tree(r[i], k, i - first + 1, where) end
     results[k] = r
@@ -369,7 +383,9 @@ function Parallel:forward(inputs, targets)
   local all = parallel_args(self, inputs, targets, nil, "ParallelCriterion:forward")
   local out = 0
   for k, m in ipairs(self._members) do
-    out = out + self._weights[k] * reduced(m:forward(unpack(all[k], 1, all[k].n)), k, "ParallelCriterion:forward")
+    out = out + self._weights[k] *
+      reduced(call_member(m, k, "forward", "ParallelCriterion:forward", unpack(all[k], 1, all[k].n))[1], k,
+        "ParallelCriterion:forward")
   end
   self.output = out
   return out
