@@ -36,6 +36,25 @@ static void pair_grad(double *g, double *h, const double *u, const double *v, in
     }
 }
 
+/* The p-norm distance's row: its loss, and (g non-NULL) the three gradient rows scaled by w. */
+static double pnorm_row(const ploss_triplet_problem *p, double *const x[3], double *const g[3], double w)
+{
+    const int64_t D = p->D;
+    const double s_ap = pair_sum(x[0], x[1], D, p->eps, p->p);
+    const double s_an = pair_sum(x[0], x[2], D, p->eps, p->p);
+    const double s_pn = p->swap ? pair_sum(x[1], x[2], D, p->eps, p->p) : 0.0;
+    const ploss_triplet_row r = ploss_triplet_finish(s_ap, s_an, s_pn, p->p, p->margin, p->soft_margin, p->swap);
+    if (g[0]) {
+        for (int k = 0; k < 3; ++k)
+            for (int64_t j = 0; j < D; ++j)
+                g[k][j] = 0.0;
+        pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, w * r.k_ap);
+        pair_grad(g[0], g[2], x[0], x[2], D, p->eps, p->p, w * r.k_an);
+        pair_grad(g[1], g[2], x[1], x[2], D, p->eps, p->p, w * r.k_pn);
+    }
+    return r.loss;
+}
+
 static double dot(const double *u, const double *v, int64_t D)
 {
     double s = 0.0;
@@ -107,43 +126,18 @@ ploss_status ploss_cpu_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
             for (int64_t i = begin; i < end; ++i) {
                 for (int k = 0; k < 3; ++k)
                     ploss_cpu_load_f64(x[k], p->x[k].data, p->dtype, i * p->x[k].sn, p->x[k].sd, D);
-                if (p->cosine) {
-                    const double w = !want_grad ? 0.0
-                                     : per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
-                    const double loss = cosine_row(p, x, g, w);
-                    if (want_loss) {
-                        if (none)
-                            ploss_store(p->loss, p->loss_dtype, i * p->l_sn, loss);
-                        else
-                            acc += loss;
-                    }
-                    if (want_grad)
-                        for (int k = 0; k < 3; ++k)
-                            ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
-                    continue;
-                }
-                const double s_ap = pair_sum(x[0], x[1], D, p->eps, p->p);
-                const double s_an = pair_sum(x[0], x[2], D, p->eps, p->p);
-                const double s_pn = p->swap ? pair_sum(x[1], x[2], D, p->eps, p->p) : 0.0;
-                const ploss_triplet_row r =
-                    ploss_triplet_finish(s_ap, s_an, s_pn, p->p, p->margin, p->soft_margin, p->swap);
+                const double w = !want_grad ? 0.0
+                                 : per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
+                const double loss = p->cosine ? cosine_row(p, x, g, w) : pnorm_row(p, x, g, w);
                 if (want_loss) {
                     if (none)
-                        ploss_store(p->loss, p->loss_dtype, i * p->l_sn, r.loss);
+                        ploss_store(p->loss, p->loss_dtype, i * p->l_sn, loss);
                     else
-                        acc += r.loss;
+                        acc += loss;
                 }
-                if (!want_grad)
-                    continue;
-                const double w = per_row_gl ? ploss_load(p->grad_loss, p->gl_dtype, i * p->gl_sn) : omega;
-                for (int k = 0; k < 3; ++k)
-                    for (int64_t j = 0; j < D; ++j)
-                        g[k][j] = 0.0;
-                pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, w * r.k_ap);
-                pair_grad(g[0], g[2], x[0], x[2], D, p->eps, p->p, w * r.k_an);
-                pair_grad(g[1], g[2], x[1], x[2], D, p->eps, p->p, w * r.k_pn);
-                for (int k = 0; k < 3; ++k)
-                    ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
+                if (want_grad)
+                    for (int k = 0; k < 3; ++k)
+                        ploss_cpu_store_f64(p->grad[k].data, p->dtype, i * p->grad[k].sn, p->grad[k].sd, D, g[k]);
             }
             b.partial[chunk] = acc;
         }

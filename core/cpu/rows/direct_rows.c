@@ -119,8 +119,12 @@ static double multilabel_margin_row(const ploss_direct_problem *p, int64_t n, in
     int64_t L = 0;
     for (int64_t j = 0; j < C; ++j)
         listed[j] = g[j] = 0.0;
-    while (L < C && ploss_load_int(p->t, p->t_dtype, t0 + L * p->t_sc) >= 0)
-        listed[ploss_load_int(p->t, p->t_dtype, t0 + L++ * p->t_sc)] = 1.0;
+    for (; L < C; ++L) {
+        const int64_t y = ploss_load_int(p->t, p->t_dtype, t0 + L * p->t_sc);
+        if (y < 0)
+            break;
+        listed[y] = 1.0;
+    }
     double sum = 0.0;
     for (int64_t k = 0; k < L; ++k) {
         const int64_t c = ploss_load_int(p->t, p->t_dtype, t0 + k * p->t_sc);
