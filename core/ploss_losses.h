@@ -1777,10 +1777,12 @@ void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *opts)
  * 'mean' divides by the element count (the weight does not change the divisor).
  *
  * For logits use binary_cross_entropy_with_logits, which is exact where this one saturates.
- * PyTorch raises an error for an input or target outside [0, 1]; ploss does not read the values
- * to check them: an input outside [0, 1] gives NaN. weight is nil (all ones) or broadcast over
- * the input as for binary_cross_entropy_with_logits (trailing dims aligned; a vector of length
- * C is one value per class along axis 1). No gradient is computed for the target.
+ * Under its Torch7 name too the clamp is PyTorch's: Torch7's BCECriterion took log(x +
+ * 10⁻¹²) instead (27.6 where this gives 100 at x = 0, y = 1). PyTorch raises an error for
+ * an input or target outside [0, 1]; ploss does not read the values to check them: an input
+ * outside [0, 1] gives NaN. weight is nil (all ones) or broadcast over the input as for
+ * binary_cross_entropy_with_logits (trailing dims aligned; a vector of length C is one value
+ * per class along axis 1). No gradient is computed for the target.
  *
  * in  input       probabilities in [0, 1], any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides.
@@ -2764,11 +2766,11 @@ ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor 
     DLTensor *loss);
 
 /**
- * Margin ranking loss, backward. With c = [u >= 0] (the gradient passes at the kink u = 0,
- * where PyTorch 2.15's clamp_min gives 0; 0 where u is NaN): ∂ℓ/∂x1 = −y·c,
- * ∂ℓ/∂x2 = y·c, each times the upstream gradient (whose value is not read where c = 0,
- * as autograd's where). A NaN y gives NaN gradients; a NaN x1 or x2 with a finite y gives
- * zeros.
+ * Margin ranking loss, backward. With c = [u >= 0] (the gradient passes at the kink u = 0, as
+ * PyTorch 2.11's clamp_min does; 2.15's gives 0 there; 0 where u is NaN): ∂ℓ/∂x1 =
+ * −y·c, ∂ℓ/∂x2 = y·c, each times the upstream gradient (whose value is not read where
+ * c = 0, as autograd's where). A NaN y gives NaN gradients; a NaN x1 or x2 with a finite y
+ * gives zeros.
  * in  input1, input2, target, opts   as given to _forward.
  * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input1 ∂/∂input1: the shape and dtype of its input, any non-overlapping strides;
@@ -2849,10 +2851,10 @@ ploss_status ploss_cosine_embedding_loss_forward(ploss_ctx_t *ctx, const DLTenso
 /**
  * Cosine embedding loss, backward. With A = Σx1² + ε, B = Σx2² + ε, d = sqrt(A·B) and g
  * = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0] for y = −1, the gradient passing at the
- * kink, where PyTorch 2.15's clamp_min gives 0; 0 otherwise), times the upstream gradient:
- * ∂ℓ/∂x1 = g·(x2/d − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d − cos·x2/B). A pair with a
- * NaN element has NaN gradients whatever its y (as autograd's 0·NaN), and a NaN loss only for
- * y = ±1.
+ * kink, as PyTorch 2.11's clamp_min does (2.15's gives 0 there); 0 otherwise), times the
+ * upstream gradient: ∂ℓ/∂x1 = g·(x2/d − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d −
+ * cos·x2/B). A pair with a NaN element has NaN gradients whatever its y (as autograd's
+ * 0·NaN), and a NaN loss only for y = ±1.
  * in  input1, input2, target, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -3748,14 +3750,14 @@ ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const 
 
 /**
  * Triplet margin loss with a distance, backward. With c = [d_ap − d_an + μ ≥ 0] (the
- * gradient passes at the kink, as TripletMarginLoss's; PyTorch 2.15's clamp_min gives 0 there,
- * which the cosine distance meets with one-hot embeddings, a = p and n orthogonal to them):
- * ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term goes to the smaller of
- * d(a, n) and d(p, n), half to each at a tie). pairwise: as TripletMarginLoss. cosine, for a
- * pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) +
- * cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward computes it (the norm's own
- * derivative taken unclamped, 0 for u = 0), so a vector shorter than 1e-8 gets PyTorch's finite
- * gradient.
+ * gradient passes at the kink, as TripletMarginLoss's and PyTorch 2.11's; 2.15's clamp_min
+ * gives 0 there, which the cosine distance meets with one-hot embeddings, a = p and n
+ * orthogonal to them): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term
+ * goes to the smaller of d(a, n) and d(p, n), half to each at a tie). pairwise: as
+ * TripletMarginLoss. cosine, for a pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8):
+ * ∂d/∂u = −v/(c_u·c_v) + cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward
+ * computes it (the norm's own derivative taken unclamped, 0 for u = 0), so a vector shorter
+ * than 1e-8 gets PyTorch's finite gradient.
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;

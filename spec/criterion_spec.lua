@@ -302,6 +302,17 @@ describe("calls on a criterion", function()
     H.expect_error(function() ploss.PartialFCLoss {}.forward(h, w, y) end, "PartialFCLoss.forward: called without")
     H.expect_error(function() ce.forward(nil, x, y) end, "(got nil first)")
     H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its object")
+    -- on the class itself (the instance's braces forgotten), naming the class called
+    for _, m in ipairs { "forward", "backward", "fused", "forward_tensor", "updateOutput" } do
+      H.expect_error(function() local l = ploss.CrossEntropyLoss[m](ploss.CrossEntropyLoss, x, y) return l end,
+        "CrossEntropyLoss." .. m .. ": called on the class, not on an instance: make one first " ..
+        "(local crit = ploss.CrossEntropyLoss(...)) and call crit:" .. m .. "(...)")
+    end
+    H.expect_error(function() local g = ploss.MSECriterion:updateGradInput(x, x) return g end, "MSELoss.updateGradInput: called on the class")
+    H.expect_error(function() local l = ploss.ParallelCriterion:forward({ x }, { y }) return l end,
+      "ParallelCriterion.forward: called on the class")
+    H.expect_error(function() local g = ploss.TripletMarginWithDistanceLoss:backward(x, x, x) return g end,
+      "TripletMarginWithDistanceLoss.backward: called on the class")
     -- a subclass's instance, an object delegating to the class and a function stored on a
     -- class (called with a dot on purpose) are taken as they are
     local Sub = ploss.nn.class("SubCE", ploss.CrossEntropyLoss)
@@ -365,6 +376,17 @@ describe("calls on a criterion", function()
     end
     H.expect_error(function() local crit = ploss.MSECriterion(false) return crit end,
       "{reduction = 'sum'} for sizeAverage = false")
+    -- a positional number (a margin, p) or weight tensor: the hint names the options
+    H.expect_error(function() local crit = ploss.MarginRankingCriterion(0.5) return crit end,
+      "MarginRankingLoss: expected a table of named options, got number (Torch7's positional arguments are not taken: " ..
+      "{margin = 0.5})")
+    H.expect_error(function() local crit = ploss.MultiMarginCriterion(2) return crit end,
+      "(Torch7's positional arguments are not taken: name the option, one of p, margin)")
+    H.expect_error(function() local crit = ploss.MSECriterion(2) return crit end,
+      "(Torch7's positional arguments are not taken: options are named, e.g. {reduction = 'sum'})")
+    H.expect_error(function() local crit = ploss.CrossEntropyCriterion(ploss.ones({ 3 })) return crit end,
+      "CrossEntropyLoss: expected a table of named options, got a tensor (Torch7's positional weights are not taken: " ..
+      "{weight = w})")
     H.expect_error(function() local crit = ploss.MultiLabelSoftMarginCriterion(ploss.ones({ 3 })) return crit end,
       "expected a table of named options, got a tensor")
     H.expect_error(function() local l = F.mse_loss(ploss.zeros({ 2 }), ploss.zeros({ 2 }), false) return l end,

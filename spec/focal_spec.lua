@@ -349,6 +349,25 @@ describe("OneHotTargets", function()
         or "binary_cross_entropy_with_logits_backward"](x, t, 2))
     end
   end)
+
+  it("passes its smoothing options on, and refuses others, a misspelling and missing labels", function()
+    H.seed(42)
+    local x = ploss.randn({ 4, 3 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 2, 1, 2 }, { dtype = "i64" })
+    local o = { label_smoothing = 0.3, smoothing_convention = "uniform_others" }
+    local a = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}, o)
+    local t = ploss.one_hot(y, 3, { label_smoothing = 0.3, smoothing_convention = "uniform_others", dtype = "f64" })
+    H.assert_equal(a:forward(x, y), ploss.BCEWithLogitsLoss {}:forward(x, t))
+    H.expect_error(function() local c = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}, { label_smothing = 0.3 }) return c end,
+      "OneHotTargets: unknown option 'label_smothing' (known: ignore_index, label_smoothing, smoothing_convention)")
+    -- its one-hot tensor is its own buffer in the input's dtype: out and dtype are not options
+    for _, k in ipairs { "out", "dtype" } do
+      H.expect_error(function() local c = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}, { [k] = "f32" }) return c end,
+        "OneHotTargets: unknown option '" .. k .. "'")
+    end
+    H.expect_error(function() local l = a:forward(x) return l end, "OneHotTargets: target: expected a ploss tensor of class indices, got nil")
+    H.expect_error(function() local l = a.forward(x, y) return l end, "OneHotTargets.forward: called without its object")
+  end)
 end)
 
 describe("focal family gradients (central differences, f64)", function()

@@ -93,6 +93,18 @@ describe("one_hot", function()
       ploss.one_hot(ploss.tensor({ 0, 0, 0 }, { dtype = "i64" }), nil, { out = one, label_smoothing = 0.1, smoothing_convention = "uniform_others" })
     end, "undefined for C = 1", one)
     H.expect_error(function() ploss.one_hot(y, 0) end, "num_classes: expected an integer >= 1")
+    -- with out given, a num_classes or dtype named too must be out's: the labels' range is
+    -- the caller's num_classes, not out's wider class axis (label 3 would be encoded)
+    local wide = ploss.zeros({ 3, 4 })
+    H.expect_error(function() ploss.one_hot(y, 3, { out = wide }) end,
+      "one_hot: out: 4 classes along dim 2 (its sizes [3, 4]), but num_classes is 3", wide)
+    H.expect_error(function() ploss.one_hot(y, "4", { out = wide }) end, "num_classes: expected an integer >= 1, got '4'", wide)
+    H.expect_error(function() ploss.one_hot(y, 4, { out = wide, dtype = "f64" }) end,
+      "one_hot: out: dtype f32, but opts.dtype is 'f64'", wide)
+    H.expect_error(function() ploss.one_hot(y, 4, { label_smothing = 0.1 }) end,
+      "one_hot: unknown option 'label_smothing' (known: dtype, ignore_index, label_smoothing, out, smoothing_convention)")
+    H.expect_error(function() ploss.one_hot(y, 4, { out = 3 }) end, "one_hot: out: expected a ploss tensor, got 3")
+    H.assert_equal(ploss.one_hot(y, 4, { out = wide, dtype = "f32" }), { { 1, 0, 0, 0 }, { 0, 0, 0, 1 }, { 0, 1, 0, 0 } })
     H.expect_error(function() ploss.one_hot(y, 4, { smoothing_convention = "other" }) end, "smoothing_convention")
     -- an expanded (zero-stride) output cannot be written
     local base = ploss.zeros({ 3, 1 })

@@ -794,8 +794,8 @@ local function gen_docs()
     w("")
     if #d.criterion_aliases > 0 then
       w("Also `ploss.%s`%s.", table.concat(d.criterion_aliases, "`, `ploss."),
-        d.criterion_aliases[1]:match("Criterion$") and (#d.criterion_aliases > 1 and " (Torch7's names)"
-          or " (Torch7's name)") or "")
+        d.criterion_aliases[1]:match("Criterion$") and string.format(" (Torch7's name%s for the same class: " ..
+          "%s's semantics, options and messages)", #d.criterion_aliases > 1 and "s" or "", d.criterion) or "")
       w("")
     end
     w("`ploss.F.%s(%s, opts)`%s · C: `ploss_%s_forward/_backward/_fused` · kernel shape: %s",

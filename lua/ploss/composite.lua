@@ -298,14 +298,16 @@ local function parallel_args(self, inputs, targets, last, where)
     ploss.raise(where .. ": inputs: expected a list with one input per member, got " .. ploss.shown(inputs))
   end
   if #inputs ~= #self._members then
-    ploss.raise(string.format("%s: inputs: %d of them for %d members", where, #inputs, #self._members))
+    ploss.raise(string.format("%s: inputs: %d of them for %d member%s", where, #inputs, #self._members,
+      #self._members == 1 and "" or "s"))
   end
   if not rt and (type(targets) ~= "table" or ploss.is_tensor(targets)) then
     ploss.raise(where .. ": targets: expected a list with one target per member (or repeatTarget = true), got " ..
       ploss.shown(targets))
   end
   if not rt and table.maxn(targets) > #self._members then
-    ploss.raise(string.format("%s: targets: %d of them for %d members", where, table.maxn(targets), #self._members))
+    ploss.raise(string.format("%s: targets: %d of them for %d member%s", where, table.maxn(targets), #self._members,
+      #self._members == 1 and "" or "s"))
   end
   local all = {}
   for k = 1, #self._members do

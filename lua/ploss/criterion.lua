@@ -133,11 +133,23 @@ end
 
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
-    -- Torch7's criteria took positional arguments (sizeAverage, weights): refused, not read
+    -- Torch7's criteria took positional arguments (sizeAverage, weights, a margin): refused,
+    -- not read; the hint names the option such an argument meant
+    local hint = ""
+    if type(user) == "boolean" then
+      hint = " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for sizeAverage = false)"
+    elseif ploss.is_tensor(user) and option_names(d).weight then
+      hint = " (Torch7's positional weights are not taken: {weight = w})"
+    elseif type(user) == "number" then
+      local names = {}
+      for _, o in ipairs(d.lua_options) do names[#names + 1] = o.name end
+      hint = " (Torch7's positional arguments are not taken: " ..
+        (#names == 1 and string.format("{%s = %s})", names[1], tostring(user))
+          or #names > 1 and ("name the option, one of " .. table.concat(names, ", ") .. ")")
+          or "options are named, e.g. {reduction = 'sum'})")
+    end
     ploss.raise(string.format("%s: expected a table of named options, got %s%s", where,
-      ploss.is_tensor(user) and "a tensor" or type(user),
-      type(user) == "boolean" and " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for " ..
-        "sizeAverage = false)" or ""))
+      ploss.is_tensor(user) and "a tensor" or type(user), hint))
   end
   if not own_keys then
     for k, v in pairs(user) do

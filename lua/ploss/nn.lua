@@ -49,10 +49,17 @@ nn.Criterion = Criterion
 -- dot instead of a colon (`crit.forward(x, t)`) gets its first argument for the object and
 -- would otherwise fail deep inside with an error about the wrong argument.  `name` is the
 -- class, `method` the method called, `var` the object's name in the hint (default "crit").
+-- A method called on the class itself (`ploss.CrossEntropyLoss:forward(x, t)`, the
+-- instance's braces forgotten) is refused too: a class table is its own __index.
 function nn.check_self(self, name, method, var)
   if type(self) ~= "table" then
     ploss.raise(string.format("%s.%s: called without its object (got %s first): write %s:%s(...), with a colon",
       name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), var or "crit", method))
+  end
+  if rawget(self, "__index") ~= nil then
+    local cls = rawget(self, "_class_name") or name -- the base class's methods: the class called
+    ploss.raise(string.format("%s.%s: called on the class, not on an instance: make one first " ..
+      "(local %s = ploss.%s(...)) and call %s:%s(...)", cls, method, var or "crit", cls, var or "crit", method))
   end
 end
 

@@ -43,21 +43,34 @@ end
 --                         (pytorch-loss OnehotEncoder: 1 − ε and ε/C), 'uniform_others'
 --                         (1 − ε and ε/(C−1))
 --   ignore_index          default -1 (as the reference): those samples get all zeros
---   out                   a tensor to write (then num_classes may be nil: its dim 2)
+--   out                   a tensor to write (then num_classes may be nil: its dim 2;
+--                         a num_classes or dtype given must be out's)
 -- Errors: a label outside [0, C) that is not ignore_index ("target: class index 7 at
 -- sample (n, s) is outside [0, 5) …"; on CUDA reported by the next synchronising call).
+local one_hot_keys = { dtype = true, label_smoothing = true, smoothing_convention = true, ignore_index = true, out = true }
 function ploss.one_hot(target, num_classes, opts)
   if opts == nil then opts = {} end
   if not ploss.is_tensor(target) then ploss.raise("one_hot: target: expected a ploss tensor, got " .. type(target)) end
-  if type(opts) ~= "table" then ploss.raise("one_hot: opts: expected a table") end
+  ploss.check_option_keys(opts, "one_hot", one_hot_keys)
   local out = opts.out
+  if out ~= nil and not ploss.is_tensor(out) then
+    ploss.raise("one_hot: out: expected a ploss tensor, got " .. ploss.shown(out))
+  end
+  if num_classes ~= nil or out == nil then check_integer("one_hot: num_classes", num_classes, 1) end
   if out == nil then
-    check_integer("one_hot: num_classes", num_classes, 1)
     local sizes = target:size()
     table.insert(sizes, math.min(2, #sizes + 1), num_classes)
     out = ploss.empty(sizes, { dtype = opts.dtype or "f32", device = target:device() })
-  elseif not ploss.is_tensor(out) then
-    ploss.raise("one_hot: out: expected a ploss tensor, got " .. type(out))
+  else
+    -- the classes the caller named are the labels' range: out's class axis must agree
+    local sizes = out:size()
+    if num_classes ~= nil and sizes[2] ~= num_classes then
+      ploss.raise(string.format("one_hot: out: %d classes along dim 2 (its sizes [%s]), but num_classes is %d",
+        sizes[2] or 0, table.concat(sizes, ", "), num_classes))
+    end
+    if opts.dtype ~= nil and opts.dtype ~= out:dtype() then
+      ploss.raise(string.format("one_hot: out: dtype %s, but opts.dtype is %s", out:dtype(), ploss.shown(opts.dtype)))
+    end
   end
   local co = new_opts("ploss_one_hot_opts", "ploss_one_hot_opts_init")
   if opts.ignore_index ~= nil then check_integer("one_hot: ignore_index", opts.ignore_index); co.ignore_index = opts.ignore_index end
@@ -199,11 +212,15 @@ function OneHotTargets:__init(inner, opts)
   end
   self.inner = inner
   self.one_hot_opts = {}
-  for k, v in pairs(ploss.options_of(opts, "OneHotTargets")) do self.one_hot_opts[k] = v end
+  opts = ploss.options_of(opts, "OneHotTargets")
+  -- the one-hot tensor is the wrapper's own buffer, in the input's dtype
+  ploss.check_option_keys(opts, "OneHotTargets", { label_smoothing = true, smoothing_convention = true, ignore_index = true })
+  for k, v in pairs(opts) do self.one_hot_opts[k] = v end
 end
 
 function OneHotTargets:targets(input, labels)
-  if not ploss.one_hot then ploss.raise("OneHotTargets: this build has no ploss.one_hot") end
+  if not ploss.is_tensor(input) then ploss.raise("OneHotTargets: input: expected a ploss tensor, got " .. ploss.shown(input)) end
+  if not ploss.is_tensor(labels) then ploss.raise("OneHotTargets: target: expected a ploss tensor of class indices, got " .. ploss.shown(labels)) end
   local sizes = labels:size()
   table.insert(sizes, math.min(2, #sizes + 1), input:size(2))
   self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
@@ -213,16 +230,19 @@ function OneHotTargets:targets(input, labels)
 end
 
 function OneHotTargets:forward(input, labels)
+  nn.check_self(self, "OneHotTargets", "forward")
   self.output = self.inner:forward(input, self:targets(input, labels))
   return self.output
 end
 
 function OneHotTargets:backward(input, labels, gradOutput)
+  nn.check_self(self, "OneHotTargets", "backward")
   self.gradInput = self.inner:backward(input, self:targets(input, labels), gradOutput)
   return self.gradInput
 end
 
 function OneHotTargets:fused(input, labels, scale)
+  nn.check_self(self, "OneHotTargets", "fused")
   self.output, self.gradInput = self.inner:fused(input, self:targets(input, labels), scale)
   return self.output, self.gradInput
 end

@@ -28,6 +28,8 @@ f32 number nearest to it even for f64 inputs: its clamped gradients differ from 
 4·10⁻⁹ relative.)]],
   notes = [[
 For logits use binary_cross_entropy_with_logits, which is exact where this one saturates.
+Under its Torch7 name too the clamp is PyTorch's: Torch7's BCECriterion took log(x + 10⁻¹²)
+instead (27.6 where this gives 100 at x = 0, y = 1).
 PyTorch raises an error for an input or target outside [0, 1]; ploss does not read the
 values to check them: an input outside [0, 1] gives NaN.  weight is nil (all ones) or
 broadcast over the input as for binary_cross_entropy_with_logits (trailing dims aligned; a

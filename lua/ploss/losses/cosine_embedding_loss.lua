@@ -37,8 +37,8 @@ is the f32 number nearest to it even for f64 inputs: the gradient of a pair with
 vector differs from PyTorch's by 2·10⁻⁹ relative).]],
   gradient = [[
 With A = Σx1² + ε, B = Σx2² + ε, d = sqrt(A·B) and g = ∂ℓ/∂cos (−1 for y = 1; [cos − m >= 0]
-for y = −1, the gradient passing at the kink, where PyTorch 2.15's clamp_min gives 0; 0
-otherwise), times the
+for y = −1, the gradient passing at the kink, as PyTorch 2.11's clamp_min does (2.15's gives 0
+there); 0 otherwise), times the
 upstream gradient: ∂ℓ/∂x1 = g·(x2/d − cos·x1/A), ∂ℓ/∂x2 = g·(x1/d − cos·x2/B).  A pair with a
 NaN element has NaN gradients whatever its y (as autograd's 0·NaN), and a NaN loss only for
 y = ±1.]],

@@ -38,7 +38,7 @@ Per triplet i:
 names the two it is used with: pairwise_distance (p = 2, ε = 1e-6 added to every
 difference: the same numbers as TripletMarginLoss's defaults) and 1 − cosine_similarity.]],
   gradient = "With c = [d_ap − d_an + μ ≥ 0] (the gradient passes at the kink, as " ..
-    "TripletMarginLoss's; PyTorch 2.15's clamp_min gives 0 there, which the cosine distance " ..
+    "TripletMarginLoss's and PyTorch 2.11's; 2.15's clamp_min gives 0 there, which the cosine distance " ..
     "meets with one-hot embeddings, a = p and n orthogonal to them): ∂ℓ/∂d_ap = c, ∂ℓ/∂d_an = −c (with swap the negative term goes to the smaller " ..
     "of d(a, n) and d(p, n), half to each at a tie).  pairwise: as TripletMarginLoss.  cosine, " ..
     "for a pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) + " ..
