@@ -335,15 +335,6 @@ template <class T, int P> struct Run {
     static constexpr int W = P * (int)sizeof(T) / 4;
     static_assert(sizeof(T) <= 4 && (W == 1 || W == 2), "a run is one 4- or 8-byte access");
     uint32_t w[W];
-    __device__ __forceinline__ void load(const T *ptr)
-    {
-        if constexpr (W == 1) {
-            w[0] = *(const uint32_t *)ptr;
-        } else {
-            const uint2 u = *(const uint2 *)ptr;
-            w[0] = u.x, w[1] = u.y;
-        }
-    }
     __device__ __forceinline__ void zero()
     {
 #pragma unroll
@@ -500,11 +491,16 @@ template <int CMAX, class F> __device__ __forceinline__ void each_class(int Ci, 
  * are shared by P elements.  Each e^(x − M) is formed again for the gradient with the
  * same operations (the sums' bits; exactly 1 at the max).  Without class weights the
  * label's own terms are not selected class by class: d_y comes from the label's logit read
- * once more (in L1 or L2, before any gradient store: the gradient may be the logits' own
- * memory), and the gradient is written e·ga − ω·b for every class, then the label's element
+ * once more (from the stage below, so a gradient written over the logits does not matter),
+ * and the gradient is written e·ga − ω·b for every class, then the label's element
  * again with its −ω·a (the same thread's later store to the same address).  With class
  * weights every element takes its coefficient.  Per-sample factors are formed once (ω
- * hoisted, the image by a 32-bit division). */
+ * hoisted, the image by a 32-bit division).
+ * A thread's next run is read while it works on the current one: its logits copied by
+ * cp.async into the thread's own slots of two stages in shared memory ([stage][class]
+ * [word][thread]: a warp's accesses in distinct banks; no barrier, a thread reads only what
+ * it copied), its labels into registers; the label's logit comes from the stage. */
+template <class T, int P> int run_stage_bytes(int64_t C) { return 2 * (int)C * Run<T, P>::W * 4 * kSampleThreads; }
 template <class T, int CMAX, bool W, int P>
 __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem &p, const Aux &aux, int64_t count,
                                                          double &acc_loss, double &acc_w)
@@ -522,35 +518,68 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
     const A cs_plain = coef.a + coef.b * (A)Ci; /* Σ_j c_j without class weights */
     const bool smoothing = coef.b != A(0);     /* Σ_{j≠y} d_j wanted (no class weights) */
     const int64_t runs = count / P;
-    for (int64_t i = thread_index(); i < runs; i += grid_stride()) {
+    constexpr int RW = Run<T, P>::W;
+    extern __shared__ uint32_t stage_words[];
+    const auto slot = [&](int buf, int j) { return stage_words + (buf * Ci + j) * RW * kSampleThreads + threadIdx.x; };
+    const auto image_of = [&](int64_t i, int64_t &n, int64_t &s0) {
         const int64_t q = i * P;
-        const int64_t n = narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S, s0 = q - n * p.S;
+        n = narrow ? (int64_t)((uint32_t)q / (uint32_t)p.S) : q / p.S;
+        s0 = q - n * p.S;
+    };
+    /* the logits are read together with the labels (in bounds whatever the labels say);
+     * the values of an ignored or invalid sample are never used */
+    const auto read_ahead = [&](int64_t i, int buf, int64_t (&y)[P]) {
+        int64_t n, s0;
+        image_of(i, n, s0);
+        const T *xp = (const T *)p.x + n * p.x_sn + s0 * p.x_ss;
+#pragma unroll
+        for (int j = 0; j < CMAX; ++j) {
+            if (j < Ci)
+#pragma unroll
+                for (int w = 0; w < RW; ++w)
+                    cp_async4(slot(buf, j) + w * kSampleThreads, (const uint32_t *)xp + w, 4);
+            xp += p.x_sc;
+        }
+#pragma unroll
+        for (int k = 0; k < P; ++k)
+            y[k] = sample_label(p, n, s0 + k);
+    };
+    int64_t i = thread_index();
+    int buf = 0;
+    int64_t ycur[P];
+    if (i < runs)
+        read_ahead(i, 0, ycur);
+    cp_async_commit();
+    for (; i < runs; i += grid_stride(), buf ^= 1) {
+        int64_t ynext[P] = {};
+        if (i + grid_stride() < runs)
+            read_ahead(i + grid_stride(), buf ^ 1, ynext);
+        cp_async_commit();
+        int64_t n, s0;
+        image_of(i, n, s0);
         int yi[P];
         bool ok[P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
-            const int64_t y = sample_label(p, n, s0 + k);
+            const int64_t y = ycur[k];
+            ycur[k] = ynext[k];
             const int st = label_status(p, y);
             ok[k] = st == kValid;
             yi[k] = ok[k] ? (int)y : 0;
             if (!ok[k])
                 finish_skipped<A>(p, aux, n, s0 + k, st, y, acc_loss);
         }
-        /* the logits are read together with the labels (in bounds whatever the labels say);
-         * the values of an ignored or invalid sample are never used */
-        const T *xr = (const T *)p.x + n * p.x_sn + s0 * p.x_ss;
+        cp_async_wait<1>(); /* this run's copies are in */
         Run<T, P> v[CMAX];
-        {
-            const T *xp = xr;
 #pragma unroll
-            for (int j = 0; j < CMAX; ++j) {
-                if (j < Ci)
-                    v[j].load(xp);
-                else
-                    v[j].zero();
-                v[j].launder();
-                xp += p.x_sc;
-            }
+        for (int j = 0; j < CMAX; ++j) {
+            if (j < Ci)
+#pragma unroll
+                for (int w = 0; w < RW; ++w)
+                    v[j].w[w] = slot(buf, j)[w * kSampleThreads];
+            else
+                v[j].zero();
+            v[j].launder();
         }
         A M[P]; /* the max, or the saved lse */
         {
@@ -612,7 +641,11 @@ __device__ __forceinline__ void sample_runs_in_registers(const ploss_ce_problem 
             }
 #pragma unroll
             for (int k = 0; k < P; ++k) {
-                xy[k] = (A)to_acc(xr[(int64_t)yi[k] * p.x_sc + k]);
+                Run<T, P> ry;
+#pragma unroll
+                for (int w = 0; w < RW; ++w)
+                    ry.w[w] = slot(buf, yi[k])[w * kSampleThreads];
+                xy[k] = (A)ry.get(k);
                 const A dy = M[k] - xy[k];
                 cs[k] = cs_plain;
                 cd[k] = (smoothing ? coef.b * dsum[k] : A(0)) + (coef.ab != A(0) ? coef.ab * dy : A(0));
@@ -866,7 +899,10 @@ void launch_samples_p(const ploss_ce_problem &p, const Aux &aux, int64_t count, 
 {
     if constexpr (CMAX <= paired_cmax<T>())
         if (per_thread == 2) {
-            ce_samples<T, CMAX, W, 2><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
+            const int bytes = run_stage_bytes<T, 2>(p.C);
+            if (bytes > 48 * 1024 - 1024) /* with the block reduction's static shared memory */
+                cudaFuncSetAttribute(ce_samples<T, CMAX, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+            ce_samples<T, CMAX, W, 2><<<blocks, kSampleThreads, bytes, stream>>>(p, aux, count);
             return;
         }
     ce_samples<T, CMAX, W, 1><<<blocks, kSampleThreads, 0, stream>>>(p, aux, count);
