@@ -2766,8 +2766,8 @@ ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor 
     DLTensor *loss);
 
 /**
- * Margin ranking loss, backward. With c = [u >= 0] (the gradient passes at the kink u = 0, as
- * PyTorch 2.11's clamp_min does; 2.15's gives 0 there; 0 where u is NaN): ∂ℓ/∂x1 =
+ * Margin ranking loss, backward. With c = [u >= 0] (c = 0 where u is NaN; at the kink u = 0 the
+ * gradient passes, as PyTorch 2.11's clamp_min lets it, where 2.15's gives 0): ∂ℓ/∂x1 =
  * −y·c, ∂ℓ/∂x2 = y·c, each times the upstream gradient (whose value is not read where
  * c = 0, as autograd's where). A NaN y gives NaN gradients; a NaN x1 or x2 with a finite y
  * gives zeros.

@@ -313,6 +313,21 @@ describe("calls on a criterion", function()
       "ParallelCriterion.forward: called on the class")
     H.expect_error(function() local g = ploss.TripletMarginWithDistanceLoss:backward(x, x, x) return g end,
       "TripletMarginWithDistanceLoss.backward: called on the class")
+    -- the constructor named where it lives; a user's subclass by its name
+    H.expect_error(function() local g = ploss.nn.Linear:forward(x) return g end,
+      "Linear.forward: called on the class, not on an instance: make one first (local layer = ploss.nn.Linear(...))")
+    H.expect_error(function() local g = ploss.optim.SGD:step() return g end,
+      "SGD.step: called on the class, not on an instance: make one first (local optim = ploss.optim.SGD(...))")
+    -- (a module's output would otherwise be stored on its class, shared by every instance)
+    H.expect_error(function() local o = ploss.TaylorSoftmax:forward(x) return o end,
+      "TaylorSoftmax.forward: called on the class, not on an instance: make one first (local layer = ploss.TaylorSoftmax(...))")
+    assert.is_nil(rawget(ploss.TaylorSoftmax, "output"))
+    local MyCE = ploss.nn.class("MyCE", ploss.CrossEntropyLoss)
+    H.expect_error(function() local l = MyCE:forward(x, y) return l end, "(local crit = MyCE(...))")
+    -- an instance holding an __index field of its own is an instance
+    local proto = ploss.CrossEntropyLoss {}
+    proto.__index = proto
+    assert.are.equal(ce:forward(x, y), proto:forward(x, y))
     -- a subclass's instance, an object delegating to the class and a function stored on a
     -- class (called with a dot on purpose) are taken as they are
     local Sub = ploss.nn.class("SubCE", ploss.CrossEntropyLoss)
@@ -378,14 +393,17 @@ describe("calls on a criterion", function()
       "{reduction = 'sum'} for sizeAverage = false")
     -- a positional number (a margin, p) or weight tensor: the hint names the options
     H.expect_error(function() local crit = ploss.MarginRankingCriterion(0.5) return crit end,
-      "MarginRankingLoss: expected a table of named options, got number (Torch7's positional arguments are not taken: " ..
+      "MarginRankingLoss: expected a table of named options, got number (positional options are not taken: " ..
       "{margin = 0.5})")
     H.expect_error(function() local crit = ploss.MultiMarginCriterion(2) return crit end,
-      "(Torch7's positional arguments are not taken: name the option, one of p, margin)")
+      "(positional options are not taken: name the option: p, margin)")
+    -- a single option that is not a number is named, not given the number
+    H.expect_error(function() local crit = ploss.KLDivLoss(0.5) return crit end,
+      "(positional options are not taken: name the option: log_target)")
     H.expect_error(function() local crit = ploss.MSECriterion(2) return crit end,
-      "(Torch7's positional arguments are not taken: options are named, e.g. {reduction = 'sum'})")
+      "(positional options are not taken: options are named, e.g. {reduction = 'sum'})")
     H.expect_error(function() local crit = ploss.CrossEntropyCriterion(ploss.ones({ 3 })) return crit end,
-      "CrossEntropyLoss: expected a table of named options, got a tensor (Torch7's positional weights are not taken: " ..
+      "CrossEntropyLoss: expected a table of named options, got a tensor (positional weights are not taken: " ..
       "{weight = w})")
     H.expect_error(function() local crit = ploss.MultiLabelSoftMarginCriterion(ploss.ones({ 3 })) return crit end,
       "expected a table of named options, got a tensor")

@@ -48,10 +48,13 @@ end
 -- block per row, all in one launch), 1030 rows of 40 (streamed blocks after a label pass),
 -- C = 32000 (f32: a streamed block of 512 threads), C = 131072 and 300000 (streamed clusters
 -- of 4 blocks up to 320 KiB — 131072 in 16 bits — and of 8 beyond; weighted: one streamed
--- block per row), N×C×H×W (thread per pixel), odd sizes, one class.
+-- block per row), N×C×H×W (thread per pixel; pairs of pixels read ahead through shared
+-- memory for 16-bit C ≤ 24, its limit raised at 24, and weighted f32 C ≤ 8), odd sizes,
+-- one class.
 local SIZES = {
   { 64, 10 }, { 33, 17 }, { 8, 1000 }, { 3, 4097 }, { 1030, 40 }, { 4, 32000 }, { 2, 131072 }, { 2, 300000 },
-  { 5, 1 }, { 2, 19, 64, 64 }, { 2, 3, 5, 7 }, { 1, 40, 9, 11 }, { 3, 1, 4 },
+  { 5, 1 }, { 2, 19, 64, 64 }, { 2, 24, 32, 32 }, { 2, 23, 16, 16 }, { 2, 8, 64, 64 }, { 2, 3, 5, 7 },
+  { 1, 40, 9, 11 }, { 3, 1, 4 },
 }
 
 local OPTION_SETS = {

@@ -105,6 +105,7 @@ describe("one_hot", function()
       "one_hot: unknown option 'label_smothing' (known: dtype, ignore_index, label_smoothing, out, smoothing_convention)")
     H.expect_error(function() ploss.one_hot(y, 4, { out = 3 }) end, "one_hot: out: expected a ploss tensor, got 3")
     H.assert_equal(ploss.one_hot(y, 4, { out = wide, dtype = "f32" }), { { 1, 0, 0, 0 }, { 0, 0, 0, 1 }, { 0, 1, 0, 0 } })
+    H.assert_equal(ploss.one_hot(y, nil, { out = wide, dtype = "float" }), { { 1, 0, 0, 0 }, { 0, 0, 0, 1 }, { 0, 1, 0, 0 } })
     H.expect_error(function() ploss.one_hot(y, 4, { smoothing_convention = "other" }) end, "smoothing_convention")
     -- an expanded (zero-stride) output cannot be written
     local base = ploss.zeros({ 3, 1 })

@@ -139,13 +139,14 @@ local function resolve(d, user, extra, where, own_keys)
     if type(user) == "boolean" then
       hint = " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for sizeAverage = false)"
     elseif ploss.is_tensor(user) and option_names(d).weight then
-      hint = " (Torch7's positional weights are not taken: {weight = w})"
+      hint = " (positional weights are not taken: {weight = w})"
     elseif type(user) == "number" then
       local names = {}
       for _, o in ipairs(d.lua_options) do names[#names + 1] = o.name end
-      hint = " (Torch7's positional arguments are not taken: " ..
-        (#names == 1 and string.format("{%s = %s})", names[1], tostring(user))
-          or #names > 1 and ("name the option, one of " .. table.concat(names, ", ") .. ")")
+      local o = d.lua_options[1]
+      hint = " (positional options are not taken: " ..
+        (#names == 1 and o.type == "double" and string.format("{%s = %s})", o.name, tostring(user))
+          or #names > 0 and ("name the option: " .. table.concat(names, ", ") .. ")")
           or "options are named, e.g. {reduction = 'sum'})")
     end
     ploss.raise(string.format("%s: expected a table of named options, got %s%s", where,

@@ -50,16 +50,24 @@ nn.Criterion = Criterion
 -- would otherwise fail deep inside with an error about the wrong argument.  `name` is the
 -- class, `method` the method called, `var` the object's name in the hint (default "crit").
 -- A method called on the class itself (`ploss.CrossEntropyLoss:forward(x, t)`, the
--- instance's braces forgotten) is refused too: a class table is its own __index.
+-- instance's braces forgotten) is refused too: a class of nn.class is its own __index and
+-- holds its name (an instance made a prototype, its own __index, holds no name).
 function nn.check_self(self, name, method, var)
   if type(self) ~= "table" then
     ploss.raise(string.format("%s.%s: called without its object (got %s first): write %s:%s(...), with a colon",
       name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), var or "crit", method))
   end
-  if rawget(self, "__index") ~= nil then
-    local cls = rawget(self, "_class_name") or name -- the base class's methods: the class called
+  -- (the base class's methods: the class called; nn.class names it _class_name, the layers
+  -- and optimizers of ploss/support.lua __name)
+  local cls = rawget(self, "_class_name") or rawget(self, "__name")
+  if cls and rawget(self, "__index") == self then
+    -- its constructor where the library keeps it (a user's subclass: its name alone)
+    local path = cls
+    for _, where in ipairs { { ploss, "ploss." }, { ploss.nn, "ploss.nn." }, { ploss.optim, "ploss.optim." } } do
+      if type(where[1]) == "table" and where[1][cls] == self then path = where[2] .. cls break end
+    end
     ploss.raise(string.format("%s.%s: called on the class, not on an instance: make one first " ..
-      "(local %s = ploss.%s(...)) and call %s:%s(...)", cls, method, var or "crit", cls, var or "crit", method))
+      "(local %s = %s(...)) and call %s:%s(...)", cls, method, var or "crit", path, var or "crit", method))
   end
 end
 

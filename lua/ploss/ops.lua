@@ -68,7 +68,7 @@ function ploss.one_hot(target, num_classes, opts)
       ploss.raise(string.format("one_hot: out: %d classes along dim 2 (its sizes [%s]), but num_classes is %d",
         sizes[2] or 0, table.concat(sizes, ", "), num_classes))
     end
-    if opts.dtype ~= nil and opts.dtype ~= out:dtype() then
+    if opts.dtype ~= nil and ploss.dtype(opts.dtype) ~= out:dtype() then
       ploss.raise(string.format("one_hot: out: dtype %s, but opts.dtype is %s", out:dtype(), ploss.shown(opts.dtype)))
     end
   end
@@ -155,6 +155,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   -- between calls); updateOutput / updateGradInput are aliases.  No parameters.
   local cls = {}
   cls.__index = cls
+  cls.__name = cls_name
   cls.__tostring = function(self) return string.format("ploss.%s(n=%d, dim=%d)", cls_name, self.n, self.dim) end
   setmetatable(cls, {
     __call = function(c, opts)
@@ -169,6 +170,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
       "Taylor softmax" end,
   })
   function cls:forward(input)
+    nn.check_self(self, cls_name, "forward", "layer")
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
     local out = nn.buffer(self.output, input:size(), input:dtype(), input:device())
     ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), out:dl()), fname)
@@ -177,6 +179,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     return out
   end
   function cls:backward(input, gradOutput)
+    nn.check_self(self, cls_name, "backward", "layer")
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
     if not ploss.is_tensor(gradOutput) then
       ploss.raise(cls_name .. ": gradOutput: expected a ploss tensor, got " .. type(gradOutput))

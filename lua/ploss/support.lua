@@ -447,6 +447,7 @@ ploss.optim = ploss.optim or {}
 local function optimizer(name, make_state, step_one, fields)
   local cls = {}
   cls.__index = cls
+  cls.__name = name
   setmetatable(cls, {
     __call = function(c, params, grads, opts)
       if type(params) ~= "table" or type(grads) ~= "table" or #params ~= #grads then
