@@ -49,6 +49,7 @@ typedef enum {
     PLOSS_POLICY_MULTILABEL_MARGIN = 41, /* multilabel_margin_loss (rows) */
     PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE = 42, /* triplet_margin_with_distance (pairs) */
     PLOSS_POLICY_GAUSSIAN_NLL = 43, /* gaussian_nll_loss (pairs) */
+    PLOSS_POLICY_HINGE = 44, /* hinge_loss (elementwise) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -100,6 +101,7 @@ typedef enum {
         PLOSS_SHAPE_ROWS, \
         PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_ELEMENTWISE, \
     }
 
 #endif

@@ -3343,3 +3343,71 @@ ploss_status ploss_gaussian_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *inp
     const ploss_loss_args a = {.inputs[0] = input, .inputs[1] = target, .inputs[2] = var, .loss = loss, .grad_inputs[0] = grad_input, .grad_inputs[1] = grad_target, .grad_inputs[2] = grad_var};
     return gaussian_nll_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- hinge_loss -------------------------------------------------------------------------- */
+
+void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec hinge_loss_spec = {
+    .name = "hinge_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_HINGE,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+};
+
+static ploss_status hinge_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                               const ploss_hinge_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_hinge_loss_opts o;
+    ploss_hinge_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of hinge_loss");
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &hinge_loss_spec, a, &p);
+}
+
+ploss_status ploss_hinge_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return hinge_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return hinge_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_hinge_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return hinge_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -3874,4 +3874,67 @@ ploss_status ploss_gaussian_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *inp
     const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
     DLTensor *loss, DLTensor *grad_input, DLTensor *grad_target, DLTensor *grad_var);
 
+/* ---- Hinge loss ------------------------------------------------------------------------ */
+
+/** Options of hinge_loss; fill with ploss_hinge_loss_opts_init(). */
+typedef struct ploss_hinge_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the margin; a finite number; default 1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    int inplace;
+} ploss_hinge_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *opts);
+
+/**
+ * Hinge loss, forward (Torch7 nn.MarginCriterion; the hinge loss of margin classifiers
+ * (scikit-learn's hinge_loss, Keras' Hinge for m = 1)).
+ * Elementwise, with x the score and y the label:
+ *
+ *     ℓ = max(0, m − y·x)
+ *
+ * 'mean' divides by the element count (Torch7's sizeAverage). A NaN score or label gives a NaN
+ * loss (Torch7's kernel dropped it as 0).
+ *
+ * PyTorch has no such criterion: its SoftMarginLoss is the smooth form, log(1 + e^(−y·x)),
+ * and its HingeEmbeddingLoss takes distances, not scores. Only the input gets a gradient.
+ *
+ * in  input       scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype: labels −1 or 1 (other values are used
+ *                 as they are).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
+ *           not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_hinge_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Hinge loss, backward. ∂ℓ/∂x = −y where y·x < m, else 0 (Torch7's: 0 at the kink y·x
+ * = m, and where y·x is NaN).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_hinge_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Hinge loss, forward and backward in one pass (see the conventions above). Statuses: as
+ *  _forward. */
+ploss_status ploss_hinge_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

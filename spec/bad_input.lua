@@ -42,7 +42,7 @@
 --   input_range   { low, high }: the inputs the loss is defined on (from the description);
 --                 valid inputs are drawn uniformly from it
 --   finite_at_inf an infinite input on the right side of the target gives a finite loss
---                 (a saturating loss: soft margin), not the non-finite loss of the others
+--                 (a saturating loss: soft margin, hinge), not the non-finite loss of the others
 --   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
 --                 and gradient of the input without that class (and a zero gradient there);
 --                 'finite': only a finite loss and gradient; nil: no claim (the loss is
@@ -100,6 +100,7 @@ local facts = {
   ohem_cross_entropy = { masking = "exact", keep_all = { n_min = 1000000 }, one_class = function() return 0 end },
   ohem_large_margin = { keep_all = { n_min = 1000000 } },
   soft_margin_loss = { finite_at_inf = true },
+  hinge_loss = { finite_at_inf = true },
   nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
                one_class_gradient = -1 },
   multi_margin_loss = { masking = "finite", one_class = function() return 0 end },

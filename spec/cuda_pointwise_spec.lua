@@ -1,6 +1,6 @@
 -- Pointwise criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
 -- GPU): mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
--- soft_margin_loss, kl_div, hinge_embedding_loss and poisson_nll_loss against the CPU backend on the same
+-- soft_margin_loss, kl_div, hinge_embedding_loss, poisson_nll_loss and hinge_loss against the CPU backend on the same
 -- dtype-rounded inputs, in
 -- f32/f16/bf16 (fp32 accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64,
 -- every reduction ('batchmean' for kl_div) and option, fused against forward + backward, for
@@ -20,7 +20,7 @@ local TOL = H.CUDA_TOL
 local close = H.assert_close_scaled
 
 local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
-  "hinge_embedding_loss", "poisson_nll_loss" }
+  "hinge_embedding_loss", "poisson_nll_loss", "hinge_loss" }
 -- the options worth covering per loss (weight: a tensor made for the input's sizes)
 local OPTIONS = {
   mse_loss = { {} },
@@ -31,6 +31,7 @@ local OPTIONS = {
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
   hinge_embedding_loss = { {}, { margin = 0.5 } },
+  hinge_loss = { {}, { margin = 0.5 } },
   poisson_nll_loss = { {}, { full = true }, { log_input = false }, { log_input = false, full = true, eps = 0.1 } },
 }
 local function reductions(name)
@@ -43,7 +44,7 @@ local function ldtype(dtype) return dtype == "f64" and "f64" or "f32" end
 local function data_for(name, sizes)
   if name == "binary_cross_entropy" then
     return ploss.rand(sizes, { dtype = "f64", low = 0.01, high = 0.99 }), ploss.rand(sizes, { dtype = "f64" })
-  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" then
+  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" or name == "hinge_loss" then
     local v = ploss.rand(sizes, { dtype = "f64" }):flat()
     for i = 1, #v do v[i] = v[i] < 0.5 and -1 or 1 end
     return ploss.randn(sizes, { dtype = "f64", std = 3 }), ploss.tensor(v, { dtype = "f64", size = sizes })
@@ -194,6 +195,12 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
       l, g = F.soft_margin_loss_fused(s, sy, { reduction = "none" })
       H.assert_close(l, { 1000, 0, 0 }, { rtol = 1e-6, what = "soft margin " .. dtype })
       H.assert_close(g, { 1, 0, 0 }, { rtol = 1e-6, what = "soft margin grad " .. dtype })
+      -- the hinge (Torch7's MarginCriterion): 0 and a zero gradient at the kink y·x = m
+      local hx = ploss.tensor({ 1, -1, 0.25, 1000, -2 }, { dtype = dtype, device = DEV })
+      local hy = ploss.tensor({ 1, -1, 1, -1, 1 }, { dtype = dtype, device = DEV })
+      l, g = F.hinge_loss_fused(hx, hy, { reduction = "none" })
+      H.assert_close(l, { 0, 0, 0.75, 1001, 3 }, { rtol = 1e-6, what = "hinge " .. dtype })
+      H.assert_equal(g, { 0, 0, -1, 1, -1 }, { what = "hinge grad " .. dtype })
     end)
   end
 

@@ -1,8 +1,8 @@
 -- Pointwise criteria spec (suite 'cpu'): mse_loss, l1_loss, smooth_l1_loss, huber_loss,
--- binary_cross_entropy, soft_margin_loss, kl_div and hinge_embedding_loss on the CPU
--- backend.
---  * hand-derivable values, and every loss against a Lua transcription of PyTorch's
---    definition (forward, backward, fused; criterion and F; every reduction) in f64 and f32;
+-- binary_cross_entropy, soft_margin_loss, kl_div, hinge_embedding_loss and hinge_loss on the
+-- CPU backend.
+--  * hand-derivable values, and every loss against a Lua transcription of PyTorch's (for
+--    hinge_loss Torch7's MarginCriterion's) definition (forward, backward, fused; criterion and F; every reduction) in f64 and f32;
 --  * PyTorch's conventions at the kinks and clamps: sign(0) = 0, the thresholds of smooth L1
 --    and Huber, BCE's log clamp at −100 and its gradient's 1e-12 floor, KL's 0·log 0 = 0;
 --  * every kl_div case of torch_reference.json (PyTorch), 'batchmean' included;
@@ -54,6 +54,11 @@ local REF = {
     if y ~= -1 then l, g = l + x, g + 1 end
     return l, g
   end,
+  -- Torch7's MarginCriterion: −y where y·x < m, 0 at the kink
+  hinge_loss = function(x, y, o)
+    local m = o.margin or 1
+    return math.max(m - y * x, 0), y * x < m and -y or 0
+  end,
 }
 
 -- The reference loss (a number, or a flat list for 'none') and gradient (flat list) of
@@ -80,7 +85,7 @@ local function data_for(name, sizes, dtype, seed)
   if name == "binary_cross_entropy" then
     x = ploss.rand(sizes, { dtype = "f64", low = 0.02, high = 0.98 })
     y = ploss.rand(sizes, { dtype = "f64" })
-  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" then
+  elseif name == "soft_margin_loss" or name == "hinge_embedding_loss" or name == "hinge_loss" then
     x = ploss.randn(sizes, { dtype = "f64", std = 2 })
     local v = ploss.rand(sizes, { dtype = "f64" }):flat()
     -- labels −1 and 1, and for the hinge also PyTorch's case of another value (0.5)
@@ -116,14 +121,15 @@ local OPTIONS = {
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
   hinge_embedding_loss = { {}, { margin = 0.5 }, { margin = -0.25 } },
+  hinge_loss = { {}, { margin = 0.5 }, { margin = -0.25 } },
 }
 local CRITERION = {
   mse_loss = "MSELoss", l1_loss = "L1Loss", smooth_l1_loss = "SmoothL1Loss", huber_loss = "HuberLoss",
   binary_cross_entropy = "BCELoss", soft_margin_loss = "SoftMarginLoss", kl_div = "KLDivLoss",
-  hinge_embedding_loss = "HingeEmbeddingLoss",
+  hinge_embedding_loss = "HingeEmbeddingLoss", hinge_loss = "HingeLoss",
 }
 local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
-  "hinge_embedding_loss" }
+  "hinge_embedding_loss", "hinge_loss" }
 
 -- Concrete options (tensor options made for `sizes`) and the flat weights they imply.
 local function concrete(name, spec, sizes, dtype, seed)
@@ -274,11 +280,27 @@ describe("pointwise criteria by hand", function()
     H.assert_close(F.hinge_embedding_loss(d, t, { margin = 3 }), (0.3 + 1 + 2 + 4 + 3) / 5, { rtol = 1e-15 })
   end)
 
+  it("hinge (Torch7's MarginCriterion): max(0, m − y·x), the gradient −y strictly inside, NaN kept", function()
+    local x = ploss.tensor({ 0.25, 2, 1, -1, 0.5, -3, 0 / 0 }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, 1, 1, -1, -1, 1, 1 }, { dtype = "f64" })
+    local l, g = F.hinge_loss_fused(x, y, { reduction = "none" })
+    -- y·x = 0.25, 2, 1 (the kink: loss 0, gradient 0), 1 (kink), −0.5, −3, NaN
+    local lv = l:flat()
+    H.assert_close({ unpack(lv, 1, 6) }, { 0.75, 0, 0, 0, 1.5, 4 }, { rtol = 1e-15 })
+    assert.is_true(lv[7] ~= lv[7], "a NaN score: a NaN loss")
+    H.assert_equal(g, { -1, 0, 0, 0, 1, -1, 0 })
+    -- Torch7's sizeAverage: the mean over the elements; margin 2
+    local x5 = x:narrow(1, 1, 6)
+    H.assert_close(F.hinge_loss(x5, y:narrow(1, 1, 6), { margin = 2 }), (1.75 + 0 + 1 + 1 + 2.5 + 5) / 6, { rtol = 1e-15 })
+    H.assert_close(ploss.MarginCriterion { reduction = "sum" }:forward(x5, y:narrow(1, 1, 6)), 0.75 + 1.5 + 4,
+      { rtol = 1e-15 })
+  end)
+
   it("the Torch7 class names are the same criteria", function()
     for alias, cls in pairs {
       MSECriterion = "MSELoss", AbsCriterion = "L1Loss", SmoothL1Criterion = "SmoothL1Loss", BCECriterion = "BCELoss",
       SoftMarginCriterion = "SoftMarginLoss", DistKLDivCriterion = "KLDivLoss",
-      HingeEmbeddingCriterion = "HingeEmbeddingLoss",
+      HingeEmbeddingCriterion = "HingeEmbeddingLoss", MarginCriterion = "HingeLoss",
     } do
       assert.is_not_nil(ploss[cls], cls)
       assert.are.equal(ploss[cls], ploss[alias], alias)

@@ -76,6 +76,7 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     case PLOSS_POLICY_SOFT_MARGIN: return PLOSS_EW_SOFT_MARGIN;
     case PLOSS_POLICY_KL_DIV: return o->log_target ? PLOSS_EW_KL_DIV_LOG_TARGET : PLOSS_EW_KL_DIV;
     case PLOSS_POLICY_HINGE_EMBEDDING: return PLOSS_EW_HINGE_EMBEDDING;
+    case PLOSS_POLICY_HINGE: return PLOSS_EW_HINGE;
     case PLOSS_POLICY_POISSON_NLL:
         return o->log_input ? (o->full ? PLOSS_EW_POISSON_NLL_LOG_FULL : PLOSS_EW_POISSON_NLL_LOG)
                             : (o->full ? PLOSS_EW_POISSON_NLL_FULL : PLOSS_EW_POISSON_NLL);
@@ -198,7 +199,7 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
         p.a0 = o->alpha < 0.0 ? 1.0 : 1.0 - o->alpha;
         p.gamma = o->gamma;
     }
-    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING ? o->margin
+    p.beta = kind == PLOSS_EW_HUBER ? o->delta : kind == PLOSS_EW_HINGE_EMBEDDING || kind == PLOSS_EW_HINGE ? o->margin
            : kind == PLOSS_EW_POISSON_NLL || kind == PLOSS_EW_POISSON_NLL_FULL ? o->eps : o->beta;
     p.numel = x.numel;
     p.mean_divisor = o->reduction != PLOSS_REDUCTION_BATCHMEAN ? x.numel : x.ndim > 0 ? x.shape[0] : 1;

@@ -3,7 +3,7 @@
  * and CUDA (kernels/elementwise/sigmoid.cu) backends of the elementwise losses: the sigmoid
  * family (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria of
  * PyTorch (mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
- * soft_margin_loss, kl_div, hinge_embedding_loss, poisson_nll_loss).  Internal.
+ * soft_margin_loss, kl_div, hinge_embedding_loss, poisson_nll_loss, hinge_loss).  Internal.
  *
  * Every tensor is addressed with the same (collapsed) shape: dims of size 1 are dropped and
  * neighbouring dims that are contiguous in every tensor are merged, so dense inputs become
@@ -23,6 +23,7 @@
  *   SOFT_MARGIN: ℓ = sp(−y·x)
  *   KL_DIV:      ℓ = y·log y − y·x (0 where y = 0);   KL_DIV_LOG_TARGET: ℓ = e^y·(y − x)
  *   HINGE_EMBEDDING (margin m = β): ℓ = [y ≠ −1]·x + [y ≠ 1]·max(0, m − x)
+ *   HINGE (margin m = β): ℓ = max(0, m − y·x)
  *   POISSON_NLL_LOG: ℓ = e^x − y·x;   POISSON_NLL (ε = β): ℓ = x − y·log(x + ε)
  *   the _FULL kinds add [y > 1]·(y·log y − y + ½·log(2π·y)) (Stirling's log y!)
  * (the derivatives are written out in core/ploss_losses.h).
@@ -54,10 +55,11 @@ typedef enum {
     PLOSS_EW_POISSON_NLL = 13,
     PLOSS_EW_POISSON_NLL_LOG_FULL = 14,
     PLOSS_EW_POISSON_NLL_FULL = 15,
+    PLOSS_EW_HINGE = 16,
     /* the number of kinds: each place that computes a kind's maths asserts it, so that a
      * new kind is added there too (docs/ADDING_A_LOSS.md) instead of falling through to
      * another kind's maths */
-    PLOSS_EW_KIND_COUNT = 16
+    PLOSS_EW_KIND_COUNT = 17
 } ploss_sigmoid_kind;
 
 /* The kinds computed by the pointwise terms (no sigmoid). */
@@ -80,7 +82,7 @@ typedef struct ploss_sigmoid_problem {
 
     double a1, a0;  /* focal α weights of the positive / negative term (1, 1: disabled) */
     double gamma;   /* focal γ ≥ 0                                                      */
-    double beta;    /* SMOOTH_L1's β ≥ 0, HUBER's δ > 0, HINGE_EMBEDDING's margin, POISSON_NLL's ε */
+    double beta;    /* SMOOTH_L1's β ≥ 0, HUBER's δ > 0, HINGE_EMBEDDING's and HINGE's margin, POISSON_NLL's ε */
     double scale;   /* fused: gradient multiplier                                       */
 
     /* loss: elementwise (NONE, l_st) or one scalar (MEAN/SUM); f32 or f64 */

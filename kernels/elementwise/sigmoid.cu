@@ -70,7 +70,7 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
  * core/cpu/elementwise/sigmoid_impl.h (PyTorch's thresholds and signs: sign(0) = 0, the
  * quadratic part strictly inside |d| < β, BCE's logs clamped at −100 and its gradient's
  * denominator at 1e-12). */
-static_assert(PLOSS_EW_KIND_COUNT == 16, "a new kind of core/engines/elementwise.h: add its maths to "
+static_assert(PLOSS_EW_KIND_COUNT == 17, "a new kind of core/engines/elementwise.h: add its maths to "
                                         "pointwise_element or element and its launch here");
 template <class A>
 __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A beta, A x, A y, A w, A &loss, A &dx)
@@ -120,6 +120,12 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         const A h = beta - x;
         loss = (y != A(1) ? (h > A(0) ? h : A(0)) : A(0)) + (y != A(-1) ? x : A(0));
         dx = (y != A(1) ? (h >= A(0) ? A(-1) : A(0)) : A(0)) + (y != A(-1) ? A(1) : A(0));
+        break;
+    }
+    case PLOSS_EW_HINGE: { /* Torch7's MarginCriterion, margin m = beta: −y where y·x < m */
+        const A z = beta - y * x;
+        loss = z < A(0) ? A(0) : z;
+        dx = y * x < beta ? -y : A(0);
         break;
     }
     case PLOSS_EW_POISSON_NLL_LOG:

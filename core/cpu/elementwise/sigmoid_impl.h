@@ -9,9 +9,9 @@
 
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
  * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
- * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING.  The branches at the thresholds and the signs follow
+ * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow
  * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
-_Static_assert(PLOSS_EW_KIND_COUNT == 16, "a new kind of core/engines/elementwise.h: add its maths to "
+_Static_assert(PLOSS_EW_KIND_COUNT == 17, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
                                                                 REAL *loss, REAL *dx)
@@ -54,6 +54,12 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         const REAL h = beta - x;
         *loss = (y != 1 ? (h > 0 ? h : 0) : 0) + (y != -1 ? x : 0);
         *dx = (y != 1 ? (h >= 0 ? -1 : 0) : 0) + (y != -1 ? 1 : 0);
+    } else if (kind == PLOSS_EW_HINGE) {
+        /* Torch7's MarginCriterion: −y where y·x < m (0 at the kink and for a NaN y·x); the
+         * loss keeps a NaN (z < 0 is false for it) */
+        const REAL z = beta - y * x;
+        *loss = z < 0 ? 0 : z;
+        *dx = y * x < beta ? -y : 0;
     } else if (kind == PLOSS_EW_KL_DIV_LOG_TARGET) {
         const REAL e = EXP(y);
         *loss = e * (y - x);
@@ -222,6 +228,7 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_POISSON_NLL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL, 0) break;
     case PLOSS_EW_POISSON_NLL_LOG_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_LOG_FULL, 0) break;
     case PLOSS_EW_POISSON_NLL_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_FULL, 0) break;
+    case PLOSS_EW_HINGE: SIGMOID_PASSES_G(PLOSS_EW_HINGE, 0) break;
     default: return NAN; /* no such kind (ploss_run_loss refuses its loss first) */
     }
     return acc;

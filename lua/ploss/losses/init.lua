@@ -46,4 +46,5 @@ return {
   "multilabel_margin_loss",
   "triplet_margin_with_distance",
   "gaussian_nll_loss",
+  "hinge_loss",
 }
