@@ -646,6 +646,8 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.score_thresh: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.score_thresh));
     if (o.n_min < -1)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
+    if (!(isfinite(o.lam) && o.lam >= 0.0))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %s is not a finite number >= 0", PLOSS_SHOWN(o.lam));
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -1036,6 +1038,8 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    if ((unsigned)o.ciou_gradient >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,
@@ -1102,6 +1106,8 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    if ((unsigned)o.ciou_gradient >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,
@@ -1168,6 +1174,8 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.eps: %s is not a finite number >= 0", PLOSS_SHOWN(o.eps));
     if ((unsigned)o.box_format >= 3)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
+    if ((unsigned)o.ciou_gradient >= 2)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,

@@ -126,12 +126,13 @@ local function parse_args(argv)
         if not key then die("unexpected argument '" .. a .. "'\n" .. usage) end
         i = i + 1
         val = argv[i]
-        if val == nil then die("--" .. key .. " needs a value") end
       end
+      local name = key
       key = key:gsub("%-", "_")
       local known = { loss = 1, epochs = 1, lr = 1, optim = 1, activation = 1, batch_size = 1, device = 1,
                       seed = 1, limit = 1, data = 1, out = 1 }
-      if not known[key] then die("unknown option --" .. key:gsub("_", "-") .. "\n" .. usage) end
+      if not known[key] then die("unknown option --" .. name .. "\n" .. usage) end
+      if val == nil then die("--" .. name .. " needs a value") end
       if numeric[key] then
         -- decimal only (tonumber would take 0x10), finite; lr > 0, the others integers below 2^53
         local v = val:match("^[+-]?[%d.]+[eE]?[+-]?%d*$") and tonumber(val)
@@ -142,7 +143,8 @@ local function parse_args(argv)
           bad = bad or v < 0 or v ~= math.floor(v) or v >= 2 ^ 53
         end
         if bad then
-          die("--" .. key:gsub("_", "-") .. ": expected a " .. (key == "lr" and "positive finite number" or
+          die("--" .. name .. ": expected a " .. (key == "lr" and "positive finite number" or
+            (key == "epochs" or key == "batch_size" or key == "limit") and "positive integer" or
             "non-negative integer") .. ", got '" .. val .. "'")
         end
         val = v

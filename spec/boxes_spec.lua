@@ -180,6 +180,20 @@ describe("box losses: torchvision's definitions on random boxes", function()
     assert.are.equal(ploss.C.PLOSS_REDUCTION_MEAN, c.reduction)
     assert.are.equal(ploss.C.PLOSS_CIOU_GRADIENT_EXACT, c.ciou_gradient)
   end)
+
+  it("refuse a bad enum in the shared options struct, also in a field the loss does not read (C API)", function()
+    local ffi = require "ffi"
+    local b = ploss.tensor({ { 0, 0, 2, 2 } }, { dtype = "f64" })
+    local loss = ploss.empty({}, { dtype = "f64" })
+    for _, name in ipairs { "box_iou_loss", "generalized_box_iou_loss", "distance_box_iou_loss", "complete_box_iou_loss" } do
+      local c = ffi.new("ploss_box_loss_opts")
+      ploss.C.ploss_box_loss_opts_init(c)
+      c.ciou_gradient = 9
+      local st = ploss.C["ploss_" .. name .. "_forward"](b:context(), b:dl(), b:dl(), nil, nil, c, loss:dl())
+      assert.are.equal(ploss.C.PLOSS_ERR_INVALID_ARGUMENT, st, name)
+      assert.matches("opts.ciou_gradient: 9 is not one of exact (0), paper (1)", ffi.string(ploss.C.ploss_last_error()), 1, true)
+    end
+  end)
 end)
 
 ---------------------------------------------------------------------------------------

@@ -128,7 +128,8 @@ describe("integer conversions", function()
     for _, v in ipairs { 1.5, -0.5, NAN, INF, 2 ^ 31, -2 ^ 31 - 1 } do
       H.expect_error(function() t:fill(v) end, { "PLOSS_ERR_INVALID_ARGUMENT", "fill: value: ", "is not a value of i32" })
     end
-    H.expect_error(function() t[1] = 2.5 end, "fill: value: 2.5 is not a value of i32 (an integer in [-2147483648, 2147483648))")
+    H.expect_error(function() t[1] = 2.5 end, "t[1] = value: value: 2.5 is not a value of i32 (an integer in [-2147483648, 2147483648))")
+    H.expect_error(function() t[2] = "3" end, "t[2] = value: expected a number or a tensor, got string")
     assert.are.same({ 3, 4 }, t:flat())
     H.expect_error(function() ploss.full({ 2 }, 256, { dtype = "u8" }) end, "value: 256 is not a value of u8")
     H.expect_error(function() ploss.full({ 2 }, -1, { dtype = "u8" }) end, "value: -1 is not a value of u8")

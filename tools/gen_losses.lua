@@ -574,7 +574,7 @@ local function gen_c()
           r[1], d.name)
       end
     end
-    for _, opt in ipairs(d.lua_options) do check_code(w, opt) end
+    for _, opt in ipairs(d.options) do check_code(w, opt) end -- a shared struct's fields this loss does not read too
     w("    const ploss_loss_params p = {")
     w("        .reduction = o.reduction,")
     for _, opt in ipairs(d.lua_options) do

@@ -323,7 +323,12 @@ end
 tensor_mt.__newindex = function(t, k, v)
   if type(k) == "number" then
     local s = t:select(1, k)
-    if is_tensor(v) then s:copy(v) else s:fill(v) end
+    if is_tensor(v) then s:copy(v) return end
+    -- as fill, its messages naming the assignment
+    local what = string.format("t[%s] = value", tostring(k))
+    if type(v) ~= "number" then ploss.raise(what .. ": expected a number or a tensor, got " .. type(v)) end
+    ploss.check(C.ploss_fill(s:context(), s:dl(), v), what)
+    bump(s)
     return
   end
   error("ploss.Tensor: cannot set field '" .. tostring(k) .. "'", 2)

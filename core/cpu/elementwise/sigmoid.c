@@ -21,6 +21,14 @@
 
 enum { TX, TT, TW, TPW, TL, TGL, TG, NT };
 
+/* The loss of each kind, as messages name it. */
+static const char *const kind_loss[] = {
+    "binary_cross_entropy_with_logits", "sigmoid_focal", "sigmoid_focal", "mse_loss", "l1_loss", "smooth_l1_loss",
+    "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div", "kl_div", "hinge_embedding_loss",
+    "poisson_nll_loss", "poisson_nll_loss", "poisson_nll_loss", "poisson_nll_loss", "hinge_loss",
+};
+_Static_assert(sizeof kind_loss / sizeof kind_loss[0] == PLOSS_EW_KIND_COUNT, "a loss name for every kind");
+
 /* Row-major walk over the collapsed shape with the offsets of every tensor. */
 typedef struct {
     int64_t idx[PLOSS_MAX_DIMS];
@@ -76,7 +84,8 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmo
 
     /* the only buffer (the chunk partials, no rows) is taken before the first write */
     ploss_cpu_rows b;
-    const ploss_status status = ploss_cpu_rows_alloc(&b, "sigmoid", M, 0, 0, CHUNK);
+    const char *loss = (unsigned)p->kind < PLOSS_EW_KIND_COUNT ? kind_loss[p->kind] : "elementwise";
+    const ploss_status status = ploss_cpu_rows_alloc(&b, loss, M, 0, 0, CHUNK);
     if (status != PLOSS_OK)
         return status;
     if (p->x_dtype == PLOSS_F64)
