@@ -668,6 +668,46 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number > 0")
   end)
 
+  it("PartialFCLoss reads its margin criterion at each call and never writes it; its fields are checked", function()
+    local x, w, y = inputs(6, 10, 4, 131)
+    local a = ploss.ArcFaceLoss { s = 8 }
+    local full = a(x, w, y)
+    -- a margin assigned after construction: the draw is the PFC's, the criterion untouched
+    local pfc = ploss.PartialFCLoss { sample_rate = 0.3 }
+    pfc.margin = a
+    local l = pfc(x, w, y)
+    assert.are.equal(l, (F.arc_face_fused(x, w, y, { s = 8, sample_rate = 0.3, seed = 0 })))
+    assert.are.equal(1, a.sample_rate)
+    assert.are.equal(0, a.seed)
+    assert.are.equal(full, (a(x, w, y)))
+    -- the margin's options are read at each call, another margin softmax taken as it comes
+    a.s = 16
+    pfc.seed = 0
+    assert.are.equal((F.arc_face_fused(x, w, y, { s = 16, sample_rate = 0.3, seed = 0 })), (pfc(x, w, y)))
+    pfc.margin, pfc.seed = ploss.AMSoftmaxLoss { s = 10, m = 0.2 }, 0
+    assert.are.equal((F.am_softmax_fused(x, w, y, { s = 10, m = 0.2, sample_rate = 0.3, seed = 0 })), (pfc(x, w, y)))
+    -- refused: not a margin softmax (a class, the linear cross-entropy, a string), draw
+    -- options of the margin's own, a rate or seed that is no longer valid
+    for _, m in ipairs { ploss.ArcFaceLoss, ploss.LinearCrossEntropyLoss {}, "x" } do
+      H.expect_error(function() local c = ploss.PartialFCLoss { margin = m } return c end,
+        "PartialFCLoss: margin: expected a margin softmax criterion")
+      pfc.margin = m
+      H.expect_error(function() local r = pfc(x, w, y) return r end, "PartialFCLoss: margin: expected a margin softmax")
+    end
+    H.expect_error(function() local c = ploss.PartialFCLoss { margin = ploss.ArcFaceLoss { sample_rate = 0.5, seed = 7 } } return c end,
+      "PartialFCLoss: margin: its sample_rate (0.5) and seed (7) must stay 1 and 0")
+    pfc.margin = ploss.ArcFaceLoss {}
+    pfc.sample_rate = nil
+    H.expect_error(function() local r = pfc(x, w, y) return r end, "PartialFCLoss: opts.sample_rate: nil is not a finite number")
+    pfc.sample_rate, pfc.seed = 0.3, 2 ^ 53
+    H.expect_error(function() local r = pfc(x, w, y) return r end, "PartialFCLoss: opts.seed: 9.007199254741e+15 is not an integer")
+    pfc.seed = 2 ^ 53 - 2
+    pfc(x, w, y)
+    assert.are.equal(2 ^ 53 - 1, pfc.seed)
+    -- the private criterion's messages name the PFC
+    H.expect_error(function() local r = pfc:forward(x, w) return r end, "PartialFCLoss: labels: expected a ploss tensor")
+  end)
+
   it("ploss.nn.MarginSoftmax owns the centres: the fused pass, their gradient, the nearest centre", function()
     ploss.manual_seed(3)
     local head = ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.AMSoftmaxLoss { s = 10 }, dtype = "f64" }

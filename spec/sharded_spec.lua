@@ -75,7 +75,7 @@ describe("the comm option", function()
   it("names the option in tostring", function()
     local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
     local s = tostring(ploss.PartialFCLoss { comm = comm })
-    assert(s:find("comm=ploss.comm(rank 0 of 1, cpu)", 1, true), s)
+    assert(s:find("comm = ploss.comm(rank 0 of 1, cpu)", 1, true), s)
     comm:destroy()
   end)
 end)

@@ -25,20 +25,53 @@ return function(ploss)
   cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
   cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
 
+  local DRAW = { sample_rate = true, seed = true } -- the draw's options: this criterion's own
+  local SEED_MAX = 2 ^ 53 - 1                       -- a seed that still advances by one exactly
+
+  -- The description of `margin`, an instance of a margin softmax criterion (one that draws:
+  -- not the linear cross-entropy, not a class), whose own draw options are left at their
+  -- defaults (they are this criterion's).
+  local function margin_description(margin)
+    local d = type(margin) == "table" and rawget(margin, "__index") == nil and margin._description
+    local draws = false
+    for _, opt in ipairs(d and d.lua_options or {}) do draws = draws or opt.name == "sample_rate" end
+    if not d or d.shape ~= "margin" or not draws then
+      ploss.raise("PartialFCLoss: margin: expected a margin softmax criterion (ploss.ArcFaceLoss{…}, " ..
+        "AMSoftmaxLoss{…}, CombinedMarginLoss{…}), got " .. (d and ("ploss." .. d.criterion) or
+          type(margin) == "table" and rawget(margin, "__index") ~= nil and "a class (its braces forgotten?)" or
+          ploss.shown(margin)))
+    end
+    if margin.sample_rate ~= 1 or margin.seed ~= 0 then
+      ploss.raise(string.format("PartialFCLoss: margin: its sample_rate (%s) and seed (%s) must stay 1 and 0: " ..
+        "the draw is PartialFCLoss's (PartialFCLoss{sample_rate = …, seed = …})", tostring(margin.sample_rate),
+        tostring(margin.seed)))
+    end
+    return d
+  end
+
+  local function check_draw(rate, seed)
+    if type(rate) ~= "number" or not (rate > 0 and rate <= 1) then
+      ploss.raise("PartialFCLoss: opts.sample_rate: " .. ploss.shown(rate) .. " is not a finite number in (0, 1]")
+    end
+    if type(seed) ~= "number" or seed ~= math.floor(seed) or math.abs(seed) > SEED_MAX then
+      ploss.raise("PartialFCLoss: opts.seed: " .. ploss.shown(seed) .. " is not an integer within ±(2^53 − 1) " ..
+        "(it advances by one each step)")
+    end
+  end
+
   function cls:__init(opts)
     if opts == nil then opts = {} end
     local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
     ploss.check_option_keys(opts, "PartialFCLoss", known)
     local margin = opts.margin or ploss.ArcFaceLoss {}
-    local d = type(margin) == "table" and margin._description
-    if not d or d.shape ~= "margin" then
-      ploss.raise("PartialFCLoss: margin: expected a margin softmax criterion (ploss.ArcFaceLoss{…}, " ..
-        "AMSoftmaxLoss{…}, CombinedMarginLoss{…})")
-    end
-    -- a criterion of its own, with the given one's options (which it leaves as they are)
+    local d = margin_description(margin)
+    local rate, seed = opts.sample_rate or 0.1, opts.seed or 0
+    check_draw(rate, seed)
+    -- a criterion of its own, with the given one's options (read again at each call: the
+    -- given criterion itself is never written)
     local o = { reduction = rawget(margin, "reduction") }
     for _, opt in ipairs(d.lua_options) do o[opt.name] = rawget(margin, opt.name) end
-    o.sample_rate, o.seed = opts.sample_rate or 0.1, opts.seed or 0
+    o.sample_rate, o.seed = rate, seed
     if opts.comm ~= nil then o.comm = opts.comm end
     if opts.scale_grad_x_by_ranks ~= nil then o.scale_grad_x_by_ranks = opts.scale_grad_x_by_ranks end
     -- its option errors named as this criterion's: its own options as they are, the margin
@@ -53,19 +86,48 @@ return function(ploss)
       if name and not known[name] then msg = "margin." .. (msg:gsub("^opts%.", "")) end
       ploss.raise("PartialFCLoss: " .. msg)
     end
-    self.margin = inner
-    self.sample_rate, self.seed = o.sample_rate, o.seed
+    self._inner, self._comm = inner, { comm = o.comm, scale_grad_x_by_ranks = o.scale_grad_x_by_ranks }
+    self.margin = margin
+    self.sample_rate, self.seed = rate, seed
   end
 
-  -- The margin criterion, with this criterion's sampling now.
+  -- The private criterion with the margin's options and this criterion's draw now (the
+  -- margin, the rate and the seed are fields a caller may have set since the last call).
   local function sampled(self)
-    self.margin.sample_rate, self.margin.seed = self.sample_rate, self.seed
-    return self.margin
+    local margin = self.margin
+    local d = margin_description(margin)
+    check_draw(self.sample_rate, self.seed)
+    if d ~= self._inner._description then -- another margin softmax: a private one like it
+      local o = { comm = self._comm.comm, scale_grad_x_by_ranks = self._comm.scale_grad_x_by_ranks }
+      self._inner = ploss[d.criterion](o)
+    end
+    local inner = self._inner
+    inner.reduction = margin.reduction
+    for _, opt in ipairs(d.lua_options) do
+      if not DRAW[opt.name] and opt.name ~= "comm" and opt.name ~= "scale_grad_x_by_ranks" then
+        inner[opt.name] = margin[opt.name]
+      end
+    end
+    inner.sample_rate, inner.seed = self.sample_rate, self.seed
+    return inner
+  end
+
+  -- the calls' messages name this criterion, not the private one
+  local function call(self, method, ...)
+    local inner = sampled(self)
+    local r = { pcall(inner[method], inner, ...) }
+    if not r[1] then
+      local text = tostring(r[2])
+      local c = inner._description.criterion
+      error((text:gsub("ploss: " .. c .. "([:.%s])", "ploss: PartialFCLoss%1", 1)), 0)
+    end
+    table.remove(r, 1)
+    return r
   end
 
   function cls:forward(...)
     nn.check_self(self, "PartialFCLoss", "forward")
-    self.output = sampled(self):forward(...)
+    self.output = call(self, "forward", ...)[1]
     return self.output
   end
   function cls:updateOutput(...)
@@ -75,7 +137,7 @@ return function(ploss)
 
   function cls:backward(...)
     nn.check_self(self, "PartialFCLoss", "backward")
-    local r = { sampled(self):backward(...) }
+    local r = call(self, "backward", ...)
     self.seed = self.seed + 1
     self.gradInput = r
     return unpack(r)
@@ -87,15 +149,17 @@ return function(ploss)
 
   function cls:fused(...)
     nn.check_self(self, "PartialFCLoss", "fused")
-    local r = { sampled(self):fused(...) }
+    local r = call(self, "fused", ...)
     self.seed = self.seed + 1
     self.output = r[1]
     return unpack(r)
   end
 
   function cls:tostring()
-    return string.format("ploss.PartialFCLoss{margin = %s, sample_rate = %s, seed = %s}", tostring(self.margin),
-      tostring(self.sample_rate), tostring(self.seed))
+    local c = self._comm
+    return string.format("ploss.PartialFCLoss{margin = %s, sample_rate = %s, seed = %s%s%s}", tostring(self.margin),
+      tostring(self.sample_rate), tostring(self.seed), c.comm and (", comm = " .. tostring(c.comm)) or "",
+      c.scale_grad_x_by_ranks and ", scale_grad_x_by_ranks = true" or "")
   end
 
   ploss.PartialFCLoss = cls
