@@ -740,6 +740,9 @@ describe("margin softmax losses", function()
       "MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..
       "CosFaceLoss{…}, CombinedMarginLoss{…} or PartialFCLoss{…}), got ploss.CrossEntropyLoss")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = "arcface" } end, "got 'arcface'")
+    -- the class itself (its braces forgotten) is no criterion
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.ArcFaceLoss } end,
+      "MarginSoftmax: criterion: expected a margin criterion")
     H.expect_error(function() ploss.nn.MarginSoftmax { in_features = 4, classes = 6 } end,
       "MarginSoftmax: unknown option 'classes' (the sizes are positional")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, bogus = 1 } end, "MarginSoftmax: unknown option 'bogus'")

@@ -201,7 +201,7 @@ return function(ploss)
       end
     end
     local crit = opts.criterion
-    local d = type(crit) == "table" and crit._description
+    local d = type(crit) == "table" and rawget(crit, "__index") == nil and crit._description -- an instance
     if crit ~= nil and not ((d and d.shape == "margin" and d.name ~= "linear_cross_entropy") or
                             getmetatable(crit) == ploss.PartialFCLoss) then
       ploss.raise("MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..
