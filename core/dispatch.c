@@ -56,7 +56,7 @@ WITH_CTX(cpu_affinity_field, ploss_cpu_affinity_field, ploss_region_problem)
 WITH_CTX(cpu_affinity, ploss_cpu_affinity, ploss_region_problem)
 WITH_CTX(cpu_margin_ranking, ploss_cpu_margin_ranking, ploss_margin_ranking_problem)
 WITH_CTX(cpu_gaussian_nll, ploss_cpu_gaussian_nll, ploss_gaussian_nll_problem)
-WITH_CTX(cpu_cosine_embedding, ploss_cpu_cosine_embedding, ploss_cosine_embedding_problem)
+WITH_CTX(cpu_embedding_pairs, ploss_cpu_embedding_pairs, ploss_embedding_pair_problem)
 WITH_CTX(cpu_margin, ploss_cpu_margin, ploss_margin_problem)
 WITH_CTX(cpu_linear_ce, ploss_cpu_linear_cross_entropy, ploss_linear_problem)
 
@@ -86,7 +86,7 @@ WITH_CTX(cuda_affinity_field, ploss_cuda_affinity_field, ploss_region_problem)
 WITH_CTX(cuda_affinity, ploss_cuda_affinity, ploss_region_problem)
 WITH_CTX(cuda_margin_ranking, ploss_cuda_margin_ranking, ploss_margin_ranking_problem)
 WITH_CTX(cuda_gaussian_nll, ploss_cuda_gaussian_nll, ploss_gaussian_nll_problem)
-WITH_CTX(cuda_cosine_embedding, ploss_cuda_cosine_embedding, ploss_cosine_embedding_problem)
+WITH_CTX(cuda_embedding_pairs, ploss_cuda_embedding_pairs, ploss_embedding_pair_problem)
 WITH_CTX(cuda_margin, ploss_cuda_margin, ploss_margin_problem)
 WITH_CTX(cuda_linear_ce, ploss_cuda_linear_cross_entropy, ploss_linear_problem)
 #define CUDA(fn) fn
@@ -122,7 +122,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_REGION_AFFINITY] = {[CPU] = cpu_affinity, [GPU] = CUDA(cuda_affinity)},
     [PLOSS_OP_PAIRS_MARGIN_RANKING] = {[CPU] = cpu_margin_ranking, [GPU] = CUDA(cuda_margin_ranking)},
     [PLOSS_OP_PAIRS_GAUSSIAN_NLL] = {[CPU] = cpu_gaussian_nll, [GPU] = CUDA(cuda_gaussian_nll)},
-    [PLOSS_OP_PAIRS_COSINE_EMBEDDING] = {[CPU] = cpu_cosine_embedding, [GPU] = CUDA(cuda_cosine_embedding)},
+    [PLOSS_OP_PAIRS_EMBEDDING] = {[CPU] = cpu_embedding_pairs, [GPU] = CUDA(cuda_embedding_pairs)},
     [PLOSS_OP_MARGIN] = {[CPU] = cpu_margin, [GPU] = CUDA(cuda_margin)},
     [PLOSS_OP_LINEAR_CROSS_ENTROPY] = {[CPU] = cpu_linear_ce, [GPU] = CUDA(cuda_linear_ce)},
 };

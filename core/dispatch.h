@@ -38,7 +38,7 @@ typedef enum {
     PLOSS_OP_REGION_AFFINITY_FIELD,  /* ploss_region_problem    */
     PLOSS_OP_REGION_AFFINITY,        /* ploss_region_problem    */
     PLOSS_OP_PAIRS_MARGIN_RANKING,   /* ploss_margin_ranking_problem */
-    PLOSS_OP_PAIRS_COSINE_EMBEDDING, /* ploss_cosine_embedding_problem */
+    PLOSS_OP_PAIRS_EMBEDDING, /* ploss_embedding_pair_problem */
     PLOSS_OP_PAIRS_GAUSSIAN_NLL,     /* ploss_gaussian_nll_problem */
     PLOSS_OP_MARGIN,                 /* ploss_margin_problem    */
     PLOSS_OP_LINEAR_CROSS_ENTROPY,   /* ploss_linear_problem    */

@@ -3419,3 +3419,76 @@ ploss_status ploss_hinge_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return hinge_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- l1_hinge_embedding_loss ------------------------------------------------------------- */
+
+void ploss_l1_hinge_embedding_loss_opts_init(ploss_l1_hinge_embedding_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->margin = 1.0;
+    o->scale = 1.0;
+    o->inplace = 0;
+}
+
+static const ploss_loss_spec l1_hinge_embedding_loss_spec = {
+    .name = "l1_hinge_embedding_loss",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_L1_HINGE_EMBEDDING,
+    .target = PLOSS_LOSS_TARGET_SIGNS,
+    .min_classes = 1,
+    .ninputs = 2,
+    .input_names = {"input1", "input2"},
+    .grad_names = {"grad_input1", "grad_input2"},
+    .input_layout = PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR,
+};
+
+static ploss_status l1_hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                            const ploss_l1_hinge_embedding_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_l1_hinge_embedding_loss_opts o;
+    ploss_l1_hinge_embedding_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of l1_hinge_embedding_loss");
+    if (!(isfinite(o.margin)))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number", PLOSS_SHOWN(o.margin));
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .margin = o.margin,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &l1_hinge_embedding_loss_spec, a, &p);
+}
+
+ploss_status ploss_l1_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = input1, .inputs[1] = input2, .target = target, .loss = loss};
+    return l1_hinge_embedding_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_l1_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input1, DLTensor *grad_input2)
+{
+    const ploss_loss_args a = {.inputs[0] = input1, .inputs[1] = input2, .target = target, .grad_loss = grad_loss, .grad_inputs[0] = grad_input1, .grad_inputs[1] = grad_input2};
+    return l1_hinge_embedding_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2)
+{
+    const ploss_loss_args a = {.inputs[0] = input1, .inputs[1] = input2, .target = target, .loss = loss, .grad_inputs[0] = grad_input1, .grad_inputs[1] = grad_input2};
+    return l1_hinge_embedding_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -3937,4 +3937,82 @@ ploss_status ploss_hinge_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
 
+/* ---- L1 hinge embedding loss ----------------------------------------------------------- */
+
+/** Options of l1_hinge_embedding_loss; fill with ploss_l1_hinge_embedding_loss_opts_init(). */
+typedef struct ploss_l1_hinge_embedding_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* m, the L1 distance below which a dissimilar pair is penalised; a finite number; default
+       1.0 */
+    double margin;
+    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
+       1.0 */
+    double scale;
+    /* refused (1): each input of this loss gets its own gradient, none may be written over;
+       default 0 */
+    int inplace;
+} ploss_l1_hinge_embedding_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_l1_hinge_embedding_loss_opts_init(ploss_l1_hinge_embedding_loss_opts *opts);
+
+/**
+ * L1 hinge embedding loss, forward (Torch7 nn.L1HingeEmbeddingCriterion (one pair there; N
+ * pairs here)).
+ * Per pair i, with the L1 distance d_i = Σ_j |x1_ij − x2_ij|:
+ *
+ *     ℓ_i = max(0, m − d_i)      if y_i = −1
+ *     ℓ_i = d_i                  otherwise
+ *
+ * 'mean' divides by N; D inputs give one pair (Torch7's criterion, a 0-d loss for 'none'). A
+ * NaN element gives a NaN loss.
+ *
+ * PyTorch has no such criterion (its HingeEmbeddingLoss takes the distances, its
+ * CosineEmbeddingLoss the cosine). The distance is summed in f64 on the CPU and in fp32 (f64
+ * for f64 input) on CUDA. No state is kept: backward recomputes the distances.
+ *
+ * in  input1      x1, N×D embeddings (or one embedding of D values); N×D, or D for one pair
+ *                 (Torch7's form), f32/f16/bf16/f64, any strides; both inputs of the same dtype
+ *                 and shape.
+ * in  input2      x2, x1's shape; N×D, or D for one pair (Torch7's form), f32/f16/bf16/f64,
+ *                 any strides; both inputs of the same dtype and shape.
+ * in  target      y, N values (a 0-d tensor for D inputs): 1 (similar) or −1 (dissimilar),
+ *                 any float dtype or i64/i32; any y other than −1 counts as similar, as
+ *                 Torch7's.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
+ *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_l1_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    DLTensor *loss);
+
+/**
+ * L1 hinge embedding loss, backward. With s_ij = sign(x1_ij − x2_ij) (0 for equal elements,
+ * NaN for a NaN difference) and c_i = 1 for a similar pair, −[d_i ≤ m] for a dissimilar one
+ * (Torch7's: the gradient passes at the kink d = m and for a NaN d), times the upstream
+ * gradient: ∂ℓ/∂x1_ij = c_i·s_ij, ∂ℓ/∂x2_ij = −c_i·s_ij.
+ * in  input1, input2, target, opts   as given to _forward.
+ * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
+ *                 f64.
+ * out grad_input1 ∂/∂input1: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_input2 ∂/∂input2: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_l1_hinge_embedding_loss_backward(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
+/** L1 hinge embedding loss, forward and backward in one pass (see the conventions above).
+ *  Statuses: as _forward. */
+ploss_status ploss_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTensor *input1,
+    const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2);
+
 #endif /* PLOSS_LOSSES_H */

@@ -578,3 +578,136 @@ describe("CosineEmbeddingLoss", function()
     H.expect_error(function() ploss.CosineEmbeddingLoss { margin = "a" } end, "margin")
   end)
 end)
+
+---------------------------------------------------------------------------------------
+-- L1HingeEmbeddingLoss (Torch7's L1HingeEmbeddingCriterion, for N pairs)
+---------------------------------------------------------------------------------------
+
+-- Torch7's definition per pair: d = Σ|x1 − x2|; y = −1: max(0, m − d) and the gradient
+-- −sign(x1 − x2) unless d > m; any other y: d and sign(x1 − x2); x2's gradient the negative.
+local function sign(t) return t > 0 and 1 or t < 0 and -1 or 0 end
+local function l1_reference(X1, X2, Y, margin, w)
+  local losses, g1, g2 = {}, {}, {}
+  for i = 1, #X1 do
+    local d = 0
+    for j = 1, #X1[i] do d = d + math.abs(X1[i][j] - X2[i][j]) end
+    local c
+    if Y[i] == -1 then
+      losses[i], c = math.max(0, margin - d), d > margin and 0 or -1
+    else
+      losses[i], c = d, 1
+    end
+    g1[i], g2[i] = {}, {}
+    for j = 1, #X1[i] do
+      g1[i][j] = factor(w, i) * c * sign(X1[i][j] - X2[i][j])
+      g2[i][j] = -g1[i][j]
+    end
+  end
+  return losses, g1, g2
+end
+
+-- N×D embeddings, labels 1, −1, 2 (similar, as Torch7's), the distances of the dissimilar
+-- pairs far from the margin m = D/2: their second view near (d ≈ 0.08·D) or far (d ≈ 1.6·D).
+local function l1_inputs(n, d, seed)
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed }):totable()
+  local b = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1 }):totable()
+  local y = {}
+  for i = 1, n do
+    y[i] = i % 3 == 0 and -1 or i % 3 == 1 and 1 or (i % 2 == 0 and -1 or 2)
+    local s = i % 4 == 1 and 0.1 or 2
+    for j = 1, d do b[i][j] = a[i][j] + s * b[i][j] end
+  end
+  return ploss.tensor(a, { dtype = "f64" }), ploss.tensor(b, { dtype = "f64" }), ploss.tensor(y, { dtype = "f64" })
+end
+
+describe("L1HingeEmbeddingLoss", function()
+  it("gives the values derived by hand, with Torch7's name as an alias", function()
+    assert.are.equal(ploss.L1HingeEmbeddingLoss, ploss.L1HingeEmbeddingCriterion)
+    local x1 = ploss.tensor({ { 1, 2, 3 }, { 0, 0, 0 }, { 1, 1, 1 }, { 2, 0, 0 } }, { dtype = "f64" })
+    local x2 = ploss.tensor({ { 1, 0, 4 }, { 0, 0, 0 }, { 0.5, 1, 1.25 }, { 0, 0, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, -1, -1, -1 }, { dtype = "f64" })
+    -- d = 3, 0, 0.75, 2: losses 3, 1 − 0, 1 − 0.75, 0 (d > m)
+    local loss, g1, g2 = F.l1_hinge_embedding_loss_fused(x1, x2, y, { reduction = "none" })
+    H.assert_equal(loss, { 3, 1, 0.25, 0 })
+    H.assert_equal(g1, { { 0, 1, -1 }, { 0, 0, 0 }, { -1, 0, 1 }, { 0, 0, 0 } })
+    H.assert_equal(g2, { { 0, -1, 1 }, { 0, 0, 0 }, { 1, 0, -1 }, { 0, 0, 0 } })
+    -- margin 2: d = 2 is the kink, the loss 0 and the gradient passing (Torch7's d > m test)
+    local crit = ploss.L1HingeEmbeddingCriterion { margin = 2 }
+    assert.are.equal((3 + 2 + 1.25 + 0) / 4, crit:forward(x1, x2, y))
+    local b1 = crit:backward(x1, x2, y)
+    H.assert_equal(b1, { { 0, 0.25, -0.25 }, { 0, 0, 0 }, { -0.25, 0, 0.25 }, { -0.25, 0, 0 } })
+    -- Torch7's single pair: D inputs, a 0-d label
+    local u, v = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.tensor({ 0, 0 }, { dtype = "f64" })
+    assert.are.equal(0, F.l1_hinge_embedding_loss(u, v, ploss.tensor(-1, { dtype = "f64" })))
+    assert.are.equal(3, F.l1_hinge_embedding_loss(u, v, ploss.tensor(1, { dtype = "f64" })))
+    assert.are.equal(2, F.l1_hinge_embedding_loss(u, v, ploss.tensor(-1, { dtype = "f64" }), { margin = 5 }))
+  end)
+
+  it("matches Torch7's definition for every margin and reduction, float and integer labels", function()
+    local x1, x2, y = l1_inputs(23, 6, 19)
+    local X1, X2, Y = rows(x1), rows(x2), flat(y)
+    for _, yt in ipairs { y, y:long() } do
+      for _, m in ipairs { 3, 1 } do
+        for _, r in ipairs(REDUCTIONS) do
+          local o = { margin = m, reduction = r }
+          local losses, g1, g2 = l1_reference(X1, X2, Y, m, weight(r, 23))
+          local loss, f1, f2 = F.l1_hinge_embedding_loss_fused(x1, x2, yt, o)
+          H.assert_close(r == "none" and loss or { loss }, r == "none" and losses or { reduce(losses, r) },
+            { rtol = 1e-12, what = "loss " .. r })
+          H.assert_close(f1, g1, { rtol = 1e-12, atol = 1e-300, what = "grad1 " .. r })
+          H.assert_close(f2, g2, { rtol = 1e-12, atol = 1e-300, what = "grad2 " .. r })
+          local lf = F.l1_hinge_embedding_loss(x1, x2, yt, o)
+          H.assert_equal(r == "none" and lf or { lf }, r == "none" and loss or { loss })
+          local b1, b2 = F.l1_hinge_embedding_loss_backward(x1, x2, yt, nil, o)
+          H.assert_equal(b1, f1)
+          H.assert_equal(b2, f2)
+        end
+      end
+    end
+  end)
+
+  it("has the gradient of central differences in f64 for both inputs (away from the kinks)", function()
+    local x1, x2, y = l1_inputs(6, 4, 71)
+    for _, r in ipairs { "mean", "sum" } do
+      local o = { margin = 2, reduction = r }
+      local _, g1, g2 = F.l1_hinge_embedding_loss_fused(x1, x2, y, o)
+      H.gradcheck(function() return F.l1_hinge_embedding_loss(x1, x2, y, o) end, x1, g1, { what = r .. " x1" })
+      H.gradcheck(function() return F.l1_hinge_embedding_loss(x1, x2, y, o) end, x2, g2, { what = r .. " x2" })
+    end
+  end)
+
+  it("takes the upstream gradient per pair, propagates NaN, computes 16-bit as the f64 of the rounded inputs", function()
+    local x1, x2, y = l1_inputs(9, 5, 23)
+    local up = ploss.randn({ 9 }, { dtype = "f64", seed = 5 })
+    local _, g1, g2 = l1_reference(rows(x1), rows(x2), flat(y), 2.5, flat(up))
+    local b1, b2 = F.l1_hinge_embedding_loss_backward(x1, x2, y, up, { reduction = "none", margin = 2.5 })
+    H.assert_close(b1, g1, { rtol = 1e-12, atol = 1e-300 })
+    H.assert_close(b2, g2, { rtol = 1e-12, atol = 1e-300 })
+    -- a NaN element: a NaN loss, NaN gradients where its difference is NaN, for both labels
+    local n1 = ploss.tensor({ { NAN, 1 }, { NAN, 1 } }, { dtype = "f64" })
+    local n2 = ploss.tensor({ { 0, 0 }, { 0, 0 } }, { dtype = "f64" })
+    local nl, ng = F.l1_hinge_embedding_loss_fused(n1, n2, ploss.tensor({ 1, -1 }, { dtype = "f64" }), { reduction = "none" })
+    for _, v in ipairs(nl:flat()) do assert.is_true(v ~= v) end
+    local gv = ng:totable()
+    assert.is_true(gv[1][1] ~= gv[1][1] and gv[2][1] ~= gv[2][1])
+    assert.are.same({ 1, -1 }, { gv[1][2], gv[2][2] })
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local a, b = x1:type(dtype), x2:type(dtype)
+      local l, h1 = F.l1_hinge_embedding_loss_fused(a, b, y, { margin = 2.5 })
+      local l64, r1 = F.l1_hinge_embedding_loss_fused(a:double(), b:double(), y, { margin = 2.5 })
+      H.assert_close({ l }, { l64 }, { rtol = 1e-6, what = dtype })
+      H.assert_close(h1, r1, { rtol = 1e-2, what = dtype })
+      assert.are.equal(dtype, h1:dtype())
+    end
+  end)
+
+  it("refuses bad input with an error naming the argument", function()
+    local x1, x2, y = l1_inputs(4, 3, 5)
+    H.expect_error(function() local l = F.l1_hinge_embedding_loss(x1, x2:narrow(2, 1, 2), y) return l end, "input2")
+    H.expect_error(function() local l = F.l1_hinge_embedding_loss(x1, x2, y:narrow(1, 1, 3)) return l end, "target")
+    H.expect_error(function() local c = ploss.L1HingeEmbeddingLoss { margin = 0 / 0 } return c end, "margin")
+    H.expect_error(function() local c = ploss.L1HingeEmbeddingCriterion(1) return c end,
+      "L1HingeEmbeddingLoss: expected a table of named options, got number (positional options are not taken: " ..
+      "{margin = 1})")
+  end)
+end)

@@ -503,12 +503,13 @@ static ploss_pair_grad grad_of(const ploss_view *v, int unbatched)
                      : (ploss_pair_grad){v->data, v->strides[0], v->strides[1]};
 }
 
-static ploss_status run_cosine_embedding(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
-                                         const ploss_loss_params *o)
+static ploss_status run_embedding_pair(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
+                                       const ploss_loss_params *o, ploss_embedding_pair_kind kind)
 {
-    ploss_cosine_embedding_problem p;
+    ploss_embedding_pair_problem p;
     memset(&p, 0, sizeof p);
     FILL_COMMON(p, pass, c, o);
+    p.kind = kind;
     /* one pair of D inputs: its loss and upstream gradient are one value either way */
     if (c->unbatched) {
         p.l_sn = 0;
@@ -523,7 +524,7 @@ static ploss_status run_cosine_embedding(ploss_ctx_t *ctx, ploss_pass pass, cons
     p.y_dtype = c->y.dtype;
     p.y_sn = c->unbatched ? 0 : c->y.strides[0];
     p.margin = o->margin;
-    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_COSINE_EMBEDDING, "input1", &p);
+    return ploss_dispatch(ctx, PLOSS_OP_PAIRS_EMBEDDING, "input1", &p);
 }
 
 int ploss_pairs_computes(ploss_policy policy)
@@ -532,6 +533,7 @@ int ploss_pairs_computes(ploss_policy policy)
     case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE:
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
     case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING: case PLOSS_POLICY_GAUSSIAN_NLL:
+    case PLOSS_POLICY_L1_HINGE_EMBEDDING:
         return 1;
     default: return 0;
     }
@@ -559,7 +561,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE: return run_triplet(ctx, pass, spec, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
     case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
-    case PLOSS_POLICY_COSINE_EMBEDDING: return run_cosine_embedding(ctx, pass, &c, o);
+    case PLOSS_POLICY_COSINE_EMBEDDING: return run_embedding_pair(ctx, pass, &c, o, PLOSS_EMBEDDING_PAIR_COSINE);
+    case PLOSS_POLICY_L1_HINGE_EMBEDDING: return run_embedding_pair(ctx, pass, &c, o, PLOSS_EMBEDDING_PAIR_L1_HINGE);
     case PLOSS_POLICY_GAUSSIAN_NLL: return run_gaussian_nll(ctx, pass, &c, o);
     default: return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: no pairs engine for this loss", spec->name);
     }

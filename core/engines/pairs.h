@@ -197,8 +197,11 @@ ploss_status ploss_cpu_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_p
 ploss_status ploss_cuda_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_problem *p);
 #endif
 
-/* Cosine embedding: N×D inputs (D inputs: N = 1, sn = 0) and N signs. */
-typedef struct ploss_cosine_embedding_problem {
+/* The embedding pairs: N×D inputs (D inputs: N = 1, sn = 0) and N signs, compared by their
+ * cosine (cosine_embedding_loss) or their L1 distance (l1_hinge_embedding_loss). */
+typedef enum { PLOSS_EMBEDDING_PAIR_COSINE = 0, PLOSS_EMBEDDING_PAIR_L1_HINGE = 1 } ploss_embedding_pair_kind;
+typedef struct ploss_embedding_pair_problem {
+    ploss_embedding_pair_kind kind;
     ploss_pass pass;
     ploss_reduction reduction;
     ploss_dtype dtype;            /* of both inputs and their gradients                     */
@@ -210,11 +213,11 @@ typedef struct ploss_cosine_embedding_problem {
     void *loss; ploss_dtype loss_dtype; int64_t l_sn;
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_sn;
     ploss_pair_grad grad[2];      /* ∂/∂input1, ∂/∂input2                                    */
-} ploss_cosine_embedding_problem;
+} ploss_embedding_pair_problem;
 
-ploss_status ploss_cpu_cosine_embedding(ploss_ctx_t *ctx, const ploss_cosine_embedding_problem *p);
+ploss_status ploss_cpu_embedding_pairs(ploss_ctx_t *ctx, const ploss_embedding_pair_problem *p);
 #ifdef PLOSS_HAVE_CUDA
-ploss_status ploss_cuda_cosine_embedding(ploss_ctx_t *ctx, const ploss_cosine_embedding_problem *p);
+ploss_status ploss_cuda_embedding_pairs(ploss_ctx_t *ctx, const ploss_embedding_pair_problem *p);
 #endif
 
 /* The smallest norm a normalised row is divided by (F.normalize's eps). */
@@ -560,6 +563,32 @@ PLOSS_PAIRS_FN ploss_cosine_pair ploss_cosine_embedding_finish(double dot, doubl
     r.self2 = -g * c / B;
     return r;
 }
+
+/* L1 hinge embedding (Torch7's L1HingeEmbeddingCriterion), one pair, from its L1 distance
+ * d, its label y, the margin and the upstream factor w: the loss and the coefficient c of its
+ * gradients ∂/∂x1_j = c·sign(x1_j − x2_j), ∂/∂x2_j = −c·sign(x1_j − x2_j).  A dissimilar pair
+ * (y = −1) passes the gradient unless d > m (at the kink and for a NaN d, as Torch7); any
+ * other y is a similar pair. */
+typedef struct {
+    double loss, c;
+} ploss_l1_hinge_pair;
+
+PLOSS_PAIRS_FN ploss_l1_hinge_pair ploss_l1_hinge_embedding_finish(double d, double y, double margin, double w)
+{
+    ploss_l1_hinge_pair r;
+    if (y == -1.0) {
+        const double t = margin - d;
+        r.loss = t > 0.0 || t != t ? t : 0.0;
+        r.c = d > margin ? 0.0 : -w;
+    } else {
+        r.loss = d;
+        r.c = w;
+    }
+    return r;
+}
+
+/* sign(t): 0 at 0, NaN for NaN (the subgradient of |t| that autograd and Torch7 take). */
+PLOSS_PAIRS_FN double ploss_sign_or_nan(double t) { return t > 0.0 ? 1.0 : t < 0.0 ? -1.0 : t == 0.0 ? 0.0 : t; }
 
 #ifdef __cplusplus
 }

@@ -47,4 +47,5 @@ return {
   "triplet_margin_with_distance",
   "gaussian_nll_loss",
   "hinge_loss",
+  "l1_hinge_embedding_loss",
 }
