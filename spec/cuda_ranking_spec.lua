@@ -246,24 +246,10 @@ describe("CosineEmbeddingLoss on " .. DEV .. " against the CPU", function()
   end)
 end)
 
--- N×D embeddings and labels 1, −1, 2 (similar), the distances of the dissimilar pairs far
--- from the margin D/2 (their second view near: d ≈ 0.08·D, or far: d ≈ 1.6·D).
-local function l1_inputs(n, d, seed)
-  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed }):totable()
-  local b = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1 }):totable()
-  local y = {}
-  for i = 1, n do
-    y[i] = i % 3 == 0 and -1 or i % 3 == 1 and 1 or (i % 2 == 0 and -1 or 2)
-    local s = i % 4 == 1 and 0.1 or 2
-    for j = 1, d do b[i][j] = a[i][j] + s * b[i][j] end
-  end
-  return ploss.tensor(a, { dtype = "f64" }), ploss.tensor(b, { dtype = "f64" }), ploss.tensor(y, { dtype = "f64" })
-end
-
 describe("L1HingeEmbeddingLoss on " .. DEV .. " against the CPU", function()
   it("matches for every dtype and reduction, rows narrower than a warp, a warp and wider", function()
     for _, d in ipairs { 5, 32, 300 } do
-      local x1, x2, y = l1_inputs(67, d, 17 + d)
+      local x1, x2, y = H.l1_hinge_pairs(67, d, 17 + d)
       H.each(DTYPES, REDUCTIONS, function(dtype, r)
         compare("l1_hinge_embedding_loss", x1, x2, y, { reduction = r, margin = d / 2 }, dtype, "D = " .. d, false)
       end)
@@ -271,11 +257,11 @@ describe("L1HingeEmbeddingLoss on " .. DEV .. " against the CPU", function()
   end)
 
   it("takes integer labels, strided views, more rows than the grid has warps and the unbatched form", function()
-    local x1, x2, y = l1_inputs(70000, 3, 37)
+    local x1, x2, y = H.l1_hinge_pairs(70000, 3, 37)
     for _, r in ipairs(REDUCTIONS) do
       compare("l1_hinge_embedding_loss", x1, x2, y:long(), { reduction = r, margin = 1.5 }, "f32", "70000 rows i64", false)
     end
-    local a, b, t = l1_inputs(40, 17, 43)
+    local a, b, t = H.l1_hinge_pairs(40, 17, 43)
     compare("l1_hinge_embedding_loss", a, b, t, { reduction = "none", margin = 8.5 }, "bf16", "strided", false,
       function(dev) return { dev[1]:t():contiguous():t(), dev[2], dev[3] } end)
     local u, v = ploss.tensor({ 1, -2, 0.5 }, { dtype = "f64" }), ploss.tensor({ 0, 0, 0 }, { dtype = "f64" })
@@ -285,7 +271,7 @@ describe("L1HingeEmbeddingLoss on " .. DEV .. " against the CPU", function()
   end)
 
   it("is deterministic", function()
-    local x1, x2, y = l1_inputs(5000, 40, 3)
+    local x1, x2, y = H.l1_hinge_pairs(5000, 40, 3)
     local a, b, t = x1:float():to(DEV), x2:float():to(DEV), y:to(DEV)
     local l1, g1 = F.l1_hinge_embedding_loss_fused(a, b, t, { margin = 20 })
     local l2, g2 = F.l1_hinge_embedding_loss_fused(a, b, t, { margin = 20 })

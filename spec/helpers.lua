@@ -25,6 +25,7 @@
 --   H.seed(n)                           ploss.manual_seed(n), remembered for messages
 --   H.random_logits(sizes, opts)        randn logits (f64 CPU unless opts say otherwise)
 --   H.random_labels(sizes, C, opts)     class indices in [0, C) (i64 unless opts.dtype)
+--   H.l1_hinge_pairs(n, d, seed)        N×D pairs and labels for the L1 hinge embedding loss
 --   H.sample_sizes(sizes)               the sizes without axis 2 (the class axis, 1-based)
 --   H.check_fixture_case(crit, fname, case, run, opts, scale)
 --                                       a fixture case through criterion and F, every pass
@@ -451,6 +452,21 @@ function H.random_labels(sizes, C, opts)
     y = ploss.tensor(v, { dtype = "i64", size = sizes })
   end
   return y:to(opts.device or "cpu", opts.dtype or "i64")
+end
+
+--- N×D embedding pairs (f64, CPU) and labels 1, −1, 2 (similar, as Torch7's) for the L1
+-- hinge embedding loss, the distances of the dissimilar pairs far from a margin of D/2: the
+-- second view near (d ≈ 0.08·D) or far (d ≈ 1.6·D).
+function H.l1_hinge_pairs(n, d, seed)
+  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed }):totable()
+  local b = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1 }):totable()
+  local y = {}
+  for i = 1, n do
+    y[i] = i % 3 == 0 and -1 or i % 3 == 1 and 1 or (i % 2 == 0 and -1 or 2)
+    local s = i % 4 == 1 and 0.1 or 2
+    for j = 1, d do b[i][j] = a[i][j] + s * b[i][j] end
+  end
+  return ploss.tensor(a, { dtype = "f64" }), ploss.tensor(b, { dtype = "f64" }), ploss.tensor(y, { dtype = "f64" })
 end
 
 ---------------------------------------------------------------------------------------

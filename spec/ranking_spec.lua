@@ -606,20 +606,6 @@ local function l1_reference(X1, X2, Y, margin, w)
   return losses, g1, g2
 end
 
--- N×D embeddings, labels 1, −1, 2 (similar, as Torch7's), the distances of the dissimilar
--- pairs far from the margin m = D/2: their second view near (d ≈ 0.08·D) or far (d ≈ 1.6·D).
-local function l1_inputs(n, d, seed)
-  local a = ploss.randn({ n, d }, { dtype = "f64", seed = seed }):totable()
-  local b = ploss.randn({ n, d }, { dtype = "f64", seed = seed + 1 }):totable()
-  local y = {}
-  for i = 1, n do
-    y[i] = i % 3 == 0 and -1 or i % 3 == 1 and 1 or (i % 2 == 0 and -1 or 2)
-    local s = i % 4 == 1 and 0.1 or 2
-    for j = 1, d do b[i][j] = a[i][j] + s * b[i][j] end
-  end
-  return ploss.tensor(a, { dtype = "f64" }), ploss.tensor(b, { dtype = "f64" }), ploss.tensor(y, { dtype = "f64" })
-end
-
 describe("L1HingeEmbeddingLoss", function()
   it("gives the values derived by hand, with Torch7's name as an alias", function()
     assert.are.equal(ploss.L1HingeEmbeddingLoss, ploss.L1HingeEmbeddingCriterion)
@@ -644,7 +630,7 @@ describe("L1HingeEmbeddingLoss", function()
   end)
 
   it("matches Torch7's definition for every margin and reduction, float and integer labels", function()
-    local x1, x2, y = l1_inputs(23, 6, 19)
+    local x1, x2, y = H.l1_hinge_pairs(23, 6, 19)
     local X1, X2, Y = rows(x1), rows(x2), flat(y)
     for _, yt in ipairs { y, y:long() } do
       for _, m in ipairs { 3, 1 } do
@@ -667,7 +653,7 @@ describe("L1HingeEmbeddingLoss", function()
   end)
 
   it("has the gradient of central differences in f64 for both inputs (away from the kinks)", function()
-    local x1, x2, y = l1_inputs(6, 4, 71)
+    local x1, x2, y = H.l1_hinge_pairs(6, 4, 71)
     for _, r in ipairs { "mean", "sum" } do
       local o = { margin = 2, reduction = r }
       local _, g1, g2 = F.l1_hinge_embedding_loss_fused(x1, x2, y, o)
@@ -677,7 +663,7 @@ describe("L1HingeEmbeddingLoss", function()
   end)
 
   it("takes the upstream gradient per pair, propagates NaN, computes 16-bit as the f64 of the rounded inputs", function()
-    local x1, x2, y = l1_inputs(9, 5, 23)
+    local x1, x2, y = H.l1_hinge_pairs(9, 5, 23)
     local up = ploss.randn({ 9 }, { dtype = "f64", seed = 5 })
     local _, g1, g2 = l1_reference(rows(x1), rows(x2), flat(y), 2.5, flat(up))
     local b1, b2 = F.l1_hinge_embedding_loss_backward(x1, x2, y, up, { reduction = "none", margin = 2.5 })
@@ -702,7 +688,7 @@ describe("L1HingeEmbeddingLoss", function()
   end)
 
   it("refuses bad input with an error naming the argument", function()
-    local x1, x2, y = l1_inputs(4, 3, 5)
+    local x1, x2, y = H.l1_hinge_pairs(4, 3, 5)
     H.expect_error(function() local l = F.l1_hinge_embedding_loss(x1, x2:narrow(2, 1, 2), y) return l end, "input2")
     H.expect_error(function() local l = F.l1_hinge_embedding_loss(x1, x2, y:narrow(1, 1, 3)) return l end, "target")
     H.expect_error(function() local c = ploss.L1HingeEmbeddingLoss { margin = 0 / 0 } return c end, "margin")

@@ -25,7 +25,9 @@ return function(ploss)
   cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
   cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
 
-  local DRAW = { sample_rate = true, seed = true } -- the draw's options: this criterion's own
+  -- the options this criterion sets on its private one (the draw's and the sharding's); the
+  -- margin criterion's others are read from it at each call
+  local OWN = { sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
   local SEED_MAX = 2 ^ 53 - 1                       -- a seed that still advances by one exactly
 
   -- The description of `margin`, an instance of a margin softmax criterion (one that draws:
@@ -86,7 +88,7 @@ return function(ploss)
       if name and not known[name] then msg = "margin." .. (msg:gsub("^opts%.", "")) end
       ploss.raise("PartialFCLoss: " .. msg)
     end
-    self._inner, self._comm = inner, { comm = o.comm, scale_grad_x_by_ranks = o.scale_grad_x_by_ranks }
+    self._inner = inner
     self.margin = margin
     self.sample_rate, self.seed = rate, seed
   end
@@ -98,15 +100,13 @@ return function(ploss)
     local d = margin_description(margin)
     check_draw(self.sample_rate, self.seed)
     if d ~= self._inner._description then -- another margin softmax: a private one like it
-      local o = { comm = self._comm.comm, scale_grad_x_by_ranks = self._comm.scale_grad_x_by_ranks }
-      self._inner = ploss[d.criterion](o)
+      local old = self._inner
+      self._inner = ploss[d.criterion] { comm = old.comm, scale_grad_x_by_ranks = old.scale_grad_x_by_ranks }
     end
     local inner = self._inner
     inner.reduction = margin.reduction
     for _, opt in ipairs(d.lua_options) do
-      if not DRAW[opt.name] and opt.name ~= "comm" and opt.name ~= "scale_grad_x_by_ranks" then
-        inner[opt.name] = margin[opt.name]
-      end
+      if not OWN[opt.name] then inner[opt.name] = margin[opt.name] end
     end
     inner.sample_rate, inner.seed = self.sample_rate, self.seed
     return inner
@@ -156,7 +156,7 @@ return function(ploss)
   end
 
   function cls:tostring()
-    local c = self._comm
+    local c = self._inner
     return string.format("ploss.PartialFCLoss{margin = %s, sample_rate = %s, seed = %s%s%s}", tostring(self.margin),
       tostring(self.sample_rate), tostring(self.seed), c.comm and (", comm = " .. tostring(c.comm)) or "",
       c.scale_grad_x_by_ranks and ", scale_grad_x_by_ranks = true" or "")

@@ -205,6 +205,15 @@ local function bump(t)
   s.version = s.version + 1
 end
 
+-- Every element of t ← value; messages name the call as `what` (t:fill, an element
+-- assignment t[k] = v), `expected` what else it would have taken.
+local function fill_as(t, value, what, expected)
+  if type(value) ~= "number" then ploss.raise(string.format("%s: expected %s, got %s", what, expected, type(value))) end
+  ploss.check(C.ploss_fill(t:context(), t:dl(), value), what)
+  bump(t)
+  return t
+end
+
 ---------------------------------------------------------------------------------------
 -- Tensor metatype
 ---------------------------------------------------------------------------------------
@@ -323,12 +332,7 @@ end
 tensor_mt.__newindex = function(t, k, v)
   if type(k) == "number" then
     local s = t:select(1, k)
-    if is_tensor(v) then s:copy(v) return end
-    -- as fill, its messages naming the assignment
-    local what = string.format("t[%s] = value", tostring(k))
-    if type(v) ~= "number" then ploss.raise(what .. ": expected a number or a tensor, got " .. type(v)) end
-    ploss.check(C.ploss_fill(s:context(), s:dl(), v), what)
-    bump(s)
+    if is_tensor(v) then s:copy(v) else fill_as(s, v, string.format("t[%s] = value", tostring(k)), "a number or a tensor") end
     return
   end
   error("ploss.Tensor: cannot set field '" .. tostring(k) .. "'", 2)
@@ -976,10 +980,7 @@ end
 -- range: a fraction or a value it cannot hold is an error, not truncated or wrapped).
 -- Returns self.
 function Tensor:fill(value)
-  if type(value) ~= "number" then ploss.raise("fill: expected a number, got " .. type(value)) end
-  ploss.check(C.ploss_fill(self:context(), self:dl(), value), "fill")
-  bump(self)
-  return self
+  return fill_as(self, value, "fill", "a number")
 end
 
 --- Every element ← 0.  Returns self.
