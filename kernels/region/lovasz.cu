@@ -18,15 +18,18 @@
  *  1. per pixel: the softmax's max and 1/Σ (invalid labels go to the context's error slot
  *     and their pixels are treated as ignored);
  *  per batch:
- *  2. per pixel: the batch's keys and values (and, for f64, the errors in f64);
+ *  2. per pixel: the batch's keys and values (and, for f64, the errors in f64), and with the
+ *     gradient the pixel's signed-weight slots of the batch's segments set to 0;
  *  3. the radix sort;
  *  4. one block per chunk of CHUNK ranks of a segment counts its foreground pixels; the last
  *     block to finish turns the counts into each chunk's count before it and each segment's
  *     total P (integers: exact to 2^31 pixels);
  *  5. one block per chunk: each rank's Lovász weight in closed form (a block scan of the
  *     foreground bits gives F), the chunk's Σ error × weight, and (want_grad) the signed
- *     weight of the pixel — written into the gradient's own slot when the gradient has the
- *     accumulation type and is not the input, else into a workspace buffer;
+ *     weight of the pixel where it is not 0 — written into the gradient's own slot when the
+ *     gradient has the accumulation type and is not the input, else into a workspace buffer
+ *     (each a scattered 4- or 8-byte store, one L2 transaction apiece: the ranks after a
+ *     segment's last foreground pixel, whose weight is 0, are most of them);
  *  then:
  *  6. one block: each segment's L (its chunk partials in a fixed order, double), the
  *     reduction over groups and classes (fixed order, double), the loss and each L_gc's
@@ -140,11 +143,15 @@ __global__ void __launch_bounds__(THREADS) lovasz_stats(const ploss_region_probl
 }
 
 /* Per pixel j of a group: the keys and values of segments s0 … s0 + nb − 1 at i·M + j (i:
- * the slot in the batch), and for f64 (err != nullptr) the errors there too. */
+ * the slot in the batch), and for f64 (err != nullptr) the errors there too.  With the
+ * gradient (zero.w not null), a valid pixel's signed-weight slot of each segment is set to 0
+ * here, in pixel order (coalesced): lovasz_weights then stores only the weights that are not
+ * 0 — in a segment every rank after its last foreground pixel has weight 0, most of a
+ * segment's ranks — in its scattered stores. */
 template <class T, class TI>
 __global__ void __launch_bounds__(THREADS) lovasz_keys(const ploss_region_problem p, int64_t M, int64_t s0, int nb,
                                                         const acc_t<T> *mx, const acc_t<T> *inv, uint32_t *keys,
-                                                        uint32_t *vals, acc_t<T> *err)
+                                                        uint32_t *vals, acc_t<T> *err, WeightSlots<acc_t<T>> zero)
 {
     using A = acc_t<T>;
     const T *x = (const T *)p.x;
@@ -177,6 +184,8 @@ __global__ void __launch_bounds__(THREADS) lovasz_keys(const ploss_region_proble
             }
             const A pc = m_exp((A)to_acc(x[xo + c * p.x_sc]) - m) * iv;
             const A e = y == c ? A(1) - pc : pc;
+            if (zero.w)
+                zero.w[zero.at(p, M, g, c, j)] = A(0);
             keys[idx] = slot | error_code((float)e);
             vals[idx] = (uint32_t)j | (y == c ? FOREGROUND : 0u);
             if (err)
@@ -280,7 +289,7 @@ __global__ void __launch_bounds__(THREADS) lovasz_weights(const ploss_region_pro
         else
             e = err[base + local];
         term += e * w;
-        if (want_grad)
+        if (want_grad && w != A(0)) /* the 0s are in place (lovasz_keys) */
             out.w[out.at(p, M, g, c, local)] = fg ? -w : w;
     }
     const A total = block_reduce<THREADS>(term, SumOp());
@@ -466,8 +475,9 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     for (int64_t s0 = 0; s0 < nseg; s0 += batch) {
         const int nb = (int)(nseg - s0 < batch ? nseg - s0 : batch);
         const unsigned blocks = (unsigned)(nb * chunks);
-        lovasz_keys<T, TI><<<grid_blocks(M, THREADS), THREADS, 0, stream>>>(*p, M, s0, nb, mx, inv, keys.Current(),
-                                                                            vals.Current(), err);
+        lovasz_keys<T, TI><<<grid_blocks(M, THREADS), THREADS, 0, stream>>>(
+            *p, M, s0, nb, mx, inv, keys.Current(), vals.Current(), err,
+            want_grad ? slots : WeightSlots<A>{nullptr, 0});
         if ((st = check_launch("lovasz_softmax keys")))
             return st;
         if ((st = cub_status(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, vals, (int)(nb * M), 0, end_bit,
