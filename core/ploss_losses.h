@@ -38,7 +38,8 @@ typedef enum ploss_smoothing_convention {
 typedef struct ploss_cross_entropy_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* class-index targets: samples with this label add nothing; default -100 */
+    /* class-index targets: samples with this label add nothing; with probability targets it
+       stays negative (INVALID_ARGUMENT otherwise, as PyTorch refuses it); default -100 */
     int64_t ignore_index;
     /* ε, the smoothing mass; a finite number in [0, 1]; default 0.0 */
     double label_smoothing;

@@ -179,7 +179,7 @@ describe("CrossEntropyLoss gradients (central differences, f64)", function()
       y = ploss.rand(shape, { dtype = "f64" }) -- probabilities need not sum to 1
     end
     local opts = { reduction = red, label_smoothing = sm[1], smoothing_convention = sm[2],
-                   ignore_index = 7 }
+                   ignore_index = kind == "index" and 7 or nil }
     if weighted then opts.weight = ploss.rand({ Cn }, { dtype = "f64", low = 0.5, high = 2 }) end
     local gout
     if red == "none" then gout = ploss.randn(ysizes, { dtype = "f64" }) end
@@ -665,6 +665,52 @@ describe("CrossEntropyLoss edge cases and bad input", function()
         for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
       end
     end
+  end)
+
+  it("class weights of the valid samples summing to 0: NaN mean (with label smoothing too), zero gradient", function()
+    -- PyTorch: Σ w_y = 0 gives 0/0 = NaN, and with smoothing its NLL part is still 0/0 (the
+    -- smoothing part alone would be positive/0 = inf)
+    local x = ploss.tensor({ { 0.2, -1, 0.5 }, { 1.5, 0.3, -2 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 0 }, { dtype = "i64" })
+    for _, ls in ipairs { 0, 0.1 } do
+      for _, dt in ipairs { "f64", "f32", "bf16" } do
+        local crit = ploss.CrossEntropyLoss { weight = { 0, 1, 1 }, label_smoothing = ls }
+        local l, g = crit(x:type(dt), y)
+        assert.is_true(l ~= l, "loss " .. tostring(l))
+        for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+        -- the sum is the weighted smoothing term alone: finite
+        local s = ploss.CrossEntropyLoss { weight = { 0, 1, 1 }, label_smoothing = ls, reduction = "sum" }:forward(x:type(dt), y)
+        local lp = { { 0, 0, 0 }, { 0, 0, 0 } }
+        local want = 0
+        for i, row in ipairs(x:totable()) do
+          local m = math.max(row[1], row[2], row[3])
+          local z = math.log(math.exp(row[1] - m) + math.exp(row[2] - m) + math.exp(row[3] - m)) + m
+          for c = 2, 3 do want = want + ls / 3 * (z - row[c]) end
+          lp[i] = z
+        end
+        H.assert_close({ s }, { want }, { rtol = dt == "bf16" and 1e-2 or 1e-6, what = "sum, smoothing " .. ls })
+      end
+    end
+  end)
+
+  it("names a functional buffer that is not a tensor (opts.out, opts.grad_input)", function()
+    local x, y = xy(3, 4)
+    for _, bad in ipairs { {}, "a", true, 5 } do
+      H.expect_error(function() F.cross_entropy(x, y, { out = bad }) end,
+        "cross_entropy: opts.out: expected a ploss tensor (a buffer to write into)")
+      H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = bad }) end,
+        "cross_entropy_fused: opts.grad_input: expected a ploss tensor")
+    end
+  end)
+
+  it("probability targets refuse an ignore_index that names a class, as PyTorch", function()
+    local x = ploss.randn(2, 3)
+    local p = ploss.tensor({ { 0.2, 0.3, 0.5 }, { 1, 0, 0 } })
+    all_passes_fail(x, p, { ignore_index = 1 },
+      { "opts.ignore_index: 1 names a class, but the target holds probabilities", "PLOSS_ERR_INVALID_ARGUMENT" })
+    all_passes_fail(x, p, { ignore_index = 0 }, "opts.ignore_index: 0 names a class")
+    -- a negative one (the default -100, or -1) is no class: accepted
+    H.assert_close({ F.cross_entropy(x, p, { ignore_index = -1 }) }, { F.cross_entropy(x, p) }, { rtol = 0, atol = 0 })
   end)
 
   it("errors point at the line of the call", function()

@@ -270,6 +270,22 @@ describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
     end
   end)
 
+  it("class weights of the valid samples summing to 0: NaN mean, label smoothing too; zero gradient", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      for _, sizes in ipairs { { 3, 4 }, { 2, 2000 }, { 2, 3, 4, 5 } } do
+        local x = ploss.randn(sizes, { dtype = dtype, device = DEV })
+        local y = ploss.zeros(sample_sizes(sizes), { dtype = "i64", device = DEV })
+        local w = ploss.ones(sizes[2]):totable()
+        w[1] = 0
+        for _, ls in ipairs { 0, 0.2 } do
+          local l, g = ploss.CrossEntropyLoss { label_smoothing = ls, weight = w }(x, y)
+          assert.is_true(l ~= l, "loss " .. tostring(l))
+          for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
+        end
+      end
+    end
+  end)
+
   it("empty batch: NaN mean, 0 sum, empty gradients", function()
     for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
       local x = ploss.empty({ 0, 7 }, { dtype = dtype, device = DEV })

@@ -409,6 +409,12 @@ describe("TripletMarginLoss", function()
     H.expect_error(function() fused(a, p, n, { grad_negative = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1], g[2])
     H.expect_error(function() fused(a, p, n, { grad_anchor = p }) end, { "grad_anchor", "PLOSS_ERR_ALIAS" }, out, g[2], g[3])
     H.expect_error(function() fused(a, p, n, { out = ploss.empty({ 4 }) }) end, "opts.out: expected a 0-d tensor or shape [1]", g[1], g[2])
+    -- buffers that are not tensors are named before anything runs
+    for _, bad in ipairs { {}, "a", true, 5 } do
+      H.expect_error(function() fused(a, p, n, { grad_anchor = bad }) end,
+        "triplet_margin_fused: opts.grad_anchor: expected a ploss tensor (a buffer to write into)", out, g[2], g[3])
+      H.expect_error(function() fused(a, p, n, { out = bad }) end, "opts.out: expected a ploss tensor", g[1], g[2])
+    end
     H.expect_error(function()
       F.triplet_margin_backward(a, p, n, ploss.ones({ 3 }),
         { grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3], reduction = "none" })

@@ -1,11 +1,12 @@
 /*
- * rows.c — scaffolding shared by the chunked CPU loss backends (see rows.h).
+ * chunks.c — scaffolding shared by the chunked CPU loss backends (see chunks.h).
  */
 #include <omp.h>
 #include <stdlib.h>
 
 #include "chunks.h"
 #include "gemm.h"
+#include "rows.h"
 #include "scalar.h"
 
 double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double scale, const void *grad_loss,
@@ -32,7 +33,7 @@ void ploss_cpu_store_row_losses(void *loss, ploss_dtype dtype, int64_t l_sn, plo
     double s = 0.0;
     for (int64_t i = 0; i < N; ++i)
         s += losses[i];
-    ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? s / divisor : s);
+    ploss_store(loss, dtype, 0, reduction == PLOSS_REDUCTION_MEAN ? ploss_rows_mean(s, divisor) : s);
 }
 
 ploss_status ploss_cpu_tile_products(ploss_ctx_t *ctx, const void *x_tile, int64_t rows, int64_t C, int64_t D,
@@ -117,7 +118,7 @@ void ploss_cpu_rows_store_loss(const ploss_cpu_rows *b, ploss_reduction reductio
     for (int64_t c = 0; c < b->nchunks; ++c)
         total += b->partial[c];
     if (reduction == PLOSS_REDUCTION_MEAN)
-        total = total / divisor; /* 0/0 = NaN with no valid sample, as PyTorch */
+        total = ploss_rows_mean(total, divisor);
     ploss_store(loss, loss_dtype, 0, total);
 }
 

@@ -236,6 +236,13 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     int probabilities;
     if ((st = check_target(ctx, spec, a->target, &x, &t, &probabilities)))
         return st;
+    /* a class to ignore means nothing to probability targets: refused, as PyTorch does,
+     * rather than dropped without a word */
+    if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && probabilities && o->ignore_index >= 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.ignore_index: %lld names a class, but the target holds probabilities (no labels "
+                           "to ignore); leave it negative (default -100), as PyTorch requires",
+                           (long long)o->ignore_index);
 
     /* the per-class vector (class weights, α or priors), if the loss has one */
     const ploss_view *vec = NULL;

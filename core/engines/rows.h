@@ -14,6 +14,23 @@
 
 #include "internal.h"
 
+#include <math.h>
+
+#ifdef __CUDACC__
+#define PLOSS_ROWS_INLINE __host__ __device__ static inline
+#else
+#define PLOSS_ROWS_INLINE static inline
+#endif
+
+/* A row loss's 'mean': the total over the divisor (the valid samples, or their Σ w_y); NaN
+ * when the divisor is 0, whatever the total — PyTorch's 0/0 with no valid sample, and NaN
+ * too where label smoothing adds a term over class weights that sum to 0 (PyTorch: its NLL
+ * part 0/0), where total/0 would give ±inf. */
+PLOSS_ROWS_INLINE double ploss_rows_mean(double total, double divisor)
+{
+    return divisor != 0.0 ? total / divisor : (double)NAN;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -850,7 +850,7 @@ __global__ void __launch_bounds__(kFinalThreads)
         double v = total;
         if (mean) {
             const double d = aux.part_w ? wsum : aux.divisor ? *aux.divisor : aux.divisor_value;
-            v = total / d; /* 0/0 = NaN with no valid sample, as PyTorch */
+            v = ploss_rows_mean(total, d);
         }
         if (loss_dtype == PLOSS_F64)
             *(double *)loss = v;

@@ -23,14 +23,13 @@ static __global__ void __launch_bounds__(kFinalThreads) sum_partials(const doubl
         *out = t;
 }
 
-/* loss = Σ partials, divided by the divisor for 'mean' (0/0 = NaN with no valid sample, as
- * PyTorch). */
+/* loss = Σ partials, divided by the divisor for 'mean' (ploss_rows_mean: NaN over a divisor of 0). */
 static __global__ void __launch_bounds__(kFinalThreads)
     finalize(const double *part, const int64_t count, const double *divisor, void *loss, const ploss_dtype loss_dtype)
 {
     const double total = sum_fixed(part, count);
     if (threadIdx.x == 0) {
-        const double v = divisor ? total / *divisor : total;
+        const double v = divisor ? ploss_rows_mean(total, *divisor) : total;
         store_state(loss, loss_dtype, 0, v);
     }
 }

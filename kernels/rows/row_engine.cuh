@@ -76,6 +76,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "rows.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PLOSS_ROW_ENGINE_SM90 1
@@ -155,7 +156,7 @@ __device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Pol
     const double total = last_block_sum<THREADS>(a.part_loss, parts);
     const double d = a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0;
     if (threadIdx.x == 0)
-        store_state(a.loss, a.loss_dtype, 0, a.reduction == PLOSS_REDUCTION_MEAN ? total / d : total);
+        store_state(a.loss, a.loss_dtype, 0, a.reduction == PLOSS_REDUCTION_MEAN ? ploss_rows_mean(total, d) : total);
 }
 
 __device__ __forceinline__ float sample_omega(const RowArgs &a, float common, int64_t n, int64_t s)

@@ -160,6 +160,16 @@ local function resolve(d, user, extra, where, own_keys)
       end
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
+    -- the functional API's buffers (out, grad_<input>: every extra key but the scale) are
+    -- tensors: anything else is named here, not met inside a call
+    if extra then
+      for k, v in pairs(user) do
+        if extra[k] and k ~= "scale" and not ploss.is_tensor(v) then
+          ploss.raise(string.format("%s: opts.%s: expected a ploss tensor (a buffer to write into), got %s",
+            where, k, show(v)))
+        end
+      end
+    end
   end
   local o = {}
   local r = user.reduction

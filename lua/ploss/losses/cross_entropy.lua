@@ -30,7 +30,7 @@ return {
       } },
   },
   options = {
-    { "ignore_index", "int64", -100, doc = "class-index targets: samples with this label add nothing" },
+    { "ignore_index", "int64", -100, doc = "class-index targets: samples with this label add nothing; with probability targets it stays negative (INVALID_ARGUMENT otherwise, as PyTorch refuses it)" },
     { "label_smoothing", "double", 0, min = 0, max = 1, doc = "ε, the smoothing mass" },
     { "smoothing_convention", "enum", "pytorch", ctype = "ploss_smoothing_convention",
       doc = "how ε is spread over the classes (see the conventions above)" },
