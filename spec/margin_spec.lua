@@ -704,6 +704,16 @@ describe("margin softmax losses", function()
     pfc.seed = 2 ^ 53 - 2
     pfc(x, w, y)
     assert.are.equal(2 ^ 53 - 1, pfc.seed)
+    -- the largest seed stays usable: the next step wraps to the smallest, which draws
+    -- as that seed given directly
+    local _, _, gw_top = pfc(x, w, y)
+    assert.are.equal(-(2 ^ 53 - 1), pfc.seed)
+    local _, _, gw_low = pfc(x, w, y)
+    assert.are.equal(-(2 ^ 53 - 1) + 1, pfc.seed)
+    local fresh = ploss.PartialFCLoss { margin = ploss.ArcFaceLoss {}, sample_rate = 0.3, seed = -(2 ^ 53 - 1) }
+    local _, _, gw_fresh = fresh(x, w, y)
+    H.assert_equal(gw_low, gw_fresh)
+    assert.is_true(gw_top:numel() > 0)
     -- the private criterion's messages name the PFC
     H.expect_error(function() local r = pfc:forward(x, w) return r end, "PartialFCLoss: labels: expected a ploss tensor")
   end)

@@ -17,7 +17,8 @@
 -- crit:forward(x, weight, labels), crit:backward(x, weight, labels [, gradOutput]),
 -- crit(x, weight, labels [, scale]); the rows of grad_weight not drawn are zero.  The seed
 -- advances by one after each backward and each fused call, so every training step draws
--- anew while a forward and the backward after it see the same classes.
+-- anew while a forward and the backward after it see the same classes; past 2^53 − 1 it
+-- wraps to −(2^53 − 1), so every seed the option takes stays usable.
 return function(ploss)
   local nn = ploss.nn
 
@@ -29,6 +30,10 @@ return function(ploss)
   -- margin criterion's others are read from it at each call
   local OWN = { sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
   local SEED_MAX = 2 ^ 53 - 1                       -- a seed that still advances by one exactly
+  -- the seed after a step: one more, wrapping from the largest to the smallest
+  local function next_seed(seed)
+    return seed >= SEED_MAX and -SEED_MAX or seed + 1
+  end
 
   -- The description of `margin`, an instance of a margin softmax criterion (one that draws:
   -- not the linear cross-entropy, not a class), whose own draw options are left at their
@@ -138,7 +143,7 @@ return function(ploss)
   function cls:backward(...)
     nn.check_self(self, "PartialFCLoss", "backward")
     local r = call(self, "backward", ...)
-    self.seed = self.seed + 1
+    self.seed = next_seed(self.seed)
     self.gradInput = r
     return unpack(r)
   end
@@ -150,7 +155,7 @@ return function(ploss)
   function cls:fused(...)
     nn.check_self(self, "PartialFCLoss", "fused")
     local r = call(self, "fused", ...)
-    self.seed = self.seed + 1
+    self.seed = next_seed(self.seed)
     self.output = r[1]
     return unpack(r)
   end
