@@ -744,7 +744,30 @@ describe("margin softmax losses", function()
       end
       assert.are.equal(bj, sj)
     end
-    H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected a positive integer, got nil")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected an integer >= 2 (a softmax over one class has nothing to separate), got nil")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 1 } end, "MarginSoftmax: classes: expected an integer >= 2")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 0, 6 } end, "MarginSoftmax: in_features: expected an integer >= 1, got 0")
+    -- centres of another layout than the head's (classes × in_features) would fail every call
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.ArcFaceLoss { weight_layout = "DxC" } } end,
+      "MarginSoftmax: criterion: weight_layout 'DxC': the head's centres are classes × in_features")
+    H.expect_error(function()
+      ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss { weight_layout = "DxC" } } }
+    end, "MarginSoftmax: criterion: weight_layout 'DxC'")
+    -- the fields a call reads are checked at the call, before anything runs
+    local w0 = head.weight
+    head.criterion = nil
+    H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.criterion: expected a margin criterion", head.gradWeight)
+    head.criterion = ploss.CrossEntropyLoss {}
+    H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.criterion: expected a margin criterion (", head.gradWeight)
+    head.criterion = ploss.AMSoftmaxLoss { s = 10 }
+    head.weight = ploss.randn({ 7, 4 }, { dtype = "f64" })
+    H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.weight: expected 6×4 (classes × in_features), got", head.gradWeight)
+    head.weight = w0
+    H.expect_error(function() local r = head(x, y, 1, 2) return r end, "MarginSoftmax: takes 3 arguments (embeddings, labels [, scale]), got a number as argument 4", head.gradWeight)
+    H.expect_error(function() head.wieght = w0 end, "MarginSoftmax: 'wieght' is none of the fields it reads at each call")
+    local l2 = head(x, y) -- usable again once its fields are
+    assert.are.equal(l, l2)
+    H.assert_equal(head.gradWeight, gwr)
     H.expect_error(function() ploss.nn.MarginSoftmax(4, 6) end, "MarginSoftmax: expected one table {in_features, classes")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.CrossEntropyLoss {} } end,
       "MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..

@@ -183,6 +183,25 @@ return function(ploss)
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
   Head._constructor = "one table {in_features, classes, criterion = …, dtype = …, device = …} (the sizes go " ..
     "inside the braces)"
+  -- the fields a call reads (a misspelt one, head.wieght = w, is refused, not kept aside)
+  Head._fields = { in_features = true, classes = true, criterion = true, weight = true, gradWeight = true,
+                   scores = true }
+
+  -- The criterion's error (nil when it serves the head): a margin criterion, or a
+  -- PartialFCLoss, whose centres have the head's layout (classes × in_features).
+  local function criterion_error(crit)
+    local d = type(crit) == "table" and rawget(crit, "__index") == nil and crit._description -- an instance
+    if not ((d and d.shape == "margin" and d.name ~= "linear_cross_entropy") or
+            getmetatable(crit) == ploss.PartialFCLoss) then
+      return "expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = CosFaceLoss{…}, " ..
+        "CombinedMarginLoss{…} or PartialFCLoss{…}), got " .. (d and ("ploss." .. d.criterion) or ploss.shown(crit))
+    end
+    local margin = d and crit or crit.margin
+    if type(margin) == "table" and margin.weight_layout ~= nil and margin.weight_layout ~= "CxD" then
+      return "weight_layout " .. ploss.shown(margin.weight_layout) .. ": the head's centres are classes × " ..
+        "in_features (nn.Linear's layout): leave weight_layout at 'CxD'"
+    end
+  end
 
   function Head:__init(opts)
     if type(opts) ~= "table" then
@@ -200,19 +219,15 @@ return function(ploss)
     end
     local in_features, classes = opts[1], opts[2]
     for i, v in ipairs { "in_features", "classes" } do
-      local n = opts[i]
-      if type(n) ~= "number" or n < 1 or n ~= math.floor(n) then
-        ploss.raise("MarginSoftmax: " .. v .. ": expected a positive integer, got " .. ploss.shown(n))
+      local n, least = opts[i], i == 2 and 2 or 1
+      if type(n) ~= "number" or n < least or n ~= math.floor(n) then
+        ploss.raise("MarginSoftmax: " .. v .. ": expected an integer >= " .. least ..
+          (i == 2 and " (a softmax over one class has nothing to separate)" or "") .. ", got " .. ploss.shown(n))
       end
     end
     local crit = opts.criterion
-    local d = type(crit) == "table" and rawget(crit, "__index") == nil and crit._description -- an instance
-    if crit ~= nil and not ((d and d.shape == "margin" and d.name ~= "linear_cross_entropy") or
-                            getmetatable(crit) == ploss.PartialFCLoss) then
-      ploss.raise("MarginSoftmax: criterion: expected a margin criterion (ploss.ArcFaceLoss{…}, AMSoftmaxLoss{…} = " ..
-        "CosFaceLoss{…}, CombinedMarginLoss{…} or PartialFCLoss{…}), got " ..
-        (d and ("ploss." .. d.criterion) or ploss.shown(crit)))
-    end
+    local err = crit ~= nil and criterion_error(crit)
+    if err then ploss.raise("MarginSoftmax: criterion: " .. err) end
     local dtype, device = opts.dtype or "f32", opts.device or "cpu"
     self.in_features, self.classes = in_features, classes
     self.criterion = opts.criterion or ploss.ArcFaceLoss {}
@@ -221,8 +236,33 @@ return function(ploss)
     self.gradWeight = ploss.zeros({ classes, in_features }, { dtype = dtype, device = device })
   end
 
-  function Head:fused(embeddings, labels, scale)
+  -- The fields a call reads, checked before anything runs (a caller may have set them since
+  -- the last call): the criterion, and centres and their gradient of the head's size.
+  local function check_head(self)
+    local err = criterion_error(self.criterion)
+    if err then ploss.raise("MarginSoftmax: head.criterion: " .. err) end
+    local want = { self.classes, self.in_features }
+    for _, name in ipairs { "weight", "gradWeight" } do
+      local t = self[name]
+      if not ploss.is_tensor(t) then
+        ploss.raise("MarginSoftmax: head." .. name .. ": expected a ploss tensor of " .. self.classes .. "×" ..
+          self.in_features .. " (classes × in_features), got " .. ploss.shown(t))
+      end
+      local sz = t:size()
+      if #sz ~= 2 or sz[1] ~= want[1] or sz[2] ~= want[2] then
+        ploss.raise(string.format("MarginSoftmax: head.%s: expected %d×%d (classes × in_features), got %s",
+          name, want[1], want[2], ploss.shown(t)))
+      end
+    end
+  end
+
+  function Head:fused(embeddings, labels, scale, ...)
     nn.check_self(self, "MarginSoftmax", "fused", "head")
+    if select("#", ...) > 0 and select(1, ...) ~= nil then
+      ploss.raise("MarginSoftmax: takes 3 arguments (embeddings, labels [, scale]), got a " ..
+        (ploss.is_tensor((...)) and "tensor" or type((...))) .. " as argument 4")
+    end
+    check_head(self)
     local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
     self.gradWeight:copy(gw)
     self.output, self.gradInput = loss, g
