@@ -771,6 +771,7 @@ static const ploss_loss_spec triplet_margin_spec = {
     .ninputs = 3,
     .input_names = {"anchor", "positive", "negative"},
     .grad_names = {"grad_anchor", "grad_positive", "grad_negative"},
+    .input_layout = PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR,
 };
 
 static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -3217,6 +3218,7 @@ static const ploss_loss_spec triplet_margin_with_distance_spec = {
     .ninputs = 3,
     .input_names = {"anchor", "positive", "negative"},
     .grad_names = {"grad_anchor", "grad_positive", "grad_negative"},
+    .input_layout = PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR,
 };
 
 static ploss_status triplet_margin_with_distance(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,

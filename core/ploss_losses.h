@@ -853,15 +853,18 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * distances). p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's. No
  * state is kept: backward recomputes the distances (one pass over the rows).
  *
- * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
- *                 input of the same dtype and shape.
- * in  positive    p, N×D embeddings of the anchors' class; N×D, f32/f16/bf16/f64, any
- *                 strides; every embedding input of the same dtype and shape.
- * in  negative    n, N×D embeddings of other classes; N×D, f32/f16/bf16/f64, any strides;
- *                 every embedding input of the same dtype and shape.
+ * in  anchor      a, N×D embeddings (or one embedding of D values); N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
+ * in  positive    p, a's shape: embeddings of the anchors' class; N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
+ * in  negative    n, a's shape: embeddings of other classes; N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
  * in  opts        NULL for defaults.
- * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
- *                 for f64 input).
+ * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
  *           opts.margin not a finite number (> 0 without soft_margin), opts.p not a finite
  *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
@@ -883,7 +886,8 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
  * or 'sum' is then NaN.
  * in  anchor, positive, negative, opts   as given to _forward.
- * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
+ *                 f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
  *                 may not overlap any input or another output.
  * out grad_positive ∂/∂positive: the shape and dtype of its input, any non-overlapping
@@ -3732,15 +3736,18 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
  * + μ, PyTorch's (μ + d_ap) − d_an: the last bit may differ. No state is kept: backward
  * recomputes the distances.
  *
- * in  anchor      a, N×D embeddings; N×D, f32/f16/bf16/f64, any strides; every embedding
- *                 input of the same dtype and shape.
- * in  positive    p, N×D embeddings of the anchors' class; N×D, f32/f16/bf16/f64, any
- *                 strides; every embedding input of the same dtype and shape.
- * in  negative    n, N×D embeddings of other classes; N×D, f32/f16/bf16/f64, any strides;
- *                 every embedding input of the same dtype and shape.
+ * in  anchor      a, N×D embeddings (or one embedding of D values); N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
+ * in  positive    p, a's shape: embeddings of the anchors' class; N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
+ * in  negative    n, a's shape: embeddings of other classes; N×D, or D for one triplet
+ *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
+ *                 strides; the three inputs of one dtype and shape.
  * in  opts        NULL for defaults.
- * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
- *                 for f64 input).
+ * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
+ *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
  *           opts.margin not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -3760,7 +3767,8 @@ ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const 
  * computes it (the norm's own derivative taken unclamped, 0 for u = 0), so a vector shorter
  * than 1e-8 gets PyTorch's finite gradient.
  * in  anchor, positive, negative, opts   as given to _forward.
- * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
+ * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
+ *                 f64.
  * out grad_anchor ∂/∂anchor: the shape and dtype of its input, any non-overlapping strides;
  *                 may not overlap any input or another output.
  * out grad_positive ∂/∂positive: the shape and dtype of its input, any non-overlapping

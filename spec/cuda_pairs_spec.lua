@@ -177,6 +177,24 @@ describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("takes one triplet of D values (PyTorch's unbatched form), both distances", function()
+    local a, p, n = triplets(1, 37, 4)
+    a, p, n = a:view(37), p:view(37), n:view(37)
+    for _, dtype in ipairs(DTYPES) do
+      local T = TOL[dtype]
+      for _, crit in ipairs { ploss.TripletMarginLoss { margin = 3, swap = true },
+                              ploss.TripletMarginWithDistanceLoss { distance = "cosine", margin = 1.5 } } do
+        local c = { crit(a:type(dtype), p:type(dtype), n:type(dtype)) }
+        local g = { crit(a:type(dtype):to(DEV), p:type(dtype):to(DEV), n:type(dtype):to(DEV)) }
+        close({ g[1] }, { c[1] }, T.loss, 0, dtype .. " unbatched loss")
+        for k = 2, 4 do
+          assert.are.same({ 37 }, g[k]:size())
+          close(g[k], c[k], T.grad, T.floor, dtype .. " unbatched gradient " .. k)
+        end
+      end
+    end
+  end)
+
   it("reads strided and transposed views and writes strided gradients", function()
     local a, p, n = triplets(45, 33, 12)
     local layout = function(dev)

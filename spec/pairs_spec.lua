@@ -387,6 +387,36 @@ describe("TripletMarginLoss", function()
     H.assert_equal(g1, g2)
   end)
 
+  it("takes one triplet of D values (PyTorch's unbatched form): its 1×D view's values, a 0-d 'none' loss", function()
+    local a = ploss.tensor({ 0.2, -1, 0.5 }, { dtype = "f64" })
+    local p = ploss.tensor({ 0.4, -0.2, 0.1 }, { dtype = "f64" })
+    local n = ploss.tensor({ 1.1, 0.3, -0.6 }, { dtype = "f64" })
+    -- by hand: d_ap = ‖(−0.2, −0.8, 0.4) + ε‖, d_an = ‖(−0.9, −1.3, 1.1) + ε‖, margin 5
+    local function dist(u, v)
+      local s = 0
+      for k = 1, 3 do s = s + (u[k] - v[k] + 1e-6) ^ 2 end
+      return math.sqrt(s)
+    end
+    local A, Pv, Nv = a:totable(), p:totable(), n:totable()
+    local want = dist(A, Pv) - dist(A, Nv) + 5
+    for _, crit in ipairs { ploss.TripletMarginLoss { margin = 5 }, ploss.TripletMarginWithDistanceLoss { margin = 5 } } do
+      local l, ga, gp, gn = crit(a, p, n)
+      H.assert_close({ l }, { want }, { rtol = 1e-14 })
+      local lb, gab, gpb, gnb = crit(a:view(1, 3), p:view(1, 3), n:view(1, 3))
+      assert.are.equal(lb, l)
+      assert.are.same({ 3 }, ga:size())
+      H.assert_equal(ga, gab:view(3))
+      H.assert_equal(gp, gpb:view(3))
+      H.assert_equal(gn, gnb:view(3))
+      crit.reduction = "none"
+      local ln = crit:forward(a, p, n)
+      assert.are.equal(0, ln:dim())
+      H.assert_close({ ln:item() }, { want }, { rtol = 1e-14 })
+      local gb = crit:backward(a, p, n, ploss.tensor(2.0, { dtype = "f64" })):totable()
+      for k, v in ipairs(gab:view(3):totable()) do assert.are.equal(2 * v, gb[k]) end
+    end
+  end)
+
   it("refuses bad input with an error naming the argument, writing nothing", function()
     local a, p, n = triplet_inputs(4, 3, "f32", 9)
     local out = ploss.empty({}, { dtype = "f32" })
@@ -395,9 +425,11 @@ describe("TripletMarginLoss", function()
     local function fused(x, y, z, extra) return F.triplet_margin_fused(x, y, z, with(fo, extra or {})) end
     -- D mismatch, N mismatch, rank, dtype
     H.expect_error(function() fused(a, p, ploss.randn({ 4, 5 })) end,
-      { "negative: expected [4, 3] (the anchor's shape; D must match)", "PLOSS_ERR_SHAPE" }, out, g[1], g[2], g[3])
+      { "negative: expected [4, 3] (the shape of anchor)", "PLOSS_ERR_SHAPE" }, out, g[1], g[2], g[3])
     H.expect_error(function() fused(a, ploss.randn({ 5, 3 }), n) end, "positive: expected [4, 3]", out, g[1], g[2], g[3])
-    H.expect_error(function() fused(ploss.randn({ 12 }), p, n) end, "anchor: expected N×D embeddings", out, g[1])
+    H.expect_error(function() fused(ploss.randn({ 3, 2, 2 }), p, n) end,
+      "anchor: expected N×D embeddings (2 dims) or one embedding of D values (1 dim)", out, g[1])
+    H.expect_error(function() fused(ploss.randn({ 3 }), p, n) end, "positive: expected [3] (the shape of anchor)", out, g[1])
     H.expect_error(function() fused(a, p:double(), n) end, { "positive: expected f32, got f64", "PLOSS_ERR_DTYPE" }, out, g[1])
     H.expect_error(function() fused(ploss.zeros({ 4, 3 }, { dtype = "i64" }), p, n) end,
       "anchor: expected embeddings of dtype f32, f16, bf16 or f64", out, g[1])

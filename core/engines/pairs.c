@@ -268,6 +268,19 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         }                                                                             \
     } while (0)
 
+/* An N×D operand, or a D one as one row (stride along N 0). */
+static ploss_pair_operand operand_of(const ploss_view *v, int unbatched)
+{
+    return unbatched ? (ploss_pair_operand){v->data, 0, v->strides[0]}
+                     : (ploss_pair_operand){v->data, v->strides[0], v->strides[1]};
+}
+
+static ploss_pair_grad grad_of(const ploss_view *v, int unbatched)
+{
+    return unbatched ? (ploss_pair_grad){v->data, 0, v->strides[0]}
+                     : (ploss_pair_grad){v->data, v->strides[0], v->strides[1]};
+}
+
 static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const pairs_call *c,
                                 const ploss_loss_params *o)
 {
@@ -281,10 +294,15 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     ploss_triplet_problem p;
     memset(&p, 0, sizeof p);
     FILL_COMMON(p, pass, c, o);
+    /* one triplet of D inputs: its loss and upstream gradient are one value either way */
+    if (c->unbatched) {
+        p.l_sn = 0;
+        p.gl_sn = 0;
+    }
     for (int k = 0; k < 3; ++k) {
-        p.x[k] = (ploss_pair_operand){c->x[k].data, c->x[k].strides[0], c->x[k].strides[1]};
+        p.x[k] = operand_of(&c->x[k], c->unbatched);
         if (pass != PLOSS_PASS_FORWARD)
-            p.grad[k] = (ploss_pair_grad){c->g[k].data, c->g[k].strides[0], c->g[k].strides[1]};
+            p.grad[k] = grad_of(&c->g[k], c->unbatched);
     }
     p.margin = o->margin;
     p.p = named ? 2.0 : o->p_norm;
@@ -488,19 +506,6 @@ static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pa
         row_strides(&c->g[2], x, shared, p.gv_st, &p.gv_sd);
     }
     return ploss_dispatch(ctx, PLOSS_OP_PAIRS_GAUSSIAN_NLL, "input", &p);
-}
-
-/* An N×D operand, or a D one as one row (stride along N 0). */
-static ploss_pair_operand operand_of(const ploss_view *v, int unbatched)
-{
-    return unbatched ? (ploss_pair_operand){v->data, 0, v->strides[0]}
-                     : (ploss_pair_operand){v->data, v->strides[0], v->strides[1]};
-}
-
-static ploss_pair_grad grad_of(const ploss_view *v, int unbatched)
-{
-    return unbatched ? (ploss_pair_grad){v->data, 0, v->strides[0]}
-                     : (ploss_pair_grad){v->data, v->strides[0], v->strides[1]};
 }
 
 static ploss_status run_embedding_pair(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,

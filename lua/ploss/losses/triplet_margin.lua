@@ -10,11 +10,14 @@ return {
   shape = "pairs",
   policy = "triplet_margin",
   target = "none",
+  input_layout = "rows_or_vector",
   inputs = {
-    { "anchor", "a, N×D embeddings" },
-    { "positive", "p, N×D embeddings of the anchors' class" },
-    { "negative", "n, N×D embeddings of other classes" },
+    { "anchor", "a, N×D embeddings (or one embedding of D values)" },
+    { "positive", "p, a's shape: embeddings of the anchors' class" },
+    { "negative", "n, a's shape: embeddings of other classes" },
   },
+  input_doc = "N×D, or D for one triplet (PyTorch's unbatched form: its 'none' loss is 0-d), " ..
+    "f32/f16/bf16/f64, any strides; the three inputs of one dtype and shape.",
   options = {
     { "margin", "double", 1, range = "a finite number (> 0 without soft_margin)",
       doc = "μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0)" },
