@@ -83,14 +83,17 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index; or probabilities (any float dtype) of the input's shape.
  * in  weight      NULL, or C class weights w_j (any float dtype, on the input's device).
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
@@ -312,14 +315,17 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  alpha       NULL, or C per-class factors α_j (any float dtype).
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
@@ -391,13 +397,16 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
@@ -474,13 +483,16 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (three values per sample: lse, the
  *                 log-sum-exp over the non-target classes, and E), N×3×d1×…×dk, f64 (f32
  *                 is accepted, but backward from an f64 state equals the fused pass where an
@@ -553,13 +565,16 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (Z, the Taylor normaliser of each sample),
  *                 the target's shape, f64 (f32 is accepted, but backward from an f64 state
  *                 equals the fused pass where an f32 one loses a confident sample's gradient).
@@ -628,14 +643,17 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  lb_proportion the C class priors w (not normalised): finite, ≥ 0, at least one > 0.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (log Σ_k w_k·e^(x_k) of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
@@ -719,13 +737,16 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.score_thresh not a finite number in [0, 1], opts.n_min not an integer >= -1, a
  *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
@@ -768,13 +789,16 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  *                 along N, C or d1. A crop of d2…dk (x:narrow(4, 1, 6) of an N×C×H×W
  *                 input) or a permutation of d1…dk is refused (LAYOUT naming them): call
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
- *                 follow the same rule.
+ *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
+ *                 unbatched form): its target is then a 0-d class index (or C values where the
+ *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
+ *                 bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.score_thresh not a finite number in [0, 1], opts.n_min not an integer >= -1,
  *           opts.lam not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
@@ -2051,9 +2075,9 @@ void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
  *                 ignore_index.
  * in  weight      NULL, or w, C class weights.
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
  *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
@@ -2121,9 +2145,9 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
  *                 ignore_index).
  * in  weight      NULL, or w, C class weights (of the target's class).
  * in  opts        NULL for defaults.
- * out loss        reduction NONE: the target's shape (the input's shape without axis 1), zeros
- *                 at ignored samples; MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64
- *                 input), on the input's device.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
+ *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:

@@ -693,6 +693,55 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     end
   end)
 
+  it("takes one sample of C classes (PyTorch's unbatched form): its 1×C view's bits, a 0-d 'none' loss", function()
+    local x = ploss.tensor({ 0.2, -1, 0.5, 1.5 }, { dtype = "f64" })
+    local idx = ploss.tensor(2, { dtype = "i64" })
+    local probs = ploss.tensor({ 0.1, 0.2, 0.3, 0.4 }, { dtype = "f64" })
+    local cases = {
+      { ploss.CrossEntropyLoss { label_smoothing = 0.1, weight = { 1, 2, 3, 4 } }, idx },
+      { ploss.CrossEntropyLoss { label_smoothing = 0.1 }, probs },
+      { ploss.NLLLoss { weight = { 1, 2, 3, 4 } }, idx },
+      { ploss.SoftmaxFocalLoss { gamma = 2 }, idx },
+      { ploss.MultiMarginLoss { p = 2 }, idx },
+      { ploss.TaylorCrossEntropyLoss {}, idx },
+      { ploss.MultiLabelSoftMarginLoss {}, ploss.tensor({ 1, 0, 1, 1 }, { dtype = "f64" }) },
+      { ploss.MultiLabelMarginLoss {}, ploss.tensor({ 3, 0, -1, 0 }, { dtype = "i64" }) },
+    }
+    -- by hand, the first: ε = 0.1, w = (1, 2, 3, 4), y = 2: (1 − ε)·w_y·(lse − x_y) + ε/C·Σ w_c·(lse − x_c), over w_y
+    local lse = 0
+    for _, v in ipairs(x:totable()) do lse = lse + math.exp(v) end
+    lse = math.log(lse)
+    local X = x:totable()
+    local want = 0.9 * 3 * (lse - X[3])
+    for c = 1, 4 do want = want + 0.1 / 4 * c * (lse - X[c]) end
+    H.assert_close({ cases[1][1]:forward(x, idx) }, { want / 3 }, { rtol = 1e-14 })
+    for _, case in ipairs(cases) do
+      local crit, y = case[1], case[2]
+      local yb = y:dim() == 0 and ploss.tensor({ y:item() }, { dtype = y:dtype() }) or y:view(1, 4)
+      local what = tostring(crit)
+      local l, g = crit(x, y)
+      local lb, gb = crit(x:view(1, 4), yb)
+      assert.are.equal(lb, l, what)
+      assert.are.same({ 4 }, g:size(), what)
+      H.assert_equal(g, gb:view(4))
+      crit.reduction = "none"
+      local xb = x:view(1, 4) -- one view for both calls: its backward reads the saved state
+      local lnb = crit:forward(xb, yb)
+      local gnb = crit:backward(xb, yb, ploss.tensor({ 1.5 }, { dtype = "f64" }))
+      local ln = crit:forward(x, y)
+      assert.are.equal(0, ln:dim(), what)
+      assert.are.equal(lnb:totable()[1], ln:item(), what)
+      -- backward from the saved state (where the loss keeps one) with a 0-d upstream gradient
+      local gn = crit:backward(x, y, ploss.tensor(1.5, { dtype = "f64" }))
+      H.assert_equal(gn, gnb:view(4), { what = what })
+    end
+    -- a batch's target for one sample is named
+    H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 2 }, { dtype = "i64" })) return r end,
+      "target: expected a 0-d class index (the input is one sample of 4 classes, PyTorch's unbatched form), got i64[1]")
+    H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 0.5, 0.5 }, { dtype = "f64" })) return r end,
+      "target: expected a 0-d class index or one probability per class (the input is one sample of 4 classes")
+  end)
+
   it("names a functional buffer that is not a tensor (opts.out, opts.grad_input)", function()
     local x, y = xy(3, 4)
     for _, bad in ipairs { {}, "a", true, 5 } do

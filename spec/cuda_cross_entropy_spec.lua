@@ -286,6 +286,26 @@ describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
     end
   end)
 
+  it("one sample of C classes (PyTorch's unbatched form), as on the CPU", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      for _, C in ipairs { 7, 3000 } do
+        local x = ploss.randn({ C }, { dtype = dtype, seed = C })
+        local y = ploss.tensor(C - 2, { dtype = "i64" })
+        for _, red in ipairs { "mean", "none" } do
+          local crit = ploss.CrossEntropyLoss { label_smoothing = 0.1, reduction = red }
+          local lc, gc = crit(x, y)
+          local lg, gg = crit(x:to(DEV), y:to(DEV))
+          if red == "none" then
+            assert.are.equal(0, lg:dim())
+            lc, lg = lc:item(), lg:to("cpu"):item()
+          end
+          H.assert_close({ lg }, { lc }, { rtol = dtype == "bf16" and 1e-3 or 1e-5, what = dtype .. " loss" })
+          H.assert_close(gg, gc, { rtol = dtype == "bf16" and 2e-2 or 1e-4, atol = 1e-6, what = dtype .. " gradient" })
+        end
+      end
+    end
+  end)
+
   it("empty batch: NaN mean, 0 sum, empty gradients", function()
     for _, dtype in ipairs { "f32", "f16", "bf16", "f64" } do
       local x = ploss.empty({ 0, 7 }, { dtype = dtype, device = DEV })

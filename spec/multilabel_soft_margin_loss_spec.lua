@@ -124,9 +124,13 @@ describe("multilabel_soft_margin_loss dtypes and bad input", function()
     local x3 = ploss.randn({ 2, 3, 4 }, { dtype = "f64" })
     H.expect_error(function() F.multilabel_soft_margin_loss(x3, ploss.zeros({ 2, 3, 4 }, { dtype = "f64" }), { out = out }) end,
       { "input: expected N×C (rank 2: PyTorch takes the classes along the last axis", "PLOSS_ERR_SHAPE" }, out)
-    -- rank 1: the same text (not the softmax rows' "rank >= 2")
-    H.expect_error(function() F.multilabel_soft_margin_loss(ploss.zeros({ 4 }, { dtype = "f64" }), ploss.zeros({ 4 }, { dtype = "f64" }), { out = out }) end,
-      { "input: expected N×C (rank 2: PyTorch takes the classes along the last axis", "PLOSS_ERR_SHAPE" }, out)
+    -- rank 1: one sample of C classes (PyTorch's unbatched form), its 1×C view's value; a
+    -- target of another length named
+    local x1, y1 = ploss.tensor({ 0.5, -1, 2, 0 }, { dtype = "f64" }), ploss.tensor({ 1, 0, 1, 1 }, { dtype = "f64" })
+    assert.are.equal(F.multilabel_soft_margin_loss(x1:view(1, 4), y1:view(1, 4)), F.multilabel_soft_margin_loss(x1, y1))
+    assert.are.equal(0, F.multilabel_soft_margin_loss(x1, y1, { reduction = "none" }):dim())
+    H.expect_error(function() F.multilabel_soft_margin_loss(x1, ploss.zeros({ 3 }, { dtype = "f64" }), { out = out }) end,
+      { "target: expected one value per class (the input is one sample of 4 classes, PyTorch's unbatched form)", "PLOSS_ERR_SHAPE" }, out)
     H.expect_error(function() F.multilabel_soft_margin_loss(ploss.zeros({ 3, 4 }, { dtype = "i64" }), x) end,
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     H.expect_error(function() F.multilabel_soft_margin_loss_backward(x, x, ploss.ones({ 4 }), { reduction = "none" }) end,

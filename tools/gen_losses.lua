@@ -114,10 +114,13 @@ local SHAPE = {
       "d_(i+1)'s stride times d_(i+1)'s size, dims of size 1 skipped), as in a contiguous or " ..
       "channels-last tensor or a slice of one along N, C or d1.  A crop of d2…dk (x:narrow(4, 1, 6) " ..
       "of an N×C×H×W input) or a permutation of d1…dk is refused (LAYOUT naming them): call " ..
-      ":contiguous() on it.  The target, the loss of NONE, the state and grad_input follow the same rule.",
-    loss = "reduction NONE: the target's shape (the input's shape without axis 1), zeros at " ..
-      "ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 input), on " ..
-      "the input's device.",
+      ":contiguous() on it.  The target, the loss of NONE, the state and grad_input follow the same rule.  " ..
+      "One sample may also be C logits (one dim, PyTorch's unbatched form): its target is then a 0-d " ..
+      "class index (or C values where the target has the input's shape) and its NONE loss and state 0-d; " ..
+      "it gives the bits of its 1×C view.",
+    loss = "reduction NONE: the target's shape (the input's shape without axis 1; 0-d for one sample of " ..
+      "C logits), zeros at ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 " ..
+      "input), on the input's device.",
     state = "the state for _backward (%s), %s, f64 (f32 is accepted, but backward from an f64 " ..
       "state equals the fused pass where an f32 one loses a confident sample's gradient).",
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",

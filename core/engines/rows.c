@@ -210,8 +210,79 @@ int ploss_rows_computes(ploss_policy policy)
     }
 }
 
+static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
+                             const ploss_loss_params *o);
+
+/* A tensor with a leading dim of 1 (its shape and strides kept in the struct). */
+typedef struct {
+    DLTensor t;
+    int64_t shape[PLOSS_MAX_DIMS + 1], strides[PLOSS_MAX_DIMS + 1];
+} one_row;
+
+static const DLTensor *as_one_row(const DLTensor *t, one_row *b)
+{
+    if (!t || t->ndim < 0 || t->ndim >= PLOSS_MAX_DIMS)
+        return t; /* left to the checks */
+    b->t = *t;
+    b->t.ndim = t->ndim + 1;
+    b->shape[0] = 1;
+    for (int d = 0; d < t->ndim; ++d)
+        b->shape[d + 1] = t->shape[d];
+    b->t.shape = b->shape;
+    if (t->strides) {
+        /* the new dim has size 1: any stride reads the same; one past the tensor's extent */
+        const int64_t s = t->ndim ? t->strides[0] * (t->shape[0] > 1 ? t->shape[0] : 1) : 1;
+        b->strides[0] = s > 0 ? s : 1;
+        for (int d = 0; d < t->ndim; ++d)
+            b->strides[d + 1] = t->strides[d];
+        b->t.strides = b->strides;
+    }
+    return &b->t;
+}
+
+/* PyTorch's unbatched form of a row loss: an input of C classes (one dim) is one sample —
+ * a 0-d class index, or a target of C values (probabilities, per-class labels) — and its
+ * 'none' loss (and saved state) are 0-d.  It runs as the 1×C batch. */
 ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
                             const ploss_loss_params *o)
+{
+    if (!a->input || a->input->ndim != 1)
+        return rows_run(ctx, pass, spec, a, o);
+    if (a->target) {
+        /* class indices (integers) are one 0-d index; every other target C values */
+        const DLTensor *t = a->target;
+        const int integer = t->dtype.code == kDLInt || t->dtype.code == kDLUInt;
+        const int index = spec->target == PLOSS_LOSS_TARGET_INDEX ||
+                          (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && integer);
+        if (index ? t->ndim != 0 : t->ndim != 1 || t->shape[0] != a->input->shape[0]) {
+            ploss_view v;
+            ploss_status st = ploss_view_init(&v, t, "target");
+            if (st)
+                return st;
+            char want[200];
+            snprintf(want, sizeof want, "%s (the input is one sample of %lld classes, PyTorch's unbatched form)",
+                     index ? "a 0-d class index"
+                     : spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES
+                         ? "a 0-d class index or one probability per class"
+                         : "one value per class",
+                     (long long)a->input->shape[0]);
+            return ploss_check_shape_error("target", want, &v);
+        }
+    }
+    one_row bi, bt, bl, bs, bgl, bg;
+    ploss_loss_args b = *a;
+    const int none = o->reduction == PLOSS_REDUCTION_NONE;
+    b.input = as_one_row(a->input, &bi);
+    b.target = as_one_row(a->target, &bt);
+    b.loss = none && a->loss && a->loss->ndim == 0 ? as_one_row(a->loss, &bl) : a->loss;
+    b.state = as_one_row(a->state, &bs);
+    b.grad_loss = none && a->grad_loss && a->grad_loss->ndim == 0 ? as_one_row(a->grad_loss, &bgl) : a->grad_loss;
+    b.grad_input = a->grad_input && a->grad_input->ndim == 1 ? as_one_row(a->grad_input, &bg) : a->grad_input;
+    return rows_run(ctx, pass, spec, &b, o);
+}
+
+static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
+                             const ploss_loss_params *o)
 {
     ploss_status st;
     ploss_view x, t, w;
@@ -222,7 +293,7 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                            ? NULL
                            : "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
                              "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C; "
-                             "one sample is a 1×C input)";
+                             "one sample is a 1×C input or C values)";
     if ((st = ploss_check_row_input(ctx, a->input, rank, &x)))
         return st;
     const int64_t C = x.shape[1];

@@ -131,6 +131,17 @@ local function check_extra(where, n, takes, ...)
   end
 end
 
+-- The functional API's buffers in `user` (out, grad_<input>: every key of `extra` but the
+-- scale) are tensors: anything else is named before the call, not met inside it.
+local function check_buffers(user, extra, where)
+  for k, v in pairs(user) do
+    if extra[k] and k ~= "scale" and not ploss.is_tensor(v) then
+      ploss.raise(string.format("%s: opts.%s: expected a ploss tensor (a buffer to write into), got %s", where, k,
+        show(v)))
+    end
+  end
+end
+
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     -- Torch7's criteria took positional arguments (sizeAverage, weights, a margin): refused,
@@ -160,16 +171,6 @@ local function resolve(d, user, extra, where, own_keys)
       end
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
-    -- the functional API's buffers (out, grad_<input>: every extra key but the scale) are
-    -- tensors: anything else is named here, not met inside a call
-    if extra then
-      for k, v in pairs(user) do
-        if extra[k] and k ~= "scale" and not ploss.is_tensor(v) then
-          ploss.raise(string.format("%s: opts.%s: expected a ploss tensor (a buffer to write into), got %s",
-            where, k, show(v)))
-        end
-      end
-    end
   end
   local o = {}
   local r = user.reduction
@@ -364,6 +365,7 @@ local function loss_sizes(d, input, o)
     end
     return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
   end
+  if #sizes == 1 then return {} end -- one sample of C classes (PyTorch's unbatched form): 0-d
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
@@ -377,6 +379,7 @@ end
 local function state_sizes(d, input)
   if d.state.components == 1 then return loss_sizes(d, input) end
   local s = input:size()
+  if #s == 1 then return { d.state.components } end -- one sample (unbatched)
   s[2] = d.state.components
   return s
 end
@@ -828,6 +831,7 @@ local function build_multi(d)
     local t = tensors_of(where, ...)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, keys[pass_of(where)], where)
+    check_buffers(opts, keys[pass_of(where)], where)
     check_inplace(o, where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     t.copts = fill(d, o, ctype(), opts.scale)
@@ -1061,6 +1065,7 @@ function M.build(d)
     check_args(where, input, target)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
+    check_buffers(opts, FUNCTIONAL_KEYS[pass_of(where)], where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     return o, fill(d, o, ctype(), opts.scale), opts
   end
