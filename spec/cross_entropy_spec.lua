@@ -388,6 +388,10 @@ describe("CrossEntropyLoss in place and buffers", function()
     local y = ploss.tensor({ 0, 1, 2, 1 }, { dtype = "i64" })
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = x }) end, "PLOSS_ERR_ALIAS")
     H.expect_error(function() F.cross_entropy_fused(x, y, { grad_input = x:narrow(1, 1, 4) , inplace = false}) end, "PLOSS_ERR_ALIAS")
+    -- the other tensor of an overlap is named as the caller knows it (gradOutput, not grad_loss)
+    local buf = ploss.randn({ 12 })
+    H.expect_error(function() F.cross_entropy_backward(x, y, buf:narrow(1, 1, 4), { reduction = "none", grad_input = buf:view(4, 3) }) end,
+      "cross_entropy_backward: opts.grad_input: overlaps the memory of gradOutput")
   end)
 
   it("reuses gradInput and loss buffers; reallocates when the shape or dtype changes", function()

@@ -184,7 +184,8 @@ end
 --- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names
 -- the C function.  The message is ploss_last_error() plus the status name, located as
 -- ploss.raise's.  `names` (optional) maps a C argument's name to the caller's name for
--- it (the functional API's {loss = "opts.out"}): a message about that argument says so;
+-- it (the functional API's {loss = "opts.out"}): a message about that argument, or about
+-- another one's overlap with it, says so;
 -- with `everywhere`, every whole word of the message that `names` maps is renamed (for
 -- names that are no other word of a message: Tensor:add_'s dst and src).
 -- @return nothing when status == PLOSS_OK
@@ -194,8 +195,10 @@ function ploss.check(status, what, names, everywhere)
   local arg = msg:match("^([%w_]+):")
   if names and everywhere then
     msg = msg:gsub("%f[%w_][%w_]+%f[^%w_]", names)
-  elseif names and arg and names[arg] then
-    msg = names[arg] .. msg:sub(#arg + 1)
+  elseif names then
+    if arg and names[arg] then msg = names[arg] .. msg:sub(#arg + 1) end
+    -- the other tensor of an overlap (ALIAS) is the caller's name for it too
+    msg = msg:gsub("(overlaps the memory of )([%w_]+)", function(p, w) return p .. (names[w] or w) end)
   end
   local name = ffi.string(C.ploss_status_string(status))
   if msg == "" then msg = "failed" end
