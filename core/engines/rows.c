@@ -230,9 +230,11 @@ static const DLTensor *as_one_row(const DLTensor *t, one_row *b)
         b->shape[d + 1] = t->shape[d];
     b->t.shape = b->shape;
     if (t->strides) {
-        /* the new dim has size 1: any stride reads the same; one past the tensor's extent */
-        const int64_t s = t->ndim ? t->strides[0] * (t->shape[0] > 1 ? t->shape[0] : 1) : 1;
-        b->strides[0] = s > 0 ? s : 1;
+        /* the new dim has size 1: any stride reads the same; the row's extent where it is
+         * positive and fits (a contiguous tensor stays contiguous), else 1 (the descriptor
+         * is checked after this, so no product of its values may overflow here) */
+        const int64_t s0 = t->ndim ? t->strides[0] : 1, n0 = t->ndim && t->shape[0] > 1 ? t->shape[0] : 1;
+        b->strides[0] = s0 > 0 && s0 <= INT64_MAX / n0 ? s0 * n0 : 1;
         for (int d = 0; d < t->ndim; ++d)
             b->strides[d + 1] = t->strides[d];
         b->t.strides = b->strides;
