@@ -30,9 +30,12 @@ ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reducti
     if ((unsigned)reduction >= PLOSS_REDUCTION_COUNT)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
                            (int)reduction);
-    if (pass == PLOSS_PASS_FUSED && !isfinite(scale))
+    /* scale and inplace are read by the fused pass only, but checked by every pass: a
+     * struct with a bad value (not initialised by *_opts_init) is refused at its first use */
+    (void)pass;
+    if (!isfinite(scale))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %s is not finite", PLOSS_SHOWN(scale));
-    return pass == PLOSS_PASS_FUSED ? ploss_check_flag(inplace, "opts.inplace") : PLOSS_OK;
+    return ploss_check_flag(inplace, "opts.inplace");
 }
 
 ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,

@@ -4,11 +4,15 @@
  * Conventions :
  *  - Every fallible function returns a ploss_status; PLOSS_OK == 0.  On any other
  *    status, ploss_last_error() holds a message naming the argument at fault with the
- *    expected and the actual shape / dtype / device, and no output has been written.
+ *    expected and the actual shape / dtype / device, and no output tensor has been written
+ *    (a function returning a pointer through `out` — ploss_ctx_create, ploss_alloc,
+ *    ploss_comm_init — sets *out to NULL on any failure, where out itself is not NULL).
  *  - Tensors are DLPack DLTensor views (dlpack/dlpack.h, Debian libdlpack-dev).
  *    Strides are in elements; strides == NULL means contiguous row-major; the data
- *    pointer and byte_offset must both be multiples of the element size, and the lowest
- *    and highest elements at most 2^62 bytes apart (else PLOSS_ERR_LAYOUT).  The product
+ *    pointer and byte_offset must both be multiples of the element size, the lowest
+ *    and highest elements at most 2^62 bytes apart, and every element below the address
+ *    2^57 (else PLOSS_ERR_LAYOUT: no 64-bit platform maps usable memory above it; an offset
+ *    or stride that reaches unmapped memory below it cannot be detected).  The product
  *    of the sizes other than 0 must fit in int64, even for a tensor with a size 0 (else
  *    PLOSS_ERR_SHAPE).  CPU tensors may carry any device_id (one address space).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
@@ -67,8 +71,10 @@ typedef enum ploss_status {
 /** A fixed name for a status, e.g. "PLOSS_ERR_SHAPE"; "PLOSS_UNKNOWN_STATUS" otherwise. */
 const char *ploss_status_string(ploss_status status);
 
-/** The calling thread's message for the last failed call ("" if none). Valid until the
- *  next ploss call on the same thread. */
+/** The calling thread's message for its last call that failed; a later call that
+ *  succeeds clears it to "" (those that cannot fail — ploss_status_string, ploss_version,
+ *  ploss_abi_version, the *_opts_init functions — leave it).  Valid until the next ploss
+ *  call on the same thread. */
 const char *ploss_last_error(void);
 
 /** PLOSS_ABI_VERSION of the compiled library. */
@@ -154,7 +160,7 @@ ploss_status ploss_alloc(ploss_ctx_t *ctx, size_t bytes, void **out);
 ploss_status ploss_free(ploss_ctx_t *ctx, void *ptr);
 
 /** Byte counters of one device: memory held through ploss_alloc plus context
- *  workspaces. `current` and `peak` may be NULL. */
+ *  workspaces. */
 typedef struct ploss_memory_stats {
     uint64_t current_bytes; /* bytes allocated now                         */
     uint64_t peak_bytes;    /* high-water mark since start or last reset   */
@@ -277,7 +283,7 @@ ploss_status ploss_gemm(ploss_ctx_t *ctx, ploss_transpose trans_a, ploss_transpo
 
 /* ---- Activations (core/support/activations.c) ---------------------------------- */
 
-/** Elementwise activations of */
+/** The elementwise activations of ploss_activation_forward and _backward (below). */
 typedef enum ploss_activation {
     /* y = x·σ(x) (Ramachandran et al. 2017; Elfwing et al. 2018; PyTorch silu)           */
     PLOSS_ACTIVATION_SWISH = 0,
@@ -458,7 +464,7 @@ void ploss_one_hot_opts_init(ploss_one_hot_opts *opts);
 
 /**
  * One-hot encoding of class indices along axis 1, with optional label smoothing
- * (pytorch-loss convert_to_one_hot / OnehotEncoder;.  No gradient.
+ * (pytorch-loss convert_to_one_hot / OnehotEncoder).  No gradient.
  *
  * in  target  class indices, i64 or i32, shape N×d1×…×dk (rank >= 1), values in [0, C)
  *             or ignore_index.
@@ -493,7 +499,7 @@ void ploss_taylor_softmax_opts_init(ploss_taylor_softmax_opts *opts);
  * Taylor softmax, forward (A. de Brébisson and P. Vincent, "An Exploration of Softmax
  * Alternatives Belonging to the Spherical Loss Family", ICLR 2016; K. Banerjee et al.,
  * "Exploring Alternatives to Softmax Function", arXiv:2011.11538; pytorch-loss
- * TaylorSoftmaxV1/V3;.  exp is replaced by its even-order Taylor
+ * TaylorSoftmaxV1/V3).  exp is replaced by its even-order Taylor
  * polynomial f_n(v) = Σ_{k≤n} v^k/k!, which is positive on all of ℝ:
  *     output_j = f_n(x_j) / Σ_k f_n(x_k)   along `dim`.
  * Not shift-invariant (no max is subtracted).  Computed in f32 for f32/f16/bf16 inputs

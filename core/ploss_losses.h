@@ -6,7 +6,7 @@
  *    _backward writes grad_input = ∂(reduced loss)/∂input · grad_loss from the inputs and
  *    that state (NULL: recomputed); _fused writes the loss and grad_input =
  *    opts->scale · ∂(reduced loss)/∂input in one pass (NONE: of the sum of the losses), and
- *    with opts->inplace = 1 grad_input may be the input tensor itself.
+ *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it).
  *  - Options are passed by pointer, NULL meaning the defaults of the struct.
  *  - MEAN with nothing to average gives a NaN loss and an exactly zero gradient.
  *  - The user reference, with every formula, is docs/losses.md.
@@ -45,10 +45,11 @@ typedef struct ploss_cross_entropy_opts {
     double label_smoothing;
     /* how ε is spread over the classes (see the conventions above); default PYTORCH */
     ploss_smoothing_convention smoothing_convention;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_cross_entropy_opts;
 
@@ -98,9 +99,10 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
- *           opts.label_smoothing not a finite number in [0, 1], a non-finite scale), SHAPE,
- *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.label_smoothing not a finite number in [0, 1], a non-finite scale, an inplace
+ *           other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_cross_entropy_opts *opts,
@@ -133,10 +135,11 @@ ploss_status ploss_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *input,
 typedef struct ploss_bce_with_logits_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_bce_with_logits_opts;
 
@@ -165,14 +168,14 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  *
  * in  input       logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
- * in  weight      NULL, or w, broadcast over the input (see below).
+ * in  weight      NULL, or w, broadcast over the input (as described above).
  * in  pos_weight  NULL, or pw, the weight of the positive term, same forms.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_binary_cross_entropy_with_logits_forward(ploss_ctx_t *ctx,
     const DLTensor *input, const DLTensor *target, const DLTensor *weight,
@@ -223,10 +226,11 @@ typedef struct ploss_sigmoid_focal_opts {
     double gamma;
     /* the soft-target definition (see the conventions above); default TORCHVISION */
     ploss_focal_convention convention;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_sigmoid_focal_opts;
 
@@ -251,8 +255,9 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.alpha
- *           not a finite number <= 1, opts.gamma not a finite number >= 0, a non-finite scale),
- *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number <= 1, opts.gamma not a finite number >= 0, a non-finite scale,
+ *           an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_sigmoid_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_sigmoid_focal_opts *opts, DLTensor *loss);
@@ -289,10 +294,11 @@ typedef struct ploss_softmax_focal_opts {
     /* γ ≥ 0, the focusing exponent (0 gives the cross-entropy); a finite number >= 0;
        default 2.0 */
     double gamma;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_softmax_focal_opts;
 
@@ -330,9 +336,9 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.gamma
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
- *           slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_softmax_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *alpha, const ploss_softmax_focal_opts *opts,
@@ -369,10 +375,11 @@ typedef struct ploss_dual_focal_opts {
     int64_t ignore_index;
     /* ε > 0 inside the logarithm; a finite number > 0; default 1e-5 */
     double eps;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_dual_focal_opts;
 
@@ -411,9 +418,9 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
- *           slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number > 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_dual_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_dual_focal_opts *opts, DLTensor *loss, DLTensor *lse);
@@ -448,10 +455,11 @@ typedef struct ploss_large_margin_opts {
     int64_t ignore_index;
     /* λ ≥ 0, the weight of the regulariser; a finite number >= 0; default 0.3 */
     double lam;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_large_margin_opts;
 
@@ -498,9 +506,9 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 is accepted, but backward from an f64 state equals the fused pass where an
  *                 f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.lam
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
- *           slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_large_margin_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_large_margin_opts *opts, DLTensor *loss, DLTensor *state);
@@ -536,10 +544,11 @@ typedef struct ploss_taylor_cross_entropy_opts {
     /* the even order of the Taylor polynomial (odd orders have real roots); an even integer in
        [2, 64]; default 2 */
     int n;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_taylor_cross_entropy_opts;
 
@@ -579,9 +588,9 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 the target's shape, f64 (f32 is accepted, but backward from an f64 state
  *                 equals the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.n not
- *           an even integer in [2, 64], a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT,
- *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
- *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           an even integer in [2, 64], a non-finite scale, an inplace other than 0 or 1),
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_taylor_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_taylor_cross_entropy_opts *opts, DLTensor *loss,
@@ -614,10 +623,11 @@ typedef struct ploss_pc_softmax_opts {
     ploss_reduction reduction;
     /* samples with this label add nothing; default -100 */
     int64_t ignore_index;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_pc_softmax_opts;
 
@@ -658,9 +668,9 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
  *                 the fused pass where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/lb_proportion/loss or grad_input, a bad
- *           enum, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
- *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
- *           CUDA, OUT_OF_MEMORY.
+ *           enum, a non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE,
+ *           LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
+ *           context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_pc_softmax_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *lb_proportion, const ploss_pc_softmax_opts *opts,
@@ -704,10 +714,11 @@ typedef struct ploss_ohem_opts {
     /* λ, the weight of the large-margin regulariser (ohem_large_margin only); a finite number
        >= 0; default 0.3 */
     double lam;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_ohem_opts;
 
@@ -749,9 +760,9 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.score_thresh not a finite number in [0, 1], opts.n_min not an integer >= -1, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_ohem_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_ohem_opts *opts, DLTensor *loss);
@@ -801,9 +812,9 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.score_thresh not a finite number in [0, 1], opts.n_min not an integer >= -1,
- *           opts.lam not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
- *           context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.lam not a finite number >= 0, a non-finite scale, an inplace other than 0 or
+ *           1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_ohem_large_margin_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_ohem_opts *opts, DLTensor *loss);
@@ -845,11 +856,11 @@ typedef struct ploss_triplet_margin_opts {
     /* softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin =
        None); default 0 */
     int soft_margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_triplet_margin_opts;
 
@@ -891,8 +902,8 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
  *           opts.margin not a finite number (> 0 without soft_margin), opts.p not a finite
- *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale, inplace = 1),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
@@ -956,11 +967,11 @@ typedef struct ploss_batch_hard_triplet_opts {
     int soft_margin;
     /* the distance (see below); default EUCLIDEAN */
     ploss_pair_distance distance;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_batch_hard_triplet_opts;
 
@@ -1007,8 +1018,8 @@ void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
  * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/embeddings/labels/loss or a gradient, a bad enum,
- *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_batch_hard_triplet_forward(ploss_ctx_t *ctx, const DLTensor *embeddings,
     const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss);
@@ -1055,11 +1066,11 @@ typedef struct ploss_info_nce_opts {
        every rank's queries of every key, and the loss is that of the ranks' rows gathered
        (docs/distributed.md); default NULL */
     ploss_comm_t * comm;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_info_nce_opts;
 
@@ -1112,8 +1123,8 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/query/key/loss or a gradient, a bad enum,
- *           opts.temperature not a finite number > 0, a non-finite scale), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.temperature not a finite number > 0, a non-finite scale, inplace = 1), SHAPE,
+ *           DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
     const ploss_info_nce_opts *opts, DLTensor *loss);
@@ -1182,10 +1193,11 @@ typedef struct ploss_box_loss_opts {
     /* the gradient of CIoU's aspect term (complete_box_iou_loss only): 'exact' (torchvision's)
        or 'paper' (its factor 1/(w² + h²) replaced by 1); default EXACT */
     ploss_ciou_gradient ciou_gradient;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_box_loss_opts;
 
@@ -1244,10 +1256,10 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
  *                 ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
- *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with x2 <
+ *           x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
@@ -1330,10 +1342,10 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
  *                 ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
- *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with x2 <
+ *           x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_generalized_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
@@ -1417,10 +1429,10 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
  *                 ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
- *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with x2 <
+ *           x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_distance_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
@@ -1506,10 +1518,10 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
  *                 ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           INVALID_BOX (a box of the input or target with x2 < x1 or y2 < y1, ignored boxes
- *           excepted; CPU: before anything is written; CUDA: through the context's error slot),
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_BOX (a box of the input or target with x2 <
+ *           x1 or y2 < y1, ignored boxes excepted; CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_complete_box_iou_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const DLTensor *ignore,
@@ -1543,10 +1555,11 @@ ploss_status ploss_complete_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
 typedef struct ploss_mse_loss_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_mse_loss_opts;
 
@@ -1571,8 +1584,8 @@ void ploss_mse_loss_opts_init(ploss_mse_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_mse_loss_opts *opts, DLTensor *loss);
@@ -1600,10 +1613,11 @@ ploss_status ploss_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const
 typedef struct ploss_l1_loss_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_l1_loss_opts;
 
@@ -1627,8 +1641,8 @@ void ploss_l1_loss_opts_init(ploss_l1_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const ploss_l1_loss_opts *opts, DLTensor *loss);
@@ -1660,10 +1674,11 @@ typedef struct ploss_smooth_l1_loss_opts {
     /* β ≥ 0, where the quadratic part ends (0 gives the L1 loss); a finite number >= 0;
        default 1.0 */
     double beta;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_smooth_l1_loss_opts;
 
@@ -1689,8 +1704,8 @@ void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.beta
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_smooth_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_smooth_l1_loss_opts *opts, DLTensor *loss);
@@ -1725,10 +1740,11 @@ typedef struct ploss_huber_loss_opts {
     ploss_reduction reduction;
     /* δ > 0, where the quadratic part ends; a finite number > 0; default 1.0 */
     double delta;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_huber_loss_opts;
 
@@ -1754,8 +1770,8 @@ void ploss_huber_loss_opts_init(ploss_huber_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.delta
- *           not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number > 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss);
@@ -1785,10 +1801,11 @@ ploss_status ploss_huber_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
 typedef struct ploss_binary_cross_entropy_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_binary_cross_entropy_opts;
 
@@ -1821,8 +1838,8 @@ void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *opts)
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_binary_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_binary_cross_entropy_opts *opts,
@@ -1855,10 +1872,11 @@ ploss_status ploss_binary_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *
 typedef struct ploss_soft_margin_loss_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_soft_margin_loss_opts;
 
@@ -1885,8 +1903,8 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_soft_margin_loss_opts *opts, DLTensor *loss);
@@ -1917,10 +1935,11 @@ typedef struct ploss_kl_div_opts {
     ploss_reduction reduction;
     /* the target holds log-probabilities; default 0 */
     int log_target;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_kl_div_opts;
 
@@ -1951,8 +1970,8 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_kl_div_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
     const ploss_kl_div_opts *opts, DLTensor *loss);
@@ -1981,10 +2000,11 @@ typedef struct ploss_hinge_embedding_loss_opts {
     ploss_reduction reduction;
     /* m, the margin of the dissimilar pairs; a finite number; default 1.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_hinge_embedding_loss_opts;
 
@@ -2011,8 +2031,8 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
- *           not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_hinge_embedding_loss_opts *opts, DLTensor *loss);
@@ -2044,10 +2064,11 @@ typedef struct ploss_nll_loss_opts {
     ploss_reduction reduction;
     /* samples with this label add nothing (nor count in 'mean'); default -100 */
     int64_t ignore_index;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_nll_loss_opts;
 
@@ -2079,9 +2100,9 @@ void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_nll_loss_opts *opts,
@@ -2115,10 +2136,11 @@ typedef struct ploss_multi_margin_loss_opts {
     int p;
     /* m, the margin; a finite number; default 1.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_multi_margin_loss_opts;
 
@@ -2149,9 +2171,10 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
- *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale), SHAPE,
- *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale, an
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL
+ *           (CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_multi_margin_loss_opts *opts,
@@ -2203,10 +2226,11 @@ typedef struct ploss_lovasz_softmax_opts {
     int per_image;
     /* pixels with this label are left out of every class's sort; default -100 */
     int64_t ignore_index;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_lovasz_softmax_opts;
 
@@ -2263,9 +2287,10 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  *                 per_image); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input),
  *                 on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything
- *           is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than
- *           2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
+ *           slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs), CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *class_ids, const ploss_lovasz_softmax_opts *opts,
@@ -2307,10 +2332,11 @@ typedef struct ploss_soft_dice_opts {
     /* one Dice per sample (along the first dim) rather than one for the whole input; default 0
        */
     int per_sample;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_soft_dice_opts;
 
@@ -2345,10 +2371,9 @@ void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
  *                 SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the input's
  *                 device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
- *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
- *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
- *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED (CUDA: more
+ *           than 2^31 − 1 tiles of 2048 elements), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss);
@@ -2402,10 +2427,11 @@ typedef struct ploss_class_dice_opts {
     int mask_ignored_in_denominator;
     /* the class weights (see the choices above); default GIVEN */
     ploss_dice_class_weights class_weights;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_class_dice_opts;
 
@@ -2452,10 +2478,10 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * out loss        reduction NONE: one value per sample, [N]; MEAN / SUM: a 0-d or 1-element
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
- *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
- *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
- *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
+ *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
@@ -2523,10 +2549,10 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * out loss        reduction NONE: one value for the batch, [1]; MEAN / SUM: a 0-d or 1-element
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
- *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale),
- *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1
- *           class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
+ *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
@@ -2583,10 +2609,11 @@ typedef struct ploss_affinity_field_opts {
     int64_t ignore_index;
     /* D (see the choices above); default KL */
     ploss_affinity_divergence divergence;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_affinity_field_opts;
 
@@ -2628,10 +2655,10 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.kl_margin not a finite number >= 0, opts.lambda_same not a finite number >= 0,
- *           opts.lambda_diff not a finite number >= 0, a non-finite scale), SHAPE, DTYPE,
- *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
- *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
- *           CUDA, OUT_OF_MEMORY.
+ *           opts.lambda_diff not a finite number >= 0, a non-finite scale, an inplace other
+ *           than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31
+ *           − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss);
@@ -2669,10 +2696,11 @@ typedef struct ploss_affinity_opts {
     int kernel_size;
     /* pixels with this label take part in no pair; default -100 */
     int64_t ignore_index;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_affinity_opts;
 
@@ -2713,10 +2741,10 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  *                 MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
  *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
- *           opts.kernel_size not an integer in [1, 7], a non-finite scale), SHAPE, DTYPE,
- *           DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
- *           context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs),
- *           CUDA, OUT_OF_MEMORY.
+ *           opts.kernel_size not an integer in [1, 7], a non-finite scale, an inplace other
+ *           than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31
+ *           − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss);
@@ -2749,11 +2777,11 @@ typedef struct ploss_margin_ranking_loss_opts {
     ploss_reduction reduction;
     /* m, the margin of the hinge; a finite number; default 0.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_margin_ranking_loss_opts;
 
@@ -2787,8 +2815,8 @@ void ploss_margin_ranking_loss_opts_init(ploss_margin_ranking_loss_opts *opts);
  * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
- *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_margin_ranking_loss_opts *opts,
@@ -2827,11 +2855,11 @@ typedef struct ploss_cosine_embedding_loss_opts {
     /* m, the cosine above which a dissimilar pair is penalised (PyTorch suggests 0 to 0.5); a
        finite number; default 0.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_cosine_embedding_loss_opts;
 
@@ -2870,8 +2898,8 @@ void ploss_cosine_embedding_loss_opts_init(ploss_cosine_embedding_loss_opts *opt
  * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
- *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_cosine_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
@@ -2953,11 +2981,11 @@ typedef struct ploss_combined_margin_opts {
     /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
        backbone's gradients, as InsightFace's Partial FC does); default 0 */
     int scale_grad_x_by_ranks;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_combined_margin_opts;
 
@@ -3023,9 +3051,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *           not a finite number > 0, opts.m1 not a finite number in [1, 4], opts.m2 not a
  *           finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0, 1],
  *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU:
+ *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
     const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
@@ -3091,11 +3119,11 @@ typedef struct ploss_am_softmax_opts {
     /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
        backbone's gradients, as InsightFace's Partial FC does); default 0 */
     int scale_grad_x_by_ranks;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_am_softmax_opts;
 
@@ -3153,8 +3181,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1], opts.tile_rows not
  *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], a non-finite
- *           scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
- *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
@@ -3220,11 +3249,11 @@ typedef struct ploss_arc_face_opts {
     /* with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the
        backbone's gradients, as InsightFace's Partial FC does); default 0 */
     int scale_grad_x_by_ranks;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_arc_face_opts;
 
@@ -3286,9 +3315,9 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1.5707963267948966],
  *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU:
+ *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);
@@ -3362,11 +3391,11 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* rows of the logit tile computed at a time (0: chosen within 512 MiB of logits); an
        integer >= 0; default 0 */
     int64_t tile_rows;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_linear_cross_entropy_opts;
 
@@ -3447,9 +3476,9 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * Statuses: INVALID_ARGUMENT (NULL ctx/hidden/weight/labels/loss or a gradient, a bad enum,
  *           opts.gamma not a finite number >= 0, opts.label_smoothing not a finite number in
  *           [0, 1], opts.softcap not a finite number >= 0, opts.z_loss not a finite number >=
- *           0, opts.tile_rows not an integer >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
- *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           0, opts.tile_rows not an integer >= 0, a non-finite scale, inplace = 1), SHAPE,
+ *           DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through
+ *           the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
     const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
@@ -3500,10 +3529,11 @@ typedef struct ploss_poisson_nll_loss_opts {
     /* ε >= 0 added to λ inside the logarithm when log_input is false; a finite number >= 0;
        default 1e-8 */
     double eps;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_poisson_nll_loss_opts;
 
@@ -3536,8 +3566,8 @@ void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
- *           not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_poisson_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_poisson_nll_loss_opts *opts, DLTensor *loss);
@@ -3567,10 +3597,11 @@ ploss_status ploss_poisson_nll_loss_fused(ploss_ctx_t *ctx, const DLTensor *inpu
 typedef struct ploss_multilabel_soft_margin_loss_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_multilabel_soft_margin_loss_opts;
 
@@ -3602,8 +3633,8 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
  * out loss        reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_multilabel_soft_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight,
@@ -3634,10 +3665,11 @@ ploss_status ploss_multilabel_soft_margin_loss_fused(ploss_ctx_t *ctx, const DLT
 typedef struct ploss_multilabel_margin_loss_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_multilabel_margin_loss_opts;
 
@@ -3676,9 +3708,9 @@ void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *o
  * out loss        reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_multilabel_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_multilabel_margin_loss_opts *opts, DLTensor *loss);
@@ -3728,11 +3760,11 @@ typedef struct ploss_triplet_margin_with_distance_opts {
     double margin;
     /* the distance swap: d_an becomes min(d_an, d_pn); default 0 */
     int swap;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_triplet_margin_with_distance_opts;
 
@@ -3773,8 +3805,8 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
  * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
- *           opts.margin not a finite number > 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number > 0, a non-finite scale, inplace = 1), SHAPE,
+ *           DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative,
@@ -3824,11 +3856,11 @@ typedef struct ploss_gaussian_nll_loss_opts {
     /* ε >= 0: variances below it are taken as ε (PyTorch's clamp, without its gradient); a
        finite number >= 0; default 1e-6 */
     double eps;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_gaussian_nll_loss_opts;
 
@@ -3874,8 +3906,8 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/var/loss or a gradient, a bad enum,
- *           opts.eps not a finite number >= 0, a non-finite scale), SHAPE, DTYPE, DEVICE,
- *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.eps not a finite number >= 0, a non-finite scale, inplace = 1), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_gaussian_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
@@ -3915,10 +3947,11 @@ typedef struct ploss_hinge_loss_opts {
     ploss_reduction reduction;
     /* m, the margin; a finite number; default 1.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* _fused only: 1 lets grad_input be the input tensor itself; default 0 */
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
 } ploss_hinge_loss_opts;
 
@@ -3945,8 +3978,8 @@ void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *opts);
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
- *           not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_hinge_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_hinge_loss_opts *opts, DLTensor *loss);
@@ -3979,11 +4012,11 @@ typedef struct ploss_l1_hinge_embedding_loss_opts {
     /* m, the L1 distance below which a dissimilar pair is penalised; a finite number; default
        1.0 */
     double margin;
-    /* _fused only: the gradient's multiplier (the upstream gradient); a finite number; default
-       1.0 */
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
     double scale;
-    /* refused (1): each input of this loss gets its own gradient, none may be written over;
-       default 0 */
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
     int inplace;
 } ploss_l1_hinge_embedding_loss_opts;
 
@@ -4017,8 +4050,8 @@ void ploss_l1_hinge_embedding_loss_opts_init(ploss_l1_hinge_embedding_loss_opts 
  * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
- *           opts.margin not a finite number, a non-finite scale), SHAPE, DTYPE, DEVICE, ALIAS,
- *           UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
+ *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_l1_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,

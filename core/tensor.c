@@ -143,6 +143,15 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
         return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides place elements "
                            "outside the address space (data %p)", name,
                            (unsigned long long)t->byte_offset, t->data);
+#if UINTPTR_MAX > 0xffffffffu
+    /* no 64-bit platform maps memory a process can use at or above 2^57 (x86-64 with
+     * five-level paging: 2^56; AArch64: 2^52), host or device: an offset or stride that
+     * reaches there is a mistake, refused rather than dereferenced */
+    if (v->numel > 0 && first - below + span + es > ((uintptr_t)1 << 57))
+        return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides place elements "
+                           "beyond any mapped address (at or above 2^57; data %p)", name,
+                           (unsigned long long)t->byte_offset, t->data);
+#endif
     v->data = (char *)t->data + t->byte_offset;
     return PLOSS_OK;
 }

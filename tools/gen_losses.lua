@@ -182,6 +182,9 @@ local SHAPE = {
     statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
       "pairs), CUDA, OUT_OF_MEMORY",
+    -- float targets of the input's shape (binary soft Dice): no labels, no classes
+    elementwise_statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED (CUDA: more than 2^31 − 1 tiles " ..
+      "of 2048 elements), CUDA, OUT_OF_MEMORY",
   },
   margin = {
     input = "f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and weight of one dtype and one D, C >= 2.",
@@ -290,6 +293,7 @@ local function option_statuses(desc)
     if r then parts[#parts + 1] = "opts." .. o.name .. " not " .. r end
   end
   parts[#parts + 1] = "a non-finite scale"
+  parts[#parts + 1] = desc.inputs and "inplace = 1" or "an inplace other than 0 or 1"
   return table.concat(parts, ", ")
 end
 
@@ -342,7 +346,7 @@ local function gen_header()
   w(" *    _backward writes grad_input = ∂(reduced loss)/∂input · grad_loss from the inputs and")
   w(" *    that state (NULL: recomputed); _fused writes the loss and grad_input =")
   w(" *    opts->scale · ∂(reduced loss)/∂input in one pass (NONE: of the sum of the losses), and")
-  w(" *    with opts->inplace = 1 grad_input may be the input tensor itself.")
+  w(" *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it).")
   w(" *  - Options are passed by pointer, NULL meaning the defaults of the struct.")
   w(" *  - MEAN with nothing to average gives a NaN loss and an exactly zero gradient.")
   w(" *  - The user reference, with every formula, is docs/losses.md.")
@@ -412,7 +416,7 @@ local function gen_header()
     end
     w(hang(" * Statuses: ", string.format("INVALID_ARGUMENT (%s), %s.", option_statuses(d),
       labels_per_class(d) and (d.target == "index_list" and LABELS_PER_CLASS.list_statuses
-        or LABELS_PER_CLASS.statuses) or sh.statuses)))
+        or LABELS_PER_CLASS.statuses) or d.target == "elementwise" and sh.elementwise_statuses or sh.statuses)))
     w(" */")
     w(break_proto(prototype(d, "forward"), "    ") .. ";")
     -- backward

@@ -277,7 +277,7 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     memset(&gl, 0, sizeof gl);
     memset(&gx, 0, sizeof gx);
     memset(&gw, 0, sizeof gw);
-    if (pass == PLOSS_PASS_FUSED && o->inplace)
+    if (o->inplace) /* in every pass, as its header says */
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
     const int linear = spec->policy == PLOSS_POLICY_LINEAR_CROSS_ENTROPY;

@@ -112,7 +112,7 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     c->n = spec->ninputs;
     c->layout = spec->input_layout;
     const char *first = spec->input_names[0];
-    if (pass == PLOSS_PASS_FUSED && o->inplace)
+    if (o->inplace) /* in every pass, as its header says */
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
     for (int k = 0; k < c->n; ++k) {

@@ -226,10 +226,13 @@ function D.prepare(desc)
                     doc = "how the per-sample losses are reduced" } }
   for _, o in ipairs(options) do desc.fields[#desc.fields + 1] = o end
   desc.fields[#desc.fields + 1] = { name = "scale", type = "double", default = 1, common = true, fused = true,
-    doc = "_fused only: the gradient's multiplier (the upstream gradient)" }
+    doc = "read by _fused only: the gradient's multiplier (the upstream gradient); every pass refuses a " ..
+      "non-finite one" }
   desc.fields[#desc.fields + 1] = { name = "inplace", type = "bool", default = false, common = true, fused = true,
-    doc = desc.inputs and "refused (1): each input of this loss gets its own gradient, none may be written over"
-      or "_fused only: 1 lets grad_input be the input tensor itself" }
+    doc = desc.inputs and "refused (1) by every pass: each input of this loss gets its own gradient, none may be " ..
+      "written over"
+      or "read by _fused only: 1 writes the gradient over the input, and grad_input must then be the input " ..
+        "tensor itself; every pass refuses a value other than 0 or 1" }
   -- the options a user sets, in Lua
   desc.lua_options = {}
   for _, o in ipairs(options) do

@@ -10,7 +10,7 @@ return {
   opts_init = "ploss_binary_cross_entropy_with_logits_opts_init",
   target = "elementwise",
   tensors = {
-    { name = "weight", kind = "broadcast", doc = "w, broadcast over the input (see below)" },
+    { name = "weight", kind = "broadcast", doc = "w, broadcast over the input (as described above)" },
     { name = "pos_weight", kind = "broadcast", doc = "pw, the weight of the positive term, same forms" },
   },
   options = {},

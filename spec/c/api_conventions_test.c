@@ -1,0 +1,70 @@
+/*
+ * api_conventions_test.c — the conventions at the top of ploss.h, as a C caller meets them:
+ * a failing call that returns a pointer through `out` sets it to NULL; the options that only
+ * the fused pass reads (scale, inplace) are checked by every pass, so a struct not made by
+ * *_opts_init is refused at its first use, with nothing written; a loss whose inputs each get
+ * a gradient refuses inplace = 1 in every pass; ploss_last_error() keeps a failed call's
+ * message until a later call succeeds.
+ */
+#include <math.h>
+
+#include "check.h"
+
+int main(void)
+{
+    ploss_ctx_t *ctx = (ploss_ctx_t *)1;
+    /* a CPU context of device id 1 is refused, and the pointer cleared */
+    CHECK(ploss_ctx_create((DLDevice){kDLCPU, 1}, &ctx) != PLOSS_OK);
+    CHECK(ctx == NULL);
+    CHECK_OK(ploss_ctx_create((DLDevice){kDLCPU, 0}, &ctx));
+    void *p = (void *)1;
+    CHECK_STATUS(ploss_alloc(NULL, 8, &p), PLOSS_ERR_INVALID_ARGUMENT, "ctx: pointer is NULL");
+    CHECK(p == NULL);
+
+    float x[4] = {0.5f, -1.0f, 2.0f, 0.0f}, y[4] = {0.0f, 1.0f, 1.5f, -2.0f}, loss = 7.0f, g[4];
+    int64_t s4[1] = {4};
+    DLTensor X = cpu_tensor(x, dt_f32, 1, s4, NULL), Y = cpu_tensor(y, dt_f32, 1, s4, NULL);
+    DLTensor L = cpu_tensor(&loss, dt_f32, 0, NULL, NULL), G = cpu_tensor(g, dt_f32, 1, s4, NULL);
+    ploss_mse_loss_opts o;
+    ploss_mse_loss_opts_init(&o);
+    o.inplace = 7; /* a truthy value that is not 1 */
+    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace");
+    CHECK(loss == 7.0f);
+    ploss_mse_loss_opts_init(&o);
+    o.scale = NAN;
+    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: nan is not finite");
+    CHECK(loss == 7.0f);
+    float up = 1.0f;
+    DLTensor U = cpu_tensor(&up, dt_f32, 0, NULL, NULL);
+    memset(g, 0x5a, sizeof g);
+    CHECK_STATUS(ploss_mse_loss_backward(ctx, &X, &Y, &o, &U, &G), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale");
+    unsigned char poison[sizeof g];
+    memset(poison, 0x5a, sizeof poison);
+    CHECK(memcmp(g, poison, sizeof g) == 0);
+    /* the message stays until a call succeeds, then is "" */
+    CHECK(strstr(ploss_last_error(), "opts.scale") != NULL);
+    CHECK(strcmp(ploss_status_string(PLOSS_OK), "PLOSS_OK") == 0);
+    CHECK(strstr(ploss_last_error(), "opts.scale") != NULL);
+    ploss_mse_loss_opts_init(&o);
+    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L));
+    CHECK(fabsf(loss - (0.25f + 4.0f + 0.25f + 4.0f) / 4.0f) < 1e-6f);
+    CHECK(ploss_last_error()[0] == '\0');
+
+    /* inplace = 1 is refused by every pass of a loss whose inputs each get a gradient */
+    float a[2] = {0, 0}, pp[2] = {1, 0}, n[2] = {3, 0}, gl = 7.0f;
+    int64_t s12[2] = {1, 2};
+    DLTensor A = cpu_tensor(a, dt_f32, 2, s12, NULL), P = cpu_tensor(pp, dt_f32, 2, s12, NULL),
+             N = cpu_tensor(n, dt_f32, 2, s12, NULL), GL = cpu_tensor(&gl, dt_f32, 0, NULL, NULL);
+    ploss_triplet_margin_opts to;
+    ploss_triplet_margin_opts_init(&to);
+    to.inplace = 1;
+    CHECK_STATUS(ploss_triplet_margin_forward(ctx, &A, &P, &N, &to, &GL), PLOSS_ERR_INVALID_ARGUMENT,
+                 "opts.inplace: triplet_margin has no in-place gradient");
+    CHECK(gl == 7.0f);
+    ploss_triplet_margin_opts_init(&to);
+    CHECK_OK(ploss_triplet_margin_forward(ctx, &A, &P, &N, &to, &GL));
+    CHECK(fabsf(gl - 0.0f) < 1e-6f); /* d_ap = 1, d_an = 3: max(0, 1 − 3 + 1) */
+
+    ploss_ctx_destroy(ctx);
+    return check_report("api_conventions");
+}
