@@ -201,6 +201,42 @@ describe("ABI", function()
     assert.is_true(n > 20)
   end)
 
+  it("the README's C program compiles against the header, links the library and prints what it says", function()
+    local readme = read(H.root .. "/README.md")
+    local section = readme:match("\n## From C\n(.-)\n## ")
+    assert(section, "README.md has no '## From C' section")
+    local program = section:match("```c\n(.-)```")
+    local says = section:match("it prints `([^`]+)`")
+    assert(program and says, "the section's C program or the line it prints is missing")
+    local cc = os.getenv("CC") or "cc"
+    local lib = os.getenv("PLOSS_LIBRARY") or ploss.library_path
+    local libdir = lib:match("^(.*)/[^/]+$")
+    local tmp = os.tmpname()
+    local fh = assert(io.open(tmp .. ".c", "w"))
+    fh:write(program)
+    fh:close()
+    -- linked by the library's file name, not a -l search; a sanitizer build's library
+    -- leaves the sanitizer's symbols to the runtime the environment preloads
+    local cmd = string.format("%s -std=c11 -Wall -Wextra -Werror -I%s/core -o %s %s %s -Wl,-rpath,%s " ..
+      "-Wl,--allow-shlib-undefined 2>&1", cc,
+      H.root, tmp .. ".bin", tmp .. ".c", lib, libdir)
+    local p = io.popen(cmd)
+    local out = p:read("*a")
+    local ok = p:close()
+    os.remove(tmp .. ".c")
+    if not ok and out:match("not found") then
+      os.remove(tmp)
+      pending("no C compiler (" .. cmd .. "): " .. out)
+      return
+    end
+    assert(ok, cmd .. "\n" .. out)
+    p = io.popen(tmp .. ".bin 2>&1")
+    local got = p:read("*a")
+    p:close()
+    os.remove(tmp .. ".bin"); os.remove(tmp)
+    assert.are.equal(says .. "\n", got)
+  end)
+
   it("every *_opts_init fills its struct and accepts NULL", function()
     local n = 0
     local text = cdef.cdef:gsub("%s+", " ")
