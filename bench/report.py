@@ -303,8 +303,7 @@ def build(args):
     L.append("Columns: ms are medians. *Liger* = Liger-Kernel's cross entropy (forward + backward, "
              "as eager), *Liger ÷ ploss* = its time over ploss fused (above 1: ploss is faster); n/a where "
              "it did not run (the reason is in the case's details). *floor* = (input read + labels read + gradient written) / copy "
-             "bandwidth; for the losses whose gradient needs sums over the whole input first (the Dice cases: "
-             "the case's floor_passes), the input and labels are read twice. *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
+             "bandwidth. *% floor* = floor / ploss fused. *mem* = peak extra device memory over the "
              "input (logits) size; the gradient counts as extra (PyTorch allocates it in backward, "
              "ploss's caller allocates it), inputs do not; ploss in place: the extra bytes. "
              "Losses of several inputs: *input* is all the embedding inputs together, one gradient per input; "
@@ -356,12 +355,8 @@ def build(args):
         in_bytes = inp.get("input_bytes")
         tgt_bytes = inp.get("target_bytes")
         floor = mem_floor = flop_floor = flop_floor_f32 = flops = None
-        passes = int(c.get("floor_passes") or 1)  # reads of the inputs the loss cannot avoid
-        floor_bytes = None
-        if in_bytes is not None and tgt_bytes is not None:
-            floor_bytes = passes * (in_bytes + tgt_bytes) + in_bytes
-        if bw and floor_bytes is not None:
-            floor = mem_floor = floor_bytes / (bw * 1e9) * 1e3
+        if bw and in_bytes is not None and tgt_bytes is not None:
+            floor = mem_floor = (2 * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
         gm = gemms.get((cid, "gemm"))
         run_dims = inp.get("shape") or c["shape"]
         shapes = inp.get("input_shapes") or (tin.get((cid, None)) or {}).get("input_shapes") or [run_dims]
@@ -533,10 +528,7 @@ def build(args):
                 d.append("Per input (argument order), (sum g², sum g·x): " + "; ".join(per))
             if mem_floor is not None or flops is not None:
                 d.append("")
-                reads = ("" if passes == 1 else
-                         f" (input and labels read {passes} times — the sums, then the gradient — and the gradient "
-                         f"written once)")
-                line = (f"Floor: bytes {fmt_bytes(floor_bytes)}{reads} at the copy bandwidth = {fmt_ms(mem_floor)} ms"
+                line = (f"Floor: bytes {fmt_bytes(2 * in_bytes + tgt_bytes)} at the copy bandwidth = {fmt_ms(mem_floor)} ms"
                         if mem_floor is not None else "Floor: bytes not timed (no copy bandwidth)")
                 if flops is not None:
                     line += f"; FLOPs {flops / 1e9:.4g} GFLOP"
