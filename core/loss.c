@@ -25,14 +25,13 @@ int ploss_engine_computes(ploss_shape shape, ploss_policy policy)
     return (unsigned)shape < PLOSS_SHAPE_COUNT && engines[shape].computes(policy);
 }
 
-ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace)
+ploss_status ploss_check_common_options(ploss_reduction reduction, double scale, int inplace)
 {
     if ((unsigned)reduction >= PLOSS_REDUCTION_COUNT)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: %d is not none (0), mean (1) or sum (2)",
                            (int)reduction);
     /* scale and inplace are read by the fused pass only, but checked by every pass: a
      * struct with a bad value (not initialised by *_opts_init) is refused at its first use */
-    (void)pass;
     if (!isfinite(scale))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: %s is not finite", PLOSS_SHOWN(scale));
     return ploss_check_flag(inplace, "opts.inplace");

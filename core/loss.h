@@ -159,9 +159,9 @@ typedef struct ploss_loss_params {
     int linear_policy;        /* ploss_linear_policy: the row loss of the linear + loss        */
 } ploss_loss_params;
 
-/* The checks every loss shares: reduction in range; for the fused pass a finite scale and
- * inplace 0 or 1. */
-ploss_status ploss_check_common_options(ploss_pass pass, ploss_reduction reduction, double scale, int inplace);
+/* The checks every loss shares, in every pass: reduction in range, a finite scale and
+ * inplace 0 or 1 (the last two read by the fused pass only). */
+ploss_status ploss_check_common_options(ploss_reduction reduction, double scale, int inplace);
 
 /* Validate the call and run it on the engine of spec->shape (core/engines/). */
 ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,

@@ -46,7 +46,7 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -123,7 +123,7 @@ static ploss_status binary_cross_entropy_with_logits(ploss_ctx_t *ctx, ploss_pas
     ploss_binary_cross_entropy_with_logits_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -192,7 +192,7 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_sigmoid_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -273,7 +273,7 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_softmax_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -346,7 +346,7 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_dual_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -419,7 +419,7 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_large_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -491,7 +491,7 @@ static ploss_status taylor_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_taylor_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -567,7 +567,7 @@ static ploss_status pc_softmax_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_pc_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -637,7 +637,7 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -700,7 +700,7 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -782,7 +782,7 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_triplet_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -869,7 +869,7 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_batch_hard_triplet_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -949,7 +949,7 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_info_nce_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1030,7 +1030,7 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1098,7 +1098,7 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1166,7 +1166,7 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1234,7 +1234,7 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1308,7 +1308,7 @@ static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_mse_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1371,7 +1371,7 @@ static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     ploss_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1435,7 +1435,7 @@ static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_smooth_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1503,7 +1503,7 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_huber_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1574,7 +1574,7 @@ static ploss_status binary_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_binary_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1639,7 +1639,7 @@ static ploss_status soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1704,7 +1704,7 @@ static ploss_status kl_div(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_a
     ploss_kl_div_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if ((st = ploss_check_flag(o.log_target, "opts.log_target")))
@@ -1768,7 +1768,7 @@ static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1840,7 +1840,7 @@ static ploss_status nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1911,7 +1911,7 @@ static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_multi_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1989,7 +1989,7 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_lovasz_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2064,7 +2064,7 @@ static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     ploss_soft_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2145,7 +2145,7 @@ static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2217,7 +2217,7 @@ static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2300,7 +2300,7 @@ static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_affinity_field_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2379,7 +2379,7 @@ static ploss_status affinity(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_affinity_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2451,7 +2451,7 @@ static ploss_status margin_ranking_loss(ploss_ctx_t *ctx, ploss_pass pass, const
     ploss_margin_ranking_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2524,7 +2524,7 @@ static ploss_status cosine_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_cosine_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2608,7 +2608,7 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_combined_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2716,7 +2716,7 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_am_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2815,7 +2815,7 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_arc_face_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2920,7 +2920,7 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_linear_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3015,7 +3015,7 @@ static ploss_status poisson_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_poisson_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3092,7 +3092,7 @@ static ploss_status multilabel_soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pas
     ploss_multilabel_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3158,7 +3158,7 @@ static ploss_status multilabel_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, co
     ploss_multilabel_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3229,7 +3229,7 @@ static ploss_status triplet_margin_with_distance(ploss_ctx_t *ctx, ploss_pass pa
     ploss_triplet_margin_with_distance_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3311,7 +3311,7 @@ static ploss_status gaussian_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_gaussian_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3383,7 +3383,7 @@ static ploss_status hinge_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_hinge_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3455,7 +3455,7 @@ static ploss_status l1_hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, c
     ploss_l1_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)

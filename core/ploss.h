@@ -10,9 +10,9 @@
  *  - Tensors are DLPack DLTensor views (dlpack/dlpack.h, Debian libdlpack-dev).
  *    Strides are in elements; strides == NULL means contiguous row-major; the data
  *    pointer and byte_offset must both be multiples of the element size, the lowest
- *    and highest elements at most 2^62 bytes apart, and every element below the address
- *    2^57 (else PLOSS_ERR_LAYOUT: no 64-bit platform maps usable memory above it; an offset
- *    or stride that reaches unmapped memory below it cannot be detected).  The product
+ *    and highest elements at most 2^62 bytes apart, and no element 2^56 bytes or more past
+ *    the data pointer (else PLOSS_ERR_LAYOUT: no allocation is that large; an offset or
+ *    stride that reaches unmapped memory nearer cannot be detected).  The product
  *    of the sizes other than 0 must fit in int64, even for a tensor with a size 0 (else
  *    PLOSS_ERR_SHAPE).  CPU tensors may carry any device_id (one address space).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
@@ -72,9 +72,10 @@ typedef enum ploss_status {
 const char *ploss_status_string(ploss_status status);
 
 /** The calling thread's message for its last call that failed; a later call that
- *  succeeds clears it to "" (those that cannot fail — ploss_status_string, ploss_version,
- *  ploss_abi_version, the *_opts_init functions — leave it).  Valid until the next ploss
- *  call on the same thread. */
+ *  succeeds clears it to "", except those that cannot fail (ploss_status_string,
+ *  ploss_version, ploss_abi_version, the *_opts_init functions) and ploss_alloc and
+ *  ploss_free (the library's own cleanup after a failure calls them), which leave it.
+ *  Valid until the next ploss call on the same thread. */
 const char *ploss_last_error(void);
 
 /** PLOSS_ABI_VERSION of the compiled library. */

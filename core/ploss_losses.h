@@ -86,8 +86,8 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index; or probabilities (any float dtype) of the input's shape.
  * in  weight      NULL, or C class weights w_j (any float dtype, on the input's device).
@@ -323,8 +323,8 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  alpha       NULL, or C per-class factors α_j (any float dtype).
@@ -406,8 +406,8 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -493,8 +493,8 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -576,8 +576,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -655,8 +655,8 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  lb_proportion the C class priors w (not normalised): finite, ≥ 0, at least one > 0.
@@ -750,8 +750,8 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.
@@ -802,8 +802,8 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  *                 :contiguous() on it. The target, the loss of NONE, the state and grad_input
  *                 follow the same rule. One sample may also be C logits (one dim, PyTorch's
  *                 unbatched form): its target is then a 0-d class index (or C values where the
- *                 target has the input's shape) and its NONE loss and state 0-d; it gives the
- *                 bits of its 1×C view.
+ *                 target has the input's shape), its NONE loss 0-d and its state that of one
+ *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  opts        NULL for defaults.

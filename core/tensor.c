@@ -143,15 +143,15 @@ ploss_status ploss_view_init(ploss_view *v, const DLTensor *t, const char *name)
         return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides place elements "
                            "outside the address space (data %p)", name,
                            (unsigned long long)t->byte_offset, t->data);
-#if UINTPTR_MAX > 0xffffffffu
-    /* no 64-bit platform maps memory a process can use at or above 2^57 (x86-64 with
-     * five-level paging: 2^56; AArch64: 2^52), host or device: an offset or stride that
-     * reaches there is a mistake, refused rather than dereferenced */
-    if (v->numel > 0 && first - below + span + es > ((uintptr_t)1 << 57))
-        return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides place elements "
-                           "beyond any mapped address (at or above 2^57; data %p)", name,
-                           (unsigned long long)t->byte_offset, t->data);
-#endif
+    /* no allocation reaches 2^56 bytes (64 PiB) past its start: a byte_offset or strides
+     * that reach that far past the data pointer are a mistake, refused rather than
+     * dereferenced.  A bound on the offsets, not on the address, so that pointers carrying
+     * tag bits (MTE, HWASan, LAM) stay valid. */
+    const uint64_t reach = UINT64_C(1) << 56;
+    if (v->numel > 0 && (t->byte_offset >= reach || span - below + es > reach - t->byte_offset))
+        return ploss_error(PLOSS_ERR_LAYOUT, "%s: byte_offset %llu and strides reach 2^56 bytes or more past "
+                           "the data pointer (no allocation is that large)", name,
+                           (unsigned long long)t->byte_offset);
     v->data = (char *)t->data + t->byte_offset;
     return PLOSS_OK;
 }

@@ -500,7 +500,7 @@ local function gen_loss_cases(fam, device)
         -- one sample of C classes (PyTorch's unbatched form) takes a 0-d index, not a batch's
         return { x = x1, y = ploss.zeros({ 1 }, { dtype = "i64", device = device }), opts = o, loss = l,
           grad = buffer({ 5 }, { device = device }) }
-      end, { "PLOSS_ERR_SHAPE", "target: expected", "(the input is one sample of 5 classes, PyTorch's unbatched form)" })
+      end, { "PLOSS_ERR_SHAPE", "target: expected", "the input is one sample of 5 classes, PyTorch's unbatched form)" })
       -- target of the input's rank (a one-hot target where indices are expected)
       expect_error_all(fam, function()
         return { x = x, y = ploss.zeros(S2, { dtype = "i64", device = device }), opts = o }

@@ -684,13 +684,11 @@ describe("CrossEntropyLoss edge cases and bad input", function()
         for _, v in ipairs(g:flat()) do assert.are.equal(0, v) end
         -- the sum is the weighted smoothing term alone: finite
         local s = ploss.CrossEntropyLoss { weight = { 0, 1, 1 }, label_smoothing = ls, reduction = "sum" }:forward(x:type(dt), y)
-        local lp = { { 0, 0, 0 }, { 0, 0, 0 } }
         local want = 0
         for i, row in ipairs(x:totable()) do
           local m = math.max(row[1], row[2], row[3])
           local z = math.log(math.exp(row[1] - m) + math.exp(row[2] - m) + math.exp(row[3] - m)) + m
           for c = 2, 3 do want = want + ls / 3 * (z - row[c]) end
-          lp[i] = z
         end
         H.assert_close({ s }, { want }, { rtol = dt == "bf16" and 1e-2 or 1e-6, what = "sum, smoothing " .. ls })
       end
@@ -710,6 +708,8 @@ describe("CrossEntropyLoss edge cases and bad input", function()
       { ploss.TaylorCrossEntropyLoss {}, idx },
       { ploss.MultiLabelSoftMarginLoss {}, ploss.tensor({ 1, 0, 1, 1 }, { dtype = "f64" }) },
       { ploss.MultiLabelMarginLoss {}, ploss.tensor({ 3, 0, -1, 0 }, { dtype = "i64" }) },
+      { ploss.LargeMarginSoftmaxLoss {}, idx }, -- a state of three values per sample
+      { ploss.DualFocalLoss {}, idx },
     }
     -- by hand, the first: ε = 0.1, w = (1, 2, 3, 4), y = 2: (1 − ε)·w_y·(lse − x_y) + ε/C·Σ w_c·(lse − x_c), over w_y
     local lse = 0
@@ -741,13 +741,33 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     end
     -- a batch's target for one sample is named
     H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 2 }, { dtype = "i64" })) return r end,
-      "target: expected a 0-d class index (the input is one sample of 4 classes, PyTorch's unbatched form), got i64[1]")
+      "target: expected a 0-d tensor (a class index; the input is one sample of 4 classes, PyTorch's unbatched form), got i64[1]")
     H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 0.5, 0.5 }, { dtype = "f64" })) return r end,
-      "target: expected a 0-d class index or one probability per class (the input is one sample of 4 classes")
+      "target: expected [4] (one probability per class; the input is one sample of 4 classes")
+    -- in place: the gradient over the C logits themselves, the bits of the 1×C view's
+    local xi, xbi = x:clone(), x:clone():view(1, 4)
+    local li, gi = F.cross_entropy_fused(xi, idx, { inplace = true })
+    local lbi, gbi = F.cross_entropy_fused(xbi, ploss.tensor({ 2 }, { dtype = "i64" }), { inplace = true })
+    assert.are.equal(xi, gi)
+    assert.are.equal(lbi, li)
+    H.assert_equal(gi, gbi:view(4))
+    -- the buffers of one sample are named with the caller's shapes, not the 1×C batch's
+    H.expect_error(function() F.cross_entropy_fused(x, idx, { grad_input = ploss.empty({ 3 }, { dtype = "f64" }) }) end,
+      "opts.grad_input: expected [4] (the input's shape), got f64[3]")
+    H.expect_error(function() F.cross_entropy_fused(x, idx, { grad_input = ploss.empty({ 1, 4 }, { dtype = "f64" }) }) end,
+      "opts.grad_input: expected [4] (the input's shape), got f64[1, 4]")
+    H.expect_error(function() F.cross_entropy(x, idx, { reduction = "none", out = ploss.empty({ 1 }, { dtype = "f64" }) }) end,
+      "opts.out: expected a 0-d tensor (the 'none' loss of one sample), got f64[1]")
+    H.expect_error(function() F.cross_entropy(ploss.empty({ 0 }, { dtype = "f64" }), idx) end, "input")
   end)
 
   it("names a functional buffer that is not a tensor (opts.out, opts.grad_input)", function()
     local x, y = xy(3, 4)
+    -- false is none given ({out = reuse and buf})
+    local l0, g0 = F.cross_entropy_fused(x, y)
+    local l1, g1 = F.cross_entropy_fused(x, y, { out = false, grad_input = false })
+    assert.are.equal(l0, l1)
+    H.assert_equal(g1, g0)
     for _, bad in ipairs { {}, "a", true, 5 } do
       H.expect_error(function() F.cross_entropy(x, y, { out = bad }) end,
         "cross_entropy: opts.out: expected a ploss tensor (a buffer to write into)")

@@ -746,6 +746,10 @@ describe("margin softmax losses", function()
     end
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected an integer >= 2 (a softmax over one class has nothing to separate), got nil")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 1 } end, "MarginSoftmax: classes: expected an integer >= 2")
+    -- a sharded criterion's head holds its rank's shard: one class is enough there
+    local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
+    assert.are.same({ 1, 4 }, ploss.nn.MarginSoftmax { 4, 1, criterion = ploss.ArcFaceLoss { comm = comm } }.weight:size())
+    assert.are.same({ 1, 4 }, ploss.nn.MarginSoftmax { 4, 1, criterion = ploss.PartialFCLoss { comm = comm } }.weight:size())
     H.expect_error(function() ploss.nn.MarginSoftmax { 0, 6 } end, "MarginSoftmax: in_features: expected an integer >= 1, got 0")
     -- centres of another layout than the head's (classes × in_features) would fail every call
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.ArcFaceLoss { weight_layout = "DxC" } } end,

@@ -130,7 +130,7 @@ describe("multilabel_soft_margin_loss dtypes and bad input", function()
     assert.are.equal(F.multilabel_soft_margin_loss(x1:view(1, 4), y1:view(1, 4)), F.multilabel_soft_margin_loss(x1, y1))
     assert.are.equal(0, F.multilabel_soft_margin_loss(x1, y1, { reduction = "none" }):dim())
     H.expect_error(function() F.multilabel_soft_margin_loss(x1, ploss.zeros({ 3 }, { dtype = "f64" }), { out = out }) end,
-      { "target: expected one value per class (the input is one sample of 4 classes, PyTorch's unbatched form)", "PLOSS_ERR_SHAPE" }, out)
+      { "target: expected [4] (one value per class; the input is one sample of 4 classes, PyTorch's unbatched form), got f64[3]", "PLOSS_ERR_SHAPE" }, out)
     H.expect_error(function() F.multilabel_soft_margin_loss(ploss.zeros({ 3, 4 }, { dtype = "i64" }), x) end,
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     H.expect_error(function() F.multilabel_soft_margin_loss_backward(x, x, ploss.ones({ 4 }), { reduction = "none" }) end,

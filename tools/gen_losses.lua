@@ -116,7 +116,8 @@ local SHAPE = {
       "of an N×C×H×W input) or a permutation of d1…dk is refused (LAYOUT naming them): call " ..
       ":contiguous() on it.  The target, the loss of NONE, the state and grad_input follow the same rule.  " ..
       "One sample may also be C logits (one dim, PyTorch's unbatched form): its target is then a 0-d " ..
-      "class index (or C values where the target has the input's shape) and its NONE loss and state 0-d; " ..
+      "class index (or C values where the target has the input's shape), its NONE loss 0-d and its state " ..
+      "that of one sample (0-d, or its k values); " ..
       "it gives the bits of its 1×C view.",
     loss = "reduction NONE: the target's shape (the input's shape without axis 1; 0-d for one sample of " ..
       "C logits), zeros at ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 " ..
@@ -571,7 +572,7 @@ local function gen_c()
     w("    %s(&o);", d.opts_init)
     w("    if (user)")
     w("        o = *user;")
-    w("    ploss_status st = ploss_check_common_options(pass, o.reduction, o.scale, o.inplace);")
+    w("    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);")
     w("    if (st)")
     w("        return st;")
     for _, r in ipairs(D.reductions) do

@@ -98,7 +98,8 @@ static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, c
     if (r == PLOSS_REDUCTION_NONE && c->unbatched) {
         if (v->numel == 1 && v->ndim <= 1)
             return PLOSS_OK;
-        return ploss_check_shape_error(name, "a 0-d or 1-element tensor (one pair of D inputs, reduction none)", v);
+        return ploss_check_shape_error(name, "a 0-d or 1-element tensor (inputs of one row of D values each, "
+                                             "reduction none)", v);
     }
     return ploss_check_row_loss_shape(v, c->N, r, name);
 }

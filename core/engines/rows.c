@@ -242,44 +242,71 @@ static const DLTensor *as_one_row(const DLTensor *t, one_row *b)
     return &b->t;
 }
 
+/* The tensor `t` (named `name`) of an unbatched call, when given: a valid descriptor of `ndim`
+ * dims (with `size` along the one dim), else SHAPE naming the caller's shape and `what`. */
+static ploss_status check_one_sample(const DLTensor *t, const char *name, int ndim, int64_t size, const char *what)
+{
+    if (!t)
+        return PLOSS_OK;
+    ploss_view v;
+    ploss_status st = ploss_view_init(&v, t, name);
+    if (st || (v.ndim == ndim && (ndim == 0 || v.shape[0] == size)))
+        return st;
+    char want[400];
+    if (ndim == 0)
+        snprintf(want, sizeof want, "a 0-d tensor (%s)", what);
+    else
+        snprintf(want, sizeof want, "[%lld] (%s)", (long long)size, what);
+    return ploss_check_shape_error(name, want, &v);
+}
+
 /* PyTorch's unbatched form of a row loss: an input of C classes (one dim) is one sample —
  * a 0-d class index, or a target of C values (probabilities, per-class labels) — and its
- * 'none' loss (and saved state) are 0-d.  It runs as the 1×C batch. */
+ * 'none' loss is 0-d, its state that of one sample (0-d, or its k values).  Every tensor
+ * the form reshapes is checked as given first (messages name the caller's shapes), then the
+ * call runs as the 1×C batch. */
 ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const ploss_loss_args *a,
                             const ploss_loss_params *o)
 {
     if (!a->input || a->input->ndim != 1)
         return rows_run(ctx, pass, spec, a, o);
+    ploss_view x;
+    ploss_status st = ploss_view_init(&x, a->input, "input");
+    if (st)
+        return st;
+    const int64_t C = x.shape[0];
+    char what[160];
+    snprintf(what, sizeof what, "the input is one sample of %lld classes, PyTorch's unbatched form", (long long)C);
     if (a->target) {
         /* class indices (integers) are one 0-d index; every other target C values */
-        const DLTensor *t = a->target;
-        const int integer = t->dtype.code == kDLInt || t->dtype.code == kDLUInt;
+        const int integer = a->target->dtype.code == kDLInt || a->target->dtype.code == kDLUInt;
         const int index = spec->target == PLOSS_LOSS_TARGET_INDEX ||
                           (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && integer);
-        if (index ? t->ndim != 0 : t->ndim != 1 || t->shape[0] != a->input->shape[0]) {
-            ploss_view v;
-            ploss_status st = ploss_view_init(&v, t, "target");
-            if (st)
-                return st;
-            char want[200];
-            snprintf(want, sizeof want, "%s (the input is one sample of %lld classes, PyTorch's unbatched form)",
-                     index ? "a 0-d class index"
-                     : spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES
-                         ? "a 0-d class index or one probability per class"
-                         : "one value per class",
-                     (long long)a->input->shape[0]);
-            return ploss_check_shape_error("target", want, &v);
-        }
+        char want[240];
+        snprintf(want, sizeof want, "%s; %s",
+                 index ? "a class index"
+                 : spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES ? "one probability per class"
+                                                                            : "one value per class",
+                 what);
+        if ((st = check_one_sample(a->target, "target", index ? 0 : 1, C, want)))
+            return st;
     }
+    const int none = o->reduction == PLOSS_REDUCTION_NONE, k = spec->state_components;
+    char state_what[200];
+    snprintf(state_what, sizeof state_what, "the state of one sample; %s", what);
+    if ((none && (st = check_one_sample(a->loss, "loss", 0, 1, "the 'none' loss of one sample"))) ||
+        (none && (st = check_one_sample(a->grad_loss, "grad_loss", 0, 1, "the upstream gradient of one sample"))) ||
+        (st = check_one_sample(a->grad_input, "grad_input", 1, C, "the input's shape")) ||
+        (st = check_one_sample(a->state, spec->state_name ? spec->state_name : "state", k > 1, k, state_what)))
+        return st;
     one_row bi, bt, bl, bs, bgl, bg;
     ploss_loss_args b = *a;
-    const int none = o->reduction == PLOSS_REDUCTION_NONE;
     b.input = as_one_row(a->input, &bi);
     b.target = as_one_row(a->target, &bt);
-    b.loss = none && a->loss && a->loss->ndim == 0 ? as_one_row(a->loss, &bl) : a->loss;
+    b.loss = none ? as_one_row(a->loss, &bl) : a->loss;
     b.state = as_one_row(a->state, &bs);
-    b.grad_loss = none && a->grad_loss && a->grad_loss->ndim == 0 ? as_one_row(a->grad_loss, &bgl) : a->grad_loss;
-    b.grad_input = a->grad_input && a->grad_input->ndim == 1 ? as_one_row(a->grad_input, &bg) : a->grad_input;
+    b.grad_loss = none ? as_one_row(a->grad_loss, &bgl) : a->grad_loss;
+    b.grad_input = as_one_row(a->grad_input, &bg);
     return rows_run(ctx, pass, spec, &b, o);
 }
 

@@ -23,9 +23,10 @@
 #endif
 
 /* A row loss's 'mean': the total over the divisor (the valid samples, or their Σ w_y); NaN
- * when the divisor is 0, whatever the total — PyTorch's 0/0 with no valid sample, and NaN
- * too where label smoothing adds a term over class weights that sum to 0 (PyTorch: its NLL
- * part 0/0), where total/0 would give ±inf. */
+ * when the divisor is 0, whatever the total: nothing to average.  PyTorch's loss is NaN
+ * there too for weights >= 0 (its NLL part is 0/0, also where label smoothing adds a term
+ * over those weights, where total/0 would give +inf); with negative class weights that
+ * cancel it gives ±inf, ploss NaN.  Every backend's 'mean' goes through here. */
 PLOSS_ROWS_INLINE double ploss_rows_mean(double total, double divisor)
 {
     return divisor != 0.0 ? total / divisor : (double)NAN;

@@ -386,7 +386,7 @@ direct_finish(const ploss_direct_problem p, const double *partials, int64_t npar
         return;
     const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
     if (p.pass != PLOSS_PASS_BACKWARD)
-        store_dyn(p.loss, p.loss_dtype, 0, mean ? l / d : l); /* 0/0 = NaN when nothing counts */
+        store_dyn(p.loss, p.loss_dtype, 0, mean ? ploss_rows_mean(l, d) : l);
     if (p.pass == PLOSS_PASS_FORWARD)
         return; /* no gradient: no upstream gradient to read */
     const double up = p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0);

@@ -344,8 +344,7 @@ sfocal_finish(const ploss_sfocal_problem p, const double *partials, int64_t npar
         s += partials[i];
     s = block_reduce<FINISH_THREADS>(s, SumOp());
     if (threadIdx.x == 0) {
-        const double d = p.reduction == PLOSS_REDUCTION_MEAN ? (double)*count : 1.0;
-        store_dyn(p.loss, p.loss_dtype, 0, s / d); /* 0/0 = NaN with no valid sample */
+        store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? ploss_rows_mean(s, (double)*count) : s);
     }
 }
 

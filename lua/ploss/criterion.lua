@@ -132,10 +132,11 @@ local function check_extra(where, n, takes, ...)
 end
 
 -- The functional API's buffers in `user` (out, grad_<input>: every key of `extra` but the
--- scale) are tensors: anything else is named before the call, not met inside it.
+-- scale) are tensors, or false (none given: {out = reuse and buf}): anything else is named
+-- before the call, not met inside it.
 local function check_buffers(user, extra, where)
   for k, v in pairs(user) do
-    if extra[k] and k ~= "scale" and not ploss.is_tensor(v) then
+    if extra[k] and k ~= "scale" and v ~= false and not ploss.is_tensor(v) then
       ploss.raise(string.format("%s: opts.%s: expected a ploss tensor (a buffer to write into), got %s", where, k,
         show(v)))
     end

@@ -218,16 +218,21 @@ return function(ploss)
         "{in_features, classes, criterion = …, dtype = …, device = …})")
     end
     local in_features, classes = opts[1], opts[2]
-    for i, v in ipairs { "in_features", "classes" } do
-      local n, least = opts[i], i == 2 and 2 or 1
-      if type(n) ~= "number" or n < least or n ~= math.floor(n) then
-        ploss.raise("MarginSoftmax: " .. v .. ": expected an integer >= " .. least ..
-          (i == 2 and " (a softmax over one class has nothing to separate)" or "") .. ", got " .. ploss.shown(n))
-      end
-    end
     local crit = opts.criterion
     local err = crit ~= nil and criterion_error(crit)
     if err then ploss.raise("MarginSoftmax: criterion: " .. err) end
+    -- a sharded criterion's head holds its rank's shard of the classes: one is enough there
+    -- (the criterion counts them over the ranks)
+    local inner = crit ~= nil and getmetatable(crit) == ploss.PartialFCLoss and rawget(crit, "_inner")
+    local sharded = crit ~= nil and (ploss.comm.is_comm(rawget(crit, "comm")) or (inner and ploss.comm.is_comm(inner.comm)))
+    for i, v in ipairs { "in_features", "classes" } do
+      local n, least = opts[i], (i == 2 and not sharded) and 2 or 1
+      if type(n) ~= "number" or n < least or n ~= math.floor(n) then
+        ploss.raise("MarginSoftmax: " .. v .. ": expected an integer >= " .. least ..
+          (i == 2 and not sharded and " (a softmax over one class has nothing to separate)" or "") .. ", got " ..
+          ploss.shown(n))
+      end
+    end
     local dtype, device = opts.dtype or "f32", opts.device or "cpu"
     self.in_features, self.classes = in_features, classes
     self.criterion = opts.criterion or ploss.ArcFaceLoss {}

@@ -4,7 +4,8 @@
  * the fused pass reads (scale, inplace) are checked by every pass, so a struct not made by
  * *_opts_init is refused at its first use, with nothing written; a loss whose inputs each get
  * a gradient refuses inplace = 1 in every pass; ploss_last_error() keeps a failed call's
- * message until a later call succeeds.
+ * message until a later call succeeds; a row loss's one sample of C classes (a rank-1
+ * input) is validated as any descriptor is.
  */
 #include <math.h>
 
@@ -64,6 +65,42 @@ int main(void)
     ploss_triplet_margin_opts_init(&to);
     CHECK_OK(ploss_triplet_margin_forward(ctx, &A, &P, &N, &to, &GL));
     CHECK(fabsf(gl - 0.0f) < 1e-6f); /* d_ap = 1, d_an = 3: max(0, 1 − 3 + 1) */
+
+    /* … and by the margin losses' (the centres get their own gradient) */
+    float w[4] = {1, 0, 0, 1}, xe[2] = {1, 0.5f};
+    int64_t lab[1] = {0}, s22[2] = {2, 2}, s1[1] = {1};
+    DLTensor XE = cpu_tensor(xe, dt_f32, 2, s12, NULL), W = cpu_tensor(w, dt_f32, 2, s22, NULL),
+             LB = cpu_tensor(lab, dt_i64, 1, s1, NULL);
+    ploss_arc_face_opts ao;
+    ploss_arc_face_opts_init(&ao);
+    ao.inplace = 1;
+    gl = 7.0f;
+    CHECK_STATUS(ploss_arc_face_forward(ctx, &XE, &W, &LB, &ao, &GL), PLOSS_ERR_INVALID_ARGUMENT,
+                 "opts.inplace: arc_face has no in-place gradient");
+    CHECK(gl == 7.0f);
+
+    /* one sample of C classes (a rank-1 input) with a NULL shape is a refused descriptor,
+     * as at any other rank — never read */
+    DLTensor bad = cpu_tensor(x, dt_f32, 1, NULL, NULL);
+    int64_t idx = 1;
+    DLTensor I0 = cpu_tensor(&idx, dt_i64, 0, NULL, NULL);
+    loss = 7.0f;
+    ploss_cross_entropy_opts co;
+    ploss_cross_entropy_opts_init(&co);
+    CHECK_STATUS(ploss_cross_entropy_forward(ctx, &bad, &I0, NULL, &co, &L, NULL), PLOSS_ERR_INVALID_ARGUMENT,
+                 "input: shape is NULL");
+    DLTensor X4 = cpu_tensor(x, dt_f32, 1, s4, NULL), badt = cpu_tensor(y, dt_f32, 1, NULL, NULL);
+    CHECK_STATUS(ploss_cross_entropy_forward(ctx, &X4, &badt, NULL, &co, &L, NULL), PLOSS_ERR_INVALID_ARGUMENT,
+                 "target: shape is NULL");
+    CHECK(loss == 7.0f);
+    /* and its value is its 1×C view's */
+    int64_t s14[2] = {1, 4};
+    DLTensor X14 = cpu_tensor(x, dt_f32, 2, s14, NULL), I1 = cpu_tensor(&idx, dt_i64, 1, s1, NULL);
+    float l14 = 0.0f;
+    DLTensor L14 = cpu_tensor(&l14, dt_f32, 0, NULL, NULL);
+    CHECK_OK(ploss_cross_entropy_forward(ctx, &X4, &I0, NULL, &co, &L, NULL));
+    CHECK_OK(ploss_cross_entropy_forward(ctx, &X14, &I1, NULL, &co, &L14, NULL));
+    CHECK(loss == l14 && loss > 0.0f);
 
     ploss_ctx_destroy(ctx);
     return check_report("api_conventions");

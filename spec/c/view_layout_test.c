@@ -111,14 +111,16 @@ static void large_strides(void)
     fill_refused(&t, (unsigned char *)mem, guard, "dst: stride 576460752303423489 of dim 0 (0-based; Lua dim 1; size 2) reaches");
     st[0] = INT64_C(1) << 59;
     fill_refused(&t, (unsigned char *)mem, guard, "dst: strides span more than 2^62 bytes");
-    /* … 2^59 − 1 is not, but its last element lies above 2^57, where no platform maps
-     * memory: refused all the same, naming that */
+    /* … 2^59 − 1 is not, but it reaches more than 2^56 bytes past the data pointer, further
+     * than any allocation: refused all the same, naming that */
     st[0] = (INT64_C(1) << 59) - 1;
-    fill_refused(&t, (unsigned char *)mem, guard, "dst: byte_offset 0 and strides place elements beyond any mapped address (at or above 2^57");
-    /* a byte_offset that lands there too (the elements themselves are few) */
+    fill_refused(&t, (unsigned char *)mem, guard, "dst: byte_offset 0 and strides reach 2^56 bytes or more past the data pointer");
+    /* a byte_offset that lands there (the elements themselves are few), and one just short */
     DLTensor off = cpu_tensor(buf, dt_f64, 2, s22, NULL);
     off.byte_offset = UINT64_C(1) << 62;
-    fill_refused(&off, (unsigned char *)mem, guard, "dst: byte_offset 4611686018427387904 and strides place elements beyond any mapped address");
+    fill_refused(&off, (unsigned char *)mem, guard, "dst: byte_offset 4611686018427387904 and strides reach 2^56 bytes");
+    off.byte_offset = (UINT64_C(1) << 56) - 16;
+    fill_refused(&off, (unsigned char *)mem, guard, "dst: byte_offset 72057594037927920 and strides reach 2^56 bytes");
     /* a view below it is accepted, and GEMM then refuses the leading stride for BLAS's int */
     st[0] = INT64_C(1) << 31;
     CHECK_STATUS(ploss_gemm(ctx, PLOSS_NO_TRANSPOSE, PLOSS_NO_TRANSPOSE, 1.0, &t, &a2, 0.0, &cc),
