@@ -1897,8 +1897,8 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
  * (y·x = +inf) gives a loss of 0.
  *
  * in  input       scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
- * in  target      the input's shape, any float dtype: labels −1 or 1 (other values are used
- *                 as they are).
+ * in  target      the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values
+ *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
@@ -2026,7 +2026,8 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  *
  * in  input       distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides.
- * in  target      the input's shape, any float dtype: labels 1 (similar) or −1 (dissimilar).
+ * in  target      the input's shape, any float dtype or i64/i32: labels 1 (similar) or −1
+ *                 (dissimilar).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
@@ -3972,8 +3973,8 @@ void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *opts);
  * and its HingeEmbeddingLoss takes distances, not scores. Only the input gets a gradient.
  *
  * in  input       scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
- * in  target      the input's shape, any float dtype: labels −1 or 1 (other values are used
- *                 as they are).
+ * in  target      the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values
+ *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.

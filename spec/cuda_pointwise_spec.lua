@@ -156,6 +156,21 @@ describe("CUDA pointwise criteria vs CPU", function()
     end
   end
 
+  it("integer ±1 labels read as the float ones (soft margin, hinge embedding, hinge), as on the CPU", function()
+    for _, name in ipairs { "soft_margin_loss", "hinge_embedding_loss", "hinge_loss" } do
+      local x, y = data_for(name, { 37, 29 })
+      for _, idt in ipairs { "i64", "i32" } do
+        local yi = y:type(idt)
+        for _, dtype in ipairs { "f32", "bf16" } do
+          local lc, gc = F[name .. "_fused"](x:type(dtype), yi)
+          local lg, gg = F[name .. "_fused"](x:type(dtype):to(DEV), yi:to(DEV))
+          H.assert_close({ lg }, { lc }, { rtol = 1e-5, what = name .. " " .. idt .. " " .. dtype })
+          H.assert_close(gg, gc, { rtol = dtype == "bf16" and 1e-2 or 1e-5, atol = 1e-7, what = name .. " grad" })
+        end
+      end
+    end
+  end)
+
   it("more elements than the capped grid (2^21+77, a grid-stride loop of several steps), f32 and bf16", function()
     H.seed(502)
     for _, name in ipairs(NAMES) do

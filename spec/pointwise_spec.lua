@@ -456,6 +456,23 @@ describe("pointwise criteria errors (nothing written)", function()
     H.expect_error(fused("kl_div", { log_target = 1 }), "log_target: expected a boolean", out, gbuf)
   end)
 
+  it("±1 labels may be integers (soft margin, hinge embedding, hinge), as PyTorch takes them", function()
+    local xs = ploss.tensor({ { 0.3, 2, -0.5 }, { 1.5, -2, 0.25 } }, { dtype = "f64" })
+    local ys = { { 1, -1, -1 }, { 1, 1, -1 } }
+    for _, name in ipairs { "soft_margin_loss", "hinge_embedding_loss", "hinge_loss" } do
+      local lf, gf = F[name .. "_fused"](xs, ploss.tensor(ys, { dtype = "f64" }))
+      for _, idt in ipairs { "i64", "i32" } do
+        local li, gi = F[name .. "_fused"](xs, ploss.tensor(ys, { dtype = idt }))
+        assert.are.equal(lf, li, name .. " " .. idt)
+        H.assert_equal(gi, gf)
+      end
+    end
+    H.expect_error(function()
+      local l, g = F.soft_margin_loss_fused(x, ploss.ones({ 3, 4 }, { dtype = "u8" }), { out = out, grad_input = gbuf })
+      return l, g
+    end, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, got u8", out, gbuf)
+  end)
+
   it("a target of another shape or an integer dtype, an integer input", function()
     H.expect_error(function()
       local l, g = F.mse_loss_fused(x, ploss.rand({ 4, 3 }, { dtype = "f64" }), { out = out, grad_input = gbuf })

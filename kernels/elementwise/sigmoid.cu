@@ -636,14 +636,13 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
             using T = typename decltype(xtag)::type;
             if (fast)
                 return launch_fast<T>(p, blocks, stream, omega, partials);
-            /* the target's dtype checked here, read by the kernel at run time */
-            return dispatch_float(p->t_dtype, "target", [&](auto) {
-                if (dense)
-                    sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
-                else
-                    sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
-                return check_launch("sigmoid_kernel");
-            });
+            /* the target's dtype (a float one, or i64/i32 ±1 labels: checked by the engine)
+             * read by the kernel at run time */
+            if (dense)
+                sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+            else
+                sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+            return check_launch("sigmoid_kernel");
         });
     });
 }

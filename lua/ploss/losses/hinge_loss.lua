@@ -10,7 +10,7 @@ return {
   policy = "hinge",
   target = "elementwise",
   input_doc = "scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
-  target_doc = "the input's shape, any float dtype: labels −1 or 1 (other values are used as they are).",
+  target_doc = "the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values are used as they are).",
   options = {
     { "margin", "double", 1, param = "margin", doc = "m, the margin" },
   },

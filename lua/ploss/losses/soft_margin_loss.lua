@@ -9,7 +9,7 @@ return {
   policy = "soft_margin",
   target = "elementwise",
   input_doc = "scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
-  target_doc = "the input's shape, any float dtype: labels −1 or 1 (other values are used as they are).",
+  target_doc = "the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values are used as they are).",
   options = {},
   formula = [[
 Elementwise, with softplus(z) = max(z, 0) + log1p(e^−|z|):
