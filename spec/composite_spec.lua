@@ -178,6 +178,9 @@ describe("MultiCriterion", function()
     H.expect_error(function() crit:add(ploss.MSELoss(), 0 / 0) end, "MultiCriterion:add: weight: expected a finite number")
     H.expect_error(function() ploss.MultiCriterion{ weights = { 1 } } end, "MultiCriterion: takes no options")
     H.expect_error(function() crit.forward(x, t) end, "MultiCriterion.forward: called without its object")
+    -- add with a dot: the member comes as the object
+    H.expect_error(function() crit.add(ploss.MSELoss {}) end,
+      "MultiCriterion.add: called without its object (got a MSELoss first): write m:add(criterion [, weight]), with a colon")
     crit:add(ploss.MSELoss{ reduction = "none" })
     H.expect_error(function() crit(x, t) end, "MultiCriterion:fused: member 1 has reduction 'none'")
     H.expect_error(function() crit:backward(x, t) end, "MultiCriterion:backward: member 1 has reduction 'none'")

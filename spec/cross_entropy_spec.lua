@@ -452,6 +452,10 @@ describe("CrossEntropyLoss in place and buffers", function()
       "smoothing_convention='pytorch', reduction='mean')", tostring(crit))
     assert.matches("cross%-entropy", tostring(ploss.CrossEntropyLoss))
     assert.are.equal(crit.updateOutput, ploss.nn.Criterion.updateOutput)
+    -- a field set to nil is its default at the next call, and printed as that
+    crit.label_smoothing, crit.reduction = nil, nil
+    assert.are.equal("ploss.CrossEntropyLoss(weight={1, 2, 3}, ignore_index=-100, label_smoothing=0, " ..
+      "smoothing_convention='pytorch', reduction='mean')", tostring(crit))
   end)
 
   it("forward_tensor returns the loss without reading it", function()

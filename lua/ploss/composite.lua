@@ -156,6 +156,11 @@ end
 local function common(cls, name)
   function cls:add(criterion, weight)
     nn.check_self(self, name, "add")
+    if rawget(self, "_members") == nil then -- m.add(crit): the member came as self
+      local of = (getmetatable(self) or {})._class_name
+      ploss.raise(string.format("%s.add: called without its object (got %s first): write m:add(criterion [, " ..
+        "weight]), with a colon", name, of and ("a " .. of) or type(self)))
+    end
     local c, w = check_member(self, criterion, name .. ":add"), check_weight(weight, name .. ":add")
     self._members[#self._members + 1], self._weights[#self._weights + 1] = c, w
     return self

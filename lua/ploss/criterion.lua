@@ -494,11 +494,16 @@ local function tensor_and_print_methods(cls, d)
     for _, t in ipairs(d.tensors) do
       if self[t.name] ~= nil then parts[#parts + 1] = t.name .. "=" .. show(self[t.name]) end
     end
-    for _, opt in ipairs(d.lua_options) do parts[#parts + 1] = opt.name .. "=" .. show(self[opt.name]) end
+    -- a field set to nil is its default at the next call: shown as that
+    for _, opt in ipairs(d.lua_options) do
+      local v = self[opt.name]
+      if v == nil then v = opt.default end
+      parts[#parts + 1] = opt.name .. "=" .. show(v)
+    end
     for _, x in ipairs(d.outputs) do
       if self[x.option] then parts[#parts + 1] = x.option .. "=true" end
     end
-    parts[#parts + 1] = "reduction=" .. show(self.reduction)
+    parts[#parts + 1] = "reduction=" .. show(self.reduction == nil and "mean" or self.reduction)
     if self.inplace then parts[#parts + 1] = "inplace=true" end
     return "ploss." .. d.criterion .. "(" .. table.concat(parts, ", ") .. ")"
   end
