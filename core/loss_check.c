@@ -471,3 +471,11 @@ void ploss_smoothing_coefficients(ploss_smoothing_convention conv, double eps, i
         break;
     }
 }
+
+ploss_status ploss_check_no_inplace(const char *loss_name, int inplace)
+{
+    if (!inplace)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %s has no in-place gradient (its inputs each get one)",
+                       loss_name);
+}

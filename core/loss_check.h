@@ -68,6 +68,12 @@ ploss_status ploss_check_grad_input(ploss_ctx_t *ctx, const DLTensor *grad, cons
 ploss_status ploss_check_outputs_apart(ploss_pass pass, int inplace, const ploss_view *l, const ploss_view *g,
                                        const ploss_view *const *ins, const char *const *in_names, int nins);
 
+/* A loss whose inputs each get a gradient (spec->ninputs > 0: the pairs and margin
+ * engines) has no in-place gradient: opts.inplace = 1 is refused in every pass, before any
+ * tensor is looked at (each engine calls it first, so a sharded call still exchanges the
+ * status with the other ranks). */
+ploss_status ploss_check_no_inplace(const char *loss_name, int inplace);
+
 /* Loss-shaped tensors of an elementwise loss: x's shape for NONE, one element else. */
 ploss_status ploss_check_elementwise_loss_shape(const ploss_view *v, const ploss_view *x, ploss_reduction r,
                                                 const char *name);

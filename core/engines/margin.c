@@ -277,9 +277,8 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     memset(&gl, 0, sizeof gl);
     memset(&gx, 0, sizeof gx);
     memset(&gw, 0, sizeof gw);
-    if (o->inplace) /* in every pass, as its header says */
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
+    if ((st = ploss_check_no_inplace(spec->name, o->inplace)))
+        return st;
     const int linear = spec->policy == PLOSS_POLICY_LINEAR_CROSS_ENTROPY;
     const char *xn = spec->input_names[0], *wn = spec->input_names[1];
     if ((st = check_matrix(ctx, &x, a->inputs[0], xn, linear ? "hidden states" : "embeddings")))

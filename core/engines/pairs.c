@@ -113,9 +113,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     c->n = spec->ninputs;
     c->layout = spec->input_layout;
     const char *first = spec->input_names[0];
-    if (o->inplace) /* in every pass, as its header says */
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.inplace: %s has no in-place gradient (its inputs each get one)", spec->name);
+    if ((st = ploss_check_no_inplace(spec->name, o->inplace)))
+        return st;
     for (int k = 0; k < c->n; ++k) {
         const char *name = spec->input_names[k];
         ploss_view *x = &c->x[k];
