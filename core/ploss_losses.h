@@ -3627,8 +3627,9 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
  * in  input       N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more
  *                 dims, move the classes last and view the input as (N·d1·…·dk)×C, as
  *                 PyTorch averages over the last axis).
- * in  target      the input's shape, any float dtype: y = 1 where the class is present, 0 where
- *                 it is not (values between are taken as soft labels).
+ * in  target      the input's shape, any float dtype or i64/i32 (as PyTorch takes them): y = 1
+ *                 where the class is present, 0 where it is not (float values between are taken
+ *                 as soft labels).
  * in  weight      NULL, or w, C class weights.
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: N values, one per sample; MEAN / SUM: a 0-d or 1-element

@@ -210,6 +210,8 @@ describe("CUDA multilabel_soft_margin_loss vs CPU", function()
           compare(x, hard, { reduction = red }, dtype, label)
           compare(x, soft, { reduction = red, weight = w }, dtype, label .. " soft labels")
           compare(x, hard:to("cpu", "bf16"), { reduction = red, weight = w }, dtype, label .. " bf16 labels")
+          compare(x, hard:to("cpu", "i64"), { reduction = red, weight = w }, dtype, label .. " i64 labels")
+          compare(x, hard:to("cpu", "i32"), { reduction = red }, dtype, label .. " i32 labels")
           if sizes[1] > 1 and sizes[1] < 100 then
             compare(x, hard, { reduction = red }, dtype, label .. " transposed",
               function(xg) return H.relayout(xg, "transposed") end)

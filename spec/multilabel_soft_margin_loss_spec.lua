@@ -117,6 +117,30 @@ describe("multilabel_soft_margin_loss dtypes and bad input", function()
     end
   end)
 
+  it("integer 0/1 labels (PyTorch promotes them): the float labels' values and gradients, bitwise", function()
+    H.seed(722)
+    local x = ploss.randn({ 5, 7 }, { dtype = "f64", std = 2 })
+    local v = ploss.rand({ 5, 7 }, { dtype = "f64" }):flat()
+    for i = 1, #v do v[i] = v[i] < 0.4 and 1 or 0 end
+    local yf = ploss.tensor(v, { dtype = "f64", size = { 5, 7 } })
+    local w = ploss.tensor({ 1, 2, 0.5, 1, 3, 1, 0.25 }, { dtype = "f64" })
+    for _, it in ipairs { "i64", "i32" } do
+      local yi = yf:to("cpu", it)
+      for _, red in ipairs { "none", "mean", "sum" } do
+        local o = { reduction = red, weight = w }
+        local lf, gf = F.multilabel_soft_margin_loss_fused(x, yf, o)
+        local li, gi = F.multilabel_soft_margin_loss_fused(x, yi, o)
+        if red == "none" then lf, li = lf:totable(), li:totable() end
+        assert.are.same(lf, li, it .. " " .. red)
+        assert.are.same(gf:totable(), gi:totable(), it .. " " .. red)
+      end
+      -- by hand: one row, x = (0, 2), y = (1, 0): (sp(0) + sp(2))/2 with sp(z) = log(1 + e^z)
+      local l = F.multilabel_soft_margin_loss(ploss.tensor({ { 0, 2 } }, { dtype = "f64" }),
+        ploss.tensor({ { 1, 0 } }, { dtype = it }))
+      H.assert_close(l, (math.log(2) + math.log(1 + math.exp(2))) / 2, { rtol = 1e-15 })
+    end
+  end)
+
   it("refuses labels that are not a float of the input's shape, and a weight of another length", function()
     local x = ploss.randn({ 3, 4 }, { dtype = "f64" })
     local out = ploss.empty({}, { dtype = "f64" })
@@ -135,8 +159,9 @@ describe("multilabel_soft_margin_loss dtypes and bad input", function()
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     H.expect_error(function() F.multilabel_soft_margin_loss_backward(x, x, ploss.ones({ 4 }), { reduction = "none" }) end,
       { "gradOutput", "PLOSS_ERR_SHAPE" })
-    H.expect_error(function() F.multilabel_soft_margin_loss(x, ploss.zeros({ 3, 4 }, { dtype = "i64" }), { out = out }) end,
-      { "target: expected float labels (0/1 per class) of the input's shape, got i64", "PLOSS_ERR_DTYPE" }, out)
+    H.expect_error(function() F.multilabel_soft_margin_loss(x, ploss.zeros({ 3, 4 }, { dtype = "u8" }), { out = out }) end,
+      { "target: expected labels (0/1 per class) of the input's shape, of dtype f32, f16, bf16, f64, i64 or i32, got u8",
+        "PLOSS_ERR_DTYPE" }, out)
     H.expect_error(function() F.multilabel_soft_margin_loss(x, ploss.zeros({ 3 }, { dtype = "f64" }), { out = out }) end,
       { "target:", "PLOSS_ERR_SHAPE" }, out)
     H.expect_error(function() F.multilabel_soft_margin_loss(x, ploss.zeros({ 3, 4 }), { weight = { 1, 2, 3 }, out = out }) end,

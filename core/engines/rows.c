@@ -50,9 +50,10 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
         return ploss_check_shape_axis1(t, x, -1, "target", " (each row's target classes, then -1: the input's shape)");
     }
     if (spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE) { /* labels of every class: the input's shape */
-        if (!ploss_dtype_is_float(t->dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "target: expected float labels (0/1 per class) of the input's shape, "
-                               "got %s", ploss_dtype_name(t->dtype));
+        /* float labels, or integer 0/1 ones as PyTorch takes them (its formula promotes them) */
+        if (!ploss_dtype_is_float(t->dtype) && t->dtype != PLOSS_I64 && t->dtype != PLOSS_I32)
+            return ploss_error(PLOSS_ERR_DTYPE, "target: expected labels (0/1 per class) of the input's shape, of dtype "
+                               "f32, f16, bf16, f64, i64 or i32, got %s", ploss_dtype_name(t->dtype));
         *probabilities = 1;
         return ploss_check_shape_axis1(t, x, -1, "target", " (a label per class: the input's shape)");
     }

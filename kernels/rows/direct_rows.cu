@@ -459,8 +459,8 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const bool listed_rows = p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN;
     const bool warp_rows = !nll && (p->S == 1 || listed_rows);
     /* the target's dtype checked here, read by the kernels at run time: class indices, or the
-     * multi-label loss's float labels */
-    const bool float_target = p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN;
+     * multi-label loss's labels (float, or integer as the front admits them) */
+    const bool any_target = p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN;
     const unsigned blocks = grid_blocks(warp_rows ? M * 32 : M, THREADS, MAX_BLOCKS);
     cudaStream_t stream = stream_of(ctx);
 
@@ -535,6 +535,6 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
                 nll_grad_pixels<T><<<grid, threads, 0, stream>>>(*p, omega_dev, omega_host, ctx->error_slot);
             return check_launch("nll_grad");
         };
-        return float_target ? dispatch_float(p->t_dtype, "target", run) : dispatch_index(p->t_dtype, "target", run);
+        return any_target ? dispatch_any(p->t_dtype, "target", run) : dispatch_index(p->t_dtype, "target", run);
     });
 }

@@ -11,8 +11,8 @@ return {
   target = "elementwise",
   input_doc = "N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more dims, move " ..
     "the classes last and view the input as (N·d1·…·dk)×C, as PyTorch averages over the last axis).",
-  target_doc = "the input's shape, any float dtype: y = 1 where the class is present, 0 where it is not " ..
-    "(values between are taken as soft labels).",
+  target_doc = "the input's shape, any float dtype or i64/i32 (as PyTorch takes them): y = 1 where the class " ..
+    "is present, 0 where it is not (float values between are taken as soft labels).",
   tensors = {
     { name = "weight", kind = "class_vector", what = "weight", doc = "w, C class weights" },
   },
