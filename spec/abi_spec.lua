@@ -108,6 +108,29 @@ describe("ABI", function()
     assert.are.same({}, missing)
   end)
 
+  it("the library exports the header's functions and, of its own, nothing else", function()
+    -- the dynamic symbol table (nm comes with the C toolchain the build needs)
+    local p = assert(io.popen("nm -D --defined-only " .. ploss.library_path .. " 2>&1"))
+    local out = p:read("*a")
+    assert.is_true(p:close() ~= false, out)
+    local exported = {}
+    for name in out:gmatch("%s[TtWw]%s+([%w_]+)") do exported[name] = true end
+    local in_header = {}
+    for _, n in ipairs(declared_functions(cdef.cdef)) do
+      in_header[n] = true
+      assert.is_true(exported[n] or false, n .. " is declared but not exported")
+    end
+    -- the internal functions spec/c's tests call (meson.build's exports_map) are the others
+    local tests = { ploss_engine_computes = true, ploss_run_loss = true, ploss_view_init = true }
+    local extra = {}
+    for name in pairs(exported) do
+      if name:match("^ploss_") and not in_header[name] and not tests[name] then extra[#extra + 1] = name end
+    end
+    table.sort(extra)
+    assert.are.same({}, extra)
+    assert.is_nil(exported.ploss_rows_run) -- an engine's front: internal
+  end)
+
   it("enum constants of the header have the same values through the FFI", function()
     local consts = enum_constants((header:gsub("/%*.-%*/", "")))
     local n = 0
