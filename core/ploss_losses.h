@@ -1712,10 +1712,10 @@ ploss_status ploss_smooth_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *inpu
 
 /**
  * Smooth L1 loss, backward. ∂ℓ/∂x = d/β where |d| < β, sign(d) elsewhere (0 at d = 0
- * when β = 0, as the L1 loss's: PyTorch's smooth_l1_loss gives −1 there, an effect of the
- * order of its branches, while its l1_loss gives 0). A NaN d gives a NaN gradient where β > 0
- * (as PyTorch's: neither threshold test holds, so its quadratic branch runs), 0 where β = 0
- * (the L1 loss's sign).
+ * when β = 0, as the L1 loss's and PyTorch's: torch.nn.functional.smooth_l1_loss sends β = 0
+ * to l1_loss; the aten op smooth_l1_loss called directly gives −1 there, an effect of the
+ * order of its branches). A NaN d gives a NaN gradient where β > 0 (as PyTorch's: neither
+ * threshold test holds, so its quadratic branch runs), 0 where β = 0 (the L1 loss's sign).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any

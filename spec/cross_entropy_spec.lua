@@ -149,6 +149,24 @@ describe("CrossEntropyLoss by hand", function()
     H.assert_close(F.cross_entropy(x, y, { weight = { 0.5, 2, 4 } }), l, { rtol = 1e-6 }) -- f32 weights from a list
   end)
 
+  it("negative class weights, as PyTorch takes them: a list gives the tensor's values; a NaN or an infinity is refused", function()
+    local x = ploss.tensor({ { 1, 2, 3 }, { 3, 1, 2 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 2, 0 }, { dtype = "i64" })
+    local lse = math.log(math.exp(1) + math.exp(2) + math.exp(3))
+    -- w = (-1, 2, 3): (3·(lse − 3) − 1·(lse − 3)) / (3 − 1)
+    local l = (3 * (lse - 3) - (lse - 3)) / 2
+    for _, w in ipairs { { -1, 2, 3 }, ploss.tensor({ -1, 2, 3 }, { dtype = "f64" }) } do
+      H.assert_close(F.cross_entropy(x, y, { weight = w }), l, { rtol = 1e-14 })
+      -- NLL: (−3·x[1][3] − (−1)·x[2][1]) / (3 − 1) = (−9 + 3) / 2
+      H.assert_close(ploss.NLLLoss { weight = w }:forward(x, y), -3, { atol = 0 })
+    end
+    local out = ploss.empty({}, { dtype = "f64" })
+    H.expect_error(function() F.cross_entropy(x, y, { weight = { 1, 0 / 0, 1 }, out = out }) end,
+      "opts.weight: the weight nan of class 1 is not a finite number", out)
+    H.expect_error(function() ploss.NLLLoss { weight = { 1, 1, -math.huge } }:forward(x, y) end,
+      "opts.weight: the weight -inf of class 2 is not a finite number")
+  end)
+
   it("one class: zero loss and zero gradient", function()
     local x = ploss.randn({ 4, 1 }, { dtype = "f64" })
     local y = ploss.zeros({ 4 }, { dtype = "i64" })

@@ -795,7 +795,7 @@ local function gen_docs()
     local o = {}
     for _, opt in ipairs(d.lua_options) do
       local v = opt.default
-      o[#o + 1] = string.format("%s = %s", opt.name, opt.type == "comm" and "nil" or lua_value(v))
+      o[#o + 1] = string.format("%s = %s", opt.name, opt.type == "comm" and "false" or lua_value(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
     for _, x in ipairs(d.outputs) do o[#o + 1] = x.option .. " = false" end
@@ -863,12 +863,15 @@ local function gen_docs()
         ty = table.concat(names, " \\| ")
       end
       local v = opt.default
-      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, opt.type == "comm" and "nil" or lua_value(v),
+      w("| `%s` | %s | %s | %s | %s |", opt.name, ty, opt.type == "comm" and "false (none)" or lua_value(v),
         D.range_text(opt) or "any", opt.doc)
     end
     for _, t in ipairs(d.tensors) do
-      w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil",
-        TENSOR_EXTENT[t.kind], t.doc)
+      local extent = TENSOR_EXTENT[t.kind]
+      if t.what == "weight" then -- criterion.lua's check of a list (a tensor's values are not read)
+        extent = extent .. (t.nonnegative and "; a list: finite, >= 0" or "; a list: finite (negative ones as PyTorch)")
+      end
+      w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil", extent, t.doc)
     end
     for _, x in ipairs(d.outputs) do
       w("| `%s` | boolean | false | | forward and the fused call also return %s (N values, 0 at ignored rows) |",

@@ -217,12 +217,15 @@ local function resolve(d, user, extra, where, own_keys)
         end
       end
       if t.what == "weight" then
-        -- class weights: a NaN, an infinity or a negative weight gives no meaningful loss (a
-        -- weight tensor's values are not read on the host: CUDA would need a synchronisation)
+        -- class weights: a NaN or an infinity gives no meaningful loss, nor a negative one
+        -- where the description says so (Dice); negative weights are PyTorch's to take
+        -- elsewhere (a weight tensor's values are not read on the host: CUDA would need a
+        -- synchronisation)
+        local low = t.nonnegative and 0 or -math.huge
         for i = 1, n do
-          if not (v[i] >= 0 and v[i] < math.huge) then
-            ploss.raise(string.format("%s: opts.%s: the weight %s of class %d is not a finite number >= 0", where,
-              t.name, show(v[i]), i - 1))
+          if not (v[i] >= low and v[i] > -math.huge and v[i] < math.huge) then
+            ploss.raise(string.format("%s: opts.%s: the weight %s of class %d is not a finite number%s", where,
+              t.name, show(v[i]), i - 1, t.nonnegative and " >= 0" or ""))
           end
         end
       end

@@ -52,6 +52,8 @@
 --                  'sample_vector' (N values, one per sample) | 'class_ids' (a vector of
 --                  class indices),
 --                  what (one <what> per class), required, priors, doc,
+--                  nonnegative = true: a Lua list of weights must be >= 0 (any list of
+--                  weights must be finite; a tensor's values are not read on the host),
 --                  grad = true: a loss of several inputs differentiates it too — its
 --                  gradient grad_<name> (its shape; NULL when the tensor is NULL) follows
 --                  the inputs' gradients in _backward and _fused, and the Lua calls

@@ -16,7 +16,7 @@ dice.enums = {
 }
 
 dice.tensors = {
-  { name = "weight", kind = "class_vector", what = "weight",
+  { name = "weight", kind = "class_vector", what = "weight", nonnegative = true,
     doc = "C class weights w_c (any float dtype, on the input's device); with class_weights = 'given'" },
 }
 

@@ -22,9 +22,9 @@ Elementwise, with d = x − y:
     ℓ = |d| − β/2     otherwise
 
 'mean' divides by the element count.  β = 0 is the L1 loss.]],
-  gradient = "∂ℓ/∂x = d/β where |d| < β, sign(d) elsewhere (0 at d = 0 when β = 0, as the L1 loss's: " ..
-    "PyTorch's smooth_l1_loss gives −1 there, an effect of the order of its branches, while its l1_loss " ..
-    "gives 0).  A NaN d gives a NaN gradient where β > 0 (as PyTorch's: neither threshold test holds, " ..
+  gradient = "∂ℓ/∂x = d/β where |d| < β, sign(d) elsewhere (0 at d = 0 when β = 0, as the L1 loss's and " ..
+    "PyTorch's: torch.nn.functional.smooth_l1_loss sends β = 0 to l1_loss; the aten op smooth_l1_loss " ..
+    "called directly gives −1 there, an effect of the order of its branches).  A NaN d gives a NaN gradient where β > 0 (as PyTorch's: neither threshold test holds, " ..
     "so its quadratic branch runs), 0 where β = 0 (the L1 loss's sign).",
   notes = [[
 Only the input gets a gradient.  The target must have the input's shape.  Huber's loss with
