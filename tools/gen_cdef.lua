@@ -4,18 +4,8 @@
 local header, output, cc = arg[1], arg[2], arg[3] or "cc"
 assert(header and output, "usage: luajit gen_cdef.lua HEADER OUTPUT [CC]")
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp) == 0, "cannot create " .. tmp)
-for _, h in ipairs { "stdint.h", "stddef.h" } do
-  assert(io.open(tmp .. "/" .. h, "w")):close()
-end
-local cmd = string.format("%s -E -P -nostdinc -I%s -I/usr/include %s", cc, tmp, header)
-local p = assert(io.popen(cmd))
-local text = p:read("*a")
-local ok = p:close()
-os.execute("rm -rf " .. tmp)
-assert(ok and #text > 0, "preprocessing failed: " .. cmd)
+local preprocess = dofile(arg[0]:gsub("[^/]*$", "") .. "preprocess_header.lua")
+local text = preprocess(header, cc)
 
 local src = assert(io.open(header)):read("*a")
 local abi = assert(src:match("#define%s+PLOSS_ABI_VERSION%s+(%d+)"), "PLOSS_ABI_VERSION not found")
