@@ -135,8 +135,9 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
                                    (long long)(INT64_MAX - slot[1]));
             return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                "target: a CUDA kernel found class index %lld, outside [0, C) and "
-                               "not ignore_index; the losses and gradients of the last calls on "
-                               "this context are invalid",
+                               "not ignore_index (class indices are 0-based: Torch7's 1-based labels need "
+                               "target - 1); the losses and gradients of the last calls on this context "
+                               "are invalid",
                                (long long)slot[1]);
         }
     }

@@ -437,8 +437,9 @@ ploss_status ploss_check_labels_cpu(const void *t, ploss_dtype dt, int64_t N, in
                     snprintf(ign, sizeof ign, " and is not ignore_index (%lld)", (long long)ignore_index);
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                    "target: class index %lld at sample (n = %lld, s = %lld) is outside [0, %lld)%s; "
-                                   "n and s are 0-based, s counting the positions d1⋯dk in row-major order",
-                                   (long long)y, (long long)n, (long long)s, (long long)C, ign);
+                                   "n and s are 0-based, s counting the positions d1⋯dk in row-major order%s",
+                                   (long long)y, (long long)n, (long long)s, (long long)C, ign,
+                                   y == C ? PLOSS_ONE_BASED_HINT : "");
             }
         }
     return PLOSS_OK;

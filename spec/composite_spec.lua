@@ -164,6 +164,8 @@ describe("MultiCriterion", function()
     local fa, fp, fn = ga:flat(), gp:flat(), gn:flat() -- the buffers the next call writes again
     local ba, bp, bn = crit:backward(a, p, n, 2)
     assert.equal(ga, ba)
+    -- the field, as a member's own: the list of the three gradients
+    assert.are.same({ ba, bp, bn }, crit.gradInput)
     H.assert_close(ba, weighted({ fa }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bp, weighted({ fp }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bn, weighted({ fn }, { 2 }), { rtol = 1e-15, atol = 1e-17 })

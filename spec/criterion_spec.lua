@@ -42,6 +42,51 @@ describe("criteria built from the descriptions", function()
     H.expect_error(function() ploss.CrossEntropyLoss({ reduction = "sum" }, false) end, "got a boolean as argument 2")
     H.expect_error(function() ploss.MultiLabelMarginCriterion(nil, nil, 3) end, "got a number as argument 3")
     assert.are.equal("sum", ploss.CrossEntropyLoss({ reduction = "sum" }, nil).reduction)
+    -- the hint names the class's own options, and only the translations it has
+    H.expect_error(function() ploss.ClassNLLCriterion(nil, false) end,
+      "(Torch7's positional arguments are not taken: {reduction = 'sum'} for sizeAverage = false, {weight = w} for " ..
+      "class weights, {ignore_index = k} for ignoreIndex (0-based labels); the options: ignore_index, reduction, weight)")
+    H.expect_error(function() ploss.MultiMarginCriterion(1, ploss.ones({ 3 }), 0.5) end,
+      "{reduction = 'sum'} for sizeAverage = false, {weight = w} for class weights; the options: margin, p, reduction, weight)")
+    H.expect_error(function() ploss.CosineEmbeddingCriterion(0.5, false) end,
+      "(Torch7's positional arguments are not taken: {reduction = 'sum'} for sizeAverage = false; the options: margin, reduction)")
+    -- Torch7's crit.sizeAverage = false: the field it is here named
+    H.expect_error(function() ploss.MSECriterion().sizeAverage = false end,
+      "'sizeAverage' is none of the fields it reads at each call (inplace, reduction): Torch7's sizeAverage is " ..
+      "reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)")
+  end)
+
+  it("take Torch7's :float(), :double(), :type() and :clearState()", function()
+    local x = ploss.tensor({ { 1, 2, 0.5 }, { 0, -1, 3 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 2 }, { dtype = "i64" })
+    local crit = ploss.ClassNLLCriterion { weight = ploss.tensor({ 1, 2, 3 }, { dtype = "f32" }) }
+    -- conversions choose a device only: the criterion computes in its input's dtype
+    assert.equal(crit, crit:float())
+    assert.equal(crit, crit:double())
+    assert.equal(crit, crit:type("torch.DoubleTensor"))
+    assert.equal(crit, crit:type("f16"))
+    assert.are.equal("cpu", crit.weight:device())
+    H.expect_error(function() crit:type("torch.LongStorage") end, "NLLLoss:type: unknown type name 'torch.LongStorage'")
+    H.expect_error(function() crit:type() end, "NLLLoss:type: expected a type name")
+    H.expect_error(function() ploss.MSECriterion:float() end, "called on the class")
+    -- clearState: the buffers go, the next calls give the same values (backward recomputes)
+    local l1 = crit:forward(x, y)
+    local g1 = crit:backward(x, y):totable()
+    assert.equal(crit, crit:clearState())
+    assert.is_nil(crit.gradInput)
+    assert.is_nil(rawget(crit, "_loss"))
+    assert.are.same(g1, crit:backward(x, y):totable())
+    assert.are.equal(l1, crit:forward(x, y))
+    -- a composite clears its members too
+    local ce = ploss.CrossEntropyCriterion()
+    local m = ploss.MultiCriterion():add(ce, 0.5)
+    local _, gm = m(x, y)
+    assert.is_true(ploss.is_tensor(ce.gradInput))
+    assert.equal(m, m:clearState():float())
+    assert.is_nil(ce.gradInput)
+    assert.is_nil(m.gradInput)
+    local _, gm2 = m(x, y)
+    assert.are.same(gm:totable(), gm2:totable())
   end)
 
   it("answer to their other names (Torch7's) as the same class", function()

@@ -697,3 +697,39 @@ describe("L1HingeEmbeddingLoss", function()
       "{margin = 1})")
   end)
 end)
+
+describe("Torch7's forms of the pair criteria", function()
+  it("the inputs as one list {x1, x2}: the same loss, the gradients as a list (gradInput too)", function()
+    local a, b = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, -1, 1 }, { dtype = "f64" })
+    for _, c in ipairs { ploss.MarginRankingCriterion { margin = 2 }, ploss.L1HingeEmbeddingCriterion { margin = 5 } } do
+      -- one D pair of the L1 hinge takes one label
+      local y = c.margin == 5 and ploss.tensor(-1, { dtype = "f64" }) or y
+      local l = c:forward(a, b, y)
+      assert.are.equal(l, c:forward({ a, b }, y))
+      local g1, g2 = c:backward(a, b, y)
+      g1, g2 = g1:totable(), g2:totable()
+      local g = c:backward({ a, b }, y)
+      assert.are.equal(2, #g)
+      assert.equal(c.gradInput, g)
+      assert.are.same({ g1, g2 }, { g[1]:totable(), g[2]:totable() })
+      local lf, gf = c({ a, b }, y)
+      assert.are.equal(l, lf)
+      assert.are.same({ g1, g2 }, { gf[1]:totable(), gf[2]:totable() })
+    end
+    -- by hand, MarginRanking with margin 2: mean of max(0, −y·(a − b) + 2) = (3 + 2 + 0)/3
+    assert.are.equal(5 / 3, ploss.MarginRankingCriterion { margin = 2 }:forward({ a, b }, y))
+    H.expect_error(function() ploss.MarginRankingCriterion():forward({ a }, y) end,
+      "MarginRankingLoss:forward: expected 2 inputs (input1, input2) or the list of them, got a list of 1")
+  end)
+
+  it("one pair's ±1 label as a number", function()
+    local a, b = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
+    local cos = 9 / (math.sqrt(14) * 3)
+    local c = ploss.CosineEmbeddingCriterion { margin = 0.5 }
+    H.assert_close(c:forward({ a, b }, 1), 1 - cos, { rtol = 1e-12 }) -- aten's ε in the norms
+    H.assert_close(c:forward(a, b, -1), cos - 0.5, { rtol = 1e-12 })
+    local g1 = c:backward(a, b, ploss.tensor(-1, { dtype = "f64" })):totable()
+    assert.are.same(g1, c:backward(a, b, -1):totable())
+  end)
+end)

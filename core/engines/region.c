@@ -106,9 +106,9 @@ static ploss_status check_labels(const ploss_region_problem *p)
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                    "target: class index %lld at pixel (n = %lld, s = %lld) is outside [0, %lld) "
                                    "and is not ignore_index (%lld); n and s are 0-based, s counting the "
-                                   "positions d1⋯dk in row-major order",
+                                   "positions d1⋯dk in row-major order%s",
                                    (long long)y, (long long)n, (long long)s, (long long)p->C,
-                                   (long long)p->ignore_index);
+                                   (long long)p->ignore_index, y == p->C ? PLOSS_ONE_BASED_HINT : "");
         }
     return PLOSS_OK;
 }

@@ -174,6 +174,7 @@ local function common(cls, name)
   end
   function cls:cuda() return self:to("cuda") end
   function cls:cpu() return self:to("cpu") end
+  nn.torch7_methods(cls, name) -- :type(), :float(), :double(), :clearState() (of the members too)
 end
 
 ---------------------------------------------------------------------------------------
@@ -232,7 +233,8 @@ local function multi_run(self, method, where, ...)
     for i = 1, count do self._grads[i] = add_into(self._grads[i], r[first + i - 1], w, k > 1, list, n, where) end
   end
   for i = count + 1, #self._grads do self._grads[i] = nil end
-  self.gradInput = self._grads[1]
+  -- as a member's own field: its gradient, or the list of them for a member of several inputs
+  self.gradInput = count > 1 and self._grads or self._grads[1]
   return out, unpack(self._grads, 1, count)
 end
 

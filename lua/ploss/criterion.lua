@@ -473,8 +473,10 @@ local function pass_of(where)
 end
 
 -- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
--- move; returns self), :cuda(), :cpu() and :tostring().
+-- move; returns self), :cuda(), :cpu(), :tostring() and Torch7's :type(), :float(),
+-- :double() and :clearState() (nn.torch7_methods).
 local function tensor_and_print_methods(cls, d)
+  nn.torch7_methods(cls, d.criterion)
   function cls:to(device)
     nn.check_self(self, d.criterion, "to")
     for _, t in ipairs(d.tensors) do
@@ -550,6 +552,9 @@ local function build_multi(d)
   local target_name = D.target_name(d)
   local ninputs = #d.inputs
   local nargs = ninputs + (target_name and 1 or 0)
+  local input_names = {}
+  for k, x in ipairs(d.inputs) do input_names[k] = x.name end
+  input_names = table.concat(input_names, ", ")
   local cls = nn.class(d.criterion)
   cls._doc = d.title .. " (" .. d.source .. ")"
   cls._description = d
@@ -565,11 +570,16 @@ local function build_multi(d)
   end
 
   -- The call's tensors by role from the positional arguments; raises naming a missing one.
+  -- ±1 labels may be a number (Torch7's form for one pair): a 0-d tensor of it on the
+  -- inputs' device.
   local function tensors_of(where, ...)
     local t = { inputs = {} }
     for k = 1, nargs do
       local v = select(k, ...)
       local name = k <= ninputs and d.inputs[k].name or target_name
+      if k > ninputs and type(v) == "number" and d.target == "signs" and ploss.is_tensor((...)) then
+        v = ploss.full({}, v, { dtype = loss_dtype((...)), device = (...):device() })
+      end
       if not ploss.is_tensor(v) then
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", where, name, type(v)))
       end
@@ -689,8 +699,26 @@ local function build_multi(d)
     end)
   end
 
+  -- Torch7's form of a pair criterion, crit:forward({x1, x2}, y): the inputs as one list;
+  -- backward and the fused call then give the gradients as a list too (the field
+  -- gradInput holds that list in both forms).
+  local function table_form(where, inputs, ...)
+    if #inputs ~= ninputs or table.maxn(inputs) ~= ninputs then
+      ploss.raise(string.format("%s: expected %d inputs (%s) or the list of them, got a list of %d", where, ninputs,
+        input_names, table.maxn(inputs)))
+    end
+    local n = select("#", ...)
+    local a = { unpack(inputs, 1, ninputs) }
+    for i = 1, n do a[ninputs + i] = select(i, ...) end
+    return unpack(a, 1, ninputs + n)
+  end
+  local function is_list(v) return type(v) == "table" and not ploss.is_tensor(v) end
+
   function cls:forward_tensor(...)
     nn.check_self(self, d.criterion, "forward_tensor")
+    if ninputs > 1 and is_list((...)) then
+      return self:forward_tensor(table_form(d.criterion .. ":forward", ...))
+    end
     if select("#", ...) > nargs then
       ploss.raise(string.format("%s:forward: takes %d arguments, got %d (the upstream gradient goes to backward, " ..
         "the scale to the fused call)", d.criterion, nargs, select("#", ...)))
@@ -762,6 +790,10 @@ local function build_multi(d)
 
   function cls:backward(...)
     nn.check_self(self, d.criterion, "backward")
+    if ninputs > 1 and is_list((...)) then
+      self:backward(table_form(d.criterion .. ":backward", ...))
+      return self.gradInput
+    end
     check_extra(d.criterion .. ":backward", nargs + 1, "its tensors, then gradOutput", select(nargs + 2, ...))
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
@@ -785,6 +817,10 @@ local function build_multi(d)
 
   function cls:fused(...)
     nn.check_self(self, d.criterion, "fused")
+    if ninputs > 1 and is_list((...)) then
+      local r = { self:fused(table_form(d.criterion, ...)) }
+      return r[1], self.gradInput, unpack(r, ninputs + 2, table.maxn(r))
+    end
     check_extra(d.criterion, nargs + 1, "its tensors, then the scale", select(nargs + 2, ...))
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)

@@ -83,6 +83,23 @@ end
 -- Fields every criterion has (Torch7's).
 local FIELDS = { output = true, gradInput = true }
 
+-- What a Torch7 user passing positional constructor arguments should write instead: the
+-- options this class takes (its fields), with the usual translations where it has them.
+local function positional_hint(c)
+  local fields, names = rawget(c, "_fields") or {}, {}
+  for n in pairs(fields) do
+    if n ~= "inplace" and not n:match("^grad_") and not n:match("^return_") then names[#names + 1] = n end
+  end
+  table.sort(names)
+  local say = {}
+  if fields.reduction then say[#say + 1] = "{reduction = 'sum'} for sizeAverage = false" end
+  if fields.weight then say[#say + 1] = "{weight = w} for class weights" end
+  if fields.ignore_index then say[#say + 1] = "{ignore_index = k} for ignoreIndex (0-based labels)" end
+  return string.format(" (Torch7's positional arguments are not taken: %s; the options: %s)",
+    #say > 0 and table.concat(say, ", ") or "one table of named options",
+    #names > 0 and table.concat(names, ", ") or "none")
+end
+
 --- Create a criterion class `name` deriving from `parent` (default Criterion).
 -- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
 -- A class that sets `Cls._fields` (a set of names) refuses to give an instance any other
@@ -104,8 +121,12 @@ function nn.class(name, parent)
       local names = {}
       for n in pairs(fields) do names[#names + 1] = n end
       table.sort(names)
-      ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (%s)", name, k,
-        table.concat(names, ", ")))
+      -- Torch7's sizeAverage is the reduction here
+      local hint = k == "sizeAverage" and fields.reduction and
+        ": Torch7's sizeAverage is reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)"
+        or ""
+      ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (%s)%s", name, k,
+        table.concat(names, ", "), hint))
     end
     rawset(self, k, v)
   end
@@ -124,8 +145,7 @@ function nn.class(name, parent)
           local takes = rawget(c, "_constructor") -- a class whose table is not a criterion's options
           ploss.raise(string.format("%s: expected %s, got a %s as argument %d%s", name,
             takes or "one table of named options", ploss.is_tensor(v) and "tensor" or type(v), k + 1,
-            takes and "" or " (Torch7's positional arguments are not taken: {reduction = 'sum'} for sizeAverage " ..
-              "= false, {weight = w} for class weights, {ignore_index = k} for ignoreIndex)"))
+            takes and "" or positional_hint(c)))
         end
       end
       local self = setmetatable({}, c)
@@ -139,6 +159,46 @@ end
 
 function Criterion:__init() end
 function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion") end
+
+-- Torch7's type and state methods of a criterion class (the generated criteria and the
+-- composites; the layers of ploss/support.lua hold parameters of a dtype and have none of
+-- these).  A criterion computes in its input's dtype and reads its tensor options (class
+-- weights) in any float dtype, so the conversions choose only a device: :float(),
+-- :double() and :type('torch.FloatTensor' | 'torch.DoubleTensor') move those options to the
+-- CPU (crit:cpu()), :type('torch.Cuda…Tensor') to the GPU (crit:cuda()), and a ploss dtype
+-- name ('f32', 'f64', 'f16', 'bf16') changes nothing; each returns the criterion.
+-- :clearState() drops what the criterion keeps between calls (its loss, gradient and state
+-- buffers: the next call allocates them again and recomputes what backward would have
+-- reused), as Torch7's does before a criterion is saved; returns the criterion.
+local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true }
+local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
+function nn.torch7_methods(cls, name)
+  function cls:type(t)
+    nn.check_self(self, name, "type")
+    if type(t) ~= "string" then
+      ploss.raise(string.format("%s:type: expected a type name ('torch.FloatTensor', 'torch.CudaTensor', 'f32', …), " ..
+        "got %s", name, type(t)))
+    end
+    if t:match("^torch%.Cuda%a*Tensor$") then return self:cuda() end
+    if t:match("^torch%.%a+Tensor$") then return self:cpu() end
+    if DTYPE_NAMES[t] then return self end
+    ploss.raise(string.format("%s:type: unknown type name '%s' (a criterion computes in its input's dtype: " ..
+      "'torch.FloatTensor' and 'torch.DoubleTensor' keep its options on the CPU, 'torch.CudaTensor' on the GPU)",
+      name, t))
+  end
+  function cls:float() nn.check_self(self, name, "float") return self:type("torch.FloatTensor") end
+  function cls:double() nn.check_self(self, name, "double") return self:type("torch.DoubleTensor") end
+  function cls:clearState()
+    nn.check_self(self, name, "clearState")
+    for _, k in ipairs(BUFFERS) do rawset(self, k, nil) end
+    if rawget(self, "_grads") then rawset(self, "_grads", {}) end
+    for _, m in ipairs(rawget(self, "_members") or {}) do
+      if type(m.clearState) == "function" then m:clearState() end
+    end
+    rawset(self, "gradInput", nil)
+    return self
+  end
+end
 
 ---------------------------------------------------------------------------------------
 -- Buffers
