@@ -454,6 +454,20 @@ describe("LinearCrossEntropyLoss", function()
       ploss.check(ploss.C.ploss_linear_cross_entropy_forward(ploss.context("cpu"), x:dl(), w:dl(), y:dl(), nil, co,
         out:dl(), nil, nil))
     end, "opts.label_smoothing: 0.1 with policy 'focal'")
+    -- a B×T×H hidden and a weight of another dtype: the message says what to do
+    H.expect_error(function() fused(x:view(1, x:size(1), x:size(2)), w, y, { out = out }) end,
+      "hidden: expected N×D hidden states (2 dims: B×T×H flattened to (B·T)×H), got f64[1, ", out)
+    H.expect_error(function() fused(x, w:float(), y, { out = out }) end,
+      "weight: expected f64, the dtype of hidden (both of one dtype), got f32", out)
+    -- γ without the focal policy: a forgotten policy, refused rather than ignored (Lua, C)
+    H.expect_error(function() fused(x, w, y, { gamma = 5, out = out }) end,
+      "opts.gamma: 5 with policy 'cross_entropy' (γ is the focal policy's: policy = 'focal')", out)
+    ploss.C.ploss_linear_cross_entropy_opts_init(co)
+    co.gamma = 0.5
+    H.expect_error(function()
+      ploss.check(ploss.C.ploss_linear_cross_entropy_forward(ploss.context("cpu"), x:dl(), w:dl(), y:dl(), nil, co,
+        out:dl(), nil, nil))
+    end, "opts.gamma: 0.5 with policy 'cross_entropy'")
     H.expect_error(function() fused(x, w, y, { policy = "dice" }) end, "policy")
     H.expect_error(function() fused(ploss.randn({ 4, 3 }, { dtype = "f64" }), w, y, { out = out, grad_hidden = g1, grad_weight = g1 }) end,
       "grad_weight")

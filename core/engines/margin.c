@@ -224,6 +224,11 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.label_smoothing: %s with policy 'focal' (smoothing is the cross-entropy's; 0 with focal)",
                            PLOSS_SHOWN(p.label_smoothing));
+    /* γ other than its default without the focal policy: a forgotten policy, not ignored */
+    if (!p.focal && p.gamma != 2.0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.gamma: %s with policy 'cross_entropy' (γ is the focal policy's: policy = 'focal')",
+                           PLOSS_SHOWN(p.gamma));
     p.accumulate = o->accumulate;
     p.tile_rows = o->tile_rows;
     p.scale = o->scale;
@@ -284,11 +289,15 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     if ((st = check_matrix(ctx, &x, a->inputs[0], xn, linear ? "hidden states" : "embeddings")))
         return st;
     if (x.ndim != 2)
-        return ploss_check_shape_error(xn, linear ? "N×D hidden states (2 dims)" : "N×D embeddings (2 dims)", &x);
+        return ploss_check_shape_error(xn, linear ? "N×D hidden states (2 dims: B×T×H flattened to (B·T)×H)"
+                                                  : "N×D embeddings (2 dims)", &x);
     const int64_t N = x.shape[0], D = x.shape[1];
     const char *rows_of_w = linear ? "vocabulary rows" : "class centres";
-    if ((st = check_matrix(ctx, &w, a->inputs[1], wn, rows_of_w)) || (st = ploss_check_dtype(&w, x.dtype, wn)))
+    if ((st = check_matrix(ctx, &w, a->inputs[1], wn, rows_of_w)))
         return st;
+    if (w.dtype != x.dtype)
+        return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s, the dtype of %s (both of one dtype), got %s", wn,
+                           ploss_dtype_name(x.dtype), xn, ploss_dtype_name(w.dtype));
     /* the centres' axis and the features' axis of weight */
     const int dxc = o->weight_layout == PLOSS_WEIGHT_LAYOUT_DXC, ac = dxc ? 1 : 0, ad = dxc ? 0 : 1;
     if (w.ndim != 2 || w.shape[ad] != D) {

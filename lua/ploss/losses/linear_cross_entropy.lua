@@ -46,7 +46,8 @@ return {
     M.ignore_index,
     { "policy", "enum", "cross_entropy", ctype = "ploss_linear_policy", param = "linear_policy",
       doc = "the loss of each row's logits: 'cross_entropy' or 'focal' (the softmax focal loss)" },
-    { "gamma", "double", 2, min = 0, doc = "γ ≥ 0, focal's focusing exponent (0 gives the cross-entropy)" },
+    { "gamma", "double", 2, min = 0,
+      doc = "γ ≥ 0, focal's focusing exponent (0 gives the cross-entropy); another value than 2 only with policy = 'focal'" },
     { "label_smoothing", "double", 0, min = 0, max = 1,
       doc = "ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing; cross_entropy only)" },
     { "softcap", "double", 0, min = 0,
@@ -64,6 +65,10 @@ return {
     if o.policy == "focal" and o.label_smoothing ~= 0 then
       return string.format("opts.label_smoothing: %s with policy 'focal' (smoothing is the cross-entropy's; " ..
         "0 with focal)", require("ploss.description").number(o.label_smoothing))
+    end
+    if o.policy ~= "focal" and o.gamma ~= 2 then
+      return string.format("opts.gamma: %s with policy 'cross_entropy' (γ is the focal policy's: policy = 'focal')",
+        require("ploss.description").number(o.gamma))
     end
   end,
   formula = [[
@@ -100,7 +105,11 @@ softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy'
 and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
 [entropy].  The gradients may be f32 tensors for f16/bf16 inputs (a
 mixed-precision step's), accumulated unrounded.  No gradient filtering: every softmax
-entry counts.  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
+entry counts.  An ignored row adds nothing to the loss and gets a zero gradient, but a
+non-finite hidden state in it still reaches grad_weight through the product (0·NaN is NaN),
+as in PyTorch's composite.  The softcap caps the bias with the product: a bias of −∞ becomes
+the logit −c there, not a masked class (mask a padded vocabulary with the bias only without
+softcap, or leave the padded rows out of the weight).  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
 accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
 gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
 weight gradient is rounded to its dtype once per tile of rows there, except its label
