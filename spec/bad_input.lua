@@ -43,6 +43,9 @@
 --                 valid inputs are drawn uniformly from it
 --   finite_at_inf an infinite input on the right side of the target gives a finite loss
 --                 (a saturating loss: soft margin, hinge), not the non-finite loss of the others
+--   integer_signs an elementwise loss of ±1 labels that also takes them as i64/i32 (PyTorch's
+--                 arithmetic promotes them; the engine's list in core/engines/elementwise.c):
+--                 an integer target is not refused
 --   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
 --                 and gradient of the input without that class (and a zero gradient there);
 --                 'finite': only a finite loss and gradient; nil: no claim (the loss is
@@ -99,8 +102,9 @@ local facts = {
   },
   ohem_cross_entropy = { masking = "exact", keep_all = { n_min = 1000000 }, one_class = function() return 0 end },
   ohem_large_margin = { keep_all = { n_min = 1000000 } },
-  soft_margin_loss = { finite_at_inf = true },
-  hinge_loss = { finite_at_inf = true },
+  soft_margin_loss = { finite_at_inf = true, integer_signs = true },
+  hinge_loss = { finite_at_inf = true, integer_signs = true },
+  hinge_embedding_loss = { integer_signs = true },
   nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
                one_class_gradient = -1 },
   multi_margin_loss = { masking = "finite", one_class = function() return 0 end },
@@ -619,13 +623,15 @@ local function gen_loss_cases(fam, device)
         end, { "PLOSS_ERR_DTYPE", name })
       end
     else
-      -- ±1 labels may be integers (soft margin, hinge embedding, hinge: PyTorch takes them);
-      -- every other elementwise target is a float one
-      local signs = fam.name == "soft_margin_loss" or fam.name == "hinge_embedding_loss" or fam.name == "hinge_loss"
-      if not signs then
-        expect_error_all(fam, function()
+      -- ±1 labels may be integers (the facts' integer_signs); every other elementwise target
+      -- is a float one
+      if not fam.integer_signs then
+        local ok, err = pcall(expect_error_all, fam, function()
           return { x = x, y = ploss.zeros(S2, { dtype = "i64", device = device }), opts = o }
         end, { "PLOSS_ERR_DTYPE", "target" })
+        if not ok then
+          fail(tostring(err) .. " (a loss of ±1 labels that takes integer ones: integer_signs = true in its facts)")
+        end
       end
       expect_error_all(fam, function()
         return { x = x, y = ploss.zeros(S2, { dtype = "u8", device = device }), opts = o }
@@ -863,7 +869,7 @@ local function gen_loss_cases(fam, device)
         if not finite(m) then fail(fam.name .. ": a non-finite value off the target: mean loss " .. tostring(m)) end
       else
         if bad ~= bad and not is_nan(m) then fail(fam.name .. ": NaN logit: mean loss " .. tostring(m) .. ", expected NaN") end
-        if bad == bad and finite(m) and not fam.finite_at_inf then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf") end
+        if bad == bad and finite(m) and not fam.finite_at_inf then fail(fam.name .. ": +Inf logit: mean loss " .. tostring(m) .. ", expected NaN or Inf (a loss that stays finite there: finite_at_inf = true in its facts)") end
       end
       -- none: the bad row is not finite, the other rows equal the clean rows' values
       local lc = F[fam.name](x, y, merge(fam.opts, ok, { reduction = "none" })):flat()
