@@ -32,8 +32,9 @@ typedef enum {
     PLOSS_LOSS_TARGET_LABELS,               /* one integer class label per embedding row         */
     PLOSS_LOSS_TARGET_NONE,                 /* no target argument                                */
     PLOSS_LOSS_TARGET_BOXES,                /* float N×4 boxes, as the input                     */
-    PLOSS_LOSS_TARGET_SIGNS,                /* ±1 labels of a loss of several inputs: any float
-                                               dtype or i64/i32, per row or per element       */
+    PLOSS_LOSS_TARGET_SIGNS,                /* ±1 labels: any float dtype or i64/i32, per row
+                                               or per element (an elementwise loss: the
+                                               input's shape)                                 */
     PLOSS_LOSS_TARGET_CLASS_LABELS,         /* one class index per embedding row, or ignore_index */
     PLOSS_LOSS_TARGET_INDEX_LIST            /* i64/i32 of the input's shape: each row's class
                                                indices, ended by the first negative value    */

@@ -1627,7 +1627,7 @@ static const ploss_loss_spec soft_margin_loss_spec = {
     .name = "soft_margin_loss",
     .shape = PLOSS_SHAPE_ELEMENTWISE,
     .policy = PLOSS_POLICY_SOFT_MARGIN,
-    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .target = PLOSS_LOSS_TARGET_SIGNS,
     .min_classes = 1,
 };
 
@@ -1756,7 +1756,7 @@ static const ploss_loss_spec hinge_embedding_loss_spec = {
     .name = "hinge_embedding_loss",
     .shape = PLOSS_SHAPE_ELEMENTWISE,
     .policy = PLOSS_POLICY_HINGE_EMBEDDING,
-    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .target = PLOSS_LOSS_TARGET_SIGNS,
     .min_classes = 1,
 };
 
@@ -3371,7 +3371,7 @@ static const ploss_loss_spec hinge_loss_spec = {
     .name = "hinge_loss",
     .shape = PLOSS_SHAPE_ELEMENTWISE,
     .policy = PLOSS_POLICY_HINGE,
-    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .target = PLOSS_LOSS_TARGET_SIGNS,
     .min_classes = 1,
 };
 

@@ -1044,15 +1044,15 @@ static ploss_status fz_call_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, DLTe
      .opts_size = sizeof(ploss_binary_cross_entropy_opts), .opts_init = fz_init_ploss_binary_cross_entropy_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_binary_cross_entropy_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_binary_cross_entropy_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_binary_cross_entropy_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_soft_margin_loss_forward", .call = fz_call_soft_margin_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_soft_margin_loss_backward", .call = fz_call_soft_margin_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_soft_margin_loss_fused", .call = fz_call_soft_margin_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_soft_margin_loss_opts), .opts_init = fz_init_ploss_soft_margin_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_soft_margin_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_soft_margin_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_soft_margin_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_kl_div_forward", .call = fz_call_kl_div_forward, .nslots = 3, \
@@ -1068,15 +1068,15 @@ static ploss_status fz_call_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, DLTe
      .opts_size = sizeof(ploss_kl_div_opts), .opts_init = fz_init_ploss_kl_div_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_kl_div_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_kl_div_opts, log_target, FZ_INT, 0, 1), FZ_FIELD(ploss_kl_div_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_kl_div_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_embedding_loss_forward", .call = fz_call_hinge_embedding_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_embedding_loss_backward", .call = fz_call_hinge_embedding_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_embedding_loss_fused", .call = fz_call_hinge_embedding_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_hinge_embedding_loss_opts), .opts_init = fz_init_ploss_hinge_embedding_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_nll_loss_forward", .call = fz_call_nll_loss_forward, .nslots = 4, \
@@ -1308,15 +1308,15 @@ static ploss_status fz_call_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, DLTe
      .opts_size = sizeof(ploss_gaussian_nll_loss_opts), .opts_init = fz_init_ploss_gaussian_nll_loss_opts, .opts_nullable = 1, .nfields = 5, \
      .fields = {FZ_FIELD(ploss_gaussian_nll_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_gaussian_nll_loss_opts, full, FZ_INT, 0, 1), FZ_FIELD(ploss_gaussian_nll_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_gaussian_nll_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_gaussian_nll_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_loss_forward", .call = fz_call_hinge_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_hinge_loss_opts), .opts_init = fz_init_ploss_hinge_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_loss_backward", .call = fz_call_hinge_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_hinge_loss_opts), .opts_init = fz_init_ploss_hinge_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_hinge_loss_fused", .call = fz_call_hinge_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|i|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_hinge_loss_opts), .opts_init = fz_init_ploss_hinge_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_hinge_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_hinge_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_hinge_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_l1_hinge_embedding_loss_forward", .call = fz_call_l1_hinge_embedding_loss_forward, .nslots = 4, \

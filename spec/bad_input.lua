@@ -43,9 +43,6 @@
 --                 valid inputs are drawn uniformly from it
 --   finite_at_inf an infinite input on the right side of the target gives a finite loss
 --                 (a saturating loss: soft margin, hinge), not the non-finite loss of the others
---   integer_signs an elementwise loss of ±1 labels that also takes them as i64/i32 (PyTorch's
---                 arithmetic promotes them; the engine's list in core/engines/elementwise.c):
---                 an integer target is not refused
 --   masking       'exact': a −inf logit at a non-target class (class masking) gives the loss
 --                 and gradient of the input without that class (and a zero gradient there);
 --                 'finite': only a finite loss and gradient; nil: no claim (the loss is
@@ -102,9 +99,8 @@ local facts = {
   },
   ohem_cross_entropy = { masking = "exact", keep_all = { n_min = 1000000 }, one_class = function() return 0 end },
   ohem_large_margin = { keep_all = { n_min = 1000000 } },
-  soft_margin_loss = { finite_at_inf = true, integer_signs = true },
-  hinge_loss = { finite_at_inf = true, integer_signs = true },
-  hinge_embedding_loss = { integer_signs = true },
+  soft_margin_loss = { finite_at_inf = true },
+  hinge_loss = { finite_at_inf = true },
   nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
                one_class_gradient = -1 },
   multi_margin_loss = { masking = "finite", one_class = function() return 0 end },
@@ -148,7 +144,7 @@ for _, d in ipairs(H.one_input_losses()) do
     name = d.name, class = d.criterion,
     kind = d.shape == "rows" and "class" or d.shape == "boxes" and "boxes" or "elementwise",
     min_classes = d.min_classes, state = d.state ~= nil, bad_options = out_of_range(d),
-    input_range = d.input_range,
+    input_range = d.input_range, target = d.target,
   }
   for _, o in ipairs(d.lua_options) do
     if o.name == "ignore_index" then fam.ignore = o.default end
@@ -623,15 +619,12 @@ local function gen_loss_cases(fam, device)
         end, { "PLOSS_ERR_DTYPE", name })
       end
     else
-      -- ±1 labels may be integers (the facts' integer_signs); every other elementwise target
-      -- is a float one
-      if not fam.integer_signs then
-        local ok, err = pcall(expect_error_all, fam, function()
+      -- ±1 labels (the description's target 'signs') may be integers; every other
+      -- elementwise target is a float one
+      if fam.target ~= "signs" then
+        expect_error_all(fam, function()
           return { x = x, y = ploss.zeros(S2, { dtype = "i64", device = device }), opts = o }
         end, { "PLOSS_ERR_DTYPE", "target" })
-        if not ok then
-          fail(tostring(err) .. " (a loss of ±1 labels that takes integer ones: integer_signs = true in its facts)")
-        end
       end
       expect_error_all(fam, function()
         return { x = x, y = ploss.zeros(S2, { dtype = "u8", device = device }), opts = o }

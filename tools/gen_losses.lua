@@ -138,7 +138,8 @@ local SHAPE = {
       "input).  MEAN divides by the element count.",
     grad_loss = "NONE: the input's shape; MEAN / SUM: one element; f32 or f64.",
     fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
-             grad_input = { "NCd|N|NC", "x" }, target = { elementwise = { "NCd|N|NC", "x|f" } } },
+             grad_input = { "NCd|N|NC", "x" },
+             target = { elementwise = { "NCd|N|NC", "x|f" }, signs = { "NCd|N|NC", "x|i|f" } } },
     statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
   pairs = {

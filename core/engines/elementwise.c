@@ -117,9 +117,10 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
 
     if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
         return st;
-    /* ±1 labels (soft margin, hinge embedding, hinge) may also be integers, as PyTorch's
-     * arithmetic takes them (both backends read a target of any dtype as a float) */
-    const int signs = kind == PLOSS_EW_SOFT_MARGIN || kind == PLOSS_EW_HINGE_EMBEDDING || kind == PLOSS_EW_HINGE;
+    /* ±1 labels (the description's target 'signs': soft margin, hinge embedding, hinge) may
+     * also be integers, as PyTorch's arithmetic takes them (both backends read a target of
+     * any dtype as a float) */
+    const int signs = spec->target == PLOSS_LOSS_TARGET_SIGNS;
     if (signs && !ploss_dtype_is_float(t.dtype) && t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
         return ploss_error(PLOSS_ERR_DTYPE, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, got %s",
                            ploss_dtype_name(t.dtype));

@@ -29,9 +29,10 @@
 --                the input's shape), 'labels' (one integer class label per embedding row,
 --                the argument `labels`), 'class_labels' (one class index per embedding row,
 --                in [0, C) or ignore_index; also the argument `labels`), 'none' (no target
---                argument), 'boxes' (float N×4 boxes, as the input) or 'signs' (±1 labels of
---                a loss of several inputs, any float dtype or i64/i32: one per row, or per
---                element with input_layout 'elementwise') or 'index_list' (i64/i32 of the
+--                argument), 'boxes' (float N×4 boxes, as the input) or 'signs' (±1 labels,
+--                any float dtype or i64/i32: of a loss of several inputs one per row, or per
+--                element with input_layout 'elementwise'; of an elementwise loss the input's
+--                shape) or 'index_list' (i64/i32 of the
 --                input's shape: each row's class indices, ended by its first negative entry)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient

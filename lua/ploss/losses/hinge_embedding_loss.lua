@@ -9,7 +9,7 @@ return {
     "Torch7 nn.HingeEmbeddingCriterion",
   shape = "elementwise",
   policy = "hinge_embedding",
-  target = "elementwise",
+  target = "signs",
   input_doc = "distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
   target_doc = "the input's shape, any float dtype or i64/i32: labels 1 (similar) or −1 (dissimilar).",
   options = {

@@ -7,7 +7,7 @@ return {
   source = "PyTorch torch.nn.SoftMarginLoss / torch.nn.functional.soft_margin_loss; Torch7 nn.SoftMarginCriterion",
   shape = "elementwise",
   policy = "soft_margin",
-  target = "elementwise",
+  target = "signs",
   input_doc = "scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
   target_doc = "the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values are used as they are).",
   options = {},
