@@ -255,8 +255,13 @@ describe("ABI", function()
     assert(ok, cmd .. "\n" .. out)
     p = io.popen(tmp .. ".bin 2>&1")
     local got = p:read("*a")
-    p:close()
+    local ran = p:close()
     os.remove(tmp .. ".bin"); os.remove(tmp)
+    if not ran and got:match("^sh: .*not found") then
+      -- a compiler that wrote no program (the GPU machine's), as the layout check above
+      pending("the compiled program did not run (" .. tmp .. ".bin): " .. got)
+      return
+    end
     assert.are.equal(says .. "\n", got)
   end)
 
