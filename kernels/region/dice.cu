@@ -12,12 +12,12 @@
  *     class their logits (the next class's loads in flight while one is summed), and the
  *     block forms the tile's partial A = Σ s·o, B = Σ (s^p + o), R = Σ o per class (warp
  *     shuffles, then the warps in order, one barrier per CLASS_CHUNK classes);
- *  2. after a grid barrier, a warp per (sample, class) adds its tiles' partials in tile
- *     order (double); after another, block 0 forms the groups in a fixed order: the class
- *     weights, num, den, the loss and the gradient's coefficients;
- *  3. after a third (backward), the same tiles in reverse order (the end of the input, read
- *     last by the sums, is still in L2), labels read once per pixel, the gradient of its
- *     C classes.
+ *  2. at a grid barrier, the block that arrives last adds, a warp per (sample, class), its
+ *     tiles' partials in tile order (double) and forms the groups in a fixed order: the
+ *     class weights, num, den, the loss and the gradient's coefficients; then it releases
+ *     the others;
+ *  3. (backward) the same tiles in reverse order (the end of the input, read last by the
+ *     sums, is still in L2), labels read once per pixel, the gradient of its C classes.
  * Larger inputs: the same steps in two kernels, dice_sums (blocks of a group of a sample's
  * tiles; the last block of a sample to finish — a fence and an arrival counter — adds the
  * sample's partials, the last sample forms the groups) and dice_grad (a block per tile, in
@@ -541,8 +541,9 @@ template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, i
 }
 
 /* The gradient of tile `tile` of sample n, class c + 1's values loaded while class c's
- * gradient is formed.  SAME_LAUNCH: the coefficients were written in this launch (by block
- * 0), so they are read past the L1; otherwise through it, as a kernel's input. */
+ * gradient is formed.  SAME_LAUNCH: the coefficients were written in this launch (by the
+ * block that arrived last at the barrier), so they are read past the L1; otherwise through
+ * it, as a kernel's input. */
 template <class A, bool SAME_LAUNCH> __device__ __forceinline__ A coefficient(const A *v)
 {
     return SAME_LAUNCH ? __ldcg(v) : *v;
@@ -632,6 +633,47 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     tile_grad<T, BINARY, FLAT, false>(p, b / bt, b % bt, w);
 }
 
+/* The barrier of a cooperative launch (every block resident) on the context's arrival
+ * ticket (arrival_ticket(ctx), 0 when the kernel starts), at which the block that arrives
+ * last runs last_fn() (all its threads: the grid's reduction, say) before any block goes
+ * on: every block adds 1 (an acquire-release add at device scope after the block's barrier
+ * publishes the block's writes, as in last_block_arrives); the last one's add returns
+ * gridDim.x − 1, it runs last_fn and releases the others with one add more (a release after
+ * its barrier: last_fn's writes first); they wait until the ticket passes gridDim.x.  One
+ * such barrier per kernel; grid_leave(ticket) at the kernel's end: every block adds 1 and
+ * the last to leave sets the ticket back to 0. */
+template <class Fn> __device__ __forceinline__ void grid_barrier_last(unsigned long long *ticket, Fn &&last_fn)
+{
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
+        last = t.fetch_add(1ull, cuda::memory_order_acq_rel) == (unsigned long long)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) {
+        last_fn();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
+            t.fetch_add(1ull, cuda::memory_order_release);
+        }
+    } else if (threadIdx.x == 0) {
+        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
+        while (t.load(cuda::memory_order_acquire) <= (unsigned long long)gridDim.x)
+            __nanosleep(32);
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ void grid_leave(unsigned long long *ticket)
+{
+    if (threadIdx.x == 0) {
+        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
+        if (t.fetch_add(1ull, cuda::memory_order_relaxed) == 2ull * gridDim.x)
+            t.store(0ull, cuda::memory_order_relaxed);
+    }
+}
+
 /* The one-launch kernel (file comment): block b takes tiles b, b + G, … of the N·tiles (≤ INT32_MAX,
  * 32-bit division), sample by sample. */
 template <class T, bool BINARY, bool FLAT>
@@ -644,27 +686,21 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const unsigned total = (unsigned)(p.N * tiles), bt = (unsigned)tiles, G = gridDim.x;
     for (unsigned k = blockIdx.x; k < total; k += G)
         tile_sums<T, BINARY, FLAT>(p, k / bt, k % bt, tiles, error_slot, w, red);
-    grid_barrier(ticket, 1);
-
-    /* a warp per (sample, class) */
-    const int warp = threadIdx.x / 32;
-    for (int64_t q = (int64_t)blockIdx.x * WARPS + warp; q < p.N * p.C; q += (int64_t)G * WARPS)
-        add_tiles(w, q, tiles);
-    grid_barrier(ticket, 2);
-    if (blockIdx.x == 0)
+    /* the last block to arrive: a warp per (sample, class) adds its tiles' partials (at most
+     * kOneLaunchValues / TILE of them in all), then the groups */
+    grid_barrier_last(ticket, [&] {
+        for (int64_t q = threadIdx.x / 32; q < p.N * p.C; q += WARPS)
+            add_tiles(w, q, tiles);
+        __syncthreads();
         finish(p, w);
-    if (p.pass == PLOSS_PASS_FORWARD) {
-        grid_done(ticket, 2);
-        return;
-    }
-    grid_barrier(ticket, 3);
-    if (blockIdx.x < total)
+    });
+    if (p.pass != PLOSS_PASS_FORWARD && blockIdx.x < total)
         for (unsigned k = blockIdx.x + (total - 1 - blockIdx.x) / G * G;; k -= G) {
             tile_grad<T, BINARY, FLAT, true>(p, k / bt, k % bt, w);
             if (k < G)
                 break;
         }
-    grid_done(ticket, 3);
+    grid_leave(ticket);
 }
 
 template <class T, bool BINARY, bool FLAT> ploss_status run(ploss_ctx_t *ctx, const ploss_region_problem *p)
