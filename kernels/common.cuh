@@ -33,8 +33,7 @@
  *    the tensor `flag` names.
  *  - last_block_arrives(ticket, blocks), arrival_ticket(ctx), last_block_sum<THREADS>: the
  *    last block of a grid finishes a reduction in the same launch (no float atomics, fixed
- *    order); grid_barrier(ticket, k), grid_done(ticket, k): barriers of a cooperative
- *    launch on the same ticket.
+ *    order); kernels/region/dice.cu's one-launch kernel also holds a grid barrier on it.
  *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops;
  *    resident_blocks(kernel, threads, fallback): the grid of one full wave.
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
@@ -566,33 +565,6 @@ __device__ __forceinline__ bool last_block_arrives(unsigned long long *ticket, u
     }
     __syncthreads();
     return last;
-}
-
-/* Barrier k (1, 2, …) of the whole grid of a cooperative launch on the context's arrival
- * ticket (arrival_ticket(ctx), 0 when the kernel starts): every block adds 1 (an
- * acquire-release add at device scope after the block's barrier publishes the block's
- * writes, as in last_block_arrives) and waits until the ticket reaches k·gridDim.x.
- * grid_done(ticket, k) after the kernel's k barriers: the last block to arrive sets the
- * ticket back to 0. */
-__device__ __forceinline__ void grid_barrier(unsigned long long *ticket, unsigned k)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
-        t.fetch_add(1ull, cuda::memory_order_acq_rel);
-        const unsigned long long target = (unsigned long long)k * gridDim.x;
-        while (t.load(cuda::memory_order_acquire) < target)
-            __nanosleep(32);
-    }
-    __syncthreads();
-}
-__device__ __forceinline__ void grid_done(unsigned long long *ticket, unsigned k)
-{
-    if (threadIdx.x == 0) {
-        cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> t(*ticket);
-        if (t.fetch_add(1ull, cuda::memory_order_relaxed) == (unsigned long long)(k + 1) * gridDim.x - 1)
-            t.store(0ull, cuda::memory_order_relaxed);
-    }
 }
 
 /* The last block's sum of the `count` partials of a one-launch reduction, in a fixed order
