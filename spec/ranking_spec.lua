@@ -723,6 +723,30 @@ describe("Torch7's forms of the pair criteria", function()
       "MarginRankingLoss:forward: expected 2 inputs (input1, input2) or the list of them, got a list of 1")
   end)
 
+  it("the list form for any loss of several inputs: a triplet, and a head whose extra tensor and outputs follow", function()
+    local a, p, n = ploss.randn({ 4, 3 }, { dtype = "f64", seed = 1 }), ploss.randn({ 4, 3 }, { dtype = "f64", seed = 2 }),
+      ploss.randn({ 4, 3 }, { dtype = "f64", seed = 3 })
+    local t = ploss.TripletMarginLoss()
+    local l, ga = t(a, p, n)
+    ga = ga:totable()
+    local lt, g = t({ a, p, n })
+    assert.are.equal(l, lt)
+    assert.are.equal(3, #g)
+    assert.are.same(ga, g[1]:totable())
+    -- the linear cross-entropy with a bias and its per-token lse: the three gradients as one
+    -- list, then the lse
+    local h, w = ploss.randn({ 5, 4 }, { dtype = "f64", seed = 4 }), ploss.randn({ 7, 4 }, { dtype = "f64", seed = 5 })
+    local y = ploss.tensor({ 0, 1, 2, 3, 4 }, { dtype = "i64" })
+    local c = ploss.LinearCrossEntropyLoss { bias = ploss.zeros({ 7 }, { dtype = "f64" }), return_lse = true }
+    local r = { c(h, w, y) }
+    local lse = r[5]:totable()
+    local rl = { c({ h, w }, y) }
+    assert.are.equal(3, #rl)
+    assert.are.equal(r[1], rl[1])
+    assert.are.equal(3, #rl[2])
+    assert.are.same(lse, rl[3]:totable())
+  end)
+
   it("one pair's ±1 label as a number", function()
     local a, b = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
     local cos = 9 / (math.sqrt(14) * 3)

@@ -819,7 +819,8 @@ local function build_multi(d)
     nn.check_self(self, d.criterion, "fused")
     if ninputs > 1 and is_list((...)) then
       local r = { self:fused(table_form(d.criterion, ...)) }
-      return r[1], self.gradInput, unpack(r, ninputs + 2, table.maxn(r))
+      -- the loss, the gradients as one list (an extra tensor's too), then the outputs
+      return r[1], self.gradInput, unpack(r, #self.gradInput + 2, table.maxn(r))
     end
     check_extra(d.criterion, nargs + 1, "its tensors, then the scale", select(nargs + 2, ...))
     local t = tensors_of(d.criterion, ...)
