@@ -170,6 +170,9 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- :clearState() drops what the criterion keeps between calls (its loss, gradient and state
 -- buffers: the next call allocates them again and recomputes what backward would have
 -- reused), as Torch7's does before a criterion is saved; returns the criterion.
+-- :clone() is a new criterion of the same class and options, its tensors (class weights, a
+-- gradient's destination) copied and a composite's members cloned, with no buffers: as
+-- Torch7's deep copy, nothing of it is shared with the original.
 local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true }
 local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
 function nn.torch7_methods(cls, name)
@@ -188,6 +191,21 @@ function nn.torch7_methods(cls, name)
   end
   function cls:float() nn.check_self(self, name, "float") return self:type("torch.FloatTensor") end
   function cls:double() nn.check_self(self, name, "double") return self:type("torch.DoubleTensor") end
+  function cls:clone()
+    nn.check_self(self, name, "clone")
+    local function copy(v)
+      if ploss.is_tensor(v) then return v:clone() end
+      if type(v) ~= "table" or getmetatable(v) then return v end -- a communicator, a value
+      local t = {}
+      for k, x in pairs(v) do t[k] = copy(x) end
+      return t
+    end
+    local opts = {}
+    for k in pairs(rawget(cls, "_fields") or {}) do opts[k] = copy(rawget(self, k)) end
+    local c = cls(opts)
+    for k, m in ipairs(rawget(self, "_members") or {}) do c:add(m:clone(), self._weights[k]) end
+    return c
+  end
   function cls:clearState()
     nn.check_self(self, name, "clearState")
     for _, k in ipairs(BUFFERS) do rawset(self, k, nil) end
