@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "loss_check.h"
 
 ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out)
 {
@@ -135,9 +136,8 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
                                    (long long)(INT64_MAX - slot[1]));
             return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                "target: a CUDA kernel found class index %lld, outside [0, C) and "
-                               "not ignore_index (class indices are 0-based: Torch7's 1-based labels need "
-                               "target - 1); the losses and gradients of the last calls on this context "
-                               "are invalid",
+                               "not ignore_index" PLOSS_ONE_BASED_HINT "; the losses and gradients of the "
+                               "last calls on this context are invalid",
                                (long long)slot[1]);
         }
     }

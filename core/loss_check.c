@@ -129,6 +129,14 @@ ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char
                        ploss_dtype_name(v->dtype));
 }
 
+ploss_status ploss_check_sign_labels(const ploss_view *t)
+{
+    if (ploss_dtype_is_float(t->dtype) || t->dtype == PLOSS_I64 || t->dtype == PLOSS_I32)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_DTYPE, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, got %s",
+                       ploss_dtype_name(t->dtype));
+}
+
 ploss_status ploss_check_aliasing(const ploss_view *const *outs, const char *const *out_names, int nouts,
                                   const ploss_view *const *ins, const char *const *in_names, int nins,
                                   int inplace_out, int inplace_in)

@@ -47,6 +47,11 @@ ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_re
 /* DTYPE error unless v->dtype == want. */
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name);
 
+/* ±1 labels (the target kind 'signs', of a loss of several inputs or an elementwise one):
+ * any float dtype, or i64/i32 as PyTorch's arithmetic promotes them; DTYPE naming target
+ * otherwise. */
+ploss_status ploss_check_sign_labels(const ploss_view *t);
+
 /* Every non-NULL output must not overlap any non-NULL input nor another output.  The pair
  * (out index `inplace_out`, in index `inplace_in`) is skipped when both are >= 0 and the
  * two views are the same tensor (a requested in-place gradient). */

@@ -121,9 +121,8 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
      * also be integers, as PyTorch's arithmetic takes them (both backends read a target of
      * any dtype as a float) */
     const int signs = spec->target == PLOSS_LOSS_TARGET_SIGNS;
-    if (signs && !ploss_dtype_is_float(t.dtype) && t.dtype != PLOSS_I64 && t.dtype != PLOSS_I32)
-        return ploss_error(PLOSS_ERR_DTYPE, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, got %s",
-                           ploss_dtype_name(t.dtype));
+    if (signs && (st = ploss_check_sign_labels(&t)))
+        return st;
     if (!signs && !ploss_dtype_is_float(t.dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "target: expected float targets%s of dtype f32, f16, bf16 or f64, got %s",
                            PLOSS_EW_IS_POINTWISE(kind) ? "" : " (0/1 or soft labels)", ploss_dtype_name(t.dtype));

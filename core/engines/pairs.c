@@ -170,9 +170,8 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         ploss_view *y = &c->y;
         if ((st = ploss_view_init(y, a->target, "target")) || (st = ploss_view_check_device(y, ctx, "target")))
             return st;
-        if (!ploss_dtype_is_float(y->dtype) && y->dtype != PLOSS_I64 && y->dtype != PLOSS_I32)
-            return ploss_error(PLOSS_ERR_DTYPE, "target: expected ±1 labels of dtype f32, f16, bf16, f64, i64 or i32, "
-                               "got %s", ploss_dtype_name(y->dtype));
+        if ((st = ploss_check_sign_labels(y)))
+            return st;
         if (c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE) {
             if ((st = check_first_shape(y, &c->x[0], first, "target")))
                 return st;
