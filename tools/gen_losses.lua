@@ -796,7 +796,7 @@ local function gen_docs()
     local o = {}
     for _, opt in ipairs(d.lua_options) do
       local v = opt.default
-      o[#o + 1] = string.format("%s = %s", opt.name, opt.type == "comm" and "false" or lua_value(v))
+      o[#o + 1] = string.format("%s = %s", opt.name, lua_value(v))
     end
     for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
     for _, x in ipairs(d.outputs) do o[#o + 1] = x.option .. " = false" end
