@@ -325,19 +325,28 @@ __device__ __forceinline__ void load_labels(const ploss_region_problem &p, const
     }
 }
 
-/* A thread's pixels of tile `tile` of sample n: the class (-1 ignored, OUTSIDE past the end;
- * 0 for binary) and, binary, the float target.  Every load is issued before any value is
- * looked at (one memory latency per thread, not one per pixel).  The target's dtype is read
- * at run time (once per thread: the kernels are not compiled per label type). */
-template <class T, class A, bool BINARY, bool FLAT>
-__device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
-                                            int (&lab)[PPT], A (&tgt)[PPT])
+/* Which of a thread's pixels of tile `tile` lie in the sample: lab[i] = 0 inside, OUTSIDE
+ * past its end (all load_class needs, so the logits' loads can be issued before the
+ * labels'), and tgt[i] = 0. */
+template <class T, class A>
+__device__ __forceinline__ void tile_pixels(const ploss_region_problem &p, int64_t tile, int (&lab)[PPT], A (&tgt)[PPT])
 {
 #pragma unroll
     for (int i = 0; i < PPT; ++i) {
         lab[i] = pixel_of<T>(tile, i) < p.S ? 0 : OUTSIDE;
         tgt[i] = A(0);
     }
+}
+
+/* A thread's pixels of tile `tile` of sample n (lab and tgt from tile_pixels): the class (-1
+ * ignored, OUTSIDE past the end; 0 for binary) and, binary, the float target.  Every load
+ * is issued before any value is looked at (one memory latency per thread, not one per
+ * pixel).  The target's dtype is read at run time (once per thread: the kernels are not
+ * compiled per label type). */
+template <class T, class A, bool BINARY, bool FLAT>
+__device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
+                                            int (&lab)[PPT], A (&tgt)[PPT])
+{
     const LabelOffsets<T, FLAT> to(p, n, tile);
     if constexpr (BINARY) {
         switch (p.t_dtype) {
@@ -353,15 +362,14 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
     }
 }
 
-/* f(c, values) for each class c in turn, class c + 1's values loaded (load_class) while f
- * works on class c's (a copy f may overwrite). */
+/* f(c, values) for each class c in turn, v holding class 0's values (load_class, issued by
+ * the caller with the labels' loads), class c + 1's loaded while f works on class c's (a
+ * copy f may overwrite). */
 template <class T, class A, bool FLAT, class F>
 __device__ __forceinline__ void for_each_class(const ploss_region_problem &p, const T *x, const Offsets<T, FLAT> &xo,
-                                               bool vec, const int (&lab)[PPT], F &&f)
+                                               bool vec, const int (&lab)[PPT], A (&v)[PPT], F &&f)
 {
     const int C = (int)p.C;
-    A v[PPT];
-    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
     for (int c = 0; c < C; ++c) {
         A cur[PPT];
 #pragma unroll
@@ -461,11 +469,13 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
     using A = acc_t<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = (int)p.C;
     int lab[PPT];
-    A tgt[PPT];
-    load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
+    A tgt[PPT], v[PPT];
+    tile_pixels<T>(p, tile, lab, tgt);
     const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
+    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v); /* in flight with the labels' loads */
+    load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
     const A e = (A)p.exponent;
     bool counted[PPT];
     counted_pixels(p, lab, counted);
@@ -476,7 +486,7 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
             for (int i = 0; i < PPT; ++i)
                 tgt_pow_sum += counted[i] ? power<decltype(ek)::value>(tgt[i], e) : A(0);
         });
-    for_each_class<T, A, FLAT>(p, x, xo, vec, lab, [&](int c, const A(&cur)[PPT]) {
+    for_each_class<T, A, FLAT>(p, x, xo, vec, lab, v, [&](int c, const A(&cur)[PPT]) {
         Sums<A> acc = {0, 0, 0};
         with_exponent(e, [&](auto ek) {
             /* selects, not branches: a pixel left out (whose logit may be NaN) adds 0 */
@@ -555,18 +565,20 @@ __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t
     using A = acc_t<T>;
     const int64_t g = p.per_image ? n : 0;
     int lab[PPT];
-    A tgt[PPT];
-    load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
+    A tgt[PPT], v[PPT];
+    tile_pixels<T>(p, tile, lab, tgt);
     const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile), go(p, p.g_sn, p.g_ss, n, tile);
     const bool vx = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss),
                vg = vector_runs<T, FLAT>(p, p.grad, p.g_sn, p.g_sc, p.g_ss);
     const T *x = (const T *)p.x;
+    load_class<T, A, FLAT>(x, xo, 0, vx, lab, v); /* in flight with the labels' loads */
+    load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = coefficient<A, SAME_LAUNCH>(w.alpha + g),
             beta = coefficient<A, SAME_LAUNCH>(w.beta + g);
     bool counted[PPT];
     counted_pixels(p, lab, counted);
-    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, [&](int c, A(&d)[PPT]) { /* logits → gradient */
+    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, v, [&](int c, A(&d)[PPT]) { /* logits → gradient */
         /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
         const A k = coefficient<A, SAME_LAUNCH>(w.coef + g * p.C + c), ka = k * alpha, kb = k * beta;
         with_exponent(e, [&](auto ek) {
