@@ -456,6 +456,11 @@ describe("TripletMarginLoss", function()
     H.expect_error(function() fused(a, p, n, { eps = -1 }) end, "opts.eps: -1 is not a finite number >= 0", out, g[1])
     H.expect_error(function() fused(a, p, n, { margin = 0 / 0 }) end, "opts.margin: nan is not a finite number", out, g[1])
     H.expect_error(function() ploss.TripletMarginLoss { inplace = true } end, "has no in-place gradient")
+    H.expect_error(function() ploss.TripletMarginLoss { inplace = false } end, "has no in-place gradient")
+    -- the options an unknown one's message lists are those the loss takes: no inplace
+    H.expect_error(function() ploss.TripletMarginLoss { swp = true } end,
+      "unknown option 'swp' (known: eps, grad_anchor, grad_negative, grad_positive, margin, p, reduction, " ..
+      "soft_margin, swap)")
     H.expect_error(function() ploss.TripletMarginLoss { swap = 1 } end, "swap: expected a boolean")
     H.expect_error(function() ploss.TripletMarginLoss {}:forward(a, p) end, "negative: expected a ploss tensor")
     -- the C entry point itself: NULL tensors and in-place requests

@@ -145,12 +145,15 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
             loss += y * m_log(y) - y + A(0.5) * m_log(A(6.283185307179586) * y);
         break;
     }
-    default: { /* KL_DIV_LOG_TARGET */
+    case PLOSS_EW_KL_DIV_LOG_TARGET: {
         const A e = m_exp(y);
         loss = e * (y - x);
         dx = -e;
         break;
     }
+    default: /* no such kind (ploss_run_loss refuses its loss first) */
+        loss = dx = A(NAN);
+        break;
     }
 }
 
@@ -606,12 +609,14 @@ static ploss_status launch_fast(const ploss_sigmoid_problem *p, unsigned blocks,
         else
             sigmoid_fast<T, PLOSS_SIGMOID_FOCAL_TORCHVISION, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
         break;
-    default:
+    case PLOSS_SIGMOID_FOCAL_REFERENCE:
         if (g2)
             sigmoid_fast<T, PLOSS_SIGMOID_FOCAL_REFERENCE, true><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
         else
             sigmoid_fast<T, PLOSS_SIGMOID_FOCAL_REFERENCE, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
         break;
+    default: /* ploss_run_loss refuses a loss without a kind first */
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "elementwise loss kind %d has no CUDA kernel", (int)p->kind);
     }
     return check_launch("sigmoid_fast");
 }

@@ -101,12 +101,13 @@ local REDUCTION = { name = "reduction", type = "enum", ctype = "ploss_reduction"
 local INPLACE = { name = "inplace", type = "bool" }
 
 -- The names a criterion of description `d` takes as options (a set, made once per
--- description): reduction, inplace, its scalar and tensor options, its outputs' switches.
+-- description): reduction, inplace (not for a loss of several inputs: each gets its own
+-- gradient), its scalar and tensor options, its outputs' switches.
 local known_keys = setmetatable({}, { __mode = "k" })
 local function option_names(d)
   local known = known_keys[d]
   if not known then
-    known = { reduction = true, inplace = true }
+    known = { reduction = true, inplace = not d.inputs or nil }
     for _, o in ipairs(d.lua_options) do known[o.name] = true end
     for _, t in ipairs(d.tensors) do known[t.name] = true end
     for _, x in ipairs(d.outputs) do known[x.option] = true end
@@ -170,6 +171,10 @@ local function resolve(d, user, extra, where, own_keys)
         ploss.raise(string.format("%s: options are named (e.g. {reduction = 'sum'}); got the positional value %s",
           where, show(v)))
       end
+    end
+    if d.inputs and user.inplace ~= nil then
+      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where,
+        d.criterion))
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
   end
@@ -559,12 +564,9 @@ local function build_multi(d)
   cls._doc = d.title .. " (" .. d.source .. ")"
   cls._description = d
 
-  -- inplace is refused; then the description's check of options together (d.check), with
-  -- the message of the same check on the C side.
-  local function check_inplace(o, where)
-    if o.inplace then
-      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where, d.criterion))
-    end
+  -- The description's check of options together (d.check), with the message of the same
+  -- check on the C side (inplace, which these losses do not take, is refused by resolve).
+  local function check_options(o, where)
     local msg = d.check and d.check(o)
     if msg then ploss.raise(string.format("%s: %s (PLOSS_ERR_INVALID_ARGUMENT)", where, msg)) end
   end
@@ -640,7 +642,8 @@ local function build_multi(d)
   function cls:__init(opts)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, grad_keys, d.criterion)
-    check_inplace(o, d.criterion)
+    check_options(o, d.criterion)
+    o.inplace = nil -- not a field of these criteria
     for k, v in pairs(o) do self[k] = v end
     for k in pairs(grad_keys) do
       local v = opts[k]
@@ -658,12 +661,12 @@ local function build_multi(d)
   -- (t.tensors) and every tensor it reads as one list (t.args: inputs, target, tensor
   -- options), which the criterion's buffers must not be (nn.buffer replaces such a one).
   local function current(self, t)
-    local user = { reduction = rawget(self, "reduction"), inplace = rawget(self, "inplace") }
+    local user = { reduction = rawget(self, "reduction") }
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
     for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
     for _, x in ipairs(d.outputs) do user[x.option] = rawget(self, x.option) end
     local o = resolve(d, user, nil, d.criterion, true)
-    check_inplace(o, d.criterion)
+    check_options(o, d.criterion)
     t.o, t.cache = o, self._cache
     t.tensors = tensor_args(d, o, t.inputs[1], self._cache)
     local args = {}
@@ -878,7 +881,7 @@ local function build_multi(d)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, keys[pass_of(where)], where)
     check_buffers(opts, keys[pass_of(where)], where)
-    check_inplace(o, where)
+    check_options(o, where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     t.copts = fill(d, o, ctype(), opts.scale)
     t.o = o
