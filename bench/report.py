@@ -323,9 +323,7 @@ def build(args):
     if any(c.get(k) is not None for c in cases for k in ("target_floor_x", "target_gemm_x", "target_sort_x",
                                                              "target_workspace_x", "target_workspace_mib",
                                                              "target_workspace_row_bytes", "target_vs_case")):
-        L.append("Issue targets against a reference of the same run: *× floor* (ploss fused over the floor column; "
-                 "*× 2-read floor* over the floor of a loss that must read its input twice, the sums before the "
-                 "gradient, as its issue states it: the input read twice, the labels once, the gradient written once), "
+        L.append("Issue targets against a reference of the same run: *× floor* (ploss fused over the floor column), "
                  "*× GEMM(s)* (over the products alone, timed with torch.matmul on the case's operands: the batch-hard "
                  "triplet loss's X·Xᵀ, the three products of InfoNCE and the margin losses), *× sort* (over one torch.sort "
                  "of C·N·H·W float32 keys with their indices: CUB's radix sort of (key, index) pairs on CUDA), "
@@ -427,11 +425,7 @@ def build(args):
         gref_ms = gref.get("ms_median") if gref and not gref.get("error") else None
         sref_ms = sref.get("ms_median") if sref and not sref.get("error") else None
         gemm_name = f"GEMM{'s' if (gref or {}).get('products', 3) > 1 else ''}"
-        # a two-pass loss's target floor (target_floor_reads = 2): the input read that many times
-        reads = c.get("target_floor_reads", 1)
-        tfloor = floor if reads == 1 or mem_floor is None else ((reads + 1) * in_bytes + tgt_bytes) / (bw * 1e9) * 1e3
-        tfloor_name = "floor" if reads == 1 else f"{reads}-read floor"
-        for key, ref_ms, name, shown in (("target_floor_x", tfloor, tfloor_name, tfloor_name),
+        for key, ref_ms, name, shown in (("target_floor_x", floor, "floor", "floor"),
                                          ("target_gemm_x", gref_ms, "GEMM", gemm_name),
                                          ("target_sort_x", sref_ms, "sort", "sort")):
             x = c.get(key)
@@ -549,10 +543,6 @@ def build(args):
                     else:
                         line += " (GEMM rate not measured)"
                     line += "; the table's floor: " + ("the FLOPs" if flop_bound else "the bytes")
-                if c.get("target_floor_reads", 1) > 1 and mem_floor is not None:
-                    line += (f"; the target's {reads}-read floor (the input read {reads} times, labels once, the "
-                             f"gradient written once): bytes {fmt_bytes((reads + 1) * in_bytes + tgt_bytes)} = "
-                             f"{fmt_ms(tfloor)} ms")
                 d.append(line)
         if gref:
             d.append("")
