@@ -730,8 +730,10 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  * Object Detectors with Online Hard Example Mining", CVPR 2016; the probability-threshold
  * variant of real-time segmentation code (pytorch-loss OhemCELoss)).
  * The score of a valid sample is its softmax probability of the label, s = p_y, rounded to f32;
- * ignored samples sort after every score. With s_(r) the r-th smallest score of all M samples,
- * the kept set is
+ * ignored samples sort after every score, and a NaN score (a NaN or infinite logit) before
+ * every score: it is the hardest, always kept, so the loss is NaN as the plain cross-entropy's
+ * (the reference's threshold drops it, its top-k keeps it). With s_(r) the r-th smallest score
+ * of all M samples, the kept set is
  *
  *     K = {valid i : s_i ≤ max(τ, s_(n_min))}
  *

@@ -52,7 +52,7 @@ local function reference_kept(rows, yv, thresh, n_min)
       keys[i] = math.huge -- after every score
     else
       local s = f32(math.exp(rows[i][yv[i] + 1] - lse(rows[i])))
-      keys[i] = s ~= s and 2 or s -- NaN: above every score, below the ignored
+      keys[i] = s ~= s and -1 or s -- NaN: the hardest (kept: the loss is NaN)
     end
   end
   local sorted = {}
@@ -230,6 +230,35 @@ describe("OHEM against a sort-based f64 reference", function()
     -- an empty batch
     local le = F.ohem_cross_entropy(ploss.empty({ 0, 3 }, { dtype = "f64" }), ploss.empty({ 0 }, { dtype = "i64" }))
     assert.is_true(le ~= le)
+  end)
+end)
+
+describe("OHEM with a NaN or infinite logit", function()
+  it("keeps its sample as the hardest: the loss is NaN, as the plain cross-entropy's", function()
+    -- confident predictions (scores near 1, above τ) but sample 2's NaN and sample 3's +inf
+    local xv = { { 10, 0, 0 }, { 0 / 0, 10, 0 }, { 0, 0, math.huge }, { 0, 10, 0 } }
+    local y = ploss.tensor({ 0, 1, 2, 1 }, { dtype = "i64" })
+    for _, dtype in ipairs { "f64", "f32" } do
+      local x = ploss.tensor(xv, { dtype = dtype })
+      for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
+        for _, n_min in ipairs { 0, 1, -1 } do
+          local what = string.format("%s %s n_min %d", dtype, fname, n_min)
+          local o = { score_thresh = 0.5, n_min = n_min, reduction = "none" }
+          local per = H.values(F[fname](x, y, o))
+          -- samples 1 and 4 are easy (p_y ≈ 1 > τ) and not kept: 0; 2 and 3 are NaN
+          assert.are.equal(0, per[1], what)
+          assert.is_true(per[2] ~= per[2] and per[3] ~= per[3], what)
+          assert.are.equal(0, per[4], what)
+          o.reduction = "mean"
+          local l, g = F[fname .. "_fused"](x, y, o)
+          assert.is_true(l ~= l, what .. " mean")
+          local gv = g:totable()
+          for _, k in ipairs { 1, 4 } do
+            for j = 1, 3 do assert.are.equal(0, gv[k][j], what .. " easy sample's gradient") end
+          end
+        end
+      end
+    end
   end)
 end)
 

@@ -145,7 +145,9 @@ ploss_status ploss_cuda_softmax_focal(ploss_ctx_t *ctx, const ploss_sfocal_probl
  *
  * OHEM (ohem = 1; loss CROSS_ENTROPY or LARGE_MARGIN): the score of a sample is
  * s_i = p_{i,y_i} rounded to f32; its 32-bit key is the bit pattern of s_i (monotone for
- * s ≥ 0; NaN → PLOSS_OHEM_NAN_KEY) and PLOSS_OHEM_IGNORED_KEY for ignored samples.  With
+ * s ≥ 0; a NaN score, from a NaN or infinite logit, → PLOSS_OHEM_NAN_KEY: the hardest, so
+ * it is kept and the loss is NaN as the plain cross-entropy's, not mined away) and
+ * PLOSS_OHEM_IGNORED_KEY for ignored samples.  With
  * k_(r) the r-th smallest key of all M samples, the kept set is {valid i : key_i ≤ t*},
  * t* = max(key(τ), k_(n_min)) (no k term when n_min = 0; every valid sample when n_min ≥ M,
  * as the reference skips mining then), so every
@@ -161,7 +163,7 @@ typedef enum {
     PLOSS_SAMPLE_KIND_COUNT = 4
 } ploss_sample_loss;
 
-#define PLOSS_OHEM_NAN_KEY 0x7FC00000u     /* above +inf, below the ignored key */
+#define PLOSS_OHEM_NAN_KEY 0x00000000u     /* a NaN score: with s = 0, the hardest */
 #define PLOSS_OHEM_IGNORED_KEY 0xFFFFFFFFu /* ignored samples sort last          */
 
 typedef struct ploss_sample_problem {

@@ -16,8 +16,10 @@ return {
   unused_options = { lam = true },
   formula = [[
 The score of a valid sample is its softmax probability of the label, s = p_y, rounded to
-f32; ignored samples sort after every score.  With s_(r) the r-th smallest score of all M
-samples, the kept set is
+f32; ignored samples sort after every score, and a NaN score (a NaN or infinite logit) before
+every score: it is the hardest, always kept, so the loss is NaN as the plain cross-entropy's
+(the reference's threshold drops it, its top-k keeps it).  With s_(r) the r-th smallest score
+of all M samples, the kept set is
 
     K = {valid i : s_i ≤ max(τ, s_(n_min))}
 
