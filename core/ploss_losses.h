@@ -2974,7 +2974,10 @@ typedef struct ploss_combined_margin_opts {
        class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device; with comm each rank draws among its own block); default 0 */
+       on every device; with comm each rank draws among its own block); a criterion advances it
+       by one after each backward and fused call with sample_rate < 1, so each step draws anew
+       and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
+       given; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3112,7 +3115,10 @@ typedef struct ploss_am_softmax_opts {
        class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device; with comm each rank draws among its own block); default 0 */
+       on every device; with comm each rank draws among its own block); a criterion advances it
+       by one after each backward and fused call with sample_rate < 1, so each step draws anew
+       and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
+       given; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3242,7 +3248,10 @@ typedef struct ploss_arc_face_opts {
        class; InsightFace draws ⌊C·rate⌋); a finite number in (0, 1]; default 1.0 */
     double sample_rate;
     /* Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes
-       on every device; with comm each rank draws among its own block); default 0 */
+       on every device; with comm each rank draws among its own block); a criterion advances it
+       by one after each backward and fused call with sample_rate < 1, so each step draws anew
+       and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
+       given; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class

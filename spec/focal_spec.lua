@@ -647,6 +647,10 @@ describe("focal family errors (nothing written)", function()
     H.expect_error(fused("softmax_focal", x, ploss.ones({ 3 }, { dtype = "f64" })),
       "target: class indices must be i64 or i32, got f64", out, gbuf)
     H.expect_error(fused("softmax_focal", x, yi, { alpha = { 1, 2 } }), "alpha: expected shape [4]", out, gbuf)
+    H.expect_error(fused("softmax_focal", x, yi, { alpha = { 1, 0 / 0, 1, 1 } }),
+      "opts.alpha: the factor nan of class 1 is not a finite number", out, gbuf)
+    H.expect_error(function() ploss.SoftmaxFocalLoss { alpha = { 1, 1, math.huge, 1 } } end,
+      "opts.alpha: the factor inf of class 2 is not a finite number")
     H.expect_error(fused("sigmoid_focal", ploss.ones({ 3, 4 }, { dtype = "i32" }), yb),
       "input: expected logits of dtype f32, f16, bf16 or f64, got i32", out, gbuf)
   end)

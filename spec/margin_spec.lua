@@ -668,6 +668,59 @@ describe("margin softmax losses", function()
     H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number > 0")
   end)
 
+  it("a margin criterion with sample_rate < 1 draws anew after each step, as PartialFCLoss", function()
+    local x, w, y = inputs(7, 30, 4, 111)
+    local opts = { s = 8, sample_rate = 0.2 }
+    local crit = ploss.ArcFaceLoss(with(opts, { seed = 41 }))
+    local l, gx, gw = crit(x, w, y)
+    local lr, gxr, gwr = F.arc_face_fused(x, w, y, with(opts, { seed = 41 }))
+    assert.are.equal(lr, l)
+    H.assert_equal(gx, gxr)
+    H.assert_equal(gw, gwr)
+    assert.are.equal(42, crit.seed)
+    -- forward and backward of one step: one sample (seed 42), then seed 43
+    local lf = crit:forward(x, w, y)
+    assert.are.equal(42, crit.seed)
+    local bx, bw = crit:backward(x, w, y)
+    local l42, g42x, g42w = F.arc_face_fused(x, w, y, with(opts, { seed = 42 }))
+    assert.are.equal(l42, lf)
+    H.assert_equal(bx, g42x)
+    H.assert_equal(bw, g42w)
+    assert.are.equal(43, crit.seed)
+    -- every class (rate 1) draws nothing: the seed stays
+    local full = ploss.ArcFaceLoss { s = 8, seed = 9 }
+    full(x, w, y)
+    assert.are.equal(9, full.seed)
+    -- the largest seed wraps to the smallest
+    local top = ploss.AMSoftmaxLoss { sample_rate = 0.5, seed = 2 ^ 53 - 1 }
+    top(x, w, y)
+    assert.are.equal(-(2 ^ 53 - 1), top.seed)
+  end)
+
+  it("PartialFCLoss has Torch7's criterion methods: clone (its margin criterion too), clearState, the device " ..
+     "and dtype methods, forward_tensor", function()
+    local x, w, y = inputs(6, 20, 4, 121)
+    local m = ploss.AMSoftmaxLoss { s = 8 }
+    local crit = ploss.PartialFCLoss { margin = m, sample_rate = 0.3, seed = 3 }
+    local c = crit:clone()
+    assert.are_not.equal(m, c.margin)
+    assert.are.equal(8, c.margin.s)
+    assert.are.equal(3, c.seed)
+    assert.are.equal(c, c:float())
+    assert.are.equal(c, c:double():cpu())
+    local l, gx, gw = crit(x, w, y)
+    local lc, gxc, gwc = c(x, w, y)
+    assert.are.equal(l, lc)
+    H.assert_equal(gx, gxc)
+    H.assert_equal(gw, gwc)
+    assert.are.equal(crit.seed, c.seed)
+    assert.are.equal(c, c:clearState())
+    assert.is_nil(rawget(c, "gradInput"))
+    local lt = c:forward_tensor(x, w, y)
+    assert.is_true(ploss.is_tensor(lt))
+    assert.are.equal(F.am_softmax(x, w, y, { s = 8, sample_rate = 0.3, seed = 4 }), lt:item())
+  end)
+
   it("PartialFCLoss reads its margin criterion at each call and never writes it; its fields are checked", function()
     local x, w, y = inputs(6, 10, 4, 131)
     local a = ploss.ArcFaceLoss { s = 8 }

@@ -221,16 +221,16 @@ local function resolve(d, user, extra, where, own_keys)
           ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, t.name, i, type(v[i])))
         end
       end
-      if t.what == "weight" then
-        -- class weights: a NaN or an infinity gives no meaningful loss, nor a negative one
-        -- where the description says so (Dice); negative weights are PyTorch's to take
-        -- elsewhere (a weight tensor's values are not read on the host: CUDA would need a
-        -- synchronisation)
+      if t.what == "weight" or t.what == "factor" then
+        -- class weights and factors (focal α): a NaN or an infinity gives no meaningful
+        -- loss, nor a negative one where the description says so (Dice); negative values
+        -- are PyTorch's to take elsewhere (a tensor's values are not read on the host: CUDA
+        -- would need a synchronisation)
         local low = t.nonnegative and 0 or -math.huge
         for i = 1, n do
           if not (v[i] >= low and v[i] > -math.huge and v[i] < math.huge) then
-            ploss.raise(string.format("%s: opts.%s: the weight %s of class %d is not a finite number%s", where,
-              t.name, show(v[i]), i - 1, t.nonnegative and " >= 0" or ""))
+            ploss.raise(string.format("%s: opts.%s: the %s %s of class %d is not a finite number%s", where,
+              t.name, t.what, show(v[i]), i - 1, t.nonnegative and " >= 0" or ""))
           end
         end
       end
@@ -571,6 +571,16 @@ local function build_multi(d)
     if msg then ploss.raise(string.format("%s: %s (PLOSS_ERR_INVALID_ARGUMENT)", where, msg)) end
   end
 
+  -- A criterion that draws a sample of the classes (sample_rate < 1, the margin losses'
+  -- Partial FC) draws anew at each step: its seed advances by one after each backward and
+  -- fused call, so a forward and the backward after it see the same classes (PartialFCLoss
+  -- does the same; the functional calls take the seed as given).
+  local draws = false
+  for _, opt in ipairs(d.lua_options) do draws = draws or opt.name == "sample_rate" end
+  local function step_seed(self, o)
+    if draws and o.sample_rate < 1 then self.seed = nn.next_seed(o.seed) end
+  end
+
   -- The call's tensors by role from the positional arguments; raises naming a missing one.
   -- ±1 labels may be a number (Torch7's form for one pair): a 0-d tensor of it on the
   -- inputs' device.
@@ -811,6 +821,7 @@ local function build_multi(d)
     ploss.check(run("backward", x:context(), t), d.name .. "_backward", CRIT_NAMES)
     for _, v in ipairs(g) do v:bump_version() end
     self.gradInput = g
+    step_seed(self, o)
     return unpack(g)
   end
   function cls:updateGradInput(...)
@@ -844,6 +855,7 @@ local function build_multi(d)
     for _, v in ipairs(g) do v:bump_version() end
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     self.gradInput = g
+    step_seed(self, o)
     local r = { unpack(g) }
     for _, v in ipairs(outs) do r[#r + 1] = v end
     return self.output, unpack(r)

@@ -29,11 +29,7 @@ return function(ploss)
   -- the options this criterion sets on its private one (the draw's and the sharding's); the
   -- margin criterion's others are read from it at each call
   local OWN = { sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
-  local SEED_MAX = 2 ^ 53 - 1                       -- a seed that still advances by one exactly
-  -- the seed after a step: one more, wrapping from the largest to the smallest
-  local function next_seed(seed)
-    return seed >= SEED_MAX and -SEED_MAX or seed + 1
-  end
+  local SEED_MAX, next_seed = nn.SEED_MAX, nn.next_seed
 
   -- The description of `margin`, an instance of a margin softmax criterion (one that draws:
   -- not the linear cross-entropy, not a class), whose own draw options are left at their
@@ -158,6 +154,35 @@ return function(ploss)
     self.seed = next_seed(self.seed)
     self.output = r[1]
     return unpack(r)
+  end
+
+  -- Torch7's methods: the device and dtype methods act on the margin criterion and the private
+  -- one; clone copies the margin criterion too (and the sharding); clearState the private one's
+  -- buffers.
+  nn.torch7_methods(cls, "PartialFCLoss")
+  function cls:to(device)
+    nn.check_self(self, "PartialFCLoss", "to")
+    self.margin:to(device)
+    self._inner:to(device)
+    return self
+  end
+  function cls:cuda() nn.check_self(self, "PartialFCLoss", "cuda") return self:to("cuda") end
+  function cls:cpu() nn.check_self(self, "PartialFCLoss", "cpu") return self:to("cpu") end
+  function cls:clone()
+    nn.check_self(self, "PartialFCLoss", "clone")
+    local c = self._inner
+    return cls { margin = self.margin:clone(), sample_rate = self.sample_rate, seed = self.seed, comm = c.comm,
+                 scale_grad_x_by_ranks = c.scale_grad_x_by_ranks }
+  end
+  function cls:clearState()
+    nn.check_self(self, "PartialFCLoss", "clearState")
+    self._inner:clearState()
+    rawset(self, "gradInput", nil)
+    return self
+  end
+  function cls:forward_tensor(...)
+    nn.check_self(self, "PartialFCLoss", "forward_tensor")
+    return call(self, "forward_tensor", ...)[1]
   end
 
   function cls:tostring()

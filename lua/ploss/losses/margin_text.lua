@@ -31,7 +31,9 @@ M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
     "in all, or the batch's classes where they are more (rate 1: every class; InsightFace draws ⌊C·rate⌋)" }
 M.seed = { "seed", "int64", 0,
   doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every " ..
-    "device; with comm each rank draws among its own block)" }
+    "device; with comm each rank draws among its own block); a criterion advances it by one after each " ..
+    "backward and fused call with sample_rate < 1, so each step draws anew and a forward and its backward " ..
+    "alike (as PartialFCLoss); the functional calls take it as given" }
 
 M.comm = { "comm", "comm", false,
   doc = "shard the classes over the communicator's ranks: weight holds this rank's block of " ..
