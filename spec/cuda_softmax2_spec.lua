@@ -683,6 +683,32 @@ describe("CUDA OHEM against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  it("keeps a sample of a NaN or infinite logit as the hardest, as the CPU: the loss is NaN", function()
+    -- N×C rows and 1×C×S pixels (the device's two mining layouts); two poisoned samples
+    local x = ploss.randn({ 1, 5, 300 }, { dtype = "f32", std = 0.1, seed = 74 })
+    local y = make_labels({ 1, 5, 300 }, false, 255, "i64", 75):cpu()
+    local xv = x:totable()
+    xv[1][y:totable()[1][17] + 1][17] = 0 / 0
+    xv[1][1][250] = math.huge
+    local x3 = ploss.tensor(xv, { dtype = "f32" })
+    for _, xy in ipairs { { x3, y }, { x3:view({ 5, 300 }):t():contiguous(), y:view({ 300 }) } } do
+      for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
+        for _, n_min in ipairs { 0, 3, -1 } do
+          local o = { score_thresh = 0.1, n_min = n_min, reduction = "none" }
+          local want = F[fname](xy[1], xy[2], o)
+          local nan = 0
+          for _, v in ipairs(H.values(want)) do nan = nan + (v ~= v and 1 or 0) end
+          assert.are.equal(2, nan, fname .. " n_min " .. n_min .. ": the CPU's NaN samples")
+          -- NaN where the CPU has NaN, the CPU's values elsewhere
+          close(F[fname](xy[1]:to(DEV), xy[2]:to(DEV), o), want, 1e-5, 0, fname .. " n_min " .. n_min)
+          o.reduction = "mean"
+          local l = F[fname](xy[1]:to(DEV), xy[2]:to(DEV), o)
+          assert.is_true(l ~= l, fname .. " mean")
+        end
+      end
+    end
+  end)
+
   it("in place gives the numbers of the out-of-place pass", function()
     local x = ploss.randn({ 2, 19, 32, 32 }, { device = DEV, seed = 72 })
     local y = make_labels({ 2, 19, 32, 32 }, true, 255, "i64", 73)
