@@ -2270,11 +2270,14 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * segments in batches of up to four with CUB's radix sort on 32-bit (segment slot, f32 error)
  * keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and keeps at
  * most about the input's size in its workspace (f32; f16/bf16: about 4× their input, the
- * weights being f32); nothing of size C × pixels is kept after the call. It ranks f64 inputs
- * by their errors rounded to f32 (equal there: by pixel index); the loss and the gradient are
- * computed in f64. class_ids is a set: a class listed twice counts once (Berman et al.'s loop
- * would count it twice), and an empty list gives 0. With per_image the 'mean' of an empty batch
- * (no group) is 0, Berman et al.'s mean of nothing.
+ * weights being f32); nothing of size C × pixels is kept after the call. On CUDA f64 inputs
+ * are ranked by their errors rounded to f32 (equal there: by pixel index), the loss and the
+ * gradient computed in f64; the CPU ranks them by their f64 errors. The loss does not depend on
+ * the order of tied errors, the gradient does: where two errors differ only below f32's
+ * precision the backends may give the gradients of two such orders. class_ids is a set: a class
+ * listed twice counts once (Berman et al.'s loop would count it twice), and an empty list gives
+ * 0. With per_image the 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of
+ * nothing.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2458,7 +2461,9 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * gives ℓ_n (shape [N]).
  *
  * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
- * group, R_c the group's number of valid pixels of class c.
+ * group, R_c the group's number of valid pixels of class c. Those weights are small (R_c counts
+ * pixels), so the default smooth = 1 outweighs the weighted sums at realistic sizes and
+ * flattens the loss: with 'sudre' give a small smooth (MONAI's GeneralizedDiceLoss uses 1e-5).
  *
  * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
@@ -2529,7 +2534,9 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * 'sum' give it as it is).
  *
  * Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes 1/R_c² per
- * group, R_c the group's number of valid pixels of class c.
+ * group, R_c the group's number of valid pixels of class c. Those weights are small (R_c counts
+ * pixels), so the default smooth = 1 outweighs the weighted sums at realistic sizes and
+ * flattens the loss: with 'sudre' give a small smooth (MONAI's GeneralizedDiceLoss uses 1e-5).
  *
  * Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL). The reference's
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
@@ -3174,7 +3181,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  * back only when the batch has at least as many rows as the sample has classes. No state is
  * kept: backward recomputes the tiles. f16 on CUDA: the gradient tile of the GEMMs is f16, so
  * an angular margin's derivative near |cos| = 1 (up to s·sin m2 / 1e-6) overflows it and the
- * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32.
+ * gradient of such a row is NaN; train ArcFace-style margins in bf16 or f32. CosFaceLoss is
+ * this criterion under CosFace's name, with AM-softmax's defaults (s = 30, m = 0.35);
+ * InsightFace trains CosFace with s = 64, m = 0.4: give them.
  *
  * in  x           N×D embeddings; f32/f16/bf16/f64 (f64 on the CPU only), any strides; x and
  *                 weight of one dtype and one D, C >= 2.

@@ -824,8 +824,11 @@ local function gen_docs()
       w("`crit:forward(%s)` returns the loss, `crit:backward(%s [, gradOutput])` the gradients " ..
         "%s (one per input, in argument order), and `crit(%s [, scale])` the loss " ..
         "followed by those gradients from one fused pass; `ploss.F.%s_backward(%s, gradOutput, " ..
-        "opts)` and `_fused(%s, opts)` return the same.", call_args, call_args, table.concat(grads, ", "),
-        call_args, d.name, call_args, call_args)
+        "opts)` and `_fused(%s, opts)` return the same.  The criterion writes each gradient into a buffer of "..
+        "its own, reused by its next call of the same sizes (clone one to keep it), or into a tensor of yours: " ..
+        "`%s` (options of the constructor, fields of the criterion, options of the functions), of the input's " ..
+        "shape and dtype, which the call then returns.", call_args, call_args, table.concat(grads, ", "),
+        call_args, d.name, call_args, call_args, table.concat(grads, " = t`, `") .. " = t")
       for _, t in ipairs(d.tensors) do
         if t.grad then
           w("With the tensor option `%s` given (`crit.%s = t`, or `opts.%s` of the functions), its gradient " ..

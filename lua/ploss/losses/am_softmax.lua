@@ -23,5 +23,8 @@ return {
   },
   formula = M.formula("cos θ − m", nil, nil),
   gradient = M.gradient("φ′ = 1: the margin only shifts the target's cosine."),
-  notes = M.notes,
+  notes = M.notes .. [[
+
+CosFaceLoss is this criterion under CosFace's name, with AM-softmax's defaults (s = 30,
+m = 0.35); InsightFace trains CosFace with s = 64, m = 0.4: give them.]],
 }

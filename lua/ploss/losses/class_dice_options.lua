@@ -34,7 +34,10 @@ dice.weights_text = [[
 
 
 Class weights: 'given' takes the weight tensor (1 without one); 'sudre' takes
-1/R_c² per group, R_c the group's number of valid pixels of class c.]]
+1/R_c² per group, R_c the group's number of valid pixels of class c.  Those weights are
+small (R_c counts pixels), so the default smooth = 1 outweighs the weighted sums at
+realistic sizes and flattens the loss: with 'sudre' give a small smooth (MONAI's
+GeneralizedDiceLoss uses 1e-5).]]
 
 dice.gradient = [[
 With num = 2·Σ_c w_c·A_c + smooth and den = Σ_c w_c·B_c + smooth of the pixel's group,

@@ -66,8 +66,10 @@ class) segments in batches of up to four with CUB's radix sort on 32-bit (segmen
 error) keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and
 keeps at most about the input's size in its workspace (f32; f16/bf16: about 4× their input,
 the weights being f32); nothing of size C × pixels is kept after the call.
-It ranks f64 inputs by their errors rounded to f32 (equal there: by pixel index); the loss
-and the gradient are computed in f64.  class_ids is a set: a class listed twice counts once
+On CUDA f64 inputs are ranked by their errors rounded to f32 (equal there: by pixel index),
+the loss and the gradient computed in f64; the CPU ranks them by their f64 errors.  The loss
+does not depend on the order of tied errors, the gradient does: where two errors differ
+only below f32's precision the backends may give the gradients of two such orders.  class_ids is a set: a class listed twice counts once
 (Berman et al.'s loop would count it twice), and an empty list gives 0.  With per_image the
 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of nothing.]],
 }
