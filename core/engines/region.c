@@ -134,7 +134,7 @@ static ploss_status check_class_ids(ploss_ctx_t *ctx, const DLTensor *ids, int l
         const double c = ploss_load(v->data, v->dtype, k * (v->ndim ? v->strides[0] : 0));
         if (!(c >= 0.0 && c < (double)C && c == floor(c)))
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                               "class_ids: element %lld = %s is not a class index in [0, %lld)", (long long)k,
+                               "class_ids: element %lld (from 0) = %s is not an integer class index in [0, %lld)", (long long)k,
                                PLOSS_SHOWN(c), (long long)C);
     }
     return PLOSS_OK;
