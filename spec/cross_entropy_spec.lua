@@ -541,7 +541,7 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     all_passes_fail(ploss.randint(0, 5, { 4, 5 }), ploss.randint(0, 5, { 4 }), {},
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     all_passes_fail(x, ploss.randint(0, 5, { 4 }, { dtype = "u8" }), {},
-      "target: expected class indices (i64 or i32) or probabilities (float), got u8")
+      "target: expected class indices (i64 or i32) or probabilities (float), got u8 (convert them, e.g. target:long())")
   end)
 
   it("labels >= C or < 0 that are not ignore_index", function()

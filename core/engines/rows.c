@@ -74,12 +74,14 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
         return ploss_error(PLOSS_ERR_DTYPE,
                            "target: class indices must be i64 or i32, got %s (convert them, e.g. target:long())",
                            ploss_dtype_name(t->dtype));
+    /* other integers (u8 label maps): the conversion that reads them */
+    const char *hint = ploss_dtype_is_float(t->dtype) ? "" : " (convert them, e.g. target:long())";
     if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES)
         return ploss_error(PLOSS_ERR_DTYPE,
-                           "target: expected class indices (i64 or i32) or probabilities (float), got %s",
-                           ploss_dtype_name(t->dtype));
-    return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices of dtype i64 or i32, got %s",
-                       ploss_dtype_name(t->dtype));
+                           "target: expected class indices (i64 or i32) or probabilities (float), got %s%s",
+                           ploss_dtype_name(t->dtype), hint);
+    return ploss_error(PLOSS_ERR_DTYPE, "target: expected class indices of dtype i64 or i32, got %s%s",
+                       ploss_dtype_name(t->dtype), hint);
 }
 
 /* The class lists of a multi-label margin target on the CPU: every entry before a row's
