@@ -460,8 +460,12 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 
 /* Tile `tile` of sample n: its partial sums per class into w.partial.  Class c + 1's values
  * are loaded while class c is summed; the warps' sums of up to CLASS_CHUNK classes wait in
- * shared memory for one barrier, then thread k adds class k's in warp order. */
-template <class T, bool BINARY, bool FLAT>
+ * shared memory for one barrier, then thread k adds class k's in warp order.
+ * EARLY: class 0's loads are issued before the labels' (one memory latency a tile instead of
+ * two: the two kernels, softdice 8×19×512×512 −2.7 % on an H100); the one-launch kernel
+ * issues them after (with them first it measured 2.7 % slower on softdice 16×512×512, whose
+ * sums run at the H100's DRAM bandwidth already; bench/RESULTS.md).  Same values either way. */
+template <class T, bool BINARY, bool FLAT, bool EARLY>
 __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t tiles,
                                           int64_t *error_slot, const Work<acc_t<T>> &w,
                                           Sums<acc_t<T>> (&red)[CLASS_CHUNK][WARPS])
@@ -474,8 +478,11 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
     const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
-    load_class<T, A, FLAT>(x, xo, 0, vec, lab, v); /* in flight with the labels' loads */
+    if (EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v); /* in flight with the labels' loads */
     load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
+    if (!EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
     const A e = (A)p.exponent;
     bool counted[PPT];
     counted_pixels(p, lab, counted);
@@ -551,14 +558,14 @@ template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, i
 }
 
 /* The gradient of tile `tile` of sample n, class c + 1's values loaded while class c's
- * gradient is formed.  SAME_LAUNCH: the coefficients were written in this launch (by the
+ * gradient is formed (EARLY as in tile_sums).  SAME_LAUNCH: the coefficients were written in this launch (by the
  * block that arrived last at the barrier), so they are read past the L1; otherwise through
  * it, as a kernel's input. */
 template <class A, bool SAME_LAUNCH> __device__ __forceinline__ A coefficient(const A *v)
 {
     return SAME_LAUNCH ? __ldcg(v) : *v;
 }
-template <class T, bool BINARY, bool FLAT, bool SAME_LAUNCH>
+template <class T, bool BINARY, bool FLAT, bool SAME_LAUNCH, bool EARLY>
 __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t n, int64_t tile,
                                           const Work<acc_t<T>> &w)
 {
@@ -571,8 +578,11 @@ __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t
     const bool vx = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss),
                vg = vector_runs<T, FLAT>(p, p.grad, p.g_sn, p.g_sc, p.g_ss);
     const T *x = (const T *)p.x;
-    load_class<T, A, FLAT>(x, xo, 0, vx, lab, v); /* in flight with the labels' loads */
+    if (EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vx, lab, v); /* in flight with the labels' loads */
     load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
+    if (!EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vx, lab, v);
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = coefficient<A, SAME_LAUNCH>(w.alpha + g),
             beta = coefficient<A, SAME_LAUNCH>(w.beta + g);
@@ -611,7 +621,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const int64_t n = blk / groups, first = (int64_t)(blk % groups) * group, end = min(first + group, tiles);
     const int warp = threadIdx.x / 32;
     for (int64_t tile = first; tile < end; ++tile)
-        tile_sums<T, BINARY, FLAT>(p, n, tile, tiles, error_slot, w, red);
+        tile_sums<T, BINARY, FLAT, true>(p, n, tile, tiles, error_slot, w, red);
 
     /* the last block of sample n to arrive adds its partials, tile by tile */
     if (threadIdx.x == 0) {
@@ -642,7 +652,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
 {
     const unsigned b = gridDim.x - 1 - blockIdx.x, bt = (unsigned)tiles;
-    tile_grad<T, BINARY, FLAT, false>(p, b / bt, b % bt, w);
+    tile_grad<T, BINARY, FLAT, false, true>(p, b / bt, b % bt, w);
 }
 
 /* The barrier of a cooperative launch (every block resident) on the context's arrival
@@ -697,7 +707,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
     const unsigned total = (unsigned)(p.N * tiles), bt = (unsigned)tiles, G = gridDim.x;
     for (unsigned k = blockIdx.x; k < total; k += G)
-        tile_sums<T, BINARY, FLAT>(p, k / bt, k % bt, tiles, error_slot, w, red);
+        tile_sums<T, BINARY, FLAT, false>(p, k / bt, k % bt, tiles, error_slot, w, red);
     /* the last block to arrive: a warp per (sample, class) adds its tiles' partials (at most
      * kOneLaunchValues / TILE of them in all), then the groups */
     grid_barrier_last(ticket, [&] {
@@ -708,7 +718,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     });
     if (p.pass != PLOSS_PASS_FORWARD && blockIdx.x < total)
         for (unsigned k = blockIdx.x + (total - 1 - blockIdx.x) / G * G;; k -= G) {
-            tile_grad<T, BINARY, FLAT, true>(p, k / bt, k % bt, w);
+            tile_grad<T, BINARY, FLAT, true, false>(p, k / bt, k % bt, w);
             if (k < G)
                 break;
         }
