@@ -784,6 +784,18 @@ describe("margin softmax losses", function()
     local p, gp = head:parameters()
     assert.are.equal(head.weight, p[1])
     assert.are.equal(head.gradWeight, gp[1])
+    -- a clone: copies of the centres, their gradient and the criterion; the next call of each
+    -- gives the same numbers
+    local c = head:clone()
+    assert.are_not.equal(head.weight, c.weight)
+    assert.are_not.equal(head.criterion, c.criterion)
+    H.assert_equal(c.weight, head.weight)
+    H.assert_equal(c.gradWeight, head.gradWeight)
+    local lc = c(x, y)
+    assert.are.equal(l, lc)
+    head:zeroGradParameters()
+    H.assert_equal(head.gradWeight, ploss.zeros({ 6, 4 }, { dtype = "f64" }))
+    H.assert_equal(c.gradWeight, gwr)
     -- the scores' argmax is the largest cosine
     local U, V = normalise(rows(x)), normalise(rows(head.weight))
     local scores = rows(head:forward(x))

@@ -316,6 +316,23 @@ return function(ploss)
 
   function Head:parameters() return { self.weight }, { self.gradWeight } end
 
+  -- Torch7's module methods a training loop calls: gradWeight is written (not added to) by
+  -- each fused call, so zeroing it only matters to a loop that reads it between steps
+  function Head:zeroGradParameters()
+    nn.check_self(self, "MarginSoftmax", "zeroGradParameters", "head")
+    self.gradWeight:zero()
+  end
+  -- a head of the same sizes with copies of the centres, their gradient and the criterion
+  function Head:clone()
+    nn.check_self(self, "MarginSoftmax", "clone", "head")
+    check_head(self)
+    local c = Head { self.in_features, self.classes, criterion = self.criterion:clone(),
+                     dtype = self.weight:dtype(), device = self.weight:device() }
+    c.weight:copy(self.weight)
+    c.gradWeight:copy(self.gradWeight)
+    return c
+  end
+
   function Head:tostring()
     return string.format("ploss.nn.MarginSoftmax(%d -> %d classes, %s)", self.in_features, self.classes,
       tostring(self.criterion))
