@@ -345,8 +345,11 @@ static ploss_status barrier(ploss_comm_t *c, const char *what)
 
 void ploss_comm_opts_init(ploss_comm_opts *opts)
 {
-    if (opts)
-        opts->timeout = DEFAULT_TIMEOUT;
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof *opts);
+    opts->timeout = DEFAULT_TIMEOUT;
+    opts->opts_tag = PLOSS_OPTS_TAG;
 }
 
 ploss_status ploss_comm_unique_id(ploss_comm_id *out)
@@ -562,6 +565,8 @@ ploss_status ploss_comm_init(ploss_ctx_t *ctx, int nranks, int rank, const ploss
     ploss_comm_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_comm_opts_init");
     if (!(o.timeout > 0) || isinf(o.timeout))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.timeout: expected a finite number of seconds > 0, got %s",

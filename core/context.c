@@ -72,8 +72,11 @@ void ploss_ctx_destroy(ploss_ctx_t *ctx)
 
 DLDevice ploss_ctx_device(const ploss_ctx_t *ctx)
 {
-    DLDevice none = {.device_type = kDLCPU, .device_id = 0};
-    return ctx ? ctx->device : none;
+    ploss_clear_error();
+    if (ctx)
+        return ctx->device;
+    ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    return (DLDevice){.device_type = (DLDeviceType)0, .device_id = -1}; /* no device */
 }
 
 ploss_status ploss_ctx_set_stream(ploss_ctx_t *ctx, void *stream)
@@ -101,7 +104,14 @@ ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic)
     return PLOSS_OK;
 }
 
-int ploss_ctx_deterministic(const ploss_ctx_t *ctx) { return ctx ? ctx->deterministic : 1; }
+int ploss_ctx_deterministic(const ploss_ctx_t *ctx)
+{
+    ploss_clear_error();
+    if (ctx)
+        return ctx->deterministic;
+    ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    return -1;
+}
 
 ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
 {

@@ -48,6 +48,16 @@ const char *ploss_shown_text(char *buf, size_t len, double v)
     return buf;
 }
 
+ploss_status ploss_check_opts_tag(uint32_t tag, const char *init)
+{
+    if (tag == PLOSS_OPTS_TAG)
+        return PLOSS_OK;
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                       "opts: not filled by %s() (opts_tag is 0x%08x): call it first, then set the fields you "
+                       "change; a struct filled by hand would have 0, not the defaults, in the others",
+                       init, (unsigned)tag);
+}
+
 ploss_status ploss_check_flag(int v, const char *name)
 {
     if (v == 0 || v == 1)

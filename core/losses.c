@@ -22,6 +22,7 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *o)
     o->smoothing_convention = PLOSS_SMOOTHING_PYTORCH;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec cross_entropy_spec = {
@@ -46,7 +47,10 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_cross_entropy_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -100,6 +104,7 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec binary_cross_entropy_with_logits_spec = {
@@ -123,7 +128,10 @@ static ploss_status binary_cross_entropy_with_logits(ploss_ctx_t *ctx, ploss_pas
     ploss_binary_cross_entropy_with_logits_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_binary_cross_entropy_with_logits_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -174,6 +182,7 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *o)
     o->convention = PLOSS_FOCAL_TORCHVISION;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec sigmoid_focal_spec = {
@@ -192,7 +201,10 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_sigmoid_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_sigmoid_focal_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -249,6 +261,7 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *o)
     o->gamma = 2.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec softmax_focal_spec = {
@@ -273,7 +286,10 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_softmax_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_softmax_focal_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -326,6 +342,7 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *o)
     o->eps = 1e-5;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec dual_focal_spec = {
@@ -346,7 +363,10 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_dual_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_dual_focal_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -398,6 +418,7 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *o)
     o->lam = 0.3;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec large_margin_softmax_spec = {
@@ -419,7 +440,10 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_large_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_large_margin_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -471,6 +495,7 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *o)
     o->n = 2;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec taylor_cross_entropy_spec = {
@@ -491,7 +516,10 @@ static ploss_status taylor_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_taylor_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_taylor_cross_entropy_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -543,6 +571,7 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *o)
     o->ignore_index = -100;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec pc_softmax_cross_entropy_spec = {
@@ -567,7 +596,10 @@ static ploss_status pc_softmax_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_pc_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_pc_softmax_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -619,6 +651,7 @@ void ploss_ohem_opts_init(ploss_ohem_opts *o)
     o->lam = 0.3;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec ohem_cross_entropy_spec = {
@@ -637,7 +670,10 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_ohem_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -700,7 +736,10 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_ohem_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -760,6 +799,7 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *o)
     o->soft_margin = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec triplet_margin_spec = {
@@ -782,7 +822,10 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_triplet_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_triplet_margin_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -848,6 +891,7 @@ void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *o)
     o->distance = PLOSS_PAIR_DISTANCE_EUCLIDEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec batch_hard_triplet_spec = {
@@ -869,7 +913,10 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_batch_hard_triplet_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_batch_hard_triplet_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -928,6 +975,7 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *o)
     o->comm = NULL;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec info_nce_spec = {
@@ -949,7 +997,10 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_info_nce_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_info_nce_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1007,6 +1058,7 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *o)
     o->ciou_gradient = PLOSS_CIOU_GRADIENT_EXACT;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec box_iou_loss_spec = {
@@ -1030,7 +1082,10 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1098,7 +1153,10 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1166,7 +1224,10 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1234,7 +1295,10 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1290,6 +1354,7 @@ void ploss_mse_loss_opts_init(ploss_mse_loss_opts *o)
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec mse_loss_spec = {
@@ -1308,7 +1373,10 @@ static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_mse_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_mse_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1353,6 +1421,7 @@ void ploss_l1_loss_opts_init(ploss_l1_loss_opts *o)
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec l1_loss_spec = {
@@ -1371,7 +1440,10 @@ static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     ploss_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_l1_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1417,6 +1489,7 @@ void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *o)
     o->beta = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec smooth_l1_loss_spec = {
@@ -1435,7 +1508,10 @@ static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_smooth_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_smooth_l1_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1485,6 +1561,7 @@ void ploss_huber_loss_opts_init(ploss_huber_loss_opts *o)
     o->delta = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec huber_loss_spec = {
@@ -1503,7 +1580,10 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_huber_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_huber_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1552,6 +1632,7 @@ void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *o)
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec binary_cross_entropy_spec = {
@@ -1574,7 +1655,10 @@ static ploss_status binary_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_binary_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_binary_cross_entropy_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1621,6 +1705,7 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *o)
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec soft_margin_loss_spec = {
@@ -1639,7 +1724,10 @@ static ploss_status soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_soft_margin_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1686,6 +1774,7 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *o)
     o->log_target = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec kl_div_spec = {
@@ -1704,7 +1793,10 @@ static ploss_status kl_div(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_a
     ploss_kl_div_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_kl_div_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if ((st = ploss_check_flag(o.log_target, "opts.log_target")))
@@ -1750,6 +1842,7 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *o)
     o->margin = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec hinge_embedding_loss_spec = {
@@ -1768,7 +1861,10 @@ static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_hinge_embedding_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1818,6 +1914,7 @@ void ploss_nll_loss_opts_init(ploss_nll_loss_opts *o)
     o->ignore_index = -100;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec nll_loss_spec = {
@@ -1840,7 +1937,10 @@ static ploss_status nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_nll_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1889,6 +1989,7 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *o)
     o->margin = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec multi_margin_loss_spec = {
@@ -1911,7 +2012,10 @@ static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_multi_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multi_margin_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1967,6 +2071,7 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *o)
     o->ignore_index = -100;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec lovasz_softmax_spec = {
@@ -1989,7 +2094,10 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_lovasz_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_lovasz_softmax_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2046,6 +2154,7 @@ void ploss_soft_dice_opts_init(ploss_soft_dice_opts *o)
     o->per_sample = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec soft_dice_spec = {
@@ -2064,7 +2173,10 @@ static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     ploss_soft_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_soft_dice_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2123,6 +2235,7 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *o)
     o->class_weights = PLOSS_DICE_WEIGHTS_GIVEN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec generalized_soft_dice_spec = {
@@ -2145,7 +2258,10 @@ static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_class_dice_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2217,7 +2333,10 @@ static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_class_dice_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2282,6 +2401,7 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *o)
     o->divergence = PLOSS_AFFINITY_KL;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec affinity_field_spec = {
@@ -2300,7 +2420,10 @@ static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_affinity_field_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_affinity_field_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2361,6 +2484,7 @@ void ploss_affinity_opts_init(ploss_affinity_opts *o)
     o->ignore_index = -100;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec affinity_spec = {
@@ -2379,7 +2503,10 @@ static ploss_status affinity(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_affinity_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_affinity_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2429,6 +2556,7 @@ void ploss_margin_ranking_loss_opts_init(ploss_margin_ranking_loss_opts *o)
     o->margin = 0.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec margin_ranking_loss_spec = {
@@ -2451,7 +2579,10 @@ static ploss_status margin_ranking_loss(ploss_ctx_t *ctx, ploss_pass pass, const
     ploss_margin_ranking_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_margin_ranking_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2502,6 +2633,7 @@ void ploss_cosine_embedding_loss_opts_init(ploss_cosine_embedding_loss_opts *o)
     o->margin = 0.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec cosine_embedding_loss_spec = {
@@ -2524,7 +2656,10 @@ static ploss_status cosine_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_cosine_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_cosine_embedding_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2586,6 +2721,7 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *o)
     o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec combined_margin_spec = {
@@ -2608,7 +2744,10 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_combined_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_combined_margin_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2694,6 +2833,7 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *o)
     o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec am_softmax_spec = {
@@ -2716,7 +2856,10 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_am_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_am_softmax_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2793,6 +2936,7 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *o)
     o->scale_grad_x_by_ranks = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec arc_face_spec = {
@@ -2815,7 +2959,10 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_arc_face_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_arc_face_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2894,6 +3041,7 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *o)
     o->tile_rows = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec linear_cross_entropy_spec = {
@@ -2920,7 +3068,10 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_linear_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_linear_cross_entropy_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2997,6 +3148,7 @@ void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *o)
     o->eps = 1e-8;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec poisson_nll_loss_spec = {
@@ -3015,7 +3167,10 @@ static ploss_status poisson_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_poisson_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_poisson_nll_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3070,6 +3225,7 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec multilabel_soft_margin_loss_spec = {
@@ -3092,7 +3248,10 @@ static ploss_status multilabel_soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pas
     ploss_multilabel_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multilabel_soft_margin_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3140,6 +3299,7 @@ void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *o
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec multilabel_margin_loss_spec = {
@@ -3158,7 +3318,10 @@ static ploss_status multilabel_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, co
     ploss_multilabel_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multilabel_margin_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3207,6 +3370,7 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
     o->swap = 0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec triplet_margin_with_distance_spec = {
@@ -3229,7 +3393,10 @@ static ploss_status triplet_margin_with_distance(ploss_ctx_t *ctx, ploss_pass pa
     ploss_triplet_margin_with_distance_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_triplet_margin_with_distance_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3289,6 +3456,7 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *o)
     o->eps = 1e-6;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec gaussian_nll_loss_spec = {
@@ -3311,7 +3479,10 @@ static ploss_status gaussian_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_gaussian_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_gaussian_nll_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3365,6 +3536,7 @@ void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *o)
     o->margin = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec hinge_loss_spec = {
@@ -3383,7 +3555,10 @@ static ploss_status hinge_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_hinge_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_hinge_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3433,6 +3608,7 @@ void ploss_l1_hinge_embedding_loss_opts_init(ploss_l1_hinge_embedding_loss_opts 
     o->margin = 1.0;
     o->scale = 1.0;
     o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static const ploss_loss_spec l1_hinge_embedding_loss_spec = {
@@ -3455,7 +3631,10 @@ static ploss_status l1_hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, c
     ploss_l1_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_l1_hinge_embedding_loss_opts_init");
+    if (st)
+        return st;
+    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)

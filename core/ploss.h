@@ -27,7 +27,8 @@
  *    which accumulates in f64), f64 for f64 inputs; gradients are written in the
  *    input's dtype; losses are f32 (f64 for f64 inputs).
  *  - Reductions are deterministic: the same inputs give bitwise the same results.
- *  - The library never aborts, exits, asserts or prints.
+ *  - The library never aborts, exits, asserts or prints (given valid pointers: a destroyed
+ *    context or freed memory is undefined behaviour, as in C).
  */
 #ifndef PLOSS_H
 #define PLOSS_H
@@ -42,6 +43,12 @@ extern "C" {
 
 /** Version of this ABI; init.lua refuses a library whose ploss_abi_version() differs. */
 #define PLOSS_ABI_VERSION 1
+
+/** The last field of every options struct, opts_tag, set by its _opts_init: the functions
+ * refuse (INVALID_ARGUMENT) a struct without it, as one filled by hand (`= {0}`, designated
+ * initialisers) has 0 in the fields it leaves out, not their defaults.  Fill a struct with its
+ * _opts_init, then set the fields to change; or pass NULL for every default. */
+#define PLOSS_OPTS_TAG 0x706c6f73u
 
 /* ------------------------------------------------------------------------------------ */
 /* Status and errors                                                                    */
@@ -124,10 +131,12 @@ typedef struct ploss_comm ploss_comm_t;
  *  UNSUPPORTED (CUDA requested, built without CUDA), CUDA, OUT_OF_MEMORY. */
 ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out);
 
-/** Destroy a context and its workspace (NULL is accepted). Synchronises its stream. */
+/** Destroy a context and its workspace (NULL is accepted). Synchronises its stream.  The
+ *  pointer is then invalid: passing it to any function (destroy included) is undefined
+ *  behaviour, as for free(). */
 void ploss_ctx_destroy(ploss_ctx_t *ctx);
 
-/** The context's device. */
+/** The context's device; ctx NULL: {0, -1} (no device) and ploss_last_error() says so. */
 DLDevice ploss_ctx_device(const ploss_ctx_t *ctx);
 
 /** Set the CUDA stream (a cudaStream_t passed as void *; NULL = legacy default stream).
@@ -139,7 +148,8 @@ void *ploss_ctx_stream(const ploss_ctx_t *ctx);
 
 /** Deterministic mode (default 1): fixed reduction order, no float atomics.  Every
  *  kernel in this version is deterministic; the flag is kept for faster future paths.
- *  deterministic: 0 or 1 (anything else: INVALID_ARGUMENT). */
+ *  deterministic: 0 or 1 (anything else: INVALID_ARGUMENT).  ploss_ctx_deterministic gives
+ *  the flag; ctx NULL: -1 and ploss_last_error() says so. */
 ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic);
 int ploss_ctx_deterministic(const ploss_ctx_t *ctx);
 
@@ -363,6 +373,7 @@ typedef struct ploss_sgd_opts {
     double dampening;    /* default 0                                                     */
     double weight_decay; /* L2 coefficient ≥ 0 added to the gradient, default 0          */
     int nesterov;        /* 0 or 1, default 0; 1 needs momentum > 0 and dampening = 0    */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_sgd_opts_init() */
 } ploss_sgd_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -396,6 +407,7 @@ typedef struct ploss_adam_opts {
     double weight_decay; /* ≥ 0, default 0                                                */
     int decoupled_weight_decay; /* 0: Adam (wd·p added to g); 1: AdamW (p ← p·(1 − lr·wd));
                                    no other value */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_adam_opts_init() */
 } ploss_adam_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -421,6 +433,7 @@ typedef struct ploss_ema_opts {
     double decay; /* d in [0, 1]; default 0.9999                                             */
     int warmup;   /* 1: d = min(decay, (1 + t)/(10 + t)) (TensorFlow's ExponentialMovingAverage
                      with num_updates); 0: d = decay; default 1                                */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_ema_opts_init() */
 } ploss_ema_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -458,6 +471,7 @@ typedef struct ploss_one_hot_opts {
     int64_t ignore_index;                            /* default -1 (pytorch-loss OnehotEncoder) */
     double label_smoothing;                          /* ε in [0, 1], default 0                  */
     ploss_smoothing_convention smoothing_convention; /* default PYTORCH (as cross-entropy)     */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_one_hot_opts_init() */
 } ploss_one_hot_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -491,6 +505,7 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
 typedef struct ploss_taylor_softmax_opts {
     int n;   /* order of the Taylor polynomial: even, 2 <= n <= 64; default 2          */
     int dim; /* the axis normalised over; negative counts from the end; default 1       */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_taylor_softmax_opts_init() */
 } ploss_taylor_softmax_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -568,6 +583,7 @@ typedef struct ploss_box_iou_opts {
     ploss_box_iou_kind kind;     /* default IOU                                          */
     double eps;                  /* ε of c² + ε and of CIoU's α, finite >= 0; 1e-7       */
     ploss_box_format box_format; /* of both box sets; default XYXY                       */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_box_iou_opts_init() */
 } ploss_box_iou_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -646,6 +662,7 @@ typedef enum ploss_reduce_op {
 typedef struct ploss_comm_opts {
     double timeout; /* seconds any wait may last (joining, a collective, a synchronisation),
                        finite > 0; default 300                                            */
+    uint32_t opts_tag; /* PLOSS_OPTS_TAG, set by ploss_comm_opts_init() */
 } ploss_comm_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */

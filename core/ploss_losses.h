@@ -51,6 +51,10 @@ typedef struct ploss_cross_entropy_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_cross_entropy_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_cross_entropy_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -141,6 +145,10 @@ typedef struct ploss_bce_with_logits_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_binary_cross_entropy_with_logits_opts_init(): every pass
+       refuses a struct without it (one filled by hand has 0, not the defaults above, in the
+       fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_bce_with_logits_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -232,6 +240,10 @@ typedef struct ploss_sigmoid_focal_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_sigmoid_focal_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_sigmoid_focal_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -300,6 +312,10 @@ typedef struct ploss_softmax_focal_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_softmax_focal_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_softmax_focal_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -381,6 +397,9 @@ typedef struct ploss_dual_focal_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_dual_focal_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_dual_focal_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -461,6 +480,10 @@ typedef struct ploss_large_margin_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_large_margin_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_large_margin_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -550,6 +573,10 @@ typedef struct ploss_taylor_cross_entropy_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_taylor_cross_entropy_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_taylor_cross_entropy_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -629,6 +656,9 @@ typedef struct ploss_pc_softmax_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_pc_softmax_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_pc_softmax_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -720,6 +750,9 @@ typedef struct ploss_ohem_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_ohem_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_ohem_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -864,6 +897,10 @@ typedef struct ploss_triplet_margin_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_triplet_margin_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_triplet_margin_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -975,6 +1012,10 @@ typedef struct ploss_batch_hard_triplet_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_batch_hard_triplet_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_batch_hard_triplet_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1074,6 +1115,9 @@ typedef struct ploss_info_nce_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_info_nce_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_info_nce_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1201,6 +1245,9 @@ typedef struct ploss_box_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_box_loss_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_box_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1563,6 +1610,9 @@ typedef struct ploss_mse_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_mse_loss_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_mse_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1621,6 +1671,9 @@ typedef struct ploss_l1_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_l1_loss_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_l1_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1682,6 +1735,10 @@ typedef struct ploss_smooth_l1_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_smooth_l1_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_smooth_l1_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1748,6 +1805,9 @@ typedef struct ploss_huber_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_huber_loss_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_huber_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1809,6 +1869,10 @@ typedef struct ploss_binary_cross_entropy_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_binary_cross_entropy_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_binary_cross_entropy_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1880,6 +1944,10 @@ typedef struct ploss_soft_margin_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_soft_margin_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_soft_margin_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -1943,6 +2011,9 @@ typedef struct ploss_kl_div_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_kl_div_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_kl_div_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2008,6 +2079,10 @@ typedef struct ploss_hinge_embedding_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_hinge_embedding_loss_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_hinge_embedding_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2073,6 +2148,9 @@ typedef struct ploss_nll_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_nll_loss_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_nll_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2145,6 +2223,10 @@ typedef struct ploss_multi_margin_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_multi_margin_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_multi_margin_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2235,6 +2317,10 @@ typedef struct ploss_lovasz_softmax_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_lovasz_softmax_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_lovasz_softmax_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2344,6 +2430,9 @@ typedef struct ploss_soft_dice_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_soft_dice_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_soft_dice_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2439,6 +2528,9 @@ typedef struct ploss_class_dice_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_class_dice_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_class_dice_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2625,6 +2717,10 @@ typedef struct ploss_affinity_field_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_affinity_field_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_affinity_field_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2712,6 +2808,9 @@ typedef struct ploss_affinity_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_affinity_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_affinity_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2793,6 +2892,10 @@ typedef struct ploss_margin_ranking_loss_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_margin_ranking_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_margin_ranking_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -2871,6 +2974,10 @@ typedef struct ploss_cosine_embedding_loss_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_cosine_embedding_loss_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_cosine_embedding_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3000,6 +3107,10 @@ typedef struct ploss_combined_margin_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_combined_margin_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_combined_margin_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3141,6 +3252,9 @@ typedef struct ploss_am_softmax_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_am_softmax_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_am_softmax_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3276,6 +3390,9 @@ typedef struct ploss_arc_face_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_arc_face_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_arc_face_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3418,6 +3535,10 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_linear_cross_entropy_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_linear_cross_entropy_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3561,6 +3682,10 @@ typedef struct ploss_poisson_nll_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_poisson_nll_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_poisson_nll_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3629,6 +3754,10 @@ typedef struct ploss_multilabel_soft_margin_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_multilabel_soft_margin_loss_opts_init(): every pass refuses
+       a struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_multilabel_soft_margin_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3698,6 +3827,10 @@ typedef struct ploss_multilabel_margin_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_multilabel_margin_loss_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_multilabel_margin_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3793,6 +3926,10 @@ typedef struct ploss_triplet_margin_with_distance_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_triplet_margin_with_distance_opts_init(): every pass refuses
+       a struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_triplet_margin_with_distance_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3889,6 +4026,10 @@ typedef struct ploss_gaussian_nll_loss_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_gaussian_nll_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
 } ploss_gaussian_nll_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -3980,6 +4121,9 @@ typedef struct ploss_hinge_loss_opts {
     /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
        the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_hinge_loss_opts_init(): every pass refuses a struct without
+       it (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
 } ploss_hinge_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */
@@ -4045,6 +4189,10 @@ typedef struct ploss_l1_hinge_embedding_loss_opts {
     /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
        written over; default 0 */
     int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_l1_hinge_embedding_loss_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
 } ploss_l1_hinge_embedding_loss_opts;
 
 /** Fill `opts` with the defaults listed in the struct. */

@@ -34,6 +34,18 @@ local function inputs_for(d, seed, dtype)
   return x, y1, y2
 end
 
+describe("Torch7's sizeAverage and PyTorch's size_average / reduce given to a constructor", function()
+  it("are answered with the reduction they mean", function()
+    H.expect_error(function() ploss.ClassNLLCriterion { sizeAverage = false } end,
+      "NLLLoss: unknown option 'sizeAverage' (known: ignore_index, inplace, reduction, weight); sizeAverage is " ..
+      "reduction here: reduction = 'sum' for sizeAverage = false, 'mean' for true")
+    H.expect_error(function() ploss.MSELoss { size_average = true } end,
+      "size_average is reduction here: reduction = 'sum' for size_average = false, 'mean' for true")
+    H.expect_error(function() ploss.CrossEntropyLoss { reduce = false } end,
+      "reduce is reduction here: reduction = 'none' for reduce = false")
+  end)
+end)
+
 describe("criteria built from the descriptions", function()
   it("refuse a constructor argument past the options (Torch7's positional sizeAverage, weights)", function()
     -- ClassNLLCriterion(nil, false) was Torch7's sum: ignoring the false gave the mean

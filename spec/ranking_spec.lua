@@ -747,6 +747,14 @@ describe("Torch7's forms of the pair criteria", function()
     assert.are.same(lse, rl[3]:totable())
   end)
 
+  it("takes a trailing nil as no argument, as the one-input criteria do", function()
+    local a, b = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
+    local y = ploss.tensor({ 1, -1, 1 }, { dtype = "f64" })
+    local c = ploss.MarginRankingLoss { margin = 0.5 }
+    assert.are.equal(c:forward(a, b, y), c:forward(a, b, y, nil))
+    H.expect_error(function() c:forward(a, b, y, nil, 2) end, "MarginRankingLoss:forward: takes 3 arguments, got 5")
+  end)
+
   it("one pair's ±1 label as a number", function()
     local a, b = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
     local cos = 9 / (math.sqrt(14) * 3)

@@ -382,6 +382,9 @@ local function gen_header()
         w(hang("    /* ", comment .. " */"))
         w(decl)
       end
+      w(hang("    /* ", string.format("PLOSS_OPTS_TAG, set by %s(): every pass refuses a struct without it (one " ..
+        "filled by hand has 0, not the defaults above, in the fields it leaves out)", d.opts_init) .. " */"))
+      w("    uint32_t opts_tag;")
       w("} %s;", d.opts_type)
       w("")
       w("/** Fill `opts` with the defaults listed in the struct. */")
@@ -526,6 +529,7 @@ local function gen_c()
       w("        return;")
       w("    memset(o, 0, sizeof *o);")
       for _, f in ipairs(d.fields) do w("    o->%s = %s;", f.name, default_c(f)) end
+      w("    o->opts_tag = PLOSS_OPTS_TAG;")
       w("}")
     end
     -- the loss's facts
@@ -573,7 +577,10 @@ local function gen_c()
     w("    %s(&o);", d.opts_init)
     w("    if (user)")
     w("        o = *user;")
-    w("    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);")
+    w("    ploss_status st = ploss_check_opts_tag(o.opts_tag, \"%s\");", d.opts_init)
+    w("    if (st)")
+    w("        return st;")
+    w("    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);")
     w("    if (st)")
     w("        return st;")
     for _, r in ipairs(D.reductions) do

@@ -195,6 +195,7 @@ void ploss_box_iou_opts_init(ploss_box_iou_opts *o)
     o->kind = PLOSS_BOX_IOU_IOU;
     o->eps = 1e-7;
     o->box_format = PLOSS_BOX_FORMAT_XYXY;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTensor *boxes2,
@@ -205,6 +206,8 @@ ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTen
     ploss_box_iou_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_box_iou_opts_init");
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
     if ((unsigned)o.kind >= PLOSS_BOX_IOU_KIND_COUNT)

@@ -17,6 +17,7 @@ void ploss_ema_opts_init(ploss_ema_opts *o)
     memset(o, 0, sizeof *o);
     o->decay = 0.9999;
     o->warmup = 1;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 /* Checks pair i of (a, b) (names an, bn in messages) and fills t. */
@@ -98,6 +99,8 @@ ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const 
     ploss_ema_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_ema_opts_init");
     ploss_status st;
     if (!(o.decay >= 0.0 && o.decay <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %s is not in [0, 1]", PLOSS_SHOWN(o.decay));

@@ -16,6 +16,7 @@ void ploss_one_hot_opts_init(ploss_one_hot_opts *o)
     o->ignore_index = -1;
     o->label_smoothing = 0.0;
     o->smoothing_convention = PLOSS_SMOOTHING_PYTORCH;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss_one_hot_opts *opts,
@@ -26,6 +27,8 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
     ploss_one_hot_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_one_hot_opts_init");
     ploss_status st;
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");

@@ -14,6 +14,7 @@ void ploss_sgd_opts_init(ploss_sgd_opts *o)
         return;
     memset(o, 0, sizeof *o);
     o->lr = 0.01;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 void ploss_adam_opts_init(ploss_adam_opts *o)
@@ -25,6 +26,7 @@ void ploss_adam_opts_init(ploss_adam_opts *o)
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->eps = 1e-8;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 static ploss_status check_opt(double v, int ok, const char *name, const char *range)
@@ -107,6 +109,8 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
     ploss_sgd_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_sgd_opts_init");
     ploss_status st;
     if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
         (st = check_opt(o.momentum, o.momentum >= 0, "momentum", "[0, ∞)")) ||
@@ -145,6 +149,8 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
     ploss_adam_opts_init(&o);
     if (opts)
         o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_adam_opts_init");
     ploss_status st;
     if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
         (st = check_opt(o.beta1, o.beta1 >= 0 && o.beta1 < 1, "beta1", "[0, 1)")) ||

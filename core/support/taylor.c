@@ -15,6 +15,7 @@ void ploss_taylor_softmax_opts_init(ploss_taylor_softmax_opts *o)
     memset(o, 0, sizeof *o);
     o->n = 2;
     o->dim = 1;
+    o->opts_tag = PLOSS_OPTS_TAG;
 }
 
 /* A tensor of the input's shape and dtype: its (n, j, s) strides around axis `dim`. */
@@ -47,6 +48,8 @@ static ploss_status run(ploss_ctx_t *ctx, int log, const DLTensor *input, const 
     ploss_taylor_softmax_opts_init(&o);
     if (user)
         o = *user;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_check_opts_tag(o.opts_tag, "ploss_taylor_softmax_opts_init");
     const int backward = grad_output != NULL;
     const char *out_name = backward ? "grad_input" : "output";
     ploss_status st;

@@ -732,9 +732,11 @@ local function build_multi(d)
     if ninputs > 1 and is_list((...)) then
       return self:forward_tensor(table_form(d.criterion .. ":forward", ...))
     end
-    if select("#", ...) > nargs then
-      ploss.raise(string.format("%s:forward: takes %d arguments, got %d (the upstream gradient goes to backward, " ..
-        "the scale to the fused call)", d.criterion, nargs, select("#", ...)))
+    for k = nargs + 1, select("#", ...) do -- a trailing nil is no argument (as for the one-input criteria)
+      if select(k, ...) ~= nil then
+        ploss.raise(string.format("%s:forward: takes %d arguments, got %d (the upstream gradient goes to backward, " ..
+          "the scale to the fused call)", d.criterion, nargs, k))
+      end
     end
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)

@@ -176,7 +176,15 @@ function ploss.check_option_keys(opts, where, known, extra)
       for name in pairs(known) do names[#names + 1] = name end
       for name in pairs(extra or {}) do names[#names + 1] = name end
       table.sort(names)
-      ploss.raise(string.format("%s: unknown option '%s' (known: %s)", where, tostring(k), table.concat(names, ", ")))
+      -- Torch7's sizeAverage and PyTorch's deprecated size_average / reduce are reduction
+      local hint = ""
+      if known.reduction and (k == "sizeAverage" or k == "size_average") then
+        hint = string.format("; %s is reduction here: reduction = 'sum' for %s = false, 'mean' for true", k, k)
+      elseif known.reduction and k == "reduce" then
+        hint = "; reduce is reduction here: reduction = 'none' for reduce = false"
+      end
+      ploss.raise(string.format("%s: unknown option '%s' (known: %s)%s", where, tostring(k), table.concat(names, ", "),
+        hint))
     end
   end
 end

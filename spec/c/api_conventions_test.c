@@ -2,7 +2,7 @@
  * api_conventions_test.c — the conventions at the top of ploss.h, as a C caller meets them:
  * a failing call that returns a pointer through `out` sets it to NULL; the options that only
  * the fused pass reads (scale, inplace) are checked by every pass, so a struct not made by
- * *_opts_init is refused at its first use, with nothing written; a loss whose inputs each get
+ * *_opts_init is refused at its first use (its opts_tag), with nothing written; a loss whose inputs each get
  * a gradient refuses inplace = 1 in every pass; ploss_last_error() keeps a failed call's
  * message until a later call succeeds; a row loss's one sample of C classes (a rank-1
  * input) is validated as any descriptor is.
@@ -50,6 +50,31 @@ int main(void)
     CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L));
     CHECK(fabsf(loss - (0.25f + 4.0f + 0.25f + 4.0f) / 4.0f) < 1e-6f);
     CHECK(ploss_last_error()[0] == '\0');
+
+    /* a struct filled by hand (its other fields 0, not their defaults: scale 0 would zero the
+     * gradient) is refused by every entry point, with nothing written */
+    ploss_mse_loss_opts hand = {.reduction = PLOSS_REDUCTION_SUM};
+    loss = 7.0f;
+    memset(g, 0x5a, sizeof g);
+    CHECK_STATUS(ploss_mse_loss_fused(ctx, &X, &Y, &hand, &L, &G), PLOSS_ERR_INVALID_ARGUMENT,
+                 "opts: not filled by ploss_mse_loss_opts_init()");
+    CHECK(loss == 7.0f && memcmp(g, poison, sizeof g) == 0);
+    ploss_sgd_opts sgd = {0};
+    CHECK_STATUS(ploss_sgd_step(ctx, &G, &X, NULL, 1, &sgd), PLOSS_ERR_INVALID_ARGUMENT,
+                 "opts: not filled by ploss_sgd_opts_init()");
+    CHECK(memcmp(g, poison, sizeof g) == 0);
+    ploss_mse_loss_opts_init(&hand);
+    CHECK(hand.opts_tag == PLOSS_OPTS_TAG);
+    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &L)); /* NULL: every default */
+    p = (void *)1;
+    CHECK_STATUS(ploss_alloc(ctx, SIZE_MAX, &p), PLOSS_ERR_OUT_OF_MEMORY, "");
+    CHECK(p == NULL);
+    /* the getters given no context: no device, -1, and the message */
+    const DLDevice none = ploss_ctx_device(NULL);
+    CHECK(none.device_type == 0 && none.device_id == -1);
+    CHECK(strstr(ploss_last_error(), "ctx: context is NULL") != NULL);
+    CHECK(ploss_ctx_deterministic(NULL) == -1);
+    CHECK(ploss_ctx_deterministic(ctx) == 1 && ploss_last_error()[0] == '\0');
 
     /* inplace = 1 is refused by every pass of a loss whose inputs each get a gradient */
     float a[2] = {0, 0}, pp[2] = {1, 0}, n[2] = {3, 0}, gl = 7.0f;
