@@ -70,9 +70,10 @@ void ploss_ctx_destroy(ploss_ctx_t *ctx)
     free(ctx);
 }
 
+/* The getters leave ploss_last_error() alone when they succeed (a caller's diagnostic may
+ * read both); given NULL they set it. */
 DLDevice ploss_ctx_device(const ploss_ctx_t *ctx)
 {
-    ploss_clear_error();
     if (ctx)
         return ctx->device;
     ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
@@ -90,7 +91,13 @@ ploss_status ploss_ctx_set_stream(ploss_ctx_t *ctx, void *stream)
     return PLOSS_OK;
 }
 
-void *ploss_ctx_stream(const ploss_ctx_t *ctx) { return ctx ? ctx->stream : NULL; }
+void *ploss_ctx_stream(const ploss_ctx_t *ctx)
+{
+    if (ctx)
+        return ctx->stream;
+    ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    return NULL;
+}
 
 ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic)
 {
@@ -106,7 +113,6 @@ ploss_status ploss_ctx_set_deterministic(ploss_ctx_t *ctx, int deterministic)
 
 int ploss_ctx_deterministic(const ploss_ctx_t *ctx)
 {
-    ploss_clear_error();
     if (ctx)
         return ctx->deterministic;
     ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");

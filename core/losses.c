@@ -2768,6 +2768,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if (o.seed < -9007199254740991 || o.seed > 9007199254740991)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.seed: %lld is not an integer in [-9007199254740991, 9007199254740991]", (long long)o.seed);
     if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
         return st;
     const ploss_loss_params p = {
@@ -2874,6 +2876,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if (o.seed < -9007199254740991 || o.seed > 9007199254740991)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.seed: %lld is not an integer in [-9007199254740991, 9007199254740991]", (long long)o.seed);
     if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
         return st;
     const ploss_loss_params p = {
@@ -2979,6 +2983,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.tile_rows: %lld is not an integer >= 0", (long long)o.tile_rows);
     if (!(isfinite(o.sample_rate) && o.sample_rate > 0.0 && o.sample_rate <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.sample_rate: %s is not a finite number in (0, 1]", PLOSS_SHOWN(o.sample_rate));
+    if (o.seed < -9007199254740991 || o.seed > 9007199254740991)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.seed: %lld is not an integer in [-9007199254740991, 9007199254740991]", (long long)o.seed);
     if ((st = ploss_check_flag(o.scale_grad_x_by_ranks, "opts.scale_grad_x_by_ranks")))
         return st;
     const ploss_loss_params p = {

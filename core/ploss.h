@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Version of this ABI; init.lua refuses a library whose ploss_abi_version() differs. */
-#define PLOSS_ABI_VERSION 1
+#define PLOSS_ABI_VERSION 2
 
 /** The last field of every options struct, opts_tag, set by its _opts_init: the functions
  * refuse (INVALID_ARGUMENT) a struct without it, as one filled by hand (`= {0}`, designated
@@ -136,14 +136,16 @@ ploss_status ploss_ctx_create(DLDevice device, ploss_ctx_t **out);
  *  behaviour, as for free(). */
 void ploss_ctx_destroy(ploss_ctx_t *ctx);
 
-/** The context's device; ctx NULL: {0, -1} (no device) and ploss_last_error() says so. */
+/** The context's device; ctx NULL: {0, -1} (no device) and ploss_last_error() says so.  The
+ *  getters (device, stream, deterministic) leave ploss_last_error() as it is otherwise. */
 DLDevice ploss_ctx_device(const ploss_ctx_t *ctx);
 
 /** Set the CUDA stream (a cudaStream_t passed as void *; NULL = legacy default stream).
  *  Statuses: INVALID_ARGUMENT (ctx NULL or a CPU context with a non-NULL stream). */
 ploss_status ploss_ctx_set_stream(ploss_ctx_t *ctx, void *stream);
 
-/** The CUDA stream as void * (NULL for the default stream and for CPU contexts). */
+/** The CUDA stream as void * (NULL for the default stream and for CPU contexts; ctx NULL:
+ *  NULL and ploss_last_error() says so). */
 void *ploss_ctx_stream(const ploss_ctx_t *ctx);
 
 /** Deterministic mode (default 1): fixed reduction order, no float atomics.  Every

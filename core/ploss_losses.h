@@ -3091,7 +3091,7 @@ typedef struct ploss_combined_margin_opts {
        on every device; with comm each rank draws among its own block); a criterion advances it
        by one after each backward and fused call with sample_rate < 1, so each step draws anew
        and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
-       given; default 0 */
+       given; an integer in [-9007199254740991, 9007199254740991]; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3175,9 +3175,10 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *           not a finite number > 0, opts.m1 not a finite number in [1, 4], opts.m2 not a
  *           finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0, 1],
  *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU:
- *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
- *           CUDA, OUT_OF_MEMORY.
+ *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
     const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
@@ -3236,7 +3237,7 @@ typedef struct ploss_am_softmax_opts {
        on every device; with comm each rank draws among its own block); a criterion advances it
        by one after each backward and fused call with sample_rate < 1, so each step draws anew
        and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
-       given; default 0 */
+       given; an integer in [-9007199254740991, 9007199254740991]; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3312,10 +3313,10 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1], opts.tile_rows not
- *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], a non-finite
- *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], opts.seed not an
+ *           integer in [-9007199254740991, 9007199254740991], a non-finite scale, inplace = 1),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
@@ -3374,7 +3375,7 @@ typedef struct ploss_arc_face_opts {
        on every device; with comm each rank draws among its own block); a criterion advances it
        by one after each backward and fused call with sample_rate < 1, so each step draws anew
        and a forward and its backward alike (as PartialFCLoss); the functional calls take it as
-       given; default 0 */
+       given; an integer in [-9007199254740991, 9007199254740991]; default 0 */
     int64_t seed;
     /* shard the classes over the communicator's ranks: weight holds this rank's block of
        centres (the ranks' blocks in rank order make the C classes), labels are global class
@@ -3453,9 +3454,10 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
  *           not a finite number > 0, opts.m not a finite number in [0, 1.5707963267948966],
  *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU:
- *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
- *           CUDA, OUT_OF_MEMORY.
+ *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);

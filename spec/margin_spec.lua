@@ -691,10 +691,11 @@ describe("margin softmax losses", function()
     local full = ploss.ArcFaceLoss { s = 8, seed = 9 }
     full(x, w, y)
     assert.are.equal(9, full.seed)
-    -- the largest seed wraps to the smallest
+    -- the largest seed wraps to the smallest; seeds beyond ±(2^53 − 1) would not advance
     local top = ploss.AMSoftmaxLoss { sample_rate = 0.5, seed = 2 ^ 53 - 1 }
     top(x, w, y)
     assert.are.equal(-(2 ^ 53 - 1), top.seed)
+    H.expect_error(function() ploss.ArcFaceLoss { sample_rate = 0.3, seed = -2 ^ 60 } end, "opts.seed")
   end)
 
   it("PartialFCLoss has Torch7's criterion methods: clone (its margin criterion too), clearState, the device " ..
@@ -793,6 +794,12 @@ describe("margin softmax losses", function()
     H.assert_equal(c.gradWeight, head.gradWeight)
     local lc = c(x, y)
     assert.are.equal(l, lc)
+    -- cloning draws nothing from the global generator
+    ploss.manual_seed(5)
+    local r1 = ploss.randn({ 3 }, { dtype = "f64" }):totable()
+    ploss.manual_seed(5)
+    head:clone()
+    assert.are.same(r1, ploss.randn({ 3 }, { dtype = "f64" }):totable())
     head:zeroGradParameters()
     H.assert_equal(head.gradWeight, ploss.zeros({ 6, 4 }, { dtype = "f64" }))
     H.assert_equal(c.gradWeight, gwr)

@@ -241,20 +241,31 @@ describe("OHEM with a NaN or infinite logit", function()
     for _, dtype in ipairs { "f64", "f32" } do
       local x = ploss.tensor(xv, { dtype = dtype })
       for _, fname in ipairs { "ohem_cross_entropy", "ohem_large_margin" } do
-        for _, n_min in ipairs { 0, 1, -1 } do
+        for _, n_min in ipairs { 0, 1, 10 } do
           local what = string.format("%s %s n_min %d", dtype, fname, n_min)
           local o = { score_thresh = 0.5, n_min = n_min, reduction = "none" }
           local per = H.values(F[fname](x, y, o))
-          -- samples 1 and 4 are easy (p_y ≈ 1 > τ) and not kept: 0; 2 and 3 are NaN
-          assert.are.equal(0, per[1], what)
+          -- samples 2 and 3 are NaN; 1 and 4 are easy (p_y ≈ 1 > τ): not kept (0) unless
+          -- n_min >= M keeps every valid sample
           assert.is_true(per[2] ~= per[2] and per[3] ~= per[3], what)
-          assert.are.equal(0, per[4], what)
+          if n_min < 4 then
+            assert.are.equal(0, per[1], what)
+            assert.are.equal(0, per[4], what)
+          else
+            assert.is_true(per[1] > 0 and per[4] > 0, what)
+          end
           o.reduction = "mean"
           local l, g = F[fname .. "_fused"](x, y, o)
           assert.is_true(l ~= l, what .. " mean")
-          local gv = g:totable()
-          for _, k in ipairs { 1, 4 } do
-            for j = 1, 3 do assert.are.equal(0, gv[k][j], what .. " easy sample's gradient") end
+          -- τ = −0 is τ = 0 (its f32 sign bit would key it above every score)
+          H.assert_close(F[fname](x, y, { score_thresh = -0.0, n_min = n_min, reduction = "none" }),
+            H.values(F[fname](x, y, { score_thresh = 0, n_min = n_min, reduction = "none" })),
+            { rtol = 0, atol = 0, what = what .. " τ = −0" })
+          if n_min < 4 then
+            local gv = g:totable()
+            for _, k in ipairs { 1, 4 } do
+              for j = 1, 3 do assert.are.equal(0, gv[k][j], what .. " easy sample's gradient") end
+            end
           end
         end
       end

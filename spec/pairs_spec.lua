@@ -1082,7 +1082,7 @@ describe("InfoNCELoss", function()
     local out, g1, g2 = ploss.empty({}), ploss.empty({ 4, 3 }), ploss.empty({ 4, 3 })
     local fo = { out = out, grad_query = g1, grad_key = g2 }
     H.expect_error(function() F.info_nce_fused(q, ploss.randn({ 4, 5 }), fo) end,
-      "key: expected [4, 3] (the query's shape: row i of each input goes with row i of the others)", out, g1, g2)
+      "key: expected [4, 3] (the query's shape: every input has the same D features)", out, g1, g2)
     H.expect_error(function() F.info_nce_fused(q, ploss.randn({ 5, 3 }), fo) end,
       "key: expected [4, 3] (the query's shape: row i of each input goes with row i of the others), got", out, g1, g2)
     H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = 0 })) end,

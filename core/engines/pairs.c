@@ -150,8 +150,9 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
             if ((st = check_first_shape(x, &c->x[0], first, name)))
                 return st;
         } else if (x->shape[0] != c->N || x->shape[1] != c->D) {
-            snprintf(want, sizeof want, "[%lld, %lld] (the %s's shape: row i of each input goes with row i of the others)", (long long)c->N,
-                     (long long)c->D, spec->input_names[0]);
+            snprintf(want, sizeof want, "[%lld, %lld] (the %s's shape: %s)", (long long)c->N, (long long)c->D,
+                     spec->input_names[0], x->shape[0] != c->N ? "row i of each input goes with row i of the others"
+                                                                : "every input has the same D features");
             return ploss_check_shape_error(name, want, x);
         }
     }

@@ -189,7 +189,8 @@ static ploss_status sample_policies(ploss_ctx_t *ctx, ploss_pass pass, const plo
     p.lam = o->lam;
     p.order = o->order;
     if (p.ohem) {
-        const float tf = (float)o->score_thresh; /* scores are compared as f32 keys */
+        /* scores are compared as f32 keys; τ = −0 is +0 (its sign bit would key above 1) */
+        const float tf = (float)o->score_thresh + 0.0f;
         memcpy(&p.thresh_key, &tf, sizeof p.thresh_key);
         p.n_min = o->n_min < 0 ? p.N * p.S / 16 : o->n_min;
     }

@@ -461,10 +461,10 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 /* Tile `tile` of sample n: its partial sums per class into w.partial.  Class c + 1's values
  * are loaded while class c is summed; the warps' sums of up to CLASS_CHUNK classes wait in
  * shared memory for one barrier, then thread k adds class k's in warp order.
- * EARLY: class 0's loads are issued before the labels' (one memory latency a tile instead of
- * two: the two kernels, softdice 8×19×512×512 −2.7 % on an H100); the one-launch kernel
- * issues them after (with them first it measured 2.7 % slower on softdice 16×512×512, whose
- * sums run at the H100's DRAM bandwidth already; bench/RESULTS.md).  Same values either way. */
+ * EARLY: class 0's loads are issued with the labels' (one memory latency a tile instead of
+ * two), as the two kernels do; the one-launch kernel, whose small inputs keep the DRAM busy
+ * without it, issues them after the labels' (faster there: bench/RESULTS.md).  The same values
+ * either way. */
 template <class T, bool BINARY, bool FLAT, bool EARLY>
 __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t tiles,
                                           int64_t *error_slot, const Work<acc_t<T>> &w,

@@ -323,13 +323,13 @@ return function(ploss)
     self.gradWeight:zero()
   end
   -- a head of the same sizes with copies of the centres, their gradient and the criterion
+  -- (made without __init, which would draw centres from the global generator)
   function Head:clone()
     nn.check_self(self, "MarginSoftmax", "clone", "head")
     check_head(self)
-    local c = Head { self.in_features, self.classes, criterion = self.criterion:clone(),
-                     dtype = self.weight:dtype(), device = self.weight:device() }
-    c.weight:copy(self.weight)
-    c.gradWeight:copy(self.gradWeight)
+    local c = setmetatable({}, Head)
+    c.in_features, c.classes, c.criterion = self.in_features, self.classes, self.criterion:clone()
+    c.weight, c.gradWeight = self.weight:clone(), self.gradWeight:clone()
     return c
   end
 

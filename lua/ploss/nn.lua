@@ -173,13 +173,6 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- :clone() is a new criterion of the same class and options, its tensors (class weights, a
 -- gradient's destination) copied and a composite's members cloned, with no buffers: as
 -- Torch7's deep copy, nothing of it is shared with the original.
--- A drawing criterion's seed advances by one after each step (Partial FC's classes), from the
--- largest seed that still advances exactly to the smallest.
-nn.SEED_MAX = 2 ^ 53 - 1
-function nn.next_seed(seed)
-  return seed >= nn.SEED_MAX and -nn.SEED_MAX or seed + 1
-end
-
 local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true }
 local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
 function nn.torch7_methods(cls, name)
@@ -223,6 +216,13 @@ function nn.torch7_methods(cls, name)
     rawset(self, "gradInput", nil)
     return self
   end
+end
+
+-- A drawing criterion's seed advances by one after each step (Partial FC's classes), from the
+-- largest seed that still advances exactly to the smallest.
+nn.SEED_MAX = 2 ^ 53 - 1
+function nn.next_seed(seed)
+  return seed >= nn.SEED_MAX and -nn.SEED_MAX or seed + 1
 end
 
 ---------------------------------------------------------------------------------------

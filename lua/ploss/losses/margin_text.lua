@@ -29,7 +29,7 @@ M.weight_layout = { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout
 M.sample_rate = { "sample_rate", "double", 1, min_exclusive = 0, max = 1,
   doc = "Partial FC: keep the batch's classes and uniformly drawn others, min(C, max(2, ⌊C·rate⌋ + 1)) " ..
     "in all, or the batch's classes where they are more (rate 1: every class; InsightFace draws ⌊C·rate⌋)" }
-M.seed = { "seed", "int64", 0,
+M.seed = { "seed", "int64", 0, min = -(2 ^ 53 - 1), max = 2 ^ 53 - 1,
   doc = "Partial FC: the seed of the drawn classes (the same seed and labels draw the same classes on every " ..
     "device; with comm each rank draws among its own block); a criterion advances it by one after each " ..
     "backward and fused call with sample_rate < 1, so each step draws anew and a forward and its backward " ..
