@@ -596,9 +596,10 @@ if opt.plot and #rows > 0 then
   else
     local png_path = stem .. ".png"
     local script = stem .. ".gp"
-    local title = string.format("Fashion-MNIST, MLP 784-256-10 (%s): loss %s, %s lr %g%s, batch %d, %s",
+    -- the settings that name the run's files (the plots of two runs can be told apart)
+    local title = string.format("Fashion-MNIST, MLP 784-256-10 (%s): loss %s, %s lr %g%s%s, batch %d%s, %s",
       opt.activation, opt.loss, opt.optim, opt.lr, opt.optim == "sgd" and " momentum 0.9" or "",
-      opt.batch_size, device)
+      opt.ema and ", EMA" or "", opt.batch_size, opt.limit and (", " .. n_train .. " images") or "", device)
     local g = assert(io.open(script, "w"))
     g:write(string.format([[
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) { set terminal pngcairo size 1120,460 } else { set terminal png size 1120,460 }

@@ -542,6 +542,10 @@ describe("CrossEntropyLoss edge cases and bad input", function()
       { "input: expected logits of dtype f32, f16, bf16 or f64, got i64", "PLOSS_ERR_DTYPE" })
     all_passes_fail(x, ploss.randint(0, 5, { 4 }, { dtype = "u8" }), {},
       "target: expected class indices (i64 or i32) or probabilities (float), got u8 (convert them, e.g. target:long())")
+    -- N labels against transposed (C×N) logits: the input is named
+    all_passes_fail(x:t(), ploss.randint(0, 5, { 4 }), {},
+      "target: expected shape [5] (one label per row of the input), got i64[4]: is the input transposed? it is " ..
+      "rows × classes (5 × 4 here)")
   end)
 
   it("labels >= C or < 0 that are not ignore_index", function()

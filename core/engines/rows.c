@@ -57,8 +57,16 @@ static ploss_status check_target(ploss_ctx_t *ctx, const ploss_loss_spec *spec, 
         *probabilities = 1;
         return ploss_check_shape_axis1(t, x, -1, "target", " (a label per class: the input's shape)");
     }
-    if (t->dtype == PLOSS_I64 || t->dtype == PLOSS_I32)
+    if (t->dtype == PLOSS_I64 || t->dtype == PLOSS_I32) {
+        /* N labels against C×N logits: the input is transposed, not the labels wrong */
+        if (x->ndim == 2 && t->ndim == 1 && t->shape[0] != x->shape[0] && t->shape[0] == x->shape[1])
+            return ploss_error(PLOSS_ERR_SHAPE,
+                               "target: expected shape [%lld] (one label per row of the input), got %s[%lld]: is "
+                               "the input transposed? it is rows × classes (%lld × %lld here)",
+                               (long long)x->shape[0], ploss_dtype_name(t->dtype), (long long)t->shape[0],
+                               (long long)x->shape[0], (long long)x->shape[1]);
         return ploss_check_sample_shape(t, x, "target");
+    }
     if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && ploss_dtype_is_float(t->dtype)) {
         /* float labels of the sample shape are class indices in the wrong dtype, not
          * probabilities: say so rather than ask for the input's shape */
