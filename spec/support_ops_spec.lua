@@ -639,6 +639,11 @@ describe("ploss.nn layers and ploss.optim", function()
     F.adam_step(q, g1, m, v, 1, { lr = 0.01 })
     F.adam_step(q, g1, m, v, 2, { lr = 0.01 })
     H.assert_equal(p1, q)
+    -- printed with every option: the given ones and the defaults the step takes
+    assert.are.equal("ploss.optim.SGD(dampening=0, lr=0.1, momentum=0.9, nesterov=false, weight_decay=0)",
+      tostring(opt))
+    assert.are.equal("ploss.optim.Adam(beta1=0.9, beta2=0.999, decoupled_weight_decay=false, eps=1e-08, lr=0.01, " ..
+      "weight_decay=0)", tostring(a))
     H.expect_error(function() ploss.optim.SGD({ p1 }, {}, {}) end, "expected two lists of the same length")
     H.expect_error(function() ploss.optim.SGD({ p1 }, { g1 }, { learning_rate = 1 }) end, "unknown option 'learning_rate'")
   end)

@@ -468,9 +468,21 @@ local function optimizer(name, make_state, step_one, fields)
     self.t = self.t + 1
     for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], self.t, self.opts) end
   end
+  -- every option, the defaults the step takes (its C options struct's) where none was given
+  local ctype = "ploss_" .. name:lower() .. "_opts"
   cls.__tostring = function(self)
+    local defaults = ffi.new(ctype)
+    C[ctype .. "_init"](defaults)
     local keys = {}
-    for k, v in pairs(self.opts) do keys[#keys + 1] = k .. "=" .. tostring(v) end
+    for k, kind in pairs(fields) do
+      local v = self.opts[k]
+      if v == nil and kind == "boolean" then
+        v = defaults[k] ~= 0
+      elseif v == nil then
+        v = tonumber(defaults[k])
+      end
+      keys[#keys + 1] = k .. "=" .. tostring(v)
+    end
     table.sort(keys)
     return "ploss.optim." .. name .. "(" .. table.concat(keys, ", ") .. ")"
   end
