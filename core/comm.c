@@ -281,6 +281,16 @@ static ploss_status check_peers(ploss_comm_t *c, int (*missing)(const ploss_comm
         const int done = joining && atomic_load_explicit(&b->joined_all, memory_order_acquire);
         if (claim == CLAIM_JOINED && !done && c->pid_ns != 0 && b->pid_ns == c->pid_ns && b->pid > 0 &&
             kill((pid_t)b->pid, 0) == -1 && errno == ESRCH) {
+            /* its process is gone, so what it wrote before it ended is visible: read its words
+             * again (this rank may have been descheduled since the loads above, while the other
+             * saw every rank join, or destroyed its communicator, then ended) */
+            claim = atomic_load_explicit(&b->claim, memory_order_acquire);
+            if (claim == CLAIM_LEFT && miss) {
+                post_abort(c, ABORT_LEFT, q);
+                return fail_aborted(c, atomic_load(&header_of(c)->aborted), what);
+            }
+            if (claim == CLAIM_LEFT || (joining && atomic_load_explicit(&b->joined_all, memory_order_acquire)))
+                continue;
             post_abort(c, ABORT_EXITED, q);
             return fail_aborted(c, atomic_load(&header_of(c)->aborted), what);
         }
