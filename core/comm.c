@@ -576,7 +576,7 @@ ploss_status ploss_comm_init(ploss_ctx_t *ctx, int nranks, int rank, const ploss
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_comm_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_comm_opts_init");
     if (!(o.timeout > 0) || isinf(o.timeout))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.timeout: expected a finite number of seconds > 0, got %s",

@@ -48,10 +48,8 @@ const char *ploss_shown_text(char *buf, size_t len, double v)
     return buf;
 }
 
-ploss_status ploss_check_opts_tag(uint32_t tag, const char *init)
+ploss_status ploss_opts_tag_error(uint32_t tag, const char *init)
 {
-    if (tag == PLOSS_OPTS_TAG)
-        return PLOSS_OK;
     return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                        "opts: not filled by %s() (opts_tag is 0x%08x): call it first, then set the fields you "
                        "change; a struct filled by hand would have 0, not the defaults, in the others",

@@ -44,10 +44,11 @@ const char *ploss_shown_text(char *buf, size_t len, double v);
 /* An int flag (`name` in the message) must be 0 or 1: 2 or −1 would be true to C without a
  * word, where the caller may have meant something else (a count, an enum). */
 ploss_status ploss_check_flag(int v, const char *name);
-/* PLOSS_OK when an options struct carries PLOSS_OPTS_TAG (set by its _opts_init, named
- * `init`); otherwise INVALID_ARGUMENT: a struct filled by hand has 0 in the fields it leaves
- * out, not their defaults, which would compute another loss without a word. */
-ploss_status ploss_check_opts_tag(uint32_t tag, const char *init);
+/* INVALID_ARGUMENT for an options struct whose opts_tag is `tag`, not PLOSS_OPTS_TAG (set
+ * by its _opts_init, named `init`): a struct filled by hand has 0 in the fields it leaves
+ * out, not their defaults, which would compute another loss without a word.  Callers:
+ * if (o.opts_tag != PLOSS_OPTS_TAG) return ploss_opts_tag_error(o.opts_tag, "…_opts_init"). */
+ploss_status ploss_opts_tag_error(uint32_t tag, const char *init);
 #define PLOSS_SHOWN(v) ploss_shown_text((char[32]){0}, 32, (v))
 
 /* Clear the thread's message (called on entry of public functions). */

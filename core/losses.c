@@ -47,10 +47,9 @@ static ploss_status cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_cross_entropy_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_cross_entropy_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -128,10 +127,9 @@ static ploss_status binary_cross_entropy_with_logits(ploss_ctx_t *ctx, ploss_pas
     ploss_binary_cross_entropy_with_logits_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_binary_cross_entropy_with_logits_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_binary_cross_entropy_with_logits_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -201,10 +199,9 @@ static ploss_status sigmoid_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_sigmoid_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_sigmoid_focal_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_sigmoid_focal_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -286,10 +283,9 @@ static ploss_status softmax_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss
     ploss_softmax_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_softmax_focal_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_softmax_focal_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -363,10 +359,9 @@ static ploss_status dual_focal(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_dual_focal_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_dual_focal_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_dual_focal_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -440,10 +435,9 @@ static ploss_status large_margin_softmax(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_large_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_large_margin_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_large_margin_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -516,10 +510,9 @@ static ploss_status taylor_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_taylor_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_taylor_cross_entropy_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_taylor_cross_entropy_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -596,10 +589,9 @@ static ploss_status pc_softmax_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_pc_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_pc_softmax_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_pc_softmax_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -670,10 +662,9 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_ohem_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_ohem_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -736,10 +727,9 @@ static ploss_status ohem_large_margin(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_ohem_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_ohem_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_ohem_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -822,10 +812,9 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_triplet_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_triplet_margin_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_triplet_margin_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -913,10 +902,9 @@ static ploss_status batch_hard_triplet(ploss_ctx_t *ctx, ploss_pass pass, const 
     ploss_batch_hard_triplet_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_batch_hard_triplet_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_batch_hard_triplet_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -997,10 +985,9 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_info_nce_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_info_nce_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_info_nce_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1082,10 +1069,9 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_box_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1153,10 +1139,9 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_box_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1224,10 +1209,9 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_box_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1295,10 +1279,9 @@ static ploss_status complete_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_box_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_box_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_box_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1373,10 +1356,9 @@ static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_mse_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_mse_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_mse_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1440,10 +1422,9 @@ static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     ploss_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_l1_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_l1_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1508,10 +1489,9 @@ static ploss_status smooth_l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_smooth_l1_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_smooth_l1_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_smooth_l1_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1580,10 +1560,9 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_huber_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_huber_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_huber_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1655,10 +1634,9 @@ static ploss_status binary_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_binary_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_binary_cross_entropy_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_binary_cross_entropy_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1724,10 +1702,9 @@ static ploss_status soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_soft_margin_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_soft_margin_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1793,10 +1770,9 @@ static ploss_status kl_div(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_a
     ploss_kl_div_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_kl_div_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_kl_div_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if ((st = ploss_check_flag(o.log_target, "opts.log_target")))
@@ -1861,10 +1837,9 @@ static ploss_status hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_hinge_embedding_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_hinge_embedding_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -1937,10 +1912,9 @@ static ploss_status nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_nll_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_nll_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2012,10 +1986,9 @@ static ploss_status multi_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_multi_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multi_margin_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_multi_margin_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2094,10 +2067,9 @@ static ploss_status lovasz_softmax(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_lovasz_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_lovasz_softmax_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_lovasz_softmax_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2173,10 +2145,9 @@ static ploss_status soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     ploss_soft_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_soft_dice_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_soft_dice_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2258,10 +2229,9 @@ static ploss_status generalized_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_class_dice_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_class_dice_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2333,10 +2303,9 @@ static ploss_status batch_soft_dice(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_class_dice_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_class_dice_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_class_dice_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2420,10 +2389,9 @@ static ploss_status affinity_field(ploss_ctx_t *ctx, ploss_pass pass, const plos
     ploss_affinity_field_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_affinity_field_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_affinity_field_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2503,10 +2471,9 @@ static ploss_status affinity(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_affinity_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_affinity_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_affinity_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2579,10 +2546,9 @@ static ploss_status margin_ranking_loss(ploss_ctx_t *ctx, ploss_pass pass, const
     ploss_margin_ranking_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_margin_ranking_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_margin_ranking_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2656,10 +2622,9 @@ static ploss_status cosine_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, con
     ploss_cosine_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_cosine_embedding_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_cosine_embedding_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2744,10 +2709,9 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
     ploss_combined_margin_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_combined_margin_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_combined_margin_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2858,10 +2822,9 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_am_softmax_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_am_softmax_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_am_softmax_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -2963,10 +2926,9 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     ploss_arc_face_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_arc_face_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_arc_face_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3074,10 +3036,9 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
     ploss_linear_cross_entropy_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_linear_cross_entropy_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_linear_cross_entropy_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3173,10 +3134,9 @@ static ploss_status poisson_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const pl
     ploss_poisson_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_poisson_nll_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_poisson_nll_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3254,10 +3214,9 @@ static ploss_status multilabel_soft_margin_loss(ploss_ctx_t *ctx, ploss_pass pas
     ploss_multilabel_soft_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multilabel_soft_margin_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_multilabel_soft_margin_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3324,10 +3283,9 @@ static ploss_status multilabel_margin_loss(ploss_ctx_t *ctx, ploss_pass pass, co
     ploss_multilabel_margin_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_multilabel_margin_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_multilabel_margin_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3399,10 +3357,9 @@ static ploss_status triplet_margin_with_distance(ploss_ctx_t *ctx, ploss_pass pa
     ploss_triplet_margin_with_distance_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_triplet_margin_with_distance_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_triplet_margin_with_distance_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3485,10 +3442,9 @@ static ploss_status gaussian_nll_loss(ploss_ctx_t *ctx, ploss_pass pass, const p
     ploss_gaussian_nll_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_gaussian_nll_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_gaussian_nll_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3561,10 +3517,9 @@ static ploss_status hinge_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     ploss_hinge_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_hinge_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_hinge_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
@@ -3637,10 +3592,9 @@ static ploss_status l1_hinge_embedding_loss(ploss_ctx_t *ctx, ploss_pass pass, c
     ploss_l1_hinge_embedding_loss_opts_init(&o);
     if (user)
         o = *user;
-    ploss_status st = ploss_check_opts_tag(o.opts_tag, "ploss_l1_hinge_embedding_loss_opts_init");
-    if (st)
-        return st;
-    st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_l1_hinge_embedding_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
     if (st)
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)

@@ -207,7 +207,7 @@ ploss_status ploss_box_iou(ploss_ctx_t *ctx, const DLTensor *boxes1, const DLTen
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_box_iou_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_box_iou_opts_init");
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
     if ((unsigned)o.kind >= PLOSS_BOX_IOU_KIND_COUNT)

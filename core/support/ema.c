@@ -100,7 +100,7 @@ ploss_status ploss_ema_update(ploss_ctx_t *ctx, DLTensor *const *shadows, const 
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_ema_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_ema_opts_init");
     ploss_status st;
     if (!(o.decay >= 0.0 && o.decay <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.decay: %s is not in [0, 1]", PLOSS_SHOWN(o.decay));

@@ -28,7 +28,7 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_one_hot_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_one_hot_opts_init");
     ploss_status st;
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");

@@ -110,7 +110,7 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_sgd_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_sgd_opts_init");
     ploss_status st;
     if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
         (st = check_opt(o.momentum, o.momentum >= 0, "momentum", "[0, ∞)")) ||
@@ -150,7 +150,7 @@ ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *
     if (opts)
         o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_adam_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_adam_opts_init");
     ploss_status st;
     if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
         (st = check_opt(o.beta1, o.beta1 >= 0 && o.beta1 < 1, "beta1", "[0, 1)")) ||

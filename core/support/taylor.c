@@ -49,7 +49,7 @@ static ploss_status run(ploss_ctx_t *ctx, int log, const DLTensor *input, const 
     if (user)
         o = *user;
     if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_check_opts_tag(o.opts_tag, "ploss_taylor_softmax_opts_init");
+        return ploss_opts_tag_error(o.opts_tag, "ploss_taylor_softmax_opts_init");
     const int backward = grad_output != NULL;
     const char *out_name = backward ? "grad_input" : "output";
     ploss_status st;
