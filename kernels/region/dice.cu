@@ -362,9 +362,26 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
     }
 }
 
-/* f(c, values) for each class c in turn, v holding class 0's values (load_class, issued by
- * the caller with the labels' loads), class c + 1's loaded while f works on class c's (a
- * copy f may overwrite). */
+/* A thread's pixels of tile `tile` of sample n (load_pixels; lab and tgt from tile_pixels)
+ * and class 0's logits into v (load_class, which needs only tile_pixels' lab).  EARLY: the
+ * logits' loads are issued with the labels' (one memory latency a tile instead of two), as
+ * the two kernels do; the one-launch kernel, whose small inputs keep the DRAM busy without
+ * it, issues them after the labels' (faster there: bench/RESULTS.md).  The same values
+ * either way. */
+template <class T, class A, bool BINARY, bool FLAT, bool EARLY>
+__device__ __forceinline__ void load_tile(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
+                                          const T *x, const Offsets<T, FLAT> &xo, bool vec, int (&lab)[PPT],
+                                          A (&tgt)[PPT], A (&v)[PPT])
+{
+    if (EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
+    load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
+    if (!EARLY)
+        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
+}
+
+/* f(c, values) for each class c in turn, v holding class 0's values (load_tile), class
+ * c + 1's loaded while f works on class c's (a copy f may overwrite). */
 template <class T, class A, bool FLAT, class F>
 __device__ __forceinline__ void for_each_class(const ploss_region_problem &p, const T *x, const Offsets<T, FLAT> &xo,
                                                bool vec, const int (&lab)[PPT], A (&v)[PPT], F &&f)
@@ -460,11 +477,8 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 
 /* Tile `tile` of sample n: its partial sums per class into w.partial.  Class c + 1's values
  * are loaded while class c is summed; the warps' sums of up to CLASS_CHUNK classes wait in
- * shared memory for one barrier, then thread k adds class k's in warp order.
- * EARLY: class 0's loads are issued with the labels' (one memory latency a tile instead of
- * two), as the two kernels do; the one-launch kernel, whose small inputs keep the DRAM busy
- * without it, issues them after the labels' (faster there: bench/RESULTS.md).  The same values
- * either way. */
+ * shared memory for one barrier, then thread k adds class k's in warp order (EARLY:
+ * load_tile). */
 template <class T, bool BINARY, bool FLAT, bool EARLY>
 __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t tiles,
                                           int64_t *error_slot, const Work<acc_t<T>> &w,
@@ -478,11 +492,7 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
     const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
-    if (EARLY)
-        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v); /* in flight with the labels' loads */
-    load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
-    if (!EARLY)
-        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
+    load_tile<T, A, BINARY, FLAT, EARLY>(p, n, tile, error_slot, x, xo, vec, lab, tgt, v);
     const A e = (A)p.exponent;
     bool counted[PPT];
     counted_pixels(p, lab, counted);
@@ -558,9 +568,9 @@ template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, i
 }
 
 /* The gradient of tile `tile` of sample n, class c + 1's values loaded while class c's
- * gradient is formed (EARLY as in tile_sums).  SAME_LAUNCH: the coefficients were written in this launch (by the
- * block that arrived last at the barrier), so they are read past the L1; otherwise through
- * it, as a kernel's input. */
+ * gradient is formed (EARLY: load_tile).  SAME_LAUNCH: the coefficients were written in this
+ * launch (by the block that arrived last at the barrier), so they are read past the L1;
+ * otherwise through it, as a kernel's input. */
 template <class A, bool SAME_LAUNCH> __device__ __forceinline__ A coefficient(const A *v)
 {
     return SAME_LAUNCH ? __ldcg(v) : *v;
@@ -578,11 +588,7 @@ __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t
     const bool vx = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss),
                vg = vector_runs<T, FLAT>(p, p.grad, p.g_sn, p.g_sc, p.g_ss);
     const T *x = (const T *)p.x;
-    if (EARLY)
-        load_class<T, A, FLAT>(x, xo, 0, vx, lab, v); /* in flight with the labels' loads */
-    load_pixels<T, A, BINARY, FLAT>(p, n, tile, nullptr, lab, tgt);
-    if (!EARLY)
-        load_class<T, A, FLAT>(x, xo, 0, vx, lab, v);
+    load_tile<T, A, BINARY, FLAT, EARLY>(p, n, tile, nullptr, x, xo, vx, lab, tgt, v);
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = coefficient<A, SAME_LAUNCH>(w.alpha + g),
             beta = coefficient<A, SAME_LAUNCH>(w.beta + g);
