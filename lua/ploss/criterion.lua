@@ -193,10 +193,12 @@ local function resolve(d, user, extra, where, own_keys)
     check_scalar(opt, v, where)
     o[opt.name] = v
   end
-  local inplace = user.inplace
-  if inplace == nil then inplace = false end
-  check_scalar(INPLACE, inplace, where)
-  o.inplace = inplace
+  if not d.inputs then -- a loss of several inputs takes no inplace (refused above)
+    local inplace = user.inplace
+    if inplace == nil then inplace = false end
+    check_scalar(INPLACE, inplace, where)
+    o.inplace = inplace
+  end
   for _, x in ipairs(d.outputs) do
     local v = user[x.option]
     if v == nil then v = false end
@@ -653,7 +655,6 @@ local function build_multi(d)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, grad_keys, d.criterion)
     check_options(o, d.criterion)
-    o.inplace = nil -- not a field of these criteria
     for k, v in pairs(o) do self[k] = v end
     for k in pairs(grad_keys) do
       local v = opts[k]
