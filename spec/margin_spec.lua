@@ -635,24 +635,30 @@ describe("margin softmax losses", function()
     end
   end)
 
-  it("ploss.PartialFCLoss wraps a margin criterion and draws anew after each step", function()
-    local x, w, y, Y = inputs(7, 30, 4, 101)
-    local crit = ploss.PartialFCLoss { margin = ploss.CombinedMarginLoss { s = 8, m3 = 0.1 }, sample_rate = 0.2, seed = 5 }
-    local opts = { s = 8, m3 = 0.1, sample_rate = 0.2 }
+  -- Two steps of `crit` (seed s, drawing with `opts`): its fused call is `fused` with seed s;
+  -- the forward and backward of the next step share seed s + 1 (the forward leaves the seed);
+  -- then the seed is s + 2.
+  local function check_two_steps(crit, fused, opts, s, x, w, y)
     local l, gx, gw = crit(x, w, y)
-    local lr, gxr, gwr = F.combined_margin_fused(x, w, y, with(opts, { seed = 5 }))
+    local lr, gxr, gwr = fused(x, w, y, with(opts, { seed = s }))
     assert.are.equal(lr, l)
     H.assert_equal(gx, gxr)
     H.assert_equal(gw, gwr)
-    assert.are.equal(6, crit.seed)
-    -- forward and backward of one step: one sample (seed 6), then seed 7
+    assert.are.equal(s + 1, crit.seed)
     local lf = crit:forward(x, w, y)
+    assert.are.equal(s + 1, crit.seed)
     local bx, bw = crit:backward(x, w, y)
-    local l6, g6x, g6w = F.combined_margin_fused(x, w, y, with(opts, { seed = 6 }))
-    assert.are.equal(l6, lf)
-    H.assert_equal(bx, g6x)
-    H.assert_equal(bw, g6w)
-    assert.are.equal(7, crit.seed)
+    local ln, gnx, gnw = fused(x, w, y, with(opts, { seed = s + 1 }))
+    assert.are.equal(ln, lf)
+    H.assert_equal(bx, gnx)
+    H.assert_equal(bw, gnw)
+    assert.are.equal(s + 2, crit.seed)
+  end
+
+  it("ploss.PartialFCLoss wraps a margin criterion and draws anew after each step", function()
+    local x, w, y = inputs(7, 30, 4, 101)
+    local crit = ploss.PartialFCLoss { margin = ploss.CombinedMarginLoss { s = 8, m3 = 0.1 }, sample_rate = 0.2, seed = 5 }
+    check_two_steps(crit, F.combined_margin_fused, { s = 8, m3 = 0.1, sample_rate = 0.2 }, 5, x, w, y)
     -- the given criterion is left as it was
     local m = ploss.ArcFaceLoss { s = 4 }
     ploss.PartialFCLoss { margin = m, sample_rate = 0.5 }(x, w, y)
@@ -671,22 +677,7 @@ describe("margin softmax losses", function()
   it("a margin criterion with sample_rate < 1 draws anew after each step, as PartialFCLoss", function()
     local x, w, y = inputs(7, 30, 4, 111)
     local opts = { s = 8, sample_rate = 0.2 }
-    local crit = ploss.ArcFaceLoss(with(opts, { seed = 41 }))
-    local l, gx, gw = crit(x, w, y)
-    local lr, gxr, gwr = F.arc_face_fused(x, w, y, with(opts, { seed = 41 }))
-    assert.are.equal(lr, l)
-    H.assert_equal(gx, gxr)
-    H.assert_equal(gw, gwr)
-    assert.are.equal(42, crit.seed)
-    -- forward and backward of one step: one sample (seed 42), then seed 43
-    local lf = crit:forward(x, w, y)
-    assert.are.equal(42, crit.seed)
-    local bx, bw = crit:backward(x, w, y)
-    local l42, g42x, g42w = F.arc_face_fused(x, w, y, with(opts, { seed = 42 }))
-    assert.are.equal(l42, lf)
-    H.assert_equal(bx, g42x)
-    H.assert_equal(bw, g42w)
-    assert.are.equal(43, crit.seed)
+    check_two_steps(ploss.ArcFaceLoss(with(opts, { seed = 41 })), F.arc_face_fused, opts, 41, x, w, y)
     -- every class (rate 1) draws nothing: the seed stays
     local full = ploss.ArcFaceLoss { s = 8, seed = 9 }
     full(x, w, y)
