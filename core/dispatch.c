@@ -17,6 +17,7 @@
 #include "pairs.h"
 #include "region.h"
 #include "rows.h"
+#include "sequence.h"
 #include "taylor.h"
 
 typedef ploss_status (*ploss_backend)(ploss_ctx_t *ctx, const void *problem);
@@ -59,6 +60,7 @@ WITH_CTX(cpu_gaussian_nll, ploss_cpu_gaussian_nll, ploss_gaussian_nll_problem)
 WITH_CTX(cpu_embedding_pairs, ploss_cpu_embedding_pairs, ploss_embedding_pair_problem)
 WITH_CTX(cpu_margin, ploss_cpu_margin, ploss_margin_problem)
 WITH_CTX(cpu_linear_ce, ploss_cpu_linear_cross_entropy, ploss_linear_problem)
+WITH_CTX(cpu_ctc, ploss_cpu_ctc, ploss_ctc_problem)
 
 #ifdef PLOSS_HAVE_CUDA
 WITH_CTX(cuda_cross_entropy, ploss_cuda_cross_entropy, ploss_ce_problem)
@@ -89,6 +91,7 @@ WITH_CTX(cuda_gaussian_nll, ploss_cuda_gaussian_nll, ploss_gaussian_nll_problem)
 WITH_CTX(cuda_embedding_pairs, ploss_cuda_embedding_pairs, ploss_embedding_pair_problem)
 WITH_CTX(cuda_margin, ploss_cuda_margin, ploss_margin_problem)
 WITH_CTX(cuda_linear_ce, ploss_cuda_linear_cross_entropy, ploss_linear_problem)
+WITH_CTX(cuda_ctc, ploss_cuda_ctc, ploss_ctc_problem)
 #define CUDA(fn) fn
 #else
 #define CUDA(fn) NULL
@@ -125,6 +128,7 @@ static const ploss_backend backends[PLOSS_OP_COUNT][2] = {
     [PLOSS_OP_PAIRS_EMBEDDING] = {[CPU] = cpu_embedding_pairs, [GPU] = CUDA(cuda_embedding_pairs)},
     [PLOSS_OP_MARGIN] = {[CPU] = cpu_margin, [GPU] = CUDA(cuda_margin)},
     [PLOSS_OP_LINEAR_CROSS_ENTROPY] = {[CPU] = cpu_linear_ce, [GPU] = CUDA(cuda_linear_ce)},
+    [PLOSS_OP_CTC] = {[CPU] = cpu_ctc, [GPU] = CUDA(cuda_ctc)},
 };
 
 ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)

@@ -42,6 +42,7 @@ typedef enum {
     PLOSS_OP_PAIRS_GAUSSIAN_NLL,     /* ploss_gaussian_nll_problem */
     PLOSS_OP_MARGIN,                 /* ploss_margin_problem    */
     PLOSS_OP_LINEAR_CROSS_ENTROPY,   /* ploss_linear_problem    */
+    PLOSS_OP_CTC,                    /* ploss_ctc_problem       */
     PLOSS_OP_COUNT
 } ploss_op;
 

@@ -18,6 +18,7 @@ static const struct {
     [PLOSS_SHAPE_BOXES] = {"boxes", ploss_boxes_run, ploss_boxes_computes},
     [PLOSS_SHAPE_REGION] = {"region", ploss_region_run, ploss_region_computes},
     [PLOSS_SHAPE_MARGIN] = {"margin", ploss_margin_run, ploss_margin_computes},
+    [PLOSS_SHAPE_SEQUENCE] = {"sequence", ploss_sequence_run, ploss_sequence_computes},
 };
 
 int ploss_engine_computes(ploss_shape shape, ploss_policy policy)

@@ -21,6 +21,7 @@ typedef enum {
     PLOSS_SHAPE_BOXES = 3, /* N×4 boxes, one loss per box */
     PLOSS_SHAPE_REGION = 4, /* groups of pixels or their neighbourhoods, per class */
     PLOSS_SHAPE_MARGIN = 5, /* N×D embeddings against C×D class centres, softmax over cosines */
+    PLOSS_SHAPE_SEQUENCE = 6, /* T×N×C frames against label sequences: recursions over time */
     PLOSS_SHAPE_COUNT
 } ploss_shape;
 
@@ -36,15 +37,18 @@ typedef enum {
                                                or per element (an elementwise loss: the
                                                input's shape)                                 */
     PLOSS_LOSS_TARGET_CLASS_LABELS,         /* one class index per embedding row, or ignore_index */
-    PLOSS_LOSS_TARGET_INDEX_LIST            /* i64/i32 of the input's shape: each row's class
+    PLOSS_LOSS_TARGET_INDEX_LIST,           /* i64/i32 of the input's shape: each row's class
                                                indices, ended by the first negative value    */
+    PLOSS_LOSS_TARGET_SEQUENCES             /* i64/i32 label sequences: N×S padded or 1-D
+                                               concatenated, with their lengths (tensors)   */
 } ploss_loss_target;
 
 /* How the inputs of a loss of several inputs are laid out (the pairs shape). */
 typedef enum {
     PLOSS_INPUT_LAYOUT_ROWS = 0,           /* N×D embeddings, one loss per row                 */
     PLOSS_INPUT_LAYOUT_ROWS_OR_VECTOR = 1, /* N×D, or D for one pair (its NONE loss 0-d)       */
-    PLOSS_INPUT_LAYOUT_ELEMENTWISE = 2     /* any shape, one loss per element                  */
+    PLOSS_INPUT_LAYOUT_ELEMENTWISE = 2,    /* any shape, one loss per element                  */
+    PLOSS_INPUT_LAYOUT_SEQUENCE = 3        /* T×N×C frames, or T×C for one sequence (0-d NONE) */
 } ploss_input_layout;
 
 /* Extra tensors between the target and the options. */
@@ -52,7 +56,8 @@ typedef enum {
     PLOSS_TENSOR_CLASS_VECTOR = 0, /* C values, one per class (weights, α, priors)          */
     PLOSS_TENSOR_BROADCAST = 1,    /* broadcast over the input (BCE's weight, pos_weight)   */
     PLOSS_TENSOR_SAMPLE_VECTOR = 2, /* N values, one per sample (a box's weight, ignore mask) */
-    PLOSS_TENSOR_CLASS_IDS = 3     /* a vector of class indices, any numeric dtype          */
+    PLOSS_TENSOR_CLASS_IDS = 3,    /* a vector of class indices, any numeric dtype          */
+    PLOSS_TENSOR_LENGTHS = 4       /* N integers (i64/i32): a length per sample              */
 } ploss_tensor_kind;
 
 #define PLOSS_MAX_LOSS_TENSORS 2
@@ -158,6 +163,9 @@ typedef struct ploss_loss_params {
     double z_loss;            /* the weight of lse² per row                                  */
     int accumulate;           /* grad_weight += rather than =                                */
     int linear_policy;        /* ploss_linear_policy: the row loss of the linear + loss        */
+    /* CTC (the sequence shape) */
+    int64_t blank;            /* the blank's class index                                     */
+    int zero_infinity;        /* an infinite loss and its gradient become 0                  */
 } ploss_loss_params;
 
 /* The checks every loss shares, in every pass: reduction in range, a finite scale and
@@ -177,6 +185,7 @@ int ploss_pairs_computes(ploss_policy policy);
 int ploss_boxes_computes(ploss_policy policy);
 int ploss_region_computes(ploss_policy policy);
 int ploss_margin_computes(ploss_policy policy);
+int ploss_sequence_computes(ploss_policy policy);
 
 /* The engines' fronts, one per kernel shape. */
 ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
@@ -191,6 +200,8 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
                               const ploss_loss_args *a, const ploss_loss_params *p);
 ploss_status ploss_margin_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
                               const ploss_loss_args *a, const ploss_loss_params *p);
+ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
+                                const ploss_loss_args *a, const ploss_loss_params *p);
 
 #ifdef __cplusplus
 }

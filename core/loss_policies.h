@@ -51,6 +51,7 @@ typedef enum {
     PLOSS_POLICY_GAUSSIAN_NLL = 43, /* gaussian_nll_loss (pairs) */
     PLOSS_POLICY_HINGE = 44, /* hinge_loss (elementwise) */
     PLOSS_POLICY_L1_HINGE_EMBEDDING = 45, /* l1_hinge_embedding_loss (pairs) */
+    PLOSS_POLICY_CTC = 46, /* ctc_loss (sequence) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -104,6 +105,7 @@ typedef enum {
         PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_ELEMENTWISE, \
         PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_SEQUENCE, \
     }
 
 #endif

@@ -3633,3 +3633,88 @@ ploss_status ploss_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTenso
     const ploss_loss_args a = {.inputs[0] = input1, .inputs[1] = input2, .target = target, .loss = loss, .grad_inputs[0] = grad_input1, .grad_inputs[1] = grad_input2};
     return l1_hinge_embedding_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- ctc_loss ---------------------------------------------------------------------------- */
+
+void ploss_ctc_loss_opts_init(ploss_ctc_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->blank = 0;
+    o->zero_infinity = 0;
+    o->scale = 1.0;
+    o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
+}
+
+static const ploss_loss_spec ctc_loss_spec = {
+    .name = "ctc_loss",
+    .shape = PLOSS_SHAPE_SEQUENCE,
+    .policy = PLOSS_POLICY_CTC,
+    .target = PLOSS_LOSS_TARGET_SEQUENCES,
+    .min_classes = 1,
+    .ninputs = 1,
+    .input_names = {"log_probs"},
+    .grad_names = {"grad_log_probs"},
+    .input_layout = PLOSS_INPUT_LAYOUT_SEQUENCE,
+    .ntensors = 2,
+    .tensors = {
+        {.name = "input_lengths", .kind = PLOSS_TENSOR_LENGTHS, .required = 1},
+        {.name = "target_lengths", .kind = PLOSS_TENSOR_LENGTHS, .required = 1},
+    },
+};
+
+static ploss_status ctc_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                             const ploss_ctc_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_ctc_loss_opts o;
+    ploss_ctc_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_ctc_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ctc_loss");
+    if (o.blank < 0)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.blank: %lld is not an integer in [0, C)", (long long)o.blank);
+    if ((st = ploss_check_flag(o.zero_infinity, "opts.zero_infinity")))
+        return st;
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .blank = o.blank,
+        .zero_infinity = o.zero_infinity,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &ctc_loss_spec, a, &p);
+}
+
+ploss_status ploss_ctc_loss_forward(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = log_probs, .target = target, .tensors[0] = input_lengths, .tensors[1] = target_lengths, .loss = loss};
+    return ctc_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_ctc_loss_backward(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_log_probs)
+{
+    const ploss_loss_args a = {.inputs[0] = log_probs, .target = target, .tensors[0] = input_lengths, .tensors[1] = target_lengths, .grad_loss = grad_loss, .grad_inputs[0] = grad_log_probs};
+    return ctc_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_ctc_loss_fused(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, DLTensor *loss, DLTensor *grad_log_probs)
+{
+    const ploss_loss_args a = {.inputs[0] = log_probs, .target = target, .tensors[0] = input_lengths, .tensors[1] = target_lengths, .loss = loss, .grad_inputs[0] = grad_log_probs};
+    return ctc_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

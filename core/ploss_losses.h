@@ -4258,4 +4258,116 @@ ploss_status ploss_l1_hinge_embedding_loss_fused(ploss_ctx_t *ctx, const DLTenso
     const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
     DLTensor *loss, DLTensor *grad_input1, DLTensor *grad_input2);
 
+/* ---- Connectionist temporal classification (CTC) loss ---------------------------------- */
+
+/** Options of ctc_loss; fill with ploss_ctc_loss_opts_init(). */
+typedef struct ploss_ctc_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* the class index of the blank; an integer in [0, C); default 0 */
+    int64_t blank;
+    /* an infinite loss (no alignment of the target fits its input length) and its gradient
+       become 0; default 0 */
+    int zero_infinity;
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
+    double scale;
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
+    int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_ctc_loss_opts_init(): every pass refuses a struct without it
+       (one filled by hand has 0, not the defaults above, in the fields it leaves out) */
+    uint32_t opts_tag;
+} ploss_ctc_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_ctc_loss_opts_init(ploss_ctc_loss_opts *opts);
+
+/**
+ * Connectionist temporal classification (CTC) loss, forward (Graves, Fernández, Gomez and
+ * Schmidhuber, "Connectionist Temporal Classification: Labelling Unsegmented Sequence Data with
+ * Recurrent Neural Networks", ICML 2006 (PyTorch's nn.CTCLoss: its arguments, reductions,
+ * zero_infinity and gradient)).
+ * For sequence n with input length T_n, target l = (l_1 … l_L), L = target_lengths[n], and
+ * y_t(c) = exp(log_probs[t, n, c]): the extended target l' = (b, l_1, b, l_2, …, b, l_L, b)
+ * of 2L + 1 symbols (b the blank), and the forward variables, in log space,
+ *
+ *     α_0(0) = log y_0(b),  α_0(1) = log y_0(l_1),  α_0(s) = −∞ for s > 1
+ *     α_t(s) = log y_t(l'_s) + lse(α_{t−1}(s), α_{t−1}(s − 1), α_{t−1}(s − 2))
+ *
+ * where the third term counts only when l'_s is not blank and l'_s ≠ l'_{s−2}. The loss is
+ *
+ *     ℓ_n = −lse(α_{T_n−1}(2L), α_{T_n−1}(2L − 1))     (α_{T_n−1}(2L) alone when L = 0)
+ *
+ * = −log of the total probability of every alignment of T_n frames that collapses (repeats
+ * merged, then blanks removed) to l; a sequence of T_n = 0 frames has ℓ_n = 0 for L = 0.
+ * ℓ_n = +∞ when no alignment exists (T_n below L plus the number of equal neighbours in l),
+ * 0 with zero_infinity. 'mean' averages ℓ_n / max(L, 1) over the N sequences (PyTorch's),
+ * 'sum' adds ℓ_n, 'none' gives ℓ_n.
+ *
+ * The targets are N×S with each sample's labels first in its row (padding past
+ * target_lengths[n] is not read), or 1-D with the N targets one after another (Σ
+ * target_lengths labels). Every label read must be in [0, C) and not the blank (INVALID_LABEL
+ * naming it); lengths outside their ranges are SHAPE errors naming the sample. The lengths and
+ * the targets are read on the host (a CUDA input copies them there first, as PyTorch's CUDA
+ * kernel does its lengths): every check happens before anything is written. The CPU computes in
+ * f64; CUDA in fp32 (f64 for f64 input), one block per sequence for the recursions and one per
+ * frame for the gradient, with α and β (T × (2S + 1) values per sequence, S the longest
+ * target) in its workspace for backward and fused — forward alone keeps two frames of α.
+ * Nothing is kept between forward and backward: backward runs the recursions again.
+ *
+ * in  log_probs   log-probabilities over the C classes (a log_softmax over the last dim),
+ *                 T×N×C: T frames of N sequences; or T×C for one sequence; f32/f16/bf16/f64,
+ *                 any strides.
+ * in  target      label sequences, i64 or i32: N×S padded (sample n's labels first in row n, S
+ *                 >= every target length) or 1-D, the N sequences one after another (Σ
+ *                 target_lengths labels); labels in [0, C), not the blank; any strides.
+ * in  input_lengths the frames of each sequence, N integers in [0, T] (i64/i32 on the input's
+ *                   device, or a Lua list or number): frames past a sequence's length are not
+ *                   read and get a zero gradient.
+ * in  target_lengths the labels of each target, N integers >= 0 (i64/i32 on the input's device,
+ *                    or a Lua list or number); at most S with padded N×S targets.
+ * in  opts        NULL for defaults.
+ * out loss        NONE: N values, one per sequence (a 0-d tensor for T×C input); MEAN / SUM: a
+ *                 0-d or 1-element tensor; f32 (f64 for f64 input).
+ * Statuses: INVALID_ARGUMENT (NULL ctx/log_probs/target/input_lengths/loss or a gradient, a bad
+ *           enum, opts.blank not an integer in [0, C), a non-finite scale, inplace = 1), SHAPE
+ *           (also a length out of its range, naming the sample), DTYPE, DEVICE, ALIAS,
+ *           INVALID_LABEL (a label outside [0, C) or the blank; checked on the host before
+ *           anything is written), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_ctc_loss_forward(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Connectionist temporal classification (CTC) loss, backward. With the backward variables
+ * β_t(s) (the same recursion from the end, β including y_t(l'_s)) and γ_t(c) = lse over the
+ * s with l'_s = c of α_t(s) + β_t(s):
+ *
+ *     ∂ℓ_n/∂x[t, n, c] = exp(log_probs[t, n, c]) − exp(γ_t(c) + ℓ_n − log_probs[t, n, c])
+ *
+ * for t < T_n, 0 for t ≥ T_n: PyTorch's gradient, which is the derivative of ℓ_n with
+ * respect to the logits x that log_probs = log_softmax(x) came from (Graves et al.'s eq. 16).
+ * Its sum over c is 0, so a log_softmax's backward passes it through unchanged and a network
+ * trained through one gets the exact gradient; taken alone it is not ∂ℓ_n/∂log_probs
+ * (that is its second term negated), and finite differences of log_probs compare with it only
+ * through a log_softmax. An infinite ℓ_n without zero_infinity gives NaN gradients for its
+ * frames (as PyTorch's).
+ * in  log_probs, target, input_lengths, target_lengths, opts   as given to _forward.
+ * in  grad_loss   NONE: N values (0-d for T×C input); MEAN / SUM: one element; f32 or f64.
+ * out grad_log_probs ∂/∂log_probs: the shape and dtype of its input, any non-overlapping
+ *                    strides; may not overlap any input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_ctc_loss_backward(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, const DLTensor *grad_loss, DLTensor *grad_log_probs);
+
+/** Connectionist temporal classification (CTC) loss, forward and backward in one pass (see the
+ *  conventions above). Statuses: as _forward. */
+ploss_status ploss_ctc_loss_fused(ploss_ctx_t *ctx, const DLTensor *log_probs,
+    const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
+    const ploss_ctc_loss_opts *opts, DLTensor *loss, DLTensor *grad_log_probs);
+
 #endif /* PLOSS_LOSSES_H */

@@ -105,9 +105,24 @@ local TARGET_DOC = {
   signs = "±1 labels, one per row: shape N, any float dtype or i64/i32.",
   class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index.",
   index_list = "class indices, i64 or i32, of the input's shape: each row's classes in [0, C), ended by -1.",
+  sequences = "label sequences, i64 or i32: N×S padded (sample n's labels first in row n, S >= every target " ..
+    "length) or 1-D, the N sequences one after another (Σ target_lengths labels); labels in [0, C), not the " ..
+    "blank; any strides.",
 }
 
 local SHAPE = {
+  sequence = {
+    input = "f32/f16/bf16/f64, any strides.",
+    loss = "NONE: N values, one per sequence (a 0-d tensor for T×C input); MEAN / SUM: a 0-d or 1-element " ..
+      "tensor; f32 (f64 for f64 input).",
+    grad_loss = "NONE: N values (0-d for T×C input); MEAN / SUM: one element; f32 or f64.",
+    grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap any input.",
+    fuzz = { input = { "DNC|DC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
+             grad_input = { "DNC", "x" }, target = { sequences = { "ND|N", "i|i|f" } } },
+    statuses = "SHAPE (also a length out of its range, naming the sample), DTYPE, DEVICE, ALIAS, INVALID_LABEL " ..
+      "(a label outside [0, C) or the blank; checked on the host before anything is written), UNSUPPORTED, " ..
+      "CUDA, OUT_OF_MEMORY",
+  },
   rows = {
     input = "N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= %d.  Layouts: N and C take any " ..
       "strides; the sample dims d1…dk must be walkable as one strided axis (each d_i's stride is " ..
@@ -259,9 +274,9 @@ local function loss_doc(d)
 end
 local function grad_loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).grad_loss end
 
-local TENSOR_FUZZ = { class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },
+local TENSOR_FUZZ = { lengths = { "N", "i|i|f" }, class_vector = { "C", "f|x" }, broadcast = { "NCd|C|1", "x|f" }, sample_vector = { "N", "x|u|f" },
                       class_ids = { "D|C", "i|f" } }
-local TENSOR_EXTENT = { class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values",
+local TENSOR_EXTENT = { lengths = "N integers", class_vector = "C values", broadcast = "broadcast over the input", sample_vector = "N values",
                         class_ids = "class indices" }
 
 local function state_shape(desc)
@@ -274,7 +289,9 @@ end
 local function tensor_names(desc, tensors)
   local names = {}
   for _, a in ipairs(D.arguments(desc, "forward")) do
-    if a[2] == "input" or a[2] == "target" or (tensors and a[2] == "tensor") then names[#names + 1] = a[1] end
+    if a[2] == "input" or a[2] == "target" or (a[2] == "tensor" and (tensors or a[3].argument)) then
+      names[#names + 1] = a[1]
+    end
   end
   return table.concat(names, ", ")
 end
@@ -804,7 +821,9 @@ local function gen_docs()
       local v = opt.default
       o[#o + 1] = string.format("%s = %s", opt.name, lua_value(v))
     end
-    for _, t in ipairs(d.tensors) do o[#o + 1] = t.name .. (t.required and " (required)" or "") end
+    for _, t in ipairs(d.tensors) do
+      if not t.argument then o[#o + 1] = t.name .. (t.required and " (required)" or "") end
+    end
     for _, x in ipairs(d.outputs) do o[#o + 1] = x.option .. " = false" end
     w("| `ploss.%s` | `ploss.F.%s` | %s | %s |", d.criterion, d.name, d.shape, table.concat(o, ", "))
   end
@@ -877,11 +896,13 @@ local function gen_docs()
         D.range_text(opt) or "any", opt.doc)
     end
     for _, t in ipairs(d.tensors) do
+      if t.argument then goto next_tensor end -- an argument of the call, not an option
       local extent = TENSOR_EXTENT[t.kind]
       if t.what == "weight" then -- criterion.lua's check of a list (a tensor's values are not read)
         extent = extent .. (t.nonnegative and "; a list: finite, >= 0" or "; a list: finite (negative ones as PyTorch)")
       end
       w("| `%s` | tensor or list | %s | %s | %s |", t.name, t.required and "required" or "nil", extent, t.doc)
+      ::next_tensor::
     end
     for _, x in ipairs(d.outputs) do
       w("| `%s` | boolean | false | | forward and the fused call also return %s (N values, 0 at ignored rows) |",

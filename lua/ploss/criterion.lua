@@ -109,7 +109,7 @@ local function option_names(d)
   if not known then
     known = { reduction = true, inplace = not d.inputs or nil }
     for _, o in ipairs(d.lua_options) do known[o.name] = true end
-    for _, t in ipairs(d.tensors) do known[t.name] = true end
+    for _, t in ipairs(d.tensors) do known[t.name] = not t.argument or nil end
     for _, x in ipairs(d.outputs) do known[x.option] = true end
     known_keys[d] = known
   end
@@ -206,6 +206,7 @@ local function resolve(d, user, extra, where, own_keys)
     o[x.option] = v
   end
   for _, t in ipairs(d.tensors) do
+    if t.argument then goto next_tensor end -- lengths: arguments of each call, not options
     local v = user[t.name]
     if v == nil then
       if t.required then ploss.raise(string.format("%s: %s (%s) is required", where, t.name, t.doc)) end
@@ -253,6 +254,7 @@ local function resolve(d, user, extra, where, own_keys)
       ploss.raise(string.format("%s: opts.%s: expected a tensor or a list of numbers, got %s", where, t.name, type(v)))
     end
     o[t.name] = v
+    ::next_tensor::
   end
   return o
 end
@@ -307,11 +309,13 @@ end
 
 -- The tensor options as tensors on the input's device: a list becomes a tensor of the
 -- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`
--- while the list's values stay the same.
-local function tensor_args(d, o, input, cache)
+-- while the list's values stay the same.  The tensors that are arguments of the call
+-- (lengths) are those of `given`, by index.
+local function tensor_args(d, o, input, cache, given)
   local out = {}
   for k, t in ipairs(d.tensors) do
-    local v = o[t.name]
+    local v
+    if t.argument then v = given and given[k] else v = o[t.name] end
     if v ~= nil and not ploss.is_tensor(v) then
       local dtype = loss_dtype(input)
       local key = t.name .. "@" .. input:device() .. "/" .. dtype
@@ -544,7 +548,7 @@ end
 local function spec_options(d, ctype, user, inplace)
   local known = { reduction = true, inplace = inplace or nil }
   for _, opt in ipairs(d.lua_options) do known[opt.name] = true end
-  for _, t in ipairs(d.tensors) do known[t.name] = true end
+  for _, t in ipairs(d.tensors) do known[t.name] = not t.argument or nil end
   local mine, unknown = {}, {}
   for k, v in pairs(user) do
     if known[k] then mine[k] = v else unknown[#unknown + 1] = tostring(k) end
@@ -554,11 +558,40 @@ local function spec_options(d, ctype, user, inplace)
   return fill(d, o, ctype()), o, unknown
 end
 
+-- A lengths argument (CTC's input_lengths, target_lengths) as a tensor: a tensor as it is,
+-- or a Lua list of integers (PyTorch's tuples) or one integer (one sequence) as an i64
+-- tensor on the device of `x`, the first input.
+local function lengths_tensor(where, name, v, x)
+  if ploss.is_tensor(v) then return v end
+  local list = type(v) == "number" and { v } or v
+  if type(list) ~= "table" then
+    ploss.raise(string.format("%s: %s: expected a tensor, a list of integers or an integer, got %s", where, name,
+      type(v)))
+  end
+  local n = #list
+  for k, e in pairs(list) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
+      ploss.raise(string.format("%s: %s: expected a list of integers without holes, got key %s", where, name, show(k)))
+    end
+    if type(e) ~= "number" or e ~= math.floor(e) or math.abs(e) >= 2 ^ 53 then
+      ploss.raise(string.format("%s: %s[%d]: expected an integer, got %s", where, name, k, show(e)))
+    end
+  end
+  if not ploss.is_tensor(x) then return nil end -- the inputs' own check names it
+  return ploss.tensor(list, { dtype = "i64", device = x:device() })
+end
+
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
   local ninputs = #d.inputs
-  local nargs = ninputs + (target_name and 1 or 0)
+  -- the tensors that are arguments after the target (lengths), by their index in d.tensors
+  local arguments = {}
+  for k, tt in ipairs(d.tensors) do
+    if tt.argument then arguments[#arguments + 1] = k end
+  end
+  local ntarget = ninputs + (target_name and 1 or 0)
+  local nargs = ntarget + #arguments
   local input_names = {}
   for k, x in ipairs(d.inputs) do input_names[k] = x.name end
   input_names = table.concat(input_names, ", ")
@@ -585,10 +618,14 @@ local function build_multi(d)
 
   -- The call's tensors by role from the positional arguments; raises naming a missing one.
   -- ±1 labels may be a number (Torch7's form for one pair): a 0-d tensor of it on the
-  -- inputs' device.
+  -- inputs' device.  The lengths after the target go to t.given (lengths_tensor).
   local function tensors_of(where, ...)
-    local t = { inputs = {} }
-    for k = 1, nargs do
+    local t = { inputs = {}, given = {} }
+    for k = ntarget + 1, nargs do
+      local tk = arguments[k - ntarget]
+      t.given[tk] = lengths_tensor(where, d.tensors[tk].name, select(k, ...), (...))
+    end
+    for k = 1, ntarget do
       local v = select(k, ...)
       local name = k <= ninputs and d.inputs[k].name or target_name
       if k > ninputs and type(v) == "number" and d.target == "signs" and ploss.is_tensor((...)) then
@@ -605,7 +642,7 @@ local function build_multi(d)
   -- The C call of `pass` with tensors by role (inputs and grads as lists, the resolved
   -- options t.o for the tensor options, t.cache their criterion's cache).
   local function run(pass, ctx, t)
-    local roles = { target = t.target, tensors = t.tensors or tensor_args(d, t.o, t.inputs[1], t.cache),
+    local roles = { target = t.target, tensors = t.tensors or tensor_args(d, t.o, t.inputs[1], t.cache, t.given),
                     copts = t.copts, loss = t.loss, grad_loss = t.grad_loss }
     local args = D.arguments(d, pass)
     local fn = C["ploss_" .. d.name .. "_" .. pass]
@@ -631,6 +668,7 @@ local function build_multi(d)
   local function none_sizes_of(x)
     if d.input_layout == "elementwise" then return x:size() end
     if d.input_layout == "rows_or_vector" and x:dim() == 1 then return {} end
+    if d.input_layout == "sequence" then return x:dim() == 3 and { x:size(2) } or {} end
     return { x:size(1) }
   end
   local function loss_sizes_of(o, x) return o.reduction == "none" and none_sizes_of(x) or {} end
@@ -674,12 +712,14 @@ local function build_multi(d)
   local function current(self, t)
     local user = { reduction = rawget(self, "reduction") }
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
-    for _, tt in ipairs(d.tensors) do user[tt.name] = rawget(self, tt.name) end
+    for _, tt in ipairs(d.tensors) do
+      if not tt.argument then user[tt.name] = rawget(self, tt.name) end
+    end
     for _, x in ipairs(d.outputs) do user[x.option] = rawget(self, x.option) end
     local o = resolve(d, user, nil, d.criterion, true)
     check_options(o, d.criterion)
     t.o, t.cache = o, self._cache
-    t.tensors = tensor_args(d, o, t.inputs[1], self._cache)
+    t.tensors = tensor_args(d, o, t.inputs[1], self._cache, t.given)
     local args = {}
     for k = 1, ninputs do args[k] = t.inputs[k] end
     if t.target then args[#args + 1] = t.target end
@@ -917,7 +957,7 @@ local function build_multi(d)
       all[k] = g[k]
     end
     t.grads = g
-    t.tensors = tensor_args(d, t.o, t.inputs[1])
+    t.tensors = tensor_args(d, t.o, t.inputs[1], nil, t.given)
     t.tensor_grads = {}
     for k, tt in ipairs(d.tensors) do
       if tt.grad and t.tensors[k] ~= nil then

@@ -20,7 +20,8 @@
 --                (N×4 boxes, one loss per box), 'region' (per-class reductions over groups
 --                of pixels of N×C×d1×…×dk logits) or 'margin' (N×D embeddings against C×D
 --                class centres: a softmax over the cosines of each row, computed in row
---                tiles of matrix products)
+--                tiles of matrix products) or 'sequence' (T×N×C frames of N sequences
+--                against label sequences: recursions over the frames)
 --   policy       the loss's maths inside its shape's engines (core/engines/<shape>.c)
 --   opts_type    the C options struct (default ploss_<name>_opts); several losses may share
 --                one, with the same options; opts_init: its initialiser (default
@@ -34,13 +35,16 @@
 --                element with input_layout 'elementwise'; of an elementwise loss the input's
 --                shape) or 'index_list' (i64/i32 of the
 --                input's shape: each row's class indices, ended by its first negative entry)
+--                or 'sequences' (a label sequence per sample: N×S padded, or 1-D
+--                concatenated, with their lengths among the tensors)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
 --                of input `x` is the argument `grad_x`
 --   input_layout  a loss of several inputs: 'rows' (default: N×D embeddings, one loss per
---                row), 'rows_or_vector' (N×D, or D for one pair whose 'none' loss is 0-d) or
+--                row), 'rows_or_vector' (N×D, or D for one pair whose 'none' loss is 0-d),
 --                'elementwise' (any shape, one loss per element: the 'none' loss has the
---                inputs' shape)
+--                inputs' shape) or 'sequence' (T×N×C, or T×C for one sequence whose 'none'
+--                loss is 0-d)
 --   input_doc, target_doc  what the input / target hold, where the shape's and target
 --                kind's general text does not say it (optional; with several inputs
 --                input_doc follows each input's own doc)
@@ -51,7 +55,9 @@
 --   tensors      extra tensors between target and opts, in argument order:
 --                { name, kind = 'class_vector' (C values) | 'broadcast' (over the input) |
 --                  'sample_vector' (N values, one per sample) | 'class_ids' (a vector of
---                  class indices),
+--                  class indices) | 'lengths' (N integers, i64/i32: data of each call, so a
+--                  positional argument after the target in Lua, not an option; a loss of
+--                  several inputs),
 --                  what (one <what> per class), required, priors, doc,
 --                  nonnegative = true: a Lua list of weights must be >= 0 (any list of
 --                  weights must be finite; a tensor's values are not read on the host),
@@ -86,10 +92,11 @@
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int", comm = "ploss_comm_t *" }
-local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true }
+local SHAPES = { rows = true, elementwise = true, pairs = true, boxes = true, region = true, margin = true,
+  sequence = true }
 local TARGETS = { index = true, index_or_probabilities = true, elementwise = true, labels = true, none = true,
-  boxes = true, signs = true, class_labels = true, index_list = true }
-local INPUT_LAYOUTS = { rows = true, rows_or_vector = true, elementwise = true }
+  boxes = true, signs = true, class_labels = true, index_list = true, sequences = true }
+local INPUT_LAYOUTS = { rows = true, rows_or_vector = true, elementwise = true, sequence = true }
 local KNOWN = {
   name = true, criterion = true, aliases = true, title = true, source = true, formula = true,
   gradient = true, notes = true, shape = true, policy = true, opts_type = true, opts_init = true,
@@ -204,9 +211,12 @@ function D.prepare(desc)
   for _, t in ipairs(desc.tensors) do
     if t.grad and not desc.inputs then fail(desc, "tensor " .. t.name .. ": grad, of a loss of several inputs") end
     if t.grad then t.grad_name = "grad_" .. t.name end
+    -- lengths are data of the call, not options: positional arguments after the target
+    t.argument = t.kind == "lengths"
+    if t.argument and not desc.inputs then fail(desc, "tensor " .. t.name .. ": lengths, of a loss of several inputs") end
   end
   if desc.input_layout ~= nil and not (desc.inputs and INPUT_LAYOUTS[desc.input_layout]) then
-    fail(desc, "input_layout: 'rows', 'rows_or_vector' or 'elementwise', of a loss of several inputs")
+    fail(desc, "input_layout: 'rows', 'rows_or_vector', 'elementwise' or 'sequence', of a loss of several inputs")
   end
   if desc.inputs then desc.input_layout = desc.input_layout or "rows" end
   desc.criterion_aliases = desc.criterion_aliases or {}

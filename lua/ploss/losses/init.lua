@@ -48,4 +48,5 @@ return {
   "gaussian_nll_loss",
   "hinge_loss",
   "l1_hinge_embedding_loss",
+  "ctc_loss",
 }

@@ -1,0 +1,306 @@
+/*
+ * ctc.cu — CUDA backend of the CTC loss (core/engines/sequence.h; formulas in
+ * docs/losses.md), in fp32 for f32/f16/bf16 (f64 for f64), log space throughout.
+ *
+ *  - ctc_alpha: a block per sequence runs α over its frames, a thread per position of the
+ *    extended target (strided over 2S + 1), one barrier per frame; every frame of α is kept
+ *    in the workspace for a gradient, two otherwise; thread 0 writes the sequence's loss ℓ_n.
+ *  - ctc_beta (gradient only): the same from the last frame back, every frame kept.
+ *  - ctc_grad (gradient only): a block per (frame, sequence) writes the frame's gradient row:
+ *    e^lp·w for every class, then, after a barrier, the classes of the target: γ of the blank
+ *    by a block reduction over the even positions, γ of a label by one thread walking the
+ *    positions of that label (a chain made on the host, so the order of the sums is fixed);
+ *    frames past the sequence's length get zeros.
+ *  - ctc_loss: one block stores the losses (NONE) or reduces them in a fixed order.
+ * The lengths, labels and chains come from the host (the front checked them) through the
+ * workspace; no atomics: the results are bitwise repeatable.
+ */
+#include <math_constants.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "common.cuh"
+#include "sequence.h"
+
+namespace ploss_cuda {
+namespace {
+
+constexpr int THREADS = 256;
+
+/* The sequences' facts on the device. */
+struct Sequences {
+    const int64_t *input_length, *target_length, *offset; /* N each */
+    const int32_t *labels;                                /* per label: its class         */
+    const int32_t *next;                                  /* the next position of the same
+                                                           * class in its target, 0: none */
+    const int32_t *head;                                  /* 1 at a class's first position */
+};
+
+template <class A> __device__ __forceinline__ A neg_inf() { return (A)-CUDART_INF; }
+
+template <class A> __device__ __forceinline__ A lse(A a, A b)
+{
+    const A hi = a > b ? a : b, lo = a > b ? b : a;
+    return lo == neg_inf<A>() ? hi : hi + log1p(exp(lo - hi));
+}
+
+template <class T> __device__ __forceinline__ acc_t<T> logp(const ploss_ctc_problem &p, int64_t t, int64_t n, int64_t c)
+{
+    return (acc_t<T>)to_acc(((const T *)p.x)[t * p.x_st + n * p.x_sn + c * p.x_sc]);
+}
+
+__device__ __forceinline__ int64_t symbol(const ploss_ctc_problem &p, const int32_t *lab, int64_t s)
+{
+    return s & 1 ? (int64_t)lab[s >> 1] : p.blank;
+}
+
+/* α of sequence n (blockIdx.x); frame t at alpha + (n·frames + (KEEP ? t : t & 1))·S2;
+ * ℓ_n to nll[n]. */
+template <class T, bool KEEP>
+__global__ void __launch_bounds__(THREADS) ctc_alpha(ploss_ctc_problem p, Sequences q, acc_t<T> *alpha, int64_t frames,
+                                                     int64_t S2, double *nll)
+{
+    using A = acc_t<T>;
+    const int64_t n = blockIdx.x, Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
+    const int32_t *lab = q.labels + q.offset[n];
+    A *base = alpha + n * frames * S2;
+    if (Tn == 0) {
+        if (threadIdx.x == 0)
+            nll[n] = L == 0 ? 0.0 : CUDART_INF;
+        return;
+    }
+    for (int64_t s = threadIdx.x; s < s2; s += THREADS)
+        base[s] = s < 2 ? logp<T>(p, 0, n, symbol(p, lab, s)) : neg_inf<A>();
+    for (int64_t t = 1; t < Tn; ++t) {
+        __syncthreads();
+        const A *prev = base + (KEEP ? t - 1 : (t - 1) & 1) * S2;
+        A *cur = base + (KEEP ? t : t & 1) * S2;
+        for (int64_t s = threadIdx.x; s < s2; s += THREADS) {
+            A a = prev[s];
+            if (s > 0)
+                a = lse(a, prev[s - 1]);
+            if ((s & 1) && s > 1 && lab[s >> 1] != lab[(s >> 1) - 1])
+                a = lse(a, prev[s - 2]);
+            cur[s] = a == neg_inf<A>() ? a : a + logp<T>(p, t, n, symbol(p, lab, s));
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const A *last = base + (KEEP ? Tn - 1 : (Tn - 1) & 1) * S2;
+        nll[n] = -(double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]);
+    }
+}
+
+/* β of sequence n (blockIdx.x), every frame kept as α is. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) ctc_beta(ploss_ctc_problem p, Sequences q, acc_t<T> *beta, int64_t frames,
+                                                    int64_t S2)
+{
+    using A = acc_t<T>;
+    const int64_t n = blockIdx.x, Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
+    const int32_t *lab = q.labels + q.offset[n];
+    A *base = beta + n * frames * S2;
+    for (int64_t t = Tn - 1; t >= 0; --t) {
+        const A *next = base + (t + 1) * S2;
+        A *cur = base + t * S2;
+        for (int64_t s = threadIdx.x; s < s2; s += THREADS) {
+            A b;
+            if (t == Tn - 1) {
+                b = s >= s2 - 2 ? A(0) : neg_inf<A>();
+            } else {
+                b = next[s];
+                if (s + 1 < s2)
+                    b = lse(b, next[s + 1]);
+                if (s + 2 < s2 && ((s + 2) & 1) && lab[(s + 2) >> 1] != lab[s >> 1])
+                    b = lse(b, next[s + 2]);
+            }
+            cur[s] = b == neg_inf<A>() ? b : b + logp<T>(p, t, n, symbol(p, lab, s));
+        }
+        __syncthreads();
+    }
+}
+
+/* The weight of sequence n's gradient: the upstream gradient of its loss. */
+__device__ __forceinline__ double weight(const ploss_ctc_problem &p, int64_t n, int64_t L)
+{
+    if (p.reduction == PLOSS_REDUCTION_NONE)
+        return p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, n * p.gl_sn);
+    const double up = p.pass == PLOSS_PASS_FUSED ? p.scale : load_dyn(p.grad_loss, p.gl_dtype, 0);
+    return p.reduction == PLOSS_REDUCTION_MEAN ? up / ((double)p.N * (double)(L > 0 ? L : 1)) : up;
+}
+
+/* The gradient row of frame t of sequence n, block blockIdx.x = n·T + t. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequences q, const acc_t<T> *alpha,
+                                                    const acc_t<T> *beta, int64_t frames, int64_t S2,
+                                                    const double *nll)
+{
+    using A = acc_t<T>;
+    const int64_t n = blockIdx.x / p.T, t = blockIdx.x % p.T;
+    const int64_t Tn = q.input_length[n], L = q.target_length[n];
+    T *grad = (T *)p.grad + t * p.g_st + n * p.g_sn;
+    const double ell = nll[n];
+    if (t >= Tn || (p.zero_infinity && isinf(ell))) {
+        for (int64_t c = threadIdx.x; c < p.C; c += THREADS)
+            grad[c * p.g_sc] = from_acc<T>(A(0));
+        return;
+    }
+    const A w = (A)weight(p, n, L), nl = (A)ell;
+    const A *a = alpha + (n * frames + t) * S2, *b = beta + (n * frames + t) * S2;
+    /* γ of the blank over the L + 1 even positions: max, then the sum of exponentials */
+    A m = neg_inf<A>();
+    for (int64_t k = threadIdx.x; k <= L; k += THREADS)
+        m = max(m, a[2 * k] + b[2 * k]);
+    m = block_all_reduce<THREADS>(m, MaxOp());
+    A sum = A(0);
+    if (m != neg_inf<A>())
+        for (int64_t k = threadIdx.x; k <= L; k += THREADS)
+            sum += exp(a[2 * k] + b[2 * k] - m);
+    sum = block_all_reduce<THREADS>(sum, SumOp());
+    const A gamma_blank = m == neg_inf<A>() ? m : m + log(sum);
+    /* the classes of the target are read here, before any of the row is written */
+    const A lp_blank = logp<T>(p, t, n, p.blank);
+    /* a class outside the target has γ = −∞: e^lp·w, NaN where ℓ_n is infinite (as the CPU's) */
+    for (int64_t c = threadIdx.x; c < p.C; c += THREADS) {
+        const A lp = logp<T>(p, t, n, c);
+        grad[c * p.g_sc] = from_acc<T>((exp(lp) - exp(neg_inf<A>() + nl - lp)) * w);
+    }
+    __syncthreads(); /* the row's values before the target's classes overwrite theirs */
+    const int64_t o = q.offset[n];
+    for (int64_t k = threadIdx.x; k < L; k += THREADS) {
+        if (!q.head[o + k])
+            continue;
+        A g = neg_inf<A>();
+        for (int64_t j = k;; j = q.next[o + j]) {
+            g = lse(g, a[2 * j + 1] + b[2 * j + 1]);
+            if (!q.next[o + j])
+                break;
+        }
+        const int64_t c = q.labels[o + k];
+        const A lp = logp<T>(p, t, n, c);
+        grad[c * p.g_sc] = from_acc<T>((exp(lp) - exp(g + nl - lp)) * w);
+    }
+    if (threadIdx.x == 0)
+        grad[p.blank * p.g_sc] = from_acc<T>((exp(lp_blank) - exp(gamma_blank + nl - lp_blank)) * w);
+}
+
+/* The losses: per sequence (NONE) or reduced in a fixed order (one block). */
+__global__ void __launch_bounds__(THREADS) ctc_loss(ploss_ctc_problem p, const int64_t *target_length, const double *nll)
+{
+    double s = 0.0;
+    for (int64_t n = threadIdx.x; n < p.N; n += THREADS) {
+        double v = nll[n];
+        if (p.zero_infinity && isinf(v))
+            v = 0.0;
+        if (p.reduction == PLOSS_REDUCTION_NONE)
+            store_dyn(p.loss, p.loss_dtype, n * p.l_sn, v);
+        else
+            s += p.reduction == PLOSS_REDUCTION_MEAN ? v / (double)(target_length[n] > 0 ? target_length[n] : 1) : v;
+    }
+    if (p.reduction == PLOSS_REDUCTION_NONE)
+        return;
+    s = block_reduce<THREADS>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? s / (double)p.N : s);
+}
+
+size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
+
+} // namespace
+} // namespace ploss_cuda
+
+using namespace ploss_cuda;
+
+extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
+{
+    const bool want_grad = p->pass != PLOSS_PASS_FORWARD, want_loss = p->pass != PLOSS_PASS_BACKWARD;
+    const int64_t N = p->N, S2 = 2 * p->max_target + 1;
+    const int64_t frames = want_grad ? std::max<int64_t>(p->max_input, 1) : 2;
+    const size_t acc = p->x_dtype == PLOSS_F64 ? 8 : 4;
+    if (N > INT_MAX || (want_grad && N * p->T > INT_MAX))
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: CUDA takes at most 2^31 - 1 sequences (and frames × "
+                           "sequences with a gradient), got N = %lld, T = %lld", (long long)N, (long long)p->T);
+
+    /* the host part: lengths and offsets, labels, and per label the next position of its
+     * class in its target (0: none) and whether it is the class's first */
+    const size_t meta_bytes = sizeof(int64_t) * (size_t)(3 * N), label_bytes = sizeof(int32_t) * (size_t)p->total_labels;
+    std::vector<int32_t> chain((size_t)(2 * p->total_labels));
+    int32_t *next = chain.data(), *head = chain.data() + p->total_labels;
+    {
+        std::vector<std::pair<int32_t, int32_t>> order; /* (class, position) of one target */
+        for (int64_t n = 0; n < N; ++n) {
+            const int64_t o = p->offset[n], L = p->target_length[n];
+            order.clear();
+            for (int64_t k = 0; k < L; ++k)
+                order.emplace_back(p->labels[o + k], (int32_t)k);
+            std::sort(order.begin(), order.end());
+            for (int64_t i = 0; i < L; ++i) {
+                const int32_t k = order[(size_t)i].second;
+                const bool first = i == 0 || order[(size_t)i - 1].first != order[(size_t)i].first;
+                const bool last = i + 1 == L || order[(size_t)i + 1].first != order[(size_t)i].first;
+                head[o + k] = first;
+                next[o + k] = last ? 0 : order[(size_t)i + 1].second;
+            }
+        }
+    }
+    const size_t host_bytes = meta_bytes + label_bytes * 3;
+    const size_t off_nll = align_up(host_bytes), off_alpha = off_nll + align_up(sizeof(double) * (size_t)N);
+    const size_t table = acc * (size_t)N * (size_t)frames * (size_t)S2;
+    const size_t off_beta = off_alpha + align_up(table);
+    const size_t total = off_beta + (want_grad ? table : 0);
+    void *ws = NULL;
+    ploss_status st = ploss_workspace(ctx, total, &ws);
+    if (st)
+        return st;
+    char *w = (char *)ws;
+    /* one upload of the host part */
+    std::vector<char> host(host_bytes ? host_bytes : 1);
+    memcpy(host.data(), p->input_length, sizeof(int64_t) * (size_t)N);
+    memcpy(host.data() + sizeof(int64_t) * N, p->target_length, sizeof(int64_t) * (size_t)N);
+    memcpy(host.data() + 2 * sizeof(int64_t) * N, p->offset, sizeof(int64_t) * (size_t)N);
+    memcpy(host.data() + meta_bytes, p->labels, label_bytes);
+    memcpy(host.data() + meta_bytes + label_bytes, chain.data(), 2 * label_bytes);
+    if (host_bytes && (st = ploss_cuda_memcpy(w, host.data(), host_bytes, PLOSS_COPY_H2D, ctx->stream)))
+        return st;
+    Sequences q;
+    q.input_length = (const int64_t *)w;
+    q.target_length = q.input_length + N;
+    q.offset = q.target_length + N;
+    q.labels = (const int32_t *)(w + meta_bytes);
+    q.next = q.labels + p->total_labels;
+    q.head = q.next + p->total_labels;
+    double *nll = (double *)(w + off_nll);
+    cudaStream_t stream = stream_of(ctx);
+
+    return dispatch_float(p->x_dtype, "log_probs", [&](auto tag) -> ploss_status {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        A *alpha = (A *)(w + off_alpha), *beta = (A *)(w + off_beta);
+        if (N > 0) {
+            if (want_grad)
+                ctc_alpha<T, true><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, alpha, frames, S2, nll);
+            else
+                ctc_alpha<T, false><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, alpha, frames, S2, nll);
+            ploss_status s = check_launch("ctc_alpha");
+            if (s)
+                return s;
+        }
+        if (want_grad && N > 0 && p->T > 0) {
+            ctc_beta<T><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, beta, frames, S2);
+            ploss_status s = check_launch("ctc_beta");
+            if (s)
+                return s;
+            ctc_grad<T><<<(unsigned)(N * p->T), THREADS, 0, stream>>>(*p, q, alpha, beta, frames, S2, nll);
+            if ((s = check_launch("ctc_grad")))
+                return s;
+        }
+        if (want_loss) {
+            ctc_loss<<<1, THREADS, 0, stream>>>(*p, q.target_length, nll);
+            return check_launch("ctc_loss");
+        }
+        return PLOSS_OK;
+    });
+}

@@ -1,0 +1,309 @@
+-- CTCLoss on the CPU: a hand-derived case; every alignment enumerated (the loss and the
+-- posterior of every frame and class, exact in f64) for targets with and without repeated
+-- labels, several blanks and input lengths; finite differences through a log_softmax; the
+-- reductions, the upstream gradient and the fused scale; padded and concatenated targets,
+-- i32, lengths as tensors and lists, a transposed (batch-first) input and one T×C sequence;
+-- the edge cases (empty targets, no frames, no alignment with and without zero_infinity, an
+-- empty batch); 16-bit inputs against f64; bad input refused with nothing written.
+local H = require "spec.helpers"
+local ploss = H.ploss
+local F = ploss.F
+
+-- log_softmax over the last dim of a T×N×C Lua table of numbers.
+local function log_softmax(z)
+  local out = {}
+  for t, frame in ipairs(z) do
+    out[t] = {}
+    for n, row in ipairs(frame) do
+      local m = -math.huge
+      for _, v in ipairs(row) do m = math.max(m, v) end
+      local s = 0
+      for _, v in ipairs(row) do s = s + math.exp(v - m) end
+      out[t][n] = {}
+      for c, v in ipairs(row) do out[t][n][c] = v - m - math.log(s) end
+    end
+  end
+  return out
+end
+
+local function random_logits(T, N, C, seed)
+  return ploss.randn({ T, N, C }, { dtype = "f64", seed = seed }):totable()
+end
+
+-- Every path of Tn frames over C classes that collapses (repeats merged, blanks removed) to
+-- `target`: −log of their total probability and the gradient exp(lp) − posterior of each
+-- (frame, class), PyTorch's convention; frames from Tn on get 0.
+local function brute_force(lp, n, T, Tn, C, target, blank)
+  local total, occ = 0, {}
+  for t = 1, T do
+    occ[t] = {}
+    for c = 1, C do occ[t][c] = 0 end
+  end
+  local path = {}
+  local function collapses()
+    local out, prev = {}, nil
+    for t = 1, Tn do
+      local c = path[t]
+      if c ~= prev and c ~= blank then out[#out + 1] = c end
+      prev = c
+    end
+    if #out ~= #target then return false end
+    for i = 1, #out do if out[i] ~= target[i] then return false end end
+    return true
+  end
+  local function walk(t)
+    if t > Tn then
+      if collapses() then
+        local s = 0
+        for u = 1, Tn do s = s + lp[u][n][path[u] + 1] end
+        local pr = math.exp(s)
+        total = total + pr
+        for u = 1, Tn do occ[u][path[u] + 1] = occ[u][path[u] + 1] + pr end
+      end
+      return
+    end
+    for c = 0, C - 1 do
+      path[t] = c
+      walk(t + 1)
+    end
+  end
+  walk(1)
+  local grad = {}
+  for t = 1, T do
+    grad[t] = {}
+    for c = 1, C do grad[t][c] = t <= Tn and math.exp(lp[t][n][c]) - occ[t][c] / total or 0 end
+  end
+  return -math.log(total), grad
+end
+
+local function i64(v) return ploss.tensor(v, { dtype = "i64" }) end
+
+describe("CTCLoss", function()
+  it("a hand-derived case: T = 3 uniform frames over 3 classes, target (1)", function()
+    -- the 6 of the 27 paths that collapse to (1): 100 110 111 010 011 001 (0 the blank)
+    local x = ploss.full({ 3, 1, 3 }, math.log(1 / 3), { dtype = "f64" })
+    local loss, g = ploss.CTCLoss { reduction = "sum" }(x, i64 { { 1 } }, { 3 }, { 1 })
+    H.assert_close(loss, -math.log(6 / 27), { rtol = 1e-14 })
+    -- 1/3 − the share of the 6 paths through (t, c)
+    H.assert_close(g, { { { 1 / 3 - 3 / 6, 1 / 3 - 3 / 6, 1 / 3 } }, { { 1 / 3 - 2 / 6, 1 / 3 - 4 / 6, 1 / 3 } },
+      { { 1 / 3 - 3 / 6, 1 / 3 - 3 / 6, 1 / 3 } } }, { rtol = 1e-13, atol = 1e-15 })
+  end)
+
+  it("equals the sum over every alignment: loss and gradient, repeats, blanks, input lengths", function()
+    local T, C = 6, 4
+    local cases = {
+      { target = { 1 }, blank = 0, Tn = 6 },
+      { target = { 1, 2 }, blank = 0, Tn = 5 },
+      { target = { 2, 2 }, blank = 0, Tn = 6 }, -- a repeat needs a blank between
+      { target = { 1, 1, 2 }, blank = 0, Tn = 6 },
+      { target = { 0, 2, 1 }, blank = 3, Tn = 6 }, -- the blank last
+      { target = {}, blank = 1, Tn = 4 },
+      { target = { 3, 3, 3 }, blank = 0, Tn = 5 }, -- exactly the least frames (3 + 2 repeats)
+    }
+    for k, case in ipairs(cases) do
+      local lp = log_softmax(random_logits(T, 2, C, 40 + k))
+      local x = ploss.tensor(lp, { dtype = "f64" })
+      -- sequence 2 gets the case, sequence 1 the two lowest classes that are not the blank
+      -- over every frame
+      local first = {}
+      for c = 0, C - 1 do if c ~= case.blank and #first < 2 then first[#first + 1] = c end end
+      local padded = { { first[1], first[2], 0 }, { 0, 0, 0 } }
+      for i, v in ipairs(case.target) do padded[2][i] = v end
+      local ref1, g1 = brute_force(lp, 1, T, T, C, first, case.blank)
+      local ref2, g2 = brute_force(lp, 2, T, case.Tn, C, case.target, case.blank)
+      local crit = ploss.CTCLoss { reduction = "none", blank = case.blank }
+      local loss, g = crit(x, i64(padded), { T, case.Tn }, { 2, #case.target })
+      H.assert_close(loss, { ref1, ref2 }, { rtol = 1e-12, what = "case " .. k .. " loss" })
+      local want = {}
+      for t = 1, T do want[t] = { g1[t], g2[t] } end
+      H.assert_close(g, want, { rtol = 1e-10, atol = 1e-12, what = "case " .. k .. " gradient" })
+    end
+  end)
+
+  it("is the derivative with respect to the logits of a log_softmax (finite differences)", function()
+    local T, N, C = 5, 2, 4
+    local z = random_logits(T, N, C, 7)
+    local y, il, tl = i64 { { 1, 3 }, { 2, 2 } }, { 5, 5 }, { 2, 2 }
+    local function loss_of(zt)
+      return F.ctc_loss(ploss.tensor(log_softmax(zt), { dtype = "f64" }), y, il, tl, { reduction = "mean" })
+    end
+    local _, g = F.ctc_loss_fused(ploss.tensor(log_softmax(z), { dtype = "f64" }), y, il, tl)
+    local h = 1e-6
+    local got, want = {}, {}
+    for t = 1, T do
+      for n = 1, N do
+        for c = 1, C do
+          local v = z[t][n][c]
+          z[t][n][c] = v + h
+          local up = loss_of(z)
+          z[t][n][c] = v - h
+          local down = loss_of(z)
+          z[t][n][c] = v
+          want[#want + 1] = (up - down) / (2 * h)
+        end
+      end
+    end
+    for _, v in ipairs(g:flat()) do got[#got + 1] = v end
+    H.assert_close(got, want, { rtol = 1e-6, atol = 1e-8 })
+  end)
+
+  it("reduces as PyTorch: mean of ℓ_n / max(L, 1), sum; upstream gradients; the fused scale", function()
+    local T, N, C = 6, 3, 5
+    local x = ploss.tensor(log_softmax(random_logits(T, N, C, 11)), { dtype = "f64" })
+    local y, il, tl = i64 { { 1, 2, 3 }, { 4, 0, 0 }, { 0, 0, 0 } }, { 6, 4, 3 }, { 3, 1, 0 }
+    local none = F.ctc_loss(x, y, il, tl, { reduction = "none" }):totable()
+    H.assert_close(F.ctc_loss(x, y, il, tl), (none[1] / 3 + none[2] / 1 + none[3] / 1) / 3, { rtol = 1e-14 })
+    H.assert_close(F.ctc_loss(x, y, il, tl, { reduction = "sum" }), none[1] + none[2] + none[3], { rtol = 1e-14 })
+    -- per-sequence upstream gradients: the 'none' gradient row by row; 'mean' as their weights
+    local gn = F.ctc_loss_backward(x, y, il, tl, ploss.tensor({ 1, 1, 1 }, { dtype = "f64" }), { reduction = "none" })
+    local gw = F.ctc_loss_backward(x, y, il, tl, ploss.tensor({ 2, -1, 0.5 }, { dtype = "f64" }), { reduction = "none" })
+    local gm = F.ctc_loss_backward(x, y, il, tl, 3, {})
+    local w_none, w_mean = { 2, -1, 0.5 }, { 3 / 9, 3 / 3, 3 / 3 }
+    local a, b, c = gn:totable(), gw:totable(), gm:totable()
+    for t = 1, T do
+      for n = 1, N do
+        for k = 1, C do
+          H.assert_close(b[t][n][k], w_none[n] * a[t][n][k], { rtol = 1e-14, atol = 1e-300 })
+          H.assert_close(c[t][n][k], w_mean[n] * a[t][n][k], { rtol = 1e-14, atol = 1e-300 })
+        end
+      end
+    end
+    -- fused = forward + backward; the scale multiplies the gradient only
+    local l, g = F.ctc_loss_fused(x, y, il, tl, { reduction = "sum", scale = 2.5 })
+    H.assert_close(l, none[1] + none[2] + none[3], { rtol = 1e-14 })
+    H.assert_equal(g, F.ctc_loss_backward(x, y, il, tl, 2.5, { reduction = "sum" }))
+    -- the criterion's forward / backward give the same as the functions
+    local crit = ploss.CTCLoss {}
+    H.assert_close(crit:forward(x, y, il, tl), F.ctc_loss(x, y, il, tl), { rtol = 0 })
+    H.assert_equal(crit:backward(x, y, il, tl), F.ctc_loss_backward(x, y, il, tl, 1, {}))
+  end)
+
+  it("takes padded or concatenated targets, i32, length tensors, a batch-first input and one T×C sequence", function()
+    local T, N, C = 7, 3, 6
+    local lp = log_softmax(random_logits(T, N, C, 21))
+    local x = ploss.tensor(lp, { dtype = "f64" })
+    local il, tl = { 7, 6, 5 }, { 3, 2, 2 }
+    local padded = i64 { { 1, 2, 2, 99 }, { 5, 5, -7, 0 }, { 3, 4, 0, 0 } } -- padding is never read
+    local flat = i64 { 1, 2, 2, 5, 5, 3, 4 }
+    local ref_l, ref_g = F.ctc_loss_fused(x, padded, il, tl, { reduction = "none" })
+    local function same(what, l, g)
+      H.assert_equal(l, ref_l, { what = what .. " loss" })
+      H.assert_equal(g, ref_g, { what = what .. " gradient" })
+    end
+    same("concatenated", F.ctc_loss_fused(x, flat, il, tl, { reduction = "none" }))
+    same("i32", F.ctc_loss_fused(x, padded:type("i32"), ploss.tensor(il, { dtype = "i32" }), i64(tl),
+      { reduction = "none" }))
+    -- N×T×C data seen as T×N×C (a transpose: batch-first storage)
+    local bf = ploss.empty({ N, T, C }, { dtype = "f64" })
+    bf:copy(x:transpose(1, 2))
+    local l, g = F.ctc_loss_fused(bf:transpose(1, 2), padded, il, tl, { reduction = "none" })
+    H.assert_equal(l, ref_l, { what = "transposed input loss" })
+    H.assert_equal(g, ref_g, { what = "transposed input gradient" })
+    -- one sequence: T×C, a 1-D target, integer lengths; 'none' gives a 0-d loss
+    local x1 = x:select(2, 2):contiguous()
+    local l1, g1 = F.ctc_loss_fused(x1, i64 { 5, 5 }, 6, 2, { reduction = "none" })
+    assert.are.equal(0, l1:dim())
+    H.assert_close(l1, ref_l:totable()[2], { rtol = 0 })
+    H.assert_equal(g1, ref_g:select(2, 2))
+  end)
+
+  it("edge cases: empty targets, no frames, no alignment (inf, NaN gradient; zero_infinity), an empty batch", function()
+    local T, C = 3, 3
+    local lp = log_softmax(random_logits(T, 3, C, 5))
+    local x = ploss.tensor(lp, { dtype = "f64" })
+    -- an empty target: every frame blank; no frames with an empty target: 0
+    local l = F.ctc_loss(x, i64 { { 1, 2 }, { 0, 0 }, { 0, 0 } }, { 3, 3, 0 }, { 2, 0, 0 }, { reduction = "none" })
+    local v = l:totable()
+    H.assert_close(v[2], -(lp[1][2][1] + lp[2][2][1] + lp[3][2][1]), { rtol = 1e-14 })
+    assert.are.equal(0, v[3])
+    -- (1, 1) needs 3 frames; 2 given: +inf, a NaN gradient on its frames, zeros after them
+    local y, il, tl = i64 { { 1, 2 }, { 1, 1 }, { 2, 0 } }, { 3, 2, 0 }, { 2, 2, 1 }
+    local loss, g = F.ctc_loss_fused(x, y, il, tl, { reduction = "none" })
+    v = loss:totable()
+    assert.are.equal(math.huge, v[2])
+    assert.are.equal(math.huge, v[3]) -- a label and no frame
+    local gt = g:totable()
+    for c = 1, C do
+      assert.is_true(gt[1][2][c] ~= gt[1][2][c] and gt[2][2][c] ~= gt[2][2][c], "NaN on the frames")
+      assert.are.equal(0, gt[3][2][c])
+      assert.are.equal(0, gt[1][3][c])
+    end
+    -- zero_infinity: those losses and their gradients are 0; the feasible sequence unchanged
+    local lz, gz = F.ctc_loss_fused(x, y, il, tl, { reduction = "none", zero_infinity = true })
+    H.assert_equal(lz, { v[1], 0, 0 })
+    local gzt = gz:totable()
+    for t = 1, T do
+      H.assert_equal(gzt[t][1], gt[t][1])
+      H.assert_equal(gzt[t][2], { 0, 0, 0 })
+      H.assert_equal(gzt[t][3], { 0, 0, 0 })
+    end
+    -- 'mean' of an empty batch is NaN (0/0), 'sum' 0
+    local e = ploss.empty({ 4, 0, C }, { dtype = "f64" })
+    local le, ge = F.ctc_loss_fused(e, ploss.empty({ 0 }, { dtype = "i64" }), {}, {})
+    assert.is_true(le ~= le)
+    assert.are.equal(0, ge:numel())
+    assert.are.equal(0, F.ctc_loss(e, ploss.empty({ 0, 2 }, { dtype = "i64" }), {}, {}, { reduction = "sum" }))
+  end)
+
+  it("f32, f16 and bf16 inputs agree with f64 (fp32 accumulation)", function()
+    local T, N, C = 9, 4, 7
+    local x = ploss.tensor(log_softmax(random_logits(T, N, C, 31)), { dtype = "f64" })
+    local y, il, tl = i64 { { 1, 2, 2, 3 }, { 6, 5, 0, 0 }, { 4, 0, 0, 0 }, { 1, 1, 1, 0 } }, { 9, 8, 9, 7 }, { 4, 2, 1, 3 }
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local xr = x:type(dtype)
+      local ref_l, ref_g = F.ctc_loss_fused(xr:double(), y, il, tl, { reduction = "none" })
+      local l, g = F.ctc_loss_fused(xr, y, il, tl, { reduction = "none" })
+      assert.are.equal("f32", l:dtype())
+      assert.are.equal(dtype, g:dtype())
+      H.assert_close(l, ref_l, { rtol = 1e-6, what = dtype .. " loss" })
+      H.assert_close(g, ref_g, { rtol = H.tol[dtype].rtol, atol = H.tol[dtype].atol, what = dtype .. " gradient" })
+    end
+  end)
+
+  it("refuses bad input, naming it, with nothing written", function()
+    local T, N, C = 4, 2, 5
+    local x = ploss.tensor(log_softmax(random_logits(T, N, C, 3)), { dtype = "f64" })
+    local y, il, tl = i64 { { 1, 2 }, { 3, 0 } }, { 4, 4 }, { 2, 1 }
+    local out, grad = ploss.empty({ N }, { dtype = "f64" }), ploss.empty({ T, N, C }, { dtype = "f64" })
+    local function fused(yy, a, b, opts)
+      opts = opts or {}
+      opts.reduction, opts.out, opts.grad_log_probs = "none", out, grad
+      local l, g = F.ctc_loss_fused(x, yy, a, b, opts) -- not a tail call: the error is located here
+      return l, g
+    end
+    H.expect_error(function() return fused(i64 { { 1, 0 }, { 3, 0 } }, il, { 2, 1 }) end,
+      { "target: label 0 of sequence 0 (0-based, position 1) is the blank", "PLOSS_ERR_INVALID_LABEL" }, out, grad)
+    H.expect_error(function() return fused(i64 { { 1, 2 }, { 5, 0 } }, il, tl) end,
+      { "target: label 5 of sequence 1 (0-based, position 0) is outside [0, 5)", "PLOSS_ERR_INVALID_LABEL" }, out, grad)
+    H.expect_error(function() return fused(y, { 4, 5 }, tl) end,
+      { "input_lengths: sequence 1 (0-based) has 5 frames, outside [0, 4]", "PLOSS_ERR_SHAPE" }, out, grad)
+    H.expect_error(function() return fused(y, il, { 3, 1 }) end,
+      "target_lengths: sequence 0 (0-based) has 3 labels, more than the 2 of a row", out, grad)
+    H.expect_error(function() return fused(y, il, { 1, -1 }) end,
+      "target_lengths: sequence 1 (0-based) has a length of -1 < 0", out, grad)
+    H.expect_error(function() return fused(i64 { 1, 2, 3, 4 }, il, tl) end,
+      "the 1-D (concatenated) target has 4 labels, the sum of target_lengths is 3", out, grad)
+    H.expect_error(function() return fused(i64 { 1, 2 }, il, tl) end,
+      "the 1-D (concatenated) target has 2 labels, fewer than the sum of target_lengths", out, grad)
+    H.expect_error(function() return fused(y, il, tl, { blank = 5 }) end,
+      "opts.blank: 5 is not a class of log_probs' C = 5", out, grad)
+    H.expect_error(function() return fused(y:type("f32"), il, tl) end,
+      "target: expected label sequences of dtype i64 or i32, got f32", out, grad)
+    H.expect_error(function() return fused(y, ploss.tensor({ 4, 4 }), tl) end,
+      "input_lengths: expected lengths of dtype i64 or i32, got f32", out, grad)
+    H.expect_error(function() return fused(y, { 4, 4, 4 }, tl) end,
+      "input_lengths: expected [2] (one length per sequence", out, grad)
+    H.expect_error(function() return fused(y, { 4, 3.5 }, tl) end, "input_lengths[2]: expected an integer, got 3.5",
+      out, grad)
+    H.expect_error(function() return fused(y, il, "2") end,
+      "target_lengths: expected a tensor, a list of integers or an integer, got string", out, grad)
+    H.expect_error(function() return fused(i64 { { 1, 2 }, { 3, 0 }, { 1, 1 } }, il, tl) end,
+      "target: expected [2, S] (padded, a row per sequence)", out, grad)
+    H.expect_error(function() F.ctc_loss(x:select(3, 1):select(2, 1), y, il, tl) end,
+      "log_probs: expected T×N×C (3 dims: frames, sequences, classes) or T×C for one sequence", out, grad)
+    H.expect_error(function() ploss.CTCLoss { inplace = true } end, "has no in-place gradient")
+    H.expect_error(function() ploss.CTCLoss { input_lengths = { 1 } } end, "unknown option 'input_lengths'")
+    H.expect_error(function() ploss.CTCLoss {}:forward(x, y, il) end,
+      "target_lengths: expected a tensor, a list of integers or an integer, got nil")
+  end)
+end)
