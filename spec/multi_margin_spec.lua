@@ -88,6 +88,23 @@ describe("multi_margin_loss by hand", function()
     H.assert_close(g, { { 0, 0, 0.2, -0.2 }, { -0.75, 0, 0, 0.75 } }, { rtol = 1e-13, atol = 1e-16 })
   end)
 
+  it("one sample of C scores takes its label as a 0-d or a [1] target (PyTorch's 'none' loss then [1])", function()
+    local x = ploss.tensor({ 0.1, 0.2, 0.4, 0.8 }, { dtype = "f64" })
+    for _, y in ipairs { ploss.tensor(3, { dtype = "i64" }), ploss.tensor({ 3 }, { dtype = "i32" }) } do
+      H.assert_close(F.multi_margin_loss(x, y), 0.325, { rtol = 1e-15 })
+      local crit = ploss.MultiMarginLoss { reduction = "none" }
+      local l, g = crit(x, y)
+      assert.are.same(y:dim() == 0 and {} or { 1 }, l:size())
+      H.assert_close(l, 0.325, { rtol = 1e-15 })
+      H.assert_close(g, { 0.25, 0.25, 0.25, -0.75 }, { rtol = 1e-15 })
+      local up = y:dim() == 0 and ploss.tensor(2, { dtype = "f64" }) or ploss.tensor({ 2 }, { dtype = "f64" })
+      H.assert_close(crit:backward(x, y, up), { 0.5, 0.5, 0.5, -1.5 }, { rtol = 1e-15 })
+    end
+    -- cross-entropy, as PyTorch's, takes the 0-d form only
+    H.expect_error(function() F.cross_entropy(x, ploss.tensor({ 3 }, { dtype = "i64" })) end,
+      "target: expected a 0-d tensor (a class index; the input is one sample of 4 classes")
+  end)
+
   it("a NaN score makes the sample's loss NaN (PyTorch's max would drop it); other rows unchanged", function()
     local x = ploss.tensor({ { 0.1, 0 / 0, 0.4 }, { 1, 0.5, -1 } }, { dtype = "f64" })
     local y = ploss.tensor({ 0, 0 }, { dtype = "i64" })

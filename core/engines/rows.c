@@ -289,6 +289,19 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     const int64_t C = x.shape[0];
     char what[160];
     snprintf(what, sizeof what, "the input is one sample of %lld classes, PyTorch's unbatched form", (long long)C);
+    /* PyTorch's multi_margin_loss (and Torch7's MultiMarginCriterion) also take the label of
+     * one sample as a [1] target: then the call is the 1×C batch with that target as given,
+     * its 'none' loss [1] */
+    if (spec->policy == PLOSS_POLICY_MULTI_MARGIN && a->target && a->target->ndim == 1 && a->target->shape &&
+        a->target->shape[0] == 1) {
+        if ((st = check_one_sample(a->grad_input, "grad_input", 1, C, "the input's shape")))
+            return st;
+        one_row bi, bg;
+        ploss_loss_args b = *a;
+        b.input = as_one_row(a->input, &bi);
+        b.grad_input = as_one_row(a->grad_input, &bg);
+        return rows_run(ctx, pass, spec, &b, o);
+    }
     if (a->target) {
         /* class indices (integers) are one 0-d index; every other target C values */
         const int integer = a->target->dtype.code == kDLInt || a->target->dtype.code == kDLUInt;

@@ -366,7 +366,7 @@ end
 
 -- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or the
 -- description's loss_groups (region).
-local function loss_sizes(d, input, o)
+local function loss_sizes(d, input, o, target)
   local sizes = input:size()
   if d.shape == "elementwise" then return sizes end
   if d.shape == "region" then
@@ -380,15 +380,19 @@ local function loss_sizes(d, input, o)
     end
     return o.per_image and { sizes[1], sizes[2] } or { sizes[2] }
   end
-  if #sizes == 1 then return {} end -- one sample of C classes (PyTorch's unbatched form): 0-d
+  -- one sample of C classes (PyTorch's unbatched form): 0-d; the multi-class margin's one
+  -- label given as a [1] target: [1] (PyTorch's)
+  if #sizes == 1 then
+    return (d.policy == "multi_margin" and ploss.is_tensor(target) and target:dim() == 1) and { 1 } or {}
+  end
   local s = {}
   for i = 1, #sizes do if i ~= 2 then s[#s + 1] = sizes[i] end end
   return s
 end
 
 -- Sizes of the loss of a call: the 'none' loss's, or none (one element) when reduced.
-local function loss_shape(d, o, input)
-  return o.reduction == "none" and loss_sizes(d, input, o) or {}
+local function loss_shape(d, o, input, target)
+  return o.reduction == "none" and loss_sizes(d, input, o, target) or {}
 end
 
 local function state_sizes(d, input)
@@ -459,8 +463,8 @@ end
 local NO_SIZES = {}
 
 -- A one-element or loss-shaped gradOutput tensor from a number, a tensor or nil.
-local function grad_loss_tensor(d, o, input, gradOutput, buf, where)
-  local sizes = o.reduction == "none" and loss_sizes(d, input, o) or NO_SIZES
+local function grad_loss_tensor(d, o, input, target, gradOutput, buf, where)
+  local sizes = o.reduction == "none" and loss_sizes(d, input, o, target) or NO_SIZES
   return upstream(o, sizes, loss_dtype(input), input:device(), gradOutput, buf, where)
 end
 
@@ -1072,7 +1076,7 @@ function M.build(d)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device(), input, target)
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target)
     if d.state then
       -- f64: backward from it then equals the fused pass (rounded to f32, a confident
       -- sample's gradient would lose its digits)
@@ -1099,7 +1103,7 @@ function M.build(d)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
-    local gl = grad_loss_tensor(d, o, input, gradOutput, self._grad_loss, d.criterion .. ":backward")
+    local gl = grad_loss_tensor(d, o, input, target, gradOutput, self._grad_loss, d.criterion .. ":backward")
     if gl ~= gradOutput then self._grad_loss = gl end
     local state = nil
     if d.state and same_key(self._state_key, state_key(o, tensors, input, target)) and not self._state:is_freed() then
@@ -1122,7 +1126,7 @@ function M.build(d)
     if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input), loss_dtype(input), input:device(), input, target)
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target)
     local grad
     if o.inplace then
       grad = input
@@ -1173,8 +1177,8 @@ function M.build(d)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     return o, fill(d, o, ctype(), opts.scale), opts
   end
-  local function loss_out(o, raw, input)
-    return raw.out or ploss.empty(loss_shape(d, o, input), { dtype = loss_dtype(input), device = input:device() })
+  local function loss_out(o, raw, input, target)
+    return raw.out or ploss.empty(loss_shape(d, o, input, target), { dtype = loss_dtype(input), device = input:device() })
   end
   local function result(o, raw, loss)
     if raw.out or o.reduction == "none" then return loss end
@@ -1185,7 +1189,7 @@ function M.build(d)
 
   F[d.name] = function(input, target, opts)
     local o, copts, raw = fprep(d.name, input, target, opts)
-    local loss = loss_out(o, raw, input)
+    local loss = loss_out(o, raw, input, target)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, loss = loss }), d.name, f_names(raw))
     written_out(raw, loss)
@@ -1194,7 +1198,7 @@ function M.build(d)
 
   F[d.name .. "_backward"] = function(input, target, grad_output, opts)
     local o, copts, raw = fprep(d.name .. "_backward", input, target, opts)
-    local gl = grad_loss_tensor(d, o, input, grad_output, nil, d.name .. "_backward")
+    local gl = grad_loss_tensor(d, o, input, target, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input)
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", f_names(raw))
@@ -1204,7 +1208,7 @@ function M.build(d)
 
   F[d.name .. "_fused"] = function(input, target, opts)
     local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
-    local loss = loss_out(o, raw, input)
+    local loss = loss_out(o, raw, input, target)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw, o.inplace))
