@@ -4316,17 +4316,19 @@ void ploss_ctc_loss_opts_init(ploss_ctc_loss_opts *opts);
  * target) in its workspace for backward and fused — forward alone keeps two frames of α.
  * Nothing is kept between forward and backward: backward runs the recursions again.
  *
- * in  log_probs   log-probabilities over the C classes (a log_softmax over the last dim),
- *                 T×N×C: T frames of N sequences; or T×C for one sequence; f32/f16/bf16/f64,
- *                 any strides.
+ * in  log_probs   log-probabilities over the C classes (a log_softmax over the last dim) of T
+ *                 frames of N sequences; T×N×C (frames, sequences, classes), or T×C for one
+ *                 sequence; f32/f16/bf16/f64, any strides (a batch-first N×T×C tensor is
+ *                 passed as its :transpose(1, 2)).
  * in  target      label sequences, i64 or i32: N×S padded (sample n's labels first in row n, S
  *                 >= every target length) or 1-D, the N sequences one after another (Σ
  *                 target_lengths labels); labels in [0, C), not the blank; any strides.
- * in  input_lengths the frames of each sequence, N integers in [0, T] (i64/i32 on the input's
- *                   device, or a Lua list or number): frames past a sequence's length are not
- *                   read and get a zero gradient.
- * in  target_lengths the labels of each target, N integers >= 0 (i64/i32 on the input's device,
- *                    or a Lua list or number); at most S with padded N×S targets.
+ * in  input_lengths the frames of each sequence, N integers in [0, T]: an i64/i32 tensor of
+ *                   shape [N] on the input's device (0-d or [1] for one T×C sequence); in Lua
+ *                   also a list of integers, or an integer for one T×C sequence. Frames past a
+ *                   sequence's length are not read and get a zero gradient.
+ * in  target_lengths the labels of each target, N integers >= 0 (at most S with padded N×S
+ *                    targets), given as input_lengths.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per sequence (a 0-d tensor for T×C input); MEAN / SUM: a
  *                 0-d or 1-element tensor; f32 (f64 for f64 input).
@@ -4347,13 +4349,15 @@ ploss_status ploss_ctc_loss_forward(ploss_ctx_t *ctx, const DLTensor *log_probs,
  *
  *     ∂ℓ_n/∂x[t, n, c] = exp(log_probs[t, n, c]) − exp(γ_t(c) + ℓ_n − log_probs[t, n, c])
  *
- * for t < T_n, 0 for t ≥ T_n: PyTorch's gradient, which is the derivative of ℓ_n with
- * respect to the logits x that log_probs = log_softmax(x) came from (Graves et al.'s eq. 16).
- * Its sum over c is 0, so a log_softmax's backward passes it through unchanged and a network
- * trained through one gets the exact gradient; taken alone it is not ∂ℓ_n/∂log_probs
- * (that is its second term negated), and finite differences of log_probs compare with it only
- * through a log_softmax. An infinite ℓ_n without zero_infinity gives NaN gradients for its
- * frames (as PyTorch's).
+ * for t < T_n, 0 for t ≥ T_n, and for finite ℓ_n the second term 0 where γ_t(c) = −∞
+ * (no alignment passes (t, c): a class outside the target, or log_probs = −∞ there, e.g. a
+ * masked class, where PyTorch's formula gives NaN). This is PyTorch's gradient, the derivative
+ * of ℓ_n with respect to the logits x that log_probs = log_softmax(x) came from (Graves et
+ * al.'s eq. 16). Its sum over c is 0, so a log_softmax's backward passes it through unchanged
+ * and a network trained through one gets the exact gradient; taken alone it is not
+ * ∂ℓ_n/∂log_probs (that is its second term negated), and finite differences of log_probs
+ * compare with it only through a log_softmax. An infinite ℓ_n without zero_infinity gives NaN
+ * gradients for its frames (as PyTorch's).
  * in  log_probs, target, input_lengths, target_lengths, opts   as given to _forward.
  * in  grad_loss   NONE: N values (0-d for T×C input); MEAN / SUM: one element; f32 or f64.
  * out grad_log_probs ∂/∂log_probs: the shape and dtype of its input, any non-overlapping

@@ -237,6 +237,13 @@ describe("CTCLoss", function()
       H.assert_equal(gzt[t][2], { 0, 0, 0 })
       H.assert_equal(gzt[t][3], { 0, 0, 0 })
     end
+    -- a masked class (log_probs −∞ on every frame): no alignment passes it, its gradient is 0
+    -- (PyTorch's formula gives −∞ + ∞ there); lengths as int64 cdata
+    local h = math.log(0.5)
+    local m = ploss.tensor({ { { h, h, -math.huge } }, { { h, h, -math.huge } } }, { dtype = "f64" })
+    local lm, gm = ploss.CTCLoss {}(m, i64 { { 1 } }, { 2LL }, { 1LL })
+    H.assert_close(lm, -math.log(3 / 4), { rtol = 1e-15 }) -- 11, 01, 10 of the four paths over {0, 1}
+    H.assert_close(gm, { { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } }, { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } } }, { rtol = 1e-14 })
     -- 'mean' of an empty batch is NaN (0/0), 'sum' 0
     local e = ploss.empty({ 4, 0, C }, { dtype = "f64" })
     local le, ge = F.ctc_loss_fused(e, ploss.empty({ 0 }, { dtype = "i64" }), {}, {})
@@ -293,8 +300,16 @@ describe("CTCLoss", function()
       "input_lengths: expected lengths of dtype i64 or i32, got f32", out, grad)
     H.expect_error(function() return fused(y, { 4, 4, 4 }, tl) end,
       "input_lengths: expected [2] (one length per sequence", out, grad)
-    H.expect_error(function() return fused(y, { 4, 3.5 }, tl) end, "input_lengths[2]: expected an integer, got 3.5",
+    H.expect_error(function() return fused(y, { 4, 3.5 }, tl) end,
+      "input_lengths[2]: expected an integer (of magnitude below 2^53), got 3.5", out, grad)
+    H.expect_error(function() return fused(y, 4, tl) end,
+      "input_lengths: a number is the length of one T×C sequence; log_probs of 2 sequences takes a list", out, grad)
+    H.expect_error(function() return fused(y, { input_lengths = il, target_lengths = tl }) end,
+      "(an options table? the lengths are arguments: crit(log_probs, target, input_lengths, target_lengths), then",
       out, grad)
+    -- batch-first data (N×T×C) passed as it is: the target's rows are T's
+    H.expect_error(function() F.ctc_loss(x:transpose(1, 2):contiguous(), y, il, tl) end,
+      "a batch-first N×T×C tensor goes as its :transpose(1, 2)")
     H.expect_error(function() return fused(y, il, "2") end,
       "target_lengths: expected a tensor, a list of integers or an integer, got string", out, grad)
     H.expect_error(function() return fused(i64 { { 1, 2 }, { 3, 0 }, { 1, 1 } }, il, tl) end,
@@ -302,7 +317,16 @@ describe("CTCLoss", function()
     H.expect_error(function() F.ctc_loss(x:select(3, 1):select(2, 1), y, il, tl) end,
       "log_probs: expected T×N×C (3 dims: frames, sequences, classes) or T×C for one sequence", out, grad)
     H.expect_error(function() ploss.CTCLoss { inplace = true } end, "has no in-place gradient")
-    H.expect_error(function() ploss.CTCLoss { input_lengths = { 1 } } end, "unknown option 'input_lengths'")
+    H.expect_error(function() ploss.CTCLoss { input_lengths = { 1 } } end,
+      "CTCLoss: input_lengths is an argument of each call, not an option: crit(log_probs, target, input_lengths, " ..
+      "target_lengths)")
+    H.expect_error(function() ploss.CTCLoss {}.target_lengths = tl end,
+      "'target_lengths' is none of the fields it reads at each call (blank, grad_log_probs, reduction, " ..
+      "zero_infinity): it is an argument of each call, crit(log_probs, target, input_lengths, target_lengths)")
+    H.expect_error(function() ploss.CTCLoss { reduction = "none" }:backward(x, y, il, tl, { 1, 2 }) end,
+      "gradOutput: expected a number or a tensor, got table (a list of numbers is not taken")
+    H.expect_error(function() F.ctc_loss(x, y, il, tl, {}, true) end,
+      "ctc_loss: takes 5 arguments (its tensors, then opts), got a boolean as argument 6")
     H.expect_error(function() ploss.CTCLoss {}:forward(x, y, il) end,
       "target_lengths: expected a tensor, a list of integers or an integer, got nil")
   end)

@@ -112,7 +112,8 @@ local TARGET_DOC = {
 
 local SHAPE = {
   sequence = {
-    input = "f32/f16/bf16/f64, any strides.",
+    input = "T×N×C (frames, sequences, classes), or T×C for one sequence; f32/f16/bf16/f64, any strides (a " ..
+      "batch-first N×T×C tensor is passed as its :transpose(1, 2)).",
     loss = "NONE: N values, one per sequence (a 0-d tensor for T×C input); MEAN / SUM: a 0-d or 1-element " ..
       "tensor; f32 (f64 for f64 input).",
     grad_loss = "NONE: N values (0-d for T×C input); MEAN / SUM: one element; f32 or f64.",
@@ -926,8 +927,13 @@ local function gen_docs()
     if d.inputs then
       local names = {}
       for _, i in ipairs(d.inputs) do names[#names + 1] = i.name end
-      w("Shapes: %s: %s%s", table.concat(names, ", "), input_doc(d),
-        D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. target_doc(d)) or "")
+      local lengths = {}
+      for _, t in ipairs(d.tensors) do
+        if t.argument then lengths[#lengths + 1] = string.format(" %s: %s.", t.name, t.doc) end
+      end
+      w("Shapes: %s: %s%s%s", table.concat(names, ", "), input_doc(d),
+        D.target_name(d) and (" " .. title_case(D.target_name(d)) .. ": " .. target_doc(d)) or "",
+        table.concat(lengths))
     else
       w("Shapes: input %s Target: %s", input_doc(d), target_doc(d))
     end

@@ -217,12 +217,14 @@ ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     if ((st = check_integers(ctx, a->target, "target", "label sequences", &y)))
         return st;
     if (unbatched ? y.ndim != 1 && !(y.ndim == 2 && y.shape[0] == 1) : !(y.ndim == 1 || (y.ndim == 2 && y.shape[0] == N))) {
-        char want[120];
+        char want[200];
         if (unbatched)
             snprintf(want, sizeof want, "one label sequence for T×C log_probs: 1-D, or [1, S]");
         else
-            snprintf(want, sizeof want, "[%lld, S] (padded, a row per sequence) or 1-D (the %lld targets one after another)",
-                     (long long)N, (long long)N);
+            snprintf(want, sizeof want, "[%lld, S] (padded, a row per sequence) or 1-D (the %lld targets one after another)%s",
+                     (long long)N, (long long)N,
+                     y.ndim == 2 && y.shape[0] == T ? "; log_probs is T×N×C, frames first: a batch-first N×T×C "
+                                                      "tensor goes as its :transpose(1, 2)" : "");
         return ploss_check_shape_error("target", want, &y);
     }
     if ((st = check_integers(ctx, a->tensors[0], "input_lengths", "lengths", &il)) ||

@@ -123,6 +123,13 @@ __global__ void __launch_bounds__(THREADS) ctc_beta(ploss_ctc_problem p, Sequenc
     }
 }
 
+/* e^(γ + ℓ − lp), the share of the alignments through (t, c): 0 where none passes (γ = −∞)
+ * and ℓ is finite, also at lp = −∞; NaN when ℓ is infinite (the CPU's rule). */
+template <class A> __device__ __forceinline__ A occupancy(A gamma, A nll, A lp)
+{
+    return gamma == neg_inf<A>() && !isinf(nll) ? A(0) : exp(gamma + nll - lp);
+}
+
 /* The weight of sequence n's gradient: the upstream gradient of its loss. */
 __device__ __forceinline__ double weight(const ploss_ctc_problem &p, int64_t n, int64_t L)
 {
@@ -163,10 +170,10 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
     const A gamma_blank = m == neg_inf<A>() ? m : m + log(sum);
     /* the classes of the target are read here, before any of the row is written */
     const A lp_blank = logp<T>(p, t, n, p.blank);
-    /* a class outside the target has γ = −∞: e^lp·w, NaN where ℓ_n is infinite (as the CPU's) */
+    /* a class outside the target has γ = −∞ */
     for (int64_t c = threadIdx.x; c < p.C; c += THREADS) {
         const A lp = logp<T>(p, t, n, c);
-        grad[c * p.g_sc] = from_acc<T>((exp(lp) - exp(neg_inf<A>() + nl - lp)) * w);
+        grad[c * p.g_sc] = from_acc<T>((exp(lp) - occupancy(neg_inf<A>(), nl, lp)) * w);
     }
     __syncthreads(); /* the row's values before the target's classes overwrite theirs */
     const int64_t o = q.offset[n];
@@ -181,10 +188,10 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
         }
         const int64_t c = q.labels[o + k];
         const A lp = logp<T>(p, t, n, c);
-        grad[c * p.g_sc] = from_acc<T>((exp(lp) - exp(g + nl - lp)) * w);
+        grad[c * p.g_sc] = from_acc<T>((exp(lp) - occupancy(g, nl, lp)) * w);
     }
     if (threadIdx.x == 0)
-        grad[p.blank * p.g_sc] = from_acc<T>((exp(lp_blank) - exp(gamma_blank + nl - lp_blank)) * w);
+        grad[p.blank * p.g_sc] = from_acc<T>((exp(lp_blank) - occupancy(gamma_blank, nl, lp_blank)) * w);
 }
 
 /* The losses: per sequence (NONE) or reduced in a fixed order (one block). */

@@ -172,6 +172,12 @@ local function resolve(d, user, extra, where, own_keys)
           where, show(v)))
       end
     end
+    for _, t in ipairs(d.tensors) do
+      if t.argument and user[t.name] ~= nil then
+        ploss.raise(string.format("%s: %s is an argument of each call, not an option: %s", where, t.name,
+          D.call_text(d)))
+      end
+    end
     if d.inputs and user.inplace ~= nil then
       ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where,
         d.criterion))
@@ -433,7 +439,9 @@ end
 -- likely options given in its place.
 local function bad_grad_output(where, gradOutput)
   local hint = ""
-  if type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) then
+  if type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) and type(gradOutput[1]) == "number" then
+    hint = " (a list of numbers is not taken: a tensor of the 'none' loss's shape, ploss.tensor{…})"
+  elseif type(gradOutput) == "table" and not ploss.is_tensor(gradOutput) then
     hint = where:find(":backward$") and " (a criterion's options are its fields: crit.reduction = …)"
       or " (the options come after gradOutput; nil there is the default upstream gradient)"
   end
@@ -565,24 +573,35 @@ end
 -- A lengths argument (CTC's input_lengths, target_lengths) as a tensor: a tensor as it is,
 -- or a Lua list of integers (PyTorch's tuples) or one integer (one sequence) as an i64
 -- tensor on the device of `x`, the first input.
-local function lengths_tensor(where, name, v, x)
+local function lengths_tensor(d, where, name, v, x)
   if ploss.is_tensor(v) then return v end
+  if type(v) == "number" and ploss.is_tensor(x) and x:dim() ~= 2 then
+    ploss.raise(string.format("%s: %s: a number is the length of one T×C sequence; %s takes a list or a tensor of " ..
+      "one length per sequence", where, name, x:dim() == 3 and ("log_probs of " .. x:size(2) .. " sequences")
+      or "this input"))
+  end
   local list = type(v) == "number" and { v } or v
   if type(list) ~= "table" then
     ploss.raise(string.format("%s: %s: expected a tensor, a list of integers or an integer, got %s", where, name,
       type(v)))
   end
   local n = #list
+  local out = {}
   for k, e in pairs(list) do
     if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
-      ploss.raise(string.format("%s: %s: expected a list of integers without holes, got key %s", where, name, show(k)))
+      ploss.raise(string.format("%s: %s: expected a list of integers without holes, got key %s%s", where, name,
+        show(k), type(k) == "string" and (" (an options table? the lengths are arguments: " .. D.call_text(d) ..
+        ", then the options)") or ""))
     end
+    if type(e) == "cdata" and (ffi.istype("int64_t", e) or ffi.istype("uint64_t", e)) then e = tonumber(e) end
     if type(e) ~= "number" or e ~= math.floor(e) or math.abs(e) >= 2 ^ 53 then
-      ploss.raise(string.format("%s: %s[%d]: expected an integer, got %s", where, name, k, show(e)))
+      ploss.raise(string.format("%s: %s[%d]: expected an integer (of magnitude below 2^53), got %s", where, name, k,
+        show(e)))
     end
+    out[k] = e
   end
   if not ploss.is_tensor(x) then return nil end -- the inputs' own check names it
-  return ploss.tensor(list, { dtype = "i64", device = x:device() })
+  return ploss.tensor(out, { dtype = "i64", device = x:device() })
 end
 
 local function build_multi(d)
@@ -627,7 +646,7 @@ local function build_multi(d)
     local t = { inputs = {}, given = {} }
     for k = ntarget + 1, nargs do
       local tk = arguments[k - ntarget]
-      t.given[tk] = lengths_tensor(where, d.tensors[tk].name, select(k, ...), (...))
+      t.given[tk] = lengths_tensor(d, where, d.tensors[tk].name, select(k, ...), (...))
     end
     for k = 1, ntarget do
       local v = select(k, ...)
@@ -692,6 +711,10 @@ local function build_multi(d)
   cls._fields = {}
   for k in pairs(option_names(d)) do cls._fields[k] = true end
   for k in pairs(grad_keys) do cls._fields[k] = true end
+  cls._field_hints = {}
+  for _, tt in ipairs(d.tensors) do
+    if tt.argument then cls._field_hints[tt.name] = ": it is an argument of each call, " .. D.call_text(d) end
+  end
 
   function cls:__init(opts)
     if opts == nil then opts = {} end
@@ -987,6 +1010,7 @@ local function build_multi(d)
   end
 
   F[d.name] = function(...)
+    check_extra(d.name, nargs + 1, "its tensors, then opts", select(nargs + 2, ...))
     local opts = select(nargs + 1, ...)
     local t, o, raw = fprep(d.name, opts, ...)
     local x = t.inputs[1]
@@ -998,6 +1022,7 @@ local function build_multi(d)
   end
 
   F[d.name .. "_backward"] = function(...)
+    check_extra(d.name .. "_backward", nargs + 2, "its tensors, gradOutput, then opts", select(nargs + 3, ...))
     local grad_output, opts = select(nargs + 1, ...)
     local t, o, raw = fprep(d.name .. "_backward", opts, ...)
     local x = t.inputs[1]
@@ -1009,6 +1034,7 @@ local function build_multi(d)
   end
 
   F[d.name .. "_fused"] = function(...)
+    check_extra(d.name .. "_fused", nargs + 1, "its tensors, then opts", select(nargs + 2, ...))
     local opts = select(nargs + 1, ...)
     local t, o, raw = fprep(d.name .. "_fused", opts, ...)
     local x = t.inputs[1]

@@ -290,6 +290,16 @@ function D.target_name(desc)
   return (desc.target == "labels" or desc.target == "class_labels") and "labels" or "target"
 end
 
+--- The call of a criterion of description `desc` with its tensor arguments, as the messages
+-- write it: crit(log_probs, target, input_lengths, target_lengths).
+function D.call_text(desc)
+  local names = {}
+  for _, a in ipairs(D.arguments(desc, "forward")) do
+    if a[2] == "input" or a[2] == "target" or (a[2] == "tensor" and a[3].argument) then names[#names + 1] = a[1] end
+  end
+  return "crit(" .. table.concat(names, ", ") .. ")"
+end
+
 -- The arguments of a loss of several inputs (see D.arguments).
 local function multi_input_arguments(desc, pass)
   local a = {}

@@ -70,6 +70,14 @@ static double forward(const sequence *q, double *A, int keep)
     return -(q->L > 0 ? lse(last[S2 - 1], last[S2 - 2]) : last[0]);
 }
 
+/* e^(γ + ℓ − lp), the share of the alignments through (t, c): 0 where none passes (γ = −∞)
+ * and ℓ is finite, also at lp = −∞ (a masked class); NaN when ℓ is infinite (no alignment at
+ * all, as PyTorch's). */
+static inline double occupancy(double gamma, double nll, double lp)
+{
+    return gamma == -INFINITY && !isinf(nll) ? 0.0 : exp(gamma + nll - lp);
+}
+
 /* The gradient rows of the sequence's T frames, times w, from its α (every frame) and loss. */
 static void backward(const sequence *q, const double *A, double nll, double w, double *B, double *gamma)
 {
@@ -108,7 +116,7 @@ static void backward(const sequence *q, const double *A, double nll, double w, d
         }
         for (int64_t c = 0; c < C; ++c) {
             const double lp = logp(q, t, c);
-            ploss_store(grad, p->x_dtype, row + c * p->g_sc, (exp(lp) - exp(gamma[c] + nll - lp)) * w);
+            ploss_store(grad, p->x_dtype, row + c * p->g_sc, (exp(lp) - occupancy(gamma[c], nll, lp)) * w);
         }
     }
 }

@@ -11,17 +11,18 @@ return {
   policy = "ctc",
   target = "sequences",
   inputs = {
-    { "log_probs", "log-probabilities over the C classes (a log_softmax over the last dim), T×N×C: " ..
-      "T frames of N sequences; or T×C for one sequence" },
+    { "log_probs", "log-probabilities over the C classes (a log_softmax over the last dim) of T frames of " ..
+      "N sequences" },
   },
   input_layout = "sequence",
   tensors = {
     { name = "input_lengths", kind = "lengths", required = true,
-      doc = "the frames of each sequence, N integers in [0, T] (i64/i32 on the input's device, or a " ..
-        "Lua list or number): frames past a sequence's length are not read and get a zero gradient" },
+      doc = "the frames of each sequence, N integers in [0, T]: an i64/i32 tensor of shape [N] on the input's " ..
+        "device (0-d or [1] for one T×C sequence); in Lua also a list of integers, or an integer for one T×C " ..
+        "sequence.  Frames past a sequence's length are not read and get a zero gradient" },
     { name = "target_lengths", kind = "lengths", required = true,
-      doc = "the labels of each target, N integers >= 0 (i64/i32 on the input's device, or a Lua list " ..
-        "or number); at most S with padded N×S targets" },
+      doc = "the labels of each target, N integers >= 0 (at most S with padded N×S targets), given as " ..
+        "input_lengths" },
   },
   options = {
     { "blank", "int64", 0, min = 0, range = "an integer in [0, C)", doc = "the class index of the blank" },
@@ -51,7 +52,9 @@ and γ_t(c) = lse over the s with l'_s = c of α_t(s) + β_t(s):
 
     ∂ℓ_n/∂x[t, n, c] = exp(log_probs[t, n, c]) − exp(γ_t(c) + ℓ_n − log_probs[t, n, c])
 
-for t < T_n, 0 for t ≥ T_n: PyTorch's gradient, which is the derivative of ℓ_n with respect to
+for t < T_n, 0 for t ≥ T_n, and for finite ℓ_n the second term 0 where γ_t(c) = −∞ (no
+alignment passes (t, c): a class outside the target, or log_probs = −∞ there, e.g. a masked
+class, where PyTorch's formula gives NaN).  This is PyTorch's gradient, the derivative of ℓ_n with respect to
 the logits x that log_probs = log_softmax(x) came from (Graves et al.'s eq. 16).  Its sum over
 c is 0, so a log_softmax's backward passes it through unchanged and a network trained through
 one gets the exact gradient; taken alone it is not ∂ℓ_n/∂log_probs (that is its second term
