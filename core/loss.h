@@ -166,6 +166,7 @@ typedef struct ploss_loss_params {
     /* CTC (the sequence shape) */
     int64_t blank;            /* the blank's class index                                     */
     int zero_infinity;        /* an infinite loss and its gradient become 0                  */
+    int logits;               /* the input holds logits: their log_softmax is taken inside     */
 } ploss_loss_params;
 
 /* The checks every loss shares, in every pass: reduction in range, a finite scale and

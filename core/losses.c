@@ -3643,6 +3643,7 @@ void ploss_ctc_loss_opts_init(ploss_ctc_loss_opts *o)
     memset(o, 0, sizeof *o);
     o->reduction = PLOSS_REDUCTION_MEAN;
     o->blank = 0;
+    o->logits = 0;
     o->zero_infinity = 0;
     o->scale = 1.0;
     o->inplace = 0;
@@ -3683,11 +3684,14 @@ static ploss_status ctc_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of ctc_loss");
     if (o.blank < 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.blank: %lld is not an integer in [0, C)", (long long)o.blank);
+    if ((st = ploss_check_flag(o.logits, "opts.logits")))
+        return st;
     if ((st = ploss_check_flag(o.zero_infinity, "opts.zero_infinity")))
         return st;
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .blank = o.blank,
+        .logits = o.logits,
         .zero_infinity = o.zero_infinity,
         .scale = o.scale,
         .inplace = o.inplace,

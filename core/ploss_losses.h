@@ -4266,6 +4266,10 @@ typedef struct ploss_ctc_loss_opts {
     ploss_reduction reduction;
     /* the class index of the blank; an integer in [0, C); default 0 */
     int64_t blank;
+    /* the input holds logits: the loss takes their log_softmax over the C classes itself (no
+       log-probability tensor is made; the gradient is the same, that of the logits); default 0
+       */
+    int logits;
     /* an infinite loss (no alignment of the target fits its input length) and its gradient
        become 0; default 0 */
     int zero_infinity;

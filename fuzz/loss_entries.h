@@ -1350,15 +1350,15 @@ static ploss_status fz_call_ctc_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[]
      .fields = {FZ_FIELD(ploss_l1_hinge_embedding_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_hinge_embedding_loss_opts, margin, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_hinge_embedding_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_hinge_embedding_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ctc_loss_forward", .call = fz_call_ctc_loss_forward, .nslots = 5, \
      .slots = {{"log_probs", FZ_IN, "DNC|DC", "f"}, {"target", FZ_IN, "ND|N", "i|i|f"}, {"input_lengths", FZ_IN, "N", "i|i|f"}, {"target_lengths", FZ_IN, "N", "i|i|f"}, {"loss", FZ_OUT, "|N|1", "a"}}, \
-     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, logits, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ctc_loss_backward", .call = fz_call_ctc_loss_backward, .nslots = 6, \
      .slots = {{"log_probs", FZ_IN, "DNC|DC", "f"}, {"target", FZ_IN, "ND|N", "i|i|f"}, {"input_lengths", FZ_IN, "N", "i|i|f"}, {"target_lengths", FZ_IN, "N", "i|i|f"}, {"grad_loss", FZ_IN, "|N|1", "a|f"}, {"grad_log_probs", FZ_OUT, "DNC", "x"}}, \
-     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, logits, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_ctc_loss_fused", .call = fz_call_ctc_loss_fused, .nslots = 6, \
      .slots = {{"log_probs", FZ_IN, "DNC|DC", "f"}, {"target", FZ_IN, "ND|N", "i|i|f"}, {"input_lengths", FZ_IN, "N", "i|i|f"}, {"target_lengths", FZ_IN, "N", "i|i|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_log_probs", FZ_OUT, "DNC", "x"}}, \
-     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 5, \
-     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}},
+     .opts_size = sizeof(ploss_ctc_loss_opts), .opts_init = fz_init_ploss_ctc_loss_opts, .opts_nullable = 1, .nfields = 6, \
+     .fields = {FZ_FIELD(ploss_ctc_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_ctc_loss_opts, blank, FZ_I64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, logits, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, zero_infinity, FZ_INT, 0, 1), FZ_FIELD(ploss_ctc_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_ctc_loss_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

@@ -145,6 +145,17 @@ describe("CTCLoss", function()
     end
     for _, v in ipairs(g:flat()) do got[#got + 1] = v end
     H.assert_close(got, want, { rtol = 1e-6, atol = 1e-8 })
+    -- logits = true takes the log_softmax itself: the same loss and gradient from the logits
+    local zt = ploss.tensor(z, { dtype = "f64" })
+    local l1, g1 = F.ctc_loss_fused(ploss.tensor(log_softmax(z), { dtype = "f64" }), y, il, tl, { reduction = "none" })
+    local l2, g2 = F.ctc_loss_fused(zt, y, il, tl, { reduction = "none", logits = true })
+    H.assert_close(l2, l1, { rtol = 1e-13 })
+    H.assert_close(g2, g1, { rtol = 1e-12, atol = 1e-15 })
+    -- and a row of logits shifted by a constant (the same softmax) changes nothing
+    local zs = zt:clone()
+    zs:select(1, 2):select(1, 1):add_(ploss.full({ C }, 5, { dtype = "f64" }))
+    H.assert_close(F.ctc_loss(zs, y, il, tl, { logits = true }), F.ctc_loss(zt, y, il, tl, { logits = true }),
+      { rtol = 1e-14 })
   end)
 
   it("reduces as PyTorch: mean of ℓ_n / max(L, 1), sum; upstream gradients; the fused scale", function()
@@ -321,7 +332,7 @@ describe("CTCLoss", function()
       "CTCLoss: input_lengths is an argument of each call, not an option: crit(log_probs, target, input_lengths, " ..
       "target_lengths)")
     H.expect_error(function() ploss.CTCLoss {}.target_lengths = tl end,
-      "'target_lengths' is none of the fields it reads at each call (blank, grad_log_probs, reduction, " ..
+      "'target_lengths' is none of the fields it reads at each call (blank, grad_log_probs, logits, reduction, " ..
       "zero_infinity): it is an argument of each call, crit(log_probs, target, input_lengths, target_lengths)")
     H.expect_error(function() ploss.CTCLoss { reduction = "none" }:backward(x, y, il, tl, { 1, 2 }) end,
       "gradOutput: expected a number or a tensor, got table (a list of numbers is not taken")

@@ -130,6 +130,13 @@ describe("CTCLoss on " .. DEV, function()
     local l3, g3 = F.ctc_loss_fused(bf:transpose(1, 2), yd, il, tl, o)
     H.assert_equal(l3:to("cpu"), l1:to("cpu"))
     H.assert_equal(g3:to("cpu"), g1:to("cpu"))
+    -- logits = true (the log_softmax taken inside) against the CPU's
+    local z = ploss.randn({ case.T, case.N, case.C }, { dtype = "f32", seed = 17 })
+    local ol = H.with(o, { logits = true })
+    local lz_ref, gz_ref = F.ctc_loss_fused(z, ploss.tensor(rows, { dtype = "i64" }), il, tl, ol)
+    local lz, gz = F.ctc_loss_fused(z:to(DEV), yd, il, tl, ol)
+    H.assert_close_scaled(lz:to("cpu"), lz_ref, 2e-6 * case.T, 0, "logits loss")
+    H.assert_close_scaled(gz:to("cpu"), gz_ref, 4e-6 * case.T, 0, "logits gradient")
     -- the same call again: the same bits
     local l4, g4 = F.ctc_loss_fused(xd, yd, il, tl, o)
     H.assert_equal(l4:to("cpu"), l1:to("cpu"))

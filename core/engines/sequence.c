@@ -278,6 +278,7 @@ ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     p.pass = pass;
     p.reduction = o->reduction;
     p.zero_infinity = o->zero_infinity;
+    p.logits = o->logits;
     p.blank = o->blank;
     p.scale = o->scale;
     p.T = T;

@@ -22,6 +22,7 @@ typedef struct ploss_ctc_problem {
     ploss_pass pass;
     ploss_reduction reduction;
     int zero_infinity;  /* an infinite loss and its gradient become 0 */
+    int logits;         /* x holds logits: log_probs = x − the log-sum-exp of its (t, n) row */
     int64_t blank;
     double scale;       /* fused: the gradient's multiplier */
     int64_t T, N, C;

@@ -2,6 +2,8 @@
  * ctc.cu — CUDA backend of the CTC loss (core/engines/sequence.h; formulas in
  * docs/losses.md), in fp32 for f32/f16/bf16 (f64 for f64), log space throughout.
  *
+ *  - ctc_row_lse (logits only): a warp per (frame, sequence) row takes its log-sum-exp, which
+ *    every read of a log-probability then subtracts.
  *  - ctc_alpha: a block per sequence runs α over its frames, a thread per position of the
  *    extended target (strided over 2S + 1), one barrier per frame; every frame of α is kept
  *    in the workspace for a gradient, two otherwise; thread 0 writes the sequence's loss ℓ_n.
@@ -37,6 +39,8 @@ struct Sequences {
     const int32_t *next;                                  /* the next position of the same
                                                            * class in its target, 0: none */
     const int32_t *head;                                  /* 1 at a class's first position */
+    const void *lse;                                      /* logits: the rows' log-sum-exps,
+                                                           * acc_t (row t·N + n); else NULL */
 };
 
 template <class A> __device__ __forceinline__ A neg_inf() { return (A)-CUDART_INF; }
@@ -47,9 +51,34 @@ template <class A> __device__ __forceinline__ A lse(A a, A b)
     return lo == neg_inf<A>() ? hi : hi + log1p(exp(lo - hi));
 }
 
-template <class T> __device__ __forceinline__ acc_t<T> logp(const ploss_ctc_problem &p, int64_t t, int64_t n, int64_t c)
+template <class T>
+__device__ __forceinline__ acc_t<T> logp(const ploss_ctc_problem &p, const Sequences &q, int64_t t, int64_t n, int64_t c)
 {
-    return (acc_t<T>)to_acc(((const T *)p.x)[t * p.x_st + n * p.x_sn + c * p.x_sc]);
+    using A = acc_t<T>;
+    const A v = (A)to_acc(((const T *)p.x)[t * p.x_st + n * p.x_sn + c * p.x_sc]);
+    return q.lse ? v - ((const A *)q.lse)[t * p.N + n] : v;
+}
+
+/* log Σ_c e^x[t, n, c] of row r = t·N + n, a warp per row (a butterfly: the same order every run). */
+template <class T> __global__ void __launch_bounds__(THREADS) ctc_row_lse(ploss_ctc_problem p, acc_t<T> *lse)
+{
+    using A = acc_t<T>;
+    const int64_t r = (int64_t)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
+    if (r >= p.T * p.N)
+        return; /* the whole warp */
+    const int lane = threadIdx.x % 32;
+    const T *x = (const T *)p.x + (r / p.N) * p.x_st + (r % p.N) * p.x_sn;
+    A m = neg_inf<A>(), s = A(0);
+    for (int64_t c = lane; c < p.C; c += 32)
+        m = max(m, (A)to_acc(x[c * p.x_sc]));
+    for (int o = 16; o > 0; o >>= 1)
+        m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int64_t c = lane; c < p.C; c += 32)
+        s += exp((A)to_acc(x[c * p.x_sc]) - m);
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0)
+        lse[r] = m + log(s);
 }
 
 __device__ __forceinline__ int64_t symbol(const ploss_ctc_problem &p, const int32_t *lab, int64_t s)
@@ -73,7 +102,7 @@ __global__ void __launch_bounds__(THREADS) ctc_alpha(ploss_ctc_problem p, Sequen
         return;
     }
     for (int64_t s = threadIdx.x; s < s2; s += THREADS)
-        base[s] = s < 2 ? logp<T>(p, 0, n, symbol(p, lab, s)) : neg_inf<A>();
+        base[s] = s < 2 ? logp<T>(p, q, 0, n, symbol(p, lab, s)) : neg_inf<A>();
     for (int64_t t = 1; t < Tn; ++t) {
         __syncthreads();
         const A *prev = base + (KEEP ? t - 1 : (t - 1) & 1) * S2;
@@ -84,7 +113,7 @@ __global__ void __launch_bounds__(THREADS) ctc_alpha(ploss_ctc_problem p, Sequen
                 a = lse(a, prev[s - 1]);
             if ((s & 1) && s > 1 && lab[s >> 1] != lab[(s >> 1) - 1])
                 a = lse(a, prev[s - 2]);
-            cur[s] = a == neg_inf<A>() ? a : a + logp<T>(p, t, n, symbol(p, lab, s));
+            cur[s] = a == neg_inf<A>() ? a : a + logp<T>(p, q, t, n, symbol(p, lab, s));
         }
     }
     __syncthreads();
@@ -117,7 +146,7 @@ __global__ void __launch_bounds__(THREADS) ctc_beta(ploss_ctc_problem p, Sequenc
                 if (s + 2 < s2 && ((s + 2) & 1) && lab[(s + 2) >> 1] != lab[s >> 1])
                     b = lse(b, next[s + 2]);
             }
-            cur[s] = b == neg_inf<A>() ? b : b + logp<T>(p, t, n, symbol(p, lab, s));
+            cur[s] = b == neg_inf<A>() ? b : b + logp<T>(p, q, t, n, symbol(p, lab, s));
         }
         __syncthreads();
     }
@@ -169,10 +198,10 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
     sum = block_all_reduce<THREADS>(sum, SumOp());
     const A gamma_blank = m == neg_inf<A>() ? m : m + log(sum);
     /* the classes of the target are read here, before any of the row is written */
-    const A lp_blank = logp<T>(p, t, n, p.blank);
+    const A lp_blank = logp<T>(p, q, t, n, p.blank);
     /* a class outside the target has γ = −∞ */
     for (int64_t c = threadIdx.x; c < p.C; c += THREADS) {
-        const A lp = logp<T>(p, t, n, c);
+        const A lp = logp<T>(p, q, t, n, c);
         grad[c * p.g_sc] = from_acc<T>((exp(lp) - occupancy(neg_inf<A>(), nl, lp)) * w);
     }
     __syncthreads(); /* the row's values before the target's classes overwrite theirs */
@@ -187,7 +216,7 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
                 break;
         }
         const int64_t c = q.labels[o + k];
-        const A lp = logp<T>(p, t, n, c);
+        const A lp = logp<T>(p, q, t, n, c);
         grad[c * p.g_sc] = from_acc<T>((exp(lp) - occupancy(g, nl, lp)) * w);
     }
     if (threadIdx.x == 0)
@@ -227,7 +256,7 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     const int64_t N = p->N, S2 = 2 * p->max_target + 1;
     const int64_t frames = want_grad ? std::max<int64_t>(p->max_input, 1) : 2;
     const size_t acc = p->x_dtype == PLOSS_F64 ? 8 : 4;
-    if (N > INT_MAX || (want_grad && N * p->T > INT_MAX))
+    if (N > INT_MAX || ((want_grad || p->logits) && N * p->T > INT_MAX))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: CUDA takes at most 2^31 - 1 sequences (and frames × "
                            "sequences with a gradient), got N = %lld, T = %lld", (long long)N, (long long)p->T);
 
@@ -254,7 +283,8 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
         }
     }
     const size_t host_bytes = meta_bytes + label_bytes * 3;
-    const size_t off_nll = align_up(host_bytes), off_alpha = off_nll + align_up(sizeof(double) * (size_t)N);
+    const size_t off_nll = align_up(host_bytes), off_lse = off_nll + align_up(sizeof(double) * (size_t)N);
+    const size_t off_alpha = off_lse + (p->logits ? align_up(acc * (size_t)(N * p->T)) : 0);
     const size_t table = acc * (size_t)N * (size_t)frames * (size_t)S2;
     const size_t off_beta = off_alpha + align_up(table);
     const size_t total = off_beta + (want_grad ? table : 0);
@@ -279,6 +309,7 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     q.labels = (const int32_t *)(w + meta_bytes);
     q.next = q.labels + p->total_labels;
     q.head = q.next + p->total_labels;
+    q.lse = p->logits ? w + off_lse : NULL;
     double *nll = (double *)(w + off_nll);
     cudaStream_t stream = stream_of(ctx);
 
@@ -286,6 +317,13 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
         using T = typename decltype(tag)::type;
         using A = acc_t<T>;
         A *alpha = (A *)(w + off_alpha), *beta = (A *)(w + off_beta);
+        if (p->logits && N * p->T > 0) {
+            const int64_t rows = N * p->T, per_block = THREADS / 32;
+            ctc_row_lse<T><<<(unsigned)((rows + per_block - 1) / per_block), THREADS, 0, stream>>>(*p, (A *)(w + off_lse));
+            ploss_status s = check_launch("ctc_row_lse");
+            if (s)
+                return s;
+        }
         if (N > 0) {
             if (want_grad)
                 ctc_alpha<T, true><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, alpha, frames, S2, nll);

@@ -2,6 +2,7 @@
  * ctc.c — CPU backend of the CTC loss (formulas in docs/losses.md and core/ploss_losses.h),
  * in double for every input dtype, one sequence per OpenMP iteration:
  *
+ *  0. with logits: the log-sum-exp of every (frame, sequence) row (log_probs = x − it);
  *  1. α over the sequence's frames in log space (every frame kept when a gradient is wanted,
  *     two otherwise) and its loss ℓ_n;
  *  2. with a gradient: β from the last frame back, two frames at a time; at frame t the
@@ -32,12 +33,29 @@ typedef struct {
     const ploss_ctc_problem *p;
     int64_t n, Tn, L;
     const int32_t *lab;
+    const double *lse; /* logits: the rows' log-sum-exps (row t·N + n); NULL: log_probs given */
 } sequence;
 
 static inline double logp(const sequence *q, int64_t t, int64_t c)
 {
     const ploss_ctc_problem *p = q->p;
-    return ploss_load(p->x, p->x_dtype, t * p->x_st + q->n * p->x_sn + c * p->x_sc);
+    const double v = ploss_load(p->x, p->x_dtype, t * p->x_st + q->n * p->x_sn + c * p->x_sc);
+    return q->lse ? v - q->lse[t * p->N + q->n] : v;
+}
+
+/* log Σ_c e^x[t, n, c] of every row of the logits into lse[t·N + n]. */
+static void row_lse(const ploss_ctc_problem *p, double *lse)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < p->T * p->N; ++r) {
+        const int64_t base = (r / p->N) * p->x_st + (r % p->N) * p->x_sn;
+        double m = -INFINITY, s = 0.0;
+        for (int64_t c = 0; c < p->C; ++c)
+            m = fmax(m, ploss_load(p->x, p->x_dtype, base + c * p->x_sc));
+        for (int64_t c = 0; c < p->C; ++c)
+            s += exp(ploss_load(p->x, p->x_dtype, base + c * p->x_sc) - m);
+        lse[r] = m + log(s);
+    }
 }
 
 /* The class of position s of the extended target (blank, l_1, blank, …, l_L, blank). */
@@ -128,10 +146,17 @@ ploss_status ploss_cpu_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
     /* per thread: α (every frame with a gradient, else two), two frames of β, γ per class */
     const int64_t frames = want_grad ? (p->max_input > 0 ? p->max_input : 1) : 2;
     const size_t per_thread = (size_t)(frames * S2 + (want_grad ? 2 * S2 + p->C : 0));
-    double *nll = NULL;
+    double *nll = NULL, *lse = NULL;
     ploss_status st = ploss_alloc(ctx, sizeof(double) * (size_t)(N + 1), (void **)&nll);
     if (st)
         return st;
+    if (p->logits) {
+        if ((st = ploss_alloc(ctx, sizeof(double) * (size_t)(p->T * N + 1), (void **)&lse))) {
+            ploss_free(ctx, nll);
+            return st;
+        }
+        row_lse(p, lse);
+    }
     /* the upstream gradient of a reduced loss (MEAN divides per sequence below) */
     const double up = ploss_cpu_grad_scale(p->pass, p->reduction == PLOSS_REDUCTION_NONE ? PLOSS_REDUCTION_NONE
                                                                                         : PLOSS_REDUCTION_SUM,
@@ -151,7 +176,7 @@ ploss_status ploss_cpu_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
         if (!stop) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t n = 0; n < N; ++n) {
-                const sequence q = {p, n, p->input_length[n], p->target_length[n], p->labels + p->offset[n]};
+                const sequence q = {p, n, p->input_length[n], p->target_length[n], p->labels + p->offset[n], lse};
                 const int64_t s2 = 2 * q.L + 1;
                 nll[n] = forward(&q, work, want_grad);
                 if (want_grad) {
@@ -166,6 +191,7 @@ ploss_status ploss_cpu_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
         }
         ploss_free(ctx, work);
     }
+    ploss_free(ctx, lse);
     if (failed) {
         ploss_free(ctx, nll);
         return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "CTC: the per-thread buffers of %zu bytes", sizeof(double) * per_thread);

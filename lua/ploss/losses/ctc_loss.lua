@@ -26,6 +26,9 @@ return {
   },
   options = {
     { "blank", "int64", 0, min = 0, range = "an integer in [0, C)", doc = "the class index of the blank" },
+    { "logits", "bool", false,
+      doc = "the input holds logits: the loss takes their log_softmax over the C classes itself (no " ..
+        "log-probability tensor is made; the gradient is the same, that of the logits)" },
     { "zero_infinity", "bool", false,
       doc = "an infinite loss (no alignment of the target fits its input length) and its gradient become 0" },
   },
