@@ -255,6 +255,21 @@ describe("CTCLoss", function()
     local lm, gm = ploss.CTCLoss {}(m, i64 { { 1 } }, { 2LL }, { 1LL })
     H.assert_close(lm, -math.log(3 / 4), { rtol = 1e-15 }) -- 11, 01, 10 of the four paths over {0, 1}
     H.assert_close(gm, { { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } }, { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } } }, { rtol = 1e-14 })
+    -- a NaN log-probability spreads to the loss even where no alignment passes (PyTorch's)
+    local xn = x:clone()
+    xn:select(1, 2):select(1, 1):fill(0 / 0)
+    local ln = F.ctc_loss(xn, i64 { { 1, 2 }, { 0, 0 }, { 0, 0 } }, { 3, 3, 3 }, { 2, 0, 0 }, { reduction = "none" })
+    v = ln:totable()
+    assert.is_true(v[1] ~= v[1])
+    H.assert_close(v[2], -(lp[1][2][1] + lp[2][2][1] + lp[3][2][1]), { rtol = 1e-14 })
+    -- one T×C sequence: its target 1-D or [1, S], every reduction; lengths 0-d, [1] or a number
+    local one = x:select(2, 1)
+    local ref = F.ctc_loss(x, i64 { { 1, 2 }, { 1, 2 }, { 1, 2 } }, { 3, 3, 3 }, { 2, 2, 2 }, { reduction = "none" })
+    ref = ref:totable()[1]
+    for _, yy in ipairs { i64 { 1, 2 }, i64 { { 1, 2 } } } do
+      H.assert_close(F.ctc_loss(one, yy, 3, 2, { reduction = "sum" }), ref, { rtol = 1e-15 })
+      H.assert_close(F.ctc_loss(one, yy, i64 { 3 }, ploss.tensor(2, { dtype = "i32" })), ref / 2, { rtol = 1e-15 })
+    end
     -- 'mean' of an empty batch is NaN (0/0), 'sum' 0
     local e = ploss.empty({ 4, 0, C }, { dtype = "f64" })
     local le, ge = F.ctc_loss_fused(e, ploss.empty({ 0 }, { dtype = "i64" }), {}, {})
@@ -263,7 +278,7 @@ describe("CTCLoss", function()
     assert.are.equal(0, F.ctc_loss(e, ploss.empty({ 0, 2 }, { dtype = "i64" }), {}, {}, { reduction = "sum" }))
   end)
 
-  it("f32, f16 and bf16 inputs agree with f64 (fp32 accumulation)", function()
+  it("f32, f16 and bf16 inputs agree with f64 (the CPU computes in f64 from the rounded inputs)", function()
     local T, N, C = 9, 4, 7
     local x = ploss.tensor(log_softmax(random_logits(T, N, C, 31)), { dtype = "f64" })
     local y, il, tl = i64 { { 1, 2, 2, 3 }, { 6, 5, 0, 0 }, { 4, 0, 0, 0 }, { 1, 1, 1, 0 } }, { 9, 8, 9, 7 }, { 4, 2, 1, 3 }
@@ -303,6 +318,17 @@ describe("CTCLoss", function()
       "the 1-D (concatenated) target has 4 labels, the sum of target_lengths is 3", out, grad)
     H.expect_error(function() return fused(i64 { 1, 2 }, il, tl) end,
       "the 1-D (concatenated) target has 2 labels, fewer than the sum of target_lengths", out, grad)
+    -- lengths whose sum wraps around int64 with a 1-D target: refused, never read past it
+    H.expect_error(function()
+      return fused(i64 { 1, 2, 3 }, il, ploss.tensor({ 3, 2 ^ 62 }, { dtype = "i64" }))
+    end, "the 1-D (concatenated) target has 3 labels, fewer than the sum of target_lengths (more than 3 by sequence 1",
+      out, grad)
+    H.expect_error(function()
+      return fused(i64 { 1, 2, 3 }, il, ploss.tensor({ 2 ^ 62, 2 ^ 62 }, { dtype = "i64" }))
+    end, "fewer than the sum of target_lengths (more than 3 by sequence 0", out, grad)
+    -- lengths of stride 0 (an expanded tensor) read as their values
+    local l_e = F.ctc_loss(x, y, ploss.tensor({ 4 }, { dtype = "i64" }):expand(2), i64 { 2, 1 }, { reduction = "none" })
+    H.assert_equal(l_e, F.ctc_loss(x, y, { 4, 4 }, { 2, 1 }, { reduction = "none" }))
     H.expect_error(function() return fused(y, il, tl, { blank = 5 }) end,
       "opts.blank: 5 is not a class of log_probs' C = 5", out, grad)
     H.expect_error(function() return fused(y:type("f32"), il, tl) end,

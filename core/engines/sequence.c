@@ -6,6 +6,7 @@
  * written), packs them, and dispatches the problem (core/engines/sequence.h) to the CPU or
  * CUDA.  The options were checked by the loss's entry point (core/losses.c).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +32,22 @@ static ploss_status check_integers(ploss_ctx_t *ctx, const DLTensor *t, const ch
     return PLOSS_OK;
 }
 
-/* The values of integer view v (any strides, any rank) in row-major order into out[numel],
- * read on the host: a CUDA view's span is copied there first. */
-static ploss_status read_integers(ploss_ctx_t *ctx, const ploss_view *v, int64_t *out)
+/* An integer view readable on the host: its elements' span (any strides) is copied there
+ * first from a CUDA device; element at offset `off` (elements, from v's data) by host_int. */
+typedef struct {
+    const char *base; /* v's data, or its host copy, at offset 0 */
+    char *copy;
+    ploss_dtype dtype;
+} host_ints;
+
+static ploss_status host_ints_open(ploss_ctx_t *ctx, const ploss_view *v, host_ints *h)
 {
-    if (v->numel == 0)
+    h->base = v->data;
+    h->copy = NULL;
+    h->dtype = v->dtype;
+    if (v->numel == 0 || ctx->device.device_type == kDLCPU)
         return PLOSS_OK;
+#ifdef PLOSS_HAVE_CUDA
     int64_t lo = 0, hi = 0; /* the span of the view's elements, relative to its data */
     for (int d = 0; d < v->ndim; ++d) {
         const int64_t reach = (v->shape[d] - 1) * v->strides[d];
@@ -45,28 +56,36 @@ static ploss_status read_integers(ploss_ctx_t *ctx, const ploss_view *v, int64_t
         else
             hi += reach;
     }
-    const size_t esize = ploss_dtype_size(v->dtype);
-    const char *base = v->data + lo * (int64_t)esize;
-    char *copy = NULL;
-    if (ctx->device.device_type != kDLCPU) {
-#ifdef PLOSS_HAVE_CUDA
-        const size_t bytes = (size_t)(hi - lo + 1) * esize;
-        if (!(copy = malloc(bytes)))
-            return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "host copy of %zu bytes of lengths or labels", bytes);
-        ploss_status st = ploss_cuda_memcpy(copy, base, bytes, PLOSS_COPY_D2H, ctx->stream);
-        if (st) {
-            free(copy);
-            return st;
-        }
-        base = copy;
-#else
-        (void)hi;
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "a device tensor with a library built without CUDA");
-#endif
+    const size_t esize = ploss_dtype_size(v->dtype), bytes = (size_t)(hi - lo + 1) * esize;
+    if (!(h->copy = malloc(bytes)))
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "a host copy of %zu bytes of lengths or labels", bytes);
+    ploss_status st = ploss_cuda_memcpy(h->copy, v->data + lo * (int64_t)esize, bytes, PLOSS_COPY_D2H, ctx->stream);
+    if (st) {
+        free(h->copy);
+        h->copy = NULL;
+        return st;
     }
-    for (int64_t k = 0; k < v->numel; ++k)
-        out[k] = ploss_load_int(base, v->dtype, ploss_view_offset(v, k) - lo);
-    free(copy);
+    h->base = h->copy - lo * (int64_t)esize;
+    return PLOSS_OK;
+#else
+    return ploss_error(PLOSS_ERR_UNSUPPORTED, "a device tensor with a library built without CUDA");
+#endif
+}
+
+static inline int64_t host_int(const host_ints *h, int64_t off) { return ploss_load_int(h->base, h->dtype, off); }
+
+static void host_ints_close(host_ints *h) { free(h->copy); }
+
+/* The N values of a lengths view (one dim, or one value) into out. */
+static ploss_status read_lengths(ploss_ctx_t *ctx, const ploss_view *v, int64_t N, int64_t *out)
+{
+    host_ints h;
+    ploss_status st = host_ints_open(ctx, v, &h);
+    if (st)
+        return st;
+    for (int64_t n = 0; n < N; ++n)
+        out[n] = host_int(&h, v->ndim ? n * v->strides[0] : 0);
+    host_ints_close(&h);
     return PLOSS_OK;
 }
 
@@ -95,23 +114,27 @@ static ploss_status check_lengths_shape(const ploss_view *v, int64_t N, int unba
 }
 
 /* The lengths and labels of the call checked and packed into `pack` (3N int64: input
- * lengths, target lengths, offsets; then the labels as int32), filling p's host members. */
+ * lengths, target lengths, offsets; then the labels as int32), filling p's host members.
+ * Only the labels a sequence uses are read (a padded row's first target_lengths[n]). */
 static ploss_status pack_targets(ploss_ctx_t *ctx, ploss_ctc_problem *p, const ploss_view *y, const ploss_view *il,
                                  const ploss_view *tl, int unbatched, void **pack)
 {
     const int64_t N = p->N;
     const int padded = y->ndim == 2;
     const int64_t S = padded ? y->shape[1] : y->shape[0];
+    if (N > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: %lld sequences; at most 2^31 - 1 are taken",
+                           (long long)N);
     int64_t *len = malloc(sizeof(int64_t) * (size_t)(3 * N + 1));
-    int64_t *flat = NULL;
     int32_t *labels = NULL;
+    host_ints h = {NULL, NULL, PLOSS_I64};
     ploss_status st;
     if (!len)
         return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "host buffer of %lld lengths", (long long)(3 * N));
     int64_t *in_len = len, *tg_len = len + N, *offset = len + 2 * N;
-    if ((st = read_integers(ctx, il, in_len)) || (st = read_integers(ctx, tl, tg_len)))
+    if ((st = read_lengths(ctx, il, N, in_len)) || (st = read_lengths(ctx, tl, N, tg_len)))
         goto fail;
-    int64_t total = 0;
+    int64_t total = 0; /* at most S (1-D) or N·S (padded, each at most S): no overflow */
     p->max_input = p->max_target = 0;
     for (int64_t n = 0; n < N; ++n) {
         if (in_len[n] < 0 || in_len[n] > p->T) {
@@ -119,24 +142,24 @@ static ploss_status pack_targets(ploss_ctx_t *ctx, ploss_ctc_problem *p, const p
                              "(T, log_probs' dim 0)", (long long)n, (long long)in_len[n], (long long)p->T);
             goto fail;
         }
-        if (tg_len[n] < 0 || (padded && tg_len[n] > S)) {
-            if (tg_len[n] < 0)
-                st = ploss_error(PLOSS_ERR_SHAPE, "target_lengths: sequence %lld (0-based) has a length of %lld < 0",
-                                 (long long)n, (long long)tg_len[n]);
-            else
-                st = ploss_error(PLOSS_ERR_SHAPE, "target_lengths: sequence %lld (0-based) has %lld labels, more than "
-                                 "the %lld of a row of the padded N×S target", (long long)n, (long long)tg_len[n],
-                                 (long long)S);
+        if (tg_len[n] < 0) {
+            st = ploss_error(PLOSS_ERR_SHAPE, "target_lengths: sequence %lld (0-based) has a length of %lld < 0",
+                             (long long)n, (long long)tg_len[n]);
             goto fail;
         }
-        offset[n] = padded ? n * S : total;
-        total += tg_len[n]; /* at most N·S, or the 1-D target's length checked below */
-        if (!padded && total > S) {
+        if (padded && tg_len[n] > S) {
+            st = ploss_error(PLOSS_ERR_SHAPE, "target_lengths: sequence %lld (0-based) has %lld labels, more than the "
+                             "%lld of a row of the padded N×S target", (long long)n, (long long)tg_len[n], (long long)S);
+            goto fail;
+        }
+        if (!padded && tg_len[n] > S - total) {
             st = ploss_error(PLOSS_ERR_SHAPE, "target: the 1-D (concatenated) target has %lld labels, fewer than the "
                              "sum of target_lengths (more than %lld by sequence %lld, 0-based)", (long long)S,
                              (long long)S, (long long)n);
             goto fail;
         }
+        offset[n] = total;
+        total += tg_len[n];
         if (in_len[n] > p->max_input)
             p->max_input = in_len[n];
         if (tg_len[n] > p->max_target)
@@ -148,20 +171,20 @@ static ploss_status pack_targets(ploss_ctx_t *ctx, ploss_ctc_problem *p, const p
                          unbatched ? "" : " (a padded target is N×S)");
         goto fail;
     }
-    /* the labels read: padded rows' first target_lengths[n], or all of a 1-D target */
-    if (!(flat = malloc(sizeof(int64_t) * (size_t)(y->numel + 1))) ||
-        !(labels = malloc(sizeof(int32_t) * (size_t)(total + 1)))) {
-        st = ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "host buffer of %lld labels", (long long)y->numel);
+    if (total > INT32_MAX) {
+        st = ploss_error(PLOSS_ERR_UNSUPPORTED, "target_lengths: %lld labels in all; at most 2^31 - 1 are taken",
+                         (long long)total);
         goto fail;
     }
-    if ((st = read_integers(ctx, y, flat)))
+    if (!(labels = malloc(sizeof(int32_t) * (size_t)(total + 1)))) {
+        st = ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "host buffer of %lld labels", (long long)total);
         goto fail;
-    int64_t k = 0;
+    }
+    if ((st = host_ints_open(ctx, y, &h)))
+        goto fail;
     for (int64_t n = 0; n < N; ++n) {
-        const int64_t first = offset[n];
-        offset[n] = k;
         for (int64_t i = 0; i < tg_len[n]; ++i) {
-            const int64_t c = flat[first + i];
+            const int64_t c = host_int(&h, padded ? n * y->strides[0] + i * y->strides[1] : (offset[n] + i) * y->strides[0]);
             if (c < 0 || c >= p->C || c == p->blank) {
                 char why[96];
                 if (c == p->blank)
@@ -172,10 +195,10 @@ static ploss_status pack_targets(ploss_ctx_t *ctx, ploss_ctc_problem *p, const p
                                  "%lld) is %s", (long long)c, (long long)n, (long long)i, why);
                 goto fail;
             }
-            labels[k++] = (int32_t)c;
+            labels[offset[n] + i] = (int32_t)c; /* C < 2^31 (the front) */
         }
     }
-    free(flat);
+    host_ints_close(&h);
     p->input_length = in_len;
     p->target_length = tg_len;
     p->offset = offset;
@@ -185,8 +208,8 @@ static ploss_status pack_targets(ploss_ctx_t *ctx, ploss_ctc_problem *p, const p
     pack[1] = labels;
     return PLOSS_OK;
 fail:
+    host_ints_close(&h);
     free(len);
-    free(flat);
     free(labels);
     return st;
 }
@@ -210,6 +233,8 @@ ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     const int64_t T = x.shape[0], N = unbatched ? 1 : x.shape[1], C = x.shape[x.ndim - 1];
     if (C < 1)
         return ploss_check_shape_error(xname, "C >= 1 classes (the last dim)", &x);
+    if (C > INT32_MAX)
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: %lld classes; at most 2^31 - 1 are taken", xname, (long long)C);
     if (o->blank >= C)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.blank: %lld is not a class of log_probs' C = %lld "
                            "(an integer in [0, C))", (long long)o->blank, (long long)C);
@@ -301,6 +326,18 @@ ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     void *pack[2] = {NULL, NULL};
     if ((st = pack_targets(ctx, &p, &y, &il, &tl, unbatched, pack)))
         return st;
+    /* the recursions' tables: α and β of every frame of every sequence at most (CUDA), the
+     * rows' log-sum-exps with logits; sizes no allocation reaches are refused here, before
+     * any product of them can wrap */
+    const double table = (double)N * (double)(p.max_input > 2 ? p.max_input : 2) * (double)(2 * p.max_target + 1) +
+                         (double)T * (double)N;
+    if (table * 8.0 > 0x1p60) {
+        free(pack[0]);
+        free(pack[1]);
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "%s: the recursions would need %.3g bytes (%lld sequences of up "
+                           "to %lld frames and %lld labels)", xname, table * 8.0, (long long)N,
+                           (long long)p.max_input, (long long)p.max_target);
+    }
     st = ploss_dispatch(ctx, PLOSS_OP_CTC, xname, &p);
     free(pack[0]);
     free(pack[1]);

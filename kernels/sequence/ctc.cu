@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(THREADS) ctc_alpha(ploss_ctc_problem p, Sequen
                 a = lse(a, prev[s - 1]);
             if ((s & 1) && s > 1 && lab[s >> 1] != lab[(s >> 1) - 1])
                 a = lse(a, prev[s - 2]);
-            cur[s] = a == neg_inf<A>() ? a : a + logp<T>(p, q, t, n, symbol(p, lab, s));
+            cur[s] = a + logp<T>(p, q, t, n, symbol(p, lab, s)); /* as the CPU: a NaN input spreads */
         }
     }
     __syncthreads();
@@ -146,17 +146,17 @@ __global__ void __launch_bounds__(THREADS) ctc_beta(ploss_ctc_problem p, Sequenc
                 if (s + 2 < s2 && ((s + 2) & 1) && lab[(s + 2) >> 1] != lab[s >> 1])
                     b = lse(b, next[s + 2]);
             }
-            cur[s] = b == neg_inf<A>() ? b : b + logp<T>(p, q, t, n, symbol(p, lab, s));
+            cur[s] = b + logp<T>(p, q, t, n, symbol(p, lab, s));
         }
         __syncthreads();
     }
 }
 
 /* e^(γ + ℓ − lp), the share of the alignments through (t, c): 0 where none passes (γ = −∞)
- * and ℓ is finite, also at lp = −∞; NaN when ℓ is infinite (the CPU's rule). */
+ * and ℓ < +∞, also at lp = −∞; NaN when ℓ is +∞ or NaN (the CPU's rule). */
 template <class A> __device__ __forceinline__ A occupancy(A gamma, A nll, A lp)
 {
-    return gamma == neg_inf<A>() && !isinf(nll) ? A(0) : exp(gamma + nll - lp);
+    return gamma == neg_inf<A>() && nll < -neg_inf<A>() ? A(0) : exp(gamma + nll - lp);
 }
 
 /* The weight of sequence n's gradient: the upstream gradient of its loss. */
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
     const int64_t Tn = q.input_length[n], L = q.target_length[n];
     T *grad = (T *)p.grad + t * p.g_st + n * p.g_sn;
     const double ell = nll[n];
-    if (t >= Tn || (p.zero_infinity && isinf(ell))) {
+    if (t >= Tn || (p.zero_infinity && ell == CUDART_INF)) {
         for (int64_t c = threadIdx.x; c < p.C; c += THREADS)
             grad[c * p.g_sc] = from_acc<T>(A(0));
         return;
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(THREADS) ctc_loss(ploss_ctc_problem p, const i
     double s = 0.0;
     for (int64_t n = threadIdx.x; n < p.N; n += THREADS) {
         double v = nll[n];
-        if (p.zero_infinity && isinf(v))
+        if (p.zero_infinity && v == CUDART_INF)
             v = 0.0;
         if (p.reduction == PLOSS_REDUCTION_NONE)
             store_dyn(p.loss, p.loss_dtype, n * p.l_sn, v);

@@ -12,6 +12,7 @@
  * Each thread's buffers are allocated before anything is written.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "chunks.h"
@@ -81,7 +82,7 @@ static double forward(const sequence *q, double *A, int keep)
                 a = lse(a, prev[s - 1]);
             if (skips(q, s))
                 a = lse(a, prev[s - 2]);
-            cur[s] = a == -INFINITY ? -INFINITY : a + logp(q, t, symbol(q, s));
+            cur[s] = a + logp(q, t, symbol(q, s)); /* −∞ stays −∞; a NaN input spreads (PyTorch's) */
         }
     }
     const double *last = A + (keep ? q->Tn - 1 : (q->Tn - 1) & 1) * S2;
@@ -89,11 +90,11 @@ static double forward(const sequence *q, double *A, int keep)
 }
 
 /* e^(γ + ℓ − lp), the share of the alignments through (t, c): 0 where none passes (γ = −∞)
- * and ℓ is finite, also at lp = −∞ (a masked class); NaN when ℓ is infinite (no alignment at
- * all, as PyTorch's). */
+ * and ℓ < +∞, also at lp = −∞ (a masked class); NaN when ℓ is +∞ (no alignment at all) or
+ * NaN, as PyTorch's. */
 static inline double occupancy(double gamma, double nll, double lp)
 {
-    return gamma == -INFINITY && !isinf(nll) ? 0.0 : exp(gamma + nll - lp);
+    return gamma == -INFINITY && nll < INFINITY ? 0.0 : exp(gamma + nll - lp);
 }
 
 /* The gradient rows of the sequence's T frames, times w, from its α (every frame) and loss. */
@@ -102,7 +103,7 @@ static void backward(const sequence *q, const double *A, double nll, double w, d
     const ploss_ctc_problem *p = q->p;
     const int64_t S2 = 2 * q->L + 1, C = p->C;
     char *grad = p->grad;
-    const int zero = p->zero_infinity && isinf(nll);
+    const int zero = p->zero_infinity && nll == INFINITY;
     for (int64_t t = p->T - 1; t >= 0; --t) {
         const int64_t row = t * p->g_st + q->n * p->g_sn;
         if (t >= q->Tn || zero) {
@@ -123,7 +124,7 @@ static void backward(const sequence *q, const double *A, double nll, double w, d
                 if (s + 2 < S2 && skips(q, s + 2))
                     b = lse(b, next[s + 2]);
             }
-            cur[s] = b == -INFINITY ? -INFINITY : b + logp(q, t, symbol(q, s));
+            cur[s] = b + logp(q, t, symbol(q, s));
         }
         for (int64_t c = 0; c < C; ++c)
             gamma[c] = -INFINITY;
@@ -162,7 +163,9 @@ ploss_status ploss_cpu_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
                                                                                         : PLOSS_REDUCTION_SUM,
                                            p->scale, p->grad_loss, p->gl_dtype, 1.0);
     int failed = 0;
-#pragma omp parallel
+    /* no more threads (each with its buffers) than sequences */
+    const int threads = (int)(N < omp_get_max_threads() ? (N > 0 ? N : 1) : omp_get_max_threads());
+#pragma omp parallel num_threads(threads)
     {
         double *work = NULL;
         if (ploss_alloc(ctx, sizeof(double) * per_thread, (void **)&work) != PLOSS_OK) {
@@ -198,7 +201,7 @@ ploss_status ploss_cpu_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
     }
     if (p->pass != PLOSS_PASS_BACKWARD) {
         for (int64_t n = 0; n < N; ++n) {
-            if (p->zero_infinity && isinf(nll[n]))
+            if (p->zero_infinity && nll[n] == INFINITY)
                 nll[n] = 0.0;
             if (p->reduction == PLOSS_REDUCTION_MEAN)
                 nll[n] /= (double)(p->target_length[n] > 0 ? p->target_length[n] : 1);
