@@ -497,8 +497,9 @@ local function gen_loss_cases(fam, device)
       local x1 = ploss.randn({ 5 }, { device = device })
       expect_error_all(fam, function(pass)
         local l, g = out_buffers(fam, ploss.randn({ 1, 5 }, { device = device }), "mean")
-        -- one sample of C classes (PyTorch's unbatched form) takes a 0-d index, not a batch's
-        return { x = x1, y = ploss.zeros({ 1 }, { dtype = "i64", device = device }), opts = o, loss = l,
+        -- one sample of C classes (PyTorch's unbatched form) takes a 0-d index (the multi-class
+        -- margin also a [1] one), not a batch's
+        return { x = x1, y = ploss.zeros({ 2 }, { dtype = "i64", device = device }), opts = o, loss = l,
           grad = buffer({ 5 }, { device = device }) }
       end, { "PLOSS_ERR_SHAPE", "target: expected", "the input is one sample of 5 classes, PyTorch's unbatched form)" })
       -- target of the input's rank (a one-hot target where indices are expected)

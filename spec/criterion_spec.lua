@@ -412,6 +412,34 @@ describe("calls on a criterion", function()
     assert.are.equal(ce:forward(x, y), Sub.new({}):forward(x, y))
   end)
 
+  it("give a gradient in the input's layout where it is dense (channels-last, transposed), else contiguous", function()
+    local x = ploss.randn({ 2, 3, 4, 5 }, { dtype = "f64", seed = 3 })
+    local cl = x:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) -- channels-last
+    local y = ploss.randint(0, 3, { 2, 4, 5 }, { seed = 4 })
+    local _, g_ref = ploss.CrossEntropyLoss {}(x, y)
+    local crit = ploss.CrossEntropyLoss {}
+    local _, g = crit(cl, y)
+    assert.are.same(cl:stride(), g:stride())
+    H.assert_close(g, g_ref, { rtol = 1e-14 }) -- (the backend's class passes run in another order)
+    assert.are.same(cl:stride(), crit:backward(cl, y):stride())
+    assert.are.same(cl:stride(), F.cross_entropy_backward(cl, y):stride())
+    local _, gf = F.cross_entropy_fused(cl, y)
+    assert.are.same(cl:stride(), gf:stride())
+    -- the criterion's buffer follows the input's layout from call to call
+    local _, g2 = crit(x, y)
+    assert.are.same(x:stride(), g2:stride())
+    -- a slice (gaps between its elements) gets a contiguous gradient
+    local crop = x:narrow(2, 1, 2)
+    local _, gc = ploss.CrossEntropyLoss {}(crop, ploss.randint(0, 2, { 2, 4, 5 }, { seed = 5 }))
+    assert.is_true(gc:is_contiguous())
+    -- a loss of several inputs: each gradient in its input's layout
+    local a = ploss.randn({ 6, 4 }, { dtype = "f64", seed = 6 })
+    local bt = ploss.randn({ 4, 6 }, { dtype = "f64", seed = 7 }):transpose(1, 2)
+    local ga, gb = ploss.CosineEmbeddingLoss {}:backward(a, bt, ploss.tensor({ 1, -1, 1, -1, 1, 1 }, { dtype = "f64" }))
+    assert.is_true(ga:is_contiguous())
+    assert.are.same(bt:stride(), gb:stride())
+  end)
+
   it("keep gradInput and output as they were when a call is refused", function()
     local x, y = ploss.randn({ 4, 5 }, { dtype = "f64", seed = 8 }), ploss.tensor({ 0, 1, 2, 3 }, { dtype = "i64" })
     local ce = ploss.CrossEntropyLoss {}

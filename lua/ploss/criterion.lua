@@ -845,10 +845,15 @@ local function build_multi(d)
         return given
       end
       local old, sizes = self._grads[k], x:size()
-      local new = nn.buffer(old, sizes, x:dtype(), x:device(), nil, nil, nil, t.args, #t.args)
+      local new = nn.grad_buffer(old, x, nil, nil, nil, t.args, #t.args)
       if new ~= old and t.o.accumulate then
         -- replaced only for being given back as an input: its sums carry on
-        if nn.fits(old, sizes, x:dtype(), x:device()) then new:copy(old) else new:fill(0) end
+        if old and not old:is_freed() and old:dtype() == x:dtype() and old:device() == x:device() and
+          old:has_sizes(sizes) then
+          new:copy(old)
+        else
+          new:fill(0)
+        end
       end
       self._grads[k] = new
       return new
@@ -976,7 +981,8 @@ local function build_multi(d)
   local function grads_out(where, raw, t)
     -- a loss that accumulates into a gradient it was not given adds to zeros
     local function new(x)
-      return t.o.accumulate and ploss.zeros(x:size(), { dtype = x:dtype(), device = x:device() }) or ploss.empty_like(x)
+      return t.o.accumulate and ploss.empty_like(x, { layout = "preserve" }):fill(0) or
+        ploss.empty_like(x, { layout = "preserve" })
     end
     local g, all = {}, {}
     for k, x in ipairs(t.inputs) do
@@ -1136,7 +1142,7 @@ function M.build(d)
       state = self._state
     end
     -- self.gradInput changes only once the call has succeeded (a refused call leaves it)
-    local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target, gl)
+    local gi = nn.grad_buffer(self.gradInput, input, input, target, gl)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", CRIT_NAMES)
@@ -1157,7 +1163,7 @@ function M.build(d)
     if o.inplace then
       grad = input
     else
-      grad = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, target)
+      grad = nn.grad_buffer(self.gradInput, input, input, target)
     end
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
@@ -1225,7 +1231,7 @@ function M.build(d)
   F[d.name .. "_backward"] = function(input, target, grad_output, opts)
     local o, copts, raw = fprep(d.name .. "_backward", input, target, opts)
     local gl = grad_loss_tensor(d, o, input, target, grad_output, nil, d.name .. "_backward")
-    local grad = raw.grad_input or ploss.empty_like(input)
+    local grad = raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", f_names(raw))
     if raw.grad_input then raw.grad_input:bump_version() end
@@ -1235,7 +1241,7 @@ function M.build(d)
   F[d.name .. "_fused"] = function(input, target, opts)
     local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
     local loss = loss_out(o, raw, input, target)
-    local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input)
+    local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw, o.inplace))
     written_out(raw, loss)

@@ -259,5 +259,26 @@ function nn.buffer(t, sizes, dtype, device, a, b, c, list, n)
   return ploss.empty(sizes, { dtype = dtype, device = device })
 end
 
+-- Whether t and x have the same strides along the dims of size > 1.
+local function same_strides(t, x)
+  for i = 1, x:dim() do
+    if x:size(i) ~= 1 and t:stride(i) ~= x:stride(i) then return false end
+  end
+  return true
+end
+
+--- The gradient buffer of input `x`: `t` while it fits — x's sizes, dtype and device, and
+-- x's layout where x is dense (a channels-last input gets a channels-last gradient, as
+-- PyTorch's), else contiguous — and holds none of the call's arguments (as nn.buffer);
+-- otherwise a new one.
+function nn.grad_buffer(t, x, a, b, c, list, n)
+  if t and not t:is_freed() and t:dtype() == x:dtype() and t:device() == x:device() and t:has_sizes(x:size())
+    and (x:is_dense() and same_strides(t, x) or not x:is_dense() and t:is_contiguous())
+    and not shares_storage(t, a, b, c, list, n) then
+    return t
+  end
+  return ploss.empty_like(x, { layout = "preserve" })
+end
+
 return nn
 end
