@@ -1,4 +1,5 @@
--- CTCLoss on the CPU: a hand-derived case; every alignment enumerated (the loss and the
+-- CTCLoss on the CPU: a hand-derived case; PyTorch's F.ctc_loss on fixtures
+-- (tools/ctc_fixtures.py); every alignment enumerated (the loss and the
 -- posterior of every frame and class, exact in f64) for targets with and without repeated
 -- labels, several blanks and input lengths; finite differences through a log_softmax; the
 -- reductions, the upstream gradient and the fused scale; padded and concatenated targets,
@@ -117,6 +118,19 @@ describe("CTCLoss", function()
       local want = {}
       for t = 1, T do want[t] = { g1[t], g2[t] } end
       H.assert_close(g, want, { rtol = 1e-10, atol = 1e-12, what = "case " .. k .. " gradient" })
+    end
+  end)
+
+  it("matches PyTorch's F.ctc_loss (fixtures in f64: every reduction, blanks, 1-D targets, no alignment)", function()
+    local cases = H.fixtures("ctc_loss")
+    assert.are.equal(7, #cases)
+    for _, c in ipairs(cases) do
+      local i = c.inputs
+      local l, g = F.ctc_loss_fused(H.fixture_tensor(i.log_probs), H.fixture_tensor(i.target),
+        H.fixture_tensor(i.input_lengths), H.fixture_tensor(i.target_lengths), c.options)
+      H.assert_close(l, H.fixture_values(c.expected.output), { rtol = 1e-12, what = c.name .. " loss" })
+      H.assert_close(g, H.fixture_tensor(c.expected.grad_input), { rtol = 1e-10, atol = 1e-14,
+        what = c.name .. " gradient" })
     end
   end)
 
