@@ -939,21 +939,23 @@ local function build_multi(d)
   tensor_and_print_methods(cls, d)
 
   -- The C calls on a given context, for the benchmark (bench/bench.lua): the single-input
-  -- spec's convention with the inputs and the gradients as lists (argument order).
+  -- spec's convention with the inputs and the gradients as lists (argument order); the
+  -- lengths of a loss that takes them (`given`: by the index of their tensor in d.tensors).
   cls._spec = {
     name = d.criterion, fname = d.name, opts_ctype = d.opts_type, opts_init = d.opts_init,
     inputs = d.inputs, target = target_name, multi = true,
     options = function(user) return spec_options(d, ctype, user, false) end,
-    forward = function(o, ctx, inputs, target, copts, loss)
-      return run("forward", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss })
+    forward = function(o, ctx, inputs, target, copts, loss, given)
+      return run("forward", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss,
+                                   given = given })
     end,
-    backward = function(o, ctx, inputs, target, copts, grad_loss, grads)
+    backward = function(o, ctx, inputs, target, copts, grad_loss, grads, given)
       return run("backward", ctx, { o = o, inputs = inputs, target = target, copts = copts,
-                                    grad_loss = grad_loss, grads = grads })
+                                    grad_loss = grad_loss, grads = grads, given = given })
     end,
-    fused = function(o, ctx, inputs, target, copts, loss, grads)
+    fused = function(o, ctx, inputs, target, copts, loss, grads, given)
       return run("fused", ctx, { o = o, inputs = inputs, target = target, copts = copts, loss = loss,
-                                 grads = grads })
+                                 grads = grads, given = given })
     end,
   }
 
