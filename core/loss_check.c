@@ -121,6 +121,36 @@ ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_re
     return ploss_check_shape_error(name, "a 0-d tensor or shape [1] (reduction mean or sum)", v);
 }
 
+ploss_status ploss_row_loss_shape_check(const ploss_view *v, const void *arg, const char *name)
+{
+    const ploss_row_loss_shape *a = arg;
+    return ploss_check_row_loss_shape(v, a->N, a->reduction, name);
+}
+
+ploss_status ploss_check_loss_tensors(ploss_ctx_t *ctx, ploss_pass pass, const DLTensor *loss, const DLTensor *grad_loss,
+                                      ploss_dtype acc, ploss_loss_shape_check shape, const void *arg, ploss_view *l,
+                                      ploss_view *gl)
+{
+    ploss_status st;
+    if (pass != PLOSS_PASS_BACKWARD) {
+        if (!loss)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
+        if ((st = ploss_view_init(l, loss, "loss")) || (st = ploss_view_check_device(l, ctx, "loss")) ||
+            (st = ploss_check_dtype(l, acc, "loss")) || (st = shape(l, arg, "loss")) ||
+            (st = ploss_view_check_writable(l, "loss")))
+            return st;
+        return PLOSS_OK;
+    }
+    if (!grad_loss)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
+    if ((st = ploss_view_init(gl, grad_loss, "grad_loss")) || (st = ploss_view_check_device(gl, ctx, "grad_loss")) ||
+        (st = shape(gl, arg, "grad_loss")))
+        return st;
+    if (gl->dtype != PLOSS_F32 && gl->dtype != PLOSS_F64)
+        return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl->dtype));
+    return PLOSS_OK;
+}
+
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name)
 {
     if (v->dtype == want)
@@ -360,6 +390,18 @@ static ploss_status check_row_grad(ploss_ctx_t *ctx, const ploss_view *x, const 
     return ploss_view_check_writable(g, "grad_input");
 }
 
+/* ploss_check_loss_shape as a ploss_loss_shape_check. */
+typedef struct {
+    const ploss_view *x;
+    ploss_reduction reduction;
+} sample_loss_shape;
+
+static ploss_status check_sample_loss_shape(const ploss_view *v, const void *arg, const char *name)
+{
+    const sample_loss_shape *a = arg;
+    return ploss_check_loss_shape(v, a->x, a->reduction, name);
+}
+
 ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_reduction r, int inplace,
                                      const ploss_view *x, const ploss_view *t, const ploss_view *const *ins,
                                      const char *const *in_names, int nins, ploss_row_outputs *o)
@@ -373,27 +415,17 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
     ploss_view l, s, gl, g;
     ploss_status st;
 
-    if (fwd) {
-        if (!o->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, o->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) || (st = ploss_check_loss_shape(&l, x, r, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    }
+    /* the loss before the state, the state before the upstream gradient */
+    const sample_loss_shape shape = {x, r};
+    if (fwd && (st = ploss_check_loss_tensors(ctx, pass, o->loss, o->grad_loss, acc, check_sample_loss_shape, &shape,
+                                              &l, &gl)))
+        return st;
     o->has_state = o->state && o->state_k > 0;
     if (o->has_state && (st = check_row_state(ctx, pass, x, o, &s)))
         return st;
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!o->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, o->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = ploss_check_loss_shape(&gl, x, r, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
+    if (pass == PLOSS_PASS_BACKWARD && (st = ploss_check_loss_tensors(ctx, pass, o->loss, o->grad_loss, acc,
+                                                                      check_sample_loss_shape, &shape, &l, &gl)))
+        return st;
     if (bwd && (st = check_row_grad(ctx, x, o, &g)))
         return st;
 

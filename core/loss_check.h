@@ -44,6 +44,25 @@ ploss_status ploss_check_loss_shape(const ploss_view *v, const ploss_view *x, pl
  * shapes): N values for NONE, else a 0-d or 1-element tensor. */
 ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_reduction r, const char *name);
 
+/* The shape a front accepts for its loss-shaped tensors (the loss, the upstream gradient):
+ * PLOSS_OK, or its SHAPE error naming `name`; `arg` holds the front's own facts. */
+typedef ploss_status (*ploss_loss_shape_check)(const ploss_view *v, const void *arg, const char *name);
+
+/* The loss-shaped tensors of a call, checked in this order: the loss of a forward or fused
+ * pass into l (given, on ctx's device, of dtype `acc`, a shape `shape` accepts, writable),
+ * the upstream gradient of a backward pass into gl (given, on ctx's device, a shape `shape`
+ * accepts, f32 or f64).  Every front of a loss shape takes them so. */
+ploss_status ploss_check_loss_tensors(ploss_ctx_t *ctx, ploss_pass pass, const DLTensor *loss, const DLTensor *grad_loss,
+                                      ploss_dtype acc, ploss_loss_shape_check shape, const void *arg, ploss_view *l,
+                                      ploss_view *gl);
+
+/* A ploss_loss_shape_check of ploss_check_row_loss_shape: arg is a ploss_row_loss_shape. */
+typedef struct ploss_row_loss_shape {
+    int64_t N;
+    ploss_reduction reduction;
+} ploss_row_loss_shape;
+ploss_status ploss_row_loss_shape_check(const ploss_view *v, const void *arg, const char *name);
+
 /* DTYPE error unless v->dtype == want. */
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name);
 

@@ -41,11 +41,13 @@ static ploss_status check_per_box(const ploss_view *v, int64_t n, const char *na
     return ploss_check_shape_error(name, want, v);
 }
 
-/* A loss-shaped tensor: [N] for NONE, one element for MEAN / SUM. */
-static ploss_status check_box_loss_shape(const ploss_view *v, int64_t n, ploss_reduction r, const char *name)
+/* A loss-shaped tensor: [N] for NONE, one element for MEAN / SUM (arg: a
+ * ploss_row_loss_shape). */
+static ploss_status check_box_loss_shape(const ploss_view *v, const void *arg, const char *name)
 {
-    if (r == PLOSS_REDUCTION_NONE)
-        return check_per_box(v, n, name, "one loss per box");
+    const ploss_row_loss_shape *a = arg;
+    if (a->reduction == PLOSS_REDUCTION_NONE)
+        return check_per_box(v, a->N, name, "one loss per box");
     if (v->numel == 1)
         return PLOSS_OK;
     return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
@@ -124,24 +126,9 @@ ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
             (st = check_per_box(&ig, N, "ignore", "one value per box, nonzero to ignore it")))
             return st;
     }
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) || (st = check_box_loss_shape(&l, N, o->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_box_loss_shape(&gl, N, o->reduction, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
+    const ploss_row_loss_shape shape = {N, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_box_loss_shape, &shape, &l, &gl)))
+        return st;
     if (pass != PLOSS_PASS_FORWARD && (st = ploss_check_grad_input(ctx, a->grad_input, &x, &g)))
         return st;
 

@@ -87,6 +87,18 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     }
 }
 
+/* Loss-shaped tensors: the input's shape for NONE, one element else. */
+typedef struct {
+    const ploss_view *x;
+    ploss_reduction reduction;
+} elementwise_shape;
+
+static ploss_status check_elementwise_shape(const ploss_view *v, const void *arg, const char *name)
+{
+    const elementwise_shape *a = arg;
+    return ploss_check_elementwise_loss_shape(v, a->x, a->reduction, name);
+}
+
 int ploss_elementwise_computes(ploss_policy policy)
 {
     const ploss_loss_params defaults = {0};
@@ -155,31 +167,16 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
             return st;
     }
 
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = ploss_check_elementwise_loss_shape(&l, &x, o->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-        if (o->reduction == PLOSS_REDUCTION_NONE)
-            for (int d = 0; d < x.ndim; ++d)
+    const elementwise_shape shape = {&x, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_elementwise_shape, &shape, &l, &gl)))
+        return st;
+    if (o->reduction == PLOSS_REDUCTION_NONE)
+        for (int d = 0; d < x.ndim; ++d) {
+            if (pass != PLOSS_PASS_BACKWARD)
                 l_st[d] = l.strides[d];
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = ploss_check_elementwise_loss_shape(&gl, &x, o->reduction, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-        if (o->reduction == PLOSS_REDUCTION_NONE)
-            for (int d = 0; d < x.ndim; ++d)
+            else
                 gl_st[d] = gl.strides[d];
-    }
+        }
     if (pass != PLOSS_PASS_FORWARD) {
         if ((st = ploss_check_grad_input(ctx, a->grad_input, &x, &g)))
             return st;

@@ -333,24 +333,10 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
         return ploss_check_shape_error("labels", want, &y);
     }
     const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = ploss_check_row_loss_shape(&l, N, o->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    } else {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = ploss_check_row_loss_shape(&gl, N, o->reduction, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
+    const ploss_row_loss_shape shape = {N, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, ploss_row_loss_shape_check, &shape, &l,
+                                       &gl)))
+        return st;
     if (pass != PLOSS_PASS_FORWARD) {
         ploss_view *g[2] = {&gx, &gw};
         const ploss_view *in[2] = {&x, &w};

@@ -90,11 +90,19 @@ static ploss_status check_variance_shape(const ploss_view *v, const ploss_view *
 
 /* A loss-shaped tensor (loss, grad_loss): N values for NONE (the first input's shape for an
  * elementwise layout, one element for one pair of D inputs), else one element. */
-static ploss_status check_loss_shape(const ploss_view *v, const pairs_call *c, const char *first, ploss_reduction r,
-                                     const char *name)
+typedef struct {
+    const pairs_call *c;
+    const char *first;
+    ploss_reduction reduction;
+} loss_shape;
+
+static ploss_status check_loss_shape(const ploss_view *v, const void *arg, const char *name)
 {
+    const loss_shape *a = arg;
+    const pairs_call *c = a->c;
+    const ploss_reduction r = a->reduction;
     if (r == PLOSS_REDUCTION_NONE && c->layout == PLOSS_INPUT_LAYOUT_ELEMENTWISE)
-        return check_first_shape(v, &c->x[0], first, name);
+        return check_first_shape(v, &c->x[0], a->first, name);
     if (r == PLOSS_REDUCTION_NONE && c->unbatched) {
         if (v->numel == 1 && v->ndim <= 1)
             return PLOSS_OK;
@@ -185,24 +193,9 @@ static ploss_status check_call(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         }
     }
     const ploss_dtype acc = c->x[0].dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&c->l, a->loss, "loss")) || (st = ploss_view_check_device(&c->l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&c->l, acc, "loss")) || (st = check_loss_shape(&c->l, c, first, o->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&c->l, "loss")))
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&c->gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&c->gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&c->gl, c, first, o->reduction, "grad_loss")))
-            return st;
-        if (c->gl.dtype != PLOSS_F32 && c->gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(c->gl.dtype));
-    }
+    const loss_shape shape = {c, first, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_loss_shape, &shape, &c->l, &c->gl)))
+        return st;
     if (pass != PLOSS_PASS_FORWARD) {
         for (int k = 0; k < c->n; ++k) {
             const char *name = spec->grad_names[k];

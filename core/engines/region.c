@@ -24,9 +24,22 @@ typedef enum { PER_GROUP_CLASS, PER_SAMPLE, ONE, PER_PIXEL } loss_groups;
 
 /* Loss-shaped tensors: NONE as `groups` says ([C] or [N, C] per image for PER_GROUP_CLASS);
  * MEAN / SUM one element. */
-static ploss_status check_group_shape(const ploss_view *v, const ploss_view *x, int64_t N, int64_t C,
-                                      ploss_reduction r, loss_groups groups, int per_image, const char *name)
+typedef struct {
+    const ploss_view *x;
+    int64_t N, C;
+    ploss_reduction reduction;
+    loss_groups groups;
+    int per_image;
+} group_shape;
+
+static ploss_status check_group_shape(const ploss_view *v, const void *arg, const char *name)
 {
+    const group_shape *a = arg;
+    const ploss_view *x = a->x;
+    const int64_t N = a->N, C = a->C;
+    const ploss_reduction r = a->reduction;
+    const loss_groups groups = a->groups;
+    const int per_image = a->per_image;
     char want[160];
     if (groups == PER_PIXEL)
         return ploss_check_loss_shape(v, x, r, name);
@@ -244,25 +257,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             return st;
     }
 
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) ||
-            (st = check_group_shape(&l, &x, N, C, o->reduction, groups, per_image, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_group_shape(&gl, &x, N, C, o->reduction, groups, per_image, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
+    const group_shape shape = {&x, N, C, o->reduction, groups, per_image};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_group_shape, &shape, &l, &gl)))
+        return st;
     if (pass != PLOSS_PASS_FORWARD && (st = ploss_check_grad_input(ctx, a->grad_input, &x, &g)))
         return st;
 

@@ -90,15 +90,21 @@ static ploss_status read_lengths(ploss_ctx_t *ctx, const ploss_view *v, int64_t 
 }
 
 /* A loss-shaped tensor: N values for NONE (0-d for one T×C sequence), else one element. */
-static ploss_status check_loss_shape(const ploss_view *v, int64_t N, int unbatched, ploss_reduction r,
-                                     const char *name)
+typedef struct {
+    int64_t N;
+    int unbatched;
+    ploss_reduction reduction;
+} loss_shape;
+
+static ploss_status check_loss_shape(const ploss_view *v, const void *arg, const char *name)
 {
-    if (r == PLOSS_REDUCTION_NONE && unbatched) {
+    const loss_shape *a = arg;
+    if (a->reduction == PLOSS_REDUCTION_NONE && a->unbatched) {
         if (v->ndim == 0)
             return PLOSS_OK;
         return ploss_check_shape_error(name, "a 0-d tensor (one sequence of T×C log_probs, reduction none)", v);
     }
-    return ploss_check_row_loss_shape(v, N, r, name);
+    return ploss_check_row_loss_shape(v, a->N, a->reduction, name);
 }
 
 /* A lengths tensor: N values, or for one T×C sequence a 0-d or 1-element one. */
@@ -258,25 +264,10 @@ ploss_status ploss_sequence_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
         (st = check_lengths_shape(&tl, N, unbatched, "target_lengths")))
         return st;
 
-    const ploss_dtype acc = x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32;
-    if (pass != PLOSS_PASS_BACKWARD) {
-        if (!a->loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "loss: tensor is NULL");
-        if ((st = ploss_view_init(&l, a->loss, "loss")) || (st = ploss_view_check_device(&l, ctx, "loss")) ||
-            (st = ploss_check_dtype(&l, acc, "loss")) || (st = check_loss_shape(&l, N, unbatched, o->reduction, "loss")) ||
-            (st = ploss_view_check_writable(&l, "loss")))
-            return st;
-    }
-    if (pass == PLOSS_PASS_BACKWARD) {
-        if (!a->grad_loss)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "grad_loss: tensor is NULL");
-        if ((st = ploss_view_init(&gl, a->grad_loss, "grad_loss")) ||
-            (st = ploss_view_check_device(&gl, ctx, "grad_loss")) ||
-            (st = check_loss_shape(&gl, N, unbatched, o->reduction, "grad_loss")))
-            return st;
-        if (gl.dtype != PLOSS_F32 && gl.dtype != PLOSS_F64)
-            return ploss_error(PLOSS_ERR_DTYPE, "grad_loss: expected f32 or f64, got %s", ploss_dtype_name(gl.dtype));
-    }
+    const loss_shape shape = {N, unbatched, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, x.dtype == PLOSS_F64 ? PLOSS_F64 : PLOSS_F32,
+                                       check_loss_shape, &shape, &l, &gl)))
+        return st;
     if (pass != PLOSS_PASS_FORWARD) {
         if (!a->grad_inputs[0])
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", gname);
