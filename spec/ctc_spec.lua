@@ -368,6 +368,10 @@ describe("CTCLoss", function()
     H.expect_error(function() F.ctc_loss(x:select(3, 1):select(2, 1), y, il, tl) end,
       "log_probs: expected T×N×C (3 dims: frames, sequences, classes) or T×C for one sequence", out, grad)
     H.expect_error(function() ploss.CTCLoss { inplace = true } end, "has no in-place gradient")
+    -- PyTorch's positional CTCLoss(blank, reduction): named here (no Torch7 hint: Torch7 had no CTC)
+    H.expect_error(function() ploss.CTCLoss(0, "mean") end,
+      "got a string as argument 2 (positional arguments are not taken: name them, e.g. {blank = …}; the options: " ..
+      "blank, logits, reduction, zero_infinity)")
     H.expect_error(function() ploss.CTCLoss { input_lengths = { 1 } } end,
       "CTCLoss: input_lengths is an argument of each call, not an option: crit(log_probs, target, input_lengths, " ..
       "target_lengths)")

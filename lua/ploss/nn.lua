@@ -91,6 +91,16 @@ local function positional_hint(c)
     if n ~= "inplace" and not n:match("^grad_") and not n:match("^return_") then names[#names + 1] = n end
   end
   table.sort(names)
+  -- a loss Torch7 had (a description with a …Criterion alias, or a class without one)
+  local d, torch7 = rawget(c, "_description"), true
+  if d then
+    torch7 = false
+    for _, alias in ipairs(d.criterion_aliases or {}) do torch7 = torch7 or alias:match("Criterion$") ~= nil end
+  end
+  if not torch7 then
+    return string.format(" (positional arguments are not taken: name them, e.g. {%s = …}; the options: %s)",
+      names[1] ~= "reduction" and names[1] or names[2] or "reduction", #names > 0 and table.concat(names, ", ") or "none")
+  end
   local say = {}
   if fields.reduction then say[#say + 1] = "{reduction = 'sum'} for sizeAverage = false" end
   if fields.weight then say[#say + 1] = "{weight = w} for class weights" end
