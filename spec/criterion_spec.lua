@@ -432,6 +432,13 @@ describe("calls on a criterion", function()
     local crop = x:narrow(2, 1, 2)
     local _, gc = ploss.CrossEntropyLoss {}(crop, ploss.randint(0, 2, { 2, 4, 5 }, { seed = 5 }))
     assert.is_true(gc:is_contiguous())
+    -- which layouts are dense; empty_like's layout option
+    assert.is_true(cl:is_dense() and x:transpose(2, 4):is_dense() and x:is_dense())
+    assert.is_false(x:narrow(4, 2, 3):is_dense() or ploss.randn({ 1, 3 }):expand(4, 3):is_dense())
+    assert.are.same(cl:stride(), ploss.empty_like(cl, { layout = "preserve" }):stride())
+    assert.is_true(ploss.empty_like(cl):is_contiguous() and ploss.empty_like(crop, { layout = "preserve" }):is_contiguous())
+    H.expect_error(function() ploss.empty_like(cl, { layout = "channels_last" }) end,
+      "empty_like: opts.layout: expected 'contiguous' or 'preserve', got channels_last")
     -- a loss of several inputs: each gradient in its input's layout
     local a = ploss.randn({ 6, 4 }, { dtype = "f64", seed = 6 })
     local bt = ploss.randn({ 4, 6 }, { dtype = "f64", seed = 7 }):transpose(1, 2)

@@ -269,13 +269,21 @@ describe("CTCLoss", function()
     local lm, gm = ploss.CTCLoss {}(m, i64 { { 1 } }, { 2LL }, { 1LL })
     H.assert_close(lm, -math.log(3 / 4), { rtol = 1e-15 }) -- 11, 01, 10 of the four paths over {0, 1}
     H.assert_close(gm, { { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } }, { { 0.5 - 1 / 3, 0.5 - 2 / 3, 0 } } }, { rtol = 1e-14 })
-    -- a NaN log-probability spreads to the loss even where no alignment passes (PyTorch's)
-    local xn = x:clone()
-    xn:select(1, 2):select(1, 1):fill(0 / 0)
-    local ln = F.ctc_loss(xn, i64 { { 1, 2 }, { 0, 0 }, { 0, 0 } }, { 3, 3, 3 }, { 2, 0, 0 }, { reduction = "none" })
+    -- a NaN log-probability spreads to the loss even where no alignment passes (PyTorch's):
+    -- (1, 2, 3) over 3 frames has class 3 at frame 2 only, not at frame 1 (0-based), where
+    -- the NaN is; sequence 2 has none
+    local xn = ploss.full({ 3, 2, 4 }, math.log(1 / 4), { dtype = "f64" })
+    xn:select(1, 2):select(1, 1):narrow(1, 4, 1):fill(0 / 0)
+    local ln = F.ctc_loss(xn, i64 { { 1, 2, 3 }, { 1, 0, 0 } }, { 3, 3 }, { 3, 1 }, { reduction = "none" })
     v = ln:totable()
     assert.is_true(v[1] ~= v[1])
-    H.assert_close(v[2], -(lp[1][2][1] + lp[2][2][1] + lp[3][2][1]), { rtol = 1e-14 })
+    H.assert_close(v[2], -math.log(6 / 64), { rtol = 1e-14 }) -- the 6 paths over {0, 1} with a run of 1s
+    -- zero_infinity zeroes +∞ only: an empty target's blank at +∞ on its last frame gives
+    -- ℓ = −∞, which stays (PyTorch's)
+    local xp = ploss.full({ 2, 1, C }, math.log(1 / 3), { dtype = "f64" })
+    xp:select(1, 2):select(1, 1):narrow(1, 1, 1):fill(math.huge)
+    local lz0 = F.ctc_loss(xp, i64 { { 1 } }, { 2 }, { 0 }, { reduction = "none", zero_infinity = true })
+    assert.are.equal(-math.huge, lz0:totable()[1])
     -- one T×C sequence: its target 1-D or [1, S], every reduction; lengths 0-d, [1] or a number
     local one = x:select(2, 1)
     local ref = F.ctc_loss(x, i64 { { 1, 2 }, { 1, 2 }, { 1, 2 } }, { 3, 3, 3 }, { 2, 2, 2 }, { reduction = "none" })
@@ -290,6 +298,18 @@ describe("CTCLoss", function()
     assert.is_true(le ~= le)
     assert.are.equal(0, ge:numel())
     assert.are.equal(0, F.ctc_loss(e, ploss.empty({ 0, 2 }, { dtype = "i64" }), {}, {}, { reduction = "sum" }))
+  end)
+
+  it("runs through its criterion's _spec (the benchmark's calls) with the lengths given", function()
+    local x = ploss.tensor(log_softmax(random_logits(5, 2, 4, 9)), { dtype = "f64" })
+    local y, il, tl = i64 { { 1, 2 }, { 3, 0 } }, i64 { 5, 4 }, i64 { 2, 1 }
+    local s = ploss.CTCLoss._spec
+    local copts, o = s.options({ reduction = "sum" })
+    local loss, g = ploss.empty({}, { dtype = "f64" }), ploss.empty_like(x)
+    assert.are.equal(0, tonumber(s.fused(o, x:context(), { x }, y, copts, loss, { g }, { il, tl })))
+    local l_ref, g_ref = F.ctc_loss_fused(x, y, il, tl, { reduction = "sum" })
+    H.assert_equal(loss, l_ref)
+    H.assert_equal(g, g_ref)
   end)
 
   it("f32, f16 and bf16 inputs agree with f64 (the CPU computes in f64 from the rounded inputs)", function()
@@ -332,14 +352,14 @@ describe("CTCLoss", function()
       "the 1-D (concatenated) target has 4 labels, the sum of target_lengths is 3", out, grad)
     H.expect_error(function() return fused(i64 { 1, 2 }, il, tl) end,
       "the 1-D (concatenated) target has 2 labels, fewer than the sum of target_lengths", out, grad)
-    -- lengths whose sum wraps around int64 with a 1-D target: refused, never read past it
-    H.expect_error(function()
-      return fused(i64 { 1, 2, 3 }, il, ploss.tensor({ 3, 2 ^ 62 }, { dtype = "i64" }))
-    end, "the 1-D (concatenated) target has 3 labels, fewer than the sum of target_lengths (more than 3 by sequence 1",
-      out, grad)
-    H.expect_error(function()
-      return fused(i64 { 1, 2, 3 }, il, ploss.tensor({ 2 ^ 62, 2 ^ 62 }, { dtype = "i64" }))
-    end, "fewer than the sum of target_lengths (more than 3 by sequence 0", out, grad)
+    -- lengths whose sum wraps around int64 back to the 1-D target's length: refused at the
+    -- first that passes it, never read past the target
+    local x4 = ploss.tensor(log_softmax(random_logits(T, 4, C, 8)), { dtype = "f64" })
+    local wrap = ploss.empty({ 4 }, { dtype = "i64" })
+    local wp = require("ffi").cast("int64_t *", wrap:dl().data)
+    wp[0], wp[1], wp[2], wp[3] = 3, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 2
+    H.expect_error(function() F.ctc_loss(x4, i64 { 1, 2, 3 }, { T, T, T, T }, wrap, { reduction = "none" }) end,
+      "the 1-D (concatenated) target has 3 labels, fewer than the sum of target_lengths (more than 3 by sequence 1")
     -- lengths of stride 0 (an expanded tensor) read as their values
     local l_e = F.ctc_loss(x, y, ploss.tensor({ 4 }, { dtype = "i64" }):expand(2), i64 { 2, 1 }, { reduction = "none" })
     H.assert_equal(l_e, F.ctc_loss(x, y, { 4, 4 }, { 2, 1 }, { reduction = "none" }))

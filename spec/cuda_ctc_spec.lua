@@ -137,6 +137,21 @@ describe("CTCLoss on " .. DEV, function()
     local lz, gz = F.ctc_loss_fused(z:to(DEV), yd, il, tl, ol)
     H.assert_close_scaled(lz:to("cpu"), lz_ref, 2e-6 * case.T, 0, "logits loss")
     H.assert_close_scaled(gz:to("cpu"), gz_ref, 4e-6 * case.T, 0, "logits gradient")
+    -- logits with more classes than a warp's lanes and rows not a multiple of a block's
+    -- warps (300 × 5): fused, and forward alone (two frames of α), f16 and f32
+    local big = CASES[3]
+    local brows, btl, bil = targets(big.T, big.N, big.C, big.S, big.blank, 21)
+    for _, dt in ipairs { "f32", "f16" } do
+      local zb = ploss.randn({ big.T, big.N, big.C }, { dtype = dt, seed = 23 })
+      local yb = ploss.tensor(brows, { dtype = "i64" })
+      local ob = { reduction = "sum", blank = big.blank, logits = true }
+      local lb_ref, gb_ref = F.ctc_loss_fused(zb, yb, bil, btl, ob)
+      local lb, gb = F.ctc_loss_fused(zb:to(DEV), yb:to(DEV), bil, btl, ob)
+      H.assert_close_scaled(lb, lb_ref, 2e-6 * big.T, 0, dt .. " logits loss (300 frames)")
+      H.assert_close_scaled(gb:to("cpu"), gb_ref, math.max(4e-6 * big.T, dt == "f16" and 2e-3 or 0), 2 ^ -24,
+        dt .. " logits gradient (300 frames)")
+      H.assert_equal(F.ctc_loss(zb:to(DEV), yb:to(DEV), bil, btl, ob), lb)
+    end
     -- the same call again: the same bits
     local l4, g4 = F.ctc_loss_fused(xd, yd, il, tl, o)
     H.assert_equal(l4:to("cpu"), l1:to("cpu"))

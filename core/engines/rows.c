@@ -313,7 +313,15 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
                  : spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES ? "one probability per class"
                                                                             : "one value per class",
                  what);
-        if ((st = check_one_sample(a->target, "target", index ? 0 : 1, C, want)))
+        if (spec->policy == PLOSS_POLICY_MULTI_MARGIN && index) { /* (the [1] form was taken above) */
+            ploss_view t;
+            if ((st = ploss_view_init(&t, a->target, "target")))
+                return st;
+            char both[320];
+            snprintf(both, sizeof both, "a 0-d tensor or shape [1] (%s)", want);
+            if (t.ndim != 0)
+                return ploss_check_shape_error("target", both, &t);
+        } else if ((st = check_one_sample(a->target, "target", index ? 0 : 1, C, want)))
             return st;
     }
     const int none = o->reduction == PLOSS_REDUCTION_NONE, k = spec->state_components;

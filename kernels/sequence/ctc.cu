@@ -258,7 +258,7 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     const size_t acc = p->x_dtype == PLOSS_F64 ? 8 : 4;
     if (N > INT_MAX || ((want_grad || p->logits) && N * p->T > INT_MAX))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: CUDA takes at most 2^31 - 1 sequences (and frames × "
-                           "sequences with a gradient), got N = %lld, T = %lld", (long long)N, (long long)p->T);
+                           "sequences with a gradient or logits), got N = %lld, T = %lld", (long long)N, (long long)p->T);
 
     /* the host part: lengths and offsets, labels, and per label the next position of its
      * class in its target (0: none) and whether it is the class's first */

@@ -269,8 +269,10 @@ function nn.buffer(t, sizes, dtype, device, a, b, c, list, n)
   return ploss.empty(sizes, { dtype = dtype, device = device })
 end
 
--- Whether t and x have the same strides along the dims of size > 1.
-local function same_strides(t, x)
+-- Whether t has the layout the gradient of a non-contiguous x gets: x's strides along the
+-- dims of size > 1 where x is dense, else contiguous.
+local function same_layout(t, x)
+  if not x:is_dense() then return t:is_contiguous() end
   for i = 1, x:dim() do
     if x:size(i) ~= 1 and t:stride(i) ~= x:stride(i) then return false end
   end
@@ -283,7 +285,7 @@ end
 -- otherwise a new one.
 function nn.grad_buffer(t, x, a, b, c, list, n)
   if t and not t:is_freed() and t:dtype() == x:dtype() and t:device() == x:device() and t:has_sizes(x:size())
-    and (x:is_dense() and same_strides(t, x) or not x:is_dense() and t:is_contiguous())
+    and (x:is_contiguous() and t:is_contiguous() or not x:is_contiguous() and same_layout(t, x))
     and not shares_storage(t, a, b, c, list, n) then
     return t
   end

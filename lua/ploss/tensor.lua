@@ -396,38 +396,49 @@ function ploss.empty(...)
   return make(storage, dtype, device, sizes, strides, 0)
 end
 
--- The strides of t when its elements are dense in some order of its dims (contiguous,
--- channels-last, a transposed contiguous tensor: no gaps, no overlap), else nil.
-local function dense_strides(t)
-  local nd = t.desc.ndim
-  local dims = {}
-  for i = 0, nd - 1 do
-    if t.sz[i] ~= 1 then dims[#dims + 1] = i end
+-- Whether t's elements are dense in some order of its dims (contiguous, channels-last, a
+-- transposed contiguous tensor: no gaps, no overlap): its dims of size > 1 sorted by stride
+-- (an insertion sort into a scratch list: no table or closure made per call) must each
+-- stride over the ones before.
+local dense_scratch = {}
+local function is_dense(t)
+  local order, k = dense_scratch, 0
+  for i = 0, t.desc.ndim - 1 do
+    if t.sz[i] ~= 1 then
+      local j = k
+      while j > 0 and t.st[order[j]] > t.st[i] do
+        order[j + 1] = order[j]
+        j = j - 1
+      end
+      order[j + 1] = i
+      k = k + 1
+    end
   end
-  table.sort(dims, function(a, b) return t.st[a] < t.st[b] or (t.st[a] == t.st[b] and a > b) end)
   local expect = 1
-  for _, i in ipairs(dims) do
-    if t.st[i] ~= expect then return nil end
+  for j = 1, k do
+    local i = order[j]
+    if t.st[i] ~= expect then return false end
     expect = expect * t.sz[i]
   end
-  return strides_of(t)
+  return true
 end
 
 --- True when the elements are dense in some order of the dims: contiguous, channels-last,
 -- a permutation of a contiguous tensor (no gaps, no overlap).
-function Tensor:is_dense() return dense_strides(self) ~= nil end
+function Tensor:is_dense() return self:is_contiguous() or is_dense(self) end
 
 --- A new tensor with t's sizes, and its dtype and device unless opts say otherwise:
 -- contiguous, or with opts.layout = 'preserve' in t's own order of dims where t is dense
 -- in one (channels-last stays channels-last, as PyTorch's preserve_format; an
--- overlapping or gapped t gives a contiguous one).
+-- overlapping or gapped t gives a contiguous one, where PyTorch keeps a gapped tensor's
+-- order).
 function ploss.empty_like(t, opts)
   opts = options_of(opts, "empty_like")
   local dtype, device = opts.dtype or dtype_of(t).name, opts.device or device_name(t.desc.device)
   if opts.layout ~= nil and opts.layout ~= "preserve" and opts.layout ~= "contiguous" then
     ploss.raise(string.format("empty_like: opts.layout: expected 'contiguous' or 'preserve', got %s", tostring(opts.layout)))
   end
-  local strides = opts.layout == "preserve" and not t:is_contiguous() and dense_strides(t)
+  local strides = opts.layout == "preserve" and not t:is_contiguous() and is_dense(t) and strides_of(t)
   if not strides then return ploss.empty(sizes_of(t), { dtype = dtype, device = device }) end
   local d = ploss.parse_device(device)
   return make(new_storage(d, tonumber(t.n) * dtypes[canon_dtype(dtype)].size), canon_dtype(dtype), d, sizes_of(t),
