@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "common.cuh"
@@ -263,10 +264,20 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     /* the host part: lengths and offsets, labels, and per label the next position of its
      * class in its target (0: none) and whether it is the class's first */
     const size_t meta_bytes = sizeof(int64_t) * (size_t)(3 * N), label_bytes = sizeof(int32_t) * (size_t)p->total_labels;
-    std::vector<int32_t> chain((size_t)(2 * p->total_labels));
+    const size_t host_bytes = meta_bytes + label_bytes * 3;
+    std::vector<int32_t> chain;
+    std::vector<std::pair<int32_t, int32_t>> order; /* (class, position) of one target */
+    std::vector<char> host;
+    try { /* (an allocation that fails is an error, not an exception through the C API) */
+        chain.resize((size_t)(2 * p->total_labels));
+        order.reserve((size_t)p->max_target);
+        host.resize(host_bytes ? host_bytes : 1);
+    } catch (const std::bad_alloc &) {
+        return ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "CTC: host buffers of %zu bytes for %lld labels",
+                           host_bytes + label_bytes * 2, (long long)p->total_labels);
+    }
     int32_t *next = chain.data(), *head = chain.data() + p->total_labels;
     {
-        std::vector<std::pair<int32_t, int32_t>> order; /* (class, position) of one target */
         for (int64_t n = 0; n < N; ++n) {
             const int64_t o = p->offset[n], L = p->target_length[n];
             order.clear();
@@ -282,7 +293,6 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
             }
         }
     }
-    const size_t host_bytes = meta_bytes + label_bytes * 3;
     const size_t off_nll = align_up(host_bytes), off_lse = off_nll + align_up(sizeof(double) * (size_t)N);
     const size_t off_alpha = off_lse + (p->logits ? align_up(acc * (size_t)(N * p->T)) : 0);
     const size_t table = acc * (size_t)N * (size_t)frames * (size_t)S2;
@@ -294,7 +304,6 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
         return st;
     char *w = (char *)ws;
     /* one upload of the host part */
-    std::vector<char> host(host_bytes ? host_bytes : 1);
     memcpy(host.data(), p->input_length, sizeof(int64_t) * (size_t)N);
     memcpy(host.data() + sizeof(int64_t) * N, p->target_length, sizeof(int64_t) * (size_t)N);
     memcpy(host.data() + 2 * sizeof(int64_t) * N, p->offset, sizeof(int64_t) * (size_t)N);
