@@ -439,6 +439,10 @@ describe("calls on a criterion", function()
     assert.is_true(ploss.empty_like(cl):is_contiguous() and ploss.empty_like(crop, { layout = "preserve" }):is_contiguous())
     H.expect_error(function() ploss.empty_like(cl, { layout = "channels_last" }) end,
       "empty_like: opts.layout: expected 'contiguous' or 'preserve', got channels_last")
+    -- a MultiCriterion's gradient too
+    local mc = ploss.MultiCriterion():add(ploss.CrossEntropyLoss {}, 1):add(ploss.CrossEntropyLoss { label_smoothing = 0.1 }, 0.5)
+    local _, gm = mc(cl, y)
+    assert.are.same(cl:stride(), gm:stride())
     -- a loss of several inputs: each gradient in its input's layout
     local a = ploss.randn({ 6, 4 }, { dtype = "f64", seed = 6 })
     local bt = ploss.randn({ 4, 6 }, { dtype = "f64", seed = 7 }):transpose(1, 2)
@@ -487,8 +491,16 @@ describe("calls on a criterion", function()
     local tl = ploss.TripletMarginLoss {}
     H.expect_error(function() tl(a, a, a, 1, 2) end, "TripletMarginLoss: takes 4 arguments")
     H.expect_error(function() tl:backward(a, a, a, nil, 5) end, "TripletMarginLoss:backward: takes 4 arguments")
+    -- the functions likewise (an extra argument past opts was ignored)
+    H.expect_error(function() F.cross_entropy(x, y, {}, true) end,
+      "cross_entropy: takes 3 arguments (input, target, opts), got a boolean as argument 4")
+    H.expect_error(function() F.cross_entropy_backward(x, y, 1, {}, 2) end,
+      "cross_entropy_backward: takes 4 arguments (input, target, gradOutput, opts), got a number as argument 5")
+    H.expect_error(function() F.cross_entropy_fused(x, y, nil, {}) end,
+      "cross_entropy_fused: takes 3 arguments (input, target, opts), got a table as argument 4")
     -- trailing nils are no arguments
     assert.are.equal(ce:forward(x, y), ce:forward(x, y, nil))
+    assert.are.equal(F.cross_entropy(x, y), F.cross_entropy(x, y, nil, nil))
   end)
 
   it("refuse Torch7's positional constructor arguments (sizeAverage, weights) rather than read them", function()

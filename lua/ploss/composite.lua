@@ -124,10 +124,10 @@ local function check_grad(g, like, k, i, where)
   end
 end
 
--- buf ← w·g (add = false) or buf + w·g; buf a buffer of the composite (made or kept by
--- nn.buffer against the call's tensors list[1..n]).  Returns buf.
+-- buf ← w·g (add = false) or buf + w·g; buf a buffer of the composite in g's layout (made or
+-- kept by nn.grad_buffer against the call's tensors list[1..n]).  Returns buf.
 local function add_into(buf, g, w, add, list, n, where)
-  if not add then buf = nn.buffer(buf, g:size(), g:dtype(), g:device(), nil, nil, nil, list, n) end
+  if not add then buf = nn.grad_buffer(buf, g, nil, nil, nil, list, n) end
   ploss.check(C.ploss_axpby(buf:context(), buf:dl(), w, g:dl(), add and 1 or 0), where)
   buf:bump_version()
   return buf

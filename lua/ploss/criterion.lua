@@ -1221,7 +1221,8 @@ function M.build(d)
     return v
   end
 
-  F[d.name] = function(input, target, opts)
+  F[d.name] = function(input, target, opts, ...)
+    check_extra(d.name, 3, "input, target, opts", ...)
     local o, copts, raw = fprep(d.name, input, target, opts)
     local loss = loss_out(o, raw, input, target)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
@@ -1230,7 +1231,8 @@ function M.build(d)
     return result(o, raw, loss)
   end
 
-  F[d.name .. "_backward"] = function(input, target, grad_output, opts)
+  F[d.name .. "_backward"] = function(input, target, grad_output, opts, ...)
+    check_extra(d.name .. "_backward", 4, "input, target, gradOutput, opts", ...)
     local o, copts, raw = fprep(d.name .. "_backward", input, target, opts)
     local gl = grad_loss_tensor(d, o, input, target, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
@@ -1240,7 +1242,8 @@ function M.build(d)
     return grad
   end
 
-  F[d.name .. "_fused"] = function(input, target, opts)
+  F[d.name .. "_fused"] = function(input, target, opts, ...)
+    check_extra(d.name .. "_fused", 3, "input, target, opts", ...)
     local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
     local loss = loss_out(o, raw, input, target)
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
