@@ -134,6 +134,19 @@ describe("CTCLoss", function()
     end
   end)
 
+  it("many more classes than labels (the CPU's gradient rows that skip the others' occupancy)", function()
+    local T, C = 3, 17 -- C >= 8·(L + 1) for L <= 1
+    local lp = log_softmax(random_logits(T, 2, C, 77))
+    local x = ploss.tensor(lp, { dtype = "f64" })
+    local l, g = ploss.CTCLoss { reduction = "none", blank = 16 }(x, i64 { { 5 }, { 0 } }, { 3, 2 }, { 1, 0 })
+    local ref1, g1 = brute_force(lp, 1, T, 3, C, { 5 }, 16)
+    local ref2, g2 = brute_force(lp, 2, T, 2, C, {}, 16)
+    H.assert_close(l, { ref1, ref2 }, { rtol = 1e-12 })
+    local want = {}
+    for t = 1, T do want[t] = { g1[t], g2[t] } end
+    H.assert_close(g, want, { rtol = 1e-10, atol = 1e-14 })
+  end)
+
   it("is the derivative with respect to the logits of a log_softmax (finite differences)", function()
     local T, N, C = 5, 2, 4
     local z = random_logits(T, N, C, 7)

@@ -155,13 +155,30 @@ static void backward(const sequence *q, const double *A, double nll, double w, d
         }
         for (int64_t c = 0; c < C; ++c)
             row[c] = logp(q, t, c);
+        if (nll < INFINITY && C >= 8 * (q->L + 1)) {
+            /* many more classes than the target has: e^lp·w for every class (a vector loop),
+             * then the occupancy of the target's classes alone (the others' is 0, a scalar
+             * exponential each), each class's γ used once and set back to −∞ */
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c)
-            row[c] = (exp(floor700(row[c])) * (row[c] > -INFINITY) - occupancy(gamma[c], nll, row[c])) * w;
+            for (int64_t c = 0; c < C; ++c)
+                row[c] = exp(floor700(row[c])) * (row[c] > -INFINITY) * w;
+            for (int64_t s = 0; s < S2; ++s) {
+                const int64_t c = symbol(q, s);
+                if (gamma[c] != -INFINITY) {
+                    row[c] -= exp(gamma[c] + nll - logp(q, t, c)) * w;
+                    gamma[c] = -INFINITY;
+                }
+            }
+        } else { /* every class's occupancy in the vector loop (also where ℓ = +∞ or NaN:
+                  * NaN where PyTorch's formula gives it) */
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c)
+                row[c] = (exp(floor700(row[c])) * (row[c] > -INFINITY) - occupancy(gamma[c], nll, row[c])) * w;
+            for (int64_t s = 0; s < S2; ++s) /* back to −∞ for the next frame */
+                gamma[symbol(q, s)] = -INFINITY;
+        }
         for (int64_t c = 0; c < C; ++c)
             ploss_store(grad, p->x_dtype, base + c * p->g_sc, row[c]);
-        for (int64_t s = 0; s < S2; ++s) /* back to −∞ for the next frame */
-            gamma[symbol(q, s)] = -INFINITY;
     }
 }
 
