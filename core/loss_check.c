@@ -127,6 +127,18 @@ ploss_status ploss_row_loss_shape_check(const ploss_view *v, const void *arg, co
     return ploss_check_row_loss_shape(v, a->N, a->reduction, name);
 }
 
+ploss_status ploss_sample_loss_shape_check(const ploss_view *v, const void *arg, const char *name)
+{
+    const ploss_input_loss_shape *a = arg;
+    return ploss_check_loss_shape(v, a->x, a->reduction, name);
+}
+
+ploss_status ploss_elementwise_loss_shape_check(const ploss_view *v, const void *arg, const char *name)
+{
+    const ploss_input_loss_shape *a = arg;
+    return ploss_check_elementwise_loss_shape(v, a->x, a->reduction, name);
+}
+
 ploss_status ploss_check_loss_tensors(ploss_ctx_t *ctx, ploss_pass pass, const DLTensor *loss, const DLTensor *grad_loss,
                                       ploss_dtype acc, ploss_loss_shape_check shape, const void *arg, ploss_view *l,
                                       ploss_view *gl)
@@ -390,18 +402,6 @@ static ploss_status check_row_grad(ploss_ctx_t *ctx, const ploss_view *x, const 
     return ploss_view_check_writable(g, "grad_input");
 }
 
-/* ploss_check_loss_shape as a ploss_loss_shape_check. */
-typedef struct {
-    const ploss_view *x;
-    ploss_reduction reduction;
-} sample_loss_shape;
-
-static ploss_status check_sample_loss_shape(const ploss_view *v, const void *arg, const char *name)
-{
-    const sample_loss_shape *a = arg;
-    return ploss_check_loss_shape(v, a->x, a->reduction, name);
-}
-
 ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_reduction r, int inplace,
                                      const ploss_view *x, const ploss_view *t, const ploss_view *const *ins,
                                      const char *const *in_names, int nins, ploss_row_outputs *o)
@@ -416,15 +416,15 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
     ploss_status st;
 
     /* the loss before the state, the state before the upstream gradient */
-    const sample_loss_shape shape = {x, r};
-    if (fwd && (st = ploss_check_loss_tensors(ctx, pass, o->loss, o->grad_loss, acc, check_sample_loss_shape, &shape,
+    const ploss_input_loss_shape shape = {x, r};
+    if (fwd && (st = ploss_check_loss_tensors(ctx, pass, o->loss, o->grad_loss, acc, ploss_sample_loss_shape_check, &shape,
                                               &l, &gl)))
         return st;
     o->has_state = o->state && o->state_k > 0;
     if (o->has_state && (st = check_row_state(ctx, pass, x, o, &s)))
         return st;
     if (pass == PLOSS_PASS_BACKWARD && (st = ploss_check_loss_tensors(ctx, pass, o->loss, o->grad_loss, acc,
-                                                                      check_sample_loss_shape, &shape, &l, &gl)))
+                                                                      ploss_sample_loss_shape_check, &shape, &l, &gl)))
         return st;
     if (bwd && (st = check_row_grad(ctx, x, o, &g)))
         return st;

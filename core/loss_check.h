@@ -4,7 +4,7 @@
  * checks over a list of outputs, the CPU label scan, label-smoothing options, class
  * vectors (weight / alpha / priors), the elementwise and broadcast checks of the sigmoid
  * family (core/engines/elementwise.c), and the whole check of the per-sample outputs of the
- * softmax-row losses (core/engines/rows.c, core/engines/rows.c, core/engines/rows.c).
+ * softmax-row losses (core/engines/rows.c).
  * Internal.
  */
 #ifndef PLOSS_LOSS_CHECK_H
@@ -62,6 +62,16 @@ typedef struct ploss_row_loss_shape {
     ploss_reduction reduction;
 } ploss_row_loss_shape;
 ploss_status ploss_row_loss_shape_check(const ploss_view *v, const void *arg, const char *name);
+
+/* ploss_loss_shape_checks of the loss shapes relative to an input x: arg is a
+ * ploss_input_loss_shape.  Of a softmax-row loss (ploss_check_loss_shape: the sample shape for
+ * NONE) and of an elementwise one (ploss_check_elementwise_loss_shape: x's shape for NONE). */
+typedef struct ploss_input_loss_shape {
+    const ploss_view *x;
+    ploss_reduction reduction;
+} ploss_input_loss_shape;
+ploss_status ploss_sample_loss_shape_check(const ploss_view *v, const void *arg, const char *name);
+ploss_status ploss_elementwise_loss_shape_check(const ploss_view *v, const void *arg, const char *name);
 
 /* DTYPE error unless v->dtype == want. */
 ploss_status ploss_check_dtype(const ploss_view *v, ploss_dtype want, const char *name);

@@ -165,6 +165,13 @@ describe("CrossEntropyLoss by hand", function()
       "opts.weight: the weight nan of class 1 is not a finite number", out)
     H.expect_error(function() ploss.NLLLoss { weight = { 1, 1, -math.huge } }:forward(x, y) end,
       "opts.weight: the weight -inf of class 2 is not a finite number")
+    -- lists with a hole, whichever border # gives (LuaJIT: 1 for the first, 4 for the second)
+    local holed3, holed4 = { 1, 2, 3 }, { 1, 2, 3, 4 }
+    holed3[2], holed4[2] = nil, nil
+    H.expect_error(function() ploss.NLLLoss { weight = holed3 } end,
+      "opts.weight: expected a list of numbers without holes, got key 3")
+    H.expect_error(function() ploss.NLLLoss { weight = holed4 } end,
+      "opts.weight: expected a list of numbers without holes, [2] is nil")
   end)
 
   it("one class: zero loss and zero gradient", function()

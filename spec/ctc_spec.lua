@@ -386,6 +386,8 @@ describe("CTCLoss", function()
       "input_lengths: expected [2] (one length per sequence", out, grad)
     H.expect_error(function() return fused(y, { 4, 3.5 }, tl) end,
       "input_lengths[2]: expected an integer (of magnitude below 2^53), got 3.5", out, grad)
+    H.expect_error(function() return fused(y, { 4, [3] = 4 }, tl) end,
+      "input_lengths: expected a list of integers without holes, got key 3", out, grad)
     H.expect_error(function() return fused(y, 4, tl) end,
       "input_lengths: a number is the length of one T×C sequence; log_probs of 2 sequences takes a list", out, grad)
     H.expect_error(function() return fused(y, { input_lengths = il, target_lengths = tl }) end,

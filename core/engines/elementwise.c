@@ -87,18 +87,6 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     }
 }
 
-/* Loss-shaped tensors: the input's shape for NONE, one element else. */
-typedef struct {
-    const ploss_view *x;
-    ploss_reduction reduction;
-} elementwise_shape;
-
-static ploss_status check_elementwise_shape(const ploss_view *v, const void *arg, const char *name)
-{
-    const elementwise_shape *a = arg;
-    return ploss_check_elementwise_loss_shape(v, a->x, a->reduction, name);
-}
-
 int ploss_elementwise_computes(ploss_policy policy)
 {
     const ploss_loss_params defaults = {0};
@@ -167,8 +155,8 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
             return st;
     }
 
-    const elementwise_shape shape = {&x, o->reduction};
-    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_elementwise_shape, &shape, &l, &gl)))
+    const ploss_input_loss_shape shape = {&x, o->reduction};
+    if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, ploss_elementwise_loss_shape_check, &shape, &l, &gl)))
         return st;
     if (o->reduction == PLOSS_REDUCTION_NONE)
         for (int d = 0; d < x.ndim; ++d) {

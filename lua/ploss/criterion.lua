@@ -47,6 +47,28 @@ function show(v)
   return tostring(v)
 end
 
+-- The length of a Lua list `what` of `kind` (a message's words), or an error naming a key
+-- that is not an index 1..#v, or a missing index (#v is any border of a list with holes);
+-- hint(k), if given, is appended to the first error.
+local function list_length(v, where, what, kind, hint)
+  local n, count = #v, 0
+  for k in pairs(v) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
+      ploss.raise(string.format("%s: %s: expected a list of %s without holes, got key %s%s", where, what, kind,
+        show(k), hint and hint(k) or ""))
+    end
+    count = count + 1
+  end
+  if count < n then
+    for i = 1, n do
+      if v[i] == nil then
+        ploss.raise(string.format("%s: %s: expected a list of %s without holes, [%d] is nil", where, what, kind, i))
+      end
+    end
+  end
+  return n
+end
+
 -- The C value of an enum option given by its Lua name, or an error naming the choices.
 local function enum_value(opt, v, where)
   local e = D.enum(opt.ctype)
@@ -218,13 +240,7 @@ local function resolve(d, user, extra, where, own_keys)
       if t.required then ploss.raise(string.format("%s: %s (%s) is required", where, t.name, t.doc)) end
     elseif type(v) == "table" and not ploss.is_tensor(v) then
       -- a Lua list: kept as numbers, made a tensor of the input's dtype at the call
-      local n = #v
-      for k in pairs(v) do
-        if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
-          ploss.raise(string.format("%s: opts.%s: expected a list of numbers without holes, got key %s", where, t.name,
-            show(k)))
-        end
-      end
+      local n = list_length(v, where, "opts." .. t.name, "numbers")
       for i = 1, n do
         if type(v[i]) ~= "number" then
           ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, t.name, i, type(v[i])))
@@ -585,14 +601,12 @@ local function lengths_tensor(d, where, name, v, x)
     ploss.raise(string.format("%s: %s: expected a tensor, a list of integers or an integer, got %s", where, name,
       type(v)))
   end
-  local n = #list
+  list_length(list, where, name, "integers", function(k)
+    return type(k) == "string" and (" (an options table? the lengths are arguments: " .. D.call_text(d) ..
+      ", then the options)") or ""
+  end)
   local out = {}
   for k, e in pairs(list) do
-    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then
-      ploss.raise(string.format("%s: %s: expected a list of integers without holes, got key %s%s", where, name,
-        show(k), type(k) == "string" and (" (an options table? the lengths are arguments: " .. D.call_text(d) ..
-        ", then the options)") or ""))
-    end
     if type(e) == "cdata" and (ffi.istype("int64_t", e) or ffi.istype("uint64_t", e)) then e = tonumber(e) end
     if type(e) ~= "number" or e ~= math.floor(e) or math.abs(e) >= 2 ^ 53 then
       ploss.raise(string.format("%s: %s[%d]: expected an integer (of magnitude below 2^53), got %s", where, name, k,
