@@ -13,9 +13,9 @@
  *     block forms the tile's partial A = Σ s·o, B = Σ (s^p + o), R = Σ o per class (warp
  *     shuffles, then the warps in order, one barrier per CLASS_CHUNK classes);
  *  2. at a grid barrier, the block that arrives last adds, a warp per (sample, class), its
- *     tiles' partials in tile order (double) and forms the groups in a fixed order: the
- *     class weights, num, den, the loss and the gradient's coefficients; then it releases
- *     the others;
+ *     tiles' partials in tile order (double; into its shared memory where they fit) and
+ *     forms the groups in a fixed order: the class weights, num, den, the loss and the
+ *     gradient's coefficients; then it releases the others;
  *  3. (backward) the same tiles in reverse order (the end of the input, read last by the
  *     sums, is still in L2), labels read once per pixel, the gradient of its C classes.
  * Larger inputs: the same steps in two kernels, dice_sums (blocks of a group of a sample's
@@ -44,6 +44,8 @@ constexpr int TILE = THREADS * PPT;    /* pixels of one sample per block */
 constexpr int CLASS_CHUNK = 32;        /* classes whose warp partials share one barrier */
 constexpr int OUTSIDE = -2;            /* a thread's pixel slot past the sample's end */
 constexpr int64_t kOneLaunchValues = 8 << 20; /* inputs of at most this many values: one launch */
+constexpr int kKeptClassTiles = 4; /* one launch: a block keeps up to this many tiles × classes of f32 logits */
+constexpr int64_t kSharedSums = 256; /* one launch: at most this many (sample, class) sums in shared memory */
 
 /* A thread's pixels come in runs of V = vec16<T>::N consecutive ones (one 16-byte vector
  * of a contiguous input): slot i of thread t in tile `tile` is pixel
@@ -363,21 +365,16 @@ __device__ __forceinline__ void load_pixels(const ploss_region_problem &p, int64
 }
 
 /* A thread's pixels of tile `tile` of sample n (load_pixels; lab and tgt from tile_pixels)
- * and class 0's logits into v (load_class, which needs only tile_pixels' lab).  EARLY: the
- * logits' loads are issued with the labels' (one memory latency a tile instead of two), as
- * the two kernels do; the one-launch kernel, whose small inputs keep the DRAM busy without
- * it, issues them after the labels' (faster there: bench/RESULTS.md).  The same values
- * either way. */
-template <class T, class A, bool BINARY, bool FLAT, bool EARLY>
+ * and, with `logits`, class 0's logits into v (load_class, which needs only tile_pixels'
+ * lab), the logits' loads issued with the labels' (one memory latency a tile, not two). */
+template <class T, class A, bool BINARY, bool FLAT>
 __device__ __forceinline__ void load_tile(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t *error_slot,
                                           const T *x, const Offsets<T, FLAT> &xo, bool vec, int (&lab)[PPT],
-                                          A (&tgt)[PPT], A (&v)[PPT])
+                                          A (&tgt)[PPT], A (&v)[PPT], bool logits = true)
 {
-    if (EARLY)
+    if (logits)
         load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
     load_pixels<T, A, BINARY, FLAT>(p, n, tile, error_slot, lab, tgt);
-    if (!EARLY)
-        load_class<T, A, FLAT>(x, xo, 0, vec, lab, v);
 }
 
 /* f(c, values) for each class c in turn, v holding class 0's values (load_tile), class
@@ -416,19 +413,28 @@ __device__ __forceinline__ double class_weight(const ploss_region_problem &p, do
     return p.w ? load_dyn(p.w, p.w_dtype, c * p.w_s) : 1.0;
 }
 
+/* The (sample, class) sums abr (add_tiles): in the last block's shared memory (SHARED, the
+ * one-launch kernel with few of them) or in global memory, written by other blocks (read
+ * past the L1). */
+template <bool SHARED> __device__ __forceinline__ double abr_at(const double *abr, int64_t i)
+{
+    return SHARED ? abr[i] : __ldcg(abr + i);
+}
+
 /* R of class c over the samples of group g. */
+template <bool SHARED>
 __device__ __forceinline__ double group_r(const ploss_region_problem &p, const double *abr, int64_t g, int64_t c)
 {
     const int64_t n0 = p.per_image ? g : 0, n1 = p.per_image ? g + 1 : p.N;
     double rc = 0.0;
     for (int64_t n = n0; n < n1; ++n)
-        rc += __ldcg(abr + 3 * (n * p.C + c) + 2);
+        rc += abr_at<SHARED>(abr, 3 * (n * p.C + c) + 2);
     return rc;
 }
 
 /* The last block: per group (one thread each) the weights, num, den, loss and the
- * gradient's coefficients; then the reduced loss in group order. */
-template <class A> __device__ void finish(const ploss_region_problem &p, const Work<A> &w)
+ * gradient's coefficients from the sums abr; then the reduced loss in group order. */
+template <bool SHARED, class A> __device__ void finish(const ploss_region_problem &p, const Work<A> &w, const double *abr)
 {
     const int64_t C = p.C, G = ploss_region_groups(&p);
     for (int64_t g = threadIdx.x; g < G; g += THREADS) {
@@ -436,15 +442,15 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
         double wmax = 0.0;
         if (p.sudre)
             for (int64_t c = 0; c < C; ++c)
-                wmax = fmax(wmax, class_weight(p, group_r(p, w.abr, g, c), c));
+                wmax = fmax(wmax, class_weight(p, group_r<SHARED>(p, abr, g, c), c));
         double a = 0.0, b = 0.0;
         for (int64_t c = 0; c < C; ++c) {
-            double wc = class_weight(p, p.sudre ? group_r(p, w.abr, g, c) : 0.0, c);
+            double wc = class_weight(p, p.sudre ? group_r<SHARED>(p, abr, g, c) : 0.0, c);
             if (p.sudre && wc < 0.0)
                 wc = wmax;
             for (int64_t n = n0; n < n1; ++n) {
-                a += wc * __ldcg(w.abr + 3 * (n * C + c));
-                b += wc * __ldcg(w.abr + 3 * (n * C + c) + 1);
+                a += wc * abr_at<SHARED>(abr, 3 * (n * C + c));
+                b += wc * abr_at<SHARED>(abr, 3 * (n * C + c) + 1);
             }
         }
         const double nm = 2.0 * a + p.smooth, dn = b + p.smooth, loss = 1.0 - nm / dn;
@@ -452,7 +458,7 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
         om *= p.pass == PLOSS_PASS_BACKWARD ? load_dyn(p.grad_loss, p.gl_dtype, g * p.gl_sg) : p.scale;
         if (p.pass != PLOSS_PASS_FORWARD) {
             for (int64_t c = 0; c < C; ++c) {
-                double wc = class_weight(p, p.sudre ? group_r(p, w.abr, g, c) : 0.0, c);
+                double wc = class_weight(p, p.sudre ? group_r<SHARED>(p, abr, g, c) : 0.0, c);
                 if (p.sudre && wc < 0.0)
                     wc = wmax;
                 w.coef[g * C + c] = (A)(wc * om);
@@ -477,12 +483,12 @@ template <class A> __device__ void finish(const ploss_region_problem &p, const W
 
 /* Tile `tile` of sample n: its partial sums per class into w.partial.  Class c + 1's values
  * are loaded while class c is summed; the warps' sums of up to CLASS_CHUNK classes wait in
- * shared memory for one barrier, then thread k adds class k's in warp order (EARLY:
- * load_tile). */
-template <class T, bool BINARY, bool FLAT, bool EARLY>
+ * shared memory for one barrier, then thread k adds class k's in warp order.  `keep`: where
+ * the tile's logits stay in shared memory for its gradient (one launch). */
+template <class T, bool BINARY, bool FLAT>
 __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t n, int64_t tile, int64_t tiles,
                                           int64_t *error_slot, const Work<acc_t<T>> &w,
-                                          Sums<acc_t<T>> (&red)[CLASS_CHUNK][WARPS])
+                                          Sums<acc_t<T>> (&red)[CLASS_CHUNK][WARPS], acc_t<T> *keep = nullptr)
 {
     using A = acc_t<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C = (int)p.C;
@@ -492,7 +498,7 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
     const Offsets<T, FLAT> xo(p, p.x_sn, p.x_ss, n, tile);
     const bool vec = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss);
     const T *x = (const T *)p.x;
-    load_tile<T, A, BINARY, FLAT, EARLY>(p, n, tile, error_slot, x, xo, vec, lab, tgt, v);
+    load_tile<T, A, BINARY, FLAT>(p, n, tile, error_slot, x, xo, vec, lab, tgt, v);
     const A e = (A)p.exponent;
     bool counted[PPT];
     counted_pixels(p, lab, counted);
@@ -504,6 +510,10 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
                 tgt_pow_sum += counted[i] ? power<decltype(ek)::value>(tgt[i], e) : A(0);
         });
     for_each_class<T, A, FLAT>(p, x, xo, vec, lab, v, [&](int c, const A(&cur)[PPT]) {
+        if (keep) /* the values for the gradient pass, in the block's shared memory */
+#pragma unroll
+            for (int i = 0; i < PPT; ++i)
+                keep[(c * PPT + i) * THREADS + threadIdx.x] = cur[i];
         Sums<A> acc = {0, 0, 0};
         with_exponent(e, [&](auto ek) {
             /* selects, not branches: a pixel left out (whose logit may be NaN) adds 0 */
@@ -545,12 +555,14 @@ __device__ __forceinline__ void tile_sums(const ploss_region_problem &p, int64_t
     });
 }
 
-/* One warp: the partials of (sample, class) q = n·C + c over its tiles, in tile order
- * (double), into w.abr. */
-template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, int64_t q, int64_t tiles)
+/* One warp: the partials of (sample, class) q = n·C + c over its tiles, lane k adding
+ * tiles k, k + 32, … in order (double, four tiles' loads in flight), then the lanes; into
+ * abr[3q, 3q + 3). */
+template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, int64_t q, int64_t tiles, double *abr)
 {
     const int lane = threadIdx.x % 32;
     double a = 0.0, b = 0.0, r = 0.0;
+#pragma unroll 4
     for (int64_t k = lane; k < tiles; k += 32) {
         const Sums<A> *part = w.partial + q * tiles + k;
         a += (double)__ldcg(&part->a);
@@ -561,23 +573,23 @@ template <class A> __device__ __forceinline__ void add_tiles(const Work<A> &w, i
     b = warp_sum(b);
     r = warp_sum(r);
     if (lane == 0) {
-        w.abr[3 * q] = a;
-        w.abr[3 * q + 1] = b;
-        w.abr[3 * q + 2] = r;
+        abr[3 * q] = a;
+        abr[3 * q + 1] = b;
+        abr[3 * q + 2] = r;
     }
 }
 
 /* The gradient of tile `tile` of sample n, class c + 1's values loaded while class c's
- * gradient is formed (EARLY: load_tile).  SAME_LAUNCH: the coefficients were written in this
+ * gradient is formed (or all of them from `kept`, the block's shared memory).  SAME_LAUNCH: the coefficients were written in this
  * launch (by the block that arrived last at the barrier), so they are read past the L1;
  * otherwise through it, as a kernel's input. */
 template <class A, bool SAME_LAUNCH> __device__ __forceinline__ A coefficient(const A *v)
 {
     return SAME_LAUNCH ? __ldcg(v) : *v;
 }
-template <class T, bool BINARY, bool FLAT, bool SAME_LAUNCH, bool EARLY>
+template <class T, bool BINARY, bool FLAT, bool SAME_LAUNCH>
 __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t n, int64_t tile,
-                                          const Work<acc_t<T>> &w)
+                                          const Work<acc_t<T>> &w, const acc_t<T> *kept = nullptr)
 {
     using A = acc_t<T>;
     const int64_t g = p.per_image ? n : 0;
@@ -588,13 +600,13 @@ __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t
     const bool vx = vector_runs<T, FLAT>(p, p.x, p.x_sn, p.x_sc, p.x_ss),
                vg = vector_runs<T, FLAT>(p, p.grad, p.g_sn, p.g_sc, p.g_ss);
     const T *x = (const T *)p.x;
-    load_tile<T, A, BINARY, FLAT, EARLY>(p, n, tile, nullptr, x, xo, vx, lab, tgt, v);
+    load_tile<T, A, BINARY, FLAT>(p, n, tile, nullptr, x, xo, vx, lab, tgt, v, !kept);
     T *grad = (T *)p.grad;
     const A e = (A)p.exponent, alpha = coefficient<A, SAME_LAUNCH>(w.alpha + g),
             beta = coefficient<A, SAME_LAUNCH>(w.beta + g);
     bool counted[PPT];
     counted_pixels(p, lab, counted);
-    for_each_class<T, A, FLAT>(p, x, xo, vx, lab, v, [&](int c, A(&d)[PPT]) { /* logits → gradient */
+    const auto class_grad = [&](int c, A(&d)[PPT]) { /* logits → gradient */
         /* the gradient k·(α·σ^p − β·o·σ)·(1 − σ), with k·α and k·β formed once per class */
         const A k = coefficient<A, SAME_LAUNCH>(w.coef + g * p.C + c), ka = k * alpha, kb = k * beta;
         with_exponent(e, [&](auto ek) {
@@ -608,7 +620,17 @@ __device__ __forceinline__ void tile_grad(const ploss_region_problem &p, int64_t
             }
         });
         store_class<T, A, FLAT>(grad, go, c * p.g_sc, vg, lab, d);
-    });
+    };
+    if (kept) {
+        for (int c = 0; c < (int)p.C; ++c) {
+#pragma unroll
+            for (int i = 0; i < PPT; ++i)
+                v[i] = kept[(c * PPT + i) * THREADS + threadIdx.x];
+            class_grad(c, v);
+        }
+    } else {
+        for_each_class<T, A, FLAT>(p, x, xo, vx, lab, v, class_grad);
+    }
 }
 
 /* 1. Block b: `group` consecutive tiles of one sample (b = n·⌈tiles/group⌉ + k: tiles from
@@ -627,7 +649,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     const int64_t n = blk / groups, first = (int64_t)(blk % groups) * group, end = min(first + group, tiles);
     const int warp = threadIdx.x / 32;
     for (int64_t tile = first; tile < end; ++tile)
-        tile_sums<T, BINARY, FLAT, true>(p, n, tile, tiles, error_slot, w, red);
+        tile_sums<T, BINARY, FLAT>(p, n, tile, tiles, error_slot, w, red);
 
     /* the last block of sample n to arrive adds its partials, tile by tile */
     if (threadIdx.x == 0) {
@@ -640,7 +662,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
         return;
     __threadfence();
     for (int64_t c = warp; c < p.C; c += WARPS)
-        add_tiles(w, n * p.C + c, tiles);
+        add_tiles(w, n * p.C + c, tiles, w.abr);
     __threadfence(); /* the sample's sums, before its arrival */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -649,7 +671,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     if (!last)
         return;
     __threadfence();
-    finish(p, w);
+    finish<false>(p, w, w.abr);
 }
 
 /* 2. Block b: tile gridDim.x − 1 − b (reverse order). */
@@ -658,7 +680,7 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     dice_grad(const ploss_region_problem p, int64_t tiles, Work<acc_t<T>> w)
 {
     const unsigned b = gridDim.x - 1 - blockIdx.x, bt = (unsigned)tiles;
-    tile_grad<T, BINARY, FLAT, false, true>(p, b / bt, b % bt, w);
+    tile_grad<T, BINARY, FLAT, false>(p, b / bt, b % bt, w);
 }
 
 /* The barrier of a cooperative launch (every block resident) on the context's arrival
@@ -711,20 +733,33 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
 {
     using A = acc_t<T>;
     __shared__ Sums<A> red[CLASS_CHUNK][WARPS];
+    /* a block's logits from the sums to the gradient, where its tiles' classes fit (every
+     * block decides alike: the grid's tiles per block rounded up) */
+    constexpr int KEEP = sizeof(A) == 4 ? kKeptClassTiles : 1;
+    __shared__ A kept[KEEP * PPT * THREADS];
     const unsigned total = (unsigned)(p.N * tiles), bt = (unsigned)tiles, G = gridDim.x;
-    for (unsigned k = blockIdx.x; k < total; k += G)
-        tile_sums<T, BINARY, FLAT, false>(p, k / bt, k % bt, tiles, error_slot, w, red);
+    const bool keep = sizeof(A) == 4 && (int64_t)((total + G - 1) / G) * p.C <= KEEP;
+    for (unsigned k = blockIdx.x, j = 0; k < total; k += G, ++j)
+        tile_sums<T, BINARY, FLAT>(p, k / bt, k % bt, tiles, error_slot, w, red,
+                                               keep ? kept + j * p.C * PPT * THREADS : nullptr);
     /* the last block to arrive: a warp per (sample, class) adds its tiles' partials (at most
-     * kOneLaunchValues / TILE of them in all), then the groups */
+     * kOneLaunchValues / TILE of them in all), then the groups; the (sample, class) sums in
+     * its shared memory where they fit */
+    __shared__ double abr_s[3 * kSharedSums];
     grid_barrier_last(ticket, [&] {
+        const bool shared = p.N * p.C <= kSharedSums;
         for (int64_t q = threadIdx.x / 32; q < p.N * p.C; q += WARPS)
-            add_tiles(w, q, tiles);
+            add_tiles(w, q, tiles, shared ? abr_s : w.abr);
         __syncthreads();
-        finish(p, w);
+        if (shared)
+            finish<true>(p, w, abr_s);
+        else
+            finish<false>(p, w, w.abr);
     });
     if (p.pass != PLOSS_PASS_FORWARD && blockIdx.x < total)
         for (unsigned k = blockIdx.x + (total - 1 - blockIdx.x) / G * G;; k -= G) {
-            tile_grad<T, BINARY, FLAT, true, false>(p, k / bt, k % bt, w);
+            tile_grad<T, BINARY, FLAT, true>(p, k / bt, k % bt, w,
+                                                         keep ? kept + (k / G) * p.C * PPT * THREADS : nullptr);
             if (k < G)
                 break;
         }
