@@ -2305,7 +2305,9 @@ typedef enum ploss_lovasz_classes {
 typedef struct ploss_lovasz_softmax_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* which classes count (see the choices above); default PRESENT */
+    /* which classes count (see the choices above); a list (or tensor) of class indices is read
+       as classes = 'listed' with those class_ids, as Berman et al.'s classes = [...]; default
+       PRESENT */
     ploss_lovasz_classes classes;
     /* one group per image (true) or the whole batch as one group (false); default 0 */
     int per_image;

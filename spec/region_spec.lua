@@ -231,6 +231,18 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
       local lt, gt = F.lovasz_softmax_fused(x, y, ot)
       assert.are.equal(l, lt)
       H.assert_equal(gt, g)
+      -- Berman et al.'s form: the list (or tensor) as classes itself, in every entry point
+      for _, ids in ipairs { { 0, 2 }, ot.class_ids } do
+        local lc, gc = F.lovasz_softmax_fused(x, y, { classes = ids })
+        assert.are.equal(l, lc)
+        H.assert_equal(gc, g)
+        local crit = ploss.LovaszSoftmaxLoss { classes = ids }
+        assert.are.equal(l, crit:forward(x, y))
+        H.assert_equal(crit:backward(x, y), g)
+      end
+      local crit = ploss.LovaszSoftmaxLoss {}
+      crit.classes = { 0, 2 }
+      assert.are.equal(l, crit:forward(x, y))
     end
   end)
 
@@ -249,6 +261,10 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
       { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: required with classes = 'listed'" }, loss)
     H.expect_error(function() F.lovasz_softmax(x, y, { class_ids = { 1 }, out = loss }) end,
       { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: given while opts.classes is not 'listed'" }, loss)
+    H.expect_error(function() F.lovasz_softmax(x, y, { classes = { 0 }, class_ids = { 1 }, out = loss }) end,
+      "opts.classes: a list of classes, and opts.class_ids too: give them once", loss)
+    H.expect_error(function() F.lovasz_softmax(x, y, { classes = 1, out = loss }) end,
+      "opts.classes: 1 is not one of 'present', 'all', 'listed', nor a list of class_ids", loss)
     for _, bad in ipairs { 3, -1, 0.5 } do
       H.expect_error(function() F.lovasz_softmax(x, y, { classes = "listed", class_ids = { 0, bad }, out = loss }) end,
         { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: element 1 (from 0) = " .. (bad == 0.5 and "0.5" or tostring(bad)) ..

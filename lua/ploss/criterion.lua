@@ -76,8 +76,8 @@ local function enum_value(opt, v, where)
   if not i then
     local names = {}
     for _, x in ipairs(e.values) do names[#names + 1] = "'" .. x[1] .. "'" end
-    ploss.raise(string.format("%sopts.%s: %s is not one of %s", where and (where .. ": ") or "", opt.name, show(v),
-      table.concat(names, ", ")))
+    ploss.raise(string.format("%sopts.%s: %s is not one of %s%s", where and (where .. ": ") or "", opt.name, show(v),
+      table.concat(names, ", "), opt.list and string.format(", nor a list of %s", opt.list.tensor) or ""))
   end
   return C[e.values[i + 1].cname]
 end
@@ -205,6 +205,22 @@ local function resolve(d, user, extra, where, own_keys)
         d.criterion))
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
+  end
+  -- an enum option with a list form (opt.list): a list or a tensor given for it is its tensor
+  -- option, with the option's value opt.list.value (Lovász's classes = {…})
+  for _, opt in ipairs(d.lua_options) do
+    local v = opt.list and user[opt.name]
+    if type(v) == "table" or ploss.is_tensor(v) then
+      local tname = opt.list.tensor
+      if user[tname] ~= nil then
+        ploss.raise(string.format("%s: opts.%s: a list of classes, and opts.%s too: give them once (%s = {…}, or " ..
+          "%s = '%s' with %s = {…})", where, opt.name, tname, opt.name, opt.name, opt.list.value, tname))
+      end
+      local copy = {}
+      for k, x in pairs(user) do copy[k] = x end
+      copy[opt.name], copy[tname] = opt.list.value, v
+      user = copy
+    end
   end
   local o = {}
   local r = user.reduction

@@ -162,6 +162,8 @@ function D.ctype(opt)
   return TYPES[opt.type]
 end
 
+local enums_by_ctype = {}
+
 local function normalise_option(desc, o)
   local opt = {}
   for k, v in pairs(o) do if type(k) == "string" then opt[k] = v end end
@@ -171,11 +173,21 @@ local function normalise_option(desc, o)
   if opt.default == nil then fail(desc, "option " .. opt.name .. ": no default") end
   if opt.type == "enum" and not opt.ctype then fail(desc, "option " .. opt.name .. ": enum without ctype") end
   if not opt.doc then fail(desc, "option " .. opt.name .. ": no doc") end
+  if opt.list ~= nil and not (opt.type == "enum" and type(opt.list.value) == "string" and
+      type(opt.list.tensor) == "string") then
+    fail(desc, "option " .. opt.name .. ": list = {value = <one of its enum's>, tensor = <a tensor option>}, of an enum")
+  end
+  if opt.list then
+    local e, named = enums_by_ctype[opt.ctype], false
+    for _, t in ipairs(desc.tensors) do named = named or t.name == opt.list.tensor end
+    if not (e and e.by_lua[opt.list.value] and named) then
+      fail(desc, "option " .. opt.name .. ": list names an unknown enum value or tensor")
+    end
+  end
   opt.param = opt.param or opt.name
   return opt
 end
 
-local enums_by_ctype = {}
 
 --- Validate a description table and add the facts derived from it.  Returns it.
 function D.prepare(desc)

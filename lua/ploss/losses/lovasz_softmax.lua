@@ -28,8 +28,9 @@ return {
         "invalid label)" },
   },
   options = {
-    { "classes", "enum", "present", ctype = "ploss_lovasz_classes",
-      doc = "which classes count (see the choices above)" },
+    { "classes", "enum", "present", ctype = "ploss_lovasz_classes", list = { value = "listed", tensor = "class_ids" },
+      doc = "which classes count (see the choices above); a list (or tensor) of class indices is read as " ..
+        "classes = 'listed' with those class_ids, as Berman et al.'s classes = [...]" },
     { "per_image", "bool", false, doc = "one group per image (true) or the whole batch as one group (false)" },
     { "ignore_index", "int64", -100, doc = "pixels with this label are left out of every class's sort" },
   },
