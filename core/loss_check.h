@@ -193,7 +193,7 @@ ploss_status ploss_check_row_outputs(ploss_ctx_t *ctx, ploss_pass pass, ploss_re
 
 /* Appended to a class-index error whose index is exactly C: the likely 1-based label of a
  * Torch7 data set. */
-#define PLOSS_ONE_BASED_HINT " (class indices are 0-based: Torch7's 1-based labels need target - 1)"
+#define PLOSS_ONE_BASED_HINT " (class indices are 0-based: Torch7's 1-based labels need target - 1, in Lua target:add_(-1))"
 
 /* CPU labels of an (n, s)-indexed label tensor: each must be in [0, C) or ignore_index.
  * INVALID_LABEL naming the first offending sample (n, s) otherwise, said to be 0-based. */

@@ -110,7 +110,21 @@ describe("CUDA tensors (" .. DEV .. ")", function()
       xd:t():add_(o:to(DEV), 0):mul_(-0.75)
       H.assert_equal(xd, x, { what = a .. " alpha 0, mul_" })
       assert.is_true(x[3][2] ~= x[3][2])
+      -- a number: added to every element, as on the CPU
+      x:add_(2.5, -0.5)
+      xd:add_(2.5, -0.5)
+      H.assert_equal(xd, x, { what = a .. " + number" })
     end)
+    -- integer label maps shifted by a number (through the host), strided; out of range: nothing written
+    for _, dt in ipairs { "i64", "i32" } do
+      local y = ploss.tensor({ { 1, 2, 3 }, { 4, 5, 19 } }, { dtype = dt })
+      local yd = y:to(DEV)
+      yd:t():add_(-1)
+      assert.are.same({ { 0, 1, 2 }, { 3, 4, 18 } }, yd:totable())
+    end
+    local u = ploss.tensor({ 3, 0 }, { dtype = "u8" }):to(DEV)
+    H.expect_error(function() u:add_(-1) end, "0 + -1 is outside u8's range")
+    assert.are.same({ 3, 0 }, u:flat())
   end)
 
   it("composite criteria on the device give the CPU's values", function()

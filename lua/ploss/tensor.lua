@@ -1029,15 +1029,63 @@ end
 --- Every element ← 0.  Returns self.
 function Tensor:zero() return self:fill(0) end
 
+local INT_RANGES = { i64 = { -0x7fffffffffffffffLL - 1, 0x7fffffffffffffffLL }, i32 = { -2147483648LL, 2147483647LL },
+                     u8 = { 0LL, 255LL } }
+
+-- self ← self + k for an integer tensor and an integer k (a label map shifted: Torch7's
+-- 1-based labels to 0-based ones).  The values go through the host as i64; a result that
+-- self's dtype cannot hold is an error and nothing is written.
+local function add_integer(self, k)
+  if k ~= math.floor(k) or math.abs(k) >= 2 ^ 53 then
+    ploss.raise("add_: other: an integer tensor takes an integer (of magnitude below 2^53), got " .. ploss.shown(k))
+  end
+  local dt = self:dtype()
+  local host = ploss.empty(sizes_of(self), { dtype = "i64" })
+  host:copy(self)
+  local v = ffi.cast("int64_t *", host:dl().data)
+  local k64 = ffi.new("int64_t", k)
+  -- the range the values may take before the shift (int64 cdata: exact comparisons)
+  local vlo, vhi = unpack(INT_RANGES[dt])
+  if k > 0 then vhi = vhi - k64 else vlo = vlo - k64 end
+  for i = 0, tonumber(host.n) - 1 do
+    if v[i] < vlo or v[i] > vhi then
+      local shown = tostring(v[i]):gsub("LL$", "")
+      host:free()
+      ploss.raise(string.format("add_: element %d (row-major): %s + %s is outside %s's range", i, shown,
+        string.format("%.0f", k), dt))
+    end
+  end
+  for i = 0, tonumber(host.n) - 1 do v[i] = v[i] + k64 end
+  copy_values(self, host)
+  host:free()
+  return self
+end
+
 --- self ← self + alpha·other (PyTorch's add_; alpha default 1): a float tensor `other` of
 -- self's sizes or broadcast to them by PyTorch's rules, on self's device, any float dtype;
 -- each element computed in f64 and rounded to self's dtype (f16 and bf16 through f32, as
--- :copy).  Unlike PyTorch's, an integer other is refused.  Returns self.
+-- :copy).  Unlike PyTorch's, an integer other is refused.  `other` may be a number: added to
+-- every element (alpha·other), also of an integer tensor, where it must be an integer and
+-- the results within the dtype's range (`labels:add_(-1)`).  Returns self.
 local ADD_NAMES = { dst = "self", src = "other" }
 function Tensor:add_(other, alpha)
-  if not is_tensor(other) then ploss.raise("add_: other: expected a tensor, got " .. ploss.shown(other)) end
   if alpha == nil then alpha = 1 end
   if type(alpha) ~= "number" then ploss.raise("add_: alpha: expected a number, got " .. ploss.shown(alpha)) end
+  if type(other) == "number" then
+    local k = alpha * other
+    if not (k > -math.huge and k < math.huge) then
+      ploss.raise("add_: other: alpha·other = " .. tostring(k) .. " is not a finite number")
+    end
+    if int_bounds[self:dtype()] then
+      add_integer(self, k)
+      bump(self)
+      return self
+    end
+    other, alpha = ploss.full({}, k, { dtype = "f64", device = self:device() }), 1
+  end
+  if not is_tensor(other) then
+    ploss.raise("add_: other: expected a tensor or a number, got " .. ploss.shown(other))
+  end
   ploss.check(C.ploss_axpby(self:context(), self:dl(), alpha, other:dl(), 1), "add_", ADD_NAMES, true)
   bump(self)
   return self

@@ -34,7 +34,7 @@ row adds nothing and the error comes at synchronisation).  A row is read up to i
 negative entry: any negative value ends the list, and what follows it is not checked
 (PyTorch refuses an entry below −1 or from C on anywhere in the target).  Torch7's
 MultiLabelMarginCriterion took 1-based classes ended by 0; here, as everywhere in ploss,
-classes are 0-based and a list ends at −1: convert a Torch7 target with `target - 1`.  A single sample is a 1×C input
+classes are 0-based and a list ends at −1: convert a Torch7 target with `target:add_(-1)`.  A single sample is a 1×C input
 with a 1×C target.  CUDA computes the gradient of a listed class from every unlisted score
 and the other way round, so in place it writes the gradient to a workspace of the input's
 size first and copies it over the input.]],
