@@ -2563,10 +2563,11 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
- * loss is 0 with a zero gradient. Weights given as a Lua list must be finite and >= 0; a weight
- * tensor's values are not checked (CUDA would have to read them on the host). With smooth = 0 a
- * group whose pixels are all ignored gives NaN (0/0): 'mean' and 'sum' are NaN then, while its
- * gradient is 0 and the other groups' stay finite.
+ * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. Weights given as a Lua
+ * list must be finite and >= 0; a weight tensor's values are not checked (CUDA would have to
+ * read them on the host). With smooth = 0 a group whose pixels are all ignored gives NaN (0/0),
+ * with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other
+ * groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2636,10 +2637,11 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
- * loss is 0 with a zero gradient. Weights given as a Lua list must be finite and >= 0; a weight
- * tensor's values are not checked (CUDA would have to read them on the host). With smooth = 0 a
- * group whose pixels are all ignored gives NaN (0/0): 'mean' and 'sum' are NaN then, while its
- * gradient is 0 and the other groups' stay finite.
+ * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. Weights given as a Lua
+ * list must be finite and >= 0; a weight tensor's values are not checked (CUDA would have to
+ * read them on the host). With smooth = 0 a group whose pixels are all ignored gives NaN (0/0),
+ * with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other
+ * groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2836,9 +2838,9 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  *
  * Unlike the reference, pairs with an ignored pixel are left out of the value, the count and
  * the gradient (the reference keeps them with T = 0, so an ignored pixel is pushed to be unlike
- * everything, itself included). An image smaller than k along H or W has no window. 'mean' with
- * no counted pair gives NaN and a zero gradient. Labels outside [0, C) that are not
- * ignore_index are an error (INVALID_LABEL).
+ * everything, itself included). An image smaller than k along H or W has no window (an N×C×W
+ * input's images are one row: none unless k = 1). 'mean' with no counted pair gives NaN and a
+ * zero gradient. Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL).
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or
  *                 N×C (one pixel per image: no neighbours), C >= 1; rank at most 4; any

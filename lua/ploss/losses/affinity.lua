@@ -36,7 +36,8 @@ pixel's ℓ (the diagonal q = p gives the factor 2 of ‖x_p‖²).  Each pixel 
   notes = [[
 Unlike the reference, pairs with an ignored pixel are left out of the value, the count and
 the gradient (the reference keeps them with T = 0, so an ignored pixel is pushed to be
-unlike everything, itself included).  An image smaller than k along H or W has no window.
-'mean' with no counted pair gives NaN and a zero gradient.  Labels outside [0, C) that are
+unlike everything, itself included).  An image smaller than k along H or W has no window
+(an N×C×W input's images are one row: none unless k = 1).  'mean' with no counted pair
+gives NaN and a zero gradient.  Labels outside [0, C) that are
 not ignore_index are an error (INVALID_LABEL).]],
 }
