@@ -107,6 +107,31 @@ describe("CTCLoss on " .. DEV, function()
     end
   end
 
+  it("targets of more positions than the recursion keeps in registers (2S + 1 > 1024) and in shared memory", function()
+    -- f32: 1201 and 601 positions (the positions past 4 per thread loaded when used), both
+    -- directions; f64: 14601 positions, whose two frames (233,616 bytes) exceed a block's
+    -- shared memory: the recursion reads its previous frame from the workspace
+    for _, case in ipairs { { dtype = "f32", T = 1300, C = 30, L = { 600, 300 } },
+                            { dtype = "f64", T = 7400, C = 5, L = { 7300 } } } do
+      local N = #case.L
+      local x = log_probs(case.T, N, case.C, 41):type(case.dtype)
+      local rows, il = {}, {}
+      for n = 1, N do
+        rows[n] = {}
+        for i = 1, case.L[1] do rows[n][i] = i <= case.L[n] and 1 + (i * 7 + n) % (case.C - 1) or 0 end
+        il[n] = case.T - n + 1
+      end
+      local y = ploss.tensor(rows, { dtype = "i64" })
+      local o = { reduction = "sum" }
+      local l_ref, g_ref = F.ctc_loss_fused(x, y, il, case.L, o)
+      local l, g = F.ctc_loss_fused(x:to(DEV), y:to(DEV), il, case.L, o)
+      local lt, gt = tol(case.dtype, case.T)
+      H.assert_close_scaled(l, l_ref, lt, 0, case.dtype .. " loss")
+      H.assert_close_scaled(g:to("cpu"), g_ref, gt, 2 ^ -24, case.dtype .. " gradient")
+      H.assert_equal(F.ctc_loss(x:to(DEV), y:to(DEV), il, case.L, o), l)
+    end
+  end)
+
   it("a per-sequence upstream gradient; a concatenated i32 target; a batch-first input; bitwise repeatable", function()
     local case = CASES[2]
     local x = log_probs(case.T, case.N, case.C, 5):type("f32")

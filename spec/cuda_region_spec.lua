@@ -442,7 +442,8 @@ describe("CUDA binary soft Dice against the CPU", function()
     -- sample (300 groups, more than a block's threads); a forward (two grid barriers) and a
     -- fused pass (three) are followed by a one-launch reduction of the cross-entropy, which
     -- counts its blocks on the same ticket; 2×5×1000×900 (9 M values) takes the two kernels
-    -- instead of the one launch
+    -- instead of the one launch; 2×2×600×1000 per class (586 tiles: two per block on 132 SMs,
+    -- 2 tiles × 2 classes) keeps its logits in shared memory from the sums to the gradient
     local xb = ploss.randn({ 4, 600, 600 }, { dtype = "f32", seed = 97, std = 2 })
     local yb = ploss.rand({ 4, 600, 600 }, { dtype = "f32", seed = 98 })
     local xm = ploss.randn({ 4, 3, 512, 600 }, { dtype = "f32", seed = 99, std = 2 })
@@ -454,6 +455,9 @@ describe("CUDA binary soft Dice against the CPU", function()
     local xw = ploss.randn({ 2, 150, 100, 100 }, { dtype = "f32", seed = 105, std = 2 })
     H.seed(106)
     local yw = H.random_labels({ 2, 100, 100 }, 150, { ignore = 0.1, ignore_index = 255 })
+    local xk = ploss.randn({ 2, 2, 600, 1000 }, { dtype = "f32", seed = 109, std = 2 })
+    H.seed(110)
+    local yk = H.random_labels({ 2, 600, 1000 }, 2, { ignore = 0.1, ignore_index = 255 })
     local xs = ploss.randn({ 300, 64, 64 }, { dtype = "f32", seed = 107, std = 2 })
     local ys = ploss.rand({ 300, 64, 64 }, { dtype = "f32", seed = 108 })
     local xe = ploss.randn({ 64, 1000 }, { dtype = "f32", seed = 101 })
@@ -465,7 +469,8 @@ describe("CUDA binary soft Dice against the CPU", function()
                             { "soft_dice", xb, yb, { per_sample = true, reduction = "none" } },
                             { "generalized_soft_dice", xw, yw, {} },
                             { "soft_dice", xs, ys, { per_sample = true, reduction = "none" } },
-                            { "generalized_soft_dice", xl, yl, {} } } do
+                            { "generalized_soft_dice", xl, yl, {} }, { "generalized_soft_dice", xk, yk, {} },
+                            { "batch_soft_dice", xk, yk, { reduction = "none" } } } do
       local name, x, y, o = case[1], case[2], case[3], case[4]
       local what = name .. " " .. table.concat(x:size(), "x") .. (o.per_sample and " per_sample" or "")
       local lc, gc = F[name .. "_fused"](x, y, o)

@@ -8,16 +8,19 @@
  * a grid barrier on the context's arrival ticket between its phases), each block walking
  * tiles b, b + G, … (a tile: TILE consecutive pixels of one sample, PPT per thread in runs
  * of one 16-byte vector, pixel_of below):
- *  1. sums: a thread reads the labels (or binary targets) of its pixels once, then class by
- *     class their logits (the next class's loads in flight while one is summed), and the
- *     block forms the tile's partial A = Σ s·o, B = Σ (s^p + o), R = Σ o per class (warp
- *     shuffles, then the warps in order, one barrier per CLASS_CHUNK classes);
+ *  1. sums: a thread issues the loads of its pixels' labels (or binary targets) with those
+ *     of their first class's logits, then class by class their logits (the next class's
+ *     loads in flight while one is summed), and the block forms the tile's partial
+ *     A = Σ s·o, B = Σ (s^p + o), R = Σ o per class (warp shuffles, then the warps in order,
+ *     one barrier per CLASS_CHUNK classes); where the block's tiles × classes are at most
+ *     kKeptClassTiles (float accumulators), the logits stay in its shared memory for step 3;
  *  2. at a grid barrier, the block that arrives last adds, a warp per (sample, class), its
  *     tiles' partials in tile order (double; into its shared memory where they fit) and
  *     forms the groups in a fixed order: the class weights, num, den, the loss and the
  *     gradient's coefficients; then it releases the others;
  *  3. (backward) the same tiles in reverse order (the end of the input, read last by the
- *     sums, is still in L2), labels read once per pixel, the gradient of its C classes.
+ *     sums, is still in L2), labels read once per pixel, the gradient of its C classes from
+ *     the kept logits or read again.
  * Larger inputs: the same steps in two kernels, dice_sums (blocks of a group of a sample's
  * tiles; the last block of a sample to finish — a fence and an arrival counter — adds the
  * sample's partials, the last sample forms the groups) and dice_grad (a block per tile, in
@@ -44,7 +47,7 @@ constexpr int TILE = THREADS * PPT;    /* pixels of one sample per block */
 constexpr int CLASS_CHUNK = 32;        /* classes whose warp partials share one barrier */
 constexpr int OUTSIDE = -2;            /* a thread's pixel slot past the sample's end */
 constexpr int64_t kOneLaunchValues = 8 << 20; /* inputs of at most this many values: one launch */
-constexpr int kKeptClassTiles = 4; /* one launch: a block keeps up to this many tiles × classes of f32 logits */
+constexpr int kKeptClassTiles = 4; /* one launch: a block keeps up to this many tiles × classes of logits (float accumulators) */
 constexpr int64_t kSharedSums = 256; /* one launch: at most this many (sample, class) sums in shared memory */
 
 /* A thread's pixels come in runs of V = vec16<T>::N consecutive ones (one 16-byte vector
@@ -738,7 +741,8 @@ __global__ void __launch_bounds__(THREADS, FLAT && sizeof(acc_t<T>) == 4 ? 4 : 2
     constexpr int KEEP = sizeof(A) == 4 ? kKeptClassTiles : 1;
     __shared__ A kept[KEEP * PPT * THREADS];
     const unsigned total = (unsigned)(p.N * tiles), bt = (unsigned)tiles, G = gridDim.x;
-    const bool keep = sizeof(A) == 4 && (int64_t)((total + G - 1) / G) * p.C <= KEEP;
+    const bool keep =
+        sizeof(A) == 4 && p.pass != PLOSS_PASS_FORWARD && (int64_t)((total + G - 1) / G) * p.C <= KEEP;
     for (unsigned k = blockIdx.x, j = 0; k < total; k += G, ++j)
         tile_sums<T, BINARY, FLAT>(p, k / bt, k % bt, tiles, error_slot, w, red,
                                                keep ? kept + j * p.C * PPT * THREADS : nullptr);

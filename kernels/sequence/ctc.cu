@@ -87,69 +87,136 @@ __device__ __forceinline__ int64_t symbol(const ploss_ctc_problem &p, const int3
     return s & 1 ? (int64_t)lab[s >> 1] : p.blank;
 }
 
-/* α of sequence n (blockIdx.x); frame t at alpha + (n·frames + (KEEP ? t : t & 1))·S2;
- * ℓ_n to nll[n]. */
+/* The recursion's constants: each thread's first POS positions of the extended target keep
+ * their symbol and skip flag in registers and have their log-probabilities loaded PF frames
+ * ahead of use (the loads' latency off the frame-to-frame chain); later positions (targets
+ * of more than (POS·THREADS − 1)/2 labels) load theirs when used. */
+constexpr int POS = 4, PF = 4;
+
+/* Whether position s (a label) may be reached from s − 2: its label differs from the
+ * previous one. */
+__device__ __forceinline__ bool skip_to(const int32_t *lab, int64_t s)
+{
+    return (s & 1) && s > 1 && lab[s >> 1] != lab[(s >> 1) - 1];
+}
+
+/* α (blocks [0, N)) or β (blocks [N, 2N), with a gradient) of sequence n = blockIdx.x mod N,
+ * one thread per position of the extended target (strided over 2L + 1), one barrier per
+ * frame.  The last two frames in shared memory (`ring`: 2·S2 values, or null: the workspace
+ * serves, as the kept table or two frames of it); with KEEP every frame is also stored in
+ * the table (α at alpha, β at beta; frame t of sequence n at (n·frames + t)·S2), else two
+ * (α only).  β_t(s) includes lp_t(s), as α_t(s) does.  The α blocks write ℓ_n to nll[n]. */
 template <class T, bool KEEP>
-__global__ void __launch_bounds__(THREADS) ctc_alpha(ploss_ctc_problem p, Sequences q, acc_t<T> *alpha, int64_t frames,
-                                                     int64_t S2, double *nll)
+__global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Sequences q, acc_t<T> *alpha,
+                                                         acc_t<T> *beta, int64_t frames, int64_t S2, bool ring_smem,
+                                                         double *nll)
 {
     using A = acc_t<T>;
-    const int64_t n = blockIdx.x, Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const bool fw = blockIdx.x < p.N;
+    const int64_t n = fw ? blockIdx.x : blockIdx.x - p.N;
+    const int64_t Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
     const int32_t *lab = q.labels + q.offset[n];
-    A *base = alpha + n * frames * S2;
+    A *table = (fw ? alpha : beta) + n * frames * S2;
     if (Tn == 0) {
-        if (threadIdx.x == 0)
+        if (fw && threadIdx.x == 0)
             nll[n] = L == 0 ? 0.0 : CUDART_INF;
         return;
     }
-    for (int64_t s = threadIdx.x; s < s2; s += THREADS)
-        base[s] = s < 2 ? logp<T>(p, q, 0, n, symbol(p, lab, s)) : neg_inf<A>();
-    for (int64_t t = 1; t < Tn; ++t) {
-        __syncthreads();
-        const A *prev = base + (KEEP ? t - 1 : (t - 1) & 1) * S2;
-        A *cur = base + (KEEP ? t : t & 1) * S2;
+    /* frame f of the walk is frame t = f (α) or Tn − 1 − f (β); its values at buf(f) */
+    const auto frame_of = [&](int64_t f) { return fw ? f : Tn - 1 - f; };
+    const auto buf = [&](int64_t f) -> A * {
+        if (ring_smem)
+            return (A *)smem + (f & 1) * S2;
+        return table + (KEEP ? frame_of(f) : f & 1) * S2;
+    };
+    const T *x = (const T *)p.x + n * p.x_sn;
+    const A *lse_n = q.lse ? (const A *)q.lse + n : nullptr; /* frame t's at lse_n[t·N] */
+    const auto lp_raw = [&](int64_t t, int64_t c) { return x[t * p.x_st + c * p.x_sc]; };
+    const auto lp_of = [&](T raw, A row_lse) { return (A)to_acc(raw) - row_lse; };
+
+    int64_t sym[POS];
+    bool skip[POS]; /* α: from s − 2 into s; β: from s + 2 into s */
+    T raw[POS][PF]; /* the log-probabilities of frames f0 + u, loaded ahead */
+    A rl[PF];       /* their rows' log-sum-exps (logits), else 0 */
+#pragma unroll
+    for (int k = 0; k < POS; ++k) {
+        const int64_t s = threadIdx.x + (int64_t)k * THREADS;
+        sym[k] = s < s2 ? symbol(p, lab, s) : p.blank;
+        skip[k] = s < s2 && (fw ? skip_to(lab, s) : s + 2 < s2 && skip_to(lab, s + 2));
+    }
+    const auto prefetch = [&](int u, int64_t f) {
+        if (f >= Tn)
+            return;
+        const int64_t t = frame_of(f);
+        rl[u] = lse_n ? lse_n[t * p.N] : A(0);
+#pragma unroll
+        for (int k = 0; k < POS; ++k)
+            if (threadIdx.x + (int64_t)k * THREADS < s2)
+                raw[k][u] = lp_raw(t, sym[k]);
+    };
+    /* frame 0: α_0 at positions 0 and 1, β_{Tn−1} at the last two */
+    {
+        const int64_t t = frame_of(0);
+        const A r0 = lse_n ? lse_n[t * p.N] : A(0);
+        A *cur = buf(0);
         for (int64_t s = threadIdx.x; s < s2; s += THREADS) {
-            A a = prev[s];
-            if (s > 0)
-                a = lse(a, prev[s - 1]);
-            if ((s & 1) && s > 1 && lab[s >> 1] != lab[(s >> 1) - 1])
-                a = lse(a, prev[s - 2]);
-            cur[s] = a + logp<T>(p, q, t, n, symbol(p, lab, s)); /* as the CPU: a NaN input spreads */
+            const bool start = fw ? s < 2 : s >= s2 - 2;
+            const A v = start ? lp_of(lp_raw(t, symbol(p, lab, s)), r0) : neg_inf<A>();
+            cur[s] = v;
+            if (KEEP && ring_smem)
+                table[t * S2 + s] = v;
         }
     }
+#pragma unroll
+    for (int u = 0; u < PF; ++u)
+        prefetch(u, 1 + u);
+    for (int64_t f0 = 1; f0 < Tn; f0 += PF) {
+#pragma unroll
+        for (int u = 0; u < PF; ++u) {
+            const int64_t f = f0 + u;
+            if (f >= Tn)
+                break;
+            __syncthreads(); /* frame f − 1 complete */
+            const int64_t t = frame_of(f);
+            const A *prev = buf(f - 1);
+            A *cur = buf(f);
+            const int d = fw ? -1 : 1; /* the neighbours: s + d, s + 2d */
+#pragma unroll
+            for (int k = 0; k < POS; ++k) {
+                const int64_t s = threadIdx.x + (int64_t)k * THREADS;
+                if (s >= s2)
+                    break;
+                A a = prev[s];
+                if (fw ? s > 0 : s + 1 < s2)
+                    a = lse(a, prev[s + d]);
+                if (skip[k])
+                    a = lse(a, prev[s + 2 * d]);
+                const A v = a + lp_of(raw[k][u], rl[u]); /* as the CPU: a NaN input spreads */
+                cur[s] = v;
+                if (KEEP && ring_smem)
+                    table[t * S2 + s] = v;
+            }
+            for (int64_t s = threadIdx.x + (int64_t)POS * THREADS; s < s2; s += THREADS) {
+                A a = prev[s];
+                if (fw ? s > 0 : s + 1 < s2)
+                    a = lse(a, prev[s + d]);
+                if (fw ? skip_to(lab, s) : s + 2 < s2 && skip_to(lab, s + 2))
+                    a = lse(a, prev[s + 2 * d]);
+                const A v = a + lp_of(lp_raw(t, symbol(p, lab, s)), rl[u]);
+                cur[s] = v;
+                if (KEEP && ring_smem)
+                    table[t * S2 + s] = v;
+            }
+            prefetch(u, f + PF);
+        }
+    }
+    if (!fw)
+        return;
     __syncthreads();
     if (threadIdx.x == 0) {
-        const A *last = base + (KEEP ? Tn - 1 : (Tn - 1) & 1) * S2;
+        const A *last = buf(Tn - 1);
         nll[n] = -(double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]);
-    }
-}
-
-/* β of sequence n (blockIdx.x), every frame kept as α is. */
-template <class T>
-__global__ void __launch_bounds__(THREADS) ctc_beta(ploss_ctc_problem p, Sequences q, acc_t<T> *beta, int64_t frames,
-                                                    int64_t S2)
-{
-    using A = acc_t<T>;
-    const int64_t n = blockIdx.x, Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
-    const int32_t *lab = q.labels + q.offset[n];
-    A *base = beta + n * frames * S2;
-    for (int64_t t = Tn - 1; t >= 0; --t) {
-        const A *next = base + (t + 1) * S2;
-        A *cur = base + t * S2;
-        for (int64_t s = threadIdx.x; s < s2; s += THREADS) {
-            A b;
-            if (t == Tn - 1) {
-                b = s >= s2 - 2 ? A(0) : neg_inf<A>();
-            } else {
-                b = next[s];
-                if (s + 1 < s2)
-                    b = lse(b, next[s + 1]);
-                if (s + 2 < s2 && ((s + 2) & 1) && lab[(s + 2) >> 1] != lab[s >> 1])
-                    b = lse(b, next[s + 2]);
-            }
-            cur[s] = b + logp<T>(p, q, t, n, symbol(p, lab, s));
-        }
-        __syncthreads();
     }
 }
 
@@ -334,19 +401,25 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
                 return s;
         }
         if (N > 0) {
-            if (want_grad)
-                ctc_alpha<T, true><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, alpha, frames, S2, nll);
-            else
-                ctc_alpha<T, false><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, alpha, frames, S2, nll);
-            ploss_status s = check_launch("ctc_alpha");
+            /* the recursion's last two frames in shared memory where they fit (the device's
+             * opt-in limit), else in the workspace */
+            int optin = 0;
+            if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device.device_id) !=
+                cudaSuccess)
+                optin = 48 << 10;
+            const size_t ring = 2 * (size_t)S2 * sizeof(A);
+            const bool ring_smem = ring <= (size_t)optin;
+            const auto kernel = want_grad ? ctc_recursion<T, true> : ctc_recursion<T, false>;
+            if (ring_smem && ring > (48 << 10))
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring);
+            kernel<<<(unsigned)(want_grad ? 2 * N : N), THREADS, ring_smem ? ring : 0, stream>>>(
+                *p, q, alpha, beta, frames, S2, ring_smem, nll);
+            ploss_status s = check_launch("ctc_recursion");
             if (s)
                 return s;
         }
         if (want_grad && N > 0 && p->T > 0) {
-            ctc_beta<T><<<(unsigned)N, THREADS, 0, stream>>>(*p, q, beta, frames, S2);
-            ploss_status s = check_launch("ctc_beta");
-            if (s)
-                return s;
+            ploss_status s;
             ctc_grad<T><<<(unsigned)(N * p->T), THREADS, 0, stream>>>(*p, q, alpha, beta, frames, S2, nll);
             if ((s = check_launch("ctc_grad")))
                 return s;
