@@ -4,10 +4,12 @@
  *
  *  - ctc_row_lse (logits only): a warp per (frame, sequence) row takes its log-sum-exp, which
  *    every read of a log-probability then subtracts.
- *  - ctc_alpha: a block per sequence runs α over its frames, a thread per position of the
- *    extended target (strided over 2S + 1), one barrier per frame; every frame of α is kept
- *    in the workspace for a gradient, two otherwise; thread 0 writes the sequence's loss ℓ_n.
- *  - ctc_beta (gradient only): the same from the last frame back, every frame kept.
+ *  - ctc_recursion: a block per sequence runs α over its frames and, with a gradient, a
+ *    second block per sequence β from the last frame back, in the same launch; a thread per
+ *    position of the extended target (strided over 2S + 1), one barrier per frame, the
+ *    previous frame read from shared memory and the log-probabilities of a thread's first
+ *    positions loaded a few frames ahead; with a gradient every frame of α and β is kept in
+ *    the workspace, else two of α; the α block writes the sequence's loss ℓ_n.
  *  - ctc_grad (gradient only): a block per (frame, sequence) writes the frame's gradient row:
  *    e^lp·w for every class, then, after a barrier, the classes of the target: γ of the blank
  *    by a block reduction over the even positions, γ of a label by one thread walking the
