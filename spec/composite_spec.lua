@@ -10,6 +10,7 @@
 --    repeatTarget, target lists and a member of several inputs; misuse refused by name.
 local H = require "spec.helpers"
 local ploss = H.ploss
+local ffi = require "ffi"
 
 local function t64(v) return ploss.tensor(v, { dtype = "f64" }) end
 
@@ -64,13 +65,40 @@ describe("Tensor:add_", function()
     H.assert_equal(a, { 0 / 0, 0 / 0, 3 })
   end)
 
+  it("add_ of a number: float tensors, and integer label maps within their range", function()
+    local x = ploss.tensor({ 1.5, -2 }, { dtype = "f64" })
+    x:add_(3, 0.5)
+    assert.are.same({ 3, -0.5 }, x:flat())
+    -- Torch7's 1-based labels to 0-based ones, on a transposed view: the elements of the view
+    local y = ploss.tensor({ { 1, 2 }, { 3, 10 } }, { dtype = "i64" })
+    assert.are.equal(y, y:t():add_(-1) and y)
+    assert.are.same({ { 0, 1 }, { 2, 9 } }, y:totable())
+    local z = ploss.tensor({ 7, 1, 2 }, { dtype = "i32" })
+    z:narrow(1, 2, 2):add_(4)
+    assert.are.same({ 7, 5, 6 }, z:flat())
+    -- the exact ends of i64 (values past 2^53)
+    local m = ploss.tensor({ 0, 0 }, { dtype = "i64" })
+    m:fill(-2 ^ 63)
+    m:add_(1)
+    assert.are.equal(-0x7fffffffffffffffLL, ffi.cast("int64_t *", m:dl().data)[0])
+    -- a result the dtype cannot hold: an error, nothing written
+    local u = ploss.tensor({ 3, 0 }, { dtype = "u8" })
+    H.expect_error(function() u:add_(-1) end, "add_: element 1 (row-major): 0 + -1 is outside u8's range")
+    assert.are.same({ 3, 0 }, u:flat())
+    H.expect_error(function() ploss.tensor({ 2 ^ 31 - 1 }, { dtype = "i32" }):add_(1) end,
+      "2147483647 + 1 is outside i32's range")
+    H.expect_error(function() y:add_(0.5) end, "add_: other: an integer tensor takes an integer")
+    H.expect_error(function() x:add_(1 / 0) end, "add_: other: alpha·other = inf is not a finite number")
+    H.expect_error(function() x:add_("1") end, "add_: other: expected a tensor or a number, got '1'")
+  end)
+
   it("refuses bad input by name, writing nothing", function()
     local a = t64({ { 1, 2, 3 }, { 4, 5, 6 } })
     -- H.expect_error fills `a` with a sentinel and checks that it is still there after
     H.expect_error(function() a:add_(t64({ 1, 2 })) end,
       { "add_: other: f64[2] on cpu does not broadcast to self's sizes (self is f64[2, 3] on cpu)", "SHAPE" }, a)
     H.expect_error(function() a:add_(a:narrow(1, 1, 1)) end, { "add_: self: overlaps the memory of other", "ALIAS" }, a)
-    H.expect_error(function() a:add_(3) end, "add_: other: expected a tensor, got 3", a)
+    H.expect_error(function() a:add_("3") end, "add_: other: expected a tensor or a number, got '3'", a)
     H.expect_error(function() a:add_(a, "2") end, "add_: alpha: expected a number, got '2'", a)
     H.expect_error(function() a:add_(a, math.huge) end, { "alpha: expected a finite number", "INVALID_ARGUMENT" }, a)
     H.expect_error(function() a:add_(a, 0 / 0) end, "alpha: expected a finite number, got nan", a)
