@@ -1,8 +1,9 @@
 -- Composite spec (suite 'cpu'): Tensor:add_ (ploss_axpby) and the criteria made of
 -- criteria, MultiCriterion and ParallelCriterion (Torch7's):
 --  * add_: values by hand, PyTorch's broadcasting, strided and transposed views, mixed
---    dtypes rounded once, alpha = 0 not reading other, the same view as self; bad input
---    refused with nothing written;
+--    dtypes rounded once, alpha = 0 not reading other, the same view as self, a number
+--    (float tensors, and integer label maps within their dtype's range); bad input refused
+--    with nothing written;
 --  * composites: a hand-derived weighted sum (MSE + L1), CE + Lovász-softmax and two
 --    triplet losses against their members called alone (f64, the sums exact to rounding),
 --    backward with gradOutput, the fused scale, f32 buffers rounded once per member, the
