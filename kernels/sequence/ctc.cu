@@ -8,7 +8,8 @@
  *    second block per sequence β from the last frame back, in the same launch; a thread per
  *    position of the extended target (strided over 2S + 1), one barrier per frame, the
  *    previous frame read from shared memory and the log-probabilities of a thread's first
- *    positions loaded a few frames ahead; with a gradient every frame of α and β is kept in
+ *    positions loaded a few frames ahead; each position's three-way log-sum-exp in one step
+ *    (lse3; fp32 by the fast intrinsics); with a gradient every frame of α and β is kept in
  *    the workspace, else two of α; the α block writes the sequence's loss ℓ_n.
  *  - ctc_grad (gradient only): a block per (frame, sequence) writes the frame's gradient row:
  *    e^lp·w for every class, then, after a barrier, the classes of the target: γ of the blank
@@ -88,6 +89,17 @@ __device__ __forceinline__ int64_t symbol(const ploss_ctc_problem &p, const int3
 {
     return s & 1 ? (int64_t)lab[s >> 1] : p.blank;
 }
+
+/* log(e^a + e^b + e^c) of the recursion, −∞ when all three are (a NaN spreads unless the
+ * other two are −∞, as the CPU's).  fp32: one maximum, three exponentials and a logarithm
+ * by the fast intrinsics (ex2.approx, lg2.approx: an absolute error of about 2^-22, below
+ * the rounding of α itself once it is past a few units); f64: two exact pairwise steps. */
+__device__ __forceinline__ float lse3(float a, float b, float c)
+{
+    const float ab = a > b ? a : b, m = ab > c ? ab : c;
+    return m == -CUDART_INF_F ? m : m + __logf(__expf(a - m) + __expf(b - m) + __expf(c - m));
+}
+__device__ __forceinline__ double lse3(double a, double b, double c) { return lse(lse(a, b), c); }
 
 /* The recursion's constants: each thread's first POS positions of the extended target keep
  * their symbol and skip flag in registers and have their log-probabilities loaded PF frames
@@ -189,22 +201,17 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
                 const int64_t s = threadIdx.x + (int64_t)k * THREADS;
                 if (s >= s2)
                     break;
-                A a = prev[s];
-                if (fw ? s > 0 : s + 1 < s2)
-                    a = lse(a, prev[s + d]);
-                if (skip[k])
-                    a = lse(a, prev[s + 2 * d]);
+                const A a = lse3(prev[s], (fw ? s > 0 : s + 1 < s2) ? prev[s + d] : neg_inf<A>(),
+                                 skip[k] ? prev[s + 2 * d] : neg_inf<A>());
                 const A v = a + lp_of(raw[k][u], rl[u]); /* as the CPU: a NaN input spreads */
                 cur[s] = v;
                 if (KEEP && ring_smem)
                     table[t * S2 + s] = v;
             }
             for (int64_t s = threadIdx.x + (int64_t)POS * THREADS; s < s2; s += THREADS) {
-                A a = prev[s];
-                if (fw ? s > 0 : s + 1 < s2)
-                    a = lse(a, prev[s + d]);
-                if (fw ? skip_to(lab, s) : s + 2 < s2 && skip_to(lab, s + 2))
-                    a = lse(a, prev[s + 2 * d]);
+                const bool sk = fw ? skip_to(lab, s) : s + 2 < s2 && skip_to(lab, s + 2);
+                const A a = lse3(prev[s], (fw ? s > 0 : s + 1 < s2) ? prev[s + d] : neg_inf<A>(),
+                                 sk ? prev[s + 2 * d] : neg_inf<A>());
                 const A v = a + lp_of(lp_raw(t, symbol(p, lab, s)), rl[u]);
                 cur[s] = v;
                 if (KEEP && ring_smem)
