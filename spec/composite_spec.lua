@@ -89,6 +89,8 @@ describe("Tensor:add_", function()
     H.expect_error(function() ploss.tensor({ 2 ^ 31 - 1 }, { dtype = "i32" }):add_(1) end,
       "2147483647 + 1 is outside i32's range")
     H.expect_error(function() y:add_(0.5) end, "add_: other: an integer tensor takes an integer")
+    local e = ploss.zeros({ 1, 3 }, { dtype = "i64" }):expand(2, 3)
+    H.expect_error(function() e:add_(1) end, { "add_: self: strides make distinct elements share memory", "LAYOUT" })
     H.expect_error(function() x:add_(1 / 0) end, "add_: other: alpha·other = inf is not a finite number")
     H.expect_error(function() x:add_("1") end, "add_: other: expected a tensor or a number, got '1'")
   end)

@@ -262,7 +262,7 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
     H.expect_error(function() F.lovasz_softmax(x, y, { class_ids = { 1 }, out = loss }) end,
       { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: given while opts.classes is not 'listed'" }, loss)
     H.expect_error(function() F.lovasz_softmax(x, y, { classes = { 0 }, class_ids = { 1 }, out = loss }) end,
-      "opts.classes: a list of classes, and opts.class_ids too: give them once", loss)
+      "opts.classes: a list, and opts.class_ids too: give them once", loss)
     H.expect_error(function() F.lovasz_softmax(x, y, { classes = 1, out = loss }) end,
       "opts.classes: 1 is not one of 'present', 'all', 'listed', nor a list of class_ids", loss)
     for _, bad in ipairs { 3, -1, 0.5 } do

@@ -116,9 +116,9 @@ __device__ __forceinline__ bool skip_to(const int32_t *lab, int64_t s)
 
 /* α (blocks [0, N)) or β (blocks [N, 2N), with a gradient) of sequence n = blockIdx.x mod N,
  * one thread per position of the extended target (strided over 2L + 1), one barrier per
- * frame.  The last two frames in shared memory (`ring`: 2·S2 values, or null: the workspace
- * serves, as the kept table or two frames of it); with KEEP every frame is also stored in
- * the table (α at alpha, β at beta; frame t of sequence n at (n·frames + t)·S2), else two
+ * frame.  The last two frames in shared memory (ring_smem: 2·S2 values of dynamic shared
+ * memory; else the workspace serves, as the kept table or two frames of it); with KEEP every
+ * frame is also stored in the table (α at alpha, β at beta; frame t of sequence n at (n·frames + t)·S2), else two
  * (α only).  β_t(s) includes lp_t(s), as α_t(s) does.  The α blocks write ℓ_n to nll[n]. */
 template <class T, bool KEEP>
 __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Sequences q, acc_t<T> *alpha,

@@ -213,7 +213,7 @@ local function resolve(d, user, extra, where, own_keys)
     if type(v) == "table" or ploss.is_tensor(v) then
       local tname = opt.list.tensor
       if user[tname] ~= nil then
-        ploss.raise(string.format("%s: opts.%s: a list of classes, and opts.%s too: give them once (%s = {…}, or " ..
+        ploss.raise(string.format("%s: opts.%s: a list, and opts.%s too: give them once (%s = {…}, or " ..
           "%s = '%s' with %s = {…})", where, opt.name, tname, opt.name, opt.name, opt.list.value, tname))
       end
       local copy = {}

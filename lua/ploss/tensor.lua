@@ -1056,8 +1056,9 @@ local function add_integer(self, k)
     end
   end
   for i = 0, tonumber(host.n) - 1 do v[i] = v[i] + k64 end
-  copy_values(self, host)
+  local ok, err = pcall(copy_values, self, host) -- refused before any write (an expanded self)
   host:free()
+  if not ok then error((tostring(err):gsub("copy: dst:", "add_: self:")), 0) end
   return self
 end
 
