@@ -291,6 +291,19 @@ describe("CTCLoss", function()
     v = ln:totable()
     assert.is_true(v[1] ~= v[1])
     H.assert_close(v[2], -math.log(6 / 64), { rtol = 1e-14 }) -- the 6 paths over {0, 1} with a run of 1s
+    -- ... also where every other term of the NaN's log-sum-exp is −∞: target (1) over 3
+    -- frames with the blank masked (−∞) at frame 0 and class 1 NaN at frame 1: NaN, also
+    -- with zero_infinity (the loss is not +∞), where taking the maximum of the terms by
+    -- comparisons alone would drop the NaN and give +∞ (then 0)
+    for _, dt in ipairs { "f64", "f32" } do
+      local xm = ploss.full({ 3, 1, 2 }, math.log(1 / 2), { dtype = dt })
+      xm[1][1][1] = -math.huge
+      xm[2][1][2] = 0 / 0
+      for _, zi in ipairs { false, true } do
+        local lnan = F.ctc_loss(xm, i64 { { 1 } }, { 3 }, { 1 }, { reduction = "sum", zero_infinity = zi })
+        assert.is_true(lnan ~= lnan, dt .. " zero_infinity " .. tostring(zi) .. ": " .. tostring(lnan))
+      end
+    end
     -- zero_infinity zeroes +∞ only: an empty target's blank at +∞ on its last frame gives
     -- ℓ = −∞, which stays (PyTorch's)
     local xp = ploss.full({ 2, 1, C }, math.log(1 / 3), { dtype = "f64" })

@@ -132,6 +132,19 @@ describe("CTCLoss on " .. DEV, function()
     end
   end)
 
+  it("a NaN whose log-sum-exp has only −∞ beside it gives NaN, as on the CPU", function()
+    for _, dt in ipairs(DTYPES) do
+      local xm = ploss.full({ 3, 1, 2 }, math.log(1 / 2), { dtype = dt })
+      xm[1][1][1] = -math.huge
+      xm[2][1][2] = 0 / 0
+      for _, zi in ipairs { false, true } do
+        local o = { reduction = "sum", zero_infinity = zi }
+        local l = F.ctc_loss_fused(xm:to(DEV), ploss.tensor({ { 1 } }, { dtype = "i64", device = DEV }), { 3 }, { 1 }, o)
+        assert.is_true(l ~= l, dt .. " zero_infinity " .. tostring(zi) .. ": " .. tostring(l))
+      end
+    end
+  end)
+
   it("a per-sequence upstream gradient; a concatenated i32 target; a batch-first input; bitwise repeatable", function()
     local case = CASES[2]
     local x = log_probs(case.T, case.N, case.C, 5):type("f32")

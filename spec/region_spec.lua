@@ -243,6 +243,12 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
       local crit = ploss.LovaszSoftmaxLoss {}
       crit.classes = { 0, 2 }
       assert.are.equal(l, crit:forward(x, y))
+      -- a criterion made with a list takes another list, or a name, as a whole
+      local crit2 = ploss.LovaszSoftmaxLoss { classes = { 1 } }
+      crit2.classes = { 0, 2 }
+      assert.are.equal(l, crit2:forward(x, y))
+      crit2.classes = "present"
+      assert.are.equal(F.lovasz_softmax(x, y), crit2:forward(x, y))
     end
   end)
 

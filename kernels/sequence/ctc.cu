@@ -90,14 +90,15 @@ __device__ __forceinline__ int64_t symbol(const ploss_ctc_problem &p, const int3
     return s & 1 ? (int64_t)lab[s >> 1] : p.blank;
 }
 
-/* log(e^a + e^b + e^c) of the recursion, −∞ when all three are (a NaN spreads unless the
- * other two are −∞, as the CPU's).  fp32: one maximum, three exponentials and a logarithm
- * by the fast intrinsics (ex2.approx, lg2.approx: an absolute error of about 2^-22, below
- * the rounding of α itself once it is past a few units); f64: two exact pairwise steps. */
+/* log(e^a + e^b + e^c) of the recursion, −∞ when all three are, NaN when one is (as the
+ * CPU's: where the comparisons pass over a NaN and find only −∞ besides, the sum keeps it).
+ * fp32: one maximum, three exponentials and a logarithm by the fast intrinsics (ex2.approx,
+ * lg2.approx: an absolute error of about 2^-22, below the rounding of α itself once it is
+ * past a few units); f64: two exact pairwise steps. */
 __device__ __forceinline__ float lse3(float a, float b, float c)
 {
     const float ab = a > b ? a : b, m = ab > c ? ab : c;
-    return m == -CUDART_INF_F ? m : m + __logf(__expf(a - m) + __expf(b - m) + __expf(c - m));
+    return m == -CUDART_INF_F ? a + b + c : m + __logf(__expf(a - m) + __expf(b - m) + __expf(c - m));
 }
 __device__ __forceinline__ double lse3(double a, double b, double c) { return lse(lse(a, b), c); }
 
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
             sum += exp(a[2 * k] + b[2 * k] - m);
     sum = block_all_reduce<THREADS>(sum, SumOp());
     const A gamma_blank = m == neg_inf<A>() ? m : m + log(sum);
-    /* the classes of the target are read here, before any of the row is written */
+    /* the blank's log-probability (its entry is written last) */
     const A lp_blank = logp<T>(p, q, t, n, p.blank);
     /* a class outside the target has γ = −∞ */
     for (int64_t c = threadIdx.x; c < p.C; c += THREADS) {
@@ -333,9 +334,10 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     const int64_t N = p->N, S2 = 2 * p->max_target + 1;
     const int64_t frames = want_grad ? std::max<int64_t>(p->max_input, 1) : 2;
     const size_t acc = p->x_dtype == PLOSS_F64 ? 8 : 4;
-    if (N > INT_MAX || ((want_grad || p->logits) && N * p->T > INT_MAX))
-        return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: CUDA takes at most 2^31 - 1 sequences (and frames × "
-                           "sequences with a gradient or logits), got N = %lld, T = %lld", (long long)N, (long long)p->T);
+    if ((want_grad ? 2 * N : N) > INT_MAX || ((want_grad || p->logits) && N * p->T > INT_MAX))
+        return ploss_error(PLOSS_ERR_UNSUPPORTED, "log_probs: CUDA takes at most 2^31 - 1 sequences (2^30 - 1 with a "
+                           "gradient; frames × sequences at most 2^31 - 1 with a gradient or logits), got N = %lld, "
+                           "T = %lld", (long long)N, (long long)p->T);
 
     /* the host part: lengths and offsets, labels, and per label the next position of its
      * class in its target (0: none) and whether it is the class's first */

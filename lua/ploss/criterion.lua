@@ -69,6 +69,17 @@ local function list_length(v, where, what, kind, hint)
   return n
 end
 
+-- A criterion's fields after construction from opts and their resolution o: an enum option
+-- given in its list form (opt.list) stays a list, its tensor option unset, so that assigning
+-- the option later (another list, or a name) replaces it as a whole.
+local function set_fields(self, d, opts, o)
+  for k, v in pairs(o) do self[k] = v end
+  for _, opt in ipairs(d.lua_options) do
+    local v = opt.list and type(opts) == "table" and opts[opt.name]
+    if type(v) == "table" or ploss.is_tensor(v) then self[opt.name], self[opt.list.tensor] = v, nil end
+  end
+end
+
 -- The C value of an enum option given by its Lua name, or an error naming the choices.
 local function enum_value(opt, v, where)
   local e = D.enum(opt.ctype)
@@ -750,7 +761,7 @@ local function build_multi(d)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, grad_keys, d.criterion)
     check_options(o, d.criterion)
-    for k, v in pairs(o) do self[k] = v end
+    set_fields(self, d, opts, o)
     for k in pairs(grad_keys) do
       local v = opts[k]
       if v ~= nil and not ploss.is_tensor(v) then
@@ -1107,7 +1118,7 @@ function M.build(d)
 
   function cls:__init(opts)
     local o = resolve(d, opts, nil, d.criterion)
-    for k, v in pairs(o) do self[k] = v end
+    set_fields(self, d, opts, o)
     self._copts = ctype()
     self._cache = {}
   end

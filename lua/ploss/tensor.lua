@@ -1065,7 +1065,7 @@ end
 --- self ← self + alpha·other (PyTorch's add_; alpha default 1): a float tensor `other` of
 -- self's sizes or broadcast to them by PyTorch's rules, on self's device, any float dtype;
 -- each element computed in f64 and rounded to self's dtype (f16 and bf16 through f32, as
--- :copy).  Unlike PyTorch's, an integer other is refused.  `other` may be a number: added to
+-- :copy).  Unlike PyTorch's, an integer tensor other is refused.  `other` may be a number: added to
 -- every element (alpha·other), also of an integer tensor, where it must be an integer and
 -- the results within the dtype's range (`labels:add_(-1)`).  Returns self.
 local ADD_NAMES = { dst = "self", src = "other" }
@@ -1077,12 +1077,12 @@ function Tensor:add_(other, alpha)
     if not (k > -math.huge and k < math.huge) then
       ploss.raise("add_: other: alpha·other = " .. tostring(k) .. " is not a finite number")
     end
-    if int_bounds[self:dtype()] then
-      add_integer(self, k)
-      bump(self)
-      return self
-    end
-    other, alpha = ploss.full({}, k, { dtype = "f64", device = self:device() }), 1
+    if int_bounds[self:dtype()] then return add_integer(self, k) end -- (its copy bumps the version)
+    local one = ploss.full({}, k, { dtype = "f64", device = self:device() })
+    local ok, err = pcall(Tensor.add_, self, one, 1)
+    one:free()
+    if not ok then error(err, 0) end
+    return self
   end
   if not is_tensor(other) then
     ploss.raise("add_: other: expected a tensor or a number, got " .. ploss.shown(other))

@@ -67,7 +67,9 @@ static inline double lse3(double a, double b, double c, double y)
 {
     const double ab = a > b ? a : b, m = ab > c ? ab : c, m0 = m == -INFINITY ? 0.0 : m;
     const double r = m0 + log(exp(floor700(a - m0)) + exp(floor700(b - m0)) + exp(floor700(c - m0))) + y;
-    return m == -INFINITY ? m + y : r; /* −∞, or NaN for a NaN (or +∞) y, as −∞ + y */
+    /* all three −∞: −∞ (NaN for a NaN or +∞ y); a NaN that the comparisons passed over
+     * (the others −∞): NaN — the sum keeps both */
+    return m == -INFINITY ? a + b + c + y : r;
 }
 
 /* log(e^a + e^b), −∞ absorbing. */
