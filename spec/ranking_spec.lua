@@ -763,5 +763,17 @@ describe("Torch7's forms of the pair criteria", function()
     H.assert_close(c:forward(a, b, -1), cos - 0.5, { rtol = 1e-12 })
     local g1 = c:backward(a, b, ploss.tensor(-1, { dtype = "f64" })):totable()
     assert.are.same(g1, c:backward(a, b, -1):totable())
+    -- Torch7's MarginRankingCriterion on one-element inputs, and a number for every pair of
+    -- two vectors: max(0, −y·(x1 − x2) + margin)
+    local m = ploss.MarginRankingCriterion { margin = 0.5 }
+    assert.are.equal(1.5, m:forward(ploss.tensor({ 1 }, { dtype = "f64" }), ploss.tensor({ 2 }, { dtype = "f64" }), 1))
+    assert.are.equal(1.25, m:forward(ploss.tensor({ 1, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 1 }, { dtype = "f64" }), -1))
+    local ga, gb = m:backward(ploss.tensor({ 1 }, { dtype = "f64" }), ploss.tensor({ 2 }, { dtype = "f64" }), 1)
+    assert.are.same({ { -1 }, { 1 } }, { ga:totable(), gb:totable() })
+  end)
+
+  it("a missing argument is named with its place in the call", function()
+    H.expect_error(function() ploss.MarginRankingLoss {}:forward(ploss.tensor({ 1 }), ploss.tensor({ 2 })) end,
+      "MarginRankingLoss: target: expected a ploss tensor, got nil (argument 3 of crit(input1, input2, target))")
   end)
 end)

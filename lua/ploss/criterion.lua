@@ -681,8 +681,10 @@ local function build_multi(d)
   end
 
   -- The call's tensors by role from the positional arguments; raises naming a missing one.
-  -- ±1 labels may be a number (Torch7's form for one pair): a 0-d tensor of it on the
-  -- inputs' device.  The lengths after the target go to t.given (lengths_tensor).
+  -- ±1 labels may be a number (Torch7's form for one pair): a tensor of it on the inputs'
+  -- device, of the first input's shape where the target has it (input_layout 'elementwise':
+  -- every pair that label), else 0-d.  The lengths after the target go to t.given
+  -- (lengths_tensor).
   local function tensors_of(where, ...)
     local t = { inputs = {}, given = {} }
     for k = ntarget + 1, nargs do
@@ -693,10 +695,12 @@ local function build_multi(d)
       local v = select(k, ...)
       local name = k <= ninputs and d.inputs[k].name or target_name
       if k > ninputs and type(v) == "number" and d.target == "signs" and ploss.is_tensor((...)) then
-        v = ploss.full({}, v, { dtype = loss_dtype((...)), device = (...):device() })
+        local x = (...)
+        v = ploss.full(d.input_layout == "elementwise" and x:size() or {}, v, { dtype = loss_dtype(x), device = x:device() })
       end
       if not ploss.is_tensor(v) then
-        ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s", where, name, type(v)))
+        ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s%s", where, name, type(v),
+          v == nil and string.format(" (argument %d of %s)", k, D.call_text(d)) or ""))
       end
       if k <= ninputs then t.inputs[k] = v else t.target = v end
     end
