@@ -1149,16 +1149,21 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * f64), the normalisation applied as a scale when a tile is read; the similarity tile is f32
  * (f64), the gradient tile of the two gradient products is in the input dtype (as PyTorch's
  * 16-bit autograd), and the workspace is a 48 MiB tile area plus O(N) vectors and one tile's
- * gradient product (about 55 MiB at N = 32768, D = 1024). On sm_90 (H100, H200) with CUTLASS's
- * headers at build time, bf16 inputs with normalize = true take a path where no similarity tile
- * exists, on one device when N and D are multiples of 8, T ≥ 1/64 and each view's rows are
- * 16-byte aligned (a contiguous tensor, or a slice whose row stride is a multiple of 8
- * elements): the normalised similarities are bounded by 1/T, so e^(S − 1/T) (for T < 1/40
- * shifted further, to stay within fp32's range) is computed with one fixed shift in the
- * epilogue of the similarity GEMM, which sums it per row and per column (fp32 partials per 256
- * × 128 tile, added in a fixed order in double); each gradient sweep recomputes the GEMM with
- * an epilogue that writes the bf16 gradient tile directly, the positive pair's entry rewritten
- * from S_ii in double. No state is kept: backward recomputes the log-sum-exps.
+ * gradient product (about 55 MiB at N = 32768, D = 1024). A learnable temperature (CLIP's logit
+ * scale): L depends on τ only through the similarities over τ, so with normalize = false
+ * ∂L/∂τ = −(1/τ)·Σ_i q_i·∂L/∂q_i, one dot product of the query view and its
+ * gradient (the key view's gives the same); with normalize = true that sum needs the gradient
+ * of the normalised rows, which the call does not return (the raw rows' gradient is orthogonal
+ * to them): pass normalised rows with normalize = false to train τ. On sm_90 (H100, H200) with
+ * CUTLASS's headers at build time, bf16 inputs with normalize = true take a path where no
+ * similarity tile exists, on one device when N and D are multiples of 8, T ≥ 1/64 and each
+ * view's rows are 16-byte aligned (a contiguous tensor, or a slice whose row stride is a
+ * multiple of 8 elements): the normalised similarities are bounded by 1/T, so e^(S − 1/T)
+ * (for T < 1/40 shifted further, to stay within fp32's range) is computed with one fixed shift
+ * in the epilogue of the similarity GEMM, which sums it per row and per column (fp32 partials
+ * per 256 × 128 tile, added in a fixed order in double); each gradient sweep recomputes the
+ * GEMM with an epilogue that writes the bf16 gradient tile directly, the positive pair's entry
+ * rewritten from S_ii in double. No state is kept: backward recomputes the log-sum-exps.
  *
  * in  query       q, N×D embeddings of the first view; N×D, f32/f16/bf16/f64, any strides;
  *                 every embedding input of the same dtype and shape.

@@ -1027,6 +1027,24 @@ describe("InfoNCELoss", function()
     H.assert_close(b, gk, { rtol = 1e-9, atol = 1e-14 })
   end)
 
+  it("a learnable temperature: dL/dτ = −(1/τ)·Σ q·∂L/∂q (either view) without normalize, as central differences", function()
+    local q = ploss.randn({ 6, 4 }, { dtype = "f64", seed = 21 })
+    local k = ploss.randn({ 6, 4 }, { dtype = "f64", seed = 22 })
+    local function dot(a, b)
+      local s, x, y = 0, a:flat(), b:flat()
+      for i = 1, #x do s = s + x[i] * y[i] end
+      return s
+    end
+    for _, sym in ipairs { true, false } do
+      local tau, h = 0.3, 1e-6
+      local function L(t) return F.info_nce(q, k, { temperature = t, normalize = false, symmetric = sym }) end
+      local fd = (L(tau + h) - L(tau - h)) / (2 * h)
+      local _, gq, gk = ploss.InfoNCELoss { temperature = tau, normalize = false, symmetric = sym }(q, k)
+      H.assert_close(-dot(q, gq) / tau, fd, { rtol = 1e-8, what = "query view, symmetric " .. tostring(sym) })
+      H.assert_close(-dot(k, gk) / tau, fd, { rtol = 1e-8, what = "key view, symmetric " .. tostring(sym) })
+    end
+  end)
+
   it("has the gradient of central differences in f64 for both views", function()
     local q = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 8 })
     local k = ploss.randn({ 7, 4 }, { dtype = "f64", seed = 9 })
