@@ -132,6 +132,33 @@ describe("CTCLoss on " .. DEV, function()
     end
   end)
 
+  it("fp32 keeps its accuracy over thousands of frames (each frame stored relative to an offset)", function()
+    -- α falls by about log C per frame (here to about −8000): stored as it is in fp32, its
+    -- spacing (2^-10 past 4096) gave gradient errors of 1e-3 to 1e-2 of the largest entry
+    -- (as aten's f32 CTC has: bench/RESULTS.md); stored relative to a per-frame offset kept
+    -- in double, what is left is the fast log-sum-exp's own error, about 2^-22 a frame
+    -- (7e-4 measured here on an H100)
+    local T, C, S = 2000, 50, 100
+    local x = log_probs(T, 2, C, 61)
+    local rows, tl = {}, { S, 40 }
+    for n = 1, 2 do
+      rows[n] = {}
+      for i = 1, S do rows[n][i] = i <= tl[n] and 1 + (i * 13 + n) % (C - 1) or 0 end
+    end
+    local y = ploss.tensor(rows, { dtype = "i64" })
+    local il = { T, T - 7 }
+    local o = { reduction = "sum" }
+    local l_ref, g_ref = F.ctc_loss_fused(x, y, il, tl, o)
+    for _, dt in ipairs { "f32", "f64" } do
+      local xd = x:type(dt)
+      local lr, gr = l_ref, g_ref
+      if dt == "f32" then lr, gr = F.ctc_loss_fused(xd, y, il, tl, o) end -- the CPU on the f32-rounded input
+      local l, g = F.ctc_loss_fused(xd:to(DEV), y:to(DEV), il, tl, o)
+      H.assert_close_scaled(l, lr, dt == "f32" and 1e-6 or 1e-12, 0, dt .. " loss over 2000 frames")
+      H.assert_close_scaled(g:to("cpu"), gr, dt == "f32" and 2e-3 or 1e-10, 2 ^ -24, dt .. " gradient over 2000 frames")
+    end
+  end)
+
   it("a NaN whose log-sum-exp has only −∞ beside it gives NaN, as on the CPU", function()
     for _, dt in ipairs(DTYPES) do
       local xm = ploss.full({ 3, 1, 2 }, math.log(1 / 2), { dtype = dt })

@@ -9,8 +9,10 @@
  *    position of the extended target (strided over 2S + 1), one barrier per frame, the
  *    previous frame read from shared memory and the log-probabilities of a thread's first
  *    positions loaded a few frames ahead; each position's three-way log-sum-exp in one step
- *    (lse3; fp32 by the fast intrinsics); with a gradient every frame of α and β is kept in
- *    the workspace, else two of α; the α block writes the sequence's loss ℓ_n.
+ *    (lse3; fp32 by the fast intrinsics); each frame stored relative to a per-frame offset
+ *    kept in double, so that the stored values stay near 0 and their fp32 rounding does not
+ *    grow with the frames; with a gradient every frame of α and β (and its offset) is kept
+ *    in the workspace, else two of α; the α block writes the sequence's loss ℓ_n.
  *  - ctc_grad (gradient only): a block per (frame, sequence) writes the frame's gradient row:
  *    e^lp·w for every class, then, after a barrier, the classes of the target: γ of the blank
  *    by a block reduction over the even positions, γ of a label by one thread walking the
@@ -117,17 +119,25 @@ __device__ __forceinline__ bool skip_to(const int32_t *lab, int64_t s)
 
 /* α (blocks [0, N)) or β (blocks [N, 2N), with a gradient) of sequence n = blockIdx.x mod N,
  * one thread per position of the extended target (strided over 2L + 1), one barrier per
- * frame.  The last two frames in shared memory (ring_smem: 2·S2 values of dynamic shared
- * memory; else the workspace serves, as the kept table or two frames of it); with KEEP every
- * frame is also stored in the table (α at alpha, β at beta; frame t of sequence n at (n·frames + t)·S2), else two
- * (α only).  β_t(s) includes lp_t(s), as α_t(s) does.  The α blocks write ℓ_n to nll[n]. */
+ * frame.  Each frame is stored relative to an offset O_f (double): its values minus the
+ * largest of the previous frame's stored values are added to O_{f−1}, so what is stored
+ * stays within a few units of 0 and its fp32 rounding does not grow with the frames (α itself
+ * falls by about log C per frame: past 8192 its fp32 spacing is 2^-10); the blocks' warps
+ * leave their maxima in shared memory for the next frame (no extra barrier).  With KEEP the
+ * offsets go to offsets[n·frames + t] (α) and offsets[(N + n)·frames + t] (β).  The last two
+ * frames in shared memory (ring_smem: 2·S2 values of dynamic shared memory; else the
+ * workspace serves, as the kept table or two frames of it); with KEEP every frame is also
+ * stored in the table (α at alpha, β at beta; frame t of sequence n at (n·frames + t)·S2),
+ * else two (α only).  β_t(s) includes lp_t(s), as α_t(s) does.  The α blocks write ℓ_n to
+ * nll[n]. */
 template <class T, bool KEEP>
 __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Sequences q, acc_t<T> *alpha,
                                                          acc_t<T> *beta, int64_t frames, int64_t S2, bool ring_smem,
-                                                         double *nll)
+                                                         double *offsets, double *nll)
 {
     using A = acc_t<T>;
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ A wmax[2][THREADS / 32]; /* each warp's largest stored value of the last two frames */
     const bool fw = blockIdx.x < p.N;
     const int64_t n = fw ? blockIdx.x : blockIdx.x - p.N;
     const int64_t Tn = q.input_length[n], L = q.target_length[n], s2 = 2 * L + 1;
@@ -170,18 +180,31 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
             if (threadIdx.x + (int64_t)k * THREADS < s2)
                 raw[k][u] = lp_raw(t, sym[k]);
     };
-    /* frame 0: α_0 at positions 0 and 1, β_{Tn−1} at the last two */
+    double *off = KEEP ? offsets + ((fw ? 0 : p.N) + n) * frames : nullptr;
+    /* frame f's largest stored value (NaN ignored) into wmax[f & 1], a slot per warp */
+    const auto leave_max = [&](int64_t f, A tm) {
+        for (int o = 16; o > 0; o >>= 1)
+            tm = max(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+        if (threadIdx.x % 32 == 0)
+            wmax[f & 1][threadIdx.x / 32] = tm;
+    };
+    double O = 0.0; /* the offset of the frame last stored */
+    /* frame 0: α_0 at positions 0 and 1, β_{Tn−1} at the last two; offset 0 */
     {
         const int64_t t = frame_of(0);
         const A r0 = lse_n ? lse_n[t * p.N] : A(0);
-        A *cur = buf(0);
+        A *cur = buf(0), tm = neg_inf<A>();
         for (int64_t s = threadIdx.x; s < s2; s += THREADS) {
             const bool start = fw ? s < 2 : s >= s2 - 2;
             const A v = start ? lp_of(lp_raw(t, symbol(p, lab, s)), r0) : neg_inf<A>();
             cur[s] = v;
+            tm = max(tm, v);
             if (KEEP && ring_smem)
                 table[t * S2 + s] = v;
         }
+        leave_max(0, tm);
+        if (KEEP && threadIdx.x == 0)
+            off[t] = 0.0;
     }
 #pragma unroll
     for (int u = 0; u < PF; ++u)
@@ -195,8 +218,17 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
             __syncthreads(); /* frame f − 1 complete */
             const int64_t t = frame_of(f);
             const A *prev = buf(f - 1);
-            A *cur = buf(f);
+            A *cur = buf(f), tm = neg_inf<A>();
             const int d = fw ? -1 : 1; /* the neighbours: s + d, s + 2d */
+            /* the shift: frame f − 1's largest stored value (0 where it is ±∞: no alignment
+             * reaches the frame, or an infinite input) */
+            A m = neg_inf<A>();
+#pragma unroll
+            for (int w = 0; w < THREADS / 32; ++w)
+                m = max(m, wmax[(f - 1) & 1][w]);
+            if (!(m > neg_inf<A>() && m < -neg_inf<A>()))
+                m = A(0);
+            O += (double)m;
 #pragma unroll
             for (int k = 0; k < POS; ++k) {
                 const int64_t s = threadIdx.x + (int64_t)k * THREADS;
@@ -204,8 +236,9 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
                     break;
                 const A a = lse3(prev[s], (fw ? s > 0 : s + 1 < s2) ? prev[s + d] : neg_inf<A>(),
                                  skip[k] ? prev[s + 2 * d] : neg_inf<A>());
-                const A v = a + lp_of(raw[k][u], rl[u]); /* as the CPU: a NaN input spreads */
+                const A v = (a - m) + lp_of(raw[k][u], rl[u]); /* as the CPU: a NaN input spreads */
                 cur[s] = v;
+                tm = max(tm, v);
                 if (KEEP && ring_smem)
                     table[t * S2 + s] = v;
             }
@@ -213,11 +246,15 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
                 const bool sk = fw ? skip_to(lab, s) : s + 2 < s2 && skip_to(lab, s + 2);
                 const A a = lse3(prev[s], (fw ? s > 0 : s + 1 < s2) ? prev[s + d] : neg_inf<A>(),
                                  sk ? prev[s + 2 * d] : neg_inf<A>());
-                const A v = a + lp_of(lp_raw(t, symbol(p, lab, s)), rl[u]);
+                const A v = (a - m) + lp_of(lp_raw(t, symbol(p, lab, s)), rl[u]);
                 cur[s] = v;
+                tm = max(tm, v);
                 if (KEEP && ring_smem)
                     table[t * S2 + s] = v;
             }
+            leave_max(f, tm);
+            if (KEEP && threadIdx.x == 0)
+                off[t] = O;
             prefetch(u, f + PF);
         }
     }
@@ -226,7 +263,7 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
     __syncthreads();
     if (threadIdx.x == 0) {
         const A *last = buf(Tn - 1);
-        nll[n] = -(double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]);
+        nll[n] = -((double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]) + O);
     }
 }
 
@@ -250,7 +287,7 @@ __device__ __forceinline__ double weight(const ploss_ctc_problem &p, int64_t n, 
 template <class T>
 __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequences q, const acc_t<T> *alpha,
                                                     const acc_t<T> *beta, int64_t frames, int64_t S2,
-                                                    const double *nll)
+                                                    const double *offsets, const double *nll)
 {
     using A = acc_t<T>;
     const int64_t n = blockIdx.x / p.T, t = blockIdx.x % p.T;
@@ -262,7 +299,9 @@ __global__ void __launch_bounds__(THREADS) ctc_grad(ploss_ctc_problem p, Sequenc
             grad[c * p.g_sc] = from_acc<T>(A(0));
         return;
     }
-    const A w = (A)weight(p, n, L), nl = (A)ell;
+    /* γ + ℓ of the stored (offset) α and β: γ̃ + (O^α_t + O^β_t + ℓ), the bracket in double */
+    const A w = (A)weight(p, n, L),
+            nl = (A)(offsets[n * frames + t] + offsets[(p.N + n) * frames + t] + ell);
     const A *a = alpha + (n * frames + t) * S2, *b = beta + (n * frames + t) * S2;
     /* γ of the blank over the L + 1 even positions: max, then the sum of exponentials */
     A m = neg_inf<A>();
@@ -375,7 +414,8 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     const size_t off_alpha = off_lse + (p->logits ? align_up(acc * (size_t)(N * p->T)) : 0);
     const size_t table = acc * (size_t)N * (size_t)frames * (size_t)S2;
     const size_t off_beta = off_alpha + align_up(table);
-    const size_t total = off_beta + (want_grad ? table : 0);
+    const size_t off_offsets = off_beta + (want_grad ? align_up(table) : 0);
+    const size_t total = off_offsets + (want_grad ? sizeof(double) * 2 * (size_t)N * (size_t)frames : 0);
     void *ws = NULL;
     ploss_status st = ploss_workspace(ctx, total, &ws);
     if (st)
@@ -397,7 +437,7 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
     q.next = q.labels + p->total_labels;
     q.head = q.next + p->total_labels;
     q.lse = p->logits ? w + off_lse : NULL;
-    double *nll = (double *)(w + off_nll);
+    double *nll = (double *)(w + off_nll), *offsets = want_grad ? (double *)(w + off_offsets) : nullptr;
     cudaStream_t stream = stream_of(ctx);
 
     return dispatch_float(p->x_dtype, "log_probs", [&](auto tag) -> ploss_status {
@@ -424,14 +464,15 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
             if (ring_smem && ring > (48 << 10))
                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ring);
             kernel<<<(unsigned)(want_grad ? 2 * N : N), THREADS, ring_smem ? ring : 0, stream>>>(
-                *p, q, alpha, beta, frames, S2, ring_smem, nll);
+                *p, q, alpha, beta, frames, S2, ring_smem, offsets, nll);
             ploss_status s = check_launch("ctc_recursion");
             if (s)
                 return s;
         }
         if (want_grad && N > 0 && p->T > 0) {
             ploss_status s;
-            ctc_grad<T><<<(unsigned)(N * p->T), THREADS, 0, stream>>>(*p, q, alpha, beta, frames, S2, nll);
+            ctc_grad<T><<<(unsigned)(N * p->T), THREADS, 0, stream>>>(*p, q, alpha, beta, frames, S2, offsets,
+                                                                     nll);
             if ((s = check_launch("ctc_grad")))
                 return s;
         }
