@@ -889,6 +889,9 @@ describe("BatchHardTripletLoss", function()
     H.expect_error(function() F.batch_hard_triplet_fused(x, y, with(fo, { margin = math.huge })) end,
       "opts.margin: inf is not a finite number", out, g)
     H.expect_error(function() ploss.BatchHardTripletLoss {}:forward(x) end, "labels: expected a ploss tensor")
+    -- pytorch-loss's margin = None, ported as margin = false: the message names soft_margin
+    H.expect_error(function() ploss.BatchHardTripletLoss { margin = false } end,
+      "opts.margin: expected a number, got boolean false (the soft margin, pytorch-loss's margin = None, is soft_margin = true)")
     -- 2^31 rows (a broadcast view): beyond the 32-bit sizes of the matrix products and the sort
     local huge = ploss.zeros({ 1, 2 }):expand({ 2 ^ 31, 2 })
     H.expect_error(function()

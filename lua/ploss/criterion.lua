@@ -245,6 +245,11 @@ local function resolve(d, user, extra, where, own_keys)
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
     if v == nil then v = opt.default end
+    if opt.name == "margin" and type(v) == "boolean" and option_names(d).soft_margin then
+      -- pytorch-loss's margin = None (a table cannot hold nil apart from the default)
+      ploss.raise(string.format("%s: opts.margin: expected a number, got boolean %s (the soft margin, " ..
+        "pytorch-loss's margin = None, is soft_margin = true)", where, tostring(v)))
+    end
     check_scalar(opt, v, where)
     o[opt.name] = v
   end
