@@ -808,6 +808,12 @@ describe("margin softmax losses", function()
       assert.are.equal(bj, sj)
     end
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected an integer >= 2 (a softmax over one class has nothing to separate), got nil")
+    -- the sizes by name (as nn.Linear's in_features): the same head
+    local named = ploss.nn.MarginSoftmax { in_features = 4, classes = 6, dtype = "f64" }
+    assert.are.same({ 6, 4 }, named.weight:size())
+    assert.are.same({ 6, 4 }, ploss.nn.MarginSoftmax { 4, classes = 6 }.weight:size())
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, classes = 6 } end, "MarginSoftmax: classes: given twice")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, clases = 6 } end, "MarginSoftmax: unknown option 'clases'")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 1 } end, "MarginSoftmax: classes: expected an integer >= 2")
     -- a sharded criterion's head holds its rank's shard: one class is enough there
     local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
@@ -843,8 +849,6 @@ describe("margin softmax losses", function()
     -- the class itself (its braces forgotten) is no criterion
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.ArcFaceLoss } end,
       "MarginSoftmax: criterion: expected a margin criterion")
-    H.expect_error(function() ploss.nn.MarginSoftmax { in_features = 4, classes = 6 } end,
-      "MarginSoftmax: unknown option 'classes' (the sizes are positional")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, bogus = 1 } end, "MarginSoftmax: unknown option 'bogus'")
   end)
 

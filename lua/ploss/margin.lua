@@ -195,7 +195,8 @@ return function(ploss)
   ploss.PartialFCLoss = cls
 
   --- ploss.nn.MarginSoftmax{in_features, classes, criterion = …, dtype = 'f32', device = 'cpu'}
-  -- (the two sizes positional, as {512, 1000, criterion = …}):
+  -- (the two sizes positional, as {512, 1000, criterion = …}, or named, as {in_features = 512,
+  -- classes = 1000, …}):
   -- the class centres W (classes × in_features, N(0, 2/(in + classes)) from the global
   -- seeded generator, as Linear's 'xavier') with a margin criterion (default
   -- ploss.ArcFaceLoss{}; or a ploss.PartialFCLoss).
@@ -207,7 +208,7 @@ return function(ploss)
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
   Head._constructor = "one table {in_features, classes, criterion = …, dtype = …, device = …} (the sizes go " ..
-    "inside the braces)"
+    "inside the braces, positional or named)"
   -- the fields a call reads (a misspelt one, head.wieght = w, is refused, not kept aside)
   Head._fields = { in_features = true, classes = true, criterion = true, weight = true, gradWeight = true,
                    scores = true }
@@ -232,17 +233,26 @@ return function(ploss)
     if type(opts) ~= "table" then
       ploss.raise("MarginSoftmax: expected " .. Head._constructor .. ", got " .. type(opts))
     end
-    local known = { [1] = true, [2] = true, criterion = true, dtype = true, device = true }
+    local known = { [1] = true, [2] = true, in_features = true, classes = true, criterion = true, dtype = true,
+                    device = true }
     local unknown = {}
     for k in pairs(opts) do
       if not known[k] then unknown[#unknown + 1] = tostring(k) end
     end
     if #unknown > 0 then
       table.sort(unknown)
-      ploss.raise("MarginSoftmax: unknown option '" .. unknown[1] .. "' (the sizes are positional: " ..
-        "{in_features, classes, criterion = …, dtype = …, device = …})")
+      ploss.raise("MarginSoftmax: unknown option '" .. unknown[1] .. "' (expected {in_features, classes, " ..
+        "criterion = …, dtype = …, device = …}, the sizes positional or named)")
     end
-    local in_features, classes = opts[1], opts[2]
+    local size = {}
+    for i, v in ipairs { "in_features", "classes" } do
+      if opts[i] ~= nil and opts[v] ~= nil then
+        ploss.raise("MarginSoftmax: " .. v .. ": given twice, as size " .. i .. " and by name")
+      end
+      size[i] = opts[v]
+      if size[i] == nil then size[i] = opts[i] end
+    end
+    local in_features, classes = size[1], size[2]
     local crit = opts.criterion
     local err = crit ~= nil and criterion_error(crit)
     if err then ploss.raise("MarginSoftmax: criterion: " .. err) end
@@ -251,7 +261,7 @@ return function(ploss)
     local inner = crit ~= nil and getmetatable(crit) == ploss.PartialFCLoss and rawget(crit, "_inner")
     local sharded = crit ~= nil and (ploss.comm.is_comm(rawget(crit, "comm")) or (inner and ploss.comm.is_comm(inner.comm)))
     for i, v in ipairs { "in_features", "classes" } do
-      local n, least = opts[i], (i == 2 and not sharded) and 2 or 1
+      local n, least = size[i], (i == 2 and not sharded) and 2 or 1
       if type(n) ~= "number" or n < least or n ~= math.floor(n) then
         ploss.raise("MarginSoftmax: " .. v .. ": expected an integer >= " .. least ..
           (i == 2 and not sharded and " (a softmax over one class has nothing to separate)" or "") .. ", got " ..
