@@ -110,7 +110,8 @@ local function check_scalar(opt, v, where)
     end
   else
     if type(v) ~= "number" then
-      ploss.raise(string.format("%sopts.%s: expected a number, got %s %s", at, opt.name, type(v), show(v)))
+      ploss.raise(string.format("%sopts.%s: expected a number, got %s %s%s", at, opt.name, type(v), show(v),
+        opt.type_hint and (" (" .. opt.type_hint .. ")") or ""))
     end
     if opt.type ~= "double" then
       local limit = opt.type == "int" and INT_LIMIT or INT64_LIMIT
@@ -245,11 +246,6 @@ local function resolve(d, user, extra, where, own_keys)
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
     if v == nil then v = opt.default end
-    if opt.name == "margin" and type(v) == "boolean" and option_names(d).soft_margin then
-      -- pytorch-loss's margin = None (a table cannot hold nil apart from the default)
-      ploss.raise(string.format("%s: opts.margin: expected a number, got boolean %s (the soft margin, " ..
-        "pytorch-loss's margin = None, is soft_margin = true)", where, tostring(v)))
-    end
     check_scalar(opt, v, where)
     o[opt.name] = v
   end

@@ -79,7 +79,9 @@
 --                min, max, min_exclusive, even; range = the range's text (the docs'
 --                column, the messages) where the loss's `check` decides it; param = the
 --                field of the engines' parameters when it differs from the name; ctype for
---                enums }.  Types:
+--                enums; list = { value, tensor }: an enum's list form, a list given for it
+--                being that tensor option with that value; type_hint: appended to the error
+--                for a value of the wrong type }.  Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool', and 'comm' (a
 --                communicator, ploss.comm; default false: none; a ploss_comm_t * in C).
 --   unused_options  { name = true }: fields of a shared struct this loss does not read

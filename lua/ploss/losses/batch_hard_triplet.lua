@@ -20,7 +20,8 @@ return {
       } },
   },
   options = {
-    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (unused with soft_margin)" },
+    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (unused with soft_margin)",
+      type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true", },
     { "soft_margin", "bool", false,
       doc = "softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None)" },
     { "distance", "enum", "euclidean", ctype = "ploss_pair_distance", doc = "the distance (see below)" },

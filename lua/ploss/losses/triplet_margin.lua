@@ -20,6 +20,7 @@ return {
     "f32/f16/bf16/f64, any strides; the three inputs of one dtype and shape.",
   options = {
     { "margin", "double", 1, range = "a finite number (> 0 without soft_margin)",
+      type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true",
       doc = "μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
