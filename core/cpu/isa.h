@@ -3,8 +3,8 @@
  * (core/cpu/rows/, core/cpu/elementwise/, core/cpu/margin/, core/cpu/linear/,
  * core/cpu/region/dice.c and core/cpu/sequence/ctc.c) are compiled once per instruction
  * set — portable x86-64 (or the host's baseline elsewhere), AVX2+FMA, AVX-512 — each with
- * PLOSS_ISA set to a suffix of its symbols, and core/cpu/isa.c picks one build per process from the CPU's features
- * (__builtin_cpu_supports), so one library runs everywhere.
+ * PLOSS_ISA set to a suffix of its symbols, and core/cpu/isa.c picks one build per process
+ * from the CPU's features (__builtin_cpu_supports), so one library runs everywhere.
  * PLOSS_CPU_ISA=baseline|avx2|avx512 in the environment caps the choice (tests of every
  * build on one machine).  Internal.
  */
