@@ -18,7 +18,11 @@
  *     pixel p: the inner products A_q with its (2K − 1)² partners (registers), ℓ_p (the
  *     'none' map; per block partial sums reduced in a fixed order by the last block to
  *     finish), the factors m·(σ(A) − T)·(ω_p + ω_q), then its gradient class by class,
- *     Σ_q factor_q·x_q.
+ *     Σ_q factor_q·x_q;
+ *  2'. window_main_vec<CV> in place of window_main for k = 3, fp32 accumulation and at most
+ *     32 classes (the common case): the same sums in the same order, from a pixel-major tile
+ *     whose 16-byte loads take four classes at once, the pixel's own classes and gradient in
+ *     registers.
  * The tile's logits are loaded LOAD_BATCH elements per thread at a time (all loads issued
  * before the stores to shared memory), so that enough reads are in flight to cover the
  * memory latency.  The inner products stay in registers; the pair multiplicities m are
@@ -139,6 +143,68 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
  * inlined there its dtype switch would be most of the kernels' code. */
 __device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, int64_t i) { return load_dyn(g, dt, i); }
 
+/* The gradient's multiplier of every pair factor: 1 / Σ m for MEAN (0 without pairs), the
+ * fused pass's scale, or a reduced loss's upstream gradient. */
+__device__ __forceinline__ double window_base(const ploss_region_problem &p, unsigned long long pairs)
+{
+    double base = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;
+    if (p.pass != PLOSS_PASS_BACKWARD)
+        base *= p.scale;
+    else if (p.reduction != PLOSS_REDUCTION_NONE)
+        base *= load_dyn(p.grad_loss, p.gl_dtype, 0);
+    return base;
+}
+
+/* ℓ_p and the pairs' gradient factors.  On entry a[j] is the inner product A with partner j
+ * (row-major over the (2k − 1)² offsets), on return its factor m·(σ(A) − T)·(ω_p + ω_q), 0
+ * for a partner not counted (outside the image, ignored, or sharing no window); returns ℓ_p.
+ * The multiplicity is separable, m = m_h·m_w: 2(2k − 1) window counts per pixel.  One
+ * exponential e = e^−|A| gives both the softplus and the sigmoid (1 / (1 + e) for A > 0,
+ * e / (1 + e) otherwise). */
+template <class A, int SPAN_MAX, int P_MAX, class Up>
+__device__ __forceinline__ A window_factors(const Halo &HL, const int *s_lab, int zi, bool valid, int lz, int64_t h,
+                                            int64_t wc, int64_t H, int64_t W, A w0v, bool per_pixel,
+                                            const Up &upstream, A (&a)[P_MAX])
+{
+    int mh[SPAN_MAX], mw[SPAN_MAX];
+#pragma unroll
+    for (int i = 0; i < HL.SPAN; ++i) {
+        mh[i] = (int)shared_windows(h, h + i - HL.R, HL.R + 1, H);
+        mw[i] = (int)shared_windows(wc, wc + i - HL.R, HL.R + 1, W);
+    }
+    A loss = 0;
+#pragma unroll
+    for (int j = 0; j < HL.P; ++j) {
+        const int jh = j / HL.SPAN, jw = j % HL.SPAN, lq = s_lab[zi + (jh - HL.R) * HL.W + jw - HL.R];
+        const int m = valid && lq >= 0 ? mh[jh] * mw[jw] : 0;
+        if (m == 0) {
+            a[j] = A(0);
+            continue;
+        }
+        const A v = a[j], same = lq == lz ? A(1) : A(0);
+        const A e = m_exp(v > A(0) ? -v : v);
+        loss += (A)m * ((v > A(0) ? v : A(0)) + m_log1p(e) - same * v);
+        const A r = A(1) / (A(1) + e), slope = (v > A(0) ? r : e * r) - same;
+        a[j] = (A)m * slope * (w0v + (per_pixel ? upstream(h + jh - HL.R, wc + jw - HL.R) : A(1)));
+    }
+    return loss;
+}
+
+/* The loss: the 'none' map, or this block's partial sum and the last block's total. */
+template <class A>
+__device__ __forceinline__ void window_loss_out(const ploss_region_problem &p, const Work &w, bool mine, int64_t n,
+                                                int64_t h, int64_t wc, A loss, unsigned long long pairs)
+{
+    if (p.pass == PLOSS_PASS_BACKWARD)
+        return;
+    if (p.reduction == PLOSS_REDUCTION_NONE) {
+        if (mine)
+            store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
+    } else {
+        store_reduced_loss<THREADS>(p, loss, w.partial, w.ticket, (double)pairs);
+    }
+}
+
 /* K: the window side, or 0 for p.kernel_size (f64, a checking dtype: one kernel for every
  * side, its inner products in local memory, instead of seven that were most of the file's
  * machine code). */
@@ -214,43 +280,16 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     }
 
     /* ℓ_p and the factors */
-    const int per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
+    const bool per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     const auto upstream = [&](int64_t hh, int64_t ww) {
         return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
     };
     const unsigned long long pairs = *w.count;
-    double base = p.reduction == PLOSS_REDUCTION_MEAN ? (pairs > 0 ? 1.0 / (double)pairs : 0.0) : 1.0;
-    if (p.pass != PLOSS_PASS_BACKWARD)
-        base *= p.scale;
-    else if (p.reduction != PLOSS_REDUCTION_NONE)
-        base *= load_dyn(p.grad_loss, p.gl_dtype, 0);
+    const double base = window_base(p, pairs);
     const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
-    A loss = 0;
-#pragma unroll
-    for (int j = 0; j < HL.P; ++j) {
-        /* the counted partners: inside the image, valid, sharing m > 0 windows */
-        const int dh = j / HL.SPAN - HL.R, dw = j % HL.SPAN - HL.R, lq = s_lab[zi + dh * HL.W + dw];
-        const int m = valid && lq >= 0 ? (int)(shared_windows(h, h + dh, HL.R + 1, H) * shared_windows(wc, wc + dw, HL.R + 1, W)) : 0;
-        if (m == 0) {
-            a[j] = A(0);
-            continue;
-        }
-        const A v = a[j], same = lq == lz ? A(1) : A(0);
-        const A sp = (v > A(0) ? v : A(0)) + m_log1p(m_exp(-(v > A(0) ? v : -v)));
-        loss += (A)m * (sp - same * v);
-        const A slope = A(1) / (A(1) + m_exp(-v)) - same;
-        a[j] = (A)m * slope * (w0v + (per_pixel ? upstream(h + dh, wc + dw) : A(1)));
-    }
-
-    /* the loss: the 'none' map, or this block's partial sum and the last block's total */
-    if (p.pass != PLOSS_PASS_BACKWARD) {
-        if (p.reduction == PLOSS_REDUCTION_NONE) {
-            if (mine)
-                store_dyn(p.loss, p.loss_dtype, n * p.l_sg + h * p.l_ss[0] + wc * p.l_ss[1], (double)loss);
-        } else {
-            store_reduced_loss<THREADS>(p, loss, w.partial, w.ticket, (double)pairs);
-        }
-    }
+    const A loss = window_factors<A, Halo(K > 0 ? K : PLOSS_AFFINITY_MAX_KERNEL).SPAN>(
+        HL, s_lab, zi, valid, lz, h, wc, H, W, w0v, per_pixel, upstream, a);
+    window_loss_out(p, w, mine, n, h, wc, loss, pairs);
     if (p.pass == PLOSS_PASS_FORWARD)
         return;
 
@@ -277,6 +316,166 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
             });
         }
     }
+}
+
+/* window_main's fast form for fp32 accumulation, k = 3 and at most 4·CV classes: the tile's
+ * logits in shared memory pixel-major (a pixel's classes, zero-padded to 4·CV, at a stride of
+ * SX floats, SX / 4 odd so that the 16-byte loads of eight consecutive pixels fall in distinct
+ * banks), so that an inner product or a gradient step takes one 16-byte load per four classes
+ * instead of one 4-byte load per class; the classes of a thread's own pixel and its gradient
+ * are held in registers.  Each inner product and each gradient element adds the same terms in
+ * the same order as window_main (the padding adds exact zeros): the results are bitwise
+ * window_main's. */
+constexpr int VEC_K = 3, VEC_MAX_CV = 8;
+template <int CV> constexpr int VEC_SX = (CV % 2 == 1) ? 4 * CV : 4 * CV + 4;
+template <int CV> constexpr size_t vec_smem() { return (size_t)Halo(VEC_K).SIZE * (VEC_SX<CV> * 4 + 4); }
+
+/* Four resident blocks per SM up to 20 classes (64 registers, a few values spilled to L1:
+ * faster than three blocks without spills), else two. */
+template <int CV>
+__global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(const ploss_region_problem p, Src src, Work w)
+{
+    using A = float;
+    constexpr Halo HL(VEC_K);
+    constexpr int SX = VEC_SX<CV>, CP = 4 * CV;
+    extern __shared__ __align__(16) unsigned char smem[];
+    A *s_x = (A *)smem;
+    int *s_lab = (int *)(s_x + (size_t)SX * HL.SIZE);
+
+    const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
+    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
+    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    const int64_t h0 = (tile / tiles_w) * TH - HL.R, w0 = (tile % tiles_w) * TW - HL.R; /* the halo's origin */
+    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL.R) * HL.W + tx + HL.R;
+    const int64_t h = h0 + HL.R + ty, wc = w0 + HL.R + tx;
+    const bool mine = h < H && wc < W;
+
+    for (int i = threadIdx.x; i < HL.SIZE; i += THREADS) {
+        const int64_t hh = h0 + i / HL.W, ww = w0 + i % HL.W;
+        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
+    }
+    __syncthreads();
+    /* the logits, four classes of one halo pixel per item (0 at pixels outside the image or
+     * ignored, and for the padding classes), LOAD_BATCH / 2 items per thread in flight */
+    with_storage<A>(src.dt, [&](auto tag) {
+        using T = decltype(tag);
+        constexpr int B = LOAD_BATCH / 2, ITEMS = CV * HL.SIZE;
+        const T *xn = (const T *)src.x + n * src.sn;
+        for (int i0 = threadIdx.x; i0 < ITEMS; i0 += B * THREADS) {
+            float4 v[B];
+#pragma unroll
+            for (int u = 0; u < B; ++u) {
+                const int i = i0 + u * THREADS, j = i % HL.SIZE, c = 4 * (i / HL.SIZE);
+                float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (i < ITEMS && s_lab[j] >= 0) {
+                    const T *xp = xn + (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw + c * src.sc;
+#pragma unroll
+                    for (int q = 0; q < 4; ++q)
+                        if (c + q < C)
+                            e[q] = to_acc(xp[q * src.sc]);
+                }
+                v[u] = make_float4(e[0], e[1], e[2], e[3]);
+            }
+#pragma unroll
+            for (int u = 0; u < B; ++u) {
+                const int i = i0 + u * THREADS;
+                if (i < ITEMS)
+                    *(float4 *)(s_x + (i % HL.SIZE) * SX + 4 * (i / HL.SIZE)) = v[u];
+            }
+        }
+    });
+    __syncthreads();
+
+    const int lz = s_lab[zi];
+    const bool valid = mine && lz >= 0;
+    A a[HL.P]; /* the inner products, then the gradient's factors */
+    {
+        float xz[CP];
+#pragma unroll
+        for (int v = 0; v < CV; ++v) {
+            const float4 q = *(const float4 *)(s_x + zi * SX + 4 * v);
+            xz[4 * v] = q.x, xz[4 * v + 1] = q.y, xz[4 * v + 2] = q.z, xz[4 * v + 3] = q.w;
+        }
+#pragma unroll
+        for (int j = 0; j < HL.P; ++j) {
+            const A *xq = s_x + (zi + (j / HL.SPAN - HL.R) * HL.W + j % HL.SPAN - HL.R) * SX;
+            A acc = 0;
+#pragma unroll
+            for (int v = 0; v < CV; ++v) {
+                const float4 q = *(const float4 *)(xq + 4 * v);
+                acc += xz[4 * v] * q.x;
+                acc += xz[4 * v + 1] * q.y;
+                acc += xz[4 * v + 2] * q.z;
+                acc += xz[4 * v + 3] * q.w;
+            }
+            a[j] = valid ? acc : A(0);
+        }
+    }
+
+    /* ℓ_p and the factors */
+    const bool per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
+    const auto upstream = [&](int64_t hh, int64_t ww) {
+        return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
+    };
+    const unsigned long long pairs = *w.count;
+    const double base = window_base(p, pairs);
+    const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
+    const A loss = window_factors<A, HL.SPAN>(HL, s_lab, zi, valid, lz, h, wc, H, W, w0v, per_pixel, upstream, a);
+    window_loss_out(p, w, mine, n, h, wc, loss, pairs);
+    if (p.pass == PLOSS_PASS_FORWARD || !mine)
+        return;
+
+    /* the gradient: every class at once, one 16-byte load per partner and four classes */
+    float g[CP];
+#pragma unroll
+    for (int c = 0; c < CP; ++c)
+        g[c] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < HL.P; ++j) {
+        const A *xq = s_x + (zi + (j / HL.SPAN - HL.R) * HL.W + j % HL.SPAN - HL.R) * SX;
+#pragma unroll
+        for (int v = 0; v < CV; ++v) {
+            const float4 q = *(const float4 *)(xq + 4 * v);
+            g[4 * v] += a[j] * q.x;
+            g[4 * v + 1] += a[j] * q.y;
+            g[4 * v + 2] += a[j] * q.z;
+            g[4 * v + 3] += a[j] * q.w;
+        }
+    }
+    const A bw = (A)base;
+    const int64_t gz = n * p.g_sn + h * p.g_ss[0] + wc * p.g_ss[1];
+    with_storage<A>(p.x_dtype, [&](auto tag) { /* the gradient has the input's dtype */
+        using T = decltype(tag);
+#pragma unroll
+        for (int c = 0; c < CP; ++c)
+            if (c < C)
+                ((T *)p.grad)[gz + c * p.g_sc] = from_acc<T>(bw * g[c]);
+    });
+}
+
+/* window_main_vec for CV = ⌈C / 4⌉ rounded up to an instantiated width (C ≤ 4·VEC_MAX_CV);
+ * false where it does not apply (the caller launches window_main). */
+template <int CV> ploss_status launch_vec_cv(const ploss_region_problem *p, Src src, int64_t blocks, Work w,
+                                             cudaStream_t stream)
+{
+    const size_t smem = vec_smem<CV>();
+    cudaFuncSetAttribute(window_main_vec<CV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    window_main_vec<CV><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, w);
+    return check_launch("affinity loss and gradient");
+}
+inline bool launch_vec(const ploss_region_problem *p, Src src, int64_t blocks, Work w, cudaStream_t stream,
+                       ploss_status &st)
+{
+    if (p->kernel_size != VEC_K || p->C > 4 * VEC_MAX_CV || vec_smem<VEC_MAX_CV>() > SMEM_BUDGET)
+        return false;
+    const int cv = (int)((p->C + 3) / 4);
+    st = cv <= 2 ? launch_vec_cv<2>(p, src, blocks, w, stream)
+       : cv <= 3 ? launch_vec_cv<3>(p, src, blocks, w, stream)
+       : cv <= 4 ? launch_vec_cv<4>(p, src, blocks, w, stream)
+       : cv <= 5 ? launch_vec_cv<5>(p, src, blocks, w, stream)
+       : cv <= 6 ? launch_vec_cv<6>(p, src, blocks, w, stream)
+                 : launch_vec_cv<8>(p, src, blocks, w, stream);
+    return true;
 }
 
 template <class A, int K>
@@ -317,6 +516,8 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
     if constexpr (sizeof(A) == 8) {
         return launch_main<A, 0>(p, src, blocks, w, stream);
     } else {
+        if (launch_vec(p, src, blocks, w, stream, st))
+            return st;
         switch (p->kernel_size) {
         case 1: return launch_main<A, 1>(p, src, blocks, w, stream);
         case 2: return launch_main<A, 2>(p, src, blocks, w, stream);
