@@ -329,6 +329,7 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
 constexpr int VEC_K = 3, VEC_MAX_CV = 8;
 template <int CV> constexpr int VEC_SX = (CV % 2 == 1) ? 4 * CV : 4 * CV + 4;
 template <int CV> constexpr size_t vec_smem() { return (size_t)Halo(VEC_K).SIZE * (VEC_SX<CV> * 4 + 4); }
+static_assert(vec_smem<VEC_MAX_CV>() <= SMEM_BUDGET, "the widest pixel-major tile within the shared-memory budget");
 
 /* Four resident blocks per SM up to 20 classes (64 registers, a few values spilled to L1:
  * faster than three blocks without spills), else two. */
@@ -408,7 +409,7 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
                 acc += xz[4 * v + 2] * q.z;
                 acc += xz[4 * v + 3] * q.w;
             }
-            a[j] = valid ? acc : A(0);
+            a[j] = acc; /* window_factors zeroes the partners of an invalid pixel */
         }
     }
 
@@ -453,8 +454,6 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
     });
 }
 
-/* window_main_vec for CV = ⌈C / 4⌉ rounded up to an instantiated width (C ≤ 4·VEC_MAX_CV);
- * false where it does not apply (the caller launches window_main). */
 template <int CV> ploss_status launch_vec_cv(const ploss_region_problem *p, Src src, int64_t blocks, Work w,
                                              cudaStream_t stream)
 {
@@ -463,10 +462,12 @@ template <int CV> ploss_status launch_vec_cv(const ploss_region_problem *p, Src 
     window_main_vec<CV><<<(unsigned)blocks, THREADS, smem, stream>>>(*p, src, w);
     return check_launch("affinity loss and gradient");
 }
+/* window_main_vec for CV = ⌈C / 4⌉ rounded up to an instantiated width, its status in st;
+ * false where it does not apply (k ≠ 3 or more than 4·VEC_MAX_CV classes: window_main). */
 inline bool launch_vec(const ploss_region_problem *p, Src src, int64_t blocks, Work w, cudaStream_t stream,
                        ploss_status &st)
 {
-    if (p->kernel_size != VEC_K || p->C > 4 * VEC_MAX_CV || vec_smem<VEC_MAX_CV>() > SMEM_BUDGET)
+    if (p->kernel_size != VEC_K || p->C > 4 * VEC_MAX_CV)
         return false;
     const int cv = (int)((p->C + 3) / 4);
     st = cv <= 2 ? launch_vec_cv<2>(p, src, blocks, w, stream)
