@@ -113,7 +113,7 @@ ploss_status ploss_check_row_loss_shape(const ploss_view *v, int64_t N, ploss_re
     if (r == PLOSS_REDUCTION_NONE) {
         if (v->ndim == 1 && v->shape[0] == N)
             return PLOSS_OK;
-        snprintf(want, sizeof want, "[%lld] (one value per row, reduction none)", (long long)N);
+        snprintf(want, sizeof want, "[%lld] (one value per sample, reduction none)", (long long)N);
         return ploss_check_shape_error(name, want, v);
     }
     if (v->numel == 1 && v->ndim <= 1)
@@ -517,6 +517,6 @@ ploss_status ploss_check_no_inplace(const char *loss_name, int inplace)
 {
     if (!inplace)
         return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %s has no in-place gradient (its inputs each get one)",
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %s has no in-place gradient (its gradients go to buffers of their own)",
                        loss_name);
 }

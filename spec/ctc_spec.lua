@@ -254,6 +254,11 @@ describe("CTCLoss", function()
     local v = l:totable()
     H.assert_close(v[2], -(lp[1][2][1] + lp[2][2][1] + lp[3][2][1]), { rtol = 1e-14 })
     assert.are.equal(0, v[3])
+    -- a probability of 1 (one class, the blank; an empty target) is a loss of +0, not −0
+    local one = F.ctc_loss(ploss.zeros({ 3, 2, 1 }, { dtype = "f64" }), ploss.empty({ 2, 0 }, { dtype = "i64" }), { 3, 3 },
+      { 0, 0 }, { reduction = "none" }):totable()
+    assert.are.equal(math.huge, 1 / one[1])
+    assert.are.equal(math.huge, 1 / one[2])
     -- (1, 1) needs 3 frames; 2 given: +inf, a NaN gradient on its frames, zeros after them
     local y, il, tl = i64 { { 1, 2 }, { 1, 1 }, { 2, 0 } }, { 3, 2, 0 }, { 2, 2, 1 }
     local loss, g = F.ctc_loss_fused(x, y, il, tl, { reduction = "none" })

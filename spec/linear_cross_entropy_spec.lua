@@ -362,6 +362,15 @@ describe("LinearCrossEntropyLoss", function()
     local twice = H.values(gw)
     for k = 1, #twice do twice[k] = 2 * twice[k] end
     H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
+    -- its own sums are not dropped for a weight of another shape: refused until clearState()
+    local x9, w9, y9 = inputs(7, 9, 3, 44, { 2 })
+    H.expect_error(function() own(x9, w9, y9) end, "LinearCrossEntropyLoss: grad_weight holds the sums so far as a " ..
+      "ploss tensor f64[5, 3] on cpu, this call's weight is a ploss tensor f64[9, 3] on cpu: clearState() starts")
+    H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
+    own:clearState()
+    local _, _, g9 = F.linear_cross_entropy_fused(x9, w9, y9)
+    local _, _, o9 = own(x9, w9, y9)
+    H.assert_close(o9, g9, { rtol = 0, atol = 0 })
     crit.grad_weight = "buffer"
     H.expect_error(function() crit(x, w, y) end, "LinearCrossEntropyLoss.grad_weight: expected a ploss tensor, got string")
     -- the destination given to the constructor, as the field does
@@ -421,7 +430,7 @@ describe("LinearCrossEntropyLoss", function()
     end, "grad_weight: expected f32, got f64")
     H.expect_error(function()
       F.linear_cross_entropy_fused(x:type("bf16"), w:type("bf16"), y, { grad_hidden = ploss.empty({ 6, 4 }, { dtype = "f16" }) })
-    end, "grad_hidden: expected bf16, got f16")
+    end, "grad_hidden: expected bf16 or f32, got f16")
   end)
 
   it("refuses bad input with an error naming the argument, writing nothing", function()
@@ -433,6 +442,13 @@ describe("LinearCrossEntropyLoss", function()
     local function fused(...) return F.linear_cross_entropy_fused(...) end
     H.expect_error(function() fused(x, ploss.randn({ 5, 4 }, { dtype = "f64" }), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end,
       "weight: expected V×3 vocabulary rows (one per row; H = 3 as hidden)")
+    -- a weight given H×V: the message names the layout option
+    H.expect_error(function() fused(x, w:t():contiguous(), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end,
+      "weight: expected V×3 vocabulary rows (one per row; H = 3 as hidden; for a 3×V weight: weight_layout = 'DxC', " ..
+      "or its transpose), got f64[3, 5]")
+    -- a Lua table of numbers for hidden is a hidden that is not a tensor, not the list form
+    H.expect_error(function() ploss.LinearCrossEntropyLoss {}({ { 1, 2, 3 }, { 4, 5, 6 } }, w, y) end,
+      "LinearCrossEntropyLoss: hidden: expected a ploss tensor, got table")
     H.expect_error(function() fused(x, w:float(), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end, "weight")
     H.expect_error(function() fused(x, w, ploss.tensor({ 0, 1, 5, 2 }, { dtype = "i64" }), { out = out, grad_hidden = g1, grad_weight = g2 }) end,
       "labels: class index 5 at row 2")

@@ -450,7 +450,7 @@ describe("TripletMarginLoss", function()
     H.expect_error(function()
       F.triplet_margin_backward(a, p, n, ploss.ones({ 3 }),
         { grad_anchor = g[1], grad_positive = g[2], grad_negative = g[3], reduction = "none" })
-    end, "gradOutput: expected [4] (one value per row", g[1], g[2], g[3])
+    end, "gradOutput: expected [4] (one value per sample", g[1], g[2], g[3])
     -- options
     H.expect_error(function() fused(a, p, n, { p = 0.5 }) end, "opts.p: 0.5 is not a finite number >= 1", out, g[1])
     H.expect_error(function() fused(a, p, n, { eps = -1 }) end, "opts.eps: -1 is not a finite number >= 0", out, g[1])

@@ -572,7 +572,7 @@ describe("CosineEmbeddingLoss", function()
     H.expect_error(function()
       F.cosine_embedding_loss_backward(x1, x2, y, ploss.ones({ 3 }, { dtype = "f64" }),
         { grad_input1 = g[1], grad_input2 = g[2], reduction = "none" })
-    end, "gradOutput: expected [4] (one value per row", g[1], g[2])
+    end, "gradOutput: expected [4] (one value per sample", g[1], g[2])
     H.expect_error(function() fused(x1, x2, y, { margin = 0 / 0 }) end, "opts.margin: nan is not a finite number", out, g[1])
     H.expect_error(function() ploss.CosineEmbeddingLoss { inplace = true } end, "has no in-place gradient")
     H.expect_error(function() ploss.CosineEmbeddingLoss { margin = "a" } end, "margin")

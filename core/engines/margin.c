@@ -273,7 +273,7 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
                                      const ploss_loss_args *a, const ploss_loss_params *o, ploss_margin_call *out)
 {
     ploss_status st;
-    char want[128];
+    char want[192];
     ploss_view x, w, y, l, gl, gx, gw, b, gb, stats[2];
     memset(&b, 0, sizeof b);
     memset(&gb, 0, sizeof gb);
@@ -306,6 +306,10 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
         if (dxc)
             snprintf(want, sizeof want, "%lld×%s %s (one per column, weight_layout DxC; %s = %lld as %s)",
                      (long long)D, cl, rows_of_w, dl, (long long)D, xn);
+        else if (w.ndim == 2 && w.shape[0] == D) /* D×C given for C×D: say how to pass it */
+            snprintf(want, sizeof want, "%s×%lld %s (one per row; %s = %lld as %s; for a %lld×%s weight: "
+                     "weight_layout = 'DxC', or its transpose)", cl, (long long)D, rows_of_w, dl, (long long)D, xn,
+                     (long long)D, cl);
         else
             snprintf(want, sizeof want, "%s×%lld %s (one per row; %s = %lld as %s)", cl, (long long)D, rows_of_w, dl,
                      (long long)D, xn);
@@ -349,9 +353,13 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
                 return st;
             /* the linear cross-entropy also writes f32 gradients of f16/bf16 inputs (a
              * mixed-precision step's fp32 gradients, accumulated over the tiles unrounded) */
-            const int wide = linear && g[k]->dtype == PLOSS_F32 && (x.dtype == PLOSS_F16 || x.dtype == PLOSS_BF16);
-            if (!wide && (st = ploss_check_dtype(g[k], x.dtype, name)))
-                return st;
+            const int narrow_in = linear && (x.dtype == PLOSS_F16 || x.dtype == PLOSS_BF16);
+            if (g[k]->dtype != x.dtype && !(narrow_in && g[k]->dtype == PLOSS_F32)) {
+                if (narrow_in)
+                    return ploss_error(PLOSS_ERR_DTYPE, "%s: expected %s or f32, got %s", name,
+                                       ploss_dtype_name(x.dtype), ploss_dtype_name(g[k]->dtype));
+                return ploss_check_dtype(g[k], x.dtype, name);
+            }
             if (g[k]->ndim != 2 || g[k]->shape[0] != in[k]->shape[0] || g[k]->shape[1] != in[k]->shape[1]) {
                 snprintf(want, sizeof want, "[%lld, %lld] (the shape of %s)", (long long)in[k]->shape[0],
                          (long long)in[k]->shape[1], spec->input_names[k]);

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(THREADS) ctc_recursion(ploss_ctc_problem p, Se
     __syncthreads();
     if (threadIdx.x == 0) {
         const A *last = buf(Tn - 1);
-        nll[n] = -((double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]) + O);
+        nll[n] = 0.0 - ((double)(L > 0 ? lse(last[s2 - 1], last[s2 - 2]) : last[0]) + O); /* +0, not −0 */
     }
 }
 

@@ -213,7 +213,7 @@ local function resolve(d, user, extra, where, own_keys)
       end
     end
     if d.inputs and user.inplace ~= nil then
-      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its inputs each get one)", where,
+      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its gradients go to buffers of their own)", where,
         d.criterion))
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
@@ -701,7 +701,8 @@ local function build_multi(d)
       end
       if not ploss.is_tensor(v) then
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s%s", where, name, type(v),
-          v == nil and string.format(" (argument %d of %s)", k, D.call_text(d)) or ""))
+          v == nil and string.format(" (argument %d of %s)", k, D.call_text(d, where ~= d.criterion and where or nil))
+            or ""))
       end
       if k <= ninputs then t.inputs[k] = v else t.target = v end
     end
@@ -839,7 +840,11 @@ local function build_multi(d)
     for i = 1, n do a[ninputs + i] = select(i, ...) end
     return unpack(a, 1, ninputs + n)
   end
-  local function is_list(v) return type(v) == "table" and not ploss.is_tensor(v) end
+  -- the list form holds tensors: a Lua table of numbers in the first place is a first input
+  -- that is not a tensor (tensors_of names it)
+  local function is_list(v)
+    return type(v) == "table" and not ploss.is_tensor(v) and (v[1] == nil or ploss.is_tensor(v[1]))
+  end
 
   function cls:forward_tensor(...)
     nn.check_self(self, d.criterion, "forward_tensor")
@@ -893,10 +898,12 @@ local function build_multi(d)
       local old, sizes = self._grads[k], x:size()
       local new = nn.grad_buffer(old, x, nil, nil, nil, t.args, #t.args)
       if new ~= old and t.o.accumulate then
-        -- replaced only for being given back as an input: its sums carry on
-        if old and not old:is_freed() and old:dtype() == x:dtype() and old:device() == x:device() and
-          old:has_sizes(sizes) then
-          new:copy(old)
+        local live = old and not old:is_freed()
+        if live and old:dtype() == x:dtype() and old:device() == x:device() and old:has_sizes(sizes) then
+          new:copy(old) -- replaced only for being given back as an input: its sums carry on
+        elseif live then -- a sum of another shape, dtype or device would be lost without a word
+          ploss.raise(string.format("%s: %s holds the sums so far as %s, this call's %s is %s: clearState() " ..
+            "starts the sums afresh", d.criterion, name, ploss.shown(old), d.inputs[k].name, ploss.shown(x)))
         else
           new:fill(0)
         end

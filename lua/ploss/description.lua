@@ -305,13 +305,14 @@ function D.target_name(desc)
 end
 
 --- The call of a criterion of description `desc` with its tensor arguments, as the messages
--- write it: crit(log_probs, target, input_lengths, target_lengths).
-function D.call_text(desc)
+-- write it: crit(log_probs, target, input_lengths, target_lengths), or with the name
+-- `callee` in place of crit (a functional's).
+function D.call_text(desc, callee)
   local names = {}
   for _, a in ipairs(D.arguments(desc, "forward")) do
     if a[2] == "input" or a[2] == "target" or (a[2] == "tensor" and a[3].argument) then names[#names + 1] = a[1] end
   end
-  return "crit(" .. table.concat(names, ", ") .. ")"
+  return (callee or "crit") .. "(" .. table.concat(names, ", ") .. ")"
 end
 
 -- The arguments of a loss of several inputs (see D.arguments).

@@ -106,7 +106,7 @@ static double forward(const sequence *q, double *A, int keep)
             cur[s] = lse3(prev[s], prev[s - 1], prev[s - 2] + skip[s], y[s]);
     }
     const double *last = A + PAD + (keep ? q->Tn - 1 : (q->Tn - 1) & 1) * W;
-    return -(q->L > 0 ? lse(last[S2 - 1], last[S2 - 2]) : last[0]);
+    return 0.0 - (q->L > 0 ? lse(last[S2 - 1], last[S2 - 2]) : last[0]); /* +0, not −0, for a probability of 1 */
 }
 
 /* e^(γ + ℓ − lp), the share of the alignments through (t, c): 0 where none passes (γ = −∞)

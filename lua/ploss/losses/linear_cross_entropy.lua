@@ -109,7 +109,10 @@ entry counts.  An ignored row adds nothing to the loss and gets a zero gradient,
 non-finite hidden state in it still reaches grad_weight through the product (0·NaN is NaN),
 as in PyTorch's composite.  The softcap caps the bias with the product: a bias of −∞ becomes
 the logit −c there, not a masked class (mask a padded vocabulary with the bias only without
-softcap, or leave the padded rows out of the weight).  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
+softcap, or leave the padded rows out of the weight).  Nor does such a mask combine with
+label_smoothing: the smoothing term averages lse − z over every class, the masked ones
+included, so the loss is +∞ (the gradient stays finite), as in PyTorch's composite; leave
+the padded rows out of the weight there.  CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
 accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
 gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
 weight gradient is rounded to its dtype once per tile of rows there, except its label
