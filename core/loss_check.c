@@ -517,6 +517,7 @@ ploss_status ploss_check_no_inplace(const char *loss_name, int inplace)
 {
     if (!inplace)
         return PLOSS_OK;
-    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace: %s has no in-place gradient (its gradients go to buffers of their own)",
+    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                       "opts.inplace: %s has no in-place gradient (its gradients go to buffers of their own)",
                        loss_name);
 }

@@ -213,8 +213,8 @@ local function resolve(d, user, extra, where, own_keys)
       end
     end
     if d.inputs and user.inplace ~= nil then
-      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its gradients go to buffers of their own)", where,
-        d.criterion))
+      ploss.raise(string.format("%s: inplace: %s has no in-place gradient (its gradients go to buffers of their " ..
+        "own)", where, d.criterion))
     end
     ploss.check_option_keys(user, where, option_names(d), extra)
   end
