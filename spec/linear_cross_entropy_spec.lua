@@ -362,10 +362,19 @@ describe("LinearCrossEntropyLoss", function()
     local twice = H.values(gw)
     for k = 1, #twice do twice[k] = 2 * twice[k] end
     H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
+    -- a batch of another length: grad_hidden is overwritten (not summed), the weight's sums
+    -- go on
+    local x3, _, y3 = inputs(3, 5, 3, 45, { 1 })
+    local _, gx3, gw3 = F.linear_cross_entropy_fused(x3, w, y3)
+    local _, h3, o3 = own(x3, w, y3)
+    H.assert_close(h3, gx3, { rtol = 0, atol = 0 })
+    for k, v in ipairs(H.values(gw3)) do twice[k] = twice[k] + v end
+    H.assert_close(H.values(o3), twice, { rtol = 1e-15, atol = 1e-15 })
     -- its own sums are not dropped for a weight of another shape: refused until clearState()
     local x9, w9, y9 = inputs(7, 9, 3, 44, { 2 })
-    H.expect_error(function() own(x9, w9, y9) end, "LinearCrossEntropyLoss: grad_weight holds the sums so far as a " ..
-      "ploss tensor f64[5, 3] on cpu, this call's weight is a ploss tensor f64[9, 3] on cpu: clearState() starts")
+    H.expect_error(function() own(x9, w9, y9) end, "LinearCrossEntropyLoss: grad_weight (its own buffer, which " ..
+      "accumulate adds to) is a ploss tensor f64[5, 3] on cpu, this call's weight is a ploss tensor f64[9, 3] on cpu: " ..
+      "clearState() starts the sums afresh")
     H.assert_close(H.values(own.gradInput[2]), twice, { rtol = 1e-15, atol = 1e-15 })
     own:clearState()
     local _, _, g9 = F.linear_cross_entropy_fused(x9, w9, y9)
@@ -446,6 +455,9 @@ describe("LinearCrossEntropyLoss", function()
     H.expect_error(function() fused(x, w:t():contiguous(), y, { out = out, grad_hidden = g1, grad_weight = g2 }) end,
       "weight: expected V×3 vocabulary rows (one per row; H = 3 as hidden; for a 3×V weight: weight_layout = 'DxC', " ..
       "or its transpose), got f64[3, 5]")
+    H.expect_error(function() fused(x, w, y, { out = out, weight_layout = "DxC" }) end,
+      "weight: expected 3×V vocabulary rows (one per column, weight_layout DxC; H = 3 as hidden; for a V×3 weight: " ..
+      "the default weight_layout 'CxD'), got f64[5, 3]")
     -- a Lua table of numbers for hidden is a hidden that is not a tensor, not the list form
     H.expect_error(function() ploss.LinearCrossEntropyLoss {}({ { 1, 2, 3 }, { 4, 5, 6 } }, w, y) end,
       "LinearCrossEntropyLoss: hidden: expected a ploss tensor, got table")
@@ -532,6 +544,21 @@ describe("LinearCrossEntropyLoss", function()
         H.gradcheck(f, x, gx, { rtol = 1e-6, atol = 1e-7, what = "hidden " .. label(o) })
         H.gradcheck(f, w, gw, { rtol = 1e-6, atol = 1e-7, what = "weight " .. label(o) })
       end
+    end)
+
+    it("adds into its own grad_bias, and refuses to drop those sums for a bias of another dtype", function()
+      local x, w, y = inputs(7, 5, 3, 93, { 2 })
+      local b = bias(5, 94)
+      local _, _, _, gb = F.linear_cross_entropy_fused(x, w, y, { bias = b })
+      local crit = ploss.LinearCrossEntropyLoss { accumulate = true, bias = b }
+      crit(x, w, y)
+      local _, _, _, own = crit(x, w, y)
+      local twice = H.values(gb)
+      for k = 1, #twice do twice[k] = 2 * twice[k] end
+      H.assert_close(H.values(own), twice, { rtol = 1e-15, atol = 1e-15 })
+      crit.bias = b:float()
+      H.expect_error(function() crit(x, w, y) end, "LinearCrossEntropyLoss: grad_bias (its own buffer, which " ..
+        "accumulate adds to) is a ploss tensor f64[5] on cpu, this call's bias is a ploss tensor f32[5] on cpu")
     end)
 
     it("takes the bias from the criterion's field or as a list, and writes or adds grad_bias", function()

@@ -864,7 +864,8 @@ describe("margin softmax losses", function()
     H.expect_error(function() F.arc_face_fused(x, ploss.randn({ 5, 4 }), y, fo) end,
       "weight: expected C×3 class centres (one per row; D = 3 as x)", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { weight_layout = "DxC" })) end,
-      "weight: expected 3×C class centres (one per column, weight_layout DxC; D = 3 as x)", out, g1, g2)
+      "weight: expected 3×C class centres (one per column, weight_layout DxC; D = 3 as x; for a C×3 weight: the " ..
+      "default weight_layout 'CxD')", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w:t(), y, with(fo, { weight_layout = "DxC" })) end,
       "grad_weight: expected [3, 5] (the shape of weight)", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { weight_layout = "CD" })) end,

@@ -303,7 +303,11 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     if (w.ndim != 2 || w.shape[ad] != D) {
         /* the linear cross-entropy's sizes are the vocabulary V and the hidden size H */
         const char *cl = linear ? "V" : "C", *dl = linear ? "H" : "D";
-        if (dxc)
+        if (dxc && w.ndim == 2 && w.shape[1] == D) /* C×D given with weight_layout DxC */
+            snprintf(want, sizeof want, "%lld×%s %s (one per column, weight_layout DxC; %s = %lld as %s; for a "
+                     "%s×%lld weight: the default weight_layout 'CxD')", (long long)D, cl, rows_of_w, dl, (long long)D,
+                     xn, cl, (long long)D);
+        else if (dxc)
             snprintf(want, sizeof want, "%lld×%s %s (one per column, weight_layout DxC; %s = %lld as %s)",
                      (long long)D, cl, rows_of_w, dl, (long long)D, xn);
         else if (w.ndim == 2 && w.shape[0] == D) /* D×C given for C×D: say how to pass it */

@@ -549,6 +549,9 @@ local function tensor_and_print_methods(cls, d)
     for _, t in ipairs(d.tensors) do
       if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
     end
+    for k, g in pairs(rawget(self, "_grads") or {}) do -- its own gradient buffers (sums of accumulate) too
+      if ploss.is_tensor(g) and not g:is_freed() then self._grads[k] = g:to(device) end
+    end
     return self
   end
   function cls:cuda()
@@ -701,8 +704,8 @@ local function build_multi(d)
       end
       if not ploss.is_tensor(v) then
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s%s", where, name, type(v),
-          v == nil and string.format(" (argument %d of %s)", k, D.call_text(d, where ~= d.criterion and where or nil))
-            or ""))
+          v == nil and string.format(" (argument %d of %s)", k,
+            where ~= d.criterion and D.call_text(d, where, pass_of(where)) or D.call_text(d)) or ""))
       end
       if k <= ninputs then t.inputs[k] = v else t.target = v end
     end
@@ -883,11 +886,16 @@ local function build_multi(d)
   -- The gradients of the call, one per input: the tensor set as the criterion's field of
   -- that gradient's name (crit.grad_weight = t: the gradient goes there), else the
   -- criterion's own buffer (when the loss accumulates into it, a new one starts from zeros,
-  -- or from the sums of the one it replaces when that one is given back as an input); then
+  -- or from the sums of the one it replaces when that one is given back as an input; sums
+  -- of another shape, dtype or device are refused, not dropped, till clearState()); then
   -- those of the extra tensors with a gradient that are given (crit.grad_bias likewise).
   -- Returns them all in that order (t.grads: the inputs', t.tensor_grads: by tensor).
+  local accumulating = {} -- gradient name → the option that adds to it (accumulate; the others overwritten)
+  for _, opt in ipairs(d.options or {}) do
+    for _, g in ipairs(opt.grads or {}) do accumulating[g] = opt.name end
+  end
   local function grad_buffers(self, t)
-    local function given_or_own(name, k, x)
+    local function given_or_own(name, k, x, xname)
       local given = rawget(self, name)
       if given ~= nil then
         if not ploss.is_tensor(given) then
@@ -901,9 +909,10 @@ local function build_multi(d)
         local live = old and not old:is_freed()
         if live and old:dtype() == x:dtype() and old:device() == x:device() and old:has_sizes(sizes) then
           new:copy(old) -- replaced only for being given back as an input: its sums carry on
-        elseif live then -- a sum of another shape, dtype or device would be lost without a word
-          ploss.raise(string.format("%s: %s holds the sums so far as %s, this call's %s is %s: clearState() " ..
-            "starts the sums afresh", d.criterion, name, ploss.shown(old), d.inputs[k].name, ploss.shown(x)))
+        elseif live and accumulating[name] then -- sums of another shape, dtype or device: not dropped silently
+          ploss.raise(string.format("%s: %s (its own buffer, which %s adds to) is %s, this call's %s is %s: " ..
+            "clearState() starts the sums afresh", d.criterion, name, accumulating[name], ploss.shown(old), xname,
+            ploss.shown(x)))
         else
           new:fill(0)
         end
@@ -913,14 +922,14 @@ local function build_multi(d)
     end
     local all, g = {}, {}
     for k, x in ipairs(t.inputs) do
-      g[k] = given_or_own(d.inputs[k].grad, k, x)
+      g[k] = given_or_own(d.inputs[k].grad, k, x, d.inputs[k].name)
       all[k] = g[k]
     end
     t.grads = g
     t.tensor_grads = {}
     for k, tt in ipairs(d.tensors) do
       if tt.grad and t.tensors[k] ~= nil then
-        t.tensor_grads[k] = given_or_own(tt.grad_name, ninputs + k, t.tensors[k])
+        t.tensor_grads[k] = given_or_own(tt.grad_name, ninputs + k, t.tensors[k], tt.name)
         all[#all + 1] = t.tensor_grads[k]
       elseif tt.grad and rawget(self, tt.grad_name) ~= nil then
         no_tensor_for_grad(d.criterion .. "." .. tt.grad_name, tt)

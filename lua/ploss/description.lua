@@ -81,7 +81,10 @@
 --                field of the engines' parameters when it differs from the name; ctype for
 --                enums; list = { value, tensor }: an enum's list form, a list given for it
 --                being that tensor option with that value; type_hint: appended to the error
---                for a value of the wrong type }.  Types:
+--                for a value of the wrong type; grads = { gradient names }: a bool option
+--                that adds the call's gradients into those buffers (accumulate) — the
+--                criterion carries its own buffers' sums over, and refuses to drop them }.
+--                Types:
 --                'int64', 'int', 'double' (finite), 'enum', 'bool', and 'comm' (a
 --                communicator, ploss.comm; default false: none; a ploss_comm_t * in C).
 --   unused_options  { name = true }: fields of a shared struct this loss does not read
@@ -306,12 +309,13 @@ end
 
 --- The call of a criterion of description `desc` with its tensor arguments, as the messages
 -- write it: crit(log_probs, target, input_lengths, target_lengths), or with the name
--- `callee` in place of crit (a functional's).
-function D.call_text(desc, callee)
+-- `callee` in place of crit (a functional's; its pass `pass`: backward's takes gradOutput).
+function D.call_text(desc, callee, pass)
   local names = {}
   for _, a in ipairs(D.arguments(desc, "forward")) do
     if a[2] == "input" or a[2] == "target" or (a[2] == "tensor" and a[3].argument) then names[#names + 1] = a[1] end
   end
+  if pass == "backward" then names[#names + 1] = "gradOutput" end
   return (callee or "crit") .. "(" .. table.concat(names, ", ") .. ")"
 end
 

@@ -53,7 +53,7 @@ return {
     { "softcap", "double", 0, min = 0,
       doc = "c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap" },
     { "z_loss", "double", 0, min = 0, doc = "adds z_loss·lse² per token (PaLM's auxiliary loss)" },
-    { "accumulate", "bool", false,
+    { "accumulate", "bool", false, grads = { "grad_weight", "grad_bias" },
       doc = "add the weight's (and the bias's) gradient into grad_weight (grad_bias) instead of overwriting it " ..
         "(gradient accumulation)" },
     { "weight_layout", "enum", "CxD", ctype = "ploss_weight_layout",
