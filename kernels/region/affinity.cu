@@ -143,6 +143,38 @@ __global__ void __launch_bounds__(THREADS) window_prep(const ploss_region_proble
  * inlined there its dtype switch would be most of the kernels' code. */
 __device__ __noinline__ double upstream_element(const void *g, ploss_dtype dt, int64_t i) { return load_dyn(g, dt, i); }
 
+/* A block's tile of one image (blocks in image-major order of TH×TW tiles): the image n, the
+ * halo's origin (h0, w0) and this thread's pixel (h, wc; zi its index in the halo). */
+struct WindowTile {
+    int64_t n, h0, w0, h, wc;
+    int zi;
+    __device__ __forceinline__ WindowTile(const ploss_region_problem &p, const Halo &HL)
+    {
+        const int64_t H = p.sshape[0], W = p.sshape[1];
+        const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH), tile = blockIdx.x % tiles;
+        const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+        n = blockIdx.x / tiles;
+        h0 = (tile / tiles_w) * TH - HL.R;
+        w0 = (tile % tiles_w) * TW - HL.R;
+        zi = (ty + HL.R) * HL.W + tx + HL.R;
+        h = h0 + HL.R + ty;
+        wc = w0 + HL.R + tx;
+    }
+};
+
+/* The labels of the tile and its halo into s_lab (-1: outside the image or ignored), then
+ * a barrier. */
+__device__ __forceinline__ void stage_labels(const ploss_region_problem &p, const WindowWork &w, const Halo &HL,
+                                             int64_t n, int64_t h0, int64_t w0, int *s_lab)
+{
+    const int64_t H = p.sshape[0], W = p.sshape[1];
+    for (int i = threadIdx.x; i < HL.SIZE; i += THREADS) {
+        const int64_t hh = h0 + i / HL.W, ww = w0 + i % HL.W;
+        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
+    }
+    __syncthreads();
+}
+
 /* The gradient's multiplier of every pair factor: 1 / Σ m for MEAN (0 without pairs), the
  * fused pass's scale, or a reduced loss's upstream gradient. */
 __device__ __forceinline__ double window_base(const ploss_region_problem &p, unsigned long long pairs)
@@ -219,18 +251,11 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     int *s_lab = (int *)(s_x + (size_t)cc * HL.SIZE);
 
     const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
-    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
-    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int64_t h0 = (tile / tiles_w) * TH - HL.R, w0 = (tile % tiles_w) * TW - HL.R; /* the halo's origin */
-    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL.R) * HL.W + tx + HL.R;
-    const int64_t h = h0 + HL.R + ty, wc = w0 + HL.R + tx;
+    const WindowTile tl(p, HL);
+    const int64_t n = tl.n, h0 = tl.h0, w0 = tl.w0, h = tl.h, wc = tl.wc;
+    const int zi = tl.zi;
     const bool mine = h < H && wc < W;
-
-    for (int i = threadIdx.x; i < HL.SIZE; i += THREADS) {
-        const int64_t hh = h0 + i / HL.W, ww = w0 + i % HL.W;
-        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
-    }
-    __syncthreads();
+    stage_labels(p, w, HL, n, h0, w0, s_lab);
     const bool one = C <= cc; /* every class in one chunk: the logits are read once */
     /* chunk [c0, c0 + kc) of the logits (0 at pixels outside the image or ignored),
      * LOAD_BATCH per thread at a time */
@@ -344,18 +369,11 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
     int *s_lab = (int *)(s_x + (size_t)SX * HL.SIZE);
 
     const int64_t H = p.sshape[0], W = p.sshape[1], C = p.C;
-    const int64_t tiles_w = (W + TW - 1) / TW, tiles = tiles_w * ((H + TH - 1) / TH);
-    const int64_t n = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int64_t h0 = (tile / tiles_w) * TH - HL.R, w0 = (tile % tiles_w) * TW - HL.R; /* the halo's origin */
-    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW, zi = (ty + HL.R) * HL.W + tx + HL.R;
-    const int64_t h = h0 + HL.R + ty, wc = w0 + HL.R + tx;
+    const WindowTile tl(p, HL);
+    const int64_t n = tl.n, h0 = tl.h0, w0 = tl.w0, h = tl.h, wc = tl.wc;
+    const int zi = tl.zi;
     const bool mine = h < H && wc < W;
-
-    for (int i = threadIdx.x; i < HL.SIZE; i += THREADS) {
-        const int64_t hh = h0 + i / HL.W, ww = w0 + i % HL.W;
-        s_lab[i] = hh >= 0 && hh < H && ww >= 0 && ww < W ? w.label[n * p.S + hh * W + ww] : -1;
-    }
-    __syncthreads();
+    stage_labels(p, w, HL, n, h0, w0, s_lab);
     /* the logits, four classes of one halo pixel per item (0 at pixels outside the image or
      * ignored, and for the padding classes), LOAD_BATCH / 2 items per thread in flight */
     with_storage<A>(src.dt, [&](auto tag) {
