@@ -258,8 +258,11 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
  * ∈ {0, 1} both give α_t·(1 − p_t)^γ·BCE(x, y). 'mean' divides by the element count.
  *
  * Targets outside [0, 1] are not checked (torchvision's form then takes a power of a negative
- * number: NaN for a non-integer γ). Logits of any finite size give finite values: every
- * logarithm is taken in log-space.
+ * number: NaN for a non-integer γ; for an integer γ the loss and its gradient are those of
+ * the formula). Logits of any finite size give finite values: every logarithm is taken in
+ * log-space. The default reduction is 'mean', as every ploss criterion's, where
+ * torchvision.ops.sigmoid_focal_loss defaults to reduction = 'none': pass reduction = 'none'
+ * for its per-element losses.
  *
  * in  input       logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).

@@ -503,6 +503,27 @@ describe("calls on a criterion", function()
     assert.are.equal(F.cross_entropy(x, y), F.cross_entropy(x, y, nil, nil))
   end)
 
+  it("say what to pass for a Torch7 port's number, Lua list, 1-based list, box shape or type name", function()
+    local x1 = ploss.tensor({ 0.1, 0.2, 0.4 }, { dtype = "f64" })
+    H.expect_error(function() ploss.ClassNLLCriterion():forward(x1, 2) end,
+      "target: expected a ploss tensor, got number (one sample's class: ploss.tensor(k, {dtype = 'i64'}), 0-based")
+    H.expect_error(function() ploss.MSECriterion():forward(x1, { 1, 2, 3 }) end,
+      "target: expected a ploss tensor, got table (a Lua list: ploss.tensor(list, {dtype = ...})")
+    H.expect_error(function()
+      ploss.MultiLabelMarginCriterion():forward(x1:view(1, 3), ploss.tensor({ { 3, 1, 0 } }, { dtype = "i64" }))
+    end, "(Torch7's 1-based lists ended by 0: target - 1, in Lua target:add_(-1), ends them at -1)")
+    local function giou(a, b) return ploss.GIoULoss {}(a, b) end
+    H.expect_error(function() giou(ploss.zeros({ 4 }, { dtype = "f64" }), ploss.zeros({ 4 }, { dtype = "f64" })) end,
+      "input: expected N×4 boxes (shape [N, 4]; one box: :view(1, 4)), got f64[4]")
+    H.expect_error(function() giou(ploss.zeros({ 2, 3, 4 }, { dtype = "f64" }), ploss.zeros({ 6, 4 }, { dtype = "f64" })) end,
+      "batches of boxes: :view(-1, 4))")
+    H.expect_error(function() giou(ploss.zeros({ 5, 6 }, { dtype = "f64" }), ploss.zeros({ 5, 4 }, { dtype = "f64" })) end,
+      "the first four columns: :narrow(2, 1, 4))")
+    local crit = ploss.ClassNLLCriterion()
+    assert.are.equal(crit, crit:type("double"))
+    assert.are.equal(crit, crit:type("float"))
+  end)
+
   it("refuse Torch7's positional constructor arguments (sizeAverage, weights) rather than read them", function()
     for _, c in ipairs { "MSECriterion", "AbsCriterion", "BCECriterion", "MultiLabelSoftMarginCriterion", "MSELoss",
       "TripletMarginLoss", "PartialFCLoss" } do

@@ -288,6 +288,26 @@ describe("focal family by hand", function()
     end
   end)
 
+  it("sigmoid focal with targets outside [0, 1] and an integer γ: the derivative of its loss (central differences)", function()
+    -- there 1 − p_t < 0 on some elements: the (1 − p_t)^γ term's derivative is still taken
+    local xs, ys = { 2.0, -1.2, -3.0, 0.4, 1.5 }, { 2.0, -0.5, -1.0, 1.2, -0.2 }
+    for _, o in ipairs { { gamma = 2, alpha = -1 }, { gamma = 2, alpha = 0.25 }, { gamma = 1, alpha = -1 }, { gamma = 3 } } do
+      o.reduction = "sum"
+      local x = ploss.tensor(xs, { dtype = "f64" })
+      local y = ploss.tensor(ys, { dtype = "f64" })
+      local _, g = F.sigmoid_focal_fused(x, y, o)
+      local gv, h = g:totable(), 1e-6
+      for i = 1, #xs do
+        local xp, xm = { unpack(xs) }, { unpack(xs) }
+        xp[i], xm[i] = xs[i] + h, xs[i] - h
+        local fd = (F.sigmoid_focal(ploss.tensor(xp, { dtype = "f64" }), y, o) -
+                    F.sigmoid_focal(ploss.tensor(xm, { dtype = "f64" }), y, o)) / (2 * h)
+        H.assert_close(gv[i], fd, { rtol = 1e-7, atol = 1e-9, what = string.format("γ %g α %s x %g y %g", o.gamma,
+          tostring(o.alpha), xs[i], ys[i]) })
+      end
+    end
+  end)
+
   it("alpha < 0 disables the balancing: (1 − p_t)^γ·BCE", function()
     local x = ploss.tensor({ 0.3, -1.2 }, { dtype = "f64" })
     local y = ploss.tensor({ 1, 0 }, { dtype = "f64" })

@@ -26,8 +26,16 @@ static ploss_status check_box_tensor(ploss_ctx_t *ctx, const DLTensor *t, const 
     if (!ploss_dtype_is_float(v->dtype))
         return ploss_error(PLOSS_ERR_DTYPE, "%s: expected boxes of dtype f32, f16, bf16 or f64, got %s", name,
                            ploss_dtype_name(v->dtype));
-    if (v->ndim != 2 || v->shape[1] != 4)
-        return ploss_check_shape_error(name, "N×4 boxes (shape [N, 4])", v);
+    if (v->ndim != 2 || v->shape[1] != 4) { /* with the view that gives N×4 where one does */
+        const char *want = "N×4 boxes (shape [N, 4])";
+        if (v->ndim == 1 && v->shape[0] == 4)
+            want = "N×4 boxes (shape [N, 4]; one box: :view(1, 4))";
+        else if (v->ndim > 2 && v->shape[v->ndim - 1] == 4)
+            want = "N×4 boxes (shape [N, 4]; batches of boxes: :view(-1, 4))";
+        else if (v->ndim == 2 && v->shape[1] > 4)
+            want = "N×4 boxes (shape [N, 4]; the first four columns: :narrow(2, 1, 4))";
+        return ploss_check_shape_error(name, want, v);
+    }
     return PLOSS_OK;
 }
 

@@ -104,8 +104,11 @@ static ploss_status check_label_lists_cpu(const ploss_view *t, const ploss_row_o
             if (y >= r->C)
                 return ploss_error(PLOSS_ERR_INVALID_LABEL,
                                    "target: class index %lld at (row %lld, position %lld) is outside [0, %lld); "
-                                   "0-based, a row's list ends at its first negative entry",
-                                   (long long)y, (long long)n, (long long)k, (long long)r->C);
+                                   "0-based, a row's list ends at its first negative entry%s",
+                                   (long long)y, (long long)n, (long long)k, (long long)r->C,
+                                   y == r->C ? " (Torch7's 1-based lists ended by 0: target - 1, in Lua "
+                                               "target:add_(-1), ends them at -1)"
+                                             : "");
         }
     return PLOSS_OK;
 }

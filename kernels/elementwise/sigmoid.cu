@@ -189,7 +189,7 @@ __device__ __forceinline__ void element(ploss_sigmoid_kind kind, A a1, A a0, A g
         /* ce·σ(x)σ(−x) first, and nothing where that factor is 0 (|x| past float's σ range
          * or ∞): not γ·ce overflowing to ∞ times 0 */
         const A ss = sig_pos * sig_neg;
-        if (gamma != A(0) && q > A(0) && ss != A(0))
+        if (gamma != A(0) && q != A(0) && ss != A(0)) /* q < 0: a target outside [0, 1] */
             d += gamma * (A(1) - A(2) * y) * qg * (ce * (ss / q));
         dx = Aw * d;
     } else {

@@ -409,9 +409,22 @@ local function written_out(raw, loss)
   if raw.out then loss:bump_version() end
 end
 
+-- what to pass instead of a Lua value v (Torch7 took a number as one sample's class)
+local function tensor_hint(v)
+  if type(v) == "number" then
+    return " (one sample's class: ploss.tensor(k, {dtype = 'i64'}), 0-based; a value: ploss.tensor(v))"
+  elseif type(v) == "table" then
+    return " (a Lua list: ploss.tensor(list, {dtype = ...}); class indices 0-based, i64)"
+  end
+  return ""
+end
 local function check_args(where, input, target)
-  if not ploss.is_tensor(input) then ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input)) end
-  if not ploss.is_tensor(target) then ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target)) end
+  if not ploss.is_tensor(input) then
+    ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input) .. tensor_hint(input))
+  end
+  if not ploss.is_tensor(target) then
+    ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target) .. tensor_hint(target))
+  end
 end
 
 -- Sizes of the 'none' loss: the sample shape (rows), the input's (elementwise), or the

@@ -176,14 +176,16 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- weights) in any float dtype, so the conversions choose only a device: :float(),
 -- :double() and :type('torch.FloatTensor' | 'torch.DoubleTensor') move those options to the
 -- CPU (crit:cpu()), :type('torch.Cuda…Tensor') to the GPU (crit:cuda()), and a ploss dtype
--- name ('f32', 'f64', 'f16', 'bf16') changes nothing; each returns the criterion.
+-- name ('f32', 'f64', 'f16', 'bf16', or an alias: 'float', 'double', …) changes nothing; each
+-- returns the criterion.
 -- :clearState() drops what the criterion keeps between calls (its loss, gradient and state
 -- buffers: the next call allocates them again and recomputes what backward would have
 -- reused), as Torch7's does before a criterion is saved; returns the criterion.
 -- :clone() is a new criterion of the same class and options, its tensors (class weights, a
 -- gradient's destination) copied and a composite's members cloned, with no buffers: as
 -- Torch7's deep copy, nothing of it is shared with the original.
-local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true }
+local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true, float = true, float32 = true, double = true,
+  float64 = true, half = true, float16 = true, bfloat16 = true } -- and the aliases ploss.tensor takes
 local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
 function nn.torch7_methods(cls, name)
   function cls:type(t)

@@ -122,7 +122,7 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
              * term is 0, not γ·ce overflowing to ∞ times 0 */
             const REAL ss = sig_pos * sig_neg;
             const REAL extra = ss != 0 ? gamma * (1 - 2 * y) * qg * (ce * (ss / q)) : 0;
-            *dx = A * (qg * p_minus_y + (gamma != 0 && q > 0 ? extra : 0));
+            *dx = A * (qg * p_minus_y + (gamma != 0 && q != 0 ? extra : 0)); /* q < 0: a target outside [0, 1] */
         }
     } else {
         /* 0 < γ < 1: |p − y|^(γ−1) is ill-conditioned at the kink y ≈ p, where σ(x)'s one

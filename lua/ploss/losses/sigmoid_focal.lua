@@ -33,6 +33,9 @@ s = σ(x)·σ(−x); the γ-term is taken as 0 where q = 0 (its limit).  referen
 rule on |y − p|^γ·e, with the subgradient 0 at the kink y = p (soft targets only).]],
   notes = [[
 Targets outside [0, 1] are not checked (torchvision's form then takes a power of a negative
-number: NaN for a non-integer γ).  Logits of any finite size give finite values: every
-logarithm is taken in log-space.]],
+number: NaN for a non-integer γ; for an integer γ the loss and its gradient are those of the
+formula).  Logits of any finite size give finite values: every logarithm is taken in
+log-space.  The default reduction is 'mean', as every ploss criterion's, where
+torchvision.ops.sigmoid_focal_loss defaults to reduction = 'none': pass reduction = 'none'
+for its per-element losses.]],
 }
