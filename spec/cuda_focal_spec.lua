@@ -83,6 +83,10 @@ describe("CUDA sigmoid family vs CPU", function()
                 string.format("focal %s γ=%g %s", conv, gamma, label))
             end
           end
+          -- targets in [-1, 2]: 1 − p_t < 0 on some elements, where torchvision's form with an
+          -- integer γ still has its γ term
+          local yo = ploss.rand(shape, { dtype = "f64", low = -1, high = 2 })
+          compare("sigmoid_focal", x, yo, { reduction = red, gamma = 2 }, dtype, "focal targets outside [0, 1] " .. label)
         end
       end
     end)
