@@ -519,6 +519,8 @@ describe("calls on a criterion", function()
       "batches of boxes: :view(-1, 4))")
     H.expect_error(function() giou(ploss.zeros({ 5, 6 }, { dtype = "f64" }), ploss.zeros({ 5, 4 }, { dtype = "f64" })) end,
       "the first four columns: :narrow(2, 1, 4))")
+    H.expect_error(function() ploss.ClassNLLCriterion { ignoreIndex = 0 } end,
+      "unknown option 'ignoreIndex' (known: ignore_index, inplace, reduction, weight); did you mean ignore_index?")
     local crit = ploss.ClassNLLCriterion()
     assert.are.equal(crit, crit:type("double"))
     assert.are.equal(crit, crit:type("float"))

@@ -182,6 +182,9 @@ function ploss.check_option_keys(opts, where, known, extra)
         hint = string.format("; %s is reduction here: reduction = 'sum' for %s = false, 'mean' for true", k, k)
       elseif known.reduction and k == "reduce" then
         hint = "; reduce is reduction here: reduction = 'none' for reduce = false"
+      elseif type(k) == "string" and k:find("%u") then -- a camelCase name (Torch7's ignoreIndex)
+        local snake = k:gsub("(%l)(%u)", function(a, b) return a .. "_" .. b:lower() end)
+        if known[snake] then hint = string.format("; did you mean %s?", snake) end
       end
       ploss.raise(string.format("%s: unknown option '%s' (known: %s)%s", where, tostring(k), table.concat(names, ", "),
         hint))
