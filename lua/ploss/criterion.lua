@@ -918,11 +918,11 @@ local function build_multi(d)
       end
       local old, sizes = self._grads[k], x:size()
       local new = nn.grad_buffer(old, x, nil, nil, nil, t.args, #t.args)
-      if new ~= old and t.o.accumulate then
+      if new ~= old and accumulating[name] and t.o[accumulating[name]] then
         local live = old and not old:is_freed()
         if live and old:dtype() == x:dtype() and old:device() == x:device() and old:has_sizes(sizes) then
           new:copy(old) -- replaced only for being given back as an input: its sums carry on
-        elseif live and accumulating[name] then -- sums of another shape, dtype or device: not dropped silently
+        elseif live then -- sums of another shape, dtype or device: not dropped silently
           ploss.raise(string.format("%s: %s (its own buffer, which %s adds to) is %s, this call's %s is %s: " ..
             "clearState() starts the sums afresh", d.criterion, name, accumulating[name], ploss.shown(old), xname,
             ploss.shown(x)))
@@ -1056,14 +1056,14 @@ local function build_multi(d)
   end
   -- the gradients of the inputs, then those of the extra tensors given that get one
   local function grads_out(where, raw, t)
-    -- a loss that accumulates into a gradient it was not given adds to zeros
-    local function new(x)
-      return t.o.accumulate and ploss.empty_like(x, { layout = "preserve" }):fill(0) or
-        ploss.empty_like(x, { layout = "preserve" })
+    -- a gradient the loss adds to (accumulating) and was not given starts from zeros
+    local function new(x, name)
+      local g = ploss.empty_like(x, { layout = "preserve" })
+      return accumulating[name] and t.o[accumulating[name]] and g:fill(0) or g
     end
     local g, all = {}, {}
     for k, x in ipairs(t.inputs) do
-      g[k] = raw[d.inputs[k].grad] or new(x)
+      g[k] = raw[d.inputs[k].grad] or new(x, d.inputs[k].grad)
       all[k] = g[k]
     end
     t.grads = g
@@ -1071,7 +1071,7 @@ local function build_multi(d)
     t.tensor_grads = {}
     for k, tt in ipairs(d.tensors) do
       if tt.grad and t.tensors[k] ~= nil then
-        t.tensor_grads[k] = raw[tt.grad_name] or new(t.tensors[k])
+        t.tensor_grads[k] = raw[tt.grad_name] or new(t.tensors[k], tt.grad_name)
         all[#all + 1] = t.tensor_grads[k]
       elseif tt.grad and raw[tt.grad_name] ~= nil then
         no_tensor_for_grad(where .. ": " .. tt.grad_name, tt)

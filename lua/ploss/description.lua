@@ -189,6 +189,12 @@ local function normalise_option(desc, o)
       fail(desc, "option " .. opt.name .. ": list names an unknown enum value or tensor")
     end
   end
+  if opt.grads ~= nil and not (opt.type == "bool" and type(opt.grads) == "table" and #opt.grads > 0) then
+    fail(desc, "option " .. opt.name .. ": grads = {<gradient names>}, of a bool option")
+  end
+  if opt.name == "accumulate" and not opt.grads then -- the criteria keep sums only of the listed gradients
+    fail(desc, "option accumulate: no grads (the gradients it adds to)")
+  end
   opt.param = opt.param or opt.name
   return opt
 end
