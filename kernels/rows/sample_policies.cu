@@ -783,22 +783,31 @@ template <int N> struct RegTaylor {
     }
 };
 
-/* Cross-entropy (bias NULL) and PC-softmax (bias = log priors).  Cross-entropy without
- * mining may carry label smoothing: c_j = b + a·[j = y], csum = Σ_j c_j = a + b·C,
- * ℓ = Σ_j c_j·(lse − x_j) (a term whose coefficient is 0 adds nothing, even at x_j = −∞),
- * ∂ℓ/∂x_j = csum·p_j − c_j; a = 1, b = 0 is plain cross-entropy. */
-struct RegSoftmax {
+/* Cross-entropy (PRIORS = false) and PC-softmax (PRIORS = true: z_j = x_j + bias_j, the log
+ * priors).  A compile-time choice: a runtime test of the bias pointer put a predicated load
+ * of the prior into every class step of every loop.  Cross-entropy without mining may carry
+ * label smoothing: c_j = b + a·[j = y], csum = Σ_j c_j = a + b·C, ℓ = Σ_j c_j·(lse − x_j) (a
+ * term whose coefficient is 0 adds nothing, even at x_j = −∞), ∂ℓ/∂x_j = csum·p_j − c_j;
+ * a = 1, b = 0 is plain cross-entropy. */
+template <bool PRIORS> struct RegSoftmaxOp {
     static constexpr int n_state = 1;
-    const float *bias;
+    static constexpr bool kPriors = PRIORS;
+    const float *bias; /* the log priors (PRIORS), else unused */
     float a = 1.f, b = 0.f, csum = 1.f;
     struct Ctx { float lse; };
     struct GC { float lse, w, wb, ty; }; /* w·csum, w·b */
-    __device__ float z(float x, int j) const { return bias ? x + __ldg(bias + j) : x; }
+    __device__ float z(float x, int j) const
+    {
+        if constexpr (PRIORS)
+            return x + __ldg(bias + j);
+        else
+            return x;
+    }
     template <class R>
     __device__ float finish(R &row, int C, int y, float xy, const SoftmaxSums *known, bool, float (&st)[3],
                             Ctx &cx) const
     {
-        if (b != 0.f) { /* bias NULL, no mining: the sums with q = Σ_{j≠y} (m − x_j) ≥ 0 */
+        if (!PRIORS && b != 0.f) { /* no mining: the sums with q = Σ_{j≠y} (m − x_j) ≥ 0 */
             float m = -INFINITY, se = 0.f, q = 0.f;
             for_classes(row, C, [&](int, float x) { m = fmaxf(m, x); });
             for_classes(row, C, [&](int j, float x) {
@@ -811,7 +820,7 @@ struct RegSoftmax {
             return fmaf(b, fmaf((float)(C - 1), ls, q), cy != 0.f ? cy * (lse - xy) : 0.f);
         }
         const SoftmaxSums k =
-            known && !bias ? *known : softmax_sums(row, C, [&](float x, int j) { return z(x, j); });
+            known && !PRIORS ? *known : softmax_sums(row, C, [&](float x, int j) { return z(x, j); });
         const float lse = k.m + logf(k.se);
         st[0] = lse;
         cx = {lse};
@@ -825,6 +834,7 @@ struct RegSoftmax {
     }
     __device__ float grad(float x, int j, const GC &g) const { return fmaf(fex(z(x, j) - g.lse), g.w, -g.wb); }
 };
+using RegSoftmax = RegSoftmaxOp<false>;
 
 /* V elements of T read or written as one vector. */
 template <class T, int V> struct alignas(sizeof(T) * V) Pack { T e[V]; };
@@ -1446,8 +1456,12 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &o
             if ((st = check_launch("sample_policies log_prior_kernel")))
                 return st;
             o.bias = bias;
-            if constexpr (std::is_same<A, float>::value)
-                ro.bias = bias;
+            if constexpr (std::is_same<A, float>::value) {
+                if constexpr (ROp::kPriors)
+                    ro.bias = bias;
+                else /* launch_kind gives priors the op that adds them */
+                    return ploss_error(PLOSS_ERR_UNSUPPORTED, "sample_policies: class priors without their op");
+            }
         }
     }
     if (p->ohem) {
@@ -1488,6 +1502,8 @@ template <class T, class A> ploss_status launch_kind(ploss_ctx_t *ctx, const plo
         }
         [[fallthrough]]; /* OHEM CE */
     default: /* and PC_SOFTMAX (priors set in launch) */
+        if (p->w)
+            return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmaxOp<true>{nullptr});
         return launch<T>(ctx, p, SoftmaxOp<A>{nullptr}, RegSoftmax{nullptr});
     }
 }
