@@ -30,6 +30,8 @@
  * The input is read once (plus the halo, mostly from L2), the gradient written once.  No
  * float atomics: the results are bitwise the same on every run.
  */
+#include <type_traits>
+
 #include "region_common.cuh"
 
 namespace ploss_cuda {
@@ -187,6 +189,38 @@ __device__ __forceinline__ double window_base(const ploss_region_problem &p, uns
     return base;
 }
 
+/* A pair's e = e^−|A|, log(1 + e) and 1 / (1 + e).  fp32: e through ex2.approx (exp_ftz),
+ * the reciprocals through rcp.approx (__fdividef, 2 ulp), and log(1 + e) for e ∈ [0, 1] as
+ * 2·atanh(s) = 2s·Σ s^2i / (2i + 1) with s = e / (2 + e) ≤ 1/3, whose terms past s^13 are
+ * below 2^-25 of the sum: a few ulp, relative to log(1 + e) however small e is, in a tenth
+ * of libdevice's log1pf and IEEE division.  f64: libdevice. */
+struct PairTerms {
+    float e, l1p, r;
+    __device__ __forceinline__ explicit PairTerms(float v)
+    {
+        e = exp_ftz(-fabsf(v));
+        const float s = __fdividef(e, 2.0f + e), t = s * s;
+        float q = 1.0f / 13.0f;
+        q = fmaf(q, t, 1.0f / 11.0f);
+        q = fmaf(q, t, 1.0f / 9.0f);
+        q = fmaf(q, t, 1.0f / 7.0f);
+        q = fmaf(q, t, 1.0f / 5.0f);
+        q = fmaf(q, t, 1.0f / 3.0f);
+        q = fmaf(q, t, 1.0f);
+        l1p = 2.0f * s * q;
+        r = __fdividef(1.0f, 1.0f + e);
+    }
+};
+struct PairTerms64 {
+    double e, l1p, r;
+    __device__ __forceinline__ explicit PairTerms64(double v)
+    {
+        e = exp(-fabs(v));
+        l1p = log1p(e);
+        r = 1.0 / (1.0 + e);
+    }
+};
+
 /* ℓ_p and the pairs' gradient factors.  On entry a[j] is the inner product A with partner j
  * (row-major over the (2k − 1)² offsets), on return its factor m·(σ(A) − T)·(ω_p + ω_q), 0
  * for a partner not counted (outside the image, ignored, or sharing no window); returns ℓ_p.
@@ -214,9 +248,9 @@ __device__ __forceinline__ A window_factors(const Halo &HL, const int *s_lab, in
             continue;
         }
         const A v = a[j], same = lq == lz ? A(1) : A(0);
-        const A e = m_exp(v > A(0) ? -v : v);
-        loss += (A)m * ((v > A(0) ? v : A(0)) + m_log1p(e) - same * v);
-        const A r = A(1) / (A(1) + e), slope = (v > A(0) ? r : e * r) - same;
+        const std::conditional_t<sizeof(A) == 4, PairTerms, PairTerms64> pt(v);
+        loss += (A)m * ((v > A(0) ? v : A(0)) + pt.l1p - same * v);
+        const A slope = (v > A(0) ? pt.r : pt.e * pt.r) - same;
         a[j] = (A)m * slope * (w0v + (per_pixel ? upstream(h + jh - HL.R, wc + jw - HL.R) : A(1)));
     }
     return loss;
@@ -374,33 +408,22 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
     const int zi = tl.zi;
     const bool mine = h < H && wc < W;
     stage_labels(p, w, HL, n, h0, w0, s_lab);
-    /* the logits, four classes of one halo pixel per item (0 at pixels outside the image or
-     * ignored, and for the padding classes), LOAD_BATCH / 2 items per thread in flight */
+    /* the logits: a thread takes halo pixels (consecutive across a warp: each class's loads
+     * coalesced), all CP classes of one in flight at once (0 at pixels outside the image or
+     * ignored, and for the padding classes), then stores them as CV 16-byte pieces */
     with_storage<A>(src.dt, [&](auto tag) {
         using T = decltype(tag);
-        constexpr int B = LOAD_BATCH / 2, ITEMS = CV * HL.SIZE;
         const T *xn = (const T *)src.x + n * src.sn;
-        for (int i0 = threadIdx.x; i0 < ITEMS; i0 += B * THREADS) {
-            float4 v[B];
+        for (int j = threadIdx.x; j < HL.SIZE; j += THREADS) {
+            const bool ok = s_lab[j] >= 0;
+            const T *xp = xn + (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw;
+            float e[CP];
 #pragma unroll
-            for (int u = 0; u < B; ++u) {
-                const int i = i0 + u * THREADS, j = i % HL.SIZE, c = 4 * (i / HL.SIZE);
-                float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                if (i < ITEMS && s_lab[j] >= 0) {
-                    const T *xp = xn + (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw + c * src.sc;
+            for (int c = 0; c < CP; ++c, xp += src.sc)
+                e[c] = ok && c < C ? to_acc(*xp) : 0.0f;
 #pragma unroll
-                    for (int q = 0; q < 4; ++q)
-                        if (c + q < C)
-                            e[q] = to_acc(xp[q * src.sc]);
-                }
-                v[u] = make_float4(e[0], e[1], e[2], e[3]);
-            }
-#pragma unroll
-            for (int u = 0; u < B; ++u) {
-                const int i = i0 + u * THREADS;
-                if (i < ITEMS)
-                    *(float4 *)(s_x + (i % HL.SIZE) * SX + 4 * (i / HL.SIZE)) = v[u];
-            }
+            for (int v = 0; v < CV; ++v)
+                *(float4 *)(s_x + j * SX + 4 * v) = make_float4(e[4 * v], e[4 * v + 1], e[4 * v + 2], e[4 * v + 3]);
         }
     });
     __syncthreads();
