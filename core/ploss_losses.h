@@ -172,7 +172,10 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  * not the size of the last dim; when it is, a vector of that length reads differently in
  * PyTorch (along the last dim) and is refused (SHAPE error naming both readings): pass [C, 1,
  * …, 1] for the class axis or [1, W] for the last dim. Targets are hard 0/1 or soft labels in
- * [0, 1] of any float dtype; no gradient is computed for them.
+ * [0, 1] of any float dtype; no gradient is computed for them. An infinite logit with its
+ * matching hard target (x = +inf with y = 1, x = −inf with y = 0) gives a loss of 0 and a
+ * gradient of 0: the term of the other label is dropped where its factor is exactly 0, where
+ * PyTorch computes 0·∞ = NaN. Against the other target (or a soft one) the loss is +inf.
  *
  * in  input       logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
@@ -2261,8 +2264,8 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
  * in  weight      NULL, or w, C class weights (of the target's class).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
- *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
- *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
+ *                 one sample of C logits); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for
+ *                 f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           an integer in [1, 2], opts.margin not a finite number, a non-finite scale, an
  *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL

@@ -84,7 +84,7 @@ describe("Tensor:add_", function()
     assert.are.equal(-0x7fffffffffffffffLL, ffi.cast("int64_t *", m:dl().data)[0])
     -- a result the dtype cannot hold: an error, nothing written
     local u = ploss.tensor({ 3, 0 }, { dtype = "u8" })
-    H.expect_error(function() u:add_(-1) end, "add_: element 1 (row-major): 0 + -1 is outside u8's range")
+    H.expect_error(function() u:add_(-1) end, "add_: element 2 (row-major): 0 + -1 is outside u8's range")
     assert.are.same({ 3, 0 }, u:flat())
     H.expect_error(function() ploss.tensor({ 2 ^ 31 - 1 }, { dtype = "i32" }):add_(1) end,
       "2147483647 + 1 is outside i32's range")

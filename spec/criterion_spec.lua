@@ -68,6 +68,33 @@ describe("criteria built from the descriptions", function()
       "reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)")
   end)
 
+  it("refuse reading Torch7's crit.sizeAverage with the same help as setting it (not nil)", function()
+    H.expect_error(function() return ploss.ClassNLLCriterion().sizeAverage end,
+      "NLLLoss: 'sizeAverage' is none of its fields (ignore_index, inplace, reduction, weight): Torch7's sizeAverage " ..
+      "is reduction here (read crit.reduction: 'mean' for sizeAverage = true, 'sum' for false)")
+    H.expect_error(function() return ploss.MSELoss { reduction = "sum" }.sizeAverage end,
+      "MSELoss: 'sizeAverage' is none of its fields (inplace, reduction)")
+    -- other fields read as before: options, methods, an unknown name is nil
+    local c = ploss.NLLLoss { reduction = "sum" }
+    assert.are.equal("sum", c.reduction)
+    assert.are.equal("function", type(c.updateOutput))
+    assert.is_nil(c.no_such_field)
+  end)
+
+  it("name swapped arguments (class indices first, scores second) before the target's shape", function()
+    local scores = ploss.randn({ 2, 3 })
+    local labels = ploss.tensor({ 1, 0 }, { dtype = "i64" })
+    local msg = "input: expected a floating-point tensor (f32, f16, bf16 or f64: the scores), got i64[2], and the " ..
+      "target is f32[2x3]: are input and target swapped? (the call is (input, target))"
+    H.expect_error(function() ploss.NLLLoss {}(labels, scores) end, "NLLLoss: " .. msg)
+    H.expect_error(function() ploss.NLLLoss {}:forward(labels, scores) end, "NLLLoss: " .. msg)
+    H.expect_error(function() ploss.CrossEntropyLoss {}:backward(labels, scores) end, "CrossEntropyLoss: " .. msg)
+    local out = ploss.empty({})
+    H.expect_error(function() ploss.F.nll_loss(labels, scores, { out = out }) end, "nll_loss: " .. msg, out)
+    -- the order as it should be works
+    assert.is_number(ploss.NLLLoss {}:forward(scores, labels))
+  end)
+
   it("take Torch7's :float(), :double(), :type() and :clearState()", function()
     local x = ploss.tensor({ { 1, 2, 0.5 }, { 0, -1, 3 } }, { dtype = "f64" })
     local y = ploss.tensor({ 0, 2 }, { dtype = "i64" })

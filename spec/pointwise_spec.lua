@@ -243,6 +243,20 @@ describe("pointwise criteria by hand", function()
     H.assert_close(g, { 1, 0, -0.5, 0 }, { rtol = 1e-7 })
   end)
 
+  it("BCE with logits: an infinite logit with its matching target gives 0 (PyTorch: 0·∞ = NaN), else inf", function()
+    for _, dtype in ipairs { "f32", "f64" } do
+      local x = ploss.tensor({ math.huge, -math.huge, math.huge, -math.huge }, { dtype = dtype })
+      local y = ploss.tensor({ 1, 0, 0, 1 }, { dtype = dtype })
+      local l, g = F.binary_cross_entropy_with_logits_fused(x, y, { reduction = "none" })
+      H.assert_equal(l, { 0, 0, math.huge, math.huge })
+      H.assert_equal(g, { 0, 0, 1, -1 })
+      -- pos_weight scales the positive term (and its gradient) only
+      l, g = F.binary_cross_entropy_with_logits_fused(x, y, { reduction = "none", pos_weight = { 2 } })
+      H.assert_equal(l, { 0, 0, math.huge, math.huge })
+      H.assert_equal(g, { 0, 0, 1, -2 })
+    end
+  end)
+
   it("KL: 0·log 0 = 0, 'batchmean' divides by the first dim, log_target equals the exp'd target", function()
     local lq = ploss.tensor({ { math.log(0.5), math.log(0.25), math.log(0.25) }, { math.log(0.1), math.log(0.6), math.log(0.3) } },
       { dtype = "f64" })

@@ -740,3 +740,156 @@ describe("ops that write a tensor", function()
     H.expect_error(function() lin:forward(ploss.randn({ 4 })) end, "Linear: input: expected N×4, got 1-d")
   end)
 end)
+
+describe("messages that name the real cause", function()
+  it("gemm: inner sizes that differ are said so, not as a c of the right shape", function()
+    local a, b = ploss.randn(3, 4), ploss.randn(5, 2)
+    local c = ploss.empty(3, 2)
+    local msg = H.expect_error(function() F.gemm(a, b) end,
+      { "gemm: a, b: op(a) is 3×4 and op(b) is 5×2 (trans_a = 0, trans_b = 0): op(a)'s 4 columns must equal op(b)'s " ..
+        "5 rows", "PLOSS_ERR_SHAPE" })
+    assert.is_nil(msg:find("got c", 1, true))
+    H.expect_error(function() F.gemm(a, b, { out = c }) end, "op(a)'s 4 columns must equal op(b)'s 5 rows", c)
+    -- a c of the wrong shape names it (the caller's name: opts.out)
+    H.expect_error(function() F.gemm(a, ploss.randn(4, 2), { out = ploss.empty(3, 3) }) end,
+      "gemm: opts.out: op(a) is 3×4 and op(b) is 4×2 (trans_a = 0, trans_b = 0), so c must be 3×2; got 3×3")
+  end)
+
+  it("the activations' overlap message suggests the Lua flag, inplace = true", function()
+    local x = ploss.randn({ 4 })
+    local msg = H.expect_error(function() F.mish(x, { out = x }) end,
+      { "opts.out: overlaps the memory of input", "ask for the in-place form (inplace = true) with the same tensor" })
+    assert.is_nil(msg:find("inplace = 1", 1, true))
+    H.expect_error(function() F.swish_backward(x, ploss.ones({ 4 }), { grad_input = x:narrow(1, 1, 4) }) end,
+      "(inplace = true)")
+  end)
+
+  it("Linear names its input's and weight's dtypes and devices, and gradOutput's shape", function()
+    local lin = ploss.nn.Linear(3, 2)
+    H.expect_error(function() lin:forward(ploss.randn({ 4, 3 }, { dtype = "f64" })) end,
+      "Linear: input: dtype f64, but the layer's weight is f32 (make the layer with {dtype = 'f64'}, or convert: " ..
+      "input:to('f32'))")
+    local x = ploss.randn({ 4, 3 })
+    lin:forward(x)
+    H.expect_error(function() lin:backward(x, ploss.ones({ 4, 2 }, { dtype = "f64" })) end,
+      "Linear: gradOutput: dtype f64, but the layer's weight is f32")
+    H.expect_error(function() lin:backward(x, ploss.ones({ 5, 2 })) end, "Linear: gradOutput: expected 4×2, got 5×2")
+    H.expect_error(function() lin:backward(x, ploss.ones({ 4, 3 })) end, "Linear: gradOutput: expected 4×2, got 4×3")
+  end)
+end)
+
+describe("layers given their own buffers back", function()
+  it("an activation module fed its own output writes a new buffer (no ALIAS about an opts.out never passed)", function()
+    for _, name in ipairs { "Mish", "Swish", "HardSwish" } do
+      local m = ploss.nn[name]()
+      local x = ploss.randn({ 2, 3 }, { dtype = "f64" })
+      local y = m:forward(x)
+      local before = y:clone()
+      local z = m:forward(y)
+      assert.are_not.equal(y, z)
+      H.assert_equal(y, before)
+      H.assert_close(z, F[name == "HardSwish" and "hard_swish" or name:lower()](before), { rtol = 0, atol = 0 })
+      -- backward with its own gradient as gradOutput, and its own output as the input
+      local g = m:backward(y, ploss.ones({ 2, 3 }, { dtype = "f64" }))
+      local gb = g:clone()
+      local g2 = m:backward(y, g)
+      assert.are_not.equal(g, g2)
+      H.assert_equal(g, gb)
+    end
+  end)
+
+  it("Linear fed its own output writes a new buffer", function()
+    local lin = ploss.nn.Linear(3, 3, { dtype = "f64" })
+    local y = lin:forward(ploss.randn({ 2, 3 }, { dtype = "f64" }))
+    local before = y:clone()
+    local z = lin:forward(y)
+    assert.are_not.equal(y, z)
+    H.assert_equal(y, before)
+  end)
+end)
+
+describe("layers' backward after their input was written", function()
+  local function f64(t) return ploss.tensor(t, { dtype = "f64" }) end
+
+  it("Sequential refuses it (its saved activations are the old values'), then works after forward", function()
+    ploss.manual_seed(1)
+    local m = ploss.nn.Sequential { ploss.nn.Linear(2, 2, { dtype = "f64" }), ploss.nn.Mish() }
+    local inp = f64({ { 1, -1 }, { 0.5, 2 } })
+    m:forward(inp)
+    inp:mul_(3)
+    local gin = m.modules[1].gradInput
+    H.expect_error(function() m:backward(inp, ploss.ones({ 2, 2 }, { dtype = "f64" })) end,
+      "Sequential:backward: input was written since forward (its version is 2, forward read 1); the saved " ..
+      "activations belong to the old values: call forward again")
+    assert.are.equal(gin, m.modules[1].gradInput) -- nothing was run
+    -- forward again: backward equals the chain's own gradient at the new input
+    m:forward(inp)
+    local g = m:backward(inp, ploss.ones({ 2, 2 }, { dtype = "f64" })):clone()
+    local lin, act = ploss.nn.Linear(2, 2, { dtype = "f64" }), ploss.nn.Mish()
+    lin.weight:copy(m.modules[1].weight)
+    local h = lin:forward(inp)
+    act:forward(h)
+    H.assert_close(g, lin:backward(inp, act:backward(h, ploss.ones({ 2, 2 }, { dtype = "f64" }))), { rtol = 0, atol = 0 })
+  end)
+
+  it("Sequential refuses an activation rewritten later in the chain (one module listed twice)", function()
+    local mish = ploss.nn.Mish()
+    local m = ploss.nn.Sequential { ploss.nn.Linear(2, 2, { dtype = "f64" }), mish, ploss.nn.Linear(2, 2, { dtype = "f64" }),
+                                    mish }
+    local inp = f64({ { 1, -1 }, { 0.5, 2 } })
+    m:forward(inp)
+    H.expect_error(function() m:backward(inp, ploss.ones({ 2, 2 }, { dtype = "f64" })) end,
+      "Sequential:backward: the input of module 3 (the output of module 2) was written since forward (its version " ..
+      "is 2, forward read 1); the saved activations belong to the old values: module 2 is listed again later")
+  end)
+
+  it("an in-place criterion gradient over the model's output is not a stale activation", function()
+    local m = ploss.nn.Sequential { ploss.nn.Linear(3, 4, { dtype = "f64" }), ploss.nn.Mish() }
+    local x = ploss.randn({ 2, 3 }, { dtype = "f64" })
+    local y = ploss.tensor({ 0, 3 }, { dtype = "i64" })
+    local out = m:forward(x)
+    local _, g = ploss.CrossEntropyLoss { inplace = true }(out, y)
+    assert.are.equal(out, g)
+    assert.are.same({ 2, 3 }, m:backward(x, g):size())
+  end)
+
+  it("Linear and the activation modules refuse their forward's input written since; another input is taken", function()
+    local lin = ploss.nn.Linear(2, 2, { dtype = "f64" })
+    local x = f64({ { 1, -1 }, { 0.5, 2 } })
+    local go = ploss.ones({ 2, 2 }, { dtype = "f64" })
+    lin:forward(x)
+    x:add_(1)
+    local gw = lin.gradWeight
+    H.expect_error(function() lin:backward(x, go) end,
+      "Linear:backward: input: written since forward (its version is 2, forward read 1); gradOutput belongs to the " ..
+      "old values: call forward again", gw)
+    lin:forward(x)
+    assert.is_not_nil(lin:backward(x, go))
+    for _, name in ipairs { "Mish", "Swish", "HardSwish" } do
+      local a = ploss.nn[name] { inplace = true }
+      local v = f64({ 0.5, -2 })
+      a:forward(v)
+      v:fill(3)
+      local g = ploss.ones({ 2 }, { dtype = "f64" })
+      H.expect_error(function() a:backward(v, g) end, name .. ":backward: input: written since forward", g)
+      -- a tensor its forward did not read: Torch7's backward(input, gradOutput), as before
+      local w = f64({ 1, 2 })
+      H.assert_close(a:backward(w, ploss.ones({ 2 }, { dtype = "f64" })),
+        F[name == "HardSwish" and "hard_swish_backward" or name:lower() .. "_backward"](w, ploss.ones({ 2 }, { dtype = "f64" })),
+        { rtol = 0, atol = 0 })
+    end
+  end)
+end)
+
+describe("lists of tensors with holes", function()
+  it("EMA and the optimisers refuse them rather than track the tensors before the hole", function()
+    local a, b = ploss.zeros({ 2 }), ploss.zeros({ 3 })
+    H.expect_error(function() ploss.optim.EMA({ a, nil, b }) end, "EMA: params: the list has a hole ([2] is nil)")
+    H.expect_error(function() ploss.optim.EMA({ [1] = a, [3] = b }) end, "EMA: params: the list has a hole")
+    H.expect_error(function() ploss.optim.SGD({ a, nil, b }, { a:clone(), nil, b:clone() }) end,
+      "SGD: params: the list has a hole")
+    H.expect_error(function() ploss.optim.Adam({ a, b }, { a:clone(), nil, b:clone() }) end,
+      "Adam: grads: the list has a hole")
+    assert.are.equal(2, #ploss.optim.EMA({ a, b }).shadows)
+  end)
+end)

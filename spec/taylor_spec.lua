@@ -279,3 +279,69 @@ describe("Taylor errors", function()
       { "class index 4 at sample (n = 1, s = 0) is outside [0, 4)", "ignore_index (-100)" }, loss)
   end)
 end)
+
+describe("Taylor options and module buffers", function()
+  it("the functions refuse a misspelt option (not computed along the default dim) and name a bad buffer", function()
+    local x = ploss.randn({ 3, 4 })
+    local g = ploss.ones({ 3, 4 })
+    local out = ploss.empty({ 3, 4 })
+    H.expect_error(function() F.taylor_softmax(x, { dimm = 1, out = out }) end,
+      "taylor_softmax: unknown option 'dimm' (known: dim, n, out)", out)
+    H.expect_error(function() F.log_taylor_softmax(x, { order = 4, out = out }) end,
+      "log_taylor_softmax: unknown option 'order' (known: dim, n, out)", out)
+    H.expect_error(function() F.taylor_softmax_backward(x, g, { gradinput = out }) end,
+      "taylor_softmax_backward: unknown option 'gradinput' (known: dim, grad_input, n)", out)
+    H.expect_error(function() F.log_taylor_softmax_backward(x, g, { out = out }) end,
+      "log_taylor_softmax_backward: unknown option 'out' (known: dim, grad_input, n)", out)
+    H.expect_error(function() F.log_taylor_softmax(x, { out = 3 }) end,
+      "log_taylor_softmax: opts.out: expected a ploss tensor (a buffer to write into), got 3")
+    H.expect_error(function() F.taylor_softmax_backward(x, g, { grad_input = "g" }) end,
+      "taylor_softmax_backward: opts.grad_input: expected a ploss tensor (a buffer to write into), got 'g'")
+    H.expect_error(function() F.taylor_softmax(x, 2) end, "taylor_softmax: opts: expected a table")
+    -- the known ones still work
+    H.assert_close(F.taylor_softmax(x, { dim = 1, n = 4, out = out }), F.taylor_softmax(x:t(), { dim = 2, n = 4 }):t(),
+      { rtol = 0, atol = 0 })
+  end)
+
+  it("n and dim past 32 bits are refused with the value given, before they could wrap", function()
+    local x = ploss.randn({ 3, 4 })
+    local out = ploss.empty({ 3, 4 })
+    -- 2^32 + 2 would wrap to the order 2, 2^32 + 2 as a dim to -2^31
+    H.expect_error(function() F.taylor_softmax(x, { n = 2 ^ 32 + 2, out = out }) end,
+      "taylor_softmax: opts.n: 4294967298 is not an even Taylor order in [2, 64]", out)
+    H.expect_error(function() F.taylor_softmax(x, { dim = 2 ^ 32 + 2, out = out }) end,
+      "taylor_softmax: opts.dim: 4294967298 is out of range for an input of rank 2", out)
+    H.expect_error(function() F.log_taylor_softmax_backward(x, ploss.ones({ 3, 4 }), { dim = -2 ^ 40 }) end,
+      "opts.dim: -1099511627776 is out of range for an input of rank 2")
+    H.expect_error(function() ploss.TaylorSoftmax { dim = 2 ^ 31 } end,
+      "TaylorSoftmax: opts.dim: 2147483648 is out of range for any input (a tensor has at most 8 dims)")
+  end)
+
+  it("a module given its own output (or gradient) back writes a new buffer, leaving it as it was", function()
+    local m = ploss.TaylorSoftmax {}
+    local x = ploss.randn({ 3, 4 })
+    local y = m:forward(x)
+    local before = y:clone()
+    local z = m:forward(y)
+    assert.are_not.equal(y, z)
+    H.assert_equal(y, before)
+    H.assert_close(z, F.taylor_softmax(before), { rtol = 0, atol = 0 })
+    local gi = m:backward(y, ploss.ones({ 3, 4 }))
+    local gb = gi:clone()
+    local g2 = m:backward(y, gi)
+    assert.are_not.equal(gi, g2)
+    H.assert_equal(gi, gb)
+  end)
+
+  it("a module's backward refuses its forward's input written since", function()
+    local m = ploss.LogTaylorSoftmax {}
+    local x = ploss.randn({ 3, 4 }, { dtype = "f64" })
+    m:forward(x)
+    x:mul_(2)
+    H.expect_error(function() m:backward(x, ploss.ones({ 3, 4 }, { dtype = "f64" })) end,
+      "LogTaylorSoftmax:backward: input: written since forward")
+    m:forward(x)
+    H.assert_close(m:backward(x, ploss.ones({ 3, 4 }, { dtype = "f64" })),
+      F.log_taylor_softmax_backward(x, ploss.ones({ 3, 4 }, { dtype = "f64" })), { rtol = 0, atol = 0 })
+  end)
+end)

@@ -187,7 +187,13 @@ describe("to(dtype)", function()
     assert.are.same({ 1, -2 }, t:to("long"):flat())
     assert.are.equal(t, t:to("f32"))
     assert.are.equal("cpu", t:to("bf16"):device())
-    H.expect_error(function() t:to("f8") end, "device: expected 'cpu', 'cuda' or 'cuda:<id>', got f8")
+    -- one name that is neither a dtype nor a device: said so, with the dtypes listed
+    H.expect_error(function() t:to("f8") end,
+      "to: 'f8' is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias: float, double, long, …) nor a " ..
+      "device ('cpu', 'cuda', 'cuda:<id>')", t)
+    H.expect_error(function() t:to("F32") end, "to: 'F32' is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, " ..
+      "or an alias: float, double, long, …) nor a device ('cpu', 'cuda', 'cuda:<id>') (did you mean 'f32'?)")
+    H.expect_error(function() t:to("cuda:x") end, "device: expected 'cpu', 'cuda' or 'cuda:<id>', got cuda:x")
   end)
 end)
 
@@ -612,5 +618,95 @@ describe("C int flags", function()
     o.label_smoothing = -0.1
     st, msg = status_of(C.ploss_cross_entropy_forward, ploss.context("cpu"), nil, nil, nil, o, nil, nil)
     assert.matches("opts.label_smoothing: -0.1 is not", msg, 1, true)
+  end)
+end)
+
+describe("integer to integer conversions", function()
+  it(":to, :int(), :byte() and ploss.tensor refuse a value the narrower dtype cannot hold (no wrap)", function()
+    H.expect_error(function() ploss.tensor({ 2 ^ 32 + 1 }, { dtype = "i64" }):int() end,
+      "to: element 1 (row-major) is 4294967297, which i32 cannot hold")
+    H.expect_error(function() ploss.tensor({ 1, 300 }, { dtype = "i64" }):to("u8") end,
+      "to: element 2 (row-major) is 300, which u8 cannot hold")
+    H.expect_error(function() ploss.tensor({ 0, -1 }, { dtype = "i32" }):byte() end,
+      "to: element 2 (row-major) is -1, which u8 cannot hold")
+    H.expect_error(function() ploss.tensor(ploss.tensor({ -2 ^ 31 - 1 }, { dtype = "i64" }), { dtype = "i32" }) end,
+      "element 1 (row-major) is -2147483649, which i32 cannot hold")
+    -- past 2^53 the value is shown exactly (read as int64, not through a double)
+    local big = ploss.tensor({ 0 }, { dtype = "i64" })
+    ffi.cast("int64_t *", big:dl().data)[0] = 0x7fffffffffffffffLL
+    big:bump_version()
+    H.expect_error(function() big:int() end, "is 9223372036854775807, which i32 cannot hold")
+    -- any layout: the element is counted in row-major order
+    H.expect_error(function() ploss.tensor({ 1, 2, 3, 256 }, { dtype = "i32" }):view(2, 2):t():byte() end,
+      "element 4 (row-major) is 256")
+    -- the edges of each range convert, and a widening conversion is never refused
+    assert.are.same({ -2 ^ 31, 2 ^ 31 - 1 }, ploss.tensor({ -2 ^ 31, 2 ^ 31 - 1 }, { dtype = "i64" }):int():flat())
+    assert.are.same({ 0, 255 }, ploss.tensor({ 0, 255 }, { dtype = "i64" }):byte():flat())
+    assert.are.same({ 0, 255 }, ploss.tensor({ 0, 255 }, { dtype = "i32" }):to("u8"):flat())
+    assert.are.same({ 0, 255 }, ploss.tensor({ 0, 255 }, { dtype = "u8" }):long():flat())
+  end)
+
+  it("copy refuses a value the destination's narrower dtype cannot hold, writing nothing", function()
+    local u = ploss.tensor({ 7, 8 }, { dtype = "u8" })
+    H.expect_error(function() u:copy(ploss.tensor({ 1, -1 }, { dtype = "i32" })) end,
+      "copy: element 2 (row-major) is -1, which u8 cannot hold", u)
+    H.expect_error(function() u:copy(ploss.tensor({ 256, 1 }, { dtype = "i64" })) end,
+      "copy: element 1 (row-major) is 256, which u8 cannot hold", u)
+    local i = ploss.tensor({ 5 }, { dtype = "i32" })
+    H.expect_error(function() i:copy(ploss.tensor({ 2 ^ 31 }, { dtype = "i64" })) end, "which i32 cannot hold", i)
+    H.expect_error(function() i[1] = ploss.tensor(2 ^ 40, { dtype = "i64" }) end, "which i32 cannot hold", i)
+    assert.are.same({ 7, 8 }, u:flat()) -- (u8 takes no poison: its values as they were)
+    assert.are.same({ 255, 0 }, u:copy(ploss.tensor({ 255, 0 }, { dtype = "i64" })):flat())
+  end)
+
+  it("add_ numbers the element it refuses from 1, as tensor and to do", function()
+    local u = ploss.tensor({ 3, 0, 1 }, { dtype = "u8" })
+    H.expect_error(function() u:add_(-1) end, "add_: element 2 (row-major): 0 + -1 is outside u8's range", u)
+    H.expect_error(function() ploss.tensor({ 1, 2 }, { dtype = "u8" }):add_(255) end,
+      "add_: element 1 (row-major): 1 + 255 is outside u8's range")
+  end)
+end)
+
+describe("factory options", function()
+  it("a key a factory does not take is refused, naming it and the ones it takes", function()
+    H.expect_error(function() ploss.zeros({ 2 }, { dtpye = "f64" }) end, "zeros: unknown option 'dtpye' (known: device, dtype)")
+    H.expect_error(function() ploss.ones(2, { dtpye = "f64" }) end, "ones: unknown option 'dtpye' (known: device, dtype)")
+    H.expect_error(function() ploss.empty({ 2 }, { dtpye = "f64" }) end, "empty: unknown option 'dtpye'")
+    H.expect_error(function() ploss.full({ 2 }, 3, { dtpye = "f64" }) end, "full: unknown option 'dtpye'")
+    H.expect_error(function() ploss.tensor({ 1, 2 }, { dtpye = "f64" }) end,
+      "tensor: unknown option 'dtpye' (known: device, dtype, size)")
+    H.expect_error(function() ploss.randn({ 3 }, { stdev = 100 }) end,
+      "randn: unknown option 'stdev' (known: device, dtype, mean, offset, seed, std)")
+    H.expect_error(function() ploss.rand({ 1 }, { hihg = 5 }) end,
+      "rand: unknown option 'hihg' (known: device, dtype, high, low, offset, seed)")
+    H.expect_error(function() ploss.randint(0, 3, { 2 }, { dtpye = "i32" }) end,
+      "randint: unknown option 'dtpye' (known: device, dtype, offset, seed)")
+    H.expect_error(function() ploss.empty_like(ploss.zeros(2), { dtpye = "f64" }) end,
+      "empty_like: unknown option 'dtpye' (known: device, dtype, layout)")
+    local buf = ffi.new("float[2]")
+    H.expect_error(function() ploss.from_pointer(buf, { 2 }, { ownr = buf }) end,
+      "from_pointer: unknown option 'ownr' (known: device, dtype, owner, strides)")
+    -- the options they take still work
+    assert.are.equal("f64", ploss.zeros({ 2 }, { dtype = "f64", device = "cpu" }):dtype())
+    assert.are.equal("i32", ploss.randint(0, 3, { 2 }, { dtype = "i32", seed = 1, offset = 2 }):dtype())
+    local r = ploss.rand({ 64 }, { low = 2, high = 3, seed = 5 }):flat()
+    for _, v in ipairs(r) do assert.is_true(v >= 2 and v < 3) end
+    H.assert_close(ploss.randn({ 4 }, { mean = 10, std = 0, seed = 1 }), { 10, 10, 10, 10 }, { rtol = 0, atol = 0 })
+  end)
+
+  it("ploss.tensor of a tensor refuses size (it reshapes a Lua table's values) rather than ignore it", function()
+    H.expect_error(function() ploss.tensor(ploss.tensor({ 1, 2, 3, 4 }), { size = { 2, 2 } }) end,
+      "tensor: opts.size: reshapes a Lua table's values; a tensor (4) is copied with its own sizes")
+    assert.are.same({ 2, 2 }, ploss.tensor({ 1, 2, 3, 4 }, { size = { 2, 2 } }):size())
+  end)
+end)
+
+describe("sizes past 2^53", function()
+  it("view and ploss.tensor's size say so with the sizes given, not a wrapped count", function()
+    local x = ploss.zeros({ 4 })
+    H.expect_error(function() x:view(2 ^ 62, 4) end, "view: 4611686018427387904x4 has more than 2^53 elements, the tensor 4")
+    H.expect_error(function() x:view(2 ^ 30, 4) end, "view: 1073741824x4 has 4294967296 elements, the tensor 4")
+    H.expect_error(function() ploss.tensor({ 1, 2 }, { size = { 2 ^ 62, 4 } }) end,
+      "tensor: size has more than 2^53 elements, the data 2")
   end)
 end)

@@ -271,7 +271,12 @@ local function loss_doc(d)
     return "reduction NONE: " .. REGION_NONE[d.loss_groups] .. "; MEAN / SUM: a 0-d or 1-element tensor.  " ..
       "f32 (f64 for f64 input), on the input's device."
   end
-  return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).loss
+  local text = (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).loss
+  -- the shape's text names ignored samples: only for a loss that has an ignore_index
+  local ignores = false
+  for _, o in ipairs(d.lua_options) do ignores = ignores or o.name == "ignore_index" end
+  if not ignores then text = text:gsub(", zeros at ignored samples", "") end
+  return text
 end
 local function grad_loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).grad_loss end
 

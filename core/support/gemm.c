@@ -122,11 +122,17 @@ ploss_status ploss_gemm(ploss_ctx_t *ctx, ploss_transpose trans_a, ploss_transpo
     mat A = mat_of(&va, "a", trans_a == PLOSS_TRANSPOSE);
     mat B = mat_of(&vb, "b", trans_b == PLOSS_TRANSPOSE);
     mat C = mat_of(&vc, "c", 0);
-    if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols)
+    /* the inner sizes first: c's shape is only wrong once op(a)·op(b) is defined */
+    if (A.cols != B.rows)
         return ploss_error(PLOSS_ERR_SHAPE,
-                           "a, b, c: op(a) is %lld×%lld and op(b) is %lld×%lld (trans_a = %d, trans_b = %d), "
-                           "so c must be %lld×%lld with op(a)'s columns equal to op(b)'s rows; got c "
-                           "%lld×%lld",
+                           "a, b: op(a) is %lld×%lld and op(b) is %lld×%lld (trans_a = %d, trans_b = %d): "
+                           "op(a)'s %lld columns must equal op(b)'s %lld rows",
+                           (long long)A.rows, (long long)A.cols, (long long)B.rows, (long long)B.cols,
+                           (int)trans_a, (int)trans_b, (long long)A.cols, (long long)B.rows);
+    if (C.rows != A.rows || C.cols != B.cols)
+        return ploss_error(PLOSS_ERR_SHAPE,
+                           "c: op(a) is %lld×%lld and op(b) is %lld×%lld (trans_a = %d, trans_b = %d), "
+                           "so c must be %lld×%lld; got %lld×%lld",
                            (long long)A.rows, (long long)A.cols, (long long)B.rows, (long long)B.cols,
                            (int)trans_a, (int)trans_b, (long long)A.rows, (long long)B.cols,
                            (long long)C.rows, (long long)C.cols);

@@ -418,12 +418,24 @@ local function tensor_hint(v)
   end
   return ""
 end
-local function check_args(where, input, target)
+-- The target kinds of integer targets (class indices, labels): an integer input with a
+-- float target is then the arguments swapped.  (An elementwise or box loss's float target
+-- has the input's shape: the C checks name an integer input's dtype first.)
+local INTEGER_TARGETS = { index = true, index_or_probabilities = true, index_list = true, class_labels = true,
+  labels = true, sequences = true }
+local function check_args(where, input, target, d)
   if not ploss.is_tensor(input) then
     ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input) .. tensor_hint(input))
   end
   if not ploss.is_tensor(target) then
     ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target) .. tensor_hint(target))
+  end
+  -- an integer input with a float target: the arguments swapped (crit(labels, scores)),
+  -- named as that before the C checks blame the target's shape
+  if d and INTEGER_TARGETS[d.target] and not input:is_floating_point() and target:is_floating_point() then
+    ploss.raise(string.format("%s: input: expected a floating-point tensor (f32, f16, bf16 or f64: the scores), got " ..
+      "%s, and the target is %s: are input and target swapped? (the call is (input, target))", where, show(input),
+      show(target)))
   end
 end
 
@@ -1159,7 +1171,7 @@ function M.build(d)
 
   -- the options as they are now (they may have been edited since construction)
   local function current(self, input, target)
-    check_args(d.criterion, input, target)
+    check_args(d.criterion, input, target, d)
     local user = {}
     for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
     for _, t in ipairs(d.tensors) do user[t.name] = rawget(self, t.name) end
@@ -1279,7 +1291,7 @@ function M.build(d)
   -- the functional API ----------------------------------------------------------------
   local F = ploss.F
   local function fprep(where, input, target, opts)
-    check_args(where, input, target)
+    check_args(where, input, target, d)
     if opts == nil then opts = {} end
     local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
     check_buffers(opts, FUNCTIONAL_KEYS[pass_of(where)], where)

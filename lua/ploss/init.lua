@@ -198,7 +198,8 @@ end
 -- it (the functional API's {loss = "opts.out"}): a message about that argument, or about
 -- another one's overlap with it, says so;
 -- with `everywhere`, every whole word of the message that `names` maps is renamed (for
--- names that are no other word of a message: Tensor:add_'s dst and src).
+-- names that are no other word of a message: Tensor:add_'s dst and src).  The C flag
+-- "inplace = 1" a message may suggest is given as Lua's "inplace = true".
 -- @return nothing when status == PLOSS_OK
 function ploss.check(status, what, names, everywhere)
   if status == 0 then return end
@@ -211,6 +212,8 @@ function ploss.check(status, what, names, everywhere)
     -- the other tensor of an overlap (ALIAS) is the caller's name for it too
     msg = msg:gsub("(overlaps the memory of )([%w_]+)", function(p, w) return p .. (names[w] or w) end)
   end
+  -- the C API's flag is an int (inplace = 1); every Lua option of that name is a boolean
+  msg = msg:gsub("inplace = 1%f[%D]", "inplace = true")
   local name = ffi.string(C.ploss_status_string(status))
   if msg == "" then msg = "failed" end
   local text = (what and (what .. ": ") or "") .. msg .. " (" .. name .. ")"

@@ -145,7 +145,22 @@ function nn.class(name, parent)
   cls.__call = function(self, ...) return self:fused(...) end
   cls._class_name = name
   setmetatable(cls, {
-    __index = parent,
+    -- reading a Torch7 field this class has by another name (crit.sizeAverage) is refused
+    -- with the same help as setting it, rather than nil; any other key: the parent's
+    __index = function(_, k)
+      if k == "sizeAverage" then
+        local fields = rawget(cls, "_fields")
+        if fields and fields.reduction then
+          local names = {}
+          for n in pairs(fields) do names[#names + 1] = n end
+          table.sort(names)
+          ploss.raise(string.format("%s: 'sizeAverage' is none of its fields (%s): Torch7's sizeAverage is reduction " ..
+            "here (read crit.reduction: 'mean' for sizeAverage = true, 'sum' for false)", name,
+            table.concat(names, ", ")))
+        end
+      end
+      return parent[k]
+    end,
     __call = function(c, opts, ...)
       -- Torch7's constructors took positional arguments (sizeAverage, weights, ignoreIndex):
       -- one past the options would otherwise be dropped, giving another loss without a word
@@ -269,6 +284,27 @@ end
 function nn.buffer(t, sizes, dtype, device, a, b, c, list, n)
   if nn.fits(t, sizes, dtype, device) and not shares_storage(t, a, b, c, list, n) then return t end
   return ploss.empty(sizes, { dtype = dtype, device = device })
+end
+
+---------------------------------------------------------------------------------------
+-- Layers' saved inputs
+---------------------------------------------------------------------------------------
+
+--- Record the input of a layer's forward (the tensor and its storage's version), for
+-- nn.check_input at its backward.
+function nn.saw_input(self, input)
+  self._fwd_input, self._fwd_version = input, input:version()
+end
+
+--- Raise when `input` is the tensor the layer's last forward read and it was written since
+-- (its storage's version moved: an in-place op, a copy into it): backward would mix the new
+-- values with the gradOutput of the old ones.  `name` is the layer's class.  Another
+-- tensor, or no forward yet, is backward's own input (Torch7's backward(input, gradOutput)).
+function nn.check_input(self, input, name)
+  if rawequal(self._fwd_input, input) and not input:is_freed() and input:version() ~= self._fwd_version then
+    ploss.raise(string.format("%s:backward: input: written since forward (its version is %d, forward read %d); " ..
+      "gradOutput belongs to the old values: call forward again", name, input:version(), self._fwd_version))
+  end
 end
 
 -- Whether t has the layout the gradient of a non-contiguous x gets: x's strides along the

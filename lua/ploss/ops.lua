@@ -98,17 +98,39 @@ ploss.F.one_hot = ploss.one_hot
 ---------------------------------------------------------------------------------------
 
 -- C options of the Taylor ops from Lua options {n = 2, dim = 2} (dim 1-based, negative
--- from the end, as Tensor:size(dim)).
-local function taylor_copts(opts, what)
+-- from the end, as Tensor:size(dim)); `input` (optional) is the call's, for the rank a
+-- message names.  n and dim are C ints: a value past 32 bits is refused here, with the
+-- value given, before it could wrap (2^32 + 2 would become the order 2).
+local INT32 = 2 ^ 31
+local function taylor_copts(opts, what, input)
   if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table") end
   local co = new_opts("ploss_taylor_softmax_opts", "ploss_taylor_softmax_opts_init")
   local n, dim = opts.n or 2, opts.dim or 2
   check_integer(what .. ": n", n)
   check_integer(what .. ": dim", dim)
   if dim == 0 then ploss.raise(what .. ": dim: 0 is not a dimension (dims are 1-based; -1 is the last)") end
+  if not (n >= -INT32 and n < INT32) then
+    ploss.raise(string.format("%s: opts.n: %.0f is not an even Taylor order in [2, 64]", what, n))
+  end
+  if not (dim > -INT32 and dim < INT32) then
+    ploss.raise(string.format("%s: opts.dim: %.0f is out of range for %s", what, dim,
+      ploss.is_tensor(input) and ("an input of rank " .. input:dim()) or "any input (a tensor has at most 8 dims)"))
+  end
   co.n = n
   co.dim = dim > 0 and dim - 1 or dim
   return co
+end
+local TAYLOR_KEYS = { n = true, dim = true, out = true }
+local TAYLOR_BACKWARD_KEYS = { n = true, dim = true, grad_input = true }
+
+-- opts[key] when it is nil or a tensor (a buffer to write into), else an error naming it.
+local function buffer_opt(opts, key, what)
+  local v = opts[key]
+  if v ~= nil and not ploss.is_tensor(v) then
+    ploss.raise(string.format("%s: opts.%s: expected a ploss tensor (a buffer to write into), got %s", what, key,
+      ploss.shown(v)))
+  end
+  return v
 end
 
 for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softmax", "LogTaylorSoftmax" } } do
@@ -126,8 +148,10 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   ploss.F[fname] = function(input, opts)
     if opts == nil then opts = {} end
     if not ploss.is_tensor(input) then ploss.raise(fname .. ": input: expected a ploss tensor, got " .. type(input)) end
-    local co = taylor_copts(opts, fname)
-    local out = opts.out or ploss.empty_like(input)
+    if type(opts) ~= "table" then ploss.raise(fname .. ": opts: expected a table") end
+    ploss.check_option_keys(opts, fname, TAYLOR_KEYS)
+    local co = taylor_copts(opts, fname, input)
+    local out = buffer_opt(opts, "out", fname) or ploss.empty_like(input)
     ploss.check(c_forward(input:context(), input:dl(), co, out:dl()), fname, opts.out and { output = "opts.out" })
     out:bump_version() -- a criterion's state computed from it is stale
     return out
@@ -142,9 +166,13 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     if not ploss.is_tensor(grad_output) then
       ploss.raise(fname .. "_backward: grad_output: expected a ploss tensor, got " .. type(grad_output))
     end
-    local co = taylor_copts(opts, fname .. "_backward")
-    local grad = opts.grad_input or ploss.empty_like(input)
-    ploss.check(c_backward(input:context(), input:dl(), grad_output:dl(), co, grad:dl()), fname .. "_backward")
+    local where = fname .. "_backward"
+    if type(opts) ~= "table" then ploss.raise(where .. ": opts: expected a table") end
+    ploss.check_option_keys(opts, where, TAYLOR_BACKWARD_KEYS)
+    local co = taylor_copts(opts, where, input)
+    local grad = buffer_opt(opts, "grad_input", where) or ploss.empty_like(input)
+    ploss.check(c_backward(input:context(), input:dl(), grad_output:dl(), co, grad:dl()), where,
+      opts.grad_input and { grad_input = "opts.grad_input" })
     grad:bump_version()
     return grad
   end
@@ -172,10 +200,12 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   function cls:forward(input)
     nn.check_self(self, cls_name, "forward", "layer")
     if not ploss.is_tensor(input) then ploss.raise(cls_name .. ": input: expected a ploss tensor, got " .. type(input)) end
-    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device())
-    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name), out:dl()), fname)
+    -- (a new buffer when the input is in the module's own output, given back to it)
+    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device(), input)
+    ploss.check(c_forward(input:context(), input:dl(), taylor_copts(self, cls_name, input), out:dl()), fname)
     out:bump_version()
     self.output = out -- only once the call has succeeded
+    nn.saw_input(self, input)
     return out
   end
   function cls:backward(input, gradOutput)
@@ -184,8 +214,9 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     if not ploss.is_tensor(gradOutput) then
       ploss.raise(cls_name .. ": gradOutput: expected a ploss tensor, got " .. type(gradOutput))
     end
-    local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
-    ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name),
+    nn.check_input(self, input, cls_name)
+    local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, gradOutput)
+    ploss.check(c_backward(input:context(), input:dl(), gradOutput:dl(), taylor_copts(self, cls_name, input),
       gi:dl()), fname .. "_backward")
     gi:bump_version()
     self.gradInput = gi

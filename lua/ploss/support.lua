@@ -41,6 +41,24 @@ local function need_tensor(x, what)
   return x
 end
 
+-- Raise when the list `list` (named `what`) has a hole: a positive integer key beyond
+-- #list, or a nil below it ({a, nil, b} may report a length of 1 or 3, and ipairs would
+-- stop at the hole: the tensors after it silently left out).
+local function check_no_hole(list, what)
+  local n, count = #list, 0
+  for k in pairs(list) do
+    if type(k) == "number" and k >= 1 and k == math.floor(k) then
+      if k > n then ploss.raise(string.format("%s: the list has a hole ([%d] is nil)", what, n + 1)) end
+      count = count + 1
+    end
+  end
+  if count ~= n then
+    for i = 1, n do
+      if list[i] == nil then ploss.raise(string.format("%s: the list has a hole ([%d] is nil)", what, i)) end
+    end
+  end
+end
+
 -- The options table `opts` (nil: none) of `what`; with `known` (a set of names) a key
 -- outside it is an error: a misspelt option is not ignored.
 local function opts_table(opts, what, known)
@@ -300,17 +318,35 @@ function Linear:__init(in_features, out_features, opts)
   self.input_grad = opt(opts, "input_grad", "boolean", true, "Linear")
 end
 
+-- Raise unless `t` (the layer's input or gradOutput, named `name`) is N×`cols` with N
+-- `rows` (when given), of the weight's dtype and device: named here, not as gemm's a or b.
+local function check_linear_operand(self, t, name, cols, rows)
+  if t:dim() ~= 2 or t:size(2) ~= cols or (rows and t:size(1) ~= rows) then
+    ploss.raise(string.format("Linear: %s: expected %s×%d, got %s", name, rows or "N", cols,
+      t:dim() == 2 and table.concat(t:size(), "×") or (t:dim() .. "-d")))
+  end
+  local w = self.weight
+  if t:dtype() ~= w:dtype() then
+    ploss.raise(string.format("Linear: %s: dtype %s, but the layer's weight is %s (make the layer with {dtype = " ..
+      "'%s'}, or convert: %s:to('%s'))", name, t:dtype(), w:dtype(), t:dtype(), name, w:dtype()))
+  end
+  if t:device() ~= w:device() then
+    ploss.raise(string.format("Linear: %s: on %s, but the layer's weight is on %s (make the layer with {device = " ..
+      "'%s'}, or move: %s:to('%s'))", name, t:device(), w:device(), t:device(), name, w:device()))
+  end
+end
+
 function Linear:forward(input)
   nn.check_self(self, "Linear", "forward", "layer")
   need_tensor(input, "Linear: input")
-  if input:dim() ~= 2 or input:size(2) ~= self.in_features then
-    ploss.raise(string.format("Linear: input: expected N×%d, got %s", self.in_features,
-      input:dim() == 2 and table.concat(input:size(), "×") or (input:dim() .. "-d")))
-  end
-  local out = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device())
+  check_linear_operand(self, input, "input", self.in_features)
+  -- (a new buffer when the input is the layer's own output, given back to it)
+  local out = nn.buffer(self.output, { input:size(1), self.out_features }, self.weight:dtype(), self.weight:device(),
+    input)
   F.gemm(input, self.weight, { trans_b = true, out = out })
   if self.bias then F.bias_add(out, self.bias) end
   self.output = out -- only once the product has succeeded
+  nn.saw_input(self, input)
   return out
 end
 
@@ -318,10 +354,13 @@ function Linear:backward(input, gradOutput)
   nn.check_self(self, "Linear", "backward", "layer")
   need_tensor(input, "Linear: input")
   need_tensor(gradOutput, "Linear: gradOutput")
+  check_linear_operand(self, input, "input", self.in_features)
+  check_linear_operand(self, gradOutput, "gradOutput", self.out_features, input:size(1))
+  nn.check_input(self, input, "Linear")
   F.gemm(gradOutput, input, { trans_a = true, out = self.gradWeight }) -- (out×N)·(N×in)
   if self.bias then F.bias_grad(gradOutput, { out = self.gradBias }) end
   if not self.input_grad then return nil end
-  local gi = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device())
+  local gi = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device(), input, gradOutput)
   F.gemm(gradOutput, self.weight, { out = gi }) -- (N×out)·(out×in)
   self.gradInput = gi -- only once the product has succeeded
   return gi
@@ -350,17 +389,23 @@ for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish =
   function Act:forward(input)
     nn.check_self(self, cls_name, "forward", "layer")
     need_tensor(input, cls_name .. ": input")
-    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device())
+    -- a new buffer when the input is in the layer's own output (given back to it), as the
+    -- criteria do with their gradient: never written over the input it reads
+    local out = nn.buffer(self.output, input:size(), input:dtype(), input:device(), input)
     fwd(input, { out = out })
     self.output = out -- only once the call has succeeded
+    nn.saw_input(self, input)
     return out
   end
   function Act:backward(input, gradOutput)
     nn.check_self(self, cls_name, "backward", "layer")
+    need_tensor(input, cls_name .. ": input")
+    need_tensor(gradOutput, cls_name .. ": gradOutput")
+    nn.check_input(self, input, cls_name)
     if self.inplace then
       self.gradInput = bwd(input, gradOutput, { inplace = true })
     else
-      local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device())
+      local gi = nn.buffer(self.gradInput, input:size(), input:dtype(), input:device(), input, gradOutput)
       bwd(input, gradOutput, { grad_input = gi })
       self.gradInput = gi
     end
@@ -370,7 +415,11 @@ for cls_name, fname in pairs { Swish = "swish", HardSwish = "hard_swish", Mish =
 end
 
 --- ploss.nn.Sequential{m1, m2, …}: forward chains the modules, backward runs them in
--- reverse with the inputs saved by the last forward.
+-- reverse with the inputs saved by the last forward (backward with another input runs
+-- forward on it first).  A saved input written since (its version moved: the input changed
+-- in place, or an activation rewritten by a module listed twice) is refused: call forward
+-- again.  Linear, the activation modules and the Taylor softmax modules likewise refuse, in
+-- backward, the tensor their last forward read once it was written since.
 local Sequential = module_class("Sequential")
 
 -- Raise unless `m` is a module (an object with forward and backward methods).
@@ -401,19 +450,46 @@ end
 
 function Sequential:forward(input)
   nn.check_self(self, "Sequential", "forward", "model")
-  self._inputs = { input }
+  self._inputs, self._versions = nil, nil
+  -- each module's input and its version when the module read it (a module used twice
+  -- rewrites its output buffer later in the chain: backward then refuses, rather than
+  -- use the new values as the old activation)
+  local inputs, versions = { input }, {}
   local x = input
   for i, m in ipairs(self.modules) do
+    versions[i] = ploss.is_tensor(x) and x:version() or nil
     x = m:forward(x)
-    self._inputs[i + 1] = x
+    inputs[i + 1] = x
   end
+  self._inputs, self._versions = inputs, versions
   self.output = x
   return x
 end
 
+-- Raise when a tensor the last forward saw as a module's input was written since: backward
+-- would mix its new values with the activations and gradOutput of the old ones.
+local function check_saved_inputs(self)
+  for i = 1, #self.modules do
+    local t, v = self._inputs[i], self._versions[i]
+    if v and ploss.is_tensor(t) and not t:is_freed() and t:version() ~= v then
+      local twice = false -- the module that made it listed again: its later forward rewrote it
+      for j = i, #self.modules do twice = twice or (i > 1 and self.modules[j] == self.modules[i - 1]) end
+      ploss.raise(string.format("Sequential:backward: %s was written since forward (its version is %d, " ..
+        "forward read %d); the saved activations belong to the old values: %s", i == 1 and "input"
+        or string.format("the input of module %d (the output of module %d)", i, i - 1), t:version(), v,
+        twice and string.format("module %d is listed again later, and its next forward rewrote its output " ..
+          "(use a separate instance)", i - 1) or "call forward again"))
+    end
+  end
+end
+
 function Sequential:backward(input, gradOutput)
   nn.check_self(self, "Sequential", "backward", "model")
-  if not self._inputs or self._inputs[1] ~= input then self:forward(input) end
+  if not self._inputs or self._inputs[1] ~= input then
+    self:forward(input)
+  else
+    check_saved_inputs(self)
+  end
   local g = gradOutput
   for i = #self.modules, 1, -1 do
     g = self.modules[i]:backward(self._inputs[i], g)
@@ -450,7 +526,12 @@ local function optimizer(name, make_state, step_one, fields)
   cls.__name = name
   setmetatable(cls, {
     __call = function(c, params, grads, opts)
-      if type(params) ~= "table" or type(grads) ~= "table" or #params ~= #grads then
+      if type(params) ~= "table" or type(grads) ~= "table" then
+        ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
+      end
+      check_no_hole(params, name .. ": params")
+      check_no_hole(grads, name .. ": grads")
+      if #params ~= #grads then
         ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
       end
       opts = opts_table(opts, name, fields)
@@ -581,6 +662,7 @@ setmetatable(EMA, {
     if type(params) ~= "table" or ploss.is_tensor(params) then
       ploss.raise("EMA: params: expected a list of tensors, e.g. model:parameters()")
     end
+    check_no_hole(params, "EMA: params")
     opts = opts_table(opts, "EMA")
     ploss.check_option_keys(opts, "EMA", ema_fields)
     for k, v in pairs(opts) do

@@ -264,6 +264,19 @@ local function strides_of(t)
 end
 local function dtype_of(t) return dtype_list[t.dti + 1] end
 
+-- Sizes as a message shows them: 2x3, "scalar" for none; integers in full (2^62 is
+-- 4611686018427387904, not 4.6116860184274e+18).
+local function shape_string(sizes)
+  if #sizes == 0 then return "scalar" end
+  local parts = {}
+  for i = 1, #sizes do
+    local v = sizes[i]
+    parts[i] = (type(v) == "number" and v == math.floor(v) and math.abs(v) < 2 ^ 63) and string.format("%.0f", v)
+      or tostring(v)
+  end
+  return table.concat(parts, "x")
+end
+
 -- A tensor over `storage` (a ploss_lua_storage *), with Lua lists sizes/strides.
 local function make(storage, dtype, device, sizes, strides, offset)
   local nd = #sizes
@@ -362,8 +375,19 @@ local function copy_list(t)
   return r
 end
 
--- Parse (shape, opts) from ploss.empty(2, 3, {opts}) or ploss.empty({2, 3}, {opts}).
-local function shape_args(...)
+-- The options each factory takes (a key outside them is refused, not ignored: a misspelt
+-- dtype would give an f32 tensor without a word).
+local FACTORY_KEYS = { dtype = true, device = true }
+local RAND_KEYS = { dtype = true, device = true, seed = true, offset = true, low = true, high = true }
+local RANDN_KEYS = { dtype = true, device = true, seed = true, offset = true, mean = true, std = true }
+local RANDINT_KEYS = { dtype = true, device = true, seed = true, offset = true }
+local TENSOR_KEYS = { dtype = true, device = true, size = true }
+local EMPTY_LIKE_KEYS = { dtype = true, device = true, layout = true }
+local FROM_POINTER_KEYS = { dtype = true, device = true, strides = true, owner = true }
+
+-- Parse (shape, opts) from ploss.empty(2, 3, {opts}) or ploss.empty({2, 3}, {opts}); the
+-- keys of opts are checked against `known`, errors naming the function `what`.
+local function shape_args(what, known, ...)
   local first = select(1, ...)
   local sizes, opts
   if type(first) == "table" then
@@ -381,19 +405,29 @@ local function shape_args(...)
   if opts ~= nil and (type(opts) ~= "table" or ploss.is_tensor(opts)) then
     ploss.raise("shape: expected sizes (numbers) then an options table, got " .. type(opts))
   end
-  return check_sizes(sizes, "shape"), opts or {}
+  sizes = check_sizes(sizes, "shape")
+  if opts == nil then return sizes, {} end
+  ploss.check_option_keys(opts, what, known)
+  return sizes, opts
 end
 
---- Uninitialised tensor.  `ploss.empty(2, 3)` or `ploss.empty({2, 3}, {dtype='f64', device='cuda'})`.
-function ploss.empty(...)
-  local sizes, opts = shape_args(...)
-  local dtype = canon_dtype(opts.dtype)
-  local device = ploss.parse_device(opts.device)
+-- A new contiguous tensor of checked sizes, dtype and device names (nil: the defaults).
+local function new_empty(sizes, dtype, device)
+  dtype = canon_dtype(dtype)
+  device = ploss.parse_device(device)
   local strides = contiguous_strides(sizes)
   local numel = 1
   for i = 1, #sizes do numel = numel * sizes[i] end
   local storage = new_storage(device, numel * dtypes[dtype].size)
   return make(storage, dtype, device, sizes, strides, 0)
+end
+
+--- Uninitialised tensor.  `ploss.empty(2, 3)` or `ploss.empty({2, 3}, {dtype='f64', device='cuda'})`.
+-- The factories (empty, zeros, ones, full, rand, randn, randint, tensor, empty_like,
+-- from_pointer) refuse an option they do not take ({dtpye = 'f64'} is an error).
+function ploss.empty(...)
+  local sizes, opts = shape_args("empty", FACTORY_KEYS, ...)
+  return new_empty(sizes, opts.dtype, opts.device)
 end
 
 -- Whether t's elements are dense in some order of its dims (contiguous, channels-last, a
@@ -434,6 +468,7 @@ function Tensor:is_dense() return self:is_contiguous() or is_dense(self) end
 -- order).
 function ploss.empty_like(t, opts)
   opts = options_of(opts, "empty_like")
+  ploss.check_option_keys(opts, "empty_like", EMPTY_LIKE_KEYS)
   local dtype, device = opts.dtype or dtype_of(t).name, opts.device or device_name(t.desc.device)
   if opts.layout ~= nil and opts.layout ~= "preserve" and opts.layout ~= "contiguous" then
     ploss.raise(string.format("empty_like: opts.layout: expected 'contiguous' or 'preserve', got %s", tostring(opts.layout)))
@@ -446,13 +481,22 @@ function ploss.empty_like(t, opts)
 end
 
 --- Tensor of zeros.
-function ploss.zeros(...) return ploss.empty(...):fill(0) end
+function ploss.zeros(...)
+  local sizes, opts = shape_args("zeros", FACTORY_KEYS, ...)
+  return new_empty(sizes, opts.dtype, opts.device):fill(0)
+end
 
 --- Tensor of ones.
-function ploss.ones(...) return ploss.empty(...):fill(1) end
+function ploss.ones(...)
+  local sizes, opts = shape_args("ones", FACTORY_KEYS, ...)
+  return new_empty(sizes, opts.dtype, opts.device):fill(1)
+end
 
 --- Tensor filled with `value`: `ploss.full({2, 3}, 7, opts)`.
-function ploss.full(sizes, value, opts) return ploss.empty(sizes, opts):fill(value) end
+function ploss.full(sizes, value, opts)
+  local checked, o = shape_args("full", FACTORY_KEYS, sizes, opts)
+  return new_empty(checked, o.dtype, o.device):fill(value)
+end
 
 ---------------------------------------------------------------------------------------
 -- Zero-copy exchange: foreign memory (from_pointer), DLPack (from_dlpack, to_dlpack)
@@ -521,6 +565,7 @@ end
 -- caller's promise.  t:free() drops the owner; it never frees the memory.
 function ploss.from_pointer(ptr, sizes, opts)
   opts = options_of(opts, "from_pointer")
+  ploss.check_option_keys(opts, "from_pointer", FROM_POINTER_KEYS)
   -- a pointer or an array (ctype<T *>, ctype<T [n]>); an integer would pass ffi.cast
   if type(ptr) ~= "cdata" or not tostring(ffi.typeof(ptr)):match("[%*%]]>$") then
     ploss.raise("from_pointer: ptr: expected a cdata pointer, got " ..
@@ -661,8 +706,8 @@ end
 -- Element k (row-major) takes Philox counter offset + k: `ploss.rand(2, 3)`,
 -- `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
 function ploss.rand(...)
-  local sizes, opts = shape_args(...)
-  local t = ploss.empty(sizes, opts)
+  local sizes, opts = shape_args("rand", RAND_KEYS, ...)
+  local t = new_empty(sizes, opts.dtype, opts.device)
   local seed, off = draw(opts, tonumber(t.n), "rand")
   ploss.check(C.ploss_rand_uniform(t:context(), t:dl(), seed, off, opts.low or 0, opts.high or 1), "rand")
   bump(t)
@@ -671,8 +716,8 @@ end
 
 --- Normal numbers, mean opts.mean (0), standard deviation opts.std (1); float dtypes.
 function ploss.randn(...)
-  local sizes, opts = shape_args(...)
-  local t = ploss.empty(sizes, opts)
+  local sizes, opts = shape_args("randn", RANDN_KEYS, ...)
+  local t = new_empty(sizes, opts.dtype, opts.device)
   local seed, off = draw(opts, tonumber(t.n), "randn")
   ploss.check(C.ploss_rand_normal(t:context(), t:dl(), seed, off, opts.mean or 0, opts.std or 1), "randn")
   bump(t)
@@ -690,11 +735,10 @@ function ploss.randint(low, high, sizes, opts)
   end
   check_int(low, "randint", "low")
   check_int(high, "randint", "high")
-  local o = {}
-  for k, v in pairs(opts) do o[k] = v end
-  o.dtype = o.dtype or "i64"
-  local t = ploss.empty(sizes, o)
-  local seed, off = draw(o, tonumber(t.n), "randint")
+  ploss.check_option_keys(opts, "randint", RANDINT_KEYS)
+  local t = new_empty(check_sizes(type(sizes) == "number" and { sizes } or sizes, "shape"), opts.dtype or "i64",
+    opts.device)
+  local seed, off = draw(opts, tonumber(t.n), "randint")
   ploss.check(C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high), "randint")
   bump(t)
   return t
@@ -771,7 +815,13 @@ end
 -- to 2^53 (Lua numbers are doubles; int64 cdata such as 5LL are not taken).
 function ploss.tensor(data, opts)
   opts = options_of(opts, "tensor")
+  ploss.check_option_keys(opts, "tensor", TENSOR_KEYS)
   if is_tensor(data) then
+    if opts.size ~= nil then
+      -- size reshapes the values of a Lua table; a tensor's copy keeps its sizes
+      ploss.raise(string.format("tensor: opts.size: reshapes a Lua table's values; a tensor (%s) is copied with its " ..
+        "own sizes: reshape the copy instead (ploss.tensor(t):view(...))", shape_string(sizes_of(data))))
+    end
     return data:to(opts.device or data:device(), opts.dtype or data:dtype(), true)
   end
   local sizes
@@ -788,7 +838,10 @@ function ploss.tensor(data, opts)
     sizes = check_sizes(opts.size, "tensor")
     local n = 1
     for i = 1, #sizes do n = n * sizes[i] end
-    if n ~= #flat then ploss.raise(string.format("tensor: size has %d elements, the data %d", n, #flat)) end
+    if n ~= #flat then
+      ploss.raise(string.format("tensor: size has %s elements, the data %d",
+        n > MAX_SPAN and "more than 2^53" or string.format("%.0f", n), #flat))
+    end
   end
   local dtype = canon_dtype(opts.dtype)
   local bounds = int_bounds[dtype]
@@ -976,11 +1029,6 @@ function Tensor:has_sizes(sizes)
   return true
 end
 
-local function shape_string(sizes)
-  if #sizes == 0 then return "scalar" end
-  return table.concat(sizes, "x")
-end
-
 --- The tensor itself when contiguous, else a contiguous copy.
 function Tensor:contiguous()
   if self:is_contiguous() then return self end
@@ -990,7 +1038,7 @@ end
 --- A copy (contiguous, same dtype and device).
 function Tensor:clone() return ploss.empty_like(self):copy(self) end
 
-local read_values, check_int_values -- (defined with :to below)
+local read_values, check_int_values, check_int_to_int -- (defined with :to below)
 
 -- dst ← src, the values checked by the caller.
 local function copy_values(dst, src)
@@ -1010,12 +1058,22 @@ local function copy_values(dst, src)
   return dst
 end
 
+-- Raise unless every value of `src` converts to `dtype` (finite and within its range,
+-- after truncation toward zero, for a float src copied into an integer dtype; within its
+-- range for an integer src copied into a narrower one); `what` names the call.
+local function check_conversion(src, dtype, what)
+  if not int_bounds[dtype] then return end
+  if dtype_of(src).float then check_int_values(src, dtype, what) else check_int_to_int(src, dtype, what) end
+end
+
 --- self ← src, converting dtype; any strides; same sizes; any devices.  A float src copied
 -- into an integer tensor is truncated toward zero and must hold only values that dtype
--- can (finite, within its range), as with :to.  Returns self.
+-- can (finite, within its range), as with :to; an integer src copied into a narrower
+-- integer dtype (i64 into i32 or u8, i32 into u8) must hold only values it can (no wrap).
+-- Returns self.
 function Tensor:copy(src)
   if not is_tensor(src) then ploss.raise("copy: expected a tensor, got " .. type(src)) end
-  if dtype_of(src).float and int_bounds[self:dtype()] then check_int_values(src, self:dtype(), "copy") end
+  check_conversion(src, self:dtype(), "copy")
   return copy_values(self, src)
 end
 
@@ -1051,7 +1109,7 @@ local function add_integer(self, k)
     if v[i] < vlo or v[i] > vhi then
       local shown = tostring(v[i]):gsub("LL$", "")
       host:free()
-      ploss.raise(string.format("add_: element %d (row-major): %s + %s is outside %s's range", i, shown,
+      ploss.raise(string.format("add_: element %d (row-major): %s + %s is outside %s's range", i + 1, shown,
         string.format("%.0f", k), dt))
     end
   end
@@ -1127,19 +1185,48 @@ function check_int_values(t, dtype, what)
   if bad then int_range_error(what, bad + 1, value, dtype) end
 end
 
+-- Raise unless every value of the integer tensor `t` is within the range of the integer
+-- dtype `dtype` (a narrowing conversion would wrap: 300 as u8 is 44).  Nothing to read
+-- when t's dtype is no wider; else the values are read on the host as i64 (exactly).
+function check_int_to_int(t, dtype, what)
+  local lo, hi = unpack(INT_RANGES[dtype])
+  local slo, shi = unpack(INT_RANGES[t:dtype()])
+  if slo >= lo and shi <= hi then return end
+  local host = t
+  if t:is_cuda() or t:dtype() ~= "i64" or not t:is_contiguous() then
+    host = ploss.empty(sizes_of(t), { dtype = "i64" })
+    copy_values(host, t) -- widening (or the same dtype): nothing to check
+  end
+  local p = ffi.cast("int64_t *", host:dl().data)
+  local bad
+  for i = 0, tonumber(t.n) - 1 do
+    local v = p[i]
+    if v < lo or v > hi then bad = i; break end
+  end
+  local value = bad and (tostring(p[bad]):gsub("LL$", ""))
+  if host ~= t then host:free() end
+  if bad then int_range_error(what, bad + 1, value, dtype) end
+end
+
 --- This tensor on `device` and/or as `dtype` (a new contiguous tensor; the tensor itself
 -- when both already match, unless `force_copy`).  `t:to('cuda')`, `t:to('cpu', 'f64')`,
 -- `t:to(nil, 'f16')`, and `t:to('f16')` (a dtype name alone, as PyTorch's x.to(dtype)).
 -- A float tensor converted to an integer dtype must hold only finite values within that
--- dtype's range (truncated toward zero), else the conversion raises and makes nothing.
+-- dtype's range (truncated toward zero), and an integer tensor converted to a narrower
+-- integer dtype only values within its range, else the conversion raises and makes nothing.
 function Tensor:to(device, dtype, force_copy)
   if dtype == nil and type(device) == "string" and aliases[device] then
     device, dtype = nil, device
+  elseif dtype == nil and type(device) == "string" and device ~= "cpu" and not device:match("^cuda") then
+    -- one name, neither a dtype nor a device ('F32', 'fp32', 'gpu')
+    local hint = aliases[device:lower()] and string.format(" (did you mean '%s'?)", device:lower()) or ""
+    ploss.raise(string.format("to: %s is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias: float, " ..
+      "double, long, …) nor a device ('cpu', 'cuda', 'cuda:<id>')%s", ploss.shown(device), hint))
   end
   device = device and ploss.parse_device(device) or self:device()
   dtype = dtype and canon_dtype(dtype) or self:dtype()
   if not force_copy and device == self:device() and dtype == self:dtype() then return self end
-  if dtype_of(self).float and int_bounds[dtype] then check_int_values(self, dtype, "to") end
+  check_conversion(self, dtype, "to")
   return copy_values(ploss.empty(sizes_of(self), { dtype = dtype, device = device }), self)
 end
 
@@ -1275,8 +1362,12 @@ function Tensor:view(...)
     sizes[infer] = numel / known
     known = numel
   end
+  if known > MAX_SPAN then
+    -- (past 2^53 the product is no longer exact, and %d would print it wrapped)
+    ploss.raise(string.format("view: %s has more than 2^53 elements, the tensor %d", shape_string(sizes), numel))
+  end
   if known ~= numel then
-    ploss.raise(string.format("view: %s has %d elements, the tensor %d", shape_string(sizes), known, numel))
+    ploss.raise(string.format("view: %s has %.0f elements, the tensor %d", shape_string(sizes), known, numel))
   end
   if not self:is_contiguous() then
     ploss.raise("view: the tensor is not contiguous; call :contiguous() first")

@@ -31,5 +31,8 @@ along axis 1 (Lua dim 2) where PyTorch's broadcasting has no reading, i.e. when 
 size of the last dim; when it is, a vector of that length reads differently in PyTorch (along
 the last dim) and is refused (SHAPE error naming both readings): pass [C, 1, …, 1] for the
 class axis or [1, W] for the last dim.  Targets are hard 0/1 or soft labels in [0, 1] of any
-float dtype; no gradient is computed for them.]],
+float dtype; no gradient is computed for them.  An infinite logit with its matching hard
+target (x = +inf with y = 1, x = −inf with y = 0) gives a loss of 0 and a gradient of 0: the
+term of the other label is dropped where its factor is exactly 0, where PyTorch computes
+0·∞ = NaN.  Against the other target (or a soft one) the loss is +inf.]],
 }
