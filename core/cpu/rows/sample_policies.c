@@ -60,6 +60,9 @@ static ploss_status ohem_mine(const ploss_sample_problem *p, ploss_cpu_srows r, 
 
 /* ---- driver ---------------------------------------------------------------------------- */
 
+_Static_assert(PLOSS_SAMPLE_KIND_COUNT == 4, "a new per-sample loss kind (core/engines/rows.h): map it to its "
+                                             "softmax-row kind in ploss_cpu_sample_policies");
+
 ploss_status PLOSS_ISA_FN(ploss_cpu_sample_policies)(ploss_ctx_t *ctx, const ploss_sample_problem *p)
 {
     (void)ctx;

@@ -8,9 +8,11 @@
  * of contiguous classes, computed along the classes) or xi = 1 (computed along the
  * samples).  Per valid sample, with m = max_j x_j (PC: of x_j + b_j, b_j = log w_j) and
  * s = Σ_j e^(x_j − m):
- *   lse − x_y = (m − x_y) + log s   (no cancellation for confident samples)
- * and the gradient entries of the label, where p_y − 1 would cancel, are computed in
- * double with expm1.  The vector loops compute every class as if it were not the label
+ *   lse − x_y = (m − x_y) + log s
+ * (no cancellation between an lse and an x_y of a large magnitude; but, as in PyTorch's
+ * log_softmax, a confident sample's s = 1 + Σ_{j≠y} e^(x_j − m) holds that sum only to s's
+ * spacing, so a loss below ~1e-13 (f64) keeps a few digits), and the gradient entries of the
+ * label, where p_y − 1 would cancel, are computed in double with expm1.  The vector loops compute every class as if it were not the label
  * (masked out of the sums that exclude it); the label's entry is then written over.
  */
 
