@@ -57,11 +57,12 @@ struct Halo {
     }
 };
 
-/* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b. */
-__host__ __device__ __forceinline__ int64_t shared_windows(int64_t a, int64_t b, int64_t k, int64_t size)
+/* The number of windows of side k (stride 1, inside [0, size)) holding positions a and b, in
+ * the index type I (int where the image's sides allow it: window_main_vec). */
+template <class I> __host__ __device__ __forceinline__ I shared_windows(I a, I b, I k, I size)
 {
-    const int64_t lo_max = a > b ? a : b, hi_min = a < b ? a : b;
-    const int64_t lo = lo_max - k + 1 > 0 ? lo_max - k + 1 : 0, hi = hi_min < size - k ? hi_min : size - k;
+    const I lo_max = a > b ? a : b, hi_min = a < b ? a : b;
+    const I lo = lo_max - k + 1 > 0 ? lo_max - k + 1 : 0, hi = hi_min < size - k ? hi_min : size - k;
     return hi >= lo ? hi - lo + 1 : 0;
 }
 
@@ -227,16 +228,16 @@ struct PairTerms64 {
  * The multiplicity is separable, m = m_h·m_w: 2(2k − 1) window counts per pixel.  One
  * exponential e = e^−|A| gives both the softplus and the sigmoid (1 / (1 + e) for A > 0,
  * e / (1 + e) otherwise). */
-template <class A, int SPAN_MAX, int P_MAX, class Up>
+template <class A, int SPAN_MAX, bool PER_PIXEL, class I, int P_MAX, class Up>
 __device__ __forceinline__ A window_factors(const Halo &HL, const int *s_lab, int zi, bool valid, int lz, int64_t h,
-                                            int64_t wc, int64_t H, int64_t W, A w0v, bool per_pixel,
-                                            const Up &upstream, A (&a)[P_MAX])
+                                            int64_t wc, int64_t H, int64_t W, A w0v, const Up &upstream,
+                                            A (&a)[P_MAX])
 {
     int mh[SPAN_MAX], mw[SPAN_MAX];
 #pragma unroll
     for (int i = 0; i < HL.SPAN; ++i) {
-        mh[i] = (int)shared_windows(h, h + i - HL.R, HL.R + 1, H);
-        mw[i] = (int)shared_windows(wc, wc + i - HL.R, HL.R + 1, W);
+        mh[i] = (int)shared_windows<I>((I)h, (I)h + i - HL.R, HL.R + 1, (I)H);
+        mw[i] = (int)shared_windows<I>((I)wc, (I)wc + i - HL.R, HL.R + 1, (I)W);
     }
     A loss = 0;
 #pragma unroll
@@ -251,9 +252,25 @@ __device__ __forceinline__ A window_factors(const Halo &HL, const int *s_lab, in
         const std::conditional_t<sizeof(A) == 4, PairTerms, PairTerms64> pt(v);
         loss += (A)m * ((v > A(0) ? v : A(0)) + pt.l1p - same * v);
         const A slope = (v > A(0) ? pt.r : pt.e * pt.r) - same;
-        a[j] = (A)m * slope * (w0v + (per_pixel ? upstream(h + jh - HL.R, wc + jw - HL.R) : A(1)));
+        if constexpr (PER_PIXEL)
+            a[j] = (A)m * slope * (w0v + upstream(h + jh - HL.R, wc + jw - HL.R));
+        else
+            a[j] = (A)m * slope * (w0v + A(1));
     }
     return loss;
+}
+
+/* window_factors with the upstream gradient per pixel (a backward pass of 'none') or not,
+ * chosen once: a runtime test inside the loop was redone at every partner. */
+template <class A, int SPAN_MAX, class I, int P_MAX, class Up>
+__device__ __forceinline__ A window_factors_for(const ploss_region_problem &p, const Halo &HL, const int *s_lab,
+                                                int zi, bool valid, int lz, int64_t h, int64_t wc, int64_t H,
+                                                int64_t W, const Up &upstream, A (&a)[P_MAX])
+{
+    if (p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
+        return window_factors<A, SPAN_MAX, true, I>(HL, s_lab, zi, valid, lz, h, wc, H, W,
+                                                    valid ? upstream(h, wc) : A(1), upstream, a);
+    return window_factors<A, SPAN_MAX, false, I>(HL, s_lab, zi, valid, lz, h, wc, H, W, A(1), upstream, a);
 }
 
 /* The loss: the 'none' map, or this block's partial sum and the last block's total. */
@@ -339,15 +356,13 @@ __global__ void __launch_bounds__(THREADS, (MAIN_BLOCKS<K, A>))
     }
 
     /* ℓ_p and the factors */
-    const bool per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     const auto upstream = [&](int64_t hh, int64_t ww) {
         return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
     };
     const unsigned long long pairs = *w.count;
     const double base = window_base(p, pairs);
-    const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
-    const A loss = window_factors<A, Halo(K > 0 ? K : PLOSS_AFFINITY_MAX_KERNEL).SPAN>(
-        HL, s_lab, zi, valid, lz, h, wc, H, W, w0v, per_pixel, upstream, a);
+    const A loss = window_factors_for<A, Halo(K > 0 ? K : PLOSS_AFFINITY_MAX_KERNEL).SPAN, int64_t>(
+        p, HL, s_lab, zi, valid, lz, h, wc, H, W, upstream, a);
     window_loss_out(p, w, mine, n, h, wc, loss, pairs);
     if (p.pass == PLOSS_PASS_FORWARD)
         return;
@@ -455,14 +470,13 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
     }
 
     /* ℓ_p and the factors */
-    const bool per_pixel = p.pass == PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE;
     const auto upstream = [&](int64_t hh, int64_t ww) {
         return (A)upstream_element(p.grad_loss, p.gl_dtype, n * p.gl_sg + hh * p.gl_ss[0] + ww * p.gl_ss[1]);
     };
     const unsigned long long pairs = *w.count;
     const double base = window_base(p, pairs);
-    const A w0v = valid && per_pixel ? upstream(h, wc) : A(1);
-    const A loss = window_factors<A, HL.SPAN>(HL, s_lab, zi, valid, lz, h, wc, H, W, w0v, per_pixel, upstream, a);
+    /* the image's sides below 2^30 (launch_vec): the window counts in int */
+    const A loss = window_factors_for<A, HL.SPAN, int>(p, HL, s_lab, zi, valid, lz, h, wc, H, W, upstream, a);
     window_loss_out(p, w, mine, n, h, wc, loss, pairs);
     if (p.pass == PLOSS_PASS_FORWARD || !mine)
         return;
@@ -504,11 +518,12 @@ template <int CV> ploss_status launch_vec_cv(const ploss_region_problem *p, Src 
     return check_launch("affinity loss and gradient");
 }
 /* window_main_vec for CV = ⌈C / 4⌉ rounded up to an instantiated width, its status in st;
- * false where it does not apply (k ≠ 3 or more than 4·VEC_MAX_CV classes: window_main). */
+ * false where it does not apply (k ≠ 3, more than 4·VEC_MAX_CV classes or a side of 2^30 pixels or
+ * more: window_main). */
 inline bool launch_vec(const ploss_region_problem *p, Src src, int64_t blocks, Work w, cudaStream_t stream,
                        ploss_status &st)
 {
-    if (p->kernel_size != VEC_K || p->C > 4 * VEC_MAX_CV)
+    if (p->kernel_size != VEC_K || p->C > 4 * VEC_MAX_CV || p->sshape[0] >= (1 << 30) || p->sshape[1] >= (1 << 30))
         return false;
     const int cv = (int)((p->C + 3) / 4);
     st = cv <= 2 ? launch_vec_cv<2>(p, src, blocks, w, stream)
