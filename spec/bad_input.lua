@@ -155,8 +155,8 @@ for _, d in ipairs(H.one_input_losses()) do
     fam[key] = fam[key] or {}
     table.insert(fam[key], t.name)
   end
-  -- a softmax-row loss's masking and one-class cases come from its facts alone: a loss
-  -- without a line would skip them without a word
+  -- a rows loss's masking and one-class cases come from its facts alone: a loss without a
+  -- line would skip them without a word
   if fam.kind == "class" and facts[d.name] == nil then
     error(string.format("spec/bad_input.lua: the rows loss %s has no line in `facts` (masking, one_class, …: see " ..
       "the table's comment); write %s = {} if none applies", d.name, d.name))

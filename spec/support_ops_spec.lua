@@ -819,8 +819,8 @@ describe("layers' backward after their input was written", function()
     inp:mul_(3)
     local gin = m.modules[1].gradInput
     H.expect_error(function() m:backward(inp, ploss.ones({ 2, 2 }, { dtype = "f64" })) end,
-      "Sequential:backward: input was written since forward (its version is 2, forward read 1); the saved " ..
-      "activations belong to the old values: call forward again")
+      "Sequential:backward: input was written since forward (its storage's version is 2, forward read 1); the " ..
+      "saved activations belong to the old values: call forward again")
     assert.are.equal(gin, m.modules[1].gradInput) -- nothing was run
     -- forward again: backward equals the chain's own gradient at the new input
     m:forward(inp)
@@ -832,15 +832,40 @@ describe("layers' backward after their input was written", function()
     H.assert_close(g, lin:backward(inp, act:backward(h, ploss.ones({ 2, 2 }, { dtype = "f64" }))), { rtol = 0, atol = 0 })
   end)
 
-  it("Sequential refuses an activation rewritten later in the chain (one module listed twice)", function()
+  it("an activation rewritten later in the chain (one module listed twice) is refused by the next layer", function()
     local mish = ploss.nn.Mish()
     local m = ploss.nn.Sequential { ploss.nn.Linear(2, 2, { dtype = "f64" }), mish, ploss.nn.Linear(2, 2, { dtype = "f64" }),
                                     mish }
     local inp = f64({ { 1, -1 }, { 0.5, 2 } })
     m:forward(inp)
     H.expect_error(function() m:backward(inp, ploss.ones({ 2, 2 }, { dtype = "f64" })) end,
-      "Sequential:backward: the input of module 3 (the output of module 2) was written since forward (its version " ..
-      "is 2, forward read 1); the saved activations belong to the old values: module 2 is listed again later")
+      "Linear:backward: input: written since forward (its storage's version is 2, forward read 1")
+  end)
+
+  it("Sequential takes a module that writes its input in place (Torch7's ReLU(true) form)", function()
+    ploss.manual_seed(3)
+    -- a Torch7-style in-place scale: forward writes its input and returns it
+    local Scale = { c = 2 }
+    Scale.__index = Scale
+    function Scale:forward(x) x:mul_(self.c); self.output = x; return x end
+    function Scale:backward(_, g) self.gradInput = g:clone():mul_(self.c); return self.gradInput end
+    local lin = ploss.nn.Linear(3, 2, { dtype = "f64" })
+    local m = ploss.nn.Sequential { lin, setmetatable({}, Scale), ploss.nn.Swish() }
+    local x = ploss.randn({ 4, 3 }, { dtype = "f64" })
+    local go = ploss.randn({ 4, 2 }, { dtype = "f64" })
+    for _ = 1, 2 do
+      m:forward(x)
+      local g = m:backward(x, go):clone()
+      -- the chain by hand: h = 2·(x·Wᵀ + b), y = swish(h)
+      local ref_lin = ploss.nn.Linear(3, 2, { dtype = "f64" })
+      ref_lin.weight:copy(lin.weight)
+      ref_lin.bias:copy(lin.bias)
+      local z = ref_lin:forward(x):clone():mul_(2)
+      local sw = ploss.nn.Swish()
+      sw:forward(z)
+      local gz = sw:backward(z, go):clone():mul_(2)
+      H.assert_close(g, ref_lin:backward(x, gz), { rtol = 1e-14, atol = 0 })
+    end
   end)
 
   it("an in-place criterion gradient over the model's output is not a stale activation", function()
@@ -861,8 +886,8 @@ describe("layers' backward after their input was written", function()
     x:add_(1)
     local gw = lin.gradWeight
     H.expect_error(function() lin:backward(x, go) end,
-      "Linear:backward: input: written since forward (its version is 2, forward read 1); gradOutput belongs to the " ..
-      "old values: call forward again", gw)
+      "Linear:backward: input: written since forward (its storage's version is 2, forward read 1: a write to any " ..
+      "view of it counts); gradOutput belongs to the old values: call forward again", gw)
     lin:forward(x)
     assert.is_not_nil(lin:backward(x, go))
     for _, name in ipairs { "Mish", "Swish", "HardSwish" } do

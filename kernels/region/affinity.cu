@@ -23,9 +23,9 @@
  *     32 classes (the common case): the same sums in the same order, from a pixel-major tile
  *     whose 16-byte loads take four classes at once, the pixel's own classes and gradient in
  *     registers.
- * The tile's logits are loaded LOAD_BATCH elements per thread at a time (all loads issued
- * before the stores to shared memory), so that enough reads are in flight to cover the
- * memory latency.  The inner products stay in registers; the pair multiplicities m are
+ * window_main loads the tile's logits LOAD_BATCH elements per thread at a time,
+ * window_main_vec all the classes of a halo pixel per thread (all loads issued before the
+ * stores to shared memory), so that enough reads are in flight to cover the memory latency.  The inner products stay in registers; the pair multiplicities m are
  * recomputed where needed rather than kept alongside them.
  * The input is read once (plus the halo, mostly from L2), the gradient written once.  No
  * float atomics: the results are bitwise the same on every run.
@@ -190,11 +190,13 @@ __device__ __forceinline__ double window_base(const ploss_region_problem &p, uns
     return base;
 }
 
-/* A pair's e = e^−|A|, log(1 + e) and 1 / (1 + e).  fp32: e through ex2.approx (exp_ftz),
- * the reciprocals through rcp.approx (__fdividef, 2 ulp), and log(1 + e) for e ∈ [0, 1] as
+/* A pair's e = e^−|A|, log(1 + e) and 1 / (1 + e).  fp32: e through ex2.approx (exp_ftz:
+ * relative error about 2^-22 + |A|·2^-24, and 0 below 2^-126, i.e. |A| > 87), the
+ * reciprocals through rcp.approx (__fdividef, 2 ulp), and log(1 + e) for e ∈ [0, 1] as
  * 2·atanh(s) = 2s·Σ s^2i / (2i + 1) with s = e / (2 + e) ≤ 1/3, whose terms past s^13 are
- * below 2^-25 of the sum: a few ulp, relative to log(1 + e) however small e is, in a tenth
- * of libdevice's log1pf and IEEE division.  f64: libdevice. */
+ * below 2^-25 of the sum: log(1 + e) as accurate, relative to itself, as e however small e
+ * is (no 1 + e rounding), in a tenth of libdevice's log1pf and IEEE division.  f64:
+ * libdevice. */
 struct PairTerms {
     float e, l1p, r;
     __device__ __forceinline__ explicit PairTerms(float v)
@@ -430,12 +432,13 @@ __global__ void __launch_bounds__(THREADS, (CV <= 5 ? 4 : 2)) window_main_vec(co
         using T = decltype(tag);
         const T *xn = (const T *)src.x + n * src.sn;
         for (int j = threadIdx.x; j < HL.SIZE; j += THREADS) {
-            const bool ok = s_lab[j] >= 0;
-            const T *xp = xn + (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw;
+            const bool ok = s_lab[j] >= 0; /* inside the image and not ignored */
+            int64_t at = ok ? (h0 + j / HL.W) * src.sh + (w0 + j % HL.W) * src.sw : 0; /* an offset, not a
+                                                                  pointer: none is formed outside the input */
             float e[CP];
 #pragma unroll
-            for (int c = 0; c < CP; ++c, xp += src.sc)
-                e[c] = ok && c < C ? to_acc(*xp) : 0.0f;
+            for (int c = 0; c < CP; ++c, at += src.sc)
+                e[c] = ok && c < C ? to_acc(xn[at]) : 0.0f;
 #pragma unroll
             for (int v = 0; v < CV; ++v)
                 *(float4 *)(s_x + j * SX + 4 * v) = make_float4(e[4 * v], e[4 * v + 1], e[4 * v + 2], e[4 * v + 3]);

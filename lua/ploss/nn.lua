@@ -290,10 +290,11 @@ end
 -- Layers' saved inputs
 ---------------------------------------------------------------------------------------
 
---- Record the input of a layer's forward (the tensor and its storage's version), for
--- nn.check_input at its backward.
+--- Record the input of a layer's forward (the tensor, weakly: the layer does not keep it
+-- alive, and its storage's version), for nn.check_input at its backward.
+local WEAK_VALUES = { __mode = "v" }
 function nn.saw_input(self, input)
-  self._fwd_input, self._fwd_version = input, input:version()
+  self._fwd_input, self._fwd_version = setmetatable({ input }, WEAK_VALUES), input:version()
 end
 
 --- Raise when `input` is the tensor the layer's last forward read and it was written since
@@ -301,8 +302,10 @@ end
 -- values with the gradOutput of the old ones.  `name` is the layer's class.  Another
 -- tensor, or no forward yet, is backward's own input (Torch7's backward(input, gradOutput)).
 function nn.check_input(self, input, name)
-  if rawequal(self._fwd_input, input) and not input:is_freed() and input:version() ~= self._fwd_version then
-    ploss.raise(string.format("%s:backward: input: written since forward (its version is %d, forward read %d); " ..
+  if self._fwd_input and rawequal(self._fwd_input[1], input) and not input:is_freed() and
+      input:version() ~= self._fwd_version then
+    ploss.raise(string.format("%s:backward: input: written since forward (its storage's version is %d, forward " ..
+      "read %d: a write to any view of it counts); " ..
       "gradOutput belongs to the old values: call forward again", name, input:version(), self._fwd_version))
   end
 end

@@ -450,45 +450,30 @@ end
 
 function Sequential:forward(input)
   nn.check_self(self, "Sequential", "forward", "model")
-  self._inputs, self._versions = nil, nil
-  -- each module's input and its version when the module read it (a module used twice
-  -- rewrites its output buffer later in the chain: backward then refuses, rather than
-  -- use the new values as the old activation)
-  local inputs, versions = { input }, {}
+  self._inputs, self._version = nil, nil
+  local inputs = { input }
   local x = input
   for i, m in ipairs(self.modules) do
-    versions[i] = ploss.is_tensor(x) and x:version() or nil
     x = m:forward(x)
     inputs[i + 1] = x
   end
-  self._inputs, self._versions = inputs, versions
+  -- the input's version once the chain has run (a module may write its input in place):
+  -- backward refuses an input written after that.  The modules' own inputs are theirs to
+  -- check (Linear, the activation and Taylor modules do; a module listed twice rewrites its
+  -- output, which the next module's backward then refuses)
+  self._inputs, self._version = inputs, ploss.is_tensor(input) and input:version() or nil
   self.output = x
   return x
-end
-
--- Raise when a tensor the last forward saw as a module's input was written since: backward
--- would mix its new values with the activations and gradOutput of the old ones.
-local function check_saved_inputs(self)
-  for i = 1, #self.modules do
-    local t, v = self._inputs[i], self._versions[i]
-    if v and ploss.is_tensor(t) and not t:is_freed() and t:version() ~= v then
-      local twice = false -- the module that made it listed again: its later forward rewrote it
-      for j = i, #self.modules do twice = twice or (i > 1 and self.modules[j] == self.modules[i - 1]) end
-      ploss.raise(string.format("Sequential:backward: %s was written since forward (its version is %d, " ..
-        "forward read %d); the saved activations belong to the old values: %s", i == 1 and "input"
-        or string.format("the input of module %d (the output of module %d)", i, i - 1), t:version(), v,
-        twice and string.format("module %d is listed again later, and its next forward rewrote its output " ..
-          "(use a separate instance)", i - 1) or "call forward again"))
-    end
-  end
 end
 
 function Sequential:backward(input, gradOutput)
   nn.check_self(self, "Sequential", "backward", "model")
   if not self._inputs or self._inputs[1] ~= input then
     self:forward(input)
-  else
-    check_saved_inputs(self)
+  elseif self._version and not input:is_freed() and input:version() ~= self._version then
+    ploss.raise(string.format("Sequential:backward: input was written since forward (its storage's version is %d, " ..
+      "forward read %d); the saved activations belong to the old values: call forward again", input:version(),
+      self._version))
   end
   local g = gradOutput
   for i = #self.modules, 1, -1 do
