@@ -416,10 +416,11 @@ end
 
 --- ploss.nn.Sequential{m1, m2, …}: forward chains the modules, backward runs them in
 -- reverse with the inputs saved by the last forward (backward with another input runs
--- forward on it first).  A saved input written since (its version moved: the input changed
--- in place, or an activation rewritten by a module listed twice) is refused: call forward
--- again.  Linear, the activation modules and the Taylor softmax modules likewise refuse, in
--- backward, the tensor their last forward read once it was written since.
+-- forward on it first).  Its input written since the forward ran (its storage's version
+-- moved) is refused: call forward again.  Linear, the activation modules and the Taylor
+-- softmax modules likewise refuse, in backward, the tensor their last forward read once it
+-- was written since (so a module listed twice, whose later forward rewrote its output, is
+-- refused by the layer that read that output).
 local Sequential = module_class("Sequential")
 
 -- Raise unless `m` is a module (an object with forward and backward methods).
