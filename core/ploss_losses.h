@@ -2183,7 +2183,8 @@ void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
  * in  input       N×C or N×C×d1×…×dk log-probabilities (e.g. a log-softmax over axis 1),
  *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape: N
  *                 and C take any strides, the sample dims d1…dk must be walkable as one
- *                 strided axis.
+ *                 strided axis. One sample may also be C log-probabilities (PyTorch's unbatched
+ *                 form) with a 0-d class index: its NONE loss is 0-d.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
  *                 ignore_index.
  * in  weight      NULL, or w, C class weights.
@@ -2255,10 +2256,12 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
  *
  * The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
  * writes it inside). A NaN score makes the sample's loss NaN (PyTorch's max drops it). A single
- * sample is a 1×C input with a one-element target.
+ * sample is a 1×C input with a one-element target, or C scores with a 0-d target.
  *
  * in  input       N×C scores (or N×C×d1×…×dk: one loss per position, ploss's extension),
- *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape.
+ *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape. One
+ *                 sample may also be C scores (PyTorch's unbatched form) with a 0-d class
+ *                 index: its NONE loss is 0-d.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no
  *                 ignore_index).
  * in  weight      NULL, or w, C class weights (of the target's class).
@@ -3796,11 +3799,12 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
  * PyTorch's function averages over the last axis of any rank; the row losses' classes are axis
  * 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
  * otherwise. sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow for
- * large logits. A one-sample input is a 1×C tensor.
+ * large logits. A one-sample input is a 1×C tensor or C logits.
  *
- * in  input       N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more
- *                 dims, move the classes last and view the input as (N·d1·…·dk)×C, as
- *                 PyTorch averages over the last axis).
+ * in  input       N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2, or one sample's C
+ *                 logits: PyTorch's unbatched form, with a target of C values and a 0-d NONE
+ *                 loss; for more dims, move the classes last and view the input as
+ *                 (N·d1·…·dk)×C, as PyTorch averages over the last axis).
  * in  target      the input's shape, any float dtype or i64/i32 (as PyTorch takes them): y = 1
  *                 where the class is present, 0 where it is not (float values between are taken
  *                 as soft labels).
@@ -3874,13 +3878,14 @@ void ploss_multilabel_margin_loss_opts_init(ploss_multilabel_margin_loss_opts *o
  * an entry below −1 or from C on anywhere in the target). Torch7's MultiLabelMarginCriterion
  * took 1-based classes ended by 0; here, as everywhere in ploss, classes are 0-based and a list
  * ends at −1: convert a Torch7 target with `target:add_(-1)`. A single sample is a 1×C input
- * with a 1×C target. CUDA computes the gradient of a listed class from every unlisted score
- * and the other way round, so in place it writes the gradient to a workspace of the input's
- * size first and copies it over the input.
+ * with a 1×C target, or C scores with a C-entry target. CUDA computes the gradient of a listed
+ * class from every unlisted score and the other way round, so in place it writes the gradient
+ * to a workspace of the input's size first and copies it over the input.
  *
- * in  input       N×C scores, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more
- *                 dims, move the classes last and view the input as (N·d1·…·dk)×C, as
- *                 PyTorch reads the last axis).
+ * in  input       N×C scores, f32/f16/bf16/f64, any strides; C >= 1 (rank 2, or one sample's C
+ *                 scores: PyTorch's unbatched form, with a C-entry target and a 0-d NONE loss;
+ *                 for more dims, move the classes last and view the input as
+ *                 (N·d1·…·dk)×C, as PyTorch reads the last axis).
  * in  target      class indices, i64 or i32, of the input's shape: each row lists its target
  *                 classes first, in [0, C), and ends the list with -1 (any negative entry; the
  *                 entries after it are not read; a row without one lists C classes).

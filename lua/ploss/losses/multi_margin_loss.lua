@@ -10,7 +10,8 @@ return {
   policy = "multi_margin",
   target = "index",
   input_doc = "N×C scores (or N×C×d1×…×dk: one loss per position, ploss's extension), " ..
-    "f32/f16/bf16/f64; C >= 1.  Layouts as for the other losses of this shape.",
+    "f32/f16/bf16/f64; C >= 1.  Layouts as for the other losses of this shape.  One sample may also " ..
+    "be C scores (PyTorch's unbatched form) with a 0-d class index: its NONE loss is 0-d.",
   target_doc = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no ignore_index).",
   tensors = {
     { name = "weight", kind = "class_vector", what = "weight", doc = "w, C class weights (of the target's class)" },
@@ -30,5 +31,5 @@ Per sample with label y, scores x and z_j = m − x_y + x_j:
   notes = [[
 The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
 writes it inside).  A NaN score makes the sample's loss NaN (PyTorch's max drops it).  A
-single sample is a 1×C input with a one-element target.]],
+single sample is a 1×C input with a one-element target, or C scores with a 0-d target.]],
 }

@@ -10,8 +10,9 @@ return {
   shape = "rows",
   policy = "multilabel_margin",
   target = "index_list",
-  input_doc = "N×C scores, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more dims, move " ..
-    "the classes last and view the input as (N·d1·…·dk)×C, as PyTorch reads the last axis).",
+  input_doc = "N×C scores, f32/f16/bf16/f64, any strides; C >= 1 (rank 2, or one sample's C scores: " ..
+    "PyTorch's unbatched form, with a C-entry target and a 0-d NONE loss; for more dims, move the " ..
+    "classes last and view the input as (N·d1·…·dk)×C, as PyTorch reads the last axis).",
   target_doc = "class indices, i64 or i32, of the input's shape: each row lists its target classes " ..
     "first, in [0, C), and ends the list with -1 (any negative entry; the entries after it are " ..
     "not read; a row without one lists C classes).",
@@ -35,7 +36,7 @@ negative entry: any negative value ends the list, and what follows it is not che
 (PyTorch refuses an entry below −1 or from C on anywhere in the target).  Torch7's
 MultiLabelMarginCriterion took 1-based classes ended by 0; here, as everywhere in ploss,
 classes are 0-based and a list ends at −1: convert a Torch7 target with `target:add_(-1)`.  A single sample is a 1×C input
-with a 1×C target.  CUDA computes the gradient of a listed class from every unlisted score
+with a 1×C target, or C scores with a C-entry target.  CUDA computes the gradient of a listed class from every unlisted score
 and the other way round, so in place it writes the gradient to a workspace of the input's
 size first and copies it over the input.]],
 }

@@ -9,8 +9,9 @@ return {
   shape = "rows",
   policy = "multilabel_soft_margin",
   target = "elementwise",
-  input_doc = "N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2 only: for more dims, move " ..
-    "the classes last and view the input as (N·d1·…·dk)×C, as PyTorch averages over the last axis).",
+  input_doc = "N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2, or one sample's C logits: " ..
+    "PyTorch's unbatched form, with a target of C values and a 0-d NONE loss; for more dims, move the " ..
+    "classes last and view the input as (N·d1·…·dk)×C, as PyTorch averages over the last axis).",
   target_doc = "the input's shape, any float dtype or i64/i32 (as PyTorch takes them): y = 1 where the class " ..
     "is present, 0 where it is not (float values between are taken as soft labels).",
   tensors = {
@@ -29,5 +30,5 @@ the sum of the ℓ_i by the number of samples, as PyTorch.]],
 PyTorch's function averages over the last axis of any rank; the row losses' classes are
 axis 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
 otherwise.  sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow
-for large logits.  A one-sample input is a 1×C tensor.]],
+for large logits.  A one-sample input is a 1×C tensor or C logits.]],
 }

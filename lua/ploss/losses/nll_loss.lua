@@ -10,7 +10,8 @@ return {
   target = "index",
   input_doc = "N×C or N×C×d1×…×dk log-probabilities (e.g. a log-softmax over axis 1), " ..
     "f32/f16/bf16/f64; C >= 1.  Layouts as for the other losses of this shape: N and C take any " ..
-    "strides, the sample dims d1…dk must be walkable as one strided axis.",
+    "strides, the sample dims d1…dk must be walkable as one strided axis.  One sample may also be C " ..
+    "log-probabilities (PyTorch's unbatched form) with a 0-d class index: its NONE loss is 0-d.",
   tensors = {
     { name = "weight", kind = "class_vector", what = "weight", doc = "w, C class weights" },
   },
