@@ -681,6 +681,10 @@ describe("factory options", function()
       "rand: unknown option 'hihg' (known: device, dtype, high, low, offset, seed)")
     H.expect_error(function() ploss.randint(0, 3, { 2 }, { dtpye = "i32" }) end,
       "randint: unknown option 'dtpye' (known: device, dtype, offset, seed)")
+    -- an offset without a seed would be ignored (the draw continues the global generator)
+    H.expect_error(function() ploss.randn({ 3 }, { offset = 5 }) end, "randn: opts.offset: given without opts.seed")
+    H.expect_error(function() ploss.randint(0, 3, { 2 }, { offset = 1 }) end, "randint: opts.offset: given without opts.seed")
+    assert.are.equal(ploss.randn({ 4 }, { seed = 9, offset = 2 })[1], ploss.randn({ 6 }, { seed = 9 })[3])
     H.expect_error(function() ploss.empty_like(ploss.zeros(2), { dtpye = "f64" }) end,
       "empty_like: unknown option 'dtpye' (known: device, dtype, layout)")
     local buf = ffi.new("float[2]")

@@ -697,6 +697,11 @@ local function draw(opts, numel, what)
   if opts.seed then
     return check_int(opts.seed, what, "seed", 0), check_int(opts.offset or 0, what, "offset", 0)
   end
+  if opts.offset ~= nil then
+    -- an offset into the global stream would be silently ignored: it goes with a seed
+    ploss.raise(string.format("%s: opts.offset: given without opts.seed (a counter offset is taken with an " ..
+      "explicit seed; without one the draw continues the generator of ploss.manual_seed)", what))
+  end
   local off = rng.offset
   rng.offset = rng.offset + numel
   return rng.seed, off
