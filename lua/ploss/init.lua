@@ -155,6 +155,25 @@ function ploss.shown(v)
   return tostring(v)
 end
 
+--- The index of the first nil of the Lua list `list` (a positive integer key beyond #list,
+-- or fewer such keys than #list: {a, nil, b} may report a length of 1 or 3, and ipairs
+-- would stop at the hole), or nil when it has none.  For the callers' own messages.
+function ploss.list_hole(list)
+  local n, count = #list, 0
+  for k in pairs(list) do
+    if type(k) == "number" and k >= 1 and k == math.floor(k) then
+      if k > n then return n + 1 end
+      count = count + 1
+    end
+  end
+  if count ~= n then
+    for i = 1, n do
+      if list[i] == nil then return i end
+    end
+  end
+  return nil
+end
+
 --- Raise `msg` as a Lua error located at the first caller outside ploss (no location
 -- when the stack holds none, see caller_level).
 -- @tparam string msg

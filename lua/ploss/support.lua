@@ -41,22 +41,11 @@ local function need_tensor(x, what)
   return x
 end
 
--- Raise when the list `list` (named `what`) has a hole: a positive integer key beyond
--- #list, or a nil below it ({a, nil, b} may report a length of 1 or 3, and ipairs would
--- stop at the hole: the tensors after it silently left out).
+-- Raise when the list `list` (named `what`) has a hole (ploss.list_hole): ipairs would
+-- stop there, the tensors after it silently left out.
 local function check_no_hole(list, what)
-  local n, count = #list, 0
-  for k in pairs(list) do
-    if type(k) == "number" and k >= 1 and k == math.floor(k) then
-      if k > n then ploss.raise(string.format("%s: the list has a hole ([%d] is nil)", what, n + 1)) end
-      count = count + 1
-    end
-  end
-  if count ~= n then
-    for i = 1, n do
-      if list[i] == nil then ploss.raise(string.format("%s: the list has a hole ([%d] is nil)", what, i)) end
-    end
-  end
+  local i = ploss.list_hole(list)
+  if i then ploss.raise(string.format("%s: the list has a hole ([%d] is nil)", what, i)) end
 end
 
 -- The options table `opts` (nil: none) of `what`; with `known` (a set of names) a key

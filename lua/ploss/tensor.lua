@@ -769,21 +769,11 @@ local function nested_sizes(data)
   return sizes
 end
 
--- Raise when the list `node` has a hole: a positive integer key beyond #node, or fewer
--- such keys than #node (`{1, nil, 3}` may report a length of 1 or 3).
+-- Raise when the list `node` has a hole (ploss.list_hole: `{1, nil, 3}` may report a
+-- length of 1 or 3).
 local function check_no_hole(node, depth)
-  local n, count = #node, 0
-  for k in pairs(node) do
-    if type(k) == "number" and k >= 1 and k == math.floor(k) then
-      if k > n then ploss.raise(string.format("tensor: the list at dim %d has a hole (index %d is nil)", depth, n + 1)) end
-      count = count + 1
-    end
-  end
-  if count ~= n then
-    for i = 1, n do
-      if node[i] == nil then ploss.raise(string.format("tensor: the list at dim %d has a hole (index %d is nil)", depth, i)) end
-    end
-  end
+  local i = ploss.list_hole(node)
+  if i then ploss.raise(string.format("tensor: the list at dim %d has a hole (index %d is nil)", depth, i)) end
 end
 
 local function flatten(data, sizes, depth, out)
