@@ -38,7 +38,7 @@ template <int N> struct MaskedExp2<cutlass::Array<float, N>> {
         V o;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < N; ++i)
-            o[i] = col[i] < a.classes && col[i] != target[i] ? exp2f(acc[i] * c[i] * r[i] - a.shift) : 0.0f;
+            o[i] = col[i] < a.classes && col[i] != target[i] ? exp2_ftz(acc[i] * c[i] * r[i] - a.shift) : 0.0f;
         return o;
     }
 };

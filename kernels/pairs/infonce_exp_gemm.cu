@@ -36,7 +36,7 @@ template <int N> struct ScaledExp2<cutlass::Array<float, N>> {
         V o;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < N; ++i)
-            o[i] = exp2f(acc[i] * c[i] * r[i] - a.shift);
+            o[i] = exp2_ftz(acc[i] * c[i] * r[i] - a.shift);
         return o;
     }
 };
@@ -54,7 +54,7 @@ template <int N> struct GradientExp2<cutlass::Array<float, N>> {
         V o;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < N; ++i)
-            o[i] = exp2f(acc[i] * c[i] * r[i] - a.shift) * (u[i] + v[i]) * c[i];
+            o[i] = exp2_ftz(acc[i] * c[i] * r[i] - a.shift) * (u[i] + v[i]) * c[i];
         return o;
     }
 };

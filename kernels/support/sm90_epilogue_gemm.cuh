@@ -28,6 +28,16 @@ using Element = cutlass::bfloat16_t;
 using ClusterShape = Shape<_1, _2, _1>;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
+/* 2^v by ex2.approx.ftz: one MUFU op, where exp2f (ex2.approx.f32) adds a range check and
+ * two multiplies for results below 2^-126.  The epilogues' arguments never go below -116:
+ * their shifts keep every term they keep at or above e^-80. */
+CUTLASS_DEVICE float exp2_ftz(float v)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
 /* An fp32 vector with one value per column (j) or per row (i) of the output. */
 template <class Tile, class Vector>
 using PerColumn = fusion::Sm90RowBroadcast<0, Tile, Vector, float, Stride<_0, _1, int64_t>, 1>;
