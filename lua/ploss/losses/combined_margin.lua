@@ -8,7 +8,9 @@ return {
   criterion = "CombinedMarginLoss",
   title = "Combined margin softmax loss",
   source = "Deng, Guo, Xue and Zafeiriou, ArcFace: Additive Angular Margin Loss for Deep Face " ..
-    "Recognition, CVPR 2019 (the combined margin m1, m2, m3); InsightFace's CombinedMarginLoss; " ..
+    "Recognition, CVPR 2019 (the combined margin m1, m2, m3, for any combination of them; " ..
+    "InsightFace's CombinedMarginLoss serves m1 = 1 with m3 = 0 (ArcFace) or m3 > 0 (CosFace, m2 unused) " ..
+    "and refuses the rest, so where m2 > 0 and m3 > 0 meet it has no counterpart); " ..
     "Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace, CVPR 2017 (m1)",
   shape = "margin",
   policy = "combined_margin",
