@@ -3539,8 +3539,9 @@ typedef struct ploss_linear_cross_entropy_opts {
     /* ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing; cross_entropy
        only); a finite number in [0, 1]; default 0.0 */
     double label_smoothing;
-    /* c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap; a finite
-       number >= 0; default 0.0 */
+    /* c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap. Caps
+       below 1e-20 are refused: the fp32 tile holding c·tanh(·) and 1/c would lose the
+       gradient's factor 1 − tanh²; 0 or a finite number >= 1e-20; default 0.0 */
     double softcap;
     /* adds z_loss·lse² per token (PaLM's auxiliary loss); a finite number >= 0; default 0.0
        */
@@ -3650,10 +3651,10 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *                 input or another output.
  * Statuses: INVALID_ARGUMENT (NULL ctx/hidden/weight/labels/loss or a gradient, a bad enum,
  *           opts.gamma not a finite number >= 0, opts.label_smoothing not a finite number in
- *           [0, 1], opts.softcap not a finite number >= 0, opts.z_loss not a finite number >=
- *           0, opts.tile_rows not an integer >= 0, a non-finite scale, inplace = 1), SHAPE,
- *           DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through
- *           the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           [0, 1], opts.softcap not 0 or a finite number >= 1e-20, opts.z_loss not a finite
+ *           number >= 0, opts.tile_rows not an integer >= 0, a non-finite scale, inplace = 1),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
+ *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
     const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,

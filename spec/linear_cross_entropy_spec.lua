@@ -422,6 +422,19 @@ describe("LinearCrossEntropyLoss", function()
     end
   end)
 
+  it("at the least softcap, 1e-20, saturates every logit in f32 as in f64: loss log V, gradient 0", function()
+    local x, w, y = inputs(6, 5, 4, 61, {})
+    for _, dt in ipairs { "f64", "f32" } do
+      local l, gx, gw = F.linear_cross_entropy_fused(x:type(dt), w:type(dt), y, { softcap = 1e-20 })
+      H.assert_close({ l }, { math.log(5) }, { rtol = 1e-7, what = dt .. " loss" })
+      -- 1 − tanh² of products about 1e20 times the cap: 0 in f64; in f32 1 − (z/c)² of the
+      -- rounded capped logit, within its rounding (the uncapped gradient is of order 0.1)
+      local atol = dt == "f64" and 0 or 1e-6
+      H.assert_close(gx, ploss.zeros(gx:size(), { dtype = dt }), { atol = atol, what = dt .. " grad_hidden" })
+      H.assert_close(gw, ploss.zeros(gw:size(), { dtype = dt }), { atol = atol, what = dt .. " grad_weight" })
+    end
+  end)
+
   it("writes f32 gradients of f16/bf16 inputs when given them (mixed precision), refuses other dtypes", function()
     local x, w, y = inputs(6, 5, 4, 67, { 2 })
     for _, dt in ipairs { "f16", "bf16" } do
@@ -466,7 +479,11 @@ describe("LinearCrossEntropyLoss", function()
       "labels: class index 5 at row 2")
     H.expect_error(function() fused(x, w, y, { out = out, grad_hidden = g1, grad_weight = ploss.empty({ 5, 4 }, { dtype = "f64" }) }) end,
       "grad_weight")
-    H.expect_error(function() fused(x, w, y, { softcap = -1 }) end, "opts.softcap: -1 is not a finite number >= 0")
+    H.expect_error(function() fused(x, w, y, { softcap = -1 }) end, "opts.softcap: -1 is not 0 or a finite number >= 1e-20")
+    -- a cap too small for the fp32 tile (1/c overflows, c·tanh(·) underflows): refused, as
+    -- its gradient would have been the uncapped one (Lua, then C)
+    H.expect_error(function() fused(x, w, y, { softcap = 1e-300, out = out }) end,
+      "opts.softcap: 1e-300 is not 0 or a finite number >= 1e-20", out)
     H.expect_error(function() fused(x, w, y, { label_smoothing = 1.5 }) end, "opts.label_smoothing")
     H.expect_error(function() fused(x, w, y, { z_loss = 0 / 0 }) end, "opts.z_loss")
     H.expect_error(function() fused(x, w, y, { policy = "focal", label_smoothing = 0.1, out = out }) end,
@@ -490,6 +507,12 @@ describe("LinearCrossEntropyLoss", function()
     -- γ without the focal policy: a forgotten policy, refused rather than ignored (Lua, C)
     H.expect_error(function() fused(x, w, y, { gamma = 5, out = out }) end,
       "opts.gamma: 5 with policy 'cross_entropy' (γ is the focal policy's: policy = 'focal')", out)
+    ploss.C.ploss_linear_cross_entropy_opts_init(co)
+    co.softcap = 1e-30
+    H.expect_error(function()
+      ploss.check(ploss.C.ploss_linear_cross_entropy_forward(ploss.context("cpu"), x:dl(), w:dl(), y:dl(), nil, co,
+        out:dl(), nil, nil))
+    end, "opts.softcap: 1e-30 is not 0 or a finite number >= 1e-20")
     ploss.C.ploss_linear_cross_entropy_opts_init(co)
     co.gamma = 0.5
     H.expect_error(function()
