@@ -144,6 +144,12 @@ ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx)
                                    "found by a CUDA kernel; the losses and gradients of the last calls on "
                                    "this context are invalid",
                                    box_sets[slot[0] - PLOSS_SLOT_INPUT_BOX], (long long)slot[1]);
+            if (slot[0] == PLOSS_SLOT_IGNORE_VALUE)
+                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                                   "ignore: element %lld (0-based) is neither 0 nor 1 (a mask: 1 leaves the box "
+                                   "out), found by a CUDA kernel; the losses and gradients of the last calls on "
+                                   "this context are invalid",
+                                   (long long)slot[1]);
             if (slot[0] == PLOSS_SLOT_NEGATIVE_VARIANCE)
                 return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                                    "var: element %lld (0-based, row-major) is negative, found by a CUDA "

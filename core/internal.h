@@ -123,8 +123,9 @@ enum {
     PLOSS_SLOT_TARGET_BOX = 3,
     PLOSS_SLOT_BOXES1_BOX = 4, /* ploss_box_iou's boxes1, boxes2 */
     PLOSS_SLOT_BOXES2_BOX = 5,
-    PLOSS_SLOT_NEGATIVE_VARIANCE = 6 /* the Gaussian NLL's var; the second word holds
-                                      * INT64_MAX − the smallest index (atomicMax) */
+    PLOSS_SLOT_NEGATIVE_VARIANCE = 6, /* the Gaussian NLL's var; the second word holds
+                                       * INT64_MAX − the smallest index (atomicMax) */
+    PLOSS_SLOT_IGNORE_VALUE = 7 /* a box loss's ignore mask: a value neither 0 nor 1 */
 };
 
 /* Scratch memory of at least `bytes` on a CUDA context's device, valid until the next call

@@ -675,6 +675,8 @@ static ploss_status ohem_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, const 
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.n_min: %lld is not an integer >= -1", (long long)o.n_min);
     if (!(isfinite(o.lam) && o.lam >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: %s is not a finite number >= 0", PLOSS_SHOWN(o.lam));
+    if (o.lam != 0.3)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.lam: not an option of ohem_cross_entropy (its options struct serves other losses too): leave it as ploss_ohem_opts_init sets it");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .ignore_index = o.ignore_index,
@@ -1082,6 +1084,8 @@ static ploss_status box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     if ((unsigned)o.ciou_gradient >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
+    if (o.ciou_gradient != PLOSS_CIOU_GRADIENT_EXACT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: not an option of box_iou_loss (its options struct serves other losses too): leave it as ploss_box_loss_opts_init sets it");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,
@@ -1152,6 +1156,8 @@ static ploss_status generalized_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, 
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     if ((unsigned)o.ciou_gradient >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
+    if (o.ciou_gradient != PLOSS_CIOU_GRADIENT_EXACT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: not an option of generalized_box_iou_loss (its options struct serves other losses too): leave it as ploss_box_loss_opts_init sets it");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,
@@ -1222,6 +1228,8 @@ static ploss_status distance_box_iou_loss(ploss_ctx_t *ctx, ploss_pass pass, con
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.box_format: %d is not one of xyxy (0), xywh (1), cxcywh (2)", (int)o.box_format);
     if ((unsigned)o.ciou_gradient >= 2)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: %d is not one of exact (0), paper (1)", (int)o.ciou_gradient);
+    if (o.ciou_gradient != PLOSS_CIOU_GRADIENT_EXACT)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.ciou_gradient: not an option of distance_box_iou_loss (its options struct serves other losses too): leave it as ploss_box_loss_opts_init sets it");
     const ploss_loss_params p = {
         .reduction = o.reduction,
         .eps = o.eps,

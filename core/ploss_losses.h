@@ -1308,9 +1308,10 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
  *                 weight.
- * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
- *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
- *                 its coordinates are not checked.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask; a Lua list: booleans
+ *                 or 0/1), each 0 or 1: 1 leaves the box out: its loss and gradient are 0,
+ *                 'mean' does not count it and its coordinates are not checked; another value
+ *                 (0.5, NaN, 2) is an error, not a box left out.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
@@ -1394,9 +1395,10 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
  *                 weight.
- * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
- *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
- *                 its coordinates are not checked.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask; a Lua list: booleans
+ *                 or 0/1), each 0 or 1: 1 leaves the box out: its loss and gradient are 0,
+ *                 'mean' does not count it and its coordinates are not checked; another value
+ *                 (0.5, NaN, 2) is an error, not a box left out.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
@@ -1481,9 +1483,10 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
  *                 weight.
- * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
- *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
- *                 its coordinates are not checked.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask; a Lua list: booleans
+ *                 or 0/1), each 0 or 1: 1 leaves the box out: its loss and gradient are 0,
+ *                 'mean' does not count it and its coordinates are not checked; another value
+ *                 (0.5, NaN, 2) is an error, not a box left out.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not
@@ -1570,9 +1573,10 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  *                 strides.
  * in  weight      NULL, or N weights, one per box, any float dtype: the box's loss times its
  *                 weight.
- * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask): a nonzero value
- *                 leaves the box out: its loss and gradient are 0, 'mean' does not count it and
- *                 its coordinates are not checked.
+ * in  ignore      NULL, or N values, one per box, any dtype (u8 as a mask; a Lua list: booleans
+ *                 or 0/1), each 0 or 1: 1 leaves the box out: its loss and gradient are 0,
+ *                 'mean' does not count it and its coordinates are not checked; another value
+ *                 (0.5, NaN, 2) is an error, not a box left out.
  * in  opts        NULL for defaults.
  * out loss        NONE: N values (0 at ignored boxes); MEAN / SUM: a 0-d or 1-element tensor;
  *                 f32 (f64 for f64 input). MEAN divides by the number of boxes that are not

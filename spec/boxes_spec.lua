@@ -181,7 +181,7 @@ describe("box losses: torchvision's definitions on random boxes", function()
     assert.are.equal(ploss.C.PLOSS_CIOU_GRADIENT_EXACT, c.ciou_gradient)
   end)
 
-  it("refuse a bad enum in the shared options struct, also in a field the loss does not read (C API)", function()
+  it("refuse a bad enum in the shared options struct, and a field the loss does not read set (C API)", function()
     local ffi = require "ffi"
     local b = ploss.tensor({ { 0, 0, 2, 2 } }, { dtype = "f64" })
     local loss = ploss.empty({}, { dtype = "f64" })
@@ -192,6 +192,15 @@ describe("box losses: torchvision's definitions on random boxes", function()
       local st = ploss.C["ploss_" .. name .. "_forward"](b:context(), b:dl(), b:dl(), nil, nil, c, loss:dl())
       assert.are.equal(ploss.C.PLOSS_ERR_INVALID_ARGUMENT, st, name)
       assert.matches("opts.ciou_gradient: 9 is not one of exact (0), paper (1)", ffi.string(ploss.C.ploss_last_error()), 1, true)
+      -- 'paper' is CIoU's: the other losses refuse it rather than ignore it
+      c.ciou_gradient = ploss.C.PLOSS_CIOU_GRADIENT_PAPER
+      st = ploss.C["ploss_" .. name .. "_forward"](b:context(), b:dl(), b:dl(), nil, nil, c, loss:dl())
+      if name == "complete_box_iou_loss" then
+        assert.are.equal(ploss.C.PLOSS_OK, st, name)
+      else
+        assert.are.equal(ploss.C.PLOSS_ERR_INVALID_ARGUMENT, st, name)
+        assert.matches("opts.ciou_gradient: not an option of " .. name, ffi.string(ploss.C.ploss_last_error()), 1, true)
+      end
     end
   end)
 end)
@@ -395,6 +404,29 @@ describe("box losses: an ignored box leaves no trace", function()
       for _, k in ipairs { 5, 6, 7, 8, 13, 14, 15, 16 } do assert.are.equal(0, g:flat()[k]) end
       local m = F[L.name](xb, yb, copts { ignore = ign })
       assert(m == m, L.name .. ": mean " .. tostring(m))
+    end
+  end)
+
+  it("takes a mask of 0 and 1 only (a list: booleans too); 0.5, NaN or 2 is an error, nothing written", function()
+    local x, y = random_boxes(4, 811), random_boxes(4, 812)
+    for _, L in ipairs(LOSSES) do
+      local want = ploss[L.crit] { reduction = "none", ignore = { 0, 1, 0, 0 } }:forward(x, y)
+      H.assert_equal(ploss[L.crit] { reduction = "none", ignore = { false, true, false, false } }:forward(x, y), want,
+        { what = L.crit .. " boolean list" })
+      H.expect_error(function() ploss[L.crit] { ignore = { 0, 0.5, 0, 0 } } end,
+        L.crit .. ": opts.ignore[2]: expected a boolean, 0 or 1, got 0.5")
+      H.expect_error(function() ploss[L.crit] { ignore = { 0, 0, "yes", 0 } } end,
+        L.crit .. ": opts.ignore[3]: expected a boolean, 0 or 1, got string")
+      for _, case in ipairs { { 0.5, "f32", "0.5" }, { 0 / 0, "f32", "nan" }, { 2, "u8", "2" }, { -1, "i64", "-1" } } do
+        local ign = ploss.zeros({ 4 }, { dtype = case[2] })
+        ign:narrow(1, 3, 1):fill(case[1])
+        local l, g = ploss.full({ 4 }, 7, { dtype = "f64" }), ploss.full({ 4, 4 }, 7, { dtype = "f64" })
+        H.expect_error(function()
+          F[L.name .. "_fused"](x, y, { reduction = "none", ignore = ign, out = l, grad_input = g })
+        end, "ignore: element 2 (0-based) = " .. case[3] .. " is neither 0 nor 1")
+        H.assert_equal(l, ploss.full({ 4 }, 7, { dtype = "f64" }), { what = L.name .. " loss untouched" })
+        H.assert_equal(g, ploss.full({ 4, 4 }, 7, { dtype = "f64" }), { what = L.name .. " gradient untouched" })
+      end
     end
   end)
 end)

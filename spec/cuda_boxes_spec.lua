@@ -216,6 +216,30 @@ describe("CUDA box losses: edge cases", function()
     end
   end)
 
+  it("an ignore value neither 0 nor 1: the next synchronisation names it, that box's loss NaN, gradient 0", function()
+    local n = 300
+    local x, y = B.random_boxes(n, 75, "f32", DEV), B.random_boxes(n, 76, "f32", DEV)
+    for _, L in ipairs(LOSSES) do
+      for _, v in ipairs { 0.5, 0 / 0 } do
+        local ign = ploss.zeros({ n }, { dtype = "f32" })
+        ign:narrow(1, 201, 1):fill(v)
+        if DEV == "cpu" then -- the dry run: the CPU refuses the call itself
+          H.expect_error(function() F[L.name .. "_fused"](x, y, { reduction = "none", ignore = ign }) end,
+            "ignore: element 200 (0-based) = ")
+        else
+          local l, g = F[L.name .. "_fused"](x, y, { reduction = "none", ignore = ign:to(DEV) })
+          H.expect_error(function() ploss.synchronize(DEV) end,
+            { "PLOSS_ERR_INVALID_ARGUMENT", "ignore: element 200 (0-based) is neither 0 nor 1" })
+          ploss.synchronize(DEV)
+          local lv = l:flat()
+          assert(lv[201] ~= lv[201], L.name .. ": the loss of the box is " .. tostring(lv[201]))
+          assert(lv[200] == lv[200] and lv[202] == lv[202], L.name .. ": its neighbours' losses")
+          for k = 1, 4 do assert.are.equal(0, g:flat()[4 * 200 + k]) end
+        end
+      end
+    end
+  end)
+
   it("an invalid box: the call returns, the next synchronisation raises INVALID_BOX naming it, the context works after", function()
     local n = 700
     for _, L in ipairs(LOSSES) do

@@ -612,7 +612,14 @@ local function gen_c()
           r[1], d.name)
       end
     end
-    for _, opt in ipairs(d.options) do check_code(w, opt) end -- a shared struct's fields this loss does not read too
+    for _, opt in ipairs(d.options) do
+      check_code(w, opt) -- a shared struct's fields this loss does not read too
+      if d.unused_options[opt.name] then -- set, it would be ignored: refused instead
+        w("    if (o.%s != %s)", opt.name, default_c(opt))
+        w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: not an option of %s (its options struct "
+          .. "serves other losses too): leave it as %s sets it\");", opt.name, d.name, d.opts_init)
+      end
+    end
     w("    const ploss_loss_params p = {")
     w("        .reduction = o.reduction,")
     for _, opt in ipairs(d.lua_options) do

@@ -61,7 +61,7 @@ static ploss_status check_box_loss_shape(const ploss_view *v, const void *arg, c
     return ploss_check_shape_error(name, "one element (0-d or [1]) for a reduced loss", v);
 }
 
-/* CPU: the n boxes of `which` (ignore[i] = 0 where a mask is given) must have x2 >= x1
+/* CPU: the n boxes of `which` (ignore[i] = 0 where a mask is given: 0 or 1, checked) must have x2 >= x1
  * and y2 >= y1 (w, h >= 0 in the formats with a size). */
 static ploss_status check_boxes_cpu(int format, int64_t N, const void *ign, ploss_dtype ign_dtype, int64_t ign_sn,
                                     const void *base, ploss_dtype dt, int64_t sn, int64_t sk, const char *which)
@@ -131,8 +131,19 @@ ploss_status ploss_boxes_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     }
     if (ignore) {
         if ((st = ploss_view_init(&ig, ignore, "ignore")) || (st = ploss_view_check_device(&ig, ctx, "ignore")) ||
-            (st = check_per_box(&ig, N, "ignore", "one value per box, nonzero to ignore it")))
+            (st = check_per_box(&ig, N, "ignore", "one value per box, 1 to leave it out, else 0")))
             return st;
+        /* a mask: 0 or 1 (0.5 or NaN leaving a box out would be a silent choice); CUDA's
+         * kernels report another value through the error slot */
+        if (ctx->device.device_type == kDLCPU)
+            for (int64_t n = 0; n < N; ++n) {
+                const double v = ploss_load(ig.data, ig.dtype, n * (ig.ndim ? ig.strides[0] : 0));
+                if (v != 0.0 && v != 1.0)
+                    return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                                       "ignore: element %lld (0-based) = %s is neither 0 nor 1 (a mask: 1 leaves the "
+                                       "box out)",
+                                       (long long)n, PLOSS_SHOWN(v));
+            }
     }
     const ploss_row_loss_shape shape = {N, o->reduction};
     if ((st = ploss_check_loss_tensors(ctx, pass, a->loss, a->grad_loss, acc, check_box_loss_shape, &shape, &l, &gl)))

@@ -19,7 +19,7 @@
  * spreads each thread's setup and the block reduction over many boxes, ω comes from the
  * host where it can, and f32 uses the atan2 and reciprocal below.  Boxes with
  * x2 < x1 or y2 < y1 (not ignored) are reported through the context's error slot and get a
- * NaN loss and a zero gradient.  Reduced losses: per-thread sums, a CUB block reduction, one
+ * NaN loss and a zero gradient, as are boxes whose ignore value is neither 0 nor 1.  Reduced losses: per-thread sums, a CUB block reduction, one
  * partial per block in the context's workspace, then the last block to finish adds the
  * partials in a fixed order — no float atomics, no host synchronisation, one launch; bitwise
  * repeatable on a card model (the grid is the card's one wave).
@@ -187,7 +187,11 @@ boxes_kernel(const ploss_boxes_problem p, acc_t<T> eps, const unsigned long long
     const Index gs = (Index)gridDim.x * THREADS;
     for (Index n = (Index)blockIdx.x * THREADS + (Index)threadIdx.x; n < (Index)p.n; n += gs) {
         A loss = A(0), g[4] = {A(0), A(0), A(0), A(0)};
-        if (PLAIN || !(p.ign && load_dyn(p.ign, p.ign_dtype, n * p.ign_sn) != 0.0)) {
+        const double ig = PLAIN || !p.ign ? 0.0 : load_dyn(p.ign, p.ign_dtype, n * p.ign_sn);
+        if (ig != 0.0 && ig != 1.0) { /* not a mask value: reported, the box's loss NaN */
+            report_invalid(error_slot, PLOSS_SLOT_IGNORE_VALUE, n);
+            loss = qnan<A>();
+        } else if (ig == 0.0) {
             A r[4], q[4], pb[4], tb[4];
             if (VEC) {
                 const box_vec<T> bx = ((const box_vec<T> *)p.x)[n], bt = ((const box_vec<T> *)p.t)[n];

@@ -268,7 +268,21 @@ local function resolve(d, user, extra, where, own_keys)
       if t.required then ploss.raise(string.format("%s: %s (%s) is required", where, t.name, t.doc)) end
     elseif type(v) == "table" and not ploss.is_tensor(v) then
       -- a Lua list: kept as numbers, made a tensor of the input's dtype at the call
-      local n = list_length(v, where, "opts." .. t.name, "numbers")
+      local n = list_length(v, where, "opts." .. t.name, t.mask and "booleans or 0/1" or "numbers")
+      if t.mask then
+        -- a mask: true/false or exactly 1/0 (0.5 or NaN would leave a box out silently)
+        local m = {}
+        for i = 1, n do
+          local b = v[i]
+          if b == true or b == 1 then m[i] = 1
+          elseif b == false or b == 0 then m[i] = 0
+          else
+            ploss.raise(string.format("%s: opts.%s[%d]: expected a boolean, 0 or 1, got %s", where, t.name, i,
+              type(b) == "number" and show(b) or type(b)))
+          end
+        end
+        v = m
+      end
       for i = 1, n do
         if type(v[i]) ~= "number" then
           ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, t.name, i, type(v[i])))

@@ -59,6 +59,8 @@
 --                  positional argument after the target in Lua, not an option; a loss of
 --                  several inputs),
 --                  what (one <what> per class), required, priors, doc,
+--                  mask = true: a mask of 0/1 values (a Lua list: booleans or 0/1; the
+--                  engine refuses a tensor's other values),
 --                  nonnegative = true: a Lua list of weights must be >= 0 (any list of
 --                  weights must be finite; a tensor's values are not read on the host),
 --                  grad = true: a loss of several inputs differentiates it too — its

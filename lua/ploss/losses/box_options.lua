@@ -31,9 +31,10 @@ B.options = {
 
 B.tensors = {
   { name = "weight", kind = "sample_vector", doc = "N weights, one per box, any float dtype: the box's loss times its weight" },
-  { name = "ignore", kind = "sample_vector",
-    doc = "N values, one per box, any dtype (u8 as a mask): a nonzero value leaves the box out: its loss " ..
-      "and gradient are 0, 'mean' does not count it and its coordinates are not checked" },
+  { name = "ignore", kind = "sample_vector", mask = true,
+    doc = "N values, one per box, any dtype (u8 as a mask; a Lua list: booleans or 0/1), each 0 or 1: 1 leaves " ..
+      "the box out: its loss and gradient are 0, 'mean' does not count it and its coordinates are not checked; " ..
+      "another value (0.5, NaN, 2) is an error, not a box left out" },
 }
 
 B.common_formula = [[
