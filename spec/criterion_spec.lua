@@ -514,6 +514,10 @@ describe("calls on a criterion", function()
     H.expect_error(function() ce:backward(x, y, 1, ploss.ones({ 3 })) end,
       "CrossEntropyLoss:backward: takes 3 arguments (input, target, gradOutput), got a tensor as argument 4")
     H.expect_error(function() ce(x, y, 1, "junk") end, "takes 3 arguments (input, target, scale), got a string")
+    -- the fused call's scale is an argument, not an option: named so, and finite
+    H.expect_error(function() ce(x, y, 0 / 0) end,
+      "CrossEntropyLoss: scale: NaN is not a finite number (the fused call's multiplier of the gradient)")
+    H.expect_error(function() ce(x, y, -math.huge) end, "CrossEntropyLoss: scale: -inf is not a finite number")
     local a = ploss.randn({ 2, 3 }, { seed = 2 })
     local tl = ploss.TripletMarginLoss {}
     H.expect_error(function() tl(a, a, a, 1, 2) end, "TripletMarginLoss: takes 4 arguments")

@@ -760,7 +760,7 @@ describe("margin softmax losses", function()
     H.assert_equal(gw_low, gw_fresh)
     assert.is_true(gw_top:numel() > 0)
     -- the private criterion's messages name the PFC
-    H.expect_error(function() local r = pfc:forward(x, w) return r end, "PartialFCLoss: labels: expected a ploss tensor")
+    H.expect_error(function() local r = pfc:forward(x, w) return r end, "PartialFCLoss:forward: labels: expected a ploss tensor")
   end)
 
   it("ploss.nn.MarginSoftmax owns the centres: the fused pass, their gradient, the nearest centre", function()

@@ -774,6 +774,12 @@ describe("Torch7's forms of the pair criteria", function()
 
   it("a missing argument is named with its place in the call", function()
     H.expect_error(function() ploss.MarginRankingLoss {}:forward(ploss.tensor({ 1 }), ploss.tensor({ 2 })) end,
+      "MarginRankingLoss:forward: target: expected a ploss tensor, got nil (argument 3 of " ..
+      "crit:forward(input1, input2, target))")
+    H.expect_error(function() ploss.MarginRankingLoss {}:backward(ploss.tensor({ 1 }), ploss.tensor({ 2 })) end,
+      "MarginRankingLoss:backward: target: expected a ploss tensor, got nil (argument 3 of " ..
+      "crit:backward(input1, input2, target, gradOutput))")
+    H.expect_error(function() ploss.MarginRankingLoss {}(ploss.tensor({ 1 }), ploss.tensor({ 2 })) end,
       "MarginRankingLoss: target: expected a ploss tensor, got nil (argument 3 of crit(input1, input2, target))")
   end)
 end)

@@ -33,6 +33,16 @@ local function bad_scale(where, scale, name)
     ploss.is_tensor(scale) and "a tensor" or type(scale)))
 end
 
+-- The fused call's positional scale: nil (1) or a finite number.
+local function check_call_scale(where, scale)
+  if scale == nil then return end
+  if type(scale) ~= "number" then bad_scale(where, scale, "scale") end
+  if not (scale > -math.huge and scale < math.huge) then
+    ploss.raise(where .. ": scale: " .. (scale ~= scale and "NaN" or tostring(scale)) ..
+      " is not a finite number (the fused call's multiplier of the gradient)")
+  end
+end
+
 local show
 function show(v)
   if type(v) == "string" then return ploss.shown(v) end
@@ -742,9 +752,11 @@ local function build_multi(d)
         v = ploss.full(d.input_layout == "elementwise" and x:size() or {}, v, { dtype = loss_dtype(x), device = x:device() })
       end
       if not ploss.is_tensor(v) then
+        local method = where:sub(1, #d.criterion + 1) == d.criterion .. ":" and where:sub(#d.criterion + 2)
+        local call = where == d.criterion and D.call_text(d) or
+          method and D.call_text(d, "crit:" .. method, method) or D.call_text(d, where, pass_of(where))
         ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s%s", where, name, type(v),
-          v == nil and string.format(" (argument %d of %s)", k,
-            where ~= d.criterion and D.call_text(d, where, pass_of(where)) or D.call_text(d)) or ""))
+          v == nil and string.format(" (argument %d of %s)", k, call) or ""))
       end
       if k <= ninputs then t.inputs[k] = v else t.target = v end
     end
@@ -899,7 +911,7 @@ local function build_multi(d)
           "the scale to the fused call)", d.criterion, nargs, k))
       end
     end
-    local t = tensors_of(d.criterion, ...)
+    local t = tensors_of(d.criterion .. ":forward", ...)
     local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
@@ -984,7 +996,7 @@ local function build_multi(d)
       return self.gradInput
     end
     check_extra(d.criterion .. ":backward", nargs + 1, "its tensors, then gradOutput", select(nargs + 2, ...))
-    local t = tensors_of(d.criterion, ...)
+    local t = tensors_of(d.criterion .. ":backward", ...)
     local o = current(self, t)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts)
@@ -1016,10 +1028,7 @@ local function build_multi(d)
     local t = tensors_of(d.criterion, ...)
     local o = current(self, t)
     local scale = select(nargs + 1, ...)
-    if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
-    if scale ~= nil and not (scale > -math.huge and scale < math.huge) then
-      ploss.raise(d.criterion .. ": scale: " .. (scale ~= scale and "NaN" or tostring(scale)) .. " is not a finite number")
-    end
+    check_call_scale(d.criterion, scale)
     local x = t.inputs[1]
     t.copts = fill(d, o, self._copts, scale)
     self._loss = nn.buffer(self._loss, loss_sizes_of(o, x), loss_dtype(x), x:device(), nil, nil, nil, t.args, #t.args)
@@ -1258,7 +1267,7 @@ function M.build(d)
     nn.check_self(self, d.criterion, "fused")
     check_extra(d.criterion, 3, "input, target, scale", ...)
     local o = current(self, input, target)
-    if scale ~= nil and type(scale) ~= "number" then bad_scale(d.criterion, scale, "scale") end
+    check_call_scale(d.criterion, scale)
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
     self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target)
