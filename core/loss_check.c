@@ -60,6 +60,16 @@ static void describe_shape(const ploss_view *x, int64_t size, const char *tail, 
         snprintf(want + n, len - n, "]%s", tail);
 }
 
+ploss_status ploss_check_ignore_index_fits(int64_t ignore_index, ploss_dtype label_dtype, const char *labels)
+{
+    if (label_dtype == PLOSS_I32 && (ignore_index < INT32_MIN || ignore_index > INT32_MAX))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.ignore_index: %lld is outside the range of the i32 %s, which can never equal it "
+                           "(nothing would be ignored)",
+                           (long long)ignore_index, labels);
+    return PLOSS_OK;
+}
+
 ploss_status ploss_check_sample_shape(const ploss_view *v, const ploss_view *x, const char *name)
 {
     int ok = v->ndim == x->ndim - 1 && v->shape[0] == x->shape[0];

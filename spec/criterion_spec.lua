@@ -507,6 +507,24 @@ describe("calls on a criterion", function()
       "empty_like: opts: expected an options table, got false")
   end)
 
+  it("refuse an ignore_index that i32 labels can never equal (it would ignore nothing)", function()
+    local msg = "opts.ignore_index: 1099511627776 is outside the range of the i32 "
+    H.expect_error(function()
+      ploss.CrossEntropyLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 2, 3 }), ploss.zeros({ 2 }, { dtype = "i32" }))
+    end, msg .. "target")
+    H.expect_error(function()
+      ploss.LovaszSoftmaxLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 1, 3, 2, 2 }),
+        ploss.zeros({ 1, 2, 2 }, { dtype = "i32" }))
+    end, msg .. "target")
+    H.expect_error(function()
+      ploss.ArcFaceLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 2, 3 }), ploss.randn({ 4, 3 }),
+        ploss.zeros({ 2 }, { dtype = "i32" }))
+    end, msg .. "labels")
+    -- i64 labels can: taken
+    local l = ploss.CrossEntropyLoss { ignore_index = 2 ^ 40 }:forward(ploss.zeros({ 2, 3 }), ploss.zeros({ 2 }, { dtype = "i64" }))
+    assert(math.abs(l - math.log(3)) < 1e-6, tostring(l))
+  end)
+
   it("refuse an argument past those a method takes, rather than ignore it", function()
     local x, y = ploss.randn({ 2, 3 }, { seed = 1 }), ploss.tensor({ 0, 1 }, { dtype = "i64" })
     local ce = ploss.CrossEntropyLoss {}

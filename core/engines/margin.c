@@ -339,6 +339,8 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     if (y.dtype != PLOSS_I64 && y.dtype != PLOSS_I32)
         return ploss_error(PLOSS_ERR_DTYPE, "labels: expected class indices of dtype i64 or i32, got %s",
                            ploss_dtype_name(y.dtype));
+    if ((st = ploss_check_ignore_index_fits(o->ignore_index, y.dtype, "labels")))
+        return st;
     if (y.ndim != 1 || y.shape[0] != N) {
         snprintf(want, sizeof want, "[%lld] (one class index per row of %s)", (long long)N, xn);
         return ploss_check_shape_error("labels", want, &y);

@@ -312,6 +312,8 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             group_strides(&gl, groups, per_image, &p.gl_sg, &p.gl_sc, p.gl_ss);
     }
     p.ignore_index = o->ignore_index;
+    if ((st = ploss_check_ignore_index_fits(p.ignore_index, p.t_dtype, "target")))
+        return st;
     p.per_image = per_image;
     p.scale = o->scale;
     p.binary = binary;
