@@ -507,6 +507,26 @@ describe("calls on a criterion", function()
       "empty_like: opts: expected an options table, got false")
   end)
 
+  it("translate Torch7's names (weights, ignoreIndex, learningRate, nn.X(true)) and fail :cuda() without a GPU", function()
+    local c = ploss.ClassNLLCriterion {}
+    H.expect_error(function() c.weights = ploss.ones({ 3 }) end, ": Torch7's weights is weight here")
+    H.expect_error(function() c.ignoreIndex = 3 end, ": did you mean ignore_index?")
+    H.expect_error(function() local r = ploss.ClassNLLCriterion { weights = { 1, 2 } } return r end, "; Torch7's weights is weight here")
+    H.expect_error(function() local r = ploss.nn.Mish(true) return r end,
+      "Mish: opts: expected a table, got boolean (Torch7's positional in-place flag is {inplace = true} here)")
+    local model = ploss.nn.Sequential { ploss.nn.Linear(3, 2) }
+    local params, grads = model:parameters()
+    H.expect_error(function() local r = ploss.optim.SGD(params, grads, { learningRate = 0.1 }) return r end,
+      "; Torch7's learningRate is lr here")
+    -- EMA takes the parameters alone: model:parameters()'s second list is not its options
+    H.expect_error(function() local r = ploss.optim.EMA(model:parameters()) return r end,
+      "EMA: takes the parameters alone, EMA(params [, opts]), and got a list of tensors as opts")
+    if not ploss.cuda_available() then -- the device is checked by :cuda() itself, tensors or not
+      H.expect_error(function() local r = ploss.CrossEntropyCriterion {}:cuda() return r end, "cuda")
+      H.expect_error(function() local r = ploss.MultiCriterion():add(ploss.MSECriterion {}):cuda() return r end, "cuda")
+    end
+  end)
+
   it("refuse an ignore_index that i32 labels can never equal (it would ignore nothing)", function()
     local msg = "opts.ignore_index: 1099511627776 is outside the range of the i32 "
     H.expect_error(function()

@@ -595,6 +595,9 @@ local function tensor_and_print_methods(cls, d)
   nn.torch7_methods(cls, d.criterion)
   function cls:to(device)
     nn.check_self(self, d.criterion, "to")
+    -- the device itself, also where the criterion holds no tensor: :cuda() on a build
+    -- without CUDA (or with no such GPU) fails here, not at the first call
+    ploss.context(device)
     for _, t in ipairs(d.tensors) do
       if ploss.is_tensor(self[t.name]) then self[t.name] = self[t.name]:to(device) end
     end

@@ -201,14 +201,30 @@ function ploss.check_option_keys(opts, where, known, extra)
         hint = string.format("; %s is reduction here: reduction = 'sum' for %s = false, 'mean' for true", k, k)
       elseif known.reduction and k == "reduce" then
         hint = "; reduce is reduction here: reduction = 'none' for reduce = false"
-      elseif type(k) == "string" and k:find("%u") then -- a camelCase name (Torch7's ignoreIndex)
-        local snake = k:gsub("(%l)(%u)", function(a, b) return a .. "_" .. b:lower() end)
-        if known[snake] then hint = string.format("; did you mean %s?", snake) end
+      elseif ploss.name_hint(k, known) then
+        hint = "; " .. ploss.name_hint(k, known)
       end
       ploss.raise(string.format("%s: unknown option '%s' (known: %s)%s", where, tostring(k), table.concat(names, ", "),
         hint))
     end
   end
+end
+
+-- Torch7's names (criteria's fields and constructor arguments, optim's config) of what is
+-- named otherwise here, beyond their camelCase (ignoreIndex: ignore_index).
+local TORCH7_NAMES = { weights = "weight", learningRate = "lr" }
+
+--- The hint for a name `k` that `known` (a set of names) lacks: Torch7's name of one it
+-- has, or a camelCase spelling of one; nil when neither.
+function ploss.name_hint(k, known)
+  if type(k) ~= "string" then return nil end
+  local n = TORCH7_NAMES[k]
+  if n and known[n] then return string.format("Torch7's %s is %s here", k, n) end
+  if k:find("%u") then
+    local snake = k:gsub("(%l)(%u)", function(a, b) return a .. "_" .. b:lower() end)
+    if known[snake] then return string.format("did you mean %s?", snake) end
+  end
+  return nil
 end
 
 --- Raise an error for a failed C call: `status` is a ploss_status; `what` (optional) names

@@ -134,6 +134,7 @@ function nn.class(name, parent)
       -- Torch7's sizeAverage is the reduction here
       local hint = k == "sizeAverage" and fields.reduction and
         ": Torch7's sizeAverage is reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)"
+        or ploss.name_hint(k, fields) and ": " .. ploss.name_hint(k, fields)
         or cls._field_hints and cls._field_hints[k] or ""
       ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (%s)%s", name, k,
         table.concat(names, ", "), hint))

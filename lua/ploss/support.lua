@@ -52,7 +52,12 @@ end
 -- outside it is an error: a misspelt option is not ignored.
 local function opts_table(opts, what, known)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then ploss.raise(what .. ": opts: expected a table, got " .. type(opts)) end
+  if type(opts) ~= "table" then
+    -- Torch7's nn.ReLU(true): the in-place flag as a positional argument
+    local hint = type(opts) == "boolean" and known and known.inplace and
+      string.format(" (Torch7's positional in-place flag is {inplace = %s} here)", tostring(opts)) or ""
+    ploss.raise(what .. ": opts: expected a table, got " .. type(opts) .. hint)
+  end
   if known then ploss.check_option_keys(opts, what, known) end
   return opts
 end
@@ -252,7 +257,8 @@ end
 ---------------------------------------------------------------------------------------
 -- Layers (Torch7's Module API, reduced): forward(input) → output,
 -- backward(input, gradOutput) → gradInput (parameter gradients are overwritten, not
--- accumulated), parameters() → {params}, {grads}.
+-- accumulated, unless a Linear is made with accumulate = true), parameters() → {params},
+-- {grads}, zeroGradParameters(), updateParameters(lr) (p ← p − lr·g, Torch7's).
 ---------------------------------------------------------------------------------------
 
 local function module_class(name)
@@ -271,6 +277,19 @@ local function module_class(name)
   cls.updateOutput = function(self, input) return self:forward(input) end
   cls.updateGradInput = function(self, input, gradOutput) return self:backward(input, gradOutput) end
   cls.parameters = function() return {}, {} end
+  cls.zeroGradParameters = function(self)
+    nn.check_self(self, name, "zeroGradParameters", "layer")
+    local _, gs = self:parameters()
+    for _, g in ipairs(gs) do g:zero() end
+  end
+  cls.updateParameters = function(self, lr)
+    nn.check_self(self, name, "updateParameters", "layer")
+    if type(lr) ~= "number" or not (lr > -math.huge and lr < math.huge) then
+      ploss.raise(string.format("%s:updateParameters: expected a finite learning rate, got %s", name, ploss.shown(lr)))
+    end
+    local ps, gs = self:parameters()
+    for i, p in ipairs(ps) do p:add_(gs[i], -lr) end
+  end
   cls.tostring = function() return "ploss.nn." .. name end
   nn[name] = cls
   return cls
@@ -280,12 +299,16 @@ end
 -- weight out×in, bias out).  opts: bias (true), dtype ('f32'), device ('cpu'),
 -- init ('he': N(0, 2/in), for ReLU-like activations; 'xavier': N(0, 2/(in + out))) drawn
 -- from the global seeded generator (ploss.manual_seed; the same numbers on CPU and GPU),
--- input_grad (true; false skips the gradient of the input, e.g. for the first layer).
+-- input_grad (true; false skips the gradient of the input, e.g. for the first layer),
+-- accumulate (false: backward writes gradWeight and gradBias; true: adds to them, as
+-- Torch7's accGradParameters, for a layer run several times per step — shared weights —
+-- with zeroGradParameters() before each step).
 -- Input N×in, output N×out.  Fields: weight, bias, gradWeight, gradBias, output, gradInput.
 local Linear = module_class("Linear")
 
 function Linear:__init(in_features, out_features, opts)
-  opts = opts_table(opts, "Linear", { bias = true, dtype = true, device = true, init = true, input_grad = true })
+  opts = opts_table(opts, "Linear",
+    { bias = true, dtype = true, device = true, init = true, input_grad = true, accumulate = true })
   for _, v in ipairs { in_features, out_features } do
     if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
       ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. ploss.shown(v))
@@ -305,6 +328,7 @@ function Linear:__init(in_features, out_features, opts)
     self.gradBias = ploss.zeros({ out_features }, { dtype = dtype, device = device })
   end
   self.input_grad = opt(opts, "input_grad", "boolean", true, "Linear")
+  self.accumulate = opt(opts, "accumulate", "boolean", false, "Linear")
 end
 
 -- Raise unless `t` (the layer's input or gradOutput, named `name`) is N×`cols` with N
@@ -346,8 +370,11 @@ function Linear:backward(input, gradOutput)
   check_linear_operand(self, input, "input", self.in_features)
   check_linear_operand(self, gradOutput, "gradOutput", self.out_features, input:size(1))
   nn.check_input(self, input, "Linear")
-  F.gemm(gradOutput, input, { trans_a = true, out = self.gradWeight }) -- (out×N)·(N×in)
-  if self.bias then F.bias_grad(gradOutput, { out = self.gradBias }) end
+  -- (out×N)·(N×in), added to the gradient with accumulate
+  F.gemm(gradOutput, input, { trans_a = true, beta = self.accumulate and 1 or 0, out = self.gradWeight })
+  if self.bias then
+    if self.accumulate then self.gradBias:add_(F.bias_grad(gradOutput)) else F.bias_grad(gradOutput, { out = self.gradBias }) end
+  end
   if not self.input_grad then return nil end
   local gi = nn.buffer(self.gradInput, input:size(), self.weight:dtype(), self.weight:device(), input, gradOutput)
   F.gemm(gradOutput, self.weight, { out = gi }) -- (N×out)·(out×in)
@@ -361,8 +388,8 @@ function Linear:parameters()
 end
 
 function Linear:tostring()
-  return string.format("ploss.nn.Linear(%d -> %d%s, init=%s)", self.in_features, self.out_features,
-    self.bias and "" or ", no bias", self.init)
+  return string.format("ploss.nn.Linear(%d -> %d%s, init=%s%s)", self.in_features, self.out_features,
+    self.bias and "" or ", no bias", self.init, self.accumulate and ", accumulate" or "")
 end
 
 --- ploss.nn.Swish(), ploss.nn.HardSwish(), ploss.nn.Mish() ({inplace = true} writes the
@@ -638,6 +665,11 @@ setmetatable(EMA, {
       ploss.raise("EMA: params: expected a list of tensors, e.g. model:parameters()")
     end
     check_no_hole(params, "EMA: params")
+    if type(opts) == "table" and ploss.is_tensor(opts[1]) then -- EMA(model:parameters()): its grads as opts
+      ploss.raise("EMA: takes the parameters alone, EMA(params [, opts]), and got a list of tensors as opts: " ..
+        "model:parameters() returns the parameters and their gradients; take the first " ..
+        "(local params = model:parameters())")
+    end
     opts = opts_table(opts, "EMA")
     ploss.check_option_keys(opts, "EMA", ema_fields)
     for k, v in pairs(opts) do
