@@ -157,7 +157,8 @@ int ploss_ctx_deterministic(const ploss_ctx_t *ctx);
 
 /** Wait for the context's stream, then report and clear the device error slot.
  *  Statuses: INVALID_LABEL (a kernel saw a label outside [0, C)), INVALID_BOX (a box
- *  with x2 < x1 or y2 < y1), CUDA. */
+ *  with x2 < x1 or y2 < y1), INVALID_ARGUMENT (a negative variance of the Gaussian NLL, a
+ *  box loss's ignore value neither 0 nor 1), CUDA. */
 ploss_status ploss_ctx_synchronize(ploss_ctx_t *ctx);
 
 /* ------------------------------------------------------------------------------------ */

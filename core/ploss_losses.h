@@ -2581,13 +2581,15 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
- * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. Any group whose pixels are
- * all ignored gives that 1 − smooth/smooth, whatever its weights (its numerator and
- * denominator are both smooth): 'mean' over such groups is 0, not NaN. Weights given as a Lua
- * list must be finite and >= 0; a weight tensor's values are not checked (CUDA would have to
- * read them on the host). With smooth = 0 a group whose pixels are all ignored gives NaN (0/0),
- * with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other
- * groups' stay finite.
+ * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. With the default
+ * mask_ignored_in_denominator = true any group whose pixels are all ignored gives that 1 −
+ * smooth/smooth, whatever its weights (its numerator and denominator are both smooth): 0 for
+ * smooth > 0, so 'mean' over such groups is 0, not NaN; with false the ignored pixels'
+ * probabilities stay in its denominator and it gives 1 − smooth/(Σp^p + smooth). Weights
+ * given as a Lua list must be finite and >= 0; a weight tensor's values are not checked (CUDA
+ * would have to read them on the host). With smooth = 0 a group whose pixels are all ignored
+ * gives NaN (0/0), with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and
+ * the other groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2657,13 +2659,15 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * quirk (ignored pixels' probabilities kept in the denominator, pushing them towards 0) is
  * reproduced only with mask_ignored_in_denominator = false. A weight tensor with class_weights
  * = 'sudre' is an error; with 'sudre', a group without any valid pixel has every weight 0: its
- * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. Any group whose pixels are
- * all ignored gives that 1 − smooth/smooth, whatever its weights (its numerator and
- * denominator are both smooth): 'mean' over such groups is 0, not NaN. Weights given as a Lua
- * list must be finite and >= 0; a weight tensor's values are not checked (CUDA would have to
- * read them on the host). With smooth = 0 a group whose pixels are all ignored gives NaN (0/0),
- * with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other
- * groups' stay finite.
+ * loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient. With the default
+ * mask_ignored_in_denominator = true any group whose pixels are all ignored gives that 1 −
+ * smooth/smooth, whatever its weights (its numerator and denominator are both smooth): 0 for
+ * smooth > 0, so 'mean' over such groups is 0, not NaN; with false the ignored pixels'
+ * probabilities stay in its denominator and it gives 1 − smooth/(Σp^p + smooth). Weights
+ * given as a Lua list must be finite and >= 0; a weight tensor's values are not checked (CUDA
+ * would have to read them on the host). With smooth = 0 a group whose pixels are all ignored
+ * gives NaN (0/0), with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and
+ * the other groups' stay finite.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -3145,9 +3149,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
 /**
  * Combined margin softmax loss, forward (Deng, Guo, Xue and Zafeiriou, ArcFace: Additive
  * Angular Margin Loss for Deep Face Recognition, CVPR 2019 (the combined margin m1, m2, m3, for
- * any combination of them; InsightFace's CombinedMarginLoss serves m1 = 1 with m3 = 0 (ArcFace)
- * or m3 > 0 (CosFace, m2 unused) and refuses the rest, so where m2 > 0 and m3 > 0 meet it has
- * no counterpart); Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace, CVPR 2017 (m1)).
+ * any combination of them; InsightFace's CombinedMarginLoss matches only m1 = 1 with m3 = 0
+ * (ArcFace) or m1 = 1, m2 = 0, m3 > 0 (CosFace: its m3 > 0 branch ignores m1 and m2) and
+ * refuses the rest); Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace, CVPR 2017 (m1)).
  * With x̂_i = x_i / max(‖x_i‖, 1e-12), ŵ_j = w_j / max(‖w_j‖, 1e-12) and the cosines
  * c_ij = x̂_i·ŵ_j (cos θ_ij), the target's cosine of row i (label y_i) is replaced by φ(c)
  * = cos(m1·θ + m2) − m3 and every cosine is scaled by s:

@@ -540,6 +540,11 @@ describe("calls on a criterion", function()
       ploss.ArcFaceLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 2, 3 }), ploss.randn({ 4, 3 }),
         ploss.zeros({ 2 }, { dtype = "i32" }))
     end, msg .. "labels")
+    -- with no pixel too (the check comes before the closed-form result)
+    H.expect_error(function()
+      ploss.LovaszSoftmaxLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 0, 3, 2, 2 }),
+        ploss.zeros({ 0, 2, 2 }, { dtype = "i32" }))
+    end, msg .. "target")
     -- i64 labels can: taken
     local l = ploss.CrossEntropyLoss { ignore_index = 2 ^ 40 }:forward(ploss.zeros({ 2, 3 }), ploss.zeros({ 2 }, { dtype = "i64" }))
     assert(math.abs(l - math.log(3)) < 1e-6, tostring(l))

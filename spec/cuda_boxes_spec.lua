@@ -220,20 +220,25 @@ describe("CUDA box losses: edge cases", function()
     local n = 300
     local x, y = B.random_boxes(n, 75, "f32", DEV), B.random_boxes(n, 76, "f32", DEV)
     for _, L in ipairs(LOSSES) do
-      for _, v in ipairs { 0.5, 0 / 0 } do
-        local ign = ploss.zeros({ n }, { dtype = "f32" })
+      for _, case in ipairs { { 0.5, "f32", "none" }, { 0 / 0, "f32", "none" }, { 2, "u8", "mean" } } do
+        local v, red = case[1], case[3]
+        local ign = ploss.zeros({ n }, { dtype = case[2] })
         ign:narrow(1, 201, 1):fill(v)
         if DEV == "cpu" then -- the dry run: the CPU refuses the call itself
-          H.expect_error(function() F[L.name .. "_fused"](x, y, { reduction = "none", ignore = ign }) end,
+          H.expect_error(function() F[L.name .. "_fused"](x, y, { reduction = red, ignore = ign }) end,
             "ignore: element 200 (0-based) = ")
         else
-          local l, g = F[L.name .. "_fused"](x, y, { reduction = "none", ignore = ign:to(DEV) })
+          local l, g = F[L.name .. "_fused"](x, y, { reduction = red, ignore = ign:to(DEV) })
           H.expect_error(function() ploss.synchronize(DEV) end,
             { "PLOSS_ERR_INVALID_ARGUMENT", "ignore: element 200 (0-based) is neither 0 nor 1" })
           ploss.synchronize(DEV)
-          local lv = l:flat()
-          assert(lv[201] ~= lv[201], L.name .. ": the loss of the box is " .. tostring(lv[201]))
-          assert(lv[200] == lv[200] and lv[202] == lv[202], L.name .. ": its neighbours' losses")
+          if red == "none" then
+            local lv = l:flat()
+            assert(lv[201] ~= lv[201], L.name .. ": the loss of the box is " .. tostring(lv[201]))
+            assert(lv[200] == lv[200] and lv[202] == lv[202], L.name .. ": its neighbours' losses")
+          else
+            assert(l ~= l, L.name .. ": the mean with that box is " .. tostring(l))
+          end
           for k = 1, 4 do assert.are.equal(0, g:flat()[4 * 200 + k]) end
         end
       end

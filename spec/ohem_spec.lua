@@ -342,5 +342,12 @@ describe("OHEM errors", function()
     H.expect_error(function() F.ohem_cross_entropy_fused(x, ploss.tensor({ 0, 7, 1 }, { dtype = "i64" }), { out = loss, grad_input = grad }) end,
       { "class index 7 at sample (n = 1, s = 0) is outside [0, 4)", "ignore_index (255)" }, loss, grad)
     H.expect_error(function() ploss.OhemCrossEntropyLoss { lam = 1 } end, "unknown option 'lam'")
+    -- the C entry point refuses the shared struct's lam set for the cross-entropy (it was ignored)
+    local co = ffi.new("ploss_ohem_opts")
+    ploss.C.ploss_ohem_opts_init(co)
+    co.lam = 1
+    H.expect_error(function()
+      ploss.check(ploss.C.ploss_ohem_cross_entropy_forward(x:context(), x:dl(), y:dl(), co, loss:dl()))
+    end, "opts.lam: not an option of ohem_cross_entropy", loss)
   end)
 end)

@@ -225,7 +225,8 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
                                "target: expected class indices of dtype i64 or i32, got %s (convert them, e.g. "
                                "target:long())",
                                ploss_dtype_name(t.dtype));
-        if ((st = ploss_check_sample_shape(&t, &x, "target")))
+        if ((st = ploss_check_sample_shape(&t, &x, "target")) ||
+            (st = ploss_check_ignore_index_fits(o->ignore_index, t.dtype, "target")))
             return st;
     }
     const int64_t N = x.ndim > 0 ? x.shape[0] : 1, C = binary ? 1 : x.shape[1];
@@ -312,8 +313,6 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
             group_strides(&gl, groups, per_image, &p.gl_sg, &p.gl_sc, p.gl_ss);
     }
     p.ignore_index = o->ignore_index;
-    if ((st = ploss_check_ignore_index_fits(p.ignore_index, p.t_dtype, "target")))
-        return st;
     p.per_image = per_image;
     p.scale = o->scale;
     p.binary = binary;

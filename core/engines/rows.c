@@ -372,10 +372,10 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     int probabilities;
     if ((st = check_target(ctx, spec, a->target, &x, &t, &probabilities)))
         return st;
-    /* a class to ignore means nothing to probability targets: refused, as PyTorch does,
-     * rather than dropped without a word */
     if (!probabilities && (st = ploss_check_ignore_index_fits(o->ignore_index, t.dtype, "target")))
         return st;
+    /* a class to ignore means nothing to probability targets: refused, as PyTorch does,
+     * rather than dropped without a word */
     if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && probabilities && o->ignore_index >= 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.ignore_index: %lld names a class, but the target holds probabilities (no labels "

@@ -50,9 +50,11 @@ Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL).  T
 reference's quirk (ignored pixels' probabilities kept in the denominator, pushing them
 towards 0) is reproduced only with mask_ignored_in_denominator = false.  A weight tensor
 with class_weights = 'sudre' is an error; with 'sudre', a group without any valid pixel has
-every weight 0: its loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient.  Any
-group whose pixels are all ignored gives that 1 − smooth/smooth, whatever its weights (its
-numerator and denominator are both smooth): 'mean' over such groups is 0, not NaN.  Weights given as a Lua list must be
+every weight 0: its loss is 1 − smooth/smooth = 0 (smooth > 0) with a zero gradient.  With
+the default mask_ignored_in_denominator = true any group whose pixels are all ignored gives
+that 1 − smooth/smooth, whatever its weights (its numerator and denominator are both
+smooth): 0 for smooth > 0, so 'mean' over such groups is 0, not NaN; with false the ignored
+pixels' probabilities stay in its denominator and it gives 1 − smooth/(Σp^p + smooth).  Weights given as a Lua list must be
 finite and >= 0; a weight tensor's values are not checked (CUDA would have to read them on
 the host).  With smooth = 0 a group whose pixels are all ignored gives NaN (0/0), with
 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other groups'

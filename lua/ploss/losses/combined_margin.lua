@@ -9,8 +9,8 @@ return {
   title = "Combined margin softmax loss",
   source = "Deng, Guo, Xue and Zafeiriou, ArcFace: Additive Angular Margin Loss for Deep Face " ..
     "Recognition, CVPR 2019 (the combined margin m1, m2, m3, for any combination of them; " ..
-    "InsightFace's CombinedMarginLoss serves m1 = 1 with m3 = 0 (ArcFace) or m3 > 0 (CosFace, m2 unused) " ..
-    "and refuses the rest, so where m2 > 0 and m3 > 0 meet it has no counterpart); " ..
+    "InsightFace's CombinedMarginLoss matches only m1 = 1 with m3 = 0 (ArcFace) or m1 = 1, m2 = 0, m3 > 0 " ..
+    "(CosFace: its m3 > 0 branch ignores m1 and m2) and refuses the rest); " ..
     "Wang et al., CosFace, CVPR 2018; Liu et al., SphereFace, CVPR 2017 (m1)",
   shape = "margin",
   policy = "combined_margin",
