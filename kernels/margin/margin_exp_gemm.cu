@@ -37,8 +37,14 @@ template <int N> struct MaskedExp2<cutlass::Array<float, N>> {
     {
         V o;
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < N; ++i)
-            o[i] = col[i] < a.classes && col[i] != target[i] ? exp2_ftz(acc[i] * c[i] * r[i] - a.shift) : 0.0f;
+        for (int i = 0; i < N; ++i) {
+            /* every element's exponential, then the mask as a select: computed under the
+             * mask's predicate, each element reloaded the shift from constant memory and
+             * waited on it */
+            float e = exp2_ftz(acc[i] * c[i] * r[i] - a.shift);
+            asm volatile("" : "+f"(e));
+            o[i] = col[i] < a.classes && col[i] != target[i] ? e : 0.0f;
+        }
         return o;
     }
 };
