@@ -19,10 +19,11 @@
  * spreads each thread's setup and the block reduction over many boxes, ω comes from the
  * host where it can, and f32 uses the atan2 and reciprocal below.  Boxes with
  * x2 < x1 or y2 < y1 (not ignored) are reported through the context's error slot and get a
- * NaN loss and a zero gradient, as are boxes whose ignore value is neither 0 nor 1.  Reduced losses: per-thread sums, a CUB block reduction, one
- * partial per block in the context's workspace, then the last block to finish adds the
- * partials in a fixed order — no float atomics, no host synchronisation, one launch; bitwise
- * repeatable on a card model (the grid is the card's one wave).
+ * NaN loss and a zero gradient, as do boxes whose ignore value is neither 0 nor 1.  Reduced
+ * losses: per-thread sums, a CUB block reduction, one partial per block in the context's
+ * workspace, then the last block to finish adds the partials in a fixed order — no float
+ * atomics, no host synchronisation, one launch; bitwise repeatable on a card model (the
+ * grid is the card's one wave).
  * MEAN with an ignore mask divides by the boxes kept, counted before the main kernel
  * (integer atomics, exact).  Also ploss_box_iou's pairwise similarities (box_pairs_kernel).
  */
