@@ -2119,7 +2119,7 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  * in  input       distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides.
  * in  target      the input's shape, any float dtype or i64/i32: labels 1 (similar) or −1
- *                 (dissimilar).
+ *                 (dissimilar); another value takes both terms, as PyTorch's definition does.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.

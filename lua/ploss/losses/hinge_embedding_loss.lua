@@ -11,7 +11,8 @@ return {
   policy = "hinge_embedding",
   target = "signs",
   input_doc = "distances (or any scores), any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
-  target_doc = "the input's shape, any float dtype or i64/i32: labels 1 (similar) or −1 (dissimilar).",
+  target_doc = "the input's shape, any float dtype or i64/i32: labels 1 (similar) or −1 (dissimilar); " ..
+    "another value takes both terms, as PyTorch's definition does.",
   options = {
     { "margin", "double", 1, param = "margin", doc = "m, the margin of the dissimilar pairs" },
   },
