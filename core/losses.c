@@ -994,8 +994,8 @@ static ploss_status info_nce(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of info_nce");
-    if (!(isfinite(o.temperature) && o.temperature > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %s is not a finite number > 0", PLOSS_SHOWN(o.temperature));
+    if (!(isfinite(o.temperature) && o.temperature >= 1e-30))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.temperature: %s is not a finite number >= 1e-30", PLOSS_SHOWN(o.temperature));
     if ((st = ploss_check_flag(o.symmetric, "opts.symmetric")))
         return st;
     if ((st = ploss_check_flag(o.normalize, "opts.normalize")))
@@ -2724,8 +2724,8 @@ static ploss_status combined_margin(ploss_ctx_t *ctx, ploss_pass pass, const plo
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of combined_margin");
-    if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
+    if (!(isfinite(o.s) && o.s > 0.0 && o.s <= 1e30))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number in (0, 1e30]", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m1) && o.m1 >= 1.0 && o.m1 <= 4.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m1: %s is not a finite number in [1, 4]", PLOSS_SHOWN(o.m1));
     if (!(isfinite(o.m2) && o.m2 >= 0.0 && o.m2 <= 1.5707963267948966))
@@ -2837,8 +2837,8 @@ static ploss_status am_softmax(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of am_softmax");
-    if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
+    if (!(isfinite(o.s) && o.s > 0.0 && o.s <= 1e30))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number in (0, 1e30]", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.m));
     if ((unsigned)o.weight_layout >= 2)
@@ -2941,8 +2941,8 @@ static ploss_status arc_face(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
         return st;
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of arc_face");
-    if (!(isfinite(o.s) && o.s > 0.0))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number > 0", PLOSS_SHOWN(o.s));
+    if (!(isfinite(o.s) && o.s > 0.0 && o.s <= 1e30))
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.s: %s is not a finite number in (0, 1e30]", PLOSS_SHOWN(o.s));
     if (!(isfinite(o.m) && o.m >= 0.0 && o.m <= 1.5707963267948966))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.m: %s is not a finite number in [0, 1.5707963267948966]", PLOSS_SHOWN(o.m));
     if ((st = ploss_check_flag(o.easy_margin, "opts.easy_margin")))

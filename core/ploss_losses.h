@@ -1103,7 +1103,8 @@ ploss_status ploss_batch_hard_triplet_fused(ploss_ctx_t *ctx, const DLTensor *em
 typedef struct ploss_info_nce_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* τ > 0: the similarities are divided by it; a finite number > 0; default 0.07 */
+    /* τ > 0: the similarities are divided by it (at least 1e-30: 1/τ stays within fp32's
+       range); a finite number >= 1e-30; default 0.07 */
     double temperature;
     /* average the query→key and key→query losses (CLIP); false: query→key only; default 1
        */
@@ -1180,8 +1181,8 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  * out loss        NONE: N values, one per row; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/query/key/loss or a gradient, a bad enum,
- *           opts.temperature not a finite number > 0, a non-finite scale, inplace = 1), SHAPE,
- *           DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.temperature not a finite number >= 1e-30, a non-finite scale, inplace = 1),
+ *           SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
     const ploss_info_nce_opts *opts, DLTensor *loss);
@@ -3094,7 +3095,8 @@ typedef enum ploss_weight_layout {
 typedef struct ploss_combined_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* s > 0, the scale of the cosines; a finite number > 0; default 64.0 */
+    /* s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range); a
+       finite number in (0, 1e30]; default 64.0 */
     double s;
     /* the multiplicative angular margin (SphereFace); a finite number in [1, 4]; default 1.0 */
     double m1;
@@ -3203,10 +3205,10 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
- *           not a finite number > 0, opts.m1 not a finite number in [1, 4], opts.m2 not a
- *           finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0, 1],
- *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
+ *           not a finite number in (0, 1e30], opts.m1 not a finite number in [1, 4], opts.m2
+ *           not a finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0,
+ *           1], opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0,
+ *           1], opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
  *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
  *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
  *           OUT_OF_MEMORY.
@@ -3247,7 +3249,8 @@ ploss_status ploss_combined_margin_fused(ploss_ctx_t *ctx, const DLTensor *x,
 typedef struct ploss_am_softmax_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* s > 0, the scale of the cosines; a finite number > 0; default 30.0 */
+    /* s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range); a
+       finite number in (0, 1e30]; default 30.0 */
     double s;
     /* the margin subtracted from the target's cosine; a finite number in [0, 1]; default 0.35
        */
@@ -3343,11 +3346,12 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
- *           not a finite number > 0, opts.m not a finite number in [0, 1], opts.tile_rows not
- *           an integer >= 0, opts.sample_rate not a finite number in (0, 1], opts.seed not an
- *           integer in [-9007199254740991, 9007199254740991], a non-finite scale, inplace = 1),
- *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           not a finite number in (0, 1e30], opts.m not a finite number in [0, 1],
+ *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
+ *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
@@ -3383,7 +3387,8 @@ ploss_status ploss_am_softmax_fused(ploss_ctx_t *ctx, const DLTensor *x, const D
 typedef struct ploss_arc_face_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* s > 0, the scale of the cosines; a finite number > 0; default 64.0 */
+    /* s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range); a
+       finite number in (0, 1e30]; default 64.0 */
     double s;
     /* the additive angular margin, in radians; a finite number in [0, 1.5707963267948966];
        default 0.5 */
@@ -3483,12 +3488,12 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
  *                 that are not ignored.
  * Statuses: INVALID_ARGUMENT (NULL ctx/x/weight/labels/loss or a gradient, a bad enum, opts.s
- *           not a finite number > 0, opts.m not a finite number in [0, 1.5707963267948966],
- *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
- *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
- *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           not a finite number in (0, 1e30], opts.m not a finite number in [0,
+ *           1.5707963267948966], opts.tile_rows not an integer >= 0, opts.sample_rate not a
+ *           finite number in (0, 1], opts.seed not an integer in [-9007199254740991,
+ *           9007199254740991], a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS,
+ *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
+ *           slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);

@@ -671,7 +671,7 @@ describe("margin softmax losses", function()
     assert.matches("margin_spec%.lua:%d+:", err)
     local bad = ploss.ArcFaceLoss {}
     bad.s = -1
-    H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number > 0")
+    H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number in (0, 1e30]")
   end)
 
   it("a margin criterion with sample_rate < 1 draws anew after each step, as PartialFCLoss", function()
@@ -885,7 +885,10 @@ describe("margin softmax losses", function()
       "grad_weight: expected [5, 3] (the shape of weight)", out, g1)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { grad_x = x })) end, "grad_x", out, g2)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { s = 0 })) end,
-      "opts.s: 0 is not a finite number > 0", out, g1, g2)
+      "opts.s: 0 is not a finite number in (0, 1e30]", out, g1, g2)
+    -- past fp32's range s·cos would overflow to a NaN loss (f64 would not): refused for every dtype
+    H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { s = 1e31 })) end,
+      "opts.s: 1e31 is not a finite number in (0, 1e30]", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { s = -1 })) end, "opts.s", out, g1, g2)
     H.expect_error(function() F.arc_face_fused(x, w, y, with(fo, { m = 2 })) end, "opts.m: 2", out, g1, g2)
     H.expect_error(function() F.am_softmax_fused(x, w, y, with(fo, { m = -0.1 })) end, "opts.m: -0.1", out, g1, g2)

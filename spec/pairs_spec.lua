@@ -1107,9 +1107,11 @@ describe("InfoNCELoss", function()
     H.expect_error(function() F.info_nce_fused(q, ploss.randn({ 5, 3 }), fo) end,
       "key: expected [4, 3] (the query's shape: row i of each input goes with row i of the others), got", out, g1, g2)
     H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = 0 })) end,
-      "opts.temperature: 0 is not a finite number > 0", out, g1, g2)
+      "opts.temperature: 0 is not a finite number >= 1e-30", out, g1, g2)
+    H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = 1e-31 })) end,
+      "opts.temperature: 1e-31 is not a finite number >= 1e-30", out, g1, g2)
     H.expect_error(function() F.info_nce_fused(q, k, with(fo, { temperature = -0.1 })) end,
-      "opts.temperature: -0.1 is not a finite number > 0", out, g1, g2)
+      "opts.temperature: -0.1 is not a finite number >= 1e-30", out, g1, g2)
     H.expect_error(function() ploss.InfoNCELoss { temperature = 0 / 0 } end, "opts.temperature: nan")
     H.expect_error(function() F.info_nce_fused(q, k, with(fo, { grad_key = g1 })) end, "PLOSS_ERR_ALIAS", out, g1)
   end)

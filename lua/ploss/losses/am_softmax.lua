@@ -17,7 +17,8 @@ return {
   min_classes_why = "a softmax over one class centre has nothing to separate",
   inputs = M.inputs(),
   options = {
-    { "s", "double", 30, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
+    { "s", "double", 30, min_exclusive = 0, max = 1e30, param = "margin_scale",
+      doc = "s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range)" },
     { "m", "double", 0.35, min = 0, max = 1, param = "margin_m3", doc = "the margin subtracted from the target's cosine" },
     M.weight_layout, M.ignore_index, M.tile_rows, M.sample_rate, M.seed, M.comm, M.scale_grad_x_by_ranks,
   },

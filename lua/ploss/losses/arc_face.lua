@@ -13,7 +13,8 @@ return {
   min_classes_why = "a softmax over one class centre has nothing to separate",
   inputs = M.inputs(),
   options = {
-    { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
+    { "s", "double", 64, min_exclusive = 0, max = 1e30, param = "margin_scale",
+      doc = "s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range)" },
     { "m", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
       doc = "the additive angular margin, in radians" },
     { "easy_margin", "bool", false, doc = "no angular margin where cos θ <= 0: the target takes cos θ there" },

@@ -20,7 +20,8 @@ return {
   inputs = M.inputs(),
   enums = M.enums,
   options = {
-    { "s", "double", 64, min_exclusive = 0, param = "margin_scale", doc = "s > 0, the scale of the cosines" },
+    { "s", "double", 64, min_exclusive = 0, max = 1e30, param = "margin_scale",
+      doc = "s > 0, the scale of the cosines (at most 1e30: s·cos stays within fp32's range)" },
     { "m1", "double", 1, min = 1, max = 4, param = "margin_m1", doc = "the multiplicative angular margin (SphereFace)" },
     { "m2", "double", 0.5, min = 0, max = M.half_pi, param = "margin_m2",
       doc = "the additive angular margin (ArcFace), in radians" },

@@ -16,7 +16,8 @@ return {
     { "key", "k, N×D embeddings of the second view, row i the positive of query row i" },
   },
   options = {
-    { "temperature", "double", 0.07, min_exclusive = 0, doc = "τ > 0: the similarities are divided by it" },
+    { "temperature", "double", 0.07, min = 1e-30,
+      doc = "τ > 0: the similarities are divided by it (at least 1e-30: 1/τ stays within fp32's range)" },
     { "symmetric", "bool", true, doc = "average the query→key and key→query losses (CLIP); false: query→key only" },
     { "normalize", "bool", true, doc = "L2-normalise the rows first (x / max(‖x‖, 1e-12), as F.normalize)" },
     { "comm", "comm", false,
