@@ -80,8 +80,9 @@ const char *ploss_status_string(ploss_status status);
 
 /** The calling thread's message for its last call that failed; a later call that
  *  succeeds clears it to "", except those that cannot fail (ploss_status_string,
- *  ploss_version, ploss_abi_version, the *_opts_init functions) and ploss_alloc and
- *  ploss_free (the library's own cleanup after a failure calls them), which leave it.
+ *  ploss_version, ploss_abi_version, ploss_built_with_cuda, ploss_cuda_device_count, the
+ *  *_opts_init functions) and ploss_alloc and ploss_free (the library's own cleanup after a
+ *  failure calls them), which leave it.
  *  Valid until the next ploss call on the same thread. */
 const char *ploss_last_error(void);
 

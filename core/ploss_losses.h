@@ -6,7 +6,8 @@
  *    _backward writes grad_input = ∂(reduced loss)/∂input · grad_loss from the inputs and
  *    that state (NULL: recomputed); _fused writes the loss and grad_input =
  *    opts->scale · ∂(reduced loss)/∂input in one pass (NONE: of the sum of the losses), and
- *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it).
+ *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it;
+ *    another tensor is refused with ALIAS).
  *  - Options are passed by pointer, NULL meaning the defaults of the struct.
  *  - MEAN with nothing to average gives a NaN loss and an exactly zero gradient.
  *  - The user reference, with every formula, is docs/losses.md.
@@ -101,7 +102,8 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
- *                 the fused pass where an f32 one loses a confident sample's gradient).
+ *                 the fused pass — to the last bits of a very confident sample's tiny
+ *                 gradients — where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.label_smoothing not a finite number in [0, 1], a non-finite scale, an inplace
  *           other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
@@ -356,7 +358,8 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
- *                 the fused pass where an f32 one loses a confident sample's gradient).
+ *                 the fused pass — to the last bits of a very confident sample's tiny
+ *                 gradients — where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.gamma
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -441,7 +444,8 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out lse         NULL, or the state for _backward (the log-sum-exp of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
- *                 the fused pass where an f32 one loses a confident sample's gradient).
+ *                 the fused pass — to the last bits of a very confident sample's tiny
+ *                 gradients — where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
  *           not a finite number > 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -532,8 +536,9 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (three values per sample: lse, the
  *                 log-sum-exp over the non-target classes, and E), N×3×d1×…×dk, f64 (f32
- *                 is accepted, but backward from an f64 state equals the fused pass where an
- *                 f32 one loses a confident sample's gradient).
+ *                 is accepted, but backward from an f64 state equals the fused pass — to the
+ *                 last bits of a very confident sample's tiny gradients — where an f32 one
+ *                 loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.lam
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
@@ -619,7 +624,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (Z, the Taylor normaliser of each sample),
  *                 the target's shape, f64 (f32 is accepted, but backward from an f64 state
- *                 equals the fused pass where an f32 one loses a confident sample's gradient).
+ *                 equals the fused pass — to the last bits of a very confident sample's tiny
+ *                 gradients — where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.n not
  *           an even integer in [2, 64], a non-finite scale, an inplace other than 0 or 1),
  *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
@@ -702,7 +708,8 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 1-element tensor. f32 (f64 for f64 input), on the input's device.
  * out state       NULL, or the state for _backward (log Σ_k w_k·e^(x_k) of each sample), the
  *                 target's shape, f64 (f32 is accepted, but backward from an f64 state equals
- *                 the fused pass where an f32 one loses a confident sample's gradient).
+ *                 the fused pass — to the last bits of a very confident sample's tiny
+ *                 gradients — where an f32 one loses a confident sample's gradient).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/lb_proportion/loss or grad_input, a bad
  *           enum, a non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE,
  *           LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the
@@ -948,7 +955,7 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
  *           opts.margin not a finite number (> 0 without soft_margin), opts.p not a finite
  *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale, inplace = 1),
- *           SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
@@ -1068,7 +1075,7 @@ void ploss_batch_hard_triplet_opts_init(ploss_batch_hard_triplet_opts *opts);
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/embeddings/labels/loss or a gradient, a bad enum,
  *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_batch_hard_triplet_forward(ploss_ctx_t *ctx, const DLTensor *embeddings,
     const DLTensor *labels, const ploss_batch_hard_triplet_opts *opts, DLTensor *loss);
@@ -1182,7 +1189,7 @@ void ploss_info_nce_opts_init(ploss_info_nce_opts *opts);
  *                 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/query/key/loss or a gradient, a bad enum,
  *           opts.temperature not a finite number >= 1e-30, a non-finite scale, inplace = 1),
- *           SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_info_nce_forward(ploss_ctx_t *ctx, const DLTensor *query, const DLTensor *key,
     const ploss_info_nce_opts *opts, DLTensor *loss);
@@ -2400,9 +2407,9 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  *                 per_image); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input),
  *                 on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
- *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS,
- *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
- *           slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs), CUDA,
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs), CUDA,
  *           OUT_OF_MEMORY.
  */
 ploss_status ploss_lovasz_softmax_forward(ploss_ctx_t *ctx, const DLTensor *input,
@@ -2488,8 +2495,8 @@ void ploss_soft_dice_opts_init(ploss_soft_dice_opts *opts);
  *                 device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
- *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED (CUDA: more
- *           than 2^31 − 1 tiles of 2048 elements), CUDA, OUT_OF_MEMORY.
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED (CUDA:
+ *           more than 2^31 − 1 tiles of 2048 elements), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_soft_dice_opts *opts, DLTensor *loss);
@@ -2605,9 +2612,9 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
- *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
- *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL
+ *           (CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_generalized_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
@@ -2683,9 +2690,9 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  *                 tensor. f32 (f64 for f64 input), on the input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.p not
  *           a finite number > 0, opts.smooth not a finite number >= 0, a non-finite scale, an
- *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
- *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL
+ *           (CPU: before anything is written; CUDA: through the context's error slot),
+ *           UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_batch_soft_dice_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *weight, const ploss_class_dice_opts *opts,
@@ -2793,9 +2800,9 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.kl_margin not a finite number >= 0, opts.lambda_same not a finite number >= 0,
  *           opts.lambda_diff not a finite number >= 0, a non-finite scale, an inplace other
- *           than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
- *           written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31
- *           − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
+ *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_affinity_field_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_affinity_field_opts *opts, DLTensor *loss);
@@ -2882,9 +2889,9 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  *                 input's device.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum,
  *           opts.kernel_size not an integer in [1, 7], a non-finite scale, an inplace other
- *           than 0 or 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is
- *           written; CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31
- *           − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
+ *           than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before
+ *           anything is written; CUDA: through the context's error slot), UNSUPPORTED (CUDA:
+ *           more than 2^31 − 1 class-pixel pairs), CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_affinity_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_affinity_opts *opts, DLTensor *loss);
@@ -2960,7 +2967,7 @@ void ploss_margin_ranking_loss_opts_init(ploss_margin_ranking_loss_opts *opts);
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
  *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_margin_ranking_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_margin_ranking_loss_opts *opts,
@@ -3047,7 +3054,7 @@ void ploss_cosine_embedding_loss_opts_init(ploss_cosine_embedding_loss_opts *opt
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
  *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_cosine_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_cosine_embedding_loss_opts *opts,
@@ -3209,9 +3216,9 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *           not a finite number in [0, 1.5707963267948966], opts.m3 not a finite number in [0,
  *           1], opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0,
  *           1], opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
- *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
+ *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
     const DLTensor *weight, const DLTensor *labels, const ploss_combined_margin_opts *opts,
@@ -3349,9 +3356,9 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *           not a finite number in (0, 1e30], opts.m not a finite number in [0, 1],
  *           opts.tile_rows not an integer >= 0, opts.sample_rate not a finite number in (0, 1],
  *           opts.seed not an integer in [-9007199254740991, 9007199254740991], a non-finite
- *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before
- *           anything is written; CUDA: through the context's error slot), UNSUPPORTED, CUDA,
- *           OUT_OF_MEMORY.
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU:
+ *           before anything is written; CUDA: through the context's error slot), UNSUPPORTED,
+ *           CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_am_softmax_opts *opts, DLTensor *loss);
@@ -3491,9 +3498,9 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *           not a finite number in (0, 1e30], opts.m not a finite number in [0,
  *           1.5707963267948966], opts.tile_rows not an integer >= 0, opts.sample_rate not a
  *           finite number in (0, 1], opts.seed not an integer in [-9007199254740991,
- *           9007199254740991], a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, ALIAS,
- *           INVALID_LABEL (CPU: before anything is written; CUDA: through the context's error
- *           slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           9007199254740991], a non-finite scale, inplace = 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const DLTensor *weight,
     const DLTensor *labels, const ploss_arc_face_opts *opts, DLTensor *loss);
@@ -3666,8 +3673,8 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  *           opts.gamma not a finite number >= 0, opts.label_smoothing not a finite number in
  *           [0, 1], opts.softcap not 0 or a finite number >= 1e-20, opts.z_loss not a finite
  *           number >= 0, opts.tile_rows not an integer >= 0, a non-finite scale, inplace = 1),
- *           SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA:
- *           through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is
+ *           written; CUDA: through the context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_linear_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *hidden,
     const DLTensor *weight, const DLTensor *labels, const DLTensor *bias,
@@ -4014,7 +4021,7 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
  *           opts.margin not a finite number > 0, a non-finite scale, inplace = 1), SHAPE,
- *           DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative,
@@ -4119,7 +4126,7 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/var/loss or a gradient, a bad enum,
  *           opts.eps not a finite number >= 0, a non-finite scale, inplace = 1), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_gaussian_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const DLTensor *var, const ploss_gaussian_nll_loss_opts *opts,
@@ -4270,7 +4277,7 @@ void ploss_l1_hinge_embedding_loss_opts_init(ploss_l1_hinge_embedding_loss_opts 
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input1/input2/target/loss or a gradient, a bad enum,
  *           opts.margin not a finite number, a non-finite scale, inplace = 1), SHAPE, DTYPE,
- *           DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_l1_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor *input1,
     const DLTensor *input2, const DLTensor *target, const ploss_l1_hinge_embedding_loss_opts *opts,
@@ -4384,7 +4391,7 @@ void ploss_ctc_loss_opts_init(ploss_ctc_loss_opts *opts);
  *                 0-d or 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/log_probs/target/input_lengths/loss or a gradient, a bad
  *           enum, opts.blank not an integer in [0, C), a non-finite scale, inplace = 1), SHAPE
- *           (also a length out of its range, naming the sample), DTYPE, DEVICE, ALIAS,
+ *           (also a length out of its range, naming the sample), DTYPE, DEVICE, LAYOUT, ALIAS,
  *           INVALID_LABEL (a label outside [0, C) or the blank; checked on the host before
  *           anything is written), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */

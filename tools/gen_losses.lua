@@ -120,7 +120,7 @@ local SHAPE = {
     grad_input = "the shape and dtype of its input, any non-overlapping strides; may not overlap any input.",
     fuzz = { input = { "DNC|DC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
              grad_input = { "DNC", "x" }, target = { sequences = { "ND|N", "i|i|f" } } },
-    statuses = "SHAPE (also a length out of its range, naming the sample), DTYPE, DEVICE, ALIAS, INVALID_LABEL " ..
+    statuses = "SHAPE (also a length out of its range, naming the sample), DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL " ..
       "(a label outside [0, C) or the blank; checked on the host before anything is written), UNSUPPORTED, " ..
       "CUDA, OUT_OF_MEMORY",
   },
@@ -139,7 +139,8 @@ local SHAPE = {
       "C logits), zeros at ignored samples; MEAN / SUM: a 0-d or 1-element tensor.  f32 (f64 for f64 " ..
       "input), on the input's device.",
     state = "the state for _backward (%s), %s, f64 (f32 is accepted, but backward from an f64 " ..
-      "state equals the fused pass where an f32 one loses a confident sample's gradient).",
+      "state equals the fused pass — to the last bits of a very confident sample's tiny gradients — where an " ..
+      "f32 one loses a confident sample's gradient).",
     grad_loss = "0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.",
     fuzz = { input = { "NCd", "f" }, loss = { "|Nd|1", "a" }, grad_loss = { "|Nd|1", "a|f" },
              grad_input = { "NCd", "x" },
@@ -167,7 +168,7 @@ local SHAPE = {
       "any input or another output.",
     fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
              grad_input = { "NC", "x" }, target = { labels = { "N", "i" }, signs = { "N", "x|i|f" } } },
-    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
+    statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
   boxes = {
     input = "N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'), f32/f16/bf16/f64, any " ..
@@ -197,11 +198,11 @@ local SHAPE = {
     fuzz = { input = { "NCd", "f" }, loss = { "|C|NC|N|1", "a" }, grad_loss = { "|C|NC|N|1", "a|f" },
              grad_input = { "NCd", "x" },
              target = { index = { "Nd", "i|i|i|f" }, elementwise = { "NCd", "x|f" } } },
-    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
+    statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; " ..
       "CUDA: through the context's error slot), UNSUPPORTED (CUDA: more than 2^31 − 1 class-pixel " ..
       "pairs), CUDA, OUT_OF_MEMORY",
     -- float targets of the input's shape (binary soft Dice): no labels, no classes
-    elementwise_statuses = "SHAPE, DTYPE, DEVICE, ALIAS, UNSUPPORTED (CUDA: more than 2^31 − 1 tiles " ..
+    elementwise_statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED (CUDA: more than 2^31 − 1 tiles " ..
       "of 2048 elements), CUDA, OUT_OF_MEMORY",
   },
   margin = {
@@ -213,7 +214,7 @@ local SHAPE = {
       "another output.",
     fuzz = { input = { "NC", "f" }, loss = { "|N|1", "a" }, grad_loss = { "|N|1", "a|f" },
              grad_input = { "NC", "x" }, target = { class_labels = { "N", "i" } } },
-    statuses = "SHAPE, DTYPE, DEVICE, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the " ..
+    statuses = "SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the " ..
       "context's error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY",
   },
 }
@@ -371,7 +372,8 @@ local function gen_header()
   w(" *    _backward writes grad_input = ∂(reduced loss)/∂input · grad_loss from the inputs and")
   w(" *    that state (NULL: recomputed); _fused writes the loss and grad_input =")
   w(" *    opts->scale · ∂(reduced loss)/∂input in one pass (NONE: of the sum of the losses), and")
-  w(" *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it).")
+  w(" *    with opts->inplace = 1 grad_input is the input tensor itself (the gradient over it;")
+  w(" *    another tensor is refused with ALIAS).")
   w(" *  - Options are passed by pointer, NULL meaning the defaults of the struct.")
   w(" *  - MEAN with nothing to average gives a NaN loss and an exactly zero gradient.")
   w(" *  - The user reference, with every formula, is docs/losses.md.")
