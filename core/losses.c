@@ -3057,7 +3057,7 @@ static ploss_status linear_cross_entropy(ploss_ctx_t *ctx, ploss_pass pass, cons
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.gamma: %s is not a finite number >= 0", PLOSS_SHOWN(o.gamma));
     if (!(isfinite(o.label_smoothing) && o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.label_smoothing: %s is not a finite number in [0, 1]", PLOSS_SHOWN(o.label_smoothing));
-    if (!(isfinite(o.softcap) && o.softcap >= 0.0))
+    if (!(isfinite(o.softcap) && (o.softcap == 0.0 || (o.softcap >= 1e-20))))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %s is not 0 or a finite number >= 1e-20", PLOSS_SHOWN(o.softcap));
     if (!(isfinite(o.z_loss) && o.z_loss >= 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.z_loss: %s is not a finite number >= 0", PLOSS_SHOWN(o.z_loss));

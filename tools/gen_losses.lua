@@ -511,6 +511,7 @@ local function check_code(w, opt)
     if opt.min_exclusive ~= nil then conds[#conds + 1] = f .. " > " .. default_c { type = "double", default = opt.min_exclusive } end
     if opt.min ~= nil then conds[#conds + 1] = f .. " >= " .. default_c { type = "double", default = opt.min } end
     if opt.max ~= nil then conds[#conds + 1] = f .. " <= " .. default_c { type = "double", default = opt.max } end
+    if opt.or_zero then conds = { conds[1], "(" .. f .. " == 0.0 || (" .. table.concat(conds, " && ", 2) .. "))" } end
     w("    if (!(%s))", table.concat(conds, " && "))
     w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%s is not %s\", PLOSS_SHOWN(%s));", opt.name,
       r, f)

@@ -23,11 +23,6 @@
 
 #include "pairs.h"
 
-/* The least softcap c > 0: the tiles hold c·tanh(·) and 1/c in fp32, whose gradient factor
- * 1 − (z/c)² needs both far from fp32's underflow (1/c finite, c·tanh(·) a normal number
- * wherever tanh(·) is not small). */
-#define PLOSS_LINEAR_SOFTCAP_MIN 1e-20
-
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -217,9 +217,6 @@ static ploss_status run_linear(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
     p.ignore_index = o->ignore_index;
     p.label_smoothing = o->label_smoothing;
     p.softcap = o->softcap;
-    if (p.softcap > 0.0 && p.softcap < PLOSS_LINEAR_SOFTCAP_MIN)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.softcap: %s is not 0 or a finite number >= 1e-20",
-                           PLOSS_SHOWN(p.softcap));
     p.z_loss = o->z_loss;
     p.focal = o->linear_policy == PLOSS_LINEAR_POLICY_FOCAL;
     p.gamma = o->gamma;

@@ -78,7 +78,8 @@
 --                values = { { lua name, C suffix, doc }, … } }
 --   options      in struct order, after `reduction` and before `scale` and `inplace`
 --                (common to every loss): { lua/C name, type, default, doc = …, and checks:
---                min, max, min_exclusive, even; range = the range's text (the docs'
+--                min, max, min_exclusive, even, or_zero (0 is taken besides that range:
+--                a switched-off value below the least meaningful one); range = the range's text (the docs'
 --                column, the messages) where the loss's `check` decides it; param = the
 --                field of the engines' parameters when it differs from the name; ctype for
 --                enums; list = { value, tensor }: an enum's list form, a list given for it
@@ -139,6 +140,7 @@ function D.range_text(opt)
   if opt.type == "double" then what = "a finite number"
   elseif opt.type == "int" or opt.type == "int64" then what = opt.even and "an even integer" or "an integer"
   else return nil end
+  if opt.or_zero then what = "0 or " .. what end
   local lo, hi = opt.min, opt.max
   if opt.min_exclusive ~= nil and hi ~= nil then
     return what .. " in (" .. D.number(opt.min_exclusive) .. ", " .. D.number(hi) .. "]"
@@ -156,6 +158,7 @@ function D.in_range(opt, v)
   if type(v) ~= "number" or v ~= v then return false end
   if opt.type == "double" and (v == math.huge or v == -math.huge) then return false end
   if opt.type ~= "double" and (v ~= math.floor(v)) then return false end
+  if opt.or_zero and v == 0 then return true end
   if opt.min_exclusive ~= nil and not (v > opt.min_exclusive) then return false end
   if opt.min ~= nil and v < opt.min then return false end
   if opt.max ~= nil and v > opt.max then return false end

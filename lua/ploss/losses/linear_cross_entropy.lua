@@ -50,7 +50,7 @@ return {
       doc = "γ ≥ 0, focal's focusing exponent (0 gives the cross-entropy); another value than 2 only with policy = 'focal'" },
     { "label_smoothing", "double", 0, min = 0, max = 1,
       doc = "ε: the target is (1 − ε)·one-hot + ε/V (PyTorch's label_smoothing; cross_entropy only)" },
-    { "softcap", "double", 0, min = 0, range = "0 or a finite number >= 1e-20",
+    { "softcap", "double", 0, min = 1e-20, or_zero = true,
       doc = "c > 0 caps every logit to c·tanh(z/c) before the softmax (Gemma 2); 0: no cap.  Caps below " ..
         "1e-20 are refused: the fp32 tile holding c·tanh(·) and 1/c would lose the gradient's factor 1 − tanh²" },
     { "z_loss", "double", 0, min = 0, doc = "adds z_loss·lse² per token (PaLM's auxiliary loss)" },
@@ -63,10 +63,6 @@ return {
       doc = "rows of the logit tile computed at a time (0: chosen within 512 MiB of logits)" },
   },
   check = function(o)
-    if o.softcap > 0 and o.softcap < 1e-20 then
-      return string.format("opts.softcap: %s is not 0 or a finite number >= 1e-20",
-        require("ploss.description").number(o.softcap))
-    end
     if o.policy == "focal" and o.label_smoothing ~= 0 then
       return string.format("opts.label_smoothing: %s with policy 'focal' (smoothing is the cross-entropy's; " ..
         "0 with focal)", require("ploss.description").number(o.label_smoothing))
