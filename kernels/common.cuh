@@ -7,7 +7,7 @@
  *    even.  Narrowing from double to f16/bf16 goes through float first, exactly as the CPU
  *    backend (core/cpu/scalar.h) does, so both backends round identically.
  *  - vec16<T>::get/set: elements of a 16-byte vector held as uint4; launder(u).
- *  - exp_ftz(v): e^v through ex2.approx.ftz (f32 fast paths).
+ *  - exp2_ftz(v), exp_ftz(v): 2^v and e^v through ex2.approx.ftz (f32 fast paths).
  *  - cp_async16 / cp_async4(dst, src, bytes), cp_async_commit(), cp_async_wait<N>():
  *    asynchronous copies from global to shared memory (zero-filled where bytes = 0).
  *  - load_dyn / store_dyn / load_int_dyn: element access when the dtype is only known at
@@ -380,18 +380,21 @@ __device__ __forceinline__ void launder(uint4 &u)
 __device__ __forceinline__ void launder(float &v) { asm volatile("" : "+f"(v)); }
 __device__ __forceinline__ void launder(double &v) { asm volatile("" : "+d"(v)); }
 
-/* e^v as ex2.approx.ftz(v·log2 e): one multiply and one MUFU op.  Relative error about
- * 2^-22 + |v|·2^-24; results below 2^-126 (v < −87.3) flush to 0 instead of going through
- * the denormal range check of ex2.approx.f32 (__expf: 3 more instructions), which is
- * harmless wherever such a term is added to values near 1 or multiplies a factor of
- * a gradient (a probability below 1.2e-38 becomes 0).  Not for values ranked or compared
- * with a threshold near 0 (the OHEM keys of sample_policies.cu use expf). */
-__device__ __forceinline__ float exp_ftz(float v)
+/* 2^v as ex2.approx.ftz: one MUFU op; results below 2^-126 flush to 0 instead of going
+ * through the denormal range check of ex2.approx.f32 (exp2f, __expf: 3 more instructions). */
+__device__ __forceinline__ float exp2_ftz(float v)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
     return r;
 }
+
+/* e^v as exp2_ftz(v·log2 e): one multiply and one MUFU op.  Relative error about
+ * 2^-22 + |v|·2^-24; results below 2^-126 (v < −87.3) flush to 0, which is harmless
+ * wherever such a term is added to values near 1 or multiplies a factor of a gradient (a
+ * probability below 1.2e-38 becomes 0).  Not for values ranked or compared with a
+ * threshold near 0 (the OHEM keys of sample_policies.cu use expf). */
+__device__ __forceinline__ float exp_ftz(float v) { return exp2_ftz(v * 1.4426950408889634f); }
 
 /* 16 bytes from global src to shared dst, asynchronously (cp.async, L1 bypassed): the
  * first `bytes` read, the rest zero-filled (bytes = 0: nothing read). */

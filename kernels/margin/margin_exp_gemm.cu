@@ -42,7 +42,7 @@ template <int N> struct MaskedExp2<cutlass::Array<float, N>> {
              * mask's predicate, each element reloaded the shift from constant memory and
              * waited on it */
             float e = exp2_ftz(acc[i] * c[i] * r[i] - a.shift);
-            asm volatile("" : "+f"(e));
+            launder(e);
             o[i] = col[i] < a.classes && col[i] != target[i] ? e : 0.0f;
         }
         return o;

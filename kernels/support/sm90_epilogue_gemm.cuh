@@ -17,6 +17,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cute/tensor.hpp>
 
+#include "../common.cuh"
 #include "internal.h"
 
 namespace ploss_sm90 {
@@ -28,15 +29,10 @@ using Element = cutlass::bfloat16_t;
 using ClusterShape = Shape<_1, _2, _1>;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-/* 2^v by ex2.approx.ftz: one MUFU op, where exp2f (ex2.approx.f32) adds a range check and
- * two multiplies for results below 2^-126.  The epilogues' arguments never go below -116:
- * their shifts keep every term they keep at or above e^-80. */
-CUTLASS_DEVICE float exp2_ftz(float v)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
+/* The epilogues' exponentials: their arguments never go below -116 (their shifts keep
+ * every term they keep at or above e^-80), so ex2.approx.ftz's flush never applies. */
+using ploss_cuda::exp2_ftz;
+using ploss_cuda::launder;
 
 /* An fp32 vector with one value per column (j) or per row (i) of the output. */
 template <class Tile, class Vector>
