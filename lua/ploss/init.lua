@@ -201,8 +201,9 @@ function ploss.check_option_keys(opts, where, known, extra)
         hint = string.format("; %s is reduction here: reduction = 'sum' for %s = false, 'mean' for true", k, k)
       elseif known.reduction and k == "reduce" then
         hint = "; reduce is reduction here: reduction = 'none' for reduce = false"
-      elseif ploss.name_hint(k, known) then
-        hint = "; " .. ploss.name_hint(k, known)
+      else
+        local name_hint = ploss.name_hint(k, known)
+        if name_hint then hint = "; " .. name_hint end
       end
       ploss.raise(string.format("%s: unknown option '%s' (known: %s)%s", where, tostring(k), table.concat(names, ", "),
         hint))

@@ -117,6 +117,14 @@ end
 -- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
 -- would otherwise be ignored without a word.  A subclass starts with a copy of its
 -- parent's set and adds the names of its own fields to it.
+-- The names of a class's fields (a set), sorted and comma-separated, for its messages.
+local function field_list(fields)
+  local names = {}
+  for n in pairs(fields) do names[#names + 1] = n end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
+
 function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
@@ -128,16 +136,14 @@ function nn.class(name, parent)
   cls.__newindex = function(self, k, v)
     local fields = rawget(cls, "_fields")
     if fields and type(k) == "string" and not fields[k] and not FIELDS[k] and k:sub(1, 1) ~= "_" then
-      local names = {}
-      for n in pairs(fields) do names[#names + 1] = n end
-      table.sort(names)
       -- Torch7's sizeAverage is the reduction here
+      local name_hint = ploss.name_hint(k, fields)
       local hint = k == "sizeAverage" and fields.reduction and
         ": Torch7's sizeAverage is reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)"
-        or ploss.name_hint(k, fields) and ": " .. ploss.name_hint(k, fields)
+        or name_hint and ": " .. name_hint
         or cls._field_hints and cls._field_hints[k] or ""
       ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (%s)%s", name, k,
-        table.concat(names, ", "), hint))
+        field_list(fields), hint))
     end
     rawset(self, k, v)
   end
@@ -152,12 +158,8 @@ function nn.class(name, parent)
       if k == "sizeAverage" then
         local fields = rawget(cls, "_fields")
         if fields and fields.reduction then
-          local names = {}
-          for n in pairs(fields) do names[#names + 1] = n end
-          table.sort(names)
           ploss.raise(string.format("%s: 'sizeAverage' is none of its fields (%s): Torch7's sizeAverage is reduction " ..
-            "here (read crit.reduction: 'mean' for sizeAverage = true, 'sum' for false)", name,
-            table.concat(names, ", ")))
+            "here (read crit.reduction: 'mean' for sizeAverage = true, 'sum' for false)", name, field_list(fields)))
         end
       end
       return parent[k]
