@@ -1035,8 +1035,17 @@ function Tensor:clone() return ploss.empty_like(self):copy(self) end
 
 local read_values, check_int_values, check_int_to_int -- (defined with :to below)
 
+local copy_values
+
+-- t's values on the host as a contiguous tensor of `dtype` (one that holds them exactly,
+-- f64 or i64): t itself when it is one, else a copy the caller frees.
+local function host_copy(t, dtype)
+  if not t:is_cuda() and t:dtype() == dtype and t:is_contiguous() then return t end
+  return copy_values(ploss.empty(sizes_of(t), { dtype = dtype }), t)
+end
+
 -- dst ← src, the values checked by the caller.
-local function copy_values(dst, src)
+function copy_values(dst, src)
   local dcuda, scuda = dst:is_cuda(), src:is_cuda()
   if dcuda and scuda and dst:device() ~= src:device() then
     -- GPU to another GPU: through the host
@@ -1162,11 +1171,7 @@ end
 -- their exponent bits before any value becomes a Lua number (see read_values).
 function check_int_values(t, dtype, what)
   local b = int_bounds[dtype]
-  local host = t
-  if t:is_cuda() or t:dtype() ~= "f64" or not t:is_contiguous() then
-    host = ploss.empty(sizes_of(t), { dtype = "f64" })
-    host:copy(t)
-  end
+  local host = host_copy(t, "f64")
   local data = host:dl().data
   local p, words = ffi.cast("double *", data), ffi.cast("uint32_t *", data) -- little-endian
   local lo, hi, bad = b[1], b[2], nil
@@ -1187,11 +1192,7 @@ function check_int_to_int(t, dtype, what)
   local lo, hi = unpack(INT_RANGES[dtype])
   local slo, shi = unpack(INT_RANGES[t:dtype()])
   if slo >= lo and shi <= hi then return end
-  local host = t
-  if t:is_cuda() or t:dtype() ~= "i64" or not t:is_contiguous() then
-    host = ploss.empty(sizes_of(t), { dtype = "i64" })
-    copy_values(host, t) -- widening (or the same dtype): nothing to check
-  end
+  local host = host_copy(t, "i64") -- widening (or the same dtype): nothing to check
   local p = ffi.cast("int64_t *", host:dl().data)
   local bad
   for i = 0, tonumber(t.n) - 1 do
@@ -1289,13 +1290,7 @@ local function host_values(t)
     return out
   end
   local staging = dtype_of(t).float and "f64" or "i64"
-  local host
-  if not t:is_cuda() and t:dtype() == staging and t:is_contiguous() then
-    host = t
-  else
-    host = ploss.empty(sizes_of(t), { dtype = staging })
-    host:copy(t)
-  end
+  local host = host_copy(t, staging)
   local out = read_values(host:dl().data, staging, tonumber(t.n))
   if host ~= t then host:free() end
   return out
