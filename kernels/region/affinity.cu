@@ -25,8 +25,9 @@
  *     registers.
  * window_main loads the tile's logits LOAD_BATCH elements per thread at a time,
  * window_main_vec all the classes of a halo pixel per thread (all loads issued before the
- * stores to shared memory), so that enough reads are in flight to cover the memory latency.  The inner products stay in registers; the pair multiplicities m are
- * recomputed where needed rather than kept alongside them.
+ * stores to shared memory), so that enough reads are in flight to cover the memory
+ * latency.  The inner products stay in registers; the pair multiplicities m are recomputed
+ * where needed rather than kept alongside them.
  * The input is read once (plus the halo, mostly from L2), the gradient written once.  No
  * float atomics: the results are bitwise the same on every run.
  */
