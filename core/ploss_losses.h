@@ -2597,7 +2597,10 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  * given as a Lua list must be finite and >= 0; a weight tensor's values are not checked (CUDA
  * would have to read them on the host). With smooth = 0 a group whose pixels are all ignored
  * gives NaN (0/0), with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and
- * the other groups' stay finite.
+ * the other groups' stay finite. An empty batch (N = 0): per sample (generalized_soft_dice)
+ * there is no group, so 'mean' is NaN (the mean of nothing, as in PyTorch), 'sum' 0 and 'none'
+ * an empty tensor; per class (batch_soft_dice) every class is a group without pixels, which
+ * gives 0 as above.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2675,7 +2678,10 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  * given as a Lua list must be finite and >= 0; a weight tensor's values are not checked (CUDA
  * would have to read them on the host). With smooth = 0 a group whose pixels are all ignored
  * gives NaN (0/0), with 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and
- * the other groups' stay finite.
+ * the other groups' stay finite. An empty batch (N = 0): per sample (generalized_soft_dice)
+ * there is no group, so 'mean' is NaN (the mean of nothing, as in PyTorch), 'sum' 0 and 'none'
+ * an empty tensor; per class (batch_soft_dice) every class is a group without pixels, which
+ * gives 0 as above.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are

@@ -58,6 +58,8 @@ pixels' probabilities stay in its denominator and it gives 1 − smooth/(Σp^p +
 finite and >= 0; a weight tensor's values are not checked (CUDA would have to read them on
 the host).  With smooth = 0 a group whose pixels are all ignored gives NaN (0/0), with
 'sudre' too: 'mean' and 'sum' are NaN then, while its gradient is 0 and the other groups'
-stay finite.]]
+stay finite.  An empty batch (N = 0): per sample (generalized_soft_dice) there is no group,
+so 'mean' is NaN (the mean of nothing, as in PyTorch), 'sum' 0 and 'none' an empty tensor;
+per class (batch_soft_dice) every class is a group without pixels, which gives 0 as above.]]
 
 return dice
