@@ -110,13 +110,6 @@ local function positional_hint(c)
     #names > 0 and table.concat(names, ", ") or "none")
 end
 
---- Create a criterion class `name` deriving from `parent` (default Criterion).
--- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
--- A class that sets `Cls._fields` (a set of names) refuses to give an instance any other
--- new field (besides output, gradInput and names starting with '_'): options are read
--- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
--- would otherwise be ignored without a word.  A subclass starts with a copy of its
--- parent's set and adds the names of its own fields to it.
 -- The names of a class's fields (a set), sorted and comma-separated, for its messages.
 local function field_list(fields)
   local names = {}
@@ -125,6 +118,13 @@ local function field_list(fields)
   return table.concat(names, ", ")
 end
 
+--- Create a criterion class `name` deriving from `parent` (default Criterion).
+-- Instances are made by calling the class: `Cls{opts}`; `Cls.__init(self, opts)` runs.
+-- A class that sets `Cls._fields` (a set of names) refuses to give an instance any other
+-- new field (besides output, gradInput and names starting with '_'): options are read
+-- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
+-- would otherwise be ignored without a word.  A subclass starts with a copy of its
+-- parent's set and adds the names of its own fields to it.
 function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
