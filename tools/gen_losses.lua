@@ -511,11 +511,16 @@ local function check_code(w, opt)
     if opt.min_exclusive ~= nil then conds[#conds + 1] = f .. " > " .. default_c { type = "double", default = opt.min_exclusive } end
     if opt.min ~= nil then conds[#conds + 1] = f .. " >= " .. default_c { type = "double", default = opt.min } end
     if opt.max ~= nil then conds[#conds + 1] = f .. " <= " .. default_c { type = "double", default = opt.max } end
-    if opt.or_zero then conds = { conds[1], "(" .. f .. " == 0.0 || (" .. table.concat(conds, " && ", 2) .. "))" } end
+    if opt.or_zero then
+      assert(#conds > 1, "option " .. opt.name .. ": or_zero needs a bound (min, min_exclusive or max)")
+      conds = { conds[1], "(" .. f .. " == 0.0 || (" .. table.concat(conds, " && ", 2) .. "))" }
+    end
     w("    if (!(%s))", table.concat(conds, " && "))
     w("        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, \"opts.%s: %%s is not %s\", PLOSS_SHOWN(%s));", opt.name,
       r, f)
   else
+    -- or_zero is generated for doubles only (Lua's D.in_range would take 0 where C would not)
+    assert(not opt.or_zero, "option " .. opt.name .. ": or_zero is for double options")
     if opt.min ~= nil then conds[#conds + 1] = f .. " < " .. D.number(opt.min) end
     if opt.max ~= nil then conds[#conds + 1] = f .. " > " .. D.number(opt.max) end
     if opt.even then conds[#conds + 1] = f .. " % 2 != 0" end
