@@ -9,14 +9,14 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define PLOSS_HD __host__ __device__ __forceinline__
+#define PLOSS_PHILOX_FN __host__ __device__ __forceinline__
 #else
-#define PLOSS_HD static inline
+#define PLOSS_PHILOX_FN static inline
 #endif
 
 typedef struct { uint32_t v[4]; } ploss_philox4;
 
-PLOSS_HD ploss_philox4 ploss_philox(uint64_t counter, uint64_t seed)
+PLOSS_PHILOX_FN ploss_philox4 ploss_philox(uint64_t counter, uint64_t seed)
 {
     uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -37,7 +37,7 @@ PLOSS_HD ploss_philox4 ploss_philox(uint64_t counter, uint64_t seed)
 }
 
 /* 53-bit uniform in [0, 1) from two words. */
-PLOSS_HD double ploss_philox_unit(uint32_t hi, uint32_t lo)
+PLOSS_PHILOX_FN double ploss_philox_unit(uint32_t hi, uint32_t lo)
 {
     uint64_t bits = ((uint64_t)hi << 21) ^ ((uint64_t)lo >> 11);
     return (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);

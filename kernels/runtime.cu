@@ -11,12 +11,31 @@
 #include "common.cuh"
 #include "partials.cuh"
 
-static ploss_status cuda_fail(cudaError_t e, const char *what)
+namespace ploss_cuda {
+namespace runtime_kernels {
+namespace {
+
+ploss_status cuda_fail(cudaError_t e, const char *what)
 {
     (void)cudaGetLastError(); /* clear the non-sticky error state */
     const ploss_status st = e == cudaErrorMemoryAllocation ? PLOSS_ERR_OUT_OF_MEMORY : PLOSS_ERR_CUDA;
     return ploss_error(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
+
+constexpr int kPartialsThreads = 1024;
+
+__global__ void __launch_bounds__(kPartialsThreads)
+    loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < nparts; i += kPartialsThreads)
+        s += partials[i];
+    s = block_reduce<kPartialsThreads>(s, SumOp());
+    if (threadIdx.x == 0)
+        store_dyn(loss, loss_dtype, 0, s / divisor);
+}
+
+} // namespace
 
 extern "C" int ploss_cuda_count(void)
 {
@@ -124,33 +143,19 @@ extern "C" ploss_status ploss_cuda_check_launch(const char *what)
     return PLOSS_OK;
 }
 
-namespace ploss_cuda {
-
-constexpr int kPartialsThreads = 1024;
-
-static __global__ void __launch_bounds__(kPartialsThreads)
-    loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
-{
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < nparts; i += kPartialsThreads)
-        s += partials[i];
-    s = block_reduce<kPartialsThreads>(s, SumOp());
-    if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor);
-}
+} // namespace runtime_kernels
 
 ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss,
                                        ploss_dtype loss_dtype, cudaStream_t stream)
 {
+    using namespace runtime_kernels;
     loss_from_partials<<<1, kPartialsThreads, 0, stream>>>(partials, nparts, divisor, loss, loss_dtype);
     return check_launch("the loss from its partial sums");
 }
 
-} // namespace ploss_cuda
-
 /* resident_blocks (common.cuh): the occupancy of each (device, kernel, block size, cluster
  * size) asked once; a full table (64 entries) asks the runtime again, unchanged. */
-int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster)
+int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster)
 {
     struct entry {
         const void *kernel;
@@ -195,3 +200,5 @@ int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t 
         cache[used++] = entry{kernel, device, threads, cluster, blocks};
     return blocks;
 }
+
+} // namespace ploss_cuda

@@ -16,7 +16,8 @@
 #include "tensor_ops.h"
 #include "common.cuh"
 
-using namespace ploss_cuda;
+namespace ploss_cuda {
+namespace tensor_ops_kernels {
 
 namespace {
 
@@ -200,3 +201,6 @@ extern "C" ploss_status ploss_cuda_rand(ploss_ctx_t *ctx, const ploss_view *dst,
         return check_launch("rand");
     });
 }
+
+} // namespace tensor_ops_kernels
+} // namespace ploss_cuda

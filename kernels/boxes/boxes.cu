@@ -37,6 +37,7 @@
 #include "boxes.h"
 
 namespace ploss_cuda {
+namespace boxes_kernels {
 namespace {
 
 /* atan2(y, x) for x >= 0 (all boxes_math.h asks) in f32: the octant by |y| against x, then
@@ -296,9 +297,6 @@ __global__ void __launch_bounds__(THREADS) box_pairs_kernel(const ploss_box_pair
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 /* Dense N×4 boxes of `dt` aligned to a box (one vector load per box). */
 static bool dense_boxes(const void *base, ploss_dtype dt, int64_t sn, int64_t sk)
@@ -375,3 +373,6 @@ extern "C" ploss_status ploss_cuda_box_pairs(ploss_ctx_t *ctx, const ploss_box_p
         box_pairs_kernel<float><<<blocks, THREADS, 0, stream_of(ctx)>>>(*p, ctx->error_slot);
     return check_launch("box_pairs_kernel");
 }
+
+} // namespace boxes_kernels
+} // namespace ploss_cuda

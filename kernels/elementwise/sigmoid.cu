@@ -32,6 +32,7 @@
 #include "elementwise.h"
 
 namespace ploss_cuda {
+namespace sigmoid_kernels {
 namespace {
 
 constexpr int THREADS = 256;
@@ -564,9 +565,6 @@ sigmoid_fast(const ploss_sigmoid_problem p, double omega_host, double *partials)
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 /* The fast kernel applies: x and target of one dtype, dense with unit stride, no weight
  * or pos_weight, every vector-accessed pointer (x, target, gradient, elementwise loss)
@@ -651,3 +649,6 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
         });
     });
 }
+
+} // namespace sigmoid_kernels
+} // namespace ploss_cuda

@@ -39,6 +39,7 @@
 #include "pairs.h"
 
 namespace ploss_cuda {
+namespace batch_hard_kernels {
 namespace {
 
 using namespace pairs;
@@ -588,9 +589,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_batch_hard_pro
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batch_hard_problem *p)
 {
@@ -599,3 +597,6 @@ extern "C" ploss_status ploss_cuda_batch_hard(ploss_ctx_t *ctx, const ploss_batc
         return run<T>(ctx, p);
     });
 }
+
+} // namespace batch_hard_kernels
+} // namespace ploss_cuda

@@ -16,6 +16,7 @@
 #include "pairs.h"
 
 namespace ploss_cuda {
+namespace embedding_pairs_kernels {
 namespace {
 
 using namespace pairs;
@@ -94,9 +95,6 @@ __global__ void __launch_bounds__(THREADS) embedding_pair_kernel(const ploss_emb
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_embedding_pairs(ploss_ctx_t *ctx, const ploss_embedding_pair_problem *p)
 {
@@ -115,3 +113,6 @@ extern "C" ploss_status ploss_cuda_embedding_pairs(ploss_ctx_t *ctx, const ploss
         });
     });
 }
+
+} // namespace embedding_pairs_kernels
+} // namespace ploss_cuda

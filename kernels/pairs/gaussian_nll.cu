@@ -20,6 +20,7 @@
 #include "pairs.h"
 
 namespace ploss_cuda {
+namespace gaussian_nll_kernels {
 namespace {
 
 using pairs::THREADS;
@@ -121,9 +122,6 @@ __global__ void __launch_bounds__(THREADS) per_row_kernel(const ploss_gaussian_n
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_gaussian_nll(ploss_ctx_t *ctx, const ploss_gaussian_nll_problem *p)
 {
@@ -143,3 +141,6 @@ extern "C" ploss_status ploss_cuda_gaussian_nll(ploss_ctx_t *ctx, const ploss_ga
         });
     });
 }
+
+} // namespace gaussian_nll_kernels
+} // namespace ploss_cuda

@@ -50,6 +50,7 @@
 #include "infonce_exp_gemm.h" /* its kernels are built with PLOSS_HAVE_CUTLASS alone */
 
 namespace ploss_cuda {
+namespace infonce_kernels {
 namespace {
 
 using namespace pairs;
@@ -742,9 +743,6 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
 {
@@ -753,3 +751,6 @@ extern "C" ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce
         return run<T>(ctx, p);
     });
 }
+
+} // namespace infonce_kernels
+} // namespace ploss_cuda

@@ -14,6 +14,7 @@
 #include "pairs.h"
 
 namespace ploss_cuda {
+namespace margin_ranking_kernels {
 namespace {
 
 constexpr int MR_THREADS = 256;
@@ -68,9 +69,6 @@ __global__ void __launch_bounds__(MR_THREADS) margin_ranking_kernel(const ploss_
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranking_problem *p)
 {
@@ -84,3 +82,6 @@ extern "C" ploss_status ploss_cuda_margin_ranking(ploss_ctx_t *ctx, const ploss_
         });
     });
 }
+
+} // namespace margin_ranking_kernels
+} // namespace ploss_cuda

@@ -16,6 +16,7 @@
 #include "pairs.h"
 
 namespace ploss_cuda {
+namespace triplet_kernels {
 namespace {
 
 using namespace pairs;
@@ -126,9 +127,6 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet_problem *p)
 {
@@ -142,3 +140,6 @@ extern "C" ploss_status ploss_cuda_triplet(ploss_ctx_t *ctx, const ploss_triplet
         });
     });
 }
+
+} // namespace triplet_kernels
+} // namespace ploss_cuda

@@ -38,6 +38,7 @@
 #include <type_traits>
 
 namespace ploss_cuda {
+namespace affinity_field_kernels {
 namespace {
 using namespace region;
 
@@ -525,11 +526,9 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
 }
 
 } // namespace
-} // namespace ploss_cuda
 
 extern "C" ploss_status ploss_cuda_affinity_field(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
-    using namespace ploss_cuda;
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
         return dispatch_index(p->t_dtype, "target", [&](auto itag) {
@@ -538,3 +537,6 @@ extern "C" ploss_status ploss_cuda_affinity_field(ploss_ctx_t *ctx, const ploss_
         });
     });
 }
+
+} // namespace affinity_field_kernels
+} // namespace ploss_cuda

@@ -48,6 +48,7 @@
 #include "region_common.cuh"
 
 namespace ploss_cuda {
+namespace lovasz_kernels {
 namespace {
 using namespace region;
 
@@ -506,11 +507,9 @@ template <class T, class TI> ploss_status run(ploss_ctx_t *ctx, const ploss_regi
 }
 
 } // namespace
-} // namespace ploss_cuda
 
 extern "C" ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_problem *p)
 {
-    using namespace ploss_cuda;
     return dispatch_float(p->x_dtype, "input", [&](auto tag) {
         using T = typename decltype(tag)::type;
         return dispatch_index(p->t_dtype, "target", [&](auto itag) {
@@ -519,3 +518,6 @@ extern "C" ploss_status ploss_cuda_lovasz(ploss_ctx_t *ctx, const ploss_region_p
         });
     });
 }
+
+} // namespace lovasz_kernels
+} // namespace ploss_cuda

@@ -39,6 +39,7 @@
 #include "rows.h"
 
 namespace ploss_cuda {
+namespace direct_rows_kernels {
 namespace {
 
 constexpr int THREADS = 256;
@@ -441,9 +442,6 @@ nll_grad_pixels(const ploss_direct_problem p, const double *omega_dev, double om
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem *p)
 {
@@ -538,3 +536,6 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
         return any_target ? dispatch_any(p->t_dtype, "target", run) : dispatch_index(p->t_dtype, "target", run);
     });
 }
+
+} // namespace direct_rows_kernels
+} // namespace ploss_cuda

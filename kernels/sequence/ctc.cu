@@ -34,6 +34,7 @@
 #include "sequence.h"
 
 namespace ploss_cuda {
+namespace ctc_kernels {
 namespace {
 
 constexpr int THREADS = 256;
@@ -363,9 +364,6 @@ __global__ void __launch_bounds__(THREADS) ctc_loss(ploss_ctc_problem p, const i
 size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
 {
@@ -483,3 +481,6 @@ extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem
         return PLOSS_OK;
     });
 }
+
+} // namespace ctc_kernels
+} // namespace ploss_cuda

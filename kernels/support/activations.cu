@@ -6,7 +6,8 @@
 #include "activations.h"
 #include "support_ops.cuh"
 
-using namespace ploss_support;
+namespace ploss_support {
+namespace activations_kernels {
 
 __device__ __forceinline__ float ex(float v) { return expf(v); }
 __device__ __forceinline__ double ex(double v) { return exp(v); }
@@ -97,3 +98,6 @@ extern "C" ploss_status ploss_cuda_activation(ploss_ctx_t *ctx, const ploss_act_
     }
     return ploss_cuda_check_launch(p->backward ? "activation backward" : "activation forward");
 }
+
+} // namespace activations_kernels
+} // namespace ploss_support

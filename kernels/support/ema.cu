@@ -12,7 +12,8 @@
 #include "common.cuh"
 #include "ema.h"
 
-using namespace ploss_cuda;
+namespace ploss_cuda {
+namespace ema_kernels {
 
 namespace {
 
@@ -150,3 +151,6 @@ extern "C" ploss_status ploss_cuda_ema(ploss_ctx_t *ctx, const ploss_ema_problem
     }
     return PLOSS_OK;
 }
+
+} // namespace ema_kernels
+} // namespace ploss_cuda

@@ -9,7 +9,8 @@
 #include "gemm.h"
 #include "support_ops.cuh"
 
-using namespace ploss_support;
+namespace ploss_support {
+namespace gemm_kernels {
 
 static ploss_status blas_error(cublasStatus_t s, const char *what)
 {
@@ -113,3 +114,6 @@ extern "C" int ploss_cuda_sm90a_serves(int device)
     (void)cudaGetLastError();
     return ok && major == 9 && minor == 0; /* sm_90a machine code only */
 }
+
+} // namespace gemm_kernels
+} // namespace ploss_support

@@ -7,7 +7,8 @@
 #include "linear.h"
 #include "support_ops.cuh"
 
-using namespace ploss_support;
+namespace ploss_support {
+namespace linear_kernels {
 
 template <class T> __global__ void bias_add_kernel(ploss_bias_problem p)
 {
@@ -123,3 +124,6 @@ extern "C" ploss_status ploss_cuda_argmax(ploss_ctx_t *ctx, const ploss_argmax_p
     }
     return ploss_cuda_check_launch("argmax");
 }
+
+} // namespace linear_kernels
+} // namespace ploss_support

@@ -11,6 +11,7 @@
 #include "common.cuh"
 
 namespace ploss_cuda {
+namespace one_hot_kernels {
 namespace {
 
 template <class O> __device__ __forceinline__ O out_value(double v)
@@ -40,9 +41,6 @@ __global__ void one_hot_kernel(ploss_one_hot_problem p, int64_t *slot)
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_one_hot(ploss_ctx_t *ctx, const ploss_one_hot_problem *p)
 {
@@ -59,3 +57,6 @@ extern "C" ploss_status ploss_cuda_one_hot(ploss_ctx_t *ctx, const ploss_one_hot
         });
     });
 }
+
+} // namespace one_hot_kernels
+} // namespace ploss_cuda

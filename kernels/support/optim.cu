@@ -6,7 +6,8 @@
 #include "optim.h"
 #include "support_ops.cuh"
 
-using namespace ploss_support;
+namespace ploss_support {
+namespace optim_kernels {
 
 template <class T, class S> __global__ void optim_kernel(ploss_optim_problem p)
 {
@@ -77,3 +78,6 @@ extern "C" ploss_status ploss_cuda_optim(ploss_ctx_t *ctx, const ploss_optim_pro
     }
     return ploss_cuda_check_launch(p->kind == PLOSS_OPTIM_SGD ? "sgd_step" : "adam_step");
 }
+
+} // namespace optim_kernels
+} // namespace ploss_support

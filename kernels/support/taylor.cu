@@ -13,6 +13,7 @@
 #include "row_groups.cuh"
 
 namespace ploss_cuda {
+namespace taylor_kernels {
 namespace {
 
 template <class A> struct Sums { A z, t; };
@@ -64,9 +65,6 @@ template <int G, class T, class A> __global__ void __launch_bounds__(ROW_THREADS
 }
 
 } // namespace
-} // namespace ploss_cuda
-
-using namespace ploss_cuda;
 
 extern "C" ploss_status ploss_cuda_taylor(ploss_ctx_t *ctx, const ploss_taylor_problem *p)
 {
@@ -88,3 +86,6 @@ extern "C" ploss_status ploss_cuda_taylor(ploss_ctx_t *ctx, const ploss_taylor_p
         });
     });
 }
+
+} // namespace taylor_kernels
+} // namespace ploss_cuda
