@@ -584,6 +584,10 @@ template <int THREADS> __device__ __forceinline__ double last_block_sum(const do
 /* Grids, indices, strided views                                                        */
 /* ------------------------------------------------------------------------------------ */
 
+/* A workspace piece's bytes rounded up to 256: the pieces a kernel's workspace is cut into
+ * each start 256-byte aligned. */
+inline size_t align_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
 /* Blocks of `threads` threads for n items with at most `cap` blocks (a grid-stride loop
  * covers the rest); at least 1.  The grid depends on n only, never on the device, so
  * per-block partial sums are the same on every card. */

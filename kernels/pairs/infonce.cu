@@ -498,7 +498,7 @@ template <class T> ploss_status run(ploss_ctx_t *ctx, const ploss_infonce_proble
     const size_t s_sub = in_place ? 0 : (size_t)Bs * sb;
     const int64_t per = std::max<int64_t>(1, TILE_BYTES > s_sub ? (int64_t)((TILE_BYTES - s_sub) / ((size_t)Bs * gb)) : 1);
     const int64_t B = std::max<int64_t>(1, std::min<int64_t>(M, Bs * per));
-    const size_t g_bytes = ((size_t)B * gb + 255) & ~(size_t)255; /* the S sub-tile after it, aligned */
+    const size_t g_bytes = align_up((size_t)B * gb); /* the S sub-tile after it, aligned */
     const size_t area = g_bytes + s_sub;
     const int64_t Bl = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t)(area / sb)));
     const int64_t col_blocks = (M + THREADS - 1) / THREADS, lse_row_blocks = (Bl + LSE_ROWS<A> - 1) / LSE_ROWS<A>;

@@ -84,7 +84,7 @@ struct carve {
     size_t used;
     template <class U> U *take(size_t n)
     {
-        used = (used + 255) & ~(size_t)255;
+        used = align_up(used);
         U *r = base ? (U *)(base + used) : nullptr;
         used += n * sizeof(U);
         return r;

@@ -10,7 +10,6 @@
  *    off of the target (callers that know the pixel's row and column: no division);
  *  - store_reduced_loss<THREADS>(p, v, partial, ticket, divisor): a kernel's reduced loss
  *    from its blocks' partial sums, finished by the last block to arrive;
- *  - align_up(bytes): the workspace's 256-byte slices;
  *  - grad_overlaps_input(p, elem): whether the gradient's elements may share memory with
  *    the input's (an in-place pass), from their address ranges;
  *  - WindowWork, window_workspace(ctx, p, blocks, elem, w): the affinity losses' workspace.
@@ -75,8 +74,6 @@ __device__ void store_reduced_loss(const ploss_region_problem &p, A v, double *p
     if (threadIdx.x == 0)
         store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? sum / divisor : sum);
 }
-
-inline size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 /* The byte range [lo, hi) spanned by an N×C×(spatial) tensor at base with these strides. */
 inline void byte_range(const ploss_region_problem &p, const void *base, size_t elem, int64_t sn, int64_t sc,

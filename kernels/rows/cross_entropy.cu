@@ -970,14 +970,13 @@ template <class T> ploss_status run_typed(ploss_ctx_t *ctx, const ploss_ce_probl
     /* workspace: [part_loss | part_w | divisor | label partials | weights], 256-byte
      * aligned pieces */
     using A = acc_t<T>;
-    auto up256 = [](size_t b) { return (b + 255) & ~(size_t)255; };
     const bool need_w = reduced && mean && index && !label_pass && count > 0;
-    const size_t sz_loss = reduced ? up256((size_t)blocks * sizeof(double)) : 0;
-    const size_t sz_w = need_w ? up256((size_t)blocks * sizeof(double)) : 0;
+    const size_t sz_loss = reduced ? align_up((size_t)blocks * sizeof(double)) : 0;
+    const size_t sz_w = need_w ? align_up((size_t)blocks * sizeof(double)) : 0;
     const size_t sz_div = label_pass ? 256 : 0;
-    const size_t sz_lab = label_pass ? up256((size_t)label_blocks * sizeof(double)) : 0;
+    const size_t sz_lab = label_pass ? align_up((size_t)label_blocks * sizeof(double)) : 0;
     const bool weights = p.w != nullptr && count > 0;
-    const size_t sz_wts = weights ? up256((size_t)p.C * sizeof(A)) : 0;
+    const size_t sz_wts = weights ? align_up((size_t)p.C * sizeof(A)) : 0;
     const size_t total = sz_loss + sz_w + sz_div + sz_lab + sz_wts;
     char *ws = nullptr;
     if (total > 0) {

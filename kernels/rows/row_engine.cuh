@@ -818,7 +818,7 @@ inline RowArgs tile_row_args(const P &p, int64_t b0, int64_t rows, int64_t C, co
 
 /* Policy data of per-class values (weights, α, priors): C f32 values and their f64 sum in
  * `class_values_bytes(C)` of workspace, converted from the caller's tensor on `stream`. */
-inline size_t class_values_floats_bytes(int64_t C) { return ((size_t)C * sizeof(float) + 255) / 256 * 256; }
+inline size_t class_values_floats_bytes(int64_t C) { return align_up((size_t)C * sizeof(float)); }
 inline size_t class_values_bytes(int64_t C) { return class_values_floats_bytes(C) + sizeof(double); }
 inline ploss_status convert_class_values(const void *w, ploss_dtype dt, int64_t w_s, int64_t C, char *ws,
                                          cudaStream_t stream, const float **values, const double **sum)
@@ -921,13 +921,12 @@ ploss_status run(ploss_ctx_t *ctx, RowArgs a, Policy pol, size_t extra_bytes, Pr
     const bool label_pass = mean && !one_launch;
 
     /* workspace: [loss partials | divisor | label partials | policy data] */
-    auto up256 = [](size_t b) { return (b + 255) & ~(size_t)255; };
     const int64_t label_blocks =
         label_pass && rows > 0 ? (int64_t)grid_blocks(rows, kLabelThreads * kLabelsPerThread, 1024) : 0;
-    const size_t sz_part = reduced ? up256((size_t)(blocks > 0 ? blocks : 1) * sizeof(double)) : 0;
+    const size_t sz_part = reduced ? align_up((size_t)(blocks > 0 ? blocks : 1) * sizeof(double)) : 0;
     const size_t sz_div = label_pass ? 256 : 0;
-    const size_t sz_lab = up256((size_t)label_blocks * sizeof(double));
-    const size_t total = sz_part + sz_div + sz_lab + up256(extra_bytes);
+    const size_t sz_lab = align_up((size_t)label_blocks * sizeof(double));
+    const size_t total = sz_part + sz_div + sz_lab + align_up(extra_bytes);
     char *ws = nullptr;
     if (total > 0) {
         void *w = nullptr;

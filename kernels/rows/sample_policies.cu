@@ -1235,8 +1235,6 @@ __global__ void __launch_bounds__(THREADS, 2) reg_kernel(ploss_sample_problem p,
 
 /* ---- host side ------------------------------------------------------------------------ */
 
-size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
-
 /* Σ of the per-block loss partials into the loss (MEAN/SUM, not backward), by a kernel of
  * its own (the tile path sums its per-tile partials in its last block instead). */
 template <class A, class LT>
@@ -1430,11 +1428,11 @@ ploss_status launch(ploss_ctx_t *ctx, const ploss_sample_problem *p, const Op &o
     /* workspace: loss partials (per block, or per tile of 256 samples; none when no reduced
      * loss is computed) | count region (MEAN divisor, tile_kernel's finished blocks) | OHEM
      * state (histograms) | log priors */
-    const size_t o_count = align256((size_t)nparts * sizeof(double));
+    const size_t o_count = align_up((size_t)nparts * sizeof(double));
     const size_t o_mine = o_count + 256;
-    const size_t o_bias = o_mine + (p->ohem ? align256(sizeof(MineState)) : 0);
+    const size_t o_bias = o_mine + (p->ohem ? align_up(sizeof(MineState)) : 0);
     const bool priors = p->w && M > 0; /* no per-class buffer without samples (C may be huge) */
-    const size_t bytes = o_bias + (priors ? align256((size_t)p->C * sizeof(A)) : 0);
+    const size_t bytes = o_bias + (priors ? align_up((size_t)p->C * sizeof(A)) : 0);
     void *ws = NULL;
     ploss_status st = ploss_workspace(ctx, bytes, &ws);
     if (st != PLOSS_OK)

@@ -361,8 +361,6 @@ __global__ void __launch_bounds__(THREADS) ctc_loss(ploss_ctc_problem p, const i
         store_dyn(p.loss, p.loss_dtype, 0, p.reduction == PLOSS_REDUCTION_MEAN ? s / (double)p.N : s);
 }
 
-size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
-
 } // namespace
 
 extern "C" ploss_status ploss_cuda_ctc(ploss_ctx_t *ctx, const ploss_ctc_problem *p)
