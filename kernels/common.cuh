@@ -36,6 +36,7 @@
  *    order); kernels/region/dice.cu's one-launch kernel also holds a grid barrier on it.
  *  - grid_blocks(n, threads), thread_index(), grid_stride(): 64-bit grid-stride loops;
  *    resident_blocks(kernel, threads, fallback): the grid of one full wave.
+ *  - align_up(bytes): a workspace piece's bytes rounded up to 256 (pieces start aligned).
  *  - view_offset(view, k): offset in elements of the k-th (row-major) element of a strided
  *    ploss_view passed to a kernel by value (same order as core/cpu/scalar.h).
  *  - check_launch(what): the launch error, if any, as a ploss status; cub_status(e, what):

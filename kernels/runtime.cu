@@ -153,9 +153,11 @@ ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, d
     return check_launch("the loss from its partial sums");
 }
 
+} // namespace ploss_cuda
+
 /* resident_blocks (common.cuh): the occupancy of each (device, kernel, block size, cluster
  * size) asked once; a full table (64 entries) asks the runtime again, unchanged. */
-int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster)
+int64_t ploss_cuda::resident_blocks_of(const void *kernel, int threads, int64_t fallback, int cluster)
 {
     struct entry {
         const void *kernel;
@@ -200,5 +202,3 @@ int64_t resident_blocks_of(const void *kernel, int threads, int64_t fallback, in
         cache[used++] = entry{kernel, device, threads, cluster, blocks};
     return blocks;
 }
-
-} // namespace ploss_cuda

@@ -5,10 +5,13 @@
 #include "row_engine.cuh"
 
 namespace ploss_cuda {
-namespace row_engine {
+namespace row_engine_kernels {
+namespace {
+
+using namespace row_engine;
 
 /* Fixed-order sum of `count` doubles by one block (valid in thread 0). */
-static __device__ __forceinline__ double sum_fixed(const double *v, int64_t count)
+__device__ __forceinline__ double sum_fixed(const double *v, int64_t count)
 {
     double acc = 0.0;
     for (int64_t k = threadIdx.x; k < count; k += kFinalThreads)
@@ -16,7 +19,7 @@ static __device__ __forceinline__ double sum_fixed(const double *v, int64_t coun
     return block_reduce<kFinalThreads>(acc, SumOp{});
 }
 
-static __global__ void __launch_bounds__(kFinalThreads) sum_partials(const double *part, const int64_t count, double *out)
+__global__ void __launch_bounds__(kFinalThreads) sum_partials(const double *part, const int64_t count, double *out)
 {
     const double t = sum_fixed(part, count);
     if (threadIdx.x == 0)
@@ -24,7 +27,7 @@ static __global__ void __launch_bounds__(kFinalThreads) sum_partials(const doubl
 }
 
 /* loss = Σ partials, divided by the divisor for 'mean' (ploss_rows_mean: NaN over a divisor of 0). */
-static __global__ void __launch_bounds__(kFinalThreads)
+__global__ void __launch_bounds__(kFinalThreads)
     finalize(const double *part, const int64_t count, const double *divisor, void *loss, const ploss_dtype loss_dtype)
 {
     const double total = sum_fixed(part, count);
@@ -35,7 +38,7 @@ static __global__ void __launch_bounds__(kFinalThreads)
 }
 
 /* Class weights (any float dtype, strided) → f32 in `out`, and their sum in fixed order. */
-static __global__ void __launch_bounds__(kFinalThreads)
+__global__ void __launch_bounds__(kFinalThreads)
     convert_class_weights(const void *w, const ploss_dtype dt, const int64_t ws, const int64_t C, float *out,
                           double *sum)
 {
@@ -50,23 +53,28 @@ static __global__ void __launch_bounds__(kFinalThreads)
         *sum = t;
 }
 
+} // namespace
+} // namespace row_engine_kernels
+
+namespace row_engine {
+
 ploss_status launch_sum_partials(const double *part, int64_t count, double *out, cudaStream_t stream)
 {
-    sum_partials<<<1, kFinalThreads, 0, stream>>>(part, count, out);
+    row_engine_kernels::sum_partials<<<1, kFinalThreads, 0, stream>>>(part, count, out);
     return check_launch("row engine (label pass)");
 }
 
 ploss_status launch_finalize(const double *part, int64_t count, const double *divisor, void *loss,
                              ploss_dtype loss_dtype, cudaStream_t stream)
 {
-    finalize<<<1, kFinalThreads, 0, stream>>>(part, count, divisor, loss, loss_dtype);
+    row_engine_kernels::finalize<<<1, kFinalThreads, 0, stream>>>(part, count, divisor, loss, loss_dtype);
     return check_launch("row engine (final reduction)");
 }
 
 ploss_status launch_convert_class_weights(const void *w, ploss_dtype dt, int64_t ws, int64_t C, float *out,
                                           double *sum, cudaStream_t stream)
 {
-    convert_class_weights<<<1, kFinalThreads, 0, stream>>>(w, dt, ws, C, out, sum);
+    row_engine_kernels::convert_class_weights<<<1, kFinalThreads, 0, stream>>>(w, dt, ws, C, out, sum);
     return check_launch("row engine (class weights)");
 }
 
