@@ -13,11 +13,18 @@ ploss_status ploss_check_shape_error(const char *name, const char *expect, const
 }
 
 /* Dims [first, end) of v as one strided axis: 1 and *stride its stride (0 when every dim is
- * 1), or 0 when they cannot be walked as one. */
+ * 1; 1 when one of them is 0: an axis without elements is walked by any stride), or 0 when
+ * they cannot be walked as one. */
 static int collapse_axis(const ploss_view *v, int first, int end, int64_t *stride)
 {
     int64_t st = 0, expect = 0;
     int have = 0;
+    for (int d = first; d < end; ++d) {
+        if (v->shape[d] == 0) {
+            *stride = 1;
+            return 1;
+        }
+    }
     for (int d = end - 1; d >= first; --d) {
         if (v->shape[d] == 1)
             continue;

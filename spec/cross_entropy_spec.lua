@@ -688,6 +688,16 @@ describe("CrossEntropyLoss edge cases and bad input", function()
       local m4 = F.cross_entropy(x4, y4)
       assert.is_true(m4 ~= m4)
       assert.are.equal(0, F.cross_entropy(x4, y4, { reduction = "sum" }))
+      -- the empty dim last: its strides (those of size 1) cannot be walked as one axis,
+      -- and need not be; the focal and NLL rows take the same check
+      local x5 = ploss.empty({ 2, 3, 2, 0 }, { dtype = dt })
+      local y5 = ploss.empty({ 2, 2, 0 }, { dtype = "i64" })
+      local l5, g5 = ploss.CrossEntropyLoss { reduction = "sum" }(x5, y5)
+      assert.are.equal(0, l5)
+      assert.are.same({ 2, 3, 2, 0 }, g5:size())
+      assert.is_true(F.cross_entropy(x5, y5) ~= F.cross_entropy(x5, y5))
+      assert.are.equal(0, ploss.SoftmaxFocalLoss { reduction = "sum" }:forward(x5, y5))
+      assert.are.equal(0, ploss.NLLLoss { reduction = "sum" }:forward(x5, y5))
     end
   end)
 

@@ -144,6 +144,13 @@ describe("tensor views", function()
     assert.are_not.equal(t:storage(), c:storage())
     assert.is_true(c:is_contiguous())
     assert.are.same(t:t():totable(), c:totable())
+    -- no elements: contiguous whatever the strides (as in PyTorch), and viewed as such
+    local e = ploss.zeros({ 2, 0 })
+    assert.is_true(e:is_contiguous())
+    assert.are.equal(e, e:contiguous())
+    assert.are.same({ 0 }, e:view({ 0 }):size())
+    assert.is_true(ploss.zeros({ 3, 0, 2 }):transpose(1, 3):is_contiguous())
+    assert.is_false(iota(2, 3):t():is_contiguous())
   end)
 
   it("narrow, select, indexing and assignment", function()

@@ -609,6 +609,9 @@ end
 -- by t:to_dlpack() comes back as a view of its own storage (same storage_id and version);
 -- any other gets a new storage with its own version counter.  An empty tensor whose data
 -- pointer is NULL becomes an ordinary empty ploss tensor (the deleter is called at once).
+-- As with every DLPack consumer, `managed` is consumed by a call that returns: pass it once
+-- (its producer may free it at once — ploss frees its own exports so — and a second call
+-- would read freed memory).
 function ploss.from_dlpack(managed)
   if not (ffi.istype(managed_ptr_t, managed) or ffi.istype(void_ptr_t, managed)) then
     ploss.raise("from_dlpack: expected a DLManagedTensor * (or void *), got " ..
@@ -1001,13 +1004,20 @@ function Tensor:free()
   free_buffer(s)
 end
 
---- True when the elements are dense in row-major order (sizes 1 ignored).
+--- True when the elements are dense in row-major order (sizes 1 ignored; a tensor without
+-- elements is contiguous whatever its strides, as in PyTorch).
 function Tensor:is_contiguous()
   local expect = 1
   for i = self.desc.ndim - 1, 0, -1 do
     local s = self.sz[i]
+    if s == 0 then return true end
     if s ~= 1 then
-      if self.st[i] ~= expect then return false end
+      if self.st[i] ~= expect then
+        for j = i - 1, 0, -1 do
+          if self.sz[j] == 0 then return true end
+        end
+        return false
+      end
       expect = expect * s
     end
   end
