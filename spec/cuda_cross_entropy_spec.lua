@@ -319,6 +319,12 @@ describe("CUDA cross-entropy edge cases (" .. DEV .. ")", function()
       local y4 = ploss.empty({ 2, 0, 5 }, { dtype = "i64", device = DEV })
       local m4 = F.cross_entropy(x4, y4)
       assert.is_true(m4 ~= m4)
+      -- the empty dim last (its neighbours' strides need not line up)
+      local x5 = ploss.empty({ 2, 3, 2, 0 }, { dtype = dtype, device = DEV })
+      local y5 = ploss.empty({ 2, 2, 0 }, { dtype = "i64", device = DEV })
+      local l5, g5 = F.cross_entropy_fused(x5, y5, { reduction = "sum" })
+      assert.are.equal(0, l5)
+      assert.are.same({ 2, 3, 2, 0 }, g5:size())
     end
   end)
 
