@@ -59,8 +59,9 @@
  * loss goes through per-block (per-cluster) partials in the context's workspace, added in
  * a fixed order by one block (the grid depends on the shape only).  Up to kOneLaunchRows
  * rows on the streamed single-block shape, the rows take one launch (after the policy's
- * preparation, class weights say): each block sums the divisor over all labels itself and
- * the last block to finish adds the partials.  No float atomics, no host
+ * preparation, class weights say): each block sums the divisor over all labels itself, its
+ * row's first loads already on their way, and the last block to finish adds the
+ * partials.  No float atomics, no host
  * synchronisation.  Ignored samples get a zero loss and gradient; invalid labels (neither
  * ignore_index nor in [0, C)) set the context's error slot, a NaN loss and state, and a
  * zero gradient row.  The backward pass recomputes the row's statistics from the logits
@@ -145,16 +146,33 @@ __device__ __forceinline__ double block_divisor(const RowArgs &a, const Policy &
     return block_all_reduce<THREADS>(divisor_share(a, pol, threadIdx.x, THREADS, rows), SumOp{});
 }
 
-/* The reduced loss of a one-launch pass (single-block rows): the block whose partial arrives
- * last adds every partial in a fixed order and stores the loss ('mean': over the divisor,
- * which that block sums again rather than keep it live through the rows). */
+/* Row r's first THREADS·128 bytes (the class axis is contiguous in the engine's rows) asked
+ * into L2, a 128-byte line per thread of the block, without waiting for them. */
+template <class T, int THREADS>
+__device__ __forceinline__ void prefetch_row(const RowArgs &a, int64_t r, int64_t rows)
+{
+    if (r >= rows)
+        return;
+    const int64_t n = a.S == 1 ? r : r / a.S, s = r - n * a.S;
+    const char *row = (const char *)((const T *)a.x + n * a.x_sn + s * a.x_ss);
+    const int64_t b = (int64_t)threadIdx.x * 128;
+    if (b < a.C * (int64_t)sizeof(T))
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + b));
+}
+
+/* The reduced loss of a one-launch pass (single-block rows): the block whose
+ * partial arrives last adds every partial in a fixed order and stores the loss ('mean':
+ * over the divisor, *div where the block summed it for the gradient — in shared memory,
+ * written before last_block_arrives' barriers —, else summed now). */
 template <int THREADS, class Policy>
-__device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Policy &pol, int64_t parts, int64_t rows)
+__device__ __forceinline__ void finish_by_last_block(const RowArgs &a, const Policy &pol, int64_t parts, int64_t rows,
+                                                     const double *div)
 {
     if (!last_block_arrives(a.ticket, (unsigned long long)parts))
         return;
     const double total = last_block_sum<THREADS>(a.part_loss, parts);
-    const double d = a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0;
+    const double d =
+        a.reduction != PLOSS_REDUCTION_MEAN ? 1.0 : div ? *div : block_divisor<THREADS>(a, pol, rows);
     if (threadIdx.x == 0)
         store_state(a.loss, a.loss_dtype, 0, a.reduction == PLOSS_REDUCTION_MEAN ? ploss_rows_mean(total, d) : total);
 }
@@ -645,7 +663,8 @@ template <class T, int LANES, int K> struct StreamRow : RowSplit<T, LANES, K> {
  * block or cluster), walked with a grid stride; one loss partial per block (cluster).  A
  * streamed single-block kernel also serves the one-launch reductions (a.ticket set: the
  * arrival ticket counts blocks, one partial each); the other shapes are compiled without
- * that code, which would cost the register rows registers. */
+ * that code, which would cost the register rows registers (a warp-row instance of it for
+ * few rows was slower: bench/RESULTS.md). */
 template <class T, class Policy, class RowT, int LANES, int THREADS, int K>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     rows_kernel(const RowArgs a, const Policy pol, const int64_t rows)
@@ -664,11 +683,26 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
     const int lane = (int)threadIdx.x % LANES, group = (int)threadIdx.x / LANES;
     const int64_t cid = (int64_t)blockIdx.x / K, ncl = (int64_t)gridDim.x / K;
     float omega = 0.0f;
+    /* one launch: the 'mean' divisor this block summed for ω, kept for the loss should this
+     * block arrive last (in shared memory: no register held through the rows) */
+    __shared__ double s_div;
+    bool have_div = false;
     if (a.pass != PLOSS_PASS_FORWARD && !(a.pass == PLOSS_PASS_BACKWARD && a.reduction == PLOSS_REDUCTION_NONE)) {
-        if (kMayOne && a.ticket)
-            omega = common_omega(a, a.reduction == PLOSS_REDUCTION_MEAN ? block_divisor<THREADS>(a, pol, rows) : 1.0);
-        else
+        if (kMayOne && a.ticket) {
+            double d = 1.0;
+            if (a.reduction == PLOSS_REDUCTION_MEAN) {
+                /* the block's row (one each in a one-launch grid) on its way into the cache
+                 * while the labels are read and summed */
+                prefetch_row<T, THREADS>(a, cid, rows);
+                d = block_divisor<THREADS>(a, pol, rows);
+                if (threadIdx.x == 0)
+                    s_div = d;
+                have_div = true;
+            }
+            omega = common_omega(a, d);
+        } else {
             omega = common_omega(a);
+        }
     }
     RowT row;
     row.gi = rank * LANES + lane;
@@ -700,7 +734,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
             a.part_loss[cid] = t;
         }
         if (kMayOne && a.ticket)
-            finish_by_last_block<THREADS>(a, pol, ncl, rows);
+            finish_by_last_block<THREADS>(a, pol, ncl, rows, have_div ? &s_div : nullptr);
     }
 #if PLOSS_ROW_ENGINE_SM90
     if constexpr (K > 1) { /* no block leaves while another may read its slots */
