@@ -1007,17 +1007,15 @@ end
 --- True when the elements are dense in row-major order (sizes 1 ignored; a tensor without
 -- elements is contiguous whatever its strides, as in PyTorch).
 function Tensor:is_contiguous()
+  local nd = self.desc.ndim
+  for i = 0, nd - 1 do
+    if self.sz[i] == 0 then return true end
+  end
   local expect = 1
-  for i = self.desc.ndim - 1, 0, -1 do
+  for i = nd - 1, 0, -1 do
     local s = self.sz[i]
-    if s == 0 then return true end
     if s ~= 1 then
-      if self.st[i] ~= expect then
-        for j = i - 1, 0, -1 do
-          if self.sz[j] == 0 then return true end
-        end
-        return false
-      end
+      if self.st[i] ~= expect then return false end
       expect = expect * s
     end
   end
