@@ -102,7 +102,7 @@ ploss_status ploss_alloc(ploss_ctx_t *ctx, size_t bytes, void **out)
     if (out)
         *out = NULL; /* on every failure (ploss.h's conventions) */
     if (!ctx || !out)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: pointer is NULL", ctx ? "out" : "ctx");
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s is NULL", ctx ? "out: pointer" : "ctx: context");
     int slot = stats_index(ctx->device);
     if (slot < 0)
         return ploss_error(PLOSS_ERR_DEVICE, "ctx: device id out of range");

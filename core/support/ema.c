@@ -53,7 +53,7 @@ static ploss_status run(ploss_ctx_t *ctx, ploss_ema_mode mode, double one_minus_
     if (!ctx)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
     if (n < 0)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "n: %lld tensors", (long long)n);
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "n: %lld tensors, expected >= 0", (long long)n);
     if (n > 0 && (!a || !b))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: list is NULL", a ? bn : an);
     if (n == 0)

@@ -19,7 +19,7 @@ int main(void)
     CHECK(ctx == NULL);
     CHECK_OK(ploss_ctx_create((DLDevice){kDLCPU, 0}, &ctx));
     void *p = (void *)1;
-    CHECK_STATUS(ploss_alloc(NULL, 8, &p), PLOSS_ERR_INVALID_ARGUMENT, "ctx: pointer is NULL");
+    CHECK_STATUS(ploss_alloc(NULL, 8, &p), PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
     CHECK(p == NULL);
 
     float x[4] = {0.5f, -1.0f, 2.0f, 0.0f}, y[4] = {0.0f, 1.0f, 1.5f, -2.0f}, loss = 7.0f, g[4];
