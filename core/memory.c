@@ -101,8 +101,10 @@ ploss_status ploss_alloc(ploss_ctx_t *ctx, size_t bytes, void **out)
 {
     if (out)
         *out = NULL; /* on every failure (ploss.h's conventions) */
-    if (!ctx || !out)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s is NULL", ctx ? "out: pointer" : "ctx: context");
+    if (!ctx)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "ctx: context is NULL");
+    if (!out)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "out: pointer is NULL");
     int slot = stats_index(ctx->device);
     if (slot < 0)
         return ploss_error(PLOSS_ERR_DEVICE, "ctx: device id out of range");
