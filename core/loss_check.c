@@ -324,7 +324,8 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
     return ploss_check_shape_error(name, want, v);
 }
 
-ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, const char *rank2, ploss_view *x)
+ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, int rank2, const char *rank_want,
+                                   ploss_view *x)
 {
     ploss_status st;
     if ((st = ploss_view_init(x, input, "input")) || (st = ploss_view_check_device(x, ctx, "input")))
@@ -333,7 +334,7 @@ ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, cons
         return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
                            ploss_dtype_name(x->dtype));
     if (rank2 ? x->ndim != 2 : x->ndim < 2)
-        return ploss_check_shape_error("input", rank2 ? rank2 : "rank >= 2 (N×C or N×C×d1×…×dk)", x);
+        return ploss_check_shape_error("input", rank_want, x);
     return PLOSS_OK;
 }
 

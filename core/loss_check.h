@@ -134,9 +134,10 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
 
 /* The logits `input` of a softmax-row loss into x: a tensor (ploss_view_init) on ctx's device,
  * of a float dtype (DTYPE error "input: expected logits of dtype f32, f16, bf16 or f64"),
- * of rank >= 2, or exactly 2 where rank2 (the SHAPE error's text of what is expected) is
- * given. */
-ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, const char *rank2, ploss_view *x);
+ * of rank >= 2, or exactly 2 where rank2; rank_want: the SHAPE error's text of what is
+ * expected when the rank is not. */
+ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, int rank2, const char *rank_want,
+                                   ploss_view *x);
 
 /* A per-class vector `name` (class weights, α, priors) into v: a tensor on ctx's device, of a
  * float dtype, of shape [C] (SHAPE error "expected shape [C] (one <what> per class)"). */

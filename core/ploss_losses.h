@@ -94,7 +94,9 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index; or probabilities (any float dtype) of the input's shape.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it); or probabilities (any float dtype) of the
+ *                 input's shape.
  * in  weight      NULL, or C class weights w_j (any float dtype, on the input's device).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
@@ -350,7 +352,8 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  alpha       NULL, or C per-class factors α_j (any float dtype).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
@@ -437,7 +440,8 @@ void ploss_dual_focal_opts_init(ploss_dual_focal_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
@@ -529,7 +533,8 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
@@ -617,7 +622,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
@@ -700,7 +706,8 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  lb_proportion the C class priors w (not normalised): finite, ≥ 0, at least one > 0.
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
@@ -801,7 +808,8 @@ void ploss_ohem_opts_init(ploss_ohem_opts *opts);
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
@@ -853,7 +861,8 @@ ploss_status ploss_ohem_cross_entropy_fused(ploss_ctx_t *ctx, const DLTensor *in
  *                 target has the input's shape), its NONE loss 0-d and its state that of one
  *                 sample (0-d, or its k values); it gives the bits of its 1×C view.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
  *                 one sample of C logits), zeros at ignored samples; MEAN / SUM: a 0-d or
@@ -2198,7 +2207,8 @@ void ploss_nll_loss_opts_init(ploss_nll_loss_opts *opts);
  *                 strided axis. One sample may also be C log-probabilities (PyTorch's unbatched
  *                 form) with a 0-d class index: its NONE loss is 0-d.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  weight      NULL, or w, C class weights.
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
@@ -2398,7 +2408,8 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  *                 grouped per sample or over the whole batch; the target, and grad_input, have
  *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  class_ids   NULL, or with classes = 'listed': the class indices that count, in [0, C) (a
  *                 Lua list or a tensor of any numeric dtype on the input's device; on CUDA an
  *                 index outside [0, C) is reported as an invalid label).
@@ -2607,7 +2618,8 @@ void ploss_class_dice_opts_init(ploss_class_dice_opts *opts);
  *                 grouped per sample or over the whole batch; the target, and grad_input, have
  *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
  *                 class_weights = 'given'.
  * in  opts        NULL for defaults.
@@ -2688,7 +2700,8 @@ ploss_status ploss_generalized_soft_dice_fused(ploss_ctx_t *ctx, const DLTensor 
  *                 grouped per sample or over the whole batch; the target, and grad_input, have
  *                 any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  weight      NULL, or C class weights w_c (any float dtype, on the input's device); with
  *                 class_weights = 'given'.
  * in  opts        NULL for defaults.
@@ -2798,7 +2811,8 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  *                 compared with its neighbours: one loss per pixel; the target, and grad_input,
  *                 have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the label map's shape, N×d1×…×dk (one value per pixel);
  *                 MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
@@ -2888,7 +2902,8 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  *                 compared with its neighbours: one loss per pixel; the target, and grad_input,
  *                 have any strides too.
  * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 indices, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        reduction NONE: the label map's shape, N×d1×…×dk (one value per pixel);
  *                 MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for f64 input), on the
@@ -3212,7 +3227,8 @@ void ploss_combined_margin_opts_init(ploss_combined_margin_opts *opts);
  *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
  *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 labels, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
@@ -3353,7 +3369,8 @@ void ploss_am_softmax_opts_init(ploss_am_softmax_opts *opts);
  *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
  *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 labels, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows
@@ -3495,7 +3512,8 @@ void ploss_arc_face_opts_init(ploss_arc_face_opts *opts);
  *                 with weight_layout 'DxC'); f32/f16/bf16/f64 (f64 on the CPU only), any
  *                 strides; x and weight of one dtype and one D, C >= 2.
  * in  labels      one class index per embedding row: shape N, i64 or i32, values in [0, C) or
- *                 ignore_index.
+ *                 ignore_index (with i32 labels, an ignore_index outside the int32 range is
+ *                 refused: no label could equal it).
  * in  opts        NULL for defaults.
  * out loss        NONE: N values, one per row (0 at ignored rows); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input). MEAN divides by the number of rows

@@ -792,6 +792,9 @@ describe("CrossEntropyLoss edge cases and bad input", function()
       "target: expected a 0-d tensor (a class index; the input is one sample of 4 classes, PyTorch's unbatched form), got i64[1]")
     H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 0.5, 0.5 }, { dtype = "f64" })) return r end,
       "target: expected [4] (one probability per class; the input is one sample of 4 classes")
+    -- a 0-d input: the ranks taken, the unbatched one among them
+    H.expect_error(function() local r = ploss.CrossEntropyLoss {}(ploss.tensor(2.0), ploss.tensor(0, { dtype = "i64" })) return r end,
+      "input: expected rank >= 1 (C values: one sample, PyTorch's unbatched form; N×C; or N×C×d1×…×dk), got f32[]")
     -- in place: the gradient over the C logits themselves, the bits of the 1×C view's
     local xi, xbi = x:clone(), x:clone():view(1, 4)
     local li, gi = F.cross_entropy_fused(xi, idx, { inplace = true })

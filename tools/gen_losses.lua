@@ -96,14 +96,17 @@ local function title_case(s) return s:sub(1, 1):upper() .. s:sub(2) end
 ---------------------------------------------------------------------------------------
 
 local TARGET_DOC = {
-  index = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or ignore_index.",
+  index = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or ignore_index (with i32 " ..
+    "indices, an ignore_index outside the int32 range is refused: no label could equal it).",
   index_or_probabilities = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) or " ..
-    "ignore_index; or probabilities (any float dtype) of the input's shape.",
+    "ignore_index (with i32 indices, an ignore_index outside the int32 range is refused: no label could " ..
+    "equal it); or probabilities (any float dtype) of the input's shape.",
   elementwise = "the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).",
   labels = "one class label per embedding row: shape N, i64 or i32, any values (equal labels are one class).",
   boxes = "N×4 ground-truth boxes in the input's box_format, any float dtype, any strides.",
   signs = "±1 labels, one per row: shape N, any float dtype or i64/i32.",
-  class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index.",
+  class_labels = "one class index per embedding row: shape N, i64 or i32, values in [0, C) or ignore_index " ..
+    "(with i32 labels, an ignore_index outside the int32 range is refused: no label could equal it).",
   index_list = "class indices, i64 or i32, of the input's shape: each row's classes in [0, C), ended by -1.",
   sequences = "label sequences, i64 or i32: N×S padded (sample n's labels first in row n, S >= every target " ..
     "length) or 1-D, the N sequences one after another (Σ target_lengths labels); labels in [0, C), not the " ..

@@ -214,7 +214,7 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
         if ((st = ploss_check_input_shape(&t, &x, "target")))
             return st;
     } else {
-        if ((st = ploss_check_row_input(ctx, a->input, NULL, &x)))
+        if ((st = ploss_check_row_input(ctx, a->input, 0, "rank >= 2 (N×C or N×C×d1×…×dk)", &x)))
             return st;
         if (x.shape[1] < spec->min_classes)
             return ploss_check_shape_error("input", "at least one class along axis 1", &x);

@@ -354,12 +354,13 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     /* labels of every class: PyTorch takes the classes along the last axis, ploss's rows along
      * axis 1, so only N×C reads the same (a higher rank would give other numbers without a
      * word) */
-    const char *rank = spec->target != PLOSS_LOSS_TARGET_ELEMENTWISE && spec->target != PLOSS_LOSS_TARGET_INDEX_LIST
-                           ? NULL
-                           : "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
-                             "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C; "
-                             "one sample is a 1×C input or C values)";
-    if ((st = ploss_check_row_input(ctx, a->input, rank, &x)))
+    const int rank2 = spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE || spec->target == PLOSS_LOSS_TARGET_INDEX_LIST;
+    /* rank 1 (one sample) was taken by ploss_rows_run */
+    const char *rank = rank2 ? "N×C (rank 2: PyTorch takes the classes along the last axis, the row losses along "
+                               "axis 1; for more dims, move the classes last and view the input as (N·d1·…·dk)×C; "
+                               "one sample is a 1×C input or C values)"
+                             : "rank >= 1 (C values: one sample, PyTorch's unbatched form; N×C; or N×C×d1×…×dk)";
+    if ((st = ploss_check_row_input(ctx, a->input, rank2, rank, &x)))
         return st;
     const int64_t C = x.shape[1];
     if (C < spec->min_classes) {
