@@ -157,6 +157,46 @@ describe("CUDA cross-entropy against the CPU (" .. DEV .. ")", function()
     end
   end)
 
+  -- 16-bit rows far from 0: every exponential is relative to the row max, whose size must
+  -- not leak into the result (an exponent formed as x·log2 e − M·log2 e, with M·log2 e
+  -- rounded, is off by up to 4 % at a bf16 max of 1e6), and rows whose max is 2^24 or more
+  -- (every other bf16 value at least 2^16 below it) keep their probability on the max alone.
+  -- Every row shape: warps in registers (2048 rows of 300), streamed blocks (4097 classes),
+  -- streamed clusters (131072); cross-entropy with and without smoothing, softmax focal.
+  it("16-bit rows far from 0 (maxima up to 1e30) give the CPU's loss and gradient in every row shape", function()
+    local OFFSETS = {
+      bf16 = { 0, -2e3, 1e5, 3.3e5, 1e6, 2.7e6, 1e7, 3e7, 1e9, -1e9, 1e30 },
+      f16 = { 0, -2e3, 3e3, 1.5e4, -3e4, 6e4 },
+    }
+    for _, sizes in ipairs { { 2048, 300 }, { 11, 4097 }, { 2, 131072 } } do
+      local N, Cn = sizes[1], sizes[2]
+      local base = ploss.randn({ N * Cn }, { dtype = "f64", seed = 73 }):flat()
+      local yh = {}
+      for i = 1, N do yh[i] = (i * 131) % Cn end
+      local y = ploss.tensor(yh, { dtype = "i64", device = DEV })
+      for _, dtype in ipairs { "bf16", "f16" } do
+        local offs, v = OFFSETS[dtype], {}
+        for i = 1, N do
+          local o = offs[(i - 1) % #offs + 1]
+          local std = math.max(3, math.abs(o) * 2 ^ -6) -- a few of the dtype's steps near o
+          for j = 1, Cn do v[(i - 1) * Cn + j] = o + base[(i - 1) * Cn + j] * std end
+        end
+        local x = ploss.tensor(v, { dtype = dtype, device = DEV }):view(N, Cn)
+        for _, o in ipairs { { reduction = "mean" }, { reduction = "sum", label_smoothing = 0.1 } } do
+          local label = string.format("%dx%d %s %s%s", N, Cn, dtype, o.reduction, o.label_smoothing and " smoothing" or "")
+          local l, g = F.cross_entropy_fused(x, y, o)
+          local ref = reference(x, y, o)
+          close(l, ref.loss, TOL[dtype].loss, 0, label .. " loss")
+          close(g, ref.grad, TOL[dtype].grad, TOL[dtype].floor, label .. " grad")
+          local fl, fg = F.softmax_focal_fused(x, y, { gamma = 2, reduction = o.reduction })
+          local fref_l, fref_g = F.softmax_focal_fused(ref.x, ref.y, { gamma = 2, reduction = o.reduction })
+          close(fl, fref_l, TOL[dtype].loss, 0, label .. " focal loss")
+          close(fg, fref_g, TOL[dtype].grad, TOL[dtype].floor, label .. " focal grad")
+        end
+      end
+    end
+  end)
+
   -- Rows of 80–160 KiB (a streamed block of 512 threads) over more than the one-launch
   -- limit of 1024 rows: the label pass, the per-block partials and the final sum.
   it("1100 rows of 21000 f32 classes (blocks of 512 threads after a label pass)", function()
