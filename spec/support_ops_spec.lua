@@ -678,6 +678,67 @@ describe("ploss.nn layers and ploss.optim", function()
     H.expect_error(function() ploss.optim.SGD({ p1 }, {}, {}) end, "expected two lists of the same length")
     H.expect_error(function() ploss.optim.SGD({ p1 }, { g1 }, { learning_rate = 1 }) end, "unknown option 'learning_rate'")
   end)
+
+  -- A learning-rate schedule sets opt.lr between steps: the next step takes it (it was
+  -- ignored without a word when the options lived in opt.opts alone).  Reading an option
+  -- gives the value the next step takes; an unknown field or a value of the wrong type is
+  -- refused, naming it.  An EMA's options are fixed when it is made: setting one is refused.
+  it("optimisers' options are fields: set between steps, they take effect; others are refused", function()
+    local p, g = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.tensor({ 1, -4 }, { dtype = "f64" })
+    local sgd = ploss.optim.SGD({ p }, { g }, { lr = 0.1 })
+    sgd:step()                                  -- p − 0.1·g = {0.9, 2.4}
+    sgd.lr = 0.5
+    assert.are.equal(0.5, sgd.lr)
+    assert.are.equal(0, sgd.momentum)           -- a default: the C options' value
+    assert.are.equal(false, sgd.nesterov)
+    sgd:step()                                  -- {0.9 − 0.5, 2.4 + 2} = {0.4, 4.4}
+    H.assert_close(p, ploss.tensor({ 0.4, 4.4 }, { dtype = "f64" }), { rtol = 1e-15 })
+    assert.are.equal("ploss.optim.SGD(dampening=0, lr=0.5, momentum=0, nesterov=false, weight_decay=0)", tostring(sgd))
+    H.expect_error(function() sgd.lr = "junk" end, "SGD: opts.lr: expected a number, got string")
+    H.expect_error(function() sgd.nesterov = 1 end, "SGD: opts.nesterov: expected a boolean (true or false), got number")
+    H.expect_error(function() sgd.lrr = 3 end,
+      "SGD: 'lrr' is none of its options (dampening, lr, momentum, nesterov, weight_decay)")
+    H.expect_error(function() sgd.learningRate = 3 end, "Torch7's learningRate is lr here")
+    assert.are.equal(0.5, sgd.lr)               -- nothing taken from the refused ones
+    sgd.lr = nil                                -- back to the default
+    assert.are.equal(0.01, sgd.lr)
+    -- Adam: lr changed after one step matches a step by hand with the new lr
+    local q, m, v = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.zeros({ 2 }, { dtype = "f64" }),
+      ploss.zeros({ 2 }, { dtype = "f64" })
+    local r = q:clone()
+    local adam = ploss.optim.Adam({ q }, { g }, { lr = 0.01 })
+    adam:step()
+    adam.lr, adam.decoupled_weight_decay, adam.weight_decay = 0.2, true, 0.1
+    adam:step()
+    F.adam_step(r, g, m, v, 1, { lr = 0.01 })
+    F.adam_step(r, g, m, v, 2, { lr = 0.2, decoupled_weight_decay = true, weight_decay = 0.1 })
+    H.assert_equal(q, r)
+    H.expect_error(function() adam.beta3 = 0.9 end, "Adam: 'beta3' is none of its options")
+    -- a layer's parameter dtype: the layer's option named, not the tensor constructor's
+    H.expect_error(function() ploss.nn.Linear(3, 2, { dtype = "i64" }) end,
+      "Linear: dtype: expected a float dtype (f32, f16, bf16, f64), got 'i64'")
+    H.expect_error(function() ploss.nn.MarginSoftmax { 3, 10, dtype = "i64" } end,
+      "MarginSoftmax: dtype: expected a float dtype (f32, f16, bf16, f64), got 'i64'")
+    H.expect_error(function() ploss.nn.Linear(3, 2, { dtype = "fp32" }) end, "Linear: dtype: expected a float dtype")
+    assert.are.equal("f64", ploss.nn.Linear(3, 2, { dtype = "double" }).weight:dtype())
+    -- two optimisers built from one options table: each its own copy
+    local shared = { lr = 0.1 }
+    local o1, o2 = ploss.optim.SGD({ p }, { g }, shared), ploss.optim.SGD({ q }, { g }, shared)
+    o1.lr = 0.3
+    assert.are.equal(0.1, o2.lr)
+    assert.are.equal(0.1, shared.lr)
+    -- EMA
+    local w = ploss.tensor({ 0 }, { dtype = "f64" })
+    local ema = ploss.optim.EMA({ w }, { decay = 0.5, warmup = false })
+    H.expect_error(function() ema.decay = 0 end, "EMA: 'decay' cannot be set: the options are given when it is made")
+    H.expect_error(function() ema.warmup = true end, "EMA: 'warmup' cannot be set")
+    w:fill(4)
+    ema:update()
+    ema:apply()
+    H.assert_equal(w, ploss.tensor({ 2 }, { dtype = "f64" })) -- decay 0.5 still: 0.5·0 + 0.5·4
+    ema:restore()
+    assert.are.equal(0.5, ema:decay())
+  end)
 end)
 
 describe("support ops and layers with criteria and bad options", function()

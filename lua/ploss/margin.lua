@@ -268,7 +268,7 @@ return function(ploss)
           ploss.shown(n))
       end
     end
-    local dtype, device = opts.dtype or "f32", opts.device or "cpu"
+    local dtype, device = ploss.float_dtype(opts.dtype, "MarginSoftmax"), opts.device or "cpu"
     self.in_features, self.classes = in_features, classes
     self.criterion = opts.criterion or ploss.ArcFaceLoss {}
     self.weight = ploss.randn({ classes, in_features },

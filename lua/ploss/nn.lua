@@ -58,9 +58,10 @@ function nn.check_self(self, name, method, var)
       name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), var or "crit", method))
   end
   -- (the base class's methods: the class called; nn.class names it _class_name, the layers
-  -- and optimizers of ploss/support.lua __name)
+  -- and optimizers of ploss/support.lua __name; a class holds its instances' __index, a
+  -- table or, an optimizer's, a function, which no instance does)
   local cls = rawget(self, "_class_name") or rawget(self, "__name")
-  if cls and rawget(self, "__index") == self then
+  if cls and rawget(self, "__index") ~= nil then
     -- its constructor where the library keeps it (a user's subclass: its name alone)
     local path = cls
     for _, where in ipairs { { ploss, "ploss." }, { ploss.nn, "ploss.nn." }, { ploss.optim, "ploss.optim." } } do

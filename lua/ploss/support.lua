@@ -314,7 +314,7 @@ function Linear:__init(in_features, out_features, opts)
       ploss.raise("Linear: expected positive integer sizes (in_features, out_features), got " .. ploss.shown(v))
     end
   end
-  local dtype, device = opts.dtype or "f32", opts.device or "cpu"
+  local dtype, device = ploss.float_dtype(opts.dtype, "Linear"), opts.device or "cpu"
   local init = opts.init or "he"
   local std
   if init == "he" then std = math.sqrt(2 / in_features)
@@ -522,9 +522,38 @@ end
 
 ploss.optim = ploss.optim or {}
 
+-- An optimiser's options are fields of it as well: `opt.lr` reads the value the next step
+-- takes (the default where none was given) and `opt.lr = x` sets it (a learning-rate
+-- schedule; its type checked here, its range by the step); any other new field is refused
+-- (a misspelt `opt.lrr = x` would otherwise be ignored without a word).
 local function optimizer(name, make_state, step_one, fields)
   local cls = {}
-  cls.__index = cls
+  local ctype = "ploss_" .. name:lower() .. "_opts"
+  local defaults = ffi.new(ctype)
+  C[ctype .. "_init"](defaults)
+  local function value(self, k)
+    local v = rawget(self, "opts")[k]
+    if v ~= nil then return v end
+    if fields[k] == "boolean" then return defaults[k] ~= 0 end
+    return tonumber(defaults[k])
+  end
+  cls.__index = function(self, k)
+    local m = cls[k]
+    if m == nil and fields[k] then return value(self, k) end
+    return m
+  end
+  cls.__newindex = function(self, k, v)
+    if not fields[k] then
+      local names = {}
+      for n in pairs(fields) do names[#names + 1] = n end
+      table.sort(names)
+      local hint = type(k) == "string" and ploss.name_hint(k, fields)
+      ploss.raise(string.format("%s: '%s' is none of its options (%s)%s", name, tostring(k),
+        table.concat(names, ", "), hint and ": " .. hint or ""))
+    end
+    if v ~= nil then opt({ [k] = v }, k, fields[k], nil, name) end
+    rawget(self, "opts")[k] = v
+  end
   cls.__name = name
   setmetatable(cls, {
     __call = function(c, params, grads, opts)
@@ -540,7 +569,11 @@ local function optimizer(name, make_state, step_one, fields)
       -- the options' types now, not at the first step (their ranges: the step's C checks)
       for k in pairs(opts) do opt(opts, k, fields[k], nil, name) end
       for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
-      local self = setmetatable({ params = params, grads = grads, opts = opts, t = 0, state = {} }, c)
+      -- its own copy: an option set on one optimiser must not move another built from the
+      -- same table
+      local own = {}
+      for k, v in pairs(opts) do own[k] = v end
+      local self = setmetatable({ params = params, grads = grads, opts = own, t = 0, state = {} }, c)
       for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
       return self
     end,
@@ -552,20 +585,9 @@ local function optimizer(name, make_state, step_one, fields)
     for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], self.t, self.opts) end
   end
   -- every option, the defaults the step takes (its C options struct's) where none was given
-  local ctype = "ploss_" .. name:lower() .. "_opts"
   cls.__tostring = function(self)
-    local defaults = ffi.new(ctype)
-    C[ctype .. "_init"](defaults)
     local keys = {}
-    for k, kind in pairs(fields) do
-      local v = self.opts[k]
-      if v == nil and kind == "boolean" then
-        v = defaults[k] ~= 0
-      elseif v == nil then
-        v = tonumber(defaults[k])
-      end
-      keys[#keys + 1] = k .. "=" .. tostring(v)
-    end
+    for k in pairs(fields) do keys[#keys + 1] = k .. "=" .. tostring(value(self, k)) end
     table.sort(keys)
     return "ploss.optim." .. name .. "(" .. table.concat(keys, ", ") .. ")"
   end
@@ -658,6 +680,13 @@ end
 local EMA = {}
 EMA.__index = EMA
 local ema_fields = { decay = "number", warmup = "boolean" }
+-- The options are fixed when the EMA is made (the update reads them from its C struct): a
+-- field set on it afterwards (`ema.decay = 0.999`) would be ignored without a word, so none is
+-- taken.
+EMA.__newindex = function(_, k)
+  ploss.raise(string.format("EMA: '%s' cannot be set: the options are given when it is made, " ..
+    "ploss.optim.EMA(params, {decay = …, warmup = …}) (ema:decay() reads the next update's decay)", tostring(k)))
+end
 
 setmetatable(EMA, {
   __call = function(_, params, opts)
@@ -675,8 +704,8 @@ setmetatable(EMA, {
     for k, v in pairs(opts) do
       if type(v) ~= ema_fields[k] then ploss.raise("EMA: " .. k .. ": expected a " .. ema_fields[k] .. ", got " .. type(v)) end
     end
-    local self = setmetatable({ params = {}, shadows = {}, t = 0, applied = false }, EMA)
-    self.copts = ffi.new("ploss_ema_opts")
+    local self = setmetatable({ params = {}, shadows = {}, t = 0, applied = false,
+      copts = ffi.new("ploss_ema_opts") }, EMA)
     C.ploss_ema_opts_init(self.copts)
     if opts.decay ~= nil then self.copts.decay = opts.decay end
     if opts.warmup ~= nil then self.copts.warmup = opts.warmup and 1 or 0 end

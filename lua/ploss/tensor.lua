@@ -110,6 +110,18 @@ function ploss.dtype(name)
 end
 local canon_dtype = ploss.dtype
 
+--- The canonical name of the float dtype `name` (nil: 'f32') that `what`'s opts.dtype gives
+-- its parameters; an integer or unknown dtype is refused, naming `what` (not the constructor
+-- of the tensor it would have made).
+function ploss.float_dtype(name, what)
+  local d = aliases[name or "f32"]
+  if not d or not dtypes[d].float then
+    ploss.raise(string.format("%s: dtype: expected a float dtype (f32, f16, bf16, f64), got %s", what,
+      ploss.shown(name)))
+  end
+  return d
+end
+
 ---------------------------------------------------------------------------------------
 -- Checked integers: every size, index, stride and position that enters from Lua
 ---------------------------------------------------------------------------------------
