@@ -697,8 +697,9 @@ describe("ploss.nn layers and ploss.optim", function()
     H.expect_error(function() sgd.lr = "junk" end, "SGD: opts.lr: expected a number, got string")
     H.expect_error(function() sgd.nesterov = 1 end, "SGD: opts.nesterov: expected a boolean (true or false), got number")
     H.expect_error(function() sgd.lrr = 3 end,
-      "SGD: 'lrr' is none of its options (dampening, lr, momentum, nesterov, weight_decay)")
-    H.expect_error(function() sgd.learningRate = 3 end, "Torch7's learningRate is lr here")
+      "SGD: unknown option 'lrr' (known: dampening, lr, momentum, nesterov, weight_decay)")
+    H.expect_error(function() sgd.learningRate = 3 end, "SGD: unknown option 'learningRate' (known: dampening, lr, " ..
+      "momentum, nesterov, weight_decay); Torch7's learningRate is lr here")
     assert.are.equal(0.5, sgd.lr)               -- nothing taken from the refused ones
     sgd.lr = nil                                -- back to the default
     assert.are.equal(0.01, sgd.lr)
@@ -713,7 +714,7 @@ describe("ploss.nn layers and ploss.optim", function()
     F.adam_step(r, g, m, v, 1, { lr = 0.01 })
     F.adam_step(r, g, m, v, 2, { lr = 0.2, decoupled_weight_decay = true, weight_decay = 0.1 })
     H.assert_equal(q, r)
-    H.expect_error(function() adam.beta3 = 0.9 end, "Adam: 'beta3' is none of its options")
+    H.expect_error(function() adam.beta3 = 0.9 end, "Adam: unknown option 'beta3' (known: beta1, beta2, ")
     -- a layer's parameter dtype: the layer's option named, not the tensor constructor's
     H.expect_error(function() ploss.nn.Linear(3, 2, { dtype = "i64" }) end,
       "Linear: dtype: expected a float dtype (f32, f16, bf16, f64), got 'i64'")

@@ -543,14 +543,7 @@ local function optimizer(name, make_state, step_one, fields)
     return m
   end
   cls.__newindex = function(self, k, v)
-    if not fields[k] then
-      local names = {}
-      for n in pairs(fields) do names[#names + 1] = n end
-      table.sort(names)
-      local hint = type(k) == "string" and ploss.name_hint(k, fields)
-      ploss.raise(string.format("%s: '%s' is none of its options (%s)%s", name, tostring(k),
-        table.concat(names, ", "), hint and ": " .. hint or ""))
-    end
+    ploss.check_option_keys({ [k] = true }, name, fields) -- the constructor's refusal of a name
     if v ~= nil then opt({ [k] = v }, k, fields[k], nil, name) end
     rawget(self, "opts")[k] = v
   end
@@ -566,15 +559,14 @@ local function optimizer(name, make_state, step_one, fields)
         ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
       end
       opts = opts_table(opts, name, fields)
-      -- the options' types now, not at the first step (their ranges: the step's C checks)
-      for k in pairs(opts) do opt(opts, k, fields[k], nil, name) end
-      for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
-      -- its own copy: an option set on one optimiser must not move another built from the
-      -- same table
+      -- the options' types now, not at the first step (their ranges: the step's C checks),
+      -- into a copy of its own: an option set on one optimiser must not move another built
+      -- from the same table
       local own = {}
-      for k, v in pairs(opts) do own[k] = v end
+      for k in pairs(opts) do own[k] = opt(opts, k, fields[k], nil, name) end
+      for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = own, t = 0, state = {} }, c)
-      for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), opts) end
+      for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own) end
       return self
     end,
   })
