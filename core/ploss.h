@@ -383,6 +383,11 @@ typedef struct ploss_sgd_opts {
 /** Fill `opts` with the defaults listed in the struct. */
 void ploss_sgd_opts_init(ploss_sgd_opts *opts);
 
+/** The checks of ploss_sgd_step on its options alone (ranges, flags, nesterov's needs): for a
+ * caller that takes options long before the first step.  NULL (the defaults) is valid.
+ * Statuses: INVALID_ARGUMENT. */
+ploss_status ploss_sgd_opts_check(const ploss_sgd_opts *opts);
+
 /**
  * One SGD step on one parameter tensor, elementwise, torch.optim.SGD semantics:
  *   d = g + wd·p;
@@ -416,6 +421,10 @@ typedef struct ploss_adam_opts {
 
 /** Fill `opts` with the defaults listed in the struct. */
 void ploss_adam_opts_init(ploss_adam_opts *opts);
+
+/** The checks of ploss_adam_step on its options alone, as ploss_sgd_opts_check's.
+ * Statuses: INVALID_ARGUMENT. */
+ploss_status ploss_adam_opts_check(const ploss_adam_opts *opts);
 
 /**
  * One Adam step (Kingma & Ba, ICLR 2015; AdamW: Loshchilov & Hutter, ICLR 2019), with

@@ -715,6 +715,34 @@ describe("ploss.nn layers and ploss.optim", function()
     F.adam_step(r, g, m, v, 2, { lr = 0.2, decoupled_weight_decay = true, weight_decay = 0.1 })
     H.assert_equal(q, r)
     H.expect_error(function() adam.beta3 = 0.9 end, "Adam: unknown option 'beta3' (known: beta1, beta2, ")
+    -- ranges: checked where the options are given (the constructor, a field set), by the
+    -- step's own checks; a refused value is not kept
+    H.expect_error(function() adam.beta1 = 1 end, "Adam: opts.beta1: 1 is outside [0, 1)")
+    H.expect_error(function() adam.lr = -0.1 end, "Adam: opts.lr: -0.1 is outside [0, ∞)")
+    assert.are.equal(0.2, adam.lr)
+    assert.are.equal(0.9, adam.beta1)
+    H.expect_error(function() ploss.optim.Adam({ q }, { g }, { beta2 = 1.5 }) end,
+      "Adam: opts.beta2: 1.5 is outside [0, 1)")
+    H.expect_error(function() ploss.optim.SGD({ p }, { g }, { weight_decay = -1 }) end,
+      "SGD: opts.weight_decay: -1 is outside [0, ∞)")
+    H.expect_error(function() ploss.optim.SGD({ p }, { g }, { nesterov = true }) end,
+      "SGD: opts.nesterov: needs momentum > 0 and dampening = 0")
+    local nag = ploss.optim.SGD({ p }, { g }, { nesterov = true, momentum = 0.9 })
+    H.expect_error(function() nag.momentum = 0 end, "SGD: opts.nesterov: needs momentum > 0")
+    assert.are.equal(0.9, nag.momentum)
+    nag.nesterov = false
+    nag.momentum = nil -- allowed once nesterov is off
+    assert.are.equal(0, nag.momentum)
+    -- momentum set on after a step without it: the buffer starts as that step's gradient
+    -- (torch's), so the step is p − lr·g; the next p − lr·(μ + 1)·g
+    local pm = ploss.tensor({ 1, 2 }, { dtype = "f64" })
+    local heavy = ploss.optim.SGD({ pm }, { g }, { lr = 0.1 })
+    heavy:step()
+    heavy.momentum = 0.9
+    heavy:step()
+    H.assert_close(pm, ploss.tensor({ 0.8, 2.8 }, { dtype = "f64" }), { rtol = 1e-15 })
+    heavy:step()
+    H.assert_close(pm, ploss.tensor({ 0.61, 3.56 }, { dtype = "f64" }), { rtol = 1e-15 })
     -- a layer's parameter dtype: the layer's option named, not the tensor constructor's
     H.expect_error(function() ploss.nn.Linear(3, 2, { dtype = "i64" }) end,
       "Linear: dtype: expected a float dtype (f32, f16, bf16, f64), got 'i64'")

@@ -101,14 +101,12 @@ static ploss_status dispatch(ploss_ctx_t *ctx, const ploss_optim_problem *p)
     return ploss_dispatch(ctx, PLOSS_OP_OPTIM, "param", p);
 }
 
-ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *grad, DLTensor *momentum_buffer,
-                            int64_t step, const ploss_sgd_opts *opts)
+ploss_status ploss_sgd_opts_check(const ploss_sgd_opts *opts)
 {
     ploss_clear_error();
-    ploss_sgd_opts o;
-    ploss_sgd_opts_init(&o);
-    if (opts)
-        o = *opts;
+    if (!opts)
+        return PLOSS_OK;
+    const ploss_sgd_opts o = *opts;
     if (o.opts_tag != PLOSS_OPTS_TAG)
         return ploss_opts_tag_error(o.opts_tag, "ploss_sgd_opts_init");
     ploss_status st;
@@ -122,6 +120,38 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.nesterov: needs momentum > 0 and dampening = 0 (got momentum %g, dampening %g)",
                            o.momentum, o.dampening);
+    return PLOSS_OK;
+}
+
+ploss_status ploss_adam_opts_check(const ploss_adam_opts *opts)
+{
+    ploss_clear_error();
+    if (!opts)
+        return PLOSS_OK;
+    const ploss_adam_opts o = *opts;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_adam_opts_init");
+    ploss_status st;
+    if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
+        (st = check_opt(o.beta1, o.beta1 >= 0 && o.beta1 < 1, "beta1", "[0, 1)")) ||
+        (st = check_opt(o.beta2, o.beta2 >= 0 && o.beta2 < 1, "beta2", "[0, 1)")) ||
+        (st = check_opt(o.eps, o.eps >= 0, "eps", "[0, ∞)")) ||
+        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")) ||
+        (st = ploss_check_flag(o.decoupled_weight_decay, "opts.decoupled_weight_decay")))
+        return st;
+    return PLOSS_OK;
+}
+
+ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *grad, DLTensor *momentum_buffer,
+                            int64_t step, const ploss_sgd_opts *opts)
+{
+    ploss_status st;
+    if ((st = ploss_sgd_opts_check(opts)))
+        return st;
+    ploss_sgd_opts o;
+    ploss_sgd_opts_init(&o);
+    if (opts)
+        o = *opts;
     const int use_buf = o.momentum != 0;
     if (use_buf && !momentum_buffer)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "momentum_buffer: tensor is NULL but opts.momentum is %g",
@@ -144,21 +174,13 @@ ploss_status ploss_sgd_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *g
 ploss_status ploss_adam_step(ploss_ctx_t *ctx, DLTensor *param, const DLTensor *grad, DLTensor *exp_avg,
                              DLTensor *exp_avg_sq, int64_t step, const ploss_adam_opts *opts)
 {
-    ploss_clear_error();
+    ploss_status st;
+    if ((st = ploss_adam_opts_check(opts)))
+        return st;
     ploss_adam_opts o;
     ploss_adam_opts_init(&o);
     if (opts)
         o = *opts;
-    if (o.opts_tag != PLOSS_OPTS_TAG)
-        return ploss_opts_tag_error(o.opts_tag, "ploss_adam_opts_init");
-    ploss_status st;
-    if ((st = check_opt(o.lr, o.lr >= 0, "lr", "[0, ∞)")) ||
-        (st = check_opt(o.beta1, o.beta1 >= 0 && o.beta1 < 1, "beta1", "[0, 1)")) ||
-        (st = check_opt(o.beta2, o.beta2 >= 0 && o.beta2 < 1, "beta2", "[0, 1)")) ||
-        (st = check_opt(o.eps, o.eps >= 0, "eps", "[0, ∞)")) ||
-        (st = check_opt(o.weight_decay, o.weight_decay >= 0, "weight_decay", "[0, ∞)")) ||
-        (st = ploss_check_flag(o.decoupled_weight_decay, "opts.decoupled_weight_decay")))
-        return st;
     if (!exp_avg || !exp_avg_sq)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", exp_avg ? "exp_avg_sq" : "exp_avg");
     ploss_optim_problem p;

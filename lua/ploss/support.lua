@@ -524,7 +524,8 @@ ploss.optim = ploss.optim or {}
 
 -- An optimiser's options are fields of it as well: `opt.lr` reads the value the next step
 -- takes (the default where none was given) and `opt.lr = x` sets it (a learning-rate
--- schedule; its type checked here, its range by the step); any other new field is refused
+-- schedule; its type and range checked there, as the constructor checks them: a value the
+-- step would refuse is never kept); any other new field is refused
 -- (a misspelt `opt.lrr = x` would otherwise be ignored without a word).
 local function optimizer(name, make_state, step_one, fields)
   local cls = {}
@@ -542,10 +543,19 @@ local function optimizer(name, make_state, step_one, fields)
     if m == nil and fields[k] then return value(self, k) end
     return m
   end
+  -- the step's own checks of the options' ranges, run on the options as a whole
+  local function check_ranges(opts)
+    ploss.check(C[ctype .. "_check"](fill_struct(ctype, ctype .. "_init", opts, fields, name)), name)
+  end
   cls.__newindex = function(self, k, v)
     ploss.check_option_keys({ [k] = true }, name, fields) -- the constructor's refusal of a name
     if v ~= nil then opt({ [k] = v }, k, fields[k], nil, name) end
-    rawget(self, "opts")[k] = v
+    local opts = rawget(self, "opts")
+    local new = {}
+    for key, val in pairs(opts) do new[key] = val end
+    new[k] = v
+    check_ranges(new) -- nothing set where the step would refuse the options
+    opts[k] = v
   end
   cls.__name = name
   setmetatable(cls, {
@@ -559,11 +569,11 @@ local function optimizer(name, make_state, step_one, fields)
         ploss.raise(name .. ": expected two lists of the same length (params, grads), e.g. model:parameters()")
       end
       opts = opts_table(opts, name, fields)
-      -- the options' types now, not at the first step (their ranges: the step's C checks),
-      -- into a copy of its own: an option set on one optimiser must not move another built
-      -- from the same table
+      -- the options' types and ranges now, not at the first step, and into a copy of its
+      -- own: an option set on one optimiser must not move another built from the same table
       local own = {}
       for k in pairs(opts) do own[k] = opt(opts, k, fields[k], nil, name) end
+      check_ranges(own)
       for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = own, t = 0, state = {} }, c)
       for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own) end
@@ -588,12 +598,16 @@ local function optimizer(name, make_state, step_one, fields)
 end
 
 --- ploss.optim.SGD(params, grads, {lr=0.01, momentum=0, dampening=0, weight_decay=0,
--- nesterov=false}): torch.optim.SGD.  Momentum buffers (params' dtype) are allocated when
--- momentum ≠ 0.
-optimizer("SGD", function(p, opts)
-  if (opts.momentum or 0) ~= 0 then return { buf = ploss.zeros(p:size(), { dtype = p:dtype(), device = p:device() }) } end
+-- nesterov=false}): torch.optim.SGD.  A momentum buffer (the param's dtype) is allocated at
+-- the first step with momentum ≠ 0 and starts as that step's gradient (torch's), also where
+-- momentum is set on after some steps without it.
+optimizer("SGD", function()
   return {}
 end, function(p, g, st, t, opts)
+  if (opts.momentum or 0) ~= 0 and not st.buf then
+    st.buf = ploss.empty(p:size(), { dtype = p:dtype(), device = p:device() })
+    t = 1 -- the C step's first step: the buffer is written, not read
+  end
   F.sgd_step(p, g, st.buf, t, opts)
 end, sgd_fields)
 

@@ -4,7 +4,8 @@
  * the fused pass reads (scale, inplace) are checked by every pass, so a struct not made by
  * *_opts_init is refused at its first use (its opts_tag), with nothing written; a loss whose inputs each get
  * a gradient refuses inplace = 1 in every pass; ploss_last_error() keeps a failed call's
- * message until a later call succeeds; a row loss's one sample of C classes (a rank-1
+ * message until a later call succeeds; the optimisers' options are checked alone as their
+ * steps check them; a row loss's one sample of C classes (a rank-1
  * input) is validated as any descriptor is.
  */
 #include <math.h>
@@ -63,6 +64,19 @@ int main(void)
     CHECK_STATUS(ploss_sgd_step(ctx, &G, &X, NULL, 1, &sgd), PLOSS_ERR_INVALID_ARGUMENT,
                  "opts: not filled by ploss_sgd_opts_init()");
     CHECK(memcmp(g, poison, sizeof g) == 0);
+    CHECK_STATUS(ploss_sgd_opts_check(&sgd), PLOSS_ERR_INVALID_ARGUMENT, "opts: not filled by ploss_sgd_opts_init()");
+    /* the optimisers' options checked alone (a caller holding them before the first step):
+     * the step's own checks and messages */
+    ploss_sgd_opts_init(&sgd);
+    CHECK_OK(ploss_sgd_opts_check(&sgd));
+    CHECK_OK(ploss_sgd_opts_check(NULL));
+    sgd.nesterov = 1;
+    CHECK_STATUS(ploss_sgd_opts_check(&sgd), PLOSS_ERR_INVALID_ARGUMENT, "opts.nesterov: needs momentum > 0");
+    ploss_adam_opts adam;
+    ploss_adam_opts_init(&adam);
+    CHECK_OK(ploss_adam_opts_check(&adam));
+    adam.beta2 = 1.0;
+    CHECK_STATUS(ploss_adam_opts_check(&adam), PLOSS_ERR_INVALID_ARGUMENT, "opts.beta2: 1 is outside [0, 1)");
     ploss_mse_loss_opts_init(&hand);
     CHECK(hand.opts_tag == PLOSS_OPTS_TAG);
     CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &L)); /* NULL: every default */
