@@ -1306,16 +1306,20 @@ void ploss_box_loss_opts_init(ploss_box_loss_opts *opts);
  * finite values and gradients; where the boxes are degenerate together (two segments on one
  * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
  * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
- * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
- * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
- * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
- * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
- * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
- * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
- * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
- * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
- * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
- * such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * or infinite coordinates are not checked. A NaN makes the box's loss and gradient NaN. An
+ * infinite one gives what the formulas give, as torchvision's do: the IoU loss of an infinitely
+ * wide box over a finite target is 1 (I/U = I/∞ = 0) with a NaN gradient wherever the chain
+ * rule multiplies 0 by ∞ (its y-coordinates there: the union's derivative is the box's
+ * infinite width); GIoU, DIoU and CIoU are NaN (∞/∞ in their enclosing-box and distance
+ * terms). weight multiplies each box's loss; 'mean' divides by the number of boxes that are not
+ * ignored (not by the sum of the weights), and with none left it is NaN with a zero gradient
+ * (torchvision returns 0 for an empty batch). The default reduction is 'mean', as every ploss
+ * criterion's, where torchvision's functions (generalized_box_iou_loss and the others) default
+ * to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA computes
+ * f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step (within
+ * an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator below
+ * 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so such
+ * boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1393,16 +1397,20 @@ ploss_status ploss_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
  * finite values and gradients; where the boxes are degenerate together (two segments on one
  * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
  * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
- * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
- * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
- * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
- * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
- * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
- * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
- * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
- * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
- * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
- * such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * or infinite coordinates are not checked. A NaN makes the box's loss and gradient NaN. An
+ * infinite one gives what the formulas give, as torchvision's do: the IoU loss of an infinitely
+ * wide box over a finite target is 1 (I/U = I/∞ = 0) with a NaN gradient wherever the chain
+ * rule multiplies 0 by ∞ (its y-coordinates there: the union's derivative is the box's
+ * infinite width); GIoU, DIoU and CIoU are NaN (∞/∞ in their enclosing-box and distance
+ * terms). weight multiplies each box's loss; 'mean' divides by the number of boxes that are not
+ * ignored (not by the sum of the weights), and with none left it is NaN with a zero gradient
+ * (torchvision returns 0 for an empty batch). The default reduction is 'mean', as every ploss
+ * criterion's, where torchvision's functions (generalized_box_iou_loss and the others) default
+ * to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA computes
+ * f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step (within
+ * an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator below
+ * 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so such
+ * boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1481,16 +1489,20 @@ ploss_status ploss_generalized_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTens
  * finite values and gradients; where the boxes are degenerate together (two segments on one
  * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
  * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
- * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
- * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
- * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
- * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
- * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
- * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
- * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
- * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
- * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
- * such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * or infinite coordinates are not checked. A NaN makes the box's loss and gradient NaN. An
+ * infinite one gives what the formulas give, as torchvision's do: the IoU loss of an infinitely
+ * wide box over a finite target is 1 (I/U = I/∞ = 0) with a NaN gradient wherever the chain
+ * rule multiplies 0 by ∞ (its y-coordinates there: the union's derivative is the box's
+ * infinite width); GIoU, DIoU and CIoU are NaN (∞/∞ in their enclosing-box and distance
+ * terms). weight multiplies each box's loss; 'mean' divides by the number of boxes that are not
+ * ignored (not by the sum of the weights), and with none left it is NaN with a zero gradient
+ * (torchvision returns 0 for an empty batch). The default reduction is 'mean', as every ploss
+ * criterion's, where torchvision's functions (generalized_box_iou_loss and the others) default
+ * to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA computes
+ * f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step (within
+ * an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator below
+ * 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so such
+ * boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32
@@ -1571,16 +1583,20 @@ ploss_status ploss_distance_box_iou_loss_fused(ploss_ctx_t *ctx, const DLTensor 
  * finite values and gradients; where the boxes are degenerate together (two segments on one
  * line: the union or the enclosing box of area 0) the loss has no derivative, and the gradient
  * given, the formulas' with the ties split as PyTorch splits them, can be of order 1/eps. NaN
- * or infinite coordinates are not checked: they make the box's loss and gradient NaN, as in
- * torchvision. weight multiplies each box's loss; 'mean' divides by the number of boxes that
- * are not ignored (not by the sum of the weights), and with none left it is NaN with a zero
- * gradient (torchvision returns 0 for an empty batch). The default reduction is 'mean', as
- * every ploss criterion's, where torchvision's functions (generalized_box_iou_loss and the
- * others) default to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA
- * computes f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step
- * (within an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator
- * below 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so
- * such boxes get a non-finite gradient; f64 boxes use exact divisions.
+ * or infinite coordinates are not checked. A NaN makes the box's loss and gradient NaN. An
+ * infinite one gives what the formulas give, as torchvision's do: the IoU loss of an infinitely
+ * wide box over a finite target is 1 (I/U = I/∞ = 0) with a NaN gradient wherever the chain
+ * rule multiplies 0 by ∞ (its y-coordinates there: the union's derivative is the box's
+ * infinite width); GIoU, DIoU and CIoU are NaN (∞/∞ in their enclosing-box and distance
+ * terms). weight multiplies each box's loss; 'mean' divides by the number of boxes that are not
+ * ignored (not by the sum of the weights), and with none left it is NaN with a zero gradient
+ * (torchvision returns 0 for an empty batch). The default reduction is 'mean', as every ploss
+ * criterion's, where torchvision's functions (generalized_box_iou_loss and the others) default
+ * to reduction = 'none': pass reduction = 'none' for their per-box losses. CUDA computes
+ * f16/bf16/f32 boxes in f32 with the hardware's reciprocal refined by one Newton step (within
+ * an ulp) and a polynomial atan2 (absolute error below 7e-8); a nonzero denominator below
+ * 2^-126 (boxes whose sides are below about 1e-19) has an infinite reciprocal there, so such
+ * boxes get a non-finite gradient; f64 boxes use exact divisions.
  *
  * in  input       N×4 predicted boxes (x1, y1, x2, y2 for box_format 'xyxy'),
  *                 f32/f16/bf16/f64, any strides; computed in fp32 on CUDA (f64 for f64; in fp32

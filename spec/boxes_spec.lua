@@ -407,6 +407,28 @@ describe("box losses: an ignored box leaves no trace", function()
     end
   end)
 
+  it("an infinite coordinate (not ignored): the formulas' values, as torchvision's; a NaN one: NaN", function()
+    -- x2 = ∞ over the unit box: U = ∞, IoU = 1/∞ = 0, loss 1; ∂U/∂y1 = −w = −∞ meets ∂IoU/∂U = −I/U² = 0
+    local t = boxes { { 0, 0, 1, 1 } }
+    for _, dt in ipairs { "f64", "f32" } do
+      local l, g = F.box_iou_loss_fused(boxes({ { 0, 0, math.huge, 1 } }, dt), boxes({ { 0, 0, 1, 1 } }, dt))
+      assert.are.equal(1, l)
+      local gv = g:totable()[1]
+      assert.are.equal(0, gv[1])
+      assert.are.equal(0, gv[3])
+      assert(gv[2] ~= gv[2] and gv[4] ~= gv[4], dt .. ": y gradients " .. tostring(gv[2]) .. ", " .. tostring(gv[4]))
+    end
+    for _, L in ipairs(LOSSES) do
+      if L.kind ~= "iou" then -- ∞/∞ in the enclosing box's ratio or the centres' distance
+        local l = F[L.name](boxes { { 0, 0, math.huge, 1 } }, t)
+        assert(l ~= l, L.name .. ": " .. tostring(l))
+      end
+      local l, g = F[L.name .. "_fused"](boxes { { 0, 0, 0 / 0, 1 } }, t)
+      assert(l ~= l, L.name .. " NaN box: " .. tostring(l))
+      for _, v in ipairs(g:totable()[1]) do assert(v ~= v, L.name .. " NaN box gradient " .. tostring(v)) end
+    end
+  end)
+
   it("takes a mask of 0 and 1 only (a list: booleans too); 0.5, NaN or 2 is an error, nothing written", function()
     local x, y = random_boxes(4, 811), random_boxes(4, 812)
     for _, L in ipairs(LOSSES) do

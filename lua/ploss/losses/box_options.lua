@@ -63,8 +63,12 @@ that synchronises raises it); ignored boxes are not checked.  Boxes of zero widt
 give finite values and gradients; where the boxes are degenerate together (two segments on
 one line: the union or the enclosing box of area 0) the loss has no derivative, and the
 gradient given, the formulas' with the ties split as PyTorch splits them, can be of order
-1/eps.  NaN or infinite coordinates are not checked: they make the box's loss and gradient
-NaN, as in torchvision.  weight multiplies each box's loss; 'mean' divides by the
+1/eps.  NaN or infinite coordinates are not checked.  A NaN makes the box's loss and
+gradient NaN.  An infinite one gives what the formulas give, as torchvision's do: the IoU loss
+of an infinitely wide box over a finite target is 1 (I/U = I/∞ = 0) with a NaN gradient
+wherever the chain rule multiplies 0 by ∞ (its y-coordinates there: the union's derivative
+is the box's infinite width); GIoU, DIoU and CIoU are NaN (∞/∞ in their enclosing-box and
+distance terms).  weight multiplies each box's loss; 'mean' divides by the
 number of boxes that are not ignored (not by the sum of the weights), and with none left it
 is NaN with a zero gradient (torchvision returns 0 for an empty batch).  The default
 reduction is 'mean', as every ploss criterion's, where torchvision's functions
