@@ -3269,7 +3269,11 @@ ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
  * the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the
  * clamp). φ′ = m1·sin(m1·θ + m2)/sin θ with sin θ kept above 1e-6, so |cos θ| = 1
  * gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and the easy
- * margin have φ′ = 1. Ignored rows get a zero gradient.
+ * margin have φ′ = 1. Finite is not accurate there: for an embedding within about 1e-3 rad
+ * of its centre, f32/f16/bf16 products round cos θ near 1, and both sin θ = √(1 −
+ * cos²θ) and the part of ŵ across x̂ lose most of their digits, so the target row's
+ * gradient can be off by a factor of a few (f64 inputs keep it; PyTorch's acos form gives ∞
+ * or NaN there). Ignored rows get a zero gradient.
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
@@ -3552,8 +3556,11 @@ ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const D
  * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
  * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ = sin(θ + m)/sin θ with
  * sin θ kept above 1e-6, so |cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1
- * − cos²θ)); the fallback and the easy margin have φ′ = 1. Ignored rows get a zero
- * gradient.
+ * − cos²θ)); the fallback and the easy margin have φ′ = 1. Finite is not accurate there:
+ * for an embedding within about 1e-3 rad of its centre, f32/f16/bf16 products round cos θ near
+ * 1, and both sin θ = √(1 − cos²θ) and the part of ŵ across x̂ lose most of their
+ * digits, so the target row's gradient can be off by a factor of a few (f64 inputs keep it;
+ * PyTorch's acos form gives ∞ or NaN there). Ignored rows get a zero gradient.
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may

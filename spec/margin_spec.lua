@@ -807,6 +807,12 @@ describe("margin softmax losses", function()
       end
       assert.are.equal(bj, sj)
     end
+    -- Torch7's habits met where they are: forward(x, y) does not silently give scores, and
+    -- there is no separate backward
+    H.expect_error(function() local r = head:forward(x, y) return r end,
+      "MarginSoftmax:forward: takes the embeddings alone and gives the scores (got a tensor as argument 2)")
+    H.expect_error(function() local r = head:backward(x, y) return r end,
+      "MarginSoftmax:backward: the head has no separate backward; head(embeddings, labels)")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected an integer >= 2 (a softmax over one class has nothing to separate), got nil")
     -- the sizes by name (as nn.Linear's in_features): the same head
     local named = ploss.nn.MarginSoftmax { in_features = 4, classes = 6, dtype = "f64" }
@@ -819,6 +825,18 @@ describe("margin softmax losses", function()
     local comm = ploss.comm.init { nranks = 1, rank = 0, id = ploss.comm.unique_id() }
     assert.are.same({ 1, 4 }, ploss.nn.MarginSoftmax { 4, 1, criterion = ploss.ArcFaceLoss { comm = comm } }.weight:size())
     assert.are.same({ 1, 4 }, ploss.nn.MarginSoftmax { 4, 1, criterion = ploss.PartialFCLoss { comm = comm } }.weight:size())
+    -- scale_grad_x_by_ranks is the sharded call's: refused without a communicator (at
+    -- construction, at a call after the field is set, and by the C API)
+    assert(ploss.ArcFaceLoss { comm = comm, scale_grad_x_by_ranks = true })
+    for _, name in ipairs { "ArcFaceLoss", "AMSoftmaxLoss", "CombinedMarginLoss", "PartialFCLoss" } do
+      H.expect_error(function() local r = ploss[name] { scale_grad_x_by_ranks = true } return r end,
+        name .. ": opts.scale_grad_x_by_ranks: set without opts.comm")
+    end
+    local lone = ploss.ArcFaceLoss {}
+    lone.scale_grad_x_by_ranks = true
+    H.expect_error(function() local r = lone(x, head.weight, y) return r end, "ArcFaceLoss: opts.scale_grad_x_by_ranks: set without")
+    H.expect_error(function() local r = F.arc_face_fused(x, head.weight, y, { scale_grad_x_by_ranks = true }) return r end,
+      "opts.scale_grad_x_by_ranks: set without opts.comm")
     H.expect_error(function() ploss.nn.MarginSoftmax { 0, 6 } end, "MarginSoftmax: in_features: expected an integer >= 1, got 0")
     -- centres of another layout than the head's (classes × in_features) would fail every call
     H.expect_error(function() ploss.nn.MarginSoftmax { 4, 6, criterion = ploss.ArcFaceLoss { weight_layout = "DxC" } } end,

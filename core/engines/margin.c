@@ -284,6 +284,11 @@ ploss_status ploss_margin_check_call(ploss_ctx_t *ctx, ploss_pass pass, const pl
     memset(&gw, 0, sizeof gw);
     if ((st = ploss_check_no_inplace(spec->name, o->inplace)))
         return st;
+    /* a flag for sharded calls: set without a communicator it would be ignored without a word */
+    if (o->scale_grad_x_by_ranks && !o->comm)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.scale_grad_x_by_ranks: set without opts.comm (it multiplies grad_x by the "
+                           "communicator's number of ranks; a call on one device has none)");
     const int linear = spec->policy == PLOSS_POLICY_LINEAR_CROSS_ENTROPY;
     const char *xn = spec->input_names[0], *wn = spec->input_names[1];
     if ((st = check_matrix(ctx, &x, a->inputs[0], xn, linear ? "hidden states" : "embeddings")))

@@ -203,7 +203,8 @@ return function(ploss)
   --   head(embeddings, labels [, scale]) → loss, ∂loss/∂embeddings (the fused pass), and
   --     ∂loss/∂W into head.gradWeight;
   --   head:forward(embeddings) → N × classes scores x·ŵ_jᵀ (ŵ_j = w_j/‖w_j‖), whose argmax
-  --     over the classes is the largest cosine: the prediction;
+  --     over the classes is the largest cosine: the prediction (labels are refused here, and
+  --     head:backward with a message: the loss and gradients are the fused call's);
   --   head:parameters() → { weight }, { gradWeight }.
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
@@ -309,8 +310,13 @@ return function(ploss)
     return loss, g
   end
 
-  function Head:forward(embeddings)
+  function Head:forward(embeddings, ...)
     nn.check_self(self, "MarginSoftmax", "forward", "head")
+    if select("#", ...) > 0 and select(1, ...) ~= nil then
+      ploss.raise("MarginSoftmax:forward: takes the embeddings alone and gives the scores (got a " ..
+        (ploss.is_tensor((...)) and "tensor" or type((...))) .. " as argument 2); the loss and its gradients " ..
+        "come from one fused call: head(embeddings, labels)")
+    end
     -- the normalised centres (a few rows: normalised on the host)
     local W = self.weight:to("cpu"):double():totable()
     for _, row in ipairs(W) do
@@ -322,6 +328,13 @@ return function(ploss)
     local wn = ploss.tensor(W, { dtype = self.weight:dtype() }):to(self.weight:device())
     self.scores = ploss.F.gemm(embeddings, wn, { trans_b = true })
     return self.scores
+  end
+
+  -- no separate backward: a margin loss's gradient is the fused call's (a Torch7 loop's
+  -- backward call is met with where it is)
+  function Head:backward()
+    ploss.raise("MarginSoftmax:backward: the head has no separate backward; head(embeddings, labels) gives " ..
+      "the loss and ∂loss/∂embeddings and writes ∂loss/∂W into head.gradWeight, in one fused pass")
   end
 
   function Head:parameters() return { self.weight }, { self.gradWeight } end

@@ -24,6 +24,7 @@ return {
   },
   formula = M.formula("cos θ − m", nil, nil),
   gradient = M.gradient("φ′ = 1: the margin only shifts the target's cosine."),
+  check = M.check,
   notes = M.notes .. [[
 
 CosFaceLoss is this criterion under CosFace's name, with AM-softmax's defaults (s = 30,

@@ -22,5 +22,6 @@ return {
   },
   formula = M.formula("cos(θ + m)", "θ + m > π", "cos θ − m·sin m (InsightFace's fallback)", "cos θ"),
   gradient = M.gradient(M.angular_dphi("", "m")),
+  check = M.check,
   notes = M.notes,
 }

@@ -34,5 +34,6 @@ return {
     "cos θ − cos θ_t − 1 − m3 through the minimum −1 − m3 at θ_t = (π − m2)/m1 (with easy_margin too, " ..
     "where cos θ > 0)", "cos θ − m3"),
   gradient = M.gradient(M.angular_dphi("m1·", "m2")),
+  check = M.check,
   notes = M.notes,
 }

@@ -44,6 +44,14 @@ M.scale_grad_x_by_ranks = { "scale_grad_x_by_ranks", "bool", false,
   doc = "with comm: multiply grad_x by the number of ranks (undoing a data-parallel average of the " ..
     "backbone's gradients, as InsightFace's Partial FC does)" }
 
+-- the options together: the C engine's own check, said at construction
+function M.check(o)
+  if o.scale_grad_x_by_ranks and not o.comm then
+    return "opts.scale_grad_x_by_ranks: set without opts.comm (it multiplies grad_x by the communicator's " ..
+      "number of ranks; a call on one device has none)"
+  end
+end
+
 M.ignore_index = { "ignore_index", "int64", -100, doc = "rows with this label add nothing and get a zero gradient" }
 M.tile_rows = { "tile_rows", "int64", 0, min = 0,
   doc = "rows of the cosine tile computed at a time (0: as many as fit a fixed budget of N×C values)" }
@@ -79,7 +87,10 @@ end
 function M.angular_dphi(m1, shift)
   return "φ′ = " .. m1 .. "sin(" .. m1 .. "θ + " .. shift .. ")/sin θ with sin θ kept above 1e-6, so " ..
     "|cos θ| = 1 gives a finite derivative (never the NaN of 1/√(1 − cos²θ)); the fallback and " ..
-    "the easy margin have φ′ = 1."
+    "the easy margin have φ′ = 1.  Finite is not accurate there: for an embedding within about 1e-3 " ..
+    "rad of its centre, f32/f16/bf16 products round cos θ near 1, and both sin θ = √(1 − cos²θ) and " ..
+    "the part of ŵ across x̂ lose most of their digits, so the target row's gradient can be off by a " ..
+    "factor of a few (f64 inputs keep it; PyTorch's acos form gives ∞ or NaN there)."
 end
 
 M.notes = [[
