@@ -733,6 +733,14 @@ describe("ploss.nn layers and ploss.optim", function()
     nag.nesterov = false
     nag.momentum = nil -- allowed once nesterov is off
     assert.are.equal(0, nag.momentum)
+    -- a gradient that does not match its parameter: nothing moves, the count stays
+    local p1, bad = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.tensor({ 1, 2, 3 }, { dtype = "f64" })
+    local before = p1:clone()
+    local two = ploss.optim.Adam({ p1, ploss.tensor({ 1, 2 }, { dtype = "f64" }) }, { g, bad })
+    H.expect_error(function() two:step() end, "Adam: step: grads[2] (a ploss tensor f64[3] on cpu) does not " ..
+      "match params[2] (a ploss tensor f64[2] on cpu): expected the parameter's shape, dtype and device")
+    H.assert_equal(p1, before)
+    assert.are.equal(0, two.t)
     -- momentum set on after a step without it: the buffer starts as that step's gradient
     -- (torch's), so the step is p − lr·g; the next p − lr·(μ + 1)·g
     local pm = ploss.tensor({ 1, 2 }, { dtype = "f64" })

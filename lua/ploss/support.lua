@@ -581,10 +581,22 @@ local function optimizer(name, make_state, step_one, fields)
     end,
   })
   --- One update of every parameter from its gradient.
+  -- Every gradient is checked against its parameter (shape, dtype, device) before the first
+  -- parameter moves, and the step count advances once all have: a mismatch leaves the
+  -- parameters and the bias corrections' count as they were.
   function cls:step()
     nn.check_self(self, name, "step", "optim")
-    self.t = self.t + 1
-    for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], self.t, self.opts) end
+    for i, p in ipairs(self.params) do
+      local g = self.grads[i]
+      if not (ploss.is_tensor(p) and ploss.is_tensor(g) and p:dtype() == g:dtype() and
+              p:device() == g:device() and table.concat(p:size(), "x") == table.concat(g:size(), "x")) then
+        ploss.raise(string.format("%s: step: grads[%d] (%s) does not match params[%d] (%s): expected the " ..
+          "parameter's shape, dtype and device", name, i, ploss.shown(g), i, ploss.shown(p)))
+      end
+    end
+    local t = self.t + 1
+    for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], t, self.opts) end
+    self.t = t
   end
   -- every option, the defaults the step takes (its C options struct's) where none was given
   cls.__tostring = function(self)
@@ -605,8 +617,11 @@ optimizer("SGD", function()
   return {}
 end, function(p, g, st, t, opts)
   if (opts.momentum or 0) ~= 0 and not st.buf then
-    st.buf = ploss.empty(p:size(), { dtype = p:dtype(), device = p:device() })
-    t = 1 -- the C step's first step: the buffer is written, not read
+    -- the C step's first step: the buffer is written, not read; kept only once written
+    local buf = ploss.empty(p:size(), { dtype = p:dtype(), device = p:device() })
+    F.sgd_step(p, g, buf, 1, opts)
+    st.buf = buf
+    return
   end
   F.sgd_step(p, g, st.buf, t, opts)
 end, sgd_fields)
