@@ -69,6 +69,12 @@ static void describe_shape(const ploss_view *x, int64_t size, const char *tail, 
 
 ploss_status ploss_check_ignore_index_fits(int64_t ignore_index, ploss_dtype label_dtype, const char *labels)
 {
+    /* INT64_MIN stands for "no ignore_index" inside the engines (every label a class) */
+    if (ignore_index == INT64_MIN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                           "opts.ignore_index: %lld (INT64_MIN) is reserved: it stands for no ignore_index, so "
+                           "%s equal to it would not be ignored; choose another value",
+                           (long long)ignore_index, labels);
     if (label_dtype == PLOSS_I32 && (ignore_index < INT32_MIN || ignore_index > INT32_MAX))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.ignore_index: %lld is outside the range of the i32 %s, which can never equal it "

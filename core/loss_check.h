@@ -27,7 +27,8 @@ ploss_status ploss_check_collapse(const ploss_view *v, int first, int end, const
 
 /* v must have the sample shape of the N×C×d1×…×dk input x: x's shape without axis 1. */
 ploss_status ploss_check_sample_shape(const ploss_view *v, const ploss_view *x, const char *name);
-/* i32 labels never equal an ignore_index outside int32's range: such an option would ignore
+/* INT64_MIN (the engines' "no ignore_index") is refused as an option value, and i32 labels
+ * never equal an ignore_index outside int32's range: such an option would ignore
  * nothing without a word (a typo), so it is refused; `labels` names the label tensor. */
 ploss_status ploss_check_ignore_index_fits(int64_t ignore_index, ploss_dtype label_dtype, const char *labels);
 

@@ -267,6 +267,16 @@ static ploss_status rand_dispatch(ploss_ctx_t *ctx, DLTensor *dst, const ploss_r
                                (long long)spec->low, (long long)last + 1, ploss_dtype_name(d.dtype), (long long)lo,
                                (long long)hi);
     }
+    if (spec->kind == PLOSS_RAND_INT && d.dtype == PLOSS_F16) {
+        /* f16 rounds integers of magnitude 65520 and above to ±inf: not a rounding to a
+         * nearby integer, as the other float dtypes' (their range holds every int64) */
+        const int64_t last = (int64_t)((uint64_t)spec->low + (spec->span - 1));
+        if (spec->low <= -65520 || last >= 65520)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                               "low, high: [%lld, %lld) reaches beyond the finite values of f16 (integers of "
+                               "magnitude 65520 and above round to inf)",
+                               (long long)spec->low, (long long)last + 1);
+    }
     if (d.numel == 0)
         return PLOSS_OK;
 #ifdef PLOSS_HAVE_CUDA

@@ -232,10 +232,11 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
  *  (Box–Muller; mean and std finite).
  *  randint: integers in [low, high) (any dtype; high > low; for i32 and u8 within the
  *  dtype's range; a float dst holds them exactly only up to its significand: 2^11 for f16,
- *  2^8 for bf16, 2^24 for f32, 2^53 for f64 in magnitude, beyond which they are rounded).
+ *  2^8 for bf16, 2^24 for f32, 2^53 for f64 in magnitude, beyond which they are rounded;
+ *  for f16 within ±65519, which round to finite values).
  *  Statuses: INVALID_ARGUMENT (a bound, the mean or std not finite, high <= low, std < 0,
  *  no value of dst's float dtype in [low, high), [low, high) outside an integer dst's
- *  range), DTYPE, DEVICE, LAYOUT, CUDA. */
+ *  range or beyond f16's finite values), DTYPE, DEVICE, LAYOUT, CUDA. */
 ploss_status ploss_rand_uniform(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,
                                 uint64_t offset, double low, double high);
 ploss_status ploss_rand_normal(ploss_ctx_t *ctx, DLTensor *dst, uint64_t seed,

@@ -2987,9 +2987,9 @@ void ploss_margin_ranking_loss_opts_init(ploss_margin_ranking_loss_opts *opts);
  * by the element count.
  *
  * The inputs and the target must have one shape: PyTorch checks only that their ranks agree and
- * broadcasts; broadcasting is refused here (SHAPE naming the tensor). Both backends compute
- * each element in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 input). No state is
- * kept.
+ * broadcasts; broadcasting is refused here (SHAPE naming the tensor), but for the Lua
+ * criterion's number y (Torch7's form), which labels every pair. Both backends compute each
+ * element in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 input). No state is kept.
  *
  * in  input1      x1, the first scores; any shape (rank 0..8, typically N), f32/f16/bf16/f64,
  *                 any strides; both inputs of the same dtype and shape (no broadcasting).

@@ -528,6 +528,15 @@ describe("calls on a criterion", function()
   end)
 
   it("refuse an ignore_index that i32 labels can never equal (it would ignore nothing)", function()
+    -- nor INT64_MIN, which stands for "no ignore_index" inside the engines
+    local reserved = "opts.ignore_index: -9223372036854775808 (INT64_MIN) is reserved: it stands for no ignore_index"
+    local y = ploss.tensor({ -2 ^ 63, 1 }, { dtype = "i64" })
+    H.expect_error(function() ploss.F.nll_loss(ploss.randn({ 2, 3 }), y, { ignore_index = -2 ^ 63 }) end, reserved)
+    H.expect_error(function() ploss.CrossEntropyLoss { ignore_index = -2 ^ 63 }:forward(ploss.randn({ 2, 3 }), y) end,
+      reserved)
+    H.expect_error(function()
+      ploss.ArcFaceLoss { ignore_index = -2 ^ 63 }:forward(ploss.randn({ 2, 3 }), ploss.randn({ 4, 3 }), y)
+    end, reserved)
     local msg = "opts.ignore_index: 1099511627776 is outside the range of the i32 "
     H.expect_error(function()
       ploss.CrossEntropyLoss { ignore_index = 2 ^ 40 }:forward(ploss.randn({ 2, 3 }), ploss.zeros({ 2 }, { dtype = "i32" }))
@@ -642,6 +651,28 @@ describe("calls on a criterion", function()
     H.assert_close(g2, want_grad, { rtol = 0, atol = 0 })
     H.assert_close(ce:backward(g2, y), F.cross_entropy_backward(g2:clone(), y, 1, { reduction = "sum" }),
       { rtol = 0, atol = 0 })
+    -- given back as a tensor option (crit.weight): each pass's buffers new, the values
+    -- those of the functional calls on a copy
+    local bce = ploss.BCEWithLogitsLoss {}
+    local z, p = ploss.tensor({ 0.5, -1, 2 }, { dtype = "f64" }), ploss.tensor({ 1, 0, 1 }, { dtype = "f64" })
+    local _, gz = bce(z, p)
+    local gz_before = gz:clone()
+    bce.weight = gz
+    local lw, gw1 = bce(z, p)
+    assert.are_not.equal(gz, gw1)
+    H.assert_close(gz, gz_before, { rtol = 0, atol = 0 })
+    local fl, fg = F.binary_cross_entropy_with_logits_fused(z, p, { weight = gz_before })
+    assert.are.equal(fl, lw)
+    H.assert_close(gw1, fg, { rtol = 0, atol = 0 })
+    bce.weight = gw1
+    assert.are.equal(F.binary_cross_entropy_with_logits(z, p, { weight = gw1:clone() }), bce:forward(z, p))
+    H.assert_close(bce:backward(z, p), F.binary_cross_entropy_with_logits_backward(z, p, 1, { weight = gw1:clone() }),
+      { rtol = 0, atol = 0 })
+    -- the functional fused call in place takes no separate gradient buffer (it would be left
+    -- as it was)
+    H.expect_error(function()
+      F.cross_entropy_fused(x:clone(), y, { inplace = true, grad_input = ploss.zeros({ 4, 5 }, { dtype = "f64" }) })
+    end, "cross_entropy_fused: opts.grad_input: given with opts.inplace = true, which writes the gradient over the input")
     -- a loss of several inputs: the weight's own gradient given back as the weight
     local h, w = ploss.randn({ 3, 4 }, { dtype = "f64", seed = 5 }), ploss.randn({ 5, 4 }, { dtype = "f64", seed = 6 })
     local t = ploss.tensor({ 0, 4, 2 }, { dtype = "i64" })

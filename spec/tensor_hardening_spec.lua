@@ -40,7 +40,8 @@ describe("integer arguments", function()
     H.expect_error(function() ploss.empty({ 0, 2 ^ 63 }) end, "shape: size 2 is 9.2233720368548e+18, expected an integer >= 0")
     H.expect_error(function() ploss.empty({ 0, INF }) end, "shape: size 2 is inf")
     H.expect_error(function() ploss.empty({ NAN }) end, "shape: size 1 is nan")
-    H.expect_error(function() ploss.empty({ 0, 2 ^ 62 }) end, "span more than 2^53 elements")
+    H.expect_error(function() ploss.empty({ 0, 2 ^ 62 }) end,
+      "shape: sizes 0x4611686018427387904: their row-major strides reach past 2^53 elements")
     H.expect_error(function() ploss.zeros({ 2 }):view(2 ^ 63) end, "view: size 1 is 9.2233720368548e+18")
     H.expect_error(function() ploss.zeros({ 2 }):view(NAN) end, "view: size 1 is nan")
     H.expect_error(function() ploss.tensor({ 1, 2 }, { size = { 2, NAN } }) end, "tensor: size 2 is nan")
@@ -60,6 +61,20 @@ describe("integer arguments", function()
     H.expect_error(function() t:squeeze(NAN) end, "squeeze: dim is nan")
     assert.are.same({ 4, 5, 6 }, t:select(1, 2):flat())
     assert.are.same({ 2, 1, 3 }, t:unsqueeze(-2):size())
+    -- a dim out of range is named as given (not as counted back from the end)
+    H.expect_error(function() t:size(-5) end, "dim: -5 is outside [1, 2] (or [-2, -1] from the end) for a 2-d tensor")
+    H.expect_error(function() t:select(-3, 1) end, "select: -3 is outside [1, 2]")
+  end)
+
+  it("an element write to an expanded view is refused: one write would change every row", function()
+    local base = ploss.tensor({ 1 })
+    local e = base:expand(3)
+    H.expect_error(function() e[2] = 7 end,
+      "t[2] = value: the tensor's elements share memory (dim 1 has stride 0: an expanded view)")
+    assert.are.same({ 1, 1, 1 }, e:flat())
+    local c = e:contiguous()
+    c[2] = 7
+    assert.are.same({ 1, 7, 1 }, c:flat())
   end)
 
   it("random generators check their integer arguments", function()
@@ -68,6 +83,25 @@ describe("integer arguments", function()
     H.expect_error(function() ploss.rand({ 3 }, { seed = INF }) end, "rand: seed is inf, expected an integer >= 0")
     H.expect_error(function() ploss.randn({ 3 }, { seed = 1, offset = -1 }) end, "randn: offset is -1")
     H.expect_error(function() ploss.manual_seed(INF) end, "manual_seed: expected an integer >= 0, got inf")
+    -- the number options: numbers only (a boolean was taken as 1 or as the default)
+    H.expect_error(function() ploss.randn({ 2 }, { mean = true }) end, "randn: opts.mean: expected a number, got true")
+    H.expect_error(function() ploss.randn({ 2 }, { std = false }) end, "randn: opts.std: expected a number, got false")
+    H.expect_error(function() ploss.rand({ 2 }, { low = "0" }) end, "rand: opts.low: expected a number, got '0'")
+    -- f16 rounds integers of magnitude 65520 and above to inf: refused, as rand's range is
+    H.expect_error(function() ploss.randint(0, 100000, { 4 }, { dtype = "f16" }) end,
+      "randint: low, high: [0, 100000) reaches beyond the finite values of f16")
+    H.expect_error(function() ploss.randint(-65520, 0, { 4 }, { dtype = "f16" }) end, "reaches beyond the finite")
+    for _, v in ipairs(ploss.randint(-65519, 65520, { 64 }, { dtype = "f16", seed = 1 }):flat()) do
+      assert(v > -65520 and v < 65520, tostring(v))
+    end
+    -- a refused draw leaves the global generator where it was
+    ploss.manual_seed(3)
+    local _, before = ploss.rng_state()
+    H.expect_error(function() ploss.rand({ 4 }, { low = 2, high = 1 }) end, "rand: high: expected high > low")
+    assert.are.same({ 3, before }, { ploss.rng_state() })
+    local a = ploss.rand({ 4 })
+    ploss.manual_seed(3)
+    H.assert_equal(a, ploss.rand({ 4 }))
   end)
 end)
 
@@ -171,6 +205,12 @@ describe("integer conversions", function()
     H.expect_error(function() ploss.tensor({ 256 }, { dtype = "bf16" }):byte() end, "is 256, which u8")
     H.expect_error(function() ploss.tensor({ 1, 2, 3, 300 }):view(2, 2):t():byte() end, "element 4 (row-major) is 300")
     H.expect_error(function() ploss.tensor(ploss.tensor({ NAN }), { dtype = "i64" }) end, "is nan, which i64")
+    -- ploss.tensor takes integers only, from a float tensor as from a Lua table (:to truncates)
+    H.expect_error(function() ploss.tensor(ploss.tensor({ 1, -2.5 }), { dtype = "i64" }) end,
+      "tensor: element 2 (row-major) of the f32 tensor is -2.5, not an integer (dtype i64)")
+    H.expect_error(function() ploss.tensor(ploss.tensor({ 0.5 }, { dtype = "bf16" }), { dtype = "u8" }) end,
+      "of the bf16 tensor is 0.5, not an integer (dtype u8)")
+    assert.are.same({ 1, -2 }, ploss.tensor(ploss.tensor({ 1, -2 }, { dtype = "f64" }), { dtype = "i32" }):flat())
     -- values in range convert (truncated), from any float dtype and any layout
     assert.are.same({ -2 ^ 31, 2 ^ 31 - 1 }, ploss.tensor({ -2 ^ 31 - 0.5, 2 ^ 31 - 0.5 }, { dtype = "f64" }):int():flat())
     assert.are.same({ 2 ^ 63 - 1024 }, ploss.tensor({ 2 ^ 63 - 1024 }, { dtype = "f64" }):long():flat())
@@ -180,6 +220,22 @@ describe("integer conversions", function()
 end)
 
 describe("to(dtype)", function()
+  it("type() takes Torch7's tensor type names: the dtype, and the CPU or the GPU", function()
+    local t = ploss.tensor({ 1, 2 })
+    local d = t:type("torch.DoubleTensor")
+    assert.are.same({ "f64", "cpu", { 1, 2 } }, { d:dtype(), d:device(), d:flat() })
+    assert.are.equal("i64", t:type("torch.LongTensor"):dtype())
+    assert.are.equal("u8", t:type("torch.ByteTensor"):dtype())
+    assert.are.equal("f16", t:type("torch.HalfTensor"):dtype())
+    H.expect_error(function() t:type("torch.BogusTensor") end, "type: unknown Torch7 type name 'torch.BogusTensor'")
+    H.expect_error(function() t:type("torch.Tensor") end, "type: unknown Torch7 type name 'torch.Tensor'")
+    if ploss.cuda_available() then
+      local c = t:type("torch.CudaDoubleTensor")
+      assert.are.same({ "f64", true }, { c:dtype(), c:is_cuda() })
+      assert.are.same({ "f32", "cpu" }, { c:type("torch.FloatTensor"):dtype(), c:type("torch.FloatTensor"):device() })
+    end
+  end)
+
   it("takes a dtype name in the device position", function()
     local t = ploss.tensor({ 1.5, -2 })
     assert.are.equal("f16", t:to("f16"):dtype())

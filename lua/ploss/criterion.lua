@@ -381,6 +381,17 @@ local function same_list(copy, v)
   return true
 end
 
+-- The tensor options of a call (tensor_args's, by index with holes) as a list and its length:
+-- more tensors the call reads, which the criterion's output buffers must not be (a gradient
+-- given back as crit.weight gets a new buffer, as one given back as the input does).
+local function read_list(d, tensors)
+  local list = {}
+  for k = 1, #d.tensors do
+    if tensors[k] ~= nil then list[#list + 1] = tensors[k] end
+  end
+  return list, #list
+end
+
 -- The tensor options as tensors on the input's device: a list becomes a tensor of the
 -- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`
 -- while the list's values stay the same.  The tensors that are arguments of the call
@@ -1222,12 +1233,15 @@ function M.build(d)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
+    local read, nread = read_list(d, tensors)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target)
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target,
+      nil, read, nread)
     if d.state then
       -- f64: backward from it then equals the fused pass (rounded to f32, a confident
       -- sample's gradient would lose its digits)
-      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device(), input, target)
+      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device(), input, target, nil, read,
+        nread)
     end
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
@@ -1257,7 +1271,7 @@ function M.build(d)
       state = self._state
     end
     -- self.gradInput changes only once the call has succeeded (a refused call leaves it)
-    local gi = nn.grad_buffer(self.gradInput, input, input, target, gl)
+    local gi = nn.grad_buffer(self.gradInput, input, input, target, gl, read_list(d, tensors))
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", CRIT_NAMES)
@@ -1273,15 +1287,18 @@ function M.build(d)
     check_call_scale(d.criterion, scale)
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
-    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target)
+    local tensors = tensor_args(d, o, input, self._cache)
+    local read, nread = read_list(d, tensors)
+    self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target,
+      nil, read, nread)
     local grad
     if o.inplace then
       grad = input
     else
-      grad = nn.grad_buffer(self.gradInput, input, input, target)
+      grad = nn.grad_buffer(self.gradInput, input, input, target, nil, read, nread)
     end
     ploss.check(call.fused(input:context(), {
-      input = input, target = target, tensors = tensor_args(d, o, input, self._cache), copts = copts,
+      input = input, target = target, tensors = tensors, copts = copts,
       loss = self._loss, grad_input = grad }), d.name .. "_fused", o.inplace and INPLACE_NAMES[false] or nil)
     self._loss:bump_version()
     grad:bump_version() -- the input itself when in place
@@ -1359,6 +1376,11 @@ function M.build(d)
     check_extra(d.name .. "_fused", 3, "input, target, opts", ...)
     local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
     local loss = loss_out(o, raw, input, target)
+    if o.inplace and raw.grad_input ~= nil and raw.grad_input ~= input then
+      -- the gradient goes over the input: a separate buffer would be left as it was
+      ploss.raise(d.name .. "_fused: opts.grad_input: given with opts.inplace = true, which writes the gradient " ..
+        "over the input; pass one or the other")
+    end
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
       copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw, o.inplace))

@@ -296,7 +296,7 @@ local function make(storage, dtype, device, sizes, strides, offset)
   local numel = 1
   for i = 1, nd do numel = numel * sizes[i] end
   if numel > MAX_SPAN then
-    ploss.raise(string.format("shape: %s has more than 2^53 elements", table.concat(sizes, "x")))
+    ploss.raise(string.format("shape: %s has more than 2^53 elements", shape_string(sizes)))
   end
   local dt = dtypes[dtype]
   local _, devtype, id = ploss.parse_device(device)
@@ -356,6 +356,15 @@ end
 
 tensor_mt.__newindex = function(t, k, v)
   if type(k) == "number" then
+    -- the rule of every output: no two elements share memory (an expanded view's row
+    -- would be written through every row it stands for)
+    for d = 0, t.desc.ndim - 1 do
+      if t.sz[d] > 1 and t.st[d] == 0 then
+        ploss.raise(string.format("t[%s] = value: the tensor's elements share memory (dim %d has stride 0: an " ..
+          "expanded view), so one write would change them all; write to t:contiguous() or to the tensor it " ..
+          "expands", tostring(k), d + 1))
+      end
+    end
     local s = t:select(1, k)
     if is_tensor(v) then s:copy(v) else fill_as(s, v, string.format("t[%s] = value", tostring(k)), "a number or a tensor") end
     return
@@ -376,7 +385,9 @@ local function contiguous_strides(sizes)
     acc = acc * math.max(sizes[i], 1)
   end
   if acc > MAX_SPAN then
-    ploss.raise(string.format("shape: sizes %s span more than 2^53 elements", table.concat(sizes, "x")))
+    -- (an empty tensor too: its row-major strides would pass 2^53, beyond exact Lua numbers)
+    ploss.raise(string.format("shape: sizes %s: their row-major strides reach past 2^53 elements",
+      shape_string(sizes)))
   end
   return strides
 end
@@ -706,20 +717,35 @@ end
 --- The current (seed, offset) of the global generator.
 function ploss.rng_state() return rng.seed, rng.offset end
 
--- (seed, offset) for a tensor of `numel` elements; advances the global offset unless
--- opts.seed is given (then offset opts.offset or 0).
-local function draw(opts, numel, what)
+-- Fill t from the generator with `fill(seed, offset)` (a C call's status): opts.seed and
+-- opts.offset (default 0) where a seed is given, else the global generator, whose offset
+-- advances by t's elements once the call has succeeded (a refused call draws nothing).
+local function draw(opts, t, what, fill)
+  local seed, off
   if opts.seed then
-    return check_int(opts.seed, what, "seed", 0), check_int(opts.offset or 0, what, "offset", 0)
-  end
-  if opts.offset ~= nil then
+    seed, off = check_int(opts.seed, what, "seed", 0), check_int(opts.offset or 0, what, "offset", 0)
+  elseif opts.offset ~= nil then
     -- an offset into the global stream would be silently ignored: it goes with a seed
     ploss.raise(string.format("%s: opts.offset: given without opts.seed (a counter offset is taken with an " ..
       "explicit seed; without one the draw continues the generator of ploss.manual_seed)", what))
+  else
+    seed, off = rng.seed, rng.offset
   end
-  local off = rng.offset
-  rng.offset = rng.offset + numel
-  return rng.seed, off
+  ploss.check(fill(seed, off), what)
+  if not opts.seed then rng.offset = rng.offset + tonumber(t.n) end
+  bump(t)
+  return t
+end
+
+-- A number option of the generators (nil: its default), checked here: a boolean or a
+-- string would reach the C call as 1, 0 or an FFI error naming no option.
+local function number_opt(opts, key, default, what)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" then
+    ploss.raise(string.format("%s: opts.%s: expected a number, got %s", what, key, ploss.shown(v)))
+  end
+  return v
 end
 
 --- Uniform numbers in [low, high) (opts.low = 0, opts.high = 1); float dtypes.
@@ -727,21 +753,21 @@ end
 -- `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
 function ploss.rand(...)
   local sizes, opts = shape_args("rand", RAND_KEYS, ...)
+  local low, high = number_opt(opts, "low", 0, "rand"), number_opt(opts, "high", 1, "rand")
   local t = new_empty(sizes, opts.dtype, opts.device)
-  local seed, off = draw(opts, tonumber(t.n), "rand")
-  ploss.check(C.ploss_rand_uniform(t:context(), t:dl(), seed, off, opts.low or 0, opts.high or 1), "rand")
-  bump(t)
-  return t
+  return draw(opts, t, "rand", function(seed, off)
+    return C.ploss_rand_uniform(t:context(), t:dl(), seed, off, low, high)
+  end)
 end
 
 --- Normal numbers, mean opts.mean (0), standard deviation opts.std (1); float dtypes.
 function ploss.randn(...)
   local sizes, opts = shape_args("randn", RANDN_KEYS, ...)
+  local mean, std = number_opt(opts, "mean", 0, "randn"), number_opt(opts, "std", 1, "randn")
   local t = new_empty(sizes, opts.dtype, opts.device)
-  local seed, off = draw(opts, tonumber(t.n), "randn")
-  ploss.check(C.ploss_rand_normal(t:context(), t:dl(), seed, off, opts.mean or 0, opts.std or 1), "randn")
-  bump(t)
-  return t
+  return draw(opts, t, "randn", function(seed, off)
+    return C.ploss_rand_normal(t:context(), t:dl(), seed, off, mean, std)
+  end)
 end
 
 --- Integers in [low, high) (dtype default 'i64'): `ploss.randint(0, 10, {8}, opts)`.
@@ -758,10 +784,9 @@ function ploss.randint(low, high, sizes, opts)
   ploss.check_option_keys(opts, "randint", RANDINT_KEYS)
   local t = new_empty(check_sizes(type(sizes) == "number" and { sizes } or sizes, "shape"), opts.dtype or "i64",
     opts.device)
-  local seed, off = draw(opts, tonumber(t.n), "randint")
-  ploss.check(C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high), "randint")
-  bump(t)
-  return t
+  return draw(opts, t, "randint", function(seed, off)
+    return C.ploss_rand_int(t:context(), t:dl(), seed, off, low, high)
+  end)
 end
 
 ---------------------------------------------------------------------------------------
@@ -821,8 +846,9 @@ end
 --- A tensor from a number (0-d), a nested Lua table, or another tensor (copied).
 -- opts: dtype (default 'f32', or the tensor's), device (default 'cpu', or the tensor's),
 -- size (reshape a flat table: `ploss.tensor({1,2,3,4,5,6}, {size = {2, 3}})`).
--- Integer dtypes take integers only (a fraction is an error, not truncated), exactly up
--- to 2^53 (Lua numbers are doubles; int64 cdata such as 5LL are not taken).
+-- Integer dtypes take integers only (a fraction is an error, not truncated; a float
+-- tensor's values are checked on the host), exactly up to 2^53 (Lua numbers are doubles;
+-- int64 cdata such as 5LL are not taken).
 function ploss.tensor(data, opts)
   opts = options_of(opts, "tensor")
   ploss.check_option_keys(opts, "tensor", TENSOR_KEYS)
@@ -832,7 +858,19 @@ function ploss.tensor(data, opts)
       ploss.raise(string.format("tensor: opts.size: reshapes a Lua table's values; a tensor (%s) is copied with its " ..
         "own sizes: reshape the copy instead (ploss.tensor(t):view(...))", shape_string(sizes_of(data))))
     end
-    return data:to(opts.device or data:device(), opts.dtype or data:dtype(), true)
+    local dtype = canon_dtype(opts.dtype or data:dtype())
+    if int_bounds[dtype] and dtype_of(data).float then
+      -- the rule of a Lua table's values, not :to()'s truncation (read on the host; NaN and
+      -- ±inf are left to :to(), which names them as values the dtype cannot hold)
+      for i, v in ipairs(data:flat()) do
+        if v == v and v ~= math.floor(v) then
+          ploss.raise(string.format("tensor: element %d (row-major) of the %s tensor is %.17g, not an integer " ..
+            "(dtype %s); round it first, or convert with :to('%s'), which truncates", i, data:dtype(), v, dtype,
+            dtype))
+        end
+      end
+    end
+    return data:to(opts.device or data:device(), dtype, true)
   end
   local sizes
   if type(data) == "number" then
@@ -923,9 +961,11 @@ Tensor.nElement = Tensor.numel
 local function check_dim(t, d, what)
   local nd = t.desc.ndim
   check_int(d, what or "dim", "dim")
+  local given = d
   if d < 0 then d = nd + 1 + d end
   if d < 1 or d > nd then
-    ploss.raise(string.format("%s: %d is outside [1, %d] for a %d-d tensor", what or "dim", d, nd, nd))
+    ploss.raise(string.format("%s: %d is outside [1, %d] (or [-%d, -1] from the end) for a %d-d tensor",
+      what or "dim", given, nd, nd, nd))
   end
   return d
 end
@@ -1251,8 +1291,26 @@ function Tensor:cuda(id) return self:to(id and ("cuda:" .. id) or "cuda") end
 function Tensor:cpu() return self:to("cpu") end
 
 --- This tensor as `dtype` (same device); with no argument, the dtype name.
+-- Torch7's tensor type names: the dtype, and the device ('torch.Cuda…' the current GPU, the
+-- others the CPU)
+local TORCH7_TYPES = { Float = "f32", Double = "f64", Half = "f16", Long = "i64", Int = "i32", Byte = "u8" }
+
+--- The dtype name, or a copy converted to a dtype (a ploss name or alias) or to a Torch7
+-- type name ('torch.DoubleTensor': f64 on the CPU; 'torch.CudaTensor': f32 on the GPU).
 function Tensor:type(dtype)
   if dtype == nil then return self:dtype() end
+  if type(dtype) == "string" and dtype:match("^torch%.") then
+    local kind = dtype:match("^torch%.(%a-)Tensor$")
+    local cuda = kind ~= nil and kind:sub(1, 4) == "Cuda"
+    if cuda then kind = kind:sub(5) end
+    local dt = kind and (cuda and kind == "" and "f32" or TORCH7_TYPES[kind])
+    if not dt then
+      ploss.raise(string.format("type: unknown Torch7 type name '%s' (torch.FloatTensor, DoubleTensor, HalfTensor, " ..
+        "LongTensor, IntTensor, ByteTensor, CudaTensor, Cuda<Kind>Tensor; or a dtype: 'f32', 'f64', …)", dtype))
+    end
+    local device = cuda and (self:is_cuda() and self:device() or "cuda") or "cpu"
+    return self:to(device, dt)
+  end
   return self:to(nil, dtype)
 end
 function Tensor:float() return self:to(nil, "f32") end
@@ -1480,7 +1538,9 @@ function Tensor:squeeze(dim)
 end
 
 --- A view where dims of size 1 are repeated to `sizes` with stride 0 (for reading:
--- the library refuses outputs whose elements share memory).  A size -1 keeps the dim's.
+-- the library refuses outputs whose elements share memory, `e[i] = v` too; a view taken
+-- of it first, `e[1][2] = v`, has no shared elements of its own and writes the element that
+-- every row shares, as in PyTorch).  A size -1 keeps the dim's.
 function Tensor:expand(...)
   local sizes = select(1, ...)
   if type(sizes) ~= "table" then sizes = { ... } else sizes = copy_list(sizes) end

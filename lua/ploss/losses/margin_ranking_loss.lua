@@ -36,7 +36,8 @@ read where c = 0, as autograd's where).  A NaN y gives NaN gradients; a NaN x1 o
 a finite y gives zeros.]],
   notes = [[
 The inputs and the target must have one shape: PyTorch checks only that their ranks agree
-and broadcasts; broadcasting is refused here (SHAPE naming the tensor).  Both backends
+and broadcasts; broadcasting is refused here (SHAPE naming the tensor), but for the Lua
+criterion's number y (Torch7's form), which labels every pair.  Both backends
 compute each element in f64, so CPU and CUDA agree; the loss is f32 (f64 for f64 input).  No
 state is kept.]],
 }
