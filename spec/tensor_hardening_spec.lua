@@ -34,6 +34,12 @@ describe("integer arguments", function()
     H.expect_error(function() t:expand(2 ^ 60, 3) end, "has more than 2^53 elements")
     assert.are.same({ { 7, 8, 9 }, { 7, 8, 9 } }, t:expand(2, -1):totable())
     assert.are.same({ 0, 3 }, t:expand(0, 3):size())
+    -- new dims in front (PyTorch's), a 0-d tensor too; -1 only where the tensor has the dim
+    assert.are.same({ { { 7, 8, 9 } }, { { 7, 8, 9 } } }, t:expand(2, 1, 3):totable())
+    assert.are.same({ 0, 3, 1 }, t:expand(2, 1, 3):stride())
+    assert.are.same({ { 5, 5 }, { 5, 5 } }, ploss.tensor(5):expand(2, 2):totable())
+    H.expect_error(function() t:expand(-1, 1, 3) end, "expand: size 1 is -1, which only a dim the tensor has can take")
+    H.expect_error(function() t:expand(3) end, "expand: expected at least 2 sizes (one per dim, new dims in front), got 1")
   end)
 
   it("shapes refuse non-finite, huge and spanning sizes", function()

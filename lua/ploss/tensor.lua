@@ -1537,18 +1537,29 @@ function Tensor:squeeze(dim)
   return view_of(self, sizes, strides)
 end
 
---- A view where dims of size 1 are repeated to `sizes` with stride 0 (for reading:
+--- A view where dims of size 1 are repeated to `sizes` with stride 0, new dims in front
+-- as PyTorch's (`ploss.tensor({1, 2}):expand(3, 2)`; for reading:
 -- the library refuses outputs whose elements share memory, `e[i] = v` too; a view taken
 -- of it first, `e[1][2] = v`, has no shared elements of its own and writes the element that
 -- every row shares, as in PyTorch).  A size -1 keeps the dim's.
 function Tensor:expand(...)
   local sizes = select(1, ...)
   if type(sizes) ~= "table" then sizes = { ... } else sizes = copy_list(sizes) end
-  local own = sizes_of(self)
-  if #sizes ~= #own then ploss.raise("expand: expected " .. #own .. " sizes") end
-  local strides = strides_of(self)
+  local own, strides = sizes_of(self), strides_of(self)
+  if #sizes < #own then
+    ploss.raise("expand: expected at least " .. #own .. " sizes (one per dim, new dims in front), got " .. #sizes)
+  end
+  -- new leading dims (PyTorch's): size 1 there, repeated like any dim of size 1
+  local lead = #sizes - #own
+  for _ = 1, lead do
+    table.insert(own, 1, 1)
+    table.insert(strides, 1, 0)
+  end
   for d = 1, #sizes do
-    if check_int(sizes[d], "expand", "size " .. d, -1) == -1 then sizes[d] = own[d] end
+    if check_int(sizes[d], "expand", "size " .. d, -1) == -1 then
+      if d <= lead then ploss.raise("expand: size " .. d .. " is -1, which only a dim the tensor has can take") end
+      sizes[d] = own[d]
+    end
     if sizes[d] ~= own[d] then
       if own[d] ~= 1 then ploss.raise("expand: dim " .. d .. " has size " .. own[d] .. ", not 1") end
       strides[d] = 0
