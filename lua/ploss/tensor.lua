@@ -834,6 +834,8 @@ local function flatten(data, sizes, depth, out)
   for i = 1, sizes[depth] do flatten(data[i], sizes, depth + 1, out) end
 end
 
+local read_values, check_int_values, check_int_to_int -- (defined with :to below)
+
 -- The values a float may take to convert to an integer dtype (the C conversion truncates
 -- toward zero): low < v < high.  -2^63 - 2048 is the double just below -2^63.
 local int_bounds = { i64 = { -2 ^ 63 - 2048, 2 ^ 63 }, i32 = { -2 ^ 31 - 1, 2 ^ 31 }, u8 = { -1, 256 } }
@@ -859,17 +861,8 @@ function ploss.tensor(data, opts)
         "own sizes: reshape the copy instead (ploss.tensor(t):view(...))", shape_string(sizes_of(data))))
     end
     local dtype = canon_dtype(opts.dtype or data:dtype())
-    if int_bounds[dtype] and dtype_of(data).float then
-      -- the rule of a Lua table's values, not :to()'s truncation (read on the host; NaN and
-      -- ±inf are left to :to(), which names them as values the dtype cannot hold)
-      for i, v in ipairs(data:flat()) do
-        if v == v and v ~= math.floor(v) then
-          ploss.raise(string.format("tensor: element %d (row-major) of the %s tensor is %.17g, not an integer " ..
-            "(dtype %s); round it first, or convert with :to('%s'), which truncates", i, data:dtype(), v, dtype,
-            dtype))
-        end
-      end
-    end
+    -- the rule of a Lua table's values, not :to()'s truncation
+    if int_bounds[dtype] and dtype_of(data).float then check_int_values(data, dtype, "tensor", true) end
     return data:to(opts.device or data:device(), dtype, true)
   end
   local sizes
@@ -1093,7 +1086,6 @@ end
 --- A copy (contiguous, same dtype and device).
 function Tensor:clone() return ploss.empty_like(self):copy(self) end
 
-local read_values, check_int_values, check_int_to_int -- (defined with :to below)
 
 local copy_values
 
@@ -1226,22 +1218,30 @@ function Tensor:mul_(value)
 end
 
 -- Raise unless every value of the float tensor `t` converts to the integer dtype `dtype`:
--- finite, and within its range after truncation toward zero.  The values are read on the
--- host (a CUDA tensor is copied there for the check).  Non-finite values are found by
--- their exponent bits before any value becomes a Lua number (see read_values).
-function check_int_values(t, dtype, what)
+-- finite, and within its range after truncation toward zero (with `whole`, an integer as
+-- well: ploss.tensor's rule, where :to truncates).  The values are read on the host (a
+-- CUDA tensor is copied there for the check).  Non-finite values are found by their
+-- exponent bits before any value becomes a Lua number (see read_values).
+function check_int_values(t, dtype, what, whole)
   local b = int_bounds[dtype]
   local host = host_copy(t, "f64")
   local data = host:dl().data
   local p, words = ffi.cast("double *", data), ffi.cast("uint32_t *", data) -- little-endian
-  local lo, hi, bad = b[1], b[2], nil
+  local lo, hi, bad, fraction = b[1], b[2], nil, false
   for i = 0, tonumber(t.n) - 1 do
     if bit.band(words[2 * i + 1], 0x7ff00000) == 0x7ff00000 then bad = i; break end
     local v = p[i]
     if not (v > lo and v < hi) then bad = i; break end
+    if whole and v ~= math.floor(v) then bad, fraction = i, true; break end
   end
   local value = bad and read_values(p + bad, "f64", 1)[1]
   if host ~= t then host:free() end
+  if fraction then
+    -- truncated, a label 1.5 would become class 1 without a word
+    ploss.raise(string.format("%s: element %d (row-major) of the %s tensor is %.17g, not an integer (dtype %s); " ..
+      "round it first, or convert with :to('%s'), which truncates", what, bad + 1, dtype_of(t).name, value, dtype,
+      dtype))
+  end
   if bad then int_range_error(what, bad + 1, value, dtype) end
 end
 
