@@ -72,8 +72,8 @@ ploss_status ploss_check_ignore_index_fits(int64_t ignore_index, ploss_dtype lab
     /* INT64_MIN stands for "no ignore_index" inside the engines (every label a class) */
     if (ignore_index == INT64_MIN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.ignore_index: %lld (INT64_MIN) is reserved: it stands for no ignore_index, so "
-                           "%s equal to it would not be ignored; choose another value",
+                           "opts.ignore_index: %lld (INT64_MIN) is reserved: the engines take it for no "
+                           "ignore_index (every %s value a class); choose another value",
                            (long long)ignore_index, labels);
     if (label_dtype == PLOSS_I32 && (ignore_index < INT32_MIN || ignore_index > INT32_MAX))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,

@@ -529,7 +529,7 @@ describe("calls on a criterion", function()
 
   it("refuse an ignore_index that i32 labels can never equal (it would ignore nothing)", function()
     -- nor INT64_MIN, which stands for "no ignore_index" inside the engines
-    local reserved = "opts.ignore_index: -9223372036854775808 (INT64_MIN) is reserved: it stands for no ignore_index"
+    local reserved = "opts.ignore_index: -9223372036854775808 (INT64_MIN) is reserved: the engines take it for no ignore_index"
     local y = ploss.tensor({ -2 ^ 63, 1 }, { dtype = "i64" })
     H.expect_error(function() ploss.F.nll_loss(ploss.randn({ 2, 3 }), y, { ignore_index = -2 ^ 63 }) end, reserved)
     H.expect_error(function() ploss.CrossEntropyLoss { ignore_index = -2 ^ 63 }:forward(ploss.randn({ 2, 3 }), y) end,

@@ -813,6 +813,9 @@ describe("margin softmax losses", function()
       "MarginSoftmax:forward: takes the embeddings alone and gives the scores (got a tensor as argument 2)")
     H.expect_error(function() local r = head:backward(x, y) return r end,
       "MarginSoftmax:backward: the head has no separate backward; head(embeddings, labels)")
+    H.expect_error(function() local r = head:forward(x, nil, y) return r end, "(got a tensor as argument 3)")
+    H.expect_error(function() local r = ploss.nn.Sequential { ploss.nn.Linear(4, 4), head } return r end,
+      "Sequential: modules[2]: ploss.nn.MarginSoftmax is a loss head, not a layer")
     H.expect_error(function() ploss.nn.MarginSoftmax { 4 } end, "MarginSoftmax: classes: expected an integer >= 2 (a softmax over one class has nothing to separate), got nil")
     -- the sizes by name (as nn.Linear's in_features): the same head
     local named = ploss.nn.MarginSoftmax { in_features = 4, classes = 6, dtype = "f64" }

@@ -741,6 +741,26 @@ describe("ploss.nn layers and ploss.optim", function()
       "match params[2] (a ploss tensor f64[2] on cpu): expected the parameter's shape, dtype and device")
     H.assert_equal(p1, before)
     assert.are.equal(0, two.t)
+    -- a refusal of the C step part-way (an integer parameter): the first parameter has
+    -- stepped once and counts it (its next update takes t = 2), the second has not
+    local q1, q2 = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.tensor({ 1, 2 }, { dtype = "i64" })
+    local ga, gb2 = ploss.tensor({ 1, -4 }, { dtype = "f64" }), ploss.tensor({ 1, 1 }, { dtype = "i64" })
+    local part = ploss.optim.Adam({ q1, q2 }, { ga, gb2 }, { lr = 0.1 })
+    H.expect_error(function() part:step() end, "param: expected f32, f16, bf16 or f64, got i64")
+    assert.are.same({ 1, 0, 0 }, { part.state[1].step, part.state[2].step, part.t })
+    local r1, m1, v1 = ploss.tensor({ 1, 2 }, { dtype = "f64" }), ploss.zeros({ 2 }, { dtype = "f64" }),
+      ploss.zeros({ 2 }, { dtype = "f64" })
+    F.adam_step(r1, ga, m1, v1, 1, { lr = 0.1 })
+    H.assert_equal(q1, r1)
+    -- momentum off then on again: the buffer kept from before carries on (torch's state)
+    local pk = ploss.tensor({ 1, 2 }, { dtype = "f64" })
+    local mo = ploss.optim.SGD({ pk }, { g }, { lr = 0.1, momentum = 0.5 })
+    mo:step()                                   -- buf = g, p − 0.1·g
+    mo.momentum = 0
+    mo:step()                                   -- p − 0.1·g, buf untouched
+    mo.momentum = 0.5
+    mo:step()                                   -- buf = 0.5·g + g = 1.5·g, p − 0.15·g
+    H.assert_close(pk, ploss.tensor({ 1 - 0.35, 2 + 1.4 }, { dtype = "f64" }), { rtol = 1e-15 })
     -- momentum set on after a step without it: the buffer starts as that step's gradient
     -- (torch's), so the step is p − lr·g; the next p − lr·(μ + 1)·g
     local pm = ploss.tensor({ 1, 2 }, { dtype = "f64" })

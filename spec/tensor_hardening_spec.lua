@@ -37,6 +37,7 @@ describe("integer arguments", function()
     -- new dims in front (PyTorch's), a 0-d tensor too; -1 only where the tensor has the dim
     assert.are.same({ { { 7, 8, 9 } }, { { 7, 8, 9 } } }, t:expand(2, 1, 3):totable())
     assert.are.same({ 0, 3, 1 }, t:expand(2, 1, 3):stride())
+    assert.are.same({ 3, 3, 1 }, t:expand(1, 1, 3):stride()) -- a new dim left at size 1: PyTorch's stride
     assert.are.same({ { 5, 5 }, { 5, 5 } }, ploss.tensor(5):expand(2, 2):totable())
     H.expect_error(function() t:expand(-1, 1, 3) end, "expand: size 1 is -1, which only a dim the tensor has can take")
     H.expect_error(function() t:expand(3) end, "expand: expected at least 2 sizes (one per dim, new dims in front), got 1")
@@ -70,6 +71,7 @@ describe("integer arguments", function()
     -- a dim out of range is named as given (not as counted back from the end)
     H.expect_error(function() t:size(-5) end, "dim: -5 is outside [1, 2] (or [-2, -1] from the end) for a 2-d tensor")
     H.expect_error(function() t:select(-3, 1) end, "select: -3 is outside [1, 2]")
+    H.expect_error(function() ploss.tensor(3):size(1) end, "dim: 1: a 0-d tensor has no dims")
   end)
 
   it("an element write to an expanded view is refused: one write would change every row", function()

@@ -1377,9 +1377,9 @@ function M.build(d)
     local o, copts, raw = fprep(d.name .. "_fused", input, target, opts)
     local loss = loss_out(o, raw, input, target)
     if o.inplace and raw.grad_input ~= nil and raw.grad_input ~= input then
-      -- the gradient goes over the input: a separate buffer would be left as it was
+      -- the gradient goes over the input itself: another destination is not taken
       ploss.raise(d.name .. "_fused: opts.grad_input: given with opts.inplace = true, which writes the gradient " ..
-        "over the input; pass one or the other")
+        "over the input itself; pass one or the other")
     end
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),

@@ -208,6 +208,7 @@ return function(ploss)
   --   head:parameters() → { weight }, { gradWeight }.
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
+  Head._loss_head = "ploss.nn.MarginSoftmax" -- refused by Sequential (it has forward and backward)
   Head._constructor = "one table {in_features, classes, criterion = …, dtype = …, device = …} (the sizes go " ..
     "inside the braces, positional or named)"
   -- the fields a call reads (a misspelt one, head.wieght = w, is refused, not kept aside)
@@ -312,10 +313,13 @@ return function(ploss)
 
   function Head:forward(embeddings, ...)
     nn.check_self(self, "MarginSoftmax", "forward", "head")
-    if select("#", ...) > 0 and select(1, ...) ~= nil then
-      ploss.raise("MarginSoftmax:forward: takes the embeddings alone and gives the scores (got a " ..
-        (ploss.is_tensor((...)) and "tensor" or type((...))) .. " as argument 2); the loss and its gradients " ..
-        "come from one fused call: head(embeddings, labels)")
+    for k = 1, select("#", ...) do
+      local v = select(k, ...)
+      if v ~= nil then
+        ploss.raise("MarginSoftmax:forward: takes the embeddings alone and gives the scores (got a " ..
+          (ploss.is_tensor(v) and "tensor" or type(v)) .. " as argument " .. (k + 1) .. "); the loss and its " ..
+          "gradients come from one fused call: head(embeddings, labels)")
+      end
     end
     -- the normalised centres (a few rows: normalised on the host)
     local W = self.weight:to("cpu"):double():totable()
@@ -333,6 +337,7 @@ return function(ploss)
   -- no separate backward: a margin loss's gradient is the fused call's (a Torch7 loop's
   -- backward call is met with where it is)
   function Head:backward()
+    nn.check_self(self, "MarginSoftmax", "backward", "head")
     ploss.raise("MarginSoftmax:backward: the head has no separate backward; head(embeddings, labels) gives " ..
       "the loss and ∂loss/∂embeddings and writes ∂loss/∂W into head.gradWeight, in one fused pass")
   end

@@ -443,6 +443,10 @@ local Sequential = module_class("Sequential")
 local function need_module(m, what)
   local ok = type(m) == "table" and type(m.forward) == "function" and type(m.backward) == "function"
   local class = ok and rawget(m, "__index") == m -- the class itself, not a module made by calling it
+  if ok and not class and m._loss_head then
+    ploss.raise(string.format("%s: %s is a loss head, not a layer: chain the layers, then call " ..
+      "head(embeddings, labels) on their output", what, tostring(m._loss_head)))
+  end
   if not ok or class then
     ploss.raise(string.format("%s: expected a module (e.g. ploss.nn.Linear(4, 3)), got %s", what,
       class and "a class (make one: Cls(…))" or type(m) == "table" and "a table that is not one" or ploss.shown(m)))
@@ -576,14 +580,19 @@ local function optimizer(name, make_state, step_one, fields)
       check_ranges(own)
       for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = own, t = 0, state = {} }, c)
-      for i, p in ipairs(params) do self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own) end
+      for i, p in ipairs(params) do
+        self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own)
+        self.state[i].step = 0
+      end
       return self
     end,
   })
   --- One update of every parameter from its gradient.
-  -- Every gradient is checked against its parameter (shape, dtype, device) before the first
-  -- parameter moves, and the step count advances once all have: a mismatch leaves the
-  -- parameters and the bias corrections' count as they were.
+  -- Every gradient is checked against its parameter (shape, dtype, device: the usual slips)
+  -- before the first parameter moves.  Each parameter keeps its own step count (torch's
+  -- state['step']), advanced with its update: a step that the C checks refuse part-way
+  -- leaves every parameter's count matching the updates it had (self.t counts the
+  -- optimiser's completed steps).
   function cls:step()
     nn.check_self(self, name, "step", "optim")
     for i, p in ipairs(self.params) do
@@ -594,9 +603,12 @@ local function optimizer(name, make_state, step_one, fields)
           "parameter's shape, dtype and device", name, i, ploss.shown(g), i, ploss.shown(p)))
       end
     end
-    local t = self.t + 1
-    for i, p in ipairs(self.params) do step_one(p, self.grads[i], self.state[i], t, self.opts) end
-    self.t = t
+    for i, p in ipairs(self.params) do
+      local st = self.state[i]
+      step_one(p, self.grads[i], st, st.step + 1, self.opts)
+      st.step = st.step + 1
+    end
+    self.t = self.t + 1
   end
   -- every option, the defaults the step takes (its C options struct's) where none was given
   cls.__tostring = function(self)

@@ -956,6 +956,7 @@ local function check_dim(t, d, what)
   check_int(d, what or "dim", "dim")
   local given = d
   if d < 0 then d = nd + 1 + d end
+  if nd == 0 then ploss.raise(string.format("%s: %d: a 0-d tensor has no dims", what or "dim", given)) end
   if d < 1 or d > nd then
     ploss.raise(string.format("%s: %d is outside [1, %d] (or [-%d, -1] from the end) for a %d-d tensor",
       what or "dim", given, nd, nd, nd))
@@ -1290,9 +1291,8 @@ end
 function Tensor:cuda(id) return self:to(id and ("cuda:" .. id) or "cuda") end
 function Tensor:cpu() return self:to("cpu") end
 
---- This tensor as `dtype` (same device); with no argument, the dtype name.
--- Torch7's tensor type names: the dtype, and the device ('torch.Cuda…' the current GPU, the
--- others the CPU)
+-- Torch7's tensor type names: the dtype, and the device ('torch.Cuda…' a GPU: the tensor's
+-- own if it is on one, else the first; the others the CPU)
 local TORCH7_TYPES = { Float = "f32", Double = "f64", Half = "f16", Long = "i64", Int = "i32", Byte = "u8" }
 
 --- The dtype name, or a copy converted to a dtype (a ploss name or alias) or to a Torch7
@@ -1549,11 +1549,12 @@ function Tensor:expand(...)
   if #sizes < #own then
     ploss.raise("expand: expected at least " .. #own .. " sizes (one per dim, new dims in front), got " .. #sizes)
   end
-  -- new leading dims (PyTorch's): size 1 there, repeated like any dim of size 1
+  -- new leading dims (PyTorch's): size 1 there, with the stride of a dim in front of the
+  -- others (one left at size 1 keeps it; a repeated one gets 0 below)
   local lead = #sizes - #own
   for _ = 1, lead do
+    table.insert(strides, 1, #own > 0 and own[1] * strides[1] or 1)
     table.insert(own, 1, 1)
-    table.insert(strides, 1, 0)
   end
   for d = 1, #sizes do
     if check_int(sizes[d], "expand", "size " .. d, -1) == -1 then
