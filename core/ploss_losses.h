@@ -517,9 +517,10 @@ void ploss_large_margin_opts_init(ploss_large_margin_opts *opts);
  * 'mean' divides by the number of valid samples. The sums over all classes and over 𝒩 keep
  * separate maxima, so a target logit far above the others stays finite. 'none' gives the
  * target's shape with zeros at ignored samples (pytorch-loss V3, not V1/V2's compacted vector).
- * A non-target logit of −∞ (a masked class) makes the regulariser −u·log q_j = +∞: the
- * loss and the non-target gradients are NaN, as the formula's own limit has no finite value;
- * mask a class by leaving it out of the logits instead.
+ * A non-target logit of −∞ (a masked class) makes the regulariser −u·log q_j = +∞, so
+ * the loss is +∞; its gradient there is not specified (the CPU gives the gradient formula's
+ * finite limit as x_j → −∞, CUDA's paths are not checked on it): mask a class by leaving
+ * it out of the logits instead.
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 2. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided

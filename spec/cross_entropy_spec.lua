@@ -827,12 +827,13 @@ describe("CrossEntropyLoss edge cases and bad input", function()
     end
   end)
 
-  it("probability targets refuse an ignore_index that names a class, as PyTorch", function()
+  it("probability targets refuse an ignore_index that is not negative, as PyTorch", function()
     local x = ploss.randn(2, 3)
     local p = ploss.tensor({ { 0.2, 0.3, 0.5 }, { 1, 0, 0 } })
     all_passes_fail(x, p, { ignore_index = 1 },
-      { "opts.ignore_index: 1 names a class, but the target holds probabilities", "PLOSS_ERR_INVALID_ARGUMENT" })
-    all_passes_fail(x, p, { ignore_index = 0 }, "opts.ignore_index: 0 names a class")
+      { "opts.ignore_index: 1 is not negative, but the target holds probabilities", "PLOSS_ERR_INVALID_ARGUMENT" })
+    all_passes_fail(x, p, { ignore_index = 0 }, "opts.ignore_index: 0 is not negative")
+    all_passes_fail(x, p, { ignore_index = 255 }, "opts.ignore_index: 255 is not negative") -- no class of 3 either
     -- a negative one (the default -100, or -1) is no class: accepted
     H.assert_close({ F.cross_entropy(x, p, { ignore_index = -1 }) }, { F.cross_entropy(x, p) }, { rtol = 0, atol = 0 })
   end)

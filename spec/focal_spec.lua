@@ -385,6 +385,16 @@ describe("OneHotTargets", function()
       H.expect_error(function() local c = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}, { [k] = "f32" }) return c end,
         "OneHotTargets: unknown option '" .. k .. "'")
     end
+    -- its options are fields read at each call, as a criterion's; others are refused
+    local b = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {})
+    b.label_smoothing, b.smoothing_convention = 0.3, "uniform_others"
+    H.assert_equal(b:forward(x, y), a:forward(x, y))
+    assert.are.equal("ploss.OneHotTargets(" .. tostring(b.inner) ..
+      ", label_smoothing=0.3, smoothing_convention='uniform_others')", tostring(b))
+    H.expect_error(function() b.reducton = "sum" end, "OneHotTargets: 'reducton' is none of the fields it reads")
+    H.expect_error(function() b.reduction = "sum" end, "the reduction is the wrapped criterion's (w.inner.reduction = …)")
+    b.inner.reduction = "sum"
+    H.assert_equal(b:forward(x, y), ploss.BCEWithLogitsLoss { reduction = "sum" }:forward(x, t))
     H.expect_error(function() local l = a:forward(x) return l end, "OneHotTargets: target: expected a ploss tensor of class indices, got nil")
     H.expect_error(function() local l = a.forward(x, y) return l end, "OneHotTargets.forward: called without its object")
   end)

@@ -97,6 +97,12 @@ describe("LargeMarginSoftmaxLoss by hand", function()
       for _, v in ipairs(g:flat()) do assert.is_true(v == v and math.abs(v) < 1, dt .. " gradient " .. v) end
       for _, v in ipairs(lv) do assert.is_true(v == v and v < math.huge, dt .. " loss " .. v) end
     end
+    -- a masked non-target class (−∞): the regulariser's limit, a loss of +∞
+    for _, o in ipairs { { lam = 0.3 }, { lam = 0.3, reduction = "sum" } } do
+      local l = F.large_margin_softmax(ploss.tensor({ { 0, -math.huge, 1 } }, { dtype = "f64" }),
+        ploss.tensor({ 0 }, { dtype = "i64" }), o)
+      assert.are.equal(math.huge, type(l) == "number" and l or l:item())
+    end
     -- gradient of the dominant row in f64 by central differences
     local x = ploss.tensor({ { 1000, 0, 1, 2 } }, { dtype = "f64" })
     local y = ploss.tensor({ 0 }, { dtype = "i64" })

@@ -88,6 +88,9 @@ describe("one_hot", function()
     local iout = ploss.empty({ 3, 3 }, { dtype = "i64" })
     H.expect_error(function() ploss.one_hot(ploss.tensor({ 0, 1, 1 }, { dtype = "i64" }), nil, { out = iout, label_smoothing = 0.1 }) end,
       "out: label smoothing 0.1 needs a float dtype, got i64", iout)
+    -- an output made from opts.dtype: the option named
+    H.expect_error(function() ploss.one_hot(ploss.tensor({ 0, 1, 1 }, { dtype = "i64" }), 3, { dtype = "i64", label_smoothing = 0.1 }) end,
+      "one_hot: opts.dtype: label smoothing 0.1 needs a float dtype, got i64")
     local one = ploss.empty({ 3, 1 })
     H.expect_error(function()
       ploss.one_hot(ploss.tensor({ 0, 0, 0 }, { dtype = "i64" }), nil, { out = one, label_smoothing = 0.1, smoothing_convention = "uniform_others" })

@@ -379,8 +379,8 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
      * rather than dropped without a word */
     if (spec->target == PLOSS_LOSS_TARGET_INDEX_OR_PROBABILITIES && probabilities && o->ignore_index >= 0)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                           "opts.ignore_index: %lld names a class, but the target holds probabilities (no labels "
-                           "to ignore); leave it negative (default -100), as PyTorch requires",
+                           "opts.ignore_index: %lld is not negative, but the target holds probabilities (no "
+                           "labels to ignore); leave it negative (default -100), as PyTorch requires",
                            (long long)o->ignore_index);
 
     /* the per-class vector (class weights, α or priors), if the loss has one */

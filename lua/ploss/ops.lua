@@ -48,6 +48,7 @@ end
 -- Errors: a label outside [0, C) that is not ignore_index ("target: class index 7 at
 -- sample (n, s) is outside [0, 5) …"; on CUDA reported by the next synchronising call).
 local one_hot_keys = { dtype = true, label_smoothing = true, smoothing_convention = true, ignore_index = true, out = true }
+local ONE_HOT_MADE = { out = "opts.dtype" }
 function ploss.one_hot(target, num_classes, opts)
   if opts == nil then opts = {} end
   if not ploss.is_tensor(target) then ploss.raise("one_hot: target: expected a ploss tensor, got " .. type(target)) end
@@ -86,7 +87,10 @@ function ploss.one_hot(target, num_classes, opts)
     end
     co.smoothing_convention = v
   end
-  ploss.check(C.ploss_one_hot(target:context(), target:dl(), co, out:dl()), "one_hot")
+  -- an output made here from opts.dtype: its errors (an integer dtype with smoothing) name
+  -- that option
+  ploss.check(C.ploss_one_hot(target:context(), target:dl(), co, out:dl()), "one_hot",
+    opts.out == nil and ONE_HOT_MADE or nil)
   out:bump_version() -- a criterion's state computed from it is stale
   return out
 end
@@ -115,6 +119,13 @@ local function taylor_copts(opts, what, input)
   if not (dim > -INT32 and dim < INT32) then
     ploss.raise(string.format("%s: opts.dim: %.0f is out of range for %s", what, dim,
       ploss.is_tensor(input) and ("an input of rank " .. input:dim()) or "any input (a tensor has at most 8 dims)"))
+  end
+  -- a dim past the input's rank named as given (1-based), where the C call would name it
+  -- 0-based; an input the C call refuses first (its dtype, 0-d) is left to it
+  local rank = ploss.is_tensor(input) and input:is_floating_point() and input:dim() or 0
+  if rank > 0 and (dim > rank or dim < -rank) then
+    ploss.raise(string.format("%s: opts.dim: %d is out of range for an input of rank %d (1 to %d, or -%d to -1) " ..
+      "(PLOSS_ERR_INVALID_ARGUMENT)", what, dim, rank, rank, rank))
   end
   co.n = n
   co.dim = dim > 0 and dim - 1 or dim
@@ -236,20 +247,30 @@ end
 --   Adapts an elementwise criterion on N×C(×d…) logits (BCEWithLogitsLoss, FocalLoss) to
 --   class-index targets: each call builds the one-hot targets of the labels (ploss.one_hot,
 --   in the input's dtype on its device, a buffer reused between calls; ignored labels give
---   all-zero rows) and calls the wrapped criterion with them.  Same API as a criterion.
+--   all-zero rows) and calls the wrapped criterion with them.  Same API as a criterion;
+--   its options are fields read at each call (w.label_smoothing = 0.1), the reduction the
+--   wrapped criterion's (w.inner.reduction).
 ---------------------------------------------------------------------------------------
 local OneHotTargets = nn.class("OneHotTargets")
+-- its options are fields read at each call, as a criterion's (a misspelt one is refused)
+local ONE_HOT_OPTIONS = { "ignore_index", "label_smoothing", "smoothing_convention" }
+OneHotTargets._fields = { inner = true }
+for _, k in ipairs(ONE_HOT_OPTIONS) do OneHotTargets._fields[k] = true end
+OneHotTargets._field_hints = {
+  reduction = ": the reduction is the wrapped criterion's (w.inner.reduction = …)",
+}
 
 function OneHotTargets:__init(inner, opts)
   if type(inner) ~= "table" or not inner.fused then
     ploss.raise("OneHotTargets: expected a criterion (e.g. ploss.FocalLoss{}), got " .. type(inner))
   end
   self.inner = inner
-  self.one_hot_opts = {}
   opts = ploss.options_of(opts, "OneHotTargets")
   -- the one-hot tensor is the wrapper's own buffer, in the input's dtype
-  ploss.check_option_keys(opts, "OneHotTargets", { label_smoothing = true, smoothing_convention = true, ignore_index = true })
-  for k, v in pairs(opts) do self.one_hot_opts[k] = v end
+  local known = {}
+  for _, k in ipairs(ONE_HOT_OPTIONS) do known[k] = true end
+  ploss.check_option_keys(opts, "OneHotTargets", known)
+  for _, k in ipairs(ONE_HOT_OPTIONS) do self[k] = opts[k] end
 end
 
 function OneHotTargets:targets(input, labels)
@@ -259,7 +280,7 @@ function OneHotTargets:targets(input, labels)
   table.insert(sizes, math.min(2, #sizes + 1), input:size(2))
   self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
   local o = { out = self._onehot }
-  for k, v in pairs(self.one_hot_opts) do o[k] = v end
+  for _, k in ipairs(ONE_HOT_OPTIONS) do o[k] = rawget(self, k) end
   return ploss.one_hot(labels, nil, o)
 end
 
@@ -281,7 +302,14 @@ function OneHotTargets:fused(input, labels, scale)
   return self.output, self.gradInput
 end
 
-function OneHotTargets:tostring() return "ploss.OneHotTargets(" .. tostring(self.inner) .. ")" end
+function OneHotTargets:tostring()
+  local set = {}
+  for _, k in ipairs(ONE_HOT_OPTIONS) do
+    local v = rawget(self, k)
+    if v ~= nil then set[#set + 1] = k .. "=" .. (type(v) == "string" and ("'" .. v .. "'") or tostring(v)) end
+  end
+  return "ploss.OneHotTargets(" .. tostring(self.inner) .. (#set > 0 and ", " .. table.concat(set, ", ") or "") .. ")"
+end
 
 -- ploss.OneHotTargets(criterion, opts): `OneHotTargets` is the class; calling it with a
 -- criterion builds an instance

@@ -27,8 +27,9 @@ uniform.  Per valid sample with label y, 𝒩 = {j ≠ y}, u = 1/(C − 1), q th
 'mean' divides by the number of valid samples.  The sums over all classes and over 𝒩 keep
 separate maxima, so a target logit far above the others stays finite.  'none' gives the
 target's shape with zeros at ignored samples (pytorch-loss V3, not V1/V2's compacted vector).
-A non-target logit of −∞ (a masked class) makes the regulariser −u·log q_j = +∞: the loss
-and the non-target gradients are NaN, as the formula's own limit has no finite value; mask
-a class by leaving it out of the logits instead.]],
+A non-target logit of −∞ (a masked class) makes the regulariser −u·log q_j = +∞, so the
+loss is +∞; its gradient there is not specified (the CPU gives the gradient formula's finite
+limit as x_j → −∞, CUDA's paths are not checked on it): mask a class by leaving it out of
+the logits instead.]],
   gradient = "∂ℓ/∂x_y = p_y − 1, ∂ℓ/∂x_j = p_j + (λ/2)·(q_j·(x_j − E + 1) − u) for j ∈ 𝒩.",
 }
