@@ -26,7 +26,8 @@ static ploss_status check_priors_cpu(const ploss_view *w, const char *name)
         const double v = ploss_load(w->data, w->dtype, j * w->strides[0]);
         if (!(v >= 0.0) || !isfinite(v))
             return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                               "%s: the prior %g of class %lld is not a finite number >= 0", name, v, (long long)j);
+                               "%s: the prior %s of class %lld is not a finite number >= 0", name, PLOSS_SHOWN(v),
+                               (long long)j);
         positive |= v > 0.0;
     }
     if (!positive && w->shape[0] > 0)
