@@ -119,6 +119,8 @@ local function parse_args(argv)
       o.plot = false
     elseif a == "--ema" then
       o.ema = true
+    elseif a:match("^%-%-no%-plot=") or a:match("^%-%-ema=") then
+      die(a:match("^(%-%-[%w%-]+)=") .. " takes no value (it is a switch: give it alone)")
     else
       local key, val = a:match("^%-%-([%w%-]+)=(.*)$")
       if not key then
@@ -206,16 +208,6 @@ end
 local device = ploss.parse_device(opt.device)
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
--- the output folder before the training, not after it: one that cannot be written is told now
-do
-  os.execute("mkdir -p -- " .. shell_quote(opt.out) .. " 2>/dev/null")
-  local probe = string.format("%s/.fashion_mnist-%s-%d.tmp", opt.out, os.getenv("PLOSS_RANK") or "0", os.time())
-  local f = io.open(probe, "w")
-  if not f then die("--out " .. opt.out .. ": cannot write a file there") end
-  f:close()
-  os.remove(probe)
-end
 
 -- Under tools/launch.sh: a communicator over the ranks (the centres sharded, the MLP
 -- data-parallel); rank r uses cuda:r on a GPU.
@@ -333,6 +325,17 @@ local train, test = load_split("train"), load_split("t10k")
 local n_train = opt.limit and math.min(opt.limit, train.n) or train.n
 if n_train < 1 then die("--limit: expected at least 1 image") end
 local load_seconds = now() - t_load
+
+-- the output folder once the data has loaded (a wrong --data leaves no folder behind) and
+-- before the training, not after it: one that cannot be written is told now
+do
+  os.execute("mkdir -p -- " .. shell_quote(opt.out) .. " 2>/dev/null")
+  local probe = string.format("%s/.fashion_mnist-%s-%d.tmp", opt.out, os.getenv("PLOSS_RANK") or "0", os.time())
+  local f = io.open(probe, "w")
+  if not f then die("--out " .. opt.out .. ": cannot write a file there") end
+  f:close()
+  os.remove(probe)
+end
 
 ---------------------------------------------------------------------------------------
 -- Batches: pixels scaled to [0, 1] and standardised with the training set's mean and

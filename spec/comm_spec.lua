@@ -94,6 +94,29 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     assert.is_true(secs < 20, "took " .. secs .. " s:\n" .. out)
   end)
 
+  it("a rank that fails at once, before the others have started: the launcher ends every time", function()
+    -- a rank stopped before it opened its output FIFO left that FIFO's filter waiting for a
+    -- writer, and the launcher waiting for the filter, in about half of such runs
+    local tmp = os.tmpname()
+    local script = tmp .. ".lua" -- the launcher runs a .lua file with luajit
+    local f = assert(io.open(script, "w"))
+    f:write('if os.getenv("PLOSS_RANK") == "0" then os.exit(3) end\n',
+      'local t = os.clock() while os.clock() - t < 30 do end\n')
+    f:close()
+    for _ = 1, 6 do
+      local t0 = os.time()
+      -- (under `timeout`: a launcher that hangs fails here, with 124, rather than the suite)
+      local p = assert(io.popen(string.format("PLOSS_LAUNCH_GRACE=2 timeout 30 %q -n 4 %q 2>&1; echo \"EXIT:$?\"",
+        H.root .. "/tools/launch.sh", script)))
+      local out = p:read("*a")
+      p:close()
+      assert.are.equal("3", out:match("EXIT:(%d+)%s*$"), out)
+      assert.is_true(os.time() - t0 < 15, "took " .. (os.time() - t0) .. " s:\n" .. out)
+    end
+    os.remove(script)
+    os.remove(tmp)
+  end)
+
   it("a rank that fails before init: the launcher stops the others and leaves no shared memory behind", function()
     local out, status = launch(3, "fail_before_init", "PLOSS_LAUNCH_GRACE=2")
     assert.are.equal(3, status, out)

@@ -75,8 +75,20 @@ cleanup() {
     [ -z "$fifos" ] || rm -rf "$fifos"
     rm -f "/dev/shm/ploss-comm-${id:8:48}"
 }
-trap 'stop_all; wait; cleanup; exit 130' INT
-trap 'stop_all; wait; cleanup; exit 143' TERM
+# Once the ranks have ended: a rank stopped before it opened its FIFO leaves its filter
+# blocked in the FIFO's open for reading, for ever.  Opening each FIFO read-write (which
+# never blocks) and closing it again gives such a filter its writer, then its end of file;
+# a filter already reading is unaffected, one already gone does not matter.
+release_filters() {
+    local r fd
+    [ -n "$fifos" ] || return 0
+    for ((r = 0; r < ${#filters[@]}; r++)); do
+        [ -p "$fifos/$r" ] || continue
+        exec {fd}<>"$fifos/$r" && exec {fd}>&-
+    done
+}
+trap 'stop_all; wait "${pids[@]}"; release_filters; wait; cleanup; exit 130' INT
+trap 'stop_all; wait "${pids[@]}"; release_filters; wait; cleanup; exit 143' TERM
 
 for ((r = 0; r < n; r++)); do
     if [ "$prefix" = 1 ]; then
@@ -117,6 +129,7 @@ while [ "${#running[@]}" -gt 0 ]; do
     running=("${still[@]}")
     [ "${#running[@]}" -eq 0 ] || sleep 0.05
 done
+release_filters
 [ "${#filters[@]}" -eq 0 ] || wait "${filters[@]}"
 cleanup
 exit "$status"
