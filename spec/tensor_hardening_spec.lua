@@ -559,6 +559,11 @@ describe("zero-copy exchange", function()
     -- a void * (as another library hands it over) is taken
     local r = managed(buf, { 4 })
     assert.are.equal(4, ploss.from_dlpack(ffi.cast("void *", r.p)):numel())
+    -- the same pointer object twice: refused, not read (ploss frees its own export at once)
+    local e = ploss.tensor({ 1, 2, 3 }):to_dlpack()
+    assert.are.same({ 1, 2, 3 }, ploss.from_dlpack(e):flat())
+    H.expect_error(function() ploss.from_dlpack(e) end,
+      "from_dlpack: this DLManagedTensor was taken by an earlier from_dlpack (a DLPack tensor is consumed once")
   end)
 
   it("from_pointer wraps memory without copying and keeps its owner alive", function()

@@ -634,11 +634,18 @@ end
 -- pointer is NULL becomes an ordinary empty ploss tensor (the deleter is called at once).
 -- As with every DLPack consumer, `managed` is consumed by a call that returns: pass it once
 -- (its producer may free it at once — ploss frees its own exports so — and a second call
--- would read freed memory).
+-- would read freed memory; the same pointer object given again is refused).
+local consumed = setmetatable({}, { __mode = "k" }) -- the pointer objects from_dlpack has taken
 function ploss.from_dlpack(managed)
   if not (ffi.istype(managed_ptr_t, managed) or ffi.istype(void_ptr_t, managed)) then
     ploss.raise("from_dlpack: expected a DLManagedTensor * (or void *), got " ..
       (type(managed) == "cdata" and tostring(ffi.typeof(managed)) or type(managed)))
+  end
+  -- the same pointer object a second time: its record may be freed already (reading it
+  -- would give garbage or a crash); another object holding the same address is not known
+  if consumed[managed] then
+    ploss.raise("from_dlpack: this DLManagedTensor was taken by an earlier from_dlpack (a DLPack tensor is " ..
+      "consumed once; export it again, e.g. t:to_dlpack())")
   end
   local m = ffi.cast(managed_ptr_t, managed)
   if m == nil then ploss.raise("from_dlpack: the DLManagedTensor pointer is NULL") end
@@ -691,9 +698,11 @@ function ploss.from_dlpack(managed)
     local data = dl.data ~= nil and ffi.cast("char *", dl.data) + dl.byte_offset or nil
     t = wrap("from_dlpack", data, sizes, strides, dtype, device, STORAGE_DLPACK)
     t.store.managed = m
+    consumed[managed] = true
     return t
   end
   -- the tensor no longer needs the producer's record
+  consumed[managed] = true
   if m.deleter ~= nil then m.deleter(m) end
   return t
 end
