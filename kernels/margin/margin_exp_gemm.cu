@@ -1,7 +1,7 @@
 /*
  * margin_exp_gemm.cu — the margin losses' product GEMM with its exponential fused into the
- * epilogue (CUTLASS 3, sm_90 warp-specialised TMA kernel, built only where the CUTLASS
- * headers are found: tools/fetch_cutlass.sh).  For bf16 X (M×K) and W (N×K), row-major:
+ * epilogue (CUTLASS 3, sm_90 warp-specialised ping-pong TMA kernel, built only where the
+ * CUTLASS headers are found: tools/fetch_cutlass.sh).  For bf16 X (M×K) and W (N×K), row-major:
  *
  *     E_ij = 2^(X_i·W_j · c_j · r_i − shift)      (bf16, fp32 accumulation and epilogue)
  *
@@ -55,15 +55,19 @@ using Masked = fusion::Sm90EVT<fusion::Sm90Compute<MaskedExp2, float, float, kRo
                                PerColumn<TileShape, float> /* c_j */, PerRow<TileShape, float> /* r_i */,
                                Coordinate<1> /* j */, PerRow<TileShape, float> /* y_i */>;
 /* the rows' sums in fp32, one partial per tile (each written once: deterministic; the
- * caller adds them in order) */
+ * caller adds them in order).  No bounds test per element: the mask gives 0, the sum's
+ * identity, at every column past the classes (those past N included), and the partials of
+ * rows past M are never read. */
 using RowSums = fusion::Sm90EVT<fusion::Sm90ColReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape,
-                                                         float, float, kRound, Stride<_1, _0, int64_t>, 4, true,
-                                                         false>,
+                                                         float, float, kRound, Stride<_1, _0, int64_t>, 4, false,
+                                                         false, false>,
                                 Masked>;
 using ExpTree = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, Element, float, kRound>,
                                 RowSums>;
 
-using Gemm = EpilogueGemm<TileShape, Element, ExpTree>::Gemm;
+/* ping-pong: a tile's epilogue (an exponential, a select and a sum per element) runs while
+ * the other warp group's products do */
+using Gemm = EpilogueGemm<TileShape, Element, ExpTree, Schedule::PingPong>::Gemm;
 
 extern "C" ploss_status ploss_cuda_margin_exp_gemm(const ploss_margin_exp_gemm *g, void *workspace,
                                                    size_t workspace_bytes, size_t *needed, cudaStream_t stream)

@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 /* The GEMM's tile: each row's sum comes as one partial per TILE_N columns. */
-#define PLOSS_MARGIN_EXP_TILE_M 256
+#define PLOSS_MARGIN_EXP_TILE_M 128
 #define PLOSS_MARGIN_EXP_TILE_N 128
 
 /* E = 2^(A·Bᵀ ⊙ (r·cᵀ) − shift) in bf16, zero where column j = row_target[i] or

@@ -74,9 +74,9 @@ using RowSums = fusion::Sm90EVT<fusion::Sm90ColReduction<cutlass::plus, cutlass:
 /* Each column's sums of E over the rows of a tile: one partial per column and tile,
  * ptr[q·Nr + j] for row tile q (Nr = N rounded up to TILE_N), in a fixed order.  The register
  * sums hold one slot per distinct column of the thread's elements; the GMMA accumulator gives
- * the lanes that share columns (lane bits 2–4: rows) and the warps that do (all eight, each
- * its rows), so the lanes' sums are added by three shuffles and the warps' through shared
- * memory, in warp order.  (CUTLASS's Sm90RowReduction keeps its sums in local memory here.) */
+ * the lanes that share columns (lane bits 2–4: rows) and the warps that do (the warp group's
+ * four, each its rows), so the lanes' sums are added by three shuffles and the warps'
+ * through shared memory, in warp order.  (CUTLASS's Sm90RowReduction keeps its sums in local memory here.) */
 struct ColumnSums {
     struct SharedStorage {};
     struct Arguments {
@@ -146,7 +146,7 @@ struct ColumnSums {
         {
             if (!is_last_iteration)
                 return;
-            constexpr int TN = PLOSS_INFONCE_EXP_TILE_N, WARPS = 8;
+            constexpr int TN = PLOSS_INFONCE_EXP_TILE_N, WARPS = PLOSS_INFONCE_EXP_TILE_M / 32;
             static_assert(decltype(cosize(smem_buffer.layout()))::value *
                                   sizeof(typename remove_cvref_t<STensor>::value_type) >=
                               WARPS * TN * sizeof(float),
@@ -197,7 +197,8 @@ struct ColumnSums {
                                                                        args.thread_idx);
         Tensor tCr = make_tensor_like<float>(tCg);
         fill(tCr, 0.0f);
-        static_assert(decltype(size(args.tiled_copy))::value == 256, "ColumnSums: two consumer warp groups");
+        static_assert(decltype(size(args.tiled_copy))::value == PLOSS_INFONCE_EXP_TILE_M,
+                      "ColumnSums: a thread per tile row (one ping-pong warp group)");
         const int n0 = (int)n * PLOSS_INFONCE_EXP_TILE_N;
         return ConsumerStoreCallbacks<decltype(tCr), decltype(args.tCcD), decltype(args.residue_tCcD)>(
             tCr, args.tCcD, args.residue_tCcD, n0, (int)m, (int)N, args.thread_idx, params.ptr);
@@ -210,8 +211,10 @@ using GradTree = fusion::Sm90EVT<fusion::Sm90Compute<GradientExp2, Element, floa
                                  PerColumn<float> /* c_j */, PerRow<float> /* r_i */, PerRow<float> /* u_i */,
                                  PerColumn<float> /* v_j */>;
 
-using SumsGemm = EpilogueGemm<TileShape, void, SumsTree>::Gemm;
-using GradGemm = EpilogueGemm<TileShape, Element, GradTree>::Gemm;
+/* ping-pong, both: a tile's epilogue (an exponential per element, and the sums or the
+ * gradient's scaling) runs while the other warp group's products do */
+using SumsGemm = EpilogueGemm<TileShape, void, SumsTree, Schedule::PingPong>::Gemm;
+using GradGemm = EpilogueGemm<TileShape, Element, GradTree, Schedule::PingPong>::Gemm;
 
 extern "C" ploss_status ploss_cuda_infonce_exp_gemm(const ploss_infonce_exp_gemm *g, void *workspace,
                                                     size_t workspace_bytes, size_t *needed, cudaStream_t stream)

@@ -16,7 +16,7 @@ extern "C" {
 
 /* The GEMMs' tile: the sums come as one partial per TILE_N columns (each row's) and per
  * TILE_M rows (each column's). */
-#define PLOSS_INFONCE_EXP_TILE_M 256
+#define PLOSS_INFONCE_EXP_TILE_M 128
 #define PLOSS_INFONCE_EXP_TILE_N 128
 
 /* A (M×K) and B (N×K) bf16 row-major (leading dimensions lda, ldb), r (M) and c (N) f32:

@@ -1,9 +1,10 @@
 /*
  * sm90_epilogue_gemm.cuh — what the CUTLASS GEMMs with a fused epilogue share
- * (kernels/margin/margin_exp_gemm.cu, kernels/pairs/infonce_exp_gemm.cu; built only where
- * CUTLASS's headers are, for sm_90a): bf16 row-major A (M×K) times bf16 row-major B (N×K)ᵀ
- * with fp32 accumulation, a warp-specialised cooperative TMA kernel on clusters of 1×2 with
- * a persistent scheduler, the epilogue a visitor tree; per-row and per-column fp32 vectors
+ * (kernels/margin/margin_exp_gemm.cu, kernels/pairs/infonce_exp_gemm.cu,
+ * kernels/pairs/batch_hard_mine_gemm.cu; built only where CUTLASS's headers are, for
+ * sm_90a): bf16 row-major A (M×K) times bf16 row-major B (N×K)ᵀ with fp32 accumulation, a
+ * warp-specialised TMA kernel (cooperative or ping-pong) on clusters of 1×2 with a
+ * persistent scheduler, the epilogue a visitor tree; per-row and per-column fp32 vectors
  * broadcast into it; the probe-or-run launch.  Internal; included by those .cu files only.
  */
 #ifndef PLOSS_SM90_EPILOGUE_GEMM_CUH
@@ -80,17 +81,28 @@ template <class Node> struct WithoutOutput : Node {
 };
 
 /* The GEMM of an epilogue tree; ElementD void: no output tensor (the tree's root names the
- * type the epilogue builder lays its unused buffer out by). */
-template <class Tile, class ElementD, class Tree> struct EpilogueGemm {
+ * type the epilogue builder lays its unused buffer out by).  Cooperative: the two consumer
+ * warp groups share each tile (Tile's M = 256), then its epilogue; PingPong: each warp group
+ * takes its own tile (M = 128) and runs its epilogue while the other's products run — for
+ * epilogues whose per-element work would otherwise leave the tensor cores idle (the margin
+ * product and InfoNCE's GEMMs; the batch-hard mining, whose epilogue keeps more state per
+ * element, is slower so and stays cooperative). */
+enum class Schedule { Cooperative, PingPong };
+template <class Tile, class ElementD, class Tree, Schedule S = Schedule::Cooperative> struct EpilogueGemm {
+    static constexpr bool kPingPong = S == Schedule::PingPong;
+    using EpilogueSchedule = std::conditional_t<kPingPong, cutlass::epilogue::TmaWarpSpecialized,
+                                                cutlass::epilogue::TmaWarpSpecializedCooperative>;
+    using KernelSchedule = std::conditional_t<kPingPong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, ClusterShape,
         cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, ElementD,
-        cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative, Tree>::CollectiveOp;
+        cutlass::layout::RowMajor, 8, EpilogueSchedule, Tree>::CollectiveOp;
     using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
         cutlass::layout::ColumnMajor, 8, float, Tile, ClusterShape,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-        cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+        KernelSchedule>::CollectiveOp;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                         cutlass::gemm::PersistentScheduler>;
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
