@@ -200,6 +200,27 @@ describe("MultiCriterion", function()
     H.assert_close(ba, weighted({ fa }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bp, weighted({ fp }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bn, weighted({ fn }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
+    -- Torch7's list form {a, p, n}: the same numbers, the gradients as one list
+    local sa, sp, sn = ba:clone(), bp:clone(), bn:clone()
+    local listed = crit:backward({ a, p, n }, 2)
+    assert.are.equal(3, #listed)
+    H.assert_equal(listed[1], sa)
+    H.assert_equal(listed[2], sp)
+    H.assert_equal(listed[3], sn)
+    assert.are.equal(listed, crit.gradInput)
+    local ll, lg = crit({ a, p, n })
+    assert.are.equal(loss, ll)
+    H.assert_close(lg[3], weighted({ fn }, { 1 }), { rtol = 0, atol = 0 })
+    assert.are.equal(loss, crit:forward({ a, p, n }))
+    -- a member's per-row outputs (return_lse) would be taken for gradients: refused
+    local h, w = H.random_logits({ 4, 3 }, { dtype = "f64" }), H.random_logits({ 5, 3 }, { dtype = "f64" })
+    local lab = ploss.tensor({ 0, 1, 4, 2 }, { dtype = "i64" })
+    local lse = ploss.MultiCriterion():add(ploss.LinearCrossEntropyLoss { return_lse = true }, 2)
+    H.expect_error(function() lse(h, w, lab) end,
+      "MultiCriterion:fused: member 1 returns its lse (return_lse = true): a composite adds losses and gradients only")
+    local pe = ploss.ParallelCriterion():add(ploss.LinearCrossEntropyLoss { return_entropy = true })
+    H.expect_error(function() pe({ { h, w } }, { lab }) end,
+      "ParallelCriterion:fused: member 1 returns its entropy (return_entropy = true)")
   end)
 
   it("refuses misuse by name", function()

@@ -843,6 +843,24 @@ describe("support ops and layers with criteria and bad options", function()
     H.expect_error(function() ploss.nn.Sequential(lin) end, "Sequential: expected a list of modules ({m1, m2, …}), got a module")
     H.expect_error(function() ploss.nn.Sequential { ploss.nn.Linear } end, "Sequential: modules[1]: expected a module")
     H.expect_error(function() ploss.nn.Sequential {}:add("x") end, "Sequential:add: expected a module")
+    H.expect_error(function() ploss.nn.Sequential {}:add(ploss.CrossEntropyLoss()) end,
+      "Sequential:add: ploss.CrossEntropyLoss is a criterion, not a layer")
+    -- a layer without its input gradient (input_grad = false) after a layer with parameters:
+    -- refused before any layer runs, not a chain that stops there without a word
+    local first = ploss.nn.Linear(4, 8, { dtype = "f64" })
+    local skip = ploss.nn.Linear(8, 3, { dtype = "f64", input_grad = false })
+    local chain = ploss.nn.Sequential { first, ploss.nn.Swish(), skip }
+    local xs = ploss.randn({ 5, 4 }, { dtype = "f64", seed = 3 })
+    chain:forward(xs)
+    skip.gradWeight:fill(7)
+    H.expect_error(function() chain:backward(xs, ploss.ones({ 5, 3 }, { dtype = "f64" })) end,
+      "Sequential:backward: modules[3] gives no input gradient (input_grad = false), but modules[1] before it has " ..
+      "parameters that need one")
+    assert.are.equal(7, skip.gradWeight:flat()[1]) -- nothing ran
+    -- as the first layer with parameters it ends the chain: the model's gradInput is nil
+    local lead = ploss.nn.Sequential { ploss.nn.Swish(), ploss.nn.Linear(4, 3, { dtype = "f64", input_grad = false }) }
+    lead:forward(xs)
+    assert.is_nil(lead:backward(xs, ploss.ones({ 5, 3 }, { dtype = "f64" })))
   end)
 
   it("refuse a method called with a dot, naming it", function()

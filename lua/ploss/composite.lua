@@ -100,6 +100,15 @@ local function check_members(self, where, fused)
       ploss.raise(string.format("%s: member %d is in place (inplace = true): it would write over the input " ..
         "another member reads", where, k))
     end
+    -- per-row outputs (return_lse, …) come after a member's gradients in its fused call,
+    -- where a composite would take them for gradients
+    local d = rawget(m, "_description") or m._description
+    for _, x in ipairs(type(d) == "table" and d.outputs or {}) do
+      if rawget(m, x.option) then
+        ploss.raise(string.format("%s: member %d returns its %s (%s = true): a composite adds losses and " ..
+          "gradients only; call that criterion on its own for it", where, k, x.name or x.option, x.option))
+      end
+    end
   end
 end
 
@@ -240,9 +249,27 @@ end
 
 local function drop_first(_, ...) return ... end
 
+-- Torch7's list form of several inputs, m:backward({a, p, n}, …): the inputs unpacked for
+-- the members (true, then the call's arguments), and the gradients given back as one list,
+-- as a member's own list form gives them.
+local function list_form(first, ...)
+  if not (type(first) == "table" and not ploss.is_tensor(first) and getmetatable(first) == nil and
+          ploss.is_tensor(first[1])) then
+    return false, first, ...
+  end
+  local a, n = { unpack(first, 1, table.maxn(first)) }, table.maxn(first)
+  for i = 1, select("#", ...) do a[n + i] = select(i, ...) end
+  return true, unpack(a, 1, n + select("#", ...))
+end
+
 function Multi:backward(...)
   nn.check_self(self, "MultiCriterion", "backward")
-  return drop_first(multi_run(self, "backward", "MultiCriterion:backward", ...))
+  local function finish(listed, ...)
+    if not listed then return drop_first(multi_run(self, "backward", "MultiCriterion:backward", ...)) end
+    self.gradInput = { drop_first(multi_run(self, "backward", "MultiCriterion:backward", ...)) }
+    return self.gradInput
+  end
+  return finish(list_form(...))
 end
 
 function Multi:fused(...)
@@ -251,7 +278,13 @@ function Multi:fused(...)
     self.output = out
     return out, ...
   end
-  return finish(multi_run(self, "fused", "MultiCriterion:fused", ...))
+  local function run(listed, ...)
+    if not listed then return finish(multi_run(self, "fused", "MultiCriterion:fused", ...)) end
+    local r = { multi_run(self, "fused", "MultiCriterion:fused", ...) }
+    self.output, self.gradInput = r[1], { unpack(r, 2, table.maxn(r)) }
+    return r[1], self.gradInput
+  end
+  return run(list_form(...))
 end
 
 function Multi:tostring() return "ploss.MultiCriterion(" .. member_list(self) .. ")" end

@@ -447,6 +447,10 @@ local function need_module(m, what)
     ploss.raise(string.format("%s: %s is a loss head, not a layer: chain the layers, then call " ..
       "head(embeddings, labels) on their output", what, tostring(m._loss_head)))
   end
+  if ok and not class and type(m.fused) == "function" then -- a criterion: forward needs a target
+    ploss.raise(string.format("%s: %s is a criterion, not a layer: chain the layers, then call the criterion " ..
+      "on their output and the target", what, m._class_name and ("ploss." .. m._class_name) or "this"))
+  end
   if not ok or class then
     ploss.raise(string.format("%s: expected a module (e.g. ploss.nn.Linear(4, 3)), got %s", what,
       class and "a class (make one: Cls(…))" or type(m) == "table" and "a table that is not one" or ploss.shown(m)))
@@ -496,10 +500,29 @@ function Sequential:backward(input, gradOutput)
       "forward read %d); the saved activations belong to the old values: call forward again", input:version(),
       self._version))
   end
+  -- A layer that skips its input gradient (input_grad = false) ends the chain: only where no
+  -- layer before it has parameters (they would keep a stale or zero gradient without a
+  -- word).  Checked before any layer runs; a module of another kind that gives none is
+  -- checked when it does.
+  local function check_skip(i)
+    for j = 1, i - 1 do
+      local m = self.modules[j]
+      if m.parameters and #m:parameters() > 0 then
+        ploss.raise(string.format("Sequential:backward: modules[%d] gives no input gradient (input_grad = " ..
+          "false), but modules[%d] before it has parameters that need one: only a first layer may skip it", i, j))
+      end
+    end
+  end
+  for i = 2, #self.modules do
+    if self.modules[i].input_grad == false then check_skip(i) end
+  end
   local g = gradOutput
   for i = #self.modules, 1, -1 do
     g = self.modules[i]:backward(self._inputs[i], g)
-    if g == nil then break end -- a layer that skips its input gradient ends the chain
+    if g == nil then
+      check_skip(i)
+      break
+    end
   end
   self.gradInput = g
   return g
