@@ -857,6 +857,19 @@ describe("support ops and layers with criteria and bad options", function()
       "Sequential:backward: modules[3] gives no input gradient (input_grad = false), but modules[1] before it has " ..
       "parameters that need one")
     assert.are.equal(7, skip.gradWeight:flat()[1]) -- nothing ran
+    -- clone (Torch7's): the same options and values, nothing shared, nothing drawn
+    local model = ploss.nn.Sequential { ploss.nn.Linear(4, 3, { dtype = "f64" }), ploss.nn.Mish { inplace = true },
+      ploss.nn.Linear(3, 2, { dtype = "f64", bias = false, accumulate = true }), ploss.nn.TaylorSoftmax { n = 4 } }
+    local want = model:forward(xs):clone()
+    local _, offset = ploss.rng_state()
+    local twin = model:clone()
+    assert.are.equal(offset, select(2, ploss.rng_state()))
+    assert.is_nil(twin.output) -- the last call's buffers are not copied
+    H.assert_equal(twin:forward(xs), want)
+    assert.are.equal(tostring(model), tostring(twin))
+    twin.modules[1].weight:fill(0)
+    assert.are_not.equal(0, model.modules[1].weight:flat()[1])
+    assert.is_true(twin.modules[3].accumulate)
     -- as the first layer with parameters it ends the chain: the model's gradInput is nil
     local lead = ploss.nn.Sequential { ploss.nn.Swish(), ploss.nn.Linear(4, 3, { dtype = "f64", input_grad = false }) }
     lead:forward(xs)

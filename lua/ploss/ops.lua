@@ -236,6 +236,11 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   function cls:updateOutput(input) return self:forward(input) end
   function cls:updateGradInput(input, gradOutput) return self:backward(input, gradOutput) end
   function cls:parameters() return {}, {} end
+  -- (no parameters: a module of the same options, as the layers' clone)
+  function cls:clone()
+    nn.check_self(self, cls_name, "clone", "layer")
+    return cls { n = self.n, dim = self.dim }
+  end
   function cls:tostring() return tostring(self) end
   ploss[cls_name] = cls
   nn[cls_name] = cls

@@ -290,6 +290,31 @@ local function module_class(name)
     local ps, gs = self:parameters()
     for i, p in ipairs(ps) do p:add_(gs[i], -lr) end
   end
+  -- Torch7's clone: a layer of the same class and options with copies of its parameters
+  -- and their gradients (a Sequential's modules cloned in turn); nothing is shared with
+  -- the original and nothing is drawn from the generator.  The buffers of the last call
+  -- (output, gradInput, the saved inputs) are not copied: the next call makes them.
+  cls.clone = function(self)
+    nn.check_self(self, name, "clone", "layer")
+    local function copy(v)
+      if ploss.is_tensor(v) then return v:clone() end
+      if type(v) ~= "table" then return v end
+      if getmetatable(v) then
+        if type(v.clone) ~= "function" then
+          ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
+        end
+        return v:clone()
+      end
+      local t = {}
+      for k, x in pairs(v) do t[k] = copy(x) end
+      return t
+    end
+    local c = setmetatable({}, getmetatable(self))
+    for k, v in pairs(self) do
+      if k ~= "output" and k ~= "gradInput" and not (type(k) == "string" and k:sub(1, 1) == "_") then c[k] = copy(v) end
+    end
+    return c
+  end
   cls.tostring = function() return "ploss.nn." .. name end
   nn[name] = cls
   return cls
