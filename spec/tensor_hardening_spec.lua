@@ -268,6 +268,20 @@ describe("printing a large tensor", function()
     return v
   end)(), opts) end
 
+  it("shows i64 values exactly, also past 2^53 (beyond a Lua number's integers)", function()
+    local buf = ffi.new("int64_t[3]", { 9007199254740993LL, -9223372036854775807LL - 1LL, 5 })
+    local t = ploss.from_pointer(buf, { 3 }, { dtype = "i64" })
+    assert.are.equal("     9007199254740993\n -9223372036854775808\n                    5\n[ploss.Tensor i64 3 on cpu]",
+      tostring(t))
+    -- summarised and strided too
+    local lbuf = ffi.new("int64_t[2000]", { 9007199254740993LL })
+    local long = ploss.from_pointer(lbuf, { 2000 }, { dtype = "i64" })
+    assert.is_truthy(tostring(long):find("9007199254740993", 1, true))
+    assert.are.equal(" 1  3\n 2  4\n[ploss.Tensor i64 2x2 on cpu]", tostring(ploss.tensor({ { 1, 2 }, { 3, 4 } },
+      { dtype = "i64" }):t()))
+    assert(buf and lbuf) -- the memory lives as long as the views
+  end)
+
   it("shows the head and tail of a 1-d tensor", function()
     -- a long dim costs nothing to summarise (an expanded view of 2^40 elements)
     assert.are.equal("   5\n   5\n   5\n ...\n   5\n   5\n   5\n[ploss.Tensor i64 1099511627776 on cpu]",

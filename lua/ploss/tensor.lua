@@ -1593,7 +1593,7 @@ end
 local PRINT_LIMIT = 1000
 
 local function formatter(vals, is_float)
-  if not is_float then return function(v) return string.format("%d", v) end end
+  if not is_float then return function(v) return type(v) == "string" and v or string.format("%d", v) end end
   local allint, maxabs, minabs = true, 0, math.huge
   for _, v in ipairs(vals) do
     if v == v and v ~= math.huge and v ~= -math.huge then
@@ -1619,6 +1619,16 @@ end
 -- summary is gathered into a small host tensor by one copy per combination of head and
 -- tail blocks, so that a large (or CUDA) tensor is never read whole.
 local EDGE = 3
+-- The values of t to print: host_values's numbers, but i64 as their exact decimal strings
+-- (a Lua number is exact only to 2^53: 2^53 + 1 would print as 2^53).
+local function print_values(t)
+  if t:dtype() ~= "i64" then return host_values(t) end
+  local h = t:to("cpu")
+  if not h:is_contiguous() then h = h:contiguous() end
+  local p, out = ffi.cast("int64_t *", h.desc.data), {}
+  for i = 0, tonumber(h.n) - 1 do out[i + 1] = tostring(p[i]):sub(1, -3) end -- "…LL"
+  return out
+end
 local function shown_values(t, sizes)
   local pos, cut, small, summarise = {}, {}, {}, tonumber(t.n) > PRINT_LIMIT
   for d, n in ipairs(sizes) do
@@ -1631,7 +1641,7 @@ local function shown_values(t, sizes)
     end
     small[d] = #pos[d]
   end
-  if not summarise then return host_values(t), pos, cut end
+  if not summarise then return print_values(t), pos, cut end
   local host = ploss.empty(small, { dtype = t:dtype() })
   local cuts = {}
   for d = 1, #sizes do if cut[d] then cuts[#cuts + 1] = d end end
@@ -1646,7 +1656,7 @@ local function shown_values(t, sizes)
     end
     dst:copy(src)
   end
-  local vals = host_values(host)
+  local vals = print_values(host)
   host:free()
   return vals, pos, cut
 end
