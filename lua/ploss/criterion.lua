@@ -381,17 +381,6 @@ local function same_list(copy, v)
   return true
 end
 
--- The tensor options of a call (tensor_args's, by index with holes) as a list and its length:
--- more tensors the call reads, which the criterion's output buffers must not be (a gradient
--- given back as crit.weight gets a new buffer, as one given back as the input does).
-local function read_list(d, tensors)
-  local list = {}
-  for k = 1, #d.tensors do
-    if tensors[k] ~= nil then list[#list + 1] = tensors[k] end
-  end
-  return list, #list
-end
-
 -- The tensor options as tensors on the input's device: a list becomes a tensor of the
 -- accumulation dtype (f64 for f64 input, else f32), cached per device and dtype in `cache`
 -- while the list's values stay the same.  The tensors that are arguments of the call
@@ -1233,15 +1222,17 @@ function M.build(d)
     local o = current(self, input, target)
     local copts = fill(d, o, self._copts)
     local tensors = tensor_args(d, o, input, self._cache)
-    local read, nread = read_list(d, tensors)
+    -- the tensor options are read by the call too: a buffer among them is replaced (a
+    -- gradient given back as crit.weight), as one given back as the input is
+    local ntensors = #d.tensors
     self._state_key = nil
     self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target,
-      nil, read, nread)
+      nil, tensors, ntensors)
     if d.state then
       -- f64: backward from it then equals the fused pass (rounded to f32, a confident
       -- sample's gradient would lose its digits)
-      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device(), input, target, nil, read,
-        nread)
+      self._state = nn.buffer(self._state, state_sizes(d, input), "f64", input:device(), input, target, nil, tensors,
+        ntensors)
     end
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
@@ -1271,7 +1262,7 @@ function M.build(d)
       state = self._state
     end
     -- self.gradInput changes only once the call has succeeded (a refused call leaves it)
-    local gi = nn.grad_buffer(self.gradInput, input, input, target, gl, read_list(d, tensors))
+    local gi = nn.grad_buffer(self.gradInput, input, input, target, gl, tensors, #d.tensors)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
       state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", CRIT_NAMES)
@@ -1288,14 +1279,13 @@ function M.build(d)
     local copts = fill(d, o, self._copts, scale)
     self._state_key = nil
     local tensors = tensor_args(d, o, input, self._cache)
-    local read, nread = read_list(d, tensors)
     self._loss = nn.buffer(self._loss, loss_shape(d, o, input, target), loss_dtype(input), input:device(), input, target,
-      nil, read, nread)
+      nil, tensors, #d.tensors)
     local grad
     if o.inplace then
       grad = input
     else
-      grad = nn.grad_buffer(self.gradInput, input, input, target, nil, read, nread)
+      grad = nn.grad_buffer(self.gradInput, input, input, target, nil, tensors, #d.tensors)
     end
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,

@@ -206,6 +206,21 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true, float = true, float32 = true, double = true,
   float64 = true, half = true, float16 = true, bfloat16 = true } -- and the aliases ploss.tensor takes
 local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
+
+--- A copy of `v` that shares no tensor with it: tensors cloned, plain tables copied
+-- element by element; a value with a metatable (an object: a module, a communicator) is
+-- `object(v)`'s, numbers, strings and booleans themselves.  The clone() of the criteria and
+-- of the layers.
+function nn.deep_copy(v, object)
+  if ploss.is_tensor(v) then return v:clone() end
+  if type(v) ~= "table" then return v end
+  if getmetatable(v) then return object(v) end
+  local t = {}
+  for k, x in pairs(v) do t[k] = nn.deep_copy(x, object) end
+  return t
+end
+-- a criterion's option that is an object (a communicator) is shared by its clone
+local function shared(v) return v end
 function nn.torch7_methods(cls, name)
   function cls:type(t)
     nn.check_self(self, name, "type")
@@ -224,15 +239,8 @@ function nn.torch7_methods(cls, name)
   function cls:double() nn.check_self(self, name, "double") return self:type("torch.DoubleTensor") end
   function cls:clone()
     nn.check_self(self, name, "clone")
-    local function copy(v)
-      if ploss.is_tensor(v) then return v:clone() end
-      if type(v) ~= "table" or getmetatable(v) then return v end -- a communicator, a value
-      local t = {}
-      for k, x in pairs(v) do t[k] = copy(x) end
-      return t
-    end
     local opts = {}
-    for k in pairs(rawget(cls, "_fields") or {}) do opts[k] = copy(rawget(self, k)) end
+    for k in pairs(rawget(cls, "_fields") or {}) do opts[k] = nn.deep_copy(rawget(self, k), shared) end
     local c = cls(opts)
     for k, m in ipairs(rawget(self, "_members") or {}) do c:add(m:clone(), self._weights[k]) end
     return c

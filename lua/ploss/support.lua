@@ -296,22 +296,17 @@ local function module_class(name)
   -- (output, gradInput, the saved inputs) are not copied: the next call makes them.
   cls.clone = function(self)
     nn.check_self(self, name, "clone", "layer")
-    local function copy(v)
-      if ploss.is_tensor(v) then return v:clone() end
-      if type(v) ~= "table" then return v end
-      if getmetatable(v) then
-        if type(v.clone) ~= "function" then
-          ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
-        end
-        return v:clone()
+    local function object(v) -- a module among the fields (a Sequential's): cloned in turn
+      if type(v.clone) ~= "function" then
+        ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
       end
-      local t = {}
-      for k, x in pairs(v) do t[k] = copy(x) end
-      return t
+      return v:clone()
     end
     local c = setmetatable({}, getmetatable(self))
     for k, v in pairs(self) do
-      if k ~= "output" and k ~= "gradInput" and not (type(k) == "string" and k:sub(1, 1) == "_") then c[k] = copy(v) end
+      if k ~= "output" and k ~= "gradInput" and not (type(k) == "string" and k:sub(1, 1) == "_") then
+        c[k] = nn.deep_copy(v, object)
+      end
     end
     return c
   end
@@ -646,7 +641,7 @@ local function optimizer(name, make_state, step_one, fields)
     for i, p in ipairs(self.params) do
       local g = self.grads[i]
       if not (ploss.is_tensor(p) and ploss.is_tensor(g) and p:dtype() == g:dtype() and
-              p:device() == g:device() and table.concat(p:size(), "x") == table.concat(g:size(), "x")) then
+              p:device() == g:device() and p:has_sizes(g:size())) then
         ploss.raise(string.format("%s: step: grads[%d] (%s) does not match params[%d] (%s): expected the " ..
           "parameter's shape, dtype and device", name, i, ploss.shown(g), i, ploss.shown(p)))
       end

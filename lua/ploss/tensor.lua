@@ -1623,10 +1623,10 @@ local EDGE = 3
 -- (a Lua number is exact only to 2^53: 2^53 + 1 would print as 2^53).
 local function print_values(t)
   if t:dtype() ~= "i64" then return host_values(t) end
-  local h = t:to("cpu")
-  if not h:is_contiguous() then h = h:contiguous() end
+  local h = host_copy(t, "i64")
   local p, out = ffi.cast("int64_t *", h.desc.data), {}
   for i = 0, tonumber(h.n) - 1 do out[i + 1] = tostring(p[i]):sub(1, -3) end -- "…LL"
+  if h ~= t then h:free() end
   return out
 end
 local function shown_values(t, sizes)
