@@ -981,7 +981,8 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * NaN propagates as in PyTorch: a NaN element, or infinite distances (∞ − ∞), give that
  * row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum) and NaN
  * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
- * or 'sum' is then NaN.
+ * or 'sum' is then NaN. A NaN or infinite upstream gradient reaches only the rows whose hinge
+ * is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp backward gives it.
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -2166,7 +2167,9 @@ ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor
 
 /**
  * Hinge embedding loss, backward. ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y =
- * −1 (PyTorch's subgradient at the hinge), 0 elsewhere; the sum of both for another y.
+ * −1 (PyTorch's subgradient at the hinge), 0 elsewhere; the sum of both for another y. Where
+ * it is 0 the upstream gradient does not pass, a NaN or infinite one included (autograd's clamp
+ * backward).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -4086,7 +4089,8 @@ ploss_status ploss_triplet_margin_with_distance_forward(ploss_ctx_t *ctx, const 
  * TripletMarginLoss. cosine, for a pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8):
  * ∂d/∂u = −v/(c_u·c_v) + cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward
  * computes it (the norm's own derivative taken unclamped, 0 for u = 0), so a vector shorter
- * than 1e-8 gets PyTorch's finite gradient.
+ * than 1e-8 gets PyTorch's finite gradient. A NaN or infinite upstream gradient reaches only
+ * the rows whose hinge is active (c ≠ 0).
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -4258,7 +4262,8 @@ ploss_status ploss_hinge_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
 
 /**
  * Hinge loss, backward. ∂ℓ/∂x = −y where y·x < m, else 0 (Torch7's: 0 at the kink y·x
- * = m, and where y·x is NaN).
+ * = m, and where y·x is NaN); where it is 0 the upstream gradient does not pass, a NaN or
+ * infinite one included.
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any

@@ -270,6 +270,32 @@ describe("TripletMarginLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("passes a NaN or ∞ upstream gradient only to rows whose hinge is active, as the CPU", function()
+    local nan, inf = 0 / 0, math.huge
+    local a, p, n = triplets(40, 20, 5)
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local ac, pc, nc = a:type(dtype), p:type(dtype), n:type(dtype)
+      local ag, pg, ng = ac:to(DEV), pc:to(DEV), nc:to(DEV)
+      local up = {}
+      for i = 1, 40 do up[i] = i % 3 == 0 and nan or i % 3 == 1 and inf or 0.5 end
+      up = ploss.tensor(up, { dtype = dtype == "f64" and "f64" or "f32" })
+      for _, c in ipairs { { "triplet_margin", { margin = 0.5 } }, { "triplet_margin_with_distance",
+        { distance = "cosine", margin = 0.5 } } } do
+        local o = H.with(c[2], { reduction = "none" })
+        local lc = F[c[1]](ac, pc, nc, o):flat()
+        local inactive = 0
+        for i = 1, 40 do if lc[i] == 0 then inactive = inactive + 1 end end
+        assert.is_true(inactive > 0 and inactive < 40, c[1] .. " " .. dtype .. ": both kinds of rows")
+        local gc = { F[c[1] .. "_backward"](ac, pc, nc, up, o) }
+        local gg = { F[c[1] .. "_backward"](ag, pg, ng, up:to(DEV), o) }
+        for k = 1, 3 do H.assert_equal(gg[k], gc[k], { what = c[1] .. " " .. dtype .. " per row " .. k }) end
+        gc = { F[c[1] .. "_backward"](ac, pc, nc, nan, c[2]) }
+        gg = { F[c[1] .. "_backward"](ag, pg, ng, nan, c[2]) }
+        for k = 1, 3 do H.assert_equal(gg[k], gc[k], { what = c[1] .. " " .. dtype .. " scalar " .. k }) end
+      end
+    end
+  end)
+
   it("is deterministic: bitwise the same loss and gradients on every run", function()
     local a, p, n = triplets(50000, 24, 31)
     for _, dtype in ipairs { "f32", "bf16" } do

@@ -240,6 +240,27 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
     end
   end)
 
+  it("a NaN or ∞ upstream gradient: 0 where the hinge is inactive (hinge embedding, hinge), as the CPU", function()
+    local nan, inf = 0 / 0, math.huge
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = ploss.tensor({ 0.3, 2, 1, -1, 0.25, -3 }, { dtype = dtype })
+      local y = ploss.tensor({ 1, -1, -1, -1, 1, -1 }, { dtype = dtype })
+      local go = ploss.tensor({ nan, nan, inf, -inf, nan, nan }, { dtype = ldtype(dtype) })
+      -- an inactive element of each: hinge embedding's x = 2 (y = −1), hinge's y·x = 3
+      for name, off in pairs { hinge_embedding_loss = 2, hinge_loss = 6 } do
+        local what = name .. " " .. dtype
+        -- an upstream gradient per element (the general kernel), a scalar NaN (the fast one)
+        local gc = F[name .. "_backward"](x, y, go, { reduction = "none" })
+        H.assert_equal(F[name .. "_backward"](x:to(DEV), y:to(DEV), go:to(DEV), { reduction = "none" }), gc,
+          { what = what .. " per element" })
+        assert.is_true(gc:flat()[off] == 0, what)
+        local sc = F[name .. "_backward"](x, y, nan)
+        H.assert_equal(F[name .. "_backward"](x:to(DEV), y:to(DEV), nan), sc, { what = what .. " scalar" })
+        assert.is_true(sc:flat()[off] == 0, what)
+      end
+    end
+  end)
+
   it("kl_div: 'batchmean' divides by the first dim, 0·log 0 = 0 (f32, fast and general kernels)", function()
     local lq = ploss.tensor({ { math.log(0.5), math.log(0.25), math.log(0.25), 0 },
       { math.log(0.1), math.log(0.6), math.log(0.3), 0 } }, { dtype = "f32", device = DEV })

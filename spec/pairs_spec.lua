@@ -294,6 +294,34 @@ describe("TripletMarginLoss", function()
     end
   end)
 
+  it("passes a NaN or ∞ upstream gradient only to rows whose hinge is active (autograd's clamp backward)", function()
+    local nan, inf = 0 / 0, math.huge
+    local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end
+    -- row 1: d_ap = 5, d_an = 10: 5 − 10 + 1 < 0, inactive; row 2 as in the case above
+    local a, p, n = T { { 0, 0 }, { 0, 0 } }, T { { 3, 4 }, { 3, 4 } }, T { { 6, 8 }, { 1, 0 } }
+    local o = { eps = 0, reduction = "none" }
+    local ga, gp, gn = F.triplet_margin_backward(a, p, n, T { nan, 2 }, o)
+    H.assert_close(ga, { { 0, 0 }, { 0.8, -1.6 } }, { rtol = 1e-15 })
+    H.assert_close(gp, { { 0, 0 }, { 1.2, 1.6 } }, { rtol = 1e-15 })
+    H.assert_close(gn, { { 0, 0 }, { -2, 0 } }, { rtol = 1e-15 })
+    ga = F.triplet_margin_backward(a, p, n, T { -inf, 2 }, o)
+    H.assert_close(ga, { { 0, 0 }, { 0.8, -1.6 } }, { rtol = 1e-15 })
+    -- a NaN 'mean' upstream gradient: NaN on the active row only
+    local N2 = { nan, nan }
+    ga, gp, gn = ploss.TripletMarginLoss { eps = 0 }:backward(a, p, n, nan)
+    H.assert_close(ga, { { 0, 0 }, N2 })
+    H.assert_close(gn, { { 0, 0 }, N2 })
+    -- the cosine distance: its last row has no active hinge (1 − cos(a, p) = 0, 1 − cos(a, n) = 2)
+    local ca, cp, cn = T { { 1, 2, 3 }, { 0.5, -1, 2 } }, T { { 2, 0, 1 }, { 0.5, -1, 2 } },
+      T { { -1, 0.5, 2 }, { -0.5, 1, -2 } }
+    local k = { distance = "cosine", reduction = "none" }
+    local _, ra = F.triplet_margin_with_distance_fused(ca, cp, cn, k)
+    local wa, wp, wn = F.triplet_margin_with_distance_backward(ca, cp, cn, T { 1, nan }, k)
+    H.assert_equal(wa, { ra:totable()[1], { 0, 0, 0 } })
+    H.assert_equal(wp:select(1, 2), { 0, 0, 0 })
+    H.assert_equal(wn:select(1, 2), { 0, 0, 0 })
+  end)
+
   it("splits the gradient half and half at a swap tie d(p, n) = d(a, n), as torch.minimum", function()
     -- a = (3, 4), p = (4, 3), n = (0, 0), eps = 0: d_an = d_pn = 5, d_ap = √2, margin 5 → ℓ = √2
     local T = function(t) return ploss.tensor(t, { dtype = "f64" }) end

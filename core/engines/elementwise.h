@@ -65,6 +65,14 @@ typedef enum {
 /* The kinds computed by the pointwise terms (no sigmoid). */
 #define PLOSS_EW_IS_POINTWISE(kind) ((kind) >= PLOSS_EW_MSE)
 
+/* The hinge kinds: where the hinge is not active (∂ℓ/∂x = 0) the upstream gradient does not
+ * pass, a NaN or infinite one included — autograd's clamp_min and where backward give 0
+ * there, not 0·NaN. */
+#define PLOSS_EW_GATES_UPSTREAM(kind) ((kind) == PLOSS_EW_HINGE_EMBEDDING || (kind) == PLOSS_EW_HINGE)
+
+/* ∂ℓ/∂x times the upstream factor om, with the hinge kinds' gate. */
+#define PLOSS_EW_UPSTREAM(kind, om, dx) (PLOSS_EW_GATES_UPSTREAM(kind) && (dx) == 0 ? 0 : (om) * (dx))
+
 typedef struct ploss_sigmoid_problem {
     ploss_pass pass;
     ploss_reduction reduction;

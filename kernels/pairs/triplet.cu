@@ -100,8 +100,10 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
         T *ga = (T *)p.grad[0].data + i * p.grad[0].sn, *gp = (T *)p.grad[1].data + i * p.grad[1].sn,
           *gn = (T *)p.grad[2].data + i * p.grad[2].sn;
         if (p.cosine) {
-            const A sa = (A)(w * rc.self[0]), sp = (A)(w * rc.self[1]), sn = (A)(w * rc.self[2]);
-            const A c_ap = (A)(w * rc.cross_ap), c_an = (A)(w * rc.cross_an), c_pn = (A)(w * rc.cross_pn);
+            const A sa = (A)ploss_upstream(w, rc.self[0]), sp = (A)ploss_upstream(w, rc.self[1]),
+                    sn = (A)ploss_upstream(w, rc.self[2]);
+            const A c_ap = (A)ploss_upstream(w, rc.cross_ap), c_an = (A)ploss_upstream(w, rc.cross_an),
+                    c_pn = (A)ploss_upstream(w, rc.cross_pn);
             for (int64_t j = lane; j < p.D; j += 32) {
                 const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
                 ga[j * p.grad[0].sd] = from_acc<T>(sa * a + c_ap * b + c_an * n);
@@ -110,7 +112,8 @@ __global__ void __launch_bounds__(THREADS) triplet_kernel(const ploss_triplet_pr
             }
             continue;
         }
-        const A k_ap = (A)(w * r.k_ap), k_an = (A)(w * r.k_an), k_pn = (A)(w * r.k_pn);
+        const A k_ap = (A)ploss_upstream(w, r.k_ap), k_an = (A)ploss_upstream(w, r.k_an),
+                k_pn = (A)ploss_upstream(w, r.k_pn);
         for (int64_t j = lane; j < p.D; j += 32) {
             const A a = to_acc(ra[j * p.x[0].sd]), b = to_acc(rp[j * p.x[1].sd]), n = to_acc(rn[j * p.x[2].sd]);
             const A t_ap = k_ap == A(0) ? A(0) : k_ap * dir(a - b + eps, pn);

@@ -48,9 +48,9 @@ static double pnorm_row(const ploss_triplet_problem *p, double *const x[3], doub
         for (int k = 0; k < 3; ++k)
             for (int64_t j = 0; j < D; ++j)
                 g[k][j] = 0.0;
-        pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, w * r.k_ap);
-        pair_grad(g[0], g[2], x[0], x[2], D, p->eps, p->p, w * r.k_an);
-        pair_grad(g[1], g[2], x[1], x[2], D, p->eps, p->p, w * r.k_pn);
+        pair_grad(g[0], g[1], x[0], x[1], D, p->eps, p->p, ploss_upstream(w, r.k_ap));
+        pair_grad(g[0], g[2], x[0], x[2], D, p->eps, p->p, ploss_upstream(w, r.k_an));
+        pair_grad(g[1], g[2], x[1], x[2], D, p->eps, p->p, ploss_upstream(w, r.k_pn));
     }
     return r.loss;
 }
@@ -70,13 +70,17 @@ static double cosine_row(const ploss_triplet_problem *p, double *const x[3], dou
     const double sq[3] = {dot(x[0], x[0], D), dot(x[1], x[1], D), dot(x[2], x[2], D)};
     const ploss_triplet_cosine_row r = ploss_triplet_cosine_finish(
         sq, dot(x[0], x[1], D), dot(x[0], x[2], D), p->swap ? dot(x[1], x[2], D) : 0.0, p->margin, p->swap);
-    if (g[0])
+    if (g[0]) {
+        const double s0 = ploss_upstream(w, r.self[0]), s1 = ploss_upstream(w, r.self[1]),
+                     s2 = ploss_upstream(w, r.self[2]), c_ap = ploss_upstream(w, r.cross_ap),
+                     c_an = ploss_upstream(w, r.cross_an), c_pn = ploss_upstream(w, r.cross_pn);
         for (int64_t j = 0; j < D; ++j) {
             const double a = x[0][j], b = x[1][j], n = x[2][j];
-            g[0][j] = w * (r.self[0] * a + r.cross_ap * b + r.cross_an * n);
-            g[1][j] = w * (r.self[1] * b + r.cross_ap * a + r.cross_pn * n);
-            g[2][j] = w * (r.self[2] * n + r.cross_an * a + r.cross_pn * b);
+            g[0][j] = s0 * a + c_ap * b + c_an * n;
+            g[1][j] = s1 * b + c_ap * a + c_pn * n;
+            g[2][j] = s2 * n + c_an * a + c_pn * b;
         }
+    }
     return r.loss;
 }
 

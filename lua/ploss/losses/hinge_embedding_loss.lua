@@ -26,7 +26,8 @@ Elementwise, with x the input and y the label:
 the element count.]],
   gradient = [[
 ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y = −1 (PyTorch's subgradient at the hinge),
-0 elsewhere; the sum of both for another y.]],
+0 elsewhere; the sum of both for another y.  Where it is 0 the upstream gradient does not pass,
+a NaN or infinite one included (autograd's clamp backward).]],
   notes = [[
 Only the input gets a gradient.  The target must have the input's shape.]],
 }

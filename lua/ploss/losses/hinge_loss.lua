@@ -22,7 +22,8 @@ Elementwise, with x the score and y the label:
 'mean' divides by the element count (Torch7's sizeAverage).  A NaN score or label gives a
 NaN loss (Torch7's kernel dropped it as 0).]],
   gradient = [[
-∂ℓ/∂x = −y where y·x < m, else 0 (Torch7's: 0 at the kink y·x = m, and where y·x is NaN).]],
+∂ℓ/∂x = −y where y·x < m, else 0 (Torch7's: 0 at the kink y·x = m, and where y·x is NaN); where
+it is 0 the upstream gradient does not pass, a NaN or infinite one included.]],
   notes = [[
 PyTorch has no such criterion: its SoftMarginLoss is the smooth form, log(1 + e^(−y·x)),
 and its HingeEmbeddingLoss takes distances, not scores.  Only the input gets a gradient.]],

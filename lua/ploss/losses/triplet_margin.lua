@@ -54,7 +54,9 @@ log(1 + exp(·)) would overflow.]],
     "gradient 0, never NaN.  NaN propagates as in PyTorch: a NaN element, or infinite distances " ..
     "(∞ − ∞), give that row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is " ..
     "the minimum) and NaN gradients in its three rows, hinge or soft margin; the other rows are " ..
-    "unaffected, and 'mean' or 'sum' is then NaN.",
+    "unaffected, and 'mean' or 'sum' is then NaN.  A NaN or infinite upstream gradient reaches only " ..
+    "the rows whose hinge is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp " ..
+    "backward gives it.",
   notes = [[
 In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
 as a value distinct from leaving margin out (which gives the default 1).  With eps = 0 and

@@ -47,7 +47,8 @@ difference: the same numbers as TripletMarginLoss's defaults) and 1 − cosine_s
     "for a pair (u, v) with clamped norms c_u = max(‖u‖, 1e-8): ∂d/∂u = −v/(c_u·c_v) + " ..
     "cos·u/(c_u·‖u‖), as PyTorch's cosine_similarity backward computes it (the norm's own " ..
     "derivative taken unclamped, 0 for u = 0), so a vector shorter than 1e-8 gets PyTorch's " ..
-    "finite gradient.",
+    "finite gradient.  A NaN or infinite upstream gradient reaches only the rows whose hinge is " ..
+    "active (c ≠ 0).",
   notes = [[
 A NaN element gives its row a NaN loss and NaN gradients in its three rows, as
 TripletMarginLoss (PyTorch leaves the positive's gradient 0 when only the negative is NaN);
