@@ -673,6 +673,19 @@ describe("calls on a criterion", function()
     H.expect_error(function()
       F.cross_entropy_fused(x:clone(), y, { inplace = true, grad_input = ploss.zeros({ 4, 5 }, { dtype = "f64" }) })
     end, "cross_entropy_fused: opts.grad_input: given with opts.inplace = true, which writes the gradient over the input")
+    -- forward and backward write no gradient over the input: inplace = true is refused there
+    -- (taken, it would leave the input as it was), the input untouched
+    local xc = x:clone()
+    H.expect_error(function()
+      local r = F.cross_entropy_backward(xc, y, 1, { inplace = true })
+      return r
+    end, "cross_entropy_backward: opts.inplace: only cross_entropy_fused writes the gradient over the input")
+    H.expect_error(function()
+      local r = F.lovasz_softmax(xc:view(4, 5, 1), y:view(4, 1), { inplace = true })
+      return r
+    end, "lovasz_softmax: opts.inplace: only lovasz_softmax_fused writes the gradient over the input")
+    H.assert_close(xc, x, { rtol = 0, atol = 0 })
+    assert.are.equal(F.cross_entropy(x, y), F.cross_entropy(x, y, { inplace = false }))
     -- a loss of several inputs: the weight's own gradient given back as the weight
     local h, w = ploss.randn({ 3, 4 }, { dtype = "f64", seed = 5 }), ploss.randn({ 5, 4 }, { dtype = "f64", seed = 6 })
     local t = ploss.tensor({ 0, 4, 2 }, { dtype = "i64" })

@@ -1326,8 +1326,14 @@ function M.build(d)
   local function fprep(where, input, target, opts)
     check_args(where, input, target, d)
     if opts == nil then opts = {} end
-    local o = resolve(d, opts, FUNCTIONAL_KEYS[pass_of(where)], where)
-    check_buffers(opts, FUNCTIONAL_KEYS[pass_of(where)], where)
+    local pass = pass_of(where)
+    local o = resolve(d, opts, FUNCTIONAL_KEYS[pass], where)
+    if o.inplace and pass ~= "fused" then -- taken without a word, it would leave the input as it was
+      ploss.raise(string.format("%s: opts.inplace: only %s_fused writes the gradient over the input; %s", where,
+        d.name, pass == "backward" and "backward writes it to opts.grad_input or a new tensor"
+          or "the forward pass writes no gradient"))
+    end
+    check_buffers(opts, FUNCTIONAL_KEYS[pass], where)
     if opts.scale ~= nil and type(opts.scale) ~= "number" then bad_scale(where, opts.scale, "opts.scale") end
     return o, fill(d, o, ctype(), opts.scale), opts
   end

@@ -10,7 +10,8 @@
 --       ('none'; nil = ones).  opts.grad_input: a buffer to write into.
 --   ploss.F.<name>_fused(input, target [, opts])      → loss, grad_input
 --       one pass; opts.scale multiplies the gradient (default 1), opts.inplace = true writes
---       the gradient over input (and returns input), opts.out / opts.grad_input: buffers.
+--       the gradient over input (and returns input; the other two refuse it),
+--       opts.out / opts.grad_input: buffers.
 -- `opts` takes the criterion's options (reduction, weight, …).  Nothing is cached between
 -- calls: backward recomputes the per-sample state from the input.
 --
