@@ -901,8 +901,8 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
 typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0); a
-       finite number (> 0 without soft_margin); default 1.0 */
+    /* μ, the margin of the hinge (with soft_margin only its default is taken; PyTorch also
+       refuses μ <= 0); a finite number (> 0 without soft_margin); default 1.0 */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;
@@ -1023,7 +1023,8 @@ typedef enum ploss_pair_distance {
 typedef struct ploss_batch_hard_triplet_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (unused with soft_margin); a finite number; default 0.3 */
+    /* μ, the margin of the hinge (with soft_margin only its default is taken); a finite
+       number; default 0.3 */
     double margin;
     /* softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None);
        default 0 */

@@ -342,7 +342,7 @@ describe("TripletMarginLoss", function()
     H.assert_close(gn2, { { -2 * h, -2 * h } }, { rtol = 1e-9 })
   end)
 
-  it("refuses a margin <= 0 for the hinge, as PyTorch's TripletMarginLoss; the soft margin has none", function()
+  it("refuses a margin <= 0 for the hinge, as PyTorch's TripletMarginLoss, and a margin with the soft margin", function()
     local a, p, n = triplet_inputs(4, 3, "f64", 5)
     for _, m in ipairs { 0, -1 } do
       H.expect_error(function() ploss.TripletMarginLoss { margin = m } end, "opts.margin: " .. m .. " is not > 0")
@@ -362,10 +362,26 @@ describe("TripletMarginLoss", function()
       assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
         C.ploss_triplet_margin_forward(a:context(), a:dl(), p:dl(), n:dl(), o, out:dl()))
       assert.truthy(ffi.string(C.ploss_last_error()):find("opts.margin", 1, true))
-      -- soft_margin = true: the margin is unused, any value goes
-      local soft = F.triplet_margin(a, p, n, { margin = m, soft_margin = true, reduction = "sum" })
-      H.assert_close(soft, F.triplet_margin(a, p, n, { soft_margin = true, reduction = "sum" }), { rtol = 0 })
+      -- soft_margin = true has no margin: one given with it is refused (Lua and C alike)
+      H.expect_error(function()
+        local r = F.triplet_margin(a, p, n, { margin = m, soft_margin = true })
+        return r
+      end, "opts.margin: " .. m .. " with soft_margin = true")
+      o.soft_margin = 1
+      assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+        C.ploss_triplet_margin_forward(a:context(), a:dl(), p:dl(), n:dl(), o, out:dl()))
+      assert.truthy(ffi.string(C.ploss_last_error()):find("with soft_margin = true", 1, true))
     end
+    -- the default margin goes with it (a table cannot tell it from one left out)
+    H.assert_close(F.triplet_margin(a, p, n, { margin = 1, soft_margin = true }),
+      F.triplet_margin(a, p, n, { soft_margin = true }), { rtol = 0 })
+    local x, y = triplet_inputs(4, 3, "f64", 6), ploss.tensor({ 0, 0, 1, 1 }, { dtype = "i64" })
+    H.expect_error(function()
+      local r = ploss.BatchHardTripletLoss { soft_margin = true, margin = 0.5 }:forward(x, y)
+      return r
+    end, "opts.margin: 0.5 with soft_margin = true")
+    H.assert_close(ploss.BatchHardTripletLoss { soft_margin = true, margin = 0.3 }:forward(x, y),
+      ploss.BatchHardTripletLoss { soft_margin = true }:forward(x, y), { rtol = 0 })
   end)
 
   it("gives an empty batch a NaN mean, a zero sum and empty gradients", function()

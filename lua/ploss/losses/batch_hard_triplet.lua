@@ -20,12 +20,20 @@ return {
       } },
   },
   options = {
-    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (unused with soft_margin)",
+    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (with soft_margin only its default is taken)",
       type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true", },
     { "soft_margin", "bool", false,
       doc = "softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None)" },
     { "distance", "enum", "euclidean", ctype = "ploss_pair_distance", doc = "the distance (see below)" },
   },
+  -- the soft margin has no margin: one given with it is refused (a softplus with a margin
+  -- inside, as some implementations have, would otherwise be silently another loss)
+  check = function(o)
+    if o.soft_margin and o.margin ~= 0.3 then
+      return string.format("opts.margin: %s with soft_margin = true (the soft margin softplus(d_ap − d_an) " ..
+        "has no margin: leave it out)", require("ploss.description").number(o.margin))
+    end
+  end,
   formula = [[
 For each anchor i, over the other rows j of the batch:
 

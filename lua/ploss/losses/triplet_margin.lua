@@ -21,15 +21,21 @@ return {
   options = {
     { "margin", "double", 1, range = "a finite number (> 0 without soft_margin)",
       type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true",
-      doc = "μ, the margin of the hinge (unused with soft_margin; PyTorch also refuses μ <= 0)" },
+      doc = "μ, the margin of the hinge (with soft_margin only its default is taken; PyTorch also refuses μ <= 0)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
     { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
     { "soft_margin", "bool", false,
       doc = "softplus(d_ap − d_an) in place of the hinge (pytorch-loss's TripletLoss with margin = None)" },
   },
-  -- PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none
+  -- PyTorch's TripletMarginLoss refuses a margin <= 0; the soft margin has none, and a
+  -- margin given with it is refused (some soft-margin triplet losses add one inside the
+  -- softplus: taken without a word, it would be a silently different loss)
   check = function(o)
+    if o.soft_margin and o.margin ~= 1 then
+      return string.format("opts.margin: %s with soft_margin = true (the soft margin softplus(d_ap − d_an) " ..
+        "has no margin: leave it out)", require("ploss.description").number(o.margin))
+    end
     if not o.soft_margin and not (o.margin > 0) then
       return string.format("opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)",
         require("ploss.description").number(o.margin))
