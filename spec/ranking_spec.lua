@@ -770,6 +770,17 @@ describe("Torch7's forms of the pair criteria", function()
     assert.are.equal(1.25, m:forward(ploss.tensor({ 1, 3 }, { dtype = "f64" }), ploss.tensor({ 2, 1 }, { dtype = "f64" }), -1))
     local ga, gb = m:backward(ploss.tensor({ 1 }, { dtype = "f64" }), ploss.tensor({ 2 }, { dtype = "f64" }), 1)
     assert.are.same({ { -1 }, { 1 } }, { ga:totable(), gb:totable() })
+    -- rows of pairs take a label each: a number is refused, naming the rows (not a 0-d tensor)
+    local A, B = ploss.randn({ 4, 3 }, { dtype = "f64", seed = 1 }), ploss.randn({ 4, 3 }, { dtype = "f64", seed = 2 })
+    H.expect_error(function()
+      local r = c:forward(A, B, 1)
+      return r
+    end, "CosineEmbeddingLoss:forward: target: a number labels one pair (inputs of D values); input1 has 4 rows: " ..
+      "give a tensor of 4 labels")
+    H.expect_error(function()
+      local r = F.l1_hinge_embedding_loss(A, B, -1)
+      return r
+    end, "l1_hinge_embedding_loss: target: a number labels one pair")
   end)
 
   it("a missing argument is named with its place in the call", function()
