@@ -672,6 +672,11 @@ describe("margin softmax losses", function()
     local bad = ploss.ArcFaceLoss {}
     bad.s = -1
     H.expect_error(function() ploss.PartialFCLoss { margin = bad } end, "PartialFCLoss: margin.s: -1 is not a finite number in (0, 1e30]")
+    -- the checks of the call name this criterion and its method, not the C function it runs
+    local pfc = ploss.PartialFCLoss { sample_rate = 0.5 }
+    local w2 = ploss.randn({ 5, 2 }, { dtype = "f64", seed = 9 })
+    H.expect_error(function() local r = pfc(x, w2, y) return r end, "ploss: PartialFCLoss: weight: expected C×")
+    H.expect_error(function() local r = pfc:forward(x, w2, y) return r end, "ploss: PartialFCLoss:forward: weight:")
   end)
 
   it("a margin criterion with sample_rate < 1 draws anew after each step, as PartialFCLoss", function()

@@ -119,8 +119,12 @@ return function(ploss)
     local r = { pcall(inner[method], inner, ...) }
     if not r[1] then
       local text = tostring(r[2])
-      local c = inner._description.criterion
-      error((text:gsub("ploss: " .. c .. "([:.%s])", "ploss: PartialFCLoss%1", 1)), 0)
+      local d = inner._description
+      local own = method == "fused" and "PartialFCLoss" or "PartialFCLoss:" .. method
+      text = text:gsub("ploss: " .. d.criterion .. "([:.%s])", "ploss: PartialFCLoss%1", 1)
+      -- the checks of the C call name its function (arc_face_fused, …)
+      text = text:gsub("ploss: " .. d.name .. "_%a+:", "ploss: " .. own .. ":", 1)
+      error(text, 0)
     end
     table.remove(r, 1)
     return r
