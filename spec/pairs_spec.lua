@@ -730,6 +730,10 @@ describe("TripletMarginWithDistanceLoss", function()
     H.expect_error(function() F.triplet_margin_with_distance(a, p, n, { distance = "euclidean", out = out }) end,
       { "opts.distance", "euclidean" }, out)
     H.expect_error(function() ploss.TripletMarginWithDistanceLoss { soft_margin = true } end, "soft_margin")
+    -- PyTorch's distance_function: named, with the two distances there are
+    H.expect_error(function() ploss.TripletMarginWithDistanceLoss { distance_function = print } end,
+      "unknown option 'distance_function' (known: distance, grad_anchor, grad_negative, grad_positive, margin, " ..
+      "reduction, swap); PyTorch's distance_function is distance here, a name: 'pairwise' or 'cosine'")
   end)
 end)
 

@@ -215,12 +215,15 @@ end
 -- named otherwise here, beyond their camelCase (ignoreIndex: ignore_index).
 local TORCH7_NAMES = { weights = "weight", learningRate = "lr" }
 
---- The hint for a name `k` that `known` (a set of names) lacks: Torch7's name of one it
--- has, or a camelCase spelling of one; nil when neither.
+--- The hint for a name `k` that `known` (a set of names) lacks: Torch7's or PyTorch's name
+-- of one it has, or a camelCase spelling of one; nil when none.
 function ploss.name_hint(k, known)
   if type(k) ~= "string" then return nil end
   local n = TORCH7_NAMES[k]
   if n and known[n] then return string.format("Torch7's %s is %s here", k, n) end
+  if k == "distance_function" and known.distance then -- PyTorch's TripletMarginWithDistanceLoss
+    return "PyTorch's distance_function is distance here, a name: 'pairwise' or 'cosine' (no function is taken)"
+  end
   if k:find("%u") then
     local snake = k:gsub("(%l)(%u)", function(a, b) return a .. "_" .. b:lower() end)
     if known[snake] then return string.format("did you mean %s?", snake) end
