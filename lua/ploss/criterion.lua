@@ -676,8 +676,8 @@ local function lengths_tensor(d, where, name, v, x)
   if ploss.is_tensor(v) then return v end
   if type(v) == "number" and ploss.is_tensor(x) and x:dim() ~= 2 then
     ploss.raise(string.format("%s: %s: a number is the length of one T×C sequence; %s takes a list or a tensor of " ..
-      "one length per sequence", where, name, x:dim() == 3 and ("log_probs of " .. x:size(2) .. " sequences")
-      or "this input"))
+      "one length per sequence", where, name, x:dim() == 3 and ("log_probs of " .. x:size(2) ..
+      (x:size(2) == 1 and " sequence (T×1×C)" or " sequences")) or "this input"))
   end
   local list = type(v) == "number" and { v } or v
   if type(list) ~= "table" then
