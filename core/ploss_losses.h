@@ -691,9 +691,10 @@ void ploss_pc_softmax_opts_init(ploss_pc_softmax_opts *opts);
  *
  *     ℓ = log Σ_k w_k·e^(x_k) − x_y
  *
- * which may be negative; a class with w_k = 0 drops out of the normaliser. 'mean' divides by
- * the number of valid samples. The priors are checked on the CPU before anything is written; on
- * CUDA they are not read by the host (a negative or NaN prior gives NaN results).
+ * which may be negative; a class with w_k = 0 drops out of the normaliser, however large its
+ * logit (+∞ excepted: log 0 + ∞ is NaN, as in the composite). 'mean' divides by the number
+ * of valid samples. The priors are checked on the CPU before anything is written; on CUDA they
+ * are not read by the host (a negative or NaN prior gives NaN results).
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided

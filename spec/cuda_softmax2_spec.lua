@@ -452,6 +452,30 @@ describe("CUDA PC-softmax cross-entropy against the CPU (" .. DEV .. ")", functi
     end)
   end
   check_device_behaviour("pc_softmax_cross_entropy", function(Cn) return { lb_proportion = priors(Cn, 1) } end, -100)
+
+  it("a class of prior 0 with the largest logit leaves the others' terms whole; +∞ there is NaN, as the CPU", function()
+    -- C = 40 and 3000 (the row engine), 12 (the per-sample kernels): class 2 has prior 0 and,
+    -- in rows 1 and 3, a logit far above the others (their exponentials against it would be 0)
+    for _, Cn in ipairs { 12, 40, 3000 } do
+      for _, dtype in ipairs { "f32", "bf16" } do
+        local x = ploss.randn({ 4, Cn }, { dtype = "f64", seed = Cn }):totable()
+        x[1][2], x[3][2], x[4][2] = 1000, 300, math.huge
+        local xc = ploss.tensor(x, { dtype = dtype })
+        local y = ploss.tensor({ 0, 1, 5, 3 }, { dtype = "i64" })
+        local o = { reduction = "none", lb_proportion = priors(Cn, 3) }
+        local lc, gc = F.pc_softmax_cross_entropy_fused(xc, y, H.with(o, { lb_proportion = o.lb_proportion:cpu() }))
+        local ld, gd = F.pc_softmax_cross_entropy_fused(xc:to(DEV), y:to(DEV), o)
+        local what = dtype .. " C = " .. Cn
+        local l1, l2 = lc:flat(), ld:cpu():flat()
+        for i = 1, 3 do
+          assert.is_true(math.abs(l1[i]) < 50, what)
+          close(ld:cpu():narrow(1, i, 1), lc:narrow(1, i, 1), TOL[dtype].loss, 0, what .. " loss row " .. i)
+          close(gd:cpu():narrow(1, i, 1), gc:narrow(1, i, 1), TOL[dtype].grad, TOL[dtype].floor, what .. " grad row " .. i)
+        end
+        assert.is_true(l1[4] ~= l1[4] and l2[4] ~= l2[4], what .. ": +∞ on a class of prior 0")
+      end
+    end
+  end)
 end)
 
 -- One loss on a view x of a larger buffer (misaligned or padded; `inplace_view()` makes a

@@ -96,7 +96,10 @@ struct LargeMarginPolicy {
 
 /* PC-softmax with class priors w: ℓ = lse_w − x_y, lse_w = log Σ_j w_j·e^(x_j),
  * ∂ℓ/∂x_j = w_j·e^(x_j − lse_w) − [j = y], the label's as −Σ_{j≠y} w_j·e^(x_j − lse_w);
- * state: lse_w.  A zero prior contributes nothing. */
+ * state: lse_w.  A zero prior contributes nothing: M is the max over the classes of a prior
+ * other than 0 (a larger logit of a class of prior 0 would underflow every other term),
+ * and such a class's term and gradient are 0 (not 0·∞).  A +∞ logit there is kept in M,
+ * so the row is NaN, as the CPU's log w + x = −∞ + ∞. */
 struct PcSoftmaxPolicy {
     static constexpr int kState = 1;
     static constexpr bool kKeepsTerm = true; /* term() gives w_j·e_j */
@@ -117,9 +120,13 @@ struct PcSoftmaxPolicy {
     {
         return Sums{a.sn + b.sn, a.ey + b.ey, a.dy + b.dy};
     }
+    __device__ __forceinline__ float max_term(float x, int j) const
+    {
+        return w[j] != 0.0f || x == CUDART_INF_F ? x : -CUDART_INF_F;
+    }
     template <class IsY> __device__ __forceinline__ float term(Sums &a, float x, int j, IsY is_y, float M) const
     {
-        const float d = M - x, we = w[j] * __expf(-d);
+        const float d = M - x, we = w[j] != 0.0f ? w[j] * __expf(-d) : 0.0f;
         if (is_y) {
             a.dy += d;
             a.ey += we;
@@ -143,7 +150,7 @@ struct PcSoftmaxPolicy {
     {
         if (is_y)
             return r.gy;
-        return r.k1 * (KEPT ? v : w[j] * __expf(v - M));
+        return r.k1 * (KEPT ? v : w[j] != 0.0f ? w[j] * __expf(v - M) : 0.0f);
     }
     __device__ __forceinline__ double divisor(int) const { return 1.0; }
 };

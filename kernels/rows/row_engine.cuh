@@ -22,6 +22,7 @@
  *       template <bool KEPT> float grad(float v, int j, IsY is_y, float M, const Row &) const;
  *                                                   v: x, or term()'s value when KEPT
  *       double divisor(int y) const;                the sample's share of the 'mean' divisor
+ *       optional: float max_term(float x, int j) const;  what class j adds to M (else x)
  *
  *       optional (kOnline = true; a policy inheriting one says false again unless its Sums
  *       are the base's): a streamed row's max and sums in one read instead of two —
@@ -235,6 +236,12 @@ template <class Policy> struct MergeOp {
 template <class P, class = void> struct online_policy : std::false_type {};
 template <class P> struct online_policy<P, std::void_t<decltype(P::kOnline)>> : std::bool_constant<P::kOnline> {};
 
+/* What class j adds to the row's max M: x, or Policy::max_term(x, j) where the policy has
+ * one (PC-softmax: −∞ for a class of prior 0, which must not set the scale of the others'
+ * exponentials). */
+template <class P, class = void> struct max_term_policy : std::false_type {};
+template <class P> struct max_term_policy<P, std::void_t<decltype(&P::max_term)>> : std::true_type {};
+
 /* The running statistics of the softmax policies whose sums are Σ_{j≠y} e_j, optionally
  * Σ_{j≠y} w_j·d_j (SD), and d_y (e_j = e^(−d_j), d_j = M − x_j): kept relative to the max
  * m of the elements seen so far and moved to a larger max M by shift() (Σe scaled by
@@ -346,6 +353,8 @@ __device__ __forceinline__ void process_row(const RowArgs &a, const Policy &pol,
                 if (!is_y)
                     m = fmaxf(m, x);
             });
+        else if constexpr (max_term_policy<Policy>::value)
+            row.each(-1, [&](float x, int j, auto) { m = fmaxf(m, pol.max_term(x, j)); });
         else
             row.each(-1, [&](float x, int, auto) { m = fmaxf(m, x); });
         M = row.all_reduce(m, MaxF{});

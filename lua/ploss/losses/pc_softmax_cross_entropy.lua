@@ -23,7 +23,8 @@ The softmax normaliser is weighted by the class priors w:
 
     ℓ = log Σ_k w_k·e^(x_k) − x_y
 
-which may be negative; a class with w_k = 0 drops out of the normaliser.  'mean' divides by
+which may be negative; a class with w_k = 0 drops out of the normaliser, however large its
+logit (+∞ excepted: log 0 + ∞ is NaN, as in the composite).  'mean' divides by
 the number of valid samples.  The priors are checked on the CPU before anything is written;
 on CUDA they are not read by the host (a negative or NaN prior gives NaN results).]],
   gradient = [[
