@@ -48,6 +48,26 @@ static ploss_status stats_error(DLDevice d)
     return ploss_error(PLOSS_ERR_DEVICE, "device: not a CPU or CUDA device within range");
 }
 
+/* The counters' slot (*slot) of a device the caller names (the stats API): stats_index's,
+ * and only for a device that exists — cpu:0 (a context's CPU is device 0 whatever id it
+ * was made with) or a visible GPU.  A mistyped id would otherwise read another device's
+ * counters (the CPU's) or those of a GPU that never counted anything. */
+static ploss_status named_stats_index(DLDevice d, int *slot)
+{
+    if (d.device_type == kDLCPU && d.device_id != 0)
+        return ploss_error(PLOSS_ERR_DEVICE, "device: cpu:%d does not exist (the CPU is device 0)", d.device_id);
+#ifdef PLOSS_HAVE_CUDA
+    if (d.device_type == kDLCUDA) {
+        const int n = ploss_cuda_count();
+        if (d.device_id < 0 || d.device_id >= n)
+            return ploss_error(PLOSS_ERR_DEVICE, "device: cuda:%d does not exist (%d CUDA device%s visible)",
+                               d.device_id, n, n == 1 ? "" : "s");
+    }
+#endif
+    *slot = stats_index(d);
+    return *slot < 0 ? stats_error(d) : PLOSS_OK;
+}
+
 static size_t hash(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull); }
 
 static int table_insert(uintptr_t p, size_t bytes, int slot)
@@ -183,9 +203,10 @@ ploss_status ploss_memory_stats_get(DLDevice device, ploss_memory_stats *out)
     ploss_clear_error();
     if (!out)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "out: pointer is NULL");
-    int i = stats_index(device);
-    if (i < 0)
-        return stats_error(device);
+    int i;
+    ploss_status st = named_stats_index(device, &i);
+    if (st)
+        return st;
     pthread_mutex_lock(&lock);
     out->current_bytes = stats[i].current;
     out->peak_bytes = stats[i].peak;
@@ -197,9 +218,10 @@ ploss_status ploss_memory_stats_get(DLDevice device, ploss_memory_stats *out)
 ploss_status ploss_memory_reset_peak(DLDevice device)
 {
     ploss_clear_error();
-    int i = stats_index(device);
-    if (i < 0)
-        return stats_error(device);
+    int i;
+    ploss_status st = named_stats_index(device, &i);
+    if (st)
+        return st;
     pthread_mutex_lock(&lock);
     stats[i].peak = stats[i].current;
     pthread_mutex_unlock(&lock);

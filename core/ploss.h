@@ -182,11 +182,13 @@ typedef struct ploss_memory_stats {
     uint64_t alloc_count;   /* number of successful allocations            */
 } ploss_memory_stats;
 
-/** Read the counters of `device`.  Statuses: INVALID_ARGUMENT, DEVICE, UNSUPPORTED (a CUDA
- *  device, built without CUDA). */
+/** Read the counters of `device`.  Statuses: INVALID_ARGUMENT, DEVICE (a device that does
+ *  not exist: cpu:N for N ≠ 0, a GPU that is not visible), UNSUPPORTED (a CUDA device,
+ *  built without CUDA). */
 ploss_status ploss_memory_stats_get(DLDevice device, ploss_memory_stats *out);
 
-/** Set the peak of `device` to its current value.  Statuses: DEVICE, UNSUPPORTED. */
+/** Set the peak of `device` to its current value.  Statuses: DEVICE (as
+ *  ploss_memory_stats_get), UNSUPPORTED. */
 ploss_status ploss_memory_reset_peak(DLDevice device);
 
 /* ------------------------------------------------------------------------------------ */

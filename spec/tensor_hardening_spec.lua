@@ -691,6 +691,21 @@ describe("C int flags", function()
     -- the CPU is device 0 (the header's DEVICE for an unknown id)
     st, msg = status_of(C.ploss_ctx_create, ffi.new("DLDevice", { 1, 5 }), own)
     assert.are.same({ C.PLOSS_ERR_DEVICE, "device: cpu:5 does not exist (the CPU is device 0)" }, { st, msg })
+    -- and so for the memory counters: another id is refused, not read as the CPU's
+    local stats = ffi.new("ploss_memory_stats")
+    for _, id in ipairs { 1, -5 } do
+      st, msg = status_of(C.ploss_memory_stats_get, ffi.new("DLDevice", { 1, id }), stats)
+      assert.are.same({ C.PLOSS_ERR_DEVICE, "device: cpu:" .. id .. " does not exist (the CPU is device 0)" }, { st, msg })
+      st = status_of(C.ploss_memory_reset_peak, ffi.new("DLDevice", { 1, id }))
+      assert.are.equal(C.PLOSS_ERR_DEVICE, st)
+    end
+    assert.are.equal(C.PLOSS_OK, C.ploss_memory_stats_get(ffi.new("DLDevice", { 1, 0 }), stats))
+    -- a GPU that is not visible (a build with CUDA): refused, not zeros
+    if C.ploss_built_with_cuda() ~= 0 then
+      st, msg = status_of(C.ploss_memory_stats_get, ffi.new("DLDevice", { 2, 63 }), stats)
+      assert.are.equal(C.PLOSS_ERR_DEVICE, st)
+      assert.matches("device: cuda:63 does not exist", msg, 1, true)
+    end
   end)
 
   it("option values in messages read back as the value given (1.0000001 is not shown as 1)", function()
