@@ -124,16 +124,29 @@ static ploss_status prepare_output(ploss_ctx_t *ctx, ploss_view *v, DLTensor *t)
     return PLOSS_OK;
 }
 
-/* An integer dst takes only a value it holds: a fraction would be truncated and a value
- * outside the dtype's range wrapped (undefined behaviour in C) without a word. */
-static ploss_status check_integer_value(ploss_dtype dtype, double value)
+/* dst takes only a value it holds: in an integer dtype a fraction would be truncated and a
+ * value outside the dtype's range wrapped (undefined behaviour in C) without a word; in a
+ * float dtype a finite value beyond its largest one would become ±inf. */
+static ploss_status check_fill_value(ploss_dtype dtype, double value)
 {
     double lo, hi; /* lo <= value < hi */
     switch (dtype) {
     case PLOSS_I64: lo = -0x1p63, hi = 0x1p63; break;
     case PLOSS_I32: lo = -0x1p31, hi = 0x1p31; break;
     case PLOSS_U8: lo = 0, hi = 256; break;
-    default: return PLOSS_OK;
+    default: {
+        /* a float dtype: a finite value beyond its largest finite one would be stored as
+         * ±inf (PyTorch's fill_ refuses it too); ±inf and NaN are stored as they are */
+        const double max = dtype == PLOSS_F16    ? 65504.0
+                           : dtype == PLOSS_BF16 ? 0x1.FEp127
+                           : dtype == PLOSS_F32  ? 0x1.FFFFFEp127
+                                                 : INFINITY;
+        if (isfinite(value) && fabs(value) > max)
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %s is beyond %s's finite range (its largest "
+                               "value is %g): it would be stored as %sinf", PLOSS_SHOWN(value),
+                               ploss_dtype_name(dtype), max, value < 0 ? "-" : "");
+        return PLOSS_OK;
+    }
     }
     if (isnan(value))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: NaN is not a value of %s", ploss_dtype_name(dtype));
@@ -148,7 +161,7 @@ ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value)
     ploss_clear_error();
     ploss_view d;
     ploss_status st = prepare_output(ctx, &d, dst);
-    if (st || (st = check_integer_value(d.dtype, value)) || d.numel == 0)
+    if (st || (st = check_fill_value(d.dtype, value)) || d.numel == 0)
         return st;
 #ifdef PLOSS_HAVE_CUDA
     if (on_cuda(&d))

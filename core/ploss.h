@@ -198,7 +198,9 @@ ploss_status ploss_memory_reset_peak(DLDevice device);
 /** dst ← src, element by element, any strides, converting dtypes (float↔int by C
  *  rules, floats to integers truncate; a NaN, or a float outside the integer dtype's range
  *  once truncated, gives an unspecified value: the caller checks such values, as the Lua
- *  tensor's :copy and :to do).  Shapes must be equal.  Either tensor may be on
+ *  tensor's :copy and :to do; float to float rounds to nearest even, f64 to f16 or bf16
+ *  through f32 as PyTorch's conversions do, so a value within 2^-24 (relative) of a tie of
+ *  the 16-bit dtype may round to the tie's other side).  Shapes must be equal.  Either tensor may be on
  *  the context's device or on the CPU (host↔device copies synchronise the stream and
  *  report the error slot).  dst must not overlap src unless identical.
  *  Statuses: SHAPE, DTYPE, DEVICE, LAYOUT (dst has overlapping strides), ALIAS,
@@ -206,7 +208,8 @@ ploss_status ploss_memory_reset_peak(DLDevice device);
 ploss_status ploss_copy(ploss_ctx_t *ctx, DLTensor *dst, const DLTensor *src);
 
 /** Every element of dst ← value (converted to dst's dtype; an integer dtype takes only an
- *  integer in its range, else INVALID_ARGUMENT).  Statuses: DTYPE, DEVICE, LAYOUT,
+ *  integer in its range, a float dtype ±inf, NaN or a finite value within its largest
+ *  finite one — 65504 for f16 —, else INVALID_ARGUMENT).  Statuses: DTYPE, DEVICE, LAYOUT,
  *  INVALID_ARGUMENT, CUDA. */
 ploss_status ploss_fill(ploss_ctx_t *ctx, DLTensor *dst, double value);
 

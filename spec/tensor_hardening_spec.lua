@@ -164,7 +164,7 @@ describe("integer conversions", function()
     assert.are.same({ 0, 255 }, ploss.tensor({ -0.5, 255.5 }, { dtype = "f64" }):byte():flat())
   end)
 
-  it("fill, full and element assignment take only values the integer dtype holds, writing nothing else", function()
+  it("fill, full and element assignment take only values the dtype holds, writing nothing else", function()
     local t = ploss.tensor({ 3, 4 }, { dtype = "i32" })
     H.expect_error(function() t:fill(NAN) end, "fill: value: NaN is not a value of i32")
     for _, v in ipairs { 1.5, -0.5, NAN, INF, 2 ^ 31, -2 ^ 31 - 1 } do
@@ -181,8 +181,19 @@ describe("integer conversions", function()
     assert.are.same({ 255 }, ploss.full({ 1 }, 255, { dtype = "u8" }):flat())
     assert.are.same({ -2 ^ 63, 2 ^ 63 - 1024 }, { ploss.full({ 1 }, -2 ^ 63, { dtype = "i64" }):item(),
       ploss.full({ 1 }, 2 ^ 63 - 1024, { dtype = "i64" }):item() })
-    -- float dtypes take any number
+    -- float dtypes take any number within their finite range, ±inf and NaN; a finite value
+    -- beyond it would be stored as ±inf: refused, as PyTorch's fill_ (f16's largest is 65504)
     assert.are.same({ 2.5 }, ploss.full({ 1 }, 2.5, { dtype = "f64" }):flat())
+    local h = ploss.tensor({ 1, 2 }, { dtype = "f16" })
+    H.expect_error(function() h:fill(1e6) end,
+      "fill: value: 1000000 is beyond f16's finite range (its largest value is 65504): it would be stored as inf")
+    H.expect_error(function() ploss.full({ 2 }, -65505, { dtype = "f16" }) end, "it would be stored as -inf")
+    H.expect_error(function() ploss.full({ 2 }, 1e39, { dtype = "bf16" }) end, "beyond bf16's finite range")
+    H.expect_error(function() ploss.full({ 2 }, -1e39, { dtype = "f32" }) end, "beyond f32's finite range")
+    assert.are.same({ 1, 2 }, h:flat())
+    assert.are.same({ 65504, -INF }, { h:fill(65504):flat()[1], h:fill(-INF):flat()[2] })
+    assert.are.same({ 1e39 }, ploss.full({ 1 }, 1e39, { dtype = "f64" }):flat())
+    assert.is_true(ploss.full({ 1 }, NAN, { dtype = "bf16" }):item() ~= ploss.full({ 1 }, NAN, { dtype = "bf16" }):item())
   end)
 
   it("copy into an integer tensor and randint take only values the dtype holds, writing nothing", function()

@@ -1,6 +1,7 @@
 /*
  * scalar.h — element loads and stores for the CPU backend: every dtype is read into a
- * double (or int64 for integer copies) and written back with round-to-nearest-even, so
+ * double (or int64 for integer copies) and written back with round-to-nearest-even (f16
+ * and bf16 through f32, as PyTorch's and the CUDA backend's conversions), so
  * kernels are written once and switch on the dtype only here.  Internal.
  */
 #ifndef PLOSS_CPU_SCALAR_H
