@@ -41,7 +41,9 @@
 extern "C" {
 #endif
 
-/** Version of this ABI; init.lua refuses a library whose ploss_abi_version() differs. */
+/** Version of this ABI; init.lua refuses a library whose ploss_abi_version() differs.  It is
+ *  the only guard against a header and a library of different layouts: the options structs
+ *  carry a tag that catches an uninitialised struct, not a size or a version. */
 #define PLOSS_ABI_VERSION 2
 
 /** The last field of every options struct, opts_tag, set by its _opts_init: the functions
@@ -510,8 +512,9 @@ void ploss_one_hot_opts_init(ploss_one_hot_opts *opts);
  *             an ignored sample.  Without smoothing (ε = 0) that is exactly 1 / 0.  An
  *             integer dtype is accepted only when ε = 0.
  * Statuses: INVALID_ARGUMENT (NULL ctx/target/out, ε ∉ [0, 1], bad enum, UNIFORM_OTHERS
- *           with C = 1 and ε > 0), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, INVALID_LABEL
- *           (CPU: found before anything is written; CUDA: through the context's error
+ *           with C = 1 and ε > 0), SHAPE, DTYPE (also an integer dtype with ε > 0), DEVICE,
+ *           LAYOUT, ALIAS, INVALID_LABEL (CPU: found before anything is written; CUDA: through
+ *           the context's error
  *           slot, the sample's row is then all zero), UNSUPPORTED, CUDA.
  */
 ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss_one_hot_opts *opts,

@@ -121,7 +121,9 @@ ploss_status ploss_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor *input
  * above and p the softmax of the row, ∂ℓ_i/∂x_ij = (Σ_k c_ik)·p_ij − c_ij; zero at
  * ignored samples.
  * in  input, target, weight, opts   as given to _forward.
- * in  lse         NULL (recomputed) or the state written by _forward.
+ * in  lse         NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
@@ -377,7 +379,9 @@ ploss_status ploss_softmax_focal_forward(ploss_ctx_t *ctx, const DLTensor *input
  * γ·p_t·L/u) with u = 1 − p_t and L = −log p_t (L/u → 1 as u → 0, so G is finite for
  * every γ ≥ 0).
  * in  input, target, alpha, opts   as given to _forward.
- * in  lse         NULL (recomputed) or the state written by _forward.
+ * in  lse         NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
@@ -462,7 +466,9 @@ ploss_status ploss_dual_focal_forward(ploss_ctx_t *ctx, const DLTensor *input,
  * Dual focal loss, backward. G_j = 2·d_j/(1 + ε − d_j²), ∂ℓ_i/∂x_ik = p_ik·(G_k −
  * Σ_j p_ij·G_j) (|G_j| ≤ 2/ε).
  * in  input, target, opts   as given to _forward.
- * in  lse         NULL (recomputed) or the state written by _forward.
+ * in  lse         NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
@@ -557,7 +563,9 @@ ploss_status ploss_large_margin_softmax_forward(ploss_ctx_t *ctx, const DLTensor
  * Large-margin softmax, backward. ∂ℓ/∂x_y = p_y − 1, ∂ℓ/∂x_j = p_j +
  * (λ/2)·(q_j·(x_j − E + 1) − u) for j ∈ 𝒩.
  * in  input, target, opts   as given to _forward.
- * in  state       NULL (recomputed) or the state written by _forward.
+ * in  state       NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
@@ -645,7 +653,9 @@ ploss_status ploss_taylor_cross_entropy_forward(ploss_ctx_t *ctx, const DLTensor
 /**
  * Taylor cross-entropy, backward. ∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y).
  * in  input, target, opts   as given to _forward.
- * in  state       NULL (recomputed) or the state written by _forward.
+ * in  state       NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
@@ -732,7 +742,9 @@ ploss_status ploss_pc_softmax_cross_entropy_forward(ploss_ctx_t *ctx, const DLTe
  * PC-softmax cross-entropy, backward. ∂ℓ/∂x_k = w_k·e^(x_k)/Σ_j w_j·e^(x_j) − [k =
  * y] (the reference V2 uses w_y in place of w_k, right only for equal priors).
  * in  input, target, lb_proportion, opts   as given to _forward.
- * in  state       NULL (recomputed) or the state written by _forward.
+ * in  state       NULL (recomputed) or the state written by _forward on the same inputs and
+ *                 options: only its shape and dtype are checked, so a stale state gives a
+ *                 wrong gradient without an error.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.

@@ -457,7 +457,11 @@ local function gen_header()
     w("/**")
     w(wrap(string.format("%s, backward.  %s", d.title, d.gradient), " * ", 96))
     w(" * in  %s, opts   as given to _forward.", tensor_names(d, true))
-    if d.state then w(" * in  %-11s NULL (recomputed) or the state written by _forward.", d.state.name) end
+    if d.state then
+      w(" * in  %-11s NULL (recomputed) or the state written by _forward on the same inputs and", d.state.name)
+      w(" *                 options: only its shape and dtype are checked, so a stale state gives a")
+      w(" *                 wrong gradient without an error.")
+    end
     w(hang(" * in  grad_loss   ", grad_loss_doc(d)))
     if d.inputs then
       for _, i in ipairs(d.inputs) do w(hang(string.format(" * out %-11s ", i.grad), "∂/∂" .. i.name .. ": " .. sh.grad_input)) end
