@@ -514,8 +514,7 @@ void ploss_one_hot_opts_init(ploss_one_hot_opts *opts);
  * Statuses: INVALID_ARGUMENT (NULL ctx/target/out, ε ∉ [0, 1], bad enum, UNIFORM_OTHERS
  *           with C = 1 and ε > 0), SHAPE, DTYPE (also an integer dtype with ε > 0), DEVICE,
  *           LAYOUT, ALIAS, INVALID_LABEL (CPU: found before anything is written; CUDA: through
- *           the context's error
- *           slot, the sample's row is then all zero), UNSUPPORTED, CUDA.
+ *           the context's error slot, the sample's row is then all zero), UNSUPPORTED, CUDA.
  */
 ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss_one_hot_opts *opts,
                            DLTensor *out);
