@@ -258,6 +258,25 @@ static int not_arrived(const ploss_comm_t *c, int q, uint64_t target)
     return atomic_load_explicit(&block_of(c, q)->arrived, memory_order_acquire) < target;
 }
 
+/* Whether process `pid` (of this pid namespace) has ended: gone (ESRCH), or a zombie that
+ * its parent has not collected yet (Linux's /proc/<pid>/stat state Z or X), which kill()
+ * still finds.  Either way it writes nothing more. */
+static int process_ended(int pid)
+{
+    if (kill((pid_t)pid, 0) == -1)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces and ')' */
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* A missing rank whose process is gone, or that destroyed its communicator: abort.  While
  * ranks join, the process of every rank that has joined is checked too: a rank killed after
  * it joined, or the dead claimant of a meeting place left by an earlier job, fails the join
@@ -280,7 +299,7 @@ static ploss_status check_peers(ploss_comm_t *c, int (*missing)(const ploss_comm
         /* a rank whose own init saw every rank join may have ended since (its init succeeded) */
         const int done = joining && atomic_load_explicit(&b->joined_all, memory_order_acquire);
         if (claim == CLAIM_JOINED && !done && c->pid_ns != 0 && b->pid_ns == c->pid_ns && b->pid > 0 &&
-            kill((pid_t)b->pid, 0) == -1 && errno == ESRCH) {
+            process_ended(b->pid)) {
             /* its process is gone, so what it wrote before it ended is visible: read its words
              * again (this rank may have been descheduled since the loads above, while the other
              * saw every rank join, or destroyed its communicator, then ended) */
@@ -501,8 +520,7 @@ static ploss_status rendezvous(ploss_comm_t *c, const ploss_comm_id *id, void *n
     rank_block *mine = block_of(c, c->rank);
     if (atomic_load_explicit(&mine->claim, memory_order_acquire) != CLAIM_FREE) {
         const int pid = mine->pid;
-        const int gone = c->pid_ns != 0 && mine->pid_ns == c->pid_ns && pid > 0 && kill((pid_t)pid, 0) == -1 &&
-                         errno == ESRCH;
+        const int gone = c->pid_ns != 0 && mine->pid_ns == c->pid_ns && pid > 0 && process_ended(pid);
         unmap_segment(c);
         if (gone)
             return ploss_error(PLOSS_ERR_COMM, "rank: rank %d of this id was taken by pid %d, which has exited: "

@@ -251,6 +251,8 @@ ploss_status ploss_check_no_alias(const ploss_view *out, const char *out_name, c
 
 int ploss_view_is_contiguous(const ploss_view *v)
 {
+    if (v->numel == 0) /* no element: any strides (PyTorch's is_contiguous, Tensor:is_contiguous) */
+        return 1;
     int64_t expect = 1;
     for (int d = v->ndim - 1; d >= 0; --d) {
         if (v->shape[d] != 1 && v->strides[d] != expect)

@@ -150,6 +150,42 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     assert.is_nil(f, "the shared-memory segment was left in /dev/shm")
   end)
 
+  it("a rank killed and not yet collected by its parent (a zombie) counts as exited", function()
+    local id = ploss.comm.unique_id()
+    local seg = "/dev/shm/ploss-comm-" .. id:sub(9, 56)
+    local pidfile, script = os.tmpname(), os.tmpname()
+    -- rank 0 joins under a parent that never collects it (the shell replaced by sleep)
+    local f = assert(io.open(script, "w"))
+    f:write(string.format("%q -e %q &\necho $! > %q\nexec sleep 20\n", arg[-1] or "luajit",
+      string.format("require('ploss').comm.init{nranks = 2, rank = 0, id = %q, timeout = 60}", id), pidfile))
+    f:close()
+    os.execute(string.format("bash %q >/dev/null 2>&1 &", script))
+    local pid
+    for _ = 1, 400 do
+      local f = io.open(pidfile)
+      pid = f and f:read("*n")
+      if f then f:close() end
+      local g = io.open(seg)
+      if g then g:close() end
+      if pid and g then break end
+      os.execute("sleep 0.05")
+    end
+    assert.is_not_nil(pid)
+    os.execute("sleep 0.5; kill -9 " .. pid)
+    -- rank 1: its init (if rank 0 had joined, it succeeds) or its first collective fails at once
+    local t0 = os.time()
+    local ok, c = pcall(ploss.comm.init, { nranks = 2, rank = 1, id = id, timeout = 20 })
+    local ok2, err = ok, c
+    if ok then
+      ok2, err = pcall(c.all_reduce, c, ploss.tensor({ 1 }))
+      c:destroy()
+    end
+    assert.is_false(ok2)
+    assert.matches("rank 0 has exited without destroying its communicator", tostring(err), 1, true)
+    assert.is_true(os.time() - t0 <= 5, "the zombie was waited for")
+    os.execute(string.format("kill $(ps -o ppid= -p %d) >/dev/null 2>&1; rm -f %q %q", pid, pidfile, script))
+  end)
+
   it("the launcher refuses a bad rank count", function()
     for _, bad in ipairs { "0", "x", "-1" } do
       local p = assert(io.popen(string.format("%q -n %s %q collectives 2>&1; echo \"EXIT:$?\"", launcher, bad, worker)))
@@ -180,6 +216,13 @@ describe("communicators: one rank and bad input, in this process", function()
       H.assert_equal(comm:all_reduce(x:clone(), "max"), x)
       H.assert_equal(comm:all_gather(x), x)
       H.assert_equal(comm:reduce_scatter(x), x)
+    end
+    -- empty tensors, whatever their (contiguous) strides: nothing to exchange
+    for _, sizes in ipairs { { 3, 0 }, { 0, 3 }, { 1, 0, 2 }, { 0 } } do
+      local e = ploss.zeros(sizes)
+      assert.are.same(sizes, comm:all_reduce(e):size())
+      assert.are.same(sizes, comm:all_gather(e):size())
+      assert.are.same(sizes, comm:reduce_scatter(e):size())
     end
     comm:destroy()
     comm:destroy() -- idempotent
