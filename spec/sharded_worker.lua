@@ -10,7 +10,8 @@
 --              (max(2, ⌊C_r·rate⌋ + 1) in all); loss and gradients equal the single-device loss
 --              over the kept classes of every rank
 --   refusal    on rank 1 only: a label out of range, a bad weight, another row count, another
---              tile_rows, another upstream gradient, another temperature (InfoNCE): an error
+--              tile_rows, another upstream gradient, another temperature (InfoNCE), InfoNCE on one
+--              rank and a margin loss on the others: an error
 --              on every rank each time, then a good call
 --   info_nce   InfoNCE with each rank's rows of both views: symmetric or not, normalised or
 --              not, every reduction, forward, backward (with an upstream gradient) and fused
@@ -251,6 +252,13 @@ elseif mode == "refusal" then
   local nce = ploss.InfoNCELoss { temperature = rank == 1 and 0.2 or 0.1, comm = comm }
   expect(function() nce(x, x) end, rank == 1 and "opts.temperature: 0.1 on rank 0, 0.2 on rank 1"
     or "opts.temperature: 0.2 on rank 1, 0.1 on rank " .. rank, "another temperature on rank 1")
+  -- InfoNCE on rank 1 where the others run a margin loss (records of other facts, one exchange)
+  local other = ploss.InfoNCELoss { comm = comm }
+  expect(function()
+    if rank == 1 then return other(x, x) end
+    return crit(x, w, y)
+  end, rank == 1 and "the loss: am_softmax on rank 0, info_nce on rank 1"
+    or "the loss: info_nce on rank 1, am_softmax on rank " .. rank, "InfoNCE on rank 1, AM-softmax elsewhere")
   -- and the communicator still serves a good call
   local l0 = ploss.AMSoftmaxLoss {}(Xr, Wr, Y)
   close(crit(x, w, y), l0, "the call after the refusals")

@@ -215,6 +215,9 @@ static ploss_status exchange(ploss_comm_t *comm, const int64_t *mine, int count,
 #endif
 }
 
+/* The size of every agreement's record (int64 facts): the largest loss's count or more. */
+#define AGREE_FACTS 32
+
 /* What a fact of the agreement holds, for its message. */
 enum { FACT_INT, FACT_DOUBLE /* its bits */, FACT_DTYPE, FACT_PASS, FACT_REDUCTION, FACT_LOSS /* a policy */ };
 
@@ -260,12 +263,22 @@ static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss
     mine[0] = local;
     char message[1024];
     snprintf(message, sizeof message, "%s", local ? ploss_last_error() : "");
-    ploss_status st = exchange(comm, mine, count, all);
+    /* every loss's record has the same size, the loss second (mine[1]), so that ranks that
+     * call different sharded losses meet in one exchange and are told so by name */
+    const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
+    int64_t padded[AGREE_FACTS] = {0};
+    memcpy(padded, mine, sizeof(int64_t) * (size_t)count);
+    int64_t *gathered = malloc(sizeof(int64_t) * AGREE_FACTS * (size_t)R);
+    if (!gathered) /* the others would wait in the exchange */
+        return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
+    ploss_status st = exchange(comm, padded, AGREE_FACTS, gathered);
+    for (int q = 0; q < R && !st; ++q)
+        memcpy(all + (size_t)q * (size_t)count, gathered + (size_t)q * AGREE_FACTS, sizeof(int64_t) * (size_t)count);
+    free(gathered);
     if (st)
         return st;
     if (local)
         return ploss_error(local, "%s", message);
-    const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
     for (int q = 0; q < R; ++q) {
         const int64_t *f = all + (size_t)q * (size_t)count;
         if (f[0])
@@ -294,6 +307,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         F_STATUS, F_LOSS, F_ROWS, F_FEATURES, F_CLASSES, F_DTYPE, F_LABEL_DTYPE, F_PASS, F_REDUCTION, F_IGNORE, F_S,
         F_M1, F_M2, F_M3, F_EASY, F_RATE, F_SEED, F_SCALE_GRAD, F_TILE_ROWS, F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
+    _Static_assert(F_COUNT <= AGREE_FACTS, "the margin losses' facts exceed the agreement's record");
     /* the margins by the loss's own option names (ArcFace's m is m2, AM-softmax's m3) */
     const int arc = spec->policy == PLOSS_POLICY_ARC_FACE, am = spec->policy == PLOSS_POLICY_AM_SOFTMAX;
     const char *const names[F_COUNT] = {
@@ -437,15 +451,17 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
                                        const DLTensor *grad_key, ploss_status local)
 {
     enum {
-        F_STATUS, F_ROWS, F_FEATURES, F_DTYPE, F_PASS, F_REDUCTION, F_TEMPERATURE, F_SYMMETRIC, F_NORMALIZE,
-        F_UPSTREAM, F_GL_DTYPE, F_COUNT
+        F_STATUS, F_LOSS, F_ROWS, F_FEATURES, F_DTYPE, F_PASS, F_REDUCTION, F_TEMPERATURE, F_SYMMETRIC,
+        F_NORMALIZE, F_UPSTREAM, F_GL_DTYPE, F_COUNT
     };
+    _Static_assert(F_COUNT <= AGREE_FACTS, "InfoNCE's facts exceed the agreement's record");
     static const char *const names[F_COUNT] = {
-        "status", "the rows of query", "the features D", "the dtype of query", "the pass", "opts.reduction",
+        "status", "the loss", "the rows of query", "the features D", "the dtype of query", "the pass", "opts.reduction",
         "opts.temperature", "opts.symmetric", "opts.normalize",
         "the upstream gradient (opts.scale, or a reduced grad_loss)", "the dtype of grad_loss"};
     static const unsigned char kinds[F_COUNT] = {
-        [F_DTYPE] = FACT_DTYPE, [F_PASS] = FACT_PASS, [F_REDUCTION] = FACT_REDUCTION, [F_TEMPERATURE] = FACT_DOUBLE,
+        [F_LOSS] = FACT_LOSS, [F_DTYPE] = FACT_DTYPE, [F_PASS] = FACT_PASS, [F_REDUCTION] = FACT_REDUCTION,
+        [F_TEMPERATURE] = FACT_DOUBLE,
         [F_UPSTREAM] = FACT_DOUBLE, [F_GL_DTYPE] = FACT_DTYPE};
     static const unsigned char own[F_COUNT] = {0};
     ploss_comm_t *comm = o->comm;
@@ -453,6 +469,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
     int64_t mine[F_COUNT] = {0};
     mine[F_STATUS] = local;
     if (!local) {
+        mine[F_LOSS] = PLOSS_POLICY_INFO_NCE;
         mine[F_ROWS] = p->N;
         mine[F_FEATURES] = p->D;
         mine[F_DTYPE] = p->dtype;
