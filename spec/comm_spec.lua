@@ -234,6 +234,8 @@ describe("communicators: one rank and bad input, in this process", function()
     H.expect_error(function() ploss.comm.init { nranks = 2, rank = 2, id = id } end, "rank: expected a rank in [0, 2), got 2")
     H.expect_error(function() ploss.comm.init { nranks = 2, rank = -1, id = id } end, "rank: expected an integer >= 0, got -1")
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = "abc" } end, "id: expected 64 hex digits")
+    H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = id, wait = "no" } end,
+      "comm.init: wait: expected true or false, got 'no'")
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = ("zz"):rep(32) } end, "id: expected 64 hex digits")
     local forged = id:sub(1, 63) .. (id:sub(64) == "0" and "1" or "0") -- another check value
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = forged } end,

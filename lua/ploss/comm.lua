@@ -87,6 +87,10 @@ function comm.init(opts)
     if type(opts.timeout) ~= "number" then ploss.raise("comm.init: timeout: expected seconds, got " .. type(opts.timeout)) end
     o.timeout = opts.timeout
   end
+  -- a truthy non-boolean (wait = "no", 0) would be read as true
+  if opts.wait ~= nil and type(opts.wait) ~= "boolean" then
+    ploss.raise(string.format("comm.init: wait: expected true or false, got %s", ploss.shown(opts.wait)))
+  end
   local out = ffi.new("ploss_comm_t *[1]")
   ploss.check(C.ploss_comm_init(ploss.context(device), opts.nranks, opts.rank, id, o, out), "comm.init")
   local self = setmetatable({
