@@ -202,9 +202,9 @@ ploss_status ploss_memory_reset_peak(DLDevice device);
  *  once truncated, gives an unspecified value: the caller checks such values, as the Lua
  *  tensor's :copy and :to do; float to float rounds to nearest even, f64 to f16 or bf16
  *  through f32 as PyTorch's conversions do, so a value within 2^-24 (relative) of a tie of
- *  the 16-bit dtype may round to the tie's other side).  Shapes must be equal.  Either tensor may be on
- *  the context's device or on the CPU (host↔device copies synchronise the stream and
- *  report the error slot).  dst must not overlap src unless identical.
+ *  the 16-bit dtype may round to the tie's other side).  Shapes must be equal.  Either
+ *  tensor may be on the context's device or on the CPU (host↔device copies synchronise the
+ *  stream and report the error slot).  dst must not overlap src unless identical.
  *  Statuses: SHAPE, DTYPE, DEVICE, LAYOUT (dst has overlapping strides), ALIAS,
  *  INVALID_LABEL (pending device error), CUDA, OUT_OF_MEMORY. */
 ploss_status ploss_copy(ploss_ctx_t *ctx, DLTensor *dst, const DLTensor *src);
