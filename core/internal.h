@@ -29,6 +29,15 @@ typedef enum ploss_dtype {
 /* Which entry point of a loss runs: _forward, _backward or _fused (every family). */
 typedef enum { PLOSS_PASS_FORWARD = 0, PLOSS_PASS_BACKWARD = 1, PLOSS_PASS_FUSED = 2 } ploss_pass;
 
+/* The upstream factor w times a coefficient k of a gradient, as autograd's clamp_min and
+ * where backward give it: 0 where k is 0 (a hinge not active, a pair that carries no
+ * gradient) whatever w is, so a NaN or infinite upstream gradient reaches only what it
+ * flows through (the hinge losses of the CPU and CUDA backends). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline double ploss_upstream(double w, double k) { return k != 0.0 ? w * k : 0.0; }
+
 /* ---- errors (core/error.c) ---- */
 
 /* Record a formatted message for this thread and return `status`. */

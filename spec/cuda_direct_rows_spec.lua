@@ -285,3 +285,45 @@ describe("CUDA multilabel_margin_loss vs CPU", function()
     end
   end)
 end)
+
+describe("CUDA margin losses: a NaN upstream gradient reaches only the rows with an active hinge", function()
+  -- the CPU's 0 and NaN exactly, its other values within the dtype's tolerance
+  local function same(got, ref, tol, what)
+    local g, r = got:cpu():double():totable(), ref:double():totable()
+    for i, row in ipairs(r) do
+      for j, v in ipairs(row) do
+        local u, where = g[i][j], string.format("%s (%d, %d): got %s, expected %s", what, i, j, g[i][j], v)
+        if v ~= v then assert.is_true(u ~= u, where)
+        elseif v == 0 then assert.is_true(u == 0, where)
+        else assert.is_true(math.abs(u - v) <= tol * math.abs(v), where) end
+      end
+    end
+  end
+  it("multi_margin_loss and multilabel_margin_loss, an upstream gradient per row and a scalar one", function()
+    for _, dtype in ipairs { "f32", "f64" } do
+      local x = H.random_logits({ 40, 70 }, { dtype = "f64", std = 1.5, seed = 12 }):type(dtype)
+      -- the first row's target far above the rest: no active hinge there
+      local xv = x:totable()
+      xv[1][4] = 50
+      x = ploss.tensor(xv, { dtype = dtype })
+      local y = ploss.randint(0, 70, { 40 }, { seed = 13 }):totable()
+      y[1] = 3
+      y = ploss.tensor(y, { dtype = "i64" })
+      local lists = ploss.full({ 40, 70 }, -1, { dtype = "i64" }):totable()
+      for i = 1, 40 do lists[i][1] = y:totable()[i] end
+      lists = ploss.tensor(lists, { dtype = "i64" })
+      local up = {}
+      for i = 1, 40 do up[i] = i % 2 == 1 and 0 / 0 or 1.5 end
+      up = ploss.tensor(up, { dtype = ldtype(dtype) })
+      for name, t in pairs { multi_margin_loss = y, multilabel_margin_loss = lists } do
+        local what = name .. " " .. dtype
+        local gc = F[name .. "_backward"](x, t, up, { reduction = "none" })
+        assert.are.same({ 0 }, { math.max(unpack(gc:totable()[1])) }, what .. ": the first row is inactive")
+        same(F[name .. "_backward"](x:to(DEV), t:to(DEV), up:to(DEV), { reduction = "none" }), gc, TOL[dtype].grad,
+          what .. " per row")
+        same(F[name .. "_backward"](x:to(DEV), t:to(DEV), 0 / 0), F[name .. "_backward"](x, t, 0 / 0), TOL[dtype].grad,
+          what .. " scalar")
+      end
+    end
+  end)
+end)

@@ -113,6 +113,17 @@ describe("multi_margin_loss by hand", function()
     H.assert_close(l[2], 0.5 / 3, { rtol = 1e-15 })
   end)
 
+  it("a NaN upstream gradient reaches only the rows with an active hinge (PyTorch's kernel adds nothing else)", function()
+    -- row 1: 1 − 5 + x_j < 0 for every j, inactive; row 2: z = 0.5 for classes 1 and 2
+    local x = ploss.tensor({ { 0.1, 0.2, 5 }, { 0.5, 0, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 2, 0 }, { dtype = "i64" })
+    local g = F.multi_margin_loss_backward(x, y, ploss.tensor({ 0 / 0, 2 }, { dtype = "f64" }), { reduction = "none" })
+    H.assert_close(g, { { 0, 0, 0 }, { -4 / 3, 2 / 3, 2 / 3 } }, { rtol = 1e-15 })
+    local m = ploss.MultiMarginLoss {}:backward(x, y, 0 / 0):totable()
+    assert.are.same({ 0, 0, 0 }, m[1])
+    for j = 1, 3 do assert.is_true(m[2][j] ~= m[2][j]) end
+  end)
+
   it("no ignore_index: -100 is an invalid label; Torch7's MultiMarginCriterion", function()
     local x = ploss.randn({ 2, 3 }, { dtype = "f64" })
     H.expect_error(function()

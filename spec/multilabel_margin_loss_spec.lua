@@ -83,6 +83,16 @@ describe("multilabel_margin_loss by hand", function()
     local ln = F.multilabel_margin_loss(t64({ { 0, 0 / 0, 1 } }), ti64({ { 0, -1, 0 } }))
     assert.is_true(ln ~= ln, "a NaN score makes the loss NaN")
   end)
+
+  it("a NaN upstream gradient reaches only the rows with an active hinge (PyTorch's loops add nothing else)", function()
+    -- row 1 (class 2 listed): 1 − 5 + x_j < 0, inactive; row 2 (class 0): z = 0.5 for classes 1, 2
+    local x, y = t64({ { 0.1, 0.2, 5 }, { 0.5, 0, 0 } }), ti64({ { 2, -1, 0 }, { 0, -1, 0 } })
+    local g = F.multilabel_margin_loss_backward(x, y, t64({ 0 / 0, 2 }), { reduction = "none" })
+    H.assert_close(g, { { 0, 0, 0 }, { -4 / 3, 2 / 3, 2 / 3 } }, { rtol = 1e-15 })
+    local m = ploss.MultiLabelMarginLoss {}:backward(x, y, 0 / 0):totable()
+    assert.are.same({ 0, 0, 0 }, m[1])
+    for j = 1, 3 do assert.is_true(m[2][j] ~= m[2][j]) end
+  end)
 end)
 
 describe("multilabel_margin_loss against PyTorch's loops and central differences (f64)", function()

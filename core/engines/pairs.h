@@ -324,12 +324,6 @@ PLOSS_PAIRS_FN ploss_triplet_row ploss_triplet_split(double d_ap, double d_an, d
     return r;
 }
 
-/* The upstream factor w times a coefficient k of a row's gradient, as autograd's clamp_min
- * backward gives it: 0 where k is 0 (a hinge not active, a pair that carries no gradient)
- * whatever w is, so a NaN or infinite upstream gradient reaches only the rows it flows
- * through. */
-PLOSS_PAIRS_FN double ploss_upstream(double w, double k) { return k != 0.0 ? w * k : 0.0; }
-
 /* ∂d/∂z = g / d^(p−1) for k = ∂ℓ/∂d: k / d^(p−1), 0 where k or d is 0 (a zero distance has a
  * zero gradient), NaN at a NaN d. */
 PLOSS_PAIRS_FN double ploss_pnorm_factor(double k, double d, double p)

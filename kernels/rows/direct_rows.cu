@@ -113,7 +113,7 @@ __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s
             const double z = p.margin - xy + (double)to_acc(x[j * p.x_sc]);
             double v = 0.0;
             if (j == y)
-                v = -c * gsum * om;
+                v = ploss_upstream(om, -c * gsum);
             else if (!(z <= 0.0))
                 v = c * (p.power == 1 ? 1.0 : 2.0 * z) * om;
             g[j * p.g_sc] = from_acc<T>((acc_t<T>)v);
@@ -200,7 +200,6 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
                 g[j * p.g_sc] = from_acc<T>(acc_t<T>(0));
         return 0.0;
     }
-    const double scale = om / (double)C;
     if (L <= W) { /* the list in registers: lane k holds y_k and x_(y_k) */
         const int64_t yk = lane < L ? entry(lane) : -1;
         const double xk = lane < L ? (double)to_acc(x[yk * p.x_sc]) : 0.0;
@@ -226,7 +225,7 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
                 }
             }
             if (grad && mine)
-                g[j * p.g_sc] = from_acc<T>((acc_t<T>)(count * scale));
+                g[j * p.g_sc] = from_acc<T>((acc_t<T>)ploss_upstream(om, count / (double)C));
         }
         if (W > 1)
             for (int o = W / 2; o > 0; o /= 2)
@@ -240,7 +239,7 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
                 first = first && !(ykk == yk && kk < lane);
             }
             if (first)
-                g[yk * p.g_sc] = from_acc<T>((acc_t<T>)(-(double)total * scale));
+                g[yk * p.g_sc] = from_acc<T>((acc_t<T>)ploss_upstream(om, -(double)total / (double)C));
         }
         return sum / (double)C;
     }
@@ -268,7 +267,7 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
             }
         }
         if (grad)
-            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(count * scale));
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)ploss_upstream(om, count / (double)C));
     }
     if (W > 1)
         for (int o = W / 2; o > 0; o /= 2)
@@ -296,7 +295,7 @@ __device__ double multilabel_margin_row(const ploss_direct_problem &p, int64_t n
             active += __popc(lanes_ballot<W>(on));
         }
         if (lane == 0)
-            g[c * p.g_sc] = from_acc<T>((acc_t<T>)(-(double)(times * active) * scale));
+            g[c * p.g_sc] = from_acc<T>((acc_t<T>)ploss_upstream(om, -(double)(times * active) / (double)C));
     }
     return sum / (double)C;
 }

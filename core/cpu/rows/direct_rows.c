@@ -77,7 +77,7 @@ static double multi_margin_row(const ploss_direct_problem *p, int64_t n, int64_t
             const double z = margin - xy + row[j];
             row[j] = j != y && !(z <= 0.0) ? c * (square ? 2.0 * z : 1.0) * om : 0.0;
         }
-        row[y] = -c * gsum * om;
+        row[y] = ploss_upstream(om, -c * gsum);
         ploss_cpu_store_f64(p->grad, p->x_dtype, g0, p->g_sc, C, row);
     }
     return c * sum;
@@ -142,9 +142,8 @@ static double multilabel_margin_row(const ploss_direct_problem *p, int64_t n, in
         g[c] -= on_count;
     }
     if (grad) {
-        const double c = om / (double)C;
         for (int64_t j = 0; j < C; ++j)
-            g[j] *= c;
+            g[j] = ploss_upstream(om, g[j] / (double)C);
         ploss_cpu_store_f64(p->grad, p->x_dtype, n * p->g_sn + s * p->g_ss, p->g_sc, C, g);
     }
     return sum / (double)C;
