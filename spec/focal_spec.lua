@@ -397,6 +397,28 @@ describe("OneHotTargets", function()
     H.assert_equal(b:forward(x, y), ploss.BCEWithLogitsLoss { reduction = "sum" }:forward(x, t))
     H.expect_error(function() local l = a:forward(x) return l end, "OneHotTargets: target: expected a ploss tensor of class indices, got nil")
     H.expect_error(function() local l = a.forward(x, y) return l end, "OneHotTargets.forward: called without its object")
+    -- labels of another shape, or 1-d logits: named as the caller gave them
+    H.expect_error(function() local l = a:forward(x, y:narrow(1, 1, 2)) return l end,
+      "OneHotTargets: target: expected class indices of shape [" .. x:size(1) .. "] (the input's without its class dim)")
+    H.expect_error(function() local l = a:forward(x:select(1, 1), y) return l end,
+      "OneHotTargets: input: expected N×C(×d…) logits")
+    -- Torch7's criterion methods: a clone computes the same and shares nothing
+    local c = b:clone()
+    assert.are_not.equal(b.inner, c.inner)
+    H.assert_equal(c:forward(x, y), b:forward(x, y))
+    assert.are.equal(c, c:float())
+    assert.are.equal(c, c:double())
+    assert.are.equal(c, c:clearState())
+    assert.is_nil(rawget(c, "_onehot"))
+    H.assert_equal(c:forward(x, y), b:forward(x, y))
+  end)
+
+  it("a sample labelled ignore_index is trained as background (an all-zero row), not left out", function()
+    local x = ploss.tensor({ { 1, -2, 0.5 }, { 5, 5, 5 } }, { dtype = "f64" })
+    local w = ploss.OneHotTargets(ploss.BCEWithLogitsLoss { reduction = "sum" })
+    local t = ploss.tensor({ { 0, 1, 0 }, { 0, 0, 0 } }, { dtype = "f64" })
+    H.assert_equal(w:forward(x, ploss.tensor({ 1, -1 }, { dtype = "i64" })),
+      ploss.BCEWithLogitsLoss { reduction = "sum" }:forward(x, t))
   end)
 end)
 

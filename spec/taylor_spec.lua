@@ -251,6 +251,12 @@ describe("Taylor layouts, dtypes, modules", function()
     assert.are.same({ 3, 5 }, seq:backward(x, ploss.ones({ 3, 4 })):size())
     assert.are.equal("ploss.TaylorCrossEntropyLoss(ignore_index=-100, n=2, reduction='mean')",
       tostring(ploss.TaylorCrossEntropyLoss {}))
+    -- n and dim are read at each call: a misspelt field is refused, not kept unread
+    H.expect_error(function() m.order = 6 end,
+      "TaylorSoftmax: 'order' is none of the fields it reads at each call (dim, n): the order of the polynomial is n")
+    H.expect_error(function() m.dims = 1 end, "TaylorSoftmax: 'dims' is none of the fields it reads at each call")
+    m.n = 6
+    H.assert_close(m:forward(x), F.taylor_softmax(x, { n = 6 }), { rtol = 0 })
   end)
 end)
 

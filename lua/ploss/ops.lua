@@ -144,6 +144,8 @@ local function buffer_opt(opts, key, what)
   return v
 end
 
+-- the fields of the Taylor modules: their options and Torch7's module fields
+local TAYLOR_FIELDS = { n = true, dim = true, output = true, gradInput = true, train = true }
 for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softmax", "LogTaylorSoftmax" } } do
   local fname, cls_name = op[1], op[2]
   local c_forward, c_backward = C["ploss_" .. fname .. "_forward"], C["ploss_" .. fname .. "_backward"]
@@ -196,6 +198,14 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   cls.__index = cls
   cls.__name = cls_name
   cls.__tostring = function(self) return string.format("ploss.%s(n=%d, dim=%d)", cls_name, self.n, self.dim) end
+  -- n and dim are read at each call: a misspelt one (m.order = 4) is refused, not kept unread
+  cls.__newindex = function(self, k, v)
+    if type(k) == "string" and not TAYLOR_FIELDS[k] and k:sub(1, 1) ~= "_" then
+      ploss.raise(string.format("%s: '%s' is none of the fields it reads at each call (dim, n)%s", cls_name, k,
+        (k == "order" or k == "N") and ": the order of the polynomial is n" or ""))
+    end
+    rawset(self, k, v)
+  end
   setmetatable(cls, {
     __call = function(c, opts)
       if opts == nil then opts = {} end
@@ -252,7 +262,8 @@ end
 --   Adapts an elementwise criterion on N×C(×d…) logits (BCEWithLogitsLoss, FocalLoss) to
 --   class-index targets: each call builds the one-hot targets of the labels (ploss.one_hot,
 --   in the input's dtype on its device, a buffer reused between calls; ignored labels give
---   all-zero rows) and calls the wrapped criterion with them.  Same API as a criterion;
+--   all-zero rows, which the wrapped criterion trains as background, as pytorch-loss's
+--   OnehotEncoder) and calls the wrapped criterion with them.  Same API as a criterion;
 --   its options are fields read at each call (w.label_smoothing = 0.1), the reduction the
 --   wrapped criterion's (w.inner.reduction).
 ---------------------------------------------------------------------------------------
@@ -281,8 +292,20 @@ end
 function OneHotTargets:targets(input, labels)
   if not ploss.is_tensor(input) then ploss.raise("OneHotTargets: input: expected a ploss tensor, got " .. ploss.shown(input)) end
   if not ploss.is_tensor(labels) then ploss.raise("OneHotTargets: target: expected a ploss tensor of class indices, got " .. ploss.shown(labels)) end
-  local sizes = labels:size()
-  table.insert(sizes, math.min(2, #sizes + 1), input:size(2))
+  if input:dim() < 2 then
+    ploss.raise("OneHotTargets: input: expected N×C(×d…) logits, got " .. ploss.shown(input))
+  end
+  -- the labels' shape is the input's without its class dim (the one-hot buffer's would be
+  -- named otherwise, a tensor the caller never made)
+  local sizes, want = labels:size(), input:size()
+  table.remove(want, 2)
+  local same = #sizes == #want
+  for d = 1, #want do same = same and sizes[d] == want[d] end
+  if not same then
+    ploss.raise(string.format("OneHotTargets: target: expected class indices of shape [%s] (the input's without " ..
+      "its class dim), got %s", table.concat(want, ", "), ploss.shown(labels)))
+  end
+  table.insert(sizes, 2, input:size(2))
   self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
   local o = { out = self._onehot }
   for _, k in ipairs(ONE_HOT_OPTIONS) do o[k] = rawget(self, k) end
@@ -305,6 +328,37 @@ function OneHotTargets:fused(input, labels, scale)
   nn.check_self(self, "OneHotTargets", "fused")
   self.output, self.gradInput = self.inner:fused(input, self:targets(input, labels), scale)
   return self.output, self.gradInput
+end
+
+-- Torch7's criterion methods: the device and dtype ones act on the wrapped criterion (the
+-- one-hot buffer is made again on the next call), clone copies it, clearState drops the buffer.
+function OneHotTargets:to(device)
+  nn.check_self(self, "OneHotTargets", "to")
+  self.inner:to(device)
+  self._onehot = nil
+  return self
+end
+function OneHotTargets:cuda() nn.check_self(self, "OneHotTargets", "cuda") return self:to("cuda") end
+function OneHotTargets:cpu() nn.check_self(self, "OneHotTargets", "cpu") return self:to("cpu") end
+function OneHotTargets:type(t)
+  nn.check_self(self, "OneHotTargets", "type")
+  self.inner:type(t)
+  self._onehot = nil
+  return self
+end
+function OneHotTargets:float() nn.check_self(self, "OneHotTargets", "float") return self:type("torch.FloatTensor") end
+function OneHotTargets:double() nn.check_self(self, "OneHotTargets", "double") return self:type("torch.DoubleTensor") end
+function OneHotTargets:clone()
+  nn.check_self(self, "OneHotTargets", "clone")
+  local opts = {}
+  for _, k in ipairs(ONE_HOT_OPTIONS) do opts[k] = rawget(self, k) end
+  return ploss.OneHotTargets(self.inner:clone(), opts)
+end
+function OneHotTargets:clearState()
+  nn.check_self(self, "OneHotTargets", "clearState")
+  self._onehot, self.output, self.gradInput = nil, nil, nil
+  if type(self.inner.clearState) == "function" then self.inner:clearState() end
+  return self
 end
 
 function OneHotTargets:tostring()
