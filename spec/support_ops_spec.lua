@@ -795,6 +795,9 @@ describe("ploss.nn layers and ploss.optim", function()
     H.assert_equal(w, ploss.tensor({ 2 }, { dtype = "f64" })) -- decay 0.5 still: 0.5·0 + 0.5·4
     ema:restore()
     assert.are.equal(0.5, ema:decay())
+    -- decay() is a getter: an argument (a setter's call) is refused, not dropped
+    H.expect_error(function() local d = ema:decay(0.9) return d end, "EMA:decay: takes no argument")
+    assert.are.equal(0.5, ema:decay())
   end)
 end)
 

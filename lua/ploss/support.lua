@@ -831,7 +831,11 @@ function EMA:restore()
 end
 
 --- The decay d of the next update.
-function EMA:decay()
+function EMA:decay(...)
+  if select("#", ...) > 0 then -- a getter: an argument would be dropped without a word
+    ploss.raise("EMA:decay: takes no argument (it gives the decay of the next update; the decay is set at " ..
+      "construction: EMA(params, {decay = …}))")
+  end
   local d = self.copts.decay
   if self.copts.warmup ~= 0 then d = math.min(d, (1 + self.t) / (10 + self.t)) end
   return d
