@@ -51,6 +51,9 @@ describe("one_hot", function()
     H.assert_close(v[2][3][2], 1 - 0.3 + 0.1, { rtol = 1e-15 })
     local y2 = ploss.tensor({ 255, 1, 255 }, { dtype = "i32" })
     H.assert_equal(ploss.one_hot(y2, 2, { ignore_index = 255 }), { { 0, 0 }, { 0, 1 }, { 0, 0 } })
+    -- an ignore_index no i32 label can equal would ignore nothing: refused, as the losses do
+    H.expect_error(function() local o = ploss.one_hot(y2, 2, { ignore_index = 2 ^ 40 }) return o end,
+      "one_hot: opts.ignore_index: 1099511627776 is outside the range of the i32 target")
     -- an all-ignored and an empty input are valid
     H.assert_equal(ploss.one_hot(ploss.full({ 3 }, -1, { dtype = "i64" }), 2), { { 0, 0 }, { 0, 0 }, { 0, 0 } })
     assert.are.same({ 0, 4 }, ploss.one_hot(ploss.empty({ 0 }, { dtype = "i64" }), 4):size())

@@ -43,6 +43,8 @@ ploss_status ploss_one_hot(ploss_ctx_t *ctx, const DLTensor *target, const ploss
                            ploss_dtype_name(t.dtype));
     if (t.ndim < 1)
         return ploss_check_shape_error("target", "rank >= 1 (N or N×d1×…×dk)", &t);
+    if ((st = ploss_check_ignore_index_fits(o.ignore_index, t.dtype, "target")))
+        return st;
     if ((st = ploss_view_init(&v, out, "out")) || (st = ploss_view_check_device(&v, ctx, "out")))
         return st;
     if (v.ndim != t.ndim + 1 || v.shape[0] != t.shape[0] || v.shape[1] < 1)
