@@ -243,9 +243,10 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
   it("a NaN or ∞ upstream gradient: 0 where the hinge is inactive (hinge embedding, hinge), as the CPU", function()
     local nan, inf = 0 / 0, math.huge
     for _, dtype in ipairs { "f32", "bf16", "f64" } do
-      local x = ploss.tensor({ 0.3, 2, 1, -1, 0.25, -3 }, { dtype = dtype })
-      local y = ploss.tensor({ 1, -1, -1, -1, 1, -1 }, { dtype = dtype })
-      local go = ploss.tensor({ nan, nan, inf, -inf, nan, nan }, { dtype = ldtype(dtype) })
+      -- the last two labels are neither 1 nor −1 (hinge embedding takes both branches)
+      local x = ploss.tensor({ 0.3, 2, 1, -1, 0.25, -3, 0.3, 2 }, { dtype = dtype })
+      local y = ploss.tensor({ 1, -1, -1, -1, 1, -1, 0.5, 0 }, { dtype = dtype })
+      local go = ploss.tensor({ nan, nan, inf, -inf, nan, nan, inf, nan }, { dtype = ldtype(dtype) })
       -- an inactive element of each: hinge embedding's x = 2 (y = −1), hinge's y·x = 3
       for name, off in pairs { hinge_embedding_loss = 2, hinge_loss = 6 } do
         local what = name .. " " .. dtype

@@ -301,6 +301,11 @@ describe("pointwise criteria by hand", function()
     local go = ploss.tensor({ nan, nan, 2, inf }, { dtype = "f64" })
     H.assert_close(F.hinge_embedding_loss_backward(d, t, go, { reduction = "none" }), { nan, 0, -2, -inf })
     H.assert_close(ploss.HingeEmbeddingLoss {}:backward(d, t, nan), { nan, 0, nan, nan })
+    -- a label other than ±1 takes both branches: each passes on its own (PyTorch's two where
+    -- branches summed: NaN, and ∞ − ∞ where both are active)
+    local d2, t2 = ploss.tensor({ 0.3, 0.3, 2 }, { dtype = "f64" }), ploss.tensor({ 0, 0.5, 0 }, { dtype = "f64" })
+    H.assert_close(F.hinge_embedding_loss_backward(d2, t2, ploss.tensor({ nan, inf, 2 }, { dtype = "f64" }),
+      { reduction = "none" }), { nan, nan, 2 })
     local x = ploss.tensor({ 0.25, 2, -1, 1 }, { dtype = "f64" })
     local y = ploss.tensor({ 1, 1, -1, -1 }, { dtype = "f64" })
     H.assert_close(F.hinge_loss_backward(x, y, go, { reduction = "none" }), { nan, 0, 0, inf })

@@ -65,13 +65,15 @@ typedef enum {
 /* The kinds computed by the pointwise terms (no sigmoid). */
 #define PLOSS_EW_IS_POINTWISE(kind) ((kind) >= PLOSS_EW_MSE)
 
-/* The hinge kinds: where the hinge is not active (∂ℓ/∂x = 0) the upstream gradient does not
- * pass, a NaN or infinite one included — autograd's clamp_min and where backward give 0
- * there, not 0·NaN. */
-#define PLOSS_EW_GATES_UPSTREAM(kind) ((kind) == PLOSS_EW_HINGE_EMBEDDING || (kind) == PLOSS_EW_HINGE)
-
-/* ∂ℓ/∂x times the upstream factor om, with the hinge kinds' gate. */
-#define PLOSS_EW_UPSTREAM(kind, om, dx) (PLOSS_EW_GATES_UPSTREAM(kind) && (dx) == 0 ? 0 : (om) * (dx))
+/* ∂ℓ/∂x times the upstream factor om (dx = ∂ℓ/∂x of element (x, y), β the margin).  The
+ * hinge kinds pass om only through their active branches, a NaN or infinite om included —
+ * autograd's clamp_min and where backward give 0 elsewhere, not 0·NaN; hinge embedding's
+ * two branches each on its own (a label other than ±1 takes both: −om + om, NaN for a NaN
+ * om, as PyTorch's sum of the two where branches). */
+#define PLOSS_EW_UPSTREAM(kind, om, dx, x, y, beta)                                                      \
+    ((kind) == PLOSS_EW_HINGE_EMBEDDING ? ((y) != 1 && (beta) - (x) >= 0 ? -(om) : 0) + ((y) != -1 ? (om) : 0) \
+     : (kind) == PLOSS_EW_HINGE         ? ((y) * (x) < (beta) ? -(y) * (om) : 0)                           \
+                                        : (om) * (dx))
 
 typedef struct ploss_sigmoid_problem {
     ploss_pass pass;

@@ -311,7 +311,7 @@ sigmoid_kernel(const ploss_sigmoid_problem p, double omega_host, double *partial
             }
             if (want_grad) {
                 const A om = per_element_up ? (A)load_dyn(p.grad_loss, p.gl_dtype, o_out[u]) : omega;
-                grad[o_g[u]] = from_acc<T>(PLOSS_EW_UPSTREAM(p.kind, om, dx));
+                grad[o_g[u]] = from_acc<T>(PLOSS_EW_UPSTREAM(p.kind, om, dx, xv[u], yv[u], beta));
             }
         }
     }
@@ -405,7 +405,7 @@ __device__ __forceinline__ void fast_element(ploss_sigmoid_kind kind, A x, A y, 
     if (KIND == KIND_POINTWISE) {
         A dx;
         pointwise_element<A>(kind, beta, x, y, A(1), loss, dx);
-        g = PLOSS_EW_UPSTREAM(kind, omega, dx);
+        g = PLOSS_EW_UPSTREAM(kind, omega, dx, x, y, beta);
         return;
     }
     if (KIND != PLOSS_SIGMOID_BCE && !G2) {

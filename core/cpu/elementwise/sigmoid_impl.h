@@ -187,7 +187,7 @@ static void F(scatter)(void *base, ploss_dtype dt, walker w, int t, int64_t n, c
             acc += l;                                                                           \
         }                                                                                       \
         if (WG)                                                                                 \
-            gb[i] = PLOSS_EW_UPSTREAM(K, om[i], d);                                             \
+            gb[i] = PLOSS_EW_UPSTREAM(K, om[i], d, x[i], y[i], beta);                           \
     }
 #define SIGMOID_PASSES_G(K, G2)            \
     if (!want_grad) {                      \
