@@ -822,7 +822,7 @@ static ploss_status triplet_margin(ploss_ctx_t *ctx, ploss_pass pass, const plos
     if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of triplet_margin");
     if (!(isfinite(o.margin)))
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number (> 0 without soft_margin)", PLOSS_SHOWN(o.margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.margin: %s is not a finite number (> 0 without soft_margin; 1, the default, with it)", PLOSS_SHOWN(o.margin));
     if (!(isfinite(o.p) && o.p >= 1.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.p: %s is not a finite number >= 1", PLOSS_SHOWN(o.p));
     if (!(isfinite(o.eps) && o.eps >= 0.0))

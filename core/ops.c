@@ -126,7 +126,7 @@ static ploss_status prepare_output(ploss_ctx_t *ctx, ploss_view *v, DLTensor *t)
 
 /* dst takes only a value it holds: in an integer dtype a fraction would be truncated and a
  * value outside the dtype's range wrapped (undefined behaviour in C) without a word; in a
- * float dtype a finite value beyond its largest one would become ±inf. */
+ * float dtype a finite value beyond its largest one would become ±inf (or that largest). */
 static ploss_status check_fill_value(ploss_dtype dtype, double value)
 {
     double lo, hi; /* lo <= value < hi */
@@ -135,16 +135,15 @@ static ploss_status check_fill_value(ploss_dtype dtype, double value)
     case PLOSS_I32: lo = -0x1p31, hi = 0x1p31; break;
     case PLOSS_U8: lo = 0, hi = 256; break;
     default: {
-        /* a float dtype: a finite value beyond its largest finite one would be stored as
-         * ±inf (PyTorch's fill_ refuses it too); ±inf and NaN are stored as they are */
+        /* a float dtype: a finite value beyond its largest finite one, which would be stored
+         * rounded to it or as ±inf, is refused (as PyTorch's fill_); ±inf and NaN are stored */
         const double max = dtype == PLOSS_F16    ? 65504.0
                            : dtype == PLOSS_BF16 ? 0x1.FEp127
                            : dtype == PLOSS_F32  ? 0x1.FFFFFEp127
                                                  : INFINITY;
         if (isfinite(value) && fabs(value) > max)
-            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %s is beyond %s's finite range (its largest "
-                               "value is %g): it would be stored as %sinf", PLOSS_SHOWN(value),
-                               ploss_dtype_name(dtype), max, value < 0 ? "-" : "");
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "value: %s exceeds %s's largest finite value %s%s",
+                               PLOSS_SHOWN(value), ploss_dtype_name(dtype), value < 0 ? "-" : "", PLOSS_SHOWN(max));
         return PLOSS_OK;
     }
     }

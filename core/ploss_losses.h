@@ -914,8 +914,9 @@ ploss_status ploss_ohem_large_margin_fused(ploss_ctx_t *ctx, const DLTensor *inp
 typedef struct ploss_triplet_margin_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (with soft_margin only its default is taken; PyTorch also
-       refuses μ <= 0); a finite number (> 0 without soft_margin); default 1.0 */
+    /* μ, the margin of the hinge (with soft_margin any value but the default is refused;
+       PyTorch also refuses μ <= 0); a finite number (> 0 without soft_margin; 1, the default,
+       with it); default 1.0 */
     double margin;
     /* the p of the p-norm distance; a finite number >= 1; default 2.0 */
     double p;
@@ -976,9 +977,10 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * out loss        NONE: N values, one per row (a 0-d tensor for D inputs); MEAN / SUM: a 0-d or
  *                 1-element tensor; f32 (f64 for f64 input).
  * Statuses: INVALID_ARGUMENT (NULL ctx/anchor/positive/negative/loss or a gradient, a bad enum,
- *           opts.margin not a finite number (> 0 without soft_margin), opts.p not a finite
- *           number >= 1, opts.eps not a finite number >= 0, a non-finite scale, inplace = 1),
- *           SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ *           opts.margin not a finite number (> 0 without soft_margin; 1, the default, with it),
+ *           opts.p not a finite number >= 1, opts.eps not a finite number >= 0, a non-finite
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
  */
 ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anchor,
     const DLTensor *positive, const DLTensor *negative, const ploss_triplet_margin_opts *opts,
@@ -1036,8 +1038,8 @@ typedef enum ploss_pair_distance {
 typedef struct ploss_batch_hard_triplet_opts {
     /* how the per-sample losses are reduced; default MEAN */
     ploss_reduction reduction;
-    /* μ, the margin of the hinge (with soft_margin only its default is taken); a finite
-       number; default 0.3 */
+    /* μ, the margin of the hinge (with soft_margin any value but the default 0.3 is refused);
+       a finite number; default 0.3 */
     double margin;
     /* softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None);
        default 0 */

@@ -172,6 +172,9 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     end
     assert.is_not_nil(pid)
     os.execute("sleep 0.5; kill -9 " .. pid)
+    finally(function()
+      os.execute(string.format("kill $(ps -o ppid= -p %d) >/dev/null 2>&1; rm -f %q %q", pid, pidfile, script))
+    end)
     -- rank 1: its init (if rank 0 had joined, it succeeds) or its first collective fails at once
     local t0 = os.time()
     local ok, c = pcall(ploss.comm.init, { nranks = 2, rank = 1, id = id, timeout = 20 })
@@ -183,7 +186,6 @@ describe("communicators on the CPU, as processes (tools/launch.sh)", function()
     assert.is_false(ok2)
     assert.matches("rank 0 has exited without destroying its communicator", tostring(err), 1, true)
     assert.is_true(os.time() - t0 <= 5, "the zombie was waited for")
-    os.execute(string.format("kill $(ps -o ppid= -p %d) >/dev/null 2>&1; rm -f %q %q", pid, pidfile, script))
   end)
 
   it("the launcher refuses a bad rank count", function()
@@ -236,6 +238,8 @@ describe("communicators: one rank and bad input, in this process", function()
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = "abc" } end, "id: expected 64 hex digits")
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = id, wait = "no" } end,
       "comm.init: wait: expected true or false, got 'no'")
+    H.expect_error(function() ploss.comm.init_from_env { wait = 0 } end,
+      "comm.init_from_env: wait: expected true or false, got 0")
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = ("zz"):rep(32) } end, "id: expected 64 hex digits")
     local forged = id:sub(1, 63) .. (id:sub(64) == "0" and "1" or "0") -- another check value
     H.expect_error(function() ploss.comm.init { nranks = 1, rank = 0, id = forged } end,

@@ -733,7 +733,7 @@ describe("TripletMarginWithDistanceLoss", function()
     -- PyTorch's distance_function: named, with the two distances there are
     H.expect_error(function() ploss.TripletMarginWithDistanceLoss { distance_function = print } end,
       "unknown option 'distance_function' (known: distance, grad_anchor, grad_negative, grad_positive, margin, " ..
-      "reduction, swap); PyTorch's distance_function is distance here, a name: 'pairwise' or 'cosine'")
+      "reduction, swap); PyTorch's distance_function is distance here: the name of one of the loss's distances")
   end)
 end)
 

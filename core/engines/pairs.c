@@ -274,11 +274,11 @@ static ploss_pair_grad grad_of(const ploss_view *v, int unbatched)
                      : (ploss_pair_grad){v->data, v->strides[0], v->strides[1]};
 }
 
-/* The message of a margin given with soft_margin (the margin's default is the only value
- * taken with it: an options struct cannot leave the margin unset). */
+/* The message of a margin given with soft_margin (its default is the only value taken with
+ * it: an options struct cannot leave the margin unset); %s: the margin, then its default. */
 #define SOFT_MARGIN_GIVEN                                                                      \
     "opts.margin: %s with soft_margin = true (the soft margin softplus(d_ap − d_an) has no margin: " \
-    "leave it out)"
+    "leave opts.margin at its default, %s)"
 
 static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec, const pairs_call *c,
                                 const ploss_loss_params *o)
@@ -290,7 +290,7 @@ static ploss_status run_triplet(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
      * margin other than the default given with it is refused (a softplus with a margin
      * inside, as some implementations have, would otherwise be silently another loss) */
     if (!named && o->soft_margin && o->margin != 1.0)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, SOFT_MARGIN_GIVEN, PLOSS_SHOWN(o->margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, SOFT_MARGIN_GIVEN, PLOSS_SHOWN(o->margin), "1");
     if (!named && !o->soft_margin && !(o->margin > 0.0))
         return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
                            "opts.margin: %s is not > 0 (the hinge's margin; soft_margin = true has none)", PLOSS_SHOWN(o->margin));
@@ -330,7 +330,7 @@ static ploss_status run_batch_hard(ploss_ctx_t *ctx, ploss_pass pass, const pair
                                    const ploss_loss_params *o)
 {
     if (o->soft_margin && o->margin != 0.3)
-        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, SOFT_MARGIN_GIVEN, PLOSS_SHOWN(o->margin));
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, SOFT_MARGIN_GIVEN, PLOSS_SHOWN(o->margin), "0.3");
     ploss_status st = check_product_sizes(c, "embeddings", INT32_MAX / 2);
     if (st)
         return st;

@@ -70,6 +70,13 @@ end
 local INIT_KEYS = { nranks = true, rank = true, id = true, device = true, timeout = true, wait = true }
 local ENV_KEYS = { device = true, timeout = true, wait = true }
 
+-- wait is a boolean: a truthy non-boolean (wait = "no", 0) would be read as true
+local function check_wait(v, where)
+  if v ~= nil and type(v) ~= "boolean" then
+    ploss.raise(string.format("%s: wait: expected true or false, got %s", where, ploss.shown(v)))
+  end
+end
+
 --- Join a communicator (see the module's header).
 function comm.init(opts)
   if type(opts) ~= "table" then ploss.raise("comm.init: expected a table {nranks =, rank =, id =, device =}, got " .. type(opts)) end
@@ -87,10 +94,7 @@ function comm.init(opts)
     if type(opts.timeout) ~= "number" then ploss.raise("comm.init: timeout: expected seconds, got " .. type(opts.timeout)) end
     o.timeout = opts.timeout
   end
-  -- a truthy non-boolean (wait = "no", 0) would be read as true
-  if opts.wait ~= nil and type(opts.wait) ~= "boolean" then
-    ploss.raise(string.format("comm.init: wait: expected true or false, got %s", ploss.shown(opts.wait)))
-  end
+  check_wait(opts.wait, "comm.init")
   local out = ffi.new("ploss_comm_t *[1]")
   ploss.check(C.ploss_comm_init(ploss.context(device), opts.nranks, opts.rank, id, o, out), "comm.init")
   local self = setmetatable({
@@ -106,6 +110,7 @@ function comm.init_from_env(opts)
   if opts == nil then opts = {} end
   if type(opts) ~= "table" then ploss.raise("comm.init_from_env: expected a table {device =, timeout =, wait =}, got " .. type(opts)) end
   ploss.check_option_keys(opts, "comm.init_from_env", ENV_KEYS)
+  check_wait(opts.wait, "comm.init_from_env")
   local function env_int(name)
     local v = tonumber(os.getenv(name) or "")
     if not v then ploss.raise("comm.init_from_env: " .. name .. " is not set (start the script with tools/launch.sh)") end

@@ -753,8 +753,10 @@ local function build_multi(d)
       if k > ninputs and type(v) == "number" and d.target == "signs" and ploss.is_tensor((...)) then
         local x = (...)
         if d.input_layout ~= "elementwise" and x:dim() > 1 then -- one label per row: a number is one pair's
-          ploss.raise(string.format("%s: %s: a number labels one pair (inputs of D values); %s has %d rows: " ..
-            "give a tensor of %d labels", where, name, d.inputs[1].name, x:size(1), x:size(1)))
+          local rows = x:size(1)
+          ploss.raise(string.format("%s: %s: a number labels one pair (inputs of D values); %s has %d row%s: " ..
+            "give a tensor of %d label%s", where, name, d.inputs[1].name, rows, rows == 1 and "" or "s", rows,
+            rows == 1 and "" or "s"))
         end
         v = ploss.full(d.input_layout == "elementwise" and x:size() or {}, v, { dtype = loss_dtype(x), device = x:device() })
       end

@@ -222,7 +222,8 @@ function ploss.name_hint(k, known)
   local n = TORCH7_NAMES[k]
   if n and known[n] then return string.format("Torch7's %s is %s here", k, n) end
   if k == "distance_function" and known.distance then -- PyTorch's TripletMarginWithDistanceLoss
-    return "PyTorch's distance_function is distance here, a name: 'pairwise' or 'cosine' (no function is taken)"
+    return "PyTorch's distance_function is distance here: the name of one of the loss's distances (no function " ..
+      "is taken)"
   end
   if k:find("%u") then
     local snake = k:gsub("(%l)(%u)", function(a, b) return a .. "_" .. b:lower() end)

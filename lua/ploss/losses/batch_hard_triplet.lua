@@ -20,7 +20,7 @@ return {
       } },
   },
   options = {
-    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (with soft_margin only its default is taken)",
+    { "margin", "double", 0.3, doc = "μ, the margin of the hinge (with soft_margin any value but the default 0.3 is refused)",
       type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true", },
     { "soft_margin", "bool", false,
       doc = "softplus(d_ap − d_an) in place of the hinge (the paper's soft margin, margin = None)" },

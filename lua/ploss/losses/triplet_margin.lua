@@ -19,9 +19,9 @@ return {
   input_doc = "N×D, or D for one triplet (PyTorch's unbatched form: its 'none' loss is 0-d), " ..
     "f32/f16/bf16/f64, any strides; the three inputs of one dtype and shape.",
   options = {
-    { "margin", "double", 1, range = "a finite number (> 0 without soft_margin)",
+    { "margin", "double", 1, range = "a finite number (> 0 without soft_margin; 1, the default, with it)",
       type_hint = "the soft margin, pytorch-loss's margin = None, is soft_margin = true",
-      doc = "μ, the margin of the hinge (with soft_margin only its default is taken; PyTorch also refuses μ <= 0)" },
+      doc = "μ, the margin of the hinge (with soft_margin any value but the default is refused; PyTorch also refuses μ <= 0)" },
     { "p", "double", 2, min = 1, param = "p_norm", doc = "the p of the p-norm distance" },
     { "eps", "double", 1e-6, min = 0, doc = "added to every difference before its norm, as PyTorch" },
     { "swap", "bool", false, doc = "the distance swap: d_an becomes min(d_an, d_pn)" },
