@@ -258,13 +258,36 @@ static int not_arrived(const ploss_comm_t *c, int q, uint64_t target)
     return atomic_load_explicit(&block_of(c, q)->arrived, memory_order_acquire) < target;
 }
 
+/* Whether the /proc this process sees is of its own pid namespace (/proc/self is getpid()):
+ * after `unshare -p` without a new /proc, /proc/<pid> is another namespace's process. */
+static int proc_is_own(void)
+{
+    static atomic_int own = -1; /* unknown; then 0 or 1, the same for every thread */
+    int v = atomic_load(&own);
+    if (v < 0) {
+        long self = -1;
+        FILE *f = fopen("/proc/self/stat", "r");
+        if (f) {
+            if (fscanf(f, "%ld", &self) != 1)
+                self = -1;
+            fclose(f);
+        }
+        v = self == (long)getpid();
+        atomic_store(&own, v);
+    }
+    return v;
+}
+
 /* Whether process `pid` (of this pid namespace) has ended: gone (ESRCH), or a zombie that
  * its parent has not collected yet (Linux's /proc/<pid>/stat state Z or X), which kill()
- * still finds.  Either way it writes nothing more. */
+ * still finds (read only where /proc is this namespace's: else kill() alone decides).
+ * Either way it writes nothing more. */
 static int process_ended(int pid)
 {
     if (kill((pid_t)pid, 0) == -1)
         return errno == ESRCH;
+    if (!proc_is_own())
+        return 0;
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");

@@ -247,14 +247,17 @@ static const char *fact_text(int kind, int64_t v, char *buf, size_t len)
 }
 
 /* The agreement before any data moves: mine[0] is this rank's status (its error message
- * kept across the exchange), mine[1…] the facts every rank must share but those with
- * own[k] set (a rank's own size), named by names[k] and shown as kinds[k] says.  Fills
- * all[R·count]; PLOSS_OK when every rank accepted the call with the same facts, else the
- * first refusal or mismatch, the same on every rank (a refusing rank keeps its own
- * message). */
-static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss, int64_t *mine, int count,
-                          const char *const *names, const unsigned char *kinds, const unsigned char *own,
-                          int64_t *all)
+ * kept across the exchange), mine[1] the loss, mine[2…count) the facts every rank must
+ * share but those with own[k] set (a rank's own size), named by names[k] and shown as
+ * kinds[k] says; mine holds AGREE_FACTS values (zeros past count), so that every loss's
+ * record has one size and ranks that call different sharded losses meet in one exchange
+ * and are told so by name.  PLOSS_OK when every rank accepted the call with the same facts,
+ * else the first refusal or mismatch, the same on every rank (a refusing rank keeps its own
+ * message); with `all` non-NULL, on PLOSS_OK *all is every rank's record (R·AGREE_FACTS
+ * values, rank q's at q·AGREE_FACTS), the caller's to free. */
+static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss, int64_t mine[AGREE_FACTS],
+                          int count, const char *const *names, const unsigned char *kinds, const unsigned char *own,
+                          int64_t **all)
 {
     ploss_status local = (ploss_status)mine[0];
     if (!local && ploss_comm_context(comm) != ctx)
@@ -263,39 +266,36 @@ static ploss_status agree(ploss_ctx_t *ctx, ploss_comm_t *comm, const char *loss
     mine[0] = local;
     char message[1024];
     snprintf(message, sizeof message, "%s", local ? ploss_last_error() : "");
-    /* every loss's record has the same size, the loss second (mine[1]), so that ranks that
-     * call different sharded losses meet in one exchange and are told so by name */
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
-    int64_t padded[AGREE_FACTS] = {0};
-    memcpy(padded, mine, sizeof(int64_t) * (size_t)count);
     int64_t *gathered = malloc(sizeof(int64_t) * AGREE_FACTS * (size_t)R);
     if (!gathered) /* the others would wait in the exchange */
         return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
-    ploss_status st = exchange(comm, padded, AGREE_FACTS, gathered);
-    for (int q = 0; q < R && !st; ++q)
-        memcpy(all + (size_t)q * (size_t)count, gathered + (size_t)q * AGREE_FACTS, sizeof(int64_t) * (size_t)count);
-    free(gathered);
-    if (st)
-        return st;
-    if (local)
-        return ploss_error(local, "%s", message);
-    for (int q = 0; q < R; ++q) {
-        const int64_t *f = all + (size_t)q * (size_t)count;
-        if (f[0])
-            return ploss_error((ploss_status)f[0],
-                               "opts.comm: rank %d refused the call (%s; its error names the argument), so no rank "
-                               "ran it", q, ploss_status_string((ploss_status)f[0]));
-        for (int k = 1; k < count; ++k)
+    ploss_status st = exchange(comm, mine, AGREE_FACTS, gathered);
+    if (!st && local)
+        st = ploss_error(local, "%s", message);
+    for (int q = 0; q < R && !st; ++q) {
+        const int64_t *f = gathered + (size_t)q * AGREE_FACTS;
+        if (f[0]) {
+            st = ploss_error((ploss_status)f[0],
+                             "opts.comm: rank %d refused the call (%s; its error names the argument), so no rank "
+                             "ran it", q, ploss_status_string((ploss_status)f[0]));
+            break;
+        }
+        for (int k = 1; k < count && !st; ++k)
             if (!own[k] && f[k] != mine[k]) {
                 char a[40], b[40];
-                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
-                                   "opts.comm: the ranks disagree on %s: %s on rank %d, %s on rank %d (this %s "
-                                   "call; every rank passes the same rows, dtypes and options)", names[k],
-                                   fact_text(kinds[k], f[k], a, sizeof a), q, fact_text(kinds[k], mine[k], b, sizeof b),
-                                   rank, loss);
+                st = ploss_error(PLOSS_ERR_INVALID_ARGUMENT,
+                                 "opts.comm: the ranks disagree on %s: %s on rank %d, %s on rank %d (this %s "
+                                 "call; every rank passes the same rows, dtypes and options)", names[k],
+                                 fact_text(kinds[k], f[k], a, sizeof a), q, fact_text(kinds[k], mine[k], b, sizeof b),
+                                 rank, loss);
             }
     }
-    return PLOSS_OK;
+    if (st || !all)
+        free(gathered);
+    else
+        *all = gathered;
+    return st;
 }
 
 ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_spec *spec,
@@ -323,7 +323,7 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
     static const unsigned char own[F_COUNT] = {[F_CLASSES] = 1};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
-    int64_t mine[F_COUNT] = {0};
+    int64_t mine[AGREE_FACTS] = {0};
     mine[F_STATUS] = local;
     if (!local) {
         const double m1 = spec->policy == PLOSS_POLICY_COMBINED_MARGIN ? o->margin_m1 : 1.0;
@@ -348,21 +348,19 @@ ploss_status ploss_margin_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const p
         mine[F_UPSTREAM] = upstream_bits(ctx, pass, o, &c->gl);
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? c->gl.dtype : 0;
     }
-    int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
-    if (!all) /* the others would wait in the exchange */
-        return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
-    ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, kinds, own, all);
+    int64_t *all = NULL;
+    ploss_status st = agree(ctx, comm, spec->name, mine, F_COUNT, names, kinds, own, &all);
+    if (st)
+        return st;
     int64_t offset = 0, total = 0, widest = 0;
-    for (int q = 0; q < R && !st; ++q) {
-        const int64_t Cq = all[(size_t)q * F_COUNT + F_CLASSES];
+    for (int q = 0; q < R; ++q) {
+        const int64_t Cq = all[(size_t)q * AGREE_FACTS + F_CLASSES];
         if (q < rank)
             offset += Cq;
         total += Cq;
         widest = Cq > widest ? Cq : widest;
     }
     free(all);
-    if (st)
-        return st;
     const int64_t n = c->N, N = n * R, D = c->D;
     if (total < spec->min_classes)
         return ploss_error(PLOSS_ERR_SHAPE, "weight: expected at least %lld class centres over the ranks (%s), got %lld",
@@ -466,7 +464,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
     static const unsigned char own[F_COUNT] = {0};
     ploss_comm_t *comm = o->comm;
     const int R = ploss_comm_size(comm), rank = ploss_comm_rank(comm);
-    int64_t mine[F_COUNT] = {0};
+    int64_t mine[AGREE_FACTS] = {0};
     mine[F_STATUS] = local;
     if (!local) {
         mine[F_LOSS] = PLOSS_POLICY_INFO_NCE;
@@ -481,11 +479,7 @@ ploss_status ploss_infonce_run_sharded(ploss_ctx_t *ctx, ploss_pass pass, const 
         mine[F_UPSTREAM] = upstream_bits(ctx, pass, o, gl);
         mine[F_GL_DTYPE] = pass == PLOSS_PASS_BACKWARD ? gl->dtype : 0;
     }
-    int64_t *all = malloc(sizeof(int64_t) * F_COUNT * (size_t)R);
-    if (!all) /* the others would wait in the exchange */
-        return fail_alone(comm, ploss_error(PLOSS_ERR_OUT_OF_MEMORY, "opts.comm: the exchange of %d ranks", R));
-    ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, kinds, own, all);
-    free(all);
+    ploss_status st = agree(ctx, comm, "info_nce", mine, F_COUNT, names, kinds, own, NULL);
     if (st)
         return st;
     const int64_t n = p->N, M = n * R, D = p->D;
