@@ -330,8 +330,10 @@ function OneHotTargets:fused(input, labels, scale)
   return self.output, self.gradInput
 end
 
--- Torch7's criterion methods: the device and dtype ones act on the wrapped criterion (the
--- one-hot buffer is made again on the next call), clone copies it, clearState drops the buffer.
+-- Torch7's criterion methods (type, float, double through to): the device ones act on the
+-- wrapped criterion (the one-hot buffer is made again on the next call), clone copies it,
+-- clearState drops the buffer.
+nn.torch7_methods(OneHotTargets, "OneHotTargets")
 function OneHotTargets:to(device)
   nn.check_self(self, "OneHotTargets", "to")
   self.inner:to(device)
@@ -340,14 +342,6 @@ function OneHotTargets:to(device)
 end
 function OneHotTargets:cuda() nn.check_self(self, "OneHotTargets", "cuda") return self:to("cuda") end
 function OneHotTargets:cpu() nn.check_self(self, "OneHotTargets", "cpu") return self:to("cpu") end
-function OneHotTargets:type(t)
-  nn.check_self(self, "OneHotTargets", "type")
-  self.inner:type(t)
-  self._onehot = nil
-  return self
-end
-function OneHotTargets:float() nn.check_self(self, "OneHotTargets", "float") return self:type("torch.FloatTensor") end
-function OneHotTargets:double() nn.check_self(self, "OneHotTargets", "double") return self:type("torch.DoubleTensor") end
 function OneHotTargets:clone()
   nn.check_self(self, "OneHotTargets", "clone")
   local opts = {}
