@@ -112,6 +112,18 @@ describe("Taylor softmax by hand", function()
     H.assert_close(F.taylor_softmax(x, { n = 20 }), F.taylor_softmax(x:double(), { n = 20 }), { rtol = 1e-6 })
   end)
 
+  it("Taylor cross-entropy above order 10 sums in f64 from f32 inputs: terms past f32's range stay finite", function()
+    -- f_12(10⁴) ≈ 2·10³⁹ is past f32's range; the loss, log Z − log F_y ≈ 90.54, is not
+    local x = ploss.tensor({ { 1e4, 0, 1 }, { -2, 0.5, 3 } }, { dtype = "f32" })
+    local y = ploss.tensor({ 1, 2 }, { dtype = "i64" })
+    local crit = ploss.TaylorCrossEntropyLoss { n = 12, reduction = "none" }
+    local l32, g32 = crit(x, y)
+    local l64, g64 = crit(x:double(), y)
+    H.assert_close(l32, l64, { rtol = 1e-6 })
+    H.assert_close(g32, g64, { rtol = 1e-6, atol = 1e-30 })
+    H.assert_close(l64:flat()[1], 90.538070568364, { rtol = 1e-12 })
+  end)
+
   it("Taylor cross-entropy: C = 1 gives 0; every sample ignored gives a NaN mean and zero gradient", function()
     local x = ploss.randn({ 4, 1 }, { dtype = "f64" })
     local l, g = F.taylor_cross_entropy_fused(x, ploss.zeros({ 4 }, { dtype = "i64" }))

@@ -93,5 +93,8 @@
 
 ploss_status PLOSS_ISA_FN(ploss_cpu_srows_run)(const ploss_cpu_srows *p)
 {
-    return p->x_dtype == PLOSS_F64 ? run_f64(p) : run_f32(p);
+    /* Taylor polynomials above order 10 in f64 whatever the logits' dtype (their terms reach
+     * past f32's range and cancel), as the CUDA backend's per-sample kernels */
+    const int wide = p->x_dtype == PLOSS_F64 || (p->kind == PLOSS_SROWS_TAYLOR_CE && p->order > 10);
+    return wide ? run_f64(p) : run_f32(p);
 }

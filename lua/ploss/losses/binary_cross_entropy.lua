@@ -23,7 +23,8 @@ finite loss):
 'mean' divides by the element count (the weight does not change the divisor).]],
   gradient = [[
 ∂ℓ/∂x = w·(x − y) / max(x·(1 − x), 10⁻¹²), PyTorch's formula: the exact derivative
-wherever x·(1 − x) > 10⁻¹², a finite value at x = 0 and x = 1.  (PyTorch's 10⁻¹² is the
+wherever x·(1 − x) > 10⁻¹², a finite value at x = 0 and x = 1 (±10¹², past f16's range:
+±∞ in f16, as in PyTorch).  (PyTorch's 10⁻¹² is the
 f32 number nearest to it even for f64 inputs: its clamped gradients differ from these by
 4·10⁻⁹ relative.)]],
   notes = [[

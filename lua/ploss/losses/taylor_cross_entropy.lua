@@ -22,4 +22,12 @@ With f_n(v) = Σ_{k≤n} v^k/k!, F_j = f_n(x_j) and Z = Σ_j F_j, per valid samp
 computed in f32 (f64 for f64 input and for n > 10).  'mean' divides by the number of valid
 samples.]],
   gradient = "∂ℓ/∂x_k = f_{n−1}(x_k)·(1/Z − [k = y]/F_y).",
+  notes = [[
+The polynomials are evaluated as they are, not in log space: f_n(x) ≈ x^n/n! leaves the
+computing type's range for |x| beyond about (n!·3.4·10³⁸)^(1/n) in f32 (2.6·10¹⁹ at n = 2,
+10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64, and a row holding such a logit gets an
+infinite loss and NaN gradients.  A −∞ logit does not mask its class, as it would in a
+softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.  On CUDA, rows
+of at most 32 classes in registers or shared tiles compute n > 10 in f32 too (the
+general per-sample kernel in f64), so there the f32 limit holds.]],
 }
