@@ -147,6 +147,17 @@ describe("EMA of parameters on " .. DEV, function()
     H.assert_equal(b, ploss.full({ 1000 }, 2):flat())
     H.assert_equal(ema.shadows[1], sa)
     H.expect_error(function() ema:restore() end, "EMA: restore() without apply()")
+    -- a param written between apply() and restore() (a training step) is refused, nothing
+    -- exchanged; force = true restores anyway (the write goes into the shadow)
+    ema:apply()
+    b:add_(1)
+    H.expect_error(function() ema:restore() end, "EMA:restore: params[2] was written since apply()")
+    H.assert_equal(a, sa)
+    H.expect_error(function() ema:restore { force = 1 } end, "EMA:restore: force: expected true or false")
+    H.expect_error(function() ema:restore { forse = true } end, "EMA:restore: unknown option 'forse'")
+    ema:restore { force = true }
+    H.assert_equal(b, ploss.full({ 1000 }, 2):flat())
+    H.assert_close(ema.shadows[2], ploss.tensor(sb):add_(1), { rtol = 1e-6 })
   end)
 
   it("bad input: the tensor named, nothing written", function()

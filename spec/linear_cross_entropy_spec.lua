@@ -715,6 +715,18 @@ describe("LinearCrossEntropyLoss", function()
       ploss.tensor({ 0, 1 }, { dtype = "i64" }), { return_lse = true, return_entropy = true })
     H.assert_close(l0, { math.log(6), math.log(6) }, { rtol = 1e-6 })
     H.assert_close(h0, { math.log(6), math.log(6) }, { rtol = 1e-6 })
+    -- the criterion rewrites its lse and entropy buffers with their versions bumped, so a
+    -- state saved from them (another criterion's forward) is not reused stale
+    local crit = ploss.LinearCrossEntropyLoss { return_lse = true, return_entropy = true }
+    local _, lse1, ent1 = crit:forward(x, w, y)
+    local v1, e1 = lse1:version(), ent1:version()
+    local _, _, _, lse2, ent2 = crit(x:clone():mul_(3), w, y)
+    assert.are.equal(lse1, lse2)
+    assert.is_true(lse2:version() > v1 and ent2:version() > e1)
+    local ce, t = ploss.CrossEntropyLoss {}, ploss.tensor(0, { dtype = "i64" })
+    ce:forward(lse2, t)
+    crit:forward(x, w, y)
+    H.assert_close(ce:backward(lse2, t), F.cross_entropy_backward(lse2, t, 1), { rtol = 1e-15 })
   end)
 
   it("refuses a bad bias, grad_bias, lse or entropy with an error naming it, writing nothing", function()

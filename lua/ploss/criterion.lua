@@ -928,7 +928,9 @@ local function build_multi(d)
     t.loss = self._loss
     local outs = output_buffers(self, t)
     ploss.check(run("forward", x:context(), t), d.name .. "_forward")
-    self._loss:bump_version() -- its buffers are rewritten (another criterion's state from them is stale)
+    -- its buffers are rewritten (another criterion's state from them is stale)
+    self._loss:bump_version()
+    for _, v in ipairs(outs) do v:bump_version() end
     return self._loss, unpack(outs)
   end
 
@@ -1047,6 +1049,7 @@ local function build_multi(d)
     ploss.check(run("fused", x:context(), t), d.name .. "_fused")
     self._loss:bump_version()
     for _, v in ipairs(g) do v:bump_version() end
+    for _, v in ipairs(outs) do v:bump_version() end
     self.output = o.reduction == "none" and self._loss or self._loss:item()
     self.gradInput = g
     step_seed(self, o)

@@ -820,12 +820,32 @@ function EMA:apply()
   nn.check_self(self, "EMA", "apply", "ema")
   if self.applied then ploss.raise("EMA: apply() twice without restore()") end
   exchange(self, "ema_apply")
-  self.applied = true
+  -- the params' versions once the averages are in: a write after it shows at restore()
+  self.applied = {}
+  for i, p in ipairs(self.params) do self.applied[i] = p:version() end
 end
 
-function EMA:restore()
+--- ema:restore([{force = true}]): the live weights back into the params.  A param written
+-- since apply() (an optimiser step between the two) is refused: restoring would drop that
+-- write into the shadows without a word; force = true restores anyway.
+function EMA:restore(opts)
   nn.check_self(self, "EMA", "restore", "ema")
   if not self.applied then ploss.raise("EMA: restore() without apply()") end
+  if opts ~= nil then
+    ploss.check_option_keys(opts, "EMA:restore", { force = true })
+    if opts.force ~= nil and type(opts.force) ~= "boolean" then
+      ploss.raise("EMA:restore: force: expected true or false, got " .. ploss.shown(opts.force))
+    end
+  end
+  if not (opts and opts.force) then
+    for i, p in ipairs(self.params) do
+      if p:version() ~= self.applied[i] then
+        ploss.raise(string.format("EMA:restore: params[%d] was written since apply() (an optimiser step between " ..
+          "apply() and restore()?): restoring would move that write into the shadows and bring back the weights " ..
+          "from before it; restore() before training, or restore{force = true} to drop it", i))
+      end
+    end
+  end
   exchange(self, "ema_restore")
   self.applied = false
 end
