@@ -677,6 +677,19 @@ describe("ploss.nn layers and ploss.optim", function()
       "weight_decay=0)", tostring(a))
     H.expect_error(function() ploss.optim.SGD({ p1 }, {}, {}) end, "expected two lists of the same length")
     H.expect_error(function() ploss.optim.SGD({ p1 }, { g1 }, { learning_rate = 1 }) end, "unknown option 'learning_rate'")
+    -- its state belongs to the tensors it was made with: another tensor in a slot, or one
+    -- appended to the list, is refused before any parameter moves (not given the old moments)
+    local ps, gs = { p1, p2 }, { g1, g2 }
+    local sgd = ploss.optim.SGD(ps, gs, { lr = 0.1, momentum = 0.9 })
+    sgd:step()
+    local before = p1:clone()
+    ps[2] = p2:clone()
+    H.expect_error(function() sgd:step() end,
+      "SGD: step: params[2] is not a tensor the optimiser was made with (its state, step count and buffers, belongs " ..
+      "to that one): make a new optimiser for new parameters")
+    H.assert_equal(p1, before)
+    ps[2], ps[3], gs[3] = p2, p1:clone(), g1
+    H.expect_error(function() sgd:step() end, "SGD: step: params[3] is not a tensor the optimiser was made with")
   end)
 
   -- A learning-rate schedule sets opt.lr between steps: the next step takes it (it was

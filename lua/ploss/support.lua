@@ -626,6 +626,7 @@ local function optimizer(name, make_state, step_one, fields)
       for i, p in ipairs(params) do
         self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own)
         self.state[i].step = 0
+        self.state[i].param = p -- the tensor its buffers belong to (torch keys them by parameter)
       end
       return self
     end,
@@ -640,6 +641,10 @@ local function optimizer(name, make_state, step_one, fields)
     nn.check_self(self, name, "step", "optim")
     for i, p in ipairs(self.params) do
       local g = self.grads[i]
+      if not self.state[i] or p ~= self.state[i].param then -- no state, or another tensor's
+        ploss.raise(string.format("%s: step: params[%d] is not a tensor the optimiser was made with (its " ..
+          "state, step count and buffers, belongs to that one): make a new optimiser for new parameters", name, i))
+      end
       if not (ploss.is_tensor(p) and ploss.is_tensor(g) and p:dtype() == g:dtype() and
               p:device() == g:device() and p:has_sizes(g:size())) then
         ploss.raise(string.format("%s: step: grads[%d] (%s) does not match params[%d] (%s): expected the " ..
