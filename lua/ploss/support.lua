@@ -719,8 +719,9 @@ end
 --   ema:apply()     the averages into the params (evaluation), the live weights kept in
 --                   the shadows' buffers: the two are exchanged, no third copy
 --   ema:restore()   the live weights back (exchanged again)
--- The params are read from the list at each call (tensors updated in place by the
--- optimiser).  update() between apply() and restore() is an error.  The params must be
+-- The params are the tensors of the list as it was at construction (a copy of it: the
+-- optimiser updates them in place); update() between apply() and restore() is an error, and
+-- so is restore() after a param was written since apply() (restore{force = true} anyway).  The params must be
 -- contiguous, on one device, and not overlap (checked here, named params[i]).  The shadows
 -- have the params' dtype: the f32 result of each update is rounded to it, so with f16/bf16
 -- params and a decay near 1 small steps are lost (a bf16 shadow with decay 0.999 moves only
