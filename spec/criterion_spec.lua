@@ -400,7 +400,17 @@ describe("calls on a criterion", function()
       "LinearCrossEntropyLoss.fused: called without its object")
     H.expect_error(function() ploss.PartialFCLoss {}.forward(h, w, y) end, "PartialFCLoss.forward: called without")
     H.expect_error(function() ce.forward(nil, x, y) end, "(got nil first)")
-    H.expect_error(function() ce.updateOutput(x, y) end, "Criterion.updateOutput: called without its object")
+    H.expect_error(function() ce.updateOutput(x, y) end, "CrossEntropyLoss.updateOutput: called without its object")
+    -- Torch7's list form first ({x1, x2}): a plain table is no object either
+    local a, b = ploss.randn({ 2, 3 }, { seed = 5 }), ploss.randn({ 2, 3 }, { seed = 6 })
+    H.expect_error(function() local l = ploss.CosineEmbeddingCriterion().forward({ a, b }, 1) return l end,
+      "CosineEmbeddingLoss.forward: called without its object (got a plain table first): write crit:forward(...)")
+    H.expect_error(function() local l = ploss.MSECriterion().backward({ a }, b) return l end,
+      "MSELoss.backward: called without its object (got a plain table first)")
+    H.expect_error(function() local l = ploss.ParallelCriterion():add(ploss.MSECriterion()).forward({ a }, { b }) return l end,
+      "ParallelCriterion.forward: called without its object (got a plain table first)")
+    H.expect_error(function() local g = ploss.MSECriterion().updateGradInput(a, b) return g end,
+      "MSELoss.updateGradInput: called without its object")
     -- on the class itself (the instance's braces forgotten), naming the class called
     for _, m in ipairs { "forward", "backward", "fused", "forward_tensor", "updateOutput" } do
       H.expect_error(function() local l = ploss.CrossEntropyLoss[m](ploss.CrossEntropyLoss, x, y) return l end,
@@ -592,6 +602,14 @@ describe("calls on a criterion", function()
       "target: expected a ploss tensor, got number (one sample's class: ploss.tensor(k, {dtype = 'i64'}), 0-based")
     H.expect_error(function() ploss.MSECriterion():forward(x1, { 1, 2, 3 }) end,
       "target: expected a ploss tensor, got table (a Lua list: ploss.tensor(list, {dtype = ...})")
+    -- a number where the loss takes no class index: no class wording
+    H.expect_error(function() ploss.MSECriterion():forward(x1, 0) end,
+      "target: expected a ploss tensor, got number (a value: ploss.tensor(v), of the dtype and shape the loss takes)")
+    H.expect_error(function() ploss.MSECriterion():forward(3, x1) end,
+      "input: expected a ploss tensor, got number (a value: ploss.tensor(v)")
+    -- Torch7's positional sizeAverage: true is the default
+    H.expect_error(function() local c = ploss.MSECriterion(true) return c end,
+      "sizeAverage = true is the default, {reduction = 'mean'}")
     H.expect_error(function()
       ploss.MultiLabelMarginCriterion():forward(x1:view(1, 3), ploss.tensor({ { 3, 1, 0 } }, { dtype = "i64" }))
     end, "(Torch7's 1-based lists ended by 0: target - 1, in Lua target:add_(-1), ends them at -1)")

@@ -898,6 +898,18 @@ describe("support ops and layers with criteria and bad options", function()
     H.expect_error(function() lin.forward(x) end, "Linear.forward: called without its object (got a ploss tensor first): write layer:forward")
     H.expect_error(function() model.forward(x) end, "Sequential.forward: called without its object")
     H.expect_error(function() ploss.nn.Mish().backward(x, x) end, "Mish.backward: called without its object")
+    H.expect_error(function() lin.updateOutput(x) end, "Linear.updateOutput: called without its object")
+    H.expect_error(function() ploss.nn.Mish().updateGradInput(x, x) end, "Mish.updateGradInput: called without its object")
+    H.expect_error(function() local p = lin.parameters() return p end, "Linear.parameters: called without its object")
+    H.expect_error(function() local p = model.parameters() return p end, "Sequential.parameters: called without its object")
+    H.expect_error(function() local p = ploss.nn.Linear:parameters() return p end, "Linear.parameters: called on the class")
+    H.expect_error(function() local m = ploss.nn.Sequential().add(lin) return m end,
+      "Sequential.add: called without its object (got ploss.nn.Linear(4 -> 3, init=he) first): write model:add(...)")
+    H.expect_error(function() local o = ploss.TaylorSoftmax {}.updateOutput(x) return o end,
+      "TaylorSoftmax.updateOutput: called without its object")
+    -- Torch7's positional bias flag
+    H.expect_error(function() local l = ploss.nn.Linear(3, 2, false) return l end,
+      "Linear: opts: expected a table, got boolean (Torch7's positional bias flag is {bias = false} here)")
     local opt = ploss.optim.SGD({ lin.weight }, { lin.gradWeight }, { lr = 0.1 })
     H.expect_error(function() opt.step() end, "SGD.step: called without its object (got nil first): write optim:step")
     local ema = ploss.optim.EMA({ lin.weight })

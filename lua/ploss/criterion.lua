@@ -194,7 +194,9 @@ local function resolve(d, user, extra, where, own_keys)
     -- not read; the hint names the option such an argument meant
     local hint = ""
     if type(user) == "boolean" then
-      hint = " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for sizeAverage = false)"
+      hint = user and " (Torch7's positional sizeAverage is not taken: sizeAverage = true is the default, " ..
+        "{reduction = 'mean'})" or " (Torch7's positional sizeAverage is not taken: {reduction = 'sum'} for " ..
+        "sizeAverage = false)"
     elseif ploss.is_tensor(user) and option_names(d).weight then
       hint = " (positional weights are not taken: {weight = w})"
     elseif type(user) == "number" then
@@ -433,12 +435,18 @@ local function written_out(raw, loss)
   if raw.out then loss:bump_version() end
 end
 
--- what to pass instead of a Lua value v (Torch7 took a number as one sample's class)
-local function tensor_hint(v)
+-- what to pass instead of a Lua value v as the argument `role` ('input' or 'target') of a
+-- loss of description d (Torch7 took a number as one sample's class): the class-index
+-- wording only for a target of class indices
+local CLASS_TARGETS = { index = true, index_or_probabilities = true }
+local function tensor_hint(v, role, d)
+  local classes = role == "target" and d and CLASS_TARGETS[d.target]
   if type(v) == "number" then
-    return " (one sample's class: ploss.tensor(k, {dtype = 'i64'}), 0-based; a value: ploss.tensor(v))"
+    return classes and " (one sample's class: ploss.tensor(k, {dtype = 'i64'}), 0-based; a value: ploss.tensor(v))"
+      or " (a value: ploss.tensor(v), of the dtype and shape the loss takes)"
   elseif type(v) == "table" then
-    return " (a Lua list: ploss.tensor(list, {dtype = ...}); class indices 0-based, i64)"
+    return classes and " (a Lua list: ploss.tensor(list, {dtype = 'i64'}); class indices 0-based)"
+      or " (a Lua list: ploss.tensor(list, {dtype = ...}))"
   end
   return ""
 end
@@ -449,10 +457,10 @@ local INTEGER_TARGETS = { index = true, index_or_probabilities = true, index_lis
   labels = true, sequences = true }
 local function check_args(where, input, target, d)
   if not ploss.is_tensor(input) then
-    ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input) .. tensor_hint(input))
+    ploss.raise(where .. ": input: expected a ploss tensor, got " .. type(input) .. tensor_hint(input, "input", d))
   end
   if not ploss.is_tensor(target) then
-    ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target) .. tensor_hint(target))
+    ploss.raise(where .. ": target: expected a ploss tensor, got " .. type(target) .. tensor_hint(target, "target", d))
   end
   -- an integer input with a float target: the arguments swapped (crit(labels, scores)),
   -- named as that before the C checks blame the target's shape

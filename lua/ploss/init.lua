@@ -101,7 +101,7 @@ local version_mt = {
   end,
 }
 
---- The loaded library's version: {version = "0.1.0", abi = 1, cuda = true|false}, where
+--- The loaded library's version: {version = "0.1.0", abi = 2, cuda = true|false}, where
 -- cuda says whether it has the CUDA kernels (whether a GPU is visible is
 -- ploss.cuda_available()).  tostring gives e.g. "ploss 0.1.0 (ABI 1, CPU only)".
 function ploss.version()

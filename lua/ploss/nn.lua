@@ -53,9 +53,11 @@ nn.Criterion = Criterion
 -- instance's braces forgotten) is refused too: a class of nn.class is its own __index and
 -- holds its name (an instance made a prototype, its own __index, holds no name).
 function nn.check_self(self, name, method, var)
-  if type(self) ~= "table" then
+  -- not an object: a value, or a plain table (Torch7's list form {x1, x2} given first)
+  if type(self) ~= "table" or getmetatable(self) == nil then
     ploss.raise(string.format("%s.%s: called without its object (got %s first): write %s:%s(...), with a colon",
-      name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self), var or "crit", method))
+      name, method, ploss.is_tensor(self) and "a ploss tensor" or type(self) == "table" and "a plain table" or
+      type(self), var or "crit", method))
   end
   -- (the base class's methods: the class called; nn.class names it _class_name, the layers
   -- and optimizers of ploss/support.lua __name; a class holds its instances' __index, a
@@ -72,14 +74,19 @@ function nn.check_self(self, name, method, var)
   end
 end
 
-function Criterion:updateOutput(input, target)
-  nn.check_self(self, "Criterion", "updateOutput")
-  return self:forward(input, target)
+-- Torch7's names of forward and backward, for a class `name` (each class its own, so that a
+-- call without the colon is named by its class)
+local function torch7_passes(cls, name)
+  function cls:updateOutput(...)
+    nn.check_self(self, name, "updateOutput")
+    return self:forward(...)
+  end
+  function cls:updateGradInput(...)
+    nn.check_self(self, name, "updateGradInput")
+    return self:backward(...)
+  end
 end
-function Criterion:updateGradInput(input, target, gradOutput)
-  nn.check_self(self, "Criterion", "updateGradInput")
-  return self:backward(input, target, gradOutput)
-end
+torch7_passes(Criterion, "Criterion")
 
 -- Fields every criterion has (Torch7's).
 local FIELDS = { output = true, gradInput = true }
@@ -130,6 +137,7 @@ function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
   cls.__index = cls
+  torch7_passes(cls, name)
   if rawget(parent, "_fields") then
     cls._fields = {}
     for k in pairs(parent._fields) do cls._fields[k] = true end

@@ -243,8 +243,14 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     self.gradInput = gi
     return gi
   end
-  function cls:updateOutput(input) return self:forward(input) end
-  function cls:updateGradInput(input, gradOutput) return self:backward(input, gradOutput) end
+  function cls:updateOutput(input)
+    nn.check_self(self, cls_name, "updateOutput", "layer")
+    return self:forward(input)
+  end
+  function cls:updateGradInput(input, gradOutput)
+    nn.check_self(self, cls_name, "updateGradInput", "layer")
+    return self:backward(input, gradOutput)
+  end
   function cls:parameters() return {}, {} end
   -- (no parameters: a module of the same options, as the layers' clone)
   function cls:clone()

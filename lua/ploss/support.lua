@@ -53,9 +53,14 @@ end
 local function opts_table(opts, what, known)
   if opts == nil then return {} end
   if type(opts) ~= "table" then
-    -- Torch7's nn.ReLU(true): the in-place flag as a positional argument
-    local hint = type(opts) == "boolean" and known and known.inplace and
-      string.format(" (Torch7's positional in-place flag is {inplace = %s} here)", tostring(opts)) or ""
+    -- Torch7's nn.ReLU(true) and nn.Linear(in, out, false): the in-place and bias flags as
+    -- positional arguments
+    local hint = ""
+    if type(opts) == "boolean" and known and known.inplace then
+      hint = string.format(" (Torch7's positional in-place flag is {inplace = %s} here)", tostring(opts))
+    elseif type(opts) == "boolean" and known and known.bias then
+      hint = string.format(" (Torch7's positional bias flag is {bias = %s} here)", tostring(opts))
+    end
     ploss.raise(what .. ": opts: expected a table, got " .. type(opts) .. hint)
   end
   if known then ploss.check_option_keys(opts, what, known) end
@@ -261,6 +266,16 @@ end
 -- {grads}, zeroGradParameters(), updateParameters(lr) (p ← p − lr·g, Torch7's).
 ---------------------------------------------------------------------------------------
 
+-- A layer's method called on its object: nn.check_self's checks, and an object of this very
+-- class (m1.add(m2) without the colon passes another layer first)
+local function check_layer(self, cls, name, method, var)
+  nn.check_self(self, name, method, var or "layer")
+  if getmetatable(self) ~= cls then
+    ploss.raise(string.format("%s.%s: called without its object (got %s first): write %s:%s(...), with a colon",
+      name, method, ploss.shown(self), var or "layer", method))
+  end
+end
+
 local function module_class(name)
   local cls = {}
   cls.__index = cls
@@ -274,9 +289,18 @@ local function module_class(name)
     end,
     __tostring = function() return "ploss.nn." .. name end,
   })
-  cls.updateOutput = function(self, input) return self:forward(input) end
-  cls.updateGradInput = function(self, input, gradOutput) return self:backward(input, gradOutput) end
-  cls.parameters = function() return {}, {} end
+  cls.updateOutput = function(self, input)
+    check_layer(self, cls, name, "updateOutput")
+    return self:forward(input)
+  end
+  cls.updateGradInput = function(self, input, gradOutput)
+    check_layer(self, cls, name, "updateGradInput")
+    return self:backward(input, gradOutput)
+  end
+  cls.parameters = function(self)
+    check_layer(self, cls, name, "parameters")
+    return {}, {}
+  end
   cls.zeroGradParameters = function(self)
     nn.check_self(self, name, "zeroGradParameters", "layer")
     local _, gs = self:parameters()
@@ -403,6 +427,7 @@ function Linear:backward(input, gradOutput)
 end
 
 function Linear:parameters()
+  check_layer(self, Linear, "Linear", "parameters")
   if self.bias then return { self.weight, self.bias }, { self.gradWeight, self.gradBias } end
   return { self.weight }, { self.gradWeight }
 end
@@ -488,7 +513,7 @@ function Sequential:__init(modules)
 end
 
 function Sequential:add(m)
-  nn.check_self(self, "Sequential", "add", "model")
+  check_layer(self, Sequential, "Sequential", "add", "model")
   self.modules[#self.modules + 1] = need_module(m, "Sequential:add")
   return self
 end
@@ -549,6 +574,7 @@ function Sequential:backward(input, gradOutput)
 end
 
 function Sequential:parameters()
+  check_layer(self, Sequential, "Sequential", "parameters", "model")
   local ps, gs = {}, {}
   for _, m in ipairs(self.modules) do
     local p, g = m:parameters()
