@@ -892,6 +892,33 @@ describe("support ops and layers with criteria and bad options", function()
     assert.is_nil(lead:backward(xs, ploss.ones({ 5, 3 }, { dtype = "f64" })))
   end)
 
+  it("convert with Torch7's type methods: parameters and gradients, every module, nothing half-done", function()
+    local m = ploss.nn.Sequential { ploss.nn.Linear(3, 2), ploss.nn.Mish(), ploss.nn.Linear(2, 2, { bias = false }) }
+    local x = ploss.randn({ 4, 3 }, { seed = 8 })
+    local y32 = m:forward(x):clone()
+    assert.are.equal(m, m:double())
+    for _, k in ipairs { "weight", "bias", "gradWeight", "gradBias" } do
+      assert.are.equal("f64", m.modules[1][k]:dtype(), k)
+    end
+    assert.are.equal("f64", m.modules[3].weight:dtype())
+    assert.is_nil(m.output)
+    -- the same values, computed in f64 now
+    H.assert_close(m:forward(x:double()), y32:double(), { rtol = 1e-6 })
+    assert.are.equal("f32", m:type("torch.FloatTensor").modules[1].weight:dtype())
+    assert.are.equal("f16", m:type("f16").modules[3].weight:dtype())
+    assert.are.equal("f32", m:float().modules[3].weight:dtype())
+    H.expect_error(function() local r = m:type("x") return r end, "Sequential:type: dtype: expected a float dtype")
+    H.expect_error(function() local r = m:type(3) return r end, "Sequential:type: expected a type name")
+    -- a device that cannot be had: refused before any parameter moves
+    local w = m.modules[1].weight
+    H.expect_error(function() local r = m:to("cuda:63") return r end, "cuda:63")
+    assert.are.equal(w, m.modules[1].weight)
+    local lin = ploss.nn.Linear(2, 2)
+    lin:forward(ploss.randn({ 1, 2 }))
+    assert.are.equal(lin, lin:clearState())
+    assert.is_nil(lin.output)
+  end)
+
   it("refuse a method called with a dot, naming it", function()
     local x = ploss.randn({ 2, 4 }, { seed = 4 })
     local lin, model = ploss.nn.Linear(4, 3), ploss.nn.Sequential { ploss.nn.Linear(4, 3), ploss.nn.Mish() }

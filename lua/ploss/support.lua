@@ -276,6 +276,15 @@ local function check_layer(self, cls, name, method, var)
   end
 end
 
+-- The fields of a layer that hold its parameters and their gradients (moved by :to()).
+local PARAMETER_FIELDS = { "weight", "bias", "gradWeight", "gradBias" }
+-- Torch7's tensor type names: the device and dtype they stand for.
+local TORCH7_TYPES = {
+  ["torch.FloatTensor"] = { "cpu", "f32" }, ["torch.DoubleTensor"] = { "cpu", "f64" },
+  ["torch.CudaTensor"] = { "cuda", "f32" }, ["torch.CudaDoubleTensor"] = { "cuda", "f64" },
+  ["torch.CudaHalfTensor"] = { "cuda", "f16" },
+}
+
 local function module_class(name)
   local cls = {}
   cls.__index = cls
@@ -333,6 +342,48 @@ local function module_class(name)
       end
     end
     return c
+  end
+  -- Torch7's conversions: the parameters and their gradients on a device and in a dtype
+  -- (new tensors where either changes: an optimiser or EMA made with the old ones is made
+  -- again, its step refuses them), the buffers of the last call dropped; a Sequential's
+  -- modules in turn.  type() takes Torch7's names and ploss's dtypes.
+  cls.to = function(self, device, dtype)
+    check_layer(self, cls, name, "to", "model")
+    -- every new tensor made before any field is set: a refused device or dtype, or memory
+    -- running out part-way, leaves the model as it was
+    local moves = {}
+    local function collect(m)
+      for _, k in ipairs(PARAMETER_FIELDS) do
+        local v = rawget(m, k)
+        if ploss.is_tensor(v) then moves[#moves + 1] = { m, k, v:to(device, dtype) } end
+      end
+      for _, sub in ipairs(rawget(m, "modules") or {}) do collect(sub) end
+    end
+    collect(self)
+    for _, mv in ipairs(moves) do rawset(mv[1], mv[2], mv[3]) end
+    return self:clearState()
+  end
+  cls.cuda = function(self) check_layer(self, cls, name, "cuda", "model") return self:to("cuda") end
+  cls.cpu = function(self) check_layer(self, cls, name, "cpu", "model") return self:to("cpu") end
+  cls.type = function(self, t)
+    check_layer(self, cls, name, "type", "model")
+    local torch7 = TORCH7_TYPES[t]
+    if torch7 then return self:to(torch7[1], torch7[2]) end
+    if type(t) ~= "string" then
+      ploss.raise(string.format("%s:type: expected a type name ('torch.FloatTensor', 'torch.DoubleTensor', " ..
+        "'torch.CudaTensor', 'f32', …), got %s", name, ploss.shown(t)))
+    end
+    return self:to(nil, ploss.float_dtype(t, name .. ":type"))
+  end
+  cls.float = function(self) check_layer(self, cls, name, "float", "model") return self:type("torch.FloatTensor") end
+  cls.double = function(self) check_layer(self, cls, name, "double", "model") return self:type("torch.DoubleTensor") end
+  cls.clearState = function(self)
+    check_layer(self, cls, name, "clearState", "model")
+    for k in pairs(self) do
+      if k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_") then rawset(self, k, nil) end
+    end
+    for _, m in ipairs(rawget(self, "modules") or {}) do m:clearState() end
+    return self
   end
   cls.tostring = function() return "ploss.nn." .. name end
   nn[name] = cls
