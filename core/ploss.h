@@ -293,7 +293,8 @@ typedef enum ploss_transpose {
  *               not read (NaN or Inf in it are overwritten), as in BLAS.
  * Accumulation in f32 for f32/f16/bf16 (CPU: f16/bf16 are converted to f32 and the
  * product is cblas_sgemm; CUDA: cublasGemmEx with CUBLAS_COMPUTE_32F, no TF32), f64 for
- * f64 (dgemm).  K = 0 gives c ← beta·c; M = 0 or N = 0 does nothing.  M, N, K and the
+ * f64 (dgemm).  K = 0 or alpha = 0 gives c ← beta·c (a and b not read: a NaN there does
+ * not reach c, as BLAS); M = 0 or N = 0 does nothing.  M, N, K and the
  * leading strides must fit in 32 bits (BLAS's int).  On CUDA the context's cuBLAS handle
  * is created on first use (its own workspace is not counted by ploss_memory_stats_get).
  * Statuses: INVALID_ARGUMENT (ctx/a/b/c NULL, bad enum), SHAPE, DTYPE, DEVICE, LAYOUT,

@@ -74,6 +74,12 @@ describe("CUDA gemm (cuBLAS) against a naive product", function()
     H.assert_equal(c:cpu(), ploss.full({ 3, 2 }, 2))
     F.gemm(ploss.empty({ 3, 0 }, { device = DEV }), ploss.empty({ 0, 2 }, { device = DEV }), { out = c, beta = 0 })
     H.assert_equal(c:cpu(), ploss.zeros(3, 2))
+    -- alpha = 0: beta·c, a NaN in a not read (as the CPU)
+    local an = ploss.ones({ 64, 64 })
+    an[1][1] = 0 / 0
+    local cz = ploss.ones({ 64, 64 }, { device = DEV })
+    F.gemm(an:to(DEV), ploss.ones({ 64, 64 }, { device = DEV }), { alpha = 0, beta = 0.5, out = cz })
+    H.assert_equal(cz:cpu(), ploss.full({ 64, 64 }, 0.5))
     assert.are.same({ 0, 3 }, F.gemm(ploss.empty({ 0, 4 }, { device = DEV }), ploss.ones({ 4, 3 }, { device = DEV })):size())
   end)
 

@@ -54,6 +54,9 @@ describe("one_hot", function()
     -- an ignore_index no i32 label can equal would ignore nothing: refused, as the losses do
     H.expect_error(function() local o = ploss.one_hot(y2, 2, { ignore_index = 2 ^ 40 }) return o end,
       "one_hot: opts.ignore_index: 1099511627776 is outside the range of the i32 target")
+    -- past int64's range: named as given (the C option would have taken INT64_MIN)
+    H.expect_error(function() local o = ploss.one_hot(y2, 2, { ignore_index = 2 ^ 63 }) return o end,
+      "one_hot: ignore_index: expected an integer in 64 bits, got 9.2233720368548e+18")
     -- an all-ignored and an empty input are valid
     H.assert_equal(ploss.one_hot(ploss.full({ 3 }, -1, { dtype = "i64" }), 2), { { 0, 0 }, { 0, 0 }, { 0, 0 } })
     assert.are.same({ 0, 4 }, ploss.one_hot(ploss.empty({ 0 }, { dtype = "i64" }), 4):size())

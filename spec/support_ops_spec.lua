@@ -122,7 +122,7 @@ describe("gemm", function()
     H.assert_close(F.gemm(a:t(), bt, { trans_a = true }), want, { rtol = 1e-14, atol = 1e-14 })
   end)
 
-  it("k = 0 gives beta·c, beta = 0 overwrites NaN in c, M or N = 0 does nothing", function()
+  it("k = 0 or alpha = 0 gives beta·c, beta = 0 overwrites NaN in c, M or N = 0 does nothing", function()
     local a, b = ploss.empty({ 3, 0 }, { dtype = "f64" }), ploss.empty({ 0, 2 }, { dtype = "f64" })
     local c = ploss.full({ 3, 2 }, 4, { dtype = "f64" })
     F.gemm(a, b, { out = c, beta = 0.5 })
@@ -135,6 +135,16 @@ describe("gemm", function()
     H.assert_equal(cn, ploss.full({ 2, 2 }, 3))
     local e = F.gemm(ploss.empty({ 0, 4 }), ploss.ones({ 4, 3 }))
     assert.are.same({ 0, 3 }, e:size())
+    -- alpha = 0: beta·c at every size, a and b not read (a NaN there does not reach c)
+    for _, n in ipairs { 2, 64, 200 } do
+      for _, dtype in ipairs { "f32", "f64", "f16" } do
+        local an = ploss.ones({ n, n }, { dtype = dtype })
+        an[1][1] = NAN
+        local cz = ploss.ones({ n, n }, { dtype = dtype == "f16" and "f32" or dtype })
+        F.gemm(an, ploss.ones({ n, n }, { dtype = dtype }), { alpha = 0, beta = 0.5, out = cz })
+        H.assert_equal(cz, ploss.full({ n, n }, 0.5, { dtype = cz:dtype() }), { what = dtype .. " n = " .. n })
+      end
+    end
   end)
 
   it("refuses bad shapes, dtypes, layouts and aliasing, writing nothing", function()

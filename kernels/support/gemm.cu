@@ -73,14 +73,14 @@ static cudaDataType_t data_type(ploss_dtype d)
 
 extern "C" ploss_status ploss_cuda_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p)
 {
-    if (p->k == 0) {
+    if (p->k == 0 || p->alpha == 0.0) { /* no product: c ← beta·c, as BLAS (and the CPU) */
         switch (p->c_dtype) {
         case PLOSS_F32: launch_scale<float>(ctx, p); break;
         case PLOSS_F16: launch_scale<__half>(ctx, p); break;
         case PLOSS_BF16: launch_scale<__nv_bfloat16>(ctx, p); break;
         default: launch_scale<double>(ctx, p); break;
         }
-        return ploss_cuda_check_launch("gemm (k = 0 scale)");
+        return ploss_cuda_check_launch("gemm (k = 0 or alpha = 0: scale)");
     }
     cublasHandle_t h = nullptr;
     ploss_status st = handle_of(ctx, &h);

@@ -27,6 +27,10 @@ local function check_integer(name, v, min)
     ploss.raise(string.format("%s: expected an integer%s, got %s", name,
       min and (" >= " .. min) or "", ploss.shown(v)))
   end
+  -- past int64's range the C option would take another value (INT64_MIN) than the one given
+  if v < -2 ^ 63 or v >= 2 ^ 63 then
+    ploss.raise(string.format("%s: expected an integer in 64 bits, got %s", name, ploss.shown(v)))
+  end
 end
 
 ---------------------------------------------------------------------------------------

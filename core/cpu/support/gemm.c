@@ -37,7 +37,9 @@ static enum CBLAS_TRANSPOSE tr(int t) { return t ? CblasTrans : CblasNoTrans; }
 ploss_status ploss_cpu_gemm(ploss_ctx_t *ctx, const ploss_gemm_problem *p)
 {
     const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
-    if (k == 0) {
+    /* no product: c ← beta·c, as BLAS (OpenBLAS's small-matrix kernels would still read a
+     * and b with alpha = 0, so a NaN there reached c at some sizes and not others) */
+    if (k == 0 || p->alpha == 0.0) {
         scale_c(p);
         return PLOSS_OK;
     }
