@@ -181,9 +181,8 @@ local function common(cls, name)
     end
     return self
   end
-  function cls:cuda() return self:to("cuda") end
-  function cls:cpu() return self:to("cpu") end
-  nn.torch7_methods(cls, name) -- :type(), :float(), :double(), :clearState() (of the members too)
+  -- :cuda(), :cpu(), :type(), :float(), :double(), :clearState() (of the members too)
+  nn.torch7_methods(cls, name)
 end
 
 ---------------------------------------------------------------------------------------

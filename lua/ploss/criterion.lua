@@ -597,8 +597,8 @@ local function pass_of(where)
 end
 
 -- The methods every criterion class has: :to(device) (its tensor options, e.g. weight,
--- move; returns self), :cuda(), :cpu(), :tostring() and Torch7's :type(), :float(),
--- :double() and :clearState() (nn.torch7_methods).
+-- move; returns self), :tostring() and, through :to, Torch7's :cuda(), :cpu(), :type(),
+-- :float(), :double(), with :clearState() (nn.torch7_methods).
 local function tensor_and_print_methods(cls, d)
   nn.torch7_methods(cls, d.criterion)
   function cls:to(device)
@@ -613,14 +613,6 @@ local function tensor_and_print_methods(cls, d)
       if ploss.is_tensor(g) and not g:is_freed() then self._grads[k] = g:to(device) end
     end
     return self
-  end
-  function cls:cuda()
-    nn.check_self(self, d.criterion, "cuda")
-    return self:to("cuda")
-  end
-  function cls:cpu()
-    nn.check_self(self, d.criterion, "cpu")
-    return self:to("cpu")
   end
 
   function cls:tostring()

@@ -170,8 +170,6 @@ return function(ploss)
     self._inner:to(device)
     return self
   end
-  function cls:cuda() nn.check_self(self, "PartialFCLoss", "cuda") return self:to("cuda") end
-  function cls:cpu() nn.check_self(self, "PartialFCLoss", "cpu") return self:to("cpu") end
   function cls:clone()
     nn.check_self(self, "PartialFCLoss", "clone")
     local c = self._inner

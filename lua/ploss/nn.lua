@@ -230,6 +230,9 @@ end
 -- a criterion's option that is an object (a communicator) is shared by its clone
 local function shared(v) return v end
 function nn.torch7_methods(cls, name)
+  -- :cuda() and :cpu() through the class's own :to(device)
+  function cls:cuda() nn.check_self(self, name, "cuda") return self:to("cuda") end
+  function cls:cpu() nn.check_self(self, name, "cpu") return self:to("cpu") end
   function cls:type(t)
     nn.check_self(self, name, "type")
     if type(t) ~= "string" then

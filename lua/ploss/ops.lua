@@ -340,9 +340,9 @@ function OneHotTargets:fused(input, labels, scale)
   return self.output, self.gradInput
 end
 
--- Torch7's criterion methods (type, float, double through to): the device ones act on the
--- wrapped criterion (the one-hot buffer is made again on the next call), clone copies it,
--- clearState drops the buffer.
+-- Torch7's criterion methods (cuda, cpu, type, float, double through to): the device ones
+-- act on the wrapped criterion (the one-hot buffer is made again on the next call), clone
+-- copies it, clearState drops the buffer.
 nn.torch7_methods(OneHotTargets, "OneHotTargets")
 function OneHotTargets:to(device)
   nn.check_self(self, "OneHotTargets", "to")
@@ -350,8 +350,6 @@ function OneHotTargets:to(device)
   self._onehot = nil
   return self
 end
-function OneHotTargets:cuda() nn.check_self(self, "OneHotTargets", "cuda") return self:to("cuda") end
-function OneHotTargets:cpu() nn.check_self(self, "OneHotTargets", "cpu") return self:to("cpu") end
 function OneHotTargets:clone()
   nn.check_self(self, "OneHotTargets", "clone")
   local opts = {}
