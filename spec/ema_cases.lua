@@ -153,7 +153,8 @@ describe("EMA of parameters on " .. DEV, function()
     b:add_(1)
     H.expect_error(function() ema:restore() end, "EMA:restore: params[2] was written since apply()")
     H.assert_equal(a, sa)
-    H.expect_error(function() ema:restore { force = 1 } end, "EMA:restore: force: expected true or false")
+    H.expect_error(function() ema:restore { force = 1 } end,
+      "EMA:restore: opts.force: expected a boolean (true or false), got number 1")
     H.expect_error(function() ema:restore { forse = true } end, "EMA:restore: unknown option 'forse'")
     ema:restore { force = true }
     H.assert_equal(b, ploss.full({ 1000 }, 2):flat())

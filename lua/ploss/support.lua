@@ -914,13 +914,7 @@ end
 function EMA:restore(opts)
   nn.check_self(self, "EMA", "restore", "ema")
   if not self.applied then ploss.raise("EMA: restore() without apply()") end
-  if opts ~= nil then
-    ploss.check_option_keys(opts, "EMA:restore", { force = true })
-    if opts.force ~= nil and type(opts.force) ~= "boolean" then
-      ploss.raise("EMA:restore: force: expected true or false, got " .. ploss.shown(opts.force))
-    end
-  end
-  if not (opts and opts.force) then
+  if not opt(opts_table(opts, "EMA:restore", { force = true }), "force", "boolean", false, "EMA:restore") then
     for i, p in ipairs(self.params) do
       if p:version() ~= self.applied[i] then
         ploss.raise(string.format("EMA:restore: params[%d] was written since apply() (an optimiser step between " ..
