@@ -311,12 +311,12 @@ local function module_class(name)
     return {}, {}
   end
   cls.zeroGradParameters = function(self)
-    nn.check_self(self, name, "zeroGradParameters", "layer")
+    check_layer(self, cls, name, "zeroGradParameters")
     local _, gs = self:parameters()
     for _, g in ipairs(gs) do g:zero() end
   end
   cls.updateParameters = function(self, lr)
-    nn.check_self(self, name, "updateParameters", "layer")
+    check_layer(self, cls, name, "updateParameters")
     if type(lr) ~= "number" or not (lr > -math.huge and lr < math.huge) then
       ploss.raise(string.format("%s:updateParameters: expected a finite learning rate, got %s", name, ploss.shown(lr)))
     end
@@ -328,7 +328,7 @@ local function module_class(name)
   -- the original and nothing is drawn from the generator.  The buffers of the last call
   -- (output, gradInput, the saved inputs) are not copied: the next call makes them.
   cls.clone = function(self)
-    nn.check_self(self, name, "clone", "layer")
+    check_layer(self, cls, name, "clone")
     local function object(v) -- a module among the fields (a Sequential's): cloned in turn
       if type(v.clone) ~= "function" then
         ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
