@@ -629,8 +629,8 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  * n = 2, 10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64, and a row holding such a
  * logit gets an infinite loss and NaN gradients. A −∞ logit does not mask its class, as it
  * would in a softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.
- * On CUDA, rows of at most 32 classes in registers or shared tiles compute n > 10 in f32 too
- * (the general per-sample kernel in f64), so there the f32 limit holds.
+ * Orders above 10 take f64 on CUDA as on the CPU, whatever the layout and class count, so there
+ * the f64 limit holds for every input dtype.
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided

@@ -428,6 +428,29 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
     end)
   end
   check_device_behaviour("taylor_cross_entropy", function() return { n = 2, ignore_index = -1 } end, -1)
+
+  -- f_12(1e4) ≈ 2e39 is beyond f32 but not f64: orders above 10 take f64 internals on
+  -- every path (class-strided rows of ≤ 32 classes included), as on the CPU
+  it("order 12 with a logit of 1e4 in f32 is finite and the CPU's, in every layout", function()
+    local rows = { { 1e4, 0, -3, 2, 1 }, { -2, 9e3, 1, 0, 5 }, { 0.5, -0.5, 1, 2, 3 } }
+    local y = ploss.tensor({ 0, 2, 4 }, { dtype = "i64" })
+    local o = { n = 12, reduction = "none" }
+    local x = ploss.tensor(rows, { dtype = "f32" })
+    local ref, gref = F.taylor_cross_entropy(x:to("cpu", "f64"), y, o), nil
+    gref = F.taylor_cross_entropy_backward(x:to("cpu", "f64"), y, ploss.ones({ 3 }, { dtype = "f64" }), o)
+    for _, layout in ipairs { "contiguous", "strided" } do
+      -- strided: the 3×5 rows as a 3×5×1 image batch, the classes strided
+      local xd = x:to(DEV)
+      if layout == "strided" then xd = x:view(3, 5, 1):to(DEV) end
+      local yd = layout == "strided" and y:view(3, 1):to(DEV) or y:to(DEV)
+      local loss = F.taylor_cross_entropy(xd, yd, o):cpu():view(3)
+      local g = F.taylor_cross_entropy_backward(xd, yd, ploss.ones(yd:size(), { dtype = "f32", device = DEV }), o)
+      g = g:cpu():view(3, 5)
+      for _, v in ipairs(loss:flat()) do assert.is_true(v == v and math.abs(v) < math.huge, layout .. " loss " .. v) end
+      close(loss, ref, TOL.f32.loss, 0, layout .. " loss")
+      close(g, gref, TOL.f32.grad, 0, layout .. " gradient")
+    end
+  end)
 end)
 
 -- C priors on the device, one of them 0 when C > 2 (that class drops out of the normaliser)

@@ -27,7 +27,7 @@ The polynomials are evaluated as they are, not in log space: f_n(x) ≈ x^n/n! l
 computing type's range for |x| beyond about (n!·3.4·10³⁸)^(1/n) in f32 (2.6·10¹⁹ at n = 2,
 10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64, and a row holding such a logit gets an
 infinite loss and NaN gradients.  A −∞ logit does not mask its class, as it would in a
-softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.  On CUDA, rows
-of at most 32 classes in registers or shared tiles compute n > 10 in f32 too (the
-general per-sample kernel in f64), so there the f32 limit holds.]],
+softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.  Orders above
+10 take f64 on CUDA as on the CPU, whatever the layout and class count, so there the f64
+limit holds for every input dtype.]],
 }
