@@ -262,6 +262,22 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
     end
   end)
 
+  it("hinge embedding keeps a NaN input's loss (y = −1 and 1), as the CPU", function()
+    local nan = 0 / 0
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = ploss.tensor({ nan, 0.5, nan, 2 }, { dtype = dtype })
+      local y = ploss.tensor({ -1, -1, 1, 1 }, { dtype = dtype })
+      local l = F.hinge_embedding_loss(x:to(DEV), y:to(DEV), { reduction = "none" })
+      H.assert_equal(l, F.hinge_embedding_loss(x, y, { reduction = "none" }), { what = dtype })
+      local v = l:cpu():flat()
+      assert.is_true(v[1] ~= v[1] and v[3] ~= v[3], dtype .. ": NaN kept")
+      for _, r in ipairs { "mean", "sum" } do
+        local s = F.hinge_embedding_loss(x:to(DEV), y:to(DEV), { reduction = r })
+        assert.is_true(s ~= s, dtype .. " " .. r)
+      end
+    end
+  end)
+
   it("kl_div: 'batchmean' divides by the first dim, 0·log 0 = 0 (f32, fast and general kernels)", function()
     local lq = ploss.tensor({ { math.log(0.5), math.log(0.25), math.log(0.25), 0 },
       { math.log(0.1), math.log(0.6), math.log(0.3), 0 } }, { dtype = "f32", device = DEV })

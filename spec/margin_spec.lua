@@ -580,6 +580,31 @@ describe("margin softmax losses", function()
     end
   end)
 
+  it("Partial FC with an ignore_index that is a class id ignores the rows of that label, not those of the " ..
+    "class at that position among the kept ones", function()
+    -- the same rows marked -100 instead: the same kept classes, so the same results
+    local x = ploss.randn({ 6, 5 }, { dtype = "f64", seed = 21 })
+    local w = ploss.randn({ 40, 5 }, { dtype = "f64", seed = 22 })
+    for _, k in ipairs(KINDS) do
+      for _, ign in ipairs { 0, 1, 2 } do
+        local Y, R = { 0, 1, 3, 30, 2, 17 }, {}
+        for i, v in ipairs(Y) do R[i] = v == ign and -100 or v end
+        local y, r = ploss.tensor(Y, { dtype = "i64" }), ploss.tensor(R, { dtype = "i64" })
+        for seed = 1, 4 do
+          for _, red in ipairs { "mean", "none" } do
+            local o = with(k.options[1], { sample_rate = 0.2, seed = seed, reduction = red })
+            local l, gx, gw = F[k.kind .. "_fused"](x, w, y, with(o, { ignore_index = ign }))
+            local lr, gxr, gwr = F[k.kind .. "_fused"](x, w, r, o)
+            local what = ("%s ignore_index %d seed %d %s"):format(k.kind, ign, seed, red)
+            H.assert_equal(red == "mean" and { l } or l, red == "mean" and { lr } or lr, { what = what })
+            H.assert_equal(gx, gxr, { what = what })
+            H.assert_equal(gw, gwr, { what = what })
+          end
+        end
+      end
+    end
+  end)
+
   it("Partial FC with more classes in the batch than the sample size keeps exactly the batch's classes", function()
     -- ⌊20·0.05⌋ + 1 = 2 < 6 classes in the batch: the kept set is those 6, no more (the
     -- reference's k = 0 case that keeps the wrong columns)
@@ -881,6 +906,35 @@ describe("margin softmax losses", function()
   ---------------------------------------------------------------------------------------
   -- bad input
   ---------------------------------------------------------------------------------------
+
+  it("ploss.nn.MarginSoftmax names the embeddings when they do not fit it, and converts like a Torch7 module",
+    function()
+    local head = ploss.nn.MarginSoftmax { in_features = 7, classes = 5 }
+    local y = ploss.tensor({ 1, 2, 3 }, { dtype = "i64" })
+    H.expect_error(function() local l = head(ploss.randn({ 3, 6 }), y) return l end,
+      "MarginSoftmax:fused: embeddings: expected N×7 (in_features), got")
+    H.expect_error(function() local l = head(ploss.randn({ 3, 7 }, { dtype = "f64" }), y) return l end,
+      "MarginSoftmax:fused: embeddings: expected f32, the head's dtype (its centres), got f64")
+    H.expect_error(function() local s = head:forward(ploss.randn({ 3, 6 })) return s end,
+      "MarginSoftmax:forward: embeddings: expected N×7 (in_features)")
+    -- double(): the centres converted, the same values; the loss as f64's of those centres
+    local w = head.weight:double()
+    local x = ploss.randn({ 3, 7 }, { dtype = "f64", seed = 5 })
+    assert.are.equal(head, head:double())
+    assert.are.equal("f64", head.weight:dtype())
+    assert.are.equal("f64", head.gradWeight:dtype())
+    H.assert_equal(head.weight, w)
+    local l, g = head(x, y)
+    local lr, gr, gwr = head.criterion(x, w, y)
+    H.assert_equal({ l }, { lr })
+    H.assert_equal(g, gr)
+    H.assert_equal(head.gradWeight, gwr)
+    H.expect_error(function() local h = head:to(nil, "i64") return h end, "MarginSoftmax:to: dtype")
+    assert.are.equal("f64", head.weight:dtype())
+    head:float()
+    assert.are.equal("f32", head.weight:dtype())
+    assert.is_nil(head.output)
+  end)
 
   it("refuses bad input with an error naming the argument, writing nothing", function()
     local x, w = ploss.randn({ 4, 3 }, { seed = 1 }), ploss.randn({ 5, 3 }, { seed = 2 })

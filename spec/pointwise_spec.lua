@@ -292,6 +292,18 @@ describe("pointwise criteria by hand", function()
     H.assert_close(l, { 0.3, 0, 0, 2, 1 }, { rtol = 1e-15 })
     H.assert_equal(g, { 1, 0, -1, -1, 0 })
     H.assert_close(F.hinge_embedding_loss(d, t, { margin = 3 }), (0.3 + 1 + 2 + 4 + 3) / 5, { rtol = 1e-15 })
+    -- the clamp keeps a NaN input (PyTorch's clamp_min): NaN for y = −1 and y = 1, so the
+    -- mean and the sum are NaN too
+    local nan = 0 / 0
+    local ln = F.hinge_embedding_loss(ploss.tensor({ nan, 0.5, nan }, { dtype = "f64" }),
+      ploss.tensor({ -1, -1, 1 }, { dtype = "f64" }), { reduction = "none" }):totable()
+    assert.is_true(ln[1] ~= ln[1] and ln[3] ~= ln[3], "NaN kept")
+    assert.are.equal(0.5, ln[2])
+    for _, r in ipairs { "mean", "sum" } do
+      local v = ploss.HingeEmbeddingLoss { reduction = r }:forward(ploss.tensor({ nan, 0.5 }, { dtype = "f64" }),
+        ploss.tensor({ -1, -1 }, { dtype = "f64" }))
+      assert.is_true(v ~= v, r .. " of a NaN element")
+    end
   end)
 
   it("hinge embedding and hinge pass a NaN or ∞ upstream gradient only where the hinge is active", function()

@@ -48,7 +48,8 @@ static ploss_status check_label(int64_t v, int64_t i, int64_t C, int64_t ignore_
         return PLOSS_OK;
     return ploss_error(PLOSS_ERR_INVALID_LABEL,
                        "labels: class index %lld at row %lld (0-based) is outside [0, %lld) and is not "
-                       "ignore_index (%lld)", (long long)v, (long long)i, (long long)C, (long long)ignore_index);
+                       "ignore_index (%lld)%s", (long long)v, (long long)i, (long long)C, (long long)ignore_index,
+                       v == C ? PLOSS_ONE_BASED_HINT : "");
 }
 
 ploss_status ploss_margin_check_labels_cpu(const void *labels, ploss_dtype dtype, int64_t sn, int64_t N, int64_t C,

@@ -117,9 +117,10 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         loss = (y == A(0) ? A(0) : y * m_log(y)) - y * x;
         dx = -y;
         break;
-    case PLOSS_EW_HINGE_EMBEDDING: { /* margin m = beta; the clamp's gradient where m − x >= 0 */
+    case PLOSS_EW_HINGE_EMBEDDING: { /* margin m = beta; the clamp keeps a NaN, its gradient
+                                        passes where m − x >= 0 */
         const A h = beta - x;
-        loss = (y != A(1) ? (h > A(0) ? h : A(0)) : A(0)) + (y != A(-1) ? x : A(0));
+        loss = (y != A(1) ? (h < A(0) ? A(0) : h) : A(0)) + (y != A(-1) ? x : A(0));
         dx = (y != A(1) ? (h >= A(0) ? A(-1) : A(0)) : A(0)) + (y != A(-1) ? A(1) : A(0));
         break;
     }

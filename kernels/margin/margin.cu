@@ -294,14 +294,19 @@ __global__ void __launch_bounds__(THREADS) prep_kernel(const ploss_margin_proble
     }
 }
 
+/* Partial FC's position of an ignored row: no kept class's (an ignore_index in [0, C) may
+ * be one), the ignore_index of the rows that take the positions. */
+constexpr int64_t KEPT_IGNORED = -1;
+
 /* Partial FC: each label as its class's position among the kept ones (every class of a row
- * that is not ignored is kept; a label outside [0, C) stays as it is, an invalid row for the
- * row kernel, and count_labels_kernel reports it). */
+ * that is not ignored is kept), KEPT_IGNORED for an ignored row; a label outside [0, C)
+ * stays outside [0, K) and is not KEPT_IGNORED (−2 for a negative one), an invalid row for
+ * the row kernel; count_labels_kernel, which runs first, has reported its value. */
 template <class T> __global__ void __launch_bounds__(THREADS) remap_kernel(const ploss_margin_problem p, buffers<T> b)
 {
     for (int64_t i = thread_index(); i < p.N; i += grid_stride()) {
         const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
-        b.labels[i] = y == p.ignore_index || y < 0 || y >= p.C ? y : b.class_pos[y];
+        b.labels[i] = y == p.ignore_index ? KEPT_IGNORED : y < 0 ? KEPT_IGNORED - 1 : y >= p.C ? y : b.class_pos[y];
     }
 }
 
@@ -700,7 +705,11 @@ inline double shifted_top(const ploss_margin &m, int64_t K)
 template <class T> __device__ __forceinline__ int64_t shifted_label(const ploss_margin_problem &p, const buffers<T> &b,
                                                                     int64_t i)
 {
-    const int64_t y = b.labels ? b.labels[i] : load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
+    if (b.labels) { /* positions: KEPT_IGNORED and invalid labels lie outside [0, K) */
+        const int64_t y = b.labels[i];
+        return y < 0 || y >= p.K ? -1 : y;
+    }
+    const int64_t y = load_int_dyn(p.labels, p.label_dtype, i * p.y_sn);
     return y == p.ignore_index || y < 0 || y >= p.K ? -1 : y;
 }
 
@@ -961,6 +970,7 @@ ploss_status run_rows(ploss_ctx_t *ctx, const ploss_margin_problem *p, const plo
                 a.t = b.labels + b0;
                 a.t_dtype = PLOSS_I64;
                 a.t_sn = 1;
+                a.ignore_index = KEPT_IGNORED;
             }
             st = launch_cosine_rows<T>(ctx, a, pol, b.inv_x + b0, b.inv_w, stream);
             if (st == PLOSS_ERR_UNSUPPORTED)

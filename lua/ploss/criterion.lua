@@ -200,13 +200,16 @@ local function resolve(d, user, extra, where, own_keys)
     elseif ploss.is_tensor(user) and option_names(d).weight then
       hint = " (positional weights are not taken: {weight = w})"
     elseif type(user) == "number" then
-      local names = {}
-      for _, o in ipairs(d.lua_options) do names[#names + 1] = o.name end
+      -- a loss of one number option: that option; else every name the call takes (those of
+      -- the unknown-option message)
       local o = d.lua_options[1]
+      local names = {}
+      for name in pairs(option_names(d)) do names[#names + 1] = name end
+      for name in pairs(extra or {}) do names[#names + 1] = name end
+      table.sort(names)
       hint = " (positional options are not taken: " ..
-        (#names == 1 and o.type == "double" and string.format("{%s = %s})", o.name, tostring(user))
-          or #names > 0 and ("name the option: " .. table.concat(names, ", ") .. ")")
-          or "options are named, e.g. {reduction = 'sum'})")
+        (#d.lua_options == 1 and o.type == "double" and string.format("{%s = %s})", o.name, tostring(user))
+          or "name the option: " .. table.concat(names, ", ") .. ")")
     end
     ploss.raise(string.format("%s: expected a table of named options, got %s%s", where,
       ploss.is_tensor(user) and "a tensor" or type(user), hint))

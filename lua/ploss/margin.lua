@@ -300,6 +300,28 @@ return function(ploss)
     end
   end
 
+  -- The embeddings of a call: N×in_features of the centres' dtype and device (named here: the
+  -- criterion's messages would name the head's own weight).
+  local function check_embeddings(self, x, where)
+    if not ploss.is_tensor(x) then
+      ploss.raise(string.format("MarginSoftmax:%s: embeddings: expected a ploss tensor N×%d (in_features), got %s",
+        where, self.in_features, ploss.shown(x)))
+    end
+    local sz = x:size()
+    if #sz ~= 2 or sz[2] ~= self.in_features then
+      ploss.raise(string.format("MarginSoftmax:%s: embeddings: expected N×%d (in_features), got %s", where,
+        self.in_features, ploss.shown(x)))
+    end
+    if x:dtype() ~= self.weight:dtype() then
+      ploss.raise(string.format("MarginSoftmax:%s: embeddings: expected %s, the head's dtype (its centres), got %s",
+        where, self.weight:dtype(), x:dtype()))
+    end
+    if x:device() ~= self.weight:device() then
+      ploss.raise(string.format("MarginSoftmax:%s: embeddings: on %s, the head's centres on %s (head:to(device) " ..
+        "moves the head)", where, x:device(), self.weight:device()))
+    end
+  end
+
   function Head:fused(embeddings, labels, scale, ...)
     nn.check_self(self, "MarginSoftmax", "fused", "head")
     if select("#", ...) > 0 and select(1, ...) ~= nil then
@@ -307,6 +329,7 @@ return function(ploss)
         (ploss.is_tensor((...)) and "tensor" or type((...))) .. " as argument 4")
     end
     check_head(self)
+    check_embeddings(self, embeddings, "fused")
     local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
     self.gradWeight:copy(gw)
     self.output, self.gradInput = loss, g
@@ -323,6 +346,8 @@ return function(ploss)
           "gradients come from one fused call: head(embeddings, labels)")
       end
     end
+    check_head(self)
+    check_embeddings(self, embeddings, "forward")
     -- the normalised centres (a few rows: normalised on the host)
     local W = self.weight:to("cpu"):double():totable()
     for _, row in ipairs(W) do
@@ -361,6 +386,28 @@ return function(ploss)
     c.in_features, c.classes, c.criterion = self.in_features, self.classes, self.criterion:clone()
     c.weight, c.gradWeight = self.weight:clone(), self.gradWeight:clone()
     return c
+  end
+
+  -- Torch7's conversions: the centres and their gradient on a device and in a float dtype
+  -- (new tensors, both made before either is set: a refused device or dtype leaves the head
+  -- as it was), the criterion moved along, the buffers of the last call dropped.
+  function Head:to(device, dtype)
+    nn.check_self(self, "MarginSoftmax", "to", "head")
+    check_head(self)
+    if dtype ~= nil then dtype = ploss.float_dtype(dtype, "MarginSoftmax:to") end
+    local w, gw = self.weight:to(device, dtype), self.gradWeight:to(device, dtype)
+    if device ~= nil then self.criterion:to(device) end
+    self.weight, self.gradWeight = w, gw
+    return self:clearState()
+  end
+  function Head:cuda() nn.check_self(self, "MarginSoftmax", "cuda", "head") return self:to("cuda") end
+  function Head:cpu() nn.check_self(self, "MarginSoftmax", "cpu", "head") return self:to("cpu") end
+  function Head:float() nn.check_self(self, "MarginSoftmax", "float", "head") return self:to(nil, "f32") end
+  function Head:double() nn.check_self(self, "MarginSoftmax", "double", "head") return self:to(nil, "f64") end
+  function Head:clearState()
+    nn.check_self(self, "MarginSoftmax", "clearState", "head")
+    self.output, self.gradInput, self.scores = nil, nil, nil
+    return self
   end
 
   function Head:tostring()

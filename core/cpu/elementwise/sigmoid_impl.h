@@ -49,10 +49,10 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         *loss = (y == 0 ? 0 : y * LOG(y)) - y * x; /* xlogy(y, y) − y·x */
         *dx = -y;
     } else if (kind == PLOSS_EW_HINGE_EMBEDDING) {
-        /* PyTorch: where(y ≠ 1, clamp_min(m − x, 0)) + where(y ≠ −1, x); the clamp's
-         * gradient passes where m − x >= 0 */
+        /* PyTorch: where(y ≠ 1, clamp_min(m − x, 0)) + where(y ≠ −1, x); the clamp keeps a
+         * NaN (h < 0 is false for it); its gradient passes where m − x >= 0 */
         const REAL h = beta - x;
-        *loss = (y != 1 ? (h > 0 ? h : 0) : 0) + (y != -1 ? x : 0);
+        *loss = (y != 1 ? (h < 0 ? 0 : h) : 0) + (y != -1 ? x : 0);
         *dx = (y != 1 ? (h >= 0 ? -1 : 0) : 0) + (y != -1 ? 1 : 0);
     } else if (kind == PLOSS_EW_HINGE) {
         /* Torch7's MarginCriterion: −y where y·x < m (0 at the kink and for a NaN y·x); the

@@ -149,23 +149,25 @@ static ploss_status F(margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
     if (want_grad)
         memset(gw, 0, cd * sizeof(REAL));
 
-    /* the labels as positions among the softmax's classes (Partial FC: in the kept list) */
+    /* the labels as positions among the softmax's classes (Partial FC: in the kept list,
+     * an ignored row at position −1: an ignore_index in [0, C) may be a kept position) */
     const void *labels = p->labels;
     ploss_dtype label_dtype = p->label_dtype;
-    int64_t y_sn = p->y_sn;
+    int64_t y_sn = p->y_sn, ignore = p->ignore_index;
     if (p->kept && !p->comm) {
         int64_t *remapped = (int64_t *)after;
         for (int64_t i = 0; i < N; ++i) {
             const int64_t y = ploss_load_int(p->labels, p->label_dtype, i * p->y_sn);
-            remapped[i] = y == p->ignore_index ? y : p->class_pos[y];
+            remapped[i] = y == p->ignore_index ? -1 : p->class_pos[y];
         }
         labels = remapped;
         label_dtype = PLOSS_I64;
         y_sn = 1;
+        ignore = -1;
     }
     const ploss_margin *m = &p->margin;
     const size_t label_size = ploss_dtype_size(label_dtype);
-    const double divisor = (double)ploss_cpu_count_labels(labels, label_dtype, N, 1, y_sn, 0, p->ignore_index);
+    const double divisor = (double)ploss_cpu_count_labels(labels, label_dtype, N, 1, y_sn, 0, ignore);
     /* the upstream factor of every row: one value, or the row's own for backward of NONE */
     const int per_row = p->pass == PLOSS_PASS_BACKWARD && none;
     const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
@@ -186,12 +188,12 @@ static ploss_status F(margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
             REAL *z = tile + (size_t)r * (size_t)C;
-            const double phi = y != p->ignore_index ? ploss_margin_target(m, z[y], &dphi[r]) : 0.0;
+            const double phi = y != ignore ? ploss_margin_target(m, z[y], &dphi[r]) : 0.0;
             const REAL s = (REAL)m->s;
 #pragma omp simd
             for (int64_t j = 0; j < C; ++j)
                 z[j] *= s;
-            if (y != p->ignore_index)
+            if (y != ignore)
                 z[y] = (REAL)(m->s * phi);
         }
         /* the softmax cross-entropy of each row: the loss, and ω·∂ℓ/∂z over z */
@@ -202,7 +204,7 @@ static ploss_status F(margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
             .reduction = PLOSS_REDUCTION_NONE, .N = rows, .S = 1, .C = C,
             .x = tile, .x_dtype = REAL_DTYPE, .x_sn = C, .x_sc = 1,
             .t = (const char *)labels + b0 * y_sn * (int64_t)label_size, .t_dtype = label_dtype,
-            .t_sn = y_sn, .ignore_index = p->ignore_index,
+            .t_sn = y_sn, .ignore_index = ignore,
             .loss = losses + b0, .loss_dtype = PLOSS_F64, .l_sn = 1,
             .grad = want_grad ? tile : NULL, .g_sn = C, .g_sc = 1,
             .divisor = 1.0, .omega = omega,
@@ -218,7 +220,7 @@ static ploss_status F(margin)(ploss_ctx_t *ctx, const ploss_margin_problem *p)
             continue;
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t y = ploss_load_int(labels, label_dtype, (b0 + r) * y_sn);
-            if (y != p->ignore_index)
+            if (y != ignore)
                 tile[(size_t)r * (size_t)C + y] *= (REAL)dphi[r];
         }
         if ((st = ploss_cpu_tile_gradient_products(ctx, tile, rows, C, D, m->s, wh, xh + (size_t)b0 * (size_t)D, ld,
