@@ -76,15 +76,23 @@ cleanup() {
     rm -f "/dev/shm/ploss-comm-${id:8:48}"
 }
 # Once the ranks have ended: a rank stopped before it opened its FIFO leaves its filter
-# blocked in the FIFO's open for reading, for ever.  Opening each FIFO read-write (which
+# blocked in the FIFO's open for reading, for ever.  Opening the FIFO read-write (which
 # never blocks) and closing it again gives such a filter its writer, then its end of file;
-# a filter already reading is unaffected, one already gone does not matter.
+# a filter already reading is unaffected.  A filter may not have reached its open yet (a
+# loaded machine, a rank that failed at once): so again every 50 ms while a filter runs,
+# for up to 10 s.
 release_filters() {
-    local r fd
+    local r fd alive
     [ -n "$fifos" ] || return 0
-    for ((r = 0; r < ${#filters[@]}; r++)); do
-        [ -p "$fifos/$r" ] || continue
-        exec {fd}<>"$fifos/$r" && exec {fd}>&-
+    for _ in $(seq 200); do
+        alive=0
+        for ((r = 0; r < ${#filters[@]}; r++)); do
+            kill -0 "${filters[$r]}" 2>/dev/null || continue
+            alive=1
+            [ -p "$fifos/$r" ] && exec {fd}<>"$fifos/$r" && exec {fd}>&-
+        done
+        [ "$alive" = 0 ] && return 0
+        sleep 0.05
     done
 }
 trap 'stop_all; wait "${pids[@]}"; release_filters; wait; cleanup; exit 130' INT
