@@ -2176,8 +2176,9 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  *     ℓ = x                  if y = 1
  *     ℓ = max(0, m − x)      if y = −1
  *
- * (PyTorch's definition for any other y: the sum of both terms, kept here.) 'mean' divides by
- * the element count.
+ * (PyTorch's definition for any other y: the sum of both terms, kept here.) The max is
+ * PyTorch's clamp_min: a NaN input gives a NaN loss (and so a NaN 'mean' and 'sum'). 'mean'
+ * divides by the element count.
  *
  * Only the input gets a gradient. The target must have the input's shape.
  *

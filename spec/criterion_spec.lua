@@ -639,12 +639,12 @@ describe("calls on a criterion", function()
       "MarginRankingLoss: expected a table of named options, got number (positional options are not taken: " ..
       "{margin = 0.5})")
     H.expect_error(function() local crit = ploss.MultiMarginCriterion(2) return crit end,
-      "(positional options are not taken: name the option: inplace, margin, p, reduction, weight)")
+      "(positional options are not taken: name the option: margin, p, reduction, weight)")
     -- a single option that is not a number is named, not given the number
     H.expect_error(function() local crit = ploss.KLDivLoss(0.5) return crit end,
-      "(positional options are not taken: name the option: inplace, log_target, reduction)")
+      "(positional options are not taken: name the option: log_target, reduction)")
     H.expect_error(function() local crit = ploss.MSECriterion(2) return crit end,
-      "(positional options are not taken: name the option: inplace, reduction)")
+      "(positional options are not taken: name the option: reduction)")
     H.expect_error(function() local crit = ploss.CrossEntropyCriterion(ploss.ones({ 3 })) return crit end,
       "CrossEntropyLoss: expected a table of named options, got a tensor (positional weights are not taken: " ..
       "{weight = w})")

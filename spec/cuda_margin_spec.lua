@@ -226,26 +226,32 @@ describe("margin softmax losses on " .. DEV .. " against the CPU", function()
     -- positions among the kept classes start at 0: a row whose class sits at position
     -- ignore_index must stay a row of the loss
     local x, w = ploss.randn({ 40, 16 }, { dtype = "f64", seed = 61 }), ploss.randn({ 300, 16 }, { dtype = "f64", seed = 62 })
-    local Y, R = {}, {}
-    for i = 1, 40 do
-      Y[i] = (i * 37) % 300
-      if i % 7 == 0 then Y[i] = 1 end
-      R[i] = Y[i] == 1 and -100 or Y[i]
-    end
-    local y, r = ploss.tensor(Y, { dtype = "i64" }), ploss.tensor(R, { dtype = "i64" })
-    for _, dtype in ipairs(DTYPES) do
-      for seed = 1, 3 do
-        local o = { sample_rate = 0.05, seed = seed, ignore_index = 1 }
-        for _, red in ipairs(REDUCTIONS) do
-          compare("arc_face", x, w, y, with(o, { reduction = red }), dtype, "partial fc, ignore_index 1")
+    -- ignore_index 1 (a class id) and -1 (the position an ignored row takes); sample_rate
+    -- 0.05 keeps the batch's classes alone, 0.3 draws others too
+    for _, c in ipairs { { 1, 0.05 }, { 1, 0.3 }, { -1, 0.3 } } do
+      local ign, rate = c[1], c[2]
+      local Y, R = {}, {}
+      for i = 1, 40 do
+        Y[i] = (i * 37) % 300
+        if i % 7 == 0 then Y[i] = ign end
+        R[i] = Y[i] == ign and -100 or Y[i]
+      end
+      local y, r = ploss.tensor(Y, { dtype = "i64" }), ploss.tensor(R, { dtype = "i64" })
+      for _, dtype in ipairs(DTYPES) do
+        for seed = 1, 3 do
+          local o = { sample_rate = rate, seed = seed, ignore_index = ign }
+          for _, red in ipairs(REDUCTIONS) do
+            compare("arc_face", x, w, y, with(o, { reduction = red }), dtype,
+              ("partial fc, ignore_index %d, sample_rate %g"):format(ign, rate))
+          end
+          local xg, wg = x:type(dtype):to(DEV), w:type(dtype):to(DEV)
+          local l, gx, gw = F.arc_face_fused(xg, wg, y:to(DEV), o)
+          local lr, gxr, gwr = F.arc_face_fused(xg, wg, r:to(DEV), with(o, { ignore_index = -100 }))
+          local what = ("%s seed %d sample_rate %g: ignore_index %d against -100"):format(dtype, seed, rate, ign)
+          H.assert_equal({ l }, { lr }, { what = what })
+          H.assert_equal(gx, gxr, { what = what })
+          H.assert_equal(gw, gwr, { what = what })
         end
-        local xg, wg = x:type(dtype):to(DEV), w:type(dtype):to(DEV)
-        local l, gx, gw = F.arc_face_fused(xg, wg, y:to(DEV), o)
-        local lr, gxr, gwr = F.arc_face_fused(xg, wg, r:to(DEV), with(o, { ignore_index = -100 }))
-        local what = dtype .. " seed " .. seed .. ": ignore_index 1 against -100"
-        H.assert_equal({ l }, { lr }, { what = what })
-        H.assert_equal(gx, gxr, { what = what })
-        H.assert_equal(gw, gwr, { what = what })
       end
     end
   end)

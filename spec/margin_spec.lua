@@ -583,20 +583,21 @@ describe("margin softmax losses", function()
   it("Partial FC with an ignore_index that is a class id ignores the rows of that label, not those of the " ..
     "class at that position among the kept ones", function()
     -- the same rows marked -100 instead: the same kept classes, so the same results
-    local x = ploss.randn({ 6, 5 }, { dtype = "f64", seed = 21 })
+    local x = ploss.randn({ 7, 5 }, { dtype = "f64", seed = 21 })
     local w = ploss.randn({ 40, 5 }, { dtype = "f64", seed = 22 })
     for _, k in ipairs(KINDS) do
-      for _, ign in ipairs { 0, 1, 2 } do
-        local Y, R = { 0, 1, 3, 30, 2, 17 }, {}
+      -- -1: the position CUDA gives an ignored row
+      for _, ign in ipairs { 0, 1, 2, -1 } do
+        local Y, R = { 0, 1, 3, 30, 2, 17, ign }, {}
         for i, v in ipairs(Y) do R[i] = v == ign and -100 or v end
         local y, r = ploss.tensor(Y, { dtype = "i64" }), ploss.tensor(R, { dtype = "i64" })
         for seed = 1, 4 do
-          for _, red in ipairs { "mean", "none" } do
+          for _, red in ipairs { "mean", "sum", "none" } do
             local o = with(k.options[1], { sample_rate = 0.2, seed = seed, reduction = red })
             local l, gx, gw = F[k.kind .. "_fused"](x, w, y, with(o, { ignore_index = ign }))
             local lr, gxr, gwr = F[k.kind .. "_fused"](x, w, r, o)
             local what = ("%s ignore_index %d seed %d %s"):format(k.kind, ign, seed, red)
-            H.assert_equal(red == "mean" and { l } or l, red == "mean" and { lr } or lr, { what = what })
+            H.assert_equal(red == "none" and l or { l }, red == "none" and lr or { lr }, { what = what })
             H.assert_equal(gx, gxr, { what = what })
             H.assert_equal(gw, gwr, { what = what })
           end
@@ -934,6 +935,12 @@ describe("margin softmax losses", function()
     head:float()
     assert.are.equal("f32", head.weight:dtype())
     assert.is_nil(head.output)
+    -- a dtype in the device's place, as Tensor:to; a bad device named, the head unchanged
+    head:to("f64")
+    assert.are.equal("f64", head.weight:dtype())
+    H.expect_error(function() local h = head:to("gpu0") return h end,
+      "MarginSoftmax:to: device: expected 'cpu', 'cuda', 'cuda:<id>' (or a float dtype alone), got")
+    assert.are.equal("f64", head.weight:dtype())
   end)
 
   it("refuses bad input with an error naming the argument, writing nothing", function()

@@ -71,6 +71,13 @@ describe("integer arguments", function()
     -- a dim out of range is named as given (not as counted back from the end)
     H.expect_error(function() t:size(-5) end, "dim: -5 is outside [1, 2] (or [-2, -1] from the end) for a 2-d tensor")
     H.expect_error(function() t:select(-3, 1) end, "select: -3 is outside [1, 2]")
+    H.expect_error(function() t:unsqueeze(-4) end,
+      "unsqueeze: dim -4 is outside [1, 3] (or [-3, -1] from the end) for a 2-d tensor")
+    -- the factories: the arguments they take, each named
+    H.expect_error(function() ploss.zeros({ 2, 3 }, { device = "cpu" }, 5) end,
+      "zeros: takes (sizes [, opts]), got a number as argument 3")
+    H.expect_error(function() ploss.empty_like({ 2, 3 }) end, "empty_like: expected a ploss tensor first")
+    H.expect_error(function() ploss.full({ 2 }) end, "full: value: expected a number (full(sizes, value [, opts])), got nil")
     H.expect_error(function() ploss.tensor(3):size(1) end, "dim: 1: a 0-d tensor has no dims")
   end)
 
@@ -822,5 +829,43 @@ describe("sizes past 2^53", function()
     H.expect_error(function() x:view(2 ^ 30, 4) end, "view: 1073741824x4 has 4294967296 elements, the tensor 4")
     H.expect_error(function() ploss.tensor({ 1, 2 }, { size = { 2 ^ 62, 4 } }) end,
       "tensor: size has more than 2^53 elements, the data 2")
+  end)
+end)
+
+describe("views of a temporary", function()
+  it("hold their storage while the collector finalises the base (a child process: a crash is a failure)", function()
+    -- the base of each view is referenced by nothing once the view is being made; a
+    -- collector that runs a whole cycle at every allocation finalises it then, and the view
+    -- must already hold the storage (it read freed memory and crashed before)
+    local code = [[
+      local ploss = require "ploss"
+      collectgarbage("setpause", 0); collectgarbage("setstepmul", 1000)
+      local l32, l6 = {}, {}
+      for i = 1, 32 do l32[i] = i - 1 end
+      for i = 1, 6 do l6[i] = i - 1 end
+      local function total(t)
+        local s = 0
+        for _, v in ipairs(t:flat()) do s = s + v end
+        return s
+      end
+      local sum = 0
+      for _ = 1, 400 do
+        local row = ploss.tensor(l32, { dtype = "f64" }):view(8, 4):select(1, 2)
+        local c = ploss.tensor(l32, { dtype = "f64" }):view(8, 4):t():narrow(1, 2, 1):contiguous()
+        local e = ploss.tensor(l6, { dtype = "f64" }):view(2, 3):unsqueeze(1):expand(4, 2, 3):transpose(2, 3)
+        sum = sum + total(row) + total(c) + total(e)
+      end
+      io.write(string.format("sum %.0f\n", sum))
+    ]]
+    local tmp = os.tmpname()
+    local f = assert(io.open(tmp, "w"))
+    f:write(code)
+    f:close()
+    local p = assert(io.popen("luajit " .. tmp .. " 2>&1; echo \"EXIT:$?\""))
+    local out = p:read("*a")
+    p:close()
+    os.remove(tmp)
+    -- per iteration: row 4..7 → 22; column 1 of 8×4 → 1+5+…+29 = 120; 4 copies of 0..5 → 60
+    assert.are.equal("sum 80800\nEXIT:0", out:gsub("%s+$", ""), out)
   end)
 end)

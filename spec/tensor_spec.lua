@@ -340,7 +340,9 @@ describe("random numbers", function()
     end
     assert.are.equal("i64", ploss.randint(0, 2, { 3 }):dtype())
     H.expect_error(function() ploss.randint(5, 5, { 3 }) end, "high: expected high > low")
-    H.expect_error(function() ploss.rand({ 3 }, { dtype = "i64" }) end, "dst: expected a float dtype")
+    H.expect_error(function() ploss.rand({ 3 }, { dtype = "i64" }) end,
+      "rand: opts.dtype: expected a float dtype (f32, f16, bf16, f64), got 'i64'")
+    H.expect_error(function() ploss.randn(3, { dtype = "u8" }) end, "randn: opts.dtype: expected a float dtype")
     H.expect_error(function() ploss.manual_seed(-1) end, "manual_seed: expected an integer >= 0")
   end)
 

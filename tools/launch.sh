@@ -75,39 +75,24 @@ cleanup() {
     [ -z "$fifos" ] || rm -rf "$fifos"
     rm -f "/dev/shm/ploss-comm-${id:8:48}"
 }
-# Once the ranks have ended: a rank stopped before it opened its FIFO leaves its filter
-# blocked in the FIFO's open for reading, for ever.  Opening the FIFO read-write (which
-# never blocks) and closing it again gives such a filter its writer, then its end of file;
-# a filter already reading is unaffected.  A filter may not have reached its open yet (a
-# loaded machine, a rank that failed at once): so again every 50 ms while a filter runs,
-# for up to 10 s.
-release_filters() {
-    local r fd alive
-    [ -n "$fifos" ] || return 0
-    for _ in $(seq 200); do
-        alive=0
-        for ((r = 0; r < ${#filters[@]}; r++)); do
-            kill -0 "${filters[$r]}" 2>/dev/null || continue
-            alive=1
-            [ -p "$fifos/$r" ] && exec {fd}<>"$fifos/$r" && exec {fd}>&-
-        done
-        [ "$alive" = 0 ] && return 0
-        sleep 0.05
-    done
-}
-trap 'stop_all; wait "${pids[@]}"; release_filters; wait; cleanup; exit 130' INT
-trap 'stop_all; wait "${pids[@]}"; release_filters; wait; cleanup; exit 143' TERM
+trap 'stop_all; wait; cleanup; exit 130' INT
+trap 'stop_all; wait; cleanup; exit 143' TERM
 
 for ((r = 0; r < n; r++)); do
     if [ "$prefix" = 1 ]; then
         # each rank writes into a FIFO read by its own prefixing sed: $! stays the rank's own
         # pid, and the launcher waits for the filters (which end when their rank's output
-        # closes) before it exits, so no rank's last lines come after the launcher's end
+        # closes) before it exits, so no rank's last lines come after the launcher's end.
+        # The launcher opens the FIFO's writing end itself (which waits for the filter's
+        # open) and hands it to the rank: a filter is never left waiting in its open for a
+        # writer that is gone (a rank stopped before it opened its output, say).
         mkfifo "$fifos/$r" || { stop_all; cleanup; exit 1; }
         sed -u "s/^/[$r] /" <"$fifos/$r" &
         filters+=("$!")
+        exec {w}>"$fifos/$r"
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id \
-            "${cmd[@]}" >"$fifos/$r" 2>&1 &
+            "${cmd[@]}" >&"$w" 2>&1 &
+        exec {w}>&-
     else
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${cmd[@]}" &
     fi
@@ -137,7 +122,6 @@ while [ "${#running[@]}" -gt 0 ]; do
     running=("${still[@]}")
     [ "${#running[@]}" -eq 0 ] || sleep 0.05
 done
-release_filters
 [ "${#filters[@]}" -eq 0 ] || wait "${filters[@]}"
 cleanup
 exit "$status"

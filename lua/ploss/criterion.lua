@@ -200,13 +200,10 @@ local function resolve(d, user, extra, where, own_keys)
     elseif ploss.is_tensor(user) and option_names(d).weight then
       hint = " (positional weights are not taken: {weight = w})"
     elseif type(user) == "number" then
-      -- a loss of one number option: that option; else every name the call takes (those of
-      -- the unknown-option message)
+      -- a loss of one number option: that option; else the names the call takes (nn's
+      -- hint for positional constructor arguments lists the same)
       local o = d.lua_options[1]
-      local names = {}
-      for name in pairs(option_names(d)) do names[#names + 1] = name end
-      for name in pairs(extra or {}) do names[#names + 1] = name end
-      table.sort(names)
+      local names = nn.hint_names(option_names(d), extra)
       hint = " (positional options are not taken: " ..
         (#d.lua_options == 1 and o.type == "double" and string.format("{%s = %s})", o.name, tostring(user))
           or "name the option: " .. table.concat(names, ", ") .. ")")

@@ -389,11 +389,19 @@ return function(ploss)
   end
 
   -- Torch7's conversions: the centres and their gradient on a device and in a float dtype
-  -- (new tensors, both made before either is set: a refused device or dtype leaves the head
-  -- as it was), the criterion moved along, the buffers of the last call dropped.
+  -- (both converted before either is set: a refused device or dtype leaves the head as it
+  -- was), the criterion moved along, the buffers of the last call dropped.  A dtype may
+  -- stand in the device's place, as Tensor:to takes it.
   function Head:to(device, dtype)
     nn.check_self(self, "MarginSoftmax", "to", "head")
     check_head(self)
+    if device ~= nil and not pcall(ploss.parse_device, device) then
+      if dtype ~= nil or not pcall(ploss.float_dtype, device, "") then
+        ploss.raise("MarginSoftmax:to: device: expected 'cpu', 'cuda', 'cuda:<id>' (or a float dtype alone), got " ..
+          ploss.shown(device))
+      end
+      device, dtype = nil, device
+    end
     if dtype ~= nil then dtype = ploss.float_dtype(dtype, "MarginSoftmax:to") end
     local w, gw = self.weight:to(device, dtype), self.gradWeight:to(device, dtype)
     if device ~= nil then self.criterion:to(device) end

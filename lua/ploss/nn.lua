@@ -91,14 +91,28 @@ torch7_passes(Criterion, "Criterion")
 -- Fields every criterion has (Torch7's).
 local FIELDS = { output = true, gradInput = true }
 
+--- The option names a hint for positional arguments lists, sorted: the keys of the sets
+-- given, less the switches no positional value stands for (inplace, the grad_* buffers,
+-- the return_* outputs).
+function nn.hint_names(...)
+  local seen, names = {}, {}
+  for k = 1, select("#", ...) do
+    for n in pairs(select(k, ...) or {}) do
+      if not seen[n] and n ~= "inplace" and not n:match("^grad_") and not n:match("^return_") then
+        seen[n] = true
+        names[#names + 1] = n
+      end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
 -- What a Torch7 user passing positional constructor arguments should write instead: the
 -- options this class takes (its fields), with the usual translations where it has them.
 local function positional_hint(c)
-  local fields, names = rawget(c, "_fields") or {}, {}
-  for n in pairs(fields) do
-    if n ~= "inplace" and not n:match("^grad_") and not n:match("^return_") then names[#names + 1] = n end
-  end
-  table.sort(names)
+  local fields = rawget(c, "_fields") or {}
+  local names = nn.hint_names(fields)
   -- a loss Torch7 had (a description with a …Criterion alias, or a class without one)
   local d, torch7 = rawget(c, "_description"), true
   if d then

@@ -289,13 +289,16 @@ local function shape_string(sizes)
   return table.concat(parts, "x")
 end
 
--- A tensor over `storage` (a ploss_lua_storage *), with Lua lists sizes/strides.
-local function make(storage, dtype, device, sizes, strides, offset)
+-- A tensor over `storage` (a ploss_lua_storage *), with Lua lists sizes/strides.  `held`:
+-- the caller has already taken the tensor's reference to the storage (view_of), which is
+-- given back if the shape is refused.
+local function make(storage, dtype, device, sizes, strides, offset, held)
   local nd = #sizes
-  if nd > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. nd) end
   local numel = 1
   for i = 1, nd do numel = numel * sizes[i] end
-  if numel > MAX_SPAN then
+  if nd > MAX_DIMS or numel > MAX_SPAN then
+    if held then release(storage) end
+    if nd > MAX_DIMS then ploss.raise("tensors have at most " .. MAX_DIMS .. " dims, got " .. nd) end
     ploss.raise(string.format("shape: %s has more than 2^53 elements", shape_string(sizes)))
   end
   local dt = dtypes[dtype]
@@ -316,14 +319,19 @@ local function make(storage, dtype, device, sizes, strides, offset)
   t.off = offset
   t.dti = dt.index
   t.desc.data = ffi.cast("char *", storage.ptr) + offset * dt.size
-  storage.refs = storage.refs + 1
+  if not held then storage.refs = storage.refs + 1 end
   t.store = storage
   return t
 end
 
--- A view of `t` with new sizes/strides/offset (same storage, dtype, device).
+-- A view of `t` with new sizes/strides/offset (same storage, dtype, device).  The view's
+-- reference to the storage is taken first, before anything allocates: a base that nothing
+-- else holds (a temporary, as in ploss.randn(8, 4):select(1, 2)) may be collected by the
+-- next allocation, and its finaliser must not free the storage the view is about to hold.
 local function view_of(t, sizes, strides, offset)
-  return make(t.store, dtype_of(t).name, device_name(t.desc.device), sizes, strides, offset or tonumber(t.off))
+  local s = t.store
+  s.refs = s.refs + 1
+  return make(s, dtype_of(t).name, device_name(t.desc.device), sizes, strides, offset or tonumber(t.off), true)
 end
 
 tensor_mt.__gc = function(t)
@@ -415,6 +423,11 @@ local function shape_args(what, known, ...)
   local sizes, opts
   if type(first) == "table" then
     sizes, opts = first, select(2, ...)
+    for i = 3, select("#", ...) do
+      if select(i, ...) ~= nil then
+        ploss.raise(string.format("%s: takes (sizes [, opts]), got a %s as argument %d", what, type(select(i, ...)), i))
+      end
+    end
   else
     sizes = {}
     local n = select("#", ...)
@@ -490,6 +503,9 @@ function Tensor:is_dense() return self:is_contiguous() or is_dense(self) end
 -- overlapping or gapped t gives a contiguous one, where PyTorch keeps a gapped tensor's
 -- order).
 function ploss.empty_like(t, opts)
+  if not ploss.is_tensor(t) then
+    ploss.raise("empty_like: expected a ploss tensor first, got " .. ploss.shown(t))
+  end
   opts = options_of(opts, "empty_like")
   ploss.check_option_keys(opts, "empty_like", EMPTY_LIKE_KEYS)
   local dtype, device = opts.dtype or dtype_of(t).name, opts.device or device_name(t.desc.device)
@@ -517,6 +533,9 @@ end
 
 --- Tensor filled with `value`: `ploss.full({2, 3}, 7, opts)`.
 function ploss.full(sizes, value, opts)
+  if type(value) ~= "number" then
+    ploss.raise("full: value: expected a number (full(sizes, value [, opts])), got " .. ploss.shown(value))
+  end
   local checked, o = shape_args("full", FACTORY_KEYS, sizes, opts)
   return new_empty(checked, o.dtype, o.device):fill(value)
 end
@@ -757,11 +776,21 @@ local function number_opt(opts, key, default, what)
   return v
 end
 
+-- opts.dtype of a float-only factory: a float dtype or nil (the default).
+local function float_option(opts, what)
+  local d = opts.dtype ~= nil and aliases[opts.dtype]
+  if opts.dtype ~= nil and not (d and dtypes[d].float) then
+    ploss.raise(string.format("%s: opts.dtype: expected a float dtype (f32, f16, bf16, f64), got %s", what,
+      ploss.shown(opts.dtype)))
+  end
+end
+
 --- Uniform numbers in [low, high) (opts.low = 0, opts.high = 1); float dtypes.
 -- Element k (row-major) takes Philox counter offset + k: `ploss.rand(2, 3)`,
 -- `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
 function ploss.rand(...)
   local sizes, opts = shape_args("rand", RAND_KEYS, ...)
+  float_option(opts, "rand")
   local low, high = number_opt(opts, "low", 0, "rand"), number_opt(opts, "high", 1, "rand")
   local t = new_empty(sizes, opts.dtype, opts.device)
   return draw(opts, t, "rand", function(seed, off)
@@ -772,6 +801,7 @@ end
 --- Normal numbers, mean opts.mean (0), standard deviation opts.std (1); float dtypes.
 function ploss.randn(...)
   local sizes, opts = shape_args("randn", RANDN_KEYS, ...)
+  float_option(opts, "randn")
   local mean, std = number_opt(opts, "mean", 0, "randn"), number_opt(opts, "std", 1, "randn")
   local t = new_empty(sizes, opts.dtype, opts.device)
   return draw(opts, t, "randn", function(seed, off)
@@ -1524,8 +1554,12 @@ end
 function Tensor:unsqueeze(dim)
   local nd = self.desc.ndim
   check_int(dim, "unsqueeze", "dim")
+  local given = dim
   if dim < 0 then dim = nd + 2 + dim end
-  if dim < 1 or dim > nd + 1 then ploss.raise("unsqueeze: dim " .. dim .. " outside [1, " .. (nd + 1) .. "]") end
+  if dim < 1 or dim > nd + 1 then
+    ploss.raise(string.format("unsqueeze: dim %d is outside [1, %d] (or [-%d, -1] from the end) for a %d-d tensor",
+      given, nd + 1, nd + 1, nd))
+  end
   local sizes, strides = sizes_of(self), strides_of(self)
   local st = dim <= nd and sizes[dim] * strides[dim] or 1
   table.insert(sizes, dim, 1)

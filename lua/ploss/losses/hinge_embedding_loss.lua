@@ -22,8 +22,9 @@ Elementwise, with x the input and y the label:
     ℓ = x                  if y = 1
     ℓ = max(0, m − x)      if y = −1
 
-(PyTorch's definition for any other y: the sum of both terms, kept here.)  'mean' divides by
-the element count.]],
+(PyTorch's definition for any other y: the sum of both terms, kept here.)  The max is
+PyTorch's clamp_min: a NaN input gives a NaN loss (and so a NaN 'mean' and 'sum').  'mean'
+divides by the element count.]],
   gradient = [[
 ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y = −1 (PyTorch's subgradient at the hinge),
 0 elsewhere; the sum of both for another y.  Where it is 0 the upstream gradient does not pass,
