@@ -1181,7 +1181,7 @@ function Tensor:fill(value)
 end
 
 --- Every element ← 0.  Returns self.
-function Tensor:zero() return self:fill(0) end
+function Tensor:zero() return fill_as(self, 0, "zero", "a number") end
 
 local INT_RANGES = { i64 = { -0x7fffffffffffffffLL - 1, 0x7fffffffffffffffLL }, i32 = { -2147483648LL, 2147483647LL },
                      u8 = { 0LL, 255LL } }
