@@ -45,6 +45,10 @@ describe("losses sharded over ranks on the CPU (tools/launch.sh)", function()
   it("a refusal on one rank is an error on every rank, and the communicator still serves", function()
     expect_ok(3, "refusal", "cpu f64")
   end)
+  it("a refusal in Lua on one rank (before the ranks meet) aborts the communicator: no rank pairs it with " ..
+    "another call", function()
+    expect_ok(3, "lua_refusal", "cpu f64")
+  end)
 end)
 
 describe("the comm option", function()

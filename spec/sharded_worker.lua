@@ -13,6 +13,9 @@
 --              tile_rows, another upstream gradient, another temperature (InfoNCE), InfoNCE on one
 --              rank and a margin loss on the others: an error
 --              on every rank each time, then a good call
+--   lua_refusal on rank 1 only: labels given as a Lua list (refused in Lua, before the ranks
+--              meet): the communicator is aborted, so every rank's next call fails at once,
+--              naming rank 1, instead of pairing with rank 1's next call
 --   info_nce   InfoNCE with each rank's rows of both views: symmetric or not, normalised or
 --              not, every reduction, forward, backward (with an upstream gradient) and fused
 io.stdout:setvbuf("line")
@@ -263,6 +266,16 @@ elseif mode == "refusal" then
   local l0 = ploss.AMSoftmaxLoss {}(Xr, Wr, Y)
   close(crit(x, w, y), l0, "the call after the refusals")
   say("refusal ok")
+elseif mode == "lua_refusal" then
+  local crit = ploss.AMSoftmaxLoss { comm = comm }
+  if rank == 1 then
+    local ok, err = pcall(crit, x, w, { 0, 1 })
+    assert(not ok and tostring(err):find("labels: expected a ploss tensor", 1, true) and
+      tostring(err):find("the communicator was aborted", 1, true), tostring(err))
+  end
+  local ok, err = pcall(crit, x, w, y)
+  assert(not ok and tostring(err):find("rank 1 called ploss_comm_abort", 1, true), tostring(err))
+  say("lua_refusal ok")
 else
   error("unknown mode " .. tostring(mode))
 end

@@ -10,9 +10,14 @@
 # prefixed with "[r] " (PLOSS_LAUNCH_PREFIX=0: no prefix).
 #
 # Waits for every rank.  As soon as one fails (a non-zero exit status or a signal), the
-# others are sent SIGTERM, then SIGKILL after PLOSS_LAUNCH_GRACE seconds (default 5), and
-# the launcher exits with the first failure's status (128 + n for signal n).  Exit 0 when
-# every rank exits with 0.  SIGINT / SIGTERM to the launcher stop every rank the same way.
+# others are sent SIGTERM, then SIGKILL after PLOSS_LAUNCH_GRACE seconds (an integer,
+# default 5), and the launcher exits with the first failure's status (128 + n for signal n;
+# the ranks are polled every 50 ms, so a rank that failed within them because of another's
+# failure may be the one reported).
+# Exit 0 when every rank exits with 0.  SIGINT / SIGTERM / SIGHUP to the launcher stop every
+# rank the same way.  Each rank runs in a process group of its own (setsid, where the
+# machine has it), so that stopping it stops what it started too.  With the prefix, a rank's
+# stderr goes with its stdout to the launcher's stdout, one line at a time.
 # The environment must let `luajit` load ploss (`source tools/env.sh build`).
 set -u
 
@@ -41,10 +46,21 @@ done
 case "$n" in
     *[!0-9]* | 0*) echo "tools/launch.sh: -n: expected a rank count >= 1, got '$n'" >&2; exit 2 ;;
 esac
+[ "${#n}" -le 5 ] || { echo "tools/launch.sh: -n: $n ranks on one machine (at most 99999)" >&2; exit 2; }
 
 luajit=${LUAJIT:-luajit}
 grace=${PLOSS_LAUNCH_GRACE:-5}
+case "$grace" in
+    '' | *[!0-9]*) echo "tools/launch.sh: PLOSS_LAUNCH_GRACE: expected whole seconds, got '$grace'" >&2; exit 2 ;;
+esac
 prefix=${PLOSS_LAUNCH_PREFIX:-1}
+case "$prefix" in
+    0 | 1) ;;
+    *) echo "tools/launch.sh: PLOSS_LAUNCH_PREFIX: expected 1 (prefix each line) or 0, got '$prefix'" >&2; exit 2 ;;
+esac
+# a process group per rank: its pid is the group's id (setsid execs the command in place)
+group=()
+command -v setsid >/dev/null 2>&1 && group=(setsid)
 if [[ "$1" == *.lua ]]; then cmd=("$luajit" "$@"); else cmd=("$@"); fi
 
 id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
@@ -52,21 +68,23 @@ id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
     exit 1
 }
 
-pids=() filters=()
+pids=() filters=() w=""
 fifos=""
-if [ "$prefix" = 1 ]; then
-    fifos=$(mktemp -d "${TMPDIR:-/tmp}/ploss-launch.XXXXXX") || exit 1
-fi
+# signal a rank: its process group where it has one, else the rank alone
+signal_rank() { # signal_rank SIG PID
+    if [ "${#group[@]}" -gt 0 ]; then kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null
+    else kill "-$1" "$2" 2>/dev/null; fi
+}
 stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the grace period
     local p alive
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do signal_rank TERM "$p"; done
     for _ in $(seq $((grace * 10))); do
         alive=0
         for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ "$alive" = 0 ] && return
+        [ "$alive" = 0 ] && break
         sleep 0.1
     done
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do signal_rank KILL "$p"; done
 }
 # After the ranks: their fifos, and the communicator's meeting place in /dev/shm if a rank
 # died before every rank had joined (it is named from bytes 4 … 27 of the id, hex digits
@@ -75,8 +93,32 @@ cleanup() {
     [ -z "$fifos" ] || rm -rf "$fifos"
     rm -f "/dev/shm/ploss-comm-${id:8:48}"
 }
-trap 'stop_all; wait; cleanup; exit 130' INT
-trap 'stop_all; wait; cleanup; exit 143' TERM
+# Stopped by a signal (while starting the ranks too): the FIFO this launcher may hold open
+# closed, the ranks stopped (the one being started too: every background job that is not a
+# filter), then whatever still runs after a moment (a filter waiting for a rank never
+# started) killed, so that nothing waits on anything.
+on_signal() {
+    trap '' INT TERM HUP
+    [ -z "$w" ] || exec {w}>&-
+    local p f own
+    for p in $(jobs -p); do
+        own=1
+        for f in "${filters[@]}"; do [ "$f" = "$p" ] && own=0; done
+        [ "$own" = 0 ] || { pids+=("$p"); signal_rank TERM "$p"; }
+    done
+    stop_all
+    sleep 0.2
+    for p in $(jobs -p); do signal_rank KILL "$p"; done
+    wait
+    cleanup
+    exit "$1"
+}
+trap 'on_signal 129' HUP
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+if [ "$prefix" = 1 ]; then
+    fifos=$(mktemp -d "${TMPDIR:-/tmp}/ploss-launch.XXXXXX") || exit 1
+fi
 
 for ((r = 0; r < n; r++)); do
     if [ "$prefix" = 1 ]; then
@@ -91,17 +133,27 @@ for ((r = 0; r < n; r++)); do
         filters+=("$!")
         exec {w}>"$fifos/$r"
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id \
-            "${cmd[@]}" >&"$w" 2>&1 &
+            "${group[@]}" "${cmd[@]}" >&"$w" 2>&1 &
         exec {w}>&-
+        w=""
     else
-        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${cmd[@]}" &
+        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${group[@]}" "${cmd[@]}" &
     fi
     pids+=("$!")
 done
 
-# Poll the ranks (`wait PID` then gives the status of one that has ended, even when bash
-# has already reaped it).
+# Poll the ranks every 50 ms (`wait PID` then gives the status of one that has ended, even
+# when bash has already reaped it): the status reported is the first failure seen, which
+# may be a rank that failed within those 50 ms because of another's failure.
 status=0
+failed() { # failed PID STATUS: the first failure stops the others
+    local r
+    [ "$2" -ne 0 ] && [ "$status" -eq 0 ] || return 0
+    status=$2
+    for ((r = 0; r < n; r++)); do [ "${pids[$r]}" = "$1" ] && break; done
+    echo "tools/launch.sh: rank $r (pid $1) failed with status $2; stopping the others" >&2
+    stop_all
+}
 running=("${pids[@]}")
 while [ "${#running[@]}" -gt 0 ]; do
     still=()
@@ -111,13 +163,7 @@ while [ "${#running[@]}" -gt 0 ]; do
             continue
         fi
         wait "$p"
-        rc=$?
-        if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
-            status=$rc
-            for ((r = 0; r < n; r++)); do [ "${pids[$r]}" = "$p" ] && break; done
-            echo "tools/launch.sh: rank $r (pid $p) failed with status $rc; stopping the others" >&2
-            stop_all
-        fi
+        failed "$p" "$?"
     done
     running=("${still[@]}")
     [ "${#running[@]}" -eq 0 ] || sleep 0.05
