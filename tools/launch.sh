@@ -15,9 +15,10 @@
 # the ranks are polled every 50 ms, so a rank that failed within them because of another's
 # failure may be the one reported).
 # Exit 0 when every rank exits with 0.  SIGINT / SIGTERM / SIGHUP to the launcher stop every
-# rank the same way.  Each rank runs in a process group of its own (setsid, where the
-# machine has it), so that stopping it stops what it started too.  With the prefix, a rank's
-# stderr goes with its stdout to the launcher's stdout, one line at a time.
+# rank the same way.  Stopping a rank stops the processes it started too (found in /proc,
+# where the machine has it); a process a rank leaves running when it ends by itself is not
+# stopped, and the launcher waits for it while it holds the rank's output.  With the
+# prefix, a rank's stderr goes with its stdout to the launcher's stdout, a line at a time.
 # The environment must let `luajit` load ploss (`source tools/env.sh build`).
 set -u
 
@@ -51,16 +52,13 @@ esac
 luajit=${LUAJIT:-luajit}
 grace=${PLOSS_LAUNCH_GRACE:-5}
 case "$grace" in
-    '' | *[!0-9]*) echo "tools/launch.sh: PLOSS_LAUNCH_GRACE: expected whole seconds, got '$grace'" >&2; exit 2 ;;
+    '' | *[!0-9]* | 0?*) echo "tools/launch.sh: PLOSS_LAUNCH_GRACE: expected whole seconds, got '$grace'" >&2; exit 2 ;;
 esac
 prefix=${PLOSS_LAUNCH_PREFIX:-1}
 case "$prefix" in
     0 | 1) ;;
     *) echo "tools/launch.sh: PLOSS_LAUNCH_PREFIX: expected 1 (prefix each line) or 0, got '$prefix'" >&2; exit 2 ;;
 esac
-# a process group per rank: its pid is the group's id (setsid execs the command in place)
-group=()
-command -v setsid >/dev/null 2>&1 && group=(setsid)
 if [[ "$1" == *.lua ]]; then cmd=("$luajit" "$@"); else cmd=("$@"); fi
 
 id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
@@ -70,21 +68,58 @@ id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
 
 pids=() filters=() w=""
 fifos=""
-# signal a rank: its process group where it has one, else the rank alone
-signal_rank() { # signal_rank SIG PID
-    if [ "${#group[@]}" -gt 0 ]; then kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null
-    else kill "-$1" "$2" 2>/dev/null; fi
+# The processes given and those descending from them (the ranks' own children too), read
+# from /proc by bash alone (no process started per rank: the launcher may share two cores
+# with many busy ranks), before any is signalled, for a process's children are given to init
+# once it has ended.  Without /proc, the processes given alone.  The ranks stay in the
+# launcher's process group, so a signal to that group (a terminal's Ctrl-C, `timeout`)
+# reaches them too.
+descendants() {
+    local -A parent=() keep=()
+    local f line p changed=1
+    for p in "$@"; do keep[$p]=1; done
+    if [ -d /proc/self ]; then
+        for f in /proc/[0-9]*/stat; do
+            { read -r line <"$f"; } 2>/dev/null || continue
+            p=${line%% *}
+            line=${line##*) }
+            line=${line#* }
+            parent[$p]=${line%% *}
+        done
+        while [ "$changed" = 1 ]; do
+            changed=0
+            for p in "${!parent[@]}"; do
+                if [ -z "${keep[$p]:-}" ] && [ -n "${keep[${parent[$p]}]:-}" ]; then
+                    keep[$p]=1
+                    changed=1
+                fi
+            done
+        done
+    fi
+    printf '%s\n' "${!keep[@]}"
 }
-stop_all() { # stop every rank still running: SIGTERM, then SIGKILL after the grace period
-    local p alive
-    for p in "${pids[@]}"; do signal_rank TERM "$p"; done
+# Whether a process still runs: an ended one that its parent has not reaped yet (bash reaps
+# the ranks only between commands, not within the signal handler) counts as ended.
+running_pid() {
+    local st
+    [ -d /proc/self ] || { kill -0 "$1" 2>/dev/null; return; }
+    { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
+    st=${st##*) }
+    [ "${st%% *}" != Z ]
+}
+stop_all() { # stop every rank still running and what it started: SIGTERM, then SIGKILL after the grace period
+    local p alive live=() victims=()
+    for p in "${pids[@]}"; do running_pid "$p" && live+=("$p"); done
+    [ "${#live[@]}" -gt 0 ] || return 0
+    victims=($(descendants "${live[@]}"))
+    for p in "${victims[@]}"; do kill -TERM "$p" 2>/dev/null; done
     for _ in $(seq $((grace * 10))); do
         alive=0
-        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ "$alive" = 0 ] && break
+        for p in "${victims[@]}"; do running_pid "$p" && alive=1; done
+        [ "$alive" = 0 ] && return 0
         sleep 0.1
     done
-    for p in "${pids[@]}"; do signal_rank KILL "$p"; done
+    for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null; done
 }
 # After the ranks: their fifos, and the communicator's meeting place in /dev/shm if a rank
 # died before every rank had joined (it is named from bytes 4 … 27 of the id, hex digits
@@ -104,11 +139,11 @@ on_signal() {
     for p in $(jobs -p); do
         own=1
         for f in "${filters[@]}"; do [ "$f" = "$p" ] && own=0; done
-        [ "$own" = 0 ] || { pids+=("$p"); signal_rank TERM "$p"; }
+        [ "$own" = 0 ] || pids+=("$p")
     done
     stop_all
     sleep 0.2
-    for p in $(jobs -p); do signal_rank KILL "$p"; done
+    for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
     wait
     cleanup
     exit "$1"
@@ -133,11 +168,11 @@ for ((r = 0; r < n; r++)); do
         filters+=("$!")
         exec {w}>"$fifos/$r"
         PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id \
-            "${group[@]}" "${cmd[@]}" >&"$w" 2>&1 &
+            "${cmd[@]}" >&"$w" 2>&1 &
         exec {w}>&-
         w=""
     else
-        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${group[@]}" "${cmd[@]}" &
+        PLOSS_WORLD_SIZE=$n PLOSS_RANK=$r PLOSS_LOCAL_RANK=$r PLOSS_COMM_ID=$id "${cmd[@]}" &
     fi
     pids+=("$!")
 done

@@ -774,11 +774,8 @@ local function build_multi(d)
 
   -- The C call of `pass` with tensors by role (inputs and grads as lists, the resolved
   -- options t.o for the tensor options, t.cache their criterion's cache).
-  -- whether the call in progress reached the library (a sharded call's agreement among the
-  -- ranks is there)
-  local entered = false
+  local sharded_state = nn.sharded_state
   local function run(pass, ctx, t)
-    entered = true
     local roles = { target = t.target, tensors = t.tensors or tensor_args(d, t.o, t.inputs[1], t.cache, t.given),
                     copts = t.copts, loss = t.loss, grad_loss = t.grad_loss }
     local args = D.arguments(d, pass)
@@ -797,6 +794,7 @@ local function build_multi(d)
       if arg[2] ~= "opts" and v ~= nil then v = v:dl() end
       a[i + 1] = v
     end
+    sharded_state.entered = true -- a sharded call's agreement among the ranks is in there
     return fn(unpack(a, 1, #args + 1))
   end
 
@@ -1181,43 +1179,21 @@ local function build_multi(d)
     for _, v in ipairs(outs) do g[#g + 1] = v end
     return result(o, raw, t.loss), unpack(g)
   end
-  -- A sharded call (a communicator in opts.comm) refused here, before the library's
-  -- agreement among the ranks (an argument that is not a tensor, say): the other ranks wait
-  -- in that agreement and would pair it with this rank's next call, so the communicator is
-  -- aborted and they fail at once, naming this rank.  A refusal within the library is every
-  -- rank's already, and leaves the communicator usable.
+  -- a sharded call refused before it reaches the library aborts its communicator (nn.sharded)
   if option_names(d).comm then
-    local function sharded(f, comm_of)
-      return function(...)
-        local comm = comm_of(...)
-        if not ploss.comm.is_comm(comm) then return f(...) end
-        entered = false
-        local r = { n = 0 }
-        local function keep(ok, ...)
-          r.n = select("#", ...)
-          for i = 1, r.n do r[i] = select(i, ...) end
-          return ok
-        end
-        if keep(pcall(f, ...)) then return unpack(r, 1, r.n) end
-        local msg = r[1]
-        if not entered and pcall(comm.abort, comm) then
-          msg = tostring(msg) .. " (opts.comm: refused before the ranks met, so the communicator was aborted: the " ..
-            "other ranks fail at once naming this rank; make a new one to go on)"
-        end
-        error(msg, 0)
+    -- the options table: the last argument that is a table and not a tensor (a missing
+    -- argument moves it)
+    local function opts_comm(...)
+      for i = select("#", ...), 1, -1 do
+        local v = select(i, ...)
+        if type(v) == "table" and not ploss.is_tensor(v) then return rawget(v, "comm") end
       end
+      return nil
     end
-    local function criterion_comm(self) return type(self) == "table" and rawget(self, "comm") or nil end
-    local function opts_comm(at)
-      return function(...)
-        local opts = select(at, ...)
-        return type(opts) == "table" and not ploss.is_tensor(opts) and rawget(opts, "comm") or nil
-      end
+    for _, m in ipairs { "forward_tensor", "backward", "fused" } do cls[m] = nn.sharded(cls[m], nn.comm_of) end
+    for _, suffix in ipairs { "", "_backward", "_fused" } do
+      F[d.name .. suffix] = nn.sharded(F[d.name .. suffix], opts_comm)
     end
-    for _, m in ipairs { "forward_tensor", "backward", "fused" } do cls[m] = sharded(cls[m], criterion_comm) end
-    F[d.name] = sharded(F[d.name], opts_comm(nargs + 1))
-    F[d.name .. "_backward"] = sharded(F[d.name .. "_backward"], opts_comm(nargs + 2))
-    F[d.name .. "_fused"] = sharded(F[d.name .. "_fused"], opts_comm(nargs + 1))
   end
   for _, alias in ipairs(d.aliases) do
     F[alias], F[alias .. "_backward"], F[alias .. "_fused"] = F[d.name], F[d.name .. "_backward"], F[d.name .. "_fused"]

@@ -130,6 +130,10 @@ return function(ploss)
     return r
   end
 
+  -- its own checks (the draw's fields) come before the private criterion's: refused there,
+  -- a sharded call aborts its communicator as well (nn.sharded)
+  call = nn.sharded(call, function(self) return nn.comm_of(self) end)
+
   function cls:forward(...)
     nn.check_self(self, "PartialFCLoss", "forward")
     self.output = call(self, "forward", ...)[1]
@@ -335,6 +339,12 @@ return function(ploss)
     self.output, self.gradInput = loss, g
     return loss, g
   end
+
+  -- the head's checks come before its criterion's: refused there, a sharded call aborts its
+  -- communicator as well (nn.sharded)
+  Head.fused = nn.sharded(Head.fused, function(self)
+    return type(self) == "table" and nn.comm_of(rawget(self, "criterion")) or nil
+  end)
 
   function Head:forward(embeddings, ...)
     nn.check_self(self, "MarginSoftmax", "forward", "head")

@@ -108,6 +108,45 @@ function nn.hint_names(...)
   return names
 end
 
+--- A sharded call (a communicator among its options) refused before the library's
+-- agreement among the ranks (an argument that is not a tensor, a freed tensor, a bad field
+-- of a wrapping criterion): the other ranks wait in that agreement and would pair it with
+-- this rank's next call, so the communicator is aborted and they fail at once naming this
+-- rank.  A refusal within the library is every rank's already, and leaves it usable.
+-- `entered` is set by the criteria just before their C call; the outermost guard of nested
+-- calls (PartialFCLoss around its margin criterion, the list form) alone acts.
+nn.sharded_state = { entered = false, depth = 0 }
+function nn.sharded(f, comm_of)
+  local st = nn.sharded_state
+  return function(...)
+    local comm = comm_of(...)
+    if st.depth > 0 or not ploss.comm.is_comm(comm) then return f(...) end
+    st.entered, st.depth = false, 1
+    local r = { n = 0 }
+    local function keep(ok, ...)
+      st.depth = 0
+      r.n = select("#", ...)
+      for i = 1, r.n do r[i] = select(i, ...) end
+      return ok
+    end
+    if keep(pcall(f, ...)) then return unpack(r, 1, r.n) end
+    local msg = r[1]
+    if not st.entered and pcall(comm.abort, comm) then
+      msg = tostring(msg) .. " (opts.comm: refused before the ranks met, so the communicator was aborted: the " ..
+        "other ranks fail at once naming this rank; make a new one to go on)"
+    end
+    error(msg, 0)
+  end
+end
+
+--- The communicator of a criterion (its comm field, or that of the criterion it wraps), or nil.
+function nn.comm_of(c)
+  if type(c) ~= "table" then return nil end
+  local comm = rawget(c, "comm")
+  if comm == nil and type(rawget(c, "_inner")) == "table" then comm = rawget(c._inner, "comm") end
+  return comm or nil
+end
+
 -- What a Torch7 user passing positional constructor arguments should write instead: the
 -- options this class takes (its fields), with the usual translations where it has them.
 local function positional_hint(c)
