@@ -47,7 +47,7 @@ describe("losses sharded over ranks on the CPU (tools/launch.sh)", function()
   end)
   it("a refusal in Lua on one rank (before the ranks meet) aborts the communicator: no rank pairs it with " ..
     "another call", function()
-    expect_ok(3, "lua_refusal", "cpu f64")
+    for _, case in ipairs { "list", "missing", "pfc" } do expect_ok(3, "lua_refusal", "cpu f64 " .. case) end
   end)
 end)
 

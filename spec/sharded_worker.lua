@@ -13,8 +13,9 @@
 --              tile_rows, another upstream gradient, another temperature (InfoNCE), InfoNCE on one
 --              rank and a margin loss on the others: an error
 --              on every rank each time, then a good call
---   lua_refusal on rank 1 only: labels given as a Lua list (refused in Lua, before the ranks
---              meet): the communicator is aborted, so every rank's next call fails at once,
+--   lua_refusal on rank 1 only, a call refused in Lua before the ranks meet (arg 4: labels as
+--              a Lua list, a missing argument of the functional form, a bad PartialFCLoss
+--              field): the communicator is aborted, so every rank's next call fails at once,
 --              naming rank 1, instead of pairing with rank 1's next call
 --   info_nce   InfoNCE with each rank's rows of both views: symmetric or not, normalised or
 --              not, every reduction, forward, backward (with an upstream gradient) and fused
@@ -269,9 +270,20 @@ elseif mode == "refusal" then
 elseif mode == "lua_refusal" then
   local crit = ploss.AMSoftmaxLoss { comm = comm }
   if rank == 1 then
-    local ok, err = pcall(crit, x, w, { 0, 1 })
-    assert(not ok and tostring(err):find("labels: expected a ploss tensor", 1, true) and
-      tostring(err):find("the communicator was aborted", 1, true), tostring(err))
+    -- arg[4]: a Lua list for the labels (the criterion), a missing weight (the functional
+    -- form: its options one place to the left), a bad field of PartialFCLoss
+    local case, ok, err = arg[4] or "list", nil, nil
+    if case == "list" then
+      ok, err = pcall(crit, x, w, { 0, 1 })
+    elseif case == "missing" then
+      ok, err = pcall(ploss.F.am_softmax_fused, x, y, { comm = comm })
+    else
+      local pfc = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss {}, comm = comm }
+      pfc.sample_rate = 2
+      ok, err = pcall(pfc, x, w, y)
+    end
+    local _, aborted = tostring(err):gsub("the communicator was aborted", "")
+    assert(not ok and aborted == 1, tostring(err))
   end
   local ok, err = pcall(crit, x, w, y)
   assert(not ok and tostring(err):find("rank 1 called ploss_comm_abort", 1, true), tostring(err))
