@@ -132,7 +132,7 @@ return function(ploss)
 
   -- its own checks (the draw's fields) come before the private criterion's: refused there,
   -- a sharded call aborts its communicator as well (nn.sharded)
-  call = nn.sharded(call, function(self) return nn.comm_of(self) end)
+  call = nn.sharded(call, nn.comm_of)
 
   function cls:forward(...)
     nn.check_self(self, "PartialFCLoss", "forward")
