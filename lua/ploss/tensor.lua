@@ -112,11 +112,11 @@ local canon_dtype = ploss.dtype
 
 --- The canonical name of the float dtype `name` (nil: 'f32') that `what`'s opts.dtype gives
 -- its parameters; an integer or unknown dtype is refused, naming `what` (not the constructor
--- of the tensor it would have made).
-function ploss.float_dtype(name, what)
+-- of the tensor it would have made) and the argument `arg` (default 'dtype').
+function ploss.float_dtype(name, what, arg)
   local d = aliases[name or "f32"]
   if not d or not dtypes[d].float then
-    ploss.raise(string.format("%s: dtype: expected a float dtype (f32, f16, bf16, f64), got %s", what,
+    ploss.raise(string.format("%s: %s: expected a float dtype (f32, f16, bf16, f64), got %s", what, arg or "dtype",
       ploss.shown(name)))
   end
   return d
@@ -776,21 +776,12 @@ local function number_opt(opts, key, default, what)
   return v
 end
 
--- opts.dtype of a float-only factory: a float dtype or nil (the default).
-local function float_option(opts, what)
-  local d = opts.dtype ~= nil and aliases[opts.dtype]
-  if opts.dtype ~= nil and not (d and dtypes[d].float) then
-    ploss.raise(string.format("%s: opts.dtype: expected a float dtype (f32, f16, bf16, f64), got %s", what,
-      ploss.shown(opts.dtype)))
-  end
-end
-
 --- Uniform numbers in [low, high) (opts.low = 0, opts.high = 1); float dtypes.
 -- Element k (row-major) takes Philox counter offset + k: `ploss.rand(2, 3)`,
 -- `ploss.rand({2, 3}, {device='cuda', dtype='f64', seed=7})`.
 function ploss.rand(...)
   local sizes, opts = shape_args("rand", RAND_KEYS, ...)
-  float_option(opts, "rand")
+  if opts.dtype ~= nil then ploss.float_dtype(opts.dtype, "rand", "opts.dtype") end
   local low, high = number_opt(opts, "low", 0, "rand"), number_opt(opts, "high", 1, "rand")
   local t = new_empty(sizes, opts.dtype, opts.device)
   return draw(opts, t, "rand", function(seed, off)
@@ -801,7 +792,7 @@ end
 --- Normal numbers, mean opts.mean (0), standard deviation opts.std (1); float dtypes.
 function ploss.randn(...)
   local sizes, opts = shape_args("randn", RANDN_KEYS, ...)
-  float_option(opts, "randn")
+  if opts.dtype ~= nil then ploss.float_dtype(opts.dtype, "randn", "opts.dtype") end
   local mean, std = number_opt(opts, "mean", 0, "randn"), number_opt(opts, "std", 1, "randn")
   local t = new_empty(sizes, opts.dtype, opts.device)
   return draw(opts, t, "randn", function(seed, off)
