@@ -52,6 +52,7 @@ typedef enum {
     PLOSS_POLICY_HINGE = 44, /* hinge_loss (elementwise) */
     PLOSS_POLICY_L1_HINGE_EMBEDDING = 45, /* l1_hinge_embedding_loss (pairs) */
     PLOSS_POLICY_CTC = 46, /* ctc_loss (sequence) */
+    PLOSS_POLICY_DISTANCE_RATIO = 47, /* distance_ratio_loss (pairs) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -106,6 +107,7 @@ typedef enum {
         PLOSS_SHAPE_ELEMENTWISE, \
         PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_SEQUENCE, \
+        PLOSS_SHAPE_PAIRS, \
     }
 
 #endif

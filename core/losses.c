@@ -3730,3 +3730,74 @@ ploss_status ploss_ctc_loss_fused(ploss_ctx_t *ctx, const DLTensor *log_probs,
     const ploss_loss_args a = {.inputs[0] = log_probs, .target = target, .tensors[0] = input_lengths, .tensors[1] = target_lengths, .loss = loss, .grad_inputs[0] = grad_log_probs};
     return ctc_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- distance_ratio_loss ----------------------------------------------------------------- */
+
+void ploss_distance_ratio_loss_opts_init(ploss_distance_ratio_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
+}
+
+static const ploss_loss_spec distance_ratio_loss_spec = {
+    .name = "distance_ratio_loss",
+    .shape = PLOSS_SHAPE_PAIRS,
+    .policy = PLOSS_POLICY_DISTANCE_RATIO,
+    .target = PLOSS_LOSS_TARGET_NONE,
+    .min_classes = 1,
+    .ninputs = 2,
+    .input_names = {"d_pos", "d_neg"},
+    .grad_names = {"grad_d_pos", "grad_d_neg"},
+    .input_layout = PLOSS_INPUT_LAYOUT_ELEMENTWISE,
+};
+
+static ploss_status distance_ratio_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                        const ploss_distance_ratio_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_distance_ratio_loss_opts o;
+    ploss_distance_ratio_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_distance_ratio_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of distance_ratio_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &distance_ratio_loss_spec, a, &p);
+}
+
+ploss_status ploss_distance_ratio_loss_forward(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.inputs[0] = d_pos, .inputs[1] = d_neg, .loss = loss};
+    return distance_ratio_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_distance_ratio_loss_backward(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_d_pos, DLTensor *grad_d_neg)
+{
+    const ploss_loss_args a = {.inputs[0] = d_pos, .inputs[1] = d_neg, .grad_loss = grad_loss, .grad_inputs[0] = grad_d_pos, .grad_inputs[1] = grad_d_neg};
+    return distance_ratio_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_distance_ratio_loss_fused(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_d_pos, DLTensor *grad_d_neg)
+{
+    const ploss_loss_args a = {.inputs[0] = d_pos, .inputs[1] = d_neg, .loss = loss, .grad_inputs[0] = grad_d_pos, .grad_inputs[1] = grad_d_neg};
+    return distance_ratio_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -4517,4 +4517,83 @@ ploss_status ploss_ctc_loss_fused(ploss_ctx_t *ctx, const DLTensor *log_probs,
     const DLTensor *target, const DLTensor *input_lengths, const DLTensor *target_lengths,
     const ploss_ctc_loss_opts *opts, DLTensor *loss, DLTensor *grad_log_probs);
 
+/* ---- Distance ratio loss (triplet network) --------------------------------------------- */
+
+/** Options of distance_ratio_loss; fill with ploss_distance_ratio_loss_opts_init(). */
+typedef struct ploss_distance_ratio_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
+    double scale;
+    /* refused (1) by every pass: each input of this loss gets its own gradient, none may be
+       written over; default 0 */
+    int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_distance_ratio_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
+} ploss_distance_ratio_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_distance_ratio_loss_opts_init(ploss_distance_ratio_loss_opts *opts);
+
+/**
+ * Distance ratio loss (triplet network), forward (Hoffer and Ailon, Deep Metric Learning Using
+ * Triplet Network, SIMBAD 2015 (arXiv:1412.6622); Torch7 nn.DistanceRatioCriterion).
+ * Elementwise, the negative log of the softmax over (−X, −Y) at the similar pair:
+ *
+ *     ℓ = −log(e^−X / (e^−X + e^−Y)) = X + log(e^−X + e^−Y) = softplus(X − Y)
+ *
+ * computed as max(X − Y, 0) + log1p(e^−|X − Y|), finite for any finite X and Y (Torch7's
+ * e^−X overflows, or underflows to a log of 0, once the distances pass ~700 in f64 or ~88 in
+ * f32). 'mean' divides by the element count.
+ *
+ * Torch7's criterion takes the list {X, Y} (`crit:forward({d_pos, d_neg})`, no target) and,
+ * with sizeAverage, divides the sum by X's first size: for its usual input, one distance per
+ * triplet (N, or N×1), the same as 'mean' here; for inputs with more than one distance per row
+ * 'mean' divides by all of them. The distances come from the caller (e.g. the p-norm of the
+ * embeddings' differences); TripletMarginLoss{soft_margin = true} is the same softplus on
+ * distances it computes itself. Both backends compute each element in f64; the loss is f32 (f64
+ * for f64 input). No state is kept.
+ *
+ * in  d_pos       X, the distances of the similar pairs (anchor to positive); any shape (rank
+ *                 0..8, typically N: one distance per triplet), f32/f16/bf16/f64, any strides;
+ *                 both inputs of the same dtype and shape (no broadcasting).
+ * in  d_neg       Y, the distances of the dissimilar pairs (anchor to negative), X's shape; any
+ *                 shape (rank 0..8, typically N: one distance per triplet), f32/f16/bf16/f64,
+ *                 any strides; both inputs of the same dtype and shape (no broadcasting).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/d_pos/d_neg/loss or a gradient, a bad enum, a non-finite
+ *           scale, inplace = 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA,
+ *           OUT_OF_MEMORY.
+ */
+ploss_status ploss_distance_ratio_loss_forward(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Distance ratio loss (triplet network), backward. With σ the logistic function: ∂ℓ/∂X =
+ * σ(X − Y) (Torch7's 1 − e^−X/(e^−X + e^−Y)) and ∂ℓ/∂Y = −σ(X − Y), each
+ * times the upstream gradient. X = Y = +∞ gives NaN (∞ − ∞), as Torch7's; X finite and
+ * Y = +∞ gives 0 and zero gradients.
+ * in  d_pos, d_neg, opts   as given to _forward.
+ * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_d_pos  ∂/∂d_pos: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * out grad_d_neg  ∂/∂d_neg: the shape and dtype of its input, any non-overlapping strides;
+ *                 may not overlap any input or another output.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_distance_ratio_loss_backward(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_d_pos, DLTensor *grad_d_neg);
+
+/** Distance ratio loss (triplet network), forward and backward in one pass (see the conventions
+ *  above). Statuses: as _forward. */
+ploss_status ploss_distance_ratio_loss_fused(ploss_ctx_t *ctx, const DLTensor *d_pos,
+    const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_d_pos, DLTensor *grad_d_neg);
+
 #endif /* PLOSS_LOSSES_H */

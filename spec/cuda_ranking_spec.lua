@@ -1,6 +1,6 @@
 -- The two- and three-input criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this
--- file without a GPU): MarginRankingLoss, CosineEmbeddingLoss, L1HingeEmbeddingLoss and
--- GaussianNLLLoss against the
+-- file without a GPU): MarginRankingLoss, DistanceRatioLoss, CosineEmbeddingLoss,
+-- L1HingeEmbeddingLoss and GaussianNLLLoss against the
 -- CPU backend on the same dtype-rounded inputs, f32/f16/bf16/f64, every reduction, forward,
 -- backward (a scalar or per-element upstream gradient) and fused, the fused pass against the
 -- split one; float and integer labels; scores of several dims and strided views; rows
@@ -178,6 +178,74 @@ describe("MarginRankingLoss on " .. DEV .. " against the CPU", function()
         F.margin_ranking_loss_fused(a, b, y, { out = out, grad_input1 = o1, grad_input2 = o2 })
       end, { "target", "PLOSS_ERR_DEVICE" }, out, o1, o2)
     end
+  end)
+end)
+
+describe("DistanceRatioLoss on " .. DEV .. " against the CPU", function()
+  -- the fused pass and the split one on the CPU and DEV, inputs rounded to dtype once; the
+  -- element maths is f64 on both, but CUDA's exp and log1p need not round as glibc's: the
+  -- dtype's tolerances
+  local function compare(X, Y, opts, dtype, what, layout)
+    local cpu = { X:type(dtype), Y:type(dtype) }
+    local dev = { cpu[1]:to(DEV), cpu[2]:to(DEV) }
+    if layout then dev = layout(dev) end
+    local T = TOL[dtype]
+    what = string.format("%s %s %s", what, dtype, opts.reduction or "mean")
+    local none = opts.reduction == "none"
+    local rc = { F.distance_ratio_loss_fused(cpu[1], cpu[2], opts) }
+    local rg = { F.distance_ratio_loss_fused(dev[1], dev[2], opts) }
+    close(none and rg[1] or { rg[1] }, none and rc[1] or { rc[1] }, T.loss, 0, what .. " fused loss")
+    for k = 2, 3 do
+      assert.are.equal(dtype, rg[k]:dtype())
+      assert.are.equal(dev[1]:device(), rg[k]:device())
+      close(rg[k], rc[k], T.grad, T.floor, what .. " fused gradient " .. (k - 1))
+    end
+    local lf = F.distance_ratio_loss(dev[1], dev[2], opts)
+    H.assert_equal(none and lf or { lf }, none and rg[1] or { rg[1] }, { what = what .. " forward" })
+    local gb = { F.distance_ratio_loss_backward(dev[1], dev[2], nil, opts) }
+    for k = 1, 2 do H.assert_equal(gb[k], rg[k + 1], { what = what .. " backward " .. k }) end
+    if none then
+      local up = ploss.randn(rc[1]:size(), { dtype = acc_dtype(dtype), seed = 3 })
+      local bc = { F.distance_ratio_loss_backward(cpu[1], cpu[2], up, opts) }
+      local bg = { F.distance_ratio_loss_backward(dev[1], dev[2], up:to(DEV), opts) }
+      for k = 1, 2 do close(bg[k], bc[k], T.grad, T.floor, what .. " backward with upstream " .. k) end
+    end
+  end
+
+  it("matches for every dtype and reduction, several dims, strided views and more elements than threads", function()
+    local X, Y = ranking_inputs(1000, 17)
+    H.each(DTYPES, REDUCTIONS, function(dtype, r) compare(X, Y, { reduction = r }, dtype, "1000") end)
+    local A, B = ranking_inputs(4 * 96, 19)
+    H.each({ "f32", "bf16" }, REDUCTIONS, function(dtype, r)
+      compare(A:view(4, 8, 12), B:view(4, 8, 12), { reduction = r }, dtype, "4×8×12 permuted", function(dev)
+        return { dev[1]:permute(3, 1, 2):contiguous():permute(2, 3, 1), dev[2] }
+      end)
+    end)
+    local P, Q = ranking_inputs(1100000, 23)
+    for _, r in ipairs(REDUCTIONS) do compare(P, Q, { reduction = r }, "f32", "1.1M elements") end
+  end)
+
+  it("gives far distances, ∞ and NaN as the CPU; an empty batch a NaN mean; is deterministic", function()
+    local inf = math.huge
+    local X = ploss.tensor({ 800, 790, 1e30, 0, inf, 1, inf, NAN }, { dtype = "f64" })
+    local Y = ploss.tensor({ 790, 800, 0, 1e30, 1, inf, inf, 1 }, { dtype = "f64" })
+    for _, dtype in ipairs { "f64", "f32" } do
+      local loss, g1, g2 = F.distance_ratio_loss_fused(X:type(dtype):to(DEV), Y:type(dtype):to(DEV), { reduction = "none" })
+      local cl, c1, c2 = F.distance_ratio_loss_fused(X:type(dtype), Y:type(dtype), { reduction = "none" })
+      close(loss, cl, 1e-12, 0, dtype .. " far distances, ∞ and NaN: loss")
+      close(g1, c1, 1e-12, 0, dtype .. " gradient 1")
+      close(g2, c2, 1e-12, 0, dtype .. " gradient 2")
+    end
+    local e = ploss.empty({ 0 }, { dtype = "f32", device = DEV })
+    local el, eg = F.distance_ratio_loss_fused(e, e:clone())
+    assert.is_true(el ~= el)
+    assert.are.same({ 0 }, eg:size())
+    local P, Q = ranking_inputs(300000, 29)
+    local a, b = P:float():to(DEV), Q:float():to(DEV)
+    local l1, h1 = F.distance_ratio_loss_fused(a, b)
+    local l2, h2 = F.distance_ratio_loss_fused(a, b)
+    assert.are.equal(l1, l2)
+    H.assert_equal(h1, h2)
   end)
 end)
 

@@ -1,6 +1,7 @@
--- Ranking spec (suite 'cpu'): the two-input criteria of PyTorch on the CPU backend.
+-- Ranking spec (suite 'cpu'): the two-input criteria of PyTorch and Torch7 on the CPU backend.
 -- MarginRankingLoss and CosineEmbeddingLoss (Torch7's MarginRankingCriterion and
--- CosineEmbeddingCriterion):
+-- CosineEmbeddingCriterion), L1HingeEmbeddingLoss and DistanceRatioLoss (Torch7's
+-- DistanceRatioCriterion: also far distances, ∞ and NaN):
 --  * values derived by hand;
 --  * an independent reference written here with PyTorch's definitions (aten's
 --    margin_ranking_loss: (−y·(x1 − x2) + m).clamp_min(0); cosine_embedding_loss: EPSILON =
@@ -695,6 +696,154 @@ describe("L1HingeEmbeddingLoss", function()
     H.expect_error(function() local c = ploss.L1HingeEmbeddingCriterion(1) return c end,
       "L1HingeEmbeddingLoss: expected a table of named options, got number (positional options are not taken: " ..
       "{margin = 1})")
+  end)
+end)
+
+---------------------------------------------------------------------------------------
+-- DistanceRatioLoss
+---------------------------------------------------------------------------------------
+
+-- Torch7's DistanceRatioCriterion, ℓ = X + log(e^−X + e^−Y), written as the softplus of
+-- d = X − Y, with ∂ℓ/∂X = σ(d) = −∂ℓ/∂Y times the upstream factor.
+local function ratio_reference(X, Y, w)
+  local losses, g1, g2 = {}, {}, {}
+  for i = 1, #X do
+    local d = X[i] - Y[i]
+    local e = math.exp(-math.abs(d))
+    losses[i] = math.max(d, 0) + math.log(1 + e)
+    local s = d >= 0 and 1 / (1 + e) or e / (1 + e)
+    g1[i], g2[i] = factor(w, i) * s, -factor(w, i) * s
+  end
+  return losses, g1, g2
+end
+
+describe("DistanceRatioLoss", function()
+  it("gives the values derived by hand, with Torch7's name and list form", function()
+    -- d = X − Y = (−1, 0, 2): ℓ = log(1 + e^d) = (log(1 + e^−1), log 2, 2 + log(1 + e^−2)),
+    -- ∂ℓ/∂X = σ(d) = (1/(1 + e), 1/2, 1/(1 + e^−2))
+    local X = ploss.tensor({ 1, 2, 3 }, { dtype = "f64" })
+    local Y = ploss.tensor({ 2, 2, 1 }, { dtype = "f64" })
+    assert.are.equal(ploss.DistanceRatioLoss, ploss.DistanceRatioCriterion)
+    local want = { math.log(1 + math.exp(-1)), math.log(2), 2 + math.log(1 + math.exp(-2)) }
+    local sig = { 1 / (1 + math.exp(1)), 0.5, 1 / (1 + math.exp(-2)) }
+    H.assert_close(F.distance_ratio_loss(X, Y, { reduction = "none" }), want, { rtol = 1e-15 })
+    local crit = ploss.DistanceRatioCriterion()
+    -- Torch7's call: the distances as one list, no target; the mean over the 3 triplets
+    H.assert_close(crit:forward({ X, Y }), (want[1] + want[2] + want[3]) / 3, { rtol = 1e-15 })
+    local g = crit:backward({ X, Y })
+    assert.are.equal(g, crit.gradInput)
+    H.assert_close(g[1], { sig[1] / 3, sig[2] / 3, sig[3] / 3 }, { rtol = 1e-15 })
+    H.assert_close(g[2], { -sig[1] / 3, -sig[2] / 3, -sig[3] / 3 }, { rtol = 1e-15 })
+    -- Torch7's own form of the loss, X + log(e^−X + e^−Y), where it is exact
+    local xs, ys = { 1, 2, 3 }, { 2, 2, 1 }
+    for i = 1, 3 do
+      H.assert_close({ want[i] }, { xs[i] + math.log(math.exp(-xs[i]) + math.exp(-ys[i])) }, { rtol = 1e-14 })
+    end
+  end)
+
+  it("matches the reference for every reduction: forward, backward (upstream gradient) and fused", function()
+    local X, Y = ranking_inputs(41, 71)
+    local XX, YY = flat(X), flat(Y)
+    for i = 1, 41 do XX[i], YY[i] = math.abs(XX[i]), math.abs(YY[i]) end -- distances
+    local x, y = ploss.tensor(XX, { dtype = "f64" }), ploss.tensor(YY, { dtype = "f64" })
+    for _, r in ipairs(REDUCTIONS) do
+      local o = { reduction = r }
+      local losses, g1, g2 = ratio_reference(XX, YY, weight(r, 41))
+      local loss, f1, f2 = F.distance_ratio_loss_fused(x, y, o)
+      H.assert_close(r == "none" and loss or { loss }, r == "none" and losses or { reduce(losses, r) },
+        { rtol = 1e-14, atol = 1e-15, what = r .. " loss" })
+      H.assert_close(f1, g1, { rtol = 1e-14, atol = 1e-15, what = r .. " grad 1" })
+      H.assert_close(f2, g2, { rtol = 1e-14, atol = 1e-15, what = r .. " grad 2" })
+      local lf = F.distance_ratio_loss(x, y, o)
+      H.assert_equal(r == "none" and lf or { lf }, r == "none" and loss or { loss }, { what = r .. " forward" })
+      local b1, b2 = F.distance_ratio_loss_backward(x, y, nil, o)
+      H.assert_equal(b1, f1, { what = r .. " backward 1" })
+      H.assert_equal(b2, f2, { what = r .. " backward 2" })
+    end
+    local up = {}
+    for i = 1, 41 do up[i] = (i - 20) / 8 end
+    local _, g1, g2 = ratio_reference(XX, YY, up)
+    local b1, b2 = F.distance_ratio_loss_backward(x, y, ploss.tensor(up, { dtype = "f64" }), { reduction = "none" })
+    H.assert_close(b1, g1, { rtol = 1e-15 })
+    H.assert_close(b2, g2, { rtol = 1e-15 })
+    _, g1, g2 = ratio_reference(XX, YY, -1.5 / 41)
+    local _, s1, s2 = ploss.DistanceRatioLoss()(x, y, -1.5)
+    H.assert_close(s1, g1, { rtol = 1e-15 })
+    H.assert_close(s2, g2, { rtol = 1e-15 })
+  end)
+
+  it("has the gradient of central differences in f64 for both inputs", function()
+    local X, Y = ranking_inputs(9, 33)
+    for _, r in ipairs { "mean", "sum" } do
+      local o = { reduction = r }
+      local _, g1, g2 = F.distance_ratio_loss_fused(X, Y, o)
+      H.gradcheck(function() return F.distance_ratio_loss(X, Y, o) end, X, g1, { what = r .. " X" })
+      H.gradcheck(function() return F.distance_ratio_loss(X, Y, o) end, Y, g2, { what = r .. " Y" })
+    end
+  end)
+
+  it("stays finite for far distances (where Torch7's e^−X underflows) and follows ∞ and NaN", function()
+    -- X = 800, Y = 790: Torch7's log(e^−800 + e^−790) is log 0 in f64; ℓ = 10 + log(1 + e^−10)
+    local s10 = 1 / (1 + math.exp(-10))
+    for _, dtype in ipairs { "f64", "f32" } do
+      local X = ploss.tensor({ 800, 790, 1e30, 0 }, { dtype = dtype })
+      local Y = ploss.tensor({ 790, 800, 0, 1e30 }, { dtype = dtype })
+      local loss, g1, g2 = F.distance_ratio_loss_fused(X, Y, { reduction = "none" })
+      H.assert_close(loss:double(), { 10 + math.log(1 + math.exp(-10)), math.log(1 + math.exp(-10)), 1e30, 0 },
+        { rtol = 1e-7, what = dtype })
+      H.assert_close(g1:double(), { s10, 1 - s10, 1, 0 }, { rtol = 1e-7, what = dtype })
+      H.assert_close(g2:double(), { -s10, s10 - 1, -1, 0 }, { rtol = 1e-7, what = dtype })
+    end
+    local inf = math.huge
+    local X = ploss.tensor({ inf, 1, inf, NAN }, { dtype = "f64" })
+    local Y = ploss.tensor({ 1, inf, inf, 1 }, { dtype = "f64" })
+    local loss, g1, g2 = F.distance_ratio_loss_fused(X, Y, { reduction = "none" })
+    H.assert_close(loss, { inf, 0, NAN, NAN })
+    H.assert_close(g1, { 1, 0, NAN, NAN })
+    H.assert_close(g2, { -1, 0, NAN, NAN })
+  end)
+
+  it("takes distances of any shape and strides; f32, f16 and bf16 as the f64 of the rounded inputs", function()
+    local X, Y = ranking_inputs(24, 43)
+    local l1, h1, h2 = F.distance_ratio_loss_fused(X, Y, { reduction = "none" })
+    local a, b = X:view(4, 6):t():contiguous():t(), Y:view(4, 6)
+    local loss, g1, g2 = F.distance_ratio_loss_fused(a, b, { reduction = "none" })
+    assert.are.same({ 4, 6 }, loss:size())
+    H.assert_equal(loss:contiguous():flat(), l1:flat())
+    H.assert_equal(g1:contiguous():flat(), h1:flat())
+    H.assert_equal(g2:contiguous():flat(), h2:flat())
+    for _, dtype in ipairs { "f32", "f16", "bf16" } do
+      local x, y = X:type(dtype), Y:type(dtype)
+      local rl, r1, r2 = F.distance_ratio_loss_fused(x:double(), y:double())
+      local m, k1, k2 = ploss.DistanceRatioLoss()(x, y)
+      assert.are.equal(dtype, k1:dtype())
+      H.assert_close(m, rl, { rtol = 1e-6, what = dtype .. " loss" })
+      local t = H.tol[dtype]
+      H.assert_close(k1:double(), r1, { rtol = t.rtol, atol = t.atol, what = dtype })
+      H.assert_close(k2:double(), r2, { rtol = t.rtol, atol = t.atol, what = dtype })
+    end
+    local e = ploss.empty({ 0 }, { dtype = "f32" })
+    local el, eg = ploss.DistanceRatioLoss()(e, e:clone())
+    assert.is_true(el ~= el)
+    assert.are.same({ 0 }, eg:size())
+    assert.are.equal(0, F.distance_ratio_loss(e, e:clone(), { reduction = "sum" }))
+  end)
+
+  it("refuses bad input with an error naming the argument, writing nothing", function()
+    local X, Y = ranking_inputs(4, 19)
+    local out = ploss.empty({}, { dtype = "f64" })
+    local g = { ploss.empty({ 4 }, { dtype = "f64" }), ploss.empty({ 4 }, { dtype = "f64" }) }
+    local fo = { out = out, grad_d_pos = g[1], grad_d_neg = g[2] }
+    local function fused(a, b, extra) return F.distance_ratio_loss_fused(a, b, with(fo, extra or {})) end
+    H.expect_error(function() fused(X, ploss.randn({ 5 }, { dtype = "f64" })) end,
+      { "d_neg: expected [4] (the shape of d_pos)", "PLOSS_ERR_SHAPE" }, out, g[1], g[2])
+    H.expect_error(function() fused(X, Y:float()) end, { "d_neg: expected f64, got f32", "PLOSS_ERR_DTYPE" }, out, g[1])
+    H.expect_error(function() fused(X:long(), Y:long()) end, "d_pos: expected scores of dtype f32", out, g[1])
+    H.expect_error(function() fused(X, Y, { grad_d_neg = g[1] }) end, "PLOSS_ERR_ALIAS", out, g[1])
+    H.expect_error(function() fused(X, Y, { grad_d_pos = Y }) end, { "grad_d_pos", "PLOSS_ERR_ALIAS" }, out, g[2])
+    H.expect_error(function() ploss.DistanceRatioLoss():forward({ X }) end, "expected 2 inputs (d_pos, d_neg)")
+    H.expect_error(function() ploss.DistanceRatioLoss():forward(X) end, "d_neg")
+    H.expect_error(function() ploss.DistanceRatioLoss { inplace = true } end, "has no in-place gradient")
   end)
 end)
 

@@ -409,12 +409,13 @@ static void collapse_joint(ploss_margin_ranking_problem *p, const ploss_view *x,
 }
 
 static ploss_status run_margin_ranking(ploss_ctx_t *ctx, ploss_pass pass, const pairs_call *c,
-                                       const ploss_loss_params *o)
+                                       const ploss_loss_params *o, ploss_score_pair_kind kind)
 {
     ploss_margin_ranking_problem p;
     memset(&p, 0, sizeof p);
     p.pass = pass;
     p.reduction = o->reduction;
+    p.kind = kind;
     p.dtype = c->x[0].dtype;
     p.numel = c->x[0].numel;
     p.margin = o->margin;
@@ -543,7 +544,7 @@ int ploss_pairs_computes(ploss_policy policy)
     case PLOSS_POLICY_TRIPLET_MARGIN: case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE:
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: case PLOSS_POLICY_INFO_NCE:
     case PLOSS_POLICY_MARGIN_RANKING: case PLOSS_POLICY_COSINE_EMBEDDING: case PLOSS_POLICY_GAUSSIAN_NLL:
-    case PLOSS_POLICY_L1_HINGE_EMBEDDING:
+    case PLOSS_POLICY_L1_HINGE_EMBEDDING: case PLOSS_POLICY_DISTANCE_RATIO:
         return 1;
     default: return 0;
     }
@@ -570,7 +571,8 @@ ploss_status ploss_pairs_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     case PLOSS_POLICY_TRIPLET_MARGIN:
     case PLOSS_POLICY_TRIPLET_MARGIN_WITH_DISTANCE: return run_triplet(ctx, pass, spec, &c, o);
     case PLOSS_POLICY_BATCH_HARD_TRIPLET: return run_batch_hard(ctx, pass, &c, o);
-    case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o);
+    case PLOSS_POLICY_MARGIN_RANKING: return run_margin_ranking(ctx, pass, &c, o, PLOSS_SCORE_PAIR_MARGIN_RANKING);
+    case PLOSS_POLICY_DISTANCE_RATIO: return run_margin_ranking(ctx, pass, &c, o, PLOSS_SCORE_PAIR_DISTANCE_RATIO);
     case PLOSS_POLICY_COSINE_EMBEDDING: return run_embedding_pair(ctx, pass, &c, o, PLOSS_EMBEDDING_PAIR_COSINE);
     case PLOSS_POLICY_L1_HINGE_EMBEDDING: return run_embedding_pair(ctx, pass, &c, o, PLOSS_EMBEDDING_PAIR_L1_HINGE);
     case PLOSS_POLICY_GAUSSIAN_NLL: return run_gaussian_nll(ctx, pass, &c, o);

@@ -137,19 +137,28 @@ ploss_status ploss_cpu_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
 ploss_status ploss_cuda_infonce(ploss_ctx_t *ctx, const ploss_infonce_problem *p);
 #endif
 
-/* Margin ranking: every tensor addressed through the same collapsed shape (dims of size 1
- * dropped, neighbours contiguous in every tensor merged): element k (row-major over shape) of
- * tensor T at Σ_d idx_d(k)·T_st[d]. */
+/* Two score tensors compared element with element, each getting a gradient: the margin
+ * ranking loss (with its ±1 target) and the distance ratio loss (no target). */
+typedef enum {
+    PLOSS_SCORE_PAIR_MARGIN_RANKING = 0,
+    PLOSS_SCORE_PAIR_DISTANCE_RATIO = 1
+} ploss_score_pair_kind;
+
+/* Margin ranking and distance ratio: every tensor addressed through the same collapsed shape
+ * (dims of size 1 dropped, neighbours contiguous in every tensor merged): element k
+ * (row-major over shape) of tensor T at Σ_d idx_d(k)·T_st[d]. */
 typedef struct ploss_margin_ranking_problem {
     ploss_pass pass;
     ploss_reduction reduction;
+    ploss_score_pair_kind kind;
     ploss_dtype dtype;            /* of both inputs and their gradients                     */
     int ndim;                     /* collapsed rank, 1..PLOSS_MAX_DIMS                       */
     int64_t shape[PLOSS_MAX_DIMS];
     int64_t numel;
     const void *x1, *x2; int64_t x1_st[PLOSS_MAX_DIMS], x2_st[PLOSS_MAX_DIMS];
-    const void *y; ploss_dtype y_dtype; int64_t y_st[PLOSS_MAX_DIMS]; /* float or integer  */
-    double margin;
+    const void *y; ploss_dtype y_dtype; int64_t y_st[PLOSS_MAX_DIMS]; /* float or integer; NULL
+                                                                          for DISTANCE_RATIO */
+    double margin;                /* MARGIN_RANKING                                         */
     double scale;                 /* fused: the gradient's multiplier                       */
     /* loss: elementwise (NONE) or one value; f32 or f64 */
     void *loss; ploss_dtype loss_dtype; int64_t l_st[PLOSS_MAX_DIMS];
@@ -488,6 +497,17 @@ PLOSS_PAIRS_FN double ploss_margin_ranking_elem(double x1, double x2, double y, 
     const double u = -y * (x1 - x2) + margin;
     *g1 = (u >= 0.0 ? w : 0.0) * -y;
     return u > 0.0 || u != u ? u : 0.0;
+}
+
+/* Distance ratio, one element: ℓ = softplus(x1 − x2) = x1 + log(e^−x1 + e^−x2), as
+ * max(d, 0) + log1p(e^−|d|) (d = x1 − x2: finite for any finite distances; a NaN d, from a
+ * NaN distance or ∞ − ∞, gives NaN loss and gradients through e); *g1 = ∂ℓ/∂x1 times w =
+ * σ(d)·w, σ taken without overflow on either side (x2 = +∞ gives 0).  ∂ℓ/∂x2 = −*g1. */
+PLOSS_PAIRS_FN double ploss_distance_ratio_elem(double x1, double x2, double w, double *g1)
+{
+    const double d = x1 - x2, e = exp(-fabs(d));
+    *g1 = w * (d >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e));
+    return (d > 0.0 ? d : 0.0) + log1p(e);
 }
 
 /* Gaussian NLL, one element: ℓ = ½·(log v + d²/v) (+ ½·log 2π when full), d = μ − y,

@@ -1,12 +1,13 @@
 /*
- * margin_ranking.cu — CUDA backend of the margin ranking loss (core/engines/pairs.h).
+ * margin_ranking.cu — CUDA backend of the margin ranking and distance ratio losses
+ * (core/engines/pairs.h).
  *
- * One thread per element in a grid-stride loop over the collapsed shape: x1, x2 and y read
- * once, the element's loss and both gradients from ploss_margin_ranking_elem in f64 (the
- * maths the CPU backend runs, so both give the same values; a few operations per element of
- * a memory-bound pass).  Reduced losses: each thread adds its
- * elements' losses in double, a block reduction gives one partial per block, and one block
- * adds the partials in a fixed order.  The grid depends on the element count only:
+ * One thread per element in a grid-stride loop over the collapsed shape: x1, x2 and y (margin
+ * ranking) read once, the element's loss and both gradients from ploss_margin_ranking_elem or
+ * ploss_distance_ratio_elem in f64 (the maths the CPU backend runs, so both give the same
+ * values; a few operations per element of a memory-bound pass).  Reduced losses: each thread
+ * adds its elements' losses in double, a block reduction gives one partial per block, and one
+ * block adds the partials in a fixed order.  The grid depends on the element count only:
  * deterministic, no atomics.
  */
 #include "pairs.cuh"
@@ -45,11 +46,13 @@ __global__ void __launch_bounds__(MR_THREADS) margin_ranking_kernel(const ploss_
     for (int64_t k = thread_index(); k < p.numel; k += grid_stride()) {
         const double a = (double)to_acc(x1[offset_of(p, p.x1_st, k)]);
         const double b = (double)to_acc(x2[offset_of(p, p.x2_st, k)]);
-        const double y = load_dyn(p.y, p.y_dtype, offset_of(p, p.y_st, k));
         const double w =
             p.pass == PLOSS_PASS_BACKWARD && none ? load_dyn(p.grad_loss, p.gl_dtype, offset_of(p, p.gl_st, k)) : omega;
         double g1;
-        const double l = ploss_margin_ranking_elem(a, b, y, p.margin, w, &g1);
+        const double l = p.kind == PLOSS_SCORE_PAIR_DISTANCE_RATIO
+                             ? ploss_distance_ratio_elem(a, b, w, &g1)
+                             : ploss_margin_ranking_elem(a, b, load_dyn(p.y, p.y_dtype, offset_of(p, p.y_st, k)),
+                                                         p.margin, w, &g1);
         if (want_loss) {
             if (none)
                 store_dyn(p.loss, p.loss_dtype, offset_of(p, p.l_st, k), l);

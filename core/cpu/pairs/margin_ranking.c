@@ -1,7 +1,8 @@
 /*
- * margin_ranking.c — CPU backend of the margin ranking loss (core/engines/pairs.h): one pass
- * over the elements in double, whatever the dtype, each element's loss and both gradients
- * from ploss_margin_ranking_elem.  Elements are taken in fixed chunks whose loss partials
+ * margin_ranking.c — CPU backend of the margin ranking and distance ratio losses
+ * (core/engines/pairs.h): one pass over the elements in double, whatever the dtype, each
+ * element's loss and both gradients from ploss_margin_ranking_elem or
+ * ploss_distance_ratio_elem.  Elements are taken in fixed chunks whose loss partials
  * are added in chunk order, so the result does not depend on the thread count.
  */
 #include "chunks.h"
@@ -34,7 +35,8 @@ ploss_status ploss_cpu_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranki
 
     /* only the chunk partials: taken before any write */
     ploss_cpu_rows b;
-    ploss_status st = ploss_cpu_rows_alloc(&b, "margin_ranking_loss", M, 1, 0, CHUNK);
+    const char *name = p->kind == PLOSS_SCORE_PAIR_DISTANCE_RATIO ? "distance_ratio_loss" : "margin_ranking_loss";
+    ploss_status st = ploss_cpu_rows_alloc(&b, name, M, 1, 0, CHUNK);
     if (st)
         return st;
 
@@ -45,11 +47,14 @@ ploss_status ploss_cpu_margin_ranking(ploss_ctx_t *ctx, const ploss_margin_ranki
         for (int64_t k = begin; k < end; ++k) {
             const double x1 = ploss_load(p->x1, p->dtype, offset_of(p, p->x1_st, k));
             const double x2 = ploss_load(p->x2, p->dtype, offset_of(p, p->x2_st, k));
-            const double y = ploss_load(p->y, p->y_dtype, offset_of(p, p->y_st, k));
             const double w =
                 per_elem_gl ? ploss_load(p->grad_loss, p->gl_dtype, offset_of(p, p->gl_st, k)) : omega;
             double g1;
-            const double l = ploss_margin_ranking_elem(x1, x2, y, p->margin, w, &g1);
+            const double l =
+                p->kind == PLOSS_SCORE_PAIR_DISTANCE_RATIO
+                    ? ploss_distance_ratio_elem(x1, x2, w, &g1)
+                    : ploss_margin_ranking_elem(x1, x2, ploss_load(p->y, p->y_dtype, offset_of(p, p->y_st, k)),
+                                                p->margin, w, &g1);
             if (want_loss) {
                 if (none)
                     ploss_store(p->loss, p->loss_dtype, offset_of(p, p->l_st, k), l);

@@ -49,4 +49,5 @@ return {
   "hinge_loss",
   "l1_hinge_embedding_loss",
   "ctc_loss",
+  "distance_ratio_loss",
 }
