@@ -3309,7 +3309,9 @@ ploss_status ploss_combined_margin_forward(ploss_ctx_t *ctx, const DLTensor *x,
  * cos²θ) and the part of ŵ across x̂ lose most of their digits, so the target row's
  * gradient can be off by two orders of magnitude (in f32 about 100× within 2.4e-4 rad, where
  * cos θ rounds to 1 and sin θ takes its 1e-6 floor; f64 inputs keep it; PyTorch's acos form
- * gives ∞ or NaN there). Ignored rows get a zero gradient.
+ * gives ∞ or NaN there). Ignored rows get a zero gradient; a non-finite embedding in an
+ * ignored row still reaches its own ∂L/∂x and ∂L/∂W through the products (0·NaN is
+ * NaN), as in PyTorch's composite (normalize, matmul, cross_entropy with ignore_index).
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
@@ -3448,7 +3450,9 @@ ploss_status ploss_am_softmax_forward(ploss_ctx_t *ctx, const DLTensor *x, const
  * ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂
  * (accumulated tile by tile), then through the normalisation: ∂L/∂x_i = (g_i −
  * (g_i·x̂_i)·x̂_i)/‖x_i‖ (g_i/1e-12 below the clamp). φ′ = 1: the margin only shifts
- * the target's cosine. Ignored rows get a zero gradient.
+ * the target's cosine. Ignored rows get a zero gradient; a non-finite embedding in an ignored
+ * row still reaches its own ∂L/∂x and ∂L/∂W through the products (0·NaN is NaN), as in
+ * PyTorch's composite (normalize, matmul, cross_entropy with ignore_index).
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may
@@ -3597,7 +3601,10 @@ ploss_status ploss_arc_face_forward(ploss_ctx_t *ctx, const DLTensor *x, const D
  * 1, and both sin θ = √(1 − cos²θ) and the part of ŵ across x̂ lose most of their
  * digits, so the target row's gradient can be off by two orders of magnitude (in f32 about
  * 100× within 2.4e-4 rad, where cos θ rounds to 1 and sin θ takes its 1e-6 floor; f64 inputs
- * keep it; PyTorch's acos form gives ∞ or NaN there). Ignored rows get a zero gradient.
+ * keep it; PyTorch's acos form gives ∞ or NaN there). Ignored rows get a zero gradient; a
+ * non-finite embedding in an ignored row still reaches its own ∂L/∂x and ∂L/∂W through
+ * the products (0·NaN is NaN), as in PyTorch's composite (normalize, matmul, cross_entropy
+ * with ignore_index).
  * in  x, weight, labels, opts   as given to _forward.
  * in  grad_loss   NONE: N values; MEAN / SUM: one element; f32 or f64.
  * out grad_x      ∂/∂x: the shape and dtype of its input, any non-overlapping strides; may

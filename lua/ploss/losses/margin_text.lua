@@ -80,7 +80,9 @@ function M.gradient(dphi)
   return "With p_ij = e^(z_ij − lse_i) and ω_i the row's upstream factor, G_ij = ω_i·s·p_ij " ..
     "(j ≠ y_i) and G_iy = ω_i·s·φ′(c_iy)·(p_iy − 1); ∂L/∂x̂ = G·Ŵ and ∂L/∂Ŵ = Gᵀ·X̂ (accumulated " ..
     "tile by tile), then through the normalisation: ∂L/∂x_i = (g_i − (g_i·x̂_i)·x̂_i)/‖x_i‖ " ..
-    "(g_i/1e-12 below the clamp).  " .. dphi .. "  Ignored rows get a zero gradient."
+    "(g_i/1e-12 below the clamp).  " .. dphi .. "  Ignored rows get a zero gradient; a non-finite " ..
+    "embedding in an ignored row still reaches its own ∂L/∂x and ∂L/∂W through the products (0·NaN " ..
+    "is NaN), as in PyTorch's composite (normalize, matmul, cross_entropy with ignore_index)."
 end
 
 -- φ′ of an angular margin cos(m1·θ + m2) − m3, with m1 and m2 named as the loss names them.
