@@ -8,7 +8,9 @@
 --    triplet losses against their members called alone (f64, the sums exact to rounding),
 --    backward with gradOutput, the fused scale, f32 buffers rounded once per member, the
 --    composite's own gradient given back as its input, ParallelCriterion with
---    repeatTarget, target lists and a member of several inputs; misuse refused by name.
+--    repeatTarget, target lists and a member of several inputs; misuse refused by name;
+--  * SpatialAutoCropMSELoss: MSELoss against the centred crop of a larger target, by hand and
+--    against MSELoss on the crop; what cannot be cropped refused by name.
 local H = require "spec.helpers"
 local ploss = H.ploss
 local ffi = require "ffi"
@@ -372,5 +374,67 @@ describe("ParallelCriterion", function()
     H.assert_close(g2[1], { 10, 20 }, { rtol = 1e-15 })
     H.assert_close(g2[2], { 1, 2 }, { rtol = 1e-15 })
     H.assert_close(g1, { 1, 2 }, { rtol = 1e-15 })         -- not written: g2[1] is a new buffer
+  end)
+end)
+
+describe("SpatialAutoCropMSELoss (Torch7's SpatialAutoCropMSECriterion)", function()
+  it("is MSELoss against the centred crop of the target, derived by hand", function()
+    -- input 1×1×1×2 = (1, 2); target 1×1×3×4: rows ⌊(3 − 1)/2⌋ = 1, columns ⌊(4 − 2)/2⌋ = 1
+    -- (from 0): the window (t[1][1], t[1][2]) = (5, 7) → mean((1 − 5)², (2 − 7)²) = 41/2
+    local x = ploss.tensor({ { { { 1, 2 } } } }, { dtype = "f64" })
+    local t = ploss.tensor({ { { { 0, 0, 0, 0 }, { 0, 5, 7, 0 }, { 0, 0, 0, 0 } } } }, { dtype = "f64" })
+    assert.are.equal(ploss.SpatialAutoCropMSELoss, ploss.SpatialAutoCropMSECriterion)
+    local crit = ploss.SpatialAutoCropMSECriterion()
+    assert.are.equal(20.5, crit:forward(x, t))
+    H.assert_close(crit:backward(x, t):flat(), { (1 - 5), (2 - 7) }, { rtol = 1e-15 }) -- 2(x − t)/2
+    crit.reduction = "sum"
+    local loss, g = crit(x, t, 0.5)
+    assert.are.equal(41, loss)
+    H.assert_close(g:flat(), { -4, -5 }, { rtol = 1e-15 })                         -- 0.5·2(x − t)
+    assert.truthy(tostring(crit):find("SpatialAutoCropMSELoss(reduction='sum')", 1, true))
+    -- odd margins round down: a 3×3 input in a 6×6 target starts at (1, 1)
+    local y = ploss.randn({ 2, 3, 3 }, { dtype = "f64", seed = 5 })
+    local big = ploss.randn({ 2, 6, 6 }, { dtype = "f64", seed = 6 })
+    H.assert_equal({ ploss.SpatialAutoCropMSELoss {}:forward(y, big) },
+      { ploss.MSELoss {}:forward(y, big:narrow(2, 2, 3):narrow(3, 2, 3)) })
+  end)
+
+  it("matches MSELoss on the crop for every reduction, C×H×W and N×C×H×W, f32 and bf16, gradOutput", function()
+    for _, sizes in ipairs { { { 3, 5, 4 }, { 3, 8, 9 } }, { { 2, 3, 5, 4 }, { 2, 3, 5, 7 } } } do
+      for _, dtype in ipairs { "f64", "f32", "bf16" } do
+        local x = ploss.randn(sizes[1], { dtype = dtype, seed = 1 })
+        local t = ploss.randn(sizes[2], { dtype = dtype, seed = 2 })
+        local nd = #sizes[1]
+        local h, w = sizes[1][nd - 1], sizes[1][nd]
+        local tc = t:narrow(nd - 1, 1 + math.floor((sizes[2][nd - 1] - h) / 2), h)
+          :narrow(nd, 1 + math.floor((sizes[2][nd] - w) / 2), w)
+        for _, r in ipairs { "mean", "sum", "none" } do
+          local crop, mse = ploss.SpatialAutoCropMSELoss { reduction = r }, ploss.MSELoss { reduction = r }
+          local l1, g1 = crop(x, t, 1.5)
+          local l2, g2 = mse(x, tc, 1.5)
+          local what = table.concat(sizes[1], "×") .. " " .. dtype .. " " .. r
+          H.assert_equal(r == "none" and l1 or { l1 }, r == "none" and l2 or { l2 }, { what = what })
+          H.assert_equal(g1, g2, { what = what })
+          local up = r == "none" and ploss.randn(sizes[1], { dtype = dtype == "f64" and "f64" or "f32", seed = 3 }) or 2
+          H.assert_equal(crop:backward(x, t, up), mse:backward(x, tc, up), { what = what .. " backward" })
+        end
+      end
+    end
+  end)
+
+  it("refuses what it cannot crop, naming the argument", function()
+    local crit = ploss.SpatialAutoCropMSELoss()
+    local x = ploss.randn({ 2, 3, 4, 5 })
+    H.expect_error(function() crit:forward(x, ploss.randn({ 2, 3, 3, 8 })) end,
+      "target: its spatial size 3×8 is smaller than the input's 4×5")
+    H.expect_error(function() crit:forward(x, ploss.randn({ 2, 3, 8 })) end, "target: expected 4 dims, as the input")
+    H.expect_error(function() crit:forward(x, ploss.randn({ 2, 4, 7, 8 })) end,
+      "target: expected the input's N×C before H×W")
+    H.expect_error(function() crit:forward(ploss.randn({ 4, 5 }), ploss.randn({ 8, 8 })) end,
+      "input: expected C×H×W or N×C×H×W (3 or 4 dims)")
+    H.expect_error(function() crit(x, { 1, 2 }) end, "target: expected a ploss tensor")
+    H.expect_error(function() local c = ploss.SpatialAutoCropMSECriterion(false) return c end,
+      "Torch7's positional sizeAverage is not taken: {reduction = 'sum'}")
+    H.expect_error(function() crit.sizeAverage = false end, "Torch7's sizeAverage is reduction here")
   end)
 end)

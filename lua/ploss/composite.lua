@@ -450,4 +450,72 @@ end
 
 ploss.MultiCriterion, ploss.ParallelCriterion = Multi, Parallel
 ploss.nn.MultiCriterion, ploss.nn.ParallelCriterion = Multi, Parallel
+
+---------------------------------------------------------------------------------------
+-- SpatialAutoCropMSELoss
+---------------------------------------------------------------------------------------
+
+-- Torch7's nn.SpatialAutoCropMSECriterion: MSELoss between a C×H×W or N×C×H×W input and
+-- the centred H×W window of a target of the same rank whose H_t×W_t is at least the
+-- input's (a network with valid convolutions gives a smaller map than its target image).
+-- The window starts at row ⌊(H_t − H)/2⌋ and column ⌊(W_t − W)/2⌋ (from 0) and is a view
+-- of the target: nothing is copied.  Everything else is MSELoss's: its options
+-- (reduction, inplace), dtypes, devices, gradOutput and messages; 'mean' divides by the
+-- input's element count, as Torch7's sizeAverage.
+local Crop = nn.class("SpatialAutoCropMSELoss", ploss.MSELoss)
+Crop._doc = "MSELoss against the centred crop of a larger target (Torch7 nn.SpatialAutoCropMSECriterion)"
+
+local function centre_crop(input, target, where)
+  if not ploss.is_tensor(input) then
+    ploss.raise(string.format("%s: input: expected a ploss tensor, got %s", where, ploss.shown(input)))
+  end
+  if not ploss.is_tensor(target) then
+    ploss.raise(string.format("%s: target: expected a ploss tensor, got %s", where, ploss.shown(target)))
+  end
+  local nd = input:dim()
+  if nd ~= 3 and nd ~= 4 then
+    ploss.raise(string.format("%s: input: expected C×H×W or N×C×H×W (3 or 4 dims), got %s", where,
+      ploss.shown(input)))
+  end
+  if target:dim() ~= nd then
+    ploss.raise(string.format("%s: target: expected %d dims, as the input, got %s", where, nd, ploss.shown(target)))
+  end
+  for k = 1, nd - 2 do
+    if target:size(k) ~= input:size(k) then
+      ploss.raise(string.format("%s: target: expected the input's %s before H×W, got %s", where,
+        nd == 4 and "N×C" or "C", ploss.shown(target)))
+    end
+  end
+  local h, w, th, tw = input:size(nd - 1), input:size(nd), target:size(nd - 1), target:size(nd)
+  if th < h or tw < w then
+    ploss.raise(string.format("%s: target: its spatial size %d×%d is smaller than the input's %d×%d (the target " ..
+      "is cropped to the input, never the other way)", where, th, tw, h, w))
+  end
+  return target:narrow(nd - 1, 1 + math.floor((th - h) / 2), h):narrow(nd, 1 + math.floor((tw - w) / 2), w)
+end
+
+function Crop:__init(opts)
+  if type(opts) ~= "table" then
+    ploss.raise(string.format("SpatialAutoCropMSELoss: expected a table of named options, got %s (Torch7's " ..
+      "positional sizeAverage is not taken: {reduction = 'sum'} for sizeAverage = false)", ploss.shown(opts)))
+  end
+  ploss.MSELoss.__init(self, opts)
+end
+function Crop:forward_tensor(input, target, ...)
+  nn.check_self(self, "SpatialAutoCropMSELoss", "forward_tensor")
+  return ploss.MSELoss.forward_tensor(self, input, centre_crop(input, target, "SpatialAutoCropMSELoss:forward"), ...)
+end
+function Crop:backward(input, target, ...)
+  nn.check_self(self, "SpatialAutoCropMSELoss", "backward")
+  return ploss.MSELoss.backward(self, input, centre_crop(input, target, "SpatialAutoCropMSELoss:backward"), ...)
+end
+function Crop:fused(input, target, ...)
+  nn.check_self(self, "SpatialAutoCropMSELoss", "fused")
+  return ploss.MSELoss.fused(self, input, centre_crop(input, target, "SpatialAutoCropMSELoss"), ...)
+end
+function Crop:tostring()
+  return (ploss.MSELoss.tostring(self):gsub("^ploss%.MSELoss", "ploss.SpatialAutoCropMSELoss"))
+end
+
+ploss.SpatialAutoCropMSELoss, ploss.SpatialAutoCropMSECriterion = Crop, Crop
 end
