@@ -53,6 +53,7 @@ typedef enum {
     PLOSS_POLICY_L1_HINGE_EMBEDDING = 45, /* l1_hinge_embedding_loss (pairs) */
     PLOSS_POLICY_CTC = 46, /* ctc_loss (sequence) */
     PLOSS_POLICY_DISTANCE_RATIO = 47, /* distance_ratio_loss (pairs) */
+    PLOSS_POLICY_CLASS_SIMPLEX = 48, /* class_simplex_loss (rows) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -108,6 +109,7 @@ typedef enum {
         PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_SEQUENCE, \
         PLOSS_SHAPE_PAIRS, \
+        PLOSS_SHAPE_ROWS, \
     }
 
 #endif

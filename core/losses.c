@@ -3801,3 +3801,71 @@ ploss_status ploss_distance_ratio_loss_fused(ploss_ctx_t *ctx, const DLTensor *d
     const ploss_loss_args a = {.inputs[0] = d_pos, .inputs[1] = d_neg, .loss = loss, .grad_inputs[0] = grad_d_pos, .grad_inputs[1] = grad_d_neg};
     return distance_ratio_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- class_simplex_loss ------------------------------------------------------------------ */
+
+void ploss_class_simplex_loss_opts_init(ploss_class_simplex_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
+}
+
+static const ploss_loss_spec class_simplex_loss_spec = {
+    .name = "class_simplex_loss",
+    .shape = PLOSS_SHAPE_ROWS,
+    .policy = PLOSS_POLICY_CLASS_SIMPLEX,
+    .target = PLOSS_LOSS_TARGET_INDEX,
+    .min_classes = 2,
+    .min_classes_why = "a simplex of C vertices needs C >= 2, as Torch7's nClasses > 1",
+};
+
+static ploss_status class_simplex_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                       const ploss_class_simplex_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_class_simplex_loss_opts o;
+    ploss_class_simplex_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_class_simplex_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of class_simplex_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &class_simplex_loss_spec, a, &p);
+}
+
+ploss_status ploss_class_simplex_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    return class_simplex_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_class_simplex_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    return class_simplex_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_class_simplex_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    return class_simplex_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

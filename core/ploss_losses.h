@@ -4603,4 +4603,83 @@ ploss_status ploss_distance_ratio_loss_fused(ploss_ctx_t *ctx, const DLTensor *d
     const DLTensor *d_neg, const ploss_distance_ratio_loss_opts *opts, DLTensor *loss,
     DLTensor *grad_d_pos, DLTensor *grad_d_neg);
 
+/* ---- Class simplex loss ---------------------------------------------------------------- */
+
+/** Options of class_simplex_loss; fill with ploss_class_simplex_loss_opts_init(). */
+typedef struct ploss_class_simplex_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
+    double scale;
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
+    int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_class_simplex_loss_opts_init(): every pass refuses a struct
+       without it (one filled by hand has 0, not the defaults above, in the fields it leaves
+       out) */
+    uint32_t opts_tag;
+} ploss_class_simplex_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_class_simplex_loss_opts_init(ploss_class_simplex_loss_opts *opts);
+
+/**
+ * Class simplex loss, forward (Torch7 nn.ClassSimplexCriterion (the simplex targets of Mroueh,
+ * Voinea and Poggio, arXiv:1506.08230)).
+ * Class k's target is the vertex s_k of the regular simplex of C unit vectors centred at the
+ * origin, in the first C − 1 coordinates (the last is 0: Torch7 embeds the simplex in one
+ * more dimension than it needs), built as Torch7 builds it: with n = C − 1, vertex k < n has
+ * a_k = √((n + 1)·(n − k) / (n·(n − k + 1))) at coordinate k, every later vertex has
+ * c_k = −(n + 1) / (n·(n − k + 1)·a_k) there, and the entries after a vertex's own are 0,
+ * so that s_j·s_k = −1/n for j ≠ k. Per sample with label y and outputs x:
+ *
+ *     ℓ = Σ_j (x_j − s_y,j)²
+ *
+ * the squared error against the vertex. 'mean' divides the sum by the element count N·C and
+ * 'sum' is the plain sum: Torch7's MSECriterion with sizeAverage true and false.
+ *
+ * The vertices are computed in f64 where they are used (no C×C table is kept); they agree with
+ * Torch7's iterative construction to rounding. Predictions: the class whose vertex has the
+ * largest dot product with the outputs (`crit:predictions(x)` gives the N×C dot products,
+ * Torch7's getPredictions, and `crit:top_prediction(x)` their argmax per row, 0-based, Torch7's
+ * getTopPrediction). 'none' gives each sample's squared distance (Torch7 has no such
+ * reduction).
+ *
+ * in  input       N×C outputs, one per class (or N×C×d1×…×dk: one sample per position,
+ *                 ploss's extension), f32/f16/bf16/f64; C >= 2. Layouts as for the other losses
+ *                 of this shape. One sample may also be C outputs with a 0-d class index
+ *                 (Torch7's number target): its NONE loss is 0-d.
+ * in  target      class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no
+ *                 ignore_index).
+ * in  opts        NULL for defaults.
+ * out loss        reduction NONE: the target's shape (the input's shape without axis 1; 0-d for
+ *                 one sample of C logits); MEAN / SUM: a 0-d or 1-element tensor. f32 (f64 for
+ *                 f64 input), on the input's device.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, INVALID_LABEL (CPU: before anything is written; CUDA: through the context's
+ *           error slot), UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_class_simplex_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Class simplex loss, backward. ∂ℓ/∂x_j = 2·(x_j − s_y,j).
+ * in  input, target, opts   as given to _forward.
+ * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_class_simplex_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Class simplex loss, forward and backward in one pass (see the conventions above). Statuses:
+ *  as _forward. */
+ploss_status ploss_class_simplex_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const ploss_class_simplex_loss_opts *opts, DLTensor *loss,
+    DLTensor *grad_input);
+
 #endif /* PLOSS_LOSSES_H */

@@ -104,6 +104,7 @@ local facts = {
   nll_loss = { masking = "exact", target_entry_only = true, one_class = function(x) return -x end,
                one_class_gradient = -1 },
   multi_margin_loss = { masking = "finite", one_class = function() return 0 end },
+  class_simplex_loss = {},
 }
 
 -- Option values just outside each option's range, with the fragment of the error they give.

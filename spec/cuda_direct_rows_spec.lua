@@ -1,6 +1,6 @@
 -- The direct rows on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
--- GPU): nll_loss, multi_margin_loss, multilabel_margin_loss (N×C, a list of classes per row) and
--- multilabel_soft_margin_loss (N×C, its float labels of
+-- GPU): nll_loss, multi_margin_loss, class_simplex_loss, multilabel_margin_loss (N×C, a list of
+-- classes per row) and multilabel_soft_margin_loss (N×C, its float labels of
 -- the input's shape: hard and soft, f32 and bf16) against the CPU backend on the same dtype-rounded
 -- inputs in f32/f16/bf16/f64, every reduction, with and without class weights (NLL: and
 -- ignored samples; multi-margin: p and margin), N×C (narrow and wide rows), N×C×d…,
@@ -183,6 +183,56 @@ describe("CUDA multi_margin_loss vs CPU", function()
       local o = { p = 2, weight = { 1, 2, 3, 4, 5, 6, 7 } }
       local l1, g1 = F.multi_margin_loss_fused(x, y, o)
       H.check_inplace_fused("multi_margin_loss", x:clone(), y, o, l1, g1, "multi margin " .. dtype)
+    end
+  end)
+end)
+
+describe("CUDA class_simplex_loss vs CPU", function()
+  local compare = function(...) return compare("class_simplex_loss", ...) end
+  for _, dtype in ipairs(DTYPES) do
+    it("shapes, layouts, i32 labels in " .. dtype, function()
+      H.seed(630)
+      for _, c in ipairs {
+        { "N×C", { 37, 10 } },
+        { "wide rows", { 5, 3000 } },
+        { "more rows than the grid has warps", { 40000, 3 } },
+        { "N×C×H×W", { 3, 6, 5, 7 } },
+        { "two classes", { 4, 2 } },
+      } do
+        local label, sizes = c[1], c[2]
+        local x = H.random_logits(sizes, { std = 1 })
+        local y = H.random_labels(H.sample_sizes(sizes), sizes[2])
+        for _, red in ipairs(REDUCTIONS) do
+          compare(x, y, { reduction = red }, dtype, label)
+          if #sizes > 2 then
+            compare(x, y, { reduction = red }, dtype, label .. " channels-last",
+              function(xg) return H.relayout(xg, "channels_last") end)
+          elseif sizes[1] > 1 and sizes[1] < 100 then
+            compare(x, y, { reduction = red }, dtype, label .. " transposed",
+              function(xg) return H.relayout(xg, "transposed") end)
+            compare(x, y:to("cpu", "i32"), { reduction = red }, dtype, label .. " i32 labels")
+          end
+        end
+      end
+    end)
+  end
+
+  it("an invalid label is reported at the next synchronisation, with a zero gradient row", function()
+    if DEV == "cpu" then return end -- the CPU refuses it before the call (the catalogue checks that)
+    expect_reported_row("class_simplex_loss", { 0, 5, 1, 2 })
+  end)
+
+  it("in place: the fused gradient over the input, bitwise the out-of-place one; the predictions", function()
+    H.seed(631)
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = H.random_logits({ 9, 7 }, { device = DEV, dtype = dtype })
+      local y = H.random_labels({ 9 }, 7, { device = DEV })
+      local l1, g1 = F.class_simplex_loss_fused(x, y)
+      H.check_inplace_fused("class_simplex_loss", x:clone(), y, {}, l1, g1, "class simplex " .. dtype)
+      local crit = ploss.ClassSimplexLoss()
+      close(crit:predictions(x), crit:predictions(x:to("cpu")), TOL[dtype].grad, TOL[dtype].floor,
+        "predictions " .. dtype)
+      H.assert_equal(crit:top_prediction(x:double()), crit:top_prediction(x:to("cpu"):double()))
     end
   end)
 end)

@@ -175,6 +175,7 @@ static ploss_status direct_rows(ploss_ctx_t *ctx, ploss_pass pass, const ploss_l
     p.kind = spec->policy == PLOSS_POLICY_MULTI_MARGIN               ? PLOSS_DIRECT_MULTI_MARGIN
              : spec->policy == PLOSS_POLICY_MULTILABEL_SOFT_MARGIN ? PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN
              : spec->policy == PLOSS_POLICY_MULTILABEL_MARGIN      ? PLOSS_DIRECT_MULTILABEL_MARGIN
+             : spec->policy == PLOSS_POLICY_CLASS_SIMPLEX          ? PLOSS_DIRECT_CLASS_SIMPLEX
                                                                      : PLOSS_DIRECT_NLL;
     p.t_sc = r->t.sk;
     p.ignore_index = ignore_index;
@@ -218,7 +219,7 @@ int ploss_rows_computes(ploss_policy policy)
     switch (policy) {
     case PLOSS_POLICY_CROSS_ENTROPY: case PLOSS_POLICY_SOFTMAX_FOCAL: case PLOSS_POLICY_DUAL_FOCAL:
     case PLOSS_POLICY_NLL: case PLOSS_POLICY_MULTI_MARGIN: case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
-    case PLOSS_POLICY_MULTILABEL_MARGIN: case PLOSS_POLICY_LARGE_MARGIN:
+    case PLOSS_POLICY_MULTILABEL_MARGIN: case PLOSS_POLICY_CLASS_SIMPLEX: case PLOSS_POLICY_LARGE_MARGIN:
     case PLOSS_POLICY_TAYLOR_CE: case PLOSS_POLICY_PC_SOFTMAX: case PLOSS_POLICY_OHEM_LARGE_MARGIN:
     case PLOSS_POLICY_OHEM_CROSS_ENTROPY:
         return 1;
@@ -413,8 +414,11 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
                            .state_k = spec->state_components};
     if ((st = ploss_check_row_outputs(ctx, pass, o->reduction, o->inplace, &x, &t, ins, in_names, 1, &r)))
         return st;
-    /* the multi-class margin loss ignores no label (PyTorch's has no ignore_index) */
-    const int64_t ignore_index = spec->policy == PLOSS_POLICY_MULTI_MARGIN ? INT64_MIN : o->ignore_index;
+    /* the multi-class margin and class simplex losses ignore no label (PyTorch's and Torch7's
+     * have no ignore_index) */
+    const int64_t ignore_index =
+        spec->policy == PLOSS_POLICY_MULTI_MARGIN || spec->policy == PLOSS_POLICY_CLASS_SIMPLEX ? INT64_MIN
+                                                                                               : o->ignore_index;
     if (ctx->device.device_type == kDLCPU && !probabilities &&
         (st = ploss_check_labels_cpu(t.data, t.dtype, r.N, r.S, r.t.sn, r.t.ss, C, ignore_index)))
         return st;
@@ -432,6 +436,7 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     case PLOSS_POLICY_MULTI_MARGIN:
     case PLOSS_POLICY_MULTILABEL_SOFT_MARGIN:
     case PLOSS_POLICY_MULTILABEL_MARGIN:
+    case PLOSS_POLICY_CLASS_SIMPLEX:
         return direct_rows(ctx, pass, spec, o, ignore_index, &x, &t, vec, &r);
     default:
         return sample_policies(ctx, pass, spec, o, &x, &t, vec, &r);

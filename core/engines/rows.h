@@ -32,6 +32,22 @@ PLOSS_ROWS_INLINE double ploss_rows_mean(double total, double divisor)
     return divisor != 0.0 ? total / divisor : (double)NAN;
 }
 
+/* Coordinate j of the vertex of class k (both in [0, C), C >= 2) of the regular simplex of C
+ * unit vectors centred at the origin, in the first n = C − 1 coordinates (the last is 0):
+ * Torch7's ClassSimplexCriterion's construction (each vertex k < n ends with a positive
+ * entry a_k at coordinate k; the later vertices share the entry c_j < 0 at every coordinate
+ * j before theirs, so that every two vertices have the dot product −1/n), in closed form:
+ * with q = n − j, a_j = √((n + 1)·q / (n·(q + 1))) and c_j = −(n + 1)/(n·(q + 1)·a_j). */
+PLOSS_ROWS_INLINE double ploss_simplex_coord(int64_t C, int64_t k, int64_t j)
+{
+    const int64_t n = C - 1;
+    if (j > k || j == n)
+        return 0.0;
+    const double nd = (double)n, q = (double)(n - j);
+    const double a = sqrt((nd + 1.0) * q / (nd * (q + 1.0)));
+    return j == k ? a : -(nd + 1.0) / (nd * (q + 1.0) * a);
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -226,13 +242,18 @@ ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sampl
  *     z_kj = 1 − x_i,y_ik + x_ij,  ℓ_i = (1/C)·Σ_{k ≤ L} Σ_{j ∉ T_i} max(0, z_kj)  (a NaN z
  *     counts, as MULTI_MARGIN's); ∂ℓ_i/∂x_ij = (1/C)·#{k : z_kj > 0} for j ∉ T_i, and for a
  *     listed class c, −(1/C)·Σ_{k : y_ik = c} #{j ∉ T_i : z_kj > 0} (a class listed twice
- *     counts twice, as PyTorch's).  MEAN divides by the sample count. */
+ *     counts twice, as PyTorch's).  MEAN divides by the sample count.
+ *  CLASS_SIMPLEX (Torch7's ClassSimplexCriterion: every label in [0, C), no class weights;
+ *     s_k the vertex of class k, ploss_simplex_coord):
+ *     ℓ_i = Σ_j (x_ij − s_{y_i,j})²,  ∂ℓ_i/∂x_ij = 2·(x_ij − s_{y_i,j}).  MEAN divides by the
+ *     element count N·C (Torch7's MSECriterion's sizeAverage). */
 
 typedef enum {
     PLOSS_DIRECT_NLL = 0,
     PLOSS_DIRECT_MULTI_MARGIN = 1,
     PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN = 2,
-    PLOSS_DIRECT_MULTILABEL_MARGIN = 3
+    PLOSS_DIRECT_MULTILABEL_MARGIN = 3,
+    PLOSS_DIRECT_CLASS_SIMPLEX = 4
 } ploss_direct_kind;
 
 typedef struct ploss_direct_problem {
@@ -249,7 +270,8 @@ typedef struct ploss_direct_problem {
     /* class weights, NULL = all ones */
     const void *w; ploss_dtype w_dtype; int64_t w_s;
 
-    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN; unread by the multi-label kinds */
+    int64_t ignore_index;  /* NLL; INT64_MIN (none) for MULTI_MARGIN and CLASS_SIMPLEX; unread by the
+                              multi-label kinds */
     double margin;         /* MULTI_MARGIN m */
     int power;             /* MULTI_MARGIN p: 1 or 2 */
     double scale;          /* fused: multiplier of the gradient */

@@ -1,7 +1,7 @@
 /*
  * direct_rows.cu — CUDA backend of the direct rows (formulas in core/engines/rows.h): the
- * negative log-likelihood, the multi-class margin loss and the multi-label soft margin and
- * margin losses, no softmax.
+ * negative log-likelihood, the multi-class margin loss, the multi-label soft margin and
+ * margin losses and the class simplex loss, no softmax.
  *
  * Kernels, in stream order:
  *  - direct_samples: NLL reads each sample's label and the target's entry x_iy; the
@@ -19,9 +19,10 @@
  *    rows; a 2-D grid (y: samples; x: the classes of a row for S = 1, the pixels for S > 1,
  *    each thread then writing its pixel's C classes), so every label is read once per thread
  *    and no index is divided.
- * The multi-class and multi-label margins' ω is known without a reduction (their MEAN
- * divisor is the sample count), so their gradient is written by direct_samples, which walks
- * the multi-label loss's row (labels and logits) like the multi-class margin's.
+ * The other kinds' ω is known without a reduction (their MEAN divisor is the sample count,
+ * the class simplex's the element count), so their gradient is written by direct_samples,
+ * which walks the multi-label loss's row (labels and logits) and the class simplex's like the
+ * multi-class margin's.
  *
  * The multi-label margin loss takes a warp per row.  A list of at most 32 classes is held
  * in the lanes' registers: one sweep over the classes gives the loss, each unlisted class's
@@ -68,12 +69,13 @@ __device__ __forceinline__ double weight_of(const ploss_direct_problem &p, int64
     return p.w ? load_dyn(p.w, p.w_dtype, y * p.w_s) : 1.0;
 }
 
-/* ω of sample (n, s) for the multi-class margin gradient: the per-sample upstream gradient
- * ('none' backward), the scalar one (÷ the sample count for MEAN), or the fused scale. */
+/* ω of sample (n, s) for the gradients written by direct_samples: the per-sample upstream
+ * gradient ('none' backward), the scalar one (÷ the MEAN divisor: the sample count, the class
+ * simplex's element count), or the fused scale. */
 __device__ __forceinline__ double margin_omega(const ploss_direct_problem &p, int64_t n, int64_t s)
 {
     const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
-    const double count = (double)(p.N * p.S);
+    const double count = (double)(p.N * p.S) * (p.kind == PLOSS_DIRECT_CLASS_SIMPLEX ? (double)p.C : 1.0);
     if (p.pass == PLOSS_PASS_FUSED)
         return mean ? p.scale / count : p.scale;
     if (p.reduction == PLOSS_REDUCTION_NONE)
@@ -120,6 +122,28 @@ __device__ double margin_row(const ploss_direct_problem &p, int64_t n, int64_t s
         }
     }
     return c * sum;
+}
+
+/* Class simplex loss of a row (label y) walked by W lanes, as margin_row; with `grad`,
+ * om·∂ℓ/∂x into the gradient row (each entry read before it is written).  In double, as the
+ * CPU backend. */
+template <class T, int W>
+__device__ double class_simplex_row(const ploss_direct_problem &p, int64_t n, int64_t s, int64_t y, bool grad,
+                                    double om, int lane)
+{
+    const T *x = (const T *)p.x + n * p.x_sn + s * p.x_ss;
+    T *g = (T *)p.grad + n * p.g_sn + s * p.g_ss;
+    double sum = 0.0;
+    for (int64_t j = lane; j < p.C; j += W) {
+        const double d = (double)to_acc(x[j * p.x_sc]) - ploss_simplex_coord(p.C, y, j);
+        sum += d * d;
+        if (grad)
+            g[j * p.g_sc] = from_acc<T>((acc_t<T>)(2.0 * d * om));
+    }
+    if (W > 1)
+        for (int o = W / 2; o > 0; o /= 2)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum;
 }
 
 /* Multi-label soft margin loss of a row walked by W lanes, as margin_row; with `grad`,
@@ -343,6 +367,10 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
             if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
                 loss = margin_row<T, W>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
                 divisor_sum += lane == 0 ? 1.0 : 0.0;
+            } else if (p.kind == PLOSS_DIRECT_CLASS_SIMPLEX) {
+                loss = class_simplex_row<T, W>(p, n, s, y, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0,
+                                               lane);
+                divisor_sum += lane == 0 ? (double)p.C : 0.0;
             } else {
                 loss = -wy * (double)to_acc(((const T *)p.x)[n * p.x_sn + s * p.x_ss + y * p.x_sc]);
                 divisor_sum += wy;

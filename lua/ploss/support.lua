@@ -205,6 +205,47 @@ end
 ploss.argmax = F.argmax
 
 ---------------------------------------------------------------------------------------
+-- ClassSimplexLoss's predictions (Torch7's getPredictions and getTopPrediction)
+---------------------------------------------------------------------------------------
+
+-- The C×C matrix of the simplex's vertices (row k: class k's) in `x`'s dtype and on its
+-- device, kept by the criterion per (C, dtype, device).  Taken from the loss itself, so that
+-- there is one construction of the vertices: at outputs 0 with labels 0 … C − 1, the 'sum'
+-- gradient of row k is 2·(0 − s_k), and −½ of it is s_k exactly.
+local function simplex_of(crit, x, where)
+  need_tensor(x, where .. ": outputs")
+  if x:dim() ~= 1 and x:dim() ~= 2 then
+    ploss.raise(string.format("%s: outputs: expected N×C or C values, got %s", where, ploss.shown(x)))
+  end
+  local C = x:size(x:dim())
+  local key = string.format("%d %s %s", C, x:dtype(), x:device())
+  local cached = rawget(crit, "_simplex")
+  if cached and cached.key == key and not cached.matrix:is_freed() then return cached.matrix end
+  local labels = {}
+  for k = 1, C do labels[k] = k - 1 end
+  local _, grad = F.class_simplex_loss_fused(ploss.zeros({ C, C }, { dtype = "f64" }),
+    ploss.tensor(labels, { dtype = "i64" }), { reduction = "sum" })
+  local vertices = grad:mul_(-0.5):to(x:device(), x:dtype())
+  crit._simplex = { key = key, matrix = vertices }
+  return vertices
+end
+
+--- crit:predictions(outputs) → the N×C dot products of each row of outputs (N×C, or C
+-- values: one row) with every class's vertex (Torch7's getPredictions).
+function ploss.ClassSimplexLoss:predictions(x)
+  nn.check_self(self, "ClassSimplexLoss", "predictions")
+  local vertices = simplex_of(self, x, "ClassSimplexLoss:predictions")
+  return F.gemm(x:dim() == 1 and x:view(1, x:size(1)) or x, vertices, { trans_b = true })
+end
+
+--- crit:top_prediction(outputs) → N class indices (i64, 0-based): the vertex of the largest
+-- dot product per row (Torch7's getTopPrediction, whose indices are 1-based).
+function ploss.ClassSimplexLoss:top_prediction(x)
+  nn.check_self(self, "ClassSimplexLoss", "top_prediction")
+  return F.argmax(self:predictions(x))
+end
+
+---------------------------------------------------------------------------------------
 -- Optimiser steps
 ---------------------------------------------------------------------------------------
 

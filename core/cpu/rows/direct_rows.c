@@ -1,7 +1,7 @@
 /*
  * direct_rows.c — CPU backend of the direct rows (formulas in core/engines/rows.h): the
  * negative log-likelihood (a gather of the target's entry of each row), the multi-class
- * margin loss and the multi-label soft margin loss (one pass over each row) and the
+ * margin, multi-label soft margin and class simplex losses (one pass over each row) and the
  * multi-label margin loss (a pass over each row per listed class), no softmax.
  * Labels were validated by core/engines/rows.c.  The MEAN divisor (NLL: Σ of the valid samples' class weights) is
  * taken first, so that the gradient is written in the same pass as the loss; losses are
@@ -29,10 +29,13 @@ static double weight_of(const ploss_direct_problem *p, int64_t y)
     return p->w ? ploss_load(p->w, p->w_dtype, y * p->w_s) : 1.0;
 }
 
-/* The MEAN divisor: NLL Σ w_y over the valid samples (in chunk order), else the sample count. */
+/* The MEAN divisor: NLL Σ w_y over the valid samples (in chunk order), the class simplex the
+ * element count, else the sample count. */
 static double mean_divisor(const ploss_direct_problem *p, ploss_cpu_rows *b, int64_t K)
 {
     const int64_t M = p->N * p->S;
+    if (p->kind == PLOSS_DIRECT_CLASS_SIMPLEX)
+        return (double)M * (double)p->C;
     if (p->kind != PLOSS_DIRECT_NLL)
         return (double)M;
 #pragma omp parallel for schedule(static)
@@ -81,6 +84,24 @@ static double multi_margin_row(const ploss_direct_problem *p, int64_t n, int64_t
         ploss_cpu_store_f64(p->grad, p->x_dtype, g0, p->g_sc, C, row);
     }
     return c * sum;
+}
+
+/* Class simplex loss of sample (n, s) with label y; with `grad` the gradient row om·∂ℓ/∂x
+ * (written after the row is read: it may be the input).  row: C doubles of scratch. */
+static double class_simplex_row(const ploss_direct_problem *p, int64_t n, int64_t s, int64_t y, int grad, double om,
+                                double *row)
+{
+    const int64_t C = p->C;
+    ploss_cpu_load_f64(row, p->x, p->x_dtype, n * p->x_sn + s * p->x_ss, p->x_sc, C);
+    double sum = 0.0;
+    for (int64_t j = 0; j < C; ++j) {
+        const double d = row[j] - ploss_simplex_coord(C, y, j);
+        sum += d * d;
+        row[j] = 2.0 * d * om;
+    }
+    if (grad)
+        ploss_cpu_store_f64(p->grad, p->x_dtype, n * p->g_sn + s * p->g_ss, p->g_sc, C, row);
+    return sum;
 }
 
 /* Multi-label soft margin loss of sample (n, s); with `grad` the gradient row om·∂ℓ/∂x
@@ -158,9 +179,9 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
     const int per_sample_up = p->pass == PLOSS_PASS_BACKWARD && none;
 
     ploss_cpu_rows b;
-    /* scratch per thread: a row of C doubles (the multi-class margin), two (multi-label soft
-     * margin), three (multi-label margin) */
-    const int rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN              ? 1
+    /* scratch per thread: a row of C doubles (the multi-class margin, the class simplex), two
+     * (multi-label soft margin), three (multi-label margin) */
+    const int rows = p->kind == PLOSS_DIRECT_MULTI_MARGIN || p->kind == PLOSS_DIRECT_CLASS_SIMPLEX ? 1
                      : p->kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN ? 2
                      : p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN      ? 3
                                                                       : 0;
@@ -196,6 +217,8 @@ ploss_status ploss_cpu_direct_rows(ploss_ctx_t *ctx, const ploss_direct_problem 
             const double wy = valid ? weight_of(p, y) : 0.0;
             if (p->kind == PLOSS_DIRECT_MULTI_MARGIN) {
                 loss = multi_margin_row(p, n, s, y, wy, want_grad, om, ploss_cpu_rows_thread(&b, omp_get_thread_num()));
+            } else if (p->kind == PLOSS_DIRECT_CLASS_SIMPLEX) {
+                loss = class_simplex_row(p, n, s, y, want_grad, om, ploss_cpu_rows_thread(&b, omp_get_thread_num()));
             } else { /* the gradient after every loss is read (it may be the input itself) */
                 loss = valid ? -wy * ploss_load(p->x, p->x_dtype, n * p->x_sn + s * p->x_ss + y * p->x_sc) : 0.0;
             }

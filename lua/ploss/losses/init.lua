@@ -50,4 +50,5 @@ return {
   "l1_hinge_embedding_loss",
   "ctc_loss",
   "distance_ratio_loss",
+  "class_simplex_loss",
 }
