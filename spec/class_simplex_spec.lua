@@ -164,6 +164,9 @@ describe("ClassSimplexLoss", function()
     H.expect_error(function() F.class_simplex_loss(x, ploss.tensor({ 0, 4, 1 }, { dtype = "i64" })) end,
       "PLOSS_ERR_INVALID_LABEL")
     H.expect_error(function() ploss.ClassSimplexLoss { ignore_index = -100 } end, "unknown option 'ignore_index'")
+    -- Torch7's ClassSimplexCriterion(nClasses): the count is the input's
+    H.expect_error(function() local c = ploss.ClassSimplexCriterion(10) return c end,
+      "Torch7's nClasses is not taken: the class count is the input's size along axis 1")
     H.expect_error(function() F.class_simplex_loss(ploss.randn({ 3, 1 }), ploss.zeros({ 3 }, { dtype = "i64" })) end,
       "C >= 2")
     H.expect_error(function() ploss.ClassSimplexLoss():predictions(ploss.randn({ 2, 3, 4 })) end,

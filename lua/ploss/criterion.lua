@@ -199,6 +199,8 @@ local function resolve(d, user, extra, where, own_keys)
         "sizeAverage = false)"
     elseif ploss.is_tensor(user) and option_names(d).weight then
       hint = " (positional weights are not taken: {weight = w})"
+    elseif type(user) == "number" and d.number_hint then
+      hint = " (" .. d.number_hint .. ")"
     elseif type(user) == "number" then
       -- a loss of one number option: that option; else the names the call takes (nn's
       -- hint for positional constructor arguments lists the same)

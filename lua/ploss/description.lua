@@ -95,6 +95,8 @@
 --                and class: [C], or [N, C] with the per_image option), 'sample' (one per
 --                sample: [N]), 'batch' (one for the batch: [1]) or 'sample_or_batch' ([N]
 --                with the per_sample option, else [1]) or 'pixel' (the label map: N×d1×…×dk)
+--   number_hint  what a number given in the options' place means to a Torch7 user, where
+--                it is not an option's value (optional: ClassSimplexCriterion(nClasses))
 --   check        nil, or function(o) → nil or a message: a check of the resolved options
 --                together (the engine makes the same check in C; several-input losses)
 local D = {}
@@ -111,7 +113,7 @@ local KNOWN = {
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
   input_doc = true, target_doc = true, reductions = true, input_range = true, loss_groups = true,
-  input_layout = true, check = true, outputs = true,
+  input_layout = true, check = true, outputs = true, number_hint = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.

@@ -17,6 +17,8 @@ return {
     "be C outputs with a 0-d class index (Torch7's number target): its NONE loss is 0-d.",
   target_doc = "class indices, i64 or i32, shape N×d1×…×dk, values in [0, C) (no ignore_index).",
   options = {},
+  number_hint = "Torch7's nClasses is not taken: the class count is the input's size along axis 1, " ..
+    "ploss.ClassSimplexLoss() for any C",
   formula = [[
 Class k's target is the vertex s_k of the regular simplex of C unit vectors centred at the
 origin, in the first C − 1 coordinates (the last is 0: Torch7 embeds the simplex in one
