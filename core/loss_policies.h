@@ -54,6 +54,7 @@ typedef enum {
     PLOSS_POLICY_CTC = 46, /* ctc_loss (sequence) */
     PLOSS_POLICY_DISTANCE_RATIO = 47, /* distance_ratio_loss (pairs) */
     PLOSS_POLICY_CLASS_SIMPLEX = 48, /* class_simplex_loss (rows) */
+    PLOSS_POLICY_TARGET_WEIGHTED_MSE = 49, /* target_weighted_mse_loss (elementwise) */
     PLOSS_POLICY_COUNT
 } ploss_policy;
 
@@ -110,6 +111,7 @@ typedef enum {
         PLOSS_SHAPE_SEQUENCE, \
         PLOSS_SHAPE_PAIRS, \
         PLOSS_SHAPE_ROWS, \
+        PLOSS_SHAPE_ELEMENTWISE, \
     }
 
 #endif

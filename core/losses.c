@@ -3869,3 +3869,76 @@ ploss_status ploss_class_simplex_loss_fused(ploss_ctx_t *ctx, const DLTensor *in
     const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
     return class_simplex_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
+
+/* ---- target_weighted_mse_loss ------------------------------------------------------------ */
+
+void ploss_target_weighted_mse_loss_opts_init(ploss_target_weighted_mse_loss_opts *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->reduction = PLOSS_REDUCTION_MEAN;
+    o->scale = 1.0;
+    o->inplace = 0;
+    o->opts_tag = PLOSS_OPTS_TAG;
+}
+
+static const ploss_loss_spec target_weighted_mse_loss_spec = {
+    .name = "target_weighted_mse_loss",
+    .shape = PLOSS_SHAPE_ELEMENTWISE,
+    .policy = PLOSS_POLICY_TARGET_WEIGHTED_MSE,
+    .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
+    .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_BROADCAST, .required = 1},
+    },
+};
+
+static ploss_status target_weighted_mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
+                                             const ploss_target_weighted_mse_loss_opts *user)
+{
+    ploss_clear_error();
+    ploss_target_weighted_mse_loss_opts o;
+    ploss_target_weighted_mse_loss_opts_init(&o);
+    if (user)
+        o = *user;
+    if (o.opts_tag != PLOSS_OPTS_TAG)
+        return ploss_opts_tag_error(o.opts_tag, "ploss_target_weighted_mse_loss_opts_init");
+    ploss_status st = ploss_check_common_options(o.reduction, o.scale, o.inplace);
+    if (st)
+        return st;
+    if (o.reduction == PLOSS_REDUCTION_BATCHMEAN)
+        return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "opts.reduction: batchmean is not a reduction of target_weighted_mse_loss");
+    const ploss_loss_params p = {
+        .reduction = o.reduction,
+        .scale = o.scale,
+        .inplace = o.inplace,
+    };
+    return ploss_run_loss(ctx, pass, &target_weighted_mse_loss_spec, a, &p);
+}
+
+ploss_status ploss_target_weighted_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, DLTensor *loss)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
+    return target_weighted_mse_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
+}
+
+ploss_status ploss_target_weighted_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
+    return target_weighted_mse_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
+}
+
+ploss_status ploss_target_weighted_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+{
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
+    return target_weighted_mse_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
+}

@@ -4644,7 +4644,9 @@ void ploss_class_simplex_loss_opts_init(ploss_class_simplex_loss_opts *opts);
  * largest dot product with the outputs (`crit:predictions(x)` gives the N×C dot products,
  * Torch7's getPredictions, and `crit:top_prediction(x)` their argmax per row, 0-based, Torch7's
  * getTopPrediction). 'none' gives each sample's squared distance (Torch7 has no such
- * reduction).
+ * reduction). Torch7's constructor took nClasses; here the class count is the input's size
+ * along axis 1 (any C from one call to the next), and the criterion has no nClasses or simplex
+ * field: the vertices are the predictions of the identity matrix.
  *
  * in  input       N×C outputs, one per class (or N×C×d1×…×dk: one sample per position,
  *                 ploss's extension), f32/f16/bf16/f64; C >= 2. Layouts as for the other losses
@@ -4681,5 +4683,75 @@ ploss_status ploss_class_simplex_loss_backward(ploss_ctx_t *ctx, const DLTensor 
 ploss_status ploss_class_simplex_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
     const DLTensor *target, const ploss_class_simplex_loss_opts *opts, DLTensor *loss,
     DLTensor *grad_input);
+
+/* ---- Mean squared error against a weighted target -------------------------------------- */
+
+/** Options of target_weighted_mse_loss; fill with ploss_target_weighted_mse_loss_opts_init(). */
+typedef struct ploss_target_weighted_mse_loss_opts {
+    /* how the per-sample losses are reduced; default MEAN */
+    ploss_reduction reduction;
+    /* read by _fused only: the gradient's multiplier (the upstream gradient); every pass
+       refuses a non-finite one; a finite number; default 1.0 */
+    double scale;
+    /* read by _fused only: 1 writes the gradient over the input, and grad_input must then be
+       the input tensor itself; every pass refuses a value other than 0 or 1; default 0 */
+    int inplace;
+    /* PLOSS_OPTS_TAG, set by ploss_target_weighted_mse_loss_opts_init(): every pass refuses a
+       struct without it (one filled by hand has 0, not the defaults above, in the fields it
+       leaves out) */
+    uint32_t opts_tag;
+} ploss_target_weighted_mse_loss_opts;
+
+/** Fill `opts` with the defaults listed in the struct. */
+void ploss_target_weighted_mse_loss_opts_init(ploss_target_weighted_mse_loss_opts *opts);
+
+/**
+ * Mean squared error against a weighted target, forward (Torch7 nn.WeightedMSECriterion (the
+ * reconstruction cost of the sparse coders of Kavukcuoglu et al., unsup)).
+ * Elementwise, with d = x − w·y (the weight scales the target, not the squared error):
+ *
+ *     ℓ = d²
+ *
+ * 'mean' divides by the element count and 'sum' is the plain sum: Torch7's MSECriterion on the
+ * weighted target, with sizeAverage true and false.
+ *
+ * This is Torch7's criterion, whose weight multiplies the target before the MSE (its sparse
+ * coders weight a reconstruction's target map); a loss whose weights multiply each squared
+ * error, Σ w·(x − y)², is not this one. Only the input gets a gradient. Torch7 takes the
+ * weight at construction, `nn.WeightedMSECriterion(w)`: here `{weight = w}`.
+ *
+ * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
+ * in  target      the input's shape, any float dtype (any real values).
+ * in  weight      w, broadcast over the target as PyTorch broadcasts (Torch7's: the target's
+ *                 shape, or its shape without the first dim, one weight map for every sample).
+ * in  opts        NULL for defaults.
+ * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
+ *                 f64 input). MEAN divides by the element count.
+ * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/weight/loss or grad_input, a bad enum, a
+ *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
+ *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
+ */
+ploss_status ploss_target_weighted_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, DLTensor *loss);
+
+/**
+ * Mean squared error against a weighted target, backward. ∂ℓ/∂x = 2·d.
+ * in  input, target, weight, opts   as given to _forward.
+ * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
+ * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
+ *                 input.
+ * Statuses: as _forward.
+ */
+ploss_status ploss_target_weighted_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, const DLTensor *grad_loss,
+    DLTensor *grad_input);
+
+/** Mean squared error against a weighted target, forward and backward in one pass (see the
+ *  conventions above). Statuses: as _forward. */
+ploss_status ploss_target_weighted_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
+    const DLTensor *target, const DLTensor *weight,
+    const ploss_target_weighted_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
 #endif /* PLOSS_LOSSES_H */

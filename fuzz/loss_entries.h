@@ -829,6 +829,23 @@ static ploss_status fz_call_class_simplex_loss_fused(ploss_ctx_t *ctx, DLTensor 
     return ploss_class_simplex_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
 }
 
+static void fz_init_ploss_target_weighted_mse_loss_opts(void *o) { ploss_target_weighted_mse_loss_opts_init(o); }
+
+static ploss_status fz_call_target_weighted_mse_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_target_weighted_mse_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
+}
+
+static ploss_status fz_call_target_weighted_mse_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_target_weighted_mse_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
+static ploss_status fz_call_target_weighted_mse_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
+{
+    return ploss_target_weighted_mse_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
+}
+
 #define FZ_LOSS_ENTRIES \
     {.name = "ploss_cross_entropy_forward", .call = fz_call_cross_entropy_forward, .nslots = 5, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd|NCd", "i|i|x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "C", "f|x"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"lse", FZ_OUT | FZ_OPTIONAL, "Nd", "a"}}, \
@@ -1417,6 +1434,18 @@ static ploss_status fz_call_class_simplex_loss_fused(ploss_ctx_t *ctx, DLTensor 
     {.name = "ploss_class_simplex_loss_fused", .call = fz_call_class_simplex_loss_fused, .nslots = 4, \
      .slots = {{"input", FZ_IN, "NCd", "f"}, {"target", FZ_IN, "Nd", "i|i|i|f"}, {"loss", FZ_OUT, "|Nd|1", "a"}, {"grad_input", FZ_OUT, "NCd", "x"}}, \
      .opts_size = sizeof(ploss_class_simplex_loss_opts), .opts_init = fz_init_ploss_class_simplex_loss_opts, .opts_nullable = 1, .nfields = 3, \
-     .fields = {FZ_FIELD(ploss_class_simplex_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_simplex_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_simplex_loss_opts, inplace, FZ_INT, 0, 1)}},
+     .fields = {FZ_FIELD(ploss_class_simplex_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_class_simplex_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_class_simplex_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_target_weighted_mse_loss_forward", .call = fz_call_target_weighted_mse_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+     .opts_size = sizeof(ploss_target_weighted_mse_loss_opts), .opts_init = fz_init_ploss_target_weighted_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_target_weighted_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_target_weighted_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_target_weighted_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_target_weighted_mse_loss_backward", .call = fz_call_target_weighted_mse_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_target_weighted_mse_loss_opts), .opts_init = fz_init_ploss_target_weighted_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_target_weighted_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_target_weighted_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_target_weighted_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
+    {.name = "ploss_target_weighted_mse_loss_fused", .call = fz_call_target_weighted_mse_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+     .opts_size = sizeof(ploss_target_weighted_mse_loss_opts), .opts_init = fz_init_ploss_target_weighted_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
+     .fields = {FZ_FIELD(ploss_target_weighted_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_target_weighted_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_target_weighted_mse_loss_opts, inplace, FZ_INT, 0, 1)}},
 
 #endif

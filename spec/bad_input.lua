@@ -155,6 +155,10 @@ for _, d in ipairs(H.one_input_losses()) do
       or "elem_tensors"
     fam[key] = fam[key] or {}
     table.insert(fam[key], t.name)
+    if t.required and t.kind == "broadcast" then
+      fam.required_broadcast = fam.required_broadcast or {}
+      table.insert(fam.required_broadcast, t.name)
+    end
   end
   -- a rows loss's masking and one-class cases come from its facts alone: a loss without a
   -- line would skip them without a word
@@ -291,6 +295,12 @@ local function tensor_opts(fam, sizes, device, dtype, seed)
     for k, fn in pairs(fam.required_class_tensors) do
       o[k] = ploss.tensor(fn(C), { dtype = "f32", device = device })
     end
+  end
+  -- a required broadcast tensor (TargetWeightedMSELoss's weight): one value per index of the
+  -- input's last dim, broadcast over the others
+  for _, k in ipairs(fam.required_broadcast or {}) do
+    o[k] = ploss.rand(#sizes > 0 and { sizes[#sizes] } or {}, { dtype = "f32", low = 0.5, high = 2, seed = seed or 5 })
+      :to(device)
   end
   return o
 end
@@ -529,8 +539,8 @@ local function gen_loss_cases(fam, device)
       local x0, y0 = ploss.full({}, 0.7, { device = device }), ploss.full({}, 0.25, { device = device })
       local x1, y1 = ploss.full({ 1 }, 0.7, { device = device }), ploss.full({ 1 }, 0.25, { device = device })
       for _, pass in ipairs(PASSES) do
-        local l0, g0 = run_pass(fam, pass, { x = x0, y = y0, opts = {} })
-        local l1, g1 = run_pass(fam, pass, { x = x1, y = y1, opts = {} })
+        local l0, g0 = run_pass(fam, pass, { x = x0, y = y0, opts = tensor_opts(fam, {}, device) })
+        local l1, g1 = run_pass(fam, pass, { x = x1, y = y1, opts = tensor_opts(fam, { 1 }, device) })
         local a0, b0 = values_of(l0, g0)
         local a1, b1 = values_of(l1, g1)
         if a0 then H.assert_equal(a0, a1, { what = fam.name .. " " .. pass .. " rank-0 loss" }) end

@@ -436,5 +436,18 @@ describe("SpatialAutoCropMSELoss (Torch7's SpatialAutoCropMSECriterion)", functi
     H.expect_error(function() local c = ploss.SpatialAutoCropMSECriterion(false) return c end,
       "Torch7's positional sizeAverage is not taken: {reduction = 'sum'}")
     H.expect_error(function() crit.sizeAverage = false end, "Torch7's sizeAverage is reduction here")
+    H.expect_error(function() local c = ploss.SpatialAutoCropMSECriterion(true) return c end,
+      "sizeAverage = true is the default, {reduction = 'mean'}")
+  end)
+
+  it("is cloned as itself, alone and as a member of a composite", function()
+    local x, t = ploss.randn({ 1, 2, 3, 3 }, { dtype = "f64", seed = 1 }), ploss.randn({ 1, 2, 6, 5 }, { dtype = "f64" })
+    local crit = ploss.SpatialAutoCropMSELoss { reduction = "sum" }
+    local copy = crit:clone()
+    assert.are.equal(ploss.SpatialAutoCropMSELoss, getmetatable(copy))
+    assert.are.equal("sum", copy.reduction)
+    assert.are.equal(crit:forward(x, t), copy:forward(x, t))
+    local p = ploss.ParallelCriterion():add(ploss.SpatialAutoCropMSELoss(), 2)
+    assert.are.equal(p:forward({ x }, { t }), p:clone():forward({ x }, { t }))
   end)
 end)

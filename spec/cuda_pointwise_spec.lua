@@ -1,5 +1,5 @@
 -- Pointwise criteria on CUDA (suite 'cuda'; spec/run.lua exits 77 before this file without a
--- GPU): mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
+-- GPU): mse_loss, target_weighted_mse_loss, l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
 -- soft_margin_loss, kl_div, hinge_embedding_loss, poisson_nll_loss and hinge_loss against the CPU backend on the same
 -- dtype-rounded inputs, in
 -- f32/f16/bf16 (fp32 accumulation on the GPU, f64 on the CPU; tolerances H.CUDA_TOL) and f64,
@@ -20,7 +20,7 @@ local TOL = H.CUDA_TOL
 local close = H.assert_close_scaled
 
 local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div",
-  "hinge_embedding_loss", "poisson_nll_loss", "hinge_loss" }
+  "hinge_embedding_loss", "poisson_nll_loss", "hinge_loss", "target_weighted_mse_loss" }
 -- the options worth covering per loss (weight: a tensor made for the input's sizes)
 local OPTIONS = {
   mse_loss = { {} },
@@ -33,6 +33,7 @@ local OPTIONS = {
   hinge_embedding_loss = { {}, { margin = 0.5 } },
   hinge_loss = { {}, { margin = 0.5 } },
   poisson_nll_loss = { {}, { full = true }, { log_input = false }, { log_input = false, full = true, eps = 0.1 } },
+  target_weighted_mse_loss = { { weight = true }, { weight = "full" } },
 }
 -- the losses of ±1 labels (the description's target 'signs'), which take integer ones too
 local SIGNS, SIGN_NAMES = {}, {}
@@ -70,7 +71,9 @@ end
 local function options(spec, sizes, red)
   local o = { reduction = red }
   for k, v in pairs(spec) do o[k] = v end
-  if spec.weight then
+  if spec.weight == "full" then
+    o.weight = ploss.rand(sizes, { dtype = "f64", low = -2, high = 2 })
+  elseif spec.weight then
     local ws = { sizes[2] or 1 }
     for _ = 3, #sizes do ws[#ws + 1] = 1 end
     o.weight = ploss.rand(#sizes >= 2 and ws or { 1 }, { dtype = "f64", low = 0.5, high = 2 })
@@ -125,6 +128,17 @@ local function shifted(t) -- the same values one element into a bigger buffer: m
   local v = buf:narrow(1, 2, n)
   v:copy(t:contiguous():view(n))
   return v:view(t:size())
+end
+
+-- The options a loss cannot be called without (its weight, on `device`, made for `sizes`),
+-- with `extra` added.
+local function required_options(name, sizes, device, extra)
+  local o = {}
+  if name == "target_weighted_mse_loss" then
+    o.weight = ploss.rand({ sizes[#sizes] }, { dtype = "f32", low = 0.5, high = 2, seed = 7 }):to(device)
+  end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
 end
 
 describe("CUDA pointwise criteria vs CPU", function()
@@ -183,7 +197,7 @@ describe("CUDA pointwise criteria vs CPU", function()
       local x, y = data_for(name, { 2 ^ 21 + 77 })
       for _, dtype in ipairs { "f32", "bf16" } do
         for _, red in ipairs { "none", "mean" } do
-          compare(name, x, y, { reduction = red }, dtype, "2^21+77")
+          compare(name, x, y, required_options(name, { 2 ^ 21 + 77 }, "cpu", { reduction = red }), dtype, "2^21+77")
         end
       end
     end
@@ -298,9 +312,9 @@ describe("CUDA pointwise criteria: in place, empty input", function()
       for _, dtype in ipairs { "f32", "bf16" } do
         local x, y = data_for(name, { 5, 37 })
         local xg, yg = x:to(DEV, dtype), y:to(DEV, dtype)
-        local l1, g1 = F[name .. "_fused"](xg, yg, {})
+        local l1, g1 = F[name .. "_fused"](xg, yg, required_options(name, { 5, 37 }, DEV))
         local xi = xg:clone()
-        local l2, g2 = F[name .. "_fused"](xi, yg, { inplace = true })
+        local l2, g2 = F[name .. "_fused"](xi, yg, required_options(name, { 5, 37 }, DEV, { inplace = true }))
         assert.are.equal(xi, g2)
         H.assert_equal(l2, l1, { what = name .. " in place loss" })
         H.assert_equal(xi, g1, { what = name .. " in place grad" })
@@ -312,10 +326,10 @@ describe("CUDA pointwise criteria: in place, empty input", function()
     for _, name in ipairs(NAMES) do
       local x = ploss.empty({ 0, 4 }, { device = DEV })
       local y = ploss.empty({ 0, 4 }, { device = DEV })
-      local l = F[name](x, y)
+      local l = F[name](x, y, required_options(name, { 0, 4 }, DEV))
       assert.is_true(l ~= l, name)
-      assert.are.equal(0, F[name](x, y, { reduction = "sum" }))
-      local _, g = F[name .. "_fused"](x, y)
+      assert.are.equal(0, F[name](x, y, required_options(name, { 0, 4 }, DEV, { reduction = "sum" })))
+      local _, g = F[name .. "_fused"](x, y, required_options(name, { 0, 4 }, DEV))
       assert.are.same({ 0, 4 }, g:size())
     end
     local l = F.kl_div(ploss.empty({ 0, 4 }, { device = DEV }), ploss.empty({ 0, 4 }, { device = DEV }), { reduction = "batchmean" })

@@ -1,6 +1,7 @@
 -- Pointwise criteria spec (suite 'cpu'): mse_loss, l1_loss, smooth_l1_loss, huber_loss,
 -- binary_cross_entropy, soft_margin_loss, kl_div, hinge_embedding_loss and hinge_loss on the
--- CPU backend.
+-- CPU backend; target_weighted_mse_loss (Torch7's WeightedMSECriterion) against Torch7's
+-- definition with both of its weight shapes.
 --  * hand-derivable values, and every loss against a Lua transcription of PyTorch's (for
 --    hinge_loss Torch7's MarginCriterion's) definition (forward, backward, fused; criterion and F; every reduction) in f64 and f32;
 --  * PyTorch's conventions at the kinks and clamps: sign(0) = 0, the thresholds of smooth L1
@@ -532,5 +533,88 @@ describe("pointwise criteria errors (nothing written)", function()
     end, "input: expected a float tensor of dtype f32, f16, bf16 or f64, got i32", out, gbuf)
     H.expect_error(fused("binary_cross_entropy", { weight = { 1, 2 } }),
       "weight: expected a shape that broadcasts over the input [3, 4]", out, gbuf)
+  end)
+end)
+
+describe("TargetWeightedMSELoss (Torch7's WeightedMSECriterion)", function()
+  -- Torch7's definition: MSE(x, w ⊙ y), the weight of the target's shape or of its shape
+  -- without the first dim (one map for every sample)
+  local function reference(X, Y, W, red, up)
+    local n, sum, losses, grads = #X, 0, {}, {}
+    for i = 1, n do
+      local d = X[i] - W[i] * Y[i]
+      losses[i], sum = d * d, sum + d * d
+      grads[i] = 2 * d * (red == "none" and up[i] or red == "mean" and up / n or up)
+    end
+    return red == "none" and losses or red == "mean" and sum / n or sum, grads
+  end
+
+  it("gives the values derived by hand, with Torch7's name; the weight scales the target", function()
+    -- w = [[1, 2], [0.5, 0]] for both samples; x = 1 then 2 everywhere:
+    -- sample 1: w⊙y = [[1, 2], [1, 0]], d = [[0, −1], [0, 1]]; sample 2: w⊙y = [[0, 2], [2, 0]],
+    -- d = [[2, 0], [0, 2]]: Σd² = 10, the mean over 8 elements 1.25, ∂/∂x = 2d/8
+    local w = ploss.tensor({ { 1, 2 }, { 0.5, 0 } }, { dtype = "f64" })
+    local x = ploss.tensor({ { { 1, 1 }, { 1, 1 } }, { { 2, 2 }, { 2, 2 } } }, { dtype = "f64" })
+    local y = ploss.tensor({ { { 1, 1 }, { 2, 3 } }, { { 0, 1 }, { 4, 4 } } }, { dtype = "f64" })
+    assert.are.equal(ploss.TargetWeightedMSELoss, ploss.WeightedMSECriterion)
+    local crit = ploss.WeightedMSECriterion { weight = w }
+    local loss, g = crit(x, y)
+    assert.are.equal(1.25, loss)
+    H.assert_close(g, { { { 0, -0.25 }, { 0, 0.25 } }, { { 0.5, 0 }, { 0, 0.5 } } }, { rtol = 1e-15 })
+    crit.reduction = "sum"
+    assert.are.equal(10, crit:forward(x, y))
+  end)
+
+  it("matches Torch7's definition for both weight shapes, every reduction and pass, f64 and f32", function()
+    local x = ploss.randn({ 3, 4, 5 }, { dtype = "f64", seed = 1 })
+    local y = ploss.randn({ 3, 4, 5 }, { dtype = "f64", seed = 2 })
+    for _, form in ipairs { "the target's shape", "one map for every sample" } do
+      local w = form == "the target's shape" and ploss.randn({ 3, 4, 5 }, { dtype = "f64", seed = 3 })
+        or ploss.randn({ 4, 5 }, { dtype = "f64", seed = 4 })
+      local W = w:expand(3, 4, 5):contiguous():flat()
+      for _, dtype in ipairs { "f64", "f32" } do
+        local xd, yd = x:type(dtype), y:type(dtype)
+        local tol = dtype == "f64" and 1e-14 or 2e-6
+        for _, r in ipairs(REDUCTIONS) do
+          local up = r == "none" and ploss.randn({ 3, 4, 5 }, { dtype = dtype, seed = 5 }) or 1.5
+          local XX, YY = xd:double():flat(), yd:double():flat()
+          local want, grads = reference(XX, YY, W, r, r == "none" and up:double():flat() or up)
+          local what = form .. " " .. dtype .. " " .. r
+          local loss = F.target_weighted_mse_loss(xd, yd, { weight = w, reduction = r })
+          H.assert_close(r == "none" and loss:double():flat() or { loss }, r == "none" and want or { want },
+            { rtol = tol, what = what })
+          local gb = F.target_weighted_mse_loss_backward(xd, yd, up, { weight = w, reduction = r })
+          H.assert_close(gb:double():flat(), grads, { rtol = tol, atol = 1e-12, what = what .. " backward" })
+        end
+      end
+    end
+  end)
+
+  it("has the gradient of central differences in f64; f16 and bf16 as the f64 of the rounded inputs", function()
+    local x = ploss.randn({ 6, 7 }, { dtype = "f64", seed = 9 })
+    local y = ploss.randn({ 6, 7 }, { dtype = "f64", seed = 10 })
+    local w = ploss.rand({ 7 }, { dtype = "f64", low = -2, high = 2, seed = 11 })
+    for _, r in ipairs { "mean", "sum" } do
+      local o = { weight = w, reduction = r }
+      local _, g = F.target_weighted_mse_loss_fused(x, y, o)
+      H.gradcheck(function() return F.target_weighted_mse_loss(x, y, o) end, x, g, { what = r })
+    end
+    for _, dtype in ipairs { "f16", "bf16" } do
+      local xr, yr = x:type(dtype), y:type(dtype)
+      local rl, rg = F.target_weighted_mse_loss_fused(xr:double(), yr:double(), { weight = w })
+      local loss, g = ploss.TargetWeightedMSELoss { weight = w }(xr, yr)
+      assert.are.equal(dtype, g:dtype())
+      H.assert_close({ loss }, { rl }, { rtol = 1e-5, what = dtype })
+      local t = H.tol[dtype]
+      H.assert_close(g:double(), rg, { rtol = t.rtol, atol = t.atol, what = dtype })
+    end
+  end)
+
+  it("needs its weight, broadcastable to the target", function()
+    local x, y = ploss.randn({ 2, 3 }), ploss.randn({ 2, 3 })
+    H.expect_error(function() local c = ploss.TargetWeightedMSELoss() return c end, "weight")
+    H.expect_error(function() local c = ploss.WeightedMSECriterion(ploss.ones({ 3 })) return c end,
+      "positional weights are not taken: {weight = w}")
+    H.expect_error(function() F.target_weighted_mse_loss(x, y, { weight = ploss.ones({ 4 }) }) end, "weight")
   end)
 end)

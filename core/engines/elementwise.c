@@ -69,6 +69,7 @@ static ploss_sigmoid_kind kind_of(ploss_policy policy, const ploss_loss_params *
     switch (policy) {
     case PLOSS_POLICY_BCE: return PLOSS_SIGMOID_BCE;
     case PLOSS_POLICY_MSE: return PLOSS_EW_MSE;
+    case PLOSS_POLICY_TARGET_WEIGHTED_MSE: return PLOSS_EW_TARGET_WEIGHTED_MSE;
     case PLOSS_POLICY_L1: return PLOSS_EW_L1;
     case PLOSS_POLICY_SMOOTH_L1: return PLOSS_EW_SMOOTH_L1;
     case PLOSS_POLICY_HUBER: return PLOSS_EW_HUBER;

@@ -16,6 +16,7 @@
  *   FOCAL_REFERENCE: ℓ = |y − σ(x)|^γ·[a₁·y·sp(−x) + a₀·(1−y)·sp(x)]
  * and with d = x − y, β the threshold (smooth_l1_loss's β, huber_loss's δ):
  *   MSE:         ℓ = d²
+ *   TARGET_WEIGHTED_MSE: ℓ = (x − w·y)²  (w the weight tensor, scaling the target)
  *   L1:          ℓ = |d|
  *   SMOOTH_L1:   ℓ = |d| < β ? d²/(2β) : |d| − β/2
  *   HUBER:       ℓ = |d| < β ? d²/2 : β·(|d| − β/2)
@@ -56,10 +57,11 @@ typedef enum {
     PLOSS_EW_POISSON_NLL_LOG_FULL = 14,
     PLOSS_EW_POISSON_NLL_FULL = 15,
     PLOSS_EW_HINGE = 16,
+    PLOSS_EW_TARGET_WEIGHTED_MSE = 17,
     /* the number of kinds: each place that computes a kind's maths asserts it, so that a
      * new kind is added there too (docs/ADDING_A_LOSS.md) instead of falling through to
      * another kind's maths */
-    PLOSS_EW_KIND_COUNT = 17
+    PLOSS_EW_KIND_COUNT = 18
 } ploss_sigmoid_kind;
 
 /* The kinds computed by the pointwise terms (no sigmoid). */

@@ -71,7 +71,7 @@ template <class A> __device__ __forceinline__ A pow_gamma(A q, A gamma)
  * core/cpu/elementwise/sigmoid_impl.h (PyTorch's thresholds and signs: sign(0) = 0, the
  * quadratic part strictly inside |d| < β, BCE's logs clamped at −100 and its gradient's
  * denominator at 1e-12). */
-static_assert(PLOSS_EW_KIND_COUNT == 17, "a new kind of core/engines/elementwise.h: add its maths to "
+static_assert(PLOSS_EW_KIND_COUNT == 18, "a new kind of core/engines/elementwise.h: add its maths to "
                                         "pointwise_element or element and its launch here");
 template <class A>
 __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A beta, A x, A y, A w, A &loss, A &dx)
@@ -83,6 +83,12 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         loss = d * d;
         dx = A(2) * d;
         break;
+    case PLOSS_EW_TARGET_WEIGHTED_MSE: {
+        const A dw = x - w * y;
+        loss = dw * dw;
+        dx = A(2) * dw;
+        break;
+    }
     case PLOSS_EW_L1:
         loss = ad;
         dx = sgn;

@@ -497,7 +497,8 @@ end
 function Crop:__init(opts)
   if type(opts) ~= "table" then
     ploss.raise(string.format("SpatialAutoCropMSELoss: expected a table of named options, got %s (Torch7's " ..
-      "positional sizeAverage is not taken: {reduction = 'sum'} for sizeAverage = false)", ploss.shown(opts)))
+      "positional sizeAverage is not taken: %s)", ploss.shown(opts), opts == true and
+      "sizeAverage = true is the default, {reduction = 'mean'}" or "{reduction = 'sum'} for sizeAverage = false"))
   end
   ploss.MSELoss.__init(self, opts)
 end

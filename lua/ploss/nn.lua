@@ -303,9 +303,11 @@ function nn.torch7_methods(cls, name)
   function cls:double() nn.check_self(self, name, "double") return self:type("torch.DoubleTensor") end
   function cls:clone()
     nn.check_self(self, name, "clone")
+    -- the object's own class: a subclass (SpatialAutoCropMSELoss of MSELoss) is cloned as itself
+    local own = getmetatable(self)
     local opts = {}
-    for k in pairs(rawget(cls, "_fields") or {}) do opts[k] = nn.deep_copy(rawget(self, k), shared) end
-    local c = cls(opts)
+    for k in pairs(rawget(own, "_fields") or {}) do opts[k] = nn.deep_copy(rawget(self, k), shared) end
+    local c = own(opts)
     for k, m in ipairs(rawget(self, "_members") or {}) do c:add(m:clone(), self._weights[k]) end
     return c
   end

@@ -26,6 +26,7 @@ static const char *const kind_loss[] = {
     "binary_cross_entropy_with_logits", "sigmoid_focal", "sigmoid_focal", "mse_loss", "l1_loss", "smooth_l1_loss",
     "huber_loss", "binary_cross_entropy", "soft_margin_loss", "kl_div", "kl_div", "hinge_embedding_loss",
     "poisson_nll_loss", "poisson_nll_loss", "poisson_nll_loss", "poisson_nll_loss", "hinge_loss",
+    "target_weighted_mse_loss",
 };
 _Static_assert(sizeof kind_loss / sizeof kind_loss[0] == PLOSS_EW_KIND_COUNT, "a loss name for every kind");
 

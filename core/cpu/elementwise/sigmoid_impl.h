@@ -8,10 +8,10 @@
  */
 
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
- * `kind` is a constant at every call.  w is BCE_PROB's weight, beta the threshold of
+ * `kind` is a constant at every call.  w is BCE_PROB's and TARGET_WEIGHTED_MSE's weight, beta the threshold of
  * SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow
  * PyTorch's kernels: sign(0) = 0, the quadratic part strictly inside |d| < β. */
-_Static_assert(PLOSS_EW_KIND_COUNT == 17, "a new kind of core/engines/elementwise.h: add its maths to "
+_Static_assert(PLOSS_EW_KIND_COUNT == 18, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
                                                                 REAL *loss, REAL *dx)
@@ -21,6 +21,10 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
     if (kind == PLOSS_EW_MSE) {
         *loss = d * d;
         *dx = 2 * d;
+    } else if (kind == PLOSS_EW_TARGET_WEIGHTED_MSE) {
+        const REAL dw = x - w * y;
+        *loss = dw * dw;
+        *dx = 2 * dw;
     } else if (kind == PLOSS_EW_L1) {
         *loss = ad;
         *dx = sgn;
@@ -229,6 +233,7 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
     case PLOSS_EW_POISSON_NLL_LOG_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_LOG_FULL, 0) break;
     case PLOSS_EW_POISSON_NLL_FULL: SIGMOID_PASSES_G(PLOSS_EW_POISSON_NLL_FULL, 0) break;
     case PLOSS_EW_HINGE: SIGMOID_PASSES_G(PLOSS_EW_HINGE, 0) break;
+    case PLOSS_EW_TARGET_WEIGHTED_MSE: SIGMOID_PASSES_G(PLOSS_EW_TARGET_WEIGHTED_MSE, 0) break;
     default: return NAN; /* no such kind (ploss_run_loss refuses its loss first) */
     }
     return acc;

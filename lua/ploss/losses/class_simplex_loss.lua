@@ -38,5 +38,7 @@ with Torch7's iterative construction to rounding.  Predictions: the class whose 
 the largest dot product with the outputs (`crit:predictions(x)` gives the N×C dot products,
 Torch7's getPredictions, and `crit:top_prediction(x)` their argmax per row, 0-based, Torch7's
 getTopPrediction).  'none' gives each sample's squared distance (Torch7 has no such
-reduction).]],
+reduction).  Torch7's constructor took nClasses; here the class count is the input's size
+along axis 1 (any C from one call to the next), and the criterion has no nClasses or
+simplex field: the vertices are the predictions of the identity matrix.]],
 }

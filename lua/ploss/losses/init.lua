@@ -51,4 +51,5 @@ return {
   "ctc_loss",
   "distance_ratio_loss",
   "class_simplex_loss",
+  "target_weighted_mse_loss",
 }
