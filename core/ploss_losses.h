@@ -4636,8 +4636,9 @@ void ploss_class_simplex_loss_opts_init(ploss_class_simplex_loss_opts *opts);
  *
  *     ℓ = Σ_j (x_j − s_y,j)²
  *
- * the squared error against the vertex. 'mean' divides the sum by the element count N·C and
- * 'sum' is the plain sum: Torch7's MSECriterion with sizeAverage true and false.
+ * the squared error against the vertex. 'mean' divides the sum by the input's element count
+ * (N·C, times d1·…·dk) and 'sum' is the plain sum: Torch7's MSECriterion with sizeAverage
+ * true and false.
  *
  * The vertices are computed in f64 where they are used (no C×C table is kept); they agree with
  * Torch7's iterative construction to rounding. Predictions: the class whose vertex has the
@@ -4646,7 +4647,7 @@ void ploss_class_simplex_loss_opts_init(ploss_class_simplex_loss_opts *opts);
  * getTopPrediction). 'none' gives each sample's squared distance (Torch7 has no such
  * reduction). Torch7's constructor took nClasses; here the class count is the input's size
  * along axis 1 (any C from one call to the next), and the criterion has no nClasses or simplex
- * field: the vertices are the predictions of the identity matrix.
+ * field: the vertices are the columns of the predictions of the identity matrix.
  *
  * in  input       N×C outputs, one per class (or N×C×d1×…×dk: one sample per position,
  *                 ploss's extension), f32/f16/bf16/f64; C >= 2. Layouts as for the other losses

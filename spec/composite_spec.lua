@@ -202,9 +202,15 @@ describe("MultiCriterion", function()
     H.assert_close(ba, weighted({ fa }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bp, weighted({ fp }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
     H.assert_close(bn, weighted({ fn }, { 2 }), { rtol = 1e-15, atol = 1e-17 })
-    -- Torch7's list form {a, p, n}: the same numbers, the gradients as one list
-    local sa, sp, sn = ba:clone(), bp:clone(), bn:clone()
-    local listed = crit:backward({ a, p, n }, 2)
+    -- Torch7's list form {a, p, n}: the same numbers, the gradients as one list; nothing
+    -- may follow the list (a Torch7 loop's target, which these members do not take)
+    local sa, sp, sn = crit:backward(a, p, n)
+    sa, sp, sn = sa:clone(), sp:clone(), sn:clone()
+    H.expect_error(function() crit:backward({ a, p, n }, 2) end,
+      "MultiCriterion:backward: its members (ploss.TripletMarginLoss) take no target")
+    H.expect_error(function() crit({ a, p, n }, 2) end, "MultiCriterion:fused: its members")
+    H.expect_error(function() crit:forward({ a, p, n }, 2) end, "TripletMarginLoss:forward: takes no target")
+    local listed = crit:backward({ a, p, n })
     assert.are.equal(3, #listed)
     H.assert_equal(listed[1], sa)
     H.assert_equal(listed[2], sp)

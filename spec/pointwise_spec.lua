@@ -612,9 +612,11 @@ describe("TargetWeightedMSELoss (Torch7's WeightedMSECriterion)", function()
 
   it("needs its weight, broadcastable to the target", function()
     local x, y = ploss.randn({ 2, 3 }), ploss.randn({ 2, 3 })
-    H.expect_error(function() local c = ploss.TargetWeightedMSELoss() return c end, "weight")
+    H.expect_error(function() local c = ploss.TargetWeightedMSELoss() return c end,
+      "TargetWeightedMSELoss: weight (w, broadcast over the target")
     H.expect_error(function() local c = ploss.WeightedMSECriterion(ploss.ones({ 3 })) return c end,
       "positional weights are not taken: {weight = w}")
-    H.expect_error(function() F.target_weighted_mse_loss(x, y, { weight = ploss.ones({ 4 }) }) end, "weight")
+    H.expect_error(function() F.target_weighted_mse_loss(x, y, { weight = ploss.ones({ 4 }) }) end,
+      { "weight: expected a shape that broadcasts over the input [2, 3]", "PLOSS_ERR_SHAPE" })
   end)
 end)

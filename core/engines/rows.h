@@ -246,7 +246,7 @@ ploss_status ploss_cuda_sample_policies_rows(ploss_ctx_t *ctx, const ploss_sampl
  *  CLASS_SIMPLEX (Torch7's ClassSimplexCriterion: every label in [0, C), no class weights;
  *     s_k the vertex of class k, ploss_simplex_coord):
  *     ℓ_i = Σ_j (x_ij − s_{y_i,j})²,  ∂ℓ_i/∂x_ij = 2·(x_ij − s_{y_i,j}).  MEAN divides by the
- *     element count N·C (Torch7's MSECriterion's sizeAverage). */
+ *     input's element count N·S·C (Torch7's MSECriterion's sizeAverage). */
 
 typedef enum {
     PLOSS_DIRECT_NLL = 0,

@@ -336,8 +336,8 @@ __global__ void __launch_bounds__(THREADS) copy_rows(const ploss_direct_problem 
     }
 }
 
-/* W = 32: a warp per sample (the multi-class and multi-label margins on rows, S = 1);
- * W = 1: a thread. */
+/* W = 32: a warp per sample (the multi-class and multi-label margins and the class simplex
+ * on rows, S = 1); W = 1: a thread. */
 template <class T, int W>
 __global__ void __launch_bounds__(THREADS)
 direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials, unsigned *listed)
@@ -475,12 +475,11 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
     const bool want_loss = p->pass != PLOSS_PASS_BACKWARD, want_grad = p->pass != PLOSS_PASS_FORWARD;
     const bool nll = p->kind == PLOSS_DIRECT_NLL;
     const bool reduced = p->reduction != PLOSS_REDUCTION_NONE;
-    /* the samples pass: the loss, the multi-class margin's gradient, or NLL's MEAN divisor */
+    /* the samples pass: the loss, the gradient of every kind but NLL, or NLL's MEAN divisor */
     const bool samples = want_loss || !nll || (want_grad && p->reduction == PLOSS_REDUCTION_MEAN);
     const bool finish = reduced && (want_loss || (nll && want_grad && p->reduction == PLOSS_REDUCTION_MEAN));
     const int64_t M = p->N * p->S;
-    /* a warp per row of the multi-class or multi-label margins (the multi-label margin is
-     * N×C: S = 1 always) */
+    /* a warp per row of the kinds but NLL (the multi-label margin is N×C: S = 1 always) */
     const bool listed_rows = p->kind == PLOSS_DIRECT_MULTILABEL_MARGIN;
     const bool warp_rows = !nll && (p->S == 1 || listed_rows);
     /* the target's dtype checked here, read by the kernels at run time: class indices, or the

@@ -250,11 +250,20 @@ local function drop_first(_, ...) return ... end
 
 -- Torch7's list form of several inputs, m:backward({a, p, n}, …): the inputs unpacked for
 -- the members (true, then the call's arguments), and the gradients given back as one list,
--- as a member's own list form gives them.
-local function list_form(first, ...)
+-- as a member's own list form gives them.  Members without a target (every member takes the
+-- same arguments) refuse what follows the list, as their own list form does: a Torch7 loop's
+-- target there would reach them as the upstream gradient or the scale.
+local function list_form(self, where, first, ...)
   if not (type(first) == "table" and not ploss.is_tensor(first) and getmetatable(first) == nil and
           ploss.is_tensor(first[1])) then
     return false, first, ...
+  end
+  local m = self._members[1]
+  local d = m and rawget(getmetatable(m) or {}, "_description")
+  if d and d.target == "none" and select("#", ...) > 0 and (...) ~= nil then
+    ploss.raise(string.format("%s: its members (%s) take no target: in Torch7's list form nothing follows the " ..
+      "list (a Torch7 loop's target: leave it out; the upstream gradient or scale goes after the inputs " ..
+      "themselves)", where, "ploss." .. d.criterion))
   end
   local a, n = { unpack(first, 1, table.maxn(first)) }, table.maxn(first)
   for i = 1, select("#", ...) do a[n + i] = select(i, ...) end
@@ -268,7 +277,7 @@ function Multi:backward(...)
     self.gradInput = { drop_first(multi_run(self, "backward", "MultiCriterion:backward", ...)) }
     return self.gradInput
   end
-  return finish(list_form(...))
+  return finish(list_form(self, "MultiCriterion:backward", ...))
 end
 
 function Multi:fused(...)
@@ -283,7 +292,7 @@ function Multi:fused(...)
     self.output, self.gradInput = r[1], { unpack(r, 2, table.maxn(r)) }
     return r[1], self.gradInput
   end
-  return run(list_form(...))
+  return run(list_form(self, "MultiCriterion:fused", ...))
 end
 
 function Multi:tostring() return "ploss.MultiCriterion(" .. member_list(self) .. ")" end

@@ -918,8 +918,9 @@ local function build_multi(d)
   local function no_target_after_list(method, ...)
     if d.target == "none" and select("#", ...) > 1 and select(2, ...) ~= nil then
       ploss.raise(string.format("%s:%s: takes no target: in Torch7's form, crit:%s({%s}), nothing follows the list " ..
-        "(a Torch7 loop's target: leave it out; the upstream gradient goes after the inputs themselves, " ..
-        "crit:backward(%s, gradOutput))", d.criterion, method, method, input_names, input_names))
+        "(a Torch7 loop's target: leave it out; the upstream gradient or the scale goes after the inputs " ..
+        "themselves, crit:backward(%s, gradOutput), crit(%s, scale))", d.criterion, method, method, input_names,
+        input_names, input_names))
     end
   end
 
@@ -1047,6 +1048,7 @@ local function build_multi(d)
   function cls:fused(...)
     nn.check_self(self, d.criterion, "fused")
     if ninputs > 1 and is_list((...)) then
+      no_target_after_list("fused", ...)
       local r = { self:fused(table_form(d.criterion, ...)) }
       -- the loss, the gradients as one list (an extra tensor's too), then the outputs
       return r[1], self.gradInput, unpack(r, #self.gradInput + 2, table.maxn(r))

@@ -29,8 +29,9 @@ that s_j·s_k = −1/n for j ≠ k.  Per sample with label y and outputs x:
 
     ℓ = Σ_j (x_j − s_y,j)²
 
-the squared error against the vertex.  'mean' divides the sum by the element count N·C and
-'sum' is the plain sum: Torch7's MSECriterion with sizeAverage true and false.]],
+the squared error against the vertex.  'mean' divides the sum by the input's element count
+(N·C, times d1·…·dk) and 'sum' is the plain sum: Torch7's MSECriterion with sizeAverage true
+and false.]],
   gradient = "∂ℓ/∂x_j = 2·(x_j − s_y,j).",
   notes = [[
 The vertices are computed in f64 where they are used (no C×C table is kept); they agree
@@ -40,5 +41,5 @@ Torch7's getPredictions, and `crit:top_prediction(x)` their argmax per row, 0-ba
 getTopPrediction).  'none' gives each sample's squared distance (Torch7 has no such
 reduction).  Torch7's constructor took nClasses; here the class count is the input's size
 along axis 1 (any C from one call to the next), and the criterion has no nClasses or
-simplex field: the vertices are the predictions of the identity matrix.]],
+simplex field: the vertices are the columns of the predictions of the identity matrix.]],
 }
