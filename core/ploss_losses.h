@@ -4556,13 +4556,14 @@ void ploss_distance_ratio_loss_opts_init(ploss_distance_ratio_loss_opts *opts);
  * e^−X overflows, or underflows to a log of 0, once the distances pass ~700 in f64 or ~88 in
  * f32). 'mean' divides by the element count.
  *
- * Torch7's criterion takes the list {X, Y} (`crit:forward({d_pos, d_neg})`, no target) and,
- * with sizeAverage, divides the sum by X's first size: for its usual input, one distance per
- * triplet (N, or N×1), the same as 'mean' here; for inputs with more than one distance per row
- * 'mean' divides by all of them. The distances come from the caller (e.g. the p-norm of the
- * embeddings' differences); TripletMarginLoss{soft_margin = true} is the same softplus on
- * distances it computes itself. Both backends compute each element in f64; the loss is f32 (f64
- * for f64 input). No state is kept.
+ * Torch7's criterion takes the list {X, Y}, `crit:forward({d_pos, d_neg})`, and nothing after
+ * it: a Torch7 loop's target there, which Torch7 ignored, is refused rather than taken for the
+ * upstream gradient. With sizeAverage it divides the sum by X's first size: for its usual
+ * input, one distance per triplet (N, or N×1), the same as 'mean' here; for inputs with more
+ * than one distance per row 'mean' divides by all of them. The distances come from the caller
+ * (e.g. the p-norm of the embeddings' differences); TripletMarginLoss{soft_margin = true} is
+ * the same softplus on distances it computes itself. Both backends compute each element in f64;
+ * the loss is f32 (f64 for f64 input). No state is kept.
  *
  * in  d_pos       X, the distances of the similar pairs (anchor to positive); any shape (rank
  *                 0..8, typically N: one distance per triplet), f32/f16/bf16/f64, any strides;

@@ -31,10 +31,11 @@ With σ the logistic function: ∂ℓ/∂X = σ(X − Y) (Torch7's 1 − e^−X/
 ∂ℓ/∂Y = −σ(X − Y), each times the upstream gradient.  X = Y = +∞ gives NaN (∞ − ∞), as
 Torch7's; X finite and Y = +∞ gives 0 and zero gradients.]],
   notes = [[
-Torch7's criterion takes the list {X, Y} (`crit:forward({d_pos, d_neg})`, no target) and,
-with sizeAverage, divides the sum by X's first size: for its usual input, one distance
-per triplet (N, or N×1), the same as 'mean' here; for inputs with more than one distance
-per row 'mean' divides by all of them.  The distances come from the caller (e.g. the
+Torch7's criterion takes the list {X, Y}, `crit:forward({d_pos, d_neg})`, and nothing after
+it: a Torch7 loop's target there, which Torch7 ignored, is refused rather than taken for
+the upstream gradient.  With sizeAverage it divides the sum by X's first size: for its
+usual input, one distance per triplet (N, or N×1), the same as 'mean' here; for inputs with
+more than one distance per row 'mean' divides by all of them.  The distances come from the caller (e.g. the
 p-norm of the embeddings' differences); TripletMarginLoss{soft_margin = true} is the same
 softplus on distances it computes itself.  Both backends compute each element in f64; the
 loss is f32 (f64 for f64 input).  No state is kept.]],
