@@ -10,7 +10,8 @@
 --    composite's own gradient given back as its input, ParallelCriterion with
 --    repeatTarget, target lists and a member of several inputs; misuse refused by name;
 --  * SpatialAutoCropMSELoss: MSELoss against the centred crop of a larger target, by hand and
---    against MSELoss on the crop; what cannot be cropped refused by name.
+--    against MSELoss on the crop; what cannot be cropped refused by name; L1NormLoss (Torch7's
+--    L1Cost) by hand and against L1Loss on zeros.
 local H = require "spec.helpers"
 local ploss = H.ploss
 local ffi = require "ffi"
@@ -455,5 +456,42 @@ describe("SpatialAutoCropMSELoss (Torch7's SpatialAutoCropMSECriterion)", functi
     assert.are.equal(crit:forward(x, t), copy:forward(x, t))
     local p = ploss.ParallelCriterion():add(ploss.SpatialAutoCropMSELoss(), 2)
     assert.are.equal(p:forward({ x }, { t }), p:clone():forward({ x }, { t }))
+  end)
+end)
+
+describe("L1NormLoss (Torch7's L1Cost)", function()
+  it("is Σ|x| with sign(x) as its gradient, by hand; 'sum' by default, 'mean' and 'none' as L1Loss's", function()
+    local x = ploss.tensor({ { 1, -2, 0 }, { 0.5, -0.5, 3 } }, { dtype = "f64" })
+    assert.are.equal(ploss.L1NormLoss, ploss.L1Cost)
+    local crit = ploss.L1Cost()
+    assert.are.equal("sum", crit.reduction)
+    assert.are.equal(7, crit:forward(x))
+    H.assert_equal(crit:backward(x), { { 1, -1, 0 }, { 1, -1, 1 } }) -- sign, 0 at 0
+    H.assert_equal(crit:backward(x, 3), { { 3, -3, 0 }, { 3, -3, 3 } })
+    local loss, g = crit(x, -0.5)
+    assert.are.equal(7, loss)
+    H.assert_equal(g, { { -0.5, 0.5, 0 }, { -0.5, 0.5, -0.5 } })
+    H.assert_close({ ploss.L1NormLoss { reduction = "mean" }:forward(x) }, { 7 / 6 }, { rtol = 1e-15 })
+    H.assert_equal(ploss.L1NormLoss { reduction = "none" }:forward(x), { { 1, 2, 0 }, { 0.5, 0.5, 3 } })
+    assert.are.equal(3, crit:forward(ploss.tensor(-3, { dtype = "f64" })))
+    assert.truthy(tostring(crit:clone()):find("L1NormLoss(reduction='sum')", 1, true))
+  end)
+
+  it("matches L1Loss against zeros for strided inputs and 16-bit dtypes", function()
+    for _, dtype in ipairs { "f32", "bf16", "f16" } do
+      local x = ploss.randn({ 6, 5 }, { dtype = dtype, seed = 3 }):t()
+      local z = ploss.zeros({ 5, 6 }, { dtype = dtype })
+      local l1, g1 = ploss.L1NormLoss { reduction = "mean" }(x, 2)
+      local l2, g2 = ploss.L1Loss { reduction = "mean" }(x, z, 2)
+      assert.are.equal(l2, l1)
+      H.assert_equal(g1, g2, { what = dtype })
+    end
+  end)
+
+  it("takes the input alone", function()
+    local crit, x = ploss.L1Cost(), ploss.randn({ 3 })
+    H.expect_error(function() crit:forward(x, x) end, "L1NormLoss:forward: takes the input alone")
+    H.expect_error(function() crit:forward({ 1, 2 }) end, "L1NormLoss:forward: input: expected a ploss tensor")
+    H.expect_error(function() local c = ploss.L1Cost(true) return c end, "L1NormLoss: expected a table of named options")
   end)
 end)

@@ -528,4 +528,56 @@ function Crop:tostring()
 end
 
 ploss.SpatialAutoCropMSELoss, ploss.SpatialAutoCropMSECriterion = Crop, Crop
+
+---------------------------------------------------------------------------------------
+-- L1NormLoss
+---------------------------------------------------------------------------------------
+
+-- Torch7's nn.L1Cost: the L1 norm of the input, Σ|x| (a sparsity cost on a code), its
+-- gradient sign(x) (0 at 0).  It is L1Loss against zeros, taken as one zero seen through
+-- stride-0 dims (no memory of the input's size); no target is passed.  Its reduction is
+-- 'sum' by default (Torch7's L1Cost had no average); 'mean' and 'none' as L1Loss's.
+local L1Norm = nn.class("L1NormLoss", ploss.L1Loss)
+L1Norm._doc = "the L1 norm Σ|x| of the input (Torch7 nn.L1Cost)"
+
+function L1Norm:__init(opts)
+  if type(opts) ~= "table" then
+    ploss.raise(string.format("L1NormLoss: expected a table of named options ({reduction = 'sum'}, the default), " ..
+      "got %s", ploss.shown(opts)))
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  if o.reduction == nil then o.reduction = "sum" end
+  ploss.L1Loss.__init(self, o)
+end
+
+local function zeros_as(input, where)
+  if not ploss.is_tensor(input) then
+    ploss.raise(string.format("%s: input: expected a ploss tensor, got %s", where, ploss.shown(input)))
+  end
+  return ploss.zeros({}, { dtype = input:dtype(), device = input:device() }):expand(input:size())
+end
+
+function L1Norm:forward_tensor(input, ...)
+  nn.check_self(self, "L1NormLoss", "forward_tensor")
+  if select("#", ...) > 0 and (...) ~= nil then
+    ploss.raise("L1NormLoss:forward: takes the input alone (Torch7's L1Cost took no target)")
+  end
+  return ploss.L1Loss.forward_tensor(self, input, zeros_as(input, "L1NormLoss:forward"))
+end
+--- backward(input [, gradOutput]): the second argument is the upstream gradient, as every
+-- criterion's after its inputs (Torch7's L1Cost:backward(input) took none).
+function L1Norm:backward(input, ...)
+  nn.check_self(self, "L1NormLoss", "backward")
+  return ploss.L1Loss.backward(self, input, zeros_as(input, "L1NormLoss:backward"), ...)
+end
+function L1Norm:fused(input, ...)
+  nn.check_self(self, "L1NormLoss", "fused")
+  return ploss.L1Loss.fused(self, input, zeros_as(input, "L1NormLoss"), ...)
+end
+function L1Norm:tostring()
+  return (ploss.L1Loss.tostring(self):gsub("^ploss%.L1Loss", "ploss.L1NormLoss"))
+end
+
+ploss.L1NormLoss, ploss.L1Cost = L1Norm, L1Norm
 end
