@@ -305,6 +305,30 @@ describe("CUDA pointwise criteria: kinks, clamps, saturation", function()
   end)
 end)
 
+describe("CUDA Lua criteria over the pointwise kernels", function()
+  it("L1NormLoss (a stride-0 zero target) and SpatialAutoCropMSELoss (a cropped view) as on the CPU", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local T = TOL[dtype]
+      local x = ploss.randn({ 2, 3, 5, 4 }, { dtype = "f64", seed = 41 }):type(dtype)
+      local t = ploss.randn({ 2, 3, 9, 7 }, { dtype = "f64", seed = 42 }):type(dtype)
+      for _, c in ipairs {
+        { ploss.L1NormLoss {}, { x } }, { ploss.L1NormLoss { reduction = "none" }, { x } },
+        { ploss.SpatialAutoCropMSELoss {}, { x, t } }, { ploss.SpatialAutoCropMSELoss { reduction = "sum" }, { x, t } },
+      } do
+        local crit, args = c[1], c[2]
+        local lc, gc = crit(unpack(args))
+        local dev = {}
+        for i, a in ipairs(args) do dev[i] = a:to(DEV) end
+        local lg, gg = crit(unpack(dev))
+        local what = tostring(crit) .. " " .. dtype
+        close(crit.reduction == "none" and lg or { lg }, crit.reduction == "none" and lc or { lc }, T.loss, 0, what)
+        assert.are.equal(dev[1]:device(), gg:device())
+        close(gg, gc, T.grad, T.floor, what .. " gradient")
+      end
+    end
+  end)
+end)
+
 describe("CUDA pointwise criteria: in place, empty input", function()
   it("the in-place fused gradient equals the out-of-place one, bitwise", function()
     H.seed(510)
