@@ -49,5 +49,11 @@ ploss_status ploss_run_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     if (!ploss_engine_computes(spec->shape, spec->policy))
         return ploss_error(PLOSS_ERR_UNSUPPORTED, "%s: the %s engine has no maths for this loss", spec->name,
                            engines[spec->shape].name);
+    /* a tensor the loss cannot go without (PC-softmax's priors, CTC's lengths, the
+     * target-weighted MSE's weight) given as NULL: refused before any engine reads the call,
+     * not taken for the optional tensor's default */
+    for (int k = 0; k < spec->ntensors; ++k)
+        if (spec->tensors[k].required && !a->tensors[k])
+            return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", spec->tensors[k].name);
     return engines[spec->shape].run(ctx, pass, spec, a, p);
 }

@@ -618,5 +618,18 @@ describe("TargetWeightedMSELoss (Torch7's WeightedMSECriterion)", function()
       "positional weights are not taken: {weight = w}")
     H.expect_error(function() F.target_weighted_mse_loss(x, y, { weight = ploss.ones({ 4 }) }) end,
       { "weight: expected a shape that broadcasts over the input [2, 3]", "PLOSS_ERR_SHAPE" })
+    -- the C entry points: a NULL weight is refused (not taken for MSE's weight of 1), nothing written
+    local ffi = require "ffi"
+    local C = ploss.C
+    local o = ffi.new("ploss_target_weighted_mse_loss_opts")
+    C.ploss_target_weighted_mse_loss_opts_init(o)
+    local out, g = ploss.full({}, 7), ploss.full({ 2, 3 }, 7)
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT,
+      C.ploss_target_weighted_mse_loss_fused(x:context(), x:dl(), y:dl(), nil, o, out:dl(), g:dl()))
+    assert.truthy(ffi.string(C.ploss_last_error()):find("weight: tensor is NULL", 1, true))
+    assert.are.equal(C.PLOSS_ERR_INVALID_ARGUMENT, C.ploss_target_weighted_mse_loss_backward(x:context(), x:dl(),
+      y:dl(), nil, o, ploss.ones({}):dl(), g:dl()))
+    assert.are.equal(7, out:item())
+    H.assert_equal(g, ploss.full({ 2, 3 }, 7))
   end)
 end)

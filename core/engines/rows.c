@@ -390,11 +390,8 @@ static ploss_status rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
     const char *vec_name = "";
     for (int k = 0; k < spec->ntensors; ++k) {
         const char *name = spec->tensors[k].name;
-        if (!a->tensors[k]) {
-            if (spec->tensors[k].required)
-                return ploss_error(PLOSS_ERR_INVALID_ARGUMENT, "%s: tensor is NULL", name);
+        if (!a->tensors[k]) /* (a required one was refused by ploss_run_loss) */
             continue;
-        }
         if ((st = ploss_check_class_vector(ctx, a->tensors[k], C, name, spec->tensors[k].what, &w)))
             return st;
         if (spec->tensors[k].priors && ctx->device.device_type == kDLCPU && (st = check_priors_cpu(&w, name)))
