@@ -1,6 +1,8 @@
 --- Criteria made of criteria (Torch7's nn.MultiCriterion and nn.ParallelCriterion): a
 -- weighted sum of losses, the way a segmentation loss adds cross-entropy to a Dice or
--- Lovász term, with the gradients summed on the device (ploss has no autograd to do it).
+-- Lovász term, with the gradients summed on the device (ploss has no autograd to do it);
+-- and Torch7's criteria that are another one on adapted arguments (SpatialAutoCropMSELoss:
+-- MSELoss on a crop of the target; L1NormLoss: L1Loss against zeros), at the end.
 --
 --   local crit = ploss.MultiCriterion():add(ploss.CrossEntropyLoss(), 1)
 --                                      :add(ploss.LovaszSoftmaxLoss(), 0.5)
