@@ -46,6 +46,24 @@ describe("Torch7's sizeAverage and PyTorch's size_average / reduce given to a co
   end)
 end)
 
+describe("Torch7's nn criteria", function()
+  it("each has a ploss class under its Torch7 name (the README's claim)", function()
+    for _, name in ipairs {
+      "AbsCriterion", "BCECriterion", "ClassNLLCriterion", "ClassSimplexCriterion", "CosineEmbeddingCriterion",
+      "CrossEntropyCriterion", "DistKLDivCriterion", "DistanceRatioCriterion", "HingeEmbeddingCriterion", "L1Cost",
+      "L1HingeEmbeddingCriterion", "MarginCriterion", "MarginRankingCriterion", "MSECriterion", "MultiCriterion",
+      "MultiLabelMarginCriterion", "MultiLabelSoftMarginCriterion", "MultiMarginCriterion", "ParallelCriterion",
+      "SmoothL1Criterion", "SoftMarginCriterion", "SpatialAutoCropMSECriterion", "SpatialClassNLLCriterion",
+      "WeightedMSECriterion",
+    } do
+      local cls = ploss[name]
+      assert.are.equal("table", type(cls), name)
+      assert.are.equal("function", type(cls.forward), name)
+      assert.are.equal("function", type(cls.backward), name)
+    end
+  end)
+end)
+
 describe("criteria built from the descriptions", function()
   it("refuse a constructor argument past the options (Torch7's positional sizeAverage, weights)", function()
     -- ClassNLLCriterion(nil, false) was Torch7's sum: ignoring the false gave the mean
