@@ -505,14 +505,6 @@ local function centre_crop(input, target, where)
   return target:narrow(nd - 1, 1 + math.floor((th - h) / 2), h):narrow(nd, 1 + math.floor((tw - w) / 2), w)
 end
 
-function Crop:__init(opts)
-  if type(opts) ~= "table" then
-    ploss.raise(string.format("SpatialAutoCropMSELoss: expected a table of named options, got %s (Torch7's " ..
-      "positional sizeAverage is not taken: %s)", ploss.shown(opts), opts == true and
-      "sizeAverage = true is the default, {reduction = 'mean'}" or "{reduction = 'sum'} for sizeAverage = false"))
-  end
-  ploss.MSELoss.__init(self, opts)
-end
 function Crop:forward_tensor(input, target, ...)
   nn.check_self(self, "SpatialAutoCropMSELoss", "forward_tensor")
   return ploss.MSELoss.forward_tensor(self, input, centre_crop(input, target, "SpatialAutoCropMSELoss:forward"), ...)
@@ -543,13 +535,14 @@ local L1Norm = nn.class("L1NormLoss", ploss.L1Loss)
 L1Norm._doc = "the L1 norm Σ|x| of the input (Torch7 nn.L1Cost)"
 
 function L1Norm:__init(opts)
+  -- (L1Loss's message for a number or boolean would speak of Torch7's sizeAverage, which
+  -- L1Cost never took, and of a default that is not this one's)
   if type(opts) ~= "table" then
     ploss.raise(string.format("L1NormLoss: expected a table of named options ({reduction = 'sum'}, the default), " ..
       "got %s", ploss.shown(opts)))
   end
-  local o = {}
+  local o = { reduction = "sum" }
   for k, v in pairs(opts) do o[k] = v end
-  if o.reduction == nil then o.reduction = "sum" end
   ploss.L1Loss.__init(self, o)
 end
 

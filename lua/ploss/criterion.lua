@@ -1232,7 +1232,9 @@ function M.build(d)
   for k in pairs(option_names(d)) do cls._fields[k] = true end
 
   function cls:__init(opts)
-    local o = resolve(d, opts, nil, d.criterion)
+    -- named as the object's own class: a criterion derived from this one in Lua
+    -- (SpatialAutoCropMSELoss of MSELoss) names itself in its constructor's messages
+    local o = resolve(d, opts, nil, rawget(getmetatable(self), "_class_name") or d.criterion)
     set_fields(self, d, opts, o)
     self._copts = ctype()
     self._cache = {}
