@@ -72,10 +72,11 @@ __device__ __forceinline__ double weight_of(const ploss_direct_problem &p, int64
 /* ω of sample (n, s) for the gradients written by direct_samples: the per-sample upstream
  * gradient ('none' backward), the scalar one (÷ the MEAN divisor: the sample count, the class
  * simplex's element count), or the fused scale. */
+template <bool SIMPLEX>
 __device__ __forceinline__ double margin_omega(const ploss_direct_problem &p, int64_t n, int64_t s)
 {
     const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
-    const double count = (double)(p.N * p.S) * (p.kind == PLOSS_DIRECT_CLASS_SIMPLEX ? (double)p.C : 1.0);
+    const double count = (double)(p.N * p.S) * (SIMPLEX ? (double)p.C : 1.0);
     if (p.pass == PLOSS_PASS_FUSED)
         return mean ? p.scale / count : p.scale;
     if (p.reduction == PLOSS_REDUCTION_NONE)
@@ -337,8 +338,11 @@ __global__ void __launch_bounds__(THREADS) copy_rows(const ploss_direct_problem 
 }
 
 /* W = 32: a warp per sample (the multi-class and multi-label margins and the class simplex
- * on rows, S = 1); W = 1: a thread. */
-template <class T, int W>
+ * on rows, S = 1); W = 1: a thread.  SIMPLEX: the class simplex's own instance, whose f64
+ * vertex coordinates (a square root and divisions per element) would otherwise raise the
+ * registers and stack of every kind's kernel (80 registers and 80 bytes of stack for the
+ * warp rows against 64 and 24 without them). */
+template <class T, int W, bool SIMPLEX>
 __global__ void __launch_bounds__(THREADS)
 direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partials, unsigned *listed)
 {
@@ -355,22 +359,23 @@ direct_samples(const ploss_direct_problem p, int64_t *error_slot, double *partia
         double loss = 0.0;
         if (p.kind == PLOSS_DIRECT_MULTILABEL_MARGIN) { /* launched with W = 32 only */
             if constexpr (W > 1)
-                loss = multilabel_margin_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0,
-                                                   lane, error_slot,
+                loss = multilabel_margin_row<T, W>(p, n, s, margin_grad,
+                                                   margin_grad ? margin_omega<SIMPLEX>(p, n, s) : 0.0, lane, error_slot,
                                                    listed + (thread_index() / W) * ((p.C + 31) / 32));
             divisor_sum += lane == 0 ? 1.0 : 0.0;
         } else if (p.kind == PLOSS_DIRECT_MULTILABEL_SOFT_MARGIN) { /* no label to check: every class counts */
-            loss = multilabel_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
+            loss = multilabel_row<T, W>(p, n, s, margin_grad, margin_grad ? margin_omega<SIMPLEX>(p, n, s) : 0.0, lane);
             divisor_sum += lane == 0 ? 1.0 : 0.0;
         } else if (label_of(p, n, s, lane == 0 ? error_slot : nullptr, y)) {
             const double wy = weight_of(p, y);
-            if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
-                loss = margin_row<T, W>(p, n, s, y, wy, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0, lane);
-                divisor_sum += lane == 0 ? 1.0 : 0.0;
-            } else if (p.kind == PLOSS_DIRECT_CLASS_SIMPLEX) {
-                loss = class_simplex_row<T, W>(p, n, s, y, margin_grad, margin_grad ? margin_omega(p, n, s) : 0.0,
-                                               lane);
+            if constexpr (SIMPLEX) {
+                loss = class_simplex_row<T, W>(p, n, s, y, margin_grad,
+                                               margin_grad ? margin_omega<SIMPLEX>(p, n, s) : 0.0, lane);
                 divisor_sum += lane == 0 ? (double)p.C : 0.0;
+            } else if (p.kind == PLOSS_DIRECT_MULTI_MARGIN) {
+                loss = margin_row<T, W>(p, n, s, y, wy, margin_grad,
+                                        margin_grad ? margin_omega<SIMPLEX>(p, n, s) : 0.0, lane);
+                divisor_sum += lane == 0 ? 1.0 : 0.0;
             } else {
                 loss = -wy * (double)to_acc(((const T *)p.x)[n * p.x_sn + s * p.x_ss + y * p.x_sc]);
                 divisor_sum += wy;
@@ -524,10 +529,15 @@ extern "C" ploss_status ploss_cuda_direct_rows(ploss_ctx_t *ctx, const ploss_dir
         auto run = [&](auto) -> ploss_status {
             ploss_status st;
             if (samples) {
-                if (warp_rows)
-                    direct_samples<T, 32><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
+                const bool simplex = p->kind == PLOSS_DIRECT_CLASS_SIMPLEX;
+                if (warp_rows && simplex)
+                    direct_samples<T, 32, true><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
+                else if (warp_rows)
+                    direct_samples<T, 32, false><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
+                else if (simplex)
+                    direct_samples<T, 1, true><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
                 else
-                    direct_samples<T, 1><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
+                    direct_samples<T, 1, false><<<blocks, THREADS, 0, stream>>>(q, ctx->error_slot, ws, sets);
                 if ((st = check_launch("direct_samples")))
                     return st;
             }
