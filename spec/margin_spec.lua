@@ -939,7 +939,9 @@ describe("margin softmax losses", function()
     head:to("f64")
     assert.are.equal("f64", head.weight:dtype())
     H.expect_error(function() local h = head:to("gpu0") return h end,
-      "MarginSoftmax:to: device: expected 'cpu', 'cuda', 'cuda:<id>' (or a float dtype alone), got")
+      "MarginSoftmax:to: 'gpu0' is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias")
+    H.expect_error(function() local h = head:to("cuda:x", "f32") return h end,
+      "MarginSoftmax:to: device: expected 'cpu', 'cuda' or 'cuda:<id>', got 'cuda:x'")
     assert.are.equal("f64", head.weight:dtype())
   end)
 

@@ -276,7 +276,7 @@ describe("to(dtype)", function()
       "device ('cpu', 'cuda', 'cuda:<id>')", t)
     H.expect_error(function() t:to("F32") end, "to: 'F32' is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, " ..
       "or an alias: float, double, long, …) nor a device ('cpu', 'cuda', 'cuda:<id>') (did you mean 'f32'?)")
-    H.expect_error(function() t:to("cuda:x") end, "device: expected 'cpu', 'cuda' or 'cuda:<id>', got cuda:x")
+    H.expect_error(function() t:to("cuda:x") end, "to: device: expected 'cpu', 'cuda' or 'cuda:<id>', got 'cuda:x'")
   end)
 end)
 

@@ -74,17 +74,27 @@ fifos=""
 # once it has ended.  Without /proc, the processes given alone.  The ranks stay in the
 # launcher's process group, so a signal to that group (a terminal's Ctrl-C, `timeout`)
 # reaches them too.
+# Fields 3 and 4 of /proc/PID/stat, the state and the parent, into stat_state and
+# stat_ppid (the caller's locals); the name before them may hold spaces and parentheses, so
+# they are read after its last ')'.  Fails for a process that is gone.
+read_stat() {
+    local line
+    { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+    line=${line##*) }
+    stat_state=${line%% *}
+    line=${line#* }
+    stat_ppid=${line%% *}
+}
 descendants() {
     local -A parent=() keep=()
-    local f line p changed=1
+    local f p stat_state stat_ppid changed=1
     for p in "$@"; do keep[$p]=1; done
     if [ -d /proc/self ]; then
         for f in /proc/[0-9]*/stat; do
-            { read -r line <"$f"; } 2>/dev/null || continue
-            p=${line%% *}
-            line=${line##*) }
-            line=${line#* }
-            parent[$p]=${line%% *}
+            p=${f#/proc/}
+            p=${p%/stat}
+            read_stat "$p" || continue
+            parent[$p]=$stat_ppid
         done
         while [ "$changed" = 1 ]; do
             changed=0
@@ -101,11 +111,10 @@ descendants() {
 # Whether a process still runs: an ended one that its parent has not reaped yet (bash reaps
 # the ranks only between commands, not within the signal handler) counts as ended.
 running_pid() {
-    local st
+    local stat_state stat_ppid
     [ -d /proc/self ] || { kill -0 "$1" 2>/dev/null; return; }
-    { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
-    st=${st##*) }
-    [ "${st%% *}" != Z ]
+    read_stat "$1" || return 1
+    [ "$stat_state" != Z ]
 }
 stop_all() { # stop every rank still running and what it started: SIGTERM, then SIGKILL after the grace period
     local p alive live=() victims=()

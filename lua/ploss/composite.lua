@@ -262,11 +262,7 @@ local function list_form(self, where, first, ...)
   end
   local m = self._members[1]
   local d = m and rawget(getmetatable(m) or {}, "_description")
-  if d and d.target == "none" and select("#", ...) > 0 and (...) ~= nil then
-    ploss.raise(string.format("%s: its members (%s) take no target: in Torch7's list form nothing follows the " ..
-      "list (a Torch7 loop's target: leave it out; the upstream gradient or scale goes after the inputs " ..
-      "themselves)", where, "ploss." .. d.criterion))
-  end
+  if d then nn.no_target_after_list(where, d, ...) end
   local a, n = { unpack(first, 1, table.maxn(first)) }, table.maxn(first)
   for i = 1, select("#", ...) do a[n + i] = select(i, ...) end
   return true, unpack(a, 1, n + select("#", ...))

@@ -912,22 +912,10 @@ local function build_multi(d)
   local function is_list(v)
     return type(v) == "table" and not ploss.is_tensor(v) and (v[1] == nil or ploss.is_tensor(v[1]))
   end
-  -- A loss without a target called in Torch7's list form: what follows the list would be a
-  -- Torch7 loop's target, which such a criterion ignored, not the upstream gradient it would
-  -- otherwise be taken for (a number, or a one-element tensor, silently scaling the gradients)
-  local function no_target_after_list(method, ...)
-    if d.target == "none" and select("#", ...) > 1 and select(2, ...) ~= nil then
-      ploss.raise(string.format("%s:%s: takes no target: in Torch7's form, crit:%s({%s}), nothing follows the list " ..
-        "(a Torch7 loop's target: leave it out; the upstream gradient or the scale goes after the inputs " ..
-        "themselves, crit:backward(%s, gradOutput), crit(%s, scale))", d.criterion, method, method, input_names,
-        input_names, input_names))
-    end
-  end
-
   function cls:forward_tensor(...)
     nn.check_self(self, d.criterion, "forward_tensor")
     if ninputs > 1 and is_list((...)) then
-      no_target_after_list("forward", ...)
+      nn.no_target_after_list(d.criterion .. ":forward", d, select(2, ...))
       return self:forward_tensor(table_form(d.criterion .. ":forward", ...))
     end
     for k = nargs + 1, select("#", ...) do -- a trailing nil is no argument (as for the one-input criteria)
@@ -1019,7 +1007,7 @@ local function build_multi(d)
   function cls:backward(...)
     nn.check_self(self, d.criterion, "backward")
     if ninputs > 1 and is_list((...)) then
-      no_target_after_list("backward", ...)
+      nn.no_target_after_list(d.criterion .. ":backward", d, select(2, ...))
       self:backward(table_form(d.criterion .. ":backward", ...))
       return self.gradInput
     end
@@ -1048,7 +1036,7 @@ local function build_multi(d)
   function cls:fused(...)
     nn.check_self(self, d.criterion, "fused")
     if ninputs > 1 and is_list((...)) then
-      no_target_after_list("fused", ...)
+      nn.no_target_after_list(d.criterion .. ":fused", d, select(2, ...))
       local r = { self:fused(table_form(d.criterion, ...)) }
       -- the loss, the gradients as one list (an extra tensor's too), then the outputs
       return r[1], self.gradInput, unpack(r, #self.gradInput + 2, table.maxn(r))

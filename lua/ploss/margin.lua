@@ -405,13 +405,7 @@ return function(ploss)
   function Head:to(device, dtype)
     nn.check_self(self, "MarginSoftmax", "to", "head")
     check_head(self)
-    if device ~= nil and not pcall(ploss.parse_device, device) then
-      if dtype ~= nil or not pcall(ploss.float_dtype, device, "") then
-        ploss.raise("MarginSoftmax:to: device: expected 'cpu', 'cuda', 'cuda:<id>' (or a float dtype alone), got " ..
-          ploss.shown(device))
-      end
-      device, dtype = nil, device
-    end
+    device, dtype = ploss.to_arguments(device, dtype, "MarginSoftmax:to")
     if dtype ~= nil then dtype = ploss.float_dtype(dtype, "MarginSoftmax:to") end
     local w, gw = self.weight:to(device, dtype), self.gradWeight:to(device, dtype)
     if device ~= nil then self.criterion:to(device) end

@@ -411,5 +411,19 @@ function nn.grad_buffer(t, x, a, b, c, list, n)
   return ploss.empty_like(x, { layout = "preserve" })
 end
 
+--- A loss without a target (description `d`) called in Torch7's list form,
+-- crit:method({inputs}, …), directly or as a MultiCriterion's member: what follows the list
+-- (`...`) would be a Torch7 loop's target, which such a criterion ignored, not the upstream
+-- gradient or scale it would otherwise be taken for (silently scaling the gradients): refused.
+function nn.no_target_after_list(where, d, ...)
+  if d.target ~= "none" or select("#", ...) == 0 or (...) == nil then return end
+  local names = {}
+  for k, x in ipairs(d.inputs) do names[k] = x.name end
+  names = table.concat(names, ", ")
+  ploss.raise(string.format("%s: ploss.%s takes no target: in Torch7's list form, crit:forward({%s}), nothing " ..
+    "follows the list (a Torch7 loop's target: leave it out; the upstream gradient or the scale goes after the " ..
+    "inputs themselves, crit:backward(%s, gradOutput), crit(%s, scale))", where, d.criterion, names, names, names))
+end
+
 return nn
 end

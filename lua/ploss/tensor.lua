@@ -1295,6 +1295,26 @@ function check_int_to_int(t, dtype, what)
   if bad then int_range_error(what, bad + 1, value, dtype) end
 end
 
+--- The arguments of a `to(device, dtype)` method (a tensor's, a module's): the canonical
+-- device name (or nil) and the dtype as given (or nil; a dtype name alone may stand in the
+-- device's place, as in PyTorch's x.to(dtype)).  One name that is neither a dtype nor a
+-- device, or a device that does not parse, raises naming `where`.
+function ploss.to_arguments(device, dtype, where)
+  if dtype == nil and type(device) == "string" and aliases[device] then return nil, device end
+  if device == nil then return nil, dtype end
+  if dtype == nil and type(device) == "string" and device ~= "cpu" and not device:match("^cuda") then
+    -- one name, neither a dtype nor a device ('F32', 'fp32', 'gpu')
+    local hint = aliases[device:lower()] and string.format(" (did you mean '%s'?)", device:lower()) or ""
+    ploss.raise(string.format("%s: %s is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias: float, " ..
+      "double, long, …) nor a device ('cpu', 'cuda', 'cuda:<id>')%s", where, ploss.shown(device), hint))
+  end
+  local ok, name = pcall(ploss.parse_device, device)
+  if not ok then
+    ploss.raise(string.format("%s: device: expected 'cpu', 'cuda' or 'cuda:<id>', got %s", where, ploss.shown(device)))
+  end
+  return name, dtype
+end
+
 --- This tensor on `device` and/or as `dtype` (a new contiguous tensor; the tensor itself
 -- when both already match, unless `force_copy`).  `t:to('cuda')`, `t:to('cpu', 'f64')`,
 -- `t:to(nil, 'f16')`, and `t:to('f16')` (a dtype name alone, as PyTorch's x.to(dtype)).
@@ -1302,15 +1322,8 @@ end
 -- dtype's range (truncated toward zero), and an integer tensor converted to a narrower
 -- integer dtype only values within its range, else the conversion raises and makes nothing.
 function Tensor:to(device, dtype, force_copy)
-  if dtype == nil and type(device) == "string" and aliases[device] then
-    device, dtype = nil, device
-  elseif dtype == nil and type(device) == "string" and device ~= "cpu" and not device:match("^cuda") then
-    -- one name, neither a dtype nor a device ('F32', 'fp32', 'gpu')
-    local hint = aliases[device:lower()] and string.format(" (did you mean '%s'?)", device:lower()) or ""
-    ploss.raise(string.format("to: %s is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias: float, " ..
-      "double, long, …) nor a device ('cpu', 'cuda', 'cuda:<id>')%s", ploss.shown(device), hint))
-  end
-  device = device and ploss.parse_device(device) or self:device()
+  device, dtype = ploss.to_arguments(device, dtype, "to")
+  device = device or self:device()
   dtype = dtype and canon_dtype(dtype) or self:dtype()
   if not force_copy and device == self:device() and dtype == self:dtype() then return self end
   check_conversion(self, dtype, "to")
