@@ -171,5 +171,14 @@ describe("ClassSimplexLoss", function()
       "C >= 2")
     H.expect_error(function() ploss.ClassSimplexLoss():predictions(ploss.randn({ 2, 3, 4 })) end,
       "outputs: expected N×C or C values")
+    -- the predictions name the caller's outputs, not a tensor of their own making
+    H.expect_error(function() ploss.ClassSimplexLoss():predictions(ploss.randn({ 3, 1 })) end,
+      "ClassSimplexLoss:predictions: outputs: expected at least 2 classes (the simplex of C vertices), got a ploss " ..
+      "tensor f32[3, 1]")
+    H.expect_error(function() ploss.ClassSimplexLoss():top_prediction(ploss.zeros({ 4, 0 }, { dtype = "bf16" })) end,
+      "ClassSimplexLoss:top_prediction: outputs: expected at least 2 classes (the simplex of C vertices), got a " ..
+      "ploss tensor bf16[4, 0]")
+    H.expect_error(function() ploss.ClassSimplexLoss():predictions(ploss.zeros({ 1, 3 }, { dtype = "i32" })) end,
+      "ClassSimplexLoss:predictions: outputs: expected a float dtype (f32, f16, bf16, f64), got a ploss tensor i32[1, 3]")
   end)
 end)

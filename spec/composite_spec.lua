@@ -8,7 +8,9 @@
 --    triplet losses against their members called alone (f64, the sums exact to rounding),
 --    backward with gradOutput, the fused scale, f32 buffers rounded once per member, the
 --    composite's own gradient given back as its input, ParallelCriterion with
---    repeatTarget, target lists and a member of several inputs; misuse refused by name;
+--    repeatTarget, target lists and a member of several inputs; a member without a target
+--    given none (targets[k] refused unless nil), MultiCriterion members that disagree on
+--    taking a target refused; misuse refused by name;
 --  * SpatialAutoCropMSELoss: MSELoss against the centred crop of a larger target, by hand and
 --    against MSELoss on the crop; what cannot be cropped refused by name; L1NormLoss (Torch7's
 --    L1Cost) by hand and against L1Loss on zeros.
@@ -252,6 +254,18 @@ describe("MultiCriterion", function()
       "MultiCriterion:add: this criterion is member 1 already")
   end)
 
+  it("refuses members of which one takes a target and another none", function()
+    local X, Y = t64({ 0.3, 1.2 }), t64({ 1.1, 0.4 })
+    local crit = ploss.MultiCriterion():add(ploss.MarginRankingLoss()):add(ploss.DistanceRatioLoss())
+    local msg = "member 2 (ploss.DistanceRatioLoss) takes no target and member 1 (ploss.MarginRankingLoss) takes one"
+    H.expect_error(function() crit:forward(X, Y, t64({ -1, 1 })) end, "MultiCriterion:forward: " .. msg)
+    H.expect_error(function() crit:backward(X, Y, t64({ -1, 1 })) end, "MultiCriterion:backward: " .. msg)
+    H.expect_error(function() crit(X, Y, -1) end, "MultiCriterion:fused: " .. msg)
+    local other = ploss.MultiCriterion():add(ploss.L1Cost()):add(ploss.MSELoss())
+    H.expect_error(function() other(X, Y) end,
+      "member 1 (ploss.L1NormLoss) takes no target and member 2 (ploss.MSELoss) takes one")
+  end)
+
   it("leaves its gradients as they were when a member refuses the call", function()
     local x, t = t64({ 1, 2 }), t64({ 0, 0 })
     local l1 = ploss.L1Loss()
@@ -302,6 +316,39 @@ describe("ParallelCriterion", function()
     H.assert_close(g[2][1], weighted({ ga:flat() }, { 3 }), { rtol = 1e-15 })
     H.assert_close(g[2][2], weighted({ gp:flat() }, { 3 }), { rtol = 1e-15 })
     H.assert_close(g[2][3], weighted({ gn:flat() }, { 3 }), { rtol = 1e-15 })
+  end)
+
+  it("gives a member without a target none: targets[k] refused unless nil, repeatTarget's withheld", function()
+    -- Torch7's member ignored targets[k]; here it would reach the member as its upstream
+    -- gradient or scale (the gradient scaled by 0 or −1, silently)
+    local X, Y = t64({ 0.3, 1.2 }), t64({ 1.1, 0.4 })
+    local x, y = t64({ { 0.1, 0.2, 0.3 }, { 0.5, -0.1, 0.2 } }), ploss.tensor({ 0, 2 }, { dtype = "i64" })
+    local crit = ploss.ParallelCriterion():add(ploss.DistanceRatioCriterion()):add(ploss.ClassSimplexCriterion())
+    local msg = "targets[1]: member 1 (ploss.DistanceRatioLoss) takes no target: leave targets[1] nil"
+    H.expect_error(function() crit:forward({ { X, Y }, x }, { 0, y }) end, "ParallelCriterion:forward: " .. msg)
+    H.expect_error(function() crit:backward({ { X, Y }, x }, { -1, y }) end, "ParallelCriterion:backward: " .. msg)
+    H.expect_error(function() crit({ { X, Y }, x }, { 0, y }) end, "ParallelCriterion:fused: " .. msg)
+    -- targets[1] nil: the members' own results; ∂/∂d_pos = σ(d_pos − d_neg)/N by hand
+    local loss, g = crit({ { X, Y }, x }, { nil, y })
+    local l1, gx1, gy1 = ploss.DistanceRatioLoss()(X, Y)
+    local l2, g2 = ploss.ClassSimplexLoss()(x, y)
+    H.assert_close(loss, l1 + l2, { rtol = 1e-15 })
+    local sig = function(v) return 1 / (1 + math.exp(-v)) end
+    H.assert_close(g[1][1], { sig(0.3 - 1.1) / 2, sig(1.2 - 0.4) / 2 }, { rtol = 1e-14 })
+    H.assert_close(g[1][2], { -sig(0.3 - 1.1) / 2, -sig(1.2 - 0.4) / 2 }, { rtol = 1e-14 })
+    H.assert_close(g[1][1], gx1, { rtol = 1e-15 })
+    H.assert_close(g[1][2], gy1, { rtol = 1e-15 })
+    H.assert_close(g[2], g2, { rtol = 1e-15 })
+    -- repeatTarget: the one target goes to the members that take one (L1Cost's ∂ = w·sign(x))
+    local out, code, tgt = t64({ 1.5, -2 }), t64({ 0.3, -0.7 }), t64({ 1, 1 })
+    local rt = ploss.ParallelCriterion(true):add(ploss.MSECriterion()):add(ploss.L1Cost(), 0.1)
+    local lr, gr = rt({ out, code }, tgt)
+    H.assert_close(lr, (0.5 ^ 2 + 3 ^ 2) / 2 + 0.1 * (0.3 + 0.7), { rtol = 1e-15 })
+    H.assert_close(gr[1], { 0.5, -3 }, { rtol = 1e-15 })
+    H.assert_close(gr[2], { 0.1, -0.1 }, { rtol = 1e-15 })
+    local each = ploss.ParallelCriterion():add(ploss.MSECriterion()):add(ploss.L1Cost(), 0.1)
+    H.expect_error(function() each({ out, code }, { tgt, 0 }) end,
+      "targets[2]: member 2 (ploss.L1NormLoss) takes no target: leave targets[2] nil")
   end)
 
   it("refuses misuse by name", function()

@@ -114,6 +114,23 @@ local function check_members(self, where, fused)
   end
 end
 
+-- A MultiCriterion's members take the same arguments: a member without a target beside one
+-- with would take the other's target for its upstream gradient or scale.
+local function check_same_arguments(self, where)
+  local t1 = nn.takes_target(self._members[1])
+  for k = 2, #self._members do
+    local m = self._members[k]
+    local tk = nn.takes_target(m)
+    if t1 ~= nil and tk ~= nil and tk ~= t1 then
+      local with, without = t1 and 1 or k, t1 and k or 1
+      ploss.raise(string.format("%s: member %d (ploss.%s) takes no target and member %d (ploss.%s) takes one: the " ..
+        "members of a MultiCriterion take the same arguments (put them in a ParallelCriterion, each with its own)",
+        where, without, self._members[without]._class_name or "criterion", with,
+        self._members[with]._class_name or "criterion"))
+    end
+  end
+end
+
 -- A member's loss: a number (a member other than a ploss criterion could return more).
 local function reduced(loss, k, where)
   if type(loss) ~= "number" then
@@ -206,6 +223,7 @@ end
 function Multi:forward(...)
   nn.check_self(self, "MultiCriterion", "forward")
   check_members(self, "MultiCriterion:forward", false)
+  check_same_arguments(self, "MultiCriterion:forward")
   local out = 0
   for k, m in ipairs(self._members) do
     out = out + self._weights[k] * reduced(call_member(m, k, "forward", "MultiCriterion:forward", ...)[1], k,
@@ -220,6 +238,7 @@ end
 -- (fused) and the gradients.
 local function multi_run(self, method, where, ...)
   check_members(self, where, method == "fused")
+  check_same_arguments(self, where)
   local first = method == "fused" and 2 or 1 -- the first gradient among a call's results
   local results, count = {}, nil
   for k, m in ipairs(self._members) do
@@ -322,6 +341,8 @@ local function check_repeat(rt, where)
   return rt
 end
 
+Parallel._takes_target = true
+
 function Parallel:__init(opts)
   local rt = false
   if type(opts) == "boolean" then
@@ -366,6 +387,17 @@ local function parallel_args(self, inputs, targets, last, where)
         ploss.shown(x)))
     end
     local target = rt and targets or targets[k]
+    -- a member without a target: Torch7's ignored targets[k]; here it would be taken for
+    -- the upstream gradient or the scale, so it is refused (the one shared target of
+    -- repeatTarget is not given to such a member)
+    if target ~= nil and nn.takes_target(self._members[k]) == false then
+      if not rt then
+        ploss.raise(string.format("%s: targets[%d]: member %d (ploss.%s) takes no target: leave targets[%d] nil " ..
+          "(Torch7's member ignored it; here it would be taken for the upstream gradient or the scale)", where, k, k,
+          self._members[k]._class_name or "criterion", k))
+      end
+      target = nil
+    end
     if target ~= nil then args[#args + 1] = target end
     args.n = #args
     if last ~= nil then args.n = args.n + 1; args[args.n] = last end
@@ -529,6 +561,7 @@ ploss.SpatialAutoCropMSELoss, ploss.SpatialAutoCropMSECriterion = Crop, Crop
 -- 'sum' by default (Torch7's L1Cost had no average); 'mean' and 'none' as L1Loss's.
 local L1Norm = nn.class("L1NormLoss", ploss.L1Loss)
 L1Norm._doc = "the L1 norm Σ|x| of the input (Torch7 nn.L1Cost)"
+L1Norm._takes_target = false
 
 function L1Norm:__init(opts)
   -- (L1Loss's message for a number or boolean would speak of Torch7's sizeAverage, which

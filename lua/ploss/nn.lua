@@ -411,6 +411,20 @@ function nn.grad_buffer(t, x, a, b, c, list, n)
   return ploss.empty_like(x, { layout = "preserve" })
 end
 
+--- Whether criterion `c` takes a target: what its class says (`_takes_target`: a class
+-- over another loss, a ParallelCriterion), else its description's target ('none': no), else
+-- a MultiCriterion's first member's (its members take the same arguments); nil where it
+-- cannot be told (a criterion of another kind).
+function nn.takes_target(c)
+  local t = c._takes_target
+  if t ~= nil then return t end
+  local d = c._description
+  if type(d) == "table" and d.target ~= nil then return d.target ~= "none" end
+  local members = rawget(c, "_members")
+  if type(members) == "table" and members[1] ~= nil then return nn.takes_target(members[1]) end
+  return nil
+end
+
 --- A loss without a target (description `d`) called in Torch7's list form,
 -- crit:method({inputs}, …), directly or as a MultiCriterion's member: what follows the list
 -- (`...`) would be a Torch7 loop's target, which such a criterion ignored, not the upstream

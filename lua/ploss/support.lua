@@ -217,7 +217,15 @@ local function simplex_of(crit, x, where)
   if x:dim() ~= 1 and x:dim() ~= 2 then
     ploss.raise(string.format("%s: outputs: expected N×C or C values, got %s", where, ploss.shown(x)))
   end
+  if not ploss.dtypes[x:dtype()].float then
+    ploss.raise(string.format("%s: outputs: expected a float dtype (f32, f16, bf16, f64), got %s", where,
+      ploss.shown(x)))
+  end
   local C = x:size(x:dim())
+  if C < 2 then
+    ploss.raise(string.format("%s: outputs: expected at least 2 classes (the simplex of C vertices), got %s", where,
+      ploss.shown(x)))
+  end
   local key = string.format("%d %s %s", C, x:dtype(), x:device())
   local cached = rawget(crit, "_simplex")
   if cached and cached.key == key and not cached.matrix:is_freed() then return cached.matrix end
@@ -232,17 +240,20 @@ end
 
 --- crit:predictions(outputs) → the N×C dot products of each row of outputs (N×C, or C
 -- values: one row) with every class's vertex (Torch7's getPredictions).
+local function predictions(crit, x, where)
+  local vertices = simplex_of(crit, x, where)
+  return F.gemm(x:dim() == 1 and x:view(1, x:size(1)) or x, vertices, { trans_b = true })
+end
 function ploss.ClassSimplexLoss:predictions(x)
   nn.check_self(self, "ClassSimplexLoss", "predictions")
-  local vertices = simplex_of(self, x, "ClassSimplexLoss:predictions")
-  return F.gemm(x:dim() == 1 and x:view(1, x:size(1)) or x, vertices, { trans_b = true })
+  return predictions(self, x, "ClassSimplexLoss:predictions")
 end
 
 --- crit:top_prediction(outputs) → N class indices (i64, 0-based): the vertex of the largest
 -- dot product per row (Torch7's getTopPrediction, whose indices are 1-based).
 function ploss.ClassSimplexLoss:top_prediction(x)
   nn.check_self(self, "ClassSimplexLoss", "top_prediction")
-  return F.argmax(self:predictions(x))
+  return F.argmax(predictions(self, x, "ClassSimplexLoss:top_prediction"))
 end
 
 ---------------------------------------------------------------------------------------
