@@ -12,8 +12,8 @@
  *    8 f16/bf16, 2 f64) with VPT vectors per tensor in flight per thread, the sigmoid kind
  *    and γ = 2 compile-time (branch-free sign-folded formulas, fast f32 exp / reciprocal
  *    and a cancellation-free log1p, see fast_element), other γ through element() with its
- *    kink handling, the pointwise kinds in one kernel that switches on the kind; a scalar
- *    tail of numel % N elements.
+ *    kink handling, the pointwise kinds in one kernel that switches on the kind (BCE on
+ *    probabilities in a kernel of its own); a scalar tail of numel % N elements.
  *  - sigmoid_kernel<T, DENSE>: everything else (strides, broadcast weight/pos_weight, a
  *    target of another float dtype (read by its dtype at run time), misaligned views,
  *    elementwise upstream gradient), with the accurate libdevice functions.  A dense
@@ -383,8 +383,10 @@ __device__ __forceinline__ logit_parts<double> parts_of(double x)
     return s;
 }
 
-/* KIND of the fast kernel for every pointwise criterion: the kind is read at run time (one
- * uniform switch per element; the pass is memory-bound), so one kernel per dtype serves them. */
+/* KIND of the fast kernel for the pointwise criteria: the kind is read at run time (one
+ * uniform switch per element; the pass is memory-bound), so one kernel per dtype serves them.
+ * BCE on probabilities (two logarithms and a division an element, past the memory bound
+ * with the switch) has a kernel of its own, KIND = PLOSS_EW_BCE_PROB. */
 constexpr int KIND_POINTWISE = -1;
 
 /* ω·loss and ω·∂loss/∂x of one element for a compile-time kind (KIND_POINTWISE: the
@@ -409,10 +411,11 @@ template <class A, int KIND, bool G2>
 __device__ __forceinline__ void fast_element(ploss_sigmoid_kind kind, A x, A y, A a1, A a0, A gamma, A beta, A omega,
                                              A &loss, A &g)
 {
-    if (KIND == KIND_POINTWISE) {
+    if (KIND == KIND_POINTWISE || PLOSS_EW_IS_POINTWISE(KIND)) {
+        const ploss_sigmoid_kind k = KIND == KIND_POINTWISE ? kind : (ploss_sigmoid_kind)KIND;
         A dx;
-        pointwise_element<A>(kind, beta, x, y, A(1), loss, dx);
-        g = PLOSS_EW_UPSTREAM(kind, omega, dx, x, y, beta);
+        pointwise_element<A>(k, beta, x, y, A(1), loss, dx);
+        g = PLOSS_EW_UPSTREAM(k, omega, dx, x, y, beta);
         return;
     }
     if (KIND != PLOSS_SIGMOID_BCE && !G2) {
@@ -600,6 +603,10 @@ static ploss_status launch_fast(const ploss_sigmoid_problem *p, unsigned blocks,
                                 double *partials)
 {
     const bool g2 = p->gamma == 2.0;
+    if (p->kind == PLOSS_EW_BCE_PROB) {
+        sigmoid_fast<T, PLOSS_EW_BCE_PROB, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("sigmoid_fast");
+    }
     if (PLOSS_EW_IS_POINTWISE(p->kind)) {
         sigmoid_fast<T, KIND_POINTWISE, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
         return check_launch("sigmoid_fast");
