@@ -43,4 +43,32 @@ PLOSS_PHILOX_FN double ploss_philox_unit(uint32_t hi, uint32_t lo)
     return (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
+/* The high 64 bits of a·b. */
+PLOSS_PHILOX_FN uint64_t ploss_mulhi64(uint64_t a, uint64_t b)
+{
+#ifdef __CUDA_ARCH__
+    return __umul64hi(a, b);
+#else
+    const uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+    const uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    const uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+    return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
+}
+
+/* An integer in [0, span), span >= 1, from one draw.  Up to 2^32: the first 64 bits modulo
+ * span (relative bias below 2^-32).  Above: the top 64 bits of the 128-bit draw times span,
+ * floor((a·2^64 + b)·span / 2^128) = hi(a·span) + the carry of lo(a·span) + hi(b·span)
+ * (bias below span/2^128; 64 bits modulo span would favour the low values by up to
+ * span/2^64, 5 % at 10^18). */
+PLOSS_PHILOX_FN uint64_t ploss_philox_below(ploss_philox4 r, uint64_t span)
+{
+    const uint64_t a = ((uint64_t)r.v[0] << 32) | r.v[1];
+    if (span <= 0xFFFFFFFFull)
+        return a % span;
+    const uint64_t b = ((uint64_t)r.v[2] << 32) | r.v[3];
+    const uint64_t lo = a * span, sum = lo + ploss_mulhi64(b, span);
+    return ploss_mulhi64(a, span) + (sum < lo);
+}
+
 #endif

@@ -16,6 +16,11 @@
  *    of the sizes other than 0 must fit in int64, even for a tensor with a size 0 (else
  *    PLOSS_ERR_SHAPE).  CPU tensors may carry any device_id (one address space).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
+ *  - An output's strides must be shown free of overlap: sorted by size, each stride
+ *    larger than the furthest offset the smaller ones reach (every permutation, slice or
+ *    negative-stride view of a dense tensor); "non-overlapping strides" below means this.
+ *    Others, interleaved layouts that happen not to overlap among them, give
+ *    PLOSS_ERR_LAYOUT.
  *  - The class axis of an input N×C×d1×…×dk is axis 1, whatever its stride.
  *  - Outputs are allocated by the caller; nothing here allocates an output.
  *  - CUDA work is queued on the context's stream; forward/backward never synchronise
@@ -63,7 +68,7 @@ typedef enum ploss_status {
     PLOSS_ERR_SHAPE = 2,            /* a tensor's rank or sizes do not match            */
     PLOSS_ERR_DTYPE = 3,            /* a tensor's dtype is not accepted for this slot    */
     PLOSS_ERR_DEVICE = 4,           /* tensors on different devices / not the ctx's      */
-    PLOSS_ERR_LAYOUT = 5,           /* strides that cannot be used (overlapping output)  */
+    PLOSS_ERR_LAYOUT = 5,           /* strides that cannot be used (an output's overlap) */
     PLOSS_ERR_ALIAS = 6,            /* an output overlaps an input it may not overlap:
                                        their spans (first to last byte) meet, which also
                                        refuses two interleaved views (even and odd elements) */
@@ -237,7 +242,9 @@ ploss_status ploss_axpby(ploss_ctx_t *ctx, DLTensor *dst, double alpha, const DL
  *  held between the least and the greatest such value before it is rounded to the dtype,
  *  so rounding never gives high (nor a value below low).  normal: mean + std·N(0,1)
  *  (Box–Muller; mean and std finite).
- *  randint: integers in [low, high) (any dtype; high > low; for i32 and u8 within the
+ *  randint: integers in [low, high), uniform to a relative bias below 2^-32 (spans up to
+ *  2^32: 64 random bits modulo the span) or span/2^128 (larger spans: 128 bits scaled)
+ *  (any dtype; high > low; for i32 and u8 within the
  *  dtype's range; a float dst holds them exactly only up to its significand: 2^11 for f16,
  *  2^8 for bf16, 2^24 for f32, 2^53 for f64 in magnitude, beyond which they are rounded;
  *  for f16 within ±65519, which round to finite values).
@@ -540,9 +547,9 @@ void ploss_taylor_softmax_opts_init(ploss_taylor_softmax_opts *opts);
  * TaylorSoftmaxV1/V3).  exp is replaced by its even-order Taylor
  * polynomial f_n(v) = Σ_{k≤n} v^k/k!, which is positive on all of ℝ:
  *     output_j = f_n(x_j) / Σ_k f_n(x_k)   along `dim`.
- * Not shift-invariant (no max is subtracted).  Computed in f32 for f32/f16/bf16 inputs
- * (f64 for f64 inputs and for n > 10, where the alternating terms cancel), so f16
- * inputs cannot overflow the intermediate sums.
+ * Not shift-invariant (no max is subtracted).  Computed in f32 on CUDA for f32/f16/bf16
+ * inputs (f64 for f64 inputs and for n > 10, where the alternating terms cancel; the CPU
+ * computes in f64 throughout), so f16 inputs cannot overflow the intermediate sums.
  *
  * in  input   any rank >= 1, f32/f16/bf16/f64, any strides such that the dims before
  *             and after `dim` can each be walked as one strided axis.

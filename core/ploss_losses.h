@@ -626,11 +626,13 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *
  * The polynomials are evaluated as they are, not in log space: f_n(x) ≈ x^n/n! leaves the
  * computing type's range for |x| beyond about (n!·3.4·10³⁸)^(1/n) in f32 (2.6·10¹⁹ at
- * n = 2, 10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64, and a row holding such a
- * logit gets an infinite loss and NaN gradients. A −∞ logit does not mask its class, as it
- * would in a softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.
- * Orders above 10 take f64 on CUDA as on the CPU, whatever the layout and class count, so there
- * the f64 limit holds for every input dtype.
+ * n = 2, 10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64. A row holding such a logit
+ * has Z = +∞, so its loss is +∞ and its gradient what 1/Z = 0 leaves: −f_{n−1}(x_y)/F_y
+ * at the label and 0 at the other classes, NaN only where f_{n−1}(x_k) overflows as well (or
+ * F_y does, at the label). A −∞ logit does not mask its class, as it would in a softmax:
+ * f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN. Orders above 10
+ * take f64 on CUDA as on the CPU, whatever the layout and class count, so there the f64 limit
+ * holds for every input dtype.
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided
@@ -2445,14 +2447,15 @@ void ploss_lovasz_softmax_opts_init(ploss_lovasz_softmax_opts *opts);
  * segments in batches of up to four with CUB's radix sort on 32-bit (segment slot, f32 error)
  * keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and keeps at
  * most about the input's size in its workspace (f32; f16/bf16: about 4× their input, the
- * weights being f32); nothing of size C × pixels is kept after the call. On CUDA f64 inputs
- * are ranked by their errors rounded to f32 (equal there: by pixel index), the loss and the
- * gradient computed in f64; the CPU ranks them by their f64 errors. The loss does not depend on
- * the order of tied errors, the gradient does: where two errors differ only below f32's
- * precision the backends may give the gradients of two such orders. class_ids is a set: a class
- * listed twice counts once (Berman et al.'s loop would count it twice), and an empty list gives
- * 0. With per_image the 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of
- * nothing.
+ * weights being f32); nothing of size C × pixels is kept after the call. The CPU backend holds
+ * the probabilities and, for the gradient, the signed weights in f64 during the call (two C ×
+ * pixels f64 buffers and the sort's keys: 4–6× an f32 input). On CUDA f64 inputs are ranked
+ * by their errors rounded to f32 (equal there: by pixel index), the loss and the gradient
+ * computed in f64; the CPU ranks them by their f64 errors. The loss does not depend on the
+ * order of tied errors, the gradient does: where two errors differ only below f32's precision
+ * the backends may give the gradients of two such orders. class_ids is a set: a class listed
+ * twice counts once (Berman et al.'s loop would count it twice), and an empty list gives 0.
+ * With per_image the 'mean' of an empty batch (no group) is 0, Berman et al.'s mean of nothing.
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×d1×…×dk (N×C×H×W for images, C >= 1),
  *                 any strides (a crop of a segmentation map is read in place). Pixels are
@@ -2852,9 +2855,11 @@ void ploss_affinity_field_opts_init(ploss_affinity_field_opts *opts);
  * Unlike the reference, a pair with an ignored pixel adds nothing to the value (the reference
  * adds λ_diff·κ for it) nor to the gradient. The paper's "edge" pairs are those of different
  * labels; the reference calls its same-label weight lambda_edge, so the names here say which
- * pairs each weighs. Only the fixed 3×3 field is implemented, not the adaptive kernel sizes.
- * 'mean' with no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not
- * ignore_index are an error (INVALID_LABEL).
+ * pairs each weighs. Memory during the call: on CUDA a workspace of about the input's size; on
+ * the CPU each pixel's log-softmax and softmax in f64 and its eight divergences (5–6× an f32
+ * input). Only the fixed 3×3 field is implemented, not the adaptive kernel sizes. 'mean' with
+ * no valid pixel gives NaN and a zero gradient. Labels outside [0, C) that are not ignore_index
+ * are an error (INVALID_LABEL).
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or
  *                 N×C (one pixel per image: no neighbours), C >= 1; rank at most 4; any
@@ -2946,6 +2951,8 @@ void ploss_affinity_opts_init(ploss_affinity_opts *opts);
  * everything, itself included). An image smaller than k along H or W has no window (an N×C×W
  * input's images are one row: none unless k = 1). 'mean' with no counted pair gives NaN and a
  * zero gradient. Labels outside [0, C) that are not ignore_index are an error (INVALID_LABEL).
+ * Memory during the call: on CUDA a workspace of about the input's size; on the CPU an f64 copy
+ * of the logits and per-pixel values (2–3× an f32 input).
  *
  * in  input       logits, f32/f16/bf16/f64: N×C×H×W, N×C×W (a row of pixels per image) or
  *                 N×C (one pixel per image: no neighbours), C >= 1; rank at most 4; any

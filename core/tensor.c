@@ -190,11 +190,19 @@ ploss_status ploss_view_check_writable(const ploss_view *v, const char *name)
     qsort(dims, (size_t)n, sizeof dims[0], cmp_stride);
     int64_t reach = 0; /* largest offset reachable by the smaller-stride dims */
     for (int k = 0; k < n; ++k) {
-        if (dims[k].stride <= reach)
+        /* a zero stride, or two equal ones, map distinct elements to one place; otherwise
+         * the test is sufficient, not necessary: say what it asks, not that they overlap */
+        if (dims[k].stride == 0 || (k > 0 && dims[k].stride == dims[k - 1].stride))
             return ploss_error(PLOSS_ERR_LAYOUT,
                                "%s: strides make distinct elements share memory (an expanded or "
                                "overlapping view cannot be written); pass a contiguous tensor",
                                name);
+        if (dims[k].stride <= reach)
+            return ploss_error(PLOSS_ERR_LAYOUT,
+                               "%s: strides not shown free of overlap: sorted, each must exceed the "
+                               "furthest offset the smaller ones reach (%lld <= %lld), as a permuted "
+                               "or sliced dense tensor's do; pass a contiguous tensor",
+                               name, (long long)dims[k].stride, (long long)reach);
         reach += dims[k].stride * (dims[k].size - 1);
     }
     return PLOSS_OK;

@@ -20,7 +20,7 @@ typedef struct ploss_rand_spec {
     double lo, hi;        /* uniform: the least and greatest values of dst's dtype in [a, b);
                              each draw is clamped to them before it is rounded to the dtype,
                              so that rounding cannot reach b (or fall below a) */
-    int64_t low;          /* int: low + (r mod span) */
+    int64_t low;          /* int: low + ploss_philox_below(r, span) */
     uint64_t span;
 } ploss_rand_spec;
 

@@ -439,6 +439,13 @@ describe("box losses: an ignored box leaves no trace", function()
         L.crit .. ": opts.ignore[2]: expected a boolean, 0 or 1, got 0.5")
       H.expect_error(function() ploss[L.crit] { ignore = { 0, 0, "yes", 0 } } end,
         L.crit .. ": opts.ignore[3]: expected a boolean, 0 or 1, got string")
+      -- the list given to the constructor, edited in place, is seen at the next call (was
+      -- the constructor's 0/1 copy: the box stayed in, silently)
+      local list = { 0, 0, 0, 0 }
+      local crit = ploss[L.crit] { reduction = "none", ignore = list }
+      crit:forward(x, y)
+      list[2] = 1
+      H.assert_equal(crit:forward(x, y), want, { what = L.crit .. " list edited in place" })
       for _, case in ipairs { { 0.5, "f32", "0.5" }, { 0 / 0, "f32", "nan" }, { 2, "u8", "2" }, { -1, "i64", "-1" } } do
         local ign = ploss.zeros({ 4 }, { dtype = case[2] })
         ign:narrow(1, 3, 1):fill(case[1])
@@ -568,6 +575,11 @@ describe("pairwise box similarities", function()
     local bad = boxes { { 0, 0, 1, 1 }, { 3, 0, 2, 1 } }
     H.expect_error(function() ploss.generalized_box_iou(a, bad, { out = out }) end,
       { "PLOSS_ERR_INVALID_BOX", "boxes2: box 1 (0-based)" }, out)
+    -- the coordinates in digits that read back as them (six digits made x2 < x1 look equal)
+    H.expect_error(function() ploss.box_iou(boxes { { 100000.5, 0, 100000.4, 3 } }, b) end,
+      "boxes1: box 0 (0-based) = (100000.5, 0, 100000.4, 3) has x2 < x1 or y2 < y1")
+    H.expect_error(function() ploss.box_iou(boxes { { 0.1, 0, -0.30000000000000004, 3 } }, b, { box_format = "xywh" }) end,
+      "boxes1: box 0 (0-based) = (0.1, 0, -0.30000000000000004, 3) has a negative width or height")
     local sq = ploss.zeros({ 3, 4 }, { dtype = "f64" })
     sq:copy(a)
     H.expect_error(function() ploss.box_iou(sq, sq:narrow(1, 1, 3), { out = sq:narrow(2, 1, 3) }) end,

@@ -451,6 +451,20 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
       close(g, gref, TOL.f32.grad, 0, layout .. " gradient")
     end
   end)
+
+  -- past the computing type's range, as the CPU: Z = +∞ gives a +∞ loss and the gradient
+  -- of 1/Z = 0, (0, −f_1(1)/f_2(1), 0) = (0, −0.8, 0) at n = 2 (f_1(3e19) stays finite)
+  it("a logit whose polynomial overflows f32: +∞ loss and the gradient 1/Z = 0 leaves, in every layout", function()
+    local x = ploss.tensor({ { 3e19, 1, 0 } }, { dtype = "f32" })
+    local y = ploss.tensor({ 1 }, { dtype = "i64" })
+    for _, layout in ipairs { "contiguous", "strided" } do
+      local xd = layout == "strided" and x:view(1, 3, 1):to(DEV) or x:to(DEV)
+      local yd = layout == "strided" and y:view(1, 1):to(DEV) or y:to(DEV)
+      local l, g = ploss.TaylorCrossEntropyLoss { n = 2 }(xd, yd)
+      assert.are.equal(math.huge, l, layout)
+      H.assert_close(g:cpu():view(1, 3), { { 0, -0.8, 0 } }, { rtol = 1e-6 })
+    end
+  end)
 end)
 
 -- C priors on the device, one of them 0 when C > 2 (that class drops out of the normaliser)

@@ -84,6 +84,9 @@ describe("CUDA tensors (" .. DEV .. ")", function()
     end
     H.assert_equal(ploss.randint(0, 256, { 300 }, { dtype = "u8", seed = 5, device = DEV }),
       ploss.randint(0, 256, { 300 }, { dtype = "u8", seed = 5 }))
+    -- spans past 2^32 take all 128 bits of a draw (mulhi on the device, its C form here)
+    H.assert_equal(ploss.randint(-2 ^ 62, 2 ^ 62 + 12345, { 4096 }, { seed = 6, device = DEV }),
+      ploss.randint(-2 ^ 62, 2 ^ 62 + 12345, { 4096 }, { seed = 6 }), { what = "randint past 2^32" })
     -- strided destinations take counters in row-major order of the view
     local h = ploss.zeros({ 6, 4 }, { dtype = "f64" })
     local d = ploss.zeros({ 6, 4 }, { dtype = "f64", device = DEV })

@@ -271,6 +271,10 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
       "opts.classes: a list, and opts.class_ids too: give them once", loss)
     H.expect_error(function() F.lovasz_softmax(x, y, { classes = 1, out = loss }) end,
       "opts.classes: 1 is not one of 'present', 'all', 'listed', nor a list of class_ids", loss)
+    -- a list given as classes is named classes in the messages about its values
+    H.expect_error(function() F.lovasz_softmax(x, y, { classes = { { 0 } }, out = loss }) end,
+      "opts.classes[1]: expected a number, got table", loss)
+    H.expect_error(function() ploss.LovaszSoftmaxLoss { classes = { 0, "1" } } end, "opts.classes[2]: expected a number")
     for _, bad in ipairs { 3, -1, 0.5 } do
       H.expect_error(function() F.lovasz_softmax(x, y, { classes = "listed", class_ids = { 0, bad }, out = loss }) end,
         { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: element 1 (from 0) = " .. (bad == 0.5 and "0.5" or tostring(bad)) ..

@@ -124,6 +124,23 @@ describe("Taylor softmax by hand", function()
     H.assert_close(l64:flat()[1], 90.538070568364, { rtol = 1e-12 })
   end)
 
+  it("Taylor cross-entropy past the computing type's range: +∞ loss, the gradient of 1/Z = 0, NaN where f_{n−1} overflows", function()
+    -- n = 2, f32: f_2(3·10¹⁹) ≈ 4.5·10³⁸ overflows, f_1(3·10¹⁹) does not: ∂ℓ/∂x = (0, −f_1(1)/f_2(1), 0)
+    -- = (0, −2/2.5, 0); f64 at 10²⁰⁰ the same; n = 12, f_11(10²⁰⁰) overflows too: NaN there
+    local y = ploss.tensor({ 1 }, { dtype = "i64" })
+    for _, case in ipairs({ { 3e19, "f32", 2 }, { 1e200, "f64", 2 } }) do
+      local x = ploss.tensor({ { case[1], 1, 0 } }, { dtype = case[2] })
+      local l, g = ploss.TaylorCrossEntropyLoss { n = case[3] }(x, y)
+      assert.are.equal(math.huge, l)
+      H.assert_close(g, { { 0, -0.8, 0 } }, { rtol = 1e-6 })
+    end
+    local l, g = ploss.TaylorCrossEntropyLoss { n = 12 }(ploss.tensor({ { 1e200, 1, 0 } }, { dtype = "f64" }), y)
+    assert.are.equal(math.huge, l)
+    local gf = g:flat()
+    assert.is_true(gf[1] ~= gf[1])
+    assert.is_true(gf[2] < 0 and gf[2] > -1 and gf[3] == 0)
+  end)
+
   it("Taylor cross-entropy: C = 1 gives 0; every sample ignored gives a NaN mean and zero gradient", function()
     local x = ploss.randn({ 4, 1 }, { dtype = "f64" })
     local l, g = F.taylor_cross_entropy_fused(x, ploss.zeros({ 4 }, { dtype = "i64" }))

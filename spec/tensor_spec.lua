@@ -290,6 +290,21 @@ describe("random numbers", function()
     assert.is_true(math.abs(math.sqrt(v2 / #n) - 2) < 0.05)
   end)
 
+  it("randint is uniform over spans past 2^32 (no modulo bias), the same as before up to 2^32", function()
+    -- [0, 3·2^61): 64 random bits modulo the span gave its thirds 3/8, 3/8, 1/4
+    local ffi = require "ffi"
+    local n = 300000
+    local v = ploss.randint(0, 3 * 2 ^ 61, { n }, { seed = 1 })
+    local p, c = ffi.cast("int64_t *", v:dl().data), { 0, 0, 0 }
+    for i = 0, n - 1 do
+      local k = tonumber(p[i] / (2LL ^ 61)) + 1
+      c[k] = c[k] + 1
+    end
+    for k = 1, 3 do assert.is_true(math.abs(c[k] / n - 1 / 3) < 0.005, k .. ": " .. c[k] / n) end
+    -- a span up to 2^32 keeps the 64-bit modulo: the numbers of earlier releases
+    H.assert_equal(ploss.randint(0, 10, { 8 }, { seed = 5 }), ploss.tensor({ 4, 0, 4, 1, 9, 9, 4, 6 }, { dtype = "i64" }))
+  end)
+
   it("uniform numbers never round up to high in a narrow dtype", function()
     -- a draw just below high rounds to high in f32, f16 and bf16 unless held below it: at
     -- seed 1234, offset 95036815 the f32 draw is 0.99999997…, nearest f32 1

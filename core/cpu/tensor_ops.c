@@ -309,8 +309,7 @@ static double rand_value(const ploss_rand_spec *s, int64_t k, int64_t *ival)
         return fma(s->b, z, s->a);
     }
     default: {
-        uint64_t bits = ((uint64_t)r.v[0] << 32) | r.v[1];
-        *ival = (int64_t)((uint64_t)s->low + bits % s->span);
+        *ival = (int64_t)((uint64_t)s->low + ploss_philox_below(r, s->span));
         return (double)*ival;
     }
     }

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "boxes.h"
@@ -72,17 +73,26 @@ static ploss_status check_boxes_cpu(int format, int64_t N, const void *ign, plos
         double r[4];
         for (int k = 0; k < 4; ++k)
             r[k] = ploss_load(base, dt, n * sn + k * sk);
-        if (format == PLOSS_BOX_FORMAT_XYXY && (r[2] < r[0] || r[3] < r[1]))
+        const int bad_xyxy = format == PLOSS_BOX_FORMAT_XYXY && (r[2] < r[0] || r[3] < r[1]);
+        if (!bad_xyxy && !(format != PLOSS_BOX_FORMAT_XYXY && (r[2] < 0 || r[3] < 0)))
+            continue;
+        char c[4][32]; /* each coordinate as the shortest digits that read back as it */
+        for (int k = 0; k < 4; ++k)
+            for (int digits = 15; digits <= 17; ++digits) {
+                snprintf(c[k], sizeof c[k], "%.*g", digits, r[k]);
+                if (strtod(c[k], NULL) == r[k] || r[k] != r[k])
+                    break;
+            }
+        if (bad_xyxy)
             return ploss_error(PLOSS_ERR_INVALID_BOX,
-                               "%s: box %lld (0-based) = (%g, %g, %g, %g) has x2 < x1 or y2 < y1; boxes are "
+                               "%s: box %lld (0-based) = (%s, %s, %s, %s) has x2 < x1 or y2 < y1; boxes are "
                                "(x1, y1, x2, y2) with x1 <= x2 and y1 <= y2 in box_format 'xyxy'",
-                               which, (long long)n, r[0], r[1], r[2], r[3]);
-        if (format != PLOSS_BOX_FORMAT_XYXY && (r[2] < 0 || r[3] < 0))
-            return ploss_error(PLOSS_ERR_INVALID_BOX,
-                               "%s: box %lld (0-based) = (%g, %g, %g, %g) has a negative width or height "
-                               "(box_format '%s')",
-                               which, (long long)n, r[0], r[1], r[2], r[3],
-                               format == PLOSS_BOX_FORMAT_XYWH ? "xywh" : "cxcywh");
+                               which, (long long)n, c[0], c[1], c[2], c[3]);
+        return ploss_error(PLOSS_ERR_INVALID_BOX,
+                           "%s: box %lld (0-based) = (%s, %s, %s, %s) has a negative width or height "
+                           "(box_format '%s')",
+                           which, (long long)n, c[0], c[1], c[2], c[3],
+                           format == PLOSS_BOX_FORMAT_XYWH ? "xywh" : "cxcywh");
     }
     return PLOSS_OK;
 }

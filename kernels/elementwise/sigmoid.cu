@@ -12,8 +12,8 @@
  *    8 f16/bf16, 2 f64) with VPT vectors per tensor in flight per thread, the sigmoid kind
  *    and γ = 2 compile-time (branch-free sign-folded formulas, fast f32 exp / reciprocal
  *    and a cancellation-free log1p, see fast_element), other γ through element() with its
- *    kink handling, the pointwise kinds in one kernel that switches on the kind (BCE on
- *    probabilities in a kernel of its own); a scalar tail of numel % N elements.
+ *    kink handling, the pointwise kinds in one kernel that switches on the kind (MSE and
+ *    BCE on probabilities in kernels of their own); a scalar tail of numel % N elements.
  *  - sigmoid_kernel<T, DENSE>: everything else (strides, broadcast weight/pos_weight, a
  *    target of another float dtype (read by its dtype at run time), misaligned views,
  *    elementwise upstream gradient), with the accurate libdevice functions.  A dense
@@ -385,8 +385,9 @@ __device__ __forceinline__ logit_parts<double> parts_of(double x)
 
 /* KIND of the fast kernel for the pointwise criteria: the kind is read at run time (one
  * uniform switch per element; the pass is memory-bound), so one kernel per dtype serves them.
- * BCE on probabilities (two logarithms and a division an element, past the memory bound
- * with the switch) has a kernel of its own, KIND = PLOSS_EW_BCE_PROB. */
+ * Two kinds have kernels of their own (KIND = the kind): BCE on probabilities (two
+ * logarithms and a division an element, past the memory bound with the switch) and MSE
+ * (the most used; in 16 bits, eight switches a 16-byte vector kept it off the bound). */
 constexpr int KIND_POINTWISE = -1;
 
 /* ω·loss and ω·∂loss/∂x of one element for a compile-time kind (KIND_POINTWISE: the
@@ -605,6 +606,10 @@ static ploss_status launch_fast(const ploss_sigmoid_problem *p, unsigned blocks,
     const bool g2 = p->gamma == 2.0;
     if (p->kind == PLOSS_EW_BCE_PROB) {
         sigmoid_fast<T, PLOSS_EW_BCE_PROB, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
+        return check_launch("sigmoid_fast");
+    }
+    if (p->kind == PLOSS_EW_MSE) {
+        sigmoid_fast<T, PLOSS_EW_MSE, false><<<blocks, THREADS, 0, stream>>>(*p, omega, partials);
         return check_launch("sigmoid_fast");
     }
     if (PLOSS_EW_IS_POINTWISE(p->kind)) {

@@ -88,6 +88,12 @@ local function set_fields(self, d, opts, o)
     local v = opt.list and type(opts) == "table" and opts[opt.name]
     if type(v) == "table" or ploss.is_tensor(v) then self[opt.name], self[opt.list.tensor] = v, nil end
   end
+  -- a list of a tensor option is kept as given (resolved again at each call), not as the
+  -- copy resolve made of it (a mask's 0/1 values): edited in place, it is not stale
+  for _, t in ipairs(d.tensors) do
+    local v = type(opts) == "table" and opts[t.name]
+    if type(v) == "table" and not ploss.is_tensor(v) then self[t.name] = v end
+  end
 end
 
 -- The C value of an enum option given by its Lua name, or an error naming the choices.
@@ -233,7 +239,9 @@ local function resolve(d, user, extra, where, own_keys)
     ploss.check_option_keys(user, where, option_names(d), extra)
   end
   -- an enum option with a list form (opt.list): a list or a tensor given for it is its tensor
-  -- option, with the option's value opt.list.value (Lovász's classes = {…})
+  -- option, with the option's value opt.list.value (Lovász's classes = {…}); messages about
+  -- its values name the option given (given_as)
+  local given_as = {}
   for _, opt in ipairs(d.lua_options) do
     local v = opt.list and user[opt.name]
     if type(v) == "table" or ploss.is_tensor(v) then
@@ -245,7 +253,7 @@ local function resolve(d, user, extra, where, own_keys)
       local copy = {}
       for k, x in pairs(user) do copy[k] = x end
       copy[opt.name], copy[tname] = opt.list.value, v
-      user = copy
+      user, given_as[tname] = copy, opt.name
     end
   end
   local o = {}
@@ -278,11 +286,12 @@ local function resolve(d, user, extra, where, own_keys)
   for _, t in ipairs(d.tensors) do
     if t.argument then goto next_tensor end -- lengths: arguments of each call, not options
     local v = user[t.name]
+    local shown = given_as[t.name] or t.name
     if v == nil then
       if t.required then ploss.raise(string.format("%s: %s (%s) is required", where, t.name, t.doc)) end
     elseif type(v) == "table" and not ploss.is_tensor(v) then
       -- a Lua list: kept as numbers, made a tensor of the input's dtype at the call
-      local n = list_length(v, where, "opts." .. t.name, t.mask and "booleans or 0/1" or "numbers")
+      local n = list_length(v, where, "opts." .. shown, t.mask and "booleans or 0/1" or "numbers")
       if t.mask then
         -- a mask: true/false or exactly 1/0 (0.5 or NaN would leave a box out silently)
         local m = {}
@@ -291,7 +300,7 @@ local function resolve(d, user, extra, where, own_keys)
           if b == true or b == 1 then m[i] = 1
           elseif b == false or b == 0 then m[i] = 0
           else
-            ploss.raise(string.format("%s: opts.%s[%d]: expected a boolean, 0 or 1, got %s", where, t.name, i,
+            ploss.raise(string.format("%s: opts.%s[%d]: expected a boolean, 0 or 1, got %s", where, shown, i,
               type(b) == "number" and show(b) or type(b)))
           end
         end
@@ -299,7 +308,7 @@ local function resolve(d, user, extra, where, own_keys)
       end
       for i = 1, n do
         if type(v[i]) ~= "number" then
-          ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, t.name, i, type(v[i])))
+          ploss.raise(string.format("%s: opts.%s[%d]: expected a number, got %s", where, shown, i, type(v[i])))
         end
       end
       if t.what == "weight" or t.what == "factor" then
@@ -329,7 +338,7 @@ local function resolve(d, user, extra, where, own_keys)
         end
       end
     elseif not ploss.is_tensor(v) then
-      ploss.raise(string.format("%s: opts.%s: expected a tensor or a list of numbers, got %s", where, t.name, type(v)))
+      ploss.raise(string.format("%s: opts.%s: expected a tensor or a list of numbers, got %s", where, shown, type(v)))
     end
     o[t.name] = v
     ::next_tensor::

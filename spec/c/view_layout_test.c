@@ -3,7 +3,8 @@
  * (ploss_view_init): a data pointer not aligned to the element size, and strides or sizes
  * whose byte extent is too large or leaves the address space, are PLOSS_ERR_LAYOUT naming
  * the argument, with nothing written; the largest legal extents are still accepted.  A
- * negative size is PLOSS_ERR_SHAPE.
+ * negative size is PLOSS_ERR_SHAPE.  An output's strides that share memory, or that are
+ * not shown free of overlap, are LAYOUT with a message saying which.
  */
 #include <stdint.h>
 
@@ -183,6 +184,31 @@ static void negative_size(void)
         CHECK(out[i] == -1.0f);
 }
 
+/* An output's strides: a zero stride or two equal ones share memory; interleaved strides
+ * that do not overlap but fail the sorted-reach test are refused as not shown free of
+ * overlap (the message may not claim that they overlap); a permuted dense view is written. */
+static void writable_strides(void)
+{
+    double out[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    int64_t shape[2] = {2, 3};
+    int64_t interleaved[2] = {3, 2}; /* offsets 0 2 4 3 5 7: distinct */
+    int64_t equal[2] = {2, 2}, zero[2] = {0, 1}, permuted[2] = {1, 2};
+    DLTensor t = cpu_tensor(out, dt_f64, 2, shape, interleaved);
+    fill_refused(&t, (const unsigned char *)out, sizeof out,
+                 "dst: strides not shown free of overlap: sorted, each must exceed the furthest offset the "
+                 "smaller ones reach (3 <= 4)");
+    CHECK(strstr(ploss_last_error(), "share memory") == NULL);
+    t.strides = equal;
+    fill_refused(&t, (const unsigned char *)out, sizeof out, "dst: strides make distinct elements share memory");
+    t.strides = zero;
+    fill_refused(&t, (const unsigned char *)out, sizeof out, "dst: strides make distinct elements share memory");
+    t.strides = permuted;
+    CHECK_STATUS(ploss_fill(ctx, &t, 7.0), PLOSS_OK, "");
+    for (int i = 0; i < 6; ++i)
+        CHECK(out[i] == 7.0);
+    CHECK(out[6] == -1.0 && out[7] == -1.0);
+}
+
 int main(void)
 {
     DLDevice cpu = {kDLCPU, 0};
@@ -194,6 +220,7 @@ int main(void)
     large_strides();
     outside_address_space();
     negative_size();
+    writable_strides();
     ploss_ctx_destroy(ctx);
     return check_report("view_layout");
 }

@@ -39,5 +39,7 @@ the gradient (the reference keeps them with T = 0, so an ignored pixel is pushed
 unlike everything, itself included).  An image smaller than k along H or W has no window
 (an N×C×W input's images are one row: none unless k = 1).  'mean' with no counted pair
 gives NaN and a zero gradient.  Labels outside [0, C) that are
-not ignore_index are an error (INVALID_LABEL).]],
+not ignore_index are an error (INVALID_LABEL).  Memory during the call: on CUDA a workspace
+of about the input's size; on the CPU an f64 copy of the logits and per-pixel values (2–3×
+an f32 input).]],
 }

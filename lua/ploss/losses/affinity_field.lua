@@ -51,6 +51,8 @@ Unlike the reference, a pair with an ignored pixel adds nothing to the value (th
 adds λ_diff·κ for it) nor to the gradient.  The paper's "edge" pairs are those of different
 labels; the reference calls its same-label weight lambda_edge, so the names here say which
 pairs each weighs.
+Memory during the call: on CUDA a workspace of about the input's size; on the CPU each
+pixel's log-softmax and softmax in f64 and its eight divergences (5–6× an f32 input).
 Only the fixed 3×3 field is implemented, not the adaptive kernel sizes.  'mean' with no valid
 pixel gives NaN and a zero gradient.  Labels outside [0, C) that are not ignore_index are an
 error (INVALID_LABEL).]],

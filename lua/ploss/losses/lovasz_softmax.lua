@@ -66,7 +66,9 @@ that are not ignore_index are an error (INVALID_LABEL).  The CUDA backend sorts 
 class) segments in batches of up to four with CUB's radix sort on 32-bit (segment slot, f32
 error) keys, counts the foreground pixels per chunk of ranks (integer prefix counts), and
 keeps at most about the input's size in its workspace (f32; f16/bf16: about 4× their input,
-the weights being f32); nothing of size C × pixels is kept after the call.
+the weights being f32); nothing of size C × pixels is kept after the call.  The CPU backend
+holds the probabilities and, for the gradient, the signed weights in f64 during the call (two
+C × pixels f64 buffers and the sort's keys: 4–6× an f32 input).
 On CUDA f64 inputs are ranked by their errors rounded to f32 (equal there: by pixel index),
 the loss and the gradient computed in f64; the CPU ranks them by their f64 errors.  The loss
 does not depend on the order of tied errors, the gradient does: where two errors differ
