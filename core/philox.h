@@ -64,7 +64,7 @@ PLOSS_PHILOX_FN uint64_t ploss_mulhi64(uint64_t a, uint64_t b)
 PLOSS_PHILOX_FN uint64_t ploss_philox_below(ploss_philox4 r, uint64_t span)
 {
     const uint64_t a = ((uint64_t)r.v[0] << 32) | r.v[1];
-    if (span <= 0xFFFFFFFFull)
+    if (span <= 0x100000000ull)
         return a % span;
     const uint64_t b = ((uint64_t)r.v[2] << 32) | r.v[3];
     const uint64_t lo = a * span, sum = lo + ploss_mulhi64(b, span);

@@ -16,7 +16,7 @@
  *    of the sizes other than 0 must fit in int64, even for a tensor with a size 0 (else
  *    PLOSS_ERR_SHAPE).  CPU tensors may carry any device_id (one address space).  Supported
  *    dtypes: f32, f16, bf16, f64 (floating), i64, i32 (labels), u8 (bytes).  Lanes = 1.
- *  - An output's strides must be shown free of overlap: sorted by size, each stride
+ *  - An output's strides must be shown free of overlap: sorted by magnitude, each stride
  *    larger than the furthest offset the smaller ones reach (every permutation, slice or
  *    negative-stride view of a dense tensor); "non-overlapping strides" below means this.
  *    Others, interleaved layouts that happen not to overlap among them, give

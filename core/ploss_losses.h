@@ -342,10 +342,12 @@ void ploss_softmax_focal_opts_init(ploss_softmax_focal_opts *opts);
  *
  * 'mean' divides by the number of valid samples (α does not change the divisor).
  *
- * For a confident sample, where 1 − p_t approaches the spacing of lse (about 10⁻¹³ of
- * |lse| in f64, 10⁻⁶ in f32), log p_t = x_y − lse keeps only the digits that spacing
- * leaves: the loss and gradient there, tiny, are known to a few per cent, and backward from the
- * saved lse differs from the fused pass by as much (2 % at logits (30, 0) in f64).
+ * For a confident sample log p_t = x_y − lse keeps only the digits that lse's float spacing
+ * leaves: the loss and gradient there, tiny, carry a relative error up to about
+ * 10⁻¹⁶·|lse|/(1 − p_t) in f64 (6·10⁻⁸·|lse|/(1 − p_t) where lse is an f32:
+ * CUDA's kernels of at most 32 classes, or an f32 state through the C API; the Lua criteria
+ * save it in f64), and backward from the saved lse differs from the fused pass by as much (2 %
+ * at logits (30, 0) in f64, where 1 − p_t ≈ 10⁻¹³).
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided
@@ -626,13 +628,13 @@ void ploss_taylor_cross_entropy_opts_init(ploss_taylor_cross_entropy_opts *opts)
  *
  * The polynomials are evaluated as they are, not in log space: f_n(x) ≈ x^n/n! leaves the
  * computing type's range for |x| beyond about (n!·3.4·10³⁸)^(1/n) in f32 (2.6·10¹⁹ at
- * n = 2, 10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64. A row holding such a logit
- * has Z = +∞, so its loss is +∞ and its gradient what 1/Z = 0 leaves: −f_{n−1}(x_y)/F_y
- * at the label and 0 at the other classes, NaN only where f_{n−1}(x_k) overflows as well (or
- * F_y does, at the label). A −∞ logit does not mask its class, as it would in a softmax:
- * f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN. Orders above 10
- * take f64 on CUDA as on the CPU, whatever the layout and class count, so there the f64 limit
- * holds for every input dtype.
+ * n = 2, 3.2·10⁴ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64. A row holding such a
+ * logit has Z = +∞: its loss is +∞, or NaN where it is the label's (∞ − ∞), and its
+ * gradient what 1/Z = 0 leaves, −f_{n−1}(x_y)/F_y at the label (0 where F_y overflowed) and
+ * 0 at the other classes, NaN only where f_{n−1}(x_k) overflows as well. A −∞ logit does
+ * not mask its class, as it would in a softmax: f_n(−∞) = +∞ (n is even), so the loss is
+ * +∞ and the gradient NaN. Orders above 10 take f64 on CUDA as on the CPU, whatever the
+ * layout and class count, so there the f64 limit holds for every input dtype.
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided

@@ -215,6 +215,12 @@ describe("MultiCriterion", function()
     H.expect_error(function() crit:forward({ a, p, n }, 2) end, "TripletMarginLoss:forward: ploss.TripletMarginLoss takes no target")
     local listed = crit:backward({ a, p, n })
     assert.are.equal(3, #listed)
+    -- nested: a MultiCriterion member of a MultiCriterion, its message naming the method
+    local nested = ploss.MultiCriterion():add(ploss.MultiCriterion():add(ploss.TripletMarginLoss()))
+    H.expect_error(function() nested:backward({ a, p, n }, 2) end,
+      "MultiCriterion:backward: ploss.TripletMarginLoss takes no target: in Torch7's list form, " ..
+      "crit:backward({anchor, positive, negative}), nothing follows the list")
+    H.expect_error(function() nested({ a, p, n }, 2) end, "in Torch7's list form, crit({anchor, positive, negative})")
     H.assert_equal(listed[1], sa)
     H.assert_equal(listed[2], sp)
     H.assert_equal(listed[3], sn)
@@ -256,6 +262,12 @@ describe("MultiCriterion", function()
 
   it("refuses members of which one takes a target and another none", function()
     local X, Y = t64({ 0.3, 1.2 }), t64({ 1.1, 0.4 })
+    -- a first member that cannot tell (a criterion of another kind) does not hide the others
+    local foreign = { forward = function() return 0 end, backward = function(_, a) return a end,
+      fused = function(_, a) return 0, a end }
+    local mixed = ploss.MultiCriterion():add(foreign):add(ploss.MarginRankingLoss()):add(ploss.DistanceRatioLoss())
+    H.expect_error(function() mixed(X, Y, -1) end,
+      "member 3 (ploss.DistanceRatioLoss) takes no target and member 2 (ploss.MarginRankingLoss) takes one")
     local crit = ploss.MultiCriterion():add(ploss.MarginRankingLoss()):add(ploss.DistanceRatioLoss())
     local msg = "member 2 (ploss.DistanceRatioLoss) takes no target and member 1 (ploss.MarginRankingLoss) takes one"
     H.expect_error(function() crit:forward(X, Y, t64({ -1, 1 })) end, "MultiCriterion:forward: " .. msg)
@@ -346,6 +358,12 @@ describe("ParallelCriterion", function()
     H.assert_close(lr, (0.5 ^ 2 + 3 ^ 2) / 2 + 0.1 * (0.3 + 0.7), { rtol = 1e-15 })
     H.assert_close(gr[1], { 0.5, -3 }, { rtol = 1e-15 })
     H.assert_close(gr[2], { 0.1, -0.1 }, { rtol = 1e-15 })
+    -- repeatTarget over members that take none: no target at all
+    local none = ploss.ParallelCriterion(true):add(ploss.L1Cost()):add(ploss.DistanceRatioLoss(), 2)
+    local ln, gn = none({ code, { X, Y } })
+    H.assert_close(ln, 1.0 + 2 * l1, { rtol = 1e-15 })
+    H.assert_close(gn[1], { 1, -1 }, { rtol = 1e-15 })
+    H.assert_close(gn[2][1], weighted({ gx1:flat() }, { 2 }), { rtol = 1e-15 })
     local each = ploss.ParallelCriterion():add(ploss.MSECriterion()):add(ploss.L1Cost(), 0.1)
     H.expect_error(function() each({ out, code }, { tgt, 0 }) end,
       "targets[2]: member 2 (ploss.L1NormLoss) takes no target: leave targets[2] nil")

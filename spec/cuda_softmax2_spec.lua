@@ -454,7 +454,7 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
 
   -- past the computing type's range, as the CPU: Z = +∞ gives a +∞ loss and the gradient
   -- of 1/Z = 0, (0, −f_1(1)/f_2(1), 0) = (0, −0.8, 0) at n = 2 (f_1(3e19) stays finite)
-  it("a logit whose polynomial overflows f32: +∞ loss and the gradient 1/Z = 0 leaves, in every layout", function()
+  it("a logit whose polynomial overflows f32: +∞ loss (NaN at the label) and the gradient 1/Z = 0 leaves, in every layout", function()
     local x = ploss.tensor({ { 3e19, 1, 0 } }, { dtype = "f32" })
     local y = ploss.tensor({ 1 }, { dtype = "i64" })
     for _, layout in ipairs { "contiguous", "strided" } do
@@ -463,6 +463,10 @@ describe("CUDA Taylor cross-entropy against the CPU (" .. DEV .. ")", function()
       local l, g = ploss.TaylorCrossEntropyLoss { n = 2 }(xd, yd)
       assert.are.equal(math.huge, l, layout)
       H.assert_close(g:cpu():view(1, 3), { { 0, -0.8, 0 } }, { rtol = 1e-6 })
+      -- the label's own: ∞ − ∞, a NaN loss, and a zero gradient
+      local l0, g0 = ploss.TaylorCrossEntropyLoss { n = 2 }(xd, ploss.zeros(yd:size(), { dtype = "i64", device = DEV }))
+      assert.is_true(l0 ~= l0, layout .. " loss " .. l0)
+      H.assert_equal(g0:cpu():view(1, 3), ploss.zeros({ 1, 3 }))
     end
   end)
 end)

@@ -290,7 +290,7 @@ describe("random numbers", function()
     assert.is_true(math.abs(math.sqrt(v2 / #n) - 2) < 0.05)
   end)
 
-  it("randint is uniform over spans past 2^32 (no modulo bias), the same as before up to 2^32", function()
+  it("randint is uniform over spans past 2^32 (no modulo bias), the 64-bit modulo up to 2^32", function()
     -- [0, 3·2^61): 64 random bits modulo the span gave its thirds 3/8, 3/8, 1/4
     local ffi = require "ffi"
     local n = 300000
@@ -301,8 +301,13 @@ describe("random numbers", function()
       c[k] = c[k] + 1
     end
     for k = 1, 3 do assert.is_true(math.abs(c[k] / n - 1 / 3) < 0.005, k .. ": " .. c[k] / n) end
-    -- a span up to 2^32 keeps the 64-bit modulo: the numbers of earlier releases
-    H.assert_equal(ploss.randint(0, 10, { 8 }, { seed = 5 }), ploss.tensor({ 4, 0, 4, 1, 9, 9, 4, 6 }, { dtype = "i64" }))
+    -- a span up to 2^32 keeps the 64-bit draw modulo the span (the numbers of earlier
+    -- releases): for spans 2^k ≤ 2^32, the draw's low k bits, those of the span 2^32's draw
+    local full = ploss.randint(0, 2 ^ 32, { 64 }, { seed = 9 }):flat()
+    for _, k in ipairs { 4, 31 } do
+      local part = ploss.randint(0, 2 ^ k, { 64 }, { seed = 9 }):flat()
+      for i = 1, 64 do assert.are.equal(full[i] % 2 ^ k, part[i], "k = " .. k .. ", element " .. i) end
+    end
   end)
 
   it("uniform numbers never round up to high in a narrow dtype", function()

@@ -68,12 +68,6 @@ id=$("$luajit" -e 'io.write(require("ploss").comm.unique_id())') || {
 
 pids=() filters=() w=""
 fifos=""
-# The processes given and those descending from them (the ranks' own children too), read
-# from /proc by bash alone (no process started per rank: the launcher may share two cores
-# with many busy ranks), before any is signalled, for a process's children are given to init
-# once it has ended.  Without /proc, the processes given alone.  The ranks stay in the
-# launcher's process group, so a signal to that group (a terminal's Ctrl-C, `timeout`)
-# reaches them too.
 # Fields 3 and 4 of /proc/PID/stat, the state and the parent, into stat_state and
 # stat_ppid (the caller's locals); the name before them may hold spaces and parentheses, so
 # they are read after its last ')'.  Fails for a process that is gone.
@@ -85,6 +79,12 @@ read_stat() {
     line=${line#* }
     stat_ppid=${line%% *}
 }
+# The processes given and those descending from them (the ranks' own children too), read
+# from /proc by bash alone (no process started per rank: the launcher may share two cores
+# with many busy ranks), before any is signalled, for a process's children are given to init
+# once it has ended.  Without /proc, the processes given alone.  The ranks stay in the
+# launcher's process group, so a signal to that group (a terminal's Ctrl-C, `timeout`)
+# reaches them too.
 descendants() {
     local -A parent=() keep=()
     local f p stat_state stat_ppid changed=1

@@ -76,11 +76,13 @@ static ploss_status check_boxes_cpu(int format, int64_t N, const void *ign, plos
         const int bad_xyxy = format == PLOSS_BOX_FORMAT_XYXY && (r[2] < r[0] || r[3] < r[1]);
         if (!bad_xyxy && !(format != PLOSS_BOX_FORMAT_XYXY && (r[2] < 0 || r[3] < 0)))
             continue;
-        char c[4][32]; /* each coordinate as the shortest digits that read back as it */
+        char c[4][32]; /* each coordinate in the fewest digits that read back as it in dt */
         for (int k = 0; k < 4; ++k)
-            for (int digits = 15; digits <= 17; ++digits) {
+            for (int digits = 1; digits <= 17; ++digits) {
                 snprintf(c[k], sizeof c[k], "%.*g", digits, r[k]);
-                if (strtod(c[k], NULL) == r[k] || r[k] != r[k])
+                uint64_t cell;
+                ploss_store(&cell, dt, 0, strtod(c[k], NULL));
+                if (ploss_load(&cell, dt, 0) == r[k] || r[k] != r[k])
                     break;
             }
         if (bad_xyxy)

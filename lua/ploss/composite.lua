@@ -117,12 +117,13 @@ end
 -- A MultiCriterion's members take the same arguments: a member without a target beside one
 -- with would take the other's target for its upstream gradient or scale.
 local function check_same_arguments(self, where)
-  local t1 = nn.takes_target(self._members[1])
-  for k = 2, #self._members do
-    local m = self._members[k]
+  local t1, k1 = nil, nil -- the first member whose answer is known
+  for k, m in ipairs(self._members) do
     local tk = nn.takes_target(m)
-    if t1 ~= nil and tk ~= nil and tk ~= t1 then
-      local with, without = t1 and 1 or k, t1 and k or 1
+    if t1 == nil then
+      t1, k1 = tk, k
+    elseif tk ~= nil and tk ~= t1 then
+      local with, without = t1 and k1 or k, t1 and k or k1
       ploss.raise(string.format("%s: member %d (ploss.%s) takes no target and member %d (ploss.%s) takes one: the " ..
         "members of a MultiCriterion take the same arguments (put them in a ParallelCriterion, each with its own)",
         where, without, self._members[without]._class_name or "criterion", with,
@@ -279,9 +280,7 @@ local function list_form(self, where, first, ...)
           ploss.is_tensor(first[1])) then
     return false, first, ...
   end
-  local m = self._members[1]
-  local d = m and rawget(getmetatable(m) or {}, "_description")
-  if d then nn.no_target_after_list(where, d, ...) end
+  nn.no_target_after_list(where, where:match(":(%a+)$"), self, ...)
   local a, n = { unpack(first, 1, table.maxn(first)) }, table.maxn(first)
   for i = 1, select("#", ...) do a[n + i] = select(i, ...) end
   return true, unpack(a, 1, n + select("#", ...))
@@ -386,7 +385,8 @@ local function parallel_args(self, inputs, targets, last, where)
       ploss.raise(string.format("%s: inputs[%d]: expected a tensor or a list of tensors, got %s", where, k,
         ploss.shown(x)))
     end
-    local target = rt and targets or targets[k]
+    local target
+    if rt then target = targets else target = targets[k] end
     -- a member without a target: Torch7's ignored targets[k]; here it would be taken for
     -- the upstream gradient or the scale, so it is refused (the one shared target of
     -- repeatTarget is not given to such a member)

@@ -924,7 +924,7 @@ local function build_multi(d)
   function cls:forward_tensor(...)
     nn.check_self(self, d.criterion, "forward_tensor")
     if ninputs > 1 and is_list((...)) then
-      nn.no_target_after_list(d.criterion .. ":forward", d, select(2, ...))
+      nn.no_target_after_list(d.criterion .. ":forward", "forward", self, select(2, ...))
       return self:forward_tensor(table_form(d.criterion .. ":forward", ...))
     end
     for k = nargs + 1, select("#", ...) do -- a trailing nil is no argument (as for the one-input criteria)
@@ -1016,7 +1016,7 @@ local function build_multi(d)
   function cls:backward(...)
     nn.check_self(self, d.criterion, "backward")
     if ninputs > 1 and is_list((...)) then
-      nn.no_target_after_list(d.criterion .. ":backward", d, select(2, ...))
+      nn.no_target_after_list(d.criterion .. ":backward", "backward", self, select(2, ...))
       self:backward(table_form(d.criterion .. ":backward", ...))
       return self.gradInput
     end
@@ -1045,7 +1045,7 @@ local function build_multi(d)
   function cls:fused(...)
     nn.check_self(self, d.criterion, "fused")
     if ninputs > 1 and is_list((...)) then
-      nn.no_target_after_list(d.criterion .. ":fused", d, select(2, ...))
+      nn.no_target_after_list(d.criterion .. ":fused", "fused", self, select(2, ...))
       local r = { self:fused(table_form(d.criterion, ...)) }
       -- the loss, the gradients as one list (an extra tensor's too), then the outputs
       return r[1], self.gradInput, unpack(r, #self.gradInput + 2, table.maxn(r))

@@ -25,6 +25,7 @@ return function(ploss)
   local cls = nn.class("PartialFCLoss")
   cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
   cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
+  cls._takes_target = true -- the labels, after x and weight (nn.takes_target)
 
   -- the options this criterion sets on its private one (the draw's and the sharding's); the
   -- margin criterion's others are read from it at each call
@@ -214,6 +215,7 @@ return function(ploss)
   --   head:parameters() → { weight }, { gradWeight }.
   local Head = nn.class("MarginSoftmax")
   Head._doc = "the class centres of a margin softmax loss, with its criterion"
+  Head._takes_target = true -- the labels (nn.takes_target)
   Head._loss_head = "ploss.nn.MarginSoftmax" -- refused by Sequential (it has forward and backward)
   Head._constructor = "one table {in_features, classes, criterion = …, dtype = …, device = …} (the sizes go " ..
     "inside the braces, positional or named)"

@@ -413,30 +413,44 @@ end
 
 --- Whether criterion `c` takes a target: what its class says (`_takes_target`: a class
 -- over another loss, a ParallelCriterion), else its description's target ('none': no), else
--- a MultiCriterion's first member's (its members take the same arguments); nil where it
--- cannot be told (a criterion of another kind).
+-- a MultiCriterion's: that of its members whose answer is known (they take the same
+-- arguments); nil where it cannot be told (a criterion of another kind).
 function nn.takes_target(c)
   local t = c._takes_target
   if t ~= nil then return t end
   local d = c._description
   if type(d) == "table" and d.target ~= nil then return d.target ~= "none" end
   local members = rawget(c, "_members")
-  if type(members) == "table" and members[1] ~= nil then return nn.takes_target(members[1]) end
+  for _, m in ipairs(type(members) == "table" and members or {}) do
+    t = nn.takes_target(m)
+    if t ~= nil then return t end
+  end
   return nil
 end
 
---- A loss without a target (description `d`) called in Torch7's list form,
--- crit:method({inputs}, …), directly or as a MultiCriterion's member: what follows the list
--- (`...`) would be a Torch7 loop's target, which such a criterion ignored, not the upstream
--- gradient or scale it would otherwise be taken for (silently scaling the gradients): refused.
-function nn.no_target_after_list(where, d, ...)
-  if d.target ~= "none" or select("#", ...) == 0 or (...) == nil then return end
+-- The description of criterion c, or of the first member down a MultiCriterion's tree.
+local function description_in(c)
+  local d = c._description
+  if type(d) == "table" then return d end
+  local members = rawget(c, "_members")
+  return type(members) == "table" and members[1] ~= nil and description_in(members[1]) or nil
+end
+
+--- Criterion `c` without a target (a loss, or a MultiCriterion of such) called in Torch7's
+-- list form, crit:method({inputs}, …): what follows the list (`...`) would be a Torch7
+-- loop's target, which such a criterion ignored, not the upstream gradient or scale it
+-- would otherwise be taken for (silently scaling the gradients): refused.
+function nn.no_target_after_list(where, method, c, ...)
+  if nn.takes_target(c) ~= false or select("#", ...) == 0 or (...) == nil then return end
+  local d = description_in(c)
   local names = {}
-  for k, x in ipairs(d.inputs) do names[k] = x.name end
-  names = table.concat(names, ", ")
-  ploss.raise(string.format("%s: ploss.%s takes no target: in Torch7's list form, crit:forward({%s}), nothing " ..
-    "follows the list (a Torch7 loop's target: leave it out; the upstream gradient or the scale goes after the " ..
-    "inputs themselves, crit:backward(%s, gradOutput), crit(%s, scale))", where, d.criterion, names, names, names))
+  for k, x in ipairs(d and d.inputs or {}) do names[k] = x.name end
+  names = #names > 0 and table.concat(names, ", ") or "inputs"
+  local call = method == "fused" and "crit" or "crit:" .. method
+  ploss.raise(string.format("%s: ploss.%s takes no target: in Torch7's list form, %s({%s}), nothing follows the " ..
+    "list (a Torch7 loop's target: leave it out; the upstream gradient or the scale goes after the inputs " ..
+    "themselves, crit:backward(%s, gradOutput), crit(%s, scale))", where, d and d.criterion or c._class_name, call,
+    names, names, names))
 end
 
 return nn

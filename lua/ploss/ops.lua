@@ -278,6 +278,7 @@ end
 --   wrapped criterion's (w.inner.reduction).
 ---------------------------------------------------------------------------------------
 local OneHotTargets = nn.class("OneHotTargets")
+OneHotTargets._takes_target = true -- the labels (nn.takes_target)
 -- its options are fields read at each call, as a criterion's (a misspelt one is refused)
 local ONE_HOT_OPTIONS = { "ignore_index", "label_smoothing", "smoothing_convention" }
 OneHotTargets._fields = { inner = true }

@@ -1298,9 +1298,13 @@ end
 --- The arguments of a `to(device, dtype)` method (a tensor's, a module's): the canonical
 -- device name (or nil) and the dtype as given (or nil; a dtype name alone may stand in the
 -- device's place, as in PyTorch's x.to(dtype)).  One name that is neither a dtype nor a
--- device, or a device that does not parse, raises naming `where`.
+-- device, a dtype that is none, or a device that does not parse, raises naming `where`.
 function ploss.to_arguments(device, dtype, where)
   if dtype == nil and type(device) == "string" and aliases[device] then return nil, device end
+  if dtype ~= nil and not aliases[dtype] then
+    local _, err = pcall(ploss.dtype, dtype)
+    ploss.raise(where .. ": " .. (tostring(err):match("ploss: (.*)$") or tostring(err)))
+  end
   if device == nil then return nil, dtype end
   if dtype == nil and type(device) == "string" and device ~= "cpu" and not device:match("^cuda") then
     -- one name, neither a dtype nor a device ('F32', 'fp32', 'gpu')

@@ -55,9 +55,17 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
         m[i] = m2[i] = -INFINITY; /* NaN and infinite logits make s, hence the loss, NaN */
         a0[i] = a1[i] = a2[i] = 0.0;
     }
-    if (kind == PLOSS_SROWS_TAYLOR_CE) { /* f_n(x_y), f_{n−1}(x_y) */
-        TAYLOR_COLUMN(double, fy, xy, T, p->order);
-        TAYLOR_COLUMN(double, fy1, xy, T, p->order - 1);
+    if (kind == PLOSS_SROWS_TAYLOR_CE) { /* f_n(x_y), f_{n−1}(x_y) in REAL, as the F_j of Z (and
+                                            as CUDA): an F_y past REAL's range is +∞ there too */
+        REAL xr[TILE], fr_y[TILE], fr_y1[TILE];
+        for (int64_t i = 0; i < T; ++i)
+            xr[i] = (REAL)xy[i];
+        TAYLOR_COLUMN(REAL, fr_y, xr, T, p->order);
+        TAYLOR_COLUMN(REAL, fr_y1, xr, T, p->order - 1);
+        for (int64_t i = 0; i < T; ++i) {
+            fy[i] = fr_y[i];
+            fy1[i] = fr_y1[i];
+        }
     }
 
     /* maxima: m over every class (PC: of x + b), m2 over the classes other than y */

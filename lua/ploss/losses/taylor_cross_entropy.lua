@@ -25,10 +25,10 @@ samples.]],
   notes = [[
 The polynomials are evaluated as they are, not in log space: f_n(x) ≈ x^n/n! leaves the
 computing type's range for |x| beyond about (n!·3.4·10³⁸)^(1/n) in f32 (2.6·10¹⁹ at n = 2,
-10⁵ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64.  A row holding such a logit has Z = +∞,
-so its loss is +∞ and its gradient what 1/Z = 0 leaves: −f_{n−1}(x_y)/F_y at the label and 0
-at the other classes, NaN only where f_{n−1}(x_k) overflows as well (or F_y does, at the
-label).  A −∞ logit does not mask its class, as it would in a
+3.2·10⁴ at n = 10) and (n!·1.8·10³⁰⁸)^(1/n) in f64.  A row holding such a logit has Z = +∞:
+its loss is +∞, or NaN where it is the label's (∞ − ∞), and its gradient what 1/Z = 0 leaves,
+−f_{n−1}(x_y)/F_y at the label (0 where F_y overflowed) and 0 at the other classes, NaN only
+where f_{n−1}(x_k) overflows as well.  A −∞ logit does not mask its class, as it would in a
 softmax: f_n(−∞) = +∞ (n is even), so the loss is +∞ and the gradient NaN.  Orders above
 10 take f64 on CUDA as on the CPU, whatever the layout and class count, so there the f64
 limit holds for every input dtype.]],
