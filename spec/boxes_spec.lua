@@ -578,6 +578,13 @@ describe("pairwise box similarities", function()
     -- the coordinates in digits that read back as them (six digits made x2 < x1 look equal)
     H.expect_error(function() ploss.box_iou(boxes { { 100000.5, 0, 100000.4, 3 } }, b) end,
       "boxes1: box 0 (0-based) = (100000.5, 0, 100000.4, 3) has x2 < x1 or y2 < y1")
+    -- in the boxes' own dtype: f32's 0.1 reads back from "0.1", not 0.10000000149011612
+    for _, dt in ipairs { "f32", "f16", "bf16" } do
+      H.expect_error(function() ploss.box_iou(boxes({ { 0.5, 0.25, 0.125, 12 } }, dt), b:to(nil, dt)) end,
+        "boxes1: box 0 (0-based) = (0.5, 0.25, 0.125, 12) has x2 < x1")
+    end
+    H.expect_error(function() ploss.box_iou(boxes({ { 0.1, 0.2, 0.05, 12.3 } }, "f32"), b:float()) end,
+      "boxes1: box 0 (0-based) = (0.1, 0.2, 0.05, 12.3) has x2 < x1")
     H.expect_error(function() ploss.box_iou(boxes { { 0.1, 0, -0.30000000000000004, 3 } }, b, { box_format = "xywh" }) end,
       "boxes1: box 0 (0-based) = (0.1, 0, -0.30000000000000004, 3) has a negative width or height")
     local sq = ploss.zeros({ 3, 4 }, { dtype = "f64" })
