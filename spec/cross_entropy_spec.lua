@@ -794,6 +794,13 @@ describe("CrossEntropyLoss edge cases and bad input", function()
       "target: expected a 0-d tensor (a class index; the input is one sample of 4 classes, PyTorch's unbatched form), got i64[1]")
     H.expect_error(function() local r = ploss.CrossEntropyLoss {}(x, ploss.tensor({ 0.5, 0.5 }, { dtype = "f64" })) return r end,
       "target: expected [4] (one probability per class; the input is one sample of 4 classes")
+    -- labels passed as the input (or input and target swapped): the input's dtype is named,
+    -- not the target's shape, as in the batched form
+    local labels = ploss.tensor({ 1, 0, 3, 2 }, { dtype = "i64" })
+    for _, f in ipairs { "cross_entropy", "nll_loss" } do
+      H.expect_error(function() local r = F[f](labels, labels) return r end,
+        f .. ": input: expected logits of dtype f32, f16, bf16 or f64, got i64")
+    end
     -- a 0-d input: the ranks taken, the unbatched one among them
     H.expect_error(function() local r = ploss.CrossEntropyLoss {}(ploss.tensor(2.0), ploss.tensor(0, { dtype = "i64" })) return r end,
       "input: expected rank >= 1 (C values: one sample, PyTorch's unbatched form; N×C; or N×C×d1×…×dk), got f32[]")
