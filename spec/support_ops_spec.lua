@@ -929,6 +929,33 @@ describe("support ops and layers with criteria and bad options", function()
     assert.is_nil(lin.output)
   end)
 
+  it("an optimiser or EMA made before a conversion refuses the replaced tensors (they would move, silently, tensors the model no longer uses)", function()
+    local lin = ploss.nn.Linear(1, 1, { bias = false })
+    lin.weight:fill(1)
+    local params, grads = lin:parameters()
+    local sgd = ploss.optim.SGD(params, grads, { lr = 1 })
+    local ema = ploss.optim.EMA(params, { decay = 0.5, warmup = false })
+    lin:double()
+    local msg = "params[1] was replaced by its Linear's conversion (to, cuda, cpu, type, float, double): the model " ..
+      "holds new tensors; make the "
+    H.expect_error(function() sgd:step() end, "SGD: step: " .. msg .. "optimiser again from model:parameters()")
+    H.expect_error(function() ema:update() end, "EMA:update: " .. msg .. "EMA again")
+    H.expect_error(function() ema:apply() end, "EMA:apply: " .. msg .. "EMA again")
+    H.expect_error(function() local a = ploss.optim.Adam(params, grads) return a end, "Adam: " .. msg)
+    -- made again from the model: the steps reach it (w = 1 − lr·x·g = 0); a conversion that
+    -- changes nothing keeps the tensors and the optimiser
+    local p2, g2 = lin:parameters()
+    local again = ploss.optim.SGD(p2, g2, { lr = 1 })
+    local x = ploss.ones({ 1, 1 }, { dtype = "f64" })
+    lin:forward(x)
+    lin:backward(x, ploss.ones({ 1, 1 }, { dtype = "f64" }))
+    again:step()
+    assert.are.equal(0, lin.weight:flat()[1])
+    lin:double()
+    again:step()
+    assert.are.equal(-1, lin.weight:flat()[1])
+  end)
+
   it("refuse a method called with a dot, naming it", function()
     local x = ploss.randn({ 2, 4 }, { seed = 4 })
     local lin, model = ploss.nn.Linear(4, 3), ploss.nn.Sequential { ploss.nn.Linear(4, 3), ploss.nn.Mish() }

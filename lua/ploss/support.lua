@@ -204,6 +204,10 @@ function F.argmax(x, opts)
 end
 ploss.argmax = F.argmax
 
+-- The tensors a model's conversion replaced (weak keys), with the model's class name:
+-- optimisers and EMAs made with them refuse them (check_not_replaced, below).
+local replaced_by = setmetatable({}, { __mode = "k" })
+
 ---------------------------------------------------------------------------------------
 -- ClassSimplexLoss's predictions (Torch7's getPredictions and getTopPrediction)
 ---------------------------------------------------------------------------------------
@@ -396,9 +400,10 @@ local function module_class(name)
     return c
   end
   -- Torch7's conversions: the parameters and their gradients on a device and in a dtype
-  -- (new tensors where either changes: an optimiser or EMA made with the old ones is made
-  -- again, its step refuses them), the buffers of the last call dropped; a Sequential's
-  -- modules in turn.  type() takes Torch7's names and ploss's dtypes.
+  -- (new tensors where either changes; the old ones are marked replaced, so that an
+  -- optimiser or EMA made with them refuses them and is made again), the buffers of the last
+  -- call dropped; a Sequential's modules in turn.  type() takes Torch7's names and ploss's
+  -- dtypes.
   cls.to = function(self, device, dtype)
     check_layer(self, cls, name, "to", "model")
     -- every new tensor made before any field is set: a refused device or dtype, or memory
@@ -407,12 +412,15 @@ local function module_class(name)
     local function collect(m)
       for _, k in ipairs(PARAMETER_FIELDS) do
         local v = rawget(m, k)
-        if ploss.is_tensor(v) then moves[#moves + 1] = { m, k, v:to(device, dtype) } end
+        if ploss.is_tensor(v) then moves[#moves + 1] = { m, k, v:to(device, dtype), v } end
       end
       for _, sub in ipairs(rawget(m, "modules") or {}) do collect(sub) end
     end
     collect(self)
-    for _, mv in ipairs(moves) do rawset(mv[1], mv[2], mv[3]) end
+    for _, mv in ipairs(moves) do
+      rawset(mv[1], mv[2], mv[3])
+      if mv[3] ~= mv[4] then replaced_by[mv[4]] = name end
+    end
     return self:clearState()
   end
   cls.cuda = function(self) check_layer(self, cls, name, "cuda", "model") return self:to("cuda") end
@@ -698,6 +706,18 @@ end
 
 ploss.optim = ploss.optim or {}
 
+-- Raise when params[i] was replaced by its model's conversion (model:double(), :to(…)): the
+-- model trains new tensors, which an optimiser or EMA made with the old ones would never
+-- see (its steps moving, its averages taken from, tensors the model no longer uses).
+local function check_not_replaced(p, where, i)
+  local by = replaced_by[p]
+  if by then
+    ploss.raise(string.format("%s: params[%d] was replaced by its %s's conversion (to, cuda, cpu, type, float, " ..
+      "double): the model holds new tensors; make the %s again from model:parameters()", where, i, by,
+      where:match("^EMA") and "EMA" or "optimiser"))
+  end
+end
+
 -- An optimiser's options are fields of it as well: `opt.lr` reads the value the next step
 -- takes (the default where none was given) and `opt.lr = x` sets it (a learning-rate
 -- schedule; its type and range checked there, as the constructor checks them: a value the
@@ -753,6 +773,7 @@ local function optimizer(name, make_state, step_one, fields)
       for i, g in ipairs(grads) do need_tensor(g, name .. ": grads[" .. i .. "]") end
       local self = setmetatable({ params = params, grads = grads, opts = own, t = 0, state = {} }, c)
       for i, p in ipairs(params) do
+        check_not_replaced(p, name, i)
         self.state[i] = make_state(need_tensor(p, name .. ": params[" .. i .. "]"), own)
         self.state[i].step = 0
         self.state[i].param = p -- the tensor its buffers belong to (torch keys them by parameter)
@@ -770,6 +791,7 @@ local function optimizer(name, make_state, step_one, fields)
     nn.check_self(self, name, "step", "optim")
     for i, p in ipairs(self.params) do
       local g = self.grads[i]
+      check_not_replaced(p, name .. ": step", i)
       if not self.state[i] or p ~= self.state[i].param then -- no state, or another tensor's
         ploss.raise(string.format("%s: step: params[%d] is not a tensor the optimiser was made with (its " ..
           "state, step count and buffers, belongs to that one): make a new optimiser for new parameters", name, i))
@@ -923,28 +945,34 @@ setmetatable(EMA, {
     if not (self.copts.decay >= 0 and self.copts.decay <= 1) then
       ploss.raise("EMA: decay: " .. tostring(opts.decay) .. " is not in [0, 1]")
     end
-    for i, p in ipairs(params) do self.params[i] = need_tensor(p, "EMA: params[" .. i .. "]") end
+    for i, p in ipairs(params) do
+      check_not_replaced(p, "EMA", i)
+      self.params[i] = need_tensor(p, "EMA: params[" .. i .. "]")
+    end
     check_ema_params(self.params)
     for i, p in ipairs(self.params) do self.shadows[i] = p:clone() end
     return self
   end,
 })
 
-local function ema_context(self)
+local function ema_context(self, where)
+  for i, p in ipairs(self.params) do check_not_replaced(p, where, i) end
   return #self.params > 0 and self.params[1]:context() or ploss.context("cpu")
 end
 
 function EMA:update()
   nn.check_self(self, "EMA", "update", "ema")
   if self.applied then ploss.raise("EMA: update() between apply() and restore()") end
-  ploss.check(C.ploss_ema_update(ema_context(self), dl_array(self.shadows), dl_array(self.params, true), #self.params,
+  ploss.check(C.ploss_ema_update(ema_context(self, "EMA:update"), dl_array(self.shadows), dl_array(self.params, true),
+    #self.params,
     self.t, self.copts), "ema_update")
   self.t = self.t + 1
   for _, s in ipairs(self.shadows) do s:bump_version() end
 end
 
 local function exchange(self, what)
-  ploss.check(C.ploss_ema_swap(ema_context(self), dl_array(self.params), dl_array(self.shadows), #self.params), what)
+  ploss.check(C.ploss_ema_swap(ema_context(self, "EMA:" .. what:match("_(%a+)$")), dl_array(self.params),
+    dl_array(self.shadows), #self.params), what)
   for i = 1, #self.params do
     self.params[i]:bump_version()
     self.shadows[i]:bump_version()
