@@ -330,15 +330,21 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
     return ploss_check_shape_error(name, want, v);
 }
 
+ploss_status ploss_check_logits_dtype(const ploss_view *x)
+{
+    if (!ploss_dtype_is_float(x->dtype))
+        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
+                           ploss_dtype_name(x->dtype));
+    return PLOSS_OK;
+}
+
 ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, int rank2, const char *rank_want,
                                    ploss_view *x)
 {
     ploss_status st;
-    if ((st = ploss_view_init(x, input, "input")) || (st = ploss_view_check_device(x, ctx, "input")))
+    if ((st = ploss_view_init(x, input, "input")) || (st = ploss_view_check_device(x, ctx, "input")) ||
+        (st = ploss_check_logits_dtype(x)))
         return st;
-    if (!ploss_dtype_is_float(x->dtype))
-        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
-                           ploss_dtype_name(x->dtype));
     if (rank2 ? x->ndim != 2 : x->ndim < 2)
         return ploss_check_shape_error("input", rank_want, x);
     return PLOSS_OK;

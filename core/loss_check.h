@@ -133,8 +133,12 @@ ploss_status ploss_check_broadcast_strides(const ploss_view *v, const ploss_view
 
 /* ---- softmax-row losses: one row of C logits per sample of an N×C×d1×…×dk input ---- */
 
+/* DTYPE error "input: expected logits of dtype f32, f16, bf16 or f64" unless the input x
+ * (a view of the logits) is of a float dtype. */
+ploss_status ploss_check_logits_dtype(const ploss_view *x);
+
 /* The logits `input` of a softmax-row loss into x: a tensor (ploss_view_init) on ctx's device,
- * of a float dtype (DTYPE error "input: expected logits of dtype f32, f16, bf16 or f64"),
+ * of a float dtype (ploss_check_logits_dtype),
  * of rank >= 2, or exactly 2 where rank2; rank_want: the SHAPE error's text of what is
  * expected when the rank is not. */
 ploss_status ploss_check_row_input(ploss_ctx_t *ctx, const DLTensor *input, int rank2, const char *rank_want,

@@ -199,11 +199,9 @@ ploss_status ploss_region_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_los
     /* binary: logits of any shape, a float target of the same shape, no class axis (C = 1) */
     const int binary = spec->target == PLOSS_LOSS_TARGET_ELEMENTWISE;
     if (binary) {
-        if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")))
+        if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_view_check_device(&x, ctx, "input")) ||
+            (st = ploss_check_logits_dtype(&x)))
             return st;
-        if (!ploss_dtype_is_float(x.dtype))
-            return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
-                               ploss_dtype_name(x.dtype));
         if ((st = ploss_view_init(&t, a->target, "target")) || (st = ploss_view_check_device(&t, ctx, "target")))
             return st;
         if (!ploss_dtype_is_float(t.dtype))

@@ -288,14 +288,11 @@ ploss_status ploss_rows_run(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
     if (!a->input || a->input->ndim != 1)
         return rows_run(ctx, pass, spec, a, o);
     ploss_view x;
-    ploss_status st = ploss_view_init(&x, a->input, "input");
-    if (st)
-        return st;
     /* the input's dtype before the target's shape, as the batched form (labels passed as the
      * input are named as such, not the target that fits them) */
-    if (!ploss_dtype_is_float(x.dtype))
-        return ploss_error(PLOSS_ERR_DTYPE, "input: expected logits of dtype f32, f16, bf16 or f64, got %s",
-                           ploss_dtype_name(x.dtype));
+    ploss_status st;
+    if ((st = ploss_view_init(&x, a->input, "input")) || (st = ploss_check_logits_dtype(&x)))
+        return st;
     const int64_t C = x.shape[0];
     char what[160];
     snprintf(what, sizeof what, "the input is one sample of %lld classes, PyTorch's unbatched form", (long long)C);
