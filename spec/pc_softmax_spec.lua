@@ -94,6 +94,23 @@ describe("PCSoftmaxCrossEntropyLoss by hand", function()
     end
   end)
 
+  it("forms x + log w in f32 for f32 input: the priors keep the logits' float spacing (docs: numerics)", function()
+    -- the f32 values L + (0.5, −1.25, 2, 0.75, −0.5) are exact at these L
+    local w = ploss.tensor({ 0.1, 0.2, 0.3, 0.2, 0.2 }, { dtype = "f64" })
+    local y = ploss.tensor({ 2 }, { dtype = "i64" })
+    local function loss(L, dt)
+      local x = ploss.tensor({ { L + 0.5, L - 1.25, L + 2, L + 0.75, L - 0.5 } }, { dtype = dt })
+      return F.pc_softmax_cross_entropy(x, y, { lb_proportion = w })
+    end
+    local exact = loss(0, "f64")
+    H.assert_close(loss(1e8, "f64"), exact, { rtol = 1e-7 })
+    H.assert_close(loss(0, "f32"), exact, { rtol = 1e-6 })
+    local d5 = math.abs(loss(1e5, "f32") - exact) -- log w to 1/128
+    assert.is_true(d5 > 1e-5 and d5 < 2e-3, d5)
+    -- from 1e8 (spacing 8) the priors vanish: log Σ e^(x − x_y) of the rounded logits
+    H.assert_close(loss(1e8, "f32"), math.log(5), { rtol = 1e-6 })
+  end)
+
   it("C = 1 gives log w with a zero gradient; every sample ignored gives a NaN mean and zero gradient", function()
     local x = ploss.randn({ 3, 1 }, { dtype = "f64" })
     local l, g = F.pc_softmax_cross_entropy_fused(x, ploss.zeros({ 3 }, { dtype = "i64" }), { lb_proportion = ploss.tensor({ 0.5 }, { dtype = "f64" }) })

@@ -174,6 +174,15 @@ describe("pointwise criteria by hand", function()
     H.assert_equal(g, { 0.25, -0.25, 0.25, 0 })
   end)
 
+  it("each element in f32 for f32/bf16 input, as PyTorch: an element's own overflow makes the mean +∞", function()
+    -- (2.5e19)² = 6.25e38 > FLT_MAX; the mean 1.5625e38 would fit, and does in f64
+    for _, dt in ipairs { "f32", "bf16", "f64" } do
+      local l, g = F.mse_loss_fused(ploss.tensor({ 2.5e19, 0, 0, 0 }, { dtype = dt }), ploss.zeros({ 4 }, { dtype = dt }))
+      if dt == "f64" then H.assert_close(l, 1.5625e38, { rtol = 1e-15 }) else assert.are.equal(math.huge, l) end
+      H.assert_close(g:flat()[1], 2 * 2.5e19 / 4, { rtol = 1e-2 })
+    end
+  end)
+
   it("smooth L1 and Huber: the quadratic part strictly inside the threshold, the linear part at it", function()
     -- β = 2: d = 0.5 inside (0.0625), |d| = 2 at the threshold (2 − 1 = 1, gradient ±1)
     local l, g = F.smooth_l1_loss_fused(x, y, { beta = 2, reduction = "none" })
