@@ -452,6 +452,15 @@ describe("CosineEmbeddingLoss", function()
     assert.are.equal(4, #losses)
   end)
 
+  it("takes a norm past the f64 range as PyTorch: its squared norm +∞, the cosine 0 (docs: numerics)", function()
+    local x2 = ploss.tensor({ { 0.6, 0.8, 0 } }, { dtype = "f64" })
+    local y = ploss.tensor({ 1 }, { dtype = "f64" })
+    for _, sc in ipairs { 1, 1e150 } do
+      H.assert_close(F.cosine_embedding_loss(ploss.tensor({ { sc, 0, 0 } }, { dtype = "f64" }), x2, y), 0.4, { rtol = 1e-9 })
+    end
+    assert.are.equal(1, F.cosine_embedding_loss(ploss.tensor({ { 1e160, 0, 0 } }, { dtype = "f64" }), x2, y))
+  end)
+
   it("passes the gradient at the kink cos = m and gives other labels a zero loss and gradient", function()
     -- pair 1: orthogonal, y = −1, m = 0: cos − m = 0 → ℓ = 0, ∂ℓ/∂x1 = x2/d (clamp_min passes)
     -- pair 2: y = 0 and pair 3: y = 2: ℓ = 0, gradients 0
