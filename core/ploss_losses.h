@@ -4205,8 +4205,11 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * one of shape [1], its 'none' loss then of shape [1]). Both backends compute each element in
  * f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
  * input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
- * its own logarithm); the loss is f32 (f64 for f64 inputs). With several negative variances
- * both name the first in var's row-major order. No state is kept.
+ * its own logarithm); the loss is f32 (f64 for f64 inputs). A number as var (Lua; PyTorch's
+ * float var) is that variance for every element, rounded to μ's dtype: backward and the fused
+ * call then return the gradients of μ and y only (grad_var given with it is refused), and a
+ * negative or NaN one is refused before anything runs, on either device. With several negative
+ * variances both name the first in var's row-major order. No state is kept.
  *
  * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides; input and target of one shape (no broadcasting); var of that shape,
@@ -4218,10 +4221,12 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  *                 dim, or with it of size 1), as PyTorch; all three of one dtype.
  * in  var         σ², the predicted variances: μ's shape (one per element), or one per row
  *                 of μ's last axis — μ's shape without its last dim, or with it of size 1
- *                 — as PyTorch; any shape (rank 0..8), f32/f16/bf16/f64, any strides; input
- *                 and target of one shape (no broadcasting); var of that shape, or one variance
- *                 per row of its last axis (that shape without its last dim, or with it of size
- *                 1), as PyTorch; all three of one dtype.
+ *                 — as PyTorch; in Lua also a number >= 0, every element's variance
+ *                 (PyTorch's float var), which gets no gradient; any shape (rank 0..8),
+ *                 f32/f16/bf16/f64, any strides; input and target of one shape (no
+ *                 broadcasting); var of that shape, or one variance per row of its last axis
+ *                 (that shape without its last dim, or with it of size 1), as PyTorch; all
+ *                 three of one dtype.
  * in  opts        NULL for defaults.
  * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.

@@ -98,6 +98,45 @@ describe("gaussian_nll_loss by hand", function()
     H.assert_close(gv, { -4 }, { rtol = 1e-15 })
   end)
 
+  it("a number as var (PyTorch's float var): every element's variance, no gradient returned", function()
+    -- μ = (1, 2), y = 0, σ² = 0.5: ½(log 0.5 + 1/0.5) + ½(log 0.5 + 4/0.5), mean → 0.5·log 0.5 + 2.5
+    local mu, y = f64 { 1, 2 }, f64 { 0, 0 }
+    local want = 0.5 * math.log(0.5) + 2.5
+    H.assert_close(F.gaussian_nll_loss(mu, y, 0.5), want, { rtol = 1e-15 })
+    local crit = ploss.GaussianNLLLoss { reduction = "sum" }
+    H.assert_close(crit:forward(mu, y, 0.5), 2 * want, { rtol = 1e-15 })
+    local r = { crit:backward(mu, y, 0.5) }
+    assert.are.equal(2, #r)
+    H.assert_equal(r[1], { 2, 4 }) -- d/σ²
+    H.assert_equal(r[2], { -2, -4 })
+    r = { crit(mu, y, 0.5) }
+    assert.are.equal(3, table.maxn(r))
+    H.assert_close(r[1], 2 * want, { rtol = 1e-15 })
+    H.assert_equal(r[3], { -2, -4 })
+    r = { F.gaussian_nll_loss_fused(mu, y, 0.5, { reduction = "none" }) }
+    assert.are.equal(3, table.maxn(r))
+    H.assert_close(r[1], { 0.5 * math.log(0.5) + 1, 0.5 * math.log(0.5) + 4 }, { rtol = 1e-15 })
+    r = { F.gaussian_nll_loss_backward(mu, y, 0.5, 3) }
+    assert.are.equal(2, #r)
+    H.assert_equal(r[1], { 3, 6 }) -- the mean's 1/2 times 3
+    -- the same values as a tensor of μ's shape; a 0-d μ and a bf16 μ take it in their form
+    local l, gx = F.gaussian_nll_loss_fused(f64(3), f64(1), 2)
+    H.assert_close(l, 0.5 * (math.log(2) + 2), { rtol = 1e-15 })
+    H.assert_equal(gx, 1)
+    local b = ploss.tensor({ { 1, -2 }, { 0.5, 3 } }, { dtype = "bf16" })
+    H.assert_equal(F.gaussian_nll_loss(b, b:clone():fill(0), 0.25, { reduction = "none" }),
+      F.gaussian_nll_loss(b, b:clone():fill(0), ploss.full({ 2, 2 }, 0.25, { dtype = "bf16" }), { reduction = "none" }))
+    -- refused: negative or NaN, and a gradient buffer for it
+    H.expect_error(function() F.gaussian_nll_loss(mu, y, -1) end,
+      "gaussian_nll_loss: var: a number must be >= 0 (the value of every element), got -1")
+    H.expect_error(function() F.gaussian_nll_loss(mu, y, 0 / 0) end, "var: a number must be >= 0")
+    H.expect_error(function() F.gaussian_nll_loss_fused(mu, y, 0.5, { grad_var = f64 { 0, 0 } }) end,
+      "gaussian_nll_loss_fused: opts.grad_var: given while var is a number (a number gets no gradient)")
+    crit.grad_var = f64 { 0, 0 }
+    H.expect_error(function() crit:backward(mu, y, 0.5) end,
+      "GaussianNLLLoss.grad_var: given while var is a number (a number gets no gradient)")
+  end)
+
   it("refuses the variance shapes PyTorch refuses, and a target of another shape", function()
     local x = ploss.randn({ 3, 4 }, { dtype = "f64" })
     local y = ploss.randn({ 3, 4 }, { dtype = "f64" })

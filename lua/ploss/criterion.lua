@@ -712,6 +712,25 @@ local function lengths_tensor(d, where, name, v, x)
   return ploss.tensor(out, { dtype = "i64", device = x:device() })
 end
 
+-- An input given as a number (d.inputs[k].number: GaussianNLLLoss's var, as PyTorch's float
+-- var): a tensor of that value of x's shape with its last dim 1 (0-d for a 0-d x), x's dtype
+-- and device; no gradient is returned for it.  A negative number is refused here, on every
+-- device (PyTorch: "var has negative entry/entries").
+local function number_input(where, name, v, x)
+  if v ~= v or v < 0 then
+    ploss.raise(string.format("%s: %s: a number must be >= 0 (the value of every element), got %s", where, name,
+      show(v)))
+  end
+  local sizes = x:size()
+  if #sizes > 0 then sizes[#sizes] = 1 end
+  return ploss.full(sizes, v, { dtype = x:dtype(), device = x:device() })
+end
+
+-- The gradient given for an input that is a number in this call: refused (it gets none).
+local function no_grad_for_number(where, input)
+  ploss.raise(string.format("%s: given while %s is a number (a number gets no gradient)", where, input.name))
+end
+
 local function build_multi(d)
   local ctype = ffi.typeof(d.opts_type)
   local target_name = D.target_name(d)
@@ -770,6 +789,10 @@ local function build_multi(d)
             rows == 1 and "" or "s"))
         end
         v = ploss.full(d.input_layout == "elementwise" and x:size() or {}, v, { dtype = loss_dtype(x), device = x:device() })
+      elseif k <= ninputs and type(v) == "number" and d.inputs[k].number and ploss.is_tensor((...)) then
+        v = number_input(where, d.inputs[k].name, v, (...))
+        t.numbers = t.numbers or {}
+        t.numbers[k] = true
       end
       if not ploss.is_tensor(v) then
         local method = where:sub(1, #d.criterion + 1) == d.criterion .. ":" and where:sub(#d.criterion + 2)
@@ -997,8 +1020,17 @@ local function build_multi(d)
     end
     local all, g = {}, {}
     for k, x in ipairs(t.inputs) do
-      g[k] = given_or_own(d.inputs[k].grad, k, x, d.inputs[k].name)
-      all[k] = g[k]
+      if t.numbers and t.numbers[k] then -- its gradient to a scratch buffer, not returned
+        if rawget(self, d.inputs[k].grad) ~= nil then
+          no_grad_for_number(d.criterion .. "." .. d.inputs[k].grad, d.inputs[k])
+        end
+        self._number_grads = self._number_grads or {}
+        self._number_grads[k] = nn.grad_buffer(self._number_grads[k], x, nil, nil, nil, t.args, #t.args)
+        g[k] = self._number_grads[k]
+      else
+        g[k] = given_or_own(d.inputs[k].grad, k, x, d.inputs[k].name)
+        all[#all + 1] = g[k]
+      end
     end
     t.grads = g
     t.tensor_grads = {}
@@ -1125,8 +1157,13 @@ local function build_multi(d)
     end
     local g, all = {}, {}
     for k, x in ipairs(t.inputs) do
-      g[k] = raw[d.inputs[k].grad] or new(x, d.inputs[k].grad)
-      all[k] = g[k]
+      if t.numbers and t.numbers[k] then -- its gradient to a scratch tensor, not returned
+        if raw[d.inputs[k].grad] ~= nil then no_grad_for_number(where .. ": opts." .. d.inputs[k].grad, d.inputs[k]) end
+        g[k] = ploss.empty_like(x)
+      else
+        g[k] = raw[d.inputs[k].grad] or new(x, d.inputs[k].grad)
+        all[#all + 1] = g[k]
+      end
     end
     t.grads = g
     t.tensors = tensor_args(d, t.o, t.inputs[1], nil, t.given)

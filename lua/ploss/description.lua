@@ -39,7 +39,10 @@
 --                concatenated, with their lengths among the tensors)
 --   inputs       nil (one input, `input`, and one gradient, `grad_input`), or the inputs that
 --                each get a gradient, in argument order: { { name, doc }, … }; the gradient
---                of input `x` is the argument `grad_x`
+--                of input `x` is the argument `grad_x`; an input's `number = true` lets the Lua
+--                calls take a number in its place: a tensor of that value (shape: the input's
+--                with its last dim 1, 0-d for a 0-d input; its dtype and device), whose
+--                gradient is computed into a scratch buffer and not returned
 --   input_layout  a loss of several inputs: 'rows' (default: N×D embeddings, one loss per
 --                row), 'rows_or_vector' (N×D, or D for one pair whose 'none' loss is 0-d),
 --                'elementwise' (any shape, one loss per element: the 'none' loss has the
@@ -229,6 +232,7 @@ function D.prepare(desc)
     for _, i in ipairs(desc.inputs) do
       if type(i[1]) ~= "string" or type(i[2]) ~= "string" then fail(desc, "an input without a name or doc") end
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
+      if i.number ~= nil and i.number ~= true then fail(desc, "input " .. i.name .. ": number = true or nil") end
     end
   end
   desc.outputs = desc.outputs or {}

@@ -16,7 +16,9 @@ return {
     { "input", "μ, the predicted means" },
     { "target", "y, the observed values, μ's shape" },
     { "var", "σ², the predicted variances: μ's shape (one per element), or one per row of μ's " ..
-      "last axis — μ's shape without its last dim, or with it of size 1 — as PyTorch" },
+      "last axis — μ's shape without its last dim, or with it of size 1 — as PyTorch; in Lua also " ..
+      "a number >= 0, every element's variance (PyTorch's float var), which gets no gradient",
+      number = true },
   },
   input_doc = "any shape (rank 0..8), f32/f16/bf16/f64, any strides; input and target of one " ..
     "shape (no broadcasting); var of that shape, or one variance per row of its last axis (that " ..
@@ -46,6 +48,9 @@ PyTorch broadcasts the target against the input; here the target must have the i
 one of shape [1], its 'none' loss then of shape [1]).  Both backends compute each element in
 f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
 input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
-its own logarithm); the loss is f32 (f64 for f64 inputs).  With several negative variances
+its own logarithm); the loss is f32 (f64 for f64 inputs).  A number as var (Lua; PyTorch's
+float var) is that variance for every element, rounded to μ's dtype: backward and the fused
+call then return the gradients of μ and y only (grad_var given with it is refused), and a
+negative or NaN one is refused before anything runs, on either device.  With several negative variances
 both name the first in var's row-major order.  No state is kept.]],
 }
