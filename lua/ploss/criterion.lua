@@ -1024,9 +1024,8 @@ local function build_multi(d)
         if rawget(self, d.inputs[k].grad) ~= nil then
           no_grad_for_number(d.criterion .. "." .. d.inputs[k].grad, d.inputs[k])
         end
-        self._number_grads = self._number_grads or {}
-        self._number_grads[k] = nn.grad_buffer(self._number_grads[k], x, nil, nil, nil, t.args, #t.args)
-        g[k] = self._number_grads[k]
+        self._grads[k] = nn.grad_buffer(self._grads[k], x, nil, nil, nil, t.args, #t.args)
+        g[k] = self._grads[k]
       else
         g[k] = given_or_own(d.inputs[k].grad, k, x, d.inputs[k].name)
         all[#all + 1] = g[k]
