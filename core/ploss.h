@@ -118,8 +118,8 @@ int ploss_cuda_device_count(void);
  *  allocated per call; each thread has its own ploss_last_error()), and every concurrent
  *  call runs its own OpenMP team (OMP_NUM_THREADS threads each; called from inside an
  *  OpenMP parallel region of yours, one thread unless nested parallelism is enabled, so
- *  the losses built on matrix products then give OMP_NUM_THREADS=1's last bits: see
- *  docs/losses.md, deterministic).  A CUDA context serves
+ *  the losses built on matrix products then give OMP_NUM_THREADS=1's last bits with
+ *  OpenBLAS's OpenMP build: see docs/losses.md, deterministic).  A CUDA context serves
  *  one thread at a time: every call reuses its workspace, cuBLAS handle and error slot
  *  in stream order, so threads sharing one must serialise their calls (a mutex); the
  *  usual way is a context, with its own stream, per thread.  The work of two calls on one

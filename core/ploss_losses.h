@@ -4206,9 +4206,10 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
  * input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
  * its own logarithm); the loss is f32 (f64 for f64 inputs). A number as var (Lua; PyTorch's
- * float var) is that variance for every element, rounded to μ's dtype: backward and the fused
- * call then return the gradients of μ and y only (grad_var given with it is refused), and a
- * negative or NaN one is refused before anything runs, on either device. With several negative
+ * float var) is that variance for every element, rounded to μ's dtype as PyTorch's
+ * var·ones_like(μ) (+∞ past its range): backward and the fused call then return the
+ * gradients of μ and y only (grad_var given with it is refused), and a negative one is refused
+ * before anything runs, on either device (NaN gives NaN, as in a tensor). With several negative
  * variances both name the first in var's row-major order. No state is kept.
  *
  * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any

@@ -126,12 +126,25 @@ describe("gaussian_nll_loss by hand", function()
     local b = ploss.tensor({ { 1, -2 }, { 0.5, 3 } }, { dtype = "bf16" })
     H.assert_equal(F.gaussian_nll_loss(b, b:clone():fill(0), 0.25, { reduction = "none" }),
       F.gaussian_nll_loss(b, b:clone():fill(0), ploss.full({ 2, 2 }, 0.25, { dtype = "bf16" }), { reduction = "none" }))
-    -- refused: negative or NaN, and a gradient buffer for it
+    -- rounded to μ's dtype as PyTorch's var·ones_like(μ): 65519 → 65504 in f16, 1e5 → +∞; NaN gives NaN
+    local h = ploss.tensor({ 1, 2 }, { dtype = "f16" })
+    local hz = h:clone():fill(0)
+    H.assert_equal(F.gaussian_nll_loss(h, hz, 65519), F.gaussian_nll_loss(h, hz, 65504))
+    assert.are.equal(math.huge, F.gaussian_nll_loss(h, hz, 1e5))
+    local nan = F.gaussian_nll_loss(mu, y, 0 / 0)
+    assert.is_true(nan ~= nan)
+    -- refused: negative, and a gradient buffer for it
     H.expect_error(function() F.gaussian_nll_loss(mu, y, -1) end,
       "gaussian_nll_loss: var: a number must be >= 0 (the value of every element), got -1")
-    H.expect_error(function() F.gaussian_nll_loss(mu, y, 0 / 0) end, "var: a number must be >= 0")
+    H.expect_error(function() F.gaussian_nll_loss(mu, y, -1e-300) end, "var: a number must be >= 0")
     H.expect_error(function() F.gaussian_nll_loss_fused(mu, y, 0.5, { grad_var = f64 { 0, 0 } }) end,
       "gaussian_nll_loss_fused: opts.grad_var: given while var is a number (a number gets no gradient)")
+    -- a number call leaves the grad_var an earlier call returned as it was
+    local c2 = ploss.GaussianNLLLoss {}
+    local _, _, gv = c2:backward(mu, y, f64 { 0.5 })
+    local before = gv:totable()
+    c2:backward(mu, y, 0.25)
+    H.assert_equal(gv, before)
     crit.grad_var = f64 { 0, 0 }
     H.expect_error(function() crit:backward(mu, y, 0.5) end,
       "GaussianNLLLoss.grad_var: given while var is a number (a number gets no gradient)")

@@ -95,7 +95,7 @@ describe("PCSoftmaxCrossEntropyLoss by hand", function()
   end)
 
   it("forms x + log w in f32 for f32 input: the priors keep the logits' float spacing (docs: numerics)", function()
-    -- the f32 values L + (0.5, −1.25, 2, 0.75, −0.5) are exact at these L
+    -- the f32 values L + (0.5, −1.25, 2, 0.75, −0.5) are exact for L ≤ 1e5 (at 1e8 rounded)
     local w = ploss.tensor({ 0.1, 0.2, 0.3, 0.2, 0.2 }, { dtype = "f64" })
     local y = ploss.tensor({ 2 }, { dtype = "i64" })
     local function loss(L, dt)

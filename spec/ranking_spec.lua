@@ -459,6 +459,10 @@ describe("CosineEmbeddingLoss", function()
       H.assert_close(F.cosine_embedding_loss(ploss.tensor({ { sc, 0, 0 } }, { dtype = "f64" }), x2, y), 0.4, { rtol = 1e-9 })
     end
     assert.are.equal(1, F.cosine_embedding_loss(ploss.tensor({ { 1e160, 0, 0 } }, { dtype = "f64" }), x2, y))
+    -- the product |x1|²·|x2|² overflows first: the norms multiplied past ~1.3e154
+    local a77, a78 = ploss.tensor({ { 1e77, 0, 0 } }, { dtype = "f64" }), ploss.tensor({ { 1e78, 0, 0 } }, { dtype = "f64" })
+    H.assert_close(F.cosine_embedding_loss(a77, a77:clone(), y), 0, { atol = 1e-12 })
+    assert.are.equal(1, F.cosine_embedding_loss(a78, a78:clone(), y))
   end)
 
   it("passes the gradient at the kink cos = m and gives other labels a zero loss and gradient", function()

@@ -714,16 +714,18 @@ end
 
 -- An input given as a number (d.inputs[k].number: GaussianNLLLoss's var, as PyTorch's float
 -- var): a tensor of that value of x's shape with its last dim 1 (0-d for a 0-d x), x's dtype
--- and device; no gradient is returned for it.  A negative number is refused here, on every
--- device (PyTorch: "var has negative entry/entries").
+-- (rounded to it as PyTorch's var·ones_like(x): past its range, ±∞) and device; no gradient
+-- is returned for it.  A negative number is refused here, on every device (PyTorch: "var has
+-- negative entry/entries"); NaN passes, as in PyTorch and as a NaN in a tensor.
 local function number_input(where, name, v, x)
-  if v ~= v or v < 0 then
+  if v < 0 then
     ploss.raise(string.format("%s: %s: a number must be >= 0 (the value of every element), got %s", where, name,
       show(v)))
   end
   local sizes = x:size()
   if #sizes > 0 then sizes[#sizes] = 1 end
-  return ploss.full(sizes, v, { dtype = x:dtype(), device = x:device() })
+  local t = ploss.full(sizes, v, { dtype = "f64", device = x:device() })
+  return x:dtype() == "f64" and t or t:to(nil, x:dtype())
 end
 
 -- The gradient given for an input that is a number in this call: refused (it gets none).
@@ -1024,8 +1026,9 @@ local function build_multi(d)
         if rawget(self, d.inputs[k].grad) ~= nil then
           no_grad_for_number(d.criterion .. "." .. d.inputs[k].grad, d.inputs[k])
         end
-        self._grads[k] = nn.grad_buffer(self._grads[k], x, nil, nil, nil, t.args, #t.args)
-        g[k] = self._grads[k]
+        self._number_grads = self._number_grads or {}
+        self._number_grads[k] = nn.grad_buffer(self._number_grads[k], x, nil, nil, nil, t.args, #t.args)
+        g[k] = self._number_grads[k]
       else
         g[k] = given_or_own(d.inputs[k].grad, k, x, d.inputs[k].name)
         all[#all + 1] = g[k]

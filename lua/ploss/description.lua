@@ -232,7 +232,9 @@ function D.prepare(desc)
     for _, i in ipairs(desc.inputs) do
       if type(i[1]) ~= "string" or type(i[2]) ~= "string" then fail(desc, "an input without a name or doc") end
       i.name, i.doc, i.grad = i[1], i[2], "grad_" .. i[1]
-      if i.number ~= nil and i.number ~= true then fail(desc, "input " .. i.name .. ": number = true or nil") end
+      if i.number ~= nil and (i.number ~= true or i == desc.inputs[1]) then
+        fail(desc, "input " .. i.name .. ": number = true or nil, and not on the first input (it sets the shape)")
+      end
     end
   end
   desc.outputs = desc.outputs or {}

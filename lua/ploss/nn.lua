@@ -266,7 +266,7 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- Torch7's deep copy, nothing of it is shared with the original.
 local DTYPE_NAMES = { f32 = true, f64 = true, f16 = true, bf16 = true, float = true, float32 = true, double = true,
   float64 = true, half = true, float16 = true, bfloat16 = true } -- and the aliases ploss.tensor takes
-local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss" }
+local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss", "_number_grads" }
 
 --- A copy of `v` that shares no tensor with it: tensors cloned, plain tables copied
 -- element by element; a value with a metatable (an object: a module, a communicator) is
