@@ -279,7 +279,16 @@ describe("LovaszSoftmaxLoss with a list of classes", function()
       H.expect_error(function() F.lovasz_softmax(x, y, { classes = "listed", class_ids = { 0, bad }, out = loss }) end,
         { "PLOSS_ERR_INVALID_ARGUMENT", "class_ids: element 1 (from 0) = " .. (bad == 0.5 and "0.5" or tostring(bad)) ..
           " is not an integer class index in [0, 3)" }, loss)
+      -- given as classes (a list or a tensor): named classes, in every call form
+      H.expect_error(function() F.lovasz_softmax(x, y, { classes = { 0, bad }, out = loss }) end,
+        "classes: element 1 (from 0) = " .. (bad == 0.5 and "0.5" or tostring(bad)) .. " is not an integer class index", loss)
     end
+    local ids = ploss.tensor({ 0, 5 }, { dtype = "i64" })
+    H.expect_error(function() F.lovasz_softmax_backward(x, y, 1, { classes = ids }) end,
+      "lovasz_softmax_backward: classes: element 1 (from 0) = 5 is not an integer class index in [0, 3)")
+    local crit = ploss.LovaszSoftmaxLoss { classes = { 0, 5 } }
+    H.expect_error(function() crit:forward(x, y) end, "lovasz_softmax_forward: classes: element 1 (from 0) = 5")
+    H.expect_error(function() crit(x, y) end, "lovasz_softmax_fused: classes: element 1 (from 0) = 5")
     H.expect_error(function()
       F.lovasz_softmax(x, y, { classes = "listed", class_ids = ploss.zeros({ 2, 2 }, { dtype = "i64" }), out = loss })
     end, { "PLOSS_ERR_SHAPE", "class_ids: expected a vector of class indices" }, loss)

@@ -194,6 +194,9 @@ local function check_buffers(user, extra, where)
   end
 end
 
+-- resolve's options → the tensor options given through a list form (names_of)
+local GIVEN_AS = setmetatable({}, { __mode = "k" })
+
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
     -- Torch7's criteria took positional arguments (sizeAverage, weights, a margin): refused,
@@ -343,7 +346,20 @@ local function resolve(d, user, extra, where, own_keys)
     o[t.name] = v
     ::next_tensor::
   end
+  if next(given_as) then GIVEN_AS[o] = given_as end
   return o
+end
+
+-- The names of a call's C arguments in its messages (ploss.check): `names` (nil: the C
+-- names), and a tensor option given through its enum option's list form by that option's
+-- name (Lovász's classes = {…}: class_ids named classes).
+local function names_of(o, names)
+  local given_as = GIVEN_AS[o]
+  if not given_as then return names end
+  local all = {}
+  for k, v in pairs(names or {}) do all[k] = v end
+  for k, v in pairs(given_as) do all[k] = v end
+  return all
 end
 
 -- A C options struct filled from resolved options.
@@ -1317,7 +1333,7 @@ function M.build(d)
     end
     ploss.check(call.forward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      loss = self._loss, state_out = self._state }), d.name .. "_forward")
+      loss = self._loss, state_out = self._state }), d.name .. "_forward", names_of(o))
     self._loss:bump_version() -- rewritten: another criterion's state from it is stale
     if d.state then self._state_key = state_key(o, tensors, input, target) end
     return self._loss
@@ -1346,7 +1362,7 @@ function M.build(d)
     local gi = nn.grad_buffer(self.gradInput, input, input, target, gl, tensors, #d.tensors)
     ploss.check(call.backward(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", CRIT_NAMES)
+      state_in = state, grad_loss = gl, grad_input = gi }), d.name .. "_backward", names_of(o, CRIT_NAMES))
     gi:bump_version()
     self.gradInput = gi
     return gi
@@ -1370,7 +1386,7 @@ function M.build(d)
     end
     ploss.check(call.fused(input:context(), {
       input = input, target = target, tensors = tensors, copts = copts,
-      loss = self._loss, grad_input = grad }), d.name .. "_fused", o.inplace and INPLACE_NAMES[false] or nil)
+      loss = self._loss, grad_input = grad }), d.name .. "_fused", names_of(o, o.inplace and INPLACE_NAMES[false] or nil))
     self._loss:bump_version()
     grad:bump_version() -- the input itself when in place
     self.output = o.reduction == "none" and self._loss or self._loss:item()
@@ -1433,7 +1449,7 @@ function M.build(d)
     local o, copts, raw = fprep(d.name, input, target, opts)
     local loss = loss_out(o, raw, input, target)
     ploss.check(call.forward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss }), d.name, f_names(raw))
+      copts = copts, loss = loss }), d.name, names_of(o, f_names(raw)))
     written_out(raw, loss)
     return result(o, raw, loss)
   end
@@ -1444,7 +1460,7 @@ function M.build(d)
     local gl = grad_loss_tensor(d, o, input, target, grad_output, nil, d.name .. "_backward")
     local grad = raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.backward(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", f_names(raw))
+      copts = copts, grad_loss = gl, grad_input = grad }), d.name .. "_backward", names_of(o, f_names(raw)))
     if raw.grad_input then raw.grad_input:bump_version() end
     return grad
   end
@@ -1460,7 +1476,7 @@ function M.build(d)
     end
     local grad = o.inplace and input or raw.grad_input or ploss.empty_like(input, { layout = "preserve" })
     ploss.check(call.fused(input:context(), { input = input, target = target, tensors = tensor_args(d, o, input),
-      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", f_names(raw, o.inplace))
+      copts = copts, loss = loss, grad_input = grad }), d.name .. "_fused", names_of(o, f_names(raw, o.inplace)))
     written_out(raw, loss)
     grad:bump_version()
     if o.reduction == "none" or raw.out then return loss, grad end
