@@ -134,6 +134,24 @@ describe("criteria built from the descriptions", function()
     assert.is_nil(rawget(crit, "_loss"))
     assert.are.same(g1, crit:backward(x, y):totable())
     assert.are.equal(l1, crit:forward(x, y))
+    -- 'none''s output is the loss buffer: dropped too; a reduced output (a number) is kept
+    local none = ploss.MSELoss { reduction = "none" }
+    none:forward(x, x:clone())
+    assert.is_nil(none:clearState().output)
+    assert.are.equal(l1, crit.output)
+    -- a criterion that keeps state does not keep its last forward's input and target alive
+    collectgarbage()
+    collectgarbage()
+    local before = ploss.memory_stats("cpu").current_bytes
+    local ce0 = ploss.CrossEntropyLoss {}
+    do
+      local logits = ploss.randn({ 64, 1000 })
+      ce0:forward(logits, ploss.randint(0, 1000, { 64 }))
+    end
+    collectgarbage()
+    collectgarbage()
+    local held = ploss.memory_stats("cpu").current_bytes - before
+    assert.is_true(held < 64 * 1000 * 4, held) -- its loss and state (64 values), not the 64×1000 logits
     -- a composite clears its members too
     local ce = ploss.CrossEntropyCriterion()
     local m = ploss.MultiCriterion():add(ce, 0.5)

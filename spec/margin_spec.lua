@@ -807,6 +807,26 @@ describe("margin softmax losses", function()
     local p, gp = head:parameters()
     assert.are.equal(head.weight, p[1])
     assert.are.equal(head.gradWeight, gp[1])
+    -- ∂W goes straight into gradWeight: the criterion keeps no C×D buffer of its own, and
+    -- clearState drops the criterion's buffers too
+    assert.is_nil(rawget(head.criterion, "grad_weight"))
+    for _, b in pairs(rawget(head.criterion, "_grads") or {}) do assert.are_not.same({ 6, 4 }, b:size()) end
+    assert.is_nil(rawget(head:clearState().criterion, "_loss"))
+    l, g = head(x, y)
+    H.assert_equal(head.gradWeight, gwr)
+    -- PartialFCLoss takes grad_weight and grad_x as the margin criteria do (and so as a head's criterion)
+    local pf = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss { s = 10 }, sample_rate = 0.5, seed = 4 }
+    local _, _, gw_own = pf:clone()(x, head.weight, y)
+    local dst = ploss.zeros({ 6, 4 }, { dtype = "f64" })
+    pf.grad_weight = dst
+    local _, _, gw_given = pf(x, head.weight, y)
+    assert.are.equal(dst, gw_given)
+    H.assert_equal(dst, gw_own)
+    local hp = ploss.nn.MarginSoftmax { 4, 6, dtype = "f64",
+      criterion = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss { s = 10 }, sample_rate = 0.5, seed = 4 } }
+    hp.weight:copy(head.weight)
+    hp(x, y)
+    H.assert_equal(hp.gradWeight, gw_own)
     -- a clone: copies of the centres, their gradient and the criterion; the next call of each
     -- gives the same numbers
     local c = head:clone()

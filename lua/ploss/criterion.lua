@@ -196,6 +196,7 @@ end
 
 -- resolve's options → the tensor options given through a list form (names_of)
 local GIVEN_AS = setmetatable({}, { __mode = "k" })
+local WEAK_VALUES = { __mode = "v" }
 
 local function resolve(d, user, extra, where, own_keys)
   if type(user) ~= "table" or ploss.is_tensor(user) then
@@ -1303,14 +1304,15 @@ function M.build(d)
     return resolve(d, user, nil, d.criterion, true)
   end
 
-  -- what the saved state depends on
+  -- what the saved state depends on; the input and target held weakly (a criterion does
+  -- not keep the logits of its last forward alive: once collected, no key matches them)
   local function state_key(o, tensors, input, target)
-    return { input = input, target = target, iv = input:version(), tv = target:version(),
+    return { refs = setmetatable({ input, target }, WEAK_VALUES), iv = input:version(), tv = target:version(),
              is = input:storage_id(), ts = target:storage_id(), opts = fingerprint(d, o, tensors) }
   end
   local function same_key(a, b)
-    return a and b and a.input == b.input and a.target == b.target and a.iv == b.iv and a.tv == b.tv and
-      a.is == b.is and a.ts == b.ts and a.opts == b.opts
+    return a and b and a.refs[1] ~= nil and rawequal(a.refs[1], b.refs[1]) and rawequal(a.refs[2], b.refs[2]) and
+      a.iv == b.iv and a.tv == b.tv and a.is == b.is and a.ts == b.ts and a.opts == b.opts
   end
 
   function cls:forward_tensor(input, target, ...)

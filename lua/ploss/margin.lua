@@ -24,7 +24,8 @@ return function(ploss)
 
   local cls = nn.class("PartialFCLoss")
   cls._doc = "Partial FC (An et al., ICCV Workshops 2021) around a margin softmax criterion"
-  cls._fields = { margin = true, sample_rate = true, seed = true } -- read at each call
+  -- read at each call; grad_x and grad_weight, where the gradients go, as the margin criteria's
+  cls._fields = { margin = true, sample_rate = true, seed = true, grad_x = true, grad_weight = true }
   cls._takes_target = true -- the labels, after x and weight (nn.takes_target)
 
   -- the options this criterion sets on its private one (the draw's and the sharding's); the
@@ -65,7 +66,8 @@ return function(ploss)
 
   function cls:__init(opts)
     if opts == nil then opts = {} end
-    local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true }
+    local known = { margin = true, sample_rate = true, seed = true, comm = true, scale_grad_x_by_ranks = true,
+                    grad_x = true, grad_weight = true }
     ploss.check_option_keys(opts, "PartialFCLoss", known)
     local margin = opts.margin or ploss.ArcFaceLoss {}
     local d = margin_description(margin)
@@ -93,6 +95,7 @@ return function(ploss)
     self._inner = inner
     self.margin = margin
     self.sample_rate, self.seed = rate, seed
+    self.grad_x, self.grad_weight = opts.grad_x, opts.grad_weight
   end
 
   -- The private criterion with the margin's options and this criterion's draw now (the
@@ -111,6 +114,7 @@ return function(ploss)
       if not OWN[opt.name] then inner[opt.name] = margin[opt.name] end
     end
     inner.sample_rate, inner.seed = self.sample_rate, self.seed
+    inner.grad_x, inner.grad_weight = rawget(self, "grad_x"), rawget(self, "grad_weight")
     return inner
   end
 
@@ -185,6 +189,7 @@ return function(ploss)
     nn.check_self(self, "PartialFCLoss", "clearState")
     self._inner:clearState()
     rawset(self, "gradInput", nil)
+    if ploss.is_tensor(rawget(self, "output")) then rawset(self, "output", nil) end -- 'none''s loss buffer
     return self
   end
   function cls:forward_tensor(...)
@@ -336,8 +341,16 @@ return function(ploss)
     end
     check_head(self)
     check_embeddings(self, embeddings, "fused")
-    local loss, g, gw = self.criterion(embeddings, self.weight, labels, scale)
-    self.gradWeight:copy(gw)
+    -- ∂loss/∂W straight into gradWeight (the criterion's grad_weight for the call), not into a
+    -- buffer of the criterion's copied over: no second classes × in_features tensor kept
+    local crit = self.criterion
+    local own = rawget(crit, "grad_weight")
+    if own == nil then crit.grad_weight = self.gradWeight end
+    local r = { pcall(crit, embeddings, self.weight, labels, scale) }
+    if own == nil then crit.grad_weight = nil end
+    if not r[1] then error(r[2], 0) end
+    local loss, g, gw = r[2], r[3], r[4]
+    if own ~= nil then self.gradWeight:copy(gw) end
     self.output, self.gradInput = loss, g
     return loss, g
   end
@@ -421,6 +434,7 @@ return function(ploss)
   function Head:clearState()
     nn.check_self(self, "MarginSoftmax", "clearState", "head")
     self.output, self.gradInput, self.scores = nil, nil, nil
+    self.criterion:clearState() -- its buffers (the embeddings' gradient) too
     return self
   end
 

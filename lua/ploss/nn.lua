@@ -259,7 +259,8 @@ function Criterion:tostring() return "ploss." .. (self._class_name or "Criterion
 -- name ('f32', 'f64', 'f16', 'bf16', or an alias: 'float', 'double', …) changes nothing; each
 -- returns the criterion.
 -- :clearState() drops what the criterion keeps between calls (its loss, gradient and state
--- buffers: the next call allocates them again and recomputes what backward would have
+-- buffers, and output where it is the 'none' loss tensor: the next call allocates them again
+-- and recomputes what backward would have
 -- reused), as Torch7's does before a criterion is saved; returns the criterion.
 -- :clone() is a new criterion of the same class and options, its tensors (class weights, a
 -- gradient's destination) copied and a composite's members cloned, with no buffers: as
@@ -315,6 +316,8 @@ function nn.torch7_methods(cls, name)
     nn.check_self(self, name, "clearState")
     for _, k in ipairs(BUFFERS) do rawset(self, k, nil) end
     if rawget(self, "_grads") then rawset(self, "_grads", {}) end
+    -- 'none''s output is the loss buffer itself (a reduced loss is a number: kept)
+    if ploss.is_tensor(rawget(self, "output")) then rawset(self, "output", nil) end
     for _, m in ipairs(rawget(self, "_members") or {}) do
       if type(m.clearState) == "function" then m:clearState() end
     end
