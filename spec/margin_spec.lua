@@ -827,6 +827,17 @@ describe("margin softmax losses", function()
     hp.weight:copy(head.weight)
     hp(x, y)
     H.assert_equal(hp.gradWeight, gw_own)
+    -- a gradWeight the criterion cannot write (another dtype) still gets the gradient, copied
+    hp.gradWeight = ploss.zeros({ 6, 4 }, { dtype = "f32" })
+    hp.criterion.seed = 4
+    hp(x, y)
+    H.assert_close(hp.gradWeight:to(nil, "f64"), gw_own, { rtol = 1e-6, atol = 1e-7 })
+    -- clone copies the destinations (as the margin criteria's); the constructor checks them
+    local pc = pf:clone()
+    assert.are_not.equal(dst, pc.grad_weight)
+    H.assert_equal(pc.grad_weight, dst)
+    H.expect_error(function() ploss.PartialFCLoss { grad_weight = 5 } end,
+      "PartialFCLoss: grad_weight: expected a ploss tensor, got number")
     -- a clone: copies of the centres, their gradient and the criterion; the next call of each
     -- gives the same numbers
     local c = head:clone()

@@ -95,7 +95,12 @@ return function(ploss)
     self._inner = inner
     self.margin = margin
     self.sample_rate, self.seed = rate, seed
-    self.grad_x, self.grad_weight = opts.grad_x, opts.grad_weight
+    for _, k in ipairs { "grad_x", "grad_weight" } do
+      if opts[k] ~= nil and not ploss.is_tensor(opts[k]) then
+        ploss.raise(string.format("PartialFCLoss: %s: expected a ploss tensor, got %s", k, type(opts[k])))
+      end
+      self[k] = opts[k]
+    end
   end
 
   -- The private criterion with the margin's options and this criterion's draw now (the
@@ -122,6 +127,7 @@ return function(ploss)
   local function call(self, method, ...)
     local inner = sampled(self)
     local r = { pcall(inner[method], inner, ...) }
+    inner.grad_x, inner.grad_weight = nil, nil -- the destinations are this criterion's to keep
     if not r[1] then
       local text = tostring(r[2])
       local d = inner._description
@@ -182,8 +188,10 @@ return function(ploss)
   function cls:clone()
     nn.check_self(self, "PartialFCLoss", "clone")
     local c = self._inner
+    local gx, gw = rawget(self, "grad_x"), rawget(self, "grad_weight") -- copied, as the margin criteria's
     return cls { margin = self.margin:clone(), sample_rate = self.sample_rate, seed = self.seed, comm = c.comm,
-                 scale_grad_x_by_ranks = c.scale_grad_x_by_ranks }
+                 scale_grad_x_by_ranks = c.scale_grad_x_by_ranks, grad_x = gx and gx:clone(),
+                 grad_weight = gw and gw:clone() }
   end
   function cls:clearState()
     nn.check_self(self, "PartialFCLoss", "clearState")
@@ -343,14 +351,19 @@ return function(ploss)
     check_embeddings(self, embeddings, "fused")
     -- ∂loss/∂W straight into gradWeight (the criterion's grad_weight for the call), not into a
     -- buffer of the criterion's copied over: no second classes × in_features tensor kept
-    local crit = self.criterion
-    local own = rawget(crit, "grad_weight")
-    if own == nil then crit.grad_weight = self.gradWeight end
+    -- (where gradWeight can take it: the centres' dtype and device, dense, sharing no memory
+    -- with them or the embeddings; else, as for a grad_weight the caller set on the
+    -- criterion, the criterion's buffer copied into it)
+    local crit, gw = self.criterion, self.gradWeight
+    local direct = rawget(crit, "grad_weight") == nil and gw:dtype() == self.weight:dtype() and
+      gw:device() == self.weight:device() and gw:is_dense() and gw:storage_id() ~= self.weight:storage_id() and
+      gw:storage_id() ~= embeddings:storage_id()
+    if direct then crit.grad_weight = gw end
     local r = { pcall(crit, embeddings, self.weight, labels, scale) }
-    if own == nil then crit.grad_weight = nil end
+    if direct then crit.grad_weight = nil end
     if not r[1] then error(r[2], 0) end
-    local loss, g, gw = r[2], r[3], r[4]
-    if own ~= nil then self.gradWeight:copy(gw) end
+    local loss, g = r[2], r[3]
+    if not direct then gw:copy(r[4]) end
     self.output, self.gradInput = loss, g
     return loss, g
   end
@@ -434,7 +447,8 @@ return function(ploss)
   function Head:clearState()
     nn.check_self(self, "MarginSoftmax", "clearState", "head")
     self.output, self.gradInput, self.scores = nil, nil, nil
-    self.criterion:clearState() -- its buffers (the embeddings' gradient) too
+    -- its criterion's buffers (the embeddings' gradient) too, where it is one
+    if not criterion_error(self.criterion) then self.criterion:clearState() end
     return self
   end
 
