@@ -1354,6 +1354,10 @@ static const ploss_loss_spec mse_loss_spec = {
     .policy = PLOSS_POLICY_MSE,
     .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
     .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_BROADCAST},
+    },
 };
 
 static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -1380,24 +1384,25 @@ static ploss_status mse_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss
 }
 
 ploss_status ploss_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_mse_loss_opts *opts, DLTensor *loss)
+    const DLTensor *target, const DLTensor *weight, const ploss_mse_loss_opts *opts,
+    DLTensor *loss)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
     return mse_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
 }
 
 ploss_status ploss_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_mse_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *weight, const ploss_mse_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
     return mse_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
 }
 
 ploss_status ploss_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+    const DLTensor *weight, const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return mse_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
@@ -1420,6 +1425,10 @@ static const ploss_loss_spec l1_loss_spec = {
     .policy = PLOSS_POLICY_L1,
     .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
     .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_BROADCAST},
+    },
 };
 
 static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -1446,24 +1455,24 @@ static ploss_status l1_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_
 }
 
 ploss_status ploss_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_l1_loss_opts *opts, DLTensor *loss)
+    const DLTensor *weight, const ploss_l1_loss_opts *opts, DLTensor *loss)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
     return l1_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
 }
 
 ploss_status ploss_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_l1_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *weight, const ploss_l1_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
     return l1_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
 }
 
 ploss_status ploss_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
+    const DLTensor *weight, const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return l1_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 
@@ -1558,6 +1567,10 @@ static const ploss_loss_spec huber_loss_spec = {
     .policy = PLOSS_POLICY_HUBER,
     .target = PLOSS_LOSS_TARGET_ELEMENTWISE,
     .min_classes = 1,
+    .ntensors = 1,
+    .tensors = {
+        {.name = "weight", .kind = PLOSS_TENSOR_BROADCAST},
+    },
 };
 
 static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_loss_args *a,
@@ -1587,25 +1600,26 @@ static ploss_status huber_loss(ploss_ctx_t *ctx, ploss_pass pass, const ploss_lo
 }
 
 ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss)
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    DLTensor *loss)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss};
     return huber_loss(ctx, PLOSS_PASS_FORWARD, &a, opts);
 }
 
 ploss_status ploss_huber_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .grad_loss = grad_loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .grad_loss = grad_loss, .grad_input = grad_input};
     return huber_loss(ctx, PLOSS_PASS_BACKWARD, &a, opts);
 }
 
 ploss_status ploss_huber_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss,
-    DLTensor *grad_input)
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input)
 {
-    const ploss_loss_args a = {.input = input, .target = target, .loss = loss, .grad_input = grad_input};
+    const ploss_loss_args a = {.input = input, .target = target, .tensors[0] = weight, .loss = loss, .grad_input = grad_input};
     return huber_loss(ctx, PLOSS_PASS_FUSED, &a, opts);
 }
 

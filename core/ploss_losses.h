@@ -189,7 +189,8 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  * in  pos_weight  NULL, or pw, the weight of the positive term, same forms.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -277,7 +278,8 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.alpha
  *           not a finite number <= 1, opts.gamma not a finite number >= 0, a non-finite scale,
  *           an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED,
@@ -1704,43 +1706,53 @@ void ploss_mse_loss_opts_init(ploss_mse_loss_opts *opts);
 /**
  * Mean squared error, forward (PyTorch torch.nn.MSELoss / torch.nn.functional.mse_loss; Torch7
  * nn.MSECriterion).
- * Elementwise, with d = x − y:
+ * Elementwise, with d = x − y and w the weight (1 without one):
  *
- *     ℓ = d²
+ *     ℓ = w·d²
  *
- * 'mean' divides by the element count.
+ * 'mean' divides by the element count, or with a weight by Σ w over the elements (PyTorch's
+ * weighted mean: Σ w·d² / Σ w).
  *
  * Only the input gets a gradient (the target is data). The target must have the input's shape
- * (PyTorch broadcasts it with a warning; ploss refuses another shape).
+ * (PyTorch broadcasts it with a warning; ploss refuses another shape). With a weight, 'mean' is
+ * Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and an exactly zero
+ * gradient (ploss's rule for a mean over nothing; PyTorch's division gives ±∞ where Σ
+ * w·ℓ is not 0). The weight gets no gradient. PyTorch asks for a weight of the input's own
+ * shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
+ * weight once per element it covers.
  *
  * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (any real values).
+ * in  weight      NULL, or w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over
+ *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_mse_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_mse_loss_opts *opts, DLTensor *loss);
+    const DLTensor *target, const DLTensor *weight, const ploss_mse_loss_opts *opts,
+    DLTensor *loss);
 
 /**
- * Mean squared error, backward. ∂ℓ/∂x = 2·d.
- * in  input, target, opts   as given to _forward.
+ * Mean squared error, backward. ∂ℓ/∂x = 2·w·d.
+ * in  input, target, weight, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
  * Statuses: as _forward.
  */
 ploss_status ploss_mse_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_mse_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *weight, const ploss_mse_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
 
 /** Mean squared error, forward and backward in one pass (see the conventions above). Statuses:
  *  as _forward. */
 ploss_status ploss_mse_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+    const DLTensor *weight, const ploss_mse_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Mean absolute error (L1) ---------------------------------------------------------- */
 
@@ -1765,43 +1777,52 @@ void ploss_l1_loss_opts_init(ploss_l1_loss_opts *opts);
 /**
  * Mean absolute error (L1), forward (PyTorch torch.nn.L1Loss / torch.nn.functional.l1_loss;
  * Torch7 nn.AbsCriterion).
- * Elementwise, with d = x − y:
+ * Elementwise, with d = x − y and w the weight (1 without one):
  *
- *     ℓ = |d|
+ *     ℓ = w·|d|
  *
- * 'mean' divides by the element count.
+ * 'mean' divides by the element count, or with a weight by Σ w over the elements (PyTorch's
+ * weighted mean: Σ w·|d| / Σ w).
  *
- * Only the input gets a gradient. The target must have the input's shape.
+ * Only the input gets a gradient. The target must have the input's shape. With a weight, 'mean'
+ * is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and an exactly zero
+ * gradient (ploss's rule for a mean over nothing; PyTorch's division gives ±∞ where Σ
+ * w·ℓ is not 0). The weight gets no gradient. PyTorch asks for a weight of the input's own
+ * shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
+ * weight once per element it covers.
  *
  * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (any real values).
+ * in  weight      NULL, or w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over
+ *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_l1_loss_forward(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_l1_loss_opts *opts, DLTensor *loss);
+    const DLTensor *weight, const ploss_l1_loss_opts *opts, DLTensor *loss);
 
 /**
- * Mean absolute error (L1), backward. ∂ℓ/∂x = sign(d), 0 at d = 0 (PyTorch's
+ * Mean absolute error (L1), backward. ∂ℓ/∂x = w·sign(d), sign(0) = 0 (PyTorch's
  * subgradient).
- * in  input, target, opts   as given to _forward.
+ * in  input, target, weight, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
  * Statuses: as _forward.
  */
 ploss_status ploss_l1_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_l1_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *weight, const ploss_l1_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
 
 /** Mean absolute error (L1), forward and backward in one pass (see the conventions above).
  *  Statuses: as _forward. */
 ploss_status ploss_l1_loss_fused(ploss_ctx_t *ctx, const DLTensor *input, const DLTensor *target,
-    const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
+    const DLTensor *weight, const ploss_l1_loss_opts *opts, DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Smooth L1 loss -------------------------------------------------------------------- */
 
@@ -1844,7 +1865,8 @@ void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *opts);
  * in  target      the input's shape, any float dtype (any real values).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.beta
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -1899,46 +1921,52 @@ void ploss_huber_loss_opts_init(ploss_huber_loss_opts *opts);
 /**
  * Huber loss, forward (Huber, "Robust Estimation of a Location Parameter", Ann. Math. Statist.
  * 1964; PyTorch torch.nn.HuberLoss / torch.nn.functional.huber_loss).
- * Elementwise, with d = x − y:
+ * Elementwise, with d = x − y and w the weight (1 without one):
  *
- *     ℓ = d²/2            if |d| < δ
- *     ℓ = δ·(|d| − δ/2)   otherwise
+ *     ℓ = w·d²/2            if |d| < δ
+ *     ℓ = w·δ·(|d| − δ/2)   otherwise
  *
- * 'mean' divides by the element count.
+ * 'mean' divides by the element count, with a weight too (PyTorch's weighted Huber loss takes
+ * the mean of w·ℓ, unlike its weighted MSE and L1 losses).
  *
- * Only the input gets a gradient. The target must have the input's shape. δ times the smooth
- * L1 loss with β = δ.
+ * Only the input gets a gradient (not the target, not the weight). The target must have the
+ * input's shape; PyTorch asks the same of a weight, ploss also broadcasts a smaller one
+ * (trailing dims aligned). δ times the smooth L1 loss with β = δ.
  *
  * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (any real values).
+ * in  weight      NULL, or w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over
+ *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.delta
  *           not a finite number > 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
  */
 ploss_status ploss_huber_loss_forward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss);
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    DLTensor *loss);
 
 /**
- * Huber loss, backward. ∂ℓ/∂x = d where |d| < δ, δ·sign(d) elsewhere; a NaN d gives a
- * NaN gradient (as PyTorch's huber_backward: neither threshold test holds).
- * in  input, target, opts   as given to _forward.
+ * Huber loss, backward. ∂ℓ/∂x = w·d where |d| < δ, w·δ·sign(d) elsewhere; a NaN d
+ * gives a NaN gradient (as PyTorch's huber_backward: neither threshold test holds).
+ * in  input, target, weight, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
  *                 input.
  * Statuses: as _forward.
  */
 ploss_status ploss_huber_loss_backward(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, const DLTensor *grad_loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    const DLTensor *grad_loss, DLTensor *grad_input);
 
 /** Huber loss, forward and backward in one pass (see the conventions above). Statuses: as
  *  _forward. */
 ploss_status ploss_huber_loss_fused(ploss_ctx_t *ctx, const DLTensor *input,
-    const DLTensor *target, const ploss_huber_loss_opts *opts, DLTensor *loss,
-    DLTensor *grad_input);
+    const DLTensor *target, const DLTensor *weight, const ploss_huber_loss_opts *opts,
+    DLTensor *loss, DLTensor *grad_input);
 
 /* ---- Binary cross-entropy on probabilities --------------------------------------------- */
 
@@ -1985,7 +2013,8 @@ void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *opts)
  * in  weight      NULL, or w, broadcast over the input as PyTorch broadcasts it.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2055,7 +2084,8 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
  *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2125,7 +2155,8 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
  *                 log_target.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2192,7 +2223,8 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  *                 (dissimilar); another value takes both terms, as PyTorch's definition does.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
  *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -3864,7 +3896,8 @@ void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *opts);
  *                 taken).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -4305,7 +4338,8 @@ void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *opts);
  *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
  *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -4743,7 +4777,8 @@ void ploss_target_weighted_mse_loss_opts_init(ploss_target_weighted_mse_loss_opt
  *                 shape, or its shape without the first dim, one weight map for every sample).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count.
+ *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
+ *                 Σ w).
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/weight/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.

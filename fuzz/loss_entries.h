@@ -291,34 +291,34 @@ static void fz_init_ploss_mse_loss_opts(void *o) { ploss_mse_loss_opts_init(o); 
 
 static ploss_status fz_call_mse_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_mse_loss_forward(ctx, t[0], t[1], o, t[2]);
+    return ploss_mse_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
 }
 
 static ploss_status fz_call_mse_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_mse_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_mse_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static ploss_status fz_call_mse_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_mse_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_mse_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static void fz_init_ploss_l1_loss_opts(void *o) { ploss_l1_loss_opts_init(o); }
 
 static ploss_status fz_call_l1_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_l1_loss_forward(ctx, t[0], t[1], o, t[2]);
+    return ploss_l1_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
 }
 
 static ploss_status fz_call_l1_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_l1_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_l1_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static ploss_status fz_call_l1_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_l1_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_l1_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static void fz_init_ploss_smooth_l1_loss_opts(void *o) { ploss_smooth_l1_loss_opts_init(o); }
@@ -342,17 +342,17 @@ static void fz_init_ploss_huber_loss_opts(void *o) { ploss_huber_loss_opts_init(
 
 static ploss_status fz_call_huber_loss_forward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_huber_loss_forward(ctx, t[0], t[1], o, t[2]);
+    return ploss_huber_loss_forward(ctx, t[0], t[1], t[2], o, t[3]);
 }
 
 static ploss_status fz_call_huber_loss_backward(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_huber_loss_backward(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_huber_loss_backward(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static ploss_status fz_call_huber_loss_fused(ploss_ctx_t *ctx, DLTensor *const t[], const void *o)
 {
-    return ploss_huber_loss_fused(ctx, t[0], t[1], o, t[2], t[3]);
+    return ploss_huber_loss_fused(ctx, t[0], t[1], t[2], o, t[3], t[4]);
 }
 
 static void fz_init_ploss_binary_cross_entropy_opts(void *o) { ploss_binary_cross_entropy_opts_init(o); }
@@ -1051,28 +1051,28 @@ static ploss_status fz_call_target_weighted_mse_loss_fused(ploss_ctx_t *ctx, DLT
      .slots = {{"input", FZ_IN, "N4|N|4", "f"}, {"target", FZ_IN, "N4", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"ignore", FZ_IN | FZ_OPTIONAL, "N", "x|u|f"}, {"loss", FZ_OUT, "|N|1", "a"}, {"grad_input", FZ_OUT, "N4", "x"}}, \
      .opts_size = sizeof(ploss_box_loss_opts), .opts_init = fz_init_ploss_box_loss_opts, .opts_nullable = 1, .nfields = 6, \
      .fields = {FZ_FIELD(ploss_box_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_box_loss_opts, eps, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, box_format, FZ_ENUM, 0, 2), FZ_FIELD(ploss_box_loss_opts, ciou_gradient, FZ_ENUM, 0, 1), FZ_FIELD(ploss_box_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_box_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_mse_loss_forward", .call = fz_call_mse_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+    {.name = "ploss_mse_loss_forward", .call = fz_call_mse_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_mse_loss_backward", .call = fz_call_mse_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_mse_loss_backward", .call = fz_call_mse_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_mse_loss_fused", .call = fz_call_mse_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_mse_loss_fused", .call = fz_call_mse_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_mse_loss_opts), .opts_init = fz_init_ploss_mse_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_mse_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_mse_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_mse_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_l1_loss_forward", .call = fz_call_l1_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+    {.name = "ploss_l1_loss_forward", .call = fz_call_l1_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_l1_loss_backward", .call = fz_call_l1_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_l1_loss_backward", .call = fz_call_l1_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_l1_loss_fused", .call = fz_call_l1_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_l1_loss_fused", .call = fz_call_l1_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_l1_loss_opts), .opts_init = fz_init_ploss_l1_loss_opts, .opts_nullable = 1, .nfields = 3, \
      .fields = {FZ_FIELD(ploss_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_smooth_l1_loss_forward", .call = fz_call_smooth_l1_loss_forward, .nslots = 3, \
@@ -1087,16 +1087,16 @@ static ploss_status fz_call_target_weighted_mse_loss_fused(ploss_ctx_t *ctx, DLT
      .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_smooth_l1_loss_opts), .opts_init = fz_init_ploss_smooth_l1_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_smooth_l1_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_smooth_l1_loss_opts, beta, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_smooth_l1_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_huber_loss_forward", .call = fz_call_huber_loss_forward, .nslots = 3, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
+    {.name = "ploss_huber_loss_forward", .call = fz_call_huber_loss_forward, .nslots = 4, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}}, \
      .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_huber_loss_backward", .call = fz_call_huber_loss_backward, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_huber_loss_backward", .call = fz_call_huber_loss_backward, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"grad_loss", FZ_IN, "|NCd|1", "a|f"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
-    {.name = "ploss_huber_loss_fused", .call = fz_call_huber_loss_fused, .nslots = 4, \
-     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
+    {.name = "ploss_huber_loss_fused", .call = fz_call_huber_loss_fused, .nslots = 5, \
+     .slots = {{"input", FZ_IN, "NCd|N|NC", "f"}, {"target", FZ_IN, "NCd|N|NC", "x|f"}, {"weight", FZ_IN | FZ_OPTIONAL, "NCd|C|1", "x|f"}, {"loss", FZ_OUT, "|NCd|1", "a"}, {"grad_input", FZ_OUT, "NCd|N|NC", "x"}}, \
      .opts_size = sizeof(ploss_huber_loss_opts), .opts_init = fz_init_ploss_huber_loss_opts, .opts_nullable = 1, .nfields = 4, \
      .fields = {FZ_FIELD(ploss_huber_loss_opts, reduction, FZ_ENUM, 0, 3), FZ_FIELD(ploss_huber_loss_opts, delta, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, scale, FZ_F64, 0, 0), FZ_FIELD(ploss_huber_loss_opts, inplace, FZ_INT, 0, 1)}}, \
     {.name = "ploss_binary_cross_entropy_forward", .call = fz_call_binary_cross_entropy_forward, .nslots = 4, \

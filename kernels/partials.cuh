@@ -15,8 +15,11 @@
 
 namespace ploss_cuda {
 
+/* loss[0] = Σ partials / divisor, or / *divisor_dev where that is given (on the device;
+ * NaN where it is 0, ploss's mean over nothing). */
 ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss,
-                                       ploss_dtype loss_dtype, cudaStream_t stream);
+                                       ploss_dtype loss_dtype, cudaStream_t stream,
+                                       const double *divisor_dev = nullptr);
 
 /* A kernel of `blocks` blocks that leaves one partial loss sum per block, with its host side:
  * the partials in the workspace where the pass gives a reduced loss (not backward, not

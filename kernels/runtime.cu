@@ -10,6 +10,7 @@
 
 #include "common.cuh"
 #include "partials.cuh"
+#include "rows.h"
 
 namespace ploss_cuda {
 namespace runtime_kernels {
@@ -25,14 +26,15 @@ ploss_status cuda_fail(cudaError_t e, const char *what)
 constexpr int kPartialsThreads = 1024;
 
 __global__ void __launch_bounds__(kPartialsThreads)
-    loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss, ploss_dtype loss_dtype)
+    loss_from_partials(const double *partials, int64_t nparts, double divisor, const double *divisor_dev, void *loss,
+                       ploss_dtype loss_dtype)
 {
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < nparts; i += kPartialsThreads)
         s += partials[i];
     s = block_reduce<kPartialsThreads>(s, SumOp());
     if (threadIdx.x == 0)
-        store_dyn(loss, loss_dtype, 0, s / divisor);
+        store_dyn(loss, loss_dtype, 0, divisor_dev ? ploss_rows_mean(s, *divisor_dev) : s / divisor);
 }
 
 } // namespace
@@ -146,10 +148,10 @@ extern "C" ploss_status ploss_cuda_check_launch(const char *what)
 } // namespace runtime_kernels
 
 ploss_status launch_loss_from_partials(const double *partials, int64_t nparts, double divisor, void *loss,
-                                       ploss_dtype loss_dtype, cudaStream_t stream)
+                                       ploss_dtype loss_dtype, cudaStream_t stream, const double *divisor_dev)
 {
     using namespace runtime_kernels;
-    loss_from_partials<<<1, kPartialsThreads, 0, stream>>>(partials, nparts, divisor, loss, loss_dtype);
+    loss_from_partials<<<1, kPartialsThreads, 0, stream>>>(partials, nparts, divisor, divisor_dev, loss, loss_dtype);
     return check_launch("the loss from its partial sums");
 }
 

@@ -82,7 +82,7 @@ describe("criteria built from the descriptions", function()
       "(Torch7's positional arguments are not taken: {reduction = 'sum'} for sizeAverage = false; the options: margin, reduction)")
     -- Torch7's crit.sizeAverage = false: the field it is here named
     H.expect_error(function() ploss.MSECriterion().sizeAverage = false end,
-      "'sizeAverage' is none of the fields it reads at each call (inplace, reduction): Torch7's sizeAverage is " ..
+      "'sizeAverage' is none of the fields it reads at each call (inplace, reduction, weight): Torch7's sizeAverage is " ..
       "reduction here (crit.reduction = 'sum' for sizeAverage = false, 'mean' for true)")
   end)
 
@@ -91,7 +91,7 @@ describe("criteria built from the descriptions", function()
       "NLLLoss: 'sizeAverage' is none of its fields (ignore_index, inplace, reduction, weight): Torch7's sizeAverage " ..
       "is reduction here (read crit.reduction: 'mean' for sizeAverage = true, 'sum' for false)")
     H.expect_error(function() return ploss.MSELoss { reduction = "sum" }.sizeAverage end,
-      "MSELoss: 'sizeAverage' is none of its fields (inplace, reduction)")
+      "MSELoss: 'sizeAverage' is none of its fields (inplace, reduction, weight)")
     -- other fields read as before: options, methods, an unknown name is nil
     local c = ploss.NLLLoss { reduction = "sum" }
     assert.are.equal("sum", c.reduction)
@@ -680,7 +680,7 @@ describe("calls on a criterion", function()
     H.expect_error(function() local crit = ploss.KLDivLoss(0.5) return crit end,
       "(positional options are not taken: name the option: log_target, reduction)")
     H.expect_error(function() local crit = ploss.MSECriterion(2) return crit end,
-      "(positional options are not taken: name the option: reduction)")
+      "(positional options are not taken: name the option: reduction, weight)")
     H.expect_error(function() local crit = ploss.CrossEntropyCriterion(ploss.ones({ 3 })) return crit end,
       "CrossEntropyLoss: expected a table of named options, got a tensor (positional weights are not taken: " ..
       "{weight = w})")

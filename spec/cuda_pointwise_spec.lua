@@ -7,8 +7,10 @@
 -- both kernels of kernels/elementwise/sigmoid.cu: the vectorised fast kernel (dense, aligned,
 -- one dtype; vector tails, many blocks, more elements than the capped grid) and the general
 -- kernel (misaligned views, strided and channels-last inputs, a target of another dtype,
--- BCE's broadcast weight, backward with an elementwise upstream gradient).  Also bitwise
--- determinism, the values at the kinks and clamps, in-place fused, empty input.
+-- the broadcast weights of BCE, MSE, L1 and Huber, backward with an elementwise upstream
+-- gradient; MSE's and L1's weighted 'mean' over Σ w on the device).  Also bitwise
+-- determinism, the values at the kinks and clamps, weights summing to 0, in-place fused,
+-- empty input.
 -- PLOSS_CUDA_SPEC_DEVICE=cpu runs it against the CPU as a dry run of its logic.
 local H = require "spec.helpers"
 local ploss = H.ploss
@@ -23,10 +25,10 @@ local NAMES = { "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_c
   "hinge_embedding_loss", "poisson_nll_loss", "hinge_loss", "target_weighted_mse_loss" }
 -- the options worth covering per loss (weight: a tensor made for the input's sizes)
 local OPTIONS = {
-  mse_loss = { {} },
-  l1_loss = { {} },
+  mse_loss = { {}, { weight = true }, { weight = "positive" } },
+  l1_loss = { {}, { weight = true }, { weight = "positive" } },
   smooth_l1_loss = { {}, { beta = 0.5 }, { beta = 0 } },
-  huber_loss = { {}, { delta = 2 } },
+  huber_loss = { {}, { delta = 2 }, { delta = 2, weight = "positive" } },
   binary_cross_entropy = { {}, { weight = true } },
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
@@ -67,12 +69,14 @@ local function data_for(name, sizes)
 end
 
 -- The options of a case: the weight made for `sizes` (PyTorch broadcasting: one value per
--- class along axis 1 for an N×C×… input, [C] for N×C).
+-- class along axis 1 for an N×C×… input, [C] for N×C; "full" and "positive": the input's
+-- shape, in [−2, 2] and [0.5, 2]).
 local function options(spec, sizes, red)
   local o = { reduction = red }
   for k, v in pairs(spec) do o[k] = v end
-  if spec.weight == "full" then
-    o.weight = ploss.rand(sizes, { dtype = "f64", low = -2, high = 2 })
+  if spec.weight == "full" or spec.weight == "positive" then
+    local low = spec.weight == "full" and -2 or 0.5
+    o.weight = ploss.rand(sizes, { dtype = "f64", low = low, high = 2 })
   elseif spec.weight then
     local ws = { sizes[2] or 1 }
     for _ = 3, #sizes do ws[#ws + 1] = 1 end
@@ -324,6 +328,31 @@ describe("CUDA Lua criteria over the pointwise kernels", function()
         close(crit.reduction == "none" and lg or { lg }, crit.reduction == "none" and lc or { lc }, T.loss, 0, what)
         assert.are.equal(dev[1]:device(), gg:device())
         close(gg, gc, T.grad, T.floor, what .. " gradient")
+      end
+    end
+  end)
+end)
+
+describe("CUDA weighted MSE and L1: 'mean' over Σ w", function()
+  it("hand values, Σ w = 0 (NaN, a zero gradient) and an empty input, as the CPU", function()
+    for _, dtype in ipairs { "f32", "bf16", "f64" } do
+      local x = ploss.tensor({ 0.5, -1, 3, 2 }, { dtype = dtype, device = DEV })
+      local y = ploss.tensor({ 0, 1, 1, 2 }, { dtype = dtype, device = DEV }) -- d = 0.5, −2, 2, 0
+      local w = ploss.tensor({ 1, 3, 0, 2 }, { dtype = dtype, device = DEV })
+      local l, g = F.mse_loss_fused(x, y, { weight = w })
+      H.assert_close({ l }, { 12.25 / 6 }, { rtol = 1e-6, what = "mse " .. dtype })
+      H.assert_close(g, { 1 / 6, -2, 0, 0 }, { rtol = dtype == "bf16" and 4e-3 or 1e-6, what = "mse grad " .. dtype })
+      H.assert_close(F.l1_loss_backward(x, y, 3, { weight = w }), { 0.5, -1.5, 0, 0 },
+        { rtol = dtype == "bf16" and 4e-3 or 1e-6, what = "l1 backward " .. dtype })
+      for _, name in ipairs { "mse_loss", "l1_loss" } do
+        for _, wz in ipairs { { 0, 0, 0, 0 }, { 1, -1, 0, 0 } } do
+          local lz, gz = F[name .. "_fused"](x, y, { weight = ploss.tensor(wz, { dtype = dtype, device = DEV }) })
+          assert.is_true(lz ~= lz, name .. " " .. dtype .. " Σ w = 0")
+          H.assert_equal(gz, { 0, 0, 0, 0 })
+        end
+        local e = ploss.empty({ 0, 4 }, { dtype = dtype, device = DEV })
+        local le = F[name](e, e, { weight = { 1, 2, 3, 4 } })
+        assert.is_true(le ~= le, name .. " empty")
       end
     end
   end)

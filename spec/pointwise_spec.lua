@@ -21,17 +21,18 @@ local function sign(d) return d > 0 and 1 or d < 0 and -1 or 0 end
 local function log1p(v) return v == 0 and 0 or math.log(1 + v) end
 local function clamp100(v) return v < -100 and -100 or v end
 local REF = {
-  mse_loss = function(x, y) local d = x - y return d * d, 2 * d end,
-  l1_loss = function(x, y) local d = x - y return math.abs(d), sign(d) end,
+  mse_loss = function(x, y, _, w) w = w or 1 local d = x - y return w * d * d, w * 2 * d end,
+  l1_loss = function(x, y, _, w) w = w or 1 local d = x - y return w * math.abs(d), w * sign(d) end,
   smooth_l1_loss = function(x, y, o)
     local b, d = o.beta or 1, x - y
     if math.abs(d) < b then return 0.5 * d * d / b, d / b end
     return math.abs(d) - 0.5 * b, sign(d)
   end,
-  huber_loss = function(x, y, o)
+  huber_loss = function(x, y, o, w)
     local dl, d = o.delta or 1, x - y
-    if math.abs(d) < dl then return 0.5 * d * d, d end
-    return dl * (math.abs(d) - 0.5 * dl), dl * sign(d)
+    w = w or 1
+    if math.abs(d) < dl then return w * 0.5 * d * d, w * d end
+    return w * dl * (math.abs(d) - 0.5 * dl), w * dl * sign(d)
   end,
   binary_cross_entropy = function(x, y, _, w)
     w = w or 1
@@ -64,10 +65,16 @@ local REF = {
 
 -- The reference loss (a number, or a flat list for 'none') and gradient (flat list) of
 -- `name` for flat inputs xs, ys, the upstream gradient `up` (a number, or a flat list for
--- 'none'), the options o and, for BCE, flat weights ws; n0: the input's first dim.
+-- 'none'), the options o and the flat weights ws (nil: none); n0: the input's first dim.
+-- PyTorch's weighted MSE and L1 divide 'mean' by the sum of the weights.
+local WEIGHT_MEAN = { mse_loss = true, l1_loss = true }
 local function reference(name, xs, ys, o, up, ws, n0)
   local red = o.reduction or "mean"
   local div = red == "mean" and #xs or red == "batchmean" and n0 or 1
+  if red == "mean" and ws and WEIGHT_MEAN[name] then
+    div = 0
+    for i = 1, #ws do div = div + ws[i] end
+  end
   local ls, gs, sum = {}, {}, 0
   for i = 1, #xs do
     local l, g = REF[name](xs[i], ys[i], o, ws and ws[i])
@@ -114,10 +121,10 @@ end
 
 -- The options worth covering per loss.
 local OPTIONS = {
-  mse_loss = { {} },
-  l1_loss = { {} },
+  mse_loss = { {}, { weight = "class" }, { weight = "full" } },
+  l1_loss = { {}, { weight = "class" }, { weight = "full" } },
   smooth_l1_loss = { {}, { beta = 0.5 }, { beta = 2 }, { beta = 0 } },
-  huber_loss = { {}, { delta = 0.5 }, { delta = 2 } },
+  huber_loss = { {}, { delta = 0.5 }, { delta = 2 }, { weight = "full" }, { delta = 2, weight = "class" } },
   binary_cross_entropy = { {}, { weight = "class" }, { weight = "full" } },
   soft_margin_loss = { {} },
   kl_div = { {}, { log_target = true } },
@@ -172,6 +179,43 @@ describe("pointwise criteria by hand", function()
     local l, g = F.l1_loss_fused(x, y)
     H.assert_close(l, 4.5 / 4, { rtol = 1e-15 })
     H.assert_equal(g, { 0.25, -0.25, 0.25, 0 })
+  end)
+
+  it("a weight (PyTorch >= 2.6): MSE's and L1's 'mean' over the weights, Huber's over the elements", function()
+    local w = ploss.tensor({ 1, 3, 0, 2 }, { dtype = "f64" }) -- d = 0.5, −2, 2, 0
+    local l, g = F.mse_loss_fused(x, y, { weight = w })
+    H.assert_close(l, (0.25 + 12) / 6, { rtol = 1e-15 })
+    H.assert_close(g, { 1 / 6, -12 / 6, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(F.mse_loss(x, y, { weight = w, reduction = "none" }), { 0.25, 12, 0, 0 }, { rtol = 1e-15 })
+    H.assert_close(F.mse_loss_backward(x, y, 2, { weight = w, reduction = "sum" }), { 2, -24, 0, 0 }, { rtol = 1e-15 })
+    l, g = F.l1_loss_fused(x, y, { weight = w })
+    H.assert_close(l, 6.5 / 6, { rtol = 1e-15 })
+    H.assert_close(g, { 1 / 6, -3 / 6, 0, 0 }, { rtol = 1e-15 })
+    -- Huber (δ = 1): 0.125, 3·1.5, 0·1.5, 0 over the 4 elements
+    l, g = F.huber_loss_fused(x, y, { weight = w })
+    H.assert_close(l, (0.125 + 4.5) / 4, { rtol = 1e-15 })
+    H.assert_close(g, { 0.5 / 4, -3 / 4, 0, 0 }, { rtol = 1e-15 })
+    -- the criterion, a weight broadcast over a 2×2 view (a Lua list of one weight per column)
+    local crit = ploss.MSELoss { weight = { 1, 3 } }
+    H.assert_close(crit:forward(x:view(2, 2), y:view(2, 2)), (0.25 + 12 + 4 + 0) / 8, { rtol = 1e-15 })
+    H.assert_close(crit:backward(x:view(2, 2), y:view(2, 2)), { { 1 / 8, -12 / 8 }, { 4 / 8, 0 } }, { rtol = 1e-15 })
+  end)
+
+  it("weights summing to 0: MSE's and L1's 'mean' is NaN (also where Σ w·ℓ ≠ 0) with a zero gradient", function()
+    for _, dtype in ipairs { "f64", "f32" } do
+      local xd, yd = x:to("cpu", dtype), y:to("cpu", dtype)
+      local zero = ploss.zeros({ 4 }, { dtype = dtype })
+      for _, name in ipairs { "mse_loss", "l1_loss" } do
+        local l, g = F[name .. "_fused"](xd, yd, { weight = zero })
+        assert.is_true(l ~= l, name .. " " .. dtype .. ": 0/0")
+        H.assert_equal(g, { 0, 0, 0, 0 })
+        H.assert_equal(F[name .. "_backward"](xd, yd, 1, { weight = zero }), { 0, 0, 0, 0 })
+        -- w = 1, −1, 0, 0: Σ w = 0 with Σ w·ℓ = ℓ₁ − ℓ₂ < 0 (PyTorch: −∞)
+        l, g = F[name .. "_fused"](xd, yd, { weight = ploss.tensor({ 1, -1, 0, 0 }, { dtype = dtype }) })
+        assert.is_true(l ~= l, name .. " " .. dtype .. ": NaN, not -inf")
+        H.assert_equal(g, { 0, 0, 0, 0 })
+      end
+    end
   end)
 
   it("each element in f32 for f32/bf16 input, as PyTorch: an element's own overflow makes the mean +∞", function()
@@ -540,8 +584,12 @@ describe("pointwise criteria errors (nothing written)", function()
       local l, g = F.l1_loss_fused(ploss.ones({ 3, 4 }, { dtype = "i32" }), y, { out = out, grad_input = gbuf })
       return l, g
     end, "input: expected a float tensor of dtype f32, f16, bf16 or f64, got i32", out, gbuf)
-    H.expect_error(fused("binary_cross_entropy", { weight = { 1, 2 } }),
-      "weight: expected a shape that broadcasts over the input [3, 4]", out, gbuf)
+    for _, name in ipairs { "binary_cross_entropy", "mse_loss", "l1_loss", "huber_loss" } do
+      H.expect_error(fused(name, { weight = { 1, 2 } }),
+        "weight: expected a shape that broadcasts over the input [3, 4]", out, gbuf)
+    end
+    H.expect_error(fused("mse_loss", { weight = ploss.ones({ 3, 4 }, { dtype = "i64" }) }),
+      "weight: expected a float dtype, got i64", out, gbuf)
   end)
 end)
 

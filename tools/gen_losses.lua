@@ -155,7 +155,7 @@ local SHAPE = {
   elementwise = {
     input = "logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
     loss = "NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for f64 " ..
-      "input).  MEAN divides by the element count.",
+      "input).  MEAN divides by the element count (a weighted MSE or L1 loss's by Σ w).",
     grad_loss = "NONE: the input's shape; MEAN / SUM: one element; f32 or f64.",
     fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
              grad_input = { "NCd|N|NC", "x" },

@@ -98,7 +98,7 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
                                    const ploss_loss_args *a, const ploss_loss_params *o)
 {
     ploss_status st;
-    /* the broadcast tensors of the loss (BCE's weight and pos_weight), by name */
+    /* the broadcast tensors of the loss (a weight, BCE's pos_weight), by name */
     const DLTensor *weight = NULL, *pos_weight = NULL;
     for (int k = 0; k < spec->ntensors; ++k) {
         if (!strcmp(spec->tensors[k].name, "weight"))
@@ -195,6 +195,9 @@ ploss_status ploss_elementwise_run(ploss_ctx_t *ctx, ploss_pass pass, const plos
            : kind == PLOSS_EW_POISSON_NLL || kind == PLOSS_EW_POISSON_NLL_FULL ? o->eps : o->beta;
     p.numel = x.numel;
     p.mean_divisor = o->reduction != PLOSS_REDUCTION_BATCHMEAN ? x.numel : x.ndim > 0 ? x.shape[0] : 1;
+    /* PyTorch's weighted MSE and L1 average over the weights (its weighted Huber loss over
+     * the elements) */
+    p.weight_mean = weight && p.reduction == PLOSS_REDUCTION_MEAN && (kind == PLOSS_EW_MSE || kind == PLOSS_EW_L1);
     p.x = x.data; p.x_dtype = x.dtype;
     p.t = t.data; p.t_dtype = t.dtype;
     if (weight) {

@@ -14,12 +14,13 @@
  *   BCE:             ℓ = w·[pw·y·sp(−x) + (1 − y)·sp(x)]
  *   FOCAL_TV:        ℓ = (a₁y + a₀(1−y))·q^γ·[y·sp(−x) + (1−y)·sp(x)],  q = y·σ(−x) + (1−y)·σ(x)
  *   FOCAL_REFERENCE: ℓ = |y − σ(x)|^γ·[a₁·y·sp(−x) + a₀·(1−y)·sp(x)]
- * and with d = x − y, β the threshold (smooth_l1_loss's β, huber_loss's δ):
- *   MSE:         ℓ = d²
+ * and with d = x − y, β the threshold (smooth_l1_loss's β, huber_loss's δ), w the weight
+ * (1 without one):
+ *   MSE:         ℓ = w·d²
  *   TARGET_WEIGHTED_MSE: ℓ = (x − w·y)²  (w the weight tensor, scaling the target)
- *   L1:          ℓ = |d|
+ *   L1:          ℓ = w·|d|
  *   SMOOTH_L1:   ℓ = |d| < β ? d²/(2β) : |d| − β/2
- *   HUBER:       ℓ = |d| < β ? d²/2 : β·(|d| − β/2)
+ *   HUBER:       ℓ = w·(|d| < β ? d²/2 : β·(|d| − β/2))
  *   BCE_PROB:    ℓ = −w·[y·max(log x, −100) + (1 − y)·max(log(1 − x), −100)]  (x a probability)
  *   SOFT_MARGIN: ℓ = sp(−y·x)
  *   KL_DIV:      ℓ = y·log y − y·x (0 where y = 0);   KL_DIV_LOG_TARGET: ℓ = e^y·(y − x)
@@ -86,6 +87,9 @@ typedef struct ploss_sigmoid_problem {
     int64_t shape[PLOSS_MAX_DIMS];   /* collapsed shape                            */
     int64_t numel;                   /* element count of the input (may be 0)      */
     int64_t mean_divisor;            /* MEAN: numel, or the first dim for batchmean */
+    int weight_mean;                 /* MEAN divides by Σ w over the elements instead
+                                        (weighted MSE and L1, PyTorch's); a zero Σ w
+                                        gives a zero gradient                          */
 
     const void *x; ploss_dtype x_dtype; int64_t x_st[PLOSS_MAX_DIMS];   /* logits        */
     const void *t; ploss_dtype t_dtype; int64_t t_st[PLOSS_MAX_DIMS];   /* float targets */
@@ -103,6 +107,9 @@ typedef struct ploss_sigmoid_problem {
     const void *grad_loss; ploss_dtype gl_dtype; int64_t gl_st[PLOSS_MAX_DIMS];
     /* gradient output, the input's dtype */
     void *grad; int64_t g_st[PLOSS_MAX_DIMS];
+
+    /* CUDA, set by its launcher where weight_mean: Σ w on the device */
+    const double *weight_sum;
 } ploss_sigmoid_problem;
 
 ploss_status ploss_cpu_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p);

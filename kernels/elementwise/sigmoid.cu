@@ -2,7 +2,7 @@
  * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
  * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
  * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
- * hinge_embedding_loss, poisson_nll_loss); formulas in core/engines/elementwise.h and
+ * hinge_embedding_loss, poisson_nll_loss, hinge_loss, target_weighted_mse_loss); formulas in core/engines/elementwise.h and
  * core/ploss_losses.h.
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
@@ -22,7 +22,9 @@
  * Reduced losses are summed in the same pass: per-thread sums, a CUB block reduction, one
  * partial per block in the context's workspace (a fixed grid that depends on the element
  * count, dtype and kernel only), then one block adds the partials in a fixed order —
- * deterministic, no atomics, no elementwise loss buffer, no host synchronisation.
+ * deterministic, no atomics, no elementwise loss buffer, no host synchronisation.  The
+ * weighted 'mean' of MSE and L1 (over Σ w) first sums the weight the same way into the
+ * workspace, where the general kernel and the loss read it (run_weight_mean).
  */
 #include <float.h>
 #include <string.h>
@@ -79,9 +81,9 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
     const A d = x - y, ad = m_abs(d);
     const A sgn = d > A(0) ? A(1) : d < A(0) ? A(-1) : A(0);
     switch (kind) {
-    case PLOSS_EW_MSE:
-        loss = d * d;
-        dx = A(2) * d;
+    case PLOSS_EW_MSE: /* w: the weight, 1 without one (the fast kernels') */
+        loss = w * (d * d);
+        dx = w * (A(2) * d);
         break;
     case PLOSS_EW_TARGET_WEIGHTED_MSE: {
         const A dw = x - w * y;
@@ -90,8 +92,8 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
         break;
     }
     case PLOSS_EW_L1:
-        loss = ad;
-        dx = sgn;
+        loss = w * ad;
+        dx = w * sgn;
         break;
     case PLOSS_EW_SMOOTH_L1: { /* β = 0: never inside, the L1 loss; NaN d inside where β > 0 */
         const bool in = ad < beta || (d != d && beta > A(0));
@@ -101,8 +103,8 @@ __device__ __forceinline__ void pointwise_element(ploss_sigmoid_kind kind, A bet
     }
     case PLOSS_EW_HUBER: {
         const bool in = ad < beta || d != d;
-        loss = in ? A(0.5) * d * d : beta * (ad - A(0.5) * beta);
-        dx = in ? d : beta * sgn;
+        loss = w * (in ? A(0.5) * d * d : beta * (ad - A(0.5) * beta));
+        dx = w * (in ? d : beta * sgn);
         break;
     }
     case PLOSS_EW_BCE_PROB: {
@@ -256,14 +258,34 @@ __device__ __forceinline__ offsets offsets_of(const ploss_sigmoid_problem &p, in
 }
 
 /* The upstream gradient factor ω of a reduced pass: the fused multiplier, or the scalar
- * upstream gradient of a backward pass (÷ numel for MEAN). */
+ * upstream gradient of a backward pass (÷ numel for MEAN).  A weighted mean divides by Σ w
+ * on the device instead (0 where Σ w = 0, as the host's ω for no elements). */
 template <class A> __device__ __forceinline__ A reduced_omega(const ploss_sigmoid_problem &p, double omega_host)
 {
+    const bool mean = p.reduction == PLOSS_REDUCTION_MEAN;
+    double up = omega_host;
     if (p.pass == PLOSS_PASS_BACKWARD && p.reduction != PLOSS_REDUCTION_NONE) {
-        const double up = load_dyn(p.grad_loss, p.gl_dtype, 0);
-        return (A)(p.reduction == PLOSS_REDUCTION_MEAN ? up / (double)p.mean_divisor : up);
+        up = load_dyn(p.grad_loss, p.gl_dtype, 0);
+        if (mean && !p.weight_sum)
+            up /= (double)p.mean_divisor;
     }
-    return (A)omega_host;
+    if (mean && p.weight_sum)
+        up = *p.weight_sum != 0.0 ? up / *p.weight_sum : 0.0;
+    return (A)up;
+}
+
+/* Per-block partial sums of the weight over the elements (a weighted mean's divisor), each
+ * weight as the loss reads it (in A) and summed in double: a fixed grid for the element
+ * count, so the sum is deterministic. */
+template <class A, bool DENSE>
+__global__ void __launch_bounds__(THREADS) weight_sum_kernel(const ploss_sigmoid_problem p, double *partials)
+{
+    double sum = 0.0;
+    for (int64_t k = thread_index(); k < p.numel; k += grid_stride())
+        sum += (double)load_float_dyn<A>(p.w, p.w_dtype, offsets_of<DENSE>(p, k).w);
+    const double block_sum = block_reduce<THREADS>(sum, SumOp());
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = block_sum;
 }
 
 /* One pass over the elements: elementwise loss (NONE), block partial sums (MEAN/SUM),
@@ -644,6 +666,46 @@ static int64_t vector_width(ploss_dtype d)
     return d == PLOSS_F64 ? 2 : d == PLOSS_F32 ? 4 : 8;
 }
 
+/* A weighted mean (weight_mean: MEAN over Σ w): Σ w into the workspace first (per-block
+ * partials, then one block adds them), then the general kernel with ω and the loss divided
+ * by it on the device.  Workspace: [loss partials | weight partials | Σ w]. */
+static ploss_status run_weight_mean(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p, unsigned blocks,
+                                    cudaStream_t stream)
+{
+    const bool want_loss = p->pass != PLOSS_PASS_BACKWARD;
+    const unsigned wblocks = grid_blocks(p->numel, THREADS, MAX_BLOCKS);
+    void *ws = nullptr;
+    ploss_status st = ploss_workspace(ctx, ((size_t)blocks + wblocks + 1) * sizeof(double), &ws);
+    if (st)
+        return st;
+    double *partials = (double *)ws, *wparts = partials + blocks, *wsum = wparts + wblocks;
+    const bool dense = p->ndim == 1;
+    ploss_sigmoid_problem q = *p;
+    q.weight_sum = wsum;
+    const double omega = p->pass == PLOSS_PASS_FUSED ? p->scale : 0.0;
+    st = dispatch_float(p->x_dtype, "input", [&](auto xtag) {
+        using T = typename decltype(xtag)::type;
+        using A = acc_t<T>;
+        if (dense)
+            weight_sum_kernel<A, true><<<wblocks, THREADS, 0, stream>>>(q, wparts);
+        else
+            weight_sum_kernel<A, false><<<wblocks, THREADS, 0, stream>>>(q, wparts);
+        ploss_status s = check_launch("weight_sum_kernel");
+        if (!s)
+            s = launch_loss_from_partials(wparts, wblocks, 1.0, wsum, PLOSS_F64, stream);
+        if (s)
+            return s;
+        if (dense)
+            sigmoid_kernel<T, true><<<blocks, THREADS, 0, stream>>>(q, omega, want_loss ? partials : nullptr);
+        else
+            sigmoid_kernel<T, false><<<blocks, THREADS, 0, stream>>>(q, omega, want_loss ? partials : nullptr);
+        return check_launch("sigmoid_kernel");
+    });
+    if (st || !want_loss)
+        return st;
+    return launch_loss_from_partials(partials, blocks, 1.0, p->loss, p->loss_dtype, stream, wsum);
+}
+
 extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid_problem *p)
 {
     /* the grid depends on the element count, dtype and the path only (deterministic sums) */
@@ -652,6 +714,8 @@ extern "C" ploss_status ploss_cuda_sigmoid(ploss_ctx_t *ctx, const ploss_sigmoid
     const unsigned blocks = grid_blocks(items, THREADS, MAX_BLOCKS);
     const bool dense = p->ndim == 1;
     cudaStream_t stream = stream_of(ctx);
+    if (p->weight_mean)
+        return run_weight_mean(ctx, p, blocks, stream);
     return with_block_partials(ctx, p->pass, p->reduction, p->scale, p->numel, p->mean_divisor, blocks, p->loss,
                                p->loss_dtype, [&](double omega, double *partials) {
         return dispatch_float(p->x_dtype, "input", [&](auto xtag) {

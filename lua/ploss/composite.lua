@@ -499,8 +499,8 @@ ploss.nn.MultiCriterion, ploss.nn.ParallelCriterion = Multi, Parallel
 -- input's (a network with valid convolutions gives a smaller map than its target image).
 -- The window starts at row ⌊(H_t − H)/2⌋ and column ⌊(W_t − W)/2⌋ (from 0) and is a view
 -- of the target: nothing is copied.  Everything else is MSELoss's: its options
--- (reduction, inplace), dtypes, devices, gradOutput and messages; 'mean' divides by the
--- input's element count, as Torch7's sizeAverage.
+-- (reduction, inplace, weight), dtypes, devices, gradOutput and messages; 'mean' divides
+-- by the input's element count, as Torch7's sizeAverage (with a weight, by its sum).
 local Crop = nn.class("SpatialAutoCropMSELoss", ploss.MSELoss)
 Crop._doc = "MSELoss against the centred crop of a larger target (Torch7 nn.SpatialAutoCropMSECriterion)"
 
@@ -558,7 +558,8 @@ ploss.SpatialAutoCropMSELoss, ploss.SpatialAutoCropMSECriterion = Crop, Crop
 -- Torch7's nn.L1Cost: the L1 norm of the input, Σ|x| (a sparsity cost on a code), its
 -- gradient sign(x) (0 at 0).  It is L1Loss against zeros, taken as one zero seen through
 -- stride-0 dims (no memory of the input's size); no target is passed.  Its reduction is
--- 'sum' by default (Torch7's L1Cost had no average); 'mean' and 'none' as L1Loss's.
+-- 'sum' by default (Torch7's L1Cost had no average); 'mean', 'none' and a weight (Σ w·|x|)
+-- as L1Loss's.
 local L1Norm = nn.class("L1NormLoss", ploss.L1Loss)
 L1Norm._doc = "the L1 norm Σ|x| of the input (Torch7 nn.L1Cost)"
 L1Norm._takes_target = false

@@ -30,16 +30,16 @@ int main(void)
     ploss_mse_loss_opts o;
     ploss_mse_loss_opts_init(&o);
     o.inplace = 7; /* a truthy value that is not 1 */
-    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace");
+    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.inplace");
     CHECK(loss == 7.0f);
     ploss_mse_loss_opts_init(&o);
     o.scale = NAN;
-    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: nan is not finite");
+    CHECK_STATUS(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &o, &L), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale: nan is not finite");
     CHECK(loss == 7.0f);
     float up = 1.0f;
     DLTensor U = cpu_tensor(&up, dt_f32, 0, NULL, NULL);
     memset(g, 0x5a, sizeof g);
-    CHECK_STATUS(ploss_mse_loss_backward(ctx, &X, &Y, &o, &U, &G), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale");
+    CHECK_STATUS(ploss_mse_loss_backward(ctx, &X, &Y, NULL, &o, &U, &G), PLOSS_ERR_INVALID_ARGUMENT, "opts.scale");
     unsigned char poison[sizeof g];
     memset(poison, 0x5a, sizeof poison);
     CHECK(memcmp(g, poison, sizeof g) == 0);
@@ -48,7 +48,7 @@ int main(void)
     CHECK(strcmp(ploss_status_string(PLOSS_OK), "PLOSS_OK") == 0);
     CHECK(strstr(ploss_last_error(), "opts.scale") != NULL);
     ploss_mse_loss_opts_init(&o);
-    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, &o, &L));
+    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &o, &L));
     CHECK(fabsf(loss - (0.25f + 4.0f + 0.25f + 4.0f) / 4.0f) < 1e-6f);
     CHECK(ploss_last_error()[0] == '\0');
 
@@ -57,7 +57,7 @@ int main(void)
     ploss_mse_loss_opts hand = {.reduction = PLOSS_REDUCTION_SUM};
     loss = 7.0f;
     memset(g, 0x5a, sizeof g);
-    CHECK_STATUS(ploss_mse_loss_fused(ctx, &X, &Y, &hand, &L, &G), PLOSS_ERR_INVALID_ARGUMENT,
+    CHECK_STATUS(ploss_mse_loss_fused(ctx, &X, &Y, NULL, &hand, &L, &G), PLOSS_ERR_INVALID_ARGUMENT,
                  "opts: not filled by ploss_mse_loss_opts_init()");
     CHECK(loss == 7.0f && memcmp(g, poison, sizeof g) == 0);
     ploss_sgd_opts sgd = {0};
@@ -79,7 +79,7 @@ int main(void)
     CHECK_STATUS(ploss_adam_opts_check(&adam), PLOSS_ERR_INVALID_ARGUMENT, "opts.beta2: 1 is outside [0, 1)");
     ploss_mse_loss_opts_init(&hand);
     CHECK(hand.opts_tag == PLOSS_OPTS_TAG);
-    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, NULL, &L)); /* NULL: every default */
+    CHECK_OK(ploss_mse_loss_forward(ctx, &X, &Y, NULL, NULL, &L)); /* NULL: no weight, every default */
     p = (void *)1;
     CHECK_STATUS(ploss_alloc(ctx, SIZE_MAX, &p), PLOSS_ERR_OUT_OF_MEMORY, "");
     CHECK(p == NULL);

@@ -78,10 +78,6 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmo
     (void)ctx;
     const int64_t M = p->numel;
     const int want_loss = p->pass != PLOSS_PASS_BACKWARD;
-    const double divisor = p->reduction == PLOSS_REDUCTION_MEAN ? (double)p->mean_divisor : 1.0;
-
-    /* ω of reduced losses; per element for NONE in backward */
-    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
 
     /* the only buffer (the chunk partials, no rows) is taken before the first write */
     ploss_cpu_rows b;
@@ -89,6 +85,14 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_sigmoid)(ploss_ctx_t *ctx, const ploss_sigmo
     const ploss_status status = ploss_cpu_rows_alloc(&b, loss, M, 0, 0, CHUNK);
     if (status != PLOSS_OK)
         return status;
+    /* a weighted mean's divisor Σ w first: the gradient needs it (the partials are reused) */
+    const double divisor = p->reduction != PLOSS_REDUCTION_MEAN ? 1.0
+                           : !p->weight_mean                    ? (double)p->mean_divisor
+                           : p->x_dtype == PLOSS_F64            ? weight_sum_f64(p, &b)
+                                                                : weight_sum_f32(p, &b);
+
+    /* ω of reduced losses; per element for NONE in backward */
+    const double omega = ploss_cpu_grad_scale(p->pass, p->reduction, p->scale, p->grad_loss, p->gl_dtype, divisor);
     if (p->x_dtype == PLOSS_F64)
         run_f64(p, &b, omega);
     else

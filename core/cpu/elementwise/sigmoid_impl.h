@@ -8,9 +8,9 @@
  */
 
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
- * `kind` is a constant at every call.  w is BCE_PROB's and TARGET_WEIGHTED_MSE's weight,
- * beta the threshold of SMOOTH_L1 (β), HUBER (δ) and the margin of HINGE_EMBEDDING and
- * HINGE.  The branches at the thresholds and the signs follow PyTorch's kernels: sign(0) = 0,
+ * `kind` is a constant at every call.  w is the weight (1 without one) of MSE, L1, HUBER and
+ * BCE_PROB and TARGET_WEIGHTED_MSE's target scale, beta the threshold of SMOOTH_L1 (β),
+ * HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow PyTorch's kernels: sign(0) = 0,
  * the quadratic part strictly inside |d| < β. */
 _Static_assert(PLOSS_EW_KIND_COUNT == 18, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");
@@ -20,15 +20,15 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
     const REAL d = x - y, ad = fabs(d);
     const REAL sgn = d > 0 ? 1 : d < 0 ? -1 : 0;
     if (kind == PLOSS_EW_MSE) {
-        *loss = d * d;
-        *dx = 2 * d;
+        *loss = w * (d * d);
+        *dx = w * (2 * d);
     } else if (kind == PLOSS_EW_TARGET_WEIGHTED_MSE) {
         const REAL dw = x - w * y;
         *loss = dw * dw;
         *dx = 2 * dw;
     } else if (kind == PLOSS_EW_L1) {
-        *loss = ad;
-        *dx = sgn;
+        *loss = w * ad;
+        *dx = w * sgn;
     } else if (kind == PLOSS_EW_SMOOTH_L1) {
         /* never inside for β = 0: the L1 loss, no 0/0; a NaN d takes the quadratic part's
          * gradient (NaN) where β > 0, as PyTorch's smooth_l1_backward */
@@ -37,8 +37,8 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         *dx = in ? d / beta : sgn;
     } else if (kind == PLOSS_EW_HUBER) {
         const int in = ad < beta || d != d; /* a NaN d: a NaN gradient, as huber_backward */
-        *loss = in ? (REAL)0.5 * d * d : beta * (ad - (REAL)0.5 * beta);
-        *dx = in ? d : beta * sgn;
+        *loss = w * (in ? (REAL)0.5 * d * d : beta * (ad - (REAL)0.5 * beta));
+        *dx = w * (in ? d : beta * sgn);
     } else if (kind == PLOSS_EW_BCE_PROB) {
         /* logs clamped at −100 (NaN stays NaN); the gradient's denominator at 1e-12 */
         const REAL lx = LOG(x), l1x = LOG1P(-x);
@@ -242,6 +242,36 @@ static double F(block)(const ploss_sigmoid_problem *p, int64_t n, const REAL *re
 #undef SIGMOID_PASSES
 #undef SIGMOID_PASSES_G
 #undef SIGMOID_LOOP
+
+/* Σ w over the M elements (the weight broadcast over them, as the loss reads it: converted
+ * to REAL), summed in double per chunk and the chunks in order. */
+static double F(weight_sum)(const ploss_sigmoid_problem *p, ploss_cpu_rows *b)
+{
+    const int64_t M = p->numel;
+#pragma omp parallel
+    {
+        REAL wb[BLOCK];
+#pragma omp for schedule(static)
+        for (int64_t chunk = 0; chunk < b->nchunks; ++chunk) {
+            const int64_t cbegin = chunk * CHUNK, cend = cbegin + CHUNK < M ? cbegin + CHUNK : M;
+            walker it;
+            walker_start(&it, p, cbegin);
+            double acc = 0.0;
+            for (int64_t k = cbegin; k < cend; k += BLOCK) {
+                const int64_t n = cend - k < BLOCK ? cend - k : BLOCK;
+                F(gather)(wb, p->w, p->w_dtype, it, TW, n);
+                for (int64_t i = 0; i < n; ++i)
+                    acc += (double)wb[i];
+                walker_skip(&it, n);
+            }
+            b->partial[chunk] = acc;
+        }
+    }
+    double s = 0.0;
+    for (int64_t chunk = 0; chunk < b->nchunks; ++chunk)
+        s += b->partial[chunk];
+    return s;
+}
 
 static void F(run)(const ploss_sigmoid_problem *p, ploss_cpu_rows *b, double omega)
 {

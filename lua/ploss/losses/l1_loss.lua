@@ -10,14 +10,24 @@ return {
   target = "elementwise",
   input_doc = "any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
   target_doc = "the input's shape, any float dtype (any real values).",
+  tensors = {
+    { name = "weight", kind = "broadcast",
+      doc = "w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over the input" },
+  },
   options = {},
   formula = [[
-Elementwise, with d = x − y:
+Elementwise, with d = x − y and w the weight (1 without one):
 
-    ℓ = |d|
+    ℓ = w·|d|
 
-'mean' divides by the element count.]],
-  gradient = "∂ℓ/∂x = sign(d), 0 at d = 0 (PyTorch's subgradient).",
+'mean' divides by the element count, or with a weight by Σ w over the elements (PyTorch's
+weighted mean: Σ w·|d| / Σ w).]],
+  gradient = "∂ℓ/∂x = w·sign(d), sign(0) = 0 (PyTorch's subgradient).",
   notes = [[
-Only the input gets a gradient.  The target must have the input's shape.]],
+Only the input gets a gradient.  The target must have the input's shape.
+With a weight, 'mean' is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN
+and an exactly zero gradient (ploss's rule for a mean over nothing; PyTorch's division gives
+±∞ where Σ w·ℓ is not 0).  The weight gets no gradient.  PyTorch asks for a weight of the input's
+own shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
+weight once per element it covers.]],
 }

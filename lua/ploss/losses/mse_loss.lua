@@ -10,15 +10,25 @@ return {
   target = "elementwise",
   input_doc = "any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
   target_doc = "the input's shape, any float dtype (any real values).",
+  tensors = {
+    { name = "weight", kind = "broadcast",
+      doc = "w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over the input" },
+  },
   options = {},
   formula = [[
-Elementwise, with d = x − y:
+Elementwise, with d = x − y and w the weight (1 without one):
 
-    ℓ = d²
+    ℓ = w·d²
 
-'mean' divides by the element count.]],
-  gradient = "∂ℓ/∂x = 2·d.",
+'mean' divides by the element count, or with a weight by Σ w over the elements (PyTorch's
+weighted mean: Σ w·d² / Σ w).]],
+  gradient = "∂ℓ/∂x = 2·w·d.",
   notes = [[
 Only the input gets a gradient (the target is data).  The target must have the input's shape
-(PyTorch broadcasts it with a warning; ploss refuses another shape).]],
+(PyTorch broadcasts it with a warning; ploss refuses another shape).
+With a weight, 'mean' is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN
+and an exactly zero gradient (ploss's rule for a mean over nothing; PyTorch's division gives
+±∞ where Σ w·ℓ is not 0).  The weight gets no gradient.  PyTorch asks for a weight of the input's
+own shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
+weight once per element it covers.]],
 }
