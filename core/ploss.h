@@ -322,8 +322,8 @@ typedef enum ploss_activation {
     /* y = x·σ(x) (Ramachandran et al. 2017; Elfwing et al. 2018; PyTorch silu)           */
     PLOSS_ACTIVATION_SWISH = 0,
     /* y = x·min(max(x + 3, 0), 6)/6 (Howard et al., MobileNetV3, ICCV 2019); derivative
-     * 0 for x < −3, x/3 + 1/2 for −3 ≤ x ≤ 3, 1 for x > 3: PyTorch's hardswish_backward
-     * convention, −0.5 at x = −3 and 1.5 at x = 3.                                       */
+     * 0 for x ≤ −3, x/3 + 1/2 for −3 < x < 3, 1 for x ≥ 3: PyTorch's hardswish_backward
+     * since 2.8, the flat pieces' slopes at the kinks (before 2.8: −0.5 and 1.5 there).  */
     PLOSS_ACTIVATION_HARD_SWISH = 1,
     /* y = x·tanh(softplus(x)) (Misra, BMVC 2020); softplus(x) = x above 20 (PyTorch)      */
     PLOSS_ACTIVATION_MISH = 2,

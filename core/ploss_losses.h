@@ -80,7 +80,9 @@ void ploss_cross_entropy_opts_init(ploss_cross_entropy_opts *opts);
  * A class whose coefficient c_ij is 0 adds nothing, even at a logit of −inf (a masked class):
  * with label smoothing 1 in the 'reference' or 'uniform_others' convention a masked label gives
  * the finite limit, not 0·∞ = NaN; a masked class with a non-zero coefficient gives an
- * infinite loss, as in PyTorch.
+ * infinite loss, as in PyTorch — but for label smoothing 1 in PyTorch's convention with the
+ * label's own logit −inf, where PyTorch's 0·∞ gives NaN and ploss +∞ (the smoothing
+ * term's).
  *
  * in  input       N×C or N×C×d1×…×dk logits, f32/f16/bf16/f64; C >= 1. Layouts: N and C
  *                 take any strides; the sample dims d1…dk must be walkable as one strided
@@ -189,8 +191,7 @@ void ploss_binary_cross_entropy_with_logits_opts_init(ploss_bce_with_logits_opts
  * in  pos_weight  NULL, or pw, the weight of the positive term, same forms.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -270,7 +271,10 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
  * Targets outside [0, 1] are not checked (torchvision's form then takes a power of a negative
  * number: NaN for a non-integer γ; for an integer γ the loss and its gradient are those of
  * the formula). Logits of any finite size give finite values: every logarithm is taken in
- * log-space. The default reduction is 'mean', as every ploss criterion's, where
+ * log-space. An infinite logit gives the limits: loss and gradient 0 where it agrees with a 0/1
+ * target (+∞ with y = 1, −∞ with y = 0), else an infinite loss and the gradient A·(p −
+ * y) = ±A (torchvision's formula gives NaN in both cases, from ∞·0 and ∞ − ∞). The
+ * default reduction is 'mean', as every ploss criterion's, where
  * torchvision.ops.sigmoid_focal_loss defaults to reduction = 'none': pass reduction = 'none'
  * for its per-element losses.
  *
@@ -278,8 +282,7 @@ void ploss_sigmoid_focal_opts_init(ploss_sigmoid_focal_opts *opts);
  * in  target      the input's shape, any float dtype (hard 0/1 or soft labels in [0, 1]).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.alpha
  *           not a finite number <= 1, opts.gamma not a finite number >= 0, a non-finite scale,
  *           an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED,
@@ -1715,11 +1718,12 @@ void ploss_mse_loss_opts_init(ploss_mse_loss_opts *opts);
  *
  * Only the input gets a gradient (the target is data). The target must have the input's shape
  * (PyTorch broadcasts it with a warning; ploss refuses another shape). With a weight, 'mean' is
- * Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and an exactly zero
- * gradient (ploss's rule for a mean over nothing; PyTorch's division gives ±∞ where Σ
- * w·ℓ is not 0). The weight gets no gradient. PyTorch asks for a weight of the input's own
- * shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
- * weight once per element it covers.
+ * Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and a zero gradient
+ * (ploss's rule for a mean over nothing: the factor 1/Σ w is taken as 0, so only a non-finite
+ * ∂ℓ/∂x, at an infinite input, stays NaN; PyTorch's division gives ±∞ or NaN for
+ * both). The weight gets no gradient. PyTorch asks for a weight of the input's own shape; ploss
+ * also broadcasts a smaller one (trailing dims aligned), and Σ w counts each weight once per
+ * element it covers.
  *
  * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (any real values).
@@ -1727,8 +1731,8 @@ void ploss_mse_loss_opts_init(ploss_mse_loss_opts *opts);
  *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count, or with a weight Σ w over the
+ *                 elements.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -1785,11 +1789,12 @@ void ploss_l1_loss_opts_init(ploss_l1_loss_opts *opts);
  * weighted mean: Σ w·|d| / Σ w).
  *
  * Only the input gets a gradient. The target must have the input's shape. With a weight, 'mean'
- * is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and an exactly zero
- * gradient (ploss's rule for a mean over nothing; PyTorch's division gives ±∞ where Σ
- * w·ℓ is not 0). The weight gets no gradient. PyTorch asks for a weight of the input's own
- * shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
- * weight once per element it covers.
+ * is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN and a zero gradient
+ * (ploss's rule for a mean over nothing: the factor 1/Σ w is taken as 0, so only a non-finite
+ * ∂ℓ/∂x, at an infinite input, stays NaN; PyTorch's division gives ±∞ or NaN for
+ * both). The weight gets no gradient. PyTorch asks for a weight of the input's own shape; ploss
+ * also broadcasts a smaller one (trailing dims aligned), and Σ w counts each weight once per
+ * element it covers.
  *
  * in  input       any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype (any real values).
@@ -1797,8 +1802,8 @@ void ploss_l1_loss_opts_init(ploss_l1_loss_opts *opts);
  *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count, or with a weight Σ w over the
+ *                 elements.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -1865,8 +1870,7 @@ void ploss_smooth_l1_loss_opts_init(ploss_smooth_l1_loss_opts *opts);
  * in  target      the input's shape, any float dtype (any real values).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.beta
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -1939,8 +1943,7 @@ void ploss_huber_loss_opts_init(ploss_huber_loss_opts *opts);
  *                 the input.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.delta
  *           not a finite number > 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2013,8 +2016,7 @@ void ploss_binary_cross_entropy_opts_init(ploss_binary_cross_entropy_opts *opts)
  * in  weight      NULL, or w, broadcast over the input as PyTorch broadcasts it.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2084,8 +2086,7 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
  *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2155,8 +2156,7 @@ void ploss_kl_div_opts_init(ploss_kl_div_opts *opts);
  *                 log_target.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -2223,8 +2223,7 @@ void ploss_hinge_embedding_loss_opts_init(ploss_hinge_embedding_loss_opts *opts)
  *                 (dissimilar); another value takes both terms, as PyTorch's definition does.
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
  *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -3896,8 +3895,7 @@ void ploss_poisson_nll_loss_opts_init(ploss_poisson_nll_loss_opts *opts);
  *                 taken).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.eps
  *           not a finite number >= 0, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -4338,8 +4336,7 @@ void ploss_hinge_loss_opts_init(ploss_hinge_loss_opts *opts);
  *                 are used as they are).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/loss or grad_input, a bad enum, opts.margin
  *           not a finite number, a non-finite scale, an inplace other than 0 or 1), SHAPE,
  *           DTYPE, DEVICE, LAYOUT, ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.
@@ -4777,8 +4774,7 @@ void ploss_target_weighted_mse_loss_opts_init(ploss_target_weighted_mse_loss_opt
  *                 shape, or its shape without the first dim, one weight map for every sample).
  * in  opts        NULL for defaults.
  * out loss        NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
- *                 f64 input). MEAN divides by the element count (a weighted MSE or L1 loss's by
- *                 Σ w).
+ *                 f64 input). MEAN divides by the element count.
  * Statuses: INVALID_ARGUMENT (NULL ctx/input/target/weight/loss or grad_input, a bad enum, a
  *           non-finite scale, an inplace other than 0 or 1), SHAPE, DTYPE, DEVICE, LAYOUT,
  *           ALIAS, UNSUPPORTED, CUDA, OUT_OF_MEMORY.

@@ -489,6 +489,13 @@ describe("SpatialAutoCropMSELoss (Torch7's SpatialAutoCropMSECriterion)", functi
           H.assert_equal(g1, g2, { what = what })
           local up = r == "none" and ploss.randn(sizes[1], { dtype = dtype == "f64" and "f64" or "f32", seed = 3 }) or 2
           H.assert_equal(crop:backward(x, t, up), mse:backward(x, tc, up), { what = what .. " backward" })
+          -- MSELoss's weight (over the input's shape) as well
+          local w = ploss.rand(sizes[1], { dtype = dtype, seed = 4, low = 0.5, high = 2 })
+          local cw, mw = ploss.SpatialAutoCropMSELoss { reduction = r, weight = w }, ploss.MSELoss { reduction = r, weight = w }
+          local l3, g3 = cw(x, t)
+          local l4, g4 = mw(x, tc)
+          H.assert_equal(r == "none" and l3 or { l3 }, r == "none" and l4 or { l4 }, { what = what .. " weighted" })
+          H.assert_equal(g3, g4, { what = what .. " weighted" })
         end
       end
     end
@@ -540,6 +547,12 @@ describe("L1NormLoss (Torch7's L1Cost)", function()
     H.assert_equal(ploss.L1NormLoss { reduction = "none" }:forward(x), { { 1, 2, 0 }, { 0.5, 0.5, 3 } })
     assert.are.equal(3, crit:forward(ploss.tensor(-3, { dtype = "f64" })))
     assert.truthy(tostring(crit:clone()):find("L1NormLoss(reduction='sum')", 1, true))
+    -- L1Loss's weight: Σ w·|x|, 'mean' over Σ w (one weight per column, broadcast)
+    local w = ploss.tensor({ 1, 2, 4 }, { dtype = "f64" })
+    assert.are.equal(1 + 4 + 0 + 0.5 + 1 + 12, ploss.L1NormLoss { weight = w }:forward(x))
+    local lw, gw = ploss.L1NormLoss { weight = w, reduction = "mean" }(x)
+    H.assert_close({ lw }, { 18.5 / 14 }, { rtol = 1e-15 })
+    H.assert_close(gw, { { 1 / 14, -2 / 14, 0 }, { 1 / 14, -2 / 14, 4 / 14 } }, { rtol = 1e-15 })
   end)
 
   it("matches L1Loss against zeros for strided inputs and 16-bit dtypes", function()

@@ -346,13 +346,58 @@ describe("CUDA weighted MSE and L1: 'mean' over Σ w", function()
         { rtol = dtype == "bf16" and 4e-3 or 1e-6, what = "l1 backward " .. dtype })
       for _, name in ipairs { "mse_loss", "l1_loss" } do
         for _, wz in ipairs { { 0, 0, 0, 0 }, { 1, -1, 0, 0 } } do
-          local lz, gz = F[name .. "_fused"](x, y, { weight = ploss.tensor(wz, { dtype = dtype, device = DEV }) })
+          local o = { weight = ploss.tensor(wz, { dtype = dtype, device = DEV }) }
+          local lz, gz = F[name .. "_fused"](x, y, o)
           assert.is_true(lz ~= lz, name .. " " .. dtype .. " Σ w = 0")
           H.assert_equal(gz, { 0, 0, 0, 0 })
+          lz = F[name](x, y, o)
+          assert.is_true(lz ~= lz, name .. " " .. dtype .. " Σ w = 0 forward")
+          H.assert_equal(F[name .. "_backward"](x, y, 2, o), { 0, 0, 0, 0 })
         end
         local e = ploss.empty({ 0, 4 }, { dtype = dtype, device = DEV })
         local le = F[name](e, e, { weight = { 1, 2, 3, 4 } })
         assert.is_true(le ~= le, name .. " empty")
+      end
+    end
+  end)
+
+  it("a weight of another dtype (f16, bf16, f64), transposed, every pass and reduction, as the CPU", function()
+    H.seed(504)
+    local x64, y64 = data_for("mse_loss", { 6, 5 })
+    local w64 = ploss.rand({ 5, 6 }, { dtype = "f64", low = 0.5, high = 2 })
+    for _, name in ipairs { "mse_loss", "l1_loss", "huber_loss" } do
+      for _, dtype in ipairs { "f32", "bf16", "f64" } do
+        local T = TOL[dtype]
+        local xc, yc = x64:to("cpu", dtype), y64:to("cpu", dtype)
+        local xg, yg = xc:to(DEV), yc:to(DEV)
+        for _, wdt in ipairs { "f16", "bf16", "f64" } do
+          for _, red in ipairs { "none", "mean", "sum" } do
+            local oc = { weight = w64:to("cpu", wdt):t(), reduction = red }
+            local og = { weight = w64:to(DEV, wdt):t(), reduction = red }
+            local what = string.format("%s %s weight %s %s", name, dtype, wdt, red)
+            local lc, gc = F[name .. "_fused"](xc, yc, oc)
+            local lg, gg = F[name .. "_fused"](xg, yg, og)
+            close(lg, lc, T.loss, 0, what .. " fused loss")
+            close(gg, gc, T.grad, T.floor, what .. " fused grad")
+            close(F[name](xg, yg, og), lc, T.loss, 0, what .. " forward")
+            local up_c = red == "none" and ploss.randn({ 6, 5 }, { dtype = ldtype(dtype) }) or 0.7
+            local up_g = red == "none" and up_c:to(DEV) or 0.7
+            close(F[name .. "_backward"](xg, yg, up_g, og), F[name .. "_backward"](xc, yc, up_c, oc), T.grad, T.floor,
+              what .. " backward")
+          end
+        end
+      end
+    end
+  end)
+
+  it("more elements than the capped grid (the weight sum's grid-stride loop of several steps)", function()
+    H.seed(505)
+    local n = 2 ^ 21 + 77
+    for _, name in ipairs { "mse_loss", "l1_loss" } do
+      local x, y = data_for(name, { n })
+      local w = ploss.rand({ n }, { dtype = "f64", low = 0.5, high = 2 })
+      for _, dtype in ipairs { "f32", "bf16" } do
+        compare(name, x, y, { reduction = "mean", weight = w }, dtype, "2^21+77 weighted")
       end
     end
   end)

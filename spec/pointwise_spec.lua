@@ -473,12 +473,16 @@ describe("pointwise criteria against PyTorch's definitions", function()
     local tol = { f16 = { loss = 1e-6, grad = 1e-3 }, bf16 = { loss = 1e-6, grad = 8e-3 } }
     for _, name in ipairs(NAMES) do
       for _, dtype in ipairs { "f16", "bf16" } do
-        for _, red in ipairs { "none", "sum" } do
+        local weighted = name == "mse_loss" or name == "l1_loss" or name == "huber_loss"
+        for _, red in ipairs(weighted and { "none", "sum", "mean" } or { "none", "sum" }) do
           local x, y = data_for(name, { 4, 33 }, dtype, 77)
           local o = { reduction = red }
+          -- a weight of the input's dtype: the same rounded values in the f64 reference
+          if weighted then o.weight = ploss.rand({ 4, 33 }, { dtype = "f64", low = 0.5, high = 2, seed = 78 }):to("cpu", dtype) end
           local l, g = F[name .. "_fused"](x, y, o)
           assert.are.equal(dtype, g:dtype())
-          local lr, gr = F[name .. "_fused"](x:to("cpu", "f64"), y:to("cpu", "f64"), o)
+          local o64 = { reduction = red, weight = o.weight and o.weight:to("cpu", "f64") }
+          local lr, gr = F[name .. "_fused"](x:to("cpu", "f64"), y:to("cpu", "f64"), o64)
           local what = name .. " " .. dtype .. " " .. red
           H.assert_close_scaled(l, lr, tol[dtype].loss * 10, 0, what .. " loss")
           H.assert_close_scaled(g, gr, tol[dtype].grad, 0, what .. " gradient")

@@ -198,7 +198,7 @@ local formulas = {
   },
   hard_swish = {
     f = function(x) return x * math.min(math.max(x + 3, 0), 6) / 6 end,
-    d = function(x) if x < -3 then return 0 elseif x <= 3 then return x / 3 + 0.5 else return 1 end end,
+    d = function(x) if x <= -3 then return 0 elseif x < 3 then return x / 3 + 0.5 else return 1 end end,
   },
   mish = {
     f = function(x) return x * tanh(softplus(x)) end,
@@ -232,10 +232,10 @@ describe("activations", function()
       local want = H.fixture_values(case.expected.grad_input)
       local xv, gv = x:flat(), go:flat()
       for i = 1, #want do
-        if name == "hard_swish" and xv[i] == 3 then
-          -- the reference's derivative at x = 3 is 1; ploss follows PyTorch's 1.5
-          assert.are.equal(1 * gv[i], want[i])
-          want[i] = 1.5 * gv[i]
+        if name == "hard_swish" and xv[i] == -3 then
+          -- the reference's derivative at x = −3 is −0.5; ploss follows PyTorch's (>= 2.8) 0
+          assert.are.equal(-0.5 * gv[i], want[i])
+          want[i] = 0
         end
       end
       H.assert_close(got, want, { rtol = 1e-12, atol = 1e-15, what = name .. " backward" })
@@ -288,10 +288,11 @@ describe("activations", function()
     end)
   end
 
-  it("hard-swish derivative at the kinks is PyTorch's: −0.5 at −3, 1.5 at 3", function()
-    local x = ploss.tensor({ -3, 3 }, { dtype = "f64" })
-    H.assert_equal(F.hard_swish_backward(x, ploss.ones({ 2 }, { dtype = "f64" })), { -0.5, 1.5 })
-    H.assert_equal(F.hard_swish(x), { 0, 3 })
+  it("hard-swish derivative at the kinks is PyTorch's (since 2.8): 0 at −3, 1 at 3", function()
+    local x = ploss.tensor({ -3, 3, -2.9999, 2.9999 }, { dtype = "f64" })
+    H.assert_close(F.hard_swish_backward(x, ploss.ones({ 4 }, { dtype = "f64" })), { 0, 1, -0.4999666666666667,
+      1.4999666666666667 }, { rtol = 1e-15 })
+    H.assert_equal(F.hard_swish(x:narrow(1, 1, 2)), { 0, 3 })
   end)
 
   it("honours strides (transposed input, strided output) and works in place when asked", function()

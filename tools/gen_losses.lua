@@ -155,7 +155,7 @@ local SHAPE = {
   elementwise = {
     input = "logits, any shape (rank 0..8), f32/f16/bf16/f64, any strides.",
     loss = "NONE: the input's shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for f64 " ..
-      "input).  MEAN divides by the element count (a weighted MSE or L1 loss's by Σ w).",
+      "input).  MEAN divides by the element count.",
     grad_loss = "NONE: the input's shape; MEAN / SUM: one element; f32 or f64.",
     fuzz = { input = { "NCd|N|NC", "f" }, loss = { "|NCd|1", "a" }, grad_loss = { "|NCd|1", "a|f" },
              grad_input = { "NCd|N|NC", "x" },
@@ -280,6 +280,11 @@ local function loss_doc(d)
   local ignores = false
   for _, o in ipairs(d.lua_options) do ignores = ignores or o.name == "ignore_index" end
   if not ignores then text = text:gsub(", zeros at ignored samples", "") end
+  if d.mean_doc then
+    local n
+    text, n = text:gsub("MEAN divides by the element count%.", "MEAN divides by " .. d.mean_doc .. ".")
+    assert(n == 1, d.name .. ": mean_doc, but its shape's loss text names no divisor")
+  end
   return text
 end
 local function grad_loss_doc(d) return (LAYOUT[d.input_layout or "rows"] or SHAPE[d.shape]).grad_loss end

@@ -89,7 +89,7 @@ typedef struct ploss_sigmoid_problem {
     int64_t mean_divisor;            /* MEAN: numel, or the first dim for batchmean */
     int weight_mean;                 /* MEAN divides by Σ w over the elements instead
                                         (weighted MSE and L1, PyTorch's); a zero Σ w
-                                        gives a zero gradient                          */
+                                        gives the gradient factor 0                    */
 
     const void *x; ploss_dtype x_dtype; int64_t x_st[PLOSS_MAX_DIMS];   /* logits        */
     const void *t; ploss_dtype t_dtype; int64_t t_st[PLOSS_MAX_DIMS];   /* float targets */

@@ -2,8 +2,8 @@
  * sigmoid.cu — CUDA backend of the elementwise losses: the sigmoid family
  * (binary_cross_entropy_with_logits, sigmoid_focal) and the pointwise criteria (mse_loss,
  * l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, soft_margin_loss, kl_div,
- * hinge_embedding_loss, poisson_nll_loss, hinge_loss, target_weighted_mse_loss); formulas in core/engines/elementwise.h and
- * core/ploss_losses.h.
+ * hinge_embedding_loss, poisson_nll_loss, hinge_loss, target_weighted_mse_loss); formulas in
+ * core/engines/elementwise.h and core/ploss_losses.h.
  *
  * Two elementwise kernels compute in fp32 (f64 for f64 input):
  *  - sigmoid_fast<T, KIND, G2>: the common case — x and target of one dtype, dense, unit
@@ -38,7 +38,8 @@ namespace sigmoid_kernels {
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace */
+constexpr int64_t MAX_BLOCKS = 8192; /* partials per reduction: 64 KiB of workspace (a weighted
+                                        mean's two reductions: 128 KiB) */
 constexpr int ILP = 2; /* general kernel: elements in flight per thread (4 spills with the saved offsets) */
 
 __device__ __forceinline__ float m_exp(float v) { return expf(v); }
@@ -258,7 +259,7 @@ __device__ __forceinline__ offsets offsets_of(const ploss_sigmoid_problem &p, in
 }
 
 /* The upstream gradient factor ω of a reduced pass: the fused multiplier, or the scalar
- * upstream gradient of a backward pass (÷ numel for MEAN).  A weighted mean divides by Σ w
+ * upstream gradient of a backward pass (÷ mean_divisor for MEAN).  A weighted mean divides by Σ w
  * on the device instead (0 where Σ w = 0, as the host's ω for no elements). */
 template <class A> __device__ __forceinline__ A reduced_omega(const ploss_sigmoid_problem &p, double omega_host)
 {

@@ -58,8 +58,8 @@ template <class A> __device__ __forceinline__ A act_derivative(ploss_activation 
         sigmoid2(x, s, sm);
         return s * (A(1) + x * sm);
     }
-    if (act == PLOSS_ACTIVATION_HARD_SWISH) /* PyTorch: −0.5 at −3, 1.5 at 3 */
-        return x < A(-3) ? A(0) : (x <= A(3) ? x / A(3) + A(0.5) : A(1));
+    if (act == PLOSS_ACTIVATION_HARD_SWISH) /* PyTorch >= 2.8: 0 at −3, 1 at 3 */
+        return x <= A(-3) ? A(0) : (x < A(3) ? x / A(3) + A(0.5) : A(1));
     A t, sech2, s, sm;
     tanh_softplus(x, t, sech2);
     sigmoid2(x, s, sm);

@@ -102,6 +102,8 @@
 --                it is not an option's value (optional: ClassSimplexCriterion(nClasses))
 --   check        nil, or function(o) → nil or a message: a check of the resolved options
 --                together (the engine makes the same check in C; several-input losses)
+--   mean_doc     what 'mean' divides by, where it is not the shape's (the element count of
+--                an elementwise loss): one phrase for the generated "Loss:" lines
 local D = {}
 
 local TYPES = { int64 = "int64_t", int = "int", double = "double", enum = true, bool = "int", comm = "ploss_comm_t *" }
@@ -116,7 +118,7 @@ local KNOWN = {
   target = true, tensors = true, state = true, min_classes = true, min_classes_why = true,
   enums = true, options = true, unused_options = true, inputs = true, criterion_aliases = true,
   input_doc = true, target_doc = true, reductions = true, input_range = true, loss_groups = true,
-  input_layout = true, check = true, outputs = true, number_hint = true,
+  input_layout = true, check = true, outputs = true, number_hint = true, mean_doc = true,
 }
 
 --- The reductions: 'none', 'mean' and 'sum' of every loss, 'batchmean' of those that list it.

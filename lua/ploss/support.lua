@@ -19,7 +19,7 @@
 --   F.swish_backward(x, grad_output [, {grad_input=, inplace=}]) (and _hard_swish, _mish)
 --       → f′(x)·grad_output; inplace = true writes over grad_output (or allows
 --       `grad_input` to be grad_output or x itself).  hard-swish's
---       derivative is PyTorch's: −0.5 at x = −3, 1.5 at x = 3.
+--       derivative is PyTorch's since 2.8: 0 at x = −3, 1 at x = 3.
 --   F.bias_add(x, bias) → x, with x[i][j] += bias[j] (in place; x N×C, bias C)
 --   F.bias_grad(grad_output [, {out=}]) → column sums (C), deterministic
 --   F.argmax(x [, {out=}]) / ploss.argmax(x) → i64 indices along dim 2 (the class axis),

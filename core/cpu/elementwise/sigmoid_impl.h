@@ -8,9 +8,9 @@
  */
 
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
- * `kind` is a constant at every call.  w is the weight (1 without one) of MSE, L1, HUBER and
- * BCE_PROB and TARGET_WEIGHTED_MSE's target scale, beta the threshold of SMOOTH_L1 (β),
- * HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow PyTorch's kernels: sign(0) = 0,
+ * `kind` is a constant at every call.  w is the weight (1 without one) of MSE, L1, HUBER
+ * and BCE_PROB and TARGET_WEIGHTED_MSE's target scale, beta the threshold of SMOOTH_L1
+ * (β), HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow PyTorch's kernels: sign(0) = 0,
  * the quadratic part strictly inside |d| < β. */
 _Static_assert(PLOSS_EW_KIND_COUNT == 18, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");

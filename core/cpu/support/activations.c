@@ -67,10 +67,10 @@ static double derivative(ploss_activation act, double x)
         sigmoid2(x, &s, &sm);
         return s * (1.0 + x * sm); /* σ(x)·(1 + x·(1 − σ(x))) */
     }
-    case PLOSS_ACTIVATION_HARD_SWISH: /* PyTorch: −0.5 at −3, 1.5 at 3 */
-        if (x < -3.0)
+    case PLOSS_ACTIVATION_HARD_SWISH: /* PyTorch >= 2.8: 0 at −3, 1 at 3 */
+        if (x <= -3.0)
             return 0.0;
-        if (x <= 3.0)
+        if (x < 3.0)
             return x / 3.0 + 0.5;
         return 1.0;
     default: { /* t + x·σ(x)·(1 − t²), one exponential below the softplus threshold */

@@ -53,5 +53,7 @@ probabilities of any float dtype with the input's shape.  Channels-last (permute
 are read in place.  A class whose coefficient c_ij is 0 adds nothing, even at a logit of
 −inf (a masked class): with label smoothing 1 in the 'reference' or 'uniform_others'
 convention a masked label gives the finite limit, not 0·∞ = NaN; a masked class with a
-non-zero coefficient gives an infinite loss, as in PyTorch.]],
+non-zero coefficient gives an infinite loss, as in PyTorch — but for label smoothing 1 in
+PyTorch's convention with the label's own logit −inf, where PyTorch's 0·∞ gives NaN and
+ploss +∞ (the smoothing term's).]],
 }

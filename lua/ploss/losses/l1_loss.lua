@@ -15,6 +15,7 @@ return {
       doc = "w, one weight per element (PyTorch ≥ 2.6's weight), broadcast over the input" },
   },
   options = {},
+  mean_doc = "the element count, or with a weight Σ w over the elements",
   formula = [[
 Elementwise, with d = x − y and w the weight (1 without one):
 
@@ -26,8 +27,9 @@ weighted mean: Σ w·|d| / Σ w).]],
   notes = [[
 Only the input gets a gradient.  The target must have the input's shape.
 With a weight, 'mean' is Σ w·ℓ / Σ w as PyTorch computes it; weights summing to 0 give NaN
-and an exactly zero gradient (ploss's rule for a mean over nothing; PyTorch's division gives
-±∞ where Σ w·ℓ is not 0).  The weight gets no gradient.  PyTorch asks for a weight of the input's
+and a zero gradient (ploss's rule for a mean over nothing: the factor 1/Σ w is taken as 0,
+so only a non-finite ∂ℓ/∂x, at an infinite input, stays NaN; PyTorch's division gives ±∞ or
+NaN for both).  The weight gets no gradient.  PyTorch asks for a weight of the input's
 own shape; ploss also broadcasts a smaller one (trailing dims aligned), and Σ w counts each
 weight once per element it covers.]],
 }

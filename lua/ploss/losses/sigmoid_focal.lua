@@ -35,7 +35,9 @@ rule on |y − p|^γ·e, with the subgradient 0 at the kink y = p (soft targets 
 Targets outside [0, 1] are not checked (torchvision's form then takes a power of a negative
 number: NaN for a non-integer γ; for an integer γ the loss and its gradient are those of the
 formula).  Logits of any finite size give finite values: every logarithm is taken in
-log-space.  The default reduction is 'mean', as every ploss criterion's, where
+log-space.  An infinite logit gives the limits: loss and gradient 0 where it agrees with a
+0/1 target (+∞ with y = 1, −∞ with y = 0), else an infinite loss and the gradient
+A·(p − y) = ±A (torchvision's formula gives NaN in both cases, from ∞·0 and ∞ − ∞).  The default reduction is 'mean', as every ploss criterion's, where
 torchvision.ops.sigmoid_focal_loss defaults to reduction = 'none': pass reduction = 'none'
 for its per-element losses.]],
 }
