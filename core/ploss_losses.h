@@ -984,7 +984,9 @@ void ploss_triplet_margin_opts_init(ploss_triplet_margin_opts *opts);
  * as a value distinct from leaving margin out (which gives the default 1). With eps = 0 and
  * soft_margin = true the loss is the reference's soft-margin triplet loss (plain Euclidean
  * distances). p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's. No
- * state is kept: backward recomputes the distances (one pass over the rows).
+ * state is kept: backward recomputes the distances (one pass over the rows). The hinge is (d_ap
+ * − d_an) + μ: at distances past 2^53·μ PyTorch's (μ + d_ap) − d_an loses the margin (a
+ * loss of 0 where this one keeps μ).
  *
  * in  anchor      a, N×D embeddings (or one embedding of D values); N×D, or D for one triplet
  *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any
@@ -1020,6 +1022,9 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
  * or 'sum' is then NaN. A NaN or infinite upstream gradient reaches only the rows whose hinge
  * is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp backward gives it.
+ * One infinite distance (an infinite component, the other distance finite) gives an infinite
+ * loss; that distance's terms of the gradients are 0 and the finite one's are as ever
+ * (PyTorch's ∞/∞ gives NaN at the infinite component).
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -2233,9 +2238,9 @@ ploss_status ploss_hinge_embedding_loss_forward(ploss_ctx_t *ctx, const DLTensor
 
 /**
  * Hinge embedding loss, backward. ∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y =
- * −1 (PyTorch's subgradient at the hinge), 0 elsewhere; the sum of both for another y. Where
- * it is 0 the upstream gradient does not pass, a NaN or infinite one included (autograd's clamp
- * backward).
+ * −1 (PyTorch 2.11's subgradient at the hinge: its clamp_min passes the gradient at m − x =
+ * 0, where 2.15's gives 0), 0 elsewhere; the sum of both for another y. Where it is 0 the
+ * upstream gradient does not pass, a NaN or infinite one included (autograd's clamp backward).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   NONE: the input's shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -2389,7 +2394,9 @@ ploss_status ploss_multi_margin_loss_forward(ploss_ctx_t *ctx, const DLTensor *i
 
 /**
  * Multi-class margin loss, backward. ∂ℓ/∂x_j = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j
- * ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j.
+ * ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j. A NaN or infinite upstream
+ * gradient reaches only the active hinges: a sample with none active gets 0 (autograd's clamp
+ * backward), where PyTorch's kernel multiplies its zeros by it (NaN).
  * in  input, target, weight, opts   as given to _forward.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -4060,7 +4067,9 @@ ploss_status ploss_multilabel_margin_loss_forward(ploss_ctx_t *ctx, const DLTens
 /**
  * Multi-label margin loss, backward. ∂ℓ/∂x_j = (1/C)·#{k : 1 − x_{y_k} + x_j > 0} for
  * an unlisted class j; for a listed class c, −(1/C)·Σ_{k : y_k = c} #{j ∉ T : 1 − x_c +
- * x_j > 0} (0 where the hinge is exactly 0).
+ * x_j > 0} (0 where the hinge is exactly 0). A NaN or infinite upstream gradient reaches only
+ * the active hinges: a sample with none active gets 0 (autograd's clamp backward), where
+ * PyTorch's kernel multiplies its zeros by it (NaN).
  * in  input, target, opts   as given to _forward.
  * in  grad_loss   0-d/1-element for MEAN/SUM, the loss's shape for NONE; f32 or f64.
  * out grad_input  the input's shape and dtype, any non-overlapping strides; may not overlap any
@@ -4222,7 +4231,7 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * Gaussian negative log-likelihood, forward (Nix and Weigend, Estimating the mean and variance
  * of the target probability distribution, ICNN 1994; PyTorch torch.nn.GaussianNLLLoss /
  * torch.nn.functional.gaussian_nll_loss).
- * Elementwise, with v = max(σ², ε) (σ² the element's variance, or its row's):
+ * Elementwise, with v = max(σ², ε) (σ² the element's variance, or the one it shares):
  *
  *     ℓ = ½·(log v + (μ − y)² / v)          (+ ½·log(2π) with full)
  *
@@ -4232,33 +4241,33 @@ void ploss_gaussian_nll_loss_opts_init(ploss_gaussian_nll_loss_opts *opts);
  * has negative entry/entries". A NaN variance gives NaN, as PyTorch's clamp.
  *
  * PyTorch broadcasts the target against the input; here the target must have the input's shape
- * (SHAPE naming it otherwise), and a 0-d input takes a 0-d variance only (PyTorch also takes
- * one of shape [1], its 'none' loss then of shape [1]). Both backends compute each element in
- * f64 and add a shared variance's terms in f64, so CPU and CUDA agree to the rounding of the
- * input's dtype (in f64 to a few units in the last place: the GPU fuses multiply-adds and has
- * its own logarithm); the loss is f32 (f64 for f64 inputs). A number as var (Lua; PyTorch's
- * float var) is that variance for every element, rounded to μ's dtype as PyTorch's
- * var·ones_like(μ) (+∞ past its range): backward and the fused call then return the
- * gradients of μ and y only (grad_var given with it is refused), and a negative one is refused
- * before anything runs, on either device (NaN gives NaN, as in a tensor). With several negative
- * variances both name the first in var's row-major order. No state is kept.
+ * (SHAPE naming it otherwise), and a 0-d input takes a 0-d variance (as PyTorch, which refuses
+ * one of shape [1] there too). Both backends compute each element in f64 and add a shared
+ * variance's terms in f64, so CPU and CUDA agree to the rounding of the input's dtype (in f64
+ * to a few units in the last place: the GPU fuses multiply-adds and has its own logarithm); the
+ * loss is f32 (f64 for f64 inputs). A number as var (Lua; PyTorch's float var) is that variance
+ * for every element, rounded to μ's dtype as PyTorch's var·ones_like(μ) (+∞ past its
+ * range): backward and the fused call then return the gradients of μ and y only (grad_var
+ * given with it is refused), and a negative one is refused before anything runs, on either
+ * device (NaN gives NaN, as in a tensor). With several negative variances both name the first
+ * in var's row-major order. No state is kept.
  *
  * in  input       μ, the predicted means; any shape (rank 0..8), f32/f16/bf16/f64, any
  *                 strides; input and target of one shape (no broadcasting); var of that shape,
- *                 or one variance per row of its last axis (that shape without its last dim, or
- *                 with it of size 1), as PyTorch; all three of one dtype.
+ *                 of that shape with one dim of size 1, or of that shape without its last dim,
+ *                 as PyTorch; all three of one dtype.
  * in  target      y, the observed values, μ's shape; any shape (rank 0..8), f32/f16/bf16/f64,
  *                 any strides; input and target of one shape (no broadcasting); var of that
- *                 shape, or one variance per row of its last axis (that shape without its last
- *                 dim, or with it of size 1), as PyTorch; all three of one dtype.
- * in  var         σ², the predicted variances: μ's shape (one per element), or one per row
- *                 of μ's last axis — μ's shape without its last dim, or with it of size 1
- *                 — as PyTorch; in Lua also a number >= 0, every element's variance
- *                 (PyTorch's float var), which gets no gradient; any shape (rank 0..8),
- *                 f32/f16/bf16/f64, any strides; input and target of one shape (no
- *                 broadcasting); var of that shape, or one variance per row of its last axis
- *                 (that shape without its last dim, or with it of size 1), as PyTorch; all
- *                 three of one dtype.
+ *                 shape, of that shape with one dim of size 1, or of that shape without its
+ *                 last dim, as PyTorch; all three of one dtype.
+ * in  var         σ², the predicted variances: μ's shape (one per element), μ's shape with
+ *                 one dim of size 1 (one variance shared along that axis: [N, 1, H, W] for [N,
+ *                 C, H, W]) or without its last dim (one per row of the last axis), as PyTorch;
+ *                 in Lua also a number >= 0, every element's variance (PyTorch's float var),
+ *                 which gets no gradient; any shape (rank 0..8), f32/f16/bf16/f64, any strides;
+ *                 input and target of one shape (no broadcasting); var of that shape, of that
+ *                 shape with one dim of size 1, or of that shape without its last dim, as
+ *                 PyTorch; all three of one dtype.
  * in  opts        NULL for defaults.
  * out loss        NONE: the inputs' shape; MEAN / SUM: a 0-d or 1-element tensor; f32 (f64 for
  *                 f64 input). MEAN divides by the element count.
@@ -4274,8 +4283,8 @@ ploss_status ploss_gaussian_nll_loss_forward(ploss_ctx_t *ctx, const DLTensor *i
  * Gaussian negative log-likelihood, backward. ∂ℓ/∂μ = (μ − y)/v, ∂ℓ/∂y = −(μ
  * − y)/v and ∂ℓ/∂σ² = ½·(1/v − (μ − y)²/v²), each times the upstream
  * gradient. As PyTorch (which clamps a copy of the variances without recording it), the
- * variance's gradient is taken at v even where σ² < ε, not zeroed; a variance shared by a
- * row gets the sum of its elements' terms.
+ * variance's gradient is taken at v even where σ² < ε, not zeroed; a shared variance gets
+ * the sum of its elements' terms.
  * in  input, target, var, opts   as given to _forward.
  * in  grad_loss   NONE: the inputs' shape; MEAN / SUM: one element; f32 or f64.
  * out grad_input  ∂/∂input: the shape and dtype of its input, any non-overlapping strides;

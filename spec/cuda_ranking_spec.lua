@@ -415,6 +415,16 @@ describe("GaussianNLLLoss on " .. DEV .. " against the CPU", function()
     end
   end)
 
+  it("a variance shared along another axis ([N, 1, H, W] for [N, C, H, W]; [1, D] for N×D)", function()
+    for _, c in ipairs { { { 4, 3, 8, 9 }, { 4, 1, 8, 9 } }, { { 67, 5 }, { 1, 5 } }, { { 3, 40, 7 }, { 3, 40, 1 } } } do
+      local x, y, v = gaussian_inputs(c[1], c[2], 31 + #c[1])
+      H.each(DTYPES, REDUCTIONS, function(dtype, r)
+        gaussian_compare(x, y, v, { reduction = r }, dtype,
+          string.format("%s var %s", table.concat(c[1], "x"), table.concat(c[2], "x")))
+      end)
+    end
+  end)
+
   it("full, the ε clamp, 0-d and 1-d inputs, strided views, more work than the grid", function()
     local x, y, v = gaussian_inputs({ 40, 9 }, { 40, 9 }, 5)
     local _, _, vr = gaussian_inputs({ 40, 9 }, { 40 }, 6)

@@ -1,8 +1,9 @@
 -- gaussian_nll_loss spec (suite 'cpu'): PyTorch's GaussianNLLLoss on the CPU backend.
 --  * hand-derived values of every reduction, full, the ε clamp (and the variance's gradient
 --    taken at the clamped value, as PyTorch), one variance per element and per row;
---  * PyTorch's variance shapes: the input's, without its last dim, with it of size 1 (also
---    for 0-d and 1-d inputs), and the shapes it refuses;
+--  * PyTorch's variance shapes: the input's, without its last dim, with one dim of size 1 (the
+--    last, or another: shared along that axis; also for 0-d and 1-d inputs), and the shapes it
+--    refuses;
 --  * central differences in f64 for the three inputs, every variance form and reduction,
 --    strided views;
 --  * a negative variance refused before anything is written; NaN variances; empty inputs;
@@ -83,6 +84,42 @@ describe("gaussian_nll_loss by hand", function()
     H.assert_close(gv, { 0.625, -0.078125 }, { rtol = 1e-15 })
   end)
 
+  it("a variance shared along another axis (PyTorch's [N, 1, H, W] for [N, C, H, W]): its elements' sum", function()
+    local x = f64 { { 1, 2 }, { 3, 4 } }
+    local y = f64 { { 0, 2 }, { 1, 1 } }
+    -- var [1, 2]: column 1's v = 2 (d = 1, 2), column 2's v = 4 (d = 0, 3)
+    local v = f64 { { 2, 4 } }
+    local l, gx, gy, gv = F.gaussian_nll_loss_fused(x, y, v, { reduction = "sum" })
+    H.assert_close(l, 0.5 * (math.log(2) + 0.5) + 0.5 * (math.log(2) + 2) + 0.5 * math.log(4) +
+      0.5 * (math.log(4) + 9 / 4), { rtol = 1e-15 })
+    H.assert_close(gx, { 0.5, 0, 1, 0.75 }, { rtol = 1e-15 })
+    H.assert_close(gy, { -0.5, 0, -1, -0.75 }, { rtol = 1e-15 })
+    -- column 1: ½(½ − ¼) + ½(½ − 1); column 2: ½(¼ − 0) + ½(¼ − 9/16)
+    H.assert_close(gv, { { -0.125, -0.03125 } }, { rtol = 1e-15 })
+    -- 'none' backward with an upstream gradient per element, and the 4-D shape of PyTorch's
+    -- docs: the values of the variance expanded to the input's shape, its gradient summed
+    local gout = f64 { { 1, 2 }, { -1, 0.5 } }
+    local bx, by, bv = F.gaussian_nll_loss_backward(x, y, v, gout, { reduction = "none" })
+    H.assert_close(bx, { 0.5, 0, -1, 0.375 }, { rtol = 1e-15 })
+    H.assert_close(by, { -0.5, 0, 1, -0.375 }, { rtol = 1e-15 })
+    H.assert_close(bv, { { 1 * 0.125 - 1 * -0.25, 2 * 0.125 + 0.5 * -0.0390625 * 4 } }, { rtol = 1e-15 })
+    local x4 = ploss.randn({ 2, 3, 4, 5 }, { dtype = "f64", seed = 11 })
+    local y4 = ploss.randn({ 2, 3, 4, 5 }, { dtype = "f64", seed = 12 })
+    local v4 = ploss.rand({ 2, 1, 4, 5 }, { dtype = "f64", seed = 13, low = 0.5, high = 2 })
+    local ve = v4:expand({ 2, 3, 4, 5 }):contiguous()
+    local la, ax, ay, av = F.gaussian_nll_loss_fused(x4, y4, v4, { reduction = "none" })
+    local lb, bx4, by4, bve = F.gaussian_nll_loss_fused(x4, y4, ve, { reduction = "none" })
+    H.assert_close(la, lb, { rtol = 1e-15 })
+    H.assert_close(ax, bx4, { rtol = 1e-15 })
+    H.assert_close(ay, by4, { rtol = 1e-15 })
+    local e, want = bve:flat(), {}
+    for n = 0, 1 do
+      for k = 0, 19 do want[n * 20 + k + 1] = e[n * 60 + k + 1] + e[n * 60 + 20 + k + 1] + e[n * 60 + 40 + k + 1] end
+    end
+    assert.are.same({ 2, 1, 4, 5 }, av:size())
+    H.assert_close(av, want, { rtol = 1e-14 })
+  end)
+
   it("0-d and 1-d inputs: a 0-d variance serves a 1-d input as one row", function()
     local l, gx, gy, gv = F.gaussian_nll_loss_fused(f64(3), f64(1), f64(2), { reduction = "sum" })
     H.assert_close(l, 0.5 * (math.log(2) + 2), { rtol = 1e-15 })
@@ -154,10 +191,10 @@ describe("gaussian_nll_loss by hand", function()
     local x = ploss.randn({ 3, 4 }, { dtype = "f64" })
     local y = ploss.randn({ 3, 4 }, { dtype = "f64" })
     local out = ploss.empty({}, { dtype = "f64" })
-    for _, sizes in ipairs { { 4 }, { 3, 2 }, { 1, 4 }, { 3, 4, 1 }, { 1 }, {} } do
+    for _, sizes in ipairs { { 4 }, { 3, 2 }, { 1, 1 }, { 3, 4, 1 }, { 1 }, {} } do
       local v = ploss.rand(sizes, { dtype = "f64" })
       H.expect_error(function() local l = F.gaussian_nll_loss(x, y, v, { out = out }) return l end,
-        { "var: expected [3, 4] (the input's shape), or one variance per row", "PLOSS_ERR_SHAPE" }, out)
+        { "var: expected [3, 4] (the input's shape), that shape with one dim of size 1", "PLOSS_ERR_SHAPE" }, out)
     end
     H.expect_error(function()
       local l = F.gaussian_nll_loss(x, ploss.randn({ 3, 1 }, { dtype = "f64" }), y, { out = out })
@@ -166,6 +203,11 @@ describe("gaussian_nll_loss by hand", function()
       { "target", "PLOSS_ERR_SHAPE" }, out)
     H.expect_error(function() local l = F.gaussian_nll_loss(x, y, y:float(), { out = out }) return l end,
       { "var", "PLOSS_ERR_DTYPE" }, out)
+    -- var may be a number too (the target may not)
+    H.expect_error(function() local l = F.gaussian_nll_loss(x, y, "1", { out = out }) return l end,
+      "gaussian_nll_loss: var: expected a ploss tensor or a number, got string", out)
+    H.expect_error(function() local l = F.gaussian_nll_loss(x, 1, y, { out = out }) return l end,
+      "gaussian_nll_loss: target: expected a ploss tensor, got number", out)
   end)
 
   it("refuses a negative variance before writing anything; NaN variances give NaN", function()
@@ -219,6 +261,7 @@ describe("gaussian_nll_loss gradients (central differences, f64)", function()
     local cases = {
       { { 3, 4 }, { 3, 4 } }, { { 3, 4 }, { 3 } }, { { 3, 4 }, { 3, 1 } },
       { { 2, 3, 5 }, { 2, 3 } }, { { 2, 3, 5 }, { 2, 3, 5 } }, { { 7 }, {} }, { { 5, 1 }, { 5 } }, { { 1 }, {} },
+      { { 3, 4 }, { 1, 4 } }, { { 2, 3, 5 }, { 2, 1, 5 } }, { { 2, 3, 5 }, { 1, 3, 5 } },
     }
     for _, c in ipairs(cases) do
       for _, red in ipairs { "none", "mean", "sum" } do

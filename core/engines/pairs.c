@@ -64,28 +64,55 @@ static ploss_status check_first_shape(const ploss_view *v, const ploss_view *x0,
 }
 
 /* The Gaussian NLL's variances v over the means x, as PyTorch takes them: x's shape (one per
- * element), or one per row of x's last axis — x's shape without its last dim, or with that
- * dim of size 1. */
-static int per_row_variance(const ploss_view *v, const ploss_view *x)
+ * element), x's shape without its last dim (one per row of the last axis), or x's shape with
+ * one dim of size 1 where x's is not (one shared along that axis).  The axis a variance is
+ * shared along (the last for one fewer dim), or -1 for one per element or a shape that is none
+ * of these (-2). */
+static int variance_shared_axis(const ploss_view *v, const ploss_view *x)
 {
-    if (x->ndim == 0 || (v->ndim != x->ndim - 1 && v->ndim != x->ndim))
-        return 0;
-    for (int d = 0; d < x->ndim - 1; ++d)
-        if (v->shape[d] != x->shape[d])
-            return 0;
-    return v->ndim == x->ndim - 1 || v->shape[x->ndim - 1] == 1;
+    if (x->ndim > 0 && v->ndim == x->ndim - 1) {
+        for (int d = 0; d < v->ndim; ++d)
+            if (v->shape[d] != x->shape[d])
+                return -2;
+        return x->ndim - 1;
+    }
+    if (v->ndim != x->ndim)
+        return -2;
+    int axis = -1;
+    for (int d = 0; d < x->ndim; ++d)
+        if (v->shape[d] != x->shape[d]) {
+            if (v->shape[d] != 1 || axis >= 0)
+                return -2;
+            axis = d;
+        }
+    return axis;
 }
 
 static ploss_status check_variance_shape(const ploss_view *v, const ploss_view *x, const char *name)
 {
-    if (same_shape(v, x) || per_row_variance(v, x))
+    if (variance_shared_axis(v, x) >= -1)
         return PLOSS_OK;
     char s[160], want[320];
     snprintf(want, sizeof want,
-             "%s (the input's shape), or one variance per row of its last axis: that shape without its "
-             "last dim or with it of size 1, as PyTorch",
+             "%s (the input's shape), that shape with one dim of size 1 (one variance shared along "
+             "that axis) or without its last dim, as PyTorch",
              shape_text(x, s, sizeof s));
     return ploss_check_shape_error(name, want, v);
+}
+
+/* Moves dim `axis` of v (of rank `ndim`) to the end; a view of another rank (a reduced loss,
+ * an absent gradient) is left as it is. */
+static void move_axis_last(ploss_view *v, int ndim, int axis)
+{
+    if (v->ndim != ndim)
+        return;
+    const int64_t size = v->shape[axis], stride = v->strides[axis];
+    for (int d = axis; d < ndim - 1; ++d) {
+        v->shape[d] = v->shape[d + 1];
+        v->strides[d] = v->strides[d + 1];
+    }
+    v->shape[ndim - 1] = size;
+    v->strides[ndim - 1] = stride;
 }
 
 /* A loss-shaped tensor (loss, grad_loss): N values for NONE (the first input's shape for an
@@ -469,8 +496,24 @@ static ploss_status run_gaussian_nll(ploss_ctx_t *ctx, ploss_pass pass, const pa
 {
     ploss_gaussian_nll_problem p;
     memset(&p, 0, sizeof p);
-    const ploss_view *x = &c->x[0];
     const int none = o->reduction == PLOSS_REDUCTION_NONE;
+    /* a variance shared along an axis other than the last: that axis moved to the end of
+     * every tensor (views, nothing copied), where the backends take one variance per row */
+    pairs_call moved;
+    const int axis = variance_shared_axis(&c->x[2], &c->x[0]);
+    if (axis >= 0 && axis < c->x[0].ndim - 1) {
+        moved = *c;
+        const int nd = c->x[0].ndim;
+        for (int k = 0; k < 3; ++k) {
+            move_axis_last(&moved.x[k], nd, axis);
+            if (pass != PLOSS_PASS_FORWARD)
+                move_axis_last(&moved.g[k], nd, axis);
+        }
+        if (none)
+            move_axis_last(pass == PLOSS_PASS_BACKWARD ? &moved.gl : &moved.l, nd, axis);
+        c = &moved;
+    }
+    const ploss_view *x = &c->x[0];
     p.pass = pass;
     p.reduction = o->reduction;
     p.dtype = x->dtype;

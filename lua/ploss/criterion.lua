@@ -817,8 +817,9 @@ local function build_multi(d)
         local method = where:sub(1, #d.criterion + 1) == d.criterion .. ":" and where:sub(#d.criterion + 2)
         local call = where == d.criterion and D.call_text(d) or
           method and D.call_text(d, "crit:" .. method, method) or D.call_text(d, where, pass_of(where))
-        ploss.raise(string.format("%s: %s: expected a ploss tensor, got %s%s", where, name, type(v),
-          v == nil and string.format(" (argument %d of %s)", k, call) or ""))
+        local number_too = k <= ninputs and d.inputs[k].number
+        ploss.raise(string.format("%s: %s: expected a ploss tensor%s, got %s%s", where, name,
+          number_too and " or a number" or "", type(v), v == nil and string.format(" (argument %d of %s)", k, call) or ""))
       end
       if k <= ninputs then t.inputs[k] = v else t.target = v end
     end

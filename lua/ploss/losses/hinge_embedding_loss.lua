@@ -26,8 +26,9 @@ Elementwise, with x the input and y the label:
 PyTorch's clamp_min: a NaN input gives a NaN loss (and so a NaN 'mean' and 'sum').  'mean'
 divides by the element count.]],
   gradient = [[
-∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y = −1 (PyTorch's subgradient at the hinge),
-0 elsewhere; the sum of both for another y.  Where it is 0 the upstream gradient does not pass,
+∂ℓ/∂x = 1 for y = 1; −1 where m − x >= 0 for y = −1 (PyTorch 2.11's subgradient at the
+hinge: its clamp_min passes the gradient at m − x = 0, where 2.15's gives 0), 0 elsewhere; the
+sum of both for another y.  Where it is 0 the upstream gradient does not pass,
 a NaN or infinite one included (autograd's clamp backward).]],
   notes = [[
 Only the input gets a gradient.  The target must have the input's shape.]],

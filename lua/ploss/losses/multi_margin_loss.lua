@@ -27,7 +27,10 @@ Per sample with label y, scores x and z_j = m − x_y + x_j:
 
 'mean' divides by the number of samples (not by the weights), as PyTorch.]],
   gradient = [[
-∂ℓ/∂x_j = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j.]],
+∂ℓ/∂x_j = (w_y/C)·p·z_j^(p−1) where z_j > 0 (j ≠ y), 0 elsewhere; ∂ℓ/∂x_y = −Σ_{j≠y} ∂ℓ/∂x_j.
+A NaN or infinite upstream gradient reaches only the active hinges: a sample with none
+active gets 0 (autograd's clamp backward), where PyTorch's kernel multiplies its zeros by it
+(NaN).]],
   notes = [[
 The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
 writes it inside).  A NaN score makes the sample's loss NaN (PyTorch's max drops it).  A

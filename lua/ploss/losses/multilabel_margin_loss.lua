@@ -25,7 +25,9 @@ Per sample with scores x, listed classes y_1 … y_L and T the set of them:
 'mean' divides the sum of the ℓ by the number of samples, as PyTorch.]],
   gradient = [[
 ∂ℓ/∂x_j = (1/C)·#{k : 1 − x_{y_k} + x_j > 0} for an unlisted class j; for a listed class c,
-−(1/C)·Σ_{k : y_k = c} #{j ∉ T : 1 − x_c + x_j > 0} (0 where the hinge is exactly 0).]],
+−(1/C)·Σ_{k : y_k = c} #{j ∉ T : 1 − x_c + x_j > 0} (0 where the hinge is exactly 0).  A NaN
+or infinite upstream gradient reaches only the active hinges: a sample with none active gets
+0 (autograd's clamp backward), where PyTorch's kernel multiplies its zeros by it (NaN).]],
   notes = [[
 A class listed twice counts twice, as in PyTorch's kernels.  A NaN hinge (a NaN score, or
 +∞ − +∞) counts as active, as the multi-class margin loss's: the sample's loss is NaN and

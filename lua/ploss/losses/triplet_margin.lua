@@ -62,11 +62,15 @@ log(1 + exp(·)) would overflow.]],
     "the minimum) and NaN gradients in its three rows, hinge or soft margin; the other rows are " ..
     "unaffected, and 'mean' or 'sum' is then NaN.  A NaN or infinite upstream gradient reaches only " ..
     "the rows whose hinge is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp " ..
-    "backward gives it.",
+    "backward gives it.  One infinite distance (an infinite component, the other distance finite) " ..
+    "gives an infinite loss; that distance's terms of the gradients are 0 and the finite one's " ..
+    "are as ever (PyTorch's ∞/∞ gives NaN at the infinite component).",
   notes = [[
 In Lua the soft margin is asked for with soft_margin = true: a table cannot hold margin = nil
 as a value distinct from leaving margin out (which gives the default 1).  With eps = 0 and
 soft_margin = true the loss is the reference's soft-margin triplet loss (plain Euclidean
 distances).  p >= 1: for p = 1 the derivative of |z| at z = 0 is taken as 0, as PyTorch's.
-No state is kept: backward recomputes the distances (one pass over the rows).]],
+No state is kept: backward recomputes the distances (one pass over the rows).  The hinge is
+(d_ap − d_an) + μ: at distances past 2^53·μ PyTorch's (μ + d_ap) − d_an loses the margin
+(a loss of 0 where this one keeps μ).]],
 }
