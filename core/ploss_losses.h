@@ -1017,14 +1017,15 @@ ploss_status ploss_triplet_margin_forward(ploss_ctx_t *ctx, const DLTensor *anch
  * = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative term goes to p and n
  * instead of a and n, and at a tie d(p, n) = d(a, n) each pair takes half (torch.minimum's
  * backward). A distance of 0 (identical embeddings with eps = 0) has the gradient 0, never NaN.
- * NaN propagates as in PyTorch: a NaN element, or infinite distances (∞ − ∞), give that
- * row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum) and NaN
- * gradients in its three rows, hinge or soft margin; the other rows are unaffected, and 'mean'
- * or 'sum' is then NaN. A NaN or infinite upstream gradient reaches only the rows whose hinge
- * is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp backward gives it.
- * One infinite distance (an infinite component, the other distance finite) gives an infinite
- * loss; that distance's terms of the gradients are 0 and the finite one's are as ever
- * (PyTorch's ∞/∞ gives NaN at the infinite component).
+ * A NaN element, or infinite distances (∞ − ∞), give that row a NaN loss, as PyTorch (the
+ * hinge's clamp keeps NaN; with swap a NaN distance is the minimum), and NaN gradients in its
+ * three rows, hinge or soft margin (PyTorch's are NaN in part of them only, or 0 for p = 1, by
+ * where the NaN is); the other rows are unaffected, and 'mean' or 'sum' is then NaN. A NaN or
+ * infinite upstream gradient reaches only the rows whose hinge is active (c ≠ 0): an inactive
+ * row's gradient is 0, as autograd's clamp backward gives it. One infinite distance (an
+ * infinite component, the other distance finite) gives an infinite loss; that distance's terms
+ * of the gradients are 0 and the finite one's are as ever (PyTorch's ∞/∞ gives NaN at the
+ * infinite component).
  * in  anchor, positive, negative, opts   as given to _forward.
  * in  grad_loss   NONE: N values (a 0-d tensor for D inputs); MEAN / SUM: one element; f32 or
  *                 f64.
@@ -2084,7 +2085,9 @@ void ploss_soft_margin_loss_opts_init(ploss_soft_margin_loss_opts *opts);
  *
  * Evaluated as a softplus: finite for any finite margin, where PyTorch's log(1 + exp(−y·x))
  * overflows to inf once −y·x exceeds about 88 in f32. A correctly classified infinite score
- * (y·x = +inf) gives a loss of 0.
+ * (y·x = +inf) gives a loss of 0; a wrongly classified one (y·x = −inf) an infinite loss
+ * and the gradient −y (PyTorch's is NaN there, and in f32 already from y·x below about
+ * −88).
  *
  * in  input       scores, any shape (rank 0..8), f32/f16/bf16/f64, any strides.
  * in  target      the input's shape, any float dtype or i64/i32: labels −1 or 1 (other values
@@ -2368,8 +2371,10 @@ void ploss_multi_margin_loss_opts_init(ploss_multi_margin_loss_opts *opts);
  * 'mean' divides by the number of samples (not by the weights), as PyTorch.
  *
  * The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
- * writes it inside). A NaN score makes the sample's loss NaN (PyTorch's max drops it). A single
- * sample is a 1×C input with a one-element target, or C scores with a 0-d target.
+ * writes it inside). A NaN hinge (a NaN score, or ∞ − ∞) counts as active: the sample's
+ * loss is NaN and the gradient takes its terms (±w/C for p = 1, NaN for p = 2), where
+ * PyTorch's comparison z > 0 drops it. A single sample is a 1×C input with a one-element
+ * target, or C scores with a 0-d target.
  *
  * in  input       N×C scores (or N×C×d1×…×dk: one loss per position, ploss's extension),
  *                 f32/f16/bf16/f64; C >= 1. Layouts as for the other losses of this shape. One
@@ -3963,7 +3968,8 @@ void ploss_multilabel_soft_margin_loss_opts_init(ploss_multilabel_soft_margin_lo
  * PyTorch's function averages over the last axis of any rank; the row losses' classes are axis
  * 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
  * otherwise. sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow for
- * large logits. A one-sample input is a 1×C tensor or C logits.
+ * large logits. An infinite upstream gradient gives ±∞ gradients (PyTorch's backward gives
+ * NaN). A one-sample input is a 1×C tensor or C logits.
  *
  * in  input       N×C logits, f32/f16/bf16/f64, any strides; C >= 1 (rank 2, or one sample's C
  *                 logits: PyTorch's unbatched form, with a target of C values and a 0-d NONE
@@ -4140,12 +4146,14 @@ void ploss_triplet_margin_with_distance_opts_init(ploss_triplet_margin_with_dist
  *
  * A NaN element gives its row a NaN loss and NaN gradients in its three rows, as
  * TripletMarginLoss (PyTorch leaves the positive's gradient 0 when only the negative is NaN);
- * infinite elements give what the arithmetic gives (∞ − ∞ is NaN). The cosine distance is
- * taken from the squared norms and the products: summed in f64 on the CPU, in f32 on the GPU
- * for f32/f16/bf16 inputs, so elements beyond about 1e154 (CPU, f64) or 1e19 (GPU) overflow
- * them and give NaN where PyTorch, normalising first, stays finite. The loss is (d_ap − d_an)
- * + μ, PyTorch's (μ + d_ap) − d_an: the last bit may differ. No state is kept: backward
- * recomputes the distances.
+ * infinite elements give what the arithmetic gives (∞ − ∞ is NaN). The kink where a = p
+ * and n is orthogonal to them is met exactly only where the cosine rounds to 1 exactly (one-hot
+ * embeddings); other such a = p give d(a, a) = ±1 ulp, on either side of it. The cosine
+ * distance is taken from the squared norms and the products: summed in f64 on the CPU, in f32
+ * on the GPU for f32/f16/bf16 inputs, so elements beyond about 1e154 (CPU, f64) or 1e19 (GPU)
+ * overflow them and give NaN where PyTorch, normalising first, stays finite. The loss is (d_ap
+ * − d_an) + μ, PyTorch's (μ + d_ap) − d_an: the last bit may differ. No state is kept:
+ * backward recomputes the distances.
  *
  * in  anchor      a, N×D embeddings (or one embedding of D values); N×D, or D for one triplet
  *                 (PyTorch's unbatched form: its 'none' loss is 0-d), f32/f16/bf16/f64, any

@@ -33,6 +33,8 @@ active gets 0 (autograd's clamp backward), where PyTorch's kernel multiplies its
 (NaN).]],
   notes = [[
 The weight multiplies the hinge after the power, as PyTorch's kernels do (its documentation
-writes it inside).  A NaN score makes the sample's loss NaN (PyTorch's max drops it).  A
+writes it inside).  A NaN hinge (a NaN score, or ∞ − ∞) counts as active: the sample's loss
+is NaN and the gradient takes its terms (±w/C for p = 1, NaN for p = 2), where PyTorch's
+comparison z > 0 drops it.  A
 single sample is a 1×C input with a one-element target, or C scores with a 0-d target.]],
 }

@@ -30,5 +30,6 @@ the sum of the ℓ_i by the number of samples, as PyTorch.]],
 PyTorch's function averages over the last axis of any rank; the row losses' classes are
 axis 1, the same axis only for N×C, so another rank is refused (SHAPE) rather than read
 otherwise.  sp is taken in its stable form (max(z, 0) + log(1 + e^−|z|)): no overflow
-for large logits.  A one-sample input is a 1×C tensor or C logits.]],
+for large logits.  An infinite upstream gradient gives ±∞ gradients (PyTorch's backward
+gives NaN).  A one-sample input is a 1×C tensor or C logits.]],
 }

@@ -21,5 +21,6 @@ Elementwise, with softplus(z) = max(z, 0) + log1p(e^−|z|):
   notes = [[
 Evaluated as a softplus: finite for any finite margin, where PyTorch's log(1 + exp(−y·x))
 overflows to inf once −y·x exceeds about 88 in f32.  A correctly classified infinite score
-(y·x = +inf) gives a loss of 0.]],
+(y·x = +inf) gives a loss of 0; a wrongly classified one (y·x = −inf) an infinite loss and
+the gradient −y (PyTorch's is NaN there, and in f32 already from y·x below about −88).]],
 }

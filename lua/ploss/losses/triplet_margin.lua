@@ -57,10 +57,11 @@ log(1 + exp(·)) would overflow.]],
     "∂ℓ/∂p = c·∂d_ap/∂p, ∂ℓ/∂n = −c·∂d_an/∂n; with swap, when d(p, n) < d(a, n) the negative " ..
     "term goes to p and n instead of a and n, and at a tie d(p, n) = d(a, n) each pair takes half " ..
     "(torch.minimum's backward).  A distance of 0 (identical embeddings with eps = 0) has the " ..
-    "gradient 0, never NaN.  NaN propagates as in PyTorch: a NaN element, or infinite distances " ..
-    "(∞ − ∞), give that row a NaN loss (the hinge's clamp keeps NaN; with swap a NaN distance is " ..
-    "the minimum) and NaN gradients in its three rows, hinge or soft margin; the other rows are " ..
-    "unaffected, and 'mean' or 'sum' is then NaN.  A NaN or infinite upstream gradient reaches only " ..
+    "gradient 0, never NaN.  A NaN element, or infinite distances (∞ − ∞), give that row a NaN " ..
+    "loss, as PyTorch (the hinge's clamp keeps NaN; with swap a NaN distance is the minimum), " ..
+    "and NaN gradients in its three rows, hinge or soft margin (PyTorch's are NaN in part of " ..
+    "them only, or 0 for p = 1, by where the NaN is); the other rows are unaffected, and 'mean' " ..
+    "or 'sum' is then NaN.  A NaN or infinite upstream gradient reaches only " ..
     "the rows whose hinge is active (c ≠ 0): an inactive row's gradient is 0, as autograd's clamp " ..
     "backward gives it.  One infinite distance (an infinite component, the other distance finite) " ..
     "gives an infinite loss; that distance's terms of the gradients are 0 and the finite one's " ..

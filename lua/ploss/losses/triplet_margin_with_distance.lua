@@ -52,7 +52,9 @@ difference: the same numbers as TripletMarginLoss's defaults) and 1 − cosine_s
   notes = [[
 A NaN element gives its row a NaN loss and NaN gradients in its three rows, as
 TripletMarginLoss (PyTorch leaves the positive's gradient 0 when only the negative is NaN);
-infinite elements give what the arithmetic gives (∞ − ∞ is NaN).  The cosine distance is
+infinite elements give what the arithmetic gives (∞ − ∞ is NaN).  The kink where a = p and n
+is orthogonal to them is met exactly only where the cosine rounds to 1 exactly (one-hot
+embeddings); other such a = p give d(a, a) = ±1 ulp, on either side of it.  The cosine distance is
 taken from the squared norms and the products: summed in f64 on the CPU, in f32 on the GPU
 for f32/f16/bf16 inputs, so elements beyond about 1e154 (CPU, f64) or 1e19 (GPU) overflow
 them and give NaN where PyTorch, normalising first, stays finite.  The loss is
