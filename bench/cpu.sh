@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cpu.sh — ploss's CPU losses against PyTorch's CPU losses (Debian python3-torch under
-# /usr/bin/python3), in one run.  The cases (bench/cases-cpu.json, or --cases FILE) are the
+# /usr/bin/python3, or the PyTorch of --python, e.g. a virtual environment's), in one run.  The cases (bench/cases-cpu.json, or --cases FILE) are the
 # GPU benchmark's at CPU sizes: this script writes them out in bench/cases.json's format and
 # runs the GPU benchmark's two sides on the CPU over the same inputs, bench/bench.lua --cpu
 # (ploss: fused, forward then backward) then bench/torch_bench.py --device cpu (eager
@@ -10,17 +10,18 @@
 # records), OUT/RESULTS-cpu.md (copied to --results FILE).
 #
 #   source tools/env.sh build && bench/cpu.sh [--out DIR] [--results FILE] [--cases FILE]
-#       [--only id1,id2] [--threads "2 1"] [--rounds 3] [--runs 9] [--warmup 2]
+#       [--only id1,id2] [--threads "2 1"] [--rounds 3] [--runs 9] [--warmup 2] [--python PATH]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=out/bench-cpu results="" cases=bench/cases-cpu.json only="" threads="2 1" rounds=3 runs=9 warmup=2
+python=/usr/bin/python3
 cmd="bench/cpu.sh $*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;; --results) results=$2; shift 2 ;; --cases) cases=$2; shift 2 ;;
     --only) only=$2; shift 2 ;; --threads) threads=$2; shift 2 ;; --rounds) rounds=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;; --warmup) warmup=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;; --warmup) warmup=$2; shift 2 ;; --python) python=$2; shift 2 ;;
     *) echo "bench/cpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,14 +57,14 @@ for th in $threads; do
     for id in $ids; do
       OMP_NUM_THREADS=$th luajit bench/bench.lua --cpu --cases "$out/cases.json" --only "$id" --runs "$runs" \
         --warmup "$warmup" --no-copy --out "$out/raw/$th-$r-$id-ploss.jsonl"
-      OMP_NUM_THREADS=$th /usr/bin/python3 bench/torch_bench.py --device cpu --cases "$out/cases.json" --only "$id" \
+      OMP_NUM_THREADS=$th "$python" bench/torch_bench.py --device cpu --cases "$out/cases.json" --only "$id" \
         --runs "$runs" --warmup "$warmup" --no-compile --no-liger --copy-bytes 1048576 \
         --ploss-lib "$PLOSS_LIBRARY" --out "$out/raw/$th-$r-$id-torch.jsonl" >/dev/null
       echo "[bench cpu] threads $th round $r $id" >&2
     done
   done
 done
-/usr/bin/python3 - "$out" "$cmd" "${PLOSS_CPU_ISA:-auto}" <<'PY'
+/usr/bin/python3 - "$out" "$cmd" "${PLOSS_CPU_ISA:-auto}" "$python" <<'PY'
 import datetime, glob, json, os, re, statistics, subprocess, sys
 out = sys.argv[1]
 cases = {c["id"]: c for c in json.load(open(os.path.join(out, "cases.json")))["cases"]}
@@ -89,7 +90,7 @@ model = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.starts
 lines = ["# ploss CPU losses against PyTorch CPU", "",
          f"- date: {datetime.date.today().isoformat()}", f"- command: `{sys.argv[2]}`",
          f"- CPU: {model} (lscpu), `nproc` = {os.cpu_count()}",
-         f"- PyTorch {torch_v} (Debian python3-torch), eager; f32; each case's options and inputs are"
+         f"- PyTorch {torch_v} ({'Debian python3-torch' if sys.argv[4] == '/usr/bin/python3' else sys.argv[4]}), eager; f32; each case's options and inputs are"
          " those of the bench/cases.json case it is drawn from (bench/cases-cpu.json)",
          f"- ploss kernel build: {sys.argv[3]} (PLOSS_CPU_ISA)",
          "- times: wall clock in ms, fused forward+backward (ploss fwd+bwd: forward, then backward),"

@@ -498,6 +498,38 @@ describe("CrossEntropyLoss in place and buffers", function()
   end)
 end)
 
+describe("CrossEntropyLoss with widely spread logits (the CPU's flushed far tail)", function()
+  it("terms below the smallest normal number are 0: exact loss, exactly zero gradients there", function()
+    -- e^(x − m) of −100 and −800 are below f32's (and −800 below f64's) smallest normal
+    for _, dtype in ipairs { "f32", "f64" } do
+      local x = ploss.tensor({ { 0, -100, -800, 1, 2 } }, { dtype = dtype })
+      local y = ploss.tensor({ 3 }, { dtype = "i64" })
+      local l, g = F.cross_entropy_fused(x, y, { reduction = "sum" })
+      local s = math.exp(-2) + math.exp(-1) + 1 + (dtype == "f64" and math.exp(-102) or 0)
+      local lse = 2 + math.log(s)
+      H.assert_close(l, lse - 1, { rtol = dtype == "f32" and 1e-6 or 1e-15, what = dtype })
+      local gv = g:flat()
+      assert.are.equal(0, gv[3], dtype .. ": the e^−802 term")
+      if dtype == "f32" then assert.are.equal(0, gv[2], "f32: the e^−102 term") end
+      H.assert_close({ gv[1], gv[4], gv[5] }, { math.exp(-2) / s, math.exp(-1) / s - 1, 1 / s },
+        { rtol = dtype == "f32" and 1e-6 or 1e-15, what = dtype })
+    end
+    -- a NaN logit still makes its row NaN, a −∞ one still adds nothing
+    local l = F.cross_entropy(ploss.tensor({ { 0, 0 / 0, -200 } }), ploss.tensor({ 0 }, { dtype = "i64" }))
+    assert.is_true(l ~= l)
+    local l2, g2 = F.cross_entropy_fused(ploss.tensor({ { 0, -math.huge, -200 } }), ploss.tensor({ 0 }, { dtype = "i64" }))
+    assert.are.equal(0, l2)
+    H.assert_equal(g2, { { 0, 0, 0 } })
+  end)
+
+  it("leaves the caller's floating-point mode as it was: subnormal arithmetic in Lua after a call", function()
+    local function half(v) return v / 2 end -- not folded by the compiler
+    F.cross_entropy_fused(ploss.randn({ 64, 1000 }, { std = 40 }), ploss.randint(0, 1000, { 64 }))
+    assert.is_true(half(2.2250738585072014e-308) > 0, "a subnormal quotient flushed to 0 in the caller")
+    assert.is_true(half(4e-323) > 0)
+  end)
+end)
+
 describe("CrossEntropyLoss edge cases and bad input", function()
   local function xy(N, Cn, dtype)
     return ploss.randn({ N, Cn }, { dtype = dtype or "f32" }), ploss.randint(0, Cn, { N })

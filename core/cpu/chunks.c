@@ -8,6 +8,11 @@
 #include "gemm.h"
 #include "rows.h"
 #include "scalar.h"
+#include "vmath.h"
+
+/* The thresholds of ploss_exp_flush_*, each twice (vmath.h says why). */
+const float ploss_exp_clamp_f32 = -87.0f, ploss_exp_mask_f32 = -87.0f;
+const double ploss_exp_clamp_f64 = -708.0, ploss_exp_mask_f64 = -708.0;
 
 double ploss_cpu_grad_scale(ploss_pass pass, ploss_reduction reduction, double scale, const void *grad_loss,
                             ploss_dtype gl_dtype, double divisor)

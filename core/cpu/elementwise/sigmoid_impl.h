@@ -10,8 +10,9 @@
 /* Loss and ∂loss/∂x of one element of the pointwise criteria (formulas in elementwise.h);
  * `kind` is a constant at every call.  w is the weight (1 without one) of MSE, L1, HUBER
  * and BCE_PROB and TARGET_WEIGHTED_MSE's target scale, beta the threshold of SMOOTH_L1
- * (β), HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the thresholds and the signs follow PyTorch's kernels: sign(0) = 0,
- * the quadratic part strictly inside |d| < β. */
+ * (β), HUBER (δ) and the margin of HINGE_EMBEDDING and HINGE.  The branches at the
+ * thresholds and the signs follow PyTorch's kernels: sign(0) = 0, the quadratic part strictly
+ * inside |d| < β. */
 _Static_assert(PLOSS_EW_KIND_COUNT == 18, "a new kind of core/engines/elementwise.h: add its maths to "
                                          "F(pointwise) or F(element) and its case to F(block)");
 static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x, REAL y, REAL w, REAL beta,
@@ -47,7 +48,7 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         *loss = w * ((y - 1) * c1x - y * cx);
         *dx = w * (x - y) / (den < (REAL)1e-12 ? (REAL)1e-12 : den);
     } else if (kind == PLOSS_EW_SOFT_MARGIN) {
-        const REAL z = -y * x, e = EXP(-fabs(z)), r = 1 / (1 + e);
+        const REAL z = -y * x, e = EXP_FLUSH(-fabs(z)), r = 1 / (1 + e);
         *loss = (z > 0 ? z : 0) + LOG1P(e);   /* softplus(z) */
         *dx = -y * (z >= 0 ? r : e * r);      /* −y·σ(z)     */
     } else if (kind == PLOSS_EW_KL_DIV) {
@@ -102,7 +103,7 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
         F(pointwise)(kind, x, y, w, beta, loss, dx);
         return;
     }
-    const REAL e = EXP(-fabs(x)), r = 1 / (1 + e);
+    const REAL e = EXP_FLUSH(-fabs(x)), r = 1 / (1 + e);
     const REAL lg = want_loss || kind != PLOSS_SIGMOID_BCE ? LOG1P(e) : 0; /* BCE's gradient needs no log */
     const REAL sp_pos = (x > 0 ? x : 0) + lg;          /* softplus(x)  = −log(1 − σ(x)) */
     const REAL sp_neg = (x < 0 ? -x : 0) + lg;         /* softplus(−x) = −log σ(x)       */

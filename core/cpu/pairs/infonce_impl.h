@@ -91,7 +91,7 @@ static ploss_status F(infonce)(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
                 m = t[j] > m || m != m ? t[j] : m;
 #pragma omp simd reduction(+ : s)
             for (int64_t j = 0; j < M; ++j)
-                s += EXP(t[j] - m);
+                s += EXP_FLUSH(t[j] - m);
             row_lse[b0 + r] = m + log(s);
         }
         /* the columns' (max, sum) over the tile's rows in row order, a block of columns a
@@ -112,7 +112,7 @@ static ploss_status F(infonce)(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
                 const REAL *t = tile + (size_t)r * (size_t)M;
 #pragma omp simd
                 for (int64_t j = j0; j < j1; ++j)
-                    ts[j] += EXP(t[j] - (REAL)tm[j]);
+                    ts[j] += EXP_FLUSH(t[j] - (REAL)tm[j]);
             }
             for (int64_t j = j0; j < j1; ++j)
                 ploss_lse_merge(&col_m[j], &col_s[j], tm[j], ts[j]);
@@ -180,11 +180,11 @@ static ploss_status F(infonce)(ploss_ctx_t *ctx, const ploss_infonce_problem *p)
             if (p->symmetric) {
 #pragma omp simd
                 for (int64_t j = 0; j < M; ++j)
-                    t[j] = wr * EXP(t[j] - lr) + (REAL)w_col[j] * EXP(t[j] - (REAL)col_lse[j]);
+                    t[j] = wr * EXP_FLUSH(t[j] - lr) + (REAL)w_col[j] * EXP_FLUSH(t[j] - (REAL)col_lse[j]);
             } else {
 #pragma omp simd
                 for (int64_t j = 0; j < M; ++j)
-                    t[j] = wr * EXP(t[j] - lr);
+                    t[j] = wr * EXP_FLUSH(t[j] - lr);
             }
             /* the positive's −1s, apart (no cancellation inside the vector loop's sum) */
             if (off + i < M)

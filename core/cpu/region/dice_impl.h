@@ -106,7 +106,7 @@ static void F(gradient)(const ploss_region_problem *p, int64_t K, const double *
 #pragma omp simd
             for (int64_t i = 0; i < len; ++i) {
                 /* σ(x) and 1 − σ(x) from one exponential of −|x| */
-                const REAL t = EXP(-(x[i] < 0 ? -x[i] : x[i])), u = 1 / (1 + t);
+                const REAL t = EXP_FLUSH(-(x[i] < 0 ? -x[i] : x[i])), u = 1 / (1 + t);
                 const REAL s = x[i] >= 0 ? u : t * u, s1 = x[i] >= 0 ? t * u : u;
                 const REAL o = binary ? bt[i] : (REAL)(y[i] == c);
                 /* ignored pixels (v = 0) get 0, also where x is ±∞ or NaN */

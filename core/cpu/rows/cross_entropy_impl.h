@@ -78,14 +78,14 @@ static double F(row_forward)(const F(call) *k, const REAL *x, const REAL *restri
     if (g) {
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < C; ++j) {
-            const REAL e = EXP(x[j] - m);
+            const REAL e = EXP_FLUSH(x[j] - m);
             g[j] = e;
             s += e;
         }
     } else if (!k->saved) {
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < C; ++j)
-            s += EXP(x[j] - m);
+            s += EXP_FLUSH(x[j] - m);
     }
     const double ls = k->saved ? saved_lse - md : log(s); /* lse − m */
     *ls_out = ls;
@@ -192,14 +192,14 @@ static void F(tile)(const F(call) *k, int64_t T, const REAL *x, int64_t xs, cons
             REAL *gj = g + j * gs;
 #pragma omp simd
             for (int64_t i = 0; i < T; ++i) {
-                const REAL e = EXP(xj[i] - m[i]);
+                const REAL e = EXP_FLUSH(xj[i] - m[i]);
                 gj[i] = e;
                 s[i] += e;
             }
         } else {
 #pragma omp simd
             for (int64_t i = 0; i < T; ++i)
-                s[i] += EXP(xj[i] - m[i]);
+                s[i] += EXP_FLUSH(xj[i] - m[i]);
         }
     }
     for (int64_t i = 0; i < T; ++i) {

@@ -79,7 +79,7 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
         if (kind == PLOSS_SROWS_LARGE_MARGIN) {
             /* d = x − m2 in double for Σ d (a float difference of logits near ±FLT_MAX
              * overflows), e·d = 0 where e is 0 (not 0·∞) */
-            TILE_SUM(3, const int other = (int32_t)j != y[i]; const REAL d = xv - m2[i], e = EXP(d);
+            TILE_SUM(3, const int other = (int32_t)j != y[i]; const REAL d = xv - m2[i], e = EXP_FLUSH(d);
                      c0 = other ? e : 0; c1 = other && e != 0 ? e * d : 0; c2 = other ? (double)xv - m2[i] : 0;);
         } else if (kind == PLOSS_SROWS_TAYLOR_CE && rows) {
             for (int64_t i = 0; i < T; ++i) {
@@ -98,7 +98,7 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
                     a0[i] += col[i];
             }
         } else {
-            TILE_SUM(1, c0 = EXP((xv + br[j]) - m[i]););
+            TILE_SUM(1, c0 = EXP_FLUSH((xv + br[j]) - m[i]););
         }
         if (keys) { /* p_y rounded to f32 (rows.h) */
             for (int64_t i = 0; i < T; ++i) {
@@ -217,7 +217,7 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
     const double eps = p->eps;
     switch (kind) {
     case PLOSS_SROWS_LARGE_MARGIN:
-        TILE_EACH(const REAL d = xv - m2[i], q = EXP(d - ls2r[i]);
+        TILE_EACH(const REAL d = xv - m2[i], q = EXP_FLUSH(d - ls2r[i]);
                   gv = wr[i] * (q * fr[i] + h * ((q != 0 ? q * (d - cr[i]) : 0) - u)););
         break;
     case PLOSS_SROWS_TAYLOR_CE:
@@ -244,7 +244,7 @@ static void F(tile)(const F(call) *k, int rows, int64_t T, const REAL *x, int64_
                   gv = (REAL)(sm->w[i] * pj * (2 * pj / den - PG[i])););
         break;
     default:
-        TILE_EACH(gv = wr[i] * EXP(((xv + br[j]) - m[i]) - lsr[i]););
+        TILE_EACH(gv = wr[i] * EXP_FLUSH(((xv + br[j]) - m[i]) - lsr[i]););
         break;
     }
 
