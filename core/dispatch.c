@@ -149,26 +149,46 @@ ploss_status ploss_enter_device(ploss_ctx_t *ctx, const char *what)
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* A CPU backend runs with subnormal numbers flushed to zero (MXCSR's FTZ and DAZ) on the
- * calling thread and every thread of its OpenMP team: x86 takes ~100 cycles for each
- * arithmetic operation that meets a subnormal operand or result, which a softmax of widely
- * spread logits makes by the million (its far tails and their gradients: a linear
- * cross-entropy with logits spread over ±100 ran 40× slower).  Values below 1.2e-38 in f32
- * (2.2e-308 in f64) read and give 0, as in the GPU's flushing f32 arithmetic.  Each thread's
- * own mode is put back after the call (the team's threads are the same in both regions;
- * past the first THREADS ones, a thread keeps its mode and runs unflushed). */
-enum { FTZ_DAZ = 0x8040u, THREADS = 1024 };
+/* A loss's CPU backend runs with subnormal results flushed to zero (MXCSR's FTZ; inputs
+ * are read as they are) on the calling thread and every thread of its OpenMP team: x86
+ * takes ~100 cycles for each arithmetic operation that gives a subnormal result, which a
+ * softmax of widely spread logits makes by the million (its far tails' gradients, then the
+ * products of a GEMM that reads them: a linear cross-entropy with logits spread over ±100
+ * ran 40× slower).  A result below 1.2e-38 in f32 (2.2e-308 in f64) is then 0.  Each
+ * thread's own mode is put back after the call: the two regions that set and restore it
+ * have teams of one size (dynamic adjustment off for the call), which libgomp makes of the
+ * same pool threads in the same order, and a thread it makes later copies its maker's mode;
+ * past the first THREADS ones a thread keeps its mode and runs unflushed.  Called inside an
+ * active parallel region (a nested team may be made of other threads) a backend runs
+ * unflushed, as do the small ops of the training toolkit (one call per parameter: two team
+ * starts would cost more than they save). */
+enum { FTZ = 0x8000u, THREADS = 1024 };
+
+static int flushed_op(ploss_op op)
+{
+    switch (op) {
+    case PLOSS_OP_ONE_HOT: case PLOSS_OP_ACTIVATION: case PLOSS_OP_GEMM: case PLOSS_OP_BIAS_ADD:
+    case PLOSS_OP_BIAS_GRAD: case PLOSS_OP_ARGMAX: case PLOSS_OP_OPTIM: case PLOSS_OP_EMA:
+        return 0;
+    default:
+        return 1;
+    }
+}
 
 static ploss_status run_flushed(ploss_backend fn, ploss_ctx_t *ctx, const void *problem)
 {
+    if (omp_in_parallel())
+        return fn(ctx, problem);
     unsigned saved[THREADS];
     int entered = 0;
+    const int dynamic = omp_get_dynamic();
+    omp_set_dynamic(0);
 #pragma omp parallel
     {
         const int t = omp_get_thread_num();
         if (t < THREADS) {
             saved[t] = _mm_getcsr();
-            _mm_setcsr(saved[t] | FTZ_DAZ);
+            _mm_setcsr(saved[t] | FTZ);
         }
         if (t == 0)
             entered = omp_get_num_threads();
@@ -180,9 +200,15 @@ static ploss_status run_flushed(ploss_backend fn, ploss_ctx_t *ctx, const void *
         if (t < THREADS)
             _mm_setcsr(saved[t]);
     }
+    omp_set_dynamic(dynamic);
     return st;
 }
 #else
+static int flushed_op(ploss_op op)
+{
+    (void)op;
+    return 0;
+}
 static ploss_status run_flushed(ploss_backend fn, ploss_ctx_t *ctx, const void *problem)
 {
     return fn(ctx, problem);
@@ -198,5 +224,5 @@ ploss_status ploss_dispatch(ploss_ctx_t *ctx, ploss_op op, const char *what, con
     ploss_status st = ploss_enter_device(ctx, what);
     if (st)
         return st;
-    return gpu ? fn(ctx, problem) : run_flushed(fn, ctx, problem);
+    return gpu || !flushed_op(op) ? fn(ctx, problem) : run_flushed(fn, ctx, problem);
 }

@@ -498,7 +498,7 @@ describe("CrossEntropyLoss in place and buffers", function()
   end)
 end)
 
-describe("CrossEntropyLoss with widely spread logits (the CPU's flushed far tail)", function()
+describe("CrossEntropyLoss with widely spread logits (the CPU's flushed far tail and subnormals)", function()
   it("terms below the smallest normal number are 0: exact loss, exactly zero gradients there", function()
     -- e^(x − m) of −100 and −800 are below f32's (and −800 below f64's) smallest normal
     for _, dtype in ipairs { "f32", "f64" } do
@@ -514,6 +514,19 @@ describe("CrossEntropyLoss with widely spread logits (the CPU's flushed far tail
       H.assert_close({ gv[1], gv[4], gv[5] }, { math.exp(-2) / s, math.exp(-1) / s - 1, 1 / s },
         { rtol = dtype == "f32" and 1e-6 or 1e-15, what = dtype })
     end
+    -- e^−87.2 (f32) and e^−708.2 (f64) are normal numbers that the softmax's exp flushes
+    -- (below ~1.6e-38 and ~3.3e-308): exactly 0, where e^d would give 1.5e-38 and 2.4e-308
+    for _, c in ipairs { { "f32", -87.2 }, { "f64", -708.2 } } do
+      local l0, g0 = F.cross_entropy_fused(ploss.tensor({ { 0, c[2] } }, { dtype = c[1] }), ploss.tensor({ 0 }, { dtype = "i64" }),
+        { reduction = "sum" })
+      assert.are.equal(0, l0, c[1])
+      H.assert_equal(g0, { { 0, 0 } }, { what = c[1] })
+    end
+    -- the CPU's losses flush subnormal results (FTZ) but read subnormal inputs as they are:
+    -- BCE of a probability of 1e-40 is −log p, not the clamp's 100; MSE's d = 3e-39 − 0 is 0
+    H.assert_close(F.binary_cross_entropy(ploss.tensor({ 1e-40 }), ploss.tensor({ 1 }), { reduction = "sum" }),
+      -math.log(9.99994610111476e-41), { rtol = 1e-6 })
+    H.assert_equal(F.mse_loss_backward(ploss.tensor({ 3e-39 }), ploss.tensor({ 0 }), 1, { reduction = "sum" }), { 0 })
     -- a NaN logit still makes its row NaN, a −∞ one still adds nothing
     local l = F.cross_entropy(ploss.tensor({ { 0, 0 / 0, -200 } }), ploss.tensor({ 0 }, { dtype = "i64" }))
     assert.is_true(l ~= l)

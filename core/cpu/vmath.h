@@ -37,7 +37,8 @@ double pow(double, double);
  * 5–40× slower.  The flushed terms are below 1.7e-38 (f32) and 3.3e-308 (f64) of the
  * row's largest, which is 1; NaN stays NaN, −∞ gives 0.  The clamp and the mask read two
  * objects of the same value (chunks.c), so that the compiler cannot prove the clamp
- * useless where the mask keeps e and call exp on the unclamped argument. */
+ * useless where the mask keeps e and call exp on the unclamped argument (a link-time
+ * optimisation, which the build does not ask for, could still see through them). */
 extern const float ploss_exp_clamp_f32, ploss_exp_mask_f32;
 extern const double ploss_exp_clamp_f64, ploss_exp_mask_f64;
 static inline __attribute__((always_inline)) float ploss_exp_flush_f32(float d)

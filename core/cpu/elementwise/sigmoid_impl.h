@@ -124,8 +124,8 @@ static inline __attribute__((always_inline)) void F(element)(int kind, int want_
         const REAL qg = g2 ? q * q : POW(q, gamma); /* 0^0 = 1 */
         *loss = A * qg * ce;
         if (want_grad) {
-            /* ce·σ(x)σ(−x) first: where σ(x)σ(−x) is 0 (|x| past ~104 in float, or ∞) the
-             * term is 0, not γ·ce overflowing to ∞ times 0 */
+            /* ce·σ(x)σ(−x) first: where σ(x)σ(−x) is 0 (|x| past ~87 in float, where e^−|x|
+             * is flushed, or ∞) the term is 0, not γ·ce overflowing to ∞ times 0 */
             const REAL ss = sig_pos * sig_neg;
             const REAL extra = ss != 0 ? gamma * (1 - 2 * y) * qg * (ce * (ss / q)) : 0;
             *dx = A * (qg * p_minus_y + (gamma != 0 && q != 0 ? extra : 0)); /* q < 0: a target outside [0, 1] */
