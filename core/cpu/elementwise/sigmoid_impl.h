@@ -67,13 +67,13 @@ static inline __attribute__((always_inline)) void F(pointwise)(int kind, REAL x,
         *loss = z < 0 ? 0 : z;
         *dx = y * x < beta ? -y : 0;
     } else if (kind == PLOSS_EW_KL_DIV_LOG_TARGET) {
-        const REAL e = EXP(y);
+        const REAL e = EXP_FLUSH(y); /* a log-target far below 0: e = 0 (see vmath.h) */
         *loss = e * (y - x);
         *dx = -e;
     } else if (kind >= PLOSS_EW_POISSON_NLL_LOG && kind <= PLOSS_EW_POISSON_NLL_FULL) {
         /* PyTorch's poisson_nll_loss (ε = beta); with full, Stirling's log y! where y > 1 */
         if (kind == PLOSS_EW_POISSON_NLL_LOG || kind == PLOSS_EW_POISSON_NLL_LOG_FULL) {
-            const REAL e = EXP(x);
+            const REAL e = EXP_FLUSH(x);
             *loss = e - y * x;
             *dx = e - y;
         } else {
