@@ -413,9 +413,9 @@ if crit.margin_head then
   local margin = crit.margin_head
   if comm then
     -- the same criterion, its classes sharded; each rank's centres drawn from its own seed
-    local d, o = margin._description, { comm = comm, reduction = rawget(margin, "reduction") }
+    local d, o = margin._description, { comm = comm, reduction = margin.reduction }
     for _, option in ipairs(d.lua_options) do
-      if option.name ~= "comm" then o[option.name] = rawget(margin, option.name) end
+      if option.name ~= "comm" then o[option.name] = margin[option.name] end
     end
     margin = ploss[d.criterion](o)
     ploss.manual_seed(opt.seed * 1000 + rank)

@@ -262,19 +262,35 @@ describe("criteria built from the descriptions", function()
         H.expect_error(function() crit.reducton = "sum" end, d.criterion .. ": 'reducton' is none of the fields")
         assert.is_nil(rawget(crit, "reducton"))
         crit.reduction = "sum"
-        assert.are.equal("sum", rawget(crit, "reduction"))
-        -- a field absent until now: an option without a value, Torch7's output, a private one
-        local fresh = cls(H.loss_options(d, 5))
-        for name in pairs(cls._fields) do
-          if rawget(fresh, name) == nil then
-            fresh[name] = false
-            assert.are.equal(false, rawget(fresh, name), name)
-            fresh[name] = nil
+        assert.are.equal("sum", crit.reduction)
+        -- Torch7's output and a private field are the instance's own
+        crit.output, crit._mine = 1, 2
+        assert.are.equal(1, rawget(crit, "output"))
+        assert.are.equal(2, rawget(crit, "_mine"))
+      end)
+
+      it("checks a value set as a field before the field takes it; a refused one changes nothing", function()
+        local crit = cls(H.loss_options(d, 5))
+        H.expect_error(function() crit.reduction = "avg" end, d.criterion .. ": crit.reduction: 'avg' is not one of")
+        assert.are.equal("mean", crit.reduction)
+        for _, opt in ipairs(d.lua_options) do
+          local before = crit[opt.name]
+          local bad = (opt.type == "bool" or opt.type == "comm") and 1 or "x"
+          H.expect_error(function() crit[opt.name] = bad end, d.criterion .. ": crit." .. opt.name .. ": ")
+          assert.are.equal(before, crit[opt.name], opt.name)
+          crit[opt.name] = before -- the value it had is taken again
+          if opt.type ~= "double" and opt.type ~= "enum" and opt.type ~= "bool" and opt.type ~= "comm" then
+            H.expect_error(function() crit[opt.name] = 0.5 end, "crit." .. opt.name .. ": expected ")
           end
         end
-        fresh.output, fresh._mine = 1, 2
-        assert.are.equal(1, rawget(fresh, "output"))
-        assert.are.equal(2, rawget(fresh, "_mine"))
+        for _, t in ipairs(d.tensors) do
+          if not t.argument then
+            H.expect_error(function() crit[t.name] = true end,
+              "crit." .. t.name .. ": expected a tensor or a list of numbers, got true")
+          end
+        end
+        crit.reduction = nil -- back to the default: taken
+        assert.is_nil(crit.reduction)
       end)
 
       it("refuses positional options, unknown keys and non-boolean booleans, naming the key", function()
@@ -357,11 +373,13 @@ describe("criteria of several inputs", function()
     H.expect_error(function() lce.grad_weigth = ploss.zeros({ 2, 2 }) end, "'grad_weigth' is none of the fields")
     local gw = ploss.zeros({ 2, 2 })
     lce.grad_weight = gw -- absent until now
-    assert.are.equal(gw, rawget(lce, "grad_weight"))
+    assert.are.equal(gw, lce.grad_weight)
+    H.expect_error(function() lce.grad_weight = 3 end, "LinearCrossEntropyLoss: crit.grad_weight: expected a ploss tensor, got 3")
+    assert.are.equal(gw, lce.grad_weight)
     local pfc = ploss.PartialFCLoss {}
     H.expect_error(function() pfc.sample_rat = 0.5 end, "PartialFCLoss: 'sample_rat' is none of the fields")
     pfc.sample_rate = 0.5
-    assert.are.equal(0.5, rawget(pfc, "sample_rate"))
+    assert.are.equal(0.5, pfc.sample_rate)
     H.expect_error(function() ploss.BatchHardTripletLoss {}.distanse = "cosine" end, "'distanse' is none of the fields")
   end)
 

@@ -278,8 +278,10 @@ elseif mode == "lua_refusal" then
     elseif case == "missing" then
       ok, err = pcall(ploss.F.am_softmax_fused, x, y, { comm = comm })
     else
-      local pfc = ploss.PartialFCLoss { margin = ploss.AMSoftmaxLoss {}, comm = comm }
-      pfc.sample_rate = 2
+      -- the margin's own draw option set after it was given: refused at the call
+      local margin = ploss.AMSoftmaxLoss {}
+      local pfc = ploss.PartialFCLoss { margin = margin, comm = comm }
+      margin.sample_rate = 0.5
       ok, err = pcall(pfc, x, w, y)
     end
     local _, aborted = tostring(err):gsub("the communicator was aborted", "")

@@ -53,10 +53,10 @@ end
 
 local function check_member(self, c, where)
   local ok = type(c) == "table" and type(c.forward) == "function" and type(c.backward) == "function" and
-    type(c.fused) == "function" and rawget(c, "__index") ~= c
+    type(c.fused) == "function" and rawget(c, "__index") == nil
   if not ok then
     ploss.raise(string.format("%s: expected a criterion (e.g. ploss.CrossEntropyLoss()), got %s", where,
-      type(c) == "table" and (rawget(c, "__index") == c and "a class (make one: Cls{…})" or "a table that is not one")
+      type(c) == "table" and (rawget(c, "__index") ~= nil and "a class (make one: Cls{…})" or "a table that is not one")
       or ploss.shown(c)))
   end
   for k, m in ipairs(self._members) do
@@ -94,11 +94,11 @@ local function check_members(self, where, fused)
   if #self._members == 0 then ploss.raise(where .. ": no criterion added (crit:add(criterion [, weight]))") end
   check_tree(self, where)
   for k, m in ipairs(self._members) do
-    if rawget(m, "reduction") == "none" then
+    if nn.field(m, "reduction") == "none" then
       ploss.raise(string.format("%s: member %d has reduction 'none'; a composite adds reduced losses ('mean' or " ..
         "'sum')", where, k))
     end
-    if fused and rawget(m, "inplace") == true then
+    if fused and nn.field(m, "inplace") == true then
       ploss.raise(string.format("%s: member %d is in place (inplace = true): it would write over the input " ..
         "another member reads", where, k))
     end
@@ -106,7 +106,7 @@ local function check_members(self, where, fused)
     -- where a composite would take them for gradients
     local d = rawget(m, "_description") or m._description
     for _, x in ipairs(type(d) == "table" and d.outputs or {}) do
-      if rawget(m, x.option) then
+      if nn.field(m, x.option) then
         ploss.raise(string.format("%s: member %d returns its %s (%s = true): a composite adds losses and " ..
           "gradients only; call that criterion on its own for it", where, k, x.name or x.option, x.option))
       end

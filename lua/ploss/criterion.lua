@@ -96,37 +96,40 @@ local function set_fields(self, d, opts, o)
   end
 end
 
--- The C value of an enum option given by its Lua name, or an error naming the choices.
-local function enum_value(opt, v, where)
+-- The C value of an enum option given by its Lua name, or an error naming the choices
+-- (the option named as `prefix` .. name: "opts." by default, "crit." for a field set).
+local function enum_value(opt, v, where, prefix)
   local e = D.enum(opt.ctype)
   local i = type(v) == "string" and e.by_lua[v]
   if not i then
     local names = {}
     for _, x in ipairs(e.values) do names[#names + 1] = "'" .. x[1] .. "'" end
-    ploss.raise(string.format("%sopts.%s: %s is not one of %s%s", where and (where .. ": ") or "", opt.name, show(v),
-      table.concat(names, ", "), opt.list and string.format(", nor a list of %s", opt.list.tensor) or ""))
+    ploss.raise(string.format("%s%s%s: %s is not one of %s%s", where and (where .. ": ") or "", prefix or "opts.",
+      opt.name, show(v), table.concat(names, ", "), opt.list and string.format(", nor a list of %s", opt.list.tensor)
+      or ""))
   end
   return C[e.values[i + 1].cname]
 end
 
--- Check one scalar option's Lua value (type, integrality, range); raise naming it.
-local function check_scalar(opt, v, where)
-  local at = where .. ": "
+-- Check one scalar option's Lua value (type, integrality, range); raise naming it (as
+-- `prefix` .. its name: "opts." by default).
+local function check_scalar(opt, v, where, prefix)
+  local at = where .. ": " .. (prefix or "opts.")
   if opt.type == "enum" then
-    enum_value(opt, v, where)
+    enum_value(opt, v, where, prefix)
   elseif opt.type == "comm" then
     if v ~= false and not ploss.comm.is_comm(v) then
-      ploss.raise(string.format("%sopts.%s: expected a communicator (ploss.comm.init) or false, got %s %s", at, opt.name,
+      ploss.raise(string.format("%s%s: expected a communicator (ploss.comm.init) or false, got %s %s", at, opt.name,
         type(v), show(v)))
     end
   elseif opt.type == "bool" then
     if type(v) ~= "boolean" then
-      ploss.raise(string.format("%sopts.%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v),
+      ploss.raise(string.format("%s%s: expected a boolean (true or false), got %s %s", at, opt.name, type(v),
         show(v)))
     end
   else
     if type(v) ~= "number" then
-      ploss.raise(string.format("%sopts.%s: expected a number, got %s %s%s", at, opt.name, type(v), show(v),
+      ploss.raise(string.format("%s%s: expected a number, got %s %s%s", at, opt.name, type(v), show(v),
         opt.type_hint and (" (" .. opt.type_hint .. ")") or ""))
     end
     if opt.type ~= "double" then
@@ -136,12 +139,12 @@ local function check_scalar(opt, v, where)
         local integral = v == math.floor(v) and v ~= math.huge and v ~= -math.huge
         local want = integral and (opt.type == "int" and "an integer in 32 bits" or "an integer in 64 bits")
           or D.range_text(opt) or "an integer"
-        ploss.raise(string.format("%sopts.%s: expected %s, got %s", at, opt.name, want, show(v)))
+        ploss.raise(string.format("%s%s: expected %s, got %s", at, opt.name, want, show(v)))
       end
     end
     if not D.in_range(opt, v) then
       -- the message and status of the same check on the C side
-      ploss.raise(string.format("%sopts.%s: %s is not %s (PLOSS_ERR_INVALID_ARGUMENT)", at, opt.name, show(v),
+      ploss.raise(string.format("%s%s: %s is not %s (PLOSS_ERR_INVALID_ARGUMENT)", at, opt.name, show(v),
         D.range_text(opt)))
     end
   end
@@ -164,6 +167,44 @@ local function option_names(d)
     known_keys[d] = known
   end
   return known
+end
+
+-- Refuse a reduction description `d` does not take, naming it as `prefix` .. "reduction".
+local function check_reduction(d, r, where, prefix)
+  if type(r) ~= "string" or not d.reduction_allowed[r] then
+    local names = {}
+    for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
+    ploss.raise(string.format("%s: %sreduction: %s is not one of %s", where, prefix or "opts.", show(r),
+      table.concat(names, ", ")))
+  end
+end
+
+-- The check of a criterion's field set after construction (crit.reduction = 'sum'), for
+-- nn.class: the value is checked as the constructor checks that option, before the field
+-- takes it, so that a refused value leaves the criterion as it was and the error comes at
+-- the assignment.  nil (back to the default) is taken.  A list's entries and the options
+-- checked together are checked at the next call, so that related fields can be set one
+-- after the other.  `tensor_fields`: further fields that hold a tensor (gradients' buffers).
+local function field_checker(d, tensor_fields)
+  local scalars = { inplace = not d.inputs and INPLACE or nil }
+  for _, opt in ipairs(d.lua_options) do scalars[opt.name] = opt end
+  for _, x in ipairs(d.outputs) do scalars[x.option] = { name = x.option, type = "bool" } end
+  local lists = {}
+  for _, t in ipairs(d.tensors) do if not t.argument then lists[t.name] = true end end
+  return function(self, k, v)
+    if v == nil then return end
+    local where = rawget(getmetatable(self), "_class_name") or d.criterion
+    local opt = scalars[k]
+    if k == "reduction" then
+      check_reduction(d, v, where, "crit.")
+    elseif opt and not (opt.list and (type(v) == "table" or ploss.is_tensor(v))) then
+      check_scalar(opt, v, where, "crit.")
+    elseif lists[k] and not ploss.is_tensor(v) and type(v) ~= "table" then
+      ploss.raise(string.format("%s: crit.%s: expected a tensor or a list of numbers, got %s", where, k, show(v)))
+    elseif tensor_fields and tensor_fields[k] and not ploss.is_tensor(v) then
+      ploss.raise(string.format("%s: crit.%s: expected a ploss tensor, got %s", where, k, show(v)))
+    end
+  end
 end
 
 -- Resolve the user's options `user` (a table) for description `d` into a fresh table:
@@ -263,11 +304,7 @@ local function resolve(d, user, extra, where, own_keys)
   local o = {}
   local r = user.reduction
   if r == nil then r = "mean" end
-  if type(r) ~= "string" or not d.reduction_allowed[r] then
-    local names = {}
-    for i, v in ipairs(d.reductions) do names[i] = "'" .. v .. "'" end
-    ploss.raise(string.format("%s: opts.reduction: %s is not one of %s", where, show(r), table.concat(names, ", ")))
-  end
+  check_reduction(d, r, where)
   o.reduction = r
   for _, opt in ipairs(d.lua_options) do
     local v = user[opt.name]
@@ -877,6 +914,7 @@ local function build_multi(d)
   cls._fields = {}
   for k in pairs(option_names(d)) do cls._fields[k] = true end
   for k in pairs(grad_keys) do cls._fields[k] = true end
+  cls._check_field = field_checker(d, grad_keys)
   cls._field_hints = {}
   for _, tt in ipairs(d.tensors) do
     if tt.argument then cls._field_hints[tt.name] = ": it is an argument of each call, " .. D.call_text(d) end
@@ -903,12 +941,12 @@ local function build_multi(d)
   -- (t.tensors) and every tensor it reads as one list (t.args: inputs, target, tensor
   -- options), which the criterion's buffers must not be (nn.buffer replaces such a one).
   local function current(self, t)
-    local user = { reduction = rawget(self, "reduction") }
-    for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
+    local user = { reduction = nn.field(self, "reduction") }
+    for _, opt in ipairs(d.lua_options) do user[opt.name] = nn.field(self, opt.name) end
     for _, tt in ipairs(d.tensors) do
-      if not tt.argument then user[tt.name] = rawget(self, tt.name) end
+      if not tt.argument then user[tt.name] = nn.field(self, tt.name) end
     end
-    for _, x in ipairs(d.outputs) do user[x.option] = rawget(self, x.option) end
+    for _, x in ipairs(d.outputs) do user[x.option] = nn.field(self, x.option) end
     local o = resolve(d, user, nil, d.criterion, true)
     check_options(o, d.criterion)
     t.o, t.cache = o, self._cache
@@ -1014,7 +1052,7 @@ local function build_multi(d)
   end
   local function grad_buffers(self, t)
     local function given_or_own(name, k, x, xname)
-      local given = rawget(self, name)
+      local given = nn.field(self, name)
       if given ~= nil then
         if not ploss.is_tensor(given) then
           ploss.raise(string.format("%s.%s: expected a ploss tensor, got %s", d.criterion, name, type(given)))
@@ -1041,7 +1079,7 @@ local function build_multi(d)
     local all, g = {}, {}
     for k, x in ipairs(t.inputs) do
       if t.numbers and t.numbers[k] then -- its gradient to a scratch buffer, not returned
-        if rawget(self, d.inputs[k].grad) ~= nil then
+        if nn.field(self, d.inputs[k].grad) ~= nil then
           no_grad_for_number(d.criterion .. "." .. d.inputs[k].grad, d.inputs[k])
         end
         self._number_grads = self._number_grads or {}
@@ -1058,7 +1096,7 @@ local function build_multi(d)
       if tt.grad and t.tensors[k] ~= nil then
         t.tensor_grads[k] = given_or_own(tt.grad_name, ninputs + k, t.tensors[k], tt.name)
         all[#all + 1] = t.tensor_grads[k]
-      elseif tt.grad and rawget(self, tt.grad_name) ~= nil then
+      elseif tt.grad and nn.field(self, tt.grad_name) ~= nil then
         no_tensor_for_grad(d.criterion .. "." .. tt.grad_name, tt)
       end
     end
@@ -1284,6 +1322,7 @@ function M.build(d)
   cls._description = d
   cls._fields = {}
   for k in pairs(option_names(d)) do cls._fields[k] = true end
+  cls._check_field = field_checker(d)
 
   function cls:__init(opts)
     -- named as the object's own class: a criterion derived from this one in Lua
@@ -1298,10 +1337,10 @@ function M.build(d)
   local function current(self, input, target)
     check_args(d.criterion, input, target, d)
     local user = {}
-    for _, opt in ipairs(d.lua_options) do user[opt.name] = rawget(self, opt.name) end
-    for _, t in ipairs(d.tensors) do user[t.name] = rawget(self, t.name) end
-    user.reduction = rawget(self, "reduction")
-    user.inplace = rawget(self, "inplace")
+    for _, opt in ipairs(d.lua_options) do user[opt.name] = nn.field(self, opt.name) end
+    for _, t in ipairs(d.tensors) do user[t.name] = nn.field(self, t.name) end
+    user.reduction = nn.field(self, "reduction")
+    user.inplace = nn.field(self, "inplace")
     return resolve(d, user, nil, d.criterion, true)
   end
 

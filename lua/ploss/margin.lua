@@ -54,13 +54,29 @@ return function(ploss)
     return d
   end
 
-  local function check_draw(rate, seed)
+  -- (named as `prefix` .. option: "opts." by default, "crit." for a field set)
+  local function check_draw(rate, seed, prefix)
+    prefix = prefix or "opts."
     if type(rate) ~= "number" or not (rate > 0 and rate <= 1) then
-      ploss.raise("PartialFCLoss: opts.sample_rate: " .. ploss.shown(rate) .. " is not a finite number in (0, 1]")
+      ploss.raise("PartialFCLoss: " .. prefix .. "sample_rate: " .. ploss.shown(rate) ..
+        " is not a finite number in (0, 1]")
     end
     if type(seed) ~= "number" or seed ~= math.floor(seed) or math.abs(seed) > SEED_MAX then
-      ploss.raise("PartialFCLoss: opts.seed: " .. ploss.shown(seed) .. " is not an integer within ±(2^53 − 1) " ..
-        "(it advances by one each step)")
+      ploss.raise("PartialFCLoss: " .. prefix .. "seed: " .. ploss.shown(seed) .. " is not an integer within " ..
+        "±(2^53 − 1) (it advances by one each step)")
+    end
+  end
+
+  -- a field set after construction is checked before it takes the value (nn.class)
+  cls._check_field = function(_, k, v)
+    if k == "margin" then
+      margin_description(v)
+    elseif k == "sample_rate" then
+      check_draw(v, 0, "crit.")
+    elseif k == "seed" then
+      check_draw(1, v, "crit.")
+    elseif v ~= nil and not ploss.is_tensor(v) then -- grad_x, grad_weight
+      ploss.raise(string.format("PartialFCLoss: crit.%s: expected a ploss tensor, got %s", k, ploss.shown(v)))
     end
   end
 
@@ -75,8 +91,8 @@ return function(ploss)
     check_draw(rate, seed)
     -- a criterion of its own, with the given one's options (read again at each call: the
     -- given criterion itself is never written)
-    local o = { reduction = rawget(margin, "reduction") }
-    for _, opt in ipairs(d.lua_options) do o[opt.name] = rawget(margin, opt.name) end
+    local o = { reduction = nn.field(margin, "reduction") }
+    for _, opt in ipairs(d.lua_options) do o[opt.name] = nn.field(margin, opt.name) end
     o.sample_rate, o.seed = rate, seed
     if opts.comm ~= nil then o.comm = opts.comm end
     if opts.scale_grad_x_by_ranks ~= nil then o.scale_grad_x_by_ranks = opts.scale_grad_x_by_ranks end
@@ -119,7 +135,7 @@ return function(ploss)
       if not OWN[opt.name] then inner[opt.name] = margin[opt.name] end
     end
     inner.sample_rate, inner.seed = self.sample_rate, self.seed
-    inner.grad_x, inner.grad_weight = rawget(self, "grad_x"), rawget(self, "grad_weight")
+    inner.grad_x, inner.grad_weight = nn.field(self, "grad_x"), nn.field(self, "grad_weight")
     return inner
   end
 
@@ -188,7 +204,7 @@ return function(ploss)
   function cls:clone()
     nn.check_self(self, "PartialFCLoss", "clone")
     local c = self._inner
-    local gx, gw = rawget(self, "grad_x"), rawget(self, "grad_weight") -- copied, as the margin criteria's
+    local gx, gw = nn.field(self, "grad_x"), nn.field(self, "grad_weight") -- copied, as the margin criteria's
     return cls { margin = self.margin:clone(), sample_rate = self.sample_rate, seed = self.seed, comm = c.comm,
                  scale_grad_x_by_ranks = c.scale_grad_x_by_ranks, grad_x = gx and gx:clone(),
                  grad_weight = gw and gw:clone() }
@@ -282,7 +298,7 @@ return function(ploss)
     -- a sharded criterion's head holds its rank's shard of the classes: one is enough there
     -- (the criterion counts them over the ranks)
     local inner = crit ~= nil and getmetatable(crit) == ploss.PartialFCLoss and rawget(crit, "_inner")
-    local sharded = crit ~= nil and (ploss.comm.is_comm(rawget(crit, "comm")) or (inner and ploss.comm.is_comm(inner.comm)))
+    local sharded = crit ~= nil and (ploss.comm.is_comm(nn.field(crit, "comm")) or (inner and ploss.comm.is_comm(inner.comm)))
     for i, v in ipairs { "in_features", "classes" } do
       local n, least = size[i], (i == 2 and not sharded) and 2 or 1
       if type(n) ~= "number" or n < least or n ~= math.floor(n) then
@@ -355,7 +371,7 @@ return function(ploss)
     -- with them or the embeddings; else, as for a grad_weight the caller set on the
     -- criterion, the criterion's buffer copied into it)
     local crit, gw = self.criterion, self.gradWeight
-    local direct = rawget(crit, "grad_weight") == nil and gw:dtype() == self.weight:dtype() and
+    local direct = nn.field(crit, "grad_weight") == nil and gw:dtype() == self.weight:dtype() and
       gw:device() == self.weight:device() and gw:is_dense() and gw:storage_id() ~= self.weight:storage_id() and
       gw:storage_id() ~= embeddings:storage_id()
     if direct then crit.grad_weight = gw end
@@ -371,7 +387,7 @@ return function(ploss)
   -- the head's checks come before its criterion's: refused there, a sharded call aborts its
   -- communicator as well (nn.sharded)
   Head.fused = nn.sharded(Head.fused, function(self)
-    return type(self) == "table" and nn.comm_of(rawget(self, "criterion")) or nil
+    return type(self) == "table" and nn.comm_of(nn.field(self, "criterion")) or nil
   end)
 
   function Head:forward(embeddings, ...)

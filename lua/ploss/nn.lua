@@ -50,8 +50,8 @@ nn.Criterion = Criterion
 -- would otherwise fail deep inside with an error about the wrong argument.  `name` is the
 -- class, `method` the method called, `var` the object's name in the hint (default "crit").
 -- A method called on the class itself (`ploss.CrossEntropyLoss:forward(x, t)`, the
--- instance's braces forgotten) is refused too: a class of nn.class is its own __index and
--- holds its name (an instance made a prototype, its own __index, holds no name).
+-- instance's braces forgotten) is refused too: a class of nn.class holds its instances'
+-- __index and its name (an instance made a prototype, its own __index, holds no name).
 function nn.check_self(self, name, method, var)
   -- not an object: a value, or a plain table (Torch7's list form {x1, x2} given first)
   if type(self) ~= "table" or getmetatable(self) == nil then
@@ -139,11 +139,18 @@ function nn.sharded(f, comm_of)
   end
 end
 
+--- The value of field `k` of `obj`, an instance of a class of nn.class with fields (nil
+-- when unset), without its class's defaults: what rawget gives for other keys.
+function nn.field(obj, k)
+  local values = rawget(obj, "_field_values")
+  return values and values[k]
+end
+
 --- The communicator of a criterion (its comm field, or that of the criterion it wraps), or nil.
 function nn.comm_of(c)
   if type(c) ~= "table" then return nil end
-  local comm = rawget(c, "comm")
-  if comm == nil and type(rawget(c, "_inner")) == "table" then comm = rawget(c._inner, "comm") end
+  local comm = nn.field(c, "comm")
+  if comm == nil and type(rawget(c, "_inner")) == "table" then comm = nn.field(c._inner, "comm") end
   return comm or nil
 end
 
@@ -185,11 +192,14 @@ end
 -- new field (besides output, gradInput and names starting with '_'): options are read
 -- from the instance's fields at each call, so a misspelt one (`crit.reducton = 'sum'`)
 -- would otherwise be ignored without a word.  A subclass starts with a copy of its
--- parent's set and adds the names of its own fields to it.
+-- parent's set and adds the names of its own fields to it.  The fields' values are kept
+-- apart from the instance's own keys (read them with nn.field where rawget was meant), so
+-- that every assignment passes through the class: one that sets
+-- `Cls._check_field(self, k, v)` has each value checked before the field takes it, and a
+-- refused value leaves the field as it was.
 function nn.class(name, parent)
   parent = parent or Criterion
   local cls = setmetatable({}, { __index = parent })
-  cls.__index = cls
   torch7_passes(cls, name)
   if rawget(parent, "_fields") then
     cls._fields = {}
@@ -197,7 +207,18 @@ function nn.class(name, parent)
   end
   cls.__newindex = function(self, k, v)
     local fields = rawget(cls, "_fields")
-    if fields and type(k) == "string" and not fields[k] and not FIELDS[k] and k:sub(1, 1) ~= "_" then
+    if fields and fields[k] then
+      local check = cls._check_field -- the value, before the field takes it
+      if check then check(self, k, v) end
+      local values = rawget(self, "_field_values")
+      if not values then
+        values = {}
+        rawset(self, "_field_values", values)
+      end
+      values[k] = v
+      return
+    end
+    if fields and type(k) == "string" and not FIELDS[k] and k:sub(1, 1) ~= "_" then
       -- Torch7's sizeAverage is the reduction here
       local name_hint = ploss.name_hint(k, fields)
       local hint = k == "sizeAverage" and fields.reduction and
@@ -208,6 +229,12 @@ function nn.class(name, parent)
         field_list(fields), hint))
     end
     rawset(self, k, v)
+  end
+  cls.__index = function(self, k)
+    local values = rawget(self, "_field_values")
+    local v = values and values[k]
+    if v ~= nil then return v end
+    return cls[k]
   end
   cls.__name = name
   cls.__tostring = function(self) return self:tostring() end
@@ -307,7 +334,7 @@ function nn.torch7_methods(cls, name)
     -- the object's own class: a subclass (SpatialAutoCropMSELoss of MSELoss) is cloned as itself
     local own = getmetatable(self)
     local opts = {}
-    for k in pairs(rawget(own, "_fields") or {}) do opts[k] = nn.deep_copy(rawget(self, k), shared) end
+    for k in pairs(rawget(own, "_fields") or {}) do opts[k] = nn.deep_copy(nn.field(self, k), shared) end
     local c = own(opts)
     for k, m in ipairs(rawget(self, "_members") or {}) do c:add(m:clone(), self._weights[k]) end
     return c

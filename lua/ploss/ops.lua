@@ -319,7 +319,7 @@ function OneHotTargets:targets(input, labels)
   table.insert(sizes, 2, input:size(2))
   self._onehot = nn.buffer(self._onehot, sizes, input:dtype(), input:device())
   local o = { out = self._onehot }
-  for _, k in ipairs(ONE_HOT_OPTIONS) do o[k] = rawget(self, k) end
+  for _, k in ipairs(ONE_HOT_OPTIONS) do o[k] = nn.field(self, k) end
   return ploss.one_hot(labels, nil, o)
 end
 
@@ -354,7 +354,7 @@ end
 function OneHotTargets:clone()
   nn.check_self(self, "OneHotTargets", "clone")
   local opts = {}
-  for _, k in ipairs(ONE_HOT_OPTIONS) do opts[k] = rawget(self, k) end
+  for _, k in ipairs(ONE_HOT_OPTIONS) do opts[k] = nn.field(self, k) end
   return ploss.OneHotTargets(self.inner:clone(), opts)
 end
 function OneHotTargets:clearState()
@@ -367,7 +367,7 @@ end
 function OneHotTargets:tostring()
   local set = {}
   for _, k in ipairs(ONE_HOT_OPTIONS) do
-    local v = rawget(self, k)
+    local v = nn.field(self, k)
     if v ~= nil then set[#set + 1] = k .. "=" .. (type(v) == "string" and ("'" .. v .. "'") or tostring(v)) end
   end
   return "ploss.OneHotTargets(" .. tostring(self.inner) .. (#set > 0 and ", " .. table.concat(set, ", ") or "") .. ")"

@@ -598,7 +598,7 @@ local Sequential = module_class("Sequential")
 -- Raise unless `m` is a module (an object with forward and backward methods).
 local function need_module(m, what)
   local ok = type(m) == "table" and type(m.forward) == "function" and type(m.backward) == "function"
-  local class = ok and rawget(m, "__index") == m -- the class itself, not a module made by calling it
+  local class = ok and rawget(m, "__index") ~= nil -- the class itself, not a module made by calling it
   if ok and not class and m._loss_head then
     ploss.raise(string.format("%s: %s is a loss head, not a layer: chain the layers, then call " ..
       "head(embeddings, labels) on their output", what, tostring(m._loss_head)))
