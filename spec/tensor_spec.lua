@@ -228,6 +228,11 @@ describe("tensor copies and conversions", function()
     assert.are.equal("u8", t:byte():dtype())
     assert.are.equal("f64", t:to("cpu", "double"):dtype())
     assert.are.equal(t, t:cpu())
+    -- PyTorch's cpu:0 is the CPU; there is no other
+    assert.are.equal(t, t:to("cpu:0"))
+    assert.are.equal("cpu", ploss.zeros({ 2 }, { device = "cpu:0" }):device())
+    H.expect_error(function() t:to("cpu:1") end, "to: device: expected 'cpu', 'cuda' or 'cuda:<id>', got 'cpu:1' " ..
+      "(one CPU device: 'cpu' or 'cpu:0')")
   end)
 
   it("fill and zero", function()
@@ -239,6 +244,13 @@ describe("tensor copies and conversions", function()
     t:t():narrow(1, 1, 1):fill(3)
     assert.are.same({ { 3, 0 }, { 3, 0 } }, t:totable())
     H.expect_error(function() t:fill("x") end, "fill: expected a number")
+    -- PyTorch's names of the three
+    assert.are.equal(t, t:fill_(2))
+    assert.are.same({ 2, 2, 2, 2 }, t:flat())
+    assert.are.equal(t, t:copy_(ploss.tensor({ { 1, 2 }, { 3, 4 } })))
+    assert.are.same({ 1, 2, 3, 4 }, t:flat())
+    assert.are.equal(t, t:zero_())
+    assert.are.same({ 0, 0, 0, 0 }, t:flat())
   end)
 
   it("item needs one element", function()

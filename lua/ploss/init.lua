@@ -269,13 +269,14 @@ local KDLCPU, KDLCUDA = 1, 2
 --- Parse a device name: 'cpu', 'cuda' (= 'cuda:0'), 'cuda:<id>'.
 -- @return canonical name ('cpu' or 'cuda:<id>'), DLPack device type, device id
 function ploss.parse_device(dev)
-  if dev == nil or dev == "cpu" then return "cpu", KDLCPU, 0 end
+  if dev == nil or dev == "cpu" or dev == "cpu:0" then return "cpu", KDLCPU, 0 end -- PyTorch's cpu:0 too
   if type(dev) == "string" then
     if dev == "cuda" then return "cuda:0", KDLCUDA, 0 end
     local id = dev:match("^cuda:(%d+)$")
     if id then return "cuda:" .. id, KDLCUDA, tonumber(id) end
   end
-  ploss.raise("device: expected 'cpu', 'cuda' or 'cuda:<id>', got " .. tostring(dev))
+  ploss.raise("device: expected 'cpu', 'cuda' or 'cuda:<id>', got " .. tostring(dev) ..
+    (type(dev) == "string" and dev:match("^cpu:%d+$") and " (one CPU device: 'cpu' or 'cpu:0')" or ""))
 end
 
 local contexts = {} -- canonical device name -> ploss_ctx_t* (kept for the process' life)

@@ -1174,6 +1174,9 @@ end
 --- Every element ← 0.  Returns self.
 function Tensor:zero() return fill_as(self, 0, "zero", "a number") end
 
+-- PyTorch's names of the three (Torch7's above), as add_ and mul_ are PyTorch's
+Tensor.copy_, Tensor.fill_, Tensor.zero_ = Tensor.copy, Tensor.fill, Tensor.zero
+
 local INT_RANGES = { i64 = { -0x7fffffffffffffffLL - 1, 0x7fffffffffffffffLL }, i32 = { -2147483648LL, 2147483647LL },
                      u8 = { 0LL, 255LL } }
 
@@ -1306,7 +1309,7 @@ function ploss.to_arguments(device, dtype, where)
     ploss.raise(where .. ": " .. (tostring(err):match("ploss: (.*)$") or tostring(err)))
   end
   if device == nil then return nil, dtype end
-  if dtype == nil and type(device) == "string" and device ~= "cpu" and not device:match("^cuda") then
+  if dtype == nil and type(device) == "string" and not device:match("^cpu") and not device:match("^cuda") then
     -- one name, neither a dtype nor a device ('F32', 'fp32', 'gpu')
     local hint = aliases[device:lower()] and string.format(" (did you mean '%s'?)", device:lower()) or ""
     ploss.raise(string.format("%s: %s is neither a dtype (f32, f16, bf16, f64, i64, i32, u8, or an alias: float, " ..
@@ -1314,7 +1317,8 @@ function ploss.to_arguments(device, dtype, where)
   end
   local ok, name = pcall(ploss.parse_device, device)
   if not ok then
-    ploss.raise(string.format("%s: device: expected 'cpu', 'cuda' or 'cuda:<id>', got %s", where, ploss.shown(device)))
+    ploss.raise(string.format("%s: device: expected 'cpu', 'cuda' or 'cuda:<id>', got %s%s", where, ploss.shown(device),
+      type(device) == "string" and device:match("^cpu:%d+$") and " (one CPU device: 'cpu' or 'cpu:0')" or ""))
   end
   return name, dtype
 end
