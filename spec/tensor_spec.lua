@@ -459,6 +459,36 @@ describe("printing", function()
     assert.are.equal("   0\n   0\n   0\n ...\n   0\n   0\n   0\n[ploss.Tensor f32 2000 on cpu]", tostring(ploss.zeros(2000)))
     assert.matches("e%-05", tostring(ploss.tensor({ 1e-5, 1 }, { dtype = "f64" })))
   end)
+
+  it("prints rows wider than 80 characters in blocks of columns, as Torch7", function()
+    local rows = {}
+    for i = 1, 2 do
+      rows[i] = {}
+      for j = 1, 18 do rows[i][j] = i * 100 + j end
+    end
+    local want = { "Columns 1 to 16" }
+    for i = 1, 2 do
+      local line = {}
+      for j = 1, 16 do line[j] = tostring(i * 100 + j) end
+      want[#want + 1] = " " .. table.concat(line, "  ")
+    end
+    want[#want + 1] = ""
+    want[#want + 1] = "Columns 17 to 18"
+    want[#want + 1] = " 117  118"
+    want[#want + 1] = " 217  218"
+    want[#want + 1] = "[ploss.Tensor i64 2x18 on cpu]"
+    local text = tostring(ploss.tensor(rows, { dtype = "i64" }))
+    assert.are.equal(table.concat(want, "\n"), text)
+    for line in text:gmatch("[^\n]+") do assert.is_true(#line <= 80, line) end
+    -- 16 columns fit (79 characters): one block, no header
+    assert.is_nil(tostring(ploss.tensor({ rows[1] }, { dtype = "i64" }):narrow(2, 1, 16)):find("Column"))
+    -- a summary's "..." takes a place in the blocks; the headers name original columns
+    local wide = tostring(ploss.zeros(2, 3000, { dtype = "f64" }):add_(ploss.tensor({ 0.5 }, { dtype = "f64" })))
+    assert.is_nil(wide:find("Column")) -- 7 entries of 6 characters
+    local one = tostring(ploss.full({ 1, 11 }, 1.25, { dtype = "f64" })) -- 6 characters a value: 10 a line
+    assert.matches("^Columns 1 to 10\n", one)
+    assert.matches("\n\nColumn 11\n 1%.2500\n%[ploss", one)
+  end)
 end)
 
 describe("devices", function()

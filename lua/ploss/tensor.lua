@@ -1637,6 +1637,7 @@ end
 ---------------------------------------------------------------------------------------
 
 local PRINT_LIMIT = 1000
+local LINE_WIDTH = 80 -- a matrix's rows wider than this print in blocks of columns
 
 local function formatter(vals, is_float)
   if not is_float then return function(v) return type(v) == "string" and v or string.format("%d", v) end end
@@ -1722,14 +1723,26 @@ tensor_mt.__tostring = function(t)
   local function pad(str) return string.rep(" ", width - #str) .. str end
   local lines, nd = {}, #sizes
   local gap = " " .. pad("...") -- a line standing for the rows (or elements) not shown
-  -- one printed row: n values from flat position start + 1, "..." where the last dim is cut
-  local function row(start, n)
+  -- The printed columns of a matrix's rows, in blocks of at most LINE_WIDTH characters a
+  -- line (Torch7's "Columns a to b" blocks for wider rows): each block's first and last
+  -- entries in the list of shown columns, in which "..." (the last dim cut) is one entry.
+  local entries = nd >= 2 and #pos[nd] + (cut[nd] and 1 or 0) or 1
+  local per_block = math.max(1, math.floor((LINE_WIDTH + 1) / (width + 2)))
+  local blocks = {}
+  for first = 1, entries, per_block do blocks[#blocks + 1] = { first, math.min(entries, first + per_block - 1) } end
+  -- one printed row: entries first..last of the n values from flat position start + 1
+  local function row(start, n, first, last)
     local parts = {}
     for j = 1, n do
       parts[#parts + 1] = pad(strs[start + j])
       if n > 1 and cut[nd] and j == EDGE then parts[#parts + 1] = pad("...") end
     end
-    return " " .. table.concat(parts, "  ")
+    return " " .. table.concat(parts, "  ", first or 1, last or #parts)
+  end
+  -- the original column (1-based) of shown entry e; nil for "..."
+  local function column(e)
+    if not cut[nd] or e <= EDGE then return pos[nd][e] end
+    return e > EDGE + 1 and pos[nd][e - 1] or nil
   end
   if nd == 0 then
     lines[1] = strs[1]
@@ -1763,9 +1776,16 @@ tensor_mt.__tostring = function(t)
         lines[#lines + 1] = "(" .. table.concat(orig, ",") .. ",.,.) ="
         prev = idx
       end
-      for r = 0, rows - 1 do
-        lines[#lines + 1] = row(m * mat + r * cols, cols)
-        if cut[nd - 1] and r == EDGE - 1 then lines[#lines + 1] = gap end
+      for b, block in ipairs(blocks) do
+        if #blocks > 1 then
+          if b > 1 then lines[#lines + 1] = "" end
+          local a, z = column(block[1]) or column(block[1] + 1), column(block[2]) or column(block[2] - 1)
+          lines[#lines + 1] = a == z and string.format("Column %d", a) or string.format("Columns %d to %d", a, z)
+        end
+        for r = 0, rows - 1 do
+          lines[#lines + 1] = row(m * mat + r * cols, cols, block[1], block[2])
+          if cut[nd - 1] and r == EDGE - 1 then lines[#lines + 1] = gap end
+        end
       end
     end
   end
