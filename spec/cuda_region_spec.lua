@@ -394,6 +394,12 @@ describe("CUDA soft Dice losses against the CPU", function()
       local l, g = F[d.name .. "_fused"](x, yi)
       assert.are.equal(0, l)
       for _, e in ipairs(g:flat()) do assert.are.equal(0, e) end
+      -- with smooth = 0 and Sudre's weights (all 0 there), ignored pixels in the
+      -- denominator: the loss 0/0 = NaN, the gradient still 0
+      local ln, gn = F[d.name .. "_fused"](x, yi, { smooth = 0, class_weights = "sudre",
+                                                     mask_ignored_in_denominator = false })
+      assert.is_true(ln ~= ln)
+      for _, e in ipairs(gn:flat()) do assert.are.equal(0, e) end
       -- an empty batch: the CPU's values (NaN for the mean over no sample)
       local x0, y0 = ploss.randn({ 0, 3, 4 }, { device = DEV }), ploss.zeros({ 0, 4 }, { dtype = "i64", device = DEV })
       H.assert_close(F[d.name](x0, y0), F[d.name](x0:to("cpu"), y0:to("cpu")))

@@ -776,6 +776,31 @@ describe("soft Dice losses: ignored pixels and edge cases", function()
     end
   end)
 
+  it("smooth = 0, a group whose pixels are all ignored: its loss NaN (0/0), its gradient 0, the others' as alone", function()
+    local x = ploss.randn({ 2, 3, 2, 2 }, { dtype = "f64", seed = 74 })
+    local y = H.random_labels({ 2, 2, 2 }, 3, { seed = 74 })
+    y:select(1, 2):fill(255) -- sample 2: every pixel ignored
+    for _, mask in ipairs { true, false } do
+      for _, o in ipairs { { class_weights = "sudre" }, { weight = { 0, 0, 0 } } } do
+        o.smooth, o.mask_ignored_in_denominator, o.reduction = 0, mask, "none"
+        -- per sample: sample 2's loss NaN and gradient 0, sample 1's those of sample 1 alone
+        local l, g = F.generalized_soft_dice_fused(x, y, o)
+        local lv = as_list(l)
+        assert.is_true(lv[2] ~= lv[2])
+        for _, v in ipairs(g:select(1, 2):contiguous():flat()) do assert.are.equal(0, v) end
+        if o.class_weights then
+          local l1, g1 = F.generalized_soft_dice_fused(x:narrow(1, 1, 1), y:narrow(1, 1, 1), o)
+          assert.are.equal(as_list(l1)[1], lv[1])
+          assert.are.same(g1:flat(), g:narrow(1, 1, 1):contiguous():flat())
+        end
+        -- the batch as one group, every pixel ignored
+        local lb, gb = F.batch_soft_dice_fused(x, ploss.full({ 2, 2, 2 }, 255, { dtype = "i64" }), o)
+        assert.is_true(as_list(lb)[1] ~= as_list(lb)[1])
+        for _, v in ipairs(gb:flat()) do assert.are.equal(0, v) end
+      end
+    end
+  end)
+
   it("an empty batch: the per-sample mean is NaN, the batch Dice 0 (NaN with smooth = 0)", function()
     local x = ploss.randn({ 0, 3, 4 }, { dtype = "f32" })
     local y = ploss.zeros({ 0, 4 }, { dtype = "i64" })

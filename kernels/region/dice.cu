@@ -466,8 +466,10 @@ template <bool SHARED, class A> __device__ void finish(const ploss_region_proble
                     wc = wmax;
                 w.coef[g * C + c] = (A)(wc * om);
             }
-            w.alpha[g] = (A)(nm * p.exponent / dn / dn);
-            w.beta[g] = (A)(2.0 / dn);
+            /* a den of 0 (the loss 0/0: smooth = 0 and every weighted sum 0, as Sudre's
+             * weights of a group whose pixels are all ignored) gives a zero gradient */
+            w.alpha[g] = dn != 0.0 ? (A)(nm * p.exponent / dn / dn) : (A)0;
+            w.beta[g] = dn != 0.0 ? (A)(2.0 / dn) : (A)0;
         }
         if (p.pass != PLOSS_PASS_BACKWARD && p.reduction == PLOSS_REDUCTION_NONE)
             store_dyn(p.loss, p.loss_dtype, g * p.l_sg, loss);

@@ -109,14 +109,16 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_dice)(ploss_ctx_t *ctx, const ploss_region_p
         ploss_store(p->loss, p->loss_dtype, 0, p->reduction == PLOSS_REDUCTION_MEAN ? total / (double)G : total);
 
     /* 3. the gradient: per (group, class) d = k1·s^p·(1 − s) − k2·o·s·(1 − s) with
-     * k1 = num·p·w_c·ω/den², k2 = 2·w_c·ω/den (part's first 2·G·C doubles, free now) */
+     * k1 = num·p·w_c·ω/den², k2 = 2·w_c·ω/den (part's first 2·G·C doubles, free now); a
+     * group whose den is 0 (its loss 0/0: smooth = 0 and every weighted sum 0, as Sudre's
+     * weights of a group whose pixels are all ignored) gets 0 */
     if (p->pass != PLOSS_PASS_FORWARD) {
         double *k1 = part, *k2 = part + G * C;
         for (int64_t g = 0; g < G; ++g)
             for (int64_t c = 0; c < C; ++c) {
-                const double wo = w[g * C + c] * omega[g];
-                k1[g * C + c] = num[g] * p->exponent * wo / (den[g] * den[g]);
-                k2[g * C + c] = 2.0 * wo / den[g];
+                const double wo = den[g] != 0.0 ? w[g * C + c] * omega[g] : 0.0, dg = den[g] != 0.0 ? den[g] : 1.0;
+                k1[g * C + c] = num[g] * p->exponent * wo / (dg * dg);
+                k2[g * C + c] = 2.0 * wo / dg;
             }
         if (p->x_dtype == PLOSS_F64)
             gradient_f64(p, K, k1, k2);
