@@ -286,6 +286,17 @@ describe("Taylor layouts, dtypes, modules", function()
     local seq = ploss.nn.Sequential { ploss.nn.Linear(5, 4), ploss.LogTaylorSoftmax {} }
     assert.are.same({ 3, 4 }, seq:forward(x):size())
     assert.are.same({ 3, 5 }, seq:backward(x, ploss.ones({ 3, 4 })):size())
+    -- the model's clearState and conversions reach the module (its buffers dropped)
+    local taylor = seq.modules[2]
+    assert.is_not_nil(taylor.output)
+    assert.are.equal(taylor, taylor:clearState())
+    assert.is_nil(taylor.output)
+    assert.is_nil(taylor.gradInput)
+    seq:forward(x)
+    assert.are.equal(seq, seq:double())
+    assert.are.equal("f64", seq.modules[1].weight:dtype())
+    assert.is_nil(taylor.output)
+    assert.are.same({ 3, 4 }, seq:forward(x:double()):size())
     assert.are.equal("ploss.TaylorCrossEntropyLoss(ignore_index=-100, n=2, reduction='mean')",
       tostring(ploss.TaylorCrossEntropyLoss {}))
     -- n and dim are read at each call: a misspelt field is refused, not kept unread

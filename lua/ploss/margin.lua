@@ -453,6 +453,10 @@ return function(ploss)
     if dtype ~= nil then dtype = ploss.float_dtype(dtype, "MarginSoftmax:to") end
     local w, gw = self.weight:to(device, dtype), self.gradWeight:to(device, dtype)
     if device ~= nil then self.criterion:to(device) end
+    -- the old tensors, where new ones replace them, marked so that an optimiser or EMA
+    -- made with them refuses them (as the layers' conversions do)
+    if w ~= self.weight then nn.replaced_by[self.weight] = "MarginSoftmax" end
+    if gw ~= self.gradWeight then nn.replaced_by[self.gradWeight] = "MarginSoftmax" end
     self.weight, self.gradWeight = w, gw
     return self:clearState()
   end

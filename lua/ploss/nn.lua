@@ -139,6 +139,10 @@ function nn.sharded(f, comm_of)
   end
 end
 
+--- The tensors a model's conversion replaced (weak keys), with the model's class name:
+-- optimisers and EMAs made with them refuse them (ploss/support.lua's check_not_replaced).
+nn.replaced_by = setmetatable({}, { __mode = "k" })
+
 --- The value of field `k` of `obj`, an instance of a class of nn.class with fields (nil
 -- when unset), without its class's defaults: what rawget gives for other keys.
 function nn.field(obj, k)

@@ -256,6 +256,15 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
     return self:backward(input, gradOutput)
   end
   function cls:parameters() return {}, {} end
+  -- Torch7's clearState: the buffers of the last call dropped (a Sequential's conversions
+  -- and clearState call it on each module)
+  function cls:clearState()
+    nn.check_self(self, cls_name, "clearState", "layer")
+    for k in pairs(self) do
+      if k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_") then rawset(self, k, nil) end
+    end
+    return self
+  end
   -- (no parameters: a module of the same options, as the layers' clone)
   function cls:clone()
     nn.check_self(self, cls_name, "clone", "layer")

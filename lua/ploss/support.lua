@@ -204,9 +204,7 @@ function F.argmax(x, opts)
 end
 ploss.argmax = F.argmax
 
--- The tensors a model's conversion replaced (weak keys), with the model's class name:
--- optimisers and EMAs made with them refuse them (check_not_replaced, below).
-local replaced_by = setmetatable({}, { __mode = "k" })
+local replaced_by = nn.replaced_by -- the tensors a model's conversion replaced
 
 ---------------------------------------------------------------------------------------
 -- ClassSimplexLoss's predictions (Torch7's getPredictions and getTopPrediction)
@@ -385,11 +383,15 @@ local function module_class(name)
   -- (output, gradInput, the saved inputs) are not copied: the next call makes them.
   cls.clone = function(self)
     check_layer(self, cls, name, "clone")
-    local function object(v) -- a module among the fields (a Sequential's): cloned in turn
+    -- a module among the fields (a Sequential's) cloned in turn, once: a module listed
+    -- twice (shared weights) is one module listed twice in the clone, as Torch7's clone
+    local copies = {}
+    local function object(v)
       if type(v.clone) ~= "function" then
         ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
       end
-      return v:clone()
+      copies[v] = copies[v] or v:clone()
+      return copies[v]
     end
     local c = setmetatable({}, getmetatable(self))
     for k, v in pairs(self) do
@@ -442,7 +444,10 @@ local function module_class(name)
     for k in pairs(self) do
       if k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_") then rawset(self, k, nil) end
     end
-    for _, m in ipairs(rawget(self, "modules") or {}) do m:clearState() end
+    -- (a module of another kind may have no buffers to drop, hence no clearState)
+    for _, m in ipairs(rawget(self, "modules") or {}) do
+      if type(m.clearState) == "function" then m:clearState() end
+    end
     return self
   end
   cls.tostring = function() return "ploss.nn." .. name end
@@ -684,12 +689,20 @@ function Sequential:backward(input, gradOutput)
   return g
 end
 
+-- Each parameter once, in module order: a module listed twice (shared weights, a Linear
+-- with accumulate = true) gives its parameters once, as torch's Module.parameters(), so
+-- that an optimiser steps them once per step.
 function Sequential:parameters()
   check_layer(self, Sequential, "Sequential", "parameters", "model")
-  local ps, gs = {}, {}
+  local ps, gs, seen = {}, {}, {}
   for _, m in ipairs(self.modules) do
     local p, g = m:parameters()
-    for i = 1, #p do ps[#ps + 1], gs[#gs + 1] = p[i], g[i] end
+    for i = 1, #p do
+      if not seen[p[i]] then
+        seen[p[i]] = true
+        ps[#ps + 1], gs[#gs + 1] = p[i], g[i]
+      end
+    end
   end
   return ps, gs
 end
