@@ -381,8 +381,9 @@ describe("ParallelCriterion", function()
     H.expect_error(function() crit({ u }, t) end, "targets: expected a list with one target per member")
     H.expect_error(function() crit({ 5 }, { t }) end, "inputs[1]: expected a tensor or a list of tensors, got 5")
     H.expect_error(function() crit.repeatTraget = true end, "'repeatTraget' is none of the fields")
-    crit.repeatTarget = "yes"
-    H.expect_error(function() crit({ u }, { t }) end, "repeatTarget: expected a boolean (true or false), got 'yes'")
+    H.expect_error(function() crit.repeatTarget = "yes" end,
+      "ParallelCriterion: crit.repeatTarget: expected a boolean (true or false), got 'yes'")
+    assert.are.equal(false, crit.repeatTarget)
   end)
 
   it("nests a ParallelCriterion as a member, as Torch7: its inputs and targets lists, its gradients' list", function()

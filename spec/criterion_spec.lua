@@ -497,8 +497,9 @@ describe("calls on a criterion", function()
     local s = Sub {}
     assert.are.equal(ce:forward(x, y), ploss.CrossEntropyLoss.forward(s, x, y))
     local m = setmetatable({}, { __index = ploss.CrossEntropyLoss })
-    ploss.CrossEntropyLoss.__init(m, {})
-    assert.are.equal(ce:forward(x, y), m:forward(x, y))
+    ploss.CrossEntropyLoss.__init(m, { reduction = "sum", label_smoothing = 0.25 }) -- options read at each call
+    assert.are.equal(ploss.CrossEntropyLoss { reduction = "sum", label_smoothing = 0.25 }:forward(x, y), m:forward(x, y))
+    assert.are_not.equal(ce:forward(x, y), m:forward(x, y))
     function Sub.new(o) return Sub(o) end
     assert.are.equal(ce:forward(x, y), Sub.new({}):forward(x, y))
   end)

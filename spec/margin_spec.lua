@@ -767,7 +767,7 @@ describe("margin softmax losses", function()
     for _, m in ipairs { ploss.ArcFaceLoss, ploss.LinearCrossEntropyLoss {}, "x" } do
       H.expect_error(function() local c = ploss.PartialFCLoss { margin = m } return c end,
         "PartialFCLoss: margin: expected a margin softmax criterion")
-      H.expect_error(function() pfc.margin = m end, "PartialFCLoss: margin: expected a margin softmax")
+      H.expect_error(function() pfc.margin = m end, "PartialFCLoss: crit.margin: expected a margin softmax")
       assert.are.equal("AMSoftmaxLoss", pfc.margin._description.criterion) -- kept as it was
     end
     H.expect_error(function() local c = ploss.PartialFCLoss { margin = ploss.ArcFaceLoss { sample_rate = 0.5, seed = 7 } } return c end,

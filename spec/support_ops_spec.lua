@@ -653,6 +653,17 @@ describe("ploss.nn layers and ploss.optim", function()
     model:forward(x)
     model:backward(x, go)
     H.assert_equal(c.modules[1].gradWeight, lin.gradWeight)
+    -- nested, and a tensor two layers hold: shared in the clone as in the original
+    local nested = ploss.nn.Sequential { lin, ploss.nn.Sequential { lin } }:clone()
+    assert.are.equal(nested.modules[1], nested.modules[2].modules[1])
+    local a, b = ploss.nn.Linear(2, 2), ploss.nn.Linear(2, 2)
+    b.weight = a.weight
+    local two = ploss.nn.Sequential { a, b }
+    assert.are.equal(3, #two:parameters())
+    local tc = two:clone()
+    assert.are.equal(tc.modules[1].weight, tc.modules[2].weight)
+    assert.are_not.equal(a.weight, tc.modules[1].weight)
+    assert.are.equal(3, #tc:parameters())
   end)
 
   it("He and Xavier initialisation have the stated standard deviations", function()

@@ -333,14 +333,18 @@ Parallel._fields = { repeatTarget = true }
 Parallel._doc = "weighted sum of criteria, each on its own input and target (Torch7 nn.ParallelCriterion)"
 common(Parallel, "ParallelCriterion")
 
-local function check_repeat(rt, where)
+local function check_repeat(rt, where, name)
   if type(rt) ~= "boolean" then
-    ploss.raise(where .. ": repeatTarget: expected a boolean (true or false), got " .. ploss.shown(rt))
+    ploss.raise(where .. ": " .. (name or "repeatTarget") .. ": expected a boolean (true or false), got " ..
+      ploss.shown(rt))
   end
   return rt
 end
 
 Parallel._takes_target = true
+Parallel._check_field = function(_, k, v)
+  if k == "repeatTarget" then check_repeat(v, "ParallelCriterion", "crit.repeatTarget") end
+end
 
 function Parallel:__init(opts)
   local rt = false

@@ -6,8 +6,8 @@
 -- arguments, the options and their checks, the shapes of the loss and of the saved state all
 -- come from the description.
 --
--- Options are checked when a criterion is made and again at each call (they may be edited
--- in between: `crit.reduction = 'sum'`): named keys only, each of its type (a boolean is a
+-- Options are checked when a criterion is made, when one is set as a field (`crit.reduction
+-- = 'sum'`: field_checker) and again at each call: named keys only, each of its type (a boolean is a
 -- boolean, an integer an integer in range) and inside the range the description gives.
 -- Tensor options given as Lua lists are copied to the input's device in f64 for f64 inputs,
 -- f32 otherwise (the accumulation dtype).

@@ -35,21 +35,22 @@ return function(ploss)
 
   -- The description of `margin`, an instance of a margin softmax criterion (one that draws:
   -- not the linear cross-entropy, not a class), whose own draw options are left at their
-  -- defaults (they are this criterion's).
-  local function margin_description(margin)
+  -- defaults (they are this criterion's).  `name`: the option's in messages ("margin").
+  local function margin_description(margin, name)
+    name = name or "margin"
     local d = type(margin) == "table" and rawget(margin, "__index") == nil and margin._description
     local draws = false
     for _, opt in ipairs(d and d.lua_options or {}) do draws = draws or opt.name == "sample_rate" end
     if not d or d.shape ~= "margin" or not draws then
-      ploss.raise("PartialFCLoss: margin: expected a margin softmax criterion (ploss.ArcFaceLoss{…}, " ..
+      ploss.raise("PartialFCLoss: " .. name .. ": expected a margin softmax criterion (ploss.ArcFaceLoss{…}, " ..
         "AMSoftmaxLoss{…}, CombinedMarginLoss{…}), got " .. (d and ("ploss." .. d.criterion) or
           type(margin) == "table" and rawget(margin, "__index") ~= nil and "a class (its braces forgotten?)" or
           ploss.shown(margin)))
     end
     if margin.sample_rate ~= 1 or margin.seed ~= 0 then
-      ploss.raise(string.format("PartialFCLoss: margin: its sample_rate (%s) and seed (%s) must stay 1 and 0: " ..
-        "the draw is PartialFCLoss's (PartialFCLoss{sample_rate = …, seed = …})", tostring(margin.sample_rate),
-        tostring(margin.seed)))
+      ploss.raise(string.format("PartialFCLoss: %s: its sample_rate (%s) and seed (%s) must stay 1 and 0: " ..
+        "the draw is PartialFCLoss's (PartialFCLoss{sample_rate = …, seed = …})", name,
+        tostring(margin.sample_rate), tostring(margin.seed)))
     end
     return d
   end
@@ -70,7 +71,7 @@ return function(ploss)
   -- a field set after construction is checked before it takes the value (nn.class)
   cls._check_field = function(_, k, v)
     if k == "margin" then
-      margin_description(v)
+      margin_description(v, "crit.margin")
     elseif k == "sample_rate" then
       check_draw(v, 0, "crit.")
     elseif k == "seed" then

@@ -26,9 +26,9 @@
 --    its criterion).  Loss: f32 (f64 for f64 input).
 --  * `crit.output`, `crit.gradInput` hold the last results (Torch7 fields).
 --  * `crit:to(device)` moves tensor options (e.g. weight) to a device.
---  * Options are named, checked at construction and at each call, and can be changed after
---    construction (`crit.reduction = 'sum'`); setting a field that is not an option (a
---    misspelling) is an error.
+--  * Options are named, checked at construction, when set as a field and at each call, and
+--    can be changed after construction (`crit.reduction = 'sum'`); setting a field that is
+--    not an option (a misspelling) is an error.
 --
 -- The criteria themselves are built from the loss descriptions by ploss/criterion.lua;
 -- this module holds what they share with the layers of ploss/support.lua: the base class,
@@ -144,10 +144,13 @@ end
 nn.replaced_by = setmetatable({}, { __mode = "k" })
 
 --- The value of field `k` of `obj`, an instance of a class of nn.class with fields (nil
--- when unset), without its class's defaults: what rawget gives for other keys.
+-- when unset), without its class's defaults: what rawget gives for other keys.  An object
+-- that delegates to such a class without being its instance (a Torch7-style subclass made
+-- by setmetatable, its __init the class's) holds its fields as keys of its own.
 function nn.field(obj, k)
   local values = rawget(obj, "_field_values")
-  return values and values[k]
+  if values then return values[k] end
+  return rawget(obj, k)
 end
 
 --- The communicator of a criterion (its comm field, or that of the criterion it wraps), or nil.
@@ -303,14 +306,24 @@ local BUFFERS = { "_loss", "_state", "_state_key", "_outputs", "_grad_loss", "_n
 --- A copy of `v` that shares no tensor with it: tensors cloned, plain tables copied
 -- element by element; a value with a metatable (an object: a module, a communicator) is
 -- `object(v)`'s, numbers, strings and booleans themselves.  The clone() of the criteria and
--- of the layers.
-function nn.deep_copy(v, object)
-  if ploss.is_tensor(v) then return v:clone() end
-  if type(v) ~= "table" then return v end
-  if getmetatable(v) then return object(v) end
-  local t = {}
-  for k, x in pairs(v) do t[k] = nn.deep_copy(x, object) end
-  return t
+-- of the layers.  With `memo` (a table, kept across calls) a tensor or table met twice is
+-- copied once, so that what the original shares the copy shares too.
+function nn.deep_copy(v, object, memo)
+  local tensor = ploss.is_tensor(v)
+  if not tensor and type(v) ~= "table" then return v end
+  if memo and memo[v] ~= nil then return memo[v] end
+  local c
+  if tensor then
+    c = v:clone()
+  elseif getmetatable(v) then
+    c = object(v)
+  else
+    c = {}
+    if memo then memo[v] = c end
+    for k, x in pairs(v) do c[k] = nn.deep_copy(x, object, memo) end
+  end
+  if memo then memo[v] = c end
+  return c
 end
 -- a criterion's option that is an object (a communicator) is shared by its clone
 local function shared(v) return v end

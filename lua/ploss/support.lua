@@ -381,22 +381,24 @@ local function module_class(name)
   -- and their gradients (a Sequential's modules cloned in turn); nothing is shared with
   -- the original and nothing is drawn from the generator.  The buffers of the last call
   -- (output, gradInput, the saved inputs) are not copied: the next call makes them.
-  cls.clone = function(self)
+  -- What the original shares the clone shares (as Torch7's clone): a module listed twice,
+  -- also in nested Sequentials, is one module listed twice, and a tensor held by two
+  -- modules one tensor (`memo`, passed down to the modules' clones, maps the original's
+  -- modules and tensors to their copies).
+  cls.clone = function(self, memo)
     check_layer(self, cls, name, "clone")
-    -- a module among the fields (a Sequential's) cloned in turn, once: a module listed
-    -- twice (shared weights) is one module listed twice in the clone, as Torch7's clone
-    local copies = {}
-    local function object(v)
+    memo = memo or {}
+    local function object(v) -- a module among the fields (a Sequential's): cloned in turn
       if type(v.clone) ~= "function" then
         ploss.raise(string.format("%s:clone: a field holds %s, which has no clone()", name, ploss.shown(v)))
       end
-      copies[v] = copies[v] or v:clone()
-      return copies[v]
+      return v:clone(memo)
     end
     local c = setmetatable({}, getmetatable(self))
+    memo[self] = c
     for k, v in pairs(self) do
       if k ~= "output" and k ~= "gradInput" and not (type(k) == "string" and k:sub(1, 1) == "_") then
-        c[k] = nn.deep_copy(v, object)
+        c[k] = nn.deep_copy(v, object, memo)
       end
     end
     return c
