@@ -3759,37 +3759,37 @@ void ploss_linear_cross_entropy_opts_init(ploss_linear_cross_entropy_opts *opts)
  * those tensors (to the criterion's own buffers when none is given: then they sum over calls
  * until you zero them), as a loop of gradient accumulation needs. return_lse = true and
  * return_entropy = true make forward and the fused call also return each token's lse_i and
- * entropy H_i (BT values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
- * softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy's return_lse
- * and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
- * [entropy]. The gradients may be f32 tensors for f16/bf16 inputs (a mixed-precision step's),
- * accumulated unrounded. No gradient filtering: every softmax entry counts. An ignored row adds
- * nothing to the loss and gets a zero gradient, but a non-finite hidden state in it still
- * reaches grad_weight through the product (0·NaN is NaN), as in PyTorch's composite. The
- * softcap caps the bias with the product: a bias of −∞ becomes the logit −c there, not a
- * masked class (mask a padded vocabulary with the bias only without softcap, or leave the
- * padded rows out of the weight). Nor does such a mask combine with label_smoothing: the
- * smoothing term averages lse − z over every class, the masked ones included, so the loss is
- * +∞ (the gradient stays finite), as in PyTorch's composite; leave the padded rows out of the
- * weight there. CUDA: the logit tile is computed by cuBLAS in the inputs' dtype (fp32
- * accumulation; bf16/f16 logits, as F.linear gives them), the row engine turns it into its
- * gradient in place (fp32 row statistics), and the two gradient products read it; a 16-bit
- * weight gradient is rounded to its dtype once per tile of rows there, except its label entries
- * (the gradient at each row's label), which are kept out of the tiles and added per class in
- * fp32 at the end, so that a class's large label term does not swallow the later tiles' small
- * softmax terms (f32 gradients do not round; the CPU sums the tiles in f32 and rounds once). A
- * bias is added to the tile in place (with the softcap, one pass) and its gradient is a product
- * of the gradient tile with a vector of ones (fp32, summed over the tiles unrounded). The
- * workspace is the tile (at most 512 MiB by default) plus O(BT + V), and with a 16-bit weight
- * gradient over several tiles the label entries' partial sums (2·⌈BT/64⌉·H floats: 8 MiB
- * at BT 16384, H 4096); inputs and outputs whose rows are not contiguous are staged through
- * copies. When V is not a multiple of 8 (16 bytes: cuBLAS is several times slower on such
- * products) the products take the first classes up to a multiple of 8 from the weight and the
- * last few from a copy of their rows padded with zeros (∂hidden adds their part: one more
- * rounding of a 16-bit gradient). CUDA takes up to 2^24 classes; f64 is CPU only. The CPU
- * multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's softmax in f64.
- * hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first. No state is kept:
- * backward recomputes the tiles.
+ * entropy H_i (BT values, f32; f64 for f64 inputs; 0 at ignored rows; of the logits with the
+ * bias and the softcap, their values leaving out the z-loss and the smoothing, which may be on;
+ * not differentiated), as Cut Cross-Entropy's return_lse and the entropy of RL trainers: loss,
+ * [grad_hidden, grad_weight, [grad_bias],] [lse,] [entropy]. The gradients may be f32 tensors
+ * for f16/bf16 inputs (a mixed-precision step's), accumulated unrounded. No gradient filtering:
+ * every softmax entry counts. An ignored row adds nothing to the loss and gets a zero gradient,
+ * but a non-finite hidden state in it still reaches grad_weight through the product (0·NaN is
+ * NaN), as in PyTorch's composite. The softcap caps the bias with the product: a bias of −∞
+ * becomes the logit −c there, not a masked class (mask a padded vocabulary with the bias only
+ * without softcap, or leave the padded rows out of the weight). Nor does such a mask combine
+ * with label_smoothing: the smoothing term averages lse − z over every class, the masked ones
+ * included, so the loss is +∞ (the gradient stays finite), as in PyTorch's composite; leave
+ * the padded rows out of the weight there. CUDA: the logit tile is computed by cuBLAS in the
+ * inputs' dtype (fp32 accumulation; bf16/f16 logits, as F.linear gives them), the row engine
+ * turns it into its gradient in place (fp32 row statistics), and the two gradient products read
+ * it; a 16-bit weight gradient is rounded to its dtype once per tile of rows there, except its
+ * label entries (the gradient at each row's label), which are kept out of the tiles and added
+ * per class in fp32 at the end, so that a class's large label term does not swallow the later
+ * tiles' small softmax terms (f32 gradients do not round; the CPU sums the tiles in f32 and
+ * rounds once). A bias is added to the tile in place (with the softcap, one pass) and its
+ * gradient is a product of the gradient tile with a vector of ones (fp32, summed over the tiles
+ * unrounded). The workspace is the tile (at most 512 MiB by default) plus O(BT + V), and with a
+ * 16-bit weight gradient over several tiles the label entries' partial sums (2·⌈BT/64⌉·H
+ * floats: 8 MiB at BT 16384, H 4096); inputs and outputs whose rows are not contiguous are
+ * staged through copies. When V is not a multiple of 8 (16 bytes: cuBLAS is several times
+ * slower on such products) the products take the first classes up to a multiple of 8 from the
+ * weight and the last few from a copy of their rows padded with zeros (∂hidden adds their
+ * part: one more rounding of a 16-bit gradient). CUDA takes up to 2^24 classes; f64 is CPU
+ * only. The CPU multiplies in f32 (f64 for f64 inputs) with OpenBLAS and takes each row's
+ * softmax in f64. hidden is BT×H: flatten a B×T×H batch (and its B×T labels) first. No
+ * state is kept: backward recomputes the tiles.
  *
  * in  hidden      BT×H hidden states, one row per token; f32/f16/bf16/f64 (f64 on the CPU
  *                 only), any strides; hidden and weight of one dtype and one H.

@@ -101,8 +101,9 @@ grad_hidden / grad_bias; with accumulate the weight's and the bias's gradients a
 those tensors (to the criterion's own buffers when none is given: then they sum over calls
 until you zero them), as a loop of gradient accumulation needs.  return_lse = true and
 return_entropy = true make forward and the fused call also return each token's lse_i and
-entropy H_i (BT values, f32; f64 for f64 inputs; 0 at ignored rows; with the bias and the
-softcap, without z-loss or smoothing; not differentiated), as Cut Cross-Entropy's return_lse
+entropy H_i (BT values, f32; f64 for f64 inputs; 0 at ignored rows; of the logits with the
+bias and the softcap, their values leaving out the z-loss and the smoothing, which may be on;
+not differentiated), as Cut Cross-Entropy's return_lse
 and the entropy of RL trainers: loss, [grad_hidden, grad_weight, [grad_bias],] [lse,]
 [entropy].  The gradients may be f32 tensors for f16/bf16 inputs (a
 mixed-precision step's), accumulated unrounded.  No gradient filtering: every softmax
