@@ -393,6 +393,18 @@ describe("OneHotTargets", function()
       ", label_smoothing=0.3, smoothing_convention='uniform_others')", tostring(b))
     H.expect_error(function() b.reducton = "sum" end, "OneHotTargets: 'reducton' is none of the fields it reads")
     H.expect_error(function() b.reduction = "sum" end, "the reduction is the wrapped criterion's (w.inner.reduction = …)")
+    -- a value set is checked at the assignment (the constructor's options when made), a
+    -- refused one leaving the field as it was
+    H.expect_error(function() b.label_smoothing = 1.5 end,
+      "OneHotTargets: crit.label_smoothing: expected a number in [0, 1], got 1.5")
+    H.expect_error(function() b.smoothing_convention = "paper" end,
+      "OneHotTargets: crit.smoothing_convention: 'paper' is not one of 'pytorch', 'reference', 'uniform_others'")
+    H.expect_error(function() b.ignore_index = 0.5 end, "OneHotTargets: crit.ignore_index: expected an integer, got 0.5")
+    H.expect_error(function() b.inner = "x" end, "OneHotTargets: crit.inner: expected a criterion")
+    assert.are.equal(0.3, b.label_smoothing)
+    assert.are.equal("uniform_others", b.smoothing_convention)
+    H.expect_error(function() local c = ploss.OneHotTargets(ploss.BCEWithLogitsLoss {}, { label_smoothing = -1 }) return c end,
+      "OneHotTargets: opts.label_smoothing: expected a number in [0, 1], got -1")
     b.inner.reduction = "sum"
     H.assert_equal(b:forward(x, y), ploss.BCEWithLogitsLoss { reduction = "sum" }:forward(x, t))
     H.expect_error(function() local l = a:forward(x) return l end, "OneHotTargets: target: expected a ploss tensor of class indices, got nil")

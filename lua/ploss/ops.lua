@@ -295,6 +295,25 @@ for _, k in ipairs(ONE_HOT_OPTIONS) do OneHotTargets._fields[k] = true end
 OneHotTargets._field_hints = {
   reduction = ": the reduction is the wrapped criterion's (w.inner.reduction = …)",
 }
+-- A field's value checked before the field takes it, as one_hot checks its options at each
+-- call (label_smoothing's range too: one_hot's C check); named `prefix` .. k ("crit." for a
+-- field set, "opts." for the constructor's options).
+local function check_one_hot_field(k, v, prefix)
+  if v == nil then return end -- back to one_hot's default
+  local name = "OneHotTargets: " .. prefix .. k
+  if k == "inner" then
+    if type(v) ~= "table" or not v.fused then
+      ploss.raise(name .. ": expected a criterion (e.g. ploss.FocalLoss{}), got " .. ploss.shown(v))
+    end
+  elseif k == "ignore_index" then
+    check_integer(name, v)
+  elseif k == "label_smoothing" and (type(v) ~= "number" or not (v >= 0 and v <= 1)) then
+    ploss.raise(name .. ": expected a number in [0, 1], got " .. ploss.shown(v))
+  elseif k == "smoothing_convention" and conventions[v] == nil then
+    ploss.raise(name .. ": " .. ploss.shown(v) .. " is not one of 'pytorch', 'reference', 'uniform_others'")
+  end
+end
+OneHotTargets._check_field = function(_, k, v) check_one_hot_field(k, v, "crit.") end
 
 function OneHotTargets:__init(inner, opts)
   if type(inner) ~= "table" or not inner.fused then
@@ -306,6 +325,7 @@ function OneHotTargets:__init(inner, opts)
   local known = {}
   for _, k in ipairs(ONE_HOT_OPTIONS) do known[k] = true end
   ploss.check_option_keys(opts, "OneHotTargets", known)
+  for _, k in ipairs(ONE_HOT_OPTIONS) do check_one_hot_field(k, opts[k], "opts.") end
   for _, k in ipairs(ONE_HOT_OPTIONS) do self[k] = opts[k] end
 end
 
