@@ -917,9 +917,16 @@ describe("margin softmax losses", function()
     local w0 = head.weight
     head.criterion = nil
     H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.criterion: expected a margin criterion", head.gradWeight)
-    head.criterion = ploss.CrossEntropyLoss {}
-    H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.criterion: expected a margin criterion (", head.gradWeight)
+    H.expect_error(function() head.criterion = ploss.CrossEntropyLoss {} end,
+      "MarginSoftmax: head.criterion: expected a margin criterion (")
+    assert.is_nil(head.criterion) -- as it was
+    H.expect_error(function() head.weight = 3 end, "MarginSoftmax: head.weight: expected a ploss tensor")
+    assert.are.equal(w0, head.weight)
+    -- a margin criterion whose layout is changed after it was given: refused at the call
     head.criterion = ploss.AMSoftmaxLoss { s = 10 }
+    head.criterion.weight_layout = "DxC"
+    H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.criterion: weight_layout 'DxC'", head.gradWeight)
+    head.criterion.weight_layout = "CxD"
     head.weight = ploss.randn({ 7, 4 }, { dtype = "f64" })
     H.expect_error(function() local r = head(x, y) return r end, "MarginSoftmax: head.weight: expected 6×4 (classes × in_features), got", head.gradWeight)
     head.weight = w0

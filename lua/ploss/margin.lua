@@ -269,6 +269,19 @@ return function(ploss)
     end
   end
 
+  -- a field set is checked for its kind before it takes the value (a criterion that serves
+  -- the head, tensors for the centres and their gradient); the sizes, which change
+  -- together, are checked at each call (check_head)
+  Head._check_field = function(_, k, v)
+    if v == nil then return end
+    local err = k == "criterion" and criterion_error(v)
+    if err then ploss.raise("MarginSoftmax: head.criterion: " .. err) end
+    if (k == "weight" or k == "gradWeight") and not ploss.is_tensor(v) then
+      ploss.raise("MarginSoftmax: head." .. k .. ": expected a ploss tensor (classes × in_features), got " ..
+        ploss.shown(v))
+    end
+  end
+
   function Head:__init(opts)
     if type(opts) ~= "table" then
       ploss.raise("MarginSoftmax: expected " .. Head._constructor .. ", got " .. type(opts))
