@@ -1094,10 +1094,19 @@ describe("messages that name the real cause", function()
     H.expect_error(function() lin:forward(ploss.randn({ 4, 3 }, { dtype = "f64" })) end,
       "Linear: input: dtype f64, but the layer's weight is f32 (make the layer with {dtype = 'f64'}, or convert: " ..
       "input:to('f32'))")
+    -- a broadcast input (expand) is named as the layer's, not as the product's operand; its
+    -- copy runs, and a one-row expand (stride 0 on a dim of size 1) is no broadcast
+    local row = ploss.randn({ 1, 3 })
+    H.expect_error(function() lin:forward(row:expand(4, 3)) end,
+      "Linear: input: dim 1 is broadcast (stride 0, an expand); pass input:contiguous()")
+    H.assert_equal(lin:forward(row:expand(4, 3):contiguous()):clone():narrow(1, 4, 1), lin:forward(row))
+    assert.are.same({ 1, 2 }, lin:forward(row:expand(1, 3)):size())
     local x = ploss.randn({ 4, 3 })
     lin:forward(x)
     H.expect_error(function() lin:backward(x, ploss.ones({ 4, 2 }, { dtype = "f64" })) end,
       "Linear: gradOutput: dtype f64, but the layer's weight is f32")
+    H.expect_error(function() lin:backward(x, ploss.ones({ 1, 2 }):expand(4, 2)) end,
+      "Linear: gradOutput: dim 1 is broadcast (stride 0, an expand); pass gradOutput:contiguous()")
     H.expect_error(function() lin:backward(x, ploss.ones({ 5, 2 })) end, "Linear: gradOutput: expected 4×2, got 5×2")
     H.expect_error(function() lin:backward(x, ploss.ones({ 4, 3 })) end, "Linear: gradOutput: expected 4×2, got 4×3")
   end)

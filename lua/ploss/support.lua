@@ -509,6 +509,13 @@ local function check_linear_operand(self, t, name, cols, rows)
     ploss.raise(string.format("Linear: %s: on %s, but the layer's weight is on %s (make the layer with {device = " ..
       "'%s'}, or move: %s:to('%s'))", name, t:device(), w:device(), t:device(), name, w:device()))
   end
+  -- a broadcast view (expand: stride 0) is no GEMM operand: named here, not as gemm's
+  for d = 1, 2 do
+    if t:stride(d) == 0 and t:size(d) > 1 then
+      ploss.raise(string.format("Linear: %s: dim %d is broadcast (stride 0, an expand); pass %s:contiguous()", name, d,
+        name))
+    end
+  end
 end
 
 function Linear:forward(input)
