@@ -139,6 +139,20 @@ function nn.sharded(f, comm_of)
   end
 end
 
+--- Whether key `k` of a layer holds a buffer of its last call (output, gradInput, or a
+-- private field '_…': saved inputs, versions), which clearState drops and clone skips.
+function nn.is_buffer_key(k)
+  return k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_")
+end
+
+--- Drop layer `m`'s buffers of its last call (Torch7's clearState); returns m.
+function nn.drop_buffers(m)
+  for k in pairs(m) do
+    if nn.is_buffer_key(k) then rawset(m, k, nil) end
+  end
+  return m
+end
+
 --- The tensors a model's conversion replaced (weak keys), with the model's class name:
 -- optimisers and EMAs made with them refuse them (ploss/support.lua's check_not_replaced).
 nn.replaced_by = setmetatable({}, { __mode = "k" })

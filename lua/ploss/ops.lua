@@ -260,10 +260,7 @@ for _, op in ipairs { { "taylor_softmax", "TaylorSoftmax" }, { "log_taylor_softm
   -- and clearState call it on each module)
   function cls:clearState()
     nn.check_self(self, cls_name, "clearState", "layer")
-    for k in pairs(self) do
-      if k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_") then rawset(self, k, nil) end
-    end
-    return self
+    return nn.drop_buffers(self)
   end
   -- (no parameters: a module of the same options, as the layers' clone)
   function cls:clone()

@@ -397,9 +397,7 @@ local function module_class(name)
     local c = setmetatable({}, getmetatable(self))
     memo[self] = c
     for k, v in pairs(self) do
-      if k ~= "output" and k ~= "gradInput" and not (type(k) == "string" and k:sub(1, 1) == "_") then
-        c[k] = nn.deep_copy(v, object, memo)
-      end
+      if not nn.is_buffer_key(k) then c[k] = nn.deep_copy(v, object, memo) end
     end
     return c
   end
@@ -443,9 +441,7 @@ local function module_class(name)
   cls.double = function(self) check_layer(self, cls, name, "double", "model") return self:type("torch.DoubleTensor") end
   cls.clearState = function(self)
     check_layer(self, cls, name, "clearState", "model")
-    for k in pairs(self) do
-      if k == "output" or k == "gradInput" or (type(k) == "string" and k:sub(1, 1) == "_") then rawset(self, k, nil) end
-    end
+    nn.drop_buffers(self)
     -- (a module of another kind may have no buffers to drop, hence no clearState)
     for _, m in ipairs(rawget(self, "modules") or {}) do
       if type(m.clearState) == "function" then m:clearState() end

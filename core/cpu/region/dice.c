@@ -114,12 +114,14 @@ ploss_status PLOSS_ISA_FN(ploss_cpu_dice)(ploss_ctx_t *ctx, const ploss_region_p
      * weights of a group whose pixels are all ignored) gets 0 */
     if (p->pass != PLOSS_PASS_FORWARD) {
         double *k1 = part, *k2 = part + G * C;
-        for (int64_t g = 0; g < G; ++g)
+        for (int64_t g = 0; g < G; ++g) {
+            const double om = den[g] != 0.0 ? omega[g] : 0.0, dg = den[g] != 0.0 ? den[g] : 1.0;
             for (int64_t c = 0; c < C; ++c) {
-                const double wo = den[g] != 0.0 ? w[g * C + c] * omega[g] : 0.0, dg = den[g] != 0.0 ? den[g] : 1.0;
+                const double wo = w[g * C + c] * om;
                 k1[g * C + c] = num[g] * p->exponent * wo / (dg * dg);
                 k2[g * C + c] = 2.0 * wo / dg;
             }
+        }
         if (p->x_dtype == PLOSS_F64)
             gradient_f64(p, K, k1, k2);
         else
